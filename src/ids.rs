@@ -1,0 +1,61 @@
+//! Newtypes for the identifiers that travel between modules, so they cannot be swapped.
+//!
+//! Owns: `NodeId`, `SessionId`, `FencingToken` and their formatting.
+//! Must not: know how they are stored or transported (that is `lock::node` and `zk`).
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Identity of one zkcron process in its lock group (DESIGN.md "The lock": defaults to the host IP).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct NodeId(String);
+
+impl NodeId {
+    /// Wraps an id; validation (non-empty, znode-name safe) is the config's job.
+    pub fn new(id: impl Into<String>) -> Self {
+        Self(id.into())
+    }
+
+    /// The id as it appears in znode names and logs.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A ZooKeeper session id, as the server reports it in `Stat::ephemeral_owner`.
+///
+/// Zero is what ZooKeeper reports for a persistent node, so it never names a live session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SessionId(pub i64);
+
+impl SessionId {
+    /// `ephemeral_owner` of a persistent node.
+    pub const PERSISTENT: SessionId = SessionId(0);
+}
+
+impl fmt::Display for SessionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#x}", self.0)
+    }
+}
+
+/// The `epoch` znode's data version after an acquisition: grows by one with every acquisition in
+/// the lock group, so a larger token always names a later owner (DESIGN.md "The lock").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct FencingToken(pub i32);
+
+impl fmt::Display for FencingToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}

@@ -1,0 +1,115 @@
+//! What the lock group stores in ZooKeeper: the lock node's and the epoch node's data.
+//!
+//! Owns: the JSON formats of `<root>/<lock>/lock`, `<root>/<lock>/epoch` and
+//! `<root>/<lock>/members/<node_id>` (DESIGN.md "ZooKeeper layout"), and their parsing.
+//! Must not: do I/O. Data read from ZooKeeper is untrusted: parsing returns `Result`, never panics.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{NodeId, SessionId};
+
+/// Who holds (or held) the lock, as written by the holder into the lock node and its member node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnerInfo {
+    pub node_id: NodeId,
+    pub ip: String,
+    pub host: String,
+    pub pid: u32,
+    /// zkcron version of the holder, so a mixed fleet shows in `status`.
+    pub version: String,
+    pub since_unix_ms: i64,
+    /// Set by an owner that is shutting down, just before it deletes the node, so that peers
+    /// contend at once instead of waiting the takeover delay (DESIGN.md "Waiting").
+    #[serde(default)]
+    pub releasing: bool,
+}
+
+impl OwnerInfo {
+    /// Serialises for a znode; cannot fail for this plain struct.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// Parses a lock or member node's data.
+    ///
+    /// # Errors
+    /// The data is not the JSON we write (a foreign or corrupted node).
+    pub fn parse(data: &[u8]) -> Result<Self, serde_json::Error> {
+        serde_json::from_slice(data)
+    }
+}
+
+/// Data of the persistent `epoch` node: who made the latest acquisition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EpochData {
+    pub node_id: NodeId,
+    pub session: SessionId,
+}
+
+impl EpochData {
+    /// Serialises for the epoch node.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// Parses the epoch node's data.
+    ///
+    /// # Errors
+    /// The data is not the JSON we write (never written, or foreign).
+    pub fn parse(data: &[u8]) -> Result<Self, serde_json::Error> {
+        serde_json::from_slice(data)
+    }
+}
+
+/// The lock node as the machine sees it: who holds it (by session) and what it claims to be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockNode {
+    /// `Stat::ephemeral_owner`: the only proof of ownership we trust (never the IP or node id).
+    pub session: SessionId,
+    /// The node's data version, for a versioned release.
+    pub version: i32,
+    /// `None` when the data did not parse: treated as a foreign owner (the driver logs the path).
+    pub info: Option<OwnerInfo>,
+}
+
+impl LockNode {
+    /// A persistent node squatting the lock path: nobody can ever own it through a session.
+    pub fn is_squatter(&self) -> bool {
+        self.session == SessionId::PERSISTENT
+    }
+
+    /// The node id the holder wrote, if its data parsed.
+    pub fn node_id(&self) -> Option<&NodeId> {
+        self.info.as_ref().map(|info| &info.node_id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owner_info_round_trips_and_defaults_releasing() {
+        let info = OwnerInfo {
+            node_id: NodeId::new("10.0.0.5"),
+            ip: "10.0.0.5".into(),
+            host: "a".into(),
+            pid: 7,
+            version: "0.1.0".into(),
+            since_unix_ms: 1,
+            releasing: false,
+        };
+        assert_eq!(OwnerInfo::parse(&info.to_bytes()).unwrap(), info);
+        let old = br#"{"node_id":"n","ip":"i","host":"h","pid":1,"version":"v","since_unix_ms":2}"#;
+        assert!(
+            !OwnerInfo::parse(old).unwrap().releasing,
+            "missing releasing means not releasing"
+        );
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        assert!(OwnerInfo::parse(b"\xff\x00not json").is_err());
+        assert!(EpochData::parse(b"").is_err());
+    }
+}

@@ -5,6 +5,7 @@
 
 pub mod ids;
 pub mod lock;
+pub mod report;
 pub mod zk;
 
 pub use ids::{FencingToken, NodeId, SessionId};

@@ -1,1 +1,163 @@
-//! zk
+//! The ZooKeeper session: connect string and chroot, session timeout, connecting with backoff.
+//!
+//! Owns: turning settings into a connected `zookeeper_client::Client` (creating the connect
+//! string's chroot node when it is missing, as Curator does for its namespace), and creating the
+//! persistent nodes a lock group needs.
+//! Must not: know about jobs or the lock's policy.
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use zookeeper_client::{Acls, Client, CreateMode};
+
+/// First pause after a failed connect; doubles up to [`MAX_CONNECT_BACKOFF`].
+const MIN_CONNECT_BACKOFF: Duration = Duration::from_millis(200);
+const MAX_CONNECT_BACKOFF: Duration = Duration::from_secs(5);
+
+/// How to reach the ensemble.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZkSettings {
+    /// `host:port[,host:port…][/chroot]`, as for the Java client.
+    pub connect: String,
+    /// Requested session timeout; the server may negotiate it into its min/max bounds.
+    pub session_timeout: Duration,
+}
+
+/// A failure to talk to ZooKeeper, naming what we tried to do.
+#[derive(Debug, thiserror::Error)]
+pub enum ZkError {
+    #[error("invalid zookeeper connect string {connect:?}: {reason}")]
+    BadConnectString {
+        connect: String,
+        reason: &'static str,
+    },
+    #[error("cannot connect to zookeeper at {connect}")]
+    Connect {
+        connect: String,
+        #[source]
+        source: zookeeper_client::Error,
+    },
+    #[error("zookeeper request on {path} failed")]
+    Request {
+        path: String,
+        #[source]
+        source: zookeeper_client::Error,
+    },
+}
+
+/// The hosts part and the optional chroot of a connect string.
+///
+/// # Errors
+/// The chroot is not an absolute path without a trailing slash, or there are no hosts.
+pub fn split_connect(connect: &str) -> Result<(&str, Option<&str>), ZkError> {
+    let bad = |reason| ZkError::BadConnectString {
+        connect: connect.to_owned(),
+        reason,
+    };
+    let (hosts, chroot) = match connect.find('/') {
+        Some(i) => (&connect[..i], Some(&connect[i..])),
+        None => (connect, None),
+    };
+    if hosts.trim().is_empty() {
+        return Err(bad("no hosts before the chroot"));
+    }
+    match chroot {
+        Some("/") => Ok((hosts, None)),
+        Some(path) if path.ends_with('/') || path.contains("//") => {
+            Err(bad("chroot must not end in '/' or contain '//'"))
+        }
+        chroot => Ok((hosts, chroot)),
+    }
+}
+
+/// Opens one session. Creates the chroot node if it is missing.
+///
+/// # Errors
+/// No server answered within about the session timeout, or the chroot could not be created.
+///
+/// # Cancellation safety
+/// Dropping the future drops the half-made session, which the server then closes or expires.
+pub async fn connect(settings: &ZkSettings) -> Result<Client, ZkError> {
+    let (hosts, chroot) = split_connect(&settings.connect)?;
+    let connect_err = |source| ZkError::Connect {
+        connect: settings.connect.clone(),
+        source,
+    };
+    let client = Client::connector()
+        .with_session_timeout(settings.session_timeout)
+        .connect(hosts)
+        .await
+        .map_err(connect_err)?;
+    let Some(chroot) = chroot else {
+        return Ok(client);
+    };
+    ensure_persistent(&client, chroot).await?;
+    client
+        .chroot(chroot)
+        .map_err(|_| ZkError::BadConnectString {
+            connect: settings.connect.clone(),
+            reason: "chroot is not a valid znode path",
+        })
+}
+
+/// Connects, retrying with a doubling backoff until a session is up or `shutdown` is cancelled
+/// (`None`). Each failure is logged, so an unreachable ensemble at start is visible.
+///
+/// # Cancellation safety
+/// Safe: nothing is half-done when it returns early.
+pub async fn connect_until_up(
+    settings: &ZkSettings,
+    shutdown: &CancellationToken,
+) -> Option<Client> {
+    let mut backoff = MIN_CONNECT_BACKOFF;
+    loop {
+        let attempt = tokio::select! {
+            () = shutdown.cancelled() => return None,
+            attempt = connect(settings) => attempt,
+        };
+        match attempt {
+            Ok(client) => return Some(client),
+            Err(err) => {
+                tracing::warn!(error = %crate::report::error_chain(&err), retry_in = ?backoff, "zookeeper connect failed");
+            }
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return None,
+            () = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(MAX_CONNECT_BACKOFF);
+    }
+}
+
+/// Creates `path` and its missing ancestors as persistent nodes with open ACLs.
+///
+/// # Errors
+/// A request failed (no auth, connection loss, …); existing nodes are fine.
+pub async fn ensure_persistent(client: &Client, path: &str) -> Result<(), ZkError> {
+    let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    client
+        .mkdir(path, &options)
+        .await
+        .map_err(|source| ZkError::Request {
+            path: path.to_owned(),
+            source,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connect_strings_split_into_hosts_and_chroot() {
+        assert_eq!(split_connect("a:1,b:2").unwrap(), ("a:1,b:2", None));
+        assert_eq!(
+            split_connect("a:1,b:2/app/x").unwrap(),
+            ("a:1,b:2", Some("/app/x"))
+        );
+        assert_eq!(split_connect("a:1/").unwrap(), ("a:1", None));
+        for bad in ["/only-chroot", "a:1/x/", "a:1/x//y", ""] {
+            assert!(split_connect(bad).is_err(), "{bad:?} must be refused");
+        }
+    }
+}

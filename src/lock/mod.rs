@@ -1,9 +1,12 @@
-//! The singleton lock of a lock group: a pure state machine and its ZooKeeper data formats.
+//! The singleton lock of a lock group: a pure state machine, its ZooKeeper data formats, and the
+//! driver that runs it against a real session.
 //!
 //! Owns: deciding and proving who may fire jobs (DESIGN.md "The lock").
 //! Must not: know about jobs, schedules or processes.
 
+pub mod driver;
 pub mod machine;
+pub mod members;
 pub mod node;
 
 pub use machine::{Action, Input, LockEvent, LockMachine, LockState};

@@ -1,0 +1,588 @@
+//! Runs a [`LockMachine`] against ZooKeeper.
+//!
+//! Owns: the session lifecycle (connect with backoff, register the member node, reconnect with a
+//! new session after an expiry), executing the machine's actions as ZooKeeper requests, feeding
+//! replies, watch events, session states and timer expiries back in, and the heartbeat that tells
+//! when the server last answered us.
+//! Must not: decide policy — when to contend, wait, retry or give up is the machine's call.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use zookeeper_client::{
+    Acls, Client, CreateMode, EventType, MultiWriteError, MultiWriteResult, SessionState,
+    StateWatcher, WatchedEvent,
+};
+
+use crate::ids::{FencingToken, NodeId, SessionId};
+use crate::lock::machine::{Action, Epoch, Input, LockEvent, LockMachine, RequestFailed};
+use crate::lock::members::{self, MemberError};
+use crate::lock::node::{EpochData, LockNode, OwnerInfo};
+use crate::report::error_chain;
+use crate::zk::{self, ZkSettings};
+
+/// Pause before retrying a session whose setup (paths, member node) failed.
+const SETUP_RETRY: Duration = Duration::from_secs(1);
+
+/// The znodes of one lock group (DESIGN.md "ZooKeeper layout").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockPaths {
+    pub dir: String,
+    pub lock: String,
+    pub epoch: String,
+    pub members: String,
+}
+
+impl LockPaths {
+    /// Paths of lock group `name` under `root` (e.g. `/zkcron` and `billing`).
+    pub fn new(root: &str, name: &str) -> Self {
+        let dir = format!("{}/{name}", root.trim_end_matches('/'));
+        Self {
+            lock: format!("{dir}/lock"),
+            epoch: format!("{dir}/epoch"),
+            members: format!("{dir}/members"),
+            dir,
+        }
+    }
+
+    /// This node's member znode.
+    pub fn member(&self, node_id: &NodeId) -> String {
+        format!("{}/{node_id}", self.members)
+    }
+}
+
+/// Who we are and how the lock behaves.
+#[derive(Debug, Clone)]
+pub struct LockSettings {
+    pub paths: LockPaths,
+    /// What we write into the lock and member nodes (`since_unix_ms` is set per acquisition).
+    pub me: OwnerInfo,
+    pub takeover_delay: Duration,
+    /// Drawn once by the caller, up to a small fraction of the delay.
+    pub jitter: Duration,
+}
+
+/// Why the driver stopped other than by shutdown.
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    #[error(transparent)]
+    Member(MemberError),
+}
+
+type WatchFuture = Pin<Box<dyn Future<Output = WatchedEvent> + Send>>;
+
+/// One established session.
+struct Connection {
+    client: Client,
+    session: SessionId,
+    timeout: Duration,
+    states: StateWatcher,
+    last_heard: Arc<Mutex<Instant>>,
+    heartbeat: JoinHandle<()>,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        // The heartbeat holds a client clone; the session closes only once every clone is gone.
+        self.heartbeat.abort();
+    }
+}
+
+impl Connection {
+    /// Requests are bounded so that a request sent just as the connection drops cannot keep the
+    /// loop from the machine's deadlines; a timed-out request is a lost reply to the machine.
+    fn request_timeout(&self) -> Duration {
+        self.timeout / 3
+    }
+
+    fn last_heard(&self) -> Instant {
+        *self
+            .last_heard
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Runs the lock until `shutdown` is cancelled, then releases it gracefully (peers contend at
+/// once) and deletes our member node. Events go to `events` in the order the machine emits them.
+///
+/// # Errors
+/// Only a duplicate `node_id` stops it; ZooKeeper failures are retried with backoff.
+pub async fn run(
+    zk: &ZkSettings,
+    settings: &LockSettings,
+    shutdown: &CancellationToken,
+    events: &mpsc::UnboundedSender<LockEvent>,
+) -> Result<(), DriverError> {
+    let mut machine = LockMachine::new(
+        settings.me.node_id.clone(),
+        settings.takeover_delay,
+        settings.jitter,
+    );
+    let mut pending = VecDeque::from(machine.handle(Input::Start, now()));
+    let mut conn: Option<Connection> = None;
+    let mut watch: Option<WatchFuture> = None;
+    let mut timer = Box::pin(tokio::time::sleep(Duration::ZERO));
+    loop {
+        // An action's answer goes straight back in, so actions run in the order the machine chose.
+        while let Some(action) = pending.pop_front() {
+            if let Some(answer) = execute(conn.as_ref(), settings, action, &mut watch, events).await
+            {
+                pending.extend(machine.handle(answer, now()));
+            }
+        }
+        let Some(live) = conn.as_mut() else {
+            let Some(new) = open_session(zk, settings, shutdown).await? else {
+                break;
+            };
+            tracing::info!(session = %new.session, timeout = ?new.timeout, "zookeeper session established");
+            let started = Input::SessionStarted {
+                session: new.session,
+                timeout: new.timeout,
+            };
+            conn = Some(new);
+            pending.extend(machine.handle(started, now()));
+            continue;
+        };
+        let deadline = machine.next_deadline();
+        if let Some(at) = deadline {
+            timer.as_mut().reset(at.into());
+        }
+        let input = tokio::select! {
+            biased; // a stopping owner releases before it looks at anything else
+            () = shutdown.cancelled() => break,
+            state = live.states.changed() => session_input(state, live),
+            event = fired(&mut watch) => {
+                watch = None;
+                watch_input(&event)
+            }
+            () = &mut timer, if deadline.is_some() => Some(Input::Tick),
+        };
+        let Some(input) = input else { continue };
+        if input == Input::SessionExpired {
+            conn = None;
+            watch = None;
+        }
+        pending.extend(machine.handle(input, now()));
+    }
+    for action in machine.handle(Input::Shutdown, now()) {
+        execute(conn.as_ref(), settings, action, &mut watch, events).await;
+    }
+    if let Some(live) = conn {
+        let member = settings.paths.member(&settings.me.node_id);
+        // Deleting it ourselves, rather than leaving it to the session close, lets a restart of
+        // this node register at once.
+        let deleted =
+            tokio::time::timeout(live.request_timeout(), live.client.delete(&member, None)).await;
+        if !matches!(deleted, Ok(Ok(()))) {
+            tracing::debug!(
+                path = member,
+                "member node not deleted on shutdown; it goes with the session"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The one clock read on the lock path; tokio's clock, so `tokio::time::pause()` drives it in tests.
+fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
+
+/// Connects (retrying until up), creates the group's persistent nodes and registers our member.
+/// `Ok(None)` when shut down meanwhile.
+async fn open_session(
+    zk: &ZkSettings,
+    settings: &LockSettings,
+    shutdown: &CancellationToken,
+) -> Result<Option<Connection>, DriverError> {
+    loop {
+        let Some(client) = zk::connect_until_up(zk, shutdown).await else {
+            return Ok(None);
+        };
+        let states = client.state_watcher();
+        let setup = async {
+            ensure_lock_paths(&client, &settings.paths).await?;
+            let member = settings.paths.member(&settings.me.node_id);
+            members::register(&client, &member, &settings.me, shutdown).await
+        };
+        match setup.await {
+            Ok(()) => return Ok(Some(Connection::start(client, states, settings))),
+            Err(MemberError::Cancelled { .. }) => return Ok(None),
+            Err(err @ MemberError::Duplicate { .. }) => return Err(DriverError::Member(err)),
+            Err(err) => {
+                tracing::warn!(error = %error_chain(&err), "lock group setup failed; retrying")
+            }
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return Ok(None),
+            () = tokio::time::sleep(SETUP_RETRY) => {}
+        }
+    }
+}
+
+impl Connection {
+    fn start(client: Client, states: StateWatcher, settings: &LockSettings) -> Self {
+        let timeout = client.session_timeout();
+        let last_heard = Arc::new(Mutex::new(now()));
+        let heartbeat = tokio::spawn(heartbeat(
+            client.clone(),
+            settings.paths.dir.clone(),
+            Arc::clone(&last_heard),
+        ));
+        Self {
+            session: SessionId(client.session_id().0),
+            client,
+            timeout,
+            states,
+            last_heard,
+            heartbeat,
+        }
+    }
+}
+
+/// Asks the server something cheap every sixth of the session timeout and records when it last
+/// answered, so a disconnected owner can count the session timeout from the same moment the
+/// server does (DESIGN.md "The lock": Lost within the session timeout).
+async fn heartbeat(client: Client, path: String, last_heard: Arc<Mutex<Instant>>) {
+    let period = client.session_timeout() / 6;
+    let mut ticks = tokio::time::interval(period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let sent = now();
+        // The reply proves the server heard us after `sent`.
+        if let Ok(Ok(_)) = tokio::time::timeout(period * 2, client.check_stat(&path)).await {
+            let mut heard = last_heard.lock().unwrap_or_else(PoisonError::into_inner);
+            *heard = (*heard).max(sent);
+        }
+    }
+}
+
+async fn ensure_lock_paths(client: &Client, paths: &LockPaths) -> Result<(), MemberError> {
+    let zk_err = |path: &str, source| MemberError::Zk {
+        path: path.to_owned(),
+        source,
+    };
+    zk::ensure_persistent(client, &paths.members)
+        .await
+        .map_err(|err| match err {
+            zk::ZkError::Request { path, source } => MemberError::Zk { path, source },
+            other => zk_err(
+                &paths.members,
+                zookeeper_client::Error::UnexpectedError(other.to_string()),
+            ),
+        })?;
+    let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    match client.create(&paths.epoch, b"", &options).await {
+        Ok(_) | Err(zookeeper_client::Error::NodeExists) => Ok(()),
+        Err(source) => Err(zk_err(&paths.epoch, source)),
+    }
+}
+
+/// Pends until the armed watch fires; forever when none is armed.
+async fn fired(watch: &mut Option<WatchFuture>) -> WatchedEvent {
+    match watch.as_mut() {
+        Some(future) => future.await,
+        None => std::future::pending().await,
+    }
+}
+
+fn watch_input(event: &WatchedEvent) -> Option<Input> {
+    match event.event_type {
+        EventType::NodeDeleted => Some(Input::NodeDeleted),
+        EventType::NodeCreated | EventType::NodeDataChanged => Some(Input::NodeChanged),
+        // Terminal session states reach us through the state watcher too.
+        EventType::Session | EventType::NodeChildrenChanged => None,
+    }
+}
+
+fn session_input(state: SessionState, conn: &Connection) -> Option<Input> {
+    tracing::info!(session = %conn.session, ?state, "zookeeper session state changed");
+    match state {
+        SessionState::SyncConnected => Some(Input::SessionReconnected),
+        // We never ask for read-only sessions; a read-only server cannot prove ownership anyway.
+        SessionState::Disconnected | SessionState::ConnectedReadOnly => {
+            Some(Input::SessionDisconnected {
+                last_heard: conn.last_heard(),
+            })
+        }
+        SessionState::AuthFailed => {
+            tracing::error!(session = %conn.session, "zookeeper authentication failed; reconnecting with backoff");
+            Some(Input::SessionExpired)
+        }
+        SessionState::Expired | SessionState::Closed => Some(Input::SessionExpired),
+    }
+}
+
+/// Carries out one action; returns its answer for the machine (`None` for events).
+async fn execute(
+    conn: Option<&Connection>,
+    settings: &LockSettings,
+    action: Action,
+    watch: &mut Option<WatchFuture>,
+    events: &mpsc::UnboundedSender<LockEvent>,
+) -> Option<Input> {
+    if let Action::Emit(event) = action {
+        log_event(&event, &settings.paths);
+        // The receiver is gone only when the daemon is stopping; the lock still releases.
+        let _ = events.send(event);
+        return None;
+    }
+    let Some(conn) = conn else {
+        return Some(failed(&action, RequestFailed::Connection));
+    };
+    let request = async {
+        match &action {
+            Action::Create => create(conn, settings).await,
+            Action::ReadOwner => read_owner(conn, &settings.paths, watch).await,
+            Action::ReadEpoch => read_epoch(conn, &settings.paths).await,
+            Action::Bump { lock_version } => bump(conn, settings, *lock_version).await,
+            Action::Release { lock_version } => release(conn, settings, *lock_version).await,
+            Action::Emit(_) => None,
+        }
+    };
+    match tokio::time::timeout(conn.request_timeout(), request).await {
+        Ok(answer) => answer,
+        Err(_) => {
+            tracing::warn!(?action, timeout = ?conn.request_timeout(), "zookeeper request timed out");
+            Some(failed(&action, RequestFailed::Connection))
+        }
+    }
+}
+
+/// The failure answer to a request action.
+fn failed(action: &Action, why: RequestFailed) -> Input {
+    match action {
+        Action::Create => Input::CreateDone(Err(why)),
+        Action::ReadOwner => Input::OwnerRead(Err(why)),
+        Action::ReadEpoch => Input::EpochRead(Err(why)),
+        Action::Bump { .. } => Input::BumpDone(Err(why)),
+        Action::Release { .. } | Action::Emit(_) => Input::ReleaseDone(Err(why)),
+    }
+}
+
+/// Classifies a ZooKeeper error for the machine, logging what is not routine.
+fn failure(path: &str, err: &zookeeper_client::Error) -> RequestFailed {
+    use zookeeper_client::Error as E;
+    let why = match err {
+        E::NodeExists => return RequestFailed::NodeExists,
+        E::NoNode => RequestFailed::NoNode,
+        E::BadVersion => RequestFailed::BadVersion,
+        E::NoAuth => RequestFailed::NoAuth,
+        E::ConnectionLoss | E::Timeout | E::SessionExpired | E::ClientClosed | E::SessionMoved => {
+            RequestFailed::Connection
+        }
+        _ => RequestFailed::Other,
+    };
+    if why == RequestFailed::NoAuth {
+        tracing::error!(
+            path,
+            "zookeeper denied access (ACL); check zookeeper.auth and the node's ACL"
+        );
+    } else {
+        tracing::warn!(path, error = %err, "zookeeper request failed");
+    }
+    why
+}
+
+fn multi_failure(path: &str, err: &MultiWriteError) -> RequestFailed {
+    match err {
+        MultiWriteError::RequestFailed { source }
+        | MultiWriteError::OperationFailed { source, .. } => failure(path, source),
+    }
+}
+
+fn unix_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+fn epoch_data(conn: &Connection, settings: &LockSettings) -> Vec<u8> {
+    EpochData {
+        node_id: settings.me.node_id.clone(),
+        session: conn.session,
+    }
+    .to_bytes()
+}
+
+/// The token is the epoch's version after our `set_data` in the same multi.
+fn token_of(results: &[MultiWriteResult]) -> Result<FencingToken, RequestFailed> {
+    match results.last() {
+        Some(MultiWriteResult::SetData { stat }) => Ok(FencingToken(stat.version)),
+        _ => Err(RequestFailed::Other),
+    }
+}
+
+/// Acquires: create the ephemeral lock node and bump the epoch, all or nothing.
+async fn create(conn: &Connection, settings: &LockSettings) -> Option<Input> {
+    let paths = &settings.paths;
+    let info = OwnerInfo {
+        since_unix_ms: unix_ms(),
+        releasing: false,
+        ..settings.me.clone()
+    };
+    let options = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
+    let mut multi = conn.client.new_multi_writer();
+    let built = multi
+        .add_create(&paths.lock, &info.to_bytes(), &options)
+        .and_then(|()| multi.add_set_data(&paths.epoch, &epoch_data(conn, settings), None));
+    if let Err(err) = built {
+        return Some(Input::CreateDone(Err(failure(&paths.lock, &err))));
+    }
+    let result = match multi.commit().await {
+        Ok(results) => token_of(&results),
+        // Someone holds it: routine, the machine reads who.
+        Err(MultiWriteError::OperationFailed {
+            index: 0,
+            source: zookeeper_client::Error::NodeExists,
+        }) => Err(RequestFailed::NodeExists),
+        Err(err) => {
+            let why = multi_failure(&paths.lock, &err);
+            if why == RequestFailed::NoNode {
+                // Someone removed the group's nodes: recreate them before the machine retries.
+                if let Err(err) = ensure_lock_paths(&conn.client, paths).await {
+                    tracing::warn!(error = %error_chain(&err), "cannot recreate lock group nodes");
+                }
+            }
+            Err(why)
+        }
+    };
+    Some(Input::CreateDone(result))
+}
+
+/// Reads the lock node and arms a watch: a data watch when it exists, an exists watch when not.
+async fn read_owner(
+    conn: &Connection,
+    paths: &LockPaths,
+    watch: &mut Option<WatchFuture>,
+) -> Option<Input> {
+    let path = paths.lock.as_str();
+    // The node can come and go between the two reads; a few rounds settle it.
+    for _ in 0..3 {
+        match conn.client.get_and_watch_data(path).await {
+            Ok((data, stat, watcher)) => {
+                *watch = Some(Box::pin(watcher.changed()));
+                let info = OwnerInfo::parse(&data)
+                    .inspect_err(|err| {
+                        tracing::warn!(path, error = %err, "lock node data is not zkcron's; treating it as a foreign owner");
+                    })
+                    .ok();
+                let node = LockNode {
+                    session: SessionId(stat.ephemeral_owner),
+                    version: stat.version,
+                    info,
+                };
+                return Some(Input::OwnerRead(Ok(Some(node))));
+            }
+            Err(zookeeper_client::Error::NoNode) => {
+                match conn.client.check_and_watch_stat(path).await {
+                    Ok((None, watcher)) => {
+                        *watch = Some(Box::pin(watcher.changed()));
+                        return Some(Input::OwnerRead(Ok(None)));
+                    }
+                    Ok((Some(_), _)) => continue,
+                    Err(err) => return Some(Input::OwnerRead(Err(failure(path, &err)))),
+                }
+            }
+            Err(err) => return Some(Input::OwnerRead(Err(failure(path, &err)))),
+        }
+    }
+    Some(Input::OwnerRead(Err(RequestFailed::Other)))
+}
+
+async fn read_epoch(conn: &Connection, paths: &LockPaths) -> Option<Input> {
+    let path = paths.epoch.as_str();
+    let result = match conn.client.get_data(path).await {
+        Ok((data, stat)) => {
+            let holder = EpochData::parse(&data)
+                .inspect_err(
+                    |err| tracing::warn!(path, error = %err, "epoch node data is not zkcron's"),
+                )
+                .ok()
+                .map(|epoch| epoch.session);
+            Ok(Epoch {
+                token: FencingToken(stat.version),
+                holder,
+            })
+        }
+        Err(err) => Err(failure(path, &err)),
+    };
+    Some(Input::EpochRead(result))
+}
+
+/// A fresh token while we keep our node: check our node's version and bump the epoch.
+async fn bump(conn: &Connection, settings: &LockSettings, lock_version: i32) -> Option<Input> {
+    let paths = &settings.paths;
+    let mut multi = conn.client.new_multi_writer();
+    let built = multi
+        .add_check_version(&paths.lock, lock_version)
+        .and_then(|()| multi.add_set_data(&paths.epoch, &epoch_data(conn, settings), None));
+    if let Err(err) = built {
+        return Some(Input::BumpDone(Err(failure(&paths.lock, &err))));
+    }
+    let result = match multi.commit().await {
+        Ok(results) => token_of(&results),
+        Err(err) => Err(multi_failure(&paths.lock, &err)),
+    };
+    Some(Input::BumpDone(result))
+}
+
+/// Graceful release: mark the node as releasing, so that peers contend at once, then delete it.
+async fn release(conn: &Connection, settings: &LockSettings, lock_version: i32) -> Option<Input> {
+    let path = settings.paths.lock.as_str();
+    let marked = OwnerInfo {
+        releasing: true,
+        since_unix_ms: unix_ms(),
+        ..settings.me.clone()
+    };
+    let result = match conn
+        .client
+        .set_data(path, &marked.to_bytes(), Some(lock_version))
+        .await
+    {
+        Ok(stat) => conn
+            .client
+            .delete(path, Some(stat.version))
+            .await
+            .map_err(|err| failure(path, &err)),
+        Err(err) => Err(failure(path, &err)),
+    };
+    if result.is_ok() {
+        tracing::info!(path, "lock released for a graceful handoff");
+    }
+    Some(Input::ReleaseDone(result))
+}
+
+fn log_event(event: &LockEvent, paths: &LockPaths) {
+    match event {
+        LockEvent::Acquired { token } => {
+            tracing::info!(path = paths.lock, token = token.0, "lock acquired")
+        }
+        LockEvent::Lost => tracing::warn!(path = paths.lock, "lock lost"),
+        LockEvent::OwnerChanged { owner: None } => {
+            tracing::info!(path = paths.lock, "lock owner gone")
+        }
+        LockEvent::OwnerChanged { owner: Some(node) } if node.is_squatter() => tracing::error!(
+            path = paths.lock,
+            "a persistent node squats the lock path: no zkcron node can own this lock until an operator deletes it"
+        ),
+        LockEvent::OwnerChanged { owner: Some(node) } => match &node.info {
+            Some(info) => tracing::info!(
+                path = paths.lock,
+                node_id = %info.node_id, ip = info.ip, host = info.host, session = %node.session,
+                "lock held by another node"
+            ),
+            None => {
+                tracing::info!(path = paths.lock, session = %node.session, "lock held by a foreign node")
+            }
+        },
+    }
+}

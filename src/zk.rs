@@ -131,17 +131,26 @@ pub async fn connect_until_up(
 
 /// Creates `path` and its missing ancestors as persistent nodes with open ACLs.
 ///
+/// Looks first: ZooKeeper checks the parent's CREATE permission before it reports NodeExists, so
+/// creating a node an operator made in a read-only directory would fail with NoAuth.
+///
 /// # Errors
 /// A request failed (no auth, connection loss, …); existing nodes are fine.
 pub async fn ensure_persistent(client: &Client, path: &str) -> Result<(), ZkError> {
-    let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
-    client
-        .mkdir(path, &options)
+    let request_err = |source| ZkError::Request {
+        path: path.to_owned(),
+        source,
+    };
+    if client
+        .check_stat(path)
         .await
-        .map_err(|source| ZkError::Request {
-            path: path.to_owned(),
-            source,
-        })
+        .map_err(request_err)?
+        .is_some()
+    {
+        return Ok(());
+    }
+    let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    client.mkdir(path, &options).await.map_err(request_err)
 }
 
 #[cfg(test)]

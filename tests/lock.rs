@@ -485,3 +485,128 @@ async fn owner_reports_lost_within_session_timeout_when_all_servers_pause() {
         "Lost {took:?} after the pause, bound {bound:?}"
     );
 }
+
+/// A client of its own on a fresh chroot, with the lock group's directory made.
+async fn chroot_client(test: &str) -> (zookeeper_client::Client, String) {
+    let ensemble = shared_ensemble();
+    let chroot = unique_chroot(test);
+    ensemble.create_chroot(&chroot).await.expect("chroot");
+    let connect = ensemble.connect_string_with_chroot(&chroot);
+    let client = zookeeper_client::Client::connect(&connect)
+        .await
+        .expect("connect");
+    client
+        .mkdir("/zkcron/lock-test/members", &open())
+        .await
+        .expect("lock dir");
+    (client, connect)
+}
+
+fn open() -> zookeeper_client::CreateOptions<'static> {
+    zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all())
+}
+
+#[tokio::test]
+async fn malformed_lock_data_is_a_foreign_owner_and_its_end_is_waited_out() {
+    let _serial = fault_lock();
+    let (client, connect) = chroot_client("malformed").await;
+    let ephemeral =
+        zookeeper_client::CreateMode::Ephemeral.with_acls(zookeeper_client::Acls::anyone_all());
+    client
+        .create("/zkcron/lock-test/lock", b"\xff\x00 not zkcron", &ephemeral)
+        .await
+        .expect("foreign node");
+
+    let (group, _logs) = group(connect, DELAY);
+    let node = group.start("a");
+    node.wait_line("a foreign owner", 0, SESSION * 3, |l| {
+        l.starts_with("owner foreign session=")
+    })
+    .await;
+    assert!(
+        node.stderr().contains("lock node data is not zkcron's"),
+        "{}",
+        node.report()
+    );
+
+    let closed_at = Instant::now();
+    drop(client); // closes the session: the foreign node goes
+    let (token, at) = node.wait_acquired(0, DELAY + JITTER + SLACK * 2).await;
+    assert!(
+        at - closed_at >= DELAY,
+        "an unknown owner's end is waited out: {:?}",
+        at - closed_at
+    );
+    assert_eq!(token, 1);
+}
+
+#[tokio::test]
+async fn acl_denial_backs_off_instead_of_looping_and_recovers() {
+    let _serial = fault_lock();
+    let (client, connect) = chroot_client("acl").await;
+    client
+        .create("/zkcron/lock-test/epoch", b"", &open())
+        .await
+        .expect("epoch");
+    // READ and ADMIN: the node cannot create under it, the test can open it up again.
+    let read_admin = zookeeper_client::Permission::READ | zookeeper_client::Permission::ADMIN;
+    let read_only = [zookeeper_client::Acl::new(
+        read_admin,
+        zookeeper_client::AuthId::anyone(),
+    )];
+    client
+        .set_acl("/zkcron/lock-test", &read_only, None)
+        .await
+        .expect("deny create on the lock dir");
+
+    let (group, _logs) = group(connect, DELAY);
+    let node = group.start("a");
+    let denied = "zookeeper denied access";
+    support::wait_until("the denial is logged", SESSION * 3, || {
+        let seen = node.stderr().contains(denied);
+        async move { seen }
+    })
+    .await;
+    // An observation window for a rate, not synchronisation: with a 100 ms backoff doubling per
+    // failure, 3 s hold at most 6 attempts; a hot loop would make thousands.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let attempts = node.stderr().matches(denied).count();
+    assert!(
+        (2..=7).contains(&attempts),
+        "{attempts} denied attempts in 3 s\n{}",
+        node.report()
+    );
+    assert!(node.acquired_tokens().is_empty(), "denied, yet acquired");
+
+    let open_acl = [zookeeper_client::Acl::new_const(
+        zookeeper_client::Permission::ALL,
+        "world",
+        "anyone",
+    )];
+    client
+        .set_acl("/zkcron/lock-test", &open_acl, None)
+        .await
+        .expect("allow again");
+    // The backoff is capped at 10 s; by now it is at most 6.4 s.
+    node.wait_acquired(0, Duration::from_secs(7) + SLACK).await;
+}
+
+#[tokio::test]
+async fn unreachable_zookeeper_at_start_is_retried() {
+    let _serial = fault_lock();
+    let mut ensemble = ZkEnsemble::start(1).expect("single server");
+    ensemble.pause(0).expect("pause");
+    let (group, _logs) = group(ensemble.connect_string_with_chroot("/unreachable"), DELAY);
+    let node = group.start("a");
+    // One attempt gives up after about a session timeout.
+    support::wait_until("a failed connect is logged", SESSION * 2 + SLACK, || {
+        let seen = node.stderr().contains("zookeeper connect failed");
+        async move { seen }
+    })
+    .await;
+    assert!(node.events().is_empty(), "no lock event without ZooKeeper");
+    ensemble.resume(0).expect("resume");
+    // The attempt under way, or the next after a backoff of at most 5 s.
+    node.wait_acquired(0, SESSION + Duration::from_secs(5) + SLACK)
+        .await;
+}

@@ -27,8 +27,9 @@ use crate::lock::node::{EpochData, LockNode, OwnerInfo};
 use crate::report::error_chain;
 use crate::zk::{self, ZkSettings};
 
-/// Pause before retrying a session whose setup (paths, member node) failed.
-const SETUP_RETRY: Duration = Duration::from_secs(1);
+/// Pause before retrying a session whose setup (paths, member node) failed; doubles up to the max.
+const MIN_SETUP_RETRY: Duration = Duration::from_millis(500);
+const MAX_SETUP_RETRY: Duration = Duration::from_secs(30);
 
 /// The znodes of one lock group (DESIGN.md "ZooKeeper layout").
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -202,6 +203,7 @@ async fn open_session(
     settings: &LockSettings,
     shutdown: &CancellationToken,
 ) -> Result<Option<Connection>, DriverError> {
+    let mut retry = MIN_SETUP_RETRY;
     loop {
         let Some(client) = zk::connect_until_up(zk, shutdown).await else {
             return Ok(None);
@@ -217,13 +219,14 @@ async fn open_session(
             Err(MemberError::Cancelled { .. }) => return Ok(None),
             Err(err @ MemberError::Duplicate { .. }) => return Err(DriverError::Member(err)),
             Err(err) => {
-                tracing::warn!(error = %error_chain(&err), "lock group setup failed; retrying")
+                tracing::warn!(error = %error_chain(&err), retry_in = ?retry, "lock group setup failed");
             }
         }
         tokio::select! {
             () = shutdown.cancelled() => return Ok(None),
-            () = tokio::time::sleep(SETUP_RETRY) => {}
+            () = tokio::time::sleep(retry) => {}
         }
+        retry = (retry * 2).min(MAX_SETUP_RETRY);
     }
 }
 
@@ -279,6 +282,14 @@ async fn ensure_lock_paths(client: &Client, paths: &LockPaths) -> Result<(), Mem
                 zookeeper_client::Error::UnexpectedError(other.to_string()),
             ),
         })?;
+    if client
+        .check_stat(&paths.epoch)
+        .await
+        .map_err(|source| zk_err(&paths.epoch, source))?
+        .is_some()
+    {
+        return Ok(());
+    }
     let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
     match client.create(&paths.epoch, b"", &options).await {
         Ok(_) | Err(zookeeper_client::Error::NodeExists) => Ok(()),

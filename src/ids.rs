@@ -59,3 +59,26 @@ impl fmt::Display for FencingToken {
         write!(f, "{}", self.0)
     }
 }
+
+/// A job's name from the schedule: `[A-Za-z0-9_.-]+`, unique in a schedule (the config checks).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct JobName(String);
+
+impl JobName {
+    /// Wraps a name; validation is the config's job.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self(name.into())
+    }
+
+    /// The name as it appears in znode names, logs and `ZKCRON_JOB`.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for JobName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}

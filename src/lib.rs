@@ -8,5 +8,5 @@ pub mod lock;
 pub mod report;
 pub mod zk;
 
-pub use ids::{FencingToken, NodeId, SessionId};
+pub use ids::{FencingToken, JobName, NodeId, SessionId};
 pub use lock::{LockEvent, LockMachine};

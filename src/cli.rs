@@ -1,22 +1,27 @@
 //! Command-line interface: clap types, the exit-code table, human output.
 //!
-//! Owns: parsing arguments into library settings, printing results, mapping errors to exit codes.
-//! Must not: contain logic that belongs to a library module (lock policy, ZooKeeper calls).
+//! Owns: parsing arguments, choosing the log setup, printing results, mapping errors to exit codes.
+//! Must not: contain logic that belongs to a library module (lock policy, scheduling, ZooKeeper
+//! layout beyond reading it for `status`).
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
+use chrono::Utc;
 use clap::{Args, Parser, Subcommand};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use zkcron::config::{self, Config, LoadError, LogFormat};
+use zkcron::daemon::{self, DaemonError, DaemonSettings};
+use zkcron::identity::{self, IdentityError};
 use zkcron::lock::driver::{self, DriverError, LockPaths, LockSettings};
 use zkcron::lock::members::MemberError;
-use zkcron::lock::node::OwnerInfo;
-use zkcron::zk::ZkSettings;
-use zkcron::{LockEvent, NodeId};
+use zkcron::lock::node::{EpochData, OwnerInfo};
+use zkcron::zk::{self, ZkError, ZkSettings};
+use zkcron::{LockEvent, NodeId, logging};
 
 const EXIT_CODES: &str = "\
 Exit codes:
@@ -28,15 +33,38 @@ Exit codes:
 #[derive(Debug, Parser)]
 #[command(name = "zkcron", version, about, after_help = EXIT_CODES)]
 pub struct Cli {
-    /// Log filter, e.g. `info` or `zkcron=debug` (RUST_LOG syntax).
-    #[arg(long, global = true, default_value = "info", env = "ZKCRON_LOG")]
-    pub log_level: String,
+    /// Log filter, e.g. `info` or `zkcron=debug` (RUST_LOG syntax); overrides `[log] level`.
+    #[arg(long, global = true, env = "ZKCRON_LOG")]
+    log_level: Option<String>,
     #[command(subcommand)]
-    pub command: Command,
+    command: Command,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+enum Command {
+    /// Run the daemon: contend for the lock and fire the schedule's jobs while owning it.
+    ///
+    /// SIGTERM/SIGINT stop it (the lock is handed over at once, running jobs get their
+    /// kill_grace); SIGHUP reloads the schedule (a broken file is refused and the old one kept).
+    #[command(after_help = EXIT_CODES)]
+    Run {
+        /// The schedule file.
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Validate a schedule file and show each job's next three fire times in its own time zone.
+    #[command(after_help = EXIT_CODES)]
+    Check {
+        /// The schedule file.
+        config: PathBuf,
+    },
+    /// Show the lock owner (node, ip, host, since, fencing token) and the live members.
+    #[command(after_help = EXIT_CODES)]
+    Status {
+        /// The schedule file (for `[zookeeper]` and `[lock]`).
+        #[arg(long, short)]
+        config: PathBuf,
+    },
     /// Contend for a lock and print every lock event as a line on stdout; runs no jobs.
     ///
     /// Lines: `acquired token=N`, `lost`, `owner none`, `owner node_id=ID session=0xS`,
@@ -46,7 +74,7 @@ pub enum Command {
 }
 
 #[derive(Debug, Args)]
-pub struct LockDemoArgs {
+struct LockDemoArgs {
     /// ZooKeeper connect string: `host:port[,host:port…][/chroot]`.
     #[arg(long)]
     connect: String,
@@ -70,29 +98,34 @@ pub struct LockDemoArgs {
 /// Everything that ends a command with a non-zero exit code.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
-    #[error("invalid --node-id {id:?}: {reason}")]
-    BadNodeId { id: String, reason: &'static str },
-    #[error("cannot find this host's IP address to use as node_id; set lock.node_id (--node-id)")]
-    NoLocalIp(#[source] local_ip_address::Error),
+    #[error(transparent)]
+    Config(#[from] LoadError),
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
     #[error(transparent)]
     Lock(#[from] DriverError),
+    #[error(transparent)]
+    Daemon(#[from] DaemonError),
+    #[error("cannot reach zookeeper within {timeout:?}")]
+    Unreachable {
+        timeout: Duration,
+        #[source]
+        source: Option<ZkError>,
+    },
+    #[error(transparent)]
+    Zk(#[from] ZkError),
     #[error("cannot write to stdout")]
     Stdout(#[source] std::io::Error),
-    #[allow(dead_code)] // used by the config-file commands of the next issue
-    #[error("cannot read {path}")]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
 }
 
 impl CliError {
     /// The exit-code table above, in code.
     pub fn exit_code(&self) -> ExitCode {
+        let duplicate =
+            |err: &DriverError| matches!(err, DriverError::Member(MemberError::Duplicate { .. }));
         match self {
-            CliError::BadNodeId { .. }
-            | CliError::Lock(DriverError::Member(MemberError::Duplicate { .. })) => {
+            CliError::Config(_) | CliError::Identity(_) => ExitCode::from(2),
+            CliError::Lock(err) | CliError::Daemon(DaemonError::Lock(err)) if duplicate(err) => {
                 ExitCode::from(2)
             }
             _ => ExitCode::from(1),
@@ -100,38 +133,168 @@ impl CliError {
     }
 }
 
-impl Command {
-    /// Runs the command until it finishes or `shutdown` is cancelled.
-    pub async fn run(self, shutdown: CancellationToken) -> Result<(), CliError> {
-        match self {
-            Command::LockDemo(args) => lock_demo(args, shutdown).await,
+impl Cli {
+    /// Runs the command until it finishes or `shutdown` is cancelled; `reloads` carries SIGHUP.
+    pub async fn run(
+        self,
+        shutdown: CancellationToken,
+        reloads: mpsc::UnboundedReceiver<()>,
+    ) -> Result<(), CliError> {
+        match self.command {
+            Command::Run { config } => {
+                let loaded = config::load(&config)?;
+                let level = self.log_level.unwrap_or_else(|| loaded.log.level.clone());
+                logging::init(loaded.log.format, &level);
+                run_daemon(config, loaded, shutdown, reloads).await
+            }
+            Command::Check { config } => check(&config),
+            Command::Status { config } => {
+                logging::init(LogFormat::Text, self.log_level.as_deref().unwrap_or("warn"));
+                status(&config::load(&config)?).await
+            }
+            Command::LockDemo(args) => {
+                logging::init(LogFormat::Text, self.log_level.as_deref().unwrap_or("info"));
+                lock_demo(args, shutdown).await
+            }
         }
     }
 }
 
+async fn run_daemon(
+    path: PathBuf,
+    config: Config,
+    shutdown: CancellationToken,
+    reloads: mpsc::UnboundedReceiver<()>,
+) -> Result<(), CliError> {
+    let me = identity::this_process(config.lock.node_id.as_ref())?;
+    let settings = DaemonSettings {
+        config_path: path,
+        me,
+        jitter: takeover_jitter(config.lock.takeover_delay),
+    };
+    Ok(daemon::run(config, settings, shutdown, reloads).await?)
+}
+
+fn check(path: &Path) -> Result<(), CliError> {
+    let config = config::load(path)?;
+    let mut out = std::io::stdout().lock();
+    let now = Utc::now();
+    let mut lines = vec![format!(
+        "{}: valid, {} job(s)",
+        path.display(),
+        config.jobs.len()
+    )];
+    for job in &config.jobs {
+        let tz = job.schedule.timezone();
+        let state = if job.enabled { "" } else { "  (disabled)" };
+        lines.push(format!(
+            "{}  {}  {}{state}",
+            job.spec.name,
+            job.schedule.expression(),
+            tz.name()
+        ));
+        for at in job.schedule.upcoming(now, 3) {
+            lines.push(format!(
+                "    {}",
+                at.with_timezone(&tz).format("%Y-%m-%d %H:%M:%S %:z")
+            ));
+        }
+    }
+    writeln!(out, "{}", lines.join("\n")).map_err(CliError::Stdout)
+}
+
+async fn status(config: &Config) -> Result<(), CliError> {
+    let settings = config.zookeeper.settings();
+    let timeout = config.zookeeper.connect_timeout;
+    let client = tokio::time::timeout(timeout, zk::connect(&settings))
+        .await
+        .map_err(|_| CliError::Unreachable {
+            timeout,
+            source: None,
+        })?
+        .map_err(|err| CliError::Unreachable {
+            timeout,
+            source: Some(err),
+        })?;
+    let paths = LockPaths::new(&config.lock.root, &config.lock.name);
+    let request = |path: &str| {
+        let path = path.to_owned();
+        move |source| ZkError::Request { path, source }
+    };
+    let mut lines = vec![format!("lock {} ({})", config.lock.name, paths.dir)];
+    let owner = match client.get_data(&paths.lock).await {
+        Ok((data, stat)) if stat.ephemeral_owner == 0 => {
+            let _ = data;
+            "a persistent node squats the lock path: no node can own it until an operator deletes it".to_owned()
+        }
+        Ok((data, stat)) => match OwnerInfo::parse(&data) {
+            Ok(info) => format!(
+                "{} (ip {}, host {}, pid {}, version {}, since {}, session {:#x})",
+                info.node_id,
+                info.ip,
+                info.host,
+                info.pid,
+                info.version,
+                since(info.since_unix_ms),
+                stat.ephemeral_owner
+            ),
+            Err(_) => format!(
+                "a foreign node with unreadable data (session {:#x})",
+                stat.ephemeral_owner
+            ),
+        },
+        Err(zookeeper_client::Error::NoNode) => "none".to_owned(),
+        Err(source) => return Err(request(&paths.lock)(source).into()),
+    };
+    lines.push(format!("owner:         {owner}"));
+    match client.get_data(&paths.epoch).await {
+        Ok((data, stat)) => {
+            let by =
+                EpochData::parse(&data).map_or_else(|_| "?".to_owned(), |e| e.node_id.to_string());
+            lines.push(format!(
+                "fencing token: {} (latest acquisition by {by})",
+                stat.version
+            ));
+        }
+        Err(zookeeper_client::Error::NoNode) => {
+            lines.push("fencing token: none (never acquired)".to_owned())
+        }
+        Err(source) => return Err(request(&paths.epoch)(source).into()),
+    }
+    let members = match client.list_children(&paths.members).await {
+        Ok(members) => members,
+        Err(zookeeper_client::Error::NoNode) => Vec::new(),
+        Err(source) => return Err(request(&paths.members)(source).into()),
+    };
+    lines.push(format!("members:       {}", members.len()));
+    for member in members {
+        let path = format!("{}/{member}", paths.members);
+        let detail = match client
+            .get_data(&path)
+            .await
+            .map(|(data, _)| OwnerInfo::parse(&data))
+        {
+            Ok(Ok(info)) => format!(
+                "ip {}, host {}, pid {}, version {}",
+                info.ip, info.host, info.pid, info.version
+            ),
+            Ok(Err(_)) => "unreadable data".to_owned(),
+            Err(_) => "gone".to_owned(),
+        };
+        lines.push(format!("  {member}  {detail}"));
+    }
+    writeln!(std::io::stdout().lock(), "{}", lines.join("\n")).map_err(CliError::Stdout)
+}
+
+fn since(unix_ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(unix_ms)
+        .map_or_else(|| "?".to_owned(), |at| at.to_rfc3339())
+}
+
 async fn lock_demo(args: LockDemoArgs, shutdown: CancellationToken) -> Result<(), CliError> {
-    let (node_id, ip) = match (args.node_id, local_ip_address::local_ip()) {
-        (Some(id), ip) => (
-            id,
-            ip.map_or_else(|_| "unknown".to_owned(), |ip| ip.to_string()),
-        ),
-        (None, Ok(ip)) => (ip.to_string(), ip.to_string()),
-        (None, Err(err)) => return Err(CliError::NoLocalIp(err)),
-    };
-    validate_node_id(&node_id)?;
-    let zk = ZkSettings {
-        connect: args.connect,
-        session_timeout: args.session_timeout,
-    };
-    let me = OwnerInfo {
-        node_id: NodeId::new(node_id),
-        ip,
-        host: gethostname::gethostname().to_string_lossy().into_owned(),
-        pid: std::process::id(),
-        version: env!("CARGO_PKG_VERSION").into(),
-        since_unix_ms: 0,
-        releasing: false,
-    };
+    let node_id = args.node_id.map(NodeId::new);
+    let me = identity::this_process(node_id.as_ref())?;
+    let zk = ZkSettings::open(args.connect, args.session_timeout);
     let settings = LockSettings {
         paths: LockPaths::new(&args.root, &args.name),
         me,
@@ -146,7 +309,8 @@ async fn lock_demo(args: LockDemoArgs, shutdown: CancellationToken) -> Result<()
         }
         Ok::<(), std::io::Error>(())
     });
-    let result = driver::run(&zk, &settings, &shutdown, &events).await;
+    let (view, _) = tokio::sync::watch::channel(driver::LockView::default());
+    let result = driver::run(&zk, &settings, &shutdown, &events, &view).await;
     drop(events);
     let printed = printer.await.unwrap_or(Ok(()));
     result?;
@@ -160,24 +324,6 @@ fn takeover_jitter(delay: Duration) -> Duration {
     let max_ms =
         u64::try_from((delay / 10).min(Duration::from_secs(1)).as_millis()).unwrap_or(1000);
     Duration::from_millis(rand::random_range(0..=max_ms))
-}
-
-fn validate_node_id(id: &str) -> Result<(), CliError> {
-    let bad = |reason| {
-        Err(CliError::BadNodeId {
-            id: id.to_owned(),
-            reason,
-        })
-    };
-    if id.is_empty() {
-        return bad("must not be empty");
-    }
-    if id == "." || id == ".." || id.contains('/') || id.chars().any(char::is_control) {
-        return bad(
-            "must be usable as a znode name: no '/', no control characters, not '.' or '..'",
-        );
-    }
-    Ok(())
 }
 
 fn event_line(event: &LockEvent) -> String {

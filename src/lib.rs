@@ -1,11 +1,22 @@
 //! zkcron: cron jobs that fire exactly once across a fleet, coordinated by ZooKeeper.
 //!
 //! Data flow (DESIGN.md "Data flow"):
-//! ZooKeeper ◄──► [`zk`] session ◄──► `lock::driver` ◄──► [`lock::machine`] (pure) ──► [`LockEvent`]s.
+//! ```text
+//! schedule.toml ──► config ──► Schedule (jobs, cron, tz)
+//! ZooKeeper ◄──► zk session ◄──► lock::driver ◄──► lock::machine (pure) ──► LockEvent
+//!                                daemon ──► ledger (prove the tick) ──► runner (child process)
+//! ```
 
+pub mod config;
+pub mod daemon;
+pub mod identity;
 pub mod ids;
+pub mod ledger;
 pub mod lock;
+pub mod logging;
 pub mod report;
+pub mod runner;
+pub mod schedule;
 pub mod zk;
 
 pub use ids::{FencingToken, JobName, NodeId, SessionId};

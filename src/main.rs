@@ -1,19 +1,19 @@
-//! `zkcron`: parse the command line, start logging, run the command, turn errors into exit codes.
+//! `zkcron`: parse the command line, run the command, turn errors into exit codes. The only
+//! signal handling lives here: SIGTERM/SIGINT cancel the shutdown token, SIGHUP asks for a reload.
 
 mod cli;
 
-use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tracing_subscriber::EnvFilter;
 
 use cli::Cli;
 
 fn main() -> ExitCode {
     let cli = Cli::parse(); // clap reports usage errors itself, exit 2
-    init_logging(&cli.log_level);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(err) => {
@@ -23,8 +23,10 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         let shutdown = CancellationToken::new();
+        let (reload_tx, reloads) = mpsc::unbounded_channel();
         tokio::spawn(cancel_on_terminate(shutdown.clone()));
-        cli.command.run(shutdown).await
+        tokio::spawn(forward_reloads(reload_tx));
+        cli.run(shutdown, reloads).await
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -35,25 +37,13 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_logging(filter: &str) {
-    // zookeeper-client narrates every connection change at info; ours already says what matters.
-    let filter = EnvFilter::try_new(format!("zookeeper_client=warn,{filter}"))
-        .unwrap_or_else(|_| EnvFilter::new("info,zookeeper_client=warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .init();
-}
-
-/// The only signal handling: SIGTERM or SIGINT cancels the shutdown token.
+/// SIGTERM or SIGINT cancels the shutdown token.
 async fn cancel_on_terminate(shutdown: CancellationToken) {
-    use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut term), Ok(mut int)) = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
     ) else {
-        tracing::error!("cannot install signal handlers; stop zkcron with SIGKILL");
+        tracing::error!("cannot install SIGTERM/SIGINT handlers; stop zkcron with SIGKILL");
         return;
     };
     tokio::select! {
@@ -61,4 +51,18 @@ async fn cancel_on_terminate(shutdown: CancellationToken) {
         _ = int.recv() => tracing::info!("SIGINT: stopping"),
     }
     shutdown.cancel();
+}
+
+/// Every SIGHUP becomes a reload request.
+async fn forward_reloads(reloads: mpsc::UnboundedSender<()>) {
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        tracing::error!("cannot install the SIGHUP handler; reload by restarting zkcron");
+        return;
+    };
+    while hup.recv().await.is_some() {
+        tracing::info!("SIGHUP: reloading the schedule");
+        if reloads.send(()).is_err() {
+            return;
+        }
+    }
 }

@@ -21,6 +21,62 @@ pub struct ZkSettings {
     pub connect: String,
     /// Requested session timeout; the server may negotiate it into its min/max bounds.
     pub session_timeout: Duration,
+    /// Digest credentials `user:password`, sent on every new session.
+    pub auth: Option<Secret>,
+    /// ACL of every node zkcron creates.
+    pub acl: AclPolicy,
+}
+
+impl ZkSettings {
+    /// Settings with no credentials and open ACLs.
+    pub fn open(connect: impl Into<String>, session_timeout: Duration) -> Self {
+        Self {
+            connect: connect.into(),
+            session_timeout,
+            auth: None,
+            acl: AclPolicy::Open,
+        }
+    }
+
+    /// The ACLs for nodes we create.
+    pub fn acls(&self) -> Acls<'static> {
+        match self.acl {
+            AclPolicy::Open => Acls::anyone_all(),
+            AclPolicy::Creator => Acls::creator_all(),
+        }
+    }
+}
+
+/// Who may touch the znodes zkcron creates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AclPolicy {
+    /// world:anyone, all permissions.
+    Open,
+    /// Only sessions authenticated as the creator (needs credentials).
+    Creator,
+}
+
+/// A secret that never shows in logs or debug output.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret value.
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The secret itself, for the one place that sends it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(***)")
+    }
 }
 
 /// A failure to talk to ZooKeeper, naming what we tried to do.
@@ -83,15 +139,15 @@ pub async fn connect(settings: &ZkSettings) -> Result<Client, ZkError> {
         connect: settings.connect.clone(),
         source,
     };
-    let client = Client::connector()
-        .with_session_timeout(settings.session_timeout)
-        .connect(hosts)
-        .await
-        .map_err(connect_err)?;
+    let mut connector = Client::connector().with_session_timeout(settings.session_timeout);
+    if let Some(auth) = &settings.auth {
+        connector = connector.with_auth("digest", auth.expose().as_bytes());
+    }
+    let client = connector.connect(hosts).await.map_err(connect_err)?;
     let Some(chroot) = chroot else {
         return Ok(client);
     };
-    ensure_persistent(&client, chroot).await?;
+    ensure_persistent(&client, chroot, settings.acls()).await?;
     client
         .chroot(chroot)
         .map_err(|_| ZkError::BadConnectString {
@@ -129,14 +185,14 @@ pub async fn connect_until_up(
     }
 }
 
-/// Creates `path` and its missing ancestors as persistent nodes with open ACLs.
+/// Creates `path` and its missing ancestors as persistent nodes with `acls`.
 ///
 /// Looks first: ZooKeeper checks the parent's CREATE permission before it reports NodeExists, so
 /// creating a node an operator made in a read-only directory would fail with NoAuth.
 ///
 /// # Errors
 /// A request failed (no auth, connection loss, …); existing nodes are fine.
-pub async fn ensure_persistent(client: &Client, path: &str) -> Result<(), ZkError> {
+pub async fn ensure_persistent(client: &Client, path: &str, acls: Acls<'_>) -> Result<(), ZkError> {
     let request_err = |source| ZkError::Request {
         path: path.to_owned(),
         source,
@@ -149,7 +205,7 @@ pub async fn ensure_persistent(client: &Client, path: &str) -> Result<(), ZkErro
     {
         return Ok(());
     }
-    let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    let options = CreateMode::Persistent.with_acls(acls);
     client.mkdir(path, &options).await.map_err(request_err)
 }
 

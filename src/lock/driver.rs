@@ -12,7 +12,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client::{
@@ -21,7 +21,9 @@ use zookeeper_client::{
 };
 
 use crate::ids::{FencingToken, NodeId, SessionId};
-use crate::lock::machine::{Action, Epoch, Input, LockEvent, LockMachine, RequestFailed};
+use crate::lock::machine::{
+    Action, Epoch, Input, LockEvent, LockMachine, LockState, RequestFailed,
+};
 use crate::lock::members::{self, MemberError};
 use crate::lock::node::{EpochData, LockNode, OwnerInfo};
 use crate::report::error_chain;
@@ -69,6 +71,41 @@ pub struct LockSettings {
     pub jitter: Duration,
 }
 
+/// What the rest of zkcron may know of the lock at any moment, republished after every step.
+#[derive(Debug, Clone, Default)]
+pub struct LockView {
+    /// We own the lock and are connected: a run may start once the tick's ownership proof passes.
+    pub may_fire: bool,
+    /// Our fencing token while we own the lock.
+    pub token: Option<FencingToken>,
+    /// The current session's client, for proofs and claims made in the session that owns the lock.
+    pub client: Option<Client>,
+    pub session: Option<SessionId>,
+    /// A session is up and connected.
+    pub connected: bool,
+}
+
+impl LockView {
+    fn of(machine: &LockMachine, conn: Option<&Connection>) -> Self {
+        let token = match machine.state() {
+            LockState::Own { token } => Some(token),
+            _ => None,
+        };
+        Self {
+            may_fire: machine.may_fire(),
+            token,
+            client: conn.map(|c| c.client.clone()),
+            session: conn.map(|c| c.session),
+            connected: conn.is_some() && machine.connected(),
+        }
+    }
+
+    fn same_as(&self, other: &Self) -> bool {
+        (self.may_fire, self.token, self.session, self.connected)
+            == (other.may_fire, other.token, other.session, other.connected)
+    }
+}
+
 /// Why the driver stopped other than by shutdown.
 #[derive(Debug, thiserror::Error)]
 pub enum DriverError {
@@ -84,6 +121,8 @@ struct Connection {
     session: SessionId,
     timeout: Duration,
     states: StateWatcher,
+    /// ACLs for the nodes we create.
+    acls: Acls<'static>,
     last_heard: Arc<Mutex<Instant>>,
     heartbeat: JoinHandle<()>,
 }
@@ -111,7 +150,8 @@ impl Connection {
 }
 
 /// Runs the lock until `shutdown` is cancelled, then releases it gracefully (peers contend at
-/// once) and deletes our member node. Events go to `events` in the order the machine emits them.
+/// once) and deletes our member node. Events go to `events` in the order the machine emits them;
+/// `view` is updated after every step.
 ///
 /// # Errors
 /// Only a duplicate `node_id` stops it; ZooKeeper failures are retried with backoff.
@@ -120,6 +160,7 @@ pub async fn run(
     settings: &LockSettings,
     shutdown: &CancellationToken,
     events: &mpsc::UnboundedSender<LockEvent>,
+    view: &watch::Sender<LockView>,
 ) -> Result<(), DriverError> {
     let mut machine = LockMachine::new(
         settings.me.node_id.clone(),
@@ -138,6 +179,13 @@ pub async fn run(
                 pending.extend(machine.handle(answer, now()));
             }
         }
+        // Published before any wait, so the daemon never fires on a stale view.
+        let now_view = LockView::of(&machine, conn.as_ref());
+        view.send_if_modified(|old| {
+            let changed = !old.same_as(&now_view);
+            *old = now_view;
+            changed
+        });
         let Some(live) = conn.as_mut() else {
             let Some(new) = open_session(zk, settings, shutdown).await? else {
                 break;
@@ -175,6 +223,7 @@ pub async fn run(
     for action in machine.handle(Input::Shutdown, now()) {
         execute(conn.as_ref(), settings, action, &mut watch, events).await;
     }
+    view.send_replace(LockView::of(&machine, None));
     if let Some(live) = conn {
         let member = settings.paths.member(&settings.me.node_id);
         // Deleting it ourselves, rather than leaving it to the session close, lets a restart of
@@ -210,12 +259,12 @@ async fn open_session(
         };
         let states = client.state_watcher();
         let setup = async {
-            ensure_lock_paths(&client, &settings.paths).await?;
+            ensure_lock_paths(&client, &settings.paths, zk.acls()).await?;
             let member = settings.paths.member(&settings.me.node_id);
-            members::register(&client, &member, &settings.me, shutdown).await
+            members::register(&client, &member, &settings.me, zk.acls(), shutdown).await
         };
         match setup.await {
-            Ok(()) => return Ok(Some(Connection::start(client, states, settings))),
+            Ok(()) => return Ok(Some(Connection::start(client, states, zk.acls(), settings))),
             Err(MemberError::Cancelled { .. }) => return Ok(None),
             Err(err @ MemberError::Duplicate { .. }) => return Err(DriverError::Member(err)),
             Err(err) => {
@@ -231,7 +280,12 @@ async fn open_session(
 }
 
 impl Connection {
-    fn start(client: Client, states: StateWatcher, settings: &LockSettings) -> Self {
+    fn start(
+        client: Client,
+        states: StateWatcher,
+        acls: Acls<'static>,
+        settings: &LockSettings,
+    ) -> Self {
         let timeout = client.session_timeout();
         let last_heard = Arc::new(Mutex::new(now()));
         let heartbeat = tokio::spawn(heartbeat(
@@ -244,6 +298,7 @@ impl Connection {
             client,
             timeout,
             states,
+            acls,
             last_heard,
             heartbeat,
         }
@@ -268,12 +323,16 @@ async fn heartbeat(client: Client, path: String, last_heard: Arc<Mutex<Instant>>
     }
 }
 
-async fn ensure_lock_paths(client: &Client, paths: &LockPaths) -> Result<(), MemberError> {
+async fn ensure_lock_paths(
+    client: &Client,
+    paths: &LockPaths,
+    acls: Acls<'_>,
+) -> Result<(), MemberError> {
     let zk_err = |path: &str, source| MemberError::Zk {
         path: path.to_owned(),
         source,
     };
-    zk::ensure_persistent(client, &paths.members)
+    zk::ensure_persistent(client, &paths.members, acls)
         .await
         .map_err(|err| match err {
             zk::ZkError::Request { path, source } => MemberError::Zk { path, source },
@@ -290,7 +349,7 @@ async fn ensure_lock_paths(client: &Client, paths: &LockPaths) -> Result<(), Mem
     {
         return Ok(());
     }
-    let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    let options = CreateMode::Persistent.with_acls(acls);
     match client.create(&paths.epoch, b"", &options).await {
         Ok(_) | Err(zookeeper_client::Error::NodeExists) => Ok(()),
         Err(source) => Err(zk_err(&paths.epoch, source)),
@@ -440,7 +499,7 @@ async fn create(conn: &Connection, settings: &LockSettings) -> Option<Input> {
         releasing: false,
         ..settings.me.clone()
     };
-    let options = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
+    let options = CreateMode::Ephemeral.with_acls(conn.acls);
     let mut multi = conn.client.new_multi_writer();
     let built = multi
         .add_create(&paths.lock, &info.to_bytes(), &options)
@@ -459,7 +518,7 @@ async fn create(conn: &Connection, settings: &LockSettings) -> Option<Input> {
             let why = multi_failure(&paths.lock, &err);
             if why == RequestFailed::NoNode {
                 // Someone removed the group's nodes: recreate them before the machine retries.
-                if let Err(err) = ensure_lock_paths(&conn.client, paths).await {
+                if let Err(err) = ensure_lock_paths(&conn.client, paths, conn.acls).await {
                     tracing::warn!(error = %error_chain(&err), "cannot recreate lock group nodes");
                 }
             }

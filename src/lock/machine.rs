@@ -239,7 +239,8 @@ impl LockMachine {
         self.session.map(|s| s.id)
     }
 
-    fn connected(&self) -> bool {
+    /// A session is established and not disconnected.
+    pub fn connected(&self) -> bool {
         self.session.is_some_and(|s| s.disconnected.is_none())
     }
 

@@ -54,6 +54,7 @@ pub async fn register(
     client: &Client,
     path: &str,
     me: &OwnerInfo,
+    acls: Acls<'_>,
     shutdown: &CancellationToken,
 ) -> Result<(), MemberError> {
     let zk_err = |source| MemberError::Zk {
@@ -62,7 +63,7 @@ pub async fn register(
     };
     let my_session = SessionId(client.session_id().0);
     let deadline = Instant::now() + duplicate_wait(client.session_timeout());
-    let options = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
+    let options = CreateMode::Ephemeral.with_acls(acls);
     let mut announced = false;
     loop {
         match client.create(path, &me.to_bytes(), &options).await {

@@ -5,6 +5,7 @@
 // Each integration test is its own crate and uses a different part of the support code.
 #![allow(dead_code, unused_imports)]
 
+pub mod daemon;
 pub mod node;
 pub mod zk_cluster;
 

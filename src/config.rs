@@ -1,0 +1,648 @@
+//! The TOML schedule file: schema, defaults, validation with file:line:col errors.
+//!
+//! Owns: turning the text of a schedule file into a validated [`Config`] of domain types, and
+//! every message an operator sees about a bad file (all problems at once, compiler style).
+//! Must not: do I/O beyond reading the file and the environment variable named by `auth_env`.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::ids::{JobName, NodeId};
+use crate::runner::{JobSpec, Program};
+use crate::schedule::{self, Schedule};
+pub use crate::zk::{AclPolicy, Secret};
+
+/// A validated schedule file.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub zookeeper: ZookeeperConfig,
+    pub lock: LockConfig,
+    pub log: LogConfig,
+    pub jobs: Vec<JobConfig>,
+}
+
+/// `[zookeeper]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZookeeperConfig {
+    /// `host:port[,host:port…][/chroot]`.
+    pub connect: String,
+    pub session_timeout: Duration,
+    pub connect_timeout: Duration,
+    /// Digest credentials `user:password`, from the file or from the variable `auth_env` names.
+    pub auth: Option<Secret>,
+    pub acl: AclPolicy,
+}
+
+impl ZookeeperConfig {
+    /// What the ZooKeeper session needs from this section.
+    pub fn settings(&self) -> crate::zk::ZkSettings {
+        crate::zk::ZkSettings {
+            connect: self.connect.clone(),
+            session_timeout: self.session_timeout,
+            auth: self.auth.clone(),
+            acl: self.acl,
+        }
+    }
+}
+
+/// `[lock]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockConfig {
+    pub name: String,
+    pub root: String,
+    pub takeover_delay: Duration,
+    /// `None`: this host's IP, found at start.
+    pub node_id: Option<NodeId>,
+}
+
+/// `[log]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogConfig {
+    pub format: LogFormat,
+    /// A tracing filter, e.g. `info` or `zkcron=debug`.
+    pub level: String,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// What happens to a running job when this node loses the lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnLost {
+    /// Stop it (SIGTERM to its process group, SIGKILL after `kill_grace`).
+    Cancel,
+    /// Let it run to its end.
+    Finish,
+}
+
+/// One `[[job]]`.
+#[derive(Debug, Clone)]
+pub struct JobConfig {
+    pub spec: JobSpec,
+    pub schedule: Schedule,
+    pub on_lost: OnLost,
+    pub enabled: bool,
+}
+
+const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+const DEFAULT_TAKEOVER_DELAY: Duration = Duration::from_secs(10);
+const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(10);
+const DEFAULT_ROOT: &str = "/zkcron";
+
+/// A schedule file that could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot read {}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Invalid(ConfigError),
+}
+
+/// Every problem found in one file, each with where it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub path: PathBuf,
+    text: String,
+    pub problems: Vec<Problem>,
+}
+
+/// One problem: where, in which key, and what was expected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// Byte range in the file; `None` when the problem is the file as a whole.
+    pub span: Option<Range<usize>>,
+    /// What the problem is in, e.g. `zookeeper.connect` or `job "nightly": schedule`.
+    pub context: String,
+    pub message: String,
+    /// The value is a secret: the rendering shows where, never the line itself.
+    pub secret: bool,
+}
+
+impl ConfigError {
+    /// Line and column (1-based) of a byte offset; never panics on a bad offset.
+    pub fn line_col(&self, offset: usize) -> (usize, usize) {
+        let before = self.text.get(..offset).unwrap_or(&self.text);
+        let line = before.matches('\n').count() + 1;
+        let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+        (line, col)
+    }
+
+    /// `file:line:col: context: message` lines, each with the offending line and a caret.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for (i, problem) in self.problems.iter().enumerate() {
+            if i > 0 {
+                out.push('\n');
+            }
+            out.push_str(&self.render_problem(problem));
+        }
+        out
+    }
+
+    fn render_problem(&self, problem: &Problem) -> String {
+        let path = self.path.display();
+        let context = if problem.context.is_empty() {
+            String::new()
+        } else {
+            format!("{}: ", problem.context)
+        };
+        let Some(span) = &problem.span else {
+            return format!("{path}: {context}{}", problem.message);
+        };
+        let (line, col) = self.line_col(span.start);
+        let mut out = format!("{path}:{line}:{col}: {context}{}", problem.message);
+        if let Some(source_line) = self.text.lines().nth(line - 1).filter(|_| !problem.secret) {
+            let width = self
+                .text
+                .get(span.clone())
+                .map_or(1, |s| s.lines().next().map_or(1, |l| l.chars().count()));
+            let gutter = " ".repeat(line.to_string().len());
+            out.push_str(&format!(
+                "\n {gutter} |\n {line} | {source_line}\n {gutter} | {}{}",
+                " ".repeat(col - 1),
+                "^".repeat(width.max(1))
+            ));
+        }
+        out
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.render())
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Reads and validates a schedule file.
+///
+/// # Errors
+/// The file cannot be read, or it has problems (all of them are reported).
+pub fn load(path: &Path) -> Result<Config, LoadError> {
+    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    parse(path, &text, &|name| std::env::var(name).ok()).map_err(LoadError::Invalid)
+}
+
+/// Validates schedule text; `env` looks up environment variables (injected for tests).
+///
+/// # Errors
+/// Every problem in the text, with spans.
+pub fn parse(
+    path: &Path,
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigError> {
+    let fail = |problems| ConfigError {
+        path: path.to_owned(),
+        text: text.to_owned(),
+        problems,
+    };
+    let raw: RawConfig = toml::from_str(text).map_err(|err| {
+        fail(vec![Problem {
+            span: err.span(),
+            context: String::new(),
+            message: err.message().to_owned(),
+            secret: false,
+        }])
+    })?;
+    let mut v = Validator {
+        problems: Vec::new(),
+        env,
+    };
+    let config = v.config(raw);
+    v.problems
+        .sort_by_key(|problem| problem.span.as_ref().map(|span| span.start));
+    match config {
+        Some(config) if v.problems.is_empty() => Ok(config),
+        _ => Err(fail(v.problems)),
+    }
+}
+
+// ---- the raw file, as serde sees it ----
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    zookeeper: RawZookeeper,
+    lock: RawLock,
+    #[serde(default)]
+    log: Option<RawLog>,
+    #[serde(default)]
+    job: Vec<Spanned<RawJob>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawZookeeper {
+    connect: Spanned<String>,
+    session_timeout: Option<Spanned<String>>,
+    connect_timeout: Option<Spanned<String>>,
+    auth: Option<Spanned<String>>,
+    auth_env: Option<Spanned<String>>,
+    acl: Option<Spanned<AclPolicy>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLock {
+    name: Spanned<String>,
+    root: Option<Spanned<String>>,
+    takeover_delay: Option<Spanned<String>>,
+    node_id: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLog {
+    format: Option<LogFormat>,
+    level: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawJob {
+    name: Spanned<String>,
+    schedule: Spanned<String>,
+    timezone: Option<Spanned<String>>,
+    command: Option<Spanned<Vec<String>>>,
+    shell: Option<Spanned<String>>,
+    working_dir: Option<Spanned<String>>,
+    env: Option<Spanned<BTreeMap<String, String>>>,
+    timeout: Option<Spanned<String>>,
+    kill_grace: Option<Spanned<String>>,
+    on_lost: Option<OnLost>,
+    enabled: Option<bool>,
+}
+
+// ---- validation: collect every problem, build domain types ----
+
+struct Validator<'e> {
+    problems: Vec<Problem>,
+    env: &'e dyn Fn(&str) -> Option<String>,
+}
+
+impl Validator<'_> {
+    fn problem(
+        &mut self,
+        span: Range<usize>,
+        context: impl Into<String>,
+        message: impl Into<String>,
+    ) {
+        self.problems.push(Problem {
+            span: Some(span),
+            context: context.into(),
+            message: message.into(),
+            secret: false,
+        });
+    }
+
+    fn config(&mut self, raw: RawConfig) -> Option<Config> {
+        let zookeeper = self.zookeeper(raw.zookeeper);
+        let lock = self.lock(raw.lock);
+        let log = self.log(raw.log);
+        let mut seen = HashSet::new();
+        let mut jobs = Vec::new();
+        for job in raw.job {
+            let span = job.span();
+            let job = job.into_inner();
+            let name = job.name.get_ref().clone();
+            if !seen.insert(name.clone()) {
+                self.problem(
+                    job.name.span(),
+                    format!("job {name:?}"),
+                    "duplicate job name",
+                );
+            }
+            jobs.extend(self.job(job, span));
+        }
+        Some(Config {
+            zookeeper: zookeeper?,
+            lock: lock?,
+            log: log?,
+            jobs,
+        })
+    }
+
+    fn duration(
+        &mut self,
+        raw: Option<Spanned<String>>,
+        context: &str,
+        default: Duration,
+    ) -> Duration {
+        let Some(raw) = raw else { return default };
+        match humantime::parse_duration(raw.get_ref().trim()) {
+            Ok(duration) => duration,
+            Err(err) => {
+                let message =
+                    format!("expected a duration like \"90s\", \"2h\" or \"1h30m\" ({err})");
+                self.problem(raw.span(), context, message);
+                default
+            }
+        }
+    }
+
+    fn positive_duration(
+        &mut self,
+        raw: Option<Spanned<String>>,
+        context: &str,
+        default: Duration,
+    ) -> Duration {
+        let span = raw.as_ref().map(Spanned::span);
+        let duration = self.duration(raw, context, default);
+        if let (Some(span), true) = (span, duration.is_zero()) {
+            self.problem(span, context, "must be longer than zero");
+        }
+        duration
+    }
+
+    fn zookeeper(&mut self, raw: RawZookeeper) -> Option<ZookeeperConfig> {
+        let connect = raw.connect.get_ref().trim().to_owned();
+        if let Err(err) = crate::zk::split_connect(&connect) {
+            self.problem(raw.connect.span(), "zookeeper.connect", err.to_string());
+        }
+        let session_timeout = self.positive_duration(
+            raw.session_timeout,
+            "zookeeper.session_timeout",
+            DEFAULT_SESSION_TIMEOUT,
+        );
+        let connect_timeout = self.positive_duration(
+            raw.connect_timeout,
+            "zookeeper.connect_timeout",
+            DEFAULT_CONNECT_TIMEOUT,
+        );
+        let auth = match (raw.auth, raw.auth_env) {
+            (Some(_), Some(env)) => {
+                self.problem(
+                    env.span(),
+                    "zookeeper.auth_env",
+                    "set either auth or auth_env, not both",
+                );
+                None
+            }
+            (Some(auth), None) => self.credentials(auth.get_ref(), auth.span(), "zookeeper.auth"),
+            (None, Some(var)) => match (self.env)(var.get_ref()) {
+                Some(value) => self.credentials(&value, var.span(), "zookeeper.auth_env"),
+                None => {
+                    let message = format!("environment variable {} is not set", var.get_ref());
+                    self.problem(var.span(), "zookeeper.auth_env", message);
+                    None
+                }
+            },
+            (None, None) => None,
+        };
+        let acl = raw
+            .acl
+            .as_ref()
+            .map_or(AclPolicy::Open, |acl| *acl.get_ref());
+        if let (Some(acl), None, AclPolicy::Creator) = (&raw.acl, &auth, acl) {
+            self.problem(
+                acl.span(),
+                "zookeeper.acl",
+                "\"creator\" needs credentials: set auth or auth_env",
+            );
+        }
+        Some(ZookeeperConfig {
+            connect,
+            session_timeout,
+            connect_timeout,
+            auth,
+            acl,
+        })
+    }
+
+    fn credentials(&mut self, value: &str, span: Range<usize>, context: &str) -> Option<Secret> {
+        match value.split_once(':') {
+            Some((user, password)) if !user.is_empty() && !password.is_empty() => {
+                Some(Secret::new(value))
+            }
+            // Never echo the value: it is a secret.
+            _ => {
+                self.problem(
+                    span,
+                    context,
+                    "expected digest credentials as \"user:password\"",
+                );
+                if let Some(problem) = self.problems.last_mut() {
+                    problem.secret = true;
+                }
+                None
+            }
+        }
+    }
+
+    fn lock(&mut self, raw: RawLock) -> Option<LockConfig> {
+        let name = raw.name.get_ref().clone();
+        if let Err(reason) = crate::identity::validate_znode_name(&name) {
+            self.problem(raw.name.span(), "lock.name", reason);
+        }
+        let root = match raw.root {
+            Some(root) => {
+                let value = root.get_ref().clone();
+                let valid = value.starts_with('/')
+                    && value.len() > 1
+                    && !value.ends_with('/')
+                    && value
+                        .split('/')
+                        .skip(1)
+                        .all(|part| crate::identity::validate_znode_name(part).is_ok());
+                if !valid {
+                    self.problem(
+                        root.span(),
+                        "lock.root",
+                        "expected an absolute znode path like \"/zkcron\"",
+                    );
+                }
+                value
+            }
+            None => DEFAULT_ROOT.to_owned(),
+        };
+        let takeover_delay = self.duration(
+            raw.takeover_delay,
+            "lock.takeover_delay",
+            DEFAULT_TAKEOVER_DELAY,
+        );
+        let node_id = raw.node_id.map(|id| {
+            if let Err(reason) = crate::identity::validate_znode_name(id.get_ref()) {
+                self.problem(id.span(), "lock.node_id", reason);
+            }
+            NodeId::new(id.into_inner())
+        });
+        Some(LockConfig {
+            name,
+            root,
+            takeover_delay,
+            node_id,
+        })
+    }
+
+    fn log(&mut self, raw: Option<RawLog>) -> Option<LogConfig> {
+        let Some(raw) = raw else {
+            return Some(LogConfig {
+                format: LogFormat::Text,
+                level: "info".into(),
+            });
+        };
+        let level = match raw.level {
+            Some(level) => {
+                if tracing_subscriber::EnvFilter::try_new(level.get_ref()).is_err() {
+                    let message =
+                        "expected a log filter like \"info\", \"debug\" or \"zkcron=debug,info\"";
+                    self.problem(level.span(), "log.level", message);
+                }
+                level.into_inner()
+            }
+            None => "info".into(),
+        };
+        Some(LogConfig {
+            format: raw.format.unwrap_or(LogFormat::Text),
+            level,
+        })
+    }
+
+    fn job(&mut self, raw: RawJob, span: Range<usize>) -> Option<JobConfig> {
+        let name = raw.name.get_ref().clone();
+        let context = |key: &str| format!("job {name:?}: {key}");
+        if !is_job_name(&name) {
+            self.problem(
+                raw.name.span(),
+                context("name"),
+                "expected letters, digits, '_', '.' or '-' only",
+            );
+        }
+        let tz = match &raw.timezone {
+            Some(tz) => match schedule::parse_timezone(tz.get_ref()) {
+                Ok(tz) => Some(tz),
+                Err(err) => {
+                    self.problem(tz.span(), context("timezone"), err.to_string());
+                    None
+                }
+            },
+            None => Some(chrono_tz::UTC),
+        };
+        // With a bad zone, still check the expression (in UTC) so every problem shows at once.
+        let schedule = match Schedule::parse(raw.schedule.get_ref(), tz.unwrap_or(chrono_tz::UTC)) {
+            Ok(schedule) => tz.map(|_| schedule),
+            Err(err) => {
+                // Point at the bad field inside the quoted expression when we know it.
+                let whole = raw.schedule.span();
+                let span = err
+                    .span()
+                    .filter(|_| !raw.schedule.get_ref().contains('\\'))
+                    .map_or(whole.clone(), |inner| {
+                        whole.start + 1 + inner.start..whole.start + 1 + inner.end
+                    });
+                self.problem(span, context("schedule"), err.to_string());
+                None
+            }
+        };
+        let program = match (raw.command, raw.shell) {
+            (Some(command), None) => {
+                let argv = command.get_ref().clone();
+                if argv.first().is_none_or(|program| program.trim().is_empty()) {
+                    let message = "expected a non-empty argv array like [\"/usr/local/bin/report\", \"--daily\"]";
+                    self.problem(command.span(), context("command"), message);
+                }
+                Some(Program::Argv(argv))
+            }
+            (None, Some(shell)) => {
+                if shell.get_ref().trim().is_empty() {
+                    self.problem(
+                        shell.span(),
+                        context("shell"),
+                        "expected a non-empty shell command",
+                    );
+                }
+                Some(Program::Shell(shell.into_inner()))
+            }
+            (Some(_), Some(shell)) => {
+                self.problem(
+                    shell.span(),
+                    context("shell"),
+                    "set either command or shell, not both",
+                );
+                None
+            }
+            (None, None) => {
+                self.problem(
+                    span.clone(),
+                    format!("job {name:?}"),
+                    "expected command (an argv array) or shell",
+                );
+                None
+            }
+        };
+        let working_dir = raw.working_dir.map(|dir| {
+            if !Path::new(dir.get_ref()).is_absolute() {
+                self.problem(
+                    dir.span(),
+                    context("working_dir"),
+                    "expected an absolute path",
+                );
+            }
+            PathBuf::from(dir.into_inner())
+        });
+        let env = raw.env.map_or_else(BTreeMap::new, |env| {
+            let bad = env
+                .get_ref()
+                .keys()
+                .find(|key| key.is_empty() || key.contains(['=', '\0']));
+            if let Some(key) = bad {
+                let message = format!("invalid variable name {key:?}");
+                self.problem(env.span(), context("env"), message);
+            }
+            env.into_inner()
+        });
+        let timeout = raw.timeout.map(|t| {
+            let key = context("timeout");
+            self.positive_duration(Some(t), &key, Duration::ZERO)
+        });
+        let kill_grace = self.duration(raw.kill_grace, &context("kill_grace"), DEFAULT_KILL_GRACE);
+        let spec = JobSpec {
+            name: JobName::new(name.clone()),
+            program: program?,
+            working_dir,
+            env,
+            timeout,
+            kill_grace,
+        };
+        Some(JobConfig {
+            spec,
+            schedule: schedule?,
+            on_lost: raw.on_lost.unwrap_or(OnLost::Cancel),
+            enabled: raw.enabled.unwrap_or(true),
+        })
+    }
+}
+
+fn is_job_name(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && name != ".."
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+}
+
+#[cfg(test)]
+mod tests;

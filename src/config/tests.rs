@@ -1,0 +1,102 @@
+//! Unit tests of the schedule file: defaults, secrets, spans. The refusal table runs through the
+//! real CLI in tests/config_check.rs.
+
+use super::*;
+
+const MINIMAL: &str = "[zookeeper]\nconnect = \"zk:2181\"\n[lock]\nname = \"g\"\n";
+
+fn parse_text(text: &str) -> Result<Config, ConfigError> {
+    parse(Path::new("t.toml"), text, &|name| {
+        (name == "ZK_AUTH").then(|| "user:s3cret".to_owned())
+    })
+}
+
+#[test]
+fn defaults_are_the_documented_ones() {
+    let config = parse_text(&format!(
+        "{MINIMAL}[[job]]\nname = \"j\"\nschedule = \"@hourly\"\nshell = \"true\"\n"
+    ))
+    .expect("valid");
+    assert_eq!(config.zookeeper.session_timeout, Duration::from_secs(10));
+    assert_eq!(config.zookeeper.connect_timeout, Duration::from_secs(5));
+    assert_eq!(config.zookeeper.acl, AclPolicy::Open);
+    assert_eq!(config.lock.root, "/zkcron");
+    assert_eq!(config.lock.takeover_delay, Duration::from_secs(10));
+    assert_eq!(config.lock.node_id, None);
+    assert_eq!(
+        config.log,
+        LogConfig {
+            format: LogFormat::Text,
+            level: "info".into()
+        }
+    );
+    let job = &config.jobs[0];
+    assert_eq!(
+        (job.spec.timeout, job.spec.kill_grace),
+        (None, Duration::from_secs(10))
+    );
+    assert_eq!((job.on_lost, job.enabled), (OnLost::Cancel, true));
+    assert_eq!(job.schedule.timezone(), chrono_tz::UTC);
+    assert_eq!(job.spec.program, Program::Shell("true".into()));
+}
+
+#[test]
+fn credentials_come_from_the_named_variable_and_never_show() {
+    let text = MINIMAL.replace(
+        "\"zk:2181\"",
+        "\"zk:2181\"\nauth_env = \"ZK_AUTH\"\nacl = \"creator\"",
+    );
+    let config = parse_text(&text).expect("valid");
+    let auth = config.zookeeper.auth.expect("credentials");
+    assert_eq!(auth.expose(), "user:s3cret");
+    assert!(
+        !format!("{auth:?}").contains("s3cret"),
+        "Debug hides the secret"
+    );
+
+    let bad = MINIMAL.replace("\"zk:2181\"", "\"zk:2181\"\nauth = \"no-colon-s3cret\"");
+    let err = parse_text(&bad).expect_err("refused");
+    assert!(
+        err.render().contains("expected digest credentials"),
+        "{}",
+        err.render()
+    );
+    assert!(
+        !err.render().contains("no-colon-s3cret"),
+        "the message never echoes a secret"
+    );
+}
+
+#[test]
+fn schedule_errors_point_at_the_bad_field() {
+    let text =
+        format!("{MINIMAL}[[job]]\nname = \"j\"\nschedule = \"0 0 25 * * *\"\nshell = \"true\"\n");
+    let err = parse_text(&text).expect_err("refused");
+    let rendered = err.render();
+    assert!(
+        rendered.starts_with("t.toml:7:17: job \"j\": schedule: hour"),
+        "{rendered}"
+    );
+    let caret = rendered.lines().last().expect("caret line");
+    assert_eq!(
+        caret.find('^'),
+        Some(" 7 | ".len() + 16),
+        "caret under the hour field\n{rendered}"
+    );
+    assert!(caret.ends_with("^^"), "as wide as the field\n{rendered}");
+}
+
+#[test]
+fn line_col_never_panics() {
+    let err = ConfigError {
+        path: "t".into(),
+        text: "ab\ncdé\n".into(),
+        problems: vec![],
+    };
+    assert_eq!(err.line_col(0), (1, 1));
+    assert_eq!(err.line_col(4), (2, 2));
+    let (line, _) = err.line_col(5); // inside the two-byte 'é'
+    assert!(line >= 1);
+    let (line, _) = err.line_col(10_000);
+    assert!(line >= 1);
+}

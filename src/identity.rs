@@ -1,0 +1,60 @@
+//! Who this process is in its lock group: node_id (default: this host's IP), ip, host, pid.
+//!
+//! Owns: finding the local IP and host name, and checking that a node_id is usable as a znode name.
+//! Must not: talk to ZooKeeper.
+
+use crate::ids::NodeId;
+use crate::lock::node::OwnerInfo;
+
+/// Why this process cannot name itself.
+#[derive(Debug, thiserror::Error)]
+pub enum IdentityError {
+    #[error("cannot find this host's IP address to use as node_id; set lock.node_id")]
+    NoLocalIp(#[source] local_ip_address::Error),
+    #[error("invalid node_id {id:?}: {reason}")]
+    BadNodeId { id: String, reason: &'static str },
+}
+
+/// This process's lock and member node data; `node_id` overrides the default (the local IP).
+///
+/// # Errors
+/// No node_id was given and no local IP can be found, or the node_id is not a valid znode name.
+pub fn this_process(node_id: Option<&NodeId>) -> Result<OwnerInfo, IdentityError> {
+    let (node_id, ip) = match (node_id, local_ip_address::local_ip()) {
+        (Some(id), ip) => (
+            id.clone(),
+            ip.map_or_else(|_| "unknown".to_owned(), |ip| ip.to_string()),
+        ),
+        (None, Ok(ip)) => (NodeId::new(ip.to_string()), ip.to_string()),
+        (None, Err(err)) => return Err(IdentityError::NoLocalIp(err)),
+    };
+    validate_znode_name(node_id.as_str()).map_err(|reason| IdentityError::BadNodeId {
+        id: node_id.to_string(),
+        reason,
+    })?;
+    Ok(OwnerInfo {
+        node_id,
+        ip,
+        host: gethostname::gethostname().to_string_lossy().into_owned(),
+        pid: std::process::id(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        since_unix_ms: 0,
+        releasing: false,
+    })
+}
+
+/// A name usable as one znode path segment.
+///
+/// # Errors
+/// Says what is wrong with it.
+pub fn validate_znode_name(name: &str) -> Result<(), &'static str> {
+    if name.is_empty() {
+        return Err("must not be empty");
+    }
+    if name == "." || name == ".." || name.contains('/') || name.chars().any(char::is_control) {
+        return Err(
+            "must be usable as a znode name: no '/', no control characters, not '.' or '..'",
+        );
+    }
+    Ok(())
+}

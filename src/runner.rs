@@ -1,0 +1,623 @@
+//! Runs one job as a child process in its own process group.
+//!
+//! Owns: spawning with the job env contract (DESIGN.md "Job contract"), the timeout, the
+//! SIGTERM → grace → SIGKILL sequence, job output into tracing, the exit status.
+//! Must not: talk to ZooKeeper or decide *whether* to run (the daemon decides, the ledger records).
+//!
+//! What happens to a run's processes:
+//! - The job is the leader of a new process group, so every process it starts (unless it leaves the
+//!   group with `setsid`/`setpgid`) can be signalled at once.
+//! - On `timeout` or `cancel` the whole group gets SIGTERM, and whatever is left of the group when
+//!   `kill_grace` has passed gets SIGKILL. No grandchild outlives a stopped run.
+//! - On a normal exit of the job nothing is killed: processes the job left behind (`daemon &`)
+//!   keep running, as under cronie. Their inherited stdout/stderr is read for at most
+//!   [`OUTPUT_DRAIN_AFTER_EXIT`] more, so they cannot keep [`run`] from returning.
+//! - Dropping the [`run`] future while the job runs SIGKILLs the group: an abandoned run leaks no
+//!   process.
+
+use std::collections::BTreeMap;
+use std::error::Error as _;
+use std::fmt;
+use std::future::pending;
+use std::io;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, killpg};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
+use process_wrap::tokio::{ChildWrapper, CommandWrap, KillOnDrop, ProcessGroup};
+use tokio::time::{Instant, sleep_until, timeout, timeout_at};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+
+use crate::ids::{FencingToken, JobName, NodeId};
+
+mod output;
+
+pub use output::MAX_LINE_BYTES;
+use output::log_output;
+
+/// How long output is still read after the job's leader process has exited (or been stopped).
+///
+/// A process the job left behind may hold stdout/stderr open for hours; the run is over anyway.
+pub const OUTPUT_DRAIN_AFTER_EXIT: Duration = Duration::from_secs(1);
+
+/// How long to wait for the leader to disappear after SIGKILL. Only a process stuck in the kernel
+/// (uninterruptible sleep) takes longer; the run is reported anyway and tokio reaps it later.
+const EXIT_AFTER_KILL: Duration = Duration::from_secs(5);
+
+/// Variables by which systemd talks to *the daemon*: a job that inherited them could send
+/// `READY=1`/`WATCHDOG=1` for it or grab its sockets (STYLE.md §7 "Runner").
+const SYSTEMD_VARS: [&str; 6] = [
+    "NOTIFY_SOCKET",
+    "WATCHDOG_PID",
+    "WATCHDOG_USEC",
+    "LISTEN_PID",
+    "LISTEN_FDS",
+    "LISTEN_FDNAMES",
+];
+
+/// What to execute for a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Program {
+    /// Executed directly: the first element is the program (looked up in `PATH` when it has no
+    /// `/`), the rest are its arguments, passed verbatim.
+    Argv(Vec<String>),
+    /// A shell command line, run as `/bin/sh -c <string>`.
+    Shell(String),
+}
+
+impl Program {
+    /// The executable and its arguments.
+    fn argv(&self) -> Option<(&str, Vec<&str>)> {
+        match self {
+            Program::Argv(argv) => argv.split_first().map(|(program, args)| {
+                (program.as_str(), args.iter().map(String::as_str).collect())
+            }),
+            Program::Shell(line) => Some(("/bin/sh", vec!["-c", line.as_str()])),
+        }
+    }
+}
+
+/// Everything the runner needs to know about one job, as the config validated it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobSpec {
+    /// The job's name (`ZKCRON_JOB`, log field `job`).
+    pub name: JobName,
+    /// What to execute.
+    pub program: Program,
+    /// Directory the job starts in; `None` keeps the daemon's.
+    pub working_dir: Option<PathBuf>,
+    /// Added to the daemon's environment. The contract variables and the stripping of the systemd
+    /// variables take precedence over these.
+    pub env: BTreeMap<String, String>,
+    /// The run is stopped (SIGTERM → grace → SIGKILL) this long after it started; `None`: never.
+    pub timeout: Option<Duration>,
+    /// Time between SIGTERM and SIGKILL to the process group.
+    pub kill_grace: Duration,
+}
+
+/// The facts about one run that the job receives in its environment (DESIGN.md "Job contract").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunContext {
+    /// Unique id of this run (`ZKCRON_RUN_ID`, log field `run_id`).
+    pub run_id: String,
+    /// The tick this run belongs to (`ZKCRON_SCHEDULED_AT`, `ZKCRON_SCHEDULED_UNIX_MS`).
+    pub scheduled_at: DateTime<Utc>,
+    /// The node running it (`ZKCRON_NODE`).
+    pub node: NodeId,
+    /// The owner's fencing token when the tick was claimed (`ZKCRON_FENCING_TOKEN`).
+    pub fencing_token: FencingToken,
+    /// 1-based attempt number (`ZKCRON_ATTEMPT`).
+    pub attempt: u32,
+    /// Started by on_locked/catch-up instead of on time (`ZKCRON_RESUMED=1`).
+    pub resumed: bool,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunOutcome {
+    /// The job exited by itself with this code.
+    Exited {
+        /// The exit code, 0–255.
+        code: i32,
+    },
+    /// The job was killed by a signal nobody in zkcron sent (e.g. it crashed).
+    Signaled {
+        /// The signal number.
+        signal: i32,
+    },
+    /// The job ran past its `timeout` and its process group was stopped.
+    TimedOut,
+    /// The run was cancelled (on_lost = cancel, daemon shutdown) and its process group was stopped.
+    Cancelled,
+    /// The job could not be started; `error` names the program or directory and the OS error.
+    FailedToStart {
+        /// What went wrong, with its causes.
+        error: String,
+    },
+    /// The job was started but its exit could not be observed; its process group was killed.
+    WaitFailed {
+        /// The OS error.
+        error: String,
+    },
+}
+
+impl RunOutcome {
+    /// Whether the job did its work: it exited by itself with code 0.
+    pub fn succeeded(&self) -> bool {
+        matches!(self, RunOutcome::Exited { code: 0 })
+    }
+}
+
+impl fmt::Display for RunOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RunOutcome::Exited { code } => write!(f, "exited with code {code}"),
+            RunOutcome::Signaled { signal } => write!(f, "killed by signal {signal}"),
+            RunOutcome::TimedOut => f.write_str("timed out"),
+            RunOutcome::Cancelled => f.write_str("cancelled"),
+            RunOutcome::FailedToStart { error } => write!(f, "failed to start: {error}"),
+            RunOutcome::WaitFailed { error } => write!(f, "exit not observable: {error}"),
+        }
+    }
+}
+
+/// The result of [`run`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunReport {
+    /// How the run ended.
+    pub outcome: RunOutcome,
+    /// Wall-clock time the run started (for the run record).
+    pub started_at: DateTime<Utc>,
+    /// From spawning until the job's leader exited, or, for a stopped run, until its group was gone
+    /// or SIGKILLed. Output still drained afterwards is not counted.
+    pub duration: Duration,
+}
+
+/// Why a job could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// `Program::Argv` with no elements.
+    #[error("job {job} has an empty command")]
+    EmptyCommand {
+        /// The job.
+        job: JobName,
+    },
+    /// The working directory is missing, not a directory or not accessible.
+    #[error("working directory {} of job {job} is unusable", dir.display())]
+    WorkingDir {
+        /// The job.
+        job: JobName,
+        /// The configured directory.
+        dir: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// `fork`/`exec` failed: missing binary, not executable, bad environment, ….
+    #[error("cannot start {program} for job {job}")]
+    Spawn {
+        /// The job.
+        job: JobName,
+        /// The executable as configured.
+        program: String,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Runs the job to its end. `cancel` (e.g. on_lost = cancel, or daemon shutdown) stops it: SIGTERM to
+/// the whole process group, SIGKILL to the group after `kill_grace`. `spec.timeout` does the same.
+///
+/// Never fails: a job that cannot be started is [`RunOutcome::FailedToStart`], logged as a warning.
+/// A token that is already cancelled returns [`RunOutcome::Cancelled`] without starting anything.
+///
+/// A stopped run returns within `kill_grace` plus [`OUTPUT_DRAIN_AFTER_EXIT`] of the stop (5 s more
+/// only if the leader hangs in the kernel after SIGKILL): the daemon can plan its shutdown on that.
+///
+/// # Cancellation safety
+/// Dropping the future before the job has exited SIGKILLs its process group. After a normal exit
+/// (while leftover output is drained) dropping it kills nothing.
+pub async fn run(spec: &JobSpec, ctx: &RunContext, cancel: CancellationToken) -> RunReport {
+    let started_at = Utc::now();
+    let job = &spec.name;
+    let run_id = ctx.run_id.as_str();
+    if cancel.is_cancelled() {
+        info!(job = %job, run_id, "run cancelled before it started");
+        return RunReport {
+            outcome: RunOutcome::Cancelled,
+            started_at,
+            duration: Duration::ZERO,
+        };
+    }
+
+    let spawned = Instant::now();
+    let mut group = match Group::spawn(spec, ctx) {
+        Ok(group) => group,
+        Err(err) => {
+            let error = error_chain(&err);
+            warn!(job = %job, run_id, error, "job failed to start");
+            return RunReport {
+                outcome: RunOutcome::FailedToStart { error },
+                started_at,
+                duration: spawned.elapsed(),
+            };
+        }
+    };
+    let pid = group.pid;
+    info!(
+        job = %job,
+        run_id,
+        pid,
+        token = ctx.fencing_token.0,
+        attempt = ctx.attempt,
+        resumed = ctx.resumed,
+        "job started"
+    );
+
+    let stdout = group.child.stdout().take();
+    let stderr = group.child.stderr().take();
+    let output = async {
+        tokio::join!(
+            log_output(stdout, "stdout", job, run_id),
+            log_output(stderr, "stderr", job, run_id),
+        );
+    };
+    tokio::pin!(output);
+    let mut output_done = false;
+
+    // Output is read while the job runs (a full pipe would block it), in this same future: no
+    // task to leak when the caller drops `run`.
+    let (outcome, status) = {
+        let supervision = group.supervise(spec, &cancel, spawned);
+        tokio::pin!(supervision);
+        loop {
+            tokio::select! {
+                end = &mut supervision => break end,
+                () = &mut output, if !output_done => output_done = true,
+            }
+        }
+    };
+    let duration = spawned.elapsed();
+    if status.is_some() {
+        // Only once the leader is reaped: reaping it here would rob tokio of its exit status.
+        group.reap_orphans();
+    }
+
+    if !output_done && timeout(OUTPUT_DRAIN_AFTER_EXIT, &mut output).await.is_err() {
+        warn!(
+            job = %job,
+            run_id,
+            pid,
+            "processes left behind by the job still hold its output open; no longer reading it"
+        );
+    }
+
+    let exit_code = status.and_then(|s| s.code());
+    let signal = status.and_then(|s| s.signal());
+    info!(
+        job = %job,
+        run_id,
+        pid,
+        outcome = %outcome,
+        exit_code,
+        signal,
+        duration_ms = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
+        "job finished"
+    );
+    RunReport {
+        outcome,
+        started_at,
+        duration,
+    }
+}
+
+/// The running job: its leader process and the group it leads. Dropped while `kill_group_on_drop`
+/// is set (the job has not been seen to end), it SIGKILLs the whole group.
+struct Group {
+    job: JobName,
+    child: Box<dyn ChildWrapper>,
+    pid: u32,
+    pgid: Pid,
+    kill_group_on_drop: bool,
+}
+
+impl Group {
+    fn spawn(spec: &JobSpec, ctx: &RunContext) -> Result<Group, StartError> {
+        let job = &spec.name;
+        let (program, args) = spec
+            .program
+            .argv()
+            .ok_or_else(|| StartError::EmptyCommand { job: job.clone() })?;
+        if let Some(dir) = &spec.working_dir {
+            // Checked first: exec reports a bad directory as ENOENT, indistinguishable from a
+            // missing binary.
+            let unusable = |source| StartError::WorkingDir {
+                job: job.clone(),
+                dir: dir.clone(),
+                source,
+            };
+            // One stat, no slower than the fork/exec below (tokio's `fs` feature is not enabled).
+            let meta = std::fs::metadata(dir).map_err(unusable)?;
+            if !meta.is_dir() {
+                return Err(unusable(io::ErrorKind::NotADirectory.into()));
+            }
+        }
+
+        let mut command = CommandWrap::with_new(program, |command| {
+            command
+                .args(args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .envs(&spec.env);
+            for key in SYSTEMD_VARS {
+                command.env_remove(key);
+            }
+            command.envs(contract_env(spec, ctx));
+            if let Some(dir) = &spec.working_dir {
+                command.current_dir(dir);
+            }
+        });
+        // KillOnDrop only kills the leader (tokio's `kill_on_drop`); `Group::drop` kills the group.
+        command.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
+        let spawn_error = |source| StartError::Spawn {
+            job: job.clone(),
+            program: program.to_owned(),
+            source,
+        };
+        let child = command.spawn().map_err(spawn_error)?;
+        let pid = child.id().ok_or_else(|| {
+            spawn_error(io::Error::other(
+                "the process has no pid right after spawning",
+            ))
+        })?;
+        // `ProcessGroup::leader()` makes the leader's pid the group id.
+        let pgid = i32::try_from(pid)
+            .map(Pid::from_raw)
+            .map_err(|_| spawn_error(io::Error::other(format!("pid {pid} out of range"))))?;
+        Ok(Group {
+            job: job.clone(),
+            child,
+            pid,
+            pgid,
+            kill_group_on_drop: true,
+        })
+    }
+
+    /// Waits for the job's end, stopping its group on timeout or cancellation. Returns the outcome
+    /// and the leader's exit status when it was observed.
+    async fn supervise(
+        &mut self,
+        spec: &JobSpec,
+        cancel: &CancellationToken,
+        spawned: Instant,
+    ) -> (RunOutcome, Option<ExitStatus>) {
+        let job = &spec.name;
+        let deadline = spec.timeout.map(|t| spawned + t);
+        let timed_out = async {
+            match deadline {
+                Some(at) => sleep_until(at).await,
+                None => pending().await,
+            }
+        };
+        let stop = tokio::select! {
+            // A job that has exited is reported as such even when its deadline passed meanwhile.
+            biased;
+            status = self.wait_leader() => return self.exited(status),
+            () = cancel.cancelled() => {
+                info!(job = %job, pid = self.pid, "run cancelled; stopping its process group");
+                RunOutcome::Cancelled
+            }
+            () = timed_out => {
+                warn!(job = %job, pid = self.pid, timeout = ?spec.timeout,
+                      "job timed out; stopping its process group");
+                RunOutcome::TimedOut
+            }
+        };
+        let status = self.terminate(spec.kill_grace, job).await;
+        (stop, status)
+    }
+
+    /// The leader exited by itself. Its leftover group members are left alone, as cronie does.
+    fn exited(&mut self, status: io::Result<ExitStatus>) -> (RunOutcome, Option<ExitStatus>) {
+        match status {
+            Ok(status) => {
+                self.kill_group_on_drop = false;
+                let outcome = match (status.code(), status.signal()) {
+                    (Some(code), _) => RunOutcome::Exited { code },
+                    (None, Some(signal)) => RunOutcome::Signaled { signal },
+                    // Neither exited nor signalled: not produced by wait(2) for a terminated child.
+                    (None, None) => RunOutcome::WaitFailed {
+                        error: format!("unrecognised wait status {status:?}"),
+                    },
+                };
+                (outcome, Some(status))
+            }
+            // We cannot follow the job any more: kill the group rather than leave it unwatched.
+            Err(err) => {
+                self.signal(Signal::SIGKILL);
+                self.kill_group_on_drop = false;
+                (
+                    RunOutcome::WaitFailed {
+                        error: err.to_string(),
+                    },
+                    None,
+                )
+            }
+        }
+    }
+
+    /// SIGTERM to the group; SIGKILL to whatever is left of it once `grace` has passed. Returns as
+    /// soon as the group is gone, or when the leader has exited after SIGKILL.
+    async fn terminate(&mut self, grace: Duration, job: &JobName) -> Option<ExitStatus> {
+        self.signal(Signal::SIGTERM);
+        let grace_ends = Instant::now() + grace;
+        let status = match timeout_at(grace_ends, self.wait_leader()).await {
+            Ok(Ok(status)) => {
+                // The leader is gone; its group lives on while any member does (a zombie counts
+                // until its new parent reaps it). Members get the rest of the grace, then SIGKILL.
+                if self.group_exists() {
+                    sleep_until(grace_ends).await;
+                    self.signal(Signal::SIGKILL);
+                }
+                Some(status)
+            }
+            Ok(Err(err)) => {
+                error!(job = %job, pid = self.pid, error = %err,
+                       "cannot wait for the job; killing its group");
+                self.signal(Signal::SIGKILL);
+                None
+            }
+            Err(_grace_over) => {
+                warn!(job = %job, pid = self.pid, ?grace,
+                      "job outlived its grace; sending SIGKILL to its group");
+                self.signal(Signal::SIGKILL);
+                match timeout(EXIT_AFTER_KILL, self.wait_leader()).await {
+                    Ok(Ok(status)) => Some(status),
+                    Ok(Err(err)) => {
+                        error!(job = %job, pid = self.pid, error = %err,
+                               "cannot wait for the killed job");
+                        None
+                    }
+                    Err(_) => {
+                        error!(job = %job, pid = self.pid, bound = ?EXIT_AFTER_KILL,
+                               "job did not exit after SIGKILL; giving up on it");
+                        None
+                    }
+                }
+            }
+        };
+        self.kill_group_on_drop = false;
+        status
+    }
+
+    /// Waits for the leader only. process-wrap's `ProcessGroupChild::wait` would then also block
+    /// until every group member that is *our* child has exited: when zkcron is a child subreaper
+    /// (PID 1 in a container), orphaned grandchildren are, and a leftover `daemon &` would keep
+    /// `run` from returning.
+    ///
+    /// Cancellation safe (tokio's `Child::wait`).
+    fn wait_leader(
+        &mut self,
+    ) -> std::pin::Pin<Box<dyn Future<Output = io::Result<ExitStatus>> + Send + '_>> {
+        // The wrapper chain is ProcessGroupChild → tokio Child (KillOnDrop wraps no child).
+        self.child.inner_mut().wait()
+    }
+
+    /// Sends `signal` to every process in the group. Only called while the group id cannot have
+    /// been reused: before the leader is reaped, or while other members keep the group alive.
+    fn signal(&self, signal: Signal) {
+        match killpg(self.pgid, signal) {
+            Ok(()) | Err(Errno::ESRCH) => {}
+            Err(err) => {
+                warn!(pgid = self.pgid.as_raw(), ?signal, error = %err,
+                      "cannot signal the job's process group");
+            }
+        }
+    }
+
+    fn group_exists(&self) -> bool {
+        // Signal 0 checks existence; EPERM means a member exists that we may not signal.
+        !matches!(killpg(self.pgid, None), Err(Errno::ESRCH))
+    }
+
+    /// Reaps group members that were reparented to us and have exited, without blocking. That
+    /// happens only when zkcron is a child subreaper (e.g. PID 1 in a container); nothing else in
+    /// the process would reap them.
+    fn reap_orphans(&self) {
+        let group = Pid::from_raw(-self.pgid.as_raw());
+        loop {
+            match waitpid(group, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) | Err(_) => return,
+                Ok(status) => debug!(?status, "reaped a process left behind by a job"),
+            }
+        }
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if self.kill_group_on_drop {
+            // `run` was dropped before the job ended. Runs before `child` is dropped, so the
+            // leader is not reaped yet and the group id is still ours.
+            warn!(
+                job = %self.job,
+                pid = self.pid,
+                "run abandoned; killing the job's process group"
+            );
+            self.signal(Signal::SIGKILL);
+        }
+    }
+}
+
+/// The contract variables of DESIGN.md "Job contract".
+fn contract_env(spec: &JobSpec, ctx: &RunContext) -> [(&'static str, String); 8] {
+    [
+        ("ZKCRON_JOB", spec.name.as_str().to_owned()),
+        ("ZKCRON_RUN_ID", ctx.run_id.clone()),
+        (
+            "ZKCRON_SCHEDULED_AT",
+            ctx.scheduled_at
+                .to_rfc3339_opts(SecondsFormat::Millis, true),
+        ),
+        (
+            "ZKCRON_SCHEDULED_UNIX_MS",
+            ctx.scheduled_at.timestamp_millis().to_string(),
+        ),
+        ("ZKCRON_NODE", ctx.node.as_str().to_owned()),
+        ("ZKCRON_FENCING_TOKEN", ctx.fencing_token.0.to_string()),
+        ("ZKCRON_ATTEMPT", ctx.attempt.to_string()),
+        (
+            "ZKCRON_RESUMED",
+            if ctx.resumed { "1" } else { "0" }.to_owned(),
+        ),
+    ]
+}
+
+/// An error and its causes as one line, for [`RunOutcome::FailedToStart`].
+fn error_chain(err: &StartError) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scheduled_at_is_utc_millis_with_z() {
+        let ctx = RunContext {
+            run_id: "r".into(),
+            scheduled_at: DateTime::from_timestamp_millis(1_795_314_600_007).unwrap(),
+            node: NodeId::new("n"),
+            fencing_token: FencingToken(3),
+            attempt: 1,
+            resumed: false,
+        };
+        let spec = JobSpec {
+            name: JobName::new("j"),
+            program: Program::Shell("true".into()),
+            working_dir: None,
+            env: BTreeMap::new(),
+            timeout: None,
+            kill_grace: Duration::ZERO,
+        };
+        let env = contract_env(&spec, &ctx);
+        assert_eq!(env[2].1, "2026-11-22T02:30:00.007Z");
+        assert_eq!(env[3].1, "1795314600007");
+    }
+}

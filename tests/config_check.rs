@@ -1,0 +1,132 @@
+//! `zkcron check` on good and bad schedule files: exit codes, and messages that name the file,
+//! the line and the key (issue "Schedule and fire", config tests).
+
+use std::process::{Command, Output};
+
+const HEAD: &str = r#"[zookeeper]
+connect = "127.0.0.1:2181/apps"
+
+[lock]
+name = "billing"
+"#;
+
+fn check(text: &str) -> (Output, String) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("zkcron.toml");
+    std::fs::write(&path, text).expect("write config");
+    let output = Command::new(env!("CARGO_BIN_EXE_zkcron"))
+        .args(["check", path.to_str().expect("utf-8 temp path")])
+        .env_remove("ZKCRON_TEST_SECRET")
+        .output()
+        .expect("run zkcron check");
+    (output, path.display().to_string())
+}
+
+/// A job table with `extra` lines appended; the job starts on line 7.
+fn job(extra: &str) -> String {
+    format!("{HEAD}\n[[job]]\nname = \"report\"\n{extra}\n")
+}
+
+#[test]
+fn bad_configs_are_refused_with_line_and_key() {
+    #[rustfmt::skip]
+    let cases: Vec<(&str, String, usize, &str)> = vec![
+        // (what, file text, line of the problem, words the message must contain)
+        ("toml syntax error", format!("{HEAD}oops = \n"), 6, "string values must be quoted"),
+        ("unknown top-level key", format!("{HEAD}[extra]\nx = 1\n"), 6, "unknown field `extra`"),
+        ("unknown key in a job", job("schedule = \"* * * * * *\"\nshell = \"true\"\nretrys = 3"), 11, "unknown field `retrys`"),
+        ("missing lock name", "[zookeeper]\nconnect = \"a:1\"\n[lock]\nroot = \"/x\"\n".into(), 3, "missing field `name`"),
+        ("bad duration", format!("{HEAD}takeover_delay = \"10 parsecs\"\n"), 6, "lock.takeover_delay: expected a duration"),
+        ("zero session timeout", HEAD.replace("/apps\"", "/apps\"\nsession_timeout = \"0s\""), 3, "zookeeper.session_timeout: must be longer than zero"),
+        ("bad connect string", HEAD.replace("127.0.0.1:2181/apps", "127.0.0.1:2181/apps/"), 2, "zookeeper.connect: invalid zookeeper connect string"),
+        ("bad cron field", job("schedule = \"0 61 * * * *\"\nshell = \"true\""), 9, "job \"report\": schedule: minute"),
+        ("too few cron fields", job("schedule = \"* * *\"\nshell = \"true\""), 9, "job \"report\": schedule:"),
+        ("unknown time zone", job("schedule = \"@daily\"\ntimezone = \"Mars/Olympus\"\nshell = \"true\""), 10, "job \"report\": timezone"),
+        ("duplicate job name", format!("{}\n[[job]]\nname = \"report\"\nschedule = \"@daily\"\nshell = \"true\"\n", job("schedule = \"@daily\"\nshell = \"true\"")), 13, "job \"report\": duplicate job name"),
+        ("both command and shell", job("schedule = \"@daily\"\ncommand = [\"/bin/true\"]\nshell = \"true\""), 11, "set either command or shell"),
+        ("neither command nor shell", job("schedule = \"@daily\""), 7, "expected command (an argv array) or shell"),
+        ("empty command", job("schedule = \"@daily\"\ncommand = []"), 10, "job \"report\": command: expected a non-empty argv array"),
+        ("bad job name", job("schedule = \"@daily\"\nshell = \"true\"").replace("name = \"report\"", "name = \"my report!\""), 8, "job \"my report!\": name"),
+        ("bad on_lost", job("schedule = \"@daily\"\nshell = \"true\"\non_lost = \"ignore\""), 11, "unknown variant `ignore`"),
+        ("relative working_dir", job("schedule = \"@daily\"\nshell = \"true\"\nworking_dir = \"tmp\""), 11, "job \"report\": working_dir: expected an absolute path"),
+        ("bad job timeout", job("schedule = \"@daily\"\nshell = \"true\"\ntimeout = \"soon\""), 11, "job \"report\": timeout: expected a duration"),
+        ("auth and auth_env both", HEAD.replace("/apps\"", "/apps\"\nauth = \"u:p\"\nauth_env = \"X\""), 4, "zookeeper.auth_env: set either auth or auth_env"),
+        ("auth_env unset", HEAD.replace("/apps\"", "/apps\"\nauth_env = \"ZKCRON_TEST_SECRET\""), 3, "environment variable ZKCRON_TEST_SECRET is not set"),
+        ("creator acl without auth", HEAD.replace("/apps\"", "/apps\"\nacl = \"creator\""), 3, "zookeeper.acl: \"creator\" needs credentials"),
+        ("bad lock root", format!("{HEAD}root = \"zkcron\"\n"), 6, "lock.root: expected an absolute znode path"),
+        ("wrong type", format!("{HEAD}node_id = 5\n"), 6, "invalid type: integer `5`, expected a string"),
+    ];
+    assert!(cases.len() >= 15);
+    for (what, text, line, words) in cases {
+        let (output, path) = check(&text);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{what}: exit code\n{stderr}");
+        assert!(
+            stderr.contains(&format!("{path}:{line}:")),
+            "{what}: names {path}:{line}:\n{stderr}"
+        );
+        assert!(stderr.contains(words), "{what}: says {words:?}\n{stderr}");
+    }
+}
+
+#[test]
+fn all_problems_are_reported_at_once() {
+    let text = job(
+        "schedule = \"0 61 * * * *\"\ntimezone = \"Nowhere/Land\"\nshell = \"true\"\ntimeout = \"x\"",
+    );
+    let (output, _) = check(&text);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2));
+    for key in ["timezone", "timeout"] {
+        assert!(
+            stderr.contains(&format!("job \"report\": {key}")),
+            "reports {key}\n{stderr}"
+        );
+    }
+}
+
+#[test]
+fn a_good_file_lists_each_job_with_its_next_three_fire_times() {
+    let text = format!(
+        "{HEAD}\n[[job]]\nname = \"nightly\"\nschedule = \"0 30 2 * * *\"\ntimezone = \"Europe/Berlin\"\n\
+         command = [\"/bin/true\"]\n\n[[job]]\nname = \"often\"\nschedule = \"*/5 * * * *\"\nshell = \"true\"\n\
+         enabled = false\n"
+    );
+    let (output, _) = check(&text);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("nightly"), "{stdout}");
+    let berlin_fires = stdout
+        .lines()
+        .filter(|l| {
+            l.contains("02:30:00") && l.contains("+01:00")
+                || l.contains("02:30:00") && l.contains("+02:00")
+        })
+        .count();
+    assert_eq!(
+        berlin_fires, 3,
+        "three fire times in the job's own zone\n{stdout}"
+    );
+    assert!(
+        stdout.contains("often") && stdout.contains("disabled"),
+        "disabled jobs are shown as such\n{stdout}"
+    );
+}
+
+#[test]
+fn a_missing_file_is_a_usage_error_naming_it() {
+    let output = Command::new(env!("CARGO_BIN_EXE_zkcron"))
+        .args(["check", "/nonexistent/zkcron.toml"])
+        .output()
+        .expect("run zkcron check");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("cannot read /nonexistent/zkcron.toml"),
+        "{stderr}"
+    );
+}

@@ -1,0 +1,275 @@
+//! `zkcron run` end to end: real `zkcron` processes, a real 3-node ensemble, real jobs writing
+//! their contract variables to a file (issue "Schedule and fire"). Every test holds `fault_lock`:
+//! they measure timings that another test loading the two cores would skew.
+#![allow(
+    clippy::await_holding_lock,
+    reason = "each #[tokio::test] has its own runtime and thread"
+)]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use nix::sys::signal::Signal;
+
+use support::daemon::{DaemonNode, Fire, RECORD_FIRE, read_fires};
+use support::{fault_lock, shared_ensemble, unique_chroot, wait_for};
+
+const SESSION: Duration = Duration::from_secs(2);
+const DELAY: Duration = Duration::from_secs(3);
+/// The CLI's jitter: up to a tenth of the delay.
+const JITTER: Duration = Duration::from_millis(300);
+/// Process start, a JVM pause or a busy core, on bounds that are otherwise exact.
+const SLACK: Duration = Duration::from_secs(1);
+/// The period of the test jobs: a takeover shows as the first whole-second tick after it.
+const TICK: Duration = Duration::from_secs(1);
+
+fn now_ms() -> i64 {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970");
+    i64::try_from(since.as_millis()).expect("ms fit i64")
+}
+
+/// A schedule on the shared ensemble, in its own chroot, with `jobs` appended.
+fn schedule(test: &str, jobs: &str) -> String {
+    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot(test));
+    format!(
+        "[zookeeper]\nconnect = \"{connect}\"\nsession_timeout = \"{}ms\"\n\n[lock]\nname = \"e2e\"\n\
+         takeover_delay = \"{}ms\"\n\n{jobs}",
+        SESSION.as_millis(),
+        DELAY.as_millis()
+    )
+}
+
+/// A 1 Hz job appending its contract variables to `fires`.
+fn every_second(name: &str, fires: &Path) -> String {
+    format!(
+        "[[job]]\nname = \"{name}\"\nschedule = \"* * * * * *\"\nshell = '{RECORD_FIRE}{}'\n",
+        fires.display()
+    )
+}
+
+/// Waits until `fires` has a fire scheduled after `after_ms` matching `pred`.
+async fn wait_fire(
+    fires: &Path,
+    what: &str,
+    after_ms: i64,
+    within: Duration,
+    pred: impl Fn(&Fire) -> bool,
+) -> Fire {
+    wait_for(what, within, || {
+        let found = read_fires(fires)
+            .into_iter()
+            .find(|f| f.scheduled_ms > after_ms && pred(f));
+        async move { found }
+    })
+    .await
+}
+
+/// Every fire scheduled in `(from_ms, to_ms]`, checked to be at most once per tick.
+fn fires_between(fires: &Path, from_ms: i64, to_ms: i64) -> BTreeMap<i64, Fire> {
+    let mut by_tick = BTreeMap::new();
+    for fire in read_fires(fires)
+        .into_iter()
+        .filter(|f| f.scheduled_ms > from_ms && f.scheduled_ms <= to_ms)
+    {
+        if let Some(twice) = by_tick.insert(fire.scheduled_ms, fire.clone()) {
+            panic!(
+                "tick {} fired twice: {twice:?} and {fire:?}",
+                fire.scheduled_ms
+            );
+        }
+    }
+    by_tick
+}
+
+fn owner_of_latest(fires: &Path) -> String {
+    read_fires(fires)
+        .last()
+        .map(|f| f.node.clone())
+        .expect("a fire")
+}
+
+#[tokio::test]
+async fn three_nodes_fire_every_tick_exactly_once_then_fail_over() {
+    let _serial = fault_lock();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let fires = dir.path().join("fires.log");
+    let text = schedule("e2e-once", &every_second("tick", &fires));
+    let mut nodes: Vec<DaemonNode> = ["n1", "n2", "n3"]
+        .iter()
+        .map(|id| DaemonNode::start(dir.path(), id, &text))
+        .collect();
+
+    // Exactly once per tick, by the owner, over a 20 s window.
+    let first = wait_fire(&fires, "a first fire", 0, SESSION * 5, |_| true).await;
+    let window = (first.scheduled_ms, first.scheduled_ms + 20_000);
+    wait_fire(
+        &fires,
+        "the end of the 20 s window",
+        window.1 - 1,
+        Duration::from_secs(22),
+        |_| true,
+    )
+    .await;
+    let ticks = fires_between(&fires, window.0, window.1);
+    let expected: Vec<i64> = (1..=20).map(|s| window.0 + s * 1000).collect();
+    assert_eq!(
+        ticks.keys().copied().collect::<Vec<_>>(),
+        expected,
+        "every tick of the window fired once"
+    );
+    let owners: Vec<&str> = ticks.values().map(|f| f.node.as_str()).collect();
+    assert!(
+        owners.iter().all(|n| *n == owners[0]),
+        "all fired by one owner: {owners:?}"
+    );
+    let sample = ticks.values().next().expect("a fire");
+    assert_eq!(
+        (sample.job.as_str(), sample.attempt, sample.resumed.as_str()),
+        ("tick", 1, "0")
+    );
+    assert_eq!(sample.run_id, format!("tick-{}", sample.scheduled_ms));
+    assert!(
+        sample.scheduled_at.ends_with(".000Z"),
+        "RFC 3339 UTC with ms: {}",
+        sample.scheduled_at
+    );
+
+    // kill -9 of the owner: another node fires within session timeout + takeover delay, plus up
+    // to one tick period (fires land on whole seconds) and the slack.
+    let owner = owners[0].to_owned();
+    let index = nodes
+        .iter()
+        .position(|n| n.node_id == owner)
+        .expect("owner is one of ours");
+    let token = sample.token;
+    let killed_ms = now_ms();
+    nodes[index].kill();
+    let bound = SESSION + DELAY + JITTER + TICK + SLACK;
+    let taken = wait_fire(
+        &fires,
+        "a fire by a new owner",
+        killed_ms,
+        bound + SLACK,
+        |f| f.node != owner,
+    )
+    .await;
+    let took = Duration::from_millis(u64::try_from(taken.scheduled_ms - killed_ms).unwrap_or(0));
+    println!("crash failover: first tick of the new owner {took:?} after kill -9");
+    assert!(took <= bound, "failover took {took:?}, bound {bound:?}");
+    assert!(
+        taken.token > token,
+        "the new owner fires with a larger fencing token"
+    );
+    fires_between(&fires, window.0, i64::MAX); // at most once per tick across the failover
+
+    // SIGTERM of the new owner: the next tick or the one after is fired by the last node.
+    let owner = taken.node.clone();
+    let index = nodes
+        .iter()
+        .position(|n| n.node_id == owner)
+        .expect("owner is one of ours");
+    let stopped_ms = now_ms();
+    nodes[index].signal(Signal::SIGTERM);
+    let handed = wait_fire(
+        &fires,
+        "a fire after the handoff",
+        stopped_ms,
+        SLACK * 4,
+        |f| f.node != owner,
+    )
+    .await;
+    let next_tick = stopped_ms - stopped_ms % 1000 + 1000;
+    assert!(
+        handed.scheduled_ms <= next_tick + 1000,
+        "graceful handoff fired tick {} (stop at {stopped_ms})",
+        handed.scheduled_ms
+    );
+    let status = nodes[index].wait_exit(Duration::from_secs(5)).await;
+    assert!(
+        status.success(),
+        "graceful stop exits 0: {status}\n{}",
+        nodes[index].log_tail()
+    );
+    fires_between(&fires, window.0, i64::MAX);
+    assert_ne!(owner_of_latest(&fires), owner);
+}
+
+#[tokio::test]
+async fn timeout_kills_the_whole_process_group() {
+    let _serial = fault_lock();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let pids = dir.path().join("pids");
+    let job = format!(
+        "[[job]]\nname = \"stuck\"\nschedule = \"* * * * * *\"\ntimeout = \"1s\"\nkill_grace = \"500ms\"\n\
+         shell = 'sleep 300 & echo $! >> {p}; echo $$ >> {p}; trap \"\" TERM; sleep 300'\n",
+        p = pids.display()
+    );
+    let node = DaemonNode::start(dir.path(), "solo", &schedule("e2e-timeout", &job));
+    let started = wait_for("the job's pids", SESSION * 5, || {
+        let text = std::fs::read_to_string(&pids).unwrap_or_default();
+        let pids: Vec<i32> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+        async move { (pids.len() >= 2).then_some(pids) }
+    })
+    .await;
+    // timeout 1 s + grace 0.5 s, and the shell ignores SIGTERM: SIGKILL to the group ends both.
+    wait_for(
+        "the job's process group is gone",
+        Duration::from_secs(1) + Duration::from_millis(500) + SLACK * 2,
+        || {
+            let alive = started[..2]
+                .iter()
+                .any(|&pid| nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok());
+            async move { (!alive).then_some(()) }
+        },
+    )
+    .await;
+    node.wait_log("timed out", SLACK).await;
+}
+
+#[tokio::test]
+async fn sighup_reload_adds_a_job_and_survives_a_broken_file() {
+    let _serial = fault_lock();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (a, b) = (dir.path().join("a.log"), dir.path().join("b.log"));
+    let base = schedule("e2e-reload", &every_second("a", &a));
+    let node = DaemonNode::start(dir.path(), "solo", &base);
+    wait_fire(&a, "job a fires", 0, SESSION * 5, |_| true).await;
+
+    node.rewrite(&format!("{base}\n{}", every_second("b", &b)));
+    node.signal(Signal::SIGHUP);
+    let reloaded_ms = now_ms();
+    wait_fire(&b, "the new job b fires", 0, SLACK * 3, |_| true).await;
+
+    std::fs::write(&node.config, "[zookeeper]\nconnect = \n").expect("break the schedule file");
+    node.signal(Signal::SIGHUP);
+    node.wait_log("reload failed; keeping the current schedule", SLACK * 2)
+        .await;
+    let after = now_ms();
+    wait_fire(
+        &b,
+        "job b still fires after the broken reload",
+        after,
+        SLACK * 3,
+        |_| true,
+    )
+    .await;
+    wait_fire(
+        &a,
+        "job a still fires after the broken reload",
+        after,
+        SLACK * 3,
+        |_| true,
+    )
+    .await;
+    fires_between(&a, 0, i64::MAX);
+    let b_fires = fires_between(&b, 0, i64::MAX);
+    assert!(
+        b_fires.keys().all(|&t| t > reloaded_ms - 1000),
+        "b never fired before its reload"
+    );
+}

@@ -1,0 +1,767 @@
+//! The runner against real processes (`/bin/sh`, `sleep`, `env`): the job env contract, process
+//! groups, timeout/cancel/drop stopping every process of a run, start failures and output logging.
+//!
+//! Jobs write what they see to files in a temp dir (their stdout goes to the log). Where a test must
+//! act while a job runs, the job announces itself through a FIFO the test reads; nothing sleeps to
+//! synchronise. Time bounds are stated next to each assertion that has one.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, Once};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tempfile::TempDir;
+use tokio_util::sync::CancellationToken;
+use tracing::instrument::WithSubscriber;
+use zkcron::runner::{
+    JobSpec, MAX_LINE_BYTES, OUTPUT_DRAIN_AFTER_EXIT, Program, RunContext, RunOutcome, RunReport,
+    run,
+};
+use zkcron::{FencingToken, JobName, NodeId};
+
+const TIMEOUT: Duration = Duration::from_millis(300);
+const GRACE: Duration = Duration::from_millis(300);
+/// Added to bounds that are otherwise exact: process start-up and a busy 2-core machine.
+const SLACK: Duration = Duration::from_millis(1500);
+/// Longest a test waits for a job to announce itself through its FIFO; a job starts in milliseconds.
+const ANNOUNCE: Duration = Duration::from_secs(10);
+
+/// Set when [`as_a_child_subreaper_too`] re-runs tests of this binary in a child process.
+const SUBREAPER: &str = "ZKCRON_TEST_SUBREAPER";
+
+/// Host environment the daemon would inherit. Set once, before any test spawns a process: every test
+/// calls this first, and `Once` makes the others wait until it is done.
+fn host_env() {
+    static SET: Once = Once::new();
+    SET.call_once(|| {
+        if std::env::var_os(SUBREAPER).is_some() {
+            // As zkcron is when it runs as PID 1 of a container: orphaned grandchildren become ours.
+            nix::sys::prctl::set_child_subreaper(true).expect("prctl(PR_SET_CHILD_SUBREAPER)");
+        }
+        for (key, value) in [
+            ("ZKCRON_TEST_HOST", "from-host"),
+            ("ZKCRON_TEST_OVERRIDE", "from-host"),
+            ("NOTIFY_SOCKET", "/run/systemd/notify"),
+            ("WATCHDOG_PID", "1"),
+            ("WATCHDOG_USEC", "30000000"),
+            ("LISTEN_PID", "1"),
+            ("LISTEN_FDS", "2"),
+            ("LISTEN_FDNAMES", "a:b"),
+        ] {
+            // SAFETY: runs before any test of this binary spawns a process or reads the
+            // environment (see above); no other thread touches the environment meanwhile.
+            unsafe { std::env::set_var(key, value) };
+        }
+    });
+}
+
+fn spec(name: &str, program: Program) -> JobSpec {
+    JobSpec {
+        name: JobName::new(name),
+        program,
+        working_dir: None,
+        env: BTreeMap::new(),
+        timeout: None,
+        kill_grace: GRACE,
+    }
+}
+
+fn shell(name: &str, line: &str) -> JobSpec {
+    spec(name, Program::Shell(line.to_owned()))
+}
+
+/// A shell job with `OUT` pointing at `dir/out`.
+fn shell_out(name: &str, line: &str, dir: &TempDir) -> (JobSpec, PathBuf) {
+    let out = dir.path().join("out");
+    let mut job = shell(name, line);
+    job.env.insert("OUT".into(), out.display().to_string());
+    (job, out)
+}
+
+fn ctx(run_id: &str) -> RunContext {
+    RunContext {
+        run_id: run_id.to_owned(),
+        scheduled_at: DateTime::<Utc>::from_timestamp_millis(1_795_314_600_007).expect("in range"),
+        node: NodeId::new("10.0.0.5"),
+        fencing_token: FencingToken(42),
+        attempt: 2,
+        resumed: true,
+    }
+}
+
+async fn run_to_end(job: &JobSpec, run_id: &str) -> RunReport {
+    run(job, &ctx(run_id), CancellationToken::new()).await
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("job output {}: {e}", path.display()))
+}
+
+fn env_file(path: &Path) -> BTreeMap<String, String> {
+    read(path)
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+fn pids(text: &str) -> Vec<Pid> {
+    text.split_whitespace()
+        .map(|p| Pid::from_raw(p.parse().unwrap_or_else(|_| panic!("pid {p:?}"))))
+        .collect()
+}
+
+/// Dead: gone (ESRCH) or a zombie. This sandbox's PID 1 never reaps orphans, so a killed
+/// grandchild stays a zombie here; it has exited and holds nothing but its pid.
+fn is_dead(pid: Pid) -> bool {
+    match kill(pid, None) {
+        Err(Errno::ESRCH) => true,
+        Ok(()) => {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // State is the first field after the command name in parentheses.
+            stat.rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+        }
+        Err(e) => panic!("kill({pid}, 0): {e}"),
+    }
+}
+
+/// Polls `is_dead` for at most `within`: the kernel notifies nobody but the parent when a process
+/// exits, and grandchildren are not ours. The bound is generous; a dead process is seen at once.
+async fn dead_within(pid: Pid, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        if is_dead(pid) {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn assert_all_dead(pids: &[Pid], what: &str) {
+    for &pid in pids {
+        assert!(
+            dead_within(pid, SLACK).await,
+            "{what}: pid {pid} still alive after the run ended"
+        );
+    }
+}
+
+/// A FIFO in `dir` and a thread that returns everything written to it by the first writer.
+fn fifo(dir: &TempDir) -> (PathBuf, tokio::sync::oneshot::Receiver<String>) {
+    let path = dir.path().join("announce");
+    let status = std::process::Command::new("mkfifo")
+        .arg(&path)
+        .status()
+        .expect("mkfifo(1) on PATH");
+    assert!(status.success(), "mkfifo {}", path.display());
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let reader = path.clone();
+    // A plain thread: opening a FIFO blocks until the job opens it, and a runtime waits for its
+    // blocking tasks on shutdown, which a failing test must not.
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        if let Ok(mut f) = std::fs::File::open(&reader) {
+            let _ = f.read_to_string(&mut text);
+        }
+        let _ = tx.send(text);
+    });
+    (path, rx)
+}
+
+async fn announced(rx: tokio::sync::oneshot::Receiver<String>) -> Vec<Pid> {
+    let text = tokio::time::timeout(ANNOUNCE, rx)
+        .await
+        .expect("the job announces its pids through the FIFO")
+        .expect("FIFO reader thread");
+    pids(&text)
+}
+
+/// SIGKILLs a process left running on purpose when the test ends, also on failure.
+struct KillOnDrop(Vec<Pid>);
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        for &pid in &self.0 {
+            let _ = kill(pid, Signal::SIGKILL);
+        }
+    }
+}
+
+#[test]
+fn run_future_is_send() {
+    // The daemon spawns runs onto the multi-threaded runtime.
+    fn assert_send<T: Send>(_: &T) {}
+    let job = shell("send", "true");
+    let ctx = ctx("send");
+    let fut = run(&job, &ctx, CancellationToken::new());
+    assert_send(&fut);
+}
+
+#[tokio::test]
+async fn env_contract_is_exact_and_job_leads_its_own_process_group() {
+    host_env();
+    let dir = tempfile::tempdir().unwrap();
+    let (job, out) = shell_out(
+        "nightly-report",
+        // Field 5 of /proc/PID/stat is the process group ("(sh)" has no spaces).
+        r#"
+        env > "$OUT"
+        echo "$$ $(cut -d' ' -f5 /proc/$$/stat) $(readlink /proc/$$/fd/0)" > "$OUT.proc"
+        "#,
+        &dir,
+    );
+    let report = run_to_end(&job, "run-0001").await;
+    assert_eq!(report.outcome, RunOutcome::Exited { code: 0 });
+
+    let env = env_file(&out);
+    let want = [
+        ("ZKCRON_JOB", "nightly-report"),
+        ("ZKCRON_RUN_ID", "run-0001"),
+        ("ZKCRON_SCHEDULED_AT", "2026-11-22T02:30:00.007Z"),
+        ("ZKCRON_SCHEDULED_UNIX_MS", "1795314600007"),
+        ("ZKCRON_NODE", "10.0.0.5"),
+        ("ZKCRON_FENCING_TOKEN", "42"),
+        ("ZKCRON_ATTEMPT", "2"),
+        ("ZKCRON_RESUMED", "1"),
+    ];
+    for (key, value) in want {
+        assert_eq!(env.get(key).map(String::as_str), Some(value), "{key}");
+    }
+
+    let mut resumed = job.clone();
+    resumed.name = JobName::new("on-time");
+    let mut on_time = ctx("run-0002");
+    on_time.resumed = false;
+    on_time.attempt = 1;
+    let report = run(&resumed, &on_time, CancellationToken::new()).await;
+    assert!(report.outcome.succeeded(), "{:?}", report.outcome);
+    let env = env_file(&out);
+    assert_eq!(env["ZKCRON_RESUMED"], "0", "on-time run");
+    assert_eq!(env["ZKCRON_ATTEMPT"], "1", "first attempt is 1");
+
+    let proc = read(&dir.path().join("out.proc"));
+    let fields: Vec<&str> = proc.split_whitespace().collect();
+    assert_eq!(fields.len(), 3, "pid, pgid, stdin: {proc:?}");
+    assert_eq!(fields[0], fields[1], "the job leads its own process group");
+    assert_ne!(
+        fields[1],
+        nix::unistd::getpgrp().to_string(),
+        "not in the test's process group"
+    );
+    assert_eq!(fields[2], "/dev/null", "stdin is /dev/null");
+}
+
+#[tokio::test]
+async fn job_env_overrides_host_env_and_contract_overrides_job_env() {
+    host_env();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut job, out) = shell_out("env-layers", r#"env > "$OUT""#, &dir);
+    job.env
+        .insert("ZKCRON_TEST_OVERRIDE".into(), "from-job".into());
+    job.env.insert("ZKCRON_TEST_JOB_ONLY".into(), "job".into());
+    job.env.insert("ZKCRON_JOB".into(), "impostor".into());
+    let report = run_to_end(&job, "r").await;
+    assert_eq!(report.outcome, RunOutcome::Exited { code: 0 });
+
+    let env = env_file(&out);
+    assert_eq!(
+        env["ZKCRON_TEST_HOST"], "from-host",
+        "host env passes through"
+    );
+    assert_eq!(env["ZKCRON_TEST_OVERRIDE"], "from-job", "job env wins");
+    assert_eq!(env["ZKCRON_TEST_JOB_ONLY"], "job");
+    assert_eq!(env["ZKCRON_JOB"], "env-layers", "the contract wins");
+    assert!(env.contains_key("PATH"), "host PATH passes through");
+}
+
+#[tokio::test]
+async fn systemd_variables_never_reach_a_job() {
+    host_env();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut job, out) = shell_out("no-systemd", r#"env > "$OUT""#, &dir);
+    // Even a job that asks for it does not get the daemon's notify socket.
+    job.env
+        .insert("NOTIFY_SOCKET".into(), "/run/systemd/notify".into());
+    let report = run_to_end(&job, "r").await;
+    assert_eq!(report.outcome, RunOutcome::Exited { code: 0 });
+
+    let env = env_file(&out);
+    assert_eq!(env["ZKCRON_TEST_HOST"], "from-host", "the host env was set");
+    for key in [
+        "NOTIFY_SOCKET",
+        "WATCHDOG_PID",
+        "WATCHDOG_USEC",
+        "LISTEN_PID",
+        "LISTEN_FDS",
+        "LISTEN_FDNAMES",
+    ] {
+        assert!(!env.contains_key(key), "{key} reached the job");
+    }
+}
+
+#[tokio::test]
+async fn argv_is_passed_verbatim_and_shell_runs_under_bin_sh() {
+    host_env();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("argv");
+    let mut job = spec(
+        "argv",
+        Program::Argv(
+            [
+                "sh",
+                "-c",
+                r#"printf '%s\n' "$@" > "$OUT""#,
+                "sh",
+                "a b",
+                "$HOME",
+                "*",
+            ]
+            .map(String::from)
+            .to_vec(),
+        ),
+    );
+    job.env.insert("OUT".into(), out.display().to_string());
+    assert!(run_to_end(&job, "r").await.outcome.succeeded());
+    assert_eq!(
+        read(&out),
+        "a b\n$HOME\n*\n",
+        "no splitting, expansion or globbing"
+    );
+
+    let (job, out) = shell_out(
+        "shell",
+        r#"printf '%s\n' "$0" $ZKCRON_JOB "a  b" > "$OUT""#,
+        &dir,
+    );
+    assert!(run_to_end(&job, "r").await.outcome.succeeded());
+    assert_eq!(
+        read(&out),
+        "/bin/sh\nshell\na  b\n",
+        "a shell line is shell"
+    );
+}
+
+#[tokio::test]
+async fn working_dir_is_honoured() {
+    host_env();
+    let dir = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let (mut job, out) = shell_out("cwd", r#"pwd -P > "$OUT""#, &dir);
+    job.working_dir = Some(work.path().to_owned());
+    assert!(run_to_end(&job, "r").await.outcome.succeeded());
+    assert_eq!(
+        read(&out).trim_end(),
+        work.path().canonicalize().unwrap().to_str().unwrap()
+    );
+}
+
+#[tokio::test]
+async fn exit_code_and_signal_are_reported() {
+    host_env();
+    let ok = run_to_end(&spec("ok", Program::Argv(vec!["true".into()])), "r").await;
+    assert_eq!(ok.outcome, RunOutcome::Exited { code: 0 });
+    assert!(ok.outcome.succeeded());
+
+    let failed = run_to_end(&shell("fail", "exit 3"), "r").await;
+    assert_eq!(failed.outcome, RunOutcome::Exited { code: 3 });
+    assert!(!failed.outcome.succeeded());
+
+    let crashed = run_to_end(&shell("crash", "kill -USR1 $$"), "r").await;
+    assert_eq!(
+        crashed.outcome,
+        RunOutcome::Signaled {
+            signal: Signal::SIGUSR1 as i32
+        }
+    );
+    assert!(!crashed.outcome.succeeded());
+}
+
+#[tokio::test]
+async fn timeout_stops_the_whole_group_including_grandchildren() {
+    host_env();
+    let dir = tempfile::tempdir().unwrap();
+    // Writing the pids takes a few ms of the 300 ms timeout; `wait` keeps the leader running.
+    let (mut job, out) = shell_out(
+        "timeout-group",
+        r#"sleep 300 & echo $! >> "$OUT"; sleep 300 & echo $! >> "$OUT"; echo $$ >> "$OUT"; wait"#,
+        &dir,
+    );
+    job.timeout = Some(TIMEOUT);
+    let report = run_to_end(&job, "r").await;
+
+    assert_eq!(report.outcome, RunOutcome::TimedOut);
+    assert!(report.duration >= TIMEOUT, "stopped early: {report:?}");
+    // SIGTERM kills all three; the runner may wait out the grace for the group to disappear.
+    assert!(
+        report.duration < TIMEOUT + GRACE + SLACK,
+        "took too long: {report:?}"
+    );
+    let pids = pids(&read(&out));
+    assert_eq!(
+        pids.len(),
+        3,
+        "two grandchildren and the leader were started"
+    );
+    assert_all_dead(&pids, "timeout").await;
+}
+
+#[tokio::test]
+async fn a_job_that_obeys_sigterm_ends_the_run_before_the_grace_is_over() {
+    host_env();
+    let mut job = spec(
+        "obeys-term",
+        Program::Argv(vec!["sleep".into(), "300".into()]),
+    );
+    job.timeout = Some(TIMEOUT);
+    job.kill_grace = Duration::from_secs(5);
+    let report = run_to_end(&job, "r").await;
+    assert_eq!(report.outcome, RunOutcome::TimedOut);
+    // Not a fixed wait for the grace: an emptied group ends the run at once.
+    assert!(
+        report.duration < TIMEOUT + SLACK,
+        "waited for the 5 s grace: {report:?}"
+    );
+}
+
+#[tokio::test]
+async fn sigterm_comes_first_and_a_clean_exit_after_it_is_still_a_timeout() {
+    host_env();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut job, out) = shell_out(
+        "term-trap",
+        r#"trap 'echo got-term > "$OUT"; exit 0' TERM; sleep 300 & wait"#,
+        &dir,
+    );
+    job.timeout = Some(TIMEOUT);
+    let report = run_to_end(&job, "r").await;
+    assert_eq!(
+        report.outcome,
+        RunOutcome::TimedOut,
+        "exit 0 in the TERM trap"
+    );
+    assert_eq!(read(&out), "got-term\n", "the job got SIGTERM, not SIGKILL");
+}
+
+#[tokio::test]
+async fn a_job_ignoring_sigterm_is_killed_with_its_group_after_the_grace() {
+    host_env();
+    let dir = tempfile::tempdir().unwrap();
+    // The ignored disposition is inherited by the background sleep too.
+    let (mut job, out) = shell_out(
+        "ignores-term",
+        r#"trap '' TERM; sleep 300 & echo "$! $$" > "$OUT"; wait"#,
+        &dir,
+    );
+    job.timeout = Some(TIMEOUT);
+    let report = run_to_end(&job, "r").await;
+
+    assert_eq!(report.outcome, RunOutcome::TimedOut);
+    assert!(
+        report.duration >= TIMEOUT + GRACE,
+        "SIGKILL before the grace was over: {report:?}"
+    );
+    assert!(
+        report.duration < TIMEOUT + GRACE + SLACK,
+        "SIGKILL late: {report:?}"
+    );
+    let pids = pids(&read(&out));
+    assert_eq!(pids.len(), 2);
+    assert_all_dead(&pids, "after SIGKILL").await;
+}
+
+#[tokio::test]
+async fn cancel_stops_the_group_and_reports_cancelled() {
+    host_env();
+    let dir = tempfile::tempdir().unwrap();
+    let (announce, rx) = fifo(&dir);
+    let mut job = shell(
+        "cancelled",
+        r#"sleep 300 & echo "$! $$" > "$ANNOUNCE"; wait"#,
+    );
+    job.env
+        .insert("ANNOUNCE".into(), announce.display().to_string());
+    let cancel = CancellationToken::new();
+    let ctx = ctx("r");
+
+    let (report, (pids, cancelled_at)) = tokio::join!(run(&job, &ctx, cancel.clone()), async {
+        let pids = announced(rx).await;
+        cancel.cancel();
+        (pids, Instant::now())
+    });
+    let stopped_within = cancelled_at.elapsed();
+
+    assert_eq!(report.outcome, RunOutcome::Cancelled);
+    // SIGTERM kills both; at most the grace passes before the group is gone, plus the drain.
+    assert!(
+        stopped_within < GRACE + SLACK,
+        "run returned {stopped_within:?} after cancel"
+    );
+    assert_eq!(pids.len(), 2);
+    assert_all_dead(&pids, "cancel").await;
+}
+
+#[tokio::test]
+async fn an_already_cancelled_run_starts_nothing() {
+    host_env();
+    let dir = tempfile::tempdir().unwrap();
+    let (job, out) = shell_out("never", r#"echo started > "$OUT""#, &dir);
+    let cancel = CancellationToken::new();
+    cancel.cancel();
+    let report = run(&job, &ctx("r"), cancel).await;
+    assert_eq!(report.outcome, RunOutcome::Cancelled);
+    assert!(!out.exists(), "the job was started");
+}
+
+#[tokio::test]
+async fn dropping_the_run_future_kills_the_group() {
+    host_env();
+    let dir = tempfile::tempdir().unwrap();
+    let (announce, rx) = fifo(&dir);
+    let mut job = shell("dropped", r#"sleep 300 & echo "$! $$" > "$ANNOUNCE"; wait"#);
+    job.env
+        .insert("ANNOUNCE".into(), announce.display().to_string());
+    let ctx = ctx("r");
+
+    let pids = tokio::select! {
+        report = run(&job, &ctx, CancellationToken::new()) => panic!("job ended by itself: {report:?}"),
+        pids = announced(rx) => pids,
+    };
+    // `run`'s future is dropped here, mid-run.
+    assert_eq!(pids.len(), 2);
+    assert_all_dead(&pids, "drop").await;
+}
+
+fn failed_to_start(report: &RunReport) -> &str {
+    match &report.outcome {
+        RunOutcome::FailedToStart { error } => error,
+        other => panic!("expected FailedToStart, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_missing_or_unexecutable_program_fails_to_start_naming_it() {
+    host_env();
+    let missing = "/nonexistent/zkcron-no-such-binary";
+    let report = run_to_end(&spec("missing", Program::Argv(vec![missing.into()])), "r").await;
+    let error = failed_to_start(&report);
+    assert!(error.contains(missing), "{error}");
+    assert!(error.contains("No such file"), "{error}");
+
+    let not_in_path = "zkcron-no-such-command";
+    let report = run_to_end(
+        &spec("missing", Program::Argv(vec![not_in_path.into()])),
+        "r",
+    )
+    .await;
+    assert!(failed_to_start(&report).contains(not_in_path));
+
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("not-executable.sh");
+    std::fs::File::create(&script)
+        .unwrap()
+        .write_all(b"#!/bin/sh\ntrue\n")
+        .unwrap();
+    let report = run_to_end(
+        &spec("noexec", Program::Argv(vec![script.display().to_string()])),
+        "r",
+    )
+    .await;
+    let error = failed_to_start(&report);
+    assert!(error.contains(&script.display().to_string()), "{error}");
+    assert!(error.contains("Permission denied"), "{error}");
+
+    let report = run_to_end(&spec("empty", Program::Argv(vec![])), "r").await;
+    assert!(
+        failed_to_start(&report).contains("empty command"),
+        "{report:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_bad_working_dir_fails_to_start_naming_it() {
+    host_env();
+    let mut job = shell("bad-dir", "true");
+    let missing = "/nonexistent/zkcron-dir";
+    job.working_dir = Some(missing.into());
+    let report = run_to_end(&job, "r").await;
+    let error = failed_to_start(&report);
+    assert!(error.contains(missing), "{error}");
+    assert!(error.contains("No such file"), "{error}");
+
+    let file = tempfile::NamedTempFile::new().unwrap();
+    job.working_dir = Some(file.path().to_owned());
+    let report = run_to_end(&job, "r").await;
+    let error = failed_to_start(&report);
+    assert!(
+        error.contains(&file.path().display().to_string()),
+        "{error}"
+    );
+    assert!(error.contains("not a directory"), "{error}");
+}
+
+/// Collects JSON log lines of the events emitted while a future runs.
+#[derive(Clone, Default)]
+struct LogBuffer(Arc<Mutex<Vec<u8>>>);
+
+impl Write for LogBuffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log buffer").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl LogBuffer {
+    fn events(&self) -> Vec<serde_json::Value> {
+        let bytes = self.0.lock().expect("log buffer").clone();
+        String::from_utf8(bytes)
+            .expect("the JSON log is UTF-8")
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("one JSON event per line"))
+            .collect()
+    }
+}
+
+#[tokio::test]
+async fn output_lines_are_logged_with_job_and_run_id() {
+    host_env();
+    let job = shell(
+        "chatty",
+        r#"
+        echo "to stdout"
+        echo "to stderr" >&2
+        printf '\377bad\n'
+        head -c 100000 /dev/zero | tr '\0' a; echo
+        echo after
+        printf 'no newline'
+        "#,
+    );
+    let logs = LogBuffer::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .json()
+        .with_max_level(tracing::Level::INFO)
+        .with_writer(move || writer.clone())
+        .finish();
+    let report = run_to_end(&job, "run-77").with_subscriber(subscriber).await;
+    assert_eq!(report.outcome, RunOutcome::Exited { code: 0 });
+
+    let events = logs.events();
+    let output: Vec<&serde_json::Value> = events
+        .iter()
+        .map(|e| &e["fields"])
+        .filter(|f| f["message"] == "job output")
+        .collect();
+    for f in &output {
+        assert_eq!(f["job"], "chatty", "{f}");
+        assert_eq!(f["run_id"], "run-77", "{f}");
+    }
+    let line = |stream: &str, text: &str| {
+        output
+            .iter()
+            .any(|f| f["stream"] == stream && f["line"] == text)
+    };
+    assert!(line("stdout", "to stdout"), "{output:?}");
+    assert!(line("stderr", "to stderr"), "{output:?}");
+    assert!(
+        line("stdout", "\u{FFFD}bad"),
+        "invalid UTF-8 logged lossily"
+    );
+    assert!(line("stdout", "after"), "the line after a long one");
+    assert!(line("stdout", "no newline"), "an unterminated last line");
+    let long = output
+        .iter()
+        .find(|f| f["line"].as_str().is_some_and(|l| l.starts_with("aaaa")))
+        .expect("the long line is logged");
+    assert_eq!(long["line"].as_str().unwrap().len(), MAX_LINE_BYTES);
+    assert_eq!(long["truncated"], true);
+    assert_eq!(output.len(), 6, "one event per line: {output:?}");
+
+    let started = events
+        .iter()
+        .map(|e| &e["fields"])
+        .find(|f| f["message"] == "job started")
+        .expect("start logged");
+    assert_eq!(started["job"], "chatty");
+    assert_eq!(started["run_id"], "run-77");
+    assert!(started["pid"].as_u64().is_some_and(|p| p > 1), "{started}");
+    let finished = events
+        .iter()
+        .map(|e| &e["fields"])
+        .find(|f| f["message"] == "job finished")
+        .expect("end logged");
+    assert_eq!(finished["job"], "chatty");
+    assert_eq!(finished["run_id"], "run-77");
+    assert_eq!(finished["exit_code"], 0);
+    assert!(finished["duration_ms"].is_u64(), "{finished}");
+}
+
+#[tokio::test]
+async fn a_grandchild_holding_stdout_does_not_keep_run_from_returning() {
+    host_env();
+    let dir = tempfile::tempdir().unwrap();
+    let (job, out) = shell_out(
+        "leaves-child",
+        r#"sleep 30 & echo $! > "$OUT"; echo done"#,
+        &dir,
+    );
+    let began = Instant::now();
+    let report = run_to_end(&job, "r").await;
+    let took = began.elapsed();
+    let pids = pids(&read(&out));
+    let _cleanup = KillOnDrop(pids.clone());
+
+    assert_eq!(report.outcome, RunOutcome::Exited { code: 0 });
+    // The leader exits at once; only the bounded drain may hold `run` back.
+    assert!(
+        took < OUTPUT_DRAIN_AFTER_EXIT + SLACK,
+        "run waited {took:?} for output EOF"
+    );
+    assert_eq!(pids.len(), 1);
+    assert!(
+        !is_dead(pids[0]),
+        "a normal exit must not kill what the job left behind (cronie does not)"
+    );
+}
+
+/// The tests where orphaned grandchildren matter, again with this process as a child subreaper (as
+/// zkcron is as PID 1 of a container): leftover and killed grandchildren then become *our* children,
+/// and waiting for the whole group (process-wrap's `ProcessGroupChild::wait`) would block on them.
+#[test]
+fn as_a_child_subreaper_too() {
+    if std::env::var_os(SUBREAPER).is_some() {
+        return; // already the re-run
+    }
+    let tests = [
+        "a_grandchild_holding_stdout_does_not_keep_run_from_returning",
+        "timeout_stops_the_whole_group_including_grandchildren",
+        "a_job_ignoring_sigterm_is_killed_with_its_group_after_the_grace",
+        "dropping_the_run_future_kills_the_group",
+    ];
+    let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .arg("--exact")
+        .args(tests)
+        .env(SUBREAPER, "1")
+        .output()
+        .expect("re-run the test binary");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "as a subreaper:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(&format!("{} passed", tests.len())),
+        "all of them ran: {stdout}"
+    );
+}

@@ -1,0 +1,166 @@
+//! Real `zkcron run` processes and the fire log their jobs write, for the end-to-end tests.
+//!
+//! Owns: writing a node's schedule file, starting the built binary on it, signals by PID, killing
+//! it on drop, and reading back which node fired which tick.
+//! Must not: start ZooKeeper (that is `zk_cluster`).
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use super::zk_cluster::wait_for;
+
+/// A job line the fire log gets: every contract variable, space-separated.
+pub const RECORD_FIRE: &str = "echo \"$ZKCRON_SCHEDULED_UNIX_MS $ZKCRON_NODE $ZKCRON_FENCING_TOKEN $ZKCRON_JOB \
+$ZKCRON_RUN_ID $ZKCRON_ATTEMPT $ZKCRON_RESUMED $ZKCRON_SCHEDULED_AT\" >> ";
+
+/// One fire, as the job recorded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fire {
+    pub scheduled_ms: i64,
+    pub node: String,
+    pub token: i32,
+    pub job: String,
+    pub run_id: String,
+    pub attempt: u32,
+    pub resumed: String,
+    pub scheduled_at: String,
+}
+
+/// Reads a fire log; lines that do not parse fail the test (a job wrote garbage or interleaved).
+pub fn read_fires(path: &Path) -> Vec<Fire> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .map(|line| {
+            let f: Vec<&str> = line.split(' ').collect();
+            assert_eq!(f.len(), 8, "fire log line {line:?}");
+            Fire {
+                scheduled_ms: f[0].parse().expect("scheduled ms"),
+                node: f[1].to_owned(),
+                token: f[2].parse().expect("token"),
+                job: f[3].to_owned(),
+                run_id: f[4].to_owned(),
+                attempt: f[5].parse().expect("attempt"),
+                resumed: f[6].to_owned(),
+                scheduled_at: f[7].to_owned(),
+            }
+        })
+        .collect()
+}
+
+/// A running `zkcron run`.
+pub struct DaemonNode {
+    pub node_id: String,
+    pub config: PathBuf,
+    child: Child,
+    log: PathBuf,
+    exited: Option<ExitStatus>,
+}
+
+impl DaemonNode {
+    /// Writes `schedule` (which must not set `[lock] node_id`) with this node's id into `dir` and
+    /// starts `zkcron run` on it.
+    pub fn start(dir: &Path, node_id: &str, schedule: &str) -> Self {
+        let config = dir.join(format!("{node_id}.toml"));
+        std::fs::write(&config, with_node_id(schedule, node_id)).expect("write node config");
+        let log = dir.join(format!("{node_id}.log"));
+        let stderr = File::options()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .expect("node log");
+        let child = Command::new(env!("CARGO_BIN_EXE_zkcron"))
+            .args(["--log-level", "zkcron=debug,info", "run", "--config"])
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("spawn zkcron run");
+        Self {
+            node_id: node_id.to_owned(),
+            config,
+            child,
+            log,
+            exited: None,
+        }
+    }
+
+    /// Replaces this node's schedule file (keeping its node_id) — then send SIGHUP to reload.
+    pub fn rewrite(&self, schedule: &str) {
+        std::fs::write(&self.config, with_node_id(schedule, &self.node_id))
+            .expect("rewrite config");
+    }
+
+    pub fn pid(&self) -> Pid {
+        Pid::from_raw(i32::try_from(self.child.id()).expect("pid fits i32"))
+    }
+
+    pub fn signal(&self, signal: Signal) {
+        kill(self.pid(), signal)
+            .unwrap_or_else(|err| panic!("{signal} to {}: {err}", self.node_id));
+    }
+
+    /// SIGKILL, and reap.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        self.exited = self.child.wait().ok();
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    pub async fn wait_exit(&mut self, within: Duration) -> ExitStatus {
+        let child = &mut self.child;
+        let status = wait_for(&format!("{} exits", self.node_id), within, || {
+            let status = child.try_wait().ok().flatten();
+            async move { status }
+        })
+        .await;
+        self.exited = Some(status);
+        status
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits until the log contains `text`.
+    pub async fn wait_log(&self, text: &str, within: Duration) {
+        let what = format!("{} logs {text:?}", self.node_id);
+        let found = tokio::time::timeout(
+            within + Duration::from_millis(100),
+            wait_for(&what, within, || {
+                let found = self.log().contains(text);
+                async move { found.then_some(()) }
+            }),
+        )
+        .await;
+        assert!(found.is_ok(), "{what}\n{}", self.log_tail());
+    }
+
+    pub fn log_tail(&self) -> String {
+        let log = self.log();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+}
+
+impl Drop for DaemonNode {
+    fn drop(&mut self) {
+        if self.exited.is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn with_node_id(schedule: &str, node_id: &str) -> String {
+    assert!(schedule.contains("[lock]\n"), "schedule has a [lock] table");
+    schedule.replacen("[lock]\n", &format!("[lock]\nnode_id = \"{node_id}\"\n"), 1)
+}

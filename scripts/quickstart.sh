@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Quick start: a throwaway single-node ZooKeeper on a free port (unless ZKCRON_ZK names one), and
-# three zkcron nodes contending for one lock. Their lock events are printed as they happen.
+# three `zkcron run` nodes sharing one schedule. Every fire is printed with the node that fired it.
 # Ctrl-C stops everything this script started.
 #
 #   scripts/quickstart.sh            # throwaway ZooKeeper
@@ -50,16 +50,36 @@ CFG
 fi
 
 cargo build --release --quiet
+# The example schedule's shape, with one job that shows itself every 2 seconds.
+fires="$work/fires.log"
+touch "$fires"
 for node in node-a node-b node-c; do
-  target/release/zkcron lock-demo --connect "$connect/zkcron-quickstart" --name demo --node-id "$node" \
-    --session-timeout 4s --takeover-delay 5s 2>"$work/$node.log" > >(sed -u "s/^/[$node] /") &
+  cat > "$work/$node.toml" <<TOML
+[zookeeper]
+connect = "$connect/zkcron-quickstart"
+session_timeout = "4s"
+
+[lock]
+name = "quickstart"
+takeover_delay = "5s"
+node_id = "$node"
+
+[[job]]
+name = "hello"
+schedule = "*/2 * * * * *"
+shell = 'echo "\$ZKCRON_SCHEDULED_AT fired by \$ZKCRON_NODE (fencing token \$ZKCRON_FENCING_TOKEN)" >> $fires'
+TOML
+  target/release/zkcron check "$work/$node.toml" >/dev/null
+  target/release/zkcron run --config "$work/$node.toml" 2>"$work/$node.log" &
   pids+=($!)
-  sleep 0.2
 done
 cat <<TXT
-three nodes contend for lock "demo": exactly one prints 'acquired'.
-try it: kill -9 the owner (pgrep -f 'node-id node-a') and watch another take over after
+three nodes (node-a, node-b, node-c) run job "hello" every 2 s; exactly one of them fires it:
+try it: kill -9 the owner (pgrep -f '$work/node-a.toml') and watch another take over after
 session timeout (4s) + takeover delay (5s); kill -TERM it for a handoff within a second.
+status: target/release/zkcron status --config $work/node-a.toml
 logs: $work/*.log — Ctrl-C stops everything.
 TXT
+tail -n +1 -f "$fires" &
+pids+=($!)
 wait

@@ -273,3 +273,81 @@ async fn sighup_reload_adds_a_job_and_survives_a_broken_file() {
         "b never fired before its reload"
     );
 }
+
+#[tokio::test]
+async fn status_shows_owner_token_and_members_and_fails_without_zookeeper() {
+    let _serial = fault_lock();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let fires = dir.path().join("fires.log");
+    let text = schedule("e2e-status", &every_second("tick", &fires));
+    let nodes = [
+        DaemonNode::start(dir.path(), "s1", &text),
+        DaemonNode::start(dir.path(), "s2", &text),
+    ];
+    let owner = wait_fire(&fires, "a first fire", 0, SESSION * 5, |_| true)
+        .await
+        .node;
+
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_zkcron"))
+        .args(["status", "--config"])
+        .arg(&nodes[0].config)
+        .output()
+        .expect("run zkcron status");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains(&format!("owner:         {owner} (ip ")),
+        "names the owner\n{stdout}"
+    );
+    assert!(
+        stdout.contains("fencing token: 1 (latest acquisition by"),
+        "shows the token\n{stdout}"
+    );
+    assert!(
+        stdout.contains("members:       2"),
+        "both members\n{stdout}"
+    );
+    for node in &nodes {
+        assert!(
+            stdout.contains(&format!("  {}  ip ", node.node_id)),
+            "lists {}\n{stdout}",
+            node.node_id
+        );
+    }
+
+    // Nothing listens on a port we just bound and released.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let unreachable = dir.path().join("unreachable.toml");
+    let text = format!(
+        "[zookeeper]\nconnect = \"127.0.0.1:{port}\"\nconnect_timeout = \"1s\"\n[lock]\nname = \"x\"\n"
+    );
+    std::fs::write(&unreachable, text).expect("write config");
+    let started = std::time::Instant::now();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_zkcron"))
+        .args(["status", "--config"])
+        .arg(&unreachable)
+        .output()
+        .expect("run zkcron status");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "unreachable zookeeper is a runtime failure\n{stderr}"
+    );
+    assert!(
+        stderr.contains("cannot reach zookeeper within 1s"),
+        "{stderr}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(1) + SLACK,
+        "connect_timeout bounds it"
+    );
+}

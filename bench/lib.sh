@@ -1,0 +1,245 @@
+# shellcheck shell=bash
+# Shared helpers of the bench/ scripts: a throwaway ZooKeeper on loopback, the zkcron binary,
+# bounded waits, and cleanup by PID. Sourced, not run. Everything started here is recorded in
+# BENCH_PIDS and stopped by bench_cleanup (the caller's EXIT/INT/TERM trap).
+#
+# Nothing here talks to anything but 127.0.0.1.
+
+BENCH_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BENCH_PIDS=()
+BENCH_WORK=""
+BENCH_KEEP=0
+ZK_JAR=/usr/share/java/zookeeper.jar
+ZK_CONF_DIR=/etc/zookeeper/conf
+SLF4J_SIMPLE_JAR=/usr/share/java/slf4j-simple.jar
+ZK_CLIENT_PORTS=()
+ZK_CONNECT=""
+
+bench_die() {
+  echo "error: $*" >&2
+  exit 1
+}
+
+bench_now() { echo "$EPOCHREALTIME"; }
+
+# True while PID is a live (not zombie) process.
+bench_alive() {
+  local pid=$1 state
+  [[ -r /proc/$pid/stat ]] || return 1
+  state=$(awk '{ sub(/^.*\) /, ""); print $1 }' "/proc/$pid/stat" 2>/dev/null) || return 1
+  [[ -n "$state" && "$state" != Z && "$state" != X ]]
+}
+
+# bench_stop PID SECONDS: SIGTERM, wait up to SECONDS, then SIGKILL; reaps our children.
+bench_stop() {
+  local pid=$1 seconds=$2 i
+  kill -TERM "$pid" 2>/dev/null || true
+  for ((i = 0; i < seconds * 10; i++)); do
+    bench_alive "$pid" || break
+    sleep 0.1
+  done
+  if bench_alive "$pid"; then
+    echo "warning: PID $pid still alive ${seconds}s after SIGTERM; sending SIGKILL" >&2
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  wait "$pid" 2>/dev/null || true
+}
+
+bench_cleanup() {
+  local status=$?
+  trap - EXIT INT TERM
+  local i
+  # Newest first: zkcron before the ZooKeeper servers it talks to.
+  for ((i = ${#BENCH_PIDS[@]} - 1; i >= 0; i--)); do
+    bench_stop "${BENCH_PIDS[i]}" 10
+  done
+  if [[ -n "$BENCH_WORK" && -d "$BENCH_WORK" ]]; then
+    if ((BENCH_KEEP)); then
+      echo "kept work dir: $BENCH_WORK" >&2
+    else
+      rm -rf "$BENCH_WORK"
+    fi
+  fi
+  exit "$status"
+}
+
+bench_on_signal() {
+  echo "interrupted: stopping everything this script started" >&2
+  exit 130 # runs bench_cleanup via the EXIT trap
+}
+
+# Call first: makes the work dir and installs the traps.
+bench_init() {
+  BENCH_WORK=$(mktemp -d -t "zkcron-bench.XXXXXX")
+  trap bench_cleanup EXIT
+  trap bench_on_signal INT TERM
+}
+
+# Drops PID from BENCH_PIDS (after the caller stopped it itself).
+bench_forget() {
+  local pid=$1 kept=() p
+  for p in "${BENCH_PIDS[@]}"; do [[ "$p" == "$pid" ]] || kept+=("$p"); done
+  BENCH_PIDS=("${kept[@]}")
+}
+
+# bench_free_ports N: N distinct free loopback ports (all bound at once, then released).
+bench_free_ports() {
+  python3 - "$1" <<'PY'
+import socket, sys
+socks = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+PY
+}
+
+# bench_4lw PORT CMD: a ZooKeeper four-letter word, bounded by a 2 s timeout; empty on failure.
+bench_4lw() {
+  python3 - "$1" "$2" <<'PY' 2>/dev/null || true
+import socket, sys
+try:
+    with socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=2) as s:
+        s.sendall(sys.argv[2].encode())
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    sys.stdout.write(data.decode(errors="replace"))
+except OSError:
+    pass
+PY
+}
+
+bench_zk_version() {
+  dpkg-query -W -f='${Version}' zookeeper 2>/dev/null || echo "unknown (not a Debian package)"
+}
+
+# bench_zk_start N: starts N ZooKeeper servers (1 = standalone, 3 = ensemble) on free loopback
+# ports with ZooKeeper's default durability (forceSync=yes: every transaction is fsynced to the
+# log before it is acknowledged). Sets ZK_CONNECT and ZK_CLIENT_PORTS; waits (bounded) for a
+# serving quorum.
+bench_zk_start() {
+  local n=$1 i
+  [[ -f "$ZK_JAR" ]] || bench_die "ZooKeeper is not installed: apt-get install -y zookeeper"
+  command -v java >/dev/null || bench_die "java is missing: apt-get install -y default-jre-headless"
+  local ports
+  read -r -a ports <<<"$(bench_free_ports $((3 * n)))"
+  ZK_CLIENT_PORTS=("${ports[@]:0:n}")
+  local classpath="$ZK_CONF_DIR:$ZK_JAR"
+  [[ -f "$SLF4J_SIMPLE_JAR" ]] && classpath+=":$SLF4J_SIMPLE_JAR"
+  local connect=()
+  for ((i = 0; i < n; i++)); do
+    local dir="$BENCH_WORK/zk$i"
+    mkdir -p "$dir/data"
+    cat >"$dir/zoo.cfg" <<CFG
+tickTime=2000
+initLimit=10
+syncLimit=5
+dataDir=$dir/data
+clientPort=${ZK_CLIENT_PORTS[i]}
+clientPortAddress=127.0.0.1
+maxClientCnxns=0
+4lw.commands.whitelist=*
+admin.enableServer=false
+reconfigEnabled=false
+CFG
+    if ((n > 1)); then
+      local peer
+      for ((peer = 0; peer < n; peer++)); do
+        echo "server.$((peer + 1))=127.0.0.1:${ports[n + 2 * peer]}:${ports[n + 2 * peer + 1]}" >>"$dir/zoo.cfg"
+      done
+      echo "$((i + 1))" >"$dir/data/myid"
+    fi
+    java -Xmx256m -XX:+UseSerialGC -XX:-UsePerfData -Djava.net.preferIPv4Stack=true \
+      -Dorg.slf4j.simpleLogger.showDateTime=true \
+      -Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS \
+      "-Dzookeeper.log.dir=$dir" -cp "$classpath" \
+      org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/zoo.cfg" \
+      </dev/null >"$dir/zookeeper.log" 2>&1 &
+    BENCH_PIDS+=($!)
+    connect+=("127.0.0.1:${ZK_CLIENT_PORTS[i]}")
+  done
+  ZK_CONNECT=$(
+    IFS=,
+    echo "${connect[*]}"
+  )
+  # Serving: every server answers srvr with a Mode, and there is a leader (or a standalone).
+  local deadline=$((SECONDS + 60)) modes
+  while ((SECONDS < deadline)); do
+    modes=""
+    for ((i = 0; i < n; i++)); do
+      modes+=" $(bench_4lw "${ZK_CLIENT_PORTS[i]}" srvr | sed -n 's/^Mode: //p')"
+    done
+    if [[ $(wc -w <<<"$modes") -eq $n && "$modes" =~ (leader|standalone) ]]; then
+      return 0
+    fi
+    sleep 0.2
+  done
+  for ((i = 0; i < n; i++)); do
+    echo "--- tail of $BENCH_WORK/zk$i/zookeeper.log" >&2
+    tail -n 20 "$BENCH_WORK/zk$i/zookeeper.log" >&2 || true
+  done
+  bench_die "ZooKeeper did not serve within 60 s (modes:$modes)"
+}
+
+# The client port of the server that orders writes (leader or standalone).
+bench_zk_leader_port() {
+  local port
+  for port in "${ZK_CLIENT_PORTS[@]}"; do
+    if bench_4lw "$port" srvr | grep -qE '^Mode: (leader|standalone)'; then
+      echo "$port"
+      return 0
+    fi
+  done
+  return 1
+}
+
+# bench_binary PATH: prints the zkcron binary to use; builds a release binary when PATH is empty.
+bench_binary() {
+  local given=$1
+  if [[ -n "$given" ]]; then
+    [[ -x "$given" ]] || bench_die "--binary $given is not an executable file"
+    echo "$given"
+    return 0
+  fi
+  local target=${CARGO_TARGET_DIR:-$BENCH_REPO/target}
+  echo "building a release zkcron (cargo build --release, target dir $target)..." >&2
+  (cd "$BENCH_REPO" && cargo build --release --quiet --bin zkcron) >&2 ||
+    bench_die "cargo build --release failed"
+  echo "$target/release/zkcron"
+}
+
+# bench_wait_log FILE REGEX SECONDS PID: waits until FILE has a line matching REGEX; fails when
+# PID exits first or SECONDS pass.
+bench_wait_log() {
+  local file=$1 regex=$2 seconds=$3 pid=$4 i
+  for ((i = 0; i < seconds * 20; i++)); do
+    if grep -qE "$regex" "$file" 2>/dev/null; then return 0; fi
+    if ! bench_alive "$pid"; then
+      echo "--- tail of $file" >&2
+      tail -n 30 "$file" >&2 || true
+      bench_die "PID $pid exited before logging /$regex/"
+    fi
+    sleep 0.05
+  done
+  echo "--- tail of $file" >&2
+  tail -n 30 "$file" >&2 || true
+  bench_die "no /$regex/ in $file within ${seconds}s"
+}
+
+# The machine, for the report.
+bench_print_machine() {
+  local mem_mib
+  mem_mib=$(awk '/^MemTotal:/ { printf "%d", $2 / 1024 }' /proc/meminfo)
+  printf '%-18s %s\n' "nproc" "$(nproc)"
+  printf '%-18s %s\n' "cpu" "$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
+  printf '%-18s %s\n' "memory" "${mem_mib} MiB"
+  printf '%-18s %s\n' "kernel" "$(uname -srm)"
+  printf '%-18s %s\n' "java" "$(java -version 2>&1 | head -n 1)"
+  printf '%-18s %s\n' "zookeeper" "$(bench_zk_version)"
+  printf '%-18s %s\n' "work dir fs" "$(df -PT "$BENCH_WORK" | awk 'NR == 2 { print $2 " (" $1 ")" }')"
+}

@@ -134,6 +134,8 @@ pub async fn run(
     };
 
     // Stop firing, then hand the lock over at once, then stop the jobs within their grace.
+    // systemd reads STOPPING=1 as "beginning its shutdown".
+    notify_systemd(&[sd_notify::NotifyState::Stopping]);
     firing.stop_firing.cancel();
     lock_shutdown.cancel();
     if !driver.is_finished() {
@@ -148,7 +150,6 @@ pub async fn run(
     firing.stop_runs.cancel();
     firing.tracker.close();
     firing.tracker.wait().await;
-    notify_systemd(&[sd_notify::NotifyState::Stopping]);
     tracing::info!("zkcron stopped");
     exit
 }

@@ -351,3 +351,35 @@ async fn status_shows_owner_token_and_members_and_fails_without_zookeeper() {
         "connect_timeout bounds it"
     );
 }
+
+#[tokio::test]
+async fn systemd_hears_ready_after_the_session_is_up_and_stopping_on_stop() {
+    let _serial = fault_lock();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let socket_path = dir.path().join("notify.sock");
+    let socket = tokio::net::UnixDatagram::bind(&socket_path).expect("notify socket");
+    let fires = dir.path().join("fires.log");
+    let text = schedule("e2e-notify", &every_second("tick", &fires));
+    let mut node =
+        DaemonNode::start_with_env(dir.path(), "sd", &text, &[("NOTIFY_SOCKET", &socket_path)]);
+
+    let mut buf = [0u8; 512];
+    let received = tokio::time::timeout(SESSION * 5, socket.recv(&mut buf)).await;
+    let len = received.expect("READY within the bound").expect("recv");
+    let message = String::from_utf8_lossy(&buf[..len]).into_owned();
+    assert!(
+        message.contains("READY=1"),
+        "first message is READY=1: {message:?}"
+    );
+    assert!(
+        node.log().contains("zookeeper session established"),
+        "READY only once the session is up"
+    );
+
+    node.signal(Signal::SIGTERM);
+    let received = tokio::time::timeout(Duration::from_secs(5), socket.recv(&mut buf)).await;
+    let len = received.expect("STOPPING within the bound").expect("recv");
+    let message = String::from_utf8_lossy(&buf[..len]).into_owned();
+    assert!(message.contains("STOPPING=1"), "{message:?}");
+    assert!(node.wait_exit(Duration::from_secs(5)).await.success());
+}

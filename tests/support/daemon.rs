@@ -65,6 +65,16 @@ impl DaemonNode {
     /// Writes `schedule` (which must not set `[lock] node_id`) with this node's id into `dir` and
     /// starts `zkcron run` on it.
     pub fn start(dir: &Path, node_id: &str, schedule: &str) -> Self {
+        Self::start_with_env(dir, node_id, schedule, &[])
+    }
+
+    /// Like [`DaemonNode::start`], with extra environment variables (e.g. `NOTIFY_SOCKET`).
+    pub fn start_with_env(
+        dir: &Path,
+        node_id: &str,
+        schedule: &str,
+        env: &[(&str, &Path)],
+    ) -> Self {
         let config = dir.join(format!("{node_id}.toml"));
         std::fs::write(&config, with_node_id(schedule, node_id)).expect("write node config");
         let log = dir.join(format!("{node_id}.log"));
@@ -76,6 +86,7 @@ impl DaemonNode {
         let child = Command::new(env!("CARGO_BIN_EXE_zkcron"))
             .args(["--log-level", "zkcron=debug,info", "run", "--config"])
             .arg(&config)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)

@@ -5,6 +5,8 @@
 //! the tick claim that also creates the run record).
 //! Must not: spawn processes or decide lock policy.
 
+pub mod record;
+
 use zookeeper_client::{Client, MultiWriteError};
 
 use crate::ids::FencingToken;

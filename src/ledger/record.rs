@@ -1,0 +1,147 @@
+//! The run record stored at `<root>/<lock>/runs/<job>/<tick_ms>` (DESIGN.md "ZooKeeper layout").
+//!
+//! Owns: the record's JSON format, its status lifecycle, and parsing untrusted record data.
+//! Must not: do I/O.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{FencingToken, JobName, NodeId};
+
+/// Where a run is in its life. `Claimed` → `Running` → one of the ends; `Interrupted` and
+/// `Skipped` are written by the node that finds them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// The tick is ours; the process has not started yet.
+    Claimed,
+    Running,
+    Succeeded,
+    Failed,
+    TimedOut,
+    Cancelled,
+    /// Its owner died or lost its session while it was claimed or running.
+    Interrupted,
+    /// Not run, for the reason in `error` (e.g. a run of the job was still alive).
+    Skipped,
+}
+
+impl RunStatus {
+    /// True once nothing will change the record any more (except a retry or rerun).
+    pub fn is_final(self) -> bool {
+        !matches!(self, RunStatus::Claimed | RunStatus::Running)
+    }
+}
+
+/// One tick of one job, as recorded in ZooKeeper.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub job: JobName,
+    pub run_id: String,
+    pub node_id: NodeId,
+    pub ip: String,
+    pub fencing_token: FencingToken,
+    pub scheduled_unix_ms: i64,
+    pub claimed_unix_ms: i64,
+    #[serde(default)]
+    pub started_unix_ms: Option<i64>,
+    #[serde(default)]
+    pub finished_unix_ms: Option<i64>,
+    pub status: RunStatus,
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+    #[serde(default)]
+    pub signal: Option<i32>,
+    pub attempt: u32,
+    /// Why it could not start, was skipped, or was interrupted.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+impl RunRecord {
+    /// Serialises for the znode; cannot fail for this plain struct.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// Parses a record read from ZooKeeper.
+    ///
+    /// # Errors
+    /// The data is not a record we write (foreign or corrupted): log it with its path and skip it.
+    pub fn parse(data: &[u8]) -> Result<Self, serde_json::Error> {
+        serde_json::from_slice(data)
+    }
+}
+
+/// The child name of a tick's record: its scheduled instant in ms, as a decimal number.
+pub fn tick_node_name(scheduled_unix_ms: i64) -> String {
+    scheduled_unix_ms.to_string()
+}
+
+/// The scheduled instant a record's child name stands for; `None` for foreign names.
+pub fn parse_tick_node_name(name: &str) -> Option<i64> {
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    name.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record() -> RunRecord {
+        RunRecord {
+            job: JobName::new("nightly"),
+            run_id: "nightly-1000".into(),
+            node_id: NodeId::new("n1"),
+            ip: "10.0.0.1".into(),
+            fencing_token: FencingToken(3),
+            scheduled_unix_ms: 1000,
+            claimed_unix_ms: 750,
+            started_unix_ms: None,
+            finished_unix_ms: None,
+            status: RunStatus::Claimed,
+            exit_code: None,
+            signal: None,
+            attempt: 1,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn records_round_trip_and_status_is_snake_case() {
+        let rec = record();
+        let bytes = rec.to_bytes();
+        assert_eq!(RunRecord::parse(&bytes).unwrap(), rec);
+        let text = String::from_utf8(bytes).unwrap();
+        assert!(text.contains("\"status\":\"claimed\""), "{text}");
+        let timed_out = RunRecord {
+            status: RunStatus::TimedOut,
+            ..record()
+        };
+        assert!(
+            String::from_utf8(timed_out.to_bytes())
+                .unwrap()
+                .contains("\"timed_out\"")
+        );
+    }
+
+    #[test]
+    fn foreign_data_and_names_are_refused_not_panicked_on() {
+        assert!(RunRecord::parse(b"{\"job\":1}").is_err());
+        assert!(RunRecord::parse(b"\xff").is_err());
+        assert_eq!(
+            parse_tick_node_name("1700000000000"),
+            Some(1_700_000_000_000)
+        );
+        for foreign in ["", "-1", "12a", "lock", "99999999999999999999999"] {
+            assert_eq!(parse_tick_node_name(foreign), None, "{foreign:?}");
+        }
+    }
+
+    #[test]
+    fn only_claimed_and_running_are_open() {
+        assert!(!RunStatus::Claimed.is_final() && !RunStatus::Running.is_final());
+        assert!(RunStatus::Succeeded.is_final() && RunStatus::Interrupted.is_final());
+    }
+}

@@ -1,66 +1,273 @@
-//! What the lock group records in ZooKeeper about ticks: for now, the per-tick ownership proof.
+//! What the lock group records in ZooKeeper about ticks: claims, run records, pruning.
 //!
-//! Owns: the tick's one round trip that proves we still own the lock (DESIGN.md "ZooKeeper
-//! layout": a check of the epoch at our fencing token; issue "Exactly once per tick" turns it into
-//! the tick claim that also creates the run record).
+//! Owns: the tick claim — one multi-op that checks the epoch at our fencing token and creates
+//! the tick's run record, so a tick fires at most once in the cluster even when two nodes both
+//! believe they own the lock (DESIGN.md "ZooKeeper layout") — and the compare-and-set updates of
+//! a record through its life, reading records back for `history`, and pruning old ones.
 //! Must not: spawn processes or decide lock policy.
 
 pub mod record;
 
-use zookeeper_client::{Client, MultiWriteError};
+use zookeeper_client::{Acls, CheckWriteError, Client, CreateMode, Error as ZkErr};
 
-use crate::ids::FencingToken;
+use crate::ids::{FencingToken, JobName};
+use crate::lock::driver::LockPaths;
+use record::{RunRecord, parse_tick_node_name, tick_node_name};
 
-/// Why a tick could not be proved ours.
+/// The ledger's znodes under one lock group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerPaths {
+    pub epoch: String,
+    pub runs: String,
+}
+
+impl LedgerPaths {
+    /// The ledger of the lock group at `lock`.
+    pub fn new(lock: &LockPaths) -> Self {
+        Self {
+            epoch: lock.epoch.clone(),
+            runs: format!("{}/runs", lock.dir),
+        }
+    }
+
+    /// The parent of one job's records.
+    pub fn job_runs(&self, job: &JobName) -> String {
+        format!("{}/{job}", self.runs)
+    }
+
+    /// One tick's record.
+    pub fn record(&self, job: &JobName, scheduled_unix_ms: i64) -> String {
+        format!("{}/{job}/{}", self.runs, tick_node_name(scheduled_unix_ms))
+    }
+}
+
+/// Why a tick was not claimed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClaimError {
     #[error("lock lost before the tick: the epoch has moved past token {token}")]
     NotOwner { token: FencingToken },
+    #[error("tick {scheduled_unix_ms} of job {job} is already claimed")]
+    AlreadyClaimed {
+        job: JobName,
+        scheduled_unix_ms: i64,
+    },
     #[error("zookeeper request on {path} failed")]
     Zk {
         path: String,
         #[source]
-        source: zookeeper_client::Error,
+        source: ZkErr,
     },
 }
 
-/// Proves in one round trip that nobody acquired the lock since we did and that our session is
-/// alive: a multi-op whose only operation checks the epoch's version against our token. A write
-/// path operation, so the leader orders it — a plain read could be served stale by a follower.
+/// A tick we claimed: its record and the record's znode version, for compare-and-set updates.
+#[derive(Debug, Clone)]
+pub struct Claim {
+    pub path: String,
+    pub version: i32,
+    pub record: RunRecord,
+}
+
+/// A failed update of a claimed record.
+#[derive(Debug, thiserror::Error)]
+pub enum UpdateError {
+    #[error("run record {path} was changed by someone else; not overwriting it")]
+    Conflict { path: String },
+    #[error("zookeeper request on {path} failed")]
+    Zk {
+        path: String,
+        #[source]
+        source: ZkErr,
+    },
+}
+
+/// Claims `record`'s tick in one round trip: `check(epoch, token)` + create the record.
+///
+/// The request is sent when this is called (so a claim sent ahead of its tick is on the wire
+/// while the caller sleeps); only the very first claim of a job, whose parent node is missing,
+/// takes a second round trip to create it.
 ///
 /// # Errors
-/// `NotOwner` when the epoch moved on; `Zk` when the request failed (an expired session fails here
-/// with `SessionExpired`).
+/// `NotOwner` when anyone acquired the lock after us (the check fails); `AlreadyClaimed` when the
+/// record exists; `Zk` otherwise — an expired session fails here with `SessionExpired`.
 ///
 /// # Cancellation safety
-/// The request is sent when this is called, not when awaited; dropping the future only drops the
-/// answer.
-pub fn prove_ownership<'c>(
+/// Dropping the future drops the answer, not the request: the claim may still happen.
+pub fn claim<'c>(
     client: &'c Client,
-    epoch_path: &str,
-    token: FencingToken,
-) -> impl Future<Output = Result<(), ClaimError>> + Send + 'c {
-    let zk_err = |source| ClaimError::Zk {
-        path: epoch_path.to_owned(),
-        source,
-    };
-    let mut multi = client.new_multi_writer();
-    let sent = multi
-        .add_check_version(epoch_path, token.0)
-        .map(|()| multi.commit())
-        .map_err(zk_err);
-    let path = epoch_path.to_owned();
+    paths: &LedgerPaths,
+    record: RunRecord,
+    acls: Acls<'static>,
+) -> impl Future<Output = Result<Claim, ClaimError>> + Send + 'c {
+    let path = paths.record(&record.job, record.scheduled_unix_ms);
+    let parent = paths.job_runs(&record.job);
+    let epoch = paths.epoch.clone();
+    let first = send_claim(client, &epoch, &path, &record, acls);
     async move {
-        match sent?.await {
-            Ok(_) => Ok(()),
-            Err(MultiWriteError::OperationFailed {
-                source: zookeeper_client::Error::BadVersion,
+        let result = match first {
+            Ok(sent) => sent.await,
+            Err(err) => Err(err),
+        };
+        let version = match classify(result, &epoch, &path, &record) {
+            Err(ClaimError::Zk {
+                source: ZkErr::NoNode,
                 ..
-            }) => Err(ClaimError::NotOwner { token }),
-            Err(
-                MultiWriteError::OperationFailed { source, .. }
-                | MultiWriteError::RequestFailed { source },
-            ) => Err(ClaimError::Zk { path, source }),
+            }) => {
+                // The job's first tick: make its parent, then claim once more.
+                crate::zk::ensure_persistent(client, &parent, acls)
+                    .await
+                    .map_err(|err| match err {
+                        crate::zk::ZkError::Request { path, source } => {
+                            ClaimError::Zk { path, source }
+                        }
+                        other => ClaimError::Zk {
+                            path: parent.clone(),
+                            source: ZkErr::UnexpectedError(other.to_string()),
+                        },
+                    })?;
+                let again = send_claim(client, &epoch, &path, &record, acls);
+                let result = match again {
+                    Ok(sent) => sent.await,
+                    Err(err) => Err(err),
+                };
+                classify(result, &epoch, &path, &record)?
+            }
+            other => other?,
+        };
+        Ok(Claim {
+            path,
+            version,
+            record,
+        })
+    }
+}
+
+type ClaimReply = Result<Vec<zookeeper_client::MultiWriteResult>, CheckWriteError>;
+
+/// Builds and sends the claim multi; the returned future only awaits the reply.
+fn send_claim<'c>(
+    client: &'c Client,
+    epoch: &str,
+    path: &str,
+    record: &RunRecord,
+    acls: Acls<'static>,
+) -> Result<impl Future<Output = ClaimReply> + Send + use<'c>, CheckWriteError> {
+    let mut writer = client.new_check_writer(epoch, Some(record.fencing_token.0))?;
+    writer.add_create(
+        path,
+        &record.to_bytes(),
+        &CreateMode::Persistent.with_acls(acls),
+    )?;
+    Ok(writer.commit())
+}
+
+/// The record's version (0: just created), or why the claim failed.
+fn classify(
+    result: ClaimReply,
+    epoch: &str,
+    path: &str,
+    record: &RunRecord,
+) -> Result<i32, ClaimError> {
+    match result {
+        Ok(_) => Ok(0),
+        Err(CheckWriteError::CheckFailed {
+            source: ZkErr::BadVersion | ZkErr::NoNode,
+        }) => Err(ClaimError::NotOwner {
+            token: record.fencing_token,
+        }),
+        Err(CheckWriteError::CheckFailed { source }) => Err(ClaimError::Zk {
+            path: epoch.to_owned(),
+            source,
+        }),
+        Err(CheckWriteError::OperationFailed {
+            source: ZkErr::NodeExists,
+            ..
+        }) => Err(ClaimError::AlreadyClaimed {
+            job: record.job.clone(),
+            scheduled_unix_ms: record.scheduled_unix_ms,
+        }),
+        Err(
+            CheckWriteError::OperationFailed { source, .. }
+            | CheckWriteError::RequestFailed { source },
+        ) => Err(ClaimError::Zk {
+            path: path.to_owned(),
+            source,
+        }),
+    }
+}
+
+/// Writes `claim.record` over the stored record if nobody else changed it since we did.
+///
+/// # Errors
+/// `Conflict` when the record's version moved (another node marked it, e.g. as interrupted);
+/// `Zk` when the request failed. Callers log both: an update is never silently dropped.
+pub async fn update(client: &Client, claim: &mut Claim) -> Result<(), UpdateError> {
+    match client
+        .set_data(&claim.path, &claim.record.to_bytes(), Some(claim.version))
+        .await
+    {
+        Ok(stat) => {
+            claim.version = stat.version;
+            Ok(())
+        }
+        Err(ZkErr::BadVersion | ZkErr::NoNode) => Err(UpdateError::Conflict {
+            path: claim.path.clone(),
+        }),
+        Err(source) => Err(UpdateError::Zk {
+            path: claim.path.clone(),
+            source,
+        }),
+    }
+}
+
+/// Reads who holds a claimed tick, for the log line of a node whose claim lost.
+pub async fn read_record(client: &Client, path: &str) -> Option<RunRecord> {
+    let (data, _) = client.get_data(path).await.ok()?;
+    RunRecord::parse(&data)
+        .inspect_err(|err| tracing::warn!(path, error = %err, "unreadable run record"))
+        .ok()
+}
+
+/// The newest `limit` records of `job`, newest first. Foreign child names and unreadable records
+/// are logged with their path and skipped.
+///
+/// # Errors
+/// Listing the job's records failed (a missing job means no records, not an error).
+pub async fn history(
+    client: &Client,
+    paths: &LedgerPaths,
+    job: &JobName,
+    limit: usize,
+) -> Result<Vec<RunRecord>, ClaimError> {
+    let parent = paths.job_runs(job);
+    let children = match client.list_children(&parent).await {
+        Ok(children) => children,
+        Err(ZkErr::NoNode) => return Ok(Vec::new()),
+        Err(source) => {
+            return Err(ClaimError::Zk {
+                path: parent,
+                source,
+            });
+        }
+    };
+    let mut ticks: Vec<i64> = children
+        .iter()
+        .filter_map(|name| {
+            let tick = parse_tick_node_name(name);
+            if tick.is_none() {
+                tracing::warn!(
+                    path = format!("{parent}/{name}"),
+                    "not a run record name; skipped"
+                );
+            }
+            tick
+        })
+        .collect();
+    ticks.sort_unstable_by(|a, b| b.cmp(a));
+    let mut records = Vec::new();
+    for tick in ticks.into_iter().take(limit) {
+        if let Some(record) = read_record(client, &paths.record(job, tick)).await {
+            records.push(record);
         }
     }
+    Ok(records)
 }

@@ -327,6 +327,12 @@ impl Firing {
                 tracing::warn!(job = %job.spec.name, %tick, "not firing: the lock was lost after the claim");
                 continue;
             }
+            // Woken from a freeze (SIGSTOP, a VM pause) the view can still look like ownership for
+            // a moment: a tick this late is not started.
+            if Utc::now() > tick + MISSED_AFTER {
+                tracing::warn!(job = %job.spec.name, %tick, "not firing: the claimed tick is too late to start");
+                continue;
+            }
             self.start_run(job, claim, view.clone());
         }
     }

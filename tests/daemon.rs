@@ -383,3 +383,78 @@ async fn systemd_hears_ready_after_the_session_is_up_and_stopping_on_stop() {
     assert!(message.contains("STOPPING=1"), "{message:?}");
     assert!(node.wait_exit(Duration::from_secs(5)).await.success());
 }
+
+#[tokio::test]
+async fn a_frozen_owner_that_wakes_up_fires_no_tick_twice() {
+    let _serial = fault_lock();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let fires = dir.path().join("fires.log");
+    let text = schedule("e2e-split-brain", &every_second("tick", &fires));
+    let nodes = [
+        DaemonNode::start(dir.path(), "f1", &text),
+        DaemonNode::start(dir.path(), "f2", &text),
+    ];
+    let first = wait_fire(&fires, "a first fire", 0, SESSION * 5, |_| true).await;
+    let frozen = nodes
+        .iter()
+        .position(|n| n.node_id == first.node)
+        .expect("owner is ours");
+
+    // Frozen past session timeout + takeover delay, the owner wakes believing it still owns the
+    // lock, with due ticks, while the other node owns it with a larger token.
+    nodes[frozen].signal(Signal::SIGSTOP);
+    let frozen_ms = now_ms();
+    let taken = wait_fire(
+        &fires,
+        "the other node takes over",
+        frozen_ms,
+        SESSION + DELAY + JITTER + TICK + SLACK * 2,
+        |f| f.node != first.node,
+    )
+    .await;
+    nodes[frozen].signal(Signal::SIGCONT);
+    let woken_ms = now_ms();
+    nodes[frozen].wait_log("lock lost", SESSION + SLACK).await;
+    // Let the woken node's due ticks come and go: they are what could fire twice.
+    wait_fire(
+        &fires,
+        "three more ticks",
+        woken_ms + 3000,
+        Duration::from_secs(4) + SLACK,
+        |_| true,
+    )
+    .await;
+
+    let ticks = fires_between(&fires, 0, i64::MAX); // panics on any tick fired twice
+    let late: Vec<&Fire> = ticks
+        .values()
+        .filter(|f| f.node == first.node && f.scheduled_ms > frozen_ms + 1000)
+        .collect();
+    assert!(
+        late.is_empty(),
+        "the frozen owner fired after it froze: {late:?}\n{}",
+        nodes[frozen].log_tail()
+    );
+    assert!(taken.token > first.token);
+    let log = nodes[frozen].log();
+    let refused = [
+        "tick not claimed",
+        "tick already claimed",
+        "lock was lost after the claim",
+        "too late to start",
+        "tick missed",
+        "not the owner",
+    ];
+    assert!(
+        refused.iter().any(|why| log.contains(why)),
+        "the woken node logs why it did not fire\n{}",
+        nodes[frozen].log_tail()
+    );
+    println!(
+        "woken node's refusals: {:?}",
+        refused
+            .iter()
+            .filter(|why| log.contains(**why))
+            .collect::<Vec<_>>()
+    );
+}

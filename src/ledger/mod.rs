@@ -264,7 +264,10 @@ pub async fn history(
         .collect();
     ticks.sort_unstable_by(|a, b| b.cmp(a));
     let mut records = Vec::new();
-    for tick in ticks.into_iter().take(limit) {
+    for tick in ticks {
+        if records.len() == limit {
+            break;
+        }
         if let Some(record) = read_record(client, &paths.record(job, tick)).await {
             records.push(record);
         }

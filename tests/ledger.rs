@@ -1,0 +1,209 @@
+//! The tick claim as a fence, against a real ensemble with real sessions: two sessions that both
+//! believe they own the lock, an expired session, compare-and-set updates, and history reading
+//! past garbage (issue "Exactly once per tick").
+
+mod support;
+
+use zookeeper_client::{Acls, Client, CreateMode};
+
+use support::shared_ensemble;
+use zkcron::ledger::record::{RunRecord, RunStatus};
+use zkcron::ledger::{self, ClaimError, LedgerPaths, UpdateError};
+use zkcron::lock::driver::LockPaths;
+use zkcron::{FencingToken, JobName, NodeId};
+
+fn record(job: &str, tick: i64, node: &str, token: i32) -> RunRecord {
+    RunRecord {
+        job: JobName::new(job),
+        run_id: format!("{job}-{tick}"),
+        node_id: NodeId::new(node),
+        ip: "127.0.0.1".into(),
+        fencing_token: FencingToken(token),
+        scheduled_unix_ms: tick,
+        claimed_unix_ms: tick - 250,
+        started_unix_ms: None,
+        finished_unix_ms: None,
+        status: RunStatus::Claimed,
+        exit_code: None,
+        signal: None,
+        attempt: 1,
+        error: None,
+    }
+}
+
+/// Two sessions on one fresh chroot, and the ledger paths of a lock group with its epoch node.
+async fn setup(test: &str) -> (Client, Client, LedgerPaths, String) {
+    let connect = shared_ensemble()
+        .isolated_connect_string(test)
+        .await
+        .expect("chroot");
+    let a = Client::connect(&connect).await.expect("session a");
+    let b = Client::connect(&connect).await.expect("session b");
+    let lock = LockPaths::new("/zkcron", "g");
+    let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    a.mkdir(&lock.dir, &open).await.expect("lock dir");
+    a.create(&lock.epoch, b"", &open).await.expect("epoch");
+    (a, b, LedgerPaths::new(&lock), connect)
+}
+
+/// An acquisition as the lock driver makes it: the epoch's version goes up by one.
+async fn acquire(client: &Client, paths: &LedgerPaths) -> i32 {
+    client
+        .set_data(&paths.epoch, b"{}", None)
+        .await
+        .expect("bump epoch")
+        .version
+}
+
+#[tokio::test]
+async fn two_believed_owners_claim_each_tick_at_most_once() {
+    let (a, b, paths, _) = setup("ledger-split").await;
+    let job = JobName::new("report");
+    let token_a = acquire(&a, &paths).await;
+
+    let claimed = ledger::claim(
+        &a,
+        &paths,
+        record("report", 1000, "a", token_a),
+        Acls::anyone_all(),
+    )
+    .await;
+    let claim = claimed
+        .expect("the owner claims its tick (the job's first: its parent is made on the way)");
+    assert_eq!(claim.path, paths.record(&job, 1000));
+
+    // b believes it owns the lock with the same token (it has not acquired): the record fences it.
+    let twice = ledger::claim(
+        &b,
+        &paths,
+        record("report", 1000, "b", token_a),
+        Acls::anyone_all(),
+    )
+    .await;
+    assert!(
+        matches!(twice, Err(ClaimError::AlreadyClaimed { .. })),
+        "{twice:?}"
+    );
+
+    // b acquires; a wakes up still believing it owns the lock: its next claim fails the check.
+    let token_b = acquire(&b, &paths).await;
+    assert_eq!(token_b, token_a + 1);
+    let stale = ledger::claim(
+        &a,
+        &paths,
+        record("report", 2000, "a", token_a),
+        Acls::anyone_all(),
+    )
+    .await;
+    assert!(
+        matches!(stale, Err(ClaimError::NotOwner { .. })),
+        "a stale token claims nothing: {stale:?}"
+    );
+    let owner = ledger::claim(
+        &b,
+        &paths,
+        record("report", 2000, "b", token_b),
+        Acls::anyone_all(),
+    )
+    .await;
+    assert!(owner.is_ok(), "the real owner claims the tick: {owner:?}");
+    let stored = ledger::read_record(&b, &paths.record(&job, 2000))
+        .await
+        .expect("record");
+    assert_eq!(stored.node_id, NodeId::new("b"), "the tick is b's");
+}
+
+#[tokio::test]
+async fn an_expired_session_claims_nothing() {
+    let (a, b, paths, _) = setup("ledger-expired").await;
+    let token = acquire(&a, &paths).await;
+    support::expire_session(&shared_ensemble().connect_string(), a.session())
+        .await
+        .expect("expire a");
+    let claimed = ledger::claim(
+        &a,
+        &paths,
+        record("report", 1000, "a", token),
+        Acls::anyone_all(),
+    )
+    .await;
+    assert!(
+        matches!(claimed, Err(ClaimError::Zk { .. })),
+        "an expired session cannot claim: {claimed:?}"
+    );
+    let job = JobName::new("report");
+    assert!(
+        ledger::read_record(&b, &paths.record(&job, 1000))
+            .await
+            .is_none(),
+        "nothing was written"
+    );
+}
+
+#[tokio::test]
+async fn records_update_by_compare_and_set_only() {
+    let (a, b, paths, _) = setup("ledger-cas").await;
+    let token = acquire(&a, &paths).await;
+    let mut claim = ledger::claim(
+        &a,
+        &paths,
+        record("report", 1000, "a", token),
+        Acls::anyone_all(),
+    )
+    .await
+    .expect("claim");
+    let mut stale = claim.clone();
+
+    claim.record.status = RunStatus::Running;
+    ledger::update(&a, &mut claim).await.expect("our update");
+    assert_eq!(claim.version, 1);
+
+    // Someone else's view of the record is one version behind: it must not overwrite ours.
+    stale.record.status = RunStatus::Interrupted;
+    let conflict = ledger::update(&b, &mut stale).await;
+    assert!(
+        matches!(conflict, Err(UpdateError::Conflict { .. })),
+        "{conflict:?}"
+    );
+    let stored = ledger::read_record(&b, &claim.path).await.expect("record");
+    assert_eq!(stored.status, RunStatus::Running);
+}
+
+#[tokio::test]
+async fn history_is_newest_first_and_skips_garbage() {
+    let (a, _, paths, _) = setup("ledger-history").await;
+    let token = acquire(&a, &paths).await;
+    for tick in [1000, 3000, 2000] {
+        ledger::claim(
+            &a,
+            &paths,
+            record("report", tick, "a", token),
+            Acls::anyone_all(),
+        )
+        .await
+        .expect("claim");
+    }
+    let job = JobName::new("report");
+    let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    a.create(&format!("{}/not-a-tick", paths.job_runs(&job)), b"x", &open)
+        .await
+        .expect("garbage name");
+    a.create(&paths.record(&job, 4000), b"\xffnot json", &open)
+        .await
+        .expect("garbage record");
+
+    let records = ledger::history(&a, &paths, &job, 10)
+        .await
+        .expect("history");
+    let ticks: Vec<i64> = records.iter().map(|r| r.scheduled_unix_ms).collect();
+    assert_eq!(ticks, [3000, 2000, 1000], "newest first, garbage skipped");
+    let limited = ledger::history(&a, &paths, &job, 2).await.expect("history");
+    assert_eq!(limited.len(), 2);
+    let none = ledger::history(&a, &paths, &JobName::new("never-ran"), 10)
+        .await
+        .expect("history");
+    assert!(
+        none.is_empty(),
+        "a job without records has an empty history"
+    );
+}

@@ -17,11 +17,13 @@ use tokio_util::sync::CancellationToken;
 use zkcron::config::{self, Config, LoadError, LogFormat};
 use zkcron::daemon::{self, DaemonError, DaemonSettings};
 use zkcron::identity::{self, IdentityError};
+use zkcron::ledger::record::RunRecord;
+use zkcron::ledger::{self, ClaimError, LedgerPaths};
 use zkcron::lock::driver::{self, DriverError, LockPaths, LockSettings};
 use zkcron::lock::members::MemberError;
 use zkcron::lock::node::{EpochData, OwnerInfo};
 use zkcron::zk::{self, ZkError, ZkSettings};
-use zkcron::{LockEvent, NodeId, logging};
+use zkcron::{JobName, LockEvent, NodeId, logging};
 
 const EXIT_CODES: &str = "\
 Exit codes:
@@ -64,6 +66,22 @@ enum Command {
         /// The schedule file (for `[zookeeper]` and `[lock]`).
         #[arg(long, short)]
         config: PathBuf,
+    },
+    /// Show a job's runs, newest first: scheduled time (in the job's zone), node, ip, start,
+    /// duration, status, exit, attempt, fencing token.
+    #[command(after_help = EXIT_CODES)]
+    History {
+        /// The schedule file (for `[zookeeper]`, `[lock]` and the job's time zone).
+        #[arg(long, short)]
+        config: PathBuf,
+        /// The job's name.
+        job: String,
+        /// How many runs at most.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        /// One JSON run record per line instead of a table.
+        #[arg(long)]
+        json: bool,
     },
     /// Contend for a lock and print every lock event as a line on stdout; runs no jobs.
     ///
@@ -114,6 +132,8 @@ pub enum CliError {
     },
     #[error(transparent)]
     Zk(#[from] ZkError),
+    #[error(transparent)]
+    Ledger(#[from] ClaimError),
     #[error("cannot write to stdout")]
     Stdout(#[source] std::io::Error),
 }
@@ -151,6 +171,15 @@ impl Cli {
             Command::Status { config } => {
                 logging::init(LogFormat::Text, self.log_level.as_deref().unwrap_or("warn"));
                 status(&config::load(&config)?).await
+            }
+            Command::History {
+                config,
+                job,
+                limit,
+                json,
+            } => {
+                logging::init(LogFormat::Text, self.log_level.as_deref().unwrap_or("warn"));
+                history(&config::load(&config)?, &JobName::new(job), limit, json).await
             }
             Command::LockDemo(args) => {
                 logging::init(LogFormat::Text, self.log_level.as_deref().unwrap_or("info"));
@@ -203,10 +232,10 @@ fn check(path: &Path) -> Result<(), CliError> {
     writeln!(out, "{}", lines.join("\n")).map_err(CliError::Stdout)
 }
 
-async fn status(config: &Config) -> Result<(), CliError> {
-    let settings = config.zookeeper.settings();
+/// A session for a one-shot command, bounded by `connect_timeout`.
+async fn connect_once(config: &Config) -> Result<zookeeper_client::Client, CliError> {
     let timeout = config.zookeeper.connect_timeout;
-    let client = tokio::time::timeout(timeout, zk::connect(&settings))
+    tokio::time::timeout(timeout, zk::connect(&config.zookeeper.settings()))
         .await
         .map_err(|_| CliError::Unreachable {
             timeout,
@@ -215,7 +244,72 @@ async fn status(config: &Config) -> Result<(), CliError> {
         .map_err(|err| CliError::Unreachable {
             timeout,
             source: Some(err),
-        })?;
+        })
+}
+
+async fn history(config: &Config, job: &JobName, limit: usize, json: bool) -> Result<(), CliError> {
+    let client = connect_once(config).await?;
+    let paths = LedgerPaths::new(&LockPaths::new(&config.lock.root, &config.lock.name));
+    let records = ledger::history(&client, &paths, job, limit).await?;
+    let tz = config
+        .jobs
+        .iter()
+        .find(|j| &j.spec.name == job)
+        .map_or(chrono_tz::UTC, |j| j.schedule.timezone());
+    let mut lines = Vec::new();
+    if json {
+        lines.extend(
+            records
+                .iter()
+                .map(|r| String::from_utf8_lossy(&r.to_bytes()).into_owned()),
+        );
+    } else {
+        lines.push(format!(
+            "{:<25}  {:<15}  {:<15}  {:<8}  {:>9}  {:<11}  {:>4}  {:>7}  {:>5}",
+            "SCHEDULED", "NODE", "IP", "STARTED", "DURATION", "STATUS", "EXIT", "ATTEMPT", "TOKEN"
+        ));
+        for r in &records {
+            lines.push(history_line(r, tz));
+        }
+    }
+    writeln!(std::io::stdout().lock(), "{}", lines.join("\n")).map_err(CliError::Stdout)
+}
+
+fn history_line(r: &RunRecord, tz: chrono_tz::Tz) -> String {
+    let at = |ms: i64| chrono::DateTime::from_timestamp_millis(ms).map(|t| t.with_timezone(&tz));
+    let scheduled = at(r.scheduled_unix_ms).map_or("?".into(), |t| {
+        t.format("%Y-%m-%d %H:%M:%S %:z").to_string()
+    });
+    let started = r
+        .started_unix_ms
+        .and_then(at)
+        .map_or("-".into(), |t| t.format("%H:%M:%S").to_string());
+    let duration = match (r.started_unix_ms, r.finished_unix_ms) {
+        (Some(start), Some(end)) => {
+            format!("{}.{:03}s", (end - start) / 1000, (end - start) % 1000)
+        }
+        _ => "-".into(),
+    };
+    let exit = match (r.exit_code, r.signal) {
+        (Some(code), _) => code.to_string(),
+        (None, Some(signal)) => format!("sig{signal}"),
+        _ => "-".into(),
+    };
+    let status = serde_json::to_value(r.status)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned));
+    format!(
+        "{scheduled:<25}  {:<15}  {:<15}  {started:<8}  {duration:>9}  {:<11}  {exit:>4}  {:>7}  {:>5}",
+        r.node_id.as_str(),
+        r.ip,
+        status.unwrap_or_default(),
+        r.attempt,
+        r.fencing_token.0
+    )
+}
+
+async fn status(config: &Config) -> Result<(), CliError> {
+    let client = connect_once(config).await?;
     let paths = LockPaths::new(&config.lock.root, &config.lock.name);
     let request = |path: &str| {
         let path = path.to_owned();

@@ -319,6 +319,55 @@ async fn status_shows_owner_token_and_members_and_fails_without_zookeeper() {
         );
     }
 
+    // history: newest first, finished runs with their node and token.
+    wait_fire(
+        &fires,
+        "three fires",
+        0,
+        Duration::from_secs(4) + SLACK,
+        |f| {
+            read_fires(&fires)
+                .iter()
+                .filter(|g| g.scheduled_ms <= f.scheduled_ms)
+                .count()
+                >= 3
+        },
+    )
+    .await;
+    let zkcron = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_zkcron"))
+            .args(args)
+            .arg("--config")
+            .arg(&nodes[0].config)
+            .output()
+            .expect("run zkcron")
+    };
+    let output = zkcron(&["history", "tick", "--limit", "2", "--json"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let records: Vec<serde_json::Value> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON record per line"))
+        .collect();
+    assert_eq!(records.len(), 2, "--limit 2");
+    assert!(
+        records[0]["scheduled_unix_ms"].as_i64() > records[1]["scheduled_unix_ms"].as_i64(),
+        "newest first"
+    );
+    let done = records
+        .iter()
+        .find(|r| r["status"] == "succeeded")
+        .expect("a finished run among the last two");
+    assert_eq!(done["node_id"], owner.as_str());
+    assert_eq!(done["exit_code"], 0);
+    let output = zkcron(&["history", "tick", "--limit", "3"]);
+    let table = String::from_utf8_lossy(&output.stdout);
+    assert!(table.starts_with("SCHEDULED"), "a header\n{table}");
+    assert_eq!(table.lines().count(), 4, "header and three runs\n{table}");
+
     // Nothing listens on a port we just bound and released.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .expect("bind")

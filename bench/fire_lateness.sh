@@ -17,7 +17,7 @@
 #   EARLY: fires that started before their scheduled instant (must be 0; printed loudly).
 #   duplicates: scheduled instants recorded more than once (must be 0).
 #   missed: whole seconds between (lock acquired + 1 s) and (stop - 1 s) with no fire (must be 0).
-#   The zookeeper lines are the leader's `mntr` request latency and fsync figures after the run.
+#   The zookeeper lines are each server's `mntr` request latency and fsync figures after the run.
 #   Target (issue): p99 lateness <= 10 ms.
 #
 # Usage: bench/fire_lateness.sh [--servers 1|3] [--seconds N] [--binary PATH]
@@ -114,9 +114,9 @@ for ((i = 0; i < seconds; i++)); do
 done
 stopped=$(bench_now)
 
-leader_port=$(bench_zk_leader_port || true)
-mntr=""
-[[ -n "$leader_port" ]] && mntr=$(bench_4lw "$leader_port" mntr)
+for port in "${ZK_CLIENT_PORTS[@]}"; do
+  bench_4lw "$port" mntr >"$work/mntr-$port"
+done
 bench_stop "$zkcron_pid" 30
 bench_forget "$zkcron_pid"
 
@@ -189,14 +189,15 @@ if missed:
     print("!!! MISSED TICKS: " + ", ".join(iso(s) for s in missed[:20])
           + (" ..." if len(missed) > 20 else ""))
 
-log = open(log_path, errors="replace").read().splitlines()
-warn = [l for l in log if re.search(r"\b(WARN|ERROR)\b", l)]
+log = [re.sub(r"\x1b\[[0-9;]*m", "", l) for l in open(log_path, errors="replace").read().splitlines()]
+stop = next((i for i, l in enumerate(log) if "SIGTERM: stopping" in l), len(log))
+warn = [l for l in log[:stop] if re.search(r"\b(WARN|ERROR)\b", l)]
 print()
-print(f"== zkcron log: {len(log)} lines, {len(warn)} WARN/ERROR "
+print(f"== zkcron log until SIGTERM: {stop} lines, {len(warn)} WARN/ERROR "
       f"(tick missed: {sum('tick missed' in l for l in warn)}, "
       f"not firing: {sum('not firing' in l for l in warn)})")
 for l in warn[:10]:
-    print("  " + re.sub(r"\x1b\[[0-9;]*m", "", l))
+    print("  " + l)
 
 target_ok = bool(late) and pct(sorted(late), 99) <= 10.0 and not early and not duplicates and not missed
 print()
@@ -204,9 +205,19 @@ print(f"== target: p99 lateness <= 10 ms, no early/duplicate/missed fire: "
       f"{'MET' if target_ok else 'NOT MET'}")
 PY
 
-if [[ -n "$mntr" ]]; then
-  echo
-  echo "== zookeeper leader (port $leader_port) mntr after the run: latency in ms"
-  grep -E '^zk_(server_state|avg_latency|min_latency|max_latency|fsync_threshold_exceed_count|fsynctime|local_write_committed_time_ms|write_commitproc_time_ms)' <<<"$mntr" |
-    sed 's/^/  /' || true
-fi
+echo
+echo "== zookeeper mntr after the run (ms; latency = requests served by that server's clients,"
+echo "   fsync = transaction log fsync, quorum ack = leader waiting for followers' acks)"
+for port in "${ZK_CLIENT_PORTS[@]}"; do
+  python3 - "$port" "$work/mntr-$port" <<'PY'
+import sys
+m = dict(l.split("\t", 1) for l in open(sys.argv[2]).read().splitlines() if "\t" in l)
+g = lambda k: m.get(k, "-")
+line = (f"  :{sys.argv[1]} {g('zk_server_state'):<10} requests avg {g('zk_avg_latency')} "
+        f"max {g('zk_max_latency')} | fsync n {g('zk_cnt_fsynctime')} avg {g('zk_avg_fsynctime')} "
+        f"max {g('zk_max_fsynctime')} over-threshold {g('zk_fsync_threshold_exceed_count')}")
+if m.get("zk_server_state") == "leader":
+    line += f" | quorum ack avg {g('zk_avg_quorum_ack_latency')} max {g('zk_max_quorum_ack_latency')}"
+print(line if m else f"  :{sys.argv[1]} no answer to mntr")
+PY
+done

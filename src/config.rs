@@ -94,6 +94,8 @@ pub struct JobConfig {
     pub schedule: Schedule,
     pub on_lost: OnLost,
     pub enabled: bool,
+    /// How many run records of this job are kept in ZooKeeper.
+    pub history: usize,
 }
 
 const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
@@ -101,6 +103,7 @@ const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const DEFAULT_TAKEOVER_DELAY: Duration = Duration::from_secs(10);
 const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(10);
 const DEFAULT_ROOT: &str = "/zkcron";
+const DEFAULT_HISTORY: usize = 100;
 
 /// A schedule file that could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -293,6 +296,7 @@ struct RawJob {
     kill_grace: Option<Spanned<String>>,
     on_lost: Option<OnLost>,
     enabled: Option<bool>,
+    history: Option<Spanned<i64>>,
 }
 
 // ---- validation: collect every problem, build domain types ----
@@ -626,11 +630,22 @@ impl Validator<'_> {
             timeout,
             kill_grace,
         };
+        let history = match raw.history {
+            Some(history) => match usize::try_from(*history.get_ref()) {
+                Ok(n) if n >= 1 => n,
+                _ => {
+                    self.problem(history.span(), context("history"), "expected a number of runs to keep, at least 1");
+                    DEFAULT_HISTORY
+                }
+            },
+            None => DEFAULT_HISTORY,
+        };
         Some(JobConfig {
             spec,
             schedule: schedule?,
             on_lost: raw.on_lost.unwrap_or(OnLost::Cancel),
             enabled: raw.enabled.unwrap_or(true),
+            history,
         })
     }
 }

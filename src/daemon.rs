@@ -388,6 +388,7 @@ impl Firing {
             resumed: false,
         };
         let running = self.running.clone();
+        let ledger_paths = self.ledger.clone();
         self.tracker.spawn(async move {
             // The process starts at once; the record says `running` a round trip later.
             let mut started = claim.clone();
@@ -401,7 +402,8 @@ impl Firing {
             running.slots().remove(&name);
             let mut finished = started;
             finish_record(&mut finished.record, &report);
-            write_record(view, finished).await;
+            write_record(view.clone(), finished).await;
+            prune(view, &ledger_paths, &name, job.history).await;
         });
     }
 }
@@ -420,6 +422,17 @@ async fn write_record(view: watch::Receiver<LockView>, mut claim: Claim) -> Opti
             tracing::warn!(status = ?claim.record.status, error = %error_chain(&err), "run record not updated");
             None
         }
+    }
+}
+
+/// Keeps the job's newest `keep` records; a failure is logged and retried after the next run.
+async fn prune(view: watch::Receiver<LockView>, paths: &LedgerPaths, job: &JobName, keep: usize) {
+    let client = view.borrow().client.clone();
+    let Some(client) = client else { return };
+    match ledger::prune(&client, paths, job, keep).await {
+        Ok(0) => {}
+        Ok(deleted) => tracing::debug!(job = %job, deleted, keep, "old run records pruned"),
+        Err(err) => tracing::warn!(job = %job, error = %error_chain(&err), "pruning run records failed"),
     }
 }
 

@@ -35,7 +35,10 @@ fn now_ms() -> i64 {
 
 /// A schedule on the shared ensemble, in its own chroot, with `jobs` appended.
 fn schedule(test: &str, jobs: &str) -> String {
-    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot(test));
+    schedule_at(&shared_ensemble().connect_string_with_chroot(&unique_chroot(test)), jobs)
+}
+
+fn schedule_at(connect: &str, jobs: &str) -> String {
     format!(
         "[zookeeper]\nconnect = \"{connect}\"\nsession_timeout = \"{}ms\"\n\n[lock]\nname = \"e2e\"\n\
          takeover_delay = \"{}ms\"\n\n{jobs}",
@@ -506,4 +509,44 @@ async fn a_frozen_owner_that_wakes_up_fires_no_tick_twice() {
             .filter(|why| log.contains(**why))
             .collect::<Vec<_>>()
     );
+}
+
+#[tokio::test]
+async fn pruning_keeps_exactly_history_records_and_garbage_does_not_stop_firing() {
+    let _serial = fault_lock();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let fires = dir.path().join("fires.log");
+    let connect = shared_ensemble().isolated_connect_string("e2e-prune").await.expect("chroot");
+    let client = zookeeper_client::Client::connect(&connect).await.expect("connect");
+    let open = zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    let runs = "/zkcron/e2e/runs/tick";
+    client.mkdir(runs, &open).await.expect("runs dir");
+    client.create(&format!("{runs}/not-a-tick"), b"x", &open).await.expect("a foreign name");
+    client.create(&format!("{runs}/1000"), b"\xffnot json", &open).await.expect("an unreadable record");
+
+    let job = format!("{}history = 3\n", every_second("tick", &fires));
+    let _node = DaemonNode::start(dir.path(), "p1", &schedule_at(&connect, &job));
+    let first = wait_fire(&fires, "a first fire despite the garbage", 0, SESSION * 5, |_| true).await;
+    wait_fire(&fires, "six fires", first.scheduled_ms + 5000, Duration::from_secs(7) + SLACK, |_| true).await;
+
+    let children = || async {
+        let names = client.list_children(runs).await.expect("list runs");
+        let ticks = names.iter().filter(|n| n.bytes().all(|b| b.is_ascii_digit())).count();
+        (ticks, names.iter().any(|n| n == "not-a-tick"))
+    };
+    // Between a run's end (prune) and the next claim, exactly `history` records stand; the next
+    // tick's claim (sent ahead) may add one more for a moment.
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    let mut most = 0;
+    let foreign_kept = loop {
+        let (ticks, foreign_kept) = children().await;
+        most = most.max(ticks);
+        if ticks == 3 {
+            break foreign_kept;
+        }
+        assert!(std::time::Instant::now() < deadline, "never exactly three records (last {ticks})");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(foreign_kept, "a foreign child name is left alone");
+    assert!(most <= 4, "never more than history plus the next claim: {most}");
 }

@@ -274,3 +274,36 @@ pub async fn history(
     }
     Ok(records)
 }
+
+/// Deleted at most per call, so that pruning a long backlog never floods the ensemble.
+pub const PRUNE_BATCH: usize = 50;
+
+/// Deletes `job`'s oldest records beyond the newest `keep`, at most [`PRUNE_BATCH`] per call.
+/// Foreign child names are left alone (and logged by `history`). Returns how many were deleted.
+///
+/// # Errors
+/// Listing failed; a record that vanished meanwhile is not an error.
+pub async fn prune(client: &Client, paths: &LedgerPaths, job: &JobName, keep: usize) -> Result<usize, ClaimError> {
+    let parent = paths.job_runs(job);
+    let children = match client.list_children(&parent).await {
+        Ok(children) => children,
+        Err(ZkErr::NoNode) => return Ok(0),
+        Err(source) => return Err(ClaimError::Zk { path: parent, source }),
+    };
+    let mut ticks: Vec<i64> = children.iter().filter_map(|name| parse_tick_node_name(name)).collect();
+    if ticks.len() <= keep {
+        return Ok(0);
+    }
+    ticks.sort_unstable();
+    let excess = ticks.len() - keep;
+    let mut deleted = 0;
+    for tick in ticks.into_iter().take(excess.min(PRUNE_BATCH)) {
+        let path = paths.record(job, tick);
+        match client.delete(&path, None).await {
+            Ok(()) => deleted += 1,
+            Err(ZkErr::NoNode) => {}
+            Err(source) => return Err(ClaimError::Zk { path, source }),
+        }
+    }
+    Ok(deleted)
+}

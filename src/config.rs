@@ -634,7 +634,11 @@ impl Validator<'_> {
             Some(history) => match usize::try_from(*history.get_ref()) {
                 Ok(n) if n >= 1 => n,
                 _ => {
-                    self.problem(history.span(), context("history"), "expected a number of runs to keep, at least 1");
+                    self.problem(
+                        history.span(),
+                        context("history"),
+                        "expected a number of runs to keep, at least 1",
+                    );
                     DEFAULT_HISTORY
                 }
             },

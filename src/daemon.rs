@@ -8,7 +8,7 @@
 
 mod fire_queue;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -17,6 +17,7 @@ use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use zookeeper_client::Client;
 
 use crate::config::{self, Config, JobConfig, OnLost};
 use crate::ids::{FencingToken, JobName};
@@ -40,6 +41,8 @@ const CLAIM_LATE_LIMIT: Duration = Duration::from_secs(2);
 const MISSED_AFTER: Duration = Duration::from_secs(1);
 /// Sleep at most this long at once, so a wall-clock step (NTP, suspend) is noticed in time.
 const MAX_SLEEP: Duration = Duration::from_secs(30);
+/// How long a stopping owner waits for its claimed, unstarted ticks to be withdrawn.
+const WITHDRAW_LIMIT: Duration = Duration::from_secs(2);
 
 /// Why the daemon stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -92,7 +95,8 @@ pub async fn run(
         acls: config.zookeeper.settings().acls(),
         me: settings.me.clone(),
         running: Running::default(),
-        tracker: TaskTracker::new(),
+        ticks: TaskTracker::new(),
+        runs: TaskTracker::new(),
         stop_firing: CancellationToken::new(),
         stop_runs: CancellationToken::new(),
     };
@@ -100,6 +104,8 @@ pub async fn run(
     let mut current = config;
     let mut last_tick: Option<DateTime<Utc>> = None;
     let mut queue = FireQueue::new(&jobs, Utc::now());
+    // Ticks popped while this node could not fire; re-fired if it acquires the lock in time.
+    let mut declined: VecDeque<(DateTime<Utc>, Vec<Arc<JobConfig>>)> = VecDeque::new();
     let mut ready = false;
     tracing::info!(jobs = jobs.len(), node_id = %settings.me.node_id, "zkcron started");
 
@@ -110,7 +116,16 @@ pub async fn run(
             biased;
             () = shutdown.cancelled() => break Ok(()),
             joined = &mut driver => break driver_exit(joined),
-            Some(event) = events.recv() => firing.on_lock_event(&event),
+            Some(event) = events.recv() => {
+                firing.on_lock_event(&event);
+                if matches!(event, LockEvent::Acquired { .. }) {
+                    // A tick popped just before we acquired (a handoff) is still ours to fire:
+                    // its claim keeps it at most once.
+                    for (tick, due) in declined.drain(..).filter(|(tick, _)| Utc::now() <= *tick + MISSED_AFTER) {
+                        firing.spawn_tick(tick, due, view.clone());
+                    }
+                }
+            }
             Some(()) = reloads.recv() => {
                 if let Some(new) = reload(&settings.config_path, &current) {
                     jobs = new.jobs.iter().cloned().map(Arc::new).collect();
@@ -129,7 +144,12 @@ pub async fn run(
                 if wake.is_some_and(|wake| Utc::now() >= wake) {
                     if let Some((tick, due)) = queue.pop_tick(Utc::now()) {
                         last_tick = Some(tick);
-                        firing.spawn_tick(tick, due, view.clone());
+                        declined.retain(|(old, _)| Utc::now() <= *old + MISSED_AFTER);
+                        if view.borrow().may_fire {
+                            firing.spawn_tick(tick, due, view.clone());
+                        } else {
+                            declined.push_back((tick, due));
+                        }
                     }
                 }
             }
@@ -140,6 +160,15 @@ pub async fn run(
     // systemd reads STOPPING=1 as "beginning its shutdown".
     notify_systemd(&[sd_notify::NotifyState::Stopping]);
     firing.stop_firing.cancel();
+    // Claimed but unstarted ticks are given back while we still own the lock, so the peer we
+    // hand over to fires them (a planned handoff loses no tick).
+    firing.ticks.close();
+    if tokio::time::timeout(WITHDRAW_LIMIT, firing.ticks.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(limit = ?WITHDRAW_LIMIT, "claimed ticks not all withdrawn before the handoff");
+    }
     lock_shutdown.cancel();
     if !driver.is_finished() {
         if let Err(err) = driver
@@ -151,8 +180,8 @@ pub async fn run(
         }
     }
     firing.stop_runs.cancel();
-    firing.tracker.close();
-    firing.tracker.wait().await;
+    firing.runs.close();
+    firing.runs.wait().await;
     tracing::info!("zkcron stopped");
     exit
 }
@@ -225,7 +254,10 @@ struct Firing {
     acls: zookeeper_client::Acls<'static>,
     me: OwnerInfo,
     running: Running,
-    tracker: TaskTracker,
+    /// Ticks being claimed and fired; drained (claims withdrawn) before the lock is released.
+    ticks: TaskTracker,
+    /// Runs; stopped after the lock is released.
+    runs: TaskTracker,
     stop_firing: CancellationToken,
     stop_runs: CancellationToken,
 }
@@ -258,7 +290,7 @@ impl Firing {
         view: watch::Receiver<LockView>,
     ) {
         let firing = self.clone();
-        self.tracker
+        self.ticks
             .spawn(async move { firing.fire_tick(tick, due, view).await });
     }
 
@@ -289,27 +321,27 @@ impl Firing {
                 ledger::claim(&client, &self.ledger, record, self.acls)
             })
             .collect();
-        tokio::select! {
-            () = self.stop_firing.cancelled() => return,
-            () = tokio::time::sleep(until(tick)) => {}
+        // One deadline for the whole tick: claims were sent together, they are waited for together.
+        let deadline = tokio::time::Instant::now() + until(tick) + CLAIM_LATE_LIMIT;
+        let stopped = tokio::select! {
+            biased;
+            () = self.stop_firing.cancelled() => true,
+            () = tokio::time::sleep(until(tick)) => false,
+        };
+        let mut pending = due.into_iter().zip(claims);
+        if stopped {
+            return self.withdraw_all(&client, pending, deadline).await;
         }
-        for (job, claim) in due.into_iter().zip(claims) {
+        while let Some((job, claim)) = pending.next() {
             // A claim that has not returned by the tick delays the fire rather than skipping it.
-            let claimed = tokio::select! {
-                () = self.stop_firing.cancelled() => return,
-                claimed = tokio::time::timeout(CLAIM_LATE_LIMIT, claim) => claimed,
-            };
+            let claimed = tokio::time::timeout_at(deadline, claim).await;
             let claim = match claimed {
                 Ok(Ok(claim)) => claim,
                 Ok(Err(ClaimError::AlreadyClaimed {
                     job,
                     scheduled_unix_ms,
                 })) => {
-                    let path = self.ledger.record(&job, scheduled_unix_ms);
-                    let by = ledger::read_record(&client, &path)
-                        .await
-                        .map(|r| r.node_id.to_string());
-                    tracing::warn!(job = %job, %tick, claimed_by = by.as_deref().unwrap_or("?"), "not firing: tick already claimed");
+                    self.log_claimed_by(&client, job, scheduled_unix_ms);
                     continue;
                 }
                 Ok(Err(err)) => {
@@ -321,6 +353,10 @@ impl Firing {
                     continue;
                 }
             };
+            if self.stop_firing.is_cancelled() {
+                self.withdraw(&client, &claim).await;
+                return self.withdraw_all(&client, pending, deadline).await;
+            }
             // A Lost between the claim and now wins; the claimed record stays for the next owner.
             let still = view.borrow().clone();
             if !still.may_fire || still.token != Some(token) {
@@ -333,8 +369,44 @@ impl Firing {
                 tracing::warn!(job = %job.spec.name, %tick, "not firing: the claimed tick is too late to start");
                 continue;
             }
-            self.start_run(job, claim, view.clone());
+            self.start_run(job, claim, client.clone(), view.clone());
         }
+    }
+
+    /// Withdraws every claim of a tick this stopping node will not fire.
+    async fn withdraw_all<F>(
+        &self,
+        client: &Client,
+        pending: impl Iterator<Item = (Arc<JobConfig>, F)>,
+        deadline: tokio::time::Instant,
+    ) where
+        F: Future<Output = Result<Claim, ClaimError>>,
+    {
+        for (_, claim) in pending {
+            if let Ok(Ok(claim)) = tokio::time::timeout_at(deadline, claim).await {
+                self.withdraw(client, &claim).await;
+            }
+        }
+    }
+
+    async fn withdraw(&self, client: &Client, claim: &Claim) {
+        match ledger::withdraw(client, &self.ledger, claim).await {
+            Ok(()) => tracing::info!(path = claim.path, "claimed tick withdrawn for the handoff"),
+            Err(err) => {
+                tracing::warn!(path = claim.path, error = %error_chain(&err), "claimed tick not withdrawn")
+            }
+        }
+    }
+
+    /// Logs who holds a tick we could not claim, off the firing path.
+    fn log_claimed_by(&self, client: &Client, job: JobName, scheduled_unix_ms: i64) {
+        let path = self.ledger.record(&job, scheduled_unix_ms);
+        let client = client.clone();
+        self.ticks.spawn(async move {
+            let read = tokio::time::timeout(Duration::from_secs(2), ledger::read_record(&client, &path)).await;
+            let by = read.ok().flatten().map(|record| record.node_id.to_string());
+            tracing::warn!(job = %job, tick = scheduled_unix_ms, claimed_by = by.as_deref().unwrap_or("?"), "not firing: tick already claimed");
+        });
     }
 
     fn new_record(&self, job: &JobName, tick: DateTime<Utc>, token: FencingToken) -> RunRecord {
@@ -357,7 +429,13 @@ impl Firing {
         }
     }
 
-    fn start_run(&self, job: Arc<JobConfig>, mut claim: Claim, view: watch::Receiver<LockView>) {
+    fn start_run(
+        &self,
+        job: Arc<JobConfig>,
+        mut claim: Claim,
+        client: Client,
+        view: watch::Receiver<LockView>,
+    ) {
         let name = job.spec.name.clone();
         let tick = claim.record.scheduled_unix_ms;
         let cancel = self.stop_runs.child_token();
@@ -368,7 +446,7 @@ impl Firing {
                 claim.record.status = RunStatus::Skipped;
                 claim.record.error =
                     Some("a previous run of the job was still running on this node".into());
-                self.tracker.spawn(write_record(view, claim));
+                self.runs.spawn(write_record(view, client, claim));
                 return;
             }
             slots.insert(
@@ -389,33 +467,35 @@ impl Firing {
         };
         let running = self.running.clone();
         let ledger_paths = self.ledger.clone();
-        self.tracker.spawn(async move {
+        self.runs.spawn(async move {
             // The process starts at once; the record says `running` a round trip later.
             let mut started = claim.clone();
             started.record.status = RunStatus::Running;
             started.record.started_unix_ms = Some(Utc::now().timestamp_millis());
             let (report, started) = tokio::join!(runner::run(&job.spec, &context, cancel), async {
-                write_record(view.clone(), started.clone())
+                write_record(view.clone(), client.clone(), started.clone())
                     .await
                     .unwrap_or(started)
             });
             running.slots().remove(&name);
             let mut finished = started;
             finish_record(&mut finished.record, &report);
-            write_record(view.clone(), finished).await;
-            prune(view, &ledger_paths, &name, job.history).await;
+            write_record(view.clone(), client.clone(), finished).await;
+            prune(view, client, &ledger_paths, &name, job.history).await;
         });
     }
 }
 
 /// Writes a claimed record (compare-and-set on its version) with the current session's client,
-/// which may be newer than the one that claimed it. Returns the claim with its new version.
-async fn write_record(view: watch::Receiver<LockView>, mut claim: Claim) -> Option<Claim> {
-    let client = view.borrow().client.clone();
-    let Some(client) = client else {
-        tracing::warn!(path = claim.path, status = ?claim.record.status, "run record not updated: no zookeeper session");
-        return None;
-    };
+/// which may be newer than the one that claimed it, or else with the claiming one — which this
+/// task keeps alive, so a run that ends after the daemon released the lock is still recorded.
+/// Returns the claim with its new version.
+async fn write_record(
+    view: watch::Receiver<LockView>,
+    claiming: Client,
+    mut claim: Claim,
+) -> Option<Claim> {
+    let client = view.borrow().client.clone().unwrap_or(claiming);
     match ledger::update(&client, &mut claim).await {
         Ok(()) => Some(claim),
         Err(err) => {
@@ -426,13 +506,20 @@ async fn write_record(view: watch::Receiver<LockView>, mut claim: Claim) -> Opti
 }
 
 /// Keeps the job's newest `keep` records; a failure is logged and retried after the next run.
-async fn prune(view: watch::Receiver<LockView>, paths: &LedgerPaths, job: &JobName, keep: usize) {
-    let client = view.borrow().client.clone();
-    let Some(client) = client else { return };
+async fn prune(
+    view: watch::Receiver<LockView>,
+    claiming: Client,
+    paths: &LedgerPaths,
+    job: &JobName,
+    keep: usize,
+) {
+    let client = view.borrow().client.clone().unwrap_or(claiming);
     match ledger::prune(&client, paths, job, keep).await {
         Ok(0) => {}
         Ok(deleted) => tracing::debug!(job = %job, deleted, keep, "old run records pruned"),
-        Err(err) => tracing::warn!(job = %job, error = %error_chain(&err), "pruning run records failed"),
+        Err(err) => {
+            tracing::warn!(job = %job, error = %error_chain(&err), "pruning run records failed")
+        }
     }
 }
 

@@ -201,21 +201,72 @@ fn classify(
 /// `Conflict` when the record's version moved (another node marked it, e.g. as interrupted);
 /// `Zk` when the request failed. Callers log both: an update is never silently dropped.
 pub async fn update(client: &Client, claim: &mut Claim) -> Result<(), UpdateError> {
-    match client
-        .set_data(&claim.path, &claim.record.to_bytes(), Some(claim.version))
-        .await
-    {
-        Ok(stat) => {
-            claim.version = stat.version;
-            Ok(())
+    let zk_err = |source| UpdateError::Zk {
+        path: claim.path.clone(),
+        source,
+    };
+    for _ in 0..2 {
+        match client
+            .set_data(&claim.path, &claim.record.to_bytes(), Some(claim.version))
+            .await
+        {
+            Ok(stat) => {
+                claim.version = stat.version;
+                return Ok(());
+            }
+            Err(ZkErr::BadVersion) => {
+                // Our previous write may have gone through with its reply lost: if the stored
+                // record is still this run of ours and still open, write over that version.
+                let (data, stat) = client.get_data(&claim.path).await.map_err(zk_err)?;
+                let stored = RunRecord::parse(&data).ok();
+                let still_ours = stored.is_some_and(|stored| {
+                    stored.run_id == claim.record.run_id
+                        && stored.node_id == claim.record.node_id
+                        && stored.attempt == claim.record.attempt
+                        && !stored.status.is_final()
+                });
+                if !still_ours {
+                    break;
+                }
+                claim.version = stat.version;
+            }
+            Err(ZkErr::NoNode) => break,
+            Err(source) => return Err(zk_err(source)),
         }
-        Err(ZkErr::BadVersion | ZkErr::NoNode) => Err(UpdateError::Conflict {
-            path: claim.path.clone(),
-        }),
-        Err(source) => Err(UpdateError::Zk {
-            path: claim.path.clone(),
-            source,
-        }),
+    }
+    Err(UpdateError::Conflict {
+        path: claim.path.clone(),
+    })
+}
+
+/// Gives a claimed, unstarted tick back — `check(epoch, token)` + delete the record — so that
+/// the owner we hand over to can claim and fire it (a planned handoff loses no tick).
+///
+/// # Errors
+/// The epoch moved (someone acquired after us: it is theirs to resolve) or the request failed.
+pub async fn withdraw(
+    client: &Client,
+    paths: &LedgerPaths,
+    claim: &Claim,
+) -> Result<(), ClaimError> {
+    let token = claim.record.fencing_token;
+    let zk_err = |source| ClaimError::Zk {
+        path: claim.path.clone(),
+        source,
+    };
+    let mut writer = client
+        .new_check_writer(&paths.epoch, Some(token.0))
+        .map_err(zk_err)?;
+    writer
+        .add_delete(&claim.path, Some(claim.version))
+        .map_err(zk_err)?;
+    match writer.commit().await {
+        Ok(_) => Ok(()),
+        Err(CheckWriteError::CheckFailed { .. }) => Err(ClaimError::NotOwner { token }),
+        Err(
+            CheckWriteError::OperationFailed { source, .. }
+            | CheckWriteError::RequestFailed { source },
+        ) => Err(zk_err(source)),
     }
 }
 
@@ -283,14 +334,27 @@ pub const PRUNE_BATCH: usize = 50;
 ///
 /// # Errors
 /// Listing failed; a record that vanished meanwhile is not an error.
-pub async fn prune(client: &Client, paths: &LedgerPaths, job: &JobName, keep: usize) -> Result<usize, ClaimError> {
+pub async fn prune(
+    client: &Client,
+    paths: &LedgerPaths,
+    job: &JobName,
+    keep: usize,
+) -> Result<usize, ClaimError> {
     let parent = paths.job_runs(job);
     let children = match client.list_children(&parent).await {
         Ok(children) => children,
         Err(ZkErr::NoNode) => return Ok(0),
-        Err(source) => return Err(ClaimError::Zk { path: parent, source }),
+        Err(source) => {
+            return Err(ClaimError::Zk {
+                path: parent,
+                source,
+            });
+        }
     };
-    let mut ticks: Vec<i64> = children.iter().filter_map(|name| parse_tick_node_name(name)).collect();
+    let mut ticks: Vec<i64> = children
+        .iter()
+        .filter_map(|name| parse_tick_node_name(name))
+        .collect();
     if ticks.len() <= keep {
         return Ok(0);
     }

@@ -173,19 +173,16 @@ pub async fn run(
     let mut timer = Box::pin(tokio::time::sleep(Duration::ZERO));
     loop {
         // An action's answer goes straight back in, so actions run in the order the machine chose.
+        // Published after every step and before any request, so the daemon never fires on a
+        // view the machine has already left (a Lost waiting behind a slow request).
+        publish(view, &machine, conn.as_ref());
         while let Some(action) = pending.pop_front() {
             if let Some(answer) = execute(conn.as_ref(), settings, action, &mut watch, events).await
             {
                 pending.extend(machine.handle(answer, now()));
+                publish(view, &machine, conn.as_ref());
             }
         }
-        // Published before any wait, so the daemon never fires on a stale view.
-        let now_view = LockView::of(&machine, conn.as_ref());
-        view.send_if_modified(|old| {
-            let changed = !old.same_as(&now_view);
-            *old = now_view;
-            changed
-        });
         let Some(live) = conn.as_mut() else {
             let Some(new) = open_session(zk, settings, shutdown).await? else {
                 break;
@@ -220,7 +217,9 @@ pub async fn run(
         }
         pending.extend(machine.handle(input, now()));
     }
-    for action in machine.handle(Input::Shutdown, now()) {
+    let release = machine.handle(Input::Shutdown, now());
+    publish(view, &machine, conn.as_ref()); // stop firing before the release's round trips
+    for action in release {
         execute(conn.as_ref(), settings, action, &mut watch, events).await;
     }
     view.send_replace(LockView::of(&machine, None));
@@ -238,6 +237,15 @@ pub async fn run(
         }
     }
     Ok(())
+}
+
+fn publish(view: &watch::Sender<LockView>, machine: &LockMachine, conn: Option<&Connection>) {
+    let now_view = LockView::of(machine, conn);
+    view.send_if_modified(|old| {
+        let changed = !old.same_as(&now_view);
+        *old = now_view;
+        changed
+    });
 }
 
 /// The one clock read on the lock path; tokio's clock, so `tokio::time::pause()` drives it in tests.

@@ -269,7 +269,9 @@ impl LockMachine {
             Input::OwnerRead(Err(_)) => self.retry_later(Action::ReadOwner, now),
             Input::EpochRead(result) => self.epoch_read(result, now, out),
             Input::BumpDone(result) => self.bump_done(result, now, out),
-            Input::ReleaseDone(_) => self.contend_if_created(out),
+            Input::ReleaseDone(Ok(())) => self.contend_if_created(out),
+            // A release that failed is retried as a contention after a backoff, never in a loop.
+            Input::ReleaseDone(Err(_)) => self.retry_later(Action::Create, now),
             Input::NodeDeleted => self.node_deleted(now, out),
             Input::NodeChanged => self.node_changed(out),
             Input::Tick => self.tick(now, out),
@@ -538,11 +540,18 @@ impl LockMachine {
     }
 
     fn shutdown(&mut self, out: &mut Vec<Action>) {
-        if let State::Own { lock_version, .. } = self.state {
-            out.push(Action::Emit(LockEvent::Lost));
-            if self.connected() {
-                out.push(Action::Release { lock_version });
+        match self.state {
+            State::Own { lock_version, .. } => {
+                out.push(Action::Emit(LockEvent::Lost));
+                if self.connected() {
+                    out.push(Action::Release { lock_version });
+                }
             }
+            // Our node, token not yet known: release it too, so peers need not wait it out.
+            State::Verifying { lock_version } if self.connected() => {
+                out.push(Action::Release { lock_version })
+            }
+            _ => {}
         }
         self.state = State::Stopped;
         self.retry = None;

@@ -638,3 +638,38 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn shutdown_while_verifying_releases_our_node() {
+    let t0 = Instant::now();
+    let mut m = connected(t0);
+    let mut ours = node(MY_SESSION, ME);
+    ours.version = 2;
+    m.handle(Input::OwnerRead(Ok(Some(ours))), t0);
+    assert_eq!(
+        m.handle(Input::Shutdown, t0),
+        vec![Action::Release { lock_version: 2 }],
+        "peers need not wait out a node whose token we never learned"
+    );
+}
+
+#[test]
+fn a_failed_release_is_retried_after_a_backoff_not_at_once() {
+    let t0 = Instant::now();
+    let mut m = connected(t0);
+    m.handle(Input::OwnerRead(Ok(Some(node(MY_SESSION, ME)))), t0);
+    let names_peer = Epoch {
+        token: FencingToken(4),
+        holder: Some(PEER_SESSION),
+    };
+    m.handle(Input::EpochRead(Ok(names_peer)), t0);
+    assert_eq!(
+        m.handle(Input::ReleaseDone(Err(RequestFailed::Connection)), t0),
+        vec![]
+    );
+    assert_eq!(m.next_deadline(), Some(t0 + MIN_BACKOFF));
+    assert_eq!(
+        m.handle(Input::Tick, t0 + MIN_BACKOFF),
+        vec![Action::Create]
+    );
+}

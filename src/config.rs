@@ -87,6 +87,18 @@ pub enum OnLost {
     Finish,
 }
 
+/// Whether runs of one job may overlap across the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Concurrency {
+    /// Skip a tick (recorded as `skipped`) while a run of the job is alive anywhere.
+    Forbid,
+    /// Let runs overlap.
+    Allow,
+    /// Cancel this node's running run of the job (its process group) and start the new one.
+    Replace,
+}
+
 /// One `[[job]]`.
 #[derive(Debug, Clone)]
 pub struct JobConfig {
@@ -96,6 +108,7 @@ pub struct JobConfig {
     pub enabled: bool,
     /// How many run records of this job are kept in ZooKeeper.
     pub history: usize,
+    pub concurrency: Concurrency,
 }
 
 const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
@@ -297,6 +310,7 @@ struct RawJob {
     on_lost: Option<OnLost>,
     enabled: Option<bool>,
     history: Option<Spanned<i64>>,
+    concurrency: Option<Concurrency>,
 }
 
 // ---- validation: collect every problem, build domain types ----
@@ -650,6 +664,7 @@ impl Validator<'_> {
             on_lost: raw.on_lost.unwrap_or(OnLost::Cancel),
             enabled: raw.enabled.unwrap_or(true),
             history,
+            concurrency: raw.concurrency.unwrap_or(Concurrency::Forbid),
         })
     }
 }

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use zookeeper_client::Client;
 
-use crate::config::{self, Config, JobConfig, OnLost};
+use crate::config::{self, Concurrency, Config, JobConfig, OnLost};
 use crate::ids::{FencingToken, JobName};
 use crate::ledger::record::{RunRecord, RunStatus};
 use crate::ledger::{self, Claim, ClaimError, LedgerPaths};
@@ -231,19 +231,47 @@ fn reload(path: &std::path::Path, current: &Config) -> Option<Config> {
     }
 }
 
-/// Runs alive on this node, by job.
+/// Runs alive on this node, by run id.
 #[derive(Debug, Clone, Default)]
-struct Running(Arc<Mutex<HashMap<JobName, RunSlot>>>);
+struct Running(Arc<Mutex<HashMap<String, RunSlot>>>);
 
 #[derive(Debug)]
 struct RunSlot {
+    job: JobName,
     cancel: CancellationToken,
+    /// Cancelled by the run's task when the process has ended.
+    ended: CancellationToken,
     on_lost: OnLost,
 }
 
 impl Running {
-    fn slots(&self) -> std::sync::MutexGuard<'_, HashMap<JobName, RunSlot>> {
+    fn slots(&self) -> std::sync::MutexGuard<'_, HashMap<String, RunSlot>> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether a run of `job` is alive on this node.
+    fn alive(&self, job: &JobName) -> bool {
+        self.slots().values().any(|slot| &slot.job == job)
+    }
+
+    /// Cancels this node's runs of `job` (concurrency = replace) and waits, up to `within`, for
+    /// them to end. Returns whether they did.
+    async fn replace(&self, job: &JobName, within: Duration) -> bool {
+        let ended: Vec<CancellationToken> = self
+            .slots()
+            .values()
+            .filter(|slot| &slot.job == job)
+            .map(|slot| {
+                slot.cancel.cancel();
+                slot.ended.clone()
+            })
+            .collect();
+        let all_ended = async {
+            for ended in ended {
+                ended.cancelled().await;
+            }
+        };
+        tokio::time::timeout(within, all_ended).await.is_ok()
     }
 }
 
@@ -270,7 +298,8 @@ impl Firing {
             }
             // on_lost: cancel what must not run without the lock; let `finish` jobs end.
             LockEvent::Lost => {
-                for (job, slot) in self.running.slots().iter() {
+                for slot in self.running.slots().values() {
+                    let job = &slot.job;
                     if slot.on_lost == OnLost::Cancel {
                         tracing::warn!(job = %job, "lock lost: cancelling the running job (on_lost = cancel)");
                         slot.cancel.cancel();
@@ -318,7 +347,8 @@ impl Firing {
             .iter()
             .map(|job| {
                 let record = self.new_record(&job.spec.name, tick, token);
-                ledger::claim(&client, &self.ledger, record, self.acls)
+                let guarded = job.concurrency == Concurrency::Forbid;
+                ledger::claim(&client, &self.ledger, record, guarded, self.acls)
             })
             .collect();
         // One deadline for the whole tick: claims were sent together, they are waited for together.
@@ -337,6 +367,12 @@ impl Firing {
             let claimed = tokio::time::timeout_at(deadline, claim).await;
             let claim = match claimed {
                 Ok(Ok(claim)) => claim,
+                Ok(Err(ClaimError::RunAlive { .. })) => {
+                    match self.claim_after_run_alive(&client, &job, tick, token).await {
+                        Some(claim) => claim,
+                        None => continue,
+                    }
+                }
                 Ok(Err(ClaimError::AlreadyClaimed {
                     job,
                     scheduled_unix_ms,
@@ -369,8 +405,52 @@ impl Firing {
                 tracing::warn!(job = %job.spec.name, %tick, "not firing: the claimed tick is too late to start");
                 continue;
             }
+            if job.concurrency == Concurrency::Replace && self.running.alive(&job.spec.name) {
+                let within = job.spec.kill_grace + Duration::from_secs(1);
+                if !self.running.replace(&job.spec.name, within).await {
+                    tracing::warn!(job = %job.spec.name, %tick, "replaced run did not end within its grace; starting anyway");
+                }
+            }
             self.start_run(job, claim, client.clone(), view.clone());
         }
+    }
+
+    /// A guarded claim found a run of the job alive. If it is this node's own previous run and it
+    /// has ended by the tick, claim once more (a tick is skipped only if a run is really alive at
+    /// its time); otherwise record the tick as skipped.
+    async fn claim_after_run_alive(
+        &self,
+        client: &Client,
+        job: &JobConfig,
+        tick: DateTime<Utc>,
+        token: FencingToken,
+    ) -> Option<Claim> {
+        let name = &job.spec.name;
+        // One more round trip: if the guard was our own previous run's, it has been released.
+        if !self.running.alive(name) {
+            let record = self.new_record(name, tick, token);
+            match ledger::claim(client, &self.ledger, record, true, self.acls).await {
+                Ok(claim) => return Some(claim),
+                Err(ClaimError::RunAlive { .. }) => {}
+                Err(err) => {
+                    tracing::warn!(job = %name, %tick, error = %error_chain(&err), "not firing: tick not claimed");
+                    return None;
+                }
+            }
+        }
+        let reason = if self.running.alive(name) {
+            "a run of the job is still alive on this node (concurrency = forbid)"
+        } else {
+            "a run of the job is alive on another node (concurrency = forbid)"
+        };
+        tracing::warn!(job = %name, %tick, reason, "tick skipped");
+        let mut record = self.new_record(name, tick, token);
+        record.status = RunStatus::Skipped;
+        record.error = Some(reason.to_owned());
+        if let Err(err) = ledger::claim(client, &self.ledger, record, false, self.acls).await {
+            tracing::warn!(job = %name, %tick, error = %error_chain(&err), "skipped tick not recorded");
+        }
+        None
     }
 
     /// Withdraws every claim of a tick this stopping node will not fire.
@@ -432,31 +512,22 @@ impl Firing {
     fn start_run(
         &self,
         job: Arc<JobConfig>,
-        mut claim: Claim,
+        claim: Claim,
         client: Client,
         view: watch::Receiver<LockView>,
     ) {
         let name = job.spec.name.clone();
         let tick = claim.record.scheduled_unix_ms;
         let cancel = self.stop_runs.child_token();
-        {
-            let mut slots = self.running.slots();
-            if slots.contains_key(&name) {
-                tracing::warn!(job = %name, tick, "previous run still running on this node: tick skipped");
-                claim.record.status = RunStatus::Skipped;
-                claim.record.error =
-                    Some("a previous run of the job was still running on this node".into());
-                self.runs.spawn(write_record(view, client, claim));
-                return;
-            }
-            slots.insert(
-                name.clone(),
-                RunSlot {
-                    cancel: cancel.clone(),
-                    on_lost: job.on_lost,
-                },
-            );
-        }
+        let ended = CancellationToken::new();
+        let run_id = claim.record.run_id.clone();
+        let slot = RunSlot {
+            job: name.clone(),
+            cancel: cancel.clone(),
+            ended: ended.clone(),
+            on_lost: job.on_lost,
+        };
+        self.running.slots().insert(run_id.clone(), slot);
         let context = RunContext {
             run_id: claim.record.run_id.clone(),
             scheduled_at: DateTime::from_timestamp_millis(tick).unwrap_or_else(Utc::now),
@@ -473,14 +544,17 @@ impl Firing {
             started.record.status = RunStatus::Running;
             started.record.started_unix_ms = Some(Utc::now().timestamp_millis());
             let (report, started) = tokio::join!(runner::run(&job.spec, &context, cancel), async {
-                write_record(view.clone(), client.clone(), started.clone())
-                    .await
-                    .unwrap_or(started)
+                write_record(view.clone(), client.clone(), started).await
             });
-            running.slots().remove(&name);
             let mut finished = started;
             finish_record(&mut finished.record, &report);
-            write_record(view.clone(), client.clone(), finished).await;
+            let current = view.borrow().client.clone().unwrap_or_else(|| client.clone());
+            if let Err(err) = ledger::finish(&client, &current, &mut finished).await {
+                tracing::warn!(status = ?finished.record.status, error = %error_chain(&err), "run record not updated");
+            }
+            // Only now, with the guard released, is the run gone as far as the cluster can tell.
+            running.slots().remove(&run_id);
+            ended.cancel();
             prune(view, client, &ledger_paths, &name, job.history).await;
         });
     }
@@ -494,15 +568,12 @@ async fn write_record(
     view: watch::Receiver<LockView>,
     claiming: Client,
     mut claim: Claim,
-) -> Option<Claim> {
+) -> Claim {
     let client = view.borrow().client.clone().unwrap_or(claiming);
-    match ledger::update(&client, &mut claim).await {
-        Ok(()) => Some(claim),
-        Err(err) => {
-            tracing::warn!(status = ?claim.record.status, error = %error_chain(&err), "run record not updated");
-            None
-        }
+    if let Err(err) = ledger::update(&client, &mut claim).await {
+        tracing::warn!(status = ?claim.record.status, error = %error_chain(&err), "run record not updated");
     }
+    claim
 }
 
 /// Keeps the job's newest `keep` records; a failure is logged and retried after the next run.

@@ -365,6 +365,15 @@ impl Group {
             if let Some(dir) = &spec.working_dir {
                 command.current_dir(dir);
             }
+            // If zkcron itself is killed (SIGKILL, OOM) outside systemd's cgroup clean-up, its
+            // job must not outlive it and overlap the next owner's run (DESIGN.md promise 3).
+            // SAFETY: between fork and exec this runs only prctl(2), which is async-signal-safe.
+            unsafe {
+                command.pre_exec(|| {
+                    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                        .map_err(io::Error::from)
+                });
+            }
         });
         // KillOnDrop only kills the leader (tokio's `kill_on_drop`); `Group::drop` kills the group.
         command.wrap(ProcessGroup::leader()).wrap(KillOnDrop);

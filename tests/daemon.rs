@@ -613,3 +613,181 @@ async fn pruning_keeps_exactly_history_records_and_garbage_does_not_stop_firing(
         "never more than history plus the next claim: {most}"
     );
 }
+
+/// `start`/`end` lines of a slow job: (scheduled ms, node, wall ms) per event.
+fn intervals(log: &Path) -> Vec<(String, i64, String, i64)> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .map(|line| {
+            let f: Vec<&str> = line.split(' ').collect();
+            assert_eq!(f.len(), 4, "slow job line {line:?}");
+            (
+                f[0].to_owned(),
+                f[1].parse().expect("tick"),
+                f[2].to_owned(),
+                f[3].parse().expect("ms"),
+            )
+        })
+        .collect()
+}
+
+/// A job that runs `secs` seconds, logging its start and end with wall-clock ms.
+fn slow_job(name: &str, schedule: &str, secs: u32, log: &Path, extra: &str) -> String {
+    let line = |what: &str| {
+        format!(
+            "echo \"{what} $ZKCRON_SCHEDULED_UNIX_MS $ZKCRON_NODE $(date +%s%3N)\" >> {}",
+            log.display()
+        )
+    };
+    format!(
+        "[[job]]\nname = \"{name}\"\nschedule = \"{schedule}\"\nkill_grace = \"1s\"\n{extra}\nshell = '{}; sleep {secs}; {}'\n",
+        line("start"),
+        line("end")
+    )
+}
+
+#[tokio::test]
+async fn forbid_never_overlaps_runs_even_across_a_kill_9_failover() {
+    let _serial = fault_lock();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log = dir.path().join("slow.log");
+    let text = schedule(
+        "e2e-forbid",
+        &slow_job("slow", "*/2 * * * * *", 5, &log, ""),
+    );
+    let mut nodes = [
+        DaemonNode::start(dir.path(), "c1", &text),
+        DaemonNode::start(dir.path(), "c2", &text),
+    ];
+    let starts =
+        |events: &[(String, i64, String, i64)]| events.iter().filter(|e| e.0 == "start").count();
+    wait_for("three runs started", Duration::from_secs(20), || {
+        let n = starts(&intervals(&log));
+        async move { (n >= 3).then_some(()) }
+    })
+    .await;
+
+    // Kill the owner in the middle of its run: the run's process dies with it (its death signal).
+    let running = intervals(&log).last().cloned().expect("a start");
+    assert_eq!(running.0, "start");
+    let owner = running.2.clone();
+    let index = nodes
+        .iter()
+        .position(|n| n.node_id == owner)
+        .expect("owner is ours");
+    nodes[index].kill();
+    let killed_ms = now_ms();
+    wait_for(
+        "the new owner finishes a run",
+        SESSION + DELAY + Duration::from_secs(10),
+        || {
+            let done = intervals(&log).iter().any(|e| e.0 == "end" && e.2 != owner);
+            async move { done.then_some(()) }
+        },
+    )
+    .await;
+
+    // Every run's interval, the killed one ending at the kill: none may overlap another.
+    let events = intervals(&log);
+    let mut runs: Vec<(i64, i64, String)> = Vec::new();
+    for (what, tick, node, at) in &events {
+        if what == "start" {
+            let end = events
+                .iter()
+                .find(|e| e.0 == "end" && e.1 == *tick && &e.2 == node)
+                .map_or(killed_ms, |e| e.3);
+            runs.push((*at, end, node.clone()));
+        }
+    }
+    runs.sort();
+    for pair in runs.windows(2) {
+        assert!(
+            pair[1].0 >= pair[0].1,
+            "two live runs at once: {:?} and {:?}\n{events:?}",
+            pair[0],
+            pair[1]
+        );
+    }
+    let skipped = std::process::Command::new(env!("CARGO_BIN_EXE_zkcron"))
+        .args(["history", "slow", "--json", "--limit", "50", "--config"])
+        .arg(&nodes[1 - index].config)
+        .output()
+        .expect("zkcron history");
+    let text = String::from_utf8_lossy(&skipped.stdout);
+    assert!(
+        text.contains("\"status\":\"skipped\""),
+        "ticks during a run are recorded as skipped\n{text}"
+    );
+}
+
+#[tokio::test]
+async fn allow_overlaps_and_replace_cancels_the_previous_run() {
+    let _serial = fault_lock();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (allow_log, replace_log) = (dir.path().join("allow.log"), dir.path().join("replace.log"));
+    let jobs = format!(
+        "{}\n{}",
+        slow_job(
+            "allowed",
+            "* * * * * *",
+            3,
+            &allow_log,
+            "concurrency = \"allow\""
+        ),
+        slow_job(
+            "replaced",
+            "*/2 * * * * *",
+            5,
+            &replace_log,
+            "concurrency = \"replace\""
+        )
+    );
+    let node = DaemonNode::start(dir.path(), "solo", &schedule("e2e-allow-replace", &jobs));
+    wait_for("three replaced starts", Duration::from_secs(12), || {
+        let n = intervals(&replace_log)
+            .iter()
+            .filter(|e| e.0 == "start")
+            .count();
+        async move { (n >= 3).then_some(()) }
+    })
+    .await;
+
+    let allowed = intervals(&allow_log);
+    let max_alive = allowed
+        .iter()
+        .filter(|e| e.0 == "start")
+        .map(|s| {
+            allowed
+                .iter()
+                .filter(|e| e.0 == "start" && e.3 <= s.3)
+                .count()
+                - allowed
+                    .iter()
+                    .filter(|e| e.0 == "end" && e.3 <= s.3)
+                    .count()
+        })
+        .max()
+        .unwrap_or(0);
+    assert!(
+        max_alive >= 2,
+        "allow lets a 3 s job every second overlap: {allowed:?}"
+    );
+
+    // replace: each new run cancels the one before, so none of them reached its end line …
+    let replaced = intervals(&replace_log);
+    assert!(
+        replaced.iter().all(|e| e.0 == "start"),
+        "a replaced run never finishes its 5 s: {replaced:?}"
+    );
+    // … and the records say so.
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_zkcron"))
+        .args(["history", "replaced", "--json", "--config"])
+        .arg(&node.config)
+        .output()
+        .expect("zkcron history");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains("\"status\":\"cancelled\""),
+        "replaced runs are recorded as cancelled\n{text}"
+    );
+}

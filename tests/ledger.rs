@@ -65,6 +65,7 @@ async fn two_believed_owners_claim_each_tick_at_most_once() {
         &a,
         &paths,
         record("report", 1000, "a", token_a),
+        false,
         Acls::anyone_all(),
     )
     .await;
@@ -77,6 +78,7 @@ async fn two_believed_owners_claim_each_tick_at_most_once() {
         &b,
         &paths,
         record("report", 1000, "b", token_a),
+        false,
         Acls::anyone_all(),
     )
     .await;
@@ -92,6 +94,7 @@ async fn two_believed_owners_claim_each_tick_at_most_once() {
         &a,
         &paths,
         record("report", 2000, "a", token_a),
+        false,
         Acls::anyone_all(),
     )
     .await;
@@ -103,6 +106,7 @@ async fn two_believed_owners_claim_each_tick_at_most_once() {
         &b,
         &paths,
         record("report", 2000, "b", token_b),
+        false,
         Acls::anyone_all(),
     )
     .await;
@@ -124,6 +128,7 @@ async fn an_expired_session_claims_nothing() {
         &a,
         &paths,
         record("report", 1000, "a", token),
+        false,
         Acls::anyone_all(),
     )
     .await;
@@ -148,6 +153,7 @@ async fn records_update_by_compare_and_set_only() {
         &a,
         &paths,
         record("report", 1000, "a", token),
+        false,
         Acls::anyone_all(),
     )
     .await
@@ -178,6 +184,7 @@ async fn history_is_newest_first_and_skips_garbage() {
             &a,
             &paths,
             record("report", tick, "a", token),
+            false,
             Acls::anyone_all(),
         )
         .await
@@ -206,4 +213,87 @@ async fn history_is_newest_first_and_skips_garbage() {
         none.is_empty(),
         "a job without records has an empty history"
     );
+}
+
+#[tokio::test]
+async fn a_guarded_claim_refuses_while_a_run_is_alive_until_it_finishes() {
+    let (a, b, paths, _) = setup("ledger-guard").await;
+    let token = acquire(&a, &paths).await;
+    let mut first = ledger::claim(
+        &a,
+        &paths,
+        record("slow", 1000, "a", token),
+        true,
+        Acls::anyone_all(),
+    )
+    .await
+    .expect("guarded claim");
+    assert_eq!(
+        first.guard.as_deref(),
+        Some(paths.running(&JobName::new("slow")).as_str())
+    );
+    let blocked = ledger::claim(
+        &a,
+        &paths,
+        record("slow", 2000, "a", token),
+        true,
+        Acls::anyone_all(),
+    )
+    .await;
+    assert!(
+        matches!(blocked, Err(ClaimError::RunAlive { .. })),
+        "{blocked:?}"
+    );
+    let job = JobName::new("slow");
+    assert!(
+        ledger::read_record(&b, &paths.record(&job, 2000))
+            .await
+            .is_none(),
+        "all or nothing: no record"
+    );
+
+    first.record.status = RunStatus::Succeeded;
+    ledger::finish(&a, &b, &mut first)
+        .await
+        .expect("finish releases the guard with the record");
+    let stored = ledger::read_record(&b, &first.path).await.expect("record");
+    assert_eq!(stored.status, RunStatus::Succeeded);
+    let next = ledger::claim(
+        &a,
+        &paths,
+        record("slow", 2000, "a", token),
+        true,
+        Acls::anyone_all(),
+    )
+    .await;
+    assert!(next.is_ok(), "the guard is gone with the run: {next:?}");
+}
+
+#[tokio::test]
+async fn our_own_write_with_a_lost_reply_is_reconciled() {
+    let (a, b, paths, _) = setup("ledger-lost-reply").await;
+    let token = acquire(&a, &paths).await;
+    let mut claim = ledger::claim(
+        &a,
+        &paths,
+        record("report", 1000, "a", token),
+        false,
+        Acls::anyone_all(),
+    )
+    .await
+    .expect("claim");
+    // We sent `running`; it was stored, but its reply never came: our claim still says version 0.
+    claim.record.status = RunStatus::Running;
+    a.set_data(&claim.path, &claim.record.to_bytes(), Some(claim.version))
+        .await
+        .expect("the write that went through");
+    claim.sent = claim.record.clone();
+
+    claim.record.status = RunStatus::Succeeded;
+    ledger::update(&a, &mut claim)
+        .await
+        .expect("reconciled: the stored record is what we sent");
+    let stored = ledger::read_record(&b, &claim.path).await.expect("record");
+    assert_eq!(stored.status, RunStatus::Succeeded);
+    assert_eq!(claim.version, 2);
 }

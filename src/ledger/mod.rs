@@ -19,6 +19,8 @@ use record::{RunRecord, parse_tick_node_name, tick_node_name};
 pub struct LedgerPaths {
     pub epoch: String,
     pub runs: String,
+    /// Parent of the `running/<job>` guards: ephemeral, held for a run's life (concurrency).
+    pub running: String,
 }
 
 impl LedgerPaths {
@@ -27,12 +29,18 @@ impl LedgerPaths {
         Self {
             epoch: lock.epoch.clone(),
             runs: format!("{}/runs", lock.dir),
+            running: format!("{}/running", lock.dir),
         }
     }
 
     /// The parent of one job's records.
     pub fn job_runs(&self, job: &JobName) -> String {
         format!("{}/{job}", self.runs)
+    }
+
+    /// The guard that says a run of `job` is alive somewhere in the cluster.
+    pub fn running(&self, job: &JobName) -> String {
+        format!("{}/{job}", self.running)
     }
 
     /// One tick's record.
@@ -51,6 +59,8 @@ pub enum ClaimError {
         job: JobName,
         scheduled_unix_ms: i64,
     },
+    #[error("a run of job {job} is still alive in the cluster")]
+    RunAlive { job: JobName },
     #[error("zookeeper request on {path} failed")]
     Zk {
         path: String,
@@ -65,6 +75,11 @@ pub struct Claim {
     pub path: String,
     pub version: i32,
     pub record: RunRecord,
+    /// The `running/<job>` guard this claim created, if any (it lives with the claiming session).
+    pub guard: Option<String>,
+    /// The record as we last sent it, whether or not its reply arrived: if the stored record is
+    /// exactly this, a failed compare-and-set was our own write with a lost reply.
+    pub sent: RunRecord,
 }
 
 /// A failed update of a claimed record.
@@ -96,12 +111,15 @@ pub fn claim<'c>(
     client: &'c Client,
     paths: &LedgerPaths,
     record: RunRecord,
+    guarded: bool,
     acls: Acls<'static>,
 ) -> impl Future<Output = Result<Claim, ClaimError>> + Send + 'c {
     let path = paths.record(&record.job, record.scheduled_unix_ms);
     let parent = paths.job_runs(&record.job);
+    let guard = guarded.then(|| paths.running(&record.job));
+    let guard_parent = paths.running.clone();
     let epoch = paths.epoch.clone();
-    let first = send_claim(client, &epoch, &path, &record, acls);
+    let first = send_claim(client, &epoch, &path, guard.as_deref(), &record, acls);
     async move {
         let result = match first {
             Ok(sent) => sent.await,
@@ -112,19 +130,21 @@ pub fn claim<'c>(
                 source: ZkErr::NoNode,
                 ..
             }) => {
-                // The job's first tick: make its parent, then claim once more.
-                crate::zk::ensure_persistent(client, &parent, acls)
-                    .await
-                    .map_err(|err| match err {
-                        crate::zk::ZkError::Request { path, source } => {
-                            ClaimError::Zk { path, source }
-                        }
-                        other => ClaimError::Zk {
-                            path: parent.clone(),
-                            source: ZkErr::UnexpectedError(other.to_string()),
-                        },
-                    })?;
-                let again = send_claim(client, &epoch, &path, &record, acls);
+                // The job's first tick: make the parents, then claim once more.
+                for dir in [&parent, &guard_parent] {
+                    crate::zk::ensure_persistent(client, dir, acls)
+                        .await
+                        .map_err(|err| match err {
+                            crate::zk::ZkError::Request { path, source } => {
+                                ClaimError::Zk { path, source }
+                            }
+                            other => ClaimError::Zk {
+                                path: dir.clone(),
+                                source: ZkErr::UnexpectedError(other.to_string()),
+                            },
+                        })?;
+                }
+                let again = send_claim(client, &epoch, &path, guard.as_deref(), &record, acls);
                 let result = match again {
                     Ok(sent) => sent.await,
                     Err(err) => Err(err),
@@ -136,7 +156,9 @@ pub fn claim<'c>(
         Ok(Claim {
             path,
             version,
+            sent: record.clone(),
             record,
+            guard,
         })
     }
 }
@@ -148,6 +170,7 @@ fn send_claim<'c>(
     client: &'c Client,
     epoch: &str,
     path: &str,
+    guard: Option<&str>,
     record: &RunRecord,
     acls: Acls<'static>,
 ) -> Result<impl Future<Output = ClaimReply> + Send + use<'c>, CheckWriteError> {
@@ -157,6 +180,13 @@ fn send_claim<'c>(
         &record.to_bytes(),
         &CreateMode::Persistent.with_acls(acls),
     )?;
+    if let Some(guard) = guard {
+        writer.add_create(
+            guard,
+            record.run_id.as_bytes(),
+            &CreateMode::Ephemeral.with_acls(acls),
+        )?;
+    }
     Ok(writer.commit())
 }
 
@@ -179,11 +209,18 @@ fn classify(
             source,
         }),
         Err(CheckWriteError::OperationFailed {
+            index: 0,
             source: ZkErr::NodeExists,
-            ..
         }) => Err(ClaimError::AlreadyClaimed {
             job: record.job.clone(),
             scheduled_unix_ms: record.scheduled_unix_ms,
+        }),
+        // The guard exists: a run of the job is alive somewhere (concurrency = forbid).
+        Err(CheckWriteError::OperationFailed {
+            index: 1,
+            source: ZkErr::NodeExists,
+        }) => Err(ClaimError::RunAlive {
+            job: record.job.clone(),
         }),
         Err(
             CheckWriteError::OperationFailed { source, .. }
@@ -206,6 +243,7 @@ pub async fn update(client: &Client, claim: &mut Claim) -> Result<(), UpdateErro
         source,
     };
     for _ in 0..2 {
+        let previous = std::mem::replace(&mut claim.sent, claim.record.clone());
         match client
             .set_data(&claim.path, &claim.record.to_bytes(), Some(claim.version))
             .await
@@ -215,17 +253,11 @@ pub async fn update(client: &Client, claim: &mut Claim) -> Result<(), UpdateErro
                 return Ok(());
             }
             Err(ZkErr::BadVersion) => {
-                // Our previous write may have gone through with its reply lost: if the stored
-                // record is still this run of ours and still open, write over that version.
+                // Only our own earlier write, whose reply was lost, may have moved the version:
+                // then the stored record is exactly what we sent before. Anything else is
+                // someone else's change, and it is kept.
                 let (data, stat) = client.get_data(&claim.path).await.map_err(zk_err)?;
-                let stored = RunRecord::parse(&data).ok();
-                let still_ours = stored.is_some_and(|stored| {
-                    stored.run_id == claim.record.run_id
-                        && stored.node_id == claim.record.node_id
-                        && stored.attempt == claim.record.attempt
-                        && !stored.status.is_final()
-                });
-                if !still_ours {
+                if RunRecord::parse(&data).ok().as_ref() != Some(&previous) {
                     break;
                 }
                 claim.version = stat.version;
@@ -237,6 +269,48 @@ pub async fn update(client: &Client, claim: &mut Claim) -> Result<(), UpdateErro
     Err(UpdateError::Conflict {
         path: claim.path.clone(),
     })
+}
+
+/// Writes the run's final record and, in the same multi-op, deletes its `running/<job>` guard —
+/// through `claiming`, the session that created the guard, so no other session's guard is ever
+/// deleted. When that session is gone (its guard went with it) the record is written with
+/// `current` alone.
+///
+/// # Errors
+/// As [`update`].
+pub async fn finish(
+    claiming: &Client,
+    current: &Client,
+    claim: &mut Claim,
+) -> Result<(), UpdateError> {
+    if let Some(guard) = claim.guard.clone() {
+        let mut multi = claiming.new_multi_writer();
+        let built = multi
+            .add_set_data(&claim.path, &claim.record.to_bytes(), Some(claim.version))
+            .and_then(|()| multi.add_delete(&guard, None));
+        if built.is_ok() {
+            match multi.commit().await {
+                Ok(results) => {
+                    if let Some(zookeeper_client::MultiWriteResult::SetData { stat }) =
+                        results.first()
+                    {
+                        claim.version = stat.version;
+                    }
+                    return Ok(());
+                }
+                // The guard is gone (our session changed) or the record moved: plain update below.
+                Err(zookeeper_client::MultiWriteError::OperationFailed { .. }) => {}
+                Err(zookeeper_client::MultiWriteError::RequestFailed { source }) => {
+                    tracing::debug!(path = guard, error = %source, "guard not released with the claiming session");
+                }
+            }
+        }
+        // A record whose reply was lost, with the guard still ours: release the guard alone.
+        if let Err(err) = claiming.delete(&guard, None).await {
+            tracing::debug!(path = guard, error = %err, "run guard not deleted (gone with its session?)");
+        }
+    }
+    update(current, claim).await
 }
 
 /// Gives a claimed, unstarted tick back — `check(epoch, token)` + delete the record — so that
@@ -260,6 +334,9 @@ pub async fn withdraw(
     writer
         .add_delete(&claim.path, Some(claim.version))
         .map_err(zk_err)?;
+    if let Some(guard) = &claim.guard {
+        writer.add_delete(guard, None).map_err(zk_err)?;
+    }
     match writer.commit().await {
         Ok(_) => Ok(()),
         Err(CheckWriteError::CheckFailed { .. }) => Err(ClaimError::NotOwner { token }),

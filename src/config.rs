@@ -99,6 +99,28 @@ pub enum Concurrency {
     Replace,
 }
 
+/// What a new owner (or an owner back from an outage) does with ticks missed meanwhile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Misfire {
+    /// Fire none of them.
+    Skip,
+    /// Fire the latest one (within `starting_deadline`).
+    RunOnce,
+    /// Fire every one within `starting_deadline`, oldest first, one after another.
+    RunAll,
+}
+
+/// What a new owner does with a run its previous owner left `claimed` or `running`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnInterrupted {
+    /// Mark it interrupted and leave it (at most once: it may have run partly).
+    Skip,
+    /// Mark it interrupted and start it again: same run id, next attempt.
+    Rerun,
+}
+
 /// One `[[job]]`.
 #[derive(Debug, Clone)]
 pub struct JobConfig {
@@ -109,6 +131,10 @@ pub struct JobConfig {
     /// How many run records of this job are kept in ZooKeeper.
     pub history: usize,
     pub concurrency: Concurrency,
+    pub misfire: Misfire,
+    /// How far back catch-up looks for missed ticks.
+    pub starting_deadline: Duration,
+    pub on_interrupted: OnInterrupted,
 }
 
 const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
@@ -117,6 +143,7 @@ const DEFAULT_TAKEOVER_DELAY: Duration = Duration::from_secs(10);
 const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(10);
 const DEFAULT_ROOT: &str = "/zkcron";
 const DEFAULT_HISTORY: usize = 100;
+const DEFAULT_STARTING_DEADLINE: Duration = Duration::from_secs(300);
 
 /// A schedule file that could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -311,6 +338,9 @@ struct RawJob {
     enabled: Option<bool>,
     history: Option<Spanned<i64>>,
     concurrency: Option<Concurrency>,
+    misfire: Option<Misfire>,
+    starting_deadline: Option<Spanned<String>>,
+    on_interrupted: Option<OnInterrupted>,
 }
 
 // ---- validation: collect every problem, build domain types ----
@@ -636,6 +666,11 @@ impl Validator<'_> {
             self.positive_duration(Some(t), &key, Duration::ZERO)
         });
         let kill_grace = self.duration(raw.kill_grace, &context("kill_grace"), DEFAULT_KILL_GRACE);
+        let starting_deadline = self.duration(
+            raw.starting_deadline,
+            &context("starting_deadline"),
+            DEFAULT_STARTING_DEADLINE,
+        );
         let spec = JobSpec {
             name: JobName::new(name.clone()),
             program: program?,
@@ -665,6 +700,9 @@ impl Validator<'_> {
             enabled: raw.enabled.unwrap_or(true),
             history,
             concurrency: raw.concurrency.unwrap_or(Concurrency::Forbid),
+            misfire: raw.misfire.unwrap_or(Misfire::RunOnce),
+            starting_deadline,
+            on_interrupted: raw.on_interrupted.unwrap_or(OnInterrupted::Skip),
         })
     }
 }

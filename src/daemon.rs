@@ -6,6 +6,7 @@
 //! Must not: contain logic that belongs to the lock machine, the ledger, the schedule or the
 //! runner; it only connects them.
 
+mod catch_up;
 mod fire_queue;
 
 use std::collections::{HashMap, VecDeque};
@@ -92,6 +93,7 @@ pub async fn run(
 
     let firing = Firing {
         ledger: LedgerPaths::new(&paths),
+        members: paths.members.clone(),
         acls: config.zookeeper.settings().acls(),
         me: settings.me.clone(),
         running: Running::default(),
@@ -107,6 +109,7 @@ pub async fn run(
     // Ticks popped while this node could not fire; re-fired if it acquires the lock in time.
     let mut declined: VecDeque<(DateTime<Utc>, Vec<Arc<JobConfig>>)> = VecDeque::new();
     let mut ready = false;
+    let mut could_fire = false;
     tracing::info!(jobs = jobs.len(), node_id = %settings.me.node_id, "zkcron started");
 
     let exit = loop {
@@ -134,11 +137,19 @@ pub async fn run(
                     current = new;
                 }
             }
-            Ok(()) = view.changed(), if !ready => {
-                if view.borrow().connected {
+            Ok(()) = view.changed() => {
+                let now_view = view.borrow().clone();
+                if !ready && now_view.connected {
                     ready = true;
                     notify_systemd(&[sd_notify::NotifyState::Ready]);
                 }
+                // Acquired, or back from an outage: resolve what was left open, fire what was missed.
+                if now_view.may_fire && !could_fire {
+                    let firing = firing.clone();
+                    let (jobs, view) = (jobs.clone(), view.clone());
+                    firing.ticks.clone().spawn(firing.catch_up(jobs, view));
+                }
+                could_fire = now_view.may_fire;
             }
             () = tokio::time::sleep(sleep_for) => {
                 if wake.is_some_and(|wake| Utc::now() >= wake) {
@@ -279,6 +290,8 @@ impl Running {
 #[derive(Clone)]
 struct Firing {
     ledger: LedgerPaths,
+    /// `<root>/<lock>/members`, to tell whether an interrupted run's node is still alive.
+    members: String,
     acls: zookeeper_client::Acls<'static>,
     me: OwnerInfo,
     running: Running,
@@ -411,7 +424,7 @@ impl Firing {
                     tracing::warn!(job = %job.spec.name, %tick, "replaced run did not end within its grace; starting anyway");
                 }
             }
-            self.start_run(job, claim, client.clone(), view.clone());
+            self.start_run(job, claim, client.clone(), view.clone(), false);
         }
     }
 
@@ -509,13 +522,16 @@ impl Firing {
         }
     }
 
+    /// Starts a claimed run; returns a token cancelled once the run has ended and its record and
+    /// guard are written.
     fn start_run(
         &self,
         job: Arc<JobConfig>,
         claim: Claim,
         client: Client,
         view: watch::Receiver<LockView>,
-    ) {
+        resumed: bool,
+    ) -> CancellationToken {
         let name = job.spec.name.clone();
         let tick = claim.record.scheduled_unix_ms;
         let cancel = self.stop_runs.child_token();
@@ -534,10 +550,11 @@ impl Firing {
             node: self.me.node_id.clone(),
             fencing_token: claim.record.fencing_token,
             attempt: claim.record.attempt,
-            resumed: false,
+            resumed,
         };
         let running = self.running.clone();
         let ledger_paths = self.ledger.clone();
+        let ended_by_task = ended.clone();
         self.runs.spawn(async move {
             // The process starts at once; the record says `running` a round trip later.
             let mut started = claim.clone();
@@ -554,9 +571,10 @@ impl Firing {
             }
             // Only now, with the guard released, is the run gone as far as the cluster can tell.
             running.slots().remove(&run_id);
-            ended.cancel();
+            ended_by_task.cancel();
             prune(view, client, &ledger_paths, &name, job.history).await;
         });
+        ended
     }
 }
 

@@ -448,3 +448,114 @@ pub async fn prune(
     }
     Ok(deleted)
 }
+
+/// The scheduled instants of `job`'s records, oldest first (foreign names skipped).
+///
+/// # Errors
+/// Listing failed; a job without records has none.
+pub async fn ticks(
+    client: &Client,
+    paths: &LedgerPaths,
+    job: &JobName,
+) -> Result<Vec<i64>, ClaimError> {
+    let parent = paths.job_runs(job);
+    let mut ticks: Vec<i64> = match client.list_children(&parent).await {
+        Ok(children) => children
+            .iter()
+            .filter_map(|name| parse_tick_node_name(name))
+            .collect(),
+        Err(ZkErr::NoNode) => Vec::new(),
+        Err(source) => {
+            return Err(ClaimError::Zk {
+                path: parent,
+                source,
+            });
+        }
+    };
+    ticks.sort_unstable();
+    Ok(ticks)
+}
+
+/// A stored record with its znode version; `None` when absent or unreadable (logged).
+pub async fn read_versioned(client: &Client, path: &str) -> Option<(RunRecord, i32)> {
+    let (data, stat) = client.get_data(path).await.ok()?;
+    let record = RunRecord::parse(&data)
+        .inspect_err(|err| tracing::warn!(path, error = %err, "unreadable run record; skipped"))
+        .ok()?;
+    Some((record, stat.version))
+}
+
+/// The run id written into `job`'s `running/<job>` guard, if a guard exists.
+pub async fn guard_holder(client: &Client, paths: &LedgerPaths, job: &JobName) -> Option<String> {
+    let (data, _) = client.get_data(&paths.running(job)).await.ok()?;
+    Some(String::from_utf8_lossy(&data).into_owned())
+}
+
+/// Claims a stored record again, for a new attempt by us (a rerun of an interrupted run, a
+/// retry): `check(epoch, our token)` + overwrite the record at its version [+ create the guard].
+///
+/// # Errors
+/// `NotOwner` if the epoch moved; `AlreadyClaimed` if the record changed since it was read;
+/// `RunAlive` if the guard exists; `Zk` otherwise.
+pub async fn reclaim(
+    client: &Client,
+    paths: &LedgerPaths,
+    record: RunRecord,
+    version: i32,
+    guarded: bool,
+    acls: Acls<'static>,
+) -> Result<Claim, ClaimError> {
+    let path = paths.record(&record.job, record.scheduled_unix_ms);
+    let guard = guarded.then(|| paths.running(&record.job));
+    let zk_err = |source| ClaimError::Zk {
+        path: path.clone(),
+        source,
+    };
+    let mut writer = client
+        .new_check_writer(&paths.epoch, Some(record.fencing_token.0))
+        .map_err(zk_err)?;
+    writer
+        .add_set_data(&path, &record.to_bytes(), Some(version))
+        .map_err(zk_err)?;
+    if let Some(guard) = &guard {
+        writer
+            .add_create(
+                guard,
+                record.run_id.as_bytes(),
+                &CreateMode::Ephemeral.with_acls(acls),
+            )
+            .map_err(zk_err)?;
+    }
+    match writer.commit().await {
+        Ok(results) => {
+            let version = match results.first() {
+                Some(zookeeper_client::MultiWriteResult::SetData { stat }) => stat.version,
+                _ => version + 1,
+            };
+            Ok(Claim {
+                path,
+                version,
+                sent: record.clone(),
+                record,
+                guard,
+            })
+        }
+        Err(CheckWriteError::CheckFailed { .. }) => Err(ClaimError::NotOwner {
+            token: record.fencing_token,
+        }),
+        Err(CheckWriteError::OperationFailed { index: 0, .. }) => Err(ClaimError::AlreadyClaimed {
+            job: record.job.clone(),
+            scheduled_unix_ms: record.scheduled_unix_ms,
+        }),
+        Err(CheckWriteError::OperationFailed {
+            index: 1,
+            source: ZkErr::NodeExists,
+        }) => Err(ClaimError::RunAlive {
+            job: record.job.clone(),
+        }),
+        Err(
+            CheckWriteError::OperationFailed { source, .. }
+            | CheckWriteError::RequestFailed { source },
+        ) => Err(zk_err(source)),
+    }
+}

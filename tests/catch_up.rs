@@ -1,0 +1,245 @@
+//! Catch-up after downtime and reruns of interrupted runs, end to end with real `zkcron run`
+//! processes (issue "Exactly once per tick"). Every test holds `fault_lock`.
+#![allow(
+    clippy::await_holding_lock,
+    reason = "each #[tokio::test] has its own runtime and thread"
+)]
+
+mod support;
+
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use nix::sys::signal::Signal;
+
+use support::daemon::{DaemonNode, Fire, RECORD_FIRE, read_fires};
+use support::{fault_lock, shared_ensemble, unique_chroot, wait_for};
+
+const SESSION: Duration = Duration::from_secs(2);
+const DELAY: Duration = Duration::from_secs(3);
+const SLACK: Duration = Duration::from_secs(1);
+
+fn now_ms() -> i64 {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970");
+    i64::try_from(since.as_millis()).expect("ms fit i64")
+}
+
+fn schedule(test: &str, jobs: &str) -> String {
+    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot(test));
+    format!(
+        "[zookeeper]\nconnect = \"{connect}\"\nsession_timeout = \"{}ms\"\n\n[lock]\nname = \"cu\"\n\
+         takeover_delay = \"{}ms\"\n\n{jobs}",
+        SESSION.as_millis(),
+        DELAY.as_millis()
+    )
+}
+
+fn job(name: &str, schedule: &str, fires: &Path, extra: &str, then: &str) -> String {
+    format!(
+        "[[job]]\nname = \"{name}\"\nschedule = \"{schedule}\"\n{extra}\nshell = '{RECORD_FIRE}{}{then}'\n",
+        fires.display()
+    )
+}
+
+async fn wait_fires(
+    fires: &Path,
+    what: &str,
+    within: Duration,
+    done: impl Fn(&[Fire]) -> bool,
+) -> Vec<Fire> {
+    wait_for(what, within, || {
+        let all = read_fires(fires);
+        let found = done(&all).then_some(all);
+        async move { found }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn missed_ticks_are_skipped_run_once_or_all_within_the_starting_deadline() {
+    let _serial = fault_lock();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = |name: &str| dir.path().join(format!("{name}.log"));
+    let jobs = [
+        job(
+            "skip",
+            "* * * * * *",
+            &file("skip"),
+            "misfire = \"skip\"",
+            "",
+        ),
+        job(
+            "once",
+            "* * * * * *",
+            &file("once"),
+            "misfire = \"run_once\"",
+            "",
+        ),
+        job(
+            "all",
+            "* * * * * *",
+            &file("all"),
+            "misfire = \"run_all\"",
+            "",
+        ),
+        job(
+            "near",
+            "* * * * * *",
+            &file("near"),
+            "misfire = \"run_all\"\nstarting_deadline = \"2s\"",
+            "",
+        ),
+    ]
+    .join("\n");
+    let text = schedule("catch-up", &jobs);
+    let mut node = DaemonNode::start(dir.path(), "cu", &text);
+    for name in ["skip", "once", "all", "near"] {
+        wait_fires(&file(name), "two on-time fires", SESSION * 5, |f| {
+            f.len() >= 2
+        })
+        .await;
+    }
+    node.signal(Signal::SIGTERM);
+    assert!(node.wait_exit(Duration::from_secs(5)).await.success());
+    let last: Vec<i64> = ["skip", "once", "all", "near"]
+        .iter()
+        .map(|name| read_fires(&file(name)).last().expect("a fire").scheduled_ms)
+        .collect();
+
+    // The scenario: every node down across several ticks of a 1 s job.
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    let restart_ms = now_ms();
+    let _node = DaemonNode::start(dir.path(), "cu", &text);
+    for name in ["skip", "once", "all", "near"] {
+        wait_fires(
+            &file(name),
+            "an on-time fire after the restart",
+            SESSION * 5,
+            |f| {
+                f.iter()
+                    .any(|f| f.scheduled_ms > restart_ms && f.resumed == "0")
+            },
+        )
+        .await;
+    }
+    // Let run_all's sequence end (each run takes a few ms; the sequence is a few ticks long).
+    let all = wait_fires(
+        &file("all"),
+        "run_all caught up",
+        Duration::from_secs(3),
+        |f| f.iter().filter(|f| f.resumed == "1").count() >= 3,
+    )
+    .await;
+
+    let resumed = |fires: &[Fire]| {
+        fires
+            .iter()
+            .filter(|f| f.resumed == "1")
+            .map(|f| f.scheduled_ms)
+            .collect::<Vec<i64>>()
+    };
+    let skip = read_fires(&file("skip"));
+    assert!(
+        resumed(&skip).is_empty(),
+        "misfire = skip fires nothing missed: {skip:?}"
+    );
+
+    let once = resumed(&read_fires(&file("once")));
+    assert_eq!(
+        once.len(),
+        1,
+        "misfire = run_once fires exactly one missed tick: {once:?}"
+    );
+    assert!(
+        once[0] >= last[1] + 3000 && once[0] < restart_ms,
+        "the latest missed tick: {once:?} after {}",
+        last[1]
+    );
+
+    let caught = resumed(&all);
+    let expected: Vec<i64> = (1..=i64::try_from(caught.len()).unwrap_or(0))
+        .map(|k| last[2] + 1000 * k)
+        .collect();
+    assert_eq!(
+        caught, expected,
+        "misfire = run_all fires every missed tick, oldest first, in order"
+    );
+    assert!(
+        caught.len() >= 3,
+        "at least the three ticks of the downtime: {caught:?}"
+    );
+
+    let near = resumed(&read_fires(&file("near")));
+    assert!(
+        near.len() <= 2,
+        "starting_deadline = 2s reaches back at most 2 ticks: {near:?}"
+    );
+    assert!(
+        near.iter().all(|&t| t >= restart_ms - 2000),
+        "nothing older than the starting deadline: {near:?}"
+    );
+    for name in ["skip", "once", "all", "near"] {
+        let ticks: Vec<i64> = read_fires(&file(name))
+            .iter()
+            .map(|f| f.scheduled_ms)
+            .collect();
+        let mut unique = ticks.clone();
+        unique.dedup();
+        assert_eq!(
+            unique.len(),
+            ticks.len(),
+            "{name}: no tick fired twice: {ticks:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_interrupted_run_is_rerun_by_the_new_owner_as_attempt_2() {
+    let _serial = fault_lock();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let fires = dir.path().join("long.log");
+    // One tick a minute, a few seconds from now: nothing else of the job fires meanwhile.
+    let second = (now_ms() / 1000 + 6) % 60;
+    let text = schedule(
+        "interrupted",
+        &job(
+            "long",
+            &format!("{second} * * * * *"),
+            &fires,
+            "on_interrupted = \"rerun\"",
+            "; sleep 20",
+        ),
+    );
+    let mut nodes = [
+        DaemonNode::start(dir.path(), "i1", &text),
+        DaemonNode::start(dir.path(), "i2", &text),
+    ];
+    let first = wait_fires(
+        &fires,
+        "the long run starts",
+        Duration::from_secs(10),
+        |f| !f.is_empty(),
+    )
+    .await;
+    let first = first[0].clone();
+    assert_eq!((first.attempt, first.resumed.as_str()), (1, "0"));
+
+    let owner = nodes
+        .iter()
+        .position(|n| n.node_id == first.node)
+        .expect("owner is ours");
+    nodes[owner].kill();
+    let rerun = wait_fires(&fires, "the rerun", SESSION + DELAY + SLACK * 3, |f| {
+        f.len() >= 2
+    })
+    .await;
+    let rerun = rerun[1].clone();
+    assert_eq!(rerun.run_id, first.run_id, "same run id");
+    assert_eq!(rerun.scheduled_ms, first.scheduled_ms, "same tick");
+    assert_eq!(rerun.attempt, 2, "the next attempt");
+    assert_eq!(rerun.resumed, "1", "started by catch-up, not on time");
+    assert!(rerun.token > first.token, "a fresh, larger fencing token");
+    assert_ne!(rerun.node, first.node);
+}

@@ -135,6 +135,10 @@ pub struct JobConfig {
     /// How far back catch-up looks for missed ticks.
     pub starting_deadline: Duration,
     pub on_interrupted: OnInterrupted,
+    /// How many times a failed or timed-out run is tried again.
+    pub retries: u32,
+    /// Pause before the first retry; doubles for each further one.
+    pub retry_backoff: Duration,
 }
 
 const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
@@ -144,6 +148,7 @@ const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(10);
 const DEFAULT_ROOT: &str = "/zkcron";
 const DEFAULT_HISTORY: usize = 100;
 const DEFAULT_STARTING_DEADLINE: Duration = Duration::from_secs(300);
+const DEFAULT_RETRY_BACKOFF: Duration = Duration::from_secs(30);
 
 /// A schedule file that could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -341,6 +346,8 @@ struct RawJob {
     misfire: Option<Misfire>,
     starting_deadline: Option<Spanned<String>>,
     on_interrupted: Option<OnInterrupted>,
+    retries: Option<Spanned<i64>>,
+    retry_backoff: Option<Spanned<String>>,
 }
 
 // ---- validation: collect every problem, build domain types ----
@@ -666,6 +673,22 @@ impl Validator<'_> {
             self.positive_duration(Some(t), &key, Duration::ZERO)
         });
         let kill_grace = self.duration(raw.kill_grace, &context("kill_grace"), DEFAULT_KILL_GRACE);
+        let retries = match raw.retries {
+            Some(retries) => u32::try_from(*retries.get_ref()).unwrap_or_else(|_| {
+                self.problem(
+                    retries.span(),
+                    context("retries"),
+                    "expected a number of retries, 0 or more",
+                );
+                0
+            }),
+            None => 0,
+        };
+        let retry_backoff = self.duration(
+            raw.retry_backoff,
+            &context("retry_backoff"),
+            DEFAULT_RETRY_BACKOFF,
+        );
         let starting_deadline = self.duration(
             raw.starting_deadline,
             &context("starting_deadline"),
@@ -703,6 +726,8 @@ impl Validator<'_> {
             misfire: raw.misfire.unwrap_or(Misfire::RunOnce),
             starting_deadline,
             on_interrupted: raw.on_interrupted.unwrap_or(OnInterrupted::Skip),
+            retries,
+            retry_backoff,
         })
     }
 }

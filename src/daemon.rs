@@ -555,6 +555,7 @@ impl Firing {
         let running = self.running.clone();
         let ledger_paths = self.ledger.clone();
         let ended_by_task = ended.clone();
+        let firing = self.clone();
         self.runs.spawn(async move {
             // The process starts at once; the record says `running` a round trip later.
             let mut started = claim.clone();
@@ -572,9 +573,67 @@ impl Firing {
             // Only now, with the guard released, is the run gone as far as the cluster can tell.
             running.slots().remove(&run_id);
             ended_by_task.cancel();
-            prune(view, client, &ledger_paths, &name, job.history).await;
+            if retry_due(&finished.record, job.retries) {
+                firing.retry(job, finished, view).await;
+            } else {
+                prune(view, client, &ledger_paths, &name, job.history).await;
+            }
         });
         ended
+    }
+
+    /// Tries a failed or timed-out run again as its next attempt, after `retry_backoff` doubled
+    /// per attempt — if this node still owns the lock then (the record is re-claimed under our
+    /// current token, so a retry is at most once like any tick).
+    async fn retry(&self, job: Arc<JobConfig>, failed: Claim, view: watch::Receiver<LockView>) {
+        let attempt = failed.record.attempt;
+        let backoff = job
+            .retry_backoff
+            .saturating_mul(1 << attempt.saturating_sub(1).min(16));
+        tracing::info!(job = %job.spec.name, run_id = failed.record.run_id, attempt, retry_in = ?backoff, "run failed; retrying");
+        tokio::select! {
+            () = self.stop_firing.cancelled() => return,
+            () = tokio::time::sleep(backoff) => {}
+        }
+        let snapshot = view.borrow().clone();
+        let (true, Some(token), Some(current)) =
+            (snapshot.may_fire, snapshot.token, snapshot.client)
+        else {
+            tracing::warn!(job = %job.spec.name, run_id = failed.record.run_id, "retry not started: this node no longer owns the lock");
+            return;
+        };
+        let next = RunRecord {
+            node_id: self.me.node_id.clone(),
+            ip: self.me.ip.clone(),
+            fencing_token: token,
+            claimed_unix_ms: Utc::now().timestamp_millis(),
+            started_unix_ms: None,
+            finished_unix_ms: None,
+            status: RunStatus::Claimed,
+            exit_code: None,
+            signal: None,
+            attempt: attempt + 1,
+            error: None,
+            ..failed.record
+        };
+        let guarded = job.concurrency == Concurrency::Forbid;
+        match ledger::reclaim(
+            &current,
+            &self.ledger,
+            next,
+            failed.version,
+            guarded,
+            self.acls,
+        )
+        .await
+        {
+            Ok(claim) => {
+                self.start_run(job, claim, current, view, false);
+            }
+            Err(err) => {
+                tracing::warn!(job = %job.spec.name, error = %error_chain(&err), "retry not started")
+            }
+        }
     }
 }
 
@@ -610,6 +669,11 @@ async fn prune(
             tracing::warn!(job = %job, error = %error_chain(&err), "pruning run records failed")
         }
     }
+}
+
+/// Whether a finished run is tried again: it failed or timed out, and attempts remain.
+fn retry_due(record: &RunRecord, retries: u32) -> bool {
+    matches!(record.status, RunStatus::Failed | RunStatus::TimedOut) && record.attempt <= retries
 }
 
 /// The record's end, from the runner's report.

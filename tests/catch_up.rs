@@ -243,3 +243,61 @@ async fn an_interrupted_run_is_rerun_by_the_new_owner_as_attempt_2() {
     assert!(rerun.token > first.token, "a fresh, larger fencing token");
     assert_ne!(rerun.node, first.node);
 }
+
+#[tokio::test]
+async fn a_failed_run_is_retried_as_new_attempts_with_doubling_backoff() {
+    let _serial = fault_lock();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let fires = dir.path().join("flaky.log");
+    let second = (now_ms() / 1000 + 4) % 60;
+    let extra = "retries = 2\nretry_backoff = \"500ms\"";
+    let text = schedule(
+        "retries",
+        &job(
+            "flaky",
+            &format!("{second} * * * * *"),
+            &fires,
+            extra,
+            "; exit 3",
+        ),
+    );
+    let _node = DaemonNode::start(dir.path(), "r1", &text);
+    // 500 ms then 1 s of backoff after the first tick: all three attempts within a few seconds.
+    let all = wait_fires(&fires, "three attempts", Duration::from_secs(10), |f| {
+        f.len() >= 3
+    })
+    .await;
+    let attempts: Vec<u32> = all.iter().map(|f| f.attempt).collect();
+    assert_eq!(attempts, [1, 2, 3], "retries = 2: three attempts in all");
+    assert!(
+        all.iter().all(|f| f.run_id == all[0].run_id),
+        "one run id for every attempt"
+    );
+    assert!(
+        all[1].token >= all[0].token,
+        "each attempt carries the current token"
+    );
+
+    // The record ends failed, at the last attempt, and no fourth attempt follows.
+    let config = dir.path().join("r1.toml");
+    let record = wait_for("the final record", Duration::from_secs(3), || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_zkcron"))
+            .args(["history", "flaky", "--json", "--config"])
+            .arg(&config)
+            .output()
+            .ok();
+        let line = out.map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .to_owned()
+        });
+        let done =
+            line.filter(|l| l.contains("\"attempt\":3") && l.contains("\"status\":\"failed\""));
+        async move { done }
+    })
+    .await;
+    assert!(record.contains("\"exit_code\":3"), "{record}");
+    assert_eq!(read_fires(&fires).len(), 3, "no fourth attempt");
+}

@@ -377,7 +377,60 @@ async fn status(config: &Config) -> Result<(), CliError> {
         };
         lines.push(format!("  {member}  {detail}"));
     }
+    lines.extend(job_status(&client, config, &paths).await?);
     writeln!(std::io::stdout().lock(), "{}", lines.join("\n")).map_err(CliError::Stdout)
+}
+
+/// One line per job, in the spirit of `systemctl list-timers`: next fire, last run, alive now.
+async fn job_status(
+    client: &zookeeper_client::Client,
+    config: &Config,
+    paths: &LockPaths,
+) -> Result<Vec<String>, CliError> {
+    let ledger_paths = LedgerPaths::new(paths);
+    let mut lines = vec![format!(
+        "{:<20}  {:<25}  {:<25}  {:<11}  {:<15}  {}",
+        "JOB", "NEXT", "LAST", "STATUS", "NODE", "ALIVE"
+    )];
+    let now = Utc::now();
+    for job in &config.jobs {
+        let tz = job.schedule.timezone();
+        let format = |at: chrono::DateTime<Utc>| {
+            at.with_timezone(&tz)
+                .format("%Y-%m-%d %H:%M:%S %:z")
+                .to_string()
+        };
+        let next = if job.enabled {
+            job.schedule.next_after(now).map_or("-".into(), format)
+        } else {
+            "disabled".into()
+        };
+        let last = ledger::history(client, &ledger_paths, &job.spec.name, 1)
+            .await?
+            .into_iter()
+            .next();
+        let (last_at, status, node) = match &last {
+            Some(r) => (
+                chrono::DateTime::from_timestamp_millis(r.scheduled_unix_ms)
+                    .map_or("?".into(), format),
+                serde_json::to_value(r.status)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default(),
+                r.node_id.to_string(),
+            ),
+            None => ("-".into(), "-".into(), "-".into()),
+        };
+        let alive = match ledger::guard_holder(client, &ledger_paths, &job.spec.name).await {
+            Some(run_id) => format!("yes ({run_id})"),
+            None => "no".into(),
+        };
+        lines.push(format!(
+            "{:<20}  {next:<25}  {last_at:<25}  {status:<11}  {node:<15}  {alive}",
+            job.spec.name.as_str()
+        ));
+    }
+    Ok(lines)
 }
 
 fn since(unix_ms: i64) -> String {

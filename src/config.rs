@@ -55,6 +55,8 @@ impl ZookeeperConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockConfig {
     pub name: String,
+    /// How long before its tick a claim is sent, so the claim's round trip never delays a fire.
+    pub claim_ahead: Duration,
     pub root: String,
     pub takeover_delay: Duration,
     /// `None`: this host's IP, found at start.
@@ -147,6 +149,7 @@ const DEFAULT_TAKEOVER_DELAY: Duration = Duration::from_secs(10);
 const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(10);
 const DEFAULT_ROOT: &str = "/zkcron";
 const DEFAULT_HISTORY: usize = 100;
+const DEFAULT_CLAIM_AHEAD: Duration = Duration::from_millis(250);
 const DEFAULT_STARTING_DEADLINE: Duration = Duration::from_secs(300);
 const DEFAULT_RETRY_BACKOFF: Duration = Duration::from_secs(30);
 
@@ -318,6 +321,7 @@ struct RawLock {
     root: Option<Spanned<String>>,
     takeover_delay: Option<Spanned<String>>,
     node_id: Option<Spanned<String>>,
+    claim_ahead: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -543,8 +547,10 @@ impl Validator<'_> {
             }
             NodeId::new(id.into_inner())
         });
+        let claim_ahead = self.duration(raw.claim_ahead, "lock.claim_ahead", DEFAULT_CLAIM_AHEAD);
         Some(LockConfig {
             name,
+            claim_ahead,
             root,
             takeover_delay,
             node_id,

@@ -1,8 +1,9 @@
 //! `zkcron run`: wiring the lock, the fire queue and the runner into a daemon.
 //!
-//! Owns: owner-gated firing (only the lock owner fires, after proving ownership for the tick),
-//! the on_locked/on_lost policy, schedule reloads, and the shutdown order: stop firing → release
-//! the lock (peers take over at once) → stop running jobs within their grace → exit.
+//! Owns: owner-gated firing (only the lock owner fires, and only ticks it claimed in ZooKeeper),
+//! the on_locked/on_lost policy, concurrency, retries, schedule reloads, and the shutdown order:
+//! stop firing and withdraw unstarted claims → release the lock (peers take over at once) → stop
+//! running jobs within their grace → exit.
 //! Must not: contain logic that belongs to the lock machine, the ledger, the schedule or the
 //! runner; it only connects them.
 
@@ -31,9 +32,6 @@ use crate::report::error_chain;
 use crate::runner::{self, RunContext, RunOutcome};
 use fire_queue::FireQueue;
 
-/// Claims are sent this long before their tick, so that the claim's round trip (a write through
-/// the ensemble's log: p99 10 ms, max 37 ms on a loopback ensemble with fsync) never delays a fire.
-const CLAIM_AHEAD: Duration = Duration::from_millis(250);
 /// A claim that has not returned by its tick delays the fire, up to this long; then the tick is
 /// not fired (we cannot show it is ours) and stays claimed or unclaimed as ZooKeeper decided.
 const CLAIM_LATE_LIMIT: Duration = Duration::from_secs(2);
@@ -110,10 +108,12 @@ pub async fn run(
     let mut declined: VecDeque<(DateTime<Utc>, Vec<Arc<JobConfig>>)> = VecDeque::new();
     let mut ready = false;
     let mut could_fire = false;
+    // A wall-clock offset; a value beyond chrono's range is treated as "no lead".
+    let claim_ahead = chrono::Duration::from_std(current.lock.claim_ahead).unwrap_or_default();
     tracing::info!(jobs = jobs.len(), node_id = %settings.me.node_id, "zkcron started");
 
     let exit = loop {
-        let wake = queue.next_tick().map(|tick| tick - CLAIM_AHEAD);
+        let wake = queue.next_tick().map(|tick| tick - claim_ahead);
         let sleep_for = wake.map_or(MAX_SLEEP, |wake| until(wake).min(MAX_SLEEP));
         tokio::select! {
             biased;

@@ -4,7 +4,7 @@
 //! ```text
 //! schedule.toml ──► config ──► Schedule (jobs, cron, tz)
 //! ZooKeeper ◄──► zk session ◄──► lock::driver ◄──► lock::machine (pure) ──► LockEvent
-//!                                daemon ──► ledger (prove the tick) ──► runner (child process)
+//!                                daemon ──► ledger (claim the tick, record the run) ──► runner (child process)
 //! ```
 
 pub mod config;

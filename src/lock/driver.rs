@@ -74,11 +74,11 @@ pub struct LockSettings {
 /// What the rest of zkcron may know of the lock at any moment, republished after every step.
 #[derive(Debug, Clone, Default)]
 pub struct LockView {
-    /// We own the lock and are connected: a run may start once the tick's ownership proof passes.
+    /// We own the lock and are connected: a run may start once its tick's claim succeeds.
     pub may_fire: bool,
     /// Our fencing token while we own the lock.
     pub token: Option<FencingToken>,
-    /// The current session's client, for proofs and claims made in the session that owns the lock.
+    /// The current session's client, for claims made in the session that owns the lock.
     pub client: Option<Client>,
     pub session: Option<SessionId>,
     /// A session is up and connected.

@@ -16,7 +16,11 @@
 #   count/p50/p90/p99/max/min: over every recorded fire (nearest-rank percentiles).
 #   EARLY: fires that started before their scheduled instant (must be 0; printed loudly).
 #   duplicates: scheduled instants recorded more than once (must be 0).
+#   'job started' log line - scheduled: when zkcron logged the start (right after its spawn
+#   returned), so the part of the lateness that is zkcron waking up and spawning.
 #   missed: whole seconds between (lock acquired + 1 s) and (stop - 1 s) with no fire (must be 0).
+#   machine busy: share of all CPUs' time not idle during the run (ZooKeeper and zkcron included;
+#   anything else running on the machine shows here and can explain outliers).
 #   The zookeeper lines are each server's `mntr` request latency and fsync figures after the run.
 #   Target (issue): p99 lateness <= 10 ms.
 #
@@ -107,12 +111,14 @@ zkcron_pid=$!
 BENCH_PIDS+=("$zkcron_pid")
 bench_wait_log "$log" "lock acquired" 60 "$zkcron_pid"
 acquired=$(bench_now)
+cpu_before=$(bench_cpu_stat)
 echo "lock acquired; measuring for ${seconds} s..." >&2
 for ((i = 0; i < seconds; i++)); do
   bench_alive "$zkcron_pid" || { tail -n 30 "$log" >&2; bench_die "zkcron exited during the run"; }
   sleep 1
 done
 stopped=$(bench_now)
+busy=$(bench_busy "$cpu_before" "$(bench_cpu_stat)")
 
 for port in "${ZK_CLIENT_PORTS[@]}"; do
   bench_4lw "$port" mntr >"$work/mntr-$port"
@@ -120,6 +126,9 @@ done
 bench_stop "$zkcron_pid" 30
 bench_forget "$zkcron_pid"
 
+echo
+echo "== machine busy during the run: ${busy}% of all $(nproc) CPUs (ZooKeeper and zkcron included)"
+echo "   load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 python3 - "$fires" "$floor_file" "$log" "$acquired" "$stopped" <<'PY'
 import math, re, sys
@@ -198,6 +207,16 @@ print(f"== zkcron log until SIGTERM: {stop} lines, {len(warn)} WARN/ERROR "
       f"not firing: {sum('not firing' in l for l in warn)})")
 for l in warn[:10]:
     print("  " + l)
+# zkcron logs "job started" right after the spawn returned: splits wake-up+spawn from bash's start.
+logged = {}
+for l in log:
+    m = re.search(r'^(\S+)\s.*job started.*run_id="?tick-(\d+)', l)
+    if m:
+        logged[int(m.group(2))] = datetime.fromisoformat(m.group(1).replace("Z", "+00:00")).timestamp() * 1000
+spawned = [logged[s] - s for s, _ in rows if s in logged]
+if spawned:
+    print(f"'job started' log line - scheduled instant (zkcron woke and spawn returned), ms:")
+    print(f"           {summary(spawned)}")
 
 target_ok = bool(late) and pct(sorted(late), 99) <= 10.0 and not early and not duplicates and not missed
 print()

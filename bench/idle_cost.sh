@@ -17,11 +17,13 @@
 #                     file, parsing every expression, building the fire queue
 #   start->lock ms    from exec to "lock acquired": the above plus connecting to ZooKeeper and
 #                     acquiring the lock
-#   RSS MiB           VmRSS at the start of the window / largest sample in it; HWM = VmHWM (peak
+#   RSS start/max     VmRSS (MiB) at the start of the window / largest sample in it; HWM = VmHWM (peak
 #                     RSS since exec, includes startup)
 #   CPU ms/s          utime+stime (/proc/PID/stat, clock ticks of 10 ms) consumed per second of
 #                     wall time over the window; "sched" is the same from the threads'
 #                     /proc/PID/task/*/schedstat (ns resolution; "n/a" if the thread set changed)
+#   host busy         share of all CPUs' time not idle during the window (anything else running
+#                     on the machine shows here; ZooKeeper and zkcron themselves are included)
 #   fired             "job started" lines during the whole run: must be 0 (else the row is not an
 #                     idle measurement and is flagged)
 #   Target (issue): RSS <= 20 MiB with 1000 jobs.
@@ -176,15 +178,17 @@ for n in "${job_counts[@]}"; do
   echo "N=$n: lock acquired; settling ${settle} s, then sampling ${window} s..." >&2
   sleep "$settle"
   : >"$samples"
+  cpu_before=$(bench_cpu_stat)
   for ((i = 0; i <= window; i++)); do
     bench_alive "$pid" || { tail -n 30 "$log" >&2; bench_die "zkcron exited during the window"; }
     proc_sample "$pid" >>"$samples"
     ((i == window)) || sleep 1
   done
+  busy=$(bench_busy "$cpu_before" "$(bench_cpu_stat)")
   bench_stop "$pid" 30
   bench_forget "$pid"
   fired=$(grep -c "job started" "$log" || true)
-  echo "$n $launched $fired $samples $log" >>"$results"
+  echo "$n $launched $fired $samples $log $busy" >>"$results"
 done
 
 echo
@@ -202,10 +206,11 @@ def log_time(path, needle):
 
 rows = []
 print("== idle cost: one zkcron node owning the lock, no job due")
-print(f"{'jobs':>6} {'start->ready':>13} {'start->lock':>12} {'RSS MiB':>13} {'HWM':>6} "
-      f"{'CPU ms/s':>9} {'sched':>7} {'threads':>7} {'fired':>5}")
+print(f"{'jobs':>6} {'start->ready':>13} {'start->lock':>12} {'RSS start/max':>13} {'HWM':>6} "
+      f"{'CPU ms/s':>9} {'sched':>7} {'threads':>7} {'fired':>5} {'host busy':>9}")
+print(f"{'':>6} {'':>13} {'':>12} {'MiB':>13} {'MiB':>6} {'ticks':>9} {'ms/s':>7}")
 for line in open(results):
-    n, launched, fired, samples_path, log_path = line.split()
+    n, launched, fired, samples_path, log_path, busy = line.split()
     n, launched, fired = int(n), float(launched), int(fired)
     samples = [l.split() for l in open(samples_path) if l.strip()]
     first, last = samples[0], samples[-1]
@@ -220,7 +225,7 @@ for line in open(results):
     ms = lambda t: f"{(t - launched) * 1000:.0f} ms" if t else "?"
     print(f"{n:>6} {ms(ready):>13} {ms(lock):>12} {rss[0]:>6.1f}/{max(rss):<6.1f} {hwm:>6.1f} "
           f"{cpu:>9.2f} {(f'{sched:.3f}' if sched is not None else 'n/a'):>7} {last[5]:>7} "
-          f"{fired:>5}{'  <- NOT IDLE: jobs fired' if fired else ''}")
+          f"{fired:>5} {busy + '%':>9}{'  <- NOT IDLE: jobs fired' if fired else ''}")
     rows.append((n, max(rss)))
 
 if len(rows) > 1:

@@ -231,6 +231,17 @@ bench_wait_log() {
   bench_die "no /$regex/ in $file within ${seconds}s"
 }
 
+# "total_jiffies idle_jiffies" of all CPUs (/proc/stat), to tell how busy the machine was.
+bench_cpu_stat() {
+  awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print t, $5 + $6 }' /proc/stat
+}
+
+# bench_busy "T0 I0" "T1 I1": percent of all CPUs' time that was not idle between two snapshots.
+bench_busy() {
+  awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " ");
+    t = y[1] - x[1]; if (t <= 0) { print "?"; exit } printf "%.0f", 100 * (1 - (y[2] - x[2]) / t) }'
+}
+
 # The machine, for the report.
 bench_print_machine() {
   local mem_mib
@@ -241,5 +252,6 @@ bench_print_machine() {
   printf '%-18s %s\n' "kernel" "$(uname -srm)"
   printf '%-18s %s\n' "java" "$(java -version 2>&1 | head -n 1)"
   printf '%-18s %s\n' "zookeeper" "$(bench_zk_version)"
+  printf '%-18s %s\n' "load average" "$(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min, at start; other work on the machine skews results)"
   printf '%-18s %s\n' "work dir fs" "$(df -PT "$BENCH_WORK" | awk 'NR == 2 { print $2 " (" $1 ")" }')"
 }

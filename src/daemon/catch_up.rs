@@ -201,7 +201,11 @@ impl Firing {
                 match ledger::claim(&client, &firing.ledger, record, guarded, firing.acls).await {
                     Ok(claim) => {
                         let ended = firing.start_run(Arc::clone(&job), claim, client.clone(), view.clone(), true);
-                        ended.cancelled().await;
+                        // A stopping node does not wait for the run (it is stopped with the others).
+                        tokio::select! {
+                            () = firing.stop_firing.cancelled() => return,
+                            () = ended.cancelled() => {}
+                        }
                     }
                     Err(ClaimError::AlreadyClaimed { .. }) => {}
                     Err(err) => {

@@ -457,7 +457,17 @@ async fn lock_demo(args: LockDemoArgs, shutdown: CancellationToken) -> Result<()
         Ok::<(), std::io::Error>(())
     });
     let (view, _) = tokio::sync::watch::channel(driver::LockView::default());
-    let result = driver::run(&zk, &settings, &shutdown, &events, &view).await;
+    // The demo claims no ticks: nothing reports a failed fence.
+    let (_fence_failed, mut fence_failures) = mpsc::unbounded_channel();
+    let result = driver::run(
+        &zk,
+        &settings,
+        &shutdown,
+        &events,
+        &view,
+        &mut fence_failures,
+    )
+    .await;
     drop(events);
     let printed = printer.await.unwrap_or(Ok(()));
     result?;

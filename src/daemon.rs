@@ -84,14 +84,26 @@ pub async fn run(
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let (view_tx, mut view) = watch::channel(LockView::default());
     let lock_shutdown = CancellationToken::new();
+    let (fence_failed, mut fence_failures) = mpsc::unbounded_channel();
     let mut driver = tokio::spawn({
         let lock_shutdown = lock_shutdown.clone();
-        async move { driver::run(&zk, &lock, &lock_shutdown, &events_tx, &view_tx).await }
+        async move {
+            driver::run(
+                &zk,
+                &lock,
+                &lock_shutdown,
+                &events_tx,
+                &view_tx,
+                &mut fence_failures,
+            )
+            .await
+        }
     });
 
     let firing = Firing {
         ledger: LedgerPaths::new(&paths),
         members: paths.members.clone(),
+        fence_failed,
         acls: config.zookeeper.settings().acls(),
         me: settings.me.clone(),
         running: Running::default(),
@@ -292,6 +304,8 @@ struct Firing {
     ledger: LedgerPaths,
     /// `<root>/<lock>/members`, to tell whether an interrupted run's node is still alive.
     members: String,
+    /// Tells the lock driver that a claim with our token failed its epoch check.
+    fence_failed: mpsc::UnboundedSender<FencingToken>,
     acls: zookeeper_client::Acls<'static>,
     me: OwnerInfo,
     running: Running,
@@ -391,6 +405,12 @@ impl Firing {
                     scheduled_unix_ms,
                 })) => {
                     self.log_claimed_by(&client, job, scheduled_unix_ms);
+                    continue;
+                }
+                Ok(Err(ClaimError::NotOwner { token })) => {
+                    tracing::warn!(job = %job.spec.name, %tick, token = token.0, "not firing: the epoch has moved past our token");
+                    // Still the lock node's holder in our own eyes: let the lock re-verify.
+                    let _ = self.fence_failed.send(token);
                     continue;
                 }
                 Ok(Err(err)) => {

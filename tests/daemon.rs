@@ -791,3 +791,43 @@ async fn allow_overlaps_and_replace_cancels_the_previous_run() {
         "replaced runs are recorded as cancelled\n{text}"
     );
 }
+
+#[tokio::test]
+async fn an_epoch_changed_behind_the_owners_back_does_not_stall_firing() {
+    let _serial = fault_lock();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let fires = dir.path().join("fires.log");
+    let connect = shared_ensemble()
+        .isolated_connect_string("e2e-epoch")
+        .await
+        .expect("chroot");
+    let _node = DaemonNode::start(
+        dir.path(),
+        "e1",
+        &schedule_at(&connect, &every_second("tick", &fires)),
+    );
+    let first = wait_fire(&fires, "a first fire", 0, SESSION * 5, |_| true).await;
+
+    // An operator writes the epoch: the owner's claims fail their check from now on.
+    let client = zookeeper_client::Client::connect(&connect)
+        .await
+        .expect("connect");
+    let changed = client
+        .set_data("/zkcron/e2e/epoch", b"operator was here", None)
+        .await
+        .expect("set epoch");
+    let changed_ms = now_ms();
+    let resumed = wait_fire(
+        &fires,
+        "firing resumes with a fresh token",
+        changed_ms,
+        SLACK * 5,
+        |f| f.token > changed.version,
+    )
+    .await;
+    assert!(
+        resumed.token > first.token + 1,
+        "re-acquired past the operator's write: {resumed:?}"
+    );
+    fires_between(&fires, 0, i64::MAX); // and never a tick twice
+}

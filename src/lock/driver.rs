@@ -151,7 +151,8 @@ impl Connection {
 
 /// Runs the lock until `shutdown` is cancelled, then releases it gracefully (peers contend at
 /// once) and deletes our member node. Events go to `events` in the order the machine emits them;
-/// `view` is updated after every step.
+/// `view` is updated after every step. `fence_failures` carries the tokens whose tick claims
+/// failed their epoch check: if it is still our token, the machine re-verifies it.
 ///
 /// # Errors
 /// Only a duplicate `node_id` stops it; ZooKeeper failures are retried with backoff.
@@ -161,6 +162,7 @@ pub async fn run(
     shutdown: &CancellationToken,
     events: &mpsc::UnboundedSender<LockEvent>,
     view: &watch::Sender<LockView>,
+    fence_failures: &mut mpsc::UnboundedReceiver<FencingToken>,
 ) -> Result<(), DriverError> {
     let mut machine = LockMachine::new(
         settings.me.node_id.clone(),
@@ -209,6 +211,9 @@ pub async fn run(
                 watch_input(&event)
             }
             () = &mut timer, if deadline.is_some() => Some(Input::Tick),
+            Some(token) = fence_failures.recv() => {
+                (machine.state() == LockState::Own { token }).then_some(Input::FenceFailed)
+            }
         };
         let Some(input) = input else { continue };
         if input == Input::SessionExpired {

@@ -53,6 +53,9 @@ pub enum Input {
     NodeChanged,
     /// [`LockMachine::next_deadline`] has passed. A spurious tick changes nothing.
     Tick,
+    /// A tick claim made with our token failed its epoch check while we hold the lock node: the
+    /// epoch was changed behind our back (an operator). Verify the token again.
+    FenceFailed,
     /// The daemon is stopping: release gracefully so peers contend at once.
     Shutdown,
 }
@@ -275,6 +278,7 @@ impl LockMachine {
             Input::NodeDeleted => self.node_deleted(now, out),
             Input::NodeChanged => self.node_changed(out),
             Input::Tick => self.tick(now, out),
+            Input::FenceFailed => self.fence_failed(out),
             Input::Shutdown => self.shutdown(out),
         }
     }
@@ -572,7 +576,32 @@ impl LockMachine {
         }
     }
 
+    fn fence_failed(&mut self, out: &mut Vec<Action>) {
+        if let State::Own { lock_version, .. } = self.state {
+            // Our token no longer passes the fence: we cannot fire, so say so, and re-learn it.
+            tracing::warn!(
+                "our fencing token no longer matches the epoch; verifying the lock again"
+            );
+            out.push(Action::Emit(LockEvent::Lost));
+            self.state = State::Verifying { lock_version };
+            if self.connected() {
+                out.push(Action::ReadEpoch);
+            }
+        }
+    }
+
     fn become_owner(&mut self, token: FencingToken, lock_version: i32, out: &mut Vec<Action>) {
+        if self.last_token.is_some_and(|last| token <= last) {
+            // The epoch went backwards (deleted and recreated): bump until tokens grow again,
+            // so no holder of an older, larger token can be mistaken for a newer one.
+            tracing::warn!(
+                token = token.0,
+                "the epoch's version went backwards; bumping it past our last token"
+            );
+            self.state = State::Verifying { lock_version };
+            out.push(Action::Bump { lock_version });
+            return;
+        }
         self.state = State::Own {
             token,
             lock_version,

@@ -514,6 +514,7 @@ fn any_step() -> impl Strategy<Value = Step> {
         Just(Step::Fact(Input::NodeDeleted)),
         Just(Step::Fact(Input::NodeChanged)),
         Just(Step::Fact(Input::Tick)),
+        Just(Step::Fact(Input::FenceFailed)),
         Just(Step::Fact(Input::Shutdown)),
     ]
 }
@@ -671,5 +672,53 @@ fn a_failed_release_is_retried_after_a_backoff_not_at_once() {
     assert_eq!(
         m.handle(Input::Tick, t0 + MIN_BACKOFF),
         vec![Action::Create]
+    );
+}
+
+#[test]
+fn a_failed_fence_stops_firing_and_reverifies_the_token() {
+    let t0 = Instant::now();
+    let mut m = owning(t0, 3);
+    assert_eq!(
+        m.handle(Input::FenceFailed, t0),
+        vec![lost(), Action::ReadEpoch]
+    );
+    assert!(!m.may_fire());
+    let operator_wrote = Epoch {
+        token: FencingToken(9),
+        holder: None,
+    };
+    assert_eq!(
+        m.handle(Input::EpochRead(Ok(operator_wrote)), t0),
+        vec![Action::Release { lock_version: 0 }],
+        "an epoch we did not write proves nothing: give the node up and contend afresh"
+    );
+}
+
+#[test]
+fn an_epoch_that_went_backwards_is_bumped_past_our_last_token() {
+    let t0 = Instant::now();
+    let mut m = owning(t0, 7);
+    m.handle(Input::SessionExpired, t0);
+    m.handle(
+        Input::SessionStarted {
+            session: SessionId(0x999),
+            timeout: TIMEOUT,
+        },
+        t0,
+    );
+    // Someone deleted and recreated the epoch: our next acquisition reads token 1.
+    assert_eq!(
+        m.handle(Input::CreateDone(Ok(FencingToken(1))), t0),
+        vec![Action::Bump { lock_version: 0 }]
+    );
+    assert_eq!(
+        m.handle(Input::BumpDone(Ok(FencingToken(2))), t0),
+        vec![Action::Bump { lock_version: 0 }]
+    );
+    assert_eq!(
+        m.handle(Input::BumpDone(Ok(FencingToken(8))), t0),
+        vec![acquired(8)],
+        "only a larger token is announced"
     );
 }

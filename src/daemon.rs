@@ -523,23 +523,14 @@ impl Firing {
     }
 
     fn new_record(&self, job: &JobName, tick: DateTime<Utc>, token: FencingToken) -> RunRecord {
-        let scheduled_unix_ms = tick.timestamp_millis();
-        RunRecord {
-            job: job.clone(),
-            run_id: format!("{job}-{scheduled_unix_ms}"),
-            node_id: self.me.node_id.clone(),
-            ip: self.me.ip.clone(),
-            fencing_token: token,
-            scheduled_unix_ms,
-            claimed_unix_ms: Utc::now().timestamp_millis(),
-            started_unix_ms: None,
-            finished_unix_ms: None,
-            status: RunStatus::Claimed,
-            exit_code: None,
-            signal: None,
-            attempt: 1,
-            error: None,
-        }
+        let now = Utc::now().timestamp_millis();
+        RunRecord::claimed(
+            job,
+            tick.timestamp_millis(),
+            (&self.me.node_id, &self.me.ip),
+            token,
+            now,
+        )
     }
 
     /// Starts a claimed run; returns a token cancelled once the run has ended and its record and
@@ -622,20 +613,10 @@ impl Firing {
             tracing::warn!(job = %job.spec.name, run_id = failed.record.run_id, "retry not started: this node no longer owns the lock");
             return;
         };
-        let next = RunRecord {
-            node_id: self.me.node_id.clone(),
-            ip: self.me.ip.clone(),
-            fencing_token: token,
-            claimed_unix_ms: Utc::now().timestamp_millis(),
-            started_unix_ms: None,
-            finished_unix_ms: None,
-            status: RunStatus::Claimed,
-            exit_code: None,
-            signal: None,
-            attempt: attempt + 1,
-            error: None,
-            ..failed.record
-        };
+        let me = (&self.me.node_id, self.me.ip.as_str());
+        let next = failed
+            .record
+            .next_attempt(me, token, Utc::now().timestamp_millis());
         let guarded = job.concurrency == Concurrency::Forbid;
         match ledger::reclaim(
             &current,

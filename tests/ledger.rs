@@ -13,22 +13,13 @@ use zkcron::lock::driver::LockPaths;
 use zkcron::{FencingToken, JobName, NodeId};
 
 fn record(job: &str, tick: i64, node: &str, token: i32) -> RunRecord {
-    RunRecord {
-        job: JobName::new(job),
-        run_id: format!("{job}-{tick}"),
-        node_id: NodeId::new(node),
-        ip: "127.0.0.1".into(),
-        fencing_token: FencingToken(token),
-        scheduled_unix_ms: tick,
-        claimed_unix_ms: tick - 250,
-        started_unix_ms: None,
-        finished_unix_ms: None,
-        status: RunStatus::Claimed,
-        exit_code: None,
-        signal: None,
-        attempt: 1,
-        error: None,
-    }
+    RunRecord::claimed(
+        &JobName::new(job),
+        tick,
+        (&NodeId::new(node), "127.0.0.1"),
+        FencingToken(token),
+        tick - 250,
+    )
 }
 
 /// Two sessions on one fresh chroot, and the ledger paths of a lock group with its epoch node.

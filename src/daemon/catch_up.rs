@@ -95,20 +95,8 @@ impl Firing {
         if job.on_interrupted != OnInterrupted::Rerun {
             return;
         }
-        let rerun = RunRecord {
-            node_id: self.me.node_id.clone(),
-            ip: self.me.ip.clone(),
-            fencing_token: token,
-            claimed_unix_ms: Utc::now().timestamp_millis(),
-            started_unix_ms: None,
-            finished_unix_ms: None,
-            status: RunStatus::Claimed,
-            exit_code: None,
-            signal: None,
-            attempt: record.attempt + 1,
-            error: None,
-            ..record
-        };
+        let me = (&self.me.node_id, self.me.ip.as_str());
+        let rerun = record.next_attempt(me, token, Utc::now().timestamp_millis());
         let guarded = job.concurrency == Concurrency::Forbid;
         match ledger::reclaim(
             client,

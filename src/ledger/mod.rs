@@ -125,7 +125,7 @@ pub fn claim<'c>(
             Ok(sent) => sent.await,
             Err(err) => Err(err),
         };
-        let version = match classify(result, &epoch, &path, &record) {
+        match classify(result, &epoch, &path, &record) {
             Err(ClaimError::Zk {
                 source: ZkErr::NoNode,
                 ..
@@ -153,9 +153,10 @@ pub fn claim<'c>(
             }
             other => other?,
         };
+        // A node just created has data version 0.
         Ok(Claim {
             path,
-            version,
+            version: 0,
             sent: record.clone(),
             record,
             guard,
@@ -190,15 +191,17 @@ fn send_claim<'c>(
     Ok(writer.commit())
 }
 
-/// The record's version (0: just created), or why the claim failed.
+/// The multi's results, or why the claim failed: the epoch check (`NotOwner`), the record's
+/// create or compare-and-set (`AlreadyClaimed`: it exists, or changed since it was read), the
+/// guard's create (`RunAlive`).
 fn classify(
     result: ClaimReply,
     epoch: &str,
     path: &str,
     record: &RunRecord,
-) -> Result<i32, ClaimError> {
+) -> Result<Vec<zookeeper_client::MultiWriteResult>, ClaimError> {
     match result {
-        Ok(_) => Ok(0),
+        Ok(results) => Ok(results),
         Err(CheckWriteError::CheckFailed {
             source: ZkErr::BadVersion | ZkErr::NoNode,
         }) => Err(ClaimError::NotOwner {
@@ -210,7 +213,7 @@ fn classify(
         }),
         Err(CheckWriteError::OperationFailed {
             index: 0,
-            source: ZkErr::NodeExists,
+            source: ZkErr::NodeExists | ZkErr::BadVersion,
         }) => Err(ClaimError::AlreadyClaimed {
             job: record.job.clone(),
             scheduled_unix_ms: record.scheduled_unix_ms,
@@ -526,36 +529,16 @@ pub async fn reclaim(
             )
             .map_err(zk_err)?;
     }
-    match writer.commit().await {
-        Ok(results) => {
-            let version = match results.first() {
-                Some(zookeeper_client::MultiWriteResult::SetData { stat }) => stat.version,
-                _ => version + 1,
-            };
-            Ok(Claim {
-                path,
-                version,
-                sent: record.clone(),
-                record,
-                guard,
-            })
-        }
-        Err(CheckWriteError::CheckFailed { .. }) => Err(ClaimError::NotOwner {
-            token: record.fencing_token,
-        }),
-        Err(CheckWriteError::OperationFailed { index: 0, .. }) => Err(ClaimError::AlreadyClaimed {
-            job: record.job.clone(),
-            scheduled_unix_ms: record.scheduled_unix_ms,
-        }),
-        Err(CheckWriteError::OperationFailed {
-            index: 1,
-            source: ZkErr::NodeExists,
-        }) => Err(ClaimError::RunAlive {
-            job: record.job.clone(),
-        }),
-        Err(
-            CheckWriteError::OperationFailed { source, .. }
-            | CheckWriteError::RequestFailed { source },
-        ) => Err(zk_err(source)),
-    }
+    let results = classify(writer.commit().await, &paths.epoch, &path, &record)?;
+    let version = match results.first() {
+        Some(zookeeper_client::MultiWriteResult::SetData { stat }) => stat.version,
+        _ => version + 1,
+    };
+    Ok(Claim {
+        path,
+        version,
+        sent: record.clone(),
+        record,
+        guard,
+    })
 }

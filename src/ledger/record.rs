@@ -58,6 +58,47 @@ pub struct RunRecord {
 }
 
 impl RunRecord {
+    /// A fresh claim of `job`'s tick at `scheduled_unix_ms` by `node` under `token`: attempt 1.
+    pub fn claimed(
+        job: &JobName,
+        scheduled_unix_ms: i64,
+        node: (&NodeId, &str),
+        token: FencingToken,
+        now_unix_ms: i64,
+    ) -> Self {
+        Self {
+            job: job.clone(),
+            run_id: format!("{job}-{scheduled_unix_ms}"),
+            node_id: node.0.clone(),
+            ip: node.1.to_owned(),
+            fencing_token: token,
+            scheduled_unix_ms,
+            claimed_unix_ms: now_unix_ms,
+            started_unix_ms: None,
+            finished_unix_ms: None,
+            status: RunStatus::Claimed,
+            exit_code: None,
+            signal: None,
+            attempt: 1,
+            error: None,
+        }
+    }
+
+    /// The same run, claimed again for its next attempt (a retry, or the rerun of an interrupted
+    /// run): same job, tick and run id; our node and token; nothing of the last attempt's end.
+    pub fn next_attempt(
+        &self,
+        node: (&NodeId, &str),
+        token: FencingToken,
+        now_unix_ms: i64,
+    ) -> Self {
+        Self {
+            attempt: self.attempt + 1,
+            run_id: self.run_id.clone(),
+            ..Self::claimed(&self.job, self.scheduled_unix_ms, node, token, now_unix_ms)
+        }
+    }
+
     /// Serialises for the znode; cannot fail for this plain struct.
     pub fn to_bytes(&self) -> Vec<u8> {
         serde_json::to_vec(self).unwrap_or_default()
@@ -90,22 +131,36 @@ mod tests {
     use super::*;
 
     fn record() -> RunRecord {
-        RunRecord {
-            job: JobName::new("nightly"),
-            run_id: "nightly-1000".into(),
-            node_id: NodeId::new("n1"),
-            ip: "10.0.0.1".into(),
-            fencing_token: FencingToken(3),
-            scheduled_unix_ms: 1000,
-            claimed_unix_ms: 750,
-            started_unix_ms: None,
-            finished_unix_ms: None,
-            status: RunStatus::Claimed,
-            exit_code: None,
-            signal: None,
-            attempt: 1,
-            error: None,
-        }
+        RunRecord::claimed(
+            &JobName::new("nightly"),
+            1000,
+            (&NodeId::new("n1"), "10.0.0.1"),
+            FencingToken(3),
+            750,
+        )
+    }
+
+    #[test]
+    fn a_next_attempt_keeps_the_run_and_forgets_the_last_end() {
+        let failed = RunRecord {
+            status: RunStatus::Failed,
+            exit_code: Some(3),
+            error: Some("x".into()),
+            ..record()
+        };
+        let next = failed.next_attempt((&NodeId::new("n2"), "10.0.0.2"), FencingToken(4), 2000);
+        assert_eq!(
+            (next.run_id.as_str(), next.scheduled_unix_ms, next.attempt),
+            ("nightly-1000", 1000, 2)
+        );
+        assert_eq!(
+            (next.node_id.as_str(), next.fencing_token, next.status),
+            ("n2", FencingToken(4), RunStatus::Claimed)
+        );
+        assert_eq!(
+            (next.exit_code, next.error, next.claimed_unix_ms),
+            (None, None, 2000)
+        );
     }
 
     #[test]

@@ -171,6 +171,7 @@ pub async fn run(
                         if view.borrow().may_fire {
                             firing.spawn_tick(tick, due, view.clone());
                         } else {
+                            tracing::debug!(%tick, "not the owner (or disconnected): not firing");
                             declined.push_back((tick, due));
                         }
                     }

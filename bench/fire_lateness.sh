@@ -13,7 +13,8 @@
 #   lateness = job start (bash's $EPOCHREALTIME) - scheduled instant, in ms. It includes the
 #   fork+exec of bash; the "fork+exec floor" line measures that cost alone (bash started from a
 #   Python harness), so lateness minus the floor is zkcron's own delay.
-#   count/p50/p90/p99/max/min: over every recorded fire (nearest-rank percentiles).
+#   count/p50/p90/p99/max/min: over every recorded fire (nearest-rank percentiles); "first fire"
+#   and "after it" split off the job's first fire, which may pay one-time costs.
 #   EARLY: fires that started before their scheduled instant (must be 0; printed loudly).
 #   duplicates: scheduled instants recorded more than once (must be 0).
 #   'job started' log line - scheduled: when zkcron logged the start (right after its spawn
@@ -181,6 +182,10 @@ print("== lateness = job start ($EPOCHREALTIME in bash) - scheduled instant, ms"
 print(f"fires      {len(rows)}   expected ticks in window {len(expected)}   "
       f"missed {len(missed)}   duplicates {len(duplicates)}   early {len(early)}")
 print(f"lateness   {summary(late)}")
+if len(rows) > 1:
+    first = min(rows)
+    print(f"first fire {first[1]:7.3f}  ({iso(first[0])}; a job's first tick may do one-time work)")
+    print(f"after it   {summary([l for s, l in rows if s != first[0]])}")
 if late:
     print(f"minus floor p50 ({floor_p50:.3f} ms): "
           f"p50 {pct(sorted(late), 50) - floor_p50:.3f}  p99 {pct(sorted(late), 99) - floor_p50:.3f}")

@@ -147,6 +147,7 @@ pub async fn run(
                     let after = last_tick.map_or_else(Utc::now, |last| last.max(Utc::now()));
                     queue = FireQueue::new(&jobs, after);
                     current = new;
+                    firing.prepare_jobs(&jobs, &view);
                 }
             }
             Ok(()) = view.changed() => {
@@ -338,6 +339,25 @@ impl Firing {
             }
             LockEvent::OwnerChanged { .. } => {}
         }
+    }
+
+    /// Creates new jobs' record parents now, if we can fire, so their first claims are quick.
+    fn prepare_jobs(&self, jobs: &[Arc<JobConfig>], view: &watch::Receiver<LockView>) {
+        let snapshot = view.borrow().clone();
+        let (true, Some(client)) = (snapshot.may_fire, snapshot.client) else {
+            return;
+        };
+        let names: Vec<JobName> = jobs
+            .iter()
+            .filter(|job| job.enabled)
+            .map(|job| job.spec.name.clone())
+            .collect();
+        let (paths, acls) = (self.ledger.clone(), self.acls);
+        self.ticks.spawn(async move {
+            if let Err(err) = ledger::ensure_parents(&client, &paths, names.iter(), acls).await {
+                tracing::warn!(error = %error_chain(&err), "cannot create the run record parents; first claims will");
+            }
+        });
     }
 
     fn spawn_tick(

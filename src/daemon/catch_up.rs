@@ -32,6 +32,13 @@ impl Firing {
         else {
             return;
         };
+        let names = jobs
+            .iter()
+            .filter(|job| job.enabled)
+            .map(|job| &job.spec.name);
+        if let Err(err) = ledger::ensure_parents(&client, &self.ledger, names, self.acls).await {
+            tracing::warn!(error = %error_chain(&err), "cannot create the run record parents; first claims will");
+        }
         for job in jobs.into_iter().filter(|job| job.enabled) {
             if self.stop_firing.is_cancelled() {
                 return;

@@ -542,3 +542,21 @@ pub async fn reclaim(
         guard,
     })
 }
+
+/// Creates the parents of `jobs`' records and guards, so that no tick's claim — sent ahead of
+/// its tick — finds them missing and pays for extra round trips at the tick itself.
+///
+/// # Errors
+/// A request failed; existing nodes are fine.
+pub async fn ensure_parents<'j>(
+    client: &Client,
+    paths: &LedgerPaths,
+    jobs: impl Iterator<Item = &'j JobName>,
+    acls: Acls<'_>,
+) -> Result<(), crate::zk::ZkError> {
+    crate::zk::ensure_persistent(client, &paths.running, acls).await?;
+    for job in jobs {
+        crate::zk::ensure_persistent(client, &paths.job_runs(job), acls).await?;
+    }
+    Ok(())
+}

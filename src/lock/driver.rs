@@ -225,6 +225,12 @@ pub async fn run(
     let release = machine.handle(Input::Shutdown, now());
     publish(view, &machine, conn.as_ref()); // stop firing before the release's round trips
     for action in release {
+        if action == Action::Emit(LockEvent::Lost) {
+            // Given up on purpose, not lost: say so at info, not as a warning.
+            tracing::info!(path = settings.paths.lock, "lock given up for shutdown");
+            let _ = events.send(LockEvent::Lost);
+            continue;
+        }
         execute(conn.as_ref(), settings, action, &mut watch, events).await;
     }
     view.send_replace(LockView::of(&machine, None));

@@ -369,31 +369,8 @@ pub async fn history(
     job: &JobName,
     limit: usize,
 ) -> Result<Vec<RunRecord>, ClaimError> {
-    let parent = paths.job_runs(job);
-    let children = match client.list_children(&parent).await {
-        Ok(children) => children,
-        Err(ZkErr::NoNode) => return Ok(Vec::new()),
-        Err(source) => {
-            return Err(ClaimError::Zk {
-                path: parent,
-                source,
-            });
-        }
-    };
-    let mut ticks: Vec<i64> = children
-        .iter()
-        .filter_map(|name| {
-            let tick = parse_tick_node_name(name);
-            if tick.is_none() {
-                tracing::warn!(
-                    path = format!("{parent}/{name}"),
-                    "not a run record name; skipped"
-                );
-            }
-            tick
-        })
-        .collect();
-    ticks.sort_unstable_by(|a, b| b.cmp(a));
+    let mut ticks = ticks(client, paths, job).await?;
+    ticks.reverse();
     let mut records = Vec::new();
     for tick in ticks {
         if records.len() == limit {
@@ -420,25 +397,10 @@ pub async fn prune(
     job: &JobName,
     keep: usize,
 ) -> Result<usize, ClaimError> {
-    let parent = paths.job_runs(job);
-    let children = match client.list_children(&parent).await {
-        Ok(children) => children,
-        Err(ZkErr::NoNode) => return Ok(0),
-        Err(source) => {
-            return Err(ClaimError::Zk {
-                path: parent,
-                source,
-            });
-        }
-    };
-    let mut ticks: Vec<i64> = children
-        .iter()
-        .filter_map(|name| parse_tick_node_name(name))
-        .collect();
+    let ticks = ticks(client, paths, job).await?;
     if ticks.len() <= keep {
         return Ok(0);
     }
-    ticks.sort_unstable();
     let excess = ticks.len() - keep;
     let mut deleted = 0;
     for tick in ticks.into_iter().take(excess.min(PRUNE_BATCH)) {
@@ -462,11 +424,8 @@ pub async fn ticks(
     job: &JobName,
 ) -> Result<Vec<i64>, ClaimError> {
     let parent = paths.job_runs(job);
-    let mut ticks: Vec<i64> = match client.list_children(&parent).await {
-        Ok(children) => children
-            .iter()
-            .filter_map(|name| parse_tick_node_name(name))
-            .collect(),
+    let children = match client.list_children(&parent).await {
+        Ok(children) => children,
         Err(ZkErr::NoNode) => Vec::new(),
         Err(source) => {
             return Err(ClaimError::Zk {
@@ -475,6 +434,20 @@ pub async fn ticks(
             });
         }
     };
+    let mut ticks: Vec<i64> = children
+        .iter()
+        .filter_map(|name| {
+            let tick = parse_tick_node_name(name);
+            if tick.is_none() {
+                // Debug, not warn: the owner lists a job's records after every run.
+                tracing::debug!(
+                    path = format!("{parent}/{name}"),
+                    "not a run record name; skipped"
+                );
+            }
+            tick
+        })
+        .collect();
     ticks.sort_unstable();
     Ok(ticks)
 }

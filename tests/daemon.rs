@@ -158,18 +158,37 @@ async fn three_nodes_fire_every_tick_exactly_once_then_fail_over() {
     let bound = SESSION + DELAY + JITTER + TICK + SLACK;
     let taken = wait_fire(
         &fires,
-        "a fire by a new owner",
+        "an on-time fire by a new owner",
         killed_ms,
         bound + SLACK,
-        |f| f.node != owner,
+        |f| f.node != owner && f.resumed == "0",
     )
     .await;
     let took = Duration::from_millis(u64::try_from(taken.scheduled_ms - killed_ms).unwrap_or(0));
-    println!("crash failover: first tick of the new owner {took:?} after kill -9");
+    println!("crash failover: first on-time tick of the new owner {took:?} after kill -9");
     assert!(took <= bound, "failover took {took:?}, bound {bound:?}");
     assert!(
         taken.token > token,
         "the new owner fires with a larger fencing token"
+    );
+    // misfire = run_once (the default): exactly one of the ticks missed meanwhile is caught up.
+    wait_fire(&fires, "one caught-up tick", killed_ms, SLACK * 2, |f| {
+        f.resumed == "1"
+    })
+    .await;
+    let resumed: Vec<i64> = read_fires(&fires)
+        .iter()
+        .filter(|f| f.resumed == "1")
+        .map(|f| f.scheduled_ms)
+        .collect();
+    assert_eq!(
+        resumed.len(),
+        1,
+        "run_once catches up exactly one missed tick: {resumed:?}"
+    );
+    assert!(
+        resumed[0] > killed_ms && resumed[0] < taken.scheduled_ms,
+        "a tick of the outage: {resumed:?}"
     );
     fires_between(&fires, window.0, i64::MAX); // at most once per tick across the failover
 

@@ -26,6 +26,7 @@ impl Firing {
     /// Resolves open runs and fires missed ticks for every enabled job. Runs as a tick task, so a
     /// stopping node waits for it before it hands the lock over.
     pub(super) async fn catch_up(self, jobs: Vec<Arc<JobConfig>>, view: watch::Receiver<LockView>) {
+        let caught_at = Utc::now();
         let snapshot = view.borrow().clone();
         let (true, Some(client), Some(token)) =
             (snapshot.may_fire, snapshot.client, snapshot.token)
@@ -51,14 +52,20 @@ impl Firing {
                 }
             };
             // A brand-new job has no record: nothing was missed, nothing backfills.
-            let Some(&latest) = ticks.last() else {
+            if ticks.is_empty() {
                 continue;
-            };
+            }
+            // Progress is judged only up to the catch-up horizon: a tick this node claimed just
+            // now (the one it re-fires after a handoff) must not hide the ticks missed before it.
+            let horizon = (caught_at - MISSED_AFTER).timestamp_millis();
+            let latest = ticks.iter().copied().filter(|&tick| tick <= horizon).max();
             for &tick in ticks.iter().rev().take(RESOLVE_WINDOW) {
                 self.resolve_open_run(&client, &job, tick, token, &view)
                     .await;
             }
-            self.fire_missed(&client, Arc::clone(&job), latest, token, &view);
+            if let Some(latest) = latest {
+                self.fire_missed(&client, Arc::clone(&job), latest, caught_at, token, &view);
+            }
         }
     }
 
@@ -148,10 +155,10 @@ impl Firing {
         client: &Client,
         job: Arc<JobConfig>,
         latest_ms: i64,
+        now: DateTime<Utc>,
         token: FencingToken,
         view: &watch::Receiver<LockView>,
     ) {
-        let now = Utc::now();
         let Ok(deadline) = chrono::Duration::from_std(job.starting_deadline) else {
             return;
         };

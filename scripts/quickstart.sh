@@ -11,7 +11,8 @@ cd "$(dirname "$0")/.."
 work=$(mktemp -d -t zkcron-quickstart.XXXXXX)
 pids=()
 cleanup() {
-  trap - EXIT INT TERM
+  trap - EXIT
+  trap '' INT TERM # a second Ctrl-C must not cut the clean-up short
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
   rm -rf "$work"

@@ -11,13 +11,13 @@ cd "$(dirname "$0")/.."
 work=$(mktemp -d -t zkcron-quickstart.XXXXXX)
 pids=()
 cleanup() {
-  trap - EXIT
   trap '' INT TERM # a second Ctrl-C must not cut the clean-up short
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
   rm -rf "$work"
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'exit 130' INT TERM # stop here; the EXIT trap cleans up
 
 connect=${ZKCRON_ZK:-}
 if [[ -z "$connect" ]]; then

@@ -8,32 +8,20 @@
 mod support;
 
 use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use support::daemon::{DaemonNode, Fire, RECORD_FIRE, read_fires};
+use support::daemon::{DaemonNode, Fire, RECORD_FIRE, now_ms, read_fires, schedule_text};
 use support::{fault_lock, shared_ensemble, unique_chroot, wait_for};
 
 const SESSION: Duration = Duration::from_secs(2);
 const DELAY: Duration = Duration::from_secs(3);
 const SLACK: Duration = Duration::from_secs(1);
 
-fn now_ms() -> i64 {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock after 1970");
-    i64::try_from(since.as_millis()).expect("ms fit i64")
-}
-
 fn schedule(test: &str, jobs: &str) -> String {
     let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot(test));
-    format!(
-        "[zookeeper]\nconnect = \"{connect}\"\nsession_timeout = \"{}ms\"\n\n[lock]\nname = \"cu\"\n\
-         takeover_delay = \"{}ms\"\n\n{jobs}",
-        SESSION.as_millis(),
-        DELAY.as_millis()
-    )
+    schedule_text(&connect, "cu", SESSION, DELAY, jobs)
 }
 
 fn job(name: &str, schedule: &str, fires: &Path, extra: &str, then: &str) -> String {

@@ -10,11 +10,11 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use support::daemon::{DaemonNode, Fire, RECORD_FIRE, read_fires};
+use support::daemon::{DaemonNode, Fire, RECORD_FIRE, now_ms, read_fires, schedule_text};
 use support::{fault_lock, shared_ensemble, unique_chroot, wait_for};
 
 const SESSION: Duration = Duration::from_secs(2);
@@ -26,13 +26,6 @@ const SLACK: Duration = Duration::from_secs(1);
 /// The period of the test jobs: a takeover shows as the first whole-second tick after it.
 const TICK: Duration = Duration::from_secs(1);
 
-fn now_ms() -> i64 {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock after 1970");
-    i64::try_from(since.as_millis()).expect("ms fit i64")
-}
-
 /// A schedule on the shared ensemble, in its own chroot, with `jobs` appended.
 fn schedule(test: &str, jobs: &str) -> String {
     schedule_at(
@@ -42,12 +35,7 @@ fn schedule(test: &str, jobs: &str) -> String {
 }
 
 fn schedule_at(connect: &str, jobs: &str) -> String {
-    format!(
-        "[zookeeper]\nconnect = \"{connect}\"\nsession_timeout = \"{}ms\"\n\n[lock]\nname = \"e2e\"\n\
-         takeover_delay = \"{}ms\"\n\n{jobs}",
-        SESSION.as_millis(),
-        DELAY.as_millis()
-    )
+    schedule_text(connect, "e2e", SESSION, DELAY, jobs)
 }
 
 /// A 1 Hz job appending its contract variables to `fires`.

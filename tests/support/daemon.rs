@@ -14,6 +14,39 @@ use nix::unistd::Pid;
 
 use super::zk_cluster::wait_for;
 
+/// Wall-clock now in Unix ms, comparable with `ZKCRON_SCHEDULED_UNIX_MS`.
+pub fn now_ms() -> i64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970");
+    i64::try_from(since.as_millis()).expect("ms fit i64")
+}
+
+/// A schedule file for lock group `lock` at `connect`, with the given timings and `jobs` appended.
+pub fn schedule_text(
+    connect: &str,
+    lock: &str,
+    session: Duration,
+    delay: Duration,
+    jobs: &str,
+) -> String {
+    format!(
+        "[zookeeper]\nconnect = \"{connect}\"\nsession_timeout = \"{}ms\"\n\n[lock]\nname = \"{lock}\"\n\
+         takeover_delay = \"{}ms\"\n\n{jobs}",
+        session.as_millis(),
+        delay.as_millis()
+    )
+}
+
+/// Waits, up to `within`, for `child` (named `name` in the failure message) to exit on its own.
+pub async fn wait_child_exit(child: &mut Child, name: &str, within: Duration) -> ExitStatus {
+    wait_for(&format!("{name} exits"), within, || {
+        let status = child.try_wait().ok().flatten();
+        async move { status }
+    })
+    .await
+}
+
 /// A job line the fire log gets: every contract variable, space-separated.
 pub const RECORD_FIRE: &str = "echo \"$ZKCRON_SCHEDULED_UNIX_MS $ZKCRON_NODE $ZKCRON_FENCING_TOKEN $ZKCRON_JOB \
 $ZKCRON_RUN_ID $ZKCRON_ATTEMPT $ZKCRON_RESUMED $ZKCRON_SCHEDULED_AT\" >> ";
@@ -127,12 +160,7 @@ impl DaemonNode {
     }
 
     pub async fn wait_exit(&mut self, within: Duration) -> ExitStatus {
-        let child = &mut self.child;
-        let status = wait_for(&format!("{} exits", self.node_id), within, || {
-            let status = child.try_wait().ok().flatten();
-            async move { status }
-        })
-        .await;
+        let status = wait_child_exit(&mut self.child, &self.node_id, within).await;
         self.exited = Some(status);
         status
     }

@@ -176,12 +176,7 @@ impl DemoNode {
 
     /// Waits for the process to exit on its own.
     pub async fn wait_exit(&mut self, within: Duration) -> ExitStatus {
-        let child = &mut self.child;
-        let status = wait_for(&format!("{} exits", self.node_id), within, || {
-            let status = child.try_wait().ok().flatten();
-            async move { status }
-        })
-        .await;
+        let status = super::daemon::wait_child_exit(&mut self.child, &self.node_id, within).await;
         self.exited = Some(status);
         status
     }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use zookeeper_client::{Acls, Client, CreateMode};
 
 use zkcron::ledger::record::RunRecord;
-use zkcron::ledger::{self, LedgerPaths};
+use zkcron::ledger::{self, ClaimMode, LedgerPaths};
 use zkcron::lock::driver::LockPaths;
 use zkcron::zk::{self, ZkSettings};
 use zkcron::{FencingToken, JobName, NodeId};
@@ -39,7 +39,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let tick = i64::try_from(i)? * 1000;
         let record = RunRecord::claimed(&job, tick, (&node, "127.0.0.1"), token, 0);
         let started = Instant::now();
-        ledger::claim(&client, &paths, record, true, Acls::anyone_all()).await?;
+        ledger::claim(
+            &client,
+            &paths,
+            record,
+            ClaimMode::Create,
+            true,
+            Acls::anyone_all(),
+        )
+        .await?;
         samples.push(started.elapsed());
         // Release the guard as a run's end would, so the next claim is not refused.
         client.delete(&paths.running(&job), None).await?;

@@ -19,6 +19,7 @@ use zkcron::daemon::{self, DaemonError, DaemonSettings};
 use zkcron::identity::{self, IdentityError};
 use zkcron::ledger::record::RunRecord;
 use zkcron::ledger::{self, ClaimError, LedgerPaths};
+use zkcron::lock::LockUpdate;
 use zkcron::lock::driver::{self, DriverError, LockPaths, LockSettings};
 use zkcron::lock::members::MemberError;
 use zkcron::lock::node::{EpochData, OwnerInfo};
@@ -448,27 +449,20 @@ async fn lock_demo(args: LockDemoArgs, shutdown: CancellationToken) -> Result<()
         takeover_delay: args.takeover_delay,
         jitter: takeover_jitter(args.takeover_delay),
     };
-    let (events, mut received) = mpsc::unbounded_channel();
+    let (updates, mut received) = mpsc::unbounded_channel();
     let printer = tokio::spawn(async move {
         let mut out = std::io::stdout();
-        while let Some(event) = received.recv().await {
-            writeln!(out, "{}", event_line(&event)).and_then(|()| out.flush())?;
+        while let Some(update) = received.recv().await {
+            if let LockUpdate::Event(event) = update {
+                writeln!(out, "{}", event_line(&event)).and_then(|()| out.flush())?;
+            }
         }
         Ok::<(), std::io::Error>(())
     });
-    let (view, _) = tokio::sync::watch::channel(driver::LockView::default());
     // The demo claims no ticks: nothing reports a failed fence.
     let (_fence_failed, mut fence_failures) = mpsc::unbounded_channel();
-    let result = driver::run(
-        &zk,
-        &settings,
-        &shutdown,
-        &events,
-        &view,
-        &mut fence_failures,
-    )
-    .await;
-    drop(events);
+    let result = driver::run(&zk, &settings, &shutdown, &updates, &mut fence_failures).await;
+    drop(updates);
     let printed = printer.await.unwrap_or(Ok(()));
     result?;
     printed.map_err(CliError::Stdout)?;

@@ -3,12 +3,18 @@
 //! Data flow (DESIGN.md "Data flow"):
 //! ```text
 //! schedule.toml ──► config ──► Schedule (jobs, cron, tz)
-//! ZooKeeper ◄──► zk session ◄──► lock::driver ◄──► lock::machine (pure) ──► LockEvent
-//!                                daemon ──► ledger (claim the tick, record the run) ──► runner (child process)
+//! ZooKeeper ◄──► zk session ◄──► lock::driver ◄──► lock::machine (pure)
+//!                                     │ one ordered stream: LockUpdate (session, event, status)
+//!                                fire::driver ◄──► fire::machine (pure): ticks, lock changes,
+//!                                     │            claim results, run ends ──► actions
+//!                                     ├──► ledger (one fenced claim path, run records)
+//!                                     └──► runner (child process)
 //! ```
+//! `daemon` only wires these together.
 
 pub mod config;
 pub mod daemon;
+pub mod fire;
 pub mod identity;
 pub mod ids;
 pub mod ledger;

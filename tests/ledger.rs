@@ -8,7 +8,7 @@ use zookeeper_client::{Acls, Client, CreateMode};
 
 use support::shared_ensemble;
 use zkcron::ledger::record::{RunRecord, RunStatus};
-use zkcron::ledger::{self, ClaimError, LedgerPaths, UpdateError};
+use zkcron::ledger::{self, ClaimError, ClaimMode, LedgerPaths, UpdateError};
 use zkcron::lock::driver::LockPaths;
 use zkcron::{FencingToken, JobName, NodeId};
 
@@ -56,6 +56,7 @@ async fn two_believed_owners_claim_each_tick_at_most_once() {
         &a,
         &paths,
         record("report", 1000, "a", token_a),
+        ClaimMode::Create,
         false,
         Acls::anyone_all(),
     )
@@ -69,6 +70,7 @@ async fn two_believed_owners_claim_each_tick_at_most_once() {
         &b,
         &paths,
         record("report", 1000, "b", token_a),
+        ClaimMode::Create,
         false,
         Acls::anyone_all(),
     )
@@ -85,6 +87,7 @@ async fn two_believed_owners_claim_each_tick_at_most_once() {
         &a,
         &paths,
         record("report", 2000, "a", token_a),
+        ClaimMode::Create,
         false,
         Acls::anyone_all(),
     )
@@ -97,6 +100,7 @@ async fn two_believed_owners_claim_each_tick_at_most_once() {
         &b,
         &paths,
         record("report", 2000, "b", token_b),
+        ClaimMode::Create,
         false,
         Acls::anyone_all(),
     )
@@ -119,6 +123,7 @@ async fn an_expired_session_claims_nothing() {
         &a,
         &paths,
         record("report", 1000, "a", token),
+        ClaimMode::Create,
         false,
         Acls::anyone_all(),
     )
@@ -144,6 +149,7 @@ async fn records_update_by_compare_and_set_only() {
         &a,
         &paths,
         record("report", 1000, "a", token),
+        ClaimMode::Create,
         false,
         Acls::anyone_all(),
     )
@@ -175,6 +181,7 @@ async fn history_is_newest_first_and_skips_garbage() {
             &a,
             &paths,
             record("report", tick, "a", token),
+            ClaimMode::Create,
             false,
             Acls::anyone_all(),
         )
@@ -214,6 +221,7 @@ async fn a_guarded_claim_refuses_while_a_run_is_alive_until_it_finishes() {
         &a,
         &paths,
         record("slow", 1000, "a", token),
+        ClaimMode::Create,
         true,
         Acls::anyone_all(),
     )
@@ -227,6 +235,7 @@ async fn a_guarded_claim_refuses_while_a_run_is_alive_until_it_finishes() {
         &a,
         &paths,
         record("slow", 2000, "a", token),
+        ClaimMode::Create,
         true,
         Acls::anyone_all(),
     )
@@ -244,7 +253,7 @@ async fn a_guarded_claim_refuses_while_a_run_is_alive_until_it_finishes() {
     );
 
     first.record.status = RunStatus::Succeeded;
-    ledger::finish(&a, &b, &mut first)
+    ledger::finish(&a, &mut first)
         .await
         .expect("finish releases the guard with the record");
     let stored = ledger::read_record(&b, &first.path).await.expect("record");
@@ -253,6 +262,7 @@ async fn a_guarded_claim_refuses_while_a_run_is_alive_until_it_finishes() {
         &a,
         &paths,
         record("slow", 2000, "a", token),
+        ClaimMode::Create,
         true,
         Acls::anyone_all(),
     )
@@ -268,6 +278,7 @@ async fn our_own_write_with_a_lost_reply_is_reconciled() {
         &a,
         &paths,
         record("report", 1000, "a", token),
+        ClaimMode::Create,
         false,
         Acls::anyone_all(),
     )

@@ -10,7 +10,7 @@ pub mod record;
 
 use zookeeper_client::{Acls, CheckWriteError, Client, CreateMode, Error as ZkErr};
 
-use crate::ids::{FencingToken, JobName};
+use crate::ids::{FencingToken, JobName, SessionId};
 use crate::lock::driver::LockPaths;
 use record::{RunRecord, parse_tick_node_name, tick_node_name};
 
@@ -21,6 +21,18 @@ pub struct LedgerPaths {
     pub runs: String,
     /// Parent of the `running/<job>` guards: ephemeral, held for a run's life (concurrency).
     pub running: String,
+}
+
+impl ClaimError {
+    fn from_zk(path: &str, err: crate::zk::ZkError) -> Self {
+        match err {
+            crate::zk::ZkError::Request { path, source } => ClaimError::Zk { path, source },
+            other => ClaimError::Zk {
+                path: path.to_owned(),
+                source: ZkErr::UnexpectedError(other.to_string()),
+            },
+        }
+    }
 }
 
 impl LedgerPaths {
@@ -70,13 +82,15 @@ pub enum ClaimError {
 }
 
 /// A tick we claimed: its record and the record's znode version, for compare-and-set updates.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Claim {
     pub path: String,
     pub version: i32,
     pub record: RunRecord,
     /// The `running/<job>` guard this claim created, if any (it lives with the claiming session).
     pub guard: Option<String>,
+    /// The session that made the claim: only it may delete the guard.
+    pub session: SessionId,
     /// The record as we last sent it, whether or not its reply arrived: if the stored record is
     /// exactly this, a failed compare-and-set was our own write with a lost reply.
     pub sent: RunRecord,
@@ -95,7 +109,18 @@ pub enum UpdateError {
     },
 }
 
-/// Claims `record`'s tick in one round trip: `check(epoch, token)` + create the record.
+/// How a claim writes its record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimMode {
+    /// Create the tick's record: the first claim of a tick.
+    Create,
+    /// Overwrite the stored record at this version: the next attempt of a run (a retry, or the
+    /// rerun of an interrupted run).
+    Again { version: i32 },
+}
+
+/// Claims `record`'s tick in one round trip: `check(epoch, token)` + create the record (or,
+/// [`ClaimMode::Again`], overwrite it at its version) [+ create the `running/<job>` guard].
 ///
 /// The request is sent when this is called (so a claim sent ahead of its tick is on the wire
 /// while the caller sleeps); only the very first claim of a job, whose parent node is missing,
@@ -103,7 +128,8 @@ pub enum UpdateError {
 ///
 /// # Errors
 /// `NotOwner` when anyone acquired the lock after us (the check fails); `AlreadyClaimed` when the
-/// record exists; `Zk` otherwise — an expired session fails here with `SessionExpired`.
+/// record exists (or changed since it was read); `RunAlive` when the guard exists; `Zk`
+/// otherwise — an expired session fails here with `SessionExpired`.
 ///
 /// # Cancellation safety
 /// Dropping the future drops the answer, not the request: the claim may still happen.
@@ -111,6 +137,7 @@ pub fn claim<'c>(
     client: &'c Client,
     paths: &LedgerPaths,
     record: RunRecord,
+    mode: ClaimMode,
     guarded: bool,
     acls: Acls<'static>,
 ) -> impl Future<Output = Result<Claim, ClaimError>> + Send + 'c {
@@ -119,32 +146,31 @@ pub fn claim<'c>(
     let guard = guarded.then(|| paths.running(&record.job));
     let guard_parent = paths.running.clone();
     let epoch = paths.epoch.clone();
-    let first = send_claim(client, &epoch, &path, guard.as_deref(), &record, acls);
+    let session = SessionId(client.session_id().0);
+    let send = {
+        let epoch = epoch.clone();
+        move |client: &'c Client, path: &str, guard: Option<&str>, record: &RunRecord| {
+            send_claim(client, &epoch, path, guard, record, mode, acls)
+        }
+    };
+    let first = send(client, &path, guard.as_deref(), &record);
     async move {
         let result = match first {
             Ok(sent) => sent.await,
             Err(err) => Err(err),
         };
-        match classify(result, &epoch, &path, &record) {
+        let results = match classify(result, &epoch, &path, &record) {
             Err(ClaimError::Zk {
                 source: ZkErr::NoNode,
                 ..
-            }) => {
+            }) if mode == ClaimMode::Create => {
                 // The job's first tick: make the parents, then claim once more.
                 for dir in [&parent, &guard_parent] {
                     crate::zk::ensure_persistent(client, dir, acls)
                         .await
-                        .map_err(|err| match err {
-                            crate::zk::ZkError::Request { path, source } => {
-                                ClaimError::Zk { path, source }
-                            }
-                            other => ClaimError::Zk {
-                                path: dir.clone(),
-                                source: ZkErr::UnexpectedError(other.to_string()),
-                            },
-                        })?;
+                        .map_err(|err| ClaimError::from_zk(dir, err))?;
                 }
-                let again = send_claim(client, &epoch, &path, guard.as_deref(), &record, acls);
+                let again = send(client, &path, guard.as_deref(), &record);
                 let result = match again {
                     Ok(sent) => sent.await,
                     Err(err) => Err(err),
@@ -153,13 +179,22 @@ pub fn claim<'c>(
             }
             other => other?,
         };
-        // A node just created has data version 0.
+        let version = match (mode, results.first()) {
+            // A node just created has data version 0.
+            (ClaimMode::Create, _) => 0,
+            (
+                ClaimMode::Again { .. },
+                Some(zookeeper_client::MultiWriteResult::SetData { stat }),
+            ) => stat.version,
+            (ClaimMode::Again { version }, _) => version + 1,
+        };
         Ok(Claim {
             path,
-            version: 0,
+            version,
             sent: record.clone(),
             record,
             guard,
+            session,
         })
     }
 }
@@ -173,14 +208,20 @@ fn send_claim<'c>(
     path: &str,
     guard: Option<&str>,
     record: &RunRecord,
+    mode: ClaimMode,
     acls: Acls<'static>,
 ) -> Result<impl Future<Output = ClaimReply> + Send + use<'c>, CheckWriteError> {
     let mut writer = client.new_check_writer(epoch, Some(record.fencing_token.0))?;
-    writer.add_create(
-        path,
-        &record.to_bytes(),
-        &CreateMode::Persistent.with_acls(acls),
-    )?;
+    match mode {
+        ClaimMode::Create => writer.add_create(
+            path,
+            &record.to_bytes(),
+            &CreateMode::Persistent.with_acls(acls),
+        )?,
+        ClaimMode::Again { version } => {
+            writer.add_set_data(path, &record.to_bytes(), Some(version))?
+        }
+    }
     if let Some(guard) = guard {
         writer.add_create(
             guard,
@@ -275,19 +316,16 @@ pub async fn update(client: &Client, claim: &mut Claim) -> Result<(), UpdateErro
 }
 
 /// Writes the run's final record and, in the same multi-op, deletes its `running/<job>` guard —
-/// through `claiming`, the session that created the guard, so no other session's guard is ever
-/// deleted. When that session is gone (its guard went with it) the record is written with
-/// `current` alone.
+/// only when `client` is the session that made the claim, so no other session's guard is ever
+/// deleted. When our session has changed since the claim, the guard went with the old session
+/// (or goes when the servers expire it) and only the record is written.
 ///
 /// # Errors
 /// As [`update`].
-pub async fn finish(
-    claiming: &Client,
-    current: &Client,
-    claim: &mut Claim,
-) -> Result<(), UpdateError> {
-    if let Some(guard) = claim.guard.clone() {
-        let mut multi = claiming.new_multi_writer();
+pub async fn finish(client: &Client, claim: &mut Claim) -> Result<(), UpdateError> {
+    let same_session = SessionId(client.session_id().0) == claim.session;
+    if let (Some(guard), true) = (claim.guard.clone(), same_session) {
+        let mut multi = client.new_multi_writer();
         let built = multi
             .add_set_data(&claim.path, &claim.record.to_bytes(), Some(claim.version))
             .and_then(|()| multi.add_delete(&guard, None));
@@ -301,19 +339,19 @@ pub async fn finish(
                     }
                     return Ok(());
                 }
-                // The guard is gone (our session changed) or the record moved: plain update below.
+                // The record moved (a lost reply of ours, or another writer): plain update below.
                 Err(zookeeper_client::MultiWriteError::OperationFailed { .. }) => {}
                 Err(zookeeper_client::MultiWriteError::RequestFailed { source }) => {
-                    tracing::debug!(path = guard, error = %source, "guard not released with the claiming session");
+                    tracing::debug!(path = guard, error = %source, "guard not released with the record");
                 }
             }
         }
         // A record whose reply was lost, with the guard still ours: release the guard alone.
-        if let Err(err) = claiming.delete(&guard, None).await {
+        if let Err(err) = client.delete(&guard, None).await {
             tracing::debug!(path = guard, error = %err, "run guard not deleted (gone with its session?)");
         }
     }
-    update(current, claim).await
+    update(client, claim).await
 }
 
 /// Gives a claimed, unstarted tick back — `check(epoch, token)` + delete the record — so that
@@ -465,55 +503,6 @@ pub async fn read_versioned(client: &Client, path: &str) -> Option<(RunRecord, i
 pub async fn guard_holder(client: &Client, paths: &LedgerPaths, job: &JobName) -> Option<String> {
     let (data, _) = client.get_data(&paths.running(job)).await.ok()?;
     Some(String::from_utf8_lossy(&data).into_owned())
-}
-
-/// Claims a stored record again, for a new attempt by us (a rerun of an interrupted run, a
-/// retry): `check(epoch, our token)` + overwrite the record at its version [+ create the guard].
-///
-/// # Errors
-/// `NotOwner` if the epoch moved; `AlreadyClaimed` if the record changed since it was read;
-/// `RunAlive` if the guard exists; `Zk` otherwise.
-pub async fn reclaim(
-    client: &Client,
-    paths: &LedgerPaths,
-    record: RunRecord,
-    version: i32,
-    guarded: bool,
-    acls: Acls<'static>,
-) -> Result<Claim, ClaimError> {
-    let path = paths.record(&record.job, record.scheduled_unix_ms);
-    let guard = guarded.then(|| paths.running(&record.job));
-    let zk_err = |source| ClaimError::Zk {
-        path: path.clone(),
-        source,
-    };
-    let mut writer = client
-        .new_check_writer(&paths.epoch, Some(record.fencing_token.0))
-        .map_err(zk_err)?;
-    writer
-        .add_set_data(&path, &record.to_bytes(), Some(version))
-        .map_err(zk_err)?;
-    if let Some(guard) = &guard {
-        writer
-            .add_create(
-                guard,
-                record.run_id.as_bytes(),
-                &CreateMode::Ephemeral.with_acls(acls),
-            )
-            .map_err(zk_err)?;
-    }
-    let results = classify(writer.commit().await, &paths.epoch, &path, &record)?;
-    let version = match results.first() {
-        Some(zookeeper_client::MultiWriteResult::SetData { stat }) => stat.version,
-        _ => version + 1,
-    };
-    Ok(Claim {
-        path,
-        version,
-        sent: record.clone(),
-        record,
-        guard,
-    })
 }
 
 /// Creates the parents of `jobs`' records and guards, so that no tick's claim — sent ahead of

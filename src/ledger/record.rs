@@ -23,6 +23,10 @@ pub enum RunStatus {
     Interrupted,
     /// Not run, for the reason in `error` (e.g. a run of the job was still alive).
     Skipped,
+    /// A gap nobody fired: this record stands for `missed_ticks` ticks from
+    /// `missed_from_unix_ms` to its own tick, for the reason in `error` (no owner, ZooKeeper
+    /// unreachable, the `misfire` policy, beyond `starting_deadline`).
+    Missed,
 }
 
 impl RunStatus {
@@ -52,9 +56,15 @@ pub struct RunRecord {
     #[serde(default)]
     pub signal: Option<i32>,
     pub attempt: u32,
-    /// Why it could not start, was skipped, or was interrupted.
+    /// Why it could not start, was skipped, missed, or was interrupted.
     #[serde(default)]
     pub error: Option<String>,
+    /// A `missed` record: the first tick of the gap it stands for (its own tick is the last).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub missed_from_unix_ms: Option<i64>,
+    /// A `missed` record: how many ticks the gap holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub missed_ticks: Option<u64>,
 }
 
 impl RunRecord {
@@ -81,6 +91,8 @@ impl RunRecord {
             signal: None,
             attempt: 1,
             error: None,
+            missed_from_unix_ms: None,
+            missed_ticks: None,
         }
     }
 

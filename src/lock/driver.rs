@@ -12,7 +12,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client::{
@@ -71,39 +71,43 @@ pub struct LockSettings {
     pub jitter: Duration,
 }
 
-/// What the rest of zkcron may know of the lock at any moment, republished after every step.
-#[derive(Debug, Clone, Default)]
-pub struct LockView {
-    /// We own the lock and are connected: a run may start once its tick's claim succeeds.
-    pub may_fire: bool,
-    /// Our fencing token while we own the lock.
+/// Where the lock stands, as the rest of zkcron needs it: sent after every step that changes it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LockStatus {
+    /// Our fencing token while we own the lock, connected or not.
     pub token: Option<FencingToken>,
-    /// The current session's client, for claims made in the session that owns the lock.
-    pub client: Option<Client>,
-    pub session: Option<SessionId>,
+    /// We own the lock *and* are connected: a run may start once its claim succeeds
+    /// ([`LockMachine::may_fire`]).
+    pub may_fire: bool,
     /// A session is up and connected.
     pub connected: bool,
 }
 
-impl LockView {
+impl LockStatus {
     fn of(machine: &LockMachine, conn: Option<&Connection>) -> Self {
         let token = match machine.state() {
             LockState::Own { token } => Some(token),
             _ => None,
         };
         Self {
-            may_fire: machine.may_fire(),
             token,
-            client: conn.map(|c| c.client.clone()),
-            session: conn.map(|c| c.session),
+            may_fire: machine.may_fire(),
             connected: conn.is_some() && machine.connected(),
         }
     }
+}
 
-    fn same_as(&self, other: &Self) -> bool {
-        (self.may_fire, self.token, self.session, self.connected)
-            == (other.may_fire, other.token, other.session, other.connected)
-    }
+/// What the lock driver tells the rest of zkcron, on one ordered stream: a status is never seen
+/// before the event or the session that led to it (DESIGN.md "Data flow").
+#[derive(Debug, Clone)]
+pub enum LockUpdate {
+    /// The session requests go through from now on; `None` while no session is up. It is the
+    /// transport for claims and records, not lock state: the status says whether to use it.
+    Session(Option<Client>),
+    /// The machine's event, in the order it emitted them (logged by the driver already).
+    Event(LockEvent),
+    /// The lock's status after a step that changed it.
+    Status(LockStatus),
 }
 
 /// Why the driver stopped other than by shutdown.
@@ -150,9 +154,9 @@ impl Connection {
 }
 
 /// Runs the lock until `shutdown` is cancelled, then releases it gracefully (peers contend at
-/// once) and deletes our member node. Events go to `events` in the order the machine emits them;
-/// `view` is updated after every step. `fence_failures` carries the tokens whose tick claims
-/// failed their epoch check: if it is still our token, the machine re-verifies it.
+/// once) and deletes our member node. Sessions, events and status changes go to `updates`, in
+/// order. `fence_failures` carries the tokens whose tick claims failed their epoch check: if it
+/// is still our token, the machine re-verifies it.
 ///
 /// # Errors
 /// Only a duplicate `node_id` stops it; ZooKeeper failures are retried with backoff.
@@ -160,8 +164,7 @@ pub async fn run(
     zk: &ZkSettings,
     settings: &LockSettings,
     shutdown: &CancellationToken,
-    events: &mpsc::UnboundedSender<LockEvent>,
-    view: &watch::Sender<LockView>,
+    updates: &mpsc::UnboundedSender<LockUpdate>,
     fence_failures: &mut mpsc::UnboundedReceiver<FencingToken>,
 ) -> Result<(), DriverError> {
     let mut machine = LockMachine::new(
@@ -173,16 +176,18 @@ pub async fn run(
     let mut conn: Option<Connection> = None;
     let mut watch: Option<WatchFuture> = None;
     let mut timer = Box::pin(tokio::time::sleep(Duration::ZERO));
+    let mut published = LockStatus::default();
     loop {
         // An action's answer goes straight back in, so actions run in the order the machine chose.
-        // Published after every step and before any request, so the daemon never fires on a
-        // view the machine has already left (a Lost waiting behind a slow request).
-        publish(view, &machine, conn.as_ref());
+        // Published after every step and before any request, so firing never goes on under a
+        // status the machine has already left (a Lost waiting behind a slow request).
+        publish(updates, &mut published, &machine, conn.as_ref());
         while let Some(action) = pending.pop_front() {
-            if let Some(answer) = execute(conn.as_ref(), settings, action, &mut watch, events).await
+            if let Some(answer) =
+                execute(conn.as_ref(), settings, action, &mut watch, updates).await
             {
                 pending.extend(machine.handle(answer, now()));
-                publish(view, &machine, conn.as_ref());
+                publish(updates, &mut published, &machine, conn.as_ref());
             }
         }
         let Some(live) = conn.as_mut() else {
@@ -194,6 +199,7 @@ pub async fn run(
                 session: new.session,
                 timeout: new.timeout,
             };
+            let _ = updates.send(LockUpdate::Session(Some(new.client.clone())));
             conn = Some(new);
             pending.extend(machine.handle(started, now()));
             continue;
@@ -219,21 +225,23 @@ pub async fn run(
         if input == Input::SessionExpired {
             conn = None;
             watch = None;
+            let _ = updates.send(LockUpdate::Session(None));
         }
         pending.extend(machine.handle(input, now()));
     }
     let release = machine.handle(Input::Shutdown, now());
-    publish(view, &machine, conn.as_ref()); // stop firing before the release's round trips
+    // Stop firing before the release's round trips.
+    publish(updates, &mut published, &machine, conn.as_ref());
     for action in release {
         if action == Action::Emit(LockEvent::Lost) {
             // Given up on purpose, not lost: say so at info, not as a warning.
             tracing::info!(path = settings.paths.lock, "lock given up for shutdown");
-            let _ = events.send(LockEvent::Lost);
+            let _ = updates.send(LockUpdate::Event(LockEvent::Lost));
             continue;
         }
-        execute(conn.as_ref(), settings, action, &mut watch, events).await;
+        execute(conn.as_ref(), settings, action, &mut watch, updates).await;
     }
-    view.send_replace(LockView::of(&machine, None));
+    publish(updates, &mut published, &machine, None);
     if let Some(live) = conn {
         let member = settings.paths.member(&settings.me.node_id);
         // Deleting it ourselves, rather than leaving it to the session close, lets a restart of
@@ -250,13 +258,19 @@ pub async fn run(
     Ok(())
 }
 
-fn publish(view: &watch::Sender<LockView>, machine: &LockMachine, conn: Option<&Connection>) {
-    let now_view = LockView::of(machine, conn);
-    view.send_if_modified(|old| {
-        let changed = !old.same_as(&now_view);
-        *old = now_view;
-        changed
-    });
+/// Sends the status if it changed since the last one sent.
+fn publish(
+    updates: &mpsc::UnboundedSender<LockUpdate>,
+    published: &mut LockStatus,
+    machine: &LockMachine,
+    conn: Option<&Connection>,
+) {
+    let status = LockStatus::of(machine, conn);
+    if status != *published {
+        *published = status;
+        // The receiver is gone only when the daemon is stopping; the lock still releases.
+        let _ = updates.send(LockUpdate::Status(status));
+    }
 }
 
 /// The one clock read on the lock path; tokio's clock, so `tokio::time::pause()` drives it in tests.
@@ -416,12 +430,12 @@ async fn execute(
     settings: &LockSettings,
     action: Action,
     watch: &mut Option<WatchFuture>,
-    events: &mpsc::UnboundedSender<LockEvent>,
+    updates: &mpsc::UnboundedSender<LockUpdate>,
 ) -> Option<Input> {
     if let Action::Emit(event) = action {
         log_event(&event, &settings.paths);
         // The receiver is gone only when the daemon is stopping; the lock still releases.
-        let _ = events.send(event);
+        let _ = updates.send(LockUpdate::Event(event));
         return None;
     }
     let Some(conn) = conn else {

@@ -9,4 +9,5 @@ pub mod machine;
 pub mod members;
 pub mod node;
 
+pub use driver::{LockStatus, LockUpdate};
 pub use machine::{Action, Input, LockEvent, LockMachine, LockState};

@@ -5,18 +5,21 @@
 //! Must not: read clocks, sleep or fire anything — callers pass `now`.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
 use crate::config::JobConfig;
+use crate::ids::JobName;
 
 /// Enabled jobs ordered by their next fire time.
 #[derive(Debug, Default)]
 pub struct FireQueue {
     jobs: Vec<Arc<JobConfig>>,
     heap: BinaryHeap<Reverse<(DateTime<Utc>, usize)>>,
+    /// Each queued job's next tick, so a job's place is found without searching the heap.
+    next: HashMap<JobName, DateTime<Utc>>,
 }
 
 impl FireQueue {
@@ -24,17 +27,25 @@ impl FireQueue {
     /// and the last tick already handed out, so a rebuilt queue never repeats a tick.
     pub fn new(jobs: &[Arc<JobConfig>], after: DateTime<Utc>) -> Self {
         let jobs: Vec<Arc<JobConfig>> = jobs.iter().filter(|job| job.enabled).cloned().collect();
-        let heap = jobs
-            .iter()
-            .enumerate()
-            .filter_map(|(i, job)| job.schedule.next_after(after).map(|at| Reverse((at, i))))
-            .collect();
-        Self { jobs, heap }
+        let mut queue = Self {
+            heap: BinaryHeap::with_capacity(jobs.len()),
+            next: HashMap::with_capacity(jobs.len()),
+            jobs,
+        };
+        for i in 0..queue.jobs.len() {
+            queue.push_after(i, after);
+        }
+        queue
     }
 
     /// The earliest queued tick.
     pub fn next_tick(&self) -> Option<DateTime<Utc>> {
         self.heap.peek().map(|Reverse((at, _))| *at)
+    }
+
+    /// The next tick queued for `job`; `None` when it is disabled, unknown or fires no more.
+    pub fn next_of(&self, job: &JobName) -> Option<DateTime<Utc>> {
+        self.next.get(job).copied()
     }
 
     /// Takes every job due at the earliest tick, and queues each at its next fire after the
@@ -47,11 +58,17 @@ impl FireQueue {
                 break;
             }
             self.heap.pop();
+            self.next.remove(&self.jobs[i].spec.name);
             due.push(Arc::clone(&self.jobs[i]));
-            if let Some(next) = self.jobs[i].schedule.next_after(tick.max(now)) {
-                self.heap.push(Reverse((next, i)));
-            }
+            self.push_after(i, tick.max(now));
         }
         Some((tick, due))
+    }
+
+    fn push_after(&mut self, i: usize, after: DateTime<Utc>) {
+        if let Some(at) = self.jobs[i].schedule.next_after(after) {
+            self.heap.push(Reverse((at, i)));
+            self.next.insert(self.jobs[i].spec.name.clone(), at);
+        }
     }
 }

@@ -1,0 +1,386 @@
+//! Runs a [`FireMachine`]: performs its actions against the ledger and the runner and feeds the
+//! answers, lock updates, reloads and timer expiries back in.
+//!
+//! Owns: the current ZooKeeper client (from the lock's update stream), one task per request or
+//! run, the cancel handle of every run, the timer, READY/STOPPING to systemd, and handing the lock
+//! over when the machine says so.
+//! Must not: decide anything — whether, when and why a run starts or stops is the machine's call.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use zookeeper_client::{Acls, Client};
+
+use super::machine::{
+    Action, ClaimRefused, FireMachine, Input, JobRecords, RESOLVE_WINDOW, TickClaim,
+};
+use crate::config::JobConfig;
+use crate::ids::{FencingToken, JobName, NodeId};
+use crate::ledger::{self, ClaimError, LedgerPaths};
+use crate::lock::LockUpdate;
+use crate::lock::driver::DriverError;
+use crate::report::error_chain;
+use crate::runner;
+
+/// Sleep at most this long at once, so a wall-clock step (NTP, suspend) is noticed in time.
+const MAX_SLEEP: Duration = Duration::from_secs(30);
+
+/// Where the machine's records live.
+#[derive(Debug, Clone)]
+pub struct FireSettings {
+    pub ledger: LedgerPaths,
+    /// `<root>/<lock>/members`, for catch-up to tell live nodes.
+    pub members: String,
+    pub acls: Acls<'static>,
+}
+
+/// The lock driver's task, as the fire driver steers it.
+#[derive(Debug)]
+pub struct LockTask {
+    pub handle: JoinHandle<Result<(), DriverError>>,
+    /// Cancelled to release the lock (the lock driver's shutdown).
+    pub release: CancellationToken,
+    pub updates: mpsc::UnboundedReceiver<LockUpdate>,
+    /// Tokens whose claims failed their epoch check.
+    pub fence_failed: mpsc::UnboundedSender<FencingToken>,
+}
+
+/// Runs until the machine has stopped after `shutdown`, or after the lock driver ended.
+///
+/// # Errors
+/// The lock driver stopped with an error (a duplicate node_id); the stop order ran all the same.
+pub async fn run(
+    mut machine: FireMachine,
+    settings: FireSettings,
+    mut lock: LockTask,
+    mut reloads: mpsc::UnboundedReceiver<Vec<Arc<JobConfig>>>,
+    shutdown: CancellationToken,
+) -> Result<(), DriverError> {
+    let (answers, mut answered) = mpsc::unbounded_channel();
+    let mut io = Io {
+        settings,
+        client: None,
+        answers,
+        runs: HashMap::new(),
+        tasks: TaskTracker::new(),
+        fence_failed: lock.fence_failed.clone(),
+    };
+    let mut ready = false;
+    let mut stopping = false;
+    let mut lock_alive = true;
+    let mut updates_open = true;
+    let mut handing_over = false;
+    let mut lock_result = Ok(());
+    let mut pending: VecDeque<Input> = VecDeque::new();
+    loop {
+        let deadline = machine.next_deadline();
+        let sleep_for = deadline.map_or(MAX_SLEEP, |at| until(at).min(MAX_SLEEP));
+        let input = tokio::select! {
+            biased;
+            () = shutdown.cancelled(), if !stopping => Input::Shutdown,
+            update = lock.updates.recv(), if updates_open => match update {
+                Some(LockUpdate::Session(client)) => {
+                    io.client = client;
+                    continue;
+                }
+                Some(LockUpdate::Event(_)) => continue, // logged by the lock driver
+                Some(LockUpdate::Status(status)) => {
+                    if status.connected && !ready {
+                        ready = true;
+                        notify_systemd(&[sd_notify::NotifyState::Ready]);
+                    }
+                    Input::LockChanged(status)
+                }
+                None => {
+                    updates_open = false;
+                    continue;
+                }
+            },
+            joined = &mut lock.handle, if lock_alive => {
+                lock_alive = false;
+                lock_result = match joined {
+                    Ok(result) => result,
+                    Err(err) => {
+                        tracing::error!(error = %err, "lock driver task failed");
+                        Ok(())
+                    }
+                };
+                if handing_over { Input::LockReleased } else { Input::Shutdown }
+            }
+            Some(jobs) = reloads.recv() => Input::Reloaded(jobs),
+            Some(answer) = answered.recv() => answer,
+            () = tokio::time::sleep(sleep_for) => Input::Tick,
+        };
+        pending.push_back(input);
+        while let Some(input) = pending.pop_front() {
+            if matches!(input, Input::Shutdown) {
+                if stopping {
+                    continue;
+                }
+                stopping = true;
+                // systemd reads STOPPING=1 as "beginning its shutdown".
+                notify_systemd(&[sd_notify::NotifyState::Stopping]);
+            }
+            if let Input::RunEnded { claim, .. } = &input {
+                io.runs.remove(&claim.record.run_id);
+            }
+            for action in machine.handle(input, Utc::now()) {
+                match action {
+                    Action::HandOver => {
+                        handing_over = true;
+                        lock.release.cancel();
+                        if !lock_alive {
+                            pending.push_back(Input::LockReleased);
+                        }
+                    }
+                    Action::Stopped => {
+                        io.tasks.close();
+                        io.tasks.wait().await;
+                        return lock_result;
+                    }
+                    action => {
+                        if let Some(answer) = io.perform(action) {
+                            pending.push_back(answer);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What performing actions needs; holds no policy.
+struct Io {
+    settings: FireSettings,
+    /// The current session's client; `None` while no session is up.
+    client: Option<Client>,
+    answers: mpsc::UnboundedSender<Input>,
+    /// Cancel handles of the runs alive here.
+    runs: HashMap<String, CancellationToken>,
+    tasks: TaskTracker,
+    fence_failed: mpsc::UnboundedSender<FencingToken>,
+}
+
+impl Io {
+    /// Carries out one action; an answer that needs no I/O is returned at once, the others come
+    /// back through `answers` when their task ends.
+    fn perform(&mut self, action: Action) -> Option<Input> {
+        match action {
+            Action::PrepareJobs(jobs) => self.prepare(jobs),
+            Action::Claim(claim) => return self.claim(claim),
+            Action::ListRecords(job) => return self.list(job),
+            Action::MarkInterrupted { record, version } => return self.mark(record, version),
+            Action::StartRun {
+                spec,
+                claim,
+                context,
+            } => {
+                let cancel = CancellationToken::new();
+                self.runs
+                    .insert(claim.record.run_id.clone(), cancel.clone());
+                let (client, answers) = (self.client.clone(), self.answers.clone());
+                self.tasks.spawn(async move {
+                    // The process starts at once; the record says `running` a round trip later.
+                    let (report, claim) = tokio::join!(runner::run(&spec, &context, cancel), async {
+                        let mut claim = claim;
+                        if let Some(client) = client {
+                            if let Err(err) = ledger::update(&client, &mut claim).await {
+                                tracing::warn!(status = ?claim.record.status, error = %error_chain(&err), "run record not updated");
+                            }
+                        }
+                        claim
+                    });
+                    let _ = answers.send(Input::RunEnded { claim, report });
+                });
+            }
+            Action::CancelRun { run_id } => {
+                if let Some(cancel) = self.runs.get(&run_id) {
+                    cancel.cancel();
+                }
+            }
+            Action::WriteRecord(claim) => {
+                let Some(client) = self.client.clone() else {
+                    tracing::warn!(path = claim.path, status = ?claim.record.status, "run record not updated: no zookeeper session");
+                    return Some(Input::RecordWritten {
+                        run_id: claim.record.run_id,
+                        version: None,
+                    });
+                };
+                let answers = self.answers.clone();
+                self.tasks.spawn(async move {
+                    let mut claim = claim;
+                    let version = match ledger::finish(&client, &mut claim).await {
+                        Ok(()) => Some(claim.version),
+                        Err(err) => {
+                            tracing::warn!(status = ?claim.record.status, error = %error_chain(&err), "run record not updated");
+                            None
+                        }
+                    };
+                    let run_id = claim.record.run_id;
+                    let _ = answers.send(Input::RecordWritten { run_id, version });
+                });
+            }
+            Action::Withdraw { id, claim } => {
+                let Some(client) = self.client.clone() else {
+                    return Some(Input::Withdrawn { id });
+                };
+                let (paths, answers) = (self.settings.ledger.clone(), self.answers.clone());
+                self.tasks.spawn(async move {
+                    match ledger::withdraw(&client, &paths, &claim).await {
+                        Ok(()) => tracing::info!(path = claim.path, "claimed tick withdrawn for the handoff"),
+                        Err(err) => tracing::warn!(path = claim.path, error = %error_chain(&err), "claimed tick not withdrawn"),
+                    }
+                    let _ = answers.send(Input::Withdrawn { id });
+                });
+            }
+            Action::Prune { job, keep } => {
+                let client = self.client.clone()?;
+                let paths = self.settings.ledger.clone();
+                self.tasks.spawn(async move {
+                    match ledger::prune(&client, &paths, &job, keep).await {
+                        Ok(0) => {}
+                        Ok(deleted) => tracing::debug!(job = %job, deleted, keep, "old run records pruned"),
+                        Err(err) => tracing::warn!(job = %job, error = %error_chain(&err), "pruning run records failed"),
+                    }
+                });
+            }
+            Action::FenceFailed(token) => {
+                let _ = self.fence_failed.send(token);
+            }
+            Action::HandOver | Action::Stopped => {}
+        }
+        None
+    }
+
+    fn prepare(&self, jobs: Vec<JobName>) {
+        let Some(client) = self.client.clone() else {
+            return;
+        };
+        let (paths, acls) = (self.settings.ledger.clone(), self.settings.acls);
+        self.tasks.spawn(async move {
+            if let Err(err) = ledger::ensure_parents(&client, &paths, jobs.iter(), acls).await {
+                tracing::warn!(error = %error_chain(&err), "cannot create the run record parents; first claims will");
+            }
+        });
+    }
+
+    /// The one claim path: every start, skip and gap record goes through here.
+    fn claim(&self, claim: TickClaim) -> Option<Input> {
+        let TickClaim {
+            id,
+            record,
+            mode,
+            guarded,
+        } = claim;
+        let Some(client) = self.client.clone() else {
+            let result = Err(ClaimRefused::Failed("no zookeeper session".into()));
+            return Some(Input::ClaimDone { id, result });
+        };
+        let (paths, acls, answers) = (
+            self.settings.ledger.clone(),
+            self.settings.acls,
+            self.answers.clone(),
+        );
+        self.tasks.spawn(async move {
+            let (job, tick) = (record.job.clone(), record.scheduled_unix_ms);
+            let result = ledger::claim(&client, &paths, record, mode, guarded, acls).await;
+            let result = result.map_err(|err| match err {
+                ClaimError::NotOwner { .. } => ClaimRefused::NotOwner,
+                ClaimError::AlreadyClaimed { .. } => ClaimRefused::AlreadyClaimed,
+                ClaimError::RunAlive { .. } => ClaimRefused::RunAlive,
+                err @ ClaimError::Zk { .. } => ClaimRefused::Failed(error_chain(&err)),
+            });
+            let already = result == Err(ClaimRefused::AlreadyClaimed);
+            let _ = answers.send(Input::ClaimDone { id, result });
+            if already {
+                // Who holds it, for the log line: after the answer, off the firing path.
+                let path = paths.record(&job, tick);
+                let read = tokio::time::timeout(Duration::from_secs(2), ledger::read_record(&client, &path)).await;
+                let by = read.ok().flatten().map(|record| record.node_id.to_string());
+                tracing::warn!(job = %job, tick, claimed_by = by.as_deref().unwrap_or("?"), "not firing: tick already claimed");
+            }
+        });
+        None
+    }
+
+    fn list(&self, job: JobName) -> Option<Input> {
+        let Some(client) = self.client.clone() else {
+            let result = Err("no zookeeper session".to_owned());
+            return Some(Input::RecordsListed { job, result });
+        };
+        let (paths, members, answers) = (
+            self.settings.ledger.clone(),
+            self.settings.members.clone(),
+            self.answers.clone(),
+        );
+        self.tasks.spawn(async move {
+            let result = list_records(&client, &paths, &members, &job).await;
+            let _ = answers.send(Input::RecordsListed { job, result });
+        });
+        None
+    }
+
+    fn mark(&self, record: crate::ledger::record::RunRecord, version: i32) -> Option<Input> {
+        let Some(client) = self.client.clone() else {
+            let result = Err("no zookeeper session".to_owned());
+            return Some(Input::Marked { record, result });
+        };
+        let (paths, answers) = (self.settings.ledger.clone(), self.answers.clone());
+        self.tasks.spawn(async move {
+            let path = paths.record(&record.job, record.scheduled_unix_ms);
+            let result = client
+                .set_data(&path, &record.to_bytes(), Some(version))
+                .await
+                .map(|stat| stat.version)
+                .map_err(|err| format!("{path}: {err}"));
+            let _ = answers.send(Input::Marked { record, result });
+        });
+        None
+    }
+}
+
+/// What catch-up needs to know of one job, read in one go.
+async fn list_records(
+    client: &Client,
+    paths: &LedgerPaths,
+    members: &str,
+    job: &JobName,
+) -> Result<JobRecords, String> {
+    let ticks = ledger::ticks(client, paths, job)
+        .await
+        .map_err(|err| error_chain(&err))?;
+    let mut newest = Vec::new();
+    for &tick in ticks.iter().rev().take(RESOLVE_WINDOW) {
+        if let Some(read) = ledger::read_versioned(client, &paths.record(job, tick)).await {
+            newest.push(read);
+        }
+    }
+    let guard_holder = ledger::guard_holder(client, paths, job).await;
+    let live_members = match client.list_children(members).await {
+        Ok(names) => names.into_iter().map(NodeId::new).collect(),
+        Err(err) => return Err(format!("{members}: {err}")),
+    };
+    Ok(JobRecords {
+        ticks,
+        newest,
+        guard_holder,
+        live_members,
+    })
+}
+
+/// Time from now until `at` on the wall clock (zero if past).
+fn until(at: DateTime<Utc>) -> Duration {
+    (at - Utc::now()).to_std().unwrap_or(Duration::ZERO)
+}
+
+fn notify_systemd(state: &[sd_notify::NotifyState<'_>]) {
+    if let Err(err) = sd_notify::notify(state) {
+        tracing::warn!(error = %err, "cannot notify systemd");
+    }
+}

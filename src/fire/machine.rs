@@ -1,0 +1,1092 @@
+//! The fire machine: every decision about starting a run (DESIGN.md "Data flow").
+//!
+//! Owns: the fire queue, ticks declined while not the owner, the late-tick rule, concurrency
+//! (`forbid` / `allow` / `replace`), `on_lost`, catch-up (`on_interrupted`, `misfire`,
+//! `starting_deadline`, gaps recorded as `missed`), retries and their backoff, which runs are
+//! alive on this node, and the stop order (withdraw unstarted claims → hand the lock over → stop
+//! the runs). Every way a run can start is one [`Action::Claim`] with a [`FireReason`].
+//! Must not: do I/O, read a clock, spawn or sleep. Facts come in as [`Input`] with `now`, commands
+//! go out as [`Action`]; `fire::driver` performs them against the ledger and the runner.
+
+mod catch_up;
+mod runs;
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::config::{Concurrency, JobConfig};
+use crate::fire::queue::FireQueue;
+use crate::ids::{FencingToken, JobName, NodeId};
+use crate::ledger::record::{RunRecord, RunStatus};
+use crate::ledger::{Claim, ClaimMode};
+use crate::lock::LockStatus;
+use crate::runner::{JobSpec, RunContext, RunReport};
+
+pub use catch_up::{JobRecords, RESOLVE_WINDOW};
+
+/// A tick whose time passed longer ago than this is not started on time: the process was
+/// stopped or starved, and catch-up (`misfire`) decides about it instead.
+pub const MISSED_AFTER: Duration = Duration::from_secs(1);
+/// How long a stopping owner waits for its claimed, unstarted ticks to be withdrawn before it
+/// hands the lock over anyway.
+pub const WITHDRAW_LIMIT: Duration = Duration::from_secs(2);
+
+/// Names one claim of the machine, for its answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ClaimId(pub u64);
+
+/// Why a run starts: the one claim path has a reason, never a path of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FireReason {
+    /// Its tick came, with this node the owner.
+    OnTime,
+    /// Its tick came moments before this node could fire (a handoff); fired now, still on time.
+    Declined,
+    /// Missed while no node could fire; started by catch-up per `misfire`.
+    CaughtUp,
+    /// Its run was interrupted by the loss of its owner; started again (`on_interrupted`).
+    Rerun,
+    /// Its run failed or timed out; tried again (`retries`).
+    Retry,
+}
+
+impl FireReason {
+    /// Started by on_locked/catch-up instead of on time (`ZKCRON_RESUMED=1`).
+    fn resumed(self) -> bool {
+        matches!(self, FireReason::CaughtUp | FireReason::Rerun)
+    }
+
+    /// Ticks fired on time are held to the late-tick rule; the others are late by nature.
+    fn on_time(self) -> bool {
+        matches!(self, FireReason::OnTime | FireReason::Declined)
+    }
+}
+
+/// A claim for the driver to send: one fenced multi-op (DESIGN.md "ZooKeeper layout").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TickClaim {
+    pub id: ClaimId,
+    /// Status `claimed` for a run to start; `skipped` or `missed` for a record only.
+    pub record: RunRecord,
+    pub mode: ClaimMode,
+    /// Also create the `running/<job>` guard (concurrency = forbid).
+    pub guarded: bool,
+}
+
+/// Why a claim did not succeed, as far as the machine's decisions go (the driver logs details).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimRefused {
+    /// The epoch moved past our token.
+    NotOwner,
+    /// The record exists (another node claimed the tick) or changed since it was read.
+    AlreadyClaimed,
+    /// The `running/<job>` guard exists: a run of the job is alive somewhere.
+    RunAlive,
+    /// The request failed; the text says why.
+    Failed(String),
+}
+
+/// A fact the machine learns.
+#[derive(Debug, Clone)]
+pub enum Input {
+    /// `next_deadline()` has passed. A spurious tick changes nothing.
+    Tick,
+    /// The lock's status changed (one ordered stream, from the lock driver).
+    LockChanged(LockStatus),
+    /// The schedule was reloaded.
+    Reloaded(Vec<Arc<JobConfig>>),
+    /// Answer to [`Action::Claim`].
+    ClaimDone {
+        id: ClaimId,
+        result: Result<Claim, ClaimRefused>,
+    },
+    /// Answer to [`Action::ListRecords`]; `Err` says why the listing failed.
+    RecordsListed {
+        job: JobName,
+        result: Result<JobRecords, String>,
+    },
+    /// Answer to [`Action::MarkInterrupted`]: the record's new version, or why not.
+    Marked {
+        record: RunRecord,
+        result: Result<i32, String>,
+    },
+    /// A run's process ended; `claim` carries the record's current version.
+    RunEnded { claim: Claim, report: RunReport },
+    /// Answer to [`Action::WriteRecord`]: the record's new version (`None`: not written, logged).
+    RecordWritten {
+        run_id: String,
+        version: Option<i32>,
+    },
+    /// Answer to [`Action::Withdraw`].
+    Withdrawn { id: ClaimId },
+    /// The daemon is stopping.
+    Shutdown,
+    /// Answer to [`Action::HandOver`]: the lock is released (or was never ours).
+    LockReleased,
+}
+
+/// A command for the driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Create these jobs' record parents now, so that their first claims are quick.
+    PrepareJobs(Vec<JobName>),
+    /// Send this claim. Answered by [`Input::ClaimDone`].
+    Claim(TickClaim),
+    /// Read the job's records for catch-up. Answered by [`Input::RecordsListed`].
+    ListRecords(JobName),
+    /// Write this (open) record as `interrupted` at its version. Answered by [`Input::Marked`].
+    MarkInterrupted { record: RunRecord, version: i32 },
+    /// Start the claimed run. Its end comes back as [`Input::RunEnded`].
+    StartRun {
+        spec: Arc<JobSpec>,
+        claim: Claim,
+        context: RunContext,
+    },
+    /// Stop this run's process group (SIGTERM, SIGKILL after its grace).
+    CancelRun { run_id: String },
+    /// Write the claim's record (a final status) and release its guard. Answered by
+    /// [`Input::RecordWritten`].
+    WriteRecord(Claim),
+    /// Give a claimed, unstarted tick back. Answered by [`Input::Withdrawn`].
+    Withdraw { id: ClaimId, claim: Claim },
+    /// Keep the job's newest `keep` records.
+    Prune { job: JobName, keep: usize },
+    /// A claim with this token failed its epoch check: the lock should verify it.
+    FenceFailed(FencingToken),
+    /// Release the lock now (stopping, claims withdrawn). Answered by [`Input::LockReleased`].
+    HandOver,
+    /// Nothing is left to do: the daemon may exit.
+    Stopped,
+}
+
+/// Who we are, for the records we write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Me {
+    pub node_id: NodeId,
+    pub ip: String,
+}
+
+/// One tick (or run) waiting for its turn in a job's catch-up sequence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Item {
+    tick: DateTime<Utc>,
+    reason: FireReason,
+    /// For a rerun: the stored record and its version.
+    again: Option<(RunRecord, i32)>,
+}
+
+/// A job and what it is waiting for.
+#[derive(Debug)]
+struct JobState {
+    config: Arc<JobConfig>,
+    spec: Arc<JobSpec>,
+    /// Catch-up in progress (the listing or its marks are out): the job's ticks wait.
+    catch_up: Option<catch_up::CatchUp>,
+    /// Catch-up's starts, in order, one after another.
+    backlog: VecDeque<Item>,
+    /// The backlog item whose claim or run is under way: the next one waits for its end.
+    backlog_busy: bool,
+    /// ... and it has not started yet: new ticks wait behind it.
+    backlog_claiming: bool,
+    /// Ticks that came while catch-up was deciding or its backlog ran: started after it.
+    held: Vec<Item>,
+    /// The newest tick of this job started here, so an older one is never started after it.
+    last_started: Option<DateTime<Utc>>,
+}
+
+impl JobState {
+    fn new(config: Arc<JobConfig>) -> Self {
+        Self {
+            spec: Arc::new(config.spec.clone()),
+            config,
+            catch_up: None,
+            backlog: VecDeque::new(),
+            backlog_busy: false,
+            backlog_claiming: false,
+            held: Vec::new(),
+            last_started: None,
+        }
+    }
+
+    /// Catch-up is deciding or running: new ticks wait behind it, in order.
+    fn busy_catching_up(&self) -> bool {
+        self.catch_up.is_some() || self.backlog_claiming || !self.backlog.is_empty()
+    }
+
+    fn drop_catch_up(&mut self) {
+        self.catch_up = None;
+        self.backlog.clear();
+        self.backlog_busy = false;
+        self.backlog_claiming = false;
+    }
+}
+
+/// A claim sent and not yet settled.
+#[derive(Debug, Clone)]
+struct Pending {
+    config: Arc<JobConfig>,
+    spec: Arc<JobSpec>,
+    tick: DateTime<Utc>,
+    reason: FireReason,
+    token: FencingToken,
+    /// Not before this instant: the tick itself for on-time ticks.
+    start_at: DateTime<Utc>,
+    /// Part of its job's catch-up sequence.
+    in_backlog: bool,
+    state: PendingState,
+}
+
+#[derive(Debug, Clone)]
+enum PendingState {
+    /// Sent; `again` once it is the second try after finding a run alive.
+    InFlight { again: bool },
+    /// Ours; starts at `start_at`.
+    Claimed(Claim),
+    /// Found a run alive before the tick: try once more at `at`, or as soon as this node's run
+    /// of the job has ended (DESIGN.md promise 3: skip only what really overlaps).
+    RunAlive { at: DateTime<Utc> },
+    /// Waiting, up to `until`, for this node's run of the job to end (concurrency = replace).
+    Replacing { claim: Claim, until: DateTime<Utc> },
+    /// Given back (stopping).
+    Withdrawing,
+    /// A `skipped` or `missed` record: nothing starts from it.
+    RecordOnly,
+}
+
+#[derive(Debug)]
+struct Stopping {
+    hand_over_by: DateTime<Utc>,
+    handed_over: bool,
+    released: bool,
+    stopped: bool,
+}
+
+/// Decides about firing for one node. See the module docs.
+#[derive(Debug)]
+pub struct FireMachine {
+    me: Me,
+    claim_ahead: chrono::Duration,
+    jobs: HashMap<JobName, JobState>,
+    queue: FireQueue,
+    /// The latest tick handed out by the queue, so a rebuilt queue never repeats one.
+    last_popped: Option<DateTime<Utc>>,
+    lock: LockStatus,
+    /// The latest stretch without a connection to ZooKeeper: `(from, until)`.
+    outage: Option<(DateTime<Utc>, Option<DateTime<Utc>>)>,
+    /// Ticks that came while this node could not fire; fired if it can within [`MISSED_AFTER`].
+    declined: Vec<(DateTime<Utc>, JobName)>,
+    claims: BTreeMap<ClaimId, Pending>,
+    next_claim: u64,
+    runs: runs::Runs,
+    stopping: Option<Stopping>,
+}
+
+impl FireMachine {
+    /// A machine for node `me` firing `jobs`; `claim_ahead` is how long before its tick a claim
+    /// is sent, so the round trip never delays the fire.
+    pub fn new(me: Me, claim_ahead: Duration, jobs: &[Arc<JobConfig>], now: DateTime<Utc>) -> Self {
+        Self {
+            me,
+            // Beyond chrono's range means "no lead": fire at the tick.
+            claim_ahead: chrono::Duration::from_std(claim_ahead).unwrap_or_default(),
+            jobs: jobs
+                .iter()
+                .map(|job| (job.spec.name.clone(), JobState::new(Arc::clone(job))))
+                .collect(),
+            queue: FireQueue::new(jobs, now),
+            last_popped: None,
+            lock: LockStatus::default(),
+            outage: None,
+            declined: Vec::new(),
+            claims: BTreeMap::new(),
+            next_claim: 0,
+            runs: runs::Runs::default(),
+            stopping: None,
+        }
+    }
+
+    /// Feeds one fact; returns the commands it implies, in order.
+    pub fn handle(&mut self, input: Input, now: DateTime<Utc>) -> Vec<Action> {
+        let mut out = Vec::new();
+        match input {
+            Input::Tick => self.tick(now, &mut out),
+            Input::LockChanged(status) => self.lock_changed(status, now, &mut out),
+            Input::Reloaded(jobs) => self.reloaded(&jobs, now, &mut out),
+            Input::ClaimDone { id, result } => self.claim_done(id, result, now, &mut out),
+            Input::RecordsListed { job, result } => {
+                self.records_listed(&job, result, now, &mut out)
+            }
+            Input::Marked { record, result } => self.marked(record, result, now, &mut out),
+            Input::RunEnded { claim, report } => self.run_ended(claim, &report, &mut out),
+            Input::RecordWritten { run_id, version } => {
+                self.record_written(&run_id, version, now, &mut out)
+            }
+            Input::Withdrawn { id } => {
+                self.claims.remove(&id);
+                self.maybe_hand_over(now, &mut out);
+            }
+            Input::Shutdown => self.shutdown(now, &mut out),
+            Input::LockReleased => {
+                if let Some(stopping) = self.stopping.as_mut() {
+                    stopping.released = true;
+                }
+                // Each job's stop policy within its grace: the runner's TERM → grace → KILL.
+                out.extend(
+                    self.runs
+                        .alive_ids()
+                        .into_iter()
+                        .map(|run_id| Action::CancelRun { run_id }),
+                );
+                self.maybe_stopped(&mut out);
+            }
+        }
+        out
+    }
+
+    /// When to feed [`Input::Tick`]; `None` means no timer is needed.
+    pub fn next_deadline(&self) -> Option<DateTime<Utc>> {
+        let queue = match &self.stopping {
+            None => self.queue.next_tick().map(|tick| tick - self.claim_ahead),
+            Some(stopping) => (!stopping.handed_over).then_some(stopping.hand_over_by),
+        };
+        let claims = self.claims.values().filter_map(|p| match &p.state {
+            PendingState::Claimed(_) => Some(p.start_at),
+            PendingState::RunAlive { at } => Some(*at),
+            PendingState::Replacing { until, .. } => Some(*until),
+            _ => None,
+        });
+        let retries = self.runs.retry_deadlines();
+        queue.into_iter().chain(claims).chain(retries).min()
+    }
+
+    /// Runs alive on this node (started, final record not yet written).
+    pub fn running(&self) -> usize {
+        self.runs.len()
+    }
+
+    fn tick(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
+        if self.stopping.is_none() {
+            while let Some(next) = self.queue.next_tick() {
+                if next - self.claim_ahead > now {
+                    break;
+                }
+                let Some((tick, due)) = self.queue.pop_tick(now) else {
+                    break;
+                };
+                self.last_popped = Some(tick);
+                for job in due {
+                    self.due(&job, tick, now, out);
+                }
+            }
+        }
+        let late = now - MISSED_AFTER;
+        self.declined.retain(|(tick, _)| *tick >= late);
+        let ids: Vec<ClaimId> = self.claims.keys().copied().collect();
+        for id in ids {
+            let Some(pending) = self.claims.get(&id) else {
+                continue;
+            };
+            match &pending.state {
+                PendingState::Claimed(_) if pending.start_at <= now => self.try_start(id, now, out),
+                PendingState::RunAlive { at } if *at <= now => self.claim_again(id, now, out),
+                PendingState::Replacing { until, .. } if *until <= now => {
+                    tracing::warn!(job = %pending.spec.name, tick = %pending.tick, "replaced run did not end within its grace; starting anyway");
+                    self.start_replacing(id, now, out);
+                }
+                _ => {}
+            }
+        }
+        self.retries_due(now, out);
+        self.maybe_hand_over(now, out);
+    }
+
+    /// A job's tick has come up (`claim_ahead` before its time).
+    fn due(
+        &mut self,
+        job: &Arc<JobConfig>,
+        tick: DateTime<Utc>,
+        now: DateTime<Utc>,
+        out: &mut Vec<Action>,
+    ) {
+        let name = &job.spec.name;
+        if now > tick + MISSED_AFTER {
+            // Popped late: the process was stopped or starved past the tick.
+            tracing::warn!(job = %name, %tick, "tick missed: its time passed while this node could not fire");
+            if self.lock.may_fire {
+                self.record_stalled_gap(job, tick, now, out);
+            }
+            return;
+        }
+        if !self.lock.may_fire {
+            tracing::debug!(job = %name, %tick, "not the owner (or disconnected): not firing");
+            self.declined.push((tick, name.clone()));
+            return;
+        }
+        let Some(state) = self.jobs.get_mut(name) else {
+            return;
+        };
+        if state.busy_catching_up() {
+            state.held.push(Item {
+                tick,
+                reason: FireReason::OnTime,
+                again: None,
+            });
+            return;
+        }
+        self.claim_item(
+            name,
+            Item {
+                tick,
+                reason: FireReason::OnTime,
+                again: None,
+            },
+            false,
+            now,
+            out,
+        );
+    }
+
+    /// Sends the one claim every start goes through.
+    fn claim_item(
+        &mut self,
+        job: &JobName,
+        item: Item,
+        in_backlog: bool,
+        now: DateTime<Utc>,
+        out: &mut Vec<Action>,
+    ) {
+        let (Some(token), Some(state)) = (self.lock.token, self.jobs.get(job)) else {
+            return;
+        };
+        let me = (&self.me.node_id, self.me.ip.as_str());
+        let now_ms = now.timestamp_millis();
+        let (record, mode) = match &item.again {
+            Some((stored, version)) => (
+                stored.next_attempt(me, token, now_ms),
+                ClaimMode::Again { version: *version },
+            ),
+            None => (
+                RunRecord::claimed(job, item.tick.timestamp_millis(), me, token, now_ms),
+                ClaimMode::Create,
+            ),
+        };
+        let config = Arc::clone(&state.config);
+        let pending = Pending {
+            spec: Arc::clone(&state.spec),
+            tick: item.tick,
+            reason: item.reason,
+            token,
+            start_at: if item.reason.on_time() {
+                item.tick.max(now)
+            } else {
+                now
+            },
+            in_backlog,
+            state: PendingState::InFlight { again: false },
+            config,
+        };
+        self.send_claim(pending, record, mode, out);
+    }
+
+    fn send_claim(
+        &mut self,
+        pending: Pending,
+        record: RunRecord,
+        mode: ClaimMode,
+        out: &mut Vec<Action>,
+    ) {
+        let id = ClaimId(self.next_claim);
+        self.next_claim += 1;
+        let guarded = pending.config.concurrency == Concurrency::Forbid
+            && record.status == RunStatus::Claimed;
+        self.claims.insert(id, pending);
+        out.push(Action::Claim(TickClaim {
+            id,
+            record,
+            mode,
+            guarded,
+        }));
+    }
+
+    /// A record that stands for ticks nobody ran (skipped or missed): sent through the same
+    /// fenced claim, so only the owner writes it and never over another record.
+    fn claim_record_only(
+        &mut self,
+        config: &Arc<JobConfig>,
+        record: RunRecord,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(token) = self.lock.token else {
+            return;
+        };
+        let tick = DateTime::from_timestamp_millis(record.scheduled_unix_ms).unwrap_or_default();
+        let pending = Pending {
+            spec: Arc::new(config.spec.clone()),
+            config: Arc::clone(config),
+            tick,
+            reason: FireReason::OnTime,
+            token,
+            start_at: tick,
+            in_backlog: false,
+            state: PendingState::RecordOnly,
+        };
+        self.send_claim(pending, record, ClaimMode::Create, out);
+    }
+
+    fn claim_done(
+        &mut self,
+        id: ClaimId,
+        result: Result<Claim, ClaimRefused>,
+        now: DateTime<Utc>,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(pending) = self.claims.get_mut(&id) else {
+            return;
+        };
+        let job = pending.spec.name.clone();
+        let tick = pending.tick;
+        let again = match &pending.state {
+            PendingState::RecordOnly => {
+                if let Err(why) = &result {
+                    tracing::warn!(job = %job, %tick, ?why, "skipped or missed ticks not recorded");
+                }
+                self.claims.remove(&id);
+                return;
+            }
+            PendingState::InFlight { again } => *again,
+            _ => return,
+        };
+        if self.stopping.is_some() {
+            // A claim that came back after the stop began is given back like the others.
+            match result {
+                Ok(claim) => {
+                    pending.state = PendingState::Withdrawing;
+                    out.push(Action::Withdraw { id, claim });
+                }
+                Err(_) => {
+                    self.claims.remove(&id);
+                    self.maybe_hand_over(now, out);
+                }
+            }
+            return;
+        }
+        match result {
+            Ok(claim) => {
+                pending.state = PendingState::Claimed(claim);
+                if pending.start_at <= now {
+                    self.try_start(id, now, out);
+                }
+            }
+            Err(ClaimRefused::RunAlive) if !again => {
+                // Found a run alive ahead of the tick: skip only if it is still alive at the
+                // tick's time (issue 8, defect 1). Try again then, or once ours has ended.
+                pending.state = PendingState::RunAlive {
+                    at: pending.start_at,
+                };
+                if pending.start_at <= now && !self.runs.alive_of(&job) {
+                    self.claim_again(id, now, out);
+                }
+            }
+            Err(ClaimRefused::RunAlive) => self.skip_run_alive(id, now, out),
+            Err(ClaimRefused::AlreadyClaimed) => {
+                tracing::debug!(job = %job, %tick, "tick claimed by someone else");
+                self.settle(id, now, out);
+            }
+            Err(ClaimRefused::NotOwner) => {
+                let token = pending.token;
+                tracing::warn!(job = %job, %tick, token = token.0, "not firing: the epoch has moved past our token");
+                // Still the lock node's holder in our own eyes: let the lock re-verify.
+                out.push(Action::FenceFailed(token));
+                self.settle(id, now, out);
+            }
+            Err(ClaimRefused::Failed(why)) => {
+                tracing::warn!(job = %job, %tick, error = why, "not firing: tick not claimed");
+                self.settle(id, now, out);
+            }
+        }
+    }
+
+    /// A claim that found a run alive, tried once more.
+    fn claim_again(&mut self, id: ClaimId, now: DateTime<Utc>, out: &mut Vec<Action>) {
+        let Some(token) = self.claims.get(&id).map(|p| p.token) else {
+            return;
+        };
+        if !self.lock.may_fire || self.lock.token != Some(token) {
+            return self.settle(id, now, out);
+        }
+        let Some(mut pending) = self.claims.remove(&id) else {
+            return;
+        };
+        let me = (&self.me.node_id, self.me.ip.as_str());
+        let record = RunRecord::claimed(
+            &pending.spec.name,
+            pending.tick.timestamp_millis(),
+            me,
+            token,
+            now.timestamp_millis(),
+        );
+        pending.state = PendingState::InFlight { again: true };
+        self.send_claim(pending, record, ClaimMode::Create, out);
+    }
+
+    /// A run is alive at the tick's time: the tick is recorded `skipped` (concurrency = forbid).
+    fn skip_run_alive(&mut self, id: ClaimId, now: DateTime<Utc>, out: &mut Vec<Action>) {
+        let Some(pending) = self.claims.get(&id) else {
+            return;
+        };
+        let reason = if self.runs.alive_of(&pending.spec.name) {
+            "a run of the job is still alive on this node (concurrency = forbid)"
+        } else {
+            "a run of the job is alive on another node (concurrency = forbid)"
+        };
+        tracing::warn!(job = %pending.spec.name, tick = %pending.tick, reason, "tick skipped");
+        let me = (&self.me.node_id, self.me.ip.as_str());
+        let mut record = RunRecord::claimed(
+            &pending.spec.name,
+            pending.tick.timestamp_millis(),
+            me,
+            pending.token,
+            now.timestamp_millis(),
+        );
+        record.status = RunStatus::Skipped;
+        record.error = Some(reason.to_owned());
+        let config = Arc::clone(&pending.config);
+        self.settle(id, now, out);
+        self.claim_record_only(&config, record, out);
+    }
+
+    /// Starts a claimed tick at its time, if this node still may.
+    fn try_start(&mut self, id: ClaimId, now: DateTime<Utc>, out: &mut Vec<Action>) {
+        let Some(pending) = self.claims.get(&id) else {
+            return;
+        };
+        let PendingState::Claimed(claim) = &pending.state else {
+            return;
+        };
+        let (job, tick) = (&pending.spec.name, pending.tick);
+        // A Lost (or a disconnect) between the claim and now wins; the record stays for the
+        // next owner to resolve.
+        if !self.lock.may_fire || self.lock.token != Some(pending.token) {
+            tracing::warn!(job = %job, %tick, "not firing: the lock was lost after the claim");
+            return self.settle(id, now, out);
+        }
+        // Woken from a freeze (SIGSTOP, a VM pause) a claim can look fine for a moment: a tick
+        // this late is not started, and its record says why.
+        if pending.reason.on_time() && now > tick + MISSED_AFTER {
+            tracing::warn!(job = %job, %tick, "not firing: the claimed tick is too late to start");
+            let mut missed = claim.clone();
+            missed.record.status = RunStatus::Missed;
+            missed.record.error =
+                Some("claimed, but too late to start (the node was stalled)".into());
+            missed.record.missed_from_unix_ms = Some(missed.record.scheduled_unix_ms);
+            missed.record.missed_ticks = Some(1);
+            out.push(Action::WriteRecord(missed));
+            return self.settle(id, now, out);
+        }
+        if pending.config.concurrency == Concurrency::Replace && self.runs.alive_of(job) {
+            let until = now
+                + chrono::Duration::from_std(
+                    pending.config.spec.kill_grace + Duration::from_secs(1),
+                )
+                .unwrap_or_default();
+            out.extend(
+                self.runs
+                    .unended_of(job)
+                    .map(|run_id| Action::CancelRun { run_id }),
+            );
+            let claim = claim.clone();
+            if let Some(pending) = self.claims.get_mut(&id) {
+                pending.state = PendingState::Replacing { claim, until };
+            }
+            return;
+        }
+        self.start(id, now, out);
+    }
+
+    /// The replaced run ended (or its grace passed): start the replacing one.
+    fn start_replacing(&mut self, id: ClaimId, now: DateTime<Utc>, out: &mut Vec<Action>) {
+        let Some(pending) = self.claims.get_mut(&id) else {
+            return;
+        };
+        if let PendingState::Replacing { claim, .. } = &pending.state {
+            pending.state = PendingState::Claimed(claim.clone());
+        }
+        if !self.lock.may_fire || self.lock.token != Some(pending.token) {
+            tracing::warn!(job = %pending.spec.name, tick = %pending.tick, "not firing: the lock was lost after the claim");
+            return self.settle(id, now, out);
+        }
+        self.start(id, now, out);
+    }
+
+    fn start(&mut self, id: ClaimId, now: DateTime<Utc>, out: &mut Vec<Action>) {
+        let Some(pending) = self.claims.remove(&id) else {
+            return;
+        };
+        let PendingState::Claimed(mut claim) = pending.state else {
+            return;
+        };
+        claim.record.status = RunStatus::Running;
+        claim.record.started_unix_ms = Some(now.timestamp_millis());
+        let context = RunContext {
+            run_id: claim.record.run_id.clone(),
+            scheduled_at: pending.tick,
+            node: self.me.node_id.clone(),
+            fencing_token: claim.record.fencing_token,
+            attempt: claim.record.attempt,
+            resumed: pending.reason.resumed(),
+        };
+        let name = &pending.spec.name;
+        if let Some(state) = self.jobs.get_mut(name) {
+            state.last_started = Some(
+                state
+                    .last_started
+                    .map_or(pending.tick, |t| t.max(pending.tick)),
+            );
+        }
+        self.runs
+            .started(&claim, &pending.config, pending.in_backlog);
+        out.push(Action::StartRun {
+            spec: Arc::clone(&pending.spec),
+            claim,
+            context,
+        });
+    }
+
+    /// A claim ends without a run: forget it, and let its job's catch-up sequence go on.
+    fn settle(&mut self, id: ClaimId, now: DateTime<Utc>, out: &mut Vec<Action>) {
+        let Some(pending) = self.claims.remove(&id) else {
+            return;
+        };
+        if pending.in_backlog {
+            if let Some(state) = self.jobs.get_mut(&pending.spec.name) {
+                state.backlog_busy = false;
+                state.backlog_claiming = false;
+            }
+            self.advance(&pending.spec.name, now, out);
+        }
+        self.maybe_hand_over(now, out);
+    }
+
+    fn lock_changed(&mut self, status: LockStatus, now: DateTime<Utc>, out: &mut Vec<Action>) {
+        let before = std::mem::replace(&mut self.lock, status);
+        match (before.connected, status.connected) {
+            (true, false) => self.outage = Some((now, None)),
+            (false, true) => {
+                if let Some((_, until)) = self.outage.as_mut() {
+                    *until = Some(now);
+                }
+            }
+            _ => {}
+        }
+        if self.stopping.is_some() {
+            return; // runs are stopped after the handoff, whatever `on_lost` says
+        }
+        if before.token.is_some() && before.token != status.token {
+            self.lost(out);
+        }
+        if before.may_fire && !status.may_fire {
+            self.cannot_fire();
+        }
+        if !before.may_fire && status.may_fire {
+            self.can_fire(now, out);
+        }
+    }
+
+    /// on_lost: cancel what must not run without the lock; let `finish` jobs end.
+    fn lost(&mut self, out: &mut Vec<Action>) {
+        for (run_id, job, on_lost) in self.runs.unended() {
+            if on_lost == crate::config::OnLost::Cancel {
+                tracing::warn!(job = %job, run_id, "lock lost: cancelling the running job (on_lost = cancel)");
+                out.push(Action::CancelRun { run_id });
+            } else {
+                tracing::info!(job = %job, run_id, "lock lost: letting the running job finish (on_lost = finish)");
+            }
+        }
+        self.runs.drop_retries();
+    }
+
+    /// No new start until this node can fire again; catch-up starts over then.
+    fn cannot_fire(&mut self) {
+        for (name, state) in &mut self.jobs {
+            state.drop_catch_up();
+            // Ticks held behind catch-up may still be fired within the late-tick rule.
+            for item in state.held.drain(..) {
+                if item.reason.on_time() {
+                    self.declined.push((item.tick, name.clone()));
+                }
+            }
+        }
+    }
+
+    /// Acquired, or back from an outage: resolve what was left open, catch up what was missed,
+    /// and fire the ticks declined moments before — in that order, per job (issue 8, defect 2).
+    fn can_fire(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
+        if let Some(token) = self.lock.token {
+            tracing::info!(token = token.0, "this node owns the lock: firing jobs");
+        }
+        let mut names: Vec<JobName> = self
+            .jobs
+            .values()
+            .filter(|state| state.config.enabled)
+            .map(|state| state.config.spec.name.clone())
+            .collect();
+        names.sort();
+        out.push(Action::PrepareJobs(names.clone()));
+        let late = now - MISSED_AFTER;
+        let mut declined = std::mem::take(&mut self.declined);
+        declined.sort();
+        for (tick, name) in declined {
+            if let (true, Some(state)) = (tick >= late, self.jobs.get_mut(&name)) {
+                state.held.push(Item {
+                    tick,
+                    reason: FireReason::Declined,
+                    again: None,
+                });
+            }
+        }
+        for name in names {
+            if let Some(state) = self.jobs.get_mut(&name) {
+                state.catch_up = Some(catch_up::CatchUp::default());
+                out.push(Action::ListRecords(name));
+            }
+        }
+    }
+
+    /// Starts the next item of a job's catch-up sequence once the one before it has ended; when
+    /// the sequence is done, fires the ticks held behind it.
+    fn advance(&mut self, job: &JobName, now: DateTime<Utc>, out: &mut Vec<Action>) {
+        let Some(state) = self.jobs.get_mut(job) else {
+            return;
+        };
+        if state.catch_up.is_some() || state.backlog_busy || self.stopping.is_some() {
+            return;
+        }
+        if let Some(item) = state.backlog.pop_front() {
+            state.backlog_busy = true;
+            state.backlog_claiming = true;
+            return self.claim_item(job, item, true, now, out);
+        }
+        self.release_held(job, now, out);
+    }
+
+    /// The ticks held behind catch-up go once its last item has started: a job's ticks start in
+    /// order, and catch-up's last run overlaps them only as its `concurrency` allows.
+    fn release_held(&mut self, job: &JobName, now: DateTime<Utc>, out: &mut Vec<Action>) {
+        let Some(state) = self.jobs.get_mut(job) else {
+            return;
+        };
+        if state.catch_up.is_some() || !state.backlog.is_empty() || state.held.is_empty() {
+            return;
+        }
+        let held = std::mem::take(&mut state.held);
+        let config = Arc::clone(&state.config);
+        let (late, in_time): (Vec<Item>, Vec<Item>) = held
+            .into_iter()
+            .partition(|item| item.reason.on_time() && now > item.tick + MISSED_AFTER);
+        if !late.is_empty() {
+            tracing::warn!(job = %job, ticks = late.len(), "tick missed: catch-up ran past its time");
+            let ticks: Vec<DateTime<Utc>> = late.iter().map(|item| item.tick).collect();
+            self.record_late_held(&config, &ticks, now, out);
+        }
+        for item in in_time {
+            self.claim_item(job, item, false, now, out);
+        }
+    }
+
+    fn run_ended(&mut self, claim: Claim, report: &RunReport, out: &mut Vec<Action>) {
+        let mut finished = claim;
+        runs::finish_record(&mut finished.record, report);
+        self.runs.ended(&finished);
+        out.push(Action::WriteRecord(finished));
+    }
+
+    fn record_written(
+        &mut self,
+        run_id: &str,
+        version: Option<i32>,
+        now: DateTime<Utc>,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(run) = self.runs.remove(run_id) else {
+            return; // the record of a tick that never started
+        };
+        let job = run.job.clone();
+        // The run's guard is gone: claims that found it alive try again now (defect 1).
+        let waiting: Vec<ClaimId> = self
+            .claims
+            .iter()
+            .filter(|(_, p)| p.spec.name == job)
+            .filter(|(_, p)| {
+                matches!(
+                    p.state,
+                    PendingState::RunAlive { .. } | PendingState::Replacing { .. }
+                )
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in waiting {
+            match self.claims.get(&id).map(|p| &p.state) {
+                Some(PendingState::Replacing { .. }) if !self.runs.alive_of(&job) => {
+                    self.start_replacing(id, now, out)
+                }
+                Some(PendingState::RunAlive { .. }) => self.claim_again(id, now, out),
+                _ => {}
+            }
+        }
+        if self.stopping.is_none() {
+            let retry = run
+                .finished
+                .as_ref()
+                .filter(|claim| runs::retry_due(&claim.record, run.config.retries));
+            match (retry, version) {
+                (Some(claim), Some(version)) => {
+                    let mut claim = claim.clone();
+                    claim.version = version;
+                    self.runs.schedule_retry(claim, &run.config, now);
+                }
+                _ => out.push(Action::Prune {
+                    job: job.clone(),
+                    keep: run.config.history,
+                }),
+            }
+        }
+        if run.in_backlog {
+            if let Some(state) = self.jobs.get_mut(&job) {
+                state.backlog_busy = false;
+            }
+            self.advance(&job, now, out);
+        }
+        self.maybe_stopped(out);
+    }
+
+    /// Tries failed runs again whose backoff has passed, if this node still owns the lock (the
+    /// record is claimed again under our current token, so a retry is at most once like a tick).
+    fn retries_due(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
+        for claim in self.runs.take_due_retries(now) {
+            let (job, run_id) = (&claim.record.job, &claim.record.run_id);
+            if !self.lock.may_fire || self.stopping.is_some() {
+                tracing::warn!(job = %job, run_id, "retry not started: this node no longer owns the lock");
+                continue;
+            }
+            if !self.jobs.contains_key(job) {
+                tracing::warn!(job = %job, run_id, "retry not started: the job is no longer in the schedule");
+                continue;
+            }
+            let tick =
+                DateTime::from_timestamp_millis(claim.record.scheduled_unix_ms).unwrap_or(now);
+            let item = Item {
+                tick,
+                reason: FireReason::Retry,
+                again: Some((claim.record.clone(), claim.version)),
+            };
+            self.claim_item(job, item, false, now, out);
+        }
+    }
+
+    fn reloaded(&mut self, jobs: &[Arc<JobConfig>], now: DateTime<Utc>, out: &mut Vec<Action>) {
+        let after = self.last_popped.map_or(now, |last| last.max(now));
+        self.queue = FireQueue::new(jobs, after);
+        let mut old = std::mem::take(&mut self.jobs);
+        let mut added = Vec::new();
+        for job in jobs {
+            let name = job.spec.name.clone();
+            let state = match old.remove(&name) {
+                Some(mut state) => {
+                    state.spec = Arc::new(job.spec.clone());
+                    state.config = Arc::clone(job);
+                    state
+                }
+                None => {
+                    added.push(name.clone());
+                    JobState::new(Arc::clone(job))
+                }
+            };
+            self.jobs.insert(name, state);
+        }
+        if self.lock.may_fire && !added.is_empty() {
+            added.sort();
+            out.push(Action::PrepareJobs(added));
+        }
+    }
+
+    fn shutdown(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
+        if self.stopping.is_some() {
+            return;
+        }
+        self.stopping = Some(Stopping {
+            hand_over_by: now + chrono::Duration::from_std(WITHDRAW_LIMIT).unwrap_or_default(),
+            handed_over: false,
+            released: false,
+            stopped: false,
+        });
+        self.runs.drop_retries();
+        for state in self.jobs.values_mut() {
+            state.drop_catch_up();
+            state.held.clear();
+        }
+        // Claimed but unstarted ticks are given back while we still own the lock, so the peer we
+        // hand over to fires them (a planned handoff loses no tick).
+        let ids: Vec<ClaimId> = self.claims.keys().copied().collect();
+        for id in ids {
+            let Some(pending) = self.claims.get_mut(&id) else {
+                continue;
+            };
+            match std::mem::replace(&mut pending.state, PendingState::Withdrawing) {
+                PendingState::Claimed(claim) | PendingState::Replacing { claim, .. } => {
+                    out.push(Action::Withdraw { id, claim });
+                }
+                state @ (PendingState::InFlight { .. } | PendingState::RecordOnly) => {
+                    pending.state = state;
+                }
+                PendingState::RunAlive { .. } | PendingState::Withdrawing => {
+                    self.claims.remove(&id);
+                }
+            }
+        }
+        self.maybe_hand_over(now, out);
+    }
+
+    /// Stopping: hand the lock over once no claim is out, or when the limit has passed.
+    fn maybe_hand_over(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
+        let outstanding = self
+            .claims
+            .values()
+            .filter(|p| {
+                matches!(
+                    p.state,
+                    PendingState::InFlight { .. } | PendingState::Withdrawing
+                )
+            })
+            .count();
+        let Some(stopping) = self.stopping.as_mut() else {
+            return;
+        };
+        if stopping.handed_over {
+            return;
+        }
+        if outstanding > 0 && now < stopping.hand_over_by {
+            return;
+        }
+        if outstanding > 0 {
+            tracing::warn!(limit = ?WITHDRAW_LIMIT, "claimed ticks not all withdrawn before the handoff");
+        }
+        stopping.handed_over = true;
+        out.push(Action::HandOver);
+    }
+
+    fn maybe_stopped(&mut self, out: &mut Vec<Action>) {
+        let idle = self.runs.len() == 0;
+        if let Some(stopping) = self.stopping.as_mut() {
+            if stopping.released && idle && !stopping.stopped {
+                stopping.stopped = true;
+                out.push(Action::Stopped);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

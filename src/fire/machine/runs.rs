@@ -1,0 +1,141 @@
+//! The runs alive on this node and the retries waiting for their backoff: the fire machine's
+//! bookkeeping, pure like the machine itself.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+
+use crate::config::{JobConfig, OnLost};
+use crate::ids::JobName;
+use crate::ledger::Claim;
+use crate::ledger::record::{RunRecord, RunStatus};
+use crate::runner::{RunOutcome, RunReport};
+
+/// A run started here. It counts as alive until its final record is written: only then is its
+/// guard released, as far as the cluster can tell.
+#[derive(Debug)]
+pub(super) struct Run {
+    pub job: JobName,
+    pub config: Arc<JobConfig>,
+    /// Part of its job's catch-up sequence: the next item waits for it.
+    pub in_backlog: bool,
+    /// Its process has ended; this is the final record being written.
+    pub finished: Option<Claim>,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct Runs {
+    alive: BTreeMap<String, Run>,
+    /// Failed runs to claim again at their instant, with their final record.
+    retries: Vec<(DateTime<Utc>, Claim)>,
+}
+
+impl Runs {
+    pub fn started(&mut self, claim: &Claim, config: &Arc<JobConfig>, in_backlog: bool) {
+        let run = Run {
+            job: claim.record.job.clone(),
+            config: Arc::clone(config),
+            in_backlog,
+            finished: None,
+        };
+        self.alive.insert(claim.record.run_id.clone(), run);
+    }
+
+    pub fn ended(&mut self, finished: &Claim) {
+        if let Some(run) = self.alive.get_mut(&finished.record.run_id) {
+            run.finished = Some(finished.clone());
+        }
+    }
+
+    pub fn remove(&mut self, run_id: &str) -> Option<Run> {
+        self.alive.remove(run_id)
+    }
+
+    pub fn len(&self) -> usize {
+        self.alive.len()
+    }
+
+    /// A run of `job` is alive here (its record may still be being written).
+    pub fn alive_of(&self, job: &JobName) -> bool {
+        self.alive.values().any(|run| &run.job == job)
+    }
+
+    pub fn alive_of_run(&self, run_id: &str) -> bool {
+        self.alive.contains_key(run_id)
+    }
+
+    /// Runs of `job` whose process has not ended.
+    pub fn unended_of<'a>(&'a self, job: &'a JobName) -> impl Iterator<Item = String> + 'a {
+        self.alive
+            .iter()
+            .filter(move |(_, run)| &run.job == job && run.finished.is_none())
+            .map(|(id, _)| id.clone())
+    }
+
+    /// Every run whose process has not ended, with its `on_lost`.
+    pub fn unended(&self) -> Vec<(String, JobName, OnLost)> {
+        self.alive
+            .iter()
+            .filter(|(_, run)| run.finished.is_none())
+            .map(|(id, run)| (id.clone(), run.job.clone(), run.config.on_lost))
+            .collect()
+    }
+
+    pub fn alive_ids(&self) -> Vec<String> {
+        self.unended().into_iter().map(|(id, _, _)| id).collect()
+    }
+
+    /// Tries `failed` again after `retry_backoff`, doubled per attempt.
+    pub fn schedule_retry(&mut self, failed: Claim, config: &JobConfig, now: DateTime<Utc>) {
+        let attempt = failed.record.attempt;
+        let backoff = config
+            .retry_backoff
+            .saturating_mul(1 << attempt.saturating_sub(1).min(16));
+        tracing::info!(job = %failed.record.job, run_id = failed.record.run_id, attempt, retry_in = ?backoff, "run failed; retrying");
+        let at = now + chrono::Duration::from_std(backoff).unwrap_or(chrono::Duration::MAX);
+        self.retries.push((at, failed));
+    }
+
+    pub fn retry_deadlines(&self) -> impl Iterator<Item = DateTime<Utc>> + '_ {
+        self.retries.iter().map(|(at, _)| *at)
+    }
+
+    pub fn take_due_retries(&mut self, now: DateTime<Utc>) -> Vec<Claim> {
+        let (due, later) = std::mem::take(&mut self.retries)
+            .into_iter()
+            .partition(|(at, _)| *at <= now);
+        self.retries = later;
+        due.into_iter().map(|(_, claim)| claim).collect()
+    }
+
+    /// The lock is gone or we are stopping: a waiting retry is not resumed by anyone.
+    pub fn drop_retries(&mut self) {
+        for (_, claim) in self.retries.drain(..) {
+            tracing::warn!(job = %claim.record.job, run_id = claim.record.run_id, "retry not started: this node no longer owns the lock");
+        }
+    }
+}
+
+/// Whether a finished run is tried again: it failed or timed out, and attempts remain.
+pub(super) fn retry_due(record: &RunRecord, retries: u32) -> bool {
+    matches!(record.status, RunStatus::Failed | RunStatus::TimedOut) && record.attempt <= retries
+}
+
+/// The record's end, from the runner's report.
+pub(super) fn finish_record(record: &mut RunRecord, report: &RunReport) {
+    let started = report.started_at.timestamp_millis();
+    let duration = i64::try_from(report.duration.as_millis()).unwrap_or(i64::MAX);
+    record.started_unix_ms = Some(started);
+    record.finished_unix_ms = Some(started.saturating_add(duration));
+    (record.status, record.exit_code, record.signal, record.error) = match &report.outcome {
+        RunOutcome::Exited { code: 0 } => (RunStatus::Succeeded, Some(0), None, None),
+        RunOutcome::Exited { code } => (RunStatus::Failed, Some(*code), None, None),
+        RunOutcome::Signaled { signal } => (RunStatus::Failed, None, Some(*signal), None),
+        RunOutcome::TimedOut => (RunStatus::TimedOut, None, None, None),
+        RunOutcome::Cancelled => (RunStatus::Cancelled, None, None, None),
+        RunOutcome::FailedToStart { error } | RunOutcome::WaitFailed { error } => {
+            (RunStatus::Failed, None, None, Some(error.clone()))
+        }
+    };
+}

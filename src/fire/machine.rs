@@ -686,6 +686,17 @@ impl FireMachine {
             out.push(Action::WriteRecord(missed));
             return self.settle(id, now, out);
         }
+        if pending.config.concurrency == Concurrency::Forbid && self.runs.alive_of(job) {
+            // The guard did not stop it (the run is from an older session, being cancelled):
+            // this node knows better.
+            let reason = "a run of the job is still alive on this node (concurrency = forbid)";
+            tracing::warn!(job = %job, %tick, reason, "tick skipped");
+            let mut skipped = claim.clone();
+            skipped.record.status = RunStatus::Skipped;
+            skipped.record.error = Some(reason.to_owned());
+            out.push(Action::WriteRecord(skipped));
+            return self.settle(id, now, out);
+        }
         if pending.config.concurrency == Concurrency::Replace && self.runs.alive_of(job) {
             let until = now
                 + chrono::Duration::from_std(
@@ -745,6 +756,9 @@ impl FireMachine {
                     .last_started
                     .map_or(pending.tick, |t| t.max(pending.tick)),
             );
+            if pending.in_backlog {
+                state.backlog_claiming = false;
+            }
         }
         self.runs
             .started(&claim, &pending.config, pending.in_backlog);
@@ -753,6 +767,9 @@ impl FireMachine {
             claim,
             context,
         });
+        if pending.in_backlog {
+            self.release_held(name, now, out);
+        }
     }
 
     /// A claim ends without a run: forget it, and let its job's catch-up sequence go on.
@@ -784,13 +801,15 @@ impl FireMachine {
         if self.stopping.is_some() {
             return; // runs are stopped after the handoff, whatever `on_lost` says
         }
-        if before.token.is_some() && before.token != status.token {
+        // A new token is a Lost and an acquisition, even with no status between them.
+        let lost = before.token.is_some() && before.token != status.token;
+        if lost {
             self.lost(out);
         }
-        if before.may_fire && !status.may_fire {
+        if before.may_fire && (lost || !status.may_fire) {
             self.cannot_fire();
         }
-        if !before.may_fire && status.may_fire {
+        if status.may_fire && (lost || !before.may_fire) {
             self.can_fire(now, out);
         }
     }

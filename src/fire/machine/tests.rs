@@ -1,1 +1,940 @@
+//! The fire machine on a virtual clock: one test per transition of DESIGN.md's firing rules,
+//! the three defects of issue 8 pinned, and a property test over random interleavings of ticks,
+//! lock changes, claim results and run ends.
 
+use std::path::Path;
+use std::time::Duration;
+
+use super::*;
+use crate::ids::SessionId;
+use crate::runner::RunOutcome;
+
+mod properties;
+
+const TOKEN: FencingToken = FencingToken(7);
+
+/// 2030-01-01T00:00:00Z plus `ms`.
+fn t(ms: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(1_893_456_000_000 + ms).expect("in range")
+}
+
+fn ms(at: DateTime<Utc>) -> i64 {
+    at.timestamp_millis() - 1_893_456_000_000
+}
+
+/// Jobs from `[[job]]` tables (each needs name, schedule and shell).
+fn jobs(tables: &str) -> Vec<Arc<JobConfig>> {
+    let text = format!("[zookeeper]\nconnect = \"zk:2181\"\n[lock]\nname = \"g\"\n{tables}");
+    let config = crate::config::parse(Path::new("t.toml"), &text, &|_| None).expect("valid");
+    config.jobs.into_iter().map(Arc::new).collect()
+}
+
+fn job(name: &str, schedule: &str, extra: &str) -> String {
+    format!("[[job]]\nname = \"{name}\"\nschedule = \"{schedule}\"\nshell = \"true\"\n{extra}\n")
+}
+
+fn me() -> Me {
+    Me {
+        node_id: NodeId::new("n1"),
+        ip: "10.0.0.1".into(),
+    }
+}
+
+/// A machine at t(0) firing `tables`, 250 ms claim-ahead.
+fn machine(tables: &str) -> FireMachine {
+    FireMachine::new(me(), Duration::from_millis(250), &jobs(tables), t(0))
+}
+
+fn owner(token: FencingToken) -> LockStatus {
+    LockStatus {
+        token: Some(token),
+        may_fire: true,
+        connected: true,
+    }
+}
+
+fn follower() -> LockStatus {
+    LockStatus {
+        token: None,
+        may_fire: false,
+        connected: true,
+    }
+}
+
+fn disconnected_owner(token: FencingToken) -> LockStatus {
+    LockStatus {
+        token: Some(token),
+        may_fire: false,
+        connected: false,
+    }
+}
+
+/// Feeds every timer expiry up to `until_ms`, as the driver would.
+fn run_timer(m: &mut FireMachine, until_ms: i64) {
+    while let Some(at) = m.next_deadline().filter(|at| ms(*at) <= until_ms) {
+        m.handle(Input::Tick, at);
+    }
+}
+
+/// A machine that owns the lock with nothing to catch up for `tables`' jobs.
+fn owning(tables: &str) -> FireMachine {
+    let mut m = machine(tables);
+    let actions = m.handle(Input::LockChanged(owner(TOKEN)), t(0));
+    for action in actions {
+        if let Action::ListRecords(job) = action {
+            let listed = Input::RecordsListed {
+                job,
+                result: Ok(JobRecords::default()),
+            };
+            assert_eq!(m.handle(listed, t(0)), vec![], "nothing to catch up");
+        }
+    }
+    m
+}
+
+fn claims(actions: &[Action]) -> Vec<TickClaim> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Claim(claim) => Some(claim.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn only_claim(actions: &[Action]) -> TickClaim {
+    let all = claims(actions);
+    assert_eq!(all.len(), 1, "one claim in {actions:?}");
+    all[0].clone()
+}
+
+fn starts(actions: &[Action]) -> Vec<(Claim, RunContext)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::StartRun { claim, context, .. } => Some((claim.clone(), context.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn only_start(actions: &[Action]) -> (Claim, RunContext) {
+    let all = starts(actions);
+    assert_eq!(all.len(), 1, "one start in {actions:?}");
+    all[0].clone()
+}
+
+/// The ledger's answer to a successful claim.
+fn granted(claim: &TickClaim) -> Claim {
+    Claim {
+        path: format!(
+            "/runs/{}/{}",
+            claim.record.job, claim.record.scheduled_unix_ms
+        ),
+        version: 0,
+        record: claim.record.clone(),
+        guard: claim
+            .guarded
+            .then(|| format!("/running/{}", claim.record.job)),
+        session: SessionId(1),
+        sent: claim.record.clone(),
+    }
+}
+
+fn ok(claim: &TickClaim) -> Input {
+    Input::ClaimDone {
+        id: claim.id,
+        result: Ok(granted(claim)),
+    }
+}
+
+fn refused(claim: &TickClaim, why: ClaimRefused) -> Input {
+    Input::ClaimDone {
+        id: claim.id,
+        result: Err(why),
+    }
+}
+
+fn ended(claim: &Claim, outcome: RunOutcome, at: DateTime<Utc>) -> Input {
+    Input::RunEnded {
+        claim: claim.clone(),
+        report: RunReport {
+            outcome,
+            started_at: at,
+            duration: Duration::from_millis(5),
+        },
+    }
+}
+
+fn written(claim: &Claim) -> Input {
+    Input::RecordWritten {
+        run_id: claim.record.run_id.clone(),
+        version: Some(claim.version + 2),
+    }
+}
+
+/// A stored record of `job`'s tick at `tick_ms`.
+fn stored(job: &str, tick_ms: i64, node: &str, token: i32, status: RunStatus) -> RunRecord {
+    let mut record = RunRecord::claimed(
+        &JobName::new(job),
+        t(tick_ms).timestamp_millis(),
+        (&NodeId::new(node), "10.0.0.9"),
+        FencingToken(token),
+        t(tick_ms).timestamp_millis(),
+    );
+    record.status = status;
+    record
+}
+
+fn listing(records: &[RunRecord]) -> JobRecords {
+    JobRecords {
+        ticks: records.iter().map(|r| r.scheduled_unix_ms).collect(),
+        newest: records.iter().map(|r| (r.clone(), 1)).collect(),
+        guard_holder: None,
+        live_members: vec![NodeId::new("n1")],
+    }
+}
+
+const EVERY_SECOND: &str = "* * * * * *";
+
+#[test]
+fn an_owner_claims_ahead_and_starts_at_the_tick() {
+    let mut m = owning(&job("a", EVERY_SECOND, ""));
+    assert_eq!(m.next_deadline(), Some(t(750)), "claim 250 ms ahead of 1 s");
+    let claim = only_claim(&m.handle(Input::Tick, t(750)));
+    assert_eq!(claim.record.scheduled_unix_ms, t(1000).timestamp_millis());
+    assert_eq!(
+        (
+            claim.record.status,
+            claim.record.fencing_token,
+            claim.mode,
+            claim.guarded
+        ),
+        (RunStatus::Claimed, TOKEN, ClaimMode::Create, true),
+        "forbid (the default) claims with the guard"
+    );
+    assert_eq!(
+        m.handle(ok(&claim), t(752)),
+        vec![],
+        "nothing starts before the tick"
+    );
+    assert_eq!(m.next_deadline(), Some(t(1000)));
+    let (started, context) = only_start(&m.handle(Input::Tick, t(1000)));
+    assert_eq!(started.record.status, RunStatus::Running);
+    assert_eq!(
+        (
+            context.attempt,
+            context.resumed,
+            context.fencing_token,
+            context.scheduled_at
+        ),
+        (1, false, TOKEN, t(1000))
+    );
+    assert_eq!(m.running(), 1);
+}
+
+#[test]
+fn a_follower_declines_and_fires_a_declined_tick_after_acquiring_within_the_late_limit() {
+    let mut m = machine(&job("a", EVERY_SECOND, ""));
+    m.handle(Input::LockChanged(follower()), t(0));
+    assert_eq!(
+        m.handle(Input::Tick, t(750)),
+        vec![],
+        "not the owner: no claim"
+    );
+    let acquired = m.handle(Input::LockChanged(owner(TOKEN)), t(1100));
+    assert_eq!(
+        acquired,
+        vec![
+            Action::PrepareJobs(vec![JobName::new("a")]),
+            Action::ListRecords(JobName::new("a"))
+        ],
+        "catch-up decides first; the declined tick waits for it"
+    );
+    let listed = Input::RecordsListed {
+        job: JobName::new("a"),
+        result: Ok(listing(&[stored("a", 0, "n2", 6, RunStatus::Succeeded)])),
+    };
+    let claim = only_claim(&m.handle(listed, t(1105)));
+    assert_eq!(claim.record.scheduled_unix_ms, t(1000).timestamp_millis());
+    let (_, context) = only_start(&m.handle(ok(&claim), t(1108)));
+    assert!(
+        !context.resumed,
+        "a declined tick fired within 1 s is on time"
+    );
+}
+
+#[test]
+fn a_declined_tick_past_the_late_limit_is_not_fired_but_caught_up_per_misfire() {
+    let mut m = machine(&job("a", EVERY_SECOND, "misfire = \"skip\""));
+    m.handle(Input::LockChanged(follower()), t(0));
+    run_timer(&mut m, 2300);
+    // Ticks 1 and 2 were declined more than a second ago; 3 is not due yet.
+    m.handle(Input::LockChanged(owner(TOKEN)), t(3100));
+    let listed = Input::RecordsListed {
+        job: JobName::new("a"),
+        result: Ok(listing(&[stored("a", 0, "n2", 6, RunStatus::Succeeded)])),
+    };
+    let actions = m.handle(listed, t(3105));
+    let gap = only_claim(&actions);
+    assert_eq!(gap.record.status, RunStatus::Missed);
+    assert_eq!(
+        (
+            gap.record.missed_from_unix_ms,
+            gap.record.scheduled_unix_ms,
+            gap.record.missed_ticks
+        ),
+        (
+            Some(t(1000).timestamp_millis()),
+            t(2000).timestamp_millis(),
+            Some(2)
+        ),
+        "one record for the gap, named by its last tick"
+    );
+    assert!(
+        gap.record
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("misfire = skip")),
+        "{:?}",
+        gap.record.error
+    );
+    assert!(starts(&actions).is_empty());
+}
+
+#[test]
+fn defect_2_catch_up_starts_the_missed_tick_before_the_declined_one() {
+    // The owner died after tick 20; this node acquires at 26.47 with tick 26 declined.
+    let mut m = machine(&job("a", EVERY_SECOND, ""));
+    m.handle(Input::LockChanged(follower()), t(0));
+    for now in (750..=25_750).step_by(1000) {
+        m.handle(Input::Tick, t(now));
+    }
+    m.handle(Input::LockChanged(owner(TOKEN)), t(26_470));
+    let listed = Input::RecordsListed {
+        job: JobName::new("a"),
+        result: Ok(listing(&[stored(
+            "a",
+            20_000,
+            "n2",
+            6,
+            RunStatus::Succeeded,
+        )])),
+    };
+    let actions = m.handle(listed, t(26_475));
+    let all = claims(&actions);
+    assert_eq!(
+        all.len(),
+        2,
+        "the gap's record and the latest missed tick: {all:?}"
+    );
+    let (gap, caught) = (&all[0], &all[1]);
+    assert_eq!(
+        (gap.record.status, gap.record.missed_ticks, ms_of(gap)),
+        (RunStatus::Missed, Some(4), 24_000),
+        "ticks 21..24 are recorded missed (misfire = run_once)"
+    );
+    assert_eq!(ms_of(caught), 25_000);
+    let actions = m.handle(ok(caught), t(26_480));
+    let (run, context) = only_start(&actions);
+    assert!(context.resumed);
+    assert_eq!(run.record.scheduled_unix_ms, t(25_000).timestamp_millis());
+    let declined = only_claim(&actions);
+    assert_eq!(
+        ms_of(&declined),
+        26_000,
+        "the declined tick only once 25 has started"
+    );
+    // Under forbid it finds the caught-up run's guard, and goes once that run has ended.
+    assert_eq!(
+        m.handle(refused(&declined, ClaimRefused::RunAlive), t(26_482)),
+        vec![]
+    );
+    let end = m.handle(
+        ended(&run, RunOutcome::Exited { code: 0 }, t(26_480)),
+        t(26_485),
+    );
+    let Action::WriteRecord(finished) = &end[0] else {
+        panic!("{end:?}")
+    };
+    let again = only_claim(&m.handle(written(finished), t(26_487)));
+    assert_eq!(ms_of(&again), 26_000);
+    let (_, context) = only_start(&m.handle(ok(&again), t(26_490)));
+    assert!(
+        !context.resumed,
+        "a declined tick started within 1 s is on time"
+    );
+}
+
+fn ms_of(claim: &TickClaim) -> i64 {
+    claim.record.scheduled_unix_ms - t(0).timestamp_millis()
+}
+
+#[test]
+fn debug_run_all() {
+    let mut m = machine(&job(
+        "a",
+        EVERY_SECOND,
+        "misfire = \"run_all\"\nconcurrency = \"allow\"",
+    ));
+    m.handle(Input::LockChanged(follower()), t(0));
+    run_timer(&mut m, 3750);
+    m.handle(Input::LockChanged(owner(TOKEN)), t(4100));
+    let listed = Input::RecordsListed {
+        job: JobName::new("a"),
+        result: Ok(listing(&[stored("a", 1000, "n2", 6, RunStatus::Succeeded)])),
+    };
+    let a = m.handle(listed, t(4105));
+    eprintln!("listed {a:?}");
+    eprintln!(
+        "state {:?}",
+        m.jobs
+            .values()
+            .map(|s| (
+                s.held.iter().map(|i| ms(i.tick)).collect::<Vec<_>>(),
+                s.backlog.iter().map(|i| ms(i.tick)).collect::<Vec<_>>(),
+                s.backlog_busy
+            ))
+            .collect::<Vec<_>>()
+    );
+    let c = only_claim(&a);
+    let (run, _) = only_start(&m.handle(ok(&c), t(4110)));
+    eprintln!("runs {:?}", m.runs);
+    let end = m.handle(
+        ended(&run, RunOutcome::Exited { code: 0 }, t(4110)),
+        t(4113),
+    );
+    eprintln!("end {:?}", end.len());
+    let Action::WriteRecord(finished) = &end[0] else {
+        panic!()
+    };
+    eprintln!("written {:?}", m.handle(written(finished), t(4115)));
+    eprintln!(
+        "state {:?}",
+        m.jobs
+            .values()
+            .map(|s| (
+                s.held.iter().map(|i| ms(i.tick)).collect::<Vec<_>>(),
+                s.backlog.iter().map(|i| ms(i.tick)).collect::<Vec<_>>(),
+                s.backlog_busy,
+                s.catch_up.is_some()
+            ))
+            .collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn run_all_catches_up_in_order_one_after_another_then_the_declined_tick() {
+    let mut m = machine(&job(
+        "a",
+        EVERY_SECOND,
+        "misfire = \"run_all\"\nconcurrency = \"allow\"",
+    ));
+    m.handle(Input::LockChanged(follower()), t(0));
+    m.handle(Input::Tick, t(3750));
+    m.handle(Input::LockChanged(owner(TOKEN)), t(4100));
+    let listed = Input::RecordsListed {
+        job: JobName::new("a"),
+        result: Ok(listing(&[stored("a", 1000, "n2", 6, RunStatus::Succeeded)])),
+    };
+    let mut now = 4105;
+    let mut claimed = claims(&m.handle(listed, t(now)));
+    let mut order = Vec::new();
+    while let Some(claim) = claimed.pop() {
+        assert!(claimed.is_empty(), "one claim at a time: {claimed:?}");
+        order.push(ms_of(&claim));
+        now += 5;
+        let actions = m.handle(ok(&claim), t(now));
+        let (run, _) = only_start(&actions);
+        claimed = claims(&actions);
+        let end = m.handle(
+            ended(&run, RunOutcome::Exited { code: 0 }, t(now)),
+            t(now + 3),
+        );
+        let Action::WriteRecord(finished) = &end[0] else {
+            panic!("{end:?}")
+        };
+        claimed.extend(claims(&m.handle(written(finished), t(now + 5))));
+    }
+    assert_eq!(
+        order,
+        [2000, 3000, 4000],
+        "2 and 3 caught up in order, each after the one before ended, then the declined 4"
+    );
+}
+
+#[test]
+fn a_job_without_records_never_backfills() {
+    let mut m = machine(&job("a", EVERY_SECOND, "misfire = \"run_all\""));
+    m.handle(Input::LockChanged(owner(TOKEN)), t(60_000));
+    let listed = Input::RecordsListed {
+        job: JobName::new("a"),
+        result: Ok(JobRecords::default()),
+    };
+    assert_eq!(m.handle(listed, t(60_001)), vec![]);
+}
+
+#[test]
+fn ticks_beyond_the_starting_deadline_are_one_gap_of_their_own() {
+    let extra = "misfire = \"run_all\"\nstarting_deadline = \"2s\"";
+    let mut m = machine(&job("a", EVERY_SECOND, extra));
+    m.handle(Input::LockChanged(follower()), t(0));
+    run_timer(&mut m, 9800);
+    m.handle(Input::LockChanged(owner(TOKEN)), t(10_100));
+    let listed = Input::RecordsListed {
+        job: JobName::new("a"),
+        result: Ok(listing(&[stored("a", 1000, "n2", 6, RunStatus::Succeeded)])),
+    };
+    let all = claims(&m.handle(listed, t(10_100)));
+    let beyond = &all[0];
+    assert_eq!(
+        (
+            beyond.record.status,
+            beyond
+                .record
+                .missed_from_unix_ms
+                .map(|v| v - t(0).timestamp_millis()),
+            ms_of(beyond),
+            beyond.record.missed_ticks
+        ),
+        (RunStatus::Missed, Some(2000), 8000, Some(7)),
+        "ticks 2..8 are older than the deadline"
+    );
+    assert!(
+        beyond
+            .record
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("starting_deadline"))
+    );
+    assert_eq!(
+        ms_of(&all[1]),
+        9000,
+        "9 and 10 are within it; the first starts"
+    );
+    assert_eq!(all.len(), 2);
+}
+
+#[test]
+fn a_gap_while_zookeeper_was_unreachable_says_so() {
+    let mut m = owning(&job("a", EVERY_SECOND, "misfire = \"skip\""));
+    m.handle(Input::LockChanged(disconnected_owner(TOKEN)), t(100));
+    run_timer(&mut m, 3000);
+    m.handle(Input::LockChanged(owner(TOKEN)), t(3100));
+    let listed = Input::RecordsListed {
+        job: JobName::new("a"),
+        result: Ok(listing(&[stored("a", 0, "n1", 7, RunStatus::Succeeded)])),
+    };
+    let all = claims(&m.handle(listed, t(3101)));
+    assert_eq!(
+        all.len(),
+        2,
+        "the gap's record, then the tick held behind catch-up"
+    );
+    let gap = &all[0];
+    assert_eq!(
+        (gap.record.status, gap.record.missed_ticks),
+        (RunStatus::Missed, Some(2))
+    );
+    assert_eq!(ms_of(&all[1]), 3000);
+    assert!(
+        gap.record
+            .error
+            .as_deref()
+            .is_some_and(|e| e.starts_with("zookeeper was unreachable")),
+        "{:?}",
+        gap.record.error
+    );
+}
+
+#[test]
+fn defect_1_a_forbid_tick_is_not_skipped_when_the_run_ends_before_it() {
+    let mut m = owning(&job("a", EVERY_SECOND, ""));
+    let first = only_claim(&m.handle(Input::Tick, t(750)));
+    m.handle(ok(&first), t(751));
+    let (run, _) = only_start(&m.handle(Input::Tick, t(1000)));
+    // The next claim goes out ahead while the run is alive and finds its guard.
+    let second = only_claim(&m.handle(Input::Tick, t(1750)));
+    assert_eq!(
+        m.handle(refused(&second, ClaimRefused::RunAlive), t(1752)),
+        vec![]
+    );
+    let end = m.handle(
+        ended(&run, RunOutcome::Exited { code: 0 }, t(1000)),
+        t(1990),
+    );
+    assert!(matches!(end[..], [Action::WriteRecord(_)]), "{end:?}");
+    let Action::WriteRecord(finished) = &end[0] else {
+        unreachable!()
+    };
+    // The guard is released with the record, 5 ms before the tick: claim again.
+    let again = m.handle(written(finished), t(1995));
+    let retry = claims(&again);
+    assert_eq!(retry.len(), 1, "claimed once more: {again:?}");
+    assert_eq!(retry[0].record.status, RunStatus::Claimed);
+    assert_eq!(ms_of(&retry[0]), 2000);
+    m.handle(ok(&retry[0]), t(1998));
+    let (_, context) = only_start(&m.handle(Input::Tick, t(2000)));
+    assert_eq!(context.scheduled_at, t(2000), "started, not skipped");
+}
+
+#[test]
+fn a_forbid_tick_is_skipped_when_a_run_is_still_alive_at_its_time() {
+    let mut m = owning(&job("a", EVERY_SECOND, ""));
+    let first = only_claim(&m.handle(Input::Tick, t(750)));
+    m.handle(ok(&first), t(751));
+    only_start(&m.handle(Input::Tick, t(1000)));
+    let second = only_claim(&m.handle(Input::Tick, t(1750)));
+    m.handle(refused(&second, ClaimRefused::RunAlive), t(1752));
+    let again = only_claim(&m.handle(Input::Tick, t(2000)));
+    assert_eq!(
+        again.record.status,
+        RunStatus::Claimed,
+        "tried at the tick itself"
+    );
+    let skip = only_claim(&m.handle(refused(&again, ClaimRefused::RunAlive), t(2002)));
+    assert_eq!(skip.record.status, RunStatus::Skipped);
+    assert!(!skip.guarded);
+    assert_eq!(
+        skip.record.error.as_deref(),
+        Some("a run of the job is still alive on this node (concurrency = forbid)")
+    );
+}
+
+#[test]
+fn on_lost_cancel_cancels_and_finish_lets_finish() {
+    let tables = [
+        job("c", EVERY_SECOND, "on_lost = \"cancel\""),
+        job("f", EVERY_SECOND, "on_lost = \"finish\""),
+    ]
+    .join("");
+    let mut m = owning(&tables);
+    for claim in claims(&m.handle(Input::Tick, t(750))) {
+        m.handle(ok(&claim), t(751));
+    }
+    let started = starts(&m.handle(Input::Tick, t(1000)));
+    assert_eq!(started.len(), 2);
+    let lost = m.handle(Input::LockChanged(follower()), t(1200));
+    assert_eq!(
+        lost,
+        vec![Action::CancelRun {
+            run_id: format!("c-{}", t(1000).timestamp_millis())
+        }],
+        "only the cancel job is stopped"
+    );
+    assert!(
+        claims(&m.handle(Input::Tick, t(1750))).is_empty(),
+        "nothing new without the lock"
+    );
+}
+
+#[test]
+fn a_disconnected_owner_fires_nothing_new_and_cancels_nothing() {
+    let mut m = owning(&job("a", EVERY_SECOND, ""));
+    let claim = only_claim(&m.handle(Input::Tick, t(750)));
+    m.handle(ok(&claim), t(751));
+    only_start(&m.handle(Input::Tick, t(1000)));
+    assert_eq!(
+        m.handle(Input::LockChanged(disconnected_owner(TOKEN)), t(1100)),
+        vec![]
+    );
+    assert!(claims(&m.handle(Input::Tick, t(1750))).is_empty());
+}
+
+#[test]
+fn a_claim_that_returns_after_the_lock_was_lost_does_not_start() {
+    let mut m = owning(&job("a", EVERY_SECOND, ""));
+    let claim = only_claim(&m.handle(Input::Tick, t(750)));
+    m.handle(Input::LockChanged(follower()), t(800));
+    m.handle(ok(&claim), t(801));
+    assert!(starts(&m.handle(Input::Tick, t(1000))).is_empty());
+    assert_eq!(m.next_deadline(), Some(t(1750)), "the claim is forgotten");
+}
+
+#[test]
+fn a_claimed_tick_too_late_to_start_is_recorded_missed() {
+    let mut m = owning(&job("a", EVERY_SECOND, ""));
+    let claim = only_claim(&m.handle(Input::Tick, t(750)));
+    let actions = m.handle(ok(&claim), t(2100));
+    assert!(starts(&actions).is_empty());
+    match &actions[..] {
+        [Action::WriteRecord(record)] => assert_eq!(record.record.status, RunStatus::Missed),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_stalled_owner_records_the_ticks_it_slept_through_as_one_gap() {
+    let mut m = owning(&job("a", EVERY_SECOND, ""));
+    let gap = only_claim(&m.handle(Input::Tick, t(5300)));
+    assert_eq!(
+        (gap.record.status, gap.record.missed_ticks, ms_of(&gap)),
+        (RunStatus::Missed, Some(5), 5000),
+        "ticks 1..5 passed while the node was frozen"
+    );
+    assert_eq!(
+        m.next_deadline(),
+        Some(t(5750)),
+        "on time again from tick 6"
+    );
+}
+
+#[test]
+fn a_failed_claim_of_the_epoch_tells_the_lock() {
+    let mut m = owning(&job("a", EVERY_SECOND, ""));
+    let claim = only_claim(&m.handle(Input::Tick, t(750)));
+    assert_eq!(
+        m.handle(refused(&claim, ClaimRefused::NotOwner), t(752)),
+        vec![Action::FenceFailed(TOKEN)]
+    );
+}
+
+#[test]
+fn an_interrupted_run_is_marked_and_rerun_as_the_next_attempt() {
+    let mut m = machine(&job("a", "0 * * * * *", "on_interrupted = \"rerun\""));
+    m.handle(Input::LockChanged(owner(TOKEN)), t(5000));
+    let open = stored("a", 0, "n2", 6, RunStatus::Running);
+    let listed = Input::RecordsListed {
+        job: JobName::new("a"),
+        result: Ok(listing(std::slice::from_ref(&open))),
+    };
+    let actions = m.handle(listed, t(5001));
+    let [Action::MarkInterrupted { record, version: 1 }] = &actions[..] else {
+        panic!("{actions:?}")
+    };
+    assert_eq!(record.status, RunStatus::Interrupted);
+    let marked = Input::Marked {
+        record: record.clone(),
+        result: Ok(2),
+    };
+    let rerun = only_claim(&m.handle(marked, t(5003)));
+    assert_eq!(rerun.mode, ClaimMode::Again { version: 2 });
+    assert_eq!(
+        (
+            rerun.record.attempt,
+            rerun.record.run_id.as_str(),
+            rerun.record.fencing_token
+        ),
+        (2, open.run_id.as_str(), TOKEN)
+    );
+    let (_, context) = only_start(&m.handle(ok(&rerun), t(5005)));
+    assert!(context.resumed);
+}
+
+#[test]
+fn an_open_record_whose_run_may_still_be_alive_is_left_alone() {
+    let extra = "on_interrupted = \"rerun\"\nconcurrency = \"allow\"";
+    let mut m = machine(&job("a", "0 * * * * *", extra));
+    m.handle(Input::LockChanged(owner(TOKEN)), t(5000));
+    let open = stored("a", 0, "n2", 6, RunStatus::Running);
+    let mut records = listing(&[open]);
+    records.live_members.push(NodeId::new("n2"));
+    let listed = Input::RecordsListed {
+        job: JobName::new("a"),
+        result: Ok(records),
+    };
+    assert_eq!(
+        m.handle(listed, t(5001)),
+        vec![],
+        "n2 is alive and may be finishing it"
+    );
+}
+
+#[test]
+fn a_failed_run_is_retried_after_its_backoff_as_the_next_attempt() {
+    let mut m = owning(&job(
+        "a",
+        "0 * * * * *",
+        "retries = 1\nretry_backoff = \"2s\"",
+    ));
+    let claim = only_claim(&m.handle(Input::Tick, t(59_750)));
+    m.handle(ok(&claim), t(59_751));
+    let (run, _) = only_start(&m.handle(Input::Tick, t(60_000)));
+    let end = m.handle(
+        ended(&run, RunOutcome::Exited { code: 3 }, t(60_000)),
+        t(60_100),
+    );
+    let Action::WriteRecord(failed) = &end[0] else {
+        panic!("{end:?}")
+    };
+    assert_eq!(failed.record.status, RunStatus::Failed);
+    assert_eq!(
+        m.handle(written(failed), t(60_105)),
+        vec![],
+        "no prune: a retry is due"
+    );
+    assert_eq!(m.next_deadline(), Some(t(62_105)));
+    let retry = only_claim(&m.handle(Input::Tick, t(62_105)));
+    assert_eq!(
+        retry.mode,
+        ClaimMode::Again {
+            version: failed.version + 2
+        }
+    );
+    assert_eq!(retry.record.attempt, 2);
+    let (retried, context) = only_start(&m.handle(ok(&retry), t(62_107)));
+    assert!(!context.resumed);
+    let end = m.handle(
+        ended(&retried, RunOutcome::Exited { code: 3 }, t(62_107)),
+        t(62_200),
+    );
+    let Action::WriteRecord(failed) = &end[0] else {
+        panic!("{end:?}")
+    };
+    assert_eq!(
+        m.handle(written(failed), t(62_205)),
+        vec![Action::Prune {
+            job: JobName::new("a"),
+            keep: 100
+        }],
+        "retries = 1: no third attempt"
+    );
+}
+
+#[test]
+fn replace_cancels_the_running_run_and_starts_when_it_has_ended() {
+    let mut m = owning(&job("a", EVERY_SECOND, "concurrency = \"replace\""));
+    let first = only_claim(&m.handle(Input::Tick, t(750)));
+    assert!(!first.guarded, "replace takes no guard");
+    m.handle(ok(&first), t(751));
+    let (run, _) = only_start(&m.handle(Input::Tick, t(1000)));
+    let second = only_claim(&m.handle(Input::Tick, t(1750)));
+    m.handle(ok(&second), t(1751));
+    assert_eq!(
+        m.handle(Input::Tick, t(2000)),
+        vec![Action::CancelRun {
+            run_id: run.record.run_id.clone()
+        }]
+    );
+    let end = m.handle(ended(&run, RunOutcome::Cancelled, t(1000)), t(2100));
+    let Action::WriteRecord(cancelled) = &end[0] else {
+        panic!("{end:?}")
+    };
+    assert_eq!(cancelled.record.status, RunStatus::Cancelled);
+    let (_, context) = only_start(&m.handle(written(cancelled), t(2105)));
+    assert_eq!(context.scheduled_at, t(2000));
+}
+
+#[test]
+fn a_stop_withdraws_claimed_ticks_hands_over_then_stops_the_runs() {
+    let tables = [job("a", EVERY_SECOND, ""), job("b", "*/2 * * * * *", "")].join("");
+    let mut m = owning(&tables);
+    let first = claims(&m.handle(Input::Tick, t(750)));
+    let first_a = first
+        .iter()
+        .find(|c| c.record.job.as_str() == "a")
+        .expect("a claims");
+    m.handle(ok(first_a), t(751));
+    let (run, _) = only_start(&m.handle(Input::Tick, t(1000)));
+    let due = claims(&m.handle(Input::Tick, t(1750)));
+    assert_eq!(due.len(), 2, "a and b at 2 s");
+    m.handle(ok(&due[0]), t(1752));
+    // Stop with one tick claimed and one claim still out.
+    let stop = m.handle(Input::Shutdown, t(1800));
+    let granted_first = granted(&due[0]);
+    assert_eq!(
+        stop,
+        vec![Action::Withdraw {
+            id: due[0].id,
+            claim: granted_first
+        }]
+    );
+    let late = m.handle(ok(&due[1]), t(1805));
+    assert_eq!(
+        late,
+        vec![Action::Withdraw {
+            id: due[1].id,
+            claim: granted(&due[1])
+        }]
+    );
+    assert_eq!(
+        m.handle(Input::Withdrawn { id: due[0].id }, t(1806)),
+        vec![]
+    );
+    assert_eq!(
+        m.handle(Input::Withdrawn { id: due[1].id }, t(1807)),
+        vec![Action::HandOver]
+    );
+    assert!(
+        starts(&m.handle(Input::Tick, t(2000))).is_empty(),
+        "no start once stopping"
+    );
+    assert_eq!(
+        m.handle(Input::LockReleased, t(1810)),
+        vec![Action::CancelRun {
+            run_id: run.record.run_id.clone()
+        }]
+    );
+    let end = m.handle(ended(&run, RunOutcome::Cancelled, t(1000)), t(1900));
+    let Action::WriteRecord(finished) = &end[0] else {
+        panic!("{end:?}")
+    };
+    assert_eq!(m.handle(written(finished), t(1905)), vec![Action::Stopped]);
+}
+
+#[test]
+fn a_stop_hands_over_anyway_when_withdrawing_takes_too_long() {
+    let mut m = owning(&job("a", EVERY_SECOND, ""));
+    let claim = only_claim(&m.handle(Input::Tick, t(750)));
+    assert_eq!(
+        m.handle(Input::Shutdown, t(800)),
+        vec![],
+        "waits for the claim's answer"
+    );
+    assert_eq!(m.next_deadline(), Some(t(2800)));
+    assert_eq!(m.handle(Input::Tick, t(2800)), vec![Action::HandOver]);
+    assert_eq!(
+        m.handle(Input::LockReleased, t(2801)),
+        vec![Action::Stopped]
+    );
+    let _ = claim;
+}
+
+#[test]
+fn a_reloaded_schedule_never_repeats_a_tick() {
+    let tables = job("a", EVERY_SECOND, "");
+    let mut m = owning(&tables);
+    let claim = only_claim(&m.handle(Input::Tick, t(750)));
+    assert_eq!(ms_of(&claim), 1000);
+    m.handle(Input::Reloaded(jobs(&tables)), t(800));
+    assert_eq!(
+        m.next_deadline(),
+        Some(t(1750)),
+        "1 s was handed out already"
+    );
+    let added = [tables.clone(), job("b", EVERY_SECOND, "")].join("");
+    assert_eq!(
+        m.handle(Input::Reloaded(jobs(&added)), t(900)),
+        vec![Action::PrepareJobs(vec![JobName::new("b")])]
+    );
+}
+
+#[test]
+fn ticks_that_come_while_catch_up_decides_wait_behind_it() {
+    let mut m = owning(&job("a", EVERY_SECOND, ""));
+    m.handle(Input::LockChanged(disconnected_owner(TOKEN)), t(100));
+    m.handle(Input::LockChanged(owner(TOKEN)), t(700));
+    assert!(
+        claims(&m.handle(Input::Tick, t(750))).is_empty(),
+        "held: catch-up is deciding"
+    );
+    let listed = Input::RecordsListed {
+        job: JobName::new("a"),
+        result: Ok(listing(&[stored("a", 0, "n1", 7, RunStatus::Succeeded)])),
+    };
+    let claim = only_claim(&m.handle(listed, t(760)));
+    assert_eq!(ms_of(&claim), 1000);
+}
+
+#[test]
+fn a_catch_up_whose_listing_fails_fires_what_it_held() {
+    let mut m = owning(&job("a", EVERY_SECOND, ""));
+    m.handle(Input::LockChanged(disconnected_owner(TOKEN)), t(100));
+    m.handle(Input::LockChanged(owner(TOKEN)), t(700));
+    m.handle(Input::Tick, t(750));
+    let failed = Input::RecordsListed {
+        job: JobName::new("a"),
+        result: Err("connection loss".into()),
+    };
+    assert_eq!(ms_of(&only_claim(&m.handle(failed, t(760)))), 1000);
+}

@@ -1,0 +1,440 @@
+//! Random interleavings of ticks, lock changes, claim results, listings and run ends, against a
+//! small model of what ZooKeeper would answer (a record per tick, a guard per job), with the
+//! firing invariants of issue 8 checked after every step.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use proptest::prelude::*;
+
+use super::*;
+
+#[derive(Debug, Clone)]
+enum Step {
+    /// Time passes by this many ms, then the timer fires.
+    Advance(u16),
+    /// 0: owner with the current token, 1: a new acquisition, 2: follower, 3: owner disconnected.
+    Lock(u8),
+    /// Answer an outstanding claim: which one, and how (see `answer_claim`).
+    Claim(u8, u8),
+    /// End a running run: which one, and how.
+    End(u8, u8),
+    /// Answer an outstanding write, listing, mark or withdrawal: which one, and how.
+    Answer(u8, u8),
+    Shutdown,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        4 => (0u16..1500).prop_map(Step::Advance),
+        1 => (3000u16..6000).prop_map(Step::Advance),
+        2 => (0u8..4).prop_map(Step::Lock),
+        5 => (any::<u8>(), any::<u8>()).prop_map(|(i, k)| Step::Claim(i, k)),
+        3 => (any::<u8>(), any::<u8>()).prop_map(|(i, k)| Step::End(i, k)),
+        4 => (any::<u8>(), any::<u8>()).prop_map(|(i, k)| Step::Answer(i, k)),
+        1 => Just(Step::Shutdown),
+    ]
+}
+
+fn sim_jobs() -> String {
+    [
+        job(
+            "a",
+            EVERY_SECOND,
+            "misfire = \"run_all\"\nstarting_deadline = \"5s\"\non_interrupted = \"rerun\"",
+        ),
+        job(
+            "b",
+            "*/2 * * * * *",
+            "concurrency = \"allow\"\non_lost = \"finish\"\nretries = 1\nretry_backoff = \"1s\"",
+        ),
+        job("c", "*/3 * * * * *", "concurrency = \"replace\""),
+    ]
+    .join("")
+}
+
+/// What the machine asked for and has not been answered, and what it has done.
+#[derive(Default)]
+struct World {
+    now: i64,
+    token: i32,
+    status: LockStatus,
+    claims: Vec<TickClaim>,
+    lists: Vec<JobName>,
+    marks: Vec<RunRecord>,
+    writes: Vec<Claim>,
+    withdraws: Vec<ClaimId>,
+    /// Started runs whose process has not ended: run id → its start claim.
+    running: BTreeMap<String, Claim>,
+    /// Started runs whose final record is not yet written: run id → job.
+    alive: BTreeMap<String, JobName>,
+    /// The model's `running/<job>` guards: job → (run id, token of the claim).
+    guards: BTreeMap<JobName, (String, FencingToken)>,
+    /// The model's records: (job, tick ms).
+    records: BTreeSet<(JobName, i64)>,
+    started: BTreeSet<(JobName, i64, u32)>,
+    /// Every started (run id, attempt).
+    started_runs: BTreeSet<(String, u32)>,
+    last_started: BTreeMap<JobName, i64>,
+    /// Final records written per (run id, attempt).
+    finals: BTreeMap<(String, u32), u32>,
+    starts: u32,
+    shutdown: bool,
+    handed_over: u32,
+    released: bool,
+    stopped: u32,
+}
+
+impl World {
+    fn feed(&mut self, m: &mut FireMachine, input: Input) -> Result<(), TestCaseError> {
+        let lost = match &input {
+            Input::LockChanged(status) => {
+                let lost = self.status.token.is_some() && self.status.token != status.token;
+                self.status = *status;
+                lost
+            }
+            _ => false,
+        };
+        let granted_after_stop = match &input {
+            Input::ClaimDone {
+                id,
+                result: Ok(claim),
+            } if self.shutdown && claim.record.status == RunStatus::Claimed => Some(*id),
+            _ => None,
+        };
+        let unended_cancel: BTreeSet<String> = self
+            .running
+            .iter()
+            .filter(|(_, claim)| claim.record.job.as_str() != "b")
+            .map(|(id, _)| id.clone())
+            .collect();
+        let actions = m.handle(input, t(self.now));
+        if lost && !self.shutdown {
+            let cancelled: BTreeSet<String> = actions
+                .iter()
+                .filter_map(|a| match a {
+                    Action::CancelRun { run_id } => Some(run_id.clone()),
+                    _ => None,
+                })
+                .collect();
+            prop_assert_eq!(
+                &cancelled,
+                &unended_cancel,
+                "on Lost: on_lost = cancel runs are cancelled, on_lost = finish runs are not"
+            );
+        }
+        if let Some(id) = granted_after_stop {
+            prop_assert!(
+                actions
+                    .iter()
+                    .any(|a| matches!(a, Action::Withdraw { id: w, .. } if *w == id)),
+                "a claim granted after the stop is withdrawn: {actions:?}"
+            );
+        }
+        for action in actions {
+            self.perform(action)?;
+        }
+        Ok(())
+    }
+
+    fn perform(&mut self, action: Action) -> Result<(), TestCaseError> {
+        match action {
+            Action::Claim(claim) => {
+                if claim.record.status == RunStatus::Skipped {
+                    prop_assert!(
+                        self.guards.contains_key(&claim.record.job),
+                        "a tick is skipped only while a run of its job is alive: {claim:?}"
+                    );
+                }
+                self.claims.push(claim);
+            }
+            Action::StartRun { claim, context, .. } => {
+                prop_assert!(!self.shutdown, "no start once stopping: {claim:?}");
+                prop_assert!(
+                    self.status.may_fire && self.status.token == Some(claim.record.fencing_token),
+                    "a run starts only under the token that owns the lock now: {claim:?} with {:?}",
+                    self.status
+                );
+                let job = claim.record.job.clone();
+                let tick = claim.record.scheduled_unix_ms;
+                prop_assert!(
+                    self.started
+                        .insert((job.clone(), tick, claim.record.attempt)),
+                    "started twice on this node: {job} at {tick}, attempt {}",
+                    claim.record.attempt
+                );
+                if claim.record.attempt == 1 {
+                    let last = self.last_started.insert(job.clone(), tick);
+                    prop_assert!(
+                        last.is_none_or(|last| last < tick),
+                        "{job}'s ticks start in scheduled order: {tick} after {last:?}"
+                    );
+                }
+                if job.as_str() == "a" {
+                    prop_assert!(
+                        !self.alive.values().any(|j| *j == job),
+                        "forbid: a second run of {job} while one is alive"
+                    );
+                }
+                prop_assert_eq!(context.fencing_token, claim.record.fencing_token);
+                self.started_runs
+                    .insert((claim.record.run_id.clone(), claim.record.attempt));
+                self.starts += 1;
+                self.alive.insert(claim.record.run_id.clone(), job);
+                self.running.insert(claim.record.run_id.clone(), claim);
+            }
+            Action::WriteRecord(claim) => {
+                if claim.record.status != RunStatus::Missed {
+                    prop_assert!(claim.record.status.is_final(), "{claim:?}");
+                    *self
+                        .finals
+                        .entry((claim.record.run_id.clone(), claim.record.attempt))
+                        .or_default() += 1;
+                }
+                self.writes.push(claim);
+            }
+            Action::ListRecords(job) => self.lists.push(job),
+            Action::MarkInterrupted { record, .. } => self.marks.push(record),
+            Action::Withdraw { id, .. } => self.withdraws.push(id),
+            Action::HandOver => {
+                prop_assert!(self.shutdown);
+                self.handed_over += 1;
+            }
+            Action::Stopped => {
+                prop_assert!(self.released && self.running.is_empty());
+                self.stopped += 1;
+            }
+            Action::CancelRun { .. }
+            | Action::Prune { .. }
+            | Action::PrepareJobs(_)
+            | Action::FenceFailed(_) => {}
+        }
+        Ok(())
+    }
+
+    /// ZooKeeper's answer to a claim, from the model (a kind picks an injected failure).
+    fn answer_claim(&mut self, claim: &TickClaim, kind: u8) -> Result<Claim, ClaimRefused> {
+        let job = claim.record.job.clone();
+        let key = (job.clone(), claim.record.scheduled_unix_ms);
+        // The model's epoch: its version is the latest acquisition's token.
+        if claim.record.fencing_token.0 != self.token {
+            return Err(ClaimRefused::NotOwner);
+        }
+        match kind % 10 {
+            0 => return Err(ClaimRefused::Failed("connection loss".into())),
+            1 if claim.mode == ClaimMode::Create => return Err(ClaimRefused::AlreadyClaimed),
+            _ => {}
+        }
+        if claim.mode == ClaimMode::Create && !self.records.insert(key) {
+            return Err(ClaimRefused::AlreadyClaimed);
+        }
+        if claim.guarded {
+            if self.guards.contains_key(&job) {
+                return Err(ClaimRefused::RunAlive);
+            }
+            let holder = (claim.record.run_id.clone(), claim.record.fencing_token);
+            self.guards.insert(job, holder);
+        }
+        Ok(granted(claim))
+    }
+
+    fn release_guard(&mut self, claim: &Claim) {
+        let held = self.guards.get(&claim.record.job);
+        if held.is_some_and(|(run_id, _)| *run_id == claim.record.run_id) {
+            self.guards.remove(&claim.record.job);
+        }
+    }
+
+    fn step(&mut self, m: &mut FireMachine, step: Step) -> Result<(), TestCaseError> {
+        match step {
+            Step::Advance(by) => {
+                self.now += i64::from(by);
+                self.feed(m, Input::Tick)?;
+            }
+            Step::Lock(kind) => {
+                let status = match kind {
+                    0 if self.token > 0 => owner(FencingToken(self.token)),
+                    0 | 1 => {
+                        self.token += 1;
+                        // The old session's guards went with it.
+                        self.guards.clear();
+                        owner(FencingToken(self.token))
+                    }
+                    2 => follower(),
+                    _ => match self.status.token {
+                        Some(token) => disconnected_owner(token),
+                        None => follower(),
+                    },
+                };
+                self.feed(m, Input::LockChanged(status))?;
+            }
+            Step::Claim(i, kind) => {
+                if self.claims.is_empty() {
+                    return Ok(());
+                }
+                let claim = self.claims.remove(usize::from(i) % self.claims.len());
+                let result = self.answer_claim(&claim, kind);
+                self.feed(
+                    m,
+                    Input::ClaimDone {
+                        id: claim.id,
+                        result,
+                    },
+                )?;
+            }
+            Step::End(i, kind) => {
+                if self.running.is_empty() {
+                    return Ok(());
+                }
+                let run_id = self.running.keys().nth(usize::from(i) % self.running.len());
+                let Some(run_id) = run_id.cloned() else {
+                    return Ok(());
+                };
+                let Some(claim) = self.running.remove(&run_id) else {
+                    return Ok(());
+                };
+                let outcome = match kind % 4 {
+                    0 => RunOutcome::Exited { code: 1 },
+                    1 => RunOutcome::Cancelled,
+                    _ => RunOutcome::Exited { code: 0 },
+                };
+                self.feed(m, ended(&claim, outcome, t(self.now)))?;
+            }
+            Step::Answer(i, kind) => self.answer_other(m, usize::from(i), kind)?,
+            Step::Shutdown => {
+                if !self.shutdown {
+                    self.shutdown = true;
+                    self.feed(m, Input::Shutdown)?;
+                }
+            }
+        }
+        if self.handed_over > 0 && !self.released {
+            self.released = true;
+            self.feed(m, Input::LockReleased)?;
+        }
+        Ok(())
+    }
+
+    /// Answers one outstanding write, listing, mark or withdrawal.
+    fn answer_other(
+        &mut self,
+        m: &mut FireMachine,
+        i: usize,
+        kind: u8,
+    ) -> Result<(), TestCaseError> {
+        if !self.writes.is_empty() {
+            let claim = self.writes.remove(i % self.writes.len());
+            self.release_guard(&claim);
+            self.alive.remove(&claim.record.run_id);
+            let version = (kind % 5 != 0).then_some(claim.version + 2);
+            let run_id = claim.record.run_id.clone();
+            return self.feed(m, Input::RecordWritten { run_id, version });
+        }
+        if !self.withdraws.is_empty() {
+            let id = self.withdraws.remove(i % self.withdraws.len());
+            return self.feed(m, Input::Withdrawn { id });
+        }
+        if !self.marks.is_empty() {
+            let record = self.marks.remove(i % self.marks.len());
+            let result = if kind % 4 == 0 {
+                Err("moved".into())
+            } else {
+                Ok(3)
+            };
+            return self.feed(m, Input::Marked { record, result });
+        }
+        if !self.lists.is_empty() {
+            let job = self.lists.remove(i % self.lists.len());
+            let result = match kind % 4 {
+                0 => Err("connection loss".to_owned()),
+                1 => Ok(JobRecords::default()),
+                2 => {
+                    let tick = self.now - self.now % 1000 - i64::from(kind % 7) * 1000;
+                    let mut open =
+                        stored(job.as_str(), tick, "n2", self.token - 1, RunStatus::Running);
+                    open.run_id = format!("{job}-old-{tick}");
+                    Ok(listing(&[open]))
+                }
+                _ => {
+                    let tick = self.now - self.now % 1000 - i64::from(kind % 9) * 1000;
+                    let done = stored(
+                        job.as_str(),
+                        tick,
+                        "n2",
+                        self.token - 1,
+                        RunStatus::Succeeded,
+                    );
+                    Ok(listing(&[done]))
+                }
+            };
+            return self.feed(m, Input::RecordsListed { job, result });
+        }
+        Ok(())
+    }
+
+    /// Stops the machine and answers everything until it says Stopped.
+    fn drain(&mut self, m: &mut FireMachine) -> Result<(), TestCaseError> {
+        self.step(m, Step::Shutdown)?;
+        for _ in 0..500 {
+            if self.stopped > 0 {
+                break;
+            }
+            if !self.claims.is_empty() {
+                self.step(m, Step::Claim(0, 5))?;
+            } else if !self.running.is_empty() {
+                self.step(m, Step::End(0, 2))?;
+            } else if !(self.writes.is_empty()
+                && self.withdraws.is_empty()
+                && self.marks.is_empty()
+                && self.lists.is_empty())
+            {
+                self.step(m, Step::Answer(0, 1))?;
+            } else {
+                self.step(m, Step::Advance(1000))?;
+            }
+        }
+        prop_assert_eq!(self.stopped, 1, "the machine says Stopped exactly once");
+        prop_assert_eq!(self.handed_over, 1, "the lock is handed over exactly once");
+        for (run_id, attempt) in &self.started_runs {
+            let finals = self.finals.get(&(run_id.clone(), *attempt)).copied();
+            prop_assert_eq!(
+                finals,
+                Some(1),
+                "run {} attempt {} gets exactly one final record",
+                run_id,
+                attempt
+            );
+        }
+        Ok(())
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    #[test]
+    fn firing_invariants_hold_under_random_interleavings(
+        steps in proptest::collection::vec(step(), 0..160)
+    ) {
+        let mut m = machine(&sim_jobs());
+        let mut world = World::default();
+        for step in steps {
+            world.step(&mut m, step)?;
+        }
+        world.drain(&mut m)?;
+    }
+}
+
+#[test]
+fn the_simulation_starts_runs_at_all() {
+    // Guards the property test against a model that never lets anything start.
+    let mut m = machine(&sim_jobs());
+    let mut world = World::default();
+    world.step(&mut m, Step::Lock(1)).expect("acquire");
+    for _ in 0..40 {
+        world.step(&mut m, Step::Answer(0, 1)).expect("answer");
+        world.step(&mut m, Step::Claim(0, 5)).expect("claim");
+        world.step(&mut m, Step::Advance(300)).expect("advance");
+        world.step(&mut m, Step::End(0, 2)).expect("end");
+    }
+    assert!(world.starts >= 10, "only {} starts", world.starts);
+}

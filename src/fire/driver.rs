@@ -21,10 +21,11 @@ use super::machine::{
     Action, ClaimRefused, FireMachine, Input, JobRecords, RESOLVE_WINDOW, TickClaim,
 };
 use crate::config::JobConfig;
-use crate::ids::{FencingToken, JobName, NodeId};
+use crate::ids::{FencingToken, JobName};
 use crate::ledger::{self, ClaimError, LedgerPaths};
 use crate::lock::LockUpdate;
-use crate::lock::driver::DriverError;
+use crate::lock::driver::{DriverError, LockPaths};
+use crate::lock::inspect;
 use crate::report::error_chain;
 use crate::runner;
 
@@ -35,8 +36,8 @@ const MAX_SLEEP: Duration = Duration::from_secs(30);
 #[derive(Debug, Clone)]
 pub struct FireSettings {
     pub ledger: LedgerPaths,
-    /// `<root>/<lock>/members`, for catch-up to tell live nodes.
-    pub members: String,
+    /// The lock group's paths, for catch-up to tell live members.
+    pub group: LockPaths,
     pub acls: Acls<'static>,
 }
 
@@ -314,13 +315,13 @@ impl Io {
             let result = Err("no zookeeper session".to_owned());
             return Some(Input::RecordsListed { job, result });
         };
-        let (paths, members, answers) = (
+        let (paths, group, answers) = (
             self.settings.ledger.clone(),
-            self.settings.members.clone(),
+            self.settings.group.clone(),
             self.answers.clone(),
         );
         self.tasks.spawn(async move {
-            let result = list_records(&client, &paths, &members, &job).await;
+            let result = list_records(&client, &paths, &group, &job).await;
             let _ = answers.send(Input::RecordsListed { job, result });
         });
         None
@@ -333,12 +334,9 @@ impl Io {
         };
         let (paths, answers) = (self.settings.ledger.clone(), self.answers.clone());
         self.tasks.spawn(async move {
-            let path = paths.record(&record.job, record.scheduled_unix_ms);
-            let result = client
-                .set_data(&path, &record.to_bytes(), Some(version))
+            let result = ledger::mark_interrupted(&client, &paths, &record, version)
                 .await
-                .map(|stat| stat.version)
-                .map_err(|err| format!("{path}: {err}"));
+                .map_err(|err| error_chain(&err));
             let _ = answers.send(Input::Marked { record, result });
         });
         None
@@ -349,7 +347,7 @@ impl Io {
 async fn list_records(
     client: &Client,
     paths: &LedgerPaths,
-    members: &str,
+    group: &LockPaths,
     job: &JobName,
 ) -> Result<JobRecords, String> {
     let ticks = ledger::ticks(client, paths, job)
@@ -362,10 +360,9 @@ async fn list_records(
         }
     }
     let guard_holder = ledger::guard_holder(client, paths, job).await;
-    let live_members = match client.list_children(members).await {
-        Ok(names) => names.into_iter().map(NodeId::new).collect(),
-        Err(err) => return Err(format!("{members}: {err}")),
-    };
+    let live_members = inspect::member_ids(client, group)
+        .await
+        .map_err(|err| error_chain(&err))?;
     Ok(JobRecords {
         ticks,
         newest,

@@ -354,12 +354,26 @@ impl FireMachine {
         };
         let claims = self.claims.values().filter_map(|p| match &p.state {
             PendingState::Claimed(_) => Some(p.start_at),
+            // Waiting on our own run: its end wakes the claim, the late-tick rule bounds it.
+            PendingState::RunAlive { .. } if self.waits_on_own_run(p) => {
+                p.reason.on_time().then(|| p.tick + MISSED_AFTER)
+            }
             PendingState::RunAlive { at } => Some(*at),
             PendingState::Replacing { until, .. } => Some(*until),
             _ => None,
         });
         let retries = self.runs.retry_deadlines();
         queue.into_iter().chain(claims).chain(retries).min()
+    }
+
+    /// A claim that found the guard held by a run of ours that started after the claim's tick
+    /// (catch-up runs first, then the ticks held behind it): that run did not overlap the tick,
+    /// so the claim waits for the run's final record, which releases the guard, instead of
+    /// retrying at once and skipping.
+    fn waits_on_own_run(&self, pending: &Pending) -> bool {
+        self.runs
+            .earliest_start_of(&pending.spec.name)
+            .is_some_and(|started| started > pending.tick)
     }
 
     /// Runs alive on this node (started, final record not yet written).
@@ -391,7 +405,14 @@ impl FireMachine {
             };
             match &pending.state {
                 PendingState::Claimed(_) if pending.start_at <= now => self.try_start(id, now, out),
-                PendingState::RunAlive { at } if *at <= now => self.claim_again(id, now, out),
+                PendingState::RunAlive { at } if *at <= now => {
+                    if !self.waits_on_own_run(pending) {
+                        self.claim_again(id, now, out);
+                    } else if pending.reason.on_time() && now > pending.tick + MISSED_AFTER {
+                        // Our own later run stayed alive past the late-tick rule.
+                        self.skip_run_alive(id, now, out);
+                    }
+                }
                 PendingState::Replacing { until, .. } if *until <= now => {
                     tracing::warn!(job = %pending.spec.name, tick = %pending.tick, "replaced run did not end within its grace; starting anyway");
                     self.start_replacing(id, now, out);
@@ -677,13 +698,22 @@ impl FireMachine {
         // this late is not started, and its record says why.
         if pending.reason.on_time() && now > tick + MISSED_AFTER {
             tracing::warn!(job = %job, %tick, "not firing: the claimed tick is too late to start");
-            let mut missed = claim.clone();
-            missed.record.status = RunStatus::Missed;
-            missed.record.error =
-                Some("claimed, but too late to start (the node was stalled)".into());
-            missed.record.missed_from_unix_ms = Some(missed.record.scheduled_unix_ms);
-            missed.record.missed_ticks = Some(1);
-            out.push(Action::WriteRecord(missed));
+            out.push(Action::WriteRecord(missed_claim(
+                claim,
+                "claimed, but too late to start (the node was stalled)",
+            )));
+            return self.settle(id, now, out);
+        }
+        let first_attempt = claim.record.attempt == 1;
+        let overtaken = self.jobs.get(job).and_then(|s| s.last_started);
+        if first_attempt && overtaken.is_some_and(|last| last >= tick) {
+            // Claims can come back out of order; a job's ticks start in scheduled order, so a
+            // later tick that started first covers this one.
+            tracing::warn!(job = %job, %tick, "not firing: a later tick of the job has started");
+            out.push(Action::WriteRecord(missed_claim(
+                claim,
+                "a later tick of the job started first",
+            )));
             return self.settle(id, now, out);
         }
         if pending.config.concurrency == Concurrency::Forbid && self.runs.alive_of(job) {
@@ -761,7 +791,7 @@ impl FireMachine {
             }
         }
         self.runs
-            .started(&claim, &pending.config, pending.in_backlog);
+            .started(&claim, &pending.config, pending.in_backlog, now);
         out.push(Action::StartRun {
             spec: Arc::clone(&pending.spec),
             claim,
@@ -1105,6 +1135,16 @@ impl FireMachine {
             }
         }
     }
+}
+
+/// A claimed tick that will not start, as the `missed` record that says why.
+fn missed_claim(claim: &Claim, why: &str) -> Claim {
+    let mut missed = claim.clone();
+    missed.record.status = RunStatus::Missed;
+    missed.record.error = Some(why.to_owned());
+    missed.record.missed_from_unix_ms = Some(missed.record.scheduled_unix_ms);
+    missed.record.missed_ticks = Some(1);
+    missed
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ pub(super) struct Run {
     pub in_backlog: bool,
     /// Its process has ended; this is the final record being written.
     pub finished: Option<Claim>,
+    pub started_at: DateTime<Utc>,
 }
 
 #[derive(Debug, Default)]
@@ -32,12 +33,19 @@ pub(super) struct Runs {
 }
 
 impl Runs {
-    pub fn started(&mut self, claim: &Claim, config: &Arc<JobConfig>, in_backlog: bool) {
+    pub fn started(
+        &mut self,
+        claim: &Claim,
+        config: &Arc<JobConfig>,
+        in_backlog: bool,
+        now: DateTime<Utc>,
+    ) {
         let run = Run {
             job: claim.record.job.clone(),
             config: Arc::clone(config),
             in_backlog,
             finished: None,
+            started_at: now,
         };
         self.alive.insert(claim.record.run_id.clone(), run);
     }
@@ -59,6 +67,15 @@ impl Runs {
     /// A run of `job` is alive here (its record may still be being written).
     pub fn alive_of(&self, job: &JobName) -> bool {
         self.alive.values().any(|run| &run.job == job)
+    }
+
+    /// When the oldest run of `job` alive here started.
+    pub fn earliest_start_of(&self, job: &JobName) -> Option<DateTime<Utc>> {
+        self.alive
+            .values()
+            .filter(|run| &run.job == job)
+            .map(|run| run.started_at)
+            .min()
     }
 
     pub fn alive_of_run(&self, run_id: &str) -> bool {

@@ -579,6 +579,56 @@ fn defect_1_a_forbid_tick_is_not_skipped_when_the_run_ends_before_it() {
 }
 
 #[test]
+fn a_late_claim_waits_for_our_own_runs_record_instead_of_retrying_at_once() {
+    // After a takeover the caught-up run starts after the declined tick's time; the declined
+    // tick's claim finds its guard. A timer expiry before the run's record is written must not
+    // turn that into a skip.
+    let mut m = owning(&job("a", EVERY_SECOND, ""));
+    m.handle(Input::LockChanged(disconnected_owner(TOKEN)), t(100));
+    run_timer(&mut m, 2750);
+    m.handle(Input::LockChanged(owner(TOKEN)), t(3270));
+    let listed = Input::RecordsListed {
+        job: JobName::new("a"),
+        result: Ok(listing(&[stored("a", 0, "n1", 7, RunStatus::Succeeded)])),
+    };
+    let caught = claims(&m.handle(listed, t(3280)));
+    let caught = caught.last().expect("the caught-up tick");
+    assert_eq!(ms_of(caught), 2000);
+    let actions = m.handle(ok(caught), t(3290));
+    let (run, _) = only_start(&actions);
+    let declined = only_claim(&actions);
+    assert_eq!(ms_of(&declined), 3000);
+    assert_eq!(
+        m.handle(refused(&declined, ClaimRefused::RunAlive), t(3292)),
+        vec![]
+    );
+    let end = m.handle(
+        ended(&run, RunOutcome::Exited { code: 0 }, t(3290)),
+        t(3293),
+    );
+    assert_eq!(
+        m.next_deadline(),
+        Some(t(3750)),
+        "the next tick's claim; no retry timer"
+    );
+    assert_eq!(
+        m.handle(Input::Tick, t(3294)),
+        vec![],
+        "a spurious tick changes nothing"
+    );
+    let Action::WriteRecord(finished) = &end[0] else {
+        panic!("{end:?}")
+    };
+    let again = only_claim(&m.handle(written(finished), t(3296)));
+    assert_eq!(
+        (ms_of(&again), again.record.status),
+        (3000, RunStatus::Claimed)
+    );
+    let (_, context) = only_start(&m.handle(ok(&again), t(3298)));
+    assert_eq!(context.scheduled_at, t(3000));
+}
+
+#[test]
 fn a_forbid_tick_is_skipped_when_a_run_is_still_alive_at_its_time() {
     let mut m = owning(&job("a", EVERY_SECOND, ""));
     let first = only_claim(&m.handle(Input::Tick, t(750)));

@@ -2,7 +2,7 @@
 //!
 //! Owns: parsing arguments, choosing the log setup, printing results, mapping errors to exit codes.
 //! Must not: contain logic that belongs to a library module (lock policy, scheduling, ZooKeeper
-//! layout beyond reading it for `status`).
+//! layout, raw ZooKeeper requests).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -17,12 +17,11 @@ use tokio_util::sync::CancellationToken;
 use zkcron::config::{self, Config, LoadError, LogFormat};
 use zkcron::daemon::{self, DaemonError, DaemonSettings};
 use zkcron::identity::{self, IdentityError};
-use zkcron::ledger::record::RunRecord;
+use zkcron::ledger::record::{RunRecord, RunStatus};
 use zkcron::ledger::{self, ClaimError, LedgerPaths};
-use zkcron::lock::LockUpdate;
 use zkcron::lock::driver::{self, DriverError, LockPaths, LockSettings};
 use zkcron::lock::members::MemberError;
-use zkcron::lock::node::{EpochData, OwnerInfo};
+use zkcron::lock::{LockUpdate, inspect};
 use zkcron::zk::{self, ZkError, ZkSettings};
 use zkcron::{JobName, LockEvent, NodeId, logging};
 
@@ -61,7 +60,8 @@ enum Command {
         /// The schedule file.
         config: PathBuf,
     },
-    /// Show the lock owner (node, ip, host, since, fencing token) and the live members.
+    /// Show the lock owner (node, ip, host, since, fencing token), the live members, and per
+    /// job: next fire, last run, ticks recorded missed among the kept records, a run alive now.
     #[command(after_help = EXIT_CODES)]
     Status {
         /// The schedule file (for `[zookeeper]` and `[lock]`).
@@ -312,71 +312,43 @@ fn history_line(r: &RunRecord, tz: chrono_tz::Tz) -> String {
 async fn status(config: &Config) -> Result<(), CliError> {
     let client = connect_once(config).await?;
     let paths = LockPaths::new(&config.lock.root, &config.lock.name);
-    let request = |path: &str| {
-        let path = path.to_owned();
-        move |source| ZkError::Request { path, source }
-    };
     let mut lines = vec![format!("lock {} ({})", config.lock.name, paths.dir)];
-    let owner = match client.get_data(&paths.lock).await {
-        Ok((data, stat)) if stat.ephemeral_owner == 0 => {
-            let _ = data;
-            "a persistent node squats the lock path: no node can own it until an operator deletes it".to_owned()
+    let owner = match inspect::owner(&client, &paths).await? {
+        inspect::Owner::None => "none".to_owned(),
+        inspect::Owner::Squatter => "a persistent node squats the lock path: no node can own it until an operator deletes it".to_owned(),
+        inspect::Owner::Held { session, info: Some(info) } => format!(
+            "{} (ip {}, host {}, pid {}, version {}, since {}, session {session})",
+            info.node_id,
+            info.ip,
+            info.host,
+            info.pid,
+            info.version,
+            since(info.since_unix_ms),
+        ),
+        inspect::Owner::Held { session, info: None } => {
+            format!("a foreign node with unreadable data (session {session})")
         }
-        Ok((data, stat)) => match OwnerInfo::parse(&data) {
-            Ok(info) => format!(
-                "{} (ip {}, host {}, pid {}, version {}, since {}, session {:#x})",
-                info.node_id,
-                info.ip,
-                info.host,
-                info.pid,
-                info.version,
-                since(info.since_unix_ms),
-                stat.ephemeral_owner
-            ),
-            Err(_) => format!(
-                "a foreign node with unreadable data (session {:#x})",
-                stat.ephemeral_owner
-            ),
-        },
-        Err(zookeeper_client::Error::NoNode) => "none".to_owned(),
-        Err(source) => return Err(request(&paths.lock)(source).into()),
     };
     lines.push(format!("owner:         {owner}"));
-    match client.get_data(&paths.epoch).await {
-        Ok((data, stat)) => {
-            let by =
-                EpochData::parse(&data).map_or_else(|_| "?".to_owned(), |e| e.node_id.to_string());
-            lines.push(format!(
-                "fencing token: {} (latest acquisition by {by})",
-                stat.version
-            ));
-        }
-        Err(zookeeper_client::Error::NoNode) => {
-            lines.push("fencing token: none (never acquired)".to_owned())
-        }
-        Err(source) => return Err(request(&paths.epoch)(source).into()),
-    }
-    let members = match client.list_children(&paths.members).await {
-        Ok(members) => members,
-        Err(zookeeper_client::Error::NoNode) => Vec::new(),
-        Err(source) => return Err(request(&paths.members)(source).into()),
-    };
+    lines.push(match inspect::epoch(&client, &paths).await? {
+        Some(epoch) => format!(
+            "fencing token: {} (latest acquisition by {})",
+            epoch.token,
+            epoch.by.map_or_else(|| "?".to_owned(), |id| id.to_string())
+        ),
+        None => "fencing token: none (never acquired)".to_owned(),
+    });
+    let members = inspect::members(&client, &paths).await?;
     lines.push(format!("members:       {}", members.len()));
     for member in members {
-        let path = format!("{}/{member}", paths.members);
-        let detail = match client
-            .get_data(&path)
-            .await
-            .map(|(data, _)| OwnerInfo::parse(&data))
-        {
-            Ok(Ok(info)) => format!(
+        let detail = match member.info {
+            Some(info) => format!(
                 "ip {}, host {}, pid {}, version {}",
                 info.ip, info.host, info.pid, info.version
             ),
-            Ok(Err(_)) => "unreadable data".to_owned(),
-            Err(_) => "gone".to_owned(),
+            None => "unreadable data, or gone".to_owned(),
         };
-        lines.push(format!("  {member}  {detail}"));
+        lines.push(format!("  {}  {detail}", member.node_id));
     }
     lines.extend(job_status(&client, config, &paths).await?);
     writeln!(std::io::stdout().lock(), "{}", lines.join("\n")).map_err(CliError::Stdout)
@@ -390,8 +362,8 @@ async fn job_status(
 ) -> Result<Vec<String>, CliError> {
     let ledger_paths = LedgerPaths::new(paths);
     let mut lines = vec![format!(
-        "{:<20}  {:<25}  {:<25}  {:<11}  {:<15}  {}",
-        "JOB", "NEXT", "LAST", "STATUS", "NODE", "ALIVE"
+        "{:<20}  {:<26}  {:<26}  {:<11}  {:<15}  {:>6}  {}",
+        "JOB", "NEXT", "LAST", "STATUS", "NODE", "MISSED", "ALIVE"
     )];
     let now = Utc::now();
     for job in &config.jobs {
@@ -406,10 +378,14 @@ async fn job_status(
         } else {
             "disabled".into()
         };
-        let last = ledger::history(client, &ledger_paths, &job.spec.name, 1)
-            .await?
-            .into_iter()
-            .next();
+        // The kept records (`history`) say how many ticks nobody fired lately.
+        let records = ledger::history(client, &ledger_paths, &job.spec.name, job.history).await?;
+        let missed: u64 = records
+            .iter()
+            .filter(|r| r.status == RunStatus::Missed)
+            .map(|r| r.missed_ticks.unwrap_or(1))
+            .sum();
+        let last = records.into_iter().next();
         let (last_at, status, node) = match &last {
             Some(r) => (
                 chrono::DateTime::from_timestamp_millis(r.scheduled_unix_ms)
@@ -427,7 +403,7 @@ async fn job_status(
             None => "no".into(),
         };
         lines.push(format!(
-            "{:<20}  {next:<25}  {last_at:<25}  {status:<11}  {node:<15}  {alive}",
+            "{:<20}  {next:<26}  {last_at:<26}  {status:<11}  {node:<15}  {missed:>6}  {alive}",
             job.spec.name.as_str()
         ));
     }

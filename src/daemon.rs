@@ -73,7 +73,7 @@ pub async fn run(
     };
     let fire = FireSettings {
         ledger: LedgerPaths::new(&paths),
-        members: paths.members.clone(),
+        group: paths.clone(),
         acls: config.zookeeper.settings().acls(),
     };
     let me = Me {

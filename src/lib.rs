@@ -17,6 +17,7 @@ pub mod daemon;
 pub mod fire;
 pub mod identity;
 pub mod ids;
+pub mod layout;
 pub mod ledger;
 pub mod lock;
 pub mod logging;

@@ -11,55 +11,8 @@ pub mod record;
 use zookeeper_client::{Acls, CheckWriteError, Client, CreateMode, Error as ZkErr};
 
 use crate::ids::{FencingToken, JobName, SessionId};
-use crate::lock::driver::LockPaths;
-use record::{RunRecord, parse_tick_node_name, tick_node_name};
-
-/// The ledger's znodes under one lock group.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LedgerPaths {
-    pub epoch: String,
-    pub runs: String,
-    /// Parent of the `running/<job>` guards: ephemeral, held for a run's life (concurrency).
-    pub running: String,
-}
-
-impl ClaimError {
-    fn from_zk(path: &str, err: crate::zk::ZkError) -> Self {
-        match err {
-            crate::zk::ZkError::Request { path, source } => ClaimError::Zk { path, source },
-            other => ClaimError::Zk {
-                path: path.to_owned(),
-                source: ZkErr::UnexpectedError(other.to_string()),
-            },
-        }
-    }
-}
-
-impl LedgerPaths {
-    /// The ledger of the lock group at `lock`.
-    pub fn new(lock: &LockPaths) -> Self {
-        Self {
-            epoch: lock.epoch.clone(),
-            runs: format!("{}/runs", lock.dir),
-            running: format!("{}/running", lock.dir),
-        }
-    }
-
-    /// The parent of one job's records.
-    pub fn job_runs(&self, job: &JobName) -> String {
-        format!("{}/{job}", self.runs)
-    }
-
-    /// The guard that says a run of `job` is alive somewhere in the cluster.
-    pub fn running(&self, job: &JobName) -> String {
-        format!("{}/{job}", self.running)
-    }
-
-    /// One tick's record.
-    pub fn record(&self, job: &JobName, scheduled_unix_ms: i64) -> String {
-        format!("{}/{job}/{}", self.runs, tick_node_name(scheduled_unix_ms))
-    }
-}
+pub use crate::layout::LedgerPaths;
+use record::{RunRecord, parse_tick_node_name};
 
 /// Why a tick was not claimed.
 #[derive(Debug, thiserror::Error)]
@@ -79,6 +32,18 @@ pub enum ClaimError {
         #[source]
         source: ZkErr,
     },
+}
+
+impl ClaimError {
+    fn from_zk(path: &str, err: crate::zk::ZkError) -> Self {
+        match err {
+            crate::zk::ZkError::Request { path, source } => ClaimError::Zk { path, source },
+            other => ClaimError::Zk {
+                path: path.to_owned(),
+                source: ZkErr::UnexpectedError(other.to_string()),
+            },
+        }
+    }
 }
 
 /// A tick we claimed: its record and the record's znode version, for compare-and-set updates.
@@ -385,6 +350,29 @@ pub async fn withdraw(
             CheckWriteError::OperationFailed { source, .. }
             | CheckWriteError::RequestFailed { source },
         ) => Err(zk_err(source)),
+    }
+}
+
+/// Writes an open record that a previous owner left behind as `interrupted`, at the version it
+/// was read with, so a record that changed meanwhile is never overwritten. Returns its new
+/// version (for the rerun's claim).
+///
+/// # Errors
+/// The record changed (`BadVersion`) or vanished, or the request failed.
+pub async fn mark_interrupted(
+    client: &Client,
+    paths: &LedgerPaths,
+    record: &RunRecord,
+    version: i32,
+) -> Result<i32, UpdateError> {
+    let path = paths.record(&record.job, record.scheduled_unix_ms);
+    match client
+        .set_data(&path, &record.to_bytes(), Some(version))
+        .await
+    {
+        Ok(stat) => Ok(stat.version),
+        Err(ZkErr::BadVersion | ZkErr::NoNode) => Err(UpdateError::Conflict { path }),
+        Err(source) => Err(UpdateError::Zk { path, source }),
     }
 }
 

@@ -20,7 +20,8 @@ use zookeeper_client::{
     StateWatcher, WatchedEvent,
 };
 
-use crate::ids::{FencingToken, NodeId, SessionId};
+use crate::ids::{FencingToken, SessionId};
+pub use crate::layout::LockPaths;
 use crate::lock::machine::{
     Action, Epoch, Input, LockEvent, LockMachine, LockState, RequestFailed,
 };
@@ -32,33 +33,6 @@ use crate::zk::{self, ZkSettings};
 /// Pause before retrying a session whose setup (paths, member node) failed; doubles up to the max.
 const MIN_SETUP_RETRY: Duration = Duration::from_millis(500);
 const MAX_SETUP_RETRY: Duration = Duration::from_secs(30);
-
-/// The znodes of one lock group (DESIGN.md "ZooKeeper layout").
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LockPaths {
-    pub dir: String,
-    pub lock: String,
-    pub epoch: String,
-    pub members: String,
-}
-
-impl LockPaths {
-    /// Paths of lock group `name` under `root` (e.g. `/zkcron` and `billing`).
-    pub fn new(root: &str, name: &str) -> Self {
-        let dir = format!("{}/{name}", root.trim_end_matches('/'));
-        Self {
-            lock: format!("{dir}/lock"),
-            epoch: format!("{dir}/epoch"),
-            members: format!("{dir}/members"),
-            dir,
-        }
-    }
-
-    /// This node's member znode.
-    pub fn member(&self, node_id: &NodeId) -> String {
-        format!("{}/{node_id}", self.members)
-    }
-}
 
 /// Who we are and how the lock behaves.
 #[derive(Debug, Clone)]

@@ -5,6 +5,7 @@
 //! Must not: know about jobs, schedules or processes.
 
 pub mod driver;
+pub mod inspect;
 pub mod machine;
 pub mod members;
 pub mod node;

@@ -1,0 +1,107 @@
+//! Reading a lock group from outside its machine: who owns it, the fencing token, the live
+//! members — for `zkcron status` and for catch-up's "is that node still alive".
+//!
+//! Owns: the read-only ZooKeeper requests on the lock, epoch and member nodes, and parsing their
+//! untrusted data (garbage is reported as such, never a panic).
+//! Must not: write anything or decide anything about ownership.
+
+use zookeeper_client::Client;
+
+use crate::ids::{NodeId, SessionId};
+use crate::lock::driver::LockPaths;
+use crate::lock::node::{EpochData, OwnerInfo};
+use crate::zk::ZkError;
+
+/// The lock node as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Owner {
+    None,
+    /// A persistent node squats the lock path: no session can ever own it.
+    Squatter,
+    /// A session holds it; `info` is `None` when its data is not zkcron's.
+    Held {
+        session: SessionId,
+        info: Option<OwnerInfo>,
+    },
+}
+
+/// The epoch node as read: its version is the latest acquisition's token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Epoch {
+    pub token: i32,
+    /// Who acquired last, when the data parses.
+    pub by: Option<NodeId>,
+}
+
+/// One live member: its id, and what it wrote (`None`: unreadable or gone meanwhile).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub node_id: NodeId,
+    pub info: Option<OwnerInfo>,
+}
+
+fn request(path: &str) -> impl FnOnce(zookeeper_client::Error) -> ZkError + '_ {
+    move |source| ZkError::Request {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Who owns the lock.
+///
+/// # Errors
+/// The read failed (a missing node is [`Owner::None`]).
+pub async fn owner(client: &Client, paths: &LockPaths) -> Result<Owner, ZkError> {
+    match client.get_data(&paths.lock).await {
+        Ok((_, stat)) if stat.ephemeral_owner == SessionId::PERSISTENT.0 => Ok(Owner::Squatter),
+        Ok((data, stat)) => Ok(Owner::Held {
+            session: SessionId(stat.ephemeral_owner),
+            info: OwnerInfo::parse(&data).ok(),
+        }),
+        Err(zookeeper_client::Error::NoNode) => Ok(Owner::None),
+        Err(source) => Err(request(&paths.lock)(source)),
+    }
+}
+
+/// The epoch; `None` when the group was never acquired.
+///
+/// # Errors
+/// The read failed.
+pub async fn epoch(client: &Client, paths: &LockPaths) -> Result<Option<Epoch>, ZkError> {
+    match client.get_data(&paths.epoch).await {
+        Ok((data, stat)) => Ok(Some(Epoch {
+            token: stat.version,
+            by: EpochData::parse(&data).ok().map(|epoch| epoch.node_id),
+        })),
+        Err(zookeeper_client::Error::NoNode) => Ok(None),
+        Err(source) => Err(request(&paths.epoch)(source)),
+    }
+}
+
+/// The node ids of the live members, without reading their data.
+///
+/// # Errors
+/// Listing failed (a group without members has none).
+pub async fn member_ids(client: &Client, paths: &LockPaths) -> Result<Vec<NodeId>, ZkError> {
+    match client.list_children(&paths.members).await {
+        Ok(names) => Ok(names.into_iter().map(NodeId::new).collect()),
+        Err(zookeeper_client::Error::NoNode) => Ok(Vec::new()),
+        Err(source) => Err(request(&paths.members)(source)),
+    }
+}
+
+/// The live members with what each wrote.
+///
+/// # Errors
+/// Listing failed; a member that vanished meanwhile is listed with no info.
+pub async fn members(client: &Client, paths: &LockPaths) -> Result<Vec<Member>, ZkError> {
+    let mut members = Vec::new();
+    for node_id in member_ids(client, paths).await? {
+        let info = match client.get_data(&paths.member(&node_id)).await {
+            Ok((data, _)) => OwnerInfo::parse(&data).ok(),
+            Err(_) => None,
+        };
+        members.push(Member { node_id, info });
+    }
+    Ok(members)
+}

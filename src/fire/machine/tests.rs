@@ -195,6 +195,22 @@ fn listing(records: &[RunRecord]) -> JobRecords {
     }
 }
 
+/// The answer to `ListRecords(job)` with these records.
+fn listed(job: &str, records: &[RunRecord]) -> Input {
+    Input::RecordsListed {
+        job: JobName::new(job),
+        result: Ok(listing(records)),
+    }
+}
+
+/// Feeds a run's end; returns the final record it writes (its one action).
+fn end_run(m: &mut FireMachine, end: Input, at: DateTime<Utc>) -> Claim {
+    match &m.handle(end, at)[..] {
+        [Action::WriteRecord(finished)] => finished.clone(),
+        other => panic!("a run's end writes its final record, and only that: {other:?}"),
+    }
+}
+
 const EVERY_SECOND: &str = "* * * * * *";
 
 #[test]
@@ -251,10 +267,7 @@ fn a_follower_declines_and_fires_a_declined_tick_after_acquiring_within_the_late
         ],
         "catch-up decides first; the declined tick waits for it"
     );
-    let listed = Input::RecordsListed {
-        job: JobName::new("a"),
-        result: Ok(listing(&[stored("a", 0, "n2", 6, RunStatus::Succeeded)])),
-    };
+    let listed = listed("a", &[stored("a", 0, "n2", 6, RunStatus::Succeeded)]);
     let claim = only_claim(&m.handle(listed, t(1105)));
     assert_eq!(claim.record.scheduled_unix_ms, t(1000).timestamp_millis());
     let (_, context) = only_start(&m.handle(ok(&claim), t(1108)));
@@ -271,10 +284,7 @@ fn a_declined_tick_past_the_late_limit_is_not_fired_but_caught_up_per_misfire() 
     run_timer(&mut m, 2300);
     // Ticks 1 and 2 were declined more than a second ago; 3 is not due yet.
     m.handle(Input::LockChanged(owner(TOKEN)), t(3100));
-    let listed = Input::RecordsListed {
-        job: JobName::new("a"),
-        result: Ok(listing(&[stored("a", 0, "n2", 6, RunStatus::Succeeded)])),
-    };
+    let listed = listed("a", &[stored("a", 0, "n2", 6, RunStatus::Succeeded)]);
     let actions = m.handle(listed, t(3105));
     let gap = only_claim(&actions);
     assert_eq!(gap.record.status, RunStatus::Missed);
@@ -311,16 +321,7 @@ fn defect_2_catch_up_starts_the_missed_tick_before_the_declined_one() {
         m.handle(Input::Tick, t(now));
     }
     m.handle(Input::LockChanged(owner(TOKEN)), t(26_470));
-    let listed = Input::RecordsListed {
-        job: JobName::new("a"),
-        result: Ok(listing(&[stored(
-            "a",
-            20_000,
-            "n2",
-            6,
-            RunStatus::Succeeded,
-        )])),
-    };
+    let listed = listed("a", &[stored("a", 20_000, "n2", 6, RunStatus::Succeeded)]);
     let actions = m.handle(listed, t(26_475));
     let all = claims(&actions);
     assert_eq!(
@@ -350,14 +351,12 @@ fn defect_2_catch_up_starts_the_missed_tick_before_the_declined_one() {
         m.handle(refused(&declined, ClaimRefused::RunAlive), t(26_482)),
         vec![]
     );
-    let end = m.handle(
+    let finished = end_run(
+        &mut m,
         ended(&run, RunOutcome::Exited { code: 0 }, t(26_480)),
         t(26_485),
     );
-    let Action::WriteRecord(finished) = &end[0] else {
-        panic!("{end:?}")
-    };
-    let again = only_claim(&m.handle(written(finished), t(26_487)));
+    let again = only_claim(&m.handle(written(&finished), t(26_487)));
     assert_eq!(ms_of(&again), 26_000);
     let (_, context) = only_start(&m.handle(ok(&again), t(26_490)));
     assert!(
@@ -380,10 +379,7 @@ fn debug_run_all() {
     m.handle(Input::LockChanged(follower()), t(0));
     run_timer(&mut m, 3750);
     m.handle(Input::LockChanged(owner(TOKEN)), t(4100));
-    let listed = Input::RecordsListed {
-        job: JobName::new("a"),
-        result: Ok(listing(&[stored("a", 1000, "n2", 6, RunStatus::Succeeded)])),
-    };
+    let listed = listed("a", &[stored("a", 1000, "n2", 6, RunStatus::Succeeded)]);
     let a = m.handle(listed, t(4105));
     eprintln!("listed {a:?}");
     eprintln!(
@@ -408,7 +404,7 @@ fn debug_run_all() {
     let Action::WriteRecord(finished) = &end[0] else {
         panic!()
     };
-    eprintln!("written {:?}", m.handle(written(finished), t(4115)));
+    eprintln!("written {:?}", m.handle(written(&finished), t(4115)));
     eprintln!(
         "state {:?}",
         m.jobs
@@ -433,10 +429,7 @@ fn run_all_catches_up_in_order_one_after_another_then_the_declined_tick() {
     m.handle(Input::LockChanged(follower()), t(0));
     m.handle(Input::Tick, t(3750));
     m.handle(Input::LockChanged(owner(TOKEN)), t(4100));
-    let listed = Input::RecordsListed {
-        job: JobName::new("a"),
-        result: Ok(listing(&[stored("a", 1000, "n2", 6, RunStatus::Succeeded)])),
-    };
+    let listed = listed("a", &[stored("a", 1000, "n2", 6, RunStatus::Succeeded)]);
     let mut now = 4105;
     let mut claimed = claims(&m.handle(listed, t(now)));
     let mut order = Vec::new();
@@ -447,14 +440,12 @@ fn run_all_catches_up_in_order_one_after_another_then_the_declined_tick() {
         let actions = m.handle(ok(&claim), t(now));
         let (run, _) = only_start(&actions);
         claimed = claims(&actions);
-        let end = m.handle(
+        let finished = end_run(
+            &mut m,
             ended(&run, RunOutcome::Exited { code: 0 }, t(now)),
             t(now + 3),
         );
-        let Action::WriteRecord(finished) = &end[0] else {
-            panic!("{end:?}")
-        };
-        claimed.extend(claims(&m.handle(written(finished), t(now + 5))));
+        claimed.extend(claims(&m.handle(written(&finished), t(now + 5))));
     }
     assert_eq!(
         order,
@@ -481,10 +472,7 @@ fn ticks_beyond_the_starting_deadline_are_one_gap_of_their_own() {
     m.handle(Input::LockChanged(follower()), t(0));
     run_timer(&mut m, 9800);
     m.handle(Input::LockChanged(owner(TOKEN)), t(10_100));
-    let listed = Input::RecordsListed {
-        job: JobName::new("a"),
-        result: Ok(listing(&[stored("a", 1000, "n2", 6, RunStatus::Succeeded)])),
-    };
+    let listed = listed("a", &[stored("a", 1000, "n2", 6, RunStatus::Succeeded)]);
     let all = claims(&m.handle(listed, t(10_100)));
     let beyond = &all[0];
     assert_eq!(
@@ -521,10 +509,7 @@ fn a_gap_while_zookeeper_was_unreachable_says_so() {
     m.handle(Input::LockChanged(disconnected_owner(TOKEN)), t(100));
     run_timer(&mut m, 3000);
     m.handle(Input::LockChanged(owner(TOKEN)), t(3100));
-    let listed = Input::RecordsListed {
-        job: JobName::new("a"),
-        result: Ok(listing(&[stored("a", 0, "n1", 7, RunStatus::Succeeded)])),
-    };
+    let listed = listed("a", &[stored("a", 0, "n1", 7, RunStatus::Succeeded)]);
     let all = claims(&m.handle(listed, t(3101)));
     assert_eq!(
         all.len(),
@@ -568,7 +553,7 @@ fn defect_1_a_forbid_tick_is_not_skipped_when_the_run_ends_before_it() {
         unreachable!()
     };
     // The guard is released with the record, 5 ms before the tick: claim again.
-    let again = m.handle(written(finished), t(1995));
+    let again = m.handle(written(&finished), t(1995));
     let retry = claims(&again);
     assert_eq!(retry.len(), 1, "claimed once more: {again:?}");
     assert_eq!(retry[0].record.status, RunStatus::Claimed);
@@ -587,10 +572,7 @@ fn a_late_claim_waits_for_our_own_runs_record_instead_of_retrying_at_once() {
     m.handle(Input::LockChanged(disconnected_owner(TOKEN)), t(100));
     run_timer(&mut m, 2750);
     m.handle(Input::LockChanged(owner(TOKEN)), t(3270));
-    let listed = Input::RecordsListed {
-        job: JobName::new("a"),
-        result: Ok(listing(&[stored("a", 0, "n1", 7, RunStatus::Succeeded)])),
-    };
+    let listed = listed("a", &[stored("a", 0, "n1", 7, RunStatus::Succeeded)]);
     let caught = claims(&m.handle(listed, t(3280)));
     let caught = caught.last().expect("the caught-up tick");
     assert_eq!(ms_of(caught), 2000);
@@ -619,7 +601,7 @@ fn a_late_claim_waits_for_our_own_runs_record_instead_of_retrying_at_once() {
     let Action::WriteRecord(finished) = &end[0] else {
         panic!("{end:?}")
     };
-    let again = only_claim(&m.handle(written(finished), t(3296)));
+    let again = only_claim(&m.handle(written(&finished), t(3296)));
     assert_eq!(
         (ms_of(&again), again.record.status),
         (3000, RunStatus::Claimed)
@@ -800,16 +782,14 @@ fn a_failed_run_is_retried_after_its_backoff_as_the_next_attempt() {
     let claim = only_claim(&m.handle(Input::Tick, t(59_750)));
     m.handle(ok(&claim), t(59_751));
     let (run, _) = only_start(&m.handle(Input::Tick, t(60_000)));
-    let end = m.handle(
+    let failed = end_run(
+        &mut m,
         ended(&run, RunOutcome::Exited { code: 3 }, t(60_000)),
         t(60_100),
     );
-    let Action::WriteRecord(failed) = &end[0] else {
-        panic!("{end:?}")
-    };
     assert_eq!(failed.record.status, RunStatus::Failed);
     assert_eq!(
-        m.handle(written(failed), t(60_105)),
+        m.handle(written(&failed), t(60_105)),
         vec![],
         "no prune: a retry is due"
     );
@@ -824,15 +804,13 @@ fn a_failed_run_is_retried_after_its_backoff_as_the_next_attempt() {
     assert_eq!(retry.record.attempt, 2);
     let (retried, context) = only_start(&m.handle(ok(&retry), t(62_107)));
     assert!(!context.resumed);
-    let end = m.handle(
+    let failed = end_run(
+        &mut m,
         ended(&retried, RunOutcome::Exited { code: 3 }, t(62_107)),
         t(62_200),
     );
-    let Action::WriteRecord(failed) = &end[0] else {
-        panic!("{end:?}")
-    };
     assert_eq!(
-        m.handle(written(failed), t(62_205)),
+        m.handle(written(&failed), t(62_205)),
         vec![Action::Prune {
             job: JobName::new("a"),
             keep: 100
@@ -856,12 +834,9 @@ fn replace_cancels_the_running_run_and_starts_when_it_has_ended() {
             run_id: run.record.run_id.clone()
         }]
     );
-    let end = m.handle(ended(&run, RunOutcome::Cancelled, t(1000)), t(2100));
-    let Action::WriteRecord(cancelled) = &end[0] else {
-        panic!("{end:?}")
-    };
+    let cancelled = end_run(&mut m, ended(&run, RunOutcome::Cancelled, t(1000)), t(2100));
     assert_eq!(cancelled.record.status, RunStatus::Cancelled);
-    let (_, context) = only_start(&m.handle(written(cancelled), t(2105)));
+    let (_, context) = only_start(&m.handle(written(&cancelled), t(2105)));
     assert_eq!(context.scheduled_at, t(2000));
 }
 
@@ -915,11 +890,8 @@ fn a_stop_withdraws_claimed_ticks_hands_over_then_stops_the_runs() {
             run_id: run.record.run_id.clone()
         }]
     );
-    let end = m.handle(ended(&run, RunOutcome::Cancelled, t(1000)), t(1900));
-    let Action::WriteRecord(finished) = &end[0] else {
-        panic!("{end:?}")
-    };
-    assert_eq!(m.handle(written(finished), t(1905)), vec![Action::Stopped]);
+    let finished = end_run(&mut m, ended(&run, RunOutcome::Cancelled, t(1000)), t(1900));
+    assert_eq!(m.handle(written(&finished), t(1905)), vec![Action::Stopped]);
 }
 
 #[test]
@@ -968,10 +940,7 @@ fn ticks_that_come_while_catch_up_decides_wait_behind_it() {
         claims(&m.handle(Input::Tick, t(750))).is_empty(),
         "held: catch-up is deciding"
     );
-    let listed = Input::RecordsListed {
-        job: JobName::new("a"),
-        result: Ok(listing(&[stored("a", 0, "n1", 7, RunStatus::Succeeded)])),
-    };
+    let listed = listed("a", &[stored("a", 0, "n1", 7, RunStatus::Succeeded)]);
     let claim = only_claim(&m.handle(listed, t(760)));
     assert_eq!(ms_of(&claim), 1000);
 }

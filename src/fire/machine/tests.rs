@@ -370,56 +370,6 @@ fn ms_of(claim: &TickClaim) -> i64 {
 }
 
 #[test]
-fn debug_run_all() {
-    let mut m = machine(&job(
-        "a",
-        EVERY_SECOND,
-        "misfire = \"run_all\"\nconcurrency = \"allow\"",
-    ));
-    m.handle(Input::LockChanged(follower()), t(0));
-    run_timer(&mut m, 3750);
-    m.handle(Input::LockChanged(owner(TOKEN)), t(4100));
-    let listed = listed("a", &[stored("a", 1000, "n2", 6, RunStatus::Succeeded)]);
-    let a = m.handle(listed, t(4105));
-    eprintln!("listed {a:?}");
-    eprintln!(
-        "state {:?}",
-        m.jobs
-            .values()
-            .map(|s| (
-                s.held.iter().map(|i| ms(i.tick)).collect::<Vec<_>>(),
-                s.backlog.iter().map(|i| ms(i.tick)).collect::<Vec<_>>(),
-                s.backlog_busy
-            ))
-            .collect::<Vec<_>>()
-    );
-    let c = only_claim(&a);
-    let (run, _) = only_start(&m.handle(ok(&c), t(4110)));
-    eprintln!("runs {:?}", m.runs);
-    let end = m.handle(
-        ended(&run, RunOutcome::Exited { code: 0 }, t(4110)),
-        t(4113),
-    );
-    eprintln!("end {:?}", end.len());
-    let Action::WriteRecord(finished) = &end[0] else {
-        panic!()
-    };
-    eprintln!("written {:?}", m.handle(written(&finished), t(4115)));
-    eprintln!(
-        "state {:?}",
-        m.jobs
-            .values()
-            .map(|s| (
-                s.held.iter().map(|i| ms(i.tick)).collect::<Vec<_>>(),
-                s.backlog.iter().map(|i| ms(i.tick)).collect::<Vec<_>>(),
-                s.backlog_busy,
-                s.catch_up.is_some()
-            ))
-            .collect::<Vec<_>>()
-    );
-}
-
-#[test]
 fn run_all_catches_up_in_order_one_after_another_then_the_declined_tick() {
     let mut m = machine(&job(
         "a",
@@ -553,7 +503,7 @@ fn defect_1_a_forbid_tick_is_not_skipped_when_the_run_ends_before_it() {
         unreachable!()
     };
     // The guard is released with the record, 5 ms before the tick: claim again.
-    let again = m.handle(written(&finished), t(1995));
+    let again = m.handle(written(finished), t(1995));
     let retry = claims(&again);
     assert_eq!(retry.len(), 1, "claimed once more: {again:?}");
     assert_eq!(retry[0].record.status, RunStatus::Claimed);
@@ -601,7 +551,7 @@ fn a_late_claim_waits_for_our_own_runs_record_instead_of_retrying_at_once() {
     let Action::WriteRecord(finished) = &end[0] else {
         panic!("{end:?}")
     };
-    let again = only_claim(&m.handle(written(&finished), t(3296)));
+    let again = only_claim(&m.handle(written(finished), t(3296)));
     assert_eq!(
         (ms_of(&again), again.record.status),
         (3000, RunStatus::Claimed)

@@ -31,6 +31,18 @@ use crate::runner;
 
 /// Sleep at most this long at once, so a wall-clock step (NTP, suspend) is noticed in time.
 const MAX_SLEEP: Duration = Duration::from_secs(30);
+/// A request whose answer has not come by then is answered as failed, so that no claim, listing
+/// or final record keeps the machine (or a stop) waiting on an ensemble that does not answer.
+const REQUEST_LIMIT: Duration = Duration::from_secs(10);
+
+/// `request`'s output, or `None` (logged) when it took longer than [`REQUEST_LIMIT`].
+async fn bounded<T>(what: &str, request: impl Future<Output = T>) -> Option<T> {
+    let answer = tokio::time::timeout(REQUEST_LIMIT, request).await;
+    if answer.is_err() {
+        tracing::warn!(what, limit = ?REQUEST_LIMIT, "zookeeper did not answer in time");
+    }
+    answer.ok()
+}
 
 /// Where the machine's records live.
 #[derive(Debug, Clone)]
@@ -142,7 +154,13 @@ pub async fn run(
                     }
                     Action::Stopped => {
                         io.tasks.close();
-                        io.tasks.wait().await;
+                        // Prunes and log reads still out; each is bounded by REQUEST_LIMIT.
+                        if tokio::time::timeout(REQUEST_LIMIT, io.tasks.wait())
+                            .await
+                            .is_err()
+                        {
+                            tracing::warn!("requests still out at exit; their answers are dropped");
+                        }
                         return lock_result;
                     }
                     action => {
@@ -191,7 +209,9 @@ impl Io {
                     let (report, claim) = tokio::join!(runner::run(&spec, &context, cancel), async {
                         let mut claim = claim;
                         if let Some(client) = client {
-                            if let Err(err) = ledger::update(&client, &mut claim).await {
+                            let path = claim.path.clone();
+                            let written = bounded(&path, ledger::update(&client, &mut claim)).await;
+                            if let Some(Err(err)) = written {
                                 tracing::warn!(status = ?claim.record.status, error = %error_chain(&err), "run record not updated");
                             }
                         }
@@ -216,12 +236,15 @@ impl Io {
                 let answers = self.answers.clone();
                 self.tasks.spawn(async move {
                     let mut claim = claim;
-                    let version = match ledger::finish(&client, &mut claim).await {
-                        Ok(()) => Some(claim.version),
-                        Err(err) => {
+                    let path = claim.path.clone();
+                    let written = bounded(&path, ledger::finish(&client, &mut claim)).await;
+                    let version = match written {
+                        Some(Ok(())) => Some(claim.version),
+                        Some(Err(err)) => {
                             tracing::warn!(status = ?claim.record.status, error = %error_chain(&err), "run record not updated");
                             None
                         }
+                        None => None,
                     };
                     let run_id = claim.record.run_id;
                     let _ = answers.send(Input::RecordWritten { run_id, version });
@@ -233,9 +256,10 @@ impl Io {
                 };
                 let (paths, answers) = (self.settings.ledger.clone(), self.answers.clone());
                 self.tasks.spawn(async move {
-                    match ledger::withdraw(&client, &paths, &claim).await {
-                        Ok(()) => tracing::info!(path = claim.path, "claimed tick withdrawn for the handoff"),
-                        Err(err) => tracing::warn!(path = claim.path, error = %error_chain(&err), "claimed tick not withdrawn"),
+                    match bounded(&claim.path, ledger::withdraw(&client, &paths, &claim)).await {
+                        Some(Ok(())) => tracing::info!(path = claim.path, "claimed tick withdrawn for the handoff"),
+                        Some(Err(err)) => tracing::warn!(path = claim.path, error = %error_chain(&err), "claimed tick not withdrawn"),
+                        None => {}
                     }
                     let _ = answers.send(Input::Withdrawn { id });
                 });
@@ -244,10 +268,10 @@ impl Io {
                 let client = self.client.clone()?;
                 let paths = self.settings.ledger.clone();
                 self.tasks.spawn(async move {
-                    match ledger::prune(&client, &paths, &job, keep).await {
-                        Ok(0) => {}
-                        Ok(deleted) => tracing::debug!(job = %job, deleted, keep, "old run records pruned"),
-                        Err(err) => tracing::warn!(job = %job, error = %error_chain(&err), "pruning run records failed"),
+                    match bounded(job.as_str(), ledger::prune(&client, &paths, &job, keep)).await {
+                        Some(Ok(0)) | None => {}
+                        Some(Ok(deleted)) => tracing::debug!(job = %job, deleted, keep, "old run records pruned"),
+                        Some(Err(err)) => tracing::warn!(job = %job, error = %error_chain(&err), "pruning run records failed"),
                     }
                 });
             }
@@ -290,18 +314,21 @@ impl Io {
         );
         self.tasks.spawn(async move {
             let (job, tick) = (record.job.clone(), record.scheduled_unix_ms);
-            let result = ledger::claim(&client, &paths, record, mode, guarded, acls).await;
-            let result = result.map_err(|err| match err {
-                ClaimError::NotOwner { .. } => ClaimRefused::NotOwner,
-                ClaimError::AlreadyClaimed { .. } => ClaimRefused::AlreadyClaimed,
-                ClaimError::RunAlive { .. } => ClaimRefused::RunAlive,
-                err @ ClaimError::Zk { .. } => ClaimRefused::Failed(error_chain(&err)),
-            });
+            let path = paths.record(&job, tick);
+            let claimed = bounded(&path, ledger::claim(&client, &paths, record, mode, guarded, acls));
+            let result = match claimed.await {
+                Some(result) => result.map_err(|err| match err {
+                    ClaimError::NotOwner { .. } => ClaimRefused::NotOwner,
+                    ClaimError::AlreadyClaimed { .. } => ClaimRefused::AlreadyClaimed,
+                    ClaimError::RunAlive { .. } => ClaimRefused::RunAlive,
+                    err @ ClaimError::Zk { .. } => ClaimRefused::Failed(error_chain(&err)),
+                }),
+                None => Err(ClaimRefused::Failed("no answer in time".into())),
+            };
             let already = result == Err(ClaimRefused::AlreadyClaimed);
             let _ = answers.send(Input::ClaimDone { id, result });
             if already {
                 // Who holds it, for the log line: after the answer, off the firing path.
-                let path = paths.record(&job, tick);
                 let read = tokio::time::timeout(Duration::from_secs(2), ledger::read_record(&client, &path)).await;
                 let by = read.ok().flatten().map(|record| record.node_id.to_string());
                 tracing::warn!(job = %job, tick, claimed_by = by.as_deref().unwrap_or("?"), "not firing: tick already claimed");
@@ -321,7 +348,10 @@ impl Io {
             self.answers.clone(),
         );
         self.tasks.spawn(async move {
-            let result = list_records(&client, &paths, &group, &job).await;
+            let listed = bounded(job.as_str(), list_records(&client, &paths, &group, &job));
+            let result = listed
+                .await
+                .unwrap_or_else(|| Err("no answer in time".into()));
             let _ = answers.send(Input::RecordsListed { job, result });
         });
         None
@@ -334,9 +364,14 @@ impl Io {
         };
         let (paths, answers) = (self.settings.ledger.clone(), self.answers.clone());
         self.tasks.spawn(async move {
-            let result = ledger::mark_interrupted(&client, &paths, &record, version)
-                .await
-                .map_err(|err| error_chain(&err));
+            let marked = bounded(
+                &record.run_id,
+                ledger::mark_interrupted(&client, &paths, &record, version),
+            );
+            let result = match marked.await {
+                Some(result) => result.map_err(|err| error_chain(&err)),
+                None => Err("no answer in time".into()),
+            };
             let _ = answers.send(Input::Marked { record, result });
         });
         None

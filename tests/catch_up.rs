@@ -7,6 +7,7 @@
 
 mod support;
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
@@ -169,18 +170,49 @@ async fn missed_ticks_are_skipped_run_once_or_all_within_the_starting_deadline()
         "nothing older than the starting deadline: {near:?}"
     );
     for name in ["skip", "once", "all", "near"] {
-        let ticks: Vec<i64> = read_fires(&file(name))
-            .iter()
-            .map(|f| f.scheduled_ms)
-            .collect();
-        let mut unique = ticks.clone();
-        unique.dedup();
-        assert_eq!(
-            unique.len(),
-            ticks.len(),
-            "{name}: no tick fired twice: {ticks:?}"
+        assert_no_tick_fired_twice(name, &read_fires(&file(name)));
+    }
+}
+
+/// Fails naming the first tick of job `name` found in `fires` more than once, wherever its lines
+/// are: a caught-up tick is written after later on-time ones, so duplicates need not be adjacent.
+fn assert_no_tick_fired_twice(name: &str, fires: &[Fire]) {
+    let mut by_tick: BTreeMap<i64, Vec<&Fire>> = BTreeMap::new();
+    for fire in fires {
+        by_tick.entry(fire.scheduled_ms).or_default().push(fire);
+    }
+    if let Some((tick, twice)) = by_tick.iter().find(|(_, fired)| fired.len() > 1) {
+        let ticks: Vec<i64> = fires.iter().map(|f| f.scheduled_ms).collect();
+        panic!(
+            "{name}: tick {tick} fired {} times: {twice:?}\nall ticks in fire order: {ticks:?}",
+            twice.len()
         );
     }
+}
+
+#[test]
+fn a_tick_fired_twice_on_non_adjacent_lines_is_caught() {
+    let fire = |scheduled_ms: i64| Fire {
+        scheduled_ms,
+        node: "cu".into(),
+        token: 1,
+        job: "all".into(),
+        run_id: format!("all-{scheduled_ms}"),
+        attempt: 1,
+        resumed: "0".into(),
+        scheduled_at: String::new(),
+    };
+    let fires = [fire(1000), fire(2000), fire(1000)];
+    let caught = std::panic::catch_unwind(|| assert_no_tick_fired_twice("all", &fires));
+    let message = caught.expect_err("a tick fired twice passes");
+    let message = message
+        .downcast_ref::<String>()
+        .expect("a formatted panic message");
+    assert!(
+        message.contains("all: tick 1000 fired 2 times"),
+        "names the tick: {message}"
+    );
+    assert_no_tick_fired_twice("all", &[fire(2000), fire(1000), fire(3000)]);
 }
 
 #[tokio::test]

@@ -4,13 +4,20 @@
 
 mod support;
 
-use zookeeper_client::{Acls, Client, CreateMode};
+use std::time::Duration;
 
-use support::shared_ensemble;
+use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError, SessionState};
+
+use support::{shared_ensemble, wait_until};
 use zkcron::ledger::record::{RunRecord, RunStatus};
 use zkcron::ledger::{self, ClaimError, ClaimMode, LedgerPaths, UpdateError};
 use zkcron::lock::driver::LockPaths;
 use zkcron::{FencingToken, JobName, NodeId};
+
+/// Bound on a client noticing that the server expired its session: the server closes the
+/// connection with the session, the client reconnects at once and is refused. Milliseconds
+/// usually; the slack is for a JVM's GC pause or a busy core on a loaded 2-core machine.
+const EXPIRY_NOTICED: Duration = Duration::from_secs(10);
 
 fn record(job: &str, tick: i64, node: &str, token: i32) -> RunRecord {
     RunRecord::claimed(
@@ -76,8 +83,11 @@ async fn two_believed_owners_claim_each_tick_at_most_once() {
     )
     .await;
     assert!(
-        matches!(twice, Err(ClaimError::AlreadyClaimed { .. })),
-        "{twice:?}"
+        matches!(
+            &twice,
+            Err(ClaimError::AlreadyClaimed { job: j, scheduled_unix_ms: 1000 }) if *j == job
+        ),
+        "a second claim of tick 1000 is refused as already claimed: {twice:?}"
     );
 
     // b acquires; a wakes up still believing it owns the lock: its next claim fails the check.
@@ -93,8 +103,8 @@ async fn two_believed_owners_claim_each_tick_at_most_once() {
     )
     .await;
     assert!(
-        matches!(stale, Err(ClaimError::NotOwner { .. })),
-        "a stale token claims nothing: {stale:?}"
+        matches!(stale, Err(ClaimError::NotOwner { token }) if token == FencingToken(token_a)),
+        "a stale token claims nothing, refused by the epoch check at that token: {stale:?}"
     );
     let owner = ledger::claim(
         &b,
@@ -119,6 +129,14 @@ async fn an_expired_session_claims_nothing() {
     support::expire_session(&shared_ensemble().connect_string(), a.session())
         .await
         .expect("expire a");
+    // The server closes a's connection with the session; a learns of the expiry when it
+    // reconnects. Until then a request could fail with ConnectionLoss instead, which would not
+    // show that an expired session is fenced.
+    wait_until("session a sees its expiry", EXPIRY_NOTICED, || {
+        let expired = a.state() == SessionState::Expired;
+        async move { expired }
+    })
+    .await;
     let claimed = ledger::claim(
         &a,
         &paths,
@@ -129,8 +147,14 @@ async fn an_expired_session_claims_nothing() {
     )
     .await;
     assert!(
-        matches!(claimed, Err(ClaimError::Zk { .. })),
-        "an expired session cannot claim: {claimed:?}"
+        matches!(
+            &claimed,
+            Err(ClaimError::Zk {
+                source: ZkError::SessionExpired,
+                ..
+            })
+        ),
+        "an expired session cannot claim, and the error says it expired: {claimed:?}"
     );
     let job = JobName::new("report");
     assert!(
@@ -165,8 +189,8 @@ async fn records_update_by_compare_and_set_only() {
     stale.record.status = RunStatus::Interrupted;
     let conflict = ledger::update(&b, &mut stale).await;
     assert!(
-        matches!(conflict, Err(UpdateError::Conflict { .. })),
-        "{conflict:?}"
+        matches!(&conflict, Err(UpdateError::Conflict { path }) if *path == claim.path),
+        "a stale view of the record is refused as a conflict on that record: {conflict:?}"
     );
     let stored = ledger::read_record(&b, &claim.path).await.expect("record");
     assert_eq!(stored.status, RunStatus::Running);
@@ -240,11 +264,11 @@ async fn a_guarded_claim_refuses_while_a_run_is_alive_until_it_finishes() {
         Acls::anyone_all(),
     )
     .await;
-    assert!(
-        matches!(blocked, Err(ClaimError::RunAlive { .. })),
-        "{blocked:?}"
-    );
     let job = JobName::new("slow");
+    assert!(
+        matches!(&blocked, Err(ClaimError::RunAlive { job: j }) if *j == job),
+        "a guarded claim while the job's run is alive is refused as run-alive: {blocked:?}"
+    );
     assert!(
         ledger::read_record(&b, &paths.record(&job, 2000))
             .await

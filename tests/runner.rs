@@ -3,7 +3,11 @@
 //!
 //! Jobs write what they see to files in a temp dir (their stdout goes to the log). Where a test must
 //! act while a job runs, the job announces itself through a FIFO the test reads; nothing sleeps to
-//! synchronise. Time bounds are stated next to each assertion that has one.
+//! synchronise. Time bounds are stated next to each assertion that has one. Where a job must set
+//! itself up (install a trap, start its processes) before its timeout strikes, it says so with a
+//! ready file, and an attempt it did not get to is run again rather than passed.
+
+mod support;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -30,6 +34,10 @@ const GRACE: Duration = Duration::from_millis(300);
 const SLACK: Duration = Duration::from_millis(1500);
 /// Longest a test waits for a job to announce itself through its FIFO; a job starts in milliseconds.
 const ANNOUNCE: Duration = Duration::from_secs(10);
+/// Attempts at a run whose job must be set up within its [`TIMEOUT`]: a shell sets itself up in a
+/// few ms, but a loaded 2-core machine can keep a new process off a core for longer than 300 ms.
+/// Such an attempt is seen (no ready file) and run again; all of them missing fails the test.
+const SETUP_ATTEMPTS: u32 = 5;
 
 /// Set when [`as_a_child_subreaper_too`] re-runs tests of this binary in a child process.
 const SUBREAPER: &str = "ZKCRON_TEST_SUBREAPER";
@@ -131,28 +139,55 @@ fn is_dead(pid: Pid) -> bool {
     }
 }
 
-/// Polls `is_dead` for at most `within`: the kernel notifies nobody but the parent when a process
-/// exits, and grandchildren are not ours. The bound is generous; a dead process is seen at once.
-async fn dead_within(pid: Pid, within: Duration) -> bool {
-    let deadline = Instant::now() + within;
-    loop {
-        if is_dead(pid) {
-            return true;
-        }
-        if Instant::now() > deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+/// Polls `is_dead` for each pid, for at most [`SLACK`] in all: the kernel notifies nobody but the
+/// parent when a process exits, and grandchildren are not ours. The bound is generous; a dead
+/// process is seen at once.
+async fn assert_all_dead(pids: &[Pid], what: &str) {
+    let within = support::within(SLACK);
+    for &pid in pids {
+        support::wait_until(
+            &format!("{what}: pid {pid} dead after the run ended"),
+            within,
+            || {
+                let dead = is_dead(pid);
+                async move { dead }
+            },
+        )
+        .await;
     }
 }
 
-async fn assert_all_dead(pids: &[Pid], what: &str) {
-    for &pid in pids {
-        assert!(
-            dead_within(pid, SLACK).await,
-            "{what}: pid {pid} still alive after the run ended"
-        );
+/// Runs `job`, whose shell line ends its set-up with `: > "$READY"`, until an attempt in which the
+/// job got that far before its timeout struck, and returns that attempt's report. Before each
+/// attempt the ready file and `outputs` are removed, so nothing of a previous attempt is read.
+///
+/// A job stopped before it was set up (SIGTERM before its `trap`, say) proves nothing about the
+/// runner; such an attempt is logged and run again, never passed.
+async fn run_set_up_in_time(job: &JobSpec, dir: &TempDir, outputs: &[&Path]) -> RunReport {
+    let ready = dir.path().join("ready");
+    let mut job = job.clone();
+    job.env.insert("READY".into(), ready.display().to_string());
+    let mut missed = Vec::new();
+    for attempt in 1..=SETUP_ATTEMPTS {
+        for file in outputs.iter().copied().chain([ready.as_path()]) {
+            match std::fs::remove_file(file) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    panic!("remove {}: {e}", file.display())
+                }
+                _ => {}
+            }
+        }
+        let report = run_to_end(&job, &format!("r{attempt}")).await;
+        if ready.exists() {
+            return report;
+        }
+        eprintln!("attempt {attempt}: the job was stopped before it was set up; again: {report:?}");
+        missed.push(report);
     }
+    panic!(
+        "in {SETUP_ATTEMPTS} attempts the job was never set up before its {TIMEOUT:?} timeout: \
+         the case was not exercised: {missed:?}"
+    );
 }
 
 /// A FIFO in `dir` and a thread that returns everything written to it by the first writer.
@@ -391,11 +426,11 @@ async fn timeout_stops_the_whole_group_including_grandchildren() {
     // Writing the pids takes a few ms of the 300 ms timeout; `wait` keeps the leader running.
     let (mut job, out) = shell_out(
         "timeout-group",
-        r#"sleep 300 & echo $! >> "$OUT"; sleep 300 & echo $! >> "$OUT"; echo $$ >> "$OUT"; wait"#,
+        r#"sleep 300 & echo $! >> "$OUT"; sleep 300 & echo $! >> "$OUT"; echo $$ >> "$OUT"; : > "$READY"; wait"#,
         &dir,
     );
     job.timeout = Some(TIMEOUT);
-    let report = run_to_end(&job, "r").await;
+    let report = run_set_up_in_time(&job, &dir, &[&out]).await;
 
     assert_eq!(report.outcome, RunOutcome::TimedOut);
     assert!(report.duration >= TIMEOUT, "stopped early: {report:?}");
@@ -435,13 +470,14 @@ async fn a_job_that_obeys_sigterm_ends_the_run_before_the_grace_is_over() {
 async fn sigterm_comes_first_and_a_clean_exit_after_it_is_still_a_timeout() {
     host_env();
     let dir = tempfile::tempdir().unwrap();
+    // The trap must be in place before the timeout's SIGTERM: the ready file says it was.
     let (mut job, out) = shell_out(
         "term-trap",
-        r#"trap 'echo got-term > "$OUT"; exit 0' TERM; sleep 300 & wait"#,
+        r#"trap 'echo got-term > "$OUT"; exit 0' TERM; : > "$READY"; sleep 300 & wait"#,
         &dir,
     );
     job.timeout = Some(TIMEOUT);
-    let report = run_to_end(&job, "r").await;
+    let report = run_set_up_in_time(&job, &dir, &[&out]).await;
     assert_eq!(
         report.outcome,
         RunOutcome::TimedOut,
@@ -455,13 +491,14 @@ async fn a_job_ignoring_sigterm_is_killed_with_its_group_after_the_grace() {
     host_env();
     let dir = tempfile::tempdir().unwrap();
     // The ignored disposition is inherited by the background sleep too.
+    // SIGTERM must come after `trap ''`: the ready file says it did.
     let (mut job, out) = shell_out(
         "ignores-term",
-        r#"trap '' TERM; sleep 300 & echo "$! $$" > "$OUT"; wait"#,
+        r#"trap '' TERM; sleep 300 & echo "$! $$" > "$OUT"; : > "$READY"; wait"#,
         &dir,
     );
     job.timeout = Some(TIMEOUT);
-    let report = run_to_end(&job, "r").await;
+    let report = run_set_up_in_time(&job, &dir, &[&out]).await;
 
     assert_eq!(report.outcome, RunOutcome::TimedOut);
     assert!(

@@ -93,10 +93,17 @@ fn line_col_never_panics() {
         text: "ab\ncdé\n".into(),
         problems: vec![],
     };
+    // Bytes: a b \n c d é(2 bytes) \n; the 'é' starts at byte 5 and ends at byte 7.
     assert_eq!(err.line_col(0), (1, 1));
     assert_eq!(err.line_col(4), (2, 2));
-    let (line, _) = err.line_col(5); // inside the two-byte 'é'
-    assert!(line >= 1);
-    let (line, _) = err.line_col(10_000);
-    assert!(line >= 1);
+    assert_eq!(
+        err.line_col(5),
+        (2, 3),
+        "the 'é' itself: columns count chars"
+    );
+    assert_eq!(err.line_col(7), (2, 4), "the newline after the 'é'");
+    assert_eq!(err.line_col(8), (3, 1), "the end of the text");
+    // An offset that is no char boundary, or past the end, counts the whole text: the end.
+    assert_eq!(err.line_col(6), (3, 1), "inside the two-byte 'é'");
+    assert_eq!(err.line_col(10_000), (3, 1), "past the end");
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use super::zk_cluster::wait_for;
+use super::zk_cluster::{try_wait_for, wait_for};
 
 /// Wall-clock now in Unix ms, comparable with `ZKCRON_SCHEDULED_UNIX_MS`.
 pub fn now_ms() -> i64 {
@@ -172,15 +172,14 @@ impl DaemonNode {
     /// Waits until the log contains `text`.
     pub async fn wait_log(&self, text: &str, within: Duration) {
         let what = format!("{} logs {text:?}", self.node_id);
-        let found = tokio::time::timeout(
-            within + Duration::from_millis(100),
-            wait_for(&what, within, || {
-                let found = self.log().contains(text);
-                async move { found.then_some(()) }
-            }),
-        )
+        let found = try_wait_for(&what, within, || {
+            let found = self.log().contains(text);
+            async move { found.then_some(()) }
+        })
         .await;
-        assert!(found.is_ok(), "{what}\n{}", self.log_tail());
+        if let Err(not_reached) = found {
+            panic!("{not_reached}\n{}", self.log_tail());
+        }
     }
 
     pub fn log_tail(&self) -> String {

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use super::zk_cluster::{Within, wait_for};
+use super::zk_cluster::{Within, try_wait_for};
 
 /// How a group of demo nodes is configured.
 #[derive(Debug, Clone)]
@@ -132,24 +132,17 @@ impl DemoNode {
         within: impl Into<Within>,
         matches: impl Fn(&str) -> bool,
     ) -> (usize, Event) {
-        let within = within.into();
-        let found = tokio::time::timeout(
-            within.remaining() + Duration::from_millis(50),
-            wait_for(&format!("{} prints {what}", self.node_id), within, || {
-                let found = self
-                    .events()
-                    .into_iter()
-                    .enumerate()
-                    .skip(from)
-                    .find(|(_, e)| matches(&e.line));
-                async move { found }
-            }),
-        )
+        let found = try_wait_for(&format!("{} prints {what}", self.node_id), within, || {
+            let found = self
+                .events()
+                .into_iter()
+                .enumerate()
+                .skip(from)
+                .find(|(_, e)| matches(&e.line));
+            async move { found }
+        })
         .await;
-        match found {
-            Ok(found) => found,
-            Err(_) => panic!("{} never printed {what}\n{}", self.node_id, self.report()),
-        }
+        found.unwrap_or_else(|not_reached| panic!("{not_reached}\n{}", self.report()))
     }
 
     /// Waits for an `acquired` line after index `from`; returns the token and when it was seen.

@@ -16,7 +16,8 @@
 //! - Isolation without faults: [`shared_ensemble`] + [`ZkEnsemble::isolated_connect_string`] (a fresh
 //!   chroot per test). Fault tests start their own ensemble and serialise on [`fault_lock`].
 //! - Waiting: [`wait_until`] / [`wait_for`] poll an observed condition with a stated bound
-//!   ([`within`]) and panic naming what was not reached; no test sleeps to synchronise.
+//!   ([`within`]) and panic naming what was not reached ([`try_wait_for`] returns that as a
+//!   [`NotReached`], for a caller that adds a log to the message); no test sleeps to synchronise.
 //! - [`expire_session`] expires a client's session on the server side, the way ZooKeeper would after
 //!   a partition, without waiting out the session timeout.
 //!
@@ -328,8 +329,39 @@ where
 ///
 /// # Panics
 /// If `probe` returns `None` until `within` has passed (also if one evaluation of it does not
-/// finish in time), with a message naming `what` was not reached and the bound.
-pub async fn wait_for<T, F, Fut>(what: &str, within: impl Into<Within>, mut probe: F) -> T
+/// finish in time), with a message naming `what` was not reached and the bound. To add to that
+/// message (a process's log, say), use [`try_wait_for`].
+pub async fn wait_for<T, F, Fut>(what: &str, within: impl Into<Within>, probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    match try_wait_for(what, within, probe).await {
+        Ok(value) => value,
+        Err(not_reached) => panic!("{not_reached}"),
+    }
+}
+
+/// A condition a [`try_wait_for`] waited for in vain.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not reached within {bound:?}: {what}")]
+pub struct NotReached {
+    /// What was waited for.
+    pub what: String,
+    /// The bound that passed.
+    pub bound: Duration,
+}
+
+/// [`wait_for`], returning [`NotReached`] instead of panicking, so the caller can say more.
+///
+/// # Errors
+/// [`NotReached`] if `probe` returns `None` until `within` has passed (also if one evaluation of
+/// it does not finish in time).
+pub async fn try_wait_for<T, F, Fut>(
+    what: &str,
+    within: impl Into<Within>,
+    mut probe: F,
+) -> Result<T, NotReached>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -339,9 +371,14 @@ where
         // `timeout` polls the probe once before looking at the clock, so a zero remainder still
         // gives the probe its last chance.
         match tokio::time::timeout(within.remaining(), probe()).await {
-            Ok(Some(value)) => return value,
+            Ok(Some(value)) => return Ok(value),
             Ok(None) if !within.expired() => tokio::time::sleep(POLL.min(within.remaining())).await,
-            Ok(None) | Err(_) => panic!("not reached within {:?}: {what}", within.bound),
+            Ok(None) | Err(_) => {
+                return Err(NotReached {
+                    what: what.to_owned(),
+                    bound: within.bound,
+                });
+            }
         }
     }
 }

@@ -215,15 +215,21 @@ fn check(path: &Path) -> Result<(), CliError> {
         config.jobs.len()
     )];
     for job in &config.jobs {
-        let tz = job.schedule.timezone();
+        let tz = job.timezone;
         let state = if job.enabled { "" } else { "  (disabled)" };
+        let expression = job
+            .schedule
+            .as_ref()
+            .map_or("on demand (no schedule: fires when submitted)", |s| {
+                s.expression()
+            });
         lines.push(format!(
-            "{}  {}  {}{state}",
+            "{}  {expression}  {}{state}",
             job.spec.name,
-            job.schedule.expression(),
             tz.name()
         ));
-        for at in job.schedule.upcoming(now, 3) {
+        let upcoming = job.schedule.as_ref().map(|s| s.upcoming(now, 3));
+        for at in upcoming.into_iter().flatten() {
             lines.push(format!(
                 "    {}",
                 at.with_timezone(&tz).format("%Y-%m-%d %H:%M:%S %:z")
@@ -256,7 +262,7 @@ async fn history(config: &Config, job: &JobName, limit: usize, json: bool) -> Re
         .jobs
         .iter()
         .find(|j| &j.spec.name == job)
-        .map_or(chrono_tz::UTC, |j| j.schedule.timezone());
+        .map_or(chrono_tz::UTC, |j| j.timezone);
     let mut lines = Vec::new();
     if json {
         lines.extend(
@@ -367,14 +373,17 @@ async fn job_status(
     )];
     let now = Utc::now();
     for job in &config.jobs {
-        let tz = job.schedule.timezone();
+        let tz = job.timezone;
         let format = |at: chrono::DateTime<Utc>| {
             at.with_timezone(&tz)
                 .format("%Y-%m-%d %H:%M:%S %:z")
                 .to_string()
         };
         let next = if job.enabled {
-            job.schedule.next_after(now).map_or("-".into(), format)
+            match &job.schedule {
+                Some(_) => job.next_tick_after(now).map_or("-".into(), format),
+                None => "on demand".into(),
+            }
         } else {
             "disabled".into()
         };

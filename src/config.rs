@@ -10,6 +10,8 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -127,7 +129,10 @@ pub enum OnInterrupted {
 #[derive(Debug, Clone)]
 pub struct JobConfig {
     pub spec: JobSpec,
-    pub schedule: Schedule,
+    /// `None`: an on-demand job, fired only when submitted (issue "Delayed one-off jobs").
+    pub schedule: Option<Schedule>,
+    /// The job's zone: its schedule's, and the one its due times are shown in.
+    pub timezone: Tz,
     pub on_lost: OnLost,
     pub enabled: bool,
     /// How many run records of this job are kept in ZooKeeper.
@@ -141,6 +146,14 @@ pub struct JobConfig {
     pub retries: u32,
     /// Pause before the first retry; doubles for each further one.
     pub retry_backoff: Duration,
+}
+
+impl JobConfig {
+    /// The job's first tick strictly after `after`; `None` for an on-demand job or a schedule
+    /// that fires no more.
+    pub fn next_tick_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        self.schedule.as_ref()?.next_after(after)
+    }
 }
 
 const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
@@ -335,7 +348,7 @@ struct RawLog {
 #[serde(deny_unknown_fields)]
 struct RawJob {
     name: Spanned<String>,
-    schedule: Spanned<String>,
+    schedule: Option<Spanned<String>>,
     timezone: Option<Spanned<String>>,
     command: Option<Spanned<Vec<String>>>,
     shell: Option<Spanned<String>>,
@@ -602,19 +615,24 @@ impl Validator<'_> {
             None => Some(chrono_tz::UTC),
         };
         // With a bad zone, still check the expression (in UTC) so every problem shows at once.
-        let schedule = match Schedule::parse(raw.schedule.get_ref(), tz.unwrap_or(chrono_tz::UTC)) {
-            Ok(schedule) => tz.map(|_| schedule),
-            Err(err) => {
-                // Point at the bad field inside the quoted expression when we know it.
-                let whole = raw.schedule.span();
-                let span = err
-                    .span()
-                    .filter(|_| !raw.schedule.get_ref().contains('\\'))
-                    .map_or(whole.clone(), |inner| {
-                        whole.start + 1 + inner.start..whole.start + 1 + inner.end
-                    });
-                self.problem(span, context("schedule"), err.to_string());
-                None
+        let schedule = match &raw.schedule {
+            None => Some(None),
+            Some(expression) => {
+                match Schedule::parse(expression.get_ref(), tz.unwrap_or(chrono_tz::UTC)) {
+                    Ok(schedule) => tz.map(|_| Some(schedule)),
+                    Err(err) => {
+                        // Point at the bad field inside the quoted expression when we know it.
+                        let whole = expression.span();
+                        let span = err
+                            .span()
+                            .filter(|_| !expression.get_ref().contains('\\'))
+                            .map_or(whole.clone(), |inner| {
+                                whole.start + 1 + inner.start..whole.start + 1 + inner.end
+                            });
+                        self.problem(span, context("schedule"), err.to_string());
+                        None
+                    }
+                }
             }
         };
         let program = match (raw.command, raw.shell) {
@@ -725,6 +743,7 @@ impl Validator<'_> {
         Some(JobConfig {
             spec,
             schedule: schedule?,
+            timezone: tz?,
             on_lost: raw.on_lost.unwrap_or(OnLost::Cancel),
             enabled: raw.enabled.unwrap_or(true),
             history,

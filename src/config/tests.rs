@@ -36,8 +36,22 @@ fn defaults_are_the_documented_ones() {
         (None, Duration::from_secs(10))
     );
     assert_eq!((job.on_lost, job.enabled), (OnLost::Cancel, true));
-    assert_eq!(job.schedule.timezone(), chrono_tz::UTC);
+    assert_eq!(job.timezone, chrono_tz::UTC);
+    assert!(job.schedule.is_some());
     assert_eq!(job.spec.program, Program::Shell("true".into()));
+}
+
+#[test]
+fn a_job_without_a_schedule_fires_only_when_submitted() {
+    let config = parse_text(&format!(
+        "{MINIMAL}[[job]]\nname = \"close-order\"\ntimezone = \"Europe/Paris\"\nshell = \"true\"\n"
+    ))
+    .expect("valid");
+    let job = &config.jobs[0];
+    assert!(job.schedule.is_none());
+    assert_eq!(job.timezone, chrono_tz::Europe::Paris);
+    let now = DateTime::<Utc>::from_timestamp(1_700_000_000, 0).expect("in range");
+    assert_eq!(job.next_tick_after(now), None);
 }
 
 #[test]

@@ -66,7 +66,7 @@ impl FireQueue {
     }
 
     fn push_after(&mut self, i: usize, after: DateTime<Utc>) {
-        if let Some(at) = self.jobs[i].schedule.next_after(after) {
+        if let Some(at) = self.jobs[i].next_tick_after(after) {
             self.heap.push(Reverse((at, i)));
             self.next.insert(self.jobs[i].spec.name.clone(), at);
         }

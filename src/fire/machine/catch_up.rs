@@ -241,8 +241,7 @@ impl FireMachine {
         let mut within = Vec::new();
         let mut cursor = after;
         while let Some(next) = config
-            .schedule
-            .next_after(cursor)
+            .next_tick_after(cursor)
             .filter(|next| *next <= now && first_handled.is_none_or(|first| *next < first))
         {
             cursor = next;
@@ -325,7 +324,7 @@ impl FireMachine {
             last: tick,
             count: 1,
         };
-        while let Some(next) = config.schedule.next_after(gap.last).filter(|t| *t <= now) {
+        while let Some(next) = config.next_tick_after(gap.last).filter(|t| *t <= now) {
             if gap.count >= GAP_COUNT_LIMIT {
                 break;
             }

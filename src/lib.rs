@@ -14,6 +14,7 @@
 
 pub mod config;
 pub mod daemon;
+pub mod delayed;
 pub mod fire;
 pub mod identity;
 pub mod ids;

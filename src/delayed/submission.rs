@@ -1,0 +1,341 @@
+//! A submission as stored in ZooKeeper (docs/DELAYED.md): its id, its znode data, and where
+//! its due time and id put it in the bucketed tree.
+//!
+//! Owns: the submission's wire format (one JSON header line, a newline, the payload bytes), id
+//! rules, the payload limit, the shard of an id and the bucket of a due time.
+//! Must not: do I/O (that is `ledger::submissions`) or decide when anything fires.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::JobName;
+
+/// The largest payload a submission may carry: a job's input, not a bulk transfer.
+pub const MAX_PAYLOAD: usize = 64 * 1024;
+/// The longest submission id; with the shard split this bounds every `getChildren` reply
+/// (DESIGN.md "ZooKeeper layout").
+pub const MAX_ID_LEN: usize = 64;
+/// Ids are spread over this many shards, by CRC-32 of the id.
+pub const SHARDS: u32 = 256;
+const MS_PER_DAY: i64 = 86_400_000;
+/// The version of the header format this build writes and reads.
+const FORMAT_VERSION: u32 = 1;
+
+/// Names one submission: `[A-Za-z0-9_.-]{1,64}`, not `.` or `..`; chosen by the submitter
+/// (idempotent submits) or generated.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SubmissionId(String);
+
+/// Why a text is not a submission id.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdError {
+    #[error("a submission id cannot be empty")]
+    Empty,
+    #[error("a submission id is at most {MAX_ID_LEN} characters; this one has {0}")]
+    TooLong(usize),
+    #[error("a submission id may hold letters, digits, '_', '.' and '-' only (found {0:?})")]
+    BadChar(char),
+    #[error("a submission id cannot be \".\" or \"..\"")]
+    Dots,
+}
+
+impl SubmissionId {
+    /// Validates an id given by a submitter or read from a znode name.
+    ///
+    /// # Errors
+    /// The text breaks the id rules; the error says which.
+    pub fn parse(text: &str) -> Result<Self, IdError> {
+        if text.is_empty() {
+            return Err(IdError::Empty);
+        }
+        if text.len() > MAX_ID_LEN {
+            return Err(IdError::TooLong(text.chars().count()));
+        }
+        if let Some(bad) = text
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
+        {
+            return Err(IdError::BadChar(bad));
+        }
+        if text == "." || text == ".." {
+            return Err(IdError::Dots);
+        }
+        Ok(Self(text.to_owned()))
+    }
+
+    /// A fresh random id (96 bits, 24 hex digits): unique without asking ZooKeeper.
+    pub fn generate() -> Self {
+        let bits: u128 = rand::random::<u128>() >> 32;
+        Self(format!("{bits:024x}"))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The shard this id lives in: CRC-32 (IEEE, as `zlib.crc32` and `java.util.zip.CRC32`) of
+    /// the id's bytes, modulo [`SHARDS`], as two lowercase hex digits.
+    pub fn shard(&self) -> Shard {
+        Shard(crc32fast::hash(self.0.as_bytes()) % SHARDS)
+    }
+}
+
+impl fmt::Display for SubmissionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One of the [`SHARDS`] sub-splits of a bucket (and of the id index).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Shard(u32);
+
+impl Shard {
+    /// The shard's znode name.
+    pub fn name(self) -> String {
+        format!("{:02x}", self.0)
+    }
+
+    /// The shard a znode name stands for; `None` for foreign names.
+    pub fn parse(name: &str) -> Option<Self> {
+        if name.len() != 2 {
+            return None;
+        }
+        u32::from_str_radix(name, 16)
+            .ok()
+            .filter(|n| *n < SHARDS && name.bytes().all(|b| !b.is_ascii_uppercase()))
+            .map(Shard)
+    }
+}
+
+/// The whole second a submission is due in: `due/<day>/<second>` (days since the Unix epoch,
+/// second of that UTC day). Buckets sort by `(day, second)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DueBucket {
+    pub day: i64,
+    pub second: u32,
+}
+
+impl DueBucket {
+    pub fn of(due_unix_ms: i64) -> Self {
+        let in_day = due_unix_ms.rem_euclid(MS_PER_DAY);
+        Self {
+            day: due_unix_ms.div_euclid(MS_PER_DAY),
+            // In 0..86_400: fits.
+            second: u32::try_from(in_day / 1000).unwrap_or(0),
+        }
+    }
+
+    /// The bucket's first instant.
+    pub fn start_ms(self) -> i64 {
+        self.day * MS_PER_DAY + i64::from(self.second) * 1000
+    }
+
+    /// The bucket of `day` and `second` as read from znode names; `None` for foreign names.
+    pub fn parse(day: &str, second: &str) -> Option<Self> {
+        let day = parse_decimal(day)?;
+        let second = u32::try_from(parse_decimal(second)?).ok()?;
+        (second < 86_400).then_some(Self { day, second })
+    }
+}
+
+fn parse_decimal(name: &str) -> Option<i64> {
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    name.parse().ok()
+}
+
+/// What a submitter asks for: a declared job, when, and the bytes its run reads on stdin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Submission {
+    pub job: JobName,
+    pub due_unix_ms: i64,
+    pub submitted_unix_ms: i64,
+    pub payload: Vec<u8>,
+}
+
+/// The header line of a submission znode.
+#[derive(Debug, Serialize, Deserialize)]
+struct Header {
+    v: u32,
+    job: JobName,
+    due_unix_ms: i64,
+    submitted_unix_ms: i64,
+}
+
+/// Why bytes read from ZooKeeper are not a submission.
+#[derive(Debug, thiserror::Error)]
+pub enum FormatError {
+    #[error("no header line (expected JSON, a newline, then the payload)")]
+    NoHeader,
+    #[error("the header line is not a submission header")]
+    Header(#[from] serde_json::Error),
+    #[error("header version {0} is newer than this zkcron understands ({FORMAT_VERSION})")]
+    Version(u32),
+    #[error("the payload has {0} bytes; at most {MAX_PAYLOAD} are allowed")]
+    PayloadTooLarge(usize),
+}
+
+impl Submission {
+    /// The znode data: the header as one JSON line, `\n`, then the payload as is.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let header = Header {
+            v: FORMAT_VERSION,
+            job: self.job.clone(),
+            due_unix_ms: self.due_unix_ms,
+            submitted_unix_ms: self.submitted_unix_ms,
+        };
+        // A plain struct of strings and numbers always serialises.
+        let mut bytes = serde_json::to_vec(&header).unwrap_or_default();
+        bytes.push(b'\n');
+        bytes.extend_from_slice(&self.payload);
+        bytes
+    }
+
+    /// Parses a submission znode's data (untrusted: written by any client).
+    ///
+    /// # Errors
+    /// The data is not in the documented format; log it with its path and skip it.
+    pub fn parse(data: &[u8]) -> Result<Self, FormatError> {
+        let split = data
+            .iter()
+            .position(|b| *b == b'\n')
+            .ok_or(FormatError::NoHeader)?;
+        let header: Header = serde_json::from_slice(&data[..split])?;
+        if header.v > FORMAT_VERSION {
+            return Err(FormatError::Version(header.v));
+        }
+        let payload = &data[split + 1..];
+        if payload.len() > MAX_PAYLOAD {
+            return Err(FormatError::PayloadTooLarge(payload.len()));
+        }
+        Ok(Self {
+            job: header.job,
+            due_unix_ms: header.due_unix_ms,
+            submitted_unix_ms: header.submitted_unix_ms,
+            payload: payload.to_vec(),
+        })
+    }
+
+    /// The same request, whenever it was made: an idempotent resubmit compares this.
+    pub fn same_request(&self, other: &Submission) -> bool {
+        self.job == other.job
+            && self.due_unix_ms == other.due_unix_ms
+            && self.payload == other.payload
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn submission(payload: &[u8]) -> Submission {
+        Submission {
+            job: JobName::new("close-order"),
+            due_unix_ms: 1_700_000_000_123,
+            submitted_unix_ms: 1_699_999_000_000,
+            payload: payload.to_vec(),
+        }
+    }
+
+    #[test]
+    fn ids_follow_the_znode_name_rules() {
+        assert!(SubmissionId::parse("order-42.close_v2").is_ok());
+        assert_eq!(SubmissionId::parse(""), Err(IdError::Empty));
+        assert_eq!(SubmissionId::parse(".."), Err(IdError::Dots));
+        assert_eq!(SubmissionId::parse("a/b"), Err(IdError::BadChar('/')));
+        assert_eq!(SubmissionId::parse("é"), Err(IdError::BadChar('é')));
+        assert_eq!(SubmissionId::parse(&"x".repeat(64)).map(|_| ()), Ok(()));
+        assert_eq!(
+            SubmissionId::parse(&"x".repeat(65)),
+            Err(IdError::TooLong(65))
+        );
+        let generated = SubmissionId::generate();
+        assert_eq!(
+            SubmissionId::parse(generated.as_str()),
+            Ok(generated.clone())
+        );
+        assert_ne!(generated, SubmissionId::generate());
+    }
+
+    #[test]
+    fn the_shard_is_crc32_of_the_id_as_other_languages_compute_it() {
+        // python3 -c 'import zlib; print("%02x" % (zlib.crc32(b"order-42") % 256))'
+        let id = SubmissionId::parse("order-42").expect("valid");
+        // prints "de" (crc32 0x57f706de)
+        assert_eq!(id.shard().name(), "de");
+        assert_eq!(Shard::parse(&id.shard().name()), Some(id.shard()));
+        for foreign in ["", "0", "100", "zz", "FF"] {
+            assert_eq!(Shard::parse(foreign), None, "{foreign:?}");
+        }
+    }
+
+    #[test]
+    fn buckets_are_utc_seconds_within_days_also_before_1970() {
+        let bucket = DueBucket::of(1_700_000_000_123);
+        assert_eq!((bucket.day, bucket.second), (19_675, 80_000));
+        assert_eq!(bucket.start_ms(), 1_700_000_000_000);
+        let before = DueBucket::of(-1);
+        assert_eq!((before.day, before.second), (-1, 86_399));
+        assert_eq!(before.start_ms(), -1000);
+        assert!(DueBucket::of(1_000) < DueBucket::of(2_000));
+        assert_eq!(DueBucket::parse("19675", "80000"), Some(bucket));
+        for (day, second) in [("x", "1"), ("1", "86400"), ("-1", "0"), ("1", "")] {
+            assert_eq!(DueBucket::parse(day, second), None, "{day:?} {second:?}");
+        }
+    }
+
+    #[test]
+    fn submissions_round_trip_with_any_payload_bytes() {
+        for payload in [&b""[..], b"{\"order\":42}", b"\n\xff\x00line\n"] {
+            let sub = submission(payload);
+            assert_eq!(Submission::parse(&sub.to_bytes()).expect("parses"), sub);
+        }
+        let text = String::from_utf8_lossy(&submission(b"p").to_bytes()).into_owned();
+        assert!(
+            text.starts_with("{\"v\":1,\"job\":\"close-order\",\"due_unix_ms\":1700000000123,"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn foreign_data_is_refused_with_the_reason() {
+        assert!(matches!(
+            Submission::parse(b"{}"),
+            Err(FormatError::NoHeader)
+        ));
+        assert!(matches!(
+            Submission::parse(b"nope\n"),
+            Err(FormatError::Header(_))
+        ));
+        let newer = b"{\"v\":2,\"job\":\"j\",\"due_unix_ms\":1,\"submitted_unix_ms\":1}\n";
+        assert!(matches!(
+            Submission::parse(newer),
+            Err(FormatError::Version(2))
+        ));
+        let mut big = submission(b"").to_bytes();
+        big.extend(std::iter::repeat_n(b'x', MAX_PAYLOAD + 1));
+        assert!(matches!(
+            Submission::parse(&big),
+            Err(FormatError::PayloadTooLarge(n)) if n == MAX_PAYLOAD + 1
+        ));
+    }
+
+    #[test]
+    fn a_resubmit_is_the_same_request_whenever_it_was_made() {
+        let first = submission(b"p");
+        let again = Submission {
+            submitted_unix_ms: first.submitted_unix_ms + 5,
+            ..first.clone()
+        };
+        assert!(first.same_request(&again));
+        assert!(!first.same_request(&submission(b"q")));
+        assert!(!first.same_request(&Submission {
+            due_unix_ms: 1,
+            ..first.clone()
+        }));
+    }
+}

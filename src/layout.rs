@@ -1,11 +1,12 @@
 //! Every ZooKeeper path of a lock group, built in one place (DESIGN.md "ZooKeeper layout").
 //!
-//! Owns: the names of the lock, epoch, member, run-record and guard znodes under
-//! `<root>/<lock.name>`.
+//! Owns: the names of the lock, epoch, member, run-record, guard and delayed-submission znodes
+//! under `<root>/<lock.name>`.
 //! Must not: talk to ZooKeeper or know what the nodes hold (that is `lock` and `ledger`).
 
+use crate::delayed::{DueBucket, Shard, SubmissionId};
 use crate::ids::{JobName, NodeId};
-use crate::ledger::record::tick_node_name;
+use crate::ledger::record::{submission_node_name, tick_node_name};
 
 /// The znodes of one lock group (DESIGN.md "ZooKeeper layout").
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,5 +67,93 @@ impl LedgerPaths {
     /// One tick's record.
     pub fn record(&self, job: &JobName, scheduled_unix_ms: i64) -> String {
         format!("{}/{job}/{}", self.runs, tick_node_name(scheduled_unix_ms))
+    }
+
+    /// The record of a submission's run.
+    pub fn submission_record(&self, job: &JobName, due_unix_ms: i64, id: &SubmissionId) -> String {
+        format!(
+            "{}/{job}/{}",
+            self.runs,
+            submission_node_name(due_unix_ms, id)
+        )
+    }
+}
+
+/// The delayed submissions of one lock group (docs/DELAYED.md):
+/// `delayed/ids/<shard>/<id>` holds each submission (the id index, for idempotent submits), and
+/// `delayed/due/<day>/<second>/<shard>/<id>` exists while it is pending (the due-time index the
+/// owner reads bucket by bucket).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DelayedPaths {
+    pub dir: String,
+    pub ids: String,
+    pub due: String,
+}
+
+impl DelayedPaths {
+    pub fn new(lock: &LockPaths) -> Self {
+        let dir = format!("{}/delayed", lock.dir);
+        Self {
+            ids: format!("{dir}/ids"),
+            due: format!("{dir}/due"),
+            dir,
+        }
+    }
+
+    /// The id index's shard that holds `id`.
+    pub fn id_shard(&self, shard: Shard) -> String {
+        format!("{}/{}", self.ids, shard.name())
+    }
+
+    /// The submission node of `id`.
+    pub fn submission(&self, id: &SubmissionId) -> String {
+        format!("{}/{id}", self.id_shard(id.shard()))
+    }
+
+    /// The buckets of one UTC day.
+    pub fn due_day(&self, day: i64) -> String {
+        format!("{}/{day}", self.due)
+    }
+
+    /// The bucket of one second.
+    pub fn due_bucket(&self, bucket: DueBucket) -> String {
+        format!("{}/{}", self.due_day(bucket.day), bucket.second)
+    }
+
+    /// One shard of a bucket.
+    pub fn due_shard(&self, bucket: DueBucket, shard: Shard) -> String {
+        format!("{}/{}", self.due_bucket(bucket), shard.name())
+    }
+
+    /// The pending marker of `id`, due at `due_unix_ms`.
+    pub fn pending(&self, due_unix_ms: i64, id: &SubmissionId) -> String {
+        format!(
+            "{}/{id}",
+            self.due_shard(DueBucket::of(due_unix_ms), id.shard())
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delayed_paths_put_a_submission_in_its_shard_and_its_second() {
+        let paths = DelayedPaths::new(&LockPaths::new("/zkcron/", "billing"));
+        let id = SubmissionId::parse("order-42").expect("valid");
+        assert_eq!(
+            paths.submission(&id),
+            "/zkcron/billing/delayed/ids/de/order-42"
+        );
+        assert_eq!(
+            paths.pending(1_700_000_000_123, &id),
+            "/zkcron/billing/delayed/due/19675/80000/de/order-42"
+        );
+        let ledger = LedgerPaths::new(&LockPaths::new("/zkcron", "billing"));
+        assert_eq!(
+            ledger.submission_record(&JobName::new("close"), 1_700_000_000_123, &id),
+            "/zkcron/billing/runs/close/1700000000123-order-42"
+        );
     }
 }

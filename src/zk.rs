@@ -185,6 +185,20 @@ pub async fn connect_until_up(
     }
 }
 
+impl ZkError {
+    /// The failed request's path and ZooKeeper error, for callers whose errors name one request
+    /// (`path` stands in when the failure was not a request's).
+    pub fn into_request(self, path: &str) -> (String, zookeeper_client::Error) {
+        match self {
+            ZkError::Request { path, source } => (path, source),
+            other => (
+                path.to_owned(),
+                zookeeper_client::Error::UnexpectedError(other.to_string()),
+            ),
+        }
+    }
+}
+
 /// Creates `path` and its missing ancestors as persistent nodes with `acls`.
 ///
 /// Looks first: ZooKeeper checks the parent's CREATE permission before it reports NodeExists, so

@@ -5,6 +5,8 @@
 //! Must not: decide when anything fires (that is the fire machine) or make raw ZooKeeper calls
 //! (that is `ledger::submissions`).
 
+pub mod client;
 pub mod submission;
 
+pub use client::{Delayed, DelayedError, Receipt, SubmitRequest};
 pub use submission::{DueBucket, MAX_PAYLOAD, Shard, Submission, SubmissionId};

@@ -7,12 +7,13 @@
 //! Must not: spawn processes or decide lock policy.
 
 pub mod record;
+pub mod submissions;
 
 use zookeeper_client::{Acls, CheckWriteError, Client, CreateMode, Error as ZkErr};
 
 use crate::ids::{FencingToken, JobName, SessionId};
 pub use crate::layout::LedgerPaths;
-use record::{RunRecord, parse_tick_node_name};
+use record::{RecordName, RunRecord};
 
 /// Why a tick was not claimed.
 #[derive(Debug, thiserror::Error)]
@@ -36,13 +37,8 @@ pub enum ClaimError {
 
 impl ClaimError {
     fn from_zk(path: &str, err: crate::zk::ZkError) -> Self {
-        match err {
-            crate::zk::ZkError::Request { path, source } => ClaimError::Zk { path, source },
-            other => ClaimError::Zk {
-                path: path.to_owned(),
-                source: ZkErr::UnexpectedError(other.to_string()),
-            },
-        }
+        let (path, source) = err.into_request(path);
+        ClaimError::Zk { path, source }
     }
 }
 
@@ -384,8 +380,8 @@ pub async fn read_record(client: &Client, path: &str) -> Option<RunRecord> {
         .ok()
 }
 
-/// The newest `limit` records of `job`, newest first. Foreign child names and unreadable records
-/// are logged with their path and skipped.
+/// The newest `limit` records of `job` (ticks and submissions), newest first. Foreign child
+/// names and unreadable records are logged with their path and skipped.
 ///
 /// # Errors
 /// Listing the job's records failed (a missing job means no records, not an error).
@@ -395,14 +391,15 @@ pub async fn history(
     job: &JobName,
     limit: usize,
 ) -> Result<Vec<RunRecord>, ClaimError> {
-    let mut ticks = ticks(client, paths, job).await?;
-    ticks.reverse();
+    let mut names = record_names(client, paths, job).await?;
+    names.reverse();
     let mut records = Vec::new();
-    for tick in ticks {
+    for name in names {
         if records.len() == limit {
             break;
         }
-        if let Some(record) = read_record(client, &paths.record(job, tick)).await {
+        let path = format!("{}/{}", paths.job_runs(job), name.node_name());
+        if let Some(record) = read_record(client, &path).await {
             records.push(record);
         }
     }
@@ -423,14 +420,14 @@ pub async fn prune(
     job: &JobName,
     keep: usize,
 ) -> Result<usize, ClaimError> {
-    let ticks = ticks(client, paths, job).await?;
-    if ticks.len() <= keep {
+    let names = record_names(client, paths, job).await?;
+    if names.len() <= keep {
         return Ok(0);
     }
-    let excess = ticks.len() - keep;
+    let excess = names.len() - keep;
     let mut deleted = 0;
-    for tick in ticks.into_iter().take(excess.min(PRUNE_BATCH)) {
-        let path = paths.record(job, tick);
+    for name in names.into_iter().take(excess.min(PRUNE_BATCH)) {
+        let path = format!("{}/{}", paths.job_runs(job), name.node_name());
         match client.delete(&path, None).await {
             Ok(()) => deleted += 1,
             Err(ZkErr::NoNode) => {}
@@ -440,7 +437,7 @@ pub async fn prune(
     Ok(deleted)
 }
 
-/// The scheduled instants of `job`'s records, oldest first (foreign names skipped).
+/// The scheduled instants of `job`'s tick records (not its submissions'), oldest first.
 ///
 /// # Errors
 /// Listing failed; a job without records has none.
@@ -449,6 +446,23 @@ pub async fn ticks(
     paths: &LedgerPaths,
     job: &JobName,
 ) -> Result<Vec<i64>, ClaimError> {
+    Ok(record_names(client, paths, job)
+        .await?
+        .into_iter()
+        .filter(|name| name.submission.is_none())
+        .map(|name| name.scheduled_unix_ms)
+        .collect())
+}
+
+/// The names of all `job`'s records, ticks and submissions, oldest first (foreign names skipped).
+///
+/// # Errors
+/// Listing failed; a job without records has none.
+pub async fn record_names(
+    client: &Client,
+    paths: &LedgerPaths,
+    job: &JobName,
+) -> Result<Vec<RecordName>, ClaimError> {
     let parent = paths.job_runs(job);
     let children = match client.list_children(&parent).await {
         Ok(children) => children,
@@ -460,22 +474,22 @@ pub async fn ticks(
             });
         }
     };
-    let mut ticks: Vec<i64> = children
+    let mut names: Vec<RecordName> = children
         .iter()
         .filter_map(|name| {
-            let tick = parse_tick_node_name(name);
-            if tick.is_none() {
+            let parsed = RecordName::parse(name);
+            if parsed.is_none() {
                 // Debug, not warn: the owner lists a job's records after every run.
                 tracing::debug!(
                     path = format!("{parent}/{name}"),
                     "not a run record name; skipped"
                 );
             }
-            tick
+            parsed
         })
         .collect();
-    ticks.sort_unstable();
-    Ok(ticks)
+    names.sort_unstable();
+    Ok(names)
 }
 
 /// A stored record with its znode version; `None` when absent or unreadable (logged).

@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::delayed::SubmissionId;
 use crate::ids::{FencingToken, JobName, NodeId};
 
 /// Where a run is in its life. `Claimed` → `Running` → one of the ends; `Interrupted` and
@@ -65,6 +66,9 @@ pub struct RunRecord {
     /// A `missed` record: how many ticks the gap holds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub missed_ticks: Option<u64>,
+    /// The run of a delayed submission: its id (`scheduled_unix_ms` is its due time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submission_id: Option<SubmissionId>,
 }
 
 impl RunRecord {
@@ -93,6 +97,7 @@ impl RunRecord {
             error: None,
             missed_from_unix_ms: None,
             missed_ticks: None,
+            submission_id: None,
         }
     }
 
@@ -128,6 +133,43 @@ impl RunRecord {
 /// The child name of a tick's record: its scheduled instant in ms, as a decimal number.
 pub fn tick_node_name(scheduled_unix_ms: i64) -> String {
     scheduled_unix_ms.to_string()
+}
+
+/// The child name of a submission's record: its due instant in ms, `-`, its id — so a job's
+/// records sort by time whether they are ticks or submissions.
+pub fn submission_node_name(due_unix_ms: i64, id: &SubmissionId) -> String {
+    format!("{due_unix_ms}-{id}")
+}
+
+/// What a record's child name stands for.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RecordName {
+    /// The tick's instant, or the submission's due instant.
+    pub scheduled_unix_ms: i64,
+    /// `Some` for a submission's record.
+    pub submission: Option<SubmissionId>,
+}
+
+impl RecordName {
+    /// Parses a child name of `runs/<job>`; `None` for foreign names.
+    pub fn parse(name: &str) -> Option<Self> {
+        let (ms, id) = match name.split_once('-') {
+            Some((ms, id)) => (ms, Some(SubmissionId::parse(id).ok()?)),
+            None => (name, None),
+        };
+        Some(Self {
+            scheduled_unix_ms: parse_tick_node_name(ms)?,
+            submission: id,
+        })
+    }
+
+    /// The child name this stands for.
+    pub fn node_name(&self) -> String {
+        match &self.submission {
+            Some(id) => submission_node_name(self.scheduled_unix_ms, id),
+            None => tick_node_name(self.scheduled_unix_ms),
+        }
+    }
 }
 
 /// The scheduled instant a record's child name stands for; `None` for foreign names.
@@ -203,6 +245,28 @@ mod tests {
         );
         for foreign in ["", "-1", "12a", "lock", "99999999999999999999999"] {
             assert_eq!(parse_tick_node_name(foreign), None, "{foreign:?}");
+        }
+    }
+
+    #[test]
+    fn record_names_tell_ticks_from_submissions() {
+        let tick = RecordName::parse("1700000000000").expect("a tick");
+        assert_eq!(
+            (tick.scheduled_unix_ms, &tick.submission),
+            (1_700_000_000_000, &None)
+        );
+        let sub = RecordName::parse("1700000000000-order-42").expect("a submission");
+        assert_eq!(
+            sub.submission.as_ref().map(SubmissionId::as_str),
+            Some("order-42")
+        );
+        assert_eq!(sub.node_name(), "1700000000000-order-42");
+        assert!(
+            tick < sub,
+            "a tick sorts before a submission due at the same instant"
+        );
+        for foreign in ["", "-x", "12-", "12-a/b", "x-1", "lock"] {
+            assert_eq!(RecordName::parse(foreign), None, "{foreign:?}");
         }
     }
 

@@ -1,0 +1,343 @@
+//! The library API for programs that submit delayed work: connect with a schedule file, submit,
+//! cancel, show and list (`examples/submit.rs`).
+//!
+//! Owns: checking a request against the schedule (declared job, payload size, due time within
+//! the job's `starting_deadline`) before anything is written, and one ZooKeeper session.
+//! Must not: make raw ZooKeeper calls (that is `ledger::submissions`) or fire anything.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use zookeeper_client::{Acls, Client};
+
+use super::{DueBucket, MAX_PAYLOAD, Submission, SubmissionId};
+use crate::config::{Config, JobConfig};
+use crate::ids::JobName;
+use crate::layout::{DelayedPaths, LedgerPaths, LockPaths};
+use crate::ledger::submissions;
+pub use crate::ledger::submissions::{SubmissionError, SubmissionState, Submitted};
+use crate::zk::ZkError;
+
+/// How far ahead a submission may be due. It bounds the number of day nodes under `due/`, so
+/// that listing them fits one `getChildren` reply (DESIGN.md "ZooKeeper layout").
+pub const MAX_AHEAD: Duration = Duration::from_secs(10 * 366 * 86_400);
+
+/// What a program asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubmitRequest {
+    /// A job declared in the schedule file.
+    pub job: JobName,
+    pub due: DateTime<Utc>,
+    /// `Some` makes the submit idempotent: the same request under the same id again is a no-op.
+    pub id: Option<SubmissionId>,
+    /// Given to the run on stdin; at most [`MAX_PAYLOAD`] bytes.
+    pub payload: Vec<u8>,
+}
+
+/// A submit's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Receipt {
+    pub id: SubmissionId,
+    pub outcome: Submitted,
+}
+
+/// A pending submission, as `list` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pending {
+    pub id: SubmissionId,
+    pub submission: Submission,
+}
+
+/// Why a request was refused or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DelayedError {
+    #[error("job \"{job}\" is not declared in the schedule file; declared: {declared}")]
+    UnknownJob { job: JobName, declared: String },
+    #[error("the payload has {len} bytes; at most {MAX_PAYLOAD} (64 KiB) are allowed")]
+    PayloadTooLarge { len: usize },
+    #[error(
+        "due {due} is {late:?} in the past, beyond job \"{job}\"'s starting_deadline ({deadline:?}): it would never fire"
+    )]
+    TooLate {
+        job: JobName,
+        due: DateTime<Utc>,
+        late: Duration,
+        deadline: Duration,
+    },
+    #[error("due {due} is more than ten years ahead")]
+    TooFarAhead { due: DateTime<Utc> },
+    #[error("cannot reach zookeeper at {connect} within {timeout:?}")]
+    Unreachable {
+        connect: String,
+        timeout: Duration,
+        #[source]
+        source: Option<ZkError>,
+    },
+    #[error(transparent)]
+    Submission(#[from] SubmissionError),
+}
+
+impl DelayedError {
+    /// A refusal of the request itself (retrying it cannot help), as opposed to a failure.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            DelayedError::UnknownJob { .. }
+                | DelayedError::PayloadTooLarge { .. }
+                | DelayedError::TooLate { .. }
+                | DelayedError::TooFarAhead { .. }
+                | DelayedError::Submission(
+                    SubmissionError::Conflict { .. }
+                        | SubmissionError::NotFound { .. }
+                        | SubmissionError::NotPending { .. }
+                )
+        )
+    }
+}
+
+/// Checks `request` against the job it names, as of `now`, and builds the submission.
+///
+/// # Errors
+/// `UnknownJob`, `PayloadTooLarge`, `TooLate` (due before now by more than the job's
+/// `starting_deadline`), `TooFarAhead`.
+pub fn check_request(
+    jobs: &HashMap<JobName, Arc<JobConfig>>,
+    request: &SubmitRequest,
+    now: DateTime<Utc>,
+) -> Result<Submission, DelayedError> {
+    let Some(job) = jobs.get(&request.job) else {
+        let mut declared: Vec<&str> = jobs.keys().map(JobName::as_str).collect();
+        declared.sort_unstable();
+        return Err(DelayedError::UnknownJob {
+            job: request.job.clone(),
+            declared: declared.join(", "),
+        });
+    };
+    if request.payload.len() > MAX_PAYLOAD {
+        return Err(DelayedError::PayloadTooLarge {
+            len: request.payload.len(),
+        });
+    }
+    let late = (now - request.due).to_std().unwrap_or_default();
+    if late > job.starting_deadline {
+        return Err(DelayedError::TooLate {
+            job: request.job.clone(),
+            due: request.due,
+            late,
+            deadline: job.starting_deadline,
+        });
+    }
+    if (request.due - now).to_std().unwrap_or_default() > MAX_AHEAD {
+        return Err(DelayedError::TooFarAhead { due: request.due });
+    }
+    Ok(Submission {
+        job: request.job.clone(),
+        due_unix_ms: request.due.timestamp_millis(),
+        submitted_unix_ms: now.timestamp_millis(),
+        payload: request.payload.clone(),
+    })
+}
+
+/// A session for submitting to one lock group.
+#[derive(Debug)]
+pub struct Delayed {
+    client: Client,
+    delayed: DelayedPaths,
+    ledger: LedgerPaths,
+    acls: Acls<'static>,
+    jobs: HashMap<JobName, Arc<JobConfig>>,
+}
+
+impl Delayed {
+    /// Connects to the ZooKeeper and lock group of `config`, within its `connect_timeout`.
+    ///
+    /// # Errors
+    /// `Unreachable` with the address when no session is made in time.
+    pub async fn connect(config: &Config) -> Result<Self, DelayedError> {
+        let settings = config.zookeeper.settings();
+        let timeout = config.zookeeper.connect_timeout;
+        let unreachable = |source| DelayedError::Unreachable {
+            connect: config.zookeeper.connect.clone(),
+            timeout,
+            source,
+        };
+        let client = tokio::time::timeout(timeout, crate::zk::connect(&settings))
+            .await
+            .map_err(|_| unreachable(None))?
+            .map_err(|err| unreachable(Some(err)))?;
+        let lock = LockPaths::new(&config.lock.root, &config.lock.name);
+        Ok(Self {
+            client,
+            delayed: DelayedPaths::new(&lock),
+            ledger: LedgerPaths::new(&lock),
+            acls: settings.acls(),
+            jobs: config
+                .jobs
+                .iter()
+                .map(|job| (job.spec.name.clone(), Arc::new(job.clone())))
+                .collect(),
+        })
+    }
+
+    /// Submits a declared job for later; see [`check_request`] for what is refused.
+    ///
+    /// # Errors
+    /// A refusal (nothing written), or a failed request (nothing half-written).
+    pub async fn submit(&self, request: SubmitRequest) -> Result<Receipt, DelayedError> {
+        let submission = check_request(&self.jobs, &request, Utc::now())?;
+        let id = request.id.unwrap_or_else(SubmissionId::generate);
+        let outcome =
+            submissions::submit(&self.client, &self.delayed, &id, &submission, self.acls).await?;
+        Ok(Receipt { id, outcome })
+    }
+
+    /// Cancels a pending submission; refused once it has started.
+    ///
+    /// # Errors
+    /// `NotFound`, `NotPending` (with its status), or a failed request.
+    pub async fn cancel(&self, id: &SubmissionId) -> Result<Submission, DelayedError> {
+        let now = Utc::now().timestamp_millis();
+        Ok(submissions::cancel(
+            &self.client,
+            &self.delayed,
+            &self.ledger,
+            id,
+            now,
+            self.acls,
+        )
+        .await?)
+    }
+
+    /// A submission and where it is in its life; `None` when there is no such id.
+    ///
+    /// # Errors
+    /// A failed request, or foreign data under the id.
+    pub async fn show(
+        &self,
+        id: &SubmissionId,
+    ) -> Result<Option<(Submission, SubmissionState)>, DelayedError> {
+        Ok(submissions::show(&self.client, &self.delayed, &self.ledger, id).await?)
+    }
+
+    /// Up to `limit` pending submissions (of `job`, if given), in due order. Reads bucket by
+    /// bucket from the oldest and stops once `limit` are found.
+    ///
+    /// # Errors
+    /// A failed request. Foreign nodes are logged and skipped.
+    pub async fn list(
+        &self,
+        job: Option<&JobName>,
+        limit: usize,
+    ) -> Result<Vec<Pending>, DelayedError> {
+        let mut pending = Vec::new();
+        for day in submissions::days(&self.client, &self.delayed).await? {
+            for bucket in submissions::buckets(&self.client, &self.delayed, day).await? {
+                if pending.len() >= limit {
+                    return Ok(pending);
+                }
+                self.read_bucket(bucket, job, &mut pending).await?;
+            }
+        }
+        pending.truncate(limit);
+        Ok(pending)
+    }
+
+    async fn read_bucket(
+        &self,
+        bucket: DueBucket,
+        job: Option<&JobName>,
+        pending: &mut Vec<Pending>,
+    ) -> Result<(), DelayedError> {
+        let mut found = Vec::new();
+        for id in submissions::pending_in(&self.client, &self.delayed, bucket).await? {
+            match submissions::read(&self.client, &self.delayed, &id).await {
+                Ok(Some((submission, _))) if job.is_none_or(|job| &submission.job == job) => {
+                    found.push(Pending { id, submission });
+                }
+                Ok(_) => {}
+                Err(err) => {
+                    tracing::warn!(id = %id, error = %crate::report::error_chain(&err), "pending submission unreadable; skipped")
+                }
+            }
+        }
+        found.sort_by(|a, b| {
+            (a.submission.due_unix_ms, &a.id).cmp(&(b.submission.due_unix_ms, &b.id))
+        });
+        pending.extend(found);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config;
+
+    fn jobs() -> HashMap<JobName, Arc<JobConfig>> {
+        let text = "[zookeeper]\nconnect = \"zk:2181\"\n[lock]\nname = \"g\"\n\
+                    [[job]]\nname = \"close-order\"\nshell = \"cat\"\nstarting_deadline = \"1m\"\n";
+        let config = config::parse(std::path::Path::new("t.toml"), text, &|_| None).expect("valid");
+        config
+            .jobs
+            .iter()
+            .map(|job| (job.spec.name.clone(), Arc::new(job.clone())))
+            .collect()
+    }
+
+    fn request(due: DateTime<Utc>, payload: usize) -> SubmitRequest {
+        SubmitRequest {
+            job: JobName::new("close-order"),
+            due,
+            id: None,
+            payload: vec![b'x'; payload],
+        }
+    }
+
+    fn now() -> DateTime<Utc> {
+        DateTime::from_timestamp(1_700_000_000, 0).expect("in range")
+    }
+
+    #[test]
+    fn a_request_is_checked_against_its_job_before_anything_is_written() {
+        let jobs = jobs();
+        let ok = check_request(&jobs, &request(now(), MAX_PAYLOAD), now()).expect("accepted");
+        assert_eq!(
+            (ok.due_unix_ms, ok.submitted_unix_ms, ok.payload.len()),
+            (1_700_000_000_000, 1_700_000_000_000, MAX_PAYLOAD)
+        );
+        let unknown = SubmitRequest {
+            job: JobName::new("nope"),
+            ..request(now(), 0)
+        };
+        let err = check_request(&jobs, &unknown, now()).expect_err("refused");
+        assert_eq!(
+            err.to_string(),
+            "job \"nope\" is not declared in the schedule file; declared: close-order"
+        );
+        assert!(matches!(
+            check_request(&jobs, &request(now(), MAX_PAYLOAD + 1), now()),
+            Err(DelayedError::PayloadTooLarge { len }) if len == MAX_PAYLOAD + 1
+        ));
+        assert!(err.is_refusal());
+    }
+
+    #[test]
+    fn a_due_time_in_the_past_is_accepted_within_the_starting_deadline_only() {
+        let jobs = jobs();
+        let within = now() - chrono::Duration::seconds(60);
+        assert!(check_request(&jobs, &request(within, 0), now()).is_ok());
+        let beyond = now() - chrono::Duration::seconds(61);
+        assert!(matches!(
+            check_request(&jobs, &request(beyond, 0), now()),
+            Err(DelayedError::TooLate { late, deadline, .. })
+                if late == Duration::from_secs(61) && deadline == Duration::from_secs(60)
+        ));
+        let far = now() + chrono::Duration::days(3700);
+        assert!(matches!(
+            check_request(&jobs, &request(far, 0), now()),
+            Err(DelayedError::TooFarAhead { .. })
+        ));
+    }
+}

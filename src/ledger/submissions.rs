@@ -1,0 +1,375 @@
+//! Delayed submissions in ZooKeeper (docs/DELAYED.md): the submit and cancel multi-ops, and
+//! reading the id index and the due buckets.
+//!
+//! Owns: every raw ZooKeeper call on `<root>/<lock>/delayed`. A submission is pending exactly
+//! while its marker `due/<day>/<second>/<shard>/<id>` exists; leaving that state is one multi-op
+//! that deletes the marker and creates the submission's run record (a claim, or a cancel), so a
+//! submission is never in two states at once.
+//! Must not: decide when a submission fires (the fire machine) or check it against the schedule
+//! (the caller's job).
+
+use zookeeper_client::{Acls, Client, CreateMode, Error as ZkErr, MultiWriteError};
+
+use super::LedgerPaths;
+use super::record::{RunRecord, RunStatus};
+use crate::delayed::submission::FormatError;
+use crate::delayed::{DueBucket, Shard, Submission, SubmissionId};
+use crate::ids::{FencingToken, NodeId};
+use crate::layout::DelayedPaths;
+
+/// Why a submission request did not do what was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum SubmissionError {
+    #[error(
+        "submission {id} already exists with a different job, due time or payload; it was left as it is"
+    )]
+    Conflict { id: SubmissionId },
+    #[error("no submission {id}")]
+    NotFound { id: SubmissionId },
+    #[error("submission {id} can no longer be cancelled: it is {status}")]
+    NotPending { id: SubmissionId, status: String },
+    #[error("unreadable submission at {path}")]
+    Corrupt {
+        path: String,
+        #[source]
+        source: FormatError,
+    },
+    #[error("zookeeper request on {path} failed")]
+    Zk {
+        path: String,
+        #[source]
+        source: ZkErr,
+    },
+}
+
+/// What a submit did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Submitted {
+    /// The submission is new and pending.
+    Created,
+    /// The same request was submitted before under this id: nothing changed.
+    AlreadyThere,
+}
+
+/// Where a submission is in its life.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SubmissionState {
+    /// Waiting for its due time.
+    Pending,
+    /// Claimed, run, or cancelled: its record says which.
+    Recorded(Box<RunRecord>),
+    /// Not pending and without a record: its record was pruned with the job's history.
+    Pruned,
+}
+
+/// Tries a multi this many times when a parent it needs was missing (the owner removes empty
+/// past buckets, so a bucket can vanish between making it and using it).
+const PARENT_ATTEMPTS: usize = 3;
+
+/// Submits `submission` under `id` in one multi-op: create the submission node in the id index
+/// and its pending marker in its due bucket. The same request under the same id again is a no-op
+/// ([`Submitted::AlreadyThere`]).
+///
+/// # Errors
+/// `Conflict` when `id` holds a different request; `Corrupt` when it holds foreign data; `Zk`
+/// when a request failed (nothing is half-written: the multi is all or nothing).
+pub async fn submit(
+    client: &Client,
+    paths: &DelayedPaths,
+    id: &SubmissionId,
+    submission: &Submission,
+    acls: Acls<'static>,
+) -> Result<Submitted, SubmissionError> {
+    let node = paths.submission(id);
+    let marker = paths.pending(submission.due_unix_ms, id);
+    let data = submission.to_bytes();
+    let options = CreateMode::Persistent.with_acls(acls);
+    for _ in 0..PARENT_ATTEMPTS {
+        let mut multi = client.new_multi_writer();
+        multi
+            .add_create(&node, &data, &options)
+            .and_then(|()| multi.add_create(&marker, &[], &options))
+            .map_err(|source| zk(&node, source))?;
+        match multi.commit().await {
+            Ok(_) => return Ok(Submitted::Created),
+            Err(MultiWriteError::OperationFailed {
+                index: 0,
+                source: ZkErr::NodeExists,
+            }) => {
+                let (stored, _) = read(client, paths, id)
+                    .await?
+                    .ok_or_else(|| SubmissionError::NotFound { id: id.clone() })?;
+                return if stored.same_request(submission) {
+                    Ok(Submitted::AlreadyThere)
+                } else {
+                    Err(SubmissionError::Conflict { id: id.clone() })
+                };
+            }
+            Err(MultiWriteError::OperationFailed {
+                source: ZkErr::NoNode,
+                ..
+            }) => {
+                let bucket = DueBucket::of(submission.due_unix_ms);
+                for parent in [
+                    paths.id_shard(id.shard()),
+                    paths.due_shard(bucket, id.shard()),
+                ] {
+                    crate::zk::ensure_persistent(client, &parent, acls)
+                        .await
+                        .map_err(|err| from_zk(&parent, err))?;
+                }
+            }
+            Err(MultiWriteError::OperationFailed { index, source }) => {
+                let path = if index == 0 { &node } else { &marker };
+                return Err(zk(path, source));
+            }
+            Err(MultiWriteError::RequestFailed { source }) => return Err(zk(&node, source)),
+        }
+    }
+    Err(zk(&marker, ZkErr::NoNode))
+}
+
+/// Reads submission `id` and its node's version; `None` when there is no such submission.
+///
+/// # Errors
+/// `Corrupt` for data not in the documented format; `Zk` when the read failed.
+pub async fn read(
+    client: &Client,
+    paths: &DelayedPaths,
+    id: &SubmissionId,
+) -> Result<Option<(Submission, i32)>, SubmissionError> {
+    let path = paths.submission(id);
+    match client.get_data(&path).await {
+        Ok((data, stat)) => Submission::parse(&data)
+            .map(|submission| Some((submission, stat.version)))
+            .map_err(|source| SubmissionError::Corrupt { path, source }),
+        Err(ZkErr::NoNode) => Ok(None),
+        Err(source) => Err(zk(&path, source)),
+    }
+}
+
+/// Reads submission `id` and where it is in its life; `None` when there is no such submission.
+///
+/// # Errors
+/// As [`read`].
+pub async fn show(
+    client: &Client,
+    paths: &DelayedPaths,
+    ledger: &LedgerPaths,
+    id: &SubmissionId,
+) -> Result<Option<(Submission, SubmissionState)>, SubmissionError> {
+    let Some((submission, _)) = read(client, paths, id).await? else {
+        return Ok(None);
+    };
+    // The marker first: leaving `pending` creates the record in the same multi, so a marker
+    // found gone means the record is there to read.
+    let marker = paths.pending(submission.due_unix_ms, id);
+    if client
+        .check_stat(&marker)
+        .await
+        .map_err(|source| zk(&marker, source))?
+        .is_some()
+    {
+        return Ok(Some((submission, SubmissionState::Pending)));
+    }
+    let record = ledger.submission_record(&submission.job, submission.due_unix_ms, id);
+    let state = match super::read_record(client, &record).await {
+        Some(record) => SubmissionState::Recorded(Box::new(record)),
+        None => SubmissionState::Pruned,
+    };
+    Ok(Some((submission, state)))
+}
+
+/// Cancels pending submission `id`: one multi-op deletes its marker and creates its record as
+/// `cancelled`, so it cannot be claimed afterwards (and a claim that came first wins).
+///
+/// # Errors
+/// `NotFound`; `NotPending` once it was claimed (or cancelled before); `Corrupt`; `Zk`.
+pub async fn cancel(
+    client: &Client,
+    paths: &DelayedPaths,
+    ledger: &LedgerPaths,
+    id: &SubmissionId,
+    now_unix_ms: i64,
+    acls: Acls<'static>,
+) -> Result<Submission, SubmissionError> {
+    let Some((submission, _)) = read(client, paths, id).await? else {
+        return Err(SubmissionError::NotFound { id: id.clone() });
+    };
+    let marker = paths.pending(submission.due_unix_ms, id);
+    let path = ledger.submission_record(&submission.job, submission.due_unix_ms, id);
+    let record = cancelled_record(&submission, id, now_unix_ms);
+    let options = CreateMode::Persistent.with_acls(acls);
+    for _ in 0..PARENT_ATTEMPTS {
+        let mut multi = client.new_multi_writer();
+        multi
+            .add_delete(&marker, None)
+            .and_then(|()| multi.add_create(&path, &record.to_bytes(), &options))
+            .map_err(|source| zk(&marker, source))?;
+        match multi.commit().await {
+            Ok(_) => return Ok(submission),
+            Err(MultiWriteError::OperationFailed {
+                index: 0,
+                source: ZkErr::NoNode,
+            }) => {
+                let status = match show(client, paths, ledger, id).await? {
+                    Some((_, SubmissionState::Recorded(record))) => {
+                        format!("{:?}", record.status).to_lowercase()
+                    }
+                    Some((_, SubmissionState::Pending)) => continue,
+                    _ => "finished (its record was pruned)".to_owned(),
+                };
+                return Err(SubmissionError::NotPending {
+                    id: id.clone(),
+                    status,
+                });
+            }
+            Err(MultiWriteError::OperationFailed {
+                index: 1,
+                source: ZkErr::NoNode,
+            }) => {
+                let parent = ledger.job_runs(&submission.job);
+                crate::zk::ensure_persistent(client, &parent, acls)
+                    .await
+                    .map_err(|err| from_zk(&parent, err))?;
+            }
+            Err(MultiWriteError::OperationFailed {
+                index: 1,
+                source: ZkErr::NodeExists,
+            }) => {
+                return Err(SubmissionError::NotPending {
+                    id: id.clone(),
+                    status: "recorded already".to_owned(),
+                });
+            }
+            Err(MultiWriteError::OperationFailed { source, .. })
+            | Err(MultiWriteError::RequestFailed { source }) => return Err(zk(&marker, source)),
+        }
+    }
+    Err(zk(&path, ZkErr::NoNode))
+}
+
+/// The record a cancel leaves: the submission never ran.
+fn cancelled_record(submission: &Submission, id: &SubmissionId, now_unix_ms: i64) -> RunRecord {
+    let mut record = RunRecord::claimed(
+        &submission.job,
+        submission.due_unix_ms,
+        (&NodeId::new("-"), ""),
+        FencingToken(0),
+        now_unix_ms,
+    );
+    record.run_id = format!("{}-{id}", submission.job);
+    record.status = RunStatus::Cancelled;
+    record.attempt = 0;
+    record.finished_unix_ms = Some(now_unix_ms);
+    record.error = Some("cancelled before it started".to_owned());
+    record.submission_id = Some(id.clone());
+    record
+}
+
+/// The days that have buckets, oldest first (foreign names logged and skipped).
+///
+/// # Errors
+/// The listing failed; no `due` node means no days.
+pub async fn days(client: &Client, paths: &DelayedPaths) -> Result<Vec<i64>, SubmissionError> {
+    let mut days: Vec<i64> = children(client, &paths.due)
+        .await?
+        .iter()
+        .filter_map(|name| {
+            let day = DueBucket::parse(name, "0").map(|bucket| bucket.day);
+            if day.is_none() {
+                tracing::warn!(
+                    path = format!("{}/{name}", paths.due),
+                    "not a day bucket; skipped"
+                );
+            }
+            day
+        })
+        .collect();
+    days.sort_unstable();
+    Ok(days)
+}
+
+/// The buckets of `day`, oldest first (foreign names logged and skipped).
+///
+/// # Errors
+/// The listing failed; a missing day has no buckets.
+pub async fn buckets(
+    client: &Client,
+    paths: &DelayedPaths,
+    day: i64,
+) -> Result<Vec<DueBucket>, SubmissionError> {
+    let parent = paths.due_day(day);
+    let mut buckets: Vec<DueBucket> = children(client, &parent)
+        .await?
+        .iter()
+        .filter_map(|name| {
+            let bucket = DueBucket::parse(&day.to_string(), name);
+            if bucket.is_none() {
+                tracing::warn!(
+                    path = format!("{parent}/{name}"),
+                    "not a due bucket; skipped"
+                );
+            }
+            bucket
+        })
+        .collect();
+    buckets.sort_unstable();
+    Ok(buckets)
+}
+
+/// The ids pending in `bucket`, shard by shard: one `getChildren` per shard, each bounded by
+/// the shard split (DESIGN.md "ZooKeeper layout").
+///
+/// # Errors
+/// A listing failed; a missing bucket holds nothing.
+pub async fn pending_in(
+    client: &Client,
+    paths: &DelayedPaths,
+    bucket: DueBucket,
+) -> Result<Vec<SubmissionId>, SubmissionError> {
+    let parent = paths.due_bucket(bucket);
+    let mut ids = Vec::new();
+    for name in children(client, &parent).await? {
+        let Some(shard) = Shard::parse(&name) else {
+            tracing::warn!(path = format!("{parent}/{name}"), "not a shard; skipped");
+            continue;
+        };
+        let shard_path = paths.due_shard(bucket, shard);
+        for name in children(client, &shard_path).await? {
+            match SubmissionId::parse(&name) {
+                Ok(id) if id.shard() == shard => ids.push(id),
+                Ok(_) => {
+                    tracing::warn!(
+                        path = format!("{shard_path}/{name}"),
+                        "submission in the wrong shard; skipped"
+                    )
+                }
+                Err(err) => {
+                    tracing::warn!(path = format!("{shard_path}/{name}"), error = %err, "not a submission id; skipped")
+                }
+            }
+        }
+    }
+    Ok(ids)
+}
+
+async fn children(client: &Client, path: &str) -> Result<Vec<String>, SubmissionError> {
+    match client.list_children(path).await {
+        Ok(children) => Ok(children),
+        Err(ZkErr::NoNode) => Ok(Vec::new()),
+        Err(source) => Err(zk(path, source)),
+    }
+}
+
+fn from_zk(path: &str, err: crate::zk::ZkError) -> SubmissionError {
+    let (path, source) = err.into_request(path);
+    SubmissionError::Zk { path, source }
+}
+
+fn zk(path: &str, source: ZkErr) -> SubmissionError {
+    SubmissionError::Zk {
+        path: path.to_owned(),
+        source,
+    }
+}

@@ -1,0 +1,293 @@
+//! Delayed submissions against a real ZooKeeper, through the library API (`zkcron::delayed`):
+//! idempotent submits, conflicts, cancel before start, listing in due order past garbage nodes,
+//! a submission written with the raw client the way another language would, and an unreachable
+//! ZooKeeper (issue "Delayed one-off jobs").
+
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use zookeeper_client::{Acls, Client, CreateMode};
+
+use support::daemon::schedule_text;
+use support::shared_ensemble;
+use zkcron::JobName;
+use zkcron::config::{self, Config};
+use zkcron::delayed::client::SubmissionState;
+use zkcron::delayed::{Delayed, DelayedError, SubmissionId, SubmitRequest};
+use zkcron::layout::{DelayedPaths, LockPaths};
+use zkcron::ledger::record::RunStatus;
+use zkcron::ledger::submissions::{SubmissionError, Submitted};
+
+const JOBS: &str = "[[job]]\nname = \"close-order\"\nshell = \"cat\"\n\n\
+                    [[job]]\nname = \"publish\"\nshell = \"cat\"\nstarting_deadline = \"1m\"\n";
+
+fn config(connect: &str) -> Config {
+    let text = schedule_text(
+        connect,
+        "g",
+        Duration::from_secs(10),
+        Duration::from_secs(10),
+        JOBS,
+    );
+    config::parse(Path::new("test.toml"), &text, &|_| None).expect("valid schedule")
+}
+
+async fn connect(test: &str) -> (Delayed, String) {
+    let connect = shared_ensemble()
+        .isolated_connect_string(test)
+        .await
+        .expect("chroot");
+    let delayed = Delayed::connect(&config(&connect))
+        .await
+        .expect("connected");
+    (delayed, connect)
+}
+
+fn at(unix_ms: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(unix_ms).expect("in range")
+}
+
+fn request(job: &str, due: DateTime<Utc>, id: Option<&str>, payload: &[u8]) -> SubmitRequest {
+    SubmitRequest {
+        job: JobName::new(job),
+        due,
+        id: id.map(|id| SubmissionId::parse(id).expect("valid id")),
+        payload: payload.to_vec(),
+    }
+}
+
+fn in_an_hour() -> DateTime<Utc> {
+    Utc::now() + chrono::Duration::hours(1)
+}
+
+#[tokio::test]
+async fn a_submit_under_the_same_id_is_a_no_op_and_a_different_request_is_refused() {
+    let (delayed, _) = connect("delayed-idempotent").await;
+    let due = in_an_hour();
+    let first = delayed
+        .submit(request(
+            "close-order",
+            due,
+            Some("order-42"),
+            b"{\"order\":42}",
+        ))
+        .await
+        .expect("submitted");
+    assert_eq!(
+        (first.id.as_str(), first.outcome),
+        ("order-42", Submitted::Created)
+    );
+    let again = delayed
+        .submit(request(
+            "close-order",
+            due,
+            Some("order-42"),
+            b"{\"order\":42}",
+        ))
+        .await
+        .expect("the same request again");
+    assert_eq!(again.outcome, Submitted::AlreadyThere);
+
+    let later = due + chrono::Duration::seconds(1);
+    for different in [
+        request("close-order", due, Some("order-42"), b"{\"order\":43}"),
+        request("close-order", later, Some("order-42"), b"{\"order\":42}"),
+        request("publish", due, Some("order-42"), b"{\"order\":42}"),
+    ] {
+        let err = delayed.submit(different).await.expect_err("a conflict");
+        assert!(
+            matches!(&err, DelayedError::Submission(SubmissionError::Conflict { id }) if id.as_str() == "order-42"),
+            "{err:?}"
+        );
+        assert!(err.is_refusal());
+    }
+    // Nothing of the refused requests was written: one pending submission, as first asked.
+    let pending = delayed.list(None, 10).await.expect("listed");
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].submission.payload, b"{\"order\":42}");
+    assert_eq!(pending[0].submission.due_unix_ms, due.timestamp_millis());
+}
+
+#[tokio::test]
+async fn generated_ids_differ_and_each_submission_is_pending() {
+    let (delayed, _) = connect("delayed-generated").await;
+    let due = in_an_hour();
+    let a = delayed
+        .submit(request("close-order", due, None, b""))
+        .await
+        .expect("a");
+    let b = delayed
+        .submit(request("close-order", due, None, b""))
+        .await
+        .expect("b");
+    assert_ne!(a.id, b.id);
+    for id in [&a.id, &b.id] {
+        let (submission, state) = delayed.show(id).await.expect("read").expect("exists");
+        assert_eq!(state, SubmissionState::Pending);
+        assert_eq!(submission.job.as_str(), "close-order");
+    }
+    assert_eq!(delayed.list(None, 10).await.expect("listed").len(), 2);
+}
+
+#[tokio::test]
+async fn a_cancelled_submission_leaves_its_record_and_cannot_be_cancelled_twice() {
+    let (delayed, _) = connect("delayed-cancel").await;
+    let id = SubmissionId::parse("publish-article-7").expect("valid");
+    delayed
+        .submit(request("publish", in_an_hour(), Some(id.as_str()), b"7"))
+        .await
+        .expect("submitted");
+    let cancelled = delayed.cancel(&id).await.expect("cancelled");
+    assert_eq!(cancelled.payload, b"7");
+
+    let (_, state) = delayed.show(&id).await.expect("read").expect("exists");
+    let SubmissionState::Recorded(record) = state else {
+        panic!("expected a record, got {state:?}");
+    };
+    assert_eq!(record.status, RunStatus::Cancelled);
+    assert_eq!(record.submission_id.as_ref(), Some(&id));
+    assert!(delayed.list(None, 10).await.expect("listed").is_empty());
+
+    let err = delayed.cancel(&id).await.expect_err("not pending");
+    assert!(
+        matches!(&err, DelayedError::Submission(SubmissionError::NotPending { status, .. }) if status == "cancelled"),
+        "{err:?}"
+    );
+    let unknown = SubmissionId::parse("never-submitted").expect("valid");
+    let err = delayed.cancel(&unknown).await.expect_err("unknown");
+    assert!(
+        matches!(
+            err,
+            DelayedError::Submission(SubmissionError::NotFound { .. })
+        ),
+        "{err:?}"
+    );
+    // The same id again after a cancel: it is not pending, and it is not run.
+    let again = delayed
+        .submit(request(
+            "publish",
+            at(cancelled.due_unix_ms),
+            Some(id.as_str()),
+            b"7",
+        ))
+        .await
+        .expect("answered");
+    assert_eq!(again.outcome, Submitted::AlreadyThere);
+    assert!(delayed.list(None, 10).await.expect("listed").is_empty());
+}
+
+#[tokio::test]
+async fn the_list_is_in_due_order_across_seconds_and_days_and_skips_garbage() {
+    let (delayed, connect) = connect("delayed-list").await;
+    let base = in_an_hour().timestamp_millis() / 1000 * 1000;
+    // Submitted out of order, over two seconds of one day and one a day later.
+    let dues = [
+        ("c", base + 86_400_000, "close-order"),
+        ("b", base + 1_500, "publish"),
+        ("a2", base + 7, "close-order"),
+        ("a1", base + 3, "close-order"),
+    ];
+    for (id, due, job) in dues {
+        delayed
+            .submit(request(job, at(due), Some(id), b""))
+            .await
+            .expect("submitted");
+    }
+    // Garbage another client left: a foreign day, second, shard, id and unreadable data.
+    let raw = Client::connect(&connect).await.expect("raw session");
+    let paths = DelayedPaths::new(&LockPaths::new("/zkcron", "g"));
+    let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    let day = base / 86_400_000;
+    let second = base % 86_400_000 / 1000;
+    for garbage in [
+        format!("{}/notaday", paths.due),
+        format!("{}/{day}/nosecond", paths.due),
+        format!("{}/{day}/{second}/zz", paths.due),
+        format!("{}/{day}/{second}/00/bad!id", paths.due),
+    ] {
+        raw.mkdir(&garbage, &open).await.expect("garbage");
+    }
+    let corrupt = SubmissionId::parse("corrupt").expect("valid");
+    raw.mkdir(&paths.submission(&corrupt), &open)
+        .await
+        .expect("garbage submission");
+    raw.mkdir(&paths.pending(base + 5, &corrupt), &open)
+        .await
+        .expect("its marker");
+
+    let ids = |list: Vec<zkcron::delayed::client::Pending>| {
+        list.into_iter()
+            .map(|p| p.id.as_str().to_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        ids(delayed.list(None, 10).await.expect("listed")),
+        ["a1", "a2", "b", "c"]
+    );
+    assert_eq!(
+        ids(delayed
+            .list(Some(&JobName::new("close-order")), 10)
+            .await
+            .expect("listed")),
+        ["a1", "a2", "c"]
+    );
+    assert_eq!(
+        ids(delayed.list(None, 2).await.expect("listed")),
+        ["a1", "a2"]
+    );
+}
+
+#[tokio::test]
+async fn a_submission_written_with_the_raw_client_as_documented_is_read_back() {
+    let (delayed, connect) = connect("delayed-raw").await;
+    // What a Java or Python service does (docs/DELAYED.md): one multi with two creates, the
+    // shard being zlib.crc32(id) % 256 in two lowercase hex digits.
+    let raw = Client::connect(&connect).await.expect("raw session");
+    let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    let due = in_an_hour().timestamp_millis();
+    let (day, second) = (due / 86_400_000, due % 86_400_000 / 1000);
+    let shard = format!("{:02x}", crc32fast::hash(b"order-42") % 256);
+    let node = format!("/zkcron/g/delayed/ids/{shard}/order-42");
+    let marker = format!("/zkcron/g/delayed/due/{day}/{second}/{shard}/order-42");
+    for parent in [
+        format!("/zkcron/g/delayed/ids/{shard}"),
+        format!("/zkcron/g/delayed/due/{day}/{second}/{shard}"),
+    ] {
+        raw.mkdir(&parent, &open).await.expect("parent");
+    }
+    let data = format!(
+        "{{\"v\":1,\"job\":\"close-order\",\"due_unix_ms\":{due},\"submitted_unix_ms\":{due}}}\npayload bytes"
+    );
+    let mut multi = raw.new_multi_writer();
+    multi.add_create(&node, data.as_bytes(), &open).expect("op");
+    multi.add_create(&marker, b"", &open).expect("op");
+    multi.commit().await.expect("submitted by hand");
+
+    let id = SubmissionId::parse("order-42").expect("valid");
+    let (submission, state) = delayed.show(&id).await.expect("read").expect("found");
+    assert_eq!(state, SubmissionState::Pending);
+    assert_eq!(
+        (submission.job.as_str(), submission.due_unix_ms),
+        ("close-order", due)
+    );
+    assert_eq!(submission.payload, b"payload bytes");
+}
+
+#[tokio::test]
+async fn an_unreachable_zookeeper_is_named_and_nothing_is_written() {
+    // A port nobody listens on: bound and dropped at once.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("free port")
+        .port();
+    let mut config = config(&format!("127.0.0.1:{port}"));
+    config.zookeeper.connect_timeout = Duration::from_millis(500);
+    let err = Delayed::connect(&config).await.expect_err("unreachable");
+    let text = err.to_string();
+    assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
+    assert!(matches!(err, DelayedError::Unreachable { .. }), "{err:?}");
+    assert!(!err.is_refusal());
+}

@@ -4,6 +4,8 @@
 //! Must not: contain logic that belongs to a library module (lock policy, scheduling, ZooKeeper
 //! layout, raw ZooKeeper requests).
 
+mod delayed;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -16,6 +18,8 @@ use tokio_util::sync::CancellationToken;
 
 use zkcron::config::{self, Config, LoadError, LogFormat};
 use zkcron::daemon::{self, DaemonError, DaemonSettings};
+use zkcron::delayed::DelayedError;
+use zkcron::delayed::client::SubmissionError;
 use zkcron::identity::{self, IdentityError};
 use zkcron::ledger::record::{RunRecord, RunStatus};
 use zkcron::ledger::{self, ClaimError, LedgerPaths};
@@ -29,7 +33,9 @@ const EXIT_CODES: &str = "\
 Exit codes:
   0  success (or a clean stop on SIGTERM/SIGINT)
   1  runtime failure (ZooKeeper unreachable for a one-shot command, I/O error)
-  2  usage error or invalid configuration, including a node_id already used by a live process";
+  2  usage error or invalid configuration, including a node_id already used by a live process;
+     a refused submission (unknown job, payload too large, due beyond the starting_deadline,
+     its id taken by a different request) or cancel (not found, already started)";
 
 /// Cron jobs that fire exactly once across a fleet, coordinated by ZooKeeper.
 #[derive(Debug, Parser)]
@@ -90,6 +96,18 @@ enum Command {
     /// `owner squatter`, `owner foreign session=0xS`, and `stopped` after a clean release.
     #[command(after_help = EXIT_CODES)]
     LockDemo(LockDemoArgs),
+    /// Submit a declared job to run once, later: prints the submission id.
+    ///
+    /// The run gets the payload on stdin and ZKCRON_SUBMISSION_ID beside the usual job contract.
+    /// A due time in the past is accepted within the job's starting_deadline.
+    #[command(after_help = EXIT_CODES)]
+    Submit(delayed::SubmitArgs),
+    /// Delayed submissions: list the pending ones and recent outcomes, show one, cancel one.
+    #[command(after_help = EXIT_CODES)]
+    Delayed {
+        #[command(subcommand)]
+        command: delayed::DelayedCommand,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -135,8 +153,18 @@ pub enum CliError {
     Zk(#[from] ZkError),
     #[error(transparent)]
     Ledger(#[from] ClaimError),
+    #[error(transparent)]
+    Delayed(#[from] DelayedError),
+    #[error(transparent)]
+    Usage(#[from] delayed::UsageError),
     #[error("cannot write to stdout")]
     Stdout(#[source] std::io::Error),
+}
+
+impl From<SubmissionError> for CliError {
+    fn from(err: SubmissionError) -> Self {
+        CliError::Delayed(err.into())
+    }
 }
 
 impl CliError {
@@ -145,7 +173,8 @@ impl CliError {
         let duplicate =
             |err: &DriverError| matches!(err, DriverError::Member(MemberError::Duplicate { .. }));
         match self {
-            CliError::Config(_) | CliError::Identity(_) => ExitCode::from(2),
+            CliError::Config(_) | CliError::Identity(_) | CliError::Usage(_) => ExitCode::from(2),
+            CliError::Delayed(err) if err.is_refusal() => ExitCode::from(2),
             CliError::Lock(err) | CliError::Daemon(DaemonError::Lock(err)) if duplicate(err) => {
                 ExitCode::from(2)
             }
@@ -181,6 +210,14 @@ impl Cli {
             } => {
                 logging::init(LogFormat::Text, self.log_level.as_deref().unwrap_or("warn"));
                 history(&config::load(&config)?, &JobName::new(job), limit, json).await
+            }
+            Command::Submit(args) => {
+                logging::init(LogFormat::Text, self.log_level.as_deref().unwrap_or("warn"));
+                delayed::submit(&config::load(&args.config)?, args).await
+            }
+            Command::Delayed { command } => {
+                logging::init(LogFormat::Text, self.log_level.as_deref().unwrap_or("warn"));
+                delayed::run(&config::load(command.config())?, command).await
             }
             Command::LockDemo(args) => {
                 logging::init(LogFormat::Text, self.log_level.as_deref().unwrap_or("info"));

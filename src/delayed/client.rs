@@ -16,6 +16,7 @@ use super::{DueBucket, MAX_PAYLOAD, Submission, SubmissionId};
 use crate::config::{Config, JobConfig};
 use crate::ids::JobName;
 use crate::layout::{DelayedPaths, LedgerPaths, LockPaths};
+use crate::ledger::record::RunRecord;
 use crate::ledger::submissions;
 pub use crate::ledger::submissions::{SubmissionError, SubmissionState, Submitted};
 use crate::zk::ZkError;
@@ -242,6 +243,42 @@ impl Delayed {
         }
         pending.truncate(limit);
         Ok(pending)
+    }
+
+    /// Up to `limit` of the newest records of submissions (of `job`, if given) — runs and
+    /// cancels — newest first, from each job's kept history.
+    ///
+    /// # Errors
+    /// A failed request.
+    pub async fn recent(
+        &self,
+        job: Option<&JobName>,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>, DelayedError> {
+        let mut names: Vec<&JobName> = self
+            .jobs
+            .keys()
+            .filter(|name| job.is_none_or(|job| job == *name))
+            .collect();
+        names.sort_unstable();
+        let mut records = Vec::new();
+        for name in names {
+            let kept = self.jobs.get(name).map_or(0, |job| job.history);
+            let history = crate::ledger::history(&self.client, &self.ledger, name, kept)
+                .await
+                .map_err(SubmissionError::from)?;
+            records.extend(history.into_iter().filter(|r| r.submission_id.is_some()));
+        }
+        records.sort_by(|a, b| {
+            (b.scheduled_unix_ms, &b.submission_id).cmp(&(a.scheduled_unix_ms, &a.submission_id))
+        });
+        records.truncate(limit);
+        Ok(records)
+    }
+
+    /// The declared job `name`, for callers that show times in its zone.
+    pub fn job(&self, name: &JobName) -> Option<&JobConfig> {
+        self.jobs.get(name).map(Arc::as_ref)
     }
 
     async fn read_bucket(

@@ -6,6 +6,7 @@
 //! (that is `ledger::submissions`).
 
 pub mod client;
+pub mod due;
 pub mod submission;
 
 pub use client::{Delayed, DelayedError, Receipt, SubmitRequest};

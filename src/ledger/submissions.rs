@@ -34,6 +34,8 @@ pub enum SubmissionError {
         #[source]
         source: FormatError,
     },
+    #[error(transparent)]
+    Records(#[from] super::ClaimError),
     #[error("zookeeper request on {path} failed")]
     Zk {
         path: String,

@@ -1,0 +1,328 @@
+//! `zkcron submit` and `zkcron delayed list|show|cancel`: arguments and human output over the
+//! `zkcron::delayed` library API.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use clap::{Args, Subcommand};
+
+use super::CliError;
+use zkcron::JobName;
+use zkcron::config::Config;
+use zkcron::delayed::client::{Pending, SubmissionState, Submitted};
+use zkcron::delayed::due::{self, DueError};
+use zkcron::delayed::{Delayed, MAX_PAYLOAD, Submission, SubmissionId, SubmitRequest};
+use zkcron::ledger::record::{RunRecord, RunStatus};
+
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("when").required(true).args(["at", "in_"]))]
+#[command(group = clap::ArgGroup::new("payload_source").args(["payload", "payload_file", "payload_stdin"]))]
+pub struct SubmitArgs {
+    /// The schedule file (the job must be declared in it).
+    #[arg(long, short)]
+    pub config: PathBuf,
+    /// The declared job to run.
+    job: String,
+    /// When: RFC 3339 (2026-11-22T14:00:00+01:00), or a local date-time with --timezone.
+    #[arg(long, value_name = "TIME")]
+    at: Option<String>,
+    /// When: this long from now, e.g. 30m or 2h 15m.
+    #[arg(long = "in", id = "in_", value_name = "DURATION")]
+    in_: Option<String>,
+    /// The IANA zone of a local --at time, e.g. Europe/Berlin.
+    #[arg(long, value_name = "ZONE")]
+    timezone: Option<String>,
+    /// Makes the submit idempotent: the same request under the same id again changes nothing.
+    /// Letters, digits, '_', '.', '-'; at most 64. [default: a generated id]
+    #[arg(long)]
+    id: Option<String>,
+    /// The payload the run reads on stdin, as text.
+    #[arg(long)]
+    payload: Option<String>,
+    /// The payload, read from this file.
+    #[arg(long)]
+    payload_file: Option<PathBuf>,
+    /// The payload, read from standard input.
+    #[arg(long)]
+    payload_stdin: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DelayedCommand {
+    /// Pending submissions in due order (due times in each job's zone), then recent outcomes.
+    List {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Only this job's submissions.
+        #[arg(long)]
+        job: Option<String>,
+        /// How many pending submissions, and how many recent outcomes, at most.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// One JSON object per line instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One submission: its job, due time, payload size and where it is in its life.
+    Show {
+        #[arg(long, short)]
+        config: PathBuf,
+        id: String,
+    },
+    /// Cancel a pending submission; refused, with the reason, once it has started.
+    Cancel {
+        #[arg(long, short)]
+        config: PathBuf,
+        id: String,
+    },
+}
+
+impl DelayedCommand {
+    pub fn config(&self) -> &PathBuf {
+        match self {
+            DelayedCommand::List { config, .. }
+            | DelayedCommand::Show { config, .. }
+            | DelayedCommand::Cancel { config, .. } => config,
+        }
+    }
+}
+
+/// Why the command line itself is not a submission.
+#[derive(Debug, thiserror::Error)]
+pub enum UsageError {
+    #[error("say when: --at TIME or --in DURATION")]
+    NoDue,
+    #[error(transparent)]
+    Due(#[from] DueError),
+    #[error("--timezone {0:?}: not an IANA time zone name (e.g. Europe/Berlin)")]
+    Zone(String),
+    #[error("--id: {0}")]
+    Id(#[from] zkcron::delayed::submission::IdError),
+    #[error("cannot read the payload from {what}")]
+    Payload {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the payload from {what} has more than {MAX_PAYLOAD} bytes (64 KiB)")]
+    PayloadTooLarge { what: String },
+}
+
+pub async fn submit(config: &Config, args: SubmitArgs) -> Result<(), CliError> {
+    let zone = args
+        .timezone
+        .as_deref()
+        .map(|name| {
+            name.parse::<Tz>()
+                .map_err(|_| UsageError::Zone(name.to_owned()))
+        })
+        .transpose()?;
+    let due = match (&args.at, &args.in_) {
+        (Some(at), _) => due::due_at(at, zone).map_err(UsageError::from)?,
+        (None, Some(within)) => due::due_in(within, Utc::now()).map_err(UsageError::from)?,
+        (None, None) => return Err(UsageError::NoDue.into()),
+    };
+    let id = args
+        .id
+        .as_deref()
+        .map(SubmissionId::parse)
+        .transpose()
+        .map_err(UsageError::from)?;
+    let payload = read_payload(&args)?;
+    let job = JobName::new(args.job);
+    let delayed = Delayed::connect(config).await?;
+    if delayed.job(&job).is_some_and(|job| !job.enabled) {
+        eprintln!(
+            "zkcron: job {job} is disabled (enabled = false): the submission waits until it is enabled"
+        );
+    }
+    let receipt = delayed
+        .submit(SubmitRequest {
+            job,
+            due,
+            id,
+            payload,
+        })
+        .await?;
+    if receipt.outcome == Submitted::AlreadyThere {
+        eprintln!(
+            "zkcron: submission {} already exists with this same request; nothing changed",
+            receipt.id
+        );
+    }
+    print(&[receipt.id.to_string()])
+}
+
+fn read_payload(args: &SubmitArgs) -> Result<Vec<u8>, UsageError> {
+    let (what, reader): (String, Box<dyn Read>) = if let Some(text) = &args.payload {
+        (
+            "--payload".to_owned(),
+            Box::new(std::io::Cursor::new(text.clone().into_bytes())),
+        )
+    } else if let Some(path) = &args.payload_file {
+        let file = std::fs::File::open(path).map_err(|source| UsageError::Payload {
+            what: path.display().to_string(),
+            source,
+        })?;
+        (path.display().to_string(), Box::new(file))
+    } else if args.payload_stdin {
+        ("standard input".to_owned(), Box::new(std::io::stdin()))
+    } else {
+        return Ok(Vec::new());
+    };
+    let mut payload = Vec::new();
+    // One byte past the limit is enough to know it is too large, without reading all of it.
+    reader
+        .take(MAX_PAYLOAD as u64 + 1)
+        .read_to_end(&mut payload)
+        .map_err(|source| UsageError::Payload {
+            what: what.clone(),
+            source,
+        })?;
+    if payload.len() > MAX_PAYLOAD {
+        return Err(UsageError::PayloadTooLarge { what });
+    }
+    Ok(payload)
+}
+
+pub async fn run(config: &Config, command: DelayedCommand) -> Result<(), CliError> {
+    let delayed = Delayed::connect(config).await?;
+    match command {
+        DelayedCommand::List {
+            job, limit, json, ..
+        } => {
+            let job = job.map(JobName::new);
+            let pending = delayed.list(job.as_ref(), limit).await?;
+            let recent = delayed.recent(job.as_ref(), limit).await?;
+            print(&list_lines(&delayed, &pending, &recent, json))
+        }
+        DelayedCommand::Show { id, .. } => {
+            let id = SubmissionId::parse(&id).map_err(UsageError::from)?;
+            let Some((submission, state)) = delayed.show(&id).await? else {
+                return Err(zkcron::delayed::client::SubmissionError::NotFound { id }.into());
+            };
+            let zone = zone_of(&delayed, &submission.job);
+            let state = match state {
+                SubmissionState::Pending => "pending".to_owned(),
+                SubmissionState::Recorded(record) => record_state(&record, zone),
+                SubmissionState::Pruned => "finished (its record was pruned)".to_owned(),
+            };
+            print(&[
+                format!("id         {id}"),
+                format!("job        {}", submission.job),
+                format!("due        {}", when(submission.due_unix_ms, zone)),
+                format!("submitted  {}", when(submission.submitted_unix_ms, zone)),
+                format!("payload    {} bytes", submission.payload.len()),
+                format!("state      {state}"),
+            ])
+        }
+        DelayedCommand::Cancel { id, .. } => {
+            let id = SubmissionId::parse(&id).map_err(UsageError::from)?;
+            let cancelled = delayed.cancel(&id).await?;
+            let zone = zone_of(&delayed, &cancelled.job);
+            print(&[format!(
+                "cancelled {id} ({}, due {})",
+                cancelled.job,
+                when(cancelled.due_unix_ms, zone)
+            )])
+        }
+    }
+}
+
+fn list_lines(
+    delayed: &Delayed,
+    pending: &[Pending],
+    recent: &[RunRecord],
+    json: bool,
+) -> Vec<String> {
+    if json {
+        let pending = pending.iter().map(|p| pending_json(&p.id, &p.submission));
+        let recent = recent
+            .iter()
+            .map(|r| String::from_utf8_lossy(&r.to_bytes()).into_owned());
+        return pending.chain(recent).collect();
+    }
+    let mut lines = vec![format!(
+        "{:<26}  {:<20}  {:<26}  {:>7}",
+        "PENDING", "JOB", "DUE", "PAYLOAD"
+    )];
+    for p in pending {
+        let zone = zone_of(delayed, &p.submission.job);
+        lines.push(format!(
+            "{:<26}  {:<20}  {:<26}  {:>7}",
+            p.id,
+            p.submission.job,
+            when(p.submission.due_unix_ms, zone),
+            p.submission.payload.len()
+        ));
+    }
+    lines.push(String::new());
+    lines.push(format!(
+        "{:<26}  {:<20}  {:<26}  {}",
+        "RECENT", "JOB", "DUE", "STATE"
+    ));
+    for r in recent {
+        let zone = zone_of(delayed, &r.job);
+        let id = r.submission_id.as_ref().map_or("-", SubmissionId::as_str);
+        lines.push(format!(
+            "{:<26}  {:<20}  {:<26}  {}",
+            id,
+            r.job,
+            when(r.scheduled_unix_ms, zone),
+            record_state(r, zone)
+        ));
+    }
+    lines
+}
+
+fn pending_json(id: &SubmissionId, submission: &Submission) -> String {
+    serde_json::json!({
+        "id": id.as_str(),
+        "state": "pending",
+        "job": submission.job.as_str(),
+        "due_unix_ms": submission.due_unix_ms,
+        "submitted_unix_ms": submission.submitted_unix_ms,
+        "payload_bytes": submission.payload.len(),
+    })
+    .to_string()
+}
+
+fn record_state(record: &RunRecord, zone: Tz) -> String {
+    let status = serde_json::to_value(record.status)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    let mut state = match record.status {
+        RunStatus::Cancelled => status,
+        _ => format!(
+            "{status} on {} (attempt {})",
+            record.node_id, record.attempt
+        ),
+    };
+    if let Some(finished) = record.finished_unix_ms {
+        state.push_str(&format!(", at {}", when(finished, zone)));
+    }
+    if let Some(error) = &record.error {
+        state.push_str(": ");
+        state.push_str(error);
+    }
+    state
+}
+
+fn zone_of(delayed: &Delayed, job: &JobName) -> Tz {
+    delayed.job(job).map_or(chrono_tz::UTC, |job| job.timezone)
+}
+
+fn when(unix_ms: i64, zone: Tz) -> String {
+    DateTime::from_timestamp_millis(unix_ms).map_or("?".into(), |at| {
+        at.with_timezone(&zone)
+            .format("%Y-%m-%d %H:%M:%S %:z")
+            .to_string()
+    })
+}
+
+fn print(lines: &[String]) -> Result<(), CliError> {
+    writeln!(std::io::stdout().lock(), "{}", lines.join("\n")).map_err(CliError::Stdout)
+}

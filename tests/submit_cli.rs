@@ -1,0 +1,301 @@
+//! `zkcron submit` and `zkcron delayed list|show|cancel` as an operator runs them, against a real
+//! ZooKeeper: what they print, and their exit codes (0 done, 1 failure, 2 refused).
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use support::daemon::schedule_text;
+use support::shared_ensemble;
+
+const JOBS: &str = "[[job]]\nname = \"close-order\"\nshell = \"cat\"\nstarting_deadline = \"1m\"\n\n\
+                    [[job]]\nname = \"nightly\"\nschedule = \"@daily\"\nshell = \"true\"\n";
+
+struct Cli {
+    _dir: tempfile::TempDir,
+    config: PathBuf,
+}
+
+impl Cli {
+    async fn new(test: &str) -> Self {
+        let connect = shared_ensemble()
+            .isolated_connect_string(test)
+            .await
+            .expect("chroot");
+        Self::at(&connect)
+    }
+
+    fn at(connect: &str) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let config = dir.path().join("zkcron.toml");
+        let text = schedule_text(
+            connect,
+            "g",
+            Duration::from_secs(10),
+            Duration::from_secs(10),
+            JOBS,
+        );
+        std::fs::write(&config, text).expect("schedule file");
+        Self { _dir: dir, config }
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.run_with_stdin(args, &[])
+    }
+
+    fn run_with_stdin(&self, args: &[&str], stdin: &[u8]) -> Output {
+        let config = self.config.to_str().expect("utf-8 temp path");
+        let (command, rest) = match args {
+            ["delayed", sub, rest @ ..] => (vec!["delayed", sub, "--config", config], rest),
+            [first, rest @ ..] => (vec![*first, "--config", config], rest),
+            [] => (vec![], args),
+        };
+        let mut child = Command::new(env!("CARGO_BIN_EXE_zkcron"))
+            .args(command.iter().chain(rest))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run zkcron");
+        if let Some(mut input) = child.stdin.take() {
+            std::io::Write::write_all(&mut input, stdin).expect("stdin");
+        }
+        child.wait_with_output().expect("zkcron output")
+    }
+
+    fn dir(&self) -> &Path {
+        self._dir.path()
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[track_caller]
+fn assert_exit(output: &Output, code: i32, stderr_has: &str) {
+    let stderr = text(&output.stderr);
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "stdout: {}\nstderr: {stderr}",
+        text(&output.stdout)
+    );
+    assert!(stderr.contains(stderr_has), "stderr: {stderr}");
+}
+
+#[tokio::test]
+async fn submit_prints_the_id_and_a_resubmit_says_nothing_changed() {
+    let cli = Cli::new("cli-submit").await;
+    let first = cli.run(&[
+        "submit",
+        "close-order",
+        "--in",
+        "1h",
+        "--id",
+        "order-42",
+        "--payload",
+        "{\"order\":42}",
+    ]);
+    assert_exit(&first, 0, "");
+    assert_eq!(text(&first.stdout), "order-42\n");
+
+    let again = cli.run(&[
+        "submit",
+        "close-order",
+        "--in",
+        "1h",
+        "--id",
+        "order-42",
+        "--payload",
+        "{\"order\":42}",
+    ]);
+    // `--in 1h` again is a different due time by the time it runs: a conflict, exit 2.
+    assert_exit(
+        &again,
+        2,
+        "already exists with a different job, due time or payload",
+    );
+
+    let due = "2030-01-01T10:00:00Z";
+    let fixed = [
+        "submit",
+        "close-order",
+        "--at",
+        due,
+        "--id",
+        "order-43",
+        "--payload-stdin",
+    ];
+    assert_exit(&cli.run_with_stdin(&fixed, b"43"), 0, "");
+    let same = cli.run_with_stdin(&fixed, b"43");
+    assert_exit(
+        &same,
+        0,
+        "already exists with this same request; nothing changed",
+    );
+    assert_eq!(text(&same.stdout), "order-43\n");
+    assert_exit(
+        &cli.run_with_stdin(&fixed, b"44"),
+        2,
+        "different job, due time or payload",
+    );
+
+    let generated = cli.run(&["submit", "close-order", "--in", "2h"]);
+    assert_exit(&generated, 0, "");
+    let id = text(&generated.stdout).trim().to_owned();
+    assert_eq!(id.len(), 24, "a generated id: {id}");
+
+    let list = cli.run(&["delayed", "list"]);
+    assert_exit(&list, 0, "");
+    let listed = text(&list.stdout);
+    let order: Vec<usize> = ["order-42", id.as_str(), "order-43"]
+        .iter()
+        .map(|id| {
+            listed
+                .find(id)
+                .unwrap_or_else(|| panic!("{id} listed:\n{listed}"))
+        })
+        .collect();
+    assert!(
+        order.windows(2).all(|w| w[0] < w[1]),
+        "due order:\n{listed}"
+    );
+    assert!(listed.contains("2030-01-01 10:00:00 +00:00"), "{listed}");
+}
+
+#[tokio::test]
+async fn refused_submissions_say_why_and_exit_2() {
+    let cli = Cli::new("cli-refused").await;
+    assert_exit(
+        &cli.run(&["submit", "close-ordr", "--in", "1m"]),
+        2,
+        "job \"close-ordr\" is not declared in the schedule file; declared: close-order, nightly",
+    );
+    let big = cli.dir().join("big");
+    std::fs::write(&big, vec![b'x'; 64 * 1024 + 1]).expect("payload file");
+    let big = big.to_str().expect("utf-8");
+    assert_exit(
+        &cli.run(&["submit", "close-order", "--in", "1m", "--payload-file", big]),
+        2,
+        "has more than 65536 bytes",
+    );
+    let limit = cli.dir().join("limit");
+    std::fs::write(&limit, vec![b'x'; 64 * 1024]).expect("payload file");
+    let limit = limit.to_str().expect("utf-8");
+    assert_exit(
+        &cli.run(&[
+            "submit",
+            "close-order",
+            "--in",
+            "1m",
+            "--payload-file",
+            limit,
+        ]),
+        0,
+        "",
+    );
+
+    let past = (chrono::Utc::now() - chrono::Duration::seconds(120)).to_rfc3339();
+    assert_exit(
+        &cli.run(&["submit", "close-order", "--at", &past]),
+        2,
+        "beyond job \"close-order\"'s starting_deadline (60s)",
+    );
+    let recent = (chrono::Utc::now() - chrono::Duration::seconds(5)).to_rfc3339();
+    assert_exit(&cli.run(&["submit", "close-order", "--at", &recent]), 0, "");
+    assert_exit(
+        &cli.run(&["submit", "close-order", "--at", "2030-01-01 10:00"]),
+        2,
+        "has no UTC offset: say which zone it is in with --timezone",
+    );
+    assert_exit(
+        &cli.run(&[
+            "submit",
+            "close-order",
+            "--at",
+            "2030-01-01 10:00",
+            "--timezone",
+            "Europe/Berlin",
+            "--id",
+            "bad/id",
+        ]),
+        2,
+        "--id: a submission id may hold letters, digits",
+    );
+    assert_exit(&cli.run(&["submit", "close-order"]), 2, "--at");
+}
+
+#[tokio::test]
+async fn cancel_before_the_start_and_show_say_where_a_submission_is() {
+    let cli = Cli::new("cli-cancel").await;
+    let submit = [
+        "submit",
+        "close-order",
+        "--at",
+        "2030-01-01T10:00:00+01:00",
+        "--id",
+        "o-7",
+        "--payload",
+        "abc",
+    ];
+    assert_exit(&cli.run(&submit), 0, "");
+    let show = cli.run(&["delayed", "show", "o-7"]);
+    assert_exit(&show, 0, "");
+    let shown = text(&show.stdout);
+    for line in [
+        "job        close-order",
+        "due        2030-01-01 09:00:00 +00:00",
+        "payload    3 bytes",
+        "state      pending",
+    ] {
+        assert!(shown.contains(line), "{line:?} in:\n{shown}");
+    }
+    let cancel = cli.run(&["delayed", "cancel", "o-7"]);
+    assert_exit(&cancel, 0, "");
+    assert!(
+        text(&cancel.stdout)
+            .starts_with("cancelled o-7 (close-order, due 2030-01-01 09:00:00 +00:00)")
+    );
+    assert_exit(
+        &cli.run(&["delayed", "cancel", "o-7"]),
+        2,
+        "can no longer be cancelled: it is cancelled",
+    );
+    assert_exit(
+        &cli.run(&["delayed", "cancel", "o-8"]),
+        2,
+        "no submission o-8",
+    );
+    let shown = text(&cli.run(&["delayed", "show", "o-7"]).stdout);
+    assert!(shown.contains("state      cancelled"), "{shown}");
+    let listed = text(&cli.run(&["delayed", "list"]).stdout);
+    let recent = listed.split("RECENT").nth(1).unwrap_or_default();
+    assert!(
+        recent.contains("o-7") && recent.contains("cancelled before it started"),
+        "{listed}"
+    );
+    let pending = listed.split("RECENT").next().unwrap_or_default();
+    assert!(!pending.contains("o-7"), "{listed}");
+}
+
+#[tokio::test]
+async fn an_unreachable_zookeeper_exits_1_naming_the_address() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("free port")
+        .port();
+    let cli = Cli::at(&format!("127.0.0.1:{port}"));
+    let output = cli.run(&["submit", "close-order", "--in", "1m"]);
+    assert_exit(
+        &output,
+        1,
+        &format!("cannot reach zookeeper at 127.0.0.1:{port}"),
+    );
+    assert!(
+        output.stdout.is_empty(),
+        "no id printed for nothing submitted"
+    );
+}

@@ -747,7 +747,13 @@ impl Validator<'_> {
             on_lost: raw.on_lost.unwrap_or(OnLost::Cancel),
             enabled: raw.enabled.unwrap_or(true),
             history,
-            concurrency: raw.concurrency.unwrap_or(Concurrency::Forbid),
+            // Submissions of an on-demand job are independent requests: one must not skip
+            // another that happens to be running (DESIGN.md "Delayed one-off jobs").
+            concurrency: raw.concurrency.unwrap_or(if raw.schedule.is_none() {
+                Concurrency::Allow
+            } else {
+                Concurrency::Forbid
+            }),
             misfire: raw.misfire.unwrap_or(Misfire::RunOnce),
             starting_deadline,
             on_interrupted: raw.on_interrupted.unwrap_or(OnInterrupted::Skip),

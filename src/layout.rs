@@ -6,7 +6,7 @@
 
 use crate::delayed::{DueBucket, Shard, SubmissionId};
 use crate::ids::{JobName, NodeId};
-use crate::ledger::record::{submission_node_name, tick_node_name};
+use crate::ledger::record::{RunRecord, submission_node_name, tick_node_name};
 
 /// The znodes of one lock group (DESIGN.md "ZooKeeper layout").
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,6 +42,8 @@ pub struct LedgerPaths {
     pub runs: String,
     /// Parent of the `running/<job>` guards: ephemeral, held for a run's life (concurrency).
     pub running: String,
+    /// The delayed submissions, whose claims the ledger makes like ticks'.
+    pub delayed: DelayedPaths,
 }
 
 impl LedgerPaths {
@@ -51,6 +53,7 @@ impl LedgerPaths {
             epoch: lock.epoch.clone(),
             runs: format!("{}/runs", lock.dir),
             running: format!("{}/running", lock.dir),
+            delayed: DelayedPaths::new(lock),
         }
     }
 
@@ -67,6 +70,14 @@ impl LedgerPaths {
     /// One tick's record.
     pub fn record(&self, job: &JobName, scheduled_unix_ms: i64) -> String {
         format!("{}/{job}/{}", self.runs, tick_node_name(scheduled_unix_ms))
+    }
+
+    /// Where `record` is stored: a tick's or a submission's record.
+    pub fn record_path(&self, record: &RunRecord) -> String {
+        match &record.submission_id {
+            Some(id) => self.submission_record(&record.job, record.scheduled_unix_ms, id),
+            None => self.record(&record.job, record.scheduled_unix_ms),
+        }
     }
 
     /// The record of a submission's run.
@@ -88,6 +99,9 @@ pub struct DelayedPaths {
     pub dir: String,
     pub ids: String,
     pub due: String,
+    /// `open/<job>/<due_ms>-<id>`: a submission's run is claimed and has no final record yet, so
+    /// the next owner finds it without reading every record (`on_interrupted`).
+    pub open: String,
 }
 
 impl DelayedPaths {
@@ -96,6 +110,7 @@ impl DelayedPaths {
         Self {
             ids: format!("{dir}/ids"),
             due: format!("{dir}/due"),
+            open: format!("{dir}/open"),
             dir,
         }
     }
@@ -123,6 +138,20 @@ impl DelayedPaths {
     /// One shard of a bucket.
     pub fn due_shard(&self, bucket: DueBucket, shard: Shard) -> String {
         format!("{}/{}", self.due_bucket(bucket), shard.name())
+    }
+
+    /// The open runs of `job`'s submissions.
+    pub fn open_of(&self, job: &JobName) -> String {
+        format!("{}/{job}", self.open)
+    }
+
+    /// The open-run marker of submission `id` of `job`, due at `due_unix_ms`.
+    pub fn open_run(&self, job: &JobName, due_unix_ms: i64, id: &SubmissionId) -> String {
+        format!(
+            "{}/{}",
+            self.open_of(job),
+            submission_node_name(due_unix_ms, id)
+        )
     }
 
     /// The pending marker of `id`, due at `due_unix_ms`.

@@ -23,6 +23,7 @@ use std::io;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -117,6 +118,17 @@ pub struct RunContext {
     pub attempt: u32,
     /// Started by on_locked/catch-up instead of on time (`ZKCRON_RESUMED=1`).
     pub resumed: bool,
+    /// The run of a delayed submission: its id and the payload the job reads on stdin.
+    pub submission: Option<SubmissionInput>,
+}
+
+/// What a submission's run gets beside the job contract.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubmissionInput {
+    /// `ZKCRON_SUBMISSION_ID`.
+    pub id: String,
+    /// Written to the job's stdin, then stdin is closed.
+    pub payload: Arc<Vec<u8>>,
 }
 
 /// How a run ended.
@@ -264,8 +276,11 @@ pub async fn run(spec: &JobSpec, ctx: &RunContext, cancel: CancellationToken) ->
 
     let stdout = group.child.stdout().take();
     let stderr = group.child.stderr().take();
+    let stdin = group.child.stdin().take();
+    let payload = ctx.submission.as_ref().map(|s| Arc::clone(&s.payload));
     let output = async {
         tokio::join!(
+            feed_stdin(stdin, payload, job, run_id),
             log_output(stdout, "stdout", job, run_id),
             log_output(stderr, "stderr", job, run_id),
         );
@@ -354,7 +369,11 @@ impl Group {
         let mut command = CommandWrap::with_new(program, |command| {
             command
                 .args(args)
-                .stdin(Stdio::null())
+                .stdin(if ctx.submission.is_some() {
+                    Stdio::piped()
+                } else {
+                    Stdio::null()
+                })
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .envs(&spec.env);
@@ -568,8 +587,8 @@ impl Drop for Group {
 }
 
 /// The contract variables of DESIGN.md "Job contract".
-fn contract_env(spec: &JobSpec, ctx: &RunContext) -> [(&'static str, String); 8] {
-    [
+fn contract_env(spec: &JobSpec, ctx: &RunContext) -> Vec<(&'static str, String)> {
+    let mut env = vec![
         ("ZKCRON_JOB", spec.name.as_str().to_owned()),
         ("ZKCRON_RUN_ID", ctx.run_id.clone()),
         (
@@ -588,7 +607,27 @@ fn contract_env(spec: &JobSpec, ctx: &RunContext) -> [(&'static str, String); 8]
             "ZKCRON_RESUMED",
             if ctx.resumed { "1" } else { "0" }.to_owned(),
         ),
-    ]
+    ];
+    if let Some(submission) = &ctx.submission {
+        env.push(("ZKCRON_SUBMISSION_ID", submission.id.clone()));
+    }
+    env
+}
+
+/// Writes a submission's payload to the job's stdin and closes it. A job that exits without
+/// reading it all is its own business: that is logged, not an error.
+async fn feed_stdin(
+    stdin: Option<tokio::process::ChildStdin>,
+    payload: Option<Arc<Vec<u8>>>,
+    job: &JobName,
+    run_id: &str,
+) {
+    let (Some(mut stdin), Some(payload)) = (stdin, payload) else {
+        return;
+    };
+    if let Err(err) = tokio::io::AsyncWriteExt::write_all(&mut stdin, &payload).await {
+        tracing::debug!(job = %job, run_id, error = %err, "job did not read all of its payload");
+    }
 }
 
 /// An error and its causes as one line, for [`RunOutcome::FailedToStart`].
@@ -616,6 +655,7 @@ mod tests {
             fencing_token: FencingToken(3),
             attempt: 1,
             resumed: false,
+            submission: None,
         };
         let spec = JobSpec {
             name: JobName::new("j"),

@@ -50,6 +50,11 @@ fn a_job_without_a_schedule_fires_only_when_submitted() {
     let job = &config.jobs[0];
     assert!(job.schedule.is_none());
     assert_eq!(job.timezone, chrono_tz::Europe::Paris);
+    assert_eq!(
+        job.concurrency,
+        Concurrency::Allow,
+        "one submission never skips another"
+    );
     let now = DateTime::<Utc>::from_timestamp(1_700_000_000, 0).expect("in range");
     assert_eq!(job.next_tick_after(now), None);
 }

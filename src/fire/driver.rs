@@ -6,6 +6,8 @@
 //! over when the machine says so.
 //! Must not: decide anything — whether, when and why a run starts or stops is the machine's call.
 
+mod delayed;
+
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
@@ -83,6 +85,7 @@ pub async fn run(
         runs: HashMap::new(),
         tasks: TaskTracker::new(),
         fence_failed: lock.fence_failed.clone(),
+        watch: None,
     };
     let mut ready = false;
     let mut stopping = false;
@@ -99,7 +102,7 @@ pub async fn run(
             () = shutdown.cancelled(), if !stopping => Input::Shutdown,
             update = lock.updates.recv(), if updates_open => match update {
                 Some(LockUpdate::Session(client)) => {
-                    io.client = client;
+                    io.session_changed(client);
                     continue;
                 }
                 Some(LockUpdate::Event(_)) => continue, // logged by the lock driver
@@ -184,9 +187,30 @@ struct Io {
     runs: HashMap<String, CancellationToken>,
     tasks: TaskTracker,
     fence_failed: mpsc::UnboundedSender<FencingToken>,
+    /// Stops the current session's watch for new submissions.
+    watch: Option<CancellationToken>,
 }
 
 impl Io {
+    /// A new session (or none): the watch for new submissions follows it.
+    fn session_changed(&mut self, client: Option<Client>) {
+        if let Some(stop) = self.watch.take() {
+            stop.cancel();
+        }
+        if let Some(client) = &client {
+            let stop = CancellationToken::new();
+            delayed::watch(
+                client.clone(),
+                self.settings.ledger.delayed.clone(),
+                self.settings.acls,
+                self.answers.clone(),
+                stop.clone(),
+            );
+            self.watch = Some(stop);
+        }
+        self.client = client;
+    }
+
     /// Carries out one action; an answer that needs no I/O is returned at once, the others come
     /// back through `answers` when their task ends.
     fn perform(&mut self, action: Action) -> Option<Input> {
@@ -194,7 +218,26 @@ impl Io {
             Action::PrepareJobs(jobs) => self.prepare(jobs),
             Action::Claim(claim) => return self.claim(claim),
             Action::ListRecords(job) => return self.list(job),
-            Action::MarkInterrupted { record, version } => return self.mark(record, version),
+            Action::MarkInterrupted {
+                record,
+                version,
+                closes,
+            } => return self.mark(record, version, closes),
+            Action::ScanDelayed {
+                generation,
+                after,
+                through,
+                clean_before,
+            } => return self.scan(generation, after, through, clean_before),
+            Action::ReadSubmission { id } => return self.read_submission(id),
+            Action::RemoveEmptyBucket(bucket) => {
+                let client = self.client.clone()?;
+                let paths = self.settings.ledger.delayed.clone();
+                self.tasks.spawn(async move {
+                    let what = paths.due_bucket(bucket);
+                    bounded(&what, delayed::remove_bucket(&client, &paths, bucket)).await;
+                });
+            }
             Action::StartRun {
                 spec,
                 claim,
@@ -255,8 +298,9 @@ impl Io {
                     return Some(Input::Withdrawn { id });
                 };
                 let (paths, answers) = (self.settings.ledger.clone(), self.answers.clone());
+                let acls = self.settings.acls;
                 self.tasks.spawn(async move {
-                    match bounded(&claim.path, ledger::withdraw(&client, &paths, &claim)).await {
+                    match bounded(&claim.path, ledger::withdraw(&client, &paths, &claim, acls)).await {
                         Some(Ok(())) => tracing::info!(path = claim.path, "claimed tick withdrawn for the handoff"),
                         Some(Err(err)) => tracing::warn!(path = claim.path, error = %error_chain(&err), "claimed tick not withdrawn"),
                         None => {}
@@ -314,7 +358,7 @@ impl Io {
         );
         self.tasks.spawn(async move {
             let (job, tick) = (record.job.clone(), record.scheduled_unix_ms);
-            let path = paths.record(&job, tick);
+            let path = paths.record_path(&record);
             let claimed = bounded(&path, ledger::claim(&client, &paths, record, mode, guarded, acls));
             let result = match claimed.await {
                 Some(result) => result.map_err(|err| match err {
@@ -357,7 +401,62 @@ impl Io {
         None
     }
 
-    fn mark(&self, record: crate::ledger::record::RunRecord, version: i32) -> Option<Input> {
+    fn scan(
+        &self,
+        generation: u64,
+        after: Option<crate::delayed::DueBucket>,
+        through: crate::delayed::DueBucket,
+        clean_before: DateTime<Utc>,
+    ) -> Option<Input> {
+        let Some(client) = self.client.clone() else {
+            let result = Err("no zookeeper session".to_owned());
+            return Some(Input::DelayedScanned {
+                generation,
+                through,
+                result,
+            });
+        };
+        let (paths, answers) = (self.settings.ledger.delayed.clone(), self.answers.clone());
+        self.tasks.spawn(async move {
+            let what = paths.due.clone();
+            let scanned = bounded(
+                &what,
+                delayed::scan(&client, &paths, after, through, clean_before),
+            );
+            let result = scanned
+                .await
+                .unwrap_or_else(|| Err("no answer in time".into()));
+            let _ = answers.send(Input::DelayedScanned {
+                generation,
+                through,
+                result,
+            });
+        });
+        None
+    }
+
+    fn read_submission(&self, id: crate::delayed::SubmissionId) -> Option<Input> {
+        let Some(client) = self.client.clone() else {
+            let result = Err("no zookeeper session".to_owned());
+            return Some(Input::SubmissionRead { id, result });
+        };
+        let (paths, answers) = (self.settings.ledger.delayed.clone(), self.answers.clone());
+        self.tasks.spawn(async move {
+            let read = bounded(id.as_str(), delayed::read_one(&client, &paths, &id));
+            let result = read
+                .await
+                .unwrap_or_else(|| Err("no answer in time".into()));
+            let _ = answers.send(Input::SubmissionRead { id, result });
+        });
+        None
+    }
+
+    fn mark(
+        &self,
+        record: crate::ledger::record::RunRecord,
+        version: i32,
+        closes: bool,
+    ) -> Option<Input> {
         let Some(client) = self.client.clone() else {
             let result = Err("no zookeeper session".to_owned());
             return Some(Input::Marked { record, result });
@@ -366,7 +465,7 @@ impl Io {
         self.tasks.spawn(async move {
             let marked = bounded(
                 &record.run_id,
-                ledger::mark_interrupted(&client, &paths, &record, version),
+                ledger::mark_interrupted(&client, &paths, &record, version, closes),
             );
             let result = match marked.await {
                 Some(result) => result.map_err(|err| error_chain(&err)),
@@ -394,6 +493,14 @@ async fn list_records(
             newest.push(read);
         }
     }
+    // A submission's run is open while its marker is: all of them, not only the newest.
+    let mut payloads = HashMap::new();
+    for (record, version, payload) in open_submissions(client, paths, job).await? {
+        if let (Some(id), Some(payload)) = (&record.submission_id, payload) {
+            payloads.insert(id.clone(), payload);
+        }
+        newest.push((record, version));
+    }
     let guard_holder = ledger::guard_holder(client, paths, job).await;
     let live_members = inspect::member_ids(client, group)
         .await
@@ -403,7 +510,50 @@ async fn list_records(
         newest,
         guard_holder,
         live_members,
+        payloads,
     })
+}
+
+type OpenSubmission = (crate::ledger::record::RunRecord, i32, Option<Arc<Vec<u8>>>);
+
+/// The records of `job`'s open submission runs, with their versions and payloads.
+async fn open_submissions(
+    client: &Client,
+    paths: &LedgerPaths,
+    job: &JobName,
+) -> Result<Vec<OpenSubmission>, String> {
+    let parent = paths.delayed.open_of(job);
+    let names = match client.list_children(&parent).await {
+        Ok(names) => names,
+        Err(zookeeper_client::Error::NoNode) => Vec::new(),
+        Err(err) => return Err(format!("listing {parent}: {err}")),
+    };
+    let mut open = Vec::new();
+    for name in names {
+        let parsed = crate::ledger::record::RecordName::parse(&name);
+        let Some((due, id)) = parsed.and_then(|n| Some((n.scheduled_unix_ms, n.submission?)))
+        else {
+            tracing::warn!(
+                path = format!("{parent}/{name}"),
+                "not an open submission run; skipped"
+            );
+            continue;
+        };
+        let path = paths.submission_record(job, due, &id);
+        let Some((record, version)) = ledger::read_versioned(client, &path).await else {
+            continue;
+        };
+        let payload = match ledger::submissions::read(client, &paths.delayed, &id).await {
+            Ok(Some((submission, _))) => Some(Arc::new(submission.payload)),
+            Ok(None) => None,
+            Err(err) => {
+                tracing::warn!(error = %error_chain(&err), "open submission's payload unreadable");
+                None
+            }
+        };
+        open.push((record, version, payload));
+    }
+    Ok(open)
 }
 
 /// Time from now until `at` on the wall clock (zero if past).

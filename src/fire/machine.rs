@@ -9,6 +9,7 @@
 //! go out as [`Action`]; `fire::driver` performs them against the ledger and the runner.
 
 mod catch_up;
+mod delayed;
 mod runs;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -18,14 +19,16 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::config::{Concurrency, JobConfig};
+use crate::delayed::{DueBucket, Submission, SubmissionId};
 use crate::fire::queue::FireQueue;
 use crate::ids::{FencingToken, JobName, NodeId};
 use crate::ledger::record::{RunRecord, RunStatus};
 use crate::ledger::{Claim, ClaimMode};
 use crate::lock::LockStatus;
-use crate::runner::{JobSpec, RunContext, RunReport};
+use crate::runner::{JobSpec, RunContext, RunReport, SubmissionInput};
 
 pub use catch_up::{JobRecords, RESOLVE_WINDOW};
+pub use delayed::DELAYED_HORIZON;
 
 /// A tick whose time passed longer ago than this is not started on time: the process was
 /// stopped or starved, and catch-up (`misfire`) decides about it instead.
@@ -51,6 +54,8 @@ pub enum FireReason {
     Rerun,
     /// Its run failed or timed out; tried again (`retries`).
     Retry,
+    /// A delayed submission came due.
+    Submitted,
 }
 
 impl FireReason {
@@ -62,6 +67,11 @@ impl FireReason {
     /// Ticks fired on time are held to the late-tick rule; the others are late by nature.
     fn on_time(self) -> bool {
         matches!(self, FireReason::OnTime | FireReason::Declined)
+    }
+
+    /// Started at its instant, not at once, when claimed ahead of it.
+    fn waits_for_its_time(self) -> bool {
+        self.on_time() || self == FireReason::Submitted
     }
 }
 
@@ -126,6 +136,19 @@ pub enum Input {
     Shutdown,
     /// Answer to [`Action::HandOver`]: the lock is released (or was never ours).
     LockReleased,
+    /// Answer to [`Action::ScanDelayed`]: the pending submissions of the buckets read.
+    DelayedScanned {
+        generation: u64,
+        through: DueBucket,
+        result: Result<Vec<(SubmissionId, Submission)>, String>,
+    },
+    /// A pending submission appeared in `bucket` (the driver's watch on the due buckets).
+    SubmissionCreated { bucket: DueBucket, id: SubmissionId },
+    /// Answer to [`Action::ReadSubmission`]: the submission, `None` when it is gone.
+    SubmissionRead {
+        id: SubmissionId,
+        result: Result<Option<Submission>, String>,
+    },
 }
 
 /// A command for the driver.
@@ -137,8 +160,13 @@ pub enum Action {
     Claim(TickClaim),
     /// Read the job's records for catch-up. Answered by [`Input::RecordsListed`].
     ListRecords(JobName),
-    /// Write this (open) record as `interrupted` at its version. Answered by [`Input::Marked`].
-    MarkInterrupted { record: RunRecord, version: i32 },
+    /// Write this (open) record as `interrupted` at its version; `closes`: nothing will run it
+    /// again (a submission's open marker goes). Answered by [`Input::Marked`].
+    MarkInterrupted {
+        record: RunRecord,
+        version: i32,
+        closes: bool,
+    },
     /// Start the claimed run. Its end comes back as [`Input::RunEnded`].
     StartRun {
         spec: Arc<JobSpec>,
@@ -160,6 +188,19 @@ pub enum Action {
     HandOver,
     /// Nothing is left to do: the daemon may exit.
     Stopped,
+    /// Read the pending submissions of every bucket after `after` (from the oldest when
+    /// `None`) through `through`. Answered by [`Input::DelayedScanned`].
+    ScanDelayed {
+        generation: u64,
+        after: Option<DueBucket>,
+        through: DueBucket,
+        /// Remove the empty buckets met on the way that ended before this instant.
+        clean_before: DateTime<Utc>,
+    },
+    /// Remove this past bucket if nothing is pending in it (and its day, once past and empty).
+    RemoveEmptyBucket(DueBucket),
+    /// Read one submission the watch reported. Answered by [`Input::SubmissionRead`].
+    ReadSubmission { id: SubmissionId },
 }
 
 /// Who we are, for the records we write.
@@ -176,6 +217,8 @@ struct Item {
     reason: FireReason,
     /// For a rerun: the stored record and its version.
     again: Option<(RunRecord, i32)>,
+    /// A submission's run: its id and payload.
+    submission: Option<SubmissionInput>,
 }
 
 /// A job and what it is waiting for.
@@ -236,6 +279,8 @@ struct Pending {
     start_at: DateTime<Utc>,
     /// Part of its job's catch-up sequence.
     in_backlog: bool,
+    /// A submission's run: its id and payload.
+    submission: Option<SubmissionInput>,
     state: PendingState,
 }
 
@@ -281,6 +326,7 @@ pub struct FireMachine {
     claims: BTreeMap<ClaimId, Pending>,
     next_claim: u64,
     runs: runs::Runs,
+    delayed: delayed::DelayedQueue,
     stopping: Option<Stopping>,
 }
 
@@ -304,6 +350,7 @@ impl FireMachine {
             claims: BTreeMap::new(),
             next_claim: 0,
             runs: runs::Runs::default(),
+            delayed: delayed::DelayedQueue::default(),
             stopping: None,
         }
     }
@@ -329,6 +376,15 @@ impl FireMachine {
                 self.maybe_hand_over(now, &mut out);
             }
             Input::Shutdown => self.shutdown(now, &mut out),
+            Input::DelayedScanned {
+                generation,
+                through,
+                result,
+            } => self.delayed_scanned(generation, through, result, now, &mut out),
+            Input::SubmissionCreated { bucket, id } => {
+                self.submission_created(bucket, id, &mut out)
+            }
+            Input::SubmissionRead { id, result } => self.submission_read(id, result, now, &mut out),
             Input::LockReleased => {
                 if let Some(stopping) = self.stopping.as_mut() {
                     stopping.released = true;
@@ -349,7 +405,11 @@ impl FireMachine {
     /// When to feed [`Input::Tick`]; `None` means no timer is needed.
     pub fn next_deadline(&self) -> Option<DateTime<Utc>> {
         let queue = match &self.stopping {
-            None => self.queue.next_tick().map(|tick| tick - self.claim_ahead),
+            None => {
+                let tick = self.queue.next_tick().map(|tick| tick - self.claim_ahead);
+                let delayed = self.delayed.next_deadline(self.claim_ahead);
+                tick.into_iter().chain(delayed).min()
+            }
             Some(stopping) => (!stopping.handed_over).then_some(stopping.hand_over_by),
         };
         let claims = self.claims.values().filter_map(|p| match &p.state {
@@ -395,6 +455,7 @@ impl FireMachine {
                     self.due(&job, tick, now, out);
                 }
             }
+            self.delayed_tick(now, out);
         }
         let late = now - MISSED_AFTER;
         self.declined.retain(|(tick, _)| *tick >= late);
@@ -454,6 +515,7 @@ impl FireMachine {
                 tick,
                 reason: FireReason::OnTime,
                 again: None,
+                submission: None,
             });
             return;
         }
@@ -463,6 +525,7 @@ impl FireMachine {
                 tick,
                 reason: FireReason::OnTime,
                 again: None,
+                submission: None,
             },
             false,
             now,
@@ -490,7 +553,7 @@ impl FireMachine {
                 ClaimMode::Again { version: *version },
             ),
             None => (
-                RunRecord::claimed(job, item.tick.timestamp_millis(), me, token, now_ms),
+                fresh_record(job, item.tick, item.submission.as_ref(), me, token, now_ms),
                 ClaimMode::Create,
             ),
         };
@@ -500,12 +563,13 @@ impl FireMachine {
             tick: item.tick,
             reason: item.reason,
             token,
-            start_at: if item.reason.on_time() {
+            start_at: if item.reason.waits_for_its_time() {
                 item.tick.max(now)
             } else {
                 now
             },
             in_backlog,
+            submission: item.submission,
             state: PendingState::InFlight { again: false },
             config,
         };
@@ -552,6 +616,7 @@ impl FireMachine {
             token,
             start_at: tick,
             in_backlog: false,
+            submission: None,
             state: PendingState::RecordOnly,
         };
         self.send_claim(pending, record, ClaimMode::Create, out);
@@ -642,9 +707,10 @@ impl FireMachine {
             return;
         };
         let me = (&self.me.node_id, self.me.ip.as_str());
-        let record = RunRecord::claimed(
+        let record = fresh_record(
             &pending.spec.name,
-            pending.tick.timestamp_millis(),
+            pending.tick,
+            pending.submission.as_ref(),
             me,
             token,
             now.timestamp_millis(),
@@ -665,9 +731,10 @@ impl FireMachine {
         };
         tracing::warn!(job = %pending.spec.name, tick = %pending.tick, reason, "tick skipped");
         let me = (&self.me.node_id, self.me.ip.as_str());
-        let mut record = RunRecord::claimed(
+        let mut record = fresh_record(
             &pending.spec.name,
-            pending.tick.timestamp_millis(),
+            pending.tick,
+            pending.submission.as_ref(),
             me,
             pending.token,
             now.timestamp_millis(),
@@ -704,7 +771,17 @@ impl FireMachine {
             )));
             return self.settle(id, now, out);
         }
-        let first_attempt = claim.record.attempt == 1;
+        let deadline =
+            chrono::Duration::from_std(pending.config.starting_deadline).unwrap_or_default();
+        if pending.reason == FireReason::Submitted && now > tick + deadline {
+            tracing::warn!(job = %job, %tick, "not firing: the submission is past its starting_deadline");
+            out.push(Action::WriteRecord(missed_claim(
+                claim,
+                "claimed, but past its starting_deadline (the node was stalled)",
+            )));
+            return self.settle(id, now, out);
+        }
+        let first_attempt = claim.record.attempt == 1 && pending.submission.is_none();
         let overtaken = self.jobs.get(job).and_then(|s| s.last_started);
         if first_attempt && overtaken.is_some_and(|last| last >= tick) {
             // Claims can come back out of order; a job's ticks start in scheduled order, so a
@@ -778,9 +855,10 @@ impl FireMachine {
             fencing_token: claim.record.fencing_token,
             attempt: claim.record.attempt,
             resumed: pending.reason.resumed(),
+            submission: pending.submission.clone(),
         };
         let name = &pending.spec.name;
-        if let Some(state) = self.jobs.get_mut(name) {
+        if let (Some(state), None) = (self.jobs.get_mut(name), &pending.submission) {
             state.last_started = Some(
                 state
                     .last_started
@@ -790,8 +868,13 @@ impl FireMachine {
                 state.backlog_claiming = false;
             }
         }
-        self.runs
-            .started(&claim, &pending.config, pending.in_backlog, now);
+        self.runs.started(
+            &claim,
+            &pending.config,
+            pending.in_backlog,
+            pending.submission.clone(),
+            now,
+        );
         out.push(Action::StartRun {
             spec: Arc::clone(&pending.spec),
             claim,
@@ -838,6 +921,7 @@ impl FireMachine {
         }
         if before.may_fire && (lost || !status.may_fire) {
             self.cannot_fire();
+            self.delayed.stop();
         }
         if status.may_fire && (lost || !before.may_fire) {
             self.can_fire(now, out);
@@ -893,6 +977,7 @@ impl FireMachine {
                     tick,
                     reason: FireReason::Declined,
                     again: None,
+                    submission: None,
                 });
             }
         }
@@ -902,6 +987,8 @@ impl FireMachine {
                 out.push(Action::ListRecords(name));
             }
         }
+        self.delayed.start(now);
+        self.delayed_tick(now, out);
     }
 
     /// Starts the next item of a job's catch-up sequence once the one before it has ended; when
@@ -994,7 +1081,8 @@ impl FireMachine {
                 (Some(claim), Some(version)) => {
                     let mut claim = claim.clone();
                     claim.version = version;
-                    self.runs.schedule_retry(claim, &run.config, now);
+                    self.runs
+                        .schedule_retry(claim, run.submission.clone(), &run.config, now);
                 }
                 _ => out.push(Action::Prune {
                     job: job.clone(),
@@ -1014,7 +1102,7 @@ impl FireMachine {
     /// Tries failed runs again whose backoff has passed, if this node still owns the lock (the
     /// record is claimed again under our current token, so a retry is at most once like a tick).
     fn retries_due(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
-        for claim in self.runs.take_due_retries(now) {
+        for (claim, submission) in self.runs.take_due_retries(now) {
             let (job, run_id) = (&claim.record.job, &claim.record.run_id);
             if !self.lock.may_fire || self.stopping.is_some() {
                 tracing::warn!(job = %job, run_id, "retry not started: this node no longer owns the lock");
@@ -1030,6 +1118,7 @@ impl FireMachine {
                 tick,
                 reason: FireReason::Retry,
                 again: Some((claim.record.clone(), claim.version)),
+                submission,
             };
             self.claim_item(job, item, false, now, out);
         }
@@ -1055,6 +1144,8 @@ impl FireMachine {
             };
             self.jobs.insert(name, state);
         }
+        // Submissions kept for a job that was missing or disabled may fire now.
+        self.delayed.rescan();
         if self.lock.may_fire && !added.is_empty() {
             added.sort();
             out.push(Action::PrepareJobs(added));
@@ -1134,6 +1225,22 @@ impl FireMachine {
                 out.push(Action::Stopped);
             }
         }
+    }
+}
+
+/// A first claim's record: of a tick, or of a submission.
+fn fresh_record(
+    job: &JobName,
+    tick: DateTime<Utc>,
+    submission: Option<&SubmissionInput>,
+    me: (&NodeId, &str),
+    token: FencingToken,
+    now_ms: i64,
+) -> RunRecord {
+    let tick_ms = tick.timestamp_millis();
+    match submission.and_then(|s| SubmissionId::parse(&s.id).ok()) {
+        Some(id) => RunRecord::claimed_submission(job, tick_ms, &id, me, token, now_ms),
+        None => RunRecord::claimed(job, tick_ms, me, token, now_ms),
     }
 }
 

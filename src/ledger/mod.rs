@@ -11,9 +11,10 @@ pub mod submissions;
 
 use zookeeper_client::{Acls, CheckWriteError, Client, CreateMode, Error as ZkErr};
 
+use crate::delayed::SubmissionId;
 use crate::ids::{FencingToken, JobName, SessionId};
 pub use crate::layout::LedgerPaths;
-use record::{RecordName, RunRecord};
+use record::{RecordName, RunRecord, RunStatus};
 
 /// Why a tick was not claimed.
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +51,8 @@ pub struct Claim {
     pub record: RunRecord,
     /// The `running/<job>` guard this claim created, if any (it lives with the claiming session).
     pub guard: Option<String>,
+    /// A submission's open-run marker (`delayed/open/<job>/...`), deleted with the final record.
+    pub open: Option<String>,
     /// The session that made the claim: only it may delete the guard.
     pub session: SessionId,
     /// The record as we last sent it, whether or not its reply arrived: if the stored record is
@@ -102,41 +105,67 @@ pub fn claim<'c>(
     guarded: bool,
     acls: Acls<'static>,
 ) -> impl Future<Output = Result<Claim, ClaimError>> + Send + 'c {
-    let path = paths.record(&record.job, record.scheduled_unix_ms);
-    let parent = paths.job_runs(&record.job);
+    let path = paths.record_path(&record);
+    let mut parents = vec![paths.job_runs(&record.job), paths.running.clone()];
     let guard = guarded.then(|| paths.running(&record.job));
-    let guard_parent = paths.running.clone();
+    let pending = match (&record.submission_id, mode) {
+        (Some(id), ClaimMode::Create) => {
+            let open = (record.status == RunStatus::Claimed).then(|| {
+                paths
+                    .delayed
+                    .open_run(&record.job, record.scheduled_unix_ms, id)
+            });
+            parents.push(paths.delayed.open_of(&record.job));
+            Some(PendingSubmission {
+                marker: paths.delayed.pending(record.scheduled_unix_ms, id),
+                open,
+            })
+        }
+        _ => None,
+    };
+    let delayed = paths.delayed.clone();
+    let open_run = move |record: &RunRecord, id: &SubmissionId| {
+        delayed.open_run(&record.job, record.scheduled_unix_ms, id)
+    };
     let epoch = paths.epoch.clone();
     let session = SessionId(client.session_id().0);
     let send = {
         let epoch = epoch.clone();
-        move |client: &'c Client, path: &str, guard: Option<&str>, record: &RunRecord| {
-            send_claim(client, &epoch, path, guard, record, mode, acls)
+        let (guard, pending) = (guard.clone(), pending.clone());
+        move |client: &'c Client, path: &str, record: &RunRecord| {
+            let ops = ClaimOps {
+                epoch: &epoch,
+                path,
+                guard: guard.as_deref(),
+                pending: pending.as_ref(),
+            };
+            send_claim(client, &ops, record, mode, acls)
         }
     };
-    let first = send(client, &path, guard.as_deref(), &record);
+    let first = send(client, &path, &record);
+    let marker_index = pending.as_ref().map(|_| 1 + usize::from(guard.is_some()));
     async move {
         let result = match first {
             Ok(sent) => sent.await,
             Err(err) => Err(err),
         };
-        let results = match classify(result, &epoch, &path, &record) {
+        let results = match classify(result, &epoch, &path, &record, marker_index) {
             Err(ClaimError::Zk {
                 source: ZkErr::NoNode,
                 ..
             }) if mode == ClaimMode::Create => {
                 // The job's first tick: make the parents, then claim once more.
-                for dir in [&parent, &guard_parent] {
+                for dir in &parents {
                     crate::zk::ensure_persistent(client, dir, acls)
                         .await
                         .map_err(|err| ClaimError::from_zk(dir, err))?;
                 }
-                let again = send(client, &path, guard.as_deref(), &record);
+                let again = send(client, &path, &record);
                 let result = match again {
                     Ok(sent) => sent.await,
                     Err(err) => Err(err),
                 };
-                classify(result, &epoch, &path, &record)?
+                classify(result, &epoch, &path, &record, marker_index)?
             }
             other => other?,
         };
@@ -149,12 +178,17 @@ pub fn claim<'c>(
             ) => stat.version,
             (ClaimMode::Again { version }, _) => version + 1,
         };
+        let open = match &record.submission_id {
+            Some(id) if record.status == RunStatus::Claimed => Some(open_run(&record, id)),
+            _ => None,
+        };
         Ok(Claim {
             path,
             version,
             sent: record.clone(),
             record,
             guard,
+            open,
             session,
         })
     }
@@ -162,33 +196,50 @@ pub fn claim<'c>(
 
 type ClaimReply = Result<Vec<zookeeper_client::MultiWriteResult>, CheckWriteError>;
 
-/// Builds and sends the claim multi; the returned future only awaits the reply.
+/// A submission's claim also takes it out of `pending`, and (for a run) marks it open.
+#[derive(Debug, Clone)]
+struct PendingSubmission {
+    marker: String,
+    open: Option<String>,
+}
+
+/// The nodes one claim multi touches.
+struct ClaimOps<'a> {
+    epoch: &'a str,
+    path: &'a str,
+    guard: Option<&'a str>,
+    pending: Option<&'a PendingSubmission>,
+}
+
+/// Builds and sends the claim multi; the returned future only awaits the reply. Its ops, in
+/// order: the record, the guard, then a submission's marker delete and open-run create.
 fn send_claim<'c>(
     client: &'c Client,
-    epoch: &str,
-    path: &str,
-    guard: Option<&str>,
+    ops: &ClaimOps<'_>,
     record: &RunRecord,
     mode: ClaimMode,
     acls: Acls<'static>,
 ) -> Result<impl Future<Output = ClaimReply> + Send + use<'c>, CheckWriteError> {
-    let mut writer = client.new_check_writer(epoch, Some(record.fencing_token.0))?;
+    let mut writer = client.new_check_writer(ops.epoch, Some(record.fencing_token.0))?;
+    let options = CreateMode::Persistent.with_acls(acls);
     match mode {
-        ClaimMode::Create => writer.add_create(
-            path,
-            &record.to_bytes(),
-            &CreateMode::Persistent.with_acls(acls),
-        )?,
+        ClaimMode::Create => writer.add_create(ops.path, &record.to_bytes(), &options)?,
         ClaimMode::Again { version } => {
-            writer.add_set_data(path, &record.to_bytes(), Some(version))?
+            writer.add_set_data(ops.path, &record.to_bytes(), Some(version))?
         }
     }
-    if let Some(guard) = guard {
+    if let Some(guard) = ops.guard {
         writer.add_create(
             guard,
             record.run_id.as_bytes(),
             &CreateMode::Ephemeral.with_acls(acls),
         )?;
+    }
+    if let Some(pending) = ops.pending {
+        writer.add_delete(&pending.marker, None)?;
+        if let Some(open) = &pending.open {
+            writer.add_create(open, &[], &options)?;
+        }
     }
     Ok(writer.commit())
 }
@@ -201,9 +252,18 @@ fn classify(
     epoch: &str,
     path: &str,
     record: &RunRecord,
+    marker_index: Option<usize>,
 ) -> Result<Vec<zookeeper_client::MultiWriteResult>, ClaimError> {
     match result {
         Ok(results) => Ok(results),
+        // The submission is not pending: claimed by another node, or cancelled.
+        Err(CheckWriteError::OperationFailed {
+            index,
+            source: ZkErr::NoNode,
+        }) if Some(index) == marker_index => Err(ClaimError::AlreadyClaimed {
+            job: record.job.clone(),
+            scheduled_unix_ms: record.scheduled_unix_ms,
+        }),
         Err(CheckWriteError::CheckFailed {
             source: ZkErr::BadVersion | ZkErr::NoNode,
         }) => Err(ClaimError::NotOwner {
@@ -278,18 +338,24 @@ pub async fn update(client: &Client, claim: &mut Claim) -> Result<(), UpdateErro
 
 /// Writes the run's final record and, in the same multi-op, deletes its `running/<job>` guard —
 /// only when `client` is the session that made the claim, so no other session's guard is ever
-/// deleted. When our session has changed since the claim, the guard went with the old session
-/// (or goes when the servers expire it) and only the record is written.
+/// deleted — and a submission's open-run marker. When our session has changed since the claim,
+/// the guard went with the old session (or goes when the servers expire it).
 ///
 /// # Errors
 /// As [`update`].
 pub async fn finish(client: &Client, claim: &mut Claim) -> Result<(), UpdateError> {
     let same_session = SessionId(client.session_id().0) == claim.session;
-    if let (Some(guard), true) = (claim.guard.clone(), same_session) {
+    let guard = claim.guard.clone().filter(|_| same_session);
+    let extras: Vec<String> = guard.iter().chain(&claim.open).cloned().collect();
+    if !extras.is_empty() {
         let mut multi = client.new_multi_writer();
         let built = multi
             .add_set_data(&claim.path, &claim.record.to_bytes(), Some(claim.version))
-            .and_then(|()| multi.add_delete(&guard, None));
+            .and_then(|()| {
+                extras
+                    .iter()
+                    .try_for_each(|path| multi.add_delete(path, None))
+            });
         if built.is_ok() {
             match multi.commit().await {
                 Ok(results) => {
@@ -300,19 +366,32 @@ pub async fn finish(client: &Client, claim: &mut Claim) -> Result<(), UpdateErro
                     }
                     return Ok(());
                 }
-                // The record moved (a lost reply of ours, or another writer): plain update below.
+                // The record moved (a lost reply of ours, or another writer), or a node to
+                // delete is gone: one by one below.
                 Err(zookeeper_client::MultiWriteError::OperationFailed { .. }) => {}
                 Err(zookeeper_client::MultiWriteError::RequestFailed { source }) => {
-                    tracing::debug!(path = guard, error = %source, "guard not released with the record");
+                    tracing::debug!(path = claim.path, error = %source, "final record not written with its guard");
                 }
             }
         }
-        // A record whose reply was lost, with the guard still ours: release the guard alone.
-        if let Err(err) = client.delete(&guard, None).await {
-            tracing::debug!(path = guard, error = %err, "run guard not deleted (gone with its session?)");
-        }
     }
-    update(client, claim).await
+    // A record whose reply was lost, with the guard still ours: release the guard alone.
+    if let Some(guard) = &guard {
+        delete_if_there(client, guard).await;
+    }
+    update(client, claim).await?;
+    // Only once the record is final: an open marker is what the next owner resolves.
+    if let Some(open) = &claim.open {
+        delete_if_there(client, open).await;
+    }
+    Ok(())
+}
+
+async fn delete_if_there(client: &Client, path: &str) {
+    match client.delete(path, None).await {
+        Ok(()) | Err(ZkErr::NoNode) => {}
+        Err(err) => tracing::debug!(path, error = %err, "not deleted"),
+    }
 }
 
 /// Gives a claimed, unstarted tick back — `check(epoch, token)` + delete the record — so that
@@ -324,12 +403,26 @@ pub async fn withdraw(
     client: &Client,
     paths: &LedgerPaths,
     claim: &Claim,
+    acls: Acls<'static>,
 ) -> Result<(), ClaimError> {
     let token = claim.record.fencing_token;
     let zk_err = |source| ClaimError::Zk {
         path: claim.path.clone(),
         source,
     };
+    // A submission goes back to pending: its marker again, in its bucket.
+    let marker = claim
+        .record
+        .submission_id
+        .as_ref()
+        .map(|id| paths.delayed.pending(claim.record.scheduled_unix_ms, id));
+    if let (Some(marker), Some(id)) = (&marker, &claim.record.submission_id) {
+        let bucket = crate::delayed::DueBucket::of(claim.record.scheduled_unix_ms);
+        let parent = paths.delayed.due_shard(bucket, id.shard());
+        crate::zk::ensure_persistent(client, &parent, acls)
+            .await
+            .map_err(|err| ClaimError::from_zk(marker, err))?;
+    }
     let mut writer = client
         .new_check_writer(&paths.epoch, Some(token.0))
         .map_err(zk_err)?;
@@ -338,6 +431,13 @@ pub async fn withdraw(
         .map_err(zk_err)?;
     if let Some(guard) = &claim.guard {
         writer.add_delete(guard, None).map_err(zk_err)?;
+    }
+    if let Some(marker) = &marker {
+        let options = CreateMode::Persistent.with_acls(acls);
+        writer.add_create(marker, &[], &options).map_err(zk_err)?;
+    }
+    if let Some(open) = &claim.open {
+        writer.add_delete(open, None).map_err(zk_err)?;
     }
     match writer.commit().await {
         Ok(_) => Ok(()),
@@ -360,15 +460,46 @@ pub async fn mark_interrupted(
     paths: &LedgerPaths,
     record: &RunRecord,
     version: i32,
+    closes: bool,
 ) -> Result<i32, UpdateError> {
-    let path = paths.record(&record.job, record.scheduled_unix_ms);
-    match client
-        .set_data(&path, &record.to_bytes(), Some(version))
-        .await
-    {
-        Ok(stat) => Ok(stat.version),
-        Err(ZkErr::BadVersion | ZkErr::NoNode) => Err(UpdateError::Conflict { path }),
-        Err(source) => Err(UpdateError::Zk { path, source }),
+    let path = paths.record_path(record);
+    let conflict = |path: String| UpdateError::Conflict { path };
+    let open = match &record.submission_id {
+        Some(id) if closes => Some(paths.delayed.open_run(
+            &record.job,
+            record.scheduled_unix_ms,
+            id,
+        )),
+        _ => None,
+    };
+    let Some(open) = open else {
+        return match client
+            .set_data(&path, &record.to_bytes(), Some(version))
+            .await
+        {
+            Ok(stat) => Ok(stat.version),
+            Err(ZkErr::BadVersion | ZkErr::NoNode) => Err(conflict(path)),
+            Err(source) => Err(UpdateError::Zk { path, source }),
+        };
+    };
+    // Nothing will run it again: it is no longer open.
+    let mut multi = client.new_multi_writer();
+    multi
+        .add_set_data(&path, &record.to_bytes(), Some(version))
+        .and_then(|()| multi.add_delete(&open, None))
+        .map_err(|source| UpdateError::Zk {
+            path: path.clone(),
+            source,
+        })?;
+    match multi.commit().await {
+        Ok(results) => match results.first() {
+            Some(zookeeper_client::MultiWriteResult::SetData { stat }) => Ok(stat.version),
+            _ => Ok(version + 1),
+        },
+        Err(zookeeper_client::MultiWriteError::OperationFailed { .. }) => Err(conflict(path)),
+        Err(zookeeper_client::MultiWriteError::RequestFailed { source }) => {
+            Err(UpdateError::Zk { path, source })
+        }
     }
 }
 
@@ -521,6 +652,7 @@ pub async fn ensure_parents<'j>(
     crate::zk::ensure_persistent(client, &paths.running, acls).await?;
     for job in jobs {
         crate::zk::ensure_persistent(client, &paths.job_runs(job), acls).await?;
+        crate::zk::ensure_persistent(client, &paths.delayed.open_of(job), acls).await?;
     }
     Ok(())
 }

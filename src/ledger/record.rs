@@ -112,7 +112,25 @@ impl RunRecord {
         Self {
             attempt: self.attempt + 1,
             run_id: self.run_id.clone(),
+            submission_id: self.submission_id.clone(),
             ..Self::claimed(&self.job, self.scheduled_unix_ms, node, token, now_unix_ms)
+        }
+    }
+
+    /// A fresh claim of submission `id` of `job`, due at `due_unix_ms`: attempt 1, run id
+    /// `<job>-<due_ms>-<id>` (its record's name, so it never equals a tick's run id).
+    pub fn claimed_submission(
+        job: &JobName,
+        due_unix_ms: i64,
+        id: &SubmissionId,
+        node: (&NodeId, &str),
+        token: FencingToken,
+        now_unix_ms: i64,
+    ) -> Self {
+        Self {
+            run_id: format!("{job}-{}", submission_node_name(due_unix_ms, id)),
+            submission_id: Some(id.clone()),
+            ..Self::claimed(job, due_unix_ms, node, token, now_unix_ms)
         }
     }
 

@@ -253,19 +253,18 @@ pub async fn cancel(
 
 /// The record a cancel leaves: the submission never ran.
 fn cancelled_record(submission: &Submission, id: &SubmissionId, now_unix_ms: i64) -> RunRecord {
-    let mut record = RunRecord::claimed(
+    let mut record = RunRecord::claimed_submission(
         &submission.job,
         submission.due_unix_ms,
+        id,
         (&NodeId::new("-"), ""),
         FencingToken(0),
         now_unix_ms,
     );
-    record.run_id = format!("{}-{id}", submission.job);
     record.status = RunStatus::Cancelled;
     record.attempt = 0;
     record.finished_unix_ms = Some(now_unix_ms);
     record.error = Some("cancelled before it started".to_owned());
-    record.submission_id = Some(id.clone());
     record
 }
 

@@ -7,14 +7,17 @@
 //! reasons. A brand-new job (no records) never backfills.
 //! Must not: do I/O (the listing comes in as [`JobRecords`]) or fire on-time ticks.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
 use super::{Action, FireMachine, FireReason, Item};
 use crate::config::{Concurrency, JobConfig, Misfire, OnInterrupted};
+use crate::delayed::SubmissionId;
 use crate::ids::{JobName, NodeId};
 use crate::ledger::record::{RunRecord, RunStatus};
+use crate::runner::SubmissionInput;
 
 /// How many of a job's newest records are read for runs left open.
 pub const RESOLVE_WINDOW: usize = 10;
@@ -32,6 +35,8 @@ pub struct JobRecords {
     pub guard_holder: Option<String>,
     /// Node ids of the group's live members.
     pub live_members: Vec<NodeId>,
+    /// The payloads of the submissions among `newest`, for a rerun.
+    pub payloads: HashMap<SubmissionId, Arc<Vec<u8>>>,
 }
 
 /// One job's catch-up while it is being decided.
@@ -42,6 +47,8 @@ pub(super) struct CatchUp {
     /// Interrupted records being marked; their reruns start first.
     marks_out: usize,
     reruns: Vec<Item>,
+    /// The payloads of submissions whose runs may be rerun.
+    payloads: HashMap<SubmissionId, Arc<Vec<u8>>>,
 }
 
 /// Ticks nobody fired: from `first` to `last`, `count` of them.
@@ -126,6 +133,7 @@ impl FireMachine {
             out.push(Action::MarkInterrupted {
                 record: marked,
                 version: *version,
+                closes: config.on_interrupted != OnInterrupted::Rerun,
             });
         }
         let latest = records.ticks.iter().copied().max();
@@ -134,6 +142,7 @@ impl FireMachine {
             return;
         };
         catch_up.planned = Some(planned);
+        catch_up.payloads = records.payloads;
         catch_up.marks_out += marks;
         if catch_up.marks_out == 0 {
             self.catch_up_decided(job, now, out);
@@ -168,14 +177,31 @@ impl FireMachine {
         match result {
             Ok(version) => {
                 tracing::warn!(job = %job, run_id = record.run_id, node = %record.node_id, "run interrupted by the loss of its owner");
-                if rerun {
-                    let tick =
-                        DateTime::from_timestamp_millis(record.scheduled_unix_ms).unwrap_or(now);
-                    catch_up.reruns.push(Item {
-                        tick,
-                        reason: FireReason::Rerun,
-                        again: Some((record, version)),
-                    });
+                let submission = match &record.submission_id {
+                    None => Ok(None),
+                    Some(id) => match catch_up.payloads.get(id) {
+                        Some(payload) => Ok(Some(SubmissionInput {
+                            id: id.as_str().to_owned(),
+                            payload: Arc::clone(payload),
+                        })),
+                        None => Err(id.clone()),
+                    },
+                };
+                match (rerun, submission) {
+                    (true, Ok(submission)) => {
+                        let tick = DateTime::from_timestamp_millis(record.scheduled_unix_ms)
+                            .unwrap_or(now);
+                        catch_up.reruns.push(Item {
+                            tick,
+                            reason: FireReason::Rerun,
+                            again: Some((record, version)),
+                            submission,
+                        });
+                    }
+                    (true, Err(id)) => {
+                        tracing::warn!(job = %job, id = %id, "interrupted submission not rerun: its submission node is gone");
+                    }
+                    (false, _) => {}
                 }
             }
             Err(why) => {
@@ -292,6 +318,7 @@ impl FireMachine {
         start
             .into_iter()
             .map(|tick| Item {
+                submission: None,
                 tick,
                 reason: FireReason::CaughtUp,
                 again: None,

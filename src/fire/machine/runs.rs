@@ -10,7 +10,7 @@ use crate::config::{JobConfig, OnLost};
 use crate::ids::JobName;
 use crate::ledger::Claim;
 use crate::ledger::record::{RunRecord, RunStatus};
-use crate::runner::{RunOutcome, RunReport};
+use crate::runner::{RunOutcome, RunReport, SubmissionInput};
 
 /// A run started here. It counts as alive until its final record is written: only then is its
 /// guard released, as far as the cluster can tell.
@@ -23,13 +23,15 @@ pub(super) struct Run {
     /// Its process has ended; this is the final record being written.
     pub finished: Option<Claim>,
     pub started_at: DateTime<Utc>,
+    /// A submission's run: what a retry gives the job again.
+    pub submission: Option<SubmissionInput>,
 }
 
 #[derive(Debug, Default)]
 pub(super) struct Runs {
     alive: BTreeMap<String, Run>,
     /// Failed runs to claim again at their instant, with their final record.
-    retries: Vec<(DateTime<Utc>, Claim)>,
+    retries: Vec<(DateTime<Utc>, Claim, Option<SubmissionInput>)>,
 }
 
 impl Runs {
@@ -38,6 +40,7 @@ impl Runs {
         claim: &Claim,
         config: &Arc<JobConfig>,
         in_backlog: bool,
+        submission: Option<SubmissionInput>,
         now: DateTime<Utc>,
     ) {
         let run = Run {
@@ -46,6 +49,7 @@ impl Runs {
             in_backlog,
             finished: None,
             started_at: now,
+            submission,
         };
         self.alive.insert(claim.record.run_id.clone(), run);
     }
@@ -104,31 +108,42 @@ impl Runs {
     }
 
     /// Tries `failed` again after `retry_backoff`, doubled per attempt.
-    pub fn schedule_retry(&mut self, failed: Claim, config: &JobConfig, now: DateTime<Utc>) {
+    pub fn schedule_retry(
+        &mut self,
+        failed: Claim,
+        submission: Option<SubmissionInput>,
+        config: &JobConfig,
+        now: DateTime<Utc>,
+    ) {
         let attempt = failed.record.attempt;
         let backoff = config
             .retry_backoff
             .saturating_mul(1 << attempt.saturating_sub(1).min(16));
         tracing::info!(job = %failed.record.job, run_id = failed.record.run_id, attempt, retry_in = ?backoff, "run failed; retrying");
         let at = now + chrono::Duration::from_std(backoff).unwrap_or(chrono::Duration::MAX);
-        self.retries.push((at, failed));
+        self.retries.push((at, failed, submission));
     }
 
     pub fn retry_deadlines(&self) -> impl Iterator<Item = DateTime<Utc>> + '_ {
-        self.retries.iter().map(|(at, _)| *at)
+        self.retries.iter().map(|(at, _, _)| *at)
     }
 
-    pub fn take_due_retries(&mut self, now: DateTime<Utc>) -> Vec<Claim> {
+    pub fn take_due_retries(
+        &mut self,
+        now: DateTime<Utc>,
+    ) -> Vec<(Claim, Option<SubmissionInput>)> {
         let (due, later) = std::mem::take(&mut self.retries)
             .into_iter()
-            .partition(|(at, _)| *at <= now);
+            .partition(|(at, _, _)| *at <= now);
         self.retries = later;
-        due.into_iter().map(|(_, claim)| claim).collect()
+        due.into_iter()
+            .map(|(_, claim, submission)| (claim, submission))
+            .collect()
     }
 
     /// The lock is gone or we are stopping: a waiting retry is not resumed by anyone.
     pub fn drop_retries(&mut self) {
-        for (_, claim) in self.retries.drain(..) {
+        for (_, claim, _) in self.retries.drain(..) {
             tracing::warn!(job = %claim.record.job, run_id = claim.record.run_id, "retry not started: this node no longer owns the lock");
         }
     }

@@ -207,7 +207,10 @@ impl World {
             Action::CancelRun { .. }
             | Action::Prune { .. }
             | Action::PrepareJobs(_)
-            | Action::FenceFailed(_) => {}
+            | Action::FenceFailed(_)
+            | Action::ScanDelayed { .. }
+            | Action::ReadSubmission { .. }
+            | Action::RemoveEmptyBucket(_) => {}
         }
         Ok(())
     }

@@ -1,0 +1,206 @@
+//! The fire driver's I/O for delayed submissions: reading due buckets, reading one submission,
+//! removing empty past buckets, and the watch that reports new pending submissions.
+//!
+//! Owns: turning the machine's delayed actions into `ledger::submissions` reads, and the
+//! persistent recursive watch on `delayed/due` for the current session.
+//! Must not: decide which buckets to read or what to claim (the machine does).
+
+use chrono::{DateTime, Utc};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use zookeeper_client::{AddWatchMode, Client, EventType};
+
+use crate::delayed::{DueBucket, Submission, SubmissionId};
+use crate::fire::machine::Input;
+use crate::layout::DelayedPaths;
+use crate::ledger::submissions::{self, SubmissionError};
+use crate::report::error_chain;
+
+/// The pending submissions of every bucket after `after` (from the oldest when `None`) through
+/// `through`, read with their data; bucket reads one after another, submission reads pipelined
+/// on the one session. Empty buckets that ended before `clean_before` are removed on the way.
+pub(super) async fn scan(
+    client: &Client,
+    paths: &DelayedPaths,
+    after: Option<DueBucket>,
+    through: DueBucket,
+    clean_before: DateTime<Utc>,
+) -> Result<Vec<(SubmissionId, Submission)>, String> {
+    let text = |err: SubmissionError| error_chain(&err);
+    let mut found = Vec::new();
+    let first_day = after.map_or(i64::MIN, |after| after.day);
+    for day in submissions::days(client, paths).await.map_err(text)? {
+        if day < first_day || day > through.day {
+            continue;
+        }
+        let buckets = submissions::buckets(client, paths, day)
+            .await
+            .map_err(text)?;
+        let wanted = buckets
+            .into_iter()
+            .filter(|b| after.is_none_or(|after| *b > after) && *b <= through);
+        for bucket in wanted {
+            let ids = submissions::pending_in(client, paths, bucket)
+                .await
+                .map_err(text)?;
+            if ids.is_empty() && bucket.start_ms() + 1000 < clean_before.timestamp_millis() {
+                remove_bucket(client, paths, bucket).await;
+                continue;
+            }
+            found.extend(read_all(client, paths, ids).await);
+        }
+    }
+    Ok(found)
+}
+
+/// Reads `ids`' submissions, all requests out at once; unreadable ones are logged and skipped.
+async fn read_all(
+    client: &Client,
+    paths: &DelayedPaths,
+    ids: Vec<SubmissionId>,
+) -> Vec<(SubmissionId, Submission)> {
+    let mut reads = JoinSet::new();
+    for id in ids {
+        let (client, paths) = (client.clone(), paths.clone());
+        reads.spawn(async move {
+            let read = submissions::read(&client, &paths, &id).await;
+            (id, read)
+        });
+    }
+    let mut found = Vec::new();
+    while let Some(joined) = reads.join_next().await {
+        match joined {
+            Ok((id, Ok(Some((submission, _))))) => found.push((id, submission)),
+            Ok((_, Ok(None))) => {} // claimed or cancelled meanwhile
+            Ok((id, Err(err))) => {
+                tracing::warn!(id = %id, error = %error_chain(&err), "pending submission unreadable; skipped")
+            }
+            Err(err) => tracing::warn!(error = %err, "submission read task failed"),
+        }
+    }
+    found
+}
+
+/// One submission the watch reported.
+pub(super) async fn read_one(
+    client: &Client,
+    paths: &DelayedPaths,
+    id: &SubmissionId,
+) -> Result<Option<Submission>, String> {
+    match submissions::read(client, paths, id).await {
+        Ok(read) => Ok(read.map(|(submission, _)| submission)),
+        // Foreign data: logged with its path, and not a reason to read every bucket again.
+        Err(err @ SubmissionError::Corrupt { .. }) => {
+            tracing::warn!(error = %error_chain(&err), "new submission unreadable; skipped");
+            Ok(None)
+        }
+        Err(err) => Err(error_chain(&err)),
+    }
+}
+
+/// Removes an empty past bucket: its empty shards, itself, and the day before once a new day
+/// has begun. A node that is not empty (a submission kept for a job that is away, or one
+/// submitted a moment ago) stays.
+pub(super) async fn remove_bucket(client: &Client, paths: &DelayedPaths, bucket: DueBucket) {
+    let parent = paths.due_bucket(bucket);
+    let Ok(shards) = client.list_children(&parent).await else {
+        return;
+    };
+    for shard in shards {
+        let _ = client.delete(&format!("{parent}/{shard}"), None).await;
+    }
+    let _ = client.delete(&parent, None).await;
+    if bucket.second < 60 {
+        let _ = client.delete(&paths.due_day(bucket.day - 1), None).await;
+    }
+}
+
+/// Watches `delayed/due` (persistent, recursive) for the life of `client`'s session and reports
+/// each new pending marker; ends when `stop` is cancelled or the session ends. Events lost across
+/// a reconnect are covered by the machine reading every bucket again when it can fire again.
+pub(super) fn watch(
+    client: Client,
+    paths: DelayedPaths,
+    acls: zookeeper_client::Acls<'static>,
+    answers: mpsc::UnboundedSender<Input>,
+    stop: CancellationToken,
+) {
+    tokio::spawn(async move {
+        if let Err(err) = crate::zk::ensure_persistent(&client, &paths.due, acls).await {
+            tracing::warn!(error = %error_chain(&err), "cannot create the due buckets' parent; new submissions are noticed at the next bucket read");
+        }
+        let watcher = tokio::select! {
+            () = stop.cancelled() => return,
+            watcher = client.watch(&paths.due, AddWatchMode::PersistentRecursive) => watcher,
+        };
+        let mut watcher = match watcher {
+            Ok(watcher) => watcher,
+            Err(err) => {
+                tracing::warn!(path = paths.due, error = %err, "cannot watch for new submissions; they are noticed at the next bucket read");
+                return;
+            }
+        };
+        let prefix = format!("{}/", paths.due);
+        loop {
+            let event = tokio::select! {
+                () = stop.cancelled() => return,
+                event = watcher.changed() => event,
+            };
+            if event.event_type == EventType::Session {
+                if event.session_state.is_terminated() {
+                    return;
+                }
+                continue;
+            }
+            if event.event_type != EventType::NodeCreated {
+                continue;
+            }
+            let Some((bucket, id)) = event.path.strip_prefix(&prefix).and_then(parse_marker) else {
+                continue;
+            };
+            if answers
+                .send(Input::SubmissionCreated { bucket, id })
+                .is_err()
+            {
+                return;
+            }
+        }
+    });
+}
+
+/// `<day>/<second>/<shard>/<id>` below `due/`: a pending marker; anything else is a parent.
+fn parse_marker(relative: &str) -> Option<(DueBucket, SubmissionId)> {
+    let mut parts = relative.split('/');
+    let (day, second, _shard, id) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() {
+        return None;
+    }
+    Some((
+        DueBucket::parse(day, second)?,
+        SubmissionId::parse(id).ok()?,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_markers_four_levels_down_are_submissions() {
+        let (bucket, id) = parse_marker("19675/80000/de/order-42").expect("a marker");
+        assert_eq!(
+            (bucket.day, bucket.second, id.as_str()),
+            (19_675, 80_000, "order-42")
+        );
+        for parent in [
+            "19675",
+            "19675/80000",
+            "19675/80000/de",
+            "19675/80000/de/x/y",
+            "x/1/de/a",
+        ] {
+            assert_eq!(parse_marker(parent), None, "{parent}");
+        }
+    }
+}

@@ -1,0 +1,360 @@
+//! Delayed submissions, the part of the fire machine that decides which pending submission is
+//! claimed when (issue "Delayed one-off jobs"): one more input on the one claim path.
+//!
+//! Owns: the near horizon of pending submissions (the buckets due now or next, never all of
+//! them), when to read the next bucket, which new submissions the watch reported are worth a
+//! read, and what a submission found too late becomes (a `missed` record).
+//! Must not: do I/O (bucket reads come in as [`Input::DelayedScanned`]) or read a clock.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::{Action, FireMachine, FireReason, Item, MISSED_AFTER};
+use crate::delayed::{DueBucket, Submission, SubmissionId};
+use crate::ids::JobName;
+use crate::ledger::record::{RunRecord, RunStatus};
+use crate::runner::SubmissionInput;
+
+/// How far ahead of now the owner reads the due buckets: far enough that a bucket is in memory
+/// before its claims go out (`claim_ahead`), near enough that little is held in memory.
+pub const DELAYED_HORIZON: Duration = Duration::from_secs(2);
+/// A failed bucket read is tried again after this long.
+const SCAN_RETRY: Duration = Duration::from_secs(1);
+/// A bucket this far in the past is removed once empty: late enough that a claim withdrawn at a
+/// handoff, or a submitter's retry, no longer needs it.
+const REMOVE_AFTER: Duration = Duration::from_secs(60);
+/// Buckets offered for removal per tick at most, so a long outage never floods the ensemble.
+const REMOVE_BATCH: usize = 10;
+
+/// A pending submission the machine will claim at its time.
+#[derive(Debug, Clone)]
+struct Due {
+    job: JobName,
+    payload: Arc<Vec<u8>>,
+    /// Overdue when this node started being able to fire: started with `ZKCRON_RESUMED=1`.
+    resumed: bool,
+}
+
+/// The near horizon of pending submissions.
+#[derive(Debug, Default)]
+pub(super) struct DelayedQueue {
+    due: BTreeMap<(i64, SubmissionId), Due>,
+    /// Ids queued, being read, or claimed here: the watch and a scan never add one twice.
+    known: HashSet<SubmissionId>,
+    /// Every bucket up to this one has been read since this node could fire.
+    read_through: Option<DueBucket>,
+    /// A scan is out; answers of older scans (`generation`) are dropped.
+    scanning: bool,
+    generation: u64,
+    /// The next scan starts from the oldest bucket (after an acquisition, a reconnect, a reload
+    /// or a lost read), not after `read_through`.
+    from_oldest: bool,
+    retry_at: Option<DateTime<Utc>>,
+    /// When this node started being able to fire: what was due before it is resumed.
+    since: Option<DateTime<Utc>>,
+    /// Jobs whose pending submissions were reported as kept, so the log says it once.
+    kept_for: HashSet<JobName>,
+    /// Past buckets offered for removal up to this one.
+    removed_through: Option<DueBucket>,
+}
+
+impl DelayedQueue {
+    /// This node can fire now: read everything pending from the oldest bucket.
+    pub fn start(&mut self, now: DateTime<Utc>) {
+        *self = Self {
+            generation: self.generation + 1,
+            from_oldest: true,
+            since: Some(now),
+            ..Self::default()
+        };
+    }
+
+    /// This node can no longer fire: forget the horizon (the pending nodes stay in ZooKeeper).
+    pub fn stop(&mut self) {
+        *self = Self {
+            generation: self.generation + 1,
+            ..Self::default()
+        };
+    }
+
+    /// Read again from the oldest bucket at the next chance (a reload may bring jobs back).
+    pub fn rescan(&mut self) {
+        if self.since.is_some() {
+            self.from_oldest = true;
+            self.read_through = None;
+            self.kept_for.clear();
+        }
+    }
+
+    /// When the machine needs a tick for submissions.
+    pub fn next_deadline(&self, claim_ahead: chrono::Duration) -> Option<DateTime<Utc>> {
+        let first_due = self
+            .due
+            .keys()
+            .next()
+            .and_then(|(ms, _)| DateTime::from_timestamp_millis(*ms))
+            .map(|due| due - claim_ahead);
+        first_due.into_iter().chain(self.next_scan()).min()
+    }
+
+    fn next_scan(&self) -> Option<DateTime<Utc>> {
+        if self.since.is_none() || self.scanning {
+            return None;
+        }
+        if let Some(retry) = self.retry_at {
+            return Some(retry);
+        }
+        match self.read_through {
+            // The next bucket comes within the horizon as soon as this one ends minus it.
+            Some(read) => {
+                DateTime::from_timestamp_millis(read.start_ms() + 1000).map(|end| end - horizon())
+            }
+            None => self.since,
+        }
+    }
+}
+
+fn horizon() -> chrono::Duration {
+    chrono::Duration::from_std(DELAYED_HORIZON).unwrap_or_default()
+}
+
+fn remove_after() -> chrono::Duration {
+    chrono::Duration::from_std(REMOVE_AFTER).unwrap_or_default()
+}
+
+impl FireMachine {
+    /// Reads the next buckets when the horizon reaches them, and claims what is due.
+    pub(super) fn delayed_tick(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
+        if !self.lock.may_fire || self.stopping.is_some() {
+            return;
+        }
+        if self.delayed.next_scan().is_some_and(|at| at <= now) {
+            let queue = &mut self.delayed;
+            queue.scanning = true;
+            queue.retry_at = None;
+            let after = if queue.from_oldest {
+                None
+            } else {
+                queue.read_through
+            };
+            out.push(Action::ScanDelayed {
+                generation: queue.generation,
+                after,
+                through: DueBucket::of((now + horizon()).timestamp_millis()),
+                clean_before: now - remove_after(),
+            });
+        }
+        self.remove_past_buckets(now, out);
+        let claim_ahead = self.claim_ahead;
+        while let Some(((due_ms, id), due)) = self.delayed.due.pop_first() {
+            let Some(at) = DateTime::from_timestamp_millis(due_ms) else {
+                continue;
+            };
+            if at - claim_ahead > now {
+                self.delayed.due.insert((due_ms, id), due);
+                break;
+            }
+            self.claim_submission(id, at, due, now, out);
+        }
+    }
+
+    /// Offers every bucket second that has passed [`REMOVE_AFTER`] for removal, once each.
+    fn remove_past_buckets(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
+        let last = DueBucket::of((now - remove_after()).timestamp_millis());
+        let queue = &mut self.delayed;
+        let mut next = match queue.removed_through {
+            Some(done) => DueBucket::of(done.start_ms() + 1000),
+            None => last,
+        };
+        for _ in 0..REMOVE_BATCH {
+            if next > last {
+                break;
+            }
+            out.push(Action::RemoveEmptyBucket(next));
+            queue.removed_through = Some(next);
+            next = DueBucket::of(next.start_ms() + 1000);
+        }
+    }
+
+    /// Answer to [`Action::ScanDelayed`].
+    pub(super) fn delayed_scanned(
+        &mut self,
+        generation: u64,
+        through: DueBucket,
+        result: Result<Vec<(SubmissionId, Submission)>, String>,
+        now: DateTime<Utc>,
+        out: &mut Vec<Action>,
+    ) {
+        if generation != self.delayed.generation || !self.lock.may_fire {
+            return;
+        }
+        self.delayed.scanning = false;
+        match result {
+            Ok(found) => {
+                self.delayed.read_through = Some(through);
+                self.delayed.from_oldest = false;
+                for (id, submission) in found {
+                    self.consider(id, submission, now, out);
+                }
+                self.delayed_tick(now, out);
+            }
+            Err(why) => {
+                tracing::warn!(
+                    error = why,
+                    "cannot read the pending submissions; trying again"
+                );
+                self.delayed.retry_at =
+                    Some(now + chrono::Duration::from_std(SCAN_RETRY).unwrap_or_default());
+            }
+        }
+    }
+
+    /// The watch saw a new pending submission: worth a read only if its bucket was read already
+    /// (later buckets are read when the horizon reaches them).
+    pub(super) fn submission_created(
+        &mut self,
+        bucket: DueBucket,
+        id: SubmissionId,
+        out: &mut Vec<Action>,
+    ) {
+        let read = self.delayed.read_through.is_some_and(|t| bucket <= t);
+        if self.lock.may_fire && read && self.delayed.known.insert(id.clone()) {
+            out.push(Action::ReadSubmission { id });
+        }
+    }
+
+    /// Answer to [`Action::ReadSubmission`].
+    pub(super) fn submission_read(
+        &mut self,
+        id: SubmissionId,
+        result: Result<Option<Submission>, String>,
+        now: DateTime<Utc>,
+        out: &mut Vec<Action>,
+    ) {
+        self.delayed.known.remove(&id);
+        match result {
+            Ok(Some(submission)) if self.lock.may_fire => {
+                self.consider(id, submission, now, out);
+                self.delayed_tick(now, out);
+            }
+            Ok(_) => {}
+            Err(why) => {
+                tracing::warn!(id = %id, error = why, "cannot read a new submission; reading the buckets again");
+                self.delayed.rescan();
+            }
+        }
+    }
+
+    /// A pending submission read from ZooKeeper: queue it, keep it for a job that is back
+    /// later, or record it missed.
+    fn consider(
+        &mut self,
+        id: SubmissionId,
+        submission: Submission,
+        now: DateTime<Utc>,
+        out: &mut Vec<Action>,
+    ) {
+        if self.delayed.known.contains(&id) || self.claims_submission(&id) {
+            return;
+        }
+        let Some(config) = self
+            .jobs
+            .get(&submission.job)
+            .map(|state| Arc::clone(&state.config))
+            .filter(|config| config.enabled)
+        else {
+            if self.delayed.kept_for.insert(submission.job.clone()) {
+                tracing::warn!(job = %submission.job, id = %id, "pending submissions of a job that is not in the schedule (or disabled) are kept; they fire once it is back");
+            }
+            return;
+        };
+        let Some(due) = DateTime::from_timestamp_millis(submission.due_unix_ms) else {
+            return;
+        };
+        let deadline = chrono::Duration::from_std(config.starting_deadline).unwrap_or_default();
+        if due + deadline < now {
+            tracing::warn!(job = %submission.job, id = %id, %due, "submission missed: older than its job's starting_deadline");
+            self.delayed.known.insert(id.clone());
+            let record = self.submission_record(&submission.job, &id, due, now, |record| {
+                record.status = RunStatus::Missed;
+                record.error =
+                    Some("beyond starting_deadline: no node could fire it in time".to_owned());
+                record.missed_from_unix_ms = Some(record.scheduled_unix_ms);
+                record.missed_ticks = Some(1);
+            });
+            if let Some(record) = record {
+                self.claim_record_only(&config, record, out);
+            }
+            return;
+        }
+        let resumed = self.delayed.since.is_some_and(|since| {
+            due + chrono::Duration::from_std(MISSED_AFTER).unwrap_or_default() < since
+        });
+        self.delayed.known.insert(id.clone());
+        self.delayed.due.insert(
+            (submission.due_unix_ms, id),
+            Due {
+                job: submission.job,
+                payload: Arc::new(submission.payload),
+                resumed,
+            },
+        );
+    }
+
+    fn claims_submission(&self, id: &SubmissionId) -> bool {
+        self.claims
+            .values()
+            .any(|p| p.submission.as_ref().is_some_and(|s| s.id == id.as_str()))
+    }
+
+    /// A fresh record of submission `id` under our current token, shaped by `edit`.
+    fn submission_record(
+        &self,
+        job: &JobName,
+        id: &SubmissionId,
+        due: DateTime<Utc>,
+        now: DateTime<Utc>,
+        edit: impl FnOnce(&mut RunRecord),
+    ) -> Option<RunRecord> {
+        let token = self.lock.token?;
+        let me = (&self.me.node_id, self.me.ip.as_str());
+        let mut record = RunRecord::claimed_submission(
+            job,
+            due.timestamp_millis(),
+            id,
+            me,
+            token,
+            now.timestamp_millis(),
+        );
+        edit(&mut record);
+        Some(record)
+    }
+
+    fn claim_submission(
+        &mut self,
+        id: SubmissionId,
+        at: DateTime<Utc>,
+        due: Due,
+        now: DateTime<Utc>,
+        out: &mut Vec<Action>,
+    ) {
+        let reason = if due.resumed {
+            FireReason::CaughtUp
+        } else {
+            FireReason::Submitted
+        };
+        let item = Item {
+            tick: at,
+            reason,
+            again: None,
+            submission: Some(SubmissionInput {
+                id: id.as_str().to_owned(),
+                payload: due.payload,
+            }),
+        };
+        self.claim_item(&due.job, item, false, now, out);
+    }
+}

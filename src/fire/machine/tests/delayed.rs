@@ -1,0 +1,280 @@
+//! Delayed submissions on the virtual clock: read by bucket, claimed ahead and started at their
+//! time through the one claim path, resumed or recorded missed after an outage, noticed through
+//! the watch, kept for a job that is away.
+
+use super::*;
+use crate::delayed::{DueBucket, Submission, SubmissionId};
+
+const ON_DEMAND: &str = "[[job]]\nname = \"close\"\nshell = \"cat\"\nstarting_deadline = \"10s\"\n";
+
+fn id(text: &str) -> SubmissionId {
+    SubmissionId::parse(text).expect("valid id")
+}
+
+fn submission(job: &str, due_ms: i64, payload: &[u8]) -> Submission {
+    Submission {
+        job: JobName::new(job),
+        due_unix_ms: t(due_ms).timestamp_millis(),
+        submitted_unix_ms: t(0).timestamp_millis(),
+        payload: payload.to_vec(),
+    }
+}
+
+/// The one scan among `actions`.
+fn scan(actions: &[Action]) -> (u64, Option<DueBucket>, DueBucket) {
+    let scans: Vec<_> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::ScanDelayed {
+                generation,
+                after,
+                through,
+                ..
+            } => Some((*generation, *after, *through)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(scans.len(), 1, "one scan in {actions:?}");
+    scans[0]
+}
+
+/// An owner of `tables` whose first scan (from the oldest bucket, at `at_ms`) found `found`.
+fn owning_with(
+    tables: &str,
+    at_ms: i64,
+    found: Vec<(SubmissionId, Submission)>,
+) -> (FireMachine, Vec<Action>) {
+    let mut m = machine(tables);
+    let acquired = m.handle(Input::LockChanged(owner(TOKEN)), t(at_ms));
+    let (generation, after, through) = scan(&acquired);
+    assert_eq!(after, None, "the first scan reads from the oldest bucket");
+    assert_eq!(
+        through,
+        DueBucket::of(t(at_ms + 2000).timestamp_millis()),
+        "through the horizon"
+    );
+    for action in acquired {
+        if let Action::ListRecords(job) = action {
+            m.handle(
+                Input::RecordsListed {
+                    job,
+                    result: Ok(JobRecords::default()),
+                },
+                t(at_ms),
+            );
+        }
+    }
+    let scanned = Input::DelayedScanned {
+        generation,
+        through,
+        result: Ok(found),
+    };
+    let actions = m.handle(scanned, t(at_ms));
+    (m, actions)
+}
+
+#[test]
+fn a_submission_is_claimed_ahead_and_started_at_its_due_time_with_its_payload() {
+    let due = submission("close", 1500, b"{\"order\":42}");
+    let (mut m, actions) = owning_with(ON_DEMAND, 0, vec![(id("order-42"), due)]);
+    assert!(claims(&actions).is_empty(), "not yet: {actions:?}");
+    assert_eq!(
+        m.next_deadline(),
+        Some(t(1000)),
+        "the next bucket's read comes first"
+    );
+    assert!(claims(&m.handle(Input::Tick, t(1000))).is_empty());
+    assert_eq!(m.next_deadline(), Some(t(1250)), "claimed 250 ms ahead");
+    let claim = only_claim(&m.handle(Input::Tick, t(1250)));
+    assert_eq!(claim.record.submission_id, Some(id("order-42")));
+    assert_eq!(claim.record.scheduled_unix_ms, t(1500).timestamp_millis());
+    assert_eq!(claim.record.run_id, "close-1893456001500-order-42");
+    assert_eq!(
+        (claim.mode, claim.guarded),
+        (ClaimMode::Create, false),
+        "on demand: allow"
+    );
+    assert!(
+        starts(&m.handle(ok(&claim), t(1260))).is_empty(),
+        "not before its time"
+    );
+    let (_, context) = only_start(&m.handle(Input::Tick, t(1500)));
+    let input = context.submission.expect("a submission's run");
+    assert_eq!(
+        (input.id.as_str(), &input.payload[..]),
+        ("order-42", &b"{\"order\":42}"[..])
+    );
+    assert_eq!((context.scheduled_at, context.resumed), (t(1500), false));
+}
+
+#[test]
+fn overdue_submissions_resume_at_once_and_those_beyond_the_deadline_are_recorded_missed() {
+    let found = vec![
+        (id("late"), submission("close", 5000, b"")),
+        (id("too-late"), submission("close", 1000, b"")),
+        (id("on-time"), submission("close", 12_500, b"")),
+    ];
+    let (mut m, actions) = owning_with(ON_DEMAND, 12_000, found);
+    let all = claims(&actions);
+    let missed: Vec<_> = all
+        .iter()
+        .filter(|c| c.record.status == RunStatus::Missed)
+        .collect();
+    assert_eq!(missed.len(), 1, "{all:?}");
+    assert_eq!(missed[0].record.submission_id, Some(id("too-late")));
+    assert!(
+        missed[0]
+            .record
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("starting_deadline")),
+        "{:?}",
+        missed[0].record
+    );
+    let late: Vec<_> = all
+        .iter()
+        .filter(|c| c.record.status == RunStatus::Claimed)
+        .collect();
+    assert_eq!(
+        late.len(),
+        1,
+        "the late one; the other waits for its claim_ahead: {all:?}"
+    );
+    let resumed = late
+        .iter()
+        .find(|c| c.record.submission_id == Some(id("late")))
+        .expect("the late one is claimed");
+    let (_, context) = only_start(&m.handle(ok(resumed), t(12_010)));
+    assert!(
+        context.resumed,
+        "overdue when the node could fire: ZKCRON_RESUMED=1"
+    );
+    let on_time = only_claim(&m.handle(Input::Tick, t(12_250)));
+    assert_eq!(on_time.record.submission_id, Some(id("on-time")));
+    m.handle(ok(&on_time), t(12_260));
+    let (_, context) = only_start(&m.handle(Input::Tick, t(12_500)));
+    assert!(!context.resumed);
+}
+
+#[test]
+fn the_watch_brings_a_new_submission_of_a_read_bucket_and_later_buckets_wait_for_the_horizon() {
+    let (mut m, _) = owning_with(ON_DEMAND, 0, vec![]);
+    let read = DueBucket::of(t(1000).timestamp_millis());
+    assert_eq!(
+        m.handle(
+            Input::SubmissionCreated {
+                bucket: read,
+                id: id("soon")
+            },
+            t(100)
+        ),
+        vec![Action::ReadSubmission { id: id("soon") }]
+    );
+    let later = DueBucket::of(t(9000).timestamp_millis());
+    assert_eq!(
+        m.handle(
+            Input::SubmissionCreated {
+                bucket: later,
+                id: id("later")
+            },
+            t(100)
+        ),
+        vec![],
+        "read when the horizon reaches its bucket"
+    );
+    let answered = Input::SubmissionRead {
+        id: id("soon"),
+        result: Ok(Some(submission("close", 1200, b""))),
+    };
+    assert!(claims(&m.handle(answered, t(120))).is_empty());
+    let claim = only_claim(&m.handle(Input::Tick, t(950)));
+    assert_eq!(claim.record.submission_id, Some(id("soon")));
+    // The same id reported again (a scan racing the watch) is not claimed twice.
+    assert_eq!(
+        m.handle(
+            Input::SubmissionCreated {
+                bucket: read,
+                id: id("soon")
+            },
+            t(960)
+        ),
+        vec![]
+    );
+}
+
+#[test]
+fn the_next_bucket_is_read_when_the_horizon_reaches_it() {
+    let (mut m, _) = owning_with(ON_DEMAND, 0, vec![]);
+    // Read through second 2 at t(0); second 3 enters the 2 s horizon at t(1000).
+    assert_eq!(m.next_deadline(), Some(t(1000)));
+    let actions = m.handle(Input::Tick, t(1000));
+    let (_, after, through) = scan(&actions);
+    assert_eq!(after, Some(DueBucket::of(t(2000).timestamp_millis())));
+    assert_eq!(through, DueBucket::of(t(3000).timestamp_millis()));
+    assert!(
+        actions.contains(&Action::RemoveEmptyBucket(DueBucket::of(
+            t(-59_000).timestamp_millis()
+        ))),
+        "each second, the bucket a minute past is removed once empty: {actions:?}"
+    );
+}
+
+#[test]
+fn a_submission_for_a_job_that_is_away_is_kept_and_fires_once_the_job_is_back() {
+    let (mut m, actions) = owning_with(ON_DEMAND, 0, vec![(id("x"), submission("gone", 500, b""))]);
+    assert!(
+        claims(&actions).is_empty(),
+        "kept, not claimed: {actions:?}"
+    );
+    let both = format!("{ON_DEMAND}[[job]]\nname = \"gone\"\nshell = \"cat\"\n");
+    m.handle(Input::Reloaded(jobs(&both)), t(600));
+    let actions = m.handle(Input::Tick, t(600));
+    let (generation, after, through) = scan(&actions);
+    assert_eq!(after, None, "a reload reads every bucket again");
+    let found = Input::DelayedScanned {
+        generation,
+        through,
+        result: Ok(vec![(id("x"), submission("gone", 500, b""))]),
+    };
+    let claim = only_claim(&m.handle(found, t(610)));
+    assert_eq!(claim.record.job, JobName::new("gone"));
+}
+
+#[test]
+fn a_scan_answered_after_the_lock_was_lost_claims_nothing() {
+    let mut m = machine(ON_DEMAND);
+    let acquired = m.handle(Input::LockChanged(owner(TOKEN)), t(0));
+    let (generation, _, through) = scan(&acquired);
+    m.handle(Input::LockChanged(follower()), t(10));
+    let late = Input::DelayedScanned {
+        generation,
+        through,
+        result: Ok(vec![(id("x"), submission("close", 100, b""))]),
+    };
+    assert_eq!(m.handle(late, t(20)), vec![]);
+    assert_eq!(
+        m.handle(Input::Tick, t(200)),
+        vec![],
+        "a follower claims nothing"
+    );
+    let again = m.handle(Input::LockChanged(owner(FencingToken(8))), t(300));
+    let (next, after, _) = scan(&again);
+    assert!(next > generation, "a fresh scan; the old answer is stale");
+    assert_eq!(after, None, "from the oldest bucket again");
+}
+
+#[test]
+fn a_failed_scan_is_tried_again_and_meanwhile_nothing_is_lost() {
+    let mut m = machine(ON_DEMAND);
+    let acquired = m.handle(Input::LockChanged(owner(TOKEN)), t(0));
+    let (generation, _, through) = scan(&acquired);
+    let failed = Input::DelayedScanned {
+        generation,
+        through,
+        result: Err("connection loss".into()),
+    };
+    assert_eq!(m.handle(failed, t(5)), vec![]);
+    assert_eq!(m.next_deadline(), Some(t(1005)), "one second later");
+    let (_, after, _) = scan(&m.handle(Input::Tick, t(1005)));
+    assert_eq!(after, None, "still from the oldest bucket");
+}

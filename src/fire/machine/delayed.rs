@@ -34,7 +34,8 @@ const REMOVE_BATCH: usize = 10;
 struct Due {
     job: JobName,
     payload: Arc<Vec<u8>>,
-    /// Overdue when this node started being able to fire: started with `ZKCRON_RESUMED=1`.
+    /// Submitted, and overdue, before this node started being able to fire: started with
+    /// `ZKCRON_RESUMED=1`.
     resumed: bool,
 }
 
@@ -290,8 +291,11 @@ impl FireMachine {
             }
             return;
         }
+        // Resumed: it was waiting, already late, while no node could fire — not a submission
+        // made with a past due time after this node began firing.
+        let late_after = chrono::Duration::from_std(MISSED_AFTER).unwrap_or_default();
         let resumed = self.delayed.since.is_some_and(|since| {
-            due + chrono::Duration::from_std(MISSED_AFTER).unwrap_or_default() < since
+            due + late_after < since && submission.submitted_unix_ms < since.timestamp_millis()
         });
         self.delayed.known.insert(id.clone());
         self.delayed.due.insert(

@@ -1,0 +1,254 @@
+//! Delayed submissions fired by real `zkcron run` processes against a real ZooKeeper (issue
+//! "Delayed one-off jobs"): once, at their time, with the payload on stdin; overdue ones resumed;
+//! a submission written with the raw client fires like one from the CLI; history and
+//! `delayed show` tell what happened.
+#![allow(
+    clippy::await_holding_lock,
+    reason = "each #[tokio::test] has its own runtime and thread"
+)]
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use support::daemon::{DaemonNode, now_ms, schedule_text};
+use support::{shared_ensemble, unique_chroot, wait_for};
+
+const SESSION: Duration = Duration::from_secs(2);
+const DELAY: Duration = Duration::from_secs(3);
+/// Process start, a JVM pause or a busy core on a loaded 2-core machine.
+const SLACK: Duration = Duration::from_secs(3);
+
+/// Each run writes one file named by its submission id: the contract variables it saw, the
+/// instant it started (ms), then its stdin. A second run of the same submission appends a second
+/// header line to the same file, so "ran once" is checked by counting header lines.
+fn on_demand_job(out: &Path) -> String {
+    format!(
+        "[[job]]\nname = \"close\"\nstarting_deadline = \"30s\"\nshell = '''\
+         f={dir}/$ZKCRON_SUBMISSION_ID; \
+         echo \"RUN $ZKCRON_SCHEDULED_UNIX_MS $ZKCRON_RESUMED $ZKCRON_ATTEMPT $(date +%s%3N)\" >> $f; \
+         cat >> $f'''\n",
+        dir = out.display()
+    )
+}
+
+/// One run as the job recorded it.
+#[derive(Debug)]
+struct Ran {
+    headers: Vec<Vec<String>>,
+    payload: String,
+}
+
+impl Ran {
+    fn read(out: &Path, id: &str) -> Option<Self> {
+        let text = std::fs::read_to_string(out.join(id)).ok()?;
+        let mut headers = Vec::new();
+        let mut payload = String::new();
+        for line in text.split_inclusive('\n') {
+            match line.strip_prefix("RUN ") {
+                Some(header) => {
+                    headers.push(header.split_whitespace().map(str::to_owned).collect())
+                }
+                None => payload.push_str(line),
+            }
+        }
+        Some(Self { headers, payload })
+    }
+
+    fn started_ms(&self) -> i64 {
+        self.headers[0][3].parse().expect("start ms")
+    }
+}
+
+fn zkcron(args: &[&str], config: &Path) -> String {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_zkcron"))
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .output()
+        .expect("run zkcron");
+    assert!(
+        output.status.success(),
+        "zkcron {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    out: PathBuf,
+    node: DaemonNode,
+}
+
+async fn one_node(test: &str) -> Setup {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = dir.path().join("runs");
+    std::fs::create_dir(&out).expect("runs dir");
+    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot(test));
+    let text = schedule_text(&connect, "d", SESSION, DELAY, &on_demand_job(&out));
+    let node = DaemonNode::start(dir.path(), "d1", &text);
+    node.wait_log("owns the lock", SESSION + SLACK).await;
+    Setup {
+        _dir: dir,
+        out,
+        node,
+    }
+}
+
+#[tokio::test]
+async fn a_submission_fires_once_at_its_time_with_its_payload_and_overdue_ones_at_once() {
+    let setup = one_node("delayed-fire").await;
+    let config = &setup.node.config;
+    let soon_ms = now_ms() + 2_500;
+    let soon = chrono::DateTime::from_timestamp_millis(soon_ms)
+        .expect("in range")
+        .to_rfc3339();
+    zkcron(
+        &[
+            "submit",
+            "close",
+            "--at",
+            &soon,
+            "--id",
+            "soon",
+            "--payload",
+            "order 42",
+        ],
+        config,
+    );
+    let past = chrono::DateTime::from_timestamp_millis(now_ms() - 5_000)
+        .expect("in range")
+        .to_rfc3339();
+    zkcron(
+        &[
+            "submit",
+            "close",
+            "--at",
+            &past,
+            "--id",
+            "past",
+            "--payload",
+            "late",
+        ],
+        config,
+    );
+
+    let past_ran = wait_for("the overdue submission runs", SLACK, || {
+        let ran = Ran::read(&setup.out, "past");
+        async move { ran }
+    })
+    .await;
+    assert_eq!(past_ran.payload, "late");
+    assert_eq!(
+        past_ran.headers[0][1], "0",
+        "submitted late while the owner fires: not a resume"
+    );
+    let soon_ran = wait_for(
+        "the submission due soon runs",
+        Duration::from_millis(2_500) + SLACK,
+        || {
+            let ran = Ran::read(&setup.out, "soon");
+            async move { ran }
+        },
+    )
+    .await;
+    assert_eq!(soon_ran.payload, "order 42", "the payload on stdin");
+    assert_eq!(
+        soon_ran.headers[0][0],
+        soon_ms.to_string(),
+        "ZKCRON_SCHEDULED_UNIX_MS is the due time"
+    );
+    assert_eq!(
+        &soon_ran.headers[0][1..3],
+        ["0", "1"],
+        "on time, first attempt"
+    );
+    assert!(
+        soon_ran.started_ms() >= soon_ms,
+        "never before its time: {soon_ran:?}"
+    );
+
+    // Nothing runs twice: another second of the owner's life, then one header per file.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for id in ["soon", "past"] {
+        let ran = Ran::read(&setup.out, id).expect("ran");
+        assert_eq!(ran.headers.len(), 1, "{id} ran once: {ran:?}");
+    }
+    let history = zkcron(&["history", "close", "--json"], config);
+    let succeeded = history
+        .lines()
+        .filter(|line| line.contains("\"status\":\"succeeded\""))
+        .filter(|line| {
+            line.contains("\"submission_id\":\"soon\"")
+                || line.contains("\"submission_id\":\"past\"")
+        })
+        .count();
+    assert_eq!(succeeded, 2, "{history}");
+    let shown = zkcron(&["delayed", "show", "soon"], config);
+    assert!(
+        shown.contains("state      succeeded on d1 (attempt 1)"),
+        "{shown}"
+    );
+    let listed = zkcron(&["delayed", "list"], config);
+    let pending = listed.split("RECENT").next().unwrap_or_default();
+    assert!(
+        !pending.contains("soon") && !pending.contains("past"),
+        "{listed}"
+    );
+}
+
+#[tokio::test]
+async fn a_submission_written_with_the_raw_client_fires_like_one_from_the_cli() {
+    let setup = one_node("delayed-raw-fire").await;
+    let connect = std::fs::read_to_string(&setup.node.config)
+        .expect("config")
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix("connect = \"")
+                .map(|rest| rest.trim_end_matches('"').to_owned())
+        })
+        .expect("connect line");
+    let raw = zookeeper_client::Client::connect(&connect)
+        .await
+        .expect("raw session");
+    let open =
+        zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    // docs/DELAYED.md, as a Java or Python service would do it.
+    let due = now_ms() + 1_500;
+    let (day, second) = (due / 86_400_000, due % 86_400_000 / 1000);
+    let shard = format!("{:02x}", crc32fast::hash(b"from-python") % 256);
+    let node = format!("/zkcron/d/delayed/ids/{shard}/from-python");
+    let marker = format!("/zkcron/d/delayed/due/{day}/{second}/{shard}/from-python");
+    for parent in [
+        format!("/zkcron/d/delayed/ids/{shard}"),
+        format!("/zkcron/d/delayed/due/{day}/{second}/{shard}"),
+    ] {
+        raw.mkdir(&parent, &open).await.expect("parent");
+    }
+    let data = format!(
+        "{{\"v\":1,\"job\":\"close\",\"due_unix_ms\":{due},\"submitted_unix_ms\":{due}}}\nhello"
+    );
+    let mut multi = raw.new_multi_writer();
+    multi.add_create(&node, data.as_bytes(), &open).expect("op");
+    multi.add_create(&marker, b"", &open).expect("op");
+    multi.commit().await.expect("submitted by hand");
+
+    let ran = wait_for(
+        "the raw submission runs",
+        Duration::from_millis(1_500) + SLACK,
+        || {
+            let ran = Ran::read(&setup.out, "from-python");
+            async move { ran }
+        },
+    )
+    .await;
+    assert_eq!(ran.payload, "hello");
+    assert!(ran.started_ms() >= due, "{ran:?}");
+    assert_eq!(
+        raw.check_stat(&marker).await.expect("stat"),
+        None,
+        "no longer pending"
+    );
+}

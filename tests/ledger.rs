@@ -9,7 +9,9 @@ use std::time::Duration;
 use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError, SessionState};
 
 use support::{shared_ensemble, wait_until};
+use zkcron::delayed::{Submission, SubmissionId};
 use zkcron::ledger::record::{RunRecord, RunStatus};
+use zkcron::ledger::submissions::{self, SubmissionError};
 use zkcron::ledger::{self, ClaimError, ClaimMode, LedgerPaths, UpdateError};
 use zkcron::lock::driver::LockPaths;
 use zkcron::{FencingToken, JobName, NodeId};
@@ -322,4 +324,156 @@ async fn our_own_write_with_a_lost_reply_is_reconciled() {
     let stored = ledger::read_record(&b, &claim.path).await.expect("record");
     assert_eq!(stored.status, RunStatus::Succeeded);
     assert_eq!(claim.version, 2);
+}
+
+/// A pending submission `id` of job `close`, due at `due`, written as the CLI does.
+async fn submit(client: &Client, paths: &LedgerPaths, id: &str, due: i64) -> SubmissionId {
+    let id = SubmissionId::parse(id).expect("valid id");
+    let submission = Submission {
+        job: JobName::new("close"),
+        due_unix_ms: due,
+        submitted_unix_ms: due - 1000,
+        payload: b"p".to_vec(),
+    };
+    let submitted =
+        submissions::submit(client, &paths.delayed, &id, &submission, Acls::anyone_all()).await;
+    assert_eq!(
+        submitted.expect("submitted"),
+        submissions::Submitted::Created
+    );
+    id
+}
+
+fn submission_record(id: &SubmissionId, due: i64, node: &str, token: i32) -> RunRecord {
+    RunRecord::claimed_submission(
+        &JobName::new("close"),
+        due,
+        id,
+        (&NodeId::new(node), "127.0.0.1"),
+        FencingToken(token),
+        due - 250,
+    )
+}
+
+#[tokio::test]
+async fn two_believed_owners_start_a_submission_at_most_once_and_a_stale_token_none() {
+    let (a, b, paths, _) = setup("ledger-submission-fence").await;
+    let token = acquire(&a, &paths).await;
+    let first = submit(&a, &paths, "order-1", 5000).await;
+    let claim = |client, node, token| {
+        ledger::claim(
+            client,
+            &paths,
+            submission_record(&first, 5000, node, token),
+            ClaimMode::Create,
+            false,
+            Acls::anyone_all(),
+        )
+    };
+    let claimed = claim(&a, "a", token).await.expect("the owner claims it");
+    assert!(claimed.open.is_some(), "its run is marked open");
+    assert_eq!(
+        a.check_stat(&paths.delayed.pending(5000, &first))
+            .await
+            .expect("stat"),
+        None,
+        "no longer pending"
+    );
+    // b believes it owns the lock with the same token: the submission is gone from pending.
+    let twice = claim(&b, "b", token).await;
+    assert!(
+        matches!(twice, Err(ClaimError::AlreadyClaimed { .. })),
+        "claimed once only: {twice:?}"
+    );
+
+    // b acquires; a, frozen until now, claims the next submission with its stale token.
+    let second = submit(&a, &paths, "order-2", 6000).await;
+    let token_b = acquire(&b, &paths).await;
+    let stale = ledger::claim(
+        &a,
+        &paths,
+        submission_record(&second, 6000, "a", token),
+        ClaimMode::Create,
+        false,
+        Acls::anyone_all(),
+    )
+    .await;
+    assert!(
+        matches!(stale, Err(ClaimError::NotOwner { .. })),
+        "{stale:?}"
+    );
+    assert!(
+        a.check_stat(&paths.delayed.pending(6000, &second))
+            .await
+            .expect("stat")
+            .is_some(),
+        "a failed claim leaves the submission pending"
+    );
+    let owner = ledger::claim(
+        &b,
+        &paths,
+        submission_record(&second, 6000, "b", token_b),
+        ClaimMode::Create,
+        false,
+        Acls::anyone_all(),
+    )
+    .await
+    .expect("the real owner claims it");
+
+    // A handoff gives the claimed, unstarted submission back: pending again, not open.
+    ledger::withdraw(&b, &paths, &owner, Acls::anyone_all())
+        .await
+        .expect("withdrawn");
+    assert!(
+        b.check_stat(&paths.delayed.pending(6000, &second))
+            .await
+            .expect("stat")
+            .is_some(),
+        "pending again for the next owner"
+    );
+    let open = owner.open.as_deref().expect("open marker");
+    assert_eq!(b.check_stat(open).await.expect("stat"), None);
+    assert_eq!(
+        b.check_stat(&owner.path).await.expect("stat"),
+        None,
+        "its record is gone with the claim"
+    );
+}
+
+#[tokio::test]
+async fn a_cancel_and_a_claim_of_one_submission_cannot_both_succeed() {
+    let (a, b, paths, _) = setup("ledger-submission-cancel").await;
+    let token = acquire(&a, &paths).await;
+    let id = submit(&a, &paths, "order-3", 7000).await;
+    let claimed = ledger::claim(
+        &a,
+        &paths,
+        submission_record(&id, 7000, "a", token),
+        ClaimMode::Create,
+        false,
+        Acls::anyone_all(),
+    )
+    .await
+    .expect("claimed");
+    let cancelled =
+        submissions::cancel(&b, &paths.delayed, &paths, &id, 7001, Acls::anyone_all()).await;
+    assert!(
+        matches!(&cancelled, Err(SubmissionError::NotPending { status, .. }) if status == "claimed"),
+        "{cancelled:?}"
+    );
+    // The run ends: its final record closes the open marker.
+    let mut finished = claimed;
+    finished.record.status = RunStatus::Succeeded;
+    ledger::finish(&a, &mut finished)
+        .await
+        .expect("final record");
+    let open = finished.open.as_deref().expect("open marker");
+    assert_eq!(a.check_stat(open).await.expect("stat"), None, "closed");
+    let stored = ledger::read_record(&a, &finished.path)
+        .await
+        .expect("record");
+    assert_eq!(
+        (stored.status, stored.submission_id),
+        (RunStatus::Succeeded, Some(id))
+    );
 }

@@ -242,6 +242,34 @@ impl Io {
                 spec,
                 claim,
                 context,
+                record_first: true,
+            } => {
+                let cancel = CancellationToken::new();
+                self.runs
+                    .insert(claim.record.run_id.clone(), cancel.clone());
+                let (client, answers) = (self.client.clone(), self.answers.clone());
+                self.tasks.spawn(async move {
+                    let mut claim = claim;
+                    let written = match &client {
+                        Some(client) => {
+                            let path = claim.path.clone();
+                            bounded(&path, ledger::update(client, &mut claim)).await
+                        }
+                        None => None,
+                    };
+                    let report = match written {
+                        Some(Ok(())) => runner::run(&spec, &context, cancel).await,
+                        Some(Err(err)) => not_started(&claim, &error_chain(&err)),
+                        None => not_started(&claim, "no answer from zookeeper"),
+                    };
+                    let _ = answers.send(Input::RunEnded { claim, report });
+                });
+            }
+            Action::StartRun {
+                spec,
+                claim,
+                context,
+                record_first: false,
             } => {
                 let cancel = CancellationToken::new();
                 self.runs
@@ -554,6 +582,18 @@ async fn open_submissions(
         open.push((record, version, payload));
     }
     Ok(open)
+}
+
+/// A run whose `running` record could not be written first: it does not start.
+fn not_started(claim: &ledger::Claim, why: &str) -> runner::RunReport {
+    tracing::warn!(job = %claim.record.job, run_id = claim.record.run_id, error = why, "not starting: the run's record could not be marked running first");
+    runner::RunReport {
+        outcome: runner::RunOutcome::FailedToStart {
+            error: format!("its record could not be marked running first: {why}"),
+        },
+        started_at: Utc::now(),
+        duration: Duration::ZERO,
+    }
 }
 
 /// Time from now until `at` on the wall clock (zero if past).

@@ -172,6 +172,10 @@ pub enum Action {
         spec: Arc<JobSpec>,
         claim: Claim,
         context: RunContext,
+        /// Write the record `running` before the process starts, and start it only if that
+        /// write succeeds (a submission's run: a record still `claimed` then proves it never
+        /// ran, so the next owner may take it over). Otherwise the two go side by side.
+        record_first: bool,
     },
     /// Stop this run's process group (SIGTERM, SIGKILL after its grace).
     CancelRun { run_id: String },
@@ -879,6 +883,7 @@ impl FireMachine {
             spec: Arc::clone(&pending.spec),
             claim,
             context,
+            record_first: pending.submission.is_some(),
         });
         if pending.in_backlog {
             self.release_held(name, now, out);

@@ -103,14 +103,17 @@ impl RunRecord {
 
     /// The same run, claimed again for its next attempt (a retry, or the rerun of an interrupted
     /// run): same job, tick and run id; our node and token; nothing of the last attempt's end.
+    /// A record still `claimed` never started (a submission's is `running` before its process
+    /// starts): it is taken over as the same attempt.
     pub fn next_attempt(
         &self,
         node: (&NodeId, &str),
         token: FencingToken,
         now_unix_ms: i64,
     ) -> Self {
+        let started = self.status != RunStatus::Claimed;
         Self {
-            attempt: self.attempt + 1,
+            attempt: self.attempt + u32::from(started),
             run_id: self.run_id.clone(),
             submission_id: self.submission_id.clone(),
             ..Self::claimed(&self.job, self.scheduled_unix_ms, node, token, now_unix_ms)

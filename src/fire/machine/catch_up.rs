@@ -114,11 +114,36 @@ impl FireMachine {
             }
         };
         let mut marks = 0;
+        let mut unstarted = Vec::new();
         for (record, version) in &records.newest {
             if record.status.is_final()
                 || record.fencing_token >= token
                 || self.runs.alive_of_run(&record.run_id)
-                || records.guard_holder.as_deref() == Some(record.run_id.as_str())
+            {
+                continue;
+            }
+            if let (Some(id), RunStatus::Claimed) = (&record.submission_id, record.status) {
+                // A submission's run is recorded `running` before its process starts, so a
+                // record still `claimed` never ran: it is taken over, whatever on_interrupted
+                // says. The claim's compare-and-set fences a previous owner that wakes up.
+                match records.payloads.get(id) {
+                    Some(payload) => unstarted.push(Item {
+                        tick: DateTime::from_timestamp_millis(record.scheduled_unix_ms)
+                            .unwrap_or(now),
+                        reason: FireReason::CaughtUp,
+                        again: Some((record.clone(), *version)),
+                        submission: Some(SubmissionInput {
+                            id: id.as_str().to_owned(),
+                            payload: Arc::clone(payload),
+                        }),
+                    }),
+                    None => {
+                        tracing::warn!(job = %job, id = %id, "claimed submission not taken over: its submission node is gone");
+                    }
+                }
+                continue;
+            }
+            if records.guard_holder.as_deref() == Some(record.run_id.as_str())
                 || self.may_still_run(&config, record, &records.live_members)
             {
                 continue;
@@ -143,6 +168,7 @@ impl FireMachine {
         };
         catch_up.planned = Some(planned);
         catch_up.payloads = records.payloads;
+        catch_up.reruns.extend(unstarted);
         catch_up.marks_out += marks;
         if catch_up.marks_out == 0 {
             self.catch_up_decided(job, now, out);

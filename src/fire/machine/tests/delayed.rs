@@ -278,3 +278,92 @@ fn a_failed_scan_is_tried_again_and_meanwhile_nothing_is_lost() {
     let (_, after, _) = scan(&m.handle(Input::Tick, t(1005)));
     assert_eq!(after, None, "still from the oldest bucket");
 }
+
+/// An open submission run another owner left, as catch-up lists it.
+fn left_open(status: RunStatus) -> (RunRecord, JobRecords) {
+    let mut record = RunRecord::claimed_submission(
+        &JobName::new("close"),
+        t(900).timestamp_millis(),
+        &id("left"),
+        (&NodeId::new("n2"), "10.0.0.2"),
+        FencingToken(6),
+        t(650).timestamp_millis(),
+    );
+    record.status = status;
+    let records = JobRecords {
+        newest: vec![(record.clone(), 1)],
+        payloads: [(id("left"), Arc::new(b"payload".to_vec()))].into(),
+        ..JobRecords::default()
+    };
+    (record, records)
+}
+
+fn acquire_with(records: JobRecords) -> (FireMachine, Vec<Action>) {
+    let mut m = machine(ON_DEMAND);
+    m.handle(Input::LockChanged(owner(TOKEN)), t(1000));
+    let actions = m.handle(
+        Input::RecordsListed {
+            job: JobName::new("close"),
+            result: Ok(records),
+        },
+        t(1000),
+    );
+    (m, actions)
+}
+
+#[test]
+fn a_submission_claimed_but_never_started_by_a_dead_owner_is_taken_over_as_the_same_attempt() {
+    let (record, records) = left_open(RunStatus::Claimed);
+    let (mut m, actions) = acquire_with(records);
+    assert!(
+        !actions
+            .iter()
+            .any(|a| matches!(a, Action::MarkInterrupted { .. })),
+        "never started: nothing to mark interrupted: {actions:?}"
+    );
+    let claim = only_claim(&actions);
+    assert_eq!(
+        claim.mode,
+        ClaimMode::Again { version: 1 },
+        "over the stored record, by compare-and-set"
+    );
+    assert_eq!(
+        (claim.record.attempt, claim.record.fencing_token),
+        (record.attempt, TOKEN)
+    );
+    assert_eq!(claim.record.submission_id, Some(id("left")));
+    let start = m.handle(ok(&claim), t(1010));
+    let [
+        Action::StartRun {
+            context,
+            record_first,
+            ..
+        },
+    ] = &start[..]
+    else {
+        panic!("{start:?}")
+    };
+    assert!(
+        record_first,
+        "a submission's record says running before it starts"
+    );
+    assert!(context.resumed);
+    assert_eq!(
+        context.submission.as_ref().map(|s| &s.payload[..]),
+        Some(&b"payload"[..])
+    );
+}
+
+#[test]
+fn a_submission_run_that_started_follows_on_interrupted_and_skip_closes_it() {
+    let (_, records) = left_open(RunStatus::Running);
+    let (_, actions) = acquire_with(records);
+    let [Action::MarkInterrupted { record, closes, .. }] = &actions[..] else {
+        panic!("{actions:?}")
+    };
+    assert_eq!(record.status, RunStatus::Interrupted);
+    assert!(
+        closes,
+        "on_interrupted = skip: nothing runs it again, its open marker goes"
+    );
+}

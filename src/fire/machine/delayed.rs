@@ -43,12 +43,15 @@ struct Due {
 #[derive(Debug, Default)]
 pub(super) struct DelayedQueue {
     due: BTreeMap<(i64, SubmissionId), Due>,
-    /// Ids queued, being read, or claimed here: the watch and a scan never add one twice.
+    /// Ids queued or recorded here: the watch and a scan never add one twice.
     known: HashSet<SubmissionId>,
+    /// Ids the watch reported, being read.
+    reading: HashSet<SubmissionId>,
     /// Every bucket up to this one has been read since this node could fire.
     read_through: Option<DueBucket>,
-    /// A scan is out; answers of older scans (`generation`) are dropped.
-    scanning: bool,
+    /// A scan is out, reading through this bucket; answers of older scans (`generation`) are
+    /// dropped.
+    scanning: Option<DueBucket>,
     generation: u64,
     /// The next scan starts from the oldest bucket (after an acquisition, a reconnect, a reload
     /// or a lost read), not after `read_through`.
@@ -102,7 +105,7 @@ impl DelayedQueue {
     }
 
     fn next_scan(&self) -> Option<DateTime<Utc>> {
-        if self.since.is_none() || self.scanning {
+        if self.since.is_none() || self.scanning.is_some() {
             return None;
         }
         if let Some(retry) = self.retry_at {
@@ -134,7 +137,8 @@ impl FireMachine {
         }
         if self.delayed.next_scan().is_some_and(|at| at <= now) {
             let queue = &mut self.delayed;
-            queue.scanning = true;
+            let through = DueBucket::of((now + horizon()).timestamp_millis());
+            queue.scanning = Some(through);
             queue.retry_at = None;
             let after = if queue.from_oldest {
                 None
@@ -144,7 +148,7 @@ impl FireMachine {
             out.push(Action::ScanDelayed {
                 generation: queue.generation,
                 after,
-                through: DueBucket::of((now + horizon()).timestamp_millis()),
+                through,
                 clean_before: now - remove_after(),
             });
         }
@@ -192,7 +196,7 @@ impl FireMachine {
         if generation != self.delayed.generation || !self.lock.may_fire {
             return;
         }
-        self.delayed.scanning = false;
+        self.delayed.scanning = None;
         match result {
             Ok(found) => {
                 self.delayed.read_through = Some(through);
@@ -213,16 +217,23 @@ impl FireMachine {
         }
     }
 
-    /// The watch saw a new pending submission: worth a read only if its bucket was read already
-    /// (later buckets are read when the horizon reaches them).
+    /// The watch saw a new pending submission: worth a read if its bucket was read already or
+    /// is being read (the scan may have listed it a moment before the submission came); later
+    /// buckets are read when the horizon reaches them.
     pub(super) fn submission_created(
         &mut self,
         bucket: DueBucket,
         id: SubmissionId,
         out: &mut Vec<Action>,
     ) {
-        let read = self.delayed.read_through.is_some_and(|t| bucket <= t);
-        if self.lock.may_fire && read && self.delayed.known.insert(id.clone()) {
+        let queue = &mut self.delayed;
+        let covered = queue.read_through.max(queue.scanning);
+        let read = covered.is_some_and(|t| bucket <= t);
+        if self.lock.may_fire
+            && read
+            && !queue.known.contains(&id)
+            && queue.reading.insert(id.clone())
+        {
             out.push(Action::ReadSubmission { id });
         }
     }
@@ -235,7 +246,7 @@ impl FireMachine {
         now: DateTime<Utc>,
         out: &mut Vec<Action>,
     ) {
-        self.delayed.known.remove(&id);
+        self.delayed.reading.remove(&id);
         match result {
             Ok(Some(submission)) if self.lock.may_fire => {
                 self.consider(id, submission, now, out);

@@ -367,3 +367,37 @@ fn a_submission_run_that_started_follows_on_interrupted_and_skip_closes_it() {
         "on_interrupted = skip: nothing runs it again, its open marker goes"
     );
 }
+
+#[test]
+fn a_submission_made_while_its_bucket_is_being_read_is_not_lost() {
+    let mut m = machine(ON_DEMAND);
+    let acquired = m.handle(Input::LockChanged(owner(TOKEN)), t(0));
+    let (generation, _, through) = scan(&acquired);
+    // The scan listed the bucket a moment before this submission was made; its answer is late.
+    let bucket = DueBucket::of(t(1500).timestamp_millis());
+    assert_eq!(
+        m.handle(
+            Input::SubmissionCreated {
+                bucket,
+                id: id("racing")
+            },
+            t(5)
+        ),
+        vec![Action::ReadSubmission { id: id("racing") }],
+        "a bucket being read counts as read"
+    );
+    let scanned = Input::DelayedScanned {
+        generation,
+        through,
+        result: Ok(vec![]),
+    };
+    m.handle(scanned, t(10));
+    let read = Input::SubmissionRead {
+        id: id("racing"),
+        result: Ok(Some(submission("close", 1500, b""))),
+    };
+    m.handle(read, t(12));
+    run_timer(&mut m, 1000);
+    let claim = only_claim(&m.handle(Input::Tick, t(1250)));
+    assert_eq!(claim.record.submission_id, Some(id("racing")));
+}

@@ -130,3 +130,22 @@ fn a_missing_file_is_a_usage_error_naming_it() {
         "{stderr}"
     );
 }
+
+#[test]
+fn the_shipped_example_is_valid_and_shows_an_on_demand_job() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/zkcron.toml");
+    let output = Command::new(env!("CARGO_BIN_EXE_zkcron"))
+        .args(["check", example])
+        .output()
+        .expect("run zkcron check");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains("close-order  on demand (no schedule: fires when submitted)"),
+        "{stdout}"
+    );
+}

@@ -84,7 +84,7 @@ impl SubmissionId {
 
 impl fmt::Display for SubmissionId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.pad(&self.0)
     }
 }
 
@@ -271,6 +271,30 @@ mod tests {
         for foreign in ["", "0", "100", "zz", "FF"] {
             assert_eq!(Shard::parse(foreign), None, "{foreign:?}");
         }
+    }
+
+    /// docs/DELAYED.md "Why no listing outgrows a reply": a million submissions due in the same
+    /// second, every id as long as allowed, still list shard by shard in replies well under
+    /// ZooKeeper's default `jute.maxbuffer`.
+    #[test]
+    fn a_million_submissions_in_one_second_list_in_replies_under_jute_maxbuffer() {
+        const JUTE_MAXBUFFER: usize = 1024 * 1024;
+        let mut per_shard = vec![0usize; SHARDS as usize];
+        for n in 0..1_000_000u32 {
+            // Longest ids, as a submitter choosing its own would make them.
+            let id = SubmissionId(format!("{n:0>64}"));
+            per_shard[id.shard().0 as usize] += 1;
+        }
+        let fullest = per_shard.iter().copied().max().unwrap_or(0);
+        // A getChildren reply: a 4-byte count, then per child a 4-byte length and its name.
+        let reply = 4 + fullest * (4 + MAX_ID_LEN);
+        assert!(
+            reply * 3 < JUTE_MAXBUFFER,
+            "the fullest shard holds {fullest} ids: a {reply}-byte reply"
+        );
+        // The levels above: 256 shards in a bucket, 86 400 seconds in a day.
+        assert!(4 + SHARDS as usize * (4 + 2) < JUTE_MAXBUFFER / 100);
+        assert!(4 + 86_400 * (4 + "86399".len()) < JUTE_MAXBUFFER);
     }
 
     #[test]

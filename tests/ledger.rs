@@ -477,3 +477,48 @@ async fn a_cancel_and_a_claim_of_one_submission_cannot_both_succeed() {
         (RunStatus::Succeeded, Some(id))
     );
 }
+
+#[tokio::test]
+async fn pruning_a_submissions_record_frees_its_id_but_never_prunes_an_open_run() {
+    let (a, _, paths, _) = setup("ledger-submission-prune").await;
+    let token = acquire(&a, &paths).await;
+    let mut claims = Vec::new();
+    for (n, due) in [(1, 1000), (2, 2000), (3, 3000)] {
+        let id = submit(&a, &paths, &format!("p-{n}"), due).await;
+        let claim = ledger::claim(
+            &a,
+            &paths,
+            submission_record(&id, due, "a", token),
+            ClaimMode::Create,
+            false,
+            Acls::anyone_all(),
+        )
+        .await
+        .expect("claimed");
+        claims.push((id, claim));
+    }
+    // p-1 is still running; p-2 and p-3 have ended.
+    for (_, claim) in &mut claims[1..] {
+        claim.record.status = RunStatus::Succeeded;
+        ledger::finish(&a, claim).await.expect("final record");
+    }
+    let job = JobName::new("close");
+    let deleted = ledger::prune(&a, &paths, &job, 1).await.expect("pruned");
+    assert_eq!(deleted, 1, "p-2 goes; p-1 is open; p-3 is the newest kept");
+    let exists = |path: String| {
+        let a = &a;
+        async move { a.check_stat(&path).await.expect("stat").is_some() }
+    };
+    assert!(
+        exists(claims[0].1.path.clone()).await,
+        "an open run's record stays"
+    );
+    assert!(!exists(claims[1].1.path.clone()).await);
+    assert!(
+        !exists(paths.delayed.submission(&claims[1].0)).await,
+        "its id is free"
+    );
+    assert!(exists(paths.delayed.submission(&claims[2].0)).await);
+    // The freed id takes a new submission.
+    submit(&a, &paths, "p-2", 9000).await;
+}

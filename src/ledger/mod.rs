@@ -559,13 +559,45 @@ pub async fn prune(
     let mut deleted = 0;
     for name in names.into_iter().take(excess.min(PRUNE_BATCH)) {
         let path = format!("{}/{}", paths.job_runs(job), name.node_name());
-        match client.delete(&path, None).await {
+        let result = match &name.submission {
+            None => client.delete(&path, None).await,
+            Some(id) => prune_submission(client, paths, &path, id).await,
+        };
+        match result {
             Ok(()) => deleted += 1,
-            Err(ZkErr::NoNode) => {}
+            Err(ZkErr::NoNode | ZkErr::NotEmpty) => {}
             Err(source) => return Err(ClaimError::Zk { path, source }),
         }
     }
     Ok(deleted)
+}
+
+/// A submission's record goes with its request (`ids/<shard>/<id>`): from then on the id is
+/// free again. A run still open is never pruned (its next owner needs the record); `NotEmpty`
+/// stands for "kept" here.
+async fn prune_submission(
+    client: &Client,
+    paths: &LedgerPaths,
+    path: &str,
+    id: &SubmissionId,
+) -> Result<(), ZkErr> {
+    let (data, stat) = client.get_data(path).await?;
+    if RunRecord::parse(&data).is_ok_and(|record| !record.status.is_final()) {
+        return Err(ZkErr::NotEmpty);
+    }
+    let request = paths.delayed.submission(id);
+    let mut multi = client.new_multi_writer();
+    multi.add_delete(path, Some(stat.version))?;
+    multi.add_delete(&request, None)?;
+    match multi.commit().await {
+        Ok(_) => Ok(()),
+        // The request is gone already (deleted by hand): the record alone.
+        Err(zookeeper_client::MultiWriteError::OperationFailed {
+            index: 1,
+            source: ZkErr::NoNode,
+        }) => client.delete(path, Some(stat.version)).await,
+        Err(err) => Err(err.into()),
+    }
 }
 
 /// The scheduled instants of `job`'s tick records (not its submissions'), oldest first.

@@ -20,6 +20,7 @@ use zkcron::config::{self, Config, LoadError, LogFormat};
 use zkcron::daemon::{self, DaemonError, DaemonSettings};
 use zkcron::delayed::DelayedError;
 use zkcron::delayed::client::SubmissionError;
+use zkcron::delayed::client::pending_summary;
 use zkcron::identity::{self, IdentityError};
 use zkcron::ledger::record::{RunRecord, RunStatus};
 use zkcron::ledger::{self, ClaimError, LedgerPaths};
@@ -398,15 +399,19 @@ async fn status(config: &Config) -> Result<(), CliError> {
 }
 
 /// One line per job, in the spirit of `systemctl list-timers`: next fire, last run, alive now.
+/// `status` counts pending submissions in due order up to this many; beyond, it says "+".
+const STATUS_PENDING_LIMIT: usize = 10_000;
+
 async fn job_status(
     client: &zookeeper_client::Client,
     config: &Config,
     paths: &LockPaths,
 ) -> Result<Vec<String>, CliError> {
     let ledger_paths = LedgerPaths::new(paths);
+    let pending = pending_summary(client, &ledger_paths.delayed, STATUS_PENDING_LIMIT).await?;
     let mut lines = vec![format!(
-        "{:<20}  {:<26}  {:<26}  {:<11}  {:<15}  {:>6}  {}",
-        "JOB", "NEXT", "LAST", "STATUS", "NODE", "MISSED", "ALIVE"
+        "{:<20}  {:<26}  {:<26}  {:<11}  {:<15}  {:>6}  {:<5}  {}",
+        "JOB", "NEXT", "LAST", "STATUS", "NODE", "MISSED", "ALIVE", "PENDING"
     )];
     let now = Utc::now();
     for job in &config.jobs {
@@ -448,9 +453,30 @@ async fn job_status(
             Some(run_id) => format!("yes ({run_id})"),
             None => "no".into(),
         };
+        let more = if pending.complete { "" } else { "+" };
+        let submitted = match pending.per_job.get(&job.spec.name) {
+            Some((count, due)) => format!(
+                "{count}{more}, next due {}",
+                chrono::DateTime::from_timestamp_millis(*due).map_or("?".into(), format)
+            ),
+            None => format!("0{more}"),
+        };
         lines.push(format!(
-            "{:<20}  {next:<26}  {last_at:<26}  {status:<11}  {node:<15}  {missed:>6}  {alive}",
+            "{:<20}  {next:<26}  {last_at:<26}  {status:<11}  {node:<15}  {missed:>6}  {alive:<5}  {submitted}",
             job.spec.name.as_str()
+        ));
+    }
+    // Submissions for jobs the schedule no longer declares are kept; say so.
+    let mut away: Vec<_> = pending
+        .per_job
+        .iter()
+        .filter(|(name, _)| !config.jobs.iter().any(|job| &job.spec.name == *name))
+        .collect();
+    away.sort();
+    for (name, (count, _)) in away {
+        lines.push(format!(
+            "{:<20}  not in the schedule: {count} pending submission(s) kept until it is back",
+            name.as_str()
         ));
     }
     Ok(lines)

@@ -399,3 +399,74 @@ async fn a_thousand_submissions_survive_a_kill_9_of_the_owner_each_run_at_most_o
         }
     }
 }
+
+#[tokio::test]
+async fn a_job_away_from_the_schedule_keeps_its_submissions_in_status_and_fires_them_when_back() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = dir.path().join("runs");
+    std::fs::create_dir(&out).expect("runs dir");
+    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot("delayed-away"));
+    let with = |jobs: &str| schedule_text(&connect, "d", SESSION, DELAY, jobs);
+    let both = format!(
+        "{}{}",
+        on_demand_job(&out),
+        on_demand_job(&out).replace("name = \"close\"", "name = \"refund\"")
+    );
+    let node = DaemonNode::start(dir.path(), "a1", &with(&both));
+    node.wait_log("owns the lock", SESSION + SLACK).await;
+    let due = chrono::DateTime::from_timestamp_millis(now_ms() + 2_000)
+        .expect("in range")
+        .to_rfc3339();
+    zkcron(
+        &[
+            "submit",
+            "refund",
+            "--at",
+            &due,
+            "--id",
+            "r-1",
+            "--payload",
+            "10 EUR",
+        ],
+        &node.config,
+    );
+
+    // The job leaves the schedule before its submission is due.
+    node.rewrite(&with(&on_demand_job(&out)));
+    node.signal(nix::sys::signal::Signal::SIGHUP);
+    node.wait_log("are kept; they fire once it is back", SLACK)
+        .await;
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert!(
+        Ran::read(&out, "r-1").is_none(),
+        "not fired while its job is away"
+    );
+    let status = zkcron(&["status"], &node.config);
+    assert!(
+        status.contains("refund")
+            && status.contains("not in the schedule: 1 pending submission(s) kept"),
+        "{status}"
+    );
+
+    node.rewrite(&with(&both));
+    node.signal(nix::sys::signal::Signal::SIGHUP);
+    let ran = wait_for(
+        "the kept submission runs once its job is back",
+        SLACK,
+        || {
+            let ran = Ran::read(&out, "r-1");
+            async move { ran }
+        },
+    )
+    .await;
+    assert_eq!((ran.headers.len(), ran.payload.as_str()), (1, "10 EUR"));
+    let status = zkcron(&["status"], &node.config);
+    let refund = status
+        .lines()
+        .find(|l| l.starts_with("refund "))
+        .expect("refund row");
+    assert!(
+        refund.ends_with("  0"),
+        "nothing pending any more: {status}"
+    );
+}

@@ -232,15 +232,8 @@ impl Delayed {
         job: Option<&JobName>,
         limit: usize,
     ) -> Result<Vec<Pending>, DelayedError> {
-        let mut pending = Vec::new();
-        for day in submissions::days(&self.client, &self.delayed).await? {
-            for bucket in submissions::buckets(&self.client, &self.delayed, day).await? {
-                if pending.len() >= limit {
-                    return Ok(pending);
-                }
-                self.read_bucket(bucket, job, &mut pending).await?;
-            }
-        }
+        let (mut pending, _) =
+            pending_in_due_order(&self.client, &self.delayed, job, limit).await?;
         pending.truncate(limit);
         Ok(pending)
     }
@@ -280,31 +273,82 @@ impl Delayed {
     pub fn job(&self, name: &JobName) -> Option<&JobConfig> {
         self.jobs.get(name).map(Arc::as_ref)
     }
+}
 
-    async fn read_bucket(
-        &self,
-        bucket: DueBucket,
-        job: Option<&JobName>,
-        pending: &mut Vec<Pending>,
-    ) -> Result<(), DelayedError> {
-        let mut found = Vec::new();
-        for id in submissions::pending_in(&self.client, &self.delayed, bucket).await? {
-            match submissions::read(&self.client, &self.delayed, &id).await {
-                Ok(Some((submission, _))) if job.is_none_or(|job| &submission.job == job) => {
-                    found.push(Pending { id, submission });
-                }
-                Ok(_) => {}
-                Err(err) => {
-                    tracing::warn!(id = %id, error = %crate::report::error_chain(&err), "pending submission unreadable; skipped")
-                }
+/// Pending submissions (of `job`, if given) in due order, bucket by bucket from the oldest,
+/// until at least `limit` are found; `true` when every bucket was read.
+///
+/// # Errors
+/// A failed request. Foreign nodes are logged and skipped.
+pub async fn pending_in_due_order(
+    client: &Client,
+    paths: &DelayedPaths,
+    job: Option<&JobName>,
+    limit: usize,
+) -> Result<(Vec<Pending>, bool), DelayedError> {
+    let mut pending = Vec::new();
+    for day in submissions::days(client, paths).await? {
+        for bucket in submissions::buckets(client, paths, day).await? {
+            if pending.len() >= limit {
+                return Ok((pending, false));
+            }
+            read_bucket(client, paths, bucket, job, &mut pending).await?;
+        }
+    }
+    Ok((pending, true))
+}
+
+/// Per job: how many submissions are pending and when the next is due, from the first `limit`
+/// in due order (`complete` says whether that was all of them) — for `zkcron status`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PendingSummary {
+    pub per_job: HashMap<JobName, (usize, i64)>,
+    pub complete: bool,
+}
+
+/// Counts the pending submissions per job; see [`PendingSummary`].
+///
+/// # Errors
+/// A failed request.
+pub async fn pending_summary(
+    client: &Client,
+    paths: &DelayedPaths,
+    limit: usize,
+) -> Result<PendingSummary, DelayedError> {
+    let (pending, complete) = pending_in_due_order(client, paths, None, limit).await?;
+    let mut per_job: HashMap<JobName, (usize, i64)> = HashMap::new();
+    for p in pending {
+        let entry = per_job
+            .entry(p.submission.job)
+            .or_insert((0, p.submission.due_unix_ms));
+        entry.0 += 1;
+        entry.1 = entry.1.min(p.submission.due_unix_ms);
+    }
+    Ok(PendingSummary { per_job, complete })
+}
+
+async fn read_bucket(
+    client: &Client,
+    paths: &DelayedPaths,
+    bucket: DueBucket,
+    job: Option<&JobName>,
+    pending: &mut Vec<Pending>,
+) -> Result<(), DelayedError> {
+    let mut found = Vec::new();
+    for id in submissions::pending_in(client, paths, bucket).await? {
+        match submissions::read(client, paths, &id).await {
+            Ok(Some((submission, _))) if job.is_none_or(|job| &submission.job == job) => {
+                found.push(Pending { id, submission });
+            }
+            Ok(_) => {}
+            Err(err) => {
+                tracing::warn!(id = %id, error = %crate::report::error_chain(&err), "pending submission unreadable; skipped")
             }
         }
-        found.sort_by(|a, b| {
-            (a.submission.due_unix_ms, &a.id).cmp(&(b.submission.due_unix_ms, &b.id))
-        });
-        pending.extend(found);
-        Ok(())
     }
+    found.sort_by(|a, b| (a.submission.due_unix_ms, &a.id).cmp(&(b.submission.due_unix_ms, &b.id)));
+    pending.extend(found);
+    Ok(())
 }
 
 #[cfg(test)]

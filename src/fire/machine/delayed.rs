@@ -90,6 +90,13 @@ impl DelayedQueue {
             self.from_oldest = true;
             self.read_through = None;
             self.kept_for.clear();
+            // The scan finds them again; claims out are told apart by the machine's claims.
+            self.due.clear();
+            self.known.clear();
+            // A scan still out answers for the old view: dropped, and a new one goes at once.
+            self.generation += 1;
+            self.scanning = None;
+            self.retry_at = None;
         }
     }
 

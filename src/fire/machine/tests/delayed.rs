@@ -401,3 +401,31 @@ fn a_submission_made_while_its_bucket_is_being_read_is_not_lost() {
     let claim = only_claim(&m.handle(Input::Tick, t(1250)));
     assert_eq!(claim.record.submission_id, Some(id("racing")));
 }
+
+#[test]
+fn a_job_removed_while_its_submission_is_queued_keeps_it_for_when_it_is_back() {
+    let both = format!("{ON_DEMAND}[[job]]\nname = \"other\"\nshell = \"cat\"\n");
+    let (mut m, _) = owning_with(&both, 0, vec![(id("x"), submission("other", 1500, b""))]);
+    m.handle(Input::Reloaded(jobs(ON_DEMAND)), t(100));
+    let actions = m.handle(Input::Tick, t(100));
+    let (generation, _, through) = scan(&actions);
+    let found = vec![(id("x"), submission("other", 1500, b""))];
+    let scanned = Input::DelayedScanned {
+        generation,
+        through,
+        result: Ok(found.clone()),
+    };
+    assert!(claims(&m.handle(scanned, t(110))).is_empty());
+    run_timer(&mut m, 3000);
+    // Back: read again, and fired although late (within its starting_deadline).
+    m.handle(Input::Reloaded(jobs(&both)), t(3000));
+    let (generation, after, through) = scan(&m.handle(Input::Tick, t(3000)));
+    assert_eq!(after, None);
+    let scanned = Input::DelayedScanned {
+        generation,
+        through,
+        result: Ok(found),
+    };
+    let claim = only_claim(&m.handle(scanned, t(3010)));
+    assert_eq!(claim.record.submission_id, Some(id("x")));
+}

@@ -895,6 +895,8 @@ fn a_reloaded_schedule_never_repeats_a_tick() {
     let claim = only_claim(&m.handle(Input::Tick, t(750)));
     assert_eq!(ms_of(&claim), 1000);
     m.handle(Input::Reloaded(jobs(&tables)), t(800));
+    // A reload reads the delayed submissions' buckets afresh, at once; no tick comes with it.
+    assert_eq!(but_delayed(m.handle(Input::Tick, t(800))), vec![]);
     assert_eq!(
         m.next_deadline(),
         Some(t(1750)),

@@ -154,7 +154,7 @@ CFG
       done
       echo "$((i + 1))" >"$dir/data/myid"
     fi
-    java -Xmx256m -XX:+UseSerialGC -XX:-UsePerfData -Djava.net.preferIPv4Stack=true \
+    java "-Xmx${ZK_HEAP:-256m}" -XX:+UseSerialGC -XX:-UsePerfData -Djava.net.preferIPv4Stack=true \
       -Dorg.slf4j.simpleLogger.showDateTime=true \
       -Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS \
       "-Dzookeeper.log.dir=$dir" -cp "$classpath" \

@@ -447,6 +447,7 @@ impl Io {
         let (paths, answers) = (self.settings.ledger.delayed.clone(), self.answers.clone());
         self.tasks.spawn(async move {
             let what = paths.due.clone();
+            let began = std::time::Instant::now();
             let scanned = bounded(
                 &what,
                 delayed::scan(&client, &paths, after, through, clean_before),
@@ -454,6 +455,11 @@ impl Io {
             let result = scanned
                 .await
                 .unwrap_or_else(|| Err("no answer in time".into()));
+            if let Ok(found) = &result {
+                let ms = began.elapsed().as_millis();
+                let from_oldest = after.is_none();
+                tracing::debug!(found = found.len(), ms, from_oldest, "due buckets read");
+            }
             let _ = answers.send(Input::DelayedScanned {
                 generation,
                 through,

@@ -331,6 +331,10 @@ pub struct FireMachine {
     next_claim: u64,
     runs: runs::Runs,
     delayed: delayed::DelayedQueue,
+    /// When each job's old records were last pruned.
+    pruned_at: HashMap<JobName, DateTime<Utc>>,
+    /// Prunes put off until [`PRUNE_EVERY`] has passed: when, and how many records to keep.
+    prune_later: BTreeMap<JobName, (DateTime<Utc>, usize)>,
     stopping: Option<Stopping>,
 }
 
@@ -355,6 +359,8 @@ impl FireMachine {
             next_claim: 0,
             runs: runs::Runs::default(),
             delayed: delayed::DelayedQueue::default(),
+            pruned_at: HashMap::new(),
+            prune_later: BTreeMap::new(),
             stopping: None,
         }
     }
@@ -427,7 +433,13 @@ impl FireMachine {
             _ => None,
         });
         let retries = self.runs.retry_deadlines();
-        queue.into_iter().chain(claims).chain(retries).min()
+        let prunes = self.prune_later.values().map(|(at, _)| *at);
+        queue
+            .into_iter()
+            .chain(claims)
+            .chain(retries)
+            .chain(prunes)
+            .min()
     }
 
     /// A claim that found the guard held by a run of ours that started after the claim's tick
@@ -486,6 +498,9 @@ impl FireMachine {
             }
         }
         self.retries_due(now, out);
+        if self.stopping.is_none() {
+            self.prunes_due(now, out);
+        }
         self.maybe_hand_over(now, out);
     }
 
@@ -1089,10 +1104,7 @@ impl FireMachine {
                     self.runs
                         .schedule_retry(claim, run.submission.clone(), &run.config, now);
                 }
-                _ => out.push(Action::Prune {
-                    job: job.clone(),
-                    keep: run.config.history,
-                }),
+                _ => self.prune(&job, run.config.history, now, out),
             }
         }
         if run.in_backlog {
@@ -1102,6 +1114,37 @@ impl FireMachine {
             self.advance(&job, now, out);
         }
         self.maybe_stopped(out);
+    }
+
+    /// Prunes `job`'s old records now, or once [`PRUNE_EVERY`] has passed since the last time:
+    /// one listing and batched deletes however many runs end meanwhile.
+    fn prune(&mut self, job: &JobName, keep: usize, now: DateTime<Utc>, out: &mut Vec<Action>) {
+        match self.pruned_at.get(job) {
+            Some(last) if now - *last < prune_every() => {
+                self.prune_later
+                    .insert(job.clone(), (*last + prune_every(), keep));
+            }
+            _ => {
+                self.pruned_at.insert(job.clone(), now);
+                self.prune_later.remove(job);
+                out.push(Action::Prune {
+                    job: job.clone(),
+                    keep,
+                });
+            }
+        }
+    }
+
+    fn prunes_due(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
+        let due: Vec<(JobName, usize)> = self
+            .prune_later
+            .iter()
+            .filter(|(_, (at, _))| *at <= now)
+            .map(|(job, (_, keep))| (job.clone(), *keep))
+            .collect();
+        for (job, keep) in due {
+            self.prune(&job, keep, now, out);
+        }
     }
 
     /// Tries failed runs again whose backoff has passed, if this node still owns the lock (the
@@ -1231,6 +1274,13 @@ impl FireMachine {
             }
         }
     }
+}
+
+/// A job's old records are pruned at most this often (`history`).
+const PRUNE_EVERY: Duration = Duration::from_millis(500);
+
+fn prune_every() -> chrono::Duration {
+    chrono::Duration::from_std(PRUNE_EVERY).unwrap_or_default()
 }
 
 /// A first claim's record: of a tick, or of a submission.

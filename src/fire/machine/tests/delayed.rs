@@ -429,3 +429,47 @@ fn a_job_removed_while_its_submission_is_queued_keeps_it_for_when_it_is_back() {
     let claim = only_claim(&m.handle(scanned, t(3010)));
     assert_eq!(claim.record.submission_id, Some(id("x")));
 }
+
+#[test]
+fn old_records_are_pruned_at_most_every_half_second_however_many_runs_end() {
+    let found = (0..3)
+        .map(|n| (id(&format!("p{n}")), submission("close", 1500, b"")))
+        .collect();
+    let (mut m, _) = owning_with(ON_DEMAND, 0, found);
+    m.handle(Input::Tick, t(1000));
+    let claims = claims(&m.handle(Input::Tick, t(1250)));
+    assert_eq!(claims.len(), 3);
+    let mut runs = Vec::new();
+    for claim in &claims {
+        m.handle(ok(claim), t(1260));
+    }
+    for (claim, _) in starts(&m.handle(Input::Tick, t(1500))) {
+        runs.push(claim);
+    }
+    assert_eq!(runs.len(), 3);
+    let prunes = |actions: &[Action]| {
+        actions
+            .iter()
+            .filter(|a| matches!(a, Action::Prune { .. }))
+            .count()
+    };
+    let mut pruned = Vec::new();
+    for (run, at) in runs.iter().zip([1600, 1700, 2700]) {
+        let finished = end_run(
+            &mut m,
+            ended(run, RunOutcome::Exited { code: 0 }, t(at)),
+            t(at),
+        );
+        pruned.push(prunes(&m.handle(written(&finished), t(at))));
+        if at == 1700 {
+            // Put off, not dropped: it comes half a second after the last one.
+            assert_eq!(m.next_deadline(), Some(t(2100)));
+            pruned.push(prunes(&m.handle(Input::Tick, t(2100))));
+        }
+    }
+    assert_eq!(
+        pruned,
+        [1, 0, 1, 1],
+        "at most every 500 ms, and none dropped"
+    );
+}

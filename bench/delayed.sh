@@ -7,7 +7,8 @@
 # `zkcron run` node (release build) with one on-demand job
 #     /bin/bash -c 'echo $ZKCRON_SCHEDULED_UNIX_MS $EPOCHREALTIME >> fires'
 # and the load tool `examples/delayed_load.rs` (one client, many requests out at once):
-#   1. submit rate: --submit N submissions due a day ahead (they stay pending; see 3).
+#   1. submit rate: --submit N submissions due a day ahead, one by one and then 100 per
+#      `submit_many` call (they stay pending; see 3).
 #   2. lateness: --rate R submissions per second coming due for --seconds S, submitted first;
 #      lateness = job start ($EPOCHREALTIME) - due instant, every fire; missed and duplicate
 #      fires counted (both must be 0).
@@ -90,14 +91,17 @@ start_zkcron() {
 start_zkcron 1
 
 echo
-echo "== 1. submit rate: $submit submissions from one client (due a day ahead)"
+echo "== 1. submit rate: $submit submissions from one client, due a day ahead over an hour"
+echo "one by one, 256 out at once:"
 "$load" "$work/zkcron.toml" due "$submit" 86400000 3600000 256 far-
+echo "submit_many, 100 per call, 8 calls out at once:"
+"$load" "$work/zkcron.toml" due "$submit" 86400000 3600000 8 batch- 100
 
 echo
 echo "== 2. lateness: $rate submissions due per second for $seconds s"
 total=$((rate * seconds))
 lead_ms=$((total * 1000 / 2000 + 5000)) # submitted at >= 2000/s before the first is due
-"$load" "$work/zkcron.toml" due "$total" "$lead_ms" $((seconds * 1000)) 256 now-
+"$load" "$work/zkcron.toml" due "$total" "$lead_ms" $((seconds * 1000)) 8 now- 100
 cpu_before=$(bench_cpu_stat)
 wait_until=$((SECONDS + lead_ms / 1000 + seconds + 30))
 while (($(wc -l <"$fires") < total && SECONDS < wait_until)); do
@@ -137,11 +141,11 @@ heap() {
 }
 
 echo
-echo "== owner RSS with $submit submissions pending: $(($(rss_kib "$zkcron_pid") / 1024)) MiB"
+echo "== owner RSS with $((2 * submit)) submissions pending: $(($(rss_kib "$zkcron_pid") / 1024)) MiB"
 if ((pending > 0)); then
   echo
   echo "== 3. $pending more pending submissions, due over the next 30 days"
-  "$load" "$work/zkcron.toml" due "$pending" 90000000 2592000000 512 many-
+  "$load" "$work/zkcron.toml" due "$pending" 90000000 2592000000 8 many- 100
   echo "owner RSS: $(($(rss_kib "$zkcron_pid") / 1024)) MiB"
   echo "ZooKeeper heap after a full GC:"
   heap

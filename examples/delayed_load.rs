@@ -2,10 +2,12 @@
 //! from one client, many requests out at once on one session, and prints the rate.
 //!
 //! ```text
-//! cargo run --release --example delayed_load -- CONFIG JOB COUNT START_IN_MS SPREAD_MS [INFLIGHT] [PREFIX]
+//! cargo run --release --example delayed_load -- CONFIG JOB COUNT START_IN_MS SPREAD_MS [INFLIGHT] [PREFIX] [BATCH]
 //! ```
 //! Due times run evenly from now + START_IN_MS over SPREAD_MS; ids are PREFIX (default `b`)
-//! followed by the number. Prints `submitted N in S s: R/s`.
+//! followed by the number. BATCH 1 (the default) submits one by one, INFLIGHT requests out at
+//! once; BATCH > 1 uses `submit_many` with that many per call, INFLIGHT calls out at once.
+//! Prints `submitted N in S s: R/s`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -30,6 +32,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let spread: i64 = spread.parse()?;
     let inflight: usize = rest.first().map_or(Ok(256), |n| n.parse())?;
     let prefix = rest.get(1).map_or("b", String::as_str).to_owned();
+    let batch: u64 = rest.get(2).map_or(Ok(1), |n| n.parse())?;
 
     let config = zkcron::config::load(&PathBuf::from(config))?;
     let delayed = Arc::new(Delayed::connect(&config).await?);
@@ -38,21 +41,31 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let slots = Arc::new(Semaphore::new(inflight));
     let started = Instant::now();
     let mut tasks = JoinSet::new();
-    for i in 0..count {
-        let permit = Arc::clone(&slots).acquire_owned().await?;
+    let request = |i: u64| -> Result<SubmitRequest, Box<dyn std::error::Error>> {
         let offset =
             i64::try_from(u128::from(i) * u128::try_from(spread)? / u128::from(count.max(1)))?;
-        let request = SubmitRequest {
+        Ok(SubmitRequest {
             job: job.clone(),
             due: DateTime::from_timestamp_millis(base + offset).ok_or("due time out of range")?,
             id: Some(SubmissionId::parse(&format!("{prefix}{i}"))?),
             payload: Vec::new(),
-        };
+        })
+    };
+    let mut i = 0;
+    while i < count {
+        let permit = Arc::clone(&slots).acquire_owned().await?;
+        let requests = (i..(i + batch.max(1)).min(count))
+            .map(&request)
+            .collect::<Result<Vec<_>, _>>()?;
+        i += requests.len() as u64;
         let delayed = Arc::clone(&delayed);
         tasks.spawn(async move {
-            let result = delayed.submit(request).await;
+            let results = delayed.submit_many(requests).await;
             drop(permit);
-            result
+            results
+                .into_iter()
+                .map(|r| r.map(|_| ()))
+                .collect::<Result<Vec<()>, _>>()
         });
         while let Some(done) = tasks.try_join_next() {
             done??;

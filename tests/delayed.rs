@@ -291,3 +291,56 @@ async fn an_unreachable_zookeeper_is_named_and_nothing_is_written() {
     assert!(matches!(err, DelayedError::Unreachable { .. }), "{err:?}");
     assert!(!err.is_refusal());
 }
+
+#[tokio::test]
+async fn many_submissions_go_in_batches_and_a_taken_id_in_a_batch_is_told_apart() {
+    let (delayed, _) = connect("delayed-many").await;
+    let due = in_an_hour();
+    delayed
+        .submit(request("close-order", due, Some("m-5"), b"five"))
+        .await
+        .expect("submitted alone first");
+    let requests: Vec<SubmitRequest> = (0..300)
+        .map(|n| {
+            let at = due + chrono::Duration::milliseconds(n * 37);
+            let payload = if n == 5 {
+                b"five".to_vec()
+            } else {
+                vec![b'x'; 4096]
+            };
+            let mut r = request("close-order", at, Some(&format!("m-{n}")), &payload);
+            if n == 5 {
+                r.due = due;
+            }
+            if n == 7 {
+                r.job = JobName::new("nope");
+            }
+            r
+        })
+        .collect();
+    let results = delayed.submit_many(requests).await;
+    assert_eq!(results.len(), 300);
+    assert!(
+        matches!(&results[7], Err(DelayedError::UnknownJob { .. })),
+        "{:?}",
+        results[7]
+    );
+    assert_eq!(
+        results[5].as_ref().map(|r| r.outcome).ok(),
+        Some(Submitted::AlreadyThere),
+        "the resubmit in the batch is a no-op"
+    );
+    let created = results
+        .iter()
+        .filter(|r| matches!(r, Ok(receipt) if receipt.outcome == Submitted::Created))
+        .count();
+    assert_eq!(created, 298);
+    let pending = delayed.list(None, 1000).await.expect("listed");
+    assert_eq!(pending.len(), 299, "298 new and the one submitted alone");
+    assert!(
+        pending
+            .windows(2)
+            .all(|w| w[0].submission.due_unix_ms <= w[1].submission.due_unix_ms),
+        "in due order"
+    );
+}

@@ -149,6 +149,7 @@ pub struct Delayed {
     ledger: LedgerPaths,
     acls: Acls<'static>,
     jobs: HashMap<JobName, Arc<JobConfig>>,
+    known: submissions::KnownParents,
 }
 
 impl Delayed {
@@ -179,6 +180,7 @@ impl Delayed {
                 .iter()
                 .map(|job| (job.spec.name.clone(), Arc::new(job.clone())))
                 .collect(),
+            known: submissions::KnownParents::default(),
         })
     }
 
@@ -192,6 +194,51 @@ impl Delayed {
         let outcome =
             submissions::submit(&self.client, &self.delayed, &id, &submission, self.acls).await?;
         Ok(Receipt { id, outcome })
+    }
+
+    /// Submits many at once: each is checked like [`Delayed::submit`], and the accepted ones
+    /// are written a few hundred per multi-op (one ZooKeeper transaction each), which is how one
+    /// client submits thousands a second. Results are in the requests' order.
+    pub async fn submit_many(
+        &self,
+        requests: Vec<SubmitRequest>,
+    ) -> Vec<Result<Receipt, DelayedError>> {
+        let now = Utc::now();
+        let mut results: Vec<Option<Result<Receipt, DelayedError>>> = Vec::new();
+        let mut batch = Vec::new();
+        let mut slots = Vec::new();
+        for request in requests {
+            match check_request(&self.jobs, &request, now) {
+                Ok(submission) => {
+                    let id = request.id.unwrap_or_else(SubmissionId::generate);
+                    slots.push(results.len());
+                    results.push(None);
+                    batch.push((id, submission));
+                }
+                Err(refused) => results.push(Some(Err(refused))),
+            }
+        }
+        let written =
+            submissions::submit_batch(&self.client, &self.delayed, &batch, &self.known, self.acls)
+                .await;
+        for ((slot, (id, _)), outcome) in slots.into_iter().zip(batch).zip(written) {
+            results[slot] = Some(
+                outcome
+                    .map(|outcome| Receipt { id, outcome })
+                    .map_err(DelayedError::from),
+            );
+        }
+        results
+            .into_iter()
+            .map(|r| {
+                r.unwrap_or_else(|| {
+                    Err(DelayedError::Submission(SubmissionError::Zk {
+                        path: self.delayed.dir.clone(),
+                        source: zookeeper_client::Error::UnexpectedError("no answer".into()),
+                    }))
+                })
+            })
+            .collect()
     }
 
     /// Cancels a pending submission; refused once it has started.

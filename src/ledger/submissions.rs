@@ -131,6 +131,124 @@ pub async fn submit(
     Err(zk(&marker, ZkErr::NoNode))
 }
 
+/// A batch's znode data at most, well under ZooKeeper's default `jute.maxbuffer` (1 MiB) for one
+/// multi-op request.
+const BATCH_BYTES: usize = 512 * 1024;
+
+/// Parents (`ids/<shard>`, `due/<day>/<second>/<shard>` and their ancestors) known to exist, so a
+/// submitter makes each once; one per session is enough.
+#[derive(Debug, Default)]
+pub struct KnownParents(std::sync::Mutex<std::collections::HashSet<String>>);
+
+impl KnownParents {
+    fn missing(&self, wanted: Vec<String>) -> Vec<String> {
+        let Ok(known) = self.0.lock() else {
+            return wanted;
+        };
+        wanted.into_iter().filter(|p| !known.contains(p)).collect()
+    }
+
+    fn add(&self, made: impl IntoIterator<Item = String>) {
+        if let Ok(mut known) = self.0.lock() {
+            known.extend(made);
+        }
+    }
+
+    /// A multi found a parent missing (the owner removes empty past buckets): forget them all.
+    fn forget(&self) {
+        if let Ok(mut known) = self.0.lock() {
+            known.clear();
+        }
+    }
+}
+
+/// Submits many in one multi-op per [`BATCH_BYTES`] — one transaction for all of them — after
+/// making their missing parents, requests out at once. When any id of a batch is taken (an
+/// idempotent resubmit, or a conflict) or a parent vanished meanwhile, that batch goes one by
+/// one through [`submit`], which tells the cases apart. Results are in the batch's order.
+pub async fn submit_batch(
+    client: &Client,
+    paths: &DelayedPaths,
+    batch: &[(SubmissionId, Submission)],
+    known: &KnownParents,
+    acls: Acls<'static>,
+) -> Vec<Result<Submitted, SubmissionError>> {
+    let options = CreateMode::Persistent.with_acls(acls);
+    let mut wanted = Vec::new();
+    for (id, submission) in batch {
+        let bucket = DueBucket::of(submission.due_unix_ms);
+        wanted.extend([
+            paths.ids.clone(),
+            paths.id_shard(id.shard()),
+            paths.due.clone(),
+            paths.due_day(bucket.day),
+            paths.due_bucket(bucket),
+            paths.due_shard(bucket, id.shard()),
+        ]);
+    }
+    let mut seen = std::collections::HashSet::new();
+    wanted.retain(|path| seen.insert(path.clone()));
+    let missing = known.missing(wanted);
+    // Parents before children: one session answers in order, so all can be out at once.
+    let creates: Vec<_> = missing
+        .iter()
+        .map(|path| client.create(path, &[], &options))
+        .collect();
+    let mut made = Vec::new();
+    for (path, create) in missing.iter().zip(creates) {
+        match create.await {
+            Ok(_) | Err(ZkErr::NodeExists) => made.push(path.clone()),
+            Err(err) => tracing::debug!(path, error = %err, "parent not made; the submit makes it"),
+        }
+    }
+    known.add(made);
+
+    let mut results = Vec::with_capacity(batch.len());
+    let mut start = 0;
+    while start < batch.len() {
+        let mut end = start;
+        let mut bytes = 0;
+        while end < batch.len()
+            && (end == start || bytes + batch[end].1.payload.len() < BATCH_BYTES)
+        {
+            bytes += batch[end].1.payload.len() + 256;
+            end += 1;
+        }
+        let chunk = &batch[start..end];
+        let mut multi = client.new_multi_writer();
+        let built = chunk.iter().try_for_each(|(id, submission)| {
+            multi.add_create(&paths.submission(id), &submission.to_bytes(), &options)?;
+            multi.add_create(&paths.pending(submission.due_unix_ms, id), &[], &options)
+        });
+        let committed = match built {
+            Ok(()) => multi.commit().await,
+            Err(source) => Err(MultiWriteError::RequestFailed { source }),
+        };
+        match committed {
+            Ok(_) => results.extend(chunk.iter().map(|_| Ok(Submitted::Created))),
+            Err(MultiWriteError::RequestFailed { source }) if chunk.len() == 1 => {
+                results.push(Err(zk(&paths.submission(&chunk[0].0), source)));
+            }
+            Err(err) => {
+                if matches!(
+                    err,
+                    MultiWriteError::OperationFailed {
+                        source: ZkErr::NoNode,
+                        ..
+                    }
+                ) {
+                    known.forget();
+                }
+                for (id, submission) in chunk {
+                    results.push(submit(client, paths, id, submission, acls).await);
+                }
+            }
+        }
+        start = end;
+    }
+    results
+}
+
 /// Reads submission `id` and its node's version; `None` when there is no such submission.
 ///
 /// # Errors

@@ -477,12 +477,7 @@ async fn status_shows_owner_token_and_members_and_fails_without_zookeeper() {
     assert!(table.starts_with("SCHEDULED"), "a header\n{table}");
     assert_eq!(table.lines().count(), 4, "header and three runs\n{table}");
 
-    // Nothing listens on a port we just bound and released.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port();
+    let port = support::closed_port();
     let unreachable = dir.path().join("unreachable.toml");
     let text = format!(
         "[zookeeper]\nconnect = \"127.0.0.1:{port}\"\nconnect_timeout = \"1s\"\n[lock]\nname = \"x\"\n"

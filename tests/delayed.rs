@@ -278,11 +278,7 @@ async fn a_submission_written_with_the_raw_client_as_documented_is_read_back() {
 
 #[tokio::test]
 async fn an_unreachable_zookeeper_is_named_and_nothing_is_written() {
-    // A port nobody listens on: bound and dropped at once.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("free port")
-        .port();
+    let port = support::closed_port();
     let mut config = config(&format!("127.0.0.1:{port}"));
     config.zookeeper.connect_timeout = Duration::from_millis(500);
     let err = Delayed::connect(&config).await.expect_err("unreachable");

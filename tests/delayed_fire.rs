@@ -12,7 +12,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use support::daemon::{DaemonNode, now_ms, schedule_text};
+use support::daemon::{DaemonNode, now_ms, schedule_text, zkcron_ok};
 use support::{fault_lock, shared_ensemble, unique_chroot, wait_for};
 
 const SESSION: Duration = Duration::from_secs(2);
@@ -61,21 +61,6 @@ impl Ran {
     }
 }
 
-fn zkcron(args: &[&str], config: &Path) -> String {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_zkcron"))
-        .args(args)
-        .arg("--config")
-        .arg(config)
-        .output()
-        .expect("run zkcron");
-    assert!(
-        output.status.success(),
-        "zkcron {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
 struct Setup {
     _dir: tempfile::TempDir,
     out: PathBuf,
@@ -105,7 +90,7 @@ async fn a_submission_fires_once_at_its_time_with_its_payload_and_overdue_ones_a
     let soon = chrono::DateTime::from_timestamp_millis(soon_ms)
         .expect("in range")
         .to_rfc3339();
-    zkcron(
+    zkcron_ok(
         &[
             "submit",
             "close",
@@ -121,7 +106,7 @@ async fn a_submission_fires_once_at_its_time_with_its_payload_and_overdue_ones_a
     let past = chrono::DateTime::from_timestamp_millis(now_ms() - 5_000)
         .expect("in range")
         .to_rfc3339();
-    zkcron(
+    zkcron_ok(
         &[
             "submit",
             "close",
@@ -176,7 +161,7 @@ async fn a_submission_fires_once_at_its_time_with_its_payload_and_overdue_ones_a
         let ran = Ran::read(&setup.out, id).expect("ran");
         assert_eq!(ran.headers.len(), 1, "{id} ran once: {ran:?}");
     }
-    let history = zkcron(&["history", "close", "--json"], config);
+    let history = zkcron_ok(&["history", "close", "--json"], config);
     let succeeded = history
         .lines()
         .filter(|line| line.contains("\"status\":\"succeeded\""))
@@ -186,12 +171,12 @@ async fn a_submission_fires_once_at_its_time_with_its_payload_and_overdue_ones_a
         })
         .count();
     assert_eq!(succeeded, 2, "{history}");
-    let shown = zkcron(&["delayed", "show", "soon"], config);
+    let shown = zkcron_ok(&["delayed", "show", "soon"], config);
     assert!(
         shown.contains("state      succeeded on d1 (attempt 1)"),
         "{shown}"
     );
-    let listed = zkcron(&["delayed", "list"], config);
+    let listed = zkcron_ok(&["delayed", "list"], config);
     let pending = listed.split("RECENT").next().unwrap_or_default();
     assert!(
         !pending.contains("soon") && !pending.contains("past"),
@@ -328,7 +313,7 @@ async fn a_thousand_submissions_survive_a_kill_9_of_the_owner_each_run_at_most_o
     let survivor = &nodes[(owner + 1) % 3];
     let runs = wait_for("every submission ran or is recorded", bound, || {
         let runs = std::fs::read_to_string(&log).unwrap_or_default();
-        let history = zkcron(
+        let history = zkcron_ok(
             &["history", "close", "--json", "--limit", "5000"],
             &survivor.config,
         );
@@ -417,7 +402,7 @@ async fn a_job_away_from_the_schedule_keeps_its_submissions_in_status_and_fires_
     let due = chrono::DateTime::from_timestamp_millis(now_ms() + 2_000)
         .expect("in range")
         .to_rfc3339();
-    zkcron(
+    zkcron_ok(
         &[
             "submit",
             "refund",
@@ -441,7 +426,7 @@ async fn a_job_away_from_the_schedule_keeps_its_submissions_in_status_and_fires_
         Ran::read(&out, "r-1").is_none(),
         "not fired while its job is away"
     );
-    let status = zkcron(&["status"], &node.config);
+    let status = zkcron_ok(&["status"], &node.config);
     assert!(
         status.contains("refund")
             && status.contains("not in the schedule: 1 pending submission(s) kept"),
@@ -460,7 +445,7 @@ async fn a_job_away_from_the_schedule_keeps_its_submissions_in_status_and_fires_
     )
     .await;
     assert_eq!((ran.headers.len(), ran.payload.as_str()), (1, "10 EUR"));
-    let status = zkcron(&["status"], &node.config);
+    let status = zkcron_ok(&["status"], &node.config);
     let refund = status
         .lines()
         .find(|l| l.starts_with("refund "))

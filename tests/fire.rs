@@ -8,31 +8,15 @@
 
 mod support;
 
-use std::path::Path;
 use std::time::Duration;
 
-use support::daemon::{DaemonNode, RECORD_FIRE, now_ms, read_fires, schedule_text};
+use support::daemon::{DaemonNode, RECORD_FIRE, now_ms, read_fires, schedule_text, zkcron_ok};
 use support::{fault_lock, shared_ensemble, unique_chroot, wait_for};
 
 const SESSION: Duration = Duration::from_secs(2);
 const DELAY: Duration = Duration::from_secs(3);
 /// Process start, a JVM pause or a busy core, on bounds that are otherwise exact.
 const SLACK: Duration = Duration::from_secs(2);
-
-fn zkcron(args: &[&str], config: &Path) -> String {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_zkcron"))
-        .args(args)
-        .arg("--config")
-        .arg(config)
-        .output()
-        .expect("run zkcron");
-    assert!(
-        output.status.success(),
-        "zkcron {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
 
 #[tokio::test]
 async fn issue_8_a_crash_failover_starts_ticks_in_order_and_records_the_gap_as_missed() {
@@ -91,7 +75,7 @@ async fn issue_8_a_crash_failover_starts_ticks_in_order_and_records_the_gap_as_m
 
     // Defect 3: every tick from the first fire to the new owner's last one fired, or is covered by
     // a `missed` record in history.
-    let history = zkcron(
+    let history = zkcron_ok(
         &["history", "tick", "--json", "--limit", "100"],
         &survivor.config,
     );
@@ -145,7 +129,7 @@ async fn issue_8_a_crash_failover_starts_ticks_in_order_and_records_the_gap_as_m
     );
 
     let missed: u64 = gaps.iter().map(|g| g.2).sum();
-    let status = zkcron(&["status"], &survivor.config);
+    let status = zkcron_ok(&["status"], &survivor.config);
     let header = status
         .lines()
         .find(|l| l.starts_with("JOB "))

@@ -283,10 +283,7 @@ async fn cancel_before_the_start_and_show_say_where_a_submission_is() {
 
 #[tokio::test]
 async fn an_unreachable_zookeeper_exits_1_naming_the_address() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("free port")
-        .port();
+    let port = support::closed_port();
     let cli = Cli::at(&format!("127.0.0.1:{port}"));
     let output = cli.run(&["submit", "close-order", "--in", "1m"]);
     assert_exit(

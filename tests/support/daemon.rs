@@ -38,6 +38,22 @@ pub fn schedule_text(
     )
 }
 
+/// Runs `zkcron ARGS --config CONFIG`, asserts it succeeded, and returns its stdout.
+pub fn zkcron_ok(args: &[&str], config: &Path) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_zkcron"))
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .output()
+        .expect("run zkcron");
+    assert!(
+        output.status.success(),
+        "zkcron {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
 /// Waits, up to `within`, for `child` (named `name` in the failure message) to exit on its own.
 pub async fn wait_child_exit(child: &mut Child, name: &str, within: Duration) -> ExitStatus {
     wait_for(&format!("{name} exits"), within, || {

@@ -10,6 +10,6 @@ pub mod node;
 pub mod zk_cluster;
 
 pub use zk_cluster::{
-    HarnessError, Mode, NotReached, Within, ZkEnsemble, expire_session, fault_lock,
+    HarnessError, Mode, NotReached, Within, ZkEnsemble, closed_port, expire_session, fault_lock,
     shared_ensemble, try_wait_for, unique_chroot, wait_for, wait_until, within,
 };

@@ -1109,6 +1109,14 @@ fn classpath() -> String {
     classpath
 }
 
+/// A loopback port nobody listens on: bound and released at once (for "ZooKeeper unreachable").
+pub fn closed_port() -> u16 {
+    free_ports(1)
+        .ok()
+        .and_then(|ports| ports.first().copied())
+        .expect("a free loopback port")
+}
+
 /// `count` distinct free loopback ports: all are bound at once (so none repeats), then released.
 fn free_ports(count: usize) -> io::Result<Vec<u16>> {
     let listeners = (0..count)

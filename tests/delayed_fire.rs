@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use support::daemon::{DaemonNode, now_ms, schedule_text, zkcron_ok};
-use support::{fault_lock, shared_ensemble, unique_chroot, wait_for};
+use support::{fault_lock, shared_ensemble, try_wait_for, unique_chroot, wait_for};
 
 const SESSION: Duration = Duration::from_secs(2);
 const DELAY: Duration = Duration::from_secs(3);
@@ -21,14 +21,15 @@ const DELAY: Duration = Duration::from_secs(3);
 const SLACK: Duration = Duration::from_secs(3);
 
 /// Each run writes one file named by its submission id: the contract variables it saw, the
-/// instant it started (ms), then its stdin. A second run of the same submission appends a second
-/// header line to the same file, so "ran once" is checked by counting header lines.
+/// instant it started (ms), its stdin, then an `END` line. A second run of the same submission
+/// appends a second header line to the same file, so "ran once" is checked by counting header
+/// lines. The reader waits for `END`: the header is on disk before `cat` has copied the payload.
 fn on_demand_job(out: &Path) -> String {
     format!(
         "[[job]]\nname = \"close\"\nstarting_deadline = \"30s\"\nshell = '''\
          f={dir}/$ZKCRON_SUBMISSION_ID; \
          echo \"RUN $ZKCRON_SCHEDULED_UNIX_MS $ZKCRON_RESUMED $ZKCRON_ATTEMPT $(date +%s%3N)\" >> $f; \
-         cat >> $f'''\n",
+         cat >> $f; printf '\\nEND\\n' >> $f'''\n",
         dir = out.display()
     )
 }
@@ -41,18 +42,23 @@ struct Ran {
 }
 
 impl Ran {
+    /// The runs recorded under `id`, once the last one has written all of its stdin.
     fn read(out: &Path, id: &str) -> Option<Self> {
         let text = std::fs::read_to_string(out.join(id)).ok()?;
+        if !text.ends_with("\nEND\n") {
+            return None;
+        }
         let mut headers = Vec::new();
         let mut payload = String::new();
         for line in text.split_inclusive('\n') {
-            match line.strip_prefix("RUN ") {
-                Some(header) => {
-                    headers.push(header.split_whitespace().map(str::to_owned).collect())
-                }
-                None => payload.push_str(line),
+            if let Some(header) = line.strip_prefix("RUN ") {
+                headers.push(header.split_whitespace().map(str::to_owned).collect());
+            } else if line != "END\n" {
+                payload.push_str(line);
             }
         }
+        // The job's `printf` puts a newline between the payload and `END`.
+        payload.truncate(payload.trim_end_matches('\n').len());
         Some(Self { headers, payload })
     }
 
@@ -311,7 +317,7 @@ async fn a_thousand_submissions_survive_a_kill_9_of_the_owner_each_run_at_most_o
     let bound =
         Duration::from_millis(u64::try_from(last_due - now_ms()).unwrap_or(0)) + takeover + backlog;
     let survivor = &nodes[(owner + 1) % 3];
-    let runs = wait_for("every submission ran or is recorded", bound, || {
+    let runs = try_wait_for("every submission ran or is recorded", bound, || {
         let runs = std::fs::read_to_string(&log).unwrap_or_default();
         let history = zkcron_ok(
             &["history", "close", "--json", "--limit", "5000"],
@@ -327,7 +333,33 @@ async fn a_thousand_submissions_survive_a_kill_9_of_the_owner_each_run_at_most_o
         async move { done }
     })
     .await;
-    let (runs, history) = runs;
+    let (runs, history) = match runs {
+        Ok(runs) => runs,
+        Err(not_reached) => {
+            let ran = std::fs::read_to_string(&log).unwrap_or_default();
+            let history = zkcron_ok(
+                &["history", "close", "--json", "--limit", "5000"],
+                &survivor.config,
+            );
+            let missing: Vec<String> = (0..SUBMISSIONS)
+                .map(|i| format!("s{i:04}"))
+                .filter(|id| !ran.lines().any(|l| l.starts_with(&format!("{id} "))))
+                .collect();
+            let pending = zkcron_ok(&["delayed", "list", "--limit", "20"], &survivor.config);
+            let tails: Vec<String> = nodes
+                .iter()
+                .map(|n| format!("--- {} ---\n{}", n.node_id, n.log_tail()))
+                .collect();
+            panic!(
+                "{not_reached}\n{} lines in the run log, {} records; not run: {:?}\n\
+                 pending:\n{pending}\n{}",
+                ran.lines().count(),
+                history.lines().count(),
+                &missing[..missing.len().min(20)],
+                tails.join("\n")
+            );
+        }
+    };
 
     let mut seen = std::collections::HashMap::<String, Vec<(String, String)>>::new();
     for line in runs.lines() {
@@ -422,10 +454,7 @@ async fn a_job_away_from_the_schedule_keeps_its_submissions_in_status_and_fires_
     node.wait_log("are kept; they fire once it is back", SLACK)
         .await;
     tokio::time::sleep(Duration::from_millis(2_500)).await;
-    assert!(
-        Ran::read(&out, "r-1").is_none(),
-        "not fired while its job is away"
-    );
+    assert!(!out.join("r-1").exists(), "not fired while its job is away");
     let status = zkcron_ok(&["status"], &node.config);
     assert!(
         status.contains("refund")

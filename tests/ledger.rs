@@ -4,6 +4,7 @@
 
 mod support;
 
+use std::future::Future;
 use std::time::Duration;
 
 use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError, SessionState};
@@ -521,4 +522,165 @@ async fn pruning_a_submissions_record_frees_its_id_but_never_prunes_an_open_run(
     assert!(exists(paths.delayed.submission(&claims[2].0)).await);
     // The freed id takes a new submission.
     submit(&a, &paths, "p-2", 9000).await;
+}
+
+/// Claims `ids` at once through `group`, each as the driver does, answers in the order of `ids`.
+async fn claim_together(
+    group: &ledger::group::GroupCommit,
+    paths: &LedgerPaths,
+    ids: &[(SubmissionId, i64)],
+    token: i32,
+) -> Vec<Result<ledger::Claim, ClaimError>> {
+    let claims = ids.iter().map(|(id, due)| {
+        let plan = ledger::ClaimPlan::new(
+            paths,
+            submission_record(id, *due, "a", token),
+            ClaimMode::Create,
+            false,
+            Acls::anyone_all(),
+        );
+        group.claim(plan)
+    });
+    let mut answers = Vec::new();
+    // Joined, not awaited one by one: all are queued before the first group goes out.
+    for answer in join_all(claims).await {
+        answers.push(answer);
+    }
+    answers
+}
+
+/// `futures::future::join_all` in a few lines, to keep the dev-dependencies as they are.
+async fn join_all<F: Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output> {
+    let mut set = Vec::new();
+    for future in futures {
+        set.push(Box::pin(future));
+    }
+    let mut outputs: Vec<Option<F::Output>> = set.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (future, output) in set.iter_mut().zip(outputs.iter_mut()) {
+            if output.is_none() {
+                match future.as_mut().poll(cx) {
+                    std::task::Poll::Ready(value) => *output = Some(value),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    outputs.into_iter().flatten().collect()
+}
+
+#[tokio::test]
+async fn claims_and_records_handed_in_together_share_multi_ops_and_each_gets_its_own_answer() {
+    let (a, b, paths, _) = setup("ledger-group-commit").await;
+    let token = acquire(&a, &paths).await;
+    let (group, lanes) = ledger::group::GroupCommit::new(a.clone());
+    let lanes = tokio::spawn(lanes);
+
+    // The job's first claims: its parents are missing, so the first claim of each group fails
+    // it and goes alone (making them); one submission was cancelled before its claim.
+    let mut first = Vec::new();
+    for i in 0..40 {
+        let due = 10_000 + i;
+        first.push((submit(&a, &paths, &format!("g-{i:02}"), due).await, due));
+    }
+    submissions::cancel(
+        &a,
+        &paths.delayed,
+        &paths,
+        &first[13].0,
+        9_000,
+        Acls::anyone_all(),
+    )
+    .await
+    .expect("cancelled");
+    let answers = claim_together(&group, &paths, &first, token).await;
+    for (i, answer) in answers.iter().enumerate() {
+        match answer {
+            Err(ClaimError::AlreadyClaimed { .. }) if i == 13 => {}
+            Ok(claim) if i != 13 => assert!(claim.open.is_some()),
+            other => panic!("claim {i}: {other:?}"),
+        }
+    }
+
+    // Parents there: forty claims at once take far fewer transactions than forty.
+    let mut second = Vec::new();
+    for i in 0..40 {
+        let due = 20_000 + i;
+        second.push((submit(&a, &paths, &format!("h-{i:02}"), due).await, due));
+    }
+    let mut claims: Vec<ledger::Claim> = claim_together(&group, &paths, &second, token)
+        .await
+        .into_iter()
+        .map(|answer| answer.expect("claimed"))
+        .collect();
+    let mut transactions = std::collections::BTreeSet::new();
+    for claim in &claims {
+        let stat = a
+            .check_stat(&claim.path)
+            .await
+            .expect("stat")
+            .expect("record");
+        transactions.insert(stat.czxid);
+        assert_eq!(claim.version, stat.version, "{}", claim.path);
+    }
+    assert!(
+        transactions.len() <= 10,
+        "{} transactions for 40 claims",
+        transactions.len()
+    );
+
+    // `running`, then final records, written together: versions follow, open markers close.
+    let mut writes = Vec::new();
+    for claim in &mut claims {
+        claim.record.status = RunStatus::Running;
+        writes.push(claim.clone());
+    }
+    let written = join_all(writes.iter_mut().map(|claim| group.update(claim))).await;
+    assert!(written.iter().all(Result::is_ok), "{written:?}");
+    for claim in &mut writes {
+        assert_eq!(claim.version, 1, "{}", claim.path);
+        claim.record.status = RunStatus::Succeeded;
+    }
+    let finished = join_all(writes.iter_mut().map(|claim| group.finish(claim))).await;
+    assert!(finished.iter().all(Result::is_ok), "{finished:?}");
+    for claim in &writes {
+        let stored = ledger::read_record(&a, &claim.path).await.expect("record");
+        assert_eq!(stored.status, RunStatus::Succeeded);
+        let open = claim.open.as_deref().expect("open marker");
+        assert_eq!(a.check_stat(open).await.expect("stat"), None, "closed");
+    }
+
+    // b acquires: a's group at the old token claims none, and leaves every one pending.
+    acquire(&b, &paths).await;
+    let mut third = Vec::new();
+    for i in 0..10 {
+        let due = 30_000 + i;
+        third.push((submit(&a, &paths, &format!("k-{i:02}"), due).await, due));
+    }
+    for answer in claim_together(&group, &paths, &third, token).await {
+        assert!(
+            matches!(answer, Err(ClaimError::NotOwner { .. })),
+            "{answer:?}"
+        );
+    }
+    for (id, due) in &third {
+        let pending = a
+            .check_stat(&paths.delayed.pending(*due, id))
+            .await
+            .expect("stat");
+        assert!(pending.is_some(), "{id} still pending");
+    }
+
+    drop(group);
+    tokio::time::timeout(Duration::from_secs(5), lanes)
+        .await
+        .expect("the lanes end with their last sender")
+        .expect("lanes task");
 }

@@ -24,7 +24,8 @@ use super::machine::{
 };
 use crate::config::JobConfig;
 use crate::ids::{FencingToken, JobName};
-use crate::ledger::{self, ClaimError, LedgerPaths};
+use crate::ledger::group::GroupCommit;
+use crate::ledger::{self, ClaimError, ClaimPlan, LedgerPaths};
 use crate::lock::LockUpdate;
 use crate::lock::driver::{DriverError, LockPaths};
 use crate::lock::inspect;
@@ -86,6 +87,7 @@ pub async fn run(
         tasks: TaskTracker::new(),
         fence_failed: lock.fence_failed.clone(),
         watch: None,
+        group: None,
     };
     let mut ready = false;
     let mut stopping = false;
@@ -156,6 +158,8 @@ pub async fn run(
                         }
                     }
                     Action::Stopped => {
+                        // Its queues end once the runs' last writes are out.
+                        io.group = None;
                         io.tasks.close();
                         // Prunes and log reads still out; each is bounded by REQUEST_LIMIT.
                         if tokio::time::timeout(REQUEST_LIMIT, io.tasks.wait())
@@ -189,6 +193,8 @@ struct Io {
     fence_failed: mpsc::UnboundedSender<FencingToken>,
     /// Stops the current session's watch for new submissions.
     watch: Option<CancellationToken>,
+    /// The current session's claims and record writes, grouped into multi-ops under load.
+    group: Option<GroupCommit>,
 }
 
 impl Io {
@@ -208,6 +214,11 @@ impl Io {
             );
             self.watch = Some(stop);
         }
+        self.group = client.clone().map(|client| {
+            let (group, lanes) = GroupCommit::new(client);
+            self.tasks.spawn(lanes);
+            group
+        });
         self.client = client;
     }
 
@@ -247,13 +258,13 @@ impl Io {
                 let cancel = CancellationToken::new();
                 self.runs
                     .insert(claim.record.run_id.clone(), cancel.clone());
-                let (client, answers) = (self.client.clone(), self.answers.clone());
+                let (group, answers) = (self.group.clone(), self.answers.clone());
                 self.tasks.spawn(async move {
                     let mut claim = claim;
-                    let written = match &client {
-                        Some(client) => {
+                    let written = match &group {
+                        Some(group) => {
                             let path = claim.path.clone();
-                            bounded(&path, ledger::update(client, &mut claim)).await
+                            bounded(&path, group.update(&mut claim)).await
                         }
                         None => None,
                     };
@@ -274,14 +285,14 @@ impl Io {
                 let cancel = CancellationToken::new();
                 self.runs
                     .insert(claim.record.run_id.clone(), cancel.clone());
-                let (client, answers) = (self.client.clone(), self.answers.clone());
+                let (group, answers) = (self.group.clone(), self.answers.clone());
                 self.tasks.spawn(async move {
                     // The process starts at once; the record says `running` a round trip later.
                     let (report, claim) = tokio::join!(runner::run(&spec, &context, cancel), async {
                         let mut claim = claim;
-                        if let Some(client) = client {
+                        if let Some(group) = group {
                             let path = claim.path.clone();
-                            let written = bounded(&path, ledger::update(&client, &mut claim)).await;
+                            let written = bounded(&path, group.update(&mut claim)).await;
                             if let Some(Err(err)) = written {
                                 tracing::warn!(status = ?claim.record.status, error = %error_chain(&err), "run record not updated");
                             }
@@ -297,7 +308,7 @@ impl Io {
                 }
             }
             Action::WriteRecord(claim) => {
-                let Some(client) = self.client.clone() else {
+                let Some(group) = self.group.clone() else {
                     tracing::warn!(path = claim.path, status = ?claim.record.status, "run record not updated: no zookeeper session");
                     return Some(Input::RecordWritten {
                         run_id: claim.record.run_id,
@@ -308,7 +319,7 @@ impl Io {
                 self.tasks.spawn(async move {
                     let mut claim = claim;
                     let path = claim.path.clone();
-                    let written = bounded(&path, ledger::finish(&client, &mut claim)).await;
+                    let written = bounded(&path, group.finish(&mut claim)).await;
                     let version = match written {
                         Some(Ok(())) => Some(claim.version),
                         Some(Err(err)) => {
@@ -375,7 +386,7 @@ impl Io {
             mode,
             guarded,
         } = claim;
-        let Some(client) = self.client.clone() else {
+        let (Some(client), Some(group)) = (self.client.clone(), self.group.clone()) else {
             let result = Err(ClaimRefused::Failed("no zookeeper session".into()));
             return Some(Input::ClaimDone { id, result });
         };
@@ -387,7 +398,8 @@ impl Io {
         self.tasks.spawn(async move {
             let (job, tick) = (record.job.clone(), record.scheduled_unix_ms);
             let path = paths.record_path(&record);
-            let claimed = bounded(&path, ledger::claim(&client, &paths, record, mode, guarded, acls));
+            let plan = ClaimPlan::new(&paths, record, mode, guarded, acls);
+            let claimed = bounded(&path, group.claim(plan));
             let result = match claimed.await {
                 Some(result) => result.map_err(|err| match err {
                     ClaimError::NotOwner { .. } => ClaimRefused::NotOwner,

@@ -6,12 +6,12 @@
 //! a record through its life, reading records back for `history`, and pruning old ones.
 //! Must not: spawn processes or decide lock policy.
 
+pub mod group;
 pub mod record;
 pub mod submissions;
 
-use zookeeper_client::{Acls, CheckWriteError, Client, CreateMode, Error as ZkErr};
+use zookeeper_client::{Acls, CheckWriteError, CheckWriter, Client, CreateMode, Error as ZkErr};
 
-use crate::delayed::SubmissionId;
 use crate::ids::{FencingToken, JobName, SessionId};
 pub use crate::layout::LedgerPaths;
 use record::{RecordName, RunRecord, RunStatus};
@@ -105,96 +105,26 @@ pub fn claim<'c>(
     guarded: bool,
     acls: Acls<'static>,
 ) -> impl Future<Output = Result<Claim, ClaimError>> + Send + 'c {
-    let path = paths.record_path(&record);
-    let mut parents = vec![paths.job_runs(&record.job), paths.running.clone()];
-    let guard = guarded.then(|| paths.running(&record.job));
-    let pending = match (&record.submission_id, mode) {
-        (Some(id), ClaimMode::Create) => {
-            let open = (record.status == RunStatus::Claimed).then(|| {
-                paths
-                    .delayed
-                    .open_run(&record.job, record.scheduled_unix_ms, id)
-            });
-            parents.push(paths.delayed.open_of(&record.job));
-            Some(PendingSubmission {
-                marker: paths.delayed.pending(record.scheduled_unix_ms, id),
-                open,
-            })
-        }
-        _ => None,
-    };
-    let delayed = paths.delayed.clone();
-    let open_run = move |record: &RunRecord, id: &SubmissionId| {
-        delayed.open_run(&record.job, record.scheduled_unix_ms, id)
-    };
-    let epoch = paths.epoch.clone();
-    let session = SessionId(client.session_id().0);
-    let send = {
-        let epoch = epoch.clone();
-        let (guard, pending) = (guard.clone(), pending.clone());
-        move |client: &'c Client, path: &str, record: &RunRecord| {
-            let ops = ClaimOps {
-                epoch: &epoch,
-                path,
-                guard: guard.as_deref(),
-                pending: pending.as_ref(),
-            };
-            send_claim(client, &ops, record, mode, acls)
-        }
-    };
-    let first = send(client, &path, &record);
-    let marker_index = pending.as_ref().map(|_| 1 + usize::from(guard.is_some()));
-    async move {
-        let result = match first {
-            Ok(sent) => sent.await,
-            Err(err) => Err(err),
-        };
-        let results = match classify(result, &epoch, &path, &record, marker_index) {
-            Err(ClaimError::Zk {
-                source: ZkErr::NoNode,
-                ..
-            }) if mode == ClaimMode::Create => {
-                // The job's first tick: make the parents, then claim once more.
-                for dir in &parents {
-                    crate::zk::ensure_persistent(client, dir, acls)
-                        .await
-                        .map_err(|err| ClaimError::from_zk(dir, err))?;
-                }
-                let again = send(client, &path, &record);
-                let result = match again {
-                    Ok(sent) => sent.await,
-                    Err(err) => Err(err),
-                };
-                classify(result, &epoch, &path, &record, marker_index)?
-            }
-            other => other?,
-        };
-        let version = match (mode, results.first()) {
-            // A node just created has data version 0.
-            (ClaimMode::Create, _) => 0,
-            (
-                ClaimMode::Again { .. },
-                Some(zookeeper_client::MultiWriteResult::SetData { stat }),
-            ) => stat.version,
-            (ClaimMode::Again { version }, _) => version + 1,
-        };
-        let open = match &record.submission_id {
-            Some(id) if record.status == RunStatus::Claimed => Some(open_run(&record, id)),
-            _ => None,
-        };
-        Ok(Claim {
-            path,
-            version,
-            sent: record.clone(),
-            record,
-            guard,
-            open,
-            session,
-        })
-    }
+    ClaimPlan::new(paths, record, mode, guarded, acls).send_alone(client)
 }
 
 type ClaimReply = Result<Vec<zookeeper_client::MultiWriteResult>, CheckWriteError>;
+
+/// One claim, ready to go out alone or in a [`group::GroupCommit`]: the nodes its ops touch, in
+/// order — the record, the guard, then a submission's marker delete and open-run create — and
+/// how a failure of one of them reads.
+#[derive(Debug, Clone)]
+pub struct ClaimPlan {
+    path: String,
+    record: RunRecord,
+    mode: ClaimMode,
+    guard: Option<String>,
+    pending: Option<PendingSubmission>,
+    /// Made once when the record's create fails with `NoNode` (the job's first claim).
+    parents: Vec<String>,
+    epoch: String,
+    acls: Acls<'static>,
+}
 
 /// A submission's claim also takes it out of `pending`, and (for a run) marks it open.
 #[derive(Debug, Clone)]
@@ -203,97 +133,230 @@ struct PendingSubmission {
     open: Option<String>,
 }
 
-/// The nodes one claim multi touches.
-struct ClaimOps<'a> {
-    epoch: &'a str,
-    path: &'a str,
-    guard: Option<&'a str>,
-    pending: Option<&'a PendingSubmission>,
-}
-
-/// Builds and sends the claim multi; the returned future only awaits the reply. Its ops, in
-/// order: the record, the guard, then a submission's marker delete and open-run create.
-fn send_claim<'c>(
-    client: &'c Client,
-    ops: &ClaimOps<'_>,
-    record: &RunRecord,
-    mode: ClaimMode,
-    acls: Acls<'static>,
-) -> Result<impl Future<Output = ClaimReply> + Send + use<'c>, CheckWriteError> {
-    let mut writer = client.new_check_writer(ops.epoch, Some(record.fencing_token.0))?;
-    let options = CreateMode::Persistent.with_acls(acls);
-    match mode {
-        ClaimMode::Create => writer.add_create(ops.path, &record.to_bytes(), &options)?,
-        ClaimMode::Again { version } => {
-            writer.add_set_data(ops.path, &record.to_bytes(), Some(version))?
+impl ClaimPlan {
+    /// The claim of `record`'s tick (or submission) at its fencing token.
+    pub fn new(
+        paths: &LedgerPaths,
+        record: RunRecord,
+        mode: ClaimMode,
+        guarded: bool,
+        acls: Acls<'static>,
+    ) -> Self {
+        let mut parents = vec![paths.job_runs(&record.job), paths.running.clone()];
+        let pending = match (&record.submission_id, mode) {
+            (Some(id), ClaimMode::Create) => {
+                let open = (record.status == RunStatus::Claimed).then(|| {
+                    paths
+                        .delayed
+                        .open_run(&record.job, record.scheduled_unix_ms, id)
+                });
+                parents.push(paths.delayed.open_of(&record.job));
+                Some(PendingSubmission {
+                    marker: paths.delayed.pending(record.scheduled_unix_ms, id),
+                    open,
+                })
+            }
+            _ => None,
+        };
+        Self {
+            path: paths.record_path(&record),
+            guard: guarded.then(|| paths.running(&record.job)),
+            record,
+            mode,
+            pending,
+            parents,
+            epoch: paths.epoch.clone(),
+            acls,
         }
     }
-    if let Some(guard) = ops.guard {
-        writer.add_create(
-            guard,
-            record.run_id.as_bytes(),
-            &CreateMode::Ephemeral.with_acls(acls),
-        )?;
+
+    /// The fencing token the claim checks the epoch at: claims in one group share it.
+    pub fn token(&self) -> FencingToken {
+        self.record.fencing_token
     }
-    if let Some(pending) = ops.pending {
-        writer.add_delete(&pending.marker, None)?;
-        if let Some(open) = &pending.open {
-            writer.add_create(open, &[], &options)?;
+
+    /// How many ops [`ClaimPlan::add_ops`] adds.
+    fn op_count(&self) -> usize {
+        1 + usize::from(self.guard.is_some())
+            + self
+                .pending
+                .as_ref()
+                .map_or(0, |pending| 1 + usize::from(pending.open.is_some()))
+    }
+
+    /// About how many bytes its ops take in a request.
+    fn request_size(&self) -> usize {
+        let nodes = self.path.len()
+            + self.guard.as_ref().map_or(0, String::len)
+            + self.pending.as_ref().map_or(0, |pending| {
+                pending.marker.len() + pending.open.as_ref().map_or(0, String::len)
+            });
+        // A record is a few hundred bytes of JSON; each op adds an ACL and a header.
+        nodes + 512 + 64 * self.op_count()
+    }
+
+    fn add_ops(&self, writer: &mut CheckWriter<'_>) -> Result<(), ZkErr> {
+        let options = CreateMode::Persistent.with_acls(self.acls);
+        match self.mode {
+            ClaimMode::Create => {
+                writer.add_create(&self.path, &self.record.to_bytes(), &options)?
+            }
+            ClaimMode::Again { version } => {
+                writer.add_set_data(&self.path, &self.record.to_bytes(), Some(version))?;
+            }
+        }
+        if let Some(guard) = &self.guard {
+            writer.add_create(
+                guard,
+                self.record.run_id.as_bytes(),
+                &CreateMode::Ephemeral.with_acls(self.acls),
+            )?;
+        }
+        if let Some(pending) = &self.pending {
+            writer.add_delete(&pending.marker, None)?;
+            if let Some(open) = &pending.open {
+                writer.add_create(open, &[], &options)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Builds and sends the claim's own multi; the returned future only awaits the reply.
+    fn send<'c>(
+        &self,
+        client: &'c Client,
+    ) -> Result<impl Future<Output = ClaimReply> + Send + use<'c>, CheckWriteError> {
+        let mut writer = client.new_check_writer(&self.epoch, Some(self.token().0))?;
+        self.add_ops(&mut writer)?;
+        Ok(writer.commit())
+    }
+
+    /// Sends the claim in a multi of its own (see [`claim`]).
+    pub fn send_alone<'c>(
+        self,
+        client: &'c Client,
+    ) -> impl Future<Output = Result<Claim, ClaimError>> + Send + 'c {
+        let session = SessionId(client.session_id().0);
+        let first = self.send(client);
+        async move {
+            let result = match first {
+                Ok(sent) => sent.await,
+                Err(err) => Err(err),
+            };
+            let results = match self.classify(result) {
+                Err(ClaimError::Zk {
+                    source: ZkErr::NoNode,
+                    ..
+                }) if self.mode == ClaimMode::Create => {
+                    // The job's first tick: make the parents, then claim once more.
+                    for dir in &self.parents {
+                        crate::zk::ensure_persistent(client, dir, self.acls)
+                            .await
+                            .map_err(|err| ClaimError::from_zk(dir, err))?;
+                    }
+                    let result = match self.send(client) {
+                        Ok(sent) => sent.await,
+                        Err(err) => Err(err),
+                    };
+                    self.classify(result)?
+                }
+                other => other?,
+            };
+            Ok(self.into_claim(&results, session))
         }
     }
-    Ok(writer.commit())
-}
 
-/// The multi's results, or why the claim failed: the epoch check (`NotOwner`), the record's
-/// create or compare-and-set (`AlreadyClaimed`: it exists, or changed since it was read), the
-/// guard's create (`RunAlive`).
-fn classify(
-    result: ClaimReply,
-    epoch: &str,
-    path: &str,
-    record: &RunRecord,
-    marker_index: Option<usize>,
-) -> Result<Vec<zookeeper_client::MultiWriteResult>, ClaimError> {
-    match result {
-        Ok(results) => Ok(results),
-        // The submission is not pending: claimed by another node, or cancelled.
-        Err(CheckWriteError::OperationFailed {
-            index,
-            source: ZkErr::NoNode,
-        }) if Some(index) == marker_index => Err(ClaimError::AlreadyClaimed {
-            job: record.job.clone(),
-            scheduled_unix_ms: record.scheduled_unix_ms,
-        }),
-        Err(CheckWriteError::CheckFailed {
-            source: ZkErr::BadVersion | ZkErr::NoNode,
-        }) => Err(ClaimError::NotOwner {
-            token: record.fencing_token,
-        }),
-        Err(CheckWriteError::CheckFailed { source }) => Err(ClaimError::Zk {
-            path: epoch.to_owned(),
-            source,
-        }),
-        Err(CheckWriteError::OperationFailed {
-            index: 0,
-            source: ZkErr::NodeExists | ZkErr::BadVersion,
-        }) => Err(ClaimError::AlreadyClaimed {
-            job: record.job.clone(),
-            scheduled_unix_ms: record.scheduled_unix_ms,
-        }),
-        // The guard exists: a run of the job is alive somewhere (concurrency = forbid).
-        Err(CheckWriteError::OperationFailed {
-            index: 1,
-            source: ZkErr::NodeExists,
-        }) => Err(ClaimError::RunAlive {
-            job: record.job.clone(),
-        }),
-        Err(
-            CheckWriteError::OperationFailed { source, .. }
-            | CheckWriteError::RequestFailed { source },
-        ) => Err(ClaimError::Zk {
-            path: path.to_owned(),
-            source,
-        }),
+    /// The multi's results, or why the claim failed: the epoch check (`NotOwner`), the record's
+    /// create or compare-and-set (`AlreadyClaimed`: it exists, or changed since it was read),
+    /// the guard's create (`RunAlive`), the submission's marker delete (`AlreadyClaimed`: claimed
+    /// by another node, or cancelled). An `OperationFailed` index counts this claim's ops only.
+    fn classify(
+        &self,
+        result: ClaimReply,
+    ) -> Result<Vec<zookeeper_client::MultiWriteResult>, ClaimError> {
+        let record = &self.record;
+        let marker_index = self
+            .pending
+            .as_ref()
+            .map(|_| 1 + usize::from(self.guard.is_some()));
+        match result {
+            Ok(results) => Ok(results),
+            Err(CheckWriteError::OperationFailed {
+                index,
+                source: ZkErr::NoNode,
+            }) if Some(index) == marker_index => Err(ClaimError::AlreadyClaimed {
+                job: record.job.clone(),
+                scheduled_unix_ms: record.scheduled_unix_ms,
+            }),
+            Err(CheckWriteError::CheckFailed {
+                source: ZkErr::BadVersion | ZkErr::NoNode,
+            }) => Err(ClaimError::NotOwner {
+                token: record.fencing_token,
+            }),
+            Err(CheckWriteError::CheckFailed { source }) => Err(ClaimError::Zk {
+                path: self.epoch.clone(),
+                source,
+            }),
+            Err(CheckWriteError::OperationFailed {
+                index: 0,
+                source: ZkErr::NodeExists | ZkErr::BadVersion,
+            }) => Err(ClaimError::AlreadyClaimed {
+                job: record.job.clone(),
+                scheduled_unix_ms: record.scheduled_unix_ms,
+            }),
+            // The guard exists: a run of the job is alive somewhere (concurrency = forbid).
+            Err(CheckWriteError::OperationFailed {
+                index: 1,
+                source: ZkErr::NodeExists,
+            }) if self.guard.is_some() => Err(ClaimError::RunAlive {
+                job: record.job.clone(),
+            }),
+            Err(
+                CheckWriteError::OperationFailed { source, .. }
+                | CheckWriteError::RequestFailed { source },
+            ) => Err(ClaimError::Zk {
+                path: self.path.clone(),
+                source,
+            }),
+        }
+    }
+
+    /// Why the claim failed, for a multi that failed as a whole (its check or its request).
+    fn refusal(&self, err: CheckWriteError) -> ClaimError {
+        match self.classify(Err(err)) {
+            Err(refused) => refused,
+            Ok(_) => ClaimError::Zk {
+                path: self.path.clone(),
+                source: ZkErr::UnexpectedError("a failed multi read as a success".into()),
+            },
+        }
+    }
+
+    /// The claim made, from this claim's share of the multi's results.
+    fn into_claim(
+        self,
+        results: &[zookeeper_client::MultiWriteResult],
+        session: SessionId,
+    ) -> Claim {
+        let version = match (self.mode, results.first()) {
+            // A node just created has data version 0.
+            (ClaimMode::Create, _) => 0,
+            (
+                ClaimMode::Again { .. },
+                Some(zookeeper_client::MultiWriteResult::SetData { stat }),
+            ) => stat.version,
+            (ClaimMode::Again { version }, _) => version + 1,
+        };
+        let open = self.pending.and_then(|pending| pending.open);
+        Claim {
+            path: self.path,
+            version,
+            sent: self.record.clone(),
+            record: self.record,
+            guard: self.guard,
+            open,
+            session,
+        }
     }
 }
 

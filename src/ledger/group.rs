@@ -1,0 +1,404 @@
+//! Group commit: claims, or record writes, handed in while one multi-op of their kind is out go
+//! together in the next one. When submissions come due by the hundred a second, many runs cost
+//! one ZooKeeper transaction instead of one each; when they come one at a time, each goes at
+//! once, as it would alone.
+//!
+//! Owns: one session's three queues — claims, `running` records written before a start, final
+//! records — and how their units are packed into multi-ops and the answers split back.
+//! Must not: change what a claim or a record write means. Each unit's ops and how a failure
+//! reads are the [`ClaimPlan`]'s, [`super::update`]'s and [`super::finish`]'s; a group only
+//! carries several at once. The unit whose op failed a group is sent again alone (it gets the
+//! answer it would have got alone), the others go in the next group; nothing of a failed multi
+//! was applied.
+
+use std::collections::VecDeque;
+use std::future::Future;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
+use zookeeper_client::{CheckWriteError, Client, MultiWriteError, MultiWriteResult};
+
+use super::{Claim, ClaimError, ClaimPlan, UpdateError};
+use crate::ids::{FencingToken, SessionId};
+
+/// Units per multi-op at most: a group's reply lists every op's result.
+const MAX_UNITS: usize = 200;
+/// Bytes of ops per multi-op at most, well under ZooKeeper's default `jute.maxbuffer` (1 MiB),
+/// which a server applies to requests too.
+const MAX_BYTES: usize = 256 * 1024;
+/// Multi-ops of one queue out at once. Units that come while this many are out wait for the
+/// next group; below it a unit goes at once. Two keep the servers' pipeline busy while the
+/// next group fills.
+const IN_FLIGHT: usize = 2;
+
+/// The queues of one ZooKeeper session. Cloning shares them; the future [`GroupCommit::new`]
+/// returns ends once every clone is dropped and the queues are drained.
+#[derive(Debug, Clone)]
+pub struct GroupCommit {
+    client: Client,
+    claims: mpsc::UnboundedSender<ClaimUnit>,
+    starts: mpsc::UnboundedSender<WriteUnit>,
+    finals: mpsc::UnboundedSender<WriteUnit>,
+}
+
+impl GroupCommit {
+    /// Queues on `client`'s session, and the future that sends them (the caller spawns it).
+    pub fn new(client: Client) -> (Self, impl Future<Output = ()> + Send + 'static) {
+        let (claims, claims_in) = mpsc::unbounded_channel();
+        let (starts, starts_in) = mpsc::unbounded_channel();
+        let (finals, finals_in) = mpsc::unbounded_channel();
+        let lanes = {
+            let client = client.clone();
+            async move {
+                tokio::join!(
+                    lane(client.clone(), claims_in),
+                    lane(client.clone(), starts_in),
+                    lane(client, finals_in),
+                );
+            }
+        };
+        let group = Self {
+            client,
+            claims,
+            starts,
+            finals,
+        };
+        (group, lanes)
+    }
+
+    /// As [`super::claim`], sent in the next group of claims.
+    ///
+    /// # Errors
+    /// As [`super::claim`].
+    pub async fn claim(&self, plan: ClaimPlan) -> Result<Claim, ClaimError> {
+        let (reply, answer) = oneshot::channel();
+        let path = plan.path.clone();
+        if let Err(mpsc::error::SendError(unit)) = self.claims.send(ClaimUnit { plan, reply }) {
+            return unit.plan.send_alone(&self.client).await;
+        }
+        match answer.await {
+            Ok(Grouped::Done(result)) => result,
+            Ok(Grouped::Alone(plan)) => plan.send_alone(&self.client).await,
+            // The group's task ended without a word: its multi may have been applied.
+            Err(_) => Err(ClaimError::Zk {
+                path,
+                source: zookeeper_client::Error::ConnectionLoss,
+            }),
+        }
+    }
+
+    /// As [`super::update`] (the `running` record before a start), sent in the next group.
+    ///
+    /// # Errors
+    /// As [`super::update`].
+    pub async fn update(&self, claim: &mut Claim) -> Result<(), UpdateError> {
+        self.write(WriteKind::Update, claim).await
+    }
+
+    /// As [`super::finish`] (a run's final record), sent in the next group.
+    ///
+    /// # Errors
+    /// As [`super::finish`].
+    pub async fn finish(&self, claim: &mut Claim) -> Result<(), UpdateError> {
+        self.write(WriteKind::Finish, claim).await
+    }
+
+    async fn write(&self, kind: WriteKind, claim: &mut Claim) -> Result<(), UpdateError> {
+        // From here on the stored record may be this one although no reply came: a write sent
+        // again alone then takes it for our own (see `update`).
+        claim.sent = claim.record.clone();
+        let (reply, answer) = oneshot::channel();
+        let unit = WriteUnit {
+            kind,
+            claim: claim.clone(),
+            same_session: SessionId(self.client.session_id().0) == claim.session,
+            reply,
+        };
+        let queue = match kind {
+            WriteKind::Update => &self.starts,
+            WriteKind::Finish => &self.finals,
+        };
+        let grouped = match queue.send(unit) {
+            Ok(()) => answer.await.ok(),
+            Err(_) => None,
+        };
+        match grouped {
+            Some(Grouped::Done(version)) => {
+                claim.version = version;
+                Ok(())
+            }
+            Some(Grouped::Alone(())) | None => match kind {
+                WriteKind::Update => super::update(&self.client, claim).await,
+                WriteKind::Finish => super::finish(&self.client, claim).await,
+            },
+        }
+    }
+}
+
+/// A unit's answer: done in a group, or to be sent alone by its caller.
+enum Grouped<T, A> {
+    Done(T),
+    Alone(A),
+}
+
+/// What a queue carries, and how a group of it is committed.
+trait Unit: Sized + Send + 'static {
+    /// Units of one group share it.
+    type Key: PartialEq;
+    fn key(&self) -> Self::Key;
+    /// About how many bytes its ops take in a request.
+    fn size(&self) -> usize;
+    /// Commits `group` in one multi-op and answers its units; returns those to go again in
+    /// the next group.
+    fn commit(client: Client, group: Vec<Self>) -> impl Future<Output = Vec<Self>> + Send;
+}
+
+/// Sends one queue's units: at most [`IN_FLIGHT`] groups out, each taking what queued behind
+/// the one before it.
+async fn lane<U: Unit>(client: Client, mut queue: mpsc::UnboundedReceiver<U>) {
+    let mut waiting = VecDeque::new();
+    let mut out: JoinSet<Vec<U>> = JoinSet::new();
+    let mut open = true;
+    loop {
+        tokio::select! {
+            Some(done) = out.join_next(), if !out.is_empty() => {
+                // A group task that panicked dropped its units: their callers get no answer.
+                for unit in done.unwrap_or_default().into_iter().rev() {
+                    waiting.push_front(unit);
+                }
+            }
+            unit = queue.recv(), if open && out.len() < IN_FLIGHT => match unit {
+                Some(unit) => waiting.push_back(unit),
+                None => open = false,
+            },
+            else => return,
+        }
+        while out.len() < IN_FLIGHT {
+            while let Ok(unit) = queue.try_recv() {
+                waiting.push_back(unit);
+            }
+            let Some(group) = next_group(&mut waiting) else {
+                break;
+            };
+            tracing::trace!(
+                units = group.len(),
+                waiting = waiting.len(),
+                kind = std::any::type_name::<U>(),
+                "group sent"
+            );
+            out.spawn(U::commit(client.clone(), group));
+        }
+    }
+}
+
+/// The units at the front of `waiting` that go together, up to the limits; `None` when none wait.
+fn next_group<U: Unit>(waiting: &mut VecDeque<U>) -> Option<Vec<U>> {
+    let first_key = waiting.front()?.key();
+    let mut group = Vec::new();
+    let mut bytes = 0;
+    while let Some(unit) = waiting.front() {
+        let fits =
+            group.is_empty() || (group.len() < MAX_UNITS && bytes + unit.size() <= MAX_BYTES);
+        if !fits || unit.key() != first_key {
+            break;
+        }
+        bytes += unit.size();
+        group.extend(waiting.pop_front());
+    }
+    Some(group)
+}
+
+/// The unit whose ops hold the multi's op `index`.
+fn owner_of(index: usize, op_counts: &[usize]) -> Option<usize> {
+    let mut start = 0;
+    for (unit, &count) in op_counts.iter().enumerate() {
+        start += count;
+        if index < start {
+            return Some(unit);
+        }
+    }
+    None
+}
+
+/// After a failed multi, of which nothing was applied: the unit that failed it is told to go
+/// alone (it then gets the answer it would have got alone), the others go again.
+fn split_failed<U>(group: Vec<U>, failing: Option<usize>, alone: impl Fn(U)) -> Vec<U> {
+    let mut again = Vec::with_capacity(group.len());
+    for (i, unit) in group.into_iter().enumerate() {
+        if Some(i) == failing {
+            alone(unit);
+        } else {
+            again.push(unit);
+        }
+    }
+    again
+}
+
+struct ClaimUnit {
+    plan: ClaimPlan,
+    reply: oneshot::Sender<Grouped<Result<Claim, ClaimError>, ClaimPlan>>,
+}
+
+impl Unit for ClaimUnit {
+    /// One epoch check per multi: claims at one token.
+    type Key = FencingToken;
+
+    fn key(&self) -> FencingToken {
+        self.plan.token()
+    }
+
+    fn size(&self) -> usize {
+        self.plan.request_size()
+    }
+
+    async fn commit(client: Client, group: Vec<Self>) -> Vec<Self> {
+        let Some(first) = group.first() else {
+            return group;
+        };
+        let session = SessionId(client.session_id().0);
+        let op_counts: Vec<usize> = group.iter().map(|unit| unit.plan.op_count()).collect();
+        let sent = client
+            .new_check_writer(&first.plan.epoch, Some(first.plan.token().0))
+            .and_then(|mut writer| {
+                group
+                    .iter()
+                    .try_for_each(|unit| unit.plan.add_ops(&mut writer))?;
+                Ok(writer.commit())
+            });
+        let reply = match sent {
+            Ok(commit) => commit.await,
+            Err(source) => Err(CheckWriteError::RequestFailed { source }),
+        };
+        match reply {
+            Ok(mut results) => {
+                for (unit, count) in group.into_iter().zip(op_counts) {
+                    let rest = results.split_off(count.min(results.len()));
+                    let claim = unit.plan.into_claim(&results, session);
+                    results = rest;
+                    let _ = unit.reply.send(Grouped::Done(Ok(claim)));
+                }
+                Vec::new()
+            }
+            Err(CheckWriteError::OperationFailed { index, source }) => {
+                tracing::debug!(index, error = %source, claims = group.len(), "a claim failed its group; it goes alone");
+                split_failed(group, owner_of(index, &op_counts), |unit| {
+                    let _ = unit.reply.send(Grouped::Alone(unit.plan));
+                })
+            }
+            // The epoch check or the request failed: the same answer for every claim as if it
+            // had gone alone. A lost reply is not sent again: the claims may have been made.
+            Err(err) => {
+                for unit in group {
+                    let refused = unit.plan.refusal(err.clone());
+                    let _ = unit.reply.send(Grouped::Done(Err(refused)));
+                }
+                Vec::new()
+            }
+        }
+    }
+}
+
+struct WriteUnit {
+    kind: WriteKind,
+    claim: Claim,
+    /// Only the session that made the claim deletes its guard (see `finish`).
+    same_session: bool,
+    /// The record's new version, or go alone.
+    reply: oneshot::Sender<Grouped<i32, ()>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WriteKind {
+    /// The record's compare-and-set.
+    Update,
+    /// The record's compare-and-set, then the deletes of the guard (same session only) and of
+    /// the open marker.
+    Finish,
+}
+
+impl WriteUnit {
+    fn deletes(&self) -> impl Iterator<Item = &String> {
+        let finish = self.kind == WriteKind::Finish;
+        let guard = self
+            .claim
+            .guard
+            .iter()
+            .filter(move |_| finish && self.same_session);
+        let open = self.claim.open.iter().filter(move |_| finish);
+        guard.chain(open)
+    }
+}
+
+impl Unit for WriteUnit {
+    type Key = ();
+
+    fn key(&self) {}
+
+    fn size(&self) -> usize {
+        // The record's JSON and the paths' headers.
+        self.claim.path.len() + 640
+    }
+
+    async fn commit(client: Client, group: Vec<Self>) -> Vec<Self> {
+        let mut op_counts = Vec::with_capacity(group.len());
+        let mut multi = client.new_multi_writer();
+        let built = group.iter().try_for_each(|unit| {
+            let claim = &unit.claim;
+            multi.add_set_data(&claim.path, &claim.record.to_bytes(), Some(claim.version))?;
+            let mut count = 1;
+            for path in unit.deletes() {
+                multi.add_delete(path, None)?;
+                count += 1;
+            }
+            op_counts.push(count);
+            Ok::<(), zookeeper_client::Error>(())
+        });
+        let reply = match built {
+            Ok(()) => multi.commit().await,
+            Err(source) => Err(MultiWriteError::RequestFailed { source }),
+        };
+        match reply {
+            Ok(mut results) => {
+                for (unit, count) in group.into_iter().zip(op_counts) {
+                    let rest = results.split_off(count.min(results.len()));
+                    let version = match results.first() {
+                        Some(MultiWriteResult::SetData { stat }) => stat.version,
+                        _ => unit.claim.version + 1,
+                    };
+                    results = rest;
+                    let _ = unit.reply.send(Grouped::Done(version));
+                }
+                Vec::new()
+            }
+            Err(MultiWriteError::OperationFailed { index, source }) => {
+                tracing::debug!(index, error = %source, writes = group.len(), "a record write failed its group; it goes alone");
+                split_failed(group, owner_of(index, &op_counts), |unit| {
+                    let _ = unit.reply.send(Grouped::Alone(()));
+                })
+            }
+            // A lost reply: each goes again alone, where `update` tells our own earlier write
+            // from someone else's.
+            Err(MultiWriteError::RequestFailed { .. }) => {
+                for unit in group {
+                    let _ = unit.reply.send(Grouped::Alone(()));
+                }
+                Vec::new()
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::owner_of;
+
+    #[test]
+    fn an_op_index_names_the_unit_whose_ops_hold_it() {
+        let counts = [3, 1, 2];
+        assert_eq!(owner_of(0, &counts), Some(0));
+        assert_eq!(owner_of(2, &counts), Some(0));
+        assert_eq!(owner_of(3, &counts), Some(1));
+        assert_eq!(owner_of(5, &counts), Some(2));
+        assert_eq!(owner_of(6, &counts), None);
+    }
+}

@@ -239,6 +239,7 @@ async fn run_daemon(
         config_path: path,
         me,
         jitter: takeover_jitter(config.lock.takeover_delay),
+        launcher: zkcron::runner::Launcher::this_binary(),
     };
     Ok(daemon::run(config, settings, shutdown, reloads).await?)
 }

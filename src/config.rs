@@ -16,7 +16,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::ids::{JobName, NodeId};
-use crate::runner::{JobSpec, Program};
+use crate::runner::{JobSpec, Launcher, Program};
 use crate::schedule::{self, Schedule};
 pub use crate::zk::{AclPolicy, Secret};
 
@@ -725,6 +725,7 @@ impl Validator<'_> {
             env,
             timeout,
             kill_grace,
+            launcher: Launcher::Fork,
         };
         let history = match raw.history {
             Some(history) => match usize::try_from(*history.get_ref()) {

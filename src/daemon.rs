@@ -21,6 +21,7 @@ use crate::ledger::LedgerPaths;
 use crate::lock::driver::{self, DriverError, LockPaths, LockSettings};
 use crate::lock::node::OwnerInfo;
 use crate::report::error_chain;
+use crate::runner::Launcher;
 
 /// Why the daemon stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +39,8 @@ pub struct DaemonSettings {
     pub me: OwnerInfo,
     /// Drawn by the caller (up to a tenth of the takeover delay, at most 1 s).
     pub jitter: Duration,
+    /// How every job's process is made (the binary's own launcher for `zkcron run`).
+    pub launcher: Launcher,
 }
 
 /// Runs until `shutdown` is cancelled; a message on `reloads` re-reads the schedule file.
@@ -80,12 +83,13 @@ pub async fn run(
         node_id: settings.me.node_id.clone(),
         ip: settings.me.ip.clone(),
     };
-    let jobs = shared_jobs(&config);
+    let jobs = shared_jobs(&config, &settings.launcher);
     let machine = FireMachine::new(me, config.lock.claim_ahead, &jobs, Utc::now());
     let (jobs_tx, jobs_rx) = mpsc::unbounded_channel();
     let reloader = tokio::spawn(reload_on_request(
         settings.config_path.clone(),
         config,
+        settings.launcher.clone(),
         reloads,
         jobs_tx,
     ));
@@ -96,8 +100,12 @@ pub async fn run(
     Ok(result?)
 }
 
-fn shared_jobs(config: &Config) -> Vec<Arc<JobConfig>> {
-    config.jobs.iter().cloned().map(Arc::new).collect()
+fn shared_jobs(config: &Config, launcher: &Launcher) -> Vec<Arc<JobConfig>> {
+    let with_launcher = |mut job: JobConfig| {
+        job.spec.launcher = launcher.clone();
+        Arc::new(job)
+    };
+    config.jobs.iter().cloned().map(with_launcher).collect()
 }
 
 /// Re-reads the schedule on every request and passes its jobs on; a broken file keeps the
@@ -105,12 +113,13 @@ fn shared_jobs(config: &Config) -> Vec<Arc<JobConfig>> {
 async fn reload_on_request(
     path: PathBuf,
     mut current: Config,
+    launcher: Launcher,
     mut requests: mpsc::UnboundedReceiver<()>,
     jobs: mpsc::UnboundedSender<Vec<Arc<JobConfig>>>,
 ) {
     while let Some(()) = requests.recv().await {
         if let Some(new) = reload(&path, &current) {
-            if jobs.send(shared_jobs(&new)).is_err() {
+            if jobs.send(shared_jobs(&new, &launcher)).is_err() {
                 return;
             }
             current = new;

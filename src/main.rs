@@ -13,6 +13,15 @@ use tokio_util::sync::CancellationToken;
 use cli::Cli;
 
 fn main() -> ExitCode {
+    // The daemon starts each job through its own binary (see `zkcron::runner::Launcher`):
+    // before anything else, so a job's start costs no more than an exec.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args
+        .get(1)
+        .is_some_and(|arg| arg == zkcron::runner::LAUNCHER_ARG)
+    {
+        return zkcron::runner::launch_job(args.get(2..).unwrap_or_default());
+    }
     let cli = Cli::parse(); // clap reports usage errors itself, exit 2
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,

@@ -38,7 +38,10 @@ use tracing::{debug, error, info, warn};
 
 use crate::ids::{FencingToken, JobName, NodeId};
 
+mod launch;
 mod output;
+
+pub use launch::{LAUNCHER_ARG, Launcher, launch_job};
 
 pub use output::MAX_LINE_BYTES;
 use output::log_output;
@@ -101,6 +104,8 @@ pub struct JobSpec {
     pub timeout: Option<Duration>,
     /// Time between SIGTERM and SIGKILL to the process group.
     pub kill_grace: Duration,
+    /// How the process is made (the daemon uses its own binary; see [`Launcher`]).
+    pub launcher: Launcher,
 }
 
 /// The facts about one run that the job receives in its environment (DESIGN.md "Job contract").
@@ -366,9 +371,32 @@ impl Group {
             }
         }
 
-        let mut command = CommandWrap::with_new(program, |command| {
+        let mut command = match &spec.launcher {
+            Launcher::Fork => CommandWrap::with_new(program, |command| {
+                command.args(args);
+                // If zkcron itself is killed (SIGKILL, OOM) outside systemd's cgroup clean-up,
+                // its job must not outlive it and overlap the next owner's run (DESIGN.md
+                // promise 3).
+                // SAFETY: between fork and exec this runs only prctl(2), which is
+                // async-signal-safe.
+                unsafe {
+                    command.pre_exec(|| {
+                        nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                            .map_err(io::Error::from)
+                    });
+                }
+            }),
+            // The launcher sets the same signal, then execs the program in its place.
+            Launcher::Binary(launcher) => CommandWrap::with_new(launcher, |command| {
+                command
+                    .args(launch::launcher_args())
+                    .arg(program)
+                    .args(args);
+            }),
+        };
+        {
+            let command = command.command_mut();
             command
-                .args(args)
                 .stdin(if ctx.submission.is_some() {
                     Stdio::piped()
                 } else {
@@ -384,16 +412,7 @@ impl Group {
             if let Some(dir) = &spec.working_dir {
                 command.current_dir(dir);
             }
-            // If zkcron itself is killed (SIGKILL, OOM) outside systemd's cgroup clean-up, its
-            // job must not outlive it and overlap the next owner's run (DESIGN.md promise 3).
-            // SAFETY: between fork and exec this runs only prctl(2), which is async-signal-safe.
-            unsafe {
-                command.pre_exec(|| {
-                    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
-                        .map_err(io::Error::from)
-                });
-            }
-        });
+        }
         // KillOnDrop only kills the leader (tokio's `kill_on_drop`); `Group::drop` kills the group.
         command.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
         let spawn_error = |source| StartError::Spawn {
@@ -664,6 +683,7 @@ mod tests {
             env: BTreeMap::new(),
             timeout: None,
             kill_grace: Duration::ZERO,
+            launcher: Launcher::Fork,
         };
         let env = contract_env(&spec, &ctx);
         assert_eq!(env[2].1, "2026-11-22T02:30:00.007Z");

@@ -909,3 +909,47 @@ async fn an_epoch_changed_behind_the_owners_back_does_not_stall_firing() {
     );
     fires_between(&fires, 0, i64::MAX); // and never a tick twice
 }
+
+/// Dead: gone, or a zombie nobody reaps (this sandbox's PID 1 does not).
+fn is_dead(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        // The state is the field after the parenthesised command name.
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')),
+    }
+}
+
+#[tokio::test]
+async fn a_running_job_dies_with_a_killed_daemon() {
+    // DESIGN.md promise 3: killed outside systemd's clean-up (SIGKILL, OOM), zkcron takes its
+    // job with it, so no orphan overlaps the next owner's run. The job is started through the
+    // binary's launcher, which must set the death signal before the exec.
+    let _serial = fault_lock();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let pids = dir.path().join("pids");
+    let job = format!(
+        "[[job]]\nname = \"long\"\nschedule = \"* * * * * *\"\n\
+         shell = 'echo $$ >> {}; exec sleep 60'\n",
+        pids.display()
+    );
+    let mut node = DaemonNode::start(dir.path(), "k1", &schedule("e2e-orphan", &job));
+    let pid = wait_for("the job runs", SESSION + DELAY + SLACK * 3, || {
+        let pid = std::fs::read_to_string(&pids).ok().and_then(|text| {
+            text.lines()
+                .next()
+                .and_then(|line| line.parse::<i32>().ok())
+        });
+        async move { pid }
+    })
+    .await;
+    assert!(!is_dead(pid), "the job is alive before the kill");
+    node.kill();
+    // The kernel sends the signal as the daemon exits; bounded for a busy machine only.
+    wait_for("the job dies with the daemon", SLACK * 5, || {
+        let dead = is_dead(pid);
+        async move { dead.then_some(()) }
+    })
+    .await;
+}

@@ -23,8 +23,8 @@ use tempfile::TempDir;
 use tokio_util::sync::CancellationToken;
 use tracing::instrument::WithSubscriber;
 use zkcron::runner::{
-    JobSpec, MAX_LINE_BYTES, OUTPUT_DRAIN_AFTER_EXIT, Program, RunContext, RunOutcome, RunReport,
-    run,
+    JobSpec, Launcher, MAX_LINE_BYTES, OUTPUT_DRAIN_AFTER_EXIT, Program, RunContext, RunOutcome,
+    RunReport, run,
 };
 use zkcron::{FencingToken, JobName, NodeId};
 
@@ -76,6 +76,7 @@ fn spec(name: &str, program: Program) -> JobSpec {
         env: BTreeMap::new(),
         timeout: None,
         kill_grace: GRACE,
+        launcher: Launcher::Fork,
     }
 }
 
@@ -802,4 +803,84 @@ fn as_a_child_subreaper_too() {
         stdout.contains(&format!("{} passed", tests.len())),
         "all of them ran: {stdout}"
     );
+}
+
+/// `job` started through the zkcron binary's launcher, as the daemon starts every job.
+fn launched(mut job: JobSpec) -> JobSpec {
+    job.launcher = Launcher::Binary(PathBuf::from(env!("CARGO_BIN_EXE_zkcron")));
+    job
+}
+
+#[tokio::test]
+async fn a_launched_job_is_the_launchers_own_process_in_its_own_group() {
+    host_env();
+    let dir = tempfile::tempdir().unwrap();
+    // Its pid, process group (field 5 of stat) and parent (`PPid`). The death signal is not in
+    // /proc: the next test shows the launcher's check, and tests/daemon.rs's kill -9 under
+    // `forbid` shows a launched job dying with its daemon.
+    let (job, out) = shell_out(
+        "launched",
+        r#"
+        env > "$OUT"
+        echo "$$ $(cut -d' ' -f5 /proc/$$/stat) $(awk '/^PPid/ {print $2}' /proc/$$/status)" > "$OUT.proc"
+        "#,
+        &dir,
+    );
+    let report = run_to_end(&launched(job), "run-launched").await;
+    assert_eq!(report.outcome, RunOutcome::Exited { code: 0 });
+    let env = env_file(&out);
+    assert_eq!(
+        env.get("ZKCRON_RUN_ID").map(String::as_str),
+        Some("run-launched")
+    );
+    let proc = read(&dir.path().join("out.proc"));
+    let fields: Vec<&str> = proc.split_whitespace().collect();
+    assert_eq!(fields.len(), 3, "pid, pgid, ppid: {proc:?}");
+    assert_eq!(fields[0], fields[1], "the job leads its own process group");
+    assert_eq!(
+        fields[2],
+        std::process::id().to_string(),
+        "the launcher execs the job in its own process: the daemon is the job's parent"
+    );
+}
+
+#[tokio::test]
+async fn the_launcher_refuses_to_run_a_job_whose_daemon_is_not_its_parent() {
+    // As if the daemon died between the spawn and the death signal: the job must not run.
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_zkcron"))
+        .arg(zkcron::runner::LAUNCHER_ARG)
+        .arg("1") // not our parent
+        .args(["/bin/sh", "-c", "touch \"$0\""])
+        .arg(&marker)
+        .output()
+        .expect("launcher");
+    assert_eq!(output.status.code(), Some(126));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("the daemon that started this job is gone"),
+        "{stderr}"
+    );
+    assert!(!marker.exists(), "the job did not run");
+
+    // With the right parent it runs.
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_zkcron"))
+        .arg(zkcron::runner::LAUNCHER_ARG)
+        .arg(std::process::id().to_string())
+        .args(["/bin/sh", "-c", "touch \"$0\""])
+        .arg(&marker)
+        .output()
+        .expect("launcher");
+    assert!(output.status.success(), "{output:?}");
+    assert!(marker.exists(), "the job ran");
+}
+
+#[tokio::test]
+async fn a_missing_program_through_the_launcher_ends_as_a_shell_reports_it() {
+    host_env();
+    let missing = "/nonexistent/zkcron-no-such-binary";
+    let job = launched(spec("missing", Program::Argv(vec![missing.into()])));
+    let report = run_to_end(&job, "r").await;
+    assert_eq!(report.outcome, RunOutcome::Exited { code: 127 });
 }

@@ -910,17 +910,6 @@ async fn an_epoch_changed_behind_the_owners_back_does_not_stall_firing() {
     fires_between(&fires, 0, i64::MAX); // and never a tick twice
 }
 
-/// Dead: gone, or a zombie nobody reaps (this sandbox's PID 1 does not).
-fn is_dead(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        // The state is the field after the parenthesised command name.
-        Ok(stat) => stat
-            .rsplit_once(") ")
-            .is_some_and(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')),
-    }
-}
-
 #[tokio::test]
 async fn a_running_job_dies_with_a_killed_daemon() {
     // DESIGN.md promise 3: killed outside systemd's clean-up (SIGKILL, OOM), zkcron takes its
@@ -944,11 +933,12 @@ async fn a_running_job_dies_with_a_killed_daemon() {
         async move { pid }
     })
     .await;
-    assert!(!is_dead(pid), "the job is alive before the kill");
+    let pid = nix::unistd::Pid::from_raw(pid);
+    assert!(!support::is_dead(pid), "the job is alive before the kill");
     node.kill();
     // The kernel sends the signal as the daemon exits; bounded for a busy machine only.
     wait_for("the job dies with the daemon", SLACK * 5, || {
-        let dead = is_dead(pid);
+        let dead = support::is_dead(pid);
         async move { dead.then_some(()) }
     })
     .await;

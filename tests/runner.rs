@@ -9,6 +9,8 @@
 
 mod support;
 
+use support::is_dead;
+
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -16,7 +18,6 @@ use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tempfile::TempDir;
@@ -124,21 +125,6 @@ fn pids(text: &str) -> Vec<Pid> {
     text.split_whitespace()
         .map(|p| Pid::from_raw(p.parse().unwrap_or_else(|_| panic!("pid {p:?}"))))
         .collect()
-}
-
-/// Dead: gone (ESRCH) or a zombie. This sandbox's PID 1 never reaps orphans, so a killed
-/// grandchild stays a zombie here; it has exited and holds nothing but its pid.
-fn is_dead(pid: Pid) -> bool {
-    match kill(pid, None) {
-        Err(Errno::ESRCH) => true,
-        Ok(()) => {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            // State is the first field after the command name in parentheses.
-            stat.rsplit_once(')')
-                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
-        }
-        Err(e) => panic!("kill({pid}, 0): {e}"),
-    }
 }
 
 /// Polls `is_dead` for each pid, for at most [`SLACK`] in all: the kernel notifies nobody but the

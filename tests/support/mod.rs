@@ -9,6 +9,21 @@ pub mod daemon;
 pub mod node;
 pub mod zk_cluster;
 
+/// Dead: gone (ESRCH) or a zombie. This sandbox's PID 1 never reaps orphans, so a killed
+/// orphan stays a zombie here; it has exited and holds nothing but its pid.
+pub fn is_dead(pid: nix::unistd::Pid) -> bool {
+    match nix::sys::signal::kill(pid, None) {
+        Err(nix::errno::Errno::ESRCH) => true,
+        Ok(()) => {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // State is the first field after the command name in parentheses.
+            stat.rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+        }
+        Err(e) => panic!("kill({pid}, 0): {e}"),
+    }
+}
+
 pub use zk_cluster::{
     HarnessError, Mode, NotReached, Within, ZkEnsemble, closed_port, expire_session, fault_lock,
     shared_ensemble, try_wait_for, unique_chroot, wait_for, wait_until, within,

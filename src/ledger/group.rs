@@ -110,6 +110,7 @@ impl GroupCommit {
         let (reply, answer) = oneshot::channel();
         let unit = WriteUnit {
             kind,
+            data: claim.record.to_bytes(),
             claim: claim.clone(),
             same_session: SessionId(self.client.session_id().0) == claim.session,
             reply,
@@ -300,6 +301,9 @@ impl Unit for ClaimUnit {
 
 struct WriteUnit {
     kind: WriteKind,
+    /// The record as stored: its size counts against the group's limit (a final record can
+    /// carry a long error).
+    data: Vec<u8>,
     claim: Claim,
     /// Only the session that made the claim deletes its guard (see `finish`).
     same_session: bool,
@@ -335,8 +339,8 @@ impl Unit for WriteUnit {
     fn key(&self) {}
 
     fn size(&self) -> usize {
-        // The record's JSON and the paths' headers.
-        self.claim.path.len() + 640
+        // The ops' headers and the paths to delete, generously.
+        self.data.len() + self.claim.path.len() * 3 + 256
     }
 
     async fn commit(client: Client, group: Vec<Self>) -> Vec<Self> {
@@ -344,7 +348,7 @@ impl Unit for WriteUnit {
         let mut multi = client.new_multi_writer();
         let built = group.iter().try_for_each(|unit| {
             let claim = &unit.claim;
-            multi.add_set_data(&claim.path, &claim.record.to_bytes(), Some(claim.version))?;
+            multi.add_set_data(&claim.path, &unit.data, Some(claim.version))?;
             let mut count = 1;
             for path in unit.deletes() {
                 multi.add_delete(path, None)?;

@@ -117,6 +117,8 @@ type ClaimReply = Result<Vec<zookeeper_client::MultiWriteResult>, CheckWriteErro
 pub struct ClaimPlan {
     path: String,
     record: RunRecord,
+    /// The record as stored, made once for every send.
+    data: Vec<u8>,
     mode: ClaimMode,
     guard: Option<String>,
     pending: Option<PendingSubmission>,
@@ -161,6 +163,7 @@ impl ClaimPlan {
         Self {
             path: paths.record_path(&record),
             guard: guarded.then(|| paths.running(&record.job)),
+            data: record.to_bytes(),
             record,
             mode,
             pending,
@@ -191,18 +194,16 @@ impl ClaimPlan {
             + self.pending.as_ref().map_or(0, |pending| {
                 pending.marker.len() + pending.open.as_ref().map_or(0, String::len)
             });
-        // A record is a few hundred bytes of JSON; each op adds an ACL and a header.
-        nodes + 512 + 64 * self.op_count()
+        // Each op adds an ACL and a header.
+        nodes + self.data.len() + 64 * self.op_count()
     }
 
     fn add_ops(&self, writer: &mut CheckWriter<'_>) -> Result<(), ZkErr> {
         let options = CreateMode::Persistent.with_acls(self.acls);
         match self.mode {
-            ClaimMode::Create => {
-                writer.add_create(&self.path, &self.record.to_bytes(), &options)?
-            }
+            ClaimMode::Create => writer.add_create(&self.path, &self.data, &options)?,
             ClaimMode::Again { version } => {
-                writer.add_set_data(&self.path, &self.record.to_bytes(), Some(version))?;
+                writer.add_set_data(&self.path, &self.data, Some(version))?;
             }
         }
         if let Some(guard) = &self.guard {

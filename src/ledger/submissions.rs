@@ -448,16 +448,29 @@ pub async fn pending_in(
     bucket: DueBucket,
 ) -> Result<Vec<SubmissionId>, SubmissionError> {
     let parent = paths.due_bucket(bucket);
-    let mut ids = Vec::new();
+    let mut shards = Vec::new();
     for name in children(client, &parent).await? {
-        let Some(shard) = Shard::parse(&name) else {
-            tracing::warn!(path = format!("{parent}/{name}"), "not a shard; skipped");
-            continue;
+        match Shard::parse(&name) {
+            Some(shard) => shards.push((shard, paths.due_shard(bucket, shard))),
+            None => tracing::warn!(path = format!("{parent}/{name}"), "not a shard; skipped"),
+        }
+    }
+    // Every shard's listing is sent before the first answer is awaited: up to 256 requests in
+    // one round trip, not 256 round trips queued behind the session's writes.
+    let listings: Vec<_> = shards
+        .iter()
+        .map(|(_, shard_path)| client.list_children(shard_path))
+        .collect();
+    let mut ids = Vec::new();
+    for ((shard, shard_path), listing) in shards.iter().zip(listings) {
+        let names = match listing.await {
+            Ok(names) => names,
+            Err(ZkErr::NoNode) => Vec::new(),
+            Err(source) => return Err(zk(shard_path, source)),
         };
-        let shard_path = paths.due_shard(bucket, shard);
-        for name in children(client, &shard_path).await? {
+        for name in names {
             match SubmissionId::parse(&name) {
-                Ok(id) if id.shard() == shard => ids.push(id),
+                Ok(id) if id.shard() == *shard => ids.push(id),
                 Ok(_) => {
                     tracing::warn!(
                         path = format!("{shard_path}/{name}"),

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
+use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use zookeeper_client::{Acls, Client};
@@ -34,6 +34,8 @@ use crate::runner;
 
 /// Sleep at most this long at once, so a wall-clock step (NTP, suspend) is noticed in time.
 const MAX_SLEEP: Duration = Duration::from_secs(30);
+/// Reads of many nodes go out this many at a time (see `open_submissions`).
+const READ_WINDOW: usize = 256;
 /// A request whose answer has not come by then is answered as failed, so that no claim, listing
 /// or final record keeps the machine (or a stop) waiting on an ensemble that does not answer.
 const REQUEST_LIMIT: Duration = Duration::from_secs(10);
@@ -574,30 +576,47 @@ async fn open_submissions(
         Err(zookeeper_client::Error::NoNode) => Vec::new(),
         Err(err) => return Err(format!("listing {parent}: {err}")),
     };
-    let mut open = Vec::new();
+    let mut wanted = Vec::new();
     for name in names {
         let parsed = crate::ledger::record::RecordName::parse(&name);
-        let Some((due, id)) = parsed.and_then(|n| Some((n.scheduled_unix_ms, n.submission?)))
-        else {
-            tracing::warn!(
+        match parsed.and_then(|n| Some((n.scheduled_unix_ms, n.submission?))) {
+            Some(open) => wanted.push(open),
+            None => tracing::warn!(
                 path = format!("{parent}/{name}"),
                 "not an open submission run; skipped"
-            );
-            continue;
-        };
-        let path = paths.submission_record(job, due, &id);
-        let Some((record, version)) = ledger::read_versioned(client, &path).await else {
-            continue;
-        };
-        let payload = match ledger::submissions::read(client, &paths.delayed, &id).await {
-            Ok(Some((submission, _))) => Some(Arc::new(submission.payload)),
-            Ok(None) => None,
-            Err(err) => {
-                tracing::warn!(error = %error_chain(&err), "open submission's payload unreadable");
-                None
+            ),
+        }
+    }
+    // Thousands may be open after a lost lock: read a window at a time, all of a window out
+    // at once, so catch-up takes round trips by the window and the session's queue (which the
+    // lock's liveness checks wait in) stays short.
+    let mut open = Vec::new();
+    for window in wanted.chunks(READ_WINDOW) {
+        let mut reads = JoinSet::new();
+        for (index, (due, id)) in window.iter().cloned().enumerate() {
+            let (client, paths, job) = (client.clone(), paths.clone(), job.clone());
+            reads.spawn(async move {
+                let path = paths.submission_record(&job, due, &id);
+                let record = ledger::read_versioned(&client, &path).await;
+                let payload = match ledger::submissions::read(&client, &paths.delayed, &id).await {
+                    Ok(Some((submission, _))) => Some(Arc::new(submission.payload)),
+                    Ok(None) => None,
+                    Err(err) => {
+                        tracing::warn!(error = %error_chain(&err), "open submission's payload unreadable");
+                        None
+                    }
+                };
+                (index, record.map(|(record, version)| (record, version, payload)))
+            });
+        }
+        let mut read: Vec<Option<OpenSubmission>> = window.iter().map(|_| None).collect();
+        while let Some(joined) = reads.join_next().await {
+            match joined {
+                Ok((index, found)) => read[index] = found,
+                Err(err) => return Err(format!("reading open submission runs: {err}")),
             }
-        };
-        open.push((record, version, payload));
+        }
+        open.extend(read.into_iter().flatten());
     }
     Ok(open)
 }

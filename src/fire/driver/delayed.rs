@@ -72,29 +72,33 @@ pub(super) async fn scan(
     Ok(found)
 }
 
-/// Reads `ids`' submissions, all requests out at once; unreadable ones are logged and skipped.
+/// Reads `ids`' submissions, a window of requests out at once (a bucket can hold hundreds of
+/// thousands: all at once would queue the lock's liveness checks behind them on the one
+/// session); unreadable ones are logged and skipped.
 async fn read_all(
     client: &Client,
     paths: &DelayedPaths,
     ids: Vec<SubmissionId>,
 ) -> Vec<(SubmissionId, Submission)> {
-    let mut reads = JoinSet::new();
-    for id in ids {
-        let (client, paths) = (client.clone(), paths.clone());
-        reads.spawn(async move {
-            let read = submissions::read(&client, &paths, &id).await;
-            (id, read)
-        });
-    }
     let mut found = Vec::new();
-    while let Some(joined) = reads.join_next().await {
-        match joined {
-            Ok((id, Ok(Some((submission, _))))) => found.push((id, submission)),
-            Ok((_, Ok(None))) => {} // claimed or cancelled meanwhile
-            Ok((id, Err(err))) => {
-                tracing::warn!(id = %id, error = %error_chain(&err), "pending submission unreadable; skipped")
+    for window in ids.chunks(super::READ_WINDOW) {
+        let mut reads = JoinSet::new();
+        for id in window.iter().cloned() {
+            let (client, paths) = (client.clone(), paths.clone());
+            reads.spawn(async move {
+                let read = submissions::read(&client, &paths, &id).await;
+                (id, read)
+            });
+        }
+        while let Some(joined) = reads.join_next().await {
+            match joined {
+                Ok((id, Ok(Some((submission, _))))) => found.push((id, submission)),
+                Ok((_, Ok(None))) => {} // claimed or cancelled meanwhile
+                Ok((id, Err(err))) => {
+                    tracing::warn!(id = %id, error = %error_chain(&err), "pending submission unreadable; skipped")
+                }
+                Err(err) => tracing::warn!(error = %err, "submission read task failed"),
             }
-            Err(err) => tracing::warn!(error = %err, "submission read task failed"),
         }
     }
     found

@@ -335,6 +335,10 @@ pub struct FireMachine {
     pruned_at: HashMap<JobName, DateTime<Utc>>,
     /// Prunes put off until [`PRUNE_EVERY`] has passed: when, and how many records to keep.
     prune_later: BTreeMap<JobName, (DateTime<Utc>, usize)>,
+    /// Jobs whose catch-up listing failed, and when to list them again: what a dead owner left
+    /// open (a claimed submission it never started, a run to mark interrupted) must not wait
+    /// for the next change of the lock.
+    relist_at: BTreeMap<JobName, DateTime<Utc>>,
     stopping: Option<Stopping>,
 }
 
@@ -361,6 +365,7 @@ impl FireMachine {
             delayed: delayed::DelayedQueue::default(),
             pruned_at: HashMap::new(),
             prune_later: BTreeMap::new(),
+            relist_at: BTreeMap::new(),
             stopping: None,
         }
     }
@@ -434,11 +439,13 @@ impl FireMachine {
         });
         let retries = self.runs.retry_deadlines();
         let prunes = self.prune_later.values().map(|(at, _)| *at);
+        let relists = self.relist_at.values().copied();
         queue
             .into_iter()
             .chain(claims)
             .chain(retries)
             .chain(prunes)
+            .chain(relists)
             .min()
     }
 
@@ -500,6 +507,7 @@ impl FireMachine {
         self.retries_due(now, out);
         if self.stopping.is_none() {
             self.prunes_due(now, out);
+            self.relists_due(now, out);
         }
         self.maybe_hand_over(now, out);
     }
@@ -980,6 +988,7 @@ impl FireMachine {
         if let Some(token) = self.lock.token {
             tracing::info!(token = token.0, "this node owns the lock: firing jobs");
         }
+        self.relist_at.clear();
         let mut names: Vec<JobName> = self
             .jobs
             .values()
@@ -1135,6 +1144,27 @@ impl FireMachine {
         }
     }
 
+    /// Lists again the jobs whose catch-up listing failed, once their wait is over, while this
+    /// node may fire (a new acquisition lists every job anyway).
+    fn relists_due(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
+        let due: Vec<JobName> = self
+            .relist_at
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(job, _)| job.clone())
+            .collect();
+        for job in due {
+            self.relist_at.remove(&job);
+            if !self.lock.may_fire {
+                continue;
+            }
+            if let Some(state) = self.jobs.get_mut(&job).filter(|s| s.catch_up.is_none()) {
+                state.catch_up = Some(catch_up::CatchUp::default());
+                out.push(Action::ListRecords(job));
+            }
+        }
+    }
+
     fn prunes_due(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
         let due: Vec<(JobName, usize)> = self
             .prune_later
@@ -1275,6 +1305,9 @@ impl FireMachine {
         }
     }
 }
+
+/// A failed catch-up listing is tried again after this long.
+pub(super) const RELIST_AFTER: Duration = Duration::from_secs(5);
 
 /// A job's old records are pruned at most this often (`history`).
 const PRUNE_EVERY: Duration = Duration::from_millis(500);

@@ -106,10 +106,12 @@ impl FireMachine {
         let records = match result {
             Ok(records) => records,
             Err(why) => {
-                tracing::warn!(job = %job, error = why, "catch-up: cannot list runs");
+                let again = chrono::Duration::from_std(super::RELIST_AFTER).unwrap_or_default();
+                tracing::warn!(job = %job, error = why, retry_in = ?super::RELIST_AFTER, "catch-up: cannot list runs");
                 if let Some(state) = self.jobs.get_mut(job) {
                     state.catch_up = None;
                 }
+                self.relist_at.insert(job.clone(), now + again);
                 return self.advance(job, now, out);
             }
         };

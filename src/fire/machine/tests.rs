@@ -935,3 +935,44 @@ fn a_catch_up_whose_listing_fails_fires_what_it_held() {
     };
     assert_eq!(ms_of(&only_claim(&m.handle(failed, t(760)))), 1000);
 }
+
+#[test]
+fn a_failed_catch_up_listing_is_tried_again_while_the_node_may_fire() {
+    // What a dead owner left open (a claimed submission it never started, a run to mark
+    // interrupted) is found by the listing: a listing that timed out must not leave it for the
+    // next change of the lock.
+    let mut m = machine(&job("a", "0 0 * * * *", ""));
+    let acquired = but_delayed(m.handle(Input::LockChanged(owner(TOKEN)), t(0)));
+    assert!(acquired.contains(&Action::ListRecords(JobName::new("a"))));
+    let failed = Input::RecordsListed {
+        job: JobName::new("a"),
+        result: Err("no answer in time".into()),
+    };
+    assert_eq!(but_delayed(m.handle(failed, t(10_000))), vec![]);
+    let again = t(10_000) + chrono::Duration::from_std(RELIST_AFTER).expect("small");
+    assert_eq!(m.next_deadline(), Some(again));
+    assert_eq!(
+        but_delayed(m.handle(Input::Tick, again)),
+        vec![Action::ListRecords(JobName::new("a"))]
+    );
+    // Answered this time: nothing more to list.
+    m.handle(listed("a", &[]), again);
+    assert_ne!(m.next_deadline(), Some(again));
+
+    // Not listed again once the node may no longer fire.
+    let failed = Input::RecordsListed {
+        job: JobName::new("a"),
+        result: Err("no answer in time".into()),
+    };
+    let mut m2 = machine(&job("a", "0 0 * * * *", ""));
+    m2.handle(Input::LockChanged(owner(TOKEN)), t(0));
+    m2.handle(failed, t(1_000));
+    m2.handle(Input::LockChanged(follower()), t(2_000));
+    let later = t(1_000) + chrono::Duration::from_std(RELIST_AFTER).expect("small");
+    assert!(
+        !m2.handle(Input::Tick, later)
+            .iter()
+            .any(|a| matches!(a, Action::ListRecords(_))),
+        "a follower lists nothing"
+    );
+}

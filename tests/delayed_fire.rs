@@ -484,3 +484,125 @@ async fn a_job_away_from_the_schedule_keeps_its_submissions_in_status_and_fires_
         "nothing pending any more: {status}"
     );
 }
+
+#[tokio::test]
+async fn garbage_under_the_delayed_tree_is_logged_with_its_path_and_skipped() {
+    // What another writer may leave: a day, a second and a shard that are not names of ours, an
+    // id that is not one, an id in the wrong shard, a submission whose data is not ours. The
+    // owner's first read (from the oldest day) logs each with its path, and fires the one good
+    // submission beside them.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = dir.path().join("runs");
+    std::fs::create_dir(&out).expect("runs dir");
+    let connect = shared_ensemble()
+        .isolated_connect_string("delayed-garbage")
+        .await
+        .expect("chroot");
+    let raw = zookeeper_client::Client::connect(&connect)
+        .await
+        .expect("raw session");
+    let open =
+        zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    let paths =
+        zkcron::ledger::LedgerPaths::new(&zkcron::lock::driver::LockPaths::new("/zkcron", "d"))
+            .delayed;
+    let due = now_ms() + 6_000;
+    let bucket = paths.due_bucket(zkcron::delayed::DueBucket::of(due));
+    let id = |text: &str| zkcron::delayed::SubmissionId::parse(text).expect("id");
+    let header = |job: &str| {
+        format!("{{\"v\":1,\"job\":\"{job}\",\"due_unix_ms\":{due},\"submitted_unix_ms\":{due}}}\n")
+    };
+    let mut nodes: Vec<(String, Vec<u8>)> = vec![
+        (format!("{}/notaday", paths.due), Vec::new()),
+        (
+            format!(
+                "{}/x",
+                paths.due_day(zkcron::delayed::DueBucket::of(due).day)
+            ),
+            Vec::new(),
+        ),
+        (format!("{bucket}/zz"), Vec::new()),
+        (format!("{bucket}/00/bad*id"), Vec::new()),
+    ];
+    let wrong_shard = id("wrong-shard");
+    let other_shard = if wrong_shard.shard().name() == "00" {
+        "01"
+    } else {
+        "00"
+    };
+    nodes.push((format!("{bucket}/{other_shard}/wrong-shard"), Vec::new()));
+    nodes.push((paths.submission(&wrong_shard), header("close").into_bytes()));
+    let corrupt = id("corrupt");
+    nodes.push((paths.pending(due, &corrupt), Vec::new()));
+    nodes.push((paths.submission(&corrupt), b"not a submission".to_vec()));
+    let good = id("good");
+    nodes.push((paths.pending(due, &good), Vec::new()));
+    nodes.push((
+        paths.submission(&good),
+        format!("{}fine", header("close")).into_bytes(),
+    ));
+    for (path, data) in &nodes {
+        let parent = &path[..path.rfind('/').expect("a parent")];
+        raw.mkdir(parent, &open)
+            .await
+            .or_else(|err| match err {
+                zookeeper_client::Error::NodeExists => Ok(()),
+                err => Err(err),
+            })
+            .expect("parent");
+        raw.create(path, data, &open)
+            .await
+            .expect("garbage or good");
+    }
+
+    let text = schedule_text(&connect, "d", SESSION, DELAY, &on_demand_job(&out));
+    let node = DaemonNode::start(dir.path(), "g1", &text);
+    let ran = wait_for(
+        "the good submission runs",
+        Duration::from_millis(6_000) + SLACK * 2,
+        || {
+            let ran = Ran::read(&out, "good");
+            async move { ran }
+        },
+    )
+    .await;
+    assert_eq!(ran.payload, "fine");
+    let log = node.log();
+    for (what, path) in [
+        (
+            "not a day bucket; skipped",
+            format!("{}/notaday", paths.due),
+        ),
+        (
+            "not a due bucket; skipped",
+            format!(
+                "{}/x",
+                paths.due_day(zkcron::delayed::DueBucket::of(due).day)
+            ),
+        ),
+        ("not a shard; skipped", format!("{bucket}/zz")),
+        (
+            "not a submission id; skipped",
+            format!("{bucket}/00/bad*id"),
+        ),
+        (
+            "submission in the wrong shard; skipped",
+            format!("{bucket}/{other_shard}/wrong-shard"),
+        ),
+        (
+            "pending submission unreadable; skipped",
+            paths.submission(&corrupt),
+        ),
+    ] {
+        assert!(
+            log.lines()
+                .any(|line| line.contains(what) && line.contains(&path)),
+            "{what} {path}\n{log}"
+        );
+    }
+    assert!(
+        node.log().contains("owns the lock") && !log.contains("panicked"),
+        "{log}"
+    );
+    assert!(!out.join("corrupt").exists() && !out.join("wrong-shard").exists());
+}

@@ -7,10 +7,13 @@
 //! Due times run evenly from now + START_IN_MS over SPREAD_MS; ids are PREFIX (default `b`)
 //! followed by the number. BATCH 1 (the default) submits one by one, INFLIGHT requests out at
 //! once; BATCH > 1 uses `submit_many` with that many per call, INFLIGHT calls out at once.
-//! Prints `submitted N in S s: R/s`.
+//! A call that fails (a server that did not answer in time, say) is sent again with the same
+//! ids, which makes it idempotent, up to 5 times. Prints `submitted N in S s: R/s` and, when
+//! there were any, how many calls were sent again.
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use chrono::{DateTime, Utc};
@@ -39,6 +42,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let job = JobName::new(job.as_str());
     let base = Utc::now().timestamp_millis() + start_in;
     let slots = Arc::new(Semaphore::new(inflight));
+    let retries = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let mut tasks = JoinSet::new();
     let request = |i: u64| -> Result<SubmitRequest, Box<dyn std::error::Error>> {
@@ -58,14 +62,30 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .map(&request)
             .collect::<Result<Vec<_>, _>>()?;
         i += requests.len() as u64;
-        let delayed = Arc::clone(&delayed);
+        let (delayed, retries) = (Arc::clone(&delayed), Arc::clone(&retries));
         tasks.spawn(async move {
-            let results = delayed.submit_many(requests).await;
+            let mut requests = requests;
+            let mut attempt = 1;
+            loop {
+                let results = delayed.submit_many(requests.clone()).await;
+                let failed: Vec<(SubmitRequest, _)> = requests
+                    .into_iter()
+                    .zip(results)
+                    .filter_map(|(request, result)| result.err().map(|err| (request, err)))
+                    .collect();
+                let Some((_, last)) = failed.last() else {
+                    break;
+                };
+                if attempt == 5 {
+                    return Err(last.to_string());
+                }
+                eprintln!("retrying {} submissions: {last}", failed.len());
+                retries.fetch_add(1, Ordering::Relaxed);
+                requests = failed.into_iter().map(|(request, _)| request).collect();
+                attempt += 1;
+            }
             drop(permit);
-            results
-                .into_iter()
-                .map(|r| r.map(|_| ()))
-                .collect::<Result<Vec<()>, _>>()
+            Ok::<(), String>(())
         });
         while let Some(done) = tasks.try_join_next() {
             done??;
@@ -79,5 +99,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "submitted {count} in {seconds:.2} s: {:.0}/s",
         count as f64 / seconds
     );
+    let retried = retries.load(Ordering::Relaxed);
+    if retried > 0 {
+        println!("calls sent again after a failure: {retried}");
+    }
     Ok(())
 }

@@ -34,6 +34,9 @@ use crate::runner;
 
 /// Sleep at most this long at once, so a wall-clock step (NTP, suspend) is noticed in time.
 const MAX_SLEEP: Duration = Duration::from_secs(30);
+/// A run recorded `running` before its start (a submission's) tries the write this many times,
+/// each bounded by [`REQUEST_LIMIT`], before it is reported as not started.
+const START_WRITE_ATTEMPTS: usize = 3;
 /// Reads of many nodes go out this many at a time (see `open_submissions`).
 const READ_WINDOW: usize = 256;
 /// A request whose answer has not come by then is answered as failed, so that no claim, listing
@@ -263,13 +266,28 @@ impl Io {
                 let (group, answers) = (self.group.clone(), self.answers.clone());
                 self.tasks.spawn(async move {
                     let mut claim = claim;
-                    let written = match &group {
-                        Some(group) => {
-                            let path = claim.path.clone();
-                            bounded(&path, group.update(&mut claim)).await
+                    let mut written = None;
+                    if let Some(group) = &group {
+                        let path = claim.path.clone();
+                        // An ensemble that stalls past REQUEST_LIMIT must not turn a submission
+                        // into a failed run: the write is sent again (a lost reply of ours is
+                        // recognised by `update`), unless the run was cancelled meanwhile or
+                        // someone else changed the record.
+                        for _ in 0..START_WRITE_ATTEMPTS {
+                            written = bounded(&path, group.update(&mut claim)).await;
+                            let settled = matches!(
+                                written,
+                                Some(Ok(()) | Err(ledger::UpdateError::Conflict { .. }))
+                            );
+                            if settled || cancel.is_cancelled() {
+                                break;
+                            }
+                            tracing::warn!(
+                                path,
+                                "run record not marked running yet; sending it again"
+                            );
                         }
-                        None => None,
-                    };
+                    }
                     let report = match written {
                         Some(Ok(())) => runner::run(&spec, &context, cancel).await,
                         Some(Err(err)) => not_started(&claim, &error_chain(&err)),

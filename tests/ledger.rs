@@ -47,6 +47,13 @@ async fn setup(test: &str) -> (Client, Client, LedgerPaths, String) {
     (a, b, LedgerPaths::new(&lock), connect)
 }
 
+/// `path`'s record as another session sees it once that session's server has caught up with
+/// the leader: without the `sync` it may serve a read from before the write it is checking.
+async fn read_fresh(client: &Client, path: &str) -> Option<RunRecord> {
+    client.sync(path).await.expect("sync");
+    ledger::read_record(client, path).await
+}
+
 /// An acquisition as the lock driver makes it: the epoch's version goes up by one.
 async fn acquire(client: &Client, paths: &LedgerPaths) -> i32 {
     client
@@ -119,7 +126,7 @@ async fn two_believed_owners_claim_each_tick_at_most_once() {
     )
     .await;
     assert!(owner.is_ok(), "the real owner claims the tick: {owner:?}");
-    let stored = ledger::read_record(&b, &paths.record(&job, 2000))
+    let stored = read_fresh(&b, &paths.record(&job, 2000))
         .await
         .expect("record");
     assert_eq!(stored.node_id, NodeId::new("b"), "the tick is b's");
@@ -161,9 +168,7 @@ async fn an_expired_session_claims_nothing() {
     );
     let job = JobName::new("report");
     assert!(
-        ledger::read_record(&b, &paths.record(&job, 1000))
-            .await
-            .is_none(),
+        read_fresh(&b, &paths.record(&job, 1000)).await.is_none(),
         "nothing was written"
     );
 }
@@ -195,7 +200,7 @@ async fn records_update_by_compare_and_set_only() {
         matches!(&conflict, Err(UpdateError::Conflict { path }) if *path == claim.path),
         "a stale view of the record is refused as a conflict on that record: {conflict:?}"
     );
-    let stored = ledger::read_record(&b, &claim.path).await.expect("record");
+    let stored = read_fresh(&b, &claim.path).await.expect("record");
     assert_eq!(stored.status, RunStatus::Running);
 }
 
@@ -273,9 +278,7 @@ async fn a_guarded_claim_refuses_while_a_run_is_alive_until_it_finishes() {
         "a guarded claim while the job's run is alive is refused as run-alive: {blocked:?}"
     );
     assert!(
-        ledger::read_record(&b, &paths.record(&job, 2000))
-            .await
-            .is_none(),
+        read_fresh(&b, &paths.record(&job, 2000)).await.is_none(),
         "all or nothing: no record"
     );
 
@@ -283,7 +286,7 @@ async fn a_guarded_claim_refuses_while_a_run_is_alive_until_it_finishes() {
     ledger::finish(&a, &mut first)
         .await
         .expect("finish releases the guard with the record");
-    let stored = ledger::read_record(&b, &first.path).await.expect("record");
+    let stored = read_fresh(&b, &first.path).await.expect("record");
     assert_eq!(stored.status, RunStatus::Succeeded);
     let next = ledger::claim(
         &a,
@@ -322,7 +325,7 @@ async fn our_own_write_with_a_lost_reply_is_reconciled() {
     ledger::update(&a, &mut claim)
         .await
         .expect("reconciled: the stored record is what we sent");
-    let stored = ledger::read_record(&b, &claim.path).await.expect("record");
+    let stored = read_fresh(&b, &claim.path).await.expect("record");
     assert_eq!(stored.status, RunStatus::Succeeded);
     assert_eq!(claim.version, 2);
 }

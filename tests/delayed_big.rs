@@ -1,9 +1,8 @@
 //! A due bucket larger than one `getChildren` reply could carry (issue "Delayed one-off jobs"):
 //! 16 000 submissions due in the same second, every one fired once. Ignored until the stall it
-//! shows is fixed (see the attribute); `cargo test --test delayed_big -- --ignored` runs it. In
-//! a file of its own: its
-//! 16 000 job starts load both cores for a minute or more, which would skew the timing of any
-//! test running beside it (test files run one after another).
+//! shows is fixed (see the attribute); `cargo test --test delayed_big -- --ignored` runs it.
+//! In a file of its own: its 16 000 job starts load both cores for a minute or more, which would
+//! skew the timing of any test running beside it (test files run one after another).
 
 mod support;
 

@@ -322,14 +322,10 @@ enum WriteKind {
 
 impl WriteUnit {
     fn deletes(&self) -> impl Iterator<Item = &String> {
-        let finish = self.kind == WriteKind::Finish;
-        let guard = self
-            .claim
-            .guard
-            .iter()
-            .filter(move |_| finish && self.same_session);
-        let open = self.claim.open.iter().filter(move |_| finish);
-        guard.chain(open)
+        (self.kind == WriteKind::Finish)
+            .then(|| self.claim.final_deletes(self.same_session))
+            .into_iter()
+            .flatten()
     }
 }
 

@@ -60,6 +60,17 @@ pub struct Claim {
     pub sent: RunRecord,
 }
 
+impl Claim {
+    /// What the run's final record deletes with it: the guard, only by the session that made
+    /// the claim (no other session's guard is ever deleted), and a submission's open marker.
+    pub(crate) fn final_deletes(&self, same_session: bool) -> impl Iterator<Item = &String> {
+        self.guard
+            .iter()
+            .filter(move |_| same_session)
+            .chain(&self.open)
+    }
+}
+
 /// A failed update of a claimed record.
 #[derive(Debug, thiserror::Error)]
 pub enum UpdateError {
@@ -410,7 +421,7 @@ pub async fn update(client: &Client, claim: &mut Claim) -> Result<(), UpdateErro
 pub async fn finish(client: &Client, claim: &mut Claim) -> Result<(), UpdateError> {
     let same_session = SessionId(client.session_id().0) == claim.session;
     let guard = claim.guard.clone().filter(|_| same_session);
-    let extras: Vec<String> = guard.iter().chain(&claim.open).cloned().collect();
+    let extras: Vec<String> = claim.final_deletes(same_session).cloned().collect();
     if !extras.is_empty() {
         let mut multi = client.new_multi_writer();
         let built = multi

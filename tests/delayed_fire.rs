@@ -318,11 +318,14 @@ async fn a_thousand_submissions_survive_a_kill_9_of_the_owner_each_run_at_most_o
         Duration::from_millis(u64::try_from(last_due - now_ms()).unwrap_or(0)) + takeover + backlog;
     let survivor = &nodes[(owner + 1) % 3];
     let runs = try_wait_for("every submission ran or is recorded", bound, || {
-        let runs = std::fs::read_to_string(&log).unwrap_or_default();
+        // History first, the log after it: a run recorded `succeeded` wrote its line before it
+        // exited, so the log read second has it (read the other way round, a run that ended
+        // between the two reads counted as done without its line, and looked lost).
         let history = zkcron_ok(
             &["history", "close", "--json", "--limit", "5000"],
             &survivor.config,
         );
+        let runs = std::fs::read_to_string(&log).unwrap_or_default();
         let recorded = history
             .lines()
             .filter(|l| {

@@ -137,6 +137,9 @@ pub struct JobConfig {
     pub enabled: bool,
     /// How many run records of this job are kept in ZooKeeper.
     pub history: usize,
+    /// How many of its runs may be claimed or running on the owner at once before further due
+    /// submissions wait their turn (ticks are never held back by it).
+    pub max_running: usize,
     pub concurrency: Concurrency,
     pub misfire: Misfire,
     /// How far back catch-up looks for missed ticks.
@@ -162,6 +165,13 @@ const DEFAULT_TAKEOVER_DELAY: Duration = Duration::from_secs(10);
 const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(10);
 const DEFAULT_ROOT: &str = "/zkcron";
 const DEFAULT_HISTORY: usize = 100;
+/// At most this many records per job: with [`MAX_RUNNING_LIMIT`] open runs beside them, one
+/// listing of a job's records stays far below ZooKeeper's default `jute.maxbuffer` (DESIGN.md
+/// "Delayed one-off jobs": the arithmetic).
+pub const HISTORY_LIMIT: usize = 5_000;
+const DEFAULT_MAX_RUNNING: usize = 256;
+/// The most runs of one job a node holds open at once (`max_running`).
+pub const MAX_RUNNING_LIMIT: usize = 1_000;
 const DEFAULT_CLAIM_AHEAD: Duration = Duration::from_millis(250);
 const DEFAULT_STARTING_DEADLINE: Duration = Duration::from_secs(300);
 const DEFAULT_RETRY_BACKOFF: Duration = Duration::from_secs(30);
@@ -359,6 +369,7 @@ struct RawJob {
     on_lost: Option<OnLost>,
     enabled: Option<bool>,
     history: Option<Spanned<i64>>,
+    max_running: Option<Spanned<i64>>,
     concurrency: Option<Concurrency>,
     misfire: Option<Misfire>,
     starting_deadline: Option<Spanned<String>>,
@@ -729,17 +740,33 @@ impl Validator<'_> {
         };
         let history = match raw.history {
             Some(history) => match usize::try_from(*history.get_ref()) {
-                Ok(n) if n >= 1 => n,
+                Ok(n) if (1..=HISTORY_LIMIT).contains(&n) => n,
                 _ => {
                     self.problem(
                         history.span(),
                         context("history"),
-                        "expected a number of runs to keep, at least 1",
+                        format!("expected a number of runs to keep, from 1 to {HISTORY_LIMIT}"),
                     );
                     DEFAULT_HISTORY
                 }
             },
             None => DEFAULT_HISTORY,
+        };
+        let max_running = match raw.max_running {
+            Some(max) => match usize::try_from(*max.get_ref()) {
+                Ok(n) if (1..=MAX_RUNNING_LIMIT).contains(&n) => n,
+                _ => {
+                    self.problem(
+                        max.span(),
+                        context("max_running"),
+                        format!(
+                            "expected how many runs may be open at once, from 1 to {MAX_RUNNING_LIMIT}"
+                        ),
+                    );
+                    DEFAULT_MAX_RUNNING
+                }
+            },
+            None => DEFAULT_MAX_RUNNING,
         };
         Some(JobConfig {
             spec,
@@ -748,6 +775,7 @@ impl Validator<'_> {
             on_lost: raw.on_lost.unwrap_or(OnLost::Cancel),
             enabled: raw.enabled.unwrap_or(true),
             history,
+            max_running,
             // Submissions of an on-demand job are independent requests: one must not skip
             // another that happens to be running (DESIGN.md "Delayed one-off jobs").
             concurrency: raw.concurrency.unwrap_or(if raw.schedule.is_none() {

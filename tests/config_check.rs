@@ -55,6 +55,8 @@ fn bad_configs_are_refused_with_line_and_key() {
         ("creator acl without auth", HEAD.replace("/apps\"", "/apps\"\nacl = \"creator\""), 3, "zookeeper.acl: \"creator\" needs credentials"),
         ("bad lock root", format!("{HEAD}root = \"zkcron\"\n"), 6, "lock.root: expected an absolute znode path"),
         ("wrong type", format!("{HEAD}node_id = 5\n"), 6, "invalid type: integer `5`, expected a string"),
+        ("history beyond one listing", job("schedule = \"@daily\"\nshell = \"true\"\nhistory = 5001"), 11, "job \"report\": history: expected a number of runs to keep, from 1 to 5000"),
+        ("max_running of zero", job("shell = \"true\"\nmax_running = 0"), 10, "job \"report\": max_running: expected how many runs may be open at once, from 1 to 1000"),
     ];
     assert!(cases.len() >= 15);
     for (what, text, line, words) in cases {

@@ -38,6 +38,7 @@ fn defaults_are_the_documented_ones() {
     assert_eq!((job.on_lost, job.enabled), (OnLost::Cancel, true));
     assert_eq!(job.timezone, chrono_tz::UTC);
     assert!(job.schedule.is_some());
+    assert_eq!((job.history, job.max_running), (100, 256));
     assert_eq!(job.spec.program, Program::Shell("true".into()));
 }
 

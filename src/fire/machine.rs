@@ -373,6 +373,12 @@ impl FireMachine {
     /// Feeds one fact; returns the commands it implies, in order.
     pub fn handle(&mut self, input: Input, now: DateTime<Utc>) -> Vec<Action> {
         let mut out = Vec::new();
+        // A claim settled or a run's record written may free room under a job's `max_running`
+        // for submissions that are due and waiting: no deadline wakes those.
+        let may_free_room = matches!(
+            input,
+            Input::ClaimDone { .. } | Input::RecordWritten { .. } | Input::Withdrawn { .. }
+        );
         match input {
             Input::Tick => self.tick(now, &mut out),
             Input::LockChanged(status) => self.lock_changed(status, now, &mut out),
@@ -414,6 +420,9 @@ impl FireMachine {
                 self.maybe_stopped(&mut out);
             }
         }
+        if may_free_room {
+            self.claim_due_submissions(now, &mut out);
+        }
         out
     }
 
@@ -422,7 +431,12 @@ impl FireMachine {
         let queue = match &self.stopping {
             None => {
                 let tick = self.queue.next_tick().map(|tick| tick - self.claim_ahead);
-                let delayed = self.delayed.next_deadline(self.claim_ahead);
+                let open = self.open_runs();
+                let delayed = self.delayed.next_deadline(self.claim_ahead, |job| {
+                    self.jobs.get(job).is_some_and(|state| {
+                        open.get(job).copied().unwrap_or(0) < state.config.max_running
+                    })
+                });
                 tick.into_iter().chain(delayed).min()
             }
             Some(stopping) => (!stopping.handed_over).then_some(stopping.hand_over_by),
@@ -462,6 +476,21 @@ impl FireMachine {
     /// Runs alive on this node (started, final record not yet written).
     pub fn running(&self) -> usize {
         self.runs.len()
+    }
+
+    /// Per job, its runs open on this node: claims out or held, runs alive, retries waiting.
+    /// What `max_running` bounds; a record-only claim starts nothing and does not count.
+    fn open_runs(&self) -> HashMap<JobName, usize> {
+        let mut open = HashMap::new();
+        let claims = self
+            .claims
+            .values()
+            .filter(|pending| !matches!(pending.state, PendingState::RecordOnly))
+            .map(|pending| &pending.spec.name);
+        for job in claims.chain(self.runs.open_jobs()) {
+            *open.entry(job.clone()).or_insert(0) += 1;
+        }
+        open
     }
 
     fn tick(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {

@@ -6,7 +6,7 @@
 //! read, and what a submission found too late becomes (a `missed` record).
 //! Must not: do I/O (bucket reads come in as [`Input::DelayedScanned`]) or read a clock.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,7 +32,6 @@ const REMOVE_BATCH: usize = 10;
 /// A pending submission the machine will claim at its time.
 #[derive(Debug, Clone)]
 struct Due {
-    job: JobName,
     payload: Arc<Vec<u8>>,
     /// Submitted, and overdue, before this node started being able to fire: started with
     /// `ZKCRON_RESUMED=1`.
@@ -42,7 +41,8 @@ struct Due {
 /// The near horizon of pending submissions.
 #[derive(Debug, Default)]
 pub(super) struct DelayedQueue {
-    due: BTreeMap<(i64, SubmissionId), Due>,
+    /// By job, each in due order: a job at its `max_running` holds back only its own.
+    due: HashMap<JobName, BTreeMap<(i64, SubmissionId), Due>>,
     /// Ids queued or recorded here: the watch and a scan never add one twice.
     known: HashSet<SubmissionId>,
     /// Ids the watch reported, being read.
@@ -100,15 +100,28 @@ impl DelayedQueue {
         }
     }
 
-    /// When the machine needs a tick for submissions.
-    pub fn next_deadline(&self, claim_ahead: chrono::Duration) -> Option<DateTime<Utc>> {
+    /// When the machine needs a tick for submissions; `has_room(job)`: the job is below its
+    /// `max_running` (a full job is woken by the end of one of its runs, not by a deadline).
+    pub fn next_deadline(
+        &self,
+        claim_ahead: chrono::Duration,
+        has_room: impl Fn(&JobName) -> bool,
+    ) -> Option<DateTime<Utc>> {
         let first_due = self
             .due
-            .keys()
-            .next()
-            .and_then(|(ms, _)| DateTime::from_timestamp_millis(*ms))
-            .map(|due| due - claim_ahead);
+            .iter()
+            .filter(|(job, _)| has_room(job))
+            .filter_map(|(_, queue)| queue.keys().next())
+            .filter_map(|(ms, _)| DateTime::from_timestamp_millis(*ms))
+            .map(|due| due - claim_ahead)
+            .min();
         first_due.into_iter().chain(self.next_scan()).min()
+    }
+
+    /// Submissions held in memory, due now or within the horizon.
+    #[cfg(test)]
+    pub fn held(&self) -> usize {
+        self.due.values().map(BTreeMap::len).sum()
     }
 
     fn next_scan(&self) -> Option<DateTime<Utc>> {
@@ -160,16 +173,57 @@ impl FireMachine {
             });
         }
         self.remove_past_buckets(now, out);
-        let claim_ahead = self.claim_ahead;
-        while let Some(((due_ms, id), due)) = self.delayed.due.pop_first() {
-            let Some(at) = DateTime::from_timestamp_millis(due_ms) else {
-                continue;
-            };
-            if at - claim_ahead > now {
-                self.delayed.due.insert((due_ms, id), due);
+        self.claim_due_submissions(now, out);
+    }
+
+    /// Claims the submissions that are due, oldest first across jobs, each job up to its
+    /// `max_running`.
+    pub(super) fn claim_due_submissions(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
+        if !self.lock.may_fire || self.stopping.is_some() || self.delayed.due.is_empty() {
+            return;
+        }
+        let latest_due = (now + self.claim_ahead).timestamp_millis();
+        let open = self.open_runs();
+        let mut room: HashMap<JobName, usize> = self
+            .delayed
+            .due
+            .keys()
+            .filter_map(|job| {
+                let max = self.jobs.get(job)?.config.max_running;
+                Some((
+                    job.clone(),
+                    max.saturating_sub(open.get(job).copied().unwrap_or(0)),
+                ))
+            })
+            .collect();
+        loop {
+            let oldest = self
+                .delayed
+                .due
+                .iter()
+                .filter(|(job, _)| room.get(*job).is_some_and(|room| *room > 0))
+                .filter_map(|(job, queue)| Some((queue.keys().next()?.0, job)))
+                .filter(|(due_ms, _)| *due_ms <= latest_due)
+                .min();
+            let Some((_, job)) = oldest else {
                 break;
+            };
+            let job = job.clone();
+            let Some(queue) = self.delayed.due.get_mut(&job) else {
+                break;
+            };
+            let Some(((due_ms, id), due)) = queue.pop_first() else {
+                break;
+            };
+            if queue.is_empty() {
+                self.delayed.due.remove(&job);
             }
-            self.claim_submission(id, at, due, now, out);
+            if let Some(at) = DateTime::from_timestamp_millis(due_ms) {
+                self.claim_submission(&job, id, at, due, now, out);
+                if let Some(room) = room.get_mut(&job) {
+                    *room -= 1;
+                }
+            }
         }
     }
 
@@ -316,10 +370,9 @@ impl FireMachine {
             due + late_after < since && submission.submitted_unix_ms < since.timestamp_millis()
         });
         self.delayed.known.insert(id.clone());
-        self.delayed.due.insert(
+        self.delayed.due.entry(submission.job).or_default().insert(
             (submission.due_unix_ms, id),
             Due {
-                job: submission.job,
                 payload: Arc::new(submission.payload),
                 resumed,
             },
@@ -357,6 +410,7 @@ impl FireMachine {
 
     fn claim_submission(
         &mut self,
+        job: &JobName,
         id: SubmissionId,
         at: DateTime<Utc>,
         due: Due,
@@ -377,6 +431,6 @@ impl FireMachine {
                 payload: due.payload,
             }),
         };
-        self.claim_item(&due.job, item, false, now, out);
+        self.claim_item(job, item, false, now, out);
     }
 }

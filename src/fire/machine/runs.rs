@@ -103,6 +103,12 @@ impl Runs {
             .collect()
     }
 
+    /// The job of every run alive and every retry waiting, one entry each.
+    pub fn open_jobs(&self) -> impl Iterator<Item = &JobName> + '_ {
+        let alive = self.alive.values().map(|run| &run.job);
+        alive.chain(self.retries.iter().map(|(_, claim, _)| &claim.record.job))
+    }
+
     pub fn alive_ids(&self) -> Vec<String> {
         self.unended().into_iter().map(|(id, _, _)| id).collect()
     }

@@ -473,3 +473,59 @@ fn old_records_are_pruned_at_most_every_half_second_however_many_runs_end() {
         "at most every 500 ms, and none dropped"
     );
 }
+
+#[test]
+fn a_job_at_its_max_running_holds_its_due_submissions_until_a_run_ends_others_go_on() {
+    // 5 submissions of `close` (max_running = 2) and one of `refund`, all due at 1500.
+    let tables = format!(
+        "{}max_running = 2\n{}",
+        ON_DEMAND,
+        ON_DEMAND.replace("\"close\"", "\"refund\"")
+    );
+    let mut found: Vec<_> = (0..5)
+        .map(|i| (id(&format!("c{i}")), submission("close", 1500, b"")))
+        .collect();
+    found.push((id("r0"), submission("refund", 1500, b"")));
+    let (mut m, _) = owning_with(&tables, 0, found);
+    run_timer(&mut m, 1000);
+    let first = claims(&m.handle(Input::Tick, t(1250)));
+    let ids = |claims: &[TickClaim]| -> Vec<String> {
+        claims
+            .iter()
+            .filter_map(|c| c.record.submission_id.as_ref().map(|id| id.to_string()))
+            .collect()
+    };
+    assert_eq!(
+        ids(&first),
+        ["c0", "c1", "r0"],
+        "two of close, in due order (then id), and refund beside them"
+    );
+    assert_eq!(m.delayed.held(), 3, "the rest wait in memory");
+
+    // The claims come back and start; no more of close while both are open.
+    for claim in &first {
+        assert!(claims(&m.handle(ok(claim), t(1260))).is_empty());
+    }
+    assert_eq!(
+        m.next_deadline(),
+        Some(t(1500)),
+        "no wake-up for the due ones of a full job: only the starts at 1500"
+    );
+    let started = starts(&m.handle(Input::Tick, t(1500)));
+    assert_eq!(started.len(), 3);
+    let c0 = started
+        .iter()
+        .find(|(c, _)| c.record.submission_id == Some(id("c0")))
+        .map(|(c, _)| c.clone())
+        .expect("c0 started");
+    // Its process ended: its final record is being written, still open.
+    let finished = end_run(
+        &mut m,
+        ended(&c0, RunOutcome::Exited { code: 0 }, t(1500)),
+        t(1510),
+    );
+    // Written: room for one more, claimed at once, the oldest waiting.
+    let next = claims(&m.handle(written(&finished), t(1520)));
+    assert_eq!(ids(&next), ["c2"]);
+    assert_eq!(m.delayed.held(), 2);
+}

@@ -340,3 +340,37 @@ async fn many_submissions_go_in_batches_and_a_taken_id_in_a_batch_is_told_apart(
         "in due order"
     );
 }
+
+#[tokio::test]
+async fn submitters_racing_to_open_the_same_new_buckets_all_get_their_submissions_in() {
+    // Both sessions open the same 50 new seconds at once: whichever multi-op makes a parent
+    // first, the other finds it there (in its read or in its multi) and still submits all.
+    let (first, connect) = connect("delayed-race").await;
+    let second = Delayed::connect(&config(&connect))
+        .await
+        .expect("second submitter");
+    let due = in_an_hour();
+    let batch = |prefix: &str| -> Vec<SubmitRequest> {
+        (0..200)
+            .map(|n| {
+                let at = due + chrono::Duration::milliseconds((n % 50) * 1000);
+                request("close-order", at, Some(&format!("{prefix}-{n}")), b"p")
+            })
+            .collect()
+    };
+    let (a, b) = tokio::join!(
+        first.submit_many(batch("a")),
+        second.submit_many(batch("b"))
+    );
+    for result in a.iter().chain(&b) {
+        assert!(
+            matches!(result, Ok(receipt) if receipt.outcome == Submitted::Created),
+            "{result:?}"
+        );
+    }
+    // And a third batch into the same seconds, from the first session (its parents known now).
+    let c = first.submit_many(batch("c")).await;
+    assert!(c.iter().all(Result::is_ok), "{c:?}");
+    let pending = first.list(None, 1000).await.expect("listed");
+    assert_eq!(pending.len(), 600);
+}

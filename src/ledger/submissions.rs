@@ -162,10 +162,14 @@ impl KnownParents {
     }
 }
 
-/// Submits many in one multi-op per [`BATCH_BYTES`] — one transaction for all of them — after
-/// making their missing parents, requests out at once. When any id of a batch is taken (an
-/// idempotent resubmit, or a conflict) or a parent vanished meanwhile, that batch goes one by
-/// one through [`submit`], which tells the cases apart. Results are in the batch's order.
+/// Submits many in one multi-op per [`BATCH_BYTES`] — one transaction for all of them, with the
+/// parents they need (`ids/<shard>`, `due/<day>/<second>/<shard>`) that do not exist yet made in
+/// the same transaction. Whether a parent exists is read first (reads do not go through the
+/// ensemble's log; a create per parent did, and cost more than the submissions). When a parent
+/// appeared meanwhile, the parents are made on their own and the batch sent again; when any id
+/// of a batch is taken (an idempotent resubmit, or a conflict) or a parent vanished, that batch
+/// goes one by one through [`submit`], which tells the cases apart. Results are in the batch's
+/// order.
 pub async fn submit_batch(
     client: &Client,
     paths: &DelayedPaths,
@@ -173,36 +177,6 @@ pub async fn submit_batch(
     known: &KnownParents,
     acls: Acls<'static>,
 ) -> Vec<Result<Submitted, SubmissionError>> {
-    let options = CreateMode::Persistent.with_acls(acls);
-    let mut wanted = Vec::new();
-    for (id, submission) in batch {
-        let bucket = DueBucket::of(submission.due_unix_ms);
-        wanted.extend([
-            paths.ids.clone(),
-            paths.id_shard(id.shard()),
-            paths.due.clone(),
-            paths.due_day(bucket.day),
-            paths.due_bucket(bucket),
-            paths.due_shard(bucket, id.shard()),
-        ]);
-    }
-    let mut seen = std::collections::HashSet::new();
-    wanted.retain(|path| seen.insert(path.clone()));
-    let missing = known.missing(wanted);
-    // Parents before children: one session answers in order, so all can be out at once.
-    let creates: Vec<_> = missing
-        .iter()
-        .map(|path| client.create(path, &[], &options))
-        .collect();
-    let mut made = Vec::new();
-    for (path, create) in missing.iter().zip(creates) {
-        match create.await {
-            Ok(_) | Err(ZkErr::NodeExists) => made.push(path.clone()),
-            Err(err) => tracing::debug!(path, error = %err, "parent not made; the submit makes it"),
-        }
-    }
-    known.add(made);
-
     let mut results = Vec::with_capacity(batch.len());
     let mut start = 0;
     while start < batch.len() {
@@ -215,19 +189,53 @@ pub async fn submit_batch(
             end += 1;
         }
         let chunk = &batch[start..end];
+        results.extend(submit_chunk(client, paths, chunk, known, acls).await);
+        start = end;
+    }
+    results
+}
+
+/// One multi-op's worth of [`submit_batch`].
+async fn submit_chunk(
+    client: &Client,
+    paths: &DelayedPaths,
+    chunk: &[(SubmissionId, Submission)],
+    known: &KnownParents,
+    acls: Acls<'static>,
+) -> Vec<Result<Submitted, SubmissionError>> {
+    let options = CreateMode::Persistent.with_acls(acls);
+    let parents = known.missing(parents_of(paths, chunk));
+    let mut in_multi = absent(client, &parents).await;
+    for _ in 0..2 {
         let mut multi = client.new_multi_writer();
-        let built = chunk.iter().try_for_each(|(id, submission)| {
-            multi.add_create(&paths.submission(id), &submission.to_bytes(), &options)?;
-            multi.add_create(&paths.pending(submission.due_unix_ms, id), &[], &options)
-        });
+        let built = in_multi
+            .iter()
+            .try_for_each(|parent| multi.add_create(parent, &[], &options))
+            .and_then(|()| {
+                chunk.iter().try_for_each(|(id, submission)| {
+                    multi.add_create(&paths.submission(id), &submission.to_bytes(), &options)?;
+                    multi.add_create(&paths.pending(submission.due_unix_ms, id), &[], &options)
+                })
+            });
         let committed = match built {
             Ok(()) => multi.commit().await,
             Err(source) => Err(MultiWriteError::RequestFailed { source }),
         };
         match committed {
-            Ok(_) => results.extend(chunk.iter().map(|_| Ok(Submitted::Created))),
+            Ok(_) => {
+                known.add(parents);
+                return chunk.iter().map(|_| Ok(Submitted::Created)).collect();
+            }
+            Err(MultiWriteError::OperationFailed {
+                index,
+                source: ZkErr::NodeExists,
+            }) if index < in_multi.len() => {
+                // Another submitter made a parent since we looked: make them on their own.
+                make_parents(client, &in_multi, &options, known).await;
+                in_multi.clear();
+            }
             Err(MultiWriteError::RequestFailed { source }) if chunk.len() == 1 => {
-                results.push(Err(zk(&paths.submission(&chunk[0].0), source)));
+                return vec![Err(zk(&paths.submission(&chunk[0].0), source))];
             }
             Err(err) => {
                 if matches!(
@@ -239,14 +247,70 @@ pub async fn submit_batch(
                 ) {
                     known.forget();
                 }
-                for (id, submission) in chunk {
-                    results.push(submit(client, paths, id, submission, acls).await);
-                }
+                break;
             }
         }
-        start = end;
+    }
+    let mut results = Vec::with_capacity(chunk.len());
+    for (id, submission) in chunk {
+        results.push(submit(client, paths, id, submission, acls).await);
     }
     results
+}
+
+/// The parents `chunk` needs, each once, every ancestor before its children.
+fn parents_of(paths: &DelayedPaths, chunk: &[(SubmissionId, Submission)]) -> Vec<String> {
+    let mut wanted = Vec::new();
+    for (id, submission) in chunk {
+        let bucket = DueBucket::of(submission.due_unix_ms);
+        wanted.extend([
+            paths.ids.clone(),
+            paths.id_shard(id.shard()),
+            paths.due.clone(),
+            paths.due_day(bucket.day),
+            paths.due_bucket(bucket),
+            paths.due_shard(bucket, id.shard()),
+        ]);
+    }
+    let mut seen = std::collections::HashSet::new();
+    wanted.retain(|path| seen.insert(path.clone()));
+    wanted
+}
+
+/// Those of `parents` that do not exist, in their order; all reads out at once. A parent whose
+/// read failed counts as existing: if it does not, the multi finds it missing and the batch
+/// goes one by one, which makes it.
+async fn absent(client: &Client, parents: &[String]) -> Vec<String> {
+    let reads: Vec<_> = parents.iter().map(|path| client.check_stat(path)).collect();
+    let mut missing = Vec::new();
+    for (path, read) in parents.iter().zip(reads) {
+        if let Ok(None) = read.await {
+            missing.push(path.clone());
+        }
+    }
+    missing
+}
+
+/// Creates `parents` (ancestors first), requests out at once; remembers those that exist now.
+async fn make_parents(
+    client: &Client,
+    parents: &[String],
+    options: &zookeeper_client::CreateOptions<'_>,
+    known: &KnownParents,
+) {
+    // Parents before children: one session answers in order, so all can be out at once.
+    let creates: Vec<_> = parents
+        .iter()
+        .map(|path| client.create(path, &[], options))
+        .collect();
+    let mut made = Vec::new();
+    for (path, create) in parents.iter().zip(creates) {
+        match create.await {
+            Ok(_) | Err(ZkErr::NodeExists) => made.push(path.clone()),
+            Err(err) => tracing::debug!(path, error = %err, "parent not made; the submit makes it"),
+        }
+    }
+    known.add(made);
 }
 
 /// Reads submission `id` and its node's version; `None` when there is no such submission.

@@ -7,8 +7,9 @@
 # `zkcron run` node (release build) with one on-demand job
 #     /bin/bash -c 'echo $ZKCRON_SCHEDULED_UNIX_MS $EPOCHREALTIME >> fires'
 # and the load tool `examples/delayed_load.rs` (one client, many requests out at once):
-#   1. submit rate: --submit N submissions due a day ahead, one by one and then 100 per
-#      `submit_many` call (they stay pending; see 3).
+#   1. submit rate: --submit N submissions due a day ahead over an hour, one by one, then 100 per
+#      `submit_many` call (8 and 16 calls out at once), then due over one minute (dense: most
+#      parents exist); they stay pending (see 3).
 #   2. lateness: --rate R submissions per second coming due for --seconds S, submitted first;
 #      lateness = job start ($EPOCHREALTIME) - due instant, every fire; missed and duplicate
 #      fires counted (both must be 0).
@@ -107,6 +108,10 @@ echo "one by one, 256 out at once:"
 "$load" "$work/zkcron.toml" due "$submit" 86400000 3600000 256 far-
 echo "submit_many, 100 per call, 8 calls out at once:"
 "$load" "$work/zkcron.toml" due "$submit" 86400000 3600000 8 batch- 100
+echo "submit_many, 100 per call, 16 calls out at once:"
+"$load" "$work/zkcron.toml" due "$submit" 86400000 3600000 16 wide- 100
+echo "submit_many, 100 per call, 8 calls out at once, due over one minute (dense: few new parents):"
+"$load" "$work/zkcron.toml" due "$submit" 86400000 60000 8 dense- 100
 
 echo
 echo "== 2. lateness: $rate submissions due per second for $seconds s"

@@ -150,6 +150,12 @@ pub struct Delayed {
     acls: Acls<'static>,
     jobs: HashMap<JobName, Arc<JobConfig>>,
     known: submissions::KnownParents,
+    /// A second session, made at the first `submit_many`, for the reads that find which
+    /// parents a batch must make: on `client` they would wait behind its writes. `None` when it
+    /// could not be made; `client` reads then.
+    reader: tokio::sync::OnceCell<Option<Client>>,
+    settings: crate::zk::ZkSettings,
+    connect_timeout: std::time::Duration,
 }
 
 impl Delayed {
@@ -181,7 +187,29 @@ impl Delayed {
                 .map(|job| (job.spec.name.clone(), Arc::new(job.clone())))
                 .collect(),
             known: submissions::KnownParents::default(),
+            reader: tokio::sync::OnceCell::new(),
+            settings,
+            connect_timeout: timeout,
         })
+    }
+
+    /// The session for [`submissions::submit_batch`]'s reads.
+    async fn reader(&self) -> &Client {
+        let reader = self
+            .reader
+            .get_or_init(|| async {
+                let connect = crate::zk::connect(&self.settings);
+                match tokio::time::timeout(self.connect_timeout, connect).await {
+                    Ok(Ok(reader)) => Some(reader),
+                    Ok(Err(err)) => {
+                        tracing::debug!(error = %err, "no second session; batches read on the first");
+                        None
+                    }
+                    Err(_) => None,
+                }
+            })
+            .await;
+        reader.as_ref().unwrap_or(&self.client)
     }
 
     /// Submits a declared job for later; see [`check_request`] for what is refused.
@@ -218,9 +246,16 @@ impl Delayed {
                 Err(refused) => results.push(Some(Err(refused))),
             }
         }
-        let written =
-            submissions::submit_batch(&self.client, &self.delayed, &batch, &self.known, self.acls)
-                .await;
+        let reader = self.reader().await;
+        let written = submissions::submit_batch(
+            &self.client,
+            reader,
+            &self.delayed,
+            &batch,
+            &self.known,
+            self.acls,
+        )
+        .await;
         for ((slot, (id, _)), outcome) in slots.into_iter().zip(batch).zip(written) {
             results[slot] = Some(
                 outcome

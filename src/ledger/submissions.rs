@@ -135,43 +135,68 @@ pub async fn submit(
 /// multi-op request.
 const BATCH_BYTES: usize = 512 * 1024;
 
-/// Parents (`ids/<shard>`, `due/<day>/<second>/<shard>` and their ancestors) known to exist, so a
-/// submitter makes each once; one per session is enough.
+/// Parents (`ids/<shard>`, `due/<day>/<second>/<shard>` and their ancestors) known to exist, or
+/// being made by a multi-op already sent on this session, so a submitter makes each once; one
+/// per session is enough.
 #[derive(Debug, Default)]
-pub struct KnownParents(std::sync::Mutex<std::collections::HashSet<String>>);
+pub struct KnownParents(std::sync::Mutex<Parents>);
+
+#[derive(Debug, Default)]
+struct Parents {
+    known: std::collections::HashSet<String>,
+}
 
 impl KnownParents {
-    fn missing(&self, wanted: Vec<String>) -> Vec<String> {
-        let Ok(known) = self.0.lock() else {
+    /// Those of `wanted` not known, now counted as known: the caller makes them in the multi-op
+    /// it sends next, before any later request of the session (one session is answered in
+    /// order), and forgets them if it fails.
+    fn take_missing(&self, wanted: Vec<String>) -> Vec<String> {
+        let Ok(mut parents) = self.0.lock() else {
             return wanted;
         };
-        wanted.into_iter().filter(|p| !known.contains(p)).collect()
+        wanted
+            .into_iter()
+            .filter(|p| parents.known.insert(p.clone()))
+            .collect()
     }
 
     fn add(&self, made: impl IntoIterator<Item = String>) {
-        if let Ok(mut known) = self.0.lock() {
-            known.extend(made);
+        if let Ok(mut parents) = self.0.lock() {
+            parents.known.extend(made);
         }
     }
 
-    /// A multi found a parent missing (the owner removes empty past buckets): forget them all.
+    /// Those of `wanted` not known (yet to be read).
+    fn unknown(&self, wanted: Vec<String>) -> Vec<String> {
+        let Ok(parents) = self.0.lock() else {
+            return wanted;
+        };
+        wanted
+            .into_iter()
+            .filter(|p| !parents.known.contains(p))
+            .collect()
+    }
+
+    /// A multi found a parent missing or made none it was to make: forget them all.
     fn forget(&self) {
-        if let Ok(mut known) = self.0.lock() {
-            known.clear();
+        if let Ok(mut parents) = self.0.lock() {
+            *parents = Parents::default();
         }
     }
 }
 
 /// Submits many in one multi-op per [`BATCH_BYTES`] — one transaction for all of them, with the
-/// parents they need (`ids/<shard>`, `due/<day>/<second>/<shard>`) that do not exist yet made in
-/// the same transaction. Whether a parent exists is read first (reads do not go through the
-/// ensemble's log; a create per parent did, and cost more than the submissions). When a parent
-/// appeared meanwhile, the parents are made on their own and the batch sent again; when any id
-/// of a batch is taken (an idempotent resubmit, or a conflict) or a parent vanished, that batch
-/// goes one by one through [`submit`], which tells the cases apart. Results are in the batch's
-/// order.
+/// parents they need (`ids/<shard>`, `due/<day>/<second>/<shard>`, …) that do not exist yet made
+/// in the same transaction. Whether a parent this session does not know exists is read on
+/// `reader`, a session of its own: on the writing session a read would wait behind its writes
+/// (ZooKeeper answers a session in order), and a create per parent cost a transaction each, more
+/// than the submissions. When a parent appeared meanwhile (another submitter made it), the
+/// batch's parents are made on their own and the batch sent again; when any id of a batch is
+/// taken (an idempotent resubmit, or a conflict) or a parent vanished, that batch goes one by
+/// one through [`submit`], which tells the cases apart. Results are in the batch's order.
 pub async fn submit_batch(
     client: &Client,
+    reader: &Client,
     paths: &DelayedPaths,
     batch: &[(SubmissionId, Submission)],
     known: &KnownParents,
@@ -189,7 +214,7 @@ pub async fn submit_batch(
             end += 1;
         }
         let chunk = &batch[start..end];
-        results.extend(submit_chunk(client, paths, chunk, known, acls).await);
+        results.extend(submit_chunk(client, reader, paths, chunk, known, acls).await);
         start = end;
     }
     results
@@ -198,17 +223,24 @@ pub async fn submit_batch(
 /// One multi-op's worth of [`submit_batch`].
 async fn submit_chunk(
     client: &Client,
+    reader: &Client,
     paths: &DelayedPaths,
     chunk: &[(SubmissionId, Submission)],
     known: &KnownParents,
     acls: Acls<'static>,
 ) -> Vec<Result<Submitted, SubmissionError>> {
     let options = CreateMode::Persistent.with_acls(acls);
-    let parents = known.missing(parents_of(paths, chunk));
-    let mut in_multi = absent(client, &parents).await;
+    let unknown = known.unknown(parents_of(paths, chunk));
+    let absent = absent(reader, &unknown).await;
+    known.add(unknown.into_iter().filter(|p| !absent.contains(p)));
+    let mut wanted = absent;
     for _ in 0..2 {
+        // No await between taking the parents and sending the multi: a later multi of this
+        // session that counts on them is answered after this one. Those another batch of this
+        // session took meanwhile are made by its multi, sent before this one.
+        let parents = known.take_missing(std::mem::take(&mut wanted));
         let mut multi = client.new_multi_writer();
-        let built = in_multi
+        let built = parents
             .iter()
             .try_for_each(|parent| multi.add_create(parent, &[], &options))
             .and_then(|()| {
@@ -222,31 +254,20 @@ async fn submit_chunk(
             Err(source) => Err(MultiWriteError::RequestFailed { source }),
         };
         match committed {
-            Ok(_) => {
-                known.add(parents);
-                return chunk.iter().map(|_| Ok(Submitted::Created)).collect();
-            }
+            Ok(_) => return chunk.iter().map(|_| Ok(Submitted::Created)).collect(),
             Err(MultiWriteError::OperationFailed {
                 index,
                 source: ZkErr::NodeExists,
-            }) if index < in_multi.len() => {
-                // Another submitter made a parent since we looked: make them on their own.
-                make_parents(client, &in_multi, &options, known).await;
-                in_multi.clear();
+            }) if index < parents.len() => {
+                // Another submitter made a parent: make them on their own, then send again.
+                make_parents(client, &parents, &options, known).await;
             }
             Err(MultiWriteError::RequestFailed { source }) if chunk.len() == 1 => {
+                known.forget();
                 return vec![Err(zk(&paths.submission(&chunk[0].0), source))];
             }
-            Err(err) => {
-                if matches!(
-                    err,
-                    MultiWriteError::OperationFailed {
-                        source: ZkErr::NoNode,
-                        ..
-                    }
-                ) {
-                    known.forget();
-                }
+            Err(_) => {
+                known.forget();
                 break;
             }
         }
@@ -256,6 +277,20 @@ async fn submit_chunk(
         results.push(submit(client, paths, id, submission, acls).await);
     }
     results
+}
+
+/// Those of `parents` that do not exist, in their order; all reads out at once. A parent whose
+/// read failed counts as existing: if it does not, the multi finds it missing and the batch
+/// goes one by one, which makes it.
+async fn absent(reader: &Client, parents: &[String]) -> Vec<String> {
+    let reads: Vec<_> = parents.iter().map(|path| reader.check_stat(path)).collect();
+    let mut missing = Vec::new();
+    for (path, read) in parents.iter().zip(reads) {
+        if let Ok(None) = read.await {
+            missing.push(path.clone());
+        }
+    }
+    missing
 }
 
 /// The parents `chunk` needs, each once, every ancestor before its children.
@@ -275,20 +310,6 @@ fn parents_of(paths: &DelayedPaths, chunk: &[(SubmissionId, Submission)]) -> Vec
     let mut seen = std::collections::HashSet::new();
     wanted.retain(|path| seen.insert(path.clone()));
     wanted
-}
-
-/// Those of `parents` that do not exist, in their order; all reads out at once. A parent whose
-/// read failed counts as existing: if it does not, the multi finds it missing and the batch
-/// goes one by one, which makes it.
-async fn absent(client: &Client, parents: &[String]) -> Vec<String> {
-    let reads: Vec<_> = parents.iter().map(|path| client.check_stat(path)).collect();
-    let mut missing = Vec::new();
-    for (path, read) in parents.iter().zip(reads) {
-        if let Ok(None) = read.await {
-            missing.push(path.clone());
-        }
-    }
-    missing
 }
 
 /// Creates `parents` (ancestors first), requests out at once; remembers those that exist now.

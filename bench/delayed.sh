@@ -163,8 +163,10 @@ heap() {
   for pid in "${BENCH_PIDS[@]}"; do
     if grep -q QuorumPeerMain "/proc/$pid/cmdline" 2>/dev/null; then
       jcmd "$pid" GC.run >/dev/null 2>&1 || true
-      printf '  server pid %s: %s\n' "$pid" \
-        "$(jcmd "$pid" GC.heap_info 2>/dev/null | grep -E 'used|total' | head -n 2 | tr -s ' ' | tr '\n' ';')"
+      # Used, summed over the generations (SerialGC: new and tenured), after the full GC.
+      printf '  server pid %s: %s MiB used\n' "$pid" "$(jcmd "$pid" GC.heap_info 2>/dev/null |
+        awk '/generation/ { for (i = 1; i < NF; i++) if ($i == "used") { v = $(i + 1); sub(/K,?$/, "", v); s += v } }
+             END { printf "%.0f", s / 1024 }')"
     fi
   done
 }

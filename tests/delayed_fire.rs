@@ -188,6 +188,20 @@ async fn a_submission_fires_once_at_its_time_with_its_payload_and_overdue_ones_a
         !pending.contains("soon") && !pending.contains("past"),
         "{listed}"
     );
+    // Once it has run, a cancel is refused with the reason, and the record stays as it was.
+    let cancel = std::process::Command::new(env!("CARGO_BIN_EXE_zkcron"))
+        .args(["delayed", "cancel", "soon", "--config"])
+        .arg(config)
+        .output()
+        .expect("run zkcron");
+    assert_eq!(cancel.status.code(), Some(2), "{cancel:?}");
+    let said = String::from_utf8_lossy(&cancel.stderr);
+    assert!(
+        said.contains("soon can no longer be cancelled: it is succeeded"),
+        "{said}"
+    );
+    let shown = zkcron_ok(&["delayed", "show", "soon"], config);
+    assert!(shown.contains("state      succeeded"), "{shown}");
 }
 
 #[tokio::test]

@@ -445,6 +445,25 @@ impl Validator<'_> {
         }
     }
 
+    /// A count from 1 to `limit`; `what` says what it counts, for the message.
+    fn count(
+        &mut self,
+        raw: Option<Spanned<i64>>,
+        context: &str,
+        (limit, what): (usize, &str),
+        default: usize,
+    ) -> usize {
+        let Some(raw) = raw else { return default };
+        match usize::try_from(*raw.get_ref()) {
+            Ok(n) if (1..=limit).contains(&n) => n,
+            _ => {
+                let message = format!("expected {what}, from 1 to {limit}");
+                self.problem(raw.span(), context, message);
+                default
+            }
+        }
+    }
+
     fn positive_duration(
         &mut self,
         raw: Option<Spanned<String>>,
@@ -738,36 +757,18 @@ impl Validator<'_> {
             kill_grace,
             launcher: Launcher::Fork,
         };
-        let history = match raw.history {
-            Some(history) => match usize::try_from(*history.get_ref()) {
-                Ok(n) if (1..=HISTORY_LIMIT).contains(&n) => n,
-                _ => {
-                    self.problem(
-                        history.span(),
-                        context("history"),
-                        format!("expected a number of runs to keep, from 1 to {HISTORY_LIMIT}"),
-                    );
-                    DEFAULT_HISTORY
-                }
-            },
-            None => DEFAULT_HISTORY,
-        };
-        let max_running = match raw.max_running {
-            Some(max) => match usize::try_from(*max.get_ref()) {
-                Ok(n) if (1..=MAX_RUNNING_LIMIT).contains(&n) => n,
-                _ => {
-                    self.problem(
-                        max.span(),
-                        context("max_running"),
-                        format!(
-                            "expected how many runs may be open at once, from 1 to {MAX_RUNNING_LIMIT}"
-                        ),
-                    );
-                    DEFAULT_MAX_RUNNING
-                }
-            },
-            None => DEFAULT_MAX_RUNNING,
-        };
+        let history = self.count(
+            raw.history,
+            &context("history"),
+            (HISTORY_LIMIT, "a number of runs to keep"),
+            DEFAULT_HISTORY,
+        );
+        let max_running = self.count(
+            raw.max_running,
+            &context("max_running"),
+            (MAX_RUNNING_LIMIT, "how many runs may be open at once"),
+            DEFAULT_MAX_RUNNING,
+        );
         Some(JobConfig {
             spec,
             schedule: schedule?,

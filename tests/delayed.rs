@@ -374,3 +374,22 @@ async fn submitters_racing_to_open_the_same_new_buckets_all_get_their_submission
     let pending = first.list(None, 1000).await.expect("listed");
     assert_eq!(pending.len(), 600);
 }
+
+#[tokio::test]
+async fn a_large_batch_of_small_submissions_each_opening_new_buckets_fits_its_multi_ops() {
+    // 3000 with long ids and no payload, each in a second of its own: every one brings two
+    // parents into its multi-op. Counted by payload alone, they would make one request past
+    // ZooKeeper's 1 MB packet limit, which the server answers by closing the connection.
+    let (delayed, _) = connect("delayed-wide").await;
+    let due = in_an_hour();
+    let requests: Vec<SubmitRequest> = (0..3000)
+        .map(|n| {
+            let at = due + chrono::Duration::seconds(n);
+            request("close-order", at, Some(&format!("{n:0>64}")), b"")
+        })
+        .collect();
+    let results = delayed.submit_many(requests).await;
+    let failed: Vec<_> = results.iter().filter(|r| r.is_err()).take(3).collect();
+    assert!(failed.is_empty(), "{failed:?}");
+    assert_eq!(delayed.list(None, 5000).await.expect("listed").len(), 3000);
+}

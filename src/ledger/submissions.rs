@@ -134,6 +134,20 @@ pub async fn submit(
 /// A batch's znode data at most, well under ZooKeeper's default `jute.maxbuffer` (1 MiB) for one
 /// multi-op request.
 const BATCH_BYTES: usize = 512 * 1024;
+/// Per create in a multi-op, besides its path and data: the op's header, the lengths, the
+/// flags and an ACL (a digest ACL's id is the longest, under 100 bytes), counted generously.
+const BYTES_PER_CREATE: usize = 200;
+/// The submission node's fields besides the payload (job, due and submit instants), at most.
+const SUBMISSION_FIELDS: usize = 200;
+
+/// What `submission` under `id` adds to a multi-op at most: its two creates and up to three
+/// parents' (a new second, its shard, and an id shard; paths no longer than the marker's). The
+/// few parents above those (`ids`, `due`, a day) fit in what this overcounts.
+fn request_bytes(paths: &DelayedPaths, id: &SubmissionId, submission: &Submission) -> usize {
+    let marker = paths.pending(submission.due_unix_ms, id).len();
+    let node = paths.submission(id).len();
+    submission.payload.len() + SUBMISSION_FIELDS + node + 4 * marker + 5 * BYTES_PER_CREATE
+}
 
 /// Parents (`ids/<shard>`, `due/<day>/<second>/<shard>` and their ancestors) known to exist, or
 /// being made by a multi-op already sent on this session, so a submitter makes each once; one
@@ -207,10 +221,13 @@ pub async fn submit_batch(
     while start < batch.len() {
         let mut end = start;
         let mut bytes = 0;
-        while end < batch.len()
-            && (end == start || bytes + batch[end].1.payload.len() < BATCH_BYTES)
-        {
-            bytes += batch[end].1.payload.len() + 256;
+        while end < batch.len() {
+            let (id, submission) = &batch[end];
+            let more = request_bytes(paths, id, submission);
+            if end > start && bytes + more > BATCH_BYTES {
+                break;
+            }
+            bytes += more;
             end += 1;
         }
         let chunk = &batch[start..end];

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
-use zookeeper_client::{Acls, Client, CreateMode};
+use zookeeper_client::{Acls, Client, CreateMode, SessionInfo};
 
 /// First pause after a failed connect; doubles up to [`MAX_CONNECT_BACKOFF`].
 const MIN_CONNECT_BACKOFF: Duration = Duration::from_millis(200);
@@ -135,19 +135,72 @@ pub fn split_connect(connect: &str) -> Result<(&str, Option<&str>), ZkError> {
 /// Dropping the future drops the half-made session, which the server then closes or expires.
 pub async fn connect(settings: &ZkSettings) -> Result<Client, ZkError> {
     let (hosts, chroot) = split_connect(&settings.connect)?;
-    let connect_err = |source| ZkError::Connect {
-        connect: settings.connect.clone(),
-        source,
-    };
-    let mut connector = Client::connector().with_session_timeout(settings.session_timeout);
-    if let Some(auth) = &settings.auth {
-        connector = connector.with_auth("digest", auth.expose().as_bytes());
-    }
-    let client = connector.connect(hosts).await.map_err(connect_err)?;
+    let client = connector(settings)
+        .connect(hosts)
+        .await
+        .map_err(|source| connect_err(settings, source))?;
     let Some(chroot) = chroot else {
         return Ok(client);
     };
     ensure_persistent(&client, chroot, settings.acls()).await?;
+    with_chroot(settings, client, chroot)
+}
+
+/// How one attempt to take a session back ended.
+#[derive(Debug)]
+pub enum Resumed {
+    /// The servers still held it: the same session, with its ephemeral nodes and watches gone
+    /// (watches are re-armed by whoever needs them).
+    Session(Client),
+    /// A server answered that the session has expired.
+    Expired,
+    /// No server answered in time, or the attempt failed otherwise: try again, or give up.
+    NoAnswer(ZkError),
+}
+
+/// Tries to take `session` back: the client gives up on a session after about 1.4 × its timeout
+/// without an answer and calls it expired, though the servers (all paused, say) may still hold
+/// it. Its ephemeral nodes — our lock and member nodes — are then still ours.
+pub async fn resume(settings: &ZkSettings, session: SessionInfo) -> Resumed {
+    let (hosts, chroot) = match split_connect(&settings.connect) {
+        Ok(parts) => parts,
+        Err(err) => return Resumed::NoAnswer(err),
+    };
+    let client = match connector(settings)
+        .with_session(session)
+        .connect(hosts)
+        .await
+    {
+        Ok(client) => client,
+        Err(zookeeper_client::Error::SessionExpired) => return Resumed::Expired,
+        Err(source) => return Resumed::NoAnswer(connect_err(settings, source)),
+    };
+    // The chroot node exists: the session being resumed made or found it.
+    let Some(chroot) = chroot else {
+        return Resumed::Session(client);
+    };
+    match with_chroot(settings, client, chroot) {
+        Ok(client) => Resumed::Session(client),
+        Err(err) => Resumed::NoAnswer(err),
+    }
+}
+
+fn connector(settings: &ZkSettings) -> zookeeper_client::Connector {
+    let mut connector = Client::connector().with_session_timeout(settings.session_timeout);
+    if let Some(auth) = &settings.auth {
+        connector = connector.with_auth("digest", auth.expose().as_bytes());
+    }
+    connector
+}
+
+fn connect_err(settings: &ZkSettings, source: zookeeper_client::Error) -> ZkError {
+    ZkError::Connect {
+        connect: settings.connect.clone(),
+        source,
+    }
+}
+
+fn with_chroot(settings: &ZkSettings, client: Client, chroot: &str) -> Result<Client, ZkError> {
     client
         .chroot(chroot)
         .map_err(|_| ZkError::BadConnectString {

@@ -16,6 +16,7 @@ use nix::sys::signal::Signal;
 use tempfile::TempDir;
 
 use support::node::{DemoGroup, DemoNode};
+use support::proxy::{Fault, Proxy};
 use support::{ZkEnsemble, fault_lock, shared_ensemble, unique_chroot};
 
 /// Small enough to keep the suite quick, large enough for a loaded 2-core machine.
@@ -635,4 +636,64 @@ async fn unreachable_zookeeper_at_start_is_retried() {
     // The attempt under way, or the next after a backoff of at most 5 s.
     node.wait_acquired(0, SESSION + Duration::from_secs(5) + SLACK)
         .await;
+}
+
+/// The client gives up on a session after 1.4 × its timeout without an answer (the
+/// zookeeper-client crate then reports it expired); the fault lasts longer than that.
+const PAST_CLIENT_PATIENCE: Duration = Duration::from_secs(4);
+const _: () = assert!(PAST_CLIENT_PATIENCE.as_millis() > SESSION.as_millis() * 7 / 5);
+
+#[tokio::test]
+async fn a_session_the_servers_still_hold_is_taken_back_after_the_client_gave_up_on_it() {
+    // Issue "Faster recovery", defect 1: the client gives up on a session that the servers
+    // still hold (after a pause of every server, the new leader gives every session a fresh
+    // timeout). Made deterministic here: the servers keep hearing the node through its proxies,
+    // the node hears nothing back. It must take that session back, with its lock node, instead of
+    // opening a new one and waiting out its own old node.
+    let ensemble = shared_ensemble();
+    let chroot = unique_chroot("take-back");
+    ensemble.create_chroot(&chroot).await.expect("chroot");
+    let mut proxies = Vec::new();
+    for i in 0..3 {
+        let upstream = ensemble.server_address(i).parse().expect("address");
+        proxies.push(Proxy::start(upstream).await.expect("proxy"));
+    }
+    let hosts: Vec<String> = proxies.iter().map(|p| p.addr().to_string()).collect();
+    let (group, _logs) = group(format!("{}{chroot}", hosts.join(",")), DELAY);
+    let node = group.start("a");
+    let (token, _) = node.wait_acquired(0, SESSION * 5).await;
+    let lines = node.events().len();
+
+    for proxy in &proxies {
+        proxy.set(Fault::MuteReplies);
+    }
+    // The fault lasts this long; nothing is awaited through it.
+    tokio::time::sleep(PAST_CLIENT_PATIENCE).await;
+    for proxy in &proxies {
+        proxy.set(Fault::None);
+    }
+    let healed = Instant::now();
+    let (again, at) = node.wait_acquired(lines, SESSION * 5).await;
+    let took = at.saturating_duration_since(healed);
+    println!("lock owned again {took:?} after the partition healed");
+    // The target is 1 s; the rest is for a loaded 2-core machine (a JVM's GC, a busy core).
+    assert!(
+        took <= Duration::from_secs(1) + SLACK,
+        "owned again {took:?} after the partition healed\n{}",
+        node.report()
+    );
+    let log = node.stderr();
+    let sessions: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("zookeeper session established"))
+        .collect();
+    assert!(
+        log.contains("zookeeper session taken back") && sessions.len() == 1,
+        "the old session was taken back, not replaced: {}",
+        node.report()
+    );
+    assert!(
+        again > token,
+        "a fresh token after the Lost: {again} > {token}"
+    );
 }

@@ -1,7 +1,8 @@
 //! Runs a [`LockMachine`] against ZooKeeper.
 //!
-//! Owns: the session lifecycle (connect with backoff, register the member node, reconnect with a
-//! new session after an expiry), executing the machine's actions as ZooKeeper requests, feeding
+//! Owns: the session lifecycle (connect with backoff, register the member node, take back a
+//! session the client gave up on but the servers may still hold, reconnect with a new session
+//! after an expiry), executing the machine's actions as ZooKeeper requests, feeding
 //! replies, watch events, session states and timer expiries back in, and the heartbeat that tells
 //! when the server last answered us.
 //! Must not: decide policy — when to contend, wait, retry or give up is the machine's call.
@@ -92,6 +93,10 @@ pub enum DriverError {
 }
 
 type WatchFuture = Pin<Box<dyn Future<Output = WatchedEvent> + Send>>;
+type ResumeFuture<'a> = Pin<Box<dyn Future<Output = zk::Resumed> + Send + 'a>>;
+
+/// Pause between attempts to take a session back that got no answer.
+const RESUME_RETRY: Duration = Duration::from_millis(100);
 
 /// One established session.
 struct Connection {
@@ -151,6 +156,8 @@ pub async fn run(
     let mut watch: Option<WatchFuture> = None;
     let mut timer = Box::pin(tokio::time::sleep(Duration::ZERO));
     let mut published = LockStatus::default();
+    // Taking back a session the client gave up on; the machine meanwhile counts it disconnected.
+    let mut resuming: Option<ResumeFuture> = None;
     loop {
         // An action's answer goes straight back in, so actions run in the order the machine chose.
         // Published after every step and before any request, so firing never goes on under a
@@ -182,10 +189,24 @@ pub async fn run(
         if let Some(at) = deadline {
             timer.as_mut().reset(at.into());
         }
+        let mut resumed = None;
         let input = tokio::select! {
             biased; // a stopping owner releases before it looks at anything else
             () = shutdown.cancelled() => break,
-            state = live.states.changed() => session_input(state, live),
+            state = live.states.changed(), if resuming.is_none() => match state {
+                // The client gave up (~1.4 × the timeout without an answer); the servers may still
+                // hold the session, and with it our lock and member nodes.
+                SessionState::Expired => {
+                    tracing::warn!(session = %live.session, "no answer from zookeeper for longer than the session timeout; taking the session back if the servers still hold it");
+                    resuming = Some(Box::pin(zk::resume(zk, live.client.session().clone())));
+                    None
+                }
+                state => session_input(state, live),
+            },
+            outcome = resume_done(&mut resuming) => {
+                resumed = Some(outcome);
+                None
+            }
             event = fired(&mut watch) => {
                 watch = None;
                 watch_input(&event)
@@ -195,8 +216,39 @@ pub async fn run(
                 (machine.state() == LockState::Own { token }).then_some(Input::FenceFailed)
             }
         };
+        let input = match resumed {
+            Some(outcome) => match outcome {
+                zk::Resumed::Session(client) => {
+                    let states = client.state_watcher();
+                    let back = Connection::start(client, states, zk.acls(), settings);
+                    tracing::info!(session = %back.session, "zookeeper session taken back: the servers still held it");
+                    let _ = updates.send(LockUpdate::Session(Some(back.client.clone())));
+                    conn = Some(back);
+                    resuming = None;
+                    Some(Input::SessionReconnected)
+                }
+                zk::Resumed::Expired => {
+                    tracing::info!("the session had expired on the servers; opening a new one");
+                    resuming = None;
+                    Some(Input::SessionExpired)
+                }
+                zk::Resumed::NoAnswer(err) => {
+                    tracing::debug!(error = %error_chain(&err), "session not taken back yet; trying again");
+                    let info = live_session(conn.as_ref());
+                    resuming = info.map(|info| -> ResumeFuture {
+                        Box::pin(async move {
+                            tokio::time::sleep(RESUME_RETRY).await;
+                            zk::resume(zk, info).await
+                        })
+                    });
+                    None
+                }
+            },
+            None => input,
+        };
         let Some(input) = input else { continue };
         if input == Input::SessionExpired {
+            resuming = None;
             conn = None;
             watch = None;
             let _ = updates.send(LockUpdate::Session(None));
@@ -364,6 +416,18 @@ async fn ensure_lock_paths(
 }
 
 /// Pends until the armed watch fires; forever when none is armed.
+async fn resume_done(resuming: &mut Option<ResumeFuture<'_>>) -> zk::Resumed {
+    match resuming.as_mut() {
+        Some(future) => future.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The session info of the connection being taken back.
+fn live_session(conn: Option<&Connection>) -> Option<zookeeper_client::SessionInfo> {
+    conn.map(|live| live.client.session().clone())
+}
+
 async fn fired(watch: &mut Option<WatchFuture>) -> WatchedEvent {
     match watch.as_mut() {
         Some(future) => future.await,

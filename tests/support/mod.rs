@@ -1,12 +1,14 @@
 //! Test support shared by the integration tests (`mod support;` at the top of each test file).
 //!
 //! - [`zk_cluster`]: real ZooKeeper servers and ensembles, faults by PID, waits with stated bounds.
+//! - [`proxy`]: a TCP proxy in front of a server, to partition one node from ZooKeeper.
 
 // Each integration test is its own crate and uses a different part of the support code.
 #![allow(dead_code, unused_imports)]
 
 pub mod daemon;
 pub mod node;
+pub mod proxy;
 pub mod zk_cluster;
 
 /// Dead: gone (ESRCH) or a zombie. This sandbox's PID 1 never reaps orphans, so a killed

@@ -144,11 +144,11 @@ pub enum CliError {
     Lock(#[from] DriverError),
     #[error(transparent)]
     Daemon(#[from] DaemonError),
-    #[error("cannot reach zookeeper within {timeout:?}")]
+    #[error("cannot reach zookeeper at {connect}")]
     Unreachable {
-        timeout: Duration,
+        connect: String,
         #[source]
-        source: Option<ZkError>,
+        source: ZkError,
     },
     #[error(transparent)]
     Zk(#[from] ZkError),
@@ -283,13 +283,10 @@ async fn connect_once(config: &Config) -> Result<zookeeper_client::Client, CliEr
     let timeout = config.zookeeper.connect_timeout;
     tokio::time::timeout(timeout, zk::connect(&config.zookeeper.settings()))
         .await
-        .map_err(|_| CliError::Unreachable {
-            timeout,
-            source: None,
-        })?
-        .map_err(|err| CliError::Unreachable {
-            timeout,
-            source: Some(err),
+        .unwrap_or(Err(ZkError::NoSession { timeout }))
+        .map_err(|source| CliError::Unreachable {
+            connect: config.zookeeper.connect.clone(),
+            source,
         })
 }
 

@@ -87,6 +87,12 @@ pub enum ZkError {
         connect: String,
         reason: &'static str,
     },
+    /// Servers accepted connections, but no session was made within `timeout`.
+    #[error("no session within {timeout:?}: the servers accepted connections but did not answer")]
+    NoSession { timeout: Duration },
+    /// No server of the connect string accepted a TCP connection.
+    #[error("no zookeeper server of {connect} accepts connections: {causes}")]
+    Unreachable { connect: String, causes: String },
     #[error("cannot connect to zookeeper at {connect}")]
     Connect {
         connect: String,
@@ -135,6 +141,7 @@ pub fn split_connect(connect: &str) -> Result<(&str, Option<&str>), ZkError> {
 /// Dropping the future drops the half-made session, which the server then closes or expires.
 pub async fn connect(settings: &ZkSettings) -> Result<Client, ZkError> {
     let (hosts, chroot) = split_connect(&settings.connect)?;
+    probe(settings, hosts).await?;
     let client = connector(settings)
         .connect(hosts)
         .await
@@ -144,6 +151,40 @@ pub async fn connect(settings: &ZkSettings) -> Result<Client, ZkError> {
     };
     ensure_persistent(&client, chroot, settings.acls()).await?;
     with_chroot(settings, client, chroot)
+}
+
+/// How long a server gets to accept a TCP connection in [`probe`].
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Fails at once, naming each server's cause, when no server of `hosts` accepts a TCP
+/// connection: the client would only say "timeout", after a whole session timeout. A server that
+/// accepts but does not answer (paused, or overloaded) is the client's to time out.
+async fn probe(settings: &ZkSettings, hosts: &str) -> Result<(), ZkError> {
+    let mut attempts = tokio::task::JoinSet::new();
+    for host in hosts.split(',').map(str::trim).filter(|h| !h.is_empty()) {
+        let host = host.to_owned();
+        attempts.spawn(async move {
+            let connect = tokio::net::TcpStream::connect(host.clone());
+            match tokio::time::timeout(PROBE_TIMEOUT, connect).await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(err)) => Err(format!("{host}: {err}")),
+                Err(_) => Err(format!("{host}: no answer within {PROBE_TIMEOUT:?}")),
+            }
+        });
+    }
+    let mut causes = Vec::new();
+    while let Some(attempt) = attempts.join_next().await {
+        match attempt {
+            Ok(Ok(())) => return Ok(()),
+            Ok(Err(cause)) => causes.push(cause),
+            Err(err) => causes.push(err.to_string()),
+        }
+    }
+    causes.sort();
+    Err(ZkError::Unreachable {
+        connect: settings.connect.clone(),
+        causes: causes.join("; "),
+    })
 }
 
 /// How one attempt to take a session back ended.

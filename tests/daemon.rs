@@ -477,31 +477,52 @@ async fn status_shows_owner_token_and_members_and_fails_without_zookeeper() {
     assert!(table.starts_with("SCHEDULED"), "a header\n{table}");
     assert_eq!(table.lines().count(), 4, "header and three runs\n{table}");
 
-    let port = support::closed_port();
     let unreachable = dir.path().join("unreachable.toml");
-    let text = format!(
-        "[zookeeper]\nconnect = \"127.0.0.1:{port}\"\nconnect_timeout = \"1s\"\n[lock]\nname = \"x\"\n"
-    );
-    std::fs::write(&unreachable, text).expect("write config");
+    let status_at = |port: u16| {
+        let text = format!(
+            "[zookeeper]\nconnect = \"127.0.0.1:{port}\"\nconnect_timeout = \"1s\"\n\
+             [lock]\nname = \"x\"\n"
+        );
+        std::fs::write(&unreachable, text).expect("write config");
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_zkcron"))
+            .args(["status", "--config"])
+            .arg(&unreachable)
+            .output()
+            .expect("run zkcron status");
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        (output, stderr)
+    };
+    let port = support::closed_port();
     let started = std::time::Instant::now();
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_zkcron"))
-        .args(["status", "--config"])
-        .arg(&unreachable)
-        .output()
-        .expect("run zkcron status");
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let (output, stderr) = status_at(port);
     assert_eq!(
         output.status.code(),
         Some(1),
         "unreachable zookeeper is a runtime failure\n{stderr}"
     );
     assert!(
-        stderr.contains("cannot reach zookeeper within 1s"),
+        stderr.contains(&format!(
+            "cannot reach zookeeper at 127.0.0.1:{port}: no zookeeper server of 127.0.0.1:{port} \
+             accepts connections: 127.0.0.1:{port}: Connection refused"
+        )),
         "{stderr}"
     );
     assert!(
         started.elapsed() < Duration::from_secs(1) + SLACK,
         "connect_timeout bounds it"
+    );
+
+    // A server that accepts connections and never answers (a paused one): connect_timeout ends
+    // the wait, and the message says so.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("silent listener");
+    let silent_port = silent.local_addr().expect("address").port();
+    let (output, stderr) = status_at(silent_port);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "cannot reach zookeeper at 127.0.0.1:{silent_port}: no session within 1s"
+        )),
+        "{stderr}"
     );
 }
 
@@ -941,5 +962,24 @@ async fn a_running_job_dies_with_a_killed_daemon() {
         let dead = support::is_dead(pid);
         async move { dead.then_some(()) }
     })
+    .await;
+}
+
+#[tokio::test]
+async fn run_with_zookeeper_refusing_says_where_and_why_at_the_first_attempt() {
+    // Issue "Faster recovery": it used to say nothing until a whole session timeout had passed,
+    // and then only "timeout".
+    let dir = tempfile::tempdir().expect("temp dir");
+    let port = support::closed_port();
+    let text = format!(
+        "[zookeeper]\nconnect = \"127.0.0.1:{port}\"\nsession_timeout = \"30s\"\n\
+         [lock]\nname = \"x\"\n"
+    );
+    let node = DaemonNode::start(dir.path(), "u1", &text);
+    // Well inside the 30 s session timeout: a process start and one refused connect.
+    node.wait_log(
+        &format!("no zookeeper server of 127.0.0.1:{port} accepts connections: 127.0.0.1:{port}: Connection refused"),
+        SLACK * 3,
+    )
     .await;
 }

@@ -69,12 +69,11 @@ pub enum DelayedError {
     },
     #[error("due {due} is more than ten years ahead")]
     TooFarAhead { due: DateTime<Utc> },
-    #[error("cannot reach zookeeper at {connect} within {timeout:?}")]
+    #[error("cannot reach zookeeper at {connect}")]
     Unreachable {
         connect: String,
-        timeout: Duration,
         #[source]
-        source: Option<ZkError>,
+        source: ZkError,
     },
     #[error(transparent)]
     Submission(#[from] SubmissionError),
@@ -166,15 +165,13 @@ impl Delayed {
     pub async fn connect(config: &Config) -> Result<Self, DelayedError> {
         let settings = config.zookeeper.settings();
         let timeout = config.zookeeper.connect_timeout;
-        let unreachable = |source| DelayedError::Unreachable {
-            connect: config.zookeeper.connect.clone(),
-            timeout,
-            source,
-        };
         let client = tokio::time::timeout(timeout, crate::zk::connect(&settings))
             .await
-            .map_err(|_| unreachable(None))?
-            .map_err(|err| unreachable(Some(err)))?;
+            .unwrap_or(Err(ZkError::NoSession { timeout }))
+            .map_err(|source| DelayedError::Unreachable {
+                connect: config.zookeeper.connect.clone(),
+                source,
+            })?;
         let lock = LockPaths::new(&config.lock.root, &config.lock.name);
         Ok(Self {
             client,

@@ -179,9 +179,14 @@ fn closest_zone(name: &str) -> Option<&'static str> {
         return Some(zone);
     }
     let limit = if wanted.len() <= 4 { 1 } else { 2 };
+    let wanted_chars = wanted.chars().count();
     let mut best: Option<(usize, &'static str)> = None;
     let mut tied = false;
     for zone in zones {
+        // Their distance is at least the difference in length: too far to suggest or to tie.
+        if zone.len().abs_diff(wanted_chars) > limit {
+            continue;
+        }
         let distance = edit_distance(&wanted, &zone.to_ascii_lowercase());
         match best {
             Some((d, _)) if distance > d => {}

@@ -983,3 +983,42 @@ async fn run_with_zookeeper_refusing_says_where_and_why_at_the_first_attempt() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn a_root_that_refuses_us_is_reported_with_its_path_and_retried_with_backoff() {
+    // Issue "Faster recovery": ACL denial on the root. The chroot lets anyone read, nobody
+    // create: zkcron cannot make its lock group under it.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let chroot = unique_chroot("acl-denied");
+    let raw = zookeeper_client::Client::connect(&shared_ensemble().connect_string())
+        .await
+        .expect("raw client");
+    let read_only =
+        zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_read());
+    raw.create(&chroot, &[], &read_only)
+        .await
+        .expect("read-only chroot");
+    let connect = shared_ensemble().connect_string_with_chroot(&chroot);
+    let node = DaemonNode::start(dir.path(), "acl", &schedule_at(&connect, ""));
+    node.wait_log("lock group setup failed", SLACK * 3).await;
+    let watched = std::time::Instant::now();
+    // Long enough for the backoff to show: attempts 0.5 s, 1 s, 2 s, 4 s apart.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let log = node.log();
+    let failures: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("lock group setup failed"))
+        .collect();
+    assert!(
+        failures
+            .iter()
+            .all(|l| l.contains("/zkcron/e2e/members") && l.contains("not authorized")),
+        "each failure names the path and the refusal:\n{log}"
+    );
+    assert!(
+        (2..=5).contains(&failures.len()),
+        "retried with a doubling backoff, not in a loop: {} failures in {:?}\n{log}",
+        failures.len(),
+        watched.elapsed() + SLACK * 3
+    );
+}

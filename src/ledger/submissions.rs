@@ -153,48 +153,40 @@ fn request_bytes(paths: &DelayedPaths, id: &SubmissionId, submission: &Submissio
 /// being made by a multi-op already sent on this session, so a submitter makes each once; one
 /// per session is enough.
 #[derive(Debug, Default)]
-pub struct KnownParents(std::sync::Mutex<Parents>);
-
-#[derive(Debug, Default)]
-struct Parents {
-    known: std::collections::HashSet<String>,
-}
+pub struct KnownParents(std::sync::Mutex<std::collections::HashSet<String>>);
 
 impl KnownParents {
     /// Those of `wanted` not known, now counted as known: the caller makes them in the multi-op
     /// it sends next, before any later request of the session (one session is answered in
     /// order), and forgets them if it fails.
     fn take_missing(&self, wanted: Vec<String>) -> Vec<String> {
-        let Ok(mut parents) = self.0.lock() else {
+        let Ok(mut known) = self.0.lock() else {
             return wanted;
         };
         wanted
             .into_iter()
-            .filter(|p| parents.known.insert(p.clone()))
+            .filter(|p| known.insert(p.clone()))
             .collect()
     }
 
     fn add(&self, made: impl IntoIterator<Item = String>) {
-        if let Ok(mut parents) = self.0.lock() {
-            parents.known.extend(made);
+        if let Ok(mut known) = self.0.lock() {
+            known.extend(made);
         }
     }
 
     /// Those of `wanted` not known (yet to be read).
     fn unknown(&self, wanted: Vec<String>) -> Vec<String> {
-        let Ok(parents) = self.0.lock() else {
+        let Ok(known) = self.0.lock() else {
             return wanted;
         };
-        wanted
-            .into_iter()
-            .filter(|p| !parents.known.contains(p))
-            .collect()
+        wanted.into_iter().filter(|p| !known.contains(p)).collect()
     }
 
     /// A multi found a parent missing or made none it was to make: forget them all.
     fn forget(&self) {
-        if let Ok(mut parents) = self.0.lock() {
-            *parents = Parents::default();
+        if let Ok(mut known) = self.0.lock() {
+            known.clear();
         }
     }
 }

@@ -198,7 +198,7 @@ pub async fn run(
                 // hold the session, and with it our lock and member nodes.
                 SessionState::Expired => {
                     tracing::warn!(session = %live.session, "no answer from zookeeper for longer than the session timeout; taking the session back if the servers still hold it");
-                    resuming = Some(Box::pin(zk::resume(zk, live.client.session().clone())));
+                    resuming = Some(resume_after(zk, live, Duration::ZERO));
                     None
                 }
                 state => session_input(state, live),
@@ -234,13 +234,7 @@ pub async fn run(
                 }
                 zk::Resumed::NoAnswer(err) => {
                     tracing::debug!(error = %error_chain(&err), "session not taken back yet; trying again");
-                    let info = live_session(conn.as_ref());
-                    resuming = info.map(|info| -> ResumeFuture {
-                        Box::pin(async move {
-                            tokio::time::sleep(RESUME_RETRY).await;
-                            zk::resume(zk, info).await
-                        })
-                    });
+                    resuming = conn.as_ref().map(|old| resume_after(zk, old, RESUME_RETRY));
                     None
                 }
             },
@@ -423,9 +417,13 @@ async fn resume_done(resuming: &mut Option<ResumeFuture<'_>>) -> zk::Resumed {
     }
 }
 
-/// The session info of the connection being taken back.
-fn live_session(conn: Option<&Connection>) -> Option<zookeeper_client::SessionInfo> {
-    conn.map(|live| live.client.session().clone())
+/// An attempt, `delay` from now, to take back the session of `old`.
+fn resume_after<'a>(zk: &'a ZkSettings, old: &Connection, delay: Duration) -> ResumeFuture<'a> {
+    let session = old.client.session().clone();
+    Box::pin(async move {
+        tokio::time::sleep(delay).await;
+        zk::resume(zk, session).await
+    })
 }
 
 async fn fired(watch: &mut Option<WatchFuture>) -> WatchedEvent {

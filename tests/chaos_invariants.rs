@@ -1,0 +1,156 @@
+//! The chaos suite's own checks, shown to fail (issue "Faster recovery and proof under
+//! faults"): a clean log passes, and a log with each violation planted is caught, naming the
+//! offending ticks. Pure: no server, no process.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use support::invariants::{Observed, Run, Violation, check};
+
+fn run(job: &str, tick_ms: i64, node: &str, token: i64, start_ms: i64, end_ms: i64) -> Run {
+    Run {
+        job: job.to_owned(),
+        tick_ms,
+        node: node.to_owned(),
+        token,
+        start_ms,
+        end_ms: Some(end_ms),
+    }
+}
+
+/// Two jobs over 4 s with a failover from a (token 3) to b (token 4) after the second tick:
+/// every tick fired once, in order, with a final record, one owner at a time.
+fn clean() -> Observed {
+    let runs = vec![
+        run("fast", 1000, "a", 3, 1002, 1010),
+        run("fast", 2000, "a", 3, 2002, 2010),
+        run("fast", 3000, "b", 4, 3003, 3011),
+        run("fast", 4000, "b", 4, 4002, 4010),
+        run("long", 1000, "a", 3, 1003, 1900),
+        run("long", 3000, "b", 4, 3004, 3900),
+    ];
+    Observed {
+        final_records: runs.iter().map(|r| (r.job.clone(), r.tick_ms)).collect(),
+        runs,
+        forbid: BTreeSet::from(["long".to_owned()]),
+        expected: BTreeMap::from([
+            ("fast".to_owned(), vec![1000, 2000, 3000, 4000]),
+            ("long".to_owned(), vec![1000, 3000]),
+        ]),
+        recorded_missed: BTreeMap::new(),
+        owner_samples: vec![
+            (1500, "a".to_owned(), true),
+            (1500, "b".to_owned(), false),
+            (3500, "a".to_owned(), false),
+            (3500, "b".to_owned(), true),
+        ],
+    }
+}
+
+#[test]
+fn a_clean_scenario_breaks_nothing() {
+    assert_eq!(check(&clean()), []);
+}
+
+#[test]
+fn a_tick_started_on_two_nodes_is_caught() {
+    let mut o = clean();
+    o.runs.push(run("fast", 2000, "b", 4, 2005, 2012));
+    assert!(check(&o).contains(&Violation::StartedTwice {
+        job: "fast".into(),
+        tick_ms: 2000,
+        nodes: vec!["a".into(), "b".into()],
+    }));
+}
+
+#[test]
+fn a_stale_token_starting_after_a_newer_one_is_caught() {
+    let mut o = clean();
+    // The frozen old owner wakes and starts the 4 s tick with its old token.
+    o.runs[3] = run("fast", 4000, "a", 3, 4002, 4010);
+    assert!(check(&o).contains(&Violation::TokenWentBack {
+        job: "fast".into(),
+        tick_ms: 4000,
+        token: 3,
+        after: 4,
+    }));
+}
+
+#[test]
+fn overlapping_forbid_runs_are_caught_and_a_run_without_an_end_overlaps() {
+    let mut o = clean();
+    o.runs[4].end_ms = Some(3100); // the 1 s run of `long` still ran when the 3 s one started
+    assert!(check(&o).contains(&Violation::Overlap {
+        job: "long".into(),
+        first_tick: 1000,
+        second_tick: 3000,
+    }));
+    let mut o = clean();
+    o.runs[4].end_ms = None;
+    assert!(check(&o).contains(&Violation::Overlap {
+        job: "long".into(),
+        first_tick: 1000,
+        second_tick: 3000,
+    }));
+    // `fast` allows overlap: the same shape there is no violation.
+    let mut o = clean();
+    o.runs[0].end_ms = Some(2500);
+    assert_eq!(check(&o), []);
+}
+
+#[test]
+fn ticks_starting_out_of_order_are_caught() {
+    let mut o = clean();
+    o.runs[1].start_ms = 3500; // the 2 s tick after the 3 s one
+    assert!(check(&o).contains(&Violation::OutOfOrder {
+        job: "fast".into(),
+        tick_ms: 2000,
+        after_tick: 3000,
+    }));
+}
+
+#[test]
+fn a_tick_neither_fired_nor_recorded_missed_is_lost_and_a_missed_record_accounts_for_it() {
+    let mut o = clean();
+    o.runs.remove(2);
+    o.final_records.remove(&("fast".to_owned(), 3000));
+    assert_eq!(
+        check(&o),
+        [Violation::Lost {
+            job: "fast".into(),
+            tick_ms: 3000
+        }]
+    );
+    o.recorded_missed
+        .insert("fast".into(), BTreeSet::from([3000]));
+    assert_eq!(check(&o), []);
+}
+
+#[test]
+fn a_started_run_without_a_final_record_is_caught() {
+    let mut o = clean();
+    o.final_records.remove(&("long".to_owned(), 3000));
+    assert_eq!(
+        check(&o),
+        [Violation::NoFinalRecord {
+            job: "long".into(),
+            tick_ms: 3000
+        }]
+    );
+}
+
+#[test]
+fn two_nodes_saying_they_own_the_lock_at_once_are_caught() {
+    let mut o = clean();
+    o.owner_samples.push((3500, "a".to_owned(), true));
+    o.owner_samples
+        .retain(|s| !(s.0 == 3500 && s.1 == "a" && !s.2));
+    assert_eq!(
+        check(&o),
+        [Violation::TwoOwners {
+            at_ms: 3500,
+            nodes: vec!["b".into(), "a".into()],
+        }]
+    );
+}

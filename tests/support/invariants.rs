@@ -1,0 +1,182 @@
+//! The invariants the chaos suite checks after each scenario (issue "Faster recovery and proof
+//! under faults"), over what the jobs logged and what the nodes reported. Pure: logs in,
+//! violations out, each naming the offending ticks, so a failing scenario says what broke.
+//!
+//! Owns: the checks and the shape of their input.
+//! Must not: start anything or read files; scenarios gather the input.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+/// One run, as its job logged it: the contract variables, and when it started and ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Run {
+    pub job: String,
+    pub tick_ms: i64,
+    pub node: String,
+    pub token: i64,
+    pub start_ms: i64,
+    /// `None`: no end logged (killed with its node, or still running).
+    pub end_ms: Option<i64>,
+}
+
+/// What a scenario observed.
+#[derive(Debug, Default, Clone)]
+pub struct Observed {
+    pub runs: Vec<Run>,
+    /// Jobs with `concurrency = "forbid"`: their runs must not overlap, across nodes.
+    pub forbid: BTreeSet<String>,
+    /// Per job, the ticks that had to fire (the schedule outside the fault window).
+    pub expected: BTreeMap<String, Vec<i64>>,
+    /// Per job, the ticks recorded `missed` or `skipped` in the ledger.
+    pub recorded_missed: BTreeMap<String, BTreeSet<i64>>,
+    /// (job, tick) of every run with a final record in the ledger.
+    pub final_records: BTreeSet<(String, i64)>,
+    /// Samples of who said it owns the lock: (instant ms, node, says it is owner).
+    pub owner_samples: Vec<(i64, String, bool)>,
+}
+
+/// One broken invariant, naming what broke it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Violation {
+    StartedTwice {
+        job: String,
+        tick_ms: i64,
+        nodes: Vec<String>,
+    },
+    TokenWentBack {
+        job: String,
+        tick_ms: i64,
+        token: i64,
+        after: i64,
+    },
+    Overlap {
+        job: String,
+        first_tick: i64,
+        second_tick: i64,
+    },
+    OutOfOrder {
+        job: String,
+        tick_ms: i64,
+        after_tick: i64,
+    },
+    Lost {
+        job: String,
+        tick_ms: i64,
+    },
+    NoFinalRecord {
+        job: String,
+        tick_ms: i64,
+    },
+    TwoOwners {
+        at_ms: i64,
+        nodes: Vec<String>,
+    },
+}
+
+/// Every violation in `observed`, in the order of the checks above.
+pub fn check(observed: &Observed) -> Vec<Violation> {
+    let mut found = Vec::new();
+    let mut by_start = observed.runs.clone();
+    by_start.sort_by_key(|run| (run.start_ms, run.tick_ms));
+
+    // No (job, tick) started twice.
+    let mut starts: BTreeMap<(&str, i64), Vec<String>> = BTreeMap::new();
+    for run in &by_start {
+        starts
+            .entry((run.job.as_str(), run.tick_ms))
+            .or_default()
+            .push(run.node.clone());
+    }
+    for ((job, tick_ms), nodes) in &starts {
+        if nodes.len() > 1 {
+            found.push(Violation::StartedTwice {
+                job: (*job).to_owned(),
+                tick_ms: *tick_ms,
+                nodes: nodes.clone(),
+            });
+        }
+    }
+
+    // Fencing tokens never go backwards in start order.
+    let mut highest: Option<i64> = None;
+    for run in &by_start {
+        if let Some(after) = highest.filter(|after| run.token < *after) {
+            found.push(Violation::TokenWentBack {
+                job: run.job.clone(),
+                tick_ms: run.tick_ms,
+                token: run.token,
+                after,
+            });
+        }
+        highest = highest.max(Some(run.token));
+    }
+
+    // Per job: forbid runs do not overlap; ticks start in order.
+    let mut per_job: BTreeMap<&str, Vec<&Run>> = BTreeMap::new();
+    for run in &by_start {
+        per_job.entry(run.job.as_str()).or_default().push(run);
+    }
+    for (job, runs) in &per_job {
+        for pair in runs.windows(2) {
+            let (first, second) = (pair[0], pair[1]);
+            // A run without a logged end overlaps whatever starts after it.
+            let still_running = first.end_ms.is_none_or(|end| end > second.start_ms);
+            if observed.forbid.contains(*job) && still_running {
+                found.push(Violation::Overlap {
+                    job: (*job).to_owned(),
+                    first_tick: first.tick_ms,
+                    second_tick: second.tick_ms,
+                });
+            }
+            if second.tick_ms < first.tick_ms {
+                found.push(Violation::OutOfOrder {
+                    job: (*job).to_owned(),
+                    tick_ms: second.tick_ms,
+                    after_tick: first.tick_ms,
+                });
+            }
+        }
+    }
+
+    // Every expected tick fired or is recorded missed.
+    for (job, ticks) in &observed.expected {
+        let missed = observed.recorded_missed.get(job);
+        for tick_ms in ticks {
+            let fired = starts.contains_key(&(job.as_str(), *tick_ms));
+            let recorded = missed.is_some_and(|m| m.contains(tick_ms));
+            if !fired && !recorded {
+                found.push(Violation::Lost {
+                    job: job.clone(),
+                    tick_ms: *tick_ms,
+                });
+            }
+        }
+    }
+
+    // Every started run has a final record.
+    for (job, tick_ms) in starts.keys() {
+        if !observed
+            .final_records
+            .contains(&((*job).to_owned(), *tick_ms))
+        {
+            found.push(Violation::NoFinalRecord {
+                job: (*job).to_owned(),
+                tick_ms: *tick_ms,
+            });
+        }
+    }
+
+    // At every sampled moment at most one node says it owns the lock.
+    let mut owners: BTreeMap<i64, Vec<String>> = BTreeMap::new();
+    for (at_ms, node, owner) in &observed.owner_samples {
+        if *owner {
+            owners.entry(*at_ms).or_default().push(node.clone());
+        }
+    }
+    for (at_ms, nodes) in owners {
+        if nodes.len() > 1 {
+            found.push(Violation::TwoOwners { at_ms, nodes });
+        }
+    }
+    found
+}

@@ -281,9 +281,8 @@ fn check(path: &Path) -> Result<(), CliError> {
 /// A session for a one-shot command, bounded by `connect_timeout`.
 async fn connect_once(config: &Config) -> Result<zookeeper_client::Client, CliError> {
     let timeout = config.zookeeper.connect_timeout;
-    tokio::time::timeout(timeout, zk::connect(&config.zookeeper.settings()))
+    zk::connect_within(&config.zookeeper.settings(), timeout)
         .await
-        .unwrap_or(Err(ZkError::NoSession { timeout }))
         .map_err(|source| CliError::Unreachable {
             connect: config.zookeeper.connect.clone(),
             source,

@@ -153,6 +153,16 @@ pub async fn connect(settings: &ZkSettings) -> Result<Client, ZkError> {
     with_chroot(settings, client, chroot)
 }
 
+/// [`connect`], given up after `timeout` with [`ZkError::NoSession`].
+///
+/// # Errors
+/// As [`connect`], or `NoSession` when no session was made in time.
+pub async fn connect_within(settings: &ZkSettings, timeout: Duration) -> Result<Client, ZkError> {
+    tokio::time::timeout(timeout, connect(settings))
+        .await
+        .unwrap_or(Err(ZkError::NoSession { timeout }))
+}
+
 /// How long a server gets to accept a TCP connection in [`probe`].
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -190,8 +200,8 @@ async fn probe(settings: &ZkSettings, hosts: &str) -> Result<(), ZkError> {
 /// How one attempt to take a session back ended.
 #[derive(Debug)]
 pub enum Resumed {
-    /// The servers still held it: the same session, with its ephemeral nodes and watches gone
-    /// (watches are re-armed by whoever needs them).
+    /// The servers still held it: the same session, its ephemeral nodes still there; its
+    /// watches are not (they belonged to the old client), so whoever needs them arms them again.
     Session(Client),
     /// A server answered that the session has expired.
     Expired,

@@ -165,9 +165,8 @@ impl Delayed {
     pub async fn connect(config: &Config) -> Result<Self, DelayedError> {
         let settings = config.zookeeper.settings();
         let timeout = config.zookeeper.connect_timeout;
-        let client = tokio::time::timeout(timeout, crate::zk::connect(&settings))
+        let client = crate::zk::connect_within(&settings, timeout)
             .await
-            .unwrap_or(Err(ZkError::NoSession { timeout }))
             .map_err(|source| DelayedError::Unreachable {
                 connect: config.zookeeper.connect.clone(),
                 source,
@@ -195,14 +194,12 @@ impl Delayed {
         let reader = self
             .reader
             .get_or_init(|| async {
-                let connect = crate::zk::connect(&self.settings);
-                match tokio::time::timeout(self.connect_timeout, connect).await {
-                    Ok(Ok(reader)) => Some(reader),
-                    Ok(Err(err)) => {
+                match crate::zk::connect_within(&self.settings, self.connect_timeout).await {
+                    Ok(reader) => Some(reader),
+                    Err(err) => {
                         tracing::debug!(error = %err, "no second session; batches read on the first");
                         None
                     }
-                    Err(_) => None,
                 }
             })
             .await;

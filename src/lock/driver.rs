@@ -229,7 +229,6 @@ pub async fn run(
                 }
                 zk::Resumed::Expired => {
                     tracing::info!("the session had expired on the servers; opening a new one");
-                    resuming = None;
                     Some(Input::SessionExpired)
                 }
                 zk::Resumed::NoAnswer(err) => {

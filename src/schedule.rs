@@ -12,10 +12,11 @@
 //! `JAN`-`DEC`, days of week `0`-`7` (0 and 7 are Sunday) or `SUN`-`SAT`, names in any case.
 //! As in crontab(5), when the day of month *and* the day of week are restricted a day matches
 //! if *either* matches; when one of them starts with `*` (cronie's `DOM_STAR`/`DOW_STAR`, so
-//! `*/2` counts) a day must match both. croner's extensions (`L`, `W`, `#`, `?`, `+`, a year
-//! field) are refused: `?` in particular marks Quartz expressions, whose weekdays count from 1.
-//! The text is checked by `fields` (for messages that name the field); croner parses the
-//! checked, numeric pattern and matches wall-clock times.
+//! `*/2` counts) a day must match both. Other crons' extensions (croner's and Quartz's `L`, `W`,
+//! `#`, `?`, `+`, a year field) are refused: `?` in particular marks Quartz expressions, whose
+//! weekdays count from 1.
+//! The text is checked by `fields` (for messages that name the field) and read into the values
+//! each field selects; `matcher` finds the wall-clock times that match them.
 //!
 //! # Daylight saving time
 //! The rules operators know from cronie (`cron.c`, `find_jobs` and the "DST begins/ends" cases
@@ -36,31 +37,30 @@
 //!   day (00:00 CET, then 04:00 CEST, three hours apart) and fires 02:00 twice in autumn (CEST
 //!   and CET, one hour apart). A range step such as `1-23/2` does not start with `*`: fixed-time.
 //!
-//! croner 4 has DST rules of its own (OCPS: fixed-time jobs are carried past a gap and run once
-//! in a repeat), but decides "fixed-time" by *values* (a single second, minute and hour), so it
-//! would skip `0 0,30 2 * * *` in the gap and run it twice in the repeat. It has no switch for
-//! that, so croner only finds wall-clock matches here (on `NaiveDateTime`) and the mapping from
-//! wall time to instant below is ours.
+//! croner 4, which found the wall-clock matches until issue 10, has DST rules of its own (OCPS:
+//! fixed-time jobs are carried past a gap and run once in a repeat), but decides "fixed-time" by
+//! *values* (a single second, minute and hour), so it would skip `0 0,30 2 * * *` in the gap and
+//! run it twice in the repeat. So the mapping from wall time to instant below was always ours;
+//! `matcher` now finds the wall-clock matches too, in a few dozen bytes per job where croner's
+//! pattern kept a 5000-entry year table. The tests hold `matcher` against croner's search.
 
 mod fields;
+mod matcher;
 
 use std::fmt;
 use std::ops::Range;
-use std::sync::Arc;
 
 use chrono::{DateTime, Datelike, LocalResult, NaiveDateTime, TimeDelta, TimeZone, Timelike, Utc};
 use chrono_tz::Tz;
-use croner::Cron;
-use croner::parser::{CronParser, Seconds, Year};
+
+use matcher::{LAST_YEAR, Matcher};
 
 /// One job's cron expression in one IANA time zone.
-///
-/// The parsed pattern is shared between clones.
 #[derive(Clone)]
 pub struct Schedule {
     expression: String,
     tz: Tz,
-    cron: Arc<Cron>,
+    matcher: Matcher,
     dst: DstRule,
 }
 
@@ -110,14 +110,6 @@ pub enum ScheduleError {
         span: Range<usize>,
         /// What is wrong with it.
         problem: String,
-    },
-    /// croner refused a pattern our own checks passed (a bug here, reported rather than hidden).
-    #[error("cron pattern {pattern:?} refused by croner: {reason}")]
-    Refused {
-        /// The numeric pattern handed to croner.
-        pattern: String,
-        /// croner's message.
-        reason: String,
     },
     /// Not an IANA time zone name.
     #[error("unknown time zone {name:?}: {}", zone_hint(.suggestion))]
@@ -216,9 +208,6 @@ fn edit_distance(a: &str, b: &str) -> usize {
     row[b.len()]
 }
 
-/// croner searches no further than this year; we stop there too.
-const LAST_YEAR: i32 = croner::YEAR_UPPER_LIMIT;
-
 /// The longest run of skipped or repeated wall time we look for: DST shifts are at most two
 /// hours, but Pacific/Apia skipped a whole day in 2011.
 const LONGEST_SHIFT_SECONDS: i64 = 2 * 86_400;
@@ -230,20 +219,10 @@ impl Schedule {
     /// A [`ScheduleError`] naming the field at fault, e.g. `hour: 25 is out of range 0-23`.
     pub fn parse(expr: &str, tz: Tz) -> Result<Schedule, ScheduleError> {
         let fields = fields::parse(expr)?;
-        let cron = CronParser::builder()
-            .seconds(Seconds::Required)
-            .year(Year::Disallowed)
-            .dom_and_dow(fields.starred_day)
-            .build()
-            .parse(&fields.pattern)
-            .map_err(|err| ScheduleError::Refused {
-                pattern: fields.pattern.clone(),
-                reason: err.to_string(),
-            })?;
         Ok(Schedule {
             expression: expr.to_owned(),
             tz,
-            cron: Arc::new(cron),
+            matcher: Matcher::new(fields.masks, fields.starred_day),
             dst: if fields.starred_time {
                 DstRule::Wildcard
             } else {
@@ -261,7 +240,7 @@ impl Schedule {
         if after.year() >= LAST_YEAR {
             return None;
         }
-        // croner does not search before year 1; nor do we.
+        // The search starts no earlier than year 1 (as croner's did).
         let floor = Utc.with_ymd_and_hms(1, 1, 2, 0, 0, 0).single()?;
         let after = after.max(floor);
         let wall_after = after.with_timezone(&self.tz).naive_local();
@@ -315,8 +294,8 @@ impl Schedule {
     ) -> Option<DateTime<Utc>> {
         let mut wall = wall_after;
         loop {
-            // Err: no match before croner's year limit.
-            let matched = self.cron.find_next_occurrence(&wall, false).ok()?;
+            // None: no match before the year limit.
+            let matched = self.matcher.next_match(wall, false)?;
             wall = matched;
             match (self.tz.from_local_datetime(&matched), self.dst) {
                 (LocalResult::Single(at), _) => {
@@ -377,7 +356,7 @@ impl Schedule {
             return None; // already on the second pass: the forward walk covers it
         }
         let start = self.run_start(wall, Run::Repeated)?;
-        let matched = self.cron.find_next_occurrence(&start, true).ok()?;
+        let matched = self.matcher.next_match(start, true)?;
         match self.tz.from_local_datetime(&matched) {
             LocalResult::Ambiguous(_, second) => Some(second.to_utc()),
             _ => None, // past the repeat: the forward walk finds it, earlier
@@ -440,7 +419,7 @@ enum Run {
 }
 
 impl fmt::Debug for Schedule {
-    // croner's pattern holds a 5000-entry year table; it would drown every log line.
+    // The expression says what the masks say, readably; they would only lengthen log lines.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Schedule")
             .field("expression", &self.expression)

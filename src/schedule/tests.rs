@@ -3,9 +3,10 @@
 //! Europe/Berlin 2026: clocks go 02:00 CET → 03:00 CEST on 29 March (01:00 UTC) and
 //! 03:00 CEST → 02:00 CET on 25 October (01:00 UTC).
 
-use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
+use chrono::{DateTime, NaiveDate, NaiveDateTime, TimeDelta, Utc};
 use chrono_tz::Tz;
 use chrono_tz::{America, Asia, Australia, Europe};
+use croner::parser::{CronParser, Seconds, Year};
 use proptest::prelude::*;
 
 use super::*;
@@ -902,15 +903,120 @@ proptest! {
         expr in expression(), tz in zone(), at in instant()
     ) {
         let s = schedule(&expr, tz);
-        let croner_fixed = s.cron.determine_job_type() == croner::JobType::FixedTime;
+        let cron = croner(&expr);
+        let croner_fixed = cron.determine_job_type() == croner::JobType::FixedTime;
         if croner_fixed != (s.dst_rule() == DstRule::FixedTime) {
             return Ok(()); // lists and ranges: croner calls them interval jobs, cronie does not
         }
-        let theirs = s
-            .cron
+        let theirs = cron
             .find_next_occurrence(&at.with_timezone(&tz), false)
             .ok()
             .map(|fire| fire.to_utc());
         prop_assert_eq!(s.next_after(at), theirs, "{} in {} after {}", expr, tz, at);
+    }
+}
+
+// --- the wall-clock search against croner --------------------------------------------------------
+
+/// croner 4 as it searched for us until issue 10: the numeric pattern `fields` writes, parsed with
+/// the options we used.
+fn croner(expr: &str) -> croner::Cron {
+    let fields = fields::parse(expr).unwrap_or_else(|err| panic!("{expr}: {err}"));
+    CronParser::builder()
+        .seconds(Seconds::Required)
+        .year(Year::Disallowed)
+        .dom_and_dow(fields.starred_day)
+        .build()
+        .parse(&fields.pattern)
+        .unwrap_or_else(|err| panic!("{expr}: croner refused {:?}: {err}", fields.pattern))
+}
+
+fn matcher(expr: &str) -> Matcher {
+    let fields = fields::parse(expr).unwrap_or_else(|err| panic!("{expr}: {err}"));
+    Matcher::new(fields.masks, fields.starred_day)
+}
+
+/// One field of any shape crontab(5) allows: a list of one to three of `*`, `N`, `N-M`, `*/S`
+/// and `N-M/S`, values drawn from `min..=max` (or `names` for `N`).
+fn any_field(min: u32, max: u32, names: &'static [&'static str]) -> impl Strategy<Value = String> {
+    let value = move || {
+        if names.is_empty() {
+            (min..=max).prop_map(|v| v.to_string()).boxed()
+        } else {
+            prop_oneof![
+                3 => (min..=max).prop_map(|v| v.to_string()),
+                1 => proptest::sample::select(names).prop_map(str::to_owned),
+            ]
+            .boxed()
+        }
+    };
+    let range = (min..=max, min..=max).prop_map(|(a, b)| (a.min(b), a.max(b)));
+    let item = prop_oneof![
+        1 => Just("*".to_owned()),
+        4 => value(),
+        2 => range.clone().prop_map(|(a, b)| format!("{a}-{b}")),
+        1 => (1..=max).prop_map(|step| format!("*/{step}")),
+        1 => (range, 1..=max).prop_map(|((a, b), step)| format!("{a}-{b}/{step}")),
+    ];
+    proptest::collection::vec(item, 1..=3).prop_map(|items| items.join(","))
+}
+
+/// Six random fields that `fields` accepts (it refuses e.g. 30 FEB).
+fn any_expression() -> impl Strategy<Value = String> {
+    (
+        any_field(0, 59, &[]),
+        any_field(0, 59, &[]),
+        any_field(0, 23, &[]),
+        any_field(1, 31, &[]),
+        any_field(1, 12, &["JAN", "feb", "Jun", "DEC"]),
+        any_field(0, 7, &["SUN", "mon", "Fri", "SAT"]),
+    )
+        .prop_map(|(s, m, h, dom, mon, dow)| format!("{s} {m} {h} {dom} {mon} {dow}"))
+        .prop_filter("refused by fields", |expr| fields::parse(expr).is_ok())
+}
+
+/// Wall times in this century, at the first and last years searched, and at month and year
+/// ends, with or without a fraction of a second.
+fn any_wall() -> impl Strategy<Value = NaiveDateTime> {
+    let at = |year: std::ops::RangeInclusive<i32>| {
+        (year, 1u32..=12, 1u32..=31, 0u32..24, 0u32..60, 0u32..60)
+            .prop_filter_map("no such day", |(y, mo, d, h, mi, s)| {
+                NaiveDate::from_ymd_opt(y, mo, d)?.and_hms_opt(h, mi, s)
+            })
+    };
+    let end_of = |year: std::ops::RangeInclusive<i32>| {
+        (year, 1u32..=12, 0i64..=3).prop_filter_map("no such month", |(y, mo, back)| {
+            let next =
+                NaiveDate::from_ymd_opt(y, mo, 1)?.checked_add_months(chrono::Months::new(1))?;
+            next.and_hms_opt(0, 0, 0)?
+                .checked_sub_signed(TimeDelta::seconds(back))
+        })
+    };
+    let wall = prop_oneof![
+        4 => at(2000..=2100),
+        2 => end_of(2020..=2030),
+        1 => at(4998..=5001),
+        1 => end_of(4999..=5000),
+        1 => at(0..=2),
+    ];
+    let nanos = prop_oneof![2 => Just(0u32), 1 => 0u32..1_000_000_000];
+    (wall, nanos).prop_filter_map("", |(wall, ns)| wall.with_nanosecond(ns))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 4000, ..ProptestConfig::default() })]
+
+    /// Our wall-clock search answers what croner's did, inclusive and exclusive, up to its year
+    /// limit (issue 10 replaced it; every DST rule above rests on these answers).
+    #[test]
+    fn matcher_agrees_with_croner(expr in any_expression(), wall in any_wall()) {
+        let (ours, theirs) = (matcher(&expr), croner(&expr));
+        for inclusive in [true, false] {
+            prop_assert_eq!(
+                ours.next_match(wall, inclusive),
+                theirs.find_next_occurrence(&wall, inclusive).ok(),
+                "`{}` from {} inclusive={}", expr, wall, inclusive
+            );
+        }
     }
 }

@@ -405,7 +405,9 @@ impl Validator<'_> {
         let lock = self.lock(raw.lock);
         let log = self.log(raw.log);
         let mut seen = HashSet::new();
-        let mut jobs = Vec::new();
+        // Sized once: a running daemon keeps this Vec for good, and growing it by doubling left
+        // up to half of it unused (6384 of 16 384 slots, 1.8 MB, at 10 000 jobs: issue 10).
+        let mut jobs = Vec::with_capacity(raw.job.len());
         for job in raw.job {
             let span = job.span();
             let job = job.into_inner();

@@ -10,6 +10,7 @@
 
 mod catch_up;
 mod delayed;
+mod rewrites;
 mod runs;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -330,6 +331,8 @@ pub struct FireMachine {
     claims: BTreeMap<ClaimId, Pending>,
     next_claim: u64,
     runs: runs::Runs,
+    /// Final records whose write failed, sent again.
+    rewrites: rewrites::Rewrites,
     delayed: delayed::DelayedQueue,
     /// When each job's old records were last pruned.
     pruned_at: HashMap<JobName, DateTime<Utc>>,
@@ -362,6 +365,7 @@ impl FireMachine {
             claims: BTreeMap::new(),
             next_claim: 0,
             runs: runs::Runs::default(),
+            rewrites: rewrites::Rewrites::default(),
             delayed: delayed::DelayedQueue::default(),
             pruned_at: HashMap::new(),
             prune_later: BTreeMap::new(),
@@ -452,12 +456,18 @@ impl FireMachine {
             _ => None,
         });
         let retries = self.runs.retry_deadlines();
+        // Sent again only while connected: an outage does not use up the attempts.
+        let rewrites = self
+            .rewrites
+            .next_deadline()
+            .filter(|_| self.lock.connected);
         let prunes = self.prune_later.values().map(|(at, _)| *at);
         let relists = self.relist_at.values().copied();
         queue
             .into_iter()
             .chain(claims)
             .chain(retries)
+            .chain(rewrites)
             .chain(prunes)
             .chain(relists)
             .min()
@@ -509,6 +519,7 @@ impl FireMachine {
             }
             self.delayed_tick(now, out);
         }
+        self.write_records_again(now, out);
         let late = now - MISSED_AFTER;
         self.declined.retain(|(tick, _)| *tick >= late);
         let ids: Vec<ClaimId> = self.claims.keys().copied().collect();
@@ -965,6 +976,8 @@ impl FireMachine {
                 if let Some((_, until)) = self.outage.as_mut() {
                     *until = Some(now);
                 }
+                self.rewrites.reconnected(now);
+                self.write_records_again(now, out);
             }
             _ => {}
         }
@@ -982,6 +995,13 @@ impl FireMachine {
         }
         if status.may_fire && (lost || !before.may_fire) {
             self.can_fire(now, out);
+        }
+    }
+
+    /// Final records whose write failed, due to go again (only while connected).
+    fn write_records_again(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
+        if self.lock.connected {
+            out.extend(self.rewrites.due(now).into_iter().map(Action::WriteRecord));
         }
     }
 
@@ -1104,9 +1124,16 @@ impl FireMachine {
         now: DateTime<Utc>,
         out: &mut Vec<Action>,
     ) {
+        if self.rewrites.owns(run_id) {
+            self.rewrites.answered(run_id, version.is_some(), now);
+            return;
+        }
         let Some(run) = self.runs.remove(run_id) else {
             return; // the record of a tick that never started
         };
+        if let (None, Some(finished)) = (version, &run.finished) {
+            self.rewrites.first_failed(finished.clone(), now);
+        }
         let job = run.job.clone();
         // The run's guard is gone: claims that found it alive try again now (defect 1).
         let waiting: Vec<ClaimId> = self

@@ -532,6 +532,60 @@ fn defect_1_a_forbid_tick_is_not_skipped_when_the_run_ends_before_it() {
     assert_eq!(context.scheduled_at, t(2000), "started, not skipped");
 }
 
+/// A run ends while the whole ensemble is paused: its final record's write fails. It is sent
+/// again once the session is connected, not before (an outage does not use up the attempts),
+/// so the record does not stay `running` with its guard alive for as long as the session lives
+/// (found by the chaos suite's "pause of every server").
+#[test]
+fn a_final_record_whose_write_failed_is_written_again_once_connected() {
+    let mut m = owning(&job("a", "0 0 * * * *", ""));
+    let hourly = 3_600_000;
+    let claim = only_claim(&m.handle(Input::Tick, t(hourly - 250)));
+    m.handle(ok(&claim), t(hourly - 240));
+    let (run, _) = only_start(&m.handle(Input::Tick, t(hourly)));
+    let finished = end_run(
+        &mut m,
+        ended(&run, RunOutcome::Exited { code: 0 }, t(hourly)),
+        t(hourly + 6000),
+    );
+    m.handle(
+        Input::LockChanged(disconnected_owner(TOKEN)),
+        t(hourly + 6001),
+    );
+    let failed = Input::RecordWritten {
+        run_id: finished.record.run_id.clone(),
+        version: None,
+    };
+    m.handle(failed.clone(), t(hourly + 6002));
+    assert_eq!(
+        m.next_deadline(),
+        Some(t(2 * hourly - 250)),
+        "nothing sent while disconnected"
+    );
+
+    let back = m.handle(Input::LockChanged(owner(TOKEN)), t(hourly + 9000));
+    let again: Vec<&Claim> = back
+        .iter()
+        .filter_map(|a| match a {
+            Action::WriteRecord(claim) => Some(claim),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(again.len(), 1, "written again on reconnecting: {back:?}");
+    assert_eq!(again[0].record, finished.record);
+    assert_eq!(again[0].guard, finished.guard);
+    // Failing again: after a backoff, while connected.
+    m.handle(failed, t(hourly + 9010));
+    assert_eq!(m.next_deadline(), Some(t(hourly + 10_010)));
+    let retry = but_delayed(m.handle(Input::Tick, t(hourly + 10_010)));
+    assert!(
+        matches!(&retry[..], [Action::WriteRecord(c)] if c.record == finished.record),
+        "{retry:?}"
+    );
+    m.handle(written(&finished), t(hourly + 10_020));
+    assert!(m.rewrites.is_empty(), "written: nothing left to send");
+}
+
 #[test]
 fn a_late_claim_waits_for_our_own_runs_record_instead_of_retrying_at_once() {
     // After a takeover the caught-up run starts after the declined tick's time; the declined

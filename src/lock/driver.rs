@@ -155,6 +155,8 @@ pub async fn run(
     let mut conn: Option<Connection> = None;
     let mut watch: Option<WatchFuture> = None;
     let mut timer = Box::pin(tokio::time::sleep(Duration::ZERO));
+    let mut silence = Box::pin(tokio::time::sleep(Duration::ZERO));
+    let mut silenced: Option<Silenced> = None;
     let mut published = LockStatus::default();
     // Taking back a session the client gave up on; the machine meanwhile counts it disconnected.
     let mut resuming: Option<ResumeFuture> = None;
@@ -189,10 +191,25 @@ pub async fn run(
         if let Some(at) = deadline {
             timer.as_mut().reset(at.into());
         }
+        if machine.connected() {
+            silenced = None;
+        }
+        let silence_at = match silenced {
+            Some(Silenced { next_look, .. }) => Some(next_look),
+            None if machine.connected() && matches!(machine.state(), LockState::Own { .. }) => {
+                Some(live.last_heard() + live.timeout)
+            }
+            None => None,
+        };
+        if let Some(at) = silence_at {
+            silence.as_mut().reset(at.into());
+        }
         let mut resumed = None;
         let input = tokio::select! {
             biased; // a stopping owner releases before it looks at anything else
             () = shutdown.cancelled() => break,
+            // Looked at first after a stall: see `silence_input`.
+            () = &mut silence, if silence_at.is_some() => silence_input(live, &mut silenced),
             state = live.states.changed(), if resuming.is_none() => match state {
                 // The client gave up (~1.4 × the timeout without an answer); the servers may still
                 // hold the session, and with it our lock and member nodes.
@@ -353,6 +370,55 @@ impl Connection {
             acls,
             last_heard,
             heartbeat,
+        }
+    }
+}
+
+/// An owner found silent for a whole session timeout while its client still counted itself
+/// connected.
+#[derive(Debug, Clone, Copy)]
+struct Silenced {
+    /// The last answer before the silence.
+    last_heard: Instant,
+    /// When to look whether an answer came since.
+    next_look: Instant,
+}
+
+/// An owner that has heard nothing from any server for a whole session timeout cannot prove it
+/// still owns, whatever its client says: after a SIGSTOP, a suspended VM or a stalled host the
+/// client has noticed nothing yet, and its own verdict can take seconds more. The machine is told
+/// the session is disconnected since the last answer (it reports Lost at once), so a woken owner
+/// stops firing before it looks at anything else. The servers may still hold the session (a stall
+/// just short of their expiry): when the heartbeat is answered again in the same session, that
+/// is a reconnect.
+fn silence_input(live: &Connection, silenced: &mut Option<Silenced>) -> Option<Input> {
+    let last_heard = live.last_heard();
+    let now = now();
+    let look_again = now + live.timeout / 6;
+    match *silenced {
+        None if now.saturating_duration_since(last_heard) < live.timeout => None,
+        None => {
+            tracing::warn!(
+                session = %live.session,
+                silent_ms = now.saturating_duration_since(last_heard).as_millis(),
+                "no answer from zookeeper for a whole session timeout: ownership unprovable"
+            );
+            *silenced = Some(Silenced {
+                last_heard,
+                next_look: look_again,
+            });
+            Some(Input::SessionDisconnected { last_heard })
+        }
+        Some(before) if last_heard > before.last_heard => {
+            tracing::info!(session = %live.session, "zookeeper answers again in the same session");
+            Some(Input::SessionReconnected)
+        }
+        Some(before) => {
+            *silenced = Some(Silenced {
+                next_look: look_again,
+                ..before
+            });
+            None
         }
     }
 }
@@ -681,18 +747,29 @@ async fn release(conn: &Connection, settings: &LockSettings, lock_version: i32) 
         since_unix_ms: unix_ms(),
         ..settings.me.clone()
     };
-    let result = match conn
-        .client
-        .set_data(path, &marked.to_bytes(), Some(lock_version))
-        .await
-    {
-        Ok(stat) => conn
-            .client
-            .delete(path, Some(stat.version))
-            .await
-            .map_err(|err| failure(path, &err)),
-        Err(err) => Err(failure(path, &err)),
+    let marked = marked.to_bytes();
+    let marked = marked.as_slice();
+    let mark_and_delete = |version: i32| async move {
+        let stat = conn.client.set_data(path, marked, Some(version)).await?;
+        conn.client.delete(path, Some(stat.version)).await
     };
+    let result = match mark_and_delete(lock_version).await {
+        // Someone wrote into our node (an operator, a stray tool). It is still ours while our
+        // session owns it; without the mark peers would wait out the takeover delay.
+        Err(zookeeper_client::Error::BadVersion) => match conn.client.get_data(path).await {
+            Ok((_, stat)) if SessionId(stat.ephemeral_owner) == conn.session => {
+                tracing::warn!(
+                    path,
+                    "the lock node's data was changed by someone else; releasing it anyway"
+                );
+                mark_and_delete(stat.version).await
+            }
+            Ok(_) => Err(zookeeper_client::Error::BadVersion),
+            Err(err) => Err(err),
+        },
+        other => other,
+    }
+    .map_err(|err| failure(path, &err));
     if result.is_ok() {
         tracing::info!(path, "lock released for a graceful handoff");
     }

@@ -38,6 +38,7 @@ fn clean() -> Observed {
             ("fast".to_owned(), vec![1000, 2000, 3000, 4000]),
             ("long".to_owned(), vec![1000, 3000]),
         ]),
+        in_fault: BTreeMap::new(),
         recorded_missed: BTreeMap::new(),
         owner_samples: vec![
             (1500, "a".to_owned(), true),
@@ -115,16 +116,21 @@ fn a_tick_neither_fired_nor_recorded_missed_is_lost_and_a_missed_record_accounts
     let mut o = clean();
     o.runs.remove(2);
     o.final_records.remove(&("fast".to_owned(), 3000));
-    assert_eq!(
-        check(&o),
-        [Violation::Lost {
-            job: "fast".into(),
-            tick_ms: 3000
-        }]
-    );
+    let lost = [Violation::Lost {
+        job: "fast".into(),
+        tick_ms: 3000,
+    }];
+    assert_eq!(check(&o), lost);
     o.recorded_missed
         .insert("fast".into(), BTreeSet::from([3000]));
+    // Outside the fault window a tick must fire: the record does not excuse it.
+    assert_eq!(check(&o), lost);
+    // Inside it, the record accounts for the tick.
+    o.expected.insert("fast".into(), vec![1000, 2000, 4000]);
+    o.in_fault.insert("fast".into(), vec![3000]);
     assert_eq!(check(&o), []);
+    o.recorded_missed.clear();
+    assert_eq!(check(&o), lost);
 }
 
 #[test]

@@ -2,11 +2,13 @@
 //!
 //! - [`zk_cluster`]: real ZooKeeper servers and ensembles, faults by PID, waits with stated bounds.
 //! - [`proxy`]: a TCP proxy in front of a server, to partition one node from ZooKeeper.
+//! - [`chaos`]: the chaos suite's cluster of nodes behind proxies, its faults and its report.
 //! - [`invariants`]: what the chaos suite checks after each scenario, on a log in memory.
 
 // Each integration test is its own crate and uses a different part of the support code.
 #![allow(dead_code, unused_imports)]
 
+pub mod chaos;
 pub mod daemon;
 pub mod invariants;
 pub mod node;

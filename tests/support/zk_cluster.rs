@@ -959,6 +959,22 @@ impl ZkEnsemble {
         self.wait_quorum(within(START_TIMEOUT)).await
     }
 
+    /// SIGKILLs every server, then starts them all again on the same ports and data dirs (the
+    /// whole ensemble down at once, as after a power cut) and waits until they serve with one
+    /// leader, within [`START_TIMEOUT`].
+    ///
+    /// # Errors
+    /// What failed, with the servers' log tails.
+    pub async fn restart_all(&mut self) -> Result<(), HarnessError> {
+        for i in 0..self.servers.len() {
+            self.kill(i)?;
+        }
+        for i in 0..self.servers.len() {
+            self.spawn(i)?;
+        }
+        self.wait_quorum(within(START_TIMEOUT)).await
+    }
+
     fn process_mut(&mut self, i: usize) -> &mut Process {
         self.servers[i]
             .process

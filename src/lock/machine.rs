@@ -386,7 +386,10 @@ impl LockMachine {
                 },
                 Some(node),
             ) if owner.session == node.session => {
-                *rewritten = *rewritten || node.info.as_ref().is_some_and(|info| info.releasing);
+                // Still there after a change: it was a release mark only if it says so. Anything
+                // else (an operator's or a tool's write) must not turn the owner's later crash
+                // into a handoff without the takeover delay.
+                *rewritten = node.info.as_ref().is_some_and(|info| info.releasing);
                 *owner = node;
             }
             (_, Some(node)) => self.become_released(node, now, out),
@@ -477,6 +480,11 @@ impl LockMachine {
             }
             // Our own earlier session or process owned it: reclaim at once (DESIGN.md "Waiting").
             State::Released { owner, .. } if owner.node_id() == Some(&self.me) => self.contend(out),
+            // A persistent squatter ran nothing: its removal by an operator is the signal to go.
+            State::Released { owner, .. } if owner.is_squatter() => {
+                out.push(Action::Emit(LockEvent::OwnerChanged { owner: None }));
+                self.contend(out);
+            }
             // A graceful handoff: the owner marked its node before deleting it.
             State::Released {
                 owner, rewritten, ..

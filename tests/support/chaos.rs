@@ -709,6 +709,38 @@ impl ChaosCluster {
         samples
     }
 
+    /// Deletes `path` under the lock group.
+    pub async fn remove(&self, path: &str) {
+        let full = format!("{ROOT}/{path}");
+        self.client()
+            .await
+            .delete(&full, None)
+            .await
+            .unwrap_or_else(|err| panic!("delete {full}: {err}"));
+    }
+
+    /// Waits until `path` under the lock group does not exist (an ephemeral node's session
+    /// expired).
+    pub async fn wait_gone(&self, path: &str, within: Duration) {
+        let full = format!("{ROOT}/{path}");
+        let client = self.client().await;
+        let gone = try_wait_for(&format!("{full} is gone"), within, || {
+            let client = client.clone();
+            let full = full.clone();
+            async move { matches!(client.check_stat(&full).await, Ok(None)).then_some(()) }
+        })
+        .await;
+        gone.unwrap_or_else(|not_reached| panic!("{not_reached}"));
+    }
+
+    /// Starts of [`FAST`] after `after_ms`.
+    pub fn fast_starts_after(&self, after_ms: i64) -> usize {
+        self.runs()
+            .iter()
+            .filter(|run| run.job == FAST && run.start_ms > after_ms)
+            .count()
+    }
+
     /// Writes `data` to `path` under the lock group (creating it, persistent, if absent).
     pub async fn plant(&self, path: &str, data: &[u8]) {
         plant(&self.client().await, path, data).await;

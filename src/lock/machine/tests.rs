@@ -369,6 +369,46 @@ fn rewritten_node_that_vanished_was_a_graceful_release() {
 }
 
 #[test]
+fn a_change_that_is_not_a_release_mark_leaves_the_takeover_delay_in_place() {
+    // Chaos suite, garbage in the lock node: someone writes into the owner's node; the owner
+    // crashes later. Its deletion is not a handoff.
+    let t0 = Instant::now();
+    let mut m = released(t0, node(PEER_SESSION, PEER));
+    m.handle(Input::NodeChanged, t0);
+    let garbage = LockNode {
+        session: PEER_SESSION,
+        version: 1,
+        info: None,
+    };
+    m.handle(Input::OwnerRead(Ok(Some(garbage))), t0);
+    assert_eq!(
+        m.handle(Input::NodeDeleted, t0),
+        vec![owner_changed(None), Action::ReadOwner]
+    );
+    assert_eq!(
+        m.next_deadline(),
+        Some(t0 + DELAY + JITTER),
+        "waits the delay"
+    );
+}
+
+#[test]
+fn a_squatter_removed_by_an_operator_is_contended_for_at_once() {
+    let t0 = Instant::now();
+    let squatter = LockNode {
+        session: SessionId::PERSISTENT,
+        version: 0,
+        info: None,
+    };
+    let mut m = released(t0, squatter);
+    assert_eq!(
+        m.handle(Input::NodeDeleted, t0),
+        vec![owner_changed(None), Action::Create],
+        "a persistent node owned nothing: no takeover delay"
+    );
+}
+
+#[test]
 fn squatter_is_never_owned_and_is_reported_at_a_bounded_rate() {
     let t0 = Instant::now();
     let squatter = LockNode {

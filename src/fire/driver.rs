@@ -7,6 +7,7 @@
 //! Must not: decide anything — whether, when and why a run starts or stops is the machine's call.
 
 mod delayed;
+mod listing;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -84,8 +85,12 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), DriverError> {
     let (answers, mut answered) = mpsc::unbounded_channel();
+    let lister = listing::Lister::start(
+        settings.ledger.clone(),
+        settings.group.clone(),
+        answers.clone(),
+    );
     let mut io = Io {
-        settings,
         client: None,
         answers,
         runs: HashMap::new(),
@@ -93,6 +98,8 @@ pub async fn run(
         fence_failed: lock.fence_failed.clone(),
         watch: None,
         group: None,
+        lister,
+        settings,
     };
     let mut ready = false;
     let mut stopping = false;
@@ -200,6 +207,8 @@ struct Io {
     watch: Option<CancellationToken>,
     /// The current session's claims and record writes, grouped into multi-ops under load.
     group: Option<GroupCommit>,
+    /// Catch-up listings, a bounded number at a time.
+    lister: listing::Lister,
 }
 
 impl Io {
@@ -446,18 +455,7 @@ impl Io {
             let result = Err("no zookeeper session".to_owned());
             return Some(Input::RecordsListed { job, result });
         };
-        let (paths, group, answers) = (
-            self.settings.ledger.clone(),
-            self.settings.group.clone(),
-            self.answers.clone(),
-        );
-        self.tasks.spawn(async move {
-            let listed = bounded(job.as_str(), list_records(&client, &paths, &group, &job));
-            let result = listed
-                .await
-                .unwrap_or_else(|| Err("no answer in time".into()));
-            let _ = answers.send(Input::RecordsListed { job, result });
-        });
+        self.lister.list(client, job);
         None
     }
 

@@ -48,7 +48,7 @@ pub struct DaemonSettings {
 /// # Errors
 /// The lock could not run (a duplicate node_id); ZooKeeper outages are waited out.
 pub async fn run(
-    config: Config,
+    mut config: Config,
     settings: DaemonSettings,
     shutdown: CancellationToken,
     reloads: mpsc::UnboundedReceiver<()>,
@@ -83,7 +83,7 @@ pub async fn run(
         node_id: settings.me.node_id.clone(),
         ip: settings.me.ip.clone(),
     };
-    let jobs = shared_jobs(&config, &settings.launcher);
+    let jobs = shared_jobs(&mut config, &settings.launcher);
     let machine = FireMachine::new(me, config.lock.claim_ahead, &jobs, Utc::now());
     let (jobs_tx, jobs_rx) = mpsc::unbounded_channel();
     let reloader = tokio::spawn(reload_on_request(
@@ -100,12 +100,17 @@ pub async fn run(
     Ok(result?)
 }
 
-fn shared_jobs(config: &Config, launcher: &Launcher) -> Vec<Arc<JobConfig>> {
+/// Moves the jobs out of `config` into their shared form: the reloader keeps the rest of the
+/// file to compare with the next one, and only one copy of each job lives on.
+fn shared_jobs(config: &mut Config, launcher: &Launcher) -> Vec<Arc<JobConfig>> {
     let with_launcher = |mut job: JobConfig| {
         job.spec.launcher = launcher.clone();
         Arc::new(job)
     };
-    config.jobs.iter().cloned().map(with_launcher).collect()
+    std::mem::take(&mut config.jobs)
+        .into_iter()
+        .map(with_launcher)
+        .collect()
 }
 
 /// Re-reads the schedule on every request and passes its jobs on; a broken file keeps the
@@ -118,8 +123,8 @@ async fn reload_on_request(
     jobs: mpsc::UnboundedSender<Vec<Arc<JobConfig>>>,
 ) {
     while let Some(()) = requests.recv().await {
-        if let Some(new) = reload(&path, &current) {
-            if jobs.send(shared_jobs(&new, &launcher)).is_err() {
+        if let Some(mut new) = reload(&path, &current) {
+            if jobs.send(shared_jobs(&mut new, &launcher)).is_err() {
                 return;
             }
             current = new;

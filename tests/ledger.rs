@@ -687,3 +687,32 @@ async fn claims_and_records_handed_in_together_share_multi_ops_and_each_gets_its
         .expect("the lanes end with their last sender")
         .expect("lanes task");
 }
+
+/// A node that can fire creates every job's record and open-marker parents up front; those
+/// that exist are left as they are, and a second pass finds nothing to do.
+#[tokio::test]
+async fn the_parents_of_every_jobs_records_are_made_once() {
+    let (a, _b, paths, _) = setup("ensure-parents").await;
+    let jobs: Vec<JobName> = (0..300).map(|i| JobName::new(format!("job-{i}"))).collect();
+    let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    a.mkdir(&paths.job_runs(&jobs[7]), &open)
+        .await
+        .expect("one parent exists already");
+    a.create(&paths.record(&jobs[7], 1000), b"kept", &open)
+        .await
+        .expect("with a record under it");
+    for _ in 0..2 {
+        ledger::ensure_parents(&a, &paths, jobs.iter(), Acls::anyone_all())
+            .await
+            .expect("parents");
+    }
+    let runs = a.list_children(&paths.runs).await.expect("runs");
+    let opened = a.list_children(&paths.delayed.open).await.expect("open");
+    assert_eq!((runs.len(), opened.len()), (300, 300));
+    let kept = a
+        .list_children(&paths.job_runs(&jobs[7]))
+        .await
+        .expect("job 7");
+    assert_eq!(kept, ["1000"], "an existing parent keeps its records");
+    assert!(a.check_stat(&paths.running).await.expect("stat").is_some());
+}

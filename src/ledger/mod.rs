@@ -10,6 +10,8 @@ pub mod group;
 pub mod record;
 pub mod submissions;
 
+use std::collections::HashSet;
+
 use zookeeper_client::{Acls, CheckWriteError, CheckWriter, Client, CreateMode, Error as ZkErr};
 
 use crate::ids::{FencingToken, JobName, SessionId};
@@ -784,9 +786,54 @@ pub async fn ensure_parents<'j>(
     acls: Acls<'_>,
 ) -> Result<(), crate::zk::ZkError> {
     crate::zk::ensure_persistent(client, &paths.running, acls).await?;
-    for job in jobs {
-        crate::zk::ensure_persistent(client, &paths.job_runs(job), acls).await?;
-        crate::zk::ensure_persistent(client, &paths.delayed.open_of(job), acls).await?;
+    let jobs: Vec<&JobName> = jobs.collect();
+    ensure_children(client, &paths.runs, &jobs, |job| paths.job_runs(job), acls).await?;
+    let open = |job: &JobName| paths.delayed.open_of(job);
+    ensure_children(client, &paths.delayed.open, &jobs, open, acls).await
+}
+
+/// Creates of missing parents out at once.
+const CREATE_WINDOW: usize = 256;
+
+/// Creates `parent` and, under it, `path_of(job)` for every job whose child is missing: one
+/// listing, then only the missing ones, a window at a time. Asking for each child in turn took
+/// ten thousand jobs twenty seconds of round trips at every start.
+async fn ensure_children(
+    client: &Client,
+    parent: &str,
+    jobs: &[&JobName],
+    path_of: impl Fn(&JobName) -> String,
+    acls: Acls<'_>,
+) -> Result<(), crate::zk::ZkError> {
+    crate::zk::ensure_persistent(client, parent, acls).await?;
+    let request_err = |path: &str, source| crate::zk::ZkError::Request {
+        path: path.to_owned(),
+        source,
+    };
+    let existing: HashSet<String> = client
+        .list_children(parent)
+        .await
+        .map_err(|source| request_err(parent, source))?
+        .into_iter()
+        .collect();
+    let missing: Vec<String> = jobs
+        .iter()
+        .filter(|job| !existing.contains(job.as_str()))
+        .map(|job| path_of(job))
+        .collect();
+    let options = CreateMode::Persistent.with_acls(acls);
+    for window in missing.chunks(CREATE_WINDOW) {
+        // The client sends a request when it is made: a window of them is pipelined.
+        let created: Vec<_> = window
+            .iter()
+            .map(|path| client.create(path, &[], &options))
+            .collect();
+        for (path, created) in window.iter().zip(created) {
+            match created.await {
+                Ok(_) | Err(ZkErr::NodeExists) => {}
+                Err(source) => return Err(request_err(path, source)),
+            }
+        }
     }
     Ok(())
 }

@@ -16,6 +16,7 @@ pub mod config;
 pub mod daemon;
 pub mod delayed;
 pub mod fire;
+pub mod heap;
 pub mod identity;
 pub mod ids;
 pub mod layout;

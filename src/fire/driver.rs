@@ -40,6 +40,12 @@ const MAX_SLEEP: Duration = Duration::from_secs(30);
 const START_WRITE_ATTEMPTS: usize = 3;
 /// Reads of many nodes go out this many at a time (see `open_submissions`).
 const READ_WINDOW: usize = 256;
+/// This many inputs (a startup or a reload with thousands of jobs, a catch-up) followed by
+/// [`QUIET_AFTER_BURST`] without any: the heap they used is given back (`heap`).
+const BURST: usize = 1000;
+// Short: a node that can fire wakes every second to read the delayed submissions due.
+const QUIET_AFTER_BURST: Duration = Duration::from_millis(200);
+
 /// A request whose answer has not come by then is answered as failed, so that no claim, listing
 /// or final record keeps the machine (or a stop) waiting on an ensemble that does not answer.
 const REQUEST_LIMIT: Duration = Duration::from_secs(10);
@@ -108,6 +114,7 @@ pub async fn run(
     let mut handing_over = false;
     let mut lock_result = Ok(());
     let mut pending: VecDeque<Input> = VecDeque::new();
+    let mut handled_since_trim = 0_usize;
     loop {
         let deadline = machine.next_deadline();
         let sleep_for = deadline.map_or(MAX_SLEEP, |at| until(at).min(MAX_SLEEP));
@@ -145,8 +152,16 @@ pub async fn run(
             }
             Some(jobs) = reloads.recv() => Input::Reloaded(jobs),
             Some(answer) = answered.recv() => answer,
+            () = tokio::time::sleep(QUIET_AFTER_BURST), if handled_since_trim >= BURST => {
+                let started = std::time::Instant::now();
+                crate::heap::give_back();
+                tracing::debug!(inputs = handled_since_trim, ms = started.elapsed().as_millis(), "free heap given back after a burst");
+                handled_since_trim = 0;
+                continue;
+            }
             () = tokio::time::sleep(sleep_for) => Input::Tick,
         };
+        handled_since_trim += 1;
         pending.push_back(input);
         while let Some(input) = pending.pop_front() {
             if matches!(input, Input::Shutdown) {

@@ -563,15 +563,23 @@ async fn list_records(
     group: &LockPaths,
     job: &JobName,
 ) -> Result<JobRecords, String> {
-    let ticks = ledger::ticks(client, paths, job)
+    let mut ticks = ledger::ticks(client, paths, job)
         .await
         .map_err(|err| error_chain(&err))?;
     let mut newest = Vec::new();
+    let mut unreadable = Vec::new();
     for &tick in ticks.iter().rev().take(RESOLVE_WINDOW) {
-        if let Some(read) = ledger::read_versioned(client, &paths.record(job, tick)).await {
-            newest.push(read);
+        let read = ledger::read_versioned_checked(client, &paths.record(job, tick))
+            .await
+            .map_err(|err| error_chain(&err))?;
+        match read {
+            Some(read) => newest.push(read),
+            None => unreadable.push(tick),
         }
     }
+    // Gone, or not ours (logged by the read): it must not stand as the job's latest tick, or a
+    // foreign node named `12` makes catch-up record a gap since 1970.
+    ticks.retain(|tick| !unreadable.contains(tick));
     // A submission's run is open while its marker is: all of them, not only the newest.
     let mut payloads = HashMap::new();
     for (record, version, payload) in open_submissions(client, paths, job).await? {

@@ -761,11 +761,32 @@ pub async fn record_names(
 
 /// A stored record with its znode version; `None` when absent or unreadable (logged).
 pub async fn read_versioned(client: &Client, path: &str) -> Option<(RunRecord, i32)> {
-    let (data, stat) = client.get_data(path).await.ok()?;
+    read_versioned_checked(client, path).await.ok().flatten()
+}
+
+/// Like [`read_versioned`], telling a failed request (`Err`) from a record that is gone or is
+/// not ours (`Ok(None)`, logged).
+///
+/// # Errors
+/// The read failed for another reason than the node being absent.
+pub async fn read_versioned_checked(
+    client: &Client,
+    path: &str,
+) -> Result<Option<(RunRecord, i32)>, crate::zk::ZkError> {
+    let (data, stat) = match client.get_data(path).await {
+        Ok(read) => read,
+        Err(ZkErr::NoNode) => return Ok(None),
+        Err(source) => {
+            return Err(crate::zk::ZkError::Request {
+                path: path.to_owned(),
+                source,
+            });
+        }
+    };
     let record = RunRecord::parse(&data)
         .inspect_err(|err| tracing::warn!(path, error = %err, "unreadable run record; skipped"))
-        .ok()?;
-    Some((record, stat.version))
+        .ok();
+    Ok(record.map(|record| (record, stat.version)))
 }
 
 /// The run id written into `job`'s `running/<job>` guard, if a guard exists.

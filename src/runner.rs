@@ -41,6 +41,7 @@ use crate::ids::{FencingToken, JobName, NodeId};
 mod launch;
 mod output;
 
+use launch::Start;
 pub use launch::{LAUNCHER_ARG, Launcher, launch_job};
 
 pub use output::MAX_LINE_BYTES;
@@ -243,6 +244,80 @@ pub enum StartError {
 /// Dropping the future before the job has exited SIGKILLs its process group. After a normal exit
 /// (while leftover output is drained) dropping it kills nothing.
 pub async fn run(spec: &JobSpec, ctx: &RunContext, cancel: CancellationToken) -> RunReport {
+    run_prepared(spec, ctx, cancel, Prepared::none()).await
+}
+
+/// A run whose process was started ahead of its instant by [`prepare`]: the launcher waits for
+/// its go, which [`run_prepared`] gives. Dropped instead, the process ends without running the
+/// job.
+pub struct Prepared(Option<Waiting>);
+
+/// A launcher waiting for its go on its stdin.
+struct Waiting {
+    group: Group,
+    go: tokio::process::ChildStdin,
+}
+
+impl Prepared {
+    /// Nothing started ahead: [`run_prepared`] spawns the job at its start.
+    pub fn none() -> Self {
+        Prepared(None)
+    }
+
+    /// The waiting process's pid (the job's, once it has its go), if one waits.
+    pub fn pid(&self) -> Option<u32> {
+        self.0.as_ref().map(|waiting| waiting.group.pid)
+    }
+}
+
+impl Drop for Prepared {
+    fn drop(&mut self) {
+        if let Some(waiting) = &mut self.0 {
+            // Not a run abandoned: the job never ran. Its stdin closes with `go`, on which the
+            // launcher exits by itself; KillOnDrop ends it anyway.
+            waiting.group.kill_group_on_drop = false;
+        }
+    }
+}
+
+impl fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let pid = self.0.as_ref().map(|waiting| waiting.group.pid);
+        f.debug_struct("Prepared").field("pid", &pid).finish()
+    }
+}
+
+/// Starts the run's process ahead of its instant, waiting for [`run_prepared`]'s go: the
+/// launcher's load is then off the path from the instant to the job's first instruction. Only
+/// with [`Launcher::Binary`]; otherwise, or when the spawn fails (the start will say why), nothing
+/// waits and the job is spawned at its start.
+pub fn prepare(spec: &JobSpec, ctx: &RunContext) -> Prepared {
+    if spec.launcher == Launcher::Fork {
+        return Prepared::none();
+    }
+    let start = if ctx.submission.is_some() {
+        Start::OnGoKeepStdin
+    } else {
+        Start::OnGo
+    };
+    let waiting = Group::spawn(spec, ctx, start).ok().and_then(|mut group| {
+        let go = group.child.stdin().take()?;
+        Some(Waiting { group, go })
+    });
+    if let Some(waiting) = &waiting {
+        debug!(job = %spec.name, run_id = ctx.run_id, pid = waiting.group.pid, "job prepared");
+    }
+    Prepared(waiting)
+}
+
+/// [`run`], giving the go to `prepared`'s process if one waits (and spawning the job afresh if
+/// that process is gone: without its go it never ran the job).
+pub async fn run_prepared(
+    spec: &JobSpec,
+    ctx: &RunContext,
+    cancel: CancellationToken,
+    mut prepared: Prepared,
+) -> RunReport {
     let started_at = Utc::now();
     let job = &spec.name;
     let run_id = ctx.run_id.as_str();
@@ -256,17 +331,23 @@ pub async fn run(spec: &JobSpec, ctx: &RunContext, cancel: CancellationToken) ->
     }
 
     let spawned = Instant::now();
-    let mut group = match Group::spawn(spec, ctx) {
-        Ok(group) => group,
-        Err(err) => {
-            let error = error_chain(&err);
-            warn!(job = %job, run_id, error, "job failed to start");
-            return RunReport {
-                outcome: RunOutcome::FailedToStart { error },
-                started_at,
-                duration: spawned.elapsed(),
-            };
-        }
+    let (mut group, stdin) = match go(prepared.0.take(), job, run_id).await {
+        Some(started) => started,
+        None => match Group::spawn(spec, ctx, Start::Now) {
+            Ok(mut group) => {
+                let stdin = group.child.stdin().take();
+                (group, stdin)
+            }
+            Err(err) => {
+                let error = error_chain(&err);
+                warn!(job = %job, run_id, error, "job failed to start");
+                return RunReport {
+                    outcome: RunOutcome::FailedToStart { error },
+                    started_at,
+                    duration: spawned.elapsed(),
+                };
+            }
+        },
     };
     let pid = group.pid;
     info!(
@@ -281,7 +362,6 @@ pub async fn run(spec: &JobSpec, ctx: &RunContext, cancel: CancellationToken) ->
 
     let stdout = group.child.stdout().take();
     let stderr = group.child.stderr().take();
-    let stdin = group.child.stdin().take();
     let payload = ctx.submission.as_ref().map(|s| Arc::clone(&s.payload));
     let output = async {
         tokio::join!(
@@ -339,6 +419,28 @@ pub async fn run(spec: &JobSpec, ctx: &RunContext, cancel: CancellationToken) ->
     }
 }
 
+/// Gives the go to a waiting launcher: its group, and its stdin when the job reads a payload from
+/// it. `None` when nothing waits or the launcher is gone (the job did not run).
+async fn go(
+    waiting: Option<Waiting>,
+    job: &JobName,
+    run_id: &str,
+) -> Option<(Group, Option<tokio::process::ChildStdin>)> {
+    let Waiting { mut group, mut go } = waiting?;
+    match tokio::io::AsyncWriteExt::write_all(&mut go, &[launch::GO]).await {
+        Ok(()) => {
+            let keeps_stdin = group.start == Start::OnGoKeepStdin;
+            Some((group, keeps_stdin.then_some(go)))
+        }
+        Err(err) => {
+            warn!(job = %job, run_id, pid = group.pid, error = %err,
+                  "the job's prepared process is gone; starting it afresh");
+            group.kill_group_on_drop = false;
+            None
+        }
+    }
+}
+
 /// The running job: its leader process and the group it leads. Dropped while `kill_group_on_drop`
 /// is set (the job has not been seen to end), it SIGKILLs the whole group.
 struct Group {
@@ -346,11 +448,13 @@ struct Group {
     child: Box<dyn ChildWrapper>,
     pid: u32,
     pgid: Pid,
+    /// When its launcher execs the job.
+    start: Start,
     kill_group_on_drop: bool,
 }
 
 impl Group {
-    fn spawn(spec: &JobSpec, ctx: &RunContext) -> Result<Group, StartError> {
+    fn spawn(spec: &JobSpec, ctx: &RunContext, start: Start) -> Result<Group, StartError> {
         let job = &spec.name;
         let (program, args) = spec
             .program
@@ -389,7 +493,7 @@ impl Group {
             // The launcher sets the same signal, then execs the program in its place.
             Launcher::Binary(launcher) => CommandWrap::with_new(launcher, |command| {
                 command
-                    .args(launch::launcher_args())
+                    .args(launch::launcher_args(start))
                     .arg(program)
                     .args(args);
             }),
@@ -397,7 +501,7 @@ impl Group {
         {
             let command = command.command_mut();
             command
-                .stdin(if ctx.submission.is_some() {
+                .stdin(if ctx.submission.is_some() || start != Start::Now {
                     Stdio::piped()
                 } else {
                     Stdio::null()
@@ -435,6 +539,7 @@ impl Group {
             child,
             pid,
             pgid,
+            start,
             kill_group_on_drop: true,
         })
     }

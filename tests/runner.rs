@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::instrument::WithSubscriber;
 use zkcron::runner::{
     JobSpec, Launcher, MAX_LINE_BYTES, OUTPUT_DRAIN_AFTER_EXIT, Program, RunContext, RunOutcome,
-    RunReport, run,
+    RunReport, SubmissionInput, prepare, run, run_prepared,
 };
 use zkcron::{FencingToken, JobName, NodeId};
 
@@ -838,6 +838,7 @@ async fn the_launcher_refuses_to_run_a_job_whose_daemon_is_not_its_parent() {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_zkcron"))
         .arg(zkcron::runner::LAUNCHER_ARG)
         .arg("1") // not our parent
+        .arg("now")
         .args(["/bin/sh", "-c", "touch \"$0\""])
         .arg(&marker)
         .output()
@@ -854,6 +855,7 @@ async fn the_launcher_refuses_to_run_a_job_whose_daemon_is_not_its_parent() {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_zkcron"))
         .arg(zkcron::runner::LAUNCHER_ARG)
         .arg(std::process::id().to_string())
+        .arg("now")
         .args(["/bin/sh", "-c", "touch \"$0\""])
         .arg(&marker)
         .output()
@@ -869,4 +871,137 @@ async fn a_missing_program_through_the_launcher_ends_as_a_shell_reports_it() {
     let job = launched(spec("missing", Program::Argv(vec![missing.into()])));
     let report = run_to_end(&job, "r").await;
     assert_eq!(report.outcome, RunOutcome::Exited { code: 127 });
+}
+
+/// The launcher of `zkcron` in `start` mode running `sh -c line`, its stdin fed `input`.
+fn launcher_output(start: &str, line: &str, input: &[u8]) -> std::process::Output {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_zkcron"))
+        .arg(zkcron::runner::LAUNCHER_ARG)
+        .arg(std::process::id().to_string())
+        .args([start, "/bin/sh", "-c", line])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("launcher");
+    let mut stdin = child.stdin.take().expect("piped");
+    stdin.write_all(input).expect("launcher's stdin");
+    drop(stdin);
+    child.wait_with_output().expect("launcher")
+}
+
+#[test]
+fn a_waiting_launcher_runs_its_job_only_on_the_go_byte_and_hands_on_the_rest_of_stdin() {
+    // Closed before the go: the run was given up; nothing runs, and that is no failure.
+    let out = launcher_output("on-go", "echo ran", b"");
+    assert_eq!(
+        (out.status.code(), out.stdout.as_slice()),
+        (Some(0), &b""[..])
+    );
+    let out = launcher_output("on-go", "echo ran", b"x");
+    assert_eq!(
+        (out.status.code(), out.stdout.as_slice()),
+        (Some(0), &b""[..]),
+        "only the go byte starts it"
+    );
+
+    let out = launcher_output("on-go", "echo ran; cat", b"gpayload");
+    assert_eq!(out.stdout, b"ran\n", "on-go: the job's stdin is /dev/null");
+    let out = launcher_output("on-go-keep-stdin", "cat", b"gpayload");
+    assert_eq!(
+        out.stdout, b"payload",
+        "the byte after the go is the job's first"
+    );
+
+    let out = launcher_output("whenever", "echo ran", b"g");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("unknown start"),
+        "{out:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_prepared_run_is_the_waiting_process_itself_and_runs_only_when_started() {
+    host_env();
+    let dir = tempfile::tempdir().unwrap();
+    let (job, out) = shell_out("prepared", r#"env > "$OUT"; echo $$ > "$OUT.pid""#, &dir);
+    let job = launched(job);
+    let prepared = prepare(&job, &ctx("run-prepared"));
+    let pid = prepared.pid().expect("a launcher waits");
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).expect("the launcher is alive");
+    assert!(
+        String::from_utf8_lossy(&cmdline).contains(zkcron::runner::LAUNCHER_ARG),
+        "still the launcher, not the job, before the go"
+    );
+    assert!(!out.exists(), "the job has not run");
+
+    let report = run_prepared(
+        &job,
+        &ctx("run-prepared"),
+        CancellationToken::new(),
+        prepared,
+    )
+    .await;
+    assert_eq!(report.outcome, RunOutcome::Exited { code: 0 });
+    assert_eq!(
+        read(&dir.path().join("out.pid")).trim(),
+        pid.to_string(),
+        "the job is the prepared process"
+    );
+    let env = env_file(&out);
+    assert_eq!(
+        env.get("ZKCRON_RUN_ID").map(String::as_str),
+        Some("run-prepared")
+    );
+    assert_eq!(
+        env.get("ZKCRON_FENCING_TOKEN").map(String::as_str),
+        Some("42")
+    );
+}
+
+#[tokio::test]
+async fn a_prepared_run_given_up_never_runs_and_leaves_no_process() {
+    host_env();
+    let dir = tempfile::tempdir().unwrap();
+    let (job, out) = shell_out("given-up", r#"touch "$OUT""#, &dir);
+    let prepared = prepare(&launched(job), &ctx("run-given-up"));
+    let pid = prepared.pid().expect("a launcher waits");
+    drop(prepared);
+    assert_all_dead(&[Pid::from_raw(pid as i32)], "the given-up launcher").await;
+    assert!(!out.exists(), "the job never ran");
+}
+
+#[tokio::test]
+async fn a_prepared_submission_run_reads_exactly_its_payload() {
+    host_env();
+    let dir = tempfile::tempdir().unwrap();
+    let (job, out) = shell_out("payload", r#"cat > "$OUT""#, &dir);
+    let job = launched(job);
+    let mut context = ctx("run-payload");
+    let payload = b"{\"order\": 17}\n".to_vec();
+    context.submission = Some(SubmissionInput {
+        id: "s-1".into(),
+        payload: Arc::new(payload.clone()),
+    });
+    let prepared = prepare(&job, &context);
+    assert!(prepared.pid().is_some(), "a launcher waits");
+    let report = run_prepared(&job, &context, CancellationToken::new(), prepared).await;
+    assert_eq!(report.outcome, RunOutcome::Exited { code: 0 });
+    assert_eq!(std::fs::read(&out).expect("the job's copy"), payload);
+}
+
+#[tokio::test]
+async fn a_prepared_run_whose_process_was_killed_is_started_afresh() {
+    host_env();
+    let dir = tempfile::tempdir().unwrap();
+    let (job, out) = shell_out("killed", r#"echo $$ > "$OUT""#, &dir);
+    let job = launched(job);
+    let prepared = prepare(&job, &ctx("run-killed"));
+    let pid = Pid::from_raw(prepared.pid().expect("a launcher waits") as i32);
+    kill(pid, Signal::SIGKILL).expect("kill the waiting launcher");
+    assert_all_dead(&[pid], "the killed launcher").await;
+    let report = run_prepared(&job, &ctx("run-killed"), CancellationToken::new(), prepared).await;
+    assert_eq!(report.outcome, RunOutcome::Exited { code: 0 });
+    assert_ne!(read(&out).trim(), pid.to_string(), "a new process ran it");
 }

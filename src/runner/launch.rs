@@ -7,17 +7,25 @@
 //! daemon instead starts its own binary with `posix_spawn` (no copy) as a launcher that sets the
 //! signal and execs the job in the same process: same pid, same process group, same pipes.
 //!
+//! Loading the launcher costs milliseconds (the dynamic loader, the binary's relocations): a
+//! run known ahead of its instant is *prepared* — its launcher is started early and waits on its
+//! stdin for one byte, the go, then execs at once. No byte (stdin closed: the run was given up)
+//! and the job never runs.
+//!
 //! Owns: the launcher's arguments and what it does before the exec.
 //! Must not: decide anything about the run; the runner spawns, supervises and reports.
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::ExitCode;
+use std::process::{ExitCode, Stdio};
 
 /// The first argument that makes the zkcron binary the launcher of one job:
-/// `zkcron __launch-job <daemon pid> <program> [args...]`. Not a command for people.
+/// `zkcron __launch-job <daemon pid> <when> <program> [args...]`. Not a command for people.
 pub const LAUNCHER_ARG: &str = "__launch-job";
+
+/// The byte the daemon writes to a waiting launcher's stdin to start its job.
+pub(super) const GO: u8 = b'g';
 
 /// How the runner makes a job's process.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -38,24 +46,58 @@ impl Launcher {
     }
 }
 
+/// When the launcher execs the job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Start {
+    /// At once.
+    Now,
+    /// On the go byte; then the job's stdin is `/dev/null`.
+    OnGo,
+    /// On the go byte; the job reads the rest of the same stdin (a submission's payload).
+    OnGoKeepStdin,
+}
+
+impl Start {
+    fn arg(self) -> &'static str {
+        match self {
+            Start::Now => "now",
+            Start::OnGo => "on-go",
+            Start::OnGoKeepStdin => "on-go-keep-stdin",
+        }
+    }
+
+    fn parse(arg: &OsStr) -> Option<Self> {
+        [Start::Now, Start::OnGo, Start::OnGoKeepStdin]
+            .into_iter()
+            .find(|start| arg == start.arg())
+    }
+}
+
 /// The launcher's part of a job's command line, before the job's own program and arguments.
-pub(super) fn launcher_args() -> [OsString; 2] {
+pub(super) fn launcher_args(start: Start) -> [OsString; 3] {
     [
         OsString::from(LAUNCHER_ARG),
         OsString::from(std::process::id().to_string()),
+        OsString::from(start.arg()),
     ]
 }
 
 /// The launcher mode: `args` are what follows [`LAUNCHER_ARG`]. Sets the parent-death signal,
 /// makes sure the daemon that started us is still our parent (else it died before the signal
-/// was set, and the job must not run), then execs the job. Returns only when it cannot run it:
-/// 126 (found, not executable) or 127 (not found), the codes a shell uses, with the reason on
-/// stderr, which the runner logs.
+/// was set, and the job must not run), waits for the go if told to, then execs the job.
+/// Returns only when it does not run it: 126 (found, not executable) or 127 (not found), the
+/// codes a shell uses, with the reason on stderr, which the runner logs; 0 when the daemon gave
+/// the run up before its go.
 pub fn launch_job(args: &[OsString]) -> ExitCode {
-    let (Some(daemon), Some(program)) = (args.first(), args.get(1)) else {
+    let (Some(daemon), Some(start), Some(program)) = (args.first(), args.get(1), args.get(2))
+    else {
         eprintln!(
-            "zkcron: {LAUNCHER_ARG} is zkcron's own way to start a job; it needs the daemon's pid and a program"
+            "zkcron: {LAUNCHER_ARG} is zkcron's own way to start a job; it needs the daemon's pid, when to start and a program"
         );
+        return ExitCode::from(2);
+    };
+    let Some(start) = Start::parse(start) else {
+        eprintln!("zkcron: {LAUNCHER_ARG}: unknown start {}", display(start));
         return ExitCode::from(2);
     };
     let daemon = daemon.to_str().and_then(|pid| pid.parse::<i32>().ok());
@@ -67,7 +109,27 @@ pub fn launch_job(args: &[OsString]) -> ExitCode {
         eprintln!("zkcron: the daemon that started this job is gone; not running it");
         return ExitCode::from(126);
     }
-    let err = std::process::Command::new(program).args(&args[2..]).exec();
+    let mut command = std::process::Command::new(program);
+    command.args(&args[3..]);
+    if start != Start::Now {
+        let mut go = [0_u8];
+        // Exactly one byte, unbuffered (not `std::io::stdin`): what follows is the job's.
+        let read = loop {
+            match nix::unistd::read(std::io::stdin(), &mut go) {
+                Err(nix::errno::Errno::EINTR) => continue,
+                read => break read,
+            }
+        };
+        match read {
+            Ok(1) if go[0] == GO => {}
+            // Closed or anything else: the daemon gave the run up.
+            _ => return ExitCode::SUCCESS,
+        }
+        if start == Start::OnGo {
+            command.stdin(Stdio::null());
+        }
+    }
+    let err = command.exec();
     eprintln!("zkcron: cannot run {}: {err}", display(program));
     let not_found = err.kind() == std::io::ErrorKind::NotFound;
     ExitCode::from(if not_found { 127 } else { 126 })

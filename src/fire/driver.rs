@@ -6,6 +6,7 @@
 //! over when the machine says so.
 //! Must not: decide anything — whether, when and why a run starts or stops is the machine's call.
 
+mod alarm;
 mod delayed;
 mod listing;
 
@@ -14,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -38,6 +39,9 @@ const MAX_SLEEP: Duration = Duration::from_secs(30);
 /// A run recorded `running` before its start (a submission's) tries the write this many times,
 /// each bounded by [`REQUEST_LIMIT`], before it is reported as not started.
 const START_WRITE_ATTEMPTS: usize = 3;
+/// At most this many runs wait prepared at once (each a launcher process of a few MiB, for
+/// `claim_ahead`); more due together are spawned at their instant.
+const MAX_PREPARED: usize = 256;
 /// Reads of many nodes go out this many at a time (see `open_submissions`).
 const READ_WINDOW: usize = 256;
 /// This many inputs (a startup or a reload with thousands of jobs, a catch-up) followed by
@@ -106,6 +110,7 @@ pub async fn run(
         group: None,
         lister,
         settings,
+        prepared: HashMap::new(),
     };
     let mut ready = false;
     let mut stopping = false;
@@ -115,9 +120,10 @@ pub async fn run(
     let mut lock_result = Ok(());
     let mut pending: VecDeque<Input> = VecDeque::new();
     let mut handled_since_trim = 0_usize;
+    let mut alarm = alarm::Alarm::new();
     loop {
-        let deadline = machine.next_deadline();
-        let sleep_for = deadline.map_or(MAX_SLEEP, |at| until(at).min(MAX_SLEEP));
+        let latest = Utc::now() + MAX_SLEEP;
+        let wake_at = machine.next_deadline().map_or(latest, |at| at.min(latest));
         let input = tokio::select! {
             biased;
             () = shutdown.cancelled(), if !stopping => Input::Shutdown,
@@ -159,7 +165,7 @@ pub async fn run(
                 handled_since_trim = 0;
                 continue;
             }
-            () = tokio::time::sleep(sleep_for) => Input::Tick,
+            () = alarm.at(wake_at) => Input::Tick,
         };
         handled_since_trim += 1;
         pending.push_back(input);
@@ -224,6 +230,8 @@ struct Io {
     group: Option<GroupCommit>,
     /// Catch-up listings, a bounded number at a time.
     lister: listing::Lister,
+    /// The processes of runs prepared ahead of their instant, by run id (see `runner::prepare`).
+    prepared: HashMap<String, oneshot::Receiver<runner::Prepared>>,
 }
 
 impl Io {
@@ -278,71 +286,47 @@ impl Io {
                     bounded(&what, delayed::remove_bucket(&client, &paths, bucket)).await;
                 });
             }
-            Action::StartRun {
-                spec,
-                claim,
-                context,
-                record_first: true,
-            } => {
-                let cancel = CancellationToken::new();
-                self.runs
-                    .insert(claim.record.run_id.clone(), cancel.clone());
-                let (group, answers) = (self.group.clone(), self.answers.clone());
+            Action::PrepareRun { spec, context } => {
+                if self.prepared.len() >= MAX_PREPARED {
+                    tracing::debug!(
+                        run_id = context.run_id,
+                        "not prepared: enough runs wait already"
+                    );
+                    return None;
+                }
+                let (send, receive) = oneshot::channel();
+                self.prepared.insert(context.run_id.clone(), receive);
                 self.tasks.spawn(async move {
-                    let mut claim = claim;
-                    let mut written = None;
-                    if let Some(group) = &group {
-                        let path = claim.path.clone();
-                        // An ensemble that stalls past REQUEST_LIMIT must not turn a submission
-                        // into a failed run: the write is sent again (a lost reply of ours is
-                        // recognised by `update`), unless the run was cancelled meanwhile or
-                        // someone else changed the record.
-                        for _ in 0..START_WRITE_ATTEMPTS {
-                            written = bounded(&path, group.update(&mut claim)).await;
-                            let settled = matches!(
-                                written,
-                                Some(Ok(()) | Err(ledger::UpdateError::Conflict { .. }))
-                            );
-                            if settled || cancel.is_cancelled() {
-                                break;
-                            }
-                            tracing::warn!(
-                                path,
-                                "run record not marked running yet; sending it again"
-                            );
-                        }
-                    }
-                    let report = match written {
-                        Some(Ok(())) => runner::run(&spec, &context, cancel).await,
-                        Some(Err(err)) => not_started(&claim, &error_chain(&err)),
-                        None => not_started(&claim, "no answer from zookeeper"),
-                    };
-                    let _ = answers.send(Input::RunEnded { claim, report });
+                    // Given up meanwhile (the receiver is gone): dropping it ends the process.
+                    let _ = send.send(runner::prepare(&spec, &context));
                 });
+            }
+            Action::Unprepare { run_id } => {
+                self.prepared.remove(&run_id);
             }
             Action::StartRun {
                 spec,
                 claim,
                 context,
-                record_first: false,
+                record_first,
             } => {
                 let cancel = CancellationToken::new();
                 self.runs
                     .insert(claim.record.run_id.clone(), cancel.clone());
+                let prepared = self.prepared.remove(&claim.record.run_id);
                 let (group, answers) = (self.group.clone(), self.answers.clone());
+                let run = Run {
+                    spec,
+                    context,
+                    cancel,
+                    prepared,
+                };
                 self.tasks.spawn(async move {
-                    // The process starts at once; the record says `running` a round trip later.
-                    let (report, claim) = tokio::join!(runner::run(&spec, &context, cancel), async {
-                        let mut claim = claim;
-                        if let Some(group) = group {
-                            let path = claim.path.clone();
-                            let written = bounded(&path, group.update(&mut claim)).await;
-                            if let Some(Err(err)) = written {
-                                tracing::warn!(status = ?claim.record.status, error = %error_chain(&err), "run record not updated");
-                            }
-                        }
-                        claim
-                    });
+                    let (claim, report) = if record_first {
+                        run.after_its_record(claim, group).await
+                    } else {
+                        run.beside_its_record(claim, group).await
+                    };
                     let _ = answers.send(Input::RunEnded { claim, report });
                 });
             }
@@ -673,8 +657,77 @@ fn not_started(claim: &ledger::Claim, why: &str) -> runner::RunReport {
 }
 
 /// Time from now until `at` on the wall clock (zero if past).
-fn until(at: DateTime<Utc>) -> Duration {
-    (at - Utc::now()).to_std().unwrap_or(Duration::ZERO)
+/// A run to start: the machine's [`Action::StartRun`], with its prepared process if one waits.
+struct Run {
+    spec: Arc<runner::JobSpec>,
+    context: runner::RunContext,
+    cancel: CancellationToken,
+    prepared: Option<oneshot::Receiver<runner::Prepared>>,
+}
+
+impl Run {
+    /// The process starts at once; the record says `running` a round trip later.
+    async fn beside_its_record(
+        self,
+        claim: ledger::Claim,
+        group: Option<GroupCommit>,
+    ) -> (ledger::Claim, runner::RunReport) {
+        let record = async {
+            let mut claim = claim;
+            if let Some(group) = group {
+                let path = claim.path.clone();
+                let written = bounded(&path, group.update(&mut claim)).await;
+                if let Some(Err(err)) = written {
+                    tracing::warn!(status = ?claim.record.status, error = %error_chain(&err), "run record not updated");
+                }
+            }
+            claim
+        };
+        let (report, claim) = tokio::join!(self.start(), record);
+        (claim, report)
+    }
+
+    /// The record says `running` first, and the process starts only if that write succeeded (a
+    /// submission's run: a record still `claimed` then proves it never ran).
+    async fn after_its_record(
+        self,
+        mut claim: ledger::Claim,
+        group: Option<GroupCommit>,
+    ) -> (ledger::Claim, runner::RunReport) {
+        let mut written = None;
+        if let Some(group) = &group {
+            let path = claim.path.clone();
+            // An ensemble that stalls past REQUEST_LIMIT must not turn a submission into a
+            // failed run: the write is sent again (a lost reply of ours is recognised by
+            // `update`), unless the run was cancelled meanwhile or someone else changed the
+            // record.
+            for _ in 0..START_WRITE_ATTEMPTS {
+                written = bounded(&path, group.update(&mut claim)).await;
+                let settled = matches!(
+                    written,
+                    Some(Ok(()) | Err(ledger::UpdateError::Conflict { .. }))
+                );
+                if settled || self.cancel.is_cancelled() {
+                    break;
+                }
+                tracing::warn!(path, "run record not marked running yet; sending it again");
+            }
+        }
+        let report = match written {
+            Some(Ok(())) => self.start().await,
+            Some(Err(err)) => not_started(&claim, &error_chain(&err)),
+            None => not_started(&claim, "no answer from zookeeper"),
+        };
+        (claim, report)
+    }
+
+    async fn start(self) -> runner::RunReport {
+        let prepared = match self.prepared {
+            Some(prepared) => prepared.await.unwrap_or_else(|_| runner::Prepared::none()),
+            None => runner::Prepared::none(),
+        };
+        runner::run_prepared(&self.spec, &self.context, self.cancel, prepared).await
+    }
 }
 
 fn notify_systemd(state: &[sd_notify::NotifyState<'_>]) {

@@ -178,6 +178,16 @@ pub enum Action {
         /// ran, so the next owner may take it over). Otherwise the two go side by side.
         record_first: bool,
     },
+    /// Start this claimed run's process ahead of its instant, waiting (`runner::prepare`): the
+    /// [`Action::StartRun`] of the same run gives it its go, an [`Action::Unprepare`] gives it
+    /// up. Only a speed-up: a run never prepared (or whose process is gone) is spawned at its
+    /// start.
+    PrepareRun {
+        spec: Arc<JobSpec>,
+        context: RunContext,
+    },
+    /// The prepared run will not start: end its waiting process.
+    Unprepare { run_id: String },
     /// Stop this run's process group (SIGTERM, SIGKILL after its grace).
     CancelRun { run_id: String },
     /// Write the claim's record (a final status) and release its guard. Answered by
@@ -213,6 +223,21 @@ pub enum Action {
 pub struct Me {
     pub node_id: NodeId,
     pub ip: String,
+}
+
+impl Me {
+    /// What the claimed run's job is told: the same when it is prepared as when it starts.
+    fn context(&self, pending: &Pending, claim: &Claim) -> RunContext {
+        RunContext {
+            run_id: claim.record.run_id.clone(),
+            scheduled_at: pending.tick,
+            node: self.node_id.clone(),
+            fencing_token: claim.record.fencing_token,
+            attempt: claim.record.attempt,
+            resumed: pending.reason.resumed(),
+            submission: pending.submission.clone(),
+        }
+    }
 }
 
 /// One tick (or run) waiting for its turn in a job's catch-up sequence.
@@ -287,6 +312,8 @@ struct Pending {
     /// A submission's run: its id and payload.
     submission: Option<SubmissionInput>,
     state: PendingState,
+    /// An [`Action::PrepareRun`] went out for it.
+    prepared: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -638,6 +665,7 @@ impl FireMachine {
             in_backlog,
             submission: item.submission,
             state: PendingState::InFlight { again: false },
+            prepared: false,
             config,
         };
         self.send_claim(pending, record, mode, out);
@@ -685,6 +713,7 @@ impl FireMachine {
             in_backlog: false,
             submission: None,
             state: PendingState::RecordOnly,
+            prepared: false,
         };
         self.send_claim(pending, record, ClaimMode::Create, out);
     }
@@ -728,9 +757,17 @@ impl FireMachine {
         }
         match result {
             Ok(claim) => {
-                pending.state = PendingState::Claimed(claim);
                 if pending.start_at <= now {
+                    pending.state = PendingState::Claimed(claim);
                     self.try_start(id, now, out);
+                } else {
+                    // Its process waits for the instant, not the other way round.
+                    pending.prepared = true;
+                    out.push(Action::PrepareRun {
+                        spec: Arc::clone(&pending.spec),
+                        context: self.me.context(pending, &claim),
+                    });
+                    pending.state = PendingState::Claimed(claim);
                 }
             }
             Err(ClaimRefused::RunAlive) if !again => {
@@ -907,23 +944,17 @@ impl FireMachine {
     }
 
     fn start(&mut self, id: ClaimId, now: DateTime<Utc>, out: &mut Vec<Action>) {
-        let Some(pending) = self.claims.remove(&id) else {
+        let Some(mut pending) = self.claims.remove(&id) else {
             return;
         };
-        let PendingState::Claimed(mut claim) = pending.state else {
+        let PendingState::Claimed(mut claim) =
+            std::mem::replace(&mut pending.state, PendingState::RecordOnly)
+        else {
             return;
         };
+        let context = self.me.context(&pending, &claim);
         claim.record.status = RunStatus::Running;
         claim.record.started_unix_ms = Some(now.timestamp_millis());
-        let context = RunContext {
-            run_id: claim.record.run_id.clone(),
-            scheduled_at: pending.tick,
-            node: self.me.node_id.clone(),
-            fencing_token: claim.record.fencing_token,
-            attempt: claim.record.attempt,
-            resumed: pending.reason.resumed(),
-            submission: pending.submission.clone(),
-        };
         let name = &pending.spec.name;
         if let (Some(state), None) = (self.jobs.get_mut(name), &pending.submission) {
             state.last_started = Some(
@@ -958,6 +989,13 @@ impl FireMachine {
         let Some(pending) = self.claims.remove(&id) else {
             return;
         };
+        if let (true, PendingState::Claimed(claim) | PendingState::Replacing { claim, .. }) =
+            (pending.prepared, &pending.state)
+        {
+            out.push(Action::Unprepare {
+                run_id: claim.record.run_id.clone(),
+            });
+        }
         if pending.in_backlog {
             if let Some(state) = self.jobs.get_mut(&pending.spec.name) {
                 state.backlog_busy = false;
@@ -1310,6 +1348,11 @@ impl FireMachine {
             };
             match std::mem::replace(&mut pending.state, PendingState::Withdrawing) {
                 PendingState::Claimed(claim) | PendingState::Replacing { claim, .. } => {
+                    if std::mem::take(&mut pending.prepared) {
+                        out.push(Action::Unprepare {
+                            run_id: claim.record.run_id.clone(),
+                        });
+                    }
                     out.push(Action::Withdraw { id, claim });
                 }
                 state @ (PendingState::InFlight { .. } | PendingState::RecordOnly) => {

@@ -248,13 +248,14 @@ fn an_owner_claims_ahead_and_starts_at_the_tick() {
         (RunStatus::Claimed, TOKEN, ClaimMode::Create, true),
         "forbid (the default) claims with the guard"
     );
-    assert_eq!(
-        m.handle(ok(&claim), t(752)),
-        vec![],
-        "nothing starts before the tick"
-    );
+    let prepared = m.handle(ok(&claim), t(752));
+    let [Action::PrepareRun { context: ahead, .. }] = prepared.as_slice() else {
+        panic!("nothing starts before the tick; its process is prepared: {prepared:?}");
+    };
+    assert_eq!(ahead.run_id, claim.record.run_id);
     assert_eq!(m.next_deadline(), Some(t(1000)));
     let (started, context) = only_start(&m.handle(Input::Tick, t(1000)));
+    assert_eq!(&context, ahead, "the prepared process is the run's");
     assert_eq!(started.record.status, RunStatus::Running);
     assert_eq!(
         (
@@ -266,6 +267,37 @@ fn an_owner_claims_ahead_and_starts_at_the_tick() {
         (1, false, TOKEN, t(1000))
     );
     assert_eq!(m.running(), 1);
+}
+
+#[test]
+fn a_prepared_run_is_given_up_when_its_claim_cannot_start() {
+    let mut m = owning(&job("a", EVERY_SECOND, ""));
+    let claim = only_claim(&m.handle(Input::Tick, t(750)));
+    assert!(matches!(
+        m.handle(ok(&claim), t(752)).as_slice(),
+        [Action::PrepareRun { .. }]
+    ));
+    // The lock is lost between the claim and the tick: no start, and no process left waiting.
+    m.handle(Input::LockChanged(follower()), t(900));
+    let at_tick = but_delayed(m.handle(Input::Tick, t(1000)));
+    assert!(starts(&at_tick).is_empty(), "{at_tick:?}");
+    let given_up: Vec<&Action> = at_tick
+        .iter()
+        .filter(|a| matches!(a, Action::Unprepare { run_id } if *run_id == claim.record.run_id))
+        .collect();
+    assert_eq!(given_up.len(), 1, "{at_tick:?}");
+}
+
+#[test]
+fn a_run_claimed_at_or_after_its_instant_starts_at_once_unprepared() {
+    let mut m = owning(&job("a", EVERY_SECOND, ""));
+    let claim = only_claim(&m.handle(Input::Tick, t(750)));
+    let late = m.handle(ok(&claim), t(1003));
+    assert_eq!(starts(&late).len(), 1);
+    assert!(
+        !late.iter().any(|a| matches!(a, Action::PrepareRun { .. })),
+        "{late:?}"
+    );
 }
 
 #[test]
@@ -889,10 +921,16 @@ fn a_stop_withdraws_claimed_ticks_hands_over_then_stops_the_runs() {
     let granted_first = granted(&due[0]);
     assert_eq!(
         stop,
-        vec![Action::Withdraw {
-            id: due[0].id,
-            claim: granted_first
-        }]
+        vec![
+            Action::Unprepare {
+                run_id: granted_first.record.run_id.clone()
+            },
+            Action::Withdraw {
+                id: due[0].id,
+                claim: granted_first
+            }
+        ],
+        "its prepared process is given up with it"
     );
     let late = m.handle(ok(&due[1]), t(1805));
     assert_eq!(

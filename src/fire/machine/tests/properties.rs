@@ -79,6 +79,11 @@ struct World {
     /// write is sent again).
     finals: BTreeMap<(String, u32), u32>,
     finals_written: BTreeMap<(String, u32), u32>,
+    /// Runs prepared and neither started nor given up: run id → the context prepared.
+    prepared: BTreeMap<String, RunContext>,
+    /// How many runs were prepared, and how many of those started.
+    prepared_total: u32,
+    prepared_started: u32,
     starts: u32,
     shutdown: bool,
     handed_over: u32,
@@ -179,6 +184,14 @@ impl World {
                     );
                 }
                 prop_assert_eq!(context.fencing_token, claim.record.fencing_token);
+                if let Some(prepared) = self.prepared.remove(&claim.record.run_id) {
+                    prop_assert_eq!(
+                        &prepared,
+                        &context,
+                        "a prepared run starts as it was prepared"
+                    );
+                    self.prepared_started += 1;
+                }
                 self.started_runs
                     .insert((claim.record.run_id.clone(), claim.record.attempt));
                 self.starts += 1;
@@ -205,6 +218,26 @@ impl World {
             Action::Stopped => {
                 prop_assert!(self.released && self.running.is_empty());
                 self.stopped += 1;
+            }
+            Action::PrepareRun { context, .. } => {
+                prop_assert!(
+                    !self.shutdown,
+                    "nothing is prepared once stopping: {context:?}"
+                );
+                let run_id = context.run_id.clone();
+                prop_assert!(
+                    self.prepared.insert(run_id.clone(), context).is_none(),
+                    "run {} prepared twice",
+                    run_id
+                );
+                self.prepared_total += 1;
+            }
+            Action::Unprepare { run_id } => {
+                prop_assert!(
+                    self.prepared.remove(&run_id).is_some(),
+                    "run {} given up but not prepared",
+                    run_id
+                );
             }
             Action::CancelRun { .. }
             | Action::Prune { .. }
@@ -406,6 +439,11 @@ impl World {
         }
         prop_assert_eq!(self.stopped, 1, "the machine says Stopped exactly once");
         prop_assert_eq!(self.handed_over, 1, "the lock is handed over exactly once");
+        prop_assert!(
+            self.prepared.is_empty(),
+            "every prepared run was started or given up: {:?}",
+            self.prepared.keys().collect::<Vec<_>>()
+        );
         for (run_id, attempt) in &self.started_runs {
             let key = (run_id.clone(), *attempt);
             let sent = self.finals.get(&key).copied().unwrap_or(0);

@@ -248,14 +248,16 @@ pub async fn run(spec: &JobSpec, ctx: &RunContext, cancel: CancellationToken) ->
 }
 
 /// A run whose process was started ahead of its instant by [`prepare`]: the launcher waits for
-/// its go, which [`run_prepared`] gives. Dropped instead, the process ends without running the
-/// job.
+/// its go ([`Prepared::go`], or [`run_prepared`]'s). Dropped before it, the process ends without
+/// running the job.
 pub struct Prepared(Option<Waiting>);
 
 /// A launcher waiting for its go on its stdin.
 struct Waiting {
     group: Group,
     go: tokio::process::ChildStdin,
+    /// When the go was given: the job's start.
+    given: Option<(DateTime<Utc>, Instant)>,
 }
 
 impl Prepared {
@@ -268,11 +270,38 @@ impl Prepared {
     pub fn pid(&self) -> Option<u32> {
         self.0.as_ref().map(|waiting| waiting.group.pid)
     }
+
+    /// Gives the go now, with one write(2) and no await: the job starts before its
+    /// [`run_prepared`] is even polled (which then supervises it). A launcher found gone never ran
+    /// the job and is dropped; `run_prepared` spawns the job afresh. Once given, again is a no-op.
+    pub fn go(&mut self) {
+        let Some(waiting) = &mut self.0 else {
+            return;
+        };
+        if waiting.given.is_some() {
+            return;
+        }
+        // The pipe is new and empty: one byte never finds it full.
+        match nix::unistd::write(&waiting.go, &[launch::GO]) {
+            Ok(1) => waiting.given = Some((Utc::now(), Instant::now())),
+            written => {
+                let error =
+                    written.map_or_else(|e| e.to_string(), |n| format!("{n} bytes written"));
+                warn!(job = %waiting.group.job, pid = waiting.group.pid, error,
+                      "the job's prepared process is gone; starting it afresh");
+                // It never had the go: not a run abandoned.
+                waiting.group.kill_group_on_drop = false;
+                self.0 = None;
+            }
+        }
+    }
 }
 
 impl Drop for Prepared {
     fn drop(&mut self) {
-        if let Some(waiting) = &mut self.0 {
+        if let Some(waiting) = &mut self.0
+            && waiting.given.is_none()
+        {
             // Not a run abandoned: the job never ran. Its stdin closes with `go`, on which the
             // launcher exits by itself; KillOnDrop ends it anyway.
             waiting.group.kill_group_on_drop = false;
@@ -283,7 +312,14 @@ impl Drop for Prepared {
 impl fmt::Debug for Prepared {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let pid = self.0.as_ref().map(|waiting| waiting.group.pid);
-        f.debug_struct("Prepared").field("pid", &pid).finish()
+        let given = self
+            .0
+            .as_ref()
+            .is_some_and(|waiting| waiting.given.is_some());
+        f.debug_struct("Prepared")
+            .field("pid", &pid)
+            .field("given", &given)
+            .finish()
     }
 }
 
@@ -302,7 +338,11 @@ pub fn prepare(spec: &JobSpec, ctx: &RunContext) -> Prepared {
     };
     let waiting = Group::spawn(spec, ctx, start).ok().and_then(|mut group| {
         let go = group.child.stdin().take()?;
-        Some(Waiting { group, go })
+        Some(Waiting {
+            group,
+            go,
+            given: None,
+        })
     });
     if let Some(waiting) = &waiting {
         debug!(job = %spec.name, run_id = ctx.run_id, pid = waiting.group.pid, "job prepared");
@@ -310,44 +350,51 @@ pub fn prepare(spec: &JobSpec, ctx: &RunContext) -> Prepared {
     Prepared(waiting)
 }
 
-/// [`run`], giving the go to `prepared`'s process if one waits (and spawning the job afresh if
-/// that process is gone: without its go it never ran the job).
+/// [`run`], giving the go to `prepared`'s process if one waits and has not had it (and spawning
+/// the job afresh if that process is gone: without its go it never ran the job).
 pub async fn run_prepared(
     spec: &JobSpec,
     ctx: &RunContext,
     cancel: CancellationToken,
     mut prepared: Prepared,
 ) -> RunReport {
-    let started_at = Utc::now();
     let job = &spec.name;
     let run_id = ctx.run_id.as_str();
-    if cancel.is_cancelled() {
+    let given = prepared.0.as_ref().and_then(|waiting| waiting.given);
+    if given.is_none() && cancel.is_cancelled() {
         info!(job = %job, run_id, "run cancelled before it started");
         return RunReport {
             outcome: RunOutcome::Cancelled,
-            started_at,
+            started_at: Utc::now(),
             duration: Duration::ZERO,
         };
     }
 
-    let spawned = Instant::now();
-    let (mut group, stdin) = match go(prepared.0.take(), job, run_id).await {
-        Some(started) => started,
-        None => match Group::spawn(spec, ctx, Start::Now) {
-            Ok(mut group) => {
-                let stdin = group.child.stdin().take();
-                (group, stdin)
+    prepared.go();
+    let (mut group, stdin, (started_at, spawned)) = match prepared.0.take() {
+        Some(Waiting { group, go, given }) => {
+            let keeps_stdin = group.start == Start::OnGoKeepStdin;
+            let given = given.unwrap_or_else(|| (Utc::now(), Instant::now()));
+            (group, keeps_stdin.then_some(go), given)
+        }
+        None => {
+            let (started_at, spawned) = (Utc::now(), Instant::now());
+            match Group::spawn(spec, ctx, Start::Now) {
+                Ok(mut group) => {
+                    let stdin = group.child.stdin().take();
+                    (group, stdin, (started_at, spawned))
+                }
+                Err(err) => {
+                    let error = error_chain(&err);
+                    warn!(job = %job, run_id, error, "job failed to start");
+                    return RunReport {
+                        outcome: RunOutcome::FailedToStart { error },
+                        started_at,
+                        duration: spawned.elapsed(),
+                    };
+                }
             }
-            Err(err) => {
-                let error = error_chain(&err);
-                warn!(job = %job, run_id, error, "job failed to start");
-                return RunReport {
-                    outcome: RunOutcome::FailedToStart { error },
-                    started_at,
-                    duration: spawned.elapsed(),
-                };
-            }
-        },
+        }
     };
     let pid = group.pid;
     info!(
@@ -416,28 +463,6 @@ pub async fn run_prepared(
         outcome,
         started_at,
         duration,
-    }
-}
-
-/// Gives the go to a waiting launcher: its group, and its stdin when the job reads a payload from
-/// it. `None` when nothing waits or the launcher is gone (the job did not run).
-async fn go(
-    waiting: Option<Waiting>,
-    job: &JobName,
-    run_id: &str,
-) -> Option<(Group, Option<tokio::process::ChildStdin>)> {
-    let Waiting { mut group, mut go } = waiting?;
-    match tokio::io::AsyncWriteExt::write_all(&mut go, &[launch::GO]).await {
-        Ok(()) => {
-            let keeps_stdin = group.start == Start::OnGoKeepStdin;
-            Some((group, keeps_stdin.then_some(go)))
-        }
-        Err(err) => {
-            warn!(job = %job, run_id, pid = group.pid, error = %err,
-                  "the job's prepared process is gone; starting it afresh");
-            group.kill_group_on_drop = false;
-            None
-        }
     }
 }
 

@@ -1005,3 +1005,40 @@ async fn a_prepared_run_whose_process_was_killed_is_started_afresh() {
     assert_eq!(report.outcome, RunOutcome::Exited { code: 0 });
     assert_ne!(read(&out).trim(), pid.to_string(), "a new process ran it");
 }
+
+#[tokio::test]
+async fn a_prepared_run_given_its_go_early_is_supervised_by_its_run() {
+    host_env();
+    let dir = tempfile::tempdir().unwrap();
+    let (job, out) = shell_out("early", r#"echo $$ > "$OUT""#, &dir);
+    let job = launched(job);
+    let mut prepared = prepare(&job, &ctx("run-early"));
+    let pid = prepared.pid().expect("a launcher waits");
+    prepared.go();
+    prepared.go(); // a second go is no second byte: the job's stdin is /dev/null anyway
+    let report = run_prepared(&job, &ctx("run-early"), CancellationToken::new(), prepared).await;
+    assert_eq!(report.outcome, RunOutcome::Exited { code: 0 });
+    assert_eq!(read(&out).trim(), pid.to_string());
+}
+
+#[tokio::test]
+async fn a_run_cancelled_after_its_go_is_stopped_not_skipped() {
+    host_env();
+    let dir = tempfile::tempdir().unwrap();
+    let (job, _) = shell_out("cancelled-after-go", "exec sleep 30", &dir);
+    let job = launched(job);
+    let mut prepared = prepare(&job, &ctx("run-cancelled"));
+    let pid = Pid::from_raw(prepared.pid().expect("a launcher waits") as i32);
+    prepared.go();
+    let cancel = CancellationToken::new();
+    cancel.cancel();
+    let began = Instant::now();
+    let report = run_prepared(&job, &ctx("run-cancelled"), cancel, prepared).await;
+    assert_eq!(report.outcome, RunOutcome::Cancelled);
+    assert!(
+        began.elapsed() < GRACE + SLACK,
+        "stopped within its grace: {:?}",
+        began.elapsed()
+    );
+    assert_all_dead(&[pid], "the started job").await;
+}

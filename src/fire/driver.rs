@@ -313,7 +313,21 @@ impl Io {
                 let cancel = CancellationToken::new();
                 self.runs
                     .insert(claim.record.run_id.clone(), cancel.clone());
-                let prepared = self.prepared.remove(&claim.record.run_id);
+                let prepared = match self.prepared.remove(&claim.record.run_id) {
+                    None => Process::Spawn,
+                    Some(mut coming) => match coming.try_recv() {
+                        Ok(mut prepared) => {
+                            // Here, not in the run's task: the job starts before anything
+                            // else spawned at this instant is polled. A run whose record must
+                            // say `running` first gets its go after that write.
+                            if !record_first {
+                                prepared.go();
+                            }
+                            Process::Prepared(prepared)
+                        }
+                        Err(_) => Process::Coming(coming),
+                    },
+                };
                 let (group, answers) = (self.group.clone(), self.answers.clone());
                 let run = Run {
                     spec,
@@ -662,7 +676,17 @@ struct Run {
     spec: Arc<runner::JobSpec>,
     context: runner::RunContext,
     cancel: CancellationToken,
-    prepared: Option<oneshot::Receiver<runner::Prepared>>,
+    prepared: Process,
+}
+
+/// A run's process, as far as the driver knows at its start.
+enum Process {
+    /// None was prepared: spawned at the start.
+    Spawn,
+    /// Prepared (and already given its go, unless it was gone).
+    Prepared(runner::Prepared),
+    /// Still being prepared: given its go as soon as it is.
+    Coming(oneshot::Receiver<runner::Prepared>),
 }
 
 impl Run {
@@ -723,8 +747,9 @@ impl Run {
 
     async fn start(self) -> runner::RunReport {
         let prepared = match self.prepared {
-            Some(prepared) => prepared.await.unwrap_or_else(|_| runner::Prepared::none()),
-            None => runner::Prepared::none(),
+            Process::Spawn => runner::Prepared::none(),
+            Process::Prepared(prepared) => prepared,
+            Process::Coming(coming) => coming.await.unwrap_or_else(|_| runner::Prepared::none()),
         };
         runner::run_prepared(&self.spec, &self.context, self.cancel, prepared).await
     }

@@ -244,7 +244,7 @@ pub enum StartError {
 /// Dropping the future before the job has exited SIGKILLs its process group. After a normal exit
 /// (while leftover output is drained) dropping it kills nothing.
 pub async fn run(spec: &JobSpec, ctx: &RunContext, cancel: CancellationToken) -> RunReport {
-    run_prepared(spec, ctx, cancel, Prepared::none()).await
+    run_prepared(spec, ctx, cancel, Prepared::none(), None).await
 }
 
 /// A run whose process was started ahead of its instant by [`prepare`]: the launcher waits for
@@ -327,7 +327,9 @@ impl fmt::Debug for Prepared {
 /// launcher's load is then off the path from the instant to the job's first instruction. Only
 /// with [`Launcher::Binary`]; otherwise, or when the spawn fails (the start will say why), nothing
 /// waits and the job is spawned at its start.
-pub fn prepare(spec: &JobSpec, ctx: &RunContext) -> Prepared {
+///
+/// The job starts at its go, and not before `not_before` (its launcher holds it until then).
+pub fn prepare(spec: &JobSpec, ctx: &RunContext, not_before: Option<DateTime<Utc>>) -> Prepared {
     if spec.launcher == Launcher::Fork {
         return Prepared::none();
     }
@@ -336,14 +338,16 @@ pub fn prepare(spec: &JobSpec, ctx: &RunContext) -> Prepared {
     } else {
         Start::OnGo
     };
-    let waiting = Group::spawn(spec, ctx, start).ok().and_then(|mut group| {
-        let go = group.child.stdin().take()?;
-        Some(Waiting {
-            group,
-            go,
-            given: None,
-        })
-    });
+    let waiting = Group::spawn(spec, ctx, start, not_before)
+        .ok()
+        .and_then(|mut group| {
+            let go = group.child.stdin().take()?;
+            Some(Waiting {
+                group,
+                go,
+                given: None,
+            })
+        });
     if let Some(waiting) = &waiting {
         debug!(job = %spec.name, run_id = ctx.run_id, pid = waiting.group.pid, "job prepared");
     }
@@ -351,12 +355,15 @@ pub fn prepare(spec: &JobSpec, ctx: &RunContext) -> Prepared {
 }
 
 /// [`run`], giving the go to `prepared`'s process if one waits and has not had it (and spawning
-/// the job afresh if that process is gone: without its go it never ran the job).
+/// the job afresh if that process is gone: without its go it never ran the job). The job's
+/// program starts not before `not_before`, whichever way it is started; until then the run may
+/// already be cancelled, timed and waited for.
 pub async fn run_prepared(
     spec: &JobSpec,
     ctx: &RunContext,
     cancel: CancellationToken,
     mut prepared: Prepared,
+    not_before: Option<DateTime<Utc>>,
 ) -> RunReport {
     let job = &spec.name;
     let run_id = ctx.run_id.as_str();
@@ -379,7 +386,11 @@ pub async fn run_prepared(
         }
         None => {
             let (started_at, spawned) = (Utc::now(), Instant::now());
-            match Group::spawn(spec, ctx, Start::Now) {
+            if spec.launcher == Launcher::Fork {
+                // No launcher to hold the exec: the spawn waits.
+                hold_until(not_before).await;
+            }
+            match Group::spawn(spec, ctx, Start::Now, not_before) {
                 Ok(mut group) => {
                     let stdin = group.child.stdin().take();
                     (group, stdin, (started_at, spawned))
@@ -396,6 +407,11 @@ pub async fn run_prepared(
             }
         }
     };
+    // Given early, a prepared job still starts at `not_before`: its launcher holds it. What the
+    // daemon does about the start (its log line, reading output) waits until then too, so that
+    // none of it competes with the job's exec for a CPU.
+    let started_at = not_before.map_or(started_at, |at| started_at.max(at));
+    hold_until(not_before).await;
     let pid = group.pid;
     info!(
         job = %job,
@@ -466,6 +482,19 @@ pub async fn run_prepared(
     }
 }
 
+/// Returns once the wall clock has reached `not_before` (a step back of the clock meanwhile is
+/// waited out too); at once for `None`. tokio's timer: a millisecond late, never early.
+pub async fn hold_until(not_before: Option<DateTime<Utc>>) {
+    let Some(not_before) = not_before else {
+        return;
+    };
+    while let Ok(left) = (not_before - Utc::now()).to_std()
+        && !left.is_zero()
+    {
+        tokio::time::sleep(left).await;
+    }
+}
+
 /// The running job: its leader process and the group it leads. Dropped while `kill_group_on_drop`
 /// is set (the job has not been seen to end), it SIGKILLs the whole group.
 struct Group {
@@ -479,7 +508,12 @@ struct Group {
 }
 
 impl Group {
-    fn spawn(spec: &JobSpec, ctx: &RunContext, start: Start) -> Result<Group, StartError> {
+    fn spawn(
+        spec: &JobSpec,
+        ctx: &RunContext,
+        start: Start,
+        not_before: Option<DateTime<Utc>>,
+    ) -> Result<Group, StartError> {
         let job = &spec.name;
         let (program, args) = spec
             .program
@@ -518,7 +552,7 @@ impl Group {
             // The launcher sets the same signal, then execs the program in its place.
             Launcher::Binary(launcher) => CommandWrap::with_new(launcher, |command| {
                 command
-                    .args(launch::launcher_args(start))
+                    .args(launch::launcher_args(start, not_before))
                     .arg(program)
                     .args(args);
             }),

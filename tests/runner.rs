@@ -838,7 +838,7 @@ async fn the_launcher_refuses_to_run_a_job_whose_daemon_is_not_its_parent() {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_zkcron"))
         .arg(zkcron::runner::LAUNCHER_ARG)
         .arg("1") // not our parent
-        .arg("now")
+        .args(["now", "0"])
         .args(["/bin/sh", "-c", "touch \"$0\""])
         .arg(&marker)
         .output()
@@ -855,7 +855,7 @@ async fn the_launcher_refuses_to_run_a_job_whose_daemon_is_not_its_parent() {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_zkcron"))
         .arg(zkcron::runner::LAUNCHER_ARG)
         .arg(std::process::id().to_string())
-        .arg("now")
+        .args(["now", "0"])
         .args(["/bin/sh", "-c", "touch \"$0\""])
         .arg(&marker)
         .output()
@@ -878,7 +878,7 @@ fn launcher_output(start: &str, line: &str, input: &[u8]) -> std::process::Outpu
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_zkcron"))
         .arg(zkcron::runner::LAUNCHER_ARG)
         .arg(std::process::id().to_string())
-        .args([start, "/bin/sh", "-c", line])
+        .args([start, "0", "/bin/sh", "-c", line])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -927,7 +927,7 @@ async fn a_prepared_run_is_the_waiting_process_itself_and_runs_only_when_started
     let dir = tempfile::tempdir().unwrap();
     let (job, out) = shell_out("prepared", r#"env > "$OUT"; echo $$ > "$OUT.pid""#, &dir);
     let job = launched(job);
-    let prepared = prepare(&job, &ctx("run-prepared"));
+    let prepared = prepare(&job, &ctx("run-prepared"), None);
     let pid = prepared.pid().expect("a launcher waits");
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).expect("the launcher is alive");
     assert!(
@@ -941,6 +941,7 @@ async fn a_prepared_run_is_the_waiting_process_itself_and_runs_only_when_started
         &ctx("run-prepared"),
         CancellationToken::new(),
         prepared,
+        None,
     )
     .await;
     assert_eq!(report.outcome, RunOutcome::Exited { code: 0 });
@@ -965,7 +966,7 @@ async fn a_prepared_run_given_up_never_runs_and_leaves_no_process() {
     host_env();
     let dir = tempfile::tempdir().unwrap();
     let (job, out) = shell_out("given-up", r#"touch "$OUT""#, &dir);
-    let prepared = prepare(&launched(job), &ctx("run-given-up"));
+    let prepared = prepare(&launched(job), &ctx("run-given-up"), None);
     let pid = prepared.pid().expect("a launcher waits");
     drop(prepared);
     assert_all_dead(&[Pid::from_raw(pid as i32)], "the given-up launcher").await;
@@ -984,9 +985,9 @@ async fn a_prepared_submission_run_reads_exactly_its_payload() {
         id: "s-1".into(),
         payload: Arc::new(payload.clone()),
     });
-    let prepared = prepare(&job, &context);
+    let prepared = prepare(&job, &context, None);
     assert!(prepared.pid().is_some(), "a launcher waits");
-    let report = run_prepared(&job, &context, CancellationToken::new(), prepared).await;
+    let report = run_prepared(&job, &context, CancellationToken::new(), prepared, None).await;
     assert_eq!(report.outcome, RunOutcome::Exited { code: 0 });
     assert_eq!(std::fs::read(&out).expect("the job's copy"), payload);
 }
@@ -997,11 +998,18 @@ async fn a_prepared_run_whose_process_was_killed_is_started_afresh() {
     let dir = tempfile::tempdir().unwrap();
     let (job, out) = shell_out("killed", r#"echo $$ > "$OUT""#, &dir);
     let job = launched(job);
-    let prepared = prepare(&job, &ctx("run-killed"));
+    let prepared = prepare(&job, &ctx("run-killed"), None);
     let pid = Pid::from_raw(prepared.pid().expect("a launcher waits") as i32);
     kill(pid, Signal::SIGKILL).expect("kill the waiting launcher");
     assert_all_dead(&[pid], "the killed launcher").await;
-    let report = run_prepared(&job, &ctx("run-killed"), CancellationToken::new(), prepared).await;
+    let report = run_prepared(
+        &job,
+        &ctx("run-killed"),
+        CancellationToken::new(),
+        prepared,
+        None,
+    )
+    .await;
     assert_eq!(report.outcome, RunOutcome::Exited { code: 0 });
     assert_ne!(read(&out).trim(), pid.to_string(), "a new process ran it");
 }
@@ -1012,11 +1020,18 @@ async fn a_prepared_run_given_its_go_early_is_supervised_by_its_run() {
     let dir = tempfile::tempdir().unwrap();
     let (job, out) = shell_out("early", r#"echo $$ > "$OUT""#, &dir);
     let job = launched(job);
-    let mut prepared = prepare(&job, &ctx("run-early"));
+    let mut prepared = prepare(&job, &ctx("run-early"), None);
     let pid = prepared.pid().expect("a launcher waits");
     prepared.go();
     prepared.go(); // a second go is no second byte: the job's stdin is /dev/null anyway
-    let report = run_prepared(&job, &ctx("run-early"), CancellationToken::new(), prepared).await;
+    let report = run_prepared(
+        &job,
+        &ctx("run-early"),
+        CancellationToken::new(),
+        prepared,
+        None,
+    )
+    .await;
     assert_eq!(report.outcome, RunOutcome::Exited { code: 0 });
     assert_eq!(read(&out).trim(), pid.to_string());
 }
@@ -1027,13 +1042,13 @@ async fn a_run_cancelled_after_its_go_is_stopped_not_skipped() {
     let dir = tempfile::tempdir().unwrap();
     let (job, _) = shell_out("cancelled-after-go", "exec sleep 30", &dir);
     let job = launched(job);
-    let mut prepared = prepare(&job, &ctx("run-cancelled"));
+    let mut prepared = prepare(&job, &ctx("run-cancelled"), None);
     let pid = Pid::from_raw(prepared.pid().expect("a launcher waits") as i32);
     prepared.go();
     let cancel = CancellationToken::new();
     cancel.cancel();
     let began = Instant::now();
-    let report = run_prepared(&job, &ctx("run-cancelled"), cancel, prepared).await;
+    let report = run_prepared(&job, &ctx("run-cancelled"), cancel, prepared, None).await;
     assert_eq!(report.outcome, RunOutcome::Cancelled);
     assert!(
         began.elapsed() < GRACE + SLACK,
@@ -1041,4 +1056,69 @@ async fn a_run_cancelled_after_its_go_is_stopped_not_skipped() {
         began.elapsed()
     );
     assert_all_dead(&[pid], "the started job").await;
+}
+
+/// The wall clock in ms as `date +%s.%N` printed it (`1795…123.456789012`).
+fn epoch_ms(text: &str) -> f64 {
+    let seconds: f64 = text
+        .trim()
+        .replace(',', ".")
+        .parse()
+        .expect("date +%s.%N");
+    seconds * 1000.0
+}
+
+#[tokio::test]
+async fn a_job_never_starts_before_its_instant_however_early_its_go_or_spawn() {
+    host_env();
+    let dir = tempfile::tempdir().unwrap();
+    let (job, out) = shell_out("held", r#"date +%s.%N > "$OUT""#, &dir);
+    // Far enough ahead that a job started at once would be seen starting before it.
+    let ahead = || Utc::now() + chrono::Duration::milliseconds(300);
+
+    // Prepared, given its go at once: the launcher holds the exec.
+    let launched_job = launched(job.clone());
+    let not_before = ahead();
+    let mut prepared = prepare(&launched_job, &ctx("run-held"), Some(not_before));
+    prepared.go();
+    let report = run_prepared(
+        &launched_job,
+        &ctx("run-held"),
+        CancellationToken::new(),
+        prepared,
+        Some(not_before),
+    )
+    .await;
+    assert_eq!(report.outcome, RunOutcome::Exited { code: 0 });
+    let started = epoch_ms(&read(&out));
+    let instant = not_before.timestamp_millis() as f64;
+    assert!(
+        started >= instant,
+        "prepared: started {started} before {instant}"
+    );
+    assert!(
+        report.started_at >= not_before,
+        "the report says when the job started"
+    );
+
+    // Spawned afresh through the launcher, and forked with no launcher: held all the same.
+    for job in [launched_job, job] {
+        let not_before = ahead();
+        let report = run_prepared(
+            &job,
+            &ctx("run-held"),
+            CancellationToken::new(),
+            zkcron::runner::Prepared::none(),
+            Some(not_before),
+        )
+        .await;
+        assert_eq!(report.outcome, RunOutcome::Exited { code: 0 });
+        let started = epoch_ms(&read(&out));
+        let instant = not_before.timestamp_millis() as f64;
+        assert!(
+            started >= instant,
+            "{:?}: started {started} before {instant}",
+            job.launcher
+        );
+    }
 }

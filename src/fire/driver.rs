@@ -286,7 +286,11 @@ impl Io {
                     bounded(&what, delayed::remove_bucket(&client, &paths, bucket)).await;
                 });
             }
-            Action::PrepareRun { spec, context } => {
+            Action::PrepareRun {
+                spec,
+                context,
+                not_before,
+            } => {
                 if self.prepared.len() >= MAX_PREPARED {
                     tracing::debug!(
                         run_id = context.run_id,
@@ -298,7 +302,7 @@ impl Io {
                 self.prepared.insert(context.run_id.clone(), receive);
                 self.tasks.spawn(async move {
                     // Given up meanwhile (the receiver is gone): dropping it ends the process.
-                    let _ = send.send(runner::prepare(&spec, &context));
+                    let _ = send.send(runner::prepare(&spec, &context, Some(not_before)));
                 });
             }
             Action::Unprepare { run_id } => {
@@ -309,6 +313,7 @@ impl Io {
                 claim,
                 context,
                 record_first,
+                not_before,
             } => {
                 let cancel = CancellationToken::new();
                 self.runs
@@ -334,6 +339,7 @@ impl Io {
                     context,
                     cancel,
                     prepared,
+                    not_before,
                 };
                 self.tasks.spawn(async move {
                     let (claim, report) = if record_first {
@@ -677,6 +683,7 @@ struct Run {
     context: runner::RunContext,
     cancel: CancellationToken,
     prepared: Process,
+    not_before: DateTime<Utc>,
 }
 
 /// A run's process, as far as the driver knows at its start.
@@ -696,8 +703,12 @@ impl Run {
         claim: ledger::Claim,
         group: Option<GroupCommit>,
     ) -> (ledger::Claim, runner::RunReport) {
+        let not_before = Some(self.not_before);
         let record = async {
             let mut claim = claim;
+            // After the job's exec, not beside it: ZooKeeper's servers answering this write
+            // would compete with it for a CPU.
+            runner::hold_until(not_before).await;
             if let Some(group) = group {
                 let path = claim.path.clone();
                 let written = bounded(&path, group.update(&mut claim)).await;
@@ -751,7 +762,8 @@ impl Run {
             Process::Prepared(prepared) => prepared,
             Process::Coming(coming) => coming.await.unwrap_or_else(|_| runner::Prepared::none()),
         };
-        runner::run_prepared(&self.spec, &self.context, self.cancel, prepared).await
+        let not_before = Some(self.not_before);
+        runner::run_prepared(&self.spec, &self.context, self.cancel, prepared, not_before).await
     }
 }
 

@@ -34,6 +34,11 @@ pub use delayed::DELAYED_HORIZON;
 /// A tick whose time passed longer ago than this is not started on time: the process was
 /// stopped or starved, and catch-up (`misfire`) decides about it instead.
 pub const MISSED_AFTER: Duration = Duration::from_secs(1);
+/// A prepared run's start goes out this long before its instant: its launcher holds the exec
+/// until the instant itself (`runner::launch`), which takes the daemon's own wake-up off the
+/// path from the instant to the job. Far below any lock timing: a Lost this close to the tick
+/// is noticed after it either way.
+pub const START_LEAD: Duration = Duration::from_millis(5);
 /// How long a stopping owner waits for its claimed, unstarted ticks to be withdrawn before it
 /// hands the lock over anyway.
 pub const WITHDRAW_LIMIT: Duration = Duration::from_secs(2);
@@ -177,6 +182,9 @@ pub enum Action {
         /// write succeeds (a submission's run: a record still `claimed` then proves it never
         /// ran, so the next owner may take it over). Otherwise the two go side by side.
         record_first: bool,
+        /// The job's program starts not before this instant (a prepared run's start goes out
+        /// [`START_LEAD`] ahead of it).
+        not_before: DateTime<Utc>,
     },
     /// Start this claimed run's process ahead of its instant, waiting (`runner::prepare`): the
     /// [`Action::StartRun`] of the same run gives it its go, an [`Action::Unprepare`] gives it
@@ -185,6 +193,8 @@ pub enum Action {
     PrepareRun {
         spec: Arc<JobSpec>,
         context: RunContext,
+        /// The job's program starts not before this instant.
+        not_before: DateTime<Utc>,
     },
     /// The prepared run will not start: end its waiting process.
     Unprepare { run_id: String },
@@ -314,6 +324,17 @@ struct Pending {
     state: PendingState,
     /// An [`Action::PrepareRun`] went out for it.
     prepared: bool,
+}
+
+impl Pending {
+    /// When its start goes out: its instant, or [`START_LEAD`] before it when prepared.
+    fn start_deadline(&self) -> DateTime<Utc> {
+        if self.prepared {
+            self.start_at - chrono::Duration::from_std(START_LEAD).unwrap_or_default()
+        } else {
+            self.start_at
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -473,7 +494,7 @@ impl FireMachine {
             Some(stopping) => (!stopping.handed_over).then_some(stopping.hand_over_by),
         };
         let claims = self.claims.values().filter_map(|p| match &p.state {
-            PendingState::Claimed(_) => Some(p.start_at),
+            PendingState::Claimed(_) => Some(p.start_deadline()),
             // Waiting on our own run: its end wakes the claim, the late-tick rule bounds it.
             PendingState::RunAlive { .. } if self.waits_on_own_run(p) => {
                 p.reason.on_time().then(|| p.tick + MISSED_AFTER)
@@ -555,7 +576,9 @@ impl FireMachine {
                 continue;
             };
             match &pending.state {
-                PendingState::Claimed(_) if pending.start_at <= now => self.try_start(id, now, out),
+                PendingState::Claimed(_) if pending.start_deadline() <= now => {
+                    self.try_start(id, now, out)
+                }
                 PendingState::RunAlive { at } if *at <= now => {
                     if !self.waits_on_own_run(pending) {
                         self.claim_again(id, now, out);
@@ -766,6 +789,7 @@ impl FireMachine {
                     out.push(Action::PrepareRun {
                         spec: Arc::clone(&pending.spec),
                         context: self.me.context(pending, &claim),
+                        not_before: pending.start_at,
                     });
                     pending.state = PendingState::Claimed(claim);
                 }
@@ -954,7 +978,8 @@ impl FireMachine {
         };
         let context = self.me.context(&pending, &claim);
         claim.record.status = RunStatus::Running;
-        claim.record.started_unix_ms = Some(now.timestamp_millis());
+        // A prepared run's job starts at its instant, a little after this decision.
+        claim.record.started_unix_ms = Some(now.max(pending.start_at).timestamp_millis());
         let name = &pending.spec.name;
         if let (Some(state), None) = (self.jobs.get_mut(name), &pending.submission) {
             state.last_started = Some(
@@ -978,6 +1003,7 @@ impl FireMachine {
             claim,
             context,
             record_first: pending.submission.is_some(),
+            not_before: pending.start_at,
         });
         if pending.in_backlog {
             self.release_held(name, now, out);

@@ -9,8 +9,11 @@
 //!
 //! Loading the launcher costs milliseconds (the dynamic loader, the binary's relocations): a
 //! run known ahead of its instant is *prepared* — its launcher is started early and waits on its
-//! stdin for one byte, the go, then execs at once. No byte (stdin closed: the run was given up)
-//! and the job never runs.
+//! stdin for one byte, the go, then execs. No byte (stdin closed: the run was given up) and the
+//! job never runs. The launcher also holds the exec until the run's instant (`clock_nanosleep`
+//! to the absolute wall-clock time, 1 ns timer slack): the daemon may give the go a little
+//! early, and the job still starts at its instant, never before, without the daemon's own
+//! wake-up in between.
 //!
 //! Owns: the launcher's arguments and what it does before the exec.
 //! Must not: decide anything about the run; the runner spawns, supervises and reports.
@@ -20,8 +23,13 @@ use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{ExitCode, Stdio};
 
+use chrono::{DateTime, Utc};
+use nix::sys::time::TimeSpec;
+use nix::time::{ClockId, ClockNanosleepFlags};
+
 /// The first argument that makes the zkcron binary the launcher of one job:
-/// `zkcron __launch-job <daemon pid> <when> <program> [args...]`. Not a command for people.
+/// `zkcron __launch-job <daemon pid> <when> <not before: unix ns> <program> [args...]`. Not a
+/// command for people.
 pub const LAUNCHER_ARG: &str = "__launch-job";
 
 /// The byte the daemon writes to a waiting launcher's stdin to start its job.
@@ -73,31 +81,44 @@ impl Start {
     }
 }
 
-/// The launcher's part of a job's command line, before the job's own program and arguments.
-pub(super) fn launcher_args(start: Start) -> [OsString; 3] {
+/// The launcher's part of a job's command line, before the job's own program and arguments:
+/// the job execs on `start`, and not before `not_before`.
+pub(super) fn launcher_args(start: Start, not_before: Option<DateTime<Utc>>) -> [OsString; 4] {
+    // Past 2262 no i64 of nanoseconds reaches: held as long as can be said.
+    let nanos = not_before.map_or(0, |at| at.timestamp_nanos_opt().unwrap_or(i64::MAX));
     [
         OsString::from(LAUNCHER_ARG),
         OsString::from(std::process::id().to_string()),
         OsString::from(start.arg()),
+        OsString::from(nanos.to_string()),
     ]
 }
 
 /// The launcher mode: `args` are what follows [`LAUNCHER_ARG`]. Sets the parent-death signal,
 /// makes sure the daemon that started us is still our parent (else it died before the signal
-/// was set, and the job must not run), waits for the go if told to, then execs the job.
+/// was set, and the job must not run), waits for the go if told to and for the instant not
+/// before which the job may start, then execs the job.
 /// Returns only when it does not run it: 126 (found, not executable) or 127 (not found), the
 /// codes a shell uses, with the reason on stderr, which the runner logs; 0 when the daemon gave
 /// the run up before its go.
 pub fn launch_job(args: &[OsString]) -> ExitCode {
-    let (Some(daemon), Some(start), Some(program)) = (args.first(), args.get(1), args.get(2))
+    let (Some(daemon), Some(start), Some(not_before), Some(program)) =
+        (args.first(), args.get(1), args.get(2), args.get(3))
     else {
         eprintln!(
-            "zkcron: {LAUNCHER_ARG} is zkcron's own way to start a job; it needs the daemon's pid, when to start and a program"
+            "zkcron: {LAUNCHER_ARG} is zkcron's own way to start a job; it needs the daemon's pid, when to start, the instant not before which it starts and a program"
         );
         return ExitCode::from(2);
     };
     let Some(start) = Start::parse(start) else {
         eprintln!("zkcron: {LAUNCHER_ARG}: unknown start {}", display(start));
+        return ExitCode::from(2);
+    };
+    let Some(not_before) = not_before.to_str().and_then(|ns| ns.parse::<i64>().ok()) else {
+        eprintln!(
+            "zkcron: {LAUNCHER_ARG}: not an instant in unix nanoseconds: {}",
+            display(not_before)
+        );
         return ExitCode::from(2);
     };
     let daemon = daemon.to_str().and_then(|pid| pid.parse::<i32>().ok());
@@ -110,7 +131,7 @@ pub fn launch_job(args: &[OsString]) -> ExitCode {
         return ExitCode::from(126);
     }
     let mut command = std::process::Command::new(program);
-    command.args(&args[3..]);
+    command.args(&args[4..]);
     if start != Start::Now {
         let mut go = [0_u8];
         // Exactly one byte, unbuffered (not `std::io::stdin`): what follows is the job's.
@@ -129,10 +150,33 @@ pub fn launch_job(args: &[OsString]) -> ExitCode {
             command.stdin(Stdio::null());
         }
     }
+    wait_until(not_before);
     let err = command.exec();
     eprintln!("zkcron: cannot run {}: {err}", display(program));
     let not_found = err.kind() == std::io::ErrorKind::NotFound;
     ExitCode::from(if not_found { 127 } else { 126 })
+}
+
+/// Sleeps until the wall clock reads `unix_nanos` (at once if it has passed). The default timer
+/// slack (50 µs) would be most of what is left of a prepared start's delay: 1 ns instead. A
+/// failed sleep is retried until the instant has passed: the job never starts early.
+fn wait_until(unix_nanos: i64) {
+    let _ = nix::sys::prctl::set_timerslack(1);
+    let instant = TimeSpec::new(
+        unix_nanos.div_euclid(1_000_000_000),
+        unix_nanos.rem_euclid(1_000_000_000),
+    );
+    loop {
+        let now = nix::time::clock_gettime(ClockId::CLOCK_REALTIME);
+        if now.is_ok_and(|now| now >= instant) {
+            return;
+        }
+        let _ = nix::time::clock_nanosleep(
+            ClockId::CLOCK_REALTIME,
+            ClockNanosleepFlags::TIMER_ABSTIME,
+            &instant,
+        );
+    }
 }
 
 fn display(program: &OsStr) -> String {

@@ -253,8 +253,19 @@ fn an_owner_claims_ahead_and_starts_at_the_tick() {
         panic!("nothing starts before the tick; its process is prepared: {prepared:?}");
     };
     assert_eq!(ahead.run_id, claim.record.run_id);
-    assert_eq!(m.next_deadline(), Some(t(1000)));
-    let (started, context) = only_start(&m.handle(Input::Tick, t(1000)));
+    assert_eq!(
+        m.next_deadline(),
+        Some(t(995)),
+        "a prepared start goes out START_LEAD ahead"
+    );
+    assert!(starts(&m.handle(Input::Tick, t(994))).is_empty());
+    let at_lead = m.handle(Input::Tick, t(995));
+    let [Action::StartRun { not_before, .. }] = at_lead.as_slice() else {
+        panic!("one start: {at_lead:?}");
+    };
+    assert_eq!(*not_before, t(1000), "the job's program starts at the tick, never before");
+    let (started, context) = only_start(&at_lead);
+    assert_eq!(started.record.started_unix_ms, Some(t(1000).timestamp_millis()));
     assert_eq!(&context, ahead, "the prepared process is the run's");
     assert_eq!(started.record.status, RunStatus::Running);
     assert_eq!(

@@ -508,8 +508,8 @@ fn a_job_at_its_max_running_holds_its_due_submissions_until_a_run_ends_others_go
     }
     assert_eq!(
         m.next_deadline(),
-        Some(t(1500)),
-        "no wake-up for the due ones of a full job: only the starts at 1500"
+        Some(t(1500) - chrono::Duration::from_std(START_LEAD).unwrap()),
+        "no wake-up for the due ones of a full job: only the (prepared) starts at 1500"
     );
     let started = starts(&m.handle(Input::Tick, t(1500)));
     assert_eq!(started.len(), 3);

@@ -155,8 +155,19 @@ impl World {
                 }
                 self.claims.push(claim);
             }
-            Action::StartRun { claim, context, .. } => {
+            Action::StartRun {
+                claim,
+                context,
+                not_before,
+                ..
+            } => {
                 prop_assert!(!self.shutdown, "no start once stopping: {claim:?}");
+                let lead = chrono::Duration::from_std(START_LEAD).unwrap_or_default();
+                prop_assert!(
+                    not_before <= t(self.now) + lead,
+                    "a start goes out at most START_LEAD before its instant: {not_before} at {}",
+                    t(self.now)
+                );
                 prop_assert!(
                     self.status.may_fire && self.status.token == Some(claim.record.fencing_token),
                     "a run starts only under the token that owns the lock now: {claim:?} with {:?}",

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -128,7 +129,8 @@ pub enum OnInterrupted {
 /// One `[[job]]`.
 #[derive(Debug, Clone)]
 pub struct JobConfig {
-    pub spec: JobSpec,
+    /// Shared with every run and action of the job: one copy however many refer to it.
+    pub spec: Arc<JobSpec>,
     /// `None`: an on-demand job, fired only when submitted (issue "Delayed one-off jobs").
     pub schedule: Option<Schedule>,
     /// The job's zone: its schedule's, and the one its due times are shown in.
@@ -772,7 +774,7 @@ impl Validator<'_> {
             DEFAULT_MAX_RUNNING,
         );
         Some(JobConfig {
-            spec,
+            spec: Arc::new(spec),
             schedule: schedule?,
             timezone: tz?,
             on_lost: raw.on_lost.unwrap_or(OnLost::Cancel),

@@ -104,13 +104,15 @@ pub async fn run(
 /// file to compare with the next one, and only one copy of each job lives on.
 fn shared_jobs(config: &mut Config, launcher: &Launcher) -> Vec<Arc<JobConfig>> {
     let with_launcher = |mut job: JobConfig| {
-        job.spec.launcher = launcher.clone();
+        Arc::make_mut(&mut job.spec).launcher = launcher.clone();
         Arc::new(job)
     };
-    std::mem::take(&mut config.jobs)
-        .into_iter()
-        .map(with_launcher)
-        .collect()
+    let jobs = std::mem::take(&mut config.jobs);
+    // Not `collect`: it would reuse the JobConfigs' buffer for the pointers and keep all of it
+    // (2.9 MB at 10 000 jobs: issue 10).
+    let mut shared = Vec::with_capacity(jobs.len());
+    shared.extend(jobs.into_iter().map(with_launcher));
+    shared
 }
 
 /// Re-reads the schedule on every request and passes its jobs on; a broken file keeps the

@@ -1060,11 +1060,7 @@ async fn a_run_cancelled_after_its_go_is_stopped_not_skipped() {
 
 /// The wall clock in ms as `date +%s.%N` printed it (`1795…123.456789012`).
 fn epoch_ms(text: &str) -> f64 {
-    let seconds: f64 = text
-        .trim()
-        .replace(',', ".")
-        .parse()
-        .expect("date +%s.%N");
+    let seconds: f64 = text.trim().replace(',', ".").parse().expect("date +%s.%N");
     seconds * 1000.0
 }
 

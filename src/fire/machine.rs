@@ -267,7 +267,8 @@ struct JobState {
     config: Arc<JobConfig>,
     spec: Arc<JobSpec>,
     /// Catch-up in progress (the listing or its marks are out): the job's ticks wait.
-    catch_up: Option<catch_up::CatchUp>,
+    /// Boxed: only while it runs, and most of a job's state otherwise (issue 10).
+    catch_up: Option<Box<catch_up::CatchUp>>,
     /// Catch-up's starts, in order, one after another.
     backlog: VecDeque<Item>,
     /// The backlog item whose claim or run is under way: the next one waits for its end.
@@ -283,7 +284,7 @@ struct JobState {
 impl JobState {
     fn new(config: Arc<JobConfig>) -> Self {
         Self {
-            spec: Arc::new(config.spec.clone()),
+            spec: Arc::clone(&config.spec),
             config,
             catch_up: None,
             backlog: VecDeque::new(),
@@ -727,7 +728,7 @@ impl FireMachine {
         };
         let tick = DateTime::from_timestamp_millis(record.scheduled_unix_ms).unwrap_or_default();
         let pending = Pending {
-            spec: Arc::new(config.spec.clone()),
+            spec: Arc::clone(&config.spec),
             config: Arc::clone(config),
             tick,
             reason: FireReason::OnTime,
@@ -1125,7 +1126,7 @@ impl FireMachine {
         }
         for name in names {
             if let Some(state) = self.jobs.get_mut(&name) {
-                state.catch_up = Some(catch_up::CatchUp::default());
+                state.catch_up = Some(Box::default());
                 out.push(Action::ListRecords(name));
             }
         }
@@ -1279,7 +1280,7 @@ impl FireMachine {
                 continue;
             }
             if let Some(state) = self.jobs.get_mut(&job).filter(|s| s.catch_up.is_none()) {
-                state.catch_up = Some(catch_up::CatchUp::default());
+                state.catch_up = Some(Box::default());
                 out.push(Action::ListRecords(job));
             }
         }
@@ -1331,7 +1332,7 @@ impl FireMachine {
             let name = job.spec.name.clone();
             let state = match old.remove(&name) {
                 Some(mut state) => {
-                    state.spec = Arc::new(job.spec.clone());
+                    state.spec = Arc::clone(&job.spec);
                     state.config = Arc::clone(job);
                     state
                 }

@@ -58,6 +58,10 @@ async fn run(
     loop {
         while out.len() < IN_FLIGHT {
             let Some((client, job)) = waiting.pop_front() else {
+                // Ten thousand requests at startup leave 2.2 MB of queue behind (issue 10).
+                if waiting.capacity() > IN_FLIGHT {
+                    waiting = VecDeque::new();
+                }
                 break;
             };
             let (paths, group, answers) = (paths.clone(), group.clone(), answers.clone());

@@ -263,9 +263,16 @@ fn an_owner_claims_ahead_and_starts_at_the_tick() {
     let [Action::StartRun { not_before, .. }] = at_lead.as_slice() else {
         panic!("one start: {at_lead:?}");
     };
-    assert_eq!(*not_before, t(1000), "the job's program starts at the tick, never before");
+    assert_eq!(
+        *not_before,
+        t(1000),
+        "the job's program starts at the tick, never before"
+    );
     let (started, context) = only_start(&at_lead);
-    assert_eq!(started.record.started_unix_ms, Some(t(1000).timestamp_millis()));
+    assert_eq!(
+        started.record.started_unix_ms,
+        Some(t(1000).timestamp_millis())
+    );
     assert_eq!(&context, ahead, "the prepared process is the run's");
     assert_eq!(started.record.status, RunStatus::Running);
     assert_eq!(

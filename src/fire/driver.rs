@@ -2,7 +2,8 @@
 //! answers, lock updates, reloads and timer expiries back in.
 //!
 //! Owns: the current ZooKeeper client (from the lock's update stream), one task per request or
-//! run, the cancel handle of every run, the timer, READY/STOPPING to systemd, and handing the lock
+//! run, the cancel handle of every run, the processes of prepared runs (and giving them their go
+//! as it handles a start), the timer (`alarm`), READY/STOPPING to systemd, and handing the lock
 //! over when the machine says so.
 //! Must not: decide anything — whether, when and why a run starts or stops is the machine's call.
 
@@ -676,7 +677,6 @@ fn not_started(claim: &ledger::Claim, why: &str) -> runner::RunReport {
     }
 }
 
-/// Time from now until `at` on the wall clock (zero if past).
 /// A run to start: the machine's [`Action::StartRun`], with its prepared process if one waits.
 struct Run {
     spec: Arc<runner::JobSpec>,

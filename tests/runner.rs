@@ -1064,21 +1064,20 @@ fn epoch_ms(text: &str) -> f64 {
     seconds * 1000.0
 }
 
-#[tokio::test]
-async fn a_job_never_starts_before_its_instant_however_early_its_go_or_spawn() {
-    host_env();
-    let dir = tempfile::tempdir().unwrap();
-    let (job, out) = shell_out("held", r#"date +%s.%N > "$OUT""#, &dir);
-    // Far enough ahead that a job started at once would be seen starting before it.
-    let ahead = || Utc::now() + chrono::Duration::milliseconds(300);
-
-    // Prepared, given its go at once: the launcher holds the exec.
-    let launched_job = launched(job.clone());
-    let not_before = ahead();
-    let mut prepared = prepare(&launched_job, &ctx("run-held"), Some(not_before));
-    prepared.go();
+/// Runs `job` not before 300 ms from now — prepared and given its go at once, or spawned at its
+/// start — and checks that its program (`date +%s.%N > $OUT`) did not start any earlier. 300 ms:
+/// a job started at once would be seen starting before it.
+async fn assert_held(job: &JobSpec, out: &Path, prepared_early: bool) {
+    let not_before = Utc::now() + chrono::Duration::milliseconds(300);
+    let prepared = if prepared_early {
+        let mut prepared = prepare(job, &ctx("run-held"), Some(not_before));
+        prepared.go();
+        prepared
+    } else {
+        zkcron::runner::Prepared::none()
+    };
     let report = run_prepared(
-        &launched_job,
+        job,
         &ctx("run-held"),
         CancellationToken::new(),
         prepared,
@@ -1086,35 +1085,27 @@ async fn a_job_never_starts_before_its_instant_however_early_its_go_or_spawn() {
     )
     .await;
     assert_eq!(report.outcome, RunOutcome::Exited { code: 0 });
-    let started = epoch_ms(&read(&out));
+    let started = epoch_ms(&read(out));
     let instant = not_before.timestamp_millis() as f64;
     assert!(
         started >= instant,
-        "prepared: started {started} before {instant}"
+        "{:?}, prepared early: {prepared_early}: started {started} before {instant}",
+        job.launcher
     );
     assert!(
         report.started_at >= not_before,
         "the report says when the job started"
     );
+}
 
+#[tokio::test]
+async fn a_job_never_starts_before_its_instant_however_early_its_go_or_spawn() {
+    host_env();
+    let dir = tempfile::tempdir().unwrap();
+    let (job, out) = shell_out("held", r#"date +%s.%N > "$OUT""#, &dir);
+    // Prepared and given its go at once: the launcher holds the exec.
+    assert_held(&launched(job.clone()), &out, true).await;
     // Spawned afresh through the launcher, and forked with no launcher: held all the same.
-    for job in [launched_job, job] {
-        let not_before = ahead();
-        let report = run_prepared(
-            &job,
-            &ctx("run-held"),
-            CancellationToken::new(),
-            zkcron::runner::Prepared::none(),
-            Some(not_before),
-        )
-        .await;
-        assert_eq!(report.outcome, RunOutcome::Exited { code: 0 });
-        let started = epoch_ms(&read(&out));
-        let instant = not_before.timestamp_millis() as f64;
-        assert!(
-            started >= instant,
-            "{:?}: started {started} before {instant}",
-            job.launcher
-        );
-    }
+    assert_held(&launched(job.clone()), &out, false).await;
+    assert_held(&job, &out, false).await;
 }

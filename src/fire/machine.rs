@@ -265,7 +265,6 @@ struct Item {
 #[derive(Debug)]
 struct JobState {
     config: Arc<JobConfig>,
-    spec: Arc<JobSpec>,
     /// Catch-up in progress (the listing or its marks are out): the job's ticks wait.
     /// Boxed: only while it runs, and most of a job's state otherwise (issue 10).
     catch_up: Option<Box<catch_up::CatchUp>>,
@@ -284,7 +283,6 @@ struct JobState {
 impl JobState {
     fn new(config: Arc<JobConfig>) -> Self {
         Self {
-            spec: Arc::clone(&config.spec),
             config,
             catch_up: None,
             backlog: VecDeque::new(),
@@ -312,7 +310,6 @@ impl JobState {
 #[derive(Debug, Clone)]
 struct Pending {
     config: Arc<JobConfig>,
-    spec: Arc<JobSpec>,
     tick: DateTime<Utc>,
     reason: FireReason,
     token: FencingToken,
@@ -528,7 +525,7 @@ impl FireMachine {
     /// retrying at once and skipping.
     fn waits_on_own_run(&self, pending: &Pending) -> bool {
         self.runs
-            .earliest_start_of(&pending.spec.name)
+            .earliest_start_of(&pending.config.spec.name)
             .is_some_and(|started| started > pending.tick)
     }
 
@@ -545,7 +542,7 @@ impl FireMachine {
             .claims
             .values()
             .filter(|pending| !matches!(pending.state, PendingState::RecordOnly))
-            .map(|pending| &pending.spec.name);
+            .map(|pending| &pending.config.spec.name);
         for job in claims.chain(self.runs.open_jobs()) {
             *open.entry(job.clone()).or_insert(0) += 1;
         }
@@ -589,7 +586,7 @@ impl FireMachine {
                     }
                 }
                 PendingState::Replacing { until, .. } if *until <= now => {
-                    tracing::warn!(job = %pending.spec.name, tick = %pending.tick, "replaced run did not end within its grace; starting anyway");
+                    tracing::warn!(job = %pending.config.spec.name, tick = %pending.tick, "replaced run did not end within its grace; starting anyway");
                     self.start_replacing(id, now, out);
                 }
                 _ => {}
@@ -677,7 +674,6 @@ impl FireMachine {
         };
         let config = Arc::clone(&state.config);
         let pending = Pending {
-            spec: Arc::clone(&state.spec),
             tick: item.tick,
             reason: item.reason,
             token,
@@ -728,7 +724,6 @@ impl FireMachine {
         };
         let tick = DateTime::from_timestamp_millis(record.scheduled_unix_ms).unwrap_or_default();
         let pending = Pending {
-            spec: Arc::clone(&config.spec),
             config: Arc::clone(config),
             tick,
             reason: FireReason::OnTime,
@@ -752,7 +747,7 @@ impl FireMachine {
         let Some(pending) = self.claims.get_mut(&id) else {
             return;
         };
-        let job = pending.spec.name.clone();
+        let job = pending.config.spec.name.clone();
         let tick = pending.tick;
         let again = match &pending.state {
             PendingState::RecordOnly => {
@@ -788,7 +783,7 @@ impl FireMachine {
                     // Its process waits for the instant, not the other way round.
                     pending.prepared = true;
                     out.push(Action::PrepareRun {
-                        spec: Arc::clone(&pending.spec),
+                        spec: Arc::clone(&pending.config.spec),
                         context: self.me.context(pending, &claim),
                         not_before: pending.start_at,
                     });
@@ -837,7 +832,7 @@ impl FireMachine {
         };
         let me = (&self.me.node_id, self.me.ip.as_str());
         let record = fresh_record(
-            &pending.spec.name,
+            &pending.config.spec.name,
             pending.tick,
             pending.submission.as_ref(),
             me,
@@ -853,15 +848,15 @@ impl FireMachine {
         let Some(pending) = self.claims.get(&id) else {
             return;
         };
-        let reason = if self.runs.alive_of(&pending.spec.name) {
+        let reason = if self.runs.alive_of(&pending.config.spec.name) {
             "a run of the job is still alive on this node (concurrency = forbid)"
         } else {
             "a run of the job is alive on another node (concurrency = forbid)"
         };
-        tracing::warn!(job = %pending.spec.name, tick = %pending.tick, reason, "tick skipped");
+        tracing::warn!(job = %pending.config.spec.name, tick = %pending.tick, reason, "tick skipped");
         let me = (&self.me.node_id, self.me.ip.as_str());
         let mut record = fresh_record(
-            &pending.spec.name,
+            &pending.config.spec.name,
             pending.tick,
             pending.submission.as_ref(),
             me,
@@ -883,7 +878,7 @@ impl FireMachine {
         let PendingState::Claimed(claim) = &pending.state else {
             return;
         };
-        let (job, tick) = (&pending.spec.name, pending.tick);
+        let (job, tick) = (&pending.config.spec.name, pending.tick);
         // A Lost (or a disconnect) between the claim and now wins; the record stays for the
         // next owner to resolve.
         if !self.lock.may_fire || self.lock.token != Some(pending.token) {
@@ -962,7 +957,7 @@ impl FireMachine {
             pending.state = PendingState::Claimed(claim.clone());
         }
         if !self.lock.may_fire || self.lock.token != Some(pending.token) {
-            tracing::warn!(job = %pending.spec.name, tick = %pending.tick, "not firing: the lock was lost after the claim");
+            tracing::warn!(job = %pending.config.spec.name, tick = %pending.tick, "not firing: the lock was lost after the claim");
             return self.settle(id, now, out);
         }
         self.start(id, now, out);
@@ -981,7 +976,7 @@ impl FireMachine {
         claim.record.status = RunStatus::Running;
         // A prepared run's job starts at its instant, a little after this decision.
         claim.record.started_unix_ms = Some(now.max(pending.start_at).timestamp_millis());
-        let name = &pending.spec.name;
+        let name = &pending.config.spec.name;
         if let (Some(state), None) = (self.jobs.get_mut(name), &pending.submission) {
             state.last_started = Some(
                 state
@@ -1000,7 +995,7 @@ impl FireMachine {
             now,
         );
         out.push(Action::StartRun {
-            spec: Arc::clone(&pending.spec),
+            spec: Arc::clone(&pending.config.spec),
             claim,
             context,
             record_first: pending.submission.is_some(),
@@ -1024,11 +1019,11 @@ impl FireMachine {
             });
         }
         if pending.in_backlog {
-            if let Some(state) = self.jobs.get_mut(&pending.spec.name) {
+            if let Some(state) = self.jobs.get_mut(&pending.config.spec.name) {
                 state.backlog_busy = false;
                 state.backlog_claiming = false;
             }
-            self.advance(&pending.spec.name, now, out);
+            self.advance(&pending.config.spec.name, now, out);
         }
         self.maybe_hand_over(now, out);
     }
@@ -1204,7 +1199,7 @@ impl FireMachine {
         let waiting: Vec<ClaimId> = self
             .claims
             .iter()
-            .filter(|(_, p)| p.spec.name == job)
+            .filter(|(_, p)| p.config.spec.name == job)
             .filter(|(_, p)| {
                 matches!(
                     p.state,
@@ -1332,7 +1327,6 @@ impl FireMachine {
             let name = job.spec.name.clone();
             let state = match old.remove(&name) {
                 Some(mut state) => {
-                    state.spec = Arc::clone(&job.spec);
                     state.config = Arc::clone(job);
                     state
                 }

@@ -40,9 +40,11 @@ const MAX_SLEEP: Duration = Duration::from_secs(30);
 /// A run recorded `running` before its start (a submission's) tries the write this many times,
 /// each bounded by [`REQUEST_LIMIT`], before it is reported as not started.
 const START_WRITE_ATTEMPTS: usize = 3;
-/// At most this many runs wait prepared at once (each a launcher process of a few MiB, for
-/// `claim_ahead`); more due together are spawned at their instant.
-const MAX_PREPARED: usize = 256;
+/// At most this many runs wait prepared at once; more due together are spawned at their
+/// instant. Each waiting launcher holds 1.25 MiB of its own (its relocated data, heap and stack:
+/// smaps_rollup `Private_Dirty`) for up to `claim_ahead`, so 128 of them are 160 MiB at most;
+/// 128 covers issue 10's burst of 100 jobs due on the same second.
+const MAX_PREPARED: usize = 128;
 /// Reads of many nodes go out this many at a time (see `open_submissions`).
 const READ_WINDOW: usize = 256;
 /// This many inputs (a startup or a reload with thousands of jobs, a catch-up) followed by

@@ -55,17 +55,23 @@ impl Alarm {
 
     /// Returns at `at` (at once if it has passed). Cancel safe: the next call sets the timer anew.
     pub(super) async fn at(&mut self, at: DateTime<Utc>) {
-        if let Some(fd) = &self.precise
-            && let Some(()) = wait_precisely(fd, at).await
-        {
-            return;
+        if let Some(fd) = &self.precise {
+            if wait_precisely(fd, at).await.is_some() {
+                return;
+            }
+            // A timerfd that failed once is not tried again: the driver sets it on every input,
+            // and a lasting failure would log at that rate.
+            tracing::warn!(
+                "runs start up to 1.5 ms after their instant from now on (tokio's timer)"
+            );
+            self.precise = None;
         }
         let left = (at - Utc::now()).to_std().unwrap_or(Duration::ZERO);
         tokio::time::sleep(left).await;
     }
 }
 
-/// `None` when the timer failed (logged): the caller sleeps on tokio's timer instead.
+/// `None` when the timer failed (logged): the caller sleeps on tokio's timer instead, for good.
 async fn wait_precisely(fd: &AsyncFd<Timer>, at: DateTime<Utc>) -> Option<()> {
     // The epoch itself would disarm the timer; any instant before now rings at once.
     let secs = at.timestamp().max(1);

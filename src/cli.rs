@@ -5,6 +5,7 @@
 //! layout, raw ZooKeeper requests).
 
 mod delayed;
+mod steer;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -17,11 +18,14 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use zkcron::config::{self, Config, LoadError, LogFormat};
+use zkcron::control::client::SteerError;
+use zkcron::control::store as control_store;
 use zkcron::daemon::{self, DaemonError, DaemonSettings};
 use zkcron::delayed::DelayedError;
 use zkcron::delayed::client::SubmissionError;
 use zkcron::delayed::client::pending_summary;
 use zkcron::identity::{self, IdentityError};
+use zkcron::layout::ControlPaths;
 use zkcron::ledger::record::{RunRecord, RunStatus};
 use zkcron::ledger::{self, ClaimError, LedgerPaths};
 use zkcron::lock::driver::{self, DriverError, LockPaths, LockSettings};
@@ -36,7 +40,10 @@ Exit codes:
   1  runtime failure (ZooKeeper unreachable for a one-shot command, I/O error)
   2  usage error or invalid configuration, including a node_id already used by a live process;
      a refused submission (unknown job, payload too large, due beyond the starting_deadline,
-     its id taken by a different request) or cancel (not found, already started)";
+     its id taken by a different request) or cancel (not found, already started); a refused
+     trigger (unknown, disabled or paused job), pause (unknown job) or release (no owner, no
+     other node alive to take over)
+  3  a release that was accepted but did not move the lock in time";
 
 /// Cron jobs that fire exactly once across a fleet, coordinated by ZooKeeper.
 #[derive(Debug, Parser)]
@@ -109,6 +116,23 @@ enum Command {
         #[command(subcommand)]
         command: delayed::DelayedCommand,
     },
+    /// Run a declared job now, once, through the ledger: whichever node owns the lock starts
+    /// it, recorded as manual with who asked. Prints its submission id.
+    #[command(after_help = EXIT_CODES)]
+    Trigger(steer::TriggerArgs),
+    /// Pause a job in the whole cluster: its ticks are recorded skipped (never replayed), its
+    /// submissions wait; a run alive now goes on.
+    #[command(after_help = EXIT_CODES)]
+    Pause(steer::PauseArgs),
+    /// Resume a paused job: its next tick fires, its waiting submissions are claimed.
+    #[command(after_help = EXIT_CODES)]
+    Resume(steer::ResumeArgs),
+    /// Ask the lock owner to hand the lock over (for maintenance), and wait until a peer owns it.
+    ///
+    /// The owner gives back its claimed, unstarted ticks, releases, and stays out of contention
+    /// for the takeover delay; its running jobs follow their on_lost.
+    #[command(after_help = EXIT_CODES)]
+    Release(steer::ReleaseArgs),
 }
 
 #[derive(Debug, Args)]
@@ -158,6 +182,8 @@ pub enum CliError {
     Delayed(#[from] DelayedError),
     #[error(transparent)]
     Usage(#[from] delayed::UsageError),
+    #[error(transparent)]
+    Steer(#[from] SteerError),
     #[error("cannot write to stdout")]
     Stdout(#[source] std::io::Error),
 }
@@ -176,6 +202,8 @@ impl CliError {
         match self {
             CliError::Config(_) | CliError::Identity(_) | CliError::Usage(_) => ExitCode::from(2),
             CliError::Delayed(err) if err.is_refusal() => ExitCode::from(2),
+            CliError::Steer(err) if err.is_refusal() => ExitCode::from(2),
+            CliError::Steer(SteerError::NotHandedOver { .. }) => ExitCode::from(3),
             CliError::Lock(err) | CliError::Daemon(DaemonError::Lock(err)) if duplicate(err) => {
                 ExitCode::from(2)
             }
@@ -219,6 +247,22 @@ impl Cli {
             Command::Delayed { command } => {
                 logging::init(LogFormat::Text, self.log_level.as_deref().unwrap_or("warn"));
                 delayed::run(&config::load(command.config())?, command).await
+            }
+            Command::Trigger(args) => {
+                logging::init(LogFormat::Text, self.log_level.as_deref().unwrap_or("warn"));
+                steer::trigger(&config::load(&args.config)?, args).await
+            }
+            Command::Pause(args) => {
+                logging::init(LogFormat::Text, self.log_level.as_deref().unwrap_or("warn"));
+                steer::pause(&config::load(&args.config)?, args).await
+            }
+            Command::Resume(args) => {
+                logging::init(LogFormat::Text, self.log_level.as_deref().unwrap_or("warn"));
+                steer::resume(&config::load(&args.config)?, args).await
+            }
+            Command::Release(args) => {
+                logging::init(LogFormat::Text, self.log_level.as_deref().unwrap_or("warn"));
+                steer::release(&config::load(&args.config)?, args).await
             }
             Command::LockDemo(args) => {
                 logging::init(LogFormat::Text, self.log_level.as_deref().unwrap_or("info"));
@@ -406,6 +450,9 @@ async fn job_status(
 ) -> Result<Vec<String>, CliError> {
     let ledger_paths = LedgerPaths::new(paths);
     let pending = pending_summary(client, &ledger_paths.delayed, STATUS_PENDING_LIMIT).await?;
+    let pauses = control_store::pauses(client, &ControlPaths::new(paths))
+        .await
+        .map_err(SteerError::from)?;
     let mut lines = vec![format!(
         "{:<20}  {:<26}  {:<26}  {:<11}  {:<15}  {:>6}  {:<5}  {}",
         "JOB", "NEXT", "LAST", "STATUS", "NODE", "MISSED", "ALIVE", "PENDING"
@@ -418,7 +465,10 @@ async fn job_status(
                 .format("%Y-%m-%d %H:%M:%S %:z")
                 .to_string()
         };
-        let next = if job.enabled {
+        let pause = pauses.get(&job.spec.name);
+        let next = if let Some(pause) = pause {
+            format!("paused since {}", since_local(pause.since_unix_ms, tz))
+        } else if job.enabled {
             match &job.schedule {
                 Some(_) => job.next_tick_after(now).map_or("-".into(), format),
                 None => "on demand".into(),
@@ -462,6 +512,14 @@ async fn job_status(
             "{:<20}  {next:<26}  {last_at:<26}  {status:<11}  {node:<15}  {missed:>6}  {alive:<5}  {submitted}",
             job.spec.name.as_str()
         ));
+        if let Some(pause) = pause {
+            lines.push(format!(
+                "{:<20}  paused by {}: {}",
+                "",
+                pause.by,
+                pause.reason.as_deref().unwrap_or("no reason given")
+            ));
+        }
     }
     // Submissions for jobs the schedule no longer declares are kept; say so.
     let mut away: Vec<_> = pending
@@ -477,6 +535,18 @@ async fn job_status(
         ));
     }
     Ok(lines)
+}
+
+/// Prints `lines` to stdout, one per line.
+fn print_lines(lines: &[String]) -> Result<(), CliError> {
+    writeln!(std::io::stdout().lock(), "{}", lines.join("\n")).map_err(CliError::Stdout)
+}
+
+fn since_local(unix_ms: i64, tz: chrono_tz::Tz) -> String {
+    chrono::DateTime::from_timestamp_millis(unix_ms).map_or_else(
+        || "?".to_owned(),
+        |at| at.with_timezone(&tz).format("%Y-%m-%d %H:%M").to_string(),
+    )
 }
 
 fn since(unix_ms: i64) -> String {
@@ -505,8 +575,8 @@ async fn lock_demo(args: LockDemoArgs, shutdown: CancellationToken) -> Result<()
         Ok::<(), std::io::Error>(())
     });
     // The demo claims no ticks: nothing reports a failed fence.
-    let (_fence_failed, mut fence_failures) = mpsc::unbounded_channel();
-    let result = driver::run(&zk, &settings, &shutdown, &updates, &mut fence_failures).await;
+    let (_commands, mut commands) = mpsc::unbounded_channel();
+    let result = driver::run(&zk, &settings, &shutdown, &updates, &mut commands).await;
     drop(updates);
     let printed = printer.await.unwrap_or(Ok(()));
     result?;

@@ -17,6 +17,7 @@ use crate::config::{self, Config, JobConfig};
 use crate::fire::FireMachine;
 use crate::fire::driver::{self as fire_driver, FireSettings, LockTask};
 use crate::fire::machine::Me;
+use crate::layout::ControlPaths;
 use crate::ledger::LedgerPaths;
 use crate::lock::driver::{self, DriverError, LockPaths, LockSettings};
 use crate::lock::node::OwnerInfo;
@@ -62,21 +63,23 @@ pub async fn run(
         jitter: settings.jitter,
     };
     let (updates_tx, updates) = mpsc::unbounded_channel();
-    let (fence_failed, mut fence_failures) = mpsc::unbounded_channel();
+    let (commands, mut received) = mpsc::unbounded_channel();
     let release = CancellationToken::new();
     let handle = tokio::spawn({
         let release = release.clone();
-        async move { driver::run(&zk, &lock, &release, &updates_tx, &mut fence_failures).await }
+        async move { driver::run(&zk, &lock, &release, &updates_tx, &mut received).await }
     });
     let lock_task = LockTask {
         handle,
         release,
         updates,
-        fence_failed,
+        commands,
     };
     let fire = FireSettings {
         ledger: LedgerPaths::new(&paths),
         group: paths.clone(),
+        control: ControlPaths::new(&paths),
+        me: settings.me.node_id.clone(),
         acls: config.zookeeper.settings().acls(),
     };
     let me = Me {

@@ -1,7 +1,7 @@
 //! Every ZooKeeper path of a lock group, built in one place (DESIGN.md "ZooKeeper layout").
 //!
-//! Owns: the names of the lock, epoch, member, run-record, guard and delayed-submission znodes
-//! under `<root>/<lock.name>`.
+//! Owns: the names of the lock, epoch, member, run-record, guard, delayed-submission and control
+//! znodes under `<root>/<lock.name>`.
 //! Must not: talk to ZooKeeper or know what the nodes hold (that is `lock` and `ledger`).
 
 use crate::delayed::{DueBucket, Shard, SubmissionId};
@@ -160,6 +160,32 @@ impl DelayedPaths {
             "{}/{id}",
             self.due_shard(DueBucket::of(due_unix_ms), id.shard())
         )
+    }
+}
+
+/// How operators steer a lock group (`zkcron pause`, `resume`, `release`; the HTTP API):
+/// `control/paused/<job>` exists while the job is paused, `control/release` while the owner is
+/// asked to hand the lock over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControlPaths {
+    pub dir: String,
+    pub paused: String,
+    pub release: String,
+}
+
+impl ControlPaths {
+    pub fn new(lock: &LockPaths) -> Self {
+        let dir = format!("{}/control", lock.dir);
+        Self {
+            paused: format!("{dir}/paused"),
+            release: format!("{dir}/release"),
+            dir,
+        }
+    }
+
+    /// The pause of `job`.
+    pub fn pause(&self, job: &JobName) -> String {
+        format!("{}/{job}", self.paused)
     }
 }
 

@@ -13,6 +13,7 @@
 //! `daemon` only wires these together.
 
 pub mod config;
+pub mod control;
 pub mod daemon;
 pub mod delayed;
 pub mod fire;

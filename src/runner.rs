@@ -135,6 +135,8 @@ pub struct SubmissionInput {
     pub id: String,
     /// Written to the job's stdin, then stdin is closed.
     pub payload: Arc<Vec<u8>>,
+    /// A manual trigger: who asked (`ZKCRON_REQUESTED_BY`).
+    pub requested_by: Option<String>,
 }
 
 /// How a run ended.
@@ -793,6 +795,9 @@ fn contract_env(spec: &JobSpec, ctx: &RunContext) -> Vec<(&'static str, String)>
     ];
     if let Some(submission) = &ctx.submission {
         env.push(("ZKCRON_SUBMISSION_ID", submission.id.clone()));
+        if let Some(by) = &submission.requested_by {
+            env.push(("ZKCRON_REQUESTED_BY", by.clone()));
+        }
     }
     env
 }

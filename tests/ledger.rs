@@ -338,6 +338,7 @@ async fn submit(client: &Client, paths: &LedgerPaths, id: &str, due: i64) -> Sub
         due_unix_ms: due,
         submitted_unix_ms: due - 1000,
         payload: b"p".to_vec(),
+        requested_by: None,
     };
     let submitted =
         submissions::submit(client, &paths.delayed, &id, &submission, Acls::anyone_all()).await;

@@ -1,14 +1,14 @@
 //! `zkcron submit` and `zkcron delayed list|show|cancel`: arguments and human output over the
 //! `zkcron::delayed` library API.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::PathBuf;
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use clap::{Args, Subcommand};
 
-use super::CliError;
+use super::{CliError, print_lines};
 use zkcron::JobName;
 use zkcron::config::Config;
 use zkcron::delayed::client::{Pending, SubmissionState, Submitted};
@@ -152,7 +152,7 @@ pub async fn submit(config: &Config, args: SubmitArgs) -> Result<(), CliError> {
             receipt.id
         );
     }
-    print(&[receipt.id.to_string()])
+    print_lines(&[receipt.id.to_string()])
 }
 
 fn read_payload(args: &SubmitArgs) -> Result<Vec<u8>, UsageError> {
@@ -196,7 +196,7 @@ pub async fn run(config: &Config, command: DelayedCommand) -> Result<(), CliErro
             let job = job.map(JobName::new);
             let pending = delayed.list(job.as_ref(), limit).await?;
             let recent = delayed.recent(job.as_ref(), limit).await?;
-            print(&list_lines(&delayed, &pending, &recent, json))
+            print_lines(&list_lines(&delayed, &pending, &recent, json))
         }
         DelayedCommand::Show { id, .. } => {
             let id = SubmissionId::parse(&id).map_err(UsageError::from)?;
@@ -209,7 +209,7 @@ pub async fn run(config: &Config, command: DelayedCommand) -> Result<(), CliErro
                 SubmissionState::Recorded(record) => record_state(&record, zone),
                 SubmissionState::Pruned => "finished (its record was pruned)".to_owned(),
             };
-            print(&[
+            print_lines(&[
                 format!("id         {id}"),
                 format!("job        {}", submission.job),
                 format!("due        {}", when(submission.due_unix_ms, zone)),
@@ -222,7 +222,7 @@ pub async fn run(config: &Config, command: DelayedCommand) -> Result<(), CliErro
             let id = SubmissionId::parse(&id).map_err(UsageError::from)?;
             let cancelled = delayed.cancel(&id).await?;
             let zone = zone_of(&delayed, &cancelled.job);
-            print(&[format!(
+            print_lines(&[format!(
                 "cancelled {id} ({}, due {})",
                 cancelled.job,
                 when(cancelled.due_unix_ms, zone)
@@ -321,8 +321,4 @@ fn when(unix_ms: i64, zone: Tz) -> String {
             .format("%Y-%m-%d %H:%M:%S %:z")
             .to_string()
     })
-}
-
-fn print(lines: &[String]) -> Result<(), CliError> {
-    writeln!(std::io::stdout().lock(), "{}", lines.join("\n")).map_err(CliError::Stdout)
 }

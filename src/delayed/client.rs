@@ -137,6 +137,7 @@ pub fn check_request(
         due_unix_ms: request.due.timestamp_millis(),
         submitted_unix_ms: now.timestamp_millis(),
         payload: request.payload.clone(),
+        requested_by: None,
     })
 }
 

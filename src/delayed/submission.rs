@@ -155,6 +155,8 @@ pub struct Submission {
     pub due_unix_ms: i64,
     pub submitted_unix_ms: i64,
     pub payload: Vec<u8>,
+    /// A manual trigger (`zkcron trigger`): who asked. Its run is recorded as such.
+    pub requested_by: Option<String>,
 }
 
 /// The header line of a submission znode.
@@ -164,6 +166,9 @@ struct Header {
     job: JobName,
     due_unix_ms: i64,
     submitted_unix_ms: i64,
+    /// Older readers ignore it: the run then counts as an ordinary submission.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    requested_by: Option<String>,
 }
 
 /// Why bytes read from ZooKeeper are not a submission.
@@ -187,6 +192,7 @@ impl Submission {
             job: self.job.clone(),
             due_unix_ms: self.due_unix_ms,
             submitted_unix_ms: self.submitted_unix_ms,
+            requested_by: self.requested_by.clone(),
         };
         // A plain struct of strings and numbers always serialises.
         let mut bytes = serde_json::to_vec(&header).unwrap_or_default();
@@ -217,6 +223,7 @@ impl Submission {
             due_unix_ms: header.due_unix_ms,
             submitted_unix_ms: header.submitted_unix_ms,
             payload: payload.to_vec(),
+            requested_by: header.requested_by,
         })
     }
 
@@ -225,6 +232,7 @@ impl Submission {
         self.job == other.job
             && self.due_unix_ms == other.due_unix_ms
             && self.payload == other.payload
+            && self.requested_by == other.requested_by
     }
 }
 
@@ -238,6 +246,7 @@ mod tests {
             due_unix_ms: 1_700_000_000_123,
             submitted_unix_ms: 1_699_999_000_000,
             payload: payload.to_vec(),
+            requested_by: None,
         }
     }
 

@@ -8,6 +8,7 @@
 //! Must not: decide anything — whether, when and why a run starts or stops is the machine's call.
 
 mod alarm;
+mod control;
 mod delayed;
 mod listing;
 
@@ -26,10 +27,12 @@ use super::machine::{
     Action, ClaimRefused, FireMachine, Input, JobRecords, RESOLVE_WINDOW, TickClaim,
 };
 use crate::config::JobConfig;
-use crate::ids::{FencingToken, JobName};
+use crate::ids::{JobName, NodeId};
+use crate::layout::ControlPaths;
 use crate::ledger::group::GroupCommit;
 use crate::ledger::{self, ClaimError, ClaimPlan, LedgerPaths};
 use crate::lock::LockUpdate;
+use crate::lock::driver::LockCommand;
 use crate::lock::driver::{DriverError, LockPaths};
 use crate::lock::inspect;
 use crate::report::error_chain;
@@ -72,6 +75,10 @@ pub struct FireSettings {
     pub ledger: LedgerPaths,
     /// The lock group's paths, for catch-up to tell live members.
     pub group: LockPaths,
+    /// Where pauses and release requests come from.
+    pub control: ControlPaths,
+    /// This node, as release requests name it.
+    pub me: NodeId,
     pub acls: Acls<'static>,
 }
 
@@ -82,8 +89,8 @@ pub struct LockTask {
     /// Cancelled to release the lock (the lock driver's shutdown).
     pub release: CancellationToken,
     pub updates: mpsc::UnboundedReceiver<LockUpdate>,
-    /// Tokens whose claims failed their epoch check.
-    pub fence_failed: mpsc::UnboundedSender<FencingToken>,
+    /// Tokens whose claims failed their epoch check; handing the lock over on request.
+    pub commands: mpsc::UnboundedSender<LockCommand>,
 }
 
 /// Runs until the machine has stopped after `shutdown`, or after the lock driver ended.
@@ -108,7 +115,7 @@ pub async fn run(
         answers,
         runs: HashMap::new(),
         tasks: TaskTracker::new(),
-        fence_failed: lock.fence_failed.clone(),
+        lock_commands: lock.commands.clone(),
         watch: None,
         group: None,
         lister,
@@ -186,6 +193,9 @@ pub async fn run(
             }
             for action in machine.handle(input, Utc::now()) {
                 match action {
+                    Action::YieldLock => {
+                        let _ = lock.commands.send(LockCommand::Yield);
+                    }
                     Action::HandOver => {
                         handing_over = true;
                         lock.release.cancel();
@@ -226,8 +236,8 @@ struct Io {
     /// Cancel handles of the runs alive here.
     runs: HashMap<String, CancellationToken>,
     tasks: TaskTracker,
-    fence_failed: mpsc::UnboundedSender<FencingToken>,
-    /// Stops the current session's watch for new submissions.
+    lock_commands: mpsc::UnboundedSender<LockCommand>,
+    /// Stops the current session's watches (new submissions, `control/`).
     watch: Option<CancellationToken>,
     /// The current session's claims and record writes, grouped into multi-ops under load.
     group: Option<GroupCommit>,
@@ -248,6 +258,14 @@ impl Io {
             delayed::watch(
                 client.clone(),
                 self.settings.ledger.delayed.clone(),
+                self.settings.acls,
+                self.answers.clone(),
+                stop.clone(),
+            );
+            control::watch(
+                client.clone(),
+                self.settings.control.clone(),
+                self.settings.me.clone(),
                 self.settings.acls,
                 self.answers.clone(),
                 stop.clone(),
@@ -410,9 +428,9 @@ impl Io {
                 });
             }
             Action::FenceFailed(token) => {
-                let _ = self.fence_failed.send(token);
+                let _ = self.lock_commands.send(LockCommand::FenceFailed(token));
             }
-            Action::HandOver | Action::Stopped => {}
+            Action::HandOver | Action::YieldLock | Action::Stopped => {}
         }
         None
     }

@@ -12,6 +12,7 @@ mod catch_up;
 mod delayed;
 mod rewrites;
 mod runs;
+mod steering;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
@@ -20,6 +21,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::config::{Concurrency, JobConfig};
+use crate::control::Pauses;
 use crate::delayed::{DueBucket, Submission, SubmissionId};
 use crate::fire::queue::FireQueue;
 use crate::ids::{FencingToken, JobName, NodeId};
@@ -62,6 +64,8 @@ pub enum FireReason {
     Retry,
     /// A delayed submission came due.
     Submitted,
+    /// An operator asked for a run now (`zkcron trigger`): a submission that says who asked.
+    Manual,
 }
 
 impl FireReason {
@@ -77,7 +81,12 @@ impl FireReason {
 
     /// Started at its instant, not at once, when claimed ahead of it.
     fn waits_for_its_time(self) -> bool {
-        self.on_time() || self == FireReason::Submitted
+        self.on_time() || self.submitted()
+    }
+
+    /// A submission's run, held to its job's `starting_deadline`.
+    fn submitted(self) -> bool {
+        matches!(self, FireReason::Submitted | FireReason::Manual)
     }
 }
 
@@ -155,6 +164,12 @@ pub enum Input {
         id: SubmissionId,
         result: Result<Option<Submission>, String>,
     },
+    /// The paused jobs, read after a change (the driver's watch on `control/`). Nothing starts
+    /// before the first reading: a paused job must not fire in the moment after a start.
+    PausesRead(Pauses),
+    /// An operator asked this node to hand the lock over (`zkcron release`): unstarted claims
+    /// are given back, then [`Action::YieldLock`].
+    ReleaseRequested,
 }
 
 /// A command for the driver.
@@ -211,6 +226,9 @@ pub enum Action {
     FenceFailed(FencingToken),
     /// Release the lock now (stopping, claims withdrawn). Answered by [`Input::LockReleased`].
     HandOver,
+    /// Hand the lock over and stay out of contention for a while (a release request, claims
+    /// withdrawn); the lock's next status, without our token, says it is done.
+    YieldLock,
     /// Nothing is left to do: the daemon may exit.
     Stopped,
     /// Read the pending submissions of every bucket after `after` (from the oldest when
@@ -389,6 +407,12 @@ pub struct FireMachine {
     /// for the next change of the lock.
     relist_at: BTreeMap<JobName, DateTime<Utc>>,
     stopping: Option<Stopping>,
+    /// The lock's status as the lock driver last reported it; `lock` is what the machine acts
+    /// on: not able to fire until the pauses are known, nor while yielding the lock.
+    reported: LockStatus,
+    /// `None` until the first reading.
+    pauses: Option<Pauses>,
+    yielding: Option<steering::Yielding>,
 }
 
 impl FireMachine {
@@ -417,6 +441,9 @@ impl FireMachine {
             prune_later: BTreeMap::new(),
             relist_at: BTreeMap::new(),
             stopping: None,
+            reported: LockStatus::default(),
+            pauses: None,
+            yielding: None,
         }
     }
 
@@ -456,6 +483,8 @@ impl FireMachine {
                 self.submission_created(bucket, id, &mut out)
             }
             Input::SubmissionRead { id, result } => self.submission_read(id, result, now, &mut out),
+            Input::PausesRead(pauses) => self.pauses_read(pauses, now, &mut out),
+            Input::ReleaseRequested => self.release_requested(now, &mut out),
             Input::LockReleased => {
                 if let Some(stopping) = self.stopping.as_mut() {
                     stopping.released = true;
@@ -483,9 +512,10 @@ impl FireMachine {
                 let tick = self.queue.next_tick().map(|tick| tick - self.claim_ahead);
                 let open = self.open_runs();
                 let delayed = self.delayed.next_deadline(self.claim_ahead, |job| {
-                    self.jobs.get(job).is_some_and(|state| {
-                        open.get(job).copied().unwrap_or(0) < state.config.max_running
-                    })
+                    !self.paused(job)
+                        && self.jobs.get(job).is_some_and(|state| {
+                            open.get(job).copied().unwrap_or(0) < state.config.max_running
+                        })
                 });
                 tick.into_iter().chain(delayed).min()
             }
@@ -509,8 +539,10 @@ impl FireMachine {
             .filter(|_| self.lock.connected);
         let prunes = self.prune_later.values().map(|(at, _)| *at);
         let relists = self.relist_at.values().copied();
+        let yielding = self.yielding.as_ref().map(steering::Yielding::deadline);
         queue
             .into_iter()
+            .chain(yielding)
             .chain(claims)
             .chain(retries)
             .chain(rewrites)
@@ -593,6 +625,7 @@ impl FireMachine {
             }
         }
         self.retries_due(now, out);
+        self.yield_overdue(now, out);
         if self.stopping.is_none() {
             self.prunes_due(now, out);
             self.relists_due(now, out);
@@ -657,6 +690,14 @@ impl FireMachine {
         now: DateTime<Utc>,
         out: &mut Vec<Action>,
     ) {
+        // A paused job's ticks (and their retries and reruns) do not start; its submissions
+        // wait pending, and one already claimed or interrupted is carried through.
+        if let Some(pause) = self
+            .pause_of(job)
+            .filter(|_| item.submission.is_none() && !in_backlog)
+        {
+            return self.skip_paused(job, item, &pause, now, out);
+        }
         let (Some(token), Some(state)) = (self.lock.token, self.jobs.get(job)) else {
             return;
         };
@@ -751,17 +792,23 @@ impl FireMachine {
         let tick = pending.tick;
         let again = match &pending.state {
             PendingState::RecordOnly => {
-                if let Err(why) = &result {
-                    tracing::warn!(job = %job, %tick, ?why, "skipped or missed ticks not recorded");
-                }
+                let history = pending.config.history;
                 self.claims.remove(&id);
+                match &result {
+                    Err(why) => {
+                        tracing::warn!(job = %job, %tick, ?why, "skipped or missed ticks not recorded")
+                    }
+                    // A paused job writes only these: they are kept to `history` like runs.
+                    Ok(_) => self.prune(&job, history, now, out),
+                }
                 return;
             }
             PendingState::InFlight { again } => *again,
             _ => return,
         };
-        if self.stopping.is_some() {
-            // A claim that came back after the stop began is given back like the others.
+        if self.stopping.is_some() || self.yielding.is_some() {
+            // A claim that came back after the stop (or a handover) began is given back like
+            // the others.
             match result {
                 Ok(claim) => {
                     pending.state = PendingState::Withdrawing;
@@ -897,7 +944,7 @@ impl FireMachine {
         }
         let deadline =
             chrono::Duration::from_std(pending.config.starting_deadline).unwrap_or_default();
-        if pending.reason == FireReason::Submitted && now > tick + deadline {
+        if pending.reason.submitted() && now > tick + deadline {
             tracing::warn!(job = %job, %tick, "not firing: the submission is past its starting_deadline");
             out.push(Action::WriteRecord(missed_claim(
                 claim,
@@ -1029,6 +1076,26 @@ impl FireMachine {
     }
 
     fn lock_changed(&mut self, status: LockStatus, now: DateTime<Utc>, out: &mut Vec<Action>) {
+        let before = std::mem::replace(&mut self.reported, status);
+        if self.yielding.is_some() && (status.token.is_none() || status.token != before.token) {
+            tracing::info!("lock handed over on request");
+            self.yielding = None;
+        }
+        self.apply_lock(now, out);
+    }
+
+    /// What the machine acts on: the reported status, unable to fire before the pauses are
+    /// known or while yielding the lock.
+    fn effective_lock(&self) -> LockStatus {
+        LockStatus {
+            may_fire: self.reported.may_fire && self.pauses.is_some() && self.yielding.is_none(),
+            ..self.reported
+        }
+    }
+
+    /// Moves to the [`FireMachine::effective_lock`]: on_lost, cannot fire, can fire.
+    fn apply_lock(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
+        let status = self.effective_lock();
         let before = std::mem::replace(&mut self.lock, status);
         match (before.connected, status.connected) {
             (true, false) => self.outage = Some((now, None)),
@@ -1138,9 +1205,16 @@ impl FireMachine {
         if state.catch_up.is_some() || state.backlog_busy || self.stopping.is_some() {
             return;
         }
-        if let Some(item) = state.backlog.pop_front() {
-            state.backlog_busy = true;
-            state.backlog_claiming = true;
+        while let Some(item) = self.jobs.get_mut(job).and_then(|s| s.backlog.pop_front()) {
+            if let Some(pause) = self.pause_of(job).filter(|_| item.submission.is_none()) {
+                // A loop, not a recursion through the claim path: a backlog can be long.
+                self.skip_paused(job, item, &pause, now, out);
+                continue;
+            }
+            if let Some(state) = self.jobs.get_mut(job) {
+                state.backlog_busy = true;
+                state.backlog_claiming = true;
+            }
             return self.claim_item(job, item, true, now, out);
         }
         self.release_held(job, now, out);
@@ -1360,8 +1434,13 @@ impl FireMachine {
             state.drop_catch_up();
             state.held.clear();
         }
-        // Claimed but unstarted ticks are given back while we still own the lock, so the peer we
-        // hand over to fires them (a planned handoff loses no tick).
+        self.withdraw_unstarted(out);
+        self.maybe_hand_over(now, out);
+    }
+
+    /// Claimed but unstarted ticks are given back while we still own the lock, so the peer we
+    /// hand over to fires them (a planned handoff loses no tick).
+    fn withdraw_unstarted(&mut self, out: &mut Vec<Action>) {
         let ids: Vec<ClaimId> = self.claims.keys().copied().collect();
         for id in ids {
             let Some(pending) = self.claims.get_mut(&id) else {
@@ -1384,7 +1463,6 @@ impl FireMachine {
                 }
             }
         }
-        self.maybe_hand_over(now, out);
     }
 
     /// Stopping: hand the lock over once no claim is out, or when the limit has passed.
@@ -1400,7 +1478,7 @@ impl FireMachine {
             })
             .count();
         let Some(stopping) = self.stopping.as_mut() else {
-            return;
+            return self.maybe_yield(outstanding, now, out);
         };
         if stopping.handed_over {
             return;
@@ -1446,8 +1524,11 @@ fn fresh_record(
     now_ms: i64,
 ) -> RunRecord {
     let tick_ms = tick.timestamp_millis();
-    match submission.and_then(|s| SubmissionId::parse(&s.id).ok()) {
-        Some(id) => RunRecord::claimed_submission(job, tick_ms, &id, me, token, now_ms),
+    match submission.and_then(|s| Some((SubmissionId::parse(&s.id).ok()?, s))) {
+        Some((id, input)) => RunRecord {
+            requested_by: input.requested_by.clone(),
+            ..RunRecord::claimed_submission(job, tick_ms, &id, me, token, now_ms)
+        },
         None => RunRecord::claimed(job, tick_ms, me, token, now_ms),
     }
 }

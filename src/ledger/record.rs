@@ -69,6 +69,9 @@ pub struct RunRecord {
     /// The run of a delayed submission: its id (`scheduled_unix_ms` is its due time).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub submission_id: Option<SubmissionId>,
+    /// A manual trigger (`zkcron trigger`): who asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<String>,
 }
 
 impl RunRecord {
@@ -98,6 +101,7 @@ impl RunRecord {
             missed_from_unix_ms: None,
             missed_ticks: None,
             submission_id: None,
+            requested_by: None,
         }
     }
 
@@ -116,6 +120,7 @@ impl RunRecord {
             attempt: self.attempt + u32::from(started),
             run_id: self.run_id.clone(),
             submission_id: self.submission_id.clone(),
+            requested_by: self.requested_by.clone(),
             ..Self::claimed(&self.job, self.scheduled_unix_ms, node, token, now_unix_ms)
         }
     }

@@ -72,6 +72,16 @@ impl LockStatus {
     }
 }
 
+/// What the fire side asks of the lock driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockCommand {
+    /// A tick claim with this token failed its epoch check: if it is still our token, the
+    /// machine verifies it again.
+    FenceFailed(FencingToken),
+    /// Hand the lock over on an operator's request (`zkcron release`), claims withdrawn.
+    Yield,
+}
+
 /// What the lock driver tells the rest of zkcron, on one ordered stream: a status is never seen
 /// before the event or the session that led to it (DESIGN.md "Data flow").
 #[derive(Debug, Clone)]
@@ -134,8 +144,8 @@ impl Connection {
 
 /// Runs the lock until `shutdown` is cancelled, then releases it gracefully (peers contend at
 /// once) and deletes our member node. Sessions, events and status changes go to `updates`, in
-/// order. `fence_failures` carries the tokens whose tick claims failed their epoch check: if it
-/// is still our token, the machine re-verifies it.
+/// order. `commands` carries what the fire side asks: re-verify a token whose claim failed its
+/// epoch check, hand the lock over.
 ///
 /// # Errors
 /// Only a duplicate `node_id` stops it; ZooKeeper failures are retried with backoff.
@@ -144,7 +154,7 @@ pub async fn run(
     settings: &LockSettings,
     shutdown: &CancellationToken,
     updates: &mpsc::UnboundedSender<LockUpdate>,
-    fence_failures: &mut mpsc::UnboundedReceiver<FencingToken>,
+    commands: &mut mpsc::UnboundedReceiver<LockCommand>,
 ) -> Result<(), DriverError> {
     let mut machine = LockMachine::new(
         settings.me.node_id.clone(),
@@ -229,9 +239,15 @@ pub async fn run(
                 watch_input(&event)
             }
             () = &mut timer, if deadline.is_some() => Some(Input::Tick),
-            Some(token) = fence_failures.recv() => {
-                (machine.state() == LockState::Own { token }).then_some(Input::FenceFailed)
-            }
+            Some(command) = commands.recv() => match command {
+                LockCommand::FenceFailed(token) => {
+                    (machine.state() == LockState::Own { token }).then_some(Input::FenceFailed)
+                }
+                LockCommand::Yield => {
+                    tracing::info!(path = settings.paths.lock, "handing the lock over on request");
+                    Some(Input::Yield)
+                }
+            },
         };
         let input = match resumed {
             Some(outcome) => match outcome {

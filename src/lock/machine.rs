@@ -58,6 +58,10 @@ pub enum Input {
     FenceFailed,
     /// The daemon is stopping: release gracefully so peers contend at once.
     Shutdown,
+    /// An operator asked us to hand the lock over (`zkcron release`): release gracefully so
+    /// peers contend at once, and stay out of contention for the takeover delay unless a peer
+    /// takes it (a lone node takes it back then: no tick is lost for a maintenance request).
+    Yield,
 }
 
 /// Why a request failed, as far as the machine's decisions go (the driver logs the details).
@@ -144,8 +148,10 @@ enum State {
         report_at: Option<Instant>,
     },
     /// The owner's node is gone; we contend at `contend_at` unless someone takes it first.
+    /// `yielded`: it was ours, released on request, so our own node is not reclaimed.
     Waiting {
         contend_at: Instant,
+        yielded: bool,
     },
     Stopped,
 }
@@ -205,7 +211,7 @@ impl LockMachine {
             return matches!(self.state, State::Own { .. }).then_some(lost_at);
         }
         let state_deadline = match &self.state {
-            State::Waiting { contend_at } => Some(*contend_at),
+            State::Waiting { contend_at, .. } => Some(*contend_at),
             State::Released { report_at, .. } => *report_at,
             _ => None,
         };
@@ -230,7 +236,7 @@ impl LockMachine {
             State::Released { owner, .. } => LockState::Released {
                 owner: owner.clone(),
             },
-            State::Waiting { contend_at } => LockState::Waiting {
+            State::Waiting { contend_at, .. } => LockState::Waiting {
                 contend_at: *contend_at,
             },
             State::Stopped => LockState::Stopped,
@@ -272,7 +278,15 @@ impl LockMachine {
             Input::OwnerRead(Err(_)) => self.retry_later(Action::ReadOwner, now),
             Input::EpochRead(result) => self.epoch_read(result, now, out),
             Input::BumpDone(result) => self.bump_done(result, now, out),
+            // Yielded: watch for the peer that takes it.
+            Input::ReleaseDone(Ok(())) if self.yielded() => out.push(Action::ReadOwner),
             Input::ReleaseDone(Ok(())) => self.contend_if_created(out),
+            // Not released: still ours, as the next read proves by session.
+            Input::ReleaseDone(Err(_)) if self.yielded() => {
+                tracing::warn!("the lock could not be handed over; keeping it");
+                self.state = State::Created;
+                self.retry_later(Action::ReadOwner, now);
+            }
             // A release that failed is retried as a contention after a backoff, never in a loop.
             Input::ReleaseDone(Err(_)) => self.retry_later(Action::Create, now),
             Input::NodeDeleted => self.node_deleted(now, out),
@@ -280,7 +294,27 @@ impl LockMachine {
             Input::Tick => self.tick(now, out),
             Input::FenceFailed => self.fence_failed(out),
             Input::Shutdown => self.shutdown(out),
+            Input::Yield => self.yield_lock(now, out),
         }
+    }
+
+    fn yielded(&self) -> bool {
+        matches!(self.state, State::Waiting { yielded: true, .. })
+    }
+
+    fn yield_lock(&mut self, now: Instant, out: &mut Vec<Action>) {
+        let State::Own { lock_version, .. } = self.state else {
+            return; // not ours to hand over
+        };
+        if !self.connected() {
+            return; // a release cannot go out; the fire side fires again after its limit
+        }
+        out.push(Action::Emit(LockEvent::Lost));
+        self.state = State::Waiting {
+            contend_at: now + self.takeover_delay + self.jitter,
+            yielded: true,
+        };
+        out.push(Action::Release { lock_version });
     }
 
     fn session_started(&mut self, id: SessionId, timeout: Duration, out: &mut Vec<Action>) {
@@ -365,6 +399,10 @@ impl LockMachine {
             (State::Own { lock_version, .. }, Some(node)) if Some(node.session) == my_session => {
                 *lock_version = node.version;
             }
+            // Ours, being released on request (its releasing mark fired our watch): the
+            // deletion follows.
+            (State::Waiting { yielded: true, .. }, Some(node))
+                if Some(node.session) == my_session => {}
             // Ours, but not (yet) known as ours: a lost create reply. Learn the token.
             (_, Some(node)) if Some(node.session) == my_session => {
                 self.state = State::Verifying {
@@ -395,7 +433,7 @@ impl LockMachine {
             (_, Some(node)) => self.become_released(node, now, out),
             // The node vanished while our watch was being re-armed: the same as a deletion.
             (State::Released { .. }, None) => self.node_deleted(now, out),
-            (State::Waiting { contend_at }, None) => {
+            (State::Waiting { contend_at, .. }, None) => {
                 if now >= *contend_at {
                     self.contend(out);
                 }
@@ -497,6 +535,7 @@ impl LockMachine {
                 out.push(Action::Emit(LockEvent::OwnerChanged { owner: None }));
                 self.state = State::Waiting {
                     contend_at: now + self.takeover_delay + self.jitter,
+                    yielded: false,
                 };
                 out.push(Action::ReadOwner);
             }
@@ -528,7 +567,7 @@ impl LockMachine {
             return;
         }
         match &mut self.state {
-            State::Waiting { contend_at } if now >= *contend_at => {
+            State::Waiting { contend_at, .. } if now >= *contend_at => {
                 self.retry = None;
                 return self.contend(out);
             }

@@ -137,6 +137,7 @@ impl FireMachine {
                         submission: Some(SubmissionInput {
                             id: id.as_str().to_owned(),
                             payload: Arc::clone(payload),
+                            requested_by: record.requested_by.clone(),
                         }),
                     }),
                     None => {
@@ -211,6 +212,7 @@ impl FireMachine {
                         Some(payload) => Ok(Some(SubmissionInput {
                             id: id.as_str().to_owned(),
                             payload: Arc::clone(payload),
+                            requested_by: record.requested_by.clone(),
                         })),
                         None => Err(id.clone()),
                     },

@@ -36,6 +36,8 @@ struct Due {
     /// Submitted, and overdue, before this node started being able to fire: started with
     /// `ZKCRON_RESUMED=1`.
     resumed: bool,
+    /// A manual trigger: who asked.
+    requested_by: Option<String>,
 }
 
 /// The near horizon of pending submissions.
@@ -189,7 +191,12 @@ impl FireMachine {
             .due
             .keys()
             .filter_map(|job| {
-                let max = self.jobs.get(job)?.config.max_running;
+                // A paused job's submissions stay pending until it is resumed.
+                let max = if self.paused(job) {
+                    0
+                } else {
+                    self.jobs.get(job)?.config.max_running
+                };
                 Some((
                     job.clone(),
                     max.saturating_sub(open.get(job).copied().unwrap_or(0)),
@@ -375,6 +382,7 @@ impl FireMachine {
             Due {
                 payload: Arc::new(submission.payload),
                 resumed,
+                requested_by: submission.requested_by,
             },
         );
     }
@@ -419,6 +427,8 @@ impl FireMachine {
     ) {
         let reason = if due.resumed {
             FireReason::CaughtUp
+        } else if due.requested_by.is_some() {
+            FireReason::Manual
         } else {
             FireReason::Submitted
         };
@@ -429,6 +439,7 @@ impl FireMachine {
             submission: Some(SubmissionInput {
                 id: id.as_str().to_owned(),
                 payload: due.payload,
+                requested_by: due.requested_by,
             }),
         };
         self.claim_item(job, item, false, now, out);

@@ -41,8 +41,15 @@ fn me() -> Me {
     }
 }
 
-/// A machine at t(0) firing `tables`, 250 ms claim-ahead.
+/// A machine at t(0) firing `tables`, 250 ms claim-ahead, that knows no job is paused.
 fn machine(tables: &str) -> FireMachine {
+    let mut m = unread_pauses(tables);
+    assert_eq!(m.handle(Input::PausesRead(Pauses::new()), t(0)), vec![]);
+    m
+}
+
+/// A machine that has not read the pauses yet (just started).
+fn unread_pauses(tables: &str) -> FireMachine {
     FireMachine::new(me(), Duration::from_millis(250), &jobs(tables), t(0))
 }
 

@@ -88,7 +88,8 @@ fn waiting(t0: Instant) -> LockMachine {
     assert_eq!(
         m.state,
         State::Waiting {
-            contend_at: t0 + DELAY + JITTER
+            contend_at: t0 + DELAY + JITTER,
+            yielded: false,
         }
     );
     m
@@ -151,7 +152,7 @@ fn transitions() {
         ("node gone before we read it: contend again", connected(t0), Input::OwnerRead(Ok(None)),
             State::Created, vec![Action::Create]),
         ("peer's node deleted: wait the delay", released(t0, peer.clone()), Input::NodeDeleted,
-            State::Waiting { contend_at: t0 + DELAY + JITTER }, vec![owner_changed(None), Action::ReadOwner]),
+            State::Waiting { contend_at: t0 + DELAY + JITTER, yielded: false }, vec![owner_changed(None), Action::ReadOwner]),
         ("our old node deleted: reclaim at once", released(t0, my_old.clone()), Input::NodeDeleted,
             State::Created, vec![Action::Create]),
         ("graceful release: contend at once", released(t0, releasing.clone()), Input::NodeDeleted,
@@ -161,9 +162,9 @@ fn transitions() {
         ("released: a new owner is reported", released(t0, peer.clone()), Input::OwnerRead(Ok(Some(my_old.clone()))),
             released_state(my_old.clone()), vec![owner_changed(Some(my_old.clone()))]),
         ("waiting: nothing before the delay", waiting(t0), Input::Tick,
-            State::Waiting { contend_at: t0 + DELAY + JITTER }, vec![]),
+            State::Waiting { contend_at: t0 + DELAY + JITTER, yielded: false }, vec![]),
         ("waiting: someone took it", waiting(t0), Input::NodeChanged,
-            State::Waiting { contend_at: t0 + DELAY + JITTER }, vec![Action::ReadOwner]),
+            State::Waiting { contend_at: t0 + DELAY + JITTER, yielded: false }, vec![Action::ReadOwner]),
         ("waiting: the old owner reclaimed", waiting(t0), Input::OwnerRead(Ok(Some(peer.clone()))),
             released_state(peer.clone()), vec![owner_changed(Some(peer.clone()))]),
         ("own: disconnect stops firing but keeps the lock", owning(t0, 1),

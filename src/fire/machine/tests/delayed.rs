@@ -17,6 +17,7 @@ fn submission(job: &str, due_ms: i64, payload: &[u8]) -> Submission {
         due_unix_ms: t(due_ms).timestamp_millis(),
         submitted_unix_ms: t(0).timestamp_millis(),
         payload: payload.to_vec(),
+        requested_by: None,
     }
 }
 

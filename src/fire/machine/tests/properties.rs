@@ -256,7 +256,8 @@ impl World {
             | Action::FenceFailed(_)
             | Action::ScanDelayed { .. }
             | Action::ReadSubmission { .. }
-            | Action::RemoveEmptyBucket(_) => {}
+            | Action::RemoveEmptyBucket(_)
+            | Action::YieldLock => {}
         }
         Ok(())
     }

@@ -1,0 +1,96 @@
+//! `zkcron trigger`, `pause`, `resume` and `release`: arguments and human output over the
+//! `zkcron::control` library API.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::{CliError, print_lines};
+use zkcron::JobName;
+use zkcron::config::Config;
+use zkcron::control::client::Steer;
+use zkcron::control::requester;
+use zkcron::control::store::Paused;
+
+#[derive(Debug, Args)]
+pub struct TriggerArgs {
+    /// The schedule file (the job must be declared in it).
+    #[arg(long, short)]
+    pub config: PathBuf,
+    /// The declared job to run now.
+    job: String,
+}
+
+#[derive(Debug, Args)]
+pub struct PauseArgs {
+    /// The schedule file (the job must be declared in it).
+    #[arg(long, short)]
+    pub config: PathBuf,
+    /// The declared job to pause.
+    job: String,
+    /// Why, shown in `zkcron status` and in the skipped ticks' records.
+    #[arg(long)]
+    reason: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    /// The schedule file.
+    #[arg(long, short)]
+    pub config: PathBuf,
+    /// The paused job.
+    job: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    /// The schedule file (for `[zookeeper]` and `[lock]`).
+    #[arg(long, short)]
+    pub config: PathBuf,
+}
+
+pub async fn trigger(config: &Config, args: TriggerArgs) -> Result<(), CliError> {
+    let steer = Steer::connect(config).await?;
+    let job = JobName::new(args.job);
+    let id = steer.trigger(&job, &requester()).await?;
+    eprintln!("zkcron: {job} triggered; follow it with: zkcron delayed show {id}");
+    print_lines(&[id.to_string()])
+}
+
+pub async fn pause(config: &Config, args: PauseArgs) -> Result<(), CliError> {
+    let steer = Steer::connect(config).await?;
+    let job = JobName::new(args.job);
+    match steer
+        .pause(&job, args.reason.as_deref(), &requester())
+        .await?
+    {
+        Paused::Now => print_lines(&[format!(
+            "{job} paused: its ticks are skipped and its submissions wait until `zkcron resume {job}`"
+        )]),
+        Paused::Already(pause) => print_lines(&[format!(
+            "{job} was paused already, by {} ({}); left as it was",
+            pause.by,
+            pause.reason.as_deref().unwrap_or("no reason given")
+        )]),
+    }
+}
+
+pub async fn resume(config: &Config, args: ResumeArgs) -> Result<(), CliError> {
+    let steer = Steer::connect(config).await?;
+    let job = JobName::new(args.job);
+    match steer.resume(&job).await? {
+        Some(pause) => print_lines(&[format!("{job} resumed (paused by {})", pause.by)]),
+        None => print_lines(&[format!("{job} was not paused")]),
+    }
+}
+
+pub async fn release(config: &Config, _args: ReleaseArgs) -> Result<(), CliError> {
+    let steer = Steer::connect(config).await?;
+    let released = steer.release(&requester()).await?;
+    print_lines(&[format!(
+        "lock handed over from {} to {} in {} ms",
+        released.from,
+        released.to,
+        released.after.as_millis()
+    )])
+}

@@ -1,0 +1,262 @@
+//! The library API for steering a lock group (`zkcron trigger`, `pause`, `resume`, `release`,
+//! and the HTTP API): connect with a schedule file, check a request against it, write it.
+//!
+//! Owns: what is refused before anything is written (an unknown job, a trigger of a paused or
+//! disabled job, a release with no owner or no peer to take over), and waiting for a release to
+//! show in the lock.
+//! Must not: make raw ZooKeeper calls (that is `store`, `ledger::submissions`, `lock::inspect`)
+//! or fire anything.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use zookeeper_client::{Acls, Client};
+
+use super::store::{self, ControlError, Paused};
+use super::{Pause, Pauses, ReleaseRequest};
+use crate::config::{Config, JobConfig};
+use crate::delayed::client::check_request;
+use crate::delayed::{Submission, SubmissionId, SubmitRequest};
+use crate::ids::{JobName, NodeId};
+use crate::layout::{ControlPaths, DelayedPaths, LockPaths};
+use crate::ledger::submissions::{self, SubmissionError};
+use crate::lock::inspect::{self, Owner};
+use crate::zk::ZkError;
+
+/// How often a release is looked for in the lock while waiting.
+const RELEASE_POLL: Duration = Duration::from_millis(20);
+
+/// Why a steering request was refused or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SteerError {
+    #[error("job \"{job}\" is not declared in the schedule file; declared: {declared}")]
+    UnknownJob { job: JobName, declared: String },
+    #[error("job \"{job}\" is paused (by {by}); resume it first: zkcron resume {job}")]
+    Paused { job: JobName, by: String },
+    #[error("job \"{job}\" is disabled (enabled = false) in the schedule file")]
+    Disabled { job: JobName },
+    #[error("nobody owns the lock: there is nothing to release")]
+    NoOwner,
+    #[error(
+        "no other node is alive to take the lock over from {owner}; stop it instead if it must go"
+    )]
+    NoPeer { owner: NodeId },
+    #[error("the lock did not move from {owner} within {waited:?}: {why}")]
+    NotHandedOver {
+        owner: NodeId,
+        waited: Duration,
+        why: &'static str,
+    },
+    #[error("cannot reach zookeeper at {connect}")]
+    Unreachable {
+        connect: String,
+        #[source]
+        source: ZkError,
+    },
+    #[error(transparent)]
+    Zk(#[from] ZkError),
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    #[error(transparent)]
+    Submission(#[from] SubmissionError),
+    #[error(transparent)]
+    Request(#[from] crate::delayed::DelayedError),
+}
+
+impl SteerError {
+    /// A refusal of the request itself (retrying it cannot help), as opposed to a failure.
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            SteerError::UnknownJob { .. }
+            | SteerError::Paused { .. }
+            | SteerError::Disabled { .. }
+            | SteerError::NoOwner
+            | SteerError::NoPeer { .. } => true,
+            SteerError::Request(err) => err.is_refusal(),
+            _ => false,
+        }
+    }
+}
+
+/// A release that went through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Released {
+    pub from: NodeId,
+    pub to: NodeId,
+    pub after: Duration,
+}
+
+/// A session for steering one lock group.
+#[derive(Debug)]
+pub struct Steer {
+    client: Client,
+    lock: LockPaths,
+    control: ControlPaths,
+    delayed: DelayedPaths,
+    acls: Acls<'static>,
+    jobs: HashMap<JobName, Arc<JobConfig>>,
+    takeover_delay: Duration,
+}
+
+impl Steer {
+    /// Connects to the ZooKeeper and lock group of `config`, within its `connect_timeout`.
+    ///
+    /// # Errors
+    /// `Unreachable` with the address when no session is made in time.
+    pub async fn connect(config: &Config) -> Result<Self, SteerError> {
+        let settings = config.zookeeper.settings();
+        let client = crate::zk::connect_within(&settings, config.zookeeper.connect_timeout)
+            .await
+            .map_err(|source| SteerError::Unreachable {
+                connect: config.zookeeper.connect.clone(),
+                source,
+            })?;
+        Ok(Self::with_client(client, config))
+    }
+
+    /// Steers over an existing session (the daemon's own, for its HTTP API).
+    pub fn with_client(client: Client, config: &Config) -> Self {
+        let lock = LockPaths::new(&config.lock.root, &config.lock.name);
+        Self {
+            client,
+            control: ControlPaths::new(&lock),
+            delayed: DelayedPaths::new(&lock),
+            acls: config.zookeeper.settings().acls(),
+            jobs: config
+                .jobs
+                .iter()
+                .map(|job| (job.spec.name.clone(), Arc::new(job.clone())))
+                .collect(),
+            takeover_delay: config.lock.takeover_delay,
+            lock,
+        }
+    }
+
+    fn declared(&self, job: &JobName) -> Result<&Arc<JobConfig>, SteerError> {
+        self.jobs.get(job).ok_or_else(|| {
+            let mut declared: Vec<&str> = self.jobs.keys().map(JobName::as_str).collect();
+            declared.sort_unstable();
+            SteerError::UnknownJob {
+                job: job.clone(),
+                declared: declared.join(", "),
+            }
+        })
+    }
+
+    /// Runs `job` now, once, through the ledger: a submission due now that records who asked.
+    /// Returns its submission id (its run id is `<job>-<due ms>-<id>`).
+    ///
+    /// # Errors
+    /// Refused for an unknown, disabled or paused job; nothing is written then.
+    pub async fn trigger(&self, job: &JobName, by: &str) -> Result<SubmissionId, SteerError> {
+        let config = self.declared(job)?;
+        if !config.enabled {
+            return Err(SteerError::Disabled { job: job.clone() });
+        }
+        if let Some(pause) = store::pauses(&self.client, &self.control).await?.get(job) {
+            return Err(SteerError::Paused {
+                job: job.clone(),
+                by: pause.by.clone(),
+            });
+        }
+        let request = SubmitRequest {
+            job: job.clone(),
+            due: Utc::now(),
+            id: None,
+            payload: Vec::new(),
+        };
+        let submission = Submission {
+            requested_by: Some(by.to_owned()),
+            ..check_request(&self.jobs, &request, Utc::now())?
+        };
+        let id = SubmissionId::generate();
+        submissions::submit(&self.client, &self.delayed, &id, &submission, self.acls).await?;
+        Ok(id)
+    }
+
+    /// Pauses `job` with an optional reason.
+    ///
+    /// # Errors
+    /// An unknown job; a failed request.
+    pub async fn pause(
+        &self,
+        job: &JobName,
+        reason: Option<&str>,
+        by: &str,
+    ) -> Result<Paused, SteerError> {
+        self.declared(job)?;
+        let pause = Pause::new(reason, by, Utc::now().timestamp_millis());
+        Ok(store::pause(&self.client, &self.control, job, &pause, self.acls).await?)
+    }
+
+    /// Resumes `job`; `None` when it was not paused. A job no longer declared can be resumed
+    /// too (its pause would otherwise outlive it).
+    ///
+    /// # Errors
+    /// A failed request.
+    pub async fn resume(&self, job: &JobName) -> Result<Option<Pause>, SteerError> {
+        Ok(store::resume(&self.client, &self.control, job).await?)
+    }
+
+    /// The paused jobs.
+    ///
+    /// # Errors
+    /// A failed request.
+    pub async fn pauses(&self) -> Result<Pauses, SteerError> {
+        Ok(store::pauses(&self.client, &self.control).await?)
+    }
+
+    /// Asks the owner to hand the lock over, and waits until another node owns it (within the
+    /// takeover delay and a few seconds more).
+    ///
+    /// # Errors
+    /// Refused without an owner or another live member; `NotHandedOver` when the lock did not
+    /// move in time.
+    pub async fn release(&self, by: &str) -> Result<Released, SteerError> {
+        let owner = match inspect::owner(&self.client, &self.lock).await? {
+            Owner::Held {
+                info: Some(info), ..
+            } => info.node_id,
+            Owner::Held { info: None, .. } | Owner::Squatter | Owner::None => {
+                return Err(SteerError::NoOwner);
+            }
+        };
+        let members = inspect::member_ids(&self.client, &self.lock).await?;
+        if !members.iter().any(|member| member != &owner) {
+            return Err(SteerError::NoPeer { owner });
+        }
+        let request = ReleaseRequest {
+            owner: owner.clone(),
+            by: by.to_owned(),
+            at_unix_ms: Utc::now().timestamp_millis(),
+        };
+        store::request_release(&self.client, &self.control, &request, self.acls).await?;
+        let started = Instant::now();
+        // The owner withdraws its claims (≤ 2 s), then yields; a lone owner takes it back after
+        // the takeover delay, so waiting longer than that tells nothing more.
+        let limit = self.takeover_delay + Duration::from_secs(5);
+        loop {
+            match inspect::owner(&self.client, &self.lock).await? {
+                Owner::Held {
+                    info: Some(info), ..
+                } if info.node_id != owner => {
+                    return Ok(Released {
+                        from: owner,
+                        to: info.node_id,
+                        after: started.elapsed(),
+                    });
+                }
+                _ if started.elapsed() > limit => {
+                    return Err(SteerError::NotHandedOver {
+                        owner,
+                        waited: started.elapsed(),
+                        why: "the owner did not act on the request, or no peer took the lock",
+                    });
+                }
+                _ => tokio::time::sleep(RELEASE_POLL).await,
+            }
+        }
+    }
+}

@@ -1,0 +1,182 @@
+//! Reads and writes on `control/`: pausing and resuming jobs, asking the owner to hand the lock
+//! over. Used alike by the CLI, the HTTP API and the fire driver's watch.
+//!
+//! Owns: every raw ZooKeeper call on `<root>/<lock>/control`.
+//! Must not: decide anything about firing or the lock.
+
+use zookeeper_client::{Acls, Client, CreateMode, Error as ZkErr};
+
+use super::{Pause, Pauses, ReleaseRequest};
+use crate::ids::JobName;
+use crate::layout::ControlPaths;
+
+/// A control request that did not go through.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error("zookeeper request on {path} failed")]
+    Zk {
+        path: String,
+        #[source]
+        source: ZkErr,
+    },
+}
+
+fn zk(path: &str) -> impl FnOnce(ZkErr) -> ControlError + '_ {
+    move |source| ControlError::Zk {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// What a pause did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Paused {
+    Now,
+    /// The job was paused already (by this pause): left as it was.
+    Already(Pause),
+}
+
+/// Pauses `job`: whichever node owns the lock starts nothing new of it until it is resumed.
+///
+/// # Errors
+/// A request failed; nothing was written.
+pub async fn pause(
+    client: &Client,
+    paths: &ControlPaths,
+    job: &JobName,
+    pause: &Pause,
+    acls: Acls<'static>,
+) -> Result<Paused, ControlError> {
+    let path = paths.pause(job);
+    let options = CreateMode::Persistent.with_acls(acls);
+    for _ in 0..2 {
+        match client.create(&path, &pause.to_bytes(), &options).await {
+            Ok(_) => return Ok(Paused::Now),
+            Err(ZkErr::NodeExists) => match read_pause(client, &path).await? {
+                Some(existing) => return Ok(Paused::Already(existing)),
+                None => continue, // resumed meanwhile: pause it again
+            },
+            Err(ZkErr::NoNode) => client
+                .mkdir(&paths.paused, &options)
+                .await
+                .map_err(zk(&paths.paused))?,
+            Err(source) => return Err(zk(&path)(source)),
+        }
+    }
+    Err(zk(&path)(ZkErr::NodeExists))
+}
+
+/// Resumes `job`; `None` when it was not paused.
+///
+/// # Errors
+/// A request failed.
+pub async fn resume(
+    client: &Client,
+    paths: &ControlPaths,
+    job: &JobName,
+) -> Result<Option<Pause>, ControlError> {
+    let path = paths.pause(job);
+    let Some(pause) = read_pause(client, &path).await? else {
+        return Ok(None);
+    };
+    match client.delete(&path, None).await {
+        Ok(()) => Ok(Some(pause)),
+        Err(ZkErr::NoNode) => Ok(None),
+        Err(source) => Err(zk(&path)(source)),
+    }
+}
+
+/// Every paused job. A pause node with foreign data still pauses its job (an operator made it),
+/// with a reason that says so; the path is logged.
+///
+/// # Errors
+/// A request failed.
+pub async fn pauses(client: &Client, paths: &ControlPaths) -> Result<Pauses, ControlError> {
+    let names = match client.list_children(&paths.paused).await {
+        Ok(names) => names,
+        Err(ZkErr::NoNode) => return Ok(Pauses::new()),
+        Err(source) => return Err(zk(&paths.paused)(source)),
+    };
+    let mut found = Pauses::new();
+    for name in names {
+        let job = JobName::new(name);
+        if let Some(pause) = read_pause(client, &paths.pause(&job)).await? {
+            found.insert(job, pause);
+        }
+    }
+    Ok(found)
+}
+
+async fn read_pause(client: &Client, path: &str) -> Result<Option<Pause>, ControlError> {
+    match client.get_data(path).await {
+        Ok((data, _)) => Ok(Some(Pause::parse(&data).unwrap_or_else(|err| {
+            tracing::warn!(path, error = %err, "pause node holds foreign data; the job stays paused");
+            Pause::new(Some("a pause node with foreign data"), "?", 0)
+        }))),
+        Err(ZkErr::NoNode) => Ok(None),
+        Err(source) => Err(zk(path)(source)),
+    }
+}
+
+/// Asks the owner named in `request` to hand the lock over; replaces an older request.
+///
+/// # Errors
+/// A request failed.
+pub async fn request_release(
+    client: &Client,
+    paths: &ControlPaths,
+    request: &ReleaseRequest,
+    acls: Acls<'static>,
+) -> Result<(), ControlError> {
+    let options = CreateMode::Persistent.with_acls(acls);
+    let data = request.to_bytes();
+    for _ in 0..2 {
+        match client.create(&paths.release, &data, &options).await {
+            Ok(_) => return Ok(()),
+            Err(ZkErr::NodeExists) => {
+                match client.set_data(&paths.release, &data, None).await {
+                    Ok(_) => return Ok(()),
+                    Err(ZkErr::NoNode) => continue, // taken meanwhile: create it again
+                    Err(source) => return Err(zk(&paths.release)(source)),
+                }
+            }
+            Err(ZkErr::NoNode) => client
+                .mkdir(&paths.dir, &options)
+                .await
+                .map_err(zk(&paths.dir))?,
+            Err(source) => return Err(zk(&paths.release)(source)),
+        }
+    }
+    Err(zk(&paths.release)(ZkErr::NoNode))
+}
+
+/// The release request, if one is there, and its version (to remove just that one). Foreign
+/// data is logged and reads as no request.
+///
+/// # Errors
+/// A request failed.
+pub async fn release_request(
+    client: &Client,
+    paths: &ControlPaths,
+) -> Result<Option<(ReleaseRequest, i32)>, ControlError> {
+    match client.get_data(&paths.release).await {
+        Ok((data, stat)) => match ReleaseRequest::parse(&data) {
+            Ok(request) => Ok(Some((request, stat.version))),
+            Err(err) => {
+                tracing::warn!(path = paths.release, error = %err, "release request unreadable; ignored");
+                Ok(None)
+            }
+        },
+        Err(ZkErr::NoNode) => Ok(None),
+        Err(source) => Err(zk(&paths.release)(source)),
+    }
+}
+
+/// Removes the release request at `version` (acted on, or stale); a newer one stays.
+pub async fn remove_release_request(client: &Client, paths: &ControlPaths, version: i32) {
+    if let Err(err) = client.delete(&paths.release, Some(version)).await {
+        if !matches!(err, ZkErr::NoNode | ZkErr::BadVersion) {
+            tracing::debug!(path = paths.release, error = %err, "release request not removed");
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! The fire driver's watch on `control/`: paused jobs and release requests, for the machine.
+//!
+//! Owns: one persistent recursive watch on `control/` per session, reading the paused jobs at
+//! its start and after every change below `control/paused`, and taking a release request that
+//! names this node (removing it, so it is acted on once).
+//! Must not: decide what a pause or a release means (the machines do).
+
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use zookeeper_client::{AddWatchMode, Client, EventType};
+
+use crate::control::store;
+use crate::fire::machine::Input;
+use crate::ids::NodeId;
+use crate::layout::ControlPaths;
+use crate::report::error_chain;
+
+/// A failed read of the pauses is tried again after this long: the machine fires nothing
+/// before its first reading.
+const READ_RETRY: Duration = Duration::from_secs(1);
+
+/// Watches `control/` for the life of `client`'s session; ends when `stop` is cancelled or the
+/// session ends. Reads everything once when it starts, so changes made while no session was up
+/// are seen.
+pub(super) fn watch(
+    client: Client,
+    paths: ControlPaths,
+    me: NodeId,
+    acls: zookeeper_client::Acls<'static>,
+    answers: mpsc::UnboundedSender<Input>,
+    stop: CancellationToken,
+) {
+    tokio::spawn(async move {
+        let options = zookeeper_client::CreateMode::Persistent.with_acls(acls);
+        if let Err(err) = client.mkdir(&paths.paused, &options).await {
+            tracing::warn!(path = paths.paused, error = %err, "cannot create the pauses' parent");
+        }
+        let watcher = tokio::select! {
+            () = stop.cancelled() => return,
+            watcher = client.watch(&paths.dir, AddWatchMode::PersistentRecursive) => watcher,
+        };
+        // Without the watch, changes are seen at the next session; the first reading still
+        // lets the machine fire.
+        let mut watcher = watcher
+            .inspect_err(|err| tracing::warn!(path = paths.dir, error = %err, "cannot watch for pauses and release requests"))
+            .ok();
+        let watch = Watch {
+            client,
+            paths,
+            me,
+            answers,
+            stop,
+        };
+        if !watch.read_pauses().await {
+            return;
+        }
+        watch.take_release_request().await;
+        let Some(watcher) = watcher.as_mut() else {
+            return;
+        };
+        let paused_prefix = format!("{}/", watch.paths.paused);
+        loop {
+            let event = tokio::select! {
+                () = watch.stop.cancelled() => return,
+                event = watcher.changed() => event,
+            };
+            if event.event_type == EventType::Session {
+                if event.session_state.is_terminated() {
+                    return;
+                }
+                continue;
+            }
+            let done = if event.path.starts_with(&paused_prefix) {
+                !watch.read_pauses().await
+            } else if event.path == watch.paths.release
+                && matches!(
+                    event.event_type,
+                    EventType::NodeCreated | EventType::NodeDataChanged
+                )
+            {
+                !watch.take_release_request().await
+            } else {
+                false
+            };
+            if done {
+                return;
+            }
+        }
+    });
+}
+
+struct Watch {
+    client: Client,
+    paths: ControlPaths,
+    me: NodeId,
+    answers: mpsc::UnboundedSender<Input>,
+    stop: CancellationToken,
+}
+
+impl Watch {
+    /// Reads the paused jobs until it succeeds, and hands them to the machine. `false`: stop.
+    async fn read_pauses(&self) -> bool {
+        loop {
+            match store::pauses(&self.client, &self.paths).await {
+                Ok(pauses) => return self.answers.send(Input::PausesRead(pauses)).is_ok(),
+                Err(err) => {
+                    tracing::warn!(error = %error_chain(&err), retry_in = ?READ_RETRY, "cannot read the paused jobs");
+                }
+            }
+            tokio::select! {
+                () = self.stop.cancelled() => return false,
+                () = tokio::time::sleep(READ_RETRY) => {}
+            }
+        }
+    }
+
+    /// A release request that names this node: removed (acted on once) and handed to the
+    /// machine; a stale one (its owner is gone, or it is old) is removed too. `false`: stop.
+    async fn take_release_request(&self) -> bool {
+        let request = match store::release_request(&self.client, &self.paths).await {
+            Ok(Some(request)) => request,
+            Ok(None) => return true,
+            Err(err) => {
+                tracing::warn!(error = %error_chain(&err), "cannot read the release request");
+                return true;
+            }
+        };
+        let (request, version) = request;
+        let now_ms = chrono::Utc::now().timestamp_millis();
+        if request.owner != self.me {
+            return true; // the node it names takes it
+        }
+        store::remove_release_request(&self.client, &self.paths, version).await;
+        if !request.asks(&self.me, now_ms) {
+            tracing::info!(by = request.by, "stale release request removed");
+            return true;
+        }
+        tracing::info!(by = request.by, "release requested");
+        self.answers.send(Input::ReleaseRequested).is_ok()
+    }
+}

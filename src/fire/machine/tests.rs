@@ -11,6 +11,7 @@ use crate::runner::RunOutcome;
 
 mod delayed;
 mod properties;
+mod steering;
 
 const TOKEN: FencingToken = FencingToken(7);
 

@@ -556,6 +556,7 @@ fn any_step() -> impl Strategy<Value = Step> {
         Just(Step::Fact(Input::NodeChanged)),
         Just(Step::Fact(Input::Tick)),
         Just(Step::Fact(Input::FenceFailed)),
+        Just(Step::Fact(Input::Yield)),
         Just(Step::Fact(Input::Shutdown)),
     ]
 }
@@ -761,5 +762,78 @@ fn an_epoch_that_went_backwards_is_bumped_past_our_last_token() {
         m.handle(Input::BumpDone(Ok(FencingToken(8))), t0),
         vec![acquired(8)],
         "only a larger token is announced"
+    );
+}
+
+#[test]
+fn a_yield_releases_gracefully_and_stays_out_until_a_peer_takes_it_or_the_delay_passes() {
+    let t0 = base();
+    let mut m = owning(t0, 3);
+    assert_eq!(
+        m.handle(Input::Yield, t0),
+        vec![lost(), Action::Release { lock_version: 0 }]
+    );
+    assert!(!m.may_fire());
+    // Our own releasing mark fires our watch: our node is not taken back.
+    assert_eq!(m.handle(Input::NodeChanged, t0), vec![Action::ReadOwner]);
+    let ours = LockNode {
+        version: 1,
+        ..node(MY_SESSION, ME)
+    };
+    assert_eq!(m.handle(Input::OwnerRead(Ok(Some(ours))), t0), vec![]);
+    assert_eq!(
+        m.handle(Input::ReleaseDone(Ok(())), t0),
+        vec![Action::ReadOwner],
+        "released: watch for the peer that takes it"
+    );
+    assert_eq!(m.handle(Input::OwnerRead(Ok(None)), t0), vec![]);
+    assert_eq!(m.next_deadline(), Some(t0 + DELAY + JITTER));
+    // A peer takes it.
+    let peer = node(PEER_SESSION, PEER);
+    assert_eq!(m.handle(Input::NodeChanged, t0), vec![Action::ReadOwner]);
+    assert_eq!(
+        m.handle(Input::OwnerRead(Ok(Some(peer.clone()))), t0),
+        vec![owner_changed(Some(peer.clone()))]
+    );
+    assert_eq!(m.state, released_state(peer));
+
+    // Alone: nobody takes it, so we contend again after the takeover delay.
+    let mut alone = owning(t0, 3);
+    alone.handle(Input::Yield, t0);
+    alone.handle(Input::ReleaseDone(Ok(())), t0);
+    alone.handle(Input::OwnerRead(Ok(None)), t0);
+    assert_eq!(alone.handle(Input::Tick, t0 + DELAY), vec![]);
+    assert_eq!(
+        alone.handle(Input::Tick, t0 + DELAY + JITTER),
+        vec![Action::Create]
+    );
+    assert_eq!(
+        alone.handle(Input::CreateDone(Ok(FencingToken(4))), t0 + DELAY + JITTER),
+        vec![acquired(4)],
+        "a fresh token: the yield was a real handover"
+    );
+}
+
+#[test]
+fn a_yield_is_ignored_unless_we_own_and_are_connected() {
+    let t0 = base();
+    let mut follower = released(t0, node(PEER_SESSION, PEER));
+    assert_eq!(follower.handle(Input::Yield, t0), vec![]);
+    let mut disconnected = owning(t0, 3);
+    disconnected.handle(
+        Input::SessionDisconnected { last_heard: t0 },
+        t0 + Duration::from_millis(10),
+    );
+    assert_eq!(disconnected.handle(Input::Yield, t0), vec![]);
+    // A release that failed keeps the lock: the next read proves it ours by session.
+    let mut failed = owning(t0, 3);
+    failed.handle(Input::Yield, t0);
+    assert_eq!(
+        failed.handle(Input::ReleaseDone(Err(RequestFailed::Connection)), t0),
+        vec![]
+    );
+    assert!(
+        failed.next_deadline().is_some(),
+        "read again after a backoff"
     );
 }

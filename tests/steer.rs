@@ -1,0 +1,282 @@
+//! `zkcron pause`, `resume`, `trigger` and `release` end to end (issue "Operate it"): real
+//! `zkcron run` processes on the shared ensemble, the CLI as an operator runs it, the jobs' own
+//! fire log and the ledger's records as the proof.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use support::daemon::{DaemonNode, RECORD_FIRE, now_ms, read_fires, schedule_text};
+use support::{shared_ensemble, unique_chroot, wait_for};
+
+const SESSION: Duration = Duration::from_secs(2);
+const DELAY: Duration = Duration::from_secs(3);
+/// A first fire after a start: session, acquisition, the next whole second, a busy machine.
+const FIRST_FIRE: Duration = Duration::from_secs(10);
+
+fn schedule(test: &str, jobs: &str) -> String {
+    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot(test));
+    schedule_text(&connect, "steer", SESSION, DELAY, jobs)
+}
+
+fn every_second(name: &str, fires: &Path) -> String {
+    format!(
+        "[[job]]\nname = \"{name}\"\nschedule = \"* * * * * *\"\nshell = '{RECORD_FIRE}{}'\n",
+        fires.display()
+    )
+}
+
+/// `zkcron ARGS --config CONFIG`, whatever its exit.
+fn zkcron(args: &[&str], config: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_zkcron"))
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .output()
+        .expect("run zkcron")
+}
+
+#[track_caller]
+fn assert_exit(output: &Output, code: i32, says: &str) {
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "stdout: {stdout}\nstderr: {stderr}"
+    );
+    assert!(
+        stdout.contains(says) || stderr.contains(says),
+        "{says:?} in\nstdout: {stdout}\nstderr: {stderr}"
+    );
+}
+
+/// The job's records as `history --json` prints them, newest first.
+fn history(job: &str, config: &Path) -> Vec<serde_json::Value> {
+    let output = zkcron(&["history", job, "--json", "--limit", "100"], config);
+    assert!(output.status.success(), "{output:?}");
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON record per line"))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_paused_job_skips_its_ticks_with_the_reason_and_fires_again_once_resumed() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let fires = dir.path().join("fires.log");
+    let jobs = format!(
+        "{}{}",
+        every_second("tick", &fires),
+        every_second("other", &dir.path().join("other.log"))
+    );
+    let node = DaemonNode::start(dir.path(), "n1", &schedule("steer-pause", &jobs));
+    wait_for("a first fire", FIRST_FIRE, || {
+        let fired = !read_fires(&fires).is_empty();
+        async move { fired.then_some(()) }
+    })
+    .await;
+
+    let paused = zkcron(
+        &["pause", "tick", "--reason", "downstream broken"],
+        &node.config,
+    );
+    assert_exit(&paused, 0, "tick paused");
+    assert_exit(
+        &zkcron(&["pause", "tick"], &node.config),
+        0,
+        "was paused already",
+    );
+    // The owner hears of it through its watch: the next tick after that is recorded skipped,
+    // with who paused it and why.
+    let skipped = wait_for("a skipped tick", Duration::from_secs(5), || {
+        let found = history("tick", &node.config).into_iter().find(|r| {
+            r["status"] == "skipped"
+                && r["error"].as_str().is_some_and(|e| {
+                    e.starts_with("paused by ") && e.ends_with(": downstream broken")
+                })
+        });
+        async move { found }
+    })
+    .await;
+    let skipped_ms = skipped["scheduled_unix_ms"].as_i64().expect("a tick");
+    let status = zkcron(&["status"], &node.config);
+    assert_exit(&status, 0, "paused since");
+    assert_exit(&status, 0, "downstream broken");
+    assert_exit(&zkcron(&["trigger", "tick"], &node.config), 2, "is paused");
+
+    // Three more ticks pass paused: none fires, each is recorded skipped, `other` goes on.
+    let until = skipped_ms + 3000;
+    wait_for(
+        "three paused ticks recorded",
+        Duration::from_secs(6),
+        || {
+            let done = history("tick", &node.config)
+                .iter()
+                .any(|r| r["scheduled_unix_ms"].as_i64() >= Some(until));
+            async move { done.then_some(()) }
+        },
+    )
+    .await;
+    assert!(
+        read_fires(&fires)
+            .iter()
+            .all(|f| f.scheduled_ms < skipped_ms),
+        "nothing of tick fired from its first skipped tick on"
+    );
+    let recorded = history("tick", &node.config);
+    for tick in (skipped_ms..=until).step_by(1000) {
+        let record = recorded
+            .iter()
+            .find(|r| r["scheduled_unix_ms"].as_i64() == Some(tick))
+            .unwrap_or_else(|| panic!("tick {tick} recorded: {recorded:?}"));
+        assert_eq!(record["status"], "skipped", "{record}");
+    }
+    // Skipped records go out at claim time, ahead of the tick; `other` fires at it.
+    let other = dir.path().join("other.log");
+    wait_for(
+        "other fires the last paused tick",
+        Duration::from_secs(3),
+        || {
+            let fired = read_fires(&other).iter().any(|f| f.scheduled_ms == until);
+            async move { fired.then_some(()) }
+        },
+    )
+    .await;
+
+    let resumed_ms = now_ms();
+    assert_exit(
+        &zkcron(&["resume", "tick"], &node.config),
+        0,
+        "tick resumed",
+    );
+    assert_exit(
+        &zkcron(&["resume", "tick"], &node.config),
+        0,
+        "was not paused",
+    );
+    wait_for("a fire after resume", Duration::from_secs(5), || {
+        let fired = read_fires(&fires)
+            .iter()
+            .any(|f| f.scheduled_ms > resumed_ms);
+        async move { fired.then_some(()) }
+    })
+    .await;
+    let replayed: Vec<i64> = read_fires(&fires)
+        .iter()
+        .map(|f| f.scheduled_ms)
+        .filter(|ms| (skipped_ms..=until).contains(ms))
+        .collect();
+    assert_eq!(
+        replayed,
+        Vec::<i64>::new(),
+        "paused ticks are never replayed"
+    );
+    assert_exit(&zkcron(&["pause", "nope"], &node.config), 2, "not declared");
+}
+
+#[tokio::test]
+async fn a_trigger_runs_the_job_once_now_recorded_with_who_asked() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = dir.path().join("manual.log");
+    let jobs = format!(
+        "[[job]]\nname = \"report\"\nshell = 'echo \"$ZKCRON_REQUESTED_BY $ZKCRON_RUN_ID\" >> {}'\n",
+        out.display()
+    );
+    let node = DaemonNode::start(dir.path(), "n1", &schedule("steer-trigger", &jobs));
+    node.wait_log("owns the lock", FIRST_FIRE).await;
+    let asked = now_ms();
+    let triggered = zkcron(&["trigger", "report"], &node.config);
+    assert_exit(&triggered, 0, "triggered");
+    let id = String::from_utf8_lossy(&triggered.stdout).trim().to_owned();
+    let line = wait_for("the triggered run", Duration::from_secs(5), || {
+        let text = std::fs::read_to_string(&out).unwrap_or_default();
+        async move { (!text.is_empty()).then_some(text) }
+    })
+    .await;
+    let who = format!(
+        "{}@",
+        std::env::var("USER").unwrap_or_else(|_| "someone".into())
+    );
+    assert!(line.starts_with(&who), "ZKCRON_REQUESTED_BY: {line}");
+    assert!(line.trim_end().ends_with(&format!("-{id}")), "{line}");
+    let records = history("report", &node.config);
+    assert_eq!(records.len(), 1, "once: {records:?}");
+    let record = &records[0];
+    assert_eq!(record["status"], "succeeded");
+    assert!(
+        record["requested_by"]
+            .as_str()
+            .is_some_and(|by| by.starts_with(&who)),
+        "{record}"
+    );
+    assert!(
+        record["started_unix_ms"].as_i64().expect("started") - asked < 2000,
+        "run now: {record}"
+    );
+    assert_exit(
+        &zkcron(&["trigger", "nope"], &node.config),
+        2,
+        "not declared",
+    );
+}
+
+#[tokio::test]
+async fn a_release_hands_the_lock_to_a_peer_without_losing_or_repeating_a_tick() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let fires = dir.path().join("fires.log");
+    let text = schedule("steer-release", &every_second("tick", &fires));
+    let n1 = DaemonNode::start(dir.path(), "n1", &text);
+    wait_for("a first fire", FIRST_FIRE, || {
+        let fired = !read_fires(&fires).is_empty();
+        async move { fired.then_some(()) }
+    })
+    .await;
+    assert_exit(
+        &zkcron(&["release"], &n1.config),
+        2,
+        "no other node is alive",
+    );
+    let n2 = DaemonNode::start(dir.path(), "n2", &text);
+    n2.wait_log("zookeeper session established", FIRST_FIRE)
+        .await;
+    // The peer registers its member node just after its session.
+    wait_for("n2 listed as a member", Duration::from_secs(5), || {
+        let status = zkcron(&["status"], &n1.config);
+        let listed = String::from_utf8_lossy(&status.stdout).contains("members:       2");
+        async move { listed.then_some(()) }
+    })
+    .await;
+    let released_ms = now_ms();
+    let released = zkcron(&["release"], &n1.config);
+    assert_exit(&released, 0, "lock handed over from n1 to n2");
+    eprintln!("{}", String::from_utf8_lossy(&released.stdout).trim());
+    let after = wait_for("a fire by n2", Duration::from_secs(5), || {
+        let fire = read_fires(&fires)
+            .into_iter()
+            .find(|f| f.node == "n2" && f.scheduled_ms > released_ms);
+        async move { fire }
+    })
+    .await;
+    // Every tick from before the release to n2's first fire fired exactly once.
+    let window: Vec<i64> = read_fires(&fires)
+        .iter()
+        .map(|f| f.scheduled_ms)
+        .filter(|ms| *ms > released_ms - 3000 && *ms <= after.scheduled_ms)
+        .collect();
+    let first = window.iter().min().copied().expect("fires in the window");
+    let expected: Vec<i64> = (first..=after.scheduled_ms).step_by(1000).collect();
+    let mut sorted = window.clone();
+    sorted.sort_unstable();
+    assert_eq!(
+        sorted, expected,
+        "no tick lost or repeated across the release"
+    );
+    n1.wait_log("asked to hand the lock over", Duration::from_secs(1))
+        .await;
+    drop((n1, n2));
+}

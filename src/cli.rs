@@ -19,18 +19,16 @@ use tokio_util::sync::CancellationToken;
 
 use zkcron::config::{self, Config, LoadError, LogFormat};
 use zkcron::control::client::SteerError;
-use zkcron::control::store as control_store;
 use zkcron::daemon::{self, DaemonError, DaemonSettings};
 use zkcron::delayed::DelayedError;
 use zkcron::delayed::client::SubmissionError;
-use zkcron::delayed::client::pending_summary;
 use zkcron::identity::{self, IdentityError};
-use zkcron::layout::ControlPaths;
-use zkcron::ledger::record::{RunRecord, RunStatus};
+use zkcron::ledger::record::RunRecord;
 use zkcron::ledger::{self, ClaimError, LedgerPaths};
+use zkcron::lock::LockUpdate;
 use zkcron::lock::driver::{self, DriverError, LockPaths, LockSettings};
 use zkcron::lock::members::MemberError;
-use zkcron::lock::{LockUpdate, inspect};
+use zkcron::status::{StatusError, StatusReport};
 use zkcron::zk::{self, ZkError, ZkSettings};
 use zkcron::{JobName, LockEvent, NodeId, logging};
 
@@ -81,6 +79,9 @@ enum Command {
         /// The schedule file (for `[zookeeper]` and `[lock]`).
         #[arg(long, short)]
         config: PathBuf,
+        /// One JSON object (a stable format: docs/API.md) instead of text.
+        #[arg(long)]
+        json: bool,
     },
     /// Show a job's runs, newest first: scheduled time (in the job's zone), node, ip, start,
     /// duration, status, exit, attempt, fencing token.
@@ -184,6 +185,8 @@ pub enum CliError {
     Usage(#[from] delayed::UsageError),
     #[error(transparent)]
     Steer(#[from] SteerError),
+    #[error(transparent)]
+    Status(#[from] StatusError),
     #[error("cannot write to stdout")]
     Stdout(#[source] std::io::Error),
 }
@@ -227,9 +230,9 @@ impl Cli {
                 run_daemon(config, loaded, shutdown, reloads).await
             }
             Command::Check { config } => check(&config),
-            Command::Status { config } => {
+            Command::Status { config, json } => {
                 logging::init(LogFormat::Text, self.log_level.as_deref().unwrap_or("warn"));
-                status(&config::load(&config)?).await
+                status(&config::load(&config)?, json).await
             }
             Command::History {
                 config,
@@ -394,14 +397,25 @@ fn history_line(r: &RunRecord, tz: chrono_tz::Tz) -> String {
     )
 }
 
-async fn status(config: &Config) -> Result<(), CliError> {
+async fn status(config: &Config, json: bool) -> Result<(), CliError> {
     let client = connect_once(config).await?;
-    let paths = LockPaths::new(&config.lock.root, &config.lock.name);
-    let mut lines = vec![format!("lock {} ({})", config.lock.name, paths.dir)];
-    let owner = match inspect::owner(&client, &paths).await? {
-        inspect::Owner::None => "none".to_owned(),
-        inspect::Owner::Squatter => "a persistent node squats the lock path: no node can own it until an operator deletes it".to_owned(),
-        inspect::Owner::Held { session, info: Some(info) } => format!(
+    let report = zkcron::status::gather(&client, config, Utc::now()).await?;
+    if json {
+        let text = serde_json::to_string(&report).map_err(|err| CliError::Stdout(err.into()))?;
+        return print_lines(&[text]);
+    }
+    print_lines(&status_lines(&report, config))
+}
+
+/// `zkcron status` as text: the lock, then one line per job in the spirit of
+/// `systemctl list-timers`.
+fn status_lines(report: &StatusReport, config: &Config) -> Vec<String> {
+    let lock = &report.lock;
+    let mut lines = vec![format!("lock {} ({})", lock.name, lock.path)];
+    let session = lock.session.as_deref().unwrap_or("?");
+    let owner = match (lock.state, &lock.owner) {
+        ("squatter", _) => "a persistent node squats the lock path: no node can own it until an operator deletes it".to_owned(),
+        ("held", Some(info)) => format!(
             "{} (ip {}, host {}, pid {}, version {}, since {}, session {session})",
             info.node_id,
             info.ip,
@@ -410,23 +424,22 @@ async fn status(config: &Config) -> Result<(), CliError> {
             info.version,
             since(info.since_unix_ms),
         ),
-        inspect::Owner::Held { session, info: None } => {
-            format!("a foreign node with unreadable data (session {session})")
-        }
+        ("held", None) => format!("a foreign node with unreadable data (session {session})"),
+        _ => "none".to_owned(),
     };
     lines.push(format!("owner:         {owner}"));
-    lines.push(match inspect::epoch(&client, &paths).await? {
-        Some(epoch) => format!(
-            "fencing token: {} (latest acquisition by {})",
-            epoch.token,
-            epoch.by.map_or_else(|| "?".to_owned(), |id| id.to_string())
+    lines.push(match lock.fencing_token {
+        Some(token) => format!(
+            "fencing token: {token} (latest acquisition by {})",
+            lock.last_acquired_by
+                .as_ref()
+                .map_or_else(|| "?".to_owned(), ToString::to_string)
         ),
         None => "fencing token: none (never acquired)".to_owned(),
     });
-    let members = inspect::members(&client, &paths).await?;
-    lines.push(format!("members:       {}", members.len()));
-    for member in members {
-        let detail = match member.info {
+    lines.push(format!("members:       {}", report.members.len()));
+    for member in &report.members {
+        let detail = match &member.info {
             Some(info) => format!(
                 "ip {}, host {}, pid {}, version {}",
                 info.ip, info.host, info.pid, info.version
@@ -435,59 +448,35 @@ async fn status(config: &Config) -> Result<(), CliError> {
         };
         lines.push(format!("  {}  {detail}", member.node_id));
     }
-    lines.extend(job_status(&client, config, &paths).await?);
-    writeln!(std::io::stdout().lock(), "{}", lines.join("\n")).map_err(CliError::Stdout)
-}
-
-/// One line per job, in the spirit of `systemctl list-timers`: next fire, last run, alive now.
-/// `status` counts pending submissions in due order up to this many; beyond, it says "+".
-const STATUS_PENDING_LIMIT: usize = 10_000;
-
-async fn job_status(
-    client: &zookeeper_client::Client,
-    config: &Config,
-    paths: &LockPaths,
-) -> Result<Vec<String>, CliError> {
-    let ledger_paths = LedgerPaths::new(paths);
-    let pending = pending_summary(client, &ledger_paths.delayed, STATUS_PENDING_LIMIT).await?;
-    let pauses = control_store::pauses(client, &ControlPaths::new(paths))
-        .await
-        .map_err(SteerError::from)?;
-    let mut lines = vec![format!(
+    lines.push(format!(
         "{:<20}  {:<26}  {:<26}  {:<11}  {:<15}  {:>6}  {:<5}  {}",
         "JOB", "NEXT", "LAST", "STATUS", "NODE", "MISSED", "ALIVE", "PENDING"
-    )];
-    let now = Utc::now();
-    for job in &config.jobs {
-        let tz = job.timezone;
-        let format = |at: chrono::DateTime<Utc>| {
-            at.with_timezone(&tz)
-                .format("%Y-%m-%d %H:%M:%S %:z")
-                .to_string()
-        };
-        let pause = pauses.get(&job.spec.name);
-        let next = if let Some(pause) = pause {
-            format!("paused since {}", since_local(pause.since_unix_ms, tz))
-        } else if job.enabled {
-            match &job.schedule {
-                Some(_) => job.next_tick_after(now).map_or("-".into(), format),
-                None => "on demand".into(),
-            }
-        } else {
-            "disabled".into()
-        };
-        // The kept records (`history`) say how many ticks nobody fired lately.
-        let records = ledger::history(client, &ledger_paths, &job.spec.name, job.history).await?;
-        let missed: u64 = records
+    ));
+    let more = if report.pending_complete { "" } else { "+" };
+    for job in &report.jobs {
+        let tz = config
+            .jobs
             .iter()
-            .filter(|r| r.status == RunStatus::Missed)
-            .map(|r| r.missed_ticks.unwrap_or(1))
-            .sum();
-        let last = records.into_iter().next();
-        let (last_at, status, node) = match &last {
+            .find(|j| j.spec.name == job.name)
+            .map_or(chrono_tz::UTC, |j| j.timezone);
+        let format = |ms: i64| {
+            chrono::DateTime::from_timestamp_millis(ms).map_or("?".into(), |at| {
+                at.with_timezone(&tz)
+                    .format("%Y-%m-%d %H:%M:%S %:z")
+                    .to_string()
+            })
+        };
+        let next = match (&job.paused, job.enabled, &job.schedule, job.next_unix_ms) {
+            (Some(pause), _, _, _) => {
+                format!("paused since {}", since_local(pause.since_unix_ms, tz))
+            }
+            (None, false, _, _) => "disabled".into(),
+            (None, true, None, _) => "on demand".into(),
+            (None, true, Some(_), next) => next.map_or("-".into(), format),
+        };
+        let (last_at, status, node) = match &job.last {
             Some(r) => (
-                chrono::DateTime::from_timestamp_millis(r.scheduled_unix_ms)
-                    .map_or("?".into(), format),
+                format(r.scheduled_unix_ms),
                 serde_json::to_value(r.status)
                     .ok()
                     .and_then(|v| v.as_str().map(str::to_owned))
@@ -496,23 +485,24 @@ async fn job_status(
             ),
             None => ("-".into(), "-".into(), "-".into()),
         };
-        let alive = match ledger::guard_holder(client, &ledger_paths, &job.spec.name).await {
+        let alive = match &job.alive_run {
             Some(run_id) => format!("yes ({run_id})"),
             None => "no".into(),
         };
-        let more = if pending.complete { "" } else { "+" };
-        let submitted = match pending.per_job.get(&job.spec.name) {
-            Some((count, due)) => format!(
-                "{count}{more}, next due {}",
-                chrono::DateTime::from_timestamp_millis(*due).map_or("?".into(), format)
+        let submitted = match job.next_due_unix_ms {
+            Some(due) => format!(
+                "{}{more}, next due {}",
+                job.pending_submissions,
+                format(due)
             ),
             None => format!("0{more}"),
         };
         lines.push(format!(
-            "{:<20}  {next:<26}  {last_at:<26}  {status:<11}  {node:<15}  {missed:>6}  {alive:<5}  {submitted}",
-            job.spec.name.as_str()
+            "{:<20}  {next:<26}  {last_at:<26}  {status:<11}  {node:<15}  {:>6}  {alive:<5}  {submitted}",
+            job.name.as_str(),
+            job.missed_ticks,
         ));
-        if let Some(pause) = pause {
+        if let Some(pause) = &job.paused {
             lines.push(format!(
                 "{:<20}  paused by {}: {}",
                 "",
@@ -522,19 +512,14 @@ async fn job_status(
         }
     }
     // Submissions for jobs the schedule no longer declares are kept; say so.
-    let mut away: Vec<_> = pending
-        .per_job
-        .iter()
-        .filter(|(name, _)| !config.jobs.iter().any(|job| &job.spec.name == *name))
-        .collect();
-    away.sort();
-    for (name, (count, _)) in away {
+    for away in &report.undeclared_pending {
         lines.push(format!(
-            "{:<20}  not in the schedule: {count} pending submission(s) kept until it is back",
-            name.as_str()
+            "{:<20}  not in the schedule: {} pending submission(s) kept until it is back",
+            away.job.as_str(),
+            away.pending_submissions
         ));
     }
-    Ok(lines)
+    lines
 }
 
 /// Prints `lines` to stdout, one per line.

@@ -27,6 +27,7 @@ pub mod logging;
 pub mod report;
 pub mod runner;
 pub mod schedule;
+pub mod status;
 pub mod zk;
 
 pub use ids::{FencingToken, JobName, NodeId, SessionId};

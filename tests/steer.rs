@@ -107,6 +107,23 @@ async fn a_paused_job_skips_its_ticks_with_the_reason_and_fires_again_once_resum
     let status = zkcron(&["status"], &node.config);
     assert_exit(&status, 0, "paused since");
     assert_exit(&status, 0, "downstream broken");
+    let json = zkcron(&["status", "--json"], &node.config);
+    assert!(json.status.success(), "{json:?}");
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout).expect("one JSON object");
+    assert_eq!(report["format"], 1);
+    assert_eq!(report["lock"]["state"], "held");
+    assert_eq!(report["lock"]["owner"]["node_id"], "n1");
+    let jobs = report["jobs"].as_array().expect("jobs");
+    let tick = jobs.iter().find(|j| j["name"] == "tick").expect("tick");
+    assert_eq!(tick["paused"]["reason"], "downstream broken");
+    assert_eq!(
+        tick["next_unix_ms"],
+        serde_json::Value::Null,
+        "paused: no next fire"
+    );
+    let other = jobs.iter().find(|j| j["name"] == "other").expect("other");
+    assert_eq!(other["paused"], serde_json::Value::Null);
+    assert!(other["next_unix_ms"].as_i64().is_some(), "{other}");
     assert_exit(&zkcron(&["trigger", "tick"], &node.config), 2, "is paused");
 
     // Three more ticks pass paused: none fires, each is recorded skipped, `other` goes on.

@@ -1,0 +1,205 @@
+//! The state of a lock group as an operator sees it: owner, fencing token, members, and per job
+//! its next fire, last run, missed ticks, live run, pause and pending submissions. One report
+//! for `zkcron status` (as text, or `--json`) and the HTTP API's `/v1/status`.
+//!
+//! Owns: gathering the report from ZooKeeper and its JSON format, which is stable: fields are
+//! only ever added (`format` says which version wrote it; docs/API.md describes it).
+//! Must not: write anything or decide anything.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use zookeeper_client::Client;
+
+use crate::config::Config;
+use crate::control::{Pause, store as control_store};
+use crate::delayed::DelayedError;
+use crate::delayed::client::pending_summary;
+use crate::ids::{JobName, NodeId};
+use crate::layout::{ControlPaths, LedgerPaths, LockPaths};
+use crate::ledger::record::{RunRecord, RunStatus};
+use crate::ledger::{self, ClaimError};
+use crate::lock::inspect::{self, Owner};
+use crate::lock::node::OwnerInfo;
+use crate::zk::ZkError;
+
+/// The version of the JSON format; bumped only by a change that is not an addition.
+pub const FORMAT: u32 = 1;
+/// Pending submissions are counted in due order up to this many; beyond, `pending_complete`
+/// is false.
+pub const PENDING_LIMIT: usize = 10_000;
+
+/// Why the report could not be gathered.
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    #[error(transparent)]
+    Zk(#[from] ZkError),
+    #[error(transparent)]
+    Records(#[from] ClaimError),
+    #[error(transparent)]
+    Delayed(#[from] DelayedError),
+    #[error(transparent)]
+    Control(#[from] control_store::ControlError),
+}
+
+/// `zkcron status --json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct StatusReport {
+    pub format: u32,
+    pub lock: LockReport,
+    pub members: Vec<MemberReport>,
+    pub jobs: Vec<JobReport>,
+    /// Jobs with pending submissions that the schedule file does not declare.
+    pub undeclared_pending: Vec<UndeclaredPending>,
+    /// Whether every pending submission was counted (at most [`PENDING_LIMIT`]).
+    pub pending_complete: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LockReport {
+    pub name: String,
+    pub path: String,
+    /// `held`, `none`, or `squatter` (a persistent node blocks the lock path).
+    pub state: &'static str,
+    /// The holder, when its data is zkcron's.
+    pub owner: Option<OwnerInfo>,
+    /// The holding session, hex.
+    pub session: Option<String>,
+    /// The epoch's version: the owner's fencing token (`None`: never acquired).
+    pub fencing_token: Option<i32>,
+    pub last_acquired_by: Option<NodeId>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct MemberReport {
+    pub node_id: NodeId,
+    /// `None`: unreadable, or gone meanwhile.
+    pub info: Option<OwnerInfo>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct JobReport {
+    pub name: JobName,
+    /// The cron expression; `None` for a job that fires only when submitted.
+    pub schedule: Option<String>,
+    pub timezone: String,
+    pub enabled: bool,
+    pub paused: Option<Pause>,
+    /// The next tick (`None`: on demand, disabled or paused).
+    pub next_unix_ms: Option<i64>,
+    /// The newest record.
+    pub last: Option<RunSummary>,
+    /// Ticks recorded `missed` among the kept records.
+    pub missed_ticks: u64,
+    /// The run id holding the job's `running` guard.
+    pub alive_run: Option<String>,
+    pub pending_submissions: usize,
+    pub next_due_unix_ms: Option<i64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RunSummary {
+    pub run_id: String,
+    pub scheduled_unix_ms: i64,
+    pub status: RunStatus,
+    pub node_id: NodeId,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct UndeclaredPending {
+    pub job: JobName,
+    pub pending_submissions: usize,
+}
+
+/// Reads the report of `config`'s lock group.
+///
+/// # Errors
+/// A read failed.
+pub async fn gather(
+    client: &Client,
+    config: &Config,
+    now: DateTime<Utc>,
+) -> Result<StatusReport, StatusError> {
+    let paths = LockPaths::new(&config.lock.root, &config.lock.name);
+    let (state, owner, session) = match inspect::owner(client, &paths).await? {
+        Owner::None => ("none", None, None),
+        Owner::Squatter => ("squatter", None, None),
+        Owner::Held { session, info } => ("held", info, Some(session.to_string())),
+    };
+    let epoch = inspect::epoch(client, &paths).await?;
+    let lock = LockReport {
+        name: config.lock.name.clone(),
+        path: paths.dir.clone(),
+        state,
+        owner,
+        session,
+        fencing_token: epoch.as_ref().map(|e| e.token),
+        last_acquired_by: epoch.and_then(|e| e.by),
+    };
+    let members = inspect::members(client, &paths)
+        .await?
+        .into_iter()
+        .map(|m| MemberReport {
+            node_id: m.node_id,
+            info: m.info,
+        })
+        .collect();
+    let ledger_paths = LedgerPaths::new(&paths);
+    let pending = pending_summary(client, &ledger_paths.delayed, PENDING_LIMIT).await?;
+    let pauses = control_store::pauses(client, &ControlPaths::new(&paths)).await?;
+    let mut jobs = Vec::with_capacity(config.jobs.len());
+    for job in &config.jobs {
+        let name = &job.spec.name;
+        let records = ledger::history(client, &ledger_paths, name, job.history).await?;
+        let paused = pauses.get(name).cloned();
+        let next = match (&job.schedule, job.enabled, &paused) {
+            (Some(_), true, None) => job.next_tick_after(now).map(|at| at.timestamp_millis()),
+            _ => None,
+        };
+        let (count, due) = pending.per_job.get(name).copied().unwrap_or((0, 0));
+        jobs.push(JobReport {
+            name: name.clone(),
+            schedule: job.schedule.as_ref().map(|s| s.expression().to_owned()),
+            timezone: job.timezone.name().to_owned(),
+            enabled: job.enabled,
+            paused,
+            next_unix_ms: next,
+            missed_ticks: missed_ticks(&records),
+            last: records.into_iter().next().map(|r| RunSummary {
+                run_id: r.run_id,
+                scheduled_unix_ms: r.scheduled_unix_ms,
+                status: r.status,
+                node_id: r.node_id,
+            }),
+            alive_run: ledger::guard_holder(client, &ledger_paths, name).await,
+            pending_submissions: count,
+            next_due_unix_ms: (count > 0).then_some(due),
+        });
+    }
+    let mut undeclared_pending: Vec<UndeclaredPending> = pending
+        .per_job
+        .iter()
+        .filter(|(name, _)| !config.jobs.iter().any(|job| &job.spec.name == *name))
+        .map(|(job, (count, _))| UndeclaredPending {
+            job: job.clone(),
+            pending_submissions: *count,
+        })
+        .collect();
+    undeclared_pending.sort_by(|a, b| a.job.cmp(&b.job));
+    Ok(StatusReport {
+        format: FORMAT,
+        lock,
+        members,
+        jobs,
+        undeclared_pending,
+        pending_complete: pending.complete,
+    })
+}
+
+/// Ticks the kept records say nobody fired.
+fn missed_ticks(records: &[RunRecord]) -> u64 {
+    records
+        .iter()
+        .filter(|r| r.status == RunStatus::Missed)
+        .map(|r| r.missed_ticks.unwrap_or(1))
+        .sum()
+}

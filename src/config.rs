@@ -27,7 +27,19 @@ pub struct Config {
     pub zookeeper: ZookeeperConfig,
     pub lock: LockConfig,
     pub log: LogConfig,
+    /// `None`: no HTTP listener (the default).
+    pub http: Option<HttpConfig>,
     pub jobs: Vec<JobConfig>,
+}
+
+/// `[http]`: one small listener per node for metrics, status and steering (docs/API.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpConfig {
+    pub listen: std::net::SocketAddr,
+    /// The bearer token write requests must carry, read from the variable `token_env` names or
+    /// the file `token_file` names (never from the schedule file itself). `None`: writes are
+    /// refused, and only a loopback address may listen.
+    pub token: Option<Secret>,
 }
 
 /// `[zookeeper]`.
@@ -325,7 +337,17 @@ struct RawConfig {
     #[serde(default)]
     log: Option<RawLog>,
     #[serde(default)]
+    http: Option<RawHttp>,
+    #[serde(default)]
     job: Vec<Spanned<RawJob>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHttp {
+    listen: Spanned<String>,
+    token_env: Option<Spanned<String>>,
+    token_file: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -406,6 +428,7 @@ impl Validator<'_> {
         let zookeeper = self.zookeeper(raw.zookeeper);
         let lock = self.lock(raw.lock);
         let log = self.log(raw.log);
+        let http = raw.http.map(|raw| self.http(raw));
         let mut seen = HashSet::new();
         // Sized once: a running daemon keeps this Vec for good, and growing it by doubling left
         // up to half of it unused (6384 of 16 384 slots, 1.8 MB, at 10 000 jobs: issue 10).
@@ -427,8 +450,59 @@ impl Validator<'_> {
             zookeeper: zookeeper?,
             lock: lock?,
             log: log?,
+            http: http.flatten(),
             jobs,
         })
+    }
+
+    fn http(&mut self, raw: RawHttp) -> Option<HttpConfig> {
+        let listen = match raw.listen.get_ref().trim().parse::<std::net::SocketAddr>() {
+            Ok(listen) => Some(listen),
+            Err(_) => {
+                let message =
+                    "expected an address and port like \"127.0.0.1:9464\" or \"[::1]:9464\"";
+                self.problem(raw.listen.span(), "http.listen", message);
+                None
+            }
+        };
+        let token = match (raw.token_env, raw.token_file) {
+            (Some(env), Some(_)) => {
+                let message = "set either token_env or token_file, not both";
+                self.problem(env.span(), "http.token_env", message);
+                None
+            }
+            (Some(var), None) => match (self.env)(var.get_ref()).filter(|t| !t.trim().is_empty()) {
+                Some(value) => Some(Secret::new(value.trim())),
+                None => {
+                    let message =
+                        format!("environment variable {} is not set or empty", var.get_ref());
+                    self.problem(var.span(), "http.token_env", message);
+                    None
+                }
+            },
+            (None, Some(file)) => match std::fs::read_to_string(file.get_ref()) {
+                Ok(text) if !text.trim().is_empty() => Some(Secret::new(text.trim())),
+                Ok(_) => {
+                    let message = format!("token file {} is empty", file.get_ref());
+                    self.problem(file.span(), "http.token_file", message);
+                    None
+                }
+                Err(err) => {
+                    let message = format!("cannot read token file {}: {err}", file.get_ref());
+                    self.problem(file.span(), "http.token_file", message);
+                    None
+                }
+            },
+            (None, None) => None,
+        };
+        let listen = listen?;
+        if token.is_none() && !listen.ip().is_loopback() {
+            let message = format!(
+                "listening on {listen}, beyond loopback, needs a token for its write endpoints: set token_env or token_file"
+            );
+            self.problem(raw.listen.span(), "http.listen", message);
+        }
+        Some(HttpConfig { listen, token })
     }
 
     fn duration(

@@ -141,10 +141,10 @@ async fn reload_on_request(
 fn reload(path: &std::path::Path, current: &Config) -> Option<Config> {
     match config::load(path) {
         Ok(new) => {
-            if new.zookeeper != current.zookeeper || new.lock != current.lock {
+            if new.zookeeper != current.zookeeper || new.lock != current.lock || new.http != current.http {
                 tracing::warn!(
                     path = %path.display(),
-                    "[zookeeper] and [lock] changes take effect only after a restart; jobs are reloaded"
+                    "[zookeeper], [lock] and [http] changes take effect only after a restart; jobs are reloaded"
                 );
             }
             let enabled = new.jobs.iter().filter(|job| job.enabled).count();

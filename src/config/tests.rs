@@ -127,3 +127,86 @@ fn line_col_never_panics() {
     assert_eq!(err.line_col(6), (3, 1), "inside the two-byte 'é'");
     assert_eq!(err.line_col(10_000), (3, 1), "past the end");
 }
+
+#[test]
+fn http_is_off_by_default_and_its_token_comes_from_outside_the_file() {
+    assert_eq!(parse_text(MINIMAL).expect("valid").http, None);
+    let config = parse_text(&format!(
+        "{MINIMAL}[http]\nlisten = \"0.0.0.0:9464\"\ntoken_env = \"ZK_AUTH\"\n"
+    ))
+    .expect("valid");
+    let http = config.http.expect("on");
+    assert_eq!(http.listen.port(), 9464);
+    assert_eq!(
+        http.token.map(|t| t.expose().to_owned()).as_deref(),
+        Some("user:s3cret")
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("token");
+    std::fs::write(&file, "t0ken\n").expect("token file");
+    let from_file = parse_text(&format!(
+        "{MINIMAL}[http]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"{}\"\n",
+        file.display()
+    ))
+    .expect("valid");
+    assert_eq!(
+        from_file
+            .http
+            .and_then(|h| h.token)
+            .map(|t| t.expose().to_owned())
+            .as_deref(),
+        Some("t0ken"),
+        "trimmed"
+    );
+    let loopback =
+        parse_text(&format!("{MINIMAL}[http]\nlisten = \"[::1]:9464\"\n")).expect("valid");
+    assert_eq!(
+        loopback.http.and_then(|h| h.token),
+        None,
+        "loopback may go without"
+    );
+}
+
+#[test]
+fn http_refusals_name_the_key_and_what_was_expected() {
+    let cases = [
+        (
+            "listen = \"localhost\"",
+            "http.listen",
+            "expected an address and port",
+        ),
+        (
+            "listen = \"0.0.0.0:9464\"",
+            "http.listen",
+            "beyond loopback, needs a token",
+        ),
+        (
+            "listen = \"127.0.0.1:1\"\ntoken_env = \"NOPE\"",
+            "http.token_env",
+            "NOPE is not set",
+        ),
+        (
+            "listen = \"127.0.0.1:1\"\ntoken_file = \"/nonexistent/t\"",
+            "http.token_file",
+            "cannot read token file /nonexistent/t",
+        ),
+        (
+            "listen = \"127.0.0.1:1\"\ntoken_env = \"ZK_AUTH\"\ntoken_file = \"/t\"",
+            "http.token_env",
+            "not both",
+        ),
+        (
+            "listen = \"127.0.0.1:1\"\ntoken = \"inline\"",
+            "",
+            "unknown field `token`",
+        ),
+    ];
+    for (http, key, message) in cases {
+        let err = parse_text(&format!("{MINIMAL}[http]\n{http}\n")).expect_err(http);
+        let text = err.to_string();
+        assert!(
+            text.contains(key) && text.contains(message),
+            "{http}: {text}"
+        );
+    }
+}

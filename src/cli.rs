@@ -548,6 +548,7 @@ async fn lock_demo(args: LockDemoArgs, shutdown: CancellationToken) -> Result<()
         me,
         takeover_delay: args.takeover_delay,
         jitter: takeover_jitter(args.takeover_delay),
+        heard: Default::default(),
     };
     let (updates, mut received) = mpsc::unbounded_channel();
     let printer = tokio::spawn(async move {

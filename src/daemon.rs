@@ -10,25 +10,30 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{self, Config, JobConfig};
 use crate::fire::FireMachine;
 use crate::fire::driver::{self as fire_driver, FireSettings, LockTask};
 use crate::fire::machine::Me;
+use crate::http::{BindError, HttpState};
 use crate::layout::ControlPaths;
 use crate::ledger::LedgerPaths;
-use crate::lock::driver::{self, DriverError, LockPaths, LockSettings};
+use crate::lock::driver::{self, DriverError, Heard, LockPaths, LockSettings};
 use crate::lock::node::OwnerInfo;
+use crate::metrics::Metrics;
 use crate::report::error_chain;
 use crate::runner::Launcher;
+use crate::view::NodeView;
 
 /// Why the daemon stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
     #[error(transparent)]
     Lock(#[from] DriverError),
+    #[error(transparent)]
+    Http(#[from] BindError),
 }
 
 /// What `run` needs besides the schedule.
@@ -56,11 +61,34 @@ pub async fn run(
 ) -> Result<(), DaemonError> {
     let zk = config.zookeeper.settings();
     let paths = LockPaths::new(&config.lock.root, &config.lock.name);
+    let heard = Arc::new(Heard::default());
+    let metrics = Arc::new(Metrics::new());
+    let (view, view_rx) = watch::channel(NodeView::default());
+    // Bound before anything else starts: a taken port fails the start, not a running node.
+    let jobs = shared_jobs(&mut config, &settings.launcher);
+    let (jobs_tx, jobs_rx) = mpsc::unbounded_channel();
+    let (loaded_tx, loaded) = watch::channel(jobs.clone());
+    let http = match config.http.clone() {
+        Some(http) => {
+            let state = HttpState {
+                metrics: Arc::clone(&metrics),
+                view: view_rx,
+                base: Arc::new(config.clone()),
+                jobs: loaded,
+                token: http.token,
+                me: settings.me.node_id.clone(),
+                heard: Arc::clone(&heard),
+            };
+            Some(crate::http::start(http.listen, state, shutdown.child_token()).await?)
+        }
+        None => None,
+    };
     let lock = LockSettings {
         paths: paths.clone(),
         me: settings.me.clone(),
         takeover_delay: config.lock.takeover_delay,
         jitter: settings.jitter,
+        heard: Arc::clone(&heard),
     };
     let (updates_tx, updates) = mpsc::unbounded_channel();
     let (commands, mut received) = mpsc::unbounded_channel();
@@ -81,27 +109,34 @@ pub async fn run(
         control: ControlPaths::new(&paths),
         me: settings.me.node_id.clone(),
         acls: config.zookeeper.settings().acls(),
+        metrics: Arc::clone(&metrics),
+        view,
     };
     let me = Me {
         node_id: settings.me.node_id.clone(),
         ip: settings.me.ip.clone(),
     };
-    let jobs = shared_jobs(&mut config, &settings.launcher);
     let machine = FireMachine::new(me, config.lock.claim_ahead, &jobs, Utc::now());
-    let (jobs_tx, jobs_rx) = mpsc::unbounded_channel();
     let reloader = tokio::spawn(reload_on_request(
         settings.config_path.clone(),
         config,
         settings.launcher.clone(),
         reloads,
-        jobs_tx,
+        (jobs_tx, loaded_tx),
     ));
     tracing::info!(jobs = jobs.len(), node_id = %settings.me.node_id, "zkcron started");
     let result = fire_driver::run(machine, fire, lock_task, jobs_rx, shutdown).await;
     reloader.abort();
+    if let Some(http) = http {
+        // The listener stops with the shutdown token; its handlers are bounded by their requests.
+        let _ = tokio::time::timeout(Duration::from_secs(2), http).await;
+    }
     tracing::info!("zkcron stopped");
     Ok(result?)
 }
+
+/// The schedule's jobs, shared by the fire machine, the reloader and the HTTP API.
+type Jobs = Vec<Arc<JobConfig>>;
 
 /// Moves the jobs out of `config` into their shared form: the reloader keeps the rest of the
 /// file to compare with the next one, and only one copy of each job lives on.
@@ -125,11 +160,14 @@ async fn reload_on_request(
     mut current: Config,
     launcher: Launcher,
     mut requests: mpsc::UnboundedReceiver<()>,
-    jobs: mpsc::UnboundedSender<Vec<Arc<JobConfig>>>,
+    (jobs, loaded): (mpsc::UnboundedSender<Jobs>, watch::Sender<Jobs>),
 ) {
     while let Some(()) = requests.recv().await {
         if let Some(mut new) = reload(&path, &current) {
-            if jobs.send(shared_jobs(&mut new, &launcher)).is_err() {
+            let shared = shared_jobs(&mut new, &launcher);
+            // Only the HTTP API reads it, when it is on.
+            loaded.send_replace(shared.clone());
+            if jobs.send(shared).is_err() {
                 return;
             }
             current = new;
@@ -141,7 +179,10 @@ async fn reload_on_request(
 fn reload(path: &std::path::Path, current: &Config) -> Option<Config> {
     match config::load(path) {
         Ok(new) => {
-            if new.zookeeper != current.zookeeper || new.lock != current.lock || new.http != current.http {
+            if new.zookeeper != current.zookeeper
+                || new.lock != current.lock
+                || new.http != current.http
+            {
                 tracing::warn!(
                     path = %path.display(),
                     "[zookeeper], [lock] and [http] changes take effect only after a restart; jobs are reloaded"

@@ -165,15 +165,20 @@ impl Delayed {
     /// `Unreachable` with the address when no session is made in time.
     pub async fn connect(config: &Config) -> Result<Self, DelayedError> {
         let settings = config.zookeeper.settings();
-        let timeout = config.zookeeper.connect_timeout;
-        let client = crate::zk::connect_within(&settings, timeout)
+        let client = crate::zk::connect_within(&settings, config.zookeeper.connect_timeout)
             .await
             .map_err(|source| DelayedError::Unreachable {
                 connect: config.zookeeper.connect.clone(),
                 source,
             })?;
+        Ok(Self::with_client(client, config))
+    }
+
+    /// Submits over an existing session (the daemon's own, for its HTTP API).
+    pub fn with_client(client: Client, config: &Config) -> Self {
+        let settings = config.zookeeper.settings();
         let lock = LockPaths::new(&config.lock.root, &config.lock.name);
-        Ok(Self {
+        Self {
             client,
             delayed: DelayedPaths::new(&lock),
             ledger: LedgerPaths::new(&lock),
@@ -186,8 +191,8 @@ impl Delayed {
             known: submissions::KnownParents::default(),
             reader: tokio::sync::OnceCell::new(),
             settings,
-            connect_timeout: timeout,
-        })
+            connect_timeout: config.zookeeper.connect_timeout,
+        }
     }
 
     /// The session for [`submissions::submit_batch`]'s reads.

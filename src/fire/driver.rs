@@ -11,6 +11,7 @@ mod alarm;
 mod control;
 mod delayed;
 mod listing;
+mod observe;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -35,8 +36,10 @@ use crate::lock::LockUpdate;
 use crate::lock::driver::LockCommand;
 use crate::lock::driver::{DriverError, LockPaths};
 use crate::lock::inspect;
+use crate::metrics::Metrics;
 use crate::report::error_chain;
 use crate::runner;
+use crate::view::NodeView;
 
 /// Sleep at most this long at once, so a wall-clock step (NTP, suspend) is noticed in time.
 const MAX_SLEEP: Duration = Duration::from_secs(30);
@@ -80,6 +83,10 @@ pub struct FireSettings {
     /// This node, as release requests name it.
     pub me: NodeId,
     pub acls: Acls<'static>,
+    /// What the node reports (`GET /metrics`).
+    pub metrics: Arc<Metrics>,
+    /// Where the session and the lock's status are published for the HTTP API.
+    pub view: tokio::sync::watch::Sender<NodeView>,
 }
 
 /// The lock driver's task, as the fire driver steers it.
@@ -131,6 +138,8 @@ pub async fn run(
     let mut pending: VecDeque<Input> = VecDeque::new();
     let mut handled_since_trim = 0_usize;
     let mut alarm = alarm::Alarm::new();
+    let metrics = Arc::clone(&io.settings.metrics);
+    let mut observer = observe::Observer::new(&metrics);
     loop {
         let latest = Utc::now() + MAX_SLEEP;
         let wake_at = machine.next_deadline().map_or(latest, |at| at.min(latest));
@@ -139,11 +148,18 @@ pub async fn run(
             () = shutdown.cancelled(), if !stopping => Input::Shutdown,
             update = lock.updates.recv(), if updates_open => match update {
                 Some(LockUpdate::Session(client)) => {
+                    io.settings.view.send_modify(|view| view.client.clone_from(&client));
                     io.session_changed(client);
                     continue;
                 }
-                Some(LockUpdate::Event(_)) => continue, // logged by the lock driver
+                Some(LockUpdate::Event(event)) => {
+                    // Logged by the lock driver.
+                    observer.event(&event);
+                    continue;
+                }
                 Some(LockUpdate::Status(status)) => {
+                    observer.status(&status, io.client.is_some());
+                    io.settings.view.send_modify(|view| view.lock = status);
                     if status.connected && !ready {
                         ready = true;
                         notify_systemd(&[sd_notify::NotifyState::Ready]);
@@ -191,7 +207,9 @@ pub async fn run(
             if let Input::RunEnded { claim, .. } = &input {
                 io.runs.remove(&claim.record.run_id);
             }
+            observer.input(&input);
             for action in machine.handle(input, Utc::now()) {
+                observer.action(&action);
                 match action {
                     Action::YieldLock => {
                         let _ = lock.commands.send(LockCommand::Yield);

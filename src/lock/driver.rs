@@ -10,6 +10,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -44,6 +45,31 @@ pub struct LockSettings {
     pub takeover_delay: Duration,
     /// Drawn once by the caller, up to a small fraction of the delay.
     pub jitter: Duration,
+    /// Written as servers answer, read by status (the HTTP API's lease).
+    pub heard: Arc<Heard>,
+}
+
+/// When a ZooKeeper server last answered this node (wall clock), and the session's timeout:
+/// ownership is provable until the sum, which status shows as the owner's lease.
+#[derive(Debug, Default)]
+pub struct Heard {
+    unix_ms: AtomicI64,
+    timeout_ms: AtomicI64,
+}
+
+impl Heard {
+    /// `(last heard, session timeout)` in ms; `None` before the first session.
+    pub fn lease(&self) -> Option<(i64, i64)> {
+        let timeout = self.timeout_ms.load(Ordering::Relaxed);
+        (timeout > 0).then(|| (self.unix_ms.load(Ordering::Relaxed), timeout))
+    }
+
+    fn heard_at(&self, at: std::time::SystemTime) {
+        let ms = at
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        self.unix_ms.fetch_max(ms, Ordering::Relaxed);
+    }
 }
 
 /// Where the lock stands, as the rest of zkcron needs it: sent after every step that changes it.
@@ -373,10 +399,16 @@ impl Connection {
     ) -> Self {
         let timeout = client.session_timeout();
         let last_heard = Arc::new(Mutex::new(now()));
+        settings.heard.heard_at(std::time::SystemTime::now());
+        settings.heard.timeout_ms.store(
+            i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX),
+            Ordering::Relaxed,
+        );
         let heartbeat = tokio::spawn(heartbeat(
             client.clone(),
             settings.paths.dir.clone(),
             Arc::clone(&last_heard),
+            Arc::clone(&settings.heard),
         ));
         Self {
             session: SessionId(client.session_id().0),
@@ -442,15 +474,22 @@ fn silence_input(live: &Connection, silenced: &mut Option<Silenced>) -> Option<I
 /// Asks the server something cheap every sixth of the session timeout and records when it last
 /// answered, so a disconnected owner can count the session timeout from the same moment the
 /// server does (DESIGN.md "The lock": Lost within the session timeout).
-async fn heartbeat(client: Client, path: String, last_heard: Arc<Mutex<Instant>>) {
+async fn heartbeat(
+    client: Client,
+    path: String,
+    last_heard: Arc<Mutex<Instant>>,
+    heard: Arc<Heard>,
+) {
     let period = client.session_timeout() / 6;
     let mut ticks = tokio::time::interval(period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
         let sent = now();
+        let sent_at = std::time::SystemTime::now();
         // The reply proves the server heard us after `sent`.
         if let Ok(Ok(_)) = tokio::time::timeout(period * 2, client.check_stat(&path)).await {
+            heard.heard_at(sent_at);
             let mut heard = last_heard.lock().unwrap_or_else(PoisonError::into_inner);
             *heard = (*heard).max(sent);
         }

@@ -1,0 +1,563 @@
+//! One small HTTP listener per node (`[http] listen`, docs/API.md): metrics, health, status and
+//! history to read; trigger, submissions, pause, resume and release to steer.
+//!
+//! Owns: routes, the bearer token check on write endpoints, JSON error bodies and status codes.
+//! Must not: hold policy. Reads go to ZooKeeper through `status` and `ledger`; writes go through
+//! `control::client` and `delayed::client`, the same code the CLI uses, and the owner acts on
+//! them through its fire machine like on any other input.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use chrono::Utc;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Config, JobConfig};
+use crate::control::client::{Steer, SteerError};
+use crate::delayed::client::SubmissionError;
+use crate::delayed::{Delayed, DelayedError, SubmissionId, SubmitRequest};
+use crate::ids::{JobName, NodeId};
+use crate::layout::{LedgerPaths, LockPaths};
+use crate::lock::driver::Heard;
+use crate::metrics::Metrics;
+use crate::view::NodeView;
+use crate::zk::Secret;
+
+/// The most runs `GET /v1/jobs/{job}/runs` returns.
+const MAX_RUNS: usize = 1000;
+
+/// Why the listener could not start.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot listen for HTTP on {listen}")]
+pub struct BindError {
+    pub listen: SocketAddr,
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// What every handler reads.
+#[derive(Clone)]
+pub struct HttpState {
+    pub metrics: Arc<Metrics>,
+    pub view: watch::Receiver<NodeView>,
+    /// The schedule file's settings; its jobs come from `jobs`.
+    pub base: Arc<Config>,
+    /// The jobs as last loaded (start, SIGHUP).
+    pub jobs: watch::Receiver<Vec<Arc<JobConfig>>>,
+    pub token: Option<Secret>,
+    pub me: NodeId,
+    pub heard: Arc<Heard>,
+}
+
+impl HttpState {
+    /// The schedule as loaded now, whole.
+    fn config(&self) -> Config {
+        let jobs = self.jobs.borrow();
+        Config {
+            jobs: jobs.iter().map(|job| JobConfig::clone(job)).collect(),
+            ..Config::clone(&self.base)
+        }
+    }
+
+    fn client(&self) -> Result<zookeeper_client::Client, ApiError> {
+        self.view
+            .borrow()
+            .client
+            .clone()
+            .ok_or_else(|| ApiError::unavailable("no zookeeper session on this node right now"))
+    }
+}
+
+/// Binds `listen` now (so a taken port fails the start) and serves until `shutdown`.
+///
+/// # Errors
+/// The address cannot be bound.
+pub async fn start(
+    listen: SocketAddr,
+    state: HttpState,
+    shutdown: CancellationToken,
+) -> Result<tokio::task::JoinHandle<()>, BindError> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|source| BindError { listen, source })?;
+    let bound = listener.local_addr().unwrap_or(listen);
+    tracing::info!(listen = %bound, "http listener up");
+    let app = router(state);
+    Ok(tokio::spawn(async move {
+        let served = axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await;
+        if let Err(err) = served {
+            tracing::error!(error = %err, "http listener failed");
+        }
+    }))
+}
+
+fn router(state: HttpState) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/v1/status", get(status))
+        .route("/v1/jobs/{job}/runs", get(runs))
+        .route("/v1/jobs/{job}/trigger", post(trigger))
+        .route("/v1/jobs/{job}/submissions", post(submit))
+        .route("/v1/jobs/{job}/pause", post(pause))
+        .route("/v1/jobs/{job}/resume", post(resume))
+        .route("/v1/submissions/{id}", delete(cancel))
+        .route("/v1/release", post(release))
+        .with_state(state)
+}
+
+/// An error as the API answers it: a status code and `{"error": "…"}`.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+        }
+    }
+
+    fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        #[derive(Serialize)]
+        struct Body {
+            error: String,
+        }
+        let mut response = (
+            self.status,
+            axum::Json(Body {
+                error: self.message,
+            }),
+        )
+            .into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+fn chain(err: &dyn std::error::Error) -> String {
+    crate::report::error_chain(err)
+}
+
+impl From<SteerError> for ApiError {
+    fn from(err: SteerError) -> Self {
+        let status = match &err {
+            SteerError::UnknownJob { .. } => StatusCode::NOT_FOUND,
+            SteerError::Paused { .. }
+            | SteerError::Disabled { .. }
+            | SteerError::NoOwner
+            | SteerError::NoPeer { .. } => StatusCode::CONFLICT,
+            SteerError::NotHandedOver { .. } => StatusCode::GATEWAY_TIMEOUT,
+            SteerError::Request(err) => return ApiError::from_delayed(err),
+            _ => StatusCode::SERVICE_UNAVAILABLE,
+        };
+        Self::new(status, chain(&err))
+    }
+}
+
+impl ApiError {
+    fn from_delayed(err: &DelayedError) -> Self {
+        let status = match err {
+            DelayedError::UnknownJob { .. }
+            | DelayedError::Submission(SubmissionError::NotFound { .. }) => StatusCode::NOT_FOUND,
+            DelayedError::Submission(
+                SubmissionError::Conflict { .. } | SubmissionError::NotPending { .. },
+            ) => StatusCode::CONFLICT,
+            err if err.is_refusal() => StatusCode::BAD_REQUEST,
+            _ => StatusCode::SERVICE_UNAVAILABLE,
+        };
+        Self::new(status, chain(err))
+    }
+}
+
+/// Write endpoints need `Authorization: Bearer <token>`; without a configured token they are off.
+fn authorize(state: &HttpState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(token) = &state.token else {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "write endpoints are off: [http] has no token_env or token_file",
+        ));
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "));
+    match given {
+        Some(given) if same_secret(given.trim().as_bytes(), token.expose().as_bytes()) => Ok(()),
+        Some(_) => Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "wrong bearer token",
+        )),
+        None => Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "this endpoint needs Authorization: Bearer <token>",
+        )),
+    }
+}
+
+/// Compares without stopping at the first difference, so timing tells nothing of the token.
+fn same_secret(given: &[u8], expected: &[u8]) -> bool {
+    given.len() == expected.len()
+        && given
+            .iter()
+            .zip(expected)
+            .fold(0u8, |diff, (a, b)| diff | (a ^ b))
+            == 0
+}
+
+/// Who asked, for the records.
+fn requester(peer: SocketAddr) -> String {
+    format!("http:{}", peer.ip())
+}
+
+async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.metrics.encode(),
+    )
+}
+
+#[derive(Serialize)]
+struct Ready {
+    ready: bool,
+    reason: Option<&'static str>,
+}
+
+/// Ready: a session is up and the schedule is loaded. Not: "this node owns the lock".
+async fn readyz(State(state): State<HttpState>) -> Response {
+    let connected = state.view.borrow().lock.connected;
+    let (code, reason) = if connected {
+        (StatusCode::OK, None)
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Some("no zookeeper session"),
+        )
+    };
+    (
+        code,
+        axum::Json(Ready {
+            ready: connected,
+            reason,
+        }),
+    )
+        .into_response()
+}
+
+/// This node's own view, beside the lock group's: ownership as a lease.
+#[derive(Serialize)]
+struct NodeReport {
+    node_id: NodeId,
+    owner: bool,
+    fencing_token: Option<i32>,
+    connected: bool,
+    /// When a ZooKeeper server last answered this node.
+    last_heard_unix_ms: Option<i64>,
+    session_timeout_ms: Option<i64>,
+    /// While owner: until when its ownership is provable without another answer (last heard +
+    /// session timeout); a peer may take over only after that and the takeover delay.
+    lease_until_unix_ms: Option<i64>,
+}
+
+#[derive(Serialize)]
+struct StatusBody {
+    node: NodeReport,
+    #[serde(flatten)]
+    group: crate::status::StatusReport,
+}
+
+async fn status(State(state): State<HttpState>) -> Result<Response, ApiError> {
+    let client = state.client()?;
+    let config = state.config();
+    let group = crate::status::gather(&client, &config, Utc::now())
+        .await
+        .map_err(|err| ApiError::unavailable(chain(&err)))?;
+    let lock = state.view.borrow().lock;
+    let lease = state.heard.lease();
+    let owner = lock.may_fire;
+    let node = NodeReport {
+        node_id: state.me.clone(),
+        owner,
+        fencing_token: lock.token.map(|t| t.0),
+        connected: lock.connected,
+        last_heard_unix_ms: lease.map(|(heard, _)| heard),
+        session_timeout_ms: lease.map(|(_, timeout)| timeout),
+        lease_until_unix_ms: lease
+            .filter(|_| lock.token.is_some())
+            .map(|(heard, timeout)| heard + timeout),
+    };
+    Ok(axum::Json(StatusBody { node, group }).into_response())
+}
+
+#[derive(Deserialize)]
+struct RunsQuery {
+    limit: Option<usize>,
+}
+
+async fn runs(
+    State(state): State<HttpState>,
+    Path(job): Path<String>,
+    Query(query): Query<RunsQuery>,
+) -> Result<Response, ApiError> {
+    let client = state.client()?;
+    let job = JobName::new(job);
+    let limit = query.limit.unwrap_or(20).min(MAX_RUNS);
+    let paths = LedgerPaths::new(&LockPaths::new(
+        &state.base.lock.root,
+        &state.base.lock.name,
+    ));
+    let records = crate::ledger::history(&client, &paths, &job, limit)
+        .await
+        .map_err(|err| ApiError::unavailable(chain(&err)))?;
+    Ok(axum::Json(records).into_response())
+}
+
+#[derive(Serialize)]
+struct Accepted {
+    submission_id: String,
+}
+
+async fn trigger(
+    State(state): State<HttpState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(job): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    authorize(&state, &headers)?;
+    let steer = Steer::with_client(state.client()?, &state.config());
+    let id = steer.trigger(&JobName::new(job), &requester(peer)).await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        axum::Json(Accepted {
+            submission_id: id.to_string(),
+        }),
+    )
+        .into_response())
+}
+
+/// `POST /v1/jobs/{job}/submissions`: exactly one of `at` and `in`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SubmitBody {
+    /// RFC 3339.
+    at: Option<String>,
+    /// A duration from now, e.g. "30m".
+    #[serde(rename = "in")]
+    in_: Option<String>,
+    id: Option<String>,
+    /// The run's stdin, as text.
+    payload: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Submitted {
+    submission_id: String,
+    /// `false`: the same request was submitted before under this id; nothing changed.
+    created: bool,
+}
+
+async fn submit(
+    State(state): State<HttpState>,
+    Path(job): Path<String>,
+    headers: HeaderMap,
+    body: Result<axum::Json<SubmitBody>, axum::extract::rejection::JsonRejection>,
+) -> Result<Response, ApiError> {
+    authorize(&state, &headers)?;
+    let axum::Json(body) =
+        body.map_err(|err| ApiError::new(StatusCode::BAD_REQUEST, err.body_text()))?;
+    let due = match (body.at, body.in_) {
+        (Some(at), None) => crate::delayed::due::due_at(&at, None).map_err(|err| {
+            ApiError::new(StatusCode::BAD_REQUEST, format!("\"at\": {}", chain(&err)))
+        })?,
+        (None, Some(within)) => {
+            crate::delayed::due::due_in(&within, Utc::now()).map_err(|err| {
+                ApiError::new(StatusCode::BAD_REQUEST, format!("\"in\": {}", chain(&err)))
+            })?
+        }
+        _ => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "give exactly one of \"at\" (RFC 3339) and \"in\" (a duration)",
+            ));
+        }
+    };
+    let id = body
+        .id
+        .as_deref()
+        .map(SubmissionId::parse)
+        .transpose()
+        .map_err(|err| ApiError::new(StatusCode::BAD_REQUEST, format!("\"id\": {err}")))?;
+    let delayed = Delayed::with_client(state.client()?, &state.config());
+    let receipt = delayed
+        .submit(SubmitRequest {
+            job: JobName::new(job),
+            due,
+            id,
+            payload: body.payload.unwrap_or_default().into_bytes(),
+        })
+        .await
+        .map_err(|err| ApiError::from_delayed(&err))?;
+    let created = receipt.outcome == crate::delayed::client::Submitted::Created;
+    let code = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((
+        code,
+        axum::Json(Submitted {
+            submission_id: receipt.id.to_string(),
+            created,
+        }),
+    )
+        .into_response())
+}
+
+async fn cancel(
+    State(state): State<HttpState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    authorize(&state, &headers)?;
+    let id = SubmissionId::parse(&id)
+        .map_err(|err| ApiError::new(StatusCode::BAD_REQUEST, err.to_string()))?;
+    let delayed = Delayed::with_client(state.client()?, &state.config());
+    delayed
+        .cancel(&id)
+        .await
+        .map_err(|err| ApiError::from_delayed(&err))?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct PauseBody {
+    reason: Option<String>,
+}
+
+#[derive(Serialize)]
+struct PauseAnswer {
+    job: String,
+    paused: bool,
+    /// The pause as stored (an earlier one when it was paused already).
+    by: Option<String>,
+    reason: Option<String>,
+}
+
+async fn pause(
+    State(state): State<HttpState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(job): Path<String>,
+    headers: HeaderMap,
+    body: Option<axum::Json<PauseBody>>,
+) -> Result<Response, ApiError> {
+    authorize(&state, &headers)?;
+    let reason = body.and_then(|axum::Json(body)| body.reason);
+    let steer = Steer::with_client(state.client()?, &state.config());
+    let name = JobName::new(job);
+    let by = requester(peer);
+    let stored = match steer.pause(&name, reason.as_deref(), &by).await? {
+        crate::control::store::Paused::Now => crate::control::Pause::new(reason.as_deref(), &by, 0),
+        crate::control::store::Paused::Already(pause) => pause,
+    };
+    Ok(axum::Json(PauseAnswer {
+        job: name.to_string(),
+        paused: true,
+        by: Some(stored.by),
+        reason: stored.reason,
+    })
+    .into_response())
+}
+
+async fn resume(
+    State(state): State<HttpState>,
+    Path(job): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    authorize(&state, &headers)?;
+    let steer = Steer::with_client(state.client()?, &state.config());
+    let name = JobName::new(job);
+    let was = steer.resume(&name).await?;
+    Ok(axum::Json(PauseAnswer {
+        job: name.to_string(),
+        paused: false,
+        by: was.as_ref().map(|p| p.by.clone()),
+        reason: was.and_then(|p| p.reason),
+    })
+    .into_response())
+}
+
+#[derive(Serialize)]
+struct ReleaseAnswer {
+    from: NodeId,
+    to: NodeId,
+    after_ms: u128,
+}
+
+/// This node hands the lock over (for its maintenance); refused unless it is the owner.
+async fn release(
+    State(state): State<HttpState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    authorize(&state, &headers)?;
+    if state.view.borrow().lock.token.is_none() {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!(
+                "{} does not own the lock: ask the owner's API, or use zkcron release",
+                state.me
+            ),
+        ));
+    }
+    let steer = Steer::with_client(state.client()?, &state.config());
+    let released = steer.release(&requester(peer)).await?;
+    Ok(axum::Json(ReleaseAnswer {
+        from: released.from,
+        to: released.to,
+        after_ms: released.after.as_millis(),
+    })
+    .into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_compare_whole() {
+        assert!(same_secret(b"s3cret", b"s3cret"));
+        assert!(!same_secret(b"s3cres", b"s3cret"));
+        assert!(!same_secret(b"s3cre", b"s3cret"));
+        assert!(!same_secret(b"", b"s3cret"));
+    }
+}

@@ -1,0 +1,426 @@
+//! Prometheus metrics of one node (`GET /metrics`, docs/API.md): the lock as this node sees it,
+//! and per job its runs, lateness, durations, skipped and missed ticks.
+//!
+//! Owns: the registry, every metric's name, help text and labels, and the classification of a
+//! record's reason into a small, fixed label set.
+//! Must not: decide anything or do I/O: the drivers report what happened, the HTTP listener
+//! encodes it.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::Registry;
+
+use crate::ids::JobName;
+use crate::ledger::record::{RunRecord, RunStatus};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct JobLabel {
+    job: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct JobStatusLabels {
+    job: String,
+    status: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct JobReasonLabels {
+    job: String,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+}
+
+/// Where the ZooKeeper session is, as `zkcron_zk_session_state` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionState {
+    /// No session (starting, or expired and not yet replaced).
+    None = 0,
+    Connected = 1,
+    /// A session that cannot reach a server right now.
+    Disconnected = 2,
+}
+
+type Histograms = Family<JobLabel, Histogram, fn() -> Histogram>;
+
+/// Lateness buckets: from a millisecond (on time) to an hour (caught up after an outage).
+fn lateness_buckets() -> Histogram {
+    Histogram::new([
+        0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0, 300.0, 3600.0,
+    ])
+}
+
+/// Duration buckets: from 10 ms to a day.
+fn duration_buckets() -> Histogram {
+    Histogram::new([
+        0.01, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 14_400.0, 86_400.0,
+    ])
+}
+
+/// One node's metrics.
+pub struct Metrics {
+    registry: Registry,
+    lock_owner: Gauge,
+    fencing_token: Gauge,
+    session_state: Gauge,
+    acquisitions: Counter,
+    lost: Counter,
+    runs: Family<JobStatusLabels, Counter>,
+    lateness: Histograms,
+    duration: Histograms,
+    last_success: Family<JobLabel, Gauge<f64, AtomicU64>>,
+    missed: Family<JobReasonLabels, Counter>,
+    skipped: Family<JobReasonLabels, Counter>,
+    running: Family<JobLabel, Gauge>,
+    delayed_pending: Gauge,
+    schedule_drift: Gauge,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let metrics = Self {
+            lock_owner: Gauge::default(),
+            fencing_token: Gauge::default(),
+            session_state: Gauge::default(),
+            acquisitions: Counter::default(),
+            lost: Counter::default(),
+            runs: Family::default(),
+            lateness: Family::new_with_constructor(lateness_buckets),
+            duration: Family::new_with_constructor(duration_buckets),
+            last_success: Family::default(),
+            missed: Family::default(),
+            skipped: Family::default(),
+            running: Family::default(),
+            delayed_pending: Gauge::default(),
+            schedule_drift: Gauge::default(),
+            registry: Registry::default(),
+        };
+        // Counters get `_total`, the info metric `_info`, from the encoder.
+        registry.register(
+            "zkcron_build",
+            "The zkcron version of this node",
+            Info::new(BuildLabels {
+                version: env!("CARGO_PKG_VERSION"),
+            }),
+        );
+        registry.register(
+            "zkcron_lock_owner",
+            "1 while this node owns the lock and may fire (connected), else 0",
+            metrics.lock_owner.clone(),
+        );
+        registry.register(
+            "zkcron_fencing_token",
+            "This node's fencing token while it owns the lock (the epoch's version), else 0",
+            metrics.fencing_token.clone(),
+        );
+        registry.register(
+            "zkcron_zk_session_state",
+            "The ZooKeeper session: 0 none, 1 connected, 2 disconnected",
+            metrics.session_state.clone(),
+        );
+        registry.register(
+            "zkcron_lock_acquisitions",
+            "Times this node acquired the lock (each with a new fencing token)",
+            metrics.acquisitions.clone(),
+        );
+        registry.register(
+            "zkcron_lock_lost",
+            "Times this node lost the lock (or could no longer prove it owned it)",
+            metrics.lost.clone(),
+        );
+        registry.register(
+            "zkcron_job_runs",
+            "Runs started by this node that ended, by final status",
+            metrics.runs.clone(),
+        );
+        registry.register(
+            "zkcron_job_fire_lateness_seconds",
+            "From a run's scheduled instant (tick or due time) to its start, on this node",
+            metrics.lateness.clone(),
+        );
+        registry.register(
+            "zkcron_job_duration_seconds",
+            "How long runs started by this node took, start to end",
+            metrics.duration.clone(),
+        );
+        registry.register(
+            "zkcron_job_last_success_timestamp_seconds",
+            "Unix time of the end of the job's latest successful run on this node",
+            metrics.last_success.clone(),
+        );
+        registry.register(
+            "zkcron_job_missed_ticks",
+            "Ticks recorded missed by this node (nobody fired them), by reason",
+            metrics.missed.clone(),
+        );
+        registry.register(
+            "zkcron_job_skipped",
+            "Ticks recorded skipped by this node, by reason (paused, run_alive, other)",
+            metrics.skipped.clone(),
+        );
+        registry.register(
+            "zkcron_job_running",
+            "Runs of the job alive on this node now",
+            metrics.running.clone(),
+        );
+        registry.register(
+            "zkcron_delayed_pending",
+            "Delayed submissions pending in the lock group, as last counted by this node while owner",
+            metrics.delayed_pending.clone(),
+        );
+        registry.register(
+            "zkcron_schedule_drift",
+            "1 while the owner sees members whose schedule differs from its own, else 0",
+            metrics.schedule_drift.clone(),
+        );
+        Self {
+            registry,
+            ..metrics
+        }
+    }
+
+    /// The Prometheus text format (OpenMetrics), for `GET /metrics`.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        text
+    }
+
+    /// The lock's status changed.
+    pub fn lock_status(&self, may_fire: bool, token: Option<i32>, session: SessionState) {
+        self.lock_owner.set(i64::from(may_fire));
+        self.fencing_token.set(token.map_or(0, i64::from));
+        self.session_state.set(session as i64);
+    }
+
+    pub fn acquired(&self) {
+        self.acquisitions.inc();
+    }
+
+    pub fn lost(&self) {
+        self.lost.inc();
+    }
+
+    /// A run started at `started_unix_ms` for its instant `scheduled_unix_ms`.
+    pub fn run_started(&self, job: &JobName, scheduled_unix_ms: i64, started_unix_ms: i64) {
+        let label = job_label(job);
+        let late_ms = (started_unix_ms - scheduled_unix_ms).max(0);
+        // Milliseconds as f64: exact far beyond any lateness.
+        #[allow(clippy::cast_precision_loss)]
+        self.lateness
+            .get_or_create(&label)
+            .observe(late_ms as f64 / 1000.0);
+        self.running.get_or_create(&label).inc();
+    }
+
+    /// A run's process ended after `seconds`.
+    pub fn run_ended(&self, job: &JobName, seconds: f64) {
+        let label = job_label(job);
+        self.duration.get_or_create(&label).observe(seconds);
+        self.running.get_or_create(&label).dec();
+    }
+
+    /// A record this node wrote: a run's final record, or a `skipped` or `missed` one.
+    pub fn recorded(&self, record: &RunRecord) {
+        let job = record.job.as_str().to_owned();
+        match record.status {
+            RunStatus::Skipped => {
+                let reason = skip_reason(record.error.as_deref());
+                self.skipped
+                    .get_or_create(&JobReasonLabels { job, reason })
+                    .inc();
+            }
+            RunStatus::Missed => {
+                let reason = miss_reason(record.error.as_deref());
+                self.missed
+                    .get_or_create(&JobReasonLabels { job, reason })
+                    .inc_by(record.missed_ticks.unwrap_or(1));
+            }
+            status @ (RunStatus::Succeeded
+            | RunStatus::Failed
+            | RunStatus::TimedOut
+            | RunStatus::Cancelled
+            | RunStatus::Interrupted) => {
+                if status == RunStatus::Succeeded {
+                    if let Some(end) = record.finished_unix_ms {
+                        #[allow(clippy::cast_precision_loss)]
+                        self.last_success
+                            .get_or_create(&JobLabel { job: job.clone() })
+                            .set(end as f64 / 1000.0);
+                    }
+                }
+                self.runs
+                    .get_or_create(&JobStatusLabels {
+                        job,
+                        status: status_name(status),
+                    })
+                    .inc();
+            }
+            RunStatus::Claimed | RunStatus::Running => {}
+        }
+    }
+
+    pub fn delayed_pending(&self, count: usize) {
+        self.delayed_pending
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+
+    pub fn schedule_drift(&self, drifting: bool) {
+        self.schedule_drift.set(i64::from(drifting));
+    }
+}
+
+fn job_label(job: &JobName) -> JobLabel {
+    JobLabel {
+        job: job.as_str().to_owned(),
+    }
+}
+
+fn status_name(status: RunStatus) -> &'static str {
+    match status {
+        RunStatus::Claimed => "claimed",
+        RunStatus::Running => "running",
+        RunStatus::Succeeded => "succeeded",
+        RunStatus::Failed => "failed",
+        RunStatus::TimedOut => "timed_out",
+        RunStatus::Cancelled => "cancelled",
+        RunStatus::Interrupted => "interrupted",
+        RunStatus::Skipped => "skipped",
+        RunStatus::Missed => "missed",
+    }
+}
+
+/// A skipped record's reason as a label: the texts the fire machine writes.
+fn skip_reason(error: Option<&str>) -> &'static str {
+    match error {
+        Some(text) if text.starts_with("paused by ") => "paused",
+        Some(text) if text.contains("run of the job is") => "run_alive",
+        _ => "other",
+    }
+}
+
+/// A missed record's reason as a label, from the cause the fire machine writes first.
+fn miss_reason(error: Option<&str>) -> &'static str {
+    match error {
+        Some(text) if text.contains("zookeeper was unreachable") => "zookeeper_unreachable",
+        Some(text) if text.contains("no node owned the lock") => "no_owner",
+        Some(text) if text.contains("stalled") || text.contains("ran past their time") => "stalled",
+        Some(text) if text.contains("starting_deadline") => "starting_deadline",
+        _ => "other",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{FencingToken, NodeId};
+
+    fn record(status: RunStatus, error: Option<&str>) -> RunRecord {
+        let mut record = RunRecord::claimed(
+            &JobName::new("report"),
+            1_000,
+            (&NodeId::new("n1"), "10.0.0.1"),
+            FencingToken(3),
+            1_000,
+        );
+        record.status = status;
+        record.error = error.map(str::to_owned);
+        record.finished_unix_ms = Some(2_500);
+        record
+    }
+
+    #[test]
+    fn the_text_format_has_every_documented_metric_with_its_help() {
+        let metrics = Metrics::new();
+        metrics.lock_status(true, Some(3), SessionState::Connected);
+        metrics.acquired();
+        let job = JobName::new("report");
+        metrics.run_started(&job, 1_000, 1_002);
+        metrics.run_ended(&job, 1.5);
+        metrics.recorded(&record(RunStatus::Succeeded, None));
+        metrics.recorded(&record(RunStatus::Skipped, Some("paused by ops@h: broken")));
+        let mut missed = record(
+            RunStatus::Missed,
+            Some("beyond starting_deadline: no node could fire it in time"),
+        );
+        missed.missed_ticks = Some(4);
+        metrics.recorded(&missed);
+        let text = metrics.encode();
+        for line in [
+            "zkcron_build_info{version=\"",
+            "zkcron_lock_owner 1",
+            "zkcron_fencing_token 3",
+            "zkcron_zk_session_state 1",
+            "zkcron_lock_acquisitions_total 1",
+            "zkcron_lock_lost_total 0",
+            "zkcron_job_runs_total{job=\"report\",status=\"succeeded\"} 1",
+            "zkcron_job_fire_lateness_seconds_bucket{le=\"0.0025\",job=\"report\"} 1",
+            "zkcron_job_fire_lateness_seconds_count{job=\"report\"} 1",
+            "zkcron_job_duration_seconds_sum{job=\"report\"} 1.5",
+            "zkcron_job_last_success_timestamp_seconds{job=\"report\"} 2.5",
+            "zkcron_job_skipped_total{job=\"report\",reason=\"paused\"} 1",
+            "zkcron_job_missed_ticks_total{job=\"report\",reason=\"starting_deadline\"} 4",
+            "zkcron_job_running{job=\"report\"} 0",
+            "zkcron_delayed_pending 0",
+            "zkcron_schedule_drift 0",
+            "# HELP zkcron_lock_owner 1 while this node owns the lock",
+        ] {
+            assert!(text.contains(line), "{line:?} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn reasons_become_a_small_fixed_label_set() {
+        assert_eq!(skip_reason(Some("paused by a@b")), "paused");
+        assert_eq!(
+            skip_reason(Some(
+                "a run of the job is still alive on this node (concurrency = forbid)"
+            )),
+            "run_alive"
+        );
+        assert_eq!(skip_reason(None), "other");
+        assert_eq!(
+            miss_reason(Some(
+                "claimed, but too late to start (the node was stalled)"
+            )),
+            "stalled"
+        );
+        assert_eq!(
+            miss_reason(Some(
+                "no node owned the lock; not caught up (misfire = skip)"
+            )),
+            "no_owner"
+        );
+        assert_eq!(
+            miss_reason(Some(
+                "zookeeper was unreachable; older than starting_deadline (1m)"
+            )),
+            "zookeeper_unreachable"
+        );
+        assert_eq!(miss_reason(Some("something new")), "other");
+    }
+}

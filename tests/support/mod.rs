@@ -10,6 +10,7 @@
 
 pub mod chaos;
 pub mod daemon;
+pub mod http;
 pub mod invariants;
 pub mod node;
 pub mod proxy;

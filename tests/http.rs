@@ -1,0 +1,236 @@
+//! The node's HTTP listener end to end (issue "Operate it"): a real `zkcron run` with `[http]`,
+//! real requests over loopback, the ledger and the jobs' own output as the proof.
+
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use support::daemon::{DaemonNode, RECORD_FIRE, read_fires, schedule_text};
+use support::http::{Reply, logged_port, request};
+use support::{shared_ensemble, unique_chroot, wait_for};
+
+const SESSION: Duration = Duration::from_secs(2);
+const DELAY: Duration = Duration::from_secs(3);
+const FIRST_FIRE: Duration = Duration::from_secs(10);
+const TOKEN: &str = "t0ken-for-tests";
+
+/// A node with a 1 Hz job `tick`, an on-demand job `report`, and `[http]` on a free port with
+/// the token in a file; returns it with its port.
+async fn node_with_http(dir: &Path, test: &str) -> (DaemonNode, u16) {
+    let token = dir.join("http.token");
+    std::fs::write(&token, format!("{TOKEN}\n")).expect("token file");
+    let fires = dir.join("fires.log");
+    let jobs = format!(
+        "[http]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"{}\"\n\n\
+         [[job]]\nname = \"tick\"\nschedule = \"* * * * * *\"\nshell = '{RECORD_FIRE}{}'\n\n\
+         [[job]]\nname = \"report\"\nshell = 'cat > {}/report-$ZKCRON_SUBMISSION_ID.out'\n",
+        token.display(),
+        fires.display(),
+        dir.display()
+    );
+    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot(test));
+    let text = schedule_text(&connect, "http", SESSION, DELAY, &jobs);
+    let node = DaemonNode::start(dir, "n1", &text);
+    node.wait_log("http listener up", FIRST_FIRE).await;
+    let port = logged_port(&node.log()).expect("the listener's port in the log");
+    (node, port)
+}
+
+#[track_caller]
+fn assert_status(reply: &Reply, status: u16) {
+    assert_eq!(reply.status, status, "{reply:?}");
+}
+
+#[tokio::test]
+async fn reads_are_open_and_show_the_node_as_owner_with_its_lease_and_its_fires_counted() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (node, port) = node_with_http(dir.path(), "http-read").await;
+    assert_status(&request(port, "GET", "/healthz", None, None).await, 200);
+    let fires = dir.path().join("fires.log");
+    wait_for("two fires", FIRST_FIRE, || {
+        let fired = read_fires(&fires).len() >= 2;
+        async move { fired.then_some(()) }
+    })
+    .await;
+    assert_status(&request(port, "GET", "/readyz", None, None).await, 200);
+
+    let metrics = request(port, "GET", "/metrics", None, None).await;
+    assert_status(&metrics, 200);
+    assert!(
+        metrics
+            .headers
+            .contains("content-type: application/openmetrics-text"),
+        "{metrics:?}"
+    );
+    for line in [
+        "zkcron_lock_owner 1",
+        "zkcron_zk_session_state 1",
+        "zkcron_lock_acquisitions_total 1",
+        "# HELP zkcron_job_fire_lateness_seconds",
+    ] {
+        assert!(metrics.body.contains(line), "{line:?} in\n{}", metrics.body);
+    }
+    // Every fire the job logged is counted by the lateness histogram (and more may come).
+    let counted = |body: &str| -> u64 {
+        body.lines()
+            .find_map(|l| l.strip_prefix("zkcron_job_fire_lateness_seconds_count{job=\"tick\"} "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let logged = read_fires(&fires).len() as u64;
+    let again = request(port, "GET", "/metrics", None, None).await;
+    assert!(
+        counted(&again.body) >= logged,
+        "{logged} fires in\n{}",
+        again.body
+    );
+
+    let status = request(port, "GET", "/v1/status", None, None).await;
+    assert_status(&status, 200);
+    let status = status.json();
+    assert_eq!(status["node"]["node_id"], "n1");
+    assert_eq!(status["node"]["owner"], true);
+    let heard = status["node"]["last_heard_unix_ms"]
+        .as_i64()
+        .expect("heard");
+    let lease = status["node"]["lease_until_unix_ms"]
+        .as_i64()
+        .expect("a lease");
+    assert_eq!(
+        lease - heard,
+        status["node"]["session_timeout_ms"]
+            .as_i64()
+            .expect("timeout")
+    );
+    assert_eq!(status["lock"]["owner"]["node_id"], "n1");
+    assert_eq!(status["format"], 1);
+
+    let runs = request(port, "GET", "/v1/jobs/tick/runs?limit=2", None, None).await;
+    assert_status(&runs, 200);
+    let runs = runs.json();
+    assert_eq!(runs.as_array().map(Vec::len), Some(2), "{runs}");
+    assert_eq!(runs[0]["job"], "tick");
+    drop(node);
+}
+
+#[tokio::test]
+async fn writes_need_the_token_and_go_through_zookeeper_like_the_cli() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (node, port) = node_with_http(dir.path(), "http-write").await;
+    node.wait_log("owns the lock", FIRST_FIRE).await;
+
+    let anonymous = request(port, "POST", "/v1/jobs/report/trigger", None, None).await;
+    assert_status(&anonymous, 401);
+    assert!(
+        anonymous.headers.contains("www-authenticate: bearer"),
+        "{anonymous:?}"
+    );
+    assert!(anonymous.json()["error"].as_str().is_some());
+    let wrong = request(port, "POST", "/v1/jobs/report/trigger", Some("nope"), None).await;
+    assert_status(&wrong, 401);
+    assert_status(
+        &request(port, "POST", "/v1/jobs/nope/trigger", Some(TOKEN), None).await,
+        404,
+    );
+
+    let triggered = request(port, "POST", "/v1/jobs/report/trigger", Some(TOKEN), None).await;
+    assert_status(&triggered, 202);
+    let id = triggered.json()["submission_id"]
+        .as_str()
+        .expect("an id")
+        .to_owned();
+    let out = dir.path().join(format!("report-{id}.out"));
+    wait_for("the triggered run", Duration::from_secs(5), || {
+        let ran = out.exists();
+        async move { ran.then_some(()) }
+    })
+    .await;
+
+    let body = r#"{"in": "1s", "id": "order-7", "payload": "{\"order\": 7}"}"#;
+    let submitted = request(
+        port,
+        "POST",
+        "/v1/jobs/report/submissions",
+        Some(TOKEN),
+        Some(body),
+    )
+    .await;
+    assert_status(&submitted, 201);
+    assert_eq!(submitted.json()["submission_id"], "order-7");
+    let out = dir.path().join("report-order-7.out");
+    let payload = wait_for("the submission's run", Duration::from_secs(5), || {
+        let text = std::fs::read_to_string(&out).ok().filter(|t| !t.is_empty());
+        async move { text }
+    })
+    .await;
+    assert_eq!(payload, "{\"order\": 7}");
+    let bad = request(
+        port,
+        "POST",
+        "/v1/jobs/report/submissions",
+        Some(TOKEN),
+        Some(r#"{"in": "soon"}"#),
+    )
+    .await;
+    assert_status(&bad, 400);
+    assert_status(
+        &request(port, "DELETE", "/v1/submissions/order-7", Some(TOKEN), None).await,
+        409,
+    );
+    assert_status(
+        &request(
+            port,
+            "DELETE",
+            "/v1/submissions/never-made",
+            Some(TOKEN),
+            None,
+        )
+        .await,
+        404,
+    );
+
+    let paused = request(
+        port,
+        "POST",
+        "/v1/jobs/tick/pause",
+        Some(TOKEN),
+        Some(r#"{"reason": "from http"}"#),
+    )
+    .await;
+    assert_status(&paused, 200);
+    let status = request(port, "GET", "/v1/status", None, None).await.json();
+    let tick = status["jobs"]
+        .as_array()
+        .and_then(|jobs| jobs.iter().find(|j| j["name"] == "tick").cloned())
+        .expect("tick");
+    assert_eq!(tick["paused"]["reason"], "from http");
+    assert!(
+        tick["paused"]["by"]
+            .as_str()
+            .is_some_and(|by| by.starts_with("http:127.0.0.1")),
+        "{tick}"
+    );
+    assert_status(
+        &request(port, "POST", "/v1/jobs/report/trigger", Some(TOKEN), None).await,
+        202,
+    );
+    assert_status(
+        &request(port, "POST", "/v1/jobs/tick/trigger", Some(TOKEN), None).await,
+        409,
+    );
+    assert_status(
+        &request(port, "POST", "/v1/jobs/tick/resume", Some(TOKEN), None).await,
+        200,
+    );
+    // A lone node: no peer to hand the lock to.
+    let release = request(port, "POST", "/v1/release", Some(TOKEN), None).await;
+    assert_status(&release, 409);
+    assert!(
+        release.json()["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("no other node")),
+        "{release:?}"
+    );
+    drop(node);
+}

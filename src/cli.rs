@@ -511,6 +511,12 @@ fn status_lines(report: &StatusReport, config: &Config) -> Vec<String> {
             ));
         }
     }
+    for drift in &report.schedule_drift {
+        lines.push(format!(
+            "schedule drift: {} (it would fire a different schedule after a takeover)",
+            zkcron::drift::describe(drift)
+        ));
+    }
     // Submissions for jobs the schedule no longer declares are kept; say so.
     for away in &report.undeclared_pending {
         lines.push(format!(

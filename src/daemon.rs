@@ -14,13 +14,14 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{self, Config, JobConfig};
+use crate::drift;
 use crate::fire::FireMachine;
 use crate::fire::driver::{self as fire_driver, FireSettings, LockTask};
 use crate::fire::machine::Me;
 use crate::http::{BindError, HttpState};
 use crate::layout::ControlPaths;
 use crate::ledger::LedgerPaths;
-use crate::lock::driver::{self, DriverError, Heard, LockPaths, LockSettings};
+use crate::lock::driver::{self, DriverError, Heard, LockCommand, LockPaths, LockSettings};
 use crate::lock::node::OwnerInfo;
 use crate::metrics::Metrics;
 use crate::report::error_chain;
@@ -85,13 +86,17 @@ pub async fn run(
     };
     let lock = LockSettings {
         paths: paths.clone(),
-        me: settings.me.clone(),
+        me: OwnerInfo {
+            schedule: Some(drift::fingerprint(jobs.iter().map(Arc::as_ref))),
+            ..settings.me.clone()
+        },
         takeover_delay: config.lock.takeover_delay,
         jitter: settings.jitter,
         heard: Arc::clone(&heard),
     };
     let (updates_tx, updates) = mpsc::unbounded_channel();
     let (commands, mut received) = mpsc::unbounded_channel();
+    let commands_for_reload = commands.clone();
     let release = CancellationToken::new();
     let handle = tokio::spawn({
         let release = release.clone();
@@ -122,7 +127,11 @@ pub async fn run(
         config,
         settings.launcher.clone(),
         reloads,
-        (jobs_tx, loaded_tx),
+        Reloaded {
+            jobs: jobs_tx,
+            loaded: loaded_tx,
+            lock: commands_for_reload,
+        },
     ));
     tracing::info!(jobs = jobs.len(), node_id = %settings.me.node_id, "zkcron started");
     let result = fire_driver::run(machine, fire, lock_task, jobs_rx, shutdown).await;
@@ -160,19 +169,31 @@ async fn reload_on_request(
     mut current: Config,
     launcher: Launcher,
     mut requests: mpsc::UnboundedReceiver<()>,
-    (jobs, loaded): (mpsc::UnboundedSender<Jobs>, watch::Sender<Jobs>),
+    to: Reloaded,
 ) {
     while let Some(()) = requests.recv().await {
         if let Some(mut new) = reload(&path, &current) {
             let shared = shared_jobs(&mut new, &launcher);
+            let hash = drift::fingerprint(shared.iter().map(Arc::as_ref));
+            let _ = to.lock.send(LockCommand::Schedule(hash));
             // Only the HTTP API reads it, when it is on.
-            loaded.send_replace(shared.clone());
-            if jobs.send(shared).is_err() {
+            to.loaded.send_replace(shared.clone());
+            if to.jobs.send(shared).is_err() {
                 return;
             }
             current = new;
         }
     }
+}
+
+/// Where a reloaded schedule goes.
+struct Reloaded {
+    /// The fire machine.
+    jobs: mpsc::UnboundedSender<Jobs>,
+    /// The HTTP API.
+    loaded: watch::Sender<Jobs>,
+    /// The member node's schedule fingerprint.
+    lock: mpsc::UnboundedSender<LockCommand>,
 }
 
 /// Re-reads the schedule; on any problem keeps the current one and says why.

@@ -40,6 +40,7 @@ pub fn this_process(node_id: Option<&NodeId>) -> Result<OwnerInfo, IdentityError
         version: env!("CARGO_PKG_VERSION").to_owned(),
         since_unix_ms: 0,
         releasing: false,
+        schedule: None,
     })
 }
 

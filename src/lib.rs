@@ -16,6 +16,7 @@ pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod delayed;
+pub mod drift;
 pub mod fire;
 pub mod heap;
 pub mod http;

@@ -14,6 +14,7 @@ use crate::config::Config;
 use crate::control::{Pause, store as control_store};
 use crate::delayed::DelayedError;
 use crate::delayed::client::pending_summary;
+use crate::drift::{self, Drift};
 use crate::ids::{JobName, NodeId};
 use crate::layout::{ControlPaths, LedgerPaths, LockPaths};
 use crate::ledger::record::{RunRecord, RunStatus};
@@ -52,6 +53,8 @@ pub struct StatusReport {
     pub undeclared_pending: Vec<UndeclaredPending>,
     /// Whether every pending submission was counted (at most [`PENDING_LIMIT`]).
     pub pending_complete: bool,
+    /// Members whose published schedule differs from the owner's (`drift`).
+    pub schedule_drift: Vec<Drift>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -135,7 +138,7 @@ pub async fn gather(
         fencing_token: epoch.as_ref().map(|e| e.token),
         last_acquired_by: epoch.and_then(|e| e.by),
     };
-    let members = inspect::members(client, &paths)
+    let members: Vec<MemberReport> = inspect::members(client, &paths)
         .await?
         .into_iter()
         .map(|m| MemberReport {
@@ -143,6 +146,7 @@ pub async fn gather(
             info: m.info,
         })
         .collect();
+    let schedule_drift = drift_from_owner(&lock, &members);
     let ledger_paths = LedgerPaths::new(&paths);
     let pending = pending_summary(client, &ledger_paths.delayed, PENDING_LIMIT).await?;
     let pauses = control_store::pauses(client, &ControlPaths::new(&paths)).await?;
@@ -192,7 +196,27 @@ pub async fn gather(
         jobs,
         undeclared_pending,
         pending_complete: pending.complete,
+        schedule_drift,
     })
+}
+
+/// The members whose schedule differs from the owner's, as its member node publishes it.
+fn drift_from_owner(lock: &LockReport, members: &[MemberReport]) -> Vec<Drift> {
+    let Some(owner) = lock.owner.as_ref().map(|o| &o.node_id) else {
+        return Vec::new();
+    };
+    let own = members
+        .iter()
+        .find(|m| &m.node_id == owner)
+        .and_then(|m| m.info.as_ref()?.schedule.as_ref());
+    let Some(own) = own else {
+        return Vec::new();
+    };
+    members
+        .iter()
+        .filter(|m| &m.node_id != owner)
+        .filter_map(|m| drift::compare(own, &m.node_id, m.info.as_ref()?.schedule.as_ref()))
+        .collect()
 }
 
 /// Ticks the kept records say nobody fired.

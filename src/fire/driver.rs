@@ -10,6 +10,7 @@
 mod alarm;
 mod control;
 mod delayed;
+mod drift;
 mod listing;
 mod observe;
 
@@ -288,6 +289,15 @@ impl Io {
                 self.answers.clone(),
                 stop.clone(),
             );
+            drift::DriftWatch {
+                client: client.clone(),
+                group: self.settings.group.clone(),
+                me: self.settings.me.clone(),
+                metrics: Arc::clone(&self.settings.metrics),
+                view: self.settings.view.subscribe(),
+                stop: stop.clone(),
+            }
+            .spawn();
             self.watch = Some(stop);
         }
         self.group = client.clone().map(|client| {

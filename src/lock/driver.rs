@@ -99,13 +99,15 @@ impl LockStatus {
 }
 
 /// What the fire side asks of the lock driver.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LockCommand {
     /// A tick claim with this token failed its epoch check: if it is still our token, the
     /// machine verifies it again.
     FenceFailed(FencingToken),
     /// Hand the lock over on an operator's request (`zkcron release`), claims withdrawn.
     Yield,
+    /// The schedule was reloaded: publish its fingerprint in our member node (`drift`).
+    Schedule(crate::drift::ScheduleHash),
 }
 
 /// What the lock driver tells the rest of zkcron, on one ordered stream: a status is never seen
@@ -182,6 +184,9 @@ pub async fn run(
     updates: &mpsc::UnboundedSender<LockUpdate>,
     commands: &mut mpsc::UnboundedReceiver<LockCommand>,
 ) -> Result<(), DriverError> {
+    // Ours to change: a reload publishes a new schedule fingerprint in the member node.
+    let mut owned = settings.clone();
+    let settings = &mut owned;
     let mut machine = LockMachine::new(
         settings.me.node_id.clone(),
         settings.takeover_delay,
@@ -273,6 +278,11 @@ pub async fn run(
                     tracing::info!(path = settings.paths.lock, "handing the lock over on request");
                     Some(Input::Yield)
                 }
+                LockCommand::Schedule(hash) => {
+                    settings.me.schedule = Some(hash);
+                    publish_member(live, settings).await;
+                    None
+                }
             },
         };
         let input = match resumed {
@@ -334,6 +344,23 @@ pub async fn run(
         }
     }
     Ok(())
+}
+
+/// Rewrites our member node with what `settings.me` says now (a new schedule fingerprint). A
+/// failure is logged: the next session registers it afresh.
+async fn publish_member(live: &Connection, settings: &LockSettings) {
+    let member = settings.paths.member(&settings.me.node_id);
+    let written = tokio::time::timeout(
+        live.request_timeout(),
+        live.client.set_data(&member, &settings.me.to_bytes(), None),
+    )
+    .await;
+    if !matches!(written, Ok(Ok(_))) {
+        tracing::warn!(
+            path = member,
+            "schedule fingerprint not published; it is at the next session"
+        );
+    }
 }
 
 /// Sends the status if it changed since the last one sent.
@@ -683,9 +710,11 @@ fn token_of(results: &[MultiWriteResult]) -> Result<FencingToken, RequestFailed>
 /// Acquires: create the ephemeral lock node and bump the epoch, all or nothing.
 async fn create(conn: &Connection, settings: &LockSettings) -> Option<Input> {
     let paths = &settings.paths;
+    // The schedule's fingerprint is a member's, not the lock's.
     let info = OwnerInfo {
         since_unix_ms: unix_ms(),
         releasing: false,
+        schedule: None,
         ..settings.me.clone()
     };
     let options = CreateMode::Ephemeral.with_acls(conn.acls);
@@ -800,6 +829,7 @@ async fn release(conn: &Connection, settings: &LockSettings, lock_version: i32) 
     let marked = OwnerInfo {
         releasing: true,
         since_unix_ms: unix_ms(),
+        schedule: None,
         ..settings.me.clone()
     };
     let marked = marked.to_bytes();

@@ -22,6 +22,10 @@ pub struct OwnerInfo {
     /// contend at once instead of waiting the takeover delay (DESIGN.md "Waiting").
     #[serde(default)]
     pub releasing: bool,
+    /// In a member node: the fingerprint of this node's effective schedule (`drift`); an older
+    /// zkcron publishes none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<crate::drift::ScheduleHash>,
 }
 
 impl OwnerInfo {
@@ -98,6 +102,7 @@ mod tests {
             version: "0.1.0".into(),
             since_unix_ms: 1,
             releasing: false,
+            schedule: None,
         };
         assert_eq!(OwnerInfo::parse(&info.to_bytes()).unwrap(), info);
         let old = br#"{"node_id":"n","ip":"i","host":"h","pid":1,"version":"v","since_unix_ms":2}"#;

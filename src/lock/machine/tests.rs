@@ -25,6 +25,7 @@ fn info(node_id: &str, releasing: bool) -> OwnerInfo {
         version: "test".into(),
         since_unix_ms: 0,
         releasing,
+        schedule: None,
     }
 }
 

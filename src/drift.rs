@@ -1,0 +1,201 @@
+//! Schedule drift (issue "Operate it"): every node publishes a fingerprint of its effective
+//! schedule in its member znode; the owner compares them, so a follower that would fire a
+//! different schedule after a takeover is visible before the failover.
+//!
+//! Owns: what counts as the effective schedule (everything that decides what fires and how:
+//! names, schedules, zones, commands, policies; not where this host keeps the zkcron binary),
+//! its fingerprint, and comparing two of them down to the differing jobs.
+//! Must not: do I/O or decide anything about firing.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::JobConfig;
+use crate::ids::{JobName, NodeId};
+
+/// Per-job fingerprints are published only up to this many bytes in all (a member znode is read
+/// by every catch-up); beyond, only the total says whether schedules differ.
+const JOBS_DETAIL_LIMIT: usize = 64 * 1024;
+
+/// A schedule's fingerprint, as a member znode carries it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScheduleHash {
+    /// CRC-32 over every job's fingerprint, in name order: 8 hex digits.
+    pub total: String,
+    /// Per job, its CRC-32; `None` when the schedule is too large to list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jobs: Option<BTreeMap<JobName, String>>,
+}
+
+/// How one member's schedule differs from the owner's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Drift {
+    pub node: NodeId,
+    /// Jobs declared differently, or only on one side; empty when the member published no
+    /// per-job detail (or none at all: an older zkcron).
+    pub jobs: Vec<JobName>,
+}
+
+/// The fingerprint of `jobs`' effective schedule.
+pub fn fingerprint<'a>(jobs: impl IntoIterator<Item = &'a JobConfig>) -> ScheduleHash {
+    let per_job: BTreeMap<JobName, String> = jobs
+        .into_iter()
+        .map(|job| {
+            (
+                job.spec.name.clone(),
+                format!("{:08x}", crc32fast::hash(job_text(job).as_bytes())),
+            )
+        })
+        .collect();
+    let mut all = crc32fast::Hasher::new();
+    let mut size = 0;
+    for (name, hash) in &per_job {
+        all.update(name.as_str().as_bytes());
+        all.update(b"=");
+        all.update(hash.as_bytes());
+        all.update(b"\n");
+        size += name.as_str().len() + hash.len() + 6;
+    }
+    ScheduleHash {
+        total: format!("{:08x}", all.finalize()),
+        jobs: (size <= JOBS_DETAIL_LIMIT).then_some(per_job),
+    }
+}
+
+/// Everything about a job that changes what fires, when, or how, as text.
+fn job_text(job: &JobConfig) -> String {
+    let spec = &job.spec;
+    let mut text = String::new();
+    // Writing to a String cannot fail.
+    let _ = write!(
+        text,
+        "schedule={:?}\ntz={}\nenabled={}\nprogram={:?}\ndir={:?}\nenv={:?}\ntimeout={:?}\n\
+         grace={:?}\non_lost={:?}\nconcurrency={:?}\nmisfire={:?}\ndeadline={:?}\n\
+         interrupted={:?}\nretries={}\nbackoff={:?}\nmax_running={}\nhistory={}",
+        job.schedule.as_ref().map(|s| s.expression()),
+        job.timezone.name(),
+        job.enabled,
+        spec.program,
+        spec.working_dir,
+        spec.env,
+        spec.timeout,
+        spec.kill_grace,
+        job.on_lost,
+        job.concurrency,
+        job.misfire,
+        job.starting_deadline,
+        job.on_interrupted,
+        job.retries,
+        job.retry_backoff,
+        job.max_running,
+        job.history,
+    );
+    text
+}
+
+/// How `theirs` (member `node`'s published fingerprint) differs from `own`; `None` when they
+/// agree.
+pub fn compare(own: &ScheduleHash, node: &NodeId, theirs: Option<&ScheduleHash>) -> Option<Drift> {
+    let theirs = match theirs {
+        Some(theirs) if theirs.total == own.total => return None,
+        Some(theirs) => theirs,
+        None => {
+            return Some(Drift {
+                node: node.clone(),
+                jobs: Vec::new(),
+            });
+        }
+    };
+    let jobs = match (&own.jobs, &theirs.jobs) {
+        (Some(mine), Some(other)) => {
+            let mut differing: Vec<JobName> = mine
+                .iter()
+                .filter(|(name, hash)| other.get(*name) != Some(*hash))
+                .map(|(name, _)| name.clone())
+                .chain(
+                    other
+                        .keys()
+                        .filter(|name| !mine.contains_key(*name))
+                        .cloned(),
+                )
+                .collect();
+            differing.sort();
+            differing
+        }
+        _ => Vec::new(),
+    };
+    Some(Drift {
+        node: node.clone(),
+        jobs,
+    })
+}
+
+/// Drift as one line for the log and `zkcron status`.
+pub fn describe(drift: &Drift) -> String {
+    if drift.jobs.is_empty() {
+        format!(
+            "{}: its schedule differs (no per-job detail published)",
+            drift.node
+        )
+    } else {
+        let names: Vec<&str> = drift.jobs.iter().map(JobName::as_str).collect();
+        format!("{}: jobs {} differ", drift.node, names.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    fn jobs(tables: &str) -> Vec<JobConfig> {
+        let text = format!("[zookeeper]\nconnect = \"zk:2181\"\n[lock]\nname = \"g\"\n{tables}");
+        crate::config::parse(Path::new("t.toml"), &text, &|_| None)
+            .expect("valid")
+            .jobs
+    }
+
+    const A: &str = "[[job]]\nname = \"a\"\nschedule = \"@hourly\"\nshell = \"true\"\n";
+    const B: &str = "[[job]]\nname = \"b\"\nschedule = \"@daily\"\nshell = \"true\"\n";
+
+    #[test]
+    fn the_same_schedule_agrees_whatever_the_order_or_the_file_layout() {
+        let one = fingerprint(&jobs(&format!("{A}{B}")));
+        let two = fingerprint(&jobs(&format!("{B}\n\n# comment\n{A}")));
+        assert_eq!(one, two);
+        assert_eq!(compare(&one, &NodeId::new("n2"), Some(&two)), None);
+        assert_eq!(one.total.len(), 8);
+    }
+
+    #[test]
+    fn a_changed_job_an_extra_job_and_a_missing_job_are_named() {
+        let own = fingerprint(&jobs(&format!("{A}{B}")));
+        let changed = fingerprint(&jobs(&format!("{}{B}", A.replace("@hourly", "@daily"))));
+        let drift = compare(&own, &NodeId::new("n2"), Some(&changed)).expect("drift");
+        assert_eq!(drift.jobs, vec![JobName::new("a")]);
+        assert_eq!(describe(&drift), "n2: jobs a differ");
+        let extra = fingerprint(&jobs(&format!(
+            "{A}{B}[[job]]\nname = \"c\"\nshell = \"true\"\n"
+        )));
+        let drift = compare(&own, &NodeId::new("n3"), Some(&extra)).expect("drift");
+        assert_eq!(drift.jobs, vec![JobName::new("c")]);
+        let fewer = fingerprint(&jobs(A));
+        assert_eq!(
+            compare(&own, &NodeId::new("n4"), Some(&fewer)).map(|d| d.jobs),
+            Some(vec![JobName::new("b")])
+        );
+        let disabled = fingerprint(&jobs(&format!("{A}enabled = false\n{B}")));
+        assert!(compare(&own, &NodeId::new("n5"), Some(&disabled)).is_some());
+    }
+
+    #[test]
+    fn a_member_that_publishes_nothing_counts_as_drifting_without_detail() {
+        let own = fingerprint(&jobs(A));
+        let drift = compare(&own, &NodeId::new("old"), None).expect("drift");
+        assert!(drift.jobs.is_empty());
+        assert!(describe(&drift).contains("no per-job detail"));
+    }
+}

@@ -1,0 +1,116 @@
+//! The owner's watch on the members' schedule fingerprints (`crate::drift`): a member that would
+//! fire a different schedule is logged once per change and exported as `zkcron_schedule_drift`.
+//!
+//! Owns: one persistent recursive watch on `members/` per session, and what was last reported.
+//! Must not: decide anything about firing; a drifting member is reported, never refused.
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use zookeeper_client::{AddWatchMode, Client, EventType};
+
+use crate::drift::{self, Drift};
+use crate::ids::NodeId;
+use crate::lock::driver::LockPaths;
+use crate::lock::inspect;
+use crate::metrics::Metrics;
+use crate::report::error_chain;
+use crate::view::NodeView;
+
+/// What the watch needs, for one session.
+pub(super) struct DriftWatch {
+    pub client: Client,
+    pub group: LockPaths,
+    pub me: NodeId,
+    pub metrics: Arc<Metrics>,
+    pub view: watch::Receiver<NodeView>,
+    pub stop: CancellationToken,
+}
+
+impl DriftWatch {
+    /// Compares at the start, after every change below `members/` and every change of this
+    /// node's lock status, while this node owns the lock; ends with the session or `stop`.
+    pub(super) fn spawn(mut self) {
+        tokio::spawn(async move {
+            let watcher = tokio::select! {
+                () = self.stop.cancelled() => return,
+                watcher = self.client.watch(&self.group.members, AddWatchMode::PersistentRecursive) => watcher,
+            };
+            let mut watcher = match watcher {
+                Ok(watcher) => watcher,
+                Err(err) => {
+                    tracing::warn!(path = self.group.members, error = %err, "cannot watch the members' schedules; drift is not checked this session");
+                    return;
+                }
+            };
+            let mut reported: Option<Vec<Drift>> = None;
+            loop {
+                let owner = self.view.borrow().lock.may_fire;
+                if owner {
+                    if let Some(drifts) = self.compare().await {
+                        self.metrics.schedule_drift(!drifts.is_empty());
+                        report(&mut reported, drifts);
+                    }
+                } else {
+                    self.metrics.schedule_drift(false);
+                    reported = None;
+                }
+                tokio::select! {
+                    () = self.stop.cancelled() => return,
+                    event = watcher.changed() => {
+                        if event.event_type == EventType::Session && event.session_state.is_terminated() {
+                            return;
+                        }
+                    }
+                    changed = self.view.changed() => if changed.is_err() { return },
+                }
+            }
+        });
+    }
+
+    /// Every live member's drift from this node's published schedule; `None` when it cannot
+    /// be read (logged; the next change tries again).
+    async fn compare(&self) -> Option<Vec<Drift>> {
+        let members = match inspect::members(&self.client, &self.group).await {
+            Ok(members) => members,
+            Err(err) => {
+                tracing::warn!(error = %error_chain(&err), "cannot read the members' schedules");
+                return None;
+            }
+        };
+        let own = members
+            .iter()
+            .find(|m| m.node_id == self.me)
+            .and_then(|m| m.info.as_ref()?.schedule.clone())?;
+        Some(
+            members
+                .iter()
+                .filter(|m| m.node_id != self.me)
+                .filter_map(|m| {
+                    let info = m.info.as_ref()?;
+                    drift::compare(&own, &m.node_id, info.schedule.as_ref())
+                })
+                .collect(),
+        )
+    }
+}
+
+/// Logs a change of the drift seen, once.
+fn report(reported: &mut Option<Vec<Drift>>, drifts: Vec<Drift>) {
+    if reported.as_ref() == Some(&drifts) {
+        return;
+    }
+    if drifts.is_empty() {
+        if reported.as_ref().is_some_and(|before| !before.is_empty()) {
+            tracing::info!("schedule drift gone: every member publishes the owner's schedule");
+        }
+    } else {
+        let details: Vec<String> = drifts.iter().map(drift::describe).collect();
+        tracing::warn!(
+            members = details.join("; "),
+            "schedule drift: these members would fire a different schedule after a takeover"
+        );
+    }
+    *reported = Some(drifts);
+}

@@ -6,7 +6,7 @@ mod support;
 use std::path::Path;
 use std::time::Duration;
 
-use support::daemon::{DaemonNode, RECORD_FIRE, read_fires, schedule_text};
+use support::daemon::{DaemonNode, RECORD_FIRE, read_fires, schedule_text, zkcron_ok};
 use support::http::{Reply, logged_port, request};
 use support::{shared_ensemble, unique_chroot, wait_for};
 
@@ -18,6 +18,15 @@ const TOKEN: &str = "t0ken-for-tests";
 /// A node with a 1 Hz job `tick`, an on-demand job `report`, and `[http]` on a free port with
 /// the token in a file; returns it with its port.
 async fn node_with_http(dir: &Path, test: &str) -> (DaemonNode, u16) {
+    node_with_http_after(dir, test, |_| {}).await
+}
+
+/// Like [`node_with_http`], running `before` on the node's schedule file before it starts.
+async fn node_with_http_after(
+    dir: &Path,
+    test: &str,
+    before: impl FnOnce(&Path),
+) -> (DaemonNode, u16) {
     let token = dir.join("http.token");
     std::fs::write(&token, format!("{TOKEN}\n")).expect("token file");
     let fires = dir.join("fires.log");
@@ -31,6 +40,9 @@ async fn node_with_http(dir: &Path, test: &str) -> (DaemonNode, u16) {
     );
     let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot(test));
     let text = schedule_text(&connect, "http", SESSION, DELAY, &jobs);
+    let early = dir.join("before.toml");
+    std::fs::write(&early, &text).expect("schedule file");
+    before(&early);
     let node = DaemonNode::start(dir, "n1", &text);
     node.wait_log("http listener up", FIRST_FIRE).await;
     let port = logged_port(&node.log()).expect("the listener's port in the log");
@@ -45,7 +57,13 @@ fn assert_status(reply: &Reply, status: u16) {
 #[tokio::test]
 async fn reads_are_open_and_show_the_node_as_owner_with_its_lease_and_its_fires_counted() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let (node, port) = node_with_http(dir.path(), "http-read").await;
+    // Two submissions wait: the new owner counts them at once.
+    let (node, port) = node_with_http_after(dir.path(), "http-read", |config| {
+        for _ in 0..2 {
+            zkcron_ok(&["submit", "report", "--in", "1h"], config);
+        }
+    })
+    .await;
     assert_status(&request(port, "GET", "/healthz", None, None).await, 200);
     let fires = dir.path().join("fires.log");
     wait_for("two fires", FIRST_FIRE, || {
@@ -68,6 +86,7 @@ async fn reads_are_open_and_show_the_node_as_owner_with_its_lease_and_its_fires_
         "zkcron_zk_session_state 1",
         "zkcron_lock_acquisitions_total 1",
         "# HELP zkcron_job_fire_lateness_seconds",
+        "zkcron_delayed_pending 2",
     ] {
         assert!(metrics.body.contains(line), "{line:?} in\n{}", metrics.body);
     }

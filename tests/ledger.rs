@@ -717,3 +717,28 @@ async fn the_parents_of_every_jobs_records_are_made_once() {
     assert_eq!(kept, ["1000"], "an existing parent keeps its records");
     assert!(a.check_stat(&paths.running).await.expect("stat").is_some());
 }
+
+#[tokio::test]
+async fn pending_submissions_are_counted_per_bucket_without_reading_them() {
+    let (client, _, paths, _) = setup("ledger-count-pending").await;
+    let empty = submissions::count_pending(&client, &paths.delayed, 10).await;
+    assert_eq!(empty.expect("counted"), (0, true), "no due/ yet");
+    // Three in one second (in two or three shards), two in a later one.
+    for (id, due) in [
+        ("a", 5_000),
+        ("b", 5_100),
+        ("c", 5_900),
+        ("d", 9_000),
+        ("e", 9_500),
+    ] {
+        submit(&client, &paths, id, due).await;
+    }
+    let all = submissions::count_pending(&client, &paths.delayed, 10).await;
+    assert_eq!(all.expect("counted"), (5, true));
+    let first_bucket = submissions::count_pending(&client, &paths.delayed, 1).await;
+    assert_eq!(
+        first_bucket.expect("counted"),
+        (3, false),
+        "stopped after one bucket: a lower bound"
+    );
+}

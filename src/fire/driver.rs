@@ -13,6 +13,7 @@ mod delayed;
 mod drift;
 mod listing;
 mod observe;
+mod pending;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -298,6 +299,13 @@ impl Io {
                 stop: stop.clone(),
             }
             .spawn();
+            pending::spawn(
+                client.clone(),
+                self.settings.ledger.delayed.clone(),
+                Arc::clone(&self.settings.metrics),
+                self.settings.view.subscribe(),
+                stop.clone(),
+            );
             self.watch = Some(stop);
         }
         self.group = client.clone().map(|client| {

@@ -531,6 +531,44 @@ pub async fn buckets(
     Ok(buckets)
 }
 
+/// How many submissions are pending, counted bucket by bucket from the oldest: per bucket its
+/// descendants less its shard nodes (two requests, not a read of every marker). Stops after
+/// `max_buckets`; `false` then: the count is a lower bound.
+///
+/// # Errors
+/// A failed request.
+pub async fn count_pending(
+    client: &Client,
+    paths: &DelayedPaths,
+    max_buckets: usize,
+) -> Result<(usize, bool), SubmissionError> {
+    let mut counted = 0;
+    let mut buckets_read = 0;
+    for day in days(client, paths).await? {
+        for bucket in buckets(client, paths, day).await? {
+            if buckets_read == max_buckets {
+                return Ok((counted, false));
+            }
+            buckets_read += 1;
+            let path = paths.due_bucket(bucket);
+            let (below, shards) = tokio::join!(
+                client.count_descendants_number(&path),
+                client.get_children(&path)
+            );
+            match (below, shards) {
+                (Ok(below), Ok((_, stat))) => {
+                    let shards = usize::try_from(stat.num_children).unwrap_or(0);
+                    counted += below.saturating_sub(shards);
+                }
+                // Removed meanwhile (empty, past).
+                (Err(ZkErr::NoNode), _) | (_, Err(ZkErr::NoNode)) => {}
+                (Err(source), _) | (_, Err(source)) => return Err(zk(&path, source)),
+            }
+        }
+    }
+    Ok((counted, true))
+}
+
 /// The ids pending in `bucket`, shard by shard: one `getChildren` per shard, each bounded by
 /// the shard split (DESIGN.md "ZooKeeper layout").
 ///

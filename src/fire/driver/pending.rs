@@ -1,0 +1,71 @@
+//! The owner's count of pending delayed submissions, for `zkcron_delayed_pending`.
+//!
+//! Owns: when to count (at acquisition, then every [`COUNT_EVERY`] while owner) and how much
+//! to read at most ([`MAX_BUCKETS`]).
+//! Must not: decide anything; followers report 0, so `max()` over the nodes is the count.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use zookeeper_client::Client;
+
+use crate::layout::DelayedPaths;
+use crate::ledger::submissions;
+use crate::metrics::Metrics;
+use crate::report::error_chain;
+use crate::view::NodeView;
+
+/// How often the owner counts.
+const COUNT_EVERY: Duration = Duration::from_secs(30);
+/// Due seconds read per count at most: two small requests each. Beyond, the gauge is a lower
+/// bound (logged at debug).
+const MAX_BUCKETS: usize = 5_000;
+
+/// Counts for the life of `client`'s session, while this node owns the lock.
+pub(super) fn spawn(
+    client: Client,
+    paths: DelayedPaths,
+    metrics: Arc<Metrics>,
+    mut view: watch::Receiver<NodeView>,
+    stop: CancellationToken,
+) {
+    tokio::spawn(async move {
+        let mut owned = false;
+        let mut next = tokio::time::Instant::now();
+        loop {
+            let owner = view.borrow().lock.may_fire;
+            let now = tokio::time::Instant::now();
+            if owner && !owned {
+                next = now; // a new owner counts at once
+            } else if !owner && owned {
+                metrics.delayed_pending(0);
+            }
+            owned = owner;
+            if owner && now >= next {
+                match submissions::count_pending(&client, &paths, MAX_BUCKETS).await {
+                    Ok((count, complete)) => {
+                        if !complete {
+                            tracing::debug!(
+                                count,
+                                max_buckets = MAX_BUCKETS,
+                                "pending submissions counted in part"
+                            );
+                        }
+                        metrics.delayed_pending(count);
+                    }
+                    Err(err) => {
+                        tracing::debug!(error = %error_chain(&err), "pending submissions not counted");
+                    }
+                }
+                next = tokio::time::Instant::now() + COUNT_EVERY;
+            }
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep_until(next), if owned => {}
+                changed = view.changed() => if changed.is_err() { return },
+            }
+        }
+    });
+}

@@ -134,6 +134,22 @@ enum Command {
     /// for the takeover delay; its running jobs follow their on_lost.
     #[command(after_help = EXIT_CODES)]
     Release(steer::ReleaseArgs),
+    /// Print the man page or a shell's completions, generated from these very definitions
+    /// (packaging: `zkcron generate man > zkcron.1`).
+    Generate {
+        #[arg(value_enum)]
+        what: Generated,
+    },
+}
+
+/// What `zkcron generate` prints.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Generated {
+    /// The man page (roff), section 1.
+    Man,
+    Bash,
+    Zsh,
+    Fish,
 }
 
 #[derive(Debug, Args)]
@@ -267,6 +283,7 @@ impl Cli {
                 logging::init(LogFormat::Text, self.log_level.as_deref().unwrap_or("warn"));
                 steer::release(&config::load(&args.config)?, args).await
             }
+            Command::Generate { what } => generate(what),
             Command::LockDemo(args) => {
                 logging::init(LogFormat::Text, self.log_level.as_deref().unwrap_or("info"));
                 lock_demo(args, shutdown).await
@@ -526,6 +543,28 @@ fn status_lines(report: &StatusReport, config: &Config) -> Vec<String> {
         ));
     }
     lines
+}
+
+fn generate(what: Generated) -> Result<(), CliError> {
+    let mut command = <Cli as clap::CommandFactory>::command();
+    // Into memory first: clap_complete panics on a failed write (a closed pipe).
+    let mut text = Vec::new();
+    let shell = match what {
+        Generated::Man => None,
+        Generated::Bash => Some(clap_complete::Shell::Bash),
+        Generated::Zsh => Some(clap_complete::Shell::Zsh),
+        Generated::Fish => Some(clap_complete::Shell::Fish),
+    };
+    match shell {
+        Some(shell) => clap_complete::generate(shell, &mut command, "zkcron", &mut text),
+        None => clap_mangen::Man::new(command)
+            .render(&mut text)
+            .map_err(CliError::Stdout)?,
+    }
+    let mut out = std::io::stdout().lock();
+    out.write_all(&text)
+        .and_then(|()| out.flush())
+        .map_err(CliError::Stdout)
 }
 
 /// Prints `lines` to stdout, one per line.

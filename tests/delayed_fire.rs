@@ -405,10 +405,18 @@ async fn a_thousand_submissions_survive_a_kill_9_of_the_owner_each_run_at_most_o
             "{id} never ran and is not recorded interrupted (lost)"
         );
     }
-    assert!(
-        interrupted.len() <= 3,
-        "only runs alive at the kill are interrupted: {interrupted:?}"
-    );
+    // Only runs alive at the kill are interrupted: started on the old owner shortly before it
+    // (an `echo` ends in milliseconds; its final record follows within the group commit's
+    // round trip, slower on a loaded CI machine: 1 s covers both), never one that ended and was
+    // recorded long before. How many that is depends on the machine's speed, not on zkcron.
+    for line in &interrupted {
+        let record: serde_json::Value = serde_json::from_str(line).expect("a JSON record");
+        let started = record["started_unix_ms"].as_i64().unwrap_or(0);
+        assert!(
+            record["node_id"] == old.as_str() && started <= killed_ms && started > killed_ms - 1000,
+            "only runs alive at the kill are interrupted (killed at {killed_ms}): {line}"
+        );
+    }
     // Those due while no node could fire ran late, resumed, on the new owner.
     let resumed: Vec<_> = seen
         .iter()

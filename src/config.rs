@@ -52,6 +52,10 @@ pub struct ZookeeperConfig {
     /// Digest credentials `user:password`, from the file or from the variable `auth_env` names.
     pub auth: Option<Secret>,
     pub acl: AclPolicy,
+    /// `tls = { ca, cert, key }`: the files' PEM texts, read at load.
+    pub tls: Option<crate::zk::TlsFiles>,
+    /// `sasl = { mechanism = "digest-md5", username, password_env | password_file }`.
+    pub sasl: Option<crate::zk::SaslCredentials>,
 }
 
 impl ZookeeperConfig {
@@ -62,6 +66,8 @@ impl ZookeeperConfig {
             session_timeout: self.session_timeout,
             auth: self.auth.clone(),
             acl: self.acl,
+            tls: self.tls.clone(),
+            sasl: self.sasl.clone(),
         }
     }
 }
@@ -359,6 +365,25 @@ struct RawZookeeper {
     auth: Option<Spanned<String>>,
     auth_env: Option<Spanned<String>>,
     acl: Option<Spanned<AclPolicy>>,
+    tls: Option<Spanned<RawTls>>,
+    sasl: Option<Spanned<RawSasl>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    ca: Spanned<String>,
+    cert: Option<Spanned<String>>,
+    key: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSasl {
+    mechanism: Spanned<String>,
+    username: Spanned<String>,
+    password_env: Option<Spanned<String>>,
+    password_file: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -602,12 +627,94 @@ impl Validator<'_> {
                 "\"creator\" needs credentials: set auth or auth_env",
             );
         }
+        let tls = raw.tls.and_then(|tls| self.tls(tls));
+        let sasl = raw.sasl.and_then(|sasl| self.sasl(sasl));
         Some(ZookeeperConfig {
             connect,
             session_timeout,
             connect_timeout,
             auth,
             acl,
+            tls,
+            sasl,
+        })
+    }
+
+    /// Reads a file the schedule names; a problem at `span` when it cannot be read.
+    fn read_file(&mut self, path: &Spanned<String>, context: &str) -> Option<String> {
+        match std::fs::read_to_string(path.get_ref()) {
+            Ok(text) => Some(text),
+            Err(err) => {
+                let message = format!("cannot read {}: {err}", path.get_ref());
+                self.problem(path.span(), context, message);
+                None
+            }
+        }
+    }
+
+    fn tls(&mut self, raw: Spanned<RawTls>) -> Option<crate::zk::TlsFiles> {
+        let span = raw.span();
+        let raw = raw.into_inner();
+        let ca = self.read_file(&raw.ca, "zookeeper.tls.ca");
+        let identity = match (&raw.cert, &raw.key) {
+            (Some(cert), Some(key)) => {
+                let cert = self.read_file(cert, "zookeeper.tls.cert");
+                let key = self.read_file(key, "zookeeper.tls.key");
+                Some(cert.zip(key).map(|(cert, key)| (cert, Secret::new(key))))
+            }
+            (None, None) => None,
+            (Some(_), None) | (None, Some(_)) => {
+                self.problem(
+                    span.clone(),
+                    "zookeeper.tls",
+                    "set both cert and key, or neither",
+                );
+                Some(None)
+            }
+        };
+        let files = crate::zk::TlsFiles {
+            ca: ca?,
+            identity: match identity {
+                Some(pair) => Some(pair?),
+                None => None,
+            },
+        };
+        if let Err(reason) = files.options() {
+            self.problem(span, "zookeeper.tls", reason);
+            return None;
+        }
+        Some(files)
+    }
+
+    fn sasl(&mut self, raw: Spanned<RawSasl>) -> Option<crate::zk::SaslCredentials> {
+        let span = raw.span();
+        let raw = raw.into_inner();
+        if !raw.mechanism.get_ref().eq_ignore_ascii_case("digest-md5") {
+            let message = "expected \"digest-md5\" (the mechanism ZooKeeper's SASL provider offers without Kerberos)";
+            self.problem(raw.mechanism.span(), "zookeeper.sasl.mechanism", message);
+        }
+        let password = match (&raw.password_env, &raw.password_file) {
+            (Some(var), None) => match (self.env)(var.get_ref()).filter(|p| !p.is_empty()) {
+                Some(password) => Some(password),
+                None => {
+                    let message =
+                        format!("environment variable {} is not set or empty", var.get_ref());
+                    self.problem(var.span(), "zookeeper.sasl.password_env", message);
+                    None
+                }
+            },
+            (None, Some(file)) => self
+                .read_file(file, "zookeeper.sasl.password_file")
+                .map(|text| text.trim_end_matches(['\n', '\r']).to_owned()),
+            _ => {
+                let message = "set exactly one of password_env and password_file";
+                self.problem(span, "zookeeper.sasl", message);
+                None
+            }
+        }?;
+        Some(crate::zk::SaslCredentials {
+            username: raw.username.into_inner(),
+            password: Secret::new(password),
         })
     }
 

@@ -1,9 +1,11 @@
 //! The ZooKeeper session: connect string and chroot, session timeout, connecting with backoff.
 //!
 //! Owns: turning settings into a connected `zookeeper_client::Client` (creating the connect
-//! string's chroot node when it is missing, as Curator does for its namespace), and creating the
-//! persistent nodes a lock group needs.
+//! string's chroot node when it is missing, as Curator does for its namespace; TLS and SASL
+//! through the client's own options), and creating the persistent nodes a lock group needs.
 //! Must not: know about jobs or the lock's policy.
+
+mod tls;
 
 use std::time::Duration;
 
@@ -25,6 +27,52 @@ pub struct ZkSettings {
     pub auth: Option<Secret>,
     /// ACL of every node zkcron creates.
     pub acl: AclPolicy,
+    /// TLS to every server of the connect string (a `tcp://` prefix opts one out).
+    pub tls: Option<TlsFiles>,
+    /// SASL DIGEST-MD5 credentials, for ensembles that require SASL.
+    pub sasl: Option<SaslCredentials>,
+}
+
+/// The PEM texts TLS needs, read from the files the schedule names.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The CA certificates (and CRLs) that sign the servers' certificates.
+    pub ca: String,
+    /// This node's certificate and key, for servers that ask for them (ZooKeeper's default).
+    pub identity: Option<(String, Secret)>,
+}
+
+impl std::fmt::Debug for TlsFiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsFiles")
+            .field("identity", &self.identity.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl TlsFiles {
+    /// The client's TLS options; the PEM texts are checked here (also by `zkcron check`).
+    ///
+    /// # Errors
+    /// A text is not PEM the client can use; the message says which.
+    pub fn options(&self) -> Result<zookeeper_client::TlsOptions, String> {
+        let options = zookeeper_client::TlsOptions::new()
+            .with_pem_ca(&self.ca)
+            .map_err(|err| format!("the CA file holds no usable PEM certificate: {err}"))?;
+        match &self.identity {
+            Some((cert, key)) => options
+                .with_pem_identity(cert, key.expose())
+                .map_err(|err| format!("the certificate and key are not a usable PEM pair: {err}")),
+            None => Ok(options),
+        }
+    }
+}
+
+/// SASL DIGEST-MD5, as ZooKeeper's `SASLAuthenticationProvider` with a JAAS `Server` section.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SaslCredentials {
+    pub username: String,
+    pub password: Secret,
 }
 
 impl ZkSettings {
@@ -35,6 +83,8 @@ impl ZkSettings {
             session_timeout,
             auth: None,
             acl: AclPolicy::Open,
+            tls: None,
+            sasl: None,
         }
     }
 
@@ -93,6 +143,14 @@ pub enum ZkError {
     /// No server of the connect string accepted a TCP connection.
     #[error("no zookeeper server of {connect} accepts connections: {causes}")]
     Unreachable { connect: String, causes: String },
+    #[error("zookeeper TLS settings for {connect} are not usable: {reason}")]
+    Tls { connect: String, reason: String },
+    /// The client only says it timed out; a handshake of our own says why.
+    #[error(
+        "TLS handshake with zookeeper at {host} failed: {reason} (check zookeeper.tls: the CA \
+         must have signed the servers' certificates, and the servers must accept this node's)"
+    )]
+    TlsHandshake { host: String, reason: String },
     #[error("cannot connect to zookeeper at {connect}")]
     Connect {
         connect: String,
@@ -142,10 +200,10 @@ pub fn split_connect(connect: &str) -> Result<(&str, Option<&str>), ZkError> {
 pub async fn connect(settings: &ZkSettings) -> Result<Client, ZkError> {
     let (hosts, chroot) = split_connect(&settings.connect)?;
     probe(settings, hosts).await?;
-    let client = connector(settings)
-        .connect(hosts)
-        .await
-        .map_err(|source| connect_err(settings, source))?;
+    let client = match open(connector(settings)?, settings, hosts).await {
+        Ok(client) => client,
+        Err(source) => return Err(diagnose(settings, hosts, source).await),
+    };
     let Some(chroot) = chroot else {
         return Ok(client);
     };
@@ -172,7 +230,12 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 async fn probe(settings: &ZkSettings, hosts: &str) -> Result<(), ZkError> {
     let mut attempts = tokio::task::JoinSet::new();
     for host in hosts.split(',').map(str::trim).filter(|h| !h.is_empty()) {
-        let host = host.to_owned();
+        // A scheme prefix (`tcp://`, `tcp+tls://`) is the client's; the socket wants host:port.
+        let host = host
+            .strip_prefix("tcp+tls://")
+            .or_else(|| host.strip_prefix("tcp://"))
+            .unwrap_or(host)
+            .to_owned();
         attempts.spawn(async move {
             let connect = tokio::net::TcpStream::connect(host.clone());
             match tokio::time::timeout(PROBE_TIMEOUT, connect).await {
@@ -217,11 +280,11 @@ pub async fn resume(settings: &ZkSettings, session: SessionInfo) -> Resumed {
         Ok(parts) => parts,
         Err(err) => return Resumed::NoAnswer(err),
     };
-    let client = match connector(settings)
-        .with_session(session)
-        .connect(hosts)
-        .await
-    {
+    let connector = match connector(settings) {
+        Ok(connector) => connector,
+        Err(err) => return Resumed::NoAnswer(err),
+    };
+    let client = match open(connector.with_session(session), settings, hosts).await {
         Ok(client) => client,
         Err(zookeeper_client::Error::SessionExpired) => return Resumed::Expired,
         Err(source) => return Resumed::NoAnswer(connect_err(settings, source)),
@@ -236,12 +299,58 @@ pub async fn resume(settings: &ZkSettings, session: SessionInfo) -> Resumed {
     }
 }
 
-fn connector(settings: &ZkSettings) -> zookeeper_client::Connector {
+fn connector(settings: &ZkSettings) -> Result<zookeeper_client::Connector, ZkError> {
     let mut connector = Client::connector().with_session_timeout(settings.session_timeout);
     if let Some(auth) = &settings.auth {
         connector = connector.with_auth("digest", auth.expose().as_bytes());
     }
-    connector
+    if let Some(tls) = &settings.tls {
+        let options = tls.options().map_err(|reason| ZkError::Tls {
+            connect: settings.connect.clone(),
+            reason,
+        })?;
+        connector = connector.with_tls(options);
+    }
+    if let Some(sasl) = &settings.sasl {
+        connector = connector.with_sasl(zookeeper_client::SaslOptions::digest_md5(
+            sasl.username.clone(),
+            sasl.password.expose().to_owned(),
+        ));
+    }
+    Ok(connector)
+}
+
+/// Connects in plain text, or over TLS to every server the connect string does not mark
+/// `tcp://` when TLS is configured.
+async fn open(
+    connector: zookeeper_client::Connector,
+    settings: &ZkSettings,
+    hosts: &str,
+) -> Result<Client, zookeeper_client::Error> {
+    if settings.tls.is_some() {
+        connector.secure_connect(hosts).await
+    } else {
+        connector.connect(hosts).await
+    }
+}
+
+/// A failed connect, said as precisely as possible: with TLS configured, a handshake of our own
+/// with the first TLS server names what the client only reports as a timeout.
+async fn diagnose(settings: &ZkSettings, hosts: &str, source: zookeeper_client::Error) -> ZkError {
+    let tls_host = hosts
+        .split(',')
+        .map(str::trim)
+        .find(|host| !host.starts_with("tcp://"))
+        .map(|host| host.strip_prefix("tcp+tls://").unwrap_or(host).to_owned());
+    if let (Some(tls), Some(host)) = (settings.tls.clone(), tls_host) {
+        let handshake = tokio::task::spawn_blocking(move || {
+            tls::handshake_error(&tls, &host).map(|reason| (host, reason))
+        });
+        if let Ok(Some((host, reason))) = handshake.await {
+            return ZkError::TlsHandshake { host, reason };
+        }
+    }
+    connect_err(settings, source)
 }
 
 fn connect_err(settings: &ZkSettings, source: zookeeper_client::Error) -> ZkError {

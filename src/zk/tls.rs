@@ -1,0 +1,81 @@
+//! One TLS handshake of our own, to say why the ZooKeeper client could not connect: it reports
+//! any handshake failure as a timeout after a whole session timeout.
+//!
+//! Owns: a blocking handshake with the configured CA and identity (rustls, the client's own TLS
+//! stack and crypto provider), and the reason it fails, in words.
+//! Must not: be used to talk to ZooKeeper: the connection is dropped after the handshake.
+
+use std::io::Read;
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+
+use super::TlsFiles;
+
+/// How long the handshake, and the wait for a late rejection after it, may take.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Why a handshake with `host` (`host:port`) fails; `None` when it succeeds (or cannot be tried).
+pub(super) fn handshake_error(tls: &TlsFiles, host: &str) -> Option<String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(tls.ca.as_bytes()).flatten() {
+        roots.add(cert).ok()?;
+    }
+    let builder = rustls::ClientConfig::builder().with_root_certificates(roots);
+    let config = match &tls.identity {
+        Some((cert, key)) => {
+            let chain = CertificateDer::pem_slice_iter(cert.as_bytes())
+                .flatten()
+                .collect();
+            let key = PrivateKeyDer::from_pem_slice(key.expose().as_bytes()).ok()?;
+            builder.with_client_auth_cert(chain, key).ok()?
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let (name, _) = host.rsplit_once(':')?;
+    let name = ServerName::try_from(name.trim_matches(['[', ']']).to_owned()).ok()?;
+    let mut conn = rustls::ClientConnection::new(Arc::new(config), name).ok()?;
+    let address = host.to_socket_addrs().ok()?.next()?;
+    let mut socket = TcpStream::connect_timeout(&address, HANDSHAKE_TIMEOUT).ok()?;
+    socket.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).ok()?;
+    socket.set_write_timeout(Some(HANDSHAKE_TIMEOUT)).ok()?;
+    while conn.is_handshaking() {
+        if let Err(err) = conn.complete_io(&mut socket) {
+            return Some(describe(&err));
+        }
+    }
+    // TLS 1.3: a server that refuses our certificate says so only after the handshake, as an
+    // alert; a ZooKeeper server that accepts us just waits for our first request.
+    let mut stream = rustls::Stream::new(&mut conn, &mut socket);
+    let mut byte = [0u8; 1];
+    match stream.read(&mut byte) {
+        Err(err)
+            if !matches!(
+                err.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            Some(describe(&err))
+        }
+        _ => None,
+    }
+}
+
+fn describe(err: &std::io::Error) -> String {
+    match err
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+    {
+        Some(rustls::Error::InvalidCertificate(why)) => {
+            format!("the server's certificate is not accepted ({why:?})")
+        }
+        Some(rustls::Error::AlertReceived(alert)) => {
+            format!("the server refused this node's certificate (alert {alert:?})")
+        }
+        Some(other) => other.to_string(),
+        None => err.to_string(),
+    }
+}

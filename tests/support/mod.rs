@@ -14,6 +14,7 @@ pub mod http;
 pub mod invariants;
 pub mod node;
 pub mod proxy;
+pub mod tls;
 pub mod zk_cluster;
 
 /// Dead: gone (ESRCH) or a zombie. This sandbox's PID 1 never reaps orphans, so a killed

@@ -54,6 +54,8 @@ const ZOOKEEPER_CONF_DIR: &str = "/etc/zookeeper/conf";
 /// An slf4j binding that prints to stderr. Without a binding ZooKeeper 3.8 logs nothing at all
 /// (slf4j falls back to NOP), and a failed start would leave an empty log.
 const SLF4J_SIMPLE_JAR: &str = "/usr/share/java/slf4j-simple.jar";
+/// From Debian's `libnetty-java`, which the `zookeeper` package depends on.
+const NETTY_CODEC_JAR: &str = "/usr/share/java/netty-codec.jar";
 const MAIN_CLASS: &str = "org.apache.zookeeper.server.quorum.QuorumPeerMain";
 
 /// ZooKeeper's `tickTime`. Session timeouts are negotiated into
@@ -526,6 +528,8 @@ pub struct ZkEnsemble {
 
 struct ZkServer {
     client_port: u16,
+    /// The TLS client port (Netty), for an ensemble started with [`ZkEnsemble::start_tls`].
+    secure_port: Option<u16>,
     dir: PathBuf,
     cfg: PathBuf,
     log: PathBuf,
@@ -559,12 +563,30 @@ impl ZkEnsemble {
     /// # Panics
     /// If `n` is 0.
     pub fn start(n: usize) -> Result<ZkEnsemble, HarnessError> {
+        Self::start_with(n, None)
+    }
+
+    /// Like [`Self::start`], each server also serving TLS on a second client port (Netty),
+    /// with `server_pem` (certificate and key) as its identity, trusting clients signed by
+    /// `ca_pem` (ZooKeeper's default `ssl.clientAuth=need`).
+    ///
+    /// # Errors
+    /// As [`Self::start`].
+    pub fn start_tls(
+        n: usize,
+        server_pem: &Path,
+        ca_pem: &Path,
+    ) -> Result<ZkEnsemble, HarnessError> {
+        Self::start_with(n, Some((server_pem, ca_pem)))
+    }
+
+    fn start_with(n: usize, tls: Option<(&Path, &Path)>) -> Result<ZkEnsemble, HarnessError> {
         assert!(n > 0, "an ensemble needs at least one server");
         let path_var = std::env::var_os("PATH").unwrap_or_default();
         let java = preflight_in(&path_var, Path::new(ZOOKEEPER_JAR))?;
         let mut attempt = 1;
         loop {
-            let ensemble = ZkEnsemble::configure(n, java.clone())?;
+            let ensemble = ZkEnsemble::configure(n, java.clone(), tls)?;
             match ensemble.launch() {
                 Ok(()) => return Ok(ensemble),
                 // `ensemble` is dropped here, which kills what it started.
@@ -574,13 +596,18 @@ impl ZkEnsemble {
         }
     }
 
-    fn configure(n: usize, java: PathBuf) -> Result<ZkEnsemble, HarnessError> {
+    fn configure(
+        n: usize,
+        java: PathBuf,
+        tls: Option<(&Path, &Path)>,
+    ) -> Result<ZkEnsemble, HarnessError> {
         let dir = tempfile::Builder::new()
             .prefix("zkcron-zk-")
             .tempdir()
             .map_err(HarnessError::setup("create a temp dir for ZooKeeper"))?;
-        let ports = free_ports(3 * n).map_err(HarnessError::setup("pick free loopback ports"))?;
-        let (client_ports, peer_ports) = ports.split_at(n);
+        let ports = free_ports(4 * n).map_err(HarnessError::setup("pick free loopback ports"))?;
+        let (client_ports, rest) = ports.split_at(n);
+        let (secure_ports, peer_ports) = rest.split_at(n);
         let mut servers = Vec::with_capacity(n);
         for (i, &client_port) in client_ports.iter().enumerate() {
             let server_dir = dir.path().join(format!("server-{i}"));
@@ -610,6 +637,21 @@ impl ZkEnsemble {
                 min = MIN_SESSION_TIMEOUT.as_millis(),
                 max = MAX_SESSION_TIMEOUT.as_millis(),
             );
+            let secure_port = tls.map(|(server_pem, ca_pem)| {
+                let port = secure_ports[i];
+                cfg.push_str(&format!(
+                    "secureClientPort={port}\n\
+                     secureClientPortAddress=127.0.0.1\n\
+                     serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n\
+                     ssl.keyStore.location={}\n\
+                     ssl.keyStore.type=PEM\n\
+                     ssl.trustStore.location={}\n\
+                     ssl.trustStore.type=PEM\n",
+                    server_pem.display(),
+                    ca_pem.display()
+                ));
+                port
+            });
             if n > 1 {
                 for (peer, pair) in peer_ports.chunks(2).enumerate() {
                     cfg.push_str(&format!(
@@ -628,6 +670,7 @@ impl ZkEnsemble {
                 .map_err(HarnessError::setup(format!("write {}", cfg_path.display())))?;
             servers.push(ZkServer {
                 client_port,
+                secure_port,
                 log: server_dir.join("zookeeper.log"),
                 cfg: cfg_path,
                 dir: server_dir,
@@ -652,6 +695,23 @@ impl ZkEnsemble {
     /// Always false: an ensemble has at least one server.
     pub fn is_empty(&self) -> bool {
         self.servers.is_empty()
+    }
+
+    /// The TLS connect string of all servers (an ensemble from [`Self::start_tls`]).
+    ///
+    /// # Panics
+    /// If the ensemble does not serve TLS.
+    pub fn secure_connect_string(&self) -> String {
+        self.servers
+            .iter()
+            .map(|s| {
+                format!(
+                    "127.0.0.1:{}",
+                    s.secure_port.expect("started with start_tls")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
     /// Client connect string of all servers: `127.0.0.1:p1,127.0.0.1:p2,…`.
@@ -1118,9 +1178,12 @@ fn to_pid(pid: u32) -> Pid {
 
 fn classpath() -> String {
     let mut classpath = format!("{ZOOKEEPER_CONF_DIR}:{ZOOKEEPER_JAR}");
-    if Path::new(SLF4J_SIMPLE_JAR).is_file() {
-        classpath.push(':');
-        classpath.push_str(SLF4J_SIMPLE_JAR);
+    // Netty's codec is not on zookeeper.jar's manifest class path, and the TLS port needs it.
+    for jar in [SLF4J_SIMPLE_JAR, NETTY_CODEC_JAR] {
+        if Path::new(jar).is_file() {
+            classpath.push(':');
+            classpath.push_str(jar);
+        }
     }
     classpath
 }

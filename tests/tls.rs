@@ -1,0 +1,108 @@
+//! ZooKeeper over TLS end to end (issue "Operate it"): a real server with a Netty TLS client
+//! port and a throwaway CA, a real `zkcron run` that fires through it, and a node with the wrong
+//! CA that says why it cannot connect without spinning.
+
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use support::ZkEnsemble;
+use support::daemon::{DaemonNode, RECORD_FIRE, read_fires, schedule_text, zkcron_ok};
+use support::tls::TestPki;
+use support::{unique_chroot, wait_for};
+
+const SESSION: Duration = Duration::from_secs(2);
+const DELAY: Duration = Duration::from_secs(3);
+const START: Duration = Duration::from_secs(15);
+
+fn tls_schedule(connect: &str, ca: &Path, pki: &TestPki, jobs: &str) -> String {
+    let text = schedule_text(connect, "tls", SESSION, DELAY, jobs);
+    text.replacen(
+        "[lock]",
+        &format!(
+            "tls = {{ ca = \"{}\", cert = \"{}\", key = \"{}\" }}\n\n[lock]",
+            ca.display(),
+            pki.client_cert.display(),
+            pki.client_key.display()
+        ),
+        1,
+    )
+}
+
+/// CPU time (user + system) of process `pid` so far, in clock ticks.
+fn cpu_ticks(pid: nix::unistd::Pid) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the node's stat");
+    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    // utime and stime are the 14th and 15th fields; the state (3rd) is the first after the name.
+    fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime")
+}
+
+#[tokio::test]
+async fn a_node_fires_through_a_tls_only_client_port_and_the_wrong_ca_is_named_without_spinning() {
+    let pki = TestPki::new();
+    let ensemble = ZkEnsemble::start_tls(1, &pki.server, &pki.ca).expect("a TLS ZooKeeper");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let fires = dir.path().join("fires.log");
+    let jobs = format!(
+        "[[job]]\nname = \"tick\"\nschedule = \"* * * * * *\"\nshell = '{RECORD_FIRE}{}'\n",
+        fires.display()
+    );
+    let connect = format!(
+        "{}{}",
+        ensemble.secure_connect_string(),
+        unique_chroot("tls")
+    );
+    let good = DaemonNode::start(
+        dir.path(),
+        "good",
+        &tls_schedule(&connect, &pki.ca, &pki, &jobs),
+    );
+    wait_for("a fire over TLS", START, || {
+        let fired = read_fires(&fires).iter().any(|f| f.node == "good");
+        async move { fired.then_some(()) }
+    })
+    .await;
+    let status = zkcron_ok(&["status"], &good.config);
+    assert!(status.contains("owner:         good"), "{status}");
+
+    // The wrong CA: a clear error naming the server and the cause, logged with backoff.
+    let wrong = DaemonNode::start(
+        dir.path(),
+        "wrong",
+        &tls_schedule(&connect, &pki.other_ca, &pki, &jobs),
+    );
+    wrong
+        .wait_log("TLS handshake with zookeeper at 127.0.0.1:", START)
+        .await;
+    assert!(
+        wrong
+            .log()
+            .contains("the server's certificate is not accepted (UnknownIssuer)"),
+        "{}",
+        wrong.log_tail()
+    );
+    // No hot loop: over the next 5 s the failing node uses a small part of one core. A loop
+    // without backoff would use all of it; each attempt costs a handshake or two.
+    let window = Duration::from_secs(5);
+    let attempts_before = wrong.log().matches("zookeeper connect failed").count();
+    let before = cpu_ticks(wrong.pid());
+    tokio::time::sleep(window).await;
+    let used = cpu_ticks(wrong.pid()) - before;
+    let ticks_per_second = 100; // USER_HZ on Linux
+    assert!(
+        used * 100 < 10 * ticks_per_second * window.as_secs(),
+        "{used} ticks of CPU in {window:?}: under 10 % of a core"
+    );
+    let attempts = wrong.log().matches("zookeeper connect failed").count() - attempts_before;
+    assert!(
+        attempts <= 5,
+        "{attempts} attempts in {window:?}: backed off"
+    );
+    assert!(
+        !read_fires(&fires).iter().any(|f| f.node == "wrong"),
+        "a node that cannot connect fires nothing"
+    );
+    drop((good, wrong, ensemble));
+}

@@ -210,3 +210,72 @@ fn http_refusals_name_the_key_and_what_was_expected() {
         );
     }
 }
+
+#[test]
+fn tls_and_sasl_files_are_read_at_load_and_each_refusal_names_its_key() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let not_pem = dir.path().join("not.pem");
+    std::fs::write(&not_pem, "hello").expect("write");
+    let password = dir.path().join("password");
+    std::fs::write(&password, "s3cret\n").expect("write");
+    let zk = |extra: &str| {
+        format!("[zookeeper]\nconnect = \"zk:2181\"\n{extra}\n[lock]\nname = \"g\"\n")
+    };
+    let cases = [
+        (
+            "tls = { ca = \"/nonexistent/ca.pem\" }".to_owned(),
+            "zookeeper.tls.ca",
+            "cannot read /nonexistent/ca.pem",
+        ),
+        (
+            format!("tls = {{ ca = \"{}\" }}", not_pem.display()),
+            "zookeeper.tls",
+            "no usable PEM certificate",
+        ),
+        (
+            format!(
+                "tls = {{ ca = \"{0}\", cert = \"{0}\" }}",
+                not_pem.display()
+            ),
+            "zookeeper.tls",
+            "set both cert and key, or neither",
+        ),
+        (
+            "sasl = { mechanism = \"gssapi\", username = \"u\", password_env = \"ZK_AUTH\" }"
+                .to_owned(),
+            "zookeeper.sasl.mechanism",
+            "expected \"digest-md5\"",
+        ),
+        (
+            "sasl = { mechanism = \"digest-md5\", username = \"u\" }".to_owned(),
+            "zookeeper.sasl",
+            "exactly one of password_env and password_file",
+        ),
+        (
+            "sasl = { mechanism = \"digest-md5\", username = \"u\", password_env = \"NOPE\" }"
+                .to_owned(),
+            "zookeeper.sasl.password_env",
+            "NOPE is not set",
+        ),
+    ];
+    for (extra, key, message) in cases {
+        let err = parse_text(&zk(&extra)).expect_err(&extra);
+        let text = err.to_string();
+        assert!(
+            text.contains(key) && text.contains(message),
+            "{extra}: {text}"
+        );
+    }
+    let config = parse_text(&zk(&format!(
+        "sasl = {{ mechanism = \"DIGEST-MD5\", username = \"zkcron\", password_file = \"{}\" }}",
+        password.display()
+    )))
+    .expect("valid");
+    let sasl = config.zookeeper.sasl.clone().expect("sasl");
+    assert_eq!(
+        (sasl.username.as_str(), sasl.password.expose()),
+        ("zkcron", "s3cret"),
+        "the file's trailing newline is not part of the password"
+    );
+    assert!(!format!("{:?}", config.zookeeper).contains("s3cret"));
+}

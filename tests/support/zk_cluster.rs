@@ -522,6 +522,8 @@ pub fn preflight_in(path_var: &OsStr, zookeeper_jar: &Path) -> Result<PathBuf, H
 pub struct ZkEnsemble {
     servers: Vec<ZkServer>,
     java: PathBuf,
+    /// JVM flags beyond [`JVM_FLAGS`] (the JAAS file of an ensemble that requires SASL).
+    jvm_flags: Vec<String>,
     // Declared last: removed only after `Drop::drop` has reaped the JVMs that write into it.
     dir: TempDir,
 }
@@ -563,7 +565,7 @@ impl ZkEnsemble {
     /// # Panics
     /// If `n` is 0.
     pub fn start(n: usize) -> Result<ZkEnsemble, HarnessError> {
-        Self::start_with(n, None)
+        Self::start_with(n, None, None)
     }
 
     /// Like [`Self::start`], each server also serving TLS on a second client port (Netty),
@@ -577,16 +579,29 @@ impl ZkEnsemble {
         server_pem: &Path,
         ca_pem: &Path,
     ) -> Result<ZkEnsemble, HarnessError> {
-        Self::start_with(n, Some((server_pem, ca_pem)))
+        Self::start_with(n, Some((server_pem, ca_pem)), None)
     }
 
-    fn start_with(n: usize, tls: Option<(&Path, &Path)>) -> Result<ZkEnsemble, HarnessError> {
+    /// Like [`Self::start`], the servers requiring SASL DIGEST-MD5 of every client
+    /// (`enforce.auth.schemes=sasl`), with `user` and `password` its one account.
+    ///
+    /// # Errors
+    /// As [`Self::start`].
+    pub fn start_sasl(n: usize, user: &str, password: &str) -> Result<ZkEnsemble, HarnessError> {
+        Self::start_with(n, None, Some((user, password)))
+    }
+
+    fn start_with(
+        n: usize,
+        tls: Option<(&Path, &Path)>,
+        sasl: Option<(&str, &str)>,
+    ) -> Result<ZkEnsemble, HarnessError> {
         assert!(n > 0, "an ensemble needs at least one server");
         let path_var = std::env::var_os("PATH").unwrap_or_default();
         let java = preflight_in(&path_var, Path::new(ZOOKEEPER_JAR))?;
         let mut attempt = 1;
         loop {
-            let ensemble = ZkEnsemble::configure(n, java.clone(), tls)?;
+            let ensemble = ZkEnsemble::configure(n, java.clone(), tls, sasl)?;
             match ensemble.launch() {
                 Ok(()) => return Ok(ensemble),
                 // `ensemble` is dropped here, which kills what it started.
@@ -600,6 +615,7 @@ impl ZkEnsemble {
         n: usize,
         java: PathBuf,
         tls: Option<(&Path, &Path)>,
+        sasl: Option<(&str, &str)>,
     ) -> Result<ZkEnsemble, HarnessError> {
         let dir = tempfile::Builder::new()
             .prefix("zkcron-zk-")
@@ -652,6 +668,13 @@ impl ZkEnsemble {
                 ));
                 port
             });
+            if sasl.is_some() {
+                cfg.push_str(
+                    "authProvider.1=org.apache.zookeeper.server.auth.SASLAuthenticationProvider\n\
+                     enforce.auth.enabled=true\n\
+                     enforce.auth.schemes=sasl\n",
+                );
+            }
             if n > 1 {
                 for (peer, pair) in peer_ports.chunks(2).enumerate() {
                     cfg.push_str(&format!(
@@ -677,7 +700,26 @@ impl ZkEnsemble {
                 process: Mutex::new(Process::default()),
             });
         }
-        Ok(ZkEnsemble { servers, java, dir })
+        let mut jvm_flags = Vec::new();
+        if let Some((user, password)) = sasl {
+            let jaas = dir.path().join("jaas.conf");
+            let text = format!(
+                "Server {{\n  org.apache.zookeeper.server.auth.DigestLoginModule required\n  \
+                 user_{user}=\"{password}\";\n}};\n"
+            );
+            fs::write(&jaas, text)
+                .map_err(HarnessError::setup(format!("write {}", jaas.display())))?;
+            jvm_flags.push(format!(
+                "-Djava.security.auth.login.config={}",
+                jaas.display()
+            ));
+        }
+        Ok(ZkEnsemble {
+            servers,
+            java,
+            jvm_flags,
+            dir,
+        })
     }
 
     fn launch(&self) -> Result<(), HarnessError> {
@@ -1083,6 +1125,7 @@ impl ZkEnsemble {
                 let mut command = Command::new(&self.java);
                 command
                     .args(JVM_FLAGS)
+                    .args(&self.jvm_flags)
                     .arg(format!("-Dzookeeper.log.dir={}", server.dir.display()))
                     .arg("-cp")
                     .arg(classpath())

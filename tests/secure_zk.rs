@@ -1,6 +1,7 @@
-//! ZooKeeper over TLS end to end (issue "Operate it"): a real server with a Netty TLS client
-//! port and a throwaway CA, a real `zkcron run` that fires through it, and a node with the wrong
-//! CA that says why it cannot connect without spinning.
+//! Secure ZooKeeper end to end (issue "Operate it"): a real server with a Netty TLS client port
+//! and a throwaway CA, one that requires SASL DIGEST-MD5; real `zkcron run`s that fire through
+//! them, and nodes with the wrong CA or password that say why they cannot connect, without
+//! spinning.
 
 mod support;
 
@@ -105,4 +106,47 @@ async fn a_node_fires_through_a_tls_only_client_port_and_the_wrong_ca_is_named_w
         "a node that cannot connect fires nothing"
     );
     drop((good, wrong, ensemble));
+}
+
+#[tokio::test]
+async fn a_node_authenticates_with_sasl_digest_md5_and_one_without_it_is_refused() {
+    let ensemble = ZkEnsemble::start_sasl(1, "zkcron", "s3cret").expect("a SASL ZooKeeper");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let password = dir.path().join("zk-password");
+    std::fs::write(&password, "s3cret\n").expect("password file");
+    let fires = dir.path().join("fires.log");
+    let jobs = format!(
+        "[[job]]\nname = \"tick\"\nschedule = \"* * * * * *\"\nshell = '{RECORD_FIRE}{}'\n",
+        fires.display()
+    );
+    let connect = format!("{}{}", ensemble.connect_string(), unique_chroot("sasl"));
+    let plain = schedule_text(&connect, "sasl", SESSION, DELAY, &jobs);
+    let with_sasl = plain.replacen(
+        "[lock]",
+        &format!(
+            "sasl = {{ mechanism = \"digest-md5\", username = \"zkcron\", password_file = \"{}\" }}\n\n[lock]",
+            password.display()
+        ),
+        1,
+    );
+    let good = DaemonNode::start(dir.path(), "good", &with_sasl);
+    wait_for("a fire with SASL", START, || {
+        let fired = read_fires(&fires).iter().any(|f| f.node == "good");
+        async move { fired.then_some(()) }
+    })
+    .await;
+    assert!(zkcron_ok(&["status"], &good.config).contains("owner:         good"));
+
+    // Without SASL the server closes the session: a one-shot command fails with the address.
+    let unauthenticated = dir.path().join("plain.toml");
+    std::fs::write(&unauthenticated, &plain).expect("schedule file");
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_zkcron"))
+        .args(["status", "--config"])
+        .arg(&unauthenticated)
+        .output()
+        .expect("run zkcron");
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("zookeeper at 127.0.0.1:"), "{stderr}");
+    drop((good, ensemble));
 }

@@ -109,7 +109,8 @@ async fn a_node_fires_through_a_tls_only_client_port_and_the_wrong_ca_is_named_w
 }
 
 #[tokio::test]
-async fn a_node_authenticates_with_sasl_digest_md5_and_one_without_it_is_refused() {
+async fn a_node_authenticates_with_sasl_digest_md5_and_one_without_it_or_with_a_wrong_password_is_refused()
+ {
     let ensemble = ZkEnsemble::start_sasl(1, "zkcron", "s3cret").expect("a SASL ZooKeeper");
     let dir = tempfile::tempdir().expect("temp dir");
     let password = dir.path().join("zk-password");
@@ -147,6 +148,23 @@ async fn a_node_authenticates_with_sasl_digest_md5_and_one_without_it_is_refused
         .expect("run zkcron");
     assert_eq!(refused.status.code(), Some(1), "{refused:?}");
     let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(stderr.contains("zookeeper at 127.0.0.1:"), "{stderr}");
+    assert!(
+        stderr.contains("zookeeper at 127.0.0.1:") && stderr.contains("authentication failed"),
+        "{stderr}"
+    );
+    // A wrong password: the same clear refusal, at once.
+    std::fs::write(&password, "wrong\n").expect("password file");
+    let wrong = dir.path().join("wrong.toml");
+    std::fs::write(&wrong, &with_sasl).expect("schedule file");
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_zkcron"))
+        .args(["status", "--config"])
+        .arg(&wrong)
+        .output()
+        .expect("run zkcron");
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("authentication failed"),
+        "{refused:?}"
+    );
     drop((good, ensemble));
 }

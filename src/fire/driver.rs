@@ -139,6 +139,7 @@ pub async fn run(
     let mut lock_result = Ok(());
     let mut pending: VecDeque<Input> = VecDeque::new();
     let mut handled_since_trim = 0_usize;
+    let mut settled = false;
     let mut alarm = alarm::Alarm::new();
     let metrics = Arc::clone(&io.settings.metrics);
     let mut observer = observe::Observer::new(&metrics);
@@ -161,6 +162,8 @@ pub async fn run(
                 }
                 Some(LockUpdate::Status(status)) => {
                     observer.status(&status, io.client.is_some());
+                    // What the change brings (a session, catch-up) is given back once quiet.
+                    settled = false;
                     io.settings.view.send_modify(|view| view.lock = status);
                     if status.connected && !ready {
                         ready = true;
@@ -186,7 +189,10 @@ pub async fn run(
             }
             Some(jobs) = reloads.recv() => Input::Reloaded(jobs),
             Some(answer) = answered.recv() => answer,
-            () = tokio::time::sleep(QUIET_AFTER_BURST), if handled_since_trim >= BURST => {
+            // After a burst, and once after each change of the lock (its inputs are few with
+            // few jobs: the startup, an acquisition and its catch-up).
+            () = tokio::time::sleep(QUIET_AFTER_BURST), if handled_since_trim >= BURST || !settled => {
+                settled = true;
                 let started = std::time::Instant::now();
                 crate::heap::give_back();
                 tracing::debug!(inputs = handled_since_trim, ms = started.elapsed().as_millis(), "free heap given back after a burst");

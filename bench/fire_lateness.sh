@@ -32,8 +32,13 @@
 # (target, issue 10: 100 jobs all started within 50 ms); the floor line is N `date`s started at
 # once by Python's subprocess, the last one's start after the first Popen.
 #
+# With --scrape N, the node's HTTP listener is on and N scrapes of /metrics (and of /v1/status,
+# one in ten) are spread evenly over the run, from a Python client beside it: compare the
+# lateness with a run without them (issue 11: scrapes must not delay fires). "scrapes" reports
+# how many were served and their own latency.
+#
 # Usage: bench/fire_lateness.sh [--servers 1|3] [--seconds N] [--jobs N] [--binary PATH]
-#                               [--log-level FILTER] [--keep]
+#                               [--scrape N] [--log-level FILTER] [--keep]
 #   --binary     use this zkcron instead of building one (cargo build --release honours
 #                CARGO_TARGET_DIR)
 #   --log-level  zkcron's log filter (default zkcron=debug,info); the log is kept with --keep
@@ -49,12 +54,14 @@ seconds=120
 jobs=1
 binary=""
 log_level="zkcron=debug,info"
+scrapes=0
 usage() { sed -n '/^# Usage:/,/^# Everything/p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while (($#)); do
   case "$1" in
     --servers) servers=${2:?}; shift 2 ;;
     --seconds) seconds=${2:?}; shift 2 ;;
     --jobs) jobs=${2:?}; shift 2 ;;
+    --scrape) scrapes=${2:?}; shift 2 ;;
     --binary) binary=${2:?}; shift 2 ;;
     --log-level) log_level=${2:?}; shift 2 ;;
     --keep) BENCH_KEEP=1; shift ;;
@@ -65,6 +72,7 @@ done
 [[ "$servers" == 1 || "$servers" == 3 ]] || bench_die "--servers must be 1 or 3"
 [[ "$seconds" =~ ^[0-9]+$ ]] && ((seconds >= 5)) || bench_die "--seconds must be an integer >= 5"
 [[ "$jobs" =~ ^[0-9]+$ ]] && ((jobs >= 1 && jobs <= 1000)) || bench_die "--jobs must be 1..1000"
+[[ "$scrapes" =~ ^[0-9]+$ ]] || bench_die "--scrape must be a count"
 
 bench_init
 binary=$(bench_binary "$binary")
@@ -147,6 +155,9 @@ node_id = "bench-node"
 level = "info"
 
 TOML
+if ((scrapes > 0)); then
+  printf '[http]\nlisten = "127.0.0.1:0"\n\n' >>"$work/zkcron.toml"
+fi
 job_command='["/bin/bash", "-c", "echo $ZKCRON_SCHEDULED_UNIX_MS $EPOCHREALTIME $ZKCRON_JOB >> '"$fires"'"]'
 ((jobs > 1)) && job_command='["/bin/date", "+%s.%N"]'
 for ((j = 1; j <= jobs; j++)); do
@@ -170,12 +181,47 @@ bench_wait_log "$log" "lock acquired" 60 "$zkcron_pid"
 acquired=$(bench_now)
 cpu_before=$(bench_cpu_stat)
 echo "lock acquired; measuring for ${seconds} s..." >&2
+scrape_report="$work/scrapes"
+if ((scrapes > 0)); then
+  http_port=$(sed -n 's/.*http listener up.*listen=[^ ]*:\([0-9]*\).*/\1/p' "$log" | head -n 1)
+  [[ -n "$http_port" ]] || bench_die "no 'http listener up' line in the zkcron log"
+  python3 - "$http_port" "$scrapes" "$seconds" "$scrape_report" <<'PY' &
+import sys, time, urllib.request
+port, count, seconds, out = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+gap = seconds / count
+start = time.monotonic()
+took, failed = [], 0
+for i in range(count):
+    wait = start + i * gap - time.monotonic()
+    if wait > 0:
+        time.sleep(wait)
+    path = "/v1/status" if i % 10 == 9 else "/metrics"
+    t0 = time.monotonic()
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as reply:
+            reply.read()
+        took.append((time.monotonic() - t0) * 1000)
+    except Exception:
+        failed += 1
+took.sort()
+pick = lambda q: took[min(len(took) - 1, int(q * len(took)))] if took else float("nan")
+with open(out, "w") as f:
+    f.write(f"scrapes    {len(took)} served, {failed} failed; their latency ms p50 {pick(0.5):.2f} p99 {pick(0.99):.2f} max {took[-1] if took else float('nan'):.2f}\n")
+PY
+  scraper_pid=$!
+  BENCH_PIDS+=("$scraper_pid")
+fi
 for ((i = 0; i < seconds; i++)); do
   bench_alive "$zkcron_pid" || { tail -n 30 "$log" >&2; bench_die "zkcron exited during the run"; }
   sleep 1
 done
 stopped=$(bench_now)
 busy=$(bench_busy "$cpu_before" "$(bench_cpu_stat)")
+if ((scrapes > 0)); then
+  wait "$scraper_pid" || true
+  bench_forget "$scraper_pid"
+  cat "$scrape_report" 2>/dev/null || echo "scrapes    (no report)"
+fi
 
 for port in "${ZK_CLIENT_PORTS[@]}"; do
   bench_4lw "$port" mntr >"$work/mntr-$port"

@@ -9,6 +9,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use support::daemon::{DaemonNode, RECORD_FIRE, now_ms, read_fires, schedule_text};
+use support::http::{logged_port, request};
 use support::{shared_ensemble, unique_chroot, wait_for};
 
 const SESSION: Duration = Duration::from_secs(2);
@@ -246,7 +247,14 @@ async fn a_trigger_runs_the_job_once_now_recorded_with_who_asked() {
 async fn a_release_hands_the_lock_to_a_peer_without_losing_or_repeating_a_tick() {
     let dir = tempfile::tempdir().expect("temp dir");
     let fires = dir.path().join("fires.log");
-    let text = schedule("steer-release", &every_second("tick", &fires));
+    let token = dir.path().join("http.token");
+    std::fs::write(&token, "release-token\n").expect("token file");
+    let jobs = format!(
+        "[http]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"{}\"\n\n{}",
+        token.display(),
+        every_second("tick", &fires)
+    );
+    let text = schedule("steer-release", &jobs);
     let n1 = DaemonNode::start(dir.path(), "n1", &text);
     wait_for("a first fire", FIRST_FIRE, || {
         let fired = !read_fires(&fires).is_empty();
@@ -295,5 +303,39 @@ async fn a_release_hands_the_lock_to_a_peer_without_losing_or_repeating_a_tick()
     );
     n1.wait_log("asked to hand the lock over", Duration::from_secs(1))
         .await;
+
+    // Through HTTP: only the owner's API releases; n2 hands the lock back to n1.
+    let port = |node: &DaemonNode| logged_port(&node.log()).expect("a listener");
+    let refused = request(
+        port(&n1),
+        "POST",
+        "/v1/release",
+        Some("release-token"),
+        None,
+    )
+    .await;
+    assert_eq!(refused.status, 409, "{refused:?}");
+    let released = request(
+        port(&n2),
+        "POST",
+        "/v1/release",
+        Some("release-token"),
+        None,
+    )
+    .await;
+    assert_eq!(released.status, 200, "{released:?}");
+    let answer = released.json();
+    assert_eq!(
+        (answer["from"].as_str(), answer["to"].as_str()),
+        (Some("n2"), Some("n1"))
+    );
+    let back_ms = now_ms();
+    wait_for("a fire by n1 again", Duration::from_secs(5), || {
+        let fired = read_fires(&fires)
+            .iter()
+            .any(|f| f.node == "n1" && f.scheduled_ms > back_ms);
+        async move { fired.then_some(()) }
+    })
+    .await;
     drop((n1, n2));
 }

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use zookeeper_client::{Acls, Client, CreateMode};
 
-use zkcron::ledger::record::RunRecord;
-use zkcron::ledger::{self, ClaimMode, LedgerPaths};
+use zkcron::ledger::{self, LedgerPaths};
 use zkcron::lock::driver::LockPaths;
+use zkcron::run::{ClaimMode, RunRecord};
 use zkcron::zk::{self, ZkSettings};
 use zkcron::{FencingToken, JobName, NodeId};
 

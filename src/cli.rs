@@ -23,11 +23,11 @@ use zkcron::daemon::{self, DaemonError, DaemonSettings};
 use zkcron::delayed::DelayedError;
 use zkcron::delayed::client::SubmissionError;
 use zkcron::identity::{self, IdentityError};
-use zkcron::ledger::record::RunRecord;
 use zkcron::ledger::{self, ClaimError, LedgerPaths};
 use zkcron::lock::LockUpdate;
 use zkcron::lock::driver::{self, DriverError, LockPaths, LockSettings};
 use zkcron::lock::members::MemberError;
+use zkcron::run::RunRecord;
 use zkcron::status::{StatusError, StatusReport};
 use zkcron::zk::{self, ZkError, ZkSettings};
 use zkcron::{JobName, LockEvent, NodeId, logging};
@@ -303,7 +303,7 @@ async fn run_daemon(
         config_path: path,
         me,
         jitter: takeover_jitter(config.lock.takeover_delay),
-        launcher: zkcron::runner::Launcher::this_binary(),
+        launcher: zkcron::run::Launcher::this_binary(),
     };
     Ok(daemon::run(config, settings, shutdown, reloads).await?)
 }

@@ -17,7 +17,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::ids::{JobName, NodeId};
-use crate::runner::{JobSpec, Launcher, Program};
+use crate::run::{JobSpec, Launcher, Program};
 use crate::schedule::{self, Schedule};
 pub use crate::zk::{AclPolicy, Secret};
 

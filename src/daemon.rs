@@ -25,7 +25,7 @@ use crate::lock::driver::{self, DriverError, Heard, LockCommand, LockPaths, Lock
 use crate::lock::node::OwnerInfo;
 use crate::metrics::Metrics;
 use crate::report::error_chain;
-use crate::runner::Launcher;
+use crate::run::Launcher;
 use crate::view::NodeView;
 
 /// Why the daemon stopped with an error.

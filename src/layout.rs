@@ -1,12 +1,11 @@
 //! Every ZooKeeper path of a lock group, built in one place (DESIGN.md "ZooKeeper layout").
 //!
 //! Owns: the names of the lock, epoch, member, run-record, guard, delayed-submission and control
-//! znodes under `<root>/<lock.name>`.
+//! znodes under `<root>/<lock.name>`, and reading a run record's name back.
 //! Must not: talk to ZooKeeper or know what the nodes hold (that is `lock` and `ledger`).
 
-use crate::delayed::{DueBucket, Shard, SubmissionId};
+use crate::delayed::submission::{DueBucket, Shard, SubmissionId};
 use crate::ids::{JobName, NodeId};
-use crate::ledger::record::{RunRecord, submission_node_name, tick_node_name};
 
 /// The znodes of one lock group (DESIGN.md "ZooKeeper layout").
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,14 +69,6 @@ impl LedgerPaths {
     /// One tick's record.
     pub fn record(&self, job: &JobName, scheduled_unix_ms: i64) -> String {
         format!("{}/{job}/{}", self.runs, tick_node_name(scheduled_unix_ms))
-    }
-
-    /// Where `record` is stored: a tick's or a submission's record.
-    pub fn record_path(&self, record: &RunRecord) -> String {
-        match &record.submission_id {
-            Some(id) => self.submission_record(&record.job, record.scheduled_unix_ms, id),
-            None => self.record(&record.job, record.scheduled_unix_ms),
-        }
     }
 
     /// The record of a submission's run.
@@ -189,6 +180,56 @@ impl ControlPaths {
     }
 }
 
+/// The child name of a tick's record: its scheduled instant in ms, as a decimal number.
+pub fn tick_node_name(scheduled_unix_ms: i64) -> String {
+    scheduled_unix_ms.to_string()
+}
+
+/// The child name of a submission's record: its due instant in ms, `-`, its id — so a job's
+/// records sort by time whether they are ticks or submissions.
+pub fn submission_node_name(due_unix_ms: i64, id: &SubmissionId) -> String {
+    format!("{due_unix_ms}-{id}")
+}
+
+/// What a record's child name stands for.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RecordName {
+    /// The tick's instant, or the submission's due instant.
+    pub scheduled_unix_ms: i64,
+    /// `Some` for a submission's record.
+    pub submission: Option<SubmissionId>,
+}
+
+impl RecordName {
+    /// Parses a child name of `runs/<job>`; `None` for foreign names.
+    pub fn parse(name: &str) -> Option<Self> {
+        let (ms, id) = match name.split_once('-') {
+            Some((ms, id)) => (ms, Some(SubmissionId::parse(id).ok()?)),
+            None => (name, None),
+        };
+        Some(Self {
+            scheduled_unix_ms: parse_tick_node_name(ms)?,
+            submission: id,
+        })
+    }
+
+    /// The child name this stands for.
+    pub fn node_name(&self) -> String {
+        match &self.submission {
+            Some(id) => submission_node_name(self.scheduled_unix_ms, id),
+            None => tick_node_name(self.scheduled_unix_ms),
+        }
+    }
+}
+
+/// The scheduled instant a record's child name stands for; `None` for foreign names.
+pub fn parse_tick_node_name(name: &str) -> Option<i64> {
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    name.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -210,5 +251,38 @@ mod tests {
             ledger.submission_record(&JobName::new("close"), 1_700_000_000_123, &id),
             "/zkcron/billing/runs/close/1700000000123-order-42"
         );
+    }
+
+    #[test]
+    fn record_names_tell_ticks_from_submissions() {
+        let tick = RecordName::parse("1700000000000").expect("a tick");
+        assert_eq!(
+            (tick.scheduled_unix_ms, &tick.submission),
+            (1_700_000_000_000, &None)
+        );
+        let sub = RecordName::parse("1700000000000-order-42").expect("a submission");
+        assert_eq!(
+            sub.submission.as_ref().map(SubmissionId::as_str),
+            Some("order-42")
+        );
+        assert_eq!(sub.node_name(), "1700000000000-order-42");
+        assert!(
+            tick < sub,
+            "a tick sorts before a submission due at the same instant"
+        );
+        for foreign in ["", "-x", "12-", "12-a/b", "x-1", "lock"] {
+            assert_eq!(RecordName::parse(foreign), None, "{foreign:?}");
+        }
+    }
+
+    #[test]
+    fn foreign_record_names_are_refused_not_panicked_on() {
+        assert_eq!(
+            parse_tick_node_name("1700000000000"),
+            Some(1_700_000_000_000)
+        );
+        for foreign in ["", "-1", "12a", "lock", "99999999999999999999999"] {
+            assert_eq!(parse_tick_node_name(foreign), None, "{foreign:?}");
+        }
     }
 }

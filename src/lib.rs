@@ -28,6 +28,7 @@ pub mod lock;
 pub mod logging;
 pub mod metrics;
 pub mod report;
+pub mod run;
 pub mod runner;
 pub mod schedule;
 pub mod status;

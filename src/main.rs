@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use cli::Cli;
 
 fn main() -> ExitCode {
-    // The daemon starts each job through its own binary (see `zkcron::runner::Launcher`):
+    // The daemon starts each job through its own binary (see `zkcron::run::Launcher`):
     // before anything else, so a job's start costs no more than an exec.
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if args

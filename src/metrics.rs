@@ -17,7 +17,7 @@ use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 
 use crate::ids::JobName;
-use crate::ledger::record::{RunRecord, RunStatus};
+use crate::run::{RunRecord, RunStatus};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct JobLabel {

@@ -15,7 +15,6 @@
 //! - Dropping the [`run`] future while the job runs SIGKILLs the group: an abandoned run leaks no
 //!   process.
 
-use std::collections::BTreeMap;
 use std::error::Error as _;
 use std::fmt;
 use std::future::pending;
@@ -36,13 +35,14 @@ use tokio::time::{Instant, sleep_until, timeout, timeout_at};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use crate::ids::{FencingToken, JobName, NodeId};
+use crate::ids::JobName;
+use crate::run::{JobSpec, Launcher, RunContext, RunOutcome, RunReport};
 
 mod launch;
 mod output;
 
 use launch::Start;
-pub use launch::{LAUNCHER_ARG, Launcher, launch_job};
+pub use launch::{LAUNCHER_ARG, launch_job};
 
 pub use output::MAX_LINE_BYTES;
 use output::log_output;
@@ -66,139 +66,6 @@ const SYSTEMD_VARS: [&str; 6] = [
     "LISTEN_FDS",
     "LISTEN_FDNAMES",
 ];
-
-/// What to execute for a job.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Program {
-    /// Executed directly: the first element is the program (looked up in `PATH` when it has no
-    /// `/`), the rest are its arguments, passed verbatim.
-    Argv(Vec<String>),
-    /// A shell command line, run as `/bin/sh -c <string>`.
-    Shell(String),
-}
-
-impl Program {
-    /// The executable and its arguments.
-    fn argv(&self) -> Option<(&str, Vec<&str>)> {
-        match self {
-            Program::Argv(argv) => argv.split_first().map(|(program, args)| {
-                (program.as_str(), args.iter().map(String::as_str).collect())
-            }),
-            Program::Shell(line) => Some(("/bin/sh", vec!["-c", line.as_str()])),
-        }
-    }
-}
-
-/// Everything the runner needs to know about one job, as the config validated it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JobSpec {
-    /// The job's name (`ZKCRON_JOB`, log field `job`).
-    pub name: JobName,
-    /// What to execute.
-    pub program: Program,
-    /// Directory the job starts in; `None` keeps the daemon's.
-    pub working_dir: Option<PathBuf>,
-    /// Added to the daemon's environment. The contract variables and the stripping of the systemd
-    /// variables take precedence over these.
-    pub env: BTreeMap<String, String>,
-    /// The run is stopped (SIGTERM → grace → SIGKILL) this long after it started; `None`: never.
-    pub timeout: Option<Duration>,
-    /// Time between SIGTERM and SIGKILL to the process group.
-    pub kill_grace: Duration,
-    /// How the process is made (the daemon uses its own binary; see [`Launcher`]).
-    pub launcher: Launcher,
-}
-
-/// The facts about one run that the job receives in its environment (DESIGN.md "Job contract").
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunContext {
-    /// Unique id of this run (`ZKCRON_RUN_ID`, log field `run_id`).
-    pub run_id: String,
-    /// The tick this run belongs to (`ZKCRON_SCHEDULED_AT`, `ZKCRON_SCHEDULED_UNIX_MS`).
-    pub scheduled_at: DateTime<Utc>,
-    /// The node running it (`ZKCRON_NODE`).
-    pub node: NodeId,
-    /// The owner's fencing token when the tick was claimed (`ZKCRON_FENCING_TOKEN`).
-    pub fencing_token: FencingToken,
-    /// 1-based attempt number (`ZKCRON_ATTEMPT`).
-    pub attempt: u32,
-    /// Started by on_locked/catch-up instead of on time (`ZKCRON_RESUMED=1`).
-    pub resumed: bool,
-    /// The run of a delayed submission: its id and the payload the job reads on stdin.
-    pub submission: Option<SubmissionInput>,
-}
-
-/// What a submission's run gets beside the job contract.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SubmissionInput {
-    /// `ZKCRON_SUBMISSION_ID`.
-    pub id: String,
-    /// Written to the job's stdin, then stdin is closed.
-    pub payload: Arc<Vec<u8>>,
-    /// A manual trigger: who asked (`ZKCRON_REQUESTED_BY`).
-    pub requested_by: Option<String>,
-}
-
-/// How a run ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RunOutcome {
-    /// The job exited by itself with this code.
-    Exited {
-        /// The exit code, 0–255.
-        code: i32,
-    },
-    /// The job was killed by a signal nobody in zkcron sent (e.g. it crashed).
-    Signaled {
-        /// The signal number.
-        signal: i32,
-    },
-    /// The job ran past its `timeout` and its process group was stopped.
-    TimedOut,
-    /// The run was cancelled (on_lost = cancel, daemon shutdown) and its process group was stopped.
-    Cancelled,
-    /// The job could not be started; `error` names the program or directory and the OS error.
-    FailedToStart {
-        /// What went wrong, with its causes.
-        error: String,
-    },
-    /// The job was started but its exit could not be observed; its process group was killed.
-    WaitFailed {
-        /// The OS error.
-        error: String,
-    },
-}
-
-impl RunOutcome {
-    /// Whether the job did its work: it exited by itself with code 0.
-    pub fn succeeded(&self) -> bool {
-        matches!(self, RunOutcome::Exited { code: 0 })
-    }
-}
-
-impl fmt::Display for RunOutcome {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RunOutcome::Exited { code } => write!(f, "exited with code {code}"),
-            RunOutcome::Signaled { signal } => write!(f, "killed by signal {signal}"),
-            RunOutcome::TimedOut => f.write_str("timed out"),
-            RunOutcome::Cancelled => f.write_str("cancelled"),
-            RunOutcome::FailedToStart { error } => write!(f, "failed to start: {error}"),
-            RunOutcome::WaitFailed { error } => write!(f, "exit not observable: {error}"),
-        }
-    }
-}
-
-/// The result of [`run`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunReport {
-    /// How the run ended.
-    pub outcome: RunOutcome,
-    /// Wall-clock time the run started (for the run record).
-    pub started_at: DateTime<Utc>,
-    /// From spawning until the job's leader exited, or, for a stopped run, until its group was gone
-    /// or SIGKILLed. Output still drained afterwards is not counted.
-    pub duration: Duration,
-}
 
 /// Why a job could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -833,6 +700,10 @@ fn error_chain(err: &StartError) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
+
+    use crate::ids::{FencingToken, NodeId};
+    use crate::run::Program;
 
     #[test]
     fn scheduled_at_is_utc_millis_with_z() {

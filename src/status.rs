@@ -17,10 +17,10 @@ use crate::delayed::client::pending_summary;
 use crate::drift::{self, Drift};
 use crate::ids::{JobName, NodeId};
 use crate::layout::{ControlPaths, LedgerPaths, LockPaths};
-use crate::ledger::record::{RunRecord, RunStatus};
 use crate::ledger::{self, ClaimError};
 use crate::lock::inspect::{self, Owner};
 use crate::lock::node::OwnerInfo;
+use crate::run::{RunRecord, RunStatus};
 use crate::zk::ZkError;
 
 /// The version of the JSON format; bumped only by a change that is not an addition.

@@ -18,8 +18,8 @@ use zkcron::config::{self, Config};
 use zkcron::delayed::client::SubmissionState;
 use zkcron::delayed::{Delayed, DelayedError, SubmissionId, SubmitRequest};
 use zkcron::layout::{DelayedPaths, LockPaths};
-use zkcron::ledger::record::RunStatus;
 use zkcron::ledger::submissions::{SubmissionError, Submitted};
+use zkcron::run::RunStatus;
 
 const JOBS: &str = "[[job]]\nname = \"close-order\"\nshell = \"cat\"\n\n\
                     [[job]]\nname = \"publish\"\nshell = \"cat\"\nstarting_deadline = \"1m\"\n";

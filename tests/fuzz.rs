@@ -10,8 +10,9 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
 use zkcron::delayed::{DueBucket, Shard, Submission, SubmissionId};
-use zkcron::ledger::record::{RecordName, RunRecord, parse_tick_node_name};
+use zkcron::layout::{RecordName, parse_tick_node_name};
 use zkcron::lock::node::{EpochData, OwnerInfo};
+use zkcron::run::RunRecord;
 use zkcron::schedule::{Schedule, parse_timezone};
 
 /// Cases per parser; with the mutations below, about a second per parser in a debug build.

@@ -11,10 +11,10 @@ use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError, SessionState}
 
 use support::{shared_ensemble, wait_until};
 use zkcron::delayed::{Submission, SubmissionId};
-use zkcron::ledger::record::{RunRecord, RunStatus};
 use zkcron::ledger::submissions::{self, SubmissionError};
-use zkcron::ledger::{self, ClaimError, ClaimMode, LedgerPaths, UpdateError};
+use zkcron::ledger::{self, ClaimError, LedgerPaths, UpdateError};
 use zkcron::lock::driver::LockPaths;
+use zkcron::run::{self, ClaimMode, RunRecord, RunStatus};
 use zkcron::{FencingToken, JobName, NodeId};
 
 /// Bound on a client noticing that the server expired its session: the server closes the
@@ -534,7 +534,7 @@ async fn claim_together(
     paths: &LedgerPaths,
     ids: &[(SubmissionId, i64)],
     token: i32,
-) -> Vec<Result<ledger::Claim, ClaimError>> {
+) -> Vec<Result<run::Claim, ClaimError>> {
     let claims = ids.iter().map(|(id, due)| {
         let plan = ledger::ClaimPlan::new(
             paths,
@@ -619,7 +619,7 @@ async fn claims_and_records_handed_in_together_share_multi_ops_and_each_gets_its
         let due = 20_000 + i;
         second.push((submit(&a, &paths, &format!("h-{i:02}"), due).await, due));
     }
-    let mut claims: Vec<ledger::Claim> = claim_together(&group, &paths, &second, token)
+    let mut claims: Vec<run::Claim> = claim_together(&group, &paths, &second, token)
         .await
         .into_iter()
         .map(|answer| answer.expect("claimed"))

@@ -23,10 +23,8 @@ use nix::unistd::Pid;
 use tempfile::TempDir;
 use tokio_util::sync::CancellationToken;
 use tracing::instrument::WithSubscriber;
-use zkcron::runner::{
-    JobSpec, Launcher, MAX_LINE_BYTES, OUTPUT_DRAIN_AFTER_EXIT, Program, RunContext, RunOutcome,
-    RunReport, SubmissionInput, prepare, run, run_prepared,
-};
+use zkcron::run::{JobSpec, Launcher, Program, RunContext, RunOutcome, RunReport, SubmissionInput};
+use zkcron::runner::{MAX_LINE_BYTES, OUTPUT_DRAIN_AFTER_EXIT, prepare, run, run_prepared};
 use zkcron::{FencingToken, JobName, NodeId};
 
 const TIMEOUT: Duration = Duration::from_millis(300);

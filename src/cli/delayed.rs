@@ -14,7 +14,7 @@ use zkcron::config::Config;
 use zkcron::delayed::client::{Pending, SubmissionState, Submitted};
 use zkcron::delayed::due::{self, DueError};
 use zkcron::delayed::{Delayed, MAX_PAYLOAD, Submission, SubmissionId, SubmitRequest};
-use zkcron::ledger::record::{RunRecord, RunStatus};
+use zkcron::run::{RunRecord, RunStatus};
 
 #[derive(Debug, Args)]
 #[command(group = clap::ArgGroup::new("when").required(true).args(["at", "in_"]))]

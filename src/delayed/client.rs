@@ -16,9 +16,9 @@ use super::{DueBucket, MAX_PAYLOAD, Submission, SubmissionId};
 use crate::config::{Config, JobConfig};
 use crate::ids::JobName;
 use crate::layout::{DelayedPaths, LedgerPaths, LockPaths};
-use crate::ledger::record::RunRecord;
 use crate::ledger::submissions;
 pub use crate::ledger::submissions::{SubmissionError, SubmissionState, Submitted};
+use crate::run::RunRecord;
 use crate::zk::ZkError;
 
 /// How far ahead a submission may be due. It bounds the number of day nodes under `due/`, so

@@ -40,6 +40,7 @@ use crate::lock::driver::{DriverError, LockPaths};
 use crate::lock::inspect;
 use crate::metrics::Metrics;
 use crate::report::error_chain;
+use crate::run;
 use crate::runner;
 use crate::view::NodeView;
 
@@ -508,7 +509,7 @@ impl Io {
         );
         self.tasks.spawn(async move {
             let (job, tick) = (record.job.clone(), record.scheduled_unix_ms);
-            let path = paths.record_path(&record);
+            let path = record.path(&paths);
             let plan = ClaimPlan::new(&paths, record, mode, guarded, acls);
             let claimed = bounded(&path, group.claim(plan));
             let result = match claimed.await {
@@ -597,12 +598,7 @@ impl Io {
         None
     }
 
-    fn mark(
-        &self,
-        record: crate::ledger::record::RunRecord,
-        version: i32,
-        closes: bool,
-    ) -> Option<Input> {
+    fn mark(&self, record: crate::run::RunRecord, version: i32, closes: bool) -> Option<Input> {
         let Some(client) = self.client.clone() else {
             let result = Err("no zookeeper session".to_owned());
             return Some(Input::Marked { record, result });
@@ -668,7 +664,7 @@ async fn list_records(
     })
 }
 
-type OpenSubmission = (crate::ledger::record::RunRecord, i32, Option<Arc<Vec<u8>>>);
+type OpenSubmission = (crate::run::RunRecord, i32, Option<Arc<Vec<u8>>>);
 
 /// The records of `job`'s open submission runs, with their versions and payloads.
 async fn open_submissions(
@@ -684,7 +680,7 @@ async fn open_submissions(
     };
     let mut wanted = Vec::new();
     for name in names {
-        let parsed = crate::ledger::record::RecordName::parse(&name);
+        let parsed = crate::layout::RecordName::parse(&name);
         match parsed.and_then(|n| Some((n.scheduled_unix_ms, n.submission?))) {
             Some(open) => wanted.push(open),
             None => tracing::warn!(
@@ -728,10 +724,10 @@ async fn open_submissions(
 }
 
 /// A run whose `running` record could not be written first: it does not start.
-fn not_started(claim: &ledger::Claim, why: &str) -> runner::RunReport {
+fn not_started(claim: &run::Claim, why: &str) -> run::RunReport {
     tracing::warn!(job = %claim.record.job, run_id = claim.record.run_id, error = why, "not starting: the run's record could not be marked running first");
-    runner::RunReport {
-        outcome: runner::RunOutcome::FailedToStart {
+    run::RunReport {
+        outcome: run::RunOutcome::FailedToStart {
             error: format!("its record could not be marked running first: {why}"),
         },
         started_at: Utc::now(),
@@ -741,8 +737,8 @@ fn not_started(claim: &ledger::Claim, why: &str) -> runner::RunReport {
 
 /// A run to start: the machine's [`Action::StartRun`], with its prepared process if one waits.
 struct Run {
-    spec: Arc<runner::JobSpec>,
-    context: runner::RunContext,
+    spec: Arc<run::JobSpec>,
+    context: run::RunContext,
     cancel: CancellationToken,
     prepared: Process,
     not_before: DateTime<Utc>,
@@ -762,9 +758,9 @@ impl Run {
     /// The process starts at once; the record says `running` a round trip later.
     async fn beside_its_record(
         self,
-        claim: ledger::Claim,
+        claim: run::Claim,
         group: Option<GroupCommit>,
-    ) -> (ledger::Claim, runner::RunReport) {
+    ) -> (run::Claim, run::RunReport) {
         let not_before = Some(self.not_before);
         let record = async {
             let mut claim = claim;
@@ -788,9 +784,9 @@ impl Run {
     /// submission's run: a record still `claimed` then proves it never ran).
     async fn after_its_record(
         self,
-        mut claim: ledger::Claim,
+        mut claim: run::Claim,
         group: Option<GroupCommit>,
-    ) -> (ledger::Claim, runner::RunReport) {
+    ) -> (run::Claim, run::RunReport) {
         let mut written = None;
         if let Some(group) = &group {
             let path = claim.path.clone();
@@ -818,7 +814,7 @@ impl Run {
         (claim, report)
     }
 
-    async fn start(self) -> runner::RunReport {
+    async fn start(self) -> run::RunReport {
         let prepared = match self.prepared {
             Process::Spawn => runner::Prepared::none(),
             Process::Prepared(prepared) => prepared,

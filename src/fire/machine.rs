@@ -25,10 +25,10 @@ use crate::control::Pauses;
 use crate::delayed::{DueBucket, Submission, SubmissionId};
 use crate::fire::queue::FireQueue;
 use crate::ids::{FencingToken, JobName, NodeId};
-use crate::ledger::record::{RunRecord, RunStatus};
-use crate::ledger::{Claim, ClaimMode};
 use crate::lock::LockStatus;
-use crate::runner::{JobSpec, RunContext, RunReport, SubmissionInput};
+use crate::run::{Claim, ClaimMode};
+use crate::run::{JobSpec, RunContext, RunReport, SubmissionInput};
+use crate::run::{RunRecord, RunStatus};
 
 pub use catch_up::{JobRecords, RESOLVE_WINDOW};
 pub use delayed::DELAYED_HORIZON;

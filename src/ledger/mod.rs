@@ -7,7 +7,6 @@
 //! Must not: spawn processes or decide lock policy.
 
 pub mod group;
-pub mod record;
 pub mod submissions;
 
 use std::collections::HashSet;
@@ -16,7 +15,8 @@ use zookeeper_client::{Acls, CheckWriteError, CheckWriter, Client, CreateMode, E
 
 use crate::ids::{FencingToken, JobName, SessionId};
 pub use crate::layout::LedgerPaths;
-use record::{RecordName, RunRecord, RunStatus};
+use crate::layout::RecordName;
+use crate::run::{Claim, ClaimMode, RunRecord, RunStatus};
 
 /// Why a tick was not claimed.
 #[derive(Debug, thiserror::Error)]
@@ -45,34 +45,6 @@ impl ClaimError {
     }
 }
 
-/// A tick we claimed: its record and the record's znode version, for compare-and-set updates.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Claim {
-    pub path: String,
-    pub version: i32,
-    pub record: RunRecord,
-    /// The `running/<job>` guard this claim created, if any (it lives with the claiming session).
-    pub guard: Option<String>,
-    /// A submission's open-run marker (`delayed/open/<job>/...`), deleted with the final record.
-    pub open: Option<String>,
-    /// The session that made the claim: only it may delete the guard.
-    pub session: SessionId,
-    /// The record as we last sent it, whether or not its reply arrived: if the stored record is
-    /// exactly this, a failed compare-and-set was our own write with a lost reply.
-    pub sent: RunRecord,
-}
-
-impl Claim {
-    /// What the run's final record deletes with it: the guard, only by the session that made
-    /// the claim (no other session's guard is ever deleted), and a submission's open marker.
-    pub(crate) fn final_deletes(&self, same_session: bool) -> impl Iterator<Item = &String> {
-        self.guard
-            .iter()
-            .filter(move |_| same_session)
-            .chain(&self.open)
-    }
-}
-
 /// A failed update of a claimed record.
 #[derive(Debug, thiserror::Error)]
 pub enum UpdateError {
@@ -84,16 +56,6 @@ pub enum UpdateError {
         #[source]
         source: ZkErr,
     },
-}
-
-/// How a claim writes its record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ClaimMode {
-    /// Create the tick's record: the first claim of a tick.
-    Create,
-    /// Overwrite the stored record at this version: the next attempt of a run (a retry, or the
-    /// rerun of an interrupted run).
-    Again { version: i32 },
 }
 
 /// Claims `record`'s tick in one round trip: `check(epoch, token)` + create the record (or,
@@ -174,7 +136,7 @@ impl ClaimPlan {
             _ => None,
         };
         Self {
-            path: paths.record_path(&record),
+            path: record.path(paths),
             guard: guarded.then(|| paths.running(&record.job)),
             data: record.to_bytes(),
             record,
@@ -539,7 +501,7 @@ pub async fn mark_interrupted(
     version: i32,
     closes: bool,
 ) -> Result<i32, UpdateError> {
-    let path = paths.record_path(record);
+    let path = record.path(paths);
     let conflict = |path: String| UpdateError::Conflict { path };
     let open = match &record.submission_id {
         Some(id) if closes => Some(paths.delayed.open_run(

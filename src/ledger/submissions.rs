@@ -11,11 +11,11 @@
 use zookeeper_client::{Acls, Client, CreateMode, Error as ZkErr, MultiWriteError};
 
 use super::LedgerPaths;
-use super::record::{RunRecord, RunStatus};
 use crate::delayed::submission::FormatError;
 use crate::delayed::{DueBucket, Shard, Submission, SubmissionId};
 use crate::ids::{FencingToken, NodeId};
 use crate::layout::DelayedPaths;
+use crate::run::{RunRecord, RunStatus};
 
 /// Why a submission request did not do what was asked.
 #[derive(Debug, thiserror::Error)]

@@ -20,7 +20,6 @@
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
 use std::process::{ExitCode, Stdio};
 
 use chrono::{DateTime, Utc};
@@ -34,25 +33,6 @@ pub const LAUNCHER_ARG: &str = "__launch-job";
 
 /// The byte the daemon writes to a waiting launcher's stdin to start its job.
 pub(super) const GO: u8 = b'g';
-
-/// How the runner makes a job's process.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub enum Launcher {
-    /// `fork` + exec, the signal set in between: what a library caller gets, with no zkcron
-    /// binary at hand.
-    #[default]
-    Fork,
-    /// `posix_spawn` of this zkcron binary in launcher mode (the daemon passes
-    /// `/proc/self/exe`, which names its own binary even after a package upgrade replaced it).
-    Binary(PathBuf),
-}
-
-impl Launcher {
-    /// The daemon's own binary as the launcher.
-    pub fn this_binary() -> Self {
-        Launcher::Binary(PathBuf::from("/proc/self/exe"))
-    }
-}
 
 /// When the launcher execs the job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

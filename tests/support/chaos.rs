@@ -17,7 +17,8 @@ use nix::sys::signal::Signal;
 use tempfile::TempDir;
 use zookeeper_client::{Acls, Client, CreateMode};
 
-use zkcron::ledger::record::{RunRecord, RunStatus, parse_tick_node_name};
+use zkcron::layout::parse_tick_node_name;
+use zkcron::run::{RunRecord, RunStatus};
 
 use super::daemon::{DaemonNode, now_ms, schedule_text};
 use super::invariants::{self, Observed, Run, Violation};

@@ -7,9 +7,9 @@
 use std::collections::HashSet;
 
 use crate::fire::machine::{Action, Input};
-use crate::ledger::record::RunStatus;
 use crate::lock::{LockEvent, LockStatus};
 use crate::metrics::{Metrics, SessionState};
+use crate::run::RunStatus;
 
 /// The metrics and the runs whose final record is still to be counted.
 #[derive(Debug)]

@@ -16,8 +16,8 @@ use super::{Action, FireMachine, FireReason, Item};
 use crate::config::{Concurrency, JobConfig, Misfire, OnInterrupted};
 use crate::delayed::SubmissionId;
 use crate::ids::{JobName, NodeId};
-use crate::ledger::record::{RunRecord, RunStatus};
-use crate::runner::SubmissionInput;
+use crate::run::SubmissionInput;
+use crate::run::{RunRecord, RunStatus};
 
 /// How many of a job's newest records are read for runs left open.
 pub const RESOLVE_WINDOW: usize = 10;

@@ -15,8 +15,8 @@ use chrono::{DateTime, Utc};
 use super::{Action, FireMachine, FireReason, Item, MISSED_AFTER};
 use crate::delayed::{DueBucket, Submission, SubmissionId};
 use crate::ids::JobName;
-use crate::ledger::record::{RunRecord, RunStatus};
-use crate::runner::SubmissionInput;
+use crate::run::SubmissionInput;
+use crate::run::{RunRecord, RunStatus};
 
 /// How far ahead of now the owner reads the due buckets: far enough that a bucket is in memory
 /// before its claims go out (`claim_ahead`), near enough that little is held in memory.

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, TimeDelta, Utc};
 
-use crate::ledger::Claim;
+use crate::run::Claim;
 
 /// Attempts in all, the first one included: with the backoff, about 15 s of retries besides
 /// the one made at every reconnect.
@@ -126,7 +126,7 @@ impl Rewrite {
 mod tests {
     use super::*;
     use crate::ids::{FencingToken, JobName, NodeId, SessionId};
-    use crate::ledger::record::{RunRecord, RunStatus};
+    use crate::run::{RunRecord, RunStatus};
 
     fn claim(run_id: &str) -> Claim {
         let mut record = RunRecord::claimed(

@@ -8,9 +8,9 @@ use chrono::{DateTime, Utc};
 
 use crate::config::{JobConfig, OnLost};
 use crate::ids::JobName;
-use crate::ledger::Claim;
-use crate::ledger::record::{RunRecord, RunStatus};
-use crate::runner::{RunOutcome, RunReport, SubmissionInput};
+use crate::run::Claim;
+use crate::run::{RunOutcome, RunReport, SubmissionInput};
+use crate::run::{RunRecord, RunStatus};
 
 /// A run started here. It counts as alive until its final record is written: only then is its
 /// guard released, as far as the cluster can tell.

@@ -17,7 +17,7 @@ use chrono::{DateTime, Utc};
 use super::{Action, FireMachine, Item, WITHDRAW_LIMIT, fresh_record};
 use crate::control::{Pause, Pauses};
 use crate::ids::JobName;
-use crate::ledger::record::RunStatus;
+use crate::run::RunStatus;
 
 /// A node that yielded the lock and still holds it this long after fires again (its lock could
 /// not be handed over: disconnected, or the request came as it lost the lock).

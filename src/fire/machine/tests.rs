@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::ids::SessionId;
-use crate::runner::RunOutcome;
+use crate::run::RunOutcome;
 
 mod delayed;
 mod properties;

@@ -1,11 +1,12 @@
-//! The run record stored at `<root>/<lock>/runs/<job>/<tick_ms>` (DESIGN.md "ZooKeeper layout").
+//! The run record stored at `<root>/<lock>/runs/<job>/<tick_ms>` (docs/ARCHITECTURE.md
+//! "ZooKeeper layout"; its node names are `layout`'s).
 //!
 //! Owns: the record's JSON format, its status lifecycle, and parsing untrusted record data.
 //! Must not: do I/O.
 
 use serde::{Deserialize, Serialize};
 
-use crate::delayed::SubmissionId;
+use crate::delayed::submission::SubmissionId;
 use crate::ids::{FencingToken, JobName, NodeId};
 
 /// Where a run is in its life. `Claimed` → `Running` → one of the ends; `Interrupted` and
@@ -136,9 +137,20 @@ impl RunRecord {
         now_unix_ms: i64,
     ) -> Self {
         Self {
-            run_id: format!("{job}-{}", submission_node_name(due_unix_ms, id)),
+            run_id: format!(
+                "{job}-{}",
+                crate::layout::submission_node_name(due_unix_ms, id)
+            ),
             submission_id: Some(id.clone()),
             ..Self::claimed(job, due_unix_ms, node, token, now_unix_ms)
+        }
+    }
+
+    /// Where this record is stored: a tick's or a submission's record.
+    pub fn path(&self, paths: &crate::layout::LedgerPaths) -> String {
+        match &self.submission_id {
+            Some(id) => paths.submission_record(&self.job, self.scheduled_unix_ms, id),
+            None => paths.record(&self.job, self.scheduled_unix_ms),
         }
     }
 
@@ -154,56 +166,6 @@ impl RunRecord {
     pub fn parse(data: &[u8]) -> Result<Self, serde_json::Error> {
         serde_json::from_slice(data)
     }
-}
-
-/// The child name of a tick's record: its scheduled instant in ms, as a decimal number.
-pub fn tick_node_name(scheduled_unix_ms: i64) -> String {
-    scheduled_unix_ms.to_string()
-}
-
-/// The child name of a submission's record: its due instant in ms, `-`, its id — so a job's
-/// records sort by time whether they are ticks or submissions.
-pub fn submission_node_name(due_unix_ms: i64, id: &SubmissionId) -> String {
-    format!("{due_unix_ms}-{id}")
-}
-
-/// What a record's child name stands for.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct RecordName {
-    /// The tick's instant, or the submission's due instant.
-    pub scheduled_unix_ms: i64,
-    /// `Some` for a submission's record.
-    pub submission: Option<SubmissionId>,
-}
-
-impl RecordName {
-    /// Parses a child name of `runs/<job>`; `None` for foreign names.
-    pub fn parse(name: &str) -> Option<Self> {
-        let (ms, id) = match name.split_once('-') {
-            Some((ms, id)) => (ms, Some(SubmissionId::parse(id).ok()?)),
-            None => (name, None),
-        };
-        Some(Self {
-            scheduled_unix_ms: parse_tick_node_name(ms)?,
-            submission: id,
-        })
-    }
-
-    /// The child name this stands for.
-    pub fn node_name(&self) -> String {
-        match &self.submission {
-            Some(id) => submission_node_name(self.scheduled_unix_ms, id),
-            None => tick_node_name(self.scheduled_unix_ms),
-        }
-    }
-}
-
-/// The scheduled instant a record's child name stands for; `None` for foreign names.
-pub fn parse_tick_node_name(name: &str) -> Option<i64> {
-    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    name.parse().ok()
 }
 
 #[cfg(test)]
@@ -262,38 +224,9 @@ mod tests {
     }
 
     #[test]
-    fn foreign_data_and_names_are_refused_not_panicked_on() {
+    fn foreign_data_is_refused_not_panicked_on() {
         assert!(RunRecord::parse(b"{\"job\":1}").is_err());
         assert!(RunRecord::parse(b"\xff").is_err());
-        assert_eq!(
-            parse_tick_node_name("1700000000000"),
-            Some(1_700_000_000_000)
-        );
-        for foreign in ["", "-1", "12a", "lock", "99999999999999999999999"] {
-            assert_eq!(parse_tick_node_name(foreign), None, "{foreign:?}");
-        }
-    }
-
-    #[test]
-    fn record_names_tell_ticks_from_submissions() {
-        let tick = RecordName::parse("1700000000000").expect("a tick");
-        assert_eq!(
-            (tick.scheduled_unix_ms, &tick.submission),
-            (1_700_000_000_000, &None)
-        );
-        let sub = RecordName::parse("1700000000000-order-42").expect("a submission");
-        assert_eq!(
-            sub.submission.as_ref().map(SubmissionId::as_str),
-            Some("order-42")
-        );
-        assert_eq!(sub.node_name(), "1700000000000-order-42");
-        assert!(
-            tick < sub,
-            "a tick sorts before a submission due at the same instant"
-        );
-        for foreign in ["", "-x", "12-", "12-a/b", "x-1", "lock"] {
-            assert_eq!(RecordName::parse(foreign), None, "{foreign:?}");
-        }
     }
 
     #[test]

@@ -1,0 +1,105 @@
+//! What a run is made of before it starts: the job's program and settings as the config
+//! validated them, and the facts the job receives (DESIGN.md "Job contract").
+//!
+//! Owns: `Program`, `Launcher`, `JobSpec`, `RunContext`, `SubmissionInput`.
+//! Must not: spawn anything (that is `runner`).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::ids::{FencingToken, JobName, NodeId};
+
+/// What to execute for a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Program {
+    /// Executed directly: the first element is the program (looked up in `PATH` when it has no
+    /// `/`), the rest are its arguments, passed verbatim.
+    Argv(Vec<String>),
+    /// A shell command line, run as `/bin/sh -c <string>`.
+    Shell(String),
+}
+
+impl Program {
+    /// The executable and its arguments.
+    pub fn argv(&self) -> Option<(&str, Vec<&str>)> {
+        match self {
+            Program::Argv(argv) => argv.split_first().map(|(program, args)| {
+                (program.as_str(), args.iter().map(String::as_str).collect())
+            }),
+            Program::Shell(line) => Some(("/bin/sh", vec!["-c", line.as_str()])),
+        }
+    }
+}
+
+/// Everything the runner needs to know about one job, as the config validated it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobSpec {
+    /// The job's name (`ZKCRON_JOB`, log field `job`).
+    pub name: JobName,
+    /// What to execute.
+    pub program: Program,
+    /// Directory the job starts in; `None` keeps the daemon's.
+    pub working_dir: Option<PathBuf>,
+    /// Added to the daemon's environment. The contract variables and the stripping of the systemd
+    /// variables take precedence over these.
+    pub env: BTreeMap<String, String>,
+    /// The run is stopped (SIGTERM → grace → SIGKILL) this long after it started; `None`: never.
+    pub timeout: Option<Duration>,
+    /// Time between SIGTERM and SIGKILL to the process group.
+    pub kill_grace: Duration,
+    /// How the process is made (the daemon uses its own binary; see [`Launcher`]).
+    pub launcher: Launcher,
+}
+
+/// The facts about one run that the job receives in its environment (DESIGN.md "Job contract").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunContext {
+    /// Unique id of this run (`ZKCRON_RUN_ID`, log field `run_id`).
+    pub run_id: String,
+    /// The tick this run belongs to (`ZKCRON_SCHEDULED_AT`, `ZKCRON_SCHEDULED_UNIX_MS`).
+    pub scheduled_at: DateTime<Utc>,
+    /// The node running it (`ZKCRON_NODE`).
+    pub node: NodeId,
+    /// The owner's fencing token when the tick was claimed (`ZKCRON_FENCING_TOKEN`).
+    pub fencing_token: FencingToken,
+    /// 1-based attempt number (`ZKCRON_ATTEMPT`).
+    pub attempt: u32,
+    /// Started by on_locked/catch-up instead of on time (`ZKCRON_RESUMED=1`).
+    pub resumed: bool,
+    /// The run of a delayed submission: its id and the payload the job reads on stdin.
+    pub submission: Option<SubmissionInput>,
+}
+
+/// What a submission's run gets beside the job contract.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubmissionInput {
+    /// `ZKCRON_SUBMISSION_ID`.
+    pub id: String,
+    /// Written to the job's stdin, then stdin is closed.
+    pub payload: Arc<Vec<u8>>,
+    /// A manual trigger: who asked (`ZKCRON_REQUESTED_BY`).
+    pub requested_by: Option<String>,
+}
+
+/// How the runner makes a job's process.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Launcher {
+    /// `fork` + exec, the signal set in between: what a library caller gets, with no zkcron
+    /// binary at hand.
+    #[default]
+    Fork,
+    /// `posix_spawn` of this zkcron binary in launcher mode (the daemon passes
+    /// `/proc/self/exe`, which names its own binary even after a package upgrade replaced it).
+    Binary(PathBuf),
+}
+
+impl Launcher {
+    /// The daemon's own binary as the launcher.
+    pub fn this_binary() -> Self {
+        Launcher::Binary(PathBuf::from("/proc/self/exe"))
+    }
+}

@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 
 use zookeeper_client::{Acls, Client, CreateMode};
 
-use zkcron::ledger::{self, LedgerPaths};
-use zkcron::lock::driver::LockPaths;
+use zkcron::layout::LedgerPaths;
+use zkcron::layout::LockPaths;
+use zkcron::ledger::{self};
 use zkcron::run::{ClaimMode, RunRecord};
 use zkcron::zk::{self, ZkSettings};
 use zkcron::{FencingToken, JobName, NodeId};

@@ -740,7 +740,7 @@ impl Validator<'_> {
 
     fn lock(&mut self, raw: RawLock) -> Option<LockConfig> {
         let name = raw.name.get_ref().clone();
-        if let Err(reason) = crate::identity::validate_znode_name(&name) {
+        if let Err(reason) = crate::ids::validate_znode_name(&name) {
             self.problem(raw.name.span(), "lock.name", reason);
         }
         let root = match raw.root {
@@ -752,7 +752,7 @@ impl Validator<'_> {
                     && value
                         .split('/')
                         .skip(1)
-                        .all(|part| crate::identity::validate_znode_name(part).is_ok());
+                        .all(|part| crate::ids::validate_znode_name(part).is_ok());
                 if !valid {
                     self.problem(
                         root.span(),
@@ -770,7 +770,7 @@ impl Validator<'_> {
             DEFAULT_TAKEOVER_DELAY,
         );
         let node_id = raw.node_id.map(|id| {
-            if let Err(reason) = crate::identity::validate_znode_name(id.get_ref()) {
+            if let Err(reason) = crate::ids::validate_znode_name(id.get_ref()) {
                 self.problem(id.span(), "lock.node_id", reason);
             }
             NodeId::new(id.into_inner())

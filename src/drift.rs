@@ -10,24 +10,15 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::config::JobConfig;
 use crate::ids::{JobName, NodeId};
+use crate::lock::node::ScheduleHash;
 
 /// Per-job fingerprints are published only up to this many bytes in all (a member znode is read
 /// by every catch-up); beyond, only the total says whether schedules differ.
 const JOBS_DETAIL_LIMIT: usize = 64 * 1024;
-
-/// A schedule's fingerprint, as a member znode carries it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ScheduleHash {
-    /// CRC-32 over every job's fingerprint, in name order: 8 hex digits.
-    pub total: String,
-    /// Per job, its CRC-32; `None` when the schedule is too large to list.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub jobs: Option<BTreeMap<JobName, String>>,
-}
 
 /// How one member's schedule differs from the owner's.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

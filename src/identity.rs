@@ -1,9 +1,9 @@
 //! Who this process is in its lock group: node_id (default: this host's IP), ip, host, pid.
 //!
-//! Owns: finding the local IP and host name, and checking that a node_id is usable as a znode name.
+//! Owns: finding the local IP and host name for this process's owner and member data.
 //! Must not: talk to ZooKeeper.
 
-use crate::ids::NodeId;
+use crate::ids::{NodeId, validate_znode_name};
 use crate::lock::node::OwnerInfo;
 
 /// Why this process cannot name itself.
@@ -42,20 +42,4 @@ pub fn this_process(node_id: Option<&NodeId>) -> Result<OwnerInfo, IdentityError
         releasing: false,
         schedule: None,
     })
-}
-
-/// A name usable as one znode path segment.
-///
-/// # Errors
-/// Says what is wrong with it.
-pub fn validate_znode_name(name: &str) -> Result<(), &'static str> {
-    if name.is_empty() {
-        return Err("must not be empty");
-    }
-    if name == "." || name == ".." || name.contains('/') || name.chars().any(char::is_control) {
-        return Err(
-            "must be usable as a znode name: no '/', no control characters, not '.' or '..'",
-        );
-    }
-    Ok(())
 }

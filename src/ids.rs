@@ -1,6 +1,7 @@
 //! Newtypes for the identifiers that travel between modules, so they cannot be swapped.
 //!
-//! Owns: `NodeId`, `SessionId`, `FencingToken` and their formatting.
+//! Owns: `NodeId`, `SessionId`, `FencingToken`, `JobName`, their formatting, and the check that a
+//! name is usable as a znode name.
 //! Must not: know how they are stored or transported (that is `lock::node` and `zk`).
 
 use std::fmt;
@@ -81,4 +82,20 @@ impl fmt::Display for JobName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.pad(&self.0)
     }
+}
+
+/// A name usable as one znode path segment.
+///
+/// # Errors
+/// Says what is wrong with it.
+pub fn validate_znode_name(name: &str) -> Result<(), &'static str> {
+    if name.is_empty() {
+        return Err("must not be empty");
+    }
+    if name == "." || name == ".." || name.contains('/') || name.chars().any(char::is_control) {
+        return Err(
+            "must be usable as a znode name: no '/', no control characters, not '.' or '..'",
+        );
+    }
+    Ok(())
 }

@@ -12,7 +12,7 @@ use zookeeper_client::Client;
 
 use crate::config::Config;
 use crate::control::{Pause, store as control_store};
-use crate::delayed::DelayedError;
+use crate::delayed::client::DelayedError;
 use crate::delayed::client::pending_summary;
 use crate::drift::{self, Drift};
 use crate::ids::{JobName, NodeId};

@@ -70,8 +70,8 @@ async fn a_bucket_larger_than_one_listing_reply_could_carry_fires_every_submissi
     let raw = zookeeper_client::Client::connect(&connect)
         .await
         .expect("raw");
-    let lock = zkcron::lock::driver::LockPaths::new("/zkcron", "d");
-    let bucket = zkcron::ledger::LedgerPaths::new(&lock)
+    let lock = zkcron::layout::LockPaths::new("/zkcron", "d");
+    let bucket = zkcron::layout::LedgerPaths::new(&lock)
         .delayed
         .due_bucket(zkcron::delayed::DueBucket::of(due_ms));
     let shards = raw.list_children(&bucket).await.expect("bucket listed");

@@ -531,8 +531,7 @@ async fn garbage_under_the_delayed_tree_is_logged_with_its_path_and_skipped() {
     let open =
         zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
     let paths =
-        zkcron::ledger::LedgerPaths::new(&zkcron::lock::driver::LockPaths::new("/zkcron", "d"))
-            .delayed;
+        zkcron::layout::LedgerPaths::new(&zkcron::layout::LockPaths::new("/zkcron", "d")).delayed;
     let due = now_ms() + 6_000;
     let bucket = paths.due_bucket(zkcron::delayed::DueBucket::of(due));
     let id = |text: &str| zkcron::delayed::SubmissionId::parse(text).expect("id");

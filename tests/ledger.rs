@@ -11,9 +11,10 @@ use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError, SessionState}
 
 use support::{shared_ensemble, wait_until};
 use zkcron::delayed::{Submission, SubmissionId};
+use zkcron::layout::LedgerPaths;
+use zkcron::layout::LockPaths;
 use zkcron::ledger::submissions::{self, SubmissionError};
-use zkcron::ledger::{self, ClaimError, LedgerPaths, UpdateError};
-use zkcron::lock::driver::LockPaths;
+use zkcron::ledger::{self, ClaimError, UpdateError};
 use zkcron::run::{self, ClaimMode, RunRecord, RunStatus};
 use zkcron::{FencingToken, JobName, NodeId};
 

@@ -17,8 +17,9 @@ use zookeeper_client::{Acls, Client};
 use super::store::{self, ControlError, Paused};
 use super::{Pause, Pauses, ReleaseRequest};
 use crate::config::{Config, JobConfig};
+use crate::delayed::client::SubmitRequest;
 use crate::delayed::client::check_request;
-use crate::delayed::{Submission, SubmissionId, SubmitRequest};
+use crate::delayed::submission::{Submission, SubmissionId};
 use crate::ids::{JobName, NodeId};
 use crate::layout::{ControlPaths, DelayedPaths, LockPaths};
 use crate::ledger::submissions::{self, SubmissionError};
@@ -62,7 +63,7 @@ pub enum SteerError {
     #[error(transparent)]
     Submission(#[from] SubmissionError),
     #[error(transparent)]
-    Request(#[from] crate::delayed::DelayedError),
+    Request(#[from] crate::delayed::client::DelayedError),
 }
 
 impl SteerError {

@@ -12,7 +12,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use zookeeper_client::{Acls, Client};
 
-use super::{DueBucket, MAX_PAYLOAD, Submission, SubmissionId};
+use super::submission::{DueBucket, MAX_PAYLOAD, Submission, SubmissionId};
 use crate::config::{Config, JobConfig};
 use crate::ids::JobName;
 use crate::layout::{DelayedPaths, LedgerPaths, LockPaths};

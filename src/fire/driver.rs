@@ -32,11 +32,13 @@ use super::machine::{
 use crate::config::JobConfig;
 use crate::ids::{JobName, NodeId};
 use crate::layout::ControlPaths;
+use crate::layout::LedgerPaths;
+use crate::layout::LockPaths;
 use crate::ledger::group::GroupCommit;
-use crate::ledger::{self, ClaimError, ClaimPlan, LedgerPaths};
-use crate::lock::LockUpdate;
+use crate::ledger::{self, ClaimError, ClaimPlan};
+use crate::lock::driver::DriverError;
 use crate::lock::driver::LockCommand;
-use crate::lock::driver::{DriverError, LockPaths};
+use crate::lock::driver::LockUpdate;
 use crate::lock::inspect;
 use crate::metrics::Metrics;
 use crate::report::error_chain;
@@ -545,8 +547,8 @@ impl Io {
     fn scan(
         &self,
         generation: u64,
-        after: Option<crate::delayed::DueBucket>,
-        through: crate::delayed::DueBucket,
+        after: Option<crate::delayed::submission::DueBucket>,
+        through: crate::delayed::submission::DueBucket,
         clean_before: DateTime<Utc>,
     ) -> Option<Input> {
         let Some(client) = self.client.clone() else {
@@ -582,7 +584,7 @@ impl Io {
         None
     }
 
-    fn read_submission(&self, id: crate::delayed::SubmissionId) -> Option<Input> {
+    fn read_submission(&self, id: crate::delayed::submission::SubmissionId) -> Option<Input> {
         let Some(client) = self.client.clone() else {
             let result = Err("no zookeeper session".to_owned());
             return Some(Input::SubmissionRead { id, result });

@@ -22,7 +22,7 @@ use chrono::{DateTime, Utc};
 
 use crate::config::{Concurrency, JobConfig};
 use crate::control::Pauses;
-use crate::delayed::{DueBucket, Submission, SubmissionId};
+use crate::delayed::submission::{DueBucket, Submission, SubmissionId};
 use crate::fire::queue::FireQueue;
 use crate::ids::{FencingToken, JobName, NodeId};
 use crate::lock::LockStatus;

@@ -14,8 +14,8 @@ use std::collections::HashSet;
 use zookeeper_client::{Acls, CheckWriteError, CheckWriter, Client, CreateMode, Error as ZkErr};
 
 use crate::ids::{FencingToken, JobName, SessionId};
-pub use crate::layout::LedgerPaths;
-use crate::layout::RecordName;
+
+use crate::layout::{LedgerPaths, RecordName};
 use crate::run::{Claim, ClaimMode, RunRecord, RunStatus};
 
 /// Why a tick was not claimed.
@@ -456,7 +456,7 @@ pub async fn withdraw(
         .as_ref()
         .map(|id| paths.delayed.pending(claim.record.scheduled_unix_ms, id));
     if let (Some(marker), Some(id)) = (&marker, &claim.record.submission_id) {
-        let bucket = crate::delayed::DueBucket::of(claim.record.scheduled_unix_ms);
+        let bucket = crate::delayed::submission::DueBucket::of(claim.record.scheduled_unix_ms);
         let parent = paths.delayed.due_shard(bucket, id.shard());
         crate::zk::ensure_persistent(client, &parent, acls)
             .await

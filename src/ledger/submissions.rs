@@ -10,11 +10,11 @@
 
 use zookeeper_client::{Acls, Client, CreateMode, Error as ZkErr, MultiWriteError};
 
-use super::LedgerPaths;
 use crate::delayed::submission::FormatError;
-use crate::delayed::{DueBucket, Shard, Submission, SubmissionId};
+use crate::delayed::submission::{DueBucket, Shard, Submission, SubmissionId};
 use crate::ids::{FencingToken, NodeId};
 use crate::layout::DelayedPaths;
+use crate::layout::LedgerPaths;
 use crate::run::{RunRecord, RunStatus};
 
 /// Why a submission request did not do what was asked.

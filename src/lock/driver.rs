@@ -23,12 +23,13 @@ use zookeeper_client::{
 };
 
 use crate::ids::{FencingToken, SessionId};
-pub use crate::layout::LockPaths;
+use crate::layout::LockPaths;
+
 use crate::lock::machine::{
-    Action, Epoch, Input, LockEvent, LockMachine, LockState, RequestFailed,
+    Action, Epoch, Input, LockEvent, LockMachine, LockState, LockStatus, RequestFailed,
 };
 use crate::lock::members::{self, MemberError};
-use crate::lock::node::{EpochData, LockNode, OwnerInfo};
+use crate::lock::node::{EpochData, LockNode, OwnerInfo, ScheduleHash};
 use crate::report::error_chain;
 use crate::zk::{self, ZkSettings};
 
@@ -72,32 +73,6 @@ impl Heard {
     }
 }
 
-/// Where the lock stands, as the rest of zkcron needs it: sent after every step that changes it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LockStatus {
-    /// Our fencing token while we own the lock, connected or not.
-    pub token: Option<FencingToken>,
-    /// We own the lock *and* are connected: a run may start once its claim succeeds
-    /// ([`LockMachine::may_fire`]).
-    pub may_fire: bool,
-    /// A session is up and connected.
-    pub connected: bool,
-}
-
-impl LockStatus {
-    fn of(machine: &LockMachine, conn: Option<&Connection>) -> Self {
-        let token = match machine.state() {
-            LockState::Own { token } => Some(token),
-            _ => None,
-        };
-        Self {
-            token,
-            may_fire: machine.may_fire(),
-            connected: conn.is_some() && machine.connected(),
-        }
-    }
-}
-
 /// What the fire side asks of the lock driver.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LockCommand {
@@ -107,7 +82,7 @@ pub enum LockCommand {
     /// Hand the lock over on an operator's request (`zkcron release`), claims withdrawn.
     Yield,
     /// The schedule was reloaded: publish its fingerprint in our member node (`drift`).
-    Schedule(crate::drift::ScheduleHash),
+    Schedule(ScheduleHash),
 }
 
 /// What the lock driver tells the rest of zkcron, on one ordered stream: a status is never seen
@@ -370,7 +345,7 @@ fn publish(
     machine: &LockMachine,
     conn: Option<&Connection>,
 ) {
-    let status = LockStatus::of(machine, conn);
+    let status = machine.status(conn.is_some());
     if status != *published {
         *published = status;
         // The receiver is gone only when the daemon is stopping; the lock still releases.

@@ -8,7 +8,7 @@
 use zookeeper_client::Client;
 
 use crate::ids::{NodeId, SessionId};
-use crate::lock::driver::LockPaths;
+use crate::layout::LockPaths;
 use crate::lock::node::{EpochData, OwnerInfo};
 use crate::zk::ZkError;
 

@@ -179,6 +179,18 @@ pub struct LockMachine {
     last_token: Option<FencingToken>,
 }
 
+/// Where the lock stands, as the rest of zkcron needs it: sent after every step that changes it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LockStatus {
+    /// Our fencing token while we own the lock, connected or not.
+    pub token: Option<FencingToken>,
+    /// We own the lock *and* are connected: a run may start once its claim succeeds
+    /// ([`LockMachine::may_fire`]).
+    pub may_fire: bool,
+    /// A session is up and connected.
+    pub connected: bool,
+}
+
 impl LockMachine {
     /// A machine for node `me`. `jitter` is added to the takeover delay so that many peers do not
     /// contend at the same instant; the caller draws it, so tests are deterministic.
@@ -251,6 +263,19 @@ impl LockMachine {
     /// A session is established and not disconnected.
     pub fn connected(&self) -> bool {
         self.session.is_some_and(|s| s.disconnected.is_none())
+    }
+
+    /// Where the lock stands for the rest of zkcron; `session_up`: the driver holds a session.
+    pub fn status(&self, session_up: bool) -> LockStatus {
+        let token = match self.state() {
+            LockState::Own { token } => Some(token),
+            _ => None,
+        };
+        LockStatus {
+            token,
+            may_fire: self.may_fire(),
+            connected: session_up && self.connected(),
+        }
     }
 
     fn step(&mut self, input: Input, now: Instant, out: &mut Vec<Action>) {

@@ -10,5 +10,4 @@ pub mod machine;
 pub mod members;
 pub mod node;
 
-pub use driver::{LockStatus, LockUpdate};
-pub use machine::{Action, Input, LockEvent, LockMachine, LockState};
+pub use machine::{Action, Input, LockEvent, LockMachine, LockState, LockStatus};

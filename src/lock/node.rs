@@ -1,12 +1,14 @@
 //! What the lock group stores in ZooKeeper: the lock node's and the epoch node's data.
 //!
 //! Owns: the JSON formats of `<root>/<lock>/lock`, `<root>/<lock>/epoch` and
-//! `<root>/<lock>/members/<node_id>` (DESIGN.md "ZooKeeper layout"), and their parsing.
+//! `<root>/<lock>/members/<node_id>` (docs/ARCHITECTURE.md "ZooKeeper layout"), and their parsing.
 //! Must not: do I/O. Data read from ZooKeeper is untrusted: parsing returns `Result`, never panics.
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{NodeId, SessionId};
+use crate::ids::{JobName, NodeId, SessionId};
 
 /// Who holds (or held) the lock, as written by the holder into the lock node and its member node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -25,7 +27,7 @@ pub struct OwnerInfo {
     /// In a member node: the fingerprint of this node's effective schedule (`drift`); an older
     /// zkcron publishes none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub schedule: Option<crate::drift::ScheduleHash>,
+    pub schedule: Option<ScheduleHash>,
 }
 
 impl OwnerInfo {
@@ -41,6 +43,16 @@ impl OwnerInfo {
     pub fn parse(data: &[u8]) -> Result<Self, serde_json::Error> {
         serde_json::from_slice(data)
     }
+}
+
+/// A schedule's fingerprint, as a member znode carries it (`drift` computes and compares them).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScheduleHash {
+    /// CRC-32 over every job's fingerprint, in name order: 8 hex digits.
+    pub total: String,
+    /// Per job, its CRC-32; `None` when the schedule is too large to list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jobs: Option<BTreeMap<JobName, String>>,
 }
 
 /// Data of the persistent `epoch` node: who made the latest acquisition.

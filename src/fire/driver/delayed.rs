@@ -11,7 +11,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client::{AddWatchMode, Client, EventType};
 
-use crate::delayed::{DueBucket, Submission, SubmissionId};
+use crate::delayed::submission::{DueBucket, Submission, SubmissionId};
 use crate::fire::machine::Input;
 use crate::layout::DelayedPaths;
 use crate::ledger::submissions::{self, SubmissionError};

@@ -12,7 +12,7 @@ use zookeeper_client::{AddWatchMode, Client, EventType};
 
 use crate::drift::{self, Drift};
 use crate::ids::NodeId;
-use crate::lock::driver::LockPaths;
+use crate::layout::LockPaths;
 use crate::lock::inspect;
 use crate::metrics::Metrics;
 use crate::report::error_chain;

@@ -14,8 +14,8 @@ use zookeeper_client::Client;
 
 use crate::fire::machine::Input;
 use crate::ids::JobName;
-use crate::ledger::LedgerPaths;
-use crate::lock::driver::LockPaths;
+use crate::layout::LedgerPaths;
+use crate::layout::LockPaths;
 
 use super::{bounded, list_records};
 

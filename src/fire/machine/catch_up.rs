@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 
 use super::{Action, FireMachine, FireReason, Item};
 use crate::config::{Concurrency, JobConfig, Misfire, OnInterrupted};
-use crate::delayed::SubmissionId;
+use crate::delayed::submission::SubmissionId;
 use crate::ids::{JobName, NodeId};
 use crate::run::SubmissionInput;
 use crate::run::{RunRecord, RunStatus};

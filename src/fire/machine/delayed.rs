@@ -13,7 +13,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::{Action, FireMachine, FireReason, Item, MISSED_AFTER};
-use crate::delayed::{DueBucket, Submission, SubmissionId};
+use crate::delayed::submission::{DueBucket, Submission, SubmissionId};
 use crate::ids::JobName;
 use crate::run::SubmissionInput;
 use crate::run::{RunRecord, RunStatus};

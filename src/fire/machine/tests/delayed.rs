@@ -3,7 +3,7 @@
 //! the watch, kept for a job that is away.
 
 use super::*;
-use crate::delayed::{DueBucket, Submission, SubmissionId};
+use crate::delayed::submission::{DueBucket, Submission, SubmissionId};
 
 const ON_DEMAND: &str = "[[job]]\nname = \"close\"\nshell = \"cat\"\nstarting_deadline = \"10s\"\n";
 

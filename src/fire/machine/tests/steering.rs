@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::control::Pause;
-use crate::delayed::{Submission, SubmissionId};
+use crate::delayed::submission::{Submission, SubmissionId};
 
 fn paused(jobs: &[&str]) -> Input {
     Input::PausesRead(

@@ -187,12 +187,8 @@ pub enum CliError {
     Lock(#[from] DriverError),
     #[error(transparent)]
     Daemon(#[from] DaemonError),
-    #[error("cannot reach zookeeper at {connect}")]
-    Unreachable {
-        connect: String,
-        #[source]
-        source: ZkError,
-    },
+    #[error(transparent)]
+    Unreachable(#[from] zk::Unreachable),
     #[error(transparent)]
     Zk(#[from] ZkError),
     #[error(transparent)]
@@ -346,13 +342,11 @@ fn check(path: &Path) -> Result<(), CliError> {
 
 /// A session for a one-shot command, bounded by `connect_timeout`.
 async fn connect_once(config: &Config) -> Result<zookeeper_client::Client, CliError> {
-    let timeout = config.zookeeper.connect_timeout;
-    zk::connect_within(&config.zookeeper.settings(), timeout)
-        .await
-        .map_err(|source| CliError::Unreachable {
-            connect: config.zookeeper.connect.clone(),
-            source,
-        })
+    Ok(zk::connect_once(
+        &config.zookeeper.settings(),
+        config.zookeeper.connect_timeout,
+    )
+    .await?)
 }
 
 async fn history(config: &Config, job: &JobName, limit: usize, json: bool) -> Result<(), CliError> {

@@ -211,14 +211,32 @@ pub async fn connect(settings: &ZkSettings) -> Result<Client, ZkError> {
     with_chroot(settings, client, chroot)
 }
 
-/// [`connect`], given up after `timeout` with [`ZkError::NoSession`].
+/// A one-shot client (the CLI, `Steer`, `Delayed`) made no session within its `connect_timeout`.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot reach zookeeper at {connect}")]
+pub struct Unreachable {
+    pub connect: String,
+    #[source]
+    pub source: ZkError,
+}
+
+/// The session of a one-shot client: [`connect`], given up after `timeout` (the config's
+/// `connect_timeout`) — a command must answer its operator, not retry like the daemon.
 ///
 /// # Errors
-/// As [`connect`], or `NoSession` when no session was made in time.
-pub async fn connect_within(settings: &ZkSettings, timeout: Duration) -> Result<Client, ZkError> {
+/// [`Unreachable`], naming the connect string, with why: [`connect`]'s error, or
+/// [`ZkError::NoSession`] when no session was made in time.
+///
+/// # Cancellation safety
+/// As [`connect`].
+pub async fn connect_once(settings: &ZkSettings, timeout: Duration) -> Result<Client, Unreachable> {
     tokio::time::timeout(timeout, connect(settings))
         .await
         .unwrap_or(Err(ZkError::NoSession { timeout }))
+        .map_err(|source| Unreachable {
+            connect: settings.connect.clone(),
+            source,
+        })
 }
 
 /// How long a server gets to accept a TCP connection in [`probe`].

@@ -50,12 +50,8 @@ pub enum SteerError {
         waited: Duration,
         why: &'static str,
     },
-    #[error("cannot reach zookeeper at {connect}")]
-    Unreachable {
-        connect: String,
-        #[source]
-        source: ZkError,
-    },
+    #[error(transparent)]
+    Unreachable(#[from] crate::zk::Unreachable),
     #[error(transparent)]
     Zk(#[from] ZkError),
     #[error(transparent)]
@@ -107,13 +103,11 @@ impl Steer {
     /// # Errors
     /// `Unreachable` with the address when no session is made in time.
     pub async fn connect(config: &Config) -> Result<Self, SteerError> {
-        let settings = config.zookeeper.settings();
-        let client = crate::zk::connect_within(&settings, config.zookeeper.connect_timeout)
-            .await
-            .map_err(|source| SteerError::Unreachable {
-                connect: config.zookeeper.connect.clone(),
-                source,
-            })?;
+        let client = crate::zk::connect_once(
+            &config.zookeeper.settings(),
+            config.zookeeper.connect_timeout,
+        )
+        .await?;
         Ok(Self::with_client(client, config))
     }
 

@@ -19,7 +19,6 @@ use crate::layout::{DelayedPaths, LedgerPaths, LockPaths};
 use crate::ledger::submissions;
 pub use crate::ledger::submissions::{SubmissionError, SubmissionState, Submitted};
 use crate::run::RunRecord;
-use crate::zk::ZkError;
 
 /// How far ahead a submission may be due. It bounds the number of day nodes under `due/`, so
 /// that listing them fits one `getChildren` reply (DESIGN.md "ZooKeeper layout").
@@ -69,12 +68,8 @@ pub enum DelayedError {
     },
     #[error("due {due} is more than ten years ahead")]
     TooFarAhead { due: DateTime<Utc> },
-    #[error("cannot reach zookeeper at {connect}")]
-    Unreachable {
-        connect: String,
-        #[source]
-        source: ZkError,
-    },
+    #[error(transparent)]
+    Unreachable(#[from] crate::zk::Unreachable),
     #[error(transparent)]
     Submission(#[from] SubmissionError),
 }
@@ -164,13 +159,11 @@ impl Delayed {
     /// # Errors
     /// `Unreachable` with the address when no session is made in time.
     pub async fn connect(config: &Config) -> Result<Self, DelayedError> {
-        let settings = config.zookeeper.settings();
-        let client = crate::zk::connect_within(&settings, config.zookeeper.connect_timeout)
-            .await
-            .map_err(|source| DelayedError::Unreachable {
-                connect: config.zookeeper.connect.clone(),
-                source,
-            })?;
+        let client = crate::zk::connect_once(
+            &config.zookeeper.settings(),
+            config.zookeeper.connect_timeout,
+        )
+        .await?;
         Ok(Self::with_client(client, config))
     }
 
@@ -200,7 +193,7 @@ impl Delayed {
         let reader = self
             .reader
             .get_or_init(|| async {
-                match crate::zk::connect_within(&self.settings, self.connect_timeout).await {
+                match crate::zk::connect_once(&self.settings, self.connect_timeout).await {
                     Ok(reader) => Some(reader),
                     Err(err) => {
                         tracing::debug!(error = %err, "no second session; batches read on the first");

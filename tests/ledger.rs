@@ -198,8 +198,13 @@ async fn records_update_by_compare_and_set_only() {
     stale.record.status = RunStatus::Interrupted;
     let conflict = ledger::update(&b, &mut stale).await;
     assert!(
-        matches!(&conflict, Err(UpdateError::Conflict { path }) if *path == claim.path),
-        "a stale view of the record is refused as a conflict on that record: {conflict:?}"
+        matches!(
+            &conflict,
+            Err(UpdateError::Conflict { path, stored: Some(RunStatus::Running) })
+                if *path == claim.path
+        ),
+        "a stale view of the record is refused as a conflict on that record, naming what is \
+         stored: {conflict:?}"
     );
     let stored = read_fresh(&b, &claim.path).await.expect("record");
     assert_eq!(stored.status, RunStatus::Running);

@@ -27,7 +27,7 @@ use tokio_util::task::TaskTracker;
 use zookeeper_client::{Acls, Client};
 
 use super::machine::{
-    Action, ClaimRefused, FireMachine, Input, JobRecords, RESOLVE_WINDOW, TickClaim,
+    Action, ClaimRefused, FireMachine, Input, JobRecords, RESOLVE_WINDOW, RecordWrite, TickClaim,
 };
 use crate::config::JobConfig;
 use crate::ids::{JobName, NodeId};
@@ -426,24 +426,28 @@ impl Io {
                     tracing::warn!(path = claim.path, status = ?claim.record.status, "run record not updated: no zookeeper session");
                     return Some(Input::RecordWritten {
                         run_id: claim.record.run_id,
-                        version: None,
+                        write: RecordWrite::Failed,
                     });
                 };
                 let answers = self.answers.clone();
                 self.tasks.spawn(async move {
                     let mut claim = claim;
                     let path = claim.path.clone();
-                    let written = bounded(&path, group.finish(&mut claim)).await;
-                    let version = match written {
-                        Some(Ok(())) => Some(claim.version),
+                    let write = match bounded(&path, group.finish(&mut claim)).await {
+                        Some(Ok(())) => RecordWrite::Written(claim.version),
+                        // A definite answer: logged once here, never sent again.
+                        Some(Err(ledger::UpdateError::Conflict { stored, .. })) => {
+                            tracing::warn!(path, ours = ?claim.record.status, stored = ?stored, "final run record not written: someone else changed the record (the next owner resolved the run); it stays theirs");
+                            RecordWrite::Refused
+                        }
                         Some(Err(err)) => {
                             tracing::warn!(status = ?claim.record.status, error = %error_chain(&err), "run record not updated");
-                            None
+                            RecordWrite::Failed
                         }
-                        None => None,
+                        None => RecordWrite::Failed,
                     };
                     let run_id = claim.record.run_id;
-                    let _ = answers.send(Input::RecordWritten { run_id, version });
+                    let _ = answers.send(Input::RecordWritten { run_id, write });
                 });
             }
             Action::Withdraw { id, claim } => {

@@ -140,11 +140,8 @@ pub enum Input {
     },
     /// A run's process ended; `claim` carries the record's current version.
     RunEnded { claim: Claim, report: RunReport },
-    /// Answer to [`Action::WriteRecord`]: the record's new version (`None`: not written, logged).
-    RecordWritten {
-        run_id: String,
-        version: Option<i32>,
-    },
+    /// Answer to [`Action::WriteRecord`] (a failure is logged by the driver).
+    RecordWritten { run_id: String, write: RecordWrite },
     /// Answer to [`Action::Withdraw`].
     Withdrawn { id: ClaimId },
     /// The daemon is stopping.
@@ -170,6 +167,18 @@ pub enum Input {
     /// An operator asked this node to hand the lock over (`zkcron release`): unstarted claims
     /// are given back, then [`Action::YieldLock`].
     ReleaseRequested,
+}
+
+/// How the write of a run's final record ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordWrite {
+    /// Stored, at this version.
+    Written(i32),
+    /// ZooKeeper answered that the record was changed by someone else (the next owner marked
+    /// the run interrupted) or is gone: final. Sending it again cannot change that answer.
+    Refused,
+    /// No answer: no session, a lost connection, a timeout. Worth sending again.
+    Failed,
 }
 
 /// A command for the driver.
@@ -466,8 +475,8 @@ impl FireMachine {
             }
             Input::Marked { record, result } => self.marked(record, result, now, &mut out),
             Input::RunEnded { claim, report } => self.run_ended(claim, &report, &mut out),
-            Input::RecordWritten { run_id, version } => {
-                self.record_written(&run_id, version, now, &mut out)
+            Input::RecordWritten { run_id, write } => {
+                self.record_written(&run_id, write, now, &mut out)
             }
             Input::Withdrawn { id } => {
                 self.claims.remove(&id);
@@ -1254,18 +1263,18 @@ impl FireMachine {
     fn record_written(
         &mut self,
         run_id: &str,
-        version: Option<i32>,
+        write: RecordWrite,
         now: DateTime<Utc>,
         out: &mut Vec<Action>,
     ) {
         if self.rewrites.owns(run_id) {
-            self.rewrites.answered(run_id, version.is_some(), now);
+            self.rewrites.answered(run_id, write, now);
             return;
         }
         let Some(run) = self.runs.remove(run_id) else {
             return; // the record of a tick that never started
         };
-        if let (None, Some(finished)) = (version, &run.finished) {
+        if let (RecordWrite::Failed, Some(finished)) = (write, &run.finished) {
             self.rewrites.first_failed(finished.clone(), now);
         }
         let job = run.job.clone();
@@ -1296,8 +1305,8 @@ impl FireMachine {
                 .finished
                 .as_ref()
                 .filter(|claim| runs::retry_due(&claim.record, run.config.retries));
-            match (retry, version) {
-                (Some(claim), Some(version)) => {
+            match (retry, write) {
+                (Some(claim), RecordWrite::Written(version)) => {
                     let mut claim = claim.clone();
                     claim.version = version;
                     self.runs

@@ -48,8 +48,13 @@ impl ClaimError {
 /// A failed update of a claimed record.
 #[derive(Debug, thiserror::Error)]
 pub enum UpdateError {
+    /// A definite answer: retrying cannot change it.
     #[error("run record {path} was changed by someone else; not overwriting it")]
-    Conflict { path: String },
+    Conflict {
+        path: String,
+        /// The stored record's status, when it was read (`None`: gone, or not read).
+        stored: Option<RunStatus>,
+    },
     #[error("zookeeper request on {path} failed")]
     Zk {
         path: String,
@@ -361,8 +366,12 @@ pub async fn update(client: &Client, claim: &mut Claim) -> Result<(), UpdateErro
                 // then the stored record is exactly what we sent before. Anything else is
                 // someone else's change, and it is kept.
                 let (data, stat) = client.get_data(&claim.path).await.map_err(zk_err)?;
-                if RunRecord::parse(&data).ok().as_ref() != Some(&previous) {
-                    break;
+                let stored = RunRecord::parse(&data).ok();
+                if stored.as_ref() != Some(&previous) {
+                    return Err(UpdateError::Conflict {
+                        path: claim.path.clone(),
+                        stored: stored.map(|record| record.status),
+                    });
                 }
                 claim.version = stat.version;
             }
@@ -372,6 +381,7 @@ pub async fn update(client: &Client, claim: &mut Claim) -> Result<(), UpdateErro
     }
     Err(UpdateError::Conflict {
         path: claim.path.clone(),
+        stored: None,
     })
 }
 
@@ -502,7 +512,7 @@ pub async fn mark_interrupted(
     closes: bool,
 ) -> Result<i32, UpdateError> {
     let path = record.path(paths);
-    let conflict = |path: String| UpdateError::Conflict { path };
+    let conflict = |path: String| UpdateError::Conflict { path, stored: None };
     let open = match &record.submission_id {
         Some(id) if closes => Some(paths.delayed.open_run(
             &record.job,

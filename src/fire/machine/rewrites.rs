@@ -5,7 +5,8 @@
 //! and, when the session is taken back, its `running/<job>` guard alive for as long as the
 //! session lives — every later tick of a `forbid` job skipped as "a run is alive". So the
 //! record is sent again: at once when the session is connected again, otherwise after a
-//! doubling backoff, a bounded number of times.
+//! doubling backoff, a bounded number of times. Only a write that got no answer is sent again:
+//! a record that someone else changed (the next owner marked the run interrupted) stays theirs.
 //!
 //! Owns: which final records wait to be written again, and when.
 //! Must not: write anything (the machine emits `Action::WriteRecord`, the driver writes).
@@ -14,6 +15,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, TimeDelta, Utc};
 
+use super::RecordWrite;
 use crate::run::Claim;
 
 /// Attempts in all, the first one included: with the backoff, about 15 s of retries besides
@@ -53,13 +55,16 @@ impl Rewrites {
         self.waiting.contains_key(run_id)
     }
 
-    /// The answer to a write sent again: done, or scheduled once more, or given up.
-    pub fn answered(&mut self, run_id: &str, written: bool, now: DateTime<Utc>) {
+    /// The answer to a write sent again: done, refused for good (the driver logged why), or
+    /// scheduled once more, or given up.
+    pub fn answered(&mut self, run_id: &str, write: RecordWrite, now: DateTime<Utc>) {
         let Some(rewrite) = self.waiting.get_mut(run_id) else {
             return;
         };
         let path = &rewrite.claim.path;
-        if written {
+        if write == RecordWrite::Refused {
+            self.waiting.remove(run_id);
+        } else if let RecordWrite::Written(_) = write {
             tracing::info!(
                 path,
                 attempts = rewrite.attempts,
@@ -165,7 +170,7 @@ mod tests {
             let due = rewrites.due(at(now));
             assert_eq!(due.len(), 1, "due at {now}");
             assert_eq!(rewrites.next_deadline(), None, "out: nothing else due");
-            rewrites.answered("r1", false, at(now));
+            rewrites.answered("r1", RecordWrite::Failed, at(now));
             let Some(next) = rewrites.next_deadline() else {
                 break;
             };
@@ -191,7 +196,7 @@ mod tests {
             "a landed earlier write is recognised"
         );
         assert!(rewrites.owns("r1"));
-        rewrites.answered("r1", true, at(150));
+        rewrites.answered("r1", RecordWrite::Written(9), at(150));
         assert!(!rewrites.owns("r1"));
         assert!(rewrites.is_empty());
     }

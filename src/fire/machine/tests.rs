@@ -195,7 +195,7 @@ fn ended(claim: &Claim, outcome: RunOutcome, at: DateTime<Utc>) -> Input {
 fn written(claim: &Claim) -> Input {
     Input::RecordWritten {
         run_id: claim.record.run_id.clone(),
-        version: Some(claim.version + 2),
+        write: RecordWrite::Written(claim.version + 2),
     }
 }
 
@@ -612,7 +612,7 @@ fn a_final_record_whose_write_failed_is_written_again_once_connected() {
     );
     let failed = Input::RecordWritten {
         run_id: finished.record.run_id.clone(),
-        version: None,
+        write: RecordWrite::Failed,
     };
     m.handle(failed.clone(), t(hourly + 6002));
     assert_eq!(
@@ -642,6 +642,84 @@ fn a_final_record_whose_write_failed_is_written_again_once_connected() {
     );
     m.handle(written(&finished), t(hourly + 10_020));
     assert!(m.rewrites.is_empty(), "written: nothing left to send");
+}
+
+/// Issue 18: an old owner's final record met the record the next owner had already resolved
+/// (`interrupted`), and ZooKeeper answered "changed by someone else". That answer is final: the
+/// record is not sent again, neither after a backoff nor on reconnecting.
+#[test]
+fn a_final_record_refused_by_zookeeper_is_never_sent_again() {
+    let mut m = owning(&job("a", "0 0 * * * *", ""));
+    let hourly = 3_600_000;
+    let claim = only_claim(&m.handle(Input::Tick, t(hourly - 250)));
+    m.handle(ok(&claim), t(hourly - 240));
+    let (run, _) = only_start(&m.handle(Input::Tick, t(hourly)));
+    let finished = end_run(
+        &mut m,
+        ended(&run, RunOutcome::Exited { code: 1 }, t(hourly)),
+        t(hourly + 6000),
+    );
+    let refused = Input::RecordWritten {
+        run_id: finished.record.run_id.clone(),
+        write: RecordWrite::Refused,
+    };
+    m.handle(refused, t(hourly + 6001));
+    assert!(
+        m.rewrites.is_empty(),
+        "a refusal is not queued to be sent again"
+    );
+    assert_eq!(
+        m.next_deadline(),
+        Some(t(2 * hourly - 250)),
+        "nothing is due but the next tick's claim"
+    );
+    m.handle(
+        Input::LockChanged(disconnected_owner(TOKEN)),
+        t(hourly + 7000),
+    );
+    let back = m.handle(Input::LockChanged(owner(TOKEN)), t(hourly + 8000));
+    assert!(
+        !back.iter().any(|a| matches!(a, Action::WriteRecord(_))),
+        "not sent again on reconnecting: {back:?}"
+    );
+}
+
+/// Issue 18: a write that got no answer is sent again; when the second answer is a refusal,
+/// that ends it: one refusal, no further attempts.
+#[test]
+fn a_record_sent_again_stops_at_the_first_refusal() {
+    let mut m = owning(&job("a", "0 0 * * * *", ""));
+    let hourly = 3_600_000;
+    let claim = only_claim(&m.handle(Input::Tick, t(hourly - 250)));
+    m.handle(ok(&claim), t(hourly - 240));
+    let (run, _) = only_start(&m.handle(Input::Tick, t(hourly)));
+    let finished = end_run(
+        &mut m,
+        ended(&run, RunOutcome::Exited { code: 0 }, t(hourly)),
+        t(hourly + 6000),
+    );
+    let answer = |write| Input::RecordWritten {
+        run_id: finished.record.run_id.clone(),
+        write,
+    };
+    m.handle(answer(RecordWrite::Failed), t(hourly + 6001));
+    assert_eq!(
+        m.next_deadline(),
+        Some(t(hourly + 6501)),
+        "a failure is sent again"
+    );
+    let again = but_delayed(m.handle(Input::Tick, t(hourly + 6501)));
+    assert!(
+        matches!(&again[..], [Action::WriteRecord(c)] if c.record == finished.record),
+        "{again:?}"
+    );
+    m.handle(answer(RecordWrite::Refused), t(hourly + 6510));
+    assert!(m.rewrites.is_empty(), "the refusal ends the rewrites");
+    let later = m.handle(Input::Tick, t(hourly + 30_000));
+    assert!(
+        !later.iter().any(|a| matches!(a, Action::WriteRecord(_))),
+        "{later:?}"
+    );
 }
 
 #[test]

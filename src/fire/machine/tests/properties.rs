@@ -376,15 +376,20 @@ impl World {
             let claim = self.writes.remove(i % self.writes.len());
             self.release_guard(&claim);
             self.alive.remove(&claim.record.run_id);
-            let version = (kind % 5 != 0).then_some(claim.version + 2);
-            if version.is_some() && claim.record.status != RunStatus::Missed {
+            let write = match kind % 7 {
+                0 => RecordWrite::Failed,
+                1 => RecordWrite::Refused,
+                _ => RecordWrite::Written(claim.version + 2),
+            };
+            if matches!(write, RecordWrite::Written(_)) && claim.record.status != RunStatus::Missed
+            {
                 *self
                     .finals_written
                     .entry((claim.record.run_id.clone(), claim.record.attempt))
                     .or_default() += 1;
             }
             let run_id = claim.record.run_id.clone();
-            return self.feed(m, Input::RecordWritten { run_id, version });
+            return self.feed(m, Input::RecordWritten { run_id, write });
         }
         if !self.withdraws.is_empty() {
             let id = self.withdraws.remove(i % self.withdraws.len());

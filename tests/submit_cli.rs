@@ -296,3 +296,74 @@ async fn an_unreachable_zookeeper_exits_1_naming_the_address() {
         "no id printed for nothing submitted"
     );
 }
+
+/// Issue 18: `echo '{"order":42}' | zkcron submit … --id order-42` submitted 0 bytes without a
+/// word. `--payload-file -` reads standard input; a piped input that no option asks for is named
+/// on stderr with how to send it.
+#[tokio::test]
+async fn a_piped_payload_is_read_with_payload_file_dash_and_never_dropped_silently() {
+    let cli = Cli::new("cli-stdin").await;
+    let due = "2030-01-01T10:00:00Z";
+    let piped = cli.run_with_stdin(
+        &[
+            "submit",
+            "close-order",
+            "--at",
+            due,
+            "--id",
+            "order-44",
+            "--payload-file",
+            "-",
+        ],
+        b"{\"order\":44}",
+    );
+    assert_exit(&piped, 0, "");
+    assert!(
+        !text(&piped.stderr).contains("not read"),
+        "stdin was read: {}",
+        text(&piped.stderr)
+    );
+    let show = cli.run(&["delayed", "show", "order-44"]);
+    assert_exit(&show, 0, "");
+    assert!(
+        text(&show.stdout).contains("payload    12 bytes"),
+        "the piped bytes are the payload:\n{}",
+        text(&show.stdout)
+    );
+
+    let ignored = cli.run_with_stdin(
+        &["submit", "close-order", "--at", due, "--id", "order-45"],
+        b"{\"order\":45}",
+    );
+    assert_exit(
+        &ignored,
+        0,
+        "standard input was not read: the submission has no payload",
+    );
+    assert!(
+        text(&ignored.stderr).contains("--payload-file -"),
+        "says how to send it: {}",
+        text(&ignored.stderr)
+    );
+    let show = cli.run(&["delayed", "show", "order-45"]);
+    assert!(
+        text(&show.stdout).contains("payload    0 bytes"),
+        "{}",
+        text(&show.stdout)
+    );
+
+    // A service or cron job starts commands with stdin on /dev/null: nothing to say then.
+    let quiet = Command::new(env!("CARGO_BIN_EXE_zkcron"))
+        .args(["submit", "--config"])
+        .arg(&cli.config)
+        .args(["close-order", "--at", due, "--id", "order-46"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run zkcron");
+    assert_exit(&quiet, 0, "");
+    assert!(
+        !text(&quiet.stderr).contains("not read"),
+        "{}",
+        text(&quiet.stderr)
+    );
+}

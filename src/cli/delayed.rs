@@ -2,7 +2,7 @@
 //! `zkcron::delayed` library API.
 
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
@@ -41,10 +41,10 @@ pub struct SubmitArgs {
     /// The payload the run reads on stdin, as text.
     #[arg(long)]
     payload: Option<String>,
-    /// The payload, read from this file.
-    #[arg(long)]
+    /// The payload, read from this file; `-` reads standard input.
+    #[arg(long, value_name = "FILE")]
     payload_file: Option<PathBuf>,
-    /// The payload, read from standard input.
+    /// The payload, read from standard input (the same as --payload-file -).
     #[arg(long)]
     payload_stdin: bool,
 }
@@ -156,20 +156,32 @@ pub async fn submit(config: &Config, args: SubmitArgs) -> Result<(), CliError> {
 }
 
 fn read_payload(args: &SubmitArgs) -> Result<Vec<u8>, UsageError> {
+    let stdin = || {
+        (
+            "standard input".to_owned(),
+            Box::new(std::io::stdin()) as Box<dyn Read>,
+        )
+    };
     let (what, reader): (String, Box<dyn Read>) = if let Some(text) = &args.payload {
         (
             "--payload".to_owned(),
             Box::new(std::io::Cursor::new(text.clone().into_bytes())),
         )
+    } else if args.payload_stdin || args.payload_file.as_deref() == Some(Path::new("-")) {
+        stdin()
     } else if let Some(path) = &args.payload_file {
         let file = std::fs::File::open(path).map_err(|source| UsageError::Payload {
             what: path.display().to_string(),
             source,
         })?;
         (path.display().to_string(), Box::new(file))
-    } else if args.payload_stdin {
-        ("standard input".to_owned(), Box::new(std::io::stdin()))
     } else {
+        if stdin_is_piped() {
+            eprintln!(
+                "zkcron: standard input was not read: the submission has no payload; to send \
+                 it as the payload, add --payload-file - (or --payload TEXT, --payload-file FILE)"
+            );
+        }
         return Ok(Vec::new());
     };
     let mut payload = Vec::new();
@@ -185,6 +197,20 @@ fn read_payload(args: &SubmitArgs) -> Result<Vec<u8>, UsageError> {
         return Err(UsageError::PayloadTooLarge { what });
     }
     Ok(payload)
+}
+
+/// Whether standard input is a pipe, a socket or a file: data someone meant to send. A terminal
+/// or `/dev/null` (how services and cron start commands) is not.
+fn stdin_is_piped() -> bool {
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(fd) = std::io::stdin().as_fd().try_clone_to_owned() else {
+        return false;
+    };
+    std::fs::File::from(fd).metadata().is_ok_and(|meta| {
+        let kind = meta.file_type();
+        kind.is_fifo() || kind.is_socket() || kind.is_file()
+    })
 }
 
 pub async fn run(config: &Config, command: DelayedCommand) -> Result<(), CliError> {

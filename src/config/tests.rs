@@ -2,6 +2,7 @@
 //! real CLI in tests/config_check.rs.
 
 use super::*;
+use crate::run::Program;
 
 const MINIMAL: &str = "[zookeeper]\nconnect = \"zk:2181\"\n[lock]\nname = \"g\"\n";
 

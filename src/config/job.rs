@@ -1,0 +1,248 @@
+//! `[[job]]`: one job, what it runs and when.
+//!
+//! Owns: the job's name, its schedule and time zone, what it runs (`command` or `shell`, working
+//! dir, env, timeout, kill grace), and how its problems are named (`job "nightly": schedule`).
+//! Its run policies (retries, catch-up, history, concurrency…) are checked in `job_policies.rs`.
+//! Must not: run anything (`crate::runner` does) or compute ticks (`crate::schedule` does); the
+//! schedule is only parsed here.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono_tz::Tz;
+use toml::Spanned;
+
+use super::job_policies::default_concurrency;
+use super::schema::RawJob;
+use super::validator::Validator;
+use super::{JobConfig, Misfire, OnInterrupted, OnLost};
+use crate::ids::JobName;
+use crate::run::{JobSpec, Launcher, Program};
+use crate::schedule::{self, Schedule};
+
+const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(10);
+
+/// Names a job's problems: `job "nightly"` for the job as a whole, `job "nightly": schedule` for
+/// one of its keys.
+#[derive(Clone, Copy)]
+pub(super) struct JobContext<'n> {
+    name: &'n str,
+}
+
+impl JobContext<'_> {
+    pub(super) fn key(self, key: &str) -> String {
+        format!("job {:?}: {key}", self.name)
+    }
+
+    fn whole(self) -> String {
+        format!("job {:?}", self.name)
+    }
+}
+
+impl Validator<'_> {
+    /// One `[[job]]` (`span`: the whole table); `None` when it has no usable program, schedule or
+    /// time zone (the problems are recorded).
+    pub(super) fn job(&mut self, raw: RawJob, span: Range<usize>) -> Option<JobConfig> {
+        let name = raw.name.get_ref().clone();
+        let job = JobContext { name: &name };
+        if !is_job_name(&name) {
+            self.problem(
+                raw.name.span(),
+                job.key("name"),
+                "expected letters, digits, '_', '.' or '-' only",
+            );
+        }
+        let tz = self.job_timezone(raw.timezone.as_ref(), job);
+        let schedule = self.job_schedule(raw.schedule.as_ref(), tz, job);
+        let program = self.job_program(raw.command, raw.shell, span, job);
+        let working_dir = self.job_working_dir(raw.working_dir, job);
+        let env = self.job_env(raw.env, job);
+        let timeout = self.job_timeout(raw.timeout, job);
+        let kill_grace = self.duration(raw.kill_grace, &job.key("kill_grace"), DEFAULT_KILL_GRACE);
+        let retries = self.job_retries(raw.retries, job);
+        let retry_backoff = self.job_retry_backoff(raw.retry_backoff, job);
+        let starting_deadline = self.job_starting_deadline(raw.starting_deadline, job);
+        let spec = JobSpec {
+            name: JobName::new(name.clone()),
+            // From here on only for a job with a usable program: a job without one does not
+            // report problems in history or max_running.
+            program: program?,
+            working_dir,
+            env,
+            timeout,
+            kill_grace,
+            launcher: Launcher::Fork,
+        };
+        let history = self.job_history(raw.history, job);
+        let max_running = self.job_max_running(raw.max_running, job);
+        Some(JobConfig {
+            spec: Arc::new(spec),
+            schedule: schedule?,
+            timezone: tz?,
+            on_lost: raw.on_lost.unwrap_or(OnLost::Cancel),
+            enabled: raw.enabled.unwrap_or(true),
+            history,
+            max_running,
+            concurrency: raw
+                .concurrency
+                .unwrap_or(default_concurrency(raw.schedule.is_none())),
+            misfire: raw.misfire.unwrap_or(Misfire::RunOnce),
+            starting_deadline,
+            on_interrupted: raw.on_interrupted.unwrap_or(OnInterrupted::Skip),
+            retries,
+            retry_backoff,
+        })
+    }
+
+    /// `timezone`, UTC when unset; `None` when it names no zone.
+    fn job_timezone(&mut self, raw: Option<&Spanned<String>>, job: JobContext<'_>) -> Option<Tz> {
+        match raw {
+            Some(tz) => match schedule::parse_timezone(tz.get_ref()) {
+                Ok(tz) => Some(tz),
+                Err(err) => {
+                    self.problem(tz.span(), job.key("timezone"), err.to_string());
+                    None
+                }
+            },
+            None => Some(chrono_tz::UTC),
+        }
+    }
+
+    /// `schedule` in the job's zone: `Some(None)` for an on-demand job (no schedule), `None` when
+    /// the expression or the zone is bad.
+    fn job_schedule(
+        &mut self,
+        raw: Option<&Spanned<String>>,
+        tz: Option<Tz>,
+        job: JobContext<'_>,
+    ) -> Option<Option<Schedule>> {
+        // With a bad zone, still check the expression (in UTC) so every problem shows at once.
+        match raw {
+            None => Some(None),
+            Some(expression) => {
+                match Schedule::parse(expression.get_ref(), tz.unwrap_or(chrono_tz::UTC)) {
+                    Ok(schedule) => tz.map(|_| Some(schedule)),
+                    Err(err) => {
+                        // Point at the bad field inside the quoted expression when we know it.
+                        let whole = expression.span();
+                        let span = err
+                            .span()
+                            .filter(|_| !expression.get_ref().contains('\\'))
+                            .map_or(whole.clone(), |inner| {
+                                whole.start + 1 + inner.start..whole.start + 1 + inner.end
+                            });
+                        self.problem(span, job.key("schedule"), err.to_string());
+                        None
+                    }
+                }
+            }
+        }
+    }
+
+    /// What the job runs: exactly one of `command` (an argv array) and `shell`; `span` is the
+    /// whole job, for when both are missing.
+    fn job_program(
+        &mut self,
+        command: Option<Spanned<Vec<String>>>,
+        shell: Option<Spanned<String>>,
+        span: Range<usize>,
+        job: JobContext<'_>,
+    ) -> Option<Program> {
+        match (command, shell) {
+            (Some(command), None) => {
+                let argv = command.get_ref().clone();
+                if argv.first().is_none_or(|program| program.trim().is_empty()) {
+                    let message = "expected a non-empty argv array like [\"/usr/local/bin/report\", \"--daily\"]";
+                    self.problem(command.span(), job.key("command"), message);
+                }
+                Some(Program::Argv(argv))
+            }
+            (None, Some(shell)) => {
+                if shell.get_ref().trim().is_empty() {
+                    self.problem(
+                        shell.span(),
+                        job.key("shell"),
+                        "expected a non-empty shell command",
+                    );
+                }
+                Some(Program::Shell(shell.into_inner()))
+            }
+            (Some(_), Some(shell)) => {
+                self.problem(
+                    shell.span(),
+                    job.key("shell"),
+                    "set either command or shell, not both",
+                );
+                None
+            }
+            (None, None) => {
+                self.problem(
+                    span,
+                    job.whole(),
+                    "expected command (an argv array) or shell",
+                );
+                None
+            }
+        }
+    }
+
+    fn job_working_dir(
+        &mut self,
+        raw: Option<Spanned<String>>,
+        job: JobContext<'_>,
+    ) -> Option<PathBuf> {
+        raw.map(|dir| {
+            if !Path::new(dir.get_ref()).is_absolute() {
+                self.problem(
+                    dir.span(),
+                    job.key("working_dir"),
+                    "expected an absolute path",
+                );
+            }
+            PathBuf::from(dir.into_inner())
+        })
+    }
+
+    /// `env`: variables added to the job's environment.
+    fn job_env(
+        &mut self,
+        raw: Option<Spanned<BTreeMap<String, String>>>,
+        job: JobContext<'_>,
+    ) -> BTreeMap<String, String> {
+        raw.map_or_else(BTreeMap::new, |env| {
+            let bad = env
+                .get_ref()
+                .keys()
+                .find(|key| key.is_empty() || key.contains(['=', '\0']));
+            if let Some(key) = bad {
+                let message = format!("invalid variable name {key:?}");
+                self.problem(env.span(), job.key("env"), message);
+            }
+            env.into_inner()
+        })
+    }
+
+    /// `timeout`; `None`: the run may take as long as it takes.
+    fn job_timeout(
+        &mut self,
+        raw: Option<Spanned<String>>,
+        job: JobContext<'_>,
+    ) -> Option<Duration> {
+        raw.map(|t| {
+            let key = job.key("timeout");
+            self.positive_duration(Some(t), &key, Duration::ZERO)
+        })
+    }
+}
+
+fn is_job_name(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && name != ".."
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+}

@@ -1,0 +1,89 @@
+//! A job's run policies: what happens around its runs rather than inside them.
+//!
+//! Owns: retries and their backoff, how far back catch-up looks (`starting_deadline`), how many
+//! run records are kept (`history`), how many runs may be open at once (`max_running`), the
+//! default concurrency, and these keys' defaults.
+//! Must not: apply a policy (the fire machine does); this only checks and fills in the values.
+
+use std::time::Duration;
+
+use toml::Spanned;
+
+use super::job::JobContext;
+use super::validator::Validator;
+use super::{Concurrency, HISTORY_LIMIT, MAX_RUNNING_LIMIT};
+
+const DEFAULT_HISTORY: usize = 100;
+const DEFAULT_MAX_RUNNING: usize = 256;
+const DEFAULT_STARTING_DEADLINE: Duration = Duration::from_secs(300);
+const DEFAULT_RETRY_BACKOFF: Duration = Duration::from_secs(30);
+
+impl Validator<'_> {
+    /// `retries`: how many times a failed or timed-out run is tried again; 0 when unset.
+    pub(super) fn job_retries(&mut self, raw: Option<Spanned<i64>>, job: JobContext<'_>) -> u32 {
+        match raw {
+            Some(retries) => u32::try_from(*retries.get_ref()).unwrap_or_else(|_| {
+                self.problem(
+                    retries.span(),
+                    job.key("retries"),
+                    "expected a number of retries, 0 or more",
+                );
+                0
+            }),
+            None => 0,
+        }
+    }
+
+    pub(super) fn job_retry_backoff(
+        &mut self,
+        raw: Option<Spanned<String>>,
+        job: JobContext<'_>,
+    ) -> Duration {
+        self.duration(raw, &job.key("retry_backoff"), DEFAULT_RETRY_BACKOFF)
+    }
+
+    pub(super) fn job_starting_deadline(
+        &mut self,
+        raw: Option<Spanned<String>>,
+        job: JobContext<'_>,
+    ) -> Duration {
+        self.duration(
+            raw,
+            &job.key("starting_deadline"),
+            DEFAULT_STARTING_DEADLINE,
+        )
+    }
+
+    pub(super) fn job_history(&mut self, raw: Option<Spanned<i64>>, job: JobContext<'_>) -> usize {
+        self.count(
+            raw,
+            &job.key("history"),
+            (HISTORY_LIMIT, "a number of runs to keep"),
+            DEFAULT_HISTORY,
+        )
+    }
+
+    pub(super) fn job_max_running(
+        &mut self,
+        raw: Option<Spanned<i64>>,
+        job: JobContext<'_>,
+    ) -> usize {
+        self.count(
+            raw,
+            &job.key("max_running"),
+            (MAX_RUNNING_LIMIT, "how many runs may be open at once"),
+            DEFAULT_MAX_RUNNING,
+        )
+    }
+}
+
+/// The concurrency of a job that sets none.
+pub(super) fn default_concurrency(on_demand: bool) -> Concurrency {
+    // Submissions of an on-demand job are independent requests: one must not skip another that
+    // happens to be running (DESIGN.md "Delayed one-off jobs").
+    if on_demand {
+        Concurrency::Allow
+    } else {
+        Concurrency::Forbid
+    }
+}

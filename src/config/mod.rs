@@ -1,0 +1,246 @@
+//! The TOML schedule file: schema, defaults, validation with file:line:col errors.
+//!
+//! Owns: turning the text of a schedule file into a validated [`Config`] of domain types, and
+//! every message an operator sees about a bad file (all problems at once, compiler style).
+//! Must not: do I/O beyond reading the schedule file, the files it names (TLS, SASL password,
+//! HTTP token) and the environment variables it names.
+//!
+//! The text goes through three steps, one file each:
+//! - `schema.rs`: serde reads the text into raw structs, one per table, each value `Spanned`;
+//! - `validator.rs`: the `Validator` walks the sections and collects every problem;
+//!   each section checks its own keys and fills in their defaults in its own file
+//!   (`zookeeper.rs`, `lock.rs`, `http.rs`, `log.rs`, `job.rs` with `job_policies.rs`);
+//! - `error.rs`: the problems, rendered with file:line:col and a caret.
+//!
+//! A new key is its raw field in `schema.rs`, its domain field here, and its check in its
+//! section's file.
+
+mod error;
+mod http;
+mod job;
+mod job_policies;
+mod lock;
+mod log;
+mod schema;
+mod validator;
+mod zookeeper;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use serde::Deserialize;
+
+pub use self::error::{ConfigError, LoadError, Problem};
+use self::schema::RawConfig;
+use crate::ids::NodeId;
+use crate::run::JobSpec;
+use crate::schedule::Schedule;
+pub use crate::zk::{AclPolicy, Secret};
+
+/// A validated schedule file.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub zookeeper: ZookeeperConfig,
+    pub lock: LockConfig,
+    pub log: LogConfig,
+    /// `None`: no HTTP listener (the default).
+    pub http: Option<HttpConfig>,
+    pub jobs: Vec<JobConfig>,
+}
+
+/// `[http]`: one small listener per node for metrics, status and steering (docs/API.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpConfig {
+    pub listen: std::net::SocketAddr,
+    /// The bearer token write requests must carry, read from the variable `token_env` names or
+    /// the file `token_file` names (never from the schedule file itself). `None`: writes are
+    /// refused, and only a loopback address may listen.
+    pub token: Option<Secret>,
+}
+
+/// `[zookeeper]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZookeeperConfig {
+    /// `host:port[,host:port…][/chroot]`.
+    pub connect: String,
+    pub session_timeout: Duration,
+    pub connect_timeout: Duration,
+    /// Digest credentials `user:password`, from the file or from the variable `auth_env` names.
+    pub auth: Option<Secret>,
+    pub acl: AclPolicy,
+    /// `tls = { ca, cert, key }`: the files' PEM texts, read at load.
+    pub tls: Option<crate::zk::TlsFiles>,
+    /// `sasl = { mechanism = "digest-md5", username, password_env | password_file }`.
+    pub sasl: Option<crate::zk::SaslCredentials>,
+}
+
+impl ZookeeperConfig {
+    /// What the ZooKeeper session needs from this section.
+    pub fn settings(&self) -> crate::zk::ZkSettings {
+        crate::zk::ZkSettings {
+            connect: self.connect.clone(),
+            session_timeout: self.session_timeout,
+            auth: self.auth.clone(),
+            acl: self.acl,
+            tls: self.tls.clone(),
+            sasl: self.sasl.clone(),
+        }
+    }
+}
+
+/// `[lock]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockConfig {
+    pub name: String,
+    /// How long before its tick a claim is sent, so the claim's round trip never delays a fire.
+    pub claim_ahead: Duration,
+    pub root: String,
+    pub takeover_delay: Duration,
+    /// `None`: this host's IP, found at start.
+    pub node_id: Option<NodeId>,
+}
+
+/// `[log]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogConfig {
+    pub format: LogFormat,
+    /// A tracing filter, e.g. `info` or `zkcron=debug`.
+    pub level: String,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// What happens to a running job when this node loses the lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnLost {
+    /// Stop it (SIGTERM to its process group, SIGKILL after `kill_grace`).
+    Cancel,
+    /// Let it run to its end.
+    Finish,
+}
+
+/// Whether runs of one job may overlap across the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Concurrency {
+    /// Skip a tick (recorded as `skipped`) while a run of the job is alive anywhere.
+    Forbid,
+    /// Let runs overlap.
+    Allow,
+    /// Cancel this node's running run of the job (its process group) and start the new one.
+    Replace,
+}
+
+/// What a new owner (or an owner back from an outage) does with ticks missed meanwhile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Misfire {
+    /// Fire none of them.
+    Skip,
+    /// Fire the latest one (within `starting_deadline`).
+    RunOnce,
+    /// Fire every one within `starting_deadline`, oldest first, one after another.
+    RunAll,
+}
+
+/// What a new owner does with a run its previous owner left `claimed` or `running`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnInterrupted {
+    /// Mark it interrupted and leave it (at most once: it may have run partly).
+    Skip,
+    /// Mark it interrupted and start it again: same run id, next attempt.
+    Rerun,
+}
+
+/// One `[[job]]`.
+#[derive(Debug, Clone)]
+pub struct JobConfig {
+    /// Shared with every run and action of the job: one copy however many refer to it.
+    pub spec: Arc<JobSpec>,
+    /// `None`: an on-demand job, fired only when submitted (issue "Delayed one-off jobs").
+    pub schedule: Option<Schedule>,
+    /// The job's zone: its schedule's, and the one its due times are shown in.
+    pub timezone: Tz,
+    pub on_lost: OnLost,
+    pub enabled: bool,
+    /// How many run records of this job are kept in ZooKeeper.
+    pub history: usize,
+    /// How many of its runs may be claimed or running on the owner at once before further due
+    /// submissions wait their turn (ticks are never held back by it).
+    pub max_running: usize,
+    pub concurrency: Concurrency,
+    pub misfire: Misfire,
+    /// How far back catch-up looks for missed ticks.
+    pub starting_deadline: Duration,
+    pub on_interrupted: OnInterrupted,
+    /// How many times a failed or timed-out run is tried again.
+    pub retries: u32,
+    /// Pause before the first retry; doubles for each further one.
+    pub retry_backoff: Duration,
+}
+
+impl JobConfig {
+    /// The job's first tick strictly after `after`; `None` for an on-demand job or a schedule
+    /// that fires no more.
+    pub fn next_tick_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        self.schedule.as_ref()?.next_after(after)
+    }
+}
+
+/// At most this many records per job: with [`MAX_RUNNING_LIMIT`] open runs beside them, one
+/// listing of a job's records stays far below ZooKeeper's default `jute.maxbuffer` (DESIGN.md
+/// "Delayed one-off jobs": the arithmetic).
+pub const HISTORY_LIMIT: usize = 5_000;
+/// The most runs of one job a node holds open at once (`max_running`).
+pub const MAX_RUNNING_LIMIT: usize = 1_000;
+
+/// Reads and validates a schedule file.
+///
+/// # Errors
+/// The file cannot be read, or it has problems (all of them are reported).
+pub fn load(path: &Path) -> Result<Config, LoadError> {
+    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    parse(path, &text, &|name| std::env::var(name).ok()).map_err(LoadError::Invalid)
+}
+
+/// Validates schedule text; `env` looks up environment variables (injected for tests).
+///
+/// # Errors
+/// Every problem in the text, with spans.
+pub fn parse(
+    path: &Path,
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigError> {
+    let fail = |problems| ConfigError {
+        path: path.to_owned(),
+        text: text.to_owned(),
+        problems,
+    };
+    let raw: RawConfig = toml::from_str(text).map_err(|err| {
+        fail(vec![Problem {
+            span: err.span(),
+            context: String::new(),
+            message: err.message().to_owned(),
+            secret: false,
+        }])
+    })?;
+    validator::validate(raw, env).map_err(fail)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,113 @@
+//! The raw schedule file, exactly as serde sees it: one struct per TOML table.
+//!
+//! Owns: the file's key names, which keys are optional, and where each value is (`Spanned`
+//! fields), so validation can point at it. Unknown keys are refused here (`deny_unknown_fields`).
+//! Must not: check values or fill in defaults (the section validators do), nor be seen outside
+//! `config`: the rest of the crate reads only the validated domain types.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::{AclPolicy, Concurrency, LogFormat, Misfire, OnInterrupted, OnLost};
+
+/// The whole file.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConfig {
+    pub(super) zookeeper: RawZookeeper,
+    pub(super) lock: RawLock,
+    #[serde(default)]
+    pub(super) log: Option<RawLog>,
+    #[serde(default)]
+    pub(super) http: Option<RawHttp>,
+    #[serde(default)]
+    pub(super) job: Vec<Spanned<RawJob>>,
+}
+
+/// `[http]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHttp {
+    pub(super) listen: Spanned<String>,
+    pub(super) token_env: Option<Spanned<String>>,
+    pub(super) token_file: Option<Spanned<String>>,
+}
+
+/// `[zookeeper]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawZookeeper {
+    pub(super) connect: Spanned<String>,
+    pub(super) session_timeout: Option<Spanned<String>>,
+    pub(super) connect_timeout: Option<Spanned<String>>,
+    pub(super) auth: Option<Spanned<String>>,
+    pub(super) auth_env: Option<Spanned<String>>,
+    pub(super) acl: Option<Spanned<AclPolicy>>,
+    pub(super) tls: Option<Spanned<RawTls>>,
+    pub(super) sasl: Option<Spanned<RawSasl>>,
+}
+
+/// `[zookeeper] tls = { ca, cert, key }`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTls {
+    pub(super) ca: Spanned<String>,
+    pub(super) cert: Option<Spanned<String>>,
+    pub(super) key: Option<Spanned<String>>,
+}
+
+/// `[zookeeper] sasl = { mechanism, username, password_env | password_file }`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSasl {
+    pub(super) mechanism: Spanned<String>,
+    pub(super) username: Spanned<String>,
+    pub(super) password_env: Option<Spanned<String>>,
+    pub(super) password_file: Option<Spanned<String>>,
+}
+
+/// `[lock]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLock {
+    pub(super) name: Spanned<String>,
+    pub(super) root: Option<Spanned<String>>,
+    pub(super) takeover_delay: Option<Spanned<String>>,
+    pub(super) node_id: Option<Spanned<String>>,
+    pub(super) claim_ahead: Option<Spanned<String>>,
+}
+
+/// `[log]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLog {
+    pub(super) format: Option<LogFormat>,
+    pub(super) level: Option<Spanned<String>>,
+}
+
+/// One `[[job]]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawJob {
+    pub(super) name: Spanned<String>,
+    pub(super) schedule: Option<Spanned<String>>,
+    pub(super) timezone: Option<Spanned<String>>,
+    pub(super) command: Option<Spanned<Vec<String>>>,
+    pub(super) shell: Option<Spanned<String>>,
+    pub(super) working_dir: Option<Spanned<String>>,
+    pub(super) env: Option<Spanned<BTreeMap<String, String>>>,
+    pub(super) timeout: Option<Spanned<String>>,
+    pub(super) kill_grace: Option<Spanned<String>>,
+    pub(super) on_lost: Option<OnLost>,
+    pub(super) enabled: Option<bool>,
+    pub(super) history: Option<Spanned<i64>>,
+    pub(super) max_running: Option<Spanned<i64>>,
+    pub(super) concurrency: Option<Concurrency>,
+    pub(super) misfire: Option<Misfire>,
+    pub(super) starting_deadline: Option<Spanned<String>>,
+    pub(super) on_interrupted: Option<OnInterrupted>,
+    pub(super) retries: Option<Spanned<i64>>,
+    pub(super) retry_backoff: Option<Spanned<String>>,
+}

@@ -1,0 +1,174 @@
+//! `[zookeeper]`: where the ensemble is and how this node proves who it is to it.
+//!
+//! Owns: the connect string, the session and connect timeouts, digest credentials (`auth` or
+//! `auth_env`), the ACL policy, TLS files and SASL credentials, and their defaults.
+//! Must not: connect to ZooKeeper (`crate::zk` does, from [`ZookeeperConfig::settings`]), nor
+//! echo a secret in a message.
+
+use std::ops::Range;
+use std::time::Duration;
+
+use toml::Spanned;
+
+use super::schema::{RawSasl, RawTls, RawZookeeper};
+use super::validator::Validator;
+use super::{AclPolicy, Secret, ZookeeperConfig};
+
+const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl Validator<'_> {
+    pub(super) fn zookeeper(&mut self, raw: RawZookeeper) -> Option<ZookeeperConfig> {
+        let connect = raw.connect.get_ref().trim().to_owned();
+        if let Err(err) = crate::zk::split_connect(&connect) {
+            self.problem(raw.connect.span(), "zookeeper.connect", err.to_string());
+        }
+        let session_timeout = self.positive_duration(
+            raw.session_timeout,
+            "zookeeper.session_timeout",
+            DEFAULT_SESSION_TIMEOUT,
+        );
+        let connect_timeout = self.positive_duration(
+            raw.connect_timeout,
+            "zookeeper.connect_timeout",
+            DEFAULT_CONNECT_TIMEOUT,
+        );
+        let auth = self.auth(raw.auth, raw.auth_env);
+        let acl = raw
+            .acl
+            .as_ref()
+            .map_or(AclPolicy::Open, |acl| *acl.get_ref());
+        if let (Some(acl), None, AclPolicy::Creator) = (&raw.acl, &auth, acl) {
+            self.problem(
+                acl.span(),
+                "zookeeper.acl",
+                "\"creator\" needs credentials: set auth or auth_env",
+            );
+        }
+        let tls = raw.tls.and_then(|tls| self.tls(tls));
+        let sasl = raw.sasl.and_then(|sasl| self.sasl(sasl));
+        Some(ZookeeperConfig {
+            connect,
+            session_timeout,
+            connect_timeout,
+            auth,
+            acl,
+            tls,
+            sasl,
+        })
+    }
+
+    /// Digest credentials from `auth` itself or from the variable `auth_env` names.
+    fn auth(
+        &mut self,
+        auth: Option<Spanned<String>>,
+        auth_env: Option<Spanned<String>>,
+    ) -> Option<Secret> {
+        match (auth, auth_env) {
+            (Some(_), Some(env)) => {
+                self.problem(
+                    env.span(),
+                    "zookeeper.auth_env",
+                    "set either auth or auth_env, not both",
+                );
+                None
+            }
+            (Some(auth), None) => self.credentials(auth.get_ref(), auth.span(), "zookeeper.auth"),
+            (None, Some(var)) => match (self.env)(var.get_ref()) {
+                Some(value) => self.credentials(&value, var.span(), "zookeeper.auth_env"),
+                None => {
+                    let message = format!("environment variable {} is not set", var.get_ref());
+                    self.problem(var.span(), "zookeeper.auth_env", message);
+                    None
+                }
+            },
+            (None, None) => None,
+        }
+    }
+
+    fn tls(&mut self, raw: Spanned<RawTls>) -> Option<crate::zk::TlsFiles> {
+        let span = raw.span();
+        let raw = raw.into_inner();
+        let ca = self.read_file(&raw.ca, "zookeeper.tls.ca");
+        let identity = match (&raw.cert, &raw.key) {
+            (Some(cert), Some(key)) => {
+                let cert = self.read_file(cert, "zookeeper.tls.cert");
+                let key = self.read_file(key, "zookeeper.tls.key");
+                Some(cert.zip(key).map(|(cert, key)| (cert, Secret::new(key))))
+            }
+            (None, None) => None,
+            (Some(_), None) | (None, Some(_)) => {
+                self.problem(
+                    span.clone(),
+                    "zookeeper.tls",
+                    "set both cert and key, or neither",
+                );
+                Some(None)
+            }
+        };
+        let files = crate::zk::TlsFiles {
+            ca: ca?,
+            identity: match identity {
+                Some(pair) => Some(pair?),
+                None => None,
+            },
+        };
+        if let Err(reason) = files.options() {
+            self.problem(span, "zookeeper.tls", reason);
+            return None;
+        }
+        Some(files)
+    }
+
+    fn sasl(&mut self, raw: Spanned<RawSasl>) -> Option<crate::zk::SaslCredentials> {
+        let span = raw.span();
+        let raw = raw.into_inner();
+        if !raw.mechanism.get_ref().eq_ignore_ascii_case("digest-md5") {
+            let message = "expected \"digest-md5\" (the mechanism ZooKeeper's SASL provider offers without Kerberos)";
+            self.problem(raw.mechanism.span(), "zookeeper.sasl.mechanism", message);
+        }
+        let password = match (&raw.password_env, &raw.password_file) {
+            (Some(var), None) => match (self.env)(var.get_ref()).filter(|p| !p.is_empty()) {
+                Some(password) => Some(password),
+                None => {
+                    let message =
+                        format!("environment variable {} is not set or empty", var.get_ref());
+                    self.problem(var.span(), "zookeeper.sasl.password_env", message);
+                    None
+                }
+            },
+            (None, Some(file)) => self
+                .read_file(file, "zookeeper.sasl.password_file")
+                .map(|text| text.trim_end_matches(['\n', '\r']).to_owned()),
+            _ => {
+                let message = "set exactly one of password_env and password_file";
+                self.problem(span, "zookeeper.sasl", message);
+                None
+            }
+        }?;
+        Some(crate::zk::SaslCredentials {
+            username: raw.username.into_inner(),
+            password: Secret::new(password),
+        })
+    }
+
+    fn credentials(&mut self, value: &str, span: Range<usize>, context: &str) -> Option<Secret> {
+        match value.split_once(':') {
+            Some((user, password)) if !user.is_empty() && !password.is_empty() => {
+                Some(Secret::new(value))
+            }
+            // Never echo the value: it is a secret.
+            _ => {
+                self.problem(
+                    span,
+                    context,
+                    "expected digest credentials as \"user:password\"",
+                );
+                if let Some(problem) = self.problems.last_mut() {
+                    problem.secret = true;
+                }
+                None
+            }
+        }
+    }
+}

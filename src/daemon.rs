@@ -67,16 +67,17 @@ pub async fn run(
     let metrics = Arc::new(Metrics::new());
     let (view, view_rx) = watch::channel(NodeView::default());
     // Bound before anything else starts: a taken port fails the start, not a running node.
-    let jobs = shared_jobs(&mut config, &settings.launcher);
+    with_launcher(&mut config, &settings.launcher);
+    let config = Arc::new(config);
+    let jobs = config.jobs.clone();
     let (jobs_tx, jobs_rx) = mpsc::unbounded_channel();
-    let (loaded_tx, loaded) = watch::channel(jobs.clone());
+    let (loaded_tx, loaded) = watch::channel(Arc::clone(&config));
     let http = match config.http.clone() {
         Some(http) => {
             let state = HttpState {
                 metrics: Arc::clone(&metrics),
                 view: view_rx,
-                base: Arc::new(config.clone()),
-                jobs: loaded,
+                config: loaded,
                 token: http.token,
                 me: settings.me.node_id.clone(),
                 heard: Arc::clone(&heard),
@@ -148,41 +149,35 @@ pub async fn run(
 /// The schedule's jobs, shared by the fire machine, the reloader and the HTTP API.
 type Jobs = Vec<Arc<JobConfig>>;
 
-/// Moves the jobs out of `config` into their shared form: the reloader keeps the rest of the
-/// file to compare with the next one, and only one copy of each job lives on.
-fn shared_jobs(config: &mut Config, launcher: &Launcher) -> Vec<Arc<JobConfig>> {
-    let with_launcher = |mut job: JobConfig| {
-        Arc::make_mut(&mut job.spec).launcher = launcher.clone();
-        Arc::new(job)
-    };
-    let jobs = std::mem::take(&mut config.jobs);
-    // Not `collect`: it would reuse the JobConfigs' buffer for the pointers and keep all of it
-    // (2.9 MB at 10 000 jobs: issue 10).
-    let mut shared = Vec::with_capacity(jobs.len());
-    shared.extend(jobs.into_iter().map(with_launcher));
-    shared
+/// Sets how every job's process is made. Each job is still only `config`'s, so this changes it
+/// in place: one copy of each job lives on.
+fn with_launcher(config: &mut Config, launcher: &Launcher) {
+    for job in &mut config.jobs {
+        Arc::make_mut(&mut Arc::make_mut(job).spec).launcher = launcher.clone();
+    }
 }
 
 /// Re-reads the schedule on every request and passes its jobs on; a broken file keeps the
 /// current schedule.
 async fn reload_on_request(
     path: PathBuf,
-    mut current: Config,
+    mut current: Arc<Config>,
     launcher: Launcher,
     mut requests: mpsc::UnboundedReceiver<()>,
     to: Reloaded,
 ) {
     while let Some(()) = requests.recv().await {
         if let Some(mut new) = reload(&path, &current) {
-            let shared = shared_jobs(&mut new, &launcher);
-            let hash = drift::fingerprint(shared.iter().map(Arc::as_ref));
+            with_launcher(&mut new, &launcher);
+            let hash = drift::fingerprint(new.jobs.iter().map(Arc::as_ref));
             let _ = to.lock.send(LockCommand::Schedule(hash));
+            let jobs = new.jobs.clone();
+            current = Arc::new(new);
             // Only the HTTP API reads it, when it is on.
-            to.loaded.send_replace(shared.clone());
-            if to.jobs.send(shared).is_err() {
+            to.loaded.send_replace(Arc::clone(&current));
+            if to.jobs.send(jobs).is_err() {
                 return;
             }
-            current = new;
         }
     }
 }
@@ -192,7 +187,7 @@ struct Reloaded {
     /// The fire machine.
     jobs: mpsc::UnboundedSender<Jobs>,
     /// The HTTP API.
-    loaded: watch::Sender<Jobs>,
+    loaded: watch::Sender<Arc<Config>>,
     /// The member node's schedule fingerprint.
     lock: mpsc::UnboundedSender<LockCommand>,
 }

@@ -144,9 +144,12 @@ mod tests {
 
     fn jobs(tables: &str) -> Vec<JobConfig> {
         let text = format!("[zookeeper]\nconnect = \"zk:2181\"\n[lock]\nname = \"g\"\n{tables}");
-        crate::config::parse(Path::new("t.toml"), &text, &|_| None)
-            .expect("valid")
+        let config = crate::config::parse(Path::new("t.toml"), &text, &|_| None).expect("valid");
+        config
             .jobs
+            .into_iter()
+            .map(std::sync::Arc::unwrap_or_clone)
+            .collect()
     }
 
     const A: &str = "[[job]]\nname = \"a\"\nschedule = \"@hourly\"\nshell = \"true\"\n";

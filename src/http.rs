@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, JobConfig};
+use crate::config::Config;
 use crate::control::client::{Steer, SteerError};
 use crate::delayed::client::SubmissionError;
 use crate::delayed::client::{Delayed, DelayedError, SubmitRequest};
@@ -48,23 +48,17 @@ pub struct BindError {
 pub struct HttpState {
     pub metrics: Arc<Metrics>,
     pub view: watch::Receiver<NodeView>,
-    /// The schedule file's settings; its jobs come from `jobs`.
-    pub base: Arc<Config>,
-    /// The jobs as last loaded (start, SIGHUP).
-    pub jobs: watch::Receiver<Vec<Arc<JobConfig>>>,
+    /// The schedule as last loaded (start, SIGHUP).
+    pub config: watch::Receiver<Arc<Config>>,
     pub token: Option<Secret>,
     pub me: NodeId,
     pub heard: Arc<Heard>,
 }
 
 impl HttpState {
-    /// The schedule as loaded now, whole.
-    fn config(&self) -> Config {
-        let jobs = self.jobs.borrow();
-        Config {
-            jobs: jobs.iter().map(|job| JobConfig::clone(job)).collect(),
-            ..Config::clone(&self.base)
-        }
+    /// The schedule as loaded now: shared, not copied.
+    fn config(&self) -> Arc<Config> {
+        Arc::clone(&self.config.borrow())
     }
 
     fn client(&self) -> Result<zookeeper_client::Client, ApiError> {
@@ -332,10 +326,8 @@ async fn runs(
     let client = state.client()?;
     let job = JobName::new(job);
     let limit = query.limit.unwrap_or(20).min(MAX_RUNS);
-    let paths = LedgerPaths::new(&LockPaths::new(
-        &state.base.lock.root,
-        &state.base.lock.name,
-    ));
+    let config = state.config();
+    let paths = LedgerPaths::new(&LockPaths::new(&config.lock.root, &config.lock.name));
     let records = crate::ledger::history(&client, &paths, &job, limit)
         .await
         .map_err(|err| ApiError::unavailable(chain(&err)))?;

@@ -48,7 +48,9 @@ pub struct Config {
     pub log: LogConfig,
     /// `None`: no HTTP listener (the default).
     pub http: Option<HttpConfig>,
-    pub jobs: Vec<JobConfig>,
+    /// Shared as they are by the fire machine, the reloader, steering and the HTTP API: one
+    /// copy of each job lives on.
+    pub jobs: Vec<Arc<JobConfig>>,
 }
 
 /// `[http]`: one small listener per node for metrics, status and steering (docs/API.md).

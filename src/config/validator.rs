@@ -7,6 +7,7 @@
 
 use std::collections::HashSet;
 use std::ops::Range;
+use std::sync::Arc;
 use std::time::Duration;
 
 use toml::Spanned;
@@ -76,7 +77,7 @@ impl Validator<'_> {
                     "duplicate job name",
                 );
             }
-            jobs.extend(self.job(job, span));
+            jobs.extend(self.job(job, span).map(Arc::new));
         }
         Some(Config {
             zookeeper: zookeeper?,

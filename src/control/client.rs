@@ -122,7 +122,7 @@ impl Steer {
             jobs: config
                 .jobs
                 .iter()
-                .map(|job| (job.spec.name.clone(), Arc::new(job.clone())))
+                .map(|job| (job.spec.name.clone(), Arc::clone(job)))
                 .collect(),
             takeover_delay: config.lock.takeover_delay,
             lock,

@@ -179,7 +179,7 @@ impl Delayed {
             jobs: config
                 .jobs
                 .iter()
-                .map(|job| (job.spec.name.clone(), Arc::new(job.clone())))
+                .map(|job| (job.spec.name.clone(), Arc::clone(job)))
                 .collect(),
             known: submissions::KnownParents::default(),
             reader: tokio::sync::OnceCell::new(),
@@ -438,7 +438,7 @@ mod tests {
         config
             .jobs
             .iter()
-            .map(|job| (job.spec.name.clone(), Arc::new(job.clone())))
+            .map(|job| (job.spec.name.clone(), Arc::clone(job)))
             .collect()
     }
 

@@ -28,7 +28,7 @@ fn ms(at: DateTime<Utc>) -> i64 {
 fn jobs(tables: &str) -> Vec<Arc<JobConfig>> {
     let text = format!("[zookeeper]\nconnect = \"zk:2181\"\n[lock]\nname = \"g\"\n{tables}");
     let config = crate::config::parse(Path::new("t.toml"), &text, &|_| None).expect("valid");
-    config.jobs.into_iter().map(Arc::new).collect()
+    config.jobs
 }
 
 fn job(name: &str, schedule: &str, extra: &str) -> String {

@@ -22,6 +22,7 @@ fn main() -> ExitCode {
     {
         return zkcron::runner::launch_job(args.get(2..).unwrap_or_default());
     }
+    zkcron::heap::give_back_as_freed();
     let cli = Cli::parse(); // clap reports usage errors itself, exit 2
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,

@@ -212,11 +212,64 @@ pub const MAX_RUNNING_LIMIT: usize = 1_000;
 /// # Errors
 /// The file cannot be read, or it has problems (all of them are reported).
 pub fn load(path: &Path) -> Result<Config, LoadError> {
+    // The parse's temporaries (the text, the TOML document, the raw tables: ~3 KiB a job) are
+    // made and freed between the pieces of every job that a daemon keeps for good, so that
+    // what it keeps would stay spread over every page the parse touched and none of them could
+    // be given back: 10 000 jobs left 7 MB of free 2.4 KiB holes (issue 18). Parsed on a
+    // thread of its own, the temporaries live in that thread's allocator arena, and the copy
+    // made here is contiguous; the arena is given back whole.
+    let parsed = std::thread::scope(|scope| {
+        match std::thread::Builder::new()
+            .name("config-load".into())
+            .spawn_scoped(scope, || load_here(path))
+        {
+            Ok(thread) => thread
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            Err(_) => load_here(path),
+        }
+    })?;
+    let config = parsed.deep_copy();
+    drop(parsed);
+    crate::heap::give_back();
+    Ok(config)
+}
+
+fn load_here(path: &Path) -> Result<Config, LoadError> {
     let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
         path: path.to_owned(),
         source,
     })?;
     parse(path, &text, &|name| std::env::var(name).ok()).map_err(LoadError::Invalid)
+}
+
+impl Config {
+    /// A copy that shares nothing with `self`, made on the calling thread.
+    fn deep_copy(&self) -> Config {
+        Config {
+            jobs: self
+                .jobs
+                .iter()
+                .map(|job| {
+                    Arc::new(JobConfig {
+                        spec: Arc::new(JobSpec::clone(&job.spec)),
+                        ..JobConfig::clone(job)
+                    })
+                })
+                .collect(),
+            ..self.clone_settings()
+        }
+    }
+
+    fn clone_settings(&self) -> Config {
+        Config {
+            zookeeper: self.zookeeper.clone(),
+            lock: self.lock.clone(),
+            log: self.log.clone(),
+            http: self.http.clone(),
+            jobs: Vec::new(),
+        }
+    }
 }
 
 /// Validates schedule text; `env` looks up environment variables (injected for tests).

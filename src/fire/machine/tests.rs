@@ -590,12 +590,9 @@ fn defect_1_a_forbid_tick_is_not_skipped_when_the_run_ends_before_it() {
     assert_eq!(context.scheduled_at, t(2000), "started, not skipped");
 }
 
-/// A run ends while the whole ensemble is paused: its final record's write fails. It is sent
-/// again once the session is connected, not before (an outage does not use up the attempts),
-/// so the record does not stay `running` with its guard alive for as long as the session lives
-/// (found by the chaos suite's "pause of every server").
-#[test]
-fn a_final_record_whose_write_failed_is_written_again_once_connected() {
+/// The owner of an hourly job whose first run ended with exit `code` at 01:00:06, and the final
+/// record the machine asked to write.
+fn owner_with_a_finished_hourly_run(code: i32) -> (FireMachine, Claim) {
     let mut m = owning(&job("a", "0 0 * * * *", ""));
     let hourly = 3_600_000;
     let claim = only_claim(&m.handle(Input::Tick, t(hourly - 250)));
@@ -603,9 +600,20 @@ fn a_final_record_whose_write_failed_is_written_again_once_connected() {
     let (run, _) = only_start(&m.handle(Input::Tick, t(hourly)));
     let finished = end_run(
         &mut m,
-        ended(&run, RunOutcome::Exited { code: 0 }, t(hourly)),
+        ended(&run, RunOutcome::Exited { code }, t(hourly)),
         t(hourly + 6000),
     );
+    (m, finished)
+}
+
+/// A run ends while the whole ensemble is paused: its final record's write fails. It is sent
+/// again once the session is connected, not before (an outage does not use up the attempts),
+/// so the record does not stay `running` with its guard alive for as long as the session lives
+/// (found by the chaos suite's "pause of every server").
+#[test]
+fn a_final_record_whose_write_failed_is_written_again_once_connected() {
+    let hourly = 3_600_000;
+    let (mut m, finished) = owner_with_a_finished_hourly_run(0);
     m.handle(
         Input::LockChanged(disconnected_owner(TOKEN)),
         t(hourly + 6001),
@@ -649,16 +657,8 @@ fn a_final_record_whose_write_failed_is_written_again_once_connected() {
 /// record is not sent again, neither after a backoff nor on reconnecting.
 #[test]
 fn a_final_record_refused_by_zookeeper_is_never_sent_again() {
-    let mut m = owning(&job("a", "0 0 * * * *", ""));
     let hourly = 3_600_000;
-    let claim = only_claim(&m.handle(Input::Tick, t(hourly - 250)));
-    m.handle(ok(&claim), t(hourly - 240));
-    let (run, _) = only_start(&m.handle(Input::Tick, t(hourly)));
-    let finished = end_run(
-        &mut m,
-        ended(&run, RunOutcome::Exited { code: 1 }, t(hourly)),
-        t(hourly + 6000),
-    );
+    let (mut m, finished) = owner_with_a_finished_hourly_run(1);
     let refused = Input::RecordWritten {
         run_id: finished.record.run_id.clone(),
         write: RecordWrite::Refused,
@@ -688,16 +688,8 @@ fn a_final_record_refused_by_zookeeper_is_never_sent_again() {
 /// that ends it: one refusal, no further attempts.
 #[test]
 fn a_record_sent_again_stops_at_the_first_refusal() {
-    let mut m = owning(&job("a", "0 0 * * * *", ""));
     let hourly = 3_600_000;
-    let claim = only_claim(&m.handle(Input::Tick, t(hourly - 250)));
-    m.handle(ok(&claim), t(hourly - 240));
-    let (run, _) = only_start(&m.handle(Input::Tick, t(hourly)));
-    let finished = end_run(
-        &mut m,
-        ended(&run, RunOutcome::Exited { code: 0 }, t(hourly)),
-        t(hourly + 6000),
-    );
+    let (mut m, finished) = owner_with_a_finished_hourly_run(0);
     let answer = |write| Input::RecordWritten {
         run_id: finished.record.run_id.clone(),
         write,

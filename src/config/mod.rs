@@ -246,28 +246,18 @@ fn load_here(path: &Path) -> Result<Config, LoadError> {
 impl Config {
     /// A copy that shares nothing with `self`, made on the calling thread.
     fn deep_copy(&self) -> Config {
-        Config {
-            jobs: self
-                .jobs
-                .iter()
-                .map(|job| {
-                    Arc::new(JobConfig {
-                        spec: Arc::new(JobSpec::clone(&job.spec)),
-                        ..JobConfig::clone(job)
-                    })
-                })
-                .collect(),
-            ..self.clone_settings()
-        }
-    }
-
-    fn clone_settings(&self) -> Config {
+        let jobs = self.jobs.iter().map(|job| {
+            Arc::new(JobConfig {
+                spec: Arc::new(JobSpec::clone(&job.spec)),
+                ..JobConfig::clone(job)
+            })
+        });
         Config {
             zookeeper: self.zookeeper.clone(),
             lock: self.lock.clone(),
             log: self.log.clone(),
             http: self.http.clone(),
-            jobs: Vec::new(),
+            jobs: jobs.collect(),
         }
     }
 }

@@ -45,7 +45,8 @@ Exit codes:
      other node alive to take over)
   3  a release that was accepted but did not move the lock in time";
 
-/// Cron jobs that fire exactly once across a fleet, coordinated by ZooKeeper.
+/// Cron jobs for a fleet, coordinated by ZooKeeper: each tick and submission claimed by one
+/// host at most once, and every one recorded (run, skipped, missed or interrupted).
 #[derive(Debug, Parser)]
 #[command(name = "zkcron", version, about, after_help = EXIT_CODES)]
 pub struct Cli {

@@ -1,4 +1,5 @@
-//! zkcron: cron jobs that fire exactly once across a fleet, coordinated by ZooKeeper.
+//! zkcron: cron jobs for a fleet, coordinated by ZooKeeper; each tick claimed at most once and
+//! every one recorded.
 //!
 //! Data flow (DESIGN.md "Data flow"):
 //! ```text

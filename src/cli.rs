@@ -45,6 +45,9 @@ Exit codes:
      other node alive to take over)
   3  a release that was accepted but did not move the lock in time";
 
+/// Where the schedule file is when neither --config nor ZKCRON_CONFIG says (the .deb's conffile).
+const DEFAULT_CONFIG: &str = "/etc/zkcron/zkcron.toml";
+
 /// Cron jobs for a fleet, coordinated by ZooKeeper: each tick and submission claimed by one
 /// host at most once, and every one recorded (run, skipped, missed or interrupted).
 #[derive(Debug, Parser)]
@@ -53,6 +56,16 @@ pub struct Cli {
     /// Log filter, e.g. `info` or `zkcron=debug` (RUST_LOG syntax); overrides `[log] level`.
     #[arg(long, global = true, env = "ZKCRON_LOG")]
     log_level: Option<String>,
+    /// The schedule file (docs/CONFIG.md), the same on every host of the lock group.
+    #[arg(
+        long,
+        short,
+        global = true,
+        env = "ZKCRON_CONFIG",
+        default_value = DEFAULT_CONFIG,
+        value_name = "FILE"
+    )]
+    config: PathBuf,
     #[command(subcommand)]
     command: Command,
 }
@@ -64,24 +77,18 @@ enum Command {
     /// SIGTERM/SIGINT stop it (the lock is handed over at once, running jobs get their
     /// kill_grace); SIGHUP reloads the schedule (a broken file is refused and the old one kept).
     #[command(after_help = EXIT_CODES)]
-    Run {
-        /// The schedule file.
-        #[arg(long, short)]
-        config: PathBuf,
-    },
+    Run,
     /// Validate a schedule file and show each job's next three fire times in its own time zone.
     #[command(after_help = EXIT_CODES)]
     Check {
-        /// The schedule file.
-        config: PathBuf,
+        /// The schedule file to check, instead of --config's.
+        #[arg(value_name = "FILE")]
+        file: Option<PathBuf>,
     },
     /// Show the lock owner (node, ip, host, since, fencing token), the live members, and per
     /// job: next fire, last run, ticks recorded missed among the kept records, a run alive now.
     #[command(after_help = EXIT_CODES)]
     Status {
-        /// The schedule file (for `[zookeeper]` and `[lock]`).
-        #[arg(long, short)]
-        config: PathBuf,
         /// One JSON object (a stable format: docs/API.md) instead of text.
         #[arg(long)]
         json: bool,
@@ -90,9 +97,6 @@ enum Command {
     /// duration, status, exit, attempt, fencing token.
     #[command(after_help = EXIT_CODES)]
     History {
-        /// The schedule file (for `[zookeeper]`, `[lock]` and the job's time zone).
-        #[arg(long, short)]
-        config: PathBuf,
         /// The job's name.
         job: String,
         /// How many runs at most.
@@ -237,54 +241,56 @@ impl Cli {
         shutdown: CancellationToken,
         reloads: mpsc::UnboundedReceiver<()>,
     ) -> Result<(), CliError> {
+        let path = self.config;
+        let quiet = |default: &str| {
+            logging::init(
+                LogFormat::Text,
+                self.log_level.as_deref().unwrap_or(default),
+            );
+        };
         match self.command {
-            Command::Run { config } => {
-                let loaded = config::load(&config)?;
+            Command::Run => {
+                let loaded = config::load(&path)?;
                 let level = self.log_level.unwrap_or_else(|| loaded.log.level.clone());
                 logging::init(loaded.log.format, &level);
-                run_daemon(config, loaded, shutdown, reloads).await
+                run_daemon(path, loaded, shutdown, reloads).await
             }
-            Command::Check { config } => check(&config),
-            Command::Status { config, json } => {
-                logging::init(LogFormat::Text, self.log_level.as_deref().unwrap_or("warn"));
-                status(&config::load(&config)?, json).await
+            Command::Check { file } => check(file.as_ref().unwrap_or(&path)),
+            Command::Status { json } => {
+                quiet("warn");
+                status(&config::load(&path)?, json).await
             }
-            Command::History {
-                config,
-                job,
-                limit,
-                json,
-            } => {
-                logging::init(LogFormat::Text, self.log_level.as_deref().unwrap_or("warn"));
-                history(&config::load(&config)?, &JobName::new(job), limit, json).await
+            Command::History { job, limit, json } => {
+                quiet("warn");
+                history(&config::load(&path)?, &JobName::new(job), limit, json).await
             }
             Command::Submit(args) => {
-                logging::init(LogFormat::Text, self.log_level.as_deref().unwrap_or("warn"));
-                delayed::submit(&config::load(&args.config)?, args).await
+                quiet("warn");
+                delayed::submit(&config::load(&path)?, args).await
             }
             Command::Delayed { command } => {
-                logging::init(LogFormat::Text, self.log_level.as_deref().unwrap_or("warn"));
-                delayed::run(&config::load(command.config())?, command).await
+                quiet("warn");
+                delayed::run(&config::load(&path)?, command).await
             }
             Command::Trigger(args) => {
-                logging::init(LogFormat::Text, self.log_level.as_deref().unwrap_or("warn"));
-                steer::trigger(&config::load(&args.config)?, args).await
+                quiet("warn");
+                steer::trigger(&config::load(&path)?, args).await
             }
             Command::Pause(args) => {
-                logging::init(LogFormat::Text, self.log_level.as_deref().unwrap_or("warn"));
-                steer::pause(&config::load(&args.config)?, args).await
+                quiet("warn");
+                steer::pause(&config::load(&path)?, args).await
             }
             Command::Resume(args) => {
-                logging::init(LogFormat::Text, self.log_level.as_deref().unwrap_or("warn"));
-                steer::resume(&config::load(&args.config)?, args).await
+                quiet("warn");
+                steer::resume(&config::load(&path)?, args).await
             }
             Command::Release(args) => {
-                logging::init(LogFormat::Text, self.log_level.as_deref().unwrap_or("warn"));
-                steer::release(&config::load(&args.config)?, args).await
+                quiet("warn");
+                steer::release(&config::load(&path)?, args).await
             }
             Command::Generate { what } => generate(what),
             Command::LockDemo(args) => {
-                logging::init(LogFormat::Text, self.log_level.as_deref().unwrap_or("info"));
+                quiet("info");
                 lock_demo(args, shutdown).await
             }
         }

@@ -151,3 +151,57 @@ fn the_shipped_example_is_valid_and_shows_an_on_demand_job() {
         "{stdout}"
     );
 }
+
+/// Issue 24: on a host with the packaged file no flag is needed; `ZKCRON_CONFIG` overrides the
+/// default, `--config` overrides both, and `check`'s own FILE overrides `--config`.
+#[test]
+fn the_schedule_file_is_config_else_zkcron_config_else_the_packaged_path() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let good = dir.path().join("good.toml");
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&good, job("schedule = \"@hourly\"\nshell = \"true\"")).expect("write");
+    std::fs::write(&bad, job("schedule = \"@hourly\"")).expect("write");
+    let zkcron = |args: &[&std::ffi::OsStr], env: Option<&std::path::Path>| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_zkcron"));
+        command.args(args).env_remove("ZKCRON_CONFIG");
+        if let Some(path) = env {
+            command.env("ZKCRON_CONFIG", path);
+        }
+        command.output().expect("run zkcron")
+    };
+    let check = std::ffi::OsStr::new("check");
+    let flag = std::ffi::OsStr::new("--config");
+
+    let by_flag = zkcron(&[check, flag, good.as_os_str()], Some(&bad));
+    assert_eq!(
+        by_flag.status.code(),
+        Some(0),
+        "--config wins over ZKCRON_CONFIG: {by_flag:?}"
+    );
+    assert!(String::from_utf8_lossy(&by_flag.stdout).contains("report"));
+
+    let by_env = zkcron(&[check], Some(&good));
+    assert_eq!(
+        by_env.status.code(),
+        Some(0),
+        "ZKCRON_CONFIG is read: {by_env:?}"
+    );
+
+    let by_file = zkcron(&[check, bad.as_os_str(), flag, good.as_os_str()], None);
+    assert_eq!(
+        by_file.status.code(),
+        Some(2),
+        "check's FILE wins: {by_file:?}"
+    );
+    assert!(String::from_utf8_lossy(&by_file.stderr).contains("bad.toml"));
+
+    let by_default = zkcron(&[check], None);
+    let stderr = String::from_utf8_lossy(&by_default.stderr);
+    if !std::path::Path::new("/etc/zkcron/zkcron.toml").exists() {
+        assert_eq!(by_default.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains("cannot read /etc/zkcron/zkcron.toml"),
+            "{stderr}"
+        );
+    }
+}

@@ -367,3 +367,21 @@ async fn a_piped_payload_is_read_with_payload_file_dash_and_never_dropped_silent
         text(&quiet.stderr)
     );
 }
+
+/// Issue 24: `ZKCRON_CONFIG=… zkcron status` needs no flag.
+#[tokio::test]
+async fn status_reads_the_schedule_file_zkcron_config_names() {
+    let cli = Cli::new("cli-env").await;
+    let status = Command::new(env!("CARGO_BIN_EXE_zkcron"))
+        .arg("status")
+        .env("ZKCRON_CONFIG", &cli.config)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run zkcron");
+    assert_exit(&status, 0, "");
+    assert!(
+        text(&status.stdout).contains("close-order"),
+        "the jobs of the file ZKCRON_CONFIG names:\n{}",
+        text(&status.stdout)
+    );
+}

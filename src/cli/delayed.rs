@@ -20,9 +20,6 @@ use zkcron::run::{RunRecord, RunStatus};
 #[command(group = clap::ArgGroup::new("when").required(true).args(["at", "in_"]))]
 #[command(group = clap::ArgGroup::new("payload_source").args(["payload", "payload_file", "payload_stdin"]))]
 pub struct SubmitArgs {
-    /// The schedule file (the job must be declared in it).
-    #[arg(long, short)]
-    pub config: PathBuf,
     /// The declared job to run.
     job: String,
     /// When: RFC 3339 (2026-11-22T14:00:00+01:00), or a local date-time with --timezone.
@@ -53,8 +50,6 @@ pub struct SubmitArgs {
 pub enum DelayedCommand {
     /// Pending submissions in due order (due times in each job's zone), then recent outcomes.
     List {
-        #[arg(long, short)]
-        config: PathBuf,
         /// Only this job's submissions.
         #[arg(long)]
         job: Option<String>,
@@ -67,26 +62,14 @@ pub enum DelayedCommand {
     },
     /// One submission: its job, due time, payload size and where it is in its life.
     Show {
-        #[arg(long, short)]
-        config: PathBuf,
+        /// The submission's id.
         id: String,
     },
     /// Cancel a pending submission; refused, with the reason, once it has started.
     Cancel {
-        #[arg(long, short)]
-        config: PathBuf,
+        /// The submission's id.
         id: String,
     },
-}
-
-impl DelayedCommand {
-    pub fn config(&self) -> &PathBuf {
-        match self {
-            DelayedCommand::List { config, .. }
-            | DelayedCommand::Show { config, .. }
-            | DelayedCommand::Cancel { config, .. } => config,
-        }
-    }
 }
 
 /// Why the command line itself is not a submission.

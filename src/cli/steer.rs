@@ -1,8 +1,6 @@
 //! `zkcron trigger`, `pause`, `resume` and `release`: arguments and human output over the
 //! `zkcron::control` library API.
 
-use std::path::PathBuf;
-
 use clap::Args;
 
 use super::{CliError, print_lines};
@@ -14,18 +12,12 @@ use zkcron::control::store::Paused;
 
 #[derive(Debug, Args)]
 pub struct TriggerArgs {
-    /// The schedule file (the job must be declared in it).
-    #[arg(long, short)]
-    pub config: PathBuf,
     /// The declared job to run now.
     job: String,
 }
 
 #[derive(Debug, Args)]
 pub struct PauseArgs {
-    /// The schedule file (the job must be declared in it).
-    #[arg(long, short)]
-    pub config: PathBuf,
     /// The declared job to pause.
     job: String,
     /// Why, shown in `zkcron status` and in the skipped ticks' records.
@@ -35,19 +27,12 @@ pub struct PauseArgs {
 
 #[derive(Debug, Args)]
 pub struct ResumeArgs {
-    /// The schedule file.
-    #[arg(long, short)]
-    pub config: PathBuf,
     /// The paused job.
     job: String,
 }
 
 #[derive(Debug, Args)]
-pub struct ReleaseArgs {
-    /// The schedule file (for `[zookeeper]` and `[lock]`).
-    #[arg(long, short)]
-    pub config: PathBuf,
-}
+pub struct ReleaseArgs {}
 
 pub async fn trigger(config: &Config, args: TriggerArgs) -> Result<(), CliError> {
     let steer = Steer::connect(config).await?;

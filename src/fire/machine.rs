@@ -303,8 +303,11 @@ struct JobState {
     backlog_claiming: bool,
     /// Ticks that came while catch-up was deciding or its backlog ran: started after it.
     held: Vec<Item>,
-    /// The newest tick of this job started here, so an older one is never started after it.
-    last_started: Option<DateTime<Utc>>,
+    /// The newest tick of this job started here or found recorded in the ledger by catch-up.
+    /// No scheduled tick at or before it is claimed afresh: an older one never starts after
+    /// it, and a node whose clock is behind never fires again a tick that ran while its record
+    /// was pruned since (records are kept by count, the newest never pruned: issue 24).
+    newest_tick: Option<DateTime<Utc>>,
 }
 
 impl JobState {
@@ -316,8 +319,12 @@ impl JobState {
             backlog_busy: false,
             backlog_claiming: false,
             held: Vec::new(),
-            last_started: None,
+            newest_tick: None,
         }
+    }
+
+    fn raise_newest_tick(&mut self, tick: DateTime<Utc>) {
+        self.newest_tick = Some(self.newest_tick.map_or(tick, |newest| newest.max(tick)));
     }
 
     /// Catch-up is deciding or running: new ticks wait behind it, in order.
@@ -422,6 +429,9 @@ pub struct FireMachine {
     /// `None` until the first reading.
     pauses: Option<Pauses>,
     yielding: Option<steering::Yielding>,
+    /// A tick was declined for being at or before its job's newest recorded tick since the
+    /// lock was gained: said once, not per tick.
+    behind_the_ledger_said: bool,
 }
 
 impl FireMachine {
@@ -453,6 +463,7 @@ impl FireMachine {
             reported: LockStatus::default(),
             pauses: None,
             yielding: None,
+            behind_the_ledger_said: false,
         }
     }
 
@@ -710,6 +721,13 @@ impl FireMachine {
         let (Some(token), Some(state)) = (self.lock.token, self.jobs.get(job)) else {
             return;
         };
+        let fresh_tick = item.again.is_none() && item.submission.is_none();
+        if let Some(newest) = state
+            .newest_tick
+            .filter(|newest| fresh_tick && item.tick <= *newest)
+        {
+            return self.behind_the_ledger(job, item.tick, newest);
+        }
         let me = (&self.me.node_id, self.me.ip.as_str());
         let now_ms = now.timestamp_millis();
         let (record, mode) = match &item.again {
@@ -739,6 +757,18 @@ impl FireMachine {
             config,
         };
         self.send_claim(pending, record, mode, out);
+    }
+
+    /// A tick at or before the job's newest recorded one: it was run, or recorded, by whoever
+    /// owned the lock at its time. This node's clock is behind that owner's; it claims nothing
+    /// until its clock passes the newest recorded tick, so the job's ticks stay in order and
+    /// none runs twice.
+    fn behind_the_ledger(&mut self, job: &JobName, tick: DateTime<Utc>, newest: DateTime<Utc>) {
+        if std::mem::replace(&mut self.behind_the_ledger_said, true) {
+            tracing::debug!(job = %job, %tick, %newest, "tick not claimed: at or before the newest recorded tick");
+        } else {
+            tracing::warn!(job = %job, %tick, newest_recorded = %newest, "tick not claimed: it is at or before the job's newest recorded tick, so this node's clock is behind the previous owner's; ticks start again once the clock passes it (said once)");
+        }
     }
 
     fn send_claim(
@@ -773,6 +803,13 @@ impl FireMachine {
             return;
         };
         let tick = DateTime::from_timestamp_millis(record.scheduled_unix_ms).unwrap_or_default();
+        let newest = self.jobs.get(&config.spec.name).and_then(|s| s.newest_tick);
+        if let Some(newest) =
+            newest.filter(|newest| record.submission_id.is_none() && tick <= *newest)
+        {
+            // Its owner accounted for it: a skipped or missed record here would be a second one.
+            return self.behind_the_ledger(&config.spec.name, tick, newest);
+        }
         let pending = Pending {
             config: Arc::clone(config),
             tick,
@@ -962,7 +999,7 @@ impl FireMachine {
             return self.settle(id, now, out);
         }
         let first_attempt = claim.record.attempt == 1 && pending.submission.is_none();
-        let overtaken = self.jobs.get(job).and_then(|s| s.last_started);
+        let overtaken = self.jobs.get(job).and_then(|s| s.newest_tick);
         if first_attempt && overtaken.is_some_and(|last| last >= tick) {
             // Claims can come back out of order; a job's ticks start in scheduled order, so a
             // later tick that started first covers this one.
@@ -1034,11 +1071,7 @@ impl FireMachine {
         claim.record.started_unix_ms = Some(now.max(pending.start_at).timestamp_millis());
         let name = &pending.config.spec.name;
         if let (Some(state), None) = (self.jobs.get_mut(name), &pending.submission) {
-            state.last_started = Some(
-                state
-                    .last_started
-                    .map_or(pending.tick, |t| t.max(pending.tick)),
-            );
+            state.raise_newest_tick(pending.tick);
             if pending.in_backlog {
                 state.backlog_claiming = false;
             }
@@ -1130,6 +1163,7 @@ impl FireMachine {
             self.delayed.stop();
         }
         if status.may_fire && (lost || !before.may_fire) {
+            self.behind_the_ledger_said = false;
             self.can_fire(now, out);
         }
     }
@@ -1238,8 +1272,14 @@ impl FireMachine {
         if state.catch_up.is_some() || !state.backlog.is_empty() || state.held.is_empty() {
             return;
         }
-        let held = std::mem::take(&mut state.held);
+        let newest = state.newest_tick;
+        let (accounted, held): (Vec<Item>, Vec<Item>) = std::mem::take(&mut state.held)
+            .into_iter()
+            .partition(|item| newest.is_some_and(|newest| item.tick <= newest));
         let config = Arc::clone(&state.config);
+        if let (Some(first), Some(newest)) = (accounted.first(), newest) {
+            self.behind_the_ledger(job, first.tick, newest);
+        }
         let (late, in_time): (Vec<Item>, Vec<Item>) = held
             .into_iter()
             .partition(|item| item.reason.on_time() && now > item.tick + MISSED_AFTER);

@@ -166,6 +166,12 @@ impl FireMachine {
         }
         let latest = records.ticks.iter().copied().max();
         let planned = self.plan_missed(&config, latest, now, out);
+        if let (Some(state), Some(latest)) = (
+            self.jobs.get_mut(job),
+            latest.and_then(DateTime::from_timestamp_millis),
+        ) {
+            state.raise_newest_tick(latest);
+        }
         let Some(catch_up) = self.jobs.get_mut(job).and_then(|s| s.catch_up.as_mut()) else {
             return;
         };
@@ -281,7 +287,7 @@ impl FireMachine {
         };
         // A missed tick older than one already started here is covered by it.
         let after = state
-            .last_started
+            .newest_tick
             .map_or(latest, |started| started.max(latest));
         let first_handled = state
             .held

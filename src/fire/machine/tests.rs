@@ -1164,3 +1164,50 @@ fn a_failed_catch_up_listing_is_tried_again_while_the_node_may_fire() {
         "a follower lists nothing"
     );
 }
+
+/// Issue 24: a node whose clock is 15 s behind takes over from an owner that recorded ticks up
+/// to 25 s (its own clock). Records are kept by count, so those of 11 s to 20 s may be pruned
+/// already: the claim alone would not stop them. No tick at or before the newest recorded one
+/// is claimed; the first claim is the tick after it, and from then on every tick in order.
+#[test]
+fn a_node_whose_clock_is_behind_claims_nothing_at_or_before_the_newest_recorded_tick() {
+    let mut m = machine(&job("a", EVERY_SECOND, "history = 5"));
+    m.handle(Input::LockChanged(follower()), t(0));
+    run_timer(&mut m, 9_900);
+    let listing = m.handle(Input::LockChanged(owner(TOKEN)), t(10_000));
+    assert!(
+        listing.contains(&Action::ListRecords(JobName::new("a"))),
+        "{listing:?}"
+    );
+    // Its ticks come while the listing is out: they wait behind catch-up.
+    let mut claimed = Vec::new();
+    for at in [10_750, 11_750] {
+        claimed.extend(claims(&m.handle(Input::Tick, t(at))));
+    }
+    let newest: Vec<RunRecord> = (21_000..=25_000)
+        .step_by(1000)
+        .map(|tick| stored("a", tick, "n2", 6, RunStatus::Succeeded))
+        .collect();
+    claimed.extend(claims(&m.handle(listed("a", &newest), t(12_000))));
+    let mut now = 12_000;
+    while now < 28_000 {
+        let Some(at) = m.next_deadline() else { break };
+        now = ms(at);
+        let actions = m.handle(Input::Tick, at);
+        for claim in claims(&actions) {
+            claimed.push(claim.clone());
+            m.handle(ok(&claim), at);
+        }
+    }
+    let ticks: Vec<i64> = claimed.iter().map(ms_of).collect();
+    assert!(
+        ticks.iter().all(|tick| *tick > 25_000),
+        "nothing at or before the newest recorded tick (25 s) is claimed: {ticks:?}"
+    );
+    assert_eq!(
+        ticks.first(),
+        Some(&26_000),
+        "the first claim is the tick after it: {ticks:?}"
+    );
+    assert!(ticks.windows(2).all(|w| w[0] < w[1]), "in order: {ticks:?}");
+}

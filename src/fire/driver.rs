@@ -134,7 +134,11 @@ pub async fn run(
         settings,
         prepared: HashMap::new(),
     };
-    let mut ready = false;
+    // Ready once the schedule is loaded and the node is trying: like any client of a remote
+    // service, a node whose ZooKeeper is down at boot starts and keeps trying (and /readyz and
+    // `zkcron status` say "not connected"), instead of holding `systemctl start` until the
+    // unit's start timeout kills it into a restart loop (issue 24).
+    notify_systemd(&[sd_notify::NotifyState::Ready]);
     let mut stopping = false;
     let mut lock_alive = true;
     let mut updates_open = true;
@@ -168,10 +172,6 @@ pub async fn run(
                     // What the change brings (a session, catch-up) is given back once quiet.
                     settled = false;
                     io.settings.view.send_modify(|view| view.lock = status);
-                    if status.connected && !ready {
-                        ready = true;
-                        notify_systemd(&[sd_notify::NotifyState::Ready]);
-                    }
                     Input::LockChanged(status)
                 }
                 None => {

@@ -80,10 +80,16 @@ enum Command {
     Run,
     /// Validate a schedule file and show each job's next three fire times in its own time zone.
     #[command(after_help = EXIT_CODES)]
+    ///
+    /// It also warns about what would keep a job from starting on this host: a command that is
+    /// not an executable file here, a working_dir that does not exist.
     Check {
         /// The schedule file to check, instead of --config's.
         #[arg(value_name = "FILE")]
         file: Option<PathBuf>,
+        /// Make those warnings errors (exit 2): for the hosts that run the jobs.
+        #[arg(long)]
+        strict: bool,
     },
     /// Show the lock owner (node, ip, host, since, fencing token), the live members, and per
     /// job: next fire, last run, ticks recorded missed among the kept records, a run alive now.
@@ -194,6 +200,8 @@ pub enum CliError {
     Daemon(#[from] DaemonError),
     #[error(transparent)]
     Unreachable(#[from] zk::Unreachable),
+    #[error("{problems} problem(s) would keep jobs from starting on this host (--strict)")]
+    Strict { problems: usize },
     #[error(transparent)]
     Zk(#[from] ZkError),
     #[error(transparent)]
@@ -222,7 +230,10 @@ impl CliError {
         let duplicate =
             |err: &DriverError| matches!(err, DriverError::Member(MemberError::Duplicate { .. }));
         match self {
-            CliError::Config(_) | CliError::Identity(_) | CliError::Usage(_) => ExitCode::from(2),
+            CliError::Config(_)
+            | CliError::Identity(_)
+            | CliError::Usage(_)
+            | CliError::Strict { .. } => ExitCode::from(2),
             CliError::Delayed(err) if err.is_refusal() => ExitCode::from(2),
             CliError::Steer(err) if err.is_refusal() => ExitCode::from(2),
             CliError::Steer(SteerError::NotHandedOver { .. }) => ExitCode::from(3),
@@ -255,7 +266,7 @@ impl Cli {
                 logging::init(loaded.log.format, &level);
                 run_daemon(path, loaded, shutdown, reloads).await
             }
-            Command::Check { file } => check(file.as_ref().unwrap_or(&path)),
+            Command::Check { file, strict } => check(file.as_ref().unwrap_or(&path), strict),
             Command::Status { json } => {
                 quiet("warn");
                 status(&config::load(&path)?, json).await
@@ -313,8 +324,23 @@ async fn run_daemon(
     Ok(daemon::run(config, settings, shutdown, reloads).await?)
 }
 
-fn check(path: &Path) -> Result<(), CliError> {
+fn check(path: &Path, strict: bool) -> Result<(), CliError> {
     let config = config::load(path)?;
+    let mut warnings = 0;
+    for job in &config.jobs {
+        for problem in zkcron::runner::preflight(&job.spec) {
+            warnings += 1;
+            eprintln!(
+                "zkcron: {}: {}: job \"{}\": {problem}",
+                if strict { "error" } else { "warning" },
+                path.display(),
+                job.spec.name
+            );
+        }
+    }
+    if strict && warnings > 0 {
+        return Err(CliError::Strict { problems: warnings });
+    }
     let mut out = std::io::stdout().lock();
     let now = Utc::now();
     let mut lines = vec![format!(

@@ -36,7 +36,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::ids::JobName;
-use crate::run::{JobSpec, Launcher, RunContext, RunOutcome, RunReport};
+use crate::run::{JobSpec, Launcher, Program, RunContext, RunOutcome, RunReport};
 
 mod launch;
 mod output;
@@ -98,6 +98,47 @@ pub enum StartError {
         #[source]
         source: io::Error,
     },
+}
+
+/// What would keep `spec` from starting on this host, found without starting it: a command
+/// that is not an executable file here (looked up on this process's `PATH` when it has no `/`),
+/// a working directory that is not a directory. For `zkcron check`: warnings, since a schedule
+/// file may be checked on another host than the ones that run it.
+pub fn preflight(spec: &JobSpec) -> Vec<String> {
+    let mut problems = Vec::new();
+    if let Program::Argv(argv) = &spec.program {
+        if let Some(Err(why)) = argv.first().map(|program| executable(program)) {
+            problems.push(format!("command {:?}: {why}", argv[0]));
+        }
+    }
+    if let Some(dir) = &spec.working_dir {
+        match std::fs::metadata(dir) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => problems.push(format!("working_dir {}: not a directory", dir.display())),
+            Err(err) => problems.push(format!("working_dir {}: {err}", dir.display())),
+        }
+    }
+    problems
+}
+
+/// Whether `program` is what `exec` would run: an executable file, by its path or on `PATH`.
+fn executable(program: &str) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let check = |path: &std::path::Path| match std::fs::metadata(path) {
+        Err(err) => Err(err.to_string()),
+        Ok(meta) if !meta.is_file() => Err("not a file".to_owned()),
+        Ok(meta) if meta.permissions().mode() & 0o111 == 0 => Err("not executable".to_owned()),
+        Ok(_) => Ok(()),
+    };
+    if program.contains('/') {
+        return check(std::path::Path::new(program));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    if std::env::split_paths(&path).any(|dir| check(&dir.join(program)).is_ok()) {
+        Ok(())
+    } else {
+        Err("not found on this host's PATH".to_owned())
+    }
 }
 
 /// Runs the job to its end. `cancel` (e.g. on_lost = cancel, or daemon shutdown) stops it: SIGTERM to

@@ -205,3 +205,39 @@ fn the_schedule_file_is_config_else_zkcron_config_else_the_packaged_path() {
         );
     }
 }
+
+/// Issue 24: `check` (the unit's ExecStartPre) warns about what would keep a job from starting on
+/// this host — a file may be checked on another host, so warnings; `--strict` makes them errors.
+#[test]
+fn a_command_or_working_dir_missing_on_this_host_is_a_warning_and_with_strict_an_error() {
+    let text = format!(
+        "{HEAD}\n[[job]]\nname = \"report\"\nschedule = \"@daily\"\ncommand = [\"/nonexistent/report\"]\n\
+         working_dir = \"/nonexistent/dir\"\n\n[[job]]\nname = \"fine\"\nschedule = \"@daily\"\n\
+         command = [\"true\"]\nworking_dir = \"/\"\n"
+    );
+    let (output, path) = check(&text);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "warnings only: {stderr}");
+    for words in [
+        format!("warning: {path}: job \"report\": command \"/nonexistent/report\""),
+        format!("warning: {path}: job \"report\": working_dir /nonexistent/dir"),
+    ] {
+        assert!(stderr.contains(&words), "{words:?} in {stderr}");
+    }
+    assert!(
+        !stderr.contains("\"fine\""),
+        "a command on PATH and a real directory: {stderr}"
+    );
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("strict.toml");
+    std::fs::write(&file, &text).expect("write");
+    let strict = Command::new(env!("CARGO_BIN_EXE_zkcron"))
+        .args(["check", "--strict"])
+        .arg(&file)
+        .output()
+        .expect("run zkcron check --strict");
+    let stderr = String::from_utf8_lossy(&strict.stderr);
+    assert_eq!(strict.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("2 problem(s)"), "{stderr}");
+}

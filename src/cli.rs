@@ -150,8 +150,13 @@ enum Command {
     /// Print the man page or a shell's completions, generated from these very definitions
     /// (packaging: `zkcron generate man > zkcron.1`).
     Generate {
+        /// What to print.
         #[arg(value_enum)]
         what: Generated,
+        /// With `man`: write zkcron.1 and one page per subcommand (zkcron-run.1, …) into
+        /// this directory instead of printing zkcron.1.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
     },
 }
 
@@ -200,6 +205,12 @@ pub enum CliError {
     Daemon(#[from] DaemonError),
     #[error(transparent)]
     Unreachable(#[from] zk::Unreachable),
+    #[error("cannot write into {}", path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("{problems} problem(s) would keep jobs from starting on this host (--strict)")]
     Strict { problems: usize },
     #[error(transparent)]
@@ -299,7 +310,7 @@ impl Cli {
                 quiet("warn");
                 steer::release(&config::load(&path)?, args).await
             }
-            Command::Generate { what } => generate(what),
+            Command::Generate { what, dir } => generate(what, dir.as_deref()),
             Command::LockDemo(args) => {
                 quiet("info");
                 lock_demo(args, shutdown).await
@@ -574,8 +585,15 @@ fn status_lines(report: &StatusReport, config: &Config) -> Vec<String> {
     lines
 }
 
-fn generate(what: Generated) -> Result<(), CliError> {
+fn generate(what: Generated, dir: Option<&Path>) -> Result<(), CliError> {
     let mut command = <Cli as clap::CommandFactory>::command();
+    if let (Generated::Man, Some(dir)) = (what, dir) {
+        // The main page names each subcommand's page: all of them, so none is missing.
+        return clap_mangen::generate_to(command, dir).map_err(|source| CliError::Write {
+            path: dir.to_owned(),
+            source,
+        });
+    }
     // Into memory first: clap_complete panics on a failed write (a closed pipe).
     let mut text = Vec::new();
     let shell = match what {

@@ -831,6 +831,17 @@ impl FireMachine {
         now: DateTime<Utc>,
         out: &mut Vec<Action>,
     ) {
+        let submission = match &result {
+            Ok(claim) => claim.record.submission_id.clone(),
+            Err(_) => self
+                .claims
+                .get(&id)
+                .and_then(|p| p.submission.as_ref())
+                .and_then(|s| SubmissionId::parse(&s.id).ok()),
+        };
+        if let Some(submission) = submission {
+            self.delayed.claim_answered(&submission);
+        }
         let Some(pending) = self.claims.get_mut(&id) else {
             return;
         };

@@ -45,7 +45,10 @@ struct Due {
 pub(super) struct DelayedQueue {
     /// By job, each in due order: a job at its `max_running` holds back only its own.
     due: HashMap<JobName, BTreeMap<(i64, SubmissionId), Due>>,
-    /// Ids queued or recorded here: the watch and a scan never add one twice.
+    /// Ids queued here, or whose claim is out: the watch and a scan never add one twice. An id
+    /// leaves once its claim is answered — the claim deleted its pending marker, so the id can
+    /// come back only as a new submission (its record pruned, the id free again), which must be
+    /// read, not ignored (issue 24); and the set stays as small as what is in flight.
     known: HashSet<SubmissionId>,
     /// Ids the watch reported, being read.
     reading: HashSet<SubmissionId>,
@@ -84,6 +87,11 @@ impl DelayedQueue {
             generation: self.generation + 1,
             ..Self::default()
         };
+    }
+
+    /// The claim of submission `id` was answered.
+    pub fn claim_answered(&mut self, id: &SubmissionId) {
+        self.known.remove(id);
     }
 
     /// Read again from the oldest bucket at the next chance (a reload may bring jobs back).

@@ -530,3 +530,47 @@ fn a_job_at_its_max_running_holds_its_due_submissions_until_a_run_ends_others_go
     assert_eq!(ids(&next), ["c2"]);
     assert_eq!(m.delayed.held(), 2);
 }
+
+/// Issue 24: once a run's record is pruned its id is free, and a submitter's retry makes a new
+/// submission under it. The owner still held the id as known from the first run and never read
+/// the new one: accepted, then pending forever (and fired by the next owner after a restart).
+/// An id is known only while its claim is out.
+#[test]
+fn an_id_submitted_again_after_its_run_is_read_and_claimed_not_left_pending() {
+    let first = submission("close", 1500, b"first");
+    let (mut m, _) = owning_with(ON_DEMAND, 0, vec![(id("order-42"), first)]);
+    m.handle(Input::Tick, t(1000));
+    let claim = only_claim(&m.handle(Input::Tick, t(1250)));
+    m.handle(ok(&claim), t(1260));
+    let (run, _) = only_start(&m.handle(Input::Tick, t(1500)));
+    let finished = end_run(
+        &mut m,
+        ended(&run, RunOutcome::Exited { code: 0 }, t(1500)),
+        t(1600),
+    );
+    m.handle(written(&finished), t(1610));
+
+    let again = DueBucket::of(t(2500).timestamp_millis());
+    assert_eq!(
+        m.handle(
+            Input::SubmissionCreated {
+                bucket: again,
+                id: id("order-42")
+            },
+            t(1700)
+        ),
+        vec![Action::ReadSubmission { id: id("order-42") }],
+        "a new submission under a used id is read"
+    );
+    let read = Input::SubmissionRead {
+        id: id("order-42"),
+        result: Ok(Some(submission("close", 2500, b"second"))),
+    };
+    assert!(claims(&m.handle(read, t(1710))).is_empty(), "not yet due");
+    let claim = only_claim(&m.handle(Input::Tick, t(2250)));
+    assert_eq!(
+        (claim.record.submission_id, claim.record.scheduled_unix_ms),
+        (Some(id("order-42")), t(2500).timestamp_millis()),
+        "claimed at its new due time"
+    );
+}

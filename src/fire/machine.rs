@@ -62,6 +62,8 @@ pub enum FireReason {
     Rerun,
     /// Its run failed or timed out; tried again (`retries`).
     Retry,
+    /// A retry an earlier owner promised in the failed run's record, kept by this one.
+    RetryResumed,
     /// A delayed submission came due.
     Submitted,
     /// An operator asked for a run now (`zkcron trigger`): a submission that says who asked.
@@ -71,7 +73,10 @@ pub enum FireReason {
 impl FireReason {
     /// Started by on_locked/catch-up instead of on time (`ZKCRON_RESUMED=1`).
     fn resumed(self) -> bool {
-        matches!(self, FireReason::CaughtUp | FireReason::Rerun)
+        matches!(
+            self,
+            FireReason::CaughtUp | FireReason::Rerun | FireReason::RetryResumed
+        )
     }
 
     /// Ticks fired on time are held to the late-tick rule; the others are late by nature.
@@ -485,7 +490,7 @@ impl FireMachine {
                 self.records_listed(&job, result, now, &mut out)
             }
             Input::Marked { record, result } => self.marked(record, result, now, &mut out),
-            Input::RunEnded { claim, report } => self.run_ended(claim, &report, &mut out),
+            Input::RunEnded { claim, report } => self.run_ended(claim, &report, now, &mut out),
             Input::RecordWritten { run_id, write } => {
                 self.record_written(&run_id, write, now, &mut out)
             }
@@ -789,6 +794,33 @@ impl FireMachine {
             mode,
             guarded,
         }));
+    }
+
+    /// A stored record overwritten, at its version, by one that records what became of it
+    /// (a retry that came too late): the same fenced claim as a run's next attempt.
+    fn claim_record_again(
+        &mut self,
+        config: &Arc<JobConfig>,
+        record: RunRecord,
+        version: i32,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(token) = self.lock.token else {
+            return;
+        };
+        let tick = DateTime::from_timestamp_millis(record.scheduled_unix_ms).unwrap_or_default();
+        let pending = Pending {
+            config: Arc::clone(config),
+            tick,
+            reason: FireReason::RetryResumed,
+            token,
+            start_at: tick,
+            in_backlog: false,
+            submission: None,
+            state: PendingState::RecordOnly,
+            prepared: false,
+        };
+        self.send_claim(pending, record, ClaimMode::Again { version }, out);
     }
 
     /// A record that stands for ticks nobody ran (skipped or missed): sent through the same
@@ -1304,9 +1336,24 @@ impl FireMachine {
         }
     }
 
-    fn run_ended(&mut self, claim: Claim, report: &RunReport, out: &mut Vec<Action>) {
+    fn run_ended(
+        &mut self,
+        claim: Claim,
+        report: &RunReport,
+        now: DateTime<Utc>,
+        out: &mut Vec<Action>,
+    ) {
         let mut finished = claim;
         runs::finish_record(&mut finished.record, report);
+        // The promise of a retry goes into the same write as the failure: whoever owns the
+        // lock at its time keeps it, this node or the next (issue 24).
+        let config = self
+            .jobs
+            .get(&finished.record.job)
+            .map(|state| Arc::clone(&state.config));
+        finished.record.retry_at_unix_ms = config
+            .and_then(|config| runs::retry_at(&finished.record, &config, now))
+            .map(|at| at.timestamp_millis());
         self.runs.ended(&finished);
         out.push(Action::WriteRecord(finished));
     }
@@ -1352,16 +1399,19 @@ impl FireMachine {
             }
         }
         if self.stopping.is_none() {
-            let retry = run
-                .finished
-                .as_ref()
-                .filter(|claim| runs::retry_due(&claim.record, run.config.retries));
+            let retry = run.finished.as_ref().and_then(|claim| {
+                let at = claim.record.retry_at_unix_ms?;
+                Some((DateTime::from_timestamp_millis(at)?, claim))
+            });
             match (retry, write) {
-                (Some(claim), RecordWrite::Written(version)) => {
-                    let mut claim = claim.clone();
-                    claim.version = version;
-                    self.runs
-                        .schedule_retry(claim, run.submission.clone(), &run.config, now);
+                (Some((at, claim)), RecordWrite::Written(version)) => {
+                    self.runs.schedule_retry(runs::Retry {
+                        at,
+                        record: claim.record.clone(),
+                        version,
+                        submission: run.submission.clone(),
+                        resumed: false,
+                    });
                 }
                 _ => self.prune(&job, run.config.history, now, out),
             }
@@ -1430,25 +1480,30 @@ impl FireMachine {
     /// Tries failed runs again whose backoff has passed, if this node still owns the lock (the
     /// record is claimed again under our current token, so a retry is at most once like a tick).
     fn retries_due(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
-        for (claim, submission) in self.runs.take_due_retries(now) {
-            let (job, run_id) = (&claim.record.job, &claim.record.run_id);
+        for retry in self.runs.take_due_retries(now) {
+            let job = retry.record.job.clone();
+            let run_id = retry.record.run_id.as_str();
             if !self.lock.may_fire || self.stopping.is_some() {
-                tracing::warn!(job = %job, run_id, "retry not started: this node no longer owns the lock");
+                tracing::info!(job = %job, run_id, "retry left to the next owner: its record says when it is due");
                 continue;
             }
-            if !self.jobs.contains_key(job) {
+            if !self.jobs.contains_key(&job) {
                 tracing::warn!(job = %job, run_id, "retry not started: the job is no longer in the schedule");
                 continue;
             }
             let tick =
-                DateTime::from_timestamp_millis(claim.record.scheduled_unix_ms).unwrap_or(now);
+                DateTime::from_timestamp_millis(retry.record.scheduled_unix_ms).unwrap_or(now);
             let item = Item {
                 tick,
-                reason: FireReason::Retry,
-                again: Some((claim.record.clone(), claim.version)),
-                submission,
+                reason: if retry.resumed {
+                    FireReason::RetryResumed
+                } else {
+                    FireReason::Retry
+                },
+                again: Some((retry.record, retry.version)),
+                submission: retry.submission,
             };
-            self.claim_item(job, item, false, now, out);
+            self.claim_item(&job, item, false, now, out);
         }
     }
 

@@ -73,6 +73,11 @@ pub struct RunRecord {
     /// A manual trigger (`zkcron trigger`): who asked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requested_by: Option<String>,
+    /// A failed or timed-out run that will be tried again: when its next attempt is due. Written
+    /// in the same record as the failure, so the promise lives in the ledger and the next owner
+    /// keeps it (issue 24).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_at_unix_ms: Option<i64>,
 }
 
 impl RunRecord {
@@ -103,6 +108,7 @@ impl RunRecord {
             missed_ticks: None,
             submission_id: None,
             requested_by: None,
+            retry_at_unix_ms: None,
         }
     }
 

@@ -15,7 +15,7 @@ use chrono::{DateTime, Utc};
 use super::{Action, FireMachine, FireReason, Item};
 use crate::config::{Concurrency, JobConfig, Misfire, OnInterrupted};
 use crate::delayed::submission::SubmissionId;
-use crate::ids::{JobName, NodeId};
+use crate::ids::{FencingToken, JobName, NodeId};
 use crate::run::SubmissionInput;
 use crate::run::{RunRecord, RunStatus};
 
@@ -164,6 +164,7 @@ impl FireMachine {
                 closes: config.on_interrupted != OnInterrupted::Rerun,
             });
         }
+        self.resume_retries(&config, &records, token, now, out);
         let latest = records.ticks.iter().copied().max();
         let planned = self.plan_missed(&config, latest, now, out);
         if let (Some(state), Some(latest)) = (
@@ -181,6 +182,70 @@ impl FireMachine {
         catch_up.marks_out += marks;
         if catch_up.marks_out == 0 {
             self.catch_up_decided(job, now, out);
+        }
+    }
+
+    /// Retries that an earlier owner promised in a failed run's record (`retry_at_unix_ms`): kept
+    /// at their time as the runs' next attempts, through the same fenced claim, so each attempt
+    /// runs once whoever owns the lock then (issue 24). One whose time is older than the job's
+    /// `starting_deadline` is recorded missed instead.
+    fn resume_retries(
+        &mut self,
+        config: &Arc<JobConfig>,
+        records: &JobRecords,
+        token: FencingToken,
+        now: DateTime<Utc>,
+        out: &mut Vec<Action>,
+    ) {
+        let deadline = chrono::Duration::from_std(config.starting_deadline).unwrap_or_default();
+        for (record, version) in &records.newest {
+            let Some(at) = record
+                .retry_at_unix_ms
+                .and_then(DateTime::from_timestamp_millis)
+            else {
+                continue;
+            };
+            if !matches!(record.status, RunStatus::Failed | RunStatus::TimedOut)
+                || self.runs.retry_waits(&record.run_id)
+                || self.runs.alive_of_run(&record.run_id)
+            {
+                continue;
+            }
+            let submission = match &record.submission_id {
+                None => None,
+                Some(id) => match records.payloads.get(id) {
+                    Some(payload) => Some(SubmissionInput {
+                        id: id.as_str().to_owned(),
+                        payload: Arc::clone(payload),
+                        requested_by: record.requested_by.clone(),
+                    }),
+                    None => {
+                        tracing::warn!(job = %record.job, id = %id, "retry not resumed: its submission node is gone");
+                        continue;
+                    }
+                },
+            };
+            if at + deadline < now {
+                tracing::warn!(job = %record.job, run_id = record.run_id, attempt = record.attempt + 1, due = %at, "retry missed: older than the job's starting_deadline");
+                let me = (&self.me.node_id, self.me.ip.as_str());
+                let mut missed = record.next_attempt(me, token, now.timestamp_millis());
+                missed.status = RunStatus::Missed;
+                missed.error = Some(format!(
+                    "attempt {} (a retry due at {at}) was past its starting_deadline when a node could start it",
+                    missed.attempt
+                ));
+                missed.missed_from_unix_ms = Some(missed.scheduled_unix_ms);
+                missed.missed_ticks = Some(1);
+                self.claim_record_again(config, missed, *version, out);
+                continue;
+            }
+            self.runs.schedule_retry(super::runs::Retry {
+                at,
+                record: record.clone(),
+                version: *version,
+                submission,
+                resumed: true,
+            });
         }
     }
 

@@ -27,11 +27,24 @@ pub(super) struct Run {
     pub submission: Option<SubmissionInput>,
 }
 
+/// A failed run to claim again at its instant: its final record says so (`retry_at_unix_ms`).
+#[derive(Debug, Clone)]
+pub(super) struct Retry {
+    pub at: DateTime<Utc>,
+    /// The stored final record and its version: the retry's claim overwrites exactly that.
+    pub record: RunRecord,
+    pub version: i32,
+    /// A submission's run: what the job reads again.
+    pub submission: Option<SubmissionInput>,
+    /// Promised by an earlier owner and found in the ledger by this one (`ZKCRON_RESUMED=1`).
+    pub resumed: bool,
+}
+
 #[derive(Debug, Default)]
 pub(super) struct Runs {
     alive: BTreeMap<String, Run>,
-    /// Failed runs to claim again at their instant, with their final record.
-    retries: Vec<(DateTime<Utc>, Claim, Option<SubmissionInput>)>,
+    /// Failed runs to claim again at their instant.
+    retries: Vec<Retry>,
 }
 
 impl Runs {
@@ -106,53 +119,66 @@ impl Runs {
     /// The job of every run alive and every retry waiting, one entry each.
     pub fn open_jobs(&self) -> impl Iterator<Item = &JobName> + '_ {
         let alive = self.alive.values().map(|run| &run.job);
-        alive.chain(self.retries.iter().map(|(_, claim, _)| &claim.record.job))
+        alive.chain(self.retries.iter().map(|retry| &retry.record.job))
     }
 
     pub fn alive_ids(&self) -> Vec<String> {
         self.unended().into_iter().map(|(id, _, _)| id).collect()
     }
 
-    /// Tries `failed` again after `retry_backoff`, doubled per attempt.
-    pub fn schedule_retry(
-        &mut self,
-        failed: Claim,
-        submission: Option<SubmissionInput>,
-        config: &JobConfig,
-        now: DateTime<Utc>,
-    ) {
-        let attempt = failed.record.attempt;
-        let backoff = config
-            .retry_backoff
-            .saturating_mul(1 << attempt.saturating_sub(1).min(16));
-        tracing::info!(job = %failed.record.job, run_id = failed.record.run_id, attempt, retry_in = ?backoff, "run failed; retrying");
-        let at = now + chrono::Duration::from_std(backoff).unwrap_or(chrono::Duration::MAX);
-        self.retries.push((at, failed, submission));
+    /// Tries a failed run again at the instant its final record promises.
+    pub fn schedule_retry(&mut self, retry: Retry) {
+        let record = &retry.record;
+        tracing::info!(job = %record.job, run_id = record.run_id, attempt = record.attempt + 1, at = %retry.at, resumed = retry.resumed, "retry scheduled");
+        self.retries.push(retry);
+    }
+
+    /// A retry of `run_id` waits here already (a listing may show the record it was made from).
+    pub fn retry_waits(&self, run_id: &str) -> bool {
+        self.retries
+            .iter()
+            .any(|retry| retry.record.run_id == run_id)
     }
 
     pub fn retry_deadlines(&self) -> impl Iterator<Item = DateTime<Utc>> + '_ {
-        self.retries.iter().map(|(at, _, _)| *at)
+        self.retries.iter().map(|retry| retry.at)
     }
 
-    pub fn take_due_retries(
-        &mut self,
-        now: DateTime<Utc>,
-    ) -> Vec<(Claim, Option<SubmissionInput>)> {
+    pub fn take_due_retries(&mut self, now: DateTime<Utc>) -> Vec<Retry> {
         let (due, later) = std::mem::take(&mut self.retries)
             .into_iter()
-            .partition(|(at, _, _)| *at <= now);
+            .partition(|retry| retry.at <= now);
         self.retries = later;
-        due.into_iter()
-            .map(|(_, claim, submission)| (claim, submission))
-            .collect()
+        due
     }
 
-    /// The lock is gone or we are stopping: a waiting retry is not resumed by anyone.
+    /// The lock is gone or we are stopping: the retries waiting here are the next owner's to
+    /// resume from the ledger, where each failed run's record says when.
     pub fn drop_retries(&mut self) {
-        for (_, claim, _) in self.retries.drain(..) {
-            tracing::warn!(job = %claim.record.job, run_id = claim.record.run_id, "retry not started: this node no longer owns the lock");
+        for retry in self.retries.drain(..) {
+            tracing::info!(job = %retry.record.job, run_id = retry.record.run_id, attempt = retry.record.attempt + 1, "retry left to the next owner: its record says when it is due");
         }
     }
+}
+
+/// When a run that ended now with `record`'s attempt is tried again: after `retry_backoff`,
+/// doubled per attempt; `None` when it is not (it did not fail, or no attempt remains).
+pub(super) fn retry_at(
+    record: &RunRecord,
+    config: &JobConfig,
+    now: DateTime<Utc>,
+) -> Option<DateTime<Utc>> {
+    if !retry_due(record, config.retries) {
+        return None;
+    }
+    let backoff = config
+        .retry_backoff
+        .saturating_mul(1 << record.attempt.saturating_sub(1).min(16));
+    let backoff = chrono::Duration::from_std(backoff).unwrap_or(chrono::Duration::MAX);
+    Some(
+        now.checked_add_signed(backoff)
+            .unwrap_or(DateTime::<Utc>::MAX_UTC),
+    )
 }
 
 /// Whether a finished run is tried again: it failed or timed out, and attempts remain.

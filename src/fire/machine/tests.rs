@@ -947,12 +947,17 @@ fn a_failed_run_is_retried_after_its_backoff_as_the_next_attempt() {
     );
     assert_eq!(failed.record.status, RunStatus::Failed);
     assert_eq!(
+        failed.record.retry_at_unix_ms,
+        Some(t(62_100).timestamp_millis()),
+        "the failure's own record says when attempt 2 is due: 2 s after the run ended"
+    );
+    assert_eq!(
         m.handle(written(&failed), t(60_105)),
         vec![],
         "no prune: a retry is due"
     );
-    assert_eq!(m.next_deadline(), Some(t(62_105)));
-    let retry = only_claim(&m.handle(Input::Tick, t(62_105)));
+    assert_eq!(m.next_deadline(), Some(t(62_100)));
+    let retry = only_claim(&m.handle(Input::Tick, t(62_100)));
     assert_eq!(
         retry.mode,
         ClaimMode::Again {
@@ -960,12 +965,17 @@ fn a_failed_run_is_retried_after_its_backoff_as_the_next_attempt() {
         }
     );
     assert_eq!(retry.record.attempt, 2);
+    assert_eq!(retry.record.retry_at_unix_ms, None, "the promise is kept");
     let (retried, context) = only_start(&m.handle(ok(&retry), t(62_107)));
     assert!(!context.resumed);
     let failed = end_run(
         &mut m,
         ended(&retried, RunOutcome::Exited { code: 3 }, t(62_107)),
         t(62_200),
+    );
+    assert_eq!(
+        failed.record.retry_at_unix_ms, None,
+        "retries = 1: none promised"
     );
     assert_eq!(
         m.handle(written(&failed), t(62_205)),
@@ -1210,4 +1220,107 @@ fn a_node_whose_clock_is_behind_claims_nothing_at_or_before_the_newest_recorded_
         "the first claim is the tick after it: {ticks:?}"
     );
     assert!(ticks.windows(2).all(|w| w[0] < w[1]), "in order: {ticks:?}");
+}
+
+/// A failed run's record, from `node` under `token`, that promises its next attempt at `at_ms`.
+fn failed_promising_a_retry(tick_ms: i64, at_ms: i64) -> RunRecord {
+    let mut record = stored("a", tick_ms, "n2", 6, RunStatus::Failed);
+    record.exit_code = Some(3);
+    record.retry_at_unix_ms = Some(t(at_ms).timestamp_millis());
+    record
+}
+
+/// Issue 24: the owner that ran attempt 1 died during the backoff. The retry it promised is in
+/// the failed run's record; the new owner keeps it at its time, as attempt 2 through the fenced
+/// claim (a compare-and-set of that very record), resumed.
+#[test]
+fn a_retry_promised_in_the_ledger_is_kept_by_the_next_owner_at_its_time() {
+    let mut m = machine(&job(
+        "a",
+        "0 0 * * * *",
+        "retries = 3\nretry_backoff = \"6s\"",
+    ));
+    m.handle(Input::LockChanged(owner(TOKEN)), t(2_000));
+    let failed = failed_promising_a_retry(0, 6_000);
+    let listed = m.handle(listed("a", std::slice::from_ref(&failed)), t(2_000));
+    assert!(
+        claims(&listed).is_empty(),
+        "not before its time: {listed:?}"
+    );
+    assert_eq!(m.next_deadline(), Some(t(6_000)));
+    let retry = only_claim(&m.handle(Input::Tick, t(6_000)));
+    assert_eq!(retry.mode, ClaimMode::Again { version: 1 });
+    assert_eq!(
+        (retry.record.attempt, retry.record.run_id.as_str()),
+        (2, failed.run_id.as_str()),
+        "the same run's next attempt"
+    );
+    let (_, context) = only_start(&m.handle(ok(&retry), t(6_002)));
+    assert!(
+        context.resumed,
+        "ZKCRON_RESUMED=1: kept from an earlier owner"
+    );
+    assert_eq!(context.attempt, 2);
+}
+
+/// Issue 24: a promised retry found later than the job's starting_deadline is recorded missed,
+/// over the failed record, through the same claim; it does not start.
+#[test]
+fn a_promised_retry_past_its_starting_deadline_is_recorded_missed() {
+    let mut m = machine(&job(
+        "a",
+        "0 0 * * * *",
+        "retries = 3\nstarting_deadline = \"10s\"",
+    ));
+    m.handle(Input::LockChanged(owner(TOKEN)), t(60_000));
+    let failed = failed_promising_a_retry(0, 6_000);
+    let missed = only_claim(&m.handle(listed("a", &[failed]), t(60_000)));
+    assert_eq!(missed.mode, ClaimMode::Again { version: 1 });
+    assert_eq!(
+        (missed.record.status, missed.record.attempt),
+        (RunStatus::Missed, 2)
+    );
+    assert!(
+        missed
+            .record
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("starting_deadline")),
+        "{:?}",
+        missed.record.error
+    );
+    assert!(
+        starts(&m.handle(ok(&missed), t(60_010))).is_empty(),
+        "a record, not a run"
+    );
+}
+
+/// Issue 24: a stopping owner still writes the promise with the failure, and leaves the retry
+/// to the next owner instead of dropping it.
+#[test]
+fn a_stopping_owner_records_the_promised_retry_and_leaves_it() {
+    let mut m = owning(&job(
+        "a",
+        "0 * * * * *",
+        "retries = 1\nretry_backoff = \"2s\"",
+    ));
+    let claim = only_claim(&m.handle(Input::Tick, t(59_750)));
+    m.handle(ok(&claim), t(59_751));
+    let (run, _) = only_start(&m.handle(Input::Tick, t(60_000)));
+    m.handle(Input::Shutdown, t(60_050));
+    let failed = end_run(
+        &mut m,
+        ended(&run, RunOutcome::Exited { code: 3 }, t(60_000)),
+        t(60_100),
+    );
+    assert_eq!(
+        failed.record.retry_at_unix_ms,
+        Some(t(62_100).timestamp_millis()),
+        "promised in the ledger"
+    );
+    m.handle(written(&failed), t(60_105));
+    assert!(
+        m.next_deadline().is_none_or(|at| at != t(62_100)),
+        "not kept here: this node is stopping"
+    );
 }

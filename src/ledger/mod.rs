@@ -430,7 +430,7 @@ pub async fn finish(client: &Client, claim: &mut Claim) -> Result<(), UpdateErro
     }
     update(client, claim).await?;
     // Only once the record is final: an open marker is what the next owner resolves.
-    if let Some(open) = &claim.open {
+    if let Some(open) = claim.open_to_close() {
         delete_if_there(client, open).await;
     }
     Ok(())

@@ -31,7 +31,15 @@ impl Claim {
         self.guard
             .iter()
             .filter(move |_| same_session)
-            .chain(&self.open)
+            .chain(self.open_to_close())
+    }
+
+    /// A submission's open marker, once the run is over: not while its record promises a retry,
+    /// so that the next owner finds the run among the open ones and keeps the promise.
+    pub fn open_to_close(&self) -> Option<&String> {
+        self.open
+            .as_ref()
+            .filter(|_| self.record.retry_at_unix_ms.is_none())
     }
 }
 

@@ -225,7 +225,9 @@ impl FireMachine {
                     }
                 },
             };
-            if at + deadline < now {
+            // A submission's retry is a promise to its submitter: kept however late. A tick's
+            // is held to the job's starting_deadline, like the tick itself.
+            if record.submission_id.is_none() && at + deadline < now {
                 tracing::warn!(job = %record.job, run_id = record.run_id, attempt = record.attempt + 1, due = %at, "retry missed: older than the job's starting_deadline");
                 let me = (&self.me.node_id, self.me.ip.as_str());
                 let mut missed = record.next_attempt(me, token, now.timestamp_millis());

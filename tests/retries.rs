@@ -1,0 +1,114 @@
+//! A promised retry belongs to the cluster, not to the node that scheduled it (issue 24): the
+//! owner is killed (kill -9) during one backoff and stopped (SIGTERM, a rolling restart) during
+//! the next, and every attempt still runs exactly once across the nodes. Real ZooKeeper, real
+//! `zkcron run` processes, one submission of a job that always fails.
+#![allow(
+    clippy::await_holding_lock,
+    reason = "each #[tokio::test] has its own runtime and thread"
+)]
+
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use support::daemon::{DaemonNode, Fire, RECORD_FIRE, read_fires, schedule_text, zkcron_ok};
+use support::zk_cluster::try_wait_for;
+use support::{fault_lock, shared_ensemble, unique_chroot};
+
+const SESSION: Duration = Duration::from_secs(2);
+const DELAY: Duration = Duration::from_secs(2);
+/// Process start, a JVM pause or a busy core, on bounds that are otherwise exact.
+const SLACK: Duration = Duration::from_secs(3);
+
+/// Waits for the fire of `attempt` and returns every fire so far; on a timeout, shows the logs
+/// of `nodes`.
+async fn attempt(fires: &Path, attempt: u32, within: Duration, nodes: &[&DaemonNode]) -> Vec<Fire> {
+    let found = try_wait_for(&format!("attempt {attempt}"), within, || {
+        let all = read_fires(fires);
+        let done = all.iter().any(|f| f.attempt == attempt).then_some(all);
+        async move { done }
+    })
+    .await;
+    found.unwrap_or_else(|not_reached| {
+        let logs: Vec<String> = nodes
+            .iter()
+            .map(|node| format!("--- {}\n{}", node.node_id, node.log_tail()))
+            .collect();
+        panic!(
+            "{not_reached}; fires {:?}\n{}",
+            read_fires(fires),
+            logs.join("\n")
+        )
+    })
+}
+
+#[tokio::test]
+async fn attempts_1_to_4_run_once_each_across_a_kill_9_and_a_sigterm_during_the_backoffs() {
+    let _serial = fault_lock();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let fires = dir.path().join("fires.log");
+    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot("retries"));
+    // Backoffs of 3, 6 and 12 s: room for a failover inside the first two.
+    let job = format!(
+        "[[job]]\nname = \"flaky\"\nretries = 3\nretry_backoff = \"3s\"\nshell = '{RECORD_FIRE}{}; exit 1'\n",
+        fires.display()
+    );
+    let text = schedule_text(&connect, "retries", SESSION, DELAY, &job);
+    let mut first = DaemonNode::start(dir.path(), "r1", &text);
+    first.wait_log("lock acquired", SESSION + SLACK).await;
+    let mut second = DaemonNode::start(dir.path(), "r2", &text);
+    second
+        .wait_log("zookeeper session established", SLACK)
+        .await;
+    zkcron_ok(
+        &["submit", "flaky", "--in", "1s", "--id", "flaky-1"],
+        &first.config,
+    );
+
+    let one = attempt(&fires, 1, SLACK * 2, &[&first, &second]).await;
+    assert_eq!(one[0].node, "r1", "the owner runs attempt 1");
+    first.kill();
+    let two = attempt(&fires, 2, SESSION + DELAY + SLACK * 3, &[&second]).await;
+    let by = two.iter().find(|f| f.attempt == 2).map(|f| f.node.clone());
+    assert_eq!(by.as_deref(), Some("r2"), "the next owner keeps the retry");
+
+    // A rolling restart during the next backoff: r1 comes back, r2 is stopped.
+    let restarted = DaemonNode::start(dir.path(), "r1", &text);
+    restarted
+        .wait_log("zookeeper session established", SESSION + SLACK)
+        .await;
+    second.signal(Signal::SIGTERM);
+    second.wait_exit(SLACK * 2).await;
+    attempt(&fires, 3, Duration::from_secs(6) + SLACK * 2, &[&restarted]).await;
+    let all = attempt(
+        &fires,
+        4,
+        Duration::from_secs(12) + SLACK * 2,
+        &[&restarted],
+    )
+    .await;
+
+    let attempts: Vec<u32> = all.iter().map(|f| f.attempt).collect();
+    assert_eq!(
+        attempts,
+        [1, 2, 3, 4],
+        "each attempt once, in order: {all:?}"
+    );
+    assert!(
+        all.iter().all(|f| f.run_id == all[0].run_id),
+        "one run, four attempts: {all:?}"
+    );
+    assert_eq!(
+        all.iter().map(|f| f.resumed.as_str()).collect::<Vec<_>>(),
+        ["0", "1", "1", "0"],
+        "attempts 2 and 3 were kept by a node that did not promise them: {all:?}"
+    );
+    // No fifth attempt: retries = 3.
+    let history = zkcron_ok(&["history", "flaky", "--json"], &restarted.config);
+    assert!(
+        history.contains("\"attempt\":4") && !history.contains("\"retry_at_unix_ms\""),
+        "the last attempt is recorded, with no retry promised after it: {history}"
+    );
+}

@@ -397,11 +397,9 @@ async fn history(config: &Config, job: &JobName, limit: usize, json: bool) -> Re
     let client = connect_once(config).await?;
     let paths = LedgerPaths::new(&LockPaths::new(&config.lock.root, &config.lock.name));
     let records = ledger::history(&client, &paths, job, limit).await?;
-    let tz = config
-        .jobs
-        .iter()
-        .find(|j| &j.spec.name == job)
-        .map_or(chrono_tz::UTC, |j| j.timezone);
+    let declared = config.jobs.iter().find(|j| &j.spec.name == job);
+    let tz = declared.map_or(chrono_tz::UTC, |j| j.timezone);
+    let attempts = declared.map(|j| j.retries + 1);
     let mut lines = Vec::new();
     if json {
         lines.extend(
@@ -415,13 +413,14 @@ async fn history(config: &Config, job: &JobName, limit: usize, json: bool) -> Re
             "SCHEDULED", "NODE", "IP", "STARTED", "DURATION", "STATUS", "EXIT", "ATTEMPT", "TOKEN"
         ));
         for r in &records {
-            lines.push(history_line(r, tz));
+            lines.push(history_line(r, tz, attempts));
         }
     }
     writeln!(std::io::stdout().lock(), "{}", lines.join("\n")).map_err(CliError::Stdout)
 }
 
-fn history_line(r: &RunRecord, tz: chrono_tz::Tz) -> String {
+/// One record as a table row; `attempts`: how many the job's `retries` allow in all.
+fn history_line(r: &RunRecord, tz: chrono_tz::Tz, attempts: Option<u32>) -> String {
     let at = |ms: i64| chrono::DateTime::from_timestamp_millis(ms).map(|t| t.with_timezone(&tz));
     let scheduled = at(r.scheduled_unix_ms).map_or("?".into(), |t| {
         t.format("%Y-%m-%d %H:%M:%S %:z").to_string()
@@ -444,8 +443,20 @@ fn history_line(r: &RunRecord, tz: chrono_tz::Tz) -> String {
     let status = serde_json::to_value(r.status)
         .ok()
         .and_then(|v| v.as_str().map(str::to_owned));
+    // A promised retry: the run is not over.
+    let retry = r
+        .retry_at_unix_ms
+        .and_then(at)
+        .map_or(String::new(), |when| {
+            let of = attempts.map_or(String::new(), |n| format!(" of {n}"));
+            format!(
+                "  retry: attempt {}{of} at {}",
+                r.attempt + 1,
+                when.format("%H:%M:%S")
+            )
+        });
     format!(
-        "{scheduled:<25}  {:<15}  {:<15}  {started:<8}  {duration:>9}  {:<11}  {exit:>4}  {:>7}  {:>5}",
+        "{scheduled:<25}  {:<15}  {:<15}  {started:<8}  {duration:>9}  {:<11}  {exit:>4}  {:>7}  {:>5}{retry}",
         r.node_id.as_str(),
         r.ip,
         status.unwrap_or_default(),

@@ -69,6 +69,15 @@ async fn attempts_1_to_4_run_once_each_across_a_kill_9_and_a_sigterm_during_the_
 
     let one = attempt(&fires, 1, SLACK * 2, &[&first, &second]).await;
     assert_eq!(one[0].node, "r1", "the owner runs attempt 1");
+    // The promise is in the ledger, and `history` shows it, before the owner dies.
+    let config = first.config.clone();
+    try_wait_for("history shows the promised retry", SLACK, || {
+        let shown = zkcron_ok(&["history", "flaky"], &config);
+        let done = shown.contains("retry: attempt 2 of 4 at").then_some(());
+        async move { done }
+    })
+    .await
+    .unwrap_or_else(|not_reached| panic!("{not_reached}\n{}", first.log_tail()));
     first.kill();
     let two = attempt(&fires, 2, SESSION + DELAY + SLACK * 3, &[&second]).await;
     let by = two.iter().find(|f| f.attempt == 2).map(|f| f.node.clone());

@@ -147,6 +147,17 @@ enum Command {
     /// for the takeover delay; its running jobs follow their on_lost.
     #[command(after_help = EXIT_CODES)]
     Release(steer::ReleaseArgs),
+    /// Make a named token for the HTTP API: prints the token (give it to the client; it is
+    /// stored nowhere), then the line to append to `[http] tokens_file`, which holds only its
+    /// SHA-256. Restart the node to apply.
+    HttpToken {
+        /// The token's name: recorded as who asked (`token:NAME`).
+        name: String,
+        /// Reads only (dashboards, the console): no trigger, submit, cancel, pause, resume or
+        /// release.
+        #[arg(long)]
+        read_only: bool,
+    },
     /// Print the man page or a shell's completions, generated from these very definitions
     /// (packaging: `zkcron generate man > zkcron.1`).
     Generate {
@@ -311,6 +322,7 @@ impl Cli {
                 steer::release(&config::load(&path)?, args).await
             }
             Command::Generate { what, dir } => generate(what, dir.as_deref()),
+            Command::HttpToken { name, read_only } => http_token(&name, read_only),
             Command::LockDemo(args) => {
                 quiet("info");
                 lock_demo(args, shutdown).await
@@ -623,6 +635,17 @@ fn generate(what: Generated, dir: Option<&Path>) -> Result<(), CliError> {
     out.write_all(&text)
         .and_then(|()| out.flush())
         .map_err(CliError::Stdout)
+}
+
+fn http_token(name: &str, read_only: bool) -> Result<(), CliError> {
+    let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    let token = hex(&rand::random::<[u8; 32]>());
+    let hash = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, token.as_bytes());
+    let kind = if read_only { "read" } else { "write" };
+    print_lines(&[
+        token.clone(),
+        format!("{name} {kind} {}", hex(hash.as_ref())),
+    ])
 }
 
 /// Prints `lines` to stdout, one per line.

@@ -79,6 +79,7 @@ pub async fn run(
                 view: view_rx,
                 config: loaded,
                 token: http.token,
+                tokens: Arc::new(http.tokens),
                 me: settings.me.node_id.clone(),
                 heard: Arc::clone(&heard),
             };

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
+use crate::config::{Config, NamedToken, TokenKind};
 use crate::control::client::{Steer, SteerError};
 use crate::delayed::client::SubmissionError;
 use crate::delayed::client::{Delayed, DelayedError, SubmitRequest};
@@ -51,6 +51,8 @@ pub struct HttpState {
     /// The schedule as last loaded (start, SIGHUP).
     pub config: watch::Receiver<Arc<Config>>,
     pub token: Option<Secret>,
+    /// `[http] tokens_file`'s tokens, hashed; empty without one.
+    pub tokens: Arc<Vec<NamedToken>>,
     pub me: NodeId,
     pub heard: Arc<Heard>,
 }
@@ -192,28 +194,65 @@ impl ApiError {
 }
 
 /// Write endpoints need `Authorization: Bearer <token>`; without a configured token they are off.
-fn authorize(state: &HttpState, headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(token) = &state.token else {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "write endpoints are off: [http] has no token_env or token_file",
-        ));
-    };
+/// Who a request may act as: the caller of a write endpoint must be allowed to write (`Write`);
+/// with named tokens, `/v1/` reads need one too (`Read`). Returns who asked, for the records.
+fn authorize(
+    state: &HttpState,
+    headers: &HeaderMap,
+    need: TokenKind,
+    peer: SocketAddr,
+) -> Result<String, ApiError> {
     let given = headers
         .get(header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.strip_prefix("Bearer "));
+        .and_then(|value| value.strip_prefix("Bearer "))
+        .map(str::trim);
+    if !state.tokens.is_empty() {
+        return named(&state.tokens, given, need);
+    }
+    if need == TokenKind::Read {
+        return Ok(requester(peer));
+    }
+    let Some(token) = &state.token else {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "write endpoints are off: [http] has no token_env, token_file or tokens_file",
+        ));
+    };
     match given {
-        Some(given) if same_secret(given.trim().as_bytes(), token.expose().as_bytes()) => Ok(()),
+        Some(given) if same_secret(given.as_bytes(), token.expose().as_bytes()) => {
+            Ok(requester(peer))
+        }
         Some(_) => Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "wrong bearer token",
         )),
-        None => Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "this endpoint needs Authorization: Bearer <token>",
-        )),
+        None => Err(needs_token()),
     }
+}
+
+/// The named token `given` is, if it may do `need`: its name as who asked.
+fn named(tokens: &[NamedToken], given: Option<&str>, need: TokenKind) -> Result<String, ApiError> {
+    let given = given.ok_or_else(needs_token)?;
+    let hash = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, given.as_bytes());
+    let token = tokens
+        .iter()
+        .find(|token| same_secret(hash.as_ref(), &token.sha256))
+        .ok_or_else(|| ApiError::new(StatusCode::UNAUTHORIZED, "wrong bearer token"))?;
+    if need == TokenKind::Write && token.kind != TokenKind::Write {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            format!("token {} is read-only", token.name),
+        ));
+    }
+    Ok(format!("token:{}", token.name))
+}
+
+fn needs_token() -> ApiError {
+    ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "this endpoint needs Authorization: Bearer <token>",
+    )
 }
 
 /// Compares without stopping at the first difference, so timing tells nothing of the token.
@@ -290,7 +329,12 @@ struct StatusBody {
     group: crate::status::StatusReport,
 }
 
-async fn status(State(state): State<HttpState>) -> Result<Response, ApiError> {
+async fn status(
+    State(state): State<HttpState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    authorize(&state, &headers, TokenKind::Read, peer)?;
     let client = state.client()?;
     let config = state.config();
     let group = crate::status::gather(&client, &config, Utc::now())
@@ -320,9 +364,12 @@ struct RunsQuery {
 
 async fn runs(
     State(state): State<HttpState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Path(job): Path<String>,
     Query(query): Query<RunsQuery>,
+    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
+    authorize(&state, &headers, TokenKind::Read, peer)?;
     let client = state.client()?;
     let job = JobName::new(job);
     let limit = query.limit.unwrap_or(20).min(MAX_RUNS);
@@ -345,9 +392,9 @@ async fn trigger(
     Path(job): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    authorize(&state, &headers)?;
+    let by = authorize(&state, &headers, TokenKind::Write, peer)?;
     let steer = Steer::with_client(state.client()?, &state.config());
-    let id = steer.trigger(&JobName::new(job), &requester(peer)).await?;
+    let id = steer.trigger(&JobName::new(job), &by).await?;
     Ok((
         StatusCode::ACCEPTED,
         axum::Json(Accepted {
@@ -380,11 +427,12 @@ struct Submitted {
 
 async fn submit(
     State(state): State<HttpState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Path(job): Path<String>,
     headers: HeaderMap,
     body: Result<axum::Json<SubmitBody>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Response, ApiError> {
-    authorize(&state, &headers)?;
+    authorize(&state, &headers, TokenKind::Write, peer)?;
     let axum::Json(body) =
         body.map_err(|err| ApiError::new(StatusCode::BAD_REQUEST, err.body_text()))?;
     let due = match (body.at, body.in_) {
@@ -437,10 +485,11 @@ async fn submit(
 
 async fn cancel(
     State(state): State<HttpState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    authorize(&state, &headers)?;
+    authorize(&state, &headers, TokenKind::Write, peer)?;
     let id = SubmissionId::parse(&id)
         .map_err(|err| ApiError::new(StatusCode::BAD_REQUEST, err.to_string()))?;
     let delayed = Delayed::with_client(state.client()?, &state.config());
@@ -473,11 +522,10 @@ async fn pause(
     headers: HeaderMap,
     body: Option<axum::Json<PauseBody>>,
 ) -> Result<Response, ApiError> {
-    authorize(&state, &headers)?;
+    let by = authorize(&state, &headers, TokenKind::Write, peer)?;
     let reason = body.and_then(|axum::Json(body)| body.reason);
     let steer = Steer::with_client(state.client()?, &state.config());
     let name = JobName::new(job);
-    let by = requester(peer);
     let stored = match steer.pause(&name, reason.as_deref(), &by).await? {
         crate::control::store::Paused::Now => crate::control::Pause::new(reason.as_deref(), &by, 0),
         crate::control::store::Paused::Already(pause) => pause,
@@ -493,10 +541,11 @@ async fn pause(
 
 async fn resume(
     State(state): State<HttpState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Path(job): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    authorize(&state, &headers)?;
+    authorize(&state, &headers, TokenKind::Write, peer)?;
     let steer = Steer::with_client(state.client()?, &state.config());
     let name = JobName::new(job);
     let was = steer.resume(&name).await?;
@@ -522,7 +571,7 @@ async fn release(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    authorize(&state, &headers)?;
+    let by = authorize(&state, &headers, TokenKind::Write, peer)?;
     if state.view.borrow().lock.token.is_none() {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -533,7 +582,7 @@ async fn release(
         ));
     }
     let steer = Steer::with_client(state.client()?, &state.config());
-    let released = steer.release(&requester(peer)).await?;
+    let released = steer.release(&by).await?;
     Ok(axum::Json(ReleaseAnswer {
         from: released.from,
         to: released.to,

@@ -253,3 +253,77 @@ async fn writes_need_the_token_and_go_through_zookeeper_like_the_cli() {
     );
     drop(node);
 }
+
+/// Issue 24: several named tokens, stored hashed (`zkcron http-token`): a write token steers and
+/// is recorded as who asked; a read-only one reads `/v1/` but writes nothing; without a token
+/// `/v1/` is closed while `/metrics` and the health checks stay open.
+#[tokio::test]
+async fn named_tokens_read_or_write_and_the_writer_is_recorded_by_name() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let made = |name: &str, read_only: bool| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_zkcron"));
+        command.args(["http-token", name]);
+        if read_only {
+            command.arg("--read-only");
+        }
+        let output = command.output().expect("zkcron http-token");
+        let text = String::from_utf8(output.stdout).expect("utf-8");
+        let mut lines = text.lines().map(str::to_owned);
+        let token = lines.next().expect("the token");
+        let line = lines.next().expect("the tokens file line");
+        assert!(
+            !line.contains(&token),
+            "the file holds a hash, not the token: {line}"
+        );
+        (token, line)
+    };
+    let (ops, ops_line) = made("ops", false);
+    let (dash, dash_line) = made("dashboard", true);
+    let tokens = dir.path().join("http.tokens");
+    std::fs::write(
+        &tokens,
+        format!("# who may use the API\n{ops_line}\n{dash_line}\n"),
+    )
+    .expect("tokens file");
+    let jobs = format!(
+        "[http]\nlisten = \"127.0.0.1:0\"\ntokens_file = \"{}\"\n\n\
+         [[job]]\nname = \"report\"\nshell = 'true'\n",
+        tokens.display()
+    );
+    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot("http-tokens"));
+    let node = DaemonNode::start(
+        dir.path(),
+        "n1",
+        &schedule_text(&connect, "http", SESSION, DELAY, &jobs),
+    );
+    node.wait_log("http listener up", FIRST_FIRE).await;
+    let port = logged_port(&node.log()).expect("the listener's port in the log");
+    node.wait_log("lock acquired", FIRST_FIRE).await;
+
+    assert_status(&request(port, "GET", "/metrics", None, None).await, 200);
+    assert_status(&request(port, "GET", "/v1/status", None, None).await, 401);
+    assert_status(
+        &request(port, "GET", "/v1/status", Some("not-a-token"), None).await,
+        401,
+    );
+    assert_status(
+        &request(port, "GET", "/v1/status", Some(&dash), None).await,
+        200,
+    );
+    let refused = request(port, "POST", "/v1/jobs/report/trigger", Some(&dash), None).await;
+    assert_status(&refused, 403);
+    assert!(refused.body.contains("read-only"), "{refused:?}");
+
+    let triggered = request(port, "POST", "/v1/jobs/report/trigger", Some(&ops), None).await;
+    assert_status(&triggered, 202);
+    let recorded = wait_for("the triggered run's record", FIRST_FIRE, || {
+        let history = zkcron_ok(&["history", "report", "--json"], &node.config);
+        let found = history.contains("\"requested_by\"").then_some(history);
+        async move { found }
+    })
+    .await;
+    assert!(
+        recorded.contains("\"requested_by\":\"token:ops\""),
+        "who asked is the token's name: {recorded}"
+    );
+}

@@ -61,6 +61,28 @@ pub struct HttpConfig {
     /// the file `token_file` names (never from the schedule file itself). `None`: writes are
     /// refused, and only a loopback address may listen.
     pub token: Option<Secret>,
+    /// Named tokens from `tokens_file`, stored hashed: with them, who asked is the token's name,
+    /// and reading `/v1/` needs a token too (a `read` one will do).
+    pub tokens: Vec<NamedToken>,
+}
+
+/// One line of `[http] tokens_file`: `NAME KIND SHA256-HEX`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamedToken {
+    /// Recorded as who asked (`token:NAME`).
+    pub name: String,
+    pub kind: TokenKind,
+    /// SHA-256 of the token: the file never holds the token itself.
+    pub sha256: [u8; 32],
+}
+
+/// What a named token may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenKind {
+    /// Read `/v1/` (dashboards, the console).
+    Read,
+    /// Read, and steer: trigger, submit, cancel, pause, resume, release.
+    Write,
 }
 
 /// `[zookeeper]`.

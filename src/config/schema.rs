@@ -33,6 +33,7 @@ pub(super) struct RawHttp {
     pub(super) listen: Spanned<String>,
     pub(super) token_env: Option<Spanned<String>>,
     pub(super) token_file: Option<Spanned<String>>,
+    pub(super) tokens_file: Option<Spanned<String>>,
 }
 
 /// `[zookeeper]`.

@@ -280,3 +280,42 @@ fn tls_and_sasl_files_are_read_at_load_and_each_refusal_names_its_key() {
     );
     assert!(!format!("{:?}", config.zookeeper).contains("s3cret"));
 }
+
+#[test]
+fn named_tokens_are_read_hashed_and_a_bad_line_is_named_by_its_number() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("tokens");
+    let hash = "ab".repeat(32);
+    std::fs::write(
+        &file,
+        format!("# comment\n\nops write {hash}\ndash read {hash}\n"),
+    )
+    .expect("tokens file");
+    let config = parse_text(&format!(
+        "{MINIMAL}[http]\nlisten = \"0.0.0.0:9464\"\ntokens_file = \"{}\"\n",
+        file.display()
+    ))
+    .expect("valid: named tokens may listen beyond loopback");
+    let tokens = config.http.expect("on").tokens;
+    assert_eq!(
+        tokens
+            .iter()
+            .map(|t| (t.name.as_str(), t.kind, t.sha256[0]))
+            .collect::<Vec<_>>(),
+        [
+            ("ops", TokenKind::Write, 0xab),
+            ("dash", TokenKind::Read, 0xab)
+        ]
+    );
+    std::fs::write(&file, format!("ops write {hash}\nops admin {hash}\n")).expect("rewrite");
+    let err = parse_text(&format!(
+        "{MINIMAL}[http]\nlisten = \"127.0.0.1:1\"\ntokens_file = \"{}\"\n",
+        file.display()
+    ))
+    .expect_err("a bad kind");
+    let text = err.render();
+    assert!(
+        text.contains("http.tokens_file") && text.contains("tokens:2: expected NAME KIND SHA256"),
+        "{text}"
+    );
+}

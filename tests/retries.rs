@@ -78,6 +78,11 @@ async fn attempts_1_to_4_run_once_each_across_a_kill_9_and_a_sigterm_during_the_
     })
     .await
     .unwrap_or_else(|not_reached| panic!("{not_reached}\n{}", first.log_tail()));
+    let shown = zkcron_ok(&["delayed", "show", "flaky-1"], &config);
+    assert!(
+        shown.contains("retry: attempt 2 at"),
+        "delayed show says it too: {shown}"
+    );
     first.kill();
     let two = attempt(&fires, 2, SESSION + DELAY + SLACK * 3, &[&second]).await;
     let by = two.iter().find(|f| f.attempt == 2).map(|f| f.node.clone());

@@ -317,6 +317,13 @@ fn record_state(record: &RunRecord, zone: Tz) -> String {
         state.push_str(": ");
         state.push_str(error);
     }
+    if let Some(retry_at) = record.retry_at_unix_ms {
+        state.push_str(&format!(
+            "; retry: attempt {} at {}",
+            record.attempt + 1,
+            when(retry_at, zone)
+        ));
+    }
     state
 }
 

@@ -805,22 +805,7 @@ impl FireMachine {
         version: i32,
         out: &mut Vec<Action>,
     ) {
-        let Some(token) = self.lock.token else {
-            return;
-        };
-        let tick = DateTime::from_timestamp_millis(record.scheduled_unix_ms).unwrap_or_default();
-        let pending = Pending {
-            config: Arc::clone(config),
-            tick,
-            reason: FireReason::RetryResumed,
-            token,
-            start_at: tick,
-            in_backlog: false,
-            submission: None,
-            state: PendingState::RecordOnly,
-            prepared: false,
-        };
-        self.send_claim(pending, record, ClaimMode::Again { version }, out);
+        self.send_record_only(config, record, ClaimMode::Again { version }, out);
     }
 
     /// A record that stands for ticks nobody ran (skipped or missed): sent through the same
@@ -831,9 +816,6 @@ impl FireMachine {
         record: RunRecord,
         out: &mut Vec<Action>,
     ) {
-        let Some(token) = self.lock.token else {
-            return;
-        };
         let tick = DateTime::from_timestamp_millis(record.scheduled_unix_ms).unwrap_or_default();
         let newest = self.jobs.get(&config.spec.name).and_then(|s| s.newest_tick);
         if let Some(newest) =
@@ -842,6 +824,21 @@ impl FireMachine {
             // Its owner accounted for it: a skipped or missed record here would be a second one.
             return self.behind_the_ledger(&config.spec.name, tick, newest);
         }
+        self.send_record_only(config, record, ClaimMode::Create, out);
+    }
+
+    /// Sends the fenced claim of a record that starts nothing.
+    fn send_record_only(
+        &mut self,
+        config: &Arc<JobConfig>,
+        record: RunRecord,
+        mode: ClaimMode,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(token) = self.lock.token else {
+            return;
+        };
+        let tick = DateTime::from_timestamp_millis(record.scheduled_unix_ms).unwrap_or_default();
         let pending = Pending {
             config: Arc::clone(config),
             tick,
@@ -853,7 +850,7 @@ impl FireMachine {
             state: PendingState::RecordOnly,
             prepared: false,
         };
-        self.send_claim(pending, record, ClaimMode::Create, out);
+        self.send_claim(pending, record, mode, out);
     }
 
     fn claim_done(

@@ -556,7 +556,7 @@ impl FireMachine {
             PendingState::Replacing { until, .. } => Some(*until),
             _ => None,
         });
-        let retries = self.runs.retry_deadlines();
+        let retries = self.runs.retry_deadlines(|job| self.paused(job));
         // Sent again only while connected: an outage does not use up the attempts.
         let rewrites = self
             .rewrites
@@ -1477,7 +1477,14 @@ impl FireMachine {
     /// Tries failed runs again whose backoff has passed, if this node still owns the lock (the
     /// record is claimed again under our current token, so a retry is at most once like a tick).
     fn retries_due(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
-        for retry in self.runs.take_due_retries(now) {
+        // A pause holds a promised retry, and the resume starts it (issue 24).
+        let paused: Vec<JobName> = self
+            .pauses
+            .iter()
+            .flatten()
+            .map(|(job, _)| job.clone())
+            .collect();
+        for retry in self.runs.take_due_retries(now, |job| paused.contains(job)) {
             let job = retry.record.job.clone();
             let run_id = retry.record.run_id.as_str();
             if !self.lock.may_fire || self.stopping.is_some() {
@@ -1488,6 +1495,7 @@ impl FireMachine {
                 tracing::warn!(job = %job, run_id, "retry not started: the job is no longer in the schedule");
                 continue;
             }
+
             let tick =
                 DateTime::from_timestamp_millis(retry.record.scheduled_unix_ms).unwrap_or(now);
             let item = Item {

@@ -140,14 +140,26 @@ impl Runs {
             .any(|retry| retry.record.run_id == run_id)
     }
 
-    pub fn retry_deadlines(&self) -> impl Iterator<Item = DateTime<Utc>> + '_ {
-        self.retries.iter().map(|retry| retry.at)
+    /// When retries are due, but those of jobs `held` (paused): they wait for the resume.
+    pub fn retry_deadlines<'a>(
+        &'a self,
+        held: impl Fn(&JobName) -> bool + 'a,
+    ) -> impl Iterator<Item = DateTime<Utc>> + 'a {
+        self.retries
+            .iter()
+            .filter(move |retry| !held(&retry.record.job))
+            .map(|retry| retry.at)
     }
 
-    pub fn take_due_retries(&mut self, now: DateTime<Utc>) -> Vec<Retry> {
+    /// The retries due by `now`, but those of jobs `held` (paused): they stay.
+    pub fn take_due_retries(
+        &mut self,
+        now: DateTime<Utc>,
+        held: impl Fn(&JobName) -> bool,
+    ) -> Vec<Retry> {
         let (due, later) = std::mem::take(&mut self.retries)
             .into_iter()
-            .partition(|retry| retry.at <= now);
+            .partition(|retry| retry.at <= now && !held(&retry.record.job));
         self.retries = later;
         due
     }

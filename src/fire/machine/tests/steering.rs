@@ -260,3 +260,46 @@ fn a_yield_that_does_not_move_the_lock_fires_again_after_its_limit() {
         "firing again starts as an acquisition does: {again:?}"
     );
 }
+
+/// Issue 24: a pause holds a promised retry — not started, not dropped, no busy wake-up while
+/// paused — and the resume starts it at once.
+#[test]
+fn a_pause_holds_a_promised_retry_and_the_resume_starts_it() {
+    let mut m = owning(&job(
+        "a",
+        "0 * * * * *",
+        "retries = 1\nretry_backoff = \"2s\"",
+    ));
+    let claim = only_claim(&m.handle(Input::Tick, t(59_750)));
+    m.handle(ok(&claim), t(59_751));
+    let (run, _) = only_start(&m.handle(Input::Tick, t(60_000)));
+    let failed = end_run(
+        &mut m,
+        ended(&run, RunOutcome::Exited { code: 3 }, t(60_000)),
+        t(60_100),
+    );
+    m.handle(written(&failed), t(60_105));
+    m.handle(paused(&["a"]), t(61_000));
+    assert!(
+        m.next_deadline().is_none_or(|at| at > t(62_100)),
+        "no wake-up for a held retry: {:?}",
+        m.next_deadline()
+    );
+    assert!(
+        claims(&m.handle(Input::Tick, t(62_500))).is_empty(),
+        "held while paused"
+    );
+    let resumed = m.handle(Input::PausesRead(Pauses::new()), t(70_000));
+    let due = m.next_deadline().expect("the held retry is due");
+    let retry = only_claim(&[resumed, m.handle(Input::Tick, due.max(t(70_000)))].concat());
+    assert_eq!(
+        (retry.mode, retry.record.attempt),
+        (
+            ClaimMode::Again {
+                version: failed.version + 2
+            },
+            2
+        ),
+        "the resume starts the held retry"
+    );
+}

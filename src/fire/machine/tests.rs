@@ -930,8 +930,9 @@ fn an_open_record_whose_run_may_still_be_alive_is_left_alone() {
     );
 }
 
-#[test]
-fn a_failed_run_is_retried_after_its_backoff_as_the_next_attempt() {
+/// The owner of a per-minute job with `retries = 1` and a 2 s backoff, its 60 s tick's run just
+/// started: the machine and the run's claim.
+fn running_a_job_with_one_retry() -> (FireMachine, Claim) {
     let mut m = owning(&job(
         "a",
         "0 * * * * *",
@@ -940,6 +941,12 @@ fn a_failed_run_is_retried_after_its_backoff_as_the_next_attempt() {
     let claim = only_claim(&m.handle(Input::Tick, t(59_750)));
     m.handle(ok(&claim), t(59_751));
     let (run, _) = only_start(&m.handle(Input::Tick, t(60_000)));
+    (m, run)
+}
+
+#[test]
+fn a_failed_run_is_retried_after_its_backoff_as_the_next_attempt() {
+    let (mut m, run) = running_a_job_with_one_retry();
     let failed = end_run(
         &mut m,
         ended(&run, RunOutcome::Exited { code: 3 }, t(60_000)),
@@ -1299,14 +1306,7 @@ fn a_promised_retry_past_its_starting_deadline_is_recorded_missed() {
 /// to the next owner instead of dropping it.
 #[test]
 fn a_stopping_owner_records_the_promised_retry_and_leaves_it() {
-    let mut m = owning(&job(
-        "a",
-        "0 * * * * *",
-        "retries = 1\nretry_backoff = \"2s\"",
-    ));
-    let claim = only_claim(&m.handle(Input::Tick, t(59_750)));
-    m.handle(ok(&claim), t(59_751));
-    let (run, _) = only_start(&m.handle(Input::Tick, t(60_000)));
+    let (mut m, run) = running_a_job_with_one_retry();
     m.handle(Input::Shutdown, t(60_050));
     let failed = end_run(
         &mut m,

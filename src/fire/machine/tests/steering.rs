@@ -265,14 +265,7 @@ fn a_yield_that_does_not_move_the_lock_fires_again_after_its_limit() {
 /// paused — and the resume starts it at once.
 #[test]
 fn a_pause_holds_a_promised_retry_and_the_resume_starts_it() {
-    let mut m = owning(&job(
-        "a",
-        "0 * * * * *",
-        "retries = 1\nretry_backoff = \"2s\"",
-    ));
-    let claim = only_claim(&m.handle(Input::Tick, t(59_750)));
-    m.handle(ok(&claim), t(59_751));
-    let (run, _) = only_start(&m.handle(Input::Tick, t(60_000)));
+    let (mut m, run) = running_a_job_with_one_retry();
     let failed = end_run(
         &mut m,
         ended(&run, RunOutcome::Exited { code: 3 }, t(60_000)),

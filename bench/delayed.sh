@@ -57,9 +57,7 @@ export ZK_HEAP="${ZK_HEAP:-256m}"
 
 bench_init
 binary=$(bench_binary "$binary")
-load="$BENCH_REPO/target/release/examples/delayed_load"
-(cd "$BENCH_REPO" && cargo build --release --quiet --example delayed_load) ||
-  bench_die "cannot build examples/delayed_load"
+load=$(bench_delayed_load)
 work=$BENCH_WORK
 
 echo "== environment"

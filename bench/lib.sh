@@ -213,6 +213,14 @@ bench_binary() {
   echo "$target/release/zkcron"
 }
 
+# bench_delayed_load: builds examples/delayed_load (release) and prints its path.
+bench_delayed_load() {
+  local target=${CARGO_TARGET_DIR:-$BENCH_REPO/target}
+  (cd "$BENCH_REPO" && cargo build --release --quiet --example delayed_load) >&2 ||
+    bench_die "cannot build examples/delayed_load"
+  echo "$target/release/examples/delayed_load"
+}
+
 # bench_wait_log FILE REGEX SECONDS PID: waits until FILE has a line matching REGEX; fails when
 # PID exits first or SECONDS pass.
 bench_wait_log() {

@@ -38,8 +38,8 @@ const EXIT_CODES: &str = "\
 Exit codes:
   0  success (or a clean stop on SIGTERM/SIGINT)
   1  runtime failure (ZooKeeper unreachable for a one-shot command, I/O error)
-  2  usage error or invalid configuration, including a node_id already used by a live process;
-     a refused submission (unknown job, payload too large, due beyond the starting_deadline,
+  2  usage error or invalid configuration, including a node_id already used by a live process
+     or ZooKeeper servers older than 3.6; a refused submission (unknown job, payload too large, due beyond the starting_deadline,
      its id taken by a different request) or cancel (not found, already started); a refused
      trigger (unknown, disabled or paused job), pause (unknown job) or release (no owner, no
      other node alive to take over)
@@ -249,8 +249,14 @@ impl From<SubmissionError> for CliError {
 impl CliError {
     /// The exit-code table above, in code.
     pub fn exit_code(&self) -> ExitCode {
-        let duplicate =
-            |err: &DriverError| matches!(err, DriverError::Member(MemberError::Duplicate { .. }));
+        // Waiting cannot fix these: a restart loop would only hide them.
+        let duplicate = |err: &DriverError| {
+            matches!(
+                err,
+                DriverError::Member(MemberError::Duplicate { .. })
+                    | DriverError::NoRecursiveWatches { .. }
+            )
+        };
         match self {
             CliError::Config(_)
             | CliError::Identity(_)

@@ -4,7 +4,7 @@
 //! znodes under `<root>/<lock.name>`, and reading a run record's name back.
 //! Must not: talk to ZooKeeper or know what the nodes hold (that is `lock` and `ledger`).
 
-use crate::delayed::submission::{DueBucket, Shard, SubmissionId};
+use crate::delayed::submission::{DueBucket, ForgetBucket, Shard, SubmissionId};
 use crate::ids::{JobName, NodeId};
 
 /// The znodes of one lock group (DESIGN.md "ZooKeeper layout").
@@ -84,12 +84,14 @@ impl LedgerPaths {
 /// The delayed submissions of one lock group (docs/DELAYED.md):
 /// `delayed/ids/<shard>/<id>` holds each submission (the id index, for idempotent submits), and
 /// `delayed/due/<day>/<second>/<shard>/<id>` exists while it is pending (the due-time index the
-/// owner reads bucket by bucket).
+/// owner reads bucket by bucket); `delayed/forget/<day>/<minute>/ids-<seq>` lists the
+/// tombstones in the id index that may go once that minute has passed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DelayedPaths {
     pub dir: String,
     pub ids: String,
     pub due: String,
+    pub forget: String,
     /// `open/<job>/<due_ms>-<id>`: a submission's run is claimed and has no final record yet, so
     /// the next owner finds it without reading every record (`on_interrupted`).
     pub open: String,
@@ -101,6 +103,7 @@ impl DelayedPaths {
         Self {
             ids: format!("{dir}/ids"),
             due: format!("{dir}/due"),
+            forget: format!("{dir}/forget"),
             open: format!("{dir}/open"),
             dir,
         }
@@ -129,6 +132,21 @@ impl DelayedPaths {
     /// One shard of a bucket.
     pub fn due_shard(&self, bucket: DueBucket, shard: Shard) -> String {
         format!("{}/{}", self.due_bucket(bucket), shard.name())
+    }
+
+    /// The forget lists of one UTC day.
+    pub fn forget_day(&self, day: i64) -> String {
+        format!("{}/{day}", self.forget)
+    }
+
+    /// The forget lists of one minute: their ids may go once it has passed.
+    pub fn forget_minute(&self, bucket: ForgetBucket) -> String {
+        format!("{}/{}", self.forget_day(bucket.day), bucket.minute)
+    }
+
+    /// The prefix of a new forget list in `bucket` (a sequential node).
+    pub fn forget_list(&self, bucket: ForgetBucket) -> String {
+        format!("{}/ids-", self.forget_minute(bucket))
     }
 
     /// The open runs of `job`'s submissions.

@@ -454,6 +454,16 @@ pub async fn ensure_persistent(client: &Client, path: &str, acls: Acls<'_>) -> R
     client.mkdir(path, &options).await.map_err(request_err)
 }
 
+/// Whether the servers accept `addWatch` (persistent recursive watches, ZooKeeper 3.6+): `false`
+/// only when they answer that they do not implement it. Any other failure is the watches' own to
+/// report and retry; the probe's watch is removed again at once.
+pub async fn serves_recursive_watches(client: &Client, path: &str) -> bool {
+    let probe = client
+        .watch(path, zookeeper_client::AddWatchMode::PersistentRecursive)
+        .await;
+    !matches!(probe, Err(zookeeper_client::Error::Unimplemented))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -632,3 +632,133 @@ async fn garbage_under_the_delayed_tree_is_logged_with_its_path_and_skipped() {
     );
     assert!(!out.join("corrupt").exists() && !out.join("wrong-shard").exists());
 }
+
+/// Submits `id` to `job`, due at `due_ms`, with `payload`; the CLI's stderr (it says when the
+/// submit was a no-op).
+fn submit_at(config: &Path, job: &str, id: &str, due_ms: i64, payload: &str) -> String {
+    let due = chrono::DateTime::from_timestamp_millis(due_ms)
+        .expect("in range")
+        .to_rfc3339();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_zkcron"))
+        .args([
+            "submit",
+            job,
+            "--at",
+            &due,
+            "--id",
+            id,
+            "--payload",
+            payload,
+        ])
+        .arg("--config")
+        .arg(config)
+        .output()
+        .expect("run zkcron");
+    assert!(output.status.success(), "submit {id}: {output:?}");
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+async fn ran(out: &Path, id: &str) -> Ran {
+    wait_for(&format!("{id} runs"), SLACK, || {
+        let ran = Ran::read(out, id);
+        async move { ran }
+    })
+    .await
+}
+
+/// Issue 24 §2, on a real daemon: with `history = 3`, an id's record is pruned after three more
+/// runs. A client retrying its submit after that is still a no-op within the job's
+/// `dedup_window` (the id's tombstone answers it), and nothing runs twice. Once the window has
+/// passed, the id is free: a new submit under it is accepted and fires at its time — never
+/// accepted and then left `pending` by the owner, as the id's old claim made it before.
+#[tokio::test]
+async fn a_resubmit_after_history_runs_is_a_no_op_and_a_freed_id_fires_again() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = dir.path().join("runs");
+    std::fs::create_dir(&out).expect("runs dir");
+    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot("delayed-dedup"));
+    let jobs = format!(
+        "{}{}",
+        on_demand_job(&out).replace("starting_deadline", "history = 3\nstarting_deadline"),
+        on_demand_job(&out).replace(
+            "name = \"close\"",
+            "name = \"reuse\"\nhistory = 3\ndedup_window = \"1s\""
+        )
+    );
+    let node = DaemonNode::start(
+        dir.path(),
+        "d1",
+        &schedule_text(&connect, "d", SESSION, DELAY, &jobs),
+    );
+    node.wait_log("owns the lock", SESSION + SLACK).await;
+    let config = &node.config;
+
+    let due = now_ms();
+    submit_at(config, "close", "order-42", due, "a");
+    ran(&out, "order-42").await;
+    submit_at(config, "reuse", "order-7", due, "b");
+    // The window of order-7 starts when its run ends: it must have passed before the prune.
+    let first = ran(&out, "order-7").await;
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    for n in 1..=5 {
+        for job in ["close", "reuse"] {
+            submit_at(config, job, &format!("{job}-{n}"), now_ms(), "x");
+        }
+    }
+    for n in 1..=5 {
+        for job in ["close", "reuse"] {
+            ran(&out, &format!("{job}-{n}")).await;
+        }
+    }
+    let shown = wait_for("order-42's record is pruned", SLACK, || {
+        let shown = zkcron_ok(&["delayed", "show", "order-42"], config);
+        async move { shown.contains("remembered until").then_some(shown) }
+    })
+    .await;
+    assert!(
+        shown.contains("payload    1 bytes (no longer kept)"),
+        "{shown}"
+    );
+
+    // The client retries: a no-op, said so.
+    let said = submit_at(config, "close", "order-42", due, "a");
+    assert!(
+        said.contains("already exists with this same request"),
+        "{said}"
+    );
+    // order-7's window has passed: its id was freed with its record, and takes a new request.
+    wait_for("order-7 is forgotten", SLACK, || {
+        let gone = std::process::Command::new(env!("CARGO_BIN_EXE_zkcron"))
+            .args(["delayed", "show", "order-7", "--config"])
+            .arg(config)
+            .output()
+            .expect("run zkcron");
+        async move { (gone.status.code() == Some(2)).then_some(()) }
+    })
+    .await;
+    let again_due = now_ms() + 500;
+    let said = submit_at(config, "reuse", "order-7", again_due, "c");
+    assert!(!said.contains("already exists"), "a new request: {said}");
+    let again = wait_for(
+        "order-7 runs again",
+        SLACK + Duration::from_millis(500),
+        || {
+            let ran = Ran::read(&out, "order-7").filter(|ran| ran.headers.len() == 2);
+            async move { ran }
+        },
+    )
+    .await;
+    assert_eq!(again.headers[1][0], again_due.to_string(), "{again:?}");
+    assert!(
+        again.headers[0][0] != again.headers[1][0],
+        "{first:?} {again:?}"
+    );
+
+    // Nothing twice, nothing left pending.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let ran42 = Ran::read(&out, "order-42").expect("ran");
+    assert_eq!(ran42.headers.len(), 1, "order-42 ran once: {ran42:?}");
+    let listed = zkcron_ok(&["delayed", "list"], config);
+    let pending = listed.split("RECENT").next().unwrap_or_default();
+    assert!(!pending.contains("order-"), "nothing pending: {listed}");
+}

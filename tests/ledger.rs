@@ -514,7 +514,11 @@ async fn pruning_a_submissions_record_frees_its_id_but_never_prunes_an_open_run(
         ledger::finish(&a, claim).await.expect("final record");
     }
     let job = JobName::new("close");
-    let deleted = ledger::prune(&a, &paths, &job, 1).await.expect("pruned");
+    // The runs ended in 1970: their `dedup_window` has long passed, so the ids go too.
+    let remember = remember_at(chrono::Utc::now().timestamp_millis(), 3600);
+    let deleted = ledger::prune(&a, &paths, &job, 1, remember)
+        .await
+        .expect("pruned");
     assert_eq!(deleted, 1, "p-2 goes; p-1 is open; p-3 is the newest kept");
     let exists = |path: String| {
         let a = &a;
@@ -532,6 +536,162 @@ async fn pruning_a_submissions_record_frees_its_id_but_never_prunes_an_open_run(
     assert!(exists(paths.delayed.submission(&claims[2].0)).await);
     // The freed id takes a new submission.
     submit(&a, &paths, "p-2", 9000).await;
+}
+
+fn remember_at(now_unix_ms: i64, window_secs: u64) -> ledger::Remember {
+    ledger::Remember {
+        now_unix_ms,
+        window: Duration::from_secs(window_secs),
+        acls: Acls::anyone_all(),
+    }
+}
+
+/// Claims and finishes submission `id` due at `due` (its run ends at `due`).
+async fn run_to_the_end(a: &Client, paths: &LedgerPaths, id: &SubmissionId, due: i64, token: i32) {
+    let mut claim = ledger::claim(
+        a,
+        paths,
+        submission_record(id, due, "a", token),
+        ClaimMode::Create,
+        false,
+        Acls::anyone_all(),
+    )
+    .await
+    .expect("claimed");
+    claim.record.status = RunStatus::Succeeded;
+    claim.record.finished_unix_ms = Some(due);
+    ledger::finish(a, &mut claim).await.expect("final record");
+}
+
+/// Issue 24: an id is remembered for the job's `dedup_window` after its run ended, not while
+/// `history` keeps its record. Pruned earlier, the record leaves a tombstone without the payload
+/// that answers a resubmit; the sweep after the window frees the id by its forget list.
+#[tokio::test]
+async fn a_pruned_submission_leaves_a_tombstone_until_its_window_has_passed() {
+    let (a, _, paths, _) = setup("ledger-submission-tombstone").await;
+    let token = acquire(&a, &paths).await;
+    let due = 1_800_000_000_000; // the run "ends" at due; the clock below is set from there
+    let mut ids = Vec::new();
+    for n in 0..5 {
+        let id = submit(&a, &paths, &format!("t-{n}"), due + n).await;
+        run_to_the_end(&a, &paths, &id, due + n, token).await;
+        ids.push(id);
+    }
+    let job = JobName::new("close");
+    let ten_minutes_later = due + 600_000;
+    let pruned = ledger::prune(&a, &paths, &job, 2, remember_at(ten_minutes_later, 3600))
+        .await
+        .expect("pruned");
+    assert_eq!(pruned, 3, "t-0 to t-2 go, t-3 and t-4 are kept");
+    let first = &ids[0];
+    let (_, state) = submissions::show(&a, &paths.delayed, &paths, first)
+        .await
+        .expect("read")
+        .expect("remembered");
+    let submissions::SubmissionState::Remembered(tombstone) = state else {
+        panic!("not remembered: {state:?}");
+    };
+    assert_eq!(tombstone.remembered_until_unix_ms, due + 3_600_000);
+    assert_eq!(tombstone.payload_bytes, 1);
+    let (data, _) = a
+        .get_data(&paths.delayed.submission(first))
+        .await
+        .expect("tombstone");
+    assert!(
+        data.len() < 300,
+        "a tombstone is small: {} bytes",
+        data.len()
+    );
+    // A client retrying the same request: a no-op. Another request under the id: refused.
+    let same = Submission {
+        job: job.clone(),
+        due_unix_ms: due,
+        submitted_unix_ms: ten_minutes_later,
+        payload: b"p".to_vec(),
+        requested_by: None,
+    };
+    let again = submissions::submit(&a, &paths.delayed, first, &same, Acls::anyone_all()).await;
+    assert_eq!(
+        again.expect("answered"),
+        submissions::Submitted::AlreadyThere
+    );
+    let other = Submission {
+        payload: b"q".to_vec(),
+        ..same.clone()
+    };
+    let conflict = submissions::submit(&a, &paths.delayed, first, &other, Acls::anyone_all()).await;
+    assert!(
+        matches!(conflict, Err(SubmissionError::Conflict { .. })),
+        "{conflict:?}"
+    );
+    assert!(
+        submissions::read(&a, &paths.delayed, first)
+            .await
+            .expect("read")
+            .is_none(),
+        "a tombstone is no request: an owner never fires it"
+    );
+    // Before the window's minute has passed, the sweep frees nothing; after, every pruned id.
+    let early = ledger::forget::sweep(&a, &paths.delayed, due + 3_599_000).await;
+    assert_eq!(early.expect("swept"), 0);
+    let late = ledger::forget::sweep(&a, &paths.delayed, due + 3_660_000).await;
+    assert_eq!(late.expect("swept"), 3);
+    for id in &ids[..3] {
+        let path = paths.delayed.submission(id);
+        assert_eq!(
+            a.check_stat(&path).await.expect("stat"),
+            None,
+            "{id} is free"
+        );
+    }
+    for id in &ids[3..] {
+        let path = paths.delayed.submission(id);
+        assert!(
+            a.check_stat(&path).await.expect("stat").is_some(),
+            "{id} keeps its record"
+        );
+    }
+    let day = paths.delayed.forget_day(due.div_euclid(86_400_000));
+    let minutes = a.list_children(&day).await.expect("forget day");
+    assert!(
+        minutes.is_empty(),
+        "the swept minute is removed: {minutes:?}"
+    );
+    // The freed id takes a new request.
+    submit(&a, &paths, first.as_str(), due + 7_200_000).await;
+}
+
+/// A record that still promises a retry is never pruned: the next owner needs it to keep the
+/// promise (issue 24).
+#[tokio::test]
+async fn a_record_that_promises_a_retry_is_not_pruned() {
+    let (a, _, paths, _) = setup("ledger-submission-retry-kept").await;
+    let token = acquire(&a, &paths).await;
+    let due = 1_800_000_000_000;
+    let promised = submit(&a, &paths, "r-0", due).await;
+    let mut claim = ledger::claim(
+        &a,
+        &paths,
+        submission_record(&promised, due, "a", token),
+        ClaimMode::Create,
+        false,
+        Acls::anyone_all(),
+    )
+    .await
+    .expect("claimed");
+    claim.record.status = RunStatus::Failed;
+    claim.record.retry_at_unix_ms = Some(due + 60_000);
+    ledger::finish(&a, &mut claim).await.expect("final record");
+    for n in 1..4 {
+        let id = submit(&a, &paths, &format!("r-{n}"), due + n).await;
+        run_to_the_end(&a, &paths, &id, due + n, token).await;
+    }
+    let job = JobName::new("close");
+    let pruned = ledger::prune(&a, &paths, &job, 1, remember_at(due + 10_000, 3600))
+        .await
+        .expect("pruned");
+    assert_eq!(pruned, 2, "r-1 and r-2 go; r-0's promise stays");
+    assert!(a.check_stat(&claim.path).await.expect("stat").is_some());
 }
 
 /// Claims `ids` at once through `group`, each as the driver does, answers in the order of `ids`.

@@ -213,9 +213,17 @@ pub async fn run(config: &Config, command: DelayedCommand) -> Result<(), CliErro
                 return Err(zkcron::delayed::client::SubmissionError::NotFound { id }.into());
             };
             let zone = zone_of(&delayed, &submission.job);
+            let mut payload = format!("{} bytes", submission.payload.len());
             let state = match state {
                 SubmissionState::Pending => "pending".to_owned(),
                 SubmissionState::Recorded(record) => record_state(&record, zone),
+                SubmissionState::Remembered(tombstone) => {
+                    payload = format!("{} bytes (no longer kept)", tombstone.payload_bytes);
+                    format!(
+                        "finished (its record was pruned); the id is remembered until {}",
+                        when(tombstone.remembered_until_unix_ms, zone)
+                    )
+                }
                 SubmissionState::Pruned => "finished (its record was pruned)".to_owned(),
             };
             print_lines(&[
@@ -223,7 +231,7 @@ pub async fn run(config: &Config, command: DelayedCommand) -> Result<(), CliErro
                 format!("job        {}", submission.job),
                 format!("due        {}", when(submission.due_unix_ms, zone)),
                 format!("submitted  {}", when(submission.submitted_unix_ms, zone)),
-                format!("payload    {} bytes", submission.payload.len()),
+                format!("payload    {payload}"),
                 format!("state      {state}"),
             ])
         }

@@ -65,6 +65,7 @@ impl Validator<'_> {
         let retries = self.job_retries(raw.retries, job);
         let retry_backoff = self.job_retry_backoff(raw.retry_backoff, job);
         let starting_deadline = self.job_starting_deadline(raw.starting_deadline, job);
+        let dedup_window = self.job_dedup_window(raw.dedup_window, job);
         let spec = JobSpec {
             name: JobName::new(name.clone()),
             // From here on only for a job with a usable program: a job without one does not
@@ -94,6 +95,7 @@ impl Validator<'_> {
             on_interrupted: raw.on_interrupted.unwrap_or(OnInterrupted::Skip),
             retries,
             retry_backoff,
+            dedup_window,
         })
     }
 

@@ -1,8 +1,9 @@
 //! A job's run policies: what happens around its runs rather than inside them.
 //!
 //! Owns: retries and their backoff, how far back catch-up looks (`starting_deadline`), how many
-//! run records are kept (`history`), how many runs may be open at once (`max_running`), the
-//! default concurrency, and these keys' defaults.
+//! run records are kept (`history`), how long a submission's id is remembered (`dedup_window`),
+//! how many runs may be open at once (`max_running`), the default concurrency, and these keys'
+//! defaults.
 //! Must not: apply a policy (the fire machine does); this only checks and fills in the values.
 
 use std::time::Duration;
@@ -17,6 +18,12 @@ const DEFAULT_HISTORY: usize = 100;
 const DEFAULT_MAX_RUNNING: usize = 256;
 const DEFAULT_STARTING_DEADLINE: Duration = Duration::from_secs(300);
 const DEFAULT_RETRY_BACKOFF: Duration = Duration::from_secs(30);
+/// A day: longer than any client's retry of a submit that timed out, the common lifetime of an
+/// idempotency key (Stripe's), and at a few submissions a second a few hundred MB of ZooKeeper
+/// heap at most (docs/DELAYED.md "Idempotent ids").
+const DEFAULT_DEDUP_WINDOW: Duration = Duration::from_secs(24 * 3600);
+/// The longest window: every remembered id sits in every server's heap meanwhile.
+const MAX_DEDUP_WINDOW: Duration = Duration::from_secs(30 * 24 * 3600);
 
 impl Validator<'_> {
     /// `retries`: how many times a failed or timed-out run is tried again; 0 when unset.
@@ -52,6 +59,27 @@ impl Validator<'_> {
             &job.key("starting_deadline"),
             DEFAULT_STARTING_DEADLINE,
         )
+    }
+
+    /// `dedup_window`: from 1 s to [`MAX_DEDUP_WINDOW`].
+    pub(super) fn job_dedup_window(
+        &mut self,
+        raw: Option<Spanned<String>>,
+        job: JobContext<'_>,
+    ) -> Duration {
+        let span = raw.as_ref().map(Spanned::span);
+        let window = self.duration(raw, &job.key("dedup_window"), DEFAULT_DEDUP_WINDOW);
+        if let Some(span) =
+            span.filter(|_| !(Duration::from_secs(1)..=MAX_DEDUP_WINDOW).contains(&window))
+        {
+            self.problem(
+                span,
+                job.key("dedup_window"),
+                "expected a duration from \"1s\" to \"30d\"",
+            );
+            return DEFAULT_DEDUP_WINDOW;
+        }
+        window
     }
 
     pub(super) fn job_history(&mut self, raw: Option<Spanned<i64>>, job: JobContext<'_>) -> usize {

@@ -212,6 +212,9 @@ pub struct JobConfig {
     pub retries: u32,
     /// Pause before the first retry; doubles for each further one.
     pub retry_backoff: Duration,
+    /// How long a submission's id is remembered after its run ended, whatever `history` keeps:
+    /// a resubmit of it within this window is a no-op.
+    pub dedup_window: Duration,
 }
 
 impl JobConfig {

@@ -111,4 +111,5 @@ pub(super) struct RawJob {
     pub(super) on_interrupted: Option<OnInterrupted>,
     pub(super) retries: Option<Spanned<i64>>,
     pub(super) retry_backoff: Option<Spanned<String>>,
+    pub(super) dedup_window: Option<Spanned<String>>,
 }

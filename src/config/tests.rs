@@ -40,7 +40,27 @@ fn defaults_are_the_documented_ones() {
     assert_eq!(job.timezone, chrono_tz::UTC);
     assert!(job.schedule.is_some());
     assert_eq!((job.history, job.max_running), (100, 256));
+    assert_eq!(job.dedup_window, Duration::from_secs(24 * 3600));
     assert_eq!(job.spec.program, Program::Shell("true".into()));
+}
+
+#[test]
+fn a_dedup_window_is_from_a_second_to_thirty_days() {
+    let with = |window: &str| {
+        parse_text(&format!(
+            "{MINIMAL}[[job]]\nname = \"j\"\nshell = \"true\"\ndedup_window = \"{window}\"\n"
+        ))
+    };
+    let job = |window| with(window).expect("valid").jobs[0].dedup_window;
+    assert_eq!(job("10m"), Duration::from_secs(600));
+    assert_eq!(job("30d"), Duration::from_secs(30 * 24 * 3600));
+    for refused in ["0s", "500ms", "31d", "soon"] {
+        let err = with(refused).expect_err(refused).render();
+        assert!(
+            err.contains("job \"j\": dedup_window: expected"),
+            "{refused}: {err}"
+        );
+    }
 }
 
 #[test]

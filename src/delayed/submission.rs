@@ -1,8 +1,9 @@
 //! A submission as stored in ZooKeeper (docs/DELAYED.md): its id, its znode data, and where
 //! its due time and id put it in the bucketed tree.
 //!
-//! Owns: the submission's wire format (one JSON header line, a newline, the payload bytes), id
-//! rules, the payload limit, the shard of an id and the bucket of a due time.
+//! Owns: the submission's wire format (one JSON header line, a newline, the payload bytes), the
+//! tombstone that stands for a finished submission while its id is remembered, id rules, the
+//! payload limit, the shard of an id and the bucket of a due time.
 //! Must not: do I/O (that is `ledger::submissions`) or decide when anything fires.
 
 use std::fmt;
@@ -141,6 +142,39 @@ impl DueBucket {
     }
 }
 
+/// The minute in which tombstones stop being needed: `forget/<day>/<minute>` (days since the
+/// Unix epoch, minute of that UTC day). Its lists are swept once the whole minute has passed, so
+/// an id is remembered up to a minute longer than asked, never shorter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ForgetBucket {
+    pub day: i64,
+    pub minute: u32,
+}
+
+const MS_PER_MINUTE: i64 = 60_000;
+
+impl ForgetBucket {
+    pub fn of(unix_ms: i64) -> Self {
+        Self {
+            day: unix_ms.div_euclid(MS_PER_DAY),
+            // In 0..1440: fits.
+            minute: u32::try_from(unix_ms.rem_euclid(MS_PER_DAY) / MS_PER_MINUTE).unwrap_or(0),
+        }
+    }
+
+    /// The first instant after the bucket: from then on its ids are free.
+    pub fn end_ms(self) -> i64 {
+        self.day * MS_PER_DAY + (i64::from(self.minute) + 1) * MS_PER_MINUTE
+    }
+
+    /// The bucket of `day` and `minute` as read from znode names; `None` for foreign names.
+    pub fn parse(day: &str, minute: &str) -> Option<Self> {
+        let day = parse_decimal(day)?;
+        let minute = u32::try_from(parse_decimal(minute)?).ok()?;
+        (minute < 1440).then_some(Self { day, minute })
+    }
+}
+
 fn parse_decimal(name: &str) -> Option<i64> {
     if name.is_empty() || !name.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -169,6 +203,40 @@ struct Header {
     /// Older readers ignore it: the run then counts as an ordinary submission.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     requested_by: Option<String>,
+    /// A tombstone: the SHA-256 of the payload it no longer holds (lowercase hex).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    payload_sha256: Option<String>,
+    /// A tombstone: how many bytes the payload had.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    payload_bytes: Option<usize>,
+    /// A tombstone: when the id may be used again (its run's end plus the job's
+    /// `dedup_window`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    remembered_until_unix_ms: Option<i64>,
+}
+
+impl Header {
+    /// A request's header (no tombstone fields).
+    fn of(submission: &Submission) -> Self {
+        Self {
+            v: FORMAT_VERSION,
+            job: submission.job.clone(),
+            due_unix_ms: submission.due_unix_ms,
+            submitted_unix_ms: submission.submitted_unix_ms,
+            requested_by: submission.requested_by.clone(),
+            payload_sha256: None,
+            payload_bytes: None,
+            remembered_until_unix_ms: None,
+        }
+    }
+
+    /// The header as one JSON line with its `\n`.
+    fn line(&self) -> Vec<u8> {
+        // A plain struct of strings and numbers always serialises.
+        let mut bytes = serde_json::to_vec(self).unwrap_or_default();
+        bytes.push(b'\n');
+        bytes
+    }
 }
 
 /// Why bytes read from ZooKeeper are not a submission.
@@ -182,21 +250,16 @@ pub enum FormatError {
     Version(u32),
     #[error("the payload has {0} bytes; at most {MAX_PAYLOAD} are allowed")]
     PayloadTooLarge(usize),
+    #[error(
+        "a tombstone needs payload_sha256, payload_bytes and remembered_until_unix_ms, and no payload"
+    )]
+    PartTombstone,
 }
 
 impl Submission {
     /// The znode data: the header as one JSON line, `\n`, then the payload as is.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let header = Header {
-            v: FORMAT_VERSION,
-            job: self.job.clone(),
-            due_unix_ms: self.due_unix_ms,
-            submitted_unix_ms: self.submitted_unix_ms,
-            requested_by: self.requested_by.clone(),
-        };
-        // A plain struct of strings and numbers always serialises.
-        let mut bytes = serde_json::to_vec(&header).unwrap_or_default();
-        bytes.push(b'\n');
+        let mut bytes = Header::of(self).line();
         bytes.extend_from_slice(&self.payload);
         bytes
     }
@@ -206,25 +269,18 @@ impl Submission {
     /// # Errors
     /// The data is not in the documented format; log it with its path and skip it.
     pub fn parse(data: &[u8]) -> Result<Self, FormatError> {
-        let split = data
-            .iter()
-            .position(|b| *b == b'\n')
-            .ok_or(FormatError::NoHeader)?;
-        let header: Header = serde_json::from_slice(&data[..split])?;
-        if header.v > FORMAT_VERSION {
-            return Err(FormatError::Version(header.v));
-        }
-        let payload = &data[split + 1..];
-        if payload.len() > MAX_PAYLOAD {
-            return Err(FormatError::PayloadTooLarge(payload.len()));
-        }
-        Ok(Self {
+        let (header, payload) = split_header(data)?;
+        Ok(Self::from_parts(header, payload))
+    }
+
+    fn from_parts(header: Header, payload: &[u8]) -> Self {
+        Self {
             job: header.job,
             due_unix_ms: header.due_unix_ms,
             submitted_unix_ms: header.submitted_unix_ms,
             payload: payload.to_vec(),
             requested_by: header.requested_by,
-        })
+        }
     }
 
     /// The same request, whenever it was made: an idempotent resubmit compares this.
@@ -234,6 +290,137 @@ impl Submission {
             && self.payload == other.payload
             && self.requested_by == other.requested_by
     }
+
+    /// What stays of this submission once it has run and its record is pruned: the request
+    /// without its payload, remembered until `remembered_until_unix_ms`.
+    pub fn tombstone(&self, remembered_until_unix_ms: i64) -> Tombstone {
+        Tombstone {
+            job: self.job.clone(),
+            due_unix_ms: self.due_unix_ms,
+            submitted_unix_ms: self.submitted_unix_ms,
+            requested_by: self.requested_by.clone(),
+            payload_sha256: sha256_hex(&self.payload),
+            payload_bytes: self.payload.len(),
+            remembered_until_unix_ms,
+        }
+    }
+}
+
+/// A finished submission whose record was pruned while its id is still remembered (the job's
+/// `dedup_window` after its run ended): enough to answer a resubmit of the id, and no more.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tombstone {
+    pub job: JobName,
+    pub due_unix_ms: i64,
+    pub submitted_unix_ms: i64,
+    pub requested_by: Option<String>,
+    /// The payload's SHA-256, lowercase hex: a resubmit with another payload is a conflict.
+    pub payload_sha256: String,
+    pub payload_bytes: usize,
+    /// From then on the id is free: the tombstone is deleted by the owner's next sweep.
+    pub remembered_until_unix_ms: i64,
+}
+
+impl Tombstone {
+    /// The znode data: a submission header with the tombstone's fields, `\n`, no payload.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        Header {
+            v: FORMAT_VERSION,
+            job: self.job.clone(),
+            due_unix_ms: self.due_unix_ms,
+            submitted_unix_ms: self.submitted_unix_ms,
+            requested_by: self.requested_by.clone(),
+            payload_sha256: Some(self.payload_sha256.clone()),
+            payload_bytes: Some(self.payload_bytes),
+            remembered_until_unix_ms: Some(self.remembered_until_unix_ms),
+        }
+        .line()
+    }
+
+    /// Whether `submission` asks for what this id was used for (a client retrying).
+    pub fn same_request(&self, submission: &Submission) -> bool {
+        self.job == submission.job
+            && self.due_unix_ms == submission.due_unix_ms
+            && self.requested_by == submission.requested_by
+            && self.payload_sha256 == sha256_hex(&submission.payload)
+    }
+}
+
+/// What an id's node in the index holds: a request (pending, or with its record still kept),
+/// or the tombstone of a finished one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stored {
+    Request(Submission),
+    Tombstone(Tombstone),
+}
+
+impl Stored {
+    /// Parses an id node's data (untrusted: written by any client).
+    ///
+    /// # Errors
+    /// The data is not in the documented format; log it with its path and skip it.
+    pub fn parse(data: &[u8]) -> Result<Self, FormatError> {
+        let (mut header, payload) = split_header(data)?;
+        let tombstone = (
+            header.payload_sha256.take(),
+            header.payload_bytes.take(),
+            header.remembered_until_unix_ms.take(),
+        );
+        match tombstone {
+            (None, None, None) => Ok(Self::Request(Submission::from_parts(header, payload))),
+            (Some(payload_sha256), Some(payload_bytes), Some(remembered_until_unix_ms))
+                if payload.is_empty() =>
+            {
+                Ok(Self::Tombstone(Tombstone {
+                    job: header.job,
+                    due_unix_ms: header.due_unix_ms,
+                    submitted_unix_ms: header.submitted_unix_ms,
+                    requested_by: header.requested_by,
+                    payload_sha256,
+                    payload_bytes,
+                    remembered_until_unix_ms,
+                }))
+            }
+            _ => Err(FormatError::PartTombstone),
+        }
+    }
+
+    /// Whether `submission` asks for what this id holds or held.
+    pub fn same_request(&self, submission: &Submission) -> bool {
+        match self {
+            Self::Request(stored) => stored.same_request(submission),
+            Self::Tombstone(tombstone) => tombstone.same_request(submission),
+        }
+    }
+
+    pub fn job(&self) -> &JobName {
+        match self {
+            Self::Request(stored) => &stored.job,
+            Self::Tombstone(tombstone) => &tombstone.job,
+        }
+    }
+}
+
+/// The header and the payload of an id node's data, the header checked.
+fn split_header(data: &[u8]) -> Result<(Header, &[u8]), FormatError> {
+    let split = data
+        .iter()
+        .position(|b| *b == b'\n')
+        .ok_or(FormatError::NoHeader)?;
+    let header: Header = serde_json::from_slice(&data[..split])?;
+    if header.v > FORMAT_VERSION {
+        return Err(FormatError::Version(header.v));
+    }
+    let payload = &data[split + 1..];
+    if payload.len() > MAX_PAYLOAD {
+        return Err(FormatError::PayloadTooLarge(payload.len()));
+    }
+    Ok((header, payload))
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, bytes);
+    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]
@@ -322,6 +509,19 @@ mod tests {
     }
 
     #[test]
+    fn forget_buckets_are_utc_minutes_and_end_after_their_minute() {
+        let bucket = ForgetBucket::of(1_700_000_000_123);
+        assert_eq!((bucket.day, bucket.minute), (19_675, 1333));
+        assert_eq!(bucket.end_ms(), 1_700_000_040_000);
+        assert!(bucket.end_ms() > 1_700_000_000_123);
+        assert_eq!(ForgetBucket::of(bucket.end_ms()).minute, 1334);
+        assert_eq!(ForgetBucket::parse("19675", "1333"), Some(bucket));
+        for (day, minute) in [("x", "1"), ("1", "1440"), ("1", "")] {
+            assert_eq!(ForgetBucket::parse(day, minute), None, "{day:?} {minute:?}");
+        }
+    }
+
+    #[test]
     fn submissions_round_trip_with_any_payload_bytes() {
         for payload in [&b""[..], b"{\"order\":42}", b"\n\xff\x00line\n"] {
             let sub = submission(payload);
@@ -370,5 +570,51 @@ mod tests {
             due_unix_ms: 1,
             ..first.clone()
         }));
+    }
+
+    #[test]
+    fn a_tombstone_answers_a_resubmit_without_the_payload() {
+        let first = submission(b"{\"secret\":42}");
+        let tombstone = first.tombstone(1_800_000_000_000);
+        let bytes = tombstone.to_bytes();
+        assert!(bytes.len() < 300, "{} bytes", bytes.len());
+        assert!(
+            !bytes.windows(6).any(|w| w == b"secret"),
+            "the payload is gone"
+        );
+        let Ok(Stored::Tombstone(read)) = Stored::parse(&bytes) else {
+            panic!("not read back as a tombstone");
+        };
+        assert_eq!(read, tombstone);
+        assert_eq!(read.payload_bytes, first.payload.len());
+        let again = Submission {
+            submitted_unix_ms: first.submitted_unix_ms + 60_000,
+            ..first.clone()
+        };
+        assert!(Stored::Tombstone(read.clone()).same_request(&again));
+        assert!(!read.same_request(&submission(b"{\"secret\":43}")));
+        assert!(!read.same_request(&Submission {
+            due_unix_ms: 1,
+            ..first.clone()
+        }));
+        assert_eq!(
+            Stored::parse(&first.to_bytes()).ok(),
+            Some(Stored::Request(first.clone()))
+        );
+    }
+
+    #[test]
+    fn a_half_tombstone_is_foreign_data() {
+        let half = b"{\"v\":1,\"job\":\"j\",\"due_unix_ms\":1,\"submitted_unix_ms\":1,\"payload_sha256\":\"00\"}\n";
+        assert!(matches!(
+            Stored::parse(half),
+            Err(FormatError::PartTombstone)
+        ));
+        let mut with_payload = submission(b"").tombstone(5).to_bytes();
+        with_payload.extend_from_slice(b"left over");
+        assert!(matches!(
+            Stored::parse(&with_payload),
+            Err(FormatError::PartTombstone)
+        ));
     }
 }

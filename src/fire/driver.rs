@@ -11,9 +11,9 @@ mod alarm;
 mod control;
 mod delayed;
 mod drift;
+mod housekeeping;
 mod listing;
 mod observe;
-mod pending;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -308,7 +308,7 @@ impl Io {
                 stop: stop.clone(),
             }
             .spawn();
-            pending::spawn(
+            housekeeping::spawn(
                 client.clone(),
                 self.settings.ledger.delayed.clone(),
                 Arc::clone(&self.settings.metrics),
@@ -465,11 +465,20 @@ impl Io {
                     let _ = answers.send(Input::Withdrawn { id });
                 });
             }
-            Action::Prune { job, keep } => {
+            Action::Prune {
+                job,
+                keep,
+                remember,
+            } => {
                 let client = self.client.clone()?;
                 let paths = self.settings.ledger.clone();
+                let remember = ledger::Remember {
+                    now_unix_ms: Utc::now().timestamp_millis(),
+                    window: remember,
+                    acls: self.settings.acls,
+                };
                 self.tasks.spawn(async move {
-                    match bounded(job.as_str(), ledger::prune(&client, &paths, &job, keep)).await {
+                    match bounded(job.as_str(), ledger::prune(&client, &paths, &job, keep, remember)).await {
                         Some(Ok(0)) | None => {}
                         Some(Ok(deleted)) => tracing::debug!(job = %job, deleted, keep, "old run records pruned"),
                         Some(Err(err)) => tracing::warn!(job = %job, error = %error_chain(&err), "pruning run records failed"),

@@ -234,8 +234,13 @@ pub enum Action {
     WriteRecord(Claim),
     /// Give a claimed, unstarted tick back. Answered by [`Input::Withdrawn`].
     Withdraw { id: ClaimId, claim: Claim },
-    /// Keep the job's newest `keep` records.
-    Prune { job: JobName, keep: usize },
+    /// Keep the job's newest `keep` records. A pruned submission's id stays remembered (a
+    /// tombstone) until `remember` after its run ended (`dedup_window`).
+    Prune {
+        job: JobName,
+        keep: usize,
+        remember: Duration,
+    },
     /// A claim with this token failed its epoch check: the lock should verify it.
     FenceFailed(FencingToken),
     /// Release the lock now (stopping, claims withdrawn). Answered by [`Input::LockReleased`].
@@ -422,7 +427,7 @@ pub struct FireMachine {
     /// When each job's old records were last pruned.
     pruned_at: HashMap<JobName, DateTime<Utc>>,
     /// Prunes put off until [`PRUNE_EVERY`] has passed: when, and how many records to keep.
-    prune_later: BTreeMap<JobName, (DateTime<Utc>, usize)>,
+    prune_later: BTreeMap<JobName, (DateTime<Utc>, Retention)>,
     /// Jobs whose catch-up listing failed, and when to list them again: what a dead owner left
     /// open (a claimed submission it never started, a run to mark interrupted) must not wait
     /// for the next change of the lock.
@@ -878,14 +883,14 @@ impl FireMachine {
         let tick = pending.tick;
         let again = match &pending.state {
             PendingState::RecordOnly => {
-                let history = pending.config.history;
+                let retention = Retention::of(&pending.config);
                 self.claims.remove(&id);
                 match &result {
                     Err(why) => {
                         tracing::warn!(job = %job, %tick, ?why, "skipped or missed ticks not recorded")
                     }
                     // A paused job writes only these: they are kept to `history` like runs.
-                    Ok(_) => self.prune(&job, history, now, out),
+                    Ok(_) => self.prune(&job, retention, now, out),
                 }
                 return;
             }
@@ -1410,7 +1415,7 @@ impl FireMachine {
                         resumed: false,
                     });
                 }
-                _ => self.prune(&job, run.config.history, now, out),
+                _ => self.prune(&job, Retention::of(&run.config), now, out),
             }
         }
         if run.in_backlog {
@@ -1424,18 +1429,25 @@ impl FireMachine {
 
     /// Prunes `job`'s old records now, or once [`PRUNE_EVERY`] has passed since the last time:
     /// one listing and batched deletes however many runs end meanwhile.
-    fn prune(&mut self, job: &JobName, keep: usize, now: DateTime<Utc>, out: &mut Vec<Action>) {
+    fn prune(
+        &mut self,
+        job: &JobName,
+        retention: Retention,
+        now: DateTime<Utc>,
+        out: &mut Vec<Action>,
+    ) {
         match self.pruned_at.get(job) {
             Some(last) if now - *last < prune_every() => {
                 self.prune_later
-                    .insert(job.clone(), (*last + prune_every(), keep));
+                    .insert(job.clone(), (*last + prune_every(), retention));
             }
             _ => {
                 self.pruned_at.insert(job.clone(), now);
                 self.prune_later.remove(job);
                 out.push(Action::Prune {
                     job: job.clone(),
-                    keep,
+                    keep: retention.keep,
+                    remember: retention.remember,
                 });
             }
         }
@@ -1463,14 +1475,14 @@ impl FireMachine {
     }
 
     fn prunes_due(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
-        let due: Vec<(JobName, usize)> = self
+        let due: Vec<(JobName, Retention)> = self
             .prune_later
             .iter()
             .filter(|(_, (at, _))| *at <= now)
-            .map(|(job, (_, keep))| (job.clone(), *keep))
+            .map(|(job, (_, retention))| (job.clone(), *retention))
             .collect();
-        for (job, keep) in due {
-            self.prune(&job, keep, now, out);
+        for (job, retention) in due {
+            self.prune(&job, retention, now, out);
         }
     }
 
@@ -1626,6 +1638,23 @@ impl FireMachine {
 
 /// A failed catch-up listing is tried again after this long.
 pub(super) const RELIST_AFTER: Duration = Duration::from_secs(5);
+
+/// What a job keeps of its finished runs: its newest `history` records, and each pruned
+/// submission's id for `dedup_window` after its run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Retention {
+    keep: usize,
+    remember: Duration,
+}
+
+impl Retention {
+    fn of(config: &JobConfig) -> Self {
+        Self {
+            keep: config.history,
+            remember: config.dedup_window,
+        }
+    }
+}
 
 /// A job's old records are pruned at most this often (`history`).
 const PRUNE_EVERY: Duration = Duration::from_millis(500);

@@ -3,11 +3,16 @@
 //! Owns: the tick claim — one multi-op that checks the epoch at our fencing token and creates
 //! the tick's run record, so a tick fires at most once in the cluster even when two nodes both
 //! believe they own the lock (DESIGN.md "ZooKeeper layout") — and the compare-and-set updates of
-//! a record through its life, reading records back for `history`, and pruning old ones.
+//! a record through its life, reading records back for `history`, and pruning old ones (with
+//! the tombstones that keep a pruned submission's id remembered, `prune` and `forget`).
 //! Must not: spawn processes or decide lock policy.
 
+pub mod forget;
 pub mod group;
+mod prune;
 pub mod submissions;
+
+pub use prune::{PRUNE_BATCH, Remember, prune};
 
 use std::collections::HashSet;
 
@@ -39,7 +44,7 @@ pub enum ClaimError {
 }
 
 impl ClaimError {
-    fn from_zk(path: &str, err: crate::zk::ZkError) -> Self {
+    pub(crate) fn from_zk(path: &str, err: crate::zk::ZkError) -> Self {
         let (path, source) = err.into_request(path);
         ClaimError::Zk { path, source }
     }
@@ -584,96 +589,6 @@ pub async fn history(
         }
     }
     Ok(records)
-}
-
-/// Deleted at most per call, so that pruning a long backlog never floods the ensemble.
-pub const PRUNE_BATCH: usize = 1000;
-/// Records deleted per multi-op: one transaction in ZooKeeper's log for all of them.
-const PRUNE_MULTI: usize = 50;
-
-/// Deletes `job`'s oldest records beyond the newest `keep`, at most [`PRUNE_BATCH`] per call,
-/// [`PRUNE_MULTI`] per transaction. A submission's record goes with its request
-/// (`ids/<shard>/<id>`), which frees the id; a submission's run still open is never pruned (its
-/// next owner needs the record). Foreign child names are left alone (and logged by `history`).
-/// Returns how many were deleted.
-///
-/// # Errors
-/// Listing failed; a record that vanished meanwhile is not an error.
-pub async fn prune(
-    client: &Client,
-    paths: &LedgerPaths,
-    job: &JobName,
-    keep: usize,
-) -> Result<usize, ClaimError> {
-    let names = record_names(client, paths, job).await?;
-    if names.len() <= keep {
-        return Ok(0);
-    }
-    let excess = names.len() - keep;
-    let oldest: Vec<RecordName> = names.into_iter().take(excess.min(PRUNE_BATCH)).collect();
-    let path_of = |name: &RecordName| format!("{}/{}", paths.job_runs(job), name.node_name());
-    // Submissions' records are read first (all requests out at once) to keep open runs.
-    let reads: Vec<_> = oldest
-        .iter()
-        .map(|name| {
-            name.submission
-                .as_ref()
-                .map(|_| client.get_data(&path_of(name)))
-        })
-        .collect();
-    let mut doomed: Vec<Vec<(String, Option<i32>)>> = Vec::new();
-    for (name, read) in oldest.iter().zip(reads) {
-        let path = path_of(name);
-        match (read, &name.submission) {
-            (None, _) | (_, None) => doomed.push(vec![(path, None)]),
-            (Some(read), Some(id)) => match read.await {
-                Ok((data, stat)) => {
-                    if RunRecord::parse(&data).is_ok_and(|r| !r.status.is_final()) {
-                        continue;
-                    }
-                    let request = paths.delayed.submission(id);
-                    doomed.push(vec![(path, Some(stat.version)), (request, None)]);
-                }
-                Err(ZkErr::NoNode) => {}
-                Err(source) => return Err(ClaimError::Zk { path, source }),
-            },
-        }
-    }
-    let mut deleted = 0;
-    for group in doomed.chunks(PRUNE_MULTI) {
-        let mut multi = client.new_multi_writer();
-        let built = group
-            .iter()
-            .flatten()
-            .try_for_each(|(path, version)| multi.add_delete(path, *version));
-        if built.is_ok() && multi.commit().await.is_ok() {
-            deleted += group.len();
-            continue;
-        }
-        // Something in the group changed or is gone: one record at a time.
-        for nodes in group {
-            deleted += usize::from(delete_each(client, nodes).await?);
-        }
-    }
-    Ok(deleted)
-}
-
-/// Deletes one record (and a submission's request): `true` when the record was deleted.
-async fn delete_each(client: &Client, nodes: &[(String, Option<i32>)]) -> Result<bool, ClaimError> {
-    let mut record_deleted = false;
-    for (i, (path, version)) in nodes.iter().enumerate() {
-        match client.delete(path, *version).await {
-            Ok(()) => record_deleted |= i == 0,
-            Err(ZkErr::NoNode | ZkErr::BadVersion) => {}
-            Err(source) => {
-                return Err(ClaimError::Zk {
-                    path: path.clone(),
-                    source,
-                });
-            }
-        }
-    }
-    Ok(record_deleted)
 }
 
 /// The scheduled instants of `job`'s tick records (not its submissions'), oldest first.

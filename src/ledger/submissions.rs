@@ -11,7 +11,7 @@
 use zookeeper_client::{Acls, Client, CreateMode, Error as ZkErr, MultiWriteError};
 
 use crate::delayed::submission::FormatError;
-use crate::delayed::submission::{DueBucket, Shard, Submission, SubmissionId};
+use crate::delayed::submission::{DueBucket, Shard, Stored, Submission, SubmissionId, Tombstone};
 use crate::ids::{FencingToken, NodeId};
 use crate::layout::DelayedPaths;
 use crate::layout::LedgerPaths;
@@ -60,7 +60,11 @@ pub enum SubmissionState {
     Pending,
     /// Claimed, run, or cancelled: its record says which.
     Recorded(Box<RunRecord>),
-    /// Not pending and without a record: its record was pruned with the job's history.
+    /// Finished, its record pruned with the job's history; the id is remembered (a resubmit is
+    /// a no-op) until the tombstone's time.
+    Remembered(Tombstone),
+    /// Neither pending nor recorded: its record was pruned without a tombstone (its
+    /// `dedup_window` had passed, or an older zkcron pruned it).
     Pruned,
 }
 
@@ -98,7 +102,7 @@ pub async fn submit(
                 index: 0,
                 source: ZkErr::NodeExists,
             }) => {
-                let (stored, _) = read(client, paths, id)
+                let (stored, _) = read_stored(client, paths, id)
                     .await?
                     .ok_or_else(|| SubmissionError::NotFound { id: id.clone() })?;
                 return if stored.same_request(submission) {
@@ -343,7 +347,8 @@ async fn make_parents(
     known.add(made);
 }
 
-/// Reads submission `id` and its node's version; `None` when there is no such submission.
+/// Reads the request of submission `id` and its node's version; `None` when there is no such
+/// request (never submitted, or finished and only remembered by a tombstone).
 ///
 /// # Errors
 /// `Corrupt` for data not in the documented format; `Zk` when the read failed.
@@ -352,17 +357,33 @@ pub async fn read(
     paths: &DelayedPaths,
     id: &SubmissionId,
 ) -> Result<Option<(Submission, i32)>, SubmissionError> {
+    Ok(match read_stored(client, paths, id).await? {
+        Some((Stored::Request(submission), version)) => Some((submission, version)),
+        Some((Stored::Tombstone(_), _)) | None => None,
+    })
+}
+
+/// Reads what id `id`'s node holds, a request or a tombstone, and the node's version.
+///
+/// # Errors
+/// As [`read`].
+pub async fn read_stored(
+    client: &Client,
+    paths: &DelayedPaths,
+    id: &SubmissionId,
+) -> Result<Option<(Stored, i32)>, SubmissionError> {
     let path = paths.submission(id);
     match client.get_data(&path).await {
-        Ok((data, stat)) => Submission::parse(&data)
-            .map(|submission| Some((submission, stat.version)))
+        Ok((data, stat)) => Stored::parse(&data)
+            .map(|stored| Some((stored, stat.version)))
             .map_err(|source| SubmissionError::Corrupt { path, source }),
         Err(ZkErr::NoNode) => Ok(None),
         Err(source) => Err(zk(&path, source)),
     }
 }
 
-/// Reads submission `id` and where it is in its life; `None` when there is no such submission.
+/// Reads submission `id` and where it is in its life; `None` when there is no such submission
+/// (or it was forgotten). A remembered one comes without its payload.
 ///
 /// # Errors
 /// As [`read`].
@@ -372,8 +393,19 @@ pub async fn show(
     ledger: &LedgerPaths,
     id: &SubmissionId,
 ) -> Result<Option<(Submission, SubmissionState)>, SubmissionError> {
-    let Some((submission, _)) = read(client, paths, id).await? else {
-        return Ok(None);
+    let submission = match read_stored(client, paths, id).await? {
+        None => return Ok(None),
+        Some((Stored::Request(submission), _)) => submission,
+        Some((Stored::Tombstone(tombstone), _)) => {
+            let submission = Submission {
+                job: tombstone.job.clone(),
+                due_unix_ms: tombstone.due_unix_ms,
+                submitted_unix_ms: tombstone.submitted_unix_ms,
+                payload: Vec::new(),
+                requested_by: tombstone.requested_by.clone(),
+            };
+            return Ok(Some((submission, SubmissionState::Remembered(tombstone))));
+        }
     };
     // The marker first: leaving `pending` creates the record in the same multi, so a marker
     // found gone means the record is there to read.
@@ -389,7 +421,11 @@ pub async fn show(
     let record = ledger.submission_record(&submission.job, submission.due_unix_ms, id);
     let state = match super::read_record(client, &record).await {
         Some(record) => SubmissionState::Recorded(Box::new(record)),
-        None => SubmissionState::Pruned,
+        // Pruned between the two reads: the node is a tombstone now.
+        None => match read_stored(client, paths, id).await? {
+            Some((Stored::Tombstone(tombstone), _)) => SubmissionState::Remembered(tombstone),
+            _ => SubmissionState::Pruned,
+        },
     };
     Ok(Some((submission, state)))
 }
@@ -407,8 +443,15 @@ pub async fn cancel(
     now_unix_ms: i64,
     acls: Acls<'static>,
 ) -> Result<Submission, SubmissionError> {
-    let Some((submission, _)) = read(client, paths, id).await? else {
-        return Err(SubmissionError::NotFound { id: id.clone() });
+    let submission = match read_stored(client, paths, id).await? {
+        None => return Err(SubmissionError::NotFound { id: id.clone() }),
+        Some((Stored::Request(submission), _)) => submission,
+        Some((Stored::Tombstone(_), _)) => {
+            return Err(SubmissionError::NotPending {
+                id: id.clone(),
+                status: "finished (its record was pruned)".to_owned(),
+            });
+        }
     };
     let marker = paths.pending(submission.due_unix_ms, id);
     let path = ledger.submission_record(&submission.job, submission.due_unix_ms, id);
@@ -431,7 +474,9 @@ pub async fn cancel(
                         format!("{:?}", record.status).to_lowercase()
                     }
                     Some((_, SubmissionState::Pending)) => continue,
-                    _ => "finished (its record was pruned)".to_owned(),
+                    Some((_, SubmissionState::Remembered(_) | SubmissionState::Pruned)) | None => {
+                        "finished (its record was pruned)".to_owned()
+                    }
                 };
                 return Err(SubmissionError::NotPending {
                     id: id.clone(),
@@ -618,7 +663,7 @@ pub async fn pending_in(
     Ok(ids)
 }
 
-async fn children(client: &Client, path: &str) -> Result<Vec<String>, SubmissionError> {
+pub(super) async fn children(client: &Client, path: &str) -> Result<Vec<String>, SubmissionError> {
     match client.list_children(path).await {
         Ok(children) => Ok(children),
         Err(ZkErr::NoNode) => Ok(Vec::new()),
@@ -631,7 +676,7 @@ fn from_zk(path: &str, err: crate::zk::ZkError) -> SubmissionError {
     SubmissionError::Zk { path, source }
 }
 
-fn zk(path: &str, source: ZkErr) -> SubmissionError {
+pub(super) fn zk(path: &str, source: ZkErr) -> SubmissionError {
     SubmissionError::Zk {
         path: path.to_owned(),
         source,

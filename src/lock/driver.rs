@@ -103,6 +103,13 @@ pub enum LockUpdate {
 pub enum DriverError {
     #[error(transparent)]
     Member(MemberError),
+    /// The servers refuse `addWatch`: they are older than 3.6. Waiting cannot fix that.
+    #[error(
+        "the ZooKeeper servers of {connect} refuse addWatch (persistent recursive watches, which \
+         zkcron's pauses, delayed submissions and drift checks need): zkcron needs ZooKeeper 3.6 \
+         or newer"
+    )]
+    NoRecursiveWatches { connect: String },
 }
 
 type WatchFuture = Pin<Box<dyn Future<Output = WatchedEvent> + Send>>;
@@ -377,7 +384,14 @@ async fn open_session(
             members::register(&client, &member, &settings.me, zk.acls(), shutdown).await
         };
         match setup.await {
-            Ok(()) => return Ok(Some(Connection::start(client, states, zk.acls(), settings))),
+            Ok(()) => {
+                if !zk::serves_recursive_watches(&client, &settings.paths.dir).await {
+                    return Err(DriverError::NoRecursiveWatches {
+                        connect: zk.connect.clone(),
+                    });
+                }
+                return Ok(Some(Connection::start(client, states, zk.acls(), settings)));
+            }
             Err(MemberError::Cancelled { .. }) => return Ok(None),
             Err(err @ MemberError::Duplicate { .. }) => return Err(DriverError::Member(err)),
             Err(err) => {

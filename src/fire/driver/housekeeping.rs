@@ -1,0 +1,89 @@
+//! The owner's chores between runs: counting pending delayed submissions for
+//! `zkcron_delayed_pending`, and sweeping the forget lists so that ids whose `dedup_window` has
+//! passed are free again.
+//!
+//! Owns: when to do them (at acquisition, then every [`CHORES_EVERY`] while owner) and how much
+//! to read at most ([`MAX_BUCKETS`], `forget::SWEEP_LISTS`).
+//! Must not: decide anything; followers report 0 pending, so `max()` over the nodes is the count.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use zookeeper_client::Client;
+
+use crate::layout::DelayedPaths;
+use crate::ledger::{forget, submissions};
+use crate::metrics::Metrics;
+use crate::report::error_chain;
+use crate::view::NodeView;
+
+/// How often the owner does its chores.
+const CHORES_EVERY: Duration = Duration::from_secs(30);
+/// Due seconds read per count at most: two small requests each. Beyond, the gauge is a lower
+/// bound (logged at debug).
+const MAX_BUCKETS: usize = 5_000;
+
+/// Does the chores for the life of `client`'s session, while this node owns the lock.
+pub(super) fn spawn(
+    client: Client,
+    paths: DelayedPaths,
+    metrics: Arc<Metrics>,
+    mut view: watch::Receiver<NodeView>,
+    stop: CancellationToken,
+) {
+    tokio::spawn(async move {
+        let mut owned = false;
+        let mut next = tokio::time::Instant::now();
+        loop {
+            let owner = view.borrow().lock.may_fire;
+            let now = tokio::time::Instant::now();
+            if owner && !owned {
+                next = now; // a new owner starts at once
+            } else if !owner && owned {
+                metrics.delayed_pending(0);
+            }
+            owned = owner;
+            if owner && now >= next {
+                count_pending(&client, &paths, &metrics).await;
+                forget_expired(&client, &paths).await;
+                next = tokio::time::Instant::now() + CHORES_EVERY;
+            }
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep_until(next), if owned => {}
+                changed = view.changed() => if changed.is_err() { return },
+            }
+        }
+    });
+}
+
+async fn count_pending(client: &Client, paths: &DelayedPaths, metrics: &Metrics) {
+    match submissions::count_pending(client, paths, MAX_BUCKETS).await {
+        Ok((count, complete)) => {
+            if !complete {
+                tracing::debug!(
+                    count,
+                    max_buckets = MAX_BUCKETS,
+                    "pending submissions counted in part"
+                );
+            }
+            metrics.delayed_pending(count);
+        }
+        Err(err) => {
+            tracing::debug!(error = %error_chain(&err), "pending submissions not counted");
+        }
+    }
+}
+
+async fn forget_expired(client: &Client, paths: &DelayedPaths) {
+    let now = chrono::Utc::now().timestamp_millis();
+    match forget::sweep(client, paths, now).await {
+        Ok(0) => {}
+        Ok(freed) => tracing::debug!(freed, "remembered submission ids forgotten"),
+        Err(err) => {
+            tracing::warn!(error = %error_chain(&err), "remembered ids not swept; the next sweep tries again")
+        }
+    }
+}

@@ -102,14 +102,21 @@ while ((stable < 3)); do
   last=$now
   sleep 1
 done
-zkcli() { "$ZK_CLI" -server "127.0.0.1:$port" "$@" 2>/dev/null | tail -n 1; }
+# zkCli.sh prints its connection events too: the answer is the last line that is a number.
+zkcli_count() {
+  "$ZK_CLI" -server "127.0.0.1:$port" getAllChildrenNumber "$1" 2>/dev/null |
+    grep -E '^[0-9]+$' | tail -n 1 || true
+}
 base=/zkcron-bench/dedup/delayed
-echo "znodes under $base: ids $(zkcli getAllChildrenNumber $base/ids)," \
-  "forget $(zkcli getAllChildrenNumber $base/forget), due $(zkcli getAllChildrenNumber $base/due)"
+echo "znodes under $base: ids $(zkcli_count $base/ids), forget $(zkcli_count $base/forget)," \
+  "due $(zkcli_count $base/due)"
 read -r heap2 znodes2 data2 <<<"$(snapshot)"
 bench_stop "$zkcron_pid" 30
-"$ZK_CLI" -server "127.0.0.1:$port" deleteall "$base/ids" >/dev/null 2>&1
-"$ZK_CLI" -server "127.0.0.1:$port" deleteall "$base/forget" >/dev/null 2>&1
+bench_forget "$zkcron_pid"
+for tree in ids forget; do
+  "$ZK_CLI" -server "127.0.0.1:$port" deleteall "$base/$tree" >/dev/null 2>&1 || true
+done
+[[ -z "$(zkcli_count $base/ids)" ]] || bench_die "$base/ids was not deleted"
 read -r heap3 znodes3 data3 <<<"$(snapshot)"
 
 python3 - "$ids" "$heap0" "$znodes0" "$data0" "$heap1" "$znodes1" "$data1" \

@@ -26,6 +26,7 @@ use zkcron::identity::{self, IdentityError};
 use zkcron::layout::LedgerPaths;
 use zkcron::layout::LockPaths;
 use zkcron::ledger::{self, ClaimError};
+use zkcron::lock::clock_watch::ClockSettings;
 use zkcron::lock::driver::LockUpdate;
 use zkcron::lock::driver::{self, DriverError, LockSettings};
 use zkcron::lock::members::MemberError;
@@ -33,6 +34,23 @@ use zkcron::run::RunRecord;
 use zkcron::status::{StatusError, StatusReport};
 use zkcron::zk::{self, ZkError, ZkSettings};
 use zkcron::{JobName, LockEvent, NodeId, logging};
+
+/// A member's clock for `status`: its offset to the servers, and to the fleet when that is
+/// what keeps it out of contention.
+fn clock_detail(clock: &zkcron::lock::clock::ClockVerdict) -> String {
+    let seconds = |ms: i64| {
+        let sign = if ms < 0 { '-' } else { '+' };
+        format!("{sign}{}.{:03}s", ms.abs() / 1000, ms.abs() % 1000)
+    };
+    let mut detail = format!(", clock {} vs zookeeper", seconds(clock.offset_ms));
+    if clock.skewed {
+        detail.push_str(&format!(
+            ", {} off the fleet: OUT OF CONTENTION (lock.max_clock_offset)",
+            seconds(clock.off_fleet_ms)
+        ));
+    }
+    detail
+}
 
 const EXIT_CODES: &str = "\
 Exit codes:
@@ -525,13 +543,16 @@ fn status_lines(report: &StatusReport, config: &Config) -> Vec<String> {
     });
     lines.push(format!("members:       {}", report.members.len()));
     for member in &report.members {
-        let detail = match &member.info {
+        let mut detail = match &member.info {
             Some(info) => format!(
                 "ip {}, host {}, pid {}, version {}",
                 info.ip, info.host, info.pid, info.version
             ),
             None => "unreadable data, or gone".to_owned(),
         };
+        if let Some(clock) = &member.clock {
+            detail.push_str(&clock_detail(clock));
+        }
         lines.push(format!("  {}  {detail}", member.node_id));
     }
     lines.push(format!(
@@ -681,6 +702,10 @@ async fn lock_demo(args: LockDemoArgs, shutdown: CancellationToken) -> Result<()
         takeover_delay: args.takeover_delay,
         jitter: takeover_jitter(args.takeover_delay),
         heard: Default::default(),
+        clock: ClockSettings {
+            max_offset: Duration::from_secs(1),
+            metrics: None,
+        },
     };
     let (updates, mut received) = mpsc::unbounded_channel();
     let printer = tokio::spawn(async move {

@@ -22,6 +22,7 @@ use crate::http::{BindError, HttpState};
 use crate::layout::ControlPaths;
 use crate::layout::LedgerPaths;
 use crate::layout::LockPaths;
+use crate::lock::clock_watch::ClockSettings;
 use crate::lock::driver::{self, DriverError, Heard, LockCommand, LockSettings};
 use crate::lock::node::OwnerInfo;
 use crate::metrics::Metrics;
@@ -96,6 +97,10 @@ pub async fn run(
         takeover_delay: config.lock.takeover_delay,
         jitter: settings.jitter,
         heard: Arc::clone(&heard),
+        clock: ClockSettings {
+            max_offset: config.lock.max_clock_offset,
+            metrics: Some(Arc::clone(&metrics)),
+        },
     };
     let (updates_tx, updates) = mpsc::unbounded_channel();
     let (commands, mut received) = mpsc::unbounded_channel();

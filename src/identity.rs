@@ -41,5 +41,6 @@ pub fn this_process(node_id: Option<&NodeId>) -> Result<OwnerInfo, IdentityError
         since_unix_ms: 0,
         releasing: false,
         schedule: None,
+        clock_offset_ms: None,
     })
 }

@@ -84,6 +84,9 @@ pub struct Metrics {
     running: Family<JobLabel, Gauge>,
     delayed_pending: Gauge,
     schedule_drift: Gauge,
+    clock_offset: Gauge<f64, AtomicU64>,
+    clock_off_fleet: Gauge<f64, AtomicU64>,
+    clock_skewed: Gauge,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -116,6 +119,9 @@ impl Metrics {
             running: Family::default(),
             delayed_pending: Gauge::default(),
             schedule_drift: Gauge::default(),
+            clock_offset: Gauge::default(),
+            clock_off_fleet: Gauge::default(),
+            clock_skewed: Gauge::default(),
             registry: Registry::default(),
         };
         // Counters get `_total`, the info metric `_info`, from the encoder.
@@ -195,6 +201,21 @@ impl Metrics {
             "zkcron_schedule_drift",
             "1 while the owner sees members whose schedule differs from its own, else 0",
             metrics.schedule_drift.clone(),
+        );
+        registry.register(
+            "zkcron_clock_offset_seconds",
+            "This node's clock minus the ZooKeeper servers', measured on a write of its member node",
+            metrics.clock_offset.clone(),
+        );
+        registry.register(
+            "zkcron_clock_off_fleet_seconds",
+            "This node's clock minus the fleet's (the median of the members' clocks and the servers')",
+            metrics.clock_off_fleet.clone(),
+        );
+        registry.register(
+            "zkcron_clock_skewed",
+            "1 while this node's clock is off the fleet's by more than lock.max_clock_offset and it stays out of contention, else 0",
+            metrics.clock_skewed.clone(),
         );
         Self {
             registry,
@@ -291,6 +312,15 @@ impl Metrics {
 
     pub fn schedule_drift(&self, drifting: bool) {
         self.schedule_drift.set(i64::from(drifting));
+    }
+
+    pub fn clock(&self, verdict: &crate::lock::clock::ClockVerdict) {
+        // Milliseconds of a clock offset are far inside f64's exact range.
+        #[allow(clippy::cast_precision_loss)]
+        let seconds = |ms: i64| ms as f64 / 1000.0;
+        self.clock_offset.set(seconds(verdict.offset_ms));
+        self.clock_off_fleet.set(seconds(verdict.off_fleet_ms));
+        self.clock_skewed.set(i64::from(verdict.skewed));
     }
 }
 

@@ -18,6 +18,7 @@ use crate::drift::{self, Drift};
 use crate::ids::{JobName, NodeId};
 use crate::layout::{ControlPaths, LedgerPaths, LockPaths};
 use crate::ledger::{self, ClaimError};
+use crate::lock::clock::{self, ClockVerdict};
 use crate::lock::inspect::{self, Owner};
 use crate::lock::node::OwnerInfo;
 use crate::run::{RunRecord, RunStatus};
@@ -77,6 +78,9 @@ pub struct MemberReport {
     pub node_id: NodeId,
     /// `None`: unreadable, or gone meanwhile.
     pub info: Option<OwnerInfo>,
+    /// The member's clock against the servers' and the fleet's, as it last published it; `None`
+    /// before its first measurement (or from an older zkcron).
+    pub clock: Option<ClockVerdict>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -138,14 +142,16 @@ pub async fn gather(
         fencing_token: epoch.as_ref().map(|e| e.token),
         last_acquired_by: epoch.and_then(|e| e.by),
     };
-    let members: Vec<MemberReport> = inspect::members(client, &paths)
+    let mut members: Vec<MemberReport> = inspect::members(client, &paths)
         .await?
         .into_iter()
         .map(|m| MemberReport {
             node_id: m.node_id,
             info: m.info,
+            clock: None,
         })
         .collect();
+    judge_clocks(&mut members, config.lock.max_clock_offset);
     let schedule_drift = drift_from_owner(&lock, &members);
     let ledger_paths = LedgerPaths::new(&paths);
     let pending = pending_summary(client, &ledger_paths.delayed, PENDING_LIMIT).await?;
@@ -198,6 +204,26 @@ pub async fn gather(
         pending_complete: pending.complete,
         schedule_drift,
     })
+}
+
+/// Each member's clock judged as its own node judges it: against the other members' published
+/// offsets and the servers'.
+fn judge_clocks(members: &mut [MemberReport], max_offset: std::time::Duration) {
+    let max_ms = i64::try_from(max_offset.as_millis()).unwrap_or(i64::MAX);
+    let offsets: Vec<Option<i64>> = members
+        .iter()
+        .map(|m| m.info.as_ref().and_then(|info| info.clock_offset_ms))
+        .collect();
+    for (i, member) in members.iter_mut().enumerate() {
+        let Some(mine) = offsets[i] else { continue };
+        let others: Vec<i64> = offsets
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j != i)
+            .filter_map(|(_, offset)| *offset)
+            .collect();
+        member.clock = Some(clock::judge(mine, &others, max_ms));
+    }
 }
 
 /// The members whose schedule differs from the owner's, as its member node publishes it.

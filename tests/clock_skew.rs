@@ -1,4 +1,5 @@
-//! A node whose clock is behind takes over (issue 24): real ZooKeeper, real `zkcron run`
+//! A node whose clock is behind (issue 24): it takes over without firing a tick twice, and while
+//! a healthy member is there it does not keep the lock. Real ZooKeeper, real `zkcron run`
 //! processes, and the skew injected into one of them by libfaketime (Debian's `faketime`
 //! package) — its wall clock 15 s behind, its monotonic clock left real.
 //!
@@ -12,7 +13,7 @@
 
 mod support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
@@ -26,21 +27,55 @@ const BEHIND: Duration = Duration::from_secs(15);
 const SLACK: Duration = Duration::from_secs(3);
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 
-#[tokio::test]
-async fn a_node_15_s_behind_takes_over_and_fires_no_tick_twice_and_none_out_of_order() {
+/// A lock group with one per-second job (`history = 5`) recording its fires: the temp dir, the
+/// fires file and the schedule text.
+fn per_second_job(chroot: &str) -> (tempfile::TempDir, PathBuf, String) {
     assert!(
         Path::new(LIBFAKETIME).exists(),
         "{LIBFAKETIME} is missing: apt-get install -y faketime"
     );
-    let _serial = fault_lock();
     let dir = tempfile::tempdir().expect("temp dir");
     let fires = dir.path().join("fires.log");
-    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot("skew"));
+    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot(chroot));
     let job = format!(
         "[[job]]\nname = \"tick\"\nschedule = \"* * * * * *\"\nhistory = 5\nshell = '{RECORD_FIRE}{}'\n",
         fires.display()
     );
     let text = schedule_text(&connect, "skew", SESSION, DELAY, &job);
+    (dir, fires, text)
+}
+
+/// A node named `behind` whose wall clock is [`BEHIND`] behind (libfaketime), its monotonic
+/// clock real.
+fn start_behind(dir: &Path, text: &str) -> DaemonNode {
+    DaemonNode::start_with_env(
+        dir,
+        "behind",
+        text,
+        &[
+            ("LD_PRELOAD", Path::new(LIBFAKETIME)),
+            ("FAKETIME", Path::new("-15s")),
+            ("FAKETIME_DONT_FAKE_MONOTONIC", Path::new("1")),
+        ],
+    )
+}
+
+/// Every tick in `ticks` fired once, in scheduled order.
+fn once_and_in_order(ticks: &[i64]) {
+    let mut once = ticks.to_vec();
+    once.sort_unstable();
+    once.dedup();
+    assert_eq!(once.len(), ticks.len(), "no tick fired twice: {ticks:?}");
+    assert!(
+        ticks.windows(2).all(|w| w[0] < w[1]),
+        "ticks start in scheduled order across the handover: {ticks:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_node_15_s_behind_takes_over_and_fires_no_tick_twice_and_none_out_of_order() {
+    let _serial = fault_lock();
+    let (dir, fires, text) = per_second_job("skew");
     let mut healthy = DaemonNode::start(dir.path(), "healthy", &text);
     wait_for(
         "five fires by the healthy node",
@@ -51,16 +86,7 @@ async fn a_node_15_s_behind_takes_over_and_fires_no_tick_twice_and_none_out_of_o
         },
     )
     .await;
-    let behind = DaemonNode::start_with_env(
-        dir.path(),
-        "behind",
-        &text,
-        &[
-            ("LD_PRELOAD", Path::new(LIBFAKETIME)),
-            ("FAKETIME", Path::new("-15s")),
-            ("FAKETIME_DONT_FAKE_MONOTONIC", Path::new("1")),
-        ],
-    );
+    let behind = start_behind(dir.path(), &text);
     behind.wait_log("zkcron started", SLACK).await;
     // A planned handoff: the node behind contends at once.
     healthy.signal(Signal::SIGTERM);
@@ -74,14 +100,7 @@ async fn a_node_15_s_behind_takes_over_and_fires_no_tick_twice_and_none_out_of_o
     .await;
 
     let ticks: Vec<i64> = all.iter().map(|f| f.scheduled_ms).collect();
-    let mut twice: Vec<i64> = ticks.clone();
-    twice.sort_unstable();
-    twice.dedup();
-    assert_eq!(twice.len(), ticks.len(), "no tick fired twice: {ticks:?}");
-    assert!(
-        ticks.windows(2).all(|w| w[0] < w[1]),
-        "ticks start in scheduled order across the handoff: {ticks:?}"
-    );
+    once_and_in_order(&ticks);
     let newest_before = ticks
         .get(..handed_over)
         .and_then(|t| t.iter().max().copied());
@@ -95,4 +114,71 @@ async fn a_node_15_s_behind_takes_over_and_fires_no_tick_twice_and_none_out_of_o
     );
     let said = behind.log().matches("this node's clock is behind").count();
     assert_eq!(said, 1, "the skew is said once:\n{}", behind.log_tail());
+}
+
+/// Issue 24 §3: a node whose clock is off the other members' by more than
+/// `lock.max_clock_offset` does not keep the lock. Alone it owns and fires (only warning: no one
+/// else could fire instead); once a healthy member is there, it hands the lock over, stays out
+/// of contention, and `status` shows each member's clock. No tick fires twice or out of order.
+#[tokio::test]
+async fn a_node_off_the_fleets_clock_hands_the_lock_over_and_stays_out_of_contention() {
+    let _serial = fault_lock();
+    let (dir, fires, text) = per_second_job("skew-yield");
+    let behind = start_behind(dir.path(), &text);
+    behind.wait_log("owns the lock", SESSION + SLACK).await;
+    behind
+        .wait_log("no other member can fire instead", SESSION + SLACK)
+        .await;
+    wait_for("two fires by the node behind, alone", SLACK * 2, || {
+        let done = (read_fires(&fires).len() >= 2).then_some(());
+        async move { done }
+    })
+    .await;
+
+    // A clock check every half session timeout (2 s here) sees the healthy member's offset.
+    let healthy = DaemonNode::start(dir.path(), "healthy", &text);
+    behind
+        .wait_log("stays out of contention", SESSION + SLACK)
+        .await;
+    healthy.wait_log("owns the lock", SESSION + SLACK).await;
+    let status = support::daemon::zkcron_ok(&["status"], &healthy.config);
+    let row = |node: &str| {
+        status
+            .lines()
+            .find(|line| line.trim_start().starts_with(node))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(row("behind").contains("OUT OF CONTENTION"), "{status}");
+    assert!(
+        row("behind").contains("clock -1"),
+        "about 15 s behind: {status}"
+    );
+    assert!(!row("healthy").contains("OUT OF CONTENTION"), "{status}");
+    wait_for("three fires by the healthy node", SLACK * 2, || {
+        let done = (read_fires(&fires)
+            .iter()
+            .filter(|f| f.node == "healthy")
+            .count()
+            >= 3)
+            .then_some(());
+        async move { done }
+    })
+    .await;
+
+    let all = read_fires(&fires);
+    let ticks: Vec<i64> = all.iter().map(|f| f.scheduled_ms).collect();
+    once_and_in_order(&ticks);
+    let last_behind = all.iter().rposition(|f| f.node == "behind");
+    let first_healthy = all.iter().position(|f| f.node == "healthy");
+    assert!(
+        last_behind < first_healthy,
+        "the node behind fires nothing once it has handed over: {all:?}"
+    );
+    assert_eq!(
+        behind.log().matches("owns the lock").count(),
+        1,
+        "it never contends again while its clock is off:\n{}",
+        behind.log_tail()
+    );
 }

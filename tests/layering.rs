@@ -21,6 +21,7 @@ const FLOORS: &[(usize, &[&str])] = &[
             "report",
             "heap",
             "lock::node",
+            "lock::clock",
             "delayed::submission",
             "delayed::due",
         ],
@@ -52,7 +53,13 @@ const FLOORS: &[(usize, &[&str])] = &[
     ),
     (
         4,
-        &["fire::driver", "lock::driver", "lock::members", "drift"],
+        &[
+            "fire::driver",
+            "lock::driver",
+            "lock::members",
+            "lock::clock_watch",
+            "drift",
+        ],
     ),
     (5, &["http", "status"]),
     (6, &["daemon", "logging"]),

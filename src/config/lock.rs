@@ -1,7 +1,7 @@
 //! `[lock]`: which lock this node contends for, and how it takes over from a silent owner.
 //!
 //! Owns: the lock name and root (znode names), the takeover delay, the claim lead, the node id,
-//! and their defaults.
+//! the clock offset a node may have, and their defaults.
 //! Must not: touch the lock itself (`crate::lock` does); only checks that its names are znodes.
 
 use std::time::Duration;
@@ -13,6 +13,11 @@ use super::{LockConfig, NodeId};
 const DEFAULT_TAKEOVER_DELAY: Duration = Duration::from_secs(10);
 const DEFAULT_ROOT: &str = "/zkcron";
 const DEFAULT_CLAIM_AHEAD: Duration = Duration::from_millis(250);
+/// CockroachDB's default `--max-offset` is 500 ms; NTP keeps hosts within milliseconds. A second
+/// is far from both, and far below what fires a tick early or late by a visible amount.
+const DEFAULT_MAX_CLOCK_OFFSET: Duration = Duration::from_secs(1);
+/// Below this, the round trip of the measuring write (half of it is its error) would decide.
+const MIN_MAX_CLOCK_OFFSET: Duration = Duration::from_millis(100);
 
 impl Validator<'_> {
     pub(super) fn lock(&mut self, raw: RawLock) -> Option<LockConfig> {
@@ -53,12 +58,31 @@ impl Validator<'_> {
             NodeId::new(id.into_inner())
         });
         let claim_ahead = self.duration(raw.claim_ahead, "lock.claim_ahead", DEFAULT_CLAIM_AHEAD);
+        let max_clock_offset = self.max_clock_offset(raw.max_clock_offset);
         Some(LockConfig {
             name,
             claim_ahead,
             root,
             takeover_delay,
             node_id,
+            max_clock_offset,
         })
+    }
+
+    /// `lock.max_clock_offset`: at least [`MIN_MAX_CLOCK_OFFSET`].
+    fn max_clock_offset(&mut self, raw: Option<toml::Spanned<String>>) -> Duration {
+        let span = raw.as_ref().map(toml::Spanned::span);
+        let offset = self.duration(raw, "lock.max_clock_offset", DEFAULT_MAX_CLOCK_OFFSET);
+        match span {
+            Some(span) if offset < MIN_MAX_CLOCK_OFFSET => {
+                self.problem(
+                    span,
+                    "lock.max_clock_offset",
+                    "expected a duration of \"100ms\" or more",
+                );
+                DEFAULT_MAX_CLOCK_OFFSET
+            }
+            _ => offset,
+        }
     }
 }

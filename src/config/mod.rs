@@ -125,6 +125,9 @@ pub struct LockConfig {
     pub takeover_delay: Duration,
     /// `None`: this host's IP, found at start.
     pub node_id: Option<NodeId>,
+    /// How far this node's clock may be off the fleet's before it stops contending for the lock
+    /// (and hands it over if it owns it).
+    pub max_clock_offset: Duration,
 }
 
 /// `[log]`.

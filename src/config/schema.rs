@@ -78,6 +78,7 @@ pub(super) struct RawLock {
     pub(super) takeover_delay: Option<Spanned<String>>,
     pub(super) node_id: Option<Spanned<String>>,
     pub(super) claim_ahead: Option<Spanned<String>>,
+    pub(super) max_clock_offset: Option<Spanned<String>>,
 }
 
 /// `[log]`.

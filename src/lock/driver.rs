@@ -25,6 +25,7 @@ use zookeeper_client::{
 use crate::ids::{FencingToken, SessionId};
 use crate::layout::LockPaths;
 
+use crate::lock::clock_watch::{self, ClockSettings, ClockWatch, Reading};
 use crate::lock::machine::{
     Action, Epoch, Input, LockEvent, LockMachine, LockState, LockStatus, RequestFailed,
 };
@@ -48,6 +49,8 @@ pub struct LockSettings {
     pub jitter: Duration,
     /// Written as servers answer, read by status (the HTTP API's lease).
     pub heard: Arc<Heard>,
+    /// How this node's clock is checked against the fleet's.
+    pub clock: ClockSettings,
 }
 
 /// When a ZooKeeper server last answered this node (wall clock), and the session's timeout:
@@ -113,6 +116,7 @@ pub enum DriverError {
 }
 
 type WatchFuture = Pin<Box<dyn Future<Output = WatchedEvent> + Send>>;
+type ClockFuture = Pin<Box<dyn Future<Output = Result<Reading, String>> + Send>>;
 type ResumeFuture<'a> = Pin<Box<dyn Future<Output = zk::Resumed> + Send + 'a>>;
 
 /// Pause between attempts to take a session back that got no answer.
@@ -183,6 +187,11 @@ pub async fn run(
     let mut published = LockStatus::default();
     // Taking back a session the client gave up on; the machine meanwhile counts it disconnected.
     let mut resuming: Option<ResumeFuture> = None;
+    // The clock check: it also publishes our member node (a new schedule fingerprint at once).
+    let mut clock = ClockWatch::new(settings.clock.clone());
+    let mut clock_due = Box::pin(tokio::time::sleep(Duration::ZERO));
+    let mut checking: Option<ClockFuture> = None;
+    let mut republish = false;
     loop {
         // An action's answer goes straight back in, so actions run in the order the machine chose.
         // Published after every step and before any request, so firing never goes on under a
@@ -207,6 +216,8 @@ pub async fn run(
             };
             let _ = updates.send(LockUpdate::Session(Some(new.client.clone())));
             conn = Some(new);
+            checking = None;
+            clock_due.as_mut().reset(now().into());
             pending.extend(machine.handle(started, now()));
             continue;
         };
@@ -252,6 +263,26 @@ pub async fn run(
                 watch_input(&event)
             }
             () = &mut timer, if deadline.is_some() => Some(Input::Tick),
+            () = &mut clock_due, if checking.is_none() => {
+                checking = Some(check_clock(live, settings, &clock));
+                None
+            }
+            reading = clock_checked(&mut checking) => {
+                checking = None;
+                let next = if std::mem::take(&mut republish) {
+                    now()
+                } else {
+                    now() + clock_watch::period(live.timeout)
+                };
+                clock_due.as_mut().reset(next.into());
+                match reading {
+                    Ok(reading) => Some(Input::ClockJudged { skewed: clock.judged(&reading).skewed }),
+                    Err(err) => {
+                        tracing::debug!(error = err, "clock not checked this time");
+                        None
+                    }
+                }
+            }
             Some(command) = commands.recv() => match command {
                 LockCommand::FenceFailed(token) => {
                     (machine.state() == LockState::Own { token }).then_some(Input::FenceFailed)
@@ -262,7 +293,12 @@ pub async fn run(
                 }
                 LockCommand::Schedule(hash) => {
                     settings.me.schedule = Some(hash);
-                    publish_member(live, settings).await;
+                    // Published by the clock check's write, now or right after the one out.
+                    if checking.is_some() {
+                        republish = true;
+                    } else {
+                        checking = Some(check_clock(live, settings, &clock));
+                    }
                     None
                 }
             },
@@ -276,6 +312,8 @@ pub async fn run(
                     let _ = updates.send(LockUpdate::Session(Some(back.client.clone())));
                     conn = Some(back);
                     resuming = None;
+                    checking = None;
+                    clock_due.as_mut().reset(now().into());
                     Some(Input::SessionReconnected)
                 }
                 zk::Resumed::Expired => {
@@ -293,6 +331,7 @@ pub async fn run(
         let Some(input) = input else { continue };
         if input == Input::SessionExpired {
             resuming = None;
+            checking = None;
             conn = None;
             watch = None;
             let _ = updates.send(LockUpdate::Session(None));
@@ -328,20 +367,25 @@ pub async fn run(
     Ok(())
 }
 
-/// Rewrites our member node with what `settings.me` says now (a new schedule fingerprint). A
-/// failure is logged: the next session registers it afresh.
-async fn publish_member(live: &Connection, settings: &LockSettings) {
-    let member = settings.paths.member(&settings.me.node_id);
-    let written = tokio::time::timeout(
+/// Starts a clock check: our member node is rewritten with what `settings.me` says now and our
+/// latest offset estimate. A failure is logged at the check's end: the next one comes soon.
+fn check_clock(live: &Connection, settings: &mut LockSettings, clock: &ClockWatch) -> ClockFuture {
+    settings.me.clock_offset_ms = clock.offset_ms();
+    Box::pin(clock_watch::read(
+        live.client.clone(),
+        settings.paths.member(&settings.me.node_id),
+        settings.me.to_bytes(),
+        settings.paths.members.clone(),
+        settings.me.node_id.clone(),
         live.request_timeout(),
-        live.client.set_data(&member, &settings.me.to_bytes(), None),
-    )
-    .await;
-    if !matches!(written, Ok(Ok(_))) {
-        tracing::warn!(
-            path = member,
-            "schedule fingerprint not published; it is at the next session"
-        );
+    ))
+}
+
+/// Pends until the clock check out ends; forever when none is out.
+async fn clock_checked(checking: &mut Option<ClockFuture>) -> Result<Reading, String> {
+    match checking {
+        Some(check) => check.await,
+        None => std::future::pending().await,
     }
 }
 
@@ -704,6 +748,7 @@ async fn create(conn: &Connection, settings: &LockSettings) -> Option<Input> {
         since_unix_ms: unix_ms(),
         releasing: false,
         schedule: None,
+        clock_offset_ms: None,
         ..settings.me.clone()
     };
     let options = CreateMode::Ephemeral.with_acls(conn.acls);
@@ -819,6 +864,7 @@ async fn release(conn: &Connection, settings: &LockSettings, lock_version: i32) 
         releasing: true,
         since_unix_ms: unix_ms(),
         schedule: None,
+        clock_offset_ms: None,
         ..settings.me.clone()
     };
     let marked = marked.to_bytes();

@@ -62,6 +62,10 @@ pub enum Input {
     /// peers contend at once, and stay out of contention for the takeover delay unless a peer
     /// takes it (a lone node takes it back then: no tick is lost for a maintenance request).
     Yield,
+    /// This node's clock was judged against the other members' (`lock::clock`), as it is every
+    /// so often. Skewed: it does not contend, and hands the lock over if it owns it; no longer
+    /// skewed: it contends again.
+    ClockJudged { skewed: bool },
 }
 
 /// Why a request failed, as far as the machine's decisions go (the driver logs the details).
@@ -177,6 +181,8 @@ pub struct LockMachine {
     failures: u32,
     /// The largest token we have announced, so that a re-acquisition never repeats one.
     last_token: Option<FencingToken>,
+    /// Our clock is too far off the other members': we stay out of contention.
+    clock_skewed: bool,
 }
 
 /// Where the lock stands, as the rest of zkcron needs it: sent after every step that changes it.
@@ -204,6 +210,7 @@ impl LockMachine {
             retry: None,
             failures: 0,
             last_token: None,
+            clock_skewed: false,
         }
     }
 
@@ -320,6 +327,17 @@ impl LockMachine {
             Input::FenceFailed => self.fence_failed(out),
             Input::Shutdown => self.shutdown(out),
             Input::Yield => self.yield_lock(now, out),
+            Input::ClockJudged { skewed } => self.clock_judged(skewed, now, out),
+        }
+    }
+
+    fn clock_judged(&mut self, skewed: bool, now: Instant, out: &mut Vec<Action>) {
+        self.clock_skewed = skewed;
+        if skewed {
+            // Handed over as on an operator's request: peers contend at once.
+            self.yield_lock(now, out);
+        } else {
+            self.contend_if_created(out);
         }
     }
 
@@ -609,8 +627,11 @@ impl LockMachine {
             _ => {}
         }
         if self.retry.as_ref().is_some_and(|(at, _)| now >= *at) {
-            if let Some((_, action)) = self.retry.take() {
-                out.push(action);
+            match self.retry.take() {
+                // Stays Created: it contends once the clock agrees again.
+                Some((_, Action::Create)) if self.clock_skewed => {}
+                Some((_, action)) => out.push(action),
+                None => {}
             }
         }
     }
@@ -639,10 +660,11 @@ impl LockMachine {
         }
     }
 
-    /// Goes to Created and, when connected, sends the acquiring multi-op.
+    /// Goes to Created and, when connected and our clock agrees with the fleet's, sends the
+    /// acquiring multi-op.
     fn contend(&mut self, out: &mut Vec<Action>) {
         self.state = State::Created;
-        if self.connected() {
+        if self.connected() && !self.clock_skewed {
             self.retry = None;
             out.push(Action::Create);
         }

@@ -4,6 +4,8 @@
 //! Owns: deciding and proving who may fire jobs (DESIGN.md "The lock").
 //! Must not: know about jobs, schedules or processes.
 
+pub mod clock;
+pub mod clock_watch;
 pub mod driver;
 pub mod inspect;
 pub mod machine;

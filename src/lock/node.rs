@@ -28,6 +28,10 @@ pub struct OwnerInfo {
     /// zkcron publishes none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule: Option<ScheduleHash>,
+    /// In a member node: this node's clock minus the servers' as it last measured it (`clock`);
+    /// the other members judge their own clocks against it. An older zkcron publishes none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_offset_ms: Option<i64>,
 }
 
 impl OwnerInfo {
@@ -115,6 +119,7 @@ mod tests {
             since_unix_ms: 1,
             releasing: false,
             schedule: None,
+            clock_offset_ms: Some(-15_000),
         };
         assert_eq!(OwnerInfo::parse(&info.to_bytes()).unwrap(), info);
         let old = br#"{"node_id":"n","ip":"i","host":"h","pid":1,"version":"v","since_unix_ms":2}"#;

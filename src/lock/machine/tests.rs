@@ -26,6 +26,7 @@ fn info(node_id: &str, releasing: bool) -> OwnerInfo {
         since_unix_ms: 0,
         releasing,
         schedule: None,
+        clock_offset_ms: None,
     }
 }
 
@@ -558,6 +559,7 @@ fn any_step() -> impl Strategy<Value = Step> {
         Just(Step::Fact(Input::Tick)),
         Just(Step::Fact(Input::FenceFailed)),
         Just(Step::Fact(Input::Yield)),
+        any::<bool>().prop_map(|skewed| Step::Fact(Input::ClockJudged { skewed })),
         Just(Step::Fact(Input::Shutdown)),
     ]
 }
@@ -575,6 +577,8 @@ struct Observer {
     last_token: Option<FencingToken>,
     /// When the connection of a holding machine dropped, by the property's own reckoning.
     disconnected_at: Option<Instant>,
+    /// The last clock verdict fed in: skewed, the machine never contends.
+    skewed: bool,
 }
 
 impl Observer {
@@ -587,6 +591,9 @@ impl Observer {
     ) -> Result<(), TestCaseError> {
         for action in actions {
             match action {
+                Action::Create => {
+                    prop_assert!(!self.skewed, "contends with a skewed clock: {input:?}");
+                }
                 Action::Emit(LockEvent::Acquired { token }) => {
                     prop_assert!(!self.held, "Acquired twice without a Lost between");
                     prop_assert!(
@@ -643,7 +650,7 @@ proptest! {
         let mut m = machine();
         let mut now = base() + Duration::from_secs(100);
         let mut epoch = 0;
-        let mut obs = Observer { held: false, last_token: None, disconnected_at: None };
+        let mut obs = Observer { held: false, last_token: None, disconnected_at: None, skewed: false };
         for (step, ms) in steps {
             let target = now + Duration::from_millis(ms);
             // The driver feeds Tick at every deadline, so do we, before the next fact arrives.
@@ -672,6 +679,7 @@ proptest! {
             match &input {
                 Input::SessionDisconnected { last_heard } if m.connected() => obs.disconnected_at = Some(*last_heard),
                 Input::SessionReconnected | Input::SessionStarted { .. } | Input::SessionExpired => obs.disconnected_at = None,
+                Input::ClockJudged { skewed } => obs.skewed = *skewed,
                 _ => {}
             }
             let actions = m.handle(input.clone(), now);
@@ -837,4 +845,51 @@ fn a_yield_is_ignored_unless_we_own_and_are_connected() {
         failed.next_deadline().is_some(),
         "read again after a backoff"
     );
+}
+
+/// Issue 24: a node whose clock is off the fleet's stays out of contention, hands the lock over
+/// when it owns it, and contends again once its clock agrees.
+#[test]
+fn a_skewed_clock_keeps_the_node_out_of_contention_and_hands_the_lock_over() {
+    let t0 = base();
+    let skewed = Input::ClockJudged { skewed: true };
+    let agreed = Input::ClockJudged { skewed: false };
+
+    // The owner leaves: a skewed peer waits out the delay, then does not contend.
+    let mut peer = waiting(t0);
+    assert_eq!(peer.handle(skewed.clone(), t0), vec![]);
+    assert_eq!(peer.handle(Input::Tick, t0 + DELAY + JITTER), vec![]);
+    assert_eq!(peer.state, State::Created);
+    assert_eq!(
+        peer.handle(skewed.clone(), t0 + DELAY * 2),
+        vec![],
+        "still skewed"
+    );
+    assert_eq!(
+        peer.handle(agreed.clone(), t0 + DELAY * 2),
+        vec![Action::Create],
+        "contends once its clock agrees"
+    );
+
+    // An owner judged skewed hands over as on a release request.
+    let mut owner = owning(t0, 3);
+    assert_eq!(
+        owner.handle(skewed.clone(), t0),
+        vec![lost(), Action::Release { lock_version: 0 }]
+    );
+    assert!(!owner.may_fire());
+    owner.handle(Input::ReleaseDone(Ok(())), t0);
+    owner.handle(Input::OwnerRead(Ok(None)), t0);
+    assert_eq!(
+        owner.handle(Input::Tick, t0 + DELAY + JITTER),
+        vec![],
+        "nobody took it, and it does not take it back while skewed"
+    );
+    // A failed create's retry waits for the clock too.
+    let mut retrying = connected(t0);
+    retrying.handle(Input::CreateDone(Err(RequestFailed::Connection)), t0);
+    retrying.handle(skewed, t0);
+    let retry_at = retrying.next_deadline().expect("a retry is due");
+    assert_eq!(retrying.handle(Input::Tick, retry_at), vec![]);
+    assert_eq!(retrying.handle(agreed, retry_at), vec![Action::Create]);
 }

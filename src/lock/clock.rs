@@ -1,0 +1,146 @@
+//! This node's clock against the ZooKeeper servers' and the other members': the offset measured
+//! on a write of our member node (the server stamps it with the leader's clock), and whether the
+//! node is too far off the fleet to own the lock (issue 24: a clock behind fires ticks again,
+//! one ahead fires them early).
+//!
+//! Owns: the offset of one sample (our clock at the middle of the round trip against the
+//! server's stamp, good to half the round trip), the estimate over recent samples, and the
+//! verdict against the members.
+//! Must not: read a clock or do I/O (the lock driver measures and feeds the samples in).
+
+use std::collections::VecDeque;
+
+use serde::Serialize;
+
+/// One write of our member node: our clock when the request left and when its answer came, and
+/// the server's stamp on it (`mtime`), all Unix ms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClockSample {
+    pub sent_unix_ms: i64,
+    pub server_unix_ms: i64,
+    pub received_unix_ms: i64,
+}
+
+impl ClockSample {
+    /// Our clock minus the server's: positive when ours is ahead.
+    pub fn offset_ms(&self) -> i64 {
+        self.sent_unix_ms + self.round_trip_ms() / 2 - self.server_unix_ms
+    }
+
+    fn round_trip_ms(&self) -> i64 {
+        (self.received_unix_ms - self.sent_unix_ms).max(0)
+    }
+}
+
+/// Samples an estimate is taken from: the one with the shortest round trip wins, so one slow
+/// answer does not move the estimate.
+const SAMPLES: usize = 3;
+
+/// The offset estimate from the last few samples.
+#[derive(Debug, Clone, Default)]
+pub struct ClockEstimate {
+    samples: VecDeque<ClockSample>,
+}
+
+impl ClockEstimate {
+    pub fn add(&mut self, sample: ClockSample) {
+        if self.samples.len() == SAMPLES {
+            self.samples.pop_front();
+        }
+        self.samples.push_back(sample);
+    }
+
+    /// Our clock minus the servers', from the most precise recent sample; `None` before one.
+    pub fn offset_ms(&self) -> Option<i64> {
+        self.samples
+            .iter()
+            .min_by_key(|sample| sample.round_trip_ms())
+            .map(ClockSample::offset_ms)
+    }
+}
+
+/// What the offsets say about this node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ClockVerdict {
+    /// Our clock minus the servers'.
+    pub offset_ms: i64,
+    /// Our clock minus the fleet's: the median of every member's offset and the servers' own
+    /// (zero), so that neither one skewed member nor one skewed server moves it.
+    pub off_fleet_ms: i64,
+    /// Off the fleet by more than the limit, with other members to take over: this node must not
+    /// own the lock. Alone, a node keeps firing (late or early, never twice: the ledger's floor)
+    /// and only warns: no one else could fire instead.
+    pub skewed: bool,
+}
+
+/// Judges our offset `mine` against the other members' published offsets and the servers'.
+pub fn judge(mine: i64, others: &[i64], max_offset_ms: i64) -> ClockVerdict {
+    let mut votes: Vec<i64> = others.iter().copied().chain([mine, 0]).collect();
+    votes.sort_unstable();
+    let middle = votes.len() / 2;
+    let fleet = if votes.len() % 2 == 0 {
+        votes[middle - 1] + (votes[middle] - votes[middle - 1]) / 2
+    } else {
+        votes[middle]
+    };
+    let off_fleet_ms = mine - fleet;
+    ClockVerdict {
+        offset_ms: mine,
+        off_fleet_ms,
+        skewed: !others.is_empty() && off_fleet_ms.abs() > max_offset_ms,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(sent: i64, server: i64, received: i64) -> ClockSample {
+        ClockSample {
+            sent_unix_ms: sent,
+            server_unix_ms: server,
+            received_unix_ms: received,
+        }
+    }
+
+    #[test]
+    fn a_sample_compares_the_middle_of_the_round_trip_with_the_servers_stamp() {
+        assert_eq!(sample(1_000, 1_005, 1_010).offset_ms(), 0);
+        // 15 s behind: the server stamps 15 s later than our clock says.
+        assert_eq!(sample(1_000, 16_002, 1_004).offset_ms(), -15_000);
+        assert_eq!(sample(20_000, 5_000, 20_000).offset_ms(), 15_000);
+        // A clock stepped back mid-request gives no negative round trip.
+        assert_eq!(sample(1_000, 1_000, 990).offset_ms(), 0);
+    }
+
+    #[test]
+    fn the_estimate_takes_the_most_precise_of_the_last_samples() {
+        let mut estimate = ClockEstimate::default();
+        assert_eq!(estimate.offset_ms(), None);
+        estimate.add(sample(0, 0, 2)); // +1, round trip 2
+        estimate.add(sample(100, 0, 400)); // +250, round trip 300: a slow answer
+        assert_eq!(estimate.offset_ms(), Some(1));
+        estimate.add(sample(1_000, 1_000, 1_010)); // +5
+        estimate.add(sample(2_000, 1_000, 2_010)); // +1005: the first sample has left
+        assert_eq!(estimate.offset_ms(), Some(5));
+    }
+
+    #[test]
+    fn a_node_off_the_fleet_is_skewed_but_not_a_fleet_off_its_server() {
+        let max = 1_000;
+        // Two members, one 15 s behind: it is the one off, not the healthy one.
+        assert!(judge(-15_000, &[0], max).skewed);
+        assert!(!judge(0, &[-15_000], max).skewed);
+        // The whole fleet 20 s off one skewed server: the members agree, no one yields.
+        for n in 1..5 {
+            let others = vec![20_000; n];
+            let verdict = judge(20_000, &others, max);
+            assert!(!verdict.skewed, "{n} others: {verdict:?}");
+        }
+        // Within the limit, or alone: never skewed; alone, the offset is still reported.
+        assert!(!judge(900, &[0, 0], max).skewed);
+        let alone = judge(-15_000, &[], max);
+        assert_eq!((alone.skewed, alone.offset_ms), (false, -15_000));
+        assert_eq!(judge(-15_000, &[0, 10, -10], max).off_fleet_ms, -15_000);
+    }
+}

@@ -1,0 +1,178 @@
+//! The lock driver's clock check: every [`period`], rewrite our member node (it carries our last
+//! offset estimate for the others), take the server's stamp on that write as a sample of our
+//! clock against the servers', read the other members' published offsets, and judge ours
+//! (`lock::clock`). The verdict goes to the lock machine (`Input::ClockJudged`), the metrics
+//! and the log.
+//!
+//! Owns: the requests of one check, the wall clock read around the write (the honest seam: a
+//! node whose clock is wrong reads it wrong here), and saying a verdict once when it changes.
+//! Must not: decide what a skewed node does (the lock machine does).
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use zookeeper_client::Client;
+
+use crate::ids::NodeId;
+use crate::lock::clock::{self, ClockEstimate, ClockSample, ClockVerdict};
+use crate::lock::node::OwnerInfo;
+use crate::metrics::Metrics;
+
+/// How the clock check behaves.
+#[derive(Debug, Clone)]
+pub struct ClockSettings {
+    /// `lock.max_clock_offset`.
+    pub max_offset: Duration,
+    /// Where the verdict is shown; `None` for the lock demo.
+    pub metrics: Option<Arc<Metrics>>,
+}
+
+/// How often the clock is checked: half the session timeout, between 1 s and 10 s. Often
+/// enough that a node whose peers left contends soon after; one write and one listing a time.
+pub fn period(session_timeout: Duration) -> Duration {
+    (session_timeout / 2).clamp(Duration::from_secs(1), Duration::from_secs(10))
+}
+
+/// One check's answers.
+#[derive(Debug)]
+pub struct Reading {
+    sample: ClockSample,
+    /// The other members' published offsets (members without one are left out).
+    others: Vec<i64>,
+}
+
+/// Writes `data` into our member node `member`, timing it, then reads the other members of
+/// `members_dir`. Each request is bounded by `timeout`.
+///
+/// # Errors
+/// A request failed or took too long: no verdict this time.
+pub async fn read(
+    client: Client,
+    member: String,
+    data: Vec<u8>,
+    members_dir: String,
+    me: NodeId,
+    timeout: Duration,
+) -> Result<Reading, String> {
+    let bounded = |what: &str| format!("{what}: no answer within {timeout:?}");
+    let sent_unix_ms = unix_ms_now();
+    let stat = tokio::time::timeout(timeout, client.set_data(&member, &data, None))
+        .await
+        .map_err(|_| bounded(&member))?
+        .map_err(|err| format!("{member}: {err}"))?;
+    let received_unix_ms = unix_ms_now();
+    let sample = ClockSample {
+        sent_unix_ms,
+        server_unix_ms: stat.mtime,
+        received_unix_ms,
+    };
+    let names = tokio::time::timeout(timeout, client.list_children(&members_dir))
+        .await
+        .map_err(|_| bounded(&members_dir))?
+        .map_err(|err| format!("{members_dir}: {err}"))?;
+    // All reads out at once: a request is sent when it is made.
+    let reads: Vec<_> = names
+        .iter()
+        .filter(|name| name.as_str() != me.as_str())
+        .map(|name| client.get_data(&format!("{members_dir}/{name}")))
+        .collect();
+    let mut others = Vec::new();
+    for read in reads {
+        // A member gone meanwhile, or unreadable: it has no say.
+        if let Ok(Ok((data, _))) = tokio::time::timeout(timeout, read).await {
+            if let Some(offset) = OwnerInfo::parse(&data)
+                .ok()
+                .and_then(|info| info.clock_offset_ms)
+            {
+                others.push(offset);
+            }
+        }
+    }
+    Ok(Reading { sample, others })
+}
+
+/// What the check has seen so far, and what it has said.
+#[derive(Debug)]
+pub struct ClockWatch {
+    settings: ClockSettings,
+    estimate: ClockEstimate,
+    said: Said,
+}
+
+/// The last thing said about the clock, so each change is said once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Said {
+    Nothing,
+    Skewed,
+    OffButAlone,
+}
+
+impl ClockWatch {
+    pub fn new(settings: ClockSettings) -> Self {
+        Self {
+            settings,
+            estimate: ClockEstimate::default(),
+            said: Said::Nothing,
+        }
+    }
+
+    /// Our offset estimate, to publish in our member node; `None` before the first check.
+    pub fn offset_ms(&self) -> Option<i64> {
+        self.estimate.offset_ms()
+    }
+
+    /// Takes in one check's answers and judges our clock.
+    pub fn judged(&mut self, reading: &Reading) -> ClockVerdict {
+        self.estimate.add(reading.sample);
+        let mine = self.estimate.offset_ms().unwrap_or(0);
+        let max_ms = i64::try_from(self.settings.max_offset.as_millis()).unwrap_or(i64::MAX);
+        let verdict = clock::judge(mine, &reading.others, max_ms);
+        if let Some(metrics) = &self.settings.metrics {
+            metrics.clock(&verdict);
+        }
+        let now = if verdict.skewed {
+            Said::Skewed
+        } else if verdict.offset_ms.abs() > max_ms && reading.others.is_empty() {
+            Said::OffButAlone
+        } else {
+            Said::Nothing
+        };
+        if now != self.said {
+            self.say(now, &verdict);
+            self.said = now;
+        }
+        verdict
+    }
+
+    fn say(&self, now: Said, verdict: &ClockVerdict) {
+        let max = self.settings.max_offset;
+        match now {
+            Said::Skewed => tracing::warn!(
+                off_fleet_ms = verdict.off_fleet_ms,
+                offset_to_zookeeper_ms = verdict.offset_ms,
+                max_clock_offset = ?max,
+                "this node's clock is off the other members' by more than lock.max_clock_offset: \
+                 it stays out of contention for the lock and hands it over if it owns it; fix \
+                 its time sync (NTP)"
+            ),
+            Said::OffButAlone => tracing::warn!(
+                offset_to_zookeeper_ms = verdict.offset_ms,
+                max_clock_offset = ?max,
+                "this node's clock is off the ZooKeeper servers' by more than \
+                 lock.max_clock_offset, and no other member can fire instead: it keeps firing, \
+                 late or early by that much (never a tick twice); fix its time sync (NTP)"
+            ),
+            Said::Nothing => tracing::info!(
+                offset_to_zookeeper_ms = verdict.offset_ms,
+                off_fleet_ms = verdict.off_fleet_ms,
+                "this node's clock agrees with the fleet's again"
+            ),
+        }
+    }
+}
+
+fn unix_ms_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}

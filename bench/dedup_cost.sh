@@ -107,7 +107,7 @@ zkcli_count() {
   "$ZK_CLI" -server "127.0.0.1:$port" getAllChildrenNumber "$1" 2>/dev/null |
     grep -E '^[0-9]+$' | tail -n 1 || true
 }
-base=/zkcron-bench/dedup/delayed
+base=/zkcron-bench/zkcron/dedup/delayed
 echo "znodes under $base: ids $(zkcli_count $base/ids), forget $(zkcli_count $base/forget)," \
   "due $(zkcli_count $base/due)"
 read -r heap2 znodes2 data2 <<<"$(snapshot)"

@@ -617,6 +617,7 @@ fn status_lines(report: &StatusReport, config: &Config) -> Vec<String> {
                 pause.reason.as_deref().unwrap_or("no reason given")
             ));
         }
+        lines.extend(retry_lines(&job.pending_retries, &format));
     }
     for drift in &report.schedule_drift {
         lines.push(format!(
@@ -630,6 +631,39 @@ fn status_lines(report: &StatusReport, config: &Config) -> Vec<String> {
             "{:<20}  not in the schedule: {} pending submission(s) kept until it is back",
             away.job.as_str(),
             away.pending_submissions
+        ));
+    }
+    lines
+}
+
+/// A job's promised retries for `status`, soonest first, a few at most.
+fn retry_lines(
+    retries: &[zkcron::status::PendingRetry],
+    at: &dyn Fn(i64) -> String,
+) -> Vec<String> {
+    const SHOWN: usize = 5;
+    let mut lines: Vec<String> = retries
+        .iter()
+        .take(SHOWN)
+        .map(|retry| {
+            let what = match &retry.submission_id {
+                Some(id) => format!("submission {id}"),
+                None => format!("tick {}", at(retry.scheduled_unix_ms)),
+            };
+            format!(
+                "{:<20}  retry: {what}, attempt {} of {} at {}",
+                "",
+                retry.attempt,
+                retry.attempts,
+                at(retry.at_unix_ms)
+            )
+        })
+        .collect();
+    if retries.len() > SHOWN {
+        lines.push(format!(
+            "{:<20}  … and {} more retries",
+            "",
+            retries.len() - SHOWN
         ));
     }
     lines

@@ -101,6 +101,20 @@ pub struct JobReport {
     pub alive_run: Option<String>,
     pub pending_submissions: usize,
     pub next_due_unix_ms: Option<i64>,
+    /// Failed runs among the kept records whose next attempt is promised, soonest first.
+    pub pending_retries: Vec<PendingRetry>,
+}
+
+/// A retry a failed run's record promises (issue 24): whoever owns the lock then starts it.
+#[derive(Debug, Clone, Serialize)]
+pub struct PendingRetry {
+    pub run_id: String,
+    pub scheduled_unix_ms: i64,
+    pub submission_id: Option<crate::delayed::submission::SubmissionId>,
+    /// The attempt that will run, and how many there are at most.
+    pub attempt: u32,
+    pub attempts: u32,
+    pub at_unix_ms: i64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -174,6 +188,7 @@ pub async fn gather(
             paused,
             next_unix_ms: next,
             missed_ticks: missed_ticks(&records),
+            pending_retries: pending_retries(&records, job.retries),
             last: records.into_iter().next().map(|r| RunSummary {
                 run_id: r.run_id,
                 scheduled_unix_ms: r.scheduled_unix_ms,
@@ -246,6 +261,25 @@ fn drift_from_owner(lock: &LockReport, members: &[MemberReport]) -> Vec<Drift> {
 }
 
 /// Ticks the kept records say nobody fired.
+fn pending_retries(records: &[RunRecord], retries: u32) -> Vec<PendingRetry> {
+    let mut pending: Vec<PendingRetry> = records
+        .iter()
+        .filter(|r| r.status.is_final())
+        .filter_map(|r| {
+            Some(PendingRetry {
+                run_id: r.run_id.clone(),
+                scheduled_unix_ms: r.scheduled_unix_ms,
+                submission_id: r.submission_id.clone(),
+                attempt: r.attempt + 1,
+                attempts: retries + 1,
+                at_unix_ms: r.retry_at_unix_ms?,
+            })
+        })
+        .collect();
+    pending.sort_by_key(|retry| retry.at_unix_ms);
+    pending
+}
+
 fn missed_ticks(records: &[RunRecord]) -> u64 {
     records
         .iter()

@@ -126,3 +126,55 @@ async fn attempts_1_to_4_run_once_each_across_a_kill_9_and_a_sigterm_during_the_
         "the last attempt is recorded, with no retry promised after it: {history}"
     );
 }
+
+/// Issue 24 §1: `status` shows a promised retry, and cancelling the submission cancels it: the
+/// record keeps the failure, loses the promise, says so, and attempt 2 never runs.
+#[tokio::test]
+async fn a_cancel_during_the_backoff_cancels_the_promised_retry_and_status_shows_it_before() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let fires = dir.path().join("fires.log");
+    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot("retry-cancel"));
+    let job = format!(
+        "[[job]]\nname = \"flaky\"\nretries = 3\nretry_backoff = \"3s\"\nshell = '{RECORD_FIRE}{}; exit 1'\n",
+        fires.display()
+    );
+    let text = schedule_text(&connect, "retries", SESSION, DELAY, &job);
+    let node = DaemonNode::start(dir.path(), "r1", &text);
+    node.wait_log("lock acquired", SESSION + SLACK).await;
+    zkcron_ok(
+        &["submit", "flaky", "--in", "1s", "--id", "flaky-1"],
+        &node.config,
+    );
+    attempt(&fires, 1, SLACK * 2, &[&node]).await;
+    let config = node.config.clone();
+    let status = try_wait_for("status shows the promised retry", SLACK, || {
+        let shown = zkcron_ok(&["status"], &config);
+        let done = shown
+            .contains("retry: submission flaky-1, attempt 2 of 4 at")
+            .then_some(shown);
+        async move { done }
+    })
+    .await
+    .unwrap_or_else(|not_reached| panic!("{not_reached}\n{}", node.log_tail()));
+    assert!(status.contains("flaky"), "{status}");
+
+    let cancelled = zkcron_ok(&["delayed", "cancel", "flaky-1"], &node.config);
+    assert!(cancelled.starts_with("cancelled flaky-1"), "{cancelled}");
+    // The backoff (3 s) passes, and more: attempt 2 never starts.
+    tokio::time::sleep(Duration::from_secs(3) + SLACK).await;
+    let ran: Vec<u32> = read_fires(&fires).iter().map(|f| f.attempt).collect();
+    assert_eq!(ran, [1], "only attempt 1 ran:\n{}", node.log_tail());
+    let shown = zkcron_ok(&["delayed", "show", "flaky-1"], &node.config);
+    assert!(shown.contains("failed"), "{shown}");
+    assert!(
+        !shown.contains("retry: attempt"),
+        "no promise left: {shown}"
+    );
+    let history = zkcron_ok(&["history", "flaky", "--json"], &node.config);
+    assert!(
+        history.contains("attempt 2 cancelled before it started"),
+        "{history}"
+    );
+    let status = zkcron_ok(&["status"], &node.config);
+    assert!(!status.contains("retry: submission"), "{status}");
+}

@@ -485,6 +485,18 @@ impl Io {
                     }
                 });
             }
+            Action::DropRetry { record, version } => {
+                let client = self.client.clone()?;
+                let paths = self.settings.ledger.clone();
+                self.tasks.spawn(async move {
+                    let write = ledger::rewrite_record(&client, &paths, &record, version, true);
+                    match bounded(&record.run_id, write).await {
+                        Some(Ok(_)) => tracing::info!(job = %record.job, run_id = record.run_id, "dropped retry recorded"),
+                        Some(Err(err)) => tracing::warn!(job = %record.job, run_id = record.run_id, error = %error_chain(&err), "dropped retry not recorded; its record still promises it"),
+                        None => {}
+                    }
+                });
+            }
             Action::FenceFailed(token) => {
                 let _ = self.lock_commands.send(LockCommand::FenceFailed(token));
             }
@@ -622,7 +634,7 @@ impl Io {
         self.tasks.spawn(async move {
             let marked = bounded(
                 &record.run_id,
-                ledger::mark_interrupted(&client, &paths, &record, version, closes),
+                ledger::rewrite_record(&client, &paths, &record, version, closes),
             );
             let result = match marked.await {
                 Some(result) => result.map_err(|err| error_chain(&err)),

@@ -202,6 +202,10 @@ pub enum Action {
         version: i32,
         closes: bool,
     },
+    /// Write this failed run's record without its promised retry, at its version (the job left
+    /// the schedule): nothing runs it again, and its submission's open marker goes. The driver
+    /// logs the outcome; nothing waits for it.
+    DropRetry { record: RunRecord, version: i32 },
     /// Start the claimed run. Its end comes back as [`Input::RunEnded`].
     StartRun {
         spec: Arc<JobSpec>,
@@ -1504,7 +1508,21 @@ impl FireMachine {
                 continue;
             }
             if !self.jobs.contains_key(&job) {
-                tracing::warn!(job = %job, run_id, "retry not started: the job is no longer in the schedule");
+                tracing::warn!(job = %job, run_id, "retry dropped: the job is no longer in the schedule");
+                let mut record = retry.record;
+                let dropped = format!(
+                    "attempt {} dropped: the job left the schedule",
+                    record.attempt + 1
+                );
+                record.retry_at_unix_ms = None;
+                record.error = Some(match record.error.take() {
+                    Some(error) => format!("{error}; {dropped}"),
+                    None => dropped,
+                });
+                out.push(Action::DropRetry {
+                    record,
+                    version: retry.version,
+                });
                 continue;
             }
 

@@ -503,13 +503,15 @@ pub async fn withdraw(
     }
 }
 
-/// Writes an open record that a previous owner left behind as `interrupted`, at the version it
-/// was read with, so a record that changed meanwhile is never overwritten. Returns its new
-/// version (for the rerun's claim).
+/// Writes `record` over the stored one at the version it was read with, so a record that changed
+/// meanwhile is never overwritten: an open run a previous owner left behind marked
+/// `interrupted`, or a failed run whose promised retry is cancelled or dropped. `closes`: nothing
+/// will run it again, so a submission's open marker goes in the same multi-op. Returns the
+/// record's new version (for a rerun's claim).
 ///
 /// # Errors
 /// The record changed (`BadVersion`) or vanished, or the request failed.
-pub async fn mark_interrupted(
+pub async fn rewrite_record(
     client: &Client,
     paths: &LedgerPaths,
     record: &RunRecord,

@@ -470,6 +470,14 @@ pub async fn cancel(
                 source: ZkErr::NoNode,
             }) => {
                 let status = match show(client, paths, ledger, id).await? {
+                    Some((_, SubmissionState::Recorded(record)))
+                        if record.retry_at_unix_ms.is_some() && record.status.is_final() =>
+                    {
+                        if cancel_retry(client, ledger, &record).await? {
+                            return Ok(submission);
+                        }
+                        continue;
+                    }
                     Some((_, SubmissionState::Recorded(record))) => {
                         format!("{:?}", record.status).to_lowercase()
                     }
@@ -506,6 +514,37 @@ pub async fn cancel(
         }
     }
     Err(zk(&path, ZkErr::NoNode))
+}
+
+/// Cancels the retry a failed run of a submission promises: its record is rewritten without the
+/// promise (at the version read, so a retry claimed meanwhile wins) and its open marker goes, in
+/// one multi-op. `false` when the record changed meanwhile (look again).
+///
+/// # Errors
+/// The request failed.
+async fn cancel_retry(
+    client: &Client,
+    ledger: &LedgerPaths,
+    seen: &RunRecord,
+) -> Result<bool, SubmissionError> {
+    let path = seen.path(ledger);
+    let Some((mut record, version)) = super::read_versioned(client, &path).await else {
+        return Ok(false);
+    };
+    if record.retry_at_unix_ms.is_none() || !record.status.is_final() {
+        return Ok(false);
+    }
+    record.retry_at_unix_ms = None;
+    let cancelled = format!("attempt {} cancelled before it started", record.attempt + 1);
+    record.error = Some(match record.error.take() {
+        Some(error) => format!("{error}; {cancelled}"),
+        None => cancelled,
+    });
+    match super::rewrite_record(client, ledger, &record, version, true).await {
+        Ok(_) => Ok(true),
+        Err(super::UpdateError::Conflict { .. }) => Ok(false),
+        Err(super::UpdateError::Zk { path, source }) => Err(zk(&path, source)),
+    }
 }
 
 /// The record a cancel leaves: the submission never ran.

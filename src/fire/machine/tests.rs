@@ -995,6 +995,50 @@ fn a_failed_run_is_retried_after_its_backoff_as_the_next_attempt() {
     );
 }
 
+/// Issue 24 §1: a job removed by a reload drops its promised retry when it comes due, and says
+/// so in the record (without the promise), so no later owner keeps it either.
+#[test]
+fn a_retry_of_a_job_that_left_the_schedule_is_dropped_and_recorded() {
+    let (mut m, run) = running_a_job_with_one_retry();
+    let failed = end_run(
+        &mut m,
+        ended(&run, RunOutcome::Exited { code: 3 }, t(60_000)),
+        t(60_100),
+    );
+    m.handle(written(&failed), t(60_105));
+    m.handle(
+        Input::Reloaded(jobs(&job("b", EVERY_SECOND, ""))),
+        t(61_000),
+    );
+    let dropped: Vec<Action> = m
+        .handle(Input::Tick, t(62_100))
+        .into_iter()
+        .filter(|a| matches!(a, Action::DropRetry { .. }))
+        .collect();
+    let [Action::DropRetry { record, version }] = dropped.as_slice() else {
+        panic!("one dropped retry: {dropped:?}");
+    };
+    assert_eq!(
+        *version,
+        failed.version + 2,
+        "at the version the retry would claim"
+    );
+    assert_eq!(record.retry_at_unix_ms, None);
+    assert_eq!(
+        record.status,
+        RunStatus::Failed,
+        "the failure stays recorded"
+    );
+    assert!(
+        record
+            .error
+            .as_deref()
+            .is_some_and(|e| e.ends_with("attempt 2 dropped: the job left the schedule")),
+        "{record:?}"
+    );
+    assert_eq!(m.next_deadline().map(|at| at > t(62_100)), Some(true));
+}
+
 #[test]
 fn replace_cancels_the_running_run_and_starts_when_it_has_ended() {
     let mut m = owning(&job("a", EVERY_SECOND, "concurrency = \"replace\""));

@@ -251,6 +251,7 @@ impl World {
                 );
             }
             Action::CancelRun { .. }
+            | Action::DropRetry { .. }
             | Action::Prune { .. }
             | Action::PrepareJobs(_)
             | Action::FenceFailed(_)

@@ -114,6 +114,13 @@ async fn a_node_15_s_behind_takes_over_and_fires_no_tick_twice_and_none_out_of_o
     );
     let said = behind.log().matches("this node's clock is behind").count();
     assert_eq!(said, 1, "the skew is said once:\n{}", behind.log_tail());
+    // Its clock check warned too: alone, off the servers' (it keeps firing).
+    let log = behind.log();
+    let clock_lines: Vec<&str> = log.lines().filter(|l| l.contains("clock")).collect();
+    assert!(
+        log.contains("no other member can fire instead"),
+        "alone, off the servers': {clock_lines:#?}"
+    );
 }
 
 /// Issue 24 §3: a node whose clock is off the other members' by more than

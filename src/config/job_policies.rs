@@ -18,10 +18,10 @@ const DEFAULT_HISTORY: usize = 100;
 const DEFAULT_MAX_RUNNING: usize = 256;
 const DEFAULT_STARTING_DEADLINE: Duration = Duration::from_secs(300);
 const DEFAULT_RETRY_BACKOFF: Duration = Duration::from_secs(30);
-/// A day: longer than any client's retry of a submit that timed out, the common lifetime of an
-/// idempotency key (Stripe's), and at a few submissions a second a few hundred MB of ZooKeeper
-/// heap at most (docs/DELAYED.md "Idempotent ids").
-const DEFAULT_DEDUP_WINDOW: Duration = Duration::from_secs(24 * 3600);
+/// An hour: far longer than a client's retry of a submit that timed out (seconds to minutes),
+/// and a remembered id costs ZooKeeper about 1 KB of heap on every server (docs/DELAYED.md
+/// "Idempotent ids"): a day at 100 submissions a second would be 8 GB.
+const DEFAULT_DEDUP_WINDOW: Duration = Duration::from_secs(3600);
 /// The longest window: every remembered id sits in every server's heap meanwhile.
 const MAX_DEDUP_WINDOW: Duration = Duration::from_secs(30 * 24 * 3600);
 

@@ -40,7 +40,7 @@ fn defaults_are_the_documented_ones() {
     assert_eq!(job.timezone, chrono_tz::UTC);
     assert!(job.schedule.is_some());
     assert_eq!((job.history, job.max_running), (100, 256));
-    assert_eq!(job.dedup_window, Duration::from_secs(24 * 3600));
+    assert_eq!(job.dedup_window, Duration::from_secs(3600));
     assert_eq!(job.spec.program, Program::Shell("true".into()));
 }
 

@@ -64,7 +64,7 @@ fn a_paused_jobs_ticks_are_recorded_skipped_with_who_and_why_and_resume_fires_th
         vec![Action::Prune {
             job: JobName::new("a"),
             keep: 100,
-            remember: Duration::from_secs(24 * 3600),
+            remember: Duration::from_secs(3600),
         }],
         "skipped records are kept to `history` like runs"
     );

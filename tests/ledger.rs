@@ -661,6 +661,30 @@ async fn a_pruned_submission_leaves_a_tombstone_until_its_window_has_passed() {
     submit(&a, &paths, first.as_str(), due + 7_200_000).await;
 }
 
+/// A submission's record whose request is gone already (deleted by hand, or by an older
+/// zkcron) is pruned all the same, inside and after its window: nothing waits for a node that
+/// will not come back.
+#[tokio::test]
+async fn a_record_whose_request_is_gone_is_still_pruned() {
+    let (a, _, paths, _) = setup("ledger-submission-request-gone").await;
+    let token = acquire(&a, &paths).await;
+    let due = 1_800_000_000_000;
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        let id = submit(&a, &paths, &format!("g-{n}"), due + n).await;
+        run_to_the_end(&a, &paths, &id, due + n, token).await;
+        a.delete(&paths.delayed.submission(&id), None)
+            .await
+            .expect("request deleted");
+        ids.push(id);
+    }
+    let job = JobName::new("close");
+    let within = ledger::prune(&a, &paths, &job, 2, remember_at(due + 1_000, 3600)).await;
+    assert_eq!(within.expect("pruned"), 1, "inside its window");
+    let after = ledger::prune(&a, &paths, &job, 1, remember_at(due + 7_200_000, 3600)).await;
+    assert_eq!(after.expect("pruned"), 1, "after its window");
+}
+
 /// A record that still promises a retry is never pruned: the next owner needs it to keep the
 /// promise (issue 24).
 #[tokio::test]

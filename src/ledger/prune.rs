@@ -173,6 +173,10 @@ fn request_fate(
     remember: Remember,
 ) -> RequestFate {
     let path = paths.delayed.submission(id);
+    if matches!(read, Err(ZkErr::NoNode)) {
+        // Gone already: the record goes alone (a delete of it would fail the multi-op forever).
+        return RequestFate::None;
+    }
     let ended = run.finished_unix_ms.unwrap_or(run.claimed_unix_ms);
     let window_ms = i64::try_from(remember.window.as_millis()).unwrap_or(i64::MAX);
     let until = ended.saturating_add(window_ms);
@@ -187,7 +191,7 @@ fn request_fate(
             id: id.clone(),
             bucket: ForgetBucket::of(until),
         },
-        Ok((Ok(Stored::Tombstone(_)), _)) | Err(ZkErr::NoNode) => RequestFate::None,
+        Ok((Ok(Stored::Tombstone(_)), _)) => RequestFate::None,
         Ok((Err(err), _)) => {
             tracing::warn!(path, error = %err, "unreadable submission; its id is freed with its record");
             RequestFate::Delete(path)

@@ -22,6 +22,7 @@ const FLOORS: &[(usize, &[&str])] = &[
             "heap",
             "lock::node",
             "lock::clock",
+            "lock::balance",
             "delayed::submission",
             "delayed::due",
         ],

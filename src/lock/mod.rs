@@ -4,6 +4,7 @@
 //! Owns: deciding and proving who may fire jobs (DESIGN.md "The lock").
 //! Must not: know about jobs, schedules or processes.
 
+pub mod balance;
 pub mod clock;
 pub mod clock_watch;
 pub mod driver;

@@ -1,0 +1,259 @@
+//! Which lock groups a node contends for, and which it hands over, so that ownership is
+//! balanced over the live members and sticky (issue 19). The lock stays the only arbiter of who
+//! owns a group; this decides only where each node stands: every eligible node may take a group
+//! nobody holds, and an owner that is not a group's preferred owner hands it over — through the
+//! release path, a handoff — once membership has settled, one group at a time.
+//!
+//! Owns: each group's preferred owner (rendezvous hashing of (group, node), at most ⌈G/N⌉
+//! groups a node among the nodes whose tags the group requires), when membership counts as
+//! settled, and the pace of moves.
+//! Must not: read a clock or do I/O (the driver feeds members, owners and the time in).
+//!
+//! Not wired yet: lock groups (issue 19) are being built from the bottom; the groups' driver
+//! will feed this the members' tags and the owners it reads.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use crate::ids::NodeId;
+
+/// A live member as the balancer sees it: its id and the tags it carries (`[node] tags`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Member {
+    pub node: NodeId,
+    pub tags: BTreeSet<String>,
+}
+
+/// A lock group and the tags a node needs to own it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupSpec {
+    pub name: String,
+    pub requires: BTreeSet<String>,
+}
+
+impl GroupSpec {
+    fn admits(&self, member: &Member) -> bool {
+        self.requires.is_subset(&member.tags)
+    }
+}
+
+/// The rendezvous score of `node` for `group`: the first 8 bytes of SHA-256 over
+/// `group \n node`, so every node (and any other implementation) computes the same.
+fn score(group: &str, node: &NodeId) -> u64 {
+    let text = format!("{group}\n{node}");
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, text.as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest.as_ref()[..8]);
+    u64::from_be_bytes(first)
+}
+
+/// Each group's preferred owner among `members`, given who owns each group now (`current`):
+///
+/// 1. a live owner that may own its group keeps it, up to ⌈G/N⌉ groups (those it scores
+///    highest for);
+/// 2. the other groups go by rendezvous score, the (group, node) pairs highest first, to nodes
+///    with room under ⌈G/N⌉ that carry the tags the group requires;
+/// 3. a group whose eligible nodes are all full goes to its best-scored eligible node anyway;
+/// 4. a node below ⌊G/N⌋ takes, one at a time, the group it scores highest for from a node
+///    above it.
+///
+/// So a join moves about the new node's share and a leave about the leaver's groups, not a
+/// reshuffle; a group that no member may own has none.
+pub fn preferred_owners(
+    groups: &[GroupSpec],
+    members: &[Member],
+    current: &BTreeMap<String, Option<NodeId>>,
+) -> BTreeMap<String, Option<NodeId>> {
+    let capacity = groups.len().div_ceil(members.len().max(1));
+    let floor = groups.len() / members.len().max(1);
+    let mut pairs: Vec<(u64, &GroupSpec, &Member)> = groups
+        .iter()
+        .flat_map(|group| {
+            members
+                .iter()
+                .filter(|member| group.admits(member))
+                .map(move |member| (score(&group.name, &member.node), group, member))
+        })
+        .collect();
+    // Ties (of a 64-bit hash) broken by name, so every node sorts alike.
+    pairs.sort_by(|a, b| (b.0, &b.1.name, &b.2.node).cmp(&(a.0, &a.1.name, &a.2.node)));
+    let mut owners: BTreeMap<String, Option<NodeId>> = groups
+        .iter()
+        .map(|group| (group.name.clone(), None))
+        .collect();
+    let mut load: BTreeMap<NodeId, usize> = BTreeMap::new();
+    let owns_now = |group: &GroupSpec, member: &Member| {
+        current.get(&group.name).cloned().flatten().as_ref() == Some(&member.node)
+    };
+    let kept = pairs
+        .iter()
+        .filter(|(_, group, member)| owns_now(group, member));
+    let free = pairs.iter();
+    for (_, group, member) in kept.chain(free) {
+        let taken = load.entry(member.node.clone()).or_default();
+        let owner = owners.entry(group.name.clone()).or_default();
+        if owner.is_none() && *taken < capacity {
+            *owner = Some(member.node.clone());
+            *taken += 1;
+        }
+    }
+    for (_, group, member) in &pairs {
+        let owner = owners.entry(group.name.clone()).or_default();
+        if owner.is_none() {
+            *owner = Some(member.node.clone());
+            *load.entry(member.node.clone()).or_default() += 1;
+        }
+    }
+    lift_to_floor(&pairs, floor, &mut owners, &mut load);
+    owners
+}
+
+/// Step 4 of [`preferred_owners`]: nodes below `floor` take groups from nodes above it.
+fn lift_to_floor(
+    pairs: &[(u64, &GroupSpec, &Member)],
+    floor: usize,
+    owners: &mut BTreeMap<String, Option<NodeId>>,
+    load: &mut BTreeMap<NodeId, usize>,
+) {
+    for _ in 0..pairs.len() {
+        let above = |node: &NodeId, load: &BTreeMap<NodeId, usize>| {
+            load.get(node).copied().unwrap_or(0) > floor
+        };
+        let steal = pairs.iter().find(|(_, group, member)| {
+            load.get(&member.node).copied().unwrap_or(0) < floor
+                && owners
+                    .get(&group.name)
+                    .cloned()
+                    .flatten()
+                    .is_some_and(|owner| above(&owner, load))
+        });
+        let Some((_, group, member)) = steal else {
+            return;
+        };
+        if let Some(Some(from)) = owners.insert(group.name.clone(), Some(member.node.clone())) {
+            *load.entry(from).or_default() -= 1;
+        }
+        *load.entry(member.node.clone()).or_default() += 1;
+    }
+}
+
+/// What a node should do about the groups now.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Decision {
+    /// The groups this node may contend for now (it is eligible and either preferred, or the
+    /// group has had no owner for longer than the settle time).
+    pub contend: BTreeSet<String>,
+    /// A group this node owns and hands over now, to its preferred owner.
+    pub hand_over: Option<String>,
+    /// Groups no live member may own (their tags): reported, not silently idle.
+    pub orphaned: Vec<String>,
+    /// When to decide again even if nothing changes (settling ends, the spacing passes, an
+    /// unowned group's wait ends).
+    pub next_look: Option<Instant>,
+}
+
+/// One node's balancer: the membership it has seen, since when, and its last move.
+#[derive(Debug)]
+pub struct Balancer {
+    me: NodeId,
+    /// `[lock] rebalance_after`: membership unchanged this long counts as settled.
+    settle: Duration,
+    /// Between two handovers by this node.
+    spacing: Duration,
+    members: Vec<Member>,
+    changed_at: Option<Instant>,
+    last_move: Option<Instant>,
+    unowned_since: BTreeMap<String, Instant>,
+}
+
+impl Balancer {
+    pub fn new(me: NodeId, settle: Duration, spacing: Duration) -> Self {
+        Self {
+            me,
+            settle,
+            spacing,
+            members: Vec::new(),
+            changed_at: None,
+            last_move: None,
+            unowned_since: BTreeMap::new(),
+        }
+    }
+
+    /// The live members now (ours included). A change of who is there, or of their tags,
+    /// starts the settle time again: a member that flaps moves nothing.
+    pub fn members(&mut self, mut members: Vec<Member>, now: Instant) {
+        members.sort();
+        members.dedup();
+        if members != self.members {
+            self.members = members;
+            self.changed_at = Some(now);
+        }
+    }
+
+    fn settled_at(&self) -> Option<Instant> {
+        self.changed_at.map(|at| at + self.settle)
+    }
+
+    /// Decides from the groups and who owns each now (`None`: nobody).
+    pub fn decide(
+        &mut self,
+        groups: &[GroupSpec],
+        owners: &BTreeMap<String, Option<NodeId>>,
+        now: Instant,
+    ) -> Decision {
+        let preferred = preferred_owners(groups, &self.members, owners);
+        let live: BTreeSet<&NodeId> = self.members.iter().map(|m| &m.node).collect();
+        let me = self.members.iter().find(|m| m.node == self.me);
+        let settled = self.settled_at().is_some_and(|at| now >= at);
+        self.unowned_since
+            .retain(|group, _| owners.get(group).is_some_and(Option::is_none));
+        let mut decision = Decision::default();
+        let mut looks = Vec::new();
+        if !settled {
+            looks.extend(self.settled_at());
+        }
+        for group in groups {
+            let name = &group.name;
+            let owner = owners.get(name).cloned().flatten();
+            let favourite = preferred.get(name).cloned().flatten();
+            if favourite.is_none() {
+                decision.orphaned.push(name.clone());
+                continue;
+            }
+            let Some(me) = me.filter(|me| group.admits(me)) else {
+                continue;
+            };
+            let mine = favourite.as_ref() == Some(&me.node);
+            let waited_out = match owner {
+                Some(_) => false,
+                None => {
+                    let since = *self.unowned_since.entry(name.clone()).or_insert(now);
+                    looks.push(since + self.settle);
+                    now >= since + self.settle
+                }
+            };
+            if mine || waited_out || (owner.is_none() && !settled) {
+                decision.contend.insert(name.clone());
+            }
+            let handover_due = owner.as_ref() == Some(&self.me)
+                && !mine
+                && favourite.as_ref().is_some_and(|node| live.contains(node));
+            if handover_due && settled && decision.hand_over.is_none() {
+                match self.last_move.map(|at| at + self.spacing) {
+                    Some(at) if now < at => looks.push(at),
+                    _ => {
+                        decision.hand_over = Some(name.clone());
+                        decision.contend.remove(name);
+                        self.last_move = Some(now);
+                        looks.push(now + self.spacing);
+                    }
+                }
+            }
+        }
+        decision.next_look = looks.into_iter().filter(|at| *at > now).min();
+        decision
+    }
+}
+
+#[cfg(test)]
+mod tests;

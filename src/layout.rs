@@ -32,6 +32,19 @@ impl LockPaths {
     pub fn member(&self, node_id: &NodeId) -> String {
         format!("{}/{node_id}", self.members)
     }
+
+    /// The lock of named group `group` inside this one (issue 19): its own `lock` and `epoch`
+    /// under `groups/<group>`, the members shared. The default group is `self`, laid out as
+    /// before groups existed.
+    pub fn group(&self, group: &str) -> Self {
+        let dir = format!("{}/groups/{group}", self.dir);
+        Self {
+            lock: format!("{dir}/lock"),
+            epoch: format!("{dir}/epoch"),
+            members: self.members.clone(),
+            dir,
+        }
+    }
 }
 
 /// The ledger's znodes under one lock group.
@@ -48,11 +61,18 @@ pub struct LedgerPaths {
 impl LedgerPaths {
     /// The ledger of the lock group at `lock`.
     pub fn new(lock: &LockPaths) -> Self {
+        Self::fenced_by(lock, lock)
+    }
+
+    /// The ledger under `base`, its claims fenced by the epoch of `group` (`base` itself, or
+    /// one of its named groups): records stay keyed by job whatever group owns the job, so a
+    /// job that moves between groups keeps one claim per tick (issue 19).
+    pub fn fenced_by(base: &LockPaths, group: &LockPaths) -> Self {
         Self {
-            epoch: lock.epoch.clone(),
-            runs: format!("{}/runs", lock.dir),
-            running: format!("{}/running", lock.dir),
-            delayed: DelayedPaths::new(lock),
+            epoch: group.epoch.clone(),
+            runs: format!("{}/runs", base.dir),
+            running: format!("{}/running", base.dir),
+            delayed: DelayedPaths::new(base),
         }
     }
 

@@ -718,6 +718,75 @@ async fn a_record_that_promises_a_retry_is_not_pruned() {
     assert!(a.check_stat(&claim.path).await.expect("stat").is_some());
 }
 
+/// Issue 19's layout: a job's records are keyed by the job, whatever lock group fences its
+/// claims. A job that moves between groups (two owners that briefly disagree about its group,
+/// each holding its own group's lock) still has one claim per tick; a token stale in its own
+/// group claims nothing even while the other group's epoch would pass.
+#[tokio::test]
+async fn a_tick_is_claimed_once_whichever_group_fences_it() {
+    let (a, b, default, _) = setup("ledger-groups").await;
+    let base = LockPaths::new("/zkcron", "g");
+    let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    let mut ledgers = Vec::new();
+    for name in ["billing", "reports"] {
+        let group = base.group(name);
+        a.mkdir(&group.dir, &open).await.expect("group dir");
+        a.create(&group.epoch, b"", &open)
+            .await
+            .expect("group epoch");
+        let ledger = LedgerPaths::fenced_by(&base, &group);
+        assert_eq!(ledger.runs, default.runs, "one ledger for every group");
+        assert_ne!(ledger.epoch, default.epoch);
+        ledgers.push(ledger);
+    }
+    let (billing, reports) = (&ledgers[0], &ledgers[1]);
+    let token_a = acquire(&a, billing).await;
+    let token_b = acquire(&b, reports).await;
+    let first = ledger::claim(
+        &a,
+        billing,
+        record("moving", 5000, "x", token_a),
+        ClaimMode::Create,
+        false,
+        Acls::anyone_all(),
+    );
+    let second = ledger::claim(
+        &b,
+        reports,
+        record("moving", 5000, "y", token_b),
+        ClaimMode::Create,
+        false,
+        Acls::anyone_all(),
+    );
+    let (first, second) = tokio::join!(first, second);
+    let won = [first.is_ok(), second.is_ok()];
+    assert_eq!(
+        won.iter().filter(|w| **w).count(),
+        1,
+        "{first:?} {second:?}"
+    );
+    let lost = if won[0] { second } else { first };
+    assert!(
+        matches!(lost, Err(ClaimError::AlreadyClaimed { .. })),
+        "{lost:?}"
+    );
+    // billing's lock moves on: a's token is stale there, whatever reports' epoch says.
+    acquire(&b, billing).await;
+    let stale = ledger::claim(
+        &a,
+        billing,
+        record("moving", 6000, "x", token_a),
+        ClaimMode::Create,
+        false,
+        Acls::anyone_all(),
+    )
+    .await;
+    assert!(
+        matches!(stale, Err(ClaimError::NotOwner { .. })),
+        "{stale:?}"
+    );
+}
+
 /// Claims `ids` at once through `group`, each as the driver does, answers in the order of `ids`.
 async fn claim_together(
     group: &ledger::group::GroupCommit,

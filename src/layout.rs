@@ -56,6 +56,8 @@ pub struct LedgerPaths {
     pub running: String,
     /// The delayed submissions, whose claims the ledger makes like ticks'.
     pub delayed: DelayedPaths,
+    /// Parent of the cluster-wide caps: `limits/<name>/lease-<seq>`, ephemeral (issue 19).
+    pub limits: String,
 }
 
 impl LedgerPaths {
@@ -73,7 +75,13 @@ impl LedgerPaths {
             runs: format!("{}/runs", base.dir),
             running: format!("{}/running", base.dir),
             delayed: DelayedPaths::new(base),
+            limits: format!("{}/limits", base.dir),
         }
+    }
+
+    /// The leases of limit `name`.
+    pub fn limit(&self, name: &str) -> String {
+        format!("{}/{name}", self.limits)
     }
 
     /// The parent of one job's records.

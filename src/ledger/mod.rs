@@ -9,6 +9,7 @@
 
 pub mod forget;
 pub mod group;
+pub mod limits;
 mod prune;
 pub mod submissions;
 

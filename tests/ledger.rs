@@ -345,6 +345,7 @@ async fn submit(client: &Client, paths: &LedgerPaths, id: &str, due: i64) -> Sub
         submitted_unix_ms: due - 1000,
         payload: b"p".to_vec(),
         requested_by: None,
+        anonymous: false,
     };
     let submitted =
         submissions::submit(client, &paths.delayed, &id, &submission, Acls::anyone_all()).await;
@@ -609,6 +610,7 @@ async fn a_pruned_submission_leaves_a_tombstone_until_its_window_has_passed() {
         submitted_unix_ms: ten_minutes_later,
         payload: b"p".to_vec(),
         requested_by: None,
+        anonymous: false,
     };
     let again = submissions::submit(&a, &paths.delayed, first, &same, Acls::anyone_all()).await;
     assert_eq!(
@@ -659,6 +661,42 @@ async fn a_pruned_submission_leaves_a_tombstone_until_its_window_has_passed() {
     );
     // The freed id takes a new request.
     submit(&a, &paths, first.as_str(), due + 7_200_000).await;
+}
+
+/// A submission whose id was generated (no `--id`) is not remembered: no client can send its
+/// id again, so its record's prune frees the id at once, even inside the window.
+#[tokio::test]
+async fn an_anonymous_submission_leaves_no_tombstone() {
+    let (a, _, paths, _) = setup("ledger-submission-anonymous").await;
+    let token = acquire(&a, &paths).await;
+    let due = 1_800_000_000_000;
+    let id = SubmissionId::generate();
+    let anonymous = Submission {
+        job: JobName::new("close"),
+        due_unix_ms: due,
+        submitted_unix_ms: due - 1000,
+        payload: b"p".to_vec(),
+        requested_by: None,
+        anonymous: true,
+    };
+    let submitted =
+        submissions::submit(&a, &paths.delayed, &id, &anonymous, Acls::anyone_all()).await;
+    assert_eq!(
+        submitted.expect("submitted"),
+        submissions::Submitted::Created
+    );
+    run_to_the_end(&a, &paths, &id, due, token).await;
+    let kept = submit(&a, &paths, "named", due + 1).await;
+    run_to_the_end(&a, &paths, &kept, due + 1, token).await;
+    let job = JobName::new("close");
+    let pruned = ledger::prune(&a, &paths, &job, 1, remember_at(due + 1_000, 3600)).await;
+    assert_eq!(pruned.expect("pruned"), 1);
+    let path = paths.delayed.submission(&id);
+    assert_eq!(
+        a.check_stat(&path).await.expect("stat"),
+        None,
+        "freed at once"
+    );
 }
 
 /// A submission's record whose request is gone already (deleted by hand, or by an older

@@ -133,6 +133,7 @@ pub fn check_request(
         submitted_unix_ms: now.timestamp_millis(),
         payload: request.payload.clone(),
         requested_by: None,
+        anonymous: request.id.is_none(),
     })
 }
 
@@ -462,6 +463,20 @@ mod tests {
         assert_eq!(
             (ok.due_unix_ms, ok.submitted_unix_ms, ok.payload.len()),
             (1_700_000_000_000, 1_700_000_000_000, MAX_PAYLOAD)
+        );
+        let chosen = SubmitRequest {
+            id: SubmissionId::parse("order-42").ok(),
+            ..request(now(), 0)
+        };
+        assert_eq!(
+            (
+                ok.anonymous,
+                check_request(&jobs, &chosen, now())
+                    .map(|s| s.anonymous)
+                    .ok()
+            ),
+            (true, Some(false)),
+            "only a generated id is anonymous"
         );
         let unknown = SubmitRequest {
             job: JobName::new("nope"),

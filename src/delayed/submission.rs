@@ -191,6 +191,9 @@ pub struct Submission {
     pub payload: Vec<u8>,
     /// A manual trigger (`zkcron trigger`): who asked. Its run is recorded as such.
     pub requested_by: Option<String>,
+    /// Its id was generated, not chosen: no client can send it again, so nothing needs to
+    /// remember it once its record is pruned.
+    pub anonymous: bool,
 }
 
 /// The header line of a submission znode.
@@ -203,6 +206,9 @@ struct Header {
     /// Older readers ignore it: the run then counts as an ordinary submission.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     requested_by: Option<String>,
+    /// The id was generated (older readers ignore it and keep a tombstone).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    anonymous: bool,
     /// A tombstone: the SHA-256 of the payload it no longer holds (lowercase hex).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     payload_sha256: Option<String>,
@@ -224,6 +230,7 @@ impl Header {
             due_unix_ms: submission.due_unix_ms,
             submitted_unix_ms: submission.submitted_unix_ms,
             requested_by: submission.requested_by.clone(),
+            anonymous: submission.anonymous,
             payload_sha256: None,
             payload_bytes: None,
             remembered_until_unix_ms: None,
@@ -280,6 +287,7 @@ impl Submission {
             submitted_unix_ms: header.submitted_unix_ms,
             payload: payload.to_vec(),
             requested_by: header.requested_by,
+            anonymous: header.anonymous,
         }
     }
 
@@ -330,6 +338,7 @@ impl Tombstone {
             due_unix_ms: self.due_unix_ms,
             submitted_unix_ms: self.submitted_unix_ms,
             requested_by: self.requested_by.clone(),
+            anonymous: false,
             payload_sha256: Some(self.payload_sha256.clone()),
             payload_bytes: Some(self.payload_bytes),
             remembered_until_unix_ms: Some(self.remembered_until_unix_ms),
@@ -434,6 +443,7 @@ mod tests {
             submitted_unix_ms: 1_699_999_000_000,
             payload: payload.to_vec(),
             requested_by: None,
+            anonymous: false,
         }
     }
 
@@ -532,6 +542,17 @@ mod tests {
             text.starts_with("{\"v\":1,\"job\":\"close-order\",\"due_unix_ms\":1700000000123,"),
             "{text}"
         );
+        assert!(
+            !text.contains("anonymous"),
+            "a chosen id adds nothing: {text}"
+        );
+        let anonymous = Submission {
+            anonymous: true,
+            ..submission(b"p")
+        };
+        let bytes = anonymous.to_bytes();
+        assert!(String::from_utf8_lossy(&bytes).contains("\"anonymous\":true"));
+        assert_eq!(Submission::parse(&bytes).expect("parses"), anonymous);
     }
 
     #[test]

@@ -184,6 +184,10 @@ fn request_fate(
         return RequestFate::Delete(path);
     }
     match read.map(|(data, stat)| (Stored::parse(&data), stat.version)) {
+        // A generated id: nobody can send it again.
+        Ok((Ok(Stored::Request(submission)), _)) if submission.anonymous => {
+            RequestFate::Delete(path)
+        }
         Ok((Ok(Stored::Request(submission)), version)) => RequestFate::Tombstone {
             data: submission.tombstone(until).to_bytes(),
             path,

@@ -403,6 +403,7 @@ pub async fn show(
                 submitted_unix_ms: tombstone.submitted_unix_ms,
                 payload: Vec::new(),
                 requested_by: tombstone.requested_by.clone(),
+                anonymous: false,
             };
             return Ok(Some((submission, SubmissionState::Remembered(tombstone))));
         }

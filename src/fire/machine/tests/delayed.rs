@@ -18,6 +18,7 @@ fn submission(job: &str, due_ms: i64, payload: &[u8]) -> Submission {
         submitted_unix_ms: t(0).timestamp_millis(),
         payload: payload.to_vec(),
         requested_by: None,
+        anonymous: false,
     }
 }
 

@@ -111,6 +111,7 @@ fn submission(due_ms: i64, by: Option<&str>) -> Submission {
         submitted_unix_ms: t(0).timestamp_millis(),
         payload: Vec::new(),
         requested_by: by.map(str::to_owned),
+        anonymous: false,
     }
 }
 

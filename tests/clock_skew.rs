@@ -142,7 +142,7 @@ async fn a_node_off_the_fleets_clock_hands_the_lock_over_and_stays_out_of_conten
     })
     .await;
 
-    // A clock check every half session timeout (2 s here) sees the healthy member's offset.
+    // A clock check every session timeout (4 s here) sees the healthy member's offset.
     let healthy = DaemonNode::start(dir.path(), "healthy", &text);
     behind
         .wait_log("stays out of contention", SESSION + SLACK)

@@ -27,10 +27,12 @@ pub struct ClockSettings {
     pub metrics: Option<Arc<Metrics>>,
 }
 
-/// How often the clock is checked: half the session timeout, between 1 s and 10 s. Often
-/// enough that a node whose peers left contends soon after; one write and one listing a time.
+/// How often the clock is checked: once a session timeout, between 1 s and 10 s. Often enough
+/// that a node whose peers left contends again within about a takeover; each check is one
+/// write through the ensemble's log and one listing, and the owner's drift check reads the
+/// members once per write it sees.
 pub fn period(session_timeout: Duration) -> Duration {
-    (session_timeout / 2).clamp(Duration::from_secs(1), Duration::from_secs(10))
+    session_timeout.clamp(Duration::from_secs(1), Duration::from_secs(10))
 }
 
 /// One check's answers.

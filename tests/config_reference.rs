@@ -84,6 +84,10 @@ fn the_reference_names_every_key_the_parser_accepts_and_no_other() {
             format!("{BASE}[http]\nlisten = \"127.0.0.1:1\"\nzz_unknown = 1\n"),
         ),
         (
+            "limit",
+            format!("{BASE}[[limit]]\nname = \"a\"\nmax = 1\nzz_unknown = 1\n"),
+        ),
+        (
             "job",
             format!("{BASE}[[job]]\nname = \"a\"\nshell = \"true\"\nzz_unknown = 1\n"),
         ),

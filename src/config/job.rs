@@ -66,6 +66,7 @@ impl Validator<'_> {
         let retry_backoff = self.job_retry_backoff(raw.retry_backoff, job);
         let starting_deadline = self.job_starting_deadline(raw.starting_deadline, job);
         let dedup_window = self.job_dedup_window(raw.dedup_window, job);
+        let limits = self.job_limits(raw.limits, job);
         let spec = JobSpec {
             name: JobName::new(name.clone()),
             // From here on only for a job with a usable program: a job without one does not
@@ -96,6 +97,7 @@ impl Validator<'_> {
             retries,
             retry_backoff,
             dedup_window,
+            limits,
         })
     }
 

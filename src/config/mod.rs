@@ -19,6 +19,7 @@ mod error;
 mod http;
 mod job;
 mod job_policies;
+mod limit;
 mod lock;
 mod log;
 mod schema;
@@ -48,9 +49,18 @@ pub struct Config {
     pub log: LogConfig,
     /// `None`: no HTTP listener (the default).
     pub http: Option<HttpConfig>,
+    /// `[[limit]]`: cluster-wide caps on runs, in file order.
+    pub limits: Vec<LimitConfig>,
     /// Shared as they are by the fire machine, the reloader, steering and the HTTP API: one
     /// copy of each job lives on.
     pub jobs: Vec<Arc<JobConfig>>,
+}
+
+/// One `[[limit]]`: at most `max` runs of the jobs that name it at once, across the cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitConfig {
+    pub name: String,
+    pub max: usize,
 }
 
 /// `[http]`: one small listener per node for metrics, status and steering (docs/API.md).
@@ -218,6 +228,8 @@ pub struct JobConfig {
     /// How long a submission's id is remembered after its run ended, whatever `history` keeps:
     /// a resubmit of it within this window is a no-op.
     pub dedup_window: Duration,
+    /// The limits a run of this job holds a lease of, in name order.
+    pub limits: Vec<LimitConfig>,
 }
 
 impl JobConfig {
@@ -285,6 +297,7 @@ impl Config {
             lock: self.lock.clone(),
             log: self.log.clone(),
             http: self.http.clone(),
+            limits: self.limits.clone(),
             jobs: jobs.collect(),
         }
     }

@@ -23,7 +23,17 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub(super) http: Option<RawHttp>,
     #[serde(default)]
+    pub(super) limit: Vec<Spanned<RawLimit>>,
+    #[serde(default)]
     pub(super) job: Vec<Spanned<RawJob>>,
+}
+
+/// One `[[limit]]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLimit {
+    pub(super) name: Spanned<String>,
+    pub(super) max: Spanned<i64>,
 }
 
 /// `[http]`.
@@ -113,4 +123,5 @@ pub(super) struct RawJob {
     pub(super) retries: Option<Spanned<i64>>,
     pub(super) retry_backoff: Option<Spanned<String>>,
     pub(super) dedup_window: Option<Spanned<String>>,
+    pub(super) limits: Option<Spanned<Vec<Spanned<String>>>>,
 }

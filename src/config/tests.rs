@@ -45,6 +45,40 @@ fn defaults_are_the_documented_ones() {
 }
 
 #[test]
+fn a_job_takes_declared_limits_and_an_undeclared_or_bad_one_is_refused_with_its_place() {
+    let limits = "[[limit]]\nname = \"db-heavy\"\nmax = 2\n[[limit]]\nname = \"api\"\nmax = 5\n";
+    let job = |list: &str| {
+        format!("{MINIMAL}{limits}[[job]]\nname = \"j\"\nshell = \"true\"\nlimits = {list}\n")
+    };
+    let config = parse_text(&job("[\"db-heavy\", \"api\"]")).expect("valid");
+    let names: Vec<(&str, usize)> = config.jobs[0]
+        .limits
+        .iter()
+        .map(|l| (l.name.as_str(), l.max))
+        .collect();
+    assert_eq!(names, [("api", 5), ("db-heavy", 2)], "in name order");
+    assert_eq!(config.limits.len(), 2);
+    let unknown = parse_text(&job("[\"nope\"]")).expect_err("refused").render();
+    assert!(
+        unknown.contains("job \"j\": limits: expected a declared [[limit]]: db-heavy, api"),
+        "{unknown}"
+    );
+    let twice = parse_text(&job("[\"api\", \"api\"]")).expect_err("refused").render();
+    assert!(twice.contains("named twice"), "{twice}");
+    for (bad, says) in [
+        ("[[limit]]\nname = \"x\"\nmax = 0\n", "limit \"x\": max: expected"),
+        ("[[limit]]\nname = \"a/b\"\nmax = 1\n", "limit \"a/b\": name"),
+        (
+            "[[limit]]\nname = \"x\"\nmax = 1\n[[limit]]\nname = \"x\"\nmax = 2\n",
+            "duplicate limit name",
+        ),
+    ] {
+        let err = parse_text(&format!("{MINIMAL}{bad}")).expect_err(bad).render();
+        assert!(err.contains(says), "{bad}: {err}");
+    }
+}
+
+#[test]
 fn a_dedup_window_is_from_a_second_to_thirty_days() {
     let with = |window: &str| {
         parse_text(&format!(

@@ -3,7 +3,7 @@
 //! Owns: the [`Validator`] every section checks with, the order the sections are checked in,
 //! duplicate job names, and the checks shared by all sections (durations, counts, named files).
 //! Must not: know a section's keys (each section's file does: `zookeeper.rs`, `lock.rs`,
-//! `http.rs`, `log.rs`, `job.rs`), nor stop at the first problem.
+//! `http.rs`, `log.rs`, `limit.rs`, `job.rs`), nor stop at the first problem.
 
 use std::collections::HashSet;
 use std::ops::Range;
@@ -13,7 +13,7 @@ use std::time::Duration;
 use toml::Spanned;
 
 use super::schema::RawConfig;
-use super::{Config, Problem};
+use super::{Config, LimitConfig, Problem};
 
 /// Checks a parsed file and builds its [`Config`]; all of its problems, in file order, if any.
 pub(super) fn validate(
@@ -23,6 +23,7 @@ pub(super) fn validate(
     let mut v = Validator {
         problems: Vec::new(),
         env,
+        limits: Vec::new(),
     };
     let config = v.config(raw);
     v.problems
@@ -40,6 +41,8 @@ pub(super) struct Validator<'e> {
     pub(super) problems: Vec<Problem>,
     /// Looks up environment variables (injected, so tests need not touch the process's own).
     pub(super) env: &'e dyn Fn(&str) -> Option<String>,
+    /// The `[[limit]]`s declared, for the jobs that name them.
+    pub(super) limits: Vec<LimitConfig>,
 }
 
 impl Validator<'_> {
@@ -62,6 +65,7 @@ impl Validator<'_> {
         let lock = self.lock(raw.lock);
         let log = self.log(raw.log);
         let http = raw.http.map(|raw| self.http(raw));
+        self.limits = self.declared_limits(raw.limit);
         let mut seen = HashSet::new();
         // Sized once: a running daemon keeps this Vec for good, and growing it by doubling left
         // up to half of it unused (6384 of 16 384 slots, 1.8 MB, at 10 000 jobs: issue 10).
@@ -84,6 +88,7 @@ impl Validator<'_> {
             lock: lock?,
             log: log?,
             http: http.flatten(),
+            limits: std::mem::take(&mut self.limits),
             jobs,
         })
     }

@@ -625,6 +625,32 @@ fn status_lines(report: &StatusReport, config: &Config) -> Vec<String> {
             zkcron::drift::describe(drift)
         ));
     }
+    for limit in &report.limits {
+        let runs = |holders: &[zkcron::ledger::limits::LeaseHolder]| {
+            holders
+                .iter()
+                .map(|h| format!("{} on {}", h.run_id, h.node_id))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut line = format!(
+            "limit {}: {} of {} held",
+            limit.name,
+            limit.holders.len(),
+            limit.max
+        );
+        if !limit.holders.is_empty() {
+            line.push_str(&format!(" ({})", runs(&limit.holders)));
+        }
+        if !limit.waiting.is_empty() {
+            line.push_str(&format!(
+                "; {} waiting ({})",
+                limit.waiting.len(),
+                runs(&limit.waiting)
+            ));
+        }
+        lines.push(line);
+    }
     // Submissions for jobs the schedule no longer declares are kept; say so.
     for away in &report.undeclared_pending {
         lines.push(format!(

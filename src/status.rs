@@ -41,6 +41,8 @@ pub enum StatusError {
     Delayed(#[from] DelayedError),
     #[error(transparent)]
     Control(#[from] control_store::ControlError),
+    #[error(transparent)]
+    Limits(#[from] crate::ledger::limits::LimitError),
 }
 
 /// `zkcron status --json`.
@@ -56,6 +58,19 @@ pub struct StatusReport {
     pub pending_complete: bool,
     /// Members whose published schedule differs from the owner's (`drift`).
     pub schedule_drift: Vec<Drift>,
+    /// Each `[[limit]]`: the runs holding a lease and those waiting in its queue.
+    pub limits: Vec<LimitReport>,
+}
+
+/// One `[[limit]]` now.
+#[derive(Debug, Clone, Serialize)]
+pub struct LimitReport {
+    pub name: String,
+    pub max: usize,
+    /// The first `max` in its queue: holding a lease (or taking it this instant).
+    pub holders: Vec<crate::ledger::limits::LeaseHolder>,
+    /// The rest: waiting for their turn, first come first served.
+    pub waiting: Vec<crate::ledger::limits::LeaseHolder>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -210,6 +225,18 @@ pub async fn gather(
         })
         .collect();
     undeclared_pending.sort_by(|a, b| a.job.cmp(&b.job));
+    let mut limits = Vec::new();
+    for limit in &config.limits {
+        let mut holders =
+            crate::ledger::limits::holders(client, &ledger_paths.limit(&limit.name)).await?;
+        let waiting = holders.split_off(limit.max.min(holders.len()));
+        limits.push(LimitReport {
+            name: limit.name.clone(),
+            max: limit.max,
+            holders,
+            waiting,
+        });
+    }
     Ok(StatusReport {
         format: FORMAT,
         lock,
@@ -218,6 +245,7 @@ pub async fn gather(
         undeclared_pending,
         pending_complete: pending.complete,
         schedule_drift,
+        limits,
     })
 }
 

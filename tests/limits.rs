@@ -1,14 +1,18 @@
 //! Cluster-wide caps (issue 19, `[[limit]]`): the lease semaphore against a real ZooKeeper.
 //! Many sessions take and give back leases at once and never hold more than `max`; a holder
-//! whose session ends frees its lease; a taker that finds the limit full holds nothing.
+//! whose session ends frees its lease; a taker that finds the limit full holds nothing. And a
+//! real `zkcron run`: two jobs that share a limit of one never run at once, and both run.
 
 mod support;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use support::{expire_session, shared_ensemble};
+use support::daemon::{DaemonNode, schedule_text};
+use support::zk_cluster::try_wait_for;
+use support::{expire_session, shared_ensemble, unique_chroot};
 use zkcron::NodeId;
 use zkcron::layout::{LedgerPaths, LockPaths};
 use zkcron::ledger::limits::{self, LeaseHolder, Taken};
@@ -159,4 +163,132 @@ async fn under_contention_never_more_than_max_hold_at_once() {
             .expect("holders")
             .is_empty()
     );
+}
+
+/// Each run appends `S <job> <ms>` when it starts and `E <job> <ms>` when it ends.
+fn timed_job(name: &str, out: &std::path::Path) -> String {
+    format!(
+        "[[job]]\nname = \"{name}\"\nschedule = \"* * * * * *\"\nlimits = [\"db\"]\n\
+         shell = 'echo \"S $ZKCRON_JOB $(date +%s%3N)\" >> {out}; sleep 0.6; \
+         echo \"E $ZKCRON_JOB $(date +%s%3N)\" >> {out}'\n",
+        out = out.display()
+    )
+}
+
+/// The most runs alive at once in `log`, and how many started per job.
+fn overlap(log: &str) -> (usize, BTreeMap<String, usize>) {
+    let mut events: Vec<(i64, i32)> = Vec::new();
+    let mut started = BTreeMap::new();
+    for line in log.lines() {
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        let [kind, job, ms] = parts[..] else { continue };
+        let Ok(ms) = ms.parse::<i64>() else { continue };
+        // At the same millisecond an end counts before a start.
+        if kind == "S" {
+            events.push((ms, 1));
+            *started.entry(job.to_owned()).or_default() += 1;
+        } else {
+            events.push((ms, -1));
+        }
+    }
+    events.sort();
+    let (mut alive, mut most) = (0i32, 0i32);
+    for (_, step) in events {
+        alive += step;
+        most = most.max(alive);
+    }
+    (usize::try_from(most).unwrap_or(0), started)
+}
+
+#[tokio::test]
+async fn two_jobs_sharing_a_limit_of_one_never_run_at_once_and_both_run() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = dir.path().join("runs.log");
+    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot("limits-daemon"));
+    let jobs = format!(
+        "[[limit]]\nname = \"db\"\nmax = 1\n{}{}",
+        timed_job("a", &out),
+        timed_job("b", &out)
+    );
+    let text = schedule_text(
+        &connect,
+        "limits",
+        Duration::from_secs(4),
+        Duration::from_secs(1),
+        &jobs,
+    );
+    let node = DaemonNode::start(dir.path(), "l1", &text);
+    node.wait_log("owns the lock", Duration::from_secs(10))
+        .await;
+    let started = try_wait_for("both jobs run three times", Duration::from_secs(15), || {
+        let log = std::fs::read_to_string(&out).unwrap_or_default();
+        let (_, started) = overlap(&log);
+        let done = (started.values().filter(|n| **n >= 3).count() == 2).then_some(started);
+        async move { done }
+    })
+    .await
+    .unwrap_or_else(|not_reached| {
+        let log = std::fs::read_to_string(&out).unwrap_or_default();
+        panic!("{not_reached}\n{log}\n{}", node.log_tail())
+    });
+    let log = std::fs::read_to_string(&out).unwrap_or_default();
+    let (most, _) = overlap(&log);
+    assert_eq!(
+        most, 1,
+        "never two runs at once under a limit of one: {started:?}\n{log}"
+    );
+}
+
+/// The queue of [`limits::acquire`]: first come, first served, nothing held while waiting, and
+/// a wait given up leaves nothing behind.
+#[tokio::test]
+async fn waiting_runs_get_the_lease_in_the_order_they_came_and_a_given_up_wait_leaves_nothing() {
+    let (clients, dir, _) = sessions("limits-queue", 3).await;
+    let Taken::Held(first) = take(&clients[0], &dir, 1, "first").await else {
+        panic!("the first takes it");
+    };
+    let cancel_second = tokio_util::sync::CancellationToken::new();
+    let cancel_third = tokio_util::sync::CancellationToken::new();
+    let wait = |client: Client, run: &'static str, cancel: tokio_util::sync::CancellationToken| {
+        let dir = dir.clone();
+        tokio::spawn(async move {
+            let me = holder(run, "n");
+            limits::acquire(&client, &dir, 1, &me, Acls::anyone_all(), &cancel).await
+        })
+    };
+    let second = wait(clients[1].clone(), "second", cancel_second.clone());
+    // The second is in the queue before the third comes.
+    support::wait_until("the second waits", Duration::from_secs(5), || {
+        let (client, dir) = (clients[0].clone(), dir.clone());
+        async move { client.list_children(&dir).await.map_or(0, |c| c.len()) == 2 }
+    })
+    .await;
+    let third = wait(clients[2].clone(), "third", cancel_third.clone());
+    support::wait_until("the third waits", Duration::from_secs(5), || {
+        let (client, dir) = (clients[0].clone(), dir.clone());
+        async move { client.list_children(&dir).await.map_or(0, |c| c.len()) == 3 }
+    })
+    .await;
+    let held = limits::holders(&clients[0], &dir).await.expect("holders");
+    assert_eq!(held[0].run_id, "first", "{held:?}");
+    limits::give_back(&clients[0], &first)
+        .await
+        .expect("given back");
+    let lease = second.await.expect("task").expect("the second's turn");
+    assert!(!third.is_finished(), "the third still waits: one at a time");
+    cancel_third.cancel();
+    assert!(matches!(
+        third.await.expect("task"),
+        Err(limits::LimitError::GivenUp { .. })
+    ));
+    let left = limits::holders(&clients[0], &dir).await.expect("holders");
+    assert_eq!(
+        left.iter().map(|h| h.run_id.as_str()).collect::<Vec<_>>(),
+        ["second"],
+        "the given-up wait left nothing"
+    );
+    limits::give_back(&clients[1], &lease)
+        .await
+        .expect("given back");
+    drop(cancel_second);
 }

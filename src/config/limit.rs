@@ -8,10 +8,10 @@ use std::collections::BTreeSet;
 
 use toml::Spanned;
 
+use super::LimitConfig;
 use super::job::JobContext;
 use super::schema::RawLimit;
 use super::validator::Validator;
-use super::LimitConfig;
 
 /// The most runs one limit may let through at once: beyond it a limit limits nothing a lease
 /// listing could still count cheaply.
@@ -39,7 +39,9 @@ impl Validator<'_> {
                     self.problem(
                         limit.max.span(),
                         format!("{context}: max"),
-                        format!("expected how many runs may hold it at once, from 1 to {MAX_LIMIT}"),
+                        format!(
+                            "expected how many runs may hold it at once, from 1 to {MAX_LIMIT}"
+                        ),
                     );
                     continue;
                 }
@@ -58,7 +60,11 @@ impl Validator<'_> {
         let mut taken = BTreeSet::new();
         let mut limits = Vec::new();
         for name in raw.map(Spanned::into_inner).unwrap_or_default() {
-            let Some(limit) = self.limits.iter().find(|l| l.name == *name.get_ref()).cloned()
+            let Some(limit) = self
+                .limits
+                .iter()
+                .find(|l| l.name == *name.get_ref())
+                .cloned()
             else {
                 let declared: Vec<&str> = self.limits.iter().map(|l| l.name.as_str()).collect();
                 let message = match declared.as_slice() {

@@ -58,22 +58,34 @@ fn a_job_takes_declared_limits_and_an_undeclared_or_bad_one_is_refused_with_its_
         .collect();
     assert_eq!(names, [("api", 5), ("db-heavy", 2)], "in name order");
     assert_eq!(config.limits.len(), 2);
-    let unknown = parse_text(&job("[\"nope\"]")).expect_err("refused").render();
+    let unknown = parse_text(&job("[\"nope\"]"))
+        .expect_err("refused")
+        .render();
     assert!(
         unknown.contains("job \"j\": limits: expected a declared [[limit]]: db-heavy, api"),
         "{unknown}"
     );
-    let twice = parse_text(&job("[\"api\", \"api\"]")).expect_err("refused").render();
+    let twice = parse_text(&job("[\"api\", \"api\"]"))
+        .expect_err("refused")
+        .render();
     assert!(twice.contains("named twice"), "{twice}");
     for (bad, says) in [
-        ("[[limit]]\nname = \"x\"\nmax = 0\n", "limit \"x\": max: expected"),
-        ("[[limit]]\nname = \"a/b\"\nmax = 1\n", "limit \"a/b\": name"),
+        (
+            "[[limit]]\nname = \"x\"\nmax = 0\n",
+            "limit \"x\": max: expected",
+        ),
+        (
+            "[[limit]]\nname = \"a/b\"\nmax = 1\n",
+            "limit \"a/b\": name",
+        ),
         (
             "[[limit]]\nname = \"x\"\nmax = 1\n[[limit]]\nname = \"x\"\nmax = 2\n",
             "duplicate limit name",
         ),
     ] {
-        let err = parse_text(&format!("{MINIMAL}{bad}")).expect_err(bad).render();
+        let err = parse_text(&format!("{MINIMAL}{bad}"))
+            .expect_err(bad)
+            .render();
         assert!(err.contains(says), "{bad}: {err}");
     }
 }

@@ -12,6 +12,7 @@ mod control;
 mod delayed;
 mod drift;
 mod housekeeping;
+mod leases;
 mod listing;
 mod observe;
 
@@ -133,6 +134,7 @@ pub async fn run(
         lister,
         settings,
         prepared: HashMap::new(),
+        leases: leases::Leases::default(),
     };
     // Ready once the schedule is loaded and the node is trying: like any client of a remote
     // service, a node whose ZooKeeper is down at boot starts and keeps trying (and /readyz and
@@ -217,6 +219,7 @@ pub async fn run(
             }
             if let Input::RunEnded { claim, .. } = &input {
                 io.runs.remove(&claim.record.run_id);
+                io.leases.give_back(&claim.record.run_id, &io.tasks);
             }
             observer.input(&input);
             for action in machine.handle(input, Utc::now()) {
@@ -274,6 +277,8 @@ struct Io {
     lister: listing::Lister,
     /// The processes of runs prepared ahead of their instant, by run id (see `runner::prepare`).
     prepared: HashMap<String, oneshot::Receiver<runner::Prepared>>,
+    /// The leases this node's runs hold of cluster-wide limits.
+    leases: leases::Leases,
 }
 
 impl Io {
@@ -485,6 +490,22 @@ impl Io {
                     }
                 });
             }
+            Action::TakeLeases { id, run_id, limits } => {
+                let Some(client) = self.client.clone() else {
+                    let failed = limits.first().map(|limit| limit.name.clone());
+                    return Some(Input::LeasesTaken { id, run_id, failed });
+                };
+                let taker = leases::Taker {
+                    client,
+                    paths: &self.settings.ledger,
+                    me: &self.settings.me,
+                    acls: self.settings.acls,
+                    tasks: &self.tasks,
+                    answers: &self.answers,
+                };
+                self.leases.take(taker, id, run_id, limits);
+            }
+            Action::GiveBackLeases { run_id } => self.leases.give_back(&run_id, &self.tasks),
             Action::DropRetry { record, version } => {
                 let client = self.client.clone()?;
                 let paths = self.settings.ledger.clone();

@@ -145,6 +145,13 @@ pub enum Input {
     },
     /// A run's process ended; `claim` carries the record's current version.
     RunEnded { claim: Claim, report: RunReport },
+    /// Answer to [`Action::TakeLeases`]: `None` once every lease is held; the limit whose lease
+    /// could not be taken (ZooKeeper failed; nothing is held then) otherwise.
+    LeasesTaken {
+        id: ClaimId,
+        run_id: String,
+        failed: Option<String>,
+    },
     /// Answer to [`Action::WriteRecord`] (a failure is logged by the driver).
     RecordWritten { run_id: String, write: RecordWrite },
     /// Answer to [`Action::Withdraw`].
@@ -202,6 +209,17 @@ pub enum Action {
         version: i32,
         closes: bool,
     },
+    /// Take a lease of each of `limits` for run `run_id`, in name order, each waited for in its
+    /// limit's queue. Answered by [`Input::LeasesTaken`] once all are held (or one failed);
+    /// [`Action::GiveBackLeases`] gives the wait up.
+    TakeLeases {
+        id: ClaimId,
+        run_id: String,
+        limits: Vec<crate::config::LimitConfig>,
+    },
+    /// Give back the leases run `run_id` holds or waits for: it will not start. (A run that
+    /// started gives them back when it ends; the driver sees to that.)
+    GiveBackLeases { run_id: String },
     /// Write this failed run's record without its promised retry, at its version (the job left
     /// the schedule): nothing runs it again, and its submission's open marker goes. The driver
     /// logs the outcome; nothing waits for it.
@@ -370,9 +388,57 @@ struct Pending {
     state: PendingState,
     /// An [`Action::PrepareRun`] went out for it.
     prepared: bool,
+    /// Its job's `limits`: where its leases stand.
+    lease: LeaseWait,
+}
+
+/// Where a claimed run stands with the leases of its job's limits (issue 19).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+enum LeaseWait {
+    /// Not asked for (yet, or its job has no limits).
+    #[default]
+    NotAsked,
+    /// [`Action::TakeLeases`] is out: the driver waits in each limit's queue, holding nothing
+    /// of a limit until its turn, and answers once it holds them all.
+    Asking,
+    /// Taking failed (ZooKeeper did not answer): try again at `at`.
+    Failed { at: DateTime<Utc>, limit: String },
+    /// Held: the run may start; the driver gives them back when it ends.
+    Held,
+}
+
+impl LeaseWait {
+    /// It asked: its start is bounded by `starting_deadline`, not by the late-tick rule.
+    fn asked(&self) -> bool {
+        *self != Self::NotAsked
+    }
 }
 
 impl Pending {
+    /// The latest its start may be once it waits for a limit.
+    fn lease_deadline(&self) -> DateTime<Utc> {
+        self.tick + chrono::Duration::from_std(self.config.starting_deadline).unwrap_or_default()
+    }
+
+    /// Whether to look at its start now: its instant, the next try after a failed take, or
+    /// the end of its wait for a limit.
+    fn start_due(&self, now: DateTime<Utc>) -> bool {
+        match &self.lease {
+            LeaseWait::Asking => now > self.lease_deadline(),
+            LeaseWait::Failed { at, .. } => *at <= now,
+            _ => self.start_deadline() <= now,
+        }
+    }
+
+    /// When to look at it again while claimed.
+    fn claimed_deadline(&self) -> DateTime<Utc> {
+        match &self.lease {
+            LeaseWait::Asking => self.lease_deadline() + chrono::Duration::milliseconds(1),
+            LeaseWait::Failed { at, .. } => *at,
+            _ => self.start_deadline(),
+        }
+    }
+
     /// When its start goes out: its instant, or [`START_LEAD`] before it when prepared.
     fn start_deadline(&self) -> DateTime<Utc> {
         if self.prepared {
@@ -503,6 +569,9 @@ impl FireMachine {
             Input::RecordWritten { run_id, write } => {
                 self.record_written(&run_id, write, now, &mut out)
             }
+            Input::LeasesTaken { id, run_id, failed } => {
+                self.leases_taken(id, run_id, failed, now, &mut out)
+            }
             Input::Withdrawn { id } => {
                 self.claims.remove(&id);
                 self.maybe_hand_over(now, &mut out);
@@ -556,7 +625,7 @@ impl FireMachine {
             Some(stopping) => (!stopping.handed_over).then_some(stopping.hand_over_by),
         };
         let claims = self.claims.values().filter_map(|p| match &p.state {
-            PendingState::Claimed(_) => Some(p.start_deadline()),
+            PendingState::Claimed(_) => Some(p.claimed_deadline()),
             // Waiting on our own run: its end wakes the claim, the late-tick rule bounds it.
             PendingState::RunAlive { .. } if self.waits_on_own_run(p) => {
                 p.reason.on_time().then(|| p.tick + MISSED_AFTER)
@@ -640,9 +709,7 @@ impl FireMachine {
                 continue;
             };
             match &pending.state {
-                PendingState::Claimed(_) if pending.start_deadline() <= now => {
-                    self.try_start(id, now, out)
-                }
+                PendingState::Claimed(_) if pending.start_due(now) => self.try_start(id, now, out),
                 PendingState::RunAlive { at } if *at <= now => {
                     if !self.waits_on_own_run(pending) {
                         self.claim_again(id, now, out);
@@ -768,6 +835,7 @@ impl FireMachine {
             submission: item.submission,
             state: PendingState::InFlight { again: false },
             prepared: false,
+            lease: LeaseWait::NotAsked,
             config,
         };
         self.send_claim(pending, record, mode, out);
@@ -858,6 +926,7 @@ impl FireMachine {
             submission: None,
             state: PendingState::RecordOnly,
             prepared: false,
+            lease: LeaseWait::NotAsked,
         };
         self.send_claim(pending, record, mode, out);
     }
@@ -1029,7 +1098,7 @@ impl FireMachine {
         }
         // Woken from a freeze (SIGSTOP, a VM pause) a claim can look fine for a moment: a tick
         // this late is not started, and its record says why.
-        if pending.reason.on_time() && now > tick + MISSED_AFTER {
+        if pending.reason.on_time() && !pending.lease.asked() && now > tick + MISSED_AFTER {
             tracing::warn!(job = %job, %tick, "not firing: the claimed tick is too late to start");
             out.push(Action::WriteRecord(missed_claim(
                 claim,
@@ -1039,6 +1108,19 @@ impl FireMachine {
         }
         let deadline =
             chrono::Duration::from_std(pending.config.starting_deadline).unwrap_or_default();
+        if pending.lease.asked() && pending.lease != LeaseWait::Held && now > tick + deadline {
+            let why = match &pending.lease {
+                LeaseWait::Failed { limit, .. } => {
+                    format!(
+                        "claimed, but no lease of the limit {limit:?} could be taken before its starting_deadline"
+                    )
+                }
+                _ => "claimed, but its limits stayed full past its starting_deadline".to_owned(),
+            };
+            tracing::warn!(job = %job, %tick, why, "not firing");
+            out.push(Action::WriteRecord(missed_claim(claim, &why)));
+            return self.settle(id, now, out);
+        }
         if pending.reason.submitted() && now > tick + deadline {
             tracing::warn!(job = %job, %tick, "not firing: the submission is past its starting_deadline");
             out.push(Action::WriteRecord(missed_claim(
@@ -1106,6 +1188,9 @@ impl FireMachine {
     }
 
     fn start(&mut self, id: ClaimId, now: DateTime<Utc>, out: &mut Vec<Action>) {
+        if self.ask_for_leases(id, out) {
+            return;
+        }
         let Some(mut pending) = self.claims.remove(&id) else {
             return;
         };
@@ -1144,11 +1229,77 @@ impl FireMachine {
         }
     }
 
+    /// A run whose job names limits starts only once it holds a lease of each: asks for them
+    /// (`true`: not yet, the answer comes as [`Input::LeasesTaken`]).
+    fn ask_for_leases(&mut self, id: ClaimId, out: &mut Vec<Action>) -> bool {
+        let Some(pending) = self.claims.get_mut(&id) else {
+            return false;
+        };
+        if pending.config.limits.is_empty() || pending.lease == LeaseWait::Held {
+            return false;
+        }
+        let (PendingState::Claimed(claim) | PendingState::Replacing { claim, .. }) = &pending.state
+        else {
+            return false;
+        };
+        if pending.lease != LeaseWait::Asking {
+            out.push(Action::TakeLeases {
+                id,
+                run_id: claim.record.run_id.clone(),
+                limits: pending.config.limits.clone(),
+            });
+            pending.lease = LeaseWait::Asking;
+        }
+        true
+    }
+
+    /// Answer to [`Action::TakeLeases`]: start, or try again after a failed take.
+    fn leases_taken(
+        &mut self,
+        id: ClaimId,
+        run_id: String,
+        failed: Option<String>,
+        now: DateTime<Utc>,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(pending) = self
+            .claims
+            .get_mut(&id)
+            .filter(|p| p.lease == LeaseWait::Asking)
+        else {
+            // Settled meanwhile (the lock lost, a stop): what was taken goes back.
+            if failed.is_none() {
+                out.push(Action::GiveBackLeases { run_id });
+            }
+            return;
+        };
+        match failed {
+            None => {
+                pending.lease = LeaseWait::Held;
+                self.try_start(id, now, out);
+            }
+            Some(limit) => {
+                let at = now + chrono::Duration::from_std(LEASE_RETRY).unwrap_or_default();
+                pending.lease = LeaseWait::Failed { at, limit };
+            }
+        }
+    }
+
     /// A claim ends without a run: forget it, and let its job's catch-up sequence go on.
     fn settle(&mut self, id: ClaimId, now: DateTime<Utc>, out: &mut Vec<Action>) {
         let Some(pending) = self.claims.remove(&id) else {
             return;
         };
+        // Held, or still waited for: either way given back (a wait is given up).
+        if let (
+            LeaseWait::Held | LeaseWait::Asking,
+            PendingState::Claimed(claim) | PendingState::Replacing { claim, .. },
+        ) = (&pending.lease, &pending.state)
+        {
+            out.push(Action::GiveBackLeases {
+                run_id: claim.record.run_id.clone(),
+            });
+        }
         if let (true, PendingState::Claimed(claim) | PendingState::Replacing { claim, .. }) =
             (pending.prepared, &pending.state)
         {
@@ -1210,10 +1361,25 @@ impl FireMachine {
         if before.may_fire && (lost || !status.may_fire) {
             self.cannot_fire();
             self.delayed.stop();
+            self.give_up_lease_waits(now, out);
         }
         if status.may_fire && (lost || !before.may_fire) {
             self.behind_the_ledger_said = false;
             self.can_fire(now, out);
+        }
+    }
+
+    /// Runs waiting for a limit's lease cannot start any more: their waits are given up now,
+    /// not at their deadline (the records stay for the next owner, as every claimed tick's).
+    fn give_up_lease_waits(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
+        let waiting: Vec<ClaimId> = self
+            .claims
+            .iter()
+            .filter(|(_, p)| p.lease == LeaseWait::Asking)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in waiting {
+            self.try_start(id, now, out);
         }
     }
 
@@ -1603,6 +1769,14 @@ impl FireMachine {
                             run_id: claim.record.run_id.clone(),
                         });
                     }
+                    if matches!(
+                        std::mem::take(&mut pending.lease),
+                        LeaseWait::Held | LeaseWait::Asking
+                    ) {
+                        out.push(Action::GiveBackLeases {
+                            run_id: claim.record.run_id.clone(),
+                        });
+                    }
                     out.push(Action::Withdraw { id, claim });
                 }
                 state @ (PendingState::InFlight { .. } | PendingState::RecordOnly) => {
@@ -1673,6 +1847,9 @@ impl Retention {
         }
     }
 }
+
+/// A run whose lease could not be taken (ZooKeeper failed) asks again this much later.
+const LEASE_RETRY: Duration = Duration::from_secs(2);
 
 /// A job's old records are pruned at most this often (`history`).
 const PRUNE_EVERY: Duration = Duration::from_millis(500);

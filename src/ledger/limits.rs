@@ -5,9 +5,11 @@
 //! Owns: taking and giving back a lease, and reading who holds one. A lease is held when its
 //! node is among the first `max` by sequence number at the moment its taker lists them; since a
 //! later node's sequence is always higher, a holder stays among the first `max` for as long as
-//! it exists, so at most `max` are ever held. A taker that is not among them deletes its node at
-//! once: nothing is held while waiting.
-//! Must not: decide whether a run waits, or how long (the fire machine will).
+//! it exists, so at most `max` are ever held. [`take`] gives up at once when the limit is full
+//! (its node deleted); [`acquire`] keeps its node as a place in the queue and waits, watching,
+//! for its turn: first come, first served, with no request while it waits, and the place goes
+//! when the wait is given up or the session ends.
+//! Must not: decide whether a run waits, or how long (the fire machine does).
 
 use serde::{Deserialize, Serialize};
 use zookeeper_client::{Acls, Client, CreateMode, Error as ZkErr};
@@ -44,6 +46,9 @@ pub enum LimitError {
         #[source]
         source: ZkErr,
     },
+    /// The wait was given up (the run will not start): its place in the queue is gone.
+    #[error("the wait for a lease at {path} was given up")]
+    GivenUp { path: String },
     /// A lease node was made but could not be deleted again: it counts against the limit
     /// until it goes (at the end of this node's session at the latest), never above it.
     #[error("lease {path} not given back; it goes with this node's session")]
@@ -68,6 +73,78 @@ pub async fn take(
     holder: &LeaseHolder,
     acls: Acls<'static>,
 ) -> Result<Taken, LimitError> {
+    let (path, mine) = place(client, dir, holder, acls).await?;
+    let ahead = match client.list_children(dir).await {
+        Ok(children) => sequences(dir, &children)
+            .into_iter()
+            .filter(|other| *other < mine)
+            .count(),
+        Err(source) => {
+            // Not known to be held: give it up rather than risk counting wrong.
+            drop_lease(client, &path).await?;
+            return Err(zk(dir, source));
+        }
+    };
+    if ahead < max {
+        return Ok(Taken::Held(Lease { path }));
+    }
+    drop_lease(client, &path).await?;
+    Ok(Taken::Full)
+}
+
+/// Waits, in the queue, for one of the `max` leases under `dir` for `holder`: a place is taken at
+/// once (an ephemeral sequential node), and it becomes the lease when fewer than `max` places
+/// ahead of it are left. Watches the queue meanwhile; sends nothing while it waits.
+///
+/// # Errors
+/// `cancel` fired (the place is given up), or a request or the session failed (the place is
+/// given up if it can be; it goes with the session otherwise).
+pub async fn acquire(
+    client: &Client,
+    dir: &str,
+    max: usize,
+    holder: &LeaseHolder,
+    acls: Acls<'static>,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> Result<Lease, LimitError> {
+    let (path, mine) = place(client, dir, holder, acls).await?;
+    loop {
+        let (children, watcher) = match client.list_and_watch_children(dir).await {
+            Ok(listed) => listed,
+            Err(source) => {
+                drop_lease(client, &path).await?;
+                return Err(zk(dir, source));
+            }
+        };
+        let ahead = sequences(dir, &children)
+            .into_iter()
+            .filter(|other| *other < mine)
+            .count();
+        if ahead < max {
+            return Ok(Lease { path });
+        }
+        tokio::select! {
+            () = cancel.cancelled() => {
+                drop_lease(client, &path).await?;
+                return Err(LimitError::GivenUp { path });
+            }
+            event = watcher.changed() => {
+                if event.event_type == zookeeper_client::EventType::Session {
+                    drop_lease(client, &path).await?;
+                    return Err(zk(dir, ZkErr::ConnectionLoss));
+                }
+            }
+        }
+    }
+}
+
+/// Takes a place in the queue under `dir`: its path and sequence number.
+async fn place(
+    client: &Client,
+    dir: &str,
+    holder: &LeaseHolder,
+    acls: Acls<'static>,
+) -> Result<(String, i64), LimitError> {
     let data = serde_json::to_vec(holder).unwrap_or_default();
     let options = CreateMode::EphemeralSequential.with_acls(acls);
     let prefix = format!("{dir}/{PREFIX}");
@@ -85,24 +162,7 @@ pub async fn take(
         }
         Err(source) => return Err(zk(dir, source)),
     };
-    let mine = sequence.into_i64();
-    let path = format!("{prefix}{sequence}");
-    let ahead = match client.list_children(dir).await {
-        Ok(children) => sequences(dir, &children)
-            .into_iter()
-            .filter(|other| *other < mine)
-            .count(),
-        Err(source) => {
-            // Not known to be held: give it up rather than risk counting wrong.
-            drop_lease(client, &path).await?;
-            return Err(zk(dir, source));
-        }
-    };
-    if ahead < max {
-        return Ok(Taken::Held(Lease { path }));
-    }
-    drop_lease(client, &path).await?;
-    Ok(Taken::Full)
+    Ok((format!("{prefix}{sequence}"), sequence.into_i64()))
 }
 
 /// Gives `lease` back; one already gone (its session ended) is given back too.

@@ -251,6 +251,8 @@ impl World {
                 );
             }
             Action::CancelRun { .. }
+            | Action::TakeLeases { .. }
+            | Action::GiveBackLeases { .. }
             | Action::DropRetry { .. }
             | Action::Prune { .. }
             | Action::PrepareJobs(_)

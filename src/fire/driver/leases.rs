@@ -1,0 +1,134 @@
+//! The leases of cluster-wide limits held by this node's runs (issue 19): waited for when the
+//! fire machine asks, given back when it says the run will not start (a wait is given up) or
+//! when the run ends.
+//!
+//! Owns: which leases each run holds or waits for, and the requests that take and give them
+//! back.
+//! Must not: decide how long a run waits (the fire machine gives the wait up at its deadline).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use zookeeper_client::{Acls, Client};
+
+use crate::config::LimitConfig;
+use crate::fire::machine::{ClaimId, Input};
+use crate::ids::NodeId;
+use crate::layout::LedgerPaths;
+use crate::ledger::limits::{self, Lease, LeaseHolder, LimitError};
+use crate::report::error_chain;
+
+/// Per run: the leases held, or the wait still going on.
+#[derive(Debug)]
+enum RunLeases {
+    Waiting(CancellationToken),
+    Held(Client, Vec<Lease>),
+}
+
+/// The leases of this node's runs, by run id.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Leases {
+    runs: Arc<Mutex<HashMap<String, RunLeases>>>,
+}
+
+/// What taking needs besides the run.
+pub(super) struct Taker<'a> {
+    pub client: Client,
+    pub paths: &'a LedgerPaths,
+    pub me: &'a NodeId,
+    pub acls: Acls<'static>,
+    pub tasks: &'a TaskTracker,
+    pub answers: &'a mpsc::UnboundedSender<Input>,
+}
+
+impl Leases {
+    /// Waits for a lease of each of `limits` for `run_id`, in name order, then answers
+    /// [`Input::LeasesTaken`]; a failed one gives back those taken and answers with its name. A
+    /// wait given up ([`Leases::give_back`]) gives back those taken and answers nothing.
+    pub(super) fn take(
+        &self,
+        taker: Taker<'_>,
+        id: ClaimId,
+        run_id: String,
+        limits: Vec<LimitConfig>,
+    ) {
+        let cancel = CancellationToken::new();
+        self.lock()
+            .insert(run_id.clone(), RunLeases::Waiting(cancel.clone()));
+        let runs = Arc::clone(&self.runs);
+        let holder = LeaseHolder {
+            run_id: run_id.clone(),
+            node_id: taker.me.clone(),
+        };
+        let dirs: Vec<(String, String, usize)> = limits
+            .into_iter()
+            .map(|limit| (taker.paths.limit(&limit.name), limit.name, limit.max))
+            .collect();
+        let (client, acls, answers) = (taker.client, taker.acls, taker.answers.clone());
+        taker.tasks.spawn(async move {
+            let mut taken = Vec::new();
+            let mut failed = None;
+            for (dir, name, max) in dirs {
+                match limits::acquire(&client, &dir, max, &holder, acls, &cancel).await {
+                    Ok(lease) => taken.push(lease),
+                    Err(LimitError::GivenUp { .. }) => {
+                        give_back_all(&client, &taken).await;
+                        return;
+                    }
+                    Err(err) => {
+                        tracing::warn!(limit = name, error = %error_chain(&err), "lease not taken");
+                        failed = Some(name);
+                        break;
+                    }
+                }
+            }
+            // Given up just as the last lease came: it goes back like a failure, unanswered.
+            let still_wanted = {
+                let mut runs = runs.lock().unwrap_or_else(PoisonError::into_inner);
+                let wanted = matches!(runs.get(&run_id), Some(RunLeases::Waiting(_)));
+                if wanted && failed.is_none() {
+                    runs.insert(
+                        run_id.clone(),
+                        RunLeases::Held(client.clone(), taken.clone()),
+                    );
+                } else {
+                    runs.remove(&run_id);
+                }
+                wanted
+            };
+            if failed.is_some() || !still_wanted {
+                give_back_all(&client, &taken).await;
+                if !still_wanted {
+                    return;
+                }
+            }
+            let _ = answers.send(Input::LeasesTaken { id, run_id, failed });
+        });
+    }
+
+    /// Gives back what `run_id` holds, or gives its wait up; nothing if it has none.
+    pub(super) fn give_back(&self, run_id: &str, tasks: &TaskTracker) {
+        match self.lock().remove(run_id) {
+            Some(RunLeases::Waiting(cancel)) => cancel.cancel(),
+            Some(RunLeases::Held(client, leases)) => {
+                tasks.spawn(async move { give_back_all(&client, &leases).await });
+            }
+            None => {}
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, RunLeases>> {
+        self.runs.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+async fn give_back_all(client: &Client, leases: &[Lease]) {
+    for lease in leases {
+        if let Err(err) = limits::give_back(client, lease).await {
+            tracing::warn!(error = %error_chain(&err), "lease not given back");
+        }
+    }
+}

@@ -25,6 +25,11 @@ struct JobLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LimitLabel {
+    limit: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct JobStatusLabels {
     job: String,
     status: &'static str,
@@ -87,6 +92,8 @@ pub struct Metrics {
     clock_offset: Gauge<f64, AtomicU64>,
     clock_off_fleet: Gauge<f64, AtomicU64>,
     clock_skewed: Gauge,
+    limit_waiting: Family<LimitLabel, Gauge>,
+    limit_held: Family<LimitLabel, Gauge>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -122,6 +129,8 @@ impl Metrics {
             clock_offset: Gauge::default(),
             clock_off_fleet: Gauge::default(),
             clock_skewed: Gauge::default(),
+            limit_waiting: Family::default(),
+            limit_held: Family::default(),
             registry: Registry::default(),
         };
         // Counters get `_total`, the info metric `_info`, from the encoder.
@@ -216,6 +225,16 @@ impl Metrics {
             "zkcron_clock_skewed",
             "1 while this node's clock is off the fleet's by more than lock.max_clock_offset and it stays out of contention, else 0",
             metrics.clock_skewed.clone(),
+        );
+        registry.register(
+            "zkcron_limit_waiting",
+            "Runs on this node waiting in a [[limit]]'s queue for a lease",
+            metrics.limit_waiting.clone(),
+        );
+        registry.register(
+            "zkcron_limit_held",
+            "Leases of a [[limit]] held by runs on this node",
+            metrics.limit_held.clone(),
         );
         Self {
             registry,
@@ -314,6 +333,24 @@ impl Metrics {
         self.schedule_drift.set(i64::from(drifting));
     }
 
+    /// A run of this node began (`+1`) or ended (`-1`) waiting for a lease of `limit`.
+    pub fn limit_waiting(&self, limit: &str, change: i64) {
+        self.limit_waiting
+            .get_or_create(&LimitLabel {
+                limit: limit.to_owned(),
+            })
+            .inc_by(change);
+    }
+
+    /// A run of this node took (`+1`) or gave back (`-1`) a lease of `limit`.
+    pub fn limit_held(&self, limit: &str, change: i64) {
+        self.limit_held
+            .get_or_create(&LimitLabel {
+                limit: limit.to_owned(),
+            })
+            .inc_by(change);
+    }
+
     pub fn clock(&self, verdict: &crate::lock::clock::ClockVerdict) {
         // Milliseconds of a clock offset are far inside f64's exact range.
         #[allow(clippy::cast_precision_loss)]
@@ -399,6 +436,11 @@ mod tests {
         );
         missed.missed_ticks = Some(4);
         metrics.recorded(&missed);
+        metrics.limit_waiting("db", 1);
+        metrics.limit_waiting("db", 1);
+        metrics.limit_waiting("db", -1);
+        metrics.limit_held("db", 1);
+        metrics.clock(&crate::lock::clock::judge(-1_500, &[0], 1_000));
         let text = metrics.encode();
         for line in [
             "zkcron_build_info{version=\"",
@@ -417,6 +459,11 @@ mod tests {
             "zkcron_job_running{job=\"report\"} 0",
             "zkcron_delayed_pending 0",
             "zkcron_schedule_drift 0",
+            "zkcron_limit_waiting{limit=\"db\"} 1",
+            "zkcron_limit_held{limit=\"db\"} 1",
+            "zkcron_clock_offset_seconds -1.5",
+            "zkcron_clock_off_fleet_seconds -1.5",
+            "zkcron_clock_skewed 1",
             "# HELP zkcron_lock_owner 1 while this node owns the lock",
         ] {
             assert!(text.contains(line), "{line:?} in\n{text}");

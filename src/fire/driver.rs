@@ -123,6 +123,7 @@ pub async fn run(
         settings.group.clone(),
         answers.clone(),
     );
+    let leases = leases::Leases::new(Arc::clone(&settings.metrics));
     let mut io = Io {
         client: None,
         answers,
@@ -134,7 +135,7 @@ pub async fn run(
         lister,
         settings,
         prepared: HashMap::new(),
-        leases: leases::Leases::default(),
+        leases,
     };
     // Ready once the schedule is loaded and the node is trying: like any client of a remote
     // service, a node whose ZooKeeper is down at boot starts and keeps trying (and /readyz and

@@ -19,19 +19,21 @@ use crate::fire::machine::{ClaimId, Input};
 use crate::ids::NodeId;
 use crate::layout::LedgerPaths;
 use crate::ledger::limits::{self, Lease, LeaseHolder, LimitError};
+use crate::metrics::Metrics;
 use crate::report::error_chain;
 
-/// Per run: the leases held, or the wait still going on.
+/// Per run: the leases held (each with its limit's name), or the wait still going on.
 #[derive(Debug)]
 enum RunLeases {
     Waiting(CancellationToken),
-    Held(Client, Vec<Lease>),
+    Held(Client, Vec<(String, Lease)>),
 }
 
-/// The leases of this node's runs, by run id.
-#[derive(Debug, Clone, Default)]
+/// The leases of this node's runs, by run id; counted in the metrics as they come and go.
+#[derive(Debug, Clone)]
 pub(super) struct Leases {
     runs: Arc<Mutex<HashMap<String, RunLeases>>>,
+    metrics: Arc<Metrics>,
 }
 
 /// What taking needs besides the run.
@@ -45,6 +47,13 @@ pub(super) struct Taker<'a> {
 }
 
 impl Leases {
+    pub(super) fn new(metrics: Arc<Metrics>) -> Self {
+        Self {
+            runs: Arc::default(),
+            metrics,
+        }
+    }
+
     /// Waits for a lease of each of `limits` for `run_id`, in name order, then answers
     /// [`Input::LeasesTaken`]; a failed one gives back those taken and answers with its name. A
     /// wait given up ([`Leases::give_back`]) gives back those taken and answers nothing.
@@ -68,14 +77,21 @@ impl Leases {
             .map(|limit| (taker.paths.limit(&limit.name), limit.name, limit.max))
             .collect();
         let (client, acls, answers) = (taker.client, taker.acls, taker.answers.clone());
+        let metrics = Arc::clone(&self.metrics);
         taker.tasks.spawn(async move {
             let mut taken = Vec::new();
             let mut failed = None;
             for (dir, name, max) in dirs {
-                match limits::acquire(&client, &dir, max, &holder, acls, &cancel).await {
-                    Ok(lease) => taken.push(lease),
+                metrics.limit_waiting(&name, 1);
+                let acquired = limits::acquire(&client, &dir, max, &holder, acls, &cancel).await;
+                metrics.limit_waiting(&name, -1);
+                match acquired {
+                    Ok(lease) => {
+                        metrics.limit_held(&name, 1);
+                        taken.push((name, lease));
+                    }
                     Err(LimitError::GivenUp { .. }) => {
-                        give_back_all(&client, &taken).await;
+                        give_back_all(&client, &taken, &metrics).await;
                         return;
                     }
                     Err(err) => {
@@ -100,7 +116,7 @@ impl Leases {
                 wanted
             };
             if failed.is_some() || !still_wanted {
-                give_back_all(&client, &taken).await;
+                give_back_all(&client, &taken, &metrics).await;
                 if !still_wanted {
                     return;
                 }
@@ -114,7 +130,8 @@ impl Leases {
         match self.lock().remove(run_id) {
             Some(RunLeases::Waiting(cancel)) => cancel.cancel(),
             Some(RunLeases::Held(client, leases)) => {
-                tasks.spawn(async move { give_back_all(&client, &leases).await });
+                let metrics = Arc::clone(&self.metrics);
+                tasks.spawn(async move { give_back_all(&client, &leases, &metrics).await });
             }
             None => {}
         }
@@ -125,10 +142,12 @@ impl Leases {
     }
 }
 
-async fn give_back_all(client: &Client, leases: &[Lease]) {
-    for lease in leases {
+/// Gives `leases` back; one whose delete fails goes with this node's session all the same.
+async fn give_back_all(client: &Client, leases: &[(String, Lease)], metrics: &Metrics) {
+    for (limit, lease) in leases {
         if let Err(err) = limits::give_back(client, lease).await {
-            tracing::warn!(error = %error_chain(&err), "lease not given back");
+            tracing::warn!(limit, error = %error_chain(&err), "lease not given back; it goes with this node's session");
         }
+        metrics.limit_held(limit, -1);
     }
 }

@@ -390,6 +390,9 @@ struct Pending {
     prepared: bool,
     /// Its job's `limits`: where its leases stand.
     lease: LeaseWait,
+    /// A claim of an existing record (a retry, a rerun): the record as read and its version, so
+    /// a second try (after a run was found alive) claims it again the same way.
+    stored: Option<(RunRecord, i32)>,
 }
 
 /// Where a claimed run stands with the leases of its job's limits (issue 19).
@@ -811,6 +814,7 @@ impl FireMachine {
         }
         let me = (&self.me.node_id, self.me.ip.as_str());
         let now_ms = now.timestamp_millis();
+        let stored = item.again.clone();
         let (record, mode) = match &item.again {
             Some((stored, version)) => (
                 stored.next_attempt(me, token, now_ms),
@@ -836,6 +840,7 @@ impl FireMachine {
             state: PendingState::InFlight { again: false },
             prepared: false,
             lease: LeaseWait::NotAsked,
+            stored,
             config,
         };
         self.send_claim(pending, record, mode, out);
@@ -927,6 +932,7 @@ impl FireMachine {
             state: PendingState::RecordOnly,
             prepared: false,
             lease: LeaseWait::NotAsked,
+            stored: None,
         };
         self.send_claim(pending, record, mode, out);
     }
@@ -1042,16 +1048,38 @@ impl FireMachine {
             return;
         };
         let me = (&self.me.node_id, self.me.ip.as_str());
-        let record = fresh_record(
-            &pending.config.spec.name,
-            pending.tick,
-            pending.submission.as_ref(),
-            me,
-            token,
-            now.timestamp_millis(),
-        );
+        let (record, mode) = self.claim_once_more(&pending, me, token, now);
         pending.state = PendingState::InFlight { again: true };
-        self.send_claim(pending, record, ClaimMode::Create, out);
+        self.send_claim(pending, record, mode, out);
+    }
+
+    /// The record and mode of a claim made once more: of the stored record at its version (a
+    /// retry, a rerun), or a first claim's.
+    fn claim_once_more(
+        &self,
+        pending: &Pending,
+        me: (&NodeId, &str),
+        token: FencingToken,
+        now: DateTime<Utc>,
+    ) -> (RunRecord, ClaimMode) {
+        let now_ms = now.timestamp_millis();
+        match &pending.stored {
+            Some((stored, version)) => (
+                stored.next_attempt(me, token, now_ms),
+                ClaimMode::Again { version: *version },
+            ),
+            None => (
+                fresh_record(
+                    &pending.config.spec.name,
+                    pending.tick,
+                    pending.submission.as_ref(),
+                    me,
+                    token,
+                    now_ms,
+                ),
+                ClaimMode::Create,
+            ),
+        }
     }
 
     /// A run is alive at the tick's time: the tick is recorded `skipped` (concurrency = forbid).
@@ -1066,19 +1094,16 @@ impl FireMachine {
         };
         tracing::warn!(job = %pending.config.spec.name, tick = %pending.tick, reason, "tick skipped");
         let me = (&self.me.node_id, self.me.ip.as_str());
-        let mut record = fresh_record(
-            &pending.config.spec.name,
-            pending.tick,
-            pending.submission.as_ref(),
-            me,
-            pending.token,
-            now.timestamp_millis(),
-        );
+        let (mut record, mode) = self.claim_once_more(pending, me, pending.token, now);
         record.status = RunStatus::Skipped;
         record.error = Some(reason.to_owned());
         let config = Arc::clone(&pending.config);
         self.settle(id, now, out);
-        self.claim_record_only(&config, record, out);
+        match mode {
+            // A retry (or rerun) skipped: written over its stored record, at its version.
+            ClaimMode::Again { version } => self.claim_record_again(&config, record, version, out),
+            ClaimMode::Create => self.claim_record_only(&config, record, out),
+        }
     }
 
     /// Starts a claimed tick at its time, if this node still may.

@@ -996,6 +996,35 @@ fn a_failed_run_is_retried_after_its_backoff_as_the_next_attempt() {
     );
 }
 
+/// Issue 24 §1: a retry whose claim finds a run of the job alive (another node's, ending) tries
+/// once more as what it is — the stored record at its version, the next attempt — not as a
+/// first claim of the tick, which its record would refuse for good.
+#[test]
+fn a_retry_that_found_a_run_alive_claims_its_record_again_not_a_fresh_tick() {
+    let (mut m, run) = running_a_job_with_one_retry();
+    let failed = end_run(
+        &mut m,
+        ended(&run, RunOutcome::Exited { code: 3 }, t(60_000)),
+        t(60_100),
+    );
+    m.handle(written(&failed), t(60_105));
+    let retry = only_claim(&m.handle(Input::Tick, t(62_100)));
+    let version = failed.version + 2;
+    assert_eq!(retry.mode, ClaimMode::Again { version });
+    let again = claims(&m.handle(refused(&retry, ClaimRefused::RunAlive), t(62_110)));
+    assert_eq!(again.len(), 1, "tried once more at once: {again:?}");
+    assert_eq!(again[0].mode, ClaimMode::Again { version });
+    assert_eq!(
+        (again[0].record.attempt, &again[0].record.run_id),
+        (2, &failed.record.run_id)
+    );
+    // Alive again: the retry is recorded skipped over its own record, at its version.
+    let skipped = claims(&m.handle(refused(&again[0], ClaimRefused::RunAlive), t(62_120)));
+    assert_eq!(skipped.len(), 1, "{skipped:?}");
+    assert_eq!(skipped[0].mode, ClaimMode::Again { version });
+    assert_eq!(skipped[0].record.status, RunStatus::Skipped);
+}
+
 /// Issue 24 §1: a job removed by a reload drops its promised retry when it comes due, and says
 /// so in the record (without the promise), so no later owner keeps it either.
 #[test]

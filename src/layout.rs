@@ -58,6 +58,9 @@ pub struct LedgerPaths {
     pub delayed: DelayedPaths,
     /// Parent of the cluster-wide caps: `limits/<name>/lease-<seq>`, ephemeral (issue 19).
     pub limits: String,
+    /// `retries/<job>/<tick_ms>`: a tick whose failed run promises a retry, so the next owner
+    /// finds it however many newer ticks there are (issue 24).
+    pub retries: String,
 }
 
 impl LedgerPaths {
@@ -76,7 +79,22 @@ impl LedgerPaths {
             running: format!("{}/running", base.dir),
             delayed: DelayedPaths::new(base),
             limits: format!("{}/limits", base.dir),
+            retries: format!("{}/retries", base.dir),
         }
+    }
+
+    /// The promised-retry markers of `job`'s ticks.
+    pub fn retries_of(&self, job: &JobName) -> String {
+        format!("{}/{job}", self.retries)
+    }
+
+    /// The marker of a retry promised for `job`'s tick at `scheduled_unix_ms`.
+    pub fn retry_marker(&self, job: &JobName, scheduled_unix_ms: i64) -> String {
+        format!(
+            "{}/{}",
+            self.retries_of(job),
+            tick_node_name(scheduled_unix_ms)
+        )
     }
 
     /// The leases of limit `name`.

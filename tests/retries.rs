@@ -178,3 +178,90 @@ async fn a_cancel_during_the_backoff_cancels_the_promised_retry_and_status_shows
     let status = zkcron_ok(&["status"], &node.config);
     assert!(!status.contains("retry: submission"), "{status}");
 }
+
+/// Issue 24 §1, for a tick: a per-second job's first tick fails and promises its retry 15 s
+/// later; by the time the owner is killed (kill -9) more than ten newer ticks are recorded, so
+/// the promise is found through its marker (`retries/<job>/<tick>`), not among the newest
+/// records: the next owner runs attempt 2 of that tick once, resumed.
+#[tokio::test]
+async fn a_ticks_retry_promised_before_many_newer_ticks_survives_a_kill_9() {
+    let _serial = fault_lock();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let fires = dir.path().join("fires.log");
+    let failed_once = dir.path().join("failed-once");
+    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot("tick-retry"));
+    // The first run fails (and leaves a file); every later run, its retry included, succeeds.
+    let job = format!(
+        "[[job]]\nname = \"tick\"\nschedule = \"* * * * * *\"\nretries = 1\nretry_backoff = \"15s\"\n\
+         shell = '{RECORD_FIRE}{fires}; if [ ! -e {once} ]; then touch {once}; exit 1; fi'\n",
+        fires = fires.display(),
+        once = failed_once.display()
+    );
+    let text = schedule_text(&connect, "tick-retry", SESSION, DELAY, &job);
+    let mut first = DaemonNode::start(dir.path(), "r1", &text);
+    first.wait_log("lock acquired", SESSION + SLACK).await;
+    let second = DaemonNode::start(dir.path(), "r2", &text);
+    second
+        .wait_log("zookeeper session established", SLACK)
+        .await;
+    let failed = try_wait_for("the first run fails", SLACK * 2, || {
+        let done = failed_once
+            .exists()
+            .then(|| read_fires(&fires).into_iter().next())
+            .flatten();
+        async move { done }
+    })
+    .await
+    .unwrap_or_else(|not_reached| panic!("{not_reached}\n{}", first.log_tail()));
+    // Eleven newer ticks recorded, then the owner dies during the backoff.
+    try_wait_for("eleven newer ticks", SLACK * 5, || {
+        let newer = read_fires(&fires)
+            .iter()
+            .filter(|f| f.scheduled_ms > failed.scheduled_ms)
+            .count();
+        async move { (newer >= 11).then_some(()) }
+    })
+    .await
+    .unwrap_or_else(|not_reached| panic!("{not_reached}\n{}", first.log_tail()));
+    first.kill();
+    let retried = try_wait_for(
+        "attempt 2 of the failed tick",
+        Duration::from_secs(15) + SESSION + DELAY + SLACK * 3,
+        || {
+            let found = read_fires(&fires)
+                .into_iter()
+                .filter(|f| f.scheduled_ms == failed.scheduled_ms && f.attempt == 2)
+                .collect::<Vec<Fire>>();
+            async move { (!found.is_empty()).then_some(found) }
+        },
+    )
+    .await
+    .unwrap_or_else(|not_reached| {
+        let log = second.log();
+        let about: Vec<&str> = log
+            .lines()
+            .filter(|l| {
+                l.contains("retr")
+                    || l.contains("catch")
+                    || l.contains("lock acquired")
+                    || (l.contains("not ") && !l.contains("not the owner"))
+                    || l.contains("attempt=2")
+            })
+            .collect();
+        panic!("{not_reached}\n{about:#?}")
+    });
+    assert_eq!(retried.len(), 1, "once: {retried:?}");
+    assert_eq!(
+        (retried[0].node.as_str(), retried[0].resumed.as_str()),
+        ("r2", "1"),
+        "kept by the next owner: {retried:?}"
+    );
+    // Nothing twice: a second later, still one attempt 2 and one attempt 1 of that tick.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let of_tick: Vec<u32> = read_fires(&fires)
+        .iter()
+        .filter(|f| f.scheduled_ms == failed.scheduled_ms)
+        .map(|f| f.attempt)
+        .collect();
+    assert_eq!(of_tick, [1, 2]);
+}

@@ -436,11 +436,37 @@ impl Io {
                     });
                 };
                 let answers = self.answers.clone();
+                // A tick's retry promised, or the last of its attempts recorded: its marker is
+                // written before, or removed after, the record.
+                let tick_retry = claim.record.submission_id.is_none()
+                    && (claim.record.retry_at_unix_ms.is_some() || claim.record.attempt > 1);
+                let marker = self
+                    .client
+                    .clone()
+                    .filter(|_| tick_retry)
+                    .map(|client| (client, self.settings.ledger.clone(), self.settings.acls));
+                let promise = marker
+                    .clone()
+                    .filter(|_| claim.record.retry_at_unix_ms.is_some());
+                let kept = marker.filter(|_| claim.record.retry_at_unix_ms.is_none());
                 self.tasks.spawn(async move {
                     let mut claim = claim;
                     let path = claim.path.clone();
+                    // The marker first: a promise in the ledger always has its marker.
+                    if let Some((client, paths, acls)) = &promise {
+                        let marked = ledger::promise_retry(client, paths, &claim.record, *acls);
+                        if let Some(Err(err)) = bounded(&path, marked).await {
+                            tracing::warn!(path, error = %error_chain(&err), "retry marker not written: only the job's newest records show the promise");
+                        }
+                    }
                     let write = match bounded(&path, group.finish(&mut claim)).await {
-                        Some(Ok(())) => RecordWrite::Written(claim.version),
+                        Some(Ok(())) => {
+                            if let Some((client, paths, _)) = &kept {
+                                let record = &claim.record;
+                                ledger::forget_retry(client, paths, &record.job, record.scheduled_unix_ms).await;
+                            }
+                            RecordWrite::Written(claim.version)
+                        }
                         // A definite answer: logged once here, never sent again.
                         Some(Err(ledger::UpdateError::Conflict { stored, .. })) => {
                             tracing::warn!(path, ours = ?claim.record.status, stored = ?stored, "final run record not written: someone else changed the record (the next owner resolved the run); it stays theirs");
@@ -692,6 +718,7 @@ async fn list_records(
     // Gone, or not ours (logged by the read): it must not stand as the job's latest tick, or a
     // foreign node named `12` makes catch-up record a gap since 1970.
     ticks.retain(|tick| !unreadable.contains(tick));
+    promised_retries(client, paths, job, &mut newest).await?;
     // A submission's run is open while its marker is: all of them, not only the newest.
     let mut payloads = HashMap::new();
     for (record, version, payload) in open_submissions(client, paths, job).await? {
@@ -711,6 +738,44 @@ async fn list_records(
         live_members,
         payloads,
     })
+}
+
+/// Adds to `newest` the records of `job`'s ticks marked as promising a retry that are not among
+/// them yet, however old; removes the markers of ticks that promise nothing any more.
+async fn promised_retries(
+    client: &Client,
+    paths: &LedgerPaths,
+    job: &JobName,
+    newest: &mut Vec<(crate::run::RunRecord, i32)>,
+) -> Result<(), String> {
+    for tick in ledger::promised_retries(client, paths, job)
+        .await
+        .map_err(|err| error_chain(&err))?
+    {
+        let known = newest
+            .iter()
+            .find(|(record, _)| record.submission_id.is_none() && record.scheduled_unix_ms == tick);
+        let read = match known {
+            Some(known) => Some(known.clone()),
+            None => ledger::read_versioned_checked(client, &paths.record(job, tick))
+                .await
+                .map_err(|err| error_chain(&err))?,
+        };
+        match read {
+            Some((record, version))
+                if record.status.is_final() && record.retry_at_unix_ms.is_some() =>
+            {
+                if known.is_none() {
+                    newest.push((record, version));
+                }
+            }
+            // Still running (its retry claimed), or its promise kept or given up: a stale hint,
+            // unless the run is not final yet — its final record may promise again.
+            Some((record, _)) if !record.status.is_final() => {}
+            _ => ledger::forget_retry(client, paths, job, tick).await,
+        }
+    }
+    Ok(())
 }
 
 type OpenSubmission = (crate::run::RunRecord, i32, Option<Arc<Vec<u8>>>);

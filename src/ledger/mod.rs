@@ -442,6 +442,84 @@ pub async fn finish(client: &Client, claim: &mut Claim) -> Result<(), UpdateErro
     Ok(())
 }
 
+/// Marks `record`'s tick as promising a retry (`retries/<job>/<tick_ms>`), before the final
+/// record that makes the promise is written: the next owner lists these instead of every record,
+/// so a promise is found however many newer ticks the job has. A marker whose record no longer
+/// promises anything is a stale hint, removed by [`promised_retries`]' reader.
+///
+/// # Errors
+/// The create failed (the promise is then found only among the newest records).
+pub async fn promise_retry(
+    client: &Client,
+    paths: &LedgerPaths,
+    record: &RunRecord,
+    acls: Acls<'static>,
+) -> Result<(), ClaimError> {
+    let marker = paths.retry_marker(&record.job, record.scheduled_unix_ms);
+    let options = CreateMode::Persistent.with_acls(acls);
+    for _ in 0..2 {
+        match client.create(&marker, &[], &options).await {
+            Ok(_) | Err(ZkErr::NodeExists) => return Ok(()),
+            Err(ZkErr::NoNode) => {
+                let parent = paths.retries_of(&record.job);
+                crate::zk::ensure_persistent(client, &parent, acls)
+                    .await
+                    .map_err(|err| ClaimError::from_zk(&parent, err))?;
+            }
+            Err(source) => {
+                return Err(ClaimError::Zk {
+                    path: marker,
+                    source,
+                });
+            }
+        }
+    }
+    Err(ClaimError::Zk {
+        path: marker,
+        source: ZkErr::NoNode,
+    })
+}
+
+/// The ticks of `job` marked as promising a retry (foreign names logged and skipped).
+///
+/// # Errors
+/// The listing failed; no markers means none.
+pub async fn promised_retries(
+    client: &Client,
+    paths: &LedgerPaths,
+    job: &JobName,
+) -> Result<Vec<i64>, ClaimError> {
+    let parent = paths.retries_of(job);
+    let names = match client.list_children(&parent).await {
+        Ok(names) => names,
+        Err(ZkErr::NoNode) => return Ok(Vec::new()),
+        Err(source) => {
+            return Err(ClaimError::Zk {
+                path: parent,
+                source,
+            });
+        }
+    };
+    Ok(names
+        .iter()
+        .filter_map(|name| {
+            let tick = crate::layout::parse_tick_node_name(name);
+            if tick.is_none() {
+                tracing::warn!(
+                    path = format!("{parent}/{name}"),
+                    "not a retry marker; skipped"
+                );
+            }
+            tick
+        })
+        .collect())
+}
+
+/// Removes the marker of a retry that is no longer promised.
+pub async fn forget_retry(client: &Client, paths: &LedgerPaths, job: &JobName, tick: i64) {
+    delete_if_there(client, &paths.retry_marker(job, tick)).await;
+}
+
 async fn delete_if_there(client: &Client, path: &str) {
     match client.delete(path, None).await {
         Ok(()) | Err(ZkErr::NoNode) => {}

@@ -27,7 +27,8 @@ impl ClockSample {
         self.sent_unix_ms + self.round_trip_ms() / 2 - self.server_unix_ms
     }
 
-    fn round_trip_ms(&self) -> i64 {
+    /// How long the write took: twice the sample's uncertainty.
+    pub fn round_trip_ms(&self) -> i64 {
         (self.received_unix_ms - self.sent_unix_ms).max(0)
     }
 }
@@ -43,7 +44,13 @@ pub struct ClockEstimate {
 }
 
 impl ClockEstimate {
-    pub fn add(&mut self, sample: ClockSample) {
+    /// Takes `sample` in, unless its round trip is longer than `max_round_trip_ms`: an answer
+    /// that slow (a stalled ensemble, a GC pause) says nothing about the clock, and would
+    /// otherwise make a healthy node look off by half the stall.
+    pub fn add(&mut self, sample: ClockSample, max_round_trip_ms: i64) {
+        if sample.round_trip_ms() > max_round_trip_ms {
+            return;
+        }
         if self.samples.len() == SAMPLES {
             self.samples.pop_front();
         }
@@ -116,13 +123,18 @@ mod tests {
     #[test]
     fn the_estimate_takes_the_most_precise_of_the_last_samples() {
         let mut estimate = ClockEstimate::default();
+        let add = |estimate: &mut ClockEstimate, s| estimate.add(s, 1_000);
         assert_eq!(estimate.offset_ms(), None);
-        estimate.add(sample(0, 0, 2)); // +1, round trip 2
-        estimate.add(sample(100, 0, 400)); // +250, round trip 300: a slow answer
+        add(&mut estimate, sample(0, 0, 2)); // +1, round trip 2
+        add(&mut estimate, sample(100, 0, 400)); // +250, round trip 300: a slow answer
         assert_eq!(estimate.offset_ms(), Some(1));
-        estimate.add(sample(1_000, 1_000, 1_010)); // +5
-        estimate.add(sample(2_000, 1_000, 2_010)); // +1005: the first sample has left
+        add(&mut estimate, sample(1_000, 1_000, 1_010)); // +5
+        add(&mut estimate, sample(2_000, 1_000, 2_010)); // +1005: the first sample has left
         assert_eq!(estimate.offset_ms(), Some(5));
+        // An answer held up by a stalled ensemble (8 s): left out, whatever it would say.
+        let mut fresh = ClockEstimate::default();
+        add(&mut fresh, sample(10_000, 18_000, 18_000));
+        assert_eq!(fresh.offset_ms(), None, "no estimate from a stall");
     }
 
     #[test]

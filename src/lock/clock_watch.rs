@@ -123,11 +123,13 @@ impl ClockWatch {
         self.estimate.offset_ms()
     }
 
-    /// Takes in one check's answers and judges our clock.
-    pub fn judged(&mut self, reading: &Reading) -> ClockVerdict {
-        self.estimate.add(reading.sample);
-        let mine = self.estimate.offset_ms().unwrap_or(0);
+    /// Takes in one check's answers and judges our clock; `None` while no answer came quickly
+    /// enough to measure it (a stalled ensemble says nothing about clocks).
+    pub fn judged(&mut self, reading: &Reading) -> Option<ClockVerdict> {
         let max_ms = i64::try_from(self.settings.max_offset.as_millis()).unwrap_or(i64::MAX);
+        // A round trip within the limit bounds the sample's error by half of it.
+        self.estimate.add(reading.sample, max_ms);
+        let mine = self.estimate.offset_ms()?;
         let verdict = clock::judge(mine, &reading.others, max_ms);
         if let Some(metrics) = &self.settings.metrics {
             metrics.clock(&verdict);
@@ -143,7 +145,7 @@ impl ClockWatch {
             self.say(now, &verdict);
             self.said = now;
         }
-        verdict
+        Some(verdict)
     }
 
     fn say(&self, now: Said, verdict: &ClockVerdict) {

@@ -276,7 +276,9 @@ pub async fn run(
                 };
                 clock_due.as_mut().reset(next.into());
                 match reading {
-                    Ok(reading) => Some(Input::ClockJudged { skewed: clock.judged(&reading).skewed }),
+                    Ok(reading) => clock
+                        .judged(&reading)
+                        .map(|verdict| Input::ClockJudged { skewed: verdict.skewed }),
                     Err(err) => {
                         tracing::debug!(error = err, "clock not checked this time");
                         None

@@ -945,6 +945,19 @@ fn running_a_job_with_one_retry() -> (FireMachine, Claim) {
     (m, run)
 }
 
+/// [`running_a_job_with_one_retry`] after attempt 1 failed at 60 s and its record, which
+/// promises attempt 2 at 62.1 s, was written.
+fn a_retry_promised() -> (FireMachine, Claim) {
+    let (mut m, run) = running_a_job_with_one_retry();
+    let failed = end_run(
+        &mut m,
+        ended(&run, RunOutcome::Exited { code: 3 }, t(60_000)),
+        t(60_100),
+    );
+    m.handle(written(&failed), t(60_105));
+    (m, failed)
+}
+
 #[test]
 fn a_failed_run_is_retried_after_its_backoff_as_the_next_attempt() {
     let (mut m, run) = running_a_job_with_one_retry();
@@ -1001,13 +1014,7 @@ fn a_failed_run_is_retried_after_its_backoff_as_the_next_attempt() {
 /// first claim of the tick, which its record would refuse for good.
 #[test]
 fn a_retry_that_found_a_run_alive_claims_its_record_again_not_a_fresh_tick() {
-    let (mut m, run) = running_a_job_with_one_retry();
-    let failed = end_run(
-        &mut m,
-        ended(&run, RunOutcome::Exited { code: 3 }, t(60_000)),
-        t(60_100),
-    );
-    m.handle(written(&failed), t(60_105));
+    let (mut m, failed) = a_retry_promised();
     let retry = only_claim(&m.handle(Input::Tick, t(62_100)));
     let version = failed.version + 2;
     assert_eq!(retry.mode, ClaimMode::Again { version });
@@ -1029,13 +1036,7 @@ fn a_retry_that_found_a_run_alive_claims_its_record_again_not_a_fresh_tick() {
 /// so in the record (without the promise), so no later owner keeps it either.
 #[test]
 fn a_retry_of_a_job_that_left_the_schedule_is_dropped_and_recorded() {
-    let (mut m, run) = running_a_job_with_one_retry();
-    let failed = end_run(
-        &mut m,
-        ended(&run, RunOutcome::Exited { code: 3 }, t(60_000)),
-        t(60_100),
-    );
-    m.handle(written(&failed), t(60_105));
+    let (mut m, failed) = a_retry_promised();
     m.handle(
         Input::Reloaded(jobs(&job("b", EVERY_SECOND, ""))),
         t(61_000),

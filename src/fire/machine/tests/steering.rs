@@ -267,13 +267,7 @@ fn a_yield_that_does_not_move_the_lock_fires_again_after_its_limit() {
 /// paused — and the resume starts it at once.
 #[test]
 fn a_pause_holds_a_promised_retry_and_the_resume_starts_it() {
-    let (mut m, run) = running_a_job_with_one_retry();
-    let failed = end_run(
-        &mut m,
-        ended(&run, RunOutcome::Exited { code: 3 }, t(60_000)),
-        t(60_100),
-    );
-    m.handle(written(&failed), t(60_105));
+    let (mut m, failed) = a_retry_promised();
     m.handle(paused(&["a"]), t(61_000));
     assert!(
         m.next_deadline().is_none_or(|at| at > t(62_100)),

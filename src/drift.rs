@@ -83,6 +83,11 @@ fn job_text(job: &JobConfig) -> String {
         job.max_running,
         job.history,
     );
+    // Only when set: a job in the default group hashes as before groups existed, so an
+    // upgraded member shows no drift beside an older one.
+    if let Some(group) = &job.group {
+        let _ = write!(text, "\ngroup={group}");
+    }
     text
 }
 
@@ -183,6 +188,18 @@ mod tests {
         );
         let disabled = fingerprint(&jobs(&format!("{A}enabled = false\n{B}")));
         assert!(compare(&own, &NodeId::new("n5"), Some(&disabled)).is_some());
+    }
+
+    #[test]
+    fn a_job_in_another_group_drifts_and_the_default_group_hashes_as_before_groups() {
+        let groups = "[[group]]\nname = \"x\"\n[[group]]\nname = \"y\"\n";
+        let before = fingerprint(&jobs(A));
+        assert_eq!(fingerprint(&jobs(&format!("{groups}{A}"))), before);
+        let in_x = fingerprint(&jobs(&format!("{groups}{A}group = \"x\"\n")));
+        let in_y = fingerprint(&jobs(&format!("{groups}{A}group = \"y\"\n")));
+        let drift = compare(&in_x, &NodeId::new("n2"), Some(&in_y)).expect("drift");
+        assert_eq!(drift.jobs, vec![JobName::new("a")]);
+        assert!(compare(&before, &NodeId::new("n2"), Some(&in_x)).is_some());
     }
 
     #[test]

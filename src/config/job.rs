@@ -67,6 +67,7 @@ impl Validator<'_> {
         let starting_deadline = self.job_starting_deadline(raw.starting_deadline, job);
         let dedup_window = self.job_dedup_window(raw.dedup_window, job);
         let limits = self.job_limits(raw.limits, job);
+        let group = self.job_group(raw.group, job);
         let spec = JobSpec {
             name: JobName::new(name.clone()),
             // From here on only for a job with a usable program: a job without one does not
@@ -98,6 +99,7 @@ impl Validator<'_> {
             retry_backoff,
             dedup_window,
             limits,
+            group,
         })
     }
 

@@ -1,7 +1,8 @@
 //! `[lock]`: which lock this node contends for, and how it takes over from a silent owner.
 //!
 //! Owns: the lock name and root (znode names), the takeover delay, the claim lead, the node id,
-//! the clock offset a node may have, and their defaults.
+//! the clock offset a node may have, how long membership settles before groups move, and their
+//! defaults.
 //! Must not: touch the lock itself (`crate::lock` does); only checks that its names are znodes.
 
 use std::time::Duration;
@@ -18,6 +19,9 @@ const DEFAULT_CLAIM_AHEAD: Duration = Duration::from_millis(250);
 const DEFAULT_MAX_CLOCK_OFFSET: Duration = Duration::from_secs(1);
 /// Below this, the round trip of the measuring write (half of it is its error) would decide.
 const MIN_MAX_CLOCK_OFFSET: Duration = Duration::from_millis(100);
+/// Long enough for a restarting node (a deploy) to come back before its groups move away,
+/// short enough that a new node takes its share within a minute (issue 19).
+const DEFAULT_REBALANCE_AFTER: Duration = Duration::from_secs(30);
 
 impl Validator<'_> {
     pub(super) fn lock(&mut self, raw: RawLock) -> Option<LockConfig> {
@@ -59,6 +63,11 @@ impl Validator<'_> {
         });
         let claim_ahead = self.duration(raw.claim_ahead, "lock.claim_ahead", DEFAULT_CLAIM_AHEAD);
         let max_clock_offset = self.max_clock_offset(raw.max_clock_offset);
+        let rebalance_after = self.positive_duration(
+            raw.rebalance_after,
+            "lock.rebalance_after",
+            DEFAULT_REBALANCE_AFTER,
+        );
         Some(LockConfig {
             name,
             claim_ahead,
@@ -66,6 +75,7 @@ impl Validator<'_> {
             takeover_delay,
             node_id,
             max_clock_offset,
+            rebalance_after,
         })
     }
 

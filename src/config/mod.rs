@@ -16,6 +16,7 @@
 //! section's file.
 
 mod error;
+mod group;
 mod http;
 mod job;
 mod job_policies;
@@ -49,11 +50,39 @@ pub struct Config {
     pub log: LogConfig,
     /// `None`: no HTTP listener (the default).
     pub http: Option<HttpConfig>,
+    /// `[node]`: what this node carries for placement.
+    pub node: NodeConfig,
+    /// `[[group]]`: the named lock groups, in file order; jobs without `group` are in the
+    /// default group (the `[lock]` itself).
+    pub groups: Vec<GroupConfig>,
     /// `[[limit]]`: cluster-wide caps on runs, in file order.
     pub limits: Vec<LimitConfig>,
     /// Shared as they are by the fire machine, the reloader, steering and the HTTP API: one
     /// copy of each job lives on.
     pub jobs: Vec<Arc<JobConfig>>,
+}
+
+/// `[node]`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NodeConfig {
+    /// Tags a `[[group]]` may require of the nodes that own it.
+    pub tags: std::collections::BTreeSet<String>,
+}
+
+/// One `[[group]]`: a lock of its own, with its own owner, epoch and fencing token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupConfig {
+    pub name: String,
+    /// Only nodes carrying every one of these tags contend for it.
+    pub requires: std::collections::BTreeSet<String>,
+}
+
+impl Config {
+    /// Whether `[[group]]`s are declared: then the default group is balanced over the nodes
+    /// with them; a file without groups runs one lock, as before groups existed.
+    pub fn grouped(&self) -> bool {
+        !self.groups.is_empty()
+    }
 }
 
 /// One `[[limit]]`: at most `max` runs of the jobs that name it at once, across the cluster.
@@ -138,6 +167,9 @@ pub struct LockConfig {
     /// How far this node's clock may be off the fleet's before it stops contending for the lock
     /// (and hands it over if it owns it).
     pub max_clock_offset: Duration,
+    /// Membership unchanged this long counts as settled: only then are groups moved to balance
+    /// them (issue 19).
+    pub rebalance_after: Duration,
 }
 
 /// `[log]`.
@@ -230,6 +262,8 @@ pub struct JobConfig {
     pub dedup_window: Duration,
     /// The limits a run of this job holds a lease of, in name order.
     pub limits: Vec<LimitConfig>,
+    /// Its `[[group]]`; `None`: the default group.
+    pub group: Option<String>,
 }
 
 impl JobConfig {
@@ -297,6 +331,8 @@ impl Config {
             lock: self.lock.clone(),
             log: self.log.clone(),
             http: self.http.clone(),
+            node: self.node.clone(),
+            groups: self.groups.clone(),
             limits: self.limits.clone(),
             jobs: jobs.collect(),
         }

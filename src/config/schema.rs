@@ -23,9 +23,28 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub(super) http: Option<RawHttp>,
     #[serde(default)]
+    pub(super) node: Option<RawNode>,
+    #[serde(default)]
+    pub(super) group: Vec<Spanned<RawGroup>>,
+    #[serde(default)]
     pub(super) limit: Vec<Spanned<RawLimit>>,
     #[serde(default)]
     pub(super) job: Vec<Spanned<RawJob>>,
+}
+
+/// `[node]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawNode {
+    pub(super) tags: Option<Spanned<Vec<Spanned<String>>>>,
+}
+
+/// One `[[group]]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawGroup {
+    pub(super) name: Spanned<String>,
+    pub(super) requires: Option<Spanned<Vec<Spanned<String>>>>,
 }
 
 /// One `[[limit]]`.
@@ -89,6 +108,7 @@ pub(super) struct RawLock {
     pub(super) node_id: Option<Spanned<String>>,
     pub(super) claim_ahead: Option<Spanned<String>>,
     pub(super) max_clock_offset: Option<Spanned<String>>,
+    pub(super) rebalance_after: Option<Spanned<String>>,
 }
 
 /// `[log]`.
@@ -124,4 +144,5 @@ pub(super) struct RawJob {
     pub(super) retry_backoff: Option<Spanned<String>>,
     pub(super) dedup_window: Option<Spanned<String>>,
     pub(super) limits: Option<Spanned<Vec<Spanned<String>>>>,
+    pub(super) group: Option<Spanned<String>>,
 }

@@ -385,3 +385,58 @@ fn named_tokens_are_read_hashed_and_a_bad_line_is_named_by_its_number() {
         "{text}"
     );
 }
+
+#[test]
+fn a_job_joins_a_declared_group_and_a_node_carries_tags() {
+    let groups = "[node]\ntags = [\"eu\", \"big\"]\n[[group]]\nname = \"billing\"\nrequires = [\"big\"]\n[[group]]\nname = \"mail\"\n";
+    let job = |group: &str| {
+        format!(
+            "{MINIMAL}{groups}[[job]]\nname = \"j\"\nshell = \"true\"\n{group}\n[[job]]\nname = \"k\"\nshell = \"true\"\n"
+        )
+    };
+    let config = parse_text(&job("group = \"billing\"")).expect("valid");
+    assert!(config.grouped());
+    assert_eq!(config.jobs[0].group.as_deref(), Some("billing"));
+    assert_eq!(config.jobs[1].group, None, "no group: the default group");
+    let names: Vec<&str> = config.groups.iter().map(|g| g.name.as_str()).collect();
+    assert_eq!(names, ["billing", "mail"]);
+    assert!(config.groups[0].requires.contains("big"));
+    assert!(config.groups[1].requires.is_empty());
+    assert_eq!(config.node.tags.len(), 2);
+    assert_eq!(config.lock.rebalance_after, Duration::from_secs(30));
+    let unknown = parse_text(&job("group = \"biling\""))
+        .expect_err("refused")
+        .render();
+    assert!(
+        unknown.contains("job \"j\": group: expected a declared [[group]]: billing, mail"),
+        "{unknown}"
+    );
+    let none = parse_text(&format!(
+        "{MINIMAL}[[job]]\nname = \"j\"\nshell = \"true\"\ngroup = \"x\"\n"
+    ))
+    .expect_err("refused")
+    .render();
+    assert!(none.contains("no [[group]] is declared"), "{none}");
+    assert!(!parse_text(MINIMAL).expect("valid").grouped());
+    for (bad, says) in [
+        ("[[group]]\nname = \"a/b\"\n", "group \"a/b\": name"),
+        (
+            "[[group]]\nname = \"x\"\n[[group]]\nname = \"x\"\n",
+            "duplicate group name",
+        ),
+        ("[node]\ntags = [\"a\", \"a\"]\n", "node.tags: named twice"),
+        (
+            "[[group]]\nname = \"x\"\nrequires = [\"\"]\n",
+            "group \"x\": requires",
+        ),
+    ] {
+        let err = parse_text(&format!("{MINIMAL}{bad}"))
+            .expect_err(bad)
+            .render();
+        assert!(err.contains(says), "{bad}: {err}");
+    }
+    let zero = parse_text(&MINIMAL.replace("[lock]\n", "[lock]\nrebalance_after = \"0s\"\n"))
+        .expect_err("refused")
+        .render();
+    assert!(zero.contains("lock.rebalance_after"), "{zero}");
+}

@@ -3,7 +3,7 @@
 //! Owns: the [`Validator`] every section checks with, the order the sections are checked in,
 //! duplicate job names, and the checks shared by all sections (durations, counts, named files).
 //! Must not: know a section's keys (each section's file does: `zookeeper.rs`, `lock.rs`,
-//! `http.rs`, `log.rs`, `limit.rs`, `job.rs`), nor stop at the first problem.
+//! `http.rs`, `log.rs`, `group.rs`, `limit.rs`, `job.rs`), nor stop at the first problem.
 
 use std::collections::HashSet;
 use std::ops::Range;
@@ -13,7 +13,7 @@ use std::time::Duration;
 use toml::Spanned;
 
 use super::schema::RawConfig;
-use super::{Config, LimitConfig, Problem};
+use super::{Config, GroupConfig, LimitConfig, Problem};
 
 /// Checks a parsed file and builds its [`Config`]; all of its problems, in file order, if any.
 pub(super) fn validate(
@@ -24,6 +24,7 @@ pub(super) fn validate(
         problems: Vec::new(),
         env,
         limits: Vec::new(),
+        groups: Vec::new(),
     };
     let config = v.config(raw);
     v.problems
@@ -43,6 +44,8 @@ pub(super) struct Validator<'e> {
     pub(super) env: &'e dyn Fn(&str) -> Option<String>,
     /// The `[[limit]]`s declared, for the jobs that name them.
     pub(super) limits: Vec<LimitConfig>,
+    /// The `[[group]]`s declared, for the jobs that name them.
+    pub(super) groups: Vec<GroupConfig>,
 }
 
 impl Validator<'_> {
@@ -65,6 +68,8 @@ impl Validator<'_> {
         let lock = self.lock(raw.lock);
         let log = self.log(raw.log);
         let http = raw.http.map(|raw| self.http(raw));
+        let node = self.node(raw.node);
+        self.groups = self.declared_groups(raw.group);
         self.limits = self.declared_limits(raw.limit);
         let mut seen = HashSet::new();
         // Sized once: a running daemon keeps this Vec for good, and growing it by doubling left
@@ -88,6 +93,8 @@ impl Validator<'_> {
             lock: lock?,
             log: log?,
             http: http.flatten(),
+            node,
+            groups: std::mem::take(&mut self.groups),
             limits: std::mem::take(&mut self.limits),
             jobs,
         })

@@ -28,7 +28,7 @@ use zkcron::layout::LockPaths;
 use zkcron::ledger::{self, ClaimError};
 use zkcron::lock::clock_watch::ClockSettings;
 use zkcron::lock::driver::LockUpdate;
-use zkcron::lock::driver::{self, DriverError, LockSettings};
+use zkcron::lock::driver::{self, DriverError, LockRole, LockSettings};
 use zkcron::lock::members::MemberError;
 use zkcron::run::RunRecord;
 use zkcron::status::{StatusError, StatusReport};
@@ -766,6 +766,7 @@ async fn lock_demo(args: LockDemoArgs, shutdown: CancellationToken) -> Result<()
             max_offset: Duration::from_secs(1),
             metrics: None,
         },
+        role: LockRole::alone(),
     };
     let (updates, mut received) = mpsc::unbounded_channel();
     let printer = tokio::spawn(async move {

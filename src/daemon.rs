@@ -22,9 +22,11 @@ use crate::http::{BindError, HttpState};
 use crate::layout::ControlPaths;
 use crate::layout::LedgerPaths;
 use crate::layout::LockPaths;
+use crate::lock::balance::GroupSpec;
 use crate::lock::clock_watch::ClockSettings;
-use crate::lock::driver::{self, DriverError, Heard, LockCommand, LockSettings};
+use crate::lock::driver::{self, DriverError, Heard, LockCommand, LockRole, LockSettings};
 use crate::lock::node::OwnerInfo;
+use crate::lock::placement::{DEFAULT_GROUP, PlacedGroup, Placement};
 use crate::metrics::Metrics;
 use crate::report::error_chain;
 use crate::run::Launcher;
@@ -71,13 +73,12 @@ pub async fn run(
     with_launcher(&mut config, &settings.launcher);
     let config = Arc::new(config);
     let jobs = config.jobs.clone();
-    let (jobs_tx, jobs_rx) = mpsc::unbounded_channel();
     let (loaded_tx, loaded) = watch::channel(Arc::clone(&config));
     let http = match config.http.clone() {
         Some(http) => {
             let state = HttpState {
                 metrics: Arc::clone(&metrics),
-                view: view_rx,
+                view: view_rx.clone(),
                 config: loaded,
                 token: http.token,
                 tokens: Arc::new(http.tokens),
@@ -88,68 +89,267 @@ pub async fn run(
         }
         None => None,
     };
-    let lock = LockSettings {
-        paths: paths.clone(),
-        me: OwnerInfo {
-            schedule: Some(drift::fingerprint(jobs.iter().map(Arc::as_ref))),
-            ..settings.me.clone()
-        },
-        takeover_delay: config.lock.takeover_delay,
-        jitter: settings.jitter,
-        heard: Arc::clone(&heard),
-        clock: ClockSettings {
-            max_offset: config.lock.max_clock_offset,
-            metrics: Some(Arc::clone(&metrics)),
-        },
+    let me = OwnerInfo {
+        schedule: Some(Box::new(drift::fingerprint(jobs.iter().map(Arc::as_ref)))),
+        tags: config.node.tags.clone(),
+        ..settings.me.clone()
     };
-    let (updates_tx, updates) = mpsc::unbounded_channel();
-    let (commands, mut received) = mpsc::unbounded_channel();
-    let commands_for_reload = commands.clone();
-    let release = CancellationToken::new();
-    let handle = tokio::spawn({
-        let release = release.clone();
-        async move { driver::run(&zk, &lock, &release, &updates_tx, &mut received).await }
+    let verdict = Arc::new(watch::Sender::new(false));
+    let wiring = Wiring {
+        zk: &zk,
+        base: &paths,
+        config: &config,
+        settings: &settings,
+        me: &me,
+        jobs: &jobs,
+    };
+    let (default_unit, default_task) = wiring.start(
+        None,
+        LockRole::Member {
+            placed: config.grouped(),
+            verdict: Arc::clone(&verdict),
+        },
+        Shared {
+            heard: Arc::clone(&heard),
+            metrics: Arc::clone(&metrics),
+            view,
+            member_duties: true,
+        },
+        shutdown.clone(),
+    );
+    let mut units = vec![default_unit];
+    let mut named = Vec::new();
+    for group in &config.groups {
+        let (private_view, _) = watch::channel(NodeView::default());
+        let (unit, task) = wiring.start(
+            Some(group.name.clone()),
+            LockRole::Group {
+                verdict: verdict.subscribe(),
+            },
+            Shared {
+                heard: Arc::new(Heard::default()),
+                metrics: Arc::clone(&metrics),
+                view: private_view,
+                member_duties: false,
+            },
+            shutdown.clone(),
+        );
+        units.push(unit);
+        named.push(task);
+    }
+    let placement = config.grouped().then(|| {
+        let placed = Placement {
+            me: settings.me.node_id.clone(),
+            base: paths.clone(),
+            groups: units
+                .iter()
+                .map(|unit| unit.placed(&paths, &config))
+                .collect(),
+            settle: config.lock.rebalance_after,
+            acls: zk.acls(),
+        };
+        let sessions = session_of(view_rx.clone());
+        tokio::spawn(placed.run(sessions, shutdown.clone()))
     });
-    let lock_task = LockTask {
-        handle,
-        release,
-        updates,
-        commands,
-    };
-    let fire = FireSettings {
-        ledger: LedgerPaths::new(&paths),
-        group: paths.clone(),
-        control: ControlPaths::new(&paths),
-        me: settings.me.node_id.clone(),
-        acls: config.zookeeper.settings().acls(),
-        metrics: Arc::clone(&metrics),
-        view,
-    };
-    let me = Me {
-        node_id: settings.me.node_id.clone(),
-        ip: settings.me.ip.clone(),
-    };
-    let machine = FireMachine::new(me, config.lock.claim_ahead, &jobs, Utc::now());
     let reloader = tokio::spawn(reload_on_request(
         settings.config_path.clone(),
         config,
         settings.launcher.clone(),
         reloads,
         Reloaded {
-            jobs: jobs_tx,
+            units: units
+                .iter()
+                .map(|unit| (unit.jobs.clone(), unit.commands.clone()))
+                .collect(),
             loaded: loaded_tx,
-            lock: commands_for_reload,
         },
     ));
     tracing::info!(jobs = jobs.len(), node_id = %settings.me.node_id, "zkcron started");
-    let result = fire_driver::run(machine, fire, lock_task, jobs_rx, shutdown).await;
+    let result = default_task.await;
+    for task in named {
+        if let Err(err) = task.await {
+            tracing::error!(error = %err, "a group's fire driver failed");
+        }
+    }
+    if let Some(placement) = placement {
+        placement.abort();
+    }
     reloader.abort();
     if let Some(http) = http {
         // The listener stops with the shutdown token; its handlers are bounded by their requests.
         let _ = tokio::time::timeout(Duration::from_secs(2), http).await;
     }
     tracing::info!("zkcron stopped");
-    Ok(result?)
+    match result {
+        Ok(result) => Ok(result?),
+        Err(err) => {
+            tracing::error!(error = %err, "the default group's fire driver failed");
+            Ok(())
+        }
+    }
+}
+
+/// What every group's unit is made from.
+struct Wiring<'a> {
+    zk: &'a crate::zk::ZkSettings,
+    base: &'a LockPaths,
+    config: &'a Config,
+    settings: &'a DaemonSettings,
+    me: &'a OwnerInfo,
+    jobs: &'a Jobs,
+}
+
+/// What a unit shares with the node, or keeps to itself.
+struct Shared {
+    heard: Arc<Heard>,
+    metrics: Arc<Metrics>,
+    view: watch::Sender<NodeView>,
+    member_duties: bool,
+}
+
+/// One lock group's lock driver and fire driver, as the daemon steers them.
+struct Unit {
+    group: Option<String>,
+    jobs: mpsc::UnboundedSender<Jobs>,
+    commands: mpsc::UnboundedSender<LockCommand>,
+}
+
+impl Unit {
+    fn placed(&self, base: &LockPaths, config: &Config) -> PlacedGroup {
+        let (name, requires, lock, control) = match &self.group {
+            None => (
+                DEFAULT_GROUP.to_owned(),
+                Default::default(),
+                base.clone(),
+                ControlPaths::new(base),
+            ),
+            Some(name) => (
+                name.clone(),
+                config
+                    .groups
+                    .iter()
+                    .find(|g| g.name == *name)
+                    .map(|g| g.requires.clone())
+                    .unwrap_or_default(),
+                base.group(name),
+                ControlPaths::of_group(base, name),
+            ),
+        };
+        PlacedGroup {
+            spec: GroupSpec { name, requires },
+            lock,
+            control,
+            commands: self.commands.clone(),
+        }
+    }
+}
+
+type FireTask = tokio::task::JoinHandle<Result<(), DriverError>>;
+
+impl Wiring<'_> {
+    /// Starts the lock driver and the fire driver of `group` (`None`: the default group).
+    fn start(
+        &self,
+        group: Option<String>,
+        role: LockRole,
+        shared: Shared,
+        shutdown: CancellationToken,
+    ) -> (Unit, FireTask) {
+        let paths = match &group {
+            None => self.base.clone(),
+            Some(name) => self.base.group(name),
+        };
+        let control = match &group {
+            None => ControlPaths::new(self.base),
+            Some(name) => ControlPaths::of_group(self.base, name),
+        };
+        let lock = LockSettings {
+            paths: paths.clone(),
+            me: self.me.clone(),
+            takeover_delay: self.config.lock.takeover_delay,
+            jitter: self.settings.jitter,
+            heard: shared.heard,
+            clock: ClockSettings {
+                max_offset: self.config.lock.max_clock_offset,
+                metrics: shared.member_duties.then(|| Arc::clone(&shared.metrics)),
+            },
+            role,
+        };
+        let (updates_tx, updates) = mpsc::unbounded_channel();
+        let (commands, mut received) = mpsc::unbounded_channel();
+        let release = CancellationToken::new();
+        let zk = self.zk.clone();
+        let handle = tokio::spawn({
+            let release = release.clone();
+            async move { driver::run(&zk, &lock, &release, &updates_tx, &mut received).await }
+        });
+        let lock_task = LockTask {
+            handle,
+            release,
+            updates,
+            commands: commands.clone(),
+        };
+        let fire = FireSettings {
+            ledger: LedgerPaths::fenced_by(self.base, &paths),
+            group: paths,
+            control,
+            me: self.settings.me.node_id.clone(),
+            acls: self.config.zookeeper.settings().acls(),
+            metrics: shared.metrics,
+            view: shared.view,
+            member_duties: shared.member_duties,
+        };
+        let me = Me {
+            node_id: self.settings.me.node_id.clone(),
+            ip: self.settings.me.ip.clone(),
+        };
+        let machine = FireMachine::for_group(
+            me,
+            group.clone(),
+            self.config.lock.claim_ahead,
+            self.jobs,
+            Utc::now(),
+        );
+        let (jobs, jobs_rx) = mpsc::unbounded_channel();
+        let task = tokio::spawn(fire_driver::run(
+            machine, fire, lock_task, jobs_rx, shutdown,
+        ));
+        (
+            Unit {
+                group,
+                jobs,
+                commands,
+            },
+            task,
+        )
+    }
+}
+
+/// The default group's session, as the placement follows it.
+fn session_of(
+    mut view: watch::Receiver<NodeView>,
+) -> watch::Receiver<Option<zookeeper_client::Client>> {
+    let (tx, rx) = watch::channel(view.borrow().client.clone());
+    tokio::spawn(async move {
+        while view.changed().await.is_ok() {
+            let client = view.borrow_and_update().client.clone();
+            tx.send_if_modified(|old| {
+                let same = match (old.as_ref(), client.as_ref()) {
+                    (Some(a), Some(b)) => a.session_id() == b.session_id(),
+                    (None, None) => true,
+                    _ => false,
+                };
+                if !same {
+                    *old = client;
+                }
+                !same
+            });
+            if tx.is_closed() {
+                return;
+            }
+        }
+    });
+    rx
 }
 
 /// The schedule's jobs, shared by the fire machine, the reloader and the HTTP API.
@@ -176,13 +376,17 @@ async fn reload_on_request(
         if let Some(mut new) = reload(&path, &current) {
             with_launcher(&mut new, &launcher);
             let hash = drift::fingerprint(new.jobs.iter().map(Arc::as_ref));
-            let _ = to.lock.send(LockCommand::Schedule(hash));
             let jobs = new.jobs.clone();
             current = Arc::new(new);
             // Only the HTTP API reads it, when it is on.
             to.loaded.send_replace(Arc::clone(&current));
-            if to.jobs.send(jobs).is_err() {
-                return;
+            // Every group's machine gets the whole schedule and fires its own jobs of it, so a
+            // job moved between groups leaves one machine and joins another in the same step.
+            for (unit_jobs, lock) in &to.units {
+                let _ = lock.send(LockCommand::Schedule(hash.clone()));
+                if unit_jobs.send(jobs.clone()).is_err() {
+                    return;
+                }
             }
         }
     }
@@ -190,12 +394,14 @@ async fn reload_on_request(
 
 /// Where a reloaded schedule goes.
 struct Reloaded {
-    /// The fire machine.
-    jobs: mpsc::UnboundedSender<Jobs>,
+    /// Each group's fire machine, and its lock (the default group's publishes the schedule's
+    /// fingerprint in the member node).
+    units: Vec<(
+        mpsc::UnboundedSender<Jobs>,
+        mpsc::UnboundedSender<LockCommand>,
+    )>,
     /// The HTTP API.
     loaded: watch::Sender<Arc<Config>>,
-    /// The member node's schedule fingerprint.
-    lock: mpsc::UnboundedSender<LockCommand>,
 }
 
 /// Re-reads the schedule; on any problem keeps the current one and says why.
@@ -205,10 +411,12 @@ fn reload(path: &std::path::Path, current: &Config) -> Option<Config> {
             if new.zookeeper != current.zookeeper
                 || new.lock != current.lock
                 || new.http != current.http
+                || new.groups != current.groups
+                || new.node != current.node
             {
                 tracing::warn!(
                     path = %path.display(),
-                    "[zookeeper], [lock] and [http] changes take effect only after a restart; jobs are reloaded"
+                    "[zookeeper], [lock], [http], [node] and [[group]] changes take effect only after a restart; jobs are reloaded"
                 );
             }
             let enabled = new.jobs.iter().filter(|job| job.enabled).count();

@@ -42,5 +42,6 @@ pub fn this_process(node_id: Option<&NodeId>) -> Result<OwnerInfo, IdentityError
         releasing: false,
         schedule: None,
         clock_offset_ms: None,
+        tags: std::collections::BTreeSet::new(),
     })
 }

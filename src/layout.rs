@@ -238,9 +238,28 @@ impl ControlPaths {
         }
     }
 
+    /// The control nodes of named group `group` of the lock group at `base` (issue 19): the
+    /// pauses are `base`'s, since a pause belongs to a job whatever its group; the release
+    /// request is the group's own, `control/groups/<group>/release`, under the one `control/`
+    /// every owner watches.
+    pub fn of_group(base: &LockPaths, group: &str) -> Self {
+        let base = Self::new(base);
+        Self {
+            release: format!("{}/groups/{group}/release", base.dir),
+            ..base
+        }
+    }
+
     /// The pause of `job`.
     pub fn pause(&self, job: &JobName) -> String {
         format!("{}/{job}", self.paused)
+    }
+
+    /// The node the release request is made in.
+    pub fn release_parent(&self) -> &str {
+        self.release
+            .rsplit_once('/')
+            .map_or(self.dir.as_str(), |(parent, _)| parent)
     }
 }
 
@@ -348,5 +367,35 @@ mod tests {
         for foreign in ["", "-1", "12a", "lock", "99999999999999999999999"] {
             assert_eq!(parse_tick_node_name(foreign), None, "{foreign:?}");
         }
+    }
+
+    #[test]
+    fn a_named_group_has_its_own_lock_and_release_and_shares_the_rest() {
+        let base = LockPaths::new("/zkcron", "billing");
+        let group = base.group("eu");
+        assert_eq!(group.lock, "/zkcron/billing/groups/eu/lock");
+        assert_eq!(group.epoch, "/zkcron/billing/groups/eu/epoch");
+        assert_eq!(
+            group.members, base.members,
+            "one membership for every group"
+        );
+        let ledger = LedgerPaths::fenced_by(&base, &group);
+        assert_eq!(ledger.epoch, group.epoch);
+        assert_eq!(
+            ledger.runs,
+            LedgerPaths::new(&base).runs,
+            "records keyed by job"
+        );
+        let control = ControlPaths::of_group(&base, "eu");
+        assert_eq!(control.paused, ControlPaths::new(&base).paused);
+        assert_eq!(control.release, "/zkcron/billing/control/groups/eu/release");
+        assert_eq!(
+            control.release_parent(),
+            "/zkcron/billing/control/groups/eu"
+        );
+        assert_eq!(
+            ControlPaths::new(&base).release_parent(),
+            "/zkcron/billing/control"
+        );
     }
 }

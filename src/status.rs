@@ -277,14 +277,14 @@ fn drift_from_owner(lock: &LockReport, members: &[MemberReport]) -> Vec<Drift> {
     let own = members
         .iter()
         .find(|m| &m.node_id == owner)
-        .and_then(|m| m.info.as_ref()?.schedule.as_ref());
+        .and_then(|m| m.info.as_ref()?.schedule.as_deref());
     let Some(own) = own else {
         return Vec::new();
     };
     members
         .iter()
         .filter(|m| &m.node_id != owner)
-        .filter_map(|m| drift::compare(own, &m.node_id, m.info.as_ref()?.schedule.as_ref()))
+        .filter_map(|m| drift::compare(own, &m.node_id, m.info.as_ref()?.schedule.as_deref()))
         .collect()
 }
 

@@ -59,6 +59,7 @@ const FLOORS: &[(usize, &[&str])] = &[
             "lock::driver",
             "lock::members",
             "lock::clock_watch",
+            "lock::placement",
             "drift",
         ],
     ),

@@ -140,10 +140,10 @@ pub async fn request_release(
                     Err(source) => return Err(zk(&paths.release)(source)),
                 }
             }
-            Err(ZkErr::NoNode) => client
-                .mkdir(&paths.dir, &options)
-                .await
-                .map_err(zk(&paths.dir))?,
+            Err(ZkErr::NoNode) => {
+                let parent = paths.release_parent();
+                client.mkdir(parent, &options).await.map_err(zk(parent))?;
+            }
             Err(source) => return Err(zk(&paths.release)(source)),
         }
     }

@@ -93,6 +93,9 @@ pub struct FireSettings {
     pub metrics: Arc<Metrics>,
     /// Where the session and the lock's status are published for the HTTP API.
     pub view: tokio::sync::watch::Sender<NodeView>,
+    /// The default group's driver also checks the members' schedules (drift), sweeps the
+    /// delayed area and reports the lock in the metrics; a named group's does not (issue 19).
+    pub member_duties: bool,
 }
 
 /// The lock driver's task, as the fire driver steers it.
@@ -152,7 +155,7 @@ pub async fn run(
     let mut settled = false;
     let mut alarm = alarm::Alarm::new();
     let metrics = Arc::clone(&io.settings.metrics);
-    let mut observer = observe::Observer::new(&metrics);
+    let mut observer = observe::Observer::new(&metrics, io.settings.member_duties);
     loop {
         let latest = Utc::now() + MAX_SLEEP;
         let wake_at = machine.next_deadline().map_or(latest, |at| at.min(latest));
@@ -305,22 +308,24 @@ impl Io {
                 self.answers.clone(),
                 stop.clone(),
             );
-            drift::DriftWatch {
-                client: client.clone(),
-                group: self.settings.group.clone(),
-                me: self.settings.me.clone(),
-                metrics: Arc::clone(&self.settings.metrics),
-                view: self.settings.view.subscribe(),
-                stop: stop.clone(),
+            if self.settings.member_duties {
+                drift::DriftWatch {
+                    client: client.clone(),
+                    group: self.settings.group.clone(),
+                    me: self.settings.me.clone(),
+                    metrics: Arc::clone(&self.settings.metrics),
+                    view: self.settings.view.subscribe(),
+                    stop: stop.clone(),
+                }
+                .spawn();
+                housekeeping::spawn(
+                    client.clone(),
+                    self.settings.ledger.delayed.clone(),
+                    Arc::clone(&self.settings.metrics),
+                    self.settings.view.subscribe(),
+                    stop.clone(),
+                );
             }
-            .spawn();
-            housekeeping::spawn(
-                client.clone(),
-                self.settings.ledger.delayed.clone(),
-                Arc::clone(&self.settings.metrics),
-                self.settings.view.subscribe(),
-                stop.clone(),
-            );
             self.watch = Some(stop);
         }
         self.group = client.clone().map(|client| {

@@ -14,7 +14,7 @@ mod rewrites;
 mod runs;
 mod steering;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -515,12 +515,40 @@ pub struct FireMachine {
     /// A tick was declined for being at or before its job's newest recorded tick since the
     /// lock was gained: said once, not per tick.
     behind_the_ledger_said: bool,
+    /// The lock group whose jobs this machine fires (`None`: the default group).
+    group: Option<String>,
+    /// The schedule's jobs of the other groups: their submissions are another owner's to fire,
+    /// not a job missing from the schedule.
+    elsewhere: HashSet<JobName>,
+}
+
+/// The jobs of lock group `group` among `jobs`, and the names of the others.
+fn mine(group: Option<&str>, jobs: &[Arc<JobConfig>]) -> (Vec<Arc<JobConfig>>, HashSet<JobName>) {
+    let (mine, theirs): (Vec<_>, Vec<_>) = jobs
+        .iter()
+        .cloned()
+        .partition(|job| job.group.as_deref() == group);
+    let elsewhere = theirs.iter().map(|job| job.spec.name.clone()).collect();
+    (mine, elsewhere)
 }
 
 impl FireMachine {
     /// A machine for node `me` firing `jobs`; `claim_ahead` is how long before its tick a claim
     /// is sent, so the round trip never delays the fire.
     pub fn new(me: Me, claim_ahead: Duration, jobs: &[Arc<JobConfig>], now: DateTime<Utc>) -> Self {
+        Self::for_group(me, None, claim_ahead, jobs, now)
+    }
+
+    /// A machine for node `me` firing the jobs of lock group `group` (`None`: the default
+    /// group) among `jobs`, the whole schedule (issue 19).
+    pub fn for_group(
+        me: Me,
+        group: Option<String>,
+        claim_ahead: Duration,
+        jobs: &[Arc<JobConfig>],
+        now: DateTime<Utc>,
+    ) -> Self {
+        let (jobs, elsewhere) = mine(group.as_deref(), jobs);
         Self {
             me,
             // Beyond chrono's range means "no lead": fire at the tick.
@@ -529,7 +557,7 @@ impl FireMachine {
                 .iter()
                 .map(|job| (job.spec.name.clone(), JobState::new(Arc::clone(job))))
                 .collect(),
-            queue: FireQueue::new(jobs, now),
+            queue: FireQueue::new(&jobs, now),
             last_popped: None,
             lock: LockStatus::default(),
             outage: None,
@@ -547,6 +575,8 @@ impl FireMachine {
             pauses: None,
             yielding: None,
             behind_the_ledger_said: false,
+            group,
+            elsewhere,
         }
     }
 
@@ -1698,6 +1728,11 @@ impl FireMachine {
                 tracing::info!(job = %job, run_id, "retry left to the next owner: its record says when it is due");
                 continue;
             }
+            if self.elsewhere.contains(&job) {
+                // Its record and marker stay: the catch-up of the job's new group resumes it.
+                tracing::info!(job = %job, run_id, "retry left to the job's new lock group");
+                continue;
+            }
             if !self.jobs.contains_key(&job) {
                 tracing::warn!(job = %job, run_id, "retry dropped: the job is no longer in the schedule");
                 let mut record = retry.record;
@@ -1734,6 +1769,9 @@ impl FireMachine {
     }
 
     fn reloaded(&mut self, jobs: &[Arc<JobConfig>], now: DateTime<Utc>, out: &mut Vec<Action>) {
+        let (jobs, elsewhere) = mine(self.group.as_deref(), jobs);
+        let jobs = &jobs[..];
+        let was_elsewhere = std::mem::replace(&mut self.elsewhere, elsewhere);
         let after = self.last_popped.map_or(now, |last| last.max(now));
         self.queue = FireQueue::new(jobs, after);
         let mut old = std::mem::take(&mut self.jobs);
@@ -1756,7 +1794,19 @@ impl FireMachine {
         self.delayed.rescan();
         if self.lock.may_fire && !added.is_empty() {
             added.sort();
-            out.push(Action::PrepareJobs(added));
+            out.push(Action::PrepareJobs(added.clone()));
+            // A job that moved here from another group is caught up like a gained lock: while
+            // the nodes' schedules disagreed (a rolling reload), neither group may have fired
+            // it, and what its old owner left open or promised is ours now.
+            for name in added
+                .into_iter()
+                .filter(|name| was_elsewhere.contains(name))
+            {
+                if let Some(state) = self.jobs.get_mut(&name).filter(|s| s.config.enabled) {
+                    state.catch_up = Some(Box::default());
+                    out.push(Action::ListRecords(name));
+                }
+            }
         }
     }
 

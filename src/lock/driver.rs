@@ -51,6 +51,42 @@ pub struct LockSettings {
     pub heard: Arc<Heard>,
     /// How this node's clock is checked against the fleet's.
     pub clock: ClockSettings,
+    /// Which part this lock plays on the node (issue 19).
+    pub role: LockRole,
+}
+
+/// The default group's lock registers the node as a member and checks its clock; a named
+/// group's lock only contends, where the balancer places it, and follows that clock verdict.
+#[derive(Debug, Clone)]
+pub enum LockRole {
+    /// The node's one lock without groups, or the default group's among them. `placed`: the
+    /// balancer decides whether it contends (it waits for the first word).
+    Member {
+        placed: bool,
+        /// Where the clock verdict goes for the named groups' locks.
+        verdict: Arc<tokio::sync::watch::Sender<bool>>,
+    },
+    /// A named group's lock: placed by the balancer; skewed while the member's clock is.
+    Group {
+        verdict: tokio::sync::watch::Receiver<bool>,
+    },
+}
+
+impl LockRole {
+    /// The lock of a node without groups: a member, contending as before groups existed.
+    pub fn alone() -> Self {
+        Self::Member {
+            placed: false,
+            verdict: Arc::new(tokio::sync::watch::Sender::new(false)),
+        }
+    }
+
+    fn placed(&self) -> bool {
+        match self {
+            Self::Member { placed, .. } => *placed,
+            Self::Group { .. } => true,
+        }
+    }
 }
 
 /// When a ZooKeeper server last answered this node (wall clock), and the session's timeout:
@@ -86,6 +122,8 @@ pub enum LockCommand {
     Yield,
     /// The schedule was reloaded: publish its fingerprint in our member node (`drift`).
     Schedule(ScheduleHash),
+    /// The balancer's word on whether this node contends for this lock (`Input::Placement`).
+    Placement { contend: bool },
 }
 
 /// What the lock driver tells the rest of zkcron, on one ordered stream: a status is never seen
@@ -178,7 +216,16 @@ pub async fn run(
         settings.takeover_delay,
         settings.jitter,
     );
-    let mut pending = VecDeque::from(machine.handle(Input::Start, now()));
+    let mut pending = VecDeque::new();
+    if settings.role.placed() {
+        pending.extend(machine.handle(Input::Placement { contend: false }, now()));
+    }
+    pending.extend(machine.handle(Input::Start, now()));
+    let mut verdicts = match &settings.role {
+        LockRole::Group { verdict } => Some(verdict.clone()),
+        LockRole::Member { .. } => None,
+    };
+    let member = matches!(settings.role, LockRole::Member { .. });
     let mut conn: Option<Connection> = None;
     let mut watch: Option<WatchFuture> = None;
     let mut timer = Box::pin(tokio::time::sleep(Duration::ZERO));
@@ -263,7 +310,14 @@ pub async fn run(
                 watch_input(&event)
             }
             () = &mut timer, if deadline.is_some() => Some(Input::Tick),
-            () = &mut clock_due, if checking.is_none() => {
+            changed = clock_verdict(&mut verdicts) => match changed {
+                Some(skewed) => Some(Input::ClockJudged { skewed }),
+                None => {
+                    verdicts = None;
+                    None
+                }
+            },
+            () = &mut clock_due, if checking.is_none() && member => {
                 checking = Some(check_clock(live, settings, &clock));
                 None
             }
@@ -276,9 +330,12 @@ pub async fn run(
                 };
                 clock_due.as_mut().reset(next.into());
                 match reading {
-                    Ok(reading) => clock
-                        .judged(&reading)
-                        .map(|verdict| Input::ClockJudged { skewed: verdict.skewed }),
+                    Ok(reading) => clock.judged(&reading).map(|verdict| {
+                        if let LockRole::Member { verdict: to_groups, .. } = &settings.role {
+                            to_groups.send_replace(verdict.skewed);
+                        }
+                        Input::ClockJudged { skewed: verdict.skewed }
+                    }),
                     Err(err) => {
                         tracing::debug!(error = err, "clock not checked this time");
                         None
@@ -293,8 +350,12 @@ pub async fn run(
                     tracing::info!(path = settings.paths.lock, "handing the lock over on request");
                     Some(Input::Yield)
                 }
+                LockCommand::Placement { contend } => Some(Input::Placement { contend }),
                 LockCommand::Schedule(hash) => {
-                    settings.me.schedule = Some(hash);
+                    if !member {
+                        continue;
+                    }
+                    settings.me.schedule = Some(Box::new(hash));
                     // Published by the clock check's write, now or right after the one out.
                     if checking.is_some() {
                         republish = true;
@@ -353,7 +414,7 @@ pub async fn run(
         execute(conn.as_ref(), settings, action, &mut watch, updates).await;
     }
     publish(updates, &mut published, &machine, None);
-    if let Some(live) = conn {
+    if let Some(live) = conn.filter(|_| member) {
         let member = settings.paths.member(&settings.me.node_id);
         // Deleting it ourselves, rather than leaving it to the session close, lets a restart of
         // this node register at once.
@@ -381,6 +442,16 @@ fn check_clock(live: &Connection, settings: &mut LockSettings, clock: &ClockWatc
         settings.me.node_id.clone(),
         live.request_timeout(),
     ))
+}
+
+/// The member lock's next clock verdict, for a named group's lock; `None` once the member lock
+/// has stopped. Pends forever for the member lock itself.
+async fn clock_verdict(verdicts: &mut Option<tokio::sync::watch::Receiver<bool>>) -> Option<bool> {
+    let Some(verdicts) = verdicts.as_mut() else {
+        return std::future::pending().await;
+    };
+    verdicts.changed().await.ok()?;
+    Some(*verdicts.borrow_and_update())
 }
 
 /// Pends until the clock check out ends; forever when none is out.
@@ -426,6 +497,9 @@ async fn open_session(
         let states = client.state_watcher();
         let setup = async {
             ensure_lock_paths(&client, &settings.paths, zk.acls()).await?;
+            if !matches!(settings.role, LockRole::Member { .. }) {
+                return Ok(());
+            }
             let member = settings.paths.member(&settings.me.node_id);
             members::register(&client, &member, &settings.me, zk.acls(), shutdown).await
         };
@@ -567,15 +641,17 @@ async fn ensure_lock_paths(
         path: path.to_owned(),
         source,
     };
-    zk::ensure_persistent(client, &paths.members, acls)
-        .await
-        .map_err(|err| match err {
-            zk::ZkError::Request { path, source } => MemberError::Zk { path, source },
-            other => zk_err(
-                &paths.members,
-                zookeeper_client::Error::UnexpectedError(other.to_string()),
-            ),
-        })?;
+    for dir in [&paths.members, &paths.dir] {
+        zk::ensure_persistent(client, dir, acls)
+            .await
+            .map_err(|err| match err {
+                zk::ZkError::Request { path, source } => MemberError::Zk { path, source },
+                other => zk_err(
+                    dir,
+                    zookeeper_client::Error::UnexpectedError(other.to_string()),
+                ),
+            })?;
+    }
     if client
         .check_stat(&paths.epoch)
         .await
@@ -751,6 +827,7 @@ async fn create(conn: &Connection, settings: &LockSettings) -> Option<Input> {
         releasing: false,
         schedule: None,
         clock_offset_ms: None,
+        tags: std::collections::BTreeSet::new(),
         ..settings.me.clone()
     };
     let options = CreateMode::Ephemeral.with_acls(conn.acls);
@@ -867,6 +944,7 @@ async fn release(conn: &Connection, settings: &LockSettings, lock_version: i32) 
         since_unix_ms: unix_ms(),
         schedule: None,
         clock_offset_ms: None,
+        tags: std::collections::BTreeSet::new(),
         ..settings.me.clone()
     };
     let marked = marked.to_bytes();

@@ -66,6 +66,11 @@ pub enum Input {
     /// so often. Skewed: it does not contend, and hands the lock over if it owns it; no longer
     /// skewed: it contends again.
     ClockJudged { skewed: bool },
+    /// Where the groups' balancer (`lock::balance`) places this node for this lock. `false`:
+    /// another node should own it, so this one does not contend (an owner keeps the lock: a
+    /// move is a release asked of it, a handoff); `true`: it contends when the lock is free.
+    /// A lock nobody places contends as before groups existed.
+    Placement { contend: bool },
 }
 
 /// Why a request failed, as far as the machine's decisions go (the driver logs the details).
@@ -183,6 +188,8 @@ pub struct LockMachine {
     last_token: Option<FencingToken>,
     /// Our clock is too far off the other members': we stay out of contention.
     clock_skewed: bool,
+    /// The balancer prefers another node for this lock: we stay out of contention.
+    standing_aside: bool,
 }
 
 /// Where the lock stands, as the rest of zkcron needs it: sent after every step that changes it.
@@ -211,6 +218,7 @@ impl LockMachine {
             failures: 0,
             last_token: None,
             clock_skewed: false,
+            standing_aside: false,
         }
     }
 
@@ -328,6 +336,12 @@ impl LockMachine {
             Input::Shutdown => self.shutdown(out),
             Input::Yield => self.yield_lock(now, out),
             Input::ClockJudged { skewed } => self.clock_judged(skewed, now, out),
+            Input::Placement { contend } => {
+                self.standing_aside = !contend;
+                if contend {
+                    self.contend_if_created(out);
+                }
+            }
         }
     }
 
@@ -628,8 +642,8 @@ impl LockMachine {
         }
         if self.retry.as_ref().is_some_and(|(at, _)| now >= *at) {
             match self.retry.take() {
-                // Stays Created: it contends once the clock agrees again.
-                Some((_, Action::Create)) if self.clock_skewed => {}
+                // Stays Created: it contends once the clock agrees again, or it is placed here.
+                Some((_, Action::Create)) if !self.may_contend() => {}
                 Some((_, action)) => out.push(action),
                 None => {}
             }
@@ -660,14 +674,19 @@ impl LockMachine {
         }
     }
 
-    /// Goes to Created and, when connected and our clock agrees with the fleet's, sends the
-    /// acquiring multi-op.
+    /// Goes to Created and, when connected and neither our clock nor the balancer keeps us out,
+    /// sends the acquiring multi-op.
     fn contend(&mut self, out: &mut Vec<Action>) {
         self.state = State::Created;
-        if self.connected() && !self.clock_skewed {
+        if self.connected() && self.may_contend() {
             self.retry = None;
             out.push(Action::Create);
         }
+    }
+
+    /// Neither our clock nor the balancer keeps us out.
+    fn may_contend(&self) -> bool {
+        !self.clock_skewed && !self.standing_aside
     }
 
     fn fence_failed(&mut self, out: &mut Vec<Action>) {

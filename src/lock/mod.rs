@@ -12,5 +12,6 @@ pub mod inspect;
 pub mod machine;
 pub mod members;
 pub mod node;
+pub mod placement;
 
 pub use machine::{Action, Input, LockEvent, LockMachine, LockState, LockStatus};

@@ -26,12 +26,16 @@ pub struct OwnerInfo {
     pub releasing: bool,
     /// In a member node: the fingerprint of this node's effective schedule (`drift`); an older
     /// zkcron publishes none.
+    /// Boxed: a lock event carries an `OwnerInfo`, and most carry none of this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub schedule: Option<ScheduleHash>,
+    pub schedule: Option<Box<ScheduleHash>>,
     /// In a member node: this node's clock minus the servers' as it last measured it (`clock`);
     /// the other members judge their own clocks against it. An older zkcron publishes none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clock_offset_ms: Option<i64>,
+    /// In a member node: this node's `[node] tags`, which the groups' balancer places by.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
+    pub tags: std::collections::BTreeSet<String>,
 }
 
 impl OwnerInfo {
@@ -120,6 +124,7 @@ mod tests {
             releasing: false,
             schedule: None,
             clock_offset_ms: Some(-15_000),
+            tags: ["eu".to_owned()].into(),
         };
         assert_eq!(OwnerInfo::parse(&info.to_bytes()).unwrap(), info);
         let old = br#"{"node_id":"n","ip":"i","host":"h","pid":1,"version":"v","since_unix_ms":2}"#;

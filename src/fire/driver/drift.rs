@@ -82,14 +82,14 @@ impl DriftWatch {
         let own = members
             .iter()
             .find(|m| m.node_id == self.me)
-            .and_then(|m| m.info.as_ref()?.schedule.clone())?;
+            .and_then(|m| m.info.as_ref()?.schedule.as_deref().cloned())?;
         Some(
             members
                 .iter()
                 .filter(|m| m.node_id != self.me)
                 .filter_map(|m| {
                     let info = m.info.as_ref()?;
-                    drift::compare(&own, &m.node_id, info.schedule.as_ref())
+                    drift::compare(&own, &m.node_id, info.schedule.as_deref())
                 })
                 .collect(),
         )

@@ -16,17 +16,23 @@ use crate::run::RunStatus;
 pub(super) struct Observer<'m> {
     metrics: &'m Metrics,
     ended: HashSet<String>,
+    /// The node's lock gauges are the default group's.
+    lock_gauges: bool,
 }
 
 impl<'m> Observer<'m> {
-    pub(super) fn new(metrics: &'m Metrics) -> Self {
+    pub(super) fn new(metrics: &'m Metrics, lock_gauges: bool) -> Self {
         Self {
             metrics,
             ended: HashSet::new(),
+            lock_gauges,
         }
     }
 
     pub(super) fn status(&self, status: &LockStatus, session_up: bool) {
+        if !self.lock_gauges {
+            return;
+        }
         let session = match (status.connected, session_up) {
             (true, _) => SessionState::Connected,
             (false, true) => SessionState::Disconnected,
@@ -37,6 +43,9 @@ impl<'m> Observer<'m> {
     }
 
     pub(super) fn event(&self, event: &LockEvent) {
+        if !self.lock_gauges {
+            return;
+        }
         match event {
             LockEvent::Acquired { .. } => self.metrics.acquired(),
             LockEvent::Lost => self.metrics.lost(),

@@ -345,7 +345,10 @@ impl FireMachine {
         now: DateTime<Utc>,
         out: &mut Vec<Action>,
     ) {
-        if self.delayed.known.contains(&id) || self.claims_submission(&id) {
+        if self.delayed.known.contains(&id)
+            || self.claims_submission(&id)
+            || self.elsewhere.contains(&submission.job)
+        {
             return;
         }
         let Some(config) = self

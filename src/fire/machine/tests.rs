@@ -10,6 +10,7 @@ use crate::ids::SessionId;
 use crate::run::RunOutcome;
 
 mod delayed;
+mod groups;
 mod limits;
 mod properties;
 mod steering;

@@ -27,6 +27,7 @@ fn info(node_id: &str, releasing: bool) -> OwnerInfo {
         releasing,
         schedule: None,
         clock_offset_ms: None,
+        tags: std::collections::BTreeSet::new(),
     }
 }
 
@@ -560,6 +561,7 @@ fn any_step() -> impl Strategy<Value = Step> {
         Just(Step::Fact(Input::FenceFailed)),
         Just(Step::Fact(Input::Yield)),
         any::<bool>().prop_map(|skewed| Step::Fact(Input::ClockJudged { skewed })),
+        any::<bool>().prop_map(|contend| Step::Fact(Input::Placement { contend })),
         Just(Step::Fact(Input::Shutdown)),
     ]
 }
@@ -579,6 +581,8 @@ struct Observer {
     disconnected_at: Option<Instant>,
     /// The last clock verdict fed in: skewed, the machine never contends.
     skewed: bool,
+    /// The last placement fed in: placed elsewhere, the machine never contends.
+    aside: bool,
 }
 
 impl Observer {
@@ -593,6 +597,7 @@ impl Observer {
             match action {
                 Action::Create => {
                     prop_assert!(!self.skewed, "contends with a skewed clock: {input:?}");
+                    prop_assert!(!self.aside, "contends while placed elsewhere: {input:?}");
                 }
                 Action::Emit(LockEvent::Acquired { token }) => {
                     prop_assert!(!self.held, "Acquired twice without a Lost between");
@@ -650,7 +655,7 @@ proptest! {
         let mut m = machine();
         let mut now = base() + Duration::from_secs(100);
         let mut epoch = 0;
-        let mut obs = Observer { held: false, last_token: None, disconnected_at: None, skewed: false };
+        let mut obs = Observer { held: false, last_token: None, disconnected_at: None, skewed: false, aside: false };
         for (step, ms) in steps {
             let target = now + Duration::from_millis(ms);
             // The driver feeds Tick at every deadline, so do we, before the next fact arrives.
@@ -680,6 +685,7 @@ proptest! {
                 Input::SessionDisconnected { last_heard } if m.connected() => obs.disconnected_at = Some(*last_heard),
                 Input::SessionReconnected | Input::SessionStarted { .. } | Input::SessionExpired => obs.disconnected_at = None,
                 Input::ClockJudged { skewed } => obs.skewed = *skewed,
+                Input::Placement { contend } => obs.aside = !*contend,
                 _ => {}
             }
             let actions = m.handle(input.clone(), now);
@@ -892,4 +898,48 @@ fn a_skewed_clock_keeps_the_node_out_of_contention_and_hands_the_lock_over() {
     let retry_at = retrying.next_deadline().expect("a retry is due");
     assert_eq!(retrying.handle(Input::Tick, retry_at), vec![]);
     assert_eq!(retrying.handle(agreed, retry_at), vec![Action::Create]);
+}
+
+/// Issue 19: a node the balancer places elsewhere does not contend for a free lock, keeps a lock
+/// it owns (a move is a release asked of it), and contends at once when placed here.
+#[test]
+fn a_node_placed_elsewhere_stays_out_of_contention_and_keeps_what_it_owns() {
+    let t0 = base();
+    let aside = Input::Placement { contend: false };
+    let here = Input::Placement { contend: true };
+
+    let mut peer = waiting(t0);
+    assert_eq!(peer.handle(aside.clone(), t0), vec![]);
+    assert_eq!(peer.handle(Input::Tick, t0 + DELAY + JITTER), vec![]);
+    assert_eq!(peer.state, State::Created, "free, and not contended for");
+    assert_eq!(
+        peer.handle(here.clone(), t0 + DELAY * 2),
+        vec![Action::Create],
+        "contends at once when placed here"
+    );
+
+    // A graceful release seen while placed elsewhere: not contended for either.
+    let mut other = connected(t0);
+    other.handle(aside.clone(), t0);
+    let releasing = LockNode {
+        info: Some(info("peer", true)),
+        ..node(SessionId(9), "peer")
+    };
+    other.handle(Input::OwnerRead(Ok(Some(releasing))), t0);
+    assert_eq!(
+        other.handle(Input::NodeDeleted, t0),
+        vec![owner_changed(None)],
+        "no Create"
+    );
+
+    let mut owner = owning(t0, 3);
+    assert_eq!(owner.handle(aside.clone(), t0), vec![], "an owner keeps it");
+    assert!(owner.may_fire());
+
+    let mut retrying = connected(t0);
+    retrying.handle(Input::CreateDone(Err(RequestFailed::Connection)), t0);
+    retrying.handle(aside, t0);
+    let retry_at = retrying.next_deadline().expect("a retry is due");
+    assert_eq!(retrying.handle(Input::Tick, retry_at), vec![]);
+    assert_eq!(retrying.handle(here, retry_at), vec![Action::Create]);
 }

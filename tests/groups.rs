@@ -1,0 +1,280 @@
+//! Lock groups on real daemons (issue 19): the groups spread over the nodes, at most ⌈G/N⌉ a
+//! node once membership has settled, each tick fired once; and a job moved between groups by a
+//! rolling reload (the nodes disagree for a while) fires no tick twice and loses none silently.
+#![allow(
+    clippy::await_holding_lock,
+    reason = "each #[tokio::test] has its own runtime and thread"
+)]
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use support::daemon::{DaemonNode, Fire, RECORD_FIRE, now_ms, read_fires, schedule_text};
+use support::zk_cluster::try_wait_for;
+use support::{fault_lock, shared_ensemble, unique_chroot};
+use zookeeper_client::Client;
+
+const SESSION: Duration = Duration::from_secs(2);
+const DELAY: Duration = Duration::from_secs(2);
+/// Process start, a JVM pause or a busy core, on bounds that are otherwise exact.
+const SLACK: Duration = Duration::from_secs(3);
+
+/// `[lock] rebalance_after` of these tests: short, so that a test sees several moves.
+const SETTLE: &str = "2s";
+
+fn groups_text(names: &[&str]) -> String {
+    names
+        .iter()
+        .map(|name| format!("[[group]]\nname = \"{name}\"\n"))
+        .collect()
+}
+
+fn every_second(name: &str, group: Option<&str>, fires: &Path) -> String {
+    let group = group.map_or(String::new(), |g| format!("group = \"{g}\"\n"));
+    format!(
+        "[[job]]\nname = \"{name}\"\nschedule = \"* * * * * *\"\n{group}shell = '{RECORD_FIRE}{}'\n",
+        fires.display()
+    )
+}
+
+fn schedule(connect: &str, groups: &[&str], jobs: &str) -> String {
+    schedule_text(
+        connect,
+        "groups",
+        SESSION,
+        DELAY,
+        &format!("{}{jobs}", groups_text(groups)),
+    )
+    .replace("[lock]\n", &format!("[lock]\nrebalance_after = \"{SETTLE}\"\n"))
+}
+
+/// Who owns each group (`""`: the default group), as the lock nodes say.
+async fn owners(client: &Client, groups: &[&str]) -> BTreeMap<String, Option<String>> {
+    let mut owners = BTreeMap::new();
+    let paths = std::iter::once((String::new(), "/zkcron/groups/lock".to_owned())).chain(
+        groups
+            .iter()
+            .map(|g| ((*g).to_owned(), format!("/zkcron/groups/groups/{g}/lock"))),
+    );
+    for (group, path) in paths {
+        let owner = match client.get_data(&path).await {
+            Ok((data, _)) => serde_json::from_slice::<serde_json::Value>(&data)
+                .ok()
+                .and_then(|v| v["node_id"].as_str().map(str::to_owned)),
+            Err(_) => None,
+        };
+        owners.insert(group, owner);
+    }
+    owners
+}
+
+/// No (job, tick) fired twice.
+fn assert_once_per_tick(fires: &[Fire]) {
+    let mut seen = BTreeSet::new();
+    for fire in fires {
+        assert!(
+            seen.insert((fire.job.clone(), fire.scheduled_ms)),
+            "{} fired twice for tick {}: {fires:?}",
+            fire.job,
+            fire.scheduled_ms
+        );
+    }
+}
+
+fn logs(nodes: &[&DaemonNode]) -> String {
+    nodes
+        .iter()
+        .map(|node| format!("--- {}\n{}", node.node_id, node.log_tail()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test]
+async fn six_groups_spread_two_a_node_over_three_nodes_and_each_tick_fires_once() {
+    let _serial = fault_lock();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let fires = dir.path().join("fires.log");
+    let chroot = unique_chroot("groups");
+    let connect = shared_ensemble()
+        .isolated_connect_string(&chroot)
+        .await
+        .expect("chroot");
+    let groups = ["g1", "g2", "g3", "g4", "g5"];
+    let mut jobs = every_second("j0", None, &fires);
+    for group in groups {
+        jobs.push_str(&every_second(&format!("j-{group}"), Some(group), &fires));
+    }
+    let text = schedule(&connect, &groups, &jobs);
+    let nodes: Vec<DaemonNode> = ["n1", "n2", "n3"]
+        .iter()
+        .map(|id| DaemonNode::start(dir.path(), id, &text))
+        .collect();
+    let client = Client::connect(&connect).await.expect("session");
+    let started = std::time::Instant::now();
+    // Settling (2 s) after the last join, then moves spaced by a second each: well within.
+    let balanced = try_wait_for("every node owns two groups", SLACK * 8, || {
+        let client = client.clone();
+        async move {
+            let owners = owners(&client, &groups).await;
+            let mut load: BTreeMap<String, usize> = BTreeMap::new();
+            for owner in owners.values() {
+                *load.entry(owner.clone()?).or_default() += 1;
+            }
+            (load.len() == 3 && load.values().all(|n| *n == 2)).then_some(owners)
+        }
+    })
+    .await
+    .unwrap_or_else(|not_reached| {
+        panic!(
+            "{not_reached}\n{}",
+            logs(&nodes.iter().collect::<Vec<_>>())
+        )
+    });
+    eprintln!("balanced after {:?}: {balanced:?}", started.elapsed());
+    // Balanced and sticky: nothing moves any more.
+    let from_ms = now_ms();
+    tokio::time::sleep(SLACK).await;
+    assert_eq!(
+        owners(&client, &groups).await,
+        balanced,
+        "no move once balanced"
+    );
+    let until_ms = now_ms() - 1_000;
+    let all = read_fires(&fires);
+    assert_once_per_tick(&all);
+    // Each job fired every second of the quiet window, by its group's owner.
+    for (group, owner) in &balanced {
+        let job = if group.is_empty() {
+            "j0".to_owned()
+        } else {
+            format!("j-{group}")
+        };
+        let window: Vec<&Fire> = all
+            .iter()
+            .filter(|f| f.job == job && f.scheduled_ms > from_ms && f.scheduled_ms <= until_ms)
+            .collect();
+        assert!(
+            window.len() >= 2,
+            "{job} fired {} times in the window",
+            window.len()
+        );
+        assert!(
+            window.iter().all(|f| Some(&f.node) == owner.as_ref()),
+            "{job} fired by its group's owner {owner:?}: {window:?}"
+        );
+    }
+    for node in &nodes {
+        node.signal(Signal::SIGTERM);
+    }
+}
+
+#[tokio::test]
+async fn a_job_moved_between_groups_by_a_rolling_reload_fires_no_tick_twice_and_loses_none() {
+    let _serial = fault_lock();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let fires = dir.path().join("fires.log");
+    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot("group-move"));
+    let groups = ["a", "b"];
+    // A second job pins each group's owner in the log.
+    let jobs = |mover: &str| {
+        format!(
+            "{}{}{}",
+            every_second("mover", Some(mover), &fires),
+            every_second("in-a", Some("a"), &fires),
+            every_second("in-b", Some("b"), &fires)
+        )
+    };
+    let before = schedule(&connect, &groups, &jobs("a"));
+    let after = schedule(&connect, &groups, &jobs("b"));
+    let first = DaemonNode::start(dir.path(), "m1", &before);
+    let second = DaemonNode::start(dir.path(), "m2", &before);
+    let nodes = [&first, &second];
+    let owner_of = |job: &str, fires: &[Fire]| {
+        fires
+            .iter()
+            .rev()
+            .find(|f| f.job == job)
+            .map(|f| f.node.clone())
+    };
+    // Wait until a and b have different owners, so that the reload moves the job between nodes.
+    try_wait_for("groups a and b owned by different nodes", SLACK * 8, || {
+        let all = read_fires(&fires);
+        let (a, b) = (owner_of("in-a", &all), owner_of("in-b", &all));
+        let split = (a.is_some() && b.is_some() && a != b).then_some(());
+        async move { split }
+    })
+    .await
+    .unwrap_or_else(|not_reached| panic!("{not_reached}\n{}", logs(&nodes)));
+    // The owner of a reloads first: for a while it fires the mover in neither group (it does
+    // not own b), while the other node still files it under a (which it does not own).
+    let all = read_fires(&fires);
+    let a_owner = owner_of("in-a", &all).expect("a has an owner");
+    let (early, late) = if a_owner == "m1" {
+        (&first, &second)
+    } else {
+        (&second, &first)
+    };
+    let moved_at = now_ms();
+    early.rewrite(&after);
+    early.signal(Signal::SIGHUP);
+    early.wait_log("schedule reloaded", SLACK).await;
+    tokio::time::sleep(SLACK).await;
+    late.rewrite(&after);
+    late.signal(Signal::SIGHUP);
+    late.wait_log("schedule reloaded", SLACK).await;
+    let reloaded_at = now_ms();
+    // The mover fires again, in b, on the node that owns b.
+    try_wait_for("the mover fires again after both reloads", SLACK * 2, || {
+        let again = read_fires(&fires)
+            .iter()
+            .any(|f| f.job == "mover" && f.scheduled_ms > reloaded_at)
+            .then_some(());
+        async move { again }
+    })
+    .await
+    .unwrap_or_else(|not_reached| panic!("{not_reached}\n{}", logs(&nodes)));
+    let all = read_fires(&fires);
+    assert_once_per_tick(&all);
+    // Every tick of the mover from before the move to after it either ran or is recorded:
+    // the history shows the ones that did not run as a missed gap.
+    let ran: BTreeSet<i64> = all
+        .iter()
+        .filter(|f| f.job == "mover")
+        .map(|f| f.scheduled_ms)
+        .collect();
+    let history = support::daemon::zkcron_ok(&["history", "mover", "--json", "--limit", "200"], &late.config);
+    let recorded: Vec<serde_json::Value> = history
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect();
+    let missed_span: Vec<(i64, i64)> = recorded
+        .iter()
+        .filter(|r| r["status"] == "missed")
+        .filter_map(|r| {
+            Some((
+                r["missed_from_unix_ms"].as_i64()?,
+                r["scheduled_unix_ms"].as_i64()?,
+            ))
+        })
+        .collect();
+    let first_tick = (moved_at / 1000 - 1) * 1000;
+    let last_tick = (reloaded_at / 1000) * 1000;
+    for tick in (first_tick..=last_tick).step_by(1000) {
+        let covered = ran.contains(&tick)
+            || missed_span
+                .iter()
+                .any(|(from, to)| (*from..=*to).contains(&tick));
+        assert!(
+            covered,
+            "tick {tick} neither ran nor is recorded missed: ran {ran:?}, missed {missed_span:?}\n{history}\n{}",
+            logs(&nodes)
+        );
+    }
+    for node in nodes {
+        node.signal(Signal::SIGTERM);
+    }
+}

@@ -555,6 +555,9 @@ fn status_lines(report: &StatusReport, config: &Config) -> Vec<String> {
         }
         lines.push(format!("  {}  {detail}", member.node_id));
     }
+    if config.grouped() {
+        lines.extend(group_lines(report));
+    }
     lines.push(format!(
         "{:<20}  {:<26}  {:<26}  {:<11}  {:<15}  {:>6}  {:<5}  {}",
         "JOB", "NEXT", "LAST", "STATUS", "NODE", "MISSED", "ALIVE", "PENDING"
@@ -657,6 +660,70 @@ fn status_lines(report: &StatusReport, config: &Config) -> Vec<String> {
             "{:<20}  not in the schedule: {} pending submission(s) kept until it is back",
             away.job.as_str(),
             away.pending_submissions
+        ));
+    }
+    lines
+}
+
+/// The lock groups for `status`: the balance, then one line per group (issue 19).
+fn group_lines(report: &StatusReport) -> Vec<String> {
+    let balance: Vec<String> = report
+        .balance
+        .iter()
+        .map(|member| format!("{} {}", member.node_id, member.groups.len()))
+        .collect();
+    let mut lines = vec![
+        format!(
+            "groups:        {} (owned per member: {})",
+            report.groups.len(),
+            if balance.is_empty() {
+                "no live member".to_owned()
+            } else {
+                balance.join(", ")
+            }
+        ),
+        format!(
+            "  {:<20}  {:<15}  {:>5}  {:<16}  JOBS",
+            "GROUP", "OWNER", "TOKEN", "REQUIRES"
+        ),
+    ];
+    for group in &report.groups {
+        let owner = match (group.lock.state, &group.lock.owner) {
+            ("held", Some(info)) if info.releasing => format!("{} (handing over)", info.node_id),
+            ("held", Some(info)) => info.node_id.to_string(),
+            ("held", None) => "foreign".to_owned(),
+            ("squatter", _) => "squatter".to_owned(),
+            _ => "none".to_owned(),
+        };
+        let token = group
+            .lock
+            .fencing_token
+            .map_or_else(|| "-".to_owned(), |t| t.to_string());
+        let requires = if group.requires.is_empty() {
+            "-".to_owned()
+        } else {
+            group.requires.join(",")
+        };
+        const SHOWN: usize = 4;
+        let mut jobs: Vec<&str> = group.jobs.iter().take(SHOWN).map(JobName::as_str).collect();
+        let more = group.jobs.len().saturating_sub(SHOWN);
+        let more = if more > 0 {
+            format!(" +{more}")
+        } else {
+            String::new()
+        };
+        if jobs.is_empty() {
+            jobs.push("-");
+        }
+        lines.push(format!(
+            "  {:<20}  {owner:<15}  {token:>5}  {requires:<16}  {}{more}",
+            group.name,
+            jobs.join(", ")
+        ));
+    }
+    for name in &report.unplaceable {
+        lines.push(format!(
+            "group {name}: no live member carries the tags it requires: its jobs do not fire"
         ));
     }
     lines

@@ -147,6 +147,7 @@ pub async fn run(
                 .collect(),
             settle: config.lock.rebalance_after,
             acls: zk.acls(),
+            metrics: Arc::clone(&metrics),
         };
         let sessions = session_of(view_rx.clone());
         tokio::spawn(placed.run(sessions, shutdown.clone()))
@@ -298,6 +299,9 @@ impl Wiring<'_> {
             metrics: shared.metrics,
             view: shared.view,
             member_duties: shared.member_duties,
+            group_name: group
+                .clone()
+                .unwrap_or_else(|| crate::config::DEFAULT_GROUP_NAME.to_owned()),
         };
         let me = Me {
             node_id: self.settings.me.node_id.clone(),

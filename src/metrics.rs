@@ -25,6 +25,11 @@ struct JobLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GroupLabel {
+    group: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LimitLabel {
     limit: String,
 }
@@ -94,6 +99,11 @@ pub struct Metrics {
     clock_skewed: Gauge,
     limit_waiting: Family<LimitLabel, Gauge>,
     limit_held: Family<LimitLabel, Gauge>,
+    group_owner: Family<GroupLabel, Gauge>,
+    group_token: Family<GroupLabel, Gauge>,
+    group_acquisitions: Family<GroupLabel, Counter>,
+    group_lost: Family<GroupLabel, Counter>,
+    group_unplaceable: Family<GroupLabel, Gauge>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -131,6 +141,11 @@ impl Metrics {
             clock_skewed: Gauge::default(),
             limit_waiting: Family::default(),
             limit_held: Family::default(),
+            group_owner: Family::default(),
+            group_token: Family::default(),
+            group_acquisitions: Family::default(),
+            group_lost: Family::default(),
+            group_unplaceable: Family::default(),
             registry: Registry::default(),
         };
         // Counters get `_total`, the info metric `_info`, from the encoder.
@@ -236,6 +251,31 @@ impl Metrics {
             "Leases of a [[limit]] held by runs on this node",
             metrics.limit_held.clone(),
         );
+        registry.register(
+            "zkcron_group_owner",
+            "1 while this node owns the lock group and may fire its jobs, else 0 (the default group is \"default\")",
+            metrics.group_owner.clone(),
+        );
+        registry.register(
+            "zkcron_group_fencing_token",
+            "This node's fencing token of the lock group while it owns it, else 0",
+            metrics.group_token.clone(),
+        );
+        registry.register(
+            "zkcron_group_acquisitions",
+            "Times this node acquired the lock group",
+            metrics.group_acquisitions.clone(),
+        );
+        registry.register(
+            "zkcron_group_lost",
+            "Times this node lost the lock group (or could no longer prove it owned it)",
+            metrics.group_lost.clone(),
+        );
+        registry.register(
+            "zkcron_group_unplaceable",
+            "1 while no live member carries every tag the lock group requires (its jobs do not fire), else 0",
+            metrics.group_unplaceable.clone(),
+        );
         Self {
             registry,
             ..metrics
@@ -263,6 +303,34 @@ impl Metrics {
 
     pub fn lost(&self) {
         self.lost.inc();
+    }
+
+    /// Lock group `group`'s status on this node changed.
+    pub fn group_status(&self, group: &str, may_fire: bool, token: Option<i32>) {
+        let label = group_label(group);
+        self.group_owner
+            .get_or_create(&label)
+            .set(i64::from(may_fire));
+        self.group_token
+            .get_or_create(&label)
+            .set(token.map_or(0, i64::from));
+    }
+
+    pub fn group_acquired(&self, group: &str) {
+        self.group_acquisitions
+            .get_or_create(&group_label(group))
+            .inc();
+    }
+
+    pub fn group_lost(&self, group: &str) {
+        self.group_lost.get_or_create(&group_label(group)).inc();
+    }
+
+    /// Whether any live member may own lock group `group`.
+    pub fn group_unplaceable(&self, group: &str, unplaceable: bool) {
+        self.group_unplaceable
+            .get_or_create(&group_label(group))
+            .set(i64::from(unplaceable));
     }
 
     /// A run started at `started_unix_ms` for its instant `scheduled_unix_ms`.
@@ -358,6 +426,12 @@ impl Metrics {
         self.clock_offset.set(seconds(verdict.offset_ms));
         self.clock_off_fleet.set(seconds(verdict.off_fleet_ms));
         self.clock_skewed.set(i64::from(verdict.skewed));
+    }
+}
+
+fn group_label(group: &str) -> GroupLabel {
+    GroupLabel {
+        group: group.to_owned(),
     }
 }
 

@@ -24,8 +24,11 @@ use crate::lock::node::OwnerInfo;
 use crate::run::{RunRecord, RunStatus};
 use crate::zk::ZkError;
 
-/// The version of the JSON format; bumped only by a change that is not an addition.
-pub const FORMAT: u32 = 1;
+/// The version of the JSON format; bumped only by a change that is not an addition. 2: lock
+/// groups (issue 19) — `lock` is the default group's, and no longer fires every job.
+pub const FORMAT: u32 = 2;
+/// The default group's name in the report: the jobs without `group` (no `[[group]]` may take it).
+pub const DEFAULT_GROUP_NAME: &str = crate::config::DEFAULT_GROUP_NAME;
 /// Pending submissions are counted in due order up to this many; beyond, `pending_complete`
 /// is false.
 pub const PENDING_LIMIT: usize = 10_000;
@@ -60,6 +63,33 @@ pub struct StatusReport {
     pub schedule_drift: Vec<Drift>,
     /// Each `[[limit]]`: the runs holding a lease and those waiting in its queue.
     pub limits: Vec<LimitReport>,
+    /// Every lock group, the default one first (issue 19); one entry without `[[group]]`s.
+    pub groups: Vec<GroupReport>,
+    /// How many groups each live member owns now, by node.
+    pub balance: Vec<MemberBalance>,
+    /// Groups that no live member may own: none carries every tag they require.
+    pub unplaceable: Vec<String>,
+}
+
+/// One lock group now: its lock as `lock` shows the default group's, and its jobs.
+#[derive(Debug, Clone, Serialize)]
+pub struct GroupReport {
+    /// [`DEFAULT_GROUP_NAME`] or the `[[group]]` name.
+    pub name: String,
+    /// The tags a node must carry to own it.
+    pub requires: Vec<String>,
+    pub lock: LockReport,
+    /// The jobs the schedule puts in it.
+    pub jobs: Vec<JobName>,
+    /// Live members that may own it.
+    pub eligible_members: usize,
+}
+
+/// The groups one live member owns.
+#[derive(Debug, Clone, Serialize)]
+pub struct MemberBalance {
+    pub node_id: NodeId,
+    pub groups: Vec<String>,
 }
 
 /// One `[[limit]]` now.
@@ -101,6 +131,8 @@ pub struct MemberReport {
 #[derive(Debug, Clone, Serialize)]
 pub struct JobReport {
     pub name: JobName,
+    /// Its lock group ([`DEFAULT_GROUP_NAME`] for jobs without `group`).
+    pub group: String,
     /// The cron expression; `None` for a job that fires only when submitted.
     pub schedule: Option<String>,
     pub timezone: String,
@@ -156,21 +188,7 @@ pub async fn gather(
     now: DateTime<Utc>,
 ) -> Result<StatusReport, StatusError> {
     let paths = LockPaths::new(&config.lock.root, &config.lock.name);
-    let (state, owner, session) = match inspect::owner(client, &paths).await? {
-        Owner::None => ("none", None, None),
-        Owner::Squatter => ("squatter", None, None),
-        Owner::Held { session, info } => ("held", info, Some(session.to_string())),
-    };
-    let epoch = inspect::epoch(client, &paths).await?;
-    let lock = LockReport {
-        name: config.lock.name.clone(),
-        path: paths.dir.clone(),
-        state,
-        owner,
-        session,
-        fencing_token: epoch.as_ref().map(|e| e.token),
-        last_acquired_by: epoch.and_then(|e| e.by),
-    };
+    let lock = lock_report(client, &config.lock.name, &paths).await?;
     let mut members: Vec<MemberReport> = inspect::members(client, &paths)
         .await?
         .into_iter()
@@ -197,6 +215,10 @@ pub async fn gather(
         let (count, due) = pending.per_job.get(name).copied().unwrap_or((0, 0));
         jobs.push(JobReport {
             name: name.clone(),
+            group: job
+                .group
+                .clone()
+                .unwrap_or_else(|| DEFAULT_GROUP_NAME.to_owned()),
             schedule: job.schedule.as_ref().map(|s| s.expression().to_owned()),
             timezone: job.timezone.name().to_owned(),
             enabled: job.enabled,
@@ -237,8 +259,13 @@ pub async fn gather(
             waiting,
         });
     }
+    let groups = group_reports(client, config, &paths, &lock, &members).await?;
+    let (balance, unplaceable) = balance(&groups, &members);
     Ok(StatusReport {
         format: FORMAT,
+        groups,
+        balance,
+        unplaceable,
         lock,
         members,
         jobs,
@@ -247,6 +274,94 @@ pub async fn gather(
         schedule_drift,
         limits,
     })
+}
+
+/// The lock at `paths`, named `name`.
+async fn lock_report(
+    client: &Client,
+    name: &str,
+    paths: &LockPaths,
+) -> Result<LockReport, StatusError> {
+    let (state, owner, session) = match inspect::owner(client, paths).await? {
+        Owner::None => ("none", None, None),
+        Owner::Squatter => ("squatter", None, None),
+        Owner::Held { session, info } => ("held", info, Some(session.to_string())),
+    };
+    let epoch = inspect::epoch(client, paths).await?;
+    Ok(LockReport {
+        name: name.to_owned(),
+        path: paths.dir.clone(),
+        state,
+        owner,
+        session,
+        fencing_token: epoch.as_ref().map(|e| e.token),
+        last_acquired_by: epoch.and_then(|e| e.by),
+    })
+}
+
+/// Every lock group with its lock and jobs, the default group (whose lock is `default`) first.
+async fn group_reports(
+    client: &Client,
+    config: &Config,
+    base: &LockPaths,
+    default: &LockReport,
+    members: &[MemberReport],
+) -> Result<Vec<GroupReport>, StatusError> {
+    let jobs_of = |group: Option<&str>| -> Vec<JobName> {
+        config
+            .jobs
+            .iter()
+            .filter(|job| job.group.as_deref() == group)
+            .map(|job| job.spec.name.clone())
+            .collect()
+    };
+    let eligible = |requires: &std::collections::BTreeSet<String>| {
+        members
+            .iter()
+            .filter(|m| {
+                let tags = m.info.as_ref().map(|info| &info.tags);
+                tags.is_some_and(|tags| requires.is_subset(tags)) || requires.is_empty()
+            })
+            .count()
+    };
+    let mut groups = vec![GroupReport {
+        name: DEFAULT_GROUP_NAME.to_owned(),
+        requires: Vec::new(),
+        lock: default.clone(),
+        jobs: jobs_of(None),
+        eligible_members: eligible(&Default::default()),
+    }];
+    for group in &config.groups {
+        groups.push(GroupReport {
+            name: group.name.clone(),
+            requires: group.requires.iter().cloned().collect(),
+            lock: lock_report(client, &group.name, &base.group(&group.name)).await?,
+            jobs: jobs_of(Some(&group.name)),
+            eligible_members: eligible(&group.requires),
+        });
+    }
+    Ok(groups)
+}
+
+/// The groups each live member owns, and the groups no live member may own.
+fn balance(groups: &[GroupReport], members: &[MemberReport]) -> (Vec<MemberBalance>, Vec<String>) {
+    let balance = members
+        .iter()
+        .map(|member| MemberBalance {
+            node_id: member.node_id.clone(),
+            groups: groups
+                .iter()
+                .filter(|g| g.lock.owner.as_ref().map(|o| &o.node_id) == Some(&member.node_id))
+                .map(|g| g.name.clone())
+                .collect(),
+        })
+        .collect();
+    let unplaceable = groups
+        .iter()
+        .filter(|g| g.eligible_members == 0 && !members.is_empty())
+        .map(|g| g.name.clone())
+        .collect();
+    (balance, unplaceable)
 }
 
 /// Each member's clock judged as its own node judges it: against the other members' published

@@ -32,7 +32,11 @@ pub struct ResumeArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct ReleaseArgs {}
+pub struct ReleaseArgs {
+    /// The lock group to move (a `[[group]]` name, or `default`); without it, the default group.
+    #[arg(long)]
+    group: Option<String>,
+}
 
 pub async fn trigger(config: &Config, args: TriggerArgs) -> Result<(), CliError> {
     let steer = Steer::connect(config).await?;
@@ -69,11 +73,17 @@ pub async fn resume(config: &Config, args: ResumeArgs) -> Result<(), CliError> {
     }
 }
 
-pub async fn release(config: &Config, _args: ReleaseArgs) -> Result<(), CliError> {
+pub async fn release(config: &Config, args: ReleaseArgs) -> Result<(), CliError> {
     let steer = Steer::connect(config).await?;
-    let released = steer.release(&requester()).await?;
+    let released = steer
+        .release_group(args.group.as_deref(), &requester())
+        .await?;
+    let what = match &args.group {
+        Some(group) => format!("group {group}"),
+        None => "lock".to_owned(),
+    };
     print_lines(&[format!(
-        "lock handed over from {} to {} in {} ms",
+        "{what} handed over from {} to {} in {} ms",
         released.from,
         released.to,
         released.after.as_millis()

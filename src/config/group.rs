@@ -31,6 +31,14 @@ impl Validator<'_> {
                 self.problem(group.name.span(), format!("{context}: name"), reason);
                 continue;
             }
+            if name == super::DEFAULT_GROUP_NAME {
+                self.problem(
+                    group.name.span(),
+                    format!("{context}: name"),
+                    "\"default\" is the group of the jobs without `group`: choose another name",
+                );
+                continue;
+            }
             if groups.iter().any(|known| known.name == name) {
                 self.problem(group.name.span(), context, "duplicate group name");
                 continue;

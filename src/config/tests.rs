@@ -426,6 +426,10 @@ fn a_job_joins_a_declared_group_and_a_node_carries_tags() {
         ),
         ("[node]\ntags = [\"a\", \"a\"]\n", "node.tags: named twice"),
         (
+            "[[group]]\nname = \"default\"\n",
+            "\"default\" is the group of the jobs without `group`",
+        ),
+        (
             "[[group]]\nname = \"x\"\nrequires = [\"\"]\n",
             "group \"x\": requires",
         ),

@@ -40,6 +40,8 @@ pub enum SteerError {
     Disabled { job: JobName },
     #[error("nobody owns the lock: there is nothing to release")]
     NoOwner,
+    #[error("no lock group \"{group}\" is declared in the schedule file; declared: {declared}")]
+    UnknownGroup { group: String, declared: String },
     #[error(
         "no other node is alive to take the lock over from {owner}; stop it instead if it must go"
     )]
@@ -70,6 +72,7 @@ impl SteerError {
             | SteerError::Paused { .. }
             | SteerError::Disabled { .. }
             | SteerError::NoOwner
+            | SteerError::UnknownGroup { .. }
             | SteerError::NoPeer { .. } => true,
             SteerError::Request(err) => err.is_refusal(),
             _ => false,
@@ -95,6 +98,8 @@ pub struct Steer {
     acls: Acls<'static>,
     jobs: HashMap<JobName, Arc<JobConfig>>,
     takeover_delay: Duration,
+    /// The declared `[[group]]` names.
+    groups: Vec<String>,
 }
 
 impl Steer {
@@ -125,6 +130,7 @@ impl Steer {
                 .map(|job| (job.spec.name.clone(), Arc::clone(job)))
                 .collect(),
             takeover_delay: config.lock.takeover_delay,
+            groups: config.groups.iter().map(|g| g.name.clone()).collect(),
             lock,
         }
     }
@@ -210,7 +216,35 @@ impl Steer {
     /// Refused without an owner or another live member; `NotHandedOver` when the lock did not
     /// move in time.
     pub async fn release(&self, by: &str) -> Result<Released, SteerError> {
-        let owner = match inspect::owner(&self.client, &self.lock).await? {
+        self.release_group(None, by).await
+    }
+
+    /// [`Steer::release`] of lock group `group` (`None` or `"default"`: the default group); the
+    /// balancer prefers another node for it while its owner hands it over (issue 19).
+    ///
+    /// # Errors
+    /// As [`Steer::release`], and `UnknownGroup` for a group the schedule does not declare.
+    pub async fn release_group(
+        &self,
+        group: Option<&str>,
+        by: &str,
+    ) -> Result<Released, SteerError> {
+        let (lock, control) = match group.filter(|g| *g != crate::config::DEFAULT_GROUP_NAME) {
+            None => (self.lock.clone(), self.control.clone()),
+            Some(name) if self.groups.iter().any(|g| g == name) => (
+                self.lock.group(name),
+                ControlPaths::of_group(&self.lock, name),
+            ),
+            Some(name) => {
+                let mut declared = vec![crate::config::DEFAULT_GROUP_NAME.to_owned()];
+                declared.extend(self.groups.iter().cloned());
+                return Err(SteerError::UnknownGroup {
+                    group: name.to_owned(),
+                    declared: declared.join(", "),
+                });
+            }
+        };
+        let owner = match inspect::owner(&self.client, &lock).await? {
             Owner::Held {
                 info: Some(info), ..
             } => info.node_id,
@@ -227,13 +261,13 @@ impl Steer {
             by: by.to_owned(),
             at_unix_ms: Utc::now().timestamp_millis(),
         };
-        store::request_release(&self.client, &self.control, &request, self.acls).await?;
+        store::request_release(&self.client, &control, &request, self.acls).await?;
         let started = Instant::now();
         // The owner withdraws its claims (≤ 2 s), then yields; a lone owner takes it back after
         // the takeover delay, so waiting longer than that tells nothing more.
         let limit = self.takeover_delay + Duration::from_secs(5);
         loop {
-            match inspect::owner(&self.client, &self.lock).await? {
+            match inspect::owner(&self.client, &lock).await? {
                 Owner::Held {
                     info: Some(info), ..
                 } if info.node_id != owner => {

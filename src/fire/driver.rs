@@ -96,6 +96,8 @@ pub struct FireSettings {
     /// The default group's driver also checks the members' schedules (drift), sweeps the
     /// delayed area and reports the lock in the metrics; a named group's does not (issue 19).
     pub member_duties: bool,
+    /// The lock group's name as status and metrics show it (`default` or the `[[group]]`).
+    pub group_name: String,
 }
 
 /// The lock driver's task, as the fire driver steers it.
@@ -155,7 +157,8 @@ pub async fn run(
     let mut settled = false;
     let mut alarm = alarm::Alarm::new();
     let metrics = Arc::clone(&io.settings.metrics);
-    let mut observer = observe::Observer::new(&metrics, io.settings.member_duties);
+    let group_name = io.settings.group_name.clone();
+    let mut observer = observe::Observer::new(&metrics, &group_name, io.settings.member_duties);
     loop {
         let latest = Utc::now() + MAX_SLEEP;
         let wake_at = machine.next_deadline().map_or(latest, |at| at.min(latest));

@@ -9,8 +9,9 @@
 //! settled, and the pace of moves.
 //! Must not: read a clock or do I/O (the driver feeds members, owners and the time in).
 //!
-//! Not wired yet: lock groups (issue 19) are being built from the bottom; the groups' driver
-//! will feed this the members' tags and the owners it reads.
+//! A group its owner is handing over (an operator's `zkcron release --group`, or a move of
+//! this balancer's) is preferred elsewhere while the handover lasts, so that the handoff lands
+//! on another node instead of waiting out the takeover delay for the yielding owner.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -64,6 +65,26 @@ pub fn preferred_owners(
     members: &[Member],
     current: &BTreeMap<String, Option<NodeId>>,
 ) -> BTreeMap<String, Option<NodeId>> {
+    preferred_owners_avoiding(groups, members, current, &BTreeMap::new())
+}
+
+/// [`preferred_owners`], where each group in `avoid` is not given to the node it names while
+/// another member may own it (a handover under way: the yielding owner is not its successor).
+fn preferred_owners_avoiding(
+    groups: &[GroupSpec],
+    members: &[Member],
+    current: &BTreeMap<String, Option<NodeId>>,
+    avoid: &BTreeMap<String, NodeId>,
+) -> BTreeMap<String, Option<NodeId>> {
+    let eligible = |group: &GroupSpec, member: &Member| {
+        group.admits(member)
+            && match avoid.get(&group.name) {
+                Some(leaving) if &member.node == leaving => !members
+                    .iter()
+                    .any(|other| &other.node != leaving && group.admits(other)),
+                _ => true,
+            }
+    };
     let capacity = groups.len().div_ceil(members.len().max(1));
     let floor = groups.len() / members.len().max(1);
     let mut pairs: Vec<(u64, &GroupSpec, &Member)> = groups
@@ -71,7 +92,7 @@ pub fn preferred_owners(
         .flat_map(|group| {
             members
                 .iter()
-                .filter(|member| group.admits(member))
+                .filter(move |member| eligible(group, member))
                 .map(move |member| (score(&group.name, &member.node), group, member))
         })
         .collect();
@@ -164,6 +185,8 @@ pub struct Balancer {
     changed_at: Option<Instant>,
     last_move: Option<Instant>,
     unowned_since: BTreeMap<String, Instant>,
+    /// Groups whose owner is handing them over: the node, and until when it is avoided.
+    handing_over: BTreeMap<String, (NodeId, Instant)>,
 }
 
 impl Balancer {
@@ -176,7 +199,16 @@ impl Balancer {
             changed_at: None,
             last_move: None,
             unowned_since: BTreeMap::new(),
+            handing_over: BTreeMap::new(),
         }
+    }
+
+    /// `from` is handing `group` over (it marked its lock node releasing): another eligible
+    /// member is preferred for it until someone else owns it, or for the settle time at most —
+    /// the yielding owner itself stays out for its takeover delay, so nobody would take it.
+    pub fn handing_over(&mut self, group: &str, from: NodeId, now: Instant) {
+        self.handing_over
+            .insert(group.to_owned(), (from, now + self.settle));
     }
 
     /// The live members now (ours included). A change of who is there, or of their tags,
@@ -201,7 +233,18 @@ impl Balancer {
         owners: &BTreeMap<String, Option<NodeId>>,
         now: Instant,
     ) -> Decision {
-        let preferred = preferred_owners(groups, &self.members, owners);
+        self.handing_over.retain(|group, (from, until)| {
+            now < *until
+                && owners
+                    .get(group)
+                    .is_none_or(|owner| owner.as_ref().is_none_or(|owner| owner == from))
+        });
+        let avoid: BTreeMap<String, NodeId> = self
+            .handing_over
+            .iter()
+            .map(|(group, (from, _))| (group.clone(), from.clone()))
+            .collect();
+        let preferred = preferred_owners_avoiding(groups, &self.members, owners, &avoid);
         let live: BTreeSet<&NodeId> = self.members.iter().map(|m| &m.node).collect();
         let me = self.members.iter().find(|m| m.node == self.me);
         let settled = self.settled_at().is_some_and(|at| now >= at);

@@ -54,6 +54,8 @@ pub struct Placement {
     /// `[lock] rebalance_after`.
     pub settle: Duration,
     pub acls: zookeeper_client::Acls<'static>,
+    /// Where a group that no live member may own is reported (`zkcron_group_unplaceable`).
+    pub metrics: std::sync::Arc<crate::metrics::Metrics>,
 }
 
 /// Between two handovers by one node: moves are spaced so that each handoff is done (the
@@ -88,6 +90,7 @@ impl Placement {
                 balancer: &mut balancer,
                 sent: &mut sent,
                 orphans_said: &mut orphans_said,
+                owners: BTreeMap::new(),
             };
             tokio::select! {
                 () = shutdown.cancelled() => return,
@@ -105,6 +108,8 @@ struct Session<'a> {
     balancer: &'a mut Balancer,
     sent: &'a mut BTreeMap<String, bool>,
     orphans_said: &'a mut Vec<String>,
+    /// Each group's owner at the last reading: whose node a "marked releasing" event is.
+    owners: BTreeMap<String, Option<NodeId>>,
 }
 
 impl Session<'_> {
@@ -129,13 +134,28 @@ impl Session<'_> {
             tokio::select! {
                 () = sleep => {}
                 changed = watches.changed() => {
-                    if !changed {
-                        return;
+                    match changed {
+                        Changed::Ended => return,
+                        Changed::Marked(lock) => this.marked(&lock),
+                        Changed::Membership => {}
                     }
                     // A stop releases a node's groups one after another: read them once.
                     tokio::time::sleep(GATHER).await;
                 }
             }
+        }
+    }
+
+    /// The lock node at `lock` was marked releasing: its owner at the last reading is handing
+    /// the group over. Told to the balancer here, not only when a reading sees the mark, since
+    /// the node is usually deleted before the reading that the event triggers.
+    fn marked(&mut self, lock: &str) {
+        let Some(group) = self.placement.groups.iter().find(|g| g.lock.lock == lock) else {
+            return;
+        };
+        if let Some(Some(owner)) = self.owners.get(&group.spec.name) {
+            self.balancer
+                .handing_over(&group.spec.name, owner.clone(), Instant::now());
         }
     }
 
@@ -186,11 +206,19 @@ impl Session<'_> {
             })
             .collect();
         let mut owners = BTreeMap::new();
+        let now = Instant::now();
         for group in &self.placement.groups {
             let owner = match inspect::owner(&self.client, &group.lock).await {
                 Ok(Owner::Held {
                     info: Some(info), ..
-                }) if !info.releasing => Some(info.node_id),
+                }) if info.releasing => {
+                    self.balancer
+                        .handing_over(&group.spec.name, info.node_id, now);
+                    None
+                }
+                Ok(Owner::Held {
+                    info: Some(info), ..
+                }) => Some(info.node_id),
                 Ok(_) => None,
                 Err(err) => {
                     tracing::warn!(error = %error_chain(&err), "cannot read a group's owner for the balance");
@@ -205,9 +233,9 @@ impl Session<'_> {
             .iter()
             .map(|g| g.spec.clone())
             .collect();
-        let now = Instant::now();
         self.balancer.members(members, now);
         let decision = self.balancer.decide(&specs, &owners, now);
+        self.owners.clone_from(&owners);
         for group in &self.placement.groups {
             let contend = decision.contend.contains(&group.spec.name);
             if self.sent.insert(group.spec.name.clone(), contend) != Some(contend) {
@@ -216,6 +244,12 @@ impl Session<'_> {
         }
         if let Some(name) = &decision.hand_over {
             self.hand_over(name).await;
+        }
+        for group in &self.placement.groups {
+            let name = &group.spec.name;
+            self.placement
+                .metrics
+                .group_unplaceable(shown(name), decision.orphaned.contains(name));
         }
         if decision.orphaned != *self.orphans_said {
             if !decision.orphaned.is_empty() {
@@ -256,7 +290,7 @@ impl Session<'_> {
 /// A group's name as people read it.
 pub fn shown(name: &str) -> &str {
     if name == DEFAULT_GROUP {
-        "(default)"
+        crate::config::DEFAULT_GROUP_NAME
     } else {
         name
     }
@@ -270,10 +304,20 @@ struct Watches {
     members_prefix: String,
 }
 
+/// What a watch event means for the balance.
+enum Changed {
+    /// The session ended.
+    Ended,
+    /// A member came or went, or a lock node was created or deleted.
+    Membership,
+    /// The lock node at this path was marked releasing: its owner is handing it over.
+    Marked(String),
+}
+
 impl Watches {
     /// Waits for an event that matters: a member that comes or goes, a lock node created,
-    /// changed (marked releasing) or deleted. `false`: the session ended.
-    async fn changed(&mut self) -> bool {
+    /// changed (marked releasing) or deleted.
+    async fn changed(&mut self) -> Changed {
         loop {
             let event = tokio::select! {
                 event = self.members.changed() => event,
@@ -282,7 +326,7 @@ impl Watches {
             };
             if event.event_type == EventType::Session {
                 if event.session_state.is_terminated() {
-                    return false;
+                    return Changed::Ended;
                 }
                 continue;
             }
@@ -291,8 +335,13 @@ impl Watches {
                     event.event_type,
                     EventType::NodeCreated | EventType::NodeDeleted
                 );
-            if member || event.path.ends_with("/lock") {
-                return true;
+            let lock = event.path.ends_with("/lock");
+            // Only a graceful release rewrites a lock node's data (`lock::driver`).
+            if lock && event.event_type == EventType::NodeDataChanged {
+                return Changed::Marked(event.path);
+            }
+            if member || lock {
+                return Changed::Membership;
             }
         }
     }

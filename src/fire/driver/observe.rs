@@ -16,20 +16,26 @@ use crate::run::RunStatus;
 pub(super) struct Observer<'m> {
     metrics: &'m Metrics,
     ended: HashSet<String>,
-    /// The node's lock gauges are the default group's.
+    /// The lock group's name in the `group` label.
+    group: &'m str,
+    /// The node's unlabelled lock gauges are the default group's.
     lock_gauges: bool,
 }
 
 impl<'m> Observer<'m> {
-    pub(super) fn new(metrics: &'m Metrics, lock_gauges: bool) -> Self {
+    pub(super) fn new(metrics: &'m Metrics, group: &'m str, lock_gauges: bool) -> Self {
         Self {
             metrics,
             ended: HashSet::new(),
+            group,
             lock_gauges,
         }
     }
 
     pub(super) fn status(&self, status: &LockStatus, session_up: bool) {
+        let token = status.token.filter(|_| status.may_fire).map(|t| t.0);
+        self.metrics
+            .group_status(self.group, status.may_fire, token);
         if !self.lock_gauges {
             return;
         }
@@ -38,17 +44,23 @@ impl<'m> Observer<'m> {
             (false, true) => SessionState::Disconnected,
             (false, false) => SessionState::None,
         };
-        let token = status.token.filter(|_| status.may_fire).map(|t| t.0);
         self.metrics.lock_status(status.may_fire, token, session);
     }
 
     pub(super) fn event(&self, event: &LockEvent) {
-        if !self.lock_gauges {
-            return;
-        }
         match event {
-            LockEvent::Acquired { .. } => self.metrics.acquired(),
-            LockEvent::Lost => self.metrics.lost(),
+            LockEvent::Acquired { .. } => {
+                self.metrics.group_acquired(self.group);
+                if self.lock_gauges {
+                    self.metrics.acquired();
+                }
+            }
+            LockEvent::Lost => {
+                self.metrics.group_lost(self.group);
+                if self.lock_gauges {
+                    self.metrics.lost();
+                }
+            }
             LockEvent::OwnerChanged { .. } => {}
         }
     }

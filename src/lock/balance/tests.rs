@@ -185,6 +185,68 @@ fn a_group_nobody_owns_is_taken_by_its_preferred_node_and_after_the_settle_time_
     );
 }
 
+#[test]
+fn a_group_handed_over_is_preferred_elsewhere_until_someone_else_owns_it() {
+    let one = groups(1);
+    let t0 = Instant::now();
+    let settled = t0 + SETTLE;
+    let nobody: BTreeMap<String, Option<NodeId>> = [("g00".to_owned(), None)].into();
+    let favourite = preferred_owners(&one, &nodes(2), &nobody)["g00"]
+        .clone()
+        .expect("an owner");
+    let other = NodeId::new(if favourite.as_str() == "n0" {
+        "n1"
+    } else {
+        "n0"
+    });
+    let balancer_of = |me: &NodeId| {
+        let mut balancer = Balancer::new(me.clone(), SETTLE, SPACING);
+        balancer.members(nodes(2), t0);
+        balancer
+    };
+    let (mut yielding, mut successor) = (balancer_of(&favourite), balancer_of(&other));
+    let contends = |balancer: &mut Balancer, owners: &BTreeMap<String, Option<NodeId>>| {
+        balancer
+            .decide(&one, owners, settled)
+            .contend
+            .contains("g00")
+    };
+    // Without a handover the favourite takes a free group, and the other waits its settle time.
+    assert!(!contends(&mut successor, &nobody));
+    // The favourite owns it and an operator releases it: the lock node is marked, then gone.
+    for balancer in [&mut yielding, &mut successor] {
+        balancer.handing_over("g00", favourite.clone(), settled);
+    }
+    assert!(
+        contends(&mut successor, &nobody),
+        "the successor contends at once"
+    );
+    assert!(
+        !contends(&mut yielding, &nobody),
+        "the yielding owner stands aside"
+    );
+    // Once the successor owns it, the handover is over: the usual rules again.
+    let moved: BTreeMap<String, Option<NodeId>> = [("g00".to_owned(), Some(other.clone()))].into();
+    assert!(
+        contends(&mut successor, &moved),
+        "sticky: the owner keeps it"
+    );
+    assert!(!contends(&mut yielding, &moved));
+    assert!(
+        contends(&mut yielding, &nobody),
+        "the handover ended with the new owner: the favourite takes it again if it is freed"
+    );
+    // Alone, a node handing a group over is still its owner's only candidate: never orphaned.
+    let mut alone = Balancer::new(favourite.clone(), SETTLE, SPACING);
+    alone.members(vec![member(favourite.as_str(), &[])], t0);
+    alone.handing_over("g00", favourite.clone(), settled);
+    let decision = alone.decide(&one, &nobody, settled);
+    assert!(
+        decision.orphaned.is_empty() && decision.contend.contains("g00"),
+        "{decision:?}"
+    );
+}
+
 fn any_fleet() -> impl Strategy<Value = (usize, usize)> {
     (1usize..24, 1usize..7)
 }

@@ -4,7 +4,7 @@
 //! znodes under `<root>/<lock.name>`, and reading a run record's name back.
 //! Must not: talk to ZooKeeper or know what the nodes hold (that is `lock` and `ledger`).
 
-use crate::delayed::submission::{DueBucket, ForgetBucket, Shard, SubmissionId};
+use crate::delayed::submission::{DueBucket, ForgetBucket, Shard, Submission, SubmissionId};
 use crate::ids::{JobName, NodeId};
 
 /// The znodes of one lock group (DESIGN.md "ZooKeeper layout").
@@ -210,11 +210,43 @@ impl DelayedPaths {
     }
 
     /// The pending marker of `id`, due at `due_unix_ms`.
-    pub fn pending(&self, due_unix_ms: i64, id: &SubmissionId) -> String {
+    /// Submission `id`'s pending marker, named as it was written (`<id>~<job>` or `<id>`).
+    pub fn marker_of(&self, id: &SubmissionId, submission: &Submission) -> String {
+        let job = submission.marker_names_job.then_some(&submission.job);
+        self.pending(submission.due_unix_ms, id, job)
+    }
+
+    pub fn pending(&self, due_unix_ms: i64, id: &SubmissionId, job: Option<&JobName>) -> String {
         format!(
-            "{}/{id}",
-            self.due_shard(DueBucket::of(due_unix_ms), id.shard())
+            "{}/{}",
+            self.due_shard(DueBucket::of(due_unix_ms), id.shard()),
+            marker_name(id, job)
         )
+    }
+}
+
+/// Between a submission id and its job in a pending marker's name: no id contains it.
+const MARKER_JOB_SEPARATOR: char = '~';
+
+/// A pending marker's name: `<id>`, or `<id>~<job>` where the marker names its job (lock
+/// groups: an owner then reads only its own groups' submissions, issue 19).
+pub fn marker_name(id: &SubmissionId, job: Option<&JobName>) -> String {
+    match job {
+        Some(job) => format!("{id}{MARKER_JOB_SEPARATOR}{job}"),
+        None => id.to_string(),
+    }
+}
+
+/// A pending marker's name read back: the id, and the job when the name carries it; `None` for
+/// a name that is neither form. A job name may contain `~`; an id may not, so the first one
+/// splits them.
+pub fn parse_marker_name(name: &str) -> Option<(SubmissionId, Option<JobName>)> {
+    match name.split_once(MARKER_JOB_SEPARATOR) {
+        Some((id, job)) if crate::ids::validate_znode_name(job).is_ok() => {
+            Some((SubmissionId::parse(id).ok()?, Some(JobName::new(job))))
+        }
+        Some(_) => None,
+        None => Some((SubmissionId::parse(name).ok()?, None)),
     }
 }
 
@@ -326,7 +358,7 @@ mod tests {
             "/zkcron/billing/delayed/ids/de/order-42"
         );
         assert_eq!(
-            paths.pending(1_700_000_000_123, &id),
+            paths.pending(1_700_000_000_123, &id, None),
             "/zkcron/billing/delayed/due/19675/80000/de/order-42"
         );
         let ledger = LedgerPaths::new(&LockPaths::new("/zkcron", "billing"));
@@ -366,6 +398,22 @@ mod tests {
         );
         for foreign in ["", "-1", "12a", "lock", "99999999999999999999999"] {
             assert_eq!(parse_tick_node_name(foreign), None, "{foreign:?}");
+        }
+    }
+
+    #[test]
+    fn a_marker_names_its_job_after_the_id_and_reads_back() {
+        let id = SubmissionId::parse("order-42").expect("valid");
+        let job = JobName::new("close~order");
+        assert_eq!(marker_name(&id, None), "order-42");
+        assert_eq!(marker_name(&id, Some(&job)), "order-42~close~order");
+        assert_eq!(
+            parse_marker_name("order-42~close~order"),
+            Some((id.clone(), Some(job)))
+        );
+        assert_eq!(parse_marker_name("order-42"), Some((id, None)));
+        for foreign in ["", "~job", "bad id~job", "order-42~"] {
+            assert_eq!(parse_marker_name(foreign), None, "{foreign:?}");
         }
     }
 

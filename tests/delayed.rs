@@ -214,7 +214,7 @@ async fn the_list_is_in_due_order_across_seconds_and_days_and_skips_garbage() {
     raw.mkdir(&paths.submission(&corrupt), &open)
         .await
         .expect("garbage submission");
-    raw.mkdir(&paths.pending(base + 5, &corrupt), &open)
+    raw.mkdir(&paths.pending(base + 5, &corrupt, None), &open)
         .await
         .expect("its marker");
 

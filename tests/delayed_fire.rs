@@ -559,10 +559,10 @@ async fn garbage_under_the_delayed_tree_is_logged_with_its_path_and_skipped() {
     nodes.push((format!("{bucket}/{other_shard}/wrong-shard"), Vec::new()));
     nodes.push((paths.submission(&wrong_shard), header("close").into_bytes()));
     let corrupt = id("corrupt");
-    nodes.push((paths.pending(due, &corrupt), Vec::new()));
+    nodes.push((paths.pending(due, &corrupt, None), Vec::new()));
     nodes.push((paths.submission(&corrupt), b"not a submission".to_vec()));
     let good = id("good");
-    nodes.push((paths.pending(due, &good), Vec::new()));
+    nodes.push((paths.pending(due, &good, None), Vec::new()));
     nodes.push((
         paths.submission(&good),
         format!("{}fine", header("close")).into_bytes(),
@@ -608,7 +608,7 @@ async fn garbage_under_the_delayed_tree_is_logged_with_its_path_and_skipped() {
         ),
         ("not a shard; skipped", format!("{bucket}/zz")),
         (
-            "not a submission id; skipped",
+            "not a pending marker (<id> or <id>~<job>); skipped",
             format!("{bucket}/00/bad*id"),
         ),
         (

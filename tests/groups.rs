@@ -557,3 +557,124 @@ async fn twelve_groups_stay_balanced_through_a_join_a_kill_and_a_restart() {
         node.signal(Signal::SIGTERM);
     }
 }
+
+fn on_demand(name: &str, group: &str, fires: &Path) -> String {
+    format!(
+        "[[job]]\nname = \"{name}\"\ngroup = \"{group}\"\nshell = '{RECORD_FIRE}{}'\n",
+        fires.display()
+    )
+}
+
+/// Delayed submissions follow their job's group (issue 19): zkcron names the job in the
+/// pending marker, so each group's owner reads only its own; each runs once, on the owner of
+/// its job's group; and a marker in the form without the job (a submitter that knows nothing of
+/// groups, docs/DELAYED.md) still fires once.
+#[tokio::test]
+async fn submissions_run_once_on_the_owner_of_their_jobs_group_whatever_their_markers_name() {
+    let _serial = fault_lock();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let fires = dir.path().join("fires.log");
+    let chroot = unique_chroot("groups-delayed");
+    let connect = shared_ensemble()
+        .isolated_connect_string(&chroot)
+        .await
+        .expect("chroot");
+    let groups = ["a", "b"];
+    let jobs = format!(
+        "{}{}",
+        on_demand("sub-a", "a", &fires),
+        on_demand("sub-b", "b", &fires)
+    );
+    let text = schedule(&connect, &groups, &jobs);
+    let nodes: Vec<DaemonNode> = ["d1", "d2"]
+        .iter()
+        .map(|id| DaemonNode::start(dir.path(), id, &text))
+        .collect();
+    let client = Client::connect(&connect).await.expect("session");
+    // Settled, so that the owner that runs a submission is the one read here.
+    let live: Vec<&DaemonNode> = nodes.iter().collect();
+    let owned = wait_balanced(&client, &groups, &live, SLACK * 8, "3 groups over 2 nodes").await;
+    tokio::time::sleep(SLACK).await;
+    assert_eq!(
+        owners(&client, &groups).await,
+        owned,
+        "no move once balanced"
+    );
+    let paths =
+        zkcron::layout::DelayedPaths::new(&zkcron::layout::LockPaths::new("/zkcron", "groups"));
+    let mut ids = Vec::new();
+    for (job, n) in [("sub-a", 1), ("sub-a", 2), ("sub-b", 3), ("sub-b", 4)] {
+        let id = format!("s{n}");
+        zkcron_ok(
+            &["submit", job, "--in", "2s", "--id", &id],
+            &nodes[0].config,
+        );
+        let parsed = zkcron::delayed::submission::SubmissionId::parse(&id).expect("an id");
+        let (submission, _) = zkcron::ledger::submissions::read(&client, &paths, &parsed)
+            .await
+            .expect("read")
+            .expect("pending");
+        let marker = paths.marker_of(&parsed, &submission);
+        assert!(
+            submission.marker_names_job && marker.ends_with(&format!("/{id}~{job}")),
+            "{marker}"
+        );
+        assert!(
+            client.check_stat(&marker).await.expect("stat").is_some(),
+            "{marker}"
+        );
+        ids.push((job, id));
+    }
+    // One in the form without the job, as a submitter that knows nothing of groups writes it.
+    let plain = zkcron::delayed::submission::SubmissionId::parse("s5").expect("an id");
+    let submission = zkcron::delayed::submission::Submission {
+        job: zkcron::JobName::new("sub-b"),
+        due_unix_ms: now_ms() + 2_000,
+        submitted_unix_ms: now_ms(),
+        payload: Vec::new(),
+        requested_by: None,
+        anonymous: false,
+        marker_names_job: false,
+    };
+    zkcron::ledger::submissions::submit(
+        &client,
+        &paths,
+        &plain,
+        &submission,
+        zookeeper_client::Acls::anyone_all(),
+    )
+    .await
+    .expect("submitted");
+    assert!(paths.marker_of(&plain, &submission).ends_with("/s5"));
+    ids.push(("sub-b", "s5".to_owned()));
+    try_wait_for("every submission ran", SLACK * 4, || {
+        let all = read_fires(&fires);
+        let done = ids
+            .iter()
+            .all(|(_, id)| all.iter().any(|f| f.run_id.ends_with(&format!("-{id}"))));
+        async move { done.then_some(()) }
+    })
+    .await
+    .unwrap_or_else(|not_reached| {
+        panic!("{not_reached}\n{}", logs(&nodes.iter().collect::<Vec<_>>()))
+    });
+    // Long enough for a second run of any of them to show.
+    tokio::time::sleep(SLACK).await;
+    let all = read_fires(&fires);
+    for (job, id) in &ids {
+        let runs: Vec<&Fire> = all
+            .iter()
+            .filter(|f| f.run_id.ends_with(&format!("-{id}")))
+            .collect();
+        assert_eq!(runs.len(), 1, "{id} ran once: {runs:?}");
+        let group = &job[4..];
+        assert_eq!(
+            Some(&runs[0].node),
+            owned[group].as_ref(),
+            "{id} ran on the owner of group {group}: {owned:?}"
+        );
+    }
+    for node in &nodes {
+        node.signal(Signal::SIGTERM);
+    }
+}

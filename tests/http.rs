@@ -123,7 +123,7 @@ async fn reads_are_open_and_show_the_node_as_owner_with_its_lease_and_its_fires_
             .expect("timeout")
     );
     assert_eq!(status["lock"]["owner"]["node_id"], "n1");
-    assert_eq!(status["format"], 1);
+    assert_eq!(status["format"], 2);
 
     let runs = request(port, "GET", "/v1/jobs/tick/runs?limit=2", None, None).await;
     assert_status(&runs, 200);

@@ -346,6 +346,7 @@ async fn submit(client: &Client, paths: &LedgerPaths, id: &str, due: i64) -> Sub
         payload: b"p".to_vec(),
         requested_by: None,
         anonymous: false,
+        marker_names_job: false,
     };
     let submitted =
         submissions::submit(client, &paths.delayed, &id, &submission, Acls::anyone_all()).await;
@@ -385,7 +386,7 @@ async fn two_believed_owners_start_a_submission_at_most_once_and_a_stale_token_n
     let claimed = claim(&a, "a", token).await.expect("the owner claims it");
     assert!(claimed.open.is_some(), "its run is marked open");
     assert_eq!(
-        a.check_stat(&paths.delayed.pending(5000, &first))
+        a.check_stat(&paths.delayed.pending(5000, &first, None))
             .await
             .expect("stat"),
         None,
@@ -415,7 +416,7 @@ async fn two_believed_owners_start_a_submission_at_most_once_and_a_stale_token_n
         "{stale:?}"
     );
     assert!(
-        a.check_stat(&paths.delayed.pending(6000, &second))
+        a.check_stat(&paths.delayed.pending(6000, &second, None))
             .await
             .expect("stat")
             .is_some(),
@@ -437,7 +438,7 @@ async fn two_believed_owners_start_a_submission_at_most_once_and_a_stale_token_n
         .await
         .expect("withdrawn");
     assert!(
-        b.check_stat(&paths.delayed.pending(6000, &second))
+        b.check_stat(&paths.delayed.pending(6000, &second, None))
             .await
             .expect("stat")
             .is_some(),
@@ -611,6 +612,7 @@ async fn a_pruned_submission_leaves_a_tombstone_until_its_window_has_passed() {
         payload: b"p".to_vec(),
         requested_by: None,
         anonymous: false,
+        marker_names_job: false,
     };
     let again = submissions::submit(&a, &paths.delayed, first, &same, Acls::anyone_all()).await;
     assert_eq!(
@@ -678,6 +680,7 @@ async fn an_anonymous_submission_leaves_no_tombstone() {
         payload: b"p".to_vec(),
         requested_by: None,
         anonymous: true,
+        marker_names_job: false,
     };
     let submitted =
         submissions::submit(&a, &paths.delayed, &id, &anonymous, Acls::anyone_all()).await;
@@ -973,7 +976,7 @@ async fn claims_and_records_handed_in_together_share_multi_ops_and_each_gets_its
     }
     for (id, due) in &third {
         let pending = a
-            .check_stat(&paths.delayed.pending(*due, id))
+            .check_stat(&paths.delayed.pending(*due, id, None))
             .await
             .expect("stat");
         assert!(pending.is_some(), "{id} still pending");

@@ -987,6 +987,7 @@ async fn a_prepared_submission_run_reads_exactly_its_payload() {
         id: "s-1".into(),
         payload: Arc::new(payload.clone()),
         requested_by: None,
+        marker_names_job: false,
     });
     let prepared = prepare(&job, &context, None);
     assert!(prepared.pid().is_some(), "a launcher waits");

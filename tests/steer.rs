@@ -111,7 +111,7 @@ async fn a_paused_job_skips_its_ticks_with_the_reason_and_fires_again_once_resum
     let json = zkcron(&["status", "--json"], &node.config);
     assert!(json.status.success(), "{json:?}");
     let report: serde_json::Value = serde_json::from_slice(&json.stdout).expect("one JSON object");
-    assert_eq!(report["format"], 1);
+    assert_eq!(report["format"], 2);
     assert_eq!(report["lock"]["state"], "held");
     assert_eq!(report["lock"]["owner"]["node_id"], "n1");
     let jobs = report["jobs"].as_array().expect("jobs");

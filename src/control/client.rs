@@ -170,6 +170,7 @@ impl Steer {
         };
         let submission = Submission {
             requested_by: Some(by.to_owned()),
+            marker_names_job: !self.groups.is_empty(),
             ..check_request(&self.jobs, &request, Utc::now())?
         };
         let id = SubmissionId::generate();

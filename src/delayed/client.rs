@@ -134,6 +134,7 @@ pub fn check_request(
         payload: request.payload.clone(),
         requested_by: None,
         anonymous: request.id.is_none(),
+        marker_names_job: false,
     })
 }
 
@@ -152,6 +153,8 @@ pub struct Delayed {
     reader: tokio::sync::OnceCell<Option<Client>>,
     settings: crate::zk::ZkSettings,
     connect_timeout: std::time::Duration,
+    /// Lock groups are declared: markers name their job (`Submission::marker_names_job`).
+    name_markers: bool,
 }
 
 impl Delayed {
@@ -186,7 +189,20 @@ impl Delayed {
             reader: tokio::sync::OnceCell::new(),
             settings,
             connect_timeout: config.zookeeper.connect_timeout,
+            name_markers: config.grouped(),
         }
+    }
+
+    /// `request` checked against the schedule, as this schedule's submissions are written.
+    fn checked(
+        &self,
+        request: &SubmitRequest,
+        now: chrono::DateTime<Utc>,
+    ) -> Result<Submission, DelayedError> {
+        Ok(Submission {
+            marker_names_job: self.name_markers,
+            ..check_request(&self.jobs, request, now)?
+        })
     }
 
     /// The session for [`submissions::submit_batch`]'s reads.
@@ -211,7 +227,7 @@ impl Delayed {
     /// # Errors
     /// A refusal (nothing written), or a failed request (nothing half-written).
     pub async fn submit(&self, request: SubmitRequest) -> Result<Receipt, DelayedError> {
-        let submission = check_request(&self.jobs, &request, Utc::now())?;
+        let submission = self.checked(&request, Utc::now())?;
         let id = request.id.unwrap_or_else(SubmissionId::generate);
         let outcome =
             submissions::submit(&self.client, &self.delayed, &id, &submission, self.acls).await?;
@@ -230,7 +246,7 @@ impl Delayed {
         let mut batch = Vec::new();
         let mut slots = Vec::new();
         for request in requests {
-            match check_request(&self.jobs, &request, now) {
+            match self.checked(&request, now) {
                 Ok(submission) => {
                     let id = request.id.unwrap_or_else(SubmissionId::generate);
                     slots.push(results.len());
@@ -411,7 +427,12 @@ async fn read_bucket(
     pending: &mut Vec<Pending>,
 ) -> Result<(), DelayedError> {
     let mut found = Vec::new();
-    for id in submissions::pending_in(client, paths, bucket).await? {
+    let markers = submissions::pending_in(client, paths, bucket).await?;
+    // A marker that names another job needs no read.
+    let wanted = markers
+        .into_iter()
+        .filter(|(_, named)| job.is_none_or(|job| named.as_ref().is_none_or(|n| n == job)));
+    for (id, _) in wanted {
         match submissions::read(client, paths, &id).await {
             Ok(Some((submission, _))) if job.is_none_or(|job| &submission.job == job) => {
                 found.push(Pending { id, submission });

@@ -194,6 +194,10 @@ pub struct Submission {
     /// Its id was generated, not chosen: no client can send it again, so nothing needs to
     /// remember it once its record is pruned.
     pub anonymous: bool,
+    /// Its pending marker names its job (`<id>~<job>`, written where lock groups are declared),
+    /// so an owner learns the job from the bucket's listing and reads only its groups'
+    /// submissions; `false`: the marker is the id alone, as before groups (issue 19).
+    pub marker_names_job: bool,
 }
 
 /// The header line of a submission znode.
@@ -209,6 +213,9 @@ struct Header {
     /// The id was generated (older readers ignore it and keep a tombstone).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     anonymous: bool,
+    /// The pending marker is `<id>~<job>` (lock groups), not `<id>`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    marker_names_job: bool,
     /// A tombstone: the SHA-256 of the payload it no longer holds (lowercase hex).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     payload_sha256: Option<String>,
@@ -231,6 +238,7 @@ impl Header {
             submitted_unix_ms: submission.submitted_unix_ms,
             requested_by: submission.requested_by.clone(),
             anonymous: submission.anonymous,
+            marker_names_job: submission.marker_names_job,
             payload_sha256: None,
             payload_bytes: None,
             remembered_until_unix_ms: None,
@@ -288,6 +296,7 @@ impl Submission {
             payload: payload.to_vec(),
             requested_by: header.requested_by,
             anonymous: header.anonymous,
+            marker_names_job: header.marker_names_job,
         }
     }
 
@@ -339,6 +348,7 @@ impl Tombstone {
             submitted_unix_ms: self.submitted_unix_ms,
             requested_by: self.requested_by.clone(),
             anonymous: false,
+            marker_names_job: false,
             payload_sha256: Some(self.payload_sha256.clone()),
             payload_bytes: Some(self.payload_bytes),
             remembered_until_unix_ms: Some(self.remembered_until_unix_ms),
@@ -444,6 +454,7 @@ mod tests {
             payload: payload.to_vec(),
             requested_by: None,
             anonymous: false,
+            marker_names_job: false,
         }
     }
 
@@ -548,6 +559,7 @@ mod tests {
         );
         let anonymous = Submission {
             anonymous: true,
+            marker_names_job: false,
             ..submission(b"p")
         };
         let bytes = anonymous.to_bytes();

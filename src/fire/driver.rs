@@ -353,10 +353,11 @@ impl Io {
             } => return self.mark(record, version, closes),
             Action::ScanDelayed {
                 generation,
+                wanted,
                 after,
                 through,
                 clean_before,
-            } => return self.scan(generation, after, through, clean_before),
+            } => return self.scan(generation, wanted, after, through, clean_before),
             Action::ReadSubmission { id } => return self.read_submission(id),
             Action::RemoveEmptyBucket(bucket) => {
                 let client = self.client.clone()?;
@@ -628,6 +629,7 @@ impl Io {
     fn scan(
         &self,
         generation: u64,
+        wanted: crate::fire::machine::Wanted,
         after: Option<crate::delayed::submission::DueBucket>,
         through: crate::delayed::submission::DueBucket,
         clean_before: DateTime<Utc>,
@@ -646,7 +648,7 @@ impl Io {
             let began = std::time::Instant::now();
             let scanned = bounded(
                 &what,
-                delayed::scan(&client, &paths, after, through, clean_before),
+                delayed::scan(&client, &paths, &wanted, after, through, clean_before),
             );
             let result = scanned
                 .await

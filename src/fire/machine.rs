@@ -31,7 +31,7 @@ use crate::run::{JobSpec, RunContext, RunReport, SubmissionInput};
 use crate::run::{RunRecord, RunStatus};
 
 pub use catch_up::{JobRecords, RESOLVE_WINDOW};
-pub use delayed::DELAYED_HORIZON;
+pub use delayed::{DELAYED_HORIZON, Wanted};
 
 /// A tick whose time passed longer ago than this is not started on time: the process was
 /// stopped or starved, and catch-up (`misfire`) decides about it instead.
@@ -167,7 +167,12 @@ pub enum Input {
         result: Result<Vec<(SubmissionId, Submission)>, String>,
     },
     /// A pending submission appeared in `bucket` (the driver's watch on the due buckets).
-    SubmissionCreated { bucket: DueBucket, id: SubmissionId },
+    SubmissionCreated {
+        bucket: DueBucket,
+        id: SubmissionId,
+        /// The job, when the marker names it (lock groups).
+        job: Option<JobName>,
+    },
     /// Answer to [`Action::ReadSubmission`]: the submission, `None` when it is gone.
     SubmissionRead {
         id: SubmissionId,
@@ -276,6 +281,8 @@ pub enum Action {
     /// `None`) through `through`. Answered by [`Input::DelayedScanned`].
     ScanDelayed {
         generation: u64,
+        /// Only the markers of these jobs (and those that name none) are read.
+        wanted: Wanted,
         after: Option<DueBucket>,
         through: DueBucket,
         /// Remove the empty buckets met on the way that ended before this instant.
@@ -520,6 +527,8 @@ pub struct FireMachine {
     /// The schedule's jobs of the other groups: their submissions are another owner's to fire,
     /// not a job missing from the schedule.
     elsewhere: HashSet<JobName>,
+    /// The pending markers this machine reads.
+    wanted: Wanted,
 }
 
 /// The jobs of lock group `group` among `jobs`, and the names of the others.
@@ -549,6 +558,7 @@ impl FireMachine {
         now: DateTime<Utc>,
     ) -> Self {
         let (jobs, elsewhere) = mine(group.as_deref(), jobs);
+        let wanted = Wanted::of(group.as_deref(), &jobs, &elsewhere);
         Self {
             me,
             // Beyond chrono's range means "no lead": fire at the tick.
@@ -577,6 +587,7 @@ impl FireMachine {
             behind_the_ledger_said: false,
             group,
             elsewhere,
+            wanted,
         }
     }
 
@@ -615,8 +626,8 @@ impl FireMachine {
                 through,
                 result,
             } => self.delayed_scanned(generation, through, result, now, &mut out),
-            Input::SubmissionCreated { bucket, id } => {
-                self.submission_created(bucket, id, &mut out)
+            Input::SubmissionCreated { bucket, id, job } => {
+                self.submission_created(bucket, id, job, &mut out)
             }
             Input::SubmissionRead { id, result } => self.submission_read(id, result, now, &mut out),
             Input::PausesRead(pauses) => self.pauses_read(pauses, now, &mut out),
@@ -1770,6 +1781,7 @@ impl FireMachine {
 
     fn reloaded(&mut self, jobs: &[Arc<JobConfig>], now: DateTime<Utc>, out: &mut Vec<Action>) {
         let (jobs, elsewhere) = mine(self.group.as_deref(), jobs);
+        self.wanted = Wanted::of(self.group.as_deref(), &jobs, &elsewhere);
         let jobs = &jobs[..];
         let was_elsewhere = std::mem::replace(&mut self.elsewhere, elsewhere);
         let after = self.last_popped.map_or(now, |last| last.max(now));
@@ -1946,6 +1958,7 @@ fn fresh_record(
     match submission.and_then(|s| Some((SubmissionId::parse(&s.id).ok()?, s))) {
         Some((id, input)) => RunRecord {
             requested_by: input.requested_by.clone(),
+            marker_names_job: input.marker_names_job,
             ..RunRecord::claimed_submission(job, tick_ms, &id, me, token, now_ms)
         },
         None => RunRecord::claimed(job, tick_ms, me, token, now_ms),

@@ -140,7 +140,11 @@ impl ClaimPlan {
                 });
                 parents.push(paths.delayed.open_of(&record.job));
                 Some(PendingSubmission {
-                    marker: paths.delayed.pending(record.scheduled_unix_ms, id),
+                    marker: paths.delayed.pending(
+                        record.scheduled_unix_ms,
+                        id,
+                        record.marker_job(),
+                    ),
                     open,
                 })
             }
@@ -544,11 +548,7 @@ pub async fn withdraw(
         source,
     };
     // A submission goes back to pending: its marker again, in its bucket.
-    let marker = claim
-        .record
-        .submission_id
-        .as_ref()
-        .map(|id| paths.delayed.pending(claim.record.scheduled_unix_ms, id));
+    let marker = claim.record.marker(&paths.delayed);
     if let (Some(marker), Some(id)) = (&marker, &claim.record.submission_id) {
         let bucket = crate::delayed::submission::DueBucket::of(claim.record.scheduled_unix_ms);
         let parent = paths.delayed.due_shard(bucket, id.shard());

@@ -12,7 +12,7 @@ use zookeeper_client::{Acls, Client, CreateMode, Error as ZkErr, MultiWriteError
 
 use crate::delayed::submission::FormatError;
 use crate::delayed::submission::{DueBucket, Shard, Stored, Submission, SubmissionId, Tombstone};
-use crate::ids::{FencingToken, NodeId};
+use crate::ids::{FencingToken, JobName, NodeId};
 use crate::layout::DelayedPaths;
 use crate::layout::LedgerPaths;
 use crate::run::{RunRecord, RunStatus};
@@ -87,7 +87,7 @@ pub async fn submit(
     acls: Acls<'static>,
 ) -> Result<Submitted, SubmissionError> {
     let node = paths.submission(id);
-    let marker = paths.pending(submission.due_unix_ms, id);
+    let marker = paths.marker_of(id, submission);
     let data = submission.to_bytes();
     let options = CreateMode::Persistent.with_acls(acls);
     for _ in 0..PARENT_ATTEMPTS {
@@ -148,7 +148,7 @@ const SUBMISSION_FIELDS: usize = 200;
 /// parents' (a new second, its shard, and an id shard; paths no longer than the marker's). The
 /// few parents above those (`ids`, `due`, a day) fit in what this overcounts.
 fn request_bytes(paths: &DelayedPaths, id: &SubmissionId, submission: &Submission) -> usize {
-    let marker = paths.pending(submission.due_unix_ms, id).len();
+    let marker = paths.marker_of(id, submission).len();
     let node = paths.submission(id).len();
     submission.payload.len() + SUBMISSION_FIELDS + node + 4 * marker + 5 * BYTES_PER_CREATE
 }
@@ -259,7 +259,7 @@ async fn submit_chunk(
             .and_then(|()| {
                 chunk.iter().try_for_each(|(id, submission)| {
                     multi.add_create(&paths.submission(id), &submission.to_bytes(), &options)?;
-                    multi.add_create(&paths.pending(submission.due_unix_ms, id), &[], &options)
+                    multi.add_create(&paths.marker_of(id, submission), &[], &options)
                 })
             });
         let committed = match built {
@@ -404,13 +404,14 @@ pub async fn show(
                 payload: Vec::new(),
                 requested_by: tombstone.requested_by.clone(),
                 anonymous: false,
+                marker_names_job: false,
             };
             return Ok(Some((submission, SubmissionState::Remembered(tombstone))));
         }
     };
     // The marker first: leaving `pending` creates the record in the same multi, so a marker
     // found gone means the record is there to read.
-    let marker = paths.pending(submission.due_unix_ms, id);
+    let marker = paths.marker_of(id, &submission);
     if client
         .check_stat(&marker)
         .await
@@ -454,7 +455,7 @@ pub async fn cancel(
             });
         }
     };
-    let marker = paths.pending(submission.due_unix_ms, id);
+    let marker = paths.marker_of(id, &submission);
     let path = ledger.submission_record(&submission.job, submission.due_unix_ms, id);
     let record = cancelled_record(&submission, id, now_unix_ms);
     let options = CreateMode::Persistent.with_acls(acls);
@@ -654,8 +655,8 @@ pub async fn count_pending(
     Ok((counted, true))
 }
 
-/// The ids pending in `bucket`, shard by shard: one `getChildren` per shard, each bounded by
-/// the shard split (DESIGN.md "ZooKeeper layout").
+/// The ids pending in `bucket`, with the job where the marker names it, shard by shard: one
+/// `getChildren` per shard, each bounded by the shard split (DESIGN.md "ZooKeeper layout").
 ///
 /// # Errors
 /// A listing failed; a missing bucket holds nothing.
@@ -663,7 +664,7 @@ pub async fn pending_in(
     client: &Client,
     paths: &DelayedPaths,
     bucket: DueBucket,
-) -> Result<Vec<SubmissionId>, SubmissionError> {
+) -> Result<Vec<(SubmissionId, Option<JobName>)>, SubmissionError> {
     let parent = paths.due_bucket(bucket);
     let mut shards = Vec::new();
     for name in children(client, &parent).await? {
@@ -686,16 +687,19 @@ pub async fn pending_in(
             Err(source) => return Err(zk(shard_path, source)),
         };
         for name in names {
-            match SubmissionId::parse(&name) {
-                Ok(id) if id.shard() == *shard => ids.push(id),
-                Ok(_) => {
+            match crate::layout::parse_marker_name(&name) {
+                Some((id, job)) if id.shard() == *shard => ids.push((id, job)),
+                Some(_) => {
                     tracing::warn!(
                         path = format!("{shard_path}/{name}"),
                         "submission in the wrong shard; skipped"
                     )
                 }
-                Err(err) => {
-                    tracing::warn!(path = format!("{shard_path}/{name}"), error = %err, "not a submission id; skipped")
+                None => {
+                    tracing::warn!(
+                        path = format!("{shard_path}/{name}"),
+                        "not a pending marker (<id> or <id>~<job>); skipped"
+                    )
                 }
             }
         }

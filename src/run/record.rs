@@ -78,6 +78,10 @@ pub struct RunRecord {
     /// keeps it (issue 24).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_at_unix_ms: Option<i64>,
+    /// The submission's pending marker names its job (`<id>~<job>`, lock groups): a withdrawn
+    /// claim puts that marker back, not `<id>`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub marker_names_job: bool,
 }
 
 impl RunRecord {
@@ -109,7 +113,20 @@ impl RunRecord {
             submission_id: None,
             requested_by: None,
             retry_at_unix_ms: None,
+            marker_names_job: false,
         }
+    }
+
+    /// The pending marker of this run's submission, named as it was written; `None` for a
+    /// tick's run.
+    pub fn marker(&self, paths: &crate::layout::DelayedPaths) -> Option<String> {
+        let id = self.submission_id.as_ref()?;
+        Some(paths.pending(self.scheduled_unix_ms, id, self.marker_job()))
+    }
+
+    /// The job, when its submission's marker names it.
+    pub fn marker_job(&self) -> Option<&JobName> {
+        self.marker_names_job.then_some(&self.job)
     }
 
     /// The same run, claimed again for its next attempt (a retry, or the rerun of an interrupted
@@ -128,6 +145,7 @@ impl RunRecord {
             run_id: self.run_id.clone(),
             submission_id: self.submission_id.clone(),
             requested_by: self.requested_by.clone(),
+            marker_names_job: self.marker_names_job,
             ..Self::claimed(&self.job, self.scheduled_unix_ms, node, token, now_unix_ms)
         }
     }

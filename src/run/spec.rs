@@ -83,6 +83,9 @@ pub struct SubmissionInput {
     pub payload: Arc<Vec<u8>>,
     /// A manual trigger: who asked (`ZKCRON_REQUESTED_BY`).
     pub requested_by: Option<String>,
+    /// Its pending marker names its job (lock groups): recorded, so a withdrawn claim restores
+    /// that marker.
+    pub marker_names_job: bool,
 }
 
 /// How the runner makes a job's process.

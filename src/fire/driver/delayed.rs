@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use zookeeper_client::{AddWatchMode, Client, EventType};
 
 use crate::delayed::submission::{DueBucket, Submission, SubmissionId};
-use crate::fire::machine::Input;
+use crate::fire::machine::{Input, Wanted};
 use crate::layout::DelayedPaths;
 use crate::ledger::submissions::{self, SubmissionError};
 use crate::report::error_chain;
@@ -21,11 +21,13 @@ use crate::report::error_chain;
 const SECONDS_BY_NAME: i64 = 60;
 
 /// The pending submissions of every bucket after `after` (from the oldest when `None`) through
-/// `through`, read with their data; bucket reads one after another, submission reads pipelined
-/// on the one session. Empty buckets that ended before `clean_before` are removed on the way.
+/// `through` that the machine `wanted`, read with their data; bucket reads one after another,
+/// submission reads pipelined on the one session. Empty buckets that ended before
+/// `clean_before` are removed on the way.
 pub(super) async fn scan(
     client: &Client,
     paths: &DelayedPaths,
+    wanted: &Wanted,
     after: Option<DueBucket>,
     through: DueBucket,
     clean_before: DateTime<Utc>,
@@ -39,10 +41,10 @@ pub(super) async fn scan(
         // the day (up to 86 400 names).
         let mut at = after.start_ms() + 1000;
         while at <= through.start_ms() {
-            let ids = submissions::pending_in(client, paths, DueBucket::of(at))
+            let markers = submissions::pending_in(client, paths, DueBucket::of(at))
                 .await
                 .map_err(text)?;
-            found.extend(read_all(client, paths, ids).await);
+            found.extend(read_all(client, paths, wanted_ids(wanted, markers)).await);
             at += 1000;
         }
         return Ok(found);
@@ -55,21 +57,33 @@ pub(super) async fn scan(
         let buckets = submissions::buckets(client, paths, day)
             .await
             .map_err(text)?;
-        let wanted = buckets
+        let in_range = buckets
             .into_iter()
             .filter(|b| after.is_none_or(|after| *b > after) && *b <= through);
-        for bucket in wanted {
-            let ids = submissions::pending_in(client, paths, bucket)
+        for bucket in in_range {
+            let markers = submissions::pending_in(client, paths, bucket)
                 .await
                 .map_err(text)?;
-            if ids.is_empty() && bucket.start_ms() + 1000 < clean_before.timestamp_millis() {
+            if markers.is_empty() && bucket.start_ms() + 1000 < clean_before.timestamp_millis() {
                 remove_bucket(client, paths, bucket).await;
                 continue;
             }
-            found.extend(read_all(client, paths, ids).await);
+            found.extend(read_all(client, paths, wanted_ids(wanted, markers)).await);
         }
     }
     Ok(found)
+}
+
+/// The ids of the markers the machine reads: other groups' named markers are not read at all.
+fn wanted_ids(
+    wanted: &Wanted,
+    markers: Vec<(SubmissionId, Option<crate::ids::JobName>)>,
+) -> Vec<SubmissionId> {
+    markers
+        .into_iter()
+        .filter(|(_, job)| wanted.reads(job.as_ref()))
+        .map(|(id, _)| id)
+        .collect()
 }
 
 /// Reads `ids`' submissions, a window of requests out at once (a bucket can hold hundreds of
@@ -178,11 +192,12 @@ pub(super) fn watch(
             if event.event_type != EventType::NodeCreated {
                 continue;
             }
-            let Some((bucket, id)) = event.path.strip_prefix(&prefix).and_then(parse_marker) else {
+            let Some((bucket, id, job)) = event.path.strip_prefix(&prefix).and_then(parse_marker)
+            else {
                 continue;
             };
             if answers
-                .send(Input::SubmissionCreated { bucket, id })
+                .send(Input::SubmissionCreated { bucket, id, job })
                 .is_err()
             {
                 return;
@@ -191,17 +206,16 @@ pub(super) fn watch(
     });
 }
 
-/// `<day>/<second>/<shard>/<id>` below `due/`: a pending marker; anything else is a parent.
-fn parse_marker(relative: &str) -> Option<(DueBucket, SubmissionId)> {
+/// `<day>/<second>/<shard>/<id>[~<job>]` below `due/`: a pending marker; anything else is a
+/// parent.
+fn parse_marker(relative: &str) -> Option<(DueBucket, SubmissionId, Option<crate::ids::JobName>)> {
     let mut parts = relative.split('/');
-    let (day, second, _shard, id) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let (day, second, _shard, name) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
     if parts.next().is_some() {
         return None;
     }
-    Some((
-        DueBucket::parse(day, second)?,
-        SubmissionId::parse(id).ok()?,
-    ))
+    let (id, job) = crate::layout::parse_marker_name(name)?;
+    Some((DueBucket::parse(day, second)?, id, job))
 }
 
 #[cfg(test)]
@@ -210,10 +224,16 @@ mod tests {
 
     #[test]
     fn only_markers_four_levels_down_are_submissions() {
-        let (bucket, id) = parse_marker("19675/80000/de/order-42").expect("a marker");
+        let (bucket, id, job) = parse_marker("19675/80000/de/order-42").expect("a marker");
         assert_eq!(
-            (bucket.day, bucket.second, id.as_str()),
-            (19_675, 80_000, "order-42")
+            (bucket.day, bucket.second, id.as_str(), job),
+            (19_675, 80_000, "order-42", None)
+        );
+        let (_, id, job) = parse_marker("19675/80000/de/order-42~close~order").expect("named");
+        assert_eq!(
+            (id.as_str(), job.as_ref().map(crate::ids::JobName::as_str)),
+            ("order-42", Some("close~order")),
+            "split at the first ~: ids have none, job names may"
         );
         for parent in [
             "19675",

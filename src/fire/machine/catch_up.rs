@@ -138,6 +138,7 @@ impl FireMachine {
                             id: id.as_str().to_owned(),
                             payload: Arc::clone(payload),
                             requested_by: record.requested_by.clone(),
+                            marker_names_job: record.marker_names_job,
                         }),
                     }),
                     None => {
@@ -218,6 +219,7 @@ impl FireMachine {
                         id: id.as_str().to_owned(),
                         payload: Arc::clone(payload),
                         requested_by: record.requested_by.clone(),
+                        marker_names_job: record.marker_names_job,
                     }),
                     None => {
                         tracing::warn!(job = %record.job, id = %id, "retry not resumed: its submission node is gone");
@@ -286,6 +288,7 @@ impl FireMachine {
                             id: id.as_str().to_owned(),
                             payload: Arc::clone(payload),
                             requested_by: record.requested_by.clone(),
+                            marker_names_job: record.marker_names_job,
                         })),
                         None => Err(id.clone()),
                     },

@@ -38,6 +38,8 @@ struct Due {
     resumed: bool,
     /// A manual trigger: who asked.
     requested_by: Option<String>,
+    /// Its marker names its job: the claim deletes (a withdraw restores) that name.
+    marker_names_job: bool,
 }
 
 /// The near horizon of pending submissions.
@@ -159,6 +161,45 @@ fn remove_after() -> chrono::Duration {
     chrono::Duration::from_std(REMOVE_AFTER).unwrap_or_default()
 }
 
+/// Which pending markers a lock group's machine reads (issue 19). A marker that names its job
+/// (`<id>~<job>`) is read only by the machine of the job's group, so an owner's reads do not
+/// grow with other groups' submissions; one that does not (`<id>`, written without groups or by
+/// an older submitter) must be read to learn its job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Wanted {
+    /// The default group: every job but the named groups' (it keeps the submissions of jobs the
+    /// schedule does not declare, as before groups).
+    AllBut(Arc<HashSet<JobName>>),
+    /// A named group: its own jobs.
+    Only(Arc<HashSet<JobName>>),
+}
+
+impl Wanted {
+    /// The markers the machine of `group` (`None`: the default group) reads, when its jobs are
+    /// `mine` and the other groups' are `elsewhere`.
+    pub(super) fn of(
+        group: Option<&str>,
+        mine: &[Arc<crate::config::JobConfig>],
+        elsewhere: &HashSet<JobName>,
+    ) -> Self {
+        match group {
+            None => Self::AllBut(Arc::new(elsewhere.clone())),
+            Some(_) => Self::Only(Arc::new(
+                mine.iter().map(|job| job.spec.name.clone()).collect(),
+            )),
+        }
+    }
+
+    /// Whether a marker naming `job` (or none) is worth reading.
+    pub fn reads(&self, job: Option<&JobName>) -> bool {
+        match (self, job) {
+            (_, None) => true,
+            (Self::AllBut(others), Some(job)) => !others.contains(job),
+            (Self::Only(mine), Some(job)) => mine.contains(job),
+        }
+    }
+}
+
 impl FireMachine {
     /// Reads the next buckets when the horizon reaches them, and claims what is due.
     pub(super) fn delayed_tick(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
@@ -177,6 +218,7 @@ impl FireMachine {
             };
             out.push(Action::ScanDelayed {
                 generation: queue.generation,
+                wanted: self.wanted.clone(),
                 after,
                 through,
                 clean_before: now - remove_after(),
@@ -300,8 +342,12 @@ impl FireMachine {
         &mut self,
         bucket: DueBucket,
         id: SubmissionId,
+        job: Option<JobName>,
         out: &mut Vec<Action>,
     ) {
+        if !self.wanted.reads(job.as_ref()) {
+            return;
+        }
         let queue = &mut self.delayed;
         let covered = queue.read_through.max(queue.scanning);
         let read = covered.is_some_and(|t| bucket <= t);
@@ -369,7 +415,9 @@ impl FireMachine {
         if due + deadline < now {
             tracing::warn!(job = %submission.job, id = %id, %due, "submission missed: older than its job's starting_deadline");
             self.delayed.known.insert(id.clone());
+            let named = submission.marker_names_job;
             let record = self.submission_record(&submission.job, &id, due, now, |record| {
+                record.marker_names_job = named;
                 record.status = RunStatus::Missed;
                 record.error =
                     Some("beyond starting_deadline: no node could fire it in time".to_owned());
@@ -394,6 +442,7 @@ impl FireMachine {
                 payload: Arc::new(submission.payload),
                 resumed,
                 requested_by: submission.requested_by,
+                marker_names_job: submission.marker_names_job,
             },
         );
     }
@@ -451,6 +500,7 @@ impl FireMachine {
                 id: id.as_str().to_owned(),
                 payload: due.payload,
                 requested_by: due.requested_by,
+                marker_names_job: due.marker_names_job,
             }),
         };
         self.claim_item(job, item, false, now, out);

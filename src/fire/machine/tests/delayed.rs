@@ -19,6 +19,7 @@ fn submission(job: &str, due_ms: i64, payload: &[u8]) -> Submission {
         payload: payload.to_vec(),
         requested_by: None,
         anonymous: false,
+        marker_names_job: false,
     }
 }
 
@@ -166,7 +167,8 @@ fn the_watch_brings_a_new_submission_of_a_read_bucket_and_later_buckets_wait_for
         m.handle(
             Input::SubmissionCreated {
                 bucket: read,
-                id: id("soon")
+                id: id("soon"),
+                job: None,
             },
             t(100)
         ),
@@ -177,7 +179,8 @@ fn the_watch_brings_a_new_submission_of_a_read_bucket_and_later_buckets_wait_for
         m.handle(
             Input::SubmissionCreated {
                 bucket: later,
-                id: id("later")
+                id: id("later"),
+                job: None,
             },
             t(100)
         ),
@@ -196,7 +199,8 @@ fn the_watch_brings_a_new_submission_of_a_read_bucket_and_later_buckets_wait_for
         m.handle(
             Input::SubmissionCreated {
                 bucket: read,
-                id: id("soon")
+                id: id("soon"),
+                job: None,
             },
             t(960)
         ),
@@ -381,7 +385,8 @@ fn a_submission_made_while_its_bucket_is_being_read_is_not_lost() {
         m.handle(
             Input::SubmissionCreated {
                 bucket,
-                id: id("racing")
+                id: id("racing"),
+                job: None,
             },
             t(5)
         ),
@@ -556,7 +561,8 @@ fn an_id_submitted_again_after_its_run_is_read_and_claimed_not_left_pending() {
         m.handle(
             Input::SubmissionCreated {
                 bucket: again,
-                id: id("order-42")
+                id: id("order-42"),
+                job: None,
             },
             t(1700)
         ),

@@ -40,14 +40,19 @@ fn claimed_jobs(m: &mut FireMachine, until_ms: i64) -> Vec<String> {
     jobs
 }
 
-#[test]
-fn a_groups_machine_fires_only_its_own_jobs() {
-    let tables = format!(
+/// `in-a` in group a, `in-b` in group b, `plain` in the default group.
+fn one_job_in_each_group() -> String {
+    format!(
         "{}{}{}",
         job("in-a", "* * * * * *", "group = \"a\""),
         job("in-b", "* * * * * *", "group = \"b\""),
         job("plain", "* * * * * *", "")
-    );
+    )
+}
+
+#[test]
+fn a_groups_machine_fires_only_its_own_jobs() {
+    let tables = one_job_in_each_group();
     assert_eq!(
         claimed_jobs(&mut owning_group(Some("a"), &tables), 3_000),
         ["in-a"]
@@ -86,4 +91,42 @@ fn a_job_that_moves_in_is_caught_up_and_one_that_moves_out_stops() {
         t(100),
     );
     assert!(!added.contains(&Action::ListRecords(JobName::new("new"))));
+}
+
+#[test]
+fn a_groups_machine_reads_the_markers_of_its_own_jobs_and_those_that_name_none() {
+    let tables = one_job_in_each_group();
+    let bucket = DueBucket::of(500);
+    let created = |id: &str, job: Option<&str>| Input::SubmissionCreated {
+        bucket,
+        id: SubmissionId::parse(id).expect("an id"),
+        job: job.map(JobName::new),
+    };
+    let reads = |m: &mut FireMachine, id: &str, job: Option<&str>| {
+        let wanted = SubmissionId::parse(id).expect("an id");
+        m.handle(created(id, job), t(10))
+            .contains(&Action::ReadSubmission { id: wanted })
+    };
+    let mut a = owning_group(Some("a"), &tables);
+    assert!(reads(&mut a, "s1", Some("in-a")));
+    assert!(
+        !reads(&mut a, "s2", Some("in-b")),
+        "another group's: not read"
+    );
+    assert!(
+        !reads(&mut a, "s3", Some("plain")),
+        "the default group's: not read"
+    );
+    assert!(!reads(&mut a, "s4", Some("undeclared")));
+    assert!(
+        reads(&mut a, "s5", None),
+        "a marker without its job must be read to know"
+    );
+    let mut default = owning_group(None, &tables);
+    assert!(reads(&mut default, "s6", Some("plain")));
+    assert!(!reads(&mut default, "s7", Some("in-a")));
+    assert!(
+        reads(&mut default, "s8", Some("undeclared")),
+        "the default group keeps what the schedule does not declare"
+    );
 }

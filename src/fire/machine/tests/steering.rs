@@ -112,6 +112,7 @@ fn submission(due_ms: i64, by: Option<&str>) -> Submission {
         payload: Vec::new(),
         requested_by: by.map(str::to_owned),
         anonymous: false,
+        marker_names_job: false,
     }
 }
 

@@ -118,8 +118,11 @@ impl FireMachine {
             hand_over_by: now + chrono(WITHDRAW_LIMIT),
             give_up_at: None,
         });
-        self.apply_lock(now, out);
+        // Withdrawn before the lock's status changes: a claim waiting for a limit's lease
+        // would otherwise be settled as a lost lock's, its record and guard left behind, and
+        // the guard kept the job from running on the new owner while this session lived.
         self.withdraw_unstarted(out);
+        self.apply_lock(now, out);
         self.maybe_hand_over(now, out);
     }
 

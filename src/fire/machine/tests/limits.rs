@@ -124,3 +124,16 @@ fn a_lease_held_by_a_run_that_will_not_start_is_given_back() {
     assert!(starts(&answered).is_empty());
     assert!(gives_back(&answered, &run_id), "{answered:?}");
 }
+
+#[test]
+fn a_claim_waiting_for_its_lease_is_withdrawn_when_the_lock_is_handed_over() {
+    let (mut m, _, run_id) = asking("");
+    let released = m.handle(Input::ReleaseRequested, t(60_005));
+    assert!(
+        released
+            .iter()
+            .any(|a| matches!(a, Action::Withdraw { claim, .. } if claim.record.run_id == run_id)),
+        "given back to the next owner, with its guard: {released:?}"
+    );
+    assert!(gives_back(&released, &run_id), "{released:?}");
+}

@@ -1,18 +1,25 @@
 //! Cluster-wide caps (issue 19, `[[limit]]`): the lease semaphore against a real ZooKeeper.
 //! Many sessions take and give back leases at once and never hold more than `max`; a holder
-//! whose session ends frees its lease; a taker that finds the limit full holds nothing. And a
-//! real `zkcron run`: two jobs that share a limit of one never run at once, and both run.
+//! whose session ends frees its lease; a taker that finds the limit full holds nothing. And
+//! real `zkcron run`s: two jobs that share a limit of one never run at once, and both run; a
+//! limit of two across three nodes never lets three run, through a kill -9 of a holder whose
+//! lease then goes with its session.
+#![allow(
+    clippy::await_holding_lock,
+    reason = "each #[tokio::test] has its own runtime and thread"
+)]
 
 mod support;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use support::daemon::{DaemonNode, schedule_text};
 use support::zk_cluster::try_wait_for;
-use support::{expire_session, shared_ensemble, unique_chroot};
+use support::{expire_session, fault_lock, shared_ensemble, unique_chroot, within};
 use zkcron::NodeId;
 use zkcron::layout::{LedgerPaths, LockPaths};
 use zkcron::ledger::limits::{self, LeaseHolder, Taken};
@@ -165,39 +172,86 @@ async fn under_contention_never_more_than_max_hold_at_once() {
     );
 }
 
-/// Each run appends `S <job> <ms>` when it starts and `E <job> <ms>` when it ends.
-fn timed_job(name: &str, out: &std::path::Path) -> String {
+/// A job of limit `limit` that fires every second, in `group` (`None`: the default group). Each
+/// run appends `S <ms> <job> <node> <run id> <pid>` when it starts and `E <ms> …` (the same
+/// fields) when it ends, `run_for` (a `sleep` argument) later or when it is stopped (SIGTERM);
+/// `<pid>` is the job's shell. A run killed with SIGKILL writes no end.
+fn timed_job(name: &str, group: Option<&str>, limit: &str, run_for: &str, out: &Path) -> String {
+    let group = group.map_or(String::new(), |g| format!("group = \"{g}\"\n"));
+    let fields = "$ZKCRON_JOB $ZKCRON_NODE $ZKCRON_RUN_ID $$";
     format!(
-        "[[job]]\nname = \"{name}\"\nschedule = \"* * * * * *\"\nlimits = [\"db\"]\n\
-         shell = 'echo \"S $ZKCRON_JOB $(date +%s%3N)\" >> {out}; sleep 0.6; \
-         echo \"E $ZKCRON_JOB $(date +%s%3N)\" >> {out}'\n",
+        "[[job]]\nname = \"{name}\"\nschedule = \"* * * * * *\"\n{group}limits = [\"{limit}\"]\n\
+         shell = 'end() {{ echo \"E $(date +%s%3N) {fields}\" >> {out}; }}; trap \"end; exit 143\" TERM; \
+         echo \"S $(date +%s%3N) {fields}\" >> {out}; sleep {run_for}; end'\n",
         out = out.display()
     )
 }
 
-/// The most runs alive at once in `log`, and how many started per job.
-fn overlap(log: &str) -> (usize, BTreeMap<String, usize>) {
-    let mut events: Vec<(i64, i32)> = Vec::new();
-    let mut started = BTreeMap::new();
-    for line in log.lines() {
+/// One run of a [`timed_job`], as it logged itself; no `end_ms` while it has written no end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Run {
+    job: String,
+    node: String,
+    run_id: String,
+    pid: i32,
+    start_ms: i64,
+    end_ms: Option<i64>,
+}
+
+/// The runs in the log of [`timed_job`]s, in the order they started.
+fn runs(log: &str) -> Vec<Run> {
+    let mut runs: Vec<Run> = Vec::new();
+    // A line still being appended is read on the next look.
+    for line in log.split_inclusive('\n').filter(|l| l.ends_with('\n')) {
         let parts: Vec<&str> = line.split_whitespace().collect();
-        let [kind, job, ms] = parts[..] else { continue };
-        let Ok(ms) = ms.parse::<i64>() else { continue };
-        // At the same millisecond an end counts before a start.
-        if kind == "S" {
-            events.push((ms, 1));
-            *started.entry(job.to_owned()).or_default() += 1;
-        } else {
-            events.push((ms, -1));
+        let [kind, ms, job, node, run_id, pid] = parts[..] else {
+            panic!("run log line {line:?}")
+        };
+        let (ms, pid) = (
+            ms.parse().expect("run log ms"),
+            pid.parse().expect("run log pid"),
+        );
+        match kind {
+            "S" => runs.push(Run {
+                job: job.to_owned(),
+                node: node.to_owned(),
+                run_id: run_id.to_owned(),
+                pid,
+                start_ms: ms,
+                end_ms: None,
+            }),
+            // A stop just after the end writes a second one: the first counts.
+            "E" => {
+                let run = runs
+                    .iter_mut()
+                    .rfind(|r| r.run_id == run_id && r.pid == pid)
+                    .unwrap_or_else(|| panic!("an end with no start: {line:?}\n{log}"));
+                run.end_ms.get_or_insert(ms);
+            }
+            _ => panic!("run log line {line:?}"),
         }
     }
-    events.sort();
+    runs
+}
+
+/// The most of `runs` alive at once; a run that logged no end is alive until `open_until` says.
+fn most_at_once<'a>(
+    runs: impl IntoIterator<Item = &'a Run>,
+    open_until: impl Fn(&Run) -> i64,
+) -> usize {
+    let mut events: Vec<(i64, i32)> = Vec::new();
+    for run in runs {
+        // At the same millisecond an end counts before a start.
+        events.push((run.start_ms, 1));
+        events.push((run.end_ms.unwrap_or_else(|| open_until(run)), -1));
+    }
+    events.sort_unstable();
     let (mut alive, mut most) = (0i32, 0i32);
     for (_, step) in events {
         alive += step;
         most = most.max(alive);
     }
-    (usize::try_from(most).unwrap_or(0), started)
+    usize::try_from(most).unwrap_or(0)
 }
 
 #[tokio::test]
@@ -207,8 +261,8 @@ async fn two_jobs_sharing_a_limit_of_one_never_run_at_once_and_both_run() {
     let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot("limits-daemon"));
     let jobs = format!(
         "[[limit]]\nname = \"db\"\nmax = 1\n{}{}",
-        timed_job("a", &out),
-        timed_job("b", &out)
+        timed_job("a", None, "db", "0.6", &out),
+        timed_job("b", None, "db", "0.6", &out)
     );
     let text = schedule_text(
         &connect,
@@ -222,7 +276,10 @@ async fn two_jobs_sharing_a_limit_of_one_never_run_at_once_and_both_run() {
         .await;
     let started = try_wait_for("both jobs run three times", Duration::from_secs(15), || {
         let log = std::fs::read_to_string(&out).unwrap_or_default();
-        let (_, started) = overlap(&log);
+        let mut started: BTreeMap<String, usize> = BTreeMap::new();
+        for run in runs(&log) {
+            *started.entry(run.job).or_default() += 1;
+        }
         let done = (started.values().filter(|n| **n >= 3).count() == 2).then_some(started);
         async move { done }
     })
@@ -232,10 +289,204 @@ async fn two_jobs_sharing_a_limit_of_one_never_run_at_once_and_both_run() {
         panic!("{not_reached}\n{log}\n{}", node.log_tail())
     });
     let log = std::fs::read_to_string(&out).unwrap_or_default();
-    let (most, _) = overlap(&log);
+    let most = most_at_once(&runs(&log), |_| i64::MAX);
     assert_eq!(
         most, 1,
         "never two runs at once under a limit of one: {started:?}\n{log}"
+    );
+}
+
+/// Issue 19 on three real daemons: six lock groups spread over the nodes, a job of limit
+/// `db-heavy` (max 2) in each, every job wanting to run all the time. A node holding a lease is
+/// killed with SIGKILL in the middle of its run: at no instant do more than two runs hold the
+/// limit, the dead node's lease goes with its session (within the session timeout), and then two
+/// runs hold it at once again (the dead lease no longer counts; the limit is not stuck).
+#[tokio::test]
+async fn a_limit_of_two_across_three_nodes_never_runs_three_and_a_killed_holders_lease_goes_with_its_session()
+ {
+    const SESSION: Duration = Duration::from_secs(2);
+    const DELAY: Duration = Duration::from_secs(2);
+    const MAX: usize = 2;
+    /// A run's length: its node is killed in its first second, so it still holds its lease then.
+    const RUN: Duration = Duration::from_secs(3);
+    /// Process start, a JVM pause or a busy core, on bounds that are otherwise exact; a
+    /// session ends within its timeout plus one ZooKeeper tick (200 ms).
+    const SLACK: Duration = Duration::from_secs(2);
+    let _serial = fault_lock();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = dir.path().join("runs.log");
+    let lock = "limits-kill";
+    let connect = shared_ensemble()
+        .isolated_connect_string(&unique_chroot(lock))
+        .await
+        .expect("chroot");
+    let groups = ["g1", "g2", "g3", "g4", "g5"];
+    let mut jobs = format!("[[limit]]\nname = \"db-heavy\"\nmax = {MAX}\n");
+    for group in groups {
+        jobs.push_str(&format!("[[group]]\nname = \"{group}\"\n"));
+    }
+    let run_for = RUN.as_secs().to_string();
+    jobs.push_str(&timed_job("j0", None, "db-heavy", &run_for, &out));
+    for group in groups {
+        let name = format!("j-{group}");
+        jobs.push_str(&timed_job(&name, Some(group), "db-heavy", &run_for, &out));
+    }
+    // Groups settle 2 s after the last join, so that the limit's jobs soon run on several nodes.
+    let text = schedule_text(&connect, lock, SESSION, DELAY, &jobs)
+        .replace("[lock]\n", "[lock]\nrebalance_after = \"2s\"\n");
+    let mut nodes: Vec<DaemonNode> = ["n1", "n2", "n3"]
+        .iter()
+        .map(|id| DaemonNode::start(dir.path(), id, &text))
+        .collect();
+    let client = Client::connect(&connect).await.expect("session");
+    let leases = LedgerPaths::new(&LockPaths::new("/zkcron", lock)).limit("db-heavy");
+    let read_runs = || runs(&std::fs::read_to_string(&out).unwrap_or_default());
+    let report = |nodes: &[DaemonNode]| {
+        let logs: Vec<String> = nodes
+            .iter()
+            .map(|node| format!("--- {}\n{}", node.node_id, node.log_tail()))
+            .collect();
+        let log = std::fs::read_to_string(&out).unwrap_or_default();
+        let most = most_at_once(&runs(&log), |_| i64::MAX);
+        format!(
+            "--- runs ({most} at most at once, a run with no end counted to the end)\n{log}\n{}",
+            logs.join("\n")
+        )
+    };
+    let started = std::time::Instant::now();
+
+    // The limit's jobs have run on two nodes or more (the groups have spread), runs wait for
+    // the limit, and a lease is held by a run that started within the last second: it is
+    // still well inside its run at the kill.
+    let (victim, queue) = try_wait_for(
+        "runs on two nodes, runs waiting, and a lease held by a run just started",
+        Duration::from_secs(30),
+        || {
+            let (client, leases, runs) = (client.clone(), leases.clone(), read_runs());
+            async move {
+                let on: BTreeSet<&str> = runs.iter().map(|r| r.node.as_str()).collect();
+                if on.len() < 2 {
+                    return None;
+                }
+                let queue = limits::holders(&client, &leases).await.ok()?;
+                if queue.len() <= MAX {
+                    return None;
+                }
+                let fresh = support::daemon::now_ms() - 1_000;
+                let victim = queue.iter().take(MAX).find(|h| {
+                    runs.iter()
+                        .any(|r| r.run_id == h.run_id && r.end_ms.is_none() && r.start_ms > fresh)
+                })?;
+                Some((victim.clone(), queue))
+            }
+        },
+    )
+    .await
+    .unwrap_or_else(|not_reached| panic!("{not_reached}\n{}", report(&nodes)));
+    eprintln!(
+        "after {:?}: lease queue {queue:?}; killing {}",
+        started.elapsed(),
+        victim.node_id
+    );
+    let dead = nodes
+        .iter()
+        .position(|n| n.node_id == victim.node_id.as_str())
+        .expect("the holder is one of ours");
+    let freed_within = within(SESSION + SLACK);
+    nodes[dead].kill();
+    let killed = std::time::Instant::now();
+    let of_dead = |queue: &[LeaseHolder]| -> Vec<LeaseHolder> {
+        queue
+            .iter()
+            .filter(|h| h.node_id == victim.node_id)
+            .cloned()
+            .collect()
+    };
+    let left = of_dead(&limits::holders(&client, &leases).await.expect("holders"));
+    assert!(
+        left.contains(&victim),
+        "the killed node's lease outlives its process until its session ends: {left:?}"
+    );
+
+    // Its run dies with it (its death signal), and is counted as running until seen dead.
+    let dead_runs: Vec<Run> = read_runs()
+        .into_iter()
+        .filter(|r| r.node == victim.node_id.as_str() && r.end_ms.is_none())
+        .collect();
+    assert!(
+        dead_runs.iter().any(|r| r.run_id == victim.run_id),
+        "the killed lease's run is in the log: {dead_runs:?}"
+    );
+    support::wait_until("the killed node's runs die with it", SLACK, || {
+        let all_dead = dead_runs
+            .iter()
+            .all(|r| support::is_dead(nix::unistd::Pid::from_raw(r.pid)));
+        async move { all_dead }
+    })
+    .await;
+    let seen_dead_ms = support::daemon::now_ms();
+
+    // Its lease (and any place it had in the queue) goes with its session.
+    try_wait_for(
+        "the killed node's lease is freed within the session timeout",
+        freed_within,
+        || {
+            let (client, leases) = (client.clone(), leases.clone());
+            async move {
+                let queue = limits::holders(&client, &leases).await.ok()?;
+                of_dead(&queue).is_empty().then_some(())
+            }
+        },
+    )
+    .await
+    .unwrap_or_else(|not_reached| {
+        panic!(
+            "{not_reached} (killed lease {victim:?})\n{}",
+            report(&nodes)
+        )
+    });
+    let freed_ms = support::daemon::now_ms();
+    eprintln!(
+        "the killed node's lease went {:?} after the kill",
+        killed.elapsed()
+    );
+
+    // Not stuck: two runs that took their leases after that hold the limit at once.
+    try_wait_for(
+        "two runs started after the dead lease went run at once",
+        RUN + DELAY + SLACK,
+        || {
+            let later: Vec<Run> = read_runs()
+                .into_iter()
+                .filter(|r| r.start_ms >= freed_ms)
+                .collect();
+            let both = (most_at_once(&later, |_| i64::MAX) >= MAX).then_some(());
+            async move { both }
+        },
+    )
+    .await
+    .unwrap_or_else(|not_reached| panic!("{not_reached}\n{}", report(&nodes)));
+
+    // Over the whole test, the killed run alive until it was seen dead and a run still going
+    // alive for good: never more than the limit at once.
+    let all = read_runs();
+    let most = most_at_once(&all, |r| {
+        if r.node == victim.node_id.as_str() {
+            seen_dead_ms
+        } else {
+            i64::MAX
+        }
+    });
+    assert!(
+        most <= MAX,
+        "{most} runs of limit db-heavy (max {MAX}) at once\n{}",
+        report(&nodes)
+    );
+    let on: BTreeSet<&str> = all.iter().map(|r| r.node.as_str()).collect();
+    eprintln!(
+        "{} runs on {on:?} in {:?}, at most {most} at once",
+        all.len(),
+        started.elapsed()
     );
 }
 

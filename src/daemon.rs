@@ -146,6 +146,7 @@ pub async fn run(
                 .map(|unit| unit.placed(&paths, &config))
                 .collect(),
             settle: config.lock.rebalance_after,
+            takeover_delay: config.lock.takeover_delay,
             acls: zk.acls(),
             metrics: Arc::clone(&metrics),
         };

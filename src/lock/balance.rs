@@ -187,6 +187,9 @@ pub struct Balancer {
     unowned_since: BTreeMap<String, Instant>,
     /// Groups whose owner is handing them over: the node, and until when it is avoided.
     handing_over: BTreeMap<String, (NodeId, Instant)>,
+    /// While membership is unsettled, how long a group must have had no owner before a node
+    /// that is not its preferred owner contends for it too.
+    grace: Duration,
 }
 
 impl Balancer {
@@ -200,7 +203,18 @@ impl Balancer {
             last_move: None,
             unowned_since: BTreeMap::new(),
             handing_over: BTreeMap::new(),
+            grace: Duration::ZERO,
         }
+    }
+
+    /// A node that is not a free group's preferred owner contends for it while membership is
+    /// unsettled only once it has had no owner for `grace`. Given the takeover delay and a
+    /// little more, the preferred survivor of a crashed owner takes each of its groups first,
+    /// and the failover moves nothing else (without it, the survivors race for the groups and
+    /// the balance then moves the surplus again).
+    pub fn with_grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
     }
 
     /// `from` is handing `group` over (it marked its lock node releasing): another eligible
@@ -267,15 +281,21 @@ impl Balancer {
                 continue;
             };
             let mine = favourite.as_ref() == Some(&me.node);
-            let waited_out = match owner {
-                Some(_) => false,
+            let (waited_out, graced) = match owner {
+                Some(_) => (false, false),
                 None => {
                     let since = *self.unowned_since.entry(name.clone()).or_insert(now);
-                    looks.push(since + self.settle);
-                    now >= since + self.settle
+                    // Never before the grace either: a settle time shorter than the takeover
+                    // delay would let every node race for a crashed owner's groups again.
+                    let wait = self.settle.max(self.grace);
+                    looks.push(since + wait);
+                    if !settled {
+                        looks.push(since + self.grace);
+                    }
+                    (now >= since + wait, now >= since + self.grace)
                 }
             };
-            if mine || waited_out || (owner.is_none() && !settled) {
+            if mine || waited_out || (owner.is_none() && !settled && graced) {
                 decision.contend.insert(name.clone());
             }
             let handover_due = owner.as_ref() == Some(&self.me)

@@ -53,6 +53,8 @@ pub struct Placement {
     pub groups: Vec<PlacedGroup>,
     /// `[lock] rebalance_after`.
     pub settle: Duration,
+    /// `[lock] takeover_delay`: a crashed owner's groups go to their preferred survivors first.
+    pub takeover_delay: Duration,
     pub acls: zookeeper_client::Acls<'static>,
     /// Where a group that no live member may own is reported (`zkcron_group_unplaceable`).
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
@@ -72,7 +74,9 @@ impl Placement {
         mut sessions: watch::Receiver<Option<Client>>,
         shutdown: CancellationToken,
     ) {
-        let mut balancer = Balancer::new(self.me.clone(), self.settle, spacing(self.settle));
+        let spacing = spacing(self.settle);
+        let mut balancer = Balancer::new(self.me.clone(), self.settle, spacing)
+            .with_grace(self.takeover_delay + spacing);
         let mut sent: BTreeMap<String, bool> = BTreeMap::new();
         let mut orphans_said: Vec<String> = Vec::new();
         loop {

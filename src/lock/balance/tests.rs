@@ -247,6 +247,47 @@ fn a_group_handed_over_is_preferred_elsewhere_until_someone_else_owns_it() {
     );
 }
 
+#[test]
+fn a_dead_owners_groups_go_to_their_preferred_survivors_first() {
+    let grace = Duration::from_secs(11);
+    let six = groups(6);
+    let t0 = Instant::now();
+    // n0 to n3 owned the groups as preferred; n3 dies: its groups are free, membership unsettled.
+    let before = preferred_owners(&six, &nodes(4), &BTreeMap::new());
+    let dead = NodeId::new("n3");
+    let freed: Vec<String> = before
+        .iter()
+        .filter(|(_, owner)| owner.as_ref() == Some(&dead))
+        .map(|(group, _)| group.clone())
+        .collect();
+    assert!(!freed.is_empty(), "{before:?}");
+    let owners: BTreeMap<String, Option<NodeId>> = before
+        .iter()
+        .map(|(group, owner)| (group.clone(), owner.clone().filter(|o| *o != dead)))
+        .collect();
+    let after = preferred_owners(&six, &nodes(3), &owners);
+    for survivor in nodes(3) {
+        let mut balancer = Balancer::new(survivor.node.clone(), SETTLE, SPACING).with_grace(grace);
+        balancer.members(nodes(4), t0 - SETTLE * 2);
+        balancer.members(nodes(3), t0);
+        let now = balancer.decide(&six, &owners, t0);
+        for group in &freed {
+            let preferred = after[group].as_ref() == Some(&survivor.node);
+            assert_eq!(
+                now.contend.contains(group),
+                preferred,
+                "{group}: only its preferred survivor contends at once ({survivor:?})"
+            );
+        }
+        assert!(now.next_look.is_some_and(|at| at <= t0 + grace));
+        let later = balancer.decide(&six, &owners, t0 + grace);
+        assert!(
+            freed.iter().all(|g| later.contend.contains(g)),
+            "after the grace, any survivor: {later:?}"
+        );
+    }
+}
+
 fn any_fleet() -> impl Strategy<Value = (usize, usize)> {
     (1usize..24, 1usize..7)
 }

@@ -264,6 +264,18 @@ impl Balancer {
         let settled = self.settled_at().is_some_and(|at| now >= at);
         self.unowned_since
             .retain(|group, _| owners.get(group).is_some_and(Option::is_none));
+        // Owners read in the middle of a move (a group between owners, handed over, or still
+        // held by a member that is gone) are not the balance: a handover decided on them can
+        // be undone by the next, and two nodes then hand a group back and forth, each seeing
+        // the other as its better owner (seen on a join, issue 19).
+        let in_flux = !self.handing_over.is_empty()
+            || groups.iter().any(|group| {
+                let placeable = preferred.get(&group.name).is_some_and(Option::is_some);
+                match owners.get(&group.name).cloned().flatten() {
+                    None => placeable,
+                    Some(owner) => !live.contains(&owner),
+                }
+            });
         let mut decision = Decision::default();
         let mut looks = Vec::new();
         if !settled {
@@ -301,7 +313,7 @@ impl Balancer {
             let handover_due = owner.as_ref() == Some(&self.me)
                 && !mine
                 && favourite.as_ref().is_some_and(|node| live.contains(node));
-            if handover_due && settled && decision.hand_over.is_none() {
+            if handover_due && settled && !in_flux && decision.hand_over.is_none() {
                 match self.last_move.map(|at| at + self.spacing) {
                     Some(at) if now < at => looks.push(at),
                     _ => {

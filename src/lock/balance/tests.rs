@@ -139,6 +139,29 @@ fn an_owner_of_too_many_hands_over_one_at_a_time_once_membership_has_settled() {
 }
 
 #[test]
+fn no_handover_is_decided_on_owners_read_in_the_middle_of_a_move() {
+    let six = groups(6);
+    let t0 = Instant::now();
+    let me = NodeId::new("n0");
+    let mut balancer = Balancer::new(me.clone(), SETTLE, SPACING);
+    balancer.members(nodes(3), t0);
+    let settled = t0 + SETTLE;
+    let mut owners: BTreeMap<String, Option<NodeId>> = six
+        .iter()
+        .map(|g| (g.name.clone(), Some(me.clone())))
+        .collect();
+    // One group between owners: its owner's load is not known, so nothing moves.
+    let moving = six[0].name.clone();
+    owners.insert(moving.clone(), None);
+    assert_eq!(balancer.decide(&six, &owners, settled).hand_over, None);
+    // Held by a member that is gone (its session not yet expired): the same.
+    owners.insert(moving.clone(), Some(NodeId::new("gone")));
+    assert_eq!(balancer.decide(&six, &owners, settled).hand_over, None);
+    owners.insert(moving, Some(me.clone()));
+    assert!(balancer.decide(&six, &owners, settled).hand_over.is_some());
+}
+
+#[test]
 fn a_group_nobody_owns_is_taken_by_its_preferred_node_and_after_the_settle_time_by_any() {
     let two = groups(2);
     let t0 = Instant::now();

@@ -931,9 +931,13 @@ async fn a_prepared_run_is_the_waiting_process_itself_and_runs_only_when_started
     let job = launched(job);
     let prepared = prepare(&job, &ctx("run-prepared"), None);
     let pid = prepared.pid().expect("a launcher waits");
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).expect("the launcher is alive");
-    assert!(
-        String::from_utf8_lossy(&cmdline).contains(zkcron::runner::LAUNCHER_ARG),
+    // The executable, not the command line: the spawn returns once the exec has replaced the
+    // child's memory, which is before the kernel has written the new argv into it (an empty
+    // cmdline for that moment), but after it has set the new exe.
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).expect("the launcher is alive");
+    let launcher = std::fs::canonicalize(env!("CARGO_BIN_EXE_zkcron")).unwrap();
+    assert_eq!(
+        exe, launcher,
         "still the launcher, not the job, before the go"
     );
     assert!(!out.exists(), "the job has not run");

@@ -500,10 +500,24 @@ impl Io {
                 self.tasks.spawn(async move {
                     match bounded(&claim.path, ledger::withdraw(&client, &paths, &claim, acls)).await {
                         Some(Ok(())) => tracing::info!(path = claim.path, "claimed tick withdrawn for the handoff"),
-                        Some(Err(err)) => tracing::warn!(path = claim.path, error = %error_chain(&err), "claimed tick not withdrawn"),
-                        None => {}
+                        refused => {
+                            if let Some(Err(err)) = refused {
+                                tracing::warn!(path = claim.path, error = %error_chain(&err), "claimed tick not withdrawn; it stays for the next owner");
+                            }
+                            bounded(&claim.path, ledger::release_unstarted_guard(&client, &claim)).await;
+                        }
                     }
                     let _ = answers.send(Input::Withdrawn { id });
+                });
+            }
+            Action::ReleaseGuard(claim) => {
+                let client = self.client.clone()?;
+                self.tasks.spawn(async move {
+                    bounded(
+                        &claim.path,
+                        ledger::release_unstarted_guard(&client, &claim),
+                    )
+                    .await;
                 });
             }
             Action::Prune {

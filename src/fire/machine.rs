@@ -259,8 +259,13 @@ pub enum Action {
     /// Write the claim's record (a final status) and release its guard. Answered by
     /// [`Input::RecordWritten`].
     WriteRecord(Claim),
-    /// Give a claimed, unstarted tick back. Answered by [`Input::Withdrawn`].
+    /// Give a claimed, unstarted tick back. Answered by [`Input::Withdrawn`]. Refused (the
+    /// epoch moved), its guard is released all the same, as in [`Action::ReleaseGuard`].
     Withdraw { id: ClaimId, claim: Claim },
+    /// This claim will not start (the lock moved after it): release its `running/<job>` guard if
+    /// our session still holds it, and leave its record for the next owner to resolve. Nothing
+    /// answers.
+    ReleaseGuard(Claim),
     /// Keep the job's newest `keep` records. A pruned submission's id stays remembered (a
     /// tombstone) until `remember` after its run ended (`dedup_window`).
     Prune {
@@ -1156,10 +1161,14 @@ impl FireMachine {
             return;
         };
         let (job, tick) = (&pending.config.spec.name, pending.tick);
-        // A Lost (or a disconnect) between the claim and now wins; the record stays for the
-        // next owner to resolve.
+        // A Lost (or a disconnect, or a handover) between the claim and now wins; the record
+        // stays for the next owner to resolve, and the guard must not outlive the claim while
+        // our session does (the next owner would skip the job for a run that never was).
         if !self.lock.may_fire || self.lock.token != Some(pending.token) {
             tracing::warn!(job = %job, %tick, "not firing: the lock was lost after the claim");
+            if claim.guard.is_some() {
+                out.push(Action::ReleaseGuard(claim.clone()));
+            }
             return self.settle(id, now, out);
         }
         // Woken from a freeze (SIGSTOP, a VM pause) a claim can look fine for a moment: a tick
@@ -1248,6 +1257,11 @@ impl FireMachine {
         }
         if !self.lock.may_fire || self.lock.token != Some(pending.token) {
             tracing::warn!(job = %pending.config.spec.name, tick = %pending.tick, "not firing: the lock was lost after the claim");
+            if let PendingState::Claimed(claim) = &pending.state
+                && claim.guard.is_some()
+            {
+                out.push(Action::ReleaseGuard(claim.clone()));
+            }
             return self.settle(id, now, out);
         }
         self.start(id, now, out);

@@ -436,7 +436,7 @@ pub async fn finish(client: &Client, claim: &mut Claim) -> Result<(), UpdateErro
     }
     // A record whose reply was lost, with the guard still ours: release the guard alone.
     if let Some(guard) = &guard {
-        delete_if_there(client, guard).await;
+        delete_own_ephemeral(client, guard).await;
     }
     update(client, claim).await?;
     // Only once the record is final: an open marker is what the next owner resolves.
@@ -522,6 +522,41 @@ pub async fn promised_retries(
 /// Removes the marker of a retry that is no longer promised.
 pub async fn forget_retry(client: &Client, paths: &LedgerPaths, job: &JobName, tick: i64) {
     delete_if_there(client, &paths.retry_marker(job, tick)).await;
+}
+
+/// Deletes the `running/<job>` guard of a claim that will never start (the lock moved between
+/// the claim and its start, or its withdrawal was refused) — only when the guard is our session's
+/// own node: a forbid job's guard left behind by a live session would keep every next owner from
+/// running the job. The record stays `claimed`, for the next owner to resolve.
+pub async fn release_unstarted_guard(client: &Client, claim: &Claim) {
+    if SessionId(client.session_id().0) != claim.session {
+        // The guard went with the session that made it.
+        return;
+    }
+    if let Some(guard) = &claim.guard {
+        delete_own_ephemeral(client, guard).await;
+    }
+}
+
+/// Deletes `path` if it is an ephemeral node of our session. A delete after a lost reply must not
+/// take a node that another session created since (a peer's guard): only our session deletes our
+/// ephemerals, so one read as ours stays ours until we delete it.
+async fn delete_own_ephemeral(client: &Client, path: &str) {
+    let stat = match client.check_stat(path).await {
+        Ok(Some(stat)) => stat,
+        Ok(None) => return,
+        Err(err) => {
+            tracing::debug!(path, error = %err, "not deleted");
+            return;
+        }
+    };
+    if stat.ephemeral_owner != client.session_id().0 {
+        return;
+    }
+    match client.delete(path, Some(stat.version)).await {
+        Ok(()) | Err(ZkErr::NoNode) => {}
+        Err(err) => tracing::debug!(path, error = %err, "not deleted"),
+    }
 }
 
 async fn delete_if_there(client: &Client, path: &str) {

@@ -832,7 +832,13 @@ fn a_claim_that_returns_after_the_lock_was_lost_does_not_start() {
     let claim = only_claim(&m.handle(Input::Tick, t(750)));
     m.handle(Input::LockChanged(follower()), t(800));
     m.handle(ok(&claim), t(801));
-    assert!(starts(&m.handle(Input::Tick, t(1000))).is_empty());
+    let at_the_tick = m.handle(Input::Tick, t(1000));
+    assert!(starts(&at_the_tick).is_empty());
+    assert!(claim.guarded, "forbid, the default, takes a guard");
+    assert!(
+        at_the_tick.contains(&Action::ReleaseGuard(granted(&claim))),
+        "the guard of a run that never was must not outlive the claim: {at_the_tick:?}"
+    );
     assert_eq!(m.next_deadline(), Some(t(1750)), "the claim is forgotten");
 }
 

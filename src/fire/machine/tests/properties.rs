@@ -222,6 +222,19 @@ impl World {
             Action::ListRecords(job) => self.lists.push(job),
             Action::MarkInterrupted { record, .. } => self.marks.push(record),
             Action::Withdraw { id, .. } => self.withdraws.push(id),
+            Action::ReleaseGuard(claim) => {
+                prop_assert!(
+                    !self.alive.contains_key(&claim.record.run_id)
+                        && !self
+                            .started_runs
+                            .contains(&(claim.record.run_id.clone(), claim.record.attempt)),
+                    "a guard is released only for a run that never started: {claim:?}"
+                );
+                prop_assert!(
+                    self.status.token != Some(claim.record.fencing_token) || !self.status.may_fire,
+                    "a guard is released only once its token may not fire: {claim:?}"
+                );
+            }
             Action::HandOver => {
                 prop_assert!(self.shutdown);
                 self.handed_over += 1;

@@ -6,7 +6,16 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use support::invariants::{Observed, Run, Violation, check};
+use support::invariants::{Observed, OwnerSample, Run, Violation, check};
+
+fn sample(at_ms: i64, group: &str, node: &str, owns: bool) -> OwnerSample {
+    OwnerSample {
+        at_ms,
+        group: group.to_owned(),
+        node: node.to_owned(),
+        owns,
+    }
+}
 
 fn run(job: &str, tick_ms: i64, node: &str, token: i64, start_ms: i64, end_ms: i64) -> Run {
     Run {
@@ -41,11 +50,12 @@ fn clean() -> Observed {
         in_fault: BTreeMap::new(),
         recorded_missed: BTreeMap::new(),
         owner_samples: vec![
-            (1500, "a".to_owned(), true),
-            (1500, "b".to_owned(), false),
-            (3500, "a".to_owned(), false),
-            (3500, "b".to_owned(), true),
+            sample(1500, "", "a", true),
+            sample(1500, "", "b", false),
+            sample(3500, "", "a", false),
+            sample(3500, "", "b", true),
         ],
+        ..Observed::default()
     }
 }
 
@@ -149,14 +159,52 @@ fn a_started_run_without_a_final_record_is_caught() {
 #[test]
 fn two_nodes_saying_they_own_the_lock_at_once_are_caught() {
     let mut o = clean();
-    o.owner_samples.push((3500, "a".to_owned(), true));
+    o.owner_samples.push(sample(3500, "", "a", true));
     o.owner_samples
-        .retain(|s| !(s.0 == 3500 && s.1 == "a" && !s.2));
+        .retain(|s| !(s.at_ms == 3500 && s.node == "a" && !s.owns));
     assert_eq!(
         check(&o),
         [Violation::TwoOwners {
+            group: String::new(),
             at_ms: 3500,
             nodes: vec!["b".into(), "a".into()],
         }]
+    );
+}
+
+/// Issue 19: each lock group is a lock of its own, with its own owner and its own fencing
+/// tokens. `long` moved to group `g`, owned by b from the start with tokens of its own (1, 2):
+/// lower than the default group's, and owned beside it — no violation; within `g`, a token
+/// going back or a second owner is still caught, naming the group.
+#[test]
+fn tokens_and_owners_are_checked_per_group() {
+    let mut o = clean();
+    o.groups.insert("long".into(), "g".into());
+    o.runs[4] = run("long", 1000, "b", 1, 1003, 1900);
+    o.runs[5] = run("long", 3000, "b", 2, 3004, 3900);
+    o.owner_samples.extend([
+        sample(1500, "g", "b", true),
+        sample(1500, "g", "a", false),
+        sample(3500, "g", "b", true),
+        sample(3500, "g", "a", false),
+    ]);
+    assert_eq!(check(&o), []);
+    o.runs[5].token = 0;
+    o.owner_samples.push(sample(1500, "g", "c", true));
+    assert_eq!(
+        check(&o),
+        [
+            Violation::TokenWentBack {
+                job: "long".into(),
+                tick_ms: 3000,
+                token: 0,
+                after: 1,
+            },
+            Violation::TwoOwners {
+                group: "g".into(),
+                at_ms: 1500,
+                nodes: vec!["b".into(), "c".into()],
+            },
+        ]
     );
 }

@@ -1,6 +1,8 @@
 //! Lock groups on real daemons (issue 19): the groups spread over the nodes, at most ⌈G/N⌉ a
 //! node once membership has settled, each tick fired once; and a job moved between groups by a
 //! rolling reload (the nodes disagree for a while) fires no tick twice and loses none silently.
+//! The fleet through a join, a kill -9 and a restart is a chaos scenario (tests/chaos.rs,
+//! `twelve_groups_through_a_join_a_kill_and_a_restart`), checked by the suite's invariants.
 #![allow(
     clippy::await_holding_lock,
     reason = "each #[tokio::test] has its own runtime and thread"
@@ -27,7 +29,6 @@ const SLACK: Duration = Duration::from_secs(3);
 
 /// `[lock] rebalance_after` of these tests: short, so that a test sees several moves.
 const SETTLE: &str = "2s";
-const SETTLE_TIME: Duration = Duration::from_secs(2);
 
 fn groups_text(names: &[&str]) -> String {
     names
@@ -413,149 +414,6 @@ async fn wait_balanced(
     })
     .await
     .unwrap_or_else(|not_reached| panic!("{not_reached}\n{}", logs(live)))
-}
-
-/// Groups whose owner changed between two readings, leaving out those whose owner died.
-fn moves(
-    before: &BTreeMap<String, Option<String>>,
-    after: &BTreeMap<String, Option<String>>,
-    dead: Option<&str>,
-) -> usize {
-    before
-        .iter()
-        .filter(|(group, owner)| owner.as_deref() != dead && after.get(*group) != Some(owner))
-        .count()
-}
-
-/// Issue 19's fleet scenario: 12 groups (11 named and the default) on 3 nodes, a 4th joins, one
-/// is killed with SIGKILL, it comes back. After each step every group is owned, no node owns
-/// more than ⌈G/N⌉, and the moves are about G/N; across all of it no tick fires twice and every
-/// tick of every job ran or is recorded.
-#[tokio::test]
-async fn twelve_groups_stay_balanced_through_a_join_a_kill_and_a_restart() {
-    let _serial = fault_lock();
-    let dir = tempfile::tempdir().expect("temp dir");
-    let fires = dir.path().join("fires.log");
-    let chroot = unique_chroot("groups-fleet");
-    let connect = shared_ensemble()
-        .isolated_connect_string(&chroot)
-        .await
-        .expect("chroot");
-    let names: Vec<String> = (1..=11).map(|i| format!("g{i:02}")).collect();
-    let groups: Vec<&str> = names.iter().map(String::as_str).collect();
-    let mut jobs = every_second("j-default", None, &fires);
-    for group in &groups {
-        jobs.push_str(&every_second(&format!("j-{group}"), Some(group), &fires));
-    }
-    let text = schedule(&connect, &groups, &jobs);
-    let mut nodes: Vec<DaemonNode> = ["f1", "f2", "f3"]
-        .iter()
-        .map(|id| DaemonNode::start(dir.path(), id, &text))
-        .collect();
-    let client = Client::connect(&connect).await.expect("session");
-    let started_ms = now_ms();
-    // Settling after the last join, then up to 4 moves a node spaced a second apart.
-    let settle = SLACK * 8;
-    let three = wait_balanced(
-        &client,
-        &groups,
-        &nodes.iter().collect::<Vec<_>>(),
-        settle,
-        "12 groups over 3 nodes",
-    )
-    .await;
-    nodes.push(DaemonNode::start(dir.path(), "f4", &text));
-    let four = wait_balanced(
-        &client,
-        &groups,
-        &nodes.iter().collect::<Vec<_>>(),
-        settle,
-        "12 groups over 4 nodes",
-    )
-    .await;
-    let joined_moves = moves(&three, &four, None);
-    // The killed node's groups fail over: its session expires, the takeover delay passes, and
-    // the survivors' balancers place them (the settle time) — each group on its own.
-    let victim = four["g01"].clone().expect("g01 owned");
-    let index = nodes
-        .iter()
-        .position(|n| n.node_id == victim)
-        .expect("a node");
-    let mut killed = nodes.remove(index);
-    killed.kill();
-    let killed_at = std::time::Instant::now();
-    let survivors = wait_balanced(
-        &client,
-        &groups,
-        &nodes.iter().collect::<Vec<_>>(),
-        SESSION + DELAY + SETTLE_TIME + SLACK * 4,
-        "the dead node's groups taken over",
-    )
-    .await;
-    let failover = killed_at.elapsed();
-    let kill_moves = moves(&four, &survivors, Some(&victim));
-    let restarted = DaemonNode::start(dir.path(), &victim, &text);
-    nodes.push(restarted);
-    let again = wait_balanced(
-        &client,
-        &groups,
-        &nodes.iter().collect::<Vec<_>>(),
-        settle,
-        "12 groups over 4 nodes again",
-    )
-    .await;
-    let restart_moves = moves(&survivors, &again, None);
-    tokio::time::sleep(SLACK).await;
-    let all = read_fires(&fires);
-    assert_once_per_tick(&all);
-    let last_tick = (now_ms() / 1000 - 2) * 1000;
-    for job in
-        std::iter::once("j-default".to_owned()).chain(groups.iter().map(|g| format!("j-{g}")))
-    {
-        let first = all
-            .iter()
-            .filter(|f| f.job == job)
-            .map(|f| f.scheduled_ms)
-            .min()
-            .unwrap_or_else(|| panic!("{job} never fired"));
-        assert!(
-            first < started_ms + settle.as_millis() as i64,
-            "{job} fired first at {first}"
-        );
-        assert_every_tick_accounted_for(&job, first..=last_tick, &all, &nodes[0].config)
-            .unwrap_or_else(|broken| {
-                panic!("{broken}\n{}", logs(&nodes.iter().collect::<Vec<_>>()))
-            });
-    }
-    // G/N moves for a join (12/4 = 3), a few more where stickiness and the floor disagree.
-    eprintln!(
-        "{}",
-        serde_json::json!({
-            "scenario": "12 groups: 3 nodes, a join, a kill -9, a restart",
-            "moves_on_join": joined_moves,
-            "moves_on_kill_besides_the_dead_nodes_groups": kill_moves,
-            "moves_on_restart": restart_moves,
-            "failover_ms": failover.as_millis(),
-        })
-    );
-    assert!(
-        joined_moves <= 4,
-        "a join moved {joined_moves} groups: {three:?} → {four:?}"
-    );
-    assert!(
-        restart_moves <= 4,
-        "a restart moved {restart_moves} groups: {survivors:?} → {again:?}"
-    );
-    // The dead node's groups are free while membership is unsettled, so any survivor may take
-    // them, and the balance then moves the surplus (0 to 4 seen): fewer than the 6 of the
-    // survivors' 9 that a reshuffle would move.
-    assert!(
-        kill_moves < 6,
-        "a kill moved {kill_moves} live nodes' groups: {four:?} → {survivors:?}"
-    );
-    for node in &nodes {
-        node.signal(Signal::SIGTERM);
-    }
 }
 
 fn on_demand(name: &str, group: &str, fires: &Path) -> String {

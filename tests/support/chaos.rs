@@ -3,9 +3,10 @@
 //! own, the faults a scenario injects, and the report a scenario ends with.
 //!
 //! Owns: the nodes' schedule (a 1 s job and a 10 s `forbid` job that runs 6 s, both logging their
-//! start and end to one file), the timeline of injected faults, reading back what happened (that
-//! log, each node's own log lines about the lock, the ledger in ZooKeeper) and the scenario's
-//! JSON line.
+//! start and end to one file; or, for a fleet, lock groups each with a 1 s job and some with the
+//! 10 s one too), the timeline of injected faults and membership changes, reading back what
+//! happened (that log, each node's own log lines about each group's lock, the ledger in
+//! ZooKeeper, who owns each group) and the scenario's JSON line.
 //! Must not: judge what happened — [`invariants::check`] does.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -21,7 +22,7 @@ use zkcron::layout::parse_tick_node_name;
 use zkcron::run::{RunRecord, RunStatus};
 
 use super::daemon::{DaemonNode, now_ms, schedule_text};
-use super::invariants::{self, Observed, Run, Violation};
+use super::invariants::{self, Observed, OwnerSample, Run, Violation};
 use super::proxy::{Fault, Proxy};
 use super::zk_cluster::{ZkEnsemble, try_wait_for};
 
@@ -39,6 +40,10 @@ pub const FAST: &str = "fast";
 /// The 10 s job that runs 6 s, `forbid`.
 pub const LONG: &str = "long";
 const LONG_PERIOD_MS: i64 = 10_000;
+/// `[lock] rebalance_after` of a fleet: short, so that a scenario sees its moves.
+pub const SETTLE: Duration = Duration::from_secs(2);
+/// Between two moves by one node: a tenth of [`SETTLE`], at least a second (src/lock/placement.rs).
+pub const SPACING: Duration = Duration::from_secs(1);
 const LOCK: &str = "chaos";
 const ROOT: &str = "/zkcron/chaos";
 /// How often the owner samples are taken from the nodes' lock timelines.
@@ -47,6 +52,103 @@ const SAMPLE_EVERY_MS: i64 = 50;
 /// its runtime's threads, then its lock driver, must be scheduled on a loaded 2-core machine.
 /// An owner that goes on believing it owns for longer than this is caught.
 const WAKE_GRACE_MS: i64 = 500;
+
+/// One job of the nodes' schedule.
+#[derive(Debug, Clone)]
+struct ChaosJob {
+    name: String,
+    /// Its lock group; `""` is the default group.
+    group: String,
+    /// The 10 s `forbid` job that runs 6 s; else the 1 s job.
+    long: bool,
+}
+
+impl ChaosJob {
+    fn period_ms(&self) -> i64 {
+        if self.long { LONG_PERIOD_MS } else { 1000 }
+    }
+}
+
+/// What the nodes run: their named lock groups (besides the default one) and the jobs.
+#[derive(Debug, Clone)]
+struct Fleet {
+    groups: Vec<String>,
+    jobs: Vec<ChaosJob>,
+}
+
+impl Fleet {
+    /// [`FAST`] and [`LONG`] in the default group: every scenario but the fleet's.
+    fn single() -> Self {
+        Self::with_groups(0)
+    }
+
+    /// The default group and `named` groups `g01`…, each with a 1 s job (`fast`, `fast-g01`…),
+    /// and every fourth (the default, `g04`, `g08`…) with the 10 s `forbid` job too (`long`,
+    /// `long-g04`…), so that a move can fall inside a run of it.
+    fn with_groups(named: usize) -> Self {
+        let groups: Vec<String> = (1..=named).map(|i| format!("g{i:02}")).collect();
+        let mut jobs = Vec::new();
+        for (i, group) in std::iter::once("")
+            .chain(groups.iter().map(String::as_str))
+            .enumerate()
+        {
+            let suffix = if group.is_empty() {
+                String::new()
+            } else {
+                format!("-{group}")
+            };
+            jobs.push(ChaosJob {
+                name: format!("{FAST}{suffix}"),
+                group: group.to_owned(),
+                long: false,
+            });
+            if i % 4 == 0 {
+                jobs.push(ChaosJob {
+                    name: format!("{LONG}{suffix}"),
+                    group: group.to_owned(),
+                    long: true,
+                });
+            }
+        }
+        Self { groups, jobs }
+    }
+
+    /// Every group, the default one (`""`) first.
+    fn all_groups(&self) -> impl Iterator<Item = &str> {
+        std::iter::once("").chain(self.groups.iter().map(String::as_str))
+    }
+}
+
+/// The lock node of `group` (`""`: the default group).
+fn lock_path(group: &str) -> String {
+    if group.is_empty() {
+        format!("{ROOT}/lock")
+    } else {
+        format!("{ROOT}/groups/{group}/lock")
+    }
+}
+
+/// The group whose lock node is `path`, if it is one.
+fn group_of_lock(path: &str) -> Option<String> {
+    let under = path.strip_prefix(ROOT)?;
+    if under == "/lock" {
+        return Some(String::new());
+    }
+    let group = under.strip_prefix("/groups/")?.strip_suffix("/lock")?;
+    Some(group.to_owned())
+}
+
+/// Who owns each group (`""`: the default group), by the node id its lock node names.
+pub type Owners = BTreeMap<String, Option<String>>;
+
+/// Groups whose owner changed between two readings, leaving out those `dead` owned (they had
+/// to move).
+pub fn moves(before: &Owners, after: &Owners, dead: Option<&str>) -> usize {
+    before
+        .iter()
+        .filter(|(group, owner)| owner.as_deref() != dead && after.get(*group) != Some(owner))
+        .count()
+}
 
 /// One node: its proxies (one per server) and its process while it runs.
 struct ChaosNode {
@@ -133,13 +235,17 @@ impl Report {
 pub struct ChaosCluster {
     pub ensemble: ZkEnsemble,
     name: String,
+    fleet: Fleet,
     nodes: Vec<ChaosNode>,
     dir: TempDir,
     job_log: PathBuf,
     silent: Vec<Silent>,
     started_ms: i64,
-    /// The first tick of both jobs that had to fire: the first of [`LONG`], which fired.
+    /// The first tick of every job that had to fire: the latest of the jobs' first ticks, and,
+    /// for a fleet, after the groups were first balanced.
     steady_from_ms: i64,
+    /// The scenario's own fields of its JSON line.
+    notes: serde_json::Map<String, serde_json::Value>,
 }
 
 impl ChaosCluster {
@@ -154,6 +260,35 @@ impl ChaosCluster {
         F: FnOnce(Client) -> Fut,
         Fut: std::future::Future<Output = ()>,
     {
+        Self::start_fleet(name, nodes, Fleet::single(), prepare).await
+    }
+
+    /// A fleet (issue 19): `named` lock groups besides the default one (see
+    /// [`Fleet::with_groups`]) on `nodes` nodes, with `[lock] rebalance_after` = [`SETTLE`].
+    /// Returns once every job fired and the groups are balanced (within `balanced_within`);
+    /// ticks are checked from then on.
+    pub async fn start_groups(
+        name: &str,
+        nodes: usize,
+        named: usize,
+        balanced_within: Duration,
+    ) -> Self {
+        let mut cluster =
+            Self::start_fleet(name, nodes, Fleet::with_groups(named), |_| async {}).await;
+        cluster
+            .wait_balanced("the groups balanced at the start", balanced_within)
+            .await;
+        // The tick in flight during the last move is fired by whichever node claimed it.
+        let after_moves = (now_ms() / 1000 + 2) * 1000;
+        cluster.steady_from_ms = cluster.steady_from_ms.max(after_moves);
+        cluster
+    }
+
+    async fn start_fleet<F, Fut>(name: &str, nodes: usize, fleet: Fleet, prepare: F) -> Self
+    where
+        F: FnOnce(Client) -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
         let ensemble = ZkEnsemble::start(3).expect("start a 3-server ensemble");
         let dir = tempfile::Builder::new()
             .prefix("zkcron-chaos-")
@@ -163,49 +298,56 @@ impl ChaosCluster {
         let mut cluster = ChaosCluster {
             ensemble,
             name: name.to_owned(),
+            fleet,
             nodes: Vec::with_capacity(nodes),
             job_log,
             silent: Vec::new(),
             started_ms: now_ms(),
             steady_from_ms: 0,
+            notes: serde_json::Map::new(),
             dir,
         };
         prepare(cluster.client().await).await;
-        for i in 0..nodes {
-            let mut proxies = Vec::with_capacity(cluster.ensemble.len());
-            for server in 0..cluster.ensemble.len() {
-                let upstream = cluster
-                    .ensemble
-                    .server_address(server)
-                    .parse()
-                    .expect("server address");
-                proxies.push(Proxy::start(upstream).await.expect("start a proxy"));
-            }
-            let id = format!("n{i}");
-            let log = cluster.dir.path().join(format!("{id}.log"));
-            cluster.nodes.push(ChaosNode {
-                id,
-                proxies,
-                daemon: None,
-                log,
-            });
-            cluster.launch(i);
+        for _ in 0..nodes {
+            cluster.add_node().await;
         }
-        // Both jobs have fired once: neither is brand new (a job with no record never backfills,
-        // so a fault before its first tick would rightly lose that tick).
-        let fast = cluster
-            .wait_start(FAST, 0, None, Duration::from_secs(30))
-            .await;
-        let long = cluster
-            .wait_start(
-                LONG,
-                fast.start_ms,
-                None,
-                Duration::from_millis(LONG_PERIOD_MS as u64 + 5000),
-            )
-            .await;
-        cluster.steady_from_ms = long.tick_ms;
+        // Every job has fired once: none is brand new (a job with no record never backfills, so
+        // a fault before its first tick would rightly lose that tick). The first wait includes
+        // the nodes' start.
+        let jobs = cluster.fleet.jobs.clone();
+        for job in &jobs {
+            let within = Duration::from_secs(25)
+                + Duration::from_millis(job.period_ms().unsigned_abs() + 5000);
+            let first = cluster.wait_start(&job.name, 0, None, within).await;
+            cluster.steady_from_ms = cluster.steady_from_ms.max(first.tick_ms);
+        }
         cluster
+    }
+
+    /// Starts one more node, with proxies of its own (a member joining); returns its index and
+    /// when it was started.
+    pub async fn add_node(&mut self) -> (usize, i64) {
+        let mut proxies = Vec::with_capacity(self.ensemble.len());
+        for server in 0..self.ensemble.len() {
+            let upstream = self
+                .ensemble
+                .server_address(server)
+                .parse()
+                .expect("server address");
+            proxies.push(Proxy::start(upstream).await.expect("start a proxy"));
+        }
+        let node = self.nodes.len();
+        let id = format!("n{node}");
+        let log = self.dir.path().join(format!("{id}.log"));
+        self.nodes.push(ChaosNode {
+            id,
+            proxies,
+            daemon: None,
+            log,
+        });
+        let at = now_ms();
+        self.launch(node);
+        (node, at)
     }
 
     fn schedule(&self, node: usize) -> String {
@@ -216,20 +358,47 @@ impl ChaosCluster {
             .collect::<Vec<_>>()
             .join(",");
         let log = self.job_log.display();
+        let settle = if self.fleet.groups.is_empty() {
+            String::new()
+        } else {
+            format!("rebalance_after = \"{}ms\"\n", SETTLE.as_millis())
+        };
         let note = format!(
             "note() {{ echo \"$1 $ZKCRON_JOB $ZKCRON_SCHEDULED_UNIX_MS $ZKCRON_NODE \
              $ZKCRON_FENCING_TOKEN $ZKCRON_ATTEMPT $ZKCRON_RESUMED $(date +%s%3N)\" >> {log}; }}"
         );
-        let jobs = format!(
-            "[log]\nformat = \"json\"\n\n\
-             [[job]]\nname = \"{FAST}\"\nschedule = \"* * * * * *\"\nhistory = 1000\n\
-             command = [\"/bin/sh\", \"-c\", '{note}; note start; note end']\n\n\
-             [[job]]\nname = \"{LONG}\"\nschedule = \"*/10 * * * * *\"\nhistory = 1000\n\
-             concurrency = \"forbid\"\n\
-             command = [\"/bin/sh\", \"-c\", '{note}; trap \"note end; exit 143\" TERM; \
-             note start; sleep 6 & wait $!; note end']\n"
-        );
-        schedule_text(&connect, LOCK, SESSION, TAKEOVER, &jobs)
+        let mut jobs = String::from("[log]\nformat = \"json\"\n");
+        for group in &self.fleet.groups {
+            jobs.push_str(&format!("\n[[group]]\nname = \"{group}\"\n"));
+        }
+        for job in &self.fleet.jobs {
+            let group = if job.group.is_empty() {
+                String::new()
+            } else {
+                format!("group = \"{}\"\n", job.group)
+            };
+            let what = if job.long {
+                format!(
+                    "schedule = \"*/10 * * * * *\"\nconcurrency = \"forbid\"\n\
+                     command = [\"/bin/sh\", \"-c\", '{note}; trap \"note end; exit 143\" TERM; \
+                     note start; sleep 6 & wait $!; note end']\n"
+                )
+            } else {
+                format!(
+                    "schedule = \"* * * * * *\"\n\
+                     command = [\"/bin/sh\", \"-c\", '{note}; note start; note end']\n"
+                )
+            };
+            jobs.push_str(&format!(
+                "\n[[job]]\nname = \"{}\"\n{group}history = 1000\n{what}",
+                job.name
+            ));
+        }
+        schedule_text(&connect, LOCK, SESSION, TAKEOVER, &jobs).replacen(
+            "[lock]\n",
+            &format!("[lock]\n{settle}"),
+            1,
+        )
     }
 
     fn launch(&mut self, node: usize) {
@@ -261,6 +430,92 @@ impl ChaosCluster {
         let info: serde_json::Value = serde_json::from_slice(&data).expect("lock node JSON");
         let id = info["node_id"].as_str().expect("node_id");
         self.index(id)
+    }
+
+    /// Who owns each group, by the data of its lock node (a node handing it over still names
+    /// itself there until it deleted it).
+    pub async fn group_owners(&self) -> Owners {
+        self.owners_via(&self.client().await).await
+    }
+
+    async fn owners_via(&self, client: &Client) -> Owners {
+        let mut owners = Owners::new();
+        for group in self.fleet.all_groups() {
+            let owner = match client.get_data(&lock_path(group)).await {
+                Ok((data, _)) => serde_json::from_slice::<serde_json::Value>(&data)
+                    .ok()
+                    .and_then(|info| info["node_id"].as_str().map(str::to_owned)),
+                Err(_) => None,
+            };
+            owners.insert(group.to_owned(), owner);
+        }
+        owners
+    }
+
+    /// The ids of the nodes that run (neither killed, stopped nor frozen).
+    fn live_ids(&self) -> BTreeSet<String> {
+        (0..self.nodes.len())
+            .filter(|node| {
+                self.nodes[*node].daemon.is_some()
+                    && !self
+                        .silent
+                        .iter()
+                        .any(|s| s.node == *node && s.to_ms.is_none())
+            })
+            .map(|node| self.nodes[node].id.clone())
+            .collect()
+    }
+
+    /// Waits until every group is owned by a live node; returns the owners.
+    pub async fn wait_owned(&self, what: &str, within: Duration) -> Owners {
+        self.wait_owners(what, within, |_, _| true).await
+    }
+
+    /// Waits until every group is owned by a live node, every live node owns one and none
+    /// more than ⌈G/N⌉ (N live nodes); returns the owners.
+    pub async fn wait_balanced(&self, what: &str, within: Duration) -> Owners {
+        let groups = self.fleet.groups.len() + 1;
+        self.wait_owners(what, within, |live, load| {
+            let cap = groups.div_ceil(live.len());
+            load.len() == live.len() && load.values().all(|n| *n <= cap)
+        })
+        .await
+    }
+
+    /// Waits until every group is owned by a live node and `settled(live ids, groups per
+    /// owner)` holds.
+    async fn wait_owners(
+        &self,
+        what: &str,
+        within: Duration,
+        settled: impl Fn(&BTreeSet<String>, &BTreeMap<String, usize>) -> bool,
+    ) -> Owners {
+        let live = self.live_ids();
+        let what = format!("{}: {what}", self.name);
+        let client = self.client().await;
+        let found = try_wait_for(&what, within, || async {
+            let owners = self.owners_via(&client).await;
+            let mut load: BTreeMap<String, usize> = BTreeMap::new();
+            for owner in owners.values() {
+                let owner = owner.as_ref().filter(|id| live.contains(*id))?;
+                *load.entry(owner.clone()).or_default() += 1;
+            }
+            settled(&live, &load).then_some(owners)
+        })
+        .await;
+        match found {
+            Ok(owners) => owners,
+            Err(not_reached) => panic!(
+                "{not_reached}\nowners: {:?}\n{}",
+                self.group_owners().await,
+                self.node_logs_tail()
+            ),
+        }
+    }
+
+    /// Adds `key` to the scenario's JSON line.
+    pub fn note(&mut self, key: &str, value: serde_json::Value) {
+        self.notes.insert(key.to_owned(), value);
     }
 
     fn index(&self, id: &str) -> usize {
@@ -459,7 +714,15 @@ impl ChaosCluster {
     /// Stops every node (SIGTERM at once, after thawing frozen ones), reads back what happened,
     /// checks the invariants and prints the scenario's JSON line (also appended to the file named
     /// by `ZKCRON_CHAOS_OUT`, for `scripts/chaos`).
-    pub async fn finish(mut self, window: Option<FaultWindow>) -> Report {
+    pub async fn finish(self, window: Option<FaultWindow>) -> Report {
+        self.finish_windows(window.into_iter().collect()).await
+    }
+
+    /// Like [`ChaosCluster::finish`], for a scenario of several faults or membership changes:
+    /// a tick inside any of the windows is excused when it is recorded. In the JSON line,
+    /// `failover_gap_ms` is the first window's that hit an owner, `resume_gap_ms` the last
+    /// window's, `fault_ms` the windows' total.
+    pub async fn finish_windows(mut self, windows: Vec<FaultWindow>) -> Report {
         let stop_ms = now_ms();
         for node in 0..self.nodes.len() {
             if self
@@ -496,7 +759,19 @@ impl ChaosCluster {
         let ledger = self.read_ledger().await;
         let mut observed = Observed {
             runs: runs.clone(),
-            forbid: BTreeSet::from([LONG.to_owned()]),
+            groups: self
+                .fleet
+                .jobs
+                .iter()
+                .map(|job| (job.name.clone(), job.group.clone()))
+                .collect(),
+            forbid: self
+                .fleet
+                .jobs
+                .iter()
+                .filter(|job| job.long)
+                .map(|job| job.name.clone())
+                .collect(),
             final_records: ledger.final_records.clone(),
             recorded_missed: ledger.recorded_missed.clone(),
             owner_samples: self.owner_samples(stop_ms),
@@ -505,25 +780,31 @@ impl ChaosCluster {
         // Ticks up to a second before the stop had to fire (a stopping owner gives back later
         // claims); a fault window excuses its ticks and those of the takeover after it.
         let last_tick = stop_ms - 1000;
-        let excused = window.as_ref().map(|w| {
-            let settle = i64::try_from(w.settle.as_millis()).expect("settle fits");
-            (w.from_ms - 1000, w.to_ms + settle)
-        });
-        for (job, period) in [(FAST, 1000), (LONG, LONG_PERIOD_MS)] {
+        let excused: Vec<(i64, i64)> = windows
+            .iter()
+            .map(|w| {
+                let settle = i64::try_from(w.settle.as_millis()).expect("settle fits");
+                (w.from_ms - 1000, w.to_ms + settle)
+            })
+            .collect();
+        for job in &self.fleet.jobs {
+            let period = job.period_ms();
             let mut tick = (self.steady_from_ms + period - 1).div_euclid(period) * period;
             while tick <= last_tick {
-                let inside = excused.is_some_and(|(from, to)| (from..=to).contains(&tick));
+                let inside = excused
+                    .iter()
+                    .any(|(from, to)| (*from..=*to).contains(&tick));
                 let ticks = if inside {
                     &mut observed.in_fault
                 } else {
                     &mut observed.expected
                 };
-                ticks.entry(job.to_owned()).or_default().push(tick);
+                ticks.entry(job.name.clone()).or_default().push(tick);
                 tick += period;
             }
         }
         let violations = invariants::check(&observed);
-        let report = self.report(window, &runs, &ledger, violations, stop_ms);
+        let report = self.report(&windows, &runs, &ledger, violations, stop_ms);
         if !report.violations.is_empty() && std::env::var_os("ZKCRON_CHAOS_KEEP").is_some() {
             eprintln!("kept {}", self.dir.keep().display());
         }
@@ -532,28 +813,35 @@ impl ChaosCluster {
 
     fn report(
         &self,
-        window: Option<FaultWindow>,
+        windows: &[FaultWindow],
         runs: &[Run],
         ledger: &Ledger,
         violations: Vec<Violation>,
         stop_ms: i64,
     ) -> Report {
+        let mut max_gap_ms = None;
+        for job in self.fleet.jobs.iter().filter(|job| !job.long) {
+            let mut starts: Vec<i64> = runs
+                .iter()
+                .filter(|run| run.job == job.name && run.start_ms >= self.steady_from_ms)
+                .map(|run| run.start_ms)
+                .collect();
+            starts.sort_unstable();
+            let gap = starts.windows(2).map(|pair| pair[1] - pair[0]).max();
+            max_gap_ms = max_gap_ms.max(gap);
+        }
         let mut fast: Vec<&Run> = runs
             .iter()
             .filter(|run| run.job == FAST && run.start_ms >= self.steady_from_ms)
             .collect();
         fast.sort_by_key(|run| run.start_ms);
-        let max_gap_ms = fast
-            .windows(2)
-            .map(|pair| pair[1].start_ms - pair[0].start_ms)
-            .max();
-        let failover_gap_ms = window.as_ref().and_then(|w| {
+        let failover_gap_ms = windows.iter().find_map(|w| {
             let owner = w.owner.as_deref()?;
             fast.iter()
                 .find(|run| run.start_ms > w.from_ms && run.node != owner)
                 .map(|run| run.start_ms - w.from_ms)
         });
-        let resume_gap_ms = window.as_ref().and_then(|w| {
+        let resume_gap_ms = windows.last().and_then(|w| {
             let mut after: Vec<i64> = runs
                 .iter()
                 .map(|run| run.start_ms)
@@ -568,7 +856,9 @@ impl ChaosCluster {
                 .unwrap_or_default()
                 .contains("zookeeper session taken back")
         });
-        let json = serde_json::json!({
+        let fault_ms =
+            (!windows.is_empty()).then(|| windows.iter().map(|w| w.to_ms - w.from_ms).sum::<i64>());
+        let mut json = serde_json::json!({
             "scenario": self.name,
             "nodes": self.nodes.len(),
             "seconds": (stop_ms - self.started_ms) / 1000,
@@ -581,8 +871,11 @@ impl ChaosCluster {
             "overlap": count(|v| matches!(v, Violation::Overlap { .. })),
             "violations": violations.len(),
             "session_taken_back": taken_back,
-            "fault_ms": window.as_ref().map(|w| w.to_ms - w.from_ms),
+            "fault_ms": fault_ms,
         });
+        if let Some(fields) = json.as_object_mut() {
+            fields.extend(self.notes.clone());
+        }
         println!("{json}");
         if let Some(path) = std::env::var_os("ZKCRON_CHAOS_OUT") {
             let mut out = std::fs::OpenOptions::new()
@@ -616,7 +909,8 @@ impl ChaosCluster {
             .expect("the ensemble serves at the end");
         let client = self.client().await;
         let mut ledger = Ledger::default();
-        for (job, period) in [(FAST, 1000), (LONG, LONG_PERIOD_MS)] {
+        for job in &self.fleet.jobs {
+            let (job, period) = (job.name.as_str(), job.period_ms());
             let dir = format!("{ROOT}/runs/{job}");
             let names = client.list_children(&dir).await.unwrap_or_default();
             for name in names {
@@ -666,44 +960,64 @@ impl ChaosCluster {
         ledger
     }
 
-    /// At every sampled moment, what each node that could answer said about the lock: its own
-    /// log's latest word on it (`lock acquired`, or `lock lost` / released / given up). A dead
-    /// or stopped node says nothing.
-    fn owner_samples(&self, stop_ms: i64) -> Vec<(i64, String, bool)> {
-        let timelines: Vec<Vec<(i64, bool)>> = self
+    /// At every sampled moment, what each node that could answer said about each group's lock:
+    /// its own log's latest word on it (`lock acquired`, or `lock lost` / released / given up).
+    /// A dead or stopped node says nothing.
+    fn owner_samples(&self, stop_ms: i64) -> Vec<OwnerSample> {
+        let words: Vec<Vec<LockWord>> = self
             .nodes
             .iter()
             .map(|node| lock_timeline(&node.log))
             .collect();
-        // A woken process has not spoken yet: silent until its first word on the lock, for at
-        // most WAKE_GRACE_MS (what it says first must be what it believes now).
-        let silent: Vec<Silent> = self
-            .silent
+        // Per node and group, (instant ms, owns it from then on); a word of no group (a start)
+        // speaks for every group.
+        let timelines: Vec<Vec<(&str, Timeline)>> = words
             .iter()
-            .map(|s| Silent {
-                to_ms: s.to_ms.map(|to| {
-                    let first_word = timelines[s.node].iter().map(|(t, _)| *t).find(|t| *t > to);
-                    first_word.unwrap_or(i64::MAX).min(to + WAKE_GRACE_MS)
-                }),
-                ..*s
+            .map(|words| {
+                self.fleet
+                    .all_groups()
+                    .map(|group| {
+                        let said = words
+                            .iter()
+                            .filter(|w| w.group.as_deref().is_none_or(|g| g == group))
+                            .map(|w| (w.at_ms, w.owns))
+                            .collect();
+                        (group, said)
+                    })
+                    .collect()
             })
             .collect();
+        // A woken process has not spoken yet: silent on a lock until its first word on it, for
+        // at most WAKE_GRACE_MS (what it says first must be what it believes now).
+        let silent_at = |node: usize, said: &Timeline, at: i64| {
+            self.silent.iter().any(|s| {
+                let to = s.to_ms.map(|to| {
+                    let first_word = said.iter().map(|(t, _)| *t).find(|t| *t > to);
+                    first_word.unwrap_or(i64::MAX).min(to + WAKE_GRACE_MS)
+                });
+                s.node == node && s.from_ms <= at && to.is_none_or(|to| at < to)
+            })
+        };
         let mut samples = Vec::new();
         let mut at = self.started_ms;
         while at < stop_ms {
             for (i, node) in self.nodes.iter().enumerate() {
-                let silent = silent
-                    .iter()
-                    .any(|s| s.node == i && s.from_ms <= at && s.to_ms.is_none_or(|to| at < to));
-                if silent {
-                    continue;
+                for (group, said) in &timelines[i] {
+                    if silent_at(i, said, at) {
+                        continue;
+                    }
+                    let owns = said
+                        .iter()
+                        .take_while(|(t, _)| *t <= at)
+                        .last()
+                        .is_some_and(|(_, owns)| *owns);
+                    samples.push(OwnerSample {
+                        at_ms: at,
+                        group: (*group).to_owned(),
+                        node: node.id.clone(),
+                        owns,
+                    });
                 }
-                let owns = timelines[i]
-                    .iter()
-                    .take_while(|(t, _)| *t <= at)
-                    .last()
-                    .is_some_and(|(_, owns)| *owns);
-                samples.push((at, node.id.clone(), owns));
             }
             at += SAMPLE_EVERY_MS;
         }
@@ -781,8 +1095,21 @@ struct Ledger {
     listing: Vec<String>,
 }
 
-/// A node's own word on the lock, from its JSON log: (instant ms, owns it from then on).
-fn lock_timeline(log: &Path) -> Vec<(i64, bool)> {
+/// What a node said about one lock, in order: (instant ms, owns it from then on).
+type Timeline = Vec<(i64, bool)>;
+
+/// One of a node's words on a lock.
+#[derive(Debug)]
+struct LockWord {
+    at_ms: i64,
+    /// The group whose lock it speaks of; `None`: every group (the process started).
+    group: Option<String>,
+    /// It owns that lock from then on.
+    owns: bool,
+}
+
+/// A node's own words on the locks, from its JSON log.
+fn lock_timeline(log: &Path) -> Vec<LockWord> {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let mut timeline = Vec::new();
     for line in text.lines() {
@@ -806,7 +1133,19 @@ fn lock_timeline(log: &Path) -> Vec<(i64, bool)> {
         else {
             continue;
         };
-        timeline.push((at.timestamp_millis(), owns));
+        let group = match entry["fields"]["path"].as_str() {
+            // A lock path of another lock group than ours is none of the scenario's.
+            Some(path) => match group_of_lock(path) {
+                Some(group) => Some(group),
+                None => continue,
+            },
+            None => None,
+        };
+        timeline.push(LockWord {
+            at_ms: at.timestamp_millis(),
+            group,
+            owns,
+        });
     }
     timeline
 }

@@ -2,6 +2,10 @@
 //! under faults"), over what the jobs logged and what the nodes reported. Pure: logs in,
 //! violations out, each naming the offending ticks, so a failing scenario says what broke.
 //!
+//! Tokens and owners are per lock group: each group is a lock of its own with its own fencing
+//! tokens (issue 19), so two groups' owners at once, or one group's tokens below another's, are
+//! no violation.
+//!
 //! Owns: the checks and the shape of their input.
 //! Must not: start anything or read files; scenarios gather the input.
 
@@ -19,10 +23,23 @@ pub struct Run {
     pub end_ms: Option<i64>,
 }
 
+/// One sample of what a node said about one group's lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnerSample {
+    pub at_ms: i64,
+    /// The lock group; `""` is the default group.
+    pub group: String,
+    pub node: String,
+    /// It said it owns the group's lock.
+    pub owns: bool,
+}
+
 /// What a scenario observed.
 #[derive(Debug, Default, Clone)]
 pub struct Observed {
     pub runs: Vec<Run>,
+    /// Each job's lock group; a job not named here is in the default group, `""`.
+    pub groups: BTreeMap<String, String>,
     /// Jobs with `concurrency = "forbid"`: their runs must not overlap, across nodes.
     pub forbid: BTreeSet<String>,
     /// Per job, the ticks that had to fire (the schedule outside the fault window): a `missed`
@@ -34,8 +51,15 @@ pub struct Observed {
     pub recorded_missed: BTreeMap<String, BTreeSet<i64>>,
     /// (job, tick) of every run with a final record in the ledger.
     pub final_records: BTreeSet<(String, i64)>,
-    /// Samples of who said it owns the lock: (instant ms, node, says it is owner).
-    pub owner_samples: Vec<(i64, String, bool)>,
+    /// Samples of who said it owns which group's lock.
+    pub owner_samples: Vec<OwnerSample>,
+}
+
+impl Observed {
+    /// The lock group of `job`.
+    pub fn group_of(&self, job: &str) -> &str {
+        self.groups.get(job).map_or("", String::as_str)
+    }
 }
 
 /// One broken invariant, naming what broke it.
@@ -71,6 +95,7 @@ pub enum Violation {
         tick_ms: i64,
     },
     TwoOwners {
+        group: String,
         at_ms: i64,
         nodes: Vec<String>,
     },
@@ -100,18 +125,21 @@ pub fn check(observed: &Observed) -> Vec<Violation> {
         }
     }
 
-    // Fencing tokens never go backwards in start order.
-    let mut highest: Option<i64> = None;
+    // Within a group, fencing tokens never go backwards in start order.
+    let mut highest: BTreeMap<&str, i64> = BTreeMap::new();
     for run in &by_start {
-        if let Some(after) = highest.filter(|after| run.token < *after) {
+        let top = highest
+            .entry(observed.group_of(&run.job))
+            .or_insert(run.token);
+        if run.token < *top {
             found.push(Violation::TokenWentBack {
                 job: run.job.clone(),
                 tick_ms: run.tick_ms,
                 token: run.token,
-                after,
+                after: *top,
             });
         }
-        highest = highest.max(Some(run.token));
+        *top = (*top).max(run.token);
     }
 
     // Per job: forbid runs do not overlap; ticks start in order.
@@ -171,16 +199,21 @@ pub fn check(observed: &Observed) -> Vec<Violation> {
         }
     }
 
-    // At every sampled moment at most one node says it owns the lock.
-    let mut owners: BTreeMap<i64, Vec<String>> = BTreeMap::new();
-    for (at_ms, node, owner) in &observed.owner_samples {
-        if *owner {
-            owners.entry(*at_ms).or_default().push(node.clone());
-        }
+    // At every sampled moment at most one node says it owns a group's lock.
+    let mut owners: BTreeMap<(&str, i64), Vec<String>> = BTreeMap::new();
+    for sample in observed.owner_samples.iter().filter(|s| s.owns) {
+        owners
+            .entry((sample.group.as_str(), sample.at_ms))
+            .or_default()
+            .push(sample.node.clone());
     }
-    for (at_ms, nodes) in owners {
+    for ((group, at_ms), nodes) in owners {
         if nodes.len() > 1 {
-            found.push(Violation::TwoOwners { at_ms, nodes });
+            found.push(Violation::TwoOwners {
+                group: group.to_owned(),
+                at_ms,
+                nodes,
+            });
         }
     }
     found

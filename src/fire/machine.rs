@@ -1148,7 +1148,10 @@ impl FireMachine {
         match mode {
             // A retry (or rerun) skipped: written over its stored record, at its version.
             ClaimMode::Again { version } => self.claim_record_again(&config, record, version, out),
-            ClaimMode::Create => self.claim_record_only(&config, record, out),
+            // Not `claim_record_only`: a later tick of the job may have started meanwhile (it
+            // won the guard), and this tick must still end recorded. Its claim found no record
+            // (the guard refused it, not the record's create), so this create is not a second.
+            ClaimMode::Create => self.send_record_only(&config, record, ClaimMode::Create, out),
         }
     }
 
@@ -1628,8 +1631,9 @@ impl FireMachine {
             self.rewrites.first_failed(finished.clone(), now);
         }
         let job = run.job.clone();
-        // The run's guard is gone: claims that found it alive try again now (defect 1).
-        let waiting: Vec<ClaimId> = self
+        // The run's guard is gone: claims that found it alive try again now (defect 1), the
+        // earliest tick first.
+        let mut waiting: Vec<(DateTime<Utc>, ClaimId)> = self
             .claims
             .iter()
             .filter(|(_, p)| p.config.spec.name == job)
@@ -1639,8 +1643,10 @@ impl FireMachine {
                     PendingState::RunAlive { .. } | PendingState::Replacing { .. }
                 )
             })
-            .map(|(id, _)| *id)
+            .map(|(id, p)| (p.tick, *id))
             .collect();
+        waiting.sort();
+        let waiting = waiting.into_iter().map(|(_, id)| id);
         for id in waiting {
             match self.claims.get(&id).map(|p| &p.state) {
                 Some(PendingState::Replacing { .. }) if !self.runs.alive_of(&job) => {

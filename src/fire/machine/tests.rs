@@ -1407,3 +1407,45 @@ fn a_stopping_owner_records_the_promised_retry_and_leaves_it() {
         "not kept here: this node is stopping"
     );
 }
+
+#[test]
+fn a_tick_whose_later_tick_won_the_guard_is_recorded_skipped_not_dropped() {
+    // After a takeover, the caught-up run holds the guard while two declined ticks wait for it.
+    // Woken together by its record, the later claim can win: the earlier tick must still end
+    // recorded (it was dropped as "behind the ledger", leaving a tick with no record).
+    let mut m = owning(&job("a", EVERY_SECOND, ""));
+    m.handle(Input::LockChanged(disconnected_owner(TOKEN)), t(100));
+    run_timer(&mut m, 3750);
+    m.handle(Input::LockChanged(owner(TOKEN)), t(3800));
+    let listed = listed("a", &[stored("a", 0, "n1", 7, RunStatus::Succeeded)]);
+    let caught = claims(&m.handle(listed, t(3810)));
+    let caught = caught.last().expect("the caught-up tick");
+    let actions = m.handle(ok(caught), t(3820));
+    let (run, _) = only_start(&actions);
+    let declined = claims(&actions);
+    assert_eq!(declined.iter().map(ms_of).collect::<Vec<_>>(), [3000, 4000]);
+    for claim in &declined {
+        m.handle(refused(claim, ClaimRefused::RunAlive), t(3822));
+    }
+    let end = m.handle(
+        ended(&run, RunOutcome::Exited { code: 0 }, t(3820)),
+        t(3900),
+    );
+    let Action::WriteRecord(finished) = &end[0] else {
+        panic!("{end:?}")
+    };
+    let again = claims(&m.handle(written(finished), t(3910)));
+    assert_eq!(
+        again.iter().map(ms_of).collect::<Vec<_>>(),
+        [3000, 4000],
+        "the earliest tick first"
+    );
+    let (_, later) = only_start(&m.handle(ok(&again[1]), t(4010)));
+    assert_eq!(later.scheduled_at, t(4000));
+    let skipped = only_claim(&m.handle(refused(&again[0], ClaimRefused::RunAlive), t(4012)));
+    assert_eq!(
+        (ms_of(&skipped), skipped.record.status),
+        (3000, RunStatus::Skipped),
+        "recorded, not dropped"
+    );
+}

@@ -451,6 +451,7 @@ impl LockMachine {
     fn observe(&mut self, node: Option<LockNode>, now: Instant, out: &mut Vec<Action>) {
         self.failures = 0;
         let my_session = self.session.map(|s| s.id);
+        let kept_out = !self.may_contend();
         match (&mut self.state, node) {
             // Ours, proved by session: still owned.
             (State::Own { lock_version, .. }, Some(node)) if Some(node.session) == my_session => {
@@ -495,6 +496,8 @@ impl LockMachine {
                     self.contend(out);
                 }
             }
+            // Kept out: the read armed a watch for the node's creation; nothing to do until then.
+            (State::Created, None) if kept_out => {}
             (State::Created | State::Verifying { .. }, None) => self.contend(out),
             (State::Stopped, None) => {}
         }
@@ -602,12 +605,15 @@ impl LockMachine {
     }
 
     fn node_changed(&mut self, out: &mut Vec<Action>) {
+        let kept_out = !self.may_contend();
         match &mut self.state {
             State::Released { rewritten, .. } => {
                 *rewritten = true;
                 out.push(Action::ReadOwner);
             }
             State::Own { .. } | State::Waiting { .. } => out.push(Action::ReadOwner),
+            // Kept out and following the owner: someone created the node.
+            State::Created if kept_out => out.push(Action::ReadOwner),
             State::Created | State::Verifying { .. } | State::Stopped => {}
         }
     }
@@ -678,9 +684,17 @@ impl LockMachine {
     /// sends the acquiring multi-op.
     fn contend(&mut self, out: &mut Vec<Action>) {
         self.state = State::Created;
-        if self.connected() && self.may_contend() {
+        if !self.connected() {
+            return;
+        }
+        if self.may_contend() {
             self.retry = None;
             out.push(Action::Create);
+        } else {
+            // Kept out, we still follow the owner: a crashed owner's node must be waited out
+            // (the takeover delay) by whoever is placed on its group later, exactly as by a
+            // contender; only a handoff's marked deletion lets the next one go at once.
+            out.push(Action::ReadOwner);
         }
     }
 

@@ -864,8 +864,13 @@ fn a_skewed_clock_keeps_the_node_out_of_contention_and_hands_the_lock_over() {
     // The owner leaves: a skewed peer waits out the delay, then does not contend.
     let mut peer = waiting(t0);
     assert_eq!(peer.handle(skewed.clone(), t0), vec![]);
-    assert_eq!(peer.handle(Input::Tick, t0 + DELAY + JITTER), vec![]);
+    assert_eq!(
+        peer.handle(Input::Tick, t0 + DELAY + JITTER),
+        vec![Action::ReadOwner],
+        "followed, not contended for"
+    );
     assert_eq!(peer.state, State::Created);
+    peer.handle(Input::OwnerRead(Ok(None)), t0 + DELAY + JITTER);
     assert_eq!(
         peer.handle(skewed.clone(), t0 + DELAY * 2),
         vec![],
@@ -888,8 +893,13 @@ fn a_skewed_clock_keeps_the_node_out_of_contention_and_hands_the_lock_over() {
     owner.handle(Input::OwnerRead(Ok(None)), t0);
     assert_eq!(
         owner.handle(Input::Tick, t0 + DELAY + JITTER),
+        vec![Action::ReadOwner],
+        "nobody took it, and it does not take it back while skewed (it follows the lock)"
+    );
+    assert_eq!(
+        owner.handle(Input::OwnerRead(Ok(None)), t0 + DELAY + JITTER),
         vec![],
-        "nobody took it, and it does not take it back while skewed"
+        "and nothing more until the lock changes"
     );
     // A failed create's retry waits for the clock too.
     let mut retrying = connected(t0);
@@ -910,8 +920,16 @@ fn a_node_placed_elsewhere_stays_out_of_contention_and_keeps_what_it_owns() {
 
     let mut peer = waiting(t0);
     assert_eq!(peer.handle(aside.clone(), t0), vec![]);
-    assert_eq!(peer.handle(Input::Tick, t0 + DELAY + JITTER), vec![]);
+    assert_eq!(
+        peer.handle(Input::Tick, t0 + DELAY + JITTER),
+        vec![Action::ReadOwner],
+        "not contended for, but followed"
+    );
     assert_eq!(peer.state, State::Created, "free, and not contended for");
+    assert_eq!(
+        peer.handle(Input::OwnerRead(Ok(None)), t0 + DELAY + JITTER),
+        vec![]
+    );
     assert_eq!(
         peer.handle(here.clone(), t0 + DELAY * 2),
         vec![Action::Create],
@@ -928,7 +946,7 @@ fn a_node_placed_elsewhere_stays_out_of_contention_and_keeps_what_it_owns() {
     other.handle(Input::OwnerRead(Ok(Some(releasing))), t0);
     assert_eq!(
         other.handle(Input::NodeDeleted, t0),
-        vec![owner_changed(None)],
+        vec![owner_changed(None), Action::ReadOwner],
         "no Create"
     );
 
@@ -942,4 +960,78 @@ fn a_node_placed_elsewhere_stays_out_of_contention_and_keeps_what_it_owns() {
     let retry_at = retrying.next_deadline().expect("a retry is due");
     assert_eq!(retrying.handle(Input::Tick, retry_at), vec![]);
     assert_eq!(retrying.handle(here, retry_at), vec![Action::Create]);
+}
+
+/// Issue 19: a node kept out of a group still follows its owner, so a crashed owner's node is
+/// waited out (the takeover delay) by the node the balancer places there after the crash — as by
+/// any contender — while a handoff's marked deletion still lets it go at once.
+#[test]
+fn a_node_placed_after_an_owners_crash_still_waits_out_the_takeover_delay() {
+    let t0 = base();
+    let aside = Input::Placement { contend: false };
+    let here = Input::Placement { contend: true };
+    let mut m = machine();
+    m.handle(aside.clone(), t0);
+    m.handle(Input::Start, t0);
+    assert_eq!(
+        m.handle(
+            Input::SessionStarted {
+                session: MY_SESSION,
+                timeout: TIMEOUT
+            },
+            t0
+        ),
+        vec![Action::ReadOwner],
+        "kept out: no Create, but the owner is read"
+    );
+    m.handle(Input::OwnerRead(Ok(Some(node(PEER_SESSION, PEER)))), t0);
+    assert!(matches!(m.state, State::Released { .. }), "{:?}", m.state);
+    // The owner's session expires: its node goes, then the balancer places us on the group.
+    let crashed = t0 + Duration::from_secs(1);
+    m.handle(Input::NodeDeleted, crashed);
+    m.handle(Input::OwnerRead(Ok(None)), crashed);
+    assert_eq!(
+        m.handle(here.clone(), crashed),
+        vec![],
+        "placed here, but the crashed owner's node is waited out first"
+    );
+    assert_eq!(
+        m.handle(Input::Tick, crashed + DELAY + JITTER),
+        vec![Action::Create]
+    );
+
+    // Kept out while a free lock gets an owner: the creation is followed too.
+    let mut m = machine();
+    m.handle(aside.clone(), t0);
+    m.handle(Input::Start, t0);
+    m.handle(
+        Input::SessionStarted {
+            session: MY_SESSION,
+            timeout: TIMEOUT,
+        },
+        t0,
+    );
+    assert_eq!(
+        m.handle(Input::OwnerRead(Ok(None)), t0),
+        vec![],
+        "watching, idle"
+    );
+    assert_eq!(m.handle(Input::NodeChanged, t0), vec![Action::ReadOwner]);
+    let releasing = LockNode {
+        info: Some(info("peer", true)),
+        ..node(PEER_SESSION, PEER)
+    };
+    m.handle(Input::OwnerRead(Ok(Some(releasing))), t0);
+    let handed = t0 + Duration::from_secs(2);
+    assert_eq!(
+        m.handle(Input::NodeDeleted, handed),
+        vec![owner_changed(None), Action::ReadOwner],
+        "a handoff while kept out: followed, not contended for"
+    );
+    m.handle(Input::OwnerRead(Ok(None)), handed);
+    assert_eq!(
+        m.handle(here, handed),
+        vec![Action::Create],
+        "a handoff is not waited out"
+    );
 }

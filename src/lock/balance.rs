@@ -313,6 +313,12 @@ impl Balancer {
             let handover_due = owner.as_ref() == Some(&self.me)
                 && !mine
                 && favourite.as_ref().is_some_and(|node| live.contains(node));
+            if handover_due && settled && in_flux {
+                // Nothing else may wake us once the move settles (no member comes or goes):
+                // look again.
+                tracing::debug!(group = %name, "handover due, but owners are moving; looking again");
+                looks.push(now + self.spacing);
+            }
             if handover_due && settled && !in_flux && decision.hand_over.is_none() {
                 match self.last_move.map(|at| at + self.spacing) {
                     Some(at) if now < at => looks.push(at),

@@ -440,3 +440,39 @@ proptest! {
         prop_assert!(load(&owners).values().all(|l| *l <= cap));
     }
 }
+
+/// Seen in bench/rebalance.sh with the default settle time: two owners handed a group each to
+/// the same node at once; the reading that followed found one of them still between owners, so
+/// no handover was decided, and nothing asked to look again — the fleet stayed at 5, 5 and 2 of
+/// 12 groups for good.
+#[test]
+fn a_handover_put_off_because_owners_are_moving_is_looked_at_again() {
+    let specs = groups(12);
+    let members = nodes(3);
+    let me = NodeId::new("n1");
+    let t0 = Instant::now();
+    let mut balancer = Balancer::new(me.clone(), SETTLE, SPACING);
+    balancer.members(members.clone(), t0);
+    // n1 owns 6, n2 4, n0 1; one group is between owners.
+    let mut owners: BTreeMap<String, Option<NodeId>> = BTreeMap::new();
+    for (i, group) in specs.iter().enumerate() {
+        let owner = match i {
+            0..6 => Some(me.clone()),
+            6..10 => Some(NodeId::new("n2")),
+            10 => Some(NodeId::new("n0")),
+            _ => None,
+        };
+        owners.insert(group.name.clone(), owner);
+    }
+    let now = t0 + SETTLE * 2;
+    let moving = balancer.decide(&specs, &owners, now);
+    assert_eq!(
+        moving.hand_over, None,
+        "not while a group is between owners"
+    );
+    let again = moving.next_look.expect("a look again is due");
+    assert!(again <= now + SPACING, "{again:?}");
+    owners.insert(specs[11].name.clone(), Some(NodeId::new("n0")));
+    let settled = balancer.decide(&specs, &owners, again);
+    assert!(settled.hand_over.is_some(), "{settled:?}");
+}

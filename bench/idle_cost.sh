@@ -32,9 +32,12 @@
 #   fired             "job started" lines during the whole run: must be 0 (else the row is not an
 #                     idle measurement and is flagged)
 #   Target (issue 18): anonymous memory <= 4 MiB with 1000 jobs, <= 16 MiB with 10 000.
+#   With --groups G (issue 19), the node is alone in G lock groups (G-1 `[[group]]`s and the
+#   default, the jobs assigned round robin) and owns them all; "start->lock" is then the time to
+#   the G-th "lock acquired". Run it with --groups 1 and --groups 12 to compare.
 #
-# Usage: bench/idle_cost.sh [--jobs 1,1000,10000] [--window S] [--settle S] [--servers 1|3]
-#                           [--binary PATH] [--keep]
+# Usage: bench/idle_cost.sh [--jobs 1,1000,10000] [--groups G] [--window S] [--settle S]
+#                           [--servers 1|3] [--binary PATH] [--keep]
 #   --window   idle sampling window in seconds (default 30); --settle: wait after the lock is
 #              acquired before sampling (default 30: with 10 000 jobs the startup catch-up, one
 #              listing of run records per job, takes ~15 s, and its heap is given back after it;
@@ -51,6 +54,7 @@ jobs_list="1,1000,10000"
 window=30
 settle=30
 servers=1
+groups=1
 binary=""
 usage() { sed -n '/^# Usage:/,/^# Everything/p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while (($#)); do
@@ -59,6 +63,7 @@ while (($#)); do
     --window) window=${2:?}; shift 2 ;;
     --settle) settle=${2:?}; shift 2 ;;
     --servers) servers=${2:?}; shift 2 ;;
+    --groups) groups=${2:?}; shift 2 ;;
     --binary) binary=${2:?}; shift 2 ;;
     --keep) BENCH_KEEP=1; shift ;;
     -h | --help) usage ;;
@@ -69,6 +74,7 @@ done
 [[ "$jobs_list" =~ ^[0-9]+(,[0-9]+)*$ ]] || bench_die "--jobs must be a comma list of counts"
 [[ "$window" =~ ^[0-9]+$ ]] && ((window >= 5)) || bench_die "--window must be an integer >= 5"
 [[ "$settle" =~ ^[0-9]+$ ]] || bench_die "--settle must be an integer"
+[[ "$groups" =~ ^[1-9][0-9]*$ ]] && ((groups <= 256)) || bench_die "--groups must be 1 to 256"
 IFS=, read -r -a job_counts <<<"$jobs_list"
 # No job may be due from generation until the node has stopped: startup (bounded below by the
 # 180 s wait) is usually seconds, so settle + window + 2 minutes of margin.
@@ -85,17 +91,19 @@ printf '%-18s %s\n' "ensemble" "$servers server(s) on 127.0.0.1, tickTime=2000, 
 printf '%-18s %s\n' "zkcron" "$binary ($("$binary" --version))"
 printf '%-18s %s\n' "window" "settle ${settle} s after 'lock acquired', then ${window} s sampled every 1 s"
 printf '%-18s %s\n' "clock ticks" "$clk_tck per second"
+printf '%-18s %s\n' "lock groups" "$groups (the node alone owns them all)"
 
 bench_zk_start "$servers"
 
 # gen_schedule N FILE LOCKNAME: a schedule of N idle jobs.
 gen_schedule() {
-  python3 - "$1" "$2" "$3" "$ZK_CONNECT" "$horizon" <<'PY'
+  python3 - "$1" "$2" "$3" "$ZK_CONNECT" "$horizon" "$groups" <<'PY'
 import sys
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 n, path, lock, connect, horizon = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+groups = int(sys.argv[6])
 now = datetime.now(timezone.utc)
 safe_until = now + timedelta(seconds=horizon + 60)
 berlin, ny = now.astimezone(ZoneInfo("Europe/Berlin")), now.astimezone(ZoneInfo("America/New_York"))
@@ -125,11 +133,15 @@ def job(i):
 with open(path, "w") as f:
     f.write(f'[zookeeper]\nconnect = "{connect}/zkcron-bench"\nsession_timeout = "10s"\n\n'
             f'[lock]\nname = "{lock}"\nnode_id = "bench-node"\n\n[log]\nlevel = "info"\n')
+    for g in range(1, groups):
+        f.write(f'\n[[group]]\nname = "g{g:03d}"\n')
     for i in range(n):
         expr, tz = job(i)
         f.write(f'\n[[job]]\nname = "idle-{i:05d}"\nschedule = "{expr}"\n')
         if tz:
             f.write(f'timezone = "{tz}"\n')
+        if i % groups:
+            f.write(f'group = "g{i % groups:03d}"\n')
         f.write('command = ["/bin/true"]\n')
 print(now.timestamp())
 PY
@@ -175,7 +187,7 @@ for n in "${job_counts[@]}"; do
   log="$work/zkcron-$n.log"
   samples="$work/samples-$n"
   echo "N=$n: generating and checking the schedule..." >&2
-  generated=$(gen_schedule "$n" "$cfg" "idle-$n")
+  generated=$(gen_schedule "$n" "$cfg" "idle-$n-g$groups")
   check_quiet "$cfg" "$generated"
 
   launched=$(bench_now)
@@ -183,6 +195,12 @@ for n in "${job_counts[@]}"; do
   pid=$!
   BENCH_PIDS+=("$pid")
   bench_wait_log "$log" "lock acquired" 180 "$pid"
+  for ((i = 0; i < 180 * 20; i++)); do
+    (($(grep -c "lock acquired" "$log") >= groups)) && break
+    sleep 0.05
+  done
+  (($(grep -c "lock acquired" "$log") >= groups)) ||
+    bench_die "N=$n: only $(grep -c "lock acquired" "$log") of $groups groups acquired within 180 s"
   echo "N=$n: lock acquired; settling ${settle} s, then sampling ${window} s..." >&2
   sleep "$settle"
   : >"$samples"
@@ -200,20 +218,22 @@ for n in "${job_counts[@]}"; do
 done
 
 echo
-python3 - "$results" "$clk_tck" "$window" <<'PY'
+python3 - "$results" "$clk_tck" "$window" "$groups" <<'PY'
 import sys
 from datetime import datetime
 
-results, clk_tck, window = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+results, clk_tck, window, groups = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 
-def log_time(path, needle):
+def log_time(path, needle, nth=1):
     for line in open(path, errors="replace"):
         if needle in line:
-            return datetime.fromisoformat(line.split()[0].replace("Z", "+00:00")).timestamp()
+            nth -= 1
+            if nth == 0:
+                return datetime.fromisoformat(line.split()[0].replace("Z", "+00:00")).timestamp()
     return None
 
 rows = []
-print("== idle cost: one zkcron node owning the lock, no job due")
+print(f"== idle cost: one zkcron node owning the lock{'' if groups == 1 else f' of each of {groups} groups'}, no job due")
 print(f"{'jobs':>6} {'start->ready':>13} {'start->lock':>12} {'anon start/max':>14} {'dirty':>6} "
       f"{'PSS':>6} {'RSS':>6} {'HWM':>6} {'CPU ms/s':>9} {'sched':>7} {'threads':>7} {'fired':>5} "
       f"{'host busy':>9}")
@@ -232,7 +252,7 @@ for line in open(results):
     same_threads = first[9] == last[9]
     sched = (int(last[7]) - int(first[7])) / 1e6 / elapsed if same_threads else None
     ready = log_time(log_path, "zkcron started")
-    lock = log_time(log_path, "lock acquired")
+    lock = log_time(log_path, "lock acquired", groups)
     ms = lambda t: f"{(t - launched) * 1000:.0f} ms" if t else "?"
     print(f"{n:>6} {ms(ready):>13} {ms(lock):>12} {anon[0]:>7.1f}/{max(anon):<6.1f} "
           f"{max(dirty):>6.1f} {max(pss):>6.1f} {max(rss):>6.1f} {hwm:>6.1f} {cpu:>9.2f} "

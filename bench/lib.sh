@@ -263,3 +263,34 @@ bench_print_machine() {
   printf '%-18s %s\n' "load average" "$(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min, at start; other work on the machine skews results)"
   printf '%-18s %s\n' "work dir fs" "$(df -PT "$BENCH_WORK" | awk 'NR == 2 { print $2 " (" $1 ")" }')"
 }
+
+# bench_group_owners BINARY CONFIG: "group=owner" words of `status --json` (owner "-" when none),
+# sorted; empty when status fails.
+bench_group_owners() {
+  "$1" status --json --config "$2" 2>/dev/null | python3 -c '
+import json, sys
+status = json.load(sys.stdin)
+words = []
+for group in status.get("groups", []):
+    owner = ((group.get("lock") or {}).get("owner") or {}).get("node_id", "-")
+    words.append(group["name"] + "=" + owner)
+print(" ".join(sorted(words)))
+' 2>/dev/null || true
+}
+
+# bench_groups_balanced "OWNERS" G LIVE...: true when all G groups are owned by live nodes, none
+# owning more than ⌈G/N⌉.
+bench_groups_balanced() {
+  python3 - "$@" <<'PY'
+import sys
+owners, groups, live = sys.argv[1].split(), int(sys.argv[2]), set(sys.argv[3:])
+load = {}
+for word in owners:
+    group, owner = word.split("=", 1)
+    if owner not in live:
+        sys.exit(1)
+    load[owner] = load.get(owner, 0) + 1
+cap = -(-groups // len(live))
+sys.exit(0 if len(owners) == groups and max(load.values(), default=0) <= cap else 1)
+PY
+}

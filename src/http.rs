@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, NamedToken, TokenKind};
-use crate::control::client::{Steer, SteerError};
+use crate::control::client::{Released, Steer, SteerError};
 use crate::delayed::client::SubmissionError;
 use crate::delayed::client::{Delayed, DelayedError, SubmitRequest};
 use crate::delayed::submission::SubmissionId;
@@ -169,7 +169,9 @@ impl From<SteerError> for ApiError {
             SteerError::Paused { .. }
             | SteerError::Disabled { .. }
             | SteerError::NoOwner
-            | SteerError::NoPeer { .. } => StatusCode::CONFLICT,
+            | SteerError::NoPeer { .. }
+            | SteerError::NotTheOwner { .. } => StatusCode::CONFLICT,
+            SteerError::UnknownGroup { .. } => StatusCode::NOT_FOUND,
             SteerError::NotHandedOver { .. } => StatusCode::GATEWAY_TIMEOUT,
             SteerError::Request(err) => return ApiError::from_delayed(err),
             _ => StatusCode::SERVICE_UNAVAILABLE,
@@ -565,13 +567,40 @@ struct ReleaseAnswer {
     after_ms: u128,
 }
 
-/// This node hands the lock over (for its maintenance); refused unless it is the owner.
+impl ReleaseAnswer {
+    fn of(released: Released) -> Response {
+        axum::Json(ReleaseAnswer {
+            from: released.from,
+            to: released.to,
+            after_ms: released.after.as_millis(),
+        })
+        .into_response()
+    }
+}
+
+#[derive(Deserialize)]
+struct ReleaseQuery {
+    /// A `[[group]]`'s name; the default group's lock without it (or with `default`).
+    group: Option<String>,
+}
+
+/// This node hands the lock (or `?group=NAME`'s) over, for its maintenance; refused unless it is
+/// the owner.
 async fn release(
     State(state): State<HttpState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Query(query): Query<ReleaseQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let by = authorize(&state, &headers, TokenKind::Write, peer)?;
+    if let Some(group) = query
+        .group
+        .filter(|group| group != crate::config::DEFAULT_GROUP_NAME)
+    {
+        let steer = Steer::with_client(state.client()?, &state.config());
+        let released = steer.release_group_of(&group, &state.me, &by).await?;
+        return Ok(ReleaseAnswer::of(released));
+    }
     if state.view.borrow().lock.token.is_none() {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -583,12 +612,7 @@ async fn release(
     }
     let steer = Steer::with_client(state.client()?, &state.config());
     let released = steer.release(&by).await?;
-    Ok(axum::Json(ReleaseAnswer {
-        from: released.from,
-        to: released.to,
-        after_ms: released.after.as_millis(),
-    })
-    .into_response())
+    Ok(ReleaseAnswer::of(released))
 }
 
 #[cfg(test)]

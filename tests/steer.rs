@@ -339,3 +339,81 @@ async fn a_release_hands_the_lock_to_a_peer_without_losing_or_repeating_a_tick()
     .await;
     drop((n1, n2));
 }
+
+/// Each group's owner, as `status --json` shows it.
+fn group_owner(config: &Path, group: &str) -> Option<String> {
+    let output = zkcron(&["status", "--json"], config);
+    let status: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
+    status["groups"]
+        .as_array()?
+        .iter()
+        .find(|g| g["name"] == group)?["lock"]["owner"]["node_id"]
+        .as_str()
+        .map(str::to_owned)
+}
+
+/// Issue 19: `POST /v1/release?group=NAME` hands over that group only, and only on its owner's
+/// API (as the default group's release); an undeclared group is a 404.
+#[tokio::test]
+async fn a_groups_release_through_http_is_its_owners_and_moves_that_group_only() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let token = dir.path().join("http.token");
+    std::fs::write(&token, "release-token\n").expect("token file");
+    let jobs = format!(
+        "[http]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"{}\"\n\n[[group]]\nname = \"g\"\n\n{}group = \"g\"\n",
+        token.display(),
+        every_second("tick", &dir.path().join("fires.log"))
+    );
+    let text = schedule("steer-release-group", &jobs);
+    let n1 = DaemonNode::start(dir.path(), "n1", &text);
+    let owned_by = |group: &'static str, node: &'static str| {
+        let config = n1.config.clone();
+        move || {
+            let owned = group_owner(&config, group).as_deref() == Some(node);
+            async move { owned.then_some(()) }
+        }
+    };
+    wait_for("n1 owning g", FIRST_FIRE, owned_by("g", "n1")).await;
+    wait_for(
+        "n1 owning the default group",
+        FIRST_FIRE,
+        owned_by("default", "n1"),
+    )
+    .await;
+    let n2 = DaemonNode::start(dir.path(), "n2", &text);
+    wait_for("n2 listed as a member", Duration::from_secs(10), || {
+        let status = zkcron(&["status"], &n1.config);
+        let listed = String::from_utf8_lossy(&status.stdout).contains("members:       2");
+        async move { listed.then_some(()) }
+    })
+    .await;
+    let port = |node: &DaemonNode| logged_port(&node.log()).expect("a listener");
+    let release = |node: &DaemonNode, query: &str| {
+        let path = format!("/v1/release{query}");
+        let port = port(node);
+        async move { request(port, "POST", &path, Some("release-token"), None).await }
+    };
+    let refused = release(&n2, "?group=g").await;
+    assert_eq!(refused.status, 409, "{refused:?}");
+    assert!(
+        refused.json()["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("is owned by n1")),
+        "{refused:?}"
+    );
+    let unknown = release(&n1, "?group=nope").await;
+    assert_eq!(unknown.status, 404, "{unknown:?}");
+    let released = release(&n1, "?group=g").await;
+    assert_eq!(released.status, 200, "{released:?}");
+    let answer = released.json();
+    assert_eq!(
+        (answer["from"].as_str(), answer["to"].as_str()),
+        (Some("n1"), Some("n2"))
+    );
+    assert_eq!(
+        group_owner(&n1.config, "default").as_deref(),
+        Some("n1"),
+        "the default group stays"
+    );
+    drop((n1, n2));
+}

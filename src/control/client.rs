@@ -46,6 +46,14 @@ pub enum SteerError {
         "no other node is alive to take the lock over from {owner}; stop it instead if it must go"
     )]
     NoPeer { owner: NodeId },
+    #[error(
+        "lock group \"{group}\" is owned by {owner}, not {asked}: ask the owner's API, or use zkcron release --group {group}"
+    )]
+    NotTheOwner {
+        group: String,
+        owner: NodeId,
+        asked: NodeId,
+    },
     #[error("the lock did not move from {owner} within {waited:?}: {why}")]
     NotHandedOver {
         owner: NodeId,
@@ -73,6 +81,7 @@ impl SteerError {
             | SteerError::Disabled { .. }
             | SteerError::NoOwner
             | SteerError::UnknownGroup { .. }
+            | SteerError::NotTheOwner { .. }
             | SteerError::NoPeer { .. } => true,
             SteerError::Request(err) => err.is_refusal(),
             _ => false,
@@ -220,6 +229,21 @@ impl Steer {
         self.release_group(None, by).await
     }
 
+    /// [`Steer::release_group`], refused (`NotTheOwner`) unless `owner` owns the group: a node's
+    /// API hands over only what that node owns.
+    ///
+    /// # Errors
+    /// As [`Steer::release_group`], and `NotTheOwner`.
+    pub async fn release_group_of(
+        &self,
+        group: &str,
+        owner: &NodeId,
+        by: &str,
+    ) -> Result<Released, SteerError> {
+        self.release_group_checked(Some(group), Some(owner), by)
+            .await
+    }
+
     /// [`Steer::release`] of lock group `group` (`None` or `"default"`: the default group); the
     /// balancer prefers another node for it while its owner hands it over (issue 19).
     ///
@@ -228,6 +252,15 @@ impl Steer {
     pub async fn release_group(
         &self,
         group: Option<&str>,
+        by: &str,
+    ) -> Result<Released, SteerError> {
+        self.release_group_checked(group, None, by).await
+    }
+
+    async fn release_group_checked(
+        &self,
+        group: Option<&str>,
+        expected_owner: Option<&NodeId>,
         by: &str,
     ) -> Result<Released, SteerError> {
         let (lock, control) = match group.filter(|g| *g != crate::config::DEFAULT_GROUP_NAME) {
@@ -253,6 +286,15 @@ impl Steer {
                 return Err(SteerError::NoOwner);
             }
         };
+        if let Some(asked) = expected_owner.filter(|asked| **asked != owner) {
+            return Err(SteerError::NotTheOwner {
+                group: group
+                    .unwrap_or(crate::config::DEFAULT_GROUP_NAME)
+                    .to_owned(),
+                owner,
+                asked: asked.clone(),
+            });
+        }
         let members = inspect::member_ids(&self.client, &self.lock).await?;
         if !members.iter().any(|member| member != &owner) {
             return Err(SteerError::NoPeer { owner });

@@ -323,13 +323,8 @@ pub async fn run(
             }
             reading = clock_checked(&mut checking) => {
                 checking = None;
-                let next = if std::mem::take(&mut republish) {
-                    now()
-                } else {
-                    now() + clock_watch::period(live.timeout)
-                };
-                clock_due.as_mut().reset(next.into());
-                match reading {
+                let unestimated = clock.offset_ms().is_none();
+                let judged = match reading {
                     Ok(reading) => clock.judged(&reading).map(|verdict| {
                         if let LockRole::Member { verdict: to_groups, .. } = &settings.role {
                             to_groups.send_replace(verdict.skewed);
@@ -340,7 +335,17 @@ pub async fn run(
                         tracing::debug!(error = err, "clock not checked this time");
                         None
                     }
-                }
+                };
+                // A first estimate is published at once: the other members judge their clocks
+                // by ours, and waiting a whole period delays their verdict by as much.
+                let first_estimate = unestimated && clock.offset_ms().is_some();
+                let next = if std::mem::take(&mut republish) || first_estimate {
+                    now()
+                } else {
+                    now() + clock_watch::period(live.timeout)
+                };
+                clock_due.as_mut().reset(next.into());
+                judged
             }
             Some(command) = commands.recv() => match command {
                 LockCommand::FenceFailed(token) => {

@@ -856,7 +856,7 @@ impl FireMachine {
             .newest_tick
             .filter(|newest| fresh_tick && item.tick <= *newest)
         {
-            return self.behind_the_ledger(job, item.tick, newest);
+            return self.behind_the_ledger(job, item.tick, newest, now);
         }
         let me = (&self.me.node_id, self.me.ip.as_str());
         let now_ms = now.timestamp_millis();
@@ -896,8 +896,20 @@ impl FireMachine {
     /// owned the lock at its time. This node's clock is behind that owner's; it claims nothing
     /// until its clock passes the newest recorded tick, so the job's ticks stay in order and
     /// none runs twice.
-    fn behind_the_ledger(&mut self, job: &JobName, tick: DateTime<Utc>, newest: DateTime<Utc>) {
-        if std::mem::replace(&mut self.behind_the_ledger_said, true) {
+    ///
+    /// A newest tick that is not ahead of our clock says nothing of the clock: the previous
+    /// owner ran or recorded a tick this node had passed over while it waited for the lock (a
+    /// handoff, a takeover), and that is only worth a debug line.
+    fn behind_the_ledger(
+        &mut self,
+        job: &JobName,
+        tick: DateTime<Utc>,
+        newest: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) {
+        if newest <= now {
+            tracing::debug!(job = %job, %tick, %newest, "tick not claimed: the previous owner ran or recorded it");
+        } else if std::mem::replace(&mut self.behind_the_ledger_said, true) {
             tracing::debug!(job = %job, %tick, %newest, "tick not claimed: at or before the newest recorded tick");
         } else {
             tracing::warn!(job = %job, %tick, newest_recorded = %newest, "tick not claimed: it is at or before the job's newest recorded tick, so this node's clock is behind the previous owner's; ticks start again once the clock passes it (said once)");
@@ -950,7 +962,8 @@ impl FireMachine {
             newest.filter(|newest| record.submission_id.is_none() && tick <= *newest)
         {
             // Its owner accounted for it: a skipped or missed record here would be a second one.
-            return self.behind_the_ledger(&config.spec.name, tick, newest);
+            let now = DateTime::from_timestamp_millis(record.claimed_unix_ms).unwrap_or_default();
+            return self.behind_the_ledger(&config.spec.name, tick, newest, now);
         }
         self.send_record_only(config, record, ClaimMode::Create, out);
     }
@@ -1576,7 +1589,7 @@ impl FireMachine {
             .partition(|item| newest.is_some_and(|newest| item.tick <= newest));
         let config = Arc::clone(&state.config);
         if let (Some(first), Some(newest)) = (accounted.first(), newest) {
-            self.behind_the_ledger(job, first.tick, newest);
+            self.behind_the_ledger(job, first.tick, newest, now);
         }
         let (late, in_time): (Vec<Item>, Vec<Item>) = held
             .into_iter()

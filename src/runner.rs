@@ -55,6 +55,9 @@ pub const OUTPUT_DRAIN_AFTER_EXIT: Duration = Duration::from_secs(1);
 /// How long to wait for the leader to disappear after SIGKILL. Only a process stuck in the kernel
 /// (uninterruptible sleep) takes longer; the run is reported anyway and tokio reaps it later.
 const EXIT_AFTER_KILL: Duration = Duration::from_secs(5);
+/// How often a stopped job's group is looked at once its leader has exited: nothing signals that
+/// a process group has become empty.
+const GROUP_GONE_POLL: Duration = Duration::from_millis(50);
 
 /// Variables by which systemd talks to *the daemon*: a job that inherited them could send
 /// `READY=1`/`WATCHDOG=1` for it or grab its sockets (STYLE.md §7 "Runner").
@@ -584,10 +587,20 @@ impl Group {
         let status = match timeout_at(grace_ends, self.wait_leader()).await {
             Ok(Ok(status)) => {
                 // The leader is gone; its group lives on while any member does (a zombie counts
-                // until its new parent reaps it). Members get the rest of the grace, then SIGKILL.
-                if self.group_exists() {
-                    sleep_until(grace_ends).await;
-                    self.signal(Signal::SIGKILL);
+                // until its new parent reaps it: us, when zkcron is a child subreaper). Members
+                // get the rest of the grace, then SIGKILL — but no longer than they live: a
+                // stopping owner holds its forbid guard until this returns.
+                loop {
+                    self.reap_orphans();
+                    if !self.group_exists() {
+                        break;
+                    }
+                    let now = Instant::now();
+                    if now >= grace_ends {
+                        self.signal(Signal::SIGKILL);
+                        break;
+                    }
+                    sleep_until(grace_ends.min(now + GROUP_GONE_POLL)).await;
                 }
                 Some(status)
             }

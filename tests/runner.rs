@@ -531,6 +531,40 @@ async fn cancel_stops_the_group_and_reports_cancelled() {
     assert_all_dead(&pids, "cancel").await;
 }
 
+/// A stopped job whose leader traps SIGTERM and exits while its background child dies of the
+/// same signal: the run ends as soon as the group is gone, not at the end of a long grace (a
+/// stopping owner holds the job's forbid guard until then; the chaos suite's graceful stop saw
+/// the next owner skip a tick for it).
+#[tokio::test]
+async fn a_cancelled_group_that_dies_at_once_is_not_waited_for_to_the_end_of_its_grace() {
+    host_env();
+    let dir = tempfile::tempdir().unwrap();
+    let (announce, rx) = fifo(&dir);
+    let mut job = shell(
+        "trapping",
+        r#"trap 'exit 143' TERM; sleep 300 & echo "$! $$" > "$ANNOUNCE"; wait $!"#,
+    );
+    job.kill_grace = Duration::from_secs(30);
+    job.env
+        .insert("ANNOUNCE".into(), announce.display().to_string());
+    let cancel = CancellationToken::new();
+    let ctx = ctx("trap");
+    let (report, (pids, cancelled_at)) = tokio::join!(run(&job, &ctx, cancel.clone()), async {
+        let pids = announced(rx).await;
+        cancel.cancel();
+        (pids, Instant::now())
+    });
+    let stopped_within = cancelled_at.elapsed();
+    assert_eq!(report.outcome, RunOutcome::Cancelled);
+    assert_all_dead(&pids, "cancel").await;
+    // The group is gone within moments of SIGTERM; the bound only has to be far below the 30 s
+    // grace, with room for a loaded machine and the output drain.
+    assert!(
+        stopped_within < Duration::from_secs(5),
+        "run returned {stopped_within:?} after cancel, its group long gone"
+    );
+}
+
 #[tokio::test]
 async fn an_already_cancelled_run_starts_nothing() {
     host_env();

@@ -436,7 +436,7 @@ pub async fn finish(client: &Client, claim: &mut Claim) -> Result<(), UpdateErro
     }
     // A record whose reply was lost, with the guard still ours: release the guard alone.
     if let Some(guard) = &guard {
-        delete_own_ephemeral(client, guard).await;
+        delete_own_guard(client, guard, &claim.record.run_id).await;
     }
     update(client, claim).await?;
     // Only once the record is final: an open marker is what the next owner resolves.
@@ -534,23 +534,24 @@ pub async fn release_unstarted_guard(client: &Client, claim: &Claim) {
         return;
     }
     if let Some(guard) = &claim.guard {
-        delete_own_ephemeral(client, guard).await;
+        delete_own_guard(client, guard, &claim.record.run_id).await;
     }
 }
 
-/// Deletes `path` if it is an ephemeral node of our session. A delete after a lost reply must not
-/// take a node that another session created since (a peer's guard): only our session deletes our
-/// ephemerals, so one read as ours stays ours until we delete it.
-async fn delete_own_ephemeral(client: &Client, path: &str) {
-    let stat = match client.check_stat(path).await {
-        Ok(Some(stat)) => stat,
-        Ok(None) => return,
+/// Deletes the guard at `path` if it is still run `run_id`'s, made by our session. A delete after
+/// a lost reply must not take a guard made since: a peer's (another session), or our own next
+/// run's (another run id). Only the session that made a guard deletes it, so one read as this
+/// run's stays so until we delete it.
+async fn delete_own_guard(client: &Client, path: &str, run_id: &str) {
+    let (data, stat) = match client.get_data(path).await {
+        Ok(read) => read,
+        Err(ZkErr::NoNode) => return,
         Err(err) => {
             tracing::debug!(path, error = %err, "not deleted");
             return;
         }
     };
-    if stat.ephemeral_owner != client.session_id().0 {
+    if stat.ephemeral_owner != client.session_id().0 || data != run_id.as_bytes() {
         return;
     }
     match client.delete(path, Some(stat.version)).await {

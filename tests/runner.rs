@@ -500,26 +500,38 @@ async fn a_job_ignoring_sigterm_is_killed_with_its_group_after_the_grace() {
     assert_all_dead(&pids, "after SIGKILL").await;
 }
 
-#[tokio::test]
-async fn cancel_stops_the_group_and_reports_cancelled() {
-    host_env();
-    let dir = tempfile::tempdir().unwrap();
+/// Runs `line` (which writes "$! $$" to `$ANNOUNCE`), cancels it once it has announced its pids;
+/// the report, the pids and how long the run took to return after the cancel.
+async fn cancelled_once_announced(
+    name: &str,
+    line: &str,
+    grace: Duration,
+) -> (RunReport, Vec<Pid>, Duration) {
+    let dir = tempfile::tempdir().expect("temp dir");
     let (announce, rx) = fifo(&dir);
-    let mut job = shell(
-        "cancelled",
-        r#"sleep 300 & echo "$! $$" > "$ANNOUNCE"; wait"#,
-    );
+    let mut job = shell(name, line);
+    job.kill_grace = grace;
     job.env
         .insert("ANNOUNCE".into(), announce.display().to_string());
     let cancel = CancellationToken::new();
-    let ctx = ctx("r");
-
+    let ctx = ctx(name);
     let (report, (pids, cancelled_at)) = tokio::join!(run(&job, &ctx, cancel.clone()), async {
         let pids = announced(rx).await;
         cancel.cancel();
         (pids, Instant::now())
     });
-    let stopped_within = cancelled_at.elapsed();
+    (report, pids, cancelled_at.elapsed())
+}
+
+#[tokio::test]
+async fn cancel_stops_the_group_and_reports_cancelled() {
+    host_env();
+    let (report, pids, stopped_within) = cancelled_once_announced(
+        "cancelled",
+        r#"sleep 300 & echo "$! $$" > "$ANNOUNCE"; wait"#,
+        GRACE,
+    )
+    .await;
 
     assert_eq!(report.outcome, RunOutcome::Cancelled);
     // SIGTERM kills both; at most the grace passes before the group is gone, plus the drain.
@@ -538,23 +550,12 @@ async fn cancel_stops_the_group_and_reports_cancelled() {
 #[tokio::test]
 async fn a_cancelled_group_that_dies_at_once_is_not_waited_for_to_the_end_of_its_grace() {
     host_env();
-    let dir = tempfile::tempdir().unwrap();
-    let (announce, rx) = fifo(&dir);
-    let mut job = shell(
+    let (report, pids, stopped_within) = cancelled_once_announced(
         "trapping",
         r#"trap 'exit 143' TERM; sleep 300 & echo "$! $$" > "$ANNOUNCE"; wait $!"#,
-    );
-    job.kill_grace = Duration::from_secs(30);
-    job.env
-        .insert("ANNOUNCE".into(), announce.display().to_string());
-    let cancel = CancellationToken::new();
-    let ctx = ctx("trap");
-    let (report, (pids, cancelled_at)) = tokio::join!(run(&job, &ctx, cancel.clone()), async {
-        let pids = announced(rx).await;
-        cancel.cancel();
-        (pids, Instant::now())
-    });
-    let stopped_within = cancelled_at.elapsed();
+        Duration::from_secs(30),
+    )
+    .await;
     assert_eq!(report.outcome, RunOutcome::Cancelled);
     assert_all_dead(&pids, "cancel").await;
     // The group is gone within moments of SIGTERM; the bound only has to be far below the 30 s

@@ -103,7 +103,6 @@ cg_make() {
   else
     echo "$quota_us $period_us" >"$dir/cpu.max"
   fi
-  CGROUPS+=("$dir")
   echo "$dir"
 }
 
@@ -150,6 +149,8 @@ work=$BENCH_WORK
 cg_dirs=()
 for ((i = 1; i <= nodes; i++)); do
   dir=$(cg_make "n$i")
+  # Recorded here, not in cg_make: a command substitution's subshell would keep it to itself.
+  CGROUPS+=("$dir")
   cg_dirs+=("$dir")
   if [[ $CG_KIND == v1 && -d /sys/fs/cgroup/cpuacct ]]; then
     mkdir -p "/sys/fs/cgroup/cpuacct/${dir##*/}"

@@ -716,20 +716,29 @@ fn a_record_sent_again_stops_at_the_first_refusal() {
     );
 }
 
+/// An owner of job `a` disconnected from t(100) (its timer run to `until`) and back at `back`,
+/// whose catch-up claims its latest missed tick: the machine, that claim, and what granting it
+/// brought (the caught-up run's start and the declined ticks' claims).
+fn caught_up_after_a_disconnect(until: i64, back: i64) -> (FireMachine, TickClaim, Vec<Action>) {
+    let mut m = owning(&job("a", EVERY_SECOND, ""));
+    m.handle(Input::LockChanged(disconnected_owner(TOKEN)), t(100));
+    run_timer(&mut m, until);
+    m.handle(Input::LockChanged(owner(TOKEN)), t(back));
+    let listed = listed("a", &[stored("a", 0, "n1", 7, RunStatus::Succeeded)]);
+    let caught = claims(&m.handle(listed, t(back + 10)))
+        .pop()
+        .expect("the caught-up tick");
+    let actions = m.handle(ok(&caught), t(back + 20));
+    (m, caught, actions)
+}
+
 #[test]
 fn a_late_claim_waits_for_our_own_runs_record_instead_of_retrying_at_once() {
     // After a takeover the caught-up run starts after the declined tick's time; the declined
     // tick's claim finds its guard. A timer expiry before the run's record is written must not
     // turn that into a skip.
-    let mut m = owning(&job("a", EVERY_SECOND, ""));
-    m.handle(Input::LockChanged(disconnected_owner(TOKEN)), t(100));
-    run_timer(&mut m, 2750);
-    m.handle(Input::LockChanged(owner(TOKEN)), t(3270));
-    let listed = listed("a", &[stored("a", 0, "n1", 7, RunStatus::Succeeded)]);
-    let caught = claims(&m.handle(listed, t(3280)));
-    let caught = caught.last().expect("the caught-up tick");
-    assert_eq!(ms_of(caught), 2000);
-    let actions = m.handle(ok(caught), t(3290));
+    let (mut m, caught, actions) = caught_up_after_a_disconnect(2750, 3270);
+    assert_eq!(ms_of(&caught), 2000);
     let (run, _) = only_start(&actions);
     let declined = only_claim(&actions);
     assert_eq!(ms_of(&declined), 3000);
@@ -1413,14 +1422,7 @@ fn a_tick_whose_later_tick_won_the_guard_is_recorded_skipped_not_dropped() {
     // After a takeover, the caught-up run holds the guard while two declined ticks wait for it.
     // Woken together by its record, the later claim can win: the earlier tick must still end
     // recorded (it was dropped as "behind the ledger", leaving a tick with no record).
-    let mut m = owning(&job("a", EVERY_SECOND, ""));
-    m.handle(Input::LockChanged(disconnected_owner(TOKEN)), t(100));
-    run_timer(&mut m, 3750);
-    m.handle(Input::LockChanged(owner(TOKEN)), t(3800));
-    let listed = listed("a", &[stored("a", 0, "n1", 7, RunStatus::Succeeded)]);
-    let caught = claims(&m.handle(listed, t(3810)));
-    let caught = caught.last().expect("the caught-up tick");
-    let actions = m.handle(ok(caught), t(3820));
+    let (mut m, _, actions) = caught_up_after_a_disconnect(3750, 3800);
     let (run, _) = only_start(&actions);
     let declined = claims(&actions);
     assert_eq!(declined.iter().map(ms_of).collect::<Vec<_>>(), [3000, 4000]);

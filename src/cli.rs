@@ -471,9 +471,10 @@ fn history_line(r: &RunRecord, tz: chrono_tz::Tz, attempts: Option<u32>) -> Stri
         }
         _ => "-".into(),
     };
-    let exit = match (r.exit_code, r.signal) {
-        (Some(code), _) => code.to_string(),
-        (None, Some(signal)) => format!("sig{signal}"),
+    let exit = match (r.exit_code, r.signal, r.http_status) {
+        (Some(code), _, _) => code.to_string(),
+        (None, Some(signal), _) => format!("sig{signal}"),
+        (None, None, Some(status)) => status.to_string(),
         _ => "-".into(),
     };
     let status = serde_json::to_value(r.status)
@@ -491,14 +492,22 @@ fn history_line(r: &RunRecord, tz: chrono_tz::Tz, attempts: Option<u32>) -> Stri
                 when.format("%H:%M:%S")
             )
         });
-    format!(
+    let mut line = format!(
         "{scheduled:<25}  {:<15}  {:<15}  {started:<8}  {duration:>9}  {:<11}  {exit:>4}  {:>7}  {:>5}{retry}",
         r.node_id.as_str(),
         r.ip,
         status.unwrap_or_default(),
         r.attempt,
         r.fencing_token.0
-    )
+    );
+    // Why it failed, under its row: a table cell would cut it short.
+    if let Some(error) = &r.error {
+        line.push_str(&format!("\n    {error}"));
+    }
+    if let Some(answer) = &r.output {
+        line.push_str(&format!("\n    answer: \"{}\"", answer.escape_debug()));
+    }
+    line
 }
 
 async fn status(config: &Config, json: bool) -> Result<(), CliError> {

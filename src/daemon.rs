@@ -95,6 +95,9 @@ pub async fn run(
         ..settings.me.clone()
     };
     let verdict = Arc::new(watch::Sender::new(false));
+    // One set of HTTP clients for the node: every group's deliveries share its pools.
+    let deliveries = Arc::new(crate::delivery::Deliveries::new(Arc::clone(&metrics)));
+    warm(&deliveries, &jobs);
     let wiring = Wiring {
         zk: &zk,
         base: &paths,
@@ -102,6 +105,7 @@ pub async fn run(
         settings: &settings,
         me: &me,
         jobs: &jobs,
+        deliveries: &deliveries,
     };
     let (default_unit, default_task) = wiring.start(
         None,
@@ -164,6 +168,7 @@ pub async fn run(
                 .map(|unit| (unit.jobs.clone(), unit.commands.clone()))
                 .collect(),
             loaded: loaded_tx,
+            deliveries: Arc::clone(&deliveries),
         },
     ));
     tracing::info!(jobs = jobs.len(), node_id = %settings.me.node_id, "zkcron started");
@@ -199,6 +204,7 @@ struct Wiring<'a> {
     settings: &'a DaemonSettings,
     me: &'a OwnerInfo,
     jobs: &'a Jobs,
+    deliveries: &'a Arc<crate::delivery::Deliveries>,
 }
 
 /// What a unit shares with the node, or keeps to itself.
@@ -303,6 +309,7 @@ impl Wiring<'_> {
             group_name: group
                 .clone()
                 .unwrap_or_else(|| crate::config::DEFAULT_GROUP_NAME.to_owned()),
+            deliveries: Arc::clone(self.deliveries),
         };
         let me = Me {
             node_id: self.settings.me.node_id.clone(),
@@ -382,6 +389,7 @@ async fn reload_on_request(
             with_launcher(&mut new, &launcher);
             let hash = drift::fingerprint(new.jobs.iter().map(Arc::as_ref));
             let jobs = new.jobs.clone();
+            warm(&to.deliveries, &jobs);
             current = Arc::new(new);
             // Only the HTTP API reads it, when it is on.
             to.loaded.send_replace(Arc::clone(&current));
@@ -407,6 +415,21 @@ struct Reloaded {
     )>,
     /// The HTTP API.
     loaded: watch::Sender<Arc<Config>>,
+    /// The HTTP clients, made for the reloaded targets before their first run.
+    deliveries: Arc<crate::delivery::Deliveries>,
+}
+
+/// Makes the clients of `jobs`' HTTP targets on a blocking thread: reading certificate stores
+/// is file I/O.
+fn warm(deliveries: &Arc<crate::delivery::Deliveries>, jobs: &Jobs) {
+    if !jobs
+        .iter()
+        .any(|job| matches!(job.spec.program, crate::run::Program::Http(_)))
+    {
+        return;
+    }
+    let (deliveries, jobs) = (Arc::clone(deliveries), jobs.clone());
+    tokio::task::spawn_blocking(move || deliveries.warm(jobs.iter().map(|job| job.spec.as_ref())));
 }
 
 /// Re-reads the schedule; on any problem keeps the current one and says why.

@@ -9,7 +9,8 @@
 //!                                fire::driver ◄──► fire::machine (pure): ticks, lock changes,
 //!                                     │            claim results, run ends ──► actions
 //!                                     ├──► ledger (one fenced claim path, run records)
-//!                                     └──► runner (child process)
+//!                                     ├──► runner (child process)
+//!                                     └──► delivery (an HTTP request: a job whose target is a URL)
 //! ```
 //! `daemon` only wires these together.
 
@@ -17,6 +18,7 @@ pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod delayed;
+pub mod delivery;
 pub mod drift;
 pub mod fire;
 pub mod heap;

@@ -104,6 +104,21 @@ pub struct Metrics {
     group_acquisitions: Family<GroupLabel, Counter>,
     group_lost: Family<GroupLabel, Counter>,
     group_unplaceable: Family<GroupLabel, Gauge>,
+    deliveries: Family<JobClassLabels, Counter>,
+    delivery_latency: Histograms,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct JobClassLabels {
+    job: String,
+    class: &'static str,
+}
+
+/// Delivery latency buckets: from half a millisecond (a receiver on this host) to a minute.
+fn delivery_buckets() -> Histogram {
+    Histogram::new([
+        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 15.0, 60.0,
+    ])
 }
 
 impl std::fmt::Debug for Metrics {
@@ -146,6 +161,8 @@ impl Metrics {
             group_acquisitions: Family::default(),
             group_lost: Family::default(),
             group_unplaceable: Family::default(),
+            deliveries: Family::default(),
+            delivery_latency: Family::new_with_constructor(delivery_buckets),
             registry: Registry::default(),
         };
         // Counters get `_total`, the info metric `_info`, from the encoder.
@@ -276,10 +293,32 @@ impl Metrics {
             "1 while no live member carries every tag the lock group requires (its jobs do not fire), else 0",
             metrics.group_unplaceable.clone(),
         );
+        registry.register(
+            "zkcron_http_deliveries",
+            "Runs of HTTP targets that ended here, by job and answer: the status class (2xx, 4xx, 5xx, …), error (no answer), timeout or cancelled",
+            metrics.deliveries.clone(),
+        );
+        registry.register(
+            "zkcron_http_delivery_seconds",
+            "From sending an HTTP target's request to the end of its answer (or its timeout)",
+            metrics.delivery_latency.clone(),
+        );
         Self {
             registry,
             ..metrics
         }
+    }
+
+    /// An HTTP target's run ended: its answer's `class` (`2xx`, …, `error`, `timeout`,
+    /// `cancelled`) after `seconds`.
+    pub fn delivered(&self, job: &JobName, class: &'static str, seconds: f64) {
+        let job = job.as_str().to_owned();
+        self.delivery_latency
+            .get_or_create(&JobLabel { job: job.clone() })
+            .observe(seconds);
+        self.deliveries
+            .get_or_create(&JobClassLabels { job, class })
+            .inc();
     }
 
     /// The Prometheus text format (OpenMetrics), for `GET /metrics`.

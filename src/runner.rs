@@ -79,6 +79,12 @@ pub enum StartError {
         /// The job.
         job: JobName,
     },
+    /// An HTTP target is a request, sent by `delivery`, never a process.
+    #[error("job {job} has an http target: it is delivered, not run as a process")]
+    NotAProcess {
+        /// The job.
+        job: JobName,
+    },
     /// The working directory is missing, not a directory or not accessible.
     #[error("working directory {} of job {job} is unusable", dir.display())]
     WorkingDir {
@@ -243,7 +249,7 @@ impl fmt::Debug for Prepared {
 ///
 /// The job starts at its go, and not before `not_before` (its launcher holds it until then).
 pub fn prepare(spec: &JobSpec, ctx: &RunContext, not_before: Option<DateTime<Utc>>) -> Prepared {
-    if spec.launcher == Launcher::Fork {
+    if spec.launcher == Launcher::Fork || matches!(spec.program, Program::Http(_)) {
         return Prepared::none();
     }
     let start = if ctx.submission.is_some() {
@@ -287,6 +293,7 @@ pub async fn run_prepared(
             outcome: RunOutcome::Cancelled,
             started_at: Utc::now(),
             duration: Duration::ZERO,
+            retry_after: None,
         };
     }
 
@@ -315,6 +322,7 @@ pub async fn run_prepared(
                         outcome: RunOutcome::FailedToStart { error },
                         started_at,
                         duration: spawned.elapsed(),
+                        retry_after: None,
                     };
                 }
             }
@@ -392,6 +400,7 @@ pub async fn run_prepared(
         outcome,
         started_at,
         duration,
+        retry_after: None,
     }
 }
 
@@ -428,6 +437,9 @@ impl Group {
         not_before: Option<DateTime<Utc>>,
     ) -> Result<Group, StartError> {
         let job = &spec.name;
+        if matches!(spec.program, Program::Http(_)) {
+            return Err(StartError::NotAProcess { job: job.clone() });
+        }
         let (program, args) = spec
             .program
             .argv()

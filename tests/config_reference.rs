@@ -91,6 +91,12 @@ fn the_reference_names_every_key_the_parser_accepts_and_no_other() {
             "job",
             format!("{BASE}[[job]]\nname = \"a\"\nshell = \"true\"\nzz_unknown = 1\n"),
         ),
+        (
+            "job.http",
+            format!(
+                "{BASE}[[job]]\nname = \"a\"\nhttp = {{ url = \"http://h/\", zz_unknown = 1 }}\n"
+            ),
+        ),
         ("node", format!("{BASE}[node]\nzz_unknown = 1\n")),
         (
             "group",

@@ -47,6 +47,7 @@ const FLOORS: &[(usize, &[&str])] = &[
             "delayed",
             "delayed::client",
             "runner",
+            "delivery",
             "metrics",
             "view",
             "lock::inspect",

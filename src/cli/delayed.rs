@@ -325,6 +325,9 @@ fn record_state(record: &RunRecord, zone: Tz) -> String {
         state.push_str(": ");
         state.push_str(error);
     }
+    if let Some(answer) = &record.output {
+        state.push_str(&format!("; answer: \"{}\"", answer.escape_debug()));
+    }
     if let Some(retry_at) = record.retry_at_unix_ms {
         state.push_str(&format!(
             "; retry: attempt {} at {}",

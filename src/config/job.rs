@@ -57,13 +57,23 @@ impl Validator<'_> {
         }
         let tz = self.job_timezone(raw.timezone.as_ref(), job);
         let schedule = self.job_schedule(raw.schedule.as_ref(), tz, job);
-        let program = self.job_program(raw.command, raw.shell, span, job);
+        let process_only = [
+            ("working_dir", raw.working_dir.as_ref().map(Spanned::span)),
+            ("env", raw.env.as_ref().map(Spanned::span)),
+            ("kill_grace", raw.kill_grace.as_ref().map(Spanned::span)),
+        ];
+        let program = match raw.http {
+            Some(http) => self.job_http(http, raw.command, raw.shell, process_only, job),
+            None => self.job_program(raw.command, raw.shell, span, job),
+        };
         let working_dir = self.job_working_dir(raw.working_dir, job);
         let env = self.job_env(raw.env, job);
         let timeout = self.job_timeout(raw.timeout, job);
         let kill_grace = self.duration(raw.kill_grace, &job.key("kill_grace"), DEFAULT_KILL_GRACE);
         let retries = self.job_retries(raw.retries, job);
         let retry_backoff = self.job_retry_backoff(raw.retry_backoff, job);
+        let retry_backoff_max =
+            self.job_retry_backoff_max(raw.retry_backoff_max, retry_backoff, job);
         let starting_deadline = self.job_starting_deadline(raw.starting_deadline, job);
         let dedup_window = self.job_dedup_window(raw.dedup_window, job);
         let limits = self.job_limits(raw.limits, job);
@@ -97,6 +107,7 @@ impl Validator<'_> {
             on_interrupted: raw.on_interrupted.unwrap_or(OnInterrupted::Skip),
             retries,
             retry_backoff,
+            retry_backoff_max,
             dedup_window,
             limits,
             group,
@@ -188,11 +199,39 @@ impl Validator<'_> {
                 self.problem(
                     span,
                     job.whole(),
-                    "expected command (an argv array) or shell",
+                    "expected command (an argv array), shell or http",
                 );
                 None
             }
         }
+    }
+
+    /// An `http` target, alone: no `command` or `shell` beside it, nor a key that applies to a
+    /// process only.
+    fn job_http(
+        &mut self,
+        http: Spanned<super::schema::RawHttpTarget>,
+        command: Option<Spanned<Vec<String>>>,
+        shell: Option<Spanned<String>>,
+        process_only: [(&str, Option<Range<usize>>); 3],
+        job: JobContext<'_>,
+    ) -> Option<Program> {
+        let other = command
+            .map(|c| ("command", c.span()))
+            .or(shell.map(|s| ("shell", s.span())));
+        if let Some((key, span)) = other {
+            let message = "set one of command, shell or http";
+            self.problem(span, job.key(key), message);
+            return None;
+        }
+        for (key, span) in process_only {
+            if let Some(span) = span {
+                let message = "applies to a process; this job's target is http";
+                self.problem(span, job.key(key), message);
+            }
+        }
+        self.http_target(http, job)
+            .map(|target| Program::Http(Box::new(target)))
     }
 
     fn job_working_dir(

@@ -18,6 +18,8 @@ const DEFAULT_HISTORY: usize = 100;
 const DEFAULT_MAX_RUNNING: usize = 256;
 const DEFAULT_STARTING_DEADLINE: Duration = Duration::from_secs(300);
 const DEFAULT_RETRY_BACKOFF: Duration = Duration::from_secs(30);
+/// As Cloud Tasks' `max_backoff`: a retry is never put off for longer than an hour unless asked.
+const DEFAULT_RETRY_BACKOFF_MAX: Duration = Duration::from_secs(3600);
 /// An hour: far longer than a client's retry of a submit that timed out (seconds to minutes),
 /// and a remembered id costs ZooKeeper about 1 KB of heap on every server (docs/DELAYED.md
 /// "Idempotent ids"): a day at 100 submissions a second would be 8 GB.
@@ -47,6 +49,27 @@ impl Validator<'_> {
         job: JobContext<'_>,
     ) -> Duration {
         self.duration(raw, &job.key("retry_backoff"), DEFAULT_RETRY_BACKOFF)
+    }
+
+    /// `retry_backoff_max`: the longest pause before a retry, however often the backoff has
+    /// doubled or however long a target's `Retry-After` asks for.
+    pub(super) fn job_retry_backoff_max(
+        &mut self,
+        raw: Option<Spanned<String>>,
+        backoff: Duration,
+        job: JobContext<'_>,
+    ) -> Duration {
+        let span = raw.as_ref().map(Spanned::span);
+        let key = job.key("retry_backoff_max");
+        let max = self.duration(raw, &key, DEFAULT_RETRY_BACKOFF_MAX.max(backoff));
+        if let (Some(span), true) = (span, max < backoff) {
+            let message = format!(
+                "must not be shorter than retry_backoff ({})",
+                humantime::format_duration(backoff)
+            );
+            self.problem(span, key, message);
+        }
+        max
     }
 
     pub(super) fn job_starting_deadline(

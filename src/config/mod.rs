@@ -18,6 +18,7 @@
 mod error;
 mod group;
 mod http;
+mod http_target;
 mod job;
 mod job_policies;
 mod limit;
@@ -261,6 +262,8 @@ pub struct JobConfig {
     pub retries: u32,
     /// Pause before the first retry; doubles for each further one.
     pub retry_backoff: Duration,
+    /// The longest pause before a retry (the doubling's ceiling, and a `Retry-After`'s).
+    pub retry_backoff_max: Duration,
     /// How long a submission's id is remembered after its run ended, whatever `history` keeps:
     /// a resubmit of it within this window is a no-op.
     pub dedup_window: Duration,

@@ -128,6 +128,7 @@ pub(super) struct RawJob {
     pub(super) timezone: Option<Spanned<String>>,
     pub(super) command: Option<Spanned<Vec<String>>>,
     pub(super) shell: Option<Spanned<String>>,
+    pub(super) http: Option<Spanned<RawHttpTarget>>,
     pub(super) working_dir: Option<Spanned<String>>,
     pub(super) env: Option<Spanned<BTreeMap<String, String>>>,
     pub(super) timeout: Option<Spanned<String>>,
@@ -142,7 +143,24 @@ pub(super) struct RawJob {
     pub(super) on_interrupted: Option<OnInterrupted>,
     pub(super) retries: Option<Spanned<i64>>,
     pub(super) retry_backoff: Option<Spanned<String>>,
+    pub(super) retry_backoff_max: Option<Spanned<String>>,
     pub(super) dedup_window: Option<Spanned<String>>,
     pub(super) limits: Option<Spanned<Vec<Spanned<String>>>>,
     pub(super) group: Option<Spanned<String>>,
+}
+
+/// `[[job]] http = { url, method, headers, … }`: a job whose run is an HTTP request.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHttpTarget {
+    pub(super) url: Spanned<String>,
+    pub(super) method: Option<Spanned<String>>,
+    pub(super) headers: Option<Spanned<BTreeMap<String, String>>>,
+    pub(super) headers_from_env: Option<Spanned<BTreeMap<String, String>>>,
+    pub(super) headers_from_file: Option<Spanned<BTreeMap<String, String>>>,
+    pub(super) body: Option<Spanned<String>>,
+    pub(super) ca_file: Option<Spanned<String>>,
+    pub(super) client_cert: Option<Spanned<String>>,
+    pub(super) client_key: Option<Spanned<String>>,
+    pub(super) version: Option<Spanned<String>>,
 }

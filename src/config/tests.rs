@@ -444,3 +444,50 @@ fn a_job_joins_a_declared_group_and_a_node_carries_tags() {
         .render();
     assert!(zero.contains("lock.rebalance_after"), "{zero}");
 }
+
+#[test]
+fn an_http_target_takes_its_headers_from_the_file_the_environment_and_a_file_and_hides_them() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let key_file = dir.path().join("key");
+    std::fs::write(&key_file, "k-123\n").expect("write the key file");
+    let text = format!(
+        "{MINIMAL}[[job]]\nname = \"close\"\nhttp = {{ url = \"http://orders:8080/close\", \
+         headers = {{ \"Content-Type\" = \"application/json\" }}, \
+         headers_from_env = {{ Authorization = \"ZK_AUTH\" }}, \
+         headers_from_file = {{ \"X-Api-Key\" = \"{}\" }}, body = \"{{}}\" }}\n",
+        key_file.display()
+    );
+    let config = parse_text(&text).expect("valid");
+    let job = &config.jobs[0];
+    let Program::Http(target) = &job.spec.program else {
+        panic!("an http target: {:?}", job.spec.program);
+    };
+    assert_eq!(target.method, "POST", "POST unless said");
+    assert_eq!(target.url, "http://orders:8080/close");
+    assert_eq!(target.body.as_deref(), Some(&b"{}"[..]));
+    let headers: Vec<(&str, &str)> = target
+        .headers
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_str()))
+        .collect();
+    assert_eq!(
+        headers,
+        [
+            ("Content-Type", "application/json"),
+            ("Authorization", "user:s3cret"),
+            ("X-Api-Key", "k-123"),
+        ]
+    );
+    assert!(
+        !format!("{:?}", job.spec).contains("s3cret"),
+        "a secret header never shows in debug output"
+    );
+    // A secret that cannot be a header value is refused without being shown.
+    std::fs::write(&key_file, "line one\nline two\n").expect("rewrite the key file");
+    let refused = parse_text(&text).expect_err("refused").render();
+    assert!(
+        refused.contains("http.headers_from_file.X-Api-Key"),
+        "{refused}"
+    );
+    assert!(!refused.contains("line one"), "{refused}");
+}

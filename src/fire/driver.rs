@@ -1,5 +1,6 @@
-//! Runs a [`FireMachine`]: performs its actions against the ledger and the runner and feeds the
-//! answers, lock updates, reloads and timer expiries back in.
+//! Runs a [`FireMachine`]: performs its actions against the ledger and the runner (or, for a
+//! job whose target is a URL, `delivery`) and feeds the answers, lock updates, reloads and
+//! timer expiries back in.
 //!
 //! Owns: the current ZooKeeper client (from the lock's update stream), one task per request or
 //! run, the cancel handle of every run, the processes of prepared runs (and giving them their go
@@ -98,6 +99,8 @@ pub struct FireSettings {
     pub member_duties: bool,
     /// The lock group's name as status and metrics show it (`default` or the `[[group]]`).
     pub group_name: String,
+    /// The node's HTTP clients, for jobs whose target is a URL (shared by every group).
+    pub deliveries: Arc<crate::delivery::Deliveries>,
 }
 
 /// The lock driver's task, as the fire driver steers it.
@@ -421,6 +424,7 @@ impl Io {
                     cancel,
                     prepared,
                     not_before,
+                    deliveries: Arc::clone(&self.settings.deliveries),
                 };
                 self.tasks.spawn(async move {
                     let (claim, report) = if record_first {
@@ -870,6 +874,7 @@ fn not_started(claim: &run::Claim, why: &str) -> run::RunReport {
         },
         started_at: Utc::now(),
         duration: Duration::ZERO,
+        retry_after: None,
     }
 }
 
@@ -880,6 +885,8 @@ struct Run {
     cancel: CancellationToken,
     prepared: Process,
     not_before: DateTime<Utc>,
+    /// Where a run whose target is a URL goes instead of the runner.
+    deliveries: Arc<crate::delivery::Deliveries>,
 }
 
 /// A run's process, as far as the driver knows at its start.
@@ -953,12 +960,18 @@ impl Run {
     }
 
     async fn start(self) -> run::RunReport {
+        let not_before = Some(self.not_before);
+        if let run::Program::Http(target) = &self.spec.program {
+            return self
+                .deliveries
+                .deliver(&self.spec, target, &self.context, self.cancel, not_before)
+                .await;
+        }
         let prepared = match self.prepared {
             Process::Spawn => runner::Prepared::none(),
             Process::Prepared(prepared) => prepared,
             Process::Coming(coming) => coming.await.unwrap_or_else(|_| runner::Prepared::none()),
         };
-        let not_before = Some(self.not_before);
         runner::run_prepared(&self.spec, &self.context, self.cancel, prepared, not_before).await
     }
 }

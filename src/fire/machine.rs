@@ -1620,7 +1620,7 @@ impl FireMachine {
             .get(&finished.record.job)
             .map(|state| Arc::clone(&state.config));
         finished.record.retry_at_unix_ms = config
-            .and_then(|config| runs::retry_at(&finished.record, &config, now))
+            .and_then(|config| runs::retry_at(&finished.record, &config, report.retry_after, now))
             .map(|at| at.timestamp_millis());
         self.runs.ended(&finished);
         out.push(Action::WriteRecord(finished));

@@ -1,7 +1,7 @@
 //! The data a run is made of, shared by the config, the fire machine, the ledger, the runner and
 //! the metrics: plain types, no I/O.
 //!
-//! Owns: what a run is (`spec`), how it ended (`outcome`), how it is recorded (`record`) and
+//! Owns: what a run is (`spec`; an HTTP job's `target`), how it ended (`outcome`), how it is recorded (`record`) and
 //! claimed (`claim`).
 //! Must not: import anything above the identifiers and the layout: everything that decides or
 //! performs a run imports from here, never the other way round.
@@ -10,8 +10,10 @@ mod claim;
 mod outcome;
 mod record;
 mod spec;
+mod target;
 
 pub use claim::{Claim, ClaimMode};
-pub use outcome::{RunOutcome, RunReport};
+pub use outcome::{RESPONSE_KEPT, RunOutcome, RunReport};
 pub use record::{RunRecord, RunStatus};
 pub use spec::{JobSpec, Launcher, Program, RunContext, SubmissionInput};
+pub use target::{HttpTarget, HttpTls, HttpVersion};

@@ -1,6 +1,6 @@
 //! How a run ended, as the runner reports it and the fire machine and metrics read it.
 //!
-//! Owns: `RunOutcome` and `RunReport`.
+//! Owns: `RunOutcome` and `RunReport`, for a process and for an HTTP target alike.
 //! Must not: observe processes (that is `runner`).
 
 use std::fmt;
@@ -35,12 +35,33 @@ pub enum RunOutcome {
         /// The OS error.
         error: String,
     },
+    /// An HTTP target answered: a 2xx is success, any other status a failure.
+    Responded {
+        /// The status code.
+        status: u16,
+        /// The start of a failure's response body (at most [`RESPONSE_KEPT`] bytes, as text);
+        /// empty for a success.
+        body: String,
+    },
+    /// An HTTP target's request could not be made or was not answered: the reason (connection
+    /// refused, TLS, reset, a bad answer), with its causes.
+    RequestFailed {
+        /// What went wrong.
+        error: String,
+    },
 }
+
+/// How much of a failed delivery's response body is kept in its run record (issue 23).
+pub const RESPONSE_KEPT: usize = 1024;
 
 impl RunOutcome {
     /// Whether the job did its work: it exited by itself with code 0.
     pub fn succeeded(&self) -> bool {
-        matches!(self, RunOutcome::Exited { code: 0 })
+        match self {
+            RunOutcome::Exited { code } => *code == 0,
+            RunOutcome::Responded { status, .. } => (200..300).contains(status),
+            _ => false,
+        }
     }
 }
 
@@ -53,6 +74,8 @@ impl fmt::Display for RunOutcome {
             RunOutcome::Cancelled => f.write_str("cancelled"),
             RunOutcome::FailedToStart { error } => write!(f, "failed to start: {error}"),
             RunOutcome::WaitFailed { error } => write!(f, "exit not observable: {error}"),
+            RunOutcome::Responded { status, .. } => write!(f, "answered HTTP {status}"),
+            RunOutcome::RequestFailed { error } => write!(f, "request failed: {error}"),
         }
     }
 }
@@ -65,6 +88,10 @@ pub struct RunReport {
     /// Wall-clock time the run started (for the run record).
     pub started_at: DateTime<Utc>,
     /// From spawning until the job's leader exited, or, for a stopped run, until its group was gone
-    /// or SIGKILLed. Output still drained afterwards is not counted.
+    /// or SIGKILLed. Output still drained afterwards is not counted. For an HTTP target: from
+    /// sending the request to the end of its answer.
     pub duration: Duration,
+    /// An HTTP target answered 429 or 503 with `Retry-After`: how long it asked us to wait. A
+    /// retry is then due after this (within the job's backoff bounds) instead of the backoff.
+    pub retry_after: Option<Duration>,
 }

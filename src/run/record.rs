@@ -78,6 +78,13 @@ pub struct RunRecord {
     /// keeps it (issue 24).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_at_unix_ms: Option<i64>,
+    /// An HTTP target's answer: its status code (issue 23).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_status: Option<u16>,
+    /// What the run said about its failure: the start of a failed delivery's response body
+    /// (at most `RESPONSE_KEPT` bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
     /// The submission's pending marker names its job (`<id>~<job>`, lock groups): a withdrawn
     /// claim puts that marker back, not `<id>`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -113,6 +120,8 @@ impl RunRecord {
             submission_id: None,
             requested_by: None,
             retry_at_unix_ms: None,
+            http_status: None,
+            output: None,
             marker_names_job: false,
         }
     }

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use super::target::HttpTarget;
 use crate::ids::{FencingToken, JobName, NodeId};
 
 /// What to execute for a job.
@@ -21,16 +22,19 @@ pub enum Program {
     Argv(Vec<String>),
     /// A shell command line, run as `/bin/sh -c <string>`.
     Shell(String),
+    /// Not a process: an HTTP request (issue 23), sent by `delivery`.
+    Http(Box<HttpTarget>),
 }
 
 impl Program {
-    /// The executable and its arguments.
+    /// The executable and its arguments; `None` for an empty argv or an HTTP target.
     pub fn argv(&self) -> Option<(&str, Vec<&str>)> {
         match self {
             Program::Argv(argv) => argv.split_first().map(|(program, args)| {
                 (program.as_str(), args.iter().map(String::as_str).collect())
             }),
             Program::Shell(line) => Some(("/bin/sh", vec!["-c", line.as_str()])),
+            Program::Http(_) => None,
         }
     }
 }

@@ -14,6 +14,7 @@ pub mod http;
 pub mod invariants;
 pub mod node;
 pub mod proxy;
+pub mod receiver;
 pub mod tls;
 pub mod zk_cluster;
 

@@ -174,18 +174,29 @@ impl Runs {
 }
 
 /// When a run that ended now with `record`'s attempt is tried again: after `retry_backoff`,
-/// doubled per attempt; `None` when it is not (it did not fail, or no attempt remains).
+/// doubled per attempt up to `retry_backoff_max`; `None` when it is not (it did not fail, or no
+/// attempt remains). A target that asked for a pause (`retry_after`: HTTP `Retry-After`) gets
+/// it instead, held within the same bounds: no sooner than `retry_backoff`, no later than
+/// `retry_backoff_max`.
 pub(super) fn retry_at(
     record: &RunRecord,
     config: &JobConfig,
+    retry_after: Option<std::time::Duration>,
     now: DateTime<Utc>,
 ) -> Option<DateTime<Utc>> {
     if !retry_due(record, config.retries) {
         return None;
     }
-    let backoff = config
-        .retry_backoff
-        .saturating_mul(1 << record.attempt.saturating_sub(1).min(16));
+    let (shortest, longest) = (
+        config.retry_backoff,
+        config.retry_backoff_max.max(config.retry_backoff),
+    );
+    let backoff = match retry_after {
+        Some(asked) => asked.clamp(shortest, longest),
+        None => shortest
+            .saturating_mul(1 << record.attempt.saturating_sub(1).min(16))
+            .min(longest),
+    };
     let backoff = chrono::Duration::from_std(backoff).unwrap_or(chrono::Duration::MAX);
     Some(
         now.checked_add_signed(backoff)
@@ -204,7 +215,20 @@ pub(super) fn finish_record(record: &mut RunRecord, report: &RunReport) {
     let duration = i64::try_from(report.duration.as_millis()).unwrap_or(i64::MAX);
     record.started_unix_ms = Some(started);
     record.finished_unix_ms = Some(started.saturating_add(duration));
+    record.http_status = None;
+    record.output = None;
     (record.status, record.exit_code, record.signal, record.error) = match &report.outcome {
+        RunOutcome::Responded { status, body } => {
+            record.http_status = Some(*status);
+            if report.outcome.succeeded() {
+                (RunStatus::Succeeded, None, None, None)
+            } else {
+                record.output = (!body.is_empty()).then(|| body.clone());
+                let error = format!("answered HTTP {status}");
+                (RunStatus::Failed, None, None, Some(error))
+            }
+        }
+        RunOutcome::RequestFailed { error } => (RunStatus::Failed, None, None, Some(error.clone())),
         RunOutcome::Exited { code: 0 } => (RunStatus::Succeeded, Some(0), None, None),
         RunOutcome::Exited { code } => (RunStatus::Failed, Some(*code), None, None),
         RunOutcome::Signaled { signal } => (RunStatus::Failed, None, Some(*signal), None),

@@ -190,6 +190,7 @@ fn ended(claim: &Claim, outcome: RunOutcome, at: DateTime<Utc>) -> Input {
             outcome,
             started_at: at,
             duration: Duration::from_millis(5),
+            retry_after: None,
         },
     }
 }
@@ -972,6 +973,97 @@ fn a_retry_promised() -> (FireMachine, Claim) {
     );
     m.handle(written(&failed), t(60_105));
     (m, failed)
+}
+
+/// Issue 23: an HTTP answer is recorded with its status; a target's `Retry-After` sets the
+/// retry's instant within the job's backoff bounds, and the doubling stops at the ceiling.
+#[test]
+fn an_http_answer_is_recorded_and_a_retry_after_is_honoured_within_the_backoff_bounds() {
+    let end_with = |extra: &str, outcome: RunOutcome, retry_after: Option<u64>| {
+        let mut m = owning(&job("a", "0 * * * * *", extra));
+        let claim = only_claim(&m.handle(Input::Tick, t(59_750)));
+        m.handle(ok(&claim), t(59_751));
+        let (run, _) = only_start(&m.handle(Input::Tick, t(60_000)));
+        let Input::RunEnded { claim, mut report } = ended(&run, outcome, t(60_000)) else {
+            unreachable!("ended() makes a RunEnded");
+        };
+        report.retry_after = retry_after.map(Duration::from_secs);
+        end_run(&mut m, Input::RunEnded { claim, report }, t(60_100)).record
+    };
+    let busy = RunOutcome::Responded {
+        status: 503,
+        body: "busy".into(),
+    };
+    let bounds = "retries = 5\nretry_backoff = \"2s\"\nretry_backoff_max = \"10s\"";
+    let asked = |seconds| end_with(bounds, busy.clone(), seconds).retry_at_unix_ms;
+    assert_eq!(
+        asked(Some(4)),
+        Some(t(64_100).timestamp_millis()),
+        "asked: 4 s"
+    );
+    assert_eq!(
+        asked(Some(0)),
+        Some(t(62_100).timestamp_millis()),
+        "never sooner than retry_backoff"
+    );
+    assert_eq!(
+        asked(Some(3600)),
+        Some(t(70_100).timestamp_millis()),
+        "never later than retry_backoff_max"
+    );
+    assert_eq!(
+        asked(None),
+        Some(t(62_100).timestamp_millis()),
+        "the backoff"
+    );
+
+    let record = end_with(bounds, busy.clone(), None);
+    assert_eq!(
+        (record.status, record.http_status, record.output.as_deref()),
+        (RunStatus::Failed, Some(503), Some("busy"))
+    );
+    assert_eq!(record.error.as_deref(), Some("answered HTTP 503"));
+    let fine = RunOutcome::Responded {
+        status: 204,
+        body: String::new(),
+    };
+    let record = end_with("", fine, None);
+    assert_eq!(
+        (record.status, record.http_status, record.output),
+        (RunStatus::Succeeded, Some(204), None)
+    );
+    let refused = RunOutcome::RequestFailed {
+        error: "connection refused".into(),
+    };
+    let record = end_with("", refused, None);
+    assert_eq!(
+        (record.status, record.error.as_deref()),
+        (RunStatus::Failed, Some("connection refused"))
+    );
+}
+
+#[test]
+fn the_doubling_backoff_stops_at_retry_backoff_max() {
+    let config = jobs(&job(
+        "a",
+        "0 * * * * *",
+        "retries = 20\nretry_backoff = \"1s\"\nretry_backoff_max = \"1m\"",
+    ));
+    let mut record = RunRecord::claimed(
+        &JobName::new("a"),
+        0,
+        (&NodeId::new("n1"), "10.0.0.1"),
+        TOKEN,
+        0,
+    );
+    record.status = RunStatus::Failed;
+    let pause = |attempt: u32, record: &mut RunRecord| {
+        record.attempt = attempt;
+        let at = runs::retry_at(record, &config[0], None, t(0)).expect("attempts remain");
+        ms(at) / 1000
+    };
+    let pauses: Vec<i64> = (1..=8).map(|n| pause(n, &mut record)).collect();
+    assert_eq!(pauses, [1, 2, 4, 8, 16, 32, 60, 60]);
 }
 
 #[test]

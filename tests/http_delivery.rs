@@ -1,0 +1,355 @@
+//! Jobs whose target is a URL (issue 23), end to end: real `zkcron run` processes, real
+//! ZooKeeper, and a real local HTTP server (`support::receiver`) that records what it is sent.
+//! A delivery is a run like any other: claimed, recorded, retried and resumed the same way.
+#![allow(
+    clippy::await_holding_lock,
+    reason = "each #[tokio::test] has its own runtime and thread"
+)]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use support::daemon::{DaemonNode, now_ms, schedule_text, zkcron_ok};
+use support::receiver::{Receiver, Seen};
+use support::tls::TestPki;
+use support::zk_cluster::try_wait_for;
+use support::{fault_lock, shared_ensemble, unique_chroot};
+
+const SESSION: Duration = Duration::from_secs(2);
+const DELAY: Duration = Duration::from_secs(2);
+/// Process start, a JVM pause or a busy core, on bounds that are otherwise exact.
+const SLACK: Duration = Duration::from_secs(3);
+
+/// A job named `name` delivering to `url`, with `extra` keys.
+fn http_job(name: &str, url: &str, extra: &str) -> String {
+    format!("[[job]]\nname = \"{name}\"\n{extra}\nhttp = {{ url = \"{url}\" }}\n")
+}
+
+/// The job's run records, newest first.
+fn history(job: &str, config: &Path) -> Vec<serde_json::Value> {
+    zkcron_ok(&["history", job, "--json", "--limit", "100"], config)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON run record"))
+        .collect()
+}
+
+/// Waits for `count` requests to `path`; on a timeout shows what came and the nodes' logs.
+async fn requests(
+    receiver: &Receiver,
+    path: &str,
+    count: usize,
+    within: Duration,
+    nodes: &[&DaemonNode],
+) -> Vec<Seen> {
+    let found = try_wait_for(&format!("{count} requests to {path}"), within, || {
+        let seen: Vec<Seen> = receiver
+            .seen()
+            .into_iter()
+            .filter(|s| s.path == path)
+            .collect();
+        let done = (seen.len() >= count).then_some(seen);
+        async move { done }
+    })
+    .await;
+    found.unwrap_or_else(|not_reached| {
+        let logs: Vec<String> = nodes
+            .iter()
+            .map(|node| format!("--- {}\n{}", node.node_id, node.log_tail()))
+            .collect();
+        panic!(
+            "{not_reached}; seen {:?}\n{}",
+            receiver.seen(),
+            logs.join("\n")
+        )
+    })
+}
+
+/// Waits until the job's newest record has `status`, and returns it.
+async fn record_with_status(
+    job: &str,
+    status: &str,
+    within: Duration,
+    node: &DaemonNode,
+) -> serde_json::Value {
+    let config = node.config.clone();
+    try_wait_for(&format!("{job} recorded {status}"), within, || {
+        let newest = history(job, &config).into_iter().next();
+        let done = newest.filter(|record| record["status"] == status);
+        async move { done }
+    })
+    .await
+    .unwrap_or_else(|not_reached| {
+        panic!(
+            "{not_reached}; history {:?}\n{}",
+            history(job, &node.config),
+            node.log_tail()
+        )
+    })
+}
+
+#[tokio::test]
+async fn each_submission_is_delivered_once_with_its_payload_and_headers_across_a_kill_9() {
+    let _serial = fault_lock();
+    let receiver = Receiver::start().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot("http-kill"));
+    let url = format!("{}/orders/close", receiver.base);
+    let job = format!(
+        "[[job]]\nname = \"close\"\nhttp = {{ url = \"{url}\", method = \"PUT\", headers = {{ \"X-Team\" = \"billing\" }} }}\n"
+    );
+    let text = schedule_text(&connect, "http-kill", SESSION, DELAY, &job);
+    let mut first = DaemonNode::start(dir.path(), "h1", &text);
+    first.wait_log("lock acquired", SESSION + SLACK).await;
+    let second = DaemonNode::start(dir.path(), "h2", &text);
+    second
+        .wait_log("zookeeper session established", SLACK)
+        .await;
+
+    // Twelve submissions, a quarter second apart from 3 s on: the owner is killed after the
+    // fourth is delivered, and the rest are due during and after the takeover.
+    let start = now_ms() + 3000;
+    let mut payloads = BTreeMap::new();
+    for n in 0..12 {
+        let id = format!("order-{n}");
+        let payload = format!("{{\"order\":{n},\"note\":\"<close & ship>\"}}");
+        let at = chrono::DateTime::from_timestamp_millis(start + n * 250)
+            .expect("an instant")
+            .to_rfc3339();
+        let args = [
+            "submit",
+            "close",
+            "--at",
+            &at,
+            "--id",
+            &id,
+            "--payload",
+            &payload,
+        ];
+        zkcron_ok(&args, &first.config);
+        payloads.insert(id, payload);
+    }
+    requests(&receiver, "/orders/close", 4, SLACK * 3, &[&first, &second]).await;
+    first.kill();
+    let bound = SESSION + DELAY + SLACK * 3;
+    requests(&receiver, "/orders/close", 12, bound, &[&second]).await;
+    // Nothing more comes once all are in: a second delivery of any would show here. (A wait
+    // for an event that must not happen: a second is ten times a delivery's round trip.)
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let all = receiver.seen();
+
+    let mut by_id: BTreeMap<String, Vec<&Seen>> = BTreeMap::new();
+    for seen in &all {
+        by_id
+            .entry(seen.header("zkcron-submission-id").to_owned())
+            .or_default()
+            .push(seen);
+    }
+    assert_eq!(
+        by_id.keys().collect::<Vec<_>>(),
+        payloads.keys().collect::<Vec<_>>(),
+        "every submission reached the receiver: {all:?}"
+    );
+    for (id, seen) in &by_id {
+        assert_eq!(seen.len(), 1, "{id} delivered once: {seen:?}");
+        let seen = seen[0];
+        assert_eq!(seen.method, "PUT");
+        assert_eq!(
+            seen.body,
+            payloads[id].as_bytes(),
+            "{id}: the exact payload"
+        );
+        assert_eq!(seen.header("x-team"), "billing", "the declared header");
+        assert_eq!(seen.header("zkcron-job"), "close");
+        assert_eq!(seen.header("zkcron-attempt"), "1");
+        assert_eq!(
+            seen.header("idempotency-key"),
+            seen.header("zkcron-run-id"),
+            "the run id is the idempotency key"
+        );
+        assert!(seen.header("zkcron-run-id").ends_with(id.as_str()));
+        assert!(
+            seen.header("zkcron-scheduled-at").ends_with('Z'),
+            "scheduled time in UTC: {seen:?}"
+        );
+        assert_eq!(seen.header("content-type"), "application/octet-stream");
+    }
+    // The fencing token grows with the new owner: a receiver can refuse the old owner's calls.
+    let token_of = |node: &str| -> Vec<i64> {
+        all.iter()
+            .filter(|s| s.header("zkcron-node") == node)
+            .map(|s| s.header("zkcron-fencing-token").parse().expect("a token"))
+            .collect()
+    };
+    let (before, after) = (token_of("h1"), token_of("h2"));
+    assert!(
+        !before.is_empty() && !after.is_empty(),
+        "both owners delivered: {all:?}"
+    );
+    assert!(
+        after.iter().min() > before.iter().max(),
+        "tokens after the failover ({after:?}) are above the old owner's ({before:?})"
+    );
+    let records = history("close", &second.config);
+    assert!(
+        records.iter().all(|r| r["status"] == "succeeded"),
+        "every delivery recorded succeeded: {records:?}"
+    );
+    assert!(
+        records.iter().all(|r| r["http_status"] == 200),
+        "with its status code: {records:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_500_then_a_200_is_two_attempts_and_succeeded_and_a_failure_keeps_its_answer() {
+    let receiver = Receiver::start().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot("http-retry"));
+    let jobs = [
+        http_job(
+            "flaky",
+            &format!("{}/fail-then-ok", receiver.base),
+            "retries = 2\nretry_backoff = \"500ms\"",
+        ),
+        http_job("broken", &format!("{}/always-fail", receiver.base), ""),
+    ]
+    .concat();
+    let text = schedule_text(&connect, "http-retry", SESSION, DELAY, &jobs);
+    let node = DaemonNode::start(dir.path(), "r1", &text);
+    node.wait_log("lock acquired", SESSION + SLACK).await;
+    zkcron_ok(
+        &["submit", "flaky", "--in", "0s", "--id", "f1"],
+        &node.config,
+    );
+    zkcron_ok(
+        &["submit", "broken", "--in", "0s", "--id", "b1"],
+        &node.config,
+    );
+
+    let seen = requests(&receiver, "/fail-then-ok", 2, SLACK * 2, &[&node]).await;
+    let attempts: Vec<&str> = seen.iter().map(|s| s.header("zkcron-attempt")).collect();
+    assert_eq!(attempts, ["1", "2"], "{seen:?}");
+    assert_eq!(
+        seen[0].header("idempotency-key"),
+        seen[1].header("idempotency-key"),
+        "a retry is the same run"
+    );
+    let flaky = record_with_status("flaky", "succeeded", SLACK, &node).await;
+    assert_eq!(
+        (flaky["attempt"].as_u64(), flaky["http_status"].as_u64()),
+        (Some(2), Some(200))
+    );
+
+    let broken = record_with_status("broken", "failed", SLACK, &node).await;
+    assert_eq!(broken["http_status"], 500, "{broken}");
+    let output = broken["output"].as_str().expect("the answer's body kept");
+    assert_eq!(output, "x".repeat(1024), "its first KiB, no more");
+    let shown = zkcron_ok(&["history", "broken"], &node.config);
+    assert!(
+        shown.contains("answered HTTP 500") && shown.contains("answer: \"xxxx"),
+        "history shows the status and the answer: {shown}"
+    );
+    let shown = zkcron_ok(&["delayed", "show", "b1"], &node.config);
+    assert!(
+        shown.contains("HTTP 500") && shown.contains("xxxx"),
+        "delayed show shows the status and the answer: {shown}"
+    );
+}
+
+#[tokio::test]
+async fn a_429_with_retry_after_2_is_tried_again_about_2_s_later() {
+    let receiver = Receiver::start().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot("http-429"));
+    // A backoff far shorter than the pause asked for: the wait is the receiver's.
+    let job = http_job(
+        "busy",
+        &format!("{}/busy-then-ok", receiver.base),
+        "retries = 1\nretry_backoff = \"100ms\"",
+    );
+    let text = schedule_text(&connect, "http-429", SESSION, DELAY, &job);
+    let node = DaemonNode::start(dir.path(), "b1", &text);
+    node.wait_log("lock acquired", SESSION + SLACK).await;
+    zkcron_ok(&["submit", "busy", "--in", "0s"], &node.config);
+    let seen = requests(&receiver, "/busy-then-ok", 2, SLACK * 2, &[&node]).await;
+    let gap = seen[1].at_ms - seen[0].at_ms;
+    // Not before the 2 s asked for; after it by the claim's round trips only (bounded by
+    // SLACK for a busy machine).
+    assert!(
+        (2000..2000 + i64::try_from(SLACK.as_millis()).expect("ms")).contains(&gap),
+        "the second attempt came {gap} ms after the first"
+    );
+    record_with_status("busy", "succeeded", SLACK, &node).await;
+}
+
+#[tokio::test]
+async fn a_receiver_that_hangs_past_the_timeout_is_timed_out_and_its_connection_dropped() {
+    let receiver = Receiver::start().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot("http-hang"));
+    let job = http_job(
+        "stuck",
+        &format!("{}/anything", receiver.silent),
+        "timeout = \"1s\"",
+    );
+    let text = schedule_text(&connect, "http-hang", SESSION, DELAY, &job);
+    let node = DaemonNode::start(dir.path(), "s1", &text);
+    node.wait_log("lock acquired", SESSION + SLACK).await;
+    zkcron_ok(&["submit", "stuck", "--in", "0s"], &node.config);
+    let record = record_with_status("stuck", "timed_out", SLACK * 2, &node).await;
+    assert_eq!(record["http_status"], serde_json::Value::Null);
+    let (held, closed) = try_wait_for("the connection closed", SLACK, || {
+        let (held, closed) = receiver.silent_log();
+        let done = (!held.is_empty() && !closed.is_empty()).then_some((held, closed));
+        async move { done }
+    })
+    .await
+    .unwrap_or_else(|not_reached| panic!("{not_reached}\n{}", node.log_tail()));
+    let started = record["started_unix_ms"].as_i64().expect("a start");
+    assert!(held[0] >= started, "the request came after the run started");
+    let waited = closed[0] - started;
+    assert!(
+        (1000..1000 + i64::try_from(SLACK.as_millis()).expect("ms")).contains(&waited),
+        "the request was abandoned {waited} ms after the run started, at its 1 s timeout"
+    );
+}
+
+#[tokio::test]
+async fn a_tls_target_is_trusted_through_its_ca_file_and_refused_without_it() {
+    let pki = TestPki::new();
+    let receiver = Receiver::start_tls(&pki.server).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot("http-tls"));
+    let url = format!("{}/ok", receiver.base);
+    let jobs = format!(
+        "[[job]]\nname = \"trusted\"\nhttp = {{ url = \"{url}\", ca_file = \"{}\" }}\n\n{}",
+        pki.ca.display(),
+        http_job("untrusted", &url, "")
+    );
+    let text = schedule_text(&connect, "http-tls", SESSION, DELAY, &jobs);
+    let node = DaemonNode::start(dir.path(), "t1", &text);
+    node.wait_log("lock acquired", SESSION + SLACK).await;
+    zkcron_ok(
+        &["submit", "trusted", "--in", "0s", "--payload", "hello"],
+        &node.config,
+    );
+    zkcron_ok(&["submit", "untrusted", "--in", "0s"], &node.config);
+    let seen = requests(&receiver, "/ok", 1, SLACK * 2, &[&node]).await;
+    assert_eq!(seen[0].body, b"hello");
+    assert_eq!(seen[0].header("zkcron-job"), "trusted");
+    record_with_status("trusted", "succeeded", SLACK, &node).await;
+    let refused = record_with_status("untrusted", "failed", SLACK, &node).await;
+    let error = refused["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("certificate") || error.contains("UnknownIssuer"),
+        "a server the system roots do not trust is refused, and the record says why: {refused}"
+    );
+    assert_eq!(
+        receiver.seen().len(),
+        1,
+        "nothing reached the receiver from the untrusting job"
+    );
+}

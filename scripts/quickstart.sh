@@ -51,9 +51,24 @@ CFG
 fi
 
 cargo build --release --quiet
-# The example schedule's shape, with one job that shows itself every 2 seconds.
+# The example schedule's shape, with one job that shows itself every 2 seconds, and one whose
+# target is a URL: a one-line local receiver that prints what it is sent.
 fires="$work/fires.log"
 touch "$fires"
+receiver_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+python3 -u -c '
+import http.server, sys
+class R(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0))).decode(errors="replace")
+        h = self.headers.get
+        print("%s delivered by %s (fencing token %s): %s" % (h("Zkcron-Scheduled-At"), h("Zkcron-Node"), h("Zkcron-Fencing-Token"), body), flush=True)
+        self.send_response(200); self.send_header("Content-Length", "0"); self.end_headers()
+    def log_message(self, *args): pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), R).serve_forever()
+' "$receiver_port" >>"$fires" 2>"$work/receiver.log" &
+pids+=($!)
 for node in node-a node-b node-c; do
   cat > "$work/$node.toml" <<TOML
 [zookeeper]
@@ -69,13 +84,21 @@ node_id = "$node"
 name = "hello"
 schedule = "*/2 * * * * *"
 shell = 'echo "\$ZKCRON_SCHEDULED_AT fired by \$ZKCRON_NODE (fencing token \$ZKCRON_FENCING_TOKEN)" >> $fires'
+
+[[job]]
+name = "deliver"
+schedule = "*/10 * * * * *"
+http = { url = "http://127.0.0.1:$receiver_port/hello", body = "a tick's body" }
 TOML
   target/release/zkcron check "$work/$node.toml" >/dev/null
   target/release/zkcron run --config "$work/$node.toml" 2>"$work/$node.log" &
   pids+=($!)
 done
 cat <<TXT
-three nodes (node-a, node-b, node-c) run job "hello" every 2 s; exactly one of them fires it:
+three nodes (node-a, node-b, node-c) run job "hello" every 2 s and deliver job "deliver" to a
+local HTTP receiver every 10 s; exactly one of them fires each tick. Submit a delivery:
+  target/release/zkcron submit --config $work/node-a.toml deliver --in 5s --payload '{"order": 4711}'
+
 try it: kill -9 the owner (pgrep -f '$work/node-a.toml') and watch another take over after
 session timeout (4s) + takeover delay (5s); kill -TERM it for a handoff within a second.
 status: target/release/zkcron status --config $work/node-a.toml

@@ -630,6 +630,9 @@ fn status_lines(report: &StatusReport, config: &Config) -> Vec<String> {
             ));
         }
         lines.extend(retry_lines(&job.pending_retries, &format));
+        if let Some(deliveries) = &job.deliveries {
+            lines.push(delivery_line(deliveries));
+        }
     }
     for drift in &report.schedule_drift {
         lines.push(format!(
@@ -736,6 +739,31 @@ fn group_lines(report: &StatusReport) -> Vec<String> {
         ));
     }
     lines
+}
+
+/// An HTTP target's kept deliveries for `status`: answers by class, then latency.
+fn delivery_line(deliveries: &zkcron::status::DeliverySummary) -> String {
+    let classes: Vec<String> = deliveries
+        .by_class
+        .iter()
+        .map(|(class, count)| format!("{class} {count}"))
+        .collect();
+    let classes = if classes.is_empty() {
+        "none yet".to_owned()
+    } else {
+        classes.join(", ")
+    };
+    let latency = match (
+        deliveries.latency_p50_ms,
+        deliveries.latency_p99_ms,
+        deliveries.latency_max_ms,
+    ) {
+        (Some(p50), Some(p99), Some(max)) => {
+            format!("; latency p50 {p50} ms, p99 {p99} ms, max {max} ms")
+        }
+        _ => String::new(),
+    };
+    format!("{:<20}  deliveries (kept records): {classes}{latency}", "")
 }
 
 /// A job's promised retries for `status`, soonest first, a few at most.

@@ -150,6 +150,62 @@ pub struct JobReport {
     pub next_due_unix_ms: Option<i64>,
     /// Failed runs among the kept records whose next attempt is promised, soonest first.
     pub pending_retries: Vec<PendingRetry>,
+    /// A job whose target is a URL: its kept records' answers and latency (issue 23).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deliveries: Option<DeliverySummary>,
+}
+
+/// The ended deliveries among a job's kept records: how they were answered, and how long the
+/// calls took.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct DeliverySummary {
+    /// By the answer's class (`2xx`, `4xx`, …), or `error` (no answer), `timeout`,
+    /// `cancelled`, `interrupted`.
+    pub by_class: std::collections::BTreeMap<String, u64>,
+    /// From sending to the end of the answer, over the answered ones, in ms.
+    pub latency_p50_ms: Option<i64>,
+    pub latency_p99_ms: Option<i64>,
+    pub latency_max_ms: Option<i64>,
+}
+
+/// `records`' ended deliveries, summed up.
+fn delivery_summary(records: &[RunRecord]) -> DeliverySummary {
+    let mut summary = DeliverySummary::default();
+    let mut latencies = Vec::new();
+    for record in records.iter().filter(|r| r.status.is_final()) {
+        let class = match (record.http_status, record.status) {
+            (Some(status), _) => format!("{}xx", status / 100),
+            (None, RunStatus::TimedOut) => "timeout".to_owned(),
+            (None, RunStatus::Cancelled) => "cancelled".to_owned(),
+            (None, RunStatus::Interrupted) => "interrupted".to_owned(),
+            (None, RunStatus::Failed) => "error".to_owned(),
+            // Skipped, missed: never called.
+            (None, _) => continue,
+        };
+        *summary.by_class.entry(class).or_default() += 1;
+        if let (Some(_), Some(start), Some(end)) = (
+            record.http_status,
+            record.started_unix_ms,
+            record.finished_unix_ms,
+        ) {
+            latencies.push(end - start);
+        }
+    }
+    latencies.sort_unstable();
+    let at = |fraction: f64| -> Option<i64> {
+        // Nearest rank: a count far below 2^52, exact as f64.
+        #[allow(
+            clippy::cast_precision_loss,
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss
+        )]
+        let rank = ((fraction * latencies.len() as f64).ceil() as usize).max(1);
+        latencies.get(rank - 1).copied()
+    };
+    summary.latency_p50_ms = at(0.5);
+    summary.latency_p99_ms = at(0.99);
+    summary.latency_max_ms = latencies.last().copied();
+    summary
 }
 
 /// A retry a failed run's record promises (issue 24): whoever owns the lock then starts it.
@@ -226,6 +282,8 @@ pub async fn gather(
             next_unix_ms: next,
             missed_ticks: missed_ticks(&records),
             pending_retries: pending_retries(&records, job.retries),
+            deliveries: matches!(job.spec.program, crate::run::Program::Http(_))
+                .then(|| delivery_summary(&records)),
             last: records.into_iter().next().map(|r| RunSummary {
                 run_id: r.run_id,
                 scheduled_unix_ms: r.scheduled_unix_ms,

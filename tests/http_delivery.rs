@@ -252,6 +252,19 @@ async fn a_500_then_a_200_is_two_attempts_and_succeeded_and_a_failure_keeps_its_
         shown.contains("answered HTTP 500") && shown.contains("answer: \"xxxx"),
         "history shows the status and the answer: {shown}"
     );
+    let shown = zkcron_ok(&["status"], &node.config);
+    assert!(
+        shown.contains("deliveries (kept records): 2xx 1; latency p50")
+            && shown.contains("deliveries (kept records): 5xx 1; latency p50"),
+        "status shows each job's answers by class and their latency: {shown}"
+    );
+    let status: serde_json::Value =
+        serde_json::from_str(&zkcron_ok(&["status", "--json"], &node.config)).expect("JSON");
+    let flaky = status["jobs"]
+        .as_array()
+        .and_then(|jobs| jobs.iter().find(|job| job["name"] == "flaky"))
+        .expect("flaky in status");
+    assert_eq!(flaky["deliveries"]["by_class"]["2xx"], 1, "{flaky}");
     let shown = zkcron_ok(&["delayed", "show", "b1"], &node.config);
     assert!(
         shown.contains("HTTP 500") && shown.contains("xxxx"),
@@ -351,5 +364,100 @@ async fn a_tls_target_is_trusted_through_its_ca_file_and_refused_without_it() {
         receiver.seen().len(),
         1,
         "nothing reached the receiver from the untrusting job"
+    );
+}
+
+/// A call in flight when its owner dies is recorded `interrupted`; with `on_interrupted = "rerun"`
+/// the next owner calls again, `Zkcron-Resumed: 1`, the next attempt under a higher token and the
+/// same idempotency key. Then a release moves the lock during that call: `on_lost = "cancel"`
+/// abandons it at once (its connection closed), and the run is recorded `cancelled`.
+#[tokio::test]
+async fn a_call_in_flight_is_rerun_after_a_kill_9_and_abandoned_on_a_release() {
+    let _serial = fault_lock();
+    let receiver = Receiver::start().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot("http-rerun"));
+    let job = http_job(
+        "slow",
+        &format!("{}/slow", receiver.silent),
+        "timeout = \"60s\"\non_interrupted = \"rerun\"",
+    );
+    let text = schedule_text(&connect, "http-rerun", SESSION, DELAY, &job);
+    let mut first = DaemonNode::start(dir.path(), "c1", &text);
+    first.wait_log("lock acquired", SESSION + SLACK).await;
+    let second = DaemonNode::start(dir.path(), "c2", &text);
+    second
+        .wait_log("zookeeper session established", SLACK)
+        .await;
+    zkcron_ok(
+        &["submit", "slow", "--in", "0s", "--id", "s1"],
+        &first.config,
+    );
+    let held = |count: usize| {
+        let receiver = &receiver;
+        async move {
+            try_wait_for(
+                &format!("{count} calls held"),
+                SESSION + DELAY + SLACK * 3,
+                || {
+                    let headers = receiver.held_headers();
+                    let done = (headers.len() >= count).then_some(headers);
+                    async move { done }
+                },
+            )
+            .await
+        }
+    };
+    let calls = held(1)
+        .await
+        .unwrap_or_else(|not_reached| panic!("{not_reached}\n{}", first.log_tail()));
+    assert_eq!(calls[0]["zkcron-node"], "c1");
+    first.kill();
+    let calls = held(2)
+        .await
+        .unwrap_or_else(|not_reached| panic!("{not_reached}\n{}", second.log_tail()));
+    let (one, two) = (&calls[0], &calls[1]);
+    assert_eq!(
+        (two["zkcron-node"].as_str(), two["zkcron-resumed"].as_str()),
+        ("c2", "1")
+    );
+    assert_eq!(
+        (
+            one["zkcron-attempt"].as_str(),
+            two["zkcron-attempt"].as_str()
+        ),
+        ("1", "2")
+    );
+    assert_eq!(one["idempotency-key"], two["idempotency-key"]);
+    let token = |call: &BTreeMap<String, String>| -> i64 {
+        call["zkcron-fencing-token"].parse().expect("a token")
+    };
+    assert!(token(two) > token(one), "{one:?} then {two:?}");
+
+    let restarted = DaemonNode::start(dir.path(), "c1", &text);
+    let config = second.config.clone();
+    try_wait_for("c1 a member again", SESSION + SLACK, || {
+        let status: serde_json::Value =
+            serde_json::from_str(&zkcron_ok(&["status", "--json"], &config)).expect("JSON");
+        let members = status["members"].as_array().cloned().unwrap_or_default();
+        let done = members.iter().any(|m| m["node_id"] == "c1").then_some(());
+        async move { done }
+    })
+    .await
+    .unwrap_or_else(|not_reached| panic!("{not_reached}\n{}", restarted.log_tail()));
+    let released_at = now_ms();
+    zkcron_ok(&["release"], &second.config);
+    let record = record_with_status("slow", "cancelled", SLACK * 2, &second).await;
+    assert_eq!(record["attempt"], 2, "{record}");
+    let closed = try_wait_for("both calls' connections closed", SLACK, || {
+        let (_, closed) = receiver.silent_log();
+        let done = (closed.len() >= 2).then_some(closed);
+        async move { done }
+    })
+    .await
+    .unwrap_or_else(|not_reached| panic!("{not_reached}\n{}", second.log_tail()));
+    assert!(
+        closed[1] >= released_at && closed[1] - released_at < 5000,
+        "the second call was abandoned at the release, not at its 60 s timeout: {closed:?}"
     );
 }

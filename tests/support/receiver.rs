@@ -53,6 +53,8 @@ struct State {
     closed: Mutex<Vec<i64>>,
     /// When the silent listener read a request it will never answer, in Unix ms.
     held: Mutex<Vec<i64>>,
+    /// The headers of those requests (lowercase names), in arrival order.
+    held_headers: Mutex<Vec<BTreeMap<String, String>>>,
 }
 
 /// The running receiver; its tasks end with the test's runtime.
@@ -122,6 +124,15 @@ impl Receiver {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
+    }
+
+    /// The headers of each request the silent listener holds (lowercase names).
+    pub fn held_headers(&self) -> Vec<BTreeMap<String, String>> {
+        self.state
+            .held_headers
+            .lock()
+            .map(|v| v.clone())
+            .unwrap_or_default()
     }
 
     /// When the silent listener read a request, and when its client closed the connection.
@@ -206,9 +217,19 @@ async fn hold(mut stream: TcpStream, state: Arc<State>) {
     loop {
         match stream.read(&mut buffer).await {
             Ok(0) | Err(_) => break,
-            Ok(_) if !noted => {
+            Ok(read) if !noted => {
                 noted = true;
                 state.held.lock().map(|mut v| v.push(now_ms())).ok();
+                let head = String::from_utf8_lossy(&buffer[..read]).into_owned();
+                let headers = head
+                    .lines()
+                    .skip(1)
+                    .filter_map(|line| line.split_once(':'))
+                    .map(|(name, value)| {
+                        (name.trim().to_ascii_lowercase(), value.trim().to_owned())
+                    })
+                    .collect();
+                state.held_headers.lock().map(|mut v| v.push(headers)).ok();
             }
             Ok(_) => {}
         }

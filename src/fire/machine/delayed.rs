@@ -235,7 +235,6 @@ impl FireMachine {
             return;
         }
         let latest_due = (now + self.claim_ahead).timestamp_millis();
-        let open = self.open_runs();
         let mut room: HashMap<JobName, usize> = self
             .delayed
             .due
@@ -247,10 +246,7 @@ impl FireMachine {
                 } else {
                     self.jobs.get(job)?.config.max_running
                 };
-                Some((
-                    job.clone(),
-                    max.saturating_sub(open.get(job).copied().unwrap_or(0)),
-                ))
+                Some((job.clone(), max.saturating_sub(self.open_runs_of(job))))
             })
             .collect();
         loop {

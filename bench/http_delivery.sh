@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# HTTP delivery (issue 23): how many submissions one owner delivers to an HTTP target a second,
+# and how late, beside the process path on the same machine and load.
+#
+# What it does: starts a throwaway ZooKeeper on loopback (default 3 servers, fsync on), a local
+# receiver (`examples/http_receiver.rs`: answers 200 at once, notes each request's due time and
+# arrival), and one `zkcron run` node (release build) with one on-demand job whose target is
+# that receiver (--target http) or `/bin/true` (--target process). Then, for each rate R of
+# --rates: R submissions due per second for --seconds S, all submitted first
+# (`examples/delayed_load.rs`, 100 per call), and waits until every one is delivered.
+#
+# Per rate it reports: deliveries (and duplicates, early ones, missing ones: all must be 0),
+# lateness p50/p90/p99/max (HTTP: arrival at the receiver - due; process: zkcron's
+# "job started" line - due), the rate sustained while they were due (delivered within the due
+# span plus 1 s, divided by that span), the owner's CPU per 1000 deliveries, the servers' CPU,
+# and how busy the machine was.
+#
+# Usage: bench/http_delivery.sh [--servers 1|3] [--rates "200 1000 2000"] [--seconds S]
+#                               [--target http|process] [--binary PATH] [--keep]
+# Everything started is stopped by PID on exit and on Ctrl-C. Only 127.0.0.1 is used.
+set -euo pipefail
+
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+servers=3
+rates="200 1000 2000"
+seconds=10
+target=http
+binary=""
+usage() { sed -n '/^# Usage:/,/^# Everything/p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+while (($#)); do
+  case "$1" in
+    --servers) servers=${2:?}; shift 2 ;;
+    --rates) rates=${2:?}; shift 2 ;;
+    --seconds) seconds=${2:?}; shift 2 ;;
+    --target) target=${2:?}; shift 2 ;;
+    --binary) binary=${2:?}; shift 2 ;;
+    --keep) BENCH_KEEP=1; shift ;;
+    -h | --help) usage ;;
+    *) echo "unknown argument: $1" >&2; usage ;;
+  esac
+done
+[[ $target == http || $target == process ]] || { echo "--target is http or process" >&2; usage; }
+export ZK_HEAP="${ZK_HEAP:-512m}"
+
+bench_init
+binary=$(bench_binary "$binary")
+load=$(bench_delayed_load)
+receiver_bin=$(dirname "$load")/http_receiver
+(cd "$BENCH_REPO" && cargo build --release --quiet --example http_receiver) >&2 ||
+  bench_die "cannot build examples/http_receiver"
+work=$BENCH_WORK
+
+echo "== environment"
+bench_print_machine
+printf '%-18s %s\n' "ensemble" "$servers server(s) on 127.0.0.1, fsync on, -Xmx$ZK_HEAP each"
+printf '%-18s %s\n' "zkcron" "$binary ($("$binary" --version))"
+
+arrivals="$work/arrivals"
+: >"$arrivals"
+"$receiver_bin" "$arrivals" >"$work/receiver.out" 2>&1 &
+receiver_pid=$!
+BENCH_PIDS+=("$receiver_pid")
+for _ in $(seq 50); do grep -q "listening on" "$work/receiver.out" && break; sleep 0.1; done
+port=$(awk '/listening on/ { print $3 }' "$work/receiver.out")
+[[ -n "$port" ]] || bench_die "the receiver did not start: $(cat "$work/receiver.out")"
+
+case "$target" in
+  http) target_line="http = { url = \"http://127.0.0.1:$port/deliver\" }" ;;
+  process) target_line='command = ["/bin/true"]' ;;
+esac
+printf '%-18s %s\n' "job" "on demand: $target_line"
+
+bench_zk_start "$servers"
+
+cat >"$work/zkcron.toml" <<TOML
+[zookeeper]
+connect = "$ZK_CONNECT/zkcron-bench"
+session_timeout = "10s"
+
+[lock]
+name = "delivery"
+node_id = "bench-node"
+
+[[job]]
+name = "due"
+starting_deadline = "1h"
+timeout = "30s"
+$target_line
+TOML
+
+log="$work/zkcron.log"
+"$binary" --log-level info run --config "$work/zkcron.toml" </dev/null >"$log" 2>&1 &
+zkcron_pid=$!
+BENCH_PIDS+=("$zkcron_pid")
+bench_wait_log "$log" "owns the lock" 60 "$zkcron_pid"
+
+# CPU seconds (user + system) a process has used, from /proc/PID/stat.
+cpu_seconds() {
+  awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.2f", ($12 + $13) / hz }' "/proc/$1/stat"
+}
+servers_cpu() {
+  local pid total=0
+  for pid in "${BENCH_PIDS[@]}"; do
+    if grep -q QuorumPeerMain "/proc/$pid/cmdline" 2>/dev/null; then
+      total=$(awk -v a="$total" -v b="$(cpu_seconds "$pid")" 'BEGIN { printf "%.2f", a + b }')
+    fi
+  done
+  echo "$total"
+}
+delivered() {
+  if [[ $target == http ]]; then
+    grep -c " $1" "$arrivals" || true
+  else
+    grep -c "job started job=due run_id=\"due-[0-9]*-$1" "$log" || true
+  fi
+}
+
+for rate in $rates; do
+  prefix="r$rate-"
+  total=$((rate * seconds))
+  echo
+  echo "== $rate due/s for $seconds s ($total submissions, $target)"
+  # Submitted at >= 2000/s before the first is due.
+  lead_ms=$((total * 1000 / 2000 + 5000))
+  first_due_ms=$(($(date +%s%3N) + lead_ms))
+  "$load" "$work/zkcron.toml" due "$total" "$lead_ms" $((seconds * 1000)) 8 "$prefix" 100
+  owner_before=$(cpu_seconds "$zkcron_pid")
+  servers_before=$(servers_cpu)
+  machine_before=$(bench_cpu_stat)
+  wait_until=$((SECONDS + lead_ms / 1000 + seconds + 60))
+  while (($(delivered "$prefix") < total && SECONDS < wait_until)); do
+    bench_alive "$zkcron_pid" || { tail -n 30 "$log" >&2; bench_die "zkcron exited during the run"; }
+    sleep 0.5
+  done
+  owner_cpu=$(awk -v a="$owner_before" -v b="$(cpu_seconds "$zkcron_pid")" 'BEGIN { printf "%.2f", b - a }')
+  servers_used=$(awk -v a="$servers_before" -v b="$(servers_cpu)" 'BEGIN { printf "%.2f", b - a }')
+  busy=$(bench_busy "$machine_before" "$(bench_cpu_stat)")
+  python3 - "$target" "$arrivals" "$log" "$prefix" "$total" "$first_due_ms" "$seconds" \
+    "$owner_cpu" "$servers_used" "$busy" <<'PY'
+import math, re, sys
+from collections import Counter
+from datetime import datetime
+target, arrivals, log, prefix, total, first_due, seconds, owner_cpu, servers_cpu, busy = sys.argv[1:]
+total, first_due, seconds = int(total), int(first_due), int(seconds)
+rows = []  # (submission id, due ms, delivered ms)
+if target == "http":
+    for line in open(arrivals):
+        p = line.split()
+        if len(p) == 3 and p[2].startswith(prefix):
+            rows.append((p[2], int(p[0]), float(p[1])))
+else:
+    started = re.compile(r'^(\S+) +INFO zkcron::runner: job started job=due run_id="due-(\d+)-(\S+?)"')
+    for line in open(log):
+        m = started.match(line)
+        if m and m.group(3).startswith(prefix):
+            at = datetime.fromisoformat(m.group(1).replace("Z", "+00:00")).timestamp() * 1000.0
+            rows.append((m.group(3), int(m.group(2)), at))
+def pct(v, p):
+    return v[max(1, math.ceil(p / 100.0 * len(v))) - 1] if v else float("nan")
+late = sorted(d - due for _, due, d in rows)
+ids = Counter(i for i, _, _ in rows)
+dups = sum(c - 1 for c in ids.values() if c > 1)
+print(f"delivered {len(ids)} of {total}   duplicates {dups}   early {sum(1 for l in late if l < 0)}"
+      f"   missing {total - len(ids)}")
+if late:
+    print(f"lateness ms   p50 {pct(late, 50):.1f}  p90 {pct(late, 90):.1f}  p99 {pct(late, 99):.1f}  "
+          f"max {late[-1]:.1f}")
+    span_end = max(due for _, due, _ in rows) + 1000
+    in_span = sum(1 for _, _, d in rows if d <= span_end)
+    span_s = (span_end - min(due for _, due, _ in rows)) / 1000.0
+    last = max(d for _, _, d in rows)
+    all_s = (last - min(due for _, due, _ in rows)) / 1000.0
+    print(f"sustained     {in_span / span_s:.0f}/s while due (delivered by the last due + 1 s: "
+          f"{in_span}); all {len(rows)} in {all_s:.1f} s after the first was due "
+          f"({len(rows) / all_s:.0f}/s)")
+n = max(len(ids), 1)
+print(f"cpu           owner {float(owner_cpu):.2f} s ({1000 * float(owner_cpu) / n:.3f} s per 1000), "
+      f"servers {float(servers_cpu):.2f} s; machine {busy}% busy")
+PY
+done
+
+echo
+echo "== owner RSS at the end: $(awk '/^VmRSS/ { printf "%d", $2 / 1024 }' "/proc/$zkcron_pid/status") MiB"

@@ -272,6 +272,53 @@ async fn a_500_then_a_200_is_two_attempts_and_succeeded_and_a_failure_keeps_its_
     );
 }
 
+/// `version = "http2"` speaks HTTP/2 from the first byte (h2c); the default speaks HTTP/1.1 to
+/// an `http` URL. The node's metrics count both deliveries by answer class.
+#[tokio::test]
+async fn an_http2_target_is_spoken_to_in_http2_and_the_metrics_count_deliveries() {
+    let receiver = Receiver::start().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot("http-h2"));
+    let jobs = format!(
+        "[http]\nlisten = \"127.0.0.1:0\"\n\n[[job]]\nname = \"h2\"\nhttp = {{ url = \"{0}/ok\", version = \"http2\" }}\n\n{1}",
+        receiver.base,
+        http_job("h1", &format!("{}/ok", receiver.base), "")
+    );
+    let text = schedule_text(&connect, "http-h2", SESSION, DELAY, &jobs);
+    let node = DaemonNode::start(dir.path(), "v1", &text);
+    node.wait_log("lock acquired", SESSION + SLACK).await;
+    zkcron_ok(&["submit", "h2", "--in", "0s"], &node.config);
+    zkcron_ok(&["submit", "h1", "--in", "0s"], &node.config);
+    let seen = requests(&receiver, "/ok", 2, SLACK * 2, &[&node]).await;
+    let version_of = |job: &str| {
+        seen.iter()
+            .find(|s| s.header("zkcron-job") == job)
+            .map(|s| s.version.clone())
+    };
+    assert_eq!(version_of("h2").as_deref(), Some("HTTP/2.0"));
+    assert_eq!(version_of("h1").as_deref(), Some("HTTP/1.1"));
+    record_with_status("h2", "succeeded", SLACK, &node).await;
+    record_with_status("h1", "succeeded", SLACK, &node).await;
+    let port = support::http::logged_port(&node.log()).expect("the listener's port");
+    let metrics = support::http::request(port, "GET", "/metrics", None, None)
+        .await
+        .body;
+    for job in ["h1", "h2"] {
+        assert!(
+            metrics.contains(&format!(
+                "zkcron_http_deliveries_total{{job=\"{job}\",class=\"2xx\"}} 1"
+            )),
+            "{metrics}"
+        );
+        assert!(
+            metrics.contains(&format!(
+                "zkcron_http_delivery_seconds_count{{job=\"{job}\"}} 1"
+            )),
+            "{metrics}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_429_with_retry_after_2_is_tried_again_about_2_s_later() {
     let receiver = Receiver::start().await;

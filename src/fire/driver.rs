@@ -375,6 +375,10 @@ impl Io {
                 context,
                 not_before,
             } => {
+                // A delivery has no process to start ahead: its client is made already.
+                if matches!(spec.program, run::Program::Http(_)) {
+                    return None;
+                }
                 if self.prepared.len() >= MAX_PREPARED {
                     tracing::debug!(
                         run_id = context.run_id,

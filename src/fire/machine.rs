@@ -9,6 +9,7 @@
 //! go out as [`Action`]; `fire::driver` performs them against the ledger and the runner.
 
 mod catch_up;
+mod claims;
 mod delayed;
 mod rewrites;
 mod runs;
@@ -503,7 +504,7 @@ pub struct FireMachine {
     outage: Option<(DateTime<Utc>, Option<DateTime<Utc>>)>,
     /// Ticks that came while this node could not fire; fired if it can within [`MISSED_AFTER`].
     declined: Vec<(DateTime<Utc>, JobName)>,
-    claims: BTreeMap<ClaimId, Pending>,
+    claims: claims::Claims,
     next_claim: u64,
     runs: runs::Runs,
     /// Final records whose write failed, sent again.
@@ -577,7 +578,7 @@ impl FireMachine {
             lock: LockStatus::default(),
             outage: None,
             declined: Vec::new(),
-            claims: BTreeMap::new(),
+            claims: claims::Claims::default(),
             next_claim: 0,
             runs: runs::Runs::default(),
             rewrites: rewrites::Rewrites::default(),
@@ -654,6 +655,11 @@ impl FireMachine {
         if may_free_room {
             self.claim_due_submissions(now, &mut out);
         }
+        #[cfg(test)]
+        assert!(
+            self.claims.counts_agree() && self.runs.counts_agree(),
+            "the open-run counts kept match a fresh count"
+        );
         out
     }
 
@@ -720,18 +726,8 @@ impl FireMachine {
 
     /// `job`'s runs open on this node: claims out or held, runs alive, retries waiting. What
     /// `max_running` bounds; a record-only claim starts nothing and does not count.
-    ///
-    /// Counted for one job at a time, by comparing names: with a thousand runs open (a backlog
-    /// of due submissions) a map of every job's count, built for each input, took a tenth of
-    /// the owner's CPU (issue 23's profile).
     fn open_runs_of(&self, job: &JobName) -> usize {
-        let claims = self
-            .claims
-            .values()
-            .filter(|pending| !matches!(pending.state, PendingState::RecordOnly))
-            .filter(|pending| &pending.config.spec.name == job)
-            .count();
-        claims + self.runs.open_jobs().filter(|open| *open == job).count()
+        self.claims.starting_of(job) + self.runs.open_of(job)
     }
 
     fn tick(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {

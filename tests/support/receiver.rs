@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, Version};
 use axum::response::{IntoResponse, Response};
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
@@ -33,6 +33,8 @@ use super::daemon::now_ms;
 #[derive(Debug, Clone)]
 pub struct Seen {
     pub method: String,
+    /// `HTTP/1.1` or `HTTP/2.0`.
+    pub version: String,
     pub path: String,
     /// Lowercase names.
     pub headers: BTreeMap<String, String>,
@@ -155,14 +157,20 @@ impl Receiver {
 
 fn router(state: Arc<State>) -> Router {
     Router::new().fallback(
-        move |method: Method, uri: Uri, headers: HeaderMap, body: Bytes| {
+        move |method: Method, version: Version, uri: Uri, headers: HeaderMap, body: Bytes| {
             let state = Arc::clone(&state);
-            async move { answer(&state, method, &uri, &headers, body) }
+            async move { answer(&state, (method, version), &uri, &headers, body) }
         },
     )
 }
 
-fn answer(state: &State, method: Method, uri: &Uri, headers: &HeaderMap, body: Bytes) -> Response {
+fn answer(
+    state: &State,
+    (method, version): (Method, Version),
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Response {
     let headers: BTreeMap<String, String> = headers
         .iter()
         .map(|(name, value)| {
@@ -172,6 +180,7 @@ fn answer(state: &State, method: Method, uri: &Uri, headers: &HeaderMap, body: B
         .collect();
     let seen = Seen {
         method: method.to_string(),
+        version: format!("{version:?}"),
         path: uri.path().to_owned(),
         headers,
         body: body.to_vec(),

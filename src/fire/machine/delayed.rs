@@ -444,9 +444,7 @@ impl FireMachine {
     }
 
     fn claims_submission(&self, id: &SubmissionId) -> bool {
-        self.claims
-            .values()
-            .any(|p| p.submission.as_ref().is_some_and(|s| s.id == id.as_str()))
+        self.claims.holds_submission(id.as_str())
     }
 
     /// A fresh record of submission `id` under our current token, shaped by `edit`.

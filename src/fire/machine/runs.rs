@@ -1,7 +1,7 @@
 //! The runs alive on this node and the retries waiting for their backoff: the fire machine's
 //! bookkeeping, pure like the machine itself.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -45,6 +45,24 @@ pub(super) struct Runs {
     alive: BTreeMap<String, Run>,
     /// Failed runs to claim again at their instant.
     retries: Vec<Retry>,
+    /// Per job, its runs alive and retries waiting, kept as they come and go (`max_running`
+    /// reads it for every input; see `claims`).
+    open: HashMap<JobName, usize>,
+    /// Per job, its runs alive (`alive_of`, asked for every claim that settles).
+    alive_count: HashMap<JobName, usize>,
+}
+
+fn count_up(counts: &mut HashMap<JobName, usize>, job: &JobName) {
+    *counts.entry(job.clone()).or_default() += 1;
+}
+
+fn count_down(counts: &mut HashMap<JobName, usize>, job: &JobName) {
+    if let Some(count) = counts.get_mut(job) {
+        *count = count.saturating_sub(1);
+        if *count == 0 {
+            counts.remove(job);
+        }
+    }
 }
 
 impl Runs {
@@ -64,7 +82,31 @@ impl Runs {
             started_at: now,
             submission,
         };
-        self.alive.insert(claim.record.run_id.clone(), run);
+        count_up(&mut self.open, &run.job);
+        count_up(&mut self.alive_count, &run.job);
+        if let Some(old) = self.alive.insert(claim.record.run_id.clone(), run) {
+            count_down(&mut self.open, &old.job);
+            count_down(&mut self.alive_count, &old.job);
+        }
+    }
+
+    /// `job`'s runs alive here and retries waiting.
+    pub fn open_of(&self, job: &JobName) -> usize {
+        self.open.get(job).copied().unwrap_or(0)
+    }
+
+    /// The count kept against one made afresh (the tests check after every input).
+    #[cfg(test)]
+    pub fn counts_agree(&self) -> bool {
+        let mut fresh: HashMap<JobName, usize> = HashMap::new();
+        for job in self.open_jobs() {
+            *fresh.entry(job.clone()).or_default() += 1;
+        }
+        let mut alive: HashMap<JobName, usize> = HashMap::new();
+        for run in self.alive.values() {
+            *alive.entry(run.job.clone()).or_default() += 1;
+        }
+        fresh == self.open && alive == self.alive_count
     }
 
     pub fn ended(&mut self, finished: &Claim) {
@@ -74,7 +116,10 @@ impl Runs {
     }
 
     pub fn remove(&mut self, run_id: &str) -> Option<Run> {
-        self.alive.remove(run_id)
+        let run = self.alive.remove(run_id)?;
+        count_down(&mut self.open, &run.job);
+        count_down(&mut self.alive_count, &run.job);
+        Some(run)
     }
 
     pub fn len(&self) -> usize {
@@ -83,7 +128,7 @@ impl Runs {
 
     /// A run of `job` is alive here (its record may still be being written).
     pub fn alive_of(&self, job: &JobName) -> bool {
-        self.alive.values().any(|run| &run.job == job)
+        self.alive_count.contains_key(job)
     }
 
     /// When the oldest run of `job` alive here started.
@@ -117,6 +162,7 @@ impl Runs {
     }
 
     /// The job of every run alive and every retry waiting, one entry each.
+    #[cfg(test)]
     pub fn open_jobs(&self) -> impl Iterator<Item = &JobName> + '_ {
         let alive = self.alive.values().map(|run| &run.job);
         alive.chain(self.retries.iter().map(|retry| &retry.record.job))
@@ -130,6 +176,7 @@ impl Runs {
     pub fn schedule_retry(&mut self, retry: Retry) {
         let record = &retry.record;
         tracing::info!(job = %record.job, run_id = record.run_id, attempt = record.attempt + 1, at = %retry.at, resumed = retry.resumed, "retry scheduled");
+        count_up(&mut self.open, &retry.record.job);
         self.retries.push(retry);
     }
 
@@ -161,13 +208,17 @@ impl Runs {
             .into_iter()
             .partition(|retry| retry.at <= now && !held(&retry.record.job));
         self.retries = later;
+        for retry in &due {
+            count_down(&mut self.open, &retry.record.job);
+        }
         due
     }
 
     /// The lock is gone or we are stopping: the retries waiting here are the next owner's to
     /// resume from the ledger, where each failed run's record says when.
     pub fn drop_retries(&mut self) {
-        for retry in self.retries.drain(..) {
+        for retry in std::mem::take(&mut self.retries) {
+            count_down(&mut self.open, &retry.record.job);
             tracing::info!(job = %retry.record.job, run_id = retry.record.run_id, attempt = retry.record.attempt + 1, "retry left to the next owner: its record says when it is due");
         }
     }

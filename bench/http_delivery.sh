@@ -16,8 +16,10 @@
 # busy the machine was (both from the end of the submitting to the last delivery).
 #
 # Usage: bench/http_delivery.sh [--servers 1|3] [--rates "200 1000 2000"] [--seconds S]
-#                               [--target http|process] [--max-running N] [--binary PATH] [--keep]
+#                               [--target http|process] [--max-running N] [--claim-ahead D]
+#                               [--binary PATH] [--keep]
 #   --max-running  the job's max_running (default 256, the job's own default): runs open at once
+#   --claim-ahead  [lock] claim_ahead (default 250ms, its own default): how early a claim goes out
 # Everything started is stopped by PID on exit and on Ctrl-C. Only 127.0.0.1 is used.
 set -euo pipefail
 
@@ -29,6 +31,7 @@ rates="200 1000 2000"
 seconds=10
 target=http
 max_running=256
+claim_ahead=250ms
 binary=""
 usage() { sed -n '/^# Usage:/,/^# Everything/p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while (($#)); do
@@ -38,6 +41,7 @@ while (($#)); do
     --seconds) seconds=${2:?}; shift 2 ;;
     --target) target=${2:?}; shift 2 ;;
     --max-running) max_running=${2:?}; shift 2 ;;
+    --claim-ahead) claim_ahead=${2:?}; shift 2 ;;
     --binary) binary=${2:?}; shift 2 ;;
     --keep) BENCH_KEEP=1; shift ;;
     -h | --help) usage ;;
@@ -73,7 +77,7 @@ case "$target" in
   http) target_line="http = { url = \"http://127.0.0.1:$port/deliver\" }" ;;
   process) target_line='command = ["/bin/true"]' ;;
 esac
-printf '%-18s %s\n' "job" "on demand, max_running $max_running: $target_line"
+printf '%-18s %s\n' "job" "on demand, max_running $max_running, claim_ahead $claim_ahead: $target_line"
 
 bench_zk_start "$servers"
 
@@ -85,6 +89,7 @@ session_timeout = "10s"
 [lock]
 name = "delivery"
 node_id = "bench-node"
+claim_ahead = "$claim_ahead"
 
 [[job]]
 name = "due"

@@ -419,15 +419,9 @@ struct Reloaded {
     deliveries: Arc<crate::delivery::Deliveries>,
 }
 
-/// Makes the clients of `jobs`' HTTP targets on a blocking thread: reading certificate stores
-/// is file I/O.
+/// Makes the clients of `jobs`' HTTP targets, and drops those no target uses, on a blocking
+/// thread: reading certificate stores is file I/O.
 fn warm(deliveries: &Arc<crate::delivery::Deliveries>, jobs: &Jobs) {
-    if !jobs
-        .iter()
-        .any(|job| matches!(job.spec.program, crate::run::Program::Http(_)))
-    {
-        return;
-    }
     let (deliveries, jobs) = (Arc::clone(deliveries), jobs.clone());
     tokio::task::spawn_blocking(move || deliveries.warm(jobs.iter().map(|job| job.spec.as_ref())));
 }

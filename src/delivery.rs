@@ -59,6 +59,16 @@ struct ClientKey {
     version: HttpVersion,
 }
 
+impl ClientKey {
+    fn of(target: &HttpTarget) -> Self {
+        Self {
+            ca_pem: target.tls.ca_pem.clone(),
+            identity_pem: target.tls.identity_pem.clone(),
+            version: target.version,
+        }
+    }
+}
+
 impl Deliveries {
     pub fn new(metrics: Arc<Metrics>) -> Self {
         Self {
@@ -68,17 +78,25 @@ impl Deliveries {
         }
     }
 
-    /// Makes the clients of `jobs`' HTTP targets now, off any run's path: a client loads the
-    /// system's roots or its CA file when it is made (~0.1 s), which would otherwise make a job's
-    /// first delivery late. A client that cannot be made is logged; its runs will say why.
+    /// Makes the clients of the schedule's HTTP targets (`jobs`: all of its jobs) now, off any
+    /// run's path: a client loads the system's roots or its CA file when it is made (~0.1 s),
+    /// which would otherwise make a job's first delivery late. A client that cannot be made is
+    /// logged; its runs will say why. Clients no target uses any more (a CA replaced by a
+    /// reload) are dropped, with their pools.
     pub fn warm<'a>(&self, jobs: impl IntoIterator<Item = &'a JobSpec>) {
+        let mut used = std::collections::HashSet::new();
         for spec in jobs {
-            if let crate::run::Program::Http(target) = &spec.program
-                && let Err(err) = self.client(target)
-            {
-                warn!(job = %spec.name, error = %chain(&err), "cannot set up the job's HTTP client");
+            if let crate::run::Program::Http(target) = &spec.program {
+                used.insert(ClientKey::of(target));
+                if let Err(err) = self.client(target) {
+                    warn!(job = %spec.name, error = %chain(&err), "cannot set up the job's HTTP client");
+                }
             }
         }
+        self.clients
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|key, _| used.contains(key));
     }
 
     /// Sends the run's request and reads its answer. `cancel` (on_lost = cancel, a shutdown)
@@ -163,11 +181,11 @@ impl Deliveries {
             Ok(method) => method,
             Err(err) => return failed(format!("bad method {}: {err}", target.method)),
         };
-        let headers = match request_headers(spec, target, ctx) {
+        let body = body(target, ctx);
+        let headers = match request_headers(spec, target, ctx, body.is_some()) {
             Ok(headers) => headers,
             Err(why) => return failed(why),
         };
-        let body = body(target, ctx);
         let permit = self.host_slot(&url).acquire_owned().await;
         let mut request = client.request(method, url).headers(headers);
         if let Some(body) = body {
@@ -214,11 +232,7 @@ impl Deliveries {
 
     /// The client for `target`'s TLS setup and version, made at its first use.
     fn client(&self, target: &HttpTarget) -> Result<reqwest::Client, reqwest::Error> {
-        let key = ClientKey {
-            ca_pem: target.tls.ca_pem.clone(),
-            identity_pem: target.tls.identity_pem.clone(),
-            version: target.version,
-        };
+        let key = ClientKey::of(target);
         let mut clients = self
             .clients
             .lock()
@@ -282,6 +296,7 @@ fn request_headers(
     spec: &JobSpec,
     target: &HttpTarget,
     ctx: &RunContext,
+    has_body: bool,
 ) -> Result<HeaderMap, String> {
     let mut headers = HeaderMap::new();
     for (name, value) in &target.headers {
@@ -292,7 +307,7 @@ fn request_headers(
             HeaderValue::from_str(value).map_err(|_| format!("bad value of header {name}"))?;
         headers.insert(name, value);
     }
-    if body(target, ctx).is_some() && !headers.contains_key(CONTENT_TYPE) {
+    if has_body && !headers.contains_key(CONTENT_TYPE) {
         headers.insert(
             CONTENT_TYPE,
             HeaderValue::from_static("application/octet-stream"),
@@ -394,6 +409,53 @@ fn chain(err: &reqwest::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::JobName;
+    use crate::run::{HttpTls, Launcher, Program};
+
+    fn http_job(name: &str, version: HttpVersion) -> JobSpec {
+        JobSpec {
+            name: JobName::new(name),
+            program: Program::Http(Box::new(HttpTarget {
+                url: "http://127.0.0.1:1/x".into(),
+                method: "POST".into(),
+                headers: Vec::new(),
+                body: None,
+                tls: HttpTls::default(),
+                version,
+            })),
+            working_dir: None,
+            env: std::collections::BTreeMap::new(),
+            timeout: None,
+            kill_grace: Duration::ZERO,
+            launcher: Launcher::Fork,
+        }
+    }
+
+    #[test]
+    fn targets_that_share_a_setup_share_a_client_and_a_reload_drops_the_unused() {
+        let deliveries = Deliveries::new(Arc::new(Metrics::new()));
+        let (a, b) = (
+            http_job("a", HttpVersion::Auto),
+            http_job("b", HttpVersion::Auto),
+        );
+        let h2 = http_job("c", HttpVersion::Http2);
+        deliveries.warm([&a, &b, &h2]);
+        let count = || {
+            deliveries
+                .clients
+                .lock()
+                .map(|c| c.len())
+                .unwrap_or_default()
+        };
+        assert_eq!(count(), 2, "one client per TLS setup and version");
+        deliveries.warm([&h2]);
+        assert_eq!(count(), 1, "the reloaded schedule's only");
+        let kept = deliveries
+            .clients
+            .lock()
+            .map(|c| c.keys().next().map(|k| k.version));
+        assert_eq!(kept.ok().flatten(), Some(HttpVersion::Http2));
+    }
 
     #[test]
     fn retry_after_reads_seconds_and_dates_and_ignores_the_rest() {

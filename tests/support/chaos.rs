@@ -44,6 +44,8 @@ const LONG_PERIOD_MS: i64 = 10_000;
 pub const SETTLE: Duration = Duration::from_secs(2);
 /// Between two moves by one node: a tenth of [`SETTLE`], at least a second (src/lock/placement.rs).
 pub const SPACING: Duration = Duration::from_secs(1);
+/// How long the harness's own session may take to open (see `ChaosCluster::client`).
+const CLIENT_WITHIN: Duration = Duration::from_secs(30);
 const LOCK: &str = "chaos";
 const ROOT: &str = "/zkcron/chaos";
 /// How often the owner samples are taken from the nodes' lock timelines.
@@ -407,11 +409,22 @@ impl ChaosCluster {
         self.nodes[node].daemon = Some(daemon);
     }
 
-    /// A new session on the ensemble itself (not through a proxy).
+    /// A new session on the ensemble itself (not through a proxy). Tried again for up to
+    /// [`CLIENT_WITHIN`]: an ensemble just back from a whole pause serves its old sessions
+    /// first, and one attempt's 2.4 s could run out on a busy machine (seen once in CI).
     pub async fn client(&self) -> Client {
-        Client::connect(&self.ensemble.connect_string())
-            .await
-            .expect("connect to the ensemble")
+        let connect = self.ensemble.connect_string();
+        let deadline = tokio::time::Instant::now() + CLIENT_WITHIN;
+        loop {
+            match Client::connect(&connect).await {
+                Ok(client) => return client,
+                Err(err) if tokio::time::Instant::now() >= deadline => {
+                    panic!("connect to the ensemble within {CLIENT_WITHIN:?}: {err}")
+                }
+                // A pause between attempts, not a wait for an event: there is none to await.
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
     }
 
     /// The node that owns the lock and its id.

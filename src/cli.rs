@@ -129,6 +129,10 @@ enum Command {
         /// One JSON run record per line instead of a table.
         #[arg(long)]
         json: bool,
+        /// Under each run, the output its record kept (the job's `keep_output`: by default the
+        /// last 4 KiB of stdout and stderr of a run that did not succeed).
+        #[arg(long, conflicts_with = "json")]
+        output: bool,
     },
     /// Contend for a lock and print every lock event as a line on stdout; runs no jobs.
     ///
@@ -317,9 +321,19 @@ impl Cli {
                 quiet("warn");
                 status(&config::load(&path)?, json).await
             }
-            Command::History { job, limit, json } => {
+            Command::History {
+                job,
+                limit,
+                json,
+                output,
+            } => {
                 quiet("warn");
-                history(&config::load(&path)?, &JobName::new(job), limit, json).await
+                let shown = if json {
+                    HistoryFormat::Json
+                } else {
+                    HistoryFormat::Table { output }
+                };
+                history(&config::load(&path)?, &JobName::new(job), limit, shown).await
             }
             Command::Submit(args) => {
                 quiet("warn");
@@ -429,7 +443,22 @@ async fn connect_once(config: &Config) -> Result<zookeeper_client::Client, CliEr
     .await?)
 }
 
-async fn history(config: &Config, job: &JobName, limit: usize, json: bool) -> Result<(), CliError> {
+/// How `zkcron history` prints its records.
+#[derive(Clone, Copy)]
+enum HistoryFormat {
+    Json,
+    /// A table; `output`: each run's kept output under its row.
+    Table {
+        output: bool,
+    },
+}
+
+async fn history(
+    config: &Config,
+    job: &JobName,
+    limit: usize,
+    format: HistoryFormat,
+) -> Result<(), CliError> {
     let client = connect_once(config).await?;
     let paths = LedgerPaths::new(&LockPaths::new(&config.lock.root, &config.lock.name));
     let records = ledger::history(&client, &paths, job, limit).await?;
@@ -437,26 +466,27 @@ async fn history(config: &Config, job: &JobName, limit: usize, json: bool) -> Re
     let tz = declared.map_or(chrono_tz::UTC, |j| j.timezone);
     let attempts = declared.map(|j| j.retries + 1);
     let mut lines = Vec::new();
-    if json {
-        lines.extend(
-            records
-                .iter()
-                .map(|r| String::from_utf8_lossy(&r.to_bytes()).into_owned()),
-        );
-    } else {
+    if let HistoryFormat::Table { output } = format {
         lines.push(format!(
             "{:<25}  {:<15}  {:<15}  {:<8}  {:>9}  {:<11}  {:>4}  {:>7}  {:>5}",
             "SCHEDULED", "NODE", "IP", "STARTED", "DURATION", "STATUS", "EXIT", "ATTEMPT", "TOKEN"
         ));
         for r in &records {
-            lines.push(history_line(r, tz, attempts));
+            lines.push(history_line(r, tz, attempts, output));
         }
+    } else {
+        lines.extend(
+            records
+                .iter()
+                .map(|r| String::from_utf8_lossy(&r.to_bytes()).into_owned()),
+        );
     }
     writeln!(std::io::stdout().lock(), "{}", lines.join("\n")).map_err(CliError::Stdout)
 }
 
-/// One record as a table row; `attempts`: how many the job's `retries` allow in all.
-fn history_line(r: &RunRecord, tz: chrono_tz::Tz, attempts: Option<u32>) -> String {
+/// One record as a table row; `attempts`: how many the job's `retries` allow in all; `output`:
+/// its kept output in full beneath it, instead of its last line.
+fn history_line(r: &RunRecord, tz: chrono_tz::Tz, attempts: Option<u32>, output: bool) -> String {
     let at = |ms: i64| chrono::DateTime::from_timestamp_millis(ms).map(|t| t.with_timezone(&tz));
     let scheduled = at(r.scheduled_unix_ms).map_or("?".into(), |t| {
         t.format("%Y-%m-%d %H:%M:%S %:z").to_string()
@@ -504,8 +534,20 @@ fn history_line(r: &RunRecord, tz: chrono_tz::Tz, attempts: Option<u32>) -> Stri
     if let Some(error) = &r.error {
         line.push_str(&format!("\n    {error}"));
     }
-    if let Some(answer) = &r.output {
-        line.push_str(&format!("\n    answer: \"{}\"", answer.escape_debug()));
+    match (&r.output, r.http_status) {
+        (Some(kept), _) if output => {
+            for said in kept.lines() {
+                line.push_str(&format!("\n    | {said}"));
+            }
+        }
+        (Some(answer), Some(_)) => {
+            line.push_str(&format!("\n    answer: \"{}\"", answer.escape_debug()));
+        }
+        _ => {
+            if let Some(last) = r.last_output_line() {
+                line.push_str(&format!("\n    last output: \"{}\"", last.escape_debug()));
+            }
+        }
     }
     line
 }

@@ -399,6 +399,7 @@ fn report(
         started_at,
         duration,
         retry_after,
+        output: String::new(),
     }
 }
 

@@ -22,7 +22,7 @@ use std::io;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -36,7 +36,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::ids::JobName;
-use crate::run::{JobSpec, Launcher, Program, RunContext, RunOutcome, RunReport};
+use crate::run::{JobSpec, Launcher, OutputTail, Program, RunContext, RunOutcome, RunReport};
 
 mod launch;
 mod output;
@@ -294,6 +294,7 @@ pub async fn run_prepared(
             started_at: Utc::now(),
             duration: Duration::ZERO,
             retry_after: None,
+            output: String::new(),
         };
     }
 
@@ -323,6 +324,7 @@ pub async fn run_prepared(
                         started_at,
                         duration: spawned.elapsed(),
                         retry_after: None,
+                        output: String::new(),
                     };
                 }
             }
@@ -347,11 +349,12 @@ pub async fn run_prepared(
     let stdout = group.child.stdout().take();
     let stderr = group.child.stderr().take();
     let payload = ctx.submission.as_ref().map(|s| Arc::clone(&s.payload));
+    let tail = Mutex::new(OutputTail::default());
     let output = async {
         tokio::join!(
             feed_stdin(stdin, payload, job, run_id),
-            log_output(stdout, "stdout", job, run_id),
-            log_output(stderr, "stderr", job, run_id),
+            log_output(stdout, "stdout", job, run_id, &tail),
+            log_output(stderr, "stderr", job, run_id, &tail),
         );
     };
     tokio::pin!(output);
@@ -396,11 +399,17 @@ pub async fn run_prepared(
         duration_ms = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
         "job finished"
     );
+    // Whatever is still unread stays unread: `output` is dropped with this function.
+    let output = tail
+        .lock()
+        .map(|mut kept| std::mem::take(&mut *kept).into_text())
+        .unwrap_or_default();
     RunReport {
         outcome,
         started_at,
         duration,
         retry_after: None,
+        output,
     }
 }
 

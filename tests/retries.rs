@@ -52,7 +52,7 @@ async fn attempts_1_to_4_run_once_each_across_a_kill_9_and_a_sigterm_during_the_
     let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot("retries"));
     // Backoffs of 3, 6 and 12 s: room for a failover inside the first two.
     let job = format!(
-        "[[job]]\nname = \"flaky\"\nretries = 3\nretry_backoff = \"3s\"\nshell = '{RECORD_FIRE}{}; exit 1'\n",
+        "[[job]]\nname = \"flaky\"\nretries = 3\nretry_backoff = \"3s\"\nshell = '{RECORD_FIRE}{}; echo \"attempt $ZKCRON_ATTEMPT\"; echo went wrong >&2; exit 1'\n",
         fires.display()
     );
     let text = schedule_text(&connect, "retries", SESSION, DELAY, &job);
@@ -82,6 +82,16 @@ async fn attempts_1_to_4_run_once_each_across_a_kill_9_and_a_sigterm_during_the_
     assert!(
         shown.contains("retry: attempt 2 at"),
         "delayed show says it too: {shown}"
+    );
+    // The failure kept what it printed, stdout and stderr in order (issue 20).
+    assert!(
+        shown.contains("last output: \"went wrong\""),
+        "delayed show gives the last line: {shown}"
+    );
+    let shown = zkcron_ok(&["history", "flaky", "--output"], &config);
+    assert!(
+        shown.contains("    | attempt 1\n    | went wrong"),
+        "history --output shows it all: {shown}"
     );
     first.kill();
     let two = attempt(&fires, 2, SESSION + DELAY + SLACK * 3, &[&second]).await;

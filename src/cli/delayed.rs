@@ -325,8 +325,15 @@ fn record_state(record: &RunRecord, zone: Tz) -> String {
         state.push_str(": ");
         state.push_str(error);
     }
-    if let Some(answer) = &record.output {
-        state.push_str(&format!("; answer: \"{}\"", answer.escape_debug()));
+    match (&record.output, record.http_status) {
+        (Some(answer), Some(_)) => {
+            state.push_str(&format!("; answer: \"{}\"", answer.escape_debug()));
+        }
+        _ => {
+            if let Some(last) = record.last_output_line() {
+                state.push_str(&format!("; last output: \"{}\"", last.escape_debug()));
+            }
+        }
     }
     if let Some(retry_at) = record.retry_at_unix_ms {
         state.push_str(&format!(

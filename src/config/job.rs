@@ -18,7 +18,7 @@ use toml::Spanned;
 use super::job_policies::default_concurrency;
 use super::schema::RawJob;
 use super::validator::Validator;
-use super::{JobConfig, Misfire, OnInterrupted, OnLost};
+use super::{JobConfig, KeepOutput, Misfire, OnInterrupted, OnLost};
 use crate::ids::JobName;
 use crate::run::{JobSpec, Launcher, Program};
 use crate::schedule::{self, Schedule};
@@ -96,6 +96,7 @@ impl Validator<'_> {
             schedule: schedule?,
             timezone: tz?,
             on_lost: raw.on_lost.unwrap_or(OnLost::Cancel),
+            keep_output: raw.keep_output.unwrap_or(KeepOutput::Failed),
             enabled: raw.enabled.unwrap_or(true),
             history,
             max_running,

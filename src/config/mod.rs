@@ -203,6 +203,30 @@ pub enum OnLost {
     Finish,
 }
 
+/// Which runs keep the end of their output (the last 4 KiB of stdout and stderr, or a failed
+/// delivery's answer) in their record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KeepOutput {
+    /// Runs that did not succeed: what an operator reads when one fails.
+    Failed,
+    /// Every run.
+    Always,
+    /// None: output only goes to the daemon's log.
+    Never,
+}
+
+impl KeepOutput {
+    /// Whether a run that ended `succeeded` (or not) keeps its output.
+    pub fn keeps(self, succeeded: bool) -> bool {
+        match self {
+            KeepOutput::Failed => !succeeded,
+            KeepOutput::Always => true,
+            KeepOutput::Never => false,
+        }
+    }
+}
+
 /// Whether runs of one job may overlap across the cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -247,6 +271,8 @@ pub struct JobConfig {
     /// The job's zone: its schedule's, and the one its due times are shown in.
     pub timezone: Tz,
     pub on_lost: OnLost,
+    /// Which runs keep their last output in their record.
+    pub keep_output: KeepOutput,
     pub enabled: bool,
     /// How many run records of this job are kept in ZooKeeper.
     pub history: usize,

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::{AclPolicy, Concurrency, LogFormat, Misfire, OnInterrupted, OnLost};
+use super::{AclPolicy, Concurrency, KeepOutput, LogFormat, Misfire, OnInterrupted, OnLost};
 
 /// The whole file.
 #[derive(Deserialize)]
@@ -134,6 +134,7 @@ pub(super) struct RawJob {
     pub(super) timeout: Option<Spanned<String>>,
     pub(super) kill_grace: Option<Spanned<String>>,
     pub(super) on_lost: Option<OnLost>,
+    pub(super) keep_output: Option<KeepOutput>,
     pub(super) enabled: Option<bool>,
     pub(super) history: Option<Spanned<i64>>,
     pub(super) max_running: Option<Spanned<i64>>,

@@ -879,6 +879,7 @@ fn not_started(claim: &run::Claim, why: &str) -> run::RunReport {
         started_at: Utc::now(),
         duration: Duration::ZERO,
         retry_after: None,
+        output: String::new(),
     }
 }
 

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::config::{Concurrency, JobConfig};
+use crate::config::{Concurrency, JobConfig, KeepOutput};
 use crate::control::Pauses;
 use crate::delayed::submission::{DueBucket, Submission, SubmissionId};
 use crate::fire::queue::FireQueue;
@@ -1609,13 +1609,16 @@ impl FireMachine {
         out: &mut Vec<Action>,
     ) {
         let mut finished = claim;
-        runs::finish_record(&mut finished.record, report);
-        // The promise of a retry goes into the same write as the failure: whoever owns the
-        // lock at its time keeps it, this node or the next (issue 24).
         let config = self
             .jobs
             .get(&finished.record.job)
             .map(|state| Arc::clone(&state.config));
+        let keep = config
+            .as_ref()
+            .map_or(KeepOutput::Failed, |config| config.keep_output);
+        runs::finish_record(&mut finished.record, report, keep);
+        // The promise of a retry goes into the same write as the failure: whoever owns the
+        // lock at its time keeps it, this node or the next (issue 24).
         finished.record.retry_at_unix_ms = config
             .and_then(|config| runs::retry_at(&finished.record, &config, report.retry_after, now))
             .map(|at| at.timestamp_millis());

@@ -13,7 +13,7 @@ mod spec;
 mod target;
 
 pub use claim::{Claim, ClaimMode};
-pub use outcome::{RESPONSE_KEPT, RunOutcome, RunReport};
+pub use outcome::{OUTPUT_KEPT, OutputTail, RESPONSE_KEPT, RunOutcome, RunReport};
 pub use record::{RunRecord, RunStatus};
 pub use spec::{JobSpec, Launcher, Program, RunContext, SubmissionInput};
 pub use target::{HttpTarget, HttpTls, HttpVersion};

@@ -54,6 +54,48 @@ pub enum RunOutcome {
 /// How much of a failed delivery's response body is kept in its run record (issue 23).
 pub const RESPONSE_KEPT: usize = 1024;
 
+/// How much of a process's output (stdout and stderr, interleaved by line) is kept in its run
+/// record: the last bytes. Every kept byte sits in every ZooKeeper server's heap, `history` times
+/// per job at most.
+pub const OUTPUT_KEPT: usize = 4096;
+
+/// The end of a run's output as it is read: whole lines, in the order they came, of which the
+/// last [`OUTPUT_KEPT`] bytes are kept.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct OutputTail {
+    text: String,
+}
+
+impl OutputTail {
+    /// Appends one line (without its newline).
+    pub fn push_line(&mut self, line: &str) {
+        self.text.push_str(line);
+        self.text.push('\n');
+        // Trimmed in batches: a job printing short lines by the million costs one copy per
+        // OUTPUT_KEPT bytes, not one per line.
+        if self.text.len() > 2 * OUTPUT_KEPT {
+            let cut = tail_start(&self.text, OUTPUT_KEPT);
+            self.text.drain(..cut);
+        }
+    }
+
+    /// The last [`OUTPUT_KEPT`] bytes (cut at a character boundary); empty if nothing was printed.
+    pub fn into_text(mut self) -> String {
+        let cut = tail_start(&self.text, OUTPUT_KEPT);
+        self.text.drain(..cut);
+        self.text
+    }
+}
+
+/// Where the last `max` bytes of `text` begin, moved forward to a character boundary.
+fn tail_start(text: &str, max: usize) -> usize {
+    let mut cut = text.len().saturating_sub(max);
+    while !text.is_char_boundary(cut) {
+        cut += 1;
+    }
+    cut
+}
+
 impl RunOutcome {
     /// Whether the job did its work: it exited by itself with code 0.
     pub fn succeeded(&self) -> bool {
@@ -94,4 +136,39 @@ pub struct RunReport {
     /// An HTTP target answered 429 or 503 with `Retry-After`: how long it asked us to wait. A
     /// retry is then due after this (within the job's backoff bounds) instead of the backoff.
     pub retry_after: Option<Duration>,
+    /// A process's last output ([`OutputTail`]); empty for an HTTP target, whose failure answer
+    /// is in [`RunOutcome::Responded`].
+    pub output: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_tail_keeps_the_last_bytes_at_a_character_boundary() {
+        let mut tail = OutputTail::default();
+        tail.push_line("first");
+        for i in 0..10_000 {
+            tail.push_line(&format!("line {i} é"));
+        }
+        let text = tail.into_text();
+        assert!(text.len() <= OUTPUT_KEPT, "{} bytes kept", text.len());
+        assert!(
+            text.len() > OUTPUT_KEPT - 4,
+            "only a partial character is dropped"
+        );
+        assert!(text.ends_with("line 9999 é\n"), "the newest line is last");
+        assert!(!text.contains("first"), "the oldest output is gone");
+    }
+
+    #[test]
+    fn short_output_is_kept_whole_and_no_output_is_empty() {
+        let mut tail = OutputTail::default();
+        tail.push_line("out");
+        tail.push_line("");
+        tail.push_line("err");
+        assert_eq!(tail.into_text(), "out\n\nerr\n");
+        assert_eq!(OutputTail::default().into_text(), "");
+    }
 }

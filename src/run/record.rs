@@ -81,8 +81,9 @@ pub struct RunRecord {
     /// An HTTP target's answer: its status code (issue 23).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http_status: Option<u16>,
-    /// What the run said about its failure: the start of a failed delivery's response body
-    /// (at most `RESPONSE_KEPT` bytes).
+    /// What the run said: the last `OUTPUT_KEPT` bytes of a process's stdout and stderr, or the
+    /// start of a failed delivery's response body (at most `RESPONSE_KEPT` bytes); which runs
+    /// keep it is the job's `keep_output`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
     /// The submission's pending marker names its job (`<id>~<job>`, lock groups): a withdrawn
@@ -131,6 +132,15 @@ impl RunRecord {
     pub fn marker(&self, paths: &crate::layout::DelayedPaths) -> Option<String> {
         let id = self.submission_id.as_ref()?;
         Some(paths.pending(self.scheduled_unix_ms, id, self.marker_job()))
+    }
+
+    /// The last line its kept output has that is not blank, for a one-line summary.
+    pub fn last_output_line(&self) -> Option<&str> {
+        self.output
+            .as_deref()?
+            .lines()
+            .rev()
+            .find(|line| !line.trim().is_empty())
     }
 
     /// The job, when its submission's marker names it.

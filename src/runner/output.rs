@@ -1,24 +1,29 @@
-//! Job output into tracing: one event per line, tagged with job and run id, bounded per line.
+//! Job output into tracing: one event per line, tagged with job and run id, bounded per line;
+//! and into the run's [`OutputTail`], the part its record keeps.
 //!
-//! Owns: splitting a job's stdout/stderr into lines and logging them.
+//! Owns: splitting a job's stdout/stderr into lines, logging them and keeping their tail.
 //! Must not: wait for the job or decide how long to read (the runner bounds the drain).
 
 use std::io;
+use std::sync::Mutex;
 
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, BufReader};
 use tracing::{info, warn};
 
 use crate::ids::JobName;
+use crate::run::OutputTail;
 
 /// Longest output line logged as one event; the rest of the line is dropped (and marked).
 pub const MAX_LINE_BYTES: usize = 64 * 1024;
 
-/// Logs one output stream line by line until EOF or a read error.
+/// Logs one output stream line by line until EOF or a read error, each line also appended to
+/// `tail` (shared by a run's stdout and stderr, so their lines keep the order they came in).
 pub(super) async fn log_output<R: AsyncRead + Unpin>(
     stream: Option<R>,
     name: &'static str,
     job: &JobName,
     run_id: &str,
+    tail: &Mutex<OutputTail>,
 ) {
     let Some(stream) = stream else { return };
     let mut reader = BufReader::new(stream);
@@ -28,6 +33,9 @@ pub(super) async fn log_output<R: AsyncRead + Unpin>(
             Ok(None) => return,
             Ok(Some(truncated)) => {
                 let text = String::from_utf8_lossy(&line);
+                if let Ok(mut tail) = tail.lock() {
+                    tail.push_line(&text);
+                }
                 if truncated {
                     info!(job = %job, run_id, stream = name, line = %text, truncated, "job output");
                 } else {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
-use crate::config::{JobConfig, OnLost};
+use crate::config::{JobConfig, KeepOutput, OnLost};
 use crate::ids::JobName;
 use crate::run::Claim;
 use crate::run::{RunOutcome, RunReport, SubmissionInput};
@@ -260,8 +260,8 @@ pub(super) fn retry_due(record: &RunRecord, retries: u32) -> bool {
     matches!(record.status, RunStatus::Failed | RunStatus::TimedOut) && record.attempt <= retries
 }
 
-/// The record's end, from the runner's report.
-pub(super) fn finish_record(record: &mut RunRecord, report: &RunReport) {
+/// The record's end, from the runner's report; its output kept as `keep` says.
+pub(super) fn finish_record(record: &mut RunRecord, report: &RunReport, keep: KeepOutput) {
     let started = report.started_at.timestamp_millis();
     let duration = i64::try_from(report.duration.as_millis()).unwrap_or(i64::MAX);
     record.started_unix_ms = Some(started);
@@ -269,12 +269,11 @@ pub(super) fn finish_record(record: &mut RunRecord, report: &RunReport) {
     record.http_status = None;
     record.output = None;
     (record.status, record.exit_code, record.signal, record.error) = match &report.outcome {
-        RunOutcome::Responded { status, body } => {
+        RunOutcome::Responded { status, .. } => {
             record.http_status = Some(*status);
             if report.outcome.succeeded() {
                 (RunStatus::Succeeded, None, None, None)
             } else {
-                record.output = (!body.is_empty()).then(|| body.clone());
                 let error = format!("answered HTTP {status}");
                 (RunStatus::Failed, None, None, Some(error))
             }
@@ -289,4 +288,11 @@ pub(super) fn finish_record(record: &mut RunRecord, report: &RunReport) {
             (RunStatus::Failed, None, None, Some(error.clone()))
         }
     };
+    let output = match &report.outcome {
+        RunOutcome::Responded { body, .. } => body,
+        _ => &report.output,
+    };
+    if !output.is_empty() && keep.keeps(record.status == RunStatus::Succeeded) {
+        record.output = Some(output.clone());
+    }
 }

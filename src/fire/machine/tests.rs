@@ -191,6 +191,7 @@ fn ended(claim: &Claim, outcome: RunOutcome, at: DateTime<Utc>) -> Input {
             started_at: at,
             duration: Duration::from_millis(5),
             retry_after: None,
+            output: String::new(),
         },
     }
 }
@@ -975,20 +976,59 @@ fn a_retry_promised() -> (FireMachine, Claim) {
     (m, failed)
 }
 
+/// The record of job `a` (`extra` its further keys) whose one tick ran and ended `outcome`, its
+/// report changed by `edit` first.
+fn one_tick_ended(
+    extra: &str,
+    outcome: RunOutcome,
+    edit: impl FnOnce(&mut RunReport),
+) -> RunRecord {
+    let mut m = owning(&job("a", "0 * * * * *", extra));
+    let claim = only_claim(&m.handle(Input::Tick, t(59_750)));
+    m.handle(ok(&claim), t(59_751));
+    let (run, _) = only_start(&m.handle(Input::Tick, t(60_000)));
+    let Input::RunEnded { claim, mut report } = ended(&run, outcome, t(60_000)) else {
+        unreachable!("ended() makes a RunEnded");
+    };
+    edit(&mut report);
+    end_run(&mut m, Input::RunEnded { claim, report }, t(60_100)).record
+}
+
+/// Issue 20: a run's output is kept in its record as `keep_output` says.
+#[test]
+fn a_runs_output_is_kept_as_keep_output_says() {
+    let kept = |extra: &str, outcome: RunOutcome| {
+        one_tick_ended(extra, outcome, |report| {
+            report.output = "said something\n".into();
+        })
+        .output
+    };
+    let failed = RunOutcome::Exited { code: 3 };
+    let fine = RunOutcome::Exited { code: 0 };
+    let said = Some("said something\n".to_owned());
+    assert_eq!(
+        kept("", failed.clone()),
+        said,
+        "a failure keeps it by default"
+    );
+    assert_eq!(kept("", RunOutcome::TimedOut), said, "so does a time-out");
+    assert_eq!(
+        kept("", fine.clone()),
+        None,
+        "a success does not by default"
+    );
+    assert_eq!(kept("keep_output = \"always\"", fine), said);
+    assert_eq!(kept("keep_output = \"never\"", failed), None);
+}
+
 /// Issue 23: an HTTP answer is recorded with its status; a target's `Retry-After` sets the
 /// retry's instant within the job's backoff bounds, and the doubling stops at the ceiling.
 #[test]
 fn an_http_answer_is_recorded_and_a_retry_after_is_honoured_within_the_backoff_bounds() {
     let end_with = |extra: &str, outcome: RunOutcome, retry_after: Option<u64>| {
-        let mut m = owning(&job("a", "0 * * * * *", extra));
-        let claim = only_claim(&m.handle(Input::Tick, t(59_750)));
-        m.handle(ok(&claim), t(59_751));
-        let (run, _) = only_start(&m.handle(Input::Tick, t(60_000)));
-        let Input::RunEnded { claim, mut report } = ended(&run, outcome, t(60_000)) else {
-            unreachable!("ended() makes a RunEnded");
-        };
-        report.retry_after = retry_after.map(Duration::from_secs);
-        end_run(&mut m, Input::RunEnded { claim, report }, t(60_100)).record
+        one_tick_ended(extra, outcome, |report| {
+            report.retry_after = retry_after.map(Duration::from_secs);
+        })
     };
     let busy = RunOutcome::Responded {
         status: 503,

@@ -98,6 +98,7 @@ pub async fn run(
     // One set of HTTP clients for the node: every group's deliveries share its pools.
     let deliveries = Arc::new(crate::delivery::Deliveries::new(Arc::clone(&metrics)));
     warm(&deliveries, &jobs);
+    let notifier = Arc::new(crate::notify::Notifier::new(Arc::clone(&metrics)));
     let wiring = Wiring {
         zk: &zk,
         base: &paths,
@@ -106,6 +107,7 @@ pub async fn run(
         me: &me,
         jobs: &jobs,
         deliveries: &deliveries,
+        notifier: &notifier,
     };
     let (default_unit, default_task) = wiring.start(
         None,
@@ -205,6 +207,7 @@ struct Wiring<'a> {
     me: &'a OwnerInfo,
     jobs: &'a Jobs,
     deliveries: &'a Arc<crate::delivery::Deliveries>,
+    notifier: &'a Arc<crate::notify::Notifier>,
 }
 
 /// What a unit shares with the node, or keeps to itself.
@@ -310,6 +313,7 @@ impl Wiring<'_> {
                 .clone()
                 .unwrap_or_else(|| crate::config::DEFAULT_GROUP_NAME.to_owned()),
             deliveries: Arc::clone(self.deliveries),
+            notifier: Arc::clone(self.notifier),
         };
         let me = Me {
             node_id: self.settings.me.node_id.clone(),

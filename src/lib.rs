@@ -30,6 +30,7 @@ pub mod ledger;
 pub mod lock;
 pub mod logging;
 pub mod metrics;
+pub mod notify;
 pub mod report;
 pub mod run;
 pub mod runner;

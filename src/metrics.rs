@@ -105,7 +105,15 @@ pub struct Metrics {
     group_lost: Family<GroupLabel, Counter>,
     group_unplaceable: Family<GroupLabel, Gauge>,
     deliveries: Family<JobClassLabels, Counter>,
+    notices: Family<NoticeLabels, Counter>,
     delivery_latency: Histograms,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NoticeLabels {
+    job: String,
+    channel: &'static str,
+    result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -162,6 +170,7 @@ impl Metrics {
             group_lost: Family::default(),
             group_unplaceable: Family::default(),
             deliveries: Family::default(),
+            notices: Family::default(),
             delivery_latency: Family::new_with_constructor(delivery_buckets),
             registry: Registry::default(),
         };
@@ -303,10 +312,26 @@ impl Metrics {
             "From sending an HTTP target's request to the end of its answer (or its timeout)",
             metrics.delivery_latency.clone(),
         );
+        registry.register(
+            "zkcron_notices",
+            "Failure and recovery notices by job, channel (command, webhook) and result: sent, failed (the hook exited non-zero or was killed at its timeout), gave_up (the webhook never took it)",
+            metrics.notices.clone(),
+        );
         Self {
             registry,
             ..metrics
         }
+    }
+
+    /// A notice of `job` went out by `channel` (`command`, `webhook`) with this `result`.
+    pub fn noticed(&self, job: &JobName, channel: &'static str, result: &'static str) {
+        self.notices
+            .get_or_create(&NoticeLabels {
+                job: job.as_str().to_owned(),
+                channel,
+                result,
+            })
+            .inc();
     }
 
     /// An HTTP target's run ended: its answer's `class` (`2xx`, …, `error`, `timeout`,
@@ -423,7 +448,7 @@ impl Metrics {
                 self.runs
                     .get_or_create(&JobStatusLabels {
                         job,
-                        status: status_name(status),
+                        status: status.as_str(),
                     })
                     .inc();
             }
@@ -477,20 +502,6 @@ fn group_label(group: &str) -> GroupLabel {
 fn job_label(job: &JobName) -> JobLabel {
     JobLabel {
         job: job.as_str().to_owned(),
-    }
-}
-
-fn status_name(status: RunStatus) -> &'static str {
-    match status {
-        RunStatus::Claimed => "claimed",
-        RunStatus::Running => "running",
-        RunStatus::Succeeded => "succeeded",
-        RunStatus::Failed => "failed",
-        RunStatus::TimedOut => "timed_out",
-        RunStatus::Cancelled => "cancelled",
-        RunStatus::Interrupted => "interrupted",
-        RunStatus::Skipped => "skipped",
-        RunStatus::Missed => "missed",
     }
 }
 

@@ -70,6 +70,14 @@ fn bad_configs_are_refused_with_line_and_key() {
         ("http bad version", job("http = { url = \"http://orders/x\", version = \"3\" }"), 9, "http.version: expected \"auto\", \"http1\" or \"http2\""),
         ("http unknown key", job("http = { url = \"http://orders/x\", verb = \"POST\" }"), 9, "unknown field `verb`"),
         ("working_dir beside http", job("working_dir = \"/tmp\"\nhttp = { url = \"http://orders/x\" }"), 9, "job \"report\": working_dir: applies to a process; this job's target is http"),
+        ("on_failure program missing", job("shell = \"true\"\non_failure = [\"/nonexistent/page\", \"--team\", \"ops\"]"), 10, "job \"report\": on_failure: cannot use /nonexistent/page"),
+        ("on_failure program not on PATH", job("shell = \"true\"\non_failure = [\"zkcron-no-such-pager\"]"), 10, "no executable \"zkcron-no-such-pager\" on PATH"),
+        ("on_failure webhook of another scheme", job("shell = \"true\"\non_failure_webhook = { url = \"ftp://hooks/x\" }"), 10, "on_failure_webhook.url: expected an http:// or https:// URL"),
+        ("on_failure webhook token unset", job("shell = \"true\"\non_failure_webhook = { url = \"http://hooks/x\", token_env = \"ZKCRON_TEST_UNSET\" }"), 10, "on_failure_webhook.token_env: environment variable ZKCRON_TEST_UNSET is not set"),
+        ("notify unknown", job("shell = \"true\"\nnotify = \"sometimes\""), 10, "unknown variant `sometimes`"),
+        ("pause_after_failures negative", job("shell = \"true\"\npause_after_failures = -1"), 10, "pause_after_failures: expected a number of failed runs in a row"),
+        ("defaults with a missing hook", format!("{HEAD}[defaults]\non_failure = [\"/nonexistent/page\"]\n"), 7, "defaults.on_failure: cannot use /nonexistent/page"),
+        ("keep_output unknown", job("shell = \"true\"\nkeep_output = \"some\""), 10, "unknown variant `some`"),
         ("retry_backoff_max below the backoff", job("shell = \"true\"\nretry_backoff = \"1m\"\nretry_backoff_max = \"30s\""), 11, "retry_backoff_max: must not be shorter than retry_backoff (1m)"),
     ];
     assert!(cases.len() >= 15);

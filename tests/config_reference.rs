@@ -98,6 +98,13 @@ fn the_reference_names_every_key_the_parser_accepts_and_no_other() {
             ),
         ),
         ("node", format!("{BASE}[node]\nzz_unknown = 1\n")),
+        ("defaults", format!("{BASE}[defaults]\nzz_unknown = 1\n")),
+        (
+            "job.on_failure_webhook",
+            format!(
+                "{BASE}[[job]]\nname = \"a\"\nshell = \"true\"\non_failure_webhook = {{ url = \"http://h/\", zz_unknown = 1 }}\n"
+            ),
+        ),
         (
             "group",
             format!("{BASE}[[group]]\nname = \"a\"\nzz_unknown = 1\n"),

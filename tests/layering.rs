@@ -48,6 +48,7 @@ const FLOORS: &[(usize, &[&str])] = &[
             "delayed::client",
             "runner",
             "delivery",
+            "notify",
             "metrics",
             "view",
             "lock::inspect",

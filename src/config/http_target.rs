@@ -36,7 +36,11 @@ impl Validator<'_> {
     ) -> Option<HttpTarget> {
         let span = raw.span();
         let raw = raw.into_inner();
-        let url = self.target_url(&raw.url, job);
+        let url = self.http_url(
+            &raw.url,
+            job.key("http.url"),
+            "send them in a header read by headers_from_env or headers_from_file",
+        );
         let method = match &raw.method {
             None => Some("POST".to_owned()),
             Some(method) => {
@@ -100,9 +104,14 @@ impl Validator<'_> {
         })
     }
 
-    /// An absolute `http` or `https` URL with a host and no credentials in it.
-    fn target_url(&mut self, raw: &Spanned<String>, job: JobContext<'_>) -> Option<String> {
-        let context = job.key("http.url");
+    /// An absolute `http` or `https` URL with a host and no credentials in it; `secrets_go`
+    /// says where credentials belong instead.
+    pub(super) fn http_url(
+        &mut self,
+        raw: &Spanned<String>,
+        context: String,
+        secrets_go: &str,
+    ) -> Option<String> {
         let text = raw.get_ref().trim();
         let url = match reqwest::Url::parse(text) {
             Ok(url) => url,
@@ -121,11 +130,9 @@ impl Validator<'_> {
         } else if url.host_str().is_none_or(str::is_empty) {
             Some("the URL names no host".to_owned())
         } else if !url.username().is_empty() || url.password().is_some() {
-            Some(
-                "credentials do not belong in the URL: send them in a header read by \
-                 headers_from_env or headers_from_file"
-                    .to_owned(),
-            )
+            Some(format!(
+                "credentials do not belong in the URL: {secrets_go}"
+            ))
         } else {
             None
         };

@@ -16,7 +16,7 @@ use chrono_tz::Tz;
 use toml::Spanned;
 
 use super::job_policies::default_concurrency;
-use super::schema::RawJob;
+use super::schema::{RawJob, RawNotices};
 use super::validator::Validator;
 use super::{JobConfig, KeepOutput, Misfire, OnInterrupted, OnLost};
 use crate::ids::JobName;
@@ -78,6 +78,15 @@ impl Validator<'_> {
         let dedup_window = self.job_dedup_window(raw.dedup_window, job);
         let limits = self.job_limits(raw.limits, job);
         let group = self.job_group(raw.group, job);
+        let notice_keys = RawNotices {
+            on_failure: raw.on_failure,
+            on_failure_webhook: raw.on_failure_webhook,
+            notify: raw.notify,
+            on_recovery: raw.on_recovery,
+            pause_after_failures: raw.pause_after_failures,
+        };
+        let defaults = self.notice_defaults.clone();
+        let notices = self.notices(notice_keys, &defaults, &|key| job.key(key));
         let spec = JobSpec {
             name: JobName::new(name.clone()),
             // From here on only for a job with a usable program: a job without one does not
@@ -97,6 +106,7 @@ impl Validator<'_> {
             timezone: tz?,
             on_lost: raw.on_lost.unwrap_or(OnLost::Cancel),
             keep_output: raw.keep_output.unwrap_or(KeepOutput::Failed),
+            notices,
             enabled: raw.enabled.unwrap_or(true),
             history,
             max_running,

@@ -24,6 +24,7 @@ mod job_policies;
 mod limit;
 mod lock;
 mod log;
+mod notices;
 mod schema;
 mod validator;
 mod zookeeper;
@@ -39,7 +40,7 @@ use serde::Deserialize;
 pub use self::error::{ConfigError, LoadError, Problem};
 use self::schema::RawConfig;
 use crate::ids::NodeId;
-use crate::run::JobSpec;
+use crate::run::{JobSpec, NoticeChannels};
 use crate::schedule::Schedule;
 pub use crate::zk::{AclPolicy, Secret};
 
@@ -227,6 +228,39 @@ impl KeepOutput {
     }
 }
 
+/// Which failures a job's notices tell of (`notify`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NotifyWhen {
+    /// A run's final outcome only: a failure that will be retried is not told.
+    Final,
+    /// Every failed attempt too.
+    EveryAttempt,
+}
+
+/// A job's failure notices and auto-pause (issue 20); `[defaults]` gives every job's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoticePolicy {
+    /// `on_failure` and `on_failure_webhook`.
+    pub channels: Arc<NoticeChannels>,
+    pub when: NotifyWhen,
+    /// Tell of the first success after failures.
+    pub on_recovery: bool,
+    /// Pause the job after this many failed runs in a row.
+    pub pause_after_failures: Option<u32>,
+}
+
+impl Default for NoticePolicy {
+    fn default() -> Self {
+        Self {
+            channels: Arc::default(),
+            when: NotifyWhen::Final,
+            on_recovery: false,
+            pause_after_failures: None,
+        }
+    }
+}
+
 /// Whether runs of one job may overlap across the cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -273,6 +307,8 @@ pub struct JobConfig {
     pub on_lost: OnLost,
     /// Which runs keep their last output in their record.
     pub keep_output: KeepOutput,
+    /// Who hears of its failures, and when it pauses itself.
+    pub notices: NoticePolicy,
     pub enabled: bool,
     /// How many run records of this job are kept in ZooKeeper.
     pub history: usize,

@@ -10,7 +10,9 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::{AclPolicy, Concurrency, KeepOutput, LogFormat, Misfire, OnInterrupted, OnLost};
+use super::{
+    AclPolicy, Concurrency, KeepOutput, LogFormat, Misfire, NotifyWhen, OnInterrupted, OnLost,
+};
 
 /// The whole file.
 #[derive(Deserialize)]
@@ -25,11 +27,53 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub(super) node: Option<RawNode>,
     #[serde(default)]
+    pub(super) defaults: Option<RawDefaults>,
+    #[serde(default)]
     pub(super) group: Vec<Spanned<RawGroup>>,
     #[serde(default)]
     pub(super) limit: Vec<Spanned<RawLimit>>,
     #[serde(default)]
     pub(super) job: Vec<Spanned<RawJob>>,
+}
+
+/// `[defaults]`: what every job has unless it says otherwise.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDefaults {
+    pub(super) on_failure: Option<Spanned<Vec<String>>>,
+    pub(super) on_failure_webhook: Option<Spanned<RawWebhook>>,
+    pub(super) notify: Option<NotifyWhen>,
+    pub(super) on_recovery: Option<bool>,
+    pub(super) pause_after_failures: Option<Spanned<i64>>,
+}
+
+/// `on_failure_webhook = { url, token_env }`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawWebhook {
+    pub(super) url: Spanned<String>,
+    pub(super) token_env: Option<Spanned<String>>,
+}
+
+/// The notice keys of `[defaults]` or of one `[[job]]`.
+pub(super) struct RawNotices {
+    pub(super) on_failure: Option<Spanned<Vec<String>>>,
+    pub(super) on_failure_webhook: Option<Spanned<RawWebhook>>,
+    pub(super) notify: Option<NotifyWhen>,
+    pub(super) on_recovery: Option<bool>,
+    pub(super) pause_after_failures: Option<Spanned<i64>>,
+}
+
+impl From<RawDefaults> for RawNotices {
+    fn from(raw: RawDefaults) -> Self {
+        Self {
+            on_failure: raw.on_failure,
+            on_failure_webhook: raw.on_failure_webhook,
+            notify: raw.notify,
+            on_recovery: raw.on_recovery,
+            pause_after_failures: raw.pause_after_failures,
+        }
+    }
 }
 
 /// `[node]`.
@@ -148,6 +192,11 @@ pub(super) struct RawJob {
     pub(super) dedup_window: Option<Spanned<String>>,
     pub(super) limits: Option<Spanned<Vec<Spanned<String>>>>,
     pub(super) group: Option<Spanned<String>>,
+    pub(super) on_failure: Option<Spanned<Vec<String>>>,
+    pub(super) on_failure_webhook: Option<Spanned<RawWebhook>>,
+    pub(super) notify: Option<NotifyWhen>,
+    pub(super) on_recovery: Option<bool>,
+    pub(super) pause_after_failures: Option<Spanned<i64>>,
 }
 
 /// `[[job]] http = { url, method, headers, … }`: a job whose run is an HTTP request.

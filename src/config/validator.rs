@@ -13,7 +13,7 @@ use std::time::Duration;
 use toml::Spanned;
 
 use super::schema::RawConfig;
-use super::{Config, GroupConfig, LimitConfig, Problem};
+use super::{Config, GroupConfig, LimitConfig, NoticePolicy, Problem};
 
 /// Checks a parsed file and builds its [`Config`]; all of its problems, in file order, if any.
 pub(super) fn validate(
@@ -25,6 +25,7 @@ pub(super) fn validate(
         env,
         limits: Vec::new(),
         groups: Vec::new(),
+        notice_defaults: NoticePolicy::default(),
     };
     let config = v.config(raw);
     v.problems
@@ -46,6 +47,8 @@ pub(super) struct Validator<'e> {
     pub(super) limits: Vec<LimitConfig>,
     /// The `[[group]]`s declared, for the jobs that name them.
     pub(super) groups: Vec<GroupConfig>,
+    /// `[defaults]`' notice keys, which a job's own override one by one.
+    pub(super) notice_defaults: NoticePolicy,
 }
 
 impl Validator<'_> {
@@ -70,6 +73,11 @@ impl Validator<'_> {
         let http = raw.http.map(|raw| self.http(raw));
         let node = self.node(raw.node);
         self.groups = self.declared_groups(raw.group);
+        if let Some(defaults) = raw.defaults {
+            let context = |key: &str| format!("defaults.{key}");
+            self.notice_defaults =
+                self.notices(defaults.into(), &NoticePolicy::default(), &context);
+        }
         self.limits = self.declared_limits(raw.limit);
         let mut seen = HashSet::new();
         // Sized once: a running daemon keeps this Vec for good, and growing it by doubling left

@@ -101,6 +101,8 @@ pub struct FireSettings {
     pub group_name: String,
     /// The node's HTTP clients, for jobs whose target is a URL (shared by every group).
     pub deliveries: Arc<crate::delivery::Deliveries>,
+    /// Where failure notices go out (shared by every group).
+    pub notifier: Arc<crate::notify::Notifier>,
 }
 
 /// The lock driver's task, as the fire driver steers it.
@@ -579,9 +581,34 @@ impl Io {
             Action::FenceFailed(token) => {
                 let _ = self.lock_commands.send(LockCommand::FenceFailed(token));
             }
+            Action::Notify(notice) => self.settings.notifier.send(*notice),
+            Action::PauseJob { job, reason } => self.pause(job, reason),
             Action::HandOver | Action::YieldLock | Action::Stopped => {}
         }
         None
+    }
+
+    /// Pauses `job` as `zkcron pause` would, by `zkcron` itself; the pause comes back through
+    /// the watch on `control/`.
+    fn pause(&self, job: JobName, reason: String) {
+        let Some(client) = self.client.clone() else {
+            tracing::error!(job = %job, reason, "cannot pause the job: no ZooKeeper session");
+            return;
+        };
+        let (paths, acls) = (self.settings.control.clone(), self.settings.acls);
+        self.tasks.spawn(async move {
+            let pause = crate::control::Pause {
+                reason: Some(reason),
+                by: "zkcron".to_owned(),
+                since_unix_ms: Utc::now().timestamp_millis(),
+            };
+            let paused = crate::control::store::pause(&client, &paths, &job, &pause, acls);
+            match bounded(job.as_str(), paused).await {
+                Some(Ok(_)) => tracing::warn!(job = %job, reason = pause.reason, "job paused; `zkcron resume` resumes it"),
+                Some(Err(err)) => tracing::error!(job = %job, error = %error_chain(&err), "cannot pause the job"),
+                None => {}
+            }
+        });
     }
 
     fn prepare(&self, jobs: Vec<JobName>) {

@@ -11,6 +11,7 @@
 mod catch_up;
 mod claims;
 mod delayed;
+mod notices;
 mod rewrites;
 mod runs;
 mod steering;
@@ -281,6 +282,12 @@ pub enum Action {
     /// Hand the lock over and stay out of contention for a while (a release request, claims
     /// withdrawn); the lock's next status, without our token, says it is done.
     YieldLock,
+    /// Send this notice (`on_failure`, `on_failure_webhook`): its record is stored. Nothing
+    /// answers; the driver neither waits for it nor sends it twice.
+    Notify(Box<crate::run::Notice>),
+    /// Pause the job (`pause_after_failures`) as `zkcron pause` would, for this reason. Nothing
+    /// answers: the pause comes back as [`Input::PausesRead`].
+    PauseJob { job: JobName, reason: String },
     /// Nothing is left to do: the daemon may exit.
     Stopped,
     /// Read the pending submissions of every bucket after `after` (from the oldest when
@@ -535,6 +542,8 @@ pub struct FireMachine {
     elsewhere: HashSet<JobName>,
     /// The pending markers this machine reads.
     wanted: Wanted,
+    /// Each job's failures in a row, for its notices and `pause_after_failures`.
+    streaks: notices::Streaks,
 }
 
 /// The jobs of lock group `group` among `jobs`, and the names of the others.
@@ -594,6 +603,7 @@ impl FireMachine {
             group,
             elsewhere,
             wanted,
+            streaks: notices::Streaks::default(),
         }
     }
 
@@ -1025,7 +1035,10 @@ impl FireMachine {
                         tracing::warn!(job = %job, %tick, ?why, "skipped or missed ticks not recorded")
                     }
                     // A paused job writes only these: they are kept to `history` like runs.
-                    Ok(_) => self.prune(&job, retention, now, out),
+                    Ok(claim) => {
+                        self.tell(&claim.record, false, out);
+                        self.prune(&job, retention, now, out);
+                    }
                 }
                 return;
             }
@@ -1634,12 +1647,18 @@ impl FireMachine {
         out: &mut Vec<Action>,
     ) {
         if self.rewrites.owns(run_id) {
-            self.rewrites.answered(run_id, write, now);
+            if let Some(record) = self.rewrites.answered(run_id, write, now) {
+                self.tell(&record, record.retry_at_unix_ms.is_some(), out);
+            }
             return;
         }
         let Some(run) = self.runs.remove(run_id) else {
             return; // the record of a tick that never started
         };
+        if let (RecordWrite::Written(_), Some(finished)) = (write, &run.finished) {
+            let record = &finished.record;
+            self.tell(record, record.retry_at_unix_ms.is_some(), out);
+        }
         if let (RecordWrite::Failed, Some(finished)) = (write, &run.finished) {
             self.rewrites.first_failed(finished.clone(), now);
         }
@@ -1694,6 +1713,27 @@ impl FireMachine {
             self.advance(&job, now, out);
         }
         self.maybe_stopped(out);
+    }
+
+    /// `record` is stored: the notice it calls for and the pause, if any (`again`: the run will
+    /// be started again, so this is not its end).
+    fn tell(&mut self, record: &RunRecord, again: bool, out: &mut Vec<Action>) {
+        let Some(config) = self.jobs.get(&record.job).map(|s| Arc::clone(&s.config)) else {
+            return;
+        };
+        let told = self
+            .streaks
+            .recorded(record, &config, again, &self.me.node_id);
+        if let Some(notice) = told.notice {
+            out.push(Action::Notify(Box::new(notice)));
+        }
+        if let Some(reason) = told.pause {
+            tracing::warn!(job = %record.job, reason, "pausing the job");
+            out.push(Action::PauseJob {
+                job: record.job.clone(),
+                reason,
+            });
+        }
     }
 
     /// Prunes `job`'s old records now, or once [`PRUNE_EVERY`] has passed since the last time:
@@ -1834,6 +1874,9 @@ impl FireMachine {
                 }
             };
             self.jobs.insert(name, state);
+        }
+        for gone in old.keys() {
+            self.streaks.forget(gone);
         }
         // Submissions kept for a job that was missing or disabled may fire now.
         self.delayed.rescan();

@@ -32,6 +32,21 @@ pub enum RunStatus {
 }
 
 impl RunStatus {
+    /// As records spell it (`timed_out`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Claimed => "claimed",
+            RunStatus::Running => "running",
+            RunStatus::Succeeded => "succeeded",
+            RunStatus::Failed => "failed",
+            RunStatus::TimedOut => "timed_out",
+            RunStatus::Cancelled => "cancelled",
+            RunStatus::Interrupted => "interrupted",
+            RunStatus::Skipped => "skipped",
+            RunStatus::Missed => "missed",
+        }
+    }
+
     /// True once nothing will change the record any more (except a retry or rerun).
     pub fn is_final(self) -> bool {
         !matches!(self, RunStatus::Claimed | RunStatus::Running)

@@ -188,12 +188,17 @@ fn answer(
     };
     let first = seen.header("zkcron-attempt") == "1";
     let path = seen.path.clone();
-    state
+    let mut all = state
         .seen
         .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .push(seen);
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let first_to_path = !all.iter().any(|earlier| earlier.path == path);
+    all.push(seen);
+    drop(all);
     match path.as_str() {
+        "/unavailable-once" if first_to_path => {
+            (StatusCode::SERVICE_UNAVAILABLE, "not yet").into_response()
+        }
         "/fail-then-ok" if first => {
             (StatusCode::INTERNAL_SERVER_ERROR, "database down").into_response()
         }

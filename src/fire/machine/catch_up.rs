@@ -115,6 +115,7 @@ impl FireMachine {
                 return self.advance(job, now, out);
             }
         };
+        self.streaks.learned(job, &records.newest);
         let mut marks = 0;
         let mut unstarted = Vec::new();
         for (record, version) in &records.newest {
@@ -278,9 +279,11 @@ impl FireMachine {
             return;
         };
         catch_up.marks_out = catch_up.marks_out.saturating_sub(1);
+        let mut stored = None;
         match result {
             Ok(version) => {
                 tracing::warn!(job = %job, run_id = record.run_id, node = %record.node_id, "run interrupted by the loss of its owner");
+                let told = record.clone();
                 let submission = match &record.submission_id {
                     None => Ok(None),
                     Some(id) => match catch_up.payloads.get(id) {
@@ -293,6 +296,7 @@ impl FireMachine {
                         None => Err(id.clone()),
                     },
                 };
+                stored = Some((told, rerun && submission.is_ok()));
                 match (rerun, submission) {
                     (true, Ok(submission)) => {
                         let tick = DateTime::from_timestamp_millis(record.scheduled_unix_ms)
@@ -314,7 +318,11 @@ impl FireMachine {
                 tracing::warn!(job = %job, run_id = record.run_id, error = why, "interrupted run not marked (the record changed meanwhile)");
             }
         }
-        if catch_up.marks_out == 0 && catch_up.planned.is_some() {
+        let decided = catch_up.marks_out == 0 && catch_up.planned.is_some();
+        if let Some((record, again)) = stored {
+            self.tell(&record, again, out);
+        }
+        if decided {
             self.catch_up_decided(&job, now, out);
         }
     }

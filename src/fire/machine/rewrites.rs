@@ -17,6 +17,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 
 use super::RecordWrite;
 use crate::run::Claim;
+use crate::run::RunRecord;
 
 /// Attempts in all, the first one included: with the backoff, about 15 s of retries besides
 /// the one made at every reconnect.
@@ -56,11 +57,14 @@ impl Rewrites {
     }
 
     /// The answer to a write sent again: done, refused for good (the driver logged why), or
-    /// scheduled once more, or given up.
-    pub fn answered(&mut self, run_id: &str, write: RecordWrite, now: DateTime<Utc>) {
-        let Some(rewrite) = self.waiting.get_mut(run_id) else {
-            return;
-        };
+    /// scheduled once more, or given up. The record, once it is stored.
+    pub fn answered(
+        &mut self,
+        run_id: &str,
+        write: RecordWrite,
+        now: DateTime<Utc>,
+    ) -> Option<RunRecord> {
+        let rewrite = self.waiting.get_mut(run_id)?;
         let path = &rewrite.claim.path;
         if write == RecordWrite::Refused {
             self.waiting.remove(run_id);
@@ -70,7 +74,10 @@ impl Rewrites {
                 attempts = rewrite.attempts,
                 "final run record written after all"
             );
-            self.waiting.remove(run_id);
+            return self
+                .waiting
+                .remove(run_id)
+                .map(|rewrite| rewrite.claim.record);
         } else if rewrite.attempts >= MAX_ATTEMPTS {
             tracing::error!(
                 path,
@@ -82,6 +89,7 @@ impl Rewrites {
         } else {
             rewrite.schedule(now);
         }
+        None
     }
 
     /// The session is connected again: everything waiting goes now.

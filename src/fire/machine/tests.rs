@@ -12,6 +12,7 @@ use crate::run::RunOutcome;
 mod delayed;
 mod groups;
 mod limits;
+mod notices;
 mod properties;
 mod steering;
 

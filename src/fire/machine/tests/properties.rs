@@ -40,12 +40,12 @@ fn sim_jobs() -> String {
         job(
             "a",
             EVERY_SECOND,
-            "misfire = \"run_all\"\nstarting_deadline = \"5s\"\non_interrupted = \"rerun\"",
+            "misfire = \"run_all\"\nstarting_deadline = \"5s\"\non_interrupted = \"rerun\"\non_failure = [\"/bin/true\"]\non_recovery = true",
         ),
         job(
             "b",
             "*/2 * * * * *",
-            "concurrency = \"allow\"\non_lost = \"finish\"\nretries = 1\nretry_backoff = \"1s\"",
+            "concurrency = \"allow\"\non_lost = \"finish\"\nretries = 1\nretry_backoff = \"1s\"\non_failure = [\"/bin/true\"]",
         ),
         job("c", "*/3 * * * * *", "concurrency = \"replace\""),
     ]
@@ -85,6 +85,8 @@ struct World {
     prepared_total: u32,
     prepared_started: u32,
     starts: u32,
+    /// Notices sent: (run id, attempt, status).
+    told: BTreeSet<(String, u32, &'static str)>,
     shutdown: bool,
     handed_over: u32,
     released: bool,
@@ -218,6 +220,28 @@ impl World {
                         .or_default() += 1;
                 }
                 self.writes.push(claim);
+            }
+            Action::Notify(notice) => {
+                let record = &notice.record;
+                prop_assert!(
+                    record.status.is_final(),
+                    "a notice tells of a final record: {record:?}"
+                );
+                prop_assert!(
+                    record.retry_at_unix_ms.is_none(),
+                    "notify = \"final\": a failure that will be retried is not told: {record:?}"
+                );
+                prop_assert!(
+                    self.told.insert((
+                        record.run_id.clone(),
+                        record.attempt,
+                        record.status.as_str()
+                    )),
+                    "one notice per outcome: {record:?} told twice"
+                );
+            }
+            Action::PauseJob { job, .. } => {
+                prop_assert!(false, "no job here pauses itself: {job}");
             }
             Action::ListRecords(job) => self.lists.push(job),
             Action::MarkInterrupted { record, .. } => self.marks.push(record),

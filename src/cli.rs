@@ -5,6 +5,7 @@
 //! layout, raw ZooKeeper requests).
 
 mod delayed;
+mod explain;
 mod steer;
 
 use std::io::Write;
@@ -108,6 +109,17 @@ enum Command {
         /// Make those warnings errors (exit 2): for the hosts that run the jobs.
         #[arg(long)]
         strict: bool,
+        /// Show the next fires of JOB (of every job without one) with each daylight-saving
+        /// transition between them: which time is skipped or moved, which fires once or twice.
+        #[arg(long, value_name = "JOB", num_args = 0..=1, default_missing_value = "")]
+        explain: Option<String>,
+        /// With --explain: from this instant (RFC 3339, or a local date or date-time in the
+        /// job's zone) instead of now.
+        #[arg(long, value_name = "TIME", requires = "explain")]
+        from: Option<String>,
+        /// With --explain: how many fires per job.
+        #[arg(long, default_value_t = 10, requires = "explain")]
+        count: usize,
     },
     /// Show the lock owner (node, ip, host, since, fencing token), the live members, and per
     /// job: next fire, last run, ticks recorded missed among the kept records, a run alive now.
@@ -260,6 +272,8 @@ pub enum CliError {
     Status(#[from] StatusError),
     #[error("cannot write to stdout")]
     Stdout(#[source] std::io::Error),
+    #[error(transparent)]
+    Explain(#[from] explain::ExplainError),
 }
 
 impl From<SubmissionError> for CliError {
@@ -283,6 +297,7 @@ impl CliError {
             CliError::Config(_)
             | CliError::Identity(_)
             | CliError::Usage(_)
+            | CliError::Explain(_)
             | CliError::Strict { .. } => ExitCode::from(2),
             CliError::Delayed(err) if err.is_refusal() => ExitCode::from(2),
             CliError::Steer(err) if err.is_refusal() => ExitCode::from(2),
@@ -316,7 +331,20 @@ impl Cli {
                 logging::init(loaded.log.format, &level);
                 run_daemon(path, loaded, shutdown, reloads).await
             }
-            Command::Check { file, strict } => check(file.as_ref().unwrap_or(&path), strict),
+            Command::Check {
+                file,
+                strict,
+                explain,
+                from,
+                count,
+            } => {
+                let request = explain.as_deref().map(|job| explain::ExplainRequest {
+                    job: (!job.is_empty()).then_some(job),
+                    from: from.as_deref(),
+                    count,
+                });
+                check(file.as_ref().unwrap_or(&path), strict, request.as_ref())
+            }
             Command::Status { json } => {
                 quiet("warn");
                 status(&config::load(&path)?, json).await
@@ -385,7 +413,11 @@ async fn run_daemon(
     Ok(daemon::run(config, settings, shutdown, reloads).await?)
 }
 
-fn check(path: &Path, strict: bool) -> Result<(), CliError> {
+fn check(
+    path: &Path,
+    strict: bool,
+    explain: Option<&explain::ExplainRequest<'_>>,
+) -> Result<(), CliError> {
     let config = config::load(path)?;
     let mut warnings = 0;
     for job in &config.jobs {
@@ -409,6 +441,11 @@ fn check(path: &Path, strict: bool) -> Result<(), CliError> {
         path.display(),
         config.jobs.len()
     )];
+    if let Some(request) = explain {
+        let file = path.display().to_string();
+        lines.extend(explain::explain(&config, &file, request, now)?);
+        return writeln!(out, "{}", lines.join("\n")).map_err(CliError::Stdout);
+    }
     for job in &config.jobs {
         let tz = job.timezone;
         let state = if job.enabled { "" } else { "  (disabled)" };

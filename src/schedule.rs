@@ -44,6 +44,7 @@
 //! `matcher` now finds the wall-clock matches too, in a few dozen bytes per job where croner's
 //! pattern kept a 5000-entry year table. The tests hold `matcher` against croner's search.
 
+mod explain;
 mod fields;
 mod matcher;
 
@@ -53,6 +54,7 @@ use std::ops::Range;
 use chrono::{DateTime, Datelike, LocalResult, NaiveDateTime, TimeDelta, TimeZone, Timelike, Utc};
 use chrono_tz::Tz;
 
+pub use explain::{Explained, ExplainedFire, FireNote, LISTED_PER_TRANSITION, Transition};
 use matcher::{LAST_YEAR, Matcher};
 
 /// One job's cron expression in one IANA time zone.

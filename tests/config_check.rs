@@ -263,3 +263,64 @@ fn a_command_or_working_dir_missing_on_this_host_is_a_warning_and_with_strict_an
     assert_eq!(strict.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("2 problem(s)"), "{stderr}");
 }
+
+/// `check --explain` over a spring-forward and a fall-back (issue 20): where Kubernetes CronJob
+/// ran `0 2 * * *` twice (kubernetes/kubernetes#121594, Europe/Berlin, 2023-10-29) zkcron fires
+/// once, and a fixed time in the spring gap is moved to its end.
+#[test]
+fn check_explain_names_the_gap_the_repeat_and_what_fires() {
+    let text = format!(
+        "{HEAD}\n[[job]]\nname = \"restore\"\nschedule = \"0 2 * * *\"\ntimezone = \"Europe/Berlin\"\n\
+         shell = \"true\"\n\n[[job]]\nname = \"often\"\nschedule = \"0 */30 * * * *\"\n\
+         timezone = \"Europe/Berlin\"\nshell = \"true\"\n"
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("zkcron.toml");
+    std::fs::write(&path, text).expect("write config");
+    let explain = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_zkcron"))
+            .arg("check")
+            .arg(&path)
+            .args(args)
+            .output()
+            .expect("run zkcron check");
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let (code, autumn, _) = explain(&[
+        "--explain",
+        "restore",
+        "--from",
+        "2023-10-28",
+        "--count",
+        "3",
+    ]);
+    assert_eq!(code, Some(0), "{autumn}");
+    assert!(
+        autumn.contains("2023-10-29 02:00:00 +02:00  (2023-10-29 00:00:00 UTC)  first pass of a repeated time")
+            && autumn.contains("clocks go back, +02:00 to +01:00: wall times 02:00:00 to 02:59:59 happen twice; 02:00:00 fires once, on the first pass (+02:00)")
+            && !autumn.contains("2023-10-29 02:00:00 +01:00"),
+        "once, on the first pass:\n{autumn}"
+    );
+    let (_, spring, _) = explain(&["--explain", "--from", "2027-03-28 01:00", "--count", "3"]);
+    assert!(
+        spring.contains("2027-03-28 03:00:00 +02:00  (2027-03-28 01:00:00 UTC)  moved: 02:00:00 does not exist this day"),
+        "the fixed time moves to the gap's end:\n{spring}"
+    );
+    assert!(
+        spring.contains("skipped: 02:00:00, 02:30:00 (2 tick(s))"),
+        "the wildcard job skips the gap:\n{spring}"
+    );
+    let (code, _, stderr) = explain(&["--explain", "nope"]);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("no job named \"nope\""), "{stderr}");
+    let (code, _, stderr) = explain(&["--explain", "--from", "2027-03-28 02:30"]);
+    assert_eq!(code, Some(2));
+    assert!(
+        stderr.contains("does not exist in Europe/Berlin"),
+        "{stderr}"
+    );
+}

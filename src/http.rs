@@ -111,7 +111,10 @@ fn router(state: HttpState) -> Router {
         .route("/v1/jobs/{job}/submissions", post(submit))
         .route("/v1/jobs/{job}/pause", post(pause))
         .route("/v1/jobs/{job}/resume", post(resume))
+        .route("/v1/submissions", get(submissions))
         .route("/v1/submissions/{id}", delete(cancel))
+        .route("/v1/submissions/{id}/reschedule", post(reschedule))
+        .route("/v1/submissions/{id}/retry", post(retry))
         .route("/v1/release", post(release))
         .with_state(state)
 }
@@ -186,8 +189,11 @@ impl ApiError {
             DelayedError::UnknownJob { .. }
             | DelayedError::Submission(SubmissionError::NotFound { .. }) => StatusCode::NOT_FOUND,
             DelayedError::Submission(
-                SubmissionError::Conflict { .. } | SubmissionError::NotPending { .. },
-            ) => StatusCode::CONFLICT,
+                SubmissionError::Conflict { .. }
+                | SubmissionError::NotPending { .. }
+                | SubmissionError::NotReschedulable { .. },
+            )
+            | DelayedError::NotFailed { .. } => StatusCode::CONFLICT,
             err if err.is_refusal() => StatusCode::BAD_REQUEST,
             _ => StatusCode::SERVICE_UNAVAILABLE,
         };
@@ -406,6 +412,148 @@ async fn trigger(
         .into_response())
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SubmissionsQuery {
+    state: Option<String>,
+    job: Option<String>,
+    limit: Option<usize>,
+}
+
+/// `GET /v1/submissions?state=failed[&job=J][&limit=N]`: the dead letters, as run records.
+async fn submissions(
+    State(state): State<HttpState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    query: Result<Query<SubmissionsQuery>, axum::extract::rejection::QueryRejection>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    authorize(&state, &headers, TokenKind::Read, peer)?;
+    let Query(query) =
+        query.map_err(|err| ApiError::new(StatusCode::BAD_REQUEST, err.body_text()))?;
+    if query.state.as_deref() != Some("failed") {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "state: only \"failed\" is listed here (GET /v1/status counts the pending ones)",
+        ));
+    }
+    let job = query.job.map(JobName::new);
+    let limit = query.limit.unwrap_or(50).min(MAX_RUNS);
+    let delayed = Delayed::with_client(state.client()?, &state.config());
+    let failed = delayed
+        .failed(job.as_ref(), limit)
+        .await
+        .map_err(|err| ApiError::from_delayed(&err))?;
+    Ok(axum::Json(failed).into_response())
+}
+
+/// A due time in a request body: exactly one of `at` and `in`, or (`optional`) neither: now.
+fn body_due(
+    at: Option<String>,
+    within: Option<String>,
+    optional: bool,
+) -> Result<chrono::DateTime<Utc>, ApiError> {
+    match (at, within) {
+        (Some(at), None) => crate::delayed::due::due_at(&at, None).map_err(|err| {
+            ApiError::new(StatusCode::BAD_REQUEST, format!("\"at\": {}", chain(&err)))
+        }),
+        (None, Some(within)) => crate::delayed::due::due_in(&within, Utc::now()).map_err(|err| {
+            ApiError::new(StatusCode::BAD_REQUEST, format!("\"in\": {}", chain(&err)))
+        }),
+        (None, None) if optional => Ok(Utc::now()),
+        _ => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "give exactly one of \"at\" (RFC 3339) and \"in\" (a duration)",
+        )),
+    }
+}
+
+fn path_id(id: &str) -> Result<SubmissionId, ApiError> {
+    SubmissionId::parse(id).map_err(|err| ApiError::new(StatusCode::BAD_REQUEST, err.to_string()))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WhenBody {
+    at: Option<String>,
+    #[serde(rename = "in")]
+    in_: Option<String>,
+    /// A retry's new id.
+    id: Option<String>,
+}
+
+#[derive(Serialize)]
+struct RescheduledAnswer {
+    submission_id: String,
+    due_unix_ms: i64,
+    /// `false`: it was due then already; nothing changed.
+    moved: bool,
+}
+
+/// `POST /v1/submissions/{id}/reschedule`: `{"at": …}` or `{"in": …}`.
+async fn reschedule(
+    State(state): State<HttpState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Result<axum::Json<WhenBody>, axum::extract::rejection::JsonRejection>,
+) -> Result<Response, ApiError> {
+    authorize(&state, &headers, TokenKind::Write, peer)?;
+    let axum::Json(body) =
+        body.map_err(|err| ApiError::new(StatusCode::BAD_REQUEST, err.body_text()))?;
+    if body.id.is_some() {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "\"id\": a reschedule keeps the submission's id",
+        ));
+    }
+    let id = path_id(&id)?;
+    let due = body_due(body.at, body.in_, false)?;
+    let delayed = Delayed::with_client(state.client()?, &state.config());
+    let (moved, submission) = match delayed
+        .reschedule(&id, due)
+        .await
+        .map_err(|err| ApiError::from_delayed(&err))?
+    {
+        crate::delayed::client::Rescheduled::Moved(s) => (true, s),
+        crate::delayed::client::Rescheduled::AlreadyThere(s) => (false, s),
+    };
+    Ok(axum::Json(RescheduledAnswer {
+        submission_id: id.to_string(),
+        due_unix_ms: submission.due_unix_ms,
+        moved,
+    })
+    .into_response())
+}
+
+/// `POST /v1/submissions/{id}/retry`: `{"at"|"in": …, "id": NEW}`, all optional (due now, a
+/// generated id).
+async fn retry(
+    State(state): State<HttpState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Option<axum::Json<WhenBody>>,
+) -> Result<Response, ApiError> {
+    authorize(&state, &headers, TokenKind::Write, peer)?;
+    let body = body.map_or(
+        WhenBody {
+            at: None,
+            in_: None,
+            id: None,
+        },
+        |axum::Json(body)| body,
+    );
+    let id = path_id(&id)?;
+    let due = body_due(body.at, body.in_, true)?;
+    let new_id = body.id.as_deref().map(path_id).transpose()?;
+    let delayed = Delayed::with_client(state.client()?, &state.config());
+    let receipt = delayed
+        .retry(&id, due, new_id)
+        .await
+        .map_err(|err| ApiError::from_delayed(&err))?;
+    Ok(submitted(&receipt))
+}
+
 /// `POST /v1/jobs/{job}/submissions`: exactly one of `at` and `in`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -418,6 +566,21 @@ struct SubmitBody {
     id: Option<String>,
     /// The run's stdin, as text.
     payload: Option<String>,
+}
+
+/// 201 for a new submission, 200 for the same request made before under its id.
+fn submitted(receipt: &crate::delayed::client::Receipt) -> Response {
+    let created = receipt.outcome == crate::delayed::client::Submitted::Created;
+    let code = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    let answer = Submitted {
+        submission_id: receipt.id.to_string(),
+        created,
+    };
+    (code, axum::Json(answer)).into_response()
 }
 
 #[derive(Serialize)]
@@ -437,22 +600,7 @@ async fn submit(
     authorize(&state, &headers, TokenKind::Write, peer)?;
     let axum::Json(body) =
         body.map_err(|err| ApiError::new(StatusCode::BAD_REQUEST, err.body_text()))?;
-    let due = match (body.at, body.in_) {
-        (Some(at), None) => crate::delayed::due::due_at(&at, None).map_err(|err| {
-            ApiError::new(StatusCode::BAD_REQUEST, format!("\"at\": {}", chain(&err)))
-        })?,
-        (None, Some(within)) => {
-            crate::delayed::due::due_in(&within, Utc::now()).map_err(|err| {
-                ApiError::new(StatusCode::BAD_REQUEST, format!("\"in\": {}", chain(&err)))
-            })?
-        }
-        _ => {
-            return Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "give exactly one of \"at\" (RFC 3339) and \"in\" (a duration)",
-            ));
-        }
-    };
+    let due = body_due(body.at, body.in_, false)?;
     let id = body
         .id
         .as_deref()
@@ -469,20 +617,7 @@ async fn submit(
         })
         .await
         .map_err(|err| ApiError::from_delayed(&err))?;
-    let created = receipt.outcome == crate::delayed::client::Submitted::Created;
-    let code = if created {
-        StatusCode::CREATED
-    } else {
-        StatusCode::OK
-    };
-    Ok((
-        code,
-        axum::Json(Submitted {
-            submission_id: receipt.id.to_string(),
-            created,
-        }),
-    )
-        .into_response())
+    Ok(submitted(&receipt))
 }
 
 async fn cancel(
@@ -492,8 +627,7 @@ async fn cancel(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     authorize(&state, &headers, TokenKind::Write, peer)?;
-    let id = SubmissionId::parse(&id)
-        .map_err(|err| ApiError::new(StatusCode::BAD_REQUEST, err.to_string()))?;
+    let id = path_id(&id)?;
     let delayed = Delayed::with_client(state.client()?, &state.config());
     delayed
         .cancel(&id)

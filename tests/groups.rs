@@ -493,6 +493,7 @@ async fn submissions_run_once_on_the_owner_of_their_jobs_group_whatever_their_ma
         requested_by: None,
         anonymous: false,
         marker_names_job: false,
+        retry_of: None,
     };
     zkcron::ledger::submissions::submit(
         &client,

@@ -197,6 +197,64 @@ async fn writes_need_the_token_and_go_through_zookeeper_like_the_cli() {
         &request(port, "DELETE", "/v1/submissions/order-7", Some(TOKEN), None).await,
         409,
     );
+    // Issue 20: a pending submission moved; a finished one neither moved nor retried.
+    let later = r#"{"in": "1h", "id": "order-8", "payload": "eight"}"#;
+    let submitted = request(
+        port,
+        "POST",
+        "/v1/jobs/report/submissions",
+        Some(TOKEN),
+        Some(later),
+    );
+    assert_status(&submitted.await, 201);
+    let moved = request(
+        port,
+        "POST",
+        "/v1/submissions/order-8/reschedule",
+        Some(TOKEN),
+        Some(r#"{"in": "1s"}"#),
+    )
+    .await;
+    assert_status(&moved, 200);
+    assert_eq!(moved.json()["moved"], true);
+    let out = dir.path().join("report-order-8.out");
+    let payload = wait_for("the moved submission's run", Duration::from_secs(5), || {
+        let text = std::fs::read_to_string(&out).ok().filter(|t| !t.is_empty());
+        async move { text }
+    })
+    .await;
+    assert_eq!(payload, "eight");
+    for (path, body) in [
+        (
+            "/v1/submissions/order-7/reschedule",
+            Some(r#"{"in": "1h"}"#),
+        ),
+        ("/v1/submissions/order-7/retry", None),
+    ] {
+        let refused = request(port, "POST", path, Some(TOKEN), body).await;
+        assert_status(&refused, 409);
+    }
+    let failed = request(
+        port,
+        "GET",
+        "/v1/submissions?state=failed",
+        Some(TOKEN),
+        None,
+    )
+    .await;
+    assert_status(&failed, 200);
+    assert!(failed.json().as_array().is_some(), "{failed:?}");
+    assert_status(
+        &request(
+            port,
+            "GET",
+            "/v1/submissions?state=pending",
+            Some(TOKEN),
+            None,
+        )
+        .await,
+        400,
+    );
     assert_status(
         &request(
             port,

@@ -347,6 +347,7 @@ async fn submit(client: &Client, paths: &LedgerPaths, id: &str, due: i64) -> Sub
         requested_by: None,
         anonymous: false,
         marker_names_job: false,
+        retry_of: None,
     };
     let submitted =
         submissions::submit(client, &paths.delayed, &id, &submission, Acls::anyone_all()).await;
@@ -613,6 +614,7 @@ async fn a_pruned_submission_leaves_a_tombstone_until_its_window_has_passed() {
         requested_by: None,
         anonymous: false,
         marker_names_job: false,
+        retry_of: None,
     };
     let again = submissions::submit(&a, &paths.delayed, first, &same, Acls::anyone_all()).await;
     assert_eq!(
@@ -681,6 +683,7 @@ async fn an_anonymous_submission_leaves_no_tombstone() {
         requested_by: None,
         anonymous: true,
         marker_names_job: false,
+        retry_of: None,
     };
     let submitted =
         submissions::submit(&a, &paths.delayed, &id, &anonymous, Acls::anyone_all()).await;

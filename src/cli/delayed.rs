@@ -1,4 +1,4 @@
-//! `zkcron submit` and `zkcron delayed list|show|cancel`: arguments and human output over the
+//! `zkcron submit` and `zkcron delayed list|show|cancel|reschedule|retry`: arguments and human output over the
 //! `zkcron::delayed` library API.
 
 use std::io::Read;
@@ -11,7 +11,7 @@ use clap::{Args, Subcommand};
 use super::{CliError, print_lines};
 use zkcron::JobName;
 use zkcron::config::Config;
-use zkcron::delayed::client::{Pending, SubmissionState, Submitted};
+use zkcron::delayed::client::{Pending, Rescheduled, SubmissionState, Submitted};
 use zkcron::delayed::due::{self, DueError};
 use zkcron::delayed::{Delayed, MAX_PAYLOAD, Submission, SubmissionId, SubmitRequest};
 use zkcron::run::{RunRecord, RunStatus};
@@ -22,15 +22,8 @@ use zkcron::run::{RunRecord, RunStatus};
 pub struct SubmitArgs {
     /// The declared job to run.
     job: String,
-    /// When: RFC 3339 (2026-11-22T14:00:00+01:00), or a local date-time with --timezone.
-    #[arg(long, value_name = "TIME")]
-    at: Option<String>,
-    /// When: this long from now, e.g. 30m or 2h 15m.
-    #[arg(long = "in", id = "in_", value_name = "DURATION")]
-    in_: Option<String>,
-    /// The IANA zone of a local --at time, e.g. Europe/Berlin.
-    #[arg(long, value_name = "ZONE")]
-    timezone: Option<String>,
+    #[command(flatten)]
+    when: When,
     /// Makes the submit idempotent: the same request under the same id again changes nothing.
     /// Letters, digits, '_', '.', '-'; at most 64. [default: a generated id]
     #[arg(long)]
@@ -59,6 +52,10 @@ pub enum DelayedCommand {
         /// One JSON object per line instead of tables.
         #[arg(long)]
         json: bool,
+        /// Only the dead letters: submissions whose run ended failed, timed_out or missed with
+        /// no retry left (`zkcron delayed retry` submits one again).
+        #[arg(long)]
+        failed: bool,
     },
     /// One submission: its job, due time, payload size and where it is in its life.
     Show {
@@ -70,13 +67,65 @@ pub enum DelayedCommand {
         /// The submission's id.
         id: String,
     },
+    /// Move a pending submission to another due time; refused, with the reason, once it was
+    /// claimed or cancelled. The same move again changes nothing.
+    #[command(group = clap::ArgGroup::new("when").required(true).args(["at", "in_"]))]
+    Reschedule {
+        /// The submission's id.
+        id: String,
+        #[command(flatten)]
+        when: When,
+    },
+    /// Submit a failed submission again (a dead letter: failed, timed_out or missed), with its
+    /// payload, under a new id that names the old one (retry_of). Prints the new id.
+    Retry {
+        /// The failed submission's id.
+        id: String,
+        #[command(flatten)]
+        when: When,
+        /// The new submission's id (makes the retry idempotent). [default: a generated id]
+        #[arg(long = "id", id = "new_id", value_name = "NEW_ID")]
+        new_id: Option<String>,
+    },
+}
+
+/// A due time given on the command line: `--at` or `--in` (neither: now).
+#[derive(Debug, Args)]
+pub struct When {
+    /// When: RFC 3339 (2026-11-22T14:00:00+01:00), or a local date-time with --timezone.
+    #[arg(long, value_name = "TIME", conflicts_with = "in_")]
+    at: Option<String>,
+    /// When: this long from now, e.g. 30m or 2h 15m.
+    #[arg(long = "in", id = "in_", value_name = "DURATION")]
+    in_: Option<String>,
+    /// The IANA zone of a local --at time, e.g. Europe/Berlin.
+    #[arg(long, value_name = "ZONE")]
+    timezone: Option<String>,
+}
+
+impl When {
+    /// The instant named; now when neither `--at` nor `--in` is given (where one is required,
+    /// clap asks for it).
+    fn due(&self) -> Result<DateTime<Utc>, UsageError> {
+        let zone = self
+            .timezone
+            .as_deref()
+            .map(|name| {
+                name.parse::<Tz>()
+                    .map_err(|_| UsageError::Zone(name.to_owned()))
+            })
+            .transpose()?;
+        Ok(match (&self.at, &self.in_) {
+            (Some(at), _) => due::due_at(at, zone)?,
+            (None, Some(within)) => due::due_in(within, Utc::now())?,
+            (None, None) => Utc::now(),
+        })
+    }
 }
 
 /// Why the command line itself is not a submission.
 #[derive(Debug, thiserror::Error)]
 pub enum UsageError {
-    #[error("say when: --at TIME or --in DURATION")]
-    NoDue,
     #[error(transparent)]
     Due(#[from] DueError),
     #[error("--timezone {0:?}: not an IANA time zone name (e.g. Europe/Berlin)")]
@@ -94,19 +143,7 @@ pub enum UsageError {
 }
 
 pub async fn submit(config: &Config, args: SubmitArgs) -> Result<(), CliError> {
-    let zone = args
-        .timezone
-        .as_deref()
-        .map(|name| {
-            name.parse::<Tz>()
-                .map_err(|_| UsageError::Zone(name.to_owned()))
-        })
-        .transpose()?;
-    let due = match (&args.at, &args.in_) {
-        (Some(at), _) => due::due_at(at, zone).map_err(UsageError::from)?,
-        (None, Some(within)) => due::due_in(within, Utc::now()).map_err(UsageError::from)?,
-        (None, None) => return Err(UsageError::NoDue.into()),
-    };
+    let due = args.when.due()?;
     let id = args
         .id
         .as_deref()
@@ -200,12 +237,53 @@ pub async fn run(config: &Config, command: DelayedCommand) -> Result<(), CliErro
     let delayed = Delayed::connect(config).await?;
     match command {
         DelayedCommand::List {
-            job, limit, json, ..
+            job,
+            limit,
+            json,
+            failed,
         } => {
             let job = job.map(JobName::new);
+            if failed {
+                let failed = delayed.failed(job.as_ref(), limit).await?;
+                return print_lines(&failed_lines(&delayed, &failed, json));
+            }
             let pending = delayed.list(job.as_ref(), limit).await?;
             let recent = delayed.recent(job.as_ref(), limit).await?;
             print_lines(&list_lines(&delayed, &pending, &recent, json))
+        }
+        DelayedCommand::Reschedule { id, when: asked } => {
+            let id = SubmissionId::parse(&id).map_err(UsageError::from)?;
+            let due = asked.due()?;
+            let (verb, moved) = match delayed.reschedule(&id, due).await? {
+                Rescheduled::Moved(moved) => ("rescheduled", moved),
+                Rescheduled::AlreadyThere(moved) => ("already due then:", moved),
+            };
+            let zone = zone_of(&delayed, &moved.job);
+            print_lines(&[format!(
+                "{verb} {id} ({}, due {})",
+                moved.job,
+                when(moved.due_unix_ms, zone)
+            )])
+        }
+        DelayedCommand::Retry {
+            id,
+            when: asked,
+            new_id,
+        } => {
+            let id = SubmissionId::parse(&id).map_err(UsageError::from)?;
+            let new_id = new_id
+                .as_deref()
+                .map(SubmissionId::parse)
+                .transpose()
+                .map_err(UsageError::from)?;
+            let receipt = delayed.retry(&id, asked.due()?, new_id).await?;
+            if receipt.outcome == Submitted::AlreadyThere {
+                eprintln!(
+                    "zkcron: submission {} already retries {id} this same way; nothing changed",
+                    receipt.id
+                );
+            }
+            print_lines(&[receipt.id.to_string()])
         }
         DelayedCommand::Show { id, .. } => {
             let id = SubmissionId::parse(&id).map_err(UsageError::from)?;
@@ -226,14 +304,23 @@ pub async fn run(config: &Config, command: DelayedCommand) -> Result<(), CliErro
                 }
                 SubmissionState::Pruned => "finished (its record was pruned)".to_owned(),
             };
-            print_lines(&[
-                format!("id         {id}"),
-                format!("job        {}", submission.job),
-                format!("due        {}", when(submission.due_unix_ms, zone)),
-                format!("submitted  {}", when(submission.submitted_unix_ms, zone)),
-                format!("payload    {payload}"),
-                format!("state      {state}"),
-            ])
+            let retry_of = submission
+                .retry_of
+                .as_ref()
+                .map(|old| format!("retry of   {old}"));
+            print_lines(
+                &[
+                    format!("id         {id}"),
+                    format!("job        {}", submission.job),
+                    format!("due        {}", when(submission.due_unix_ms, zone)),
+                    format!("submitted  {}", when(submission.submitted_unix_ms, zone)),
+                    format!("payload    {payload}"),
+                    format!("state      {state}"),
+                ]
+                .into_iter()
+                .chain(retry_of)
+                .collect::<Vec<_>>(),
+            )
         }
         DelayedCommand::Cancel { id, .. } => {
             let id = SubmissionId::parse(&id).map_err(UsageError::from)?;
@@ -276,11 +363,28 @@ fn list_lines(
         ));
     }
     lines.push(String::new());
-    lines.push(format!(
+    lines.extend(record_rows(delayed, "RECENT", recent));
+    lines
+}
+
+/// `delayed list --failed`: the dead letters, newest first.
+fn failed_lines(delayed: &Delayed, failed: &[RunRecord], json: bool) -> Vec<String> {
+    if json {
+        return failed
+            .iter()
+            .map(|r| String::from_utf8_lossy(&r.to_bytes()).into_owned())
+            .collect();
+    }
+    record_rows(delayed, "FAILED", failed)
+}
+
+/// A table of submissions' records under `heading`: id, job, due, state.
+fn record_rows(delayed: &Delayed, heading: &str, records: &[RunRecord]) -> Vec<String> {
+    let mut lines = vec![format!(
         "{:<26}  {:<20}  {:<26}  {}",
-        "RECENT", "JOB", "DUE", "STATE"
-    ));
-    for r in recent {
+        heading, "JOB", "DUE", "STATE"
+    )];
+    for r in records {
         let zone = zone_of(delayed, &r.job);
         let id = r.submission_id.as_ref().map_or("-", SubmissionId::as_str);
         lines.push(format!(

@@ -17,8 +17,8 @@ use crate::config::{Config, JobConfig};
 use crate::ids::JobName;
 use crate::layout::{DelayedPaths, LedgerPaths, LockPaths};
 use crate::ledger::submissions;
-pub use crate::ledger::submissions::{SubmissionError, SubmissionState, Submitted};
-use crate::run::RunRecord;
+pub use crate::ledger::submissions::{Rescheduled, SubmissionError, SubmissionState, Submitted};
+use crate::run::{RunRecord, RunStatus};
 
 /// How far ahead a submission may be due. It bounds the number of day nodes under `due/`, so
 /// that listing them fits one `getChildren` reply (DESIGN.md "ZooKeeper layout").
@@ -68,6 +68,10 @@ pub enum DelayedError {
     },
     #[error("due {due} is more than ten years ahead")]
     TooFarAhead { due: DateTime<Utc> },
+    #[error(
+        "submission {id} did not fail: it is {status}; only a failed, timed-out or missed one is retried"
+    )]
+    NotFailed { id: SubmissionId, status: String },
     #[error(transparent)]
     Unreachable(#[from] crate::zk::Unreachable),
     #[error(transparent)]
@@ -83,10 +87,12 @@ impl DelayedError {
                 | DelayedError::PayloadTooLarge { .. }
                 | DelayedError::TooLate { .. }
                 | DelayedError::TooFarAhead { .. }
+                | DelayedError::NotFailed { .. }
                 | DelayedError::Submission(
                     SubmissionError::Conflict { .. }
                         | SubmissionError::NotFound { .. }
                         | SubmissionError::NotPending { .. }
+                        | SubmissionError::NotReschedulable { .. }
                 )
         )
     }
@@ -135,7 +141,19 @@ pub fn check_request(
         requested_by: None,
         anonymous: request.id.is_none(),
         marker_names_job: false,
+        retry_of: None,
     })
+}
+
+/// A submission's final record that says it failed for good: `delayed list --failed` lists it,
+/// `delayed retry` submits it again.
+pub fn is_dead_letter(record: &RunRecord) -> bool {
+    record.submission_id.is_some()
+        && matches!(
+            record.status,
+            RunStatus::Failed | RunStatus::TimedOut | RunStatus::Missed
+        )
+        && record.retry_at_unix_ms.is_none()
 }
 
 /// A session for submitting to one lock group.
@@ -301,6 +319,105 @@ impl Delayed {
             self.acls,
         )
         .await?)
+    }
+
+    /// Moves a pending submission to `due` (checked like a submit's); refused once it was
+    /// claimed or cancelled. The same move again changes nothing.
+    ///
+    /// # Errors
+    /// `NotFound`, `NotReschedulable` (with its status), `TooLate`, `TooFarAhead`, or a failed
+    /// request.
+    pub async fn reschedule(
+        &self,
+        id: &SubmissionId,
+        due: DateTime<Utc>,
+    ) -> Result<Rescheduled, DelayedError> {
+        let Some((submission, _)) = submissions::read(&self.client, &self.delayed, id).await?
+        else {
+            return Err(SubmissionError::NotFound { id: id.clone() }.into());
+        };
+        check_request(
+            &self.jobs,
+            &SubmitRequest {
+                job: submission.job,
+                due,
+                id: Some(id.clone()),
+                payload: Vec::new(),
+            },
+            Utc::now(),
+        )?;
+        Ok(submissions::reschedule(
+            &self.client,
+            &self.delayed,
+            &self.ledger,
+            id,
+            due.timestamp_millis(),
+            self.acls,
+        )
+        .await?)
+    }
+
+    /// Submits failed submission `id` again, due at `due`, under `new_id` (generated if
+    /// `None`), with its payload; the new one names the old in `retry_of`.
+    ///
+    /// # Errors
+    /// `NotFound`; `NotFailed` unless its final record is `failed`, `timed_out` or `missed`
+    /// (and its payload still kept); a refusal as [`Delayed::submit`]'s; a failed request.
+    pub async fn retry(
+        &self,
+        id: &SubmissionId,
+        due: DateTime<Utc>,
+        new_id: Option<SubmissionId>,
+    ) -> Result<Receipt, DelayedError> {
+        let not_failed = |status: &str| DelayedError::NotFailed {
+            id: id.clone(),
+            status: status.to_owned(),
+        };
+        let (old, record) = match self.show(id).await? {
+            None => return Err(SubmissionError::NotFound { id: id.clone() }.into()),
+            Some((old, SubmissionState::Recorded(record))) => (old, record),
+            Some((_, SubmissionState::Pending)) => return Err(not_failed("pending")),
+            Some((_, SubmissionState::Remembered(_) | SubmissionState::Pruned)) => {
+                return Err(not_failed("finished, its record and payload pruned"));
+            }
+        };
+        if !is_dead_letter(&record) {
+            return Err(not_failed(record.status.as_str()));
+        }
+        let request = SubmitRequest {
+            job: old.job,
+            due,
+            id: new_id,
+            payload: old.payload,
+        };
+        let submission = Submission {
+            retry_of: Some(id.clone()),
+            ..self.checked(&request, Utc::now())?
+        };
+        let new_id = request.id.unwrap_or_else(SubmissionId::generate);
+        let outcome =
+            submissions::submit(&self.client, &self.delayed, &new_id, &submission, self.acls)
+                .await?;
+        Ok(Receipt {
+            id: new_id,
+            outcome,
+        })
+    }
+
+    /// Up to `limit` submissions whose run failed for good (`failed`, `timed_out` or `missed`,
+    /// no retry promised): the dead letters, newest first, from each job's kept history.
+    ///
+    /// # Errors
+    /// A failed request.
+    pub async fn failed(
+        &self,
+        job: Option<&JobName>,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>, DelayedError> {
+        let mut records = self.recent(job, usize::MAX).await?;
+        records.retain(is_dead_letter);
+        records.truncate(limit);
+        Ok(records)
     }
 
     /// A submission and where it is in its life; `None` when there is no such id.

@@ -198,6 +198,8 @@ pub struct Submission {
     /// so an owner learns the job from the bucket's listing and reads only its groups'
     /// submissions; `false`: the marker is the id alone, as before groups (issue 19).
     pub marker_names_job: bool,
+    /// Submitted again by `zkcron delayed retry`: the id of the submission whose run failed.
+    pub retry_of: Option<SubmissionId>,
 }
 
 /// The header line of a submission znode.
@@ -216,6 +218,9 @@ struct Header {
     /// The pending marker is `<id>~<job>` (lock groups), not `<id>`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     marker_names_job: bool,
+    /// The submission this one retries (older readers ignore it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    retry_of: Option<String>,
     /// A tombstone: the SHA-256 of the payload it no longer holds (lowercase hex).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     payload_sha256: Option<String>,
@@ -239,6 +244,10 @@ impl Header {
             requested_by: submission.requested_by.clone(),
             anonymous: submission.anonymous,
             marker_names_job: submission.marker_names_job,
+            retry_of: submission
+                .retry_of
+                .as_ref()
+                .map(|id| id.as_str().to_owned()),
             payload_sha256: None,
             payload_bytes: None,
             remembered_until_unix_ms: None,
@@ -297,6 +306,8 @@ impl Submission {
             requested_by: header.requested_by,
             anonymous: header.anonymous,
             marker_names_job: header.marker_names_job,
+            // Foreign data: an unusable link is dropped, not the submission.
+            retry_of: header.retry_of.and_then(|id| SubmissionId::parse(&id).ok()),
         }
     }
 
@@ -349,6 +360,7 @@ impl Tombstone {
             requested_by: self.requested_by.clone(),
             anonymous: false,
             marker_names_job: false,
+            retry_of: None,
             payload_sha256: Some(self.payload_sha256.clone()),
             payload_bytes: Some(self.payload_bytes),
             remembered_until_unix_ms: Some(self.remembered_until_unix_ms),
@@ -455,6 +467,7 @@ mod tests {
             requested_by: None,
             anonymous: false,
             marker_names_job: false,
+            retry_of: None,
         }
     }
 

@@ -1018,9 +1018,24 @@ impl FireMachine {
                 .and_then(|p| p.submission.as_ref())
                 .and_then(|s| SubmissionId::parse(&s.id).ok()),
         };
-        if let Some(submission) = submission {
-            self.delayed.claim_answered(&submission);
+        let lost = matches!(result, Err(ClaimRefused::AlreadyClaimed));
+        let moved = submission.and_then(|submission| {
+            Some((self.delayed.claim_answered(&submission, lost)?, submission))
+        });
+        self.claim_settled(id, result, now, out);
+        if let Some((moved, submission)) = moved {
+            tracing::info!(id = %submission, due_unix_ms = moved.due_unix_ms, "submission rescheduled");
+            self.consider(submission, moved, now, out);
         }
+    }
+
+    fn claim_settled(
+        &mut self,
+        id: ClaimId,
+        result: Result<Claim, ClaimRefused>,
+        now: DateTime<Utc>,
+        out: &mut Vec<Action>,
+    ) {
         let Some(pending) = self.claims.get_mut(&id) else {
             return;
         };

@@ -28,6 +28,8 @@ pub enum SubmissionError {
     NotFound { id: SubmissionId },
     #[error("submission {id} can no longer be cancelled: it is {status}")]
     NotPending { id: SubmissionId, status: String },
+    #[error("submission {id} can no longer be rescheduled: it is {status}")]
+    NotReschedulable { id: SubmissionId, status: String },
     #[error("unreadable submission at {path}")]
     Corrupt {
         path: String,
@@ -405,6 +407,7 @@ pub async fn show(
                 requested_by: tombstone.requested_by.clone(),
                 anonymous: false,
                 marker_names_job: false,
+                retry_of: None,
             };
             return Ok(Some((submission, SubmissionState::Remembered(tombstone))));
         }
@@ -516,6 +519,110 @@ pub async fn cancel(
         }
     }
     Err(zk(&path, ZkErr::NoNode))
+}
+
+/// What a reschedule did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rescheduled {
+    /// Moved: the submission as it is now.
+    Moved(Submission),
+    /// It was due then already (a reschedule sent again): nothing changed.
+    AlreadyThere(Submission),
+}
+
+/// Moves pending submission `id` to `due_unix_ms` in one multi-op: its node takes the new due
+/// time (at the version read), its pending marker leaves the old bucket for the new one. A claim
+/// that came first wins (the marker is gone: `NotReschedulable`), and a claim of the old due time
+/// that comes after finds no marker to take. The same move again is a no-op.
+///
+/// # Errors
+/// `NotFound`; `NotReschedulable` once it was claimed or cancelled; `Corrupt`; `Zk`.
+pub async fn reschedule(
+    client: &Client,
+    paths: &DelayedPaths,
+    ledger: &LedgerPaths,
+    id: &SubmissionId,
+    due_unix_ms: i64,
+    acls: Acls<'static>,
+) -> Result<Rescheduled, SubmissionError> {
+    let options = CreateMode::Persistent.with_acls(acls);
+    for _ in 0..PARENT_ATTEMPTS {
+        let (submission, version) = match read_stored(client, paths, id).await? {
+            None => return Err(SubmissionError::NotFound { id: id.clone() }),
+            Some((Stored::Request(submission), version)) => (submission, version),
+            Some((Stored::Tombstone(_), _)) => {
+                return Err(SubmissionError::NotReschedulable {
+                    id: id.clone(),
+                    status: "finished (its record was pruned)".to_owned(),
+                });
+            }
+        };
+        let old_marker = paths.marker_of(id, &submission);
+        let moved = Submission {
+            due_unix_ms,
+            ..submission.clone()
+        };
+        let new_marker = paths.marker_of(id, &moved);
+        if old_marker == new_marker {
+            // Due then already: still pending, or claimed meanwhile.
+            return match client.check_stat(&old_marker).await {
+                Ok(Some(_)) => Ok(Rescheduled::AlreadyThere(moved)),
+                Ok(None) => Err(not_pending(client, paths, ledger, id).await?),
+                Err(source) => Err(zk(&old_marker, source)),
+            };
+        }
+        let node = paths.submission(id);
+        let mut multi = client.new_multi_writer();
+        multi
+            .add_set_data(&node, &moved.to_bytes(), Some(version))
+            .and_then(|()| multi.add_delete(&old_marker, None))
+            .and_then(|()| multi.add_create(&new_marker, &[], &options))
+            .map_err(|source| zk(&node, source))?;
+        match multi.commit().await {
+            Ok(_) => return Ok(Rescheduled::Moved(moved)),
+            // Changed meanwhile (another reschedule): read it again.
+            Err(MultiWriteError::OperationFailed {
+                index: 0,
+                source: ZkErr::BadVersion,
+            }) => {}
+            Err(MultiWriteError::OperationFailed {
+                index: 1,
+                source: ZkErr::NoNode,
+            }) => return Err(not_pending(client, paths, ledger, id).await?),
+            Err(MultiWriteError::OperationFailed {
+                index: 2,
+                source: ZkErr::NoNode,
+            }) => {
+                let parent = paths.due_shard(DueBucket::of(due_unix_ms), id.shard());
+                crate::zk::ensure_persistent(client, &parent, acls)
+                    .await
+                    .map_err(|err| from_zk(&parent, err))?;
+            }
+            Err(MultiWriteError::OperationFailed { source, .. })
+            | Err(MultiWriteError::RequestFailed { source }) => return Err(zk(&node, source)),
+        }
+    }
+    Err(zk(&paths.submission(id), ZkErr::BadVersion))
+}
+
+/// Why submission `id`, whose marker is gone, can no longer be changed.
+async fn not_pending(
+    client: &Client,
+    paths: &DelayedPaths,
+    ledger: &LedgerPaths,
+    id: &SubmissionId,
+) -> Result<SubmissionError, SubmissionError> {
+    let status = match show(client, paths, ledger, id).await? {
+        Some((_, SubmissionState::Recorded(record))) => record.status.as_str().to_owned(),
+        Some((_, SubmissionState::Pending)) => "claimed".to_owned(),
+        Some((_, SubmissionState::Remembered(_) | SubmissionState::Pruned)) | None => {
+            "finished (its record was pruned)".to_owned()
+        }
+    };
+    Ok(SubmissionError::NotReschedulable {
+        id: id.clone(),
+        status,
+    })
 }
 
 /// Cancels the retry a failed run of a submission promises: its record is rewritten without the

@@ -38,20 +38,32 @@ pub fn schedule_text(
     )
 }
 
-/// Runs `zkcron ARGS --config CONFIG`, asserts it succeeded, and returns its stdout.
-pub fn zkcron_ok(args: &[&str], config: &Path) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_zkcron"))
+fn zkcron(args: &[&str], config: &Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_zkcron"))
         .args(args)
         .arg("--config")
         .arg(config)
         .output()
-        .expect("run zkcron");
+        .expect("run zkcron")
+}
+
+/// Runs `zkcron ARGS --config CONFIG`, asserts it succeeded, and returns its stdout.
+pub fn zkcron_ok(args: &[&str], config: &Path) -> String {
+    let output = zkcron(args, config);
     assert!(
         output.status.success(),
         "zkcron {args:?}: {}",
         String::from_utf8_lossy(&output.stderr)
     );
     String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Runs `zkcron ARGS --config CONFIG`, asserts it was refused (exit 2), and returns its stderr.
+pub fn zkcron_refused(args: &[&str], config: &Path) -> String {
+    let output = zkcron(args, config);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(2), "zkcron {args:?}: {stderr}");
+    stderr
 }
 
 /// Waits, up to `within`, for `child` (named `name` in the failure message) to exit on its own.

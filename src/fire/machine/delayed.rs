@@ -54,6 +54,9 @@ pub(super) struct DelayedQueue {
     known: HashSet<SubmissionId>,
     /// Ids the watch reported, being read.
     reading: HashSet<SubmissionId>,
+    /// Submissions a reschedule moved while a claim of their old due time was out: that claim
+    /// finds no marker to take, and then each is queued where it is now.
+    moved: HashMap<SubmissionId, Submission>,
     /// Every bucket up to this one has been read since this node could fire.
     read_through: Option<DueBucket>,
     /// A scan is out, reading through this bucket; answers of older scans (`generation`) are
@@ -91,9 +94,28 @@ impl DelayedQueue {
         };
     }
 
-    /// The claim of submission `id` was answered.
-    pub fn claim_answered(&mut self, id: &SubmissionId) {
+    /// The claim of submission `id` was answered; `lost`: its marker was gone. What a
+    /// reschedule moved meanwhile, to be considered anew.
+    pub fn claim_answered(&mut self, id: &SubmissionId, lost: bool) -> Option<Submission> {
         self.known.remove(id);
+        let moved = self.moved.remove(id);
+        moved.filter(|_| lost)
+    }
+
+    /// Takes `id` out of the queue if it waits there for another due time than `submission`'s
+    /// (a reschedule moved it); false when it is not queued, or queued for that time.
+    fn unqueue_if_moved(&mut self, id: &SubmissionId, submission: &Submission) -> bool {
+        let Some(queued) = self.due.get_mut(&submission.job) else {
+            return false;
+        };
+        let Some(key) = queued.keys().find(|(_, queued)| queued == id).cloned() else {
+            return false;
+        };
+        if key.0 == submission.due_unix_ms {
+            return false;
+        }
+        queued.remove(&key);
+        true
     }
 
     /// Read again from the oldest bucket at the next chance (a reload may bring jobs back).
@@ -347,11 +369,8 @@ impl FireMachine {
         let queue = &mut self.delayed;
         let covered = queue.read_through.max(queue.scanning);
         let read = covered.is_some_and(|t| bucket <= t);
-        if self.lock.may_fire
-            && read
-            && !queue.known.contains(&id)
-            && queue.reading.insert(id.clone())
-        {
+        // A known id is read again too: a new marker of it means a reschedule moved it.
+        if self.lock.may_fire && read && queue.reading.insert(id.clone()) {
             out.push(Action::ReadSubmission { id });
         }
     }
@@ -380,17 +399,23 @@ impl FireMachine {
 
     /// A pending submission read from ZooKeeper: queue it, keep it for a job that is back
     /// later, or record it missed.
-    fn consider(
+    pub(super) fn consider(
         &mut self,
         id: SubmissionId,
         submission: Submission,
         now: DateTime<Utc>,
         out: &mut Vec<Action>,
     ) {
-        if self.delayed.known.contains(&id)
-            || self.claims_submission(&id)
-            || self.elsewhere.contains(&submission.job)
-        {
+        if self.elsewhere.contains(&submission.job) {
+            return;
+        }
+        if self.claims_submission(&id) {
+            if self.claimed_due(&id) != Some(submission.due_unix_ms) {
+                self.delayed.moved.insert(id, submission);
+            }
+            return;
+        }
+        if self.delayed.known.contains(&id) && !self.delayed.unqueue_if_moved(&id, &submission) {
             return;
         }
         let Some(config) = self
@@ -445,6 +470,19 @@ impl FireMachine {
 
     fn claims_submission(&self, id: &SubmissionId) -> bool {
         self.claims.holds_submission(id.as_str())
+    }
+
+    /// The due time of the claim of submission `id` that is out.
+    fn claimed_due(&self, id: &SubmissionId) -> Option<i64> {
+        self.claims
+            .values()
+            .find(|pending| {
+                pending
+                    .submission
+                    .as_ref()
+                    .is_some_and(|s| s.id == id.as_str())
+            })
+            .map(|pending| pending.tick.timestamp_millis())
     }
 
     /// A fresh record of submission `id` under our current token, shaped by `edit`.

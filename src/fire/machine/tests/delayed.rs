@@ -20,6 +20,7 @@ fn submission(job: &str, due_ms: i64, payload: &[u8]) -> Submission {
         requested_by: None,
         anonymous: false,
         marker_names_job: false,
+        retry_of: None,
     }
 }
 
@@ -194,7 +195,8 @@ fn the_watch_brings_a_new_submission_of_a_read_bucket_and_later_buckets_wait_for
     assert!(claims(&m.handle(answered, t(120))).is_empty());
     let claim = only_claim(&m.handle(Input::Tick, t(950)));
     assert_eq!(claim.record.submission_id, Some(id("soon")));
-    // The same id reported again (a scan racing the watch) is not claimed twice.
+    // The same id reported again (a scan racing the watch, or a reschedule) is read again, and
+    // not claimed twice.
     assert_eq!(
         m.handle(
             Input::SubmissionCreated {
@@ -204,8 +206,92 @@ fn the_watch_brings_a_new_submission_of_a_read_bucket_and_later_buckets_wait_for
             },
             t(960)
         ),
-        vec![]
+        vec![Action::ReadSubmission { id: id("soon") }]
     );
+    let again = Input::SubmissionRead {
+        id: id("soon"),
+        result: Ok(Some(submission("close", 1200, b""))),
+    };
+    assert!(claims(&m.handle(again, t(961))).is_empty());
+}
+
+/// A reschedule (issue 20) moves a queued submission's marker: the watch reports the new one,
+/// the read finds the new due time, and the submission is claimed then, not at the old time.
+#[test]
+fn a_rescheduled_submission_is_claimed_at_its_new_time() {
+    let (mut m, _) = owning_with(ON_DEMAND, 0, vec![]);
+    let read = DueBucket::of(t(1000).timestamp_millis());
+    let created = |id: &str| Input::SubmissionCreated {
+        bucket: read,
+        id: crate::delayed::submission::SubmissionId::parse(id).expect("id"),
+        job: None,
+    };
+    m.handle(created("moved"), t(100));
+    let first = Input::SubmissionRead {
+        id: id("moved"),
+        result: Ok(Some(submission("close", 1200, b""))),
+    };
+    assert!(claims(&m.handle(first, t(120))).is_empty());
+    // Moved to t(1800) before its claim went out.
+    assert_eq!(
+        m.handle(created("moved"), t(200)),
+        vec![Action::ReadSubmission { id: id("moved") }]
+    );
+    let moved = Input::SubmissionRead {
+        id: id("moved"),
+        result: Ok(Some(submission("close", 1800, b""))),
+    };
+    assert!(claims(&m.handle(moved, t(201))).is_empty());
+    assert!(
+        claims(&m.handle(Input::Tick, t(950))).is_empty(),
+        "not claimed at its old time"
+    );
+    run_timer(&mut m, 1500);
+    let claim = only_claim(&m.handle(Input::Tick, t(1550)));
+    assert_eq!(claim.record.scheduled_unix_ms, t(1800).timestamp_millis());
+}
+
+/// Moved while the claim of its old time is out: that claim finds no marker, and the
+/// submission is queued at its new time.
+#[test]
+fn a_submission_moved_under_its_claim_is_queued_at_its_new_time() {
+    let (mut m, _) = owning_with(ON_DEMAND, 0, vec![]);
+    let read = DueBucket::of(t(1000).timestamp_millis());
+    m.handle(
+        Input::SubmissionCreated {
+            bucket: read,
+            id: id("moved"),
+            job: None,
+        },
+        t(100),
+    );
+    let first = Input::SubmissionRead {
+        id: id("moved"),
+        result: Ok(Some(submission("close", 1200, b""))),
+    };
+    m.handle(first, t(120));
+    let claim = only_claim(&m.handle(Input::Tick, t(950)));
+    let moved = Input::SubmissionRead {
+        id: id("moved"),
+        result: Ok(Some(submission("close", 5000, b""))),
+    };
+    m.handle(
+        Input::SubmissionCreated {
+            bucket: read,
+            id: id("moved"),
+            job: None,
+        },
+        t(951),
+    );
+    assert!(claims(&m.handle(moved, t(952))).is_empty());
+    let lost = Input::ClaimDone {
+        id: claim.id,
+        result: Err(ClaimRefused::AlreadyClaimed),
+    };
+    assert!(claims(&m.handle(lost, t(960))).is_empty());
+    let again = only_claim(&m.handle(Input::Tick, t(4750)));
+    assert_eq!(again.record.scheduled_unix_ms, t(5000).timestamp_millis());
+    assert_eq!(again.record.submission_id, Some(id("moved")));
 }
 
 #[test]

@@ -113,6 +113,7 @@ fn submission(due_ms: i64, by: Option<&str>) -> Submission {
         requested_by: by.map(str::to_owned),
         anonymous: false,
         marker_names_job: false,
+        retry_of: None,
     }
 }
 

@@ -168,6 +168,11 @@ enum Command {
     /// it, recorded as manual with who asked. Prints its submission id.
     #[command(after_help = EXIT_CODES)]
     Trigger(steer::TriggerArgs),
+    /// Run the past ticks of a job that have no run record, in order, through the ledger:
+    /// whichever node owns the lock runs them, with ZKCRON_BACKFILL=1; a tick that has a record
+    /// (it ran, was skipped, or stands for a missed gap) is left alone.
+    #[command(after_help = EXIT_CODES)]
+    Backfill(steer::BackfillArgs),
     /// Pause a job in the whole cluster: its ticks are recorded skipped (never replayed), its
     /// submissions wait; a run alive now goes on.
     #[command(after_help = EXIT_CODES)]
@@ -274,6 +279,8 @@ pub enum CliError {
     Stdout(#[source] std::io::Error),
     #[error(transparent)]
     Explain(#[from] explain::ExplainError),
+    #[error(transparent)]
+    Backfill(#[from] steer::BackfillUsage),
 }
 
 impl From<SubmissionError> for CliError {
@@ -298,6 +305,7 @@ impl CliError {
             | CliError::Identity(_)
             | CliError::Usage(_)
             | CliError::Explain(_)
+            | CliError::Backfill(_)
             | CliError::Strict { .. } => ExitCode::from(2),
             CliError::Delayed(err) if err.is_refusal() => ExitCode::from(2),
             CliError::Steer(err) if err.is_refusal() => ExitCode::from(2),
@@ -374,6 +382,10 @@ impl Cli {
             Command::Trigger(args) => {
                 quiet("warn");
                 steer::trigger(&config::load(&path)?, args).await
+            }
+            Command::Backfill(args) => {
+                quiet("warn");
+                steer::backfill(&config::load(&path)?, args).await
             }
             Command::Pause(args) => {
                 quiet("warn");

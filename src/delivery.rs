@@ -342,6 +342,9 @@ fn contract_headers(spec: &JobSpec, ctx: &RunContext) -> Vec<(&'static str, Stri
         // a repeat without doing it again.
         ("idempotency-key", ctx.run_id.clone()),
     ];
+    if ctx.backfill {
+        headers.push(("zkcron-backfill", "1".to_owned()));
+    }
     if let Some(submission) = &ctx.submission {
         headers.push(("zkcron-submission-id", submission.id.clone()));
         if let Some(by) = &submission.requested_by {

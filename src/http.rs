@@ -108,6 +108,7 @@ fn router(state: HttpState) -> Router {
         .route("/v1/status", get(status))
         .route("/v1/jobs/{job}/runs", get(runs))
         .route("/v1/jobs/{job}/trigger", post(trigger))
+        .route("/v1/jobs/{job}/backfill", post(backfill))
         .route("/v1/jobs/{job}/submissions", post(submit))
         .route("/v1/jobs/{job}/pause", post(pause))
         .route("/v1/jobs/{job}/resume", post(resume))
@@ -176,6 +177,7 @@ impl From<SteerError> for ApiError {
             | SteerError::NotTheOwner { .. } => StatusCode::CONFLICT,
             SteerError::UnknownGroup { .. } => StatusCode::NOT_FOUND,
             SteerError::NotHandedOver { .. } => StatusCode::GATEWAY_TIMEOUT,
+            SteerError::Range(_) => StatusCode::BAD_REQUEST,
             SteerError::Request(err) => return ApiError::from_delayed(err),
             _ => StatusCode::SERVICE_UNAVAILABLE,
         };
@@ -552,6 +554,85 @@ async fn retry(
         .await
         .map_err(|err| ApiError::from_delayed(&err))?;
     Ok(submitted(&receipt))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BackfillBody {
+    /// RFC 3339, or a local date-time in the job's zone.
+    from: String,
+    to: String,
+    #[serde(default)]
+    include_pruned: bool,
+    #[serde(default)]
+    dry_run: bool,
+}
+
+#[derive(Serialize)]
+struct BackfillAnswer {
+    /// Ticks in the range.
+    ticks: usize,
+    /// With a record: left alone.
+    recorded: usize,
+    /// Older than every record kept (run only with `include_pruned`).
+    unknown: usize,
+    /// What runs (Unix ms), or would run in a dry run.
+    to_run: Vec<i64>,
+    /// False for a dry run, or when nothing is to run.
+    requested: bool,
+}
+
+/// `POST /v1/jobs/{job}/backfill`: `{"from": …, "to": …, "include_pruned": false, "dry_run":
+/// false}`; 202 once requested, 200 for a dry run (or nothing to run).
+async fn backfill(
+    State(state): State<HttpState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(job): Path<String>,
+    headers: HeaderMap,
+    body: Result<axum::Json<BackfillBody>, axum::extract::rejection::JsonRejection>,
+) -> Result<Response, ApiError> {
+    let by = authorize(&state, &headers, TokenKind::Write, peer)?;
+    let axum::Json(body) =
+        body.map_err(|err| ApiError::new(StatusCode::BAD_REQUEST, err.body_text()))?;
+    let config = state.config();
+    let job = JobName::new(job);
+    let zone = config
+        .jobs
+        .iter()
+        .find(|j| j.spec.name == job)
+        .map(|j| j.timezone);
+    let instant = |key: &str, text: &str| {
+        crate::delayed::due::due_at(text, zone).map_err(|err| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!("\"{key}\": {}", chain(&err)),
+            )
+        })
+    };
+    let range = (instant("from", &body.from)?, instant("to", &body.to)?);
+    let steer = Steer::with_client(state.client()?, &config);
+    let done = steer
+        .backfill(&job, range, (body.include_pruned, body.dry_run), &by)
+        .await?;
+    let to_run = done.plan.to_run(body.include_pruned);
+    let requested = !done.requested.is_empty();
+    let answer = BackfillAnswer {
+        ticks: done.plan.ticks.len(),
+        recorded: done
+            .plan
+            .count(|p| matches!(p, crate::control::backfill::TickPlan::Recorded(_))),
+        unknown: done
+            .plan
+            .count(|p| p == crate::control::backfill::TickPlan::Unknown),
+        to_run,
+        requested,
+    };
+    let code = if requested {
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::OK
+    };
+    Ok((code, axum::Json(answer)).into_response())
 }
 
 /// `POST /v1/jobs/{job}/submissions`: exactly one of `at` and `in`.

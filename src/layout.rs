@@ -258,6 +258,8 @@ pub struct ControlPaths {
     pub dir: String,
     pub paused: String,
     pub release: String,
+    /// `control/backfill`: the backfill requests, sequential nodes.
+    pub backfill: String,
 }
 
 impl ControlPaths {
@@ -266,8 +268,14 @@ impl ControlPaths {
         Self {
             paused: format!("{dir}/paused"),
             release: format!("{dir}/release"),
+            backfill: format!("{dir}/backfill"),
             dir,
         }
+    }
+
+    /// The backfill request named `name` (a child of [`Self::backfill`]).
+    pub fn backfill_request(&self, name: &str) -> String {
+        format!("{}/{name}", self.backfill)
     }
 
     /// The control nodes of named group `group` of the lock group at `base` (issue 19): the

@@ -735,6 +735,9 @@ fn contract_env(spec: &JobSpec, ctx: &RunContext) -> Vec<(&'static str, String)>
             if ctx.resumed { "1" } else { "0" }.to_owned(),
         ),
     ];
+    if ctx.backfill {
+        env.push(("ZKCRON_BACKFILL", "1".to_owned()));
+    }
     if let Some(submission) = &ctx.submission {
         env.push(("ZKCRON_SUBMISSION_ID", submission.id.clone()));
         if let Some(by) = &submission.requested_by {
@@ -789,6 +792,7 @@ mod tests {
             fencing_token: FencingToken(3),
             attempt: 1,
             resumed: false,
+            backfill: false,
             submission: None,
         };
         let spec = JobSpec {

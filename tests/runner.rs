@@ -99,6 +99,7 @@ fn ctx(run_id: &str) -> RunContext {
         fencing_token: FencingToken(42),
         attempt: 2,
         resumed: true,
+        backfill: false,
         submission: None,
     }
 }

@@ -97,13 +97,22 @@ pub fn explain(
 
 /// `--from`: RFC 3339, or a local date-time (or a date: its midnight) in the job's zone.
 fn from_text(text: &str, tz: Tz) -> Result<DateTime<Utc>, ExplainError> {
+    instant(text, tz).map_err(ExplainError::From)
+}
+
+/// An instant on the command line: RFC 3339, or a local date-time (or a date: its midnight) in
+/// `tz`.
+///
+/// # Errors
+/// Unreadable, or a local time the zone skips or repeats.
+pub fn instant(text: &str, tz: Tz) -> Result<DateTime<Utc>, DueError> {
     let text = text.trim();
     let with_time = if chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d").is_ok() {
         format!("{text} 00:00")
     } else {
         text.to_owned()
     };
-    due_at(&with_time, Some(tz)).map_err(ExplainError::From)
+    due_at(&with_time, Some(tz))
 }
 
 fn rule_text(rule: DstRule) -> &'static str {

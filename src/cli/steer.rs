@@ -1,11 +1,13 @@
-//! `zkcron trigger`, `pause`, `resume` and `release`: arguments and human output over the
-//! `zkcron::control` library API.
+//! `zkcron trigger`, `pause`, `resume`, `release` and `backfill`: arguments and human output
+//! over the `zkcron::control` library API.
 
+use chrono::{DateTime, Utc};
 use clap::Args;
 
 use super::{CliError, print_lines};
 use zkcron::JobName;
 use zkcron::config::Config;
+use zkcron::control::backfill::TickPlan;
 use zkcron::control::client::Steer;
 use zkcron::control::requester;
 use zkcron::control::store::Paused;
@@ -29,6 +31,25 @@ pub struct PauseArgs {
 pub struct ResumeArgs {
     /// The paused job.
     job: String,
+}
+
+#[derive(Debug, Args)]
+pub struct BackfillArgs {
+    /// The declared job whose past ticks to run.
+    job: String,
+    /// The first tick to consider: RFC 3339, or a local date or date-time in the job's zone.
+    #[arg(long, value_name = "TIME")]
+    from: String,
+    /// The last tick to consider (not after now), as --from.
+    #[arg(long, value_name = "TIME")]
+    to: String,
+    /// Only list what would run.
+    #[arg(long)]
+    dry_run: bool,
+    /// Also run the ticks older than every record the job keeps: their records may have been
+    /// pruned (`history`), so they may have run.
+    #[arg(long)]
+    include_pruned: bool,
 }
 
 #[derive(Debug, Args)]
@@ -71,6 +92,80 @@ pub async fn resume(config: &Config, args: ResumeArgs) -> Result<(), CliError> {
         Some(pause) => print_lines(&[format!("{job} resumed (paused by {})", pause.by)]),
         None => print_lines(&[format!("{job} was not paused")]),
     }
+}
+
+pub async fn backfill(config: &Config, args: BackfillArgs) -> Result<(), CliError> {
+    let job = JobName::new(args.job);
+    let zone = config
+        .jobs
+        .iter()
+        .find(|j| j.spec.name == job)
+        .map_or(chrono_tz::UTC, |j| j.timezone);
+    let from = super::explain::instant(&args.from, zone).map_err(BackfillUsage::From)?;
+    let to = super::explain::instant(&args.to, zone).map_err(BackfillUsage::To)?;
+    let steer = Steer::connect(config).await?;
+    let done = steer
+        .backfill(
+            &job,
+            (from, to),
+            (args.include_pruned, args.dry_run),
+            &requester(),
+        )
+        .await?;
+    let local = |at: DateTime<Utc>| {
+        at.with_timezone(&zone)
+            .format("%Y-%m-%d %H:%M:%S %:z")
+            .to_string()
+    };
+    let mut lines = vec![format!(
+        "{job}: {} tick(s) from {} to {}",
+        done.plan.ticks.len(),
+        local(from),
+        local(to)
+    )];
+    let (run, unknown) = if args.dry_run {
+        (
+            "would run",
+            "unknown: may have been pruned (--include-pruned runs it)",
+        )
+    } else {
+        (
+            "requested",
+            "unknown: may have been pruned; not run without --include-pruned",
+        )
+    };
+    for (tick, plan) in &done.plan.ticks {
+        let state = match plan {
+            TickPlan::Recorded(status) => format!("recorded {}: left alone", status.as_str()),
+            TickPlan::Run => run.to_owned(),
+            TickPlan::Unknown if args.include_pruned => {
+                format!("{run} (older than every record kept)")
+            }
+            TickPlan::Unknown => unknown.to_owned(),
+        };
+        lines.push(format!("  {}  {state}", local(*tick)));
+    }
+    let runs = done.plan.to_run(args.include_pruned).len();
+    lines.push(if args.dry_run {
+        format!("dry run: {runs} tick(s) would run; nothing was requested")
+    } else if runs == 0 {
+        "nothing to run".to_owned()
+    } else {
+        format!(
+            "{runs} tick(s) requested: the owner runs them one after another, in order, with \
+             ZKCRON_BACKFILL=1 (zkcron history {job} shows them)"
+        )
+    });
+    print_lines(&lines)
+}
+
+/// A backfill's range that cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum BackfillUsage {
+    #[error("--from: {0}")]
+    From(#[source] zkcron::delayed::due::DueError),
+    #[error("--to: {0}")]
+    To(#[source] zkcron::delayed::due::DueError),
 }
 
 pub async fn release(config: &Config, args: ReleaseArgs) -> Result<(), CliError> {

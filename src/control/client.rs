@@ -70,6 +70,10 @@ pub enum SteerError {
     Submission(#[from] SubmissionError),
     #[error(transparent)]
     Request(#[from] crate::delayed::client::DelayedError),
+    #[error(transparent)]
+    Range(#[from] super::backfill::RangeError),
+    #[error(transparent)]
+    Ledger(#[from] crate::ledger::ClaimError),
 }
 
 impl SteerError {
@@ -82,11 +86,20 @@ impl SteerError {
             | SteerError::NoOwner
             | SteerError::UnknownGroup { .. }
             | SteerError::NotTheOwner { .. }
-            | SteerError::NoPeer { .. } => true,
+            | SteerError::NoPeer { .. }
+            | SteerError::Range(_) => true,
             SteerError::Request(err) => err.is_refusal(),
             _ => false,
         }
     }
+}
+
+/// What a backfill found, and what it asked the owner to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Backfill {
+    pub plan: super::backfill::Plan,
+    /// The ticks requested (Unix ms, ascending); none for a dry run.
+    pub requested: Vec<i64>,
 }
 
 /// A release that went through.
@@ -155,13 +168,12 @@ impl Steer {
         })
     }
 
-    /// Runs `job` now, once, through the ledger: a submission due now that records who asked.
-    /// Returns its submission id (its run id is `<job>-<due ms>-<id>`).
-    ///
-    /// # Errors
-    /// Refused for an unknown, disabled or paused job; nothing is written then.
-    pub async fn trigger(&self, job: &JobName, by: &str) -> Result<SubmissionId, SteerError> {
-        let config = self.declared(job)?;
+    /// Refuses a run asked of a disabled or paused job.
+    async fn refuse_unless_running(
+        &self,
+        job: &JobName,
+        config: &JobConfig,
+    ) -> Result<(), SteerError> {
         if !config.enabled {
             return Err(SteerError::Disabled { job: job.clone() });
         }
@@ -171,6 +183,17 @@ impl Steer {
                 by: pause.by.clone(),
             });
         }
+        Ok(())
+    }
+
+    /// Runs `job` now, once, through the ledger: a submission due now that records who asked.
+    /// Returns its submission id (its run id is `<job>-<due ms>-<id>`).
+    ///
+    /// # Errors
+    /// Refused for an unknown, disabled or paused job; nothing is written then.
+    pub async fn trigger(&self, job: &JobName, by: &str) -> Result<SubmissionId, SteerError> {
+        let config = self.declared(job)?;
+        self.refuse_unless_running(job, config).await?;
         let request = SubmitRequest {
             job: job.clone(),
             due: Utc::now(),
@@ -185,6 +208,46 @@ impl Steer {
         let id = SubmissionId::generate();
         submissions::submit(&self.client, &self.delayed, &id, &submission, self.acls).await?;
         Ok(id)
+    }
+
+    /// The ticks of `job` in `[from, to]` without a record of their own (and, with
+    /// `include_pruned`, those older than every record kept), asked of the owner to run in
+    /// order through the one claim path; with `dry_run`, only the plan.
+    ///
+    /// # Errors
+    /// An unknown job, a range refused (backwards, past now, too many ticks, no schedule), a
+    /// failed request.
+    pub async fn backfill(
+        &self,
+        job: &JobName,
+        (from, to): (chrono::DateTime<Utc>, chrono::DateTime<Utc>),
+        (include_pruned, dry_run): (bool, bool),
+        by: &str,
+    ) -> Result<Backfill, SteerError> {
+        let config = self.declared(job)?;
+        let now = Utc::now();
+        let ticks = super::backfill::ticks_in(config, from, to, now)?;
+        // A paused job's backlog is recorded skipped: resume first, then backfill.
+        self.refuse_unless_running(job, config).await?;
+        let ledger = crate::layout::LedgerPaths::new(&self.lock);
+        let records =
+            crate::ledger::history(&self.client, &ledger, job, crate::config::HISTORY_LIMIT)
+                .await?;
+        let plan = super::backfill::plan(job, &ticks, &records, config.history);
+        let requested = plan.to_run(include_pruned);
+        if !dry_run && !requested.is_empty() {
+            let request = super::BackfillRequest {
+                job: job.clone(),
+                ticks: requested.clone(),
+                by: by.to_owned(),
+                at_unix_ms: now.timestamp_millis(),
+            };
+            store::request_backfill(&self.client, &self.control, &request, self.acls).await?;
+        }
+        Ok(Backfill {
+            plan,
+            requested: if dry_run { Vec::new() } else { requested },
+        })
     }
 
     /// Pauses `job` with an optional reason.

@@ -6,6 +6,7 @@
 //! Must not: decide what a pause or a release means: the fire machine holds a paused job's
 //! starts, the lock machine hands the lock over.
 
+pub mod backfill;
 pub mod client;
 pub mod store;
 
@@ -42,6 +43,40 @@ pub struct ReleaseRequest {
     pub owner: NodeId,
     pub by: String,
     pub at_unix_ms: i64,
+}
+
+/// The most ticks one backfill asks for: its request, one znode, stays far below
+/// `jute.maxbuffer` (each tick is at most 14 digits and a comma).
+pub const MAX_BACKFILL_TICKS: usize = 10_000;
+
+/// `zkcron backfill`: run these past ticks of `job` that have no record, in order, through the
+/// one claim path (a tick run meanwhile is not run again).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackfillRequest {
+    pub job: JobName,
+    /// Scheduled instants, Unix ms, ascending.
+    pub ticks: Vec<i64>,
+    pub by: String,
+    pub at_unix_ms: i64,
+}
+
+impl BackfillRequest {
+    pub fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// Parses a request's data (untrusted: any client can write it); its ticks come sorted,
+    /// each once, at most [`MAX_BACKFILL_TICKS`].
+    ///
+    /// # Errors
+    /// Not a backfill request.
+    pub fn parse(data: &[u8]) -> Result<Self, FormatError> {
+        let mut request: Self = serde_json::from_slice(data)?;
+        request.ticks.sort_unstable();
+        request.ticks.dedup();
+        request.ticks.truncate(MAX_BACKFILL_TICKS);
+        Ok(request)
+    }
 }
 
 /// Why bytes under `control/` are not what they should be.

@@ -6,7 +6,7 @@
 
 use zookeeper_client::{Acls, Client, CreateMode, Error as ZkErr};
 
-use super::{Pause, Pauses, ReleaseRequest};
+use super::{BackfillRequest, Pause, Pauses, ReleaseRequest};
 use crate::ids::JobName;
 use crate::layout::ControlPaths;
 
@@ -115,6 +115,73 @@ async fn read_pause(client: &Client, path: &str) -> Result<Option<Pause>, Contro
         }))),
         Err(ZkErr::NoNode) => Ok(None),
         Err(source) => Err(zk(path)(source)),
+    }
+}
+
+/// Leaves a backfill request for whichever node owns the job's lock group; its node's name.
+///
+/// # Errors
+/// A request failed; nothing was written.
+pub async fn request_backfill(
+    client: &Client,
+    paths: &ControlPaths,
+    request: &BackfillRequest,
+    acls: Acls<'static>,
+) -> Result<String, ControlError> {
+    let options = CreateMode::PersistentSequential.with_acls(acls);
+    let prefix = paths.backfill_request("req-");
+    for _ in 0..2 {
+        match client.create(&prefix, &request.to_bytes(), &options).await {
+            Ok((_, sequence)) => return Ok(format!("req-{sequence}")),
+            Err(ZkErr::NoNode) => client
+                .mkdir(&paths.backfill, &CreateMode::Persistent.with_acls(acls))
+                .await
+                .map_err(zk(&paths.backfill))?,
+            Err(source) => return Err(zk(&prefix)(source)),
+        }
+    }
+    Err(zk(&prefix)(ZkErr::NoNode))
+}
+
+/// The backfill requests waiting, by node name, oldest first. Foreign data is logged with its
+/// path, removed and skipped.
+///
+/// # Errors
+/// A request failed.
+pub async fn backfills(
+    client: &Client,
+    paths: &ControlPaths,
+) -> Result<Vec<(String, BackfillRequest)>, ControlError> {
+    let mut names = match client.list_children(&paths.backfill).await {
+        Ok(names) => names,
+        Err(ZkErr::NoNode) => return Ok(Vec::new()),
+        Err(source) => return Err(zk(&paths.backfill)(source)),
+    };
+    names.sort();
+    let mut found = Vec::with_capacity(names.len());
+    for name in names {
+        let path = paths.backfill_request(&name);
+        match client.get_data(&path).await {
+            Ok((data, _)) => match BackfillRequest::parse(&data) {
+                Ok(request) => found.push((name, request)),
+                Err(err) => {
+                    tracing::warn!(path, error = %err, "backfill request holds foreign data; removed");
+                    remove_backfill(client, paths, &name).await;
+                }
+            },
+            Err(ZkErr::NoNode) => {}
+            Err(source) => return Err(zk(&path)(source)),
+        }
+    }
+    Ok(found)
+}
+
+/// Removes backfill request `name` (taken, or unusable); one already gone is fine.
+pub async fn remove_backfill(client: &Client, paths: &ControlPaths, name: &str) {
+    let path = paths.backfill_request(name);
+    match client.delete(&path, None).await {
+        Ok(()) | Err(ZkErr::NoNode) => {}
+        Err(err) => tracing::warn!(path, error = %err, "cannot remove the backfill request"),
     }
 }
 

@@ -582,6 +582,14 @@ impl Io {
                 let _ = self.lock_commands.send(LockCommand::FenceFailed(token));
             }
             Action::Notify(notice) => self.settings.notifier.send(*notice),
+            Action::RemoveBackfill(name) => {
+                if let Some(client) = self.client.clone() {
+                    let paths = self.settings.control.clone();
+                    self.tasks.spawn(async move {
+                        crate::control::store::remove_backfill(&client, &paths, &name).await;
+                    });
+                }
+            }
             Action::PauseJob { job, reason } => self.pause(job, reason),
             Action::HandOver | Action::YieldLock | Action::Stopped => {}
         }

@@ -8,6 +8,7 @@
 //! Must not: do I/O, read a clock, spawn or sleep. Facts come in as [`Input`] with `now`, commands
 //! go out as [`Action`]; `fire::driver` performs them against the ledger and the runner.
 
+mod backfill;
 mod catch_up;
 mod claims;
 mod delayed;
@@ -70,6 +71,8 @@ pub enum FireReason {
     Submitted,
     /// An operator asked for a run now (`zkcron trigger`): a submission that says who asked.
     Manual,
+    /// A past tick without a record, asked for by `zkcron backfill` (`ZKCRON_BACKFILL=1`).
+    Backfill,
 }
 
 impl FireReason {
@@ -186,6 +189,9 @@ pub enum Input {
     /// An operator asked this node to hand the lock over (`zkcron release`): unstarted claims
     /// are given back, then [`Action::YieldLock`].
     ReleaseRequested,
+    /// The backfill requests waiting under `control/backfill` (the driver's watch), by node
+    /// name: each for one of this machine's jobs is taken once it may fire.
+    BackfillsRead(Vec<(String, crate::control::BackfillRequest)>),
 }
 
 /// How the write of a run's final record ended.
@@ -282,6 +288,8 @@ pub enum Action {
     /// Hand the lock over and stay out of contention for a while (a release request, claims
     /// withdrawn); the lock's next status, without our token, says it is done.
     YieldLock,
+    /// Remove this backfill request: its ticks are in a backlog (or its job is unknown).
+    RemoveBackfill(String),
     /// Send this notice (`on_failure`, `on_failure_webhook`): its record is stored. Nothing
     /// answers; the driver neither waits for it nor sends it twice.
     Notify(Box<crate::run::Notice>),
@@ -324,6 +332,8 @@ impl Me {
             fencing_token: claim.record.fencing_token,
             attempt: claim.record.attempt,
             resumed: pending.reason.resumed(),
+            // Its retries and reruns are the backfill's too.
+            backfill: claim.record.backfill,
             submission: pending.submission.clone(),
         }
     }
@@ -544,6 +554,8 @@ pub struct FireMachine {
     wanted: Wanted,
     /// Each job's failures in a row, for its notices and `pause_after_failures`.
     streaks: notices::Streaks,
+    /// Backfill requests seen and not yet taken.
+    backfills: backfill::Backfills,
 }
 
 /// The jobs of lock group `group` among `jobs`, and the names of the others.
@@ -604,6 +616,7 @@ impl FireMachine {
             elsewhere,
             wanted,
             streaks: notices::Streaks::default(),
+            backfills: backfill::Backfills::new(),
         }
     }
 
@@ -648,6 +661,7 @@ impl FireMachine {
             Input::SubmissionRead { id, result } => self.submission_read(id, result, now, &mut out),
             Input::PausesRead(pauses) => self.pauses_read(pauses, now, &mut out),
             Input::ReleaseRequested => self.release_requested(now, &mut out),
+            Input::BackfillsRead(requests) => self.backfills_read(requests, now, &mut out),
             Input::LockReleased => {
                 if let Some(stopping) = self.stopping.as_mut() {
                     stopping.released = true;
@@ -858,7 +872,10 @@ impl FireMachine {
         let (Some(token), Some(state)) = (self.lock.token, self.jobs.get(job)) else {
             return;
         };
-        let fresh_tick = item.again.is_none() && item.submission.is_none();
+        // A backfill's ticks are behind the ledger by nature: their claims tell the ones run.
+        let fresh_tick = item.again.is_none()
+            && item.submission.is_none()
+            && item.reason != FireReason::Backfill;
         if let Some(newest) = state
             .newest_tick
             .filter(|newest| fresh_tick && item.tick <= *newest)
@@ -873,10 +890,12 @@ impl FireMachine {
                 stored.next_attempt(me, token, now_ms),
                 ClaimMode::Again { version: *version },
             ),
-            None => (
-                fresh_record(job, item.tick, item.submission.as_ref(), me, token, now_ms),
-                ClaimMode::Create,
-            ),
+            None => {
+                let mut record =
+                    fresh_record(job, item.tick, item.submission.as_ref(), me, token, now_ms);
+                record.backfill = item.reason == FireReason::Backfill;
+                (record, ClaimMode::Create)
+            }
         };
         let config = Arc::clone(&state.config);
         let pending = Pending {
@@ -1573,6 +1592,7 @@ impl FireMachine {
         }
         self.delayed.start(now);
         self.delayed_tick(now, out);
+        self.take_backfills(now, out);
     }
 
     /// Starts the next item of a job's catch-up sequence once the one before it has ended; when

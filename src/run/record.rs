@@ -101,6 +101,9 @@ pub struct RunRecord {
     /// keep it is the job's `keep_output`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
+    /// A past tick run by `zkcron backfill`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub backfill: bool,
     /// The submission's pending marker names its job (`<id>~<job>`, lock groups): a withdrawn
     /// claim puts that marker back, not `<id>`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -138,6 +141,7 @@ impl RunRecord {
             retry_at_unix_ms: None,
             http_status: None,
             output: None,
+            backfill: false,
             marker_names_job: false,
         }
     }

@@ -74,6 +74,8 @@ pub struct RunContext {
     pub attempt: u32,
     /// Started by on_locked/catch-up instead of on time (`ZKCRON_RESUMED=1`).
     pub resumed: bool,
+    /// A past tick run by `zkcron backfill` (`ZKCRON_BACKFILL=1`).
+    pub backfill: bool,
     /// The run of a delayed submission: its id and the payload the job reads on stdin.
     pub submission: Option<SubmissionInput>,
 }

@@ -1,8 +1,9 @@
 //! The fire driver's watch on `control/`: paused jobs and release requests, for the machine.
 //!
 //! Owns: one persistent recursive watch on `control/` per session, reading the paused jobs at
-//! its start and after every change below `control/paused`, and taking a release request that
-//! names this node (removing it, so it is acted on once).
+//! its start and after every change below `control/paused`, taking a release request that
+//! names this node (removing it, so it is acted on once), and reading the backfill requests at
+//! its start and whenever one is made or taken.
 //! Must not: decide what a pause or a release means (the machines do).
 
 use std::time::Duration;
@@ -57,10 +58,14 @@ pub(super) fn watch(
             return;
         }
         watch.take_release_request().await;
+        if !watch.read_backfills().await {
+            return;
+        }
         let Some(watcher) = watcher.as_mut() else {
             return;
         };
         let paused_prefix = format!("{}/", watch.paths.paused);
+        let backfill_prefix = format!("{}/", watch.paths.backfill);
         loop {
             let event = tokio::select! {
                 () = watch.stop.cancelled() => return,
@@ -74,6 +79,8 @@ pub(super) fn watch(
             }
             let done = if event.path.starts_with(&paused_prefix) {
                 !watch.read_pauses().await
+            } else if event.path.starts_with(&backfill_prefix) {
+                !watch.read_backfills().await
             } else if event.path == watch.paths.release
                 && matches!(
                     event.event_type,
@@ -112,6 +119,19 @@ impl Watch {
             tokio::select! {
                 () = self.stop.cancelled() => return false,
                 () = tokio::time::sleep(READ_RETRY) => {}
+            }
+        }
+    }
+
+    /// Reads the backfill requests waiting and hands them to the machine (which takes the ones
+    /// for its jobs once it may fire). A failed read is logged: the next request, or the next
+    /// session, reads them again. `false`: stop.
+    async fn read_backfills(&self) -> bool {
+        match store::backfills(&self.client, &self.paths).await {
+            Ok(requests) => self.answers.send(Input::BackfillsRead(requests)).is_ok(),
+            Err(err) => {
+                tracing::warn!(error = %error_chain(&err), "cannot read the backfill requests");
+                true
             }
         }
     }

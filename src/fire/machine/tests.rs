@@ -9,6 +9,7 @@ use super::*;
 use crate::ids::SessionId;
 use crate::run::RunOutcome;
 
+mod backfill;
 mod delayed;
 mod groups;
 mod limits;

@@ -240,6 +240,9 @@ impl World {
                     "one notice per outcome: {record:?} told twice"
                 );
             }
+            Action::RemoveBackfill(name) => {
+                prop_assert!(false, "nobody asked for a backfill: {name}");
+            }
             Action::PauseJob { job, .. } => {
                 prop_assert!(false, "no job here pauses itself: {job}");
             }

@@ -1,0 +1,81 @@
+//! `zkcron backfill` (issue 20), end to end: a real `zkcron run` and real ZooKeeper. The past
+//! ticks of a yearly job have no records; a backfill runs them once each, in order, with
+//! `ZKCRON_BACKFILL=1`, and a second backfill of the same range finds them recorded.
+#![allow(
+    clippy::await_holding_lock,
+    reason = "each #[tokio::test] has its own runtime and thread"
+)]
+
+mod support;
+
+use std::time::Duration;
+
+use support::daemon::{
+    DaemonNode, RECORD_FIRE, read_fires, schedule_text, zkcron_ok, zkcron_refused,
+};
+use support::zk_cluster::try_wait_for;
+use support::{fault_lock, shared_ensemble, unique_chroot};
+
+const SESSION: Duration = Duration::from_secs(2);
+const DELAY: Duration = Duration::from_secs(2);
+/// Process start, a JVM pause or a busy core, on bounds that are otherwise exact.
+const SLACK: Duration = Duration::from_secs(3);
+
+#[tokio::test]
+async fn past_ticks_without_records_run_once_each_in_order() {
+    let _serial = fault_lock();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let fires = dir.path().join("fires.log");
+    let flags = dir.path().join("backfill.log");
+    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot("backfill"));
+    let job = format!(
+        "[[job]]\nname = \"yearly\"\nschedule = \"0 0 0 1 1 *\"\n\
+         shell = '{RECORD_FIRE}{}; echo \"$ZKCRON_BACKFILL\" >> {}'\n\
+         [[job]]\nname = \"often\"\nschedule = \"* * * * * *\"\nshell = \"true\"\nenabled = false\n",
+        fires.display(),
+        flags.display()
+    );
+    let text = schedule_text(&connect, "backfill", SESSION, DELAY, &job);
+    let node = DaemonNode::start(dir.path(), "b1", &text);
+    node.wait_log("lock acquired", SESSION + SLACK).await;
+    let config = node.config.clone();
+    let range = ["--from", "2023-01-01", "--to", "2026-01-01T00:00:00Z"];
+
+    let dry = zkcron_ok(
+        &[&["backfill", "yearly", "--dry-run"][..], &range[..]].concat(),
+        &config,
+    );
+    assert_eq!(dry.matches("  would run").count(), 4, "{dry}");
+    assert!(dry.contains("dry run: 4 tick(s) would run"), "{dry}");
+    assert!(read_fires(&fires).is_empty(), "a dry run runs nothing");
+
+    let said = zkcron_ok(&[&["backfill", "yearly"][..], &range[..]].concat(), &config);
+    assert!(said.contains("4 tick(s) requested"), "{said}");
+    let ran = try_wait_for("four backfilled runs", SLACK * 3, || {
+        let fires = read_fires(&fires);
+        let done = (fires.len() >= 4).then_some(fires);
+        async move { done }
+    })
+    .await
+    .unwrap_or_else(|not_reached| panic!("{not_reached}\n{}", node.log_tail()));
+    let years: Vec<String> = ran.iter().map(|f| f.scheduled_at[..4].to_owned()).collect();
+    assert_eq!(years, ["2023", "2024", "2025", "2026"], "in order: {ran:?}");
+    let flags = std::fs::read_to_string(&flags).expect("flags");
+    assert_eq!(flags, "1\n1\n1\n1\n", "ZKCRON_BACKFILL=1");
+
+    // The same range again: every tick is recorded now; nothing runs twice.
+    let again = zkcron_ok(&[&["backfill", "yearly"][..], &range[..]].concat(), &config);
+    assert_eq!(again.matches("recorded succeeded").count(), 4, "{again}");
+    assert!(again.contains("nothing to run"), "{again}");
+
+    for (from, to, job, says) in [
+        ("2026-01-01", "2023-01-01", "yearly", "is before --from"),
+        ("2026-01-01", "2999-01-01", "yearly", "is after now"),
+        ("2026-01-01", "2026-01-02", "often", "86401 ticks from"),
+    ] {
+        let refused = zkcron_refused(&["backfill", job, "--from", from, "--to", to], &config);
+        assert!(refused.contains(says), "{refused}");
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(read_fires(&fires).len(), 4, "each tick once");
+}

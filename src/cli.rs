@@ -474,8 +474,18 @@ fn check(
         ));
         let upcoming = job.schedule.as_ref().map(|s| s.upcoming(now, 3));
         for at in upcoming.into_iter().flatten() {
+            // With a jitter: when the tick starts, the same on every node.
+            let start = job.start_of(at);
+            let jittered = if start == at {
+                String::new()
+            } else {
+                format!(
+                    "  starts {} (jitter)",
+                    start.with_timezone(&tz).format("%H:%M:%S%.3f")
+                )
+            };
             lines.push(format!(
-                "    {}",
+                "    {}{jittered}",
                 at.with_timezone(&tz).format("%Y-%m-%d %H:%M:%S %:z")
             ));
         }

@@ -77,6 +77,23 @@ pub enum DstRule {
     Wildcard,
 }
 
+/// How far after `tick` a job with `jitter` starts it: in `[0, jitter)`, a function of the job's
+/// name and the tick alone, so every node (and every version) picks the same instant, and a
+/// takeover never moves a start. CRC-32 of the name and the tick's milliseconds, scaled.
+pub fn jitter_offset(job: &str, tick: DateTime<Utc>, jitter: std::time::Duration) -> TimeDelta {
+    let jitter_ms = u64::try_from(jitter.as_millis()).unwrap_or(u64::MAX);
+    if jitter_ms == 0 {
+        return TimeDelta::zero();
+    }
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(job.as_bytes());
+    hasher.update(&tick.timestamp_millis().to_le_bytes());
+    let spread = u64::from(hasher.finalize());
+    // (spread / 2^32) × jitter: below jitter, whatever the hash.
+    let offset = (u128::from(spread) * u128::from(jitter_ms)) >> 32;
+    TimeDelta::milliseconds(i64::try_from(offset).unwrap_or(i64::MAX))
+}
+
 /// Why an expression or a time zone name was refused. Messages are for operators.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ScheduleError {

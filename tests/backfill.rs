@@ -11,15 +11,11 @@ mod support;
 use std::time::Duration;
 
 use support::daemon::{
-    DaemonNode, RECORD_FIRE, read_fires, schedule_text, zkcron_ok, zkcron_refused,
+    DELAY, DaemonNode, RECORD_FIRE, SESSION, SLACK, read_fires, schedule_text, zkcron_ok,
+    zkcron_refused,
 };
 use support::zk_cluster::try_wait_for;
 use support::{fault_lock, shared_ensemble, unique_chroot};
-
-const SESSION: Duration = Duration::from_secs(2);
-const DELAY: Duration = Duration::from_secs(2);
-/// Process start, a JVM pause or a busy core, on bounds that are otherwise exact.
-const SLACK: Duration = Duration::from_secs(3);
 
 #[tokio::test]
 async fn past_ticks_without_records_run_once_each_in_order() {

@@ -77,6 +77,8 @@ fn bad_configs_are_refused_with_line_and_key() {
         ("notify unknown", job("shell = \"true\"\nnotify = \"sometimes\""), 10, "unknown variant `sometimes`"),
         ("pause_after_failures negative", job("shell = \"true\"\npause_after_failures = -1"), 10, "pause_after_failures: expected a number of failed runs in a row"),
         ("defaults with a missing hook", format!("{HEAD}[defaults]\non_failure = [\"/nonexistent/page\"]\n"), 7, "defaults.on_failure: cannot use /nonexistent/page"),
+        ("jitter as long as the interval", job("schedule = \"*/10 * * * * *\"\nshell = \"true\"\njitter = \"10s\""), 11, "jitter: must be shorter than the time between two ticks (10s)"),
+        ("jitter without a schedule", job("shell = \"true\"\njitter = \"5s\""), 10, "jitter: applies to a schedule's ticks; this job has none"),
         ("keep_output unknown", job("shell = \"true\"\nkeep_output = \"some\""), 10, "unknown variant `some`"),
         ("retry_backoff_max below the backoff", job("shell = \"true\"\nretry_backoff = \"1m\"\nretry_backoff_max = \"30s\""), 11, "retry_backoff_max: must not be shorter than retry_backoff (1m)"),
     ];

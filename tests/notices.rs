@@ -16,15 +16,13 @@ mod support;
 use std::path::Path;
 use std::time::Duration;
 
-use support::daemon::{DaemonNode, RECORD_FIRE, read_fires, schedule_text, zkcron_ok};
+use support::daemon::{
+    DELAY, DaemonNode, RECORD_FIRE, SESSION, SLACK, read_fires, schedule_text, zkcron_ok,
+};
 use support::receiver::{Receiver, Seen};
 use support::zk_cluster::try_wait_for;
 use support::{fault_lock, shared_ensemble, unique_chroot};
 
-const SESSION: Duration = Duration::from_secs(2);
-const DELAY: Duration = Duration::from_secs(2);
-/// Process start, a JVM pause or a busy core, on bounds that are otherwise exact.
-const SLACK: Duration = Duration::from_secs(3);
 /// After the notices awaited came, how long a second one of the same outcome is given to show
 /// up: a notice goes out within milliseconds of its record, so one sent twice would be here.
 const NO_SECOND_WITHIN: Duration = Duration::from_secs(1);

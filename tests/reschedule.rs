@@ -11,15 +11,11 @@ use std::path::Path;
 use std::time::Duration;
 
 use support::daemon::{
-    DaemonNode, RECORD_FIRE, now_ms, read_fires, schedule_text, zkcron_ok, zkcron_refused,
+    DELAY, DaemonNode, RECORD_FIRE, SESSION, SLACK, now_ms, read_fires, schedule_text, zkcron_ok,
+    zkcron_refused,
 };
 use support::zk_cluster::try_wait_for;
 use support::{fault_lock, shared_ensemble, unique_chroot};
-
-const SESSION: Duration = Duration::from_secs(2);
-const DELAY: Duration = Duration::from_secs(2);
-/// Process start, a JVM pause or a busy core, on bounds that are otherwise exact.
-const SLACK: Duration = Duration::from_secs(3);
 
 /// Waits until `zkcron delayed show ID` says `words`.
 async fn shown(id: &str, words: &str, within: Duration, node: &DaemonNode) -> String {

@@ -75,6 +75,7 @@ impl Validator<'_> {
         let retry_backoff_max =
             self.job_retry_backoff_max(raw.retry_backoff_max, retry_backoff, job);
         let starting_deadline = self.job_starting_deadline(raw.starting_deadline, job);
+        let jitter = self.job_jitter(raw.jitter, schedule.as_ref().and_then(Option::as_ref), job);
         let dedup_window = self.job_dedup_window(raw.dedup_window, job);
         let limits = self.job_limits(raw.limits, job);
         let group = self.job_group(raw.group, job);
@@ -106,6 +107,7 @@ impl Validator<'_> {
             timezone: tz?,
             on_lost: raw.on_lost.unwrap_or(OnLost::Cancel),
             keep_output: raw.keep_output.unwrap_or(KeepOutput::Failed),
+            jitter,
             notices,
             enabled: raw.enabled.unwrap_or(true),
             history,

@@ -14,6 +14,10 @@ use super::job::JobContext;
 use super::validator::Validator;
 use super::{Concurrency, HISTORY_LIMIT, MAX_RUNNING_LIMIT};
 
+/// How many upcoming ticks `jitter` is checked against.
+const JITTER_SAMPLE: usize = 1_000;
+/// From when: 2026-01-01, a fixed instant, so `check` says the same on every day.
+const JITTER_SAMPLE_FROM_DAYS: i64 = 20_454;
 const DEFAULT_HISTORY: usize = 100;
 const DEFAULT_MAX_RUNNING: usize = 256;
 const DEFAULT_STARTING_DEADLINE: Duration = Duration::from_secs(300);
@@ -82,6 +86,45 @@ impl Validator<'_> {
             &job.key("starting_deadline"),
             DEFAULT_STARTING_DEADLINE,
         )
+    }
+
+    /// `jitter`: shorter than the shortest time between two of the job's ticks (sampled over
+    /// its next [`JITTER_SAMPLE`] ticks from a fixed instant), so a jittered tick never starts
+    /// after the next one; only for a job with a schedule.
+    pub(super) fn job_jitter(
+        &mut self,
+        raw: Option<Spanned<String>>,
+        schedule: Option<&crate::schedule::Schedule>,
+        job: JobContext<'_>,
+    ) -> Duration {
+        let span = raw.as_ref().map(Spanned::span);
+        let context = job.key("jitter");
+        let jitter = self.duration(raw, &context, Duration::ZERO);
+        let (Some(span), false) = (span, jitter.is_zero()) else {
+            return jitter;
+        };
+        let Some(schedule) = schedule else {
+            let message = "applies to a schedule's ticks; this job has none";
+            self.problem(span, context, message);
+            return Duration::ZERO;
+        };
+        let from = chrono::DateTime::<chrono::Utc>::UNIX_EPOCH
+            + chrono::Duration::days(JITTER_SAMPLE_FROM_DAYS);
+        let ticks = schedule.upcoming(from, JITTER_SAMPLE);
+        let shortest = ticks
+            .windows(2)
+            .filter_map(|pair| (pair[1] - pair[0]).to_std().ok())
+            .min();
+        if let Some(shortest) = shortest.filter(|gap| jitter >= *gap) {
+            let message = format!(
+                "must be shorter than the time between two ticks ({}): a tick would start after \
+                 the next one",
+                humantime::format_duration(shortest)
+            );
+            self.problem(span, context, message);
+            return Duration::ZERO;
+        }
+        jitter
     }
 
     /// `dedup_window`: from 1 s to [`MAX_DEDUP_WINDOW`].

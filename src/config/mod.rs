@@ -307,6 +307,8 @@ pub struct JobConfig {
     pub on_lost: OnLost,
     /// Which runs keep their last output in their record.
     pub keep_output: KeepOutput,
+    /// Each tick starts this much later at most: by [`JobConfig::start_of`].
+    pub jitter: Duration,
     /// Who hears of its failures, and when it pauses itself.
     pub notices: NoticePolicy,
     pub enabled: bool,
@@ -340,6 +342,18 @@ impl JobConfig {
     /// that fires no more.
     pub fn next_tick_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
         self.schedule.as_ref()?.next_after(after)
+    }
+
+    /// When `tick` starts: the tick itself, or with `jitter` a little after it — the same
+    /// instant on every node ([`crate::schedule::jitter_offset`]).
+    pub fn start_of(&self, tick: DateTime<Utc>) -> DateTime<Utc> {
+        let offset = crate::schedule::jitter_offset(self.spec.name.as_str(), tick, self.jitter);
+        tick.checked_add_signed(offset).unwrap_or(tick)
+    }
+
+    /// The jitter as a time span, for instants.
+    pub fn jitter_span(&self) -> chrono::Duration {
+        chrono::Duration::from_std(self.jitter).unwrap_or_default()
     }
 }
 

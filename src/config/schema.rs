@@ -179,6 +179,7 @@ pub(super) struct RawJob {
     pub(super) kill_grace: Option<Spanned<String>>,
     pub(super) on_lost: Option<OnLost>,
     pub(super) keep_output: Option<KeepOutput>,
+    pub(super) jitter: Option<Spanned<String>>,
     pub(super) enabled: Option<bool>,
     pub(super) history: Option<Spanned<i64>>,
     pub(super) max_running: Option<Spanned<i64>>,

@@ -514,8 +514,6 @@ pub struct FireMachine {
     claim_ahead: chrono::Duration,
     jobs: HashMap<JobName, JobState>,
     queue: FireQueue,
-    /// The latest tick handed out by the queue, so a rebuilt queue never repeats one.
-    last_popped: Option<DateTime<Utc>>,
     lock: LockStatus,
     /// The latest stretch without a connection to ZooKeeper: `(from, until)`.
     outage: Option<(DateTime<Utc>, Option<DateTime<Utc>>)>,
@@ -595,7 +593,6 @@ impl FireMachine {
                 .map(|job| (job.spec.name.clone(), JobState::new(Arc::clone(job))))
                 .collect(),
             queue: FireQueue::new(&jobs, now),
-            last_popped: None,
             lock: LockStatus::default(),
             outage: None,
             declined: Vec::new(),
@@ -691,7 +688,10 @@ impl FireMachine {
     pub fn next_deadline(&self) -> Option<DateTime<Utc>> {
         let queue = match &self.stopping {
             None => {
-                let tick = self.queue.next_tick().map(|tick| tick - self.claim_ahead);
+                let tick = self
+                    .queue
+                    .next_start()
+                    .map(|start| start - self.claim_ahead);
                 let delayed = self.delayed.next_deadline(self.claim_ahead, |job| {
                     !self.paused(job)
                         && self
@@ -706,9 +706,10 @@ impl FireMachine {
         let claims = self.claims.values().filter_map(|p| match &p.state {
             PendingState::Claimed(_) => Some(p.claimed_deadline()),
             // Waiting on our own run: its end wakes the claim, the late-tick rule bounds it.
-            PendingState::RunAlive { .. } if self.waits_on_own_run(p) => {
-                p.reason.on_time().then(|| p.tick + MISSED_AFTER)
-            }
+            PendingState::RunAlive { .. } if self.waits_on_own_run(p) => p
+                .reason
+                .on_time()
+                .then(|| p.config.start_of(p.tick) + MISSED_AFTER),
             PendingState::RunAlive { at } => Some(*at),
             PendingState::Replacing { until, .. } => Some(*until),
             _ => None,
@@ -756,15 +757,15 @@ impl FireMachine {
 
     fn tick(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
         if self.stopping.is_none() {
-            while let Some(next) = self.queue.next_tick() {
+            while let Some(next) = self.queue.next_start() {
                 if next - self.claim_ahead > now {
                     break;
                 }
-                let Some((tick, due)) = self.queue.pop_tick(now) else {
+                let due = self.queue.pop_start(now);
+                if due.is_empty() {
                     break;
-                };
-                self.last_popped = Some(tick);
-                for job in due {
+                }
+                for (tick, job) in due {
                     self.due(&job, tick, now, out);
                 }
             }
@@ -772,7 +773,13 @@ impl FireMachine {
         }
         self.write_records_again(now, out);
         let late = now - MISSED_AFTER;
-        self.declined.retain(|(tick, _)| *tick >= late);
+        let jobs = &self.jobs;
+        let start_of = |tick: DateTime<Utc>, job: &JobName| {
+            jobs.get(job)
+                .map_or(tick, |state| state.config.start_of(tick))
+        };
+        self.declined
+            .retain(|(tick, job)| start_of(*tick, job) >= late);
         let ids: Vec<ClaimId> = self.claims.keys().copied().collect();
         for id in ids {
             let Some(pending) = self.claims.get(&id) else {
@@ -783,7 +790,9 @@ impl FireMachine {
                 PendingState::RunAlive { at } if *at <= now => {
                     if !self.waits_on_own_run(pending) {
                         self.claim_again(id, now, out);
-                    } else if pending.reason.on_time() && now > pending.tick + MISSED_AFTER {
+                    } else if pending.reason.on_time()
+                        && now > pending.config.start_of(pending.tick) + MISSED_AFTER
+                    {
                         // Our own later run stayed alive past the late-tick rule.
                         self.skip_run_alive(id, now, out);
                     }
@@ -813,7 +822,7 @@ impl FireMachine {
         out: &mut Vec<Action>,
     ) {
         let name = &job.spec.name;
-        if now > tick + MISSED_AFTER {
+        if now > job.start_of(tick) + MISSED_AFTER {
             // Popped late: the process was stopped or starved past the tick.
             tracing::warn!(job = %name, %tick, "tick missed: its time passed while this node could not fire");
             if self.lock.may_fire {
@@ -902,7 +911,10 @@ impl FireMachine {
             tick: item.tick,
             reason: item.reason,
             token,
-            start_at: if item.reason.waits_for_its_time() {
+            // A jitter moves a tick's start, never a submission's.
+            start_at: if item.reason.on_time() {
+                state.config.start_of(item.tick).max(now)
+            } else if item.reason.waits_for_its_time() {
                 item.tick.max(now)
             } else {
                 now
@@ -1233,7 +1245,10 @@ impl FireMachine {
         }
         // Woken from a freeze (SIGSTOP, a VM pause) a claim can look fine for a moment: a tick
         // this late is not started, and its record says why.
-        if pending.reason.on_time() && !pending.lease.asked() && now > tick + MISSED_AFTER {
+        if pending.reason.on_time()
+            && !pending.lease.asked()
+            && now > pending.config.start_of(tick) + MISSED_AFTER
+        {
             tracing::warn!(job = %job, %tick, "not firing: the claimed tick is too late to start");
             out.push(Action::WriteRecord(missed_claim(
                 claim,
@@ -1575,7 +1590,10 @@ impl FireMachine {
         let mut declined = std::mem::take(&mut self.declined);
         declined.sort();
         for (tick, name) in declined {
-            if let (true, Some(state)) = (tick >= late, self.jobs.get_mut(&name)) {
+            let Some(state) = self.jobs.get_mut(&name) else {
+                continue;
+            };
+            if state.config.start_of(tick) >= late {
                 state.held.push(Item {
                     tick,
                     reason: FireReason::Declined,
@@ -1636,9 +1654,9 @@ impl FireMachine {
         if let (Some(first), Some(newest)) = (accounted.first(), newest) {
             self.behind_the_ledger(job, first.tick, newest, now);
         }
-        let (late, in_time): (Vec<Item>, Vec<Item>) = held
-            .into_iter()
-            .partition(|item| item.reason.on_time() && now > item.tick + MISSED_AFTER);
+        let (late, in_time): (Vec<Item>, Vec<Item>) = held.into_iter().partition(|item| {
+            item.reason.on_time() && now > config.start_of(item.tick) + MISSED_AFTER
+        });
         if !late.is_empty() {
             tracing::warn!(job = %job, ticks = late.len(), "tick missed: catch-up ran past its time");
             let ticks: Vec<DateTime<Utc>> = late.iter().map(|item| item.tick).collect();
@@ -1892,8 +1910,7 @@ impl FireMachine {
         self.wanted = Wanted::of(self.group.as_deref(), &jobs, &elsewhere);
         let jobs = &jobs[..];
         let was_elsewhere = std::mem::replace(&mut self.elsewhere, elsewhere);
-        let after = self.last_popped.map_or(now, |last| last.max(now));
-        self.queue = FireQueue::new(jobs, after);
+        self.queue = self.queue.rebuilt(jobs, now);
         let mut old = std::mem::take(&mut self.jobs);
         let mut added = Vec::new();
         for job in jobs {

@@ -1,7 +1,8 @@
 //! The next fire time of every enabled job, in one min-heap (DESIGN.md "Measured for the
 //! scheduler": one scheduler task with a heap beats one task per job).
 //!
-//! Owns: which jobs are due at which instant, and never handing out the same tick twice.
+//! Owns: which jobs are due at which instant — a tick's start, which a job's `jitter` puts a
+//! little after the tick — and never handing out the same tick twice.
 //! Must not: read clocks, sleep or fire anything — callers pass `now`.
 
 use std::cmp::Reverse;
@@ -13,33 +14,58 @@ use chrono::{DateTime, Utc};
 use crate::config::JobConfig;
 use crate::ids::JobName;
 
-/// Enabled jobs ordered by their next fire time.
+/// Enabled jobs ordered by when their next tick starts.
 #[derive(Debug, Default)]
 pub struct FireQueue {
     jobs: Vec<Arc<JobConfig>>,
+    /// (start, job index): a tick's start is its tick unless the job has a `jitter`.
     heap: BinaryHeap<Reverse<(DateTime<Utc>, usize)>>,
     /// Each queued job's next tick, so a job's place is found without searching the heap.
     next: HashMap<JobName, DateTime<Utc>>,
+    /// Each job's latest tick handed out, so a rebuilt queue never repeats one.
+    popped: HashMap<JobName, DateTime<Utc>>,
 }
 
 impl FireQueue {
-    /// Queues every enabled job at its first fire strictly after `after`. Pass the later of now
-    /// and the last tick already handed out, so a rebuilt queue never repeats a tick.
+    /// Queues every enabled job at its first tick strictly after `after` (or, with a jitter,
+    /// whose start is after it).
     pub fn new(jobs: &[Arc<JobConfig>], after: DateTime<Utc>) -> Self {
+        Self::resumed(jobs, &HashMap::new(), after)
+    }
+
+    /// The queue for `jobs` after a reload at `now`: a job goes on after the latest tick it was
+    /// handed out, or at its first tick whose start is after `now`.
+    pub fn rebuilt(&self, jobs: &[Arc<JobConfig>], now: DateTime<Utc>) -> Self {
+        Self::resumed(jobs, &self.popped, now)
+    }
+
+    fn resumed(
+        jobs: &[Arc<JobConfig>],
+        popped: &HashMap<JobName, DateTime<Utc>>,
+        now: DateTime<Utc>,
+    ) -> Self {
         let jobs: Vec<Arc<JobConfig>> = jobs.iter().filter(|job| job.enabled).cloned().collect();
         let mut queue = Self {
             heap: BinaryHeap::with_capacity(jobs.len()),
             next: HashMap::with_capacity(jobs.len()),
+            popped: HashMap::new(),
             jobs,
         };
         for i in 0..queue.jobs.len() {
-            queue.push_after(i, after);
+            let name = &queue.jobs[i].spec.name;
+            // A jittered tick may be past while its start is not.
+            let mut after = now - queue.jobs[i].jitter_span();
+            if let Some(last) = popped.get(name) {
+                after = after.max(*last);
+                queue.popped.insert(name.clone(), *last);
+            }
+            queue.push_after(i, after, now);
         }
         queue
     }
 
-    /// The earliest queued tick.
-    pub fn next_tick(&self) -> Option<DateTime<Utc>> {
+    /// When the earliest queued tick starts.
+    pub fn next_start(&self) -> Option<DateTime<Utc>> {
         self.heap.peek().map(|Reverse((at, _))| *at)
     }
 
@@ -48,27 +74,152 @@ impl FireQueue {
         self.next.get(job).copied()
     }
 
-    /// Takes every job due at the earliest tick, and queues each at its next fire after the
-    /// later of that tick and `now` (a node that slept through ticks does not replay them).
-    pub fn pop_tick(&mut self, now: DateTime<Utc>) -> Option<(DateTime<Utc>, Vec<Arc<JobConfig>>)> {
-        let tick = self.next_tick()?;
+    /// Takes every job whose tick starts at the earliest start, each with its tick, and queues
+    /// each at its next tick that starts after `now`: a node that slept through ticks does not
+    /// replay them.
+    pub fn pop_start(&mut self, now: DateTime<Utc>) -> Vec<(DateTime<Utc>, Arc<JobConfig>)> {
+        let Some(start) = self.next_start() else {
+            return Vec::new();
+        };
         let mut due = Vec::new();
         while let Some(Reverse((at, i))) = self.heap.peek().copied() {
-            if at != tick {
+            if at != start {
                 break;
             }
             self.heap.pop();
-            self.next.remove(&self.jobs[i].spec.name);
-            due.push(Arc::clone(&self.jobs[i]));
-            self.push_after(i, tick.max(now));
+            let job = Arc::clone(&self.jobs[i]);
+            let Some(tick) = self.next.remove(&job.spec.name) else {
+                continue;
+            };
+            self.popped.insert(job.spec.name.clone(), tick);
+            self.push_after(i, tick, now);
+            due.push((tick, job));
         }
-        Some((tick, due))
+        due
     }
 
-    fn push_after(&mut self, i: usize, after: DateTime<Utc>) {
-        if let Some(at) = self.jobs[i].next_tick_after(after) {
-            self.heap.push(Reverse((at, i)));
-            self.next.insert(self.jobs[i].spec.name.clone(), at);
+    /// Queues job `i` at its first tick after `after_tick` that starts after `start_after`.
+    fn push_after(&mut self, i: usize, after_tick: DateTime<Utc>, start_after: DateTime<Utc>) {
+        let job = &self.jobs[i];
+        // Without a jitter the start is the tick: begin at the later of the two at once.
+        let mut cursor = if job.jitter.is_zero() {
+            after_tick.max(start_after)
+        } else {
+            after_tick
+        };
+        while let Some(tick) = job.next_tick_after(cursor) {
+            let start = job.start_of(tick);
+            if start > start_after {
+                self.heap.push(Reverse((start, i)));
+                self.next.insert(job.spec.name.clone(), tick);
+                return;
+            }
+            cursor = tick;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn jobs(tables: &str) -> Vec<Arc<JobConfig>> {
+        let text = format!("[zookeeper]\nconnect = \"zk:2181\"\n[lock]\nname = \"g\"\n{tables}");
+        crate::config::parse(std::path::Path::new("t.toml"), &text, &|_| None)
+            .expect("valid")
+            .jobs
+    }
+
+    fn at(ms: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp_millis(1_893_456_000_000 + ms).expect("in range")
+    }
+
+    /// Pops everything starting up to `until`, as (tick, start, job).
+    fn drain(
+        queue: &mut FireQueue,
+        until: DateTime<Utc>,
+    ) -> Vec<(DateTime<Utc>, DateTime<Utc>, String)> {
+        let mut popped = Vec::new();
+        while let Some(start) = queue.next_start().filter(|start| *start <= until) {
+            for (tick, job) in queue.pop_start(start) {
+                assert_eq!(job.start_of(tick), start, "handed out at its start");
+                popped.push((tick, start, job.spec.name.to_string()));
+            }
+        }
+        popped
+    }
+
+    #[test]
+    fn jittered_ticks_are_handed_out_at_their_starts_each_once_in_order() {
+        let jobs = jobs(
+            "[[job]]\nname = \"a\"\nschedule = \"0 * * * * *\"\nshell = \"true\"\njitter = \"30s\"\n\
+             [[job]]\nname = \"b\"\nschedule = \"0 * * * * *\"\nshell = \"true\"\n",
+        );
+        // Created a moment after a tick: a's tick then starts later, so it is still ahead.
+        let mut queue = FireQueue::new(&jobs, at(1));
+        let popped = drain(&mut queue, at(600_000));
+        let starts: Vec<DateTime<Utc>> = popped.iter().map(|(_, start, _)| *start).collect();
+        assert!(
+            starts.windows(2).all(|w| w[0] <= w[1]),
+            "by start: {popped:?}"
+        );
+        for name in ["a", "b"] {
+            let ticks: Vec<i64> = popped
+                .iter()
+                .filter(|(_, _, job)| job == name)
+                .map(|(tick, _, _)| (*tick - at(0)).num_seconds())
+                .collect();
+            let expected: Vec<i64> = if name == "a" {
+                (0..=9)
+                    .map(|m| m * 60)
+                    .filter(|s| jobs[0].start_of(at(s * 1000)) > at(1))
+                    .collect()
+            } else {
+                (1..=10).map(|m| m * 60).collect()
+            };
+            assert_eq!(ticks, expected, "{name}: each tick once, in order");
+        }
+        let b = popped
+            .iter()
+            .find(|(tick, _, job)| job == "b" && *tick == at(60_000));
+        assert_eq!(
+            b.map(|(_, start, _)| *start),
+            Some(at(60_000)),
+            "no jitter: on the dot"
+        );
+    }
+
+    /// A reload inside a jittered tick's window neither loses the tick nor repeats one.
+    #[test]
+    fn a_rebuilt_queue_keeps_a_tick_whose_start_is_ahead_and_repeats_none() {
+        let jobs = jobs(
+            "[[job]]\nname = \"a\"\nschedule = \"0 * * * * *\"\nshell = \"true\"\njitter = \"50s\"\n",
+        );
+        let start = jobs[0].start_of(at(60_000));
+        let mut queue = FireQueue::new(&jobs, at(30_000));
+        assert_eq!(queue.next_of(&JobName::new("a")), Some(at(60_000)));
+        // Reloaded after the tick, before its start: still queued.
+        let now = at(60_000) + (start - at(60_000)) / 2;
+        if start > now {
+            let rebuilt = queue.rebuilt(&jobs, now);
+            assert_eq!(rebuilt.next_of(&JobName::new("a")), Some(at(60_000)));
+        }
+        let popped = queue.pop_start(start);
+        assert_eq!(popped[0].0, at(60_000));
+        let rebuilt = queue.rebuilt(&jobs, start);
+        assert_eq!(
+            rebuilt.next_of(&JobName::new("a")),
+            Some(at(120_000)),
+            "the tick handed out is not handed out again"
+        );
+    }
+
+    #[test]
+    fn without_jitter_the_start_is_the_tick() {
+        let jobs = jobs("[[job]]\nname = \"a\"\nschedule = \"*/5 * * * * *\"\nshell = \"true\"\n");
+        let mut queue = FireQueue::new(&jobs, at(0));
+        assert_eq!(queue.next_start(), Some(at(5_000)));
+        assert_eq!(queue.pop_start(at(5_000))[0].0, at(5_000));
+        assert_eq!(queue.next_start(), Some(at(10_000)));
     }
 }

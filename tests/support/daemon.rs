@@ -75,6 +75,13 @@ pub async fn wait_child_exit(child: &mut Child, name: &str, within: Duration) ->
     .await
 }
 
+/// The session timeout of the schedules the end-to-end tests of daemons write.
+pub const SESSION: Duration = Duration::from_secs(2);
+/// Their takeover delay.
+pub const DELAY: Duration = Duration::from_secs(2);
+/// Process start, a JVM pause or a busy core, on bounds that are otherwise exact.
+pub const SLACK: Duration = Duration::from_secs(3);
+
 /// A job line the fire log gets: every contract variable, space-separated.
 pub const RECORD_FIRE: &str = "echo \"$ZKCRON_SCHEDULED_UNIX_MS $ZKCRON_NODE $ZKCRON_FENCING_TOKEN $ZKCRON_JOB \
 $ZKCRON_RUN_ID $ZKCRON_ATTEMPT $ZKCRON_RESUMED $ZKCRON_SCHEDULED_AT\" >> ";

@@ -12,6 +12,7 @@ use crate::run::RunOutcome;
 mod backfill;
 mod delayed;
 mod groups;
+mod jitter;
 mod limits;
 mod notices;
 mod properties;

@@ -1,0 +1,101 @@
+//! Jitter (issue 20), end to end: each tick starts at the tick plus the job's offset for it —
+//! the same instant whichever node owns, before and after a kill -9 of the owner. Real
+//! ZooKeeper, real `zkcron run` processes; each run notes its tick, its node and when it
+//! started.
+#![allow(
+    clippy::await_holding_lock,
+    reason = "each #[tokio::test] has its own runtime and thread"
+)]
+
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use support::daemon::{DELAY, DaemonNode, SESSION, SLACK, schedule_text};
+use support::zk_cluster::try_wait_for;
+use support::{fault_lock, shared_ensemble, unique_chroot};
+
+const JITTER: Duration = Duration::from_secs(4);
+/// From the instant a run is due to its shell noting the time: fork, exec and `date`, on a
+/// loaded CI machine. A start before its instant is never allowed.
+const START_LATENESS_MS: i64 = 500;
+
+/// (tick ms, node, started ms) of each run.
+fn starts(path: &Path) -> Vec<(i64, String, i64)> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|line| {
+            let f: Vec<&str> = line.split(' ').collect();
+            assert_eq!(f.len(), 3, "{line:?}");
+            (
+                f[0].parse().expect("tick"),
+                f[1].to_owned(),
+                f[2].parse().expect("start"),
+            )
+        })
+        .collect()
+}
+
+/// Waits for `count` runs by `node`; on a timeout shows its log.
+async fn wait_runs(log: &Path, node: &str, count: usize, within: Duration, shown: &DaemonNode) {
+    try_wait_for(&format!("{count} runs by {node}"), within, || {
+        let done =
+            (starts(log).iter().filter(|(_, n, _)| n == node).count() >= count).then_some(());
+        async move { done }
+    })
+    .await
+    .unwrap_or_else(|not_reached| panic!("{not_reached}\n{}", shown.log_tail()));
+}
+
+#[tokio::test]
+async fn every_tick_starts_at_its_offset_whichever_node_owns() {
+    let _serial = fault_lock();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log = dir.path().join("starts.log");
+    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot("jitter"));
+    let job = format!(
+        "[[job]]\nname = \"spread\"\nschedule = \"*/5 * * * * *\"\njitter = \"{}s\"\n\
+         shell = 'echo \"$ZKCRON_SCHEDULED_UNIX_MS $ZKCRON_NODE $(date +%s%3N)\" >> {}'\n",
+        JITTER.as_secs(),
+        log.display()
+    );
+    let text = schedule_text(&connect, "jitter", SESSION, DELAY, &job);
+    let mut first = DaemonNode::start(dir.path(), "j1", &text);
+    first.wait_log("lock acquired", SESSION + SLACK).await;
+    let second = DaemonNode::start(dir.path(), "j2", &text);
+    second
+        .wait_log("zookeeper session established", SLACK)
+        .await;
+    wait_runs(&log, "j1", 2, Duration::from_secs(10) + SLACK, &first).await;
+    first.kill();
+    wait_runs(
+        &log,
+        "j2",
+        2,
+        SESSION + DELAY + Duration::from_secs(10) + SLACK,
+        &second,
+    )
+    .await;
+
+    let runs = starts(&log);
+    for (tick, node, started) in &runs {
+        let at = chrono::DateTime::from_timestamp_millis(*tick).expect("tick");
+        let offset = zkcron::schedule::jitter_offset("spread", at, JITTER).num_milliseconds();
+        assert!(
+            (0..4_000).contains(&offset),
+            "offset {offset} ms within the jitter"
+        );
+        let late = started - (tick + offset);
+        assert!(
+            (0..START_LATENESS_MS).contains(&late),
+            "{node} started tick {tick} {late} ms after tick + its offset {offset} ms: {runs:?}"
+        );
+    }
+    let mut ticks: Vec<i64> = runs.iter().map(|(tick, _, _)| *tick).collect();
+    ticks.sort_unstable();
+    let before = ticks.len();
+    ticks.dedup();
+    assert_eq!(ticks.len(), before, "no tick twice: {runs:?}");
+}

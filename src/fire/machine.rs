@@ -1279,7 +1279,10 @@ impl FireMachine {
             )));
             return self.settle(id, now, out);
         }
-        let first_attempt = claim.record.attempt == 1 && pending.submission.is_none();
+        // A backfill runs past ticks after later ones by nature (in order among themselves).
+        let first_attempt = claim.record.attempt == 1
+            && pending.submission.is_none()
+            && pending.reason != FireReason::Backfill;
         let overtaken = self.jobs.get(job).and_then(|s| s.newest_tick);
         if first_attempt && overtaken.is_some_and(|last| last >= tick) {
             // Claims can come back out of order; a job's ticks start in scheduled order, so a

@@ -99,3 +99,26 @@ fn a_backfill_seen_before_this_node_may_fire_is_taken_when_it_may() {
         t(-120_000).timestamp_millis()
     );
 }
+
+/// A later tick has started, and the backfilled one still runs: backfills are out of order
+/// with the job's own ticks by nature, in order among themselves.
+#[test]
+fn a_backfilled_tick_starts_after_a_later_tick_has() {
+    let mut m = owning(&job("a", "0 * * * * *", ""));
+    let claim = only_claim(&m.handle(Input::Tick, t(59_750)));
+    m.handle(ok(&claim), t(59_751));
+    let (run, _) = only_start(&m.handle(Input::Tick, t(60_000)));
+    let finished = end_run(
+        &mut m,
+        ended(&run, RunOutcome::Exited { code: 0 }, t(60_000)),
+        t(60_100),
+    );
+    m.handle(written(&finished), t(60_101));
+    let backfill = only_claim(&m.handle(request(&[-120_000]), t(61_000)));
+    let (started, context) = only_start(&m.handle(ok(&backfill), t(61_001)));
+    assert_eq!(
+        started.record.scheduled_unix_ms,
+        t(-120_000).timestamp_millis()
+    );
+    assert!(context.backfill);
+}

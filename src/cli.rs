@@ -566,9 +566,7 @@ fn history_line(r: &RunRecord, tz: chrono_tz::Tz, attempts: Option<u32>, output:
         (None, None, Some(status)) => status.to_string(),
         _ => "-".into(),
     };
-    let status = serde_json::to_value(r.status)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned));
+    let status = r.status.as_str();
     // A promised retry: the run is not over.
     let retry = r
         .retry_at_unix_ms
@@ -585,7 +583,7 @@ fn history_line(r: &RunRecord, tz: chrono_tz::Tz, attempts: Option<u32>, output:
         "{scheduled:<25}  {:<15}  {:<15}  {started:<8}  {duration:>9}  {:<11}  {exit:>4}  {:>7}  {:>5}{retry}",
         r.node_id.as_str(),
         r.ip,
-        status.unwrap_or_default(),
+        status,
         r.attempt,
         r.fencing_token.0
     );
@@ -697,10 +695,7 @@ fn status_lines(report: &StatusReport, config: &Config) -> Vec<String> {
         let (last_at, status, node) = match &job.last {
             Some(r) => (
                 format(r.scheduled_unix_ms),
-                serde_json::to_value(r.status)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default(),
+                r.status.as_str().to_owned(),
                 r.node_id.to_string(),
             ),
             None => ("-".into(), "-".into(), "-".into()),

@@ -13,7 +13,7 @@ use std::future::pending;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use tokio::sync::Semaphore;
 use tokio::time::{Instant, sleep_until};
@@ -321,36 +321,16 @@ fn request_headers(
     Ok(headers)
 }
 
-/// The job contract's facts as headers: what a process gets as `ZKCRON_*` variables.
+/// The job contract's facts as headers: what a process gets as `ZKCRON_*` variables, and
+/// `Idempotency-Key`, the run id: the same on every attempt of the run, so a receiver that did
+/// the work once answers a repeat without doing it again.
 fn contract_headers(spec: &JobSpec, ctx: &RunContext) -> Vec<(&'static str, String)> {
-    let mut headers = vec![
-        ("zkcron-job", spec.name.as_str().to_owned()),
-        ("zkcron-run-id", ctx.run_id.clone()),
-        (
-            "zkcron-scheduled-at",
-            ctx.scheduled_at
-                .to_rfc3339_opts(SecondsFormat::Millis, true),
-        ),
-        ("zkcron-node", ctx.node.as_str().to_owned()),
-        ("zkcron-fencing-token", ctx.fencing_token.0.to_string()),
-        ("zkcron-attempt", ctx.attempt.to_string()),
-        (
-            "zkcron-resumed",
-            if ctx.resumed { "1" } else { "0" }.to_owned(),
-        ),
-        // The same key on every attempt of the run: a receiver that did the work once answers
-        // a repeat without doing it again.
-        ("idempotency-key", ctx.run_id.clone()),
-    ];
-    if ctx.backfill {
-        headers.push(("zkcron-backfill", "1".to_owned()));
-    }
-    if let Some(submission) = &ctx.submission {
-        headers.push(("zkcron-submission-id", submission.id.clone()));
-        if let Some(by) = &submission.requested_by {
-            headers.push(("zkcron-requested-by", by.clone()));
-        }
-    }
+    let mut headers: Vec<(&'static str, String)> = ctx
+        .contract(&spec.name)
+        .into_iter()
+        .filter_map(|(key, value)| Some((key.header?, value)))
+        .collect();
+    headers.push(("idempotency-key", ctx.run_id.clone()));
     headers
 }
 

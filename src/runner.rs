@@ -25,7 +25,7 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
@@ -715,36 +715,10 @@ impl Drop for Group {
 
 /// The contract variables of DESIGN.md "Job contract".
 fn contract_env(spec: &JobSpec, ctx: &RunContext) -> Vec<(&'static str, String)> {
-    let mut env = vec![
-        ("ZKCRON_JOB", spec.name.as_str().to_owned()),
-        ("ZKCRON_RUN_ID", ctx.run_id.clone()),
-        (
-            "ZKCRON_SCHEDULED_AT",
-            ctx.scheduled_at
-                .to_rfc3339_opts(SecondsFormat::Millis, true),
-        ),
-        (
-            "ZKCRON_SCHEDULED_UNIX_MS",
-            ctx.scheduled_at.timestamp_millis().to_string(),
-        ),
-        ("ZKCRON_NODE", ctx.node.as_str().to_owned()),
-        ("ZKCRON_FENCING_TOKEN", ctx.fencing_token.0.to_string()),
-        ("ZKCRON_ATTEMPT", ctx.attempt.to_string()),
-        (
-            "ZKCRON_RESUMED",
-            if ctx.resumed { "1" } else { "0" }.to_owned(),
-        ),
-    ];
-    if ctx.backfill {
-        env.push(("ZKCRON_BACKFILL", "1".to_owned()));
-    }
-    if let Some(submission) = &ctx.submission {
-        env.push(("ZKCRON_SUBMISSION_ID", submission.id.clone()));
-        if let Some(by) = &submission.requested_by {
-            env.push(("ZKCRON_REQUESTED_BY", by.clone()));
-        }
-    }
-    env
+    ctx.contract(&spec.name)
+        .into_iter()
+        .map(|(key, value)| (key.env, value))
+        .collect()
 }
 
 /// Writes a submission's payload to the job's stdin and closes it. A job that exits without

@@ -411,10 +411,7 @@ fn pending_json(id: &SubmissionId, submission: &Submission) -> String {
 }
 
 fn record_state(record: &RunRecord, zone: Tz) -> String {
-    let status = serde_json::to_value(record.status)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default();
+    let status = record.status.as_str().to_owned();
     let mut state = match record.status {
         RunStatus::Cancelled => status,
         _ => format!(

@@ -22,8 +22,9 @@ pub struct FireQueue {
     heap: BinaryHeap<Reverse<(DateTime<Utc>, usize)>>,
     /// Each queued job's next tick, so a job's place is found without searching the heap.
     next: HashMap<JobName, DateTime<Utc>>,
-    /// Each job's latest tick handed out, so a rebuilt queue never repeats one.
-    popped: HashMap<JobName, DateTime<Utc>>,
+    /// Each job's latest tick handed out (by index, beside `jobs`: a map would cost every job
+    /// a copy of its name), so a rebuilt queue never repeats one.
+    popped: Vec<Option<DateTime<Utc>>>,
 }
 
 impl FireQueue {
@@ -36,29 +37,34 @@ impl FireQueue {
     /// The queue for `jobs` after a reload at `now`: a job goes on after the latest tick it was
     /// handed out, or at its first tick whose start is after `now`.
     pub fn rebuilt(&self, jobs: &[Arc<JobConfig>], now: DateTime<Utc>) -> Self {
-        Self::resumed(jobs, &self.popped, now)
+        let popped: HashMap<&JobName, DateTime<Utc>> = self
+            .jobs
+            .iter()
+            .zip(&self.popped)
+            .filter_map(|(job, last)| Some((&job.spec.name, (*last)?)))
+            .collect();
+        Self::resumed(jobs, &popped, now)
     }
 
     fn resumed(
         jobs: &[Arc<JobConfig>],
-        popped: &HashMap<JobName, DateTime<Utc>>,
+        popped: &HashMap<&JobName, DateTime<Utc>>,
         now: DateTime<Utc>,
     ) -> Self {
         let jobs: Vec<Arc<JobConfig>> = jobs.iter().filter(|job| job.enabled).cloned().collect();
         let mut queue = Self {
             heap: BinaryHeap::with_capacity(jobs.len()),
             next: HashMap::with_capacity(jobs.len()),
-            popped: HashMap::new(),
+            popped: jobs
+                .iter()
+                .map(|job| popped.get(&job.spec.name).copied())
+                .collect(),
             jobs,
         };
         for i in 0..queue.jobs.len() {
-            let name = &queue.jobs[i].spec.name;
             // A jittered tick may be past while its start is not.
-            let mut after = now - queue.jobs[i].jitter_span();
-            if let Some(last) = popped.get(name) {
-                after = after.max(*last);
-                queue.popped.insert(name.clone(), *last);
-            }
+            let after = now - queue.jobs[i].jitter_span();
+            let after = queue.popped[i].map_or(after, |last| after.max(last));
             queue.push_after(i, after, now);
         }
         queue
@@ -91,7 +97,7 @@ impl FireQueue {
             let Some(tick) = self.next.remove(&job.spec.name) else {
                 continue;
             };
-            self.popped.insert(job.spec.name.clone(), tick);
+            self.popped[i] = Some(tick);
             self.push_after(i, tick, now);
             due.push((tick, job));
         }

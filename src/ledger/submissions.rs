@@ -484,7 +484,7 @@ pub async fn cancel(
                         continue;
                     }
                     Some((_, SubmissionState::Recorded(record))) => {
-                        format!("{:?}", record.status).to_lowercase()
+                        record.status.as_str().to_owned()
                     }
                     Some((_, SubmissionState::Pending)) => continue,
                     Some((_, SubmissionState::Remembered(_) | SubmissionState::Pruned)) | None => {

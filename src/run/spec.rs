@@ -59,6 +59,74 @@ pub struct JobSpec {
     pub launcher: Launcher,
 }
 
+/// One fact of the job contract (DESIGN.md "Job contract"), by its two spellings: a process's
+/// environment variable and an HTTP target's header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContractKey {
+    /// `ZKCRON_RUN_ID`.
+    pub env: &'static str,
+    /// `zkcron-run-id`; `None` where a header would only repeat another.
+    pub header: Option<&'static str>,
+}
+
+const fn key(env: &'static str, header: &'static str) -> ContractKey {
+    ContractKey {
+        env,
+        header: Some(header),
+    }
+}
+
+impl RunContext {
+    /// The job contract for this run of `job`, each fact with its value, in one list for the
+    /// runner's environment and the delivery's headers alike.
+    pub fn contract(&self, job: &JobName) -> Vec<(ContractKey, String)> {
+        let mut facts = vec![
+            (key("ZKCRON_JOB", "zkcron-job"), job.as_str().to_owned()),
+            (key("ZKCRON_RUN_ID", "zkcron-run-id"), self.run_id.clone()),
+            (
+                key("ZKCRON_SCHEDULED_AT", "zkcron-scheduled-at"),
+                self.scheduled_at
+                    .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            ),
+            (
+                ContractKey {
+                    env: "ZKCRON_SCHEDULED_UNIX_MS",
+                    header: None,
+                },
+                self.scheduled_at.timestamp_millis().to_string(),
+            ),
+            (
+                key("ZKCRON_NODE", "zkcron-node"),
+                self.node.as_str().to_owned(),
+            ),
+            (
+                key("ZKCRON_FENCING_TOKEN", "zkcron-fencing-token"),
+                self.fencing_token.0.to_string(),
+            ),
+            (
+                key("ZKCRON_ATTEMPT", "zkcron-attempt"),
+                self.attempt.to_string(),
+            ),
+            (
+                key("ZKCRON_RESUMED", "zkcron-resumed"),
+                if self.resumed { "1" } else { "0" }.to_owned(),
+            ),
+        ];
+        if self.backfill {
+            facts.push((key("ZKCRON_BACKFILL", "zkcron-backfill"), "1".to_owned()));
+        }
+        if let Some(submission) = &self.submission {
+            let id = key("ZKCRON_SUBMISSION_ID", "zkcron-submission-id");
+            facts.push((id, submission.id.clone()));
+            if let Some(by) = &submission.requested_by {
+                let asked = key("ZKCRON_REQUESTED_BY", "zkcron-requested-by");
+                facts.push((asked, by.clone()));
+            }
+        }
+        facts
+    }
+}
+
 /// The facts about one run that the job receives in its environment (DESIGN.md "Job contract").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunContext {

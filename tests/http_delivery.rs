@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use support::daemon::{DaemonNode, now_ms, schedule_text, zkcron_ok};
+use support::daemon::{DaemonNode, logs_of, now_ms, schedule_text, zkcron_ok};
 use support::receiver::{Receiver, Seen};
 use support::tls::TestPki;
 use support::zk_cluster::try_wait_for;
@@ -55,14 +55,10 @@ async fn requests(
     })
     .await;
     found.unwrap_or_else(|not_reached| {
-        let logs: Vec<String> = nodes
-            .iter()
-            .map(|node| format!("--- {}\n{}", node.node_id, node.log_tail()))
-            .collect();
         panic!(
             "{not_reached}; seen {:?}\n{}",
             receiver.seen(),
-            logs.join("\n")
+            logs_of(nodes)
         )
     })
 }

@@ -17,7 +17,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use support::daemon::{
-    DELAY, DaemonNode, RECORD_FIRE, SESSION, SLACK, read_fires, schedule_text, zkcron_ok,
+    DELAY, DaemonNode, RECORD_FIRE, SESSION, SLACK, logs_of, read_fires, schedule_text, zkcron_ok,
 };
 use support::receiver::{Receiver, Seen};
 use support::zk_cluster::try_wait_for;
@@ -85,11 +85,7 @@ async fn wait_notices(
     })
     .await;
     found.unwrap_or_else(|not_reached| {
-        let logs: Vec<String> = nodes
-            .iter()
-            .map(|node| format!("--- {}\n{}", node.node_id, node.log_tail()))
-            .collect();
-        panic!("{not_reached}: {:?}\n{}", notices(dir), logs.join("\n"))
+        panic!("{not_reached}: {:?}\n{}", notices(dir), logs_of(nodes))
     })
 }
 

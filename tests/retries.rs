@@ -13,7 +13,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use support::daemon::{DaemonNode, Fire, RECORD_FIRE, read_fires, schedule_text, zkcron_ok};
+use support::daemon::{
+    DaemonNode, Fire, RECORD_FIRE, logs_of, read_fires, schedule_text, zkcron_ok,
+};
 use support::zk_cluster::try_wait_for;
 use support::{fault_lock, shared_ensemble, unique_chroot};
 
@@ -32,14 +34,10 @@ async fn attempt(fires: &Path, attempt: u32, within: Duration, nodes: &[&DaemonN
     })
     .await;
     found.unwrap_or_else(|not_reached| {
-        let logs: Vec<String> = nodes
-            .iter()
-            .map(|node| format!("--- {}\n{}", node.node_id, node.log_tail()))
-            .collect();
         panic!(
             "{not_reached}; fires {:?}\n{}",
             read_fires(fires),
-            logs.join("\n")
+            logs_of(nodes)
         )
     })
 }

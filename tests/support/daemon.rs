@@ -120,6 +120,15 @@ pub fn read_fires(path: &Path) -> Vec<Fire> {
         .collect()
 }
 
+/// The log tails of `nodes`, each under its node id: what a failed wait shows.
+pub fn logs_of(nodes: &[&DaemonNode]) -> String {
+    nodes
+        .iter()
+        .map(|node| format!("--- {}\n{}", node.node_id, node.log_tail()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// A running `zkcron run`.
 pub struct DaemonNode {
     pub node_id: String,

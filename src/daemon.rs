@@ -84,6 +84,7 @@ pub async fn run(
                 tokens: Arc::new(http.tokens),
                 me: settings.me.node_id.clone(),
                 heard: Arc::clone(&heard),
+                console: Arc::default(),
             };
             Some(crate::http::start(http.listen, state, shutdown.child_token()).await?)
         }

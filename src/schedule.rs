@@ -47,6 +47,7 @@
 mod explain;
 mod fields;
 mod matcher;
+pub mod words;
 
 use std::fmt;
 use std::ops::Range;

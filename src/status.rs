@@ -234,15 +234,24 @@ pub struct UndeclaredPending {
     pub pending_submissions: usize,
 }
 
-/// Reads the report of `config`'s lock group.
+/// The cluster without its jobs: every group's lock, the members, their drift and balance. What
+/// the console's overview shows on every refresh, at a cost that does not grow with the jobs.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClusterReport {
+    pub format: u32,
+    pub lock: LockReport,
+    pub members: Vec<MemberReport>,
+    pub schedule_drift: Vec<Drift>,
+    pub groups: Vec<GroupReport>,
+    pub balance: Vec<MemberBalance>,
+    pub unplaceable: Vec<String>,
+}
+
+/// Reads the cluster part of the report.
 ///
 /// # Errors
 /// A read failed.
-pub async fn gather(
-    client: &Client,
-    config: &Config,
-    now: DateTime<Utc>,
-) -> Result<StatusReport, StatusError> {
+pub async fn cluster(client: &Client, config: &Config) -> Result<ClusterReport, StatusError> {
     let paths = LockPaths::new(&config.lock.root, &config.lock.name);
     let lock = lock_report(client, &config.lock.name, &paths).await?;
     let mut members: Vec<MemberReport> = inspect::members(client, &paths)
@@ -256,6 +265,38 @@ pub async fn gather(
         .collect();
     judge_clocks(&mut members, config.lock.max_clock_offset);
     let schedule_drift = drift_from_owner(&lock, &members);
+    let groups = group_reports(client, config, &paths, &lock, &members).await?;
+    let (balance, unplaceable) = balance(&groups, &members);
+    Ok(ClusterReport {
+        format: FORMAT,
+        lock,
+        members,
+        schedule_drift,
+        groups,
+        balance,
+        unplaceable,
+    })
+}
+
+/// Reads the report of `config`'s lock group.
+///
+/// # Errors
+/// A read failed.
+pub async fn gather(
+    client: &Client,
+    config: &Config,
+    now: DateTime<Utc>,
+) -> Result<StatusReport, StatusError> {
+    let ClusterReport {
+        lock,
+        members,
+        schedule_drift,
+        groups,
+        balance,
+        unplaceable,
+        ..
+    } = cluster(client, config).await?;
+    let paths = LockPaths::new(&config.lock.root, &config.lock.name);
     let ledger_paths = LedgerPaths::new(&paths);
     let pending = pending_summary(client, &ledger_paths.delayed, PENDING_LIMIT).await?;
     let pauses = control_store::pauses(client, &ControlPaths::new(&paths)).await?;
@@ -317,8 +358,6 @@ pub async fn gather(
             waiting,
         });
     }
-    let groups = group_reports(client, config, &paths, &lock, &members).await?;
-    let (balance, unplaceable) = balance(&groups, &members);
     Ok(StatusReport {
         format: FORMAT,
         groups,

@@ -248,7 +248,7 @@ async fn writes_need_the_token_and_go_through_zookeeper_like_the_cli() {
         &request(
             port,
             "GET",
-            "/v1/submissions?state=pending",
+            "/v1/submissions?state=waiting",
             Some(TOKEN),
             None,
         )

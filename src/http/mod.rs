@@ -1,5 +1,6 @@
 //! One small HTTP listener per node (`[http] listen`, docs/API.md): metrics, health, status and
-//! history to read; trigger, submissions, pause, resume and release to steer.
+//! history to read; trigger, submissions, pause, resume and release to steer; and the web console
+//! (`/console/`), a page built on those same endpoints.
 //!
 //! Owns: routes, the bearer token check on write endpoints, JSON error bodies and status codes.
 //! Must not: hold policy. Reads go to ZooKeeper through `status` and `ledger`; writes go through
@@ -31,6 +32,12 @@ use crate::metrics::Metrics;
 use crate::view::NodeView;
 use crate::zk::Secret;
 
+mod browse;
+mod console;
+mod index;
+
+use index::RunIndex;
+
 /// The most runs `GET /v1/jobs/{job}/runs` returns.
 const MAX_RUNS: usize = 1000;
 
@@ -55,12 +62,55 @@ pub struct HttpState {
     pub tokens: Arc<Vec<NamedToken>>,
     pub me: NodeId,
     pub heard: Arc<Heard>,
+    /// The console's index of the run ledger, started by the first page that needs it.
+    pub console: Arc<ConsoleIndex>,
+}
+
+/// The console's [`RunIndex`] while one runs, and what stops it.
+#[derive(Default)]
+pub struct ConsoleIndex {
+    running: std::sync::Mutex<Option<RunIndex>>,
+    stop: CancellationToken,
 }
 
 impl HttpState {
     /// The schedule as loaded now: shared, not copied.
     fn config(&self) -> Arc<Config> {
         Arc::clone(&self.config.borrow())
+    }
+
+    /// The console's index on `client`'s session: the running one, or a new one.
+    fn index(&self, client: &zookeeper_client::Client) -> RunIndex {
+        let mut running = match self.console.running.lock() {
+            Ok(running) => running,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if let Some(index) = running.as_ref().filter(|index| index.serves(client)) {
+            index.touch();
+            return index.clone();
+        }
+        let config = self.config();
+        let runs = LedgerPaths::new(&LockPaths::new(&config.lock.root, &config.lock.name)).runs;
+        let index = RunIndex::start(client.clone(), runs, self.console.stop.child_token());
+        *running = Some(index.clone());
+        index
+    }
+
+    /// This node's own view, beside the cluster's.
+    fn node_report(&self) -> NodeReport {
+        let lock = self.view.borrow().lock;
+        let lease = self.heard.lease();
+        NodeReport {
+            node_id: self.me.clone(),
+            owner: lock.may_fire,
+            fencing_token: lock.token.map(|t| t.0),
+            connected: lock.connected,
+            last_heard_unix_ms: lease.map(|(heard, _)| heard),
+            session_timeout_ms: lease.map(|(_, timeout)| timeout),
+            lease_until_unix_ms: lease
+                .filter(|_| lock.token.is_some())
+                .map(|(heard, timeout)| heard + timeout),
+        }
     }
 
     fn client(&self) -> Result<zookeeper_client::Client, ApiError> {
@@ -86,8 +136,11 @@ pub async fn start(
         .map_err(|source| BindError { listen, source })?;
     let bound = listener.local_addr().unwrap_or(listen);
     tracing::info!(listen = %bound, "http listener up");
+    let console = Arc::clone(&state.console);
     let app = router(state);
     Ok(tokio::spawn(async move {
+        // The index's watch goes with the listener.
+        let _stop_index = console.stop.clone().drop_guard();
         let served = axum::serve(
             listener,
             app.into_make_service_with_connect_info::<SocketAddr>(),
@@ -106,6 +159,8 @@ fn router(state: HttpState) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/v1/status", get(status))
+        .route("/v1/overview", get(browse::overview))
+        .route("/v1/jobs", get(browse::jobs))
         .route("/v1/jobs/{job}/runs", get(runs))
         .route("/v1/jobs/{job}/trigger", post(trigger))
         .route("/v1/jobs/{job}/backfill", post(backfill))
@@ -113,11 +168,16 @@ fn router(state: HttpState) -> Router {
         .route("/v1/jobs/{job}/pause", post(pause))
         .route("/v1/jobs/{job}/resume", post(resume))
         .route("/v1/submissions", get(submissions))
-        .route("/v1/submissions/{id}", delete(cancel))
+        .route(
+            "/v1/submissions/{id}",
+            delete(cancel).get(browse::submission),
+        )
         .route("/v1/submissions/{id}/reschedule", post(reschedule))
         .route("/v1/submissions/{id}/retry", post(retry))
         .route("/v1/release", post(release))
+        .merge(console::routes())
         .with_state(state)
+        .layer(axum::middleware::map_response(console::security_headers))
 }
 
 /// An error as the API answers it: a status code and `{"error": "…"}`.
@@ -212,6 +272,17 @@ fn authorize(
     need: TokenKind,
     peer: SocketAddr,
 ) -> Result<String, ApiError> {
+    let by = proven(state, headers, need, peer)?;
+    Ok(named_by(headers, by))
+}
+
+/// Who the request proves to be: its token's name, or its address.
+fn proven(
+    state: &HttpState,
+    headers: &HeaderMap,
+    need: TokenKind,
+    peer: SocketAddr,
+) -> Result<String, ApiError> {
     let given = headers
         .get(header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
@@ -280,6 +351,27 @@ fn requester(peer: SocketAddr) -> String {
     format!("http:{}", peer.ip())
 }
 
+/// The header a person names themselves with (the console sends it): recorded beside the
+/// address or token that proved the right to write, never instead of it.
+const ACTOR_HEADER: &str = "x-zkcron-actor";
+
+/// `by` with the name the request gives in [`ACTOR_HEADER`], if any: `alice (http:10.0.0.7)`.
+/// Only letters, digits and ` .-_@` are kept, at most 64 of them.
+fn named_by(headers: &HeaderMap, by: String) -> String {
+    let name: String = headers
+        .get(ACTOR_HEADER)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or_default()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || " .-_@".contains(*c))
+        .take(64)
+        .collect();
+    match name.trim() {
+        "" => by,
+        name => format!("{name} ({by})"),
+    }
+}
+
 async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
     (
         [(
@@ -319,7 +411,7 @@ async fn readyz(State(state): State<HttpState>) -> Response {
 
 /// This node's own view, beside the lock group's: ownership as a lease.
 #[derive(Serialize)]
-struct NodeReport {
+pub(crate) struct NodeReport {
     node_id: NodeId,
     owner: bool,
     fencing_token: Option<i32>,
@@ -350,20 +442,7 @@ async fn status(
     let group = crate::status::gather(&client, &config, Utc::now())
         .await
         .map_err(|err| ApiError::unavailable(chain(&err)))?;
-    let lock = state.view.borrow().lock;
-    let lease = state.heard.lease();
-    let owner = lock.may_fire;
-    let node = NodeReport {
-        node_id: state.me.clone(),
-        owner,
-        fencing_token: lock.token.map(|t| t.0),
-        connected: lock.connected,
-        last_heard_unix_ms: lease.map(|(heard, _)| heard),
-        session_timeout_ms: lease.map(|(_, timeout)| timeout),
-        lease_until_unix_ms: lease
-            .filter(|_| lock.token.is_some())
-            .map(|(heard, timeout)| heard + timeout),
-    };
+    let node = state.node_report();
     Ok(axum::Json(StatusBody { node, group }).into_response())
 }
 
@@ -422,7 +501,8 @@ struct SubmissionsQuery {
     limit: Option<usize>,
 }
 
-/// `GET /v1/submissions?state=failed[&job=J][&limit=N]`: the dead letters, as run records.
+/// `GET /v1/submissions?state=pending|recent|failed[&job=J][&limit=N]`: pending ones in due
+/// order; the newest runs; the dead letters, as run records.
 async fn submissions(
     State(state): State<HttpState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
@@ -432,14 +512,19 @@ async fn submissions(
     authorize(&state, &headers, TokenKind::Read, peer)?;
     let Query(query) =
         query.map_err(|err| ApiError::new(StatusCode::BAD_REQUEST, err.body_text()))?;
-    if query.state.as_deref() != Some("failed") {
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "state: only \"failed\" is listed here (GET /v1/status counts the pending ones)",
-        ));
-    }
     let job = query.job.map(JobName::new);
     let limit = query.limit.unwrap_or(50).min(MAX_RUNS);
+    match query.state.as_deref() {
+        Some("failed") => {}
+        Some("pending") => return browse::pending(&state, job.as_ref(), limit).await,
+        Some("recent") => return browse::recent(&state, job.as_ref(), limit),
+        _ => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "state: one of \"pending\", \"recent\" and \"failed\"",
+            ));
+        }
+    }
     let delayed = Delayed::with_client(state.client()?, &state.config());
     let failed = delayed
         .failed(job.as_ref(), limit)

@@ -1,0 +1,517 @@
+//! The console's view of the run ledger: per job, its newest runs and the `missed` records among
+//! everything kept; across jobs, the newest submission outcomes. Built while the console is in
+//! use, so that listing 10 000 jobs filtered by how they last ended does not read 10 000
+//! histories per page.
+//!
+//! The index reads every kept record once, then follows the ledger through one persistent
+//! recursive watch on `runs/`: each change is one read of the record that changed. It lives on
+//! the node's session and is dropped with it, after a reconnection that may have lost events
+//! (it is read again), or [`IDLE`] after the last page asked for it.
+//!
+//! Owns: that derived view and its upkeep. Must not: write to ZooKeeper, or be the source of
+//! anything but what the console shows (the ledger is; `status` reads it directly).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use zookeeper_client::{AddWatchMode, Client, EventType, SessionId, SessionState, WatchedEvent};
+
+use crate::delayed::submission::SubmissionId;
+use crate::ids::{JobName, NodeId};
+use crate::layout::RecordName;
+use crate::run::{RunRecord, RunStatus};
+
+/// How many of a job's newest runs the index keeps (the jobs table's strip).
+pub const STRIP: usize = 30;
+/// How many of the newest submission outcomes it keeps, across jobs.
+pub const RECENT_SUBMISSIONS: usize = 200;
+/// An index nobody asked for this long is dropped with its watch.
+pub const IDLE: Duration = Duration::from_secs(600);
+/// Reads in flight at once while loading: enough to keep the servers busy, few enough that a
+/// heartbeat of the lock on the same session waits behind no more than a few milliseconds.
+const IN_FLIGHT: usize = 128;
+
+/// One run as the console shows it in a row or a strip.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct RunDigest {
+    pub job: JobName,
+    pub run_id: String,
+    pub scheduled_unix_ms: i64,
+    pub started_unix_ms: Option<i64>,
+    pub finished_unix_ms: Option<i64>,
+    pub status: RunStatus,
+    pub node_id: NodeId,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub http_status: Option<u16>,
+    pub attempt: u32,
+    pub submission_id: Option<SubmissionId>,
+    pub missed_ticks: Option<u64>,
+}
+
+impl RunDigest {
+    fn of(record: &RunRecord) -> Self {
+        Self {
+            job: record.job.clone(),
+            run_id: record.run_id.clone(),
+            scheduled_unix_ms: record.scheduled_unix_ms,
+            started_unix_ms: record.started_unix_ms,
+            finished_unix_ms: record.finished_unix_ms,
+            status: record.status,
+            node_id: record.node_id.clone(),
+            exit_code: record.exit_code,
+            signal: record.signal,
+            http_status: record.http_status,
+            attempt: record.attempt,
+            submission_id: record.submission_id.clone(),
+            missed_ticks: record.missed_ticks,
+        }
+    }
+
+    /// The instant that orders outcomes: when it ended, or else when it was due.
+    fn ended_or_due(&self) -> i64 {
+        self.finished_unix_ms.unwrap_or(self.scheduled_unix_ms)
+    }
+}
+
+/// One job's runs, as far as the console needs them.
+#[derive(Debug, Default, Clone)]
+pub struct JobRuns {
+    /// The newest [`STRIP`] records.
+    pub strip: BTreeMap<RecordName, RunDigest>,
+    /// Every kept `missed` record, with the ticks it stands for.
+    missed: BTreeMap<RecordName, u64>,
+}
+
+impl JobRuns {
+    /// Ticks recorded `missed` among the kept records.
+    pub fn missed_ticks(&self) -> u64 {
+        self.missed.values().sum()
+    }
+
+    /// The newest run.
+    pub fn last(&self) -> Option<&RunDigest> {
+        self.strip.values().next_back()
+    }
+
+    fn put(&mut self, name: RecordName, digest: RunDigest) {
+        if digest.status == RunStatus::Missed {
+            self.missed
+                .insert(name.clone(), digest.missed_ticks.unwrap_or(1));
+        } else {
+            self.missed.remove(&name);
+        }
+        let newer = self.strip.keys().next().is_none_or(|oldest| &name > oldest);
+        if self.strip.len() < STRIP || newer || self.strip.contains_key(&name) {
+            self.strip.insert(name, digest);
+            while self.strip.len() > STRIP {
+                self.strip.pop_first();
+            }
+        }
+    }
+
+    fn remove(&mut self, name: &RecordName) {
+        self.missed.remove(name);
+        self.strip.remove(name);
+    }
+}
+
+/// What the index knows now.
+#[derive(Debug, Default)]
+pub struct IndexState {
+    pub jobs: HashMap<JobName, JobRuns>,
+    /// The newest submission outcomes (and runs in progress), keyed to keep them in order.
+    recent: BTreeMap<(i64, RecordName, JobName), RunDigest>,
+    /// Job directories read so far in the current load, and how many there are.
+    pub loaded: usize,
+    pub to_load: usize,
+    /// All kept records were read and every change since has been followed.
+    pub ready: bool,
+    /// Why the index stopped following the ledger, if it did.
+    pub ended: Option<String>,
+}
+
+impl IndexState {
+    /// The newest submission outcomes, newest first.
+    pub fn recent_submissions(&self, limit: usize) -> Vec<RunDigest> {
+        self.recent.values().rev().take(limit).cloned().collect()
+    }
+
+    fn put(&mut self, job: &JobName, name: RecordName, digest: RunDigest) {
+        if name.submission.is_some() {
+            self.recent.retain(|(_, n, j), _| !(n == &name && j == job));
+            self.recent.insert(
+                (digest.ended_or_due(), name.clone(), job.clone()),
+                digest.clone(),
+            );
+            while self.recent.len() > RECENT_SUBMISSIONS {
+                self.recent.pop_first();
+            }
+        }
+        self.jobs.entry(job.clone()).or_default().put(name, digest);
+    }
+
+    fn remove(&mut self, job: &JobName, name: &RecordName) {
+        if name.submission.is_some() {
+            self.recent.retain(|(_, n, j), _| !(n == name && j == job));
+        }
+        if let Some(runs) = self.jobs.get_mut(job) {
+            runs.remove(name);
+        }
+    }
+}
+
+/// A running index: its state, and what keeps it alive.
+#[derive(Clone)]
+pub struct RunIndex {
+    pub state: Arc<RwLock<IndexState>>,
+    session: SessionId,
+    last_asked: Arc<AtomicI64>,
+    stop: CancellationToken,
+}
+
+impl RunIndex {
+    /// Starts following `runs` (the ledger's `runs/` directory) on `client`'s session.
+    pub fn start(client: Client, runs: String, stop: CancellationToken) -> Self {
+        let index = Self {
+            state: Arc::default(),
+            session: client.session_id(),
+            last_asked: Arc::new(AtomicI64::new(monotonic_secs())),
+            stop,
+        };
+        let task = index.clone();
+        tokio::spawn(async move {
+            let why = task.follow(&client, &runs).await;
+            tracing::debug!(reason = why, "console index stopped");
+            if let Ok(mut state) = task.state.write() {
+                state.ready = false;
+                state.ended = Some(why);
+            }
+        });
+        index
+    }
+
+    /// Whether this index still serves `client`'s session.
+    pub fn serves(&self, client: &Client) -> bool {
+        self.session == client.session_id()
+            && !self.stop.is_cancelled()
+            && self.state.read().is_ok_and(|state| state.ended.is_none())
+    }
+
+    /// Marks it as asked for now, which keeps it alive for [`IDLE`] more.
+    pub fn touch(&self) {
+        self.last_asked.store(monotonic_secs(), Ordering::Relaxed);
+    }
+
+    fn idle(&self) -> bool {
+        let idle = monotonic_secs() - self.last_asked.load(Ordering::Relaxed);
+        u64::try_from(idle).is_ok_and(|idle| idle >= IDLE.as_secs())
+    }
+
+    /// Loads, then follows changes until the session ends, the index idles or is stopped.
+    /// Returns why it stopped.
+    async fn follow(&self, client: &Client, runs: &str) -> String {
+        let mut watcher = match client.watch(runs, AddWatchMode::PersistentRecursive).await {
+            Ok(watcher) => watcher,
+            Err(err) => return format!("cannot watch {runs}: {err}"),
+        };
+        let (events_tx, mut events) = mpsc::unbounded_channel();
+        let stop = self.stop.clone();
+        tokio::spawn(async move {
+            loop {
+                let event = tokio::select! {
+                    () = stop.cancelled() => return,
+                    event = watcher.changed() => event,
+                };
+                let terminal = event.session_state.is_terminated();
+                if events_tx.send(event).is_err() || terminal {
+                    // The watcher panics if asked again after a terminal state.
+                    return;
+                }
+            }
+        });
+        if let Err(why) = self.load(client, runs).await {
+            return why;
+        }
+        let mut sweep = tokio::time::interval(Duration::from_secs(30));
+        let mut batch = Vec::new();
+        loop {
+            tokio::select! {
+                () = self.stop.cancelled() => return "stopped".to_owned(),
+                _ = sweep.tick() => {
+                    if self.idle() {
+                        self.stop.cancel();
+                        return format!("nobody asked for {} s", IDLE.as_secs());
+                    }
+                }
+                received = events.recv_many(&mut batch, 1024) => {
+                    if received == 0 {
+                        return "the watch ended".to_owned();
+                    }
+                    match self.apply(client, runs, &mut batch).await {
+                        Ok(()) => {}
+                        Err(why) => return why,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Applies a batch of watch events: each record that changed is read once.
+    async fn apply(
+        &self,
+        client: &Client,
+        runs: &str,
+        batch: &mut Vec<WatchedEvent>,
+    ) -> Result<(), String> {
+        let mut changed = HashSet::new();
+        let mut reload = false;
+        for event in batch.drain(..) {
+            match event.event_type {
+                EventType::Session => match event.session_state {
+                    state if state.is_terminated() => {
+                        return Err(format!("the session ended ({state:?})"));
+                    }
+                    SessionState::Disconnected => {
+                        if let Ok(mut state) = self.state.write() {
+                            state.ready = false;
+                        }
+                    }
+                    // Events during the disconnection may be lost (ZOOKEEPER-4698): read it all
+                    // again.
+                    SessionState::SyncConnected => reload = true,
+                    _ => {}
+                },
+                _ => {
+                    changed.insert(event.path);
+                }
+            }
+        }
+        if reload {
+            return self.load(client, runs).await;
+        }
+        let mut records = Vec::new();
+        for path in changed {
+            let Some((job, name)) = parse_path(runs, &path) else {
+                continue;
+            };
+            records.push((job, name, path));
+        }
+        let read = read_many(client, records).await;
+        let mut state = self.state.write().map_err(|_| "index lock poisoned")?;
+        for (job, name, record) in read {
+            match (name, record) {
+                (Some(name), Some(record)) => state.put(&job, name, RunDigest::of(&record)),
+                (Some(name), None) => state.remove(&job, &name),
+                (None, _) => {
+                    state.jobs.entry(job).or_default();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads every kept record of every job under `runs`, replacing what the index held.
+    async fn load(&self, client: &Client, runs: &str) -> Result<(), String> {
+        let jobs = match client.list_children(runs).await {
+            Ok(jobs) => jobs,
+            Err(zookeeper_client::Error::NoNode) => Vec::new(),
+            Err(err) => return Err(format!("cannot list {runs}: {err}")),
+        };
+        let jobs: Vec<JobName> = jobs.into_iter().map(JobName::new).collect();
+        if let Ok(mut state) = self.state.write() {
+            *state = IndexState {
+                to_load: jobs.len(),
+                ..IndexState::default()
+            };
+        }
+        for chunk in jobs.chunks(IN_FLIGHT) {
+            if self.stop.is_cancelled() {
+                return Err("stopped".to_owned());
+            }
+            let listings: Vec<_> = chunk
+                .iter()
+                .map(|job| client.list_children(&format!("{runs}/{job}")))
+                .collect();
+            let mut wanted = Vec::new();
+            for (job, listing) in chunk.iter().zip(listings) {
+                for child in listing.await.unwrap_or_default() {
+                    if let Some(name) = RecordName::parse(&child) {
+                        let path = format!("{runs}/{job}/{child}");
+                        wanted.push((job.clone(), Some(name), path));
+                    }
+                }
+            }
+            let read = read_many(client, wanted).await;
+            let mut state = self.state.write().map_err(|_| "index lock poisoned")?;
+            for job in chunk {
+                state.jobs.entry(job.clone()).or_default();
+            }
+            for (job, name, record) in read {
+                if let (Some(name), Some(record)) = (name, record) {
+                    state.put(&job, name, RunDigest::of(&record));
+                }
+            }
+            state.loaded += chunk.len();
+        }
+        if let Ok(mut state) = self.state.write() {
+            state.ready = true;
+        }
+        Ok(())
+    }
+}
+
+/// Reads the records at the given paths, [`IN_FLIGHT`] at a time; `None` where the node is gone
+/// (or foreign: logged with its path by `RunRecord::parse`'s caller).
+async fn read_many(
+    client: &Client,
+    wanted: Vec<(JobName, Option<RecordName>, String)>,
+) -> Vec<(JobName, Option<RecordName>, Option<RunRecord>)> {
+    let mut read = Vec::with_capacity(wanted.len());
+    let mut wanted = wanted.into_iter().peekable();
+    while wanted.peek().is_some() {
+        let chunk: Vec<_> = wanted.by_ref().take(IN_FLIGHT).collect();
+        let pending: Vec<_> = chunk
+            .iter()
+            .map(|(_, name, path)| name.as_ref().map(|_| client.get_data(path)))
+            .collect();
+        for ((job, name, path), answer) in chunk.into_iter().zip(pending) {
+            let record = match answer {
+                Some(answer) => match answer.await {
+                    Ok((data, _)) => RunRecord::parse(&data)
+                        .inspect_err(|err| {
+                            tracing::warn!(path, error = %err, "unreadable run record");
+                        })
+                        .ok(),
+                    Err(_) => None,
+                },
+                None => None,
+            };
+            read.push((job, name, record));
+        }
+    }
+    read
+}
+
+/// `<runs>/<job>` → (job, None); `<runs>/<job>/<record>` → (job, Some(record)); anything else
+/// (foreign names below a job) is not the index's.
+fn parse_path(runs: &str, path: &str) -> Option<(JobName, Option<RecordName>)> {
+    let rest = path.strip_prefix(runs)?.strip_prefix('/')?;
+    match rest.split_once('/') {
+        None if !rest.is_empty() => Some((JobName::new(rest.to_owned()), None)),
+        Some((job, name)) if !name.contains('/') => {
+            Some((JobName::new(job.to_owned()), Some(RecordName::parse(name)?)))
+        }
+        _ => None,
+    }
+}
+
+/// Seconds on a clock that only moves forward, for idling.
+fn monotonic_secs() -> i64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let start = START.get_or_init(std::time::Instant::now);
+    i64::try_from(start.elapsed().as_secs()).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn digest(job: &str, ms: i64, status: RunStatus) -> (RecordName, RunDigest) {
+        let name = RecordName {
+            scheduled_unix_ms: ms,
+            submission: None,
+        };
+        let digest = RunDigest {
+            job: JobName::new(job.to_owned()),
+            run_id: format!("{job}-{ms}"),
+            scheduled_unix_ms: ms,
+            started_unix_ms: None,
+            finished_unix_ms: None,
+            status,
+            node_id: NodeId::new("n1".to_owned()),
+            exit_code: None,
+            signal: None,
+            http_status: None,
+            attempt: 1,
+            submission_id: None,
+            missed_ticks: (status == RunStatus::Missed).then_some(3),
+        };
+        (name, digest)
+    }
+
+    #[test]
+    fn the_strip_keeps_the_newest_and_missed_counts_every_kept_gap() {
+        let mut runs = JobRuns::default();
+        let (name, missed) = digest("a", 0, RunStatus::Missed);
+        runs.put(name.clone(), missed);
+        for ms in 1..=40 {
+            let (name, run) = digest("a", ms * 1000, RunStatus::Succeeded);
+            runs.put(name, run);
+        }
+        assert_eq!(runs.strip.len(), STRIP);
+        assert_eq!(
+            runs.last().map(|r| r.scheduled_unix_ms),
+            Some(40_000),
+            "the newest run is last"
+        );
+        assert_eq!(
+            runs.missed_ticks(),
+            3,
+            "a gap older than the strip still counts"
+        );
+        runs.remove(&name);
+        assert_eq!(runs.missed_ticks(), 0, "a pruned gap no longer counts");
+        // An old record changing state does not push a newer one out of the strip.
+        let (old, run) = digest("a", 500, RunStatus::Failed);
+        runs.put(old, run);
+        assert_eq!(runs.strip.len(), STRIP);
+        assert!(runs.strip.keys().all(|n| n.scheduled_unix_ms > 500));
+    }
+
+    #[test]
+    fn a_record_rewritten_stays_one_entry() {
+        let mut state = IndexState::default();
+        let job = JobName::new("a".to_owned());
+        let id = SubmissionId::parse("order-1").ok();
+        let name = RecordName {
+            scheduled_unix_ms: 5,
+            submission: id.clone(),
+        };
+        let (_, mut run) = digest("a", 5, RunStatus::Running);
+        run.submission_id = id;
+        state.put(&job, name.clone(), run.clone());
+        run.status = RunStatus::Succeeded;
+        run.finished_unix_ms = Some(9);
+        state.put(&job, name.clone(), run);
+        let recent = state.recent_submissions(10);
+        assert_eq!(recent.len(), 1);
+        assert_eq!(recent[0].status, RunStatus::Succeeded);
+        state.remove(&job, &name);
+        assert!(state.recent_submissions(10).is_empty());
+    }
+
+    #[test]
+    fn paths_below_runs_name_a_job_or_a_record() {
+        let runs = "/zkcron/main/runs";
+        assert_eq!(
+            parse_path(runs, "/zkcron/main/runs/backup"),
+            Some((JobName::new("backup".to_owned()), None))
+        );
+        let (job, name) = parse_path(runs, "/zkcron/main/runs/backup/1700000000000")
+            .unwrap_or_else(|| panic!("a record path"));
+        assert_eq!(job.as_str(), "backup");
+        assert_eq!(name.map(|n| n.scheduled_unix_ms), Some(1_700_000_000_000));
+        assert_eq!(
+            parse_path(runs, "/zkcron/main/runs/backup/not-a-record"),
+            None
+        );
+        assert_eq!(parse_path(runs, "/zkcron/main/running/backup"), None);
+        assert_eq!(parse_path(runs, "/zkcron/main/runs"), None);
+    }
+}

@@ -37,8 +37,12 @@
 # lateness with a run without them (issue 11: scrapes must not delay fires). "scrapes" reports
 # how many were served and their own latency.
 #
+# With --console, the same, with what the web console's page asks on each of its refreshes
+# (/v1/overview and a page of /v1/jobs), once a second for the whole run (issue 21: a page
+# refreshing every second must not delay fires).
+#
 # Usage: bench/fire_lateness.sh [--servers 1|3] [--seconds N] [--jobs N] [--binary PATH]
-#                               [--scrape N] [--log-level FILTER] [--keep]
+#                               [--scrape N | --console] [--log-level FILTER] [--keep]
 #   --binary     use this zkcron instead of building one (cargo build --release honours
 #                CARGO_TARGET_DIR)
 #   --log-level  zkcron's log filter (default zkcron=debug,info); the log is kept with --keep
@@ -55,6 +59,7 @@ jobs=1
 binary=""
 log_level="zkcron=debug,info"
 scrapes=0
+console=0
 usage() { sed -n '/^# Usage:/,/^# Everything/p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while (($#)); do
   case "$1" in
@@ -62,6 +67,7 @@ while (($#)); do
     --seconds) seconds=${2:?}; shift 2 ;;
     --jobs) jobs=${2:?}; shift 2 ;;
     --scrape) scrapes=${2:?}; shift 2 ;;
+    --console) console=1; shift ;;
     --binary) binary=${2:?}; shift 2 ;;
     --log-level) log_level=${2:?}; shift 2 ;;
     --keep) BENCH_KEEP=1; shift ;;
@@ -73,6 +79,7 @@ done
 [[ "$seconds" =~ ^[0-9]+$ ]] && ((seconds >= 5)) || bench_die "--seconds must be an integer >= 5"
 [[ "$jobs" =~ ^[0-9]+$ ]] && ((jobs >= 1 && jobs <= 1000)) || bench_die "--jobs must be 1..1000"
 [[ "$scrapes" =~ ^[0-9]+$ ]] || bench_die "--scrape must be a count"
+((console)) && scrapes=$seconds
 
 bench_init
 binary=$(bench_binary "$binary")
@@ -185,9 +192,10 @@ scrape_report="$work/scrapes"
 if ((scrapes > 0)); then
   http_port=$(sed -n 's/.*http listener up.*listen=[^ ]*:\([0-9]*\).*/\1/p' "$log" | head -n 1)
   [[ -n "$http_port" ]] || bench_die "no 'http listener up' line in the zkcron log"
-  python3 - "$http_port" "$scrapes" "$seconds" "$scrape_report" <<'PY' &
+  python3 - "$http_port" "$scrapes" "$seconds" "$scrape_report" "$console" <<'PY' &
 import sys, time, urllib.request
 port, count, seconds, out = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+console = sys.argv[5] == "1"
 gap = seconds / count
 start = time.monotonic()
 took, failed = [], 0
@@ -195,14 +203,18 @@ for i in range(count):
     wait = start + i * gap - time.monotonic()
     if wait > 0:
         time.sleep(wait)
-    path = "/v1/status" if i % 10 == 9 else "/metrics"
-    t0 = time.monotonic()
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as reply:
-            reply.read()
-        took.append((time.monotonic() - t0) * 1000)
-    except Exception:
-        failed += 1
+    if console:
+        paths = ["/v1/overview", "/v1/jobs?status=all&sort=name&offset=0&limit=50"]
+    else:
+        paths = ["/v1/status" if i % 10 == 9 else "/metrics"]
+    for path in paths:
+        t0 = time.monotonic()
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as reply:
+                reply.read()
+            took.append((time.monotonic() - t0) * 1000)
+        except Exception:
+            failed += 1
 took.sort()
 pick = lambda q: took[min(len(took) - 1, int(q * len(took)))] if took else float("nan")
 with open(out, "w") as f:

@@ -219,7 +219,6 @@ struct JobRow {
 
 #[derive(Serialize)]
 struct StripRun {
-    run_id: String,
     scheduled_unix_ms: i64,
     status: RunStatus,
 }
@@ -384,11 +383,10 @@ pub(super) async fn jobs(
                 .runs
                 .map(|runs| {
                     runs.strip
-                        .values()
-                        .map(|run| StripRun {
-                            run_id: run.run_id.clone(),
-                            scheduled_unix_ms: run.scheduled_unix_ms,
-                            status: run.status,
+                        .iter()
+                        .map(|(name, status)| StripRun {
+                            scheduled_unix_ms: name.scheduled_unix_ms,
+                            status: *status,
                         })
                         .collect()
                 })

@@ -13,6 +13,7 @@
   let busy = false;
   let again = false;
   let rendered = false;
+  let declined = false;
 
   // ---- DOM ----------------------------------------------------------------------------------
   function h(tag, attrs, ...children) {
@@ -125,8 +126,12 @@
     let answer = null;
     const text = await response.text();
     try { answer = text ? JSON.parse(text) : null; } catch (_) { answer = { error: text }; }
-    if (response.status === 401 && method === 'GET') needsToken('This node\'s API needs a read token.');
+    if (response.status === 401 && method === 'GET' && !declined) needsToken('This node\'s API needs a read token.');
     return { ok: response.ok, status: response.status, body: answer };
+  }
+  // What a refused or failed request says, for the person.
+  function failure(answer) {
+    return answer.body && answer.body.error ? answer.body.error : 'HTTP ' + answer.status;
   }
   function say(text, good) {
     const answer = document.getElementById('answer');
@@ -165,6 +170,8 @@
   });
   document.getElementById('token-cancel').addEventListener('click', () => {
     afterToken = null;
+    // Not asked again by the refresh; the Token… button asks.
+    declined = true;
     tokenDialog.close();
   });
   function showWho() {
@@ -205,7 +212,7 @@
     if (answer.ok) {
       say(step.done(answer.body || {}), true);
     } else {
-      const why = answer.body && answer.body.error ? answer.body.error : 'HTTP ' + answer.status;
+      const why = failure(answer);
       say(step.title.replace(/\?$/, '') + ' was refused: ' + why, false);
     }
     tick();
@@ -416,7 +423,7 @@
       if (query.q) p.set('q', query.q);
       const answer = await api('GET', '/v1/jobs?' + p);
       if (!rendered) performance.mark('zkcron-answered');
-      if (!answer.ok) { fill(note, answer.body && answer.body.error ? answer.body.error : 'HTTP ' + answer.status); return; }
+      if (!answer.ok) { fill(note, failure(answer)); return; }
       const page = answer.body;
       fill(chips, STATUSES.map((status) => h('button', {
         type: 'button', 'aria-pressed': String(query.status === status), 'data-key': 'status:' + status,
@@ -500,7 +507,7 @@
           h('dt', {}, 'Group'), h('dd', {}, job.group)),
           h('p', { class: 'actions' }, pauseButton(job.name, job.paused), ' ', triggerButton(job.name))));
       }
-      if (!history.ok) { fill(runs, h('p', {}, history.body && history.body.error ? history.body.error : 'HTTP ' + history.status)); return; }
+      if (!history.ok) { fill(runs, h('p', {}, failure(history))); return; }
       fill(runs, history.body.length ? h('div', { class: 'table-wrap' }, h('table', { id: 'runs' },
         h('thead', {}, h('tr', {},
           h('th', { scope: 'col' }, 'Scheduled'), h('th', { scope: 'col' }, 'Status'),
@@ -557,7 +564,7 @@
         api('GET', '/v1/submissions?state=pending&limit=100'),
         api('GET', '/v1/submissions?state=recent&limit=100'),
       ]);
-      fill(pendingRegion, !waiting.ok ? h('p', {}, waiting.body.error || 'HTTP ' + waiting.status)
+      fill(pendingRegion, !waiting.ok ? h('p', {}, failure(waiting))
         : waiting.body.length ? h('div', { class: 'table-wrap' }, h('table', { id: 'pending' },
           h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Id'), h('th', { scope: 'col' }, 'Job'),
             h('th', { scope: 'col' }, 'Due'), h('th', { scope: 'col', class: 'wide' }, 'Payload'),
@@ -567,7 +574,7 @@
             h('td', {}, when(s.due_unix_ms)), h('td', { class: 'wide' }, bytes(s.payload_bytes)),
             h('td', { class: 'actions' }, cancelButton(s.id)))))))
           : h('p', { class: 'muted' }, 'Nothing is pending.'));
-      fill(recentRegion, !recent.ok ? h('p', {}, recent.body.error || 'HTTP ' + recent.status)
+      fill(recentRegion, !recent.ok ? h('p', {}, failure(recent))
         : recent.body.length ? h('div', { class: 'table-wrap' }, h('table', { id: 'recent' },
           h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Id'), h('th', { scope: 'col' }, 'Job'),
             h('th', { scope: 'col' }, 'Due'), h('th', { scope: 'col' }, 'Status'),
@@ -585,7 +592,7 @@
     fill(main, h('p', {}, h('a', { href: '#/submissions' }, '← Submissions')), h('h1', {}, 'Submission ', h('span', { class: 'mono' }, id)), body);
     async function refresh() {
       const answer = await api('GET', '/v1/submissions/' + encodeURIComponent(id));
-      if (!answer.ok) { fill(body, h('p', { role: 'alert' }, answer.body && answer.body.error ? answer.body.error : 'HTTP ' + answer.status)); return; }
+      if (!answer.ok) { fill(body, h('p', { role: 'alert' }, failure(answer))); return; }
       const s = answer.body;
       const record = s.record;
       fill(body, h('div', { class: 'card' }, h('dl', {},

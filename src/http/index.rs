@@ -213,6 +213,11 @@ impl RunIndex {
             && self.state.read().is_ok_and(|state| state.ended.is_none())
     }
 
+    /// Stops following the ledger.
+    pub fn stop(&self) {
+        self.stop.cancel();
+    }
+
     /// Marks it as asked for now, which keeps it alive for [`IDLE`] more.
     pub fn touch(&self) {
         self.last_asked.store(monotonic_secs(), Ordering::Relaxed);

@@ -89,6 +89,10 @@ impl HttpState {
             index.touch();
             return index.clone();
         }
+        if let Some(old) = running.take() {
+            // Another session's, or one that ended: its watch goes with it.
+            old.stop();
+        }
         let config = self.config();
         let runs = LedgerPaths::new(&LockPaths::new(&config.lock.root, &config.lock.name)).runs;
         let index = RunIndex::start(client.clone(), runs, self.console.stop.child_token());

@@ -412,18 +412,33 @@ impl ChaosCluster {
     /// A new session on the ensemble itself (not through a proxy). Tried again for up to
     /// [`CLIENT_WITHIN`]: an ensemble just back from a whole pause serves its old sessions
     /// first, and one attempt's 2.4 s could run out on a busy machine (seen once in CI).
+    /// Each attempt asks one server, in turn: with the whole connect string, every attempt of
+    /// 30 s timed out once in CI after a pause of every server, although the ensemble said it
+    /// served; one server that takes connections and answers none must not hide the others.
     pub async fn client(&self) -> Client {
-        let connect = self.ensemble.connect_string();
         let deadline = tokio::time::Instant::now() + CLIENT_WITHIN;
+        let mut failed = Vec::new();
+        let mut servers = (0..self.ensemble.len()).cycle();
         loop {
-            match Client::connect(&connect).await {
+            let server = servers.next().unwrap_or_default();
+            let address = self.ensemble.server_address(server);
+            match Client::connect(&address).await {
                 Ok(client) => return client,
-                Err(err) if tokio::time::Instant::now() >= deadline => {
-                    panic!("connect to the ensemble within {CLIENT_WITHIN:?}: {err}")
-                }
-                // A pause between attempts, not a wait for an event: there is none to await.
-                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+                Err(err) => failed.push(format!("{address}: {err}")),
             }
+            if tokio::time::Instant::now() >= deadline {
+                let logs: Vec<String> = (0..self.ensemble.len())
+                    .map(|i| format!("--- server {i} ---\n{}", self.ensemble.log_tail(i)))
+                    .collect();
+                panic!(
+                    "connect to a server of the ensemble within {CLIENT_WITHIN:?}; the last \
+                     attempts: {}\n{}",
+                    failed[failed.len().saturating_sub(6)..].join("; "),
+                    logs.join("\n")
+                );
+            }
+            // A pause between attempts, not a wait for an event: there is none to await.
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
 

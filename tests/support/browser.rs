@@ -145,13 +145,22 @@ impl Browser {
             .unwrap_or_else(|e| panic!("no {css} in the page: {e}"))
     }
 
-    /// Clicks the first element matching `css`.
+    /// Clicks the first element matching `css`. The page redraws its tables every 2 s, so the
+    /// button found may be replaced before the click lands (a stale element): it is found and
+    /// clicked again, for up to 10 s.
     pub async fn click(&self, css: &str) {
-        self.element(css)
-            .await
-            .click()
-            .await
-            .unwrap_or_else(|e| panic!("click {css}: {e}"));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            match self.element(css).await.click().await {
+                Ok(()) => return,
+                Err(e) if tokio::time::Instant::now() >= deadline => {
+                    panic!("click {css}: {e}")
+                }
+                // A pause between attempts, not a wait for an event: no event marks the end of
+                // the page's redraw.
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
     }
 
     /// Types `text` into the input matching `css`, replacing what it held.

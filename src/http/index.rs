@@ -197,7 +197,15 @@ impl RunIndex {
         let task = index.clone();
         tokio::spawn(async move {
             let why = task.follow(&client, &runs).await;
-            tracing::debug!(reason = why, "console index stopped");
+            if task.stop.is_cancelled() {
+                tracing::debug!(reason = why, "console index stopped");
+            } else {
+                // The console shows "reading…" for every job until a new index has read them.
+                tracing::warn!(
+                    reason = why,
+                    "console index failed; the next page starts another"
+                );
+            }
             if let Ok(mut state) = task.state.write() {
                 state.ready = false;
                 state.ended = Some(why);

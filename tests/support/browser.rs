@@ -120,7 +120,8 @@ impl Browser {
     }
 
     /// Waits until the first element matching `css` has a text for which `ok` holds; returns it.
-    /// The page changes by itself (its refresh, an answer): this polls the DOM every 100 ms.
+    /// The page changes by itself (its refresh, an answer): this polls the DOM every 100 ms. A
+    /// wait in vain says what the element last showed, and the page's banners and answer.
     pub async fn wait_text(
         &self,
         what: &str,
@@ -128,10 +129,26 @@ impl Browser {
         within: impl Into<Within>,
         ok: impl Fn(&str) -> bool,
     ) -> String {
-        wait_for(what, within, || async {
-            self.text(css).await.filter(|text| ok(text))
+        let last = std::sync::Mutex::new(None::<String>);
+        let found = super::try_wait_for(what, within, || async {
+            let text = self.text(css).await;
+            if let Ok(mut last) = last.lock() {
+                last.clone_from(&text);
+            }
+            text.filter(|text| ok(text))
         })
-        .await
+        .await;
+        match found {
+            Ok(text) => text,
+            Err(not_reached) => {
+                let shown = last.lock().ok().and_then(|last| last.clone());
+                let banners = self.text("#banners").await.unwrap_or_default();
+                let answer = self.text("#answer").await.unwrap_or_default();
+                panic!(
+                    "{not_reached}\n{css} showed: {shown:?}\nbanners: {banners:?}\nanswer: {answer:?}"
+                )
+            }
+        }
     }
 
     /// The first element matching `css`, waiting for it to exist (the page draws as answers

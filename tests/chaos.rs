@@ -225,6 +225,19 @@ async fn partition_of_the_owner_blackholed_within_the_session() {
     .await;
 }
 
+/// The servers hear the owner but it hears nothing back: the claims it sends are applied, their
+/// replies lost. Each must be read back as claimed (and run, or recorded too late with its
+/// guard released), not left `claimed` with a guard that refuses the job's later ticks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partition_of_the_owner_muted_within_the_session() {
+    partition_of_the_owner(
+        "partition (replies muted) within the session",
+        Fault::MuteReplies,
+        WITHIN_SESSION,
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "full chaos suite: scripts/chaos"]
 async fn kill_of_the_zookeeper_leader() {

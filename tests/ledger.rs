@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError, SessionState};
 
+use support::proxy::{Fault, Proxy};
 use support::{shared_ensemble, wait_until};
 use zkcron::delayed::{Submission, SubmissionId};
 use zkcron::layout::LedgerPaths;
@@ -16,7 +17,7 @@ use zkcron::layout::LockPaths;
 use zkcron::ledger::submissions::{self, SubmissionError};
 use zkcron::ledger::{self, ClaimError, UpdateError};
 use zkcron::run::{self, ClaimMode, RunRecord, RunStatus};
-use zkcron::{FencingToken, JobName, NodeId};
+use zkcron::{FencingToken, JobName, NodeId, SessionId};
 
 /// Bound on a client noticing that the server expired its session: the server closes the
 /// connection with the session, the client reconnects at once and is refused. Milliseconds
@@ -334,6 +335,102 @@ async fn our_own_write_with_a_lost_reply_is_reconciled() {
     let stored = read_fresh(&b, &claim.path).await.expect("record");
     assert_eq!(stored.status, RunStatus::Succeeded);
     assert_eq!(claim.version, 2);
+}
+
+/// A claim whose reply never came was applied all the same — its record and its `running/<job>`
+/// guard. Taken for not claimed, the guard held by our living session would refuse the job's
+/// every later tick. Read back, the claim is ours, and finishing it releases the guard.
+#[tokio::test]
+async fn a_claim_whose_reply_was_lost_is_read_back_as_ours() {
+    let (_, b, paths, connect) = setup("ledger-claim-lost-reply").await;
+    let chroot = &connect[connect.find('/').expect("a chroot")..];
+    let upstream = shared_ensemble()
+        .server_address(0)
+        .parse()
+        .expect("address");
+    let proxy = Proxy::start(upstream).await.expect("proxy");
+    // A session that outlives the fault: the claim's guard lives as long as it does.
+    let a = Client::connector()
+        .with_session_timeout(Duration::from_secs(30))
+        .connect(&format!("{}{chroot}", proxy.addr()))
+        .await
+        .expect("session through the proxy");
+    let token = acquire(&a, &paths).await;
+    let session = SessionId(a.session_id().0);
+    let plan = |job: &str, tick, node| {
+        ledger::ClaimPlan::new(
+            &paths,
+            record(job, tick, node, token),
+            ClaimMode::Create,
+            true,
+            Acls::anyone_all(),
+        )
+    };
+    let never_sent = plan("guarded", 1000, "a").read_back(&a, session).await;
+    assert!(
+        matches!(never_sent, Ok(None)),
+        "nothing sent, nothing applied: {never_sent:?}"
+    );
+
+    let job = JobName::new("guarded");
+    // As the daemon does when it starts firing: the claim is then one round trip.
+    ledger::ensure_parents(&a, &paths, [&job].into_iter(), Acls::anyone_all())
+        .await
+        .expect("record parents");
+    proxy.set(Fault::MuteReplies);
+    let lost = plan("guarded", 1000, "a");
+    let answer = tokio::time::timeout(Duration::from_secs(1), lost.clone().send_alone(&a)).await;
+    assert!(answer.is_err(), "no reply passes the proxy: {answer:?}");
+    let path = paths.record(&job, 1000);
+    wait_until(
+        "the unanswered claim applied",
+        Duration::from_secs(10),
+        || {
+            let (b, path) = (&b, &path);
+            async move { read_fresh(b, path).await.is_some() }
+        },
+    )
+    .await;
+    proxy.set(Fault::None);
+
+    let mut claim = lost
+        .read_back(&a, session)
+        .await
+        .expect("read back once the session answers again")
+        .expect("the stored record is the one sent");
+    assert_eq!(claim.version, 0);
+    assert_eq!(claim.guard.as_deref(), Some(paths.running(&job).as_str()));
+    let next = plan("guarded", 2000, "a").send_alone(&a).await;
+    assert!(
+        matches!(next, Err(ClaimError::RunAlive { .. })),
+        "the lost claim holds the job's guard: {next:?}"
+    );
+    claim.record.status = RunStatus::Succeeded;
+    ledger::finish(&a, &mut claim)
+        .await
+        .expect("the read-back claim finishes like any other");
+    let next = plan("guarded", 2000, "a").send_alone(&a).await;
+    assert!(
+        next.is_ok(),
+        "its guard went with its final record: {next:?}"
+    );
+
+    // Someone else's record for the tick is theirs, whatever our reply said.
+    let theirs = ledger::claim(
+        &b,
+        &paths,
+        record("guarded", 3000, "b", token),
+        ClaimMode::Create,
+        false,
+        Acls::anyone_all(),
+    )
+    .await;
+    assert!(theirs.is_ok(), "{theirs:?}");
+    let ours = plan("guarded", 3000, "a").read_back(&a, session).await;
+    assert!(
+        matches!(ours, Err(ClaimError::AlreadyClaimed { .. })),
+        "{ours:?}"
+    );
 }
 
 /// A pending submission `id` of job `close`, due at `due`, written as the CLI does.

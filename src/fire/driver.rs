@@ -32,7 +32,7 @@ use super::machine::{
     Action, ClaimRefused, FireMachine, Input, JobRecords, RESOLVE_WINDOW, RecordWrite, TickClaim,
 };
 use crate::config::JobConfig;
-use crate::ids::{JobName, NodeId};
+use crate::ids::{JobName, NodeId, SessionId};
 use crate::layout::ControlPaths;
 use crate::layout::LedgerPaths;
 use crate::layout::LockPaths;
@@ -77,6 +77,60 @@ async fn bounded<T>(what: &str, request: impl Future<Output = T>) -> Option<T> {
         tracing::warn!(what, limit = ?REQUEST_LIMIT, "zookeeper did not answer in time");
     }
     answer.ok()
+}
+
+/// What the machine makes of a claim's definite refusal.
+fn refusal(err: &ClaimError) -> ClaimRefused {
+    match err {
+        ClaimError::NotOwner { .. } => ClaimRefused::NotOwner,
+        ClaimError::AlreadyClaimed { .. } => ClaimRefused::AlreadyClaimed,
+        ClaimError::RunAlive { .. } => ClaimRefused::RunAlive,
+        err @ ClaimError::Zk { .. } => ClaimRefused::Failed(error_chain(err)),
+    }
+}
+
+/// A claim sent from `session` that got no answer (`why`) may have been applied: its record,
+/// its `running/<job>` guard and all. Answered as not claimed, an applied claim would leave the
+/// record `claimed` and the guard held by our living session, and every later tick of a
+/// `forbid` job skipped as "alive on another node" until the session ends. So the outcome is
+/// read back, as often as it takes while the session lives (a read waits for the session to
+/// connect again); a claim that was applied comes back as claimed, and the machine starts it,
+/// or records why it is too late and releases its guard.
+async fn read_back(
+    client: &Client,
+    plan: &ClaimPlan,
+    session: SessionId,
+    why: String,
+) -> Result<run::Claim, ClaimRefused> {
+    /// Between two reads that failed: ZooKeeper is not answering yet.
+    const READ_AGAIN_AFTER: Duration = Duration::from_millis(500);
+    let path = plan.path();
+    tracing::warn!(
+        path,
+        why,
+        "claim unanswered: reading its record back to learn whether it was applied"
+    );
+    loop {
+        if SessionId(client.session_id().0) != session || client.state().is_terminated() {
+            // The guard went with the session; a record left `claimed` is resolved by the
+            // next owner's catch-up, as any run of a dead session.
+            let why = format!("{why}; the session ended before the claim could be read back");
+            return Err(ClaimRefused::Failed(why));
+        }
+        match bounded(path, plan.read_back(client, session)).await {
+            Some(Ok(Some(claim))) => {
+                tracing::info!(path, "the unanswered claim was applied: the tick is ours");
+                return Ok(claim);
+            }
+            Some(Ok(None)) => return Err(ClaimRefused::Failed(why)),
+            Some(Err(err @ ClaimError::AlreadyClaimed { .. })) => return Err(refusal(&err)),
+            Some(Err(err)) => {
+                tracing::debug!(path, error = %error_chain(&err), "claim not read back yet");
+                tokio::time::sleep(READ_AGAIN_AFTER).await;
+            }
+            None => {}
+        }
+    }
 }
 
 /// Where the machine's records live.
@@ -652,15 +706,14 @@ impl Io {
             let (job, tick) = (record.job.clone(), record.scheduled_unix_ms);
             let path = record.path(&paths);
             let plan = ClaimPlan::new(&paths, record, mode, guarded, acls);
-            let claimed = bounded(&path, group.claim(plan));
+            let session = SessionId(client.session_id().0);
+            let claimed = bounded(&path, group.claim(plan.clone()));
             let result = match claimed.await {
-                Some(result) => result.map_err(|err| match err {
-                    ClaimError::NotOwner { .. } => ClaimRefused::NotOwner,
-                    ClaimError::AlreadyClaimed { .. } => ClaimRefused::AlreadyClaimed,
-                    ClaimError::RunAlive { .. } => ClaimRefused::RunAlive,
-                    err @ ClaimError::Zk { .. } => ClaimRefused::Failed(error_chain(&err)),
-                }),
-                None => Err(ClaimRefused::Failed("no answer in time".into())),
+                Some(Err(err)) if err.unanswered() => {
+                    read_back(&client, &plan, session, error_chain(&err)).await
+                }
+                Some(result) => result.map_err(|err| refusal(&err)),
+                None => read_back(&client, &plan, session, "no answer in time".into()).await,
             };
             let already = result == Err(ClaimRefused::AlreadyClaimed);
             let _ = answers.send(Input::ClaimDone { id, result });

@@ -45,6 +45,35 @@ pub enum ClaimError {
 }
 
 impl ClaimError {
+    /// The claim may have gone out without its answer coming back — the connection was lost
+    /// (`ConnectionLoss`, or the client's own "no response from connection"), the reply was
+    /// unreadable — so its multi may have been applied. [`ClaimPlan::read_back`] tells. A
+    /// server's refusal is an answer: nothing of the multi was applied.
+    pub fn unanswered(&self) -> bool {
+        let ClaimError::Zk { source, .. } = self else {
+            return false;
+        };
+        !matches!(
+            source,
+            ZkErr::NoNode
+                | ZkErr::NodeExists
+                | ZkErr::BadVersion
+                | ZkErr::NotEmpty
+                | ZkErr::NoChildrenForEphemerals
+                | ZkErr::NoAuth
+                | ZkErr::InvalidAcl
+                | ZkErr::BadArguments(_)
+                | ZkErr::NotReadOnly
+                | ZkErr::QuotaExceeded
+                | ZkErr::Throttled
+                | ZkErr::MarshallingError
+                | ZkErr::Unimplemented
+                | ZkErr::SessionMoved
+                | ZkErr::AuthFailed
+                | ZkErr::ClientClosed
+        )
+    }
+
     pub(crate) fn from_zk(path: &str, err: crate::zk::ZkError) -> Self {
         let (path, source) = err.into_request(path);
         ClaimError::Zk { path, source }
@@ -161,6 +190,11 @@ impl ClaimPlan {
             epoch: paths.epoch.clone(),
             acls,
         }
+    }
+
+    /// The path of the tick's run record.
+    pub fn path(&self) -> &str {
+        &self.path
     }
 
     /// The fencing token the claim checks the epoch at: claims in one group share it.
@@ -308,6 +342,59 @@ impl ClaimPlan {
             ) => Err(ClaimError::Zk {
                 path: self.path.clone(),
                 source,
+            }),
+        }
+    }
+
+    /// Whether this claim, sent from `session` without an answer (see
+    /// [`ClaimError::unanswered`]), was applied, read back from its record: `Some(claim)` when
+    /// the record is exactly what was sent (its guard, marker and open-run create went with
+    /// it: a multi is all or nothing), `None` when nothing of it was applied (no record, or
+    /// the record claimed again still at the version we claimed it at).
+    ///
+    /// A read that waits for the session to connect again is the standard way out of an
+    /// unknown outcome. The `sync` first: the server we reconnected to may be behind the leader
+    /// that applied the multi; a request of the old connection that reaches the leader after
+    /// the session moved is refused (`SessionMoved`), so it cannot land after this read.
+    ///
+    /// # Errors
+    /// `AlreadyClaimed` when the record is someone else's; `Zk` when the read failed (the
+    /// outcome is still unknown: read again).
+    pub async fn read_back(
+        &self,
+        client: &Client,
+        session: SessionId,
+    ) -> Result<Option<Claim>, ClaimError> {
+        let zk_err = |source| ClaimError::Zk {
+            path: self.path.clone(),
+            source,
+        };
+        client.sync(&self.path).await.map_err(zk_err)?;
+        let (data, stat) = match client.get_data(&self.path).await {
+            Ok(found) => found,
+            Err(ZkErr::NoNode) => return Ok(None),
+            Err(source) => return Err(zk_err(source)),
+        };
+        if data == self.data {
+            let claim = Claim {
+                path: self.path.clone(),
+                version: stat.version,
+                sent: self.record.clone(),
+                record: self.record.clone(),
+                guard: self.guard.clone(),
+                open: self
+                    .pending
+                    .as_ref()
+                    .and_then(|pending| pending.open.clone()),
+                session,
+            };
+            return Ok(Some(claim));
+        }
+        match self.mode {
+            ClaimMode::Again { version } if stat.version == version => Ok(None),
+            _ => Err(ClaimError::AlreadyClaimed {
+                job: self.record.job.clone(),
+                scheduled_unix_ms: self.record.scheduled_unix_ms,
             }),
         }
     }

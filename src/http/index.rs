@@ -85,7 +85,9 @@ impl RunDigest {
 pub struct JobRuns {
     /// The newest [`STRIP`] records' outcomes.
     pub strip: BTreeMap<RecordName, RunStatus>,
-    /// The newest record.
+    /// The newest record of a run that started (or ended without starting: skipped, missed,
+    /// interrupted). A tick only `claimed` is a promise, not a run: claimed ahead of its
+    /// instant, it would stand for the job's last run for a moment before every tick.
     last: Option<(RecordName, RunDigest)>,
     /// Every kept `missed` record, with the ticks it stands for.
     missed: BTreeMap<RecordName, u64>,
@@ -116,7 +118,8 @@ impl JobRuns {
                 self.strip.pop_first();
             }
         }
-        if self.last.as_ref().is_none_or(|(newest, _)| &name >= newest) {
+        let started = digest.status != RunStatus::Claimed;
+        if started && self.last.as_ref().is_none_or(|(newest, _)| &name >= newest) {
             self.last = Some((name, digest));
         }
     }
@@ -496,6 +499,26 @@ mod tests {
         assert_eq!(runs.strip.len(), STRIP);
         assert!(runs.strip.keys().all(|n| n.scheduled_unix_ms > 500));
         assert_eq!(runs.last().map(|r| r.scheduled_unix_ms), Some(40_000));
+    }
+
+    #[test]
+    fn a_tick_claimed_ahead_is_not_the_last_run_until_it_starts() {
+        let mut runs = JobRuns::default();
+        let (name, run) = digest("a", 1000, RunStatus::Succeeded);
+        runs.put(name, run);
+        let (next, claimed) = digest("a", 2000, RunStatus::Claimed);
+        runs.put(next.clone(), claimed);
+        assert_eq!(
+            runs.last().map(|r| (r.scheduled_unix_ms, r.status)),
+            Some((1000, RunStatus::Succeeded)),
+            "a claim is a promise, not a run"
+        );
+        let (_, running) = digest("a", 2000, RunStatus::Running);
+        runs.put(next, running);
+        assert_eq!(
+            runs.last().map(|r| (r.scheduled_unix_ms, r.status)),
+            Some((2000, RunStatus::Running))
+        );
     }
 
     #[test]

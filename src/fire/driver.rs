@@ -66,8 +66,10 @@ const BURST: usize = 1000;
 // Short: a node that can fire wakes every second to read the delayed submissions due.
 const QUIET_AFTER_BURST: Duration = Duration::from_millis(200);
 
-/// A request whose answer has not come by then is answered as failed, so that no claim, listing
-/// or final record keeps the machine (or a stop) waiting on an ensemble that does not answer.
+/// A request whose answer has not come by then is answered as failed, so that no listing or
+/// final record keeps the machine (or a stop) waiting on an ensemble that does not answer. Not a
+/// claim: its outcome decides whether the tick is ours, so it is awaited (and read back when the
+/// answer is lost); a stop does not wait for it past its own limit.
 const REQUEST_LIMIT: Duration = Duration::from_secs(10);
 
 /// `request`'s output, or `None` (logged) when it took longer than [`REQUEST_LIMIT`].
@@ -707,13 +709,23 @@ impl Io {
             let path = record.path(&paths);
             let plan = ClaimPlan::new(&paths, record, mode, guarded, acls);
             let session = SessionId(client.session_id().0);
-            let claimed = bounded(&path, group.claim(plan.clone()));
-            let result = match claimed.await {
-                Some(Err(err)) if err.unanswered() => {
+            // Not dropped at a time limit: a claim still queued behind other groups would go
+            // out after its read-back had found nothing. Every claim gets an answer, or an
+            // error once the connection is lost or the session ends.
+            let claimed = group.claim(plan.clone());
+            tokio::pin!(claimed);
+            let answer = match tokio::time::timeout(REQUEST_LIMIT, &mut claimed).await {
+                Ok(answer) => answer,
+                Err(_) => {
+                    tracing::warn!(path, limit = ?REQUEST_LIMIT, "claim not answered in time; still waiting for its answer");
+                    claimed.await
+                }
+            };
+            let result = match answer {
+                Err(err) if err.unanswered() => {
                     read_back(&client, &plan, session, error_chain(&err)).await
                 }
-                Some(result) => result.map_err(|err| refusal(&err)),
-                None => read_back(&client, &plan, session, "no answer in time".into()).await,
+                other => other.map_err(|err| refusal(&err)),
             };
             let already = result == Err(ClaimRefused::AlreadyClaimed);
             let _ = answers.send(Input::ClaimDone { id, result });

@@ -376,19 +376,7 @@ impl ClaimPlan {
             Err(source) => return Err(zk_err(source)),
         };
         if data == self.data {
-            let claim = Claim {
-                path: self.path.clone(),
-                version: stat.version,
-                sent: self.record.clone(),
-                record: self.record.clone(),
-                guard: self.guard.clone(),
-                open: self
-                    .pending
-                    .as_ref()
-                    .and_then(|pending| pending.open.clone()),
-                session,
-            };
-            return Ok(Some(claim));
+            return Ok(Some(self.clone().claim_at(stat.version, session)));
         }
         match self.mode {
             ClaimMode::Again { version } if stat.version == version => Ok(None),
@@ -425,6 +413,11 @@ impl ClaimPlan {
             ) => stat.version,
             (ClaimMode::Again { version }, _) => version + 1,
         };
+        self.claim_at(version, session)
+    }
+
+    /// The claim made, its record stored at `version`.
+    fn claim_at(self, version: i32, session: SessionId) -> Claim {
         let open = self.pending.and_then(|pending| pending.open);
         Claim {
             path: self.path,

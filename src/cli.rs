@@ -622,7 +622,7 @@ async fn status(config: &Config, json: bool) -> Result<(), CliError> {
 /// `zkcron status` as text: the lock, then one line per job in the spirit of
 /// `systemctl list-timers`.
 fn status_lines(report: &StatusReport, config: &Config) -> Vec<String> {
-    let lock = &report.lock;
+    let lock = &report.cluster.lock;
     let mut lines = vec![format!("lock {} ({})", lock.name, lock.path)];
     let session = lock.session.as_deref().unwrap_or("?");
     let owner = match (lock.state, &lock.owner) {
@@ -649,8 +649,8 @@ fn status_lines(report: &StatusReport, config: &Config) -> Vec<String> {
         ),
         None => "fencing token: none (never acquired)".to_owned(),
     });
-    lines.push(format!("members:       {}", report.members.len()));
-    for member in &report.members {
+    lines.push(format!("members:       {}", report.cluster.members.len()));
+    for member in &report.cluster.members {
         let mut detail = match &member.info {
             Some(info) => format!(
                 "ip {}, host {}, pid {}, version {}",
@@ -730,7 +730,7 @@ fn status_lines(report: &StatusReport, config: &Config) -> Vec<String> {
             lines.push(delivery_line(deliveries));
         }
     }
-    for drift in &report.schedule_drift {
+    for drift in &report.cluster.schedule_drift {
         lines.push(format!(
             "schedule drift: {} (it would fire a different schedule after a takeover)",
             zkcron::drift::describe(drift)
@@ -776,6 +776,7 @@ fn status_lines(report: &StatusReport, config: &Config) -> Vec<String> {
 /// The lock groups for `status`: the balance, then one line per group (issue 19).
 fn group_lines(report: &StatusReport) -> Vec<String> {
     let balance: Vec<String> = report
+        .cluster
         .balance
         .iter()
         .map(|member| format!("{} {}", member.node_id, member.groups.len()))
@@ -783,7 +784,7 @@ fn group_lines(report: &StatusReport) -> Vec<String> {
     let mut lines = vec![
         format!(
             "groups:        {} (owned per member: {})",
-            report.groups.len(),
+            report.cluster.groups.len(),
             if balance.is_empty() {
                 "no live member".to_owned()
             } else {
@@ -795,7 +796,7 @@ fn group_lines(report: &StatusReport) -> Vec<String> {
             "GROUP", "OWNER", "TOKEN", "REQUIRES"
         ),
     ];
-    for group in &report.groups {
+    for group in &report.cluster.groups {
         let owner = match (group.lock.state, &group.lock.owner) {
             ("held", Some(info)) if info.releasing => format!("{} (handing over)", info.node_id),
             ("held", Some(info)) => info.node_id.to_string(),
@@ -829,7 +830,7 @@ fn group_lines(report: &StatusReport) -> Vec<String> {
             jobs.join(", ")
         ));
     }
-    for name in &report.unplaceable {
+    for name in &report.cluster.unplaceable {
         lines.push(format!(
             "group {name}: no live member carries the tags it requires: its jobs do not fire"
         ));

@@ -51,24 +51,17 @@ pub enum StatusError {
 /// `zkcron status --json`.
 #[derive(Debug, Clone, Serialize)]
 pub struct StatusReport {
-    pub format: u32,
-    pub lock: LockReport,
-    pub members: Vec<MemberReport>,
+    /// Every group's lock, the members, their drift and balance: the fields of
+    /// [`ClusterReport`], at the top level of the JSON.
+    #[serde(flatten)]
+    pub cluster: ClusterReport,
     pub jobs: Vec<JobReport>,
     /// Jobs with pending submissions that the schedule file does not declare.
     pub undeclared_pending: Vec<UndeclaredPending>,
     /// Whether every pending submission was counted (at most [`PENDING_LIMIT`]).
     pub pending_complete: bool,
-    /// Members whose published schedule differs from the owner's (`drift`).
-    pub schedule_drift: Vec<Drift>,
     /// Each `[[limit]]`: the runs holding a lease and those waiting in its queue.
     pub limits: Vec<LimitReport>,
-    /// Every lock group, the default one first (issue 19); one entry without `[[group]]`s.
-    pub groups: Vec<GroupReport>,
-    /// How many groups each live member owns now, by node.
-    pub balance: Vec<MemberBalance>,
-    /// Groups that no live member may own: none carries every tag they require.
-    pub unplaceable: Vec<String>,
 }
 
 /// One lock group now: its lock as `lock` shows the default group's, and its jobs.
@@ -287,15 +280,7 @@ pub async fn gather(
     config: &Config,
     now: DateTime<Utc>,
 ) -> Result<StatusReport, StatusError> {
-    let ClusterReport {
-        lock,
-        members,
-        schedule_drift,
-        groups,
-        balance,
-        unplaceable,
-        ..
-    } = cluster(client, config).await?;
+    let cluster = cluster(client, config).await?;
     let paths = LockPaths::new(&config.lock.root, &config.lock.name);
     let ledger_paths = LedgerPaths::new(&paths);
     let pending = pending_summary(client, &ledger_paths.delayed, PENDING_LIMIT).await?;
@@ -359,16 +344,10 @@ pub async fn gather(
         });
     }
     Ok(StatusReport {
-        format: FORMAT,
-        groups,
-        balance,
-        unplaceable,
-        lock,
-        members,
+        cluster,
         jobs,
         undeclared_pending,
         pending_complete: pending.complete,
-        schedule_drift,
         limits,
     })
 }

@@ -553,7 +553,12 @@ async fn a_cancelled_group_that_dies_at_once_is_not_waited_for_to_the_end_of_its
     host_env();
     let (report, pids, stopped_within) = cancelled_once_announced(
         "trapping",
-        r#"trap 'exit 143' TERM; sleep 300 & echo "$! $$" > "$ANNOUNCE"; wait $!"#,
+        // Announced once the background child is `sleep`: until its exec it still has the
+        // shell's handler for TERM (inherited through fork), and a SIGTERM caught there is lost —
+        // `sleep` would then live out the grace, as a job ignoring SIGTERM does.
+        r#"trap 'exit 143' TERM; sleep 300 &
+           until read -r c < /proc/$!/comm && [ "$c" = sleep ]; do :; done
+           echo "$! $$" > "$ANNOUNCE"; wait $!"#,
         Duration::from_secs(30),
     )
     .await;
@@ -806,6 +811,7 @@ fn as_a_child_subreaper_too() {
         "timeout_stops_the_whole_group_including_grandchildren",
         "a_job_ignoring_sigterm_is_killed_with_its_group_after_the_grace",
         "dropping_the_run_future_kills_the_group",
+        "a_cancelled_group_that_dies_at_once_is_not_waited_for_to_the_end_of_its_grace",
     ];
     let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
         .arg("--exact")

@@ -234,9 +234,13 @@ pub struct ClusterReport {
     pub format: u32,
     pub lock: LockReport,
     pub members: Vec<MemberReport>,
+    /// Members whose published schedule differs from the owner's (`drift`).
     pub schedule_drift: Vec<Drift>,
+    /// Every lock group, the default one first (issue 19); one entry without `[[group]]`s.
     pub groups: Vec<GroupReport>,
+    /// How many groups each live member owns now, by node.
     pub balance: Vec<MemberBalance>,
+    /// Groups that no live member may own: none carries every tag they require.
     pub unplaceable: Vec<String>,
 }
 

@@ -50,6 +50,8 @@ use crate::view::NodeView;
 
 /// Sleep at most this long at once, so a wall-clock step (NTP, suspend) is noticed in time.
 const MAX_SLEEP: Duration = Duration::from_secs(30);
+/// A deadline the machine left in the past after a Tick is woken for no more often than this.
+const SPIN_FLOOR: chrono::Duration = chrono::Duration::milliseconds(20);
 /// A run recorded `running` before its start (a submission's) tries the write this many times,
 /// each bounded by [`REQUEST_LIMIT`], before it is reported as not started.
 const START_WRITE_ATTEMPTS: usize = 3;
@@ -220,9 +222,20 @@ pub async fn run(
     let metrics = Arc::clone(&io.settings.metrics);
     let group_name = io.settings.group_name.clone();
     let mut observer = observe::Observer::new(&metrics, &group_name, io.settings.member_duties);
+    // When the last Tick was fed: a deadline at or before it is one the Tick did not act on.
+    let mut ticked_at: Option<DateTime<Utc>> = None;
+    let mut spin_said = false;
     loop {
         let latest = Utc::now() + MAX_SLEEP;
-        let wake_at = machine.next_deadline().map_or(latest, |at| at.min(latest));
+        let mut wake_at = machine.next_deadline().map_or(latest, |at| at.min(latest));
+        if ticked_at.is_some_and(|ticked| wake_at <= ticked) {
+            // A machine bug, but never a busy loop: one spinning task starves the tasks queued
+            // behind it on its worker, the lock driver among them (issue 31).
+            if !std::mem::replace(&mut spin_said, true) {
+                tracing::error!(deadline = %wake_at, "the fire machine left a deadline it does not act on; waking at most every {SPIN_FLOOR:?}");
+            }
+            wake_at = Utc::now() + SPIN_FLOOR;
+        }
         let input = tokio::select! {
             biased;
             () = shutdown.cancelled(), if !stopping => Input::Shutdown,
@@ -274,9 +287,14 @@ pub async fn run(
             }
             () = alarm.at(wake_at) => Input::Tick,
         };
+        ticked_at = matches!(input, Input::Tick).then(Utc::now);
         handled_since_trim += 1;
         pending.push_back(input);
         while let Some(input) = pending.pop_front() {
+            if !matches!(input, Input::Tick) {
+                // Any other input may set a deadline that has passed; the next Tick acts on it.
+                ticked_at = None;
+            }
             if matches!(input, Input::Shutdown) {
                 if stopping {
                     continue;

@@ -720,8 +720,15 @@ impl FireMachine {
             .rewrites
             .next_deadline()
             .filter(|_| self.lock.connected);
-        let prunes = self.prune_later.values().map(|(at, _)| *at);
-        let relists = self.relist_at.values().copied();
+        // A stopping node prunes and lists nothing more (`tick`): the next owner does. Their
+        // deadlines, left here, would wake the driver at once for ever (issue 31).
+        let housekeeping = self.stopping.is_none();
+        let prunes = self
+            .prune_later
+            .values()
+            .map(|(at, _)| *at)
+            .filter(|_| housekeeping);
+        let relists = self.relist_at.values().copied().filter(|_| housekeeping);
         let yielding = self.yielding.as_ref().map(steering::Yielding::deadline);
         queue
             .into_iter()
@@ -1964,6 +1971,8 @@ impl FireMachine {
             stopped: false,
         });
         self.runs.drop_retries();
+        self.prune_later.clear();
+        self.relist_at.clear();
         for state in self.jobs.values_mut() {
             state.drop_catch_up();
             state.held.clear();
@@ -2028,11 +2037,29 @@ impl FireMachine {
         if outstanding > 0 && now < stopping.hand_over_by {
             return;
         }
-        if outstanding > 0 {
-            tracing::warn!(limit = ?WITHDRAW_LIMIT, "claimed ticks not all withdrawn before the handoff");
-        }
         stopping.handed_over = true;
+        if outstanding > 0 {
+            self.say_given_up();
+        }
         out.push(Action::HandOver);
+    }
+
+    /// The handoff's limit passed with claims still out: names each, so that an operator can
+    /// tell what the lock was handed over without (issue 31).
+    fn say_given_up(&self) {
+        let given_up: Vec<String> = self
+            .claims
+            .values()
+            .filter_map(|p| {
+                let what = match p.state {
+                    PendingState::InFlight { .. } => "claim unanswered",
+                    PendingState::Withdrawing => "withdrawal unanswered",
+                    _ => return None,
+                };
+                Some(format!("{} {}: {what}", p.config.spec.name, p.tick))
+            })
+            .collect();
+        tracing::warn!(limit = ?WITHDRAW_LIMIT, ?given_up, "claimed ticks not all withdrawn before the handoff; the next owner resolves them");
     }
 
     fn maybe_stopped(&mut self, out: &mut Vec<Action>) {

@@ -39,6 +39,9 @@ pub const REPLACED_WITHIN: Duration = Duration::from_millis(4000 + 3000 + 300 + 
 pub const FAST: &str = "fast";
 /// The 10 s job that runs 6 s, `forbid`.
 pub const LONG: &str = "long";
+/// The on-demand job that delayed submissions run (issue 31): it appends its submission id and
+/// node to a log of its own.
+pub const SUB: &str = "sub";
 const LONG_PERIOD_MS: i64 = 10_000;
 /// `[lock] rebalance_after` of a fleet: short, so that a scenario sees its moves.
 pub const SETTLE: Duration = Duration::from_secs(2);
@@ -76,6 +79,8 @@ impl ChaosJob {
 struct Fleet {
     groups: Vec<String>,
     jobs: Vec<ChaosJob>,
+    /// Also the on-demand job [`SUB`] in the default group, for delayed submissions.
+    submissions: bool,
 }
 
 impl Fleet {
@@ -112,7 +117,11 @@ impl Fleet {
                 });
             }
         }
-        Self { groups, jobs }
+        Self {
+            groups,
+            jobs,
+            submissions: false,
+        }
     }
 
     /// Every group, the default one (`""`) first.
@@ -241,6 +250,8 @@ pub struct ChaosCluster {
     nodes: Vec<ChaosNode>,
     dir: TempDir,
     job_log: PathBuf,
+    /// What [`SUB`]'s runs logged: `id node attempt`, a line each.
+    sub_log: PathBuf,
     silent: Vec<Silent>,
     started_ms: i64,
     /// The first tick of every job that had to fire: the latest of the jobs' first ticks, and,
@@ -263,6 +274,16 @@ impl ChaosCluster {
         Fut: std::future::Future<Output = ()>,
     {
         Self::start_fleet(name, nodes, Fleet::single(), prepare).await
+    }
+
+    /// Like [`ChaosCluster::start`], with the on-demand job [`SUB`] in the schedule besides
+    /// `fast` and `long`: [`ChaosCluster::submit`] makes its work.
+    pub async fn start_with_submissions(name: &str, nodes: usize) -> Self {
+        let fleet = Fleet {
+            submissions: true,
+            ..Fleet::single()
+        };
+        Self::start_fleet(name, nodes, fleet, |_| async {}).await
     }
 
     /// A fleet (issue 19): `named` lock groups besides the default one (see
@@ -297,12 +318,14 @@ impl ChaosCluster {
             .tempdir()
             .expect("temp dir");
         let job_log = dir.path().join("jobs.log");
+        let sub_log = dir.path().join("subs.log");
         let mut cluster = ChaosCluster {
             ensemble,
             name: name.to_owned(),
             fleet,
             nodes: Vec::with_capacity(nodes),
             job_log,
+            sub_log,
             silent: Vec::new(),
             started_ms: now_ms(),
             steady_from_ms: 0,
@@ -394,6 +417,14 @@ impl ChaosCluster {
             jobs.push_str(&format!(
                 "\n[[job]]\nname = \"{}\"\n{group}history = 1000\n{what}",
                 job.name
+            ));
+        }
+        if self.fleet.submissions {
+            let subs = self.sub_log.display();
+            jobs.push_str(&format!(
+                "\n[[job]]\nname = \"{SUB}\"\nhistory = 5000\nstarting_deadline = \"1h\"\n\
+                 command = [\"/bin/sh\", \"-c\", 'echo \"$ZKCRON_SUBMISSION_ID $ZKCRON_NODE \
+                 $ZKCRON_ATTEMPT\" >> {subs}']\n"
             ));
         }
         schedule_text(&connect, LOCK, SESSION, TAKEOVER, &jobs).replacen(
@@ -1050,6 +1081,162 @@ impl ChaosCluster {
             at += SAMPLE_EVERY_MS;
         }
         samples
+    }
+
+    /// Submits `count` runs of [`SUB`] through the library (docs/DELAYED.md's protocol, a
+    /// batch per multi-op), the first due at `first_due_ms` and one every `spacing_ms` after
+    /// it; returns their ids.
+    pub async fn submit(&self, count: usize, first_due_ms: i64, spacing_ms: i64) -> Vec<String> {
+        let config = self.nodes[0]
+            .daemon
+            .as_ref()
+            .map(|daemon| daemon.config.clone())
+            .expect("node 0 runs while the submissions are made");
+        let config = zkcron::config::load(&config).expect("the nodes' config loads");
+        let delayed = zkcron::delayed::Delayed::with_client(self.client().await, &config);
+        let mut ids = Vec::with_capacity(count);
+        let mut requests = Vec::with_capacity(count);
+        for i in 0..count {
+            let id = format!("s{i:05}");
+            let due = first_due_ms + i64::try_from(i).expect("small") * spacing_ms;
+            requests.push(zkcron::delayed::SubmitRequest {
+                job: zkcron::JobName::new(SUB),
+                due: chrono::DateTime::from_timestamp_millis(due).expect("in range"),
+                id: Some(zkcron::delayed::SubmissionId::parse(&id).expect("id")),
+                payload: Vec::new(),
+            });
+            ids.push(id);
+        }
+        for chunk in requests.chunks(500) {
+            for result in delayed.submit_many(chunk.to_vec()).await {
+                result.expect("submitted");
+            }
+        }
+        ids
+    }
+
+    /// Every run of [`SUB`] by submission id: the nodes that ran it, in order.
+    pub fn submission_runs(&self) -> BTreeMap<String, Vec<String>> {
+        let text = std::fs::read_to_string(&self.sub_log).unwrap_or_default();
+        let mut runs: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for line in text.lines() {
+            let mut fields = line.split_whitespace();
+            if let (Some(id), Some(node)) = (fields.next(), fields.next()) {
+                runs.entry(id.to_owned()).or_default().push(node.to_owned());
+            }
+        }
+        runs
+    }
+
+    /// The submissions still pending in ZooKeeper.
+    pub async fn pending_submissions(&self) -> usize {
+        let config = self.nodes.iter().find_map(|node| node.daemon.as_ref());
+        let config = config.expect("a node runs").config.clone();
+        let config = zkcron::config::load(&config).expect("the nodes' config loads");
+        let delayed = zkcron::delayed::Delayed::with_client(self.client().await, &config);
+        delayed
+            .list(None, usize::MAX)
+            .await
+            .expect("list the pending submissions")
+            .len()
+    }
+
+    /// When node `node` first logged `message` at or after `after_ms`, by its log's own stamp.
+    pub fn logged_at(&self, node: usize, message: &str, after_ms: i64) -> Option<i64> {
+        let text = std::fs::read_to_string(&self.nodes[node].log).unwrap_or_default();
+        text.lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter(|entry| entry["fields"]["message"].as_str() == Some(message))
+            .filter_map(|entry| {
+                let at = chrono::DateTime::parse_from_rfc3339(entry["timestamp"].as_str()?).ok()?;
+                Some(at.timestamp_millis())
+            })
+            .find(|at| *at >= after_ms)
+    }
+
+    /// Waits up to `within` for node `node` to log `message` at or after `after_ms`; returns
+    /// its log's stamp.
+    pub async fn wait_logged(
+        &self,
+        node: usize,
+        message: &str,
+        after_ms: i64,
+        within: Duration,
+    ) -> i64 {
+        let what = format!("{}: {} logs {message:?}", self.name, self.nodes[node].id);
+        let found = try_wait_for(&what, within, || {
+            let at = self.logged_at(node, message, after_ms);
+            async move { at }
+        })
+        .await;
+        found.unwrap_or_else(|not_reached| panic!("{not_reached}\n{}", self.node_logs_tail()))
+    }
+
+    /// Waits up to `within` until every one of `ids` has run; panics naming how many had.
+    pub async fn wait_submissions_ran(&self, ids: &[String], within: Duration) {
+        let what = format!("{}: all {} submissions ran", self.name, ids.len());
+        let found = try_wait_for(&what, within, || {
+            let runs = self.submission_runs();
+            let all = ids.iter().all(|id| runs.contains_key(id));
+            async move { all.then_some(()) }
+        })
+        .await;
+        if let Err(not_reached) = found {
+            let ran = self.submission_runs().len();
+            panic!(
+                "{not_reached}: {ran} of {} ran\n{}",
+                ids.len(),
+                self.node_logs_tail()
+            );
+        }
+    }
+
+    /// Node `node`'s log lines stamped at or after `from_ms`, the last `lines` of them.
+    pub fn log_since(&self, node: usize, from_ms: i64, lines: usize) -> String {
+        let text = std::fs::read_to_string(&self.nodes[node].log).unwrap_or_default();
+        let stamped = |line: &str| {
+            let entry: serde_json::Value = serde_json::from_str(line).ok()?;
+            let at = chrono::DateTime::parse_from_rfc3339(entry["timestamp"].as_str()?).ok()?;
+            Some(at.timestamp_millis())
+        };
+        let kept: Vec<&str> = text
+            .lines()
+            .filter(|line| stamped(line).is_none_or(|at| at >= from_ms))
+            .collect();
+        kept[kept.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// SIGTERM, without waiting: returns when it was sent. [`ChaosCluster::wait_stopped`]
+    /// reaps it.
+    pub fn terminate(&mut self, node: usize) -> i64 {
+        let at = now_ms();
+        self.daemon(node).signal(Signal::SIGTERM);
+        at
+    }
+
+    /// Waits up to `within` for a node sent SIGTERM to exit cleanly; returns when it had.
+    pub async fn wait_stopped(&mut self, node: usize, within: Duration) -> i64 {
+        let asked_ms = now_ms();
+        let what = format!("{}: {} exits", self.name, self.nodes[node].id);
+        let exited = try_wait_for(&what, within, || {
+            let running = self.nodes[node]
+                .daemon
+                .as_mut()
+                .is_some_and(DaemonNode::is_running);
+            async move { (!running).then_some(()) }
+        })
+        .await;
+        if let Err(not_reached) = exited {
+            let since = asked_ms - i64::try_from(within.as_millis()).unwrap_or(0);
+            panic!(
+                "{not_reached}; its log:\n{}",
+                self.log_since(node, since, 400)
+            );
+        }
+        let at = now_ms();
+        let daemon = self.nodes[node].daemon.take().expect("node runs");
+        self.reap(node, daemon).await;
+        at
     }
 
     /// Deletes `path` under the lock group.

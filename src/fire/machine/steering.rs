@@ -139,10 +139,10 @@ impl FireMachine {
         if yielding.give_up_at.is_some() || (outstanding > 0 && now < yielding.hand_over_by) {
             return;
         }
-        if outstanding > 0 {
-            tracing::warn!(limit = ?WITHDRAW_LIMIT, "claimed ticks not all withdrawn before the handoff");
-        }
         yielding.give_up_at = Some(now + chrono(YIELD_LIMIT));
+        if outstanding > 0 {
+            self.say_given_up();
+        }
         out.push(Action::YieldLock);
     }
 

@@ -343,6 +343,17 @@ impl World {
             Step::Advance(by) => {
                 self.now += i64::from(by);
                 self.feed(m, Input::Tick)?;
+                // The driver sleeps until next_deadline() and then feeds a Tick: a deadline
+                // that a Tick leaves in the past wakes it again at once, for ever (issue 31: a
+                // stopping owner spun on a prune it would never send, and its lock driver,
+                // queued behind it on the same worker, never released the lock).
+                let next = m.next_deadline();
+                prop_assert!(
+                    next.is_none_or(|at| at > t(self.now)),
+                    "a Tick at {} left the deadline {:?} in the past",
+                    self.now,
+                    next
+                );
             }
             Step::Lock(kind) => {
                 let status = match kind {

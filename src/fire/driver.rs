@@ -303,7 +303,7 @@ pub async fn run(
                 // systemd reads STOPPING=1 as "beginning its shutdown".
                 notify_systemd(&[sd_notify::NotifyState::Stopping]);
             }
-            if let Input::RunEnded { claim, .. } = &input {
+            if let Input::RunEnded { claim, .. } | Input::RunNotStarted { claim, .. } = &input {
                 io.runs.remove(&claim.record.run_id);
                 io.leases.give_back(&claim.record.run_id, &io.tasks);
             }
@@ -507,12 +507,13 @@ impl Io {
                     deliveries: Arc::clone(&self.settings.deliveries),
                 };
                 self.tasks.spawn(async move {
-                    let (claim, report) = if record_first {
+                    let ended = if record_first {
                         run.after_its_record(claim, group).await
                     } else {
-                        run.beside_its_record(claim, group).await
+                        let (claim, report) = run.beside_its_record(claim, group).await;
+                        Input::RunEnded { claim, report }
                     };
-                    let _ = answers.send(Input::RunEnded { claim, report });
+                    let _ = answers.send(ended);
                 });
             }
             Action::CancelRun { run_id } => {
@@ -595,13 +596,19 @@ impl Io {
                 });
             }
             Action::ReleaseGuard(claim) => {
-                let client = self.client.clone()?;
+                let run_id = claim.record.run_id.clone();
+                let Some(client) = self.client.clone() else {
+                    // Sent again by the machine once a session is up.
+                    return Some(Input::GuardReleased {
+                        run_id,
+                        settled: false,
+                    });
+                };
+                let answers = self.answers.clone();
                 self.tasks.spawn(async move {
-                    bounded(
-                        &claim.path,
-                        ledger::release_unstarted_guard(&client, &claim),
-                    )
-                    .await;
+                    let released = ledger::release_unstarted_guard(&client, &claim);
+                    let settled = bounded(&claim.path, released).await.unwrap_or(false);
+                    let _ = answers.send(Input::GuardReleased { run_id, settled });
                 });
             }
             Action::Prune {
@@ -987,20 +994,6 @@ async fn open_submissions(
     Ok(open)
 }
 
-/// A run whose `running` record could not be written first: it does not start.
-fn not_started(claim: &run::Claim, why: &str) -> run::RunReport {
-    tracing::warn!(job = %claim.record.job, run_id = claim.record.run_id, error = why, "not starting: the run's record could not be marked running first");
-    run::RunReport {
-        outcome: run::RunOutcome::FailedToStart {
-            error: format!("its record could not be marked running first: {why}"),
-        },
-        started_at: Utc::now(),
-        duration: Duration::ZERO,
-        retry_after: None,
-        output: String::new(),
-    }
-}
-
 /// A run to start: the machine's [`Action::StartRun`], with its prepared process if one waits.
 struct Run {
     spec: Arc<run::JobSpec>,
@@ -1049,13 +1042,11 @@ impl Run {
     }
 
     /// The record says `running` first, and the process starts only if that write succeeded (a
-    /// submission's run: a record still `claimed` then proves it never ran).
-    async fn after_its_record(
-        self,
-        mut claim: run::Claim,
-        group: Option<GroupCommit>,
-    ) -> (run::Claim, run::RunReport) {
-        let mut written = None;
+    /// submission's run: a record still `claimed` then proves it never ran). Answers
+    /// [`Input::RunEnded`], or [`Input::RunNotStarted`] when the write did not go through or the
+    /// run was cancelled before it did: a stop never waits on an ensemble that does not answer.
+    async fn after_its_record(self, mut claim: run::Claim, group: Option<GroupCommit>) -> Input {
+        let mut why = "no zookeeper session".to_owned();
         if let Some(group) = &group {
             let path = claim.path.clone();
             // An ensemble that stalls past REQUEST_LIMIT must not turn a submission into a
@@ -1063,23 +1054,30 @@ impl Run {
             // `update`), unless the run was cancelled meanwhile or someone else changed the
             // record.
             for _ in 0..START_WRITE_ATTEMPTS {
-                written = bounded(&path, group.update(&mut claim)).await;
-                let settled = matches!(
-                    written,
-                    Some(Ok(()) | Err(ledger::UpdateError::Conflict { .. }))
-                );
-                if settled || self.cancel.is_cancelled() {
-                    break;
+                let written = tokio::select! {
+                    written = bounded(&path, group.update(&mut claim)) => written,
+                    () = self.cancel.cancelled() => {
+                        why = "cancelled before its record was marked running".to_owned();
+                        break;
+                    }
+                };
+                match written {
+                    Some(Ok(())) => {
+                        let report = self.start().await;
+                        return Input::RunEnded { claim, report };
+                    }
+                    Some(Err(err @ ledger::UpdateError::Conflict { .. })) => {
+                        why = error_chain(&err);
+                        break;
+                    }
+                    Some(Err(err)) => why = error_chain(&err),
+                    None => why = "no answer from zookeeper".to_owned(),
                 }
                 tracing::warn!(path, "run record not marked running yet; sending it again");
             }
         }
-        let report = match written {
-            Some(Ok(())) => self.start().await,
-            Some(Err(err)) => not_started(&claim, &error_chain(&err)),
-            None => not_started(&claim, "no answer from zookeeper"),
-        };
-        (claim, report)
+        tracing::warn!(job = %claim.record.job, run_id = claim.record.run_id, error = why, "not starting: the run's record could not be marked running first");
+        Input::RunNotStarted { claim, why }
     }
 
     async fn start(self) -> run::RunReport {

@@ -12,6 +12,7 @@ mod backfill;
 mod catch_up;
 mod claims;
 mod delayed;
+mod guards;
 mod notices;
 mod rewrites;
 mod runs;
@@ -150,6 +151,10 @@ pub enum Input {
     },
     /// A run's process ended; `claim` carries the record's current version.
     RunEnded { claim: Claim, report: RunReport },
+    /// A run started with `record_first` never started its process: its record could not be
+    /// marked `running` (no answer, or changed by someone else), or it was cancelled first. The
+    /// record still says `claimed`, which proves it never ran.
+    RunNotStarted { claim: Claim, why: String },
     /// Answer to [`Action::TakeLeases`]: `None` once every lease is held; the limit whose lease
     /// could not be taken (ZooKeeper failed; nothing is held then) otherwise.
     LeasesTaken {
@@ -161,6 +166,9 @@ pub enum Input {
     RecordWritten { run_id: String, write: RecordWrite },
     /// Answer to [`Action::Withdraw`].
     Withdrawn { id: ClaimId },
+    /// Answer to [`Action::ReleaseGuard`]: `settled` when the guard is gone or not ours, false
+    /// when ZooKeeper did not answer (the release is sent again once connected).
+    GuardReleased { run_id: String, settled: bool },
     /// The daemon is stopping.
     Shutdown,
     /// Answer to [`Action::HandOver`]: the lock is released (or was never ours).
@@ -271,8 +279,8 @@ pub enum Action {
     /// epoch moved), its guard is released all the same, as in [`Action::ReleaseGuard`].
     Withdraw { id: ClaimId, claim: Claim },
     /// This claim will not start (the lock moved after it): release its `running/<job>` guard if
-    /// our session still holds it, and leave its record for the next owner to resolve. Nothing
-    /// answers.
+    /// our session still holds it, and leave its record for the next owner to resolve.
+    /// Answered by [`Input::GuardReleased`].
     ReleaseGuard(Claim),
     /// Keep the job's newest `keep` records. A pruned submission's id stays remembered (a
     /// tombstone) until `remember` after its run ended (`dedup_window`).
@@ -365,6 +373,10 @@ struct JobState {
     backlog_claiming: bool,
     /// Ticks that came while catch-up was deciding or its backlog ran: started after it.
     held: Vec<Item>,
+    /// Runs of this job whose process never started (their record could not be marked
+    /// `running`) while this node could not fire: claimed again as the same attempt by the next
+    /// catch-up, with its reruns.
+    not_started: Vec<Item>,
     /// The newest tick of this job started here or found recorded in the ledger by catch-up.
     /// No scheduled tick at or before it is claimed afresh: an older one never starts after
     /// it, and a node whose clock is behind never fires again a tick that ran while its record
@@ -381,6 +393,7 @@ impl JobState {
             backlog_busy: false,
             backlog_claiming: false,
             held: Vec::new(),
+            not_started: Vec::new(),
             newest_tick: None,
         }
     }
@@ -524,6 +537,8 @@ pub struct FireMachine {
     runs: runs::Runs,
     /// Final records whose write failed, sent again.
     rewrites: rewrites::Rewrites,
+    /// Guards of claims that will not start, released until the release is answered.
+    guards: guards::Guards,
     delayed: delayed::DelayedQueue,
     /// When each job's old records were last pruned.
     pruned_at: HashMap<JobName, DateTime<Utc>>,
@@ -600,6 +615,7 @@ impl FireMachine {
             next_claim: 0,
             runs: runs::Runs::default(),
             rewrites: rewrites::Rewrites::default(),
+            guards: guards::Guards::default(),
             delayed: delayed::DelayedQueue::default(),
             pruned_at: HashMap::new(),
             prune_later: BTreeMap::new(),
@@ -636,6 +652,9 @@ impl FireMachine {
             }
             Input::Marked { record, result } => self.marked(record, result, now, &mut out),
             Input::RunEnded { claim, report } => self.run_ended(claim, &report, now, &mut out),
+            Input::RunNotStarted { claim, why } => {
+                self.run_not_started(&claim, &why, now, &mut out)
+            }
             Input::RecordWritten { run_id, write } => {
                 self.record_written(&run_id, write, now, &mut out)
             }
@@ -645,6 +664,14 @@ impl FireMachine {
             Input::Withdrawn { id } => {
                 self.claims.remove(&id);
                 self.maybe_hand_over(now, &mut out);
+            }
+            Input::GuardReleased { run_id, settled } => {
+                // Claims waiting on a run of ours still alive wait for its end instead.
+                if let Some(job) = self.guards.answered(&run_id, settled)
+                    && !self.runs.alive_of(&job)
+                {
+                    self.guard_gone(&job, now, &mut out);
+                }
             }
             Input::Shutdown => self.shutdown(now, &mut out),
             Input::DelayedScanned {
@@ -1129,6 +1156,15 @@ impl FireMachine {
                     pending.state = PendingState::Claimed(claim);
                 }
             }
+            Err(ClaimRefused::RunAlive) if self.guards.send_again_of(&job, out) => {
+                // The guard in the way is likely our own, of a claim that never started, whose
+                // release got no answer: sent again; its answer wakes this claim, which waits
+                // for it no longer than the late-tick rule allows (issue 31, defect 3).
+                pending.state = PendingState::RunAlive {
+                    at: pending.start_at
+                        + chrono::Duration::from_std(MISSED_AFTER).unwrap_or_default(),
+                };
+            }
             Err(ClaimRefused::RunAlive) if !again => {
                 // Found a run alive ahead of the tick: skip only if it is still alive at the
                 // tick's time (issue 8, defect 1). Try again then, or once ours has ended.
@@ -1245,9 +1281,8 @@ impl FireMachine {
         // our session does (the next owner would skip the job for a run that never was).
         if !self.lock.may_fire || self.lock.token != Some(pending.token) {
             tracing::warn!(job = %job, %tick, "not firing: the lock was lost after the claim");
-            if claim.guard.is_some() {
-                out.push(Action::ReleaseGuard(claim.clone()));
-            }
+            let claim = claim.clone();
+            self.guards.release(&claim, out);
             return self.settle(id, now, out);
         }
         // Woken from a freeze (SIGSTOP, a VM pause) a claim can look fine for a moment: a tick
@@ -1342,10 +1377,9 @@ impl FireMachine {
         }
         if !self.lock.may_fire || self.lock.token != Some(pending.token) {
             tracing::warn!(job = %pending.config.spec.name, tick = %pending.tick, "not firing: the lock was lost after the claim");
-            if let PendingState::Claimed(claim) = &pending.state
-                && claim.guard.is_some()
-            {
-                out.push(Action::ReleaseGuard(claim.clone()));
+            if let PendingState::Claimed(claim) = &pending.state {
+                let claim = claim.clone();
+                self.guards.release(&claim, out);
             }
             return self.settle(id, now, out);
         }
@@ -1512,6 +1546,7 @@ impl FireMachine {
                 }
                 self.rewrites.reconnected(now);
                 self.write_records_again(now, out);
+                self.guards.send_again(out);
             }
             _ => {}
         }
@@ -1702,6 +1737,55 @@ impl FireMachine {
         out.push(Action::WriteRecord(finished));
     }
 
+    /// A run's process never started: nothing is recorded (its record says `claimed`, which is
+    /// the truth), its guard goes, and it is claimed again as the same attempt — now if this
+    /// node may fire, else by the next catch-up, ours or the next owner's (issue 31, defect 3:
+    /// such runs were recorded `failed` and never run).
+    fn run_not_started(
+        &mut self,
+        claim: &Claim,
+        why: &str,
+        now: DateTime<Utc>,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(run) = self.runs.remove(&claim.record.run_id) else {
+            return;
+        };
+        self.guards.release(claim, out);
+        // As stored: the `running` write never went through.
+        let mut stored = claim.record.clone();
+        stored.status = RunStatus::Claimed;
+        stored.started_unix_ms = None;
+        let item = Item {
+            tick: DateTime::from_timestamp_millis(claim.record.scheduled_unix_ms).unwrap_or(now),
+            reason: FireReason::CaughtUp,
+            again: Some((stored, claim.version)),
+            submission: run.submission.clone(),
+        };
+        let job = run.job.clone();
+        let run_id = &claim.record.run_id;
+        if self.stopping.is_some() {
+            tracing::info!(job = %job, run_id, why, "run not started before the stop; its record stays claimed for the next owner");
+        } else if self.lock.may_fire && !self.busy_catching_up(&job) {
+            tracing::info!(job = %job, run_id, why, "run not started; claiming it again as the same attempt");
+            self.claim_item(&job, item, false, now, out);
+        } else if let Some(state) = self.jobs.get_mut(&job) {
+            tracing::info!(job = %job, run_id, why, "run not started; claimed again as the same attempt once this node can fire");
+            state.not_started.push(item);
+        }
+        if run.in_backlog {
+            if let Some(state) = self.jobs.get_mut(&job) {
+                state.backlog_busy = false;
+            }
+            self.advance(&job, now, out);
+        }
+        self.maybe_stopped(out);
+    }
+
+    fn busy_catching_up(&self, job: &JobName) -> bool {
+        self.jobs.get(job).is_some_and(JobState::busy_catching_up)
+    }
+
     fn record_written(
         &mut self,
         run_id: &str,
@@ -1726,31 +1810,7 @@ impl FireMachine {
             self.rewrites.first_failed(finished.clone(), now);
         }
         let job = run.job.clone();
-        // The run's guard is gone: claims that found it alive try again now (defect 1), the
-        // earliest tick first.
-        let mut waiting: Vec<(DateTime<Utc>, ClaimId)> = self
-            .claims
-            .iter()
-            .filter(|(_, p)| p.config.spec.name == job)
-            .filter(|(_, p)| {
-                matches!(
-                    p.state,
-                    PendingState::RunAlive { .. } | PendingState::Replacing { .. }
-                )
-            })
-            .map(|(id, p)| (p.tick, *id))
-            .collect();
-        waiting.sort();
-        let waiting = waiting.into_iter().map(|(_, id)| id);
-        for id in waiting {
-            match self.claims.get(&id).map(|p| &p.state) {
-                Some(PendingState::Replacing { .. }) if !self.runs.alive_of(&job) => {
-                    self.start_replacing(id, now, out)
-                }
-                Some(PendingState::RunAlive { .. }) => self.claim_again(id, now, out),
-                _ => {}
-            }
-        }
+        self.guard_gone(&job, now, out);
         if self.stopping.is_none() {
             let retry = run.finished.as_ref().and_then(|claim| {
                 let at = claim.record.retry_at_unix_ms?;
@@ -1776,6 +1836,34 @@ impl FireMachine {
             self.advance(&job, now, out);
         }
         self.maybe_stopped(out);
+    }
+
+    /// `job`'s guard is gone: claims that found it alive try again now (issue 8, defect 1), the
+    /// earliest tick first.
+    fn guard_gone(&mut self, job: &JobName, now: DateTime<Utc>, out: &mut Vec<Action>) {
+        let mut waiting: Vec<(DateTime<Utc>, ClaimId)> = self
+            .claims
+            .iter()
+            .filter(|(_, p)| p.config.spec.name == *job)
+            .filter(|(_, p)| {
+                matches!(
+                    p.state,
+                    PendingState::RunAlive { .. } | PendingState::Replacing { .. }
+                )
+            })
+            .map(|(id, p)| (p.tick, *id))
+            .collect();
+        waiting.sort();
+        let waiting = waiting.into_iter().map(|(_, id)| id);
+        for id in waiting {
+            match self.claims.get(&id).map(|p| &p.state) {
+                Some(PendingState::Replacing { .. }) if !self.runs.alive_of(job) => {
+                    self.start_replacing(id, now, out)
+                }
+                Some(PendingState::RunAlive { .. }) => self.claim_again(id, now, out),
+                _ => {}
+            }
+        }
     }
 
     /// `record` is stored: the notice it calls for and the pause, if any (`again`: the run will
@@ -1976,6 +2064,8 @@ impl FireMachine {
         for state in self.jobs.values_mut() {
             state.drop_catch_up();
             state.held.clear();
+            // Their records stay `claimed`: the next owner's catch-up takes them over.
+            state.not_started.clear();
         }
         self.withdraw_unstarted(out);
         self.maybe_hand_over(now, out);

@@ -608,35 +608,43 @@ pub async fn forget_retry(client: &Client, paths: &LedgerPaths, job: &JobName, t
 /// the claim and its start, or its withdrawal was refused) — only when the guard is our session's
 /// own node: a forbid job's guard left behind by a live session would keep every next owner from
 /// running the job. The record stays `claimed`, for the next owner to resolve.
-pub async fn release_unstarted_guard(client: &Client, claim: &Claim) {
+///
+/// Returns whether that is settled: the guard is gone, or is not ours (another session's, or
+/// another run's); `false` when ZooKeeper did not answer, and the release is worth sending again.
+pub async fn release_unstarted_guard(client: &Client, claim: &Claim) -> bool {
     if SessionId(client.session_id().0) != claim.session {
         // The guard went with the session that made it.
-        return;
+        return true;
     }
-    if let Some(guard) = &claim.guard {
-        delete_own_guard(client, guard, &claim.record.run_id).await;
+    match &claim.guard {
+        Some(guard) => delete_own_guard(client, guard, &claim.record.run_id).await,
+        None => true,
     }
 }
 
-/// Deletes the guard at `path` if it is still run `run_id`'s, made by our session. A delete after
-/// a lost reply must not take a guard made since: a peer's (another session), or our own next
-/// run's (another run id). Only the session that made a guard deletes it, so one read as this
-/// run's stays so until we delete it.
-async fn delete_own_guard(client: &Client, path: &str, run_id: &str) {
+/// Deletes the guard at `path` if it is still run `run_id`'s, made by our session; whether that
+/// is settled (see [`release_unstarted_guard`]). A delete after a lost reply must not take a
+/// guard made since: a peer's (another session), or our own next run's (another run id). Only
+/// the session that made a guard deletes it, so one read as this run's stays so until we delete
+/// it.
+async fn delete_own_guard(client: &Client, path: &str, run_id: &str) -> bool {
     let (data, stat) = match client.get_data(path).await {
         Ok(read) => read,
-        Err(ZkErr::NoNode) => return,
+        Err(ZkErr::NoNode) => return true,
         Err(err) => {
             tracing::debug!(path, error = %err, "not deleted");
-            return;
+            return false;
         }
     };
     if stat.ephemeral_owner != client.session_id().0 || data != run_id.as_bytes() {
-        return;
+        return true;
     }
     match client.delete(path, Some(stat.version)).await {
-        Ok(()) | Err(ZkErr::NoNode) => {}
-        Err(err) => tracing::debug!(path, error = %err, "not deleted"),
+        Ok(()) | Err(ZkErr::NoNode) => true,
+        Err(err) => {
+            tracing::debug!(path, error = %err, "not deleted");
+            false
+        }
     }
 }
 

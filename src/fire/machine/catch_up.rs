@@ -118,10 +118,24 @@ impl FireMachine {
         self.streaks.learned(job, &records.newest);
         let mut marks = 0;
         let mut unstarted = Vec::new();
+        // Runs of ours that never started, kept for this catch-up: taken over below.
+        let not_started = self
+            .jobs
+            .get_mut(job)
+            .map(|state| std::mem::take(&mut state.not_started))
+            .unwrap_or_default();
+        let kept = |record: &RunRecord| {
+            not_started.iter().any(|item| {
+                item.again
+                    .as_ref()
+                    .is_some_and(|(r, _)| r.run_id == record.run_id)
+            })
+        };
         for (record, version) in &records.newest {
             if record.status.is_final()
                 || record.fencing_token >= token
                 || self.runs.alive_of_run(&record.run_id)
+                || kept(record)
             {
                 continue;
             }
@@ -180,6 +194,7 @@ impl FireMachine {
         };
         catch_up.planned = Some(planned);
         catch_up.payloads = records.payloads;
+        catch_up.reruns.extend(not_started);
         catch_up.reruns.extend(unstarted);
         catch_up.marks_out += marks;
         if catch_up.marks_out == 0 {

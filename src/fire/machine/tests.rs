@@ -856,6 +856,67 @@ fn a_claim_that_returns_after_the_lock_was_lost_does_not_start() {
     assert_eq!(m.next_deadline(), Some(t(1750)), "the claim is forgotten");
 }
 
+/// Issue 31, defect 3: the lock was lost between a tick's claim and its start during an
+/// ensemble outage, and the release of the claim's guard got no answer. The session came back
+/// with its ephemerals (taken back), so the guard did too: the release is sent again once
+/// connected, and a later tick that finds the guard waits for the release's answer (up to the
+/// late-tick rule) instead of being skipped as "a run alive on another node".
+#[test]
+fn issue_31_a_guard_whose_release_got_no_answer_is_released_once_back() {
+    let mut m = owning(&job("a", EVERY_SECOND, ""));
+    let claim = only_claim(&m.handle(Input::Tick, t(750)));
+    m.handle(ok(&claim), t(751));
+    m.handle(Input::LockChanged(disconnected_owner(TOKEN)), t(800));
+    let release = Action::ReleaseGuard(granted(&claim));
+    let at_the_tick = m.handle(Input::Tick, t(1000));
+    assert!(at_the_tick.contains(&release), "{at_the_tick:?}");
+    let run_id = granted(&claim).record.run_id;
+    let unanswered = Input::GuardReleased {
+        run_id: run_id.clone(),
+        settled: false,
+    };
+    assert_eq!(
+        m.handle(unanswered, t(1001)),
+        vec![],
+        "kept, not retried at once"
+    );
+    run_timer(&mut m, 3_700);
+
+    // Back with the same session: connected, the lock ours again.
+    let back = m.handle(Input::LockChanged(owner(TOKEN)), t(3_700));
+    assert!(
+        back.contains(&release),
+        "sent again once connected: {back:?}"
+    );
+    // Nothing to catch up: a peer fired the ticks of the outage.
+    let fired = stored("a", 3_000, "n2", 7, RunStatus::Succeeded);
+    assert_eq!(claims(&m.handle(listed("a", &[fired]), t(3_710))), vec![]);
+    let next = only_claim(&m.handle(Input::Tick, t(3_750)));
+    assert_eq!(ms_of(&next), 4_000);
+    let found = m.handle(refused(&next, ClaimRefused::RunAlive), t(3_760));
+    assert_eq!(
+        found,
+        vec![release.clone()],
+        "the release sent again, no skip"
+    );
+    assert_eq!(
+        claims(&m.handle(Input::Tick, t(4_000))),
+        vec![],
+        "waits for the release's answer"
+    );
+    let released = Input::GuardReleased {
+        run_id,
+        settled: true,
+    };
+    let again = only_claim(&m.handle(released, t(4_010)));
+    assert_eq!(
+        (ms_of(&again), again.record.status),
+        (4_000, RunStatus::Claimed),
+        "claimed again once the guard is gone"
+    );
+    only_start(&m.handle(ok(&again), t(4_020)));
+}
+
 #[test]
 fn a_claimed_tick_too_late_to_start_is_recorded_missed() {
     let mut m = owning(&job("a", EVERY_SECOND, ""));

@@ -111,6 +111,72 @@ fn a_submission_is_claimed_ahead_and_started_at_its_due_time_with_its_payload() 
     assert_eq!((context.scheduled_at, context.resumed), (t(1500), false));
 }
 
+/// Issue 31, defect 3: a submission's run whose record could not be marked `running` (the
+/// ensemble went away between its claim and its start) never started its process. It is not
+/// recorded `failed`: it is claimed again as the same attempt, at once while this node can
+/// fire, else by the next catch-up.
+#[test]
+fn a_submission_whose_record_could_not_be_marked_running_is_run_again_as_the_same_attempt() {
+    let due = submission("close", 1500, b"order");
+    let (mut m, _) = owning_with(ON_DEMAND, 0, vec![(id("order-42"), due)]);
+    run_timer(&mut m, 1000);
+    let claim = only_claim(&m.handle(Input::Tick, t(1250)));
+    m.handle(ok(&claim), t(1260));
+    let (started, _) = only_start(&m.handle(Input::Tick, t(1500)));
+    let not_started = Input::RunNotStarted {
+        claim: started.clone(),
+        why: "no answer from zookeeper".to_owned(),
+    };
+    let actions = m.handle(not_started, t(1600));
+    assert!(
+        !actions.iter().any(|a| matches!(a, Action::WriteRecord(_))),
+        "nothing recorded: the record still says claimed, {actions:?}"
+    );
+    let again = only_claim(&actions);
+    assert_eq!(again.mode, ClaimMode::Again { version: 0 });
+    assert_eq!(
+        (again.record.run_id.as_str(), again.record.attempt),
+        (started.record.run_id.as_str(), 1),
+        "the same run, the same attempt"
+    );
+    let (_, context) = only_start(&m.handle(ok(&again), t(1610)));
+    assert_eq!(
+        context.submission.expect("its payload").payload[..],
+        b"order"[..]
+    );
+
+    // The same, while the node cannot fire: kept for the catch-up that follows.
+    let (started, _) = (granted(&again), ());
+    m.handle(Input::LockChanged(disconnected_owner(TOKEN)), t(1700));
+    let later = Input::RunNotStarted {
+        claim: started.clone(),
+        why: "no answer from zookeeper".to_owned(),
+    };
+    assert!(
+        claims(&m.handle(later, t(1800))).is_empty(),
+        "not while it cannot fire"
+    );
+    let back = m.handle(Input::LockChanged(owner(TOKEN)), t(3000));
+    assert!(back.contains(&Action::ListRecords(JobName::new("close"))));
+    // The listing shows the record as it is: claimed, by our token.
+    let mut record = started.record.clone();
+    record.status = RunStatus::Claimed;
+    let taken = only_claim(&m.handle(listed("close", &[record]), t(3010)));
+    assert_eq!(
+        (
+            taken.record.run_id.as_str(),
+            taken.record.attempt,
+            taken.mode
+        ),
+        (
+            started.record.run_id.as_str(),
+            1,
+            ClaimMode::Again { version: 0 }
+        ),
+        "claimed again by the catch-up, once"
+    );
+}
+
 #[test]
 fn overdue_submissions_resume_at_once_and_those_beyond_the_deadline_are_recorded_missed() {
     let found = vec![

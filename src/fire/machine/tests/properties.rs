@@ -63,6 +63,8 @@ struct World {
     marks: Vec<RunRecord>,
     writes: Vec<Claim>,
     withdraws: Vec<ClaimId>,
+    /// Guard releases sent and not answered: the claims whose guard is to go.
+    releases: Vec<Claim>,
     /// Started runs whose process has not ended: run id → its start claim.
     running: BTreeMap<String, Claim>,
     /// Started runs whose final record is not yet written: run id → job.
@@ -261,6 +263,7 @@ impl World {
                     self.status.token != Some(claim.record.fencing_token) || !self.status.may_fire,
                     "a guard is released only once its token may not fire: {claim:?}"
                 );
+                self.releases.push(claim);
             }
             Action::HandOver => {
                 prop_assert!(self.shutdown);
@@ -449,6 +452,16 @@ impl World {
             let id = self.withdraws.remove(i % self.withdraws.len());
             return self.feed(m, Input::Withdrawn { id });
         }
+        if !self.releases.is_empty() {
+            let claim = self.releases.remove(i % self.releases.len());
+            // One in three gets no answer from ZooKeeper: the guard stays.
+            let settled = kind % 3 != 0;
+            if settled {
+                self.release_guard(&claim);
+            }
+            let run_id = claim.record.run_id;
+            return self.feed(m, Input::GuardReleased { run_id, settled });
+        }
         if !self.marks.is_empty() {
             let record = self.marks.remove(i % self.marks.len());
             let result = if kind % 4 == 0 {
@@ -500,6 +513,7 @@ impl World {
                 self.step(m, Step::End(0, 2))?;
             } else if !(self.writes.is_empty()
                 && self.withdraws.is_empty()
+                && self.releases.is_empty()
                 && self.marks.is_empty()
                 && self.lists.is_empty())
             {

@@ -1,0 +1,61 @@
+//! The `running/<job>` guards of claims that will never start, kept until their release is
+//! answered.
+//!
+//! A guard is an ephemeral node of our session. A release sent while ZooKeeper does not answer
+//! (an ensemble outage, a client that gave up on its session) is lost, and a session that comes
+//! back — taken back by id, with its ephemerals — keeps the guard: every later claim of a
+//! `forbid` job then finds "a run alive on another node" that never ran, for as long as the
+//! session lives (issue 31, defect 3). So a release is sent again each time the node is
+//! connected again, and when a claim of the job finds the guard, until it is answered.
+//!
+//! Owns: which guards wait to be released. Must not: delete anything (the machine emits
+//! `Action::ReleaseGuard`, the driver deletes the node if our session still holds it).
+
+use std::collections::BTreeMap;
+
+use super::Action;
+use crate::ids::JobName;
+use crate::run::Claim;
+
+#[derive(Debug, Default)]
+pub(super) struct Guards {
+    /// By run id: the claim whose guard is to go.
+    unreleased: BTreeMap<String, Claim>,
+}
+
+impl Guards {
+    /// `claim` will not start: its guard, if it took one, is released.
+    pub fn release(&mut self, claim: &Claim, out: &mut Vec<Action>) {
+        if claim.guard.is_none() {
+            return;
+        }
+        self.unreleased
+            .insert(claim.record.run_id.clone(), claim.clone());
+        out.push(Action::ReleaseGuard(claim.clone()));
+    }
+
+    /// The answer to a release: `settled` when the guard is gone or not ours (nothing is left
+    /// to do); the job whose guard went, if one did.
+    pub fn answered(&mut self, run_id: &str, settled: bool) -> Option<JobName> {
+        if !settled {
+            return None;
+        }
+        self.unreleased.remove(run_id).map(|claim| claim.record.job)
+    }
+
+    /// Sends every release not yet answered again (the node is connected again).
+    pub fn send_again(&self, out: &mut Vec<Action>) {
+        out.extend(self.unreleased.values().cloned().map(Action::ReleaseGuard));
+    }
+
+    /// Sends the releases of `job`'s guards again; whether there was one (a claim of the job
+    /// found its guard).
+    pub fn send_again_of(&self, job: &JobName, out: &mut Vec<Action>) -> bool {
+        let mut any = false;
+        for claim in self.unreleased.values().filter(|c| c.record.job == *job) {
+            out.push(Action::ReleaseGuard(claim.clone()));
+            any = true;
+        }
+        any
+    }
+}

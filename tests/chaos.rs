@@ -110,7 +110,7 @@ async fn graceful_stop_of_the_owner_under_delayed_load() {
             .await;
     // Room to write them all before the first is due.
     let first_due = now_ms() + 4_000;
-    let ids = cluster.submit(SUBMISSIONS, first_due, SUB_SPACING_MS).await;
+    let submitted = cluster.submit(SUBMISSIONS, first_due, SUB_SPACING_MS).await;
     assert!(
         now_ms() < first_due,
         "all submitted before the first is due"
@@ -148,19 +148,9 @@ async fn graceful_stop_of_the_owner_under_delayed_load() {
         windows.push(FaultWindow::between(from, from, Duration::ZERO).hitting(id));
         cluster.restart(owner);
     }
-    let last_due = first_due + span;
-    let left = Duration::from_millis(u64::try_from(last_due - now_ms()).unwrap_or(0));
     cluster
-        .wait_submissions_ran(&ids, left + Duration::from_secs(15))
+        .assert_each_submission_ran_once(&submitted, Duration::from_secs(15))
         .await;
-    let runs = cluster.submission_runs();
-    let twice: Vec<_> = runs.iter().filter(|(_, nodes)| nodes.len() > 1).collect();
-    assert!(
-        twice.is_empty(),
-        "submissions run more than once: {twice:?}"
-    );
-    assert_eq!(cluster.pending_submissions().await, 0, "none stays pending");
-    cluster.note("submissions", serde_json::json!(runs.len()));
     cluster.note("stops", serde_json::json!(stops));
     let report = cluster.finish_windows(windows).await;
     report.assert_failover_within(Duration::from_secs(2));
@@ -380,6 +370,54 @@ async fn pause_of_every_server_beyond_the_session() {
         let gap = report.resume_gap_ms.expect("resumed");
         assert!(gap <= 2000, "resumed after {gap} ms: {}", report.json);
     }
+}
+
+/// Issue 31, defect 3: two of the three servers die (the quorum is lost, as when their shared
+/// disk fills) for longer than the session timeout while ticks and submissions are claimed and
+/// launched, then start again with the sessions they had; twice (the defect showed one run in
+/// three). Back, the owner takes its session back: no tick may be skipped for a guard of its own
+/// that outlived a claim that never started, every tick is run or recorded, and every
+/// submission runs once — none recorded failed without running, none left pending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quorum_lost_beyond_the_session_while_claims_are_in_flight() {
+    const OUTAGES: usize = 2;
+    let _guard = fault_lock();
+    let mut cluster = ChaosCluster::start_with_submissions(
+        "quorum lost beyond the session while claims are in flight",
+        2,
+    )
+    .await;
+    // 20 a second over the whole scenario: the outages and the settling after each.
+    let spacing_ms = 50;
+    let count = 900;
+    let first_due = now_ms() + 3_000;
+    let submitted = cluster.submit(count, first_due, spacing_ms).await;
+    tokio::time::sleep(Duration::from_millis(
+        u64::try_from(first_due + 2_000 - now_ms()).unwrap_or(0),
+    ))
+    .await;
+    let mut windows = Vec::new();
+    for _ in 0..OUTAGES {
+        let from = now_ms();
+        cluster.ensemble.kill(1).expect("kill a server");
+        cluster.ensemble.kill(2).expect("kill a server");
+        tokio::time::sleep(2 * SESSION).await;
+        cluster.ensemble.restart(1).await.expect("restart a server");
+        cluster.ensemble.restart(2).await.expect("restart a server");
+        cluster
+            .ensemble
+            .wait_serving(Duration::from_secs(30))
+            .await
+            .expect("the ensemble serves again");
+        let to = now_ms();
+        windows.push(FaultWindow::between(from, to, REPLACED_WITHIN));
+        cluster.run_for(AFTER).await;
+    }
+    cluster
+        .assert_each_submission_ran_once(&submitted, REPLACED_WITHIN + CATCH_UP)
+        .await;
+    let report = cluster.finish_windows(windows).await;
+    report.assert_holds();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

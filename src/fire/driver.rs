@@ -100,8 +100,12 @@ fn refusal(err: &ClaimError) -> ClaimRefused {
 /// read back, as often as it takes while the session lives (a read waits for the session to
 /// connect again); a claim that was applied comes back as claimed, and the machine starts it,
 /// or records why it is too late and releases its guard.
+///
+/// The session is followed through `view`, not through the client the claim went out on: a
+/// client that gave up on its session is replaced by one that took the session back, with the
+/// guard (issue 31, defect 3).
 async fn read_back(
-    client: &Client,
+    mut view: tokio::sync::watch::Receiver<NodeView>,
     plan: &ClaimPlan,
     session: SessionId,
     why: String,
@@ -115,13 +119,26 @@ async fn read_back(
         "claim unanswered: reading its record back to learn whether it was applied"
     );
     loop {
-        if SessionId(client.session_id().0) != session || client.state().is_terminated() {
-            // The guard went with the session; a record left `claimed` is resolved by the
-            // next owner's catch-up, as any run of a dead session.
-            let why = format!("{why}; the session ended before the claim could be read back");
-            return Err(ClaimRefused::Failed(why));
-        }
-        match bounded(path, plan.read_back(client, session)).await {
+        let current = view.borrow_and_update().client.clone();
+        let client = match current {
+            Some(client) if SessionId(client.session_id().0) != session => {
+                // The guard went with the session; a record left `claimed` is resolved by the
+                // next owner's catch-up, as any run of a dead session.
+                let why = format!("{why}; the session ended before the claim could be read back");
+                return Err(ClaimRefused::Failed(why));
+            }
+            Some(client) if !client.state().is_terminated() => client,
+            // No session, or a client that gave up on ours: the lock driver takes it back or
+            // opens another; the next client says which.
+            _ => {
+                if view.changed().await.is_err() {
+                    let why = format!("{why}; stopped before the claim could be read back");
+                    return Err(ClaimRefused::Failed(why));
+                }
+                continue;
+            }
+        };
+        match bounded(path, plan.read_back(&client, session)).await {
             Some(Ok(Some(claim))) => {
                 tracing::info!(path, "the unanswered claim was applied: the tick is ours");
                 return Ok(claim);
@@ -729,6 +746,7 @@ impl Io {
             self.settings.acls,
             self.answers.clone(),
         );
+        let view = self.settings.view.subscribe();
         self.tasks.spawn(async move {
             let (job, tick) = (record.job.clone(), record.scheduled_unix_ms);
             let path = record.path(&paths);
@@ -748,7 +766,7 @@ impl Io {
             };
             let result = match answer {
                 Err(err) if err.unanswered() => {
-                    read_back(&client, &plan, session, error_chain(&err)).await
+                    read_back(view, &plan, session, error_chain(&err)).await
                 }
                 other => other.map_err(|err| refusal(&err)),
             };
@@ -1047,13 +1065,16 @@ impl Run {
     /// run was cancelled before it did: a stop never waits on an ensemble that does not answer.
     async fn after_its_record(self, mut claim: run::Claim, group: Option<GroupCommit>) -> Input {
         let mut why = "no zookeeper session".to_owned();
+        // Whether a write went out whose answer did not come: the record may say `running`.
+        let mut maybe_written = false;
         if let Some(group) = &group {
             let path = claim.path.clone();
             // An ensemble that stalls past REQUEST_LIMIT must not turn a submission into a
             // failed run: the write is sent again (a lost reply of ours is recognised by
             // `update`), unless the run was cancelled meanwhile or someone else changed the
             // record.
-            for _ in 0..START_WRITE_ATTEMPTS {
+            for attempt in 1..=START_WRITE_ATTEMPTS {
+                maybe_written = true;
                 let written = tokio::select! {
                     written = bounded(&path, group.update(&mut claim)) => written,
                     () = self.cancel.cancelled() => {
@@ -1068,16 +1089,23 @@ impl Run {
                     }
                     Some(Err(err @ ledger::UpdateError::Conflict { .. })) => {
                         why = error_chain(&err);
+                        maybe_written = false;
                         break;
                     }
                     Some(Err(err)) => why = error_chain(&err),
                     None => why = "no answer from zookeeper".to_owned(),
                 }
-                tracing::warn!(path, "run record not marked running yet; sending it again");
+                if attempt < START_WRITE_ATTEMPTS {
+                    tracing::warn!(path, "run record not marked running yet; sending it again");
+                }
             }
         }
         tracing::warn!(job = %claim.record.job, run_id = claim.record.run_id, error = why, "not starting: the run's record could not be marked running first");
-        Input::RunNotStarted { claim, why }
+        Input::RunNotStarted {
+            claim,
+            why,
+            maybe_written,
+        }
     }
 
     async fn start(self) -> run::RunReport {

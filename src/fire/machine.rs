@@ -153,8 +153,13 @@ pub enum Input {
     RunEnded { claim: Claim, report: RunReport },
     /// A run started with `record_first` never started its process: its record could not be
     /// marked `running` (no answer, or changed by someone else), or it was cancelled first. The
-    /// record still says `claimed`, which proves it never ran.
-    RunNotStarted { claim: Claim, why: String },
+    /// record still says `claimed`, which proves it never ran — or `running`, when the write
+    /// was applied and its answer lost (`maybe_written`).
+    RunNotStarted {
+        claim: Claim,
+        why: String,
+        maybe_written: bool,
+    },
     /// Answer to [`Action::TakeLeases`]: `None` once every lease is held; the limit whose lease
     /// could not be taken (ZooKeeper failed; nothing is held then) otherwise.
     LeasesTaken {
@@ -539,6 +544,10 @@ pub struct FireMachine {
     rewrites: rewrites::Rewrites,
     /// Guards of claims that will not start, released until the release is answered.
     guards: guards::Guards,
+    /// Runs that never started whose `running` write may have been applied all the same (its
+    /// answer was lost): run id → the record's version if it was. Their claim again tries that
+    /// version when the one they were claimed at is refused.
+    maybe_marked_running: HashMap<String, i32>,
     delayed: delayed::DelayedQueue,
     /// When each job's old records were last pruned.
     pruned_at: HashMap<JobName, DateTime<Utc>>,
@@ -616,6 +625,7 @@ impl FireMachine {
             runs: runs::Runs::default(),
             rewrites: rewrites::Rewrites::default(),
             guards: guards::Guards::default(),
+            maybe_marked_running: HashMap::new(),
             delayed: delayed::DelayedQueue::default(),
             pruned_at: HashMap::new(),
             prune_later: BTreeMap::new(),
@@ -652,7 +662,15 @@ impl FireMachine {
             }
             Input::Marked { record, result } => self.marked(record, result, now, &mut out),
             Input::RunEnded { claim, report } => self.run_ended(claim, &report, now, &mut out),
-            Input::RunNotStarted { claim, why } => {
+            Input::RunNotStarted {
+                claim,
+                why,
+                maybe_written,
+            } => {
+                if maybe_written {
+                    let run_id = claim.record.run_id.clone();
+                    self.maybe_marked_running.insert(run_id, claim.version + 1);
+                }
                 self.run_not_started(&claim, &why, now, &mut out)
             }
             Input::RecordWritten { run_id, write } => {
@@ -1084,6 +1102,12 @@ impl FireMachine {
                 .and_then(|s| SubmissionId::parse(&s.id).ok()),
         };
         let lost = matches!(result, Err(ClaimRefused::AlreadyClaimed));
+        if lost && self.claim_at_its_running_version(id) {
+            return self.claim_again(id, now, out);
+        }
+        if let Ok(claim) = &result {
+            self.maybe_marked_running.remove(&claim.record.run_id);
+        }
         let moved = submission.and_then(|submission| {
             Some((self.delayed.claim_answered(&submission, lost)?, submission))
         });
@@ -1091,6 +1115,26 @@ impl FireMachine {
         if let Some((moved, submission)) = moved {
             tracing::info!(id = %submission, due_unix_ms = moved.due_unix_ms, "submission rescheduled");
             self.consider(submission, moved, now, out);
+        }
+    }
+
+    /// A run that never started, claimed again at the version it was claimed at, was refused:
+    /// if its `running` write may have been applied (issue 31: the answer was lost in an
+    /// outage), its claim is pointed at that version instead, once. The claim's fence and
+    /// compare-and-set still decide: whoever changed the record since (the next owner marking
+    /// it interrupted) makes this claim fail too.
+    fn claim_at_its_running_version(&mut self, id: ClaimId) -> bool {
+        let Some((record, version)) = self.claims.get_mut(&id).and_then(|p| p.stored.as_mut())
+        else {
+            return false;
+        };
+        match self.maybe_marked_running.remove(&record.run_id) {
+            Some(written) if written == *version + 1 => {
+                tracing::info!(job = %record.job, run_id = record.run_id, "the record of a run that never started says running (a write whose answer was lost): claiming it at that version");
+                *version = written;
+                true
+            }
+            _ => false,
         }
     }
 
@@ -2061,6 +2105,7 @@ impl FireMachine {
         self.runs.drop_retries();
         self.prune_later.clear();
         self.relist_at.clear();
+        self.maybe_marked_running.clear();
         for state in self.jobs.values_mut() {
             state.drop_catch_up();
             state.held.clear();

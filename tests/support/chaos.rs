@@ -130,6 +130,13 @@ impl Fleet {
     }
 }
 
+/// Submissions made by [`ChaosCluster::submit`].
+pub struct Submitted {
+    pub ids: Vec<String>,
+    /// When the last of them is due.
+    pub last_due_ms: i64,
+}
+
 /// The lock node of `group` (`""`: the default group).
 fn lock_path(group: &str) -> String {
     if group.is_empty() {
@@ -1085,8 +1092,8 @@ impl ChaosCluster {
 
     /// Submits `count` runs of [`SUB`] through the library (docs/DELAYED.md's protocol, a
     /// batch per multi-op), the first due at `first_due_ms` and one every `spacing_ms` after
-    /// it; returns their ids.
-    pub async fn submit(&self, count: usize, first_due_ms: i64, spacing_ms: i64) -> Vec<String> {
+    /// it.
+    pub async fn submit(&self, count: usize, first_due_ms: i64, spacing_ms: i64) -> Submitted {
         let config = self.nodes[0]
             .daemon
             .as_ref()
@@ -1112,7 +1119,28 @@ impl ChaosCluster {
                 result.expect("submitted");
             }
         }
-        ids
+        let last_due_ms = first_due_ms + i64::try_from(count).expect("small") * spacing_ms;
+        Submitted { ids, last_due_ms }
+    }
+
+    /// Waits until each of `submitted` has run, up to `after_last` past the last one's due
+    /// time, and asserts that none ran twice and none is pending (issue 31).
+    pub async fn assert_each_submission_ran_once(
+        &mut self,
+        submitted: &Submitted,
+        after_last: Duration,
+    ) {
+        let left = u64::try_from(submitted.last_due_ms - now_ms()).unwrap_or(0);
+        let within = Duration::from_millis(left) + after_last;
+        self.wait_submissions_ran(&submitted.ids, within).await;
+        let runs = self.submission_runs();
+        let twice: Vec<_> = runs.iter().filter(|(_, nodes)| nodes.len() > 1).collect();
+        assert!(
+            twice.is_empty(),
+            "submissions run more than once: {twice:?}"
+        );
+        assert_eq!(self.pending_submissions().await, 0, "none stays pending");
+        self.note("submissions", serde_json::json!(runs.len()));
     }
 
     /// Every run of [`SUB`] by submission id: the nodes that ran it, in order.
@@ -1182,11 +1210,30 @@ impl ChaosCluster {
         })
         .await;
         if let Err(not_reached) = found {
-            let ran = self.submission_runs().len();
+            let runs = self.submission_runs();
+            let missing: Vec<&String> = ids.iter().filter(|id| !runs.contains_key(*id)).collect();
+            // What the nodes said of each of the first few that never ran.
+            let mut said = String::new();
+            let client = self.client().await;
+            let dir = format!("{ROOT}/runs/{SUB}");
+            let names = client.list_children(&dir).await.unwrap_or_default();
+            for id in missing.iter().take(5) {
+                for name in names.iter().filter(|name| name.ends_with(id.as_str())) {
+                    let data = client.get_data(&format!("{dir}/{name}")).await;
+                    let record = data.map(|(data, _)| String::from_utf8_lossy(&data).into_owned());
+                    said.push_str(&format!("record {name}: {record:?}\n"));
+                }
+                for node in &self.nodes {
+                    let text = std::fs::read_to_string(&node.log).unwrap_or_default();
+                    for line in text.lines().filter(|line| line.contains(id.as_str())) {
+                        said.push_str(&format!("{}: {line}\n", node.id));
+                    }
+                }
+            }
             panic!(
-                "{not_reached}: {ran} of {} ran\n{}",
+                "{not_reached}: {} of {} ran; never: {missing:?}\n{said}",
+                runs.len(),
                 ids.len(),
-                self.node_logs_tail()
             );
         }
     }

@@ -111,21 +111,28 @@ fn a_submission_is_claimed_ahead_and_started_at_its_due_time_with_its_payload() 
     assert_eq!((context.scheduled_at, context.resumed), (t(1500), false));
 }
 
-/// Issue 31, defect 3: a submission's run whose record could not be marked `running` (the
-/// ensemble went away between its claim and its start) never started its process. It is not
-/// recorded `failed`: it is claimed again as the same attempt, at once while this node can
-/// fire, else by the next catch-up.
-#[test]
-fn a_submission_whose_record_could_not_be_marked_running_is_run_again_as_the_same_attempt() {
+/// An owner that claimed submission `order-42` of `close`, due at 1500, and started it then.
+fn a_submission_started_at_1500() -> (FireMachine, Claim) {
     let due = submission("close", 1500, b"order");
     let (mut m, _) = owning_with(ON_DEMAND, 0, vec![(id("order-42"), due)]);
     run_timer(&mut m, 1000);
     let claim = only_claim(&m.handle(Input::Tick, t(1250)));
     m.handle(ok(&claim), t(1260));
     let (started, _) = only_start(&m.handle(Input::Tick, t(1500)));
+    (m, started)
+}
+
+/// Issue 31, defect 3: a submission's run whose record could not be marked `running` (the
+/// ensemble went away between its claim and its start) never started its process. It is not
+/// recorded `failed`: it is claimed again as the same attempt, at once while this node can
+/// fire, else by the next catch-up.
+#[test]
+fn a_submission_whose_record_could_not_be_marked_running_is_run_again_as_the_same_attempt() {
+    let (mut m, started) = a_submission_started_at_1500();
     let not_started = Input::RunNotStarted {
         claim: started.clone(),
         why: "no answer from zookeeper".to_owned(),
+        maybe_written: false,
     };
     let actions = m.handle(not_started, t(1600));
     assert!(
@@ -151,6 +158,7 @@ fn a_submission_whose_record_could_not_be_marked_running_is_run_again_as_the_sam
     let later = Input::RunNotStarted {
         claim: started.clone(),
         why: "no answer from zookeeper".to_owned(),
+        maybe_written: false,
     };
     assert!(
         claims(&m.handle(later, t(1800))).is_empty(),
@@ -175,6 +183,28 @@ fn a_submission_whose_record_could_not_be_marked_running_is_run_again_as_the_sam
         ),
         "claimed again by the catch-up, once"
     );
+}
+
+/// Issue 31, defect 3: the `running` write of a run that never started was applied, and its
+/// answer lost in the outage. Its claim again at the claimed version is refused; it is tried
+/// once at the version the write made, and runs.
+#[test]
+fn a_run_whose_running_write_landed_unanswered_is_claimed_at_that_version() {
+    let (mut m, started) = a_submission_started_at_1500();
+    let not_started = Input::RunNotStarted {
+        claim: started,
+        why: "no answer from zookeeper".to_owned(),
+        maybe_written: true,
+    };
+    let again = only_claim(&m.handle(not_started, t(1600)));
+    assert_eq!(again.mode, ClaimMode::Again { version: 0 });
+    let at_running = only_claim(&m.handle(refused(&again, ClaimRefused::AlreadyClaimed), t(1610)));
+    assert_eq!(
+        (at_running.mode, at_running.record.attempt),
+        (ClaimMode::Again { version: 1 }, 1),
+        "at the version the running write made, as the same attempt"
+    );
+    only_start(&m.handle(ok(&at_running), t(1620)));
 }
 
 #[test]

@@ -1001,6 +1001,7 @@ fn event_line(event: &LockEvent) -> String {
     match event {
         LockEvent::Acquired { token } => format!("acquired token={token}"),
         LockEvent::Lost => "lost".into(),
+        LockEvent::HandedOver => "handed over".into(),
         LockEvent::OwnerChanged { owner: None } => "owner none".into(),
         LockEvent::OwnerChanged { owner: Some(node) } if node.is_squatter() => {
             "owner squatter".into()

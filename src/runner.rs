@@ -307,9 +307,17 @@ pub async fn run_prepared(
         }
         None => {
             let (started_at, spawned) = (Utc::now(), Instant::now());
-            if spec.launcher == Launcher::Fork {
-                // No launcher to hold the exec: the spawn waits.
-                hold_until(not_before).await;
+            // No launcher to hold the exec: the spawn waits, but not past a cancel.
+            if spec.launcher == Launcher::Fork && !hold_unless_cancelled(not_before, &cancel).await
+            {
+                info!(job = %job, run_id, "run cancelled before its instant; nothing was started");
+                return RunReport {
+                    outcome: RunOutcome::Cancelled,
+                    started_at,
+                    duration: Duration::ZERO,
+                    retry_after: None,
+                    output: String::new(),
+                };
             }
             match Group::spawn(spec, ctx, Start::Now, not_before) {
                 Ok(mut group) => {
@@ -334,17 +342,21 @@ pub async fn run_prepared(
     // daemon does about the start (its log line, reading output) waits until then too, so that
     // none of it competes with the job's exec for a CPU.
     let started_at = not_before.map_or(started_at, |at| started_at.max(at));
-    hold_until(not_before).await;
     let pid = group.pid;
-    info!(
-        job = %job,
-        run_id,
-        pid,
-        token = ctx.fencing_token.0,
-        attempt = ctx.attempt,
-        resumed = ctx.resumed,
-        "job started"
-    );
+    if hold_unless_cancelled(not_before, &cancel).await {
+        info!(
+            job = %job,
+            run_id,
+            pid,
+            token = ctx.fencing_token.0,
+            attempt = ctx.attempt,
+            resumed = ctx.resumed,
+            "job started"
+        );
+    } else {
+        // Its launcher has not exec'd the job: the supervision below stops it at once.
+        info!(job = %job, run_id, pid, "run cancelled before its instant; stopping its launcher");
+    }
 
     let stdout = group.child.stdout().take();
     let stderr = group.child.stderr().take();
@@ -410,6 +422,19 @@ pub async fn run_prepared(
         duration,
         retry_after: None,
         output,
+    }
+}
+
+/// Holds until `not_before` like [`hold_until`], or until `cancel`: whether the instant came.
+/// The instant is the schedule and follows the wall clock; a cancel never waits for it (issue
+/// 31: a clock stepped back 20 s held a cancelled run, and its guard, for as long).
+pub async fn hold_unless_cancelled(
+    not_before: Option<DateTime<Utc>>,
+    cancel: &CancellationToken,
+) -> bool {
+    tokio::select! {
+        () = hold_until(not_before) => true,
+        () = cancel.cancelled() => false,
     }
 }
 

@@ -189,3 +189,90 @@ async fn a_node_off_the_fleets_clock_hands_the_lock_over_and_stays_out_of_conten
         behind.log_tail()
     );
 }
+
+/// Issue 31, defect 2: the owner's wall clock steps back 20 s (an NTP correction, a VM resumed)
+/// beside a healthy peer. The owner judges itself skewed and hands the lock over — logged as a
+/// handover, naming the peer, not as a lost lock — and the cancel of the tick it had claimed
+/// ahead, whose launcher now waits 20 s for its instant, does not wait for it: its guard goes
+/// at once, and the peer runs the job's ticks. Of the 25 ticks after the step, at least 17
+/// run (the owner's clock check takes a session timeout to see the step), none twice.
+#[tokio::test]
+async fn a_clock_stepping_back_on_the_owner_does_not_stall_the_next_owner() {
+    const STEP: i64 = 20_000;
+    const AFTER_STEP: i64 = 25_000;
+    let _serial = fault_lock();
+    let (dir, fires, text) = per_second_job("skew-step");
+    // libfaketime reads its offset from this file (again after at most a second): the clock
+    // steps when the file is rewritten. Monotonic time stays real.
+    let offset = dir.path().join("offset");
+    std::fs::write(&offset, "+0\n").expect("write the offset");
+    let stepper = DaemonNode::start_with_env(
+        dir.path(),
+        "stepper",
+        &text,
+        &[
+            ("LD_PRELOAD", Path::new(LIBFAKETIME)),
+            ("FAKETIME_TIMESTAMP_FILE", &offset),
+            ("FAKETIME_CACHE_DURATION", Path::new("1")),
+            ("FAKETIME_DONT_FAKE_MONOTONIC", Path::new("1")),
+        ],
+    );
+    stepper.wait_log("owns the lock", SESSION + SLACK).await;
+    let healthy = DaemonNode::start(dir.path(), "healthy", &text);
+    healthy
+        .wait_log("lock held by another node", SESSION + SLACK)
+        .await;
+    wait_for("three fires by the stepper", SLACK * 2, || {
+        let done = (read_fires(&fires).len() >= 3).then_some(());
+        async move { done }
+    })
+    .await;
+
+    let stepped_ms = support::daemon::now_ms();
+    std::fs::write(&offset, format!("-{}s\n", STEP / 1000)).expect("step the clock");
+    let after = Duration::from_millis(u64::try_from(AFTER_STEP).expect("positive"));
+    stepper
+        .wait_log("lock handed over to healthy", SESSION * 2 + SLACK)
+        .await;
+    tokio::time::sleep(after.saturating_sub(Duration::from_millis(
+        u64::try_from(support::daemon::now_ms() - stepped_ms).unwrap_or(0),
+    )))
+    .await;
+    // The last of the 25 ticks has had time to be recorded by the job.
+    let last_tick = (stepped_ms / 1000 + AFTER_STEP / 1000) * 1000;
+    wait_for(
+        "the 25th tick after the step, or a later one",
+        SLACK,
+        || {
+            let done = read_fires(&fires)
+                .iter()
+                .any(|f| f.scheduled_ms >= last_tick)
+                .then_some(());
+            async move { done }
+        },
+    )
+    .await;
+
+    let all = read_fires(&fires);
+    let ticks: Vec<i64> = all.iter().map(|f| f.scheduled_ms).collect();
+    let mut once = ticks.clone();
+    once.sort_unstable();
+    once.dedup();
+    assert_eq!(once.len(), ticks.len(), "no tick fired twice: {all:?}");
+    let ran = once
+        .iter()
+        .filter(|tick| **tick > stepped_ms && **tick <= stepped_ms + AFTER_STEP)
+        .count();
+    assert!(
+        ran >= 17,
+        "only {ran} of the 25 ticks after the step ran: {all:?}\n--- stepper ---\n{}\n--- healthy ---\n{}",
+        stepper.log_tail(),
+        healthy.log_tail()
+    );
+    let log = stepper.log();
+    let lost: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("lock::driver") && l.contains("lock lost"))
+        .collect();
+    assert!(lost.is_empty(), "a handover is not a lost lock: {lost:#?}");
+}

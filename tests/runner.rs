@@ -1159,3 +1159,44 @@ async fn a_job_never_starts_before_its_instant_however_early_its_go_or_spawn() {
     assert_held(&launched(job.clone()), &out, false).await;
     assert_held(&job, &out, false).await;
 }
+
+/// Issue 31, defect 2: a run given its go ahead of its instant, cancelled before the instant
+/// came (the lock handed over; a wall clock stepped back so that the instant lay 20 s ahead),
+/// ends at once — the instant is the schedule, never how long a cancel takes — and its job
+/// never runs. For a prepared launcher and for a fork without one.
+#[tokio::test]
+async fn a_run_cancelled_before_its_instant_ends_at_once_and_its_job_never_runs() {
+    host_env();
+    let dir = tempfile::tempdir().unwrap();
+    // Far enough that waiting for it could not pass the bound below.
+    let instant = chrono::Utc::now() + chrono::Duration::hours(1);
+    for (name, job) in [
+        (
+            "launched",
+            launched(shell_out("held", r#"echo ran > "$OUT""#, &dir).0),
+        ),
+        ("forked", shell_out("held", r#"echo ran > "$OUT""#, &dir).0),
+    ] {
+        let context = ctx("run-held");
+        let prepared = prepare(&job, &context, Some(instant));
+        let cancel = CancellationToken::new();
+        let run = run_prepared(&job, &context, cancel.clone(), prepared, Some(instant));
+        tokio::pin!(run);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), &mut run)
+                .await
+                .is_err(),
+            "{name}: held until its instant"
+        );
+        cancel.cancel();
+        // Bounded by the launcher's exit on SIGTERM, far below the job's 30 s grace.
+        let report = tokio::time::timeout(Duration::from_secs(5), run)
+            .await
+            .unwrap_or_else(|_| panic!("{name}: a cancel during the hold waited for the instant"));
+        assert_eq!(report.outcome, RunOutcome::Cancelled, "{name}");
+        assert!(
+            !dir.path().join("out").exists(),
+            "{name}: the job never ran"
+        );
+    }
+}

@@ -1041,12 +1041,13 @@ impl Run {
         group: Option<GroupCommit>,
     ) -> (run::Claim, run::RunReport) {
         let not_before = Some(self.not_before);
+        let cancelled = self.cancel.clone();
         let record = async {
             let mut claim = claim;
             // After the job's exec, not beside it: ZooKeeper's servers answering this write
-            // would compete with it for a CPU.
-            runner::hold_until(not_before).await;
-            if let Some(group) = group {
+            // would compete with it for a CPU. A run cancelled first never says `running`.
+            let held = runner::hold_unless_cancelled(not_before, &cancelled).await;
+            if let Some(group) = group.filter(|_| held) {
                 let path = claim.path.clone();
                 let written = bounded(&path, group.update(&mut claim)).await;
                 if let Some(Err(err)) = written {

@@ -239,12 +239,15 @@ pub async fn run(
     let mut clock_due = Box::pin(tokio::time::sleep(Duration::ZERO));
     let mut checking: Option<ClockFuture> = None;
     let mut republish = false;
+    // The lock was handed over and nobody has taken it yet: the next owner is whom it went to.
+    let mut handed_over = false;
     loop {
         // An action's answer goes straight back in, so actions run in the order the machine chose.
         // Published after every step and before any request, so firing never goes on under a
         // status the machine has already left (a Lost waiting behind a slow request).
         publish(updates, &mut published, &machine, conn.as_ref());
         while let Some(action) = pending.pop_front() {
+            say_whom_to(&mut handed_over, &action, &settings.paths);
             if let Some(answer) =
                 execute(conn.as_ref(), settings, action, &mut watch, updates).await
             {
@@ -981,12 +984,36 @@ async fn release(conn: &Connection, settings: &LockSettings, lock_version: i32) 
     Some(Input::ReleaseDone(result))
 }
 
+/// After a handover, names the node that took the lock, at info (issue 31: a deliberate
+/// handover was logged as a lost lock, and nothing said where the lock went).
+fn say_whom_to(handed_over: &mut bool, action: &Action, paths: &LockPaths) {
+    match action {
+        Action::Emit(LockEvent::HandedOver) => *handed_over = true,
+        Action::Emit(LockEvent::Acquired { .. }) => *handed_over = false,
+        Action::Emit(LockEvent::OwnerChanged { owner: Some(node) }) if *handed_over => {
+            *handed_over = false;
+            let to = node
+                .node_id()
+                .map_or_else(|| "a foreign node".to_owned(), |id| id.to_string());
+            tracing::info!(path = paths.lock, to, "lock handed over to {to}");
+        }
+        _ => {}
+    }
+}
+
 fn log_event(event: &LockEvent, paths: &LockPaths) {
     match event {
         LockEvent::Acquired { token } => {
             tracing::info!(path = paths.lock, token = token.0, "lock acquired")
         }
         LockEvent::Lost => tracing::warn!(path = paths.lock, "lock lost"),
+        // Whom to: the owner that takes it, logged as "lock handed over to" when it does.
+        LockEvent::HandedOver => {
+            tracing::info!(
+                path = paths.lock,
+                "lock handed over: released for a peer to take"
+            )
+        }
         LockEvent::OwnerChanged { owner: None } => {
             tracing::info!(path = paths.lock, "lock owner gone")
         }

@@ -120,6 +120,9 @@ pub enum LockEvent {
     Acquired { token: FencingToken },
     /// We no longer own the lock, or can no longer prove it (on_lost).
     Lost,
+    /// We gave the lock up on purpose — a release request, a clock judged skewed — and release
+    /// it for a peer to take at once. Firing stops as for [`LockEvent::Lost`] (on_lost).
+    HandedOver,
     /// Someone else holds the lock now (`None`: nobody). A squatting persistent node is reported
     /// again every minute while it stays.
     OwnerChanged { owner: Option<LockNode> },
@@ -366,7 +369,7 @@ impl LockMachine {
         if !self.connected() {
             return; // a release cannot go out; the fire side fires again after its limit
         }
-        out.push(Action::Emit(LockEvent::Lost));
+        out.push(Action::Emit(LockEvent::HandedOver));
         self.state = State::Waiting {
             contend_at: now + self.takeover_delay + self.jitter,
             yielded: true,

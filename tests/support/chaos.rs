@@ -1384,6 +1384,7 @@ fn lock_timeline(log: &Path) -> Vec<LockWord> {
             Some(
                 "zkcron started"
                 | "lock lost"
+                | "lock handed over: released for a peer to take"
                 | "lock released for a graceful handoff"
                 | "lock given up for shutdown",
             ) => false,

@@ -55,7 +55,7 @@ impl<'m> Observer<'m> {
                     self.metrics.acquired();
                 }
             }
-            LockEvent::Lost => {
+            LockEvent::Lost | LockEvent::HandedOver => {
                 self.metrics.group_lost(self.group);
                 if self.lock_gauges {
                     self.metrics.lost();

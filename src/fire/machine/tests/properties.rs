@@ -65,6 +65,10 @@ struct World {
     withdraws: Vec<ClaimId>,
     /// Guard releases sent and not answered: the claims whose guard is to go.
     releases: Vec<Claim>,
+    /// The runs whose guard release was ever sent.
+    releases_sent: BTreeSet<String>,
+    /// Open records of an earlier owner marked interrupted: a later listing shows them so.
+    marked: BTreeSet<String>,
     /// Started runs whose process has not ended: run id → its start claim.
     running: BTreeMap<String, Claim>,
     /// Started runs whose final record is not yet written: run id → job.
@@ -249,7 +253,10 @@ impl World {
                 prop_assert!(false, "no job here pauses itself: {job}");
             }
             Action::ListRecords(job) => self.lists.push(job),
-            Action::MarkInterrupted { record, .. } => self.marks.push(record),
+            Action::MarkInterrupted { record, .. } => {
+                self.marked.insert(record.run_id.clone());
+                self.marks.push(record);
+            }
             Action::Withdraw { id, .. } => self.withdraws.push(id),
             Action::ReleaseGuard(claim) => {
                 prop_assert!(
@@ -259,8 +266,13 @@ impl World {
                             .contains(&(claim.record.run_id.clone(), claim.record.attempt)),
                     "a guard is released only for a run that never started: {claim:?}"
                 );
+                // Sent again once back (issue 31), when its token may fire again: still the
+                // guard of a run that never started, and only that run's is deleted.
+                let first = self.releases_sent.insert(claim.record.run_id.clone());
                 prop_assert!(
-                    self.status.token != Some(claim.record.fencing_token) || !self.status.may_fire,
+                    !first
+                        || self.status.token != Some(claim.record.fencing_token)
+                        || !self.status.may_fire,
                     "a guard is released only once its token may not fire: {claim:?}"
                 );
                 self.releases.push(claim);
@@ -481,6 +493,10 @@ impl World {
                     let mut open =
                         stored(job.as_str(), tick, "n2", self.token - 1, RunStatus::Running);
                     open.run_id = format!("{job}-old-{tick}");
+                    // The model's ledger remembers a mark, as ZooKeeper would.
+                    if self.marked.contains(&open.run_id) {
+                        open.status = RunStatus::Interrupted;
+                    }
                     Ok(listing(&[open]))
                 }
                 _ => {

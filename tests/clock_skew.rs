@@ -275,4 +275,9 @@ async fn a_clock_stepping_back_on_the_owner_does_not_stall_the_next_owner() {
         .filter(|l| l.contains("lock::driver") && l.contains("lock lost"))
         .collect();
     assert!(lost.is_empty(), "a handover is not a lost lock: {lost:#?}");
+    assert!(
+        log.contains("the wall clock stepped"),
+        "the step is noticed, so that no limit on the stop path stretches with it:\n{}",
+        stepper.log_tail()
+    );
 }

@@ -50,6 +50,9 @@ use crate::view::NodeView;
 
 /// Sleep at most this long at once, so a wall-clock step (NTP, suspend) is noticed in time.
 const MAX_SLEEP: Duration = Duration::from_secs(30);
+/// How long a handover waits for the lock driver to release the lock: its requests are bounded
+/// by the session's request timeout, a few of them in a row.
+const RELEASE_LIMIT: Duration = Duration::from_secs(10);
 /// A deadline the machine left in the past after a Tick is woken for no more often than this.
 const SPIN_FLOOR: chrono::Duration = chrono::Duration::milliseconds(20);
 /// A run recorded `running` before its start (a submission's) tries the write this many times,
@@ -231,11 +234,13 @@ pub async fn run(
     let mut lock_alive = true;
     let mut updates_open = true;
     let mut handing_over = false;
+    let mut release_limit = std::pin::pin!(tokio::time::sleep(RELEASE_LIMIT));
     let mut lock_result = Ok(());
     let mut pending: VecDeque<Input> = VecDeque::new();
     let mut handled_since_trim = 0_usize;
     let mut settled = false;
     let mut alarm = alarm::Alarm::new();
+    let mut steps = alarm::Steps::new();
     let metrics = Arc::clone(&io.settings.metrics);
     let group_name = io.settings.group_name.clone();
     let mut observer = observe::Observer::new(&metrics, &group_name, io.settings.member_duties);
@@ -290,6 +295,14 @@ pub async fn run(
                 };
                 if handing_over { Input::LockReleased } else { Input::Shutdown }
             }
+            // The release is a few bounded requests; a lock driver stuck elsewhere must not hold
+            // the stop for ever: the lock then goes with the session as the process exits.
+            () = release_limit.as_mut(), if handing_over && lock_alive => {
+                tracing::warn!(limit = ?RELEASE_LIMIT, "the lock was not released in time; stopping without it (it goes with the session)");
+                lock.handle.abort();
+                lock_alive = false;
+                Input::LockReleased
+            }
             Some(jobs) = reloads.recv() => Input::Reloaded(jobs),
             Some(answer) = answered.recv() => answer,
             // After a burst, and once after each change of the lock (its inputs are few with
@@ -306,6 +319,9 @@ pub async fn run(
         };
         ticked_at = matches!(input, Input::Tick).then(Utc::now);
         handled_since_trim += 1;
+        if let Some(by) = steps.stepped() {
+            pending.push_back(Input::ClockStepped { by });
+        }
         pending.push_back(input);
         while let Some(input) = pending.pop_front() {
             if !matches!(input, Input::Tick) {
@@ -333,6 +349,9 @@ pub async fn run(
                     }
                     Action::HandOver => {
                         handing_over = true;
+                        release_limit
+                            .as_mut()
+                            .reset(tokio::time::Instant::now() + RELEASE_LIMIT);
                         lock.release.cancel();
                         if !lock_alive {
                             pending.push_back(Input::LockReleased);

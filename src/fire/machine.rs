@@ -178,6 +178,11 @@ pub enum Input {
     Shutdown,
     /// Answer to [`Action::HandOver`]: the lock is released (or was never ours).
     LockReleased,
+    /// The wall clock jumped by `by` (forward when positive) besides the time that passed (an
+    /// NTP step, a VM resumed). The limits the machine counts — a stop's and a handover's, a
+    /// replaced run's grace, the waits before trying again — move with it, so that each lasts
+    /// as long as it says; the schedule does not (issue 31, defect 2).
+    ClockStepped { by: chrono::Duration },
     /// Answer to [`Action::ScanDelayed`]: the pending submissions of the buckets read.
     DelayedScanned {
         generation: u64,
@@ -702,6 +707,7 @@ impl FireMachine {
             }
             Input::SubmissionRead { id, result } => self.submission_read(id, result, now, &mut out),
             Input::PausesRead(pauses) => self.pauses_read(pauses, now, &mut out),
+            Input::ClockStepped { by } => self.clock_stepped(by),
             Input::ReleaseRequested => self.release_requested(now, &mut out),
             Input::BackfillsRead(requests) => self.backfills_read(requests, now, &mut out),
             Input::LockReleased => {
@@ -2195,6 +2201,39 @@ impl FireMachine {
             })
             .collect();
         tracing::warn!(limit = ?WITHDRAW_LIMIT, ?given_up, "claimed ticks not all withdrawn before the handoff; the next owner resolves them");
+    }
+
+    /// See [`Input::ClockStepped`].
+    fn clock_stepped(&mut self, by: chrono::Duration) {
+        tracing::warn!(
+            by_ms = by.num_milliseconds(),
+            "the wall clock stepped; the schedule follows it, the limits being counted do not"
+        );
+        if let Some(stopping) = self.stopping.as_mut() {
+            stopping.hand_over_by += by;
+        }
+        if let Some(yielding) = self.yielding.as_mut() {
+            yielding.clock_stepped(by);
+        }
+        let ids: Vec<ClaimId> = self.claims.keys().copied().collect();
+        for id in ids {
+            let Some(pending) = self.claims.get_mut(&id) else {
+                continue;
+            };
+            if let PendingState::Replacing { until, .. } = &mut pending.state {
+                *until += by;
+            }
+            if let LeaseWait::Failed { at, .. } = &mut pending.lease {
+                *at += by;
+            }
+        }
+        self.rewrites.clock_stepped(by);
+        for (at, _) in self.prune_later.values_mut() {
+            *at += by;
+        }
+        for at in self.relist_at.values_mut() {
+            *at += by;
+        }
     }
 
     fn maybe_stopped(&mut self, out: &mut Vec<Action>) {

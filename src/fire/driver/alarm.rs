@@ -5,7 +5,8 @@
 //! the absolute instant wakes the poll itself when the instant comes (the kernel's timer slack,
 //! 50 µs by default), and follows steps of the wall clock by itself.
 //!
-//! Owns: the timer file descriptor. Must not: know what the instant is for.
+//! Owns: the timer file descriptor, and telling a step of the wall clock from time passing
+//! ([`Steps`]). Must not: know what the instant is for.
 
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::time::Duration;
@@ -68,6 +69,35 @@ impl Alarm {
         }
         let left = (at - Utc::now()).to_std().unwrap_or(Duration::ZERO);
         tokio::time::sleep(left).await;
+    }
+}
+
+/// A step of the wall clock beside the monotonic one smaller than this is left alone: NTP's
+/// slewing moves it by at most half a millisecond a second.
+const STEP_AT_LEAST: chrono::TimeDelta = chrono::TimeDelta::seconds(1);
+
+/// Tells how far the wall clock jumped since the last look, beyond the time that passed.
+pub(super) struct Steps {
+    wall: DateTime<Utc>,
+    monotonic: std::time::Instant,
+}
+
+impl Steps {
+    pub(super) fn new() -> Self {
+        Self {
+            wall: Utc::now(),
+            monotonic: std::time::Instant::now(),
+        }
+    }
+
+    /// The step since the last look, if the wall clock moved by [`STEP_AT_LEAST`] more or less
+    /// than the monotonic clock did.
+    pub(super) fn stepped(&mut self) -> Option<chrono::TimeDelta> {
+        let (wall, monotonic) = (Utc::now(), std::time::Instant::now());
+        let passed = chrono::TimeDelta::from_std(monotonic - self.monotonic).unwrap_or_default();
+        let step = (wall - self.wall) - passed;
+        (self.wall, self.monotonic) = (wall, monotonic);
+        (step.abs() >= STEP_AT_LEAST).then_some(step)
     }
 }
 

@@ -118,6 +118,13 @@ impl Rewrites {
         due
     }
 
+    /// The wall clock stepped by `by`: each backoff lasts as long as it said.
+    pub fn clock_stepped(&mut self, by: TimeDelta) {
+        for at in self.waiting.values_mut().filter_map(|r| r.at.as_mut()) {
+            *at += by;
+        }
+    }
+
     pub fn next_deadline(&self) -> Option<DateTime<Utc>> {
         self.waiting.values().filter_map(|rewrite| rewrite.at).min()
     }

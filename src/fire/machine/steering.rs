@@ -40,6 +40,14 @@ impl Yielding {
     pub(super) fn deadline(&self) -> DateTime<Utc> {
         self.give_up_at.unwrap_or(self.hand_over_by)
     }
+
+    /// The wall clock stepped by `by`: the limits last as long as they said.
+    pub(super) fn clock_stepped(&mut self, by: chrono::Duration) {
+        self.hand_over_by += by;
+        if let Some(at) = self.give_up_at.as_mut() {
+            *at += by;
+        }
+    }
 }
 
 impl FireMachine {

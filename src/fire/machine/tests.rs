@@ -1381,6 +1381,29 @@ fn a_stop_hands_over_anyway_when_withdrawing_takes_too_long() {
     let _ = claim;
 }
 
+/// Issue 31, defect 2: the wall clock steps back 20 s while a stop waits for a claim's answer.
+/// The stop's limit is a length of time, not an instant of the schedule: it ends 2 s after
+/// the stop all the same, not 22 s.
+#[test]
+fn a_clock_step_does_not_stretch_a_stops_limit() {
+    let mut m = owning(&job("a", EVERY_SECOND, ""));
+    only_claim(&m.handle(Input::Tick, t(750)));
+    assert_eq!(m.handle(Input::Shutdown, t(800)), vec![]);
+    assert_eq!(m.next_deadline(), Some(t(2800)));
+    // 200 ms later by the monotonic clock, the wall clock reads 20 s earlier.
+    let step = chrono::Duration::seconds(-20);
+    m.handle(Input::ClockStepped { by: step }, t(1000) + step);
+    assert_eq!(
+        m.next_deadline(),
+        Some(t(2800) + step),
+        "2 s after the stop"
+    );
+    assert_eq!(
+        m.handle(Input::Tick, t(2800) + step),
+        vec![Action::HandOver]
+    );
+}
+
 #[test]
 fn a_reloaded_schedule_never_repeats_a_tick() {
     let tables = job("a", EVERY_SECOND, "");

@@ -1404,6 +1404,173 @@ fn a_clock_step_does_not_stretch_a_stops_limit() {
     );
 }
 
+/// Brings an owner of job `a` to some work in flight, for the stop table below; returns the
+/// answers the driver still gives to it after the stop (each bounded there).
+type InFlight = fn(&mut FireMachine) -> Vec<Input>;
+
+/// Claimed at 750 and granted: its run waits prepared for 2000 (claimed ahead of the next tick).
+fn granted_ahead(m: &mut FireMachine) -> TickClaim {
+    run_timer(m, 1749);
+    let claim = only_claim(&m.handle(Input::Tick, t(1750)));
+    m.handle(ok(&claim), t(1751));
+    claim
+}
+
+/// Started at 1000 and alive.
+fn started(m: &mut FireMachine) -> Claim {
+    let claim = only_claim(&m.handle(Input::Tick, t(750)));
+    m.handle(ok(&claim), t(751));
+    only_start(&m.handle(Input::Tick, t(1000))).0
+}
+
+/// Issue 31: a stop with each kind of work in flight. Nothing answers but what the driver
+/// always answers within its bounds (a withdrawal, a final record's write: failed; a guard's
+/// release: unsettled), the lock's release and the runs' ends after their cancel; a claim may
+/// never be answered at all. Every row hands the lock over within [`WITHDRAW_LIMIT`] of the
+/// stop, and stops.
+#[test]
+fn issue_31_a_stop_ends_whatever_is_in_flight() {
+    let rows: [(&str, InFlight); 8] = [
+        ("nothing", |_| vec![]),
+        ("a claim never answered", |m| {
+            run_timer(m, 1749);
+            only_claim(&m.handle(Input::Tick, t(1750)));
+            vec![]
+        }),
+        ("a claim granted, its run prepared", |m| {
+            granted_ahead(m);
+            vec![]
+        }),
+        ("a run alive", |m| {
+            started(m);
+            vec![]
+        }),
+        ("a final record being written", |m| {
+            let run = started(m);
+            let end = ended(&run, RunOutcome::Exited { code: 0 }, t(1050));
+            let finished = end_run(m, end, t(1060));
+            // No answer within the driver's request limit.
+            let run_id = finished.record.run_id;
+            let write = RecordWrite::Failed;
+            vec![Input::RecordWritten { run_id, write }]
+        }),
+        ("a final record waiting to be sent again", |m| {
+            let run = started(m);
+            let end = ended(&run, RunOutcome::Exited { code: 1 }, t(1050));
+            let finished = end_run(m, end, t(1060));
+            let run_id = finished.record.run_id;
+            let write = RecordWrite::Failed;
+            m.handle(Input::RecordWritten { run_id, write }, t(1070));
+            vec![]
+        }),
+        ("a guard release unanswered", |m| {
+            let claim = granted_ahead(m);
+            m.handle(Input::LockChanged(follower()), t(1800));
+            m.handle(Input::Tick, t(2000));
+            let run_id = granted(&claim).record.run_id;
+            let settled = false;
+            m.handle(Input::GuardReleased { run_id, settled }, t(2001));
+            m.handle(Input::LockChanged(owner(TOKEN)), t(2002));
+            vec![]
+        }),
+        ("a catch-up listing failed, relisted during the stop", |m| {
+            started(m);
+            // Back from a short outage, the catch-up's listing fails: listed again in 5 s,
+            // while the stop waits for the run's end.
+            m.handle(Input::LockChanged(disconnected_owner(TOKEN)), t(1100));
+            let back = m.handle(Input::LockChanged(owner(TOKEN)), t(1200));
+            assert!(back.contains(&Action::ListRecords(JobName::new("a"))));
+            let job = JobName::new("a");
+            let result = Err("connection loss".to_owned());
+            m.handle(Input::RecordsListed { job, result }, t(1210));
+            vec![]
+        }),
+    ];
+    for (name, in_flight) in rows {
+        let mut m = owning(&job("a", EVERY_SECOND, ""));
+        let answers = in_flight(&mut m);
+        let stop_at = t(2500);
+        let mut inputs = VecDeque::from([Input::Shutdown]);
+        inputs.extend(answers);
+        let (mut now, mut handed_over_at, mut stopped) = (stop_at, None, false);
+        // A cancelled run ends after its job's kill grace (a job that ignores SIGTERM).
+        let grace = chrono::Duration::seconds(10);
+        let mut ends: Vec<(DateTime<Utc>, Input)> = Vec::new();
+        for _ in 0..100 {
+            let input = match inputs.pop_front() {
+                Some(input) => input,
+                None => {
+                    let deadline = m.next_deadline();
+                    assert!(
+                        deadline.is_none_or(|at| at > now || at == stop_at),
+                        "{name}: a deadline left in the past: {deadline:?} at {now}"
+                    );
+                    let end = ends.first().map(|(at, _)| *at);
+                    match (deadline, end) {
+                        (Some(at), Some(end)) if end <= at => {
+                            now = now.max(end);
+                            ends.remove(0).1
+                        }
+                        (Some(at), _) => {
+                            now = now.max(at);
+                            Input::Tick
+                        }
+                        (None, Some(end)) => {
+                            now = now.max(end);
+                            ends.remove(0).1
+                        }
+                        (None, None) => break,
+                    }
+                }
+            };
+            for action in m.handle(input, now) {
+                match action {
+                    Action::HandOver => {
+                        handed_over_at = Some(now);
+                        inputs.push_back(Input::LockReleased);
+                    }
+                    Action::Withdraw { id, .. } => inputs.push_back(Input::Withdrawn { id }),
+                    Action::WriteRecord(claim) => inputs.push_back(Input::RecordWritten {
+                        run_id: claim.record.run_id,
+                        write: RecordWrite::Failed,
+                    }),
+                    Action::ReleaseGuard(claim) => inputs.push_back(Input::GuardReleased {
+                        run_id: claim.record.run_id,
+                        settled: false,
+                    }),
+                    Action::CancelRun { run_id } => {
+                        // The run started at 1000 ends as its cancel stops it.
+                        let mut record = stored("a", 1000, "n1", TOKEN.0, RunStatus::Running);
+                        record.run_id = run_id;
+                        let run = Claim {
+                            path: String::new(),
+                            version: 1,
+                            record: record.clone(),
+                            guard: None,
+                            open: None,
+                            session: SessionId(1),
+                            sent: record,
+                        };
+                        ends.push((now + grace, ended(&run, RunOutcome::Cancelled, now)));
+                    }
+                    Action::Stopped => stopped = true,
+                    _ => {}
+                }
+            }
+            if stopped {
+                break;
+            }
+        }
+        let limit = stop_at + chrono::Duration::from_std(WITHDRAW_LIMIT).expect("fits");
+        let handed_over_at = handed_over_at.unwrap_or_else(|| panic!("{name}: never handed over"));
+        assert!(
+            handed_over_at <= limit,
+            "{name}: handed over at {handed_over_at}"
+        );
+        assert!(stopped, "{name}: never stopped");
+    }
+}
+
 #[test]
 fn a_reloaded_schedule_never_repeats_a_tick() {
     let tables = job("a", EVERY_SECOND, "");

@@ -416,6 +416,12 @@ impl Metrics {
         self.running.get_or_create(&label).dec();
     }
 
+    /// A run counted by [`Metrics::run_started`] whose process never started: its record could
+    /// not be marked `running` first (issue 31). It is no longer running; it has no duration.
+    pub fn run_not_started(&self, job: &JobName) {
+        self.running.get_or_create(&job_label(job)).dec();
+    }
+
     /// A record this node wrote: a run's final record, or a `skipped` or `missed` one.
     pub fn recorded(&self, record: &RunRecord) {
         let job = record.job.as_str().to_owned();
@@ -592,6 +598,19 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line:?} in\n{text}");
         }
+    }
+
+    #[test]
+    fn a_run_that_never_started_is_not_left_running() {
+        let metrics = Metrics::new();
+        let job = JobName::new("close");
+        metrics.run_started(&job, 1_000, 1_000);
+        metrics.run_not_started(&job);
+        let text = metrics.encode();
+        assert!(
+            text.contains("zkcron_job_running{job=\"close\"} 0"),
+            "issue 31: {text}"
+        );
     }
 
     #[test]

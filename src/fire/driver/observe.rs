@@ -72,6 +72,7 @@ impl<'m> Observer<'m> {
                     .run_ended(&claim.record.job, report.duration.as_secs_f64());
                 self.ended.insert(claim.record.run_id.clone());
             }
+            Input::RunNotStarted { claim, .. } => self.metrics.run_not_started(&claim.record.job),
             // A record-only claim (skipped, missed) that went through.
             Input::ClaimDone {
                 result: Ok(claim), ..

@@ -2215,11 +2215,7 @@ impl FireMachine {
         if let Some(yielding) = self.yielding.as_mut() {
             yielding.clock_stepped(by);
         }
-        let ids: Vec<ClaimId> = self.claims.keys().copied().collect();
-        for id in ids {
-            let Some(pending) = self.claims.get_mut(&id) else {
-                continue;
-            };
+        for pending in self.claims.values_mut() {
             if let PendingState::Replacing { until, .. } = &mut pending.state {
                 *until += by;
             }

@@ -83,6 +83,11 @@ impl Claims {
         self.by_id.get_mut(id)
     }
 
+    /// Every held claim, to change its state; the same rule as [`Claims::get_mut`].
+    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut Pending> + '_ {
+        self.by_id.values_mut()
+    }
+
     pub fn keys(&self) -> impl Iterator<Item = &ClaimId> + '_ {
         self.by_id.keys()
     }

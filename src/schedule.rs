@@ -44,18 +44,18 @@
 //! `matcher` now finds the wall-clock matches too, in a few dozen bytes per job where croner's
 //! pattern kept a 5000-entry year table. The tests hold `matcher` against croner's search.
 
-mod explain;
+mod error;
+pub mod explain;
 mod fields;
 mod matcher;
 pub mod words;
 
 use std::fmt;
-use std::ops::Range;
 
 use chrono::{DateTime, Datelike, LocalResult, NaiveDateTime, TimeDelta, TimeZone, Timelike, Utc};
 use chrono_tz::Tz;
 
-pub use explain::{Explained, ExplainedFire, FireNote, LISTED_PER_TRANSITION, Transition};
+pub use error::ScheduleError;
 use matcher::{LAST_YEAR, Matcher};
 
 /// One job's cron expression in one IANA time zone.
@@ -93,77 +93,6 @@ pub fn jitter_offset(job: &str, tick: DateTime<Utc>, jitter: std::time::Duration
     // (spread / 2^32) × jitter: below jitter, whatever the hash.
     let offset = (u128::from(spread) * u128::from(jitter_ms)) >> 32;
     TimeDelta::milliseconds(i64::try_from(offset).unwrap_or(i64::MAX))
-}
-
-/// Why an expression or a time zone name was refused. Messages are for operators.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ScheduleError {
-    /// Not 5 or 6 whitespace-separated fields.
-    #[error("expected 5 or 6 fields (sec min hour dom mon dow), found {found}")]
-    FieldCount {
-        /// How many fields the expression has.
-        found: usize,
-    },
-    /// `@something` that is not one of the known macros.
-    #[error(
-        "unknown macro {name} (known: @hourly, @daily, @midnight, @weekly, @monthly, @yearly, \
-         @annually)"
-    )]
-    UnknownMacro {
-        /// The macro as written.
-        name: String,
-    },
-    /// A macro followed by more fields.
-    #[error("macro {name} stands alone, found {extra} more field(s) after it")]
-    MacroWithFields {
-        /// The macro as written.
-        name: String,
-        /// How many fields follow it.
-        extra: usize,
-    },
-    /// One field is wrong; the message names it, e.g. `hour: 25 is out of range 0-23`.
-    #[error("{field}: {problem}")]
-    Field {
-        /// `second`, `minute`, `hour`, `day of month`, `month` or `day of week`.
-        field: &'static str,
-        /// Byte range of the field in the expression; empty for the implied seconds field.
-        span: Range<usize>,
-        /// What is wrong with it.
-        problem: String,
-    },
-    /// Not an IANA time zone name.
-    #[error("unknown time zone {name:?}: {}", zone_hint(.suggestion))]
-    UnknownTimeZone {
-        /// The name as written.
-        name: String,
-        /// A known zone that is spelt almost the same.
-        suggestion: Option<&'static str>,
-    },
-}
-
-impl ScheduleError {
-    /// The field that failed (`second` … `day of week`), for the config module's context.
-    pub fn field(&self) -> Option<&'static str> {
-        match self {
-            ScheduleError::Field { field, .. } => Some(field),
-            _ => None,
-        }
-    }
-
-    /// Byte range of the failed field within the expression, for a caret under it.
-    pub fn span(&self) -> Option<Range<usize>> {
-        match self {
-            ScheduleError::Field { span, .. } if !span.is_empty() => Some(span.clone()),
-            _ => None,
-        }
-    }
-}
-
-fn zone_hint(suggestion: &Option<&'static str>) -> String {
-    match suggestion {
-        Some(zone) => format!("did you mean {zone:?}?"),
-        None => r#"expected an IANA name such as "Europe/Berlin" or "UTC""#.to_owned(),
-    }
 }
 
 /// Parses an IANA time zone name such as `Europe/Berlin` or `UTC` (case-sensitive, as in tzdata).

@@ -7,10 +7,14 @@
 
 mod tls;
 
+pub use tls::TlsFiles;
+
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use zookeeper_client::{Acls, Client, CreateMode, SessionInfo};
+
+use crate::secret::Secret;
 
 /// First pause after a failed connect; doubles up to [`MAX_CONNECT_BACKOFF`].
 const MIN_CONNECT_BACKOFF: Duration = Duration::from_millis(200);
@@ -31,41 +35,6 @@ pub struct ZkSettings {
     pub tls: Option<TlsFiles>,
     /// SASL DIGEST-MD5 credentials, for ensembles that require SASL.
     pub sasl: Option<SaslCredentials>,
-}
-
-/// The PEM texts TLS needs, read from the files the schedule names.
-#[derive(Clone, PartialEq, Eq)]
-pub struct TlsFiles {
-    /// The CA certificates (and CRLs) that sign the servers' certificates.
-    pub ca: String,
-    /// This node's certificate and key, for servers that ask for them (ZooKeeper's default).
-    pub identity: Option<(String, Secret)>,
-}
-
-impl std::fmt::Debug for TlsFiles {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TlsFiles")
-            .field("identity", &self.identity.is_some())
-            .finish_non_exhaustive()
-    }
-}
-
-impl TlsFiles {
-    /// The client's TLS options; the PEM texts are checked here (also by `zkcron check`).
-    ///
-    /// # Errors
-    /// A text is not PEM the client can use; the message says which.
-    pub fn options(&self) -> Result<zookeeper_client::TlsOptions, String> {
-        let options = zookeeper_client::TlsOptions::new()
-            .with_pem_ca(&self.ca)
-            .map_err(|err| format!("the CA file holds no usable PEM certificate: {err}"))?;
-        match &self.identity {
-            Some((cert, key)) => options
-                .with_pem_identity(cert, key.expose())
-                .map_err(|err| format!("the certificate and key are not a usable PEM pair: {err}")),
-            None => Ok(options),
-        }
-    }
 }
 
 /// SASL DIGEST-MD5, as ZooKeeper's `SASLAuthenticationProvider` with a JAAS `Server` section.
@@ -105,28 +74,6 @@ pub enum AclPolicy {
     Open,
     /// Only sessions authenticated as the creator (needs credentials).
     Creator,
-}
-
-/// A secret that never shows in logs or debug output.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps a secret value.
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
-    }
-
-    /// The secret itself, for the one place that sends it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Secret(***)")
-    }
 }
 
 /// A failure to talk to ZooKeeper, naming what we tried to do.

@@ -9,7 +9,8 @@ use chrono_tz::Tz;
 
 use zkcron::config::{Config, JobConfig};
 use zkcron::delayed::due::{DueError, due_at};
-use zkcron::schedule::{DstRule, Explained, ExplainedFire, FireNote, Transition};
+use zkcron::schedule::DstRule;
+use zkcron::schedule::explain::{Explained, ExplainedFire, FireNote, Transition};
 
 /// Why an explanation cannot be given.
 #[derive(Debug, thiserror::Error)]

@@ -98,3 +98,20 @@ impl fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
+
+/// Names a job's problems: `job "nightly"` for the job as a whole, `job "nightly": schedule` for
+/// one of its keys.
+#[derive(Clone, Copy)]
+pub(super) struct JobContext<'n> {
+    pub(super) name: &'n str,
+}
+
+impl JobContext<'_> {
+    pub(super) fn key(self, key: &str) -> String {
+        format!("job {:?}: {key}", self.name)
+    }
+
+    pub(super) fn whole(self) -> String {
+        format!("job {:?}", self.name)
+    }
+}

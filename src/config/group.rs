@@ -3,13 +3,13 @@
 //!
 //! Owns: a group's name (a znode name, unique) and the tags it requires, this node's tags, and
 //! resolving the group a job names to a declared one.
-//! Must not: decide who owns a group (`lock::balance` prefers, the lock decides).
+//! Must not: decide who owns a group (`groups::balance` prefers, the lock decides).
 
 use std::collections::BTreeSet;
 
 use toml::Spanned;
 
-use super::job::JobContext;
+use super::error::JobContext;
 use super::schema::{RawGroup, RawNode};
 use super::validator::Validator;
 use super::{GroupConfig, NodeConfig};

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use reqwest::header::{HeaderName, HeaderValue};
 use toml::Spanned;
 
-use super::job::JobContext;
+use super::error::JobContext;
 use super::schema::RawHttpTarget;
 use super::validator::Validator;
 use super::{Problem, Secret};

@@ -15,6 +15,7 @@ use std::time::Duration;
 use chrono_tz::Tz;
 use toml::Spanned;
 
+use super::error::JobContext;
 use super::job_policies::default_concurrency;
 use super::schema::{RawJob, RawNotices};
 use super::validator::Validator;
@@ -24,23 +25,6 @@ use crate::run::{JobSpec, Launcher, Program};
 use crate::schedule::{self, Schedule};
 
 const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(10);
-
-/// Names a job's problems: `job "nightly"` for the job as a whole, `job "nightly": schedule` for
-/// one of its keys.
-#[derive(Clone, Copy)]
-pub(super) struct JobContext<'n> {
-    name: &'n str,
-}
-
-impl JobContext<'_> {
-    pub(super) fn key(self, key: &str) -> String {
-        format!("job {:?}: {key}", self.name)
-    }
-
-    fn whole(self) -> String {
-        format!("job {:?}", self.name)
-    }
-}
 
 impl Validator<'_> {
     /// One `[[job]]` (`span`: the whole table); `None` when it has no usable program, schedule or

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use toml::Spanned;
 
-use super::job::JobContext;
+use super::error::JobContext;
 use super::validator::Validator;
 use super::{Concurrency, HISTORY_LIMIT, MAX_RUNNING_LIMIT};
 

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use toml::Spanned;
 
 use super::LimitConfig;
-use super::job::JobContext;
+use super::error::JobContext;
 use super::schema::RawLimit;
 use super::validator::Validator;
 

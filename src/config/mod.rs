@@ -42,7 +42,8 @@ use self::schema::RawConfig;
 use crate::ids::NodeId;
 use crate::run::{JobSpec, NoticeChannels};
 use crate::schedule::Schedule;
-pub use crate::zk::{AclPolicy, Secret};
+pub use crate::secret::Secret;
+pub use crate::zk::AclPolicy;
 
 /// A validated schedule file.
 #[derive(Debug, Clone)]

@@ -29,8 +29,8 @@ use crate::ids::{JobName, NodeId};
 use crate::layout::{LedgerPaths, LockPaths};
 use crate::lock::driver::Heard;
 use crate::metrics::Metrics;
+use crate::secret::Secret;
 use crate::view::NodeView;
-use crate::zk::Secret;
 
 mod browse;
 mod console;

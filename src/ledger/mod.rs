@@ -7,13 +7,19 @@
 //! the tombstones that keep a pruned submission's id remembered, `prune` and `forget`).
 //! Must not: spawn processes or decide lock policy.
 
+mod error;
 pub mod forget;
 pub mod group;
 pub mod limits;
 mod prune;
+mod records;
 pub mod submissions;
 
+pub use error::{ClaimError, UpdateError};
 pub use prune::{PRUNE_BATCH, Remember, prune};
+pub use records::{
+    guard_holder, history, read_record, read_versioned, read_versioned_checked, record_names, ticks,
+};
 
 use std::collections::HashSet;
 
@@ -21,82 +27,8 @@ use zookeeper_client::{Acls, CheckWriteError, CheckWriter, Client, CreateMode, E
 
 use crate::ids::{FencingToken, JobName, SessionId};
 
-use crate::layout::{LedgerPaths, RecordName};
+use crate::layout::LedgerPaths;
 use crate::run::{Claim, ClaimMode, RunRecord, RunStatus};
-
-/// Why a tick was not claimed.
-#[derive(Debug, thiserror::Error)]
-pub enum ClaimError {
-    #[error("lock lost before the tick: the epoch has moved past token {token}")]
-    NotOwner { token: FencingToken },
-    #[error("tick {scheduled_unix_ms} of job {job} is already claimed")]
-    AlreadyClaimed {
-        job: JobName,
-        scheduled_unix_ms: i64,
-    },
-    #[error("a run of job {job} is still alive in the cluster")]
-    RunAlive { job: JobName },
-    #[error("zookeeper request on {path} failed")]
-    Zk {
-        path: String,
-        #[source]
-        source: ZkErr,
-    },
-}
-
-impl ClaimError {
-    /// The claim may have gone out without its answer coming back — the connection was lost
-    /// (`ConnectionLoss`, or the client's own "no response from connection"), the reply was
-    /// unreadable — so its multi may have been applied. [`ClaimPlan::read_back`] tells. A
-    /// server's refusal is an answer: nothing of the multi was applied.
-    pub fn unanswered(&self) -> bool {
-        let ClaimError::Zk { source, .. } = self else {
-            return false;
-        };
-        !matches!(
-            source,
-            ZkErr::NoNode
-                | ZkErr::NodeExists
-                | ZkErr::BadVersion
-                | ZkErr::NotEmpty
-                | ZkErr::NoChildrenForEphemerals
-                | ZkErr::NoAuth
-                | ZkErr::InvalidAcl
-                | ZkErr::BadArguments(_)
-                | ZkErr::NotReadOnly
-                | ZkErr::QuotaExceeded
-                | ZkErr::Throttled
-                | ZkErr::MarshallingError
-                | ZkErr::Unimplemented
-                | ZkErr::SessionMoved
-                | ZkErr::AuthFailed
-                | ZkErr::ClientClosed
-        )
-    }
-
-    pub(crate) fn from_zk(path: &str, err: crate::zk::ZkError) -> Self {
-        let (path, source) = err.into_request(path);
-        ClaimError::Zk { path, source }
-    }
-}
-
-/// A failed update of a claimed record.
-#[derive(Debug, thiserror::Error)]
-pub enum UpdateError {
-    /// A definite answer: retrying cannot change it.
-    #[error("run record {path} was changed by someone else; not overwriting it")]
-    Conflict {
-        path: String,
-        /// The stored record's status, when it was read (`None`: gone, or not read).
-        stored: Option<RunStatus>,
-    },
-    #[error("zookeeper request on {path} failed")]
-    Zk {
-        path: String,
-        #[source]
-        source: ZkErr,
-    },
-}
 
 /// Claims `record`'s tick in one round trip: `check(epoch, token)` + create the record (or,
 /// [`ClaimMode::Again`], overwrite it at its version) [+ create the `running/<job>` guard].
@@ -760,131 +692,6 @@ pub async fn rewrite_record(
             Err(UpdateError::Zk { path, source })
         }
     }
-}
-
-/// Reads who holds a claimed tick, for the log line of a node whose claim lost.
-pub async fn read_record(client: &Client, path: &str) -> Option<RunRecord> {
-    let (data, _) = client.get_data(path).await.ok()?;
-    RunRecord::parse(&data)
-        .inspect_err(|err| tracing::warn!(path, error = %err, "unreadable run record"))
-        .ok()
-}
-
-/// The newest `limit` records of `job` (ticks and submissions), newest first. Foreign child
-/// names and unreadable records are logged with their path and skipped.
-///
-/// # Errors
-/// Listing the job's records failed (a missing job means no records, not an error).
-pub async fn history(
-    client: &Client,
-    paths: &LedgerPaths,
-    job: &JobName,
-    limit: usize,
-) -> Result<Vec<RunRecord>, ClaimError> {
-    let mut names = record_names(client, paths, job).await?;
-    names.reverse();
-    let mut records = Vec::new();
-    for name in names {
-        if records.len() == limit {
-            break;
-        }
-        let path = format!("{}/{}", paths.job_runs(job), name.node_name());
-        if let Some(record) = read_record(client, &path).await {
-            records.push(record);
-        }
-    }
-    Ok(records)
-}
-
-/// The scheduled instants of `job`'s tick records (not its submissions'), oldest first.
-///
-/// # Errors
-/// Listing failed; a job without records has none.
-pub async fn ticks(
-    client: &Client,
-    paths: &LedgerPaths,
-    job: &JobName,
-) -> Result<Vec<i64>, ClaimError> {
-    Ok(record_names(client, paths, job)
-        .await?
-        .into_iter()
-        .filter(|name| name.submission.is_none())
-        .map(|name| name.scheduled_unix_ms)
-        .collect())
-}
-
-/// The names of all `job`'s records, ticks and submissions, oldest first (foreign names skipped).
-///
-/// # Errors
-/// Listing failed; a job without records has none.
-pub async fn record_names(
-    client: &Client,
-    paths: &LedgerPaths,
-    job: &JobName,
-) -> Result<Vec<RecordName>, ClaimError> {
-    let parent = paths.job_runs(job);
-    let children = match client.list_children(&parent).await {
-        Ok(children) => children,
-        Err(ZkErr::NoNode) => Vec::new(),
-        Err(source) => {
-            return Err(ClaimError::Zk {
-                path: parent,
-                source,
-            });
-        }
-    };
-    let mut names: Vec<RecordName> = children
-        .iter()
-        .filter_map(|name| {
-            let parsed = RecordName::parse(name);
-            if parsed.is_none() {
-                // Debug, not warn: the owner lists a job's records after every run.
-                tracing::debug!(
-                    path = format!("{parent}/{name}"),
-                    "not a run record name; skipped"
-                );
-            }
-            parsed
-        })
-        .collect();
-    names.sort_unstable();
-    Ok(names)
-}
-
-/// A stored record with its znode version; `None` when absent or unreadable (logged).
-pub async fn read_versioned(client: &Client, path: &str) -> Option<(RunRecord, i32)> {
-    read_versioned_checked(client, path).await.ok().flatten()
-}
-
-/// Like [`read_versioned`], telling a failed request (`Err`) from a record that is gone or is
-/// not ours (`Ok(None)`, logged).
-///
-/// # Errors
-/// The read failed for another reason than the node being absent.
-pub async fn read_versioned_checked(
-    client: &Client,
-    path: &str,
-) -> Result<Option<(RunRecord, i32)>, crate::zk::ZkError> {
-    let (data, stat) = match client.get_data(path).await {
-        Ok(read) => read,
-        Err(ZkErr::NoNode) => return Ok(None),
-        Err(source) => {
-            return Err(crate::zk::ZkError::Request {
-                path: path.to_owned(),
-                source,
-            });
-        }
-    };
-    let record = RunRecord::parse(&data)
-        .inspect_err(|err| tracing::warn!(path, error = %err, "unreadable run record; skipped"))
-        .ok();
-    Ok(record.map(|record| (record, stat.version)))
-}
-
-/// The run id written into `job`'s `running/<job>` guard, if a guard exists.
-pub async fn guard_holder(client: &Client, paths: &LedgerPaths, job: &JobName) -> Option<String> {
-    let (data, _) = client.get_data(&paths.running(job)).await.ok()?;
-    Some(String::from_utf8_lossy(&data).into_owned())
 }
 
 /// Creates the parents of `jobs`' records and guards, so that no tick's claim — sent ahead of

@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use zookeeper_client::{Acls, Client, CreateMode, Error as ZkErr, MultiWriteError};
 
-use super::{ClaimError, record_names};
+use super::error::ClaimError;
+use super::records::record_names;
 use crate::delayed::submission::{ForgetBucket, Stored, SubmissionId};
 use crate::ids::JobName;
 use crate::layout::{LedgerPaths, RecordName};

@@ -66,7 +66,7 @@ pub enum Input {
     /// so often. Skewed: it does not contend, and hands the lock over if it owns it; no longer
     /// skewed: it contends again.
     ClockJudged { skewed: bool },
-    /// Where the groups' balancer (`lock::balance`) places this node for this lock. `false`:
+    /// Where the groups' balancer (`groups::balance`) places this node for this lock. `false`:
     /// another node should own it, so this one does not contend (an owner keeps the lock: a
     /// move is a release asked of it, a handoff); `true`: it contends when the lock is free.
     /// A lock nobody places contends as before groups existed.

@@ -4,7 +4,6 @@
 //! Owns: deciding and proving who may fire jobs (DESIGN.md "The lock").
 //! Must not: know about jobs, schedules or processes.
 
-pub mod balance;
 pub mod clock;
 pub mod clock_watch;
 pub mod driver;
@@ -12,6 +11,5 @@ pub mod inspect;
 pub mod machine;
 pub mod members;
 pub mod node;
-pub mod placement;
 
 pub use machine::{Action, Input, LockEvent, LockMachine, LockState, LockStatus};

@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::RunRecord;
 use crate::ids::NodeId;
-use crate::zk::Secret;
+use crate::secret::Secret;
 
 /// Where a job's notices go: a command, a webhook, both or (with nothing set) nowhere.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -1,4 +1,4 @@
-//! Runs the groups' balancer (`lock::balance`) against ZooKeeper (issue 19): reads the live
+//! Runs the groups' balancer (`groups::balance`) against ZooKeeper (issue 19): reads the live
 //! members with their tags and who owns each group, tells each group's lock driver whether this
 //! node contends for it, and asks this node's own lock of a group it should give up to hand it
 //! over — through the release request an operator would write, so a move is the handoff that
@@ -18,9 +18,9 @@ use zookeeper_client::{AddWatchMode, Client, EventType, PersistentWatcher};
 
 use crate::control::ReleaseRequest;
 use crate::control::store;
+use crate::groups::balance::{Balancer, GroupSpec, Member};
 use crate::ids::NodeId;
 use crate::layout::{ControlPaths, LockPaths};
-use crate::lock::balance::{Balancer, GroupSpec, Member};
 use crate::lock::driver::LockCommand;
 use crate::lock::inspect::{self, Owner};
 use crate::report::error_chain;

@@ -1,0 +1,84 @@
+//! Why the ledger could not claim a tick or update a record, and whether a claim may have been
+//! applied without its answer coming back.
+//!
+//! Owns: `ClaimError` and `UpdateError`.
+//! Must not: send requests.
+
+use zookeeper_client::Error as ZkErr;
+
+use crate::ids::{FencingToken, JobName};
+use crate::run::RunStatus;
+
+/// Why a tick was not claimed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClaimError {
+    #[error("lock lost before the tick: the epoch has moved past token {token}")]
+    NotOwner { token: FencingToken },
+    #[error("tick {scheduled_unix_ms} of job {job} is already claimed")]
+    AlreadyClaimed {
+        job: JobName,
+        scheduled_unix_ms: i64,
+    },
+    #[error("a run of job {job} is still alive in the cluster")]
+    RunAlive { job: JobName },
+    #[error("zookeeper request on {path} failed")]
+    Zk {
+        path: String,
+        #[source]
+        source: ZkErr,
+    },
+}
+
+impl ClaimError {
+    /// The claim may have gone out without its answer coming back — the connection was lost
+    /// (`ConnectionLoss`, or the client's own "no response from connection"), the reply was
+    /// unreadable — so its multi may have been applied. [`read_back`](super::ClaimPlan::read_back) tells. A
+    /// server's refusal is an answer: nothing of the multi was applied.
+    pub fn unanswered(&self) -> bool {
+        let ClaimError::Zk { source, .. } = self else {
+            return false;
+        };
+        !matches!(
+            source,
+            ZkErr::NoNode
+                | ZkErr::NodeExists
+                | ZkErr::BadVersion
+                | ZkErr::NotEmpty
+                | ZkErr::NoChildrenForEphemerals
+                | ZkErr::NoAuth
+                | ZkErr::InvalidAcl
+                | ZkErr::BadArguments(_)
+                | ZkErr::NotReadOnly
+                | ZkErr::QuotaExceeded
+                | ZkErr::Throttled
+                | ZkErr::MarshallingError
+                | ZkErr::Unimplemented
+                | ZkErr::SessionMoved
+                | ZkErr::AuthFailed
+                | ZkErr::ClientClosed
+        )
+    }
+
+    pub(crate) fn from_zk(path: &str, err: crate::zk::ZkError) -> Self {
+        let (path, source) = err.into_request(path);
+        ClaimError::Zk { path, source }
+    }
+}
+
+/// A failed update of a claimed record.
+#[derive(Debug, thiserror::Error)]
+pub enum UpdateError {
+    /// A definite answer: retrying cannot change it.
+    #[error("run record {path} was changed by someone else; not overwriting it")]
+    Conflict {
+        path: String,
+        /// The stored record's status, when it was read (`None`: gone, or not read).
+        stored: Option<RunStatus>,
+    },
+    #[error("zookeeper request on {path} failed")]
+    Zk {
+        path: String,
+        #[source]
+        source: ZkErr,
+    },
+}

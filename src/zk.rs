@@ -2,10 +2,12 @@
 //!
 //! Owns: turning settings into a connected `zookeeper_client::Client` (creating the connect
 //! string's chroot node when it is missing, as Curator does for its namespace; TLS and SASL
-//! through the client's own options), and creating the persistent nodes a lock group needs.
+//! through the client's own options), and creating the persistent nodes a lock group needs;
+//! following a subtree with a persistent recursive watch (`watch`).
 //! Must not: know about jobs or the lock's policy.
 
 mod tls;
+pub mod watch;
 
 pub use tls::TlsFiles;
 

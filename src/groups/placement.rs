@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
-use zookeeper_client::{AddWatchMode, Client, EventType, PersistentWatcher};
+use zookeeper_client::{Client, EventType};
 
 use crate::control::ReleaseRequest;
 use crate::control::store;
@@ -24,6 +24,7 @@ use crate::layout::{ControlPaths, LockPaths};
 use crate::lock::driver::LockCommand;
 use crate::lock::inspect::{self, Owner};
 use crate::report::error_chain;
+use crate::zk::watch::{Change, RecursiveWatch};
 
 /// The default group's name in the balancer: no `[[group]]` can have it (a znode name is never
 /// empty), and it hashes the same on every node.
@@ -170,10 +171,14 @@ impl Session<'_> {
         let watch = |path: String| {
             let client = self.client.clone();
             async move {
-                let watched = client.watch(&path, AddWatchMode::PersistentRecursive).await;
-                watched.map_err(|err| {
-                    tracing::warn!(path, error = %err, "cannot watch for the groups' balance; trying again");
-                })
+                match RecursiveWatch::add(&client, &path).await {
+                    // `run` looks before it first waits.
+                    Ok(watch) => Ok(watch.read_all_done()),
+                    Err(err) => {
+                        tracing::warn!(error = %error_chain(&err), "cannot watch for the groups' balance; trying again");
+                        Err(())
+                    }
+                }
             }
         };
         let watched = async {
@@ -302,9 +307,9 @@ pub fn shown(name: &str) -> &str {
 
 /// The watches, and which of their events can change a decision.
 struct Watches {
-    members: PersistentWatcher,
-    default_lock: PersistentWatcher,
-    groups: PersistentWatcher,
+    members: RecursiveWatch,
+    default_lock: RecursiveWatch,
+    groups: RecursiveWatch,
     members_prefix: String,
 }
 
@@ -323,26 +328,24 @@ impl Watches {
     /// changed (marked releasing) or deleted.
     async fn changed(&mut self) -> Changed {
         loop {
-            let event = tokio::select! {
-                event = self.members.changed() => event,
-                event = self.default_lock.changed() => event,
-                event = self.groups.changed() => event,
+            let change = tokio::select! {
+                change = self.members.changed() => change,
+                change = self.default_lock.changed() => change,
+                change = self.groups.changed() => change,
             };
-            if event.event_type == EventType::Session {
-                if event.session_state.is_terminated() {
-                    return Changed::Ended;
-                }
-                continue;
-            }
-            let member = event.path.starts_with(&self.members_prefix)
-                && matches!(
-                    event.event_type,
-                    EventType::NodeCreated | EventType::NodeDeleted
-                );
-            let lock = event.path.ends_with("/lock");
+            let (path, kind) = match change {
+                None => return Changed::Ended,
+                // After a disconnection: a lock or member may have come or gone unreported.
+                Some(Change::ReadAll) => return Changed::Membership,
+                Some(Change::Disconnected) => continue,
+                Some(Change::Node { path, kind }) => (path, kind),
+            };
+            let member = path.starts_with(&self.members_prefix)
+                && matches!(kind, EventType::NodeCreated | EventType::NodeDeleted);
+            let lock = path.ends_with("/lock");
             // Only a graceful release rewrites a lock node's data (`lock::driver`).
-            if lock && event.event_type == EventType::NodeDataChanged {
-                return Changed::Marked(event.path);
+            if lock && kind == EventType::NodeDataChanged {
+                return Changed::Marked(path);
             }
             if member || lock {
                 return Changed::Membership;

@@ -17,14 +17,15 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use serde::Serialize;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use zookeeper_client::{AddWatchMode, Client, EventType, SessionId, SessionState, WatchedEvent};
+use zookeeper_client::{Client, SessionId};
 
 use crate::delayed::submission::SubmissionId;
 use crate::ids::{JobName, NodeId};
 use crate::layout::RecordName;
+use crate::report::error_chain;
 use crate::run::{RunRecord, RunStatus};
+use crate::zk::watch::{Change, RecursiveWatch};
 
 /// How many of a job's newest runs the index keeps (the jobs table's strip).
 pub const STRIP: usize = 30;
@@ -242,25 +243,12 @@ impl RunIndex {
     /// Loads, then follows changes until the session ends, the index idles or is stopped.
     /// Returns why it stopped.
     async fn follow(&self, client: &Client, runs: &str) -> String {
-        let mut watcher = match client.watch(runs, AddWatchMode::PersistentRecursive).await {
-            Ok(watcher) => watcher,
-            Err(err) => return format!("cannot watch {runs}: {err}"),
+        let changes = match RecursiveWatch::add(client, runs).await {
+            // The load below reads everything before the first change is looked at.
+            Ok(watch) => watch.read_all_done(),
+            Err(err) => return format!("cannot watch {runs}: {}", error_chain(&err)),
         };
-        let (events_tx, mut events) = mpsc::unbounded_channel();
-        let stop = self.stop.clone();
-        tokio::spawn(async move {
-            loop {
-                let event = tokio::select! {
-                    () = stop.cancelled() => return,
-                    event = watcher.changed() => event,
-                };
-                let terminal = event.session_state.is_terminated();
-                if events_tx.send(event).is_err() || terminal {
-                    // The watcher panics if asked again after a terminal state.
-                    return;
-                }
-            }
-        });
+        let mut changes = changes.forward(self.stop.clone());
         if let Err(why) = self.load(client, runs).await {
             return why;
         }
@@ -275,9 +263,9 @@ impl RunIndex {
                         return format!("nobody asked for {} s", IDLE.as_secs());
                     }
                 }
-                received = events.recv_many(&mut batch, 1024) => {
+                received = changes.recv_many(&mut batch, 1024) => {
                     if received == 0 {
-                        return "the watch ended".to_owned();
+                        return "the session ended".to_owned();
                     }
                     match self.apply(client, runs, &mut batch).await {
                         Ok(()) => {}
@@ -288,33 +276,25 @@ impl RunIndex {
         }
     }
 
-    /// Applies a batch of watch events: each record that changed is read once.
+    /// Applies a batch of watch changes: each record that changed is read once.
     async fn apply(
         &self,
         client: &Client,
         runs: &str,
-        batch: &mut Vec<WatchedEvent>,
+        batch: &mut Vec<Change>,
     ) -> Result<(), String> {
         let mut changed = HashSet::new();
         let mut reload = false;
-        for event in batch.drain(..) {
-            match event.event_type {
-                EventType::Session => match event.session_state {
-                    state if state.is_terminated() => {
-                        return Err(format!("the session ended ({state:?})"));
+        for change in batch.drain(..) {
+            match change {
+                Change::Disconnected => {
+                    if let Ok(mut state) = self.state.write() {
+                        state.ready = false;
                     }
-                    SessionState::Disconnected => {
-                        if let Ok(mut state) = self.state.write() {
-                            state.ready = false;
-                        }
-                    }
-                    // Events during the disconnection may be lost (ZOOKEEPER-4698): read it all
-                    // again.
-                    SessionState::SyncConnected => reload = true,
-                    _ => {}
-                },
-                _ => {
-                    changed.insert(event.path);
+                }
+                Change::ReadAll => reload = true,
+                Change::Node { path, .. } => {
+                    changed.insert(path);
                 }
             }
         }

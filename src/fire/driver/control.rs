@@ -1,7 +1,7 @@
 //! The fire driver's watch on `control/`: paused jobs and release requests, for the machine.
 //!
 //! Owns: one persistent recursive watch on `control/` per session, reading the paused jobs at
-//! its start and after every change below `control/paused`, taking a release request that
+//! its start, after a disconnection and after every change below `control/paused`, taking a release request that
 //! names this node (removing it, so it is acted on once), and reading the backfill requests at
 //! its start and whenever one is made or taken.
 //! Must not: decide what a pause or a release means (the machines do).
@@ -10,13 +10,14 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use zookeeper_client::{AddWatchMode, Client, EventType};
+use zookeeper_client::{Client, EventType};
 
 use crate::control::store;
 use crate::fire::machine::Input;
 use crate::ids::NodeId;
 use crate::layout::ControlPaths;
 use crate::report::error_chain;
+use crate::zk::watch::{Change, RecursiveWatch};
 
 /// A failed read of the pauses is tried again after this long: the machine fires nothing
 /// before its first reading.
@@ -40,13 +41,8 @@ pub(super) fn watch(
         }
         let watcher = tokio::select! {
             () = stop.cancelled() => return,
-            watcher = client.watch(&paths.dir, AddWatchMode::PersistentRecursive) => watcher,
+            watcher = RecursiveWatch::add(&client, &paths.dir) => watcher,
         };
-        // Without the watch, changes are seen at the next session; the first reading still
-        // lets the machine fire.
-        let mut watcher = watcher
-            .inspect_err(|err| tracing::warn!(path = paths.dir, error = %err, "cannot watch for pauses and release requests"))
-            .ok();
         let watch = Watch {
             client,
             paths,
@@ -54,44 +50,41 @@ pub(super) fn watch(
             answers,
             stop,
         };
-        if !watch.read_pauses().await {
-            return;
-        }
-        watch.take_release_request().await;
-        if !watch.read_backfills().await {
-            return;
-        }
-        let Some(watcher) = watcher.as_mut() else {
-            return;
+        let mut watcher = match watcher {
+            Ok(watcher) => watcher,
+            Err(err) => {
+                // Without the watch, changes are seen at the next session; this reading still
+                // lets the machine fire.
+                tracing::warn!(error = %error_chain(&err), "cannot watch for pauses and release requests");
+                watch.read_all().await;
+                return;
+            }
         };
         let paused_prefix = format!("{}/", watch.paths.paused);
         let backfill_prefix = format!("{}/", watch.paths.backfill);
         loop {
-            let event = tokio::select! {
+            let change = tokio::select! {
                 () = watch.stop.cancelled() => return,
-                event = watcher.changed() => event,
+                change = watcher.changed() => change,
             };
-            if event.event_type == EventType::Session {
-                if event.session_state.is_terminated() {
-                    return;
+            let go_on = match change {
+                None => false,
+                Some(Change::ReadAll) => watch.read_all().await,
+                Some(Change::Node { path, .. }) if path.starts_with(&paused_prefix) => {
+                    watch.read_pauses().await
                 }
-                continue;
-            }
-            let done = if event.path.starts_with(&paused_prefix) {
-                !watch.read_pauses().await
-            } else if event.path.starts_with(&backfill_prefix) {
-                !watch.read_backfills().await
-            } else if event.path == watch.paths.release
-                && matches!(
-                    event.event_type,
-                    EventType::NodeCreated | EventType::NodeDataChanged
-                )
-            {
-                !watch.take_release_request().await
-            } else {
-                false
+                Some(Change::Node { path, .. }) if path.starts_with(&backfill_prefix) => {
+                    watch.read_backfills().await
+                }
+                Some(Change::Node { path, kind })
+                    if path == watch.paths.release
+                        && matches!(kind, EventType::NodeCreated | EventType::NodeDataChanged) =>
+                {
+                    watch.take_release_request().await
+                }
+                Some(Change::Node { .. } | Change::Disconnected) => true,
             };
-            if done {
+            if !go_on {
                 return;
             }
         }
@@ -107,6 +100,12 @@ struct Watch {
 }
 
 impl Watch {
+    /// Everything below `control/`: at the start, and after a disconnection (changes made
+    /// meanwhile may not have been reported). `false`: stop.
+    async fn read_all(&self) -> bool {
+        self.read_pauses().await && self.take_release_request().await && self.read_backfills().await
+    }
+
     /// Reads the paused jobs until it succeeds, and hands them to the machine. `false`: stop.
     async fn read_pauses(&self) -> bool {
         loop {

@@ -9,13 +9,14 @@ use chrono::{DateTime, Utc};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use zookeeper_client::{AddWatchMode, Client, EventType};
+use zookeeper_client::{Client, EventType};
 
 use crate::delayed::submission::{DueBucket, Submission, SubmissionId};
 use crate::fire::machine::{Input, Wanted};
 use crate::layout::DelayedPaths;
 use crate::ledger::submissions::{self, SubmissionError};
 use crate::report::error_chain;
+use crate::zk::watch::{Change, RecursiveWatch};
 
 /// A scan this many seconds wide or less reads its buckets by name instead of listing days.
 const SECONDS_BY_NAME: i64 = 60;
@@ -168,32 +169,32 @@ pub(super) fn watch(
         }
         let watcher = tokio::select! {
             () = stop.cancelled() => return,
-            watcher = client.watch(&paths.due, AddWatchMode::PersistentRecursive) => watcher,
+            watcher = RecursiveWatch::add(&client, &paths.due) => watcher,
         };
         let mut watcher = match watcher {
             Ok(watcher) => watcher,
             Err(err) => {
-                tracing::warn!(path = paths.due, error = %err, "cannot watch for new submissions; they are noticed at the next bucket read");
+                tracing::warn!(error = %error_chain(&err), "cannot watch for new submissions; they are noticed at the next bucket read");
                 return;
             }
         };
         let prefix = format!("{}/", paths.due);
         loop {
-            let event = tokio::select! {
+            let change = tokio::select! {
                 () = stop.cancelled() => return,
-                event = watcher.changed() => event,
+                change = watcher.changed() => change,
             };
-            if event.event_type == EventType::Session {
-                if event.session_state.is_terminated() {
-                    return;
-                }
+            let (path, kind) = match change {
+                None => return,
+                // The machine reads every bucket when it may fire again, which a node that was
+                // disconnected may not: nothing to read here.
+                Some(Change::ReadAll | Change::Disconnected) => continue,
+                Some(Change::Node { path, kind }) => (path, kind),
+            };
+            if kind != EventType::NodeCreated {
                 continue;
             }
-            if event.event_type != EventType::NodeCreated {
-                continue;
-            }
-            let Some((bucket, id, job)) = event.path.strip_prefix(&prefix).and_then(parse_marker)
-            else {
+            let Some((bucket, id, job)) = path.strip_prefix(&prefix).and_then(parse_marker) else {
                 continue;
             };
             if answers

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use zookeeper_client::{AddWatchMode, Client, EventType};
+use zookeeper_client::Client;
 
 use crate::drift::{self, Drift};
 use crate::ids::NodeId;
@@ -17,6 +17,7 @@ use crate::lock::inspect;
 use crate::metrics::Metrics;
 use crate::report::error_chain;
 use crate::view::NodeView;
+use crate::zk::watch::{Change, RecursiveWatch};
 
 /// What the watch needs, for one session.
 pub(super) struct DriftWatch {
@@ -35,17 +36,28 @@ impl DriftWatch {
         tokio::spawn(async move {
             let watcher = tokio::select! {
                 () = self.stop.cancelled() => return,
-                watcher = self.client.watch(&self.group.members, AddWatchMode::PersistentRecursive) => watcher,
+                watcher = RecursiveWatch::add(&self.client, &self.group.members) => watcher,
             };
             let mut watcher = match watcher {
                 Ok(watcher) => watcher,
                 Err(err) => {
-                    tracing::warn!(path = self.group.members, error = %err, "cannot watch the members' schedules; drift is not checked this session");
+                    tracing::warn!(error = %error_chain(&err), "cannot watch the members' schedules; drift is not checked this session");
                     return;
                 }
             };
             let mut reported: Option<Vec<Drift>> = None;
             loop {
+                tokio::select! {
+                    () = self.stop.cancelled() => return,
+                    // Any change compares again: the watch's first (read all) is the start, and
+                    // a disconnection ends with one too.
+                    change = watcher.changed() => match change {
+                        None => return,
+                        Some(Change::Disconnected) => continue,
+                        Some(_) => {}
+                    },
+                    changed = self.view.changed() => if changed.is_err() { return },
+                }
                 let owner = self.view.borrow().lock.may_fire;
                 if owner {
                     if let Some(drifts) = self.compare().await {
@@ -55,15 +67,6 @@ impl DriftWatch {
                 } else {
                     self.metrics.schedule_drift(false);
                     reported = None;
-                }
-                tokio::select! {
-                    () = self.stop.cancelled() => return,
-                    event = watcher.changed() => {
-                        if event.event_type == EventType::Session && event.session_state.is_terminated() {
-                            return;
-                        }
-                    }
-                    changed = self.view.changed() => if changed.is_err() { return },
                 }
             }
         });

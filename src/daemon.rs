@@ -19,7 +19,7 @@ use crate::fire::FireMachine;
 use crate::fire::driver::{self as fire_driver, FireSettings, LockTask};
 use crate::fire::machine::Me;
 use crate::groups::balance::GroupSpec;
-use crate::groups::placement::{DEFAULT_GROUP, PlacedGroup, Placement};
+use crate::groups::placement::{PlacedGroup, Placement};
 use crate::http::{BindError, HttpState};
 use crate::layout::ControlPaths;
 use crate::layout::LedgerPaths;
@@ -230,7 +230,7 @@ impl Unit {
     fn placed(&self, base: &LockPaths, config: &Config) -> PlacedGroup {
         let (name, requires, lock, control) = match &self.group {
             None => (
-                DEFAULT_GROUP.to_owned(),
+                crate::ids::DEFAULT_GROUP.to_owned(),
                 Default::default(),
                 base.clone(),
                 ControlPaths::new(base),
@@ -312,7 +312,7 @@ impl Wiring<'_> {
             member_duties: shared.member_duties,
             group_name: group
                 .clone()
-                .unwrap_or_else(|| crate::config::DEFAULT_GROUP_NAME.to_owned()),
+                .unwrap_or_else(|| crate::ids::DEFAULT_GROUP.to_owned()),
             deliveries: Arc::clone(self.deliveries),
             notifier: Arc::clone(self.notifier),
         };

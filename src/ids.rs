@@ -8,6 +8,10 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+/// The lock group of the jobs without `group`, as status, metrics, the balancer and
+/// `release --group` call it; no `[[group]]` may take the name.
+pub const DEFAULT_GROUP: &str = "default";
+
 /// Identity of one zkcron process in its lock group (DESIGN.md "The lock": defaults to the host IP).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]

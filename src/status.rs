@@ -27,8 +27,6 @@ use crate::zk::ZkError;
 /// The version of the JSON format; bumped only by a change that is not an addition. 2: lock
 /// groups (issue 19) — `lock` is the default group's, and no longer fires every job.
 pub const FORMAT: u32 = 2;
-/// The default group's name in the report: the jobs without `group` (no `[[group]]` may take it).
-pub const DEFAULT_GROUP_NAME: &str = crate::config::DEFAULT_GROUP_NAME;
 /// Pending submissions are counted in due order up to this many; beyond, `pending_complete`
 /// is false.
 pub const PENDING_LIMIT: usize = 10_000;
@@ -67,7 +65,7 @@ pub struct StatusReport {
 /// One lock group now: its lock as `lock` shows the default group's, and its jobs.
 #[derive(Debug, Clone, Serialize)]
 pub struct GroupReport {
-    /// [`DEFAULT_GROUP_NAME`] or the `[[group]]` name.
+    /// [`DEFAULT_GROUP`](crate::ids::DEFAULT_GROUP) or the `[[group]]` name.
     pub name: String,
     /// The tags a node must carry to own it.
     pub requires: Vec<String>,
@@ -124,7 +122,7 @@ pub struct MemberReport {
 #[derive(Debug, Clone, Serialize)]
 pub struct JobReport {
     pub name: JobName,
-    /// Its lock group ([`DEFAULT_GROUP_NAME`] for jobs without `group`).
+    /// Its lock group ([`DEFAULT_GROUP`](crate::ids::DEFAULT_GROUP) for jobs without `group`).
     pub group: String,
     /// The cron expression; `None` for a job that fires only when submitted.
     pub schedule: Option<String>,
@@ -304,7 +302,7 @@ pub async fn gather(
             group: job
                 .group
                 .clone()
-                .unwrap_or_else(|| DEFAULT_GROUP_NAME.to_owned()),
+                .unwrap_or_else(|| crate::ids::DEFAULT_GROUP.to_owned()),
             schedule: job.schedule.as_ref().map(|s| s.expression().to_owned()),
             timezone: job.timezone.name().to_owned(),
             enabled: job.enabled,
@@ -405,7 +403,7 @@ async fn group_reports(
             .count()
     };
     let mut groups = vec![GroupReport {
-        name: DEFAULT_GROUP_NAME.to_owned(),
+        name: crate::ids::DEFAULT_GROUP.to_owned(),
         requires: Vec::new(),
         lock: default.clone(),
         jobs: jobs_of(None),

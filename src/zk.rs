@@ -379,6 +379,22 @@ impl ZkError {
     }
 }
 
+/// Deletes `path` (at `version`, when given); a node already gone is fine: whoever deleted it
+/// did what was asked.
+///
+/// # Errors
+/// The request failed for any other reason (a version that moved, a node with children, …).
+pub async fn delete_if_there(
+    client: &Client,
+    path: &str,
+    version: Option<i32>,
+) -> Result<(), zookeeper_client::Error> {
+    match client.delete(path, version).await {
+        Ok(()) | Err(zookeeper_client::Error::NoNode) => Ok(()),
+        Err(err) => Err(err),
+    }
+}
+
 /// Creates `path` and its missing ancestors as persistent nodes with `acls`.
 ///
 /// Looks first: ZooKeeper checks the parent's CREATE permission before it reports NodeExists, so

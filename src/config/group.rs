@@ -31,7 +31,7 @@ impl Validator<'_> {
                 self.problem(group.name.span(), format!("{context}: name"), reason);
                 continue;
             }
-            if name == super::DEFAULT_GROUP_NAME {
+            if name == crate::ids::DEFAULT_GROUP {
                 self.problem(
                     group.name.span(),
                     format!("{context}: name"),

@@ -72,10 +72,6 @@ pub struct NodeConfig {
     pub tags: std::collections::BTreeSet<String>,
 }
 
-/// What status, metrics and `release --group` call the group of the jobs without `group`; no
-/// `[[group]]` may take the name.
-pub const DEFAULT_GROUP_NAME: &str = "default";
-
 /// One `[[group]]`: a lock of its own, with its own owner, epoch and fencing token.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupConfig {

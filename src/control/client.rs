@@ -326,14 +326,14 @@ impl Steer {
         expected_owner: Option<&NodeId>,
         by: &str,
     ) -> Result<Released, SteerError> {
-        let (lock, control) = match group.filter(|g| *g != crate::config::DEFAULT_GROUP_NAME) {
+        let (lock, control) = match group.filter(|g| *g != crate::ids::DEFAULT_GROUP) {
             None => (self.lock.clone(), self.control.clone()),
             Some(name) if self.groups.iter().any(|g| g == name) => (
                 self.lock.group(name),
                 ControlPaths::of_group(&self.lock, name),
             ),
             Some(name) => {
-                let mut declared = vec![crate::config::DEFAULT_GROUP_NAME.to_owned()];
+                let mut declared = vec![crate::ids::DEFAULT_GROUP.to_owned()];
                 declared.extend(self.groups.iter().cloned());
                 return Err(SteerError::UnknownGroup {
                     group: name.to_owned(),
@@ -351,9 +351,7 @@ impl Steer {
         };
         if let Some(asked) = expected_owner.filter(|asked| **asked != owner) {
             return Err(SteerError::NotTheOwner {
-                group: group
-                    .unwrap_or(crate::config::DEFAULT_GROUP_NAME)
-                    .to_owned(),
+                group: group.unwrap_or(crate::ids::DEFAULT_GROUP).to_owned(),
                 owner,
                 asked: asked.clone(),
             });

@@ -179,9 +179,8 @@ pub async fn backfills(
 /// Removes backfill request `name` (taken, or unusable); one already gone is fine.
 pub async fn remove_backfill(client: &Client, paths: &ControlPaths, name: &str) {
     let path = paths.backfill_request(name);
-    match client.delete(&path, None).await {
-        Ok(()) | Err(ZkErr::NoNode) => {}
-        Err(err) => tracing::warn!(path, error = %err, "cannot remove the backfill request"),
+    if let Err(err) = crate::zk::delete_if_there(client, &path, None).await {
+        tracing::warn!(path, error = %err, "cannot remove the backfill request");
     }
 }
 

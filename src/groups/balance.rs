@@ -41,7 +41,14 @@ impl GroupSpec {
 /// The rendezvous score of `node` for `group`: the first 8 bytes of SHA-256 over
 /// `group \n node`, so every node (and any other implementation) computes the same.
 fn score(group: &str, node: &NodeId) -> u64 {
-    let text = format!("{group}\n{node}");
+    // The default group hashed as "" before it had one name everywhere: kept, so that nodes of
+    // either version prefer the same owner for it.
+    let key = if group == crate::ids::DEFAULT_GROUP {
+        ""
+    } else {
+        group
+    };
+    let text = format!("{key}\n{node}");
     let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, text.as_bytes());
     let mut first = [0u8; 8];
     first.copy_from_slice(&digest.as_ref()[..8]);

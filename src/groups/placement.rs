@@ -26,10 +26,6 @@ use crate::lock::inspect::{self, Owner};
 use crate::report::error_chain;
 use crate::zk::watch::{Change, RecursiveWatch};
 
-/// The default group's name in the balancer: no `[[group]]` can have it (a znode name is never
-/// empty), and it hashes the same on every node.
-pub const DEFAULT_GROUP: &str = "";
-
 /// A read that failed is tried again after this long.
 const READ_RETRY: Duration = Duration::from_secs(1);
 /// Events that come together (a node's locks released at its stop) are read once.
@@ -38,7 +34,7 @@ const GATHER: Duration = Duration::from_millis(50);
 /// One group as placed: its lock's paths, what it requires, and its lock driver.
 #[derive(Debug)]
 pub struct PlacedGroup {
-    /// The balancer's name: [`DEFAULT_GROUP`] or the `[[group]]` name.
+    /// The balancer's name: [`DEFAULT_GROUP`](crate::ids::DEFAULT_GROUP) or the `[[group]]` name.
     pub spec: GroupSpec,
     pub lock: LockPaths,
     pub control: ControlPaths,
@@ -258,11 +254,11 @@ impl Session<'_> {
             let name = &group.spec.name;
             self.placement
                 .metrics
-                .group_unplaceable(shown(name), decision.orphaned.contains(name));
+                .group_unplaceable(name.as_str(), decision.orphaned.contains(name));
         }
         if decision.orphaned != *self.orphans_said {
             if !decision.orphaned.is_empty() {
-                let names: Vec<&str> = decision.orphaned.iter().map(|n| shown(n)).collect();
+                let names: Vec<&str> = decision.orphaned.iter().map(String::as_str).collect();
                 tracing::warn!(
                     groups = names.join(", "),
                     "no live member carries the tags these groups require: their jobs do not fire"
@@ -279,7 +275,7 @@ impl Session<'_> {
             return;
         };
         tracing::info!(
-            group = shown(name),
+            group = name,
             "handing the group over to its preferred owner"
         );
         let request = ReleaseRequest {
@@ -291,17 +287,8 @@ impl Session<'_> {
             store::request_release(&self.client, &group.control, &request, self.placement.acls)
                 .await
         {
-            tracing::warn!(group = shown(name), error = %error_chain(&err), "cannot ask for the group's handover");
+            tracing::warn!(group = name, error = %error_chain(&err), "cannot ask for the group's handover");
         }
-    }
-}
-
-/// A group's name as people read it.
-pub fn shown(name: &str) -> &str {
-    if name == DEFAULT_GROUP {
-        crate::config::DEFAULT_GROUP_NAME
-    } else {
-        name
     }
 }
 

@@ -314,10 +314,7 @@ pub(super) async fn jobs(
                     .as_deref()
                     .is_none_or(|needle| name.to_lowercase().contains(needle))
                 && group.is_none_or(|group| {
-                    job.group
-                        .as_deref()
-                        .unwrap_or(crate::config::DEFAULT_GROUP_NAME)
-                        == group
+                    job.group.as_deref().unwrap_or(crate::ids::DEFAULT_GROUP) == group
                 })
         })
         .map(|job| Facts {
@@ -364,7 +361,7 @@ pub(super) async fn jobs(
                 .job
                 .group
                 .clone()
-                .unwrap_or_else(|| crate::config::DEFAULT_GROUP_NAME.to_owned()),
+                .unwrap_or_else(|| crate::ids::DEFAULT_GROUP.to_owned()),
             schedule: f.job.schedule.as_ref().map(|s| s.expression().to_owned()),
             schedule_words: f
                 .job

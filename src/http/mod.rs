@@ -899,7 +899,7 @@ async fn release(
     let by = authorize(&state, &headers, TokenKind::Write, peer)?;
     if let Some(group) = query
         .group
-        .filter(|group| group != crate::config::DEFAULT_GROUP_NAME)
+        .filter(|group| group != crate::ids::DEFAULT_GROUP)
     {
         let steer = Steer::with_client(state.client()?, &state.config());
         let released = steer.release_group_of(&group, &state.me, &by).await?;

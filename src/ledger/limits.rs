@@ -202,13 +202,12 @@ pub async fn holders(client: &Client, dir: &str) -> Result<Vec<LeaseHolder>, Lim
 }
 
 async fn drop_lease(client: &Client, path: &str) -> Result<(), LimitError> {
-    match client.delete(path, None).await {
-        Ok(()) | Err(ZkErr::NoNode) => Ok(()),
-        Err(source) => Err(LimitError::Stranded {
+    crate::zk::delete_if_there(client, path, None)
+        .await
+        .map_err(|source| LimitError::Stranded {
             path: path.to_owned(),
             source,
-        }),
-    }
+        })
 }
 
 /// The sequence numbers of the lease nodes among `children` (foreign names logged, skipped).

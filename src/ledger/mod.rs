@@ -571,8 +571,8 @@ async fn delete_own_guard(client: &Client, path: &str, run_id: &str) -> bool {
     if stat.ephemeral_owner != client.session_id().0 || data != run_id.as_bytes() {
         return true;
     }
-    match client.delete(path, Some(stat.version)).await {
-        Ok(()) | Err(ZkErr::NoNode) => true,
+    match crate::zk::delete_if_there(client, path, Some(stat.version)).await {
+        Ok(()) => true,
         Err(err) => {
             tracing::debug!(path, error = %err, "not deleted");
             false
@@ -581,9 +581,8 @@ async fn delete_own_guard(client: &Client, path: &str, run_id: &str) -> bool {
 }
 
 async fn delete_if_there(client: &Client, path: &str) {
-    match client.delete(path, None).await {
-        Ok(()) | Err(ZkErr::NoNode) => {}
-        Err(err) => tracing::debug!(path, error = %err, "not deleted"),
+    if let Err(err) = crate::zk::delete_if_there(client, path, None).await {
+        tracing::debug!(path, error = %err, "not deleted");
     }
 }
 

@@ -476,3 +476,18 @@ fn a_handover_put_off_because_owners_are_moving_is_looked_at_again() {
     let settled = balancer.decide(&specs, &owners, again);
     assert!(settled.hand_over.is_some(), "{settled:?}");
 }
+
+#[test]
+fn the_default_group_prefers_the_owner_it_preferred_when_its_name_was_empty() {
+    // Nodes of the last version named the default group "" in the balancer: a mixed fleet
+    // must agree on who should own it.
+    for node in ["10.0.0.1", "10.0.0.2", "node-c"] {
+        let node = NodeId::new(node);
+        assert_eq!(score(crate::ids::DEFAULT_GROUP, &node), score("", &node));
+    }
+    assert_ne!(
+        score("billing", &NodeId::new("10.0.0.1")),
+        score("", &NodeId::new("10.0.0.1")),
+        "other groups hash by their own name"
+    );
+}

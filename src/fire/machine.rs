@@ -14,6 +14,7 @@ mod claims;
 mod delayed;
 mod guards;
 mod notices;
+mod protocol;
 mod rewrites;
 mod runs;
 mod steering;
@@ -26,336 +27,21 @@ use chrono::{DateTime, Utc};
 
 use crate::config::{Concurrency, JobConfig, KeepOutput};
 use crate::control::Pauses;
-use crate::delayed::submission::{DueBucket, Submission, SubmissionId};
+use crate::delayed::submission::SubmissionId;
 use crate::fire::queue::FireQueue;
 use crate::ids::{FencingToken, JobName, NodeId};
 use crate::lock::LockStatus;
 use crate::run::{Claim, ClaimMode};
-use crate::run::{JobSpec, RunContext, RunReport, SubmissionInput};
 use crate::run::{RunRecord, RunStatus};
+use crate::run::{RunReport, SubmissionInput};
 
-pub use catch_up::{JobRecords, RESOLVE_WINDOW};
-pub use delayed::{DELAYED_HORIZON, Wanted};
-
-/// A tick whose time passed longer ago than this is not started on time: the process was
-/// stopped or starved, and catch-up (`misfire`) decides about it instead.
-pub const MISSED_AFTER: Duration = Duration::from_secs(1);
-/// A prepared run's start goes out this long before its instant: its launcher holds the exec
-/// until the instant itself (`runner::launch`), which takes the daemon's own wake-up off the
-/// path from the instant to the job. Far below any lock timing: a Lost this close to the tick
-/// is noticed after it either way.
-pub const START_LEAD: Duration = Duration::from_millis(5);
-/// How long a stopping owner waits for its claimed, unstarted ticks to be withdrawn before it
-/// hands the lock over anyway.
-pub const WITHDRAW_LIMIT: Duration = Duration::from_secs(2);
-
-/// Names one claim of the machine, for its answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ClaimId(pub u64);
-
-/// Why a run starts: the one claim path has a reason, never a path of its own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FireReason {
-    /// Its tick came, with this node the owner.
-    OnTime,
-    /// Its tick came moments before this node could fire (a handoff); fired now, still on time.
-    Declined,
-    /// Missed while no node could fire; started by catch-up per `misfire`.
-    CaughtUp,
-    /// Its run was interrupted by the loss of its owner; started again (`on_interrupted`).
-    Rerun,
-    /// Its run failed or timed out; tried again (`retries`).
-    Retry,
-    /// A retry an earlier owner promised in the failed run's record, kept by this one.
-    RetryResumed,
-    /// A delayed submission came due.
-    Submitted,
-    /// An operator asked for a run now (`zkcron trigger`): a submission that says who asked.
-    Manual,
-    /// A past tick without a record, asked for by `zkcron backfill` (`ZKCRON_BACKFILL=1`).
-    Backfill,
-}
-
-impl FireReason {
-    /// Started by on_locked/catch-up instead of on time (`ZKCRON_RESUMED=1`).
-    fn resumed(self) -> bool {
-        matches!(
-            self,
-            FireReason::CaughtUp | FireReason::Rerun | FireReason::RetryResumed
-        )
-    }
-
-    /// Ticks fired on time are held to the late-tick rule; the others are late by nature.
-    fn on_time(self) -> bool {
-        matches!(self, FireReason::OnTime | FireReason::Declined)
-    }
-
-    /// Started at its instant, not at once, when claimed ahead of it.
-    fn waits_for_its_time(self) -> bool {
-        self.on_time() || self.submitted()
-    }
-
-    /// A submission's run, held to its job's `starting_deadline`.
-    fn submitted(self) -> bool {
-        matches!(self, FireReason::Submitted | FireReason::Manual)
-    }
-}
-
-/// A claim for the driver to send: one fenced multi-op (DESIGN.md "ZooKeeper layout").
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TickClaim {
-    pub id: ClaimId,
-    /// Status `claimed` for a run to start; `skipped` or `missed` for a record only.
-    pub record: RunRecord,
-    pub mode: ClaimMode,
-    /// Also create the `running/<job>` guard (concurrency = forbid).
-    pub guarded: bool,
-}
-
-/// Why a claim did not succeed, as far as the machine's decisions go (the driver logs details).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ClaimRefused {
-    /// The epoch moved past our token.
-    NotOwner,
-    /// The record exists (another node claimed the tick) or changed since it was read.
-    AlreadyClaimed,
-    /// The `running/<job>` guard exists: a run of the job is alive somewhere.
-    RunAlive,
-    /// The request failed; the text says why.
-    Failed(String),
-}
-
-/// A fact the machine learns.
-#[derive(Debug, Clone)]
-pub enum Input {
-    /// `next_deadline()` has passed. A spurious tick changes nothing.
-    Tick,
-    /// The lock's status changed (one ordered stream, from the lock driver).
-    LockChanged(LockStatus),
-    /// The schedule was reloaded.
-    Reloaded(Vec<Arc<JobConfig>>),
-    /// Answer to [`Action::Claim`].
-    ClaimDone {
-        id: ClaimId,
-        result: Result<Claim, ClaimRefused>,
-    },
-    /// Answer to [`Action::ListRecords`]; `Err` says why the listing failed.
-    RecordsListed {
-        job: JobName,
-        result: Result<JobRecords, String>,
-    },
-    /// Answer to [`Action::MarkInterrupted`]: the record's new version, or why not.
-    Marked {
-        record: RunRecord,
-        result: Result<i32, String>,
-    },
-    /// A run's process ended; `claim` carries the record's current version.
-    RunEnded { claim: Claim, report: RunReport },
-    /// A run started with `record_first` never started its process: its record could not be
-    /// marked `running` (no answer, or changed by someone else), or it was cancelled first. The
-    /// record still says `claimed`, which proves it never ran — or `running`, when the write
-    /// was applied and its answer lost (`maybe_written`).
-    RunNotStarted {
-        claim: Claim,
-        why: String,
-        maybe_written: bool,
-    },
-    /// Answer to [`Action::TakeLeases`]: `None` once every lease is held; the limit whose lease
-    /// could not be taken (ZooKeeper failed; nothing is held then) otherwise.
-    LeasesTaken {
-        id: ClaimId,
-        run_id: String,
-        failed: Option<String>,
-    },
-    /// Answer to [`Action::WriteRecord`] (a failure is logged by the driver).
-    RecordWritten { run_id: String, write: RecordWrite },
-    /// Answer to [`Action::Withdraw`].
-    Withdrawn { id: ClaimId },
-    /// Answer to [`Action::ReleaseGuard`]: `settled` when the guard is gone or not ours, false
-    /// when ZooKeeper did not answer (the release is sent again once connected).
-    GuardReleased { run_id: String, settled: bool },
-    /// The daemon is stopping.
-    Shutdown,
-    /// Answer to [`Action::HandOver`]: the lock is released (or was never ours).
-    LockReleased,
-    /// The wall clock jumped by `by` (forward when positive) besides the time that passed (an
-    /// NTP step, a VM resumed). The limits the machine counts — a stop's and a handover's, a
-    /// replaced run's grace, the waits before trying again — move with it, so that each lasts
-    /// as long as it says; the schedule does not (issue 31, defect 2).
-    ClockStepped { by: chrono::Duration },
-    /// Answer to [`Action::ScanDelayed`]: the pending submissions of the buckets read.
-    DelayedScanned {
-        generation: u64,
-        through: DueBucket,
-        result: Result<Vec<(SubmissionId, Submission)>, String>,
-    },
-    /// A pending submission appeared in `bucket` (the driver's watch on the due buckets).
-    SubmissionCreated {
-        bucket: DueBucket,
-        id: SubmissionId,
-        /// The job, when the marker names it (lock groups).
-        job: Option<JobName>,
-    },
-    /// Answer to [`Action::ReadSubmission`]: the submission, `None` when it is gone.
-    SubmissionRead {
-        id: SubmissionId,
-        result: Result<Option<Submission>, String>,
-    },
-    /// The paused jobs, read after a change (the driver's watch on `control/`). Nothing starts
-    /// before the first reading: a paused job must not fire in the moment after a start.
-    PausesRead(Pauses),
-    /// An operator asked this node to hand the lock over (`zkcron release`): unstarted claims
-    /// are given back, then [`Action::YieldLock`].
-    ReleaseRequested,
-    /// The backfill requests waiting under `control/backfill` (the driver's watch), by node
-    /// name: each for one of this machine's jobs is taken once it may fire.
-    BackfillsRead(Vec<(String, crate::control::BackfillRequest)>),
-}
-
-/// How the write of a run's final record ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RecordWrite {
-    /// Stored, at this version.
-    Written(i32),
-    /// ZooKeeper answered that the record was changed by someone else (the next owner marked
-    /// the run interrupted) or is gone: final. Sending it again cannot change that answer.
-    Refused,
-    /// No answer: no session, a lost connection, a timeout. Worth sending again.
-    Failed,
-}
-
-/// A command for the driver.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
-    /// Create these jobs' record parents now, so that their first claims are quick.
-    PrepareJobs(Vec<JobName>),
-    /// Send this claim. Answered by [`Input::ClaimDone`].
-    Claim(TickClaim),
-    /// Read the job's records for catch-up. Answered by [`Input::RecordsListed`].
-    ListRecords(JobName),
-    /// Write this (open) record as `interrupted` at its version; `closes`: nothing will run it
-    /// again (a submission's open marker goes). Answered by [`Input::Marked`].
-    MarkInterrupted {
-        record: RunRecord,
-        version: i32,
-        closes: bool,
-    },
-    /// Take a lease of each of `limits` for run `run_id`, in name order, each waited for in its
-    /// limit's queue. Answered by [`Input::LeasesTaken`] once all are held (or one failed);
-    /// [`Action::GiveBackLeases`] gives the wait up.
-    TakeLeases {
-        id: ClaimId,
-        run_id: String,
-        limits: Vec<crate::config::LimitConfig>,
-    },
-    /// Give back the leases run `run_id` holds or waits for: it will not start. (A run that
-    /// started gives them back when it ends; the driver sees to that.)
-    GiveBackLeases { run_id: String },
-    /// Write this failed run's record without its promised retry, at its version (the job left
-    /// the schedule): nothing runs it again, and its submission's open marker goes. The driver
-    /// logs the outcome; nothing waits for it.
-    DropRetry { record: RunRecord, version: i32 },
-    /// Start the claimed run. Its end comes back as [`Input::RunEnded`].
-    StartRun {
-        spec: Arc<JobSpec>,
-        claim: Claim,
-        context: RunContext,
-        /// Write the record `running` before the process starts, and start it only if that
-        /// write succeeds (a submission's run: a record still `claimed` then proves it never
-        /// ran, so the next owner may take it over). Otherwise the two go side by side.
-        record_first: bool,
-        /// The job's program starts not before this instant (a prepared run's start goes out
-        /// [`START_LEAD`] ahead of it).
-        not_before: DateTime<Utc>,
-    },
-    /// Start this claimed run's process ahead of its instant, waiting (`runner::prepare`): the
-    /// [`Action::StartRun`] of the same run gives it its go, an [`Action::Unprepare`] gives it
-    /// up. Only a speed-up: a run never prepared (or whose process is gone) is spawned at its
-    /// start.
-    PrepareRun {
-        spec: Arc<JobSpec>,
-        context: RunContext,
-        /// The job's program starts not before this instant.
-        not_before: DateTime<Utc>,
-    },
-    /// The prepared run will not start: end its waiting process.
-    Unprepare { run_id: String },
-    /// Stop this run's process group (SIGTERM, SIGKILL after its grace).
-    CancelRun { run_id: String },
-    /// Write the claim's record (a final status) and release its guard. Answered by
-    /// [`Input::RecordWritten`].
-    WriteRecord(Claim),
-    /// Give a claimed, unstarted tick back. Answered by [`Input::Withdrawn`]. Refused (the
-    /// epoch moved), its guard is released all the same, as in [`Action::ReleaseGuard`].
-    Withdraw { id: ClaimId, claim: Claim },
-    /// This claim will not start (the lock moved after it): release its `running/<job>` guard if
-    /// our session still holds it, and leave its record for the next owner to resolve.
-    /// Answered by [`Input::GuardReleased`].
-    ReleaseGuard(Claim),
-    /// Keep the job's newest `keep` records. A pruned submission's id stays remembered (a
-    /// tombstone) until `remember` after its run ended (`dedup_window`).
-    Prune {
-        job: JobName,
-        keep: usize,
-        remember: Duration,
-    },
-    /// A claim with this token failed its epoch check: the lock should verify it.
-    FenceFailed(FencingToken),
-    /// Release the lock now (stopping, claims withdrawn). Answered by [`Input::LockReleased`].
-    HandOver,
-    /// Hand the lock over and stay out of contention for a while (a release request, claims
-    /// withdrawn); the lock's next status, without our token, says it is done.
-    YieldLock,
-    /// Remove this backfill request: its ticks are in a backlog (or its job is unknown).
-    RemoveBackfill(String),
-    /// Send this notice (`on_failure`, `on_failure_webhook`): its record is stored. Nothing
-    /// answers; the driver neither waits for it nor sends it twice.
-    Notify(Box<crate::run::Notice>),
-    /// Pause the job (`pause_after_failures`) as `zkcron pause` would, for this reason. Nothing
-    /// answers: the pause comes back as [`Input::PausesRead`].
-    PauseJob { job: JobName, reason: String },
-    /// Nothing is left to do: the daemon may exit.
-    Stopped,
-    /// Read the pending submissions of every bucket after `after` (from the oldest when
-    /// `None`) through `through`. Answered by [`Input::DelayedScanned`].
-    ScanDelayed {
-        generation: u64,
-        /// Only the markers of these jobs (and those that name none) are read.
-        wanted: Wanted,
-        after: Option<DueBucket>,
-        through: DueBucket,
-        /// Remove the empty buckets met on the way that ended before this instant.
-        clean_before: DateTime<Utc>,
-    },
-    /// Remove this past bucket if nothing is pending in it (and its day, once past and empty).
-    RemoveEmptyBucket(DueBucket),
-    /// Read one submission the watch reported. Answered by [`Input::SubmissionRead`].
-    ReadSubmission { id: SubmissionId },
-}
-
-/// Who we are, for the records we write.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Me {
-    pub node_id: NodeId,
-    pub ip: String,
-}
-
-impl Me {
-    /// What the claimed run's job is told: the same when it is prepared as when it starts.
-    fn context(&self, pending: &Pending, claim: &Claim) -> RunContext {
-        RunContext {
-            run_id: claim.record.run_id.clone(),
-            scheduled_at: pending.tick,
-            node: self.node_id.clone(),
-            fencing_token: claim.record.fencing_token,
-            attempt: claim.record.attempt,
-            resumed: pending.reason.resumed(),
-            // Its retries and reruns are the backfill's too.
-            backfill: claim.record.backfill,
-            submission: pending.submission.clone(),
-        }
-    }
-}
+pub use catch_up::RESOLVE_WINDOW;
+use claims::{LeaseWait, Pending, PendingState};
+pub use delayed::DELAYED_HORIZON;
+pub use protocol::{
+    Action, ClaimId, ClaimRefused, FireReason, Input, JobRecords, MISSED_AFTER, Me, RecordWrite,
+    START_LEAD, TickClaim, WITHDRAW_LIMIT, Wanted,
+};
 
 /// One tick (or run) waiting for its turn in a job's catch-up sequence.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -423,103 +109,6 @@ impl JobState {
         self.backlog_busy = false;
         self.backlog_claiming = false;
     }
-}
-
-/// A claim sent and not yet settled.
-#[derive(Debug, Clone)]
-struct Pending {
-    config: Arc<JobConfig>,
-    tick: DateTime<Utc>,
-    reason: FireReason,
-    token: FencingToken,
-    /// Not before this instant: the tick itself for on-time ticks.
-    start_at: DateTime<Utc>,
-    /// Part of its job's catch-up sequence.
-    in_backlog: bool,
-    /// A submission's run: its id and payload.
-    submission: Option<SubmissionInput>,
-    state: PendingState,
-    /// An [`Action::PrepareRun`] went out for it.
-    prepared: bool,
-    /// Its job's `limits`: where its leases stand.
-    lease: LeaseWait,
-    /// A claim of an existing record (a retry, a rerun): the record as read and its version, so
-    /// a second try (after a run was found alive) claims it again the same way.
-    stored: Option<(RunRecord, i32)>,
-}
-
-/// Where a claimed run stands with the leases of its job's limits (issue 19).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-enum LeaseWait {
-    /// Not asked for (yet, or its job has no limits).
-    #[default]
-    NotAsked,
-    /// [`Action::TakeLeases`] is out: the driver waits in each limit's queue, holding nothing
-    /// of a limit until its turn, and answers once it holds them all.
-    Asking,
-    /// Taking failed (ZooKeeper did not answer): try again at `at`.
-    Failed { at: DateTime<Utc>, limit: String },
-    /// Held: the run may start; the driver gives them back when it ends.
-    Held,
-}
-
-impl LeaseWait {
-    /// It asked: its start is bounded by `starting_deadline`, not by the late-tick rule.
-    fn asked(&self) -> bool {
-        *self != Self::NotAsked
-    }
-}
-
-impl Pending {
-    /// The latest its start may be once it waits for a limit.
-    fn lease_deadline(&self) -> DateTime<Utc> {
-        self.tick + chrono::Duration::from_std(self.config.starting_deadline).unwrap_or_default()
-    }
-
-    /// Whether to look at its start now: its instant, the next try after a failed take, or
-    /// the end of its wait for a limit.
-    fn start_due(&self, now: DateTime<Utc>) -> bool {
-        match &self.lease {
-            LeaseWait::Asking => now > self.lease_deadline(),
-            LeaseWait::Failed { at, .. } => *at <= now,
-            _ => self.start_deadline() <= now,
-        }
-    }
-
-    /// When to look at it again while claimed.
-    fn claimed_deadline(&self) -> DateTime<Utc> {
-        match &self.lease {
-            LeaseWait::Asking => self.lease_deadline() + chrono::Duration::milliseconds(1),
-            LeaseWait::Failed { at, .. } => *at,
-            _ => self.start_deadline(),
-        }
-    }
-
-    /// When its start goes out: its instant, or [`START_LEAD`] before it when prepared.
-    fn start_deadline(&self) -> DateTime<Utc> {
-        if self.prepared {
-            self.start_at - chrono::Duration::from_std(START_LEAD).unwrap_or_default()
-        } else {
-            self.start_at
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-enum PendingState {
-    /// Sent; `again` once it is the second try after finding a run alive.
-    InFlight { again: bool },
-    /// Ours; starts at `start_at`.
-    Claimed(Claim),
-    /// Found a run alive before the tick: try once more at `at`, or as soon as this node's run
-    /// of the job has ended (DESIGN.md promise 3: skip only what really overlaps).
-    RunAlive { at: DateTime<Utc> },
-    /// Waiting, up to `until`, for this node's run of the job to end (concurrency = replace).
-    Replacing { claim: Claim, until: DateTime<Utc> },
-    /// Given back (stopping).
-    Withdrawing,
-    /// A `skipped` or `missed` record: nothing starts from it.
-    RecordOnly,
 }
 
 #[derive(Debug)]
@@ -1200,7 +789,7 @@ impl FireMachine {
                     pending.prepared = true;
                     out.push(Action::PrepareRun {
                         spec: Arc::clone(&pending.config.spec),
-                        context: self.me.context(pending, &claim),
+                        context: pending.context(&self.me, &claim),
                         not_before: pending.start_at,
                     });
                     pending.state = PendingState::Claimed(claim);
@@ -1448,7 +1037,7 @@ impl FireMachine {
         else {
             return;
         };
-        let context = self.me.context(&pending, &claim);
+        let context = pending.context(&self.me, &claim);
         claim.record.status = RunStatus::Running;
         // A prepared run's job starts at its instant, a little after this decision.
         claim.record.started_unix_ms = Some(now.max(pending.start_at).timestamp_millis());

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
+use super::protocol::JobRecords;
 use super::{Action, FireMachine, FireReason, Item};
 use crate::config::{Concurrency, JobConfig, Misfire, OnInterrupted};
 use crate::delayed::submission::SubmissionId;
@@ -23,21 +24,6 @@ use crate::run::{RunRecord, RunStatus};
 pub const RESOLVE_WINDOW: usize = 10;
 /// Ticks counted one by one in a gap; a longer outage is recorded with this as a lower bound.
 const GAP_COUNT_LIMIT: u64 = 100_000;
-
-/// What catch-up reads of one job (answer to [`Action::ListRecords`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct JobRecords {
-    /// The scheduled instants of all the job's records, in any order.
-    pub ticks: Vec<i64>,
-    /// The newest records (up to [`RESOLVE_WINDOW`]) with their znode versions.
-    pub newest: Vec<(RunRecord, i32)>,
-    /// The run id in the job's `running/<job>` guard, if one exists.
-    pub guard_holder: Option<String>,
-    /// Node ids of the group's live members.
-    pub live_members: Vec<NodeId>,
-    /// The payloads of the submissions among `newest`, for a rerun.
-    pub payloads: HashMap<SubmissionId, Arc<Vec<u8>>>,
-}
 
 /// One job's catch-up while it is being decided.
 #[derive(Debug, Default)]

@@ -183,45 +183,6 @@ fn remove_after() -> chrono::Duration {
     chrono::Duration::from_std(REMOVE_AFTER).unwrap_or_default()
 }
 
-/// Which pending markers a lock group's machine reads (issue 19). A marker that names its job
-/// (`<id>~<job>`) is read only by the machine of the job's group, so an owner's reads do not
-/// grow with other groups' submissions; one that does not (`<id>`, written without groups or by
-/// an older submitter) must be read to learn its job.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Wanted {
-    /// The default group: every job but the named groups' (it keeps the submissions of jobs the
-    /// schedule does not declare, as before groups).
-    AllBut(Arc<HashSet<JobName>>),
-    /// A named group: its own jobs.
-    Only(Arc<HashSet<JobName>>),
-}
-
-impl Wanted {
-    /// The markers the machine of `group` (`None`: the default group) reads, when its jobs are
-    /// `mine` and the other groups' are `elsewhere`.
-    pub(super) fn of(
-        group: Option<&str>,
-        mine: &[Arc<crate::config::JobConfig>],
-        elsewhere: &HashSet<JobName>,
-    ) -> Self {
-        match group {
-            None => Self::AllBut(Arc::new(elsewhere.clone())),
-            Some(_) => Self::Only(Arc::new(
-                mine.iter().map(|job| job.spec.name.clone()).collect(),
-            )),
-        }
-    }
-
-    /// Whether a marker naming `job` (or none) is worth reading.
-    pub fn reads(&self, job: Option<&JobName>) -> bool {
-        match (self, job) {
-            (_, None) => true,
-            (Self::AllBut(others), Some(job)) => !others.contains(job),
-            (Self::Only(mine), Some(job)) => mine.contains(job),
-        }
-    }
-}
-
 impl FireMachine {
     /// Reads the next buckets when the horizon reaches them, and claims what is due.
     pub(super) fn delayed_tick(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {

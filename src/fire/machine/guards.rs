@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use super::Action;
+use super::protocol::Action;
 use crate::ids::JobName;
 use crate::run::Claim;
 

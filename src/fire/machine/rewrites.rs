@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, TimeDelta, Utc};
 
-use super::RecordWrite;
+use super::protocol::RecordWrite;
 use crate::run::Claim;
 use crate::run::RunRecord;
 

@@ -6,8 +6,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::*;
+use crate::delayed::submission::DueBucket;
 use crate::ids::SessionId;
-use crate::run::RunOutcome;
+use crate::run::{RunContext, RunOutcome};
 
 mod backfill;
 mod delayed;

@@ -1,0 +1,375 @@
+//! The fire machine's vocabulary: the facts it is told ([`Input`]), the commands it gives
+//! ([`Action`]), why a run starts ([`FireReason`]), and the limits in time its rules share.
+//!
+//! Owns: those types, so that the machine's parts and its driver speak one language.
+//! Must not: decide anything (the machine and its parts do).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::config::JobConfig;
+use crate::control::Pauses;
+use crate::delayed::submission::{DueBucket, Submission, SubmissionId};
+use crate::ids::{FencingToken, JobName, NodeId};
+use crate::lock::LockStatus;
+use crate::run::{Claim, ClaimMode, JobSpec, RunContext, RunRecord, RunReport};
+
+/// A tick whose time passed longer ago than this is not started on time: the process was
+/// stopped or starved, and catch-up (`misfire`) decides about it instead.
+pub const MISSED_AFTER: Duration = Duration::from_secs(1);
+/// A prepared run's start goes out this long before its instant: its launcher holds the exec
+/// until the instant itself (`runner::launch`), which takes the daemon's own wake-up off the
+/// path from the instant to the job. Far below any lock timing: a Lost this close to the tick
+/// is noticed after it either way.
+pub const START_LEAD: Duration = Duration::from_millis(5);
+/// How long a stopping owner waits for its claimed, unstarted ticks to be withdrawn before it
+/// hands the lock over anyway.
+pub const WITHDRAW_LIMIT: Duration = Duration::from_secs(2);
+
+/// Names one claim of the machine, for its answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ClaimId(pub u64);
+
+/// Why a run starts: the one claim path has a reason, never a path of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FireReason {
+    /// Its tick came, with this node the owner.
+    OnTime,
+    /// Its tick came moments before this node could fire (a handoff); fired now, still on time.
+    Declined,
+    /// Missed while no node could fire; started by catch-up per `misfire`.
+    CaughtUp,
+    /// Its run was interrupted by the loss of its owner; started again (`on_interrupted`).
+    Rerun,
+    /// Its run failed or timed out; tried again (`retries`).
+    Retry,
+    /// A retry an earlier owner promised in the failed run's record, kept by this one.
+    RetryResumed,
+    /// A delayed submission came due.
+    Submitted,
+    /// An operator asked for a run now (`zkcron trigger`): a submission that says who asked.
+    Manual,
+    /// A past tick without a record, asked for by `zkcron backfill` (`ZKCRON_BACKFILL=1`).
+    Backfill,
+}
+
+impl FireReason {
+    /// Started by on_locked/catch-up instead of on time (`ZKCRON_RESUMED=1`).
+    pub(super) fn resumed(self) -> bool {
+        matches!(
+            self,
+            FireReason::CaughtUp | FireReason::Rerun | FireReason::RetryResumed
+        )
+    }
+
+    /// Ticks fired on time are held to the late-tick rule; the others are late by nature.
+    pub(super) fn on_time(self) -> bool {
+        matches!(self, FireReason::OnTime | FireReason::Declined)
+    }
+
+    /// Started at its instant, not at once, when claimed ahead of it.
+    pub(super) fn waits_for_its_time(self) -> bool {
+        self.on_time() || self.submitted()
+    }
+
+    /// A submission's run, held to its job's `starting_deadline`.
+    pub(super) fn submitted(self) -> bool {
+        matches!(self, FireReason::Submitted | FireReason::Manual)
+    }
+}
+
+/// A claim for the driver to send: one fenced multi-op (DESIGN.md "ZooKeeper layout").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TickClaim {
+    pub id: ClaimId,
+    /// Status `claimed` for a run to start; `skipped` or `missed` for a record only.
+    pub record: RunRecord,
+    pub mode: ClaimMode,
+    /// Also create the `running/<job>` guard (concurrency = forbid).
+    pub guarded: bool,
+}
+
+/// Why a claim did not succeed, as far as the machine's decisions go (the driver logs details).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimRefused {
+    /// The epoch moved past our token.
+    NotOwner,
+    /// The record exists (another node claimed the tick) or changed since it was read.
+    AlreadyClaimed,
+    /// The `running/<job>` guard exists: a run of the job is alive somewhere.
+    RunAlive,
+    /// The request failed; the text says why.
+    Failed(String),
+}
+
+/// A fact the machine learns.
+#[derive(Debug, Clone)]
+pub enum Input {
+    /// `next_deadline()` has passed. A spurious tick changes nothing.
+    Tick,
+    /// The lock's status changed (one ordered stream, from the lock driver).
+    LockChanged(LockStatus),
+    /// The schedule was reloaded.
+    Reloaded(Vec<Arc<JobConfig>>),
+    /// Answer to [`Action::Claim`].
+    ClaimDone {
+        id: ClaimId,
+        result: Result<Claim, ClaimRefused>,
+    },
+    /// Answer to [`Action::ListRecords`]; `Err` says why the listing failed.
+    RecordsListed {
+        job: JobName,
+        result: Result<JobRecords, String>,
+    },
+    /// Answer to [`Action::MarkInterrupted`]: the record's new version, or why not.
+    Marked {
+        record: RunRecord,
+        result: Result<i32, String>,
+    },
+    /// A run's process ended; `claim` carries the record's current version.
+    RunEnded { claim: Claim, report: RunReport },
+    /// A run started with `record_first` never started its process: its record could not be
+    /// marked `running` (no answer, or changed by someone else), or it was cancelled first. The
+    /// record still says `claimed`, which proves it never ran — or `running`, when the write
+    /// was applied and its answer lost (`maybe_written`).
+    RunNotStarted {
+        claim: Claim,
+        why: String,
+        maybe_written: bool,
+    },
+    /// Answer to [`Action::TakeLeases`]: `None` once every lease is held; the limit whose lease
+    /// could not be taken (ZooKeeper failed; nothing is held then) otherwise.
+    LeasesTaken {
+        id: ClaimId,
+        run_id: String,
+        failed: Option<String>,
+    },
+    /// Answer to [`Action::WriteRecord`] (a failure is logged by the driver).
+    RecordWritten { run_id: String, write: RecordWrite },
+    /// Answer to [`Action::Withdraw`].
+    Withdrawn { id: ClaimId },
+    /// Answer to [`Action::ReleaseGuard`]: `settled` when the guard is gone or not ours, false
+    /// when ZooKeeper did not answer (the release is sent again once connected).
+    GuardReleased { run_id: String, settled: bool },
+    /// The daemon is stopping.
+    Shutdown,
+    /// Answer to [`Action::HandOver`]: the lock is released (or was never ours).
+    LockReleased,
+    /// The wall clock jumped by `by` (forward when positive) besides the time that passed (an
+    /// NTP step, a VM resumed). The limits the machine counts — a stop's and a handover's, a
+    /// replaced run's grace, the waits before trying again — move with it, so that each lasts
+    /// as long as it says; the schedule does not (issue 31, defect 2).
+    ClockStepped { by: chrono::Duration },
+    /// Answer to [`Action::ScanDelayed`]: the pending submissions of the buckets read.
+    DelayedScanned {
+        generation: u64,
+        through: DueBucket,
+        result: Result<Vec<(SubmissionId, Submission)>, String>,
+    },
+    /// A pending submission appeared in `bucket` (the driver's watch on the due buckets).
+    SubmissionCreated {
+        bucket: DueBucket,
+        id: SubmissionId,
+        /// The job, when the marker names it (lock groups).
+        job: Option<JobName>,
+    },
+    /// Answer to [`Action::ReadSubmission`]: the submission, `None` when it is gone.
+    SubmissionRead {
+        id: SubmissionId,
+        result: Result<Option<Submission>, String>,
+    },
+    /// The paused jobs, read after a change (the driver's watch on `control/`). Nothing starts
+    /// before the first reading: a paused job must not fire in the moment after a start.
+    PausesRead(Pauses),
+    /// An operator asked this node to hand the lock over (`zkcron release`): unstarted claims
+    /// are given back, then [`Action::YieldLock`].
+    ReleaseRequested,
+    /// The backfill requests waiting under `control/backfill` (the driver's watch), by node
+    /// name: each for one of this machine's jobs is taken once it may fire.
+    BackfillsRead(Vec<(String, crate::control::BackfillRequest)>),
+}
+
+/// How the write of a run's final record ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordWrite {
+    /// Stored, at this version.
+    Written(i32),
+    /// ZooKeeper answered that the record was changed by someone else (the next owner marked
+    /// the run interrupted) or is gone: final. Sending it again cannot change that answer.
+    Refused,
+    /// No answer: no session, a lost connection, a timeout. Worth sending again.
+    Failed,
+}
+
+/// A command for the driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Create these jobs' record parents now, so that their first claims are quick.
+    PrepareJobs(Vec<JobName>),
+    /// Send this claim. Answered by [`Input::ClaimDone`].
+    Claim(TickClaim),
+    /// Read the job's records for catch-up. Answered by [`Input::RecordsListed`].
+    ListRecords(JobName),
+    /// Write this (open) record as `interrupted` at its version; `closes`: nothing will run it
+    /// again (a submission's open marker goes). Answered by [`Input::Marked`].
+    MarkInterrupted {
+        record: RunRecord,
+        version: i32,
+        closes: bool,
+    },
+    /// Take a lease of each of `limits` for run `run_id`, in name order, each waited for in its
+    /// limit's queue. Answered by [`Input::LeasesTaken`] once all are held (or one failed);
+    /// [`Action::GiveBackLeases`] gives the wait up.
+    TakeLeases {
+        id: ClaimId,
+        run_id: String,
+        limits: Vec<crate::config::LimitConfig>,
+    },
+    /// Give back the leases run `run_id` holds or waits for: it will not start. (A run that
+    /// started gives them back when it ends; the driver sees to that.)
+    GiveBackLeases { run_id: String },
+    /// Write this failed run's record without its promised retry, at its version (the job left
+    /// the schedule): nothing runs it again, and its submission's open marker goes. The driver
+    /// logs the outcome; nothing waits for it.
+    DropRetry { record: RunRecord, version: i32 },
+    /// Start the claimed run. Its end comes back as [`Input::RunEnded`].
+    StartRun {
+        spec: Arc<JobSpec>,
+        claim: Claim,
+        context: RunContext,
+        /// Write the record `running` before the process starts, and start it only if that
+        /// write succeeds (a submission's run: a record still `claimed` then proves it never
+        /// ran, so the next owner may take it over). Otherwise the two go side by side.
+        record_first: bool,
+        /// The job's program starts not before this instant (a prepared run's start goes out
+        /// [`START_LEAD`] ahead of it).
+        not_before: DateTime<Utc>,
+    },
+    /// Start this claimed run's process ahead of its instant, waiting (`runner::prepare`): the
+    /// [`Action::StartRun`] of the same run gives it its go, an [`Action::Unprepare`] gives it
+    /// up. Only a speed-up: a run never prepared (or whose process is gone) is spawned at its
+    /// start.
+    PrepareRun {
+        spec: Arc<JobSpec>,
+        context: RunContext,
+        /// The job's program starts not before this instant.
+        not_before: DateTime<Utc>,
+    },
+    /// The prepared run will not start: end its waiting process.
+    Unprepare { run_id: String },
+    /// Stop this run's process group (SIGTERM, SIGKILL after its grace).
+    CancelRun { run_id: String },
+    /// Write the claim's record (a final status) and release its guard. Answered by
+    /// [`Input::RecordWritten`].
+    WriteRecord(Claim),
+    /// Give a claimed, unstarted tick back. Answered by [`Input::Withdrawn`]. Refused (the
+    /// epoch moved), its guard is released all the same, as in [`Action::ReleaseGuard`].
+    Withdraw { id: ClaimId, claim: Claim },
+    /// This claim will not start (the lock moved after it): release its `running/<job>` guard if
+    /// our session still holds it, and leave its record for the next owner to resolve.
+    /// Answered by [`Input::GuardReleased`].
+    ReleaseGuard(Claim),
+    /// Keep the job's newest `keep` records. A pruned submission's id stays remembered (a
+    /// tombstone) until `remember` after its run ended (`dedup_window`).
+    Prune {
+        job: JobName,
+        keep: usize,
+        remember: Duration,
+    },
+    /// A claim with this token failed its epoch check: the lock should verify it.
+    FenceFailed(FencingToken),
+    /// Release the lock now (stopping, claims withdrawn). Answered by [`Input::LockReleased`].
+    HandOver,
+    /// Hand the lock over and stay out of contention for a while (a release request, claims
+    /// withdrawn); the lock's next status, without our token, says it is done.
+    YieldLock,
+    /// Remove this backfill request: its ticks are in a backlog (or its job is unknown).
+    RemoveBackfill(String),
+    /// Send this notice (`on_failure`, `on_failure_webhook`): its record is stored. Nothing
+    /// answers; the driver neither waits for it nor sends it twice.
+    Notify(Box<crate::run::Notice>),
+    /// Pause the job (`pause_after_failures`) as `zkcron pause` would, for this reason. Nothing
+    /// answers: the pause comes back as [`Input::PausesRead`].
+    PauseJob { job: JobName, reason: String },
+    /// Nothing is left to do: the daemon may exit.
+    Stopped,
+    /// Read the pending submissions of every bucket after `after` (from the oldest when
+    /// `None`) through `through`. Answered by [`Input::DelayedScanned`].
+    ScanDelayed {
+        generation: u64,
+        /// Only the markers of these jobs (and those that name none) are read.
+        wanted: Wanted,
+        after: Option<DueBucket>,
+        through: DueBucket,
+        /// Remove the empty buckets met on the way that ended before this instant.
+        clean_before: DateTime<Utc>,
+    },
+    /// Remove this past bucket if nothing is pending in it (and its day, once past and empty).
+    RemoveEmptyBucket(DueBucket),
+    /// Read one submission the watch reported. Answered by [`Input::SubmissionRead`].
+    ReadSubmission { id: SubmissionId },
+}
+
+/// Who we are, for the records we write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Me {
+    pub node_id: NodeId,
+    pub ip: String,
+}
+
+/// What catch-up reads of one job (answer to [`Action::ListRecords`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobRecords {
+    /// The scheduled instants of all the job's records, in any order.
+    pub ticks: Vec<i64>,
+    /// The newest records (up to [`RESOLVE_WINDOW`](super::RESOLVE_WINDOW)) with their znode versions.
+    pub newest: Vec<(RunRecord, i32)>,
+    /// The run id in the job's `running/<job>` guard, if one exists.
+    pub guard_holder: Option<String>,
+    /// Node ids of the group's live members.
+    pub live_members: Vec<NodeId>,
+    /// The payloads of the submissions among `newest`, for a rerun.
+    pub payloads: HashMap<SubmissionId, Arc<Vec<u8>>>,
+}
+
+/// Which pending markers a lock group's machine reads (issue 19). A marker that names its job
+/// (`<id>~<job>`) is read only by the machine of the job's group, so an owner's reads do not
+/// grow with other groups' submissions; one that does not (`<id>`, written without groups or by
+/// an older submitter) must be read to learn its job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Wanted {
+    /// The default group: every job but the named groups' (it keeps the submissions of jobs the
+    /// schedule does not declare, as before groups).
+    AllBut(Arc<HashSet<JobName>>),
+    /// A named group: its own jobs.
+    Only(Arc<HashSet<JobName>>),
+}
+
+impl Wanted {
+    /// The markers the machine of `group` (`None`: the default group) reads, when its jobs are
+    /// `mine` and the other groups' are `elsewhere`.
+    pub(super) fn of(
+        group: Option<&str>,
+        mine: &[Arc<crate::config::JobConfig>],
+        elsewhere: &HashSet<JobName>,
+    ) -> Self {
+        match group {
+            None => Self::AllBut(Arc::new(elsewhere.clone())),
+            Some(_) => Self::Only(Arc::new(
+                mine.iter().map(|job| job.spec.name.clone()).collect(),
+            )),
+        }
+    }
+
+    /// Whether a marker naming `job` (or none) is worth reading.
+    pub fn reads(&self, job: Option<&JobName>) -> bool {
+        match (self, job) {
+            (_, None) => true,
+            (Self::AllBut(others), Some(job)) => !others.contains(job),
+            (Self::Only(mine), Some(job)) => mine.contains(job),
+        }
+    }
+}

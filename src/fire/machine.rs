@@ -26,7 +26,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::config::{Concurrency, JobConfig, KeepOutput};
-use crate::control::Pauses;
+use crate::control::{Pause, Pauses};
 use crate::delayed::submission::SubmissionId;
 use crate::fire::queue::FireQueue;
 use crate::ids::{FencingToken, JobName, NodeId};
@@ -38,21 +38,11 @@ use crate::run::{RunReport, SubmissionInput};
 pub use catch_up::RESOLVE_WINDOW;
 use claims::{LeaseWait, Pending, PendingState};
 pub use delayed::DELAYED_HORIZON;
+use protocol::Item;
 pub use protocol::{
     Action, ClaimId, ClaimRefused, FireReason, Input, JobRecords, MISSED_AFTER, Me, RecordWrite,
     START_LEAD, TickClaim, WITHDRAW_LIMIT, Wanted,
 };
-
-/// One tick (or run) waiting for its turn in a job's catch-up sequence.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Item {
-    tick: DateTime<Utc>,
-    reason: FireReason,
-    /// For a rerun: the stored record and its version.
-    again: Option<(RunRecord, i32)>,
-    /// A submission's run: its id and payload.
-    submission: Option<SubmissionInput>,
-}
 
 /// A job and what it is waiting for.
 #[derive(Debug)]
@@ -155,9 +145,8 @@ pub struct FireMachine {
     /// The lock's status as the lock driver last reported it; `lock` is what the machine acts
     /// on: not able to fire until the pauses are known, nor while yielding the lock.
     reported: LockStatus,
-    /// `None` until the first reading.
-    pauses: Option<Pauses>,
-    yielding: Option<steering::Yielding>,
+    /// The pauses, and a handover on request.
+    steering: steering::Steering,
     /// A tick was declined for being at or before its job's newest recorded tick since the
     /// lock was gained: said once, not per tick.
     behind_the_ledger_said: bool,
@@ -226,14 +215,13 @@ impl FireMachine {
             relist_at: BTreeMap::new(),
             stopping: None,
             reported: LockStatus::default(),
-            pauses: None,
-            yielding: None,
+            steering: steering::Steering::default(),
             behind_the_ledger_said: false,
             group,
             elsewhere,
             wanted,
             streaks: notices::Streaks::default(),
-            backfills: backfill::Backfills::new(),
+            backfills: backfill::Backfills::default(),
         }
     }
 
@@ -333,7 +321,7 @@ impl FireMachine {
                     .next_start()
                     .map(|start| start - self.claim_ahead);
                 let delayed = self.delayed.next_deadline(self.claim_ahead, |job| {
-                    !self.paused(job)
+                    !self.steering.paused(job)
                         && self
                             .jobs
                             .get(job)
@@ -354,7 +342,7 @@ impl FireMachine {
             PendingState::Replacing { until, .. } => Some(*until),
             _ => None,
         });
-        let retries = self.runs.retry_deadlines(|job| self.paused(job));
+        let retries = self.runs.retry_deadlines(|job| self.steering.paused(job));
         // Sent again only while connected: an outage does not use up the attempts.
         let rewrites = self
             .rewrites
@@ -369,7 +357,7 @@ impl FireMachine {
             .map(|(at, _)| *at)
             .filter(|_| housekeeping);
         let relists = self.relist_at.values().copied().filter(|_| housekeeping);
-        let yielding = self.yielding.as_ref().map(steering::Yielding::deadline);
+        let yielding = self.steering.deadline();
         queue
             .into_iter()
             .chain(yielding)
@@ -520,6 +508,7 @@ impl FireMachine {
         // A paused job's ticks (and their retries and reruns) do not start; its submissions
         // wait pending, and one already claimed or interrupted is carried through.
         if let Some(pause) = self
+            .steering
             .pause_of(job)
             .filter(|_| item.submission.is_none() && !in_backlog)
         {
@@ -764,7 +753,7 @@ impl FireMachine {
             PendingState::InFlight { again } => *again,
             _ => return,
         };
-        if self.stopping.is_some() || self.yielding.is_some() {
+        if self.stopping.is_some() || self.steering.yielding() {
             // A claim that came back after the stop (or a handover) began is given back like
             // the others.
             match result {
@@ -1157,9 +1146,8 @@ impl FireMachine {
 
     fn lock_changed(&mut self, status: LockStatus, now: DateTime<Utc>, out: &mut Vec<Action>) {
         let before = std::mem::replace(&mut self.reported, status);
-        if self.yielding.is_some() && (status.token.is_none() || status.token != before.token) {
-            tracing::info!("lock handed over on request");
-            self.yielding = None;
+        if status.token.is_none() || status.token != before.token {
+            self.steering.lock_moved();
         }
         self.apply_lock(now, out);
     }
@@ -1168,7 +1156,9 @@ impl FireMachine {
     /// known or while yielding the lock.
     fn effective_lock(&self) -> LockStatus {
         LockStatus {
-            may_fire: self.reported.may_fire && self.pauses.is_some() && self.yielding.is_none(),
+            may_fire: self.reported.may_fire
+                && self.steering.pauses_known()
+                && !self.steering.yielding(),
             ..self.reported
         }
     }
@@ -1307,7 +1297,11 @@ impl FireMachine {
             return;
         }
         while let Some(item) = self.jobs.get_mut(job).and_then(|s| s.backlog.pop_front()) {
-            if let Some(pause) = self.pause_of(job).filter(|_| item.submission.is_none()) {
+            if let Some(pause) = self
+                .steering
+                .pause_of(job)
+                .filter(|_| item.submission.is_none())
+            {
                 // A loop, not a recursion through the claim path: a backlog can be long.
                 self.skip_paused(job, item, &pause, now, out);
                 continue;
@@ -1589,13 +1583,8 @@ impl FireMachine {
     /// record is claimed again under our current token, so a retry is at most once like a tick).
     fn retries_due(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
         // A pause holds a promised retry, and the resume starts it (issue 24).
-        let paused: Vec<JobName> = self
-            .pauses
-            .iter()
-            .flatten()
-            .map(|(job, _)| job.clone())
-            .collect();
-        for retry in self.runs.take_due_retries(now, |job| paused.contains(job)) {
+        let steering = &self.steering;
+        for retry in self.runs.take_due_retries(now, |job| steering.paused(job)) {
             let job = retry.record.job.clone();
             let run_id = retry.record.run_id.as_str();
             if !self.lock.may_fire || self.stopping.is_some() {
@@ -1746,6 +1735,112 @@ impl FireMachine {
         }
     }
 
+    /// The backfill requests waiting now (the driver's watch on `control/`).
+    fn backfills_read(
+        &mut self,
+        requests: Vec<(String, crate::control::BackfillRequest)>,
+        now: DateTime<Utc>,
+        out: &mut Vec<Action>,
+    ) {
+        self.backfills.read(requests);
+        self.take_backfills(now, out);
+    }
+
+    /// Once this node may fire: each request for one of its jobs goes into the job's backlog,
+    /// its ticks oldest first, and is removed. One for a job that no group fires is removed
+    /// too; one for another group's job is that group's.
+    fn take_backfills(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
+        if !self.lock.may_fire || self.stopping.is_some() {
+            return;
+        }
+        let elsewhere = &self.elsewhere;
+        for (name, request) in self.backfills.take(|job| elsewhere.contains(job)) {
+            let job = request.job.clone();
+            let Some(state) = self.jobs.get_mut(&job) else {
+                tracing::warn!(job = %job, by = request.by, "backfill of a job not in the schedule: dropped");
+                out.push(Action::RemoveBackfill(name));
+                continue;
+            };
+            tracing::info!(job = %job, ticks = request.ticks.len(), by = request.by, "backfill taken: its ticks run in order");
+            state.backlog.extend(backfill::items(&request));
+            out.push(Action::RemoveBackfill(name));
+            self.advance(&job, now, out);
+        }
+    }
+
+    /// The pauses as read now (the driver's watch on `control/`).
+    fn pauses_read(&mut self, pauses: Pauses, now: DateTime<Utc>, out: &mut Vec<Action>) {
+        if self.steering.pauses_read(pauses) {
+            self.apply_lock(now, out);
+        }
+        // Submissions of a resumed job wait for no deadline: claim what is due.
+        self.claim_due_submissions(now, out);
+    }
+
+    /// A paused job's item: a tick is recorded `skipped`, a rerun or retry is not started.
+    fn skip_paused(
+        &mut self,
+        job: &JobName,
+        item: Item,
+        pause: &Pause,
+        now: DateTime<Utc>,
+        out: &mut Vec<Action>,
+    ) {
+        let reason = pause.skip_reason();
+        if let Some((record, _)) = &item.again {
+            tracing::info!(job = %job, run_id = record.run_id, reason, "not started again: the job is paused");
+            return;
+        }
+        tracing::info!(job = %job, tick = %item.tick, reason, "tick skipped: the job is paused");
+        let (Some(token), Some(state)) = (self.lock.token, self.jobs.get(job)) else {
+            return;
+        };
+        let config = std::sync::Arc::clone(&state.config);
+        let me = (&self.me.node_id, self.me.ip.as_str());
+        let mut record = fresh_record(job, item.tick, None, me, token, now.timestamp_millis());
+        record.status = RunStatus::Skipped;
+        record.error = Some(reason);
+        self.claim_record_only(&config, record, out);
+    }
+
+    fn release_requested(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
+        if self.stopping.is_some() || self.steering.yielding() {
+            return;
+        }
+        if self.reported.token.is_none() {
+            tracing::info!("asked to hand the lock over, but this node does not own it");
+            return;
+        }
+        tracing::info!("asked to hand the lock over: giving back unstarted claims, then releasing");
+        self.steering.start_yielding(now);
+        // Withdrawn before the lock's status changes: a claim waiting for a limit's lease
+        // would otherwise be settled as a lost lock's, its record and guard left behind, and
+        // the guard kept the job from running on the new owner while this session lived.
+        self.withdraw_unstarted(out);
+        self.apply_lock(now, out);
+        self.maybe_hand_over(now, out);
+    }
+
+    /// Yielding: hand over once no claim is out (`outstanding`), or when the limit has passed.
+    fn maybe_yield(&mut self, outstanding: usize, now: DateTime<Utc>, out: &mut Vec<Action>) {
+        let Some(given_up) = self.steering.yield_due(outstanding, now) else {
+            return;
+        };
+        if given_up {
+            self.say_given_up();
+        }
+        out.push(Action::YieldLock);
+    }
+
+    /// A yield that the lock did not follow in time: fire again; else hand over when due.
+    fn yield_overdue(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
+        if self.steering.yield_overdue(now) {
+            self.apply_lock(now, out);
+        } else if self.steering.yielding() {
+            self.maybe_hand_over(now, out);
+        }
+    }
+
     /// Stopping: hand the lock over once no claim is out, or when the limit has passed.
     fn maybe_hand_over(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
         let outstanding = self
@@ -1801,9 +1896,7 @@ impl FireMachine {
         if let Some(stopping) = self.stopping.as_mut() {
             stopping.hand_over_by += by;
         }
-        if let Some(yielding) = self.yielding.as_mut() {
-            yielding.clock_stepped(by);
-        }
+        self.steering.clock_stepped(by);
         for pending in self.claims.values_mut() {
             if let PendingState::Replacing { until, .. } = &mut pending.state {
                 *until += by;

@@ -224,7 +224,7 @@ impl FireMachine {
             .keys()
             .filter_map(|job| {
                 // A paused job's submissions stay pending until it is resumed.
-                let max = if self.paused(job) {
+                let max = if self.steering.paused(job) {
                     0
                 } else {
                     self.jobs.get(job)?.config.max_running

@@ -15,7 +15,7 @@ use crate::control::Pauses;
 use crate::delayed::submission::{DueBucket, Submission, SubmissionId};
 use crate::ids::{FencingToken, JobName, NodeId};
 use crate::lock::LockStatus;
-use crate::run::{Claim, ClaimMode, JobSpec, RunContext, RunRecord, RunReport};
+use crate::run::{Claim, ClaimMode, JobSpec, RunContext, RunRecord, RunReport, SubmissionInput};
 
 /// A tick whose time passed longer ago than this is not started on time: the process was
 /// stopped or starved, and catch-up (`misfire`) decides about it instead.
@@ -372,4 +372,15 @@ impl Wanted {
             (Self::Only(mine), Some(job)) => mine.contains(job),
         }
     }
+}
+
+/// One tick (or run) waiting for its turn in a job's catch-up sequence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Item {
+    pub(super) tick: DateTime<Utc>,
+    pub(super) reason: FireReason,
+    /// For a rerun: the stored record and its version.
+    pub(super) again: Option<(RunRecord, i32)>,
+    /// A submission's run: its id and payload.
+    pub(super) submission: Option<SubmissionInput>,
 }

@@ -6,18 +6,21 @@
 //! triggers wait until it is resumed, while one already claimed or interrupted is carried
 //! through), and the order of a handover on request (withdraw unstarted claims, then
 //! [`Action::YieldLock`]; firing again only if the lock did not move within [`YIELD_LIMIT`]).
-//! Must not: do I/O (pauses come in as [`Input::PausesRead`]) or read a clock.
+//! It owns the pauses as last read and the handover under way; the machine asks it and
+//! applies what it says to the claims and the lock.
+//! Must not: do I/O (pauses come in as [`Input::PausesRead`]), read a clock, or reach into
+//! the rest of the machine.
 //!
-//! [`Input::PausesRead`]: super::Input::PausesRead
+//! [`Input::PausesRead`]: super::protocol::Input::PausesRead
+//! [`Action::YieldLock`]: super::protocol::Action::YieldLock
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::{Action, FireMachine, Item, WITHDRAW_LIMIT, fresh_record};
+use super::protocol::WITHDRAW_LIMIT;
 use crate::control::{Pause, Pauses};
 use crate::ids::JobName;
-use crate::run::RunStatus;
 
 /// A node that yielded the lock and still holds it this long after fires again (its lock could
 /// not be handed over: disconnected, or the request came as it lost the lock).
@@ -29,28 +32,27 @@ fn chrono(duration: Duration) -> chrono::Duration {
 
 /// A handover on request, under way.
 #[derive(Debug)]
-pub(super) struct Yielding {
+struct Yielding {
     /// Hand the lock over by then even if claims are still being withdrawn.
     hand_over_by: DateTime<Utc>,
-    /// `Some` once [`Action::YieldLock`] went out: fire again from then if we still own.
+    /// `Some` once the yield went out: fire again from then if we still own.
     give_up_at: Option<DateTime<Utc>>,
 }
 
-impl Yielding {
-    pub(super) fn deadline(&self) -> DateTime<Utc> {
-        self.give_up_at.unwrap_or(self.hand_over_by)
-    }
-
-    /// The wall clock stepped by `by`: the limits last as long as they said.
-    pub(super) fn clock_stepped(&mut self, by: chrono::Duration) {
-        self.hand_over_by += by;
-        if let Some(at) = self.give_up_at.as_mut() {
-            *at += by;
-        }
-    }
+/// The pauses and a handover on request.
+#[derive(Debug, Default)]
+pub(super) struct Steering {
+    /// `None` until the first reading: nothing fires before it.
+    pauses: Option<Pauses>,
+    yielding: Option<Yielding>,
 }
 
-impl FireMachine {
+impl Steering {
+    /// Whether the pauses have been read once.
+    pub(super) fn pauses_known(&self) -> bool {
+        self.pauses.is_some()
+    }
+
     /// The pause of `job`, when it is paused.
     pub(super) fn pause_of(&self, job: &JobName) -> Option<Pause> {
         self.pauses.as_ref()?.get(job).cloned()
@@ -61,12 +63,9 @@ impl FireMachine {
         self.pauses.as_ref().is_some_and(|p| p.contains_key(job))
     }
 
-    pub(super) fn pauses_read(
-        &mut self,
-        pauses: Pauses,
-        now: DateTime<Utc>,
-        out: &mut Vec<Action>,
-    ) {
+    /// A reading of the pauses; says who was paused or resumed since the last. `true`: the
+    /// first reading (this node may fire from now on, if the lock says so).
+    pub(super) fn pauses_read(&mut self, pauses: Pauses) -> bool {
         let before = self.pauses.replace(pauses);
         let known = self.pauses.as_ref();
         for (job, pause) in known.into_iter().flatten() {
@@ -79,83 +78,43 @@ impl FireMachine {
                 tracing::info!(job = %job, "job resumed");
             }
         }
-        if before.is_none() {
-            // The first reading: this node may fire from now on, if the lock says so.
-            self.apply_lock(now, out);
-        }
-        // Submissions of a resumed job wait for no deadline: claim what is due.
-        self.claim_due_submissions(now, out);
+        before.is_none()
     }
 
-    /// A paused job's item: a tick is recorded `skipped`, a rerun or retry is not started.
-    pub(super) fn skip_paused(
-        &mut self,
-        job: &JobName,
-        item: Item,
-        pause: &Pause,
-        now: DateTime<Utc>,
-        out: &mut Vec<Action>,
-    ) {
-        let reason = pause.skip_reason();
-        if let Some((record, _)) = &item.again {
-            tracing::info!(job = %job, run_id = record.run_id, reason, "not started again: the job is paused");
-            return;
-        }
-        tracing::info!(job = %job, tick = %item.tick, reason, "tick skipped: the job is paused");
-        let (Some(token), Some(state)) = (self.lock.token, self.jobs.get(job)) else {
-            return;
-        };
-        let config = std::sync::Arc::clone(&state.config);
-        let me = (&self.me.node_id, self.me.ip.as_str());
-        let mut record = fresh_record(job, item.tick, None, me, token, now.timestamp_millis());
-        record.status = RunStatus::Skipped;
-        record.error = Some(reason);
-        self.claim_record_only(&config, record, out);
+    /// A handover on request is under way.
+    pub(super) fn yielding(&self) -> bool {
+        self.yielding.is_some()
     }
 
-    pub(super) fn release_requested(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
-        if self.stopping.is_some() || self.yielding.is_some() {
-            return;
-        }
-        if self.reported.token.is_none() {
-            tracing::info!("asked to hand the lock over, but this node does not own it");
-            return;
-        }
-        tracing::info!("asked to hand the lock over: giving back unstarted claims, then releasing");
+    /// Starts a handover on request: claims are withdrawn until [`WITHDRAW_LIMIT`] from now.
+    pub(super) fn start_yielding(&mut self, now: DateTime<Utc>) {
         self.yielding = Some(Yielding {
             hand_over_by: now + chrono(WITHDRAW_LIMIT),
             give_up_at: None,
         });
-        // Withdrawn before the lock's status changes: a claim waiting for a limit's lease
-        // would otherwise be settled as a lost lock's, its record and guard left behind, and
-        // the guard kept the job from running on the new owner while this session lived.
-        self.withdraw_unstarted(out);
-        self.apply_lock(now, out);
-        self.maybe_hand_over(now, out);
     }
 
-    /// Yielding: hand over once no claim is out (`outstanding`), or when the limit has passed.
-    pub(super) fn maybe_yield(
-        &mut self,
-        outstanding: usize,
-        now: DateTime<Utc>,
-        out: &mut Vec<Action>,
-    ) {
-        let Some(yielding) = self.yielding.as_mut() else {
-            return;
-        };
+    /// The lock moved (or was lost): the handover is done.
+    pub(super) fn lock_moved(&mut self) {
+        if self.yielding.take().is_some() {
+            tracing::info!("lock handed over on request");
+        }
+    }
+
+    /// Yielding with `outstanding` claims still out: `Some` when the yield is to go out now —
+    /// once none is out, or at the limit (`Some(true)`: some were given up on).
+    pub(super) fn yield_due(&mut self, outstanding: usize, now: DateTime<Utc>) -> Option<bool> {
+        let yielding = self.yielding.as_mut()?;
         if yielding.give_up_at.is_some() || (outstanding > 0 && now < yielding.hand_over_by) {
-            return;
+            return None;
         }
         yielding.give_up_at = Some(now + chrono(YIELD_LIMIT));
-        if outstanding > 0 {
-            self.say_given_up();
-        }
-        out.push(Action::YieldLock);
+        Some(outstanding > 0)
     }
 
-    /// The lock did not move within [`YIELD_LIMIT`] of the yield: fire again.
-    pub(super) fn yield_overdue(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
+    /// `true` when the lock did not move within [`YIELD_LIMIT`] of the yield: the handover is
+    /// given up, and this node fires again.
+    pub(super) fn yield_overdue(&mut self, now: DateTime<Utc>) -> bool {
         let overdue = self
             .yielding
             .as_ref()
@@ -164,9 +123,83 @@ impl FireMachine {
         if overdue {
             tracing::warn!(limit = ?YIELD_LIMIT, "the lock was not handed over; firing again");
             self.yielding = None;
-            self.apply_lock(now, out);
-        } else if self.yielding.is_some() {
-            self.maybe_hand_over(now, out);
         }
+        overdue
+    }
+
+    /// When to look at the handover again.
+    pub(super) fn deadline(&self) -> Option<DateTime<Utc>> {
+        self.yielding
+            .as_ref()
+            .map(|y| y.give_up_at.unwrap_or(y.hand_over_by))
+    }
+
+    /// The wall clock stepped by `by`: the limits last as long as they said.
+    pub(super) fn clock_stepped(&mut self, by: chrono::Duration) {
+        if let Some(yielding) = self.yielding.as_mut() {
+            yielding.hand_over_by += by;
+            if let Some(at) = yielding.give_up_at.as_mut() {
+                *at += by;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp_millis(ms).expect("in range")
+    }
+
+    fn pause() -> Pause {
+        Pause {
+            reason: None,
+            by: "alice".to_owned(),
+            since_unix_ms: 0,
+        }
+    }
+
+    #[test]
+    fn the_first_reading_of_the_pauses_is_told_apart_from_the_next() {
+        let mut steering = Steering::default();
+        assert!(!steering.pauses_known());
+        let job = JobName::new("report");
+        assert!(steering.pauses_read(Pauses::from([(job.clone(), pause())])));
+        assert!(steering.paused(&job) && steering.pause_of(&job).is_some());
+        assert!(!steering.pauses_read(Pauses::new()), "not the first");
+        assert!(!steering.paused(&job), "resumed");
+    }
+
+    #[test]
+    fn a_yield_waits_for_the_claims_out_until_its_limit_then_gives_up_after_its_own() {
+        let mut steering = Steering::default();
+        steering.start_yielding(at(0));
+        assert_eq!(steering.yield_due(1, at(1_000)), None, "a claim is out");
+        let limit = i64::try_from(WITHDRAW_LIMIT.as_millis()).expect("small");
+        assert_eq!(
+            steering.yield_due(1, at(limit)),
+            Some(true),
+            "given up on it"
+        );
+        assert_eq!(steering.yield_due(0, at(limit)), None, "yielded once");
+        let give_up = limit + i64::try_from(YIELD_LIMIT.as_millis()).expect("small");
+        assert_eq!(steering.deadline(), Some(at(give_up)));
+        assert!(!steering.yield_overdue(at(give_up - 1)));
+        // The wall clock steps back a minute: the limit is as far ahead as it was.
+        steering.clock_stepped(chrono::Duration::seconds(-60));
+        assert!(!steering.yield_overdue(at(give_up - 60_001)));
+        assert!(steering.yield_overdue(at(give_up - 60_000)));
+        assert!(!steering.yielding(), "overdue: firing again");
+    }
+
+    #[test]
+    fn a_lock_that_moves_ends_the_handover() {
+        let mut steering = Steering::default();
+        steering.start_yielding(at(0));
+        assert_eq!(steering.yield_due(0, at(10)), Some(false));
+        steering.lock_moved();
+        assert!(!steering.yielding() && steering.deadline().is_none());
     }
 }

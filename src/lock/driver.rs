@@ -25,12 +25,14 @@ use zookeeper_client::{
 use crate::ids::{FencingToken, SessionId};
 use crate::layout::LockPaths;
 
-use crate::lock::clock_watch::{self, ClockSettings, ClockWatch, Reading};
+use crate::lock::clock_schedule::{ClockCheck, ClockSchedule, ClockStep};
+use crate::lock::clock_watch::{self, ClockSettings};
 use crate::lock::machine::{
     Action, Epoch, Input, LockEvent, LockMachine, LockState, LockStatus, RequestFailed,
 };
 use crate::lock::members::{self, MemberError};
 use crate::lock::node::{EpochData, LockNode, OwnerInfo, ScheduleHash};
+use crate::lock::take_back::TakeBack;
 use crate::report::error_chain;
 use crate::zk::{self, ZkSettings};
 
@@ -154,11 +156,6 @@ pub enum DriverError {
 }
 
 type WatchFuture = Pin<Box<dyn Future<Output = WatchedEvent> + Send>>;
-type ClockFuture = Pin<Box<dyn Future<Output = Result<Reading, String>> + Send>>;
-type ResumeFuture<'a> = Pin<Box<dyn Future<Output = zk::Resumed> + Send + 'a>>;
-
-/// Pause between attempts to take a session back that got no answer.
-const RESUME_RETRY: Duration = Duration::from_millis(100);
 
 /// One established session.
 struct Connection {
@@ -233,12 +230,9 @@ pub async fn run(
     let mut silenced: Option<Silenced> = None;
     let mut published = LockStatus::default();
     // Taking back a session the client gave up on; the machine meanwhile counts it disconnected.
-    let mut resuming: Option<ResumeFuture> = None;
+    let mut take_back = TakeBack::new(zk);
     // The clock check: it also publishes our member node (a new schedule fingerprint at once).
-    let mut clock = ClockWatch::new(settings.clock.clone());
-    let mut clock_due = Box::pin(tokio::time::sleep(Duration::ZERO));
-    let mut checking: Option<ClockFuture> = None;
-    let mut republish = false;
+    let mut clock = ClockSchedule::new(settings.clock.clone(), member);
     // The lock was handed over and nobody has taken it yet: the next owner is whom it went to.
     let mut handed_over = false;
     loop {
@@ -266,8 +260,7 @@ pub async fn run(
             };
             let _ = updates.send(LockUpdate::Session(Some(new.client.clone())));
             conn = Some(new);
-            checking = None;
-            clock_due.as_mut().reset(now().into());
+            clock.session_began();
             pending.extend(machine.handle(started, now()));
             continue;
         };
@@ -294,17 +287,17 @@ pub async fn run(
             () = shutdown.cancelled() => break,
             // Looked at first after a stall: see `silence_input`.
             () = &mut silence, if silence_at.is_some() => silence_input(live, &mut silenced),
-            state = live.states.changed(), if resuming.is_none() => match state {
+            state = live.states.changed(), if !take_back.active() => match state {
                 // The client gave up (~1.4 × the timeout without an answer); the servers may still
                 // hold the session, and with it our lock and member nodes.
                 SessionState::Expired => {
                     tracing::warn!(session = %live.session, "no answer from zookeeper for longer than the session timeout; taking the session back if the servers still hold it");
-                    resuming = Some(resume_after(zk, live, Duration::ZERO));
+                    take_back.start(live.client.session().clone());
                     None
                 }
                 state => session_input(state, live),
             },
-            outcome = resume_done(&mut resuming) => {
+            outcome = take_back.outcome() => {
                 resumed = Some(outcome);
                 None
             }
@@ -320,36 +313,18 @@ pub async fn run(
                     None
                 }
             },
-            () = &mut clock_due, if checking.is_none() && member => {
-                checking = Some(check_clock(live, settings, &clock));
-                None
-            }
-            reading = clock_checked(&mut checking) => {
-                checking = None;
-                let unestimated = clock.offset_ms().is_none();
-                let judged = match reading {
-                    Ok(reading) => clock.judged(&reading).map(|verdict| {
-                        if let LockRole::Member { verdict: to_groups, .. } = &settings.role {
-                            to_groups.send_replace(verdict.skewed);
-                        }
-                        Input::ClockJudged { skewed: verdict.skewed }
-                    }),
-                    Err(err) => {
-                        tracing::debug!(error = err, "clock not checked this time");
-                        None
+            step = clock.next() => match step {
+                ClockStep::CheckDue => {
+                    clock.start(check_clock(live, settings, clock.offset_ms()));
+                    None
+                }
+                ClockStep::Read(reading) => clock.judged(reading, live.timeout).map(|verdict| {
+                    if let LockRole::Member { verdict: to_groups, .. } = &settings.role {
+                        to_groups.send_replace(verdict.skewed);
                     }
-                };
-                // A first estimate is published at once: the other members judge their clocks
-                // by ours, and waiting a whole period delays their verdict by as much.
-                let first_estimate = unestimated && clock.offset_ms().is_some();
-                let next = if std::mem::take(&mut republish) || first_estimate {
-                    now()
-                } else {
-                    now() + clock_watch::period(live.timeout)
-                };
-                clock_due.as_mut().reset(next.into());
-                judged
-            }
+                    Input::ClockJudged { skewed: verdict.skewed }
+                }),
+            },
             Some(command) = commands.recv() => match command {
                 LockCommand::FenceFailed(token) => {
                     (machine.state() == LockState::Own { token }).then_some(Input::FenceFailed)
@@ -365,10 +340,8 @@ pub async fn run(
                     }
                     settings.me.schedule = Some(Box::new(hash));
                     // Published by the clock check's write, now or right after the one out.
-                    if checking.is_some() {
-                        republish = true;
-                    } else {
-                        checking = Some(check_clock(live, settings, &clock));
+                    if clock.publish_soon() {
+                        clock.start(check_clock(live, settings, clock.offset_ms()));
                     }
                     None
                 }
@@ -382,27 +355,21 @@ pub async fn run(
                     tracing::info!(session = %back.session, "zookeeper session taken back: the servers still held it");
                     let _ = updates.send(LockUpdate::Session(Some(back.client.clone())));
                     conn = Some(back);
-                    resuming = None;
-                    checking = None;
-                    clock_due.as_mut().reset(now().into());
+                    clock.session_began();
                     Some(Input::SessionReconnected)
                 }
                 zk::Resumed::Expired => {
                     tracing::info!("the session had expired on the servers; opening a new one");
                     Some(Input::SessionExpired)
                 }
-                zk::Resumed::NoAnswer(err) => {
-                    tracing::debug!(error = %error_chain(&err), "session not taken back yet; trying again");
-                    resuming = conn.as_ref().map(|old| resume_after(zk, old, RESUME_RETRY));
-                    None
-                }
+                // Tried again by the take-back itself, never reported.
+                zk::Resumed::NoAnswer(_) => None,
             },
             None => input,
         };
         let Some(input) = input else { continue };
         if input == Input::SessionExpired {
-            resuming = None;
-            checking = None;
+            take_back.stop();
             conn = None;
             watch = None;
             let _ = updates.send(LockUpdate::Session(None));
@@ -440,8 +407,12 @@ pub async fn run(
 
 /// Starts a clock check: our member node is rewritten with what `settings.me` says now and our
 /// latest offset estimate. A failure is logged at the check's end: the next one comes soon.
-fn check_clock(live: &Connection, settings: &mut LockSettings, clock: &ClockWatch) -> ClockFuture {
-    settings.me.clock_offset_ms = clock.offset_ms();
+fn check_clock(
+    live: &Connection,
+    settings: &mut LockSettings,
+    offset_ms: Option<i64>,
+) -> ClockCheck {
+    settings.me.clock_offset_ms = offset_ms;
     Box::pin(clock_watch::read(
         live.client.clone(),
         settings.paths.member(&settings.me.node_id),
@@ -460,14 +431,6 @@ async fn clock_verdict(verdicts: &mut Option<tokio::sync::watch::Receiver<bool>>
     };
     verdicts.changed().await.ok()?;
     Some(*verdicts.borrow_and_update())
-}
-
-/// Pends until the clock check out ends; forever when none is out.
-async fn clock_checked(checking: &mut Option<ClockFuture>) -> Result<Reading, String> {
-    match checking {
-        Some(check) => check.await,
-        None => std::future::pending().await,
-    }
 }
 
 /// Sends the status if it changed since the last one sent.
@@ -676,22 +639,6 @@ async fn ensure_lock_paths(
 }
 
 /// Pends until the armed watch fires; forever when none is armed.
-async fn resume_done(resuming: &mut Option<ResumeFuture<'_>>) -> zk::Resumed {
-    match resuming.as_mut() {
-        Some(future) => future.await,
-        None => std::future::pending().await,
-    }
-}
-
-/// An attempt, `delay` from now, to take back the session of `old`.
-fn resume_after<'a>(zk: &'a ZkSettings, old: &Connection, delay: Duration) -> ResumeFuture<'a> {
-    let session = old.client.session().clone();
-    Box::pin(async move {
-        tokio::time::sleep(delay).await;
-        zk::resume(zk, session).await
-    })
-}
-
 async fn fired(watch: &mut Option<WatchFuture>) -> WatchedEvent {
     match watch.as_mut() {
         Some(future) => future.await,

@@ -5,11 +5,13 @@
 //! Must not: know about jobs, schedules or processes.
 
 pub mod clock;
+pub mod clock_schedule;
 pub mod clock_watch;
 pub mod driver;
 pub mod inspect;
 pub mod machine;
 pub mod members;
 pub mod node;
+pub mod take_back;
 
 pub use machine::{Action, Input, LockEvent, LockMachine, LockState, LockStatus};

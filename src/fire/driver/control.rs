@@ -16,6 +16,11 @@ use crate::control::store;
 use crate::fire::machine::Input;
 use crate::ids::NodeId;
 use crate::layout::ControlPaths;
+use chrono::Utc;
+use zookeeper_client::Acls;
+
+use super::session::{Session, bounded};
+use crate::ids::JobName;
 use crate::report::error_chain;
 use crate::zk::watch::{Change, RecursiveWatch};
 
@@ -158,5 +163,44 @@ impl Watch {
         }
         tracing::info!(by = request.by, "release requested");
         self.answers.send(Input::ReleaseRequested).is_ok()
+    }
+}
+
+/// Pauses `job` as `zkcron pause` would, by `zkcron` itself; the pause comes back through
+/// the watch on `control/`.
+pub(super) fn pause(
+    s: &Session,
+    paths: &ControlPaths,
+    acls: Acls<'static>,
+    job: JobName,
+    reason: String,
+) {
+    let Some(client) = s.client.clone() else {
+        tracing::error!(job = %job, reason, "cannot pause the job: no ZooKeeper session");
+        return;
+    };
+    let paths = paths.clone();
+    s.tasks.spawn(async move {
+        let pause = crate::control::Pause {
+            reason: Some(reason),
+            by: "zkcron".to_owned(),
+            since_unix_ms: Utc::now().timestamp_millis(),
+        };
+        let paused = crate::control::store::pause(&client, &paths, &job, &pause, acls);
+        match bounded(job.as_str(), paused).await {
+            Some(Ok(_)) => tracing::warn!(job = %job, reason = pause.reason, "job paused; `zkcron resume` resumes it"),
+            Some(Err(err)) => tracing::error!(job = %job, error = %error_chain(&err), "cannot pause the job"),
+            None => {}
+        }
+    });
+}
+
+/// Removes a backfill request the machine took.
+pub(super) fn remove_backfill(s: &Session, paths: &ControlPaths, name: String) {
+    if let Some(client) = s.client.clone() {
+        let paths = paths.clone();
+        s.tasks.spawn(async move {
+            store::remove_backfill(&client, &paths, &name).await;
+        });
     }
 }

@@ -11,6 +11,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client::{Client, EventType};
 
+use super::session::{READ_WINDOW, Session, bounded};
 use crate::delayed::submission::{DueBucket, Submission, SubmissionId};
 use crate::fire::machine::{Input, Wanted};
 use crate::layout::DelayedPaths;
@@ -25,7 +26,7 @@ const SECONDS_BY_NAME: i64 = 60;
 /// `through` that the machine `wanted`, read with their data; bucket reads one after another,
 /// submission reads pipelined on the one session. Empty buckets that ended before
 /// `clean_before` are removed on the way.
-pub(super) async fn scan(
+pub(super) async fn scan_buckets(
     client: &Client,
     paths: &DelayedPaths,
     wanted: &Wanted,
@@ -96,7 +97,7 @@ async fn read_all(
     ids: Vec<SubmissionId>,
 ) -> Vec<(SubmissionId, Submission)> {
     let mut found = Vec::new();
-    for window in ids.chunks(super::READ_WINDOW) {
+    for window in ids.chunks(READ_WINDOW) {
         let mut reads = JoinSet::new();
         for id in window.iter().cloned() {
             let (client, paths) = (client.clone(), paths.clone());
@@ -217,6 +218,84 @@ fn parse_marker(relative: &str) -> Option<(DueBucket, SubmissionId, Option<crate
     }
     let (id, job) = crate::layout::parse_marker_name(name)?;
     Some((DueBucket::parse(day, second)?, id, job))
+}
+
+/// The buckets a scan reads: after the first (`None`: from the oldest) through the second,
+/// removing the empty ones met that ended before the instant.
+pub(super) type ScanRange = (Option<DueBucket>, DueBucket, DateTime<Utc>);
+
+/// Reads the due buckets of `range` (answered as [`Input::DelayedScanned`]).
+pub(super) fn scan(
+    s: &Session,
+    paths: &DelayedPaths,
+    generation: u64,
+    wanted: Wanted,
+    (after, through, clean_before): ScanRange,
+) -> Option<Input> {
+    let Some(client) = s.client.clone() else {
+        let result = Err(Session::no_session());
+        return Some(Input::DelayedScanned {
+            generation,
+            through,
+            result,
+        });
+    };
+    let (paths, answers) = (paths.clone(), s.answers.clone());
+    s.tasks.spawn(async move {
+        let what = paths.due.clone();
+        let began = std::time::Instant::now();
+        let scanned = bounded(
+            &what,
+            scan_buckets(&client, &paths, &wanted, after, through, clean_before),
+        );
+        let result = scanned
+            .await
+            .unwrap_or_else(|| Err("no answer in time".into()));
+        if let Ok(found) = &result {
+            let ms = began.elapsed().as_millis();
+            let from_oldest = after.is_none();
+            tracing::debug!(found = found.len(), ms, from_oldest, "due buckets read");
+        }
+        let _ = answers.send(Input::DelayedScanned {
+            generation,
+            through,
+            result,
+        });
+    });
+    None
+}
+
+/// Reads one submission the watch reported (answered as [`Input::SubmissionRead`]).
+pub(super) fn read_submission(
+    s: &Session,
+    paths: &DelayedPaths,
+    id: SubmissionId,
+) -> Option<Input> {
+    let Some(client) = s.client.clone() else {
+        let result = Err(Session::no_session());
+        return Some(Input::SubmissionRead { id, result });
+    };
+    let (paths, answers) = (paths.clone(), s.answers.clone());
+    s.tasks.spawn(async move {
+        let read = bounded(id.as_str(), read_one(&client, &paths, &id));
+        let result = read
+            .await
+            .unwrap_or_else(|| Err("no answer in time".into()));
+        let _ = answers.send(Input::SubmissionRead { id, result });
+    });
+    None
+}
+
+/// Removes a past bucket if nothing is pending in it.
+pub(super) fn remove_empty_bucket(s: &Session, paths: &DelayedPaths, bucket: DueBucket) {
+    let Some(client) = s.client.clone() else {
+        return;
+    };
+    let paths = paths.clone();
+    s.tasks.spawn(async move {
+        let what = paths.due_bucket(bucket);
+        bounded(&what, remove_bucket(&client, &paths, bucket)).await;
+    });
 }
 
 #[cfg(test)]

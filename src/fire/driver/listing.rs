@@ -3,21 +3,27 @@
 //! A node that starts being able to fire lists every job's records. One task per job made the
 //! daemon's memory peak with ten thousand jobs at startup, and its RSS stays at that peak
 //! ever after (the allocator keeps what was freed).
-//! Owns: the listings waiting their turn and the ones out.
-//! Must not: decide what to list (the machine does) or read a listing (`list_records` does).
+//! Owns: the listings waiting their turn and the ones out, and what one listing reads
+//! (`list_records`: the ticks, the newest records, promised retries, open submissions, the
+//! guard and the live members).
+//! Must not: decide what to list (the machine does).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use zookeeper_client::Client;
 
-use crate::fire::machine::Input;
+use crate::fire::machine::{Input, JobRecords, RESOLVE_WINDOW};
 use crate::ids::JobName;
 use crate::layout::LedgerPaths;
 use crate::layout::LockPaths;
+use crate::ledger;
+use crate::lock::inspect;
+use crate::report::error_chain;
 
-use super::{bounded, list_records};
+use super::session::{READ_WINDOW, bounded};
 
 /// Listings out at once: enough to keep a session's pipeline full.
 const IN_FLIGHT: usize = 32;
@@ -82,4 +88,147 @@ async fn run(
             else => return,
         }
     }
+}
+
+/// What catch-up needs to know of one job, read in one go.
+async fn list_records(
+    client: &Client,
+    paths: &LedgerPaths,
+    group: &LockPaths,
+    job: &JobName,
+) -> Result<JobRecords, String> {
+    let mut ticks = ledger::ticks(client, paths, job)
+        .await
+        .map_err(|err| error_chain(&err))?;
+    let mut newest = Vec::new();
+    let mut unreadable = Vec::new();
+    for &tick in ticks.iter().rev().take(RESOLVE_WINDOW) {
+        let read = ledger::read_versioned_checked(client, &paths.record(job, tick))
+            .await
+            .map_err(|err| error_chain(&err))?;
+        match read {
+            Some(read) => newest.push(read),
+            None => unreadable.push(tick),
+        }
+    }
+    // Gone, or not ours (logged by the read): it must not stand as the job's latest tick, or a
+    // foreign node named `12` makes catch-up record a gap since 1970.
+    ticks.retain(|tick| !unreadable.contains(tick));
+    promised_retries(client, paths, job, &mut newest).await?;
+    // A submission's run is open while its marker is: all of them, not only the newest.
+    let mut payloads = HashMap::new();
+    for (record, version, payload) in open_submissions(client, paths, job).await? {
+        if let (Some(id), Some(payload)) = (&record.submission_id, payload) {
+            payloads.insert(id.clone(), payload);
+        }
+        newest.push((record, version));
+    }
+    let guard_holder = ledger::guard_holder(client, paths, job).await;
+    let live_members = inspect::member_ids(client, group)
+        .await
+        .map_err(|err| error_chain(&err))?;
+    Ok(JobRecords {
+        ticks,
+        newest,
+        guard_holder,
+        live_members,
+        payloads,
+    })
+}
+
+/// Adds to `newest` the records of `job`'s ticks marked as promising a retry that are not among
+/// them yet, however old; removes the markers of ticks that promise nothing any more.
+async fn promised_retries(
+    client: &Client,
+    paths: &LedgerPaths,
+    job: &JobName,
+    newest: &mut Vec<(crate::run::RunRecord, i32)>,
+) -> Result<(), String> {
+    for tick in ledger::promised_retries(client, paths, job)
+        .await
+        .map_err(|err| error_chain(&err))?
+    {
+        let known = newest
+            .iter()
+            .find(|(record, _)| record.submission_id.is_none() && record.scheduled_unix_ms == tick);
+        let read = match known {
+            Some(known) => Some(known.clone()),
+            None => ledger::read_versioned_checked(client, &paths.record(job, tick))
+                .await
+                .map_err(|err| error_chain(&err))?,
+        };
+        match read {
+            Some((record, version))
+                if record.status.is_final() && record.retry_at_unix_ms.is_some() =>
+            {
+                if known.is_none() {
+                    newest.push((record, version));
+                }
+            }
+            // Still running (its retry claimed), or its promise kept or given up: a stale hint,
+            // unless the run is not final yet — its final record may promise again.
+            Some((record, _)) if !record.status.is_final() => {}
+            _ => ledger::forget_retry(client, paths, job, tick).await,
+        }
+    }
+    Ok(())
+}
+
+type OpenSubmission = (crate::run::RunRecord, i32, Option<Arc<Vec<u8>>>);
+
+/// The records of `job`'s open submission runs, with their versions and payloads.
+async fn open_submissions(
+    client: &Client,
+    paths: &LedgerPaths,
+    job: &JobName,
+) -> Result<Vec<OpenSubmission>, String> {
+    let parent = paths.delayed.open_of(job);
+    let names = match client.list_children(&parent).await {
+        Ok(names) => names,
+        Err(zookeeper_client::Error::NoNode) => Vec::new(),
+        Err(err) => return Err(format!("listing {parent}: {err}")),
+    };
+    let mut wanted = Vec::new();
+    for name in names {
+        let parsed = crate::layout::RecordName::parse(&name);
+        match parsed.and_then(|n| Some((n.scheduled_unix_ms, n.submission?))) {
+            Some(open) => wanted.push(open),
+            None => tracing::warn!(
+                path = format!("{parent}/{name}"),
+                "not an open submission run; skipped"
+            ),
+        }
+    }
+    // Thousands may be open after a lost lock: read a window at a time, all of a window out
+    // at once, so catch-up takes round trips by the window and the session's queue (which the
+    // lock's liveness checks wait in) stays short.
+    let mut open = Vec::new();
+    for window in wanted.chunks(READ_WINDOW) {
+        let mut reads = JoinSet::new();
+        for (index, (due, id)) in window.iter().cloned().enumerate() {
+            let (client, paths, job) = (client.clone(), paths.clone(), job.clone());
+            reads.spawn(async move {
+                let path = paths.submission_record(&job, due, &id);
+                let record = ledger::read_versioned(&client, &path).await;
+                let payload = match ledger::submissions::read(&client, &paths.delayed, &id).await {
+                    Ok(Some((submission, _))) => Some(Arc::new(submission.payload)),
+                    Ok(None) => None,
+                    Err(err) => {
+                        tracing::warn!(error = %error_chain(&err), "open submission's payload unreadable");
+                        None
+                    }
+                };
+                (index, record.map(|(record, version)| (record, version, payload)))
+            });
+        }
+        let mut read: Vec<Option<OpenSubmission>> = window.iter().map(|_| None).collect();
+        while let Some(joined) = reads.join_next().await {
+            match joined {
+                Ok((index, found)) => read[index] = found,
+                Err(err) => return Err(format!("reading open submission runs: {err}")),
+            }
+        }
+        open.extend(read.into_iter().flatten());
+    }
+    Ok(open)
 }

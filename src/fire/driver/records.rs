@@ -1,0 +1,323 @@
+//! The fire driver's ledger concern: claims, the records of runs, withdrawals, guards, prunes.
+//!
+//! Owns: sending the machine's claims (and reading back one whose answer was lost), writing
+//! and rewriting records, giving back unstarted claims and their guards, pruning; each answer
+//! back to the machine as its input.
+//! Must not: decide anything (the machine does), or talk to ZooKeeper but through `ledger`.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use zookeeper_client::Acls;
+
+use super::session::{REQUEST_LIMIT, Session, bounded};
+use crate::fire::machine::{ClaimId, ClaimRefused, Input, RecordWrite, TickClaim};
+use crate::ids::{JobName, SessionId};
+use crate::layout::LedgerPaths;
+use crate::ledger::{self, ClaimError, ClaimPlan};
+use crate::report::error_chain;
+use crate::run::{self, RunRecord};
+use crate::view::NodeView;
+
+/// What the machine makes of a claim's definite refusal.
+pub(super) fn refusal(err: &ClaimError) -> ClaimRefused {
+    match err {
+        ClaimError::NotOwner { .. } => ClaimRefused::NotOwner,
+        ClaimError::AlreadyClaimed { .. } => ClaimRefused::AlreadyClaimed,
+        ClaimError::RunAlive { .. } => ClaimRefused::RunAlive,
+        err @ ClaimError::Zk { .. } => ClaimRefused::Failed(error_chain(err)),
+    }
+}
+
+/// A claim sent from `session` that got no answer (`why`) may have been applied: its record,
+/// its `running/<job>` guard and all. Answered as not claimed, an applied claim would leave the
+/// record `claimed` and the guard held by our living session, and every later tick of a
+/// `forbid` job skipped as "alive on another node" until the session ends. So the outcome is
+/// read back, as often as it takes while the session lives (a read waits for the session to
+/// connect again); a claim that was applied comes back as claimed, and the machine starts it,
+/// or records why it is too late and releases its guard.
+///
+/// The session is followed through `view`, not through the client the claim went out on: a
+/// client that gave up on its session is replaced by one that took the session back, with the
+/// guard (issue 31, defect 3).
+async fn read_back(
+    mut view: tokio::sync::watch::Receiver<NodeView>,
+    plan: &ClaimPlan,
+    session: SessionId,
+    why: String,
+) -> Result<run::Claim, ClaimRefused> {
+    /// Between two reads that failed: ZooKeeper is not answering yet.
+    const READ_AGAIN_AFTER: Duration = Duration::from_millis(500);
+    let path = plan.path();
+    tracing::warn!(
+        path,
+        why,
+        "claim unanswered: reading its record back to learn whether it was applied"
+    );
+    loop {
+        let current = view.borrow_and_update().client.clone();
+        let client = match current {
+            Some(client) if SessionId(client.session_id().0) != session => {
+                // The guard went with the session; a record left `claimed` is resolved by the
+                // next owner's catch-up, as any run of a dead session.
+                let why = format!("{why}; the session ended before the claim could be read back");
+                return Err(ClaimRefused::Failed(why));
+            }
+            Some(client) if !client.state().is_terminated() => client,
+            // No session, or a client that gave up on ours: the lock driver takes it back or
+            // opens another; the next client says which.
+            _ => {
+                if view.changed().await.is_err() {
+                    let why = format!("{why}; stopped before the claim could be read back");
+                    return Err(ClaimRefused::Failed(why));
+                }
+                continue;
+            }
+        };
+        match bounded(path, plan.read_back(&client, session)).await {
+            Some(Ok(Some(claim))) => {
+                tracing::info!(path, "the unanswered claim was applied: the tick is ours");
+                return Ok(claim);
+            }
+            Some(Ok(None)) => return Err(ClaimRefused::Failed(why)),
+            Some(Err(err @ ClaimError::AlreadyClaimed { .. })) => return Err(refusal(&err)),
+            Some(Err(err)) => {
+                tracing::debug!(path, error = %error_chain(&err), "claim not read back yet");
+                tokio::time::sleep(READ_AGAIN_AFTER).await;
+            }
+            None => {}
+        }
+    }
+}
+
+/// What performing the ledger's actions needs.
+pub(super) struct Records {
+    pub paths: LedgerPaths,
+    pub acls: Acls<'static>,
+    /// Followed by a claim's read-back (see `read_back`).
+    pub view: tokio::sync::watch::Sender<NodeView>,
+}
+
+impl Records {
+    /// Creates these jobs' record parents, so that their first claims are quick.
+    pub fn prepare_jobs(&self, s: &Session, jobs: Vec<JobName>) {
+        let Some(client) = s.client.clone() else {
+            return;
+        };
+        let (paths, acls) = (self.paths.clone(), self.acls);
+        s.tasks.spawn(async move {
+            if let Err(err) = ledger::ensure_parents(&client, &paths, jobs.iter(), acls).await {
+                tracing::warn!(error = %error_chain(&err), "cannot create the run record parents; first claims will");
+            }
+        });
+    }
+
+    /// The one claim path: every start, skip and gap record goes through here.
+    pub fn claim(&self, s: &Session, claim: TickClaim) -> Option<Input> {
+        let TickClaim {
+            id,
+            record,
+            mode,
+            guarded,
+        } = claim;
+        let (Some(client), Some(group)) = (s.client.clone(), s.group.clone()) else {
+            let result = Err(ClaimRefused::Failed(Session::no_session()));
+            return Some(Input::ClaimDone { id, result });
+        };
+        let (paths, acls, answers) = (self.paths.clone(), self.acls, s.answers.clone());
+        let view = self.view.subscribe();
+        s.tasks.spawn(async move {
+            let (job, tick) = (record.job.clone(), record.scheduled_unix_ms);
+            let path = record.path(&paths);
+            let plan = ClaimPlan::new(&paths, record, mode, guarded, acls);
+            let session = SessionId(client.session_id().0);
+            // Not dropped at a time limit: a claim still queued behind other groups would go
+            // out after its read-back had found nothing. Every claim gets an answer, or an
+            // error once the connection is lost or the session ends.
+            let claimed = group.claim(plan.clone());
+            tokio::pin!(claimed);
+            let answer = match tokio::time::timeout(REQUEST_LIMIT, &mut claimed).await {
+                Ok(answer) => answer,
+                Err(_) => {
+                    tracing::warn!(path, limit = ?REQUEST_LIMIT, "claim not answered in time; still waiting for its answer");
+                    claimed.await
+                }
+            };
+            let result = match answer {
+                Err(err) if err.unanswered() => {
+                    read_back(view, &plan, session, error_chain(&err)).await
+                }
+                other => other.map_err(|err| refusal(&err)),
+            };
+            let already = result == Err(ClaimRefused::AlreadyClaimed);
+            let _ = answers.send(Input::ClaimDone { id, result });
+            if already {
+                // Who holds it, for the log line: after the answer, off the firing path.
+                let read = tokio::time::timeout(Duration::from_secs(2), ledger::read_record(&client, &path)).await;
+                let by = read.ok().flatten().map(|record| record.node_id.to_string());
+                tracing::warn!(job = %job, tick, claimed_by = by.as_deref().unwrap_or("?"), "not firing: tick already claimed");
+            }
+        });
+        None
+    }
+
+    /// Rewrites a stored record (catch-up marks a run interrupted, or closes it).
+    pub fn mark(
+        &self,
+        s: &Session,
+        record: RunRecord,
+        version: i32,
+        closes: bool,
+    ) -> Option<Input> {
+        let Some(client) = s.client.clone() else {
+            let result = Err(Session::no_session());
+            return Some(Input::Marked { record, result });
+        };
+        let (paths, answers) = (self.paths.clone(), s.answers.clone());
+        s.tasks.spawn(async move {
+            let marked = bounded(
+                &record.run_id,
+                ledger::rewrite_record(&client, &paths, &record, version, closes),
+            );
+            let result = match marked.await {
+                Some(result) => result.map_err(|err| error_chain(&err)),
+                None => Err("no answer in time".into()),
+            };
+            let _ = answers.send(Input::Marked { record, result });
+        });
+        None
+    }
+
+    /// Writes a run's final record (with its retry marker first, or removes it after).
+    pub fn write(&self, s: &Session, claim: run::Claim) -> Option<Input> {
+        let Some(group) = s.group.clone() else {
+            tracing::warn!(path = claim.path, status = ?claim.record.status, "run record not updated: no zookeeper session");
+            return Some(Input::RecordWritten {
+                run_id: claim.record.run_id,
+                write: RecordWrite::Failed,
+            });
+        };
+        let answers = s.answers.clone();
+        // A tick's retry promised, or the last of its attempts recorded: its marker is
+        // written before, or removed after, the record.
+        let tick_retry = claim.record.submission_id.is_none()
+            && (claim.record.retry_at_unix_ms.is_some() || claim.record.attempt > 1);
+        let marker = s
+            .client
+            .clone()
+            .filter(|_| tick_retry)
+            .map(|client| (client, self.paths.clone(), self.acls));
+        let promise = marker
+            .clone()
+            .filter(|_| claim.record.retry_at_unix_ms.is_some());
+        let kept = marker.filter(|_| claim.record.retry_at_unix_ms.is_none());
+        s.tasks.spawn(async move {
+                let mut claim = claim;
+                let path = claim.path.clone();
+                // The marker first: a promise in the ledger always has its marker.
+                if let Some((client, paths, acls)) = &promise {
+                    let marked = ledger::promise_retry(client, paths, &claim.record, *acls);
+                    if let Some(Err(err)) = bounded(&path, marked).await {
+                        tracing::warn!(path, error = %error_chain(&err), "retry marker not written: only the job's newest records show the promise");
+                    }
+                }
+                let write = match bounded(&path, group.finish(&mut claim)).await {
+                    Some(Ok(())) => {
+                        if let Some((client, paths, _)) = &kept {
+                            let record = &claim.record;
+                            ledger::forget_retry(client, paths, &record.job, record.scheduled_unix_ms).await;
+                        }
+                        RecordWrite::Written(claim.version)
+                    }
+                    // A definite answer: logged once here, never sent again.
+                    Some(Err(ledger::UpdateError::Conflict { stored, .. })) => {
+                        tracing::warn!(path, ours = ?claim.record.status, stored = ?stored, "final run record not written: someone else changed the record (the next owner resolved the run); it stays theirs");
+                        RecordWrite::Refused
+                    }
+                    Some(Err(err)) => {
+                        tracing::warn!(status = ?claim.record.status, error = %error_chain(&err), "run record not updated");
+                        RecordWrite::Failed
+                    }
+                    None => RecordWrite::Failed,
+                };
+                let run_id = claim.record.run_id;
+                let _ = answers.send(Input::RecordWritten { run_id, write });
+            });
+        None
+    }
+
+    /// Gives a claimed, unstarted tick back for the handoff.
+    pub fn withdraw(&self, s: &Session, id: ClaimId, claim: run::Claim) -> Option<Input> {
+        let Some(client) = s.client.clone() else {
+            return Some(Input::Withdrawn { id });
+        };
+        let (paths, answers) = (self.paths.clone(), s.answers.clone());
+        let acls = self.acls;
+        s.tasks.spawn(async move {
+                match bounded(&claim.path, ledger::withdraw(&client, &paths, &claim, acls)).await {
+                    Some(Ok(())) => tracing::info!(path = claim.path, "claimed tick withdrawn for the handoff"),
+                    refused => {
+                        if let Some(Err(err)) = refused {
+                            tracing::warn!(path = claim.path, error = %error_chain(&err), "claimed tick not withdrawn; it stays for the next owner");
+                        }
+                        bounded(&claim.path, ledger::release_unstarted_guard(&client, &claim)).await;
+                    }
+                }
+                let _ = answers.send(Input::Withdrawn { id });
+            });
+        None
+    }
+
+    /// Releases the guard of a claim that never started.
+    pub fn release_guard(&self, s: &Session, claim: run::Claim) -> Option<Input> {
+        let run_id = claim.record.run_id.clone();
+        let Some(client) = s.client.clone() else {
+            // Sent again by the machine once a session is up.
+            return Some(Input::GuardReleased {
+                run_id,
+                settled: false,
+            });
+        };
+        let answers = s.answers.clone();
+        s.tasks.spawn(async move {
+            let released = ledger::release_unstarted_guard(&client, &claim);
+            let settled = bounded(&claim.path, released).await.unwrap_or(false);
+            let _ = answers.send(Input::GuardReleased { run_id, settled });
+        });
+        None
+    }
+
+    /// Prunes `job`'s records beyond the `keep` newest.
+    pub fn prune(&self, s: &Session, job: JobName, keep: usize, remember: Duration) -> Option<()> {
+        let client = s.client.clone()?;
+        let paths = self.paths.clone();
+        let remember = ledger::Remember {
+            now_unix_ms: Utc::now().timestamp_millis(),
+            window: remember,
+            acls: self.acls,
+        };
+        s.tasks.spawn(async move {
+                match bounded(job.as_str(), ledger::prune(&client, &paths, &job, keep, remember)).await {
+                    Some(Ok(0)) | None => {}
+                    Some(Ok(deleted)) => tracing::debug!(job = %job, deleted, keep, "old run records pruned"),
+                    Some(Err(err)) => tracing::warn!(job = %job, error = %error_chain(&err), "pruning run records failed"),
+                }
+            });
+        Some(())
+    }
+
+    /// Records that a promised retry was dropped.
+    pub fn drop_retry(&self, s: &Session, record: RunRecord, version: i32) -> Option<()> {
+        let client = s.client.clone()?;
+        let paths = self.paths.clone();
+        s.tasks.spawn(async move {
+                let write = ledger::rewrite_record(&client, &paths, &record, version, true);
+                match bounded(&record.run_id, write).await {
+                    Some(Ok(_)) => tracing::info!(job = %record.job, run_id = record.run_id, "dropped retry recorded"),
+                    Some(Err(err)) => tracing::warn!(job = %record.job, run_id = record.run_id, error = %error_chain(&err), "dropped retry not recorded; its record still promises it"),
+                    None => {}
+                }
+            });
+        Some(())
+    }
+}

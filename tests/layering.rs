@@ -39,7 +39,7 @@ fn the_checker_catches_each_kind_of_violation() {
                - `ids`, `format`\n";
     let table = FloorTable::parse(doc).expect("a valid table");
     let sources: BTreeMap<String, String> = [
-        ("lib", "pub mod driver;\npub use driver::Handle;\n"),
+        ("lib", "pub mod driver;\npub use driver::{\n    Handle,\n};\n"),
         ("driver", "use crate::ids::NodeId;\npub struct Handle;\n"),
         ("driver::watch", "use super::Handle;\n"),
         // Up through lib.rs's re-export, and a pure module naming zk and reading a clock.
@@ -309,12 +309,17 @@ fn reexports(
             module.as_str()
         };
         let children = children_of(if as_seen.is_empty() { "" } else { as_seen }, known);
-        for line in code.lines() {
-            let Some(path) = line.trim_start().strip_prefix("pub use ") else {
+        // A statement may span lines (`pub use model::{\n A,\n B,\n};`).
+        for (at, _) in code.match_indices("pub use ") {
+            if preceded_by_word(code, at) {
                 continue;
-            };
+            }
+            let rest = &code[at + "pub use ".len()..];
+            let path: String = rest[..rest.find(';').unwrap_or(rest.len())]
+                .split_whitespace()
+                .collect();
+            let path = path.as_str();
             let mut paths = BTreeSet::new();
-            let path = path.trim_end_matches(';');
             if let Some(rest) = path.strip_prefix("crate::") {
                 paths_at(rest, "", &mut paths);
             } else if let Some(rest) = path.strip_prefix("self::") {

@@ -1,6 +1,10 @@
 //! Unit tests of the schedule file: defaults, secrets, spans. The refusal table runs through the
 //! real CLI in tests/config_check.rs.
 
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
 use super::*;
 use crate::run::Program;
 

@@ -13,8 +13,10 @@ use axum::response::{IntoResponse, Response};
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
 
+use super::auth::authorize;
+use super::errors::{ApiError, chain};
 use super::index::{JobRuns, RunDigest, RunIndex};
-use super::{ApiError, HttpState, NodeReport, authorize, chain};
+use super::state::{HttpState, NodeReport};
 use crate::config::{JobConfig, TokenKind};
 use crate::control::{Pause, store as control_store};
 use crate::delayed::client::Delayed;
@@ -531,7 +533,7 @@ pub(super) async fn submission(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     authorize(&state, &headers, TokenKind::Read, peer)?;
-    let id = super::path_id(&id)?;
+    let id = super::errors::path_id(&id)?;
     let delayed = Delayed::with_client(state.client()?, &state.config());
     let Some((submission, found)) = delayed
         .show(&id)

@@ -13,7 +13,7 @@ use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 
-use super::HttpState;
+use super::state::HttpState;
 
 const INDEX_HTML: &str = include_str!("console/index.html");
 const APP_JS: &str = include_str!("console/app.js");

@@ -12,31 +12,31 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{ConnectInfo, Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, NamedToken, TokenKind};
-use crate::control::client::{Released, Steer, SteerError};
-use crate::delayed::client::SubmissionError;
-use crate::delayed::client::{Delayed, DelayedError, SubmitRequest};
+use crate::config::TokenKind;
+use crate::control::client::{Released, Steer};
+use crate::delayed::client::{Delayed, SubmitRequest};
 use crate::delayed::submission::SubmissionId;
 use crate::ids::{JobName, NodeId};
 use crate::layout::{LedgerPaths, LockPaths};
-use crate::lock::driver::Heard;
-use crate::metrics::Metrics;
-use crate::secret::Secret;
-use crate::view::NodeView;
 
+mod auth;
 mod browse;
 mod console;
+mod errors;
 mod index;
+mod state;
 
-use index::RunIndex;
+use auth::authorize;
+use errors::{ApiError, chain, path_id};
+use state::NodeReport;
+pub use state::{ConsoleIndex, HttpState};
 
 /// The most runs `GET /v1/jobs/{job}/runs` returns.
 const MAX_RUNS: usize = 1000;
@@ -48,82 +48,6 @@ pub struct BindError {
     pub listen: SocketAddr,
     #[source]
     pub source: std::io::Error,
-}
-
-/// What every handler reads.
-#[derive(Clone)]
-pub struct HttpState {
-    pub metrics: Arc<Metrics>,
-    pub view: watch::Receiver<NodeView>,
-    /// The schedule as last loaded (start, SIGHUP).
-    pub config: watch::Receiver<Arc<Config>>,
-    pub token: Option<Secret>,
-    /// `[http] tokens_file`'s tokens, hashed; empty without one.
-    pub tokens: Arc<Vec<NamedToken>>,
-    pub me: NodeId,
-    pub heard: Arc<Heard>,
-    /// The console's index of the run ledger, started by the first page that needs it.
-    pub console: Arc<ConsoleIndex>,
-}
-
-/// The console's [`RunIndex`] while one runs, and what stops it.
-#[derive(Default)]
-pub struct ConsoleIndex {
-    running: std::sync::Mutex<Option<RunIndex>>,
-    stop: CancellationToken,
-}
-
-impl HttpState {
-    /// The schedule as loaded now: shared, not copied.
-    fn config(&self) -> Arc<Config> {
-        Arc::clone(&self.config.borrow())
-    }
-
-    /// The console's index on `client`'s session: the running one, or a new one.
-    fn index(&self, client: &zookeeper_client::Client) -> RunIndex {
-        let mut running = match self.console.running.lock() {
-            Ok(running) => running,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        if let Some(index) = running.as_ref().filter(|index| index.serves(client)) {
-            index.touch();
-            return index.clone();
-        }
-        if let Some(old) = running.take() {
-            // Another session's, or one that ended: its watch goes with it.
-            old.stop();
-        }
-        let config = self.config();
-        let runs = LedgerPaths::new(&LockPaths::new(&config.lock.root, &config.lock.name)).runs;
-        let index = RunIndex::start(client.clone(), runs, self.console.stop.child_token());
-        *running = Some(index.clone());
-        index
-    }
-
-    /// This node's own view, beside the cluster's.
-    fn node_report(&self) -> NodeReport {
-        let lock = self.view.borrow().lock;
-        let lease = self.heard.lease();
-        NodeReport {
-            node_id: self.me.clone(),
-            owner: lock.may_fire,
-            fencing_token: lock.token.map(|t| t.0),
-            connected: lock.connected,
-            last_heard_unix_ms: lease.map(|(heard, _)| heard),
-            session_timeout_ms: lease.map(|(_, timeout)| timeout),
-            lease_until_unix_ms: lease
-                .filter(|_| lock.token.is_some())
-                .map(|(heard, timeout)| heard + timeout),
-        }
-    }
-
-    fn client(&self) -> Result<zookeeper_client::Client, ApiError> {
-        self.view
-            .borrow()
-            .client
-            .clone()
-            .ok_or_else(|| ApiError::unavailable("no zookeeper session on this node right now"))
-    }
 }
 
 /// Binds `listen` now (so a taken port fails the start) and serves until `shutdown`.
@@ -184,198 +108,6 @@ fn router(state: HttpState) -> Router {
         .layer(axum::middleware::map_response(console::security_headers))
 }
 
-/// An error as the API answers it: a status code and `{"error": "…"}`.
-#[derive(Debug)]
-pub struct ApiError {
-    status: StatusCode,
-    message: String,
-}
-
-impl ApiError {
-    fn new(status: StatusCode, message: impl Into<String>) -> Self {
-        Self {
-            status,
-            message: message.into(),
-        }
-    }
-
-    fn unavailable(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::SERVICE_UNAVAILABLE, message)
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        #[derive(Serialize)]
-        struct Body {
-            error: String,
-        }
-        let mut response = (
-            self.status,
-            axum::Json(Body {
-                error: self.message,
-            }),
-        )
-            .into_response();
-        if self.status == StatusCode::UNAUTHORIZED {
-            response
-                .headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        }
-        response
-    }
-}
-
-fn chain(err: &dyn std::error::Error) -> String {
-    crate::report::error_chain(err)
-}
-
-impl From<SteerError> for ApiError {
-    fn from(err: SteerError) -> Self {
-        let status = match &err {
-            SteerError::UnknownJob { .. } => StatusCode::NOT_FOUND,
-            SteerError::Paused { .. }
-            | SteerError::Disabled { .. }
-            | SteerError::NoOwner
-            | SteerError::NoPeer { .. }
-            | SteerError::NotTheOwner { .. } => StatusCode::CONFLICT,
-            SteerError::UnknownGroup { .. } => StatusCode::NOT_FOUND,
-            SteerError::NotHandedOver { .. } => StatusCode::GATEWAY_TIMEOUT,
-            SteerError::Range(_) => StatusCode::BAD_REQUEST,
-            SteerError::Request(err) => return ApiError::from_delayed(err),
-            _ => StatusCode::SERVICE_UNAVAILABLE,
-        };
-        Self::new(status, chain(&err))
-    }
-}
-
-impl ApiError {
-    fn from_delayed(err: &DelayedError) -> Self {
-        let status = match err {
-            DelayedError::UnknownJob { .. }
-            | DelayedError::Submission(SubmissionError::NotFound { .. }) => StatusCode::NOT_FOUND,
-            DelayedError::Submission(
-                SubmissionError::Conflict { .. }
-                | SubmissionError::NotPending { .. }
-                | SubmissionError::NotReschedulable { .. },
-            )
-            | DelayedError::NotFailed { .. } => StatusCode::CONFLICT,
-            err if err.is_refusal() => StatusCode::BAD_REQUEST,
-            _ => StatusCode::SERVICE_UNAVAILABLE,
-        };
-        Self::new(status, chain(err))
-    }
-}
-
-/// Write endpoints need `Authorization: Bearer <token>`; without a configured token they are off.
-/// Who a request may act as: the caller of a write endpoint must be allowed to write (`Write`);
-/// with named tokens, `/v1/` reads need one too (`Read`). Returns who asked, for the records.
-fn authorize(
-    state: &HttpState,
-    headers: &HeaderMap,
-    need: TokenKind,
-    peer: SocketAddr,
-) -> Result<String, ApiError> {
-    let by = proven(state, headers, need, peer)?;
-    Ok(named_by(headers, by))
-}
-
-/// Who the request proves to be: its token's name, or its address.
-fn proven(
-    state: &HttpState,
-    headers: &HeaderMap,
-    need: TokenKind,
-    peer: SocketAddr,
-) -> Result<String, ApiError> {
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.strip_prefix("Bearer "))
-        .map(str::trim);
-    if !state.tokens.is_empty() {
-        return named(&state.tokens, given, need);
-    }
-    if need == TokenKind::Read {
-        return Ok(requester(peer));
-    }
-    let Some(token) = &state.token else {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "write endpoints are off: [http] has no token_env, token_file or tokens_file",
-        ));
-    };
-    match given {
-        Some(given) if same_secret(given.as_bytes(), token.expose().as_bytes()) => {
-            Ok(requester(peer))
-        }
-        Some(_) => Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "wrong bearer token",
-        )),
-        None => Err(needs_token()),
-    }
-}
-
-/// The named token `given` is, if it may do `need`: its name as who asked.
-fn named(tokens: &[NamedToken], given: Option<&str>, need: TokenKind) -> Result<String, ApiError> {
-    let given = given.ok_or_else(needs_token)?;
-    let hash = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, given.as_bytes());
-    let token = tokens
-        .iter()
-        .find(|token| same_secret(hash.as_ref(), &token.sha256))
-        .ok_or_else(|| ApiError::new(StatusCode::UNAUTHORIZED, "wrong bearer token"))?;
-    if need == TokenKind::Write && token.kind != TokenKind::Write {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            format!("token {} is read-only", token.name),
-        ));
-    }
-    Ok(format!("token:{}", token.name))
-}
-
-fn needs_token() -> ApiError {
-    ApiError::new(
-        StatusCode::UNAUTHORIZED,
-        "this endpoint needs Authorization: Bearer <token>",
-    )
-}
-
-/// Compares without stopping at the first difference, so timing tells nothing of the token.
-fn same_secret(given: &[u8], expected: &[u8]) -> bool {
-    given.len() == expected.len()
-        && given
-            .iter()
-            .zip(expected)
-            .fold(0u8, |diff, (a, b)| diff | (a ^ b))
-            == 0
-}
-
-/// Who asked, for the records.
-fn requester(peer: SocketAddr) -> String {
-    format!("http:{}", peer.ip())
-}
-
-/// The header a person names themselves with (the console sends it): recorded beside the
-/// address or token that proved the right to write, never instead of it.
-const ACTOR_HEADER: &str = "x-zkcron-actor";
-
-/// `by` with the name the request gives in [`ACTOR_HEADER`], if any: `alice (http:10.0.0.7)`.
-/// Only letters, digits and ` .-_@` are kept, at most 64 of them.
-fn named_by(headers: &HeaderMap, by: String) -> String {
-    let name: String = headers
-        .get(ACTOR_HEADER)
-        .and_then(|value| value.to_str().ok())
-        .unwrap_or_default()
-        .chars()
-        .filter(|c| c.is_alphanumeric() || " .-_@".contains(*c))
-        .take(64)
-        .collect();
-    match name.trim() {
-        "" => by,
-        name => format!("{name} ({by})"),
-    }
-}
-
 async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
     (
         [(
@@ -411,21 +143,6 @@ async fn readyz(State(state): State<HttpState>) -> Response {
         }),
     )
         .into_response()
-}
-
-/// This node's own view, beside the lock group's: ownership as a lease.
-#[derive(Serialize)]
-pub(crate) struct NodeReport {
-    node_id: NodeId,
-    owner: bool,
-    fencing_token: Option<i32>,
-    connected: bool,
-    /// When a ZooKeeper server last answered this node.
-    last_heard_unix_ms: Option<i64>,
-    session_timeout_ms: Option<i64>,
-    /// While owner: until when its ownership is provable without another answer (last heard +
-    /// session timeout); a peer may take over only after that and the takeover delay.
-    lease_until_unix_ms: Option<i64>,
 }
 
 #[derive(Serialize)]
@@ -556,10 +273,6 @@ fn body_due(
             "give exactly one of \"at\" (RFC 3339) and \"in\" (a duration)",
         )),
     }
-}
-
-fn path_id(id: &str) -> Result<SubmissionId, ApiError> {
-    SubmissionId::parse(id).map_err(|err| ApiError::new(StatusCode::BAD_REQUEST, err.to_string()))
 }
 
 #[derive(Deserialize)]
@@ -917,17 +630,4 @@ async fn release(
     let steer = Steer::with_client(state.client()?, &state.config());
     let released = steer.release(&by).await?;
     Ok(ReleaseAnswer::of(released))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tokens_compare_whole() {
-        assert!(same_secret(b"s3cret", b"s3cret"));
-        assert!(!same_secret(b"s3cres", b"s3cret"));
-        assert!(!same_secret(b"s3cre", b"s3cret"));
-        assert!(!same_secret(b"", b"s3cret"));
-    }
 }

@@ -1,0 +1,334 @@
+//! The schedule file's domain types: what the daemon, the machines and the clients read once
+//! a file is validated.
+//!
+//! Owns: `Config` and its sections, a job's settings and policies, and the limits on them.
+//! Must not: parse or check anything (the sections' files do).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use serde::Deserialize;
+
+use crate::ids::NodeId;
+use crate::run::{JobSpec, NoticeChannels};
+use crate::schedule::Schedule;
+use crate::secret::Secret;
+use crate::zk::AclPolicy;
+
+/// A validated schedule file.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub zookeeper: ZookeeperConfig,
+    pub lock: LockConfig,
+    pub log: LogConfig,
+    /// `None`: no HTTP listener (the default).
+    pub http: Option<HttpConfig>,
+    /// `[node]`: what this node carries for placement.
+    pub node: NodeConfig,
+    /// `[[group]]`: the named lock groups, in file order; jobs without `group` are in the
+    /// default group (the `[lock]` itself).
+    pub groups: Vec<GroupConfig>,
+    /// `[[limit]]`: cluster-wide caps on runs, in file order.
+    pub limits: Vec<LimitConfig>,
+    /// Shared as they are by the fire machine, the reloader, steering and the HTTP API: one
+    /// copy of each job lives on.
+    pub jobs: Vec<Arc<JobConfig>>,
+}
+
+/// `[node]`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NodeConfig {
+    /// Tags a `[[group]]` may require of the nodes that own it.
+    pub tags: std::collections::BTreeSet<String>,
+}
+
+/// One `[[group]]`: a lock of its own, with its own owner, epoch and fencing token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupConfig {
+    pub name: String,
+    /// Only nodes carrying every one of these tags contend for it.
+    pub requires: std::collections::BTreeSet<String>,
+}
+
+impl Config {
+    /// Whether `[[group]]`s are declared: then the default group is balanced over the nodes
+    /// with them; a file without groups runs one lock, as before groups existed.
+    pub fn grouped(&self) -> bool {
+        !self.groups.is_empty()
+    }
+}
+
+/// One `[[limit]]`: at most `max` runs of the jobs that name it at once, across the cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitConfig {
+    pub name: String,
+    pub max: usize,
+}
+
+/// `[http]`: one small listener per node for metrics, status and steering (docs/API.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpConfig {
+    pub listen: std::net::SocketAddr,
+    /// The bearer token write requests must carry, read from the variable `token_env` names or
+    /// the file `token_file` names (never from the schedule file itself). `None`: writes are
+    /// refused, and only a loopback address may listen.
+    pub token: Option<Secret>,
+    /// Named tokens from `tokens_file`, stored hashed: with them, who asked is the token's name,
+    /// and reading `/v1/` needs a token too (a `read` one will do).
+    pub tokens: Vec<NamedToken>,
+}
+
+/// One line of `[http] tokens_file`: `NAME KIND SHA256-HEX`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamedToken {
+    /// Recorded as who asked (`token:NAME`).
+    pub name: String,
+    pub kind: TokenKind,
+    /// SHA-256 of the token: the file never holds the token itself.
+    pub sha256: [u8; 32],
+}
+
+/// What a named token may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenKind {
+    /// Read `/v1/` (dashboards, the console).
+    Read,
+    /// Read, and steer: trigger, submit, cancel, pause, resume, release.
+    Write,
+}
+
+/// `[zookeeper]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZookeeperConfig {
+    /// `host:port[,host:port…][/chroot]`.
+    pub connect: String,
+    pub session_timeout: Duration,
+    pub connect_timeout: Duration,
+    /// Digest credentials `user:password`, from the file or from the variable `auth_env` names.
+    pub auth: Option<Secret>,
+    pub acl: AclPolicy,
+    /// `tls = { ca, cert, key }`: the files' PEM texts, read at load.
+    pub tls: Option<crate::zk::TlsFiles>,
+    /// `sasl = { mechanism = "digest-md5", username, password_env | password_file }`.
+    pub sasl: Option<crate::zk::SaslCredentials>,
+}
+
+impl ZookeeperConfig {
+    /// What the ZooKeeper session needs from this section.
+    pub fn settings(&self) -> crate::zk::ZkSettings {
+        crate::zk::ZkSettings {
+            connect: self.connect.clone(),
+            session_timeout: self.session_timeout,
+            auth: self.auth.clone(),
+            acl: self.acl,
+            tls: self.tls.clone(),
+            sasl: self.sasl.clone(),
+        }
+    }
+}
+
+/// `[lock]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockConfig {
+    pub name: String,
+    /// How long before its tick a claim is sent, so the claim's round trip never delays a fire.
+    pub claim_ahead: Duration,
+    pub root: String,
+    pub takeover_delay: Duration,
+    /// `None`: this host's IP, found at start.
+    pub node_id: Option<NodeId>,
+    /// How far this node's clock may be off the fleet's before it stops contending for the lock
+    /// (and hands it over if it owns it).
+    pub max_clock_offset: Duration,
+    /// Membership unchanged this long counts as settled: only then are groups moved to balance
+    /// them (issue 19).
+    pub rebalance_after: Duration,
+}
+
+/// `[log]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogConfig {
+    pub format: LogFormat,
+    /// A tracing filter, e.g. `info` or `zkcron=debug`.
+    pub level: String,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// What happens to a running job when this node loses the lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnLost {
+    /// Stop it (SIGTERM to its process group, SIGKILL after `kill_grace`).
+    Cancel,
+    /// Let it run to its end.
+    Finish,
+}
+
+/// Which runs keep the end of their output (the last 4 KiB of stdout and stderr, or a failed
+/// delivery's answer) in their record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KeepOutput {
+    /// Runs that did not succeed: what an operator reads when one fails.
+    Failed,
+    /// Every run.
+    Always,
+    /// None: output only goes to the daemon's log.
+    Never,
+}
+
+impl KeepOutput {
+    /// Whether a run that ended `succeeded` (or not) keeps its output.
+    pub fn keeps(self, succeeded: bool) -> bool {
+        match self {
+            KeepOutput::Failed => !succeeded,
+            KeepOutput::Always => true,
+            KeepOutput::Never => false,
+        }
+    }
+}
+
+/// Which failures a job's notices tell of (`notify`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NotifyWhen {
+    /// A run's final outcome only: a failure that will be retried is not told.
+    Final,
+    /// Every failed attempt too.
+    EveryAttempt,
+}
+
+/// A job's failure notices and auto-pause (issue 20); `[defaults]` gives every job's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoticePolicy {
+    /// `on_failure` and `on_failure_webhook`.
+    pub channels: Arc<NoticeChannels>,
+    pub when: NotifyWhen,
+    /// Tell of the first success after failures.
+    pub on_recovery: bool,
+    /// Pause the job after this many failed runs in a row.
+    pub pause_after_failures: Option<u32>,
+}
+
+impl Default for NoticePolicy {
+    fn default() -> Self {
+        Self {
+            channels: Arc::default(),
+            when: NotifyWhen::Final,
+            on_recovery: false,
+            pause_after_failures: None,
+        }
+    }
+}
+
+/// Whether runs of one job may overlap across the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Concurrency {
+    /// Skip a tick (recorded as `skipped`) while a run of the job is alive anywhere.
+    Forbid,
+    /// Let runs overlap.
+    Allow,
+    /// Cancel this node's running run of the job (its process group) and start the new one.
+    Replace,
+}
+
+/// What a new owner (or an owner back from an outage) does with ticks missed meanwhile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Misfire {
+    /// Fire none of them.
+    Skip,
+    /// Fire the latest one (within `starting_deadline`).
+    RunOnce,
+    /// Fire every one within `starting_deadline`, oldest first, one after another.
+    RunAll,
+}
+
+/// What a new owner does with a run its previous owner left `claimed` or `running`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnInterrupted {
+    /// Mark it interrupted and leave it (at most once: it may have run partly).
+    Skip,
+    /// Mark it interrupted and start it again: same run id, next attempt.
+    Rerun,
+}
+
+/// One `[[job]]`.
+#[derive(Debug, Clone)]
+pub struct JobConfig {
+    /// Shared with every run and action of the job: one copy however many refer to it.
+    pub spec: Arc<JobSpec>,
+    /// `None`: an on-demand job, fired only when submitted (issue "Delayed one-off jobs").
+    pub schedule: Option<Schedule>,
+    /// The job's zone: its schedule's, and the one its due times are shown in.
+    pub timezone: Tz,
+    pub on_lost: OnLost,
+    /// Which runs keep their last output in their record.
+    pub keep_output: KeepOutput,
+    /// Each tick starts this much later at most: by [`JobConfig::start_of`].
+    pub jitter: Duration,
+    /// Who hears of its failures, and when it pauses itself.
+    pub notices: NoticePolicy,
+    pub enabled: bool,
+    /// How many run records of this job are kept in ZooKeeper.
+    pub history: usize,
+    /// How many of its runs may be claimed or running on the owner at once before further due
+    /// submissions wait their turn (ticks are never held back by it).
+    pub max_running: usize,
+    pub concurrency: Concurrency,
+    pub misfire: Misfire,
+    /// How far back catch-up looks for missed ticks.
+    pub starting_deadline: Duration,
+    pub on_interrupted: OnInterrupted,
+    /// How many times a failed or timed-out run is tried again.
+    pub retries: u32,
+    /// Pause before the first retry; doubles for each further one.
+    pub retry_backoff: Duration,
+    /// The longest pause before a retry (the doubling's ceiling, and a `Retry-After`'s).
+    pub retry_backoff_max: Duration,
+    /// How long a submission's id is remembered after its run ended, whatever `history` keeps:
+    /// a resubmit of it within this window is a no-op.
+    pub dedup_window: Duration,
+    /// The limits a run of this job holds a lease of, in name order.
+    pub limits: Vec<LimitConfig>,
+    /// Its `[[group]]`; `None`: the default group.
+    pub group: Option<String>,
+}
+
+impl JobConfig {
+    /// The job's first tick strictly after `after`; `None` for an on-demand job or a schedule
+    /// that fires no more.
+    pub fn next_tick_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        self.schedule.as_ref()?.next_after(after)
+    }
+
+    /// When `tick` starts: the tick itself, or with `jitter` a little after it — the same
+    /// instant on every node ([`crate::schedule::jitter_offset`]).
+    pub fn start_of(&self, tick: DateTime<Utc>) -> DateTime<Utc> {
+        let offset = crate::schedule::jitter_offset(self.spec.name.as_str(), tick, self.jitter);
+        tick.checked_add_signed(offset).unwrap_or(tick)
+    }
+
+    /// The jitter as a time span, for instants.
+    pub fn jitter_span(&self) -> chrono::Duration {
+        chrono::Duration::from_std(self.jitter).unwrap_or_default()
+    }
+}
+
+/// At most this many records per job: with [`MAX_RUNNING_LIMIT`] open runs beside them, one
+/// listing of a job's records stays far below ZooKeeper's default `jute.maxbuffer` (DESIGN.md
+/// "Delayed one-off jobs": the arithmetic).
+pub const HISTORY_LIMIT: usize = 5_000;
+/// The most runs of one job a node holds open at once (`max_running`).
+pub const MAX_RUNNING_LIMIT: usize = 1_000;

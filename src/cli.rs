@@ -5,12 +5,15 @@
 //! layout, raw ZooKeeper requests).
 
 mod delayed;
+mod error;
 mod explain;
 mod steer;
 
+pub use error::CliError;
+use error::print_lines;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::time::Duration;
 
 use chrono::Utc;
@@ -18,22 +21,18 @@ use clap::{Args, Parser, Subcommand};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use zkcron::config::{self, Config, LoadError, LogFormat};
-use zkcron::control::client::SteerError;
-use zkcron::daemon::{self, DaemonError, DaemonSettings};
-use zkcron::delayed::DelayedError;
-use zkcron::delayed::client::SubmissionError;
-use zkcron::identity::{self, IdentityError};
+use zkcron::config::{self, Config, LogFormat};
+use zkcron::daemon::{self, DaemonSettings};
+use zkcron::identity;
 use zkcron::layout::LedgerPaths;
 use zkcron::layout::LockPaths;
-use zkcron::ledger::{self, ClaimError};
+use zkcron::ledger;
 use zkcron::lock::clock_watch::ClockSettings;
 use zkcron::lock::driver::LockUpdate;
-use zkcron::lock::driver::{self, DriverError, LockRole, LockSettings};
-use zkcron::lock::members::MemberError;
+use zkcron::lock::driver::{self, LockRole, LockSettings};
 use zkcron::run::RunRecord;
-use zkcron::status::{StatusError, StatusReport};
-use zkcron::zk::{self, ZkError, ZkSettings};
+use zkcron::status::StatusReport;
+use zkcron::zk::{self, ZkSettings};
 use zkcron::{JobName, LockEvent, NodeId, logging};
 
 /// A member's clock for `status`: its offset to the servers, and to the fleet when that is
@@ -240,82 +239,6 @@ struct LockDemoArgs {
     /// How long peers wait after a crashed owner's node is gone before contending.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     takeover_delay: Duration,
-}
-
-/// Everything that ends a command with a non-zero exit code.
-#[derive(Debug, thiserror::Error)]
-pub enum CliError {
-    #[error(transparent)]
-    Config(#[from] LoadError),
-    #[error(transparent)]
-    Identity(#[from] IdentityError),
-    #[error(transparent)]
-    Lock(#[from] DriverError),
-    #[error(transparent)]
-    Daemon(#[from] DaemonError),
-    #[error(transparent)]
-    Unreachable(#[from] zk::Unreachable),
-    #[error("cannot write into {}", path.display())]
-    Write {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{problems} problem(s) would keep jobs from starting on this host (--strict)")]
-    Strict { problems: usize },
-    #[error(transparent)]
-    Zk(#[from] ZkError),
-    #[error(transparent)]
-    Ledger(#[from] ClaimError),
-    #[error(transparent)]
-    Delayed(#[from] DelayedError),
-    #[error(transparent)]
-    Usage(#[from] delayed::UsageError),
-    #[error(transparent)]
-    Steer(#[from] SteerError),
-    #[error(transparent)]
-    Status(#[from] StatusError),
-    #[error("cannot write to stdout")]
-    Stdout(#[source] std::io::Error),
-    #[error(transparent)]
-    Explain(#[from] explain::ExplainError),
-    #[error(transparent)]
-    Backfill(#[from] steer::BackfillUsage),
-}
-
-impl From<SubmissionError> for CliError {
-    fn from(err: SubmissionError) -> Self {
-        CliError::Delayed(err.into())
-    }
-}
-
-impl CliError {
-    /// The exit-code table above, in code.
-    pub fn exit_code(&self) -> ExitCode {
-        // Waiting cannot fix these: a restart loop would only hide them.
-        let duplicate = |err: &DriverError| {
-            matches!(
-                err,
-                DriverError::Member(MemberError::Duplicate { .. })
-                    | DriverError::NoRecursiveWatches { .. }
-            )
-        };
-        match self {
-            CliError::Config(_)
-            | CliError::Identity(_)
-            | CliError::Usage(_)
-            | CliError::Explain(_)
-            | CliError::Backfill(_)
-            | CliError::Strict { .. } => ExitCode::from(2),
-            CliError::Delayed(err) if err.is_refusal() => ExitCode::from(2),
-            CliError::Steer(err) if err.is_refusal() => ExitCode::from(2),
-            CliError::Steer(SteerError::NotHandedOver { .. }) => ExitCode::from(3),
-            CliError::Lock(err) | CliError::Daemon(DaemonError::Lock(err)) if duplicate(err) => {
-                ExitCode::from(2)
-            }
-            _ => ExitCode::from(1),
-        }
-    }
 }
 
 impl Cli {
@@ -934,11 +857,6 @@ fn http_token(name: &str, read_only: bool) -> Result<(), CliError> {
         token.clone(),
         format!("{name} {kind} {}", hex(hash.as_ref())),
     ])
-}
-
-/// Prints `lines` to stdout, one per line.
-fn print_lines(lines: &[String]) -> Result<(), CliError> {
-    writeln!(std::io::stdout().lock(), "{}", lines.join("\n")).map_err(CliError::Stdout)
 }
 
 fn since_local(unix_ms: i64, tz: chrono_tz::Tz) -> String {

@@ -39,7 +39,10 @@ fn the_checker_catches_each_kind_of_violation() {
                - `ids`, `format`\n";
     let table = FloorTable::parse(doc).expect("a valid table");
     let sources: BTreeMap<String, String> = [
-        ("lib", "pub mod driver;\npub use driver::{\n    Handle,\n};\n"),
+        (
+            "lib",
+            "pub mod driver;\npub use driver::{\n    Handle,\n};\n",
+        ),
         ("driver", "use crate::ids::NodeId;\npub struct Handle;\n"),
         ("driver::watch", "use super::Handle;\n"),
         // Up through lib.rs's re-export, and a pure module naming zk and reading a clock.

@@ -8,11 +8,11 @@ use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use clap::{Args, Subcommand};
 
-use super::{CliError, print_lines};
+use super::error::{CliError, UsageError, print_lines};
 use zkcron::JobName;
 use zkcron::config::Config;
 use zkcron::delayed::client::{Pending, Rescheduled, SubmissionState, Submitted};
-use zkcron::delayed::due::{self, DueError};
+use zkcron::delayed::due;
 use zkcron::delayed::{Delayed, MAX_PAYLOAD, Submission, SubmissionId, SubmitRequest};
 use zkcron::run::{RunRecord, RunStatus};
 
@@ -121,25 +121,6 @@ impl When {
             (None, None) => Utc::now(),
         })
     }
-}
-
-/// Why the command line itself is not a submission.
-#[derive(Debug, thiserror::Error)]
-pub enum UsageError {
-    #[error(transparent)]
-    Due(#[from] DueError),
-    #[error("--timezone {0:?}: not an IANA time zone name (e.g. Europe/Berlin)")]
-    Zone(String),
-    #[error("--id: {0}")]
-    Id(#[from] zkcron::delayed::submission::IdError),
-    #[error("cannot read the payload from {what}")]
-    Payload {
-        what: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("the payload from {what} has more than {MAX_PAYLOAD} bytes (64 KiB)")]
-    PayloadTooLarge { what: String },
 }
 
 pub async fn submit(config: &Config, args: SubmitArgs) -> Result<(), CliError> {

@@ -7,21 +7,11 @@
 use chrono::{DateTime, NaiveDateTime, Utc};
 use chrono_tz::Tz;
 
+use super::error::ExplainError;
 use zkcron::config::{Config, JobConfig};
 use zkcron::delayed::due::{DueError, due_at};
 use zkcron::schedule::DstRule;
 use zkcron::schedule::explain::{Explained, ExplainedFire, FireNote, Transition};
-
-/// Why an explanation cannot be given.
-#[derive(Debug, thiserror::Error)]
-pub enum ExplainError {
-    #[error("no job named {job:?} in {file}")]
-    NoSuchJob { job: String, file: String },
-    #[error("--from: {0}")]
-    From(#[source] DueError),
-    #[error("--count must be from 1 to {max}, not {count}")]
-    Count { count: usize, max: usize },
-}
 
 /// The most fires explained per job.
 pub const MAX_COUNT: usize = 10_000;

@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use clap::Args;
 
-use super::{CliError, print_lines};
+use super::error::{BackfillUsage, CliError, print_lines};
 use zkcron::JobName;
 use zkcron::config::Config;
 use zkcron::control::backfill::TickPlan;
@@ -157,15 +157,6 @@ pub async fn backfill(config: &Config, args: BackfillArgs) -> Result<(), CliErro
         )
     });
     print_lines(&lines)
-}
-
-/// A backfill's range that cannot be read.
-#[derive(Debug, thiserror::Error)]
-pub enum BackfillUsage {
-    #[error("--from: {0}")]
-    From(#[source] zkcron::delayed::due::DueError),
-    #[error("--to: {0}")]
-    To(#[source] zkcron::delayed::due::DueError),
 }
 
 pub async fn release(config: &Config, args: ReleaseArgs) -> Result<(), CliError> {

@@ -1,0 +1,143 @@
+//! Everything that ends a command with a non-zero exit code, and which code (the table in
+//! `zkcron --help`); printing a command's lines.
+//!
+//! Owns: `CliError` and the commands' usage errors, so that every command file takes its
+//! errors from here and none from another.
+//! Must not: print anything but what a command hands it.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use zkcron::config::LoadError;
+use zkcron::control::client::SteerError;
+use zkcron::daemon::DaemonError;
+use zkcron::delayed::client::SubmissionError;
+use zkcron::delayed::due::DueError;
+use zkcron::delayed::{DelayedError, MAX_PAYLOAD};
+use zkcron::identity::IdentityError;
+use zkcron::ledger::ClaimError;
+use zkcron::lock::driver::DriverError;
+use zkcron::lock::members::MemberError;
+use zkcron::status::StatusError;
+use zkcron::zk::{self, ZkError};
+
+/// Everything that ends a command with a non-zero exit code.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error(transparent)]
+    Config(#[from] LoadError),
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
+    #[error(transparent)]
+    Lock(#[from] DriverError),
+    #[error(transparent)]
+    Daemon(#[from] DaemonError),
+    #[error(transparent)]
+    Unreachable(#[from] zk::Unreachable),
+    #[error("cannot write into {}", path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{problems} problem(s) would keep jobs from starting on this host (--strict)")]
+    Strict { problems: usize },
+    #[error(transparent)]
+    Zk(#[from] ZkError),
+    #[error(transparent)]
+    Ledger(#[from] ClaimError),
+    #[error(transparent)]
+    Delayed(#[from] DelayedError),
+    #[error(transparent)]
+    Usage(#[from] UsageError),
+    #[error(transparent)]
+    Steer(#[from] SteerError),
+    #[error(transparent)]
+    Status(#[from] StatusError),
+    #[error("cannot write to stdout")]
+    Stdout(#[source] std::io::Error),
+    #[error(transparent)]
+    Explain(#[from] ExplainError),
+    #[error(transparent)]
+    Backfill(#[from] BackfillUsage),
+}
+
+impl From<SubmissionError> for CliError {
+    fn from(err: SubmissionError) -> Self {
+        CliError::Delayed(err.into())
+    }
+}
+
+impl CliError {
+    /// The exit-code table above, in code.
+    pub fn exit_code(&self) -> ExitCode {
+        // Waiting cannot fix these: a restart loop would only hide them.
+        let duplicate = |err: &DriverError| {
+            matches!(
+                err,
+                DriverError::Member(MemberError::Duplicate { .. })
+                    | DriverError::NoRecursiveWatches { .. }
+            )
+        };
+        match self {
+            CliError::Config(_)
+            | CliError::Identity(_)
+            | CliError::Usage(_)
+            | CliError::Explain(_)
+            | CliError::Backfill(_)
+            | CliError::Strict { .. } => ExitCode::from(2),
+            CliError::Delayed(err) if err.is_refusal() => ExitCode::from(2),
+            CliError::Steer(err) if err.is_refusal() => ExitCode::from(2),
+            CliError::Steer(SteerError::NotHandedOver { .. }) => ExitCode::from(3),
+            CliError::Lock(err) | CliError::Daemon(DaemonError::Lock(err)) if duplicate(err) => {
+                ExitCode::from(2)
+            }
+            _ => ExitCode::from(1),
+        }
+    }
+}
+
+/// Why the command line itself is not a submission.
+#[derive(Debug, thiserror::Error)]
+pub enum UsageError {
+    #[error(transparent)]
+    Due(#[from] DueError),
+    #[error("--timezone {0:?}: not an IANA time zone name (e.g. Europe/Berlin)")]
+    Zone(String),
+    #[error("--id: {0}")]
+    Id(#[from] zkcron::delayed::submission::IdError),
+    #[error("cannot read the payload from {what}")]
+    Payload {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the payload from {what} has more than {MAX_PAYLOAD} bytes (64 KiB)")]
+    PayloadTooLarge { what: String },
+}
+
+/// Why an explanation cannot be given.
+#[derive(Debug, thiserror::Error)]
+pub enum ExplainError {
+    #[error("no job named {job:?} in {file}")]
+    NoSuchJob { job: String, file: String },
+    #[error("--from: {0}")]
+    From(#[source] DueError),
+    #[error("--count must be from 1 to {max}, not {count}")]
+    Count { count: usize, max: usize },
+}
+
+/// A backfill's range that cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum BackfillUsage {
+    #[error("--from: {0}")]
+    From(#[source] DueError),
+    #[error("--to: {0}")]
+    To(#[source] DueError),
+}
+
+/// Prints `lines` to stdout, one per line.
+pub fn print_lines(lines: &[String]) -> Result<(), CliError> {
+    writeln!(std::io::stdout().lock(), "{}", lines.join("\n")).map_err(CliError::Stdout)
+}

@@ -442,7 +442,7 @@ async fn history(
     format: HistoryFormat,
 ) -> Result<(), CliError> {
     let client = connect_once(config).await?;
-    let paths = LedgerPaths::new(&LockPaths::new(&config.lock.root, &config.lock.name));
+    let paths = LedgerPaths::new(&config.lock.paths());
     let records = ledger::history(&client, &paths, job, limit).await?;
     let declared = config.jobs.iter().find(|j| &j.spec.name == job);
     let tz = declared.map_or(chrono_tz::UTC, |j| j.timezone);

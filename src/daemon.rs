@@ -65,7 +65,7 @@ pub async fn run(
     reloads: mpsc::UnboundedReceiver<()>,
 ) -> Result<(), DaemonError> {
     let zk = config.zookeeper.settings();
-    let paths = LockPaths::new(&config.lock.root, &config.lock.name);
+    let paths = config.lock.paths();
     let heard = Arc::new(Heard::default());
     let metrics = Arc::new(Metrics::new());
     let (view, view_rx) = watch::channel(NodeView::default());

@@ -247,7 +247,7 @@ pub struct ClusterReport {
 /// # Errors
 /// A read failed.
 pub async fn cluster(client: &Client, config: &Config) -> Result<ClusterReport, StatusError> {
-    let paths = LockPaths::new(&config.lock.root, &config.lock.name);
+    let paths = config.lock.paths();
     let lock = lock_report(client, &config.lock.name, &paths).await?;
     let mut members: Vec<MemberReport> = inspect::members(client, &paths)
         .await?
@@ -283,7 +283,7 @@ pub async fn gather(
     now: DateTime<Utc>,
 ) -> Result<StatusReport, StatusError> {
     let cluster = cluster(client, config).await?;
-    let paths = LockPaths::new(&config.lock.root, &config.lock.name);
+    let paths = config.lock.paths();
     let ledger_paths = LedgerPaths::new(&paths);
     let pending = pending_summary(client, &ledger_paths.delayed, PENDING_LIMIT).await?;
     let pauses = control_store::pauses(client, &ControlPaths::new(&paths)).await?;

@@ -147,6 +147,13 @@ pub struct LockConfig {
     pub rebalance_after: Duration,
 }
 
+impl LockConfig {
+    /// The default lock group's paths: the one place they are built from the schedule.
+    pub fn paths(&self) -> crate::layout::LockPaths {
+        crate::layout::LockPaths::new(&self.root, &self.name)
+    }
+}
+
 /// `[log]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogConfig {

@@ -140,7 +140,7 @@ impl Steer {
 
     /// Steers over an existing session (the daemon's own, for its HTTP API).
     pub fn with_client(client: Client, config: &Config) -> Self {
-        let lock = LockPaths::new(&config.lock.root, &config.lock.name);
+        let lock = config.lock.paths();
         Self {
             client,
             control: ControlPaths::new(&lock),

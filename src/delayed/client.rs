@@ -15,7 +15,7 @@ use zookeeper_client::{Acls, Client};
 use super::submission::{DueBucket, MAX_PAYLOAD, Submission, SubmissionId};
 use crate::config::{Config, JobConfig};
 use crate::ids::JobName;
-use crate::layout::{DelayedPaths, LedgerPaths, LockPaths};
+use crate::layout::{DelayedPaths, LedgerPaths};
 use crate::ledger::submissions;
 pub use crate::ledger::submissions::{Rescheduled, SubmissionError, SubmissionState, Submitted};
 use crate::run::{RunRecord, RunStatus};
@@ -192,7 +192,7 @@ impl Delayed {
     /// Submits over an existing session (the daemon's own, for its HTTP API).
     pub fn with_client(client: Client, config: &Config) -> Self {
         let settings = config.zookeeper.settings();
-        let lock = LockPaths::new(&config.lock.root, &config.lock.name);
+        let lock = config.lock.paths();
         Self {
             client,
             delayed: DelayedPaths::new(&lock),

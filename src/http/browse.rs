@@ -22,7 +22,7 @@ use crate::control::{Pause, store as control_store};
 use crate::delayed::client::Delayed;
 use crate::delayed::submission::SubmissionId;
 use crate::ids::JobName;
-use crate::layout::{ControlPaths, LedgerPaths, LockPaths};
+use crate::layout::{ControlPaths, LedgerPaths};
 use crate::ledger::submissions::SubmissionState;
 use crate::run::{RunRecord, RunStatus};
 use crate::status::ClusterReport;
@@ -106,7 +106,7 @@ pub(super) async fn overview(
             return Ok(axum::Json(overview).into_response());
         }
     };
-    let paths = LockPaths::new(&config.lock.root, &config.lock.name);
+    let paths = config.lock.paths();
     let read = async {
         let cluster = crate::status::cluster(&client, &config).await?;
         let pauses = control_store::pauses(&client, &ControlPaths::new(&paths)).await?;
@@ -293,7 +293,7 @@ pub(super) async fn jobs(
     let limit = query.limit.unwrap_or(50).clamp(1, MAX_PAGE);
     let client = state.client()?;
     let config = state.config();
-    let paths = LockPaths::new(&config.lock.root, &config.lock.name);
+    let paths = config.lock.paths();
     let pauses = control_store::pauses(&client, &ControlPaths::new(&paths))
         .await
         .map_err(|err| ApiError::unavailable(chain(&err)))?;

@@ -32,7 +32,7 @@ use zkcron::lock::driver::LockUpdate;
 use zkcron::lock::driver::{self, LockRole, LockSettings};
 use zkcron::run::RunRecord;
 use zkcron::status::StatusReport;
-use zkcron::zk::{self, ZkSettings};
+use zkcron::zk::ZkSettings;
 use zkcron::{JobName, LockEvent, NodeId, logging};
 
 /// A member's clock for `status`: its offset to the servers, and to the fleet when that is
@@ -416,15 +416,6 @@ fn check(
     writeln!(out, "{}", lines.join("\n")).map_err(CliError::Stdout)
 }
 
-/// A session for a one-shot command, bounded by `connect_timeout`.
-async fn connect_once(config: &Config) -> Result<zookeeper_client::Client, CliError> {
-    Ok(zk::connect_once(
-        &config.zookeeper.settings(),
-        config.zookeeper.connect_timeout,
-    )
-    .await?)
-}
-
 /// How `zkcron history` prints its records.
 #[derive(Clone, Copy)]
 enum HistoryFormat {
@@ -441,7 +432,7 @@ async fn history(
     limit: usize,
     format: HistoryFormat,
 ) -> Result<(), CliError> {
-    let client = connect_once(config).await?;
+    let client = zkcron::delayed::client::session_for(config).await?;
     let paths = LedgerPaths::new(&config.lock.paths());
     let records = ledger::history(&client, &paths, job, limit).await?;
     let declared = config.jobs.iter().find(|j| &j.spec.name == job);
@@ -533,7 +524,7 @@ fn history_line(r: &RunRecord, tz: chrono_tz::Tz, attempts: Option<u32>, output:
 }
 
 async fn status(config: &Config, json: bool) -> Result<(), CliError> {
-    let client = connect_once(config).await?;
+    let client = zkcron::delayed::client::session_for(config).await?;
     let report = zkcron::status::gather(&client, config, Utc::now()).await?;
     if json {
         let text = serde_json::to_string(&report).map_err(|err| CliError::Stdout(err.into()))?;

@@ -130,11 +130,7 @@ impl Steer {
     /// # Errors
     /// `Unreachable` with the address when no session is made in time.
     pub async fn connect(config: &Config) -> Result<Self, SteerError> {
-        let client = crate::zk::connect_once(
-            &config.zookeeper.settings(),
-            config.zookeeper.connect_timeout,
-        )
-        .await?;
+        let client = crate::delayed::client::session_for(config).await?;
         Ok(Self::with_client(client, config))
     }
 

@@ -175,18 +175,26 @@ pub struct Delayed {
     name_markers: bool,
 }
 
+/// A session for a one-shot client of `config`'s ensemble (the CLI, `Delayed`, `Steer`),
+/// within its `connect_timeout`.
+///
+/// # Errors
+/// `Unreachable` with the address when no session is made in time.
+pub async fn session_for(config: &Config) -> Result<Client, crate::zk::Unreachable> {
+    crate::zk::connect_once(
+        &config.zookeeper.settings(),
+        config.zookeeper.connect_timeout,
+    )
+    .await
+}
+
 impl Delayed {
     /// Connects to the ZooKeeper and lock group of `config`, within its `connect_timeout`.
     ///
     /// # Errors
     /// `Unreachable` with the address when no session is made in time.
     pub async fn connect(config: &Config) -> Result<Self, DelayedError> {
-        let client = crate::zk::connect_once(
-            &config.zookeeper.settings(),
-            config.zookeeper.connect_timeout,
-        )
-        .await?;
-        Ok(Self::with_client(client, config))
+        Ok(Self::with_client(session_for(config).await?, config))
     }
 
     /// Submits over an existing session (the daemon's own, for its HTTP API).

@@ -8,6 +8,7 @@
 
 use zookeeper_client::{Client, Error as ZkErr};
 
+use super::records::parsed_sorted;
 use super::submissions::{SubmissionError, children, zk};
 use crate::delayed::submission::{ForgetBucket, Stored, SubmissionId};
 use crate::layout::DelayedPaths;
@@ -120,22 +121,11 @@ async fn carry_out(
 
 /// The children of `path` that are decimal numbers, in order (others logged and skipped).
 async fn numbered_children(client: &Client, path: &str) -> Result<Vec<i64>, SubmissionError> {
-    let mut numbers: Vec<i64> = children(client, path)
-        .await?
-        .iter()
-        .filter_map(|name| {
-            let number = (!name.is_empty() && name.bytes().all(|b| b.is_ascii_digit()))
-                .then(|| name.parse().ok())
-                .flatten();
-            if number.is_none() {
-                tracing::warn!(
-                    path = format!("{path}/{name}"),
-                    "not a forget bucket; skipped"
-                );
-            }
-            number
-        })
-        .collect();
-    numbers.sort_unstable();
-    Ok(numbers)
+    let names = children(client, path).await?;
+    let number = |name: &str| {
+        (!name.is_empty() && name.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| name.parse().ok())
+            .flatten()
+    };
+    Ok(parsed_sorted(path, &names, "forget bucket", false, number))
 }

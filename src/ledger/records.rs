@@ -82,22 +82,15 @@ pub async fn record_names(
             });
         }
     };
-    let mut names: Vec<RecordName> = children
-        .iter()
-        .filter_map(|name| {
-            let parsed = RecordName::parse(name);
-            if parsed.is_none() {
-                // Debug, not warn: the owner lists a job's records after every run.
-                tracing::debug!(
-                    path = format!("{parent}/{name}"),
-                    "not a run record name; skipped"
-                );
-            }
-            parsed
-        })
-        .collect();
-    names.sort_unstable();
-    Ok(names)
+    // Said at debug, not warn: the owner lists a job's records after every run.
+    let quiet = true;
+    Ok(parsed_sorted(
+        &parent,
+        &children,
+        "run record name",
+        quiet,
+        RecordName::parse,
+    ))
 }
 
 /// A stored record with its znode version; `None` when absent or unreadable (logged).
@@ -134,4 +127,33 @@ pub async fn read_versioned_checked(
 pub async fn guard_holder(client: &Client, paths: &LedgerPaths, job: &JobName) -> Option<String> {
     let (data, _) = client.get_data(&paths.running(job)).await.ok()?;
     Some(String::from_utf8_lossy(&data).into_owned())
+}
+
+/// The `names` under `parent` that `parse` reads, in order. A foreign name (an operator's node,
+/// garbage) is logged with its path and skipped, at debug when `quiet` (a listing made so often
+/// that a warning would repeat).
+pub(super) fn parsed_sorted<T: Ord>(
+    parent: &str,
+    names: &[String],
+    what: &str,
+    quiet: bool,
+    parse: impl Fn(&str) -> Option<T>,
+) -> Vec<T> {
+    let mut parsed: Vec<T> = names
+        .iter()
+        .filter_map(|name| {
+            let read = parse(name);
+            if read.is_none() {
+                let path = format!("{parent}/{name}");
+                if quiet {
+                    tracing::debug!(path, "not a {what}; skipped");
+                } else {
+                    tracing::warn!(path, "not a {what}; skipped");
+                }
+            }
+            read
+        })
+        .collect();
+    parsed.sort_unstable();
+    parsed
 }

@@ -10,6 +10,7 @@
 
 use zookeeper_client::{Acls, Client, CreateMode, Error as ZkErr, MultiWriteError};
 
+use super::records::parsed_sorted;
 use crate::delayed::submission::FormatError;
 use crate::delayed::submission::{DueBucket, Shard, Stored, Submission, SubmissionId, Tombstone};
 use crate::ids::{FencingToken, JobName, NodeId};
@@ -706,22 +707,10 @@ pub async fn buckets(
     day: i64,
 ) -> Result<Vec<DueBucket>, SubmissionError> {
     let parent = paths.due_day(day);
-    let mut buckets: Vec<DueBucket> = children(client, &parent)
-        .await?
-        .iter()
-        .filter_map(|name| {
-            let bucket = DueBucket::parse(&day.to_string(), name);
-            if bucket.is_none() {
-                tracing::warn!(
-                    path = format!("{parent}/{name}"),
-                    "not a due bucket; skipped"
-                );
-            }
-            bucket
-        })
-        .collect();
-    buckets.sort_unstable();
-    Ok(buckets)
+    let names = children(client, &parent).await?;
+    let day_name = day.to_string();
+    let bucket = |name: &str| DueBucket::parse(&day_name, name);
+    Ok(parsed_sorted(&parent, &names, "due bucket", false, bucket))
 }
 
 /// How many submissions are pending, counted bucket by bucket from the oldest: per bucket its

@@ -10,7 +10,7 @@
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use zookeeper_client::{AddWatchMode, Client, EventType, PersistentWatcher, SessionState};
+use zookeeper_client::{Acls, AddWatchMode, Client, EventType, PersistentWatcher, SessionState};
 
 use super::ZkError;
 
@@ -63,6 +63,28 @@ impl RecursiveWatch {
             disconnected: false,
             owes_rewatch: false,
         })
+    }
+
+    /// Creates `parent` (with its ancestors) when it is missing, then watches `path`; `None`
+    /// when `stop` came first. A parent that cannot be created is logged and the watch tried
+    /// all the same.
+    pub async fn add_after_creating(
+        client: &Client,
+        path: &str,
+        parent: &str,
+        acls: Acls<'_>,
+        stop: &CancellationToken,
+    ) -> Option<Result<Self, ZkError>> {
+        let ready = async {
+            if let Err(err) = super::ensure_persistent(client, parent, acls).await {
+                tracing::warn!(error = %crate::report::error_chain(&err), "cannot create a watched node");
+            }
+            Self::add(client, path).await
+        };
+        tokio::select! {
+            () = stop.cancelled() => None,
+            watch = ready => Some(watch),
+        }
     }
 
     /// For a follower that reads everything before it first waits: the first change is then a

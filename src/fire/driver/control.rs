@@ -40,13 +40,10 @@ pub(super) fn watch(
     stop: CancellationToken,
 ) {
     tokio::spawn(async move {
-        let options = zookeeper_client::CreateMode::Persistent.with_acls(acls);
-        if let Err(err) = client.mkdir(&paths.paused, &options).await {
-            tracing::warn!(path = paths.paused, error = %err, "cannot create the pauses' parent");
-        }
-        let watcher = tokio::select! {
-            () = stop.cancelled() => return,
-            watcher = RecursiveWatch::add(&client, &paths.dir) => watcher,
+        let added =
+            RecursiveWatch::add_after_creating(&client, &paths.dir, &paths.paused, acls, &stop);
+        let Some(watcher) = added.await else {
+            return;
         };
         let watch = Watch {
             client,

@@ -165,12 +165,10 @@ pub(super) fn watch(
     stop: CancellationToken,
 ) {
     tokio::spawn(async move {
-        if let Err(err) = crate::zk::ensure_persistent(&client, &paths.due, acls).await {
-            tracing::warn!(error = %error_chain(&err), "cannot create the due buckets' parent; new submissions are noticed at the next bucket read");
-        }
-        let watcher = tokio::select! {
-            () = stop.cancelled() => return,
-            watcher = RecursiveWatch::add(&client, &paths.due) => watcher,
+        let added =
+            RecursiveWatch::add_after_creating(&client, &paths.due, &paths.due, acls, &stop);
+        let Some(watcher) = added.await else {
+            return;
         };
         let mut watcher = match watcher {
             Ok(watcher) => watcher,

@@ -38,11 +38,11 @@ use crate::run::{RunReport, SubmissionInput};
 pub use catch_up::RESOLVE_WINDOW;
 use claims::{LeaseWait, Pending, PendingState};
 pub use delayed::DELAYED_HORIZON;
-use protocol::Item;
 pub use protocol::{
     Action, ClaimId, ClaimRefused, FireReason, Input, JobRecords, MISSED_AFTER, Me, RecordWrite,
     START_LEAD, TickClaim, WITHDRAW_LIMIT, Wanted,
 };
+use protocol::{Item, is_late, on_time_until};
 
 /// A job and what it is waiting for.
 #[derive(Debug)]
@@ -334,10 +334,9 @@ impl FireMachine {
         let claims = self.claims.values().filter_map(|p| match &p.state {
             PendingState::Claimed(_) => Some(p.claimed_deadline()),
             // Waiting on our own run: its end wakes the claim, the late-tick rule bounds it.
-            PendingState::RunAlive { .. } if self.waits_on_own_run(p) => p
-                .reason
-                .on_time()
-                .then(|| p.config.start_of(p.tick) + MISSED_AFTER),
+            PendingState::RunAlive { .. } if self.waits_on_own_run(p) => {
+                p.reason.on_time().then(|| on_time_until(&p.config, p.tick))
+            }
             PendingState::RunAlive { at } => Some(*at),
             PendingState::Replacing { until, .. } => Some(*until),
             _ => None,
@@ -407,14 +406,11 @@ impl FireMachine {
             self.delayed_tick(now, out);
         }
         self.write_records_again(now, out);
-        let late = now - MISSED_AFTER;
         let jobs = &self.jobs;
-        let start_of = |tick: DateTime<Utc>, job: &JobName| {
-            jobs.get(job)
-                .map_or(tick, |state| state.config.start_of(tick))
-        };
-        self.declined
-            .retain(|(tick, job)| start_of(*tick, job) >= late);
+        self.declined.retain(|(tick, job)| match jobs.get(job) {
+            Some(state) => !is_late(&state.config, *tick, now),
+            None => *tick + MISSED_AFTER >= now,
+        });
         let ids: Vec<ClaimId> = self.claims.keys().copied().collect();
         for id in ids {
             let Some(pending) = self.claims.get(&id) else {
@@ -426,7 +422,7 @@ impl FireMachine {
                     if !self.waits_on_own_run(pending) {
                         self.claim_again(id, now, out);
                     } else if pending.reason.on_time()
-                        && now > pending.config.start_of(pending.tick) + MISSED_AFTER
+                        && is_late(&pending.config, pending.tick, now)
                     {
                         // Our own later run stayed alive past the late-tick rule.
                         self.skip_run_alive(id, now, out);
@@ -457,7 +453,7 @@ impl FireMachine {
         out: &mut Vec<Action>,
     ) {
         let name = &job.spec.name;
-        if now > job.start_of(tick) + MISSED_AFTER {
+        if is_late(job, tick, now) {
             // Popped late: the process was stopped or starved past the tick.
             tracing::warn!(job = %name, %tick, "tick missed: its time passed while this node could not fire");
             if self.lock.may_fire {
@@ -915,9 +911,7 @@ impl FireMachine {
         }
         // Woken from a freeze (SIGSTOP, a VM pause) a claim can look fine for a moment: a tick
         // this late is not started, and its record says why.
-        if pending.reason.on_time()
-            && !pending.lease.asked()
-            && now > pending.config.start_of(tick) + MISSED_AFTER
+        if pending.reason.on_time() && !pending.lease.asked() && is_late(&pending.config, tick, now)
         {
             tracing::warn!(job = %job, %tick, "not firing: the claimed tick is too late to start");
             out.push(Action::WriteRecord(missed_claim(
@@ -1260,14 +1254,13 @@ impl FireMachine {
             .collect();
         names.sort();
         out.push(Action::PrepareJobs(names.clone()));
-        let late = now - MISSED_AFTER;
         let mut declined = std::mem::take(&mut self.declined);
         declined.sort();
         for (tick, name) in declined {
             let Some(state) = self.jobs.get_mut(&name) else {
                 continue;
             };
-            if state.config.start_of(tick) >= late {
+            if !is_late(&state.config, tick, now) {
                 state.held.push(Item {
                     tick,
                     reason: FireReason::Declined,
@@ -1332,9 +1325,9 @@ impl FireMachine {
         if let (Some(first), Some(newest)) = (accounted.first(), newest) {
             self.behind_the_ledger(job, first.tick, newest, now);
         }
-        let (late, in_time): (Vec<Item>, Vec<Item>) = held.into_iter().partition(|item| {
-            item.reason.on_time() && now > config.start_of(item.tick) + MISSED_AFTER
-        });
+        let (late, in_time): (Vec<Item>, Vec<Item>) = held
+            .into_iter()
+            .partition(|item| item.reason.on_time() && is_late(&config, item.tick, now));
         if !late.is_empty() {
             tracing::warn!(job = %job, ticks = late.len(), "tick missed: catch-up ran past its time");
             let ticks: Vec<DateTime<Utc>> = late.iter().map(|item| item.tick).collect();

@@ -20,6 +20,17 @@ use crate::run::{Claim, ClaimMode, JobSpec, RunContext, RunRecord, RunReport, Su
 /// A tick whose time passed longer ago than this is not started on time: the process was
 /// stopped or starved, and catch-up (`misfire`) decides about it instead.
 pub const MISSED_AFTER: Duration = Duration::from_secs(1);
+/// The late-tick rule: the last instant a tick of `config` may still start on time — its start
+/// (the tick, with the job's jitter) and [`MISSED_AFTER`]. Later, catch-up (`misfire`) decides.
+pub(super) fn on_time_until(config: &JobConfig, tick: DateTime<Utc>) -> DateTime<Utc> {
+    config.start_of(tick) + MISSED_AFTER
+}
+
+/// Whether a tick of `config` is past the late-tick rule at `now`.
+pub(super) fn is_late(config: &JobConfig, tick: DateTime<Utc>, now: DateTime<Utc>) -> bool {
+    now > on_time_until(config, tick)
+}
+
 /// A prepared run's start goes out this long before its instant: its launcher holds the exec
 /// until the instant itself (`runner::launch`), which takes the daemon's own wake-up off the
 /// path from the instant to the job. Far below any lock timing: a Lost this close to the tick

@@ -4,7 +4,6 @@
 //! Owns: those endpoints' shapes (docs/API.md). Must not: decide or write anything; the jobs
 //! table's runs come from the console's [`RunIndex`], everything else from ZooKeeper as asked.
 
-use std::collections::HashSet;
 use std::net::SocketAddr;
 
 use axum::extract::{ConnectInfo, Path, Query, State};
@@ -122,7 +121,7 @@ pub(super) async fn overview(
         }
         Err(err) => overview.error = Some(chain(&err)),
     }
-    overview.running = running(&client, &LedgerPaths::new(&paths))
+    overview.running = crate::ledger::running_jobs(&client, &LedgerPaths::new(&paths))
         .await
         .into_iter()
         .collect();
@@ -150,17 +149,6 @@ fn failing(status: RunStatus) -> bool {
         status,
         RunStatus::Failed | RunStatus::TimedOut | RunStatus::Interrupted
     )
-}
-
-/// The jobs whose `running/<job>` guard is held: a run is alive somewhere.
-async fn running(client: &zookeeper_client::Client, paths: &LedgerPaths) -> HashSet<JobName> {
-    client
-        .list_children(&paths.running)
-        .await
-        .unwrap_or_default()
-        .into_iter()
-        .map(JobName::new)
-        .collect()
 }
 
 #[derive(Deserialize)]
@@ -297,7 +285,7 @@ pub(super) async fn jobs(
     let pauses = control_store::pauses(&client, &ControlPaths::new(&paths))
         .await
         .map_err(|err| ApiError::unavailable(chain(&err)))?;
-    let alive = running(&client, &LedgerPaths::new(&paths)).await;
+    let alive = crate::ledger::running_jobs(&client, &LedgerPaths::new(&paths)).await;
     let index = state.index(&client);
     let progress = IndexProgress::of(&index);
     let runs = index

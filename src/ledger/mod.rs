@@ -18,7 +18,8 @@ pub mod submissions;
 pub use error::{ClaimError, UpdateError};
 pub use prune::{PRUNE_BATCH, Remember, prune};
 pub use records::{
-    guard_holder, history, read_record, read_versioned, read_versioned_checked, record_names, ticks,
+    guard_holder, history, read_record, read_versioned, read_versioned_checked, record_names,
+    running_jobs, ticks,
 };
 
 use std::collections::HashSet;

@@ -4,6 +4,8 @@
 //! Owns: the reads, with foreign names and unreadable records logged by path and skipped.
 //! Must not: write.
 
+use std::collections::HashSet;
+
 use zookeeper_client::{Client, Error as ZkErr};
 
 use super::error::ClaimError;
@@ -127,6 +129,17 @@ pub async fn read_versioned_checked(
 pub async fn guard_holder(client: &Client, paths: &LedgerPaths, job: &JobName) -> Option<String> {
     let (data, _) = client.get_data(&paths.running(job)).await.ok()?;
     Some(String::from_utf8_lossy(&data).into_owned())
+}
+
+/// The jobs whose `running/<job>` guard is held: a run is alive somewhere.
+pub async fn running_jobs(client: &Client, paths: &LedgerPaths) -> HashSet<JobName> {
+    client
+        .list_children(&paths.running)
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .map(JobName::new)
+        .collect()
 }
 
 /// The `names` under `parent` that `parse` reads, in order. A foreign name (an operator's node,

@@ -803,6 +803,48 @@ pub async fn pending_in(
     Ok(ids)
 }
 
+/// `job`'s submission runs claimed and not yet finished (`open/<job>`), as (due, id), in
+/// order; foreign names are logged with their path and skipped.
+///
+/// # Errors
+/// The listing failed; a job with none open has none.
+pub async fn open_runs(
+    client: &Client,
+    paths: &DelayedPaths,
+    job: &JobName,
+) -> Result<Vec<(i64, SubmissionId)>, SubmissionError> {
+    let parent = paths.open_of(job);
+    let names = children(client, &parent).await?;
+    let open = |name: &str| {
+        let name = crate::layout::RecordName::parse(name)?;
+        Some((name.scheduled_unix_ms, name.submission?))
+    };
+    Ok(parsed_sorted(
+        &parent,
+        &names,
+        "open submission run",
+        false,
+        open,
+    ))
+}
+
+/// Removes an empty past bucket: its empty shards, itself, and the day before once a new day
+/// has begun. A node that is not empty (a submission kept for a job that is away, or one
+/// submitted a moment ago) stays.
+pub async fn remove_bucket(client: &Client, paths: &DelayedPaths, bucket: DueBucket) {
+    let parent = paths.due_bucket(bucket);
+    let Ok(shards) = client.list_children(&parent).await else {
+        return;
+    };
+    for shard in shards {
+        let _ = client.delete(&format!("{parent}/{shard}"), None).await;
+    }
+    let _ = client.delete(&parent, None).await;
+    if bucket.second < 60 {
+        let _ = client.delete(&paths.due_day(bucket.day - 1), None).await;
+    }
+}
+
 pub(super) async fn children(client: &Client, path: &str) -> Result<Vec<String>, SubmissionError> {
     match client.list_children(path).await {
         Ok(children) => Ok(children),

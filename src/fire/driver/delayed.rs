@@ -67,7 +67,7 @@ pub(super) async fn scan_buckets(
                 .await
                 .map_err(text)?;
             if markers.is_empty() && bucket.start_ms() + 1000 < clean_before.timestamp_millis() {
-                remove_bucket(client, paths, bucket).await;
+                submissions::remove_bucket(client, paths, bucket).await;
                 continue;
             }
             found.extend(read_all(client, paths, wanted_ids(wanted, markers)).await);
@@ -134,23 +134,6 @@ pub(super) async fn read_one(
             Ok(None)
         }
         Err(err) => Err(error_chain(&err)),
-    }
-}
-
-/// Removes an empty past bucket: its empty shards, itself, and the day before once a new day
-/// has begun. A node that is not empty (a submission kept for a job that is away, or one
-/// submitted a moment ago) stays.
-pub(super) async fn remove_bucket(client: &Client, paths: &DelayedPaths, bucket: DueBucket) {
-    let parent = paths.due_bucket(bucket);
-    let Ok(shards) = client.list_children(&parent).await else {
-        return;
-    };
-    for shard in shards {
-        let _ = client.delete(&format!("{parent}/{shard}"), None).await;
-    }
-    let _ = client.delete(&parent, None).await;
-    if bucket.second < 60 {
-        let _ = client.delete(&paths.due_day(bucket.day - 1), None).await;
     }
 }
 
@@ -292,7 +275,7 @@ pub(super) fn remove_empty_bucket(s: &Session, paths: &DelayedPaths, bucket: Due
     let paths = paths.clone();
     s.tasks.spawn(async move {
         let what = paths.due_bucket(bucket);
-        bounded(&what, remove_bucket(&client, &paths, bucket)).await;
+        bounded(&what, submissions::remove_bucket(&client, &paths, bucket)).await;
     });
 }
 

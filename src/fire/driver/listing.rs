@@ -182,23 +182,9 @@ async fn open_submissions(
     paths: &LedgerPaths,
     job: &JobName,
 ) -> Result<Vec<OpenSubmission>, String> {
-    let parent = paths.delayed.open_of(job);
-    let names = match client.list_children(&parent).await {
-        Ok(names) => names,
-        Err(zookeeper_client::Error::NoNode) => Vec::new(),
-        Err(err) => return Err(format!("listing {parent}: {err}")),
-    };
-    let mut wanted = Vec::new();
-    for name in names {
-        let parsed = crate::layout::RecordName::parse(&name);
-        match parsed.and_then(|n| Some((n.scheduled_unix_ms, n.submission?))) {
-            Some(open) => wanted.push(open),
-            None => tracing::warn!(
-                path = format!("{parent}/{name}"),
-                "not an open submission run; skipped"
-            ),
-        }
-    }
+    let wanted = ledger::submissions::open_runs(client, &paths.delayed, job)
+        .await
+        .map_err(|err| error_chain(&err))?;
     // Thousands may be open after a lost lock: read a window at a time, all of a window out
     // at once, so catch-up takes round trips by the window and the session's queue (which the
     // lock's liveness checks wait in) stays short.

@@ -325,46 +325,20 @@ pub async fn run(
                     Input::ClockJudged { skewed: verdict.skewed }
                 }),
             },
-            Some(command) = commands.recv() => match command {
-                LockCommand::FenceFailed(token) => {
-                    (machine.state() == LockState::Own { token }).then_some(Input::FenceFailed)
-                }
-                LockCommand::Yield => {
-                    tracing::info!(path = settings.paths.lock, "handing the lock over on request");
-                    Some(Input::Yield)
-                }
-                LockCommand::Placement { contend } => Some(Input::Placement { contend }),
-                LockCommand::Schedule(hash) => {
-                    if !member {
-                        continue;
-                    }
-                    settings.me.schedule = Some(Box::new(hash));
-                    // Published by the clock check's write, now or right after the one out.
-                    if clock.publish_soon() {
-                        clock.start(check_clock(live, settings, clock.offset_ms()));
-                    }
-                    None
-                }
-            },
+            Some(command) = commands.recv() => {
+                let order = Order { machine: &machine, settings, member, live, clock: &mut clock };
+                order.input(command)
+            }
         };
         let input = match resumed {
-            Some(outcome) => match outcome {
-                zk::Resumed::Session(client) => {
-                    let states = client.state_watcher();
-                    let back = Connection::start(client, states, zk.acls(), settings);
-                    tracing::info!(session = %back.session, "zookeeper session taken back: the servers still held it");
-                    let _ = updates.send(LockUpdate::Session(Some(back.client.clone())));
+            Some(outcome) => {
+                let (back, input) = taken_back(outcome, zk, settings, updates);
+                if let Some(back) = back {
                     conn = Some(back);
                     clock.session_began();
-                    Some(Input::SessionReconnected)
                 }
-                zk::Resumed::Expired => {
-                    tracing::info!("the session had expired on the servers; opening a new one");
-                    Some(Input::SessionExpired)
-                }
-                // Tried again by the take-back itself, never reported.
-                zk::Resumed::NoAnswer(_) => None,
-            },
+                input
+            }
             None => input,
         };
         let Some(input) = input else { continue };
@@ -376,33 +350,136 @@ pub async fn run(
         }
         pending.extend(machine.handle(input, now()));
     }
-    let release = machine.handle(Input::Shutdown, now());
-    // Stop firing before the release's round trips.
-    publish(updates, &mut published, &machine, conn.as_ref());
-    for action in release {
-        if action == Action::Emit(LockEvent::Lost) {
-            // Given up on purpose, not lost: say so at info, not as a warning.
-            tracing::info!(path = settings.paths.lock, "lock given up for shutdown");
-            let _ = updates.send(LockUpdate::Event(LockEvent::Lost));
-            continue;
-        }
-        execute(conn.as_ref(), settings, action, &mut watch, updates).await;
-    }
-    publish(updates, &mut published, &machine, None);
-    if let Some(live) = conn.filter(|_| member) {
-        let member = settings.paths.member(&settings.me.node_id);
-        // Deleting it ourselves, rather than leaving it to the session close, lets a restart of
-        // this node register at once.
-        let deleted =
-            tokio::time::timeout(live.request_timeout(), live.client.delete(&member, None)).await;
-        if !matches!(deleted, Ok(Ok(()))) {
-            tracing::debug!(
-                path = member,
-                "member node not deleted on shutdown; it goes with the session"
-            );
-        }
-    }
+    let ended = Ended {
+        settings,
+        updates,
+        published: &mut published,
+        member,
+    };
+    ended.release(&mut machine, conn, &mut watch).await;
     Ok(())
+}
+
+/// What the driver's end needs: the lock released (peers contend at once) and our member
+/// node deleted.
+struct Ended<'a> {
+    settings: &'a LockSettings,
+    updates: &'a mpsc::UnboundedSender<LockUpdate>,
+    published: &'a mut LockStatus,
+    member: bool,
+}
+
+impl Ended<'_> {
+    async fn release(
+        self,
+        machine: &mut LockMachine,
+        conn: Option<Connection>,
+        watch: &mut Option<WatchFuture>,
+    ) {
+        let Ended {
+            settings,
+            updates,
+            published,
+            member,
+        } = self;
+        let release = machine.handle(Input::Shutdown, now());
+        // Stop firing before the release's round trips.
+        publish(updates, published, machine, conn.as_ref());
+        for action in release {
+            if action == Action::Emit(LockEvent::Lost) {
+                // Given up on purpose, not lost: say so at info, not as a warning.
+                tracing::info!(path = settings.paths.lock, "lock given up for shutdown");
+                let _ = updates.send(LockUpdate::Event(LockEvent::Lost));
+                continue;
+            }
+            execute(conn.as_ref(), settings, action, watch, updates).await;
+        }
+        publish(updates, published, machine, None);
+        if let Some(live) = conn.filter(|_| member) {
+            let member = settings.paths.member(&settings.me.node_id);
+            // Deleting it ourselves, rather than leaving it to the session close, lets a restart of
+            // this node register at once.
+            let deleted =
+                tokio::time::timeout(live.request_timeout(), live.client.delete(&member, None))
+                    .await;
+            if !matches!(deleted, Ok(Ok(()))) {
+                tracing::debug!(
+                    path = member,
+                    "member node not deleted on shutdown; it goes with the session"
+                );
+            }
+        }
+    }
+}
+
+/// A command from the fire side, as the loop gets it.
+struct Order<'a> {
+    machine: &'a LockMachine,
+    settings: &'a mut LockSettings,
+    member: bool,
+    live: &'a Connection,
+    clock: &'a mut ClockSchedule,
+}
+
+impl Order<'_> {
+    /// The machine's input for `command`, if it has one.
+    fn input(self, command: LockCommand) -> Option<Input> {
+        let Order {
+            machine,
+            settings,
+            member,
+            live,
+            clock,
+        } = self;
+        match command {
+            LockCommand::FenceFailed(token) => {
+                (machine.state() == LockState::Own { token }).then_some(Input::FenceFailed)
+            }
+            LockCommand::Yield => {
+                tracing::info!(
+                    path = settings.paths.lock,
+                    "handing the lock over on request"
+                );
+                Some(Input::Yield)
+            }
+            LockCommand::Placement { contend } => Some(Input::Placement { contend }),
+            // Only the member lock publishes the member node.
+            LockCommand::Schedule(_) if !member => None,
+            LockCommand::Schedule(hash) => {
+                settings.me.schedule = Some(Box::new(hash));
+                // Published by the clock check's write, now or right after the one out.
+                if clock.publish_soon() {
+                    clock.start(check_clock(live, settings, clock.offset_ms()));
+                }
+                None
+            }
+        }
+    }
+}
+
+/// What a take-back came to: the session back on a new client, or expired; and the machine's
+/// input.
+fn taken_back(
+    outcome: zk::Resumed,
+    zk: &ZkSettings,
+    settings: &LockSettings,
+    updates: &mpsc::UnboundedSender<LockUpdate>,
+) -> (Option<Connection>, Option<Input>) {
+    match outcome {
+        zk::Resumed::Session(client) => {
+            let states = client.state_watcher();
+            let back = Connection::start(client, states, zk.acls(), settings);
+            tracing::info!(session = %back.session, "zookeeper session taken back: the servers still held it");
+            let _ = updates.send(LockUpdate::Session(Some(back.client.clone())));
+            (Some(back), Some(Input::SessionReconnected))
+        }
+        zk::Resumed::Expired => {
+            tracing::info!("the session had expired on the servers; opening a new one");
+            (None, Some(Input::SessionExpired))
+        }
+        // Tried again by the take-back itself, never reported.
+        zk::Resumed::NoAnswer(_) => (None, None),
+    }
 }
 
 /// Starts a clock check: our member node is rewritten with what `settings.me` says now and our

@@ -142,6 +142,8 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Every family and its registration: a declarative table, one entry a family, longer than
+    /// a function should be and clearer whole than split.
     pub fn new() -> Self {
         let mut registry = Registry::default();
         let metrics = Self {

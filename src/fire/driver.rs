@@ -101,140 +101,60 @@ pub struct LockTask {
 pub async fn run(
     mut machine: FireMachine,
     settings: FireSettings,
-    mut lock: LockTask,
+    lock: LockTask,
     mut reloads: mpsc::UnboundedReceiver<Vec<Arc<JobConfig>>>,
     shutdown: CancellationToken,
 ) -> Result<(), DriverError> {
     let (answers, mut answered) = mpsc::unbounded_channel();
-    let lister = listing::Lister::start(
-        settings.ledger.clone(),
-        settings.group.clone(),
-        answers.clone(),
-    );
-    let leases = leases::Leases::new(Arc::clone(&settings.metrics));
-    let records = records::Records {
-        paths: settings.ledger.clone(),
-        acls: settings.acls,
-        view: settings.view.clone(),
-    };
-    let mut io = Io {
-        session: session::Session {
-            client: None,
-            group: None,
-            answers,
-            tasks: TaskTracker::new(),
-        },
-        lock_commands: lock.commands.clone(),
-        watch: None,
-        records,
-        runs: runs::Runs::new(Arc::clone(&settings.deliveries)),
-        lister,
-        settings,
-        leases,
-    };
+    let mut io = Io::new(settings, lock.commands.clone(), answers);
     // Ready once the schedule is loaded and the node is trying: like any client of a remote
     // service, a node whose ZooKeeper is down at boot starts and keeps trying (and /readyz and
     // `zkcron status` say "not connected"), instead of holding `systemctl start` until the
     // unit's start timeout kills it into a restart loop (issue 24).
     notify_systemd(&[sd_notify::NotifyState::Ready]);
     let mut stopping = false;
-    let mut lock_alive = true;
-    let mut updates_open = true;
-    let mut handing_over = false;
-    let mut release_limit = std::pin::pin!(tokio::time::sleep(RELEASE_LIMIT));
-    let mut lock_result = Ok(());
+    let mut lock = LockLink::new(lock);
     let mut pending: VecDeque<Input> = VecDeque::new();
-    let mut handled_since_trim = 0_usize;
-    let mut settled = false;
+    let mut trim = Trim::default();
     let mut alarm = alarm::Alarm::new();
     let mut steps = alarm::Steps::new();
+    let mut wakes = Wakes::default();
     let metrics = Arc::clone(&io.settings.metrics);
     let group_name = io.settings.group_name.clone();
     let mut observer = observe::Observer::new(&metrics, &group_name, io.settings.member_duties);
-    // When the last Tick was fed: a deadline at or before it is one the Tick did not act on.
-    let mut ticked_at: Option<DateTime<Utc>> = None;
-    let mut spin_said = false;
     loop {
-        let latest = Utc::now() + MAX_SLEEP;
-        let mut wake_at = machine.next_deadline().map_or(latest, |at| at.min(latest));
-        if ticked_at.is_some_and(|ticked| wake_at <= ticked) {
-            // A machine bug, but never a busy loop: one spinning task starves the tasks queued
-            // behind it on its worker, the lock driver among them (issue 31).
-            if !std::mem::replace(&mut spin_said, true) {
-                tracing::error!(deadline = %wake_at, "the fire machine left a deadline it does not act on; waking at most every {SPIN_FLOOR:?}");
-            }
-            wake_at = Utc::now() + SPIN_FLOOR;
-        }
+        let wake_at = wakes.wake_at(&machine);
         let input = tokio::select! {
             biased;
             () = shutdown.cancelled(), if !stopping => Input::Shutdown,
-            update = lock.updates.recv(), if updates_open => match update {
-                Some(LockUpdate::Session(client)) => {
-                    io.settings.view.send_modify(|view| view.client.clone_from(&client));
-                    io.session_changed(client);
+            update = lock.task.updates.recv(), if lock.updates_open => {
+                let Some(input) = io.lock_update(update, &mut observer, &mut trim, &mut lock) else {
                     continue;
-                }
-                Some(LockUpdate::Event(event)) => {
-                    // Logged by the lock driver.
-                    observer.event(&event);
-                    continue;
-                }
-                Some(LockUpdate::Status(status)) => {
-                    observer.status(&status, io.session.client.is_some());
-                    // What the change brings (a session, catch-up) is given back once quiet.
-                    settled = false;
-                    io.settings.view.send_modify(|view| view.lock = status);
-                    Input::LockChanged(status)
-                }
-                None => {
-                    updates_open = false;
-                    continue;
-                }
-            },
-            joined = &mut lock.handle, if lock_alive => {
-                lock_alive = false;
-                lock_result = match joined {
-                    Ok(result) => result,
-                    Err(err) => {
-                        tracing::error!(error = %err, "lock driver task failed");
-                        Ok(())
-                    }
                 };
-                if handing_over { Input::LockReleased } else { Input::Shutdown }
+                input
             }
+            joined = &mut lock.task.handle, if lock.alive => lock.ended(joined),
             // The release is a few bounded requests; a lock driver stuck elsewhere must not hold
             // the stop for ever: the lock then goes with the session as the process exits.
-            () = release_limit.as_mut(), if handing_over && lock_alive => {
-                tracing::warn!(limit = ?RELEASE_LIMIT, "the lock was not released in time; stopping without it (it goes with the session)");
-                lock.handle.abort();
-                lock_alive = false;
-                Input::LockReleased
+            () = lock.release_limit.as_mut(), if lock.handing_over && lock.alive => {
+                lock.release_overdue()
             }
             Some(jobs) = reloads.recv() => Input::Reloaded(jobs),
             Some(answer) = answered.recv() => answer,
-            // After a burst, and once after each change of the lock (its inputs are few with
-            // few jobs: the startup, an acquisition and its catch-up).
-            () = tokio::time::sleep(QUIET_AFTER_BURST), if handled_since_trim >= BURST || !settled => {
-                settled = true;
-                let started = std::time::Instant::now();
-                crate::heap::give_back();
-                tracing::debug!(inputs = handled_since_trim, ms = started.elapsed().as_millis(), "free heap given back after a burst");
-                handled_since_trim = 0;
+            () = tokio::time::sleep(QUIET_AFTER_BURST), if trim.due() => {
+                trim.give_back();
                 continue;
             }
             () = alarm.at(wake_at) => Input::Tick,
         };
-        ticked_at = matches!(input, Input::Tick).then(Utc::now);
-        handled_since_trim += 1;
+        wakes.fed(&input);
+        trim.counted();
         if let Some(by) = steps.stepped() {
             pending.push_back(Input::ClockStepped { by });
         }
         pending.push_back(input);
         while let Some(input) = pending.pop_front() {
-            if !matches!(input, Input::Tick) {
-                // Any other input may set a deadline that has passed; the next Tick acts on it.
-                ticked_at = None;
-            }
+            wakes.handling(&input);
             if matches!(input, Input::Shutdown) {
                 if stopping {
                     continue;
@@ -252,30 +172,12 @@ pub async fn run(
                 observer.action(&action);
                 match action {
                     Action::YieldLock => {
-                        let _ = lock.commands.send(LockCommand::Yield);
+                        let _ = lock.task.commands.send(LockCommand::Yield);
                     }
-                    Action::HandOver => {
-                        handing_over = true;
-                        release_limit
-                            .as_mut()
-                            .reset(tokio::time::Instant::now() + RELEASE_LIMIT);
-                        lock.release.cancel();
-                        if !lock_alive {
-                            pending.push_back(Input::LockReleased);
-                        }
-                    }
+                    Action::HandOver => lock.hand_over(&mut pending),
                     Action::Stopped => {
-                        // Its queues end once the runs' last writes are out.
-                        io.session.group = None;
-                        io.session.tasks.close();
-                        // Prunes and log reads still out; each is bounded by REQUEST_LIMIT.
-                        if tokio::time::timeout(session::REQUEST_LIMIT, io.session.tasks.wait())
-                            .await
-                            .is_err()
-                        {
-                            tracing::warn!("requests still out at exit; their answers are dropped");
-                        }
-                        return lock_result;
+                        io.stopped().await;
+                        return lock.result;
                     }
                     action => {
                         if let Some(answer) = io.perform(action) {
@@ -285,6 +187,135 @@ pub async fn run(
                 }
             }
         }
+    }
+}
+
+/// When the loop wakes for the machine, and the guard against a deadline it leaves behind.
+#[derive(Default)]
+struct Wakes {
+    /// When the last Tick was fed: a deadline at or before it is one the Tick did not act on.
+    ticked_at: Option<DateTime<Utc>>,
+    spin_said: bool,
+}
+
+impl Wakes {
+    fn wake_at(&mut self, machine: &FireMachine) -> DateTime<Utc> {
+        let latest = Utc::now() + MAX_SLEEP;
+        let wake_at = machine.next_deadline().map_or(latest, |at| at.min(latest));
+        if self.ticked_at.is_none_or(|ticked| wake_at > ticked) {
+            return wake_at;
+        }
+        // A machine bug, but never a busy loop: one spinning task starves the tasks queued
+        // behind it on its worker, the lock driver among them (issue 31).
+        if !std::mem::replace(&mut self.spin_said, true) {
+            tracing::error!(deadline = %wake_at, "the fire machine left a deadline it does not act on; waking at most every {SPIN_FLOOR:?}");
+        }
+        Utc::now() + SPIN_FLOOR
+    }
+
+    /// The input the loop woke with.
+    fn fed(&mut self, input: &Input) {
+        self.ticked_at = matches!(input, Input::Tick).then(Utc::now);
+    }
+
+    /// An input about to be handled: any but a Tick may set a deadline that has passed, which
+    /// the next Tick acts on.
+    fn handling(&mut self, input: &Input) {
+        if !matches!(input, Input::Tick) {
+            self.ticked_at = None;
+        }
+    }
+}
+
+/// Giving the heap back once quiet: after a burst of inputs (a startup or a reload with
+/// thousands of jobs, a catch-up), and once after each change of the lock (its inputs are few
+/// with few jobs: the startup, an acquisition and its catch-up).
+#[derive(Default)]
+struct Trim {
+    handled: usize,
+    settled: bool,
+}
+
+impl Trim {
+    fn due(&self) -> bool {
+        self.handled >= BURST || !self.settled
+    }
+
+    fn counted(&mut self) {
+        self.handled += 1;
+    }
+
+    /// What a change of the lock brings (a session, catch-up) is given back once quiet.
+    fn unsettle(&mut self) {
+        self.settled = false;
+    }
+
+    fn give_back(&mut self) {
+        self.settled = true;
+        let started = std::time::Instant::now();
+        crate::heap::give_back();
+        let ms = started.elapsed().as_millis();
+        tracing::debug!(
+            inputs = self.handled,
+            ms,
+            "free heap given back after a burst"
+        );
+        self.handled = 0;
+    }
+}
+
+/// The lock driver as the fire driver sees it: its updates, its end, the handover.
+struct LockLink {
+    task: LockTask,
+    alive: bool,
+    updates_open: bool,
+    handing_over: bool,
+    result: Result<(), DriverError>,
+    release_limit: std::pin::Pin<Box<tokio::time::Sleep>>,
+}
+
+impl LockLink {
+    fn new(task: LockTask) -> Self {
+        Self {
+            task,
+            alive: true,
+            updates_open: true,
+            handing_over: false,
+            result: Ok(()),
+            release_limit: Box::pin(tokio::time::sleep(RELEASE_LIMIT)),
+        }
+    }
+
+    /// The machine handed the lock over: the lock driver releases it within [`RELEASE_LIMIT`].
+    fn hand_over(&mut self, pending: &mut VecDeque<Input>) {
+        self.handing_over = true;
+        let limit = tokio::time::Instant::now() + RELEASE_LIMIT;
+        self.release_limit.as_mut().reset(limit);
+        self.task.release.cancel();
+        if !self.alive {
+            pending.push_back(Input::LockReleased);
+        }
+    }
+
+    /// The lock driver ended: released as asked, or on its own (the node stops).
+    fn ended(&mut self, joined: Result<Result<(), DriverError>, tokio::task::JoinError>) -> Input {
+        self.alive = false;
+        self.result = joined.unwrap_or_else(|err| {
+            tracing::error!(error = %err, "lock driver task failed");
+            Ok(())
+        });
+        if self.handing_over {
+            Input::LockReleased
+        } else {
+            Input::Shutdown
+        }
+    }
+
+    fn release_overdue(&mut self) -> Input {
+        tracing::warn!(limit = ?RELEASE_LIMIT, "the lock was not released in time; stopping without it (it goes with the session)");
+        self.task.handle.abort();
+        self.alive = false;
+        Input::LockReleased
     }
 }
 
@@ -306,6 +337,86 @@ struct Io {
 }
 
 impl Io {
+    fn new(
+        settings: FireSettings,
+        lock_commands: mpsc::UnboundedSender<LockCommand>,
+        answers: mpsc::UnboundedSender<Input>,
+    ) -> Self {
+        let lister = listing::Lister::start(
+            settings.ledger.clone(),
+            settings.group.clone(),
+            answers.clone(),
+        );
+        let records = records::Records {
+            paths: settings.ledger.clone(),
+            acls: settings.acls,
+            view: settings.view.clone(),
+        };
+        Io {
+            session: session::Session {
+                client: None,
+                group: None,
+                answers,
+                tasks: TaskTracker::new(),
+            },
+            lock_commands,
+            watch: None,
+            records,
+            runs: runs::Runs::new(Arc::clone(&settings.deliveries)),
+            lister,
+            leases: leases::Leases::new(Arc::clone(&settings.metrics)),
+            settings,
+        }
+    }
+
+    /// What an update of the lock driver means here; `None`: nothing for the machine.
+    fn lock_update(
+        &mut self,
+        update: Option<LockUpdate>,
+        observer: &mut observe::Observer<'_>,
+        trim: &mut Trim,
+        lock: &mut LockLink,
+    ) -> Option<Input> {
+        match update {
+            Some(LockUpdate::Session(client)) => {
+                self.settings
+                    .view
+                    .send_modify(|view| view.client.clone_from(&client));
+                self.session_changed(client);
+                None
+            }
+            Some(LockUpdate::Event(event)) => {
+                // Logged by the lock driver.
+                observer.event(&event);
+                None
+            }
+            Some(LockUpdate::Status(status)) => {
+                observer.status(&status, self.session.client.is_some());
+                trim.unsettle();
+                self.settings.view.send_modify(|view| view.lock = status);
+                Some(Input::LockChanged(status))
+            }
+            None => {
+                lock.updates_open = false;
+                None
+            }
+        }
+    }
+
+    /// The machine stopped: the runs' last writes go out, then the session's queues end.
+    async fn stopped(&mut self) {
+        self.session.group = None;
+        self.session.tasks.close();
+        // Prunes and log reads still out; each is bounded by REQUEST_LIMIT.
+        let out = self.session.tasks.wait();
+        if tokio::time::timeout(session::REQUEST_LIMIT, out)
+            .await
+            .is_err()
+        {
+            tracing::warn!("requests still out at exit; their answers are dropped");
+        }
+    }
+
     /// A new session (or none): the watches follow it.
     fn session_changed(&mut self, client: Option<Client>) {
         if let Some(stop) = self.watch.take() {

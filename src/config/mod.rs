@@ -30,6 +30,7 @@ mod schema;
 mod validator;
 mod zookeeper;
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -41,7 +42,7 @@ pub use self::model::{
 };
 use self::schema::RawConfig;
 use crate::ids::NodeId;
-use crate::run::JobSpec;
+use crate::run::{JobSpec, NoticeChannels};
 pub use crate::secret::Secret;
 pub use crate::zk::AclPolicy;
 
@@ -84,9 +85,24 @@ fn load_here(path: &Path) -> Result<Config, LoadError> {
 impl Config {
     /// A copy that shares nothing with `self`, made on the calling thread.
     fn deep_copy(&self) -> Config {
+        // Jobs that name no notice channel of their own share their defaults' (the parse makes
+        // one `Arc` for those): each one shared is copied once, and stays shared.
+        let mut channels: HashMap<*const NoticeChannels, Arc<NoticeChannels>> = HashMap::new();
+        let mut channels_of = |job: &JobConfig| {
+            let theirs = &job.notices.channels;
+            Arc::clone(
+                channels
+                    .entry(Arc::as_ptr(theirs))
+                    .or_insert_with(|| Arc::new(NoticeChannels::clone(theirs))),
+            )
+        };
         let jobs = self.jobs.iter().map(|job| {
             Arc::new(JobConfig {
                 spec: Arc::new(JobSpec::clone(&job.spec)),
+                notices: NoticePolicy {
+                    channels: channels_of(job),
+                    ..job.notices.clone()
+                },
                 ..JobConfig::clone(job)
             })
         });

@@ -28,13 +28,20 @@ impl Validator<'_> {
         base: &NoticePolicy,
         context: &dyn Fn(&str) -> String,
     ) -> NoticePolicy {
-        let mut channels = NoticeChannels::clone(&base.channels);
-        if let Some(command) = raw.on_failure {
-            channels.command = self.hook_command(command, &context("on_failure"));
-        }
-        if let Some(webhook) = raw.on_failure_webhook {
-            channels.webhook = self.webhook(webhook, context);
-        }
+        // A job that names neither channel shares its base's: one allocation for the schedule,
+        // not one per job made among the parse's temporaries (issue 32).
+        let channels = if raw.on_failure.is_none() && raw.on_failure_webhook.is_none() {
+            Arc::clone(&base.channels)
+        } else {
+            let mut channels = NoticeChannels::clone(&base.channels);
+            if let Some(command) = raw.on_failure {
+                channels.command = self.hook_command(command, &context("on_failure"));
+            }
+            if let Some(webhook) = raw.on_failure_webhook {
+                channels.webhook = self.webhook(webhook, context);
+            }
+            Arc::new(channels)
+        };
         let pause_after_failures = match raw.pause_after_failures {
             None => base.pause_after_failures,
             Some(raw) => match u32::try_from(*raw.get_ref()) {
@@ -51,7 +58,7 @@ impl Validator<'_> {
             },
         };
         NoticePolicy {
-            channels: Arc::new(channels),
+            channels,
             when: raw.notify.unwrap_or(base.when),
             on_recovery: raw.on_recovery.unwrap_or(base.on_recovery),
             pause_after_failures,

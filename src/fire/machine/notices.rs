@@ -57,7 +57,13 @@ impl Streaks {
                 None => paused_since |= record.status == RunStatus::Skipped,
             }
         }
-        self.by_job.insert(job.clone(), streak);
+        // No entry is a streak of none (`recorded` starts from the default): a new owner's
+        // catch-up of a schedule that is not failing keeps no name of it here (issue 32).
+        if streak == Streak::default() {
+            self.by_job.remove(job);
+        } else {
+            self.by_job.insert(job.clone(), streak);
+        }
     }
 
     /// `record` of `config`'s job was written by `me`: the notice it calls for, if any, and

@@ -26,7 +26,7 @@ use crate::layout::LedgerPaths;
 use crate::layout::LockPaths;
 use crate::lock::clock_watch::ClockSettings;
 use crate::lock::driver::{self, DriverError, Heard, LockCommand, LockRole, LockSettings};
-use crate::lock::node::OwnerInfo;
+use crate::lock::node::{OwnerInfo, ScheduleHash};
 use crate::metrics::Metrics;
 use crate::report::error_chain;
 use crate::run::Launcher;
@@ -90,11 +90,15 @@ pub async fn run(
         }
         None => None,
     };
+    // The schedule's fingerprint (a name and a hash per job) goes to the default group's lock
+    // alone, which publishes it in the member node; a copy kept here or given to every group
+    // would be one more per group for the node's life (issue 32).
     let me = OwnerInfo {
-        schedule: Some(Box::new(drift::fingerprint(jobs.iter().map(Arc::as_ref)))),
+        schedule: None,
         tags: config.node.tags.clone(),
         ..settings.me.clone()
     };
+    let schedule = Box::new(drift::fingerprint(jobs.iter().map(Arc::as_ref)));
     let verdict = Arc::new(watch::Sender::new(false));
     // One set of HTTP clients for the node: every group's deliveries share its pools.
     let deliveries = Arc::new(crate::delivery::Deliveries::new(Arc::clone(&metrics)));
@@ -121,6 +125,7 @@ pub async fn run(
             metrics: Arc::clone(&metrics),
             view,
             member_duties: true,
+            schedule: Some(schedule),
         },
         shutdown.clone(),
     );
@@ -138,6 +143,7 @@ pub async fn run(
                 metrics: Arc::clone(&metrics),
                 view: private_view,
                 member_duties: false,
+                schedule: None,
             },
             shutdown.clone(),
         );
@@ -217,6 +223,8 @@ struct Shared {
     metrics: Arc<Metrics>,
     view: watch::Sender<NodeView>,
     member_duties: bool,
+    /// The schedule's fingerprint, for the member node: the default group's lock's only.
+    schedule: Option<Box<ScheduleHash>>,
 }
 
 /// One lock group's lock driver and fire driver, as the daemon steers them.
@@ -277,7 +285,10 @@ impl Wiring<'_> {
         };
         let lock = LockSettings {
             paths: paths.clone(),
-            me: self.me.clone(),
+            me: OwnerInfo {
+                schedule: shared.schedule,
+                ..self.me.clone()
+            },
             takeover_delay: self.config.lock.takeover_delay,
             jitter: self.settings.jitter,
             heard: shared.heard,

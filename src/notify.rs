@@ -35,24 +35,44 @@ const USER_AGENT: &str = concat!("zkcron/", env!("CARGO_PKG_VERSION"));
 /// Sends notices; one per node, shared by every lock group's fire driver.
 #[derive(Debug)]
 pub struct Notifier {
-    /// Why there is none: each webhook notice says so when it is given up.
-    http: Result<reqwest::Client, String>,
+    /// Made at the first webhook notice, not at start: the client loads and keeps the host's
+    /// root certificates (~100 KB, and the parse of them besides), which a schedule without a
+    /// webhook never needs (issue 32). `Err`: why there is none; each webhook notice says so
+    /// when it is given up.
+    http: tokio::sync::OnceCell<Result<reqwest::Client, String>>,
     metrics: Arc<Metrics>,
 }
 
 impl Notifier {
     /// A notifier counting into `metrics`.
     pub fn new(metrics: Arc<Metrics>) -> Self {
-        let http = reqwest::Client::builder()
-            .user_agent(USER_AGENT)
-            .timeout(WEBHOOK_TIMEOUT)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|err| crate::report::error_chain(&err));
-        if let Err(why) = &http {
-            tracing::error!(error = why, "no HTTP client for on_failure webhooks");
+        Self {
+            http: tokio::sync::OnceCell::new(),
+            metrics,
         }
-        Self { http, metrics }
+    }
+
+    /// The webhooks' client, made at its first use on the blocking pool (it reads the root
+    /// certificates from disk), so that no fire on a worker waits for it.
+    async fn http(&self) -> &Result<reqwest::Client, String> {
+        self.http
+            .get_or_init(|| async {
+                let made = tokio::task::spawn_blocking(|| {
+                    reqwest::Client::builder()
+                        .user_agent(USER_AGENT)
+                        .timeout(WEBHOOK_TIMEOUT)
+                        .redirect(reqwest::redirect::Policy::none())
+                        .build()
+                        .map_err(|err| crate::report::error_chain(&err))
+                })
+                .await
+                .unwrap_or_else(|err| Err(err.to_string()));
+                if let Err(why) = &made {
+                    tracing::error!(error = why, "no HTTP client for on_failure webhooks");
+                }
+                made
+            })
+            .await
     }
 
     /// Sends `notice` to each of its channels, each on its own task; returns at once.
@@ -89,7 +109,7 @@ impl Notifier {
         let started = tokio::time::Instant::now();
         let mut backoff = WEBHOOK_BACKOFF;
         let mut attempt = 1;
-        let http = match &self.http {
+        let http = match self.http().await {
             Ok(http) => http,
             Err(why) => {
                 tracing::error!(job = %job, run_id = notice.record.run_id, error = why, "on_failure webhook not called: no HTTP client");

@@ -1,0 +1,328 @@
+//! `zkcron status` as a person reads it: the lock and its groups, the members and their
+//! clocks, then one line per job in the spirit of `systemctl list-timers`.
+//!
+//! Owns: the text of the report (`--json` prints the report as it is).
+//! Must not: gather anything itself (`zkcron::status` does).
+
+use chrono::Utc;
+
+use super::error::{CliError, print_lines};
+use zkcron::JobName;
+use zkcron::config::Config;
+use zkcron::status::StatusReport;
+
+pub async fn status(config: &Config, json: bool) -> Result<(), CliError> {
+    let client = zkcron::delayed::client::session_for(config).await?;
+    let report = zkcron::status::gather(&client, config, Utc::now()).await?;
+    if json {
+        let text = serde_json::to_string(&report).map_err(|err| CliError::Stdout(err.into()))?;
+        return print_lines(&[text]);
+    }
+    print_lines(&status_lines(&report, config))
+}
+
+/// `zkcron status` as text: the lock, then one line per job in the spirit of
+/// `systemctl list-timers`.
+fn status_lines(report: &StatusReport, config: &Config) -> Vec<String> {
+    let lock = &report.cluster.lock;
+    let mut lines = vec![format!("lock {} ({})", lock.name, lock.path)];
+    let session = lock.session.as_deref().unwrap_or("?");
+    let owner = match (lock.state, &lock.owner) {
+        ("squatter", _) => "a persistent node squats the lock path: no node can own it until an operator deletes it".to_owned(),
+        ("held", Some(info)) => format!(
+            "{} (ip {}, host {}, pid {}, version {}, since {}, session {session})",
+            info.node_id,
+            info.ip,
+            info.host,
+            info.pid,
+            info.version,
+            since(info.since_unix_ms),
+        ),
+        ("held", None) => format!("a foreign node with unreadable data (session {session})"),
+        _ => "none".to_owned(),
+    };
+    lines.push(format!("owner:         {owner}"));
+    lines.push(match lock.fencing_token {
+        Some(token) => format!(
+            "fencing token: {token} (latest acquisition by {})",
+            lock.last_acquired_by
+                .as_ref()
+                .map_or_else(|| "?".to_owned(), ToString::to_string)
+        ),
+        None => "fencing token: none (never acquired)".to_owned(),
+    });
+    lines.push(format!("members:       {}", report.cluster.members.len()));
+    for member in &report.cluster.members {
+        let mut detail = match &member.info {
+            Some(info) => format!(
+                "ip {}, host {}, pid {}, version {}",
+                info.ip, info.host, info.pid, info.version
+            ),
+            None => "unreadable data, or gone".to_owned(),
+        };
+        if let Some(clock) = &member.clock {
+            detail.push_str(&clock_detail(clock));
+        }
+        lines.push(format!("  {}  {detail}", member.node_id));
+    }
+    if config.grouped() {
+        lines.extend(group_lines(report));
+    }
+    lines.push(format!(
+        "{:<20}  {:<26}  {:<26}  {:<11}  {:<15}  {:>6}  {:<5}  {}",
+        "JOB", "NEXT", "LAST", "STATUS", "NODE", "MISSED", "ALIVE", "PENDING"
+    ));
+    let more = if report.pending_complete { "" } else { "+" };
+    for job in &report.jobs {
+        let tz = config
+            .jobs
+            .iter()
+            .find(|j| j.spec.name == job.name)
+            .map_or(chrono_tz::UTC, |j| j.timezone);
+        let format = |ms: i64| {
+            chrono::DateTime::from_timestamp_millis(ms).map_or("?".into(), |at| {
+                at.with_timezone(&tz)
+                    .format("%Y-%m-%d %H:%M:%S %:z")
+                    .to_string()
+            })
+        };
+        let next = match (&job.paused, job.enabled, &job.schedule, job.next_unix_ms) {
+            (Some(pause), _, _, _) => {
+                format!("paused since {}", since_local(pause.since_unix_ms, tz))
+            }
+            (None, false, _, _) => "disabled".into(),
+            (None, true, None, _) => "on demand".into(),
+            (None, true, Some(_), next) => next.map_or("-".into(), format),
+        };
+        let (last_at, status, node) = match &job.last {
+            Some(r) => (
+                format(r.scheduled_unix_ms),
+                r.status.as_str().to_owned(),
+                r.node_id.to_string(),
+            ),
+            None => ("-".into(), "-".into(), "-".into()),
+        };
+        let alive = match &job.alive_run {
+            Some(run_id) => format!("yes ({run_id})"),
+            None => "no".into(),
+        };
+        let submitted = match job.next_due_unix_ms {
+            Some(due) => format!(
+                "{}{more}, next due {}",
+                job.pending_submissions,
+                format(due)
+            ),
+            None => format!("0{more}"),
+        };
+        lines.push(format!(
+            "{:<20}  {next:<26}  {last_at:<26}  {status:<11}  {node:<15}  {:>6}  {alive:<5}  {submitted}",
+            job.name.as_str(),
+            job.missed_ticks,
+        ));
+        if let Some(pause) = &job.paused {
+            lines.push(format!(
+                "{:<20}  paused by {}: {}",
+                "",
+                pause.by,
+                pause.reason.as_deref().unwrap_or("no reason given")
+            ));
+        }
+        lines.extend(retry_lines(&job.pending_retries, &format));
+        if let Some(deliveries) = &job.deliveries {
+            lines.push(delivery_line(deliveries));
+        }
+    }
+    for drift in &report.cluster.schedule_drift {
+        lines.push(format!(
+            "schedule drift: {} (it would fire a different schedule after a takeover)",
+            zkcron::drift::describe(drift)
+        ));
+    }
+    for limit in &report.limits {
+        let runs = |holders: &[zkcron::ledger::limits::LeaseHolder]| {
+            holders
+                .iter()
+                .map(|h| format!("{} on {}", h.run_id, h.node_id))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut line = format!(
+            "limit {}: {} of {} held",
+            limit.name,
+            limit.holders.len(),
+            limit.max
+        );
+        if !limit.holders.is_empty() {
+            line.push_str(&format!(" ({})", runs(&limit.holders)));
+        }
+        if !limit.waiting.is_empty() {
+            line.push_str(&format!(
+                "; {} waiting ({})",
+                limit.waiting.len(),
+                runs(&limit.waiting)
+            ));
+        }
+        lines.push(line);
+    }
+    // Submissions for jobs the schedule no longer declares are kept; say so.
+    for away in &report.undeclared_pending {
+        lines.push(format!(
+            "{:<20}  not in the schedule: {} pending submission(s) kept until it is back",
+            away.job.as_str(),
+            away.pending_submissions
+        ));
+    }
+    lines
+}
+
+/// The lock groups for `status`: the balance, then one line per group (issue 19).
+fn group_lines(report: &StatusReport) -> Vec<String> {
+    let balance: Vec<String> = report
+        .cluster
+        .balance
+        .iter()
+        .map(|member| format!("{} {}", member.node_id, member.groups.len()))
+        .collect();
+    let mut lines = vec![
+        format!(
+            "groups:        {} (owned per member: {})",
+            report.cluster.groups.len(),
+            if balance.is_empty() {
+                "no live member".to_owned()
+            } else {
+                balance.join(", ")
+            }
+        ),
+        format!(
+            "  {:<20}  {:<15}  {:>5}  {:<16}  JOBS",
+            "GROUP", "OWNER", "TOKEN", "REQUIRES"
+        ),
+    ];
+    for group in &report.cluster.groups {
+        let owner = match (group.lock.state, &group.lock.owner) {
+            ("held", Some(info)) if info.releasing => format!("{} (handing over)", info.node_id),
+            ("held", Some(info)) => info.node_id.to_string(),
+            ("held", None) => "foreign".to_owned(),
+            ("squatter", _) => "squatter".to_owned(),
+            _ => "none".to_owned(),
+        };
+        let token = group
+            .lock
+            .fencing_token
+            .map_or_else(|| "-".to_owned(), |t| t.to_string());
+        let requires = if group.requires.is_empty() {
+            "-".to_owned()
+        } else {
+            group.requires.join(",")
+        };
+        const SHOWN: usize = 4;
+        let mut jobs: Vec<&str> = group.jobs.iter().take(SHOWN).map(JobName::as_str).collect();
+        let more = group.jobs.len().saturating_sub(SHOWN);
+        let more = if more > 0 {
+            format!(" +{more}")
+        } else {
+            String::new()
+        };
+        if jobs.is_empty() {
+            jobs.push("-");
+        }
+        lines.push(format!(
+            "  {:<20}  {owner:<15}  {token:>5}  {requires:<16}  {}{more}",
+            group.name,
+            jobs.join(", ")
+        ));
+    }
+    for name in &report.cluster.unplaceable {
+        lines.push(format!(
+            "group {name}: no live member carries the tags it requires: its jobs do not fire"
+        ));
+    }
+    lines
+}
+
+/// An HTTP target's kept deliveries for `status`: answers by class, then latency.
+fn delivery_line(deliveries: &zkcron::status::DeliverySummary) -> String {
+    let classes: Vec<String> = deliveries
+        .by_class
+        .iter()
+        .map(|(class, count)| format!("{class} {count}"))
+        .collect();
+    let classes = if classes.is_empty() {
+        "none yet".to_owned()
+    } else {
+        classes.join(", ")
+    };
+    let latency = match (
+        deliveries.latency_p50_ms,
+        deliveries.latency_p99_ms,
+        deliveries.latency_max_ms,
+    ) {
+        (Some(p50), Some(p99), Some(max)) => {
+            format!("; latency p50 {p50} ms, p99 {p99} ms, max {max} ms")
+        }
+        _ => String::new(),
+    };
+    format!("{:<20}  deliveries (kept records): {classes}{latency}", "")
+}
+
+/// A job's promised retries for `status`, soonest first, a few at most.
+fn retry_lines(
+    retries: &[zkcron::status::PendingRetry],
+    at: &dyn Fn(i64) -> String,
+) -> Vec<String> {
+    const SHOWN: usize = 5;
+    let mut lines: Vec<String> = retries
+        .iter()
+        .take(SHOWN)
+        .map(|retry| {
+            let what = match &retry.submission_id {
+                Some(id) => format!("submission {id}"),
+                None => format!("tick {}", at(retry.scheduled_unix_ms)),
+            };
+            format!(
+                "{:<20}  retry: {what}, attempt {} of {} at {}",
+                "",
+                retry.attempt,
+                retry.attempts,
+                at(retry.at_unix_ms)
+            )
+        })
+        .collect();
+    if retries.len() > SHOWN {
+        lines.push(format!(
+            "{:<20}  … and {} more retries",
+            "",
+            retries.len() - SHOWN
+        ));
+    }
+    lines
+}
+
+/// A member's clock for `status`: its offset to the servers, and to the fleet when that is
+/// what keeps it out of contention.
+fn clock_detail(clock: &zkcron::lock::clock::ClockVerdict) -> String {
+    let seconds = |ms: i64| {
+        let sign = if ms < 0 { '-' } else { '+' };
+        format!("{sign}{}.{:03}s", ms.abs() / 1000, ms.abs() % 1000)
+    };
+    let mut detail = format!(", clock {} vs zookeeper", seconds(clock.offset_ms));
+    if clock.skewed {
+        detail.push_str(&format!(
+            ", {} off the fleet: OUT OF CONTENTION (lock.max_clock_offset)",
+            seconds(clock.off_fleet_ms)
+        ));
+    }
+    detail
+}
+
+fn since_local(unix_ms: i64, tz: chrono_tz::Tz) -> String {
+    chrono::DateTime::from_timestamp_millis(unix_ms).map_or_else(
+        || "?".to_owned(),
+        |at| at.with_timezone(&tz).format("%Y-%m-%d %H:%M").to_string(),
+    )
+}
+
+fn since(unix_ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(unix_ms)
+        .map_or_else(|| "?".to_owned(), |at| at.to_rfc3339())
+}

@@ -1121,7 +1121,7 @@ async fn the_parents_of_every_jobs_records_are_made_once() {
 #[tokio::test]
 async fn pending_submissions_are_counted_per_bucket_without_reading_them() {
     let (client, _, paths, _) = setup("ledger-count-pending").await;
-    let empty = submissions::count_pending(&client, &paths.delayed, 10).await;
+    let empty = zkcron::ledger::due::count_pending(&client, &paths.delayed, 10).await;
     assert_eq!(empty.expect("counted"), (0, true), "no due/ yet");
     // Three in one second (in two or three shards), two in a later one.
     for (id, due) in [
@@ -1133,9 +1133,9 @@ async fn pending_submissions_are_counted_per_bucket_without_reading_them() {
     ] {
         submit(&client, &paths, id, due).await;
     }
-    let all = submissions::count_pending(&client, &paths.delayed, 10).await;
+    let all = zkcron::ledger::due::count_pending(&client, &paths.delayed, 10).await;
     assert_eq!(all.expect("counted"), (5, true));
-    let first_bucket = submissions::count_pending(&client, &paths.delayed, 1).await;
+    let first_bucket = zkcron::ledger::due::count_pending(&client, &paths.delayed, 1).await;
     assert_eq!(
         first_bucket.expect("counted"),
         (3, false),

@@ -504,8 +504,8 @@ pub async fn pending_in_due_order(
     limit: usize,
 ) -> Result<(Vec<Pending>, bool), DelayedError> {
     let mut pending = Vec::new();
-    for day in submissions::days(client, paths).await? {
-        for bucket in submissions::buckets(client, paths, day).await? {
+    for day in crate::ledger::due::days(client, paths).await? {
+        for bucket in crate::ledger::due::buckets(client, paths, day).await? {
             if pending.len() >= limit {
                 return Ok((pending, false));
             }
@@ -552,7 +552,7 @@ async fn read_bucket(
     pending: &mut Vec<Pending>,
 ) -> Result<(), DelayedError> {
     let mut found = Vec::new();
-    let markers = submissions::pending_in(client, paths, bucket).await?;
+    let markers = crate::ledger::due::pending_in(client, paths, bucket).await?;
     // A marker that names another job needs no read.
     let wanted = markers
         .into_iter()

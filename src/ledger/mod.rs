@@ -7,6 +7,7 @@
 //! the tombstones that keep a pruned submission's id remembered, `prune` and `forget`).
 //! Must not: spawn processes or decide lock policy.
 
+pub mod due;
 mod error;
 pub mod forget;
 pub mod group;

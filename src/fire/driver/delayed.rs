@@ -43,7 +43,7 @@ pub(super) async fn scan_buckets(
         // the day (up to 86 400 names).
         let mut at = after.start_ms() + 1000;
         while at <= through.start_ms() {
-            let markers = submissions::pending_in(client, paths, DueBucket::of(at))
+            let markers = crate::ledger::due::pending_in(client, paths, DueBucket::of(at))
                 .await
                 .map_err(text)?;
             found.extend(read_all(client, paths, wanted_ids(wanted, markers)).await);
@@ -52,22 +52,25 @@ pub(super) async fn scan_buckets(
         return Ok(found);
     }
     let first_day = after.map_or(i64::MIN, |after| after.day);
-    for day in submissions::days(client, paths).await.map_err(text)? {
+    for day in crate::ledger::due::days(client, paths)
+        .await
+        .map_err(text)?
+    {
         if day < first_day || day > through.day {
             continue;
         }
-        let buckets = submissions::buckets(client, paths, day)
+        let buckets = crate::ledger::due::buckets(client, paths, day)
             .await
             .map_err(text)?;
         let in_range = buckets
             .into_iter()
             .filter(|b| after.is_none_or(|after| *b > after) && *b <= through);
         for bucket in in_range {
-            let markers = submissions::pending_in(client, paths, bucket)
+            let markers = crate::ledger::due::pending_in(client, paths, bucket)
                 .await
                 .map_err(text)?;
             if markers.is_empty() && bucket.start_ms() + 1000 < clean_before.timestamp_millis() {
-                submissions::remove_bucket(client, paths, bucket).await;
+                crate::ledger::due::remove_bucket(client, paths, bucket).await;
                 continue;
             }
             found.extend(read_all(client, paths, wanted_ids(wanted, markers)).await);
@@ -275,7 +278,11 @@ pub(super) fn remove_empty_bucket(s: &Session, paths: &DelayedPaths, bucket: Due
     let paths = paths.clone();
     s.tasks.spawn(async move {
         let what = paths.due_bucket(bucket);
-        bounded(&what, submissions::remove_bucket(&client, &paths, bucket)).await;
+        bounded(
+            &what,
+            crate::ledger::due::remove_bucket(&client, &paths, bucket),
+        )
+        .await;
     });
 }
 

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use zookeeper_client::Client;
 
 use crate::layout::DelayedPaths;
-use crate::ledger::{forget, submissions};
+use crate::ledger::forget;
 use crate::metrics::Metrics;
 use crate::report::error_chain;
 use crate::view::NodeView;
@@ -60,7 +60,7 @@ pub(super) fn spawn(
 }
 
 async fn count_pending(client: &Client, paths: &DelayedPaths, metrics: &Metrics) {
-    match submissions::count_pending(client, paths, MAX_BUCKETS).await {
+    match crate::ledger::due::count_pending(client, paths, MAX_BUCKETS).await {
         Ok((count, complete)) => {
             if !complete {
                 tracing::debug!(

@@ -182,7 +182,7 @@ async fn open_submissions(
     paths: &LedgerPaths,
     job: &JobName,
 ) -> Result<Vec<OpenSubmission>, String> {
-    let wanted = ledger::submissions::open_runs(client, &paths.delayed, job)
+    let wanted = ledger::due::open_runs(client, &paths.delayed, job)
         .await
         .map_err(|err| error_chain(&err))?;
     // Thousands may be open after a lost lock: read a window at a time, all of a window out

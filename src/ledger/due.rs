@@ -1,0 +1,185 @@
+//! The due queue as the ledger stores it: the days and seconds (`delayed/due/<day>/<second>/
+//! <shard>/<id>`) with pending markers, counting and reading them, removing a past bucket once
+//! empty; and the submission runs claimed and not yet finished (`open/<job>`).
+//!
+//! Owns: those reads and removals, with foreign names logged by path and skipped.
+//! Must not: claim or decide anything (the fire machine does, through the ledger's claims).
+
+use zookeeper_client::{Client, Error as ZkErr};
+
+use super::records::parsed_sorted;
+use super::submissions::{SubmissionError, children, zk};
+use crate::delayed::submission::{DueBucket, Shard, SubmissionId};
+use crate::ids::JobName;
+use crate::layout::DelayedPaths;
+
+/// The days that have buckets, oldest first (foreign names logged and skipped).
+///
+/// # Errors
+/// The listing failed; no `due` node means no days.
+pub async fn days(client: &Client, paths: &DelayedPaths) -> Result<Vec<i64>, SubmissionError> {
+    let mut days: Vec<i64> = children(client, &paths.due)
+        .await?
+        .iter()
+        .filter_map(|name| {
+            let day = DueBucket::parse(name, "0").map(|bucket| bucket.day);
+            if day.is_none() {
+                tracing::warn!(
+                    path = format!("{}/{name}", paths.due),
+                    "not a day bucket; skipped"
+                );
+            }
+            day
+        })
+        .collect();
+    days.sort_unstable();
+    Ok(days)
+}
+
+/// The buckets of `day`, oldest first (foreign names logged and skipped).
+///
+/// # Errors
+/// The listing failed; a missing day has no buckets.
+pub async fn buckets(
+    client: &Client,
+    paths: &DelayedPaths,
+    day: i64,
+) -> Result<Vec<DueBucket>, SubmissionError> {
+    let parent = paths.due_day(day);
+    let names = children(client, &parent).await?;
+    let day_name = day.to_string();
+    let bucket = |name: &str| DueBucket::parse(&day_name, name);
+    Ok(parsed_sorted(&parent, &names, "due bucket", false, bucket))
+}
+
+/// How many submissions are pending, counted bucket by bucket from the oldest: per bucket its
+/// descendants less its shard nodes (two requests, not a read of every marker). Stops after
+/// `max_buckets`; `false` then: the count is a lower bound.
+///
+/// # Errors
+/// A failed request.
+pub async fn count_pending(
+    client: &Client,
+    paths: &DelayedPaths,
+    max_buckets: usize,
+) -> Result<(usize, bool), SubmissionError> {
+    let mut counted = 0;
+    let mut buckets_read = 0;
+    for day in days(client, paths).await? {
+        for bucket in buckets(client, paths, day).await? {
+            if buckets_read == max_buckets {
+                return Ok((counted, false));
+            }
+            buckets_read += 1;
+            let path = paths.due_bucket(bucket);
+            let (below, shards) = tokio::join!(
+                client.count_descendants_number(&path),
+                client.get_children(&path)
+            );
+            match (below, shards) {
+                (Ok(below), Ok((_, stat))) => {
+                    let shards = usize::try_from(stat.num_children).unwrap_or(0);
+                    counted += below.saturating_sub(shards);
+                }
+                // Removed meanwhile (empty, past).
+                (Err(ZkErr::NoNode), _) | (_, Err(ZkErr::NoNode)) => {}
+                (Err(source), _) | (_, Err(source)) => return Err(zk(&path, source)),
+            }
+        }
+    }
+    Ok((counted, true))
+}
+
+/// The ids pending in `bucket`, with the job where the marker names it, shard by shard: one
+/// `getChildren` per shard, each bounded by the shard split (DESIGN.md "ZooKeeper layout").
+///
+/// # Errors
+/// A listing failed; a missing bucket holds nothing.
+pub async fn pending_in(
+    client: &Client,
+    paths: &DelayedPaths,
+    bucket: DueBucket,
+) -> Result<Vec<(SubmissionId, Option<JobName>)>, SubmissionError> {
+    let parent = paths.due_bucket(bucket);
+    let mut shards = Vec::new();
+    for name in children(client, &parent).await? {
+        match Shard::parse(&name) {
+            Some(shard) => shards.push((shard, paths.due_shard(bucket, shard))),
+            None => tracing::warn!(path = format!("{parent}/{name}"), "not a shard; skipped"),
+        }
+    }
+    // Every shard's listing is sent before the first answer is awaited: up to 256 requests in
+    // one round trip, not 256 round trips queued behind the session's writes.
+    let listings: Vec<_> = shards
+        .iter()
+        .map(|(_, shard_path)| client.list_children(shard_path))
+        .collect();
+    let mut ids = Vec::new();
+    for ((shard, shard_path), listing) in shards.iter().zip(listings) {
+        let names = match listing.await {
+            Ok(names) => names,
+            Err(ZkErr::NoNode) => Vec::new(),
+            Err(source) => return Err(zk(shard_path, source)),
+        };
+        for name in names {
+            match crate::layout::parse_marker_name(&name) {
+                Some((id, job)) if id.shard() == *shard => ids.push((id, job)),
+                Some(_) => {
+                    tracing::warn!(
+                        path = format!("{shard_path}/{name}"),
+                        "submission in the wrong shard; skipped"
+                    )
+                }
+                None => {
+                    tracing::warn!(
+                        path = format!("{shard_path}/{name}"),
+                        "not a pending marker (<id> or <id>~<job>); skipped"
+                    )
+                }
+            }
+        }
+    }
+    Ok(ids)
+}
+
+/// `job`'s submission runs claimed and not yet finished (`open/<job>`), as (due, id), in
+/// order; foreign names are logged with their path and skipped.
+///
+/// # Errors
+/// The listing failed; a job with none open has none.
+pub async fn open_runs(
+    client: &Client,
+    paths: &DelayedPaths,
+    job: &JobName,
+) -> Result<Vec<(i64, SubmissionId)>, SubmissionError> {
+    let parent = paths.open_of(job);
+    let names = children(client, &parent).await?;
+    let open = |name: &str| {
+        let name = crate::layout::RecordName::parse(name)?;
+        Some((name.scheduled_unix_ms, name.submission?))
+    };
+    Ok(parsed_sorted(
+        &parent,
+        &names,
+        "open submission run",
+        false,
+        open,
+    ))
+}
+
+/// Removes an empty past bucket: its empty shards, itself, and the day before once a new day
+/// has begun. A node that is not empty (a submission kept for a job that is away, or one
+/// submitted a moment ago) stays.
+pub async fn remove_bucket(client: &Client, paths: &DelayedPaths, bucket: DueBucket) {
+    let parent = paths.due_bucket(bucket);
+    let Ok(shards) = client.list_children(&parent).await else {
+        return;
+    };
+    for shard in shards {
+        let _ = client.delete(&format!("{parent}/{shard}"), None).await;
+    }
+    let _ = client.delete(&parent, None).await;
+    if bucket.second < 60 {
+        let _ = client.delete(&paths.due_day(bucket.day - 1), None).await;
+    }
+}

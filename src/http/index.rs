@@ -23,6 +23,7 @@ use zookeeper_client::{Client, SessionId};
 use crate::delayed::submission::SubmissionId;
 use crate::ids::{JobName, NodeId};
 use crate::layout::RecordName;
+use crate::ledger;
 use crate::report::error_chain;
 use crate::run::{RunRecord, RunStatus};
 use crate::zk::watch::{Change, RecursiveWatch};
@@ -308,7 +309,7 @@ impl RunIndex {
             };
             records.push((job, name, path));
         }
-        let read = read_many(client, records).await;
+        let read = ledger::read_many(client, records, IN_FLIGHT).await;
         let mut state = self.state.write().map_err(|_| "index lock poisoned")?;
         for (job, name, record) in read {
             match (name, record) {
@@ -324,12 +325,9 @@ impl RunIndex {
 
     /// Reads every kept record of every job under `runs`, replacing what the index held.
     async fn load(&self, client: &Client, runs: &str) -> Result<(), String> {
-        let jobs = match client.list_children(runs).await {
-            Ok(jobs) => jobs,
-            Err(zookeeper_client::Error::NoNode) => Vec::new(),
-            Err(err) => return Err(format!("cannot list {runs}: {err}")),
-        };
-        let jobs: Vec<JobName> = jobs.into_iter().map(JobName::new).collect();
+        let jobs = ledger::jobs_with_records(client, runs)
+            .await
+            .map_err(|err| format!("cannot list {runs}: {err}"))?;
         if let Ok(mut state) = self.state.write() {
             *state = IndexState {
                 to_load: jobs.len(),
@@ -340,20 +338,8 @@ impl RunIndex {
             if self.stop.is_cancelled() {
                 return Err("stopped".to_owned());
             }
-            let listings: Vec<_> = chunk
-                .iter()
-                .map(|job| client.list_children(&format!("{runs}/{job}")))
-                .collect();
-            let mut wanted = Vec::new();
-            for (job, listing) in chunk.iter().zip(listings) {
-                for child in listing.await.unwrap_or_default() {
-                    if let Some(name) = RecordName::parse(&child) {
-                        let path = format!("{runs}/{job}/{child}");
-                        wanted.push((job.clone(), Some(name), path));
-                    }
-                }
-            }
-            let read = read_many(client, wanted).await;
+            let wanted = ledger::record_names_of(client, runs, chunk).await;
+            let read = ledger::read_many(client, wanted, IN_FLIGHT).await;
             let mut state = self.state.write().map_err(|_| "index lock poisoned")?;
             for job in chunk {
                 state.jobs.entry(job.clone()).or_default();
@@ -370,38 +356,6 @@ impl RunIndex {
         }
         Ok(())
     }
-}
-
-/// Reads the records at the given paths, [`IN_FLIGHT`] at a time; `None` where the node is gone
-/// (or foreign: logged with its path by `RunRecord::parse`'s caller).
-async fn read_many(
-    client: &Client,
-    wanted: Vec<(JobName, Option<RecordName>, String)>,
-) -> Vec<(JobName, Option<RecordName>, Option<RunRecord>)> {
-    let mut read = Vec::with_capacity(wanted.len());
-    let mut wanted = wanted.into_iter().peekable();
-    while wanted.peek().is_some() {
-        let chunk: Vec<_> = wanted.by_ref().take(IN_FLIGHT).collect();
-        let pending: Vec<_> = chunk
-            .iter()
-            .map(|(_, name, path)| name.as_ref().map(|_| client.get_data(path)))
-            .collect();
-        for ((job, name, path), answer) in chunk.into_iter().zip(pending) {
-            let record = match answer {
-                Some(answer) => match answer.await {
-                    Ok((data, _)) => RunRecord::parse(&data)
-                        .inspect_err(|err| {
-                            tracing::warn!(path, error = %err, "unreadable run record");
-                        })
-                        .ok(),
-                    Err(_) => None,
-                },
-                None => None,
-            };
-            read.push((job, name, record));
-        }
-    }
-    read
 }
 
 /// `<runs>/<job>` → (job, None); `<runs>/<job>/<record>` → (job, Some(record)); anything else

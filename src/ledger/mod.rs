@@ -19,8 +19,8 @@ pub mod submissions;
 pub use error::{ClaimError, UpdateError};
 pub use prune::{PRUNE_BATCH, Remember, prune};
 pub use records::{
-    guard_holder, history, read_record, read_versioned, read_versioned_checked, record_names,
-    running_jobs, ticks,
+    guard_holder, history, jobs_with_records, read_many, read_record, read_versioned,
+    read_versioned_checked, record_names, record_names_of, running_jobs, ticks,
 };
 
 use std::collections::HashSet;

@@ -142,6 +142,76 @@ pub async fn running_jobs(client: &Client, paths: &LedgerPaths) -> HashSet<JobNa
         .collect()
 }
 
+/// The jobs with a `runs/<job>` node under `runs`, for a reader of the whole ledger (the
+/// console's index).
+///
+/// # Errors
+/// The listing failed; no `runs` node means no jobs.
+pub async fn jobs_with_records(client: &Client, runs: &str) -> Result<Vec<JobName>, ZkErr> {
+    match client.list_children(runs).await {
+        Ok(jobs) => Ok(jobs.into_iter().map(JobName::new).collect()),
+        Err(ZkErr::NoNode) => Ok(Vec::new()),
+        Err(err) => Err(err),
+    }
+}
+
+/// The records of `jobs` under `runs`, as (job, name, path): every listing sent at once (the
+/// client sends a request when it is made), so a batch costs one round trip. A listing that
+/// fails counts as empty; foreign names are left out.
+pub async fn record_names_of(
+    client: &Client,
+    runs: &str,
+    jobs: &[JobName],
+) -> Vec<(JobName, Option<RecordName>, String)> {
+    let listings: Vec<_> = jobs
+        .iter()
+        .map(|job| client.list_children(&format!("{runs}/{job}")))
+        .collect();
+    let mut wanted = Vec::new();
+    for (job, listing) in jobs.iter().zip(listings) {
+        for child in listing.await.unwrap_or_default() {
+            if let Some(name) = RecordName::parse(&child) {
+                let path = format!("{runs}/{job}/{child}");
+                wanted.push((job.clone(), Some(name), path));
+            }
+        }
+    }
+    wanted
+}
+
+/// Reads the records at the given paths, `in_flight` at a time; `None` where the node is gone,
+/// not to be read (no name), or unreadable (logged with its path).
+pub async fn read_many(
+    client: &Client,
+    wanted: Vec<(JobName, Option<RecordName>, String)>,
+    in_flight: usize,
+) -> Vec<(JobName, Option<RecordName>, Option<RunRecord>)> {
+    let mut read = Vec::with_capacity(wanted.len());
+    let mut wanted = wanted.into_iter().peekable();
+    while wanted.peek().is_some() {
+        let chunk: Vec<_> = wanted.by_ref().take(in_flight.max(1)).collect();
+        let pending: Vec<_> = chunk
+            .iter()
+            .map(|(_, name, path)| name.as_ref().map(|_| client.get_data(path)))
+            .collect();
+        for ((job, name, path), answer) in chunk.into_iter().zip(pending) {
+            let record = match answer {
+                Some(answer) => match answer.await {
+                    Ok((data, _)) => RunRecord::parse(&data)
+                        .inspect_err(|err| {
+                            tracing::warn!(path, error = %err, "unreadable run record");
+                        })
+                        .ok(),
+                    Err(_) => None,
+                },
+                None => None,
+            };
+            read.push((job, name, record));
+        }
+    }
+    read
+}
+
 /// The `names` under `parent` that `parse` reads, in order. A foreign name (an operator's node,
 /// garbage) is logged with its path and skipped, at debug when `quiet` (a listing made so often
 /// that a warning would repeat).

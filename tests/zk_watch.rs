@@ -5,7 +5,7 @@ mod support;
 
 use std::time::Duration;
 
-use support::{ZkEnsemble, expire_session};
+use support::ZkEnsemble;
 use tokio::time::timeout;
 use zkcron::zk::watch::{Change, RecursiveWatch};
 use zookeeper_client::{Acls, Client, CreateMode, EventType};
@@ -16,6 +16,8 @@ const SESSION: Duration = Duration::from_secs(20);
 /// Bound on each change arriving: a watch event or a session state comes within a round trip,
 /// a disconnection within 0.4 × the client's read timeout of a dead server; a restarted
 /// server serves within a few seconds (its start is bounded by the harness).
+/// The second session's: its client gives up on it within a few seconds of the server's kill.
+const DOOMED_SESSION: Duration = Duration::from_secs(2);
 const EACH_CHANGE: Duration = Duration::from_secs(15);
 
 async fn next(watch: &mut RecursiveWatch, what: &str) -> Option<Change> {
@@ -57,10 +59,35 @@ async fn a_watch_reads_all_first_again_after_a_disconnection_and_ends_with_its_s
         );
     }
 
+    // A watch ends with its session: a second client's, with a short timeout, which its
+    // client gives up on by itself while the server is down (about 1.4 × the timeout).
+    let doomed = Client::connector()
+        .with_session_timeout(DOOMED_SESSION)
+        .connect(&zk.connect_string())
+        .await
+        .expect("a second session");
+    let mut ending = RecursiveWatch::add(&doomed, "/w").await.expect("its watch");
+    assert_eq!(
+        next(&mut ending, "its first change").await,
+        Some(Change::ReadAll)
+    );
+
     zk.kill(0).expect("kill the server");
     assert_eq!(
         next(&mut watch, "the disconnection").await,
         Some(Change::Disconnected)
+    );
+    loop {
+        match next(&mut ending, "the end of the short session").await {
+            None => break,
+            Some(Change::Disconnected) => {}
+            Some(other) => panic!("a change while no server runs: {other:?}"),
+        }
+    }
+    assert_eq!(
+        ending.changed().await,
+        None,
+        "and ever after, without polling the client's watcher again (it panics)"
     );
     zk.restart(0).await.expect("restart the server");
     assert_eq!(
@@ -76,22 +103,5 @@ async fn a_watch_reads_all_first_again_after_a_disconnection_and_ends_with_its_s
             kind: EventType::NodeDeleted
         }),
         "the watch still follows on the same session"
-    );
-
-    expire_session(&zk.connect_string(), client.session())
-        .await
-        .expect("expire the session");
-    loop {
-        match next(&mut watch, "the end of the session").await {
-            None => break,
-            // A disconnection and the reconnect's re-read may come before the expiry is seen.
-            Some(Change::Disconnected | Change::ReadAll) => {}
-            Some(other) => panic!("a change after the session expired: {other:?}"),
-        }
-    }
-    assert_eq!(
-        watch.changed().await,
-        None,
-        "and ever after, without polling the client's watcher again (it panics)"
     );
 }

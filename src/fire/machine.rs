@@ -25,9 +25,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::config::{Concurrency, JobConfig, KeepOutput};
+use crate::config::{Concurrency, JobConfig, KeepOutput, OnInterrupted};
 use crate::control::{Pause, Pauses};
-use crate::delayed::submission::SubmissionId;
+use crate::delayed::submission::{Submission, SubmissionId};
 use crate::fire::queue::FireQueue;
 use crate::ids::{FencingToken, JobName, NodeId};
 use crate::lock::LockStatus;
@@ -278,11 +278,32 @@ impl FireMachine {
                 generation,
                 through,
                 result,
-            } => self.delayed_scanned(generation, through, result, now, &mut out),
-            Input::SubmissionCreated { bucket, id, job } => {
-                self.submission_created(bucket, id, job, &mut out)
+            } => {
+                let found = if self.lock.may_fire {
+                    self.delayed.scanned(generation, through, result, now)
+                } else {
+                    None
+                };
+                if let Some(found) = found {
+                    for (id, submission) in found {
+                        self.consider(id, submission, now, &mut out);
+                    }
+                    self.delayed_tick(now, &mut out);
+                }
             }
-            Input::SubmissionRead { id, result } => self.submission_read(id, result, now, &mut out),
+            Input::SubmissionCreated { bucket, id, job } => {
+                if self.lock.may_fire && self.wanted.reads(job.as_ref()) {
+                    out.extend(self.delayed.created(bucket, id));
+                }
+            }
+            Input::SubmissionRead { id, result } => {
+                if let Some(submission) = self.delayed.read(&id, result)
+                    && self.lock.may_fire
+                {
+                    self.consider(id, submission, now, &mut out);
+                    self.delayed_tick(now, &mut out);
+                }
+            }
             Input::PausesRead(pauses) => self.pauses_read(pauses, now, &mut out),
             Input::ClockStepped { by } => self.clock_stepped(by),
             Input::ReleaseRequested => self.release_requested(now, &mut out),
@@ -444,6 +465,191 @@ impl FireMachine {
         self.maybe_hand_over(now, out);
     }
 
+    /// Reads the next buckets when the horizon reaches them, and claims what is due.
+    fn delayed_tick(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
+        if !self.lock.may_fire || self.stopping.is_some() {
+            return;
+        }
+        self.delayed.tick(now, &self.wanted, out);
+        self.claim_due_submissions(now, out);
+    }
+
+    /// Claims the submissions that are due, oldest first across jobs, each job up to its
+    /// `max_running`.
+    fn claim_due_submissions(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
+        if !self.lock.may_fire || self.stopping.is_some() {
+            return;
+        }
+        let room = self
+            .delayed
+            .jobs_due()
+            .filter_map(|job| {
+                // A paused job's submissions stay pending until it is resumed.
+                let max = if self.steering.paused(job) {
+                    0
+                } else {
+                    self.jobs.get(job)?.config.max_running
+                };
+                Some((job.clone(), max.saturating_sub(self.open_runs_of(job))))
+            })
+            .collect();
+        for (job, item) in self.delayed.take_due(now + self.claim_ahead, room) {
+            self.claim_item(&job, item, false, now, out);
+        }
+    }
+
+    /// A pending submission read from ZooKeeper: the delayed queue's to hold, or recorded
+    /// `missed` through the fenced claim.
+    fn consider(
+        &mut self,
+        id: SubmissionId,
+        submission: Submission,
+        now: DateTime<Utc>,
+        out: &mut Vec<Action>,
+    ) {
+        if self.elsewhere.contains(&submission.job) {
+            return;
+        }
+        let claimed_due = self.claims.due_of_submission(id.as_str());
+        let config = self
+            .jobs
+            .get(&submission.job)
+            .map(|state| Arc::clone(&state.config))
+            .filter(|config| config.enabled);
+        let job = submission.job.clone();
+        let named = submission.marker_names_job;
+        let considered =
+            self.delayed
+                .consider(id.clone(), submission, claimed_due, config.as_deref(), now);
+        let (delayed::Considered::Missed { due }, Some(config), Some(token)) =
+            (considered, config, self.lock.token)
+        else {
+            return;
+        };
+        let me = (&self.me.node_id, self.me.ip.as_str());
+        let mut record = RunRecord::claimed_submission(
+            &job,
+            due.timestamp_millis(),
+            &id,
+            me,
+            token,
+            now.timestamp_millis(),
+        );
+        record.marker_names_job = named;
+        record.status = RunStatus::Missed;
+        record.error = Some("beyond starting_deadline: no node could fire it in time".to_owned());
+        record.missed_from_unix_ms = Some(record.scheduled_unix_ms);
+        record.missed_ticks = Some(1);
+        self.claim_record_only(&config, record, out);
+    }
+
+    /// Answer to [`Action::ListRecords`]: catch-up decides, the router sends what it decided.
+    fn records_listed(
+        &mut self,
+        job: &JobName,
+        result: Result<JobRecords, String>,
+        now: DateTime<Utc>,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(token) = self.lock.token.filter(|_| self.lock.may_fire) else {
+            return;
+        };
+        let Some(state) = self.jobs.get_mut(job) else {
+            return;
+        };
+        let Some(catch_up) = state.catch_up.as_mut().filter(|c| c.awaits_listing()) else {
+            return; // a listing for a catch-up that was dropped meanwhile
+        };
+        let records = match result {
+            Ok(records) => records,
+            Err(why) => {
+                let again = chrono::Duration::from_std(RELIST_AFTER).unwrap_or_default();
+                tracing::warn!(job = %job, error = why, retry_in = ?RELIST_AFTER, "catch-up: cannot list runs");
+                state.catch_up = None;
+                self.relist_at.insert(job.clone(), now + again);
+                return self.advance(job, now, out);
+            }
+        };
+        self.streaks.learned(job, &records.newest);
+        let ground = catch_up::Ground {
+            me: &self.me,
+            token,
+            config: &state.config,
+            runs: &self.runs,
+            newest_tick: state.newest_tick,
+            first_handled: state
+                .held
+                .iter()
+                .map(|item| item.tick)
+                .chain(self.queue.next_of(job))
+                .min(),
+            outage: self.outage,
+            now,
+        };
+        let not_started = std::mem::take(&mut state.not_started);
+        let listed = catch_up.listed(&ground, records, not_started);
+        let (config, decided) = (Arc::clone(&state.config), catch_up.decided());
+        out.extend(listed.marks);
+        for retry in listed.retries {
+            self.runs.schedule_retry(retry);
+        }
+        for record in listed.records {
+            match record {
+                catch_up::RecordOnly::Create(record) => {
+                    self.claim_record_only(&config, record, out)
+                }
+                catch_up::RecordOnly::Again(record, version) => {
+                    self.claim_record_again(&config, record, version, out)
+                }
+            }
+        }
+        if let (Some(state), Some(latest)) = (self.jobs.get_mut(job), listed.latest) {
+            state.raise_newest_tick(latest);
+        }
+        if decided {
+            self.catch_up_decided(job, now, out);
+        }
+    }
+
+    /// Answer to [`Action::MarkInterrupted`].
+    fn marked(
+        &mut self,
+        record: RunRecord,
+        result: Result<i32, String>,
+        now: DateTime<Utc>,
+        out: &mut Vec<Action>,
+    ) {
+        let job = record.job.clone();
+        let Some(state) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        let rerun = state.config.on_interrupted == OnInterrupted::Rerun;
+        let Some(catch_up) = state.catch_up.as_mut() else {
+            return;
+        };
+        let told = catch_up.marked(record, result, rerun, now);
+        let decided = catch_up.decided();
+        if let Some((record, again)) = told {
+            self.tell(&record, again, out);
+        }
+        if decided {
+            self.catch_up_decided(&job, now, out);
+        }
+    }
+
+    /// Everything is known: reruns first, then missed ticks oldest first, then the ticks held
+    /// behind them.
+    fn catch_up_decided(&mut self, job: &JobName, now: DateTime<Utc>, out: &mut Vec<Action>) {
+        let Some(state) = self.jobs.get_mut(job) else {
+            return;
+        };
+        let Some(catch_up) = state.catch_up.take() else {
+            return;
+        };
+        state.backlog.extend(catch_up.into_backlog(job));
+        self.advance(job, now, out);
+    }
+
     /// A job's tick has come up (`claim_ahead` before its time).
     fn due(
         &mut self,
@@ -456,8 +662,9 @@ impl FireMachine {
         if is_late(job, tick, now) {
             // Popped late: the process was stopped or starved past the tick.
             tracing::warn!(job = %name, %tick, "tick missed: its time passed while this node could not fire");
-            if self.lock.may_fire {
-                self.record_stalled_gap(job, tick, now, out);
+            if let Some(token) = self.lock.token.filter(|_| self.lock.may_fire) {
+                let record = catch_up::stalled_gap(&self.me, token, job, tick, now);
+                self.claim_record_only(job, record, out);
             }
             return;
         }
@@ -1331,7 +1538,13 @@ impl FireMachine {
         if !late.is_empty() {
             tracing::warn!(job = %job, ticks = late.len(), "tick missed: catch-up ran past its time");
             let ticks: Vec<DateTime<Utc>> = late.iter().map(|item| item.tick).collect();
-            self.record_late_held(&config, &ticks, now, out);
+            if let Some(record) = self
+                .lock
+                .token
+                .and_then(|token| catch_up::late_held(&self.me, token, &config, &ticks, now))
+            {
+                self.claim_record_only(&config, record, out);
+            }
         }
         for item in in_time {
             self.claim_item(job, item, false, now, out);
@@ -1919,7 +2132,7 @@ impl FireMachine {
 }
 
 /// A failed catch-up listing is tried again after this long.
-pub(super) const RELIST_AFTER: Duration = Duration::from_secs(5);
+const RELIST_AFTER: Duration = Duration::from_secs(5);
 
 /// What a job keeps of its finished runs: its newest `history` records, and each pruned
 /// submission's id for `dedup_window` after its run ended.

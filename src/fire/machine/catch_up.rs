@@ -3,17 +3,19 @@
 //! (`on_interrupted`), decide about ticks nobody fired (`misfire`, `starting_deadline`), and
 //! record every gap as one `missed` record.
 //!
-//! Owns: which records are interrupted, which missed ticks start and in what order, the gaps'
-//! reasons. A brand-new job (no records) never backfills.
-//! Must not: do I/O (the listing comes in as [`JobRecords`]) or fire on-time ticks.
+//! Owns: one job's catch-up while it is decided ([`CatchUp`]), which records are interrupted,
+//! which missed ticks start and in what order, the gaps' reasons. A brand-new job (no records)
+//! never backfills. It decides and hands back what to send: the router claims.
+//! Must not: do I/O (the listing comes in as [`JobRecords`]), fire on-time ticks, or reach into
+//! the router's state (what it needs comes in as [`Ground`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
-use super::protocol::JobRecords;
-use super::{Action, FireMachine, FireReason, Item};
+use super::protocol::{Action, FireReason, Item, JobRecords, Me};
+use super::runs::{Retry, Runs};
 use crate::config::{Concurrency, JobConfig, Misfire, OnInterrupted};
 use crate::delayed::submission::SubmissionId;
 use crate::ids::{FencingToken, JobName, NodeId};
@@ -71,45 +73,59 @@ impl Gap {
     }
 }
 
-impl FireMachine {
-    pub(super) fn records_listed(
+/// What catch-up needs to know of the node, at the time of the listing.
+pub(super) struct Ground<'a> {
+    pub me: &'a Me,
+    pub token: FencingToken,
+    pub config: &'a Arc<JobConfig>,
+    /// The runs alive or retrying on this node.
+    pub runs: &'a Runs,
+    /// The newest tick of the job started here or found recorded.
+    pub newest_tick: Option<DateTime<Utc>>,
+    /// The first tick this node handles itself (held behind catch-up, or queued).
+    pub first_handled: Option<DateTime<Utc>>,
+    /// The latest stretch without a connection to ZooKeeper: `(from, until)`.
+    pub outage: Option<(DateTime<Utc>, Option<DateTime<Utc>>)>,
+    pub now: DateTime<Utc>,
+}
+
+/// A record that starts nothing, for the router to send through the fenced claim.
+#[derive(Debug)]
+pub(super) enum RecordOnly {
+    /// A new record (a gap's `missed`).
+    Create(RunRecord),
+    /// Written over the stored record at its version (a retry past its deadline).
+    Again(RunRecord, i32),
+}
+
+/// What a job's listing decided, for the router to act on in this order: the marks, the
+/// retries kept, the records written, then the catch-up's plan.
+#[derive(Debug, Default)]
+pub(super) struct Listed {
+    /// [`Action::MarkInterrupted`] for each run its owner left open.
+    pub marks: Vec<Action>,
+    pub retries: Vec<Retry>,
+    pub records: Vec<RecordOnly>,
+    /// The newest tick the ledger holds for the job.
+    pub latest: Option<DateTime<Utc>>,
+}
+
+impl CatchUp {
+    /// Still waiting for its listing (a listing for a catch-up dropped meanwhile is not).
+    pub fn awaits_listing(&self) -> bool {
+        self.planned.is_none()
+    }
+
+    /// Decides about the listing of `records`: marks, retries, gaps and the ticks to start.
+    /// `not_started`: runs of ours that never started, kept for this catch-up.
+    pub fn listed(
         &mut self,
-        job: &JobName,
-        result: Result<JobRecords, String>,
-        now: DateTime<Utc>,
-        out: &mut Vec<Action>,
-    ) {
-        let Some(token) = self.lock.token.filter(|_| self.lock.may_fire) else {
-            return;
-        };
-        let Some(state) = self.jobs.get(job) else {
-            return;
-        };
-        if state.catch_up.as_ref().is_none_or(|c| c.planned.is_some()) {
-            return; // a listing for a catch-up that was dropped meanwhile
-        }
-        let config = Arc::clone(&state.config);
-        let records = match result {
-            Ok(records) => records,
-            Err(why) => {
-                let again = chrono::Duration::from_std(super::RELIST_AFTER).unwrap_or_default();
-                tracing::warn!(job = %job, error = why, retry_in = ?super::RELIST_AFTER, "catch-up: cannot list runs");
-                if let Some(state) = self.jobs.get_mut(job) {
-                    state.catch_up = None;
-                }
-                self.relist_at.insert(job.clone(), now + again);
-                return self.advance(job, now, out);
-            }
-        };
-        self.streaks.learned(job, &records.newest);
-        let mut marks = 0;
+        ground: &Ground<'_>,
+        records: JobRecords,
+        not_started: Vec<Item>,
+    ) -> Listed {
+        let mut listed = Listed::default();
         let mut unstarted = Vec::new();
-        // Runs of ours that never started, kept for this catch-up: taken over below.
-        let not_started = self
-            .jobs
-            .get_mut(job)
-            .map(|state| std::mem::take(&mut state.not_started))
-            .unwrap_or_default();
         let kept = |record: &RunRecord| {
             not_started.iter().any(|item| {
                 item.again
@@ -119,8 +135,8 @@ impl FireMachine {
         };
         for (record, version) in &records.newest {
             if record.status.is_final()
-                || record.fencing_token >= token
-                || self.runs.alive_of_run(&record.run_id)
+                || record.fencing_token >= ground.token
+                || ground.runs.alive_of_run(&record.run_id)
                 || kept(record)
             {
                 continue;
@@ -129,27 +145,22 @@ impl FireMachine {
                 // A submission's run is recorded `running` before its process starts, so a
                 // record still `claimed` never ran: it is taken over, whatever on_interrupted
                 // says. The claim's compare-and-set fences a previous owner that wakes up.
-                match records.payloads.get(id) {
-                    Some(payload) => unstarted.push(Item {
+                match submission_of(record, id, &records.payloads) {
+                    Some(submission) => unstarted.push(Item {
                         tick: DateTime::from_timestamp_millis(record.scheduled_unix_ms)
-                            .unwrap_or(now),
+                            .unwrap_or(ground.now),
                         reason: FireReason::CaughtUp,
                         again: Some((record.clone(), *version)),
-                        submission: Some(SubmissionInput {
-                            id: id.as_str().to_owned(),
-                            payload: Arc::clone(payload),
-                            requested_by: record.requested_by.clone(),
-                            marker_names_job: record.marker_names_job,
-                        }),
+                        submission: Some(submission),
                     }),
                     None => {
-                        tracing::warn!(job = %job, id = %id, "claimed submission not taken over: its submission node is gone");
+                        tracing::warn!(job = %record.job, id = %id, "claimed submission not taken over: its submission node is gone");
                     }
                 }
                 continue;
             }
             if records.guard_holder.as_deref() == Some(record.run_id.as_str())
-                || self.may_still_run(&config, record, &records.live_members)
+                || may_still_run(ground, record, &records.live_members)
             {
                 continue;
             }
@@ -159,364 +170,321 @@ impl FireMachine {
                 "node {} lost the lock before the run ended",
                 record.node_id
             ));
-            marks += 1;
-            out.push(Action::MarkInterrupted {
+            self.marks_out += 1;
+            listed.marks.push(Action::MarkInterrupted {
                 record: marked,
                 version: *version,
-                closes: config.on_interrupted != OnInterrupted::Rerun,
+                closes: ground.config.on_interrupted != OnInterrupted::Rerun,
             });
         }
-        self.resume_retries(&config, &records, token, now, out);
+        resume_retries(ground, &records, &mut listed);
         let latest = records.ticks.iter().copied().max();
-        let planned = self.plan_missed(&config, latest, now, out);
-        if let (Some(state), Some(latest)) = (
-            self.jobs.get_mut(job),
-            latest.and_then(DateTime::from_timestamp_millis),
-        ) {
-            state.raise_newest_tick(latest);
-        }
-        let Some(catch_up) = self.jobs.get_mut(job).and_then(|s| s.catch_up.as_mut()) else {
-            return;
-        };
-        catch_up.planned = Some(planned);
-        catch_up.payloads = records.payloads;
-        catch_up.reruns.extend(not_started);
-        catch_up.reruns.extend(unstarted);
-        catch_up.marks_out += marks;
-        if catch_up.marks_out == 0 {
-            self.catch_up_decided(job, now, out);
-        }
+        let planned = plan_missed(ground, latest, &mut listed.records);
+        listed.latest = latest.and_then(DateTime::from_timestamp_millis);
+        self.planned = Some(planned);
+        self.payloads = records.payloads;
+        self.reruns.extend(not_started);
+        self.reruns.extend(unstarted);
+        listed
     }
 
-    /// Retries that an earlier owner promised in a failed run's record (`retry_at_unix_ms`): kept
-    /// at their time as the runs' next attempts, through the same fenced claim, so each attempt
-    /// runs once whoever owns the lock then (issue 24). One whose time is older than the job's
-    /// `starting_deadline` is recorded missed instead.
-    fn resume_retries(
-        &mut self,
-        config: &Arc<JobConfig>,
-        records: &JobRecords,
-        token: FencingToken,
-        now: DateTime<Utc>,
-        out: &mut Vec<Action>,
-    ) {
-        let deadline = chrono::Duration::from_std(config.starting_deadline).unwrap_or_default();
-        for (record, version) in &records.newest {
-            let Some(at) = record
-                .retry_at_unix_ms
-                .and_then(DateTime::from_timestamp_millis)
-            else {
-                continue;
-            };
-            if !matches!(record.status, RunStatus::Failed | RunStatus::TimedOut)
-                || self.runs.retry_waits(&record.run_id)
-                || self.runs.alive_of_run(&record.run_id)
-            {
-                continue;
-            }
-            let submission = match &record.submission_id {
-                None => None,
-                Some(id) => match records.payloads.get(id) {
-                    Some(payload) => Some(SubmissionInput {
-                        id: id.as_str().to_owned(),
-                        payload: Arc::clone(payload),
-                        requested_by: record.requested_by.clone(),
-                        marker_names_job: record.marker_names_job,
-                    }),
-                    None => {
-                        tracing::warn!(job = %record.job, id = %id, "retry not resumed: its submission node is gone");
-                        continue;
-                    }
-                },
-            };
-            // A submission's retry is a promise to its submitter: kept however late. A tick's
-            // is held to the job's starting_deadline, like the tick itself.
-            if record.submission_id.is_none() && at + deadline < now {
-                tracing::warn!(job = %record.job, run_id = record.run_id, attempt = record.attempt + 1, due = %at, "retry missed: older than the job's starting_deadline");
-                let me = (&self.me.node_id, self.me.ip.as_str());
-                let mut missed = record.next_attempt(me, token, now.timestamp_millis());
-                missed.status = RunStatus::Missed;
-                missed.error = Some(format!(
-                    "attempt {} (a retry due at {at}) was past its starting_deadline when a node could start it",
-                    missed.attempt
-                ));
-                missed.missed_from_unix_ms = Some(missed.scheduled_unix_ms);
-                missed.missed_ticks = Some(1);
-                self.claim_record_again(config, missed, *version, out);
-                continue;
-            }
-            self.runs.schedule_retry(super::runs::Retry {
-                at,
-                record: record.clone(),
-                version: *version,
-                submission,
-                resumed: true,
-            });
-        }
-    }
-
-    /// An open record of an unguarded job whose node is still a live member may be finishing
-    /// (`on_lost = finish`); for a guarded job the guard is the proof, and our own earlier
-    /// process is gone.
-    fn may_still_run(&self, config: &JobConfig, record: &RunRecord, live: &[NodeId]) -> bool {
-        config.concurrency != Concurrency::Forbid
-            && record.node_id != self.me.node_id
-            && live.contains(&record.node_id)
-    }
-
-    pub(super) fn marked(
+    /// Answer to [`Action::MarkInterrupted`]: the record as stored, and whether its run starts
+    /// again (for its notice), if it was marked.
+    pub fn marked(
         &mut self,
         record: RunRecord,
         result: Result<i32, String>,
+        rerun: bool,
         now: DateTime<Utc>,
-        out: &mut Vec<Action>,
-    ) {
-        let job = record.job.clone();
-        let Some(state) = self.jobs.get_mut(&job) else {
-            return;
-        };
-        let rerun = state.config.on_interrupted == OnInterrupted::Rerun;
-        let Some(catch_up) = state.catch_up.as_mut() else {
-            return;
-        };
-        catch_up.marks_out = catch_up.marks_out.saturating_sub(1);
-        let mut stored = None;
-        match result {
-            Ok(version) => {
-                tracing::warn!(job = %job, run_id = record.run_id, node = %record.node_id, "run interrupted by the loss of its owner");
-                let told = record.clone();
-                let submission = match &record.submission_id {
-                    None => Ok(None),
-                    Some(id) => match catch_up.payloads.get(id) {
-                        Some(payload) => Ok(Some(SubmissionInput {
-                            id: id.as_str().to_owned(),
-                            payload: Arc::clone(payload),
-                            requested_by: record.requested_by.clone(),
-                            marker_names_job: record.marker_names_job,
-                        })),
-                        None => Err(id.clone()),
-                    },
-                };
-                stored = Some((told, rerun && submission.is_ok()));
-                match (rerun, submission) {
-                    (true, Ok(submission)) => {
-                        let tick = DateTime::from_timestamp_millis(record.scheduled_unix_ms)
-                            .unwrap_or(now);
-                        catch_up.reruns.push(Item {
-                            tick,
-                            reason: FireReason::Rerun,
-                            again: Some((record, version)),
-                            submission,
-                        });
-                    }
-                    (true, Err(id)) => {
-                        tracing::warn!(job = %job, id = %id, "interrupted submission not rerun: its submission node is gone");
-                    }
-                    (false, _) => {}
-                }
-            }
+    ) -> Option<(RunRecord, bool)> {
+        self.marks_out = self.marks_out.saturating_sub(1);
+        let version = match result {
+            Ok(version) => version,
             Err(why) => {
-                tracing::warn!(job = %job, run_id = record.run_id, error = why, "interrupted run not marked (the record changed meanwhile)");
+                tracing::warn!(job = %record.job, run_id = record.run_id, error = why, "interrupted run not marked (the record changed meanwhile)");
+                return None;
             }
+        };
+        tracing::warn!(job = %record.job, run_id = record.run_id, node = %record.node_id, "run interrupted by the loss of its owner");
+        let told = record.clone();
+        let submission = match &record.submission_id {
+            None => Ok(None),
+            Some(id) => submission_of(&record, id, &self.payloads)
+                .map(Some)
+                .ok_or(id),
+        };
+        let again = rerun && submission.is_ok();
+        match (rerun, submission) {
+            (true, Ok(submission)) => {
+                let tick = DateTime::from_timestamp_millis(record.scheduled_unix_ms).unwrap_or(now);
+                self.reruns.push(Item {
+                    tick,
+                    reason: FireReason::Rerun,
+                    again: Some((record.clone(), version)),
+                    submission,
+                });
+            }
+            (true, Err(id)) => {
+                tracing::warn!(job = %record.job, id = %id, "interrupted submission not rerun: its submission node is gone");
+            }
+            (false, _) => {}
         }
-        let decided = catch_up.marks_out == 0 && catch_up.planned.is_some();
-        if let Some((record, again)) = stored {
-            self.tell(&record, again, out);
-        }
-        if decided {
-            self.catch_up_decided(&job, now, out);
-        }
+        Some((told, again))
     }
 
-    /// Everything is known: reruns first, then missed ticks oldest first, then the ticks held
-    /// behind them.
-    fn catch_up_decided(&mut self, job: &JobName, now: DateTime<Utc>, out: &mut Vec<Action>) {
-        let Some(state) = self.jobs.get_mut(job) else {
-            return;
-        };
-        let Some(mut catch_up) = state.catch_up.take() else {
-            return;
-        };
-        catch_up.reruns.sort_by_key(|item| item.tick);
-        for item in catch_up.reruns {
+    /// Everything is known: the listing is in and no mark is out.
+    pub fn decided(&self) -> bool {
+        self.marks_out == 0 && self.planned.is_some()
+    }
+
+    /// The items to start, in order: reruns first, then missed ticks oldest first.
+    pub fn into_backlog(mut self, job: &JobName) -> impl Iterator<Item = Item> {
+        self.reruns.sort_by_key(|item| item.tick);
+        for item in &self.reruns {
             tracing::info!(job = %job, tick = %item.tick, "rerunning the interrupted run");
-            state.backlog.push_back(item);
         }
-        state.backlog.extend(catch_up.planned.into_iter().flatten());
-        self.advance(job, now, out);
-    }
-
-    /// The ticks after the job's latest record that nobody fired, and before the first tick this
-    /// node handles itself: which start (per `misfire`, within `starting_deadline`), and one
-    /// `missed` record per gap for the others.
-    fn plan_missed(
-        &mut self,
-        config: &Arc<JobConfig>,
-        latest_ms: Option<i64>,
-        now: DateTime<Utc>,
-        out: &mut Vec<Action>,
-    ) -> Vec<Item> {
-        let name = &config.spec.name;
-        // A brand-new job has no record: nothing was missed, nothing backfills.
-        let Some(latest) = latest_ms.and_then(DateTime::from_timestamp_millis) else {
-            return Vec::new();
-        };
-        let Some(state) = self.jobs.get(name) else {
-            return Vec::new();
-        };
-        // A missed tick older than one already started here is covered by it.
-        let after = state
-            .newest_tick
-            .map_or(latest, |started| started.max(latest));
-        let first_handled = state
-            .held
-            .iter()
-            .map(|item| item.tick)
-            .chain(self.queue.next_of(name))
-            .min();
-        let horizon = chrono::Duration::from_std(config.starting_deadline)
-            .ok()
-            .and_then(|deadline| now.checked_sub_signed(deadline))
-            .unwrap_or(DateTime::<Utc>::MIN_UTC);
-        let mut beyond: Option<Gap> = None;
-        let mut within = Vec::new();
-        let mut cursor = after;
-        while let Some(next) = config
-            .next_tick_after(cursor)
-            .filter(|next| *next <= now && first_handled.is_none_or(|first| *next < first))
-        {
-            cursor = next;
-            if next >= horizon {
-                within.push(next);
-                continue;
-            }
-            Gap::add(&mut beyond, next);
-            if beyond.is_some_and(|gap| gap.count >= GAP_COUNT_LIMIT) {
-                // A very long outage: count no further; the record says "at least".
-                cursor = cursor.max(horizon - chrono::Duration::milliseconds(1));
-            }
-        }
-        if let Some(gap) = beyond {
-            let cause = self.gap_cause(gap);
-            let deadline = humantime::format_duration(config.starting_deadline);
-            let at_least = if gap.count >= GAP_COUNT_LIMIT {
-                "at least "
-            } else {
-                ""
-            };
-            let why = format!("{cause}; {at_least}older than starting_deadline ({deadline})");
-            self.record_gap(config, gap, &why, now, out);
-        }
-        let Some(gap) = Gap::of(&within) else {
-            return Vec::new();
-        };
-        let cause = self.gap_cause(gap);
-        let start = match config.misfire {
-            Misfire::Skip => {
-                tracing::info!(job = %name, missed = within.len(), "missed ticks skipped (misfire = skip)");
-                let why = format!("{cause}; not caught up (misfire = skip)");
-                self.record_gap(config, gap, &why, now, out);
-                return Vec::new();
-            }
-            Misfire::RunOnce => {
-                let last = within.split_off(within.len() - 1);
-                if let Some(gap) = Gap::of(&within) {
-                    let why =
-                        format!("{cause}; only the latest missed tick ran (misfire = run_once)");
-                    self.record_gap(config, gap, &why, now, out);
-                }
-                last
-            }
-            Misfire::RunAll => within,
-        };
-        tracing::info!(job = %name, ticks = start.len(), policy = ?config.misfire, "catching up missed ticks");
-        start
+        self.reruns
             .into_iter()
-            .map(|tick| Item {
-                submission: None,
-                tick,
-                reason: FireReason::CaughtUp,
-                again: None,
-            })
-            .collect()
+            .chain(self.planned.into_iter().flatten())
     }
+}
 
-    /// Why nobody fired a gap: this node was cut off from ZooKeeper during it, or no node owned
-    /// the lock (the owner died and the takeover delay ran).
-    fn gap_cause(&self, gap: Gap) -> &'static str {
-        match self.outage {
-            Some((from, until)) if from <= gap.last && until.is_none_or(|u| u >= gap.first) => {
-                "zookeeper was unreachable"
-            }
-            _ => "no node owned the lock",
-        }
-    }
+/// The submission input of `record`'s submission `id`, if its payload was read.
+fn submission_of(
+    record: &RunRecord,
+    id: &SubmissionId,
+    payloads: &HashMap<SubmissionId, Arc<Vec<u8>>>,
+) -> Option<SubmissionInput> {
+    Some(SubmissionInput {
+        id: id.as_str().to_owned(),
+        payload: Arc::clone(payloads.get(id)?),
+        requested_by: record.requested_by.clone(),
+        marker_names_job: record.marker_names_job,
+    })
+}
 
-    /// A tick popped long after its time while this node owned the lock: it was stopped or
-    /// starved. The gap runs to the last tick before now (the queue skips past them).
-    pub(super) fn record_stalled_gap(
-        &mut self,
-        config: &Arc<JobConfig>,
-        tick: DateTime<Utc>,
-        now: DateTime<Utc>,
-        out: &mut Vec<Action>,
-    ) {
-        let mut gap = Gap {
-            first: tick,
-            last: tick,
-            count: 1,
+/// Retries that an earlier owner promised in a failed run's record (`retry_at_unix_ms`): kept
+/// at their time as the runs' next attempts, through the same fenced claim, so each attempt
+/// runs once whoever owns the lock then (issue 24). One whose time is older than the job's
+/// `starting_deadline` is recorded missed instead.
+fn resume_retries(ground: &Ground<'_>, records: &JobRecords, listed: &mut Listed) {
+    let now = ground.now;
+    let deadline = chrono::Duration::from_std(ground.config.starting_deadline).unwrap_or_default();
+    for (record, version) in &records.newest {
+        let Some(at) = record
+            .retry_at_unix_ms
+            .and_then(DateTime::from_timestamp_millis)
+        else {
+            continue;
         };
-        while let Some(next) = config.next_tick_after(gap.last).filter(|t| *t <= now) {
-            if gap.count >= GAP_COUNT_LIMIT {
-                break;
-            }
-            gap.last = next;
-            gap.count += 1;
+        if !matches!(record.status, RunStatus::Failed | RunStatus::TimedOut)
+            || ground.runs.retry_waits(&record.run_id)
+            || ground.runs.alive_of_run(&record.run_id)
+        {
+            continue;
         }
-        let why = "this node was stalled past the ticks (a frozen process or an overloaded host)";
-        self.record_gap(config, gap, why, now, out);
-    }
-
-    /// Ticks held behind catch-up that it delayed past the late-tick rule.
-    pub(super) fn record_late_held(
-        &mut self,
-        config: &Arc<JobConfig>,
-        ticks: &[DateTime<Utc>],
-        now: DateTime<Utc>,
-        out: &mut Vec<Action>,
-    ) {
-        if let Some(gap) = Gap::of(ticks) {
-            let why = "catch-up before them ran past their time";
-            self.record_gap(config, gap, why, now, out);
-        }
-    }
-
-    /// One `missed` record for the gap, named by its last tick (so the job's progress is right
-    /// for the next catch-up), written through the fenced claim.
-    fn record_gap(
-        &mut self,
-        config: &Arc<JobConfig>,
-        gap: Gap,
-        why: &str,
-        now: DateTime<Utc>,
-        out: &mut Vec<Action>,
-    ) {
-        let Some(token) = self.lock.token else {
-            return;
+        let submission = match &record.submission_id {
+            None => None,
+            Some(id) => match submission_of(record, id, &records.payloads) {
+                Some(submission) => Some(submission),
+                None => {
+                    tracing::warn!(job = %record.job, id = %id, "retry not resumed: its submission node is gone");
+                    continue;
+                }
+            },
         };
-        tracing::info!(job = %config.spec.name, from = %gap.first, to = %gap.last, ticks = gap.count, reason = why, "missed ticks recorded");
-        let me = (&self.me.node_id, self.me.ip.as_str());
-        let mut record = RunRecord::claimed(
-            &config.spec.name,
-            gap.last.timestamp_millis(),
-            me,
-            token,
-            now.timestamp_millis(),
-        );
-        record.status = RunStatus::Missed;
-        record.error = Some(why.to_owned());
-        record.missed_from_unix_ms = Some(gap.first.timestamp_millis());
-        record.missed_ticks = Some(gap.count);
-        self.claim_record_only(config, record, out);
+        // A submission's retry is a promise to its submitter: kept however late. A tick's
+        // is held to the job's starting_deadline, like the tick itself.
+        if record.submission_id.is_none() && at + deadline < now {
+            tracing::warn!(job = %record.job, run_id = record.run_id, attempt = record.attempt + 1, due = %at, "retry missed: older than the job's starting_deadline");
+            let me = (&ground.me.node_id, ground.me.ip.as_str());
+            let mut missed = record.next_attempt(me, ground.token, now.timestamp_millis());
+            missed.status = RunStatus::Missed;
+            missed.error = Some(format!(
+                "attempt {} (a retry due at {at}) was past its starting_deadline when a node could start it",
+                missed.attempt
+            ));
+            missed.missed_from_unix_ms = Some(missed.scheduled_unix_ms);
+            missed.missed_ticks = Some(1);
+            listed.records.push(RecordOnly::Again(missed, *version));
+            continue;
+        }
+        listed.retries.push(Retry {
+            at,
+            record: record.clone(),
+            version: *version,
+            submission,
+            resumed: true,
+        });
     }
+}
+
+/// An open record of an unguarded job whose node is still a live member may be finishing
+/// (`on_lost = finish`); for a guarded job the guard is the proof, and our own earlier
+/// process is gone.
+fn may_still_run(ground: &Ground<'_>, record: &RunRecord, live: &[NodeId]) -> bool {
+    ground.config.concurrency != Concurrency::Forbid
+        && record.node_id != ground.me.node_id
+        && live.contains(&record.node_id)
+}
+
+/// The ticks after the job's latest record that nobody fired, and before the first tick this
+/// node handles itself: which start (per `misfire`, within `starting_deadline`), and one
+/// `missed` record per gap for the others.
+fn plan_missed(
+    ground: &Ground<'_>,
+    latest_ms: Option<i64>,
+    gaps: &mut Vec<RecordOnly>,
+) -> Vec<Item> {
+    let (config, now) = (ground.config, ground.now);
+    let name = &config.spec.name;
+    // A brand-new job has no record: nothing was missed, nothing backfills.
+    let Some(latest) = latest_ms.and_then(DateTime::from_timestamp_millis) else {
+        return Vec::new();
+    };
+    // A missed tick older than one already started here is covered by it.
+    let after = ground
+        .newest_tick
+        .map_or(latest, |started| started.max(latest));
+    let horizon = chrono::Duration::from_std(config.starting_deadline)
+        .ok()
+        .and_then(|deadline| now.checked_sub_signed(deadline))
+        .unwrap_or(DateTime::<Utc>::MIN_UTC);
+    let mut beyond: Option<Gap> = None;
+    let mut within = Vec::new();
+    let mut cursor = after;
+    while let Some(next) = config
+        .next_tick_after(cursor)
+        .filter(|next| *next <= now && ground.first_handled.is_none_or(|first| *next < first))
+    {
+        cursor = next;
+        if next >= horizon {
+            within.push(next);
+            continue;
+        }
+        Gap::add(&mut beyond, next);
+        if beyond.is_some_and(|gap| gap.count >= GAP_COUNT_LIMIT) {
+            // A very long outage: count no further; the record says "at least".
+            cursor = cursor.max(horizon - chrono::Duration::milliseconds(1));
+        }
+    }
+    if let Some(gap) = beyond {
+        let cause = gap_cause(ground, gap);
+        let deadline = humantime::format_duration(config.starting_deadline);
+        let at_least = if gap.count >= GAP_COUNT_LIMIT {
+            "at least "
+        } else {
+            ""
+        };
+        let why = format!("{cause}; {at_least}older than starting_deadline ({deadline})");
+        gaps.push(RecordOnly::Create(gap_record(ground, gap, &why)));
+    }
+    let Some(gap) = Gap::of(&within) else {
+        return Vec::new();
+    };
+    let cause = gap_cause(ground, gap);
+    let start = match config.misfire {
+        Misfire::Skip => {
+            tracing::info!(job = %name, missed = within.len(), "missed ticks skipped (misfire = skip)");
+            let why = format!("{cause}; not caught up (misfire = skip)");
+            gaps.push(RecordOnly::Create(gap_record(ground, gap, &why)));
+            return Vec::new();
+        }
+        Misfire::RunOnce => {
+            let last = within.split_off(within.len() - 1);
+            if let Some(gap) = Gap::of(&within) {
+                let why = format!("{cause}; only the latest missed tick ran (misfire = run_once)");
+                gaps.push(RecordOnly::Create(gap_record(ground, gap, &why)));
+            }
+            last
+        }
+        Misfire::RunAll => within,
+    };
+    tracing::info!(job = %name, ticks = start.len(), policy = ?config.misfire, "catching up missed ticks");
+    start
+        .into_iter()
+        .map(|tick| Item {
+            submission: None,
+            tick,
+            reason: FireReason::CaughtUp,
+            again: None,
+        })
+        .collect()
+}
+
+/// Why nobody fired a gap: this node was cut off from ZooKeeper during it, or no node owned
+/// the lock (the owner died and the takeover delay ran).
+fn gap_cause(ground: &Ground<'_>, gap: Gap) -> &'static str {
+    match ground.outage {
+        Some((from, until)) if from <= gap.last && until.is_none_or(|u| u >= gap.first) => {
+            "zookeeper was unreachable"
+        }
+        _ => "no node owned the lock",
+    }
+}
+
+/// A tick popped long after its time while this node owned the lock: it was stopped or
+/// starved. The gap runs to the last tick before now (the queue skips past them).
+pub(super) fn stalled_gap(
+    me: &Me,
+    token: FencingToken,
+    config: &JobConfig,
+    tick: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> RunRecord {
+    let mut gap = Gap {
+        first: tick,
+        last: tick,
+        count: 1,
+    };
+    while let Some(next) = config.next_tick_after(gap.last).filter(|t| *t <= now) {
+        if gap.count >= GAP_COUNT_LIMIT {
+            break;
+        }
+        gap.last = next;
+        gap.count += 1;
+    }
+    let why = "this node was stalled past the ticks (a frozen process or an overloaded host)";
+    missed_record(me, token, config, gap, why, now)
+}
+
+/// Ticks held behind catch-up that it delayed past the late-tick rule.
+pub(super) fn late_held(
+    me: &Me,
+    token: FencingToken,
+    config: &JobConfig,
+    ticks: &[DateTime<Utc>],
+    now: DateTime<Utc>,
+) -> Option<RunRecord> {
+    let why = "catch-up before them ran past their time";
+    Some(missed_record(me, token, config, Gap::of(ticks)?, why, now))
+}
+
+fn gap_record(ground: &Ground<'_>, gap: Gap, why: &str) -> RunRecord {
+    missed_record(ground.me, ground.token, ground.config, gap, why, ground.now)
+}
+
+/// One `missed` record for the gap, named by its last tick (so the job's progress is right for
+/// the next catch-up), for the fenced claim.
+fn missed_record(
+    me: &Me,
+    token: FencingToken,
+    config: &JobConfig,
+    gap: Gap,
+    why: &str,
+    now: DateTime<Utc>,
+) -> RunRecord {
+    tracing::info!(job = %config.spec.name, from = %gap.first, to = %gap.last, ticks = gap.count, reason = why, "missed ticks recorded");
+    let mut record = RunRecord::claimed(
+        &config.spec.name,
+        gap.last.timestamp_millis(),
+        (&me.node_id, me.ip.as_str()),
+        token,
+        now.timestamp_millis(),
+    );
+    record.status = RunStatus::Missed;
+    record.error = Some(why.to_owned());
+    record.missed_from_unix_ms = Some(gap.first.timestamp_millis());
+    record.missed_ticks = Some(gap.count);
+    record
 }

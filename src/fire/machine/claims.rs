@@ -186,6 +186,17 @@ impl Claims {
         self.submissions.contains(id)
     }
 
+    /// The due time of the claim of submission `id` held here.
+    pub fn due_of_submission(&self, id: &str) -> Option<i64> {
+        if !self.holds_submission(id) {
+            return None; // the common case, without a walk over every claim
+        }
+        self.by_id
+            .values()
+            .find(|pending| pending.submission.as_ref().is_some_and(|s| s.id == id))
+            .map(|pending| pending.tick.timestamp_millis())
+    }
+
     /// The claims of `job` held here that start a run.
     pub fn starting_of(&self, job: &JobName) -> usize {
         self.starting.get(job).copied().unwrap_or(0)

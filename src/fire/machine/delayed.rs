@@ -12,11 +12,11 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::{Action, FireMachine, FireReason, Item, MISSED_AFTER};
+use super::protocol::{Action, FireReason, Item, MISSED_AFTER, Wanted};
+use crate::config::JobConfig;
 use crate::delayed::submission::{DueBucket, Submission, SubmissionId};
 use crate::ids::JobName;
 use crate::run::SubmissionInput;
-use crate::run::{RunRecord, RunStatus};
 
 /// How far ahead of now the owner reads the due buckets: far enough that a bucket is in memory
 /// before its claims go out (`claim_ahead`), near enough that little is held in memory.
@@ -183,58 +183,55 @@ fn remove_after() -> chrono::Duration {
     chrono::Duration::from_std(REMOVE_AFTER).unwrap_or_default()
 }
 
-impl FireMachine {
-    /// Reads the next buckets when the horizon reaches them, and claims what is due.
-    pub(super) fn delayed_tick(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
-        if !self.lock.may_fire || self.stopping.is_some() {
-            return;
-        }
-        if self.delayed.next_scan().is_some_and(|at| at <= now) {
-            let queue = &mut self.delayed;
+/// What became of a pending submission read from ZooKeeper.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Considered {
+    /// Queued for its time, kept for a job that comes back, or already in hand.
+    Held,
+    /// Older than its job's `starting_deadline`: recorded `missed`, due at this time.
+    Missed { due: DateTime<Utc> },
+}
+
+impl DelayedQueue {
+    /// Reads the next buckets when the horizon reaches them, and offers past buckets for
+    /// removal. Called only while this node may fire and is not stopping.
+    pub fn tick(&mut self, now: DateTime<Utc>, wanted: &Wanted, out: &mut Vec<Action>) {
+        if self.next_scan().is_some_and(|at| at <= now) {
             let through = DueBucket::of((now + horizon()).timestamp_millis());
-            queue.scanning = Some(through);
-            queue.retry_at = None;
-            let after = if queue.from_oldest {
+            self.scanning = Some(through);
+            self.retry_at = None;
+            let after = if self.from_oldest {
                 None
             } else {
-                queue.read_through
+                self.read_through
             };
             out.push(Action::ScanDelayed {
-                generation: queue.generation,
-                wanted: self.wanted.clone(),
+                generation: self.generation,
+                wanted: wanted.clone(),
                 after,
                 through,
                 clean_before: now - remove_after(),
             });
         }
         self.remove_past_buckets(now, out);
-        self.claim_due_submissions(now, out);
     }
 
-    /// Claims the submissions that are due, oldest first across jobs, each job up to its
-    /// `max_running`.
-    pub(super) fn claim_due_submissions(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
-        if !self.lock.may_fire || self.stopping.is_some() || self.delayed.due.is_empty() {
-            return;
-        }
-        let latest_due = (now + self.claim_ahead).timestamp_millis();
-        let mut room: HashMap<JobName, usize> = self
-            .delayed
-            .due
-            .keys()
-            .filter_map(|job| {
-                // A paused job's submissions stay pending until it is resumed.
-                let max = if self.steering.paused(job) {
-                    0
-                } else {
-                    self.jobs.get(job)?.config.max_running
-                };
-                Some((job.clone(), max.saturating_sub(self.open_runs_of(job))))
-            })
-            .collect();
+    /// The jobs with submissions queued here.
+    pub fn jobs_due(&self) -> impl Iterator<Item = &JobName> {
+        self.due.keys()
+    }
+
+    /// Takes the submissions due by `latest_due` out of the queue, oldest first across jobs,
+    /// each job up to its `room` (its `max_running` less its open runs), as the items to claim.
+    pub fn take_due(
+        &mut self,
+        latest_due: DateTime<Utc>,
+        mut room: HashMap<JobName, usize>,
+    ) -> Vec<(JobName, Item)> {
+        let latest_due = latest_due.timestamp_millis();
+        let mut taken = Vec::new();
         loop {
             let oldest = self
-                .delayed
                 .due
                 .iter()
                 .filter(|(job, _)| room.get(*job).is_some_and(|room| *room > 0))
@@ -245,29 +242,29 @@ impl FireMachine {
                 break;
             };
             let job = job.clone();
-            let Some(queue) = self.delayed.due.get_mut(&job) else {
+            let Some(queue) = self.due.get_mut(&job) else {
                 break;
             };
             let Some(((due_ms, id), due)) = queue.pop_first() else {
                 break;
             };
             if queue.is_empty() {
-                self.delayed.due.remove(&job);
+                self.due.remove(&job);
             }
             if let Some(at) = DateTime::from_timestamp_millis(due_ms) {
-                self.claim_submission(&job, id, at, due, now, out);
                 if let Some(room) = room.get_mut(&job) {
                     *room -= 1;
                 }
+                taken.push((job, due.into_item(id, at)));
             }
         }
+        taken
     }
 
     /// Offers every bucket second that has passed [`REMOVE_AFTER`] for removal, once each.
     fn remove_past_buckets(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
         let last = DueBucket::of((now - remove_after()).timestamp_millis());
-        let queue = &mut self.delayed;
-        let mut next = match queue.removed_through {
+        let mut next = match self.removed_through {
             Some(done) => DueBucket::of(done.start_ms() + 1000),
             None => last,
         };
@@ -276,40 +273,38 @@ impl FireMachine {
                 break;
             }
             out.push(Action::RemoveEmptyBucket(next));
-            queue.removed_through = Some(next);
+            self.removed_through = Some(next);
             next = DueBucket::of(next.start_ms() + 1000);
         }
     }
 
-    /// Answer to [`Action::ScanDelayed`].
-    pub(super) fn delayed_scanned(
+    /// Answer to [`Action::ScanDelayed`]: the submissions found, to be considered, unless the
+    /// answer is of an older scan or the read failed (tried again after [`SCAN_RETRY`]).
+    pub fn scanned(
         &mut self,
         generation: u64,
         through: DueBucket,
         result: Result<Vec<(SubmissionId, Submission)>, String>,
         now: DateTime<Utc>,
-        out: &mut Vec<Action>,
-    ) {
-        if generation != self.delayed.generation || !self.lock.may_fire {
-            return;
+    ) -> Option<Vec<(SubmissionId, Submission)>> {
+        if generation != self.generation {
+            return None;
         }
-        self.delayed.scanning = None;
+        self.scanning = None;
         match result {
             Ok(found) => {
-                self.delayed.read_through = Some(through);
-                self.delayed.from_oldest = false;
-                for (id, submission) in found {
-                    self.consider(id, submission, now, out);
-                }
-                self.delayed_tick(now, out);
+                self.read_through = Some(through);
+                self.from_oldest = false;
+                Some(found)
             }
             Err(why) => {
                 tracing::warn!(
                     error = why,
                     "cannot read the pending submissions; trying again"
                 );
-                self.delayed.retry_at =
+                self.retry_at =
                     Some(now + chrono::Duration::from_std(SCAN_RETRY).unwrap_or_default());
+                None
             }
         }
     }
@@ -317,108 +312,74 @@ impl FireMachine {
     /// The watch saw a new pending submission: worth a read if its bucket was read already or
     /// is being read (the scan may have listed it a moment before the submission came); later
     /// buckets are read when the horizon reaches them.
-    pub(super) fn submission_created(
-        &mut self,
-        bucket: DueBucket,
-        id: SubmissionId,
-        job: Option<JobName>,
-        out: &mut Vec<Action>,
-    ) {
-        if !self.wanted.reads(job.as_ref()) {
-            return;
-        }
-        let queue = &mut self.delayed;
-        let covered = queue.read_through.max(queue.scanning);
+    pub fn created(&mut self, bucket: DueBucket, id: SubmissionId) -> Option<Action> {
+        let covered = self.read_through.max(self.scanning);
         let read = covered.is_some_and(|t| bucket <= t);
         // A known id is read again too: a new marker of it means a reschedule moved it.
-        if self.lock.may_fire && read && queue.reading.insert(id.clone()) {
-            out.push(Action::ReadSubmission { id });
-        }
+        (read && self.reading.insert(id.clone())).then_some(Action::ReadSubmission { id })
     }
 
-    /// Answer to [`Action::ReadSubmission`].
-    pub(super) fn submission_read(
+    /// Answer to [`Action::ReadSubmission`]: the submission to consider, if it is still there.
+    /// A failed read has the buckets read again.
+    pub fn read(
         &mut self,
-        id: SubmissionId,
+        id: &SubmissionId,
         result: Result<Option<Submission>, String>,
-        now: DateTime<Utc>,
-        out: &mut Vec<Action>,
-    ) {
-        self.delayed.reading.remove(&id);
+    ) -> Option<Submission> {
+        self.reading.remove(id);
         match result {
-            Ok(Some(submission)) if self.lock.may_fire => {
-                self.consider(id, submission, now, out);
-                self.delayed_tick(now, out);
-            }
-            Ok(_) => {}
+            Ok(found) => found,
             Err(why) => {
                 tracing::warn!(id = %id, error = why, "cannot read a new submission; reading the buckets again");
-                self.delayed.rescan();
+                self.rescan();
+                None
             }
         }
     }
 
-    /// A pending submission read from ZooKeeper: queue it, keep it for a job that is back
-    /// later, or record it missed.
-    pub(super) fn consider(
+    /// A pending submission read from ZooKeeper: queued, kept for a job that is back later, or
+    /// missed. `claimed_due`: the due time of a claim of it that is out; `config`: its job's,
+    /// if this node fires the job and it is enabled.
+    pub fn consider(
         &mut self,
         id: SubmissionId,
         submission: Submission,
+        claimed_due: Option<i64>,
+        config: Option<&JobConfig>,
         now: DateTime<Utc>,
-        out: &mut Vec<Action>,
-    ) {
-        if self.elsewhere.contains(&submission.job) {
-            return;
-        }
-        if self.claims_submission(&id) {
-            if self.claimed_due(&id) != Some(submission.due_unix_ms) {
-                self.delayed.moved.insert(id, submission);
+    ) -> Considered {
+        if let Some(claimed_due) = claimed_due {
+            if claimed_due != submission.due_unix_ms {
+                self.moved.insert(id, submission);
             }
-            return;
+            return Considered::Held;
         }
-        if self.delayed.known.contains(&id) && !self.delayed.unqueue_if_moved(&id, &submission) {
-            return;
+        if self.known.contains(&id) && !self.unqueue_if_moved(&id, &submission) {
+            return Considered::Held;
         }
-        let Some(config) = self
-            .jobs
-            .get(&submission.job)
-            .map(|state| Arc::clone(&state.config))
-            .filter(|config| config.enabled)
-        else {
-            if self.delayed.kept_for.insert(submission.job.clone()) {
+        let Some(config) = config else {
+            if self.kept_for.insert(submission.job.clone()) {
                 tracing::warn!(job = %submission.job, id = %id, "pending submissions of a job that is not in the schedule (or disabled) are kept; they fire once it is back");
             }
-            return;
+            return Considered::Held;
         };
         let Some(due) = DateTime::from_timestamp_millis(submission.due_unix_ms) else {
-            return;
+            return Considered::Held;
         };
         let deadline = chrono::Duration::from_std(config.starting_deadline).unwrap_or_default();
         if due + deadline < now {
             tracing::warn!(job = %submission.job, id = %id, %due, "submission missed: older than its job's starting_deadline");
-            self.delayed.known.insert(id.clone());
-            let named = submission.marker_names_job;
-            let record = self.submission_record(&submission.job, &id, due, now, |record| {
-                record.marker_names_job = named;
-                record.status = RunStatus::Missed;
-                record.error =
-                    Some("beyond starting_deadline: no node could fire it in time".to_owned());
-                record.missed_from_unix_ms = Some(record.scheduled_unix_ms);
-                record.missed_ticks = Some(1);
-            });
-            if let Some(record) = record {
-                self.claim_record_only(&config, record, out);
-            }
-            return;
+            self.known.insert(id);
+            return Considered::Missed { due };
         }
         // Resumed: it was waiting, already late, while no node could fire — not a submission
         // made with a past due time after this node began firing.
         let late_after = chrono::Duration::from_std(MISSED_AFTER).unwrap_or_default();
-        let resumed = self.delayed.since.is_some_and(|since| {
+        let resumed = self.since.is_some_and(|since| {
             due + late_after < since && submission.submitted_unix_ms < since.timestamp_millis()
         });
-        self.delayed.known.insert(id.clone());
-        self.delayed.due.entry(submission.job).or_default().insert(
+        self.known.insert(id.clone());
+        self.due.entry(submission.job).or_default().insert(
             (submission.due_unix_ms, id),
             Due {
                 payload: Arc::new(submission.payload),
@@ -427,75 +388,30 @@ impl FireMachine {
                 marker_names_job: submission.marker_names_job,
             },
         );
+        Considered::Held
     }
+}
 
-    fn claims_submission(&self, id: &SubmissionId) -> bool {
-        self.claims.holds_submission(id.as_str())
-    }
-
-    /// The due time of the claim of submission `id` that is out.
-    fn claimed_due(&self, id: &SubmissionId) -> Option<i64> {
-        self.claims
-            .values()
-            .find(|pending| {
-                pending
-                    .submission
-                    .as_ref()
-                    .is_some_and(|s| s.id == id.as_str())
-            })
-            .map(|pending| pending.tick.timestamp_millis())
-    }
-
-    /// A fresh record of submission `id` under our current token, shaped by `edit`.
-    fn submission_record(
-        &self,
-        job: &JobName,
-        id: &SubmissionId,
-        due: DateTime<Utc>,
-        now: DateTime<Utc>,
-        edit: impl FnOnce(&mut RunRecord),
-    ) -> Option<RunRecord> {
-        let token = self.lock.token?;
-        let me = (&self.me.node_id, self.me.ip.as_str());
-        let mut record = RunRecord::claimed_submission(
-            job,
-            due.timestamp_millis(),
-            id,
-            me,
-            token,
-            now.timestamp_millis(),
-        );
-        edit(&mut record);
-        Some(record)
-    }
-
-    fn claim_submission(
-        &mut self,
-        job: &JobName,
-        id: SubmissionId,
-        at: DateTime<Utc>,
-        due: Due,
-        now: DateTime<Utc>,
-        out: &mut Vec<Action>,
-    ) {
-        let reason = if due.resumed {
+impl Due {
+    /// The item that claims submission `id` at its due time `at`.
+    fn into_item(self, id: SubmissionId, at: DateTime<Utc>) -> Item {
+        let reason = if self.resumed {
             FireReason::CaughtUp
-        } else if due.requested_by.is_some() {
+        } else if self.requested_by.is_some() {
             FireReason::Manual
         } else {
             FireReason::Submitted
         };
-        let item = Item {
+        Item {
             tick: at,
             reason,
             again: None,
             submission: Some(SubmissionInput {
                 id: id.as_str().to_owned(),
-                payload: due.payload,
-                requested_by: due.requested_by,
-                marker_names_job: due.marker_names_job,
+                payload: self.payload,
+                requested_by: self.requested_by,
+                marker_names_job: self.marker_names_job,
             }),
-        };
-        self.claim_item(job, item, false, now, out);
+        }
     }
 }

@@ -13,13 +13,15 @@ mod catch_up;
 mod claims;
 mod delayed;
 mod guards;
+mod housekeeping;
 mod notices;
 mod protocol;
 mod rewrites;
 mod runs;
 mod steering;
+mod stopping;
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,11 +40,13 @@ use crate::run::{RunReport, SubmissionInput};
 pub use catch_up::RESOLVE_WINDOW;
 use claims::{LeaseWait, Pending, PendingState};
 pub use delayed::DELAYED_HORIZON;
+use housekeeping::{Housekeeping, RELIST_AFTER, Retention};
 pub use protocol::{
     Action, ClaimId, ClaimRefused, FireReason, Input, JobRecords, MISSED_AFTER, Me, RecordWrite,
     START_LEAD, TickClaim, WITHDRAW_LIMIT, Wanted,
 };
 use protocol::{Item, is_late, on_time_until};
+use stopping::{HandOver, Stopping};
 
 /// A job and what it is waiting for.
 #[derive(Debug)]
@@ -101,14 +105,6 @@ impl JobState {
     }
 }
 
-#[derive(Debug)]
-struct Stopping {
-    hand_over_by: DateTime<Utc>,
-    handed_over: bool,
-    released: bool,
-    stopped: bool,
-}
-
 /// Decides about firing for one node. See the module docs.
 #[derive(Debug)]
 pub struct FireMachine {
@@ -133,14 +129,8 @@ pub struct FireMachine {
     /// version when the one they were claimed at is refused.
     maybe_marked_running: HashMap<String, i32>,
     delayed: delayed::DelayedQueue,
-    /// When each job's old records were last pruned.
-    pruned_at: HashMap<JobName, DateTime<Utc>>,
-    /// Prunes put off until [`PRUNE_EVERY`] has passed: when, and how many records to keep.
-    prune_later: BTreeMap<JobName, (DateTime<Utc>, Retention)>,
-    /// Jobs whose catch-up listing failed, and when to list them again: what a dead owner left
-    /// open (a claimed submission it never started, a run to mark interrupted) must not wait
-    /// for the next change of the lock.
-    relist_at: BTreeMap<JobName, DateTime<Utc>>,
+    /// When records are pruned, and failed listings listed again.
+    housekeeping: Housekeeping,
     stopping: Option<Stopping>,
     /// The lock's status as the lock driver last reported it; `lock` is what the machine acts
     /// on: not able to fire until the pauses are known, nor while yielding the lock.
@@ -210,9 +200,7 @@ impl FireMachine {
             guards: guards::Guards::default(),
             maybe_marked_running: HashMap::new(),
             delayed: delayed::DelayedQueue::default(),
-            pruned_at: HashMap::new(),
-            prune_later: BTreeMap::new(),
-            relist_at: BTreeMap::new(),
+            housekeeping: Housekeeping::default(),
             stopping: None,
             reported: LockStatus::default(),
             steering: steering::Steering::default(),
@@ -310,7 +298,7 @@ impl FireMachine {
             Input::BackfillsRead(requests) => self.backfills_read(requests, now, &mut out),
             Input::LockReleased => {
                 if let Some(stopping) = self.stopping.as_mut() {
-                    stopping.released = true;
+                    stopping.released();
                 }
                 // Each job's stop policy within its grace: the runner's TERM → grace → KILL.
                 out.extend(
@@ -350,7 +338,7 @@ impl FireMachine {
                 });
                 tick.into_iter().chain(delayed).min()
             }
-            Some(stopping) => (!stopping.handed_over).then_some(stopping.hand_over_by),
+            Some(stopping) => stopping.deadline(),
         };
         let claims = self.claims.values().filter_map(|p| match &p.state {
             PendingState::Claimed(_) => Some(p.claimed_deadline()),
@@ -370,13 +358,10 @@ impl FireMachine {
             .filter(|_| self.lock.connected);
         // A stopping node prunes and lists nothing more (`tick`): the next owner does. Their
         // deadlines, left here, would wake the driver at once for ever (issue 31).
-        let housekeeping = self.stopping.is_none();
-        let prunes = self
-            .prune_later
-            .values()
-            .map(|(at, _)| *at)
-            .filter(|_| housekeeping);
-        let relists = self.relist_at.values().copied().filter(|_| housekeeping);
+        let housekeeping = self
+            .housekeeping
+            .next_deadline()
+            .filter(|_| self.stopping.is_none());
         let yielding = self.steering.deadline();
         queue
             .into_iter()
@@ -384,8 +369,7 @@ impl FireMachine {
             .chain(claims)
             .chain(retries)
             .chain(rewrites)
-            .chain(prunes)
-            .chain(relists)
+            .chain(housekeeping)
             .min()
     }
 
@@ -459,7 +443,7 @@ impl FireMachine {
         self.retries_due(now, out);
         self.yield_overdue(now, out);
         if self.stopping.is_none() {
-            self.prunes_due(now, out);
+            self.housekeeping.prunes_due(now, out);
             self.relists_due(now, out);
         }
         self.maybe_hand_over(now, out);
@@ -563,10 +547,9 @@ impl FireMachine {
         let records = match result {
             Ok(records) => records,
             Err(why) => {
-                let again = chrono::Duration::from_std(RELIST_AFTER).unwrap_or_default();
                 tracing::warn!(job = %job, error = why, retry_in = ?RELIST_AFTER, "catch-up: cannot list runs");
                 state.catch_up = None;
-                self.relist_at.insert(job.clone(), now + again);
+                self.housekeeping.relist_later(job, now);
                 return self.advance(job, now, out);
             }
         };
@@ -948,7 +931,7 @@ impl FireMachine {
                     // A paused job writes only these: they are kept to `history` like runs.
                     Ok(claim) => {
                         self.tell(&claim.record, false, out);
-                        self.prune(&job, retention, now, out);
+                        self.housekeeping.prune(&job, retention, now, out);
                     }
                 }
                 return;
@@ -1452,7 +1435,7 @@ impl FireMachine {
         if let Some(token) = self.lock.token {
             tracing::info!(token = token.0, "this node owns the lock: firing jobs");
         }
-        self.relist_at.clear();
+        self.housekeeping.forget_relists();
         let mut names: Vec<JobName> = self
             .jobs
             .values()
@@ -1665,7 +1648,9 @@ impl FireMachine {
                         resumed: false,
                     });
                 }
-                _ => self.prune(&job, Retention::of(&run.config), now, out),
+                _ => self
+                    .housekeeping
+                    .prune(&job, Retention::of(&run.config), now, out),
             }
         }
         if run.in_backlog {
@@ -1726,43 +1711,10 @@ impl FireMachine {
         }
     }
 
-    /// Prunes `job`'s old records now, or once [`PRUNE_EVERY`] has passed since the last time:
-    /// one listing and batched deletes however many runs end meanwhile.
-    fn prune(
-        &mut self,
-        job: &JobName,
-        retention: Retention,
-        now: DateTime<Utc>,
-        out: &mut Vec<Action>,
-    ) {
-        match self.pruned_at.get(job) {
-            Some(last) if now - *last < prune_every() => {
-                self.prune_later
-                    .insert(job.clone(), (*last + prune_every(), retention));
-            }
-            _ => {
-                self.pruned_at.insert(job.clone(), now);
-                self.prune_later.remove(job);
-                out.push(Action::Prune {
-                    job: job.clone(),
-                    keep: retention.keep,
-                    remember: retention.remember,
-                });
-            }
-        }
-    }
-
     /// Lists again the jobs whose catch-up listing failed, once their wait is over, while this
     /// node may fire (a new acquisition lists every job anyway).
     fn relists_due(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
-        let due: Vec<JobName> = self
-            .relist_at
-            .iter()
-            .filter(|(_, at)| **at <= now)
-            .map(|(job, _)| job.clone())
-            .collect();
-        for job in due {
-            self.relist_at.remove(&job);
+        for job in self.housekeeping.relists_due(now) {
             if !self.lock.may_fire {
                 continue;
             }
@@ -1770,18 +1722,6 @@ impl FireMachine {
                 state.catch_up = Some(Box::default());
                 out.push(Action::ListRecords(job));
             }
-        }
-    }
-
-    fn prunes_due(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
-        let due: Vec<(JobName, Retention)> = self
-            .prune_later
-            .iter()
-            .filter(|(_, (at, _))| *at <= now)
-            .map(|(job, (_, retention))| (job.clone(), *retention))
-            .collect();
-        for (job, retention) in due {
-            self.prune(&job, retention, now, out);
         }
     }
 
@@ -1886,15 +1826,9 @@ impl FireMachine {
         if self.stopping.is_some() {
             return;
         }
-        self.stopping = Some(Stopping {
-            hand_over_by: now + chrono::Duration::from_std(WITHDRAW_LIMIT).unwrap_or_default(),
-            handed_over: false,
-            released: false,
-            stopped: false,
-        });
+        self.stopping = Some(Stopping::began(now));
         self.runs.drop_retries();
-        self.prune_later.clear();
-        self.relist_at.clear();
+        self.housekeeping.stop();
         self.maybe_marked_running.clear();
         for state in self.jobs.values_mut() {
             state.drop_catch_up();
@@ -2062,17 +1996,12 @@ impl FireMachine {
         let Some(stopping) = self.stopping.as_mut() else {
             return self.maybe_yield(outstanding, now, out);
         };
-        if stopping.handed_over {
-            return;
+        if let HandOver::Now { given_up } = stopping.hand_over(outstanding, now) {
+            if given_up {
+                self.say_given_up();
+            }
+            out.push(Action::HandOver);
         }
-        if outstanding > 0 && now < stopping.hand_over_by {
-            return;
-        }
-        stopping.handed_over = true;
-        if outstanding > 0 {
-            self.say_given_up();
-        }
-        out.push(Action::HandOver);
     }
 
     /// The handoff's limit passed with claims still out: names each, so that an operator can
@@ -2100,7 +2029,7 @@ impl FireMachine {
             "the wall clock stepped; the schedule follows it, the limits being counted do not"
         );
         if let Some(stopping) = self.stopping.as_mut() {
-            stopping.hand_over_by += by;
+            stopping.clock_stepped(by);
         }
         self.steering.clock_stepped(by);
         for pending in self.claims.values_mut() {
@@ -2112,54 +2041,19 @@ impl FireMachine {
             }
         }
         self.rewrites.clock_stepped(by);
-        for (at, _) in self.prune_later.values_mut() {
-            *at += by;
-        }
-        for at in self.relist_at.values_mut() {
-            *at += by;
-        }
+        self.housekeeping.clock_stepped(by);
     }
 
     fn maybe_stopped(&mut self, out: &mut Vec<Action>) {
         let idle = self.runs.len() == 0;
-        if let Some(stopping) = self.stopping.as_mut() {
-            if stopping.released && idle && !stopping.stopped {
-                stopping.stopped = true;
-                out.push(Action::Stopped);
-            }
-        }
-    }
-}
-
-/// A failed catch-up listing is tried again after this long.
-const RELIST_AFTER: Duration = Duration::from_secs(5);
-
-/// What a job keeps of its finished runs: its newest `history` records, and each pruned
-/// submission's id for `dedup_window` after its run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Retention {
-    keep: usize,
-    remember: Duration,
-}
-
-impl Retention {
-    fn of(config: &JobConfig) -> Self {
-        Self {
-            keep: config.history,
-            remember: config.dedup_window,
+        if self.stopping.as_mut().is_some_and(|s| s.stopped(idle)) {
+            out.push(Action::Stopped);
         }
     }
 }
 
 /// A run whose lease could not be taken (ZooKeeper failed) asks again this much later.
 const LEASE_RETRY: Duration = Duration::from_secs(2);
-
-/// A job's old records are pruned at most this often (`history`).
-const PRUNE_EVERY: Duration = Duration::from_millis(500);
-
-fn prune_every() -> chrono::Duration {
-    chrono::Duration::from_std(PRUNE_EVERY).unwrap_or_default()
-}
 
 /// A first claim's record: of a tick, or of a submission.
 fn fresh_record(

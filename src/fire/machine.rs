@@ -31,14 +31,14 @@ use crate::config::{Concurrency, JobConfig, KeepOutput, OnInterrupted};
 use crate::control::{Pause, Pauses};
 use crate::delayed::submission::{Submission, SubmissionId};
 use crate::fire::queue::FireQueue;
-use crate::ids::{FencingToken, JobName, NodeId};
+use crate::ids::JobName;
 use crate::lock::LockStatus;
+use crate::run::RunReport;
 use crate::run::{Claim, ClaimMode};
 use crate::run::{RunRecord, RunStatus};
-use crate::run::{RunReport, SubmissionInput};
 
 pub use catch_up::RESOLVE_WINDOW;
-use claims::{LeaseWait, Pending, PendingState};
+use claims::{LeaseWait, Pending, PendingState, fresh_record, missed_claim};
 pub use delayed::DELAYED_HORIZON;
 use housekeeping::{Housekeeping, RELIST_AFTER, Retention};
 pub use protocol::{
@@ -118,16 +118,11 @@ pub struct FireMachine {
     /// Ticks that came while this node could not fire; fired if it can within [`MISSED_AFTER`].
     declined: Vec<(DateTime<Utc>, JobName)>,
     claims: claims::Claims,
-    next_claim: u64,
     runs: runs::Runs,
     /// Final records whose write failed, sent again.
     rewrites: rewrites::Rewrites,
     /// Guards of claims that will not start, released until the release is answered.
     guards: guards::Guards,
-    /// Runs that never started whose `running` write may have been applied all the same (its
-    /// answer was lost): run id → the record's version if it was. Their claim again tries that
-    /// version when the one they were claimed at is refused.
-    maybe_marked_running: HashMap<String, i32>,
     delayed: delayed::DelayedQueue,
     /// When records are pruned, and failed listings listed again.
     housekeeping: Housekeeping,
@@ -194,11 +189,9 @@ impl FireMachine {
             outage: None,
             declined: Vec::new(),
             claims: claims::Claims::default(),
-            next_claim: 0,
             runs: runs::Runs::default(),
             rewrites: rewrites::Rewrites::default(),
             guards: guards::Guards::default(),
-            maybe_marked_running: HashMap::new(),
             delayed: delayed::DelayedQueue::default(),
             housekeeping: Housekeeping::default(),
             stopping: None,
@@ -239,7 +232,7 @@ impl FireMachine {
             } => {
                 if maybe_written {
                     let run_id = claim.record.run_id.clone();
-                    self.maybe_marked_running.insert(run_id, claim.version + 1);
+                    self.claims.maybe_marked_running(run_id, claim.version + 1);
                 }
                 self.run_not_started(&claim, &why, now, &mut out)
             }
@@ -749,7 +742,7 @@ impl FireMachine {
             stored,
             config,
         };
-        self.send_claim(pending, record, mode, out);
+        self.claims.send(pending, record, mode, out);
     }
 
     /// A tick at or before the job's newest recorded one: it was run, or recorded, by whoever
@@ -774,26 +767,6 @@ impl FireMachine {
         } else {
             tracing::warn!(job = %job, %tick, newest_recorded = %newest, "tick not claimed: it is at or before the job's newest recorded tick, so this node's clock is behind the previous owner's; ticks start again once the clock passes it (said once)");
         }
-    }
-
-    fn send_claim(
-        &mut self,
-        pending: Pending,
-        record: RunRecord,
-        mode: ClaimMode,
-        out: &mut Vec<Action>,
-    ) {
-        let id = ClaimId(self.next_claim);
-        self.next_claim += 1;
-        let guarded = pending.config.concurrency == Concurrency::Forbid
-            && record.status == RunStatus::Claimed;
-        self.claims.insert(id, pending);
-        out.push(Action::Claim(TickClaim {
-            id,
-            record,
-            mode,
-            guarded,
-        }));
     }
 
     /// A stored record overwritten, at its version, by one that records what became of it
@@ -853,7 +826,7 @@ impl FireMachine {
             lease: LeaseWait::NotAsked,
             stored: None,
         };
-        self.send_claim(pending, record, mode, out);
+        self.claims.send(pending, record, mode, out);
     }
 
     fn claim_done(
@@ -872,11 +845,11 @@ impl FireMachine {
                 .and_then(|s| SubmissionId::parse(&s.id).ok()),
         };
         let lost = matches!(result, Err(ClaimRefused::AlreadyClaimed));
-        if lost && self.claim_at_its_running_version(id) {
+        if lost && self.claims.at_its_running_version(id) {
             return self.claim_again(id, now, out);
         }
         if let Ok(claim) = &result {
-            self.maybe_marked_running.remove(&claim.record.run_id);
+            self.claims.claimed(&claim.record.run_id);
         }
         let moved = submission.and_then(|submission| {
             Some((self.delayed.claim_answered(&submission, lost)?, submission))
@@ -885,26 +858,6 @@ impl FireMachine {
         if let Some((moved, submission)) = moved {
             tracing::info!(id = %submission, due_unix_ms = moved.due_unix_ms, "submission rescheduled");
             self.consider(submission, moved, now, out);
-        }
-    }
-
-    /// A run that never started, claimed again at the version it was claimed at, was refused:
-    /// if its `running` write may have been applied (issue 31: the answer was lost in an
-    /// outage), its claim is pointed at that version instead, once. The claim's fence and
-    /// compare-and-set still decide: whoever changed the record since (the next owner marking
-    /// it interrupted) makes this claim fail too.
-    fn claim_at_its_running_version(&mut self, id: ClaimId) -> bool {
-        let Some((record, version)) = self.claims.get_mut(&id).and_then(|p| p.stored.as_mut())
-        else {
-            return false;
-        };
-        match self.maybe_marked_running.remove(&record.run_id) {
-            Some(written) if written == *version + 1 => {
-                tracing::info!(job = %record.job, run_id = record.run_id, "the record of a run that never started says running (a write whose answer was lost): claiming it at that version");
-                *version = written;
-                true
-            }
-            _ => false,
         }
     }
 
@@ -1019,39 +972,9 @@ impl FireMachine {
         let Some(mut pending) = self.claims.remove(&id) else {
             return;
         };
-        let me = (&self.me.node_id, self.me.ip.as_str());
-        let (record, mode) = self.claim_once_more(&pending, me, token, now);
+        let (record, mode) = pending.record_once_more(&self.me, token, now);
         pending.state = PendingState::InFlight { again: true };
-        self.send_claim(pending, record, mode, out);
-    }
-
-    /// The record and mode of a claim made once more: of the stored record at its version (a
-    /// retry, a rerun), or a first claim's.
-    fn claim_once_more(
-        &self,
-        pending: &Pending,
-        me: (&NodeId, &str),
-        token: FencingToken,
-        now: DateTime<Utc>,
-    ) -> (RunRecord, ClaimMode) {
-        let now_ms = now.timestamp_millis();
-        match &pending.stored {
-            Some((stored, version)) => (
-                stored.next_attempt(me, token, now_ms),
-                ClaimMode::Again { version: *version },
-            ),
-            None => (
-                fresh_record(
-                    &pending.config.spec.name,
-                    pending.tick,
-                    pending.submission.as_ref(),
-                    me,
-                    token,
-                    now_ms,
-                ),
-                ClaimMode::Create,
-            ),
-        }
+        self.claims.send(pending, record, mode, out);
     }
 
     /// A run is alive at the tick's time: the tick is recorded `skipped` (concurrency = forbid).
@@ -1065,8 +988,7 @@ impl FireMachine {
             "a run of the job is alive on another node (concurrency = forbid)"
         };
         tracing::warn!(job = %pending.config.spec.name, tick = %pending.tick, reason, "tick skipped");
-        let me = (&self.me.node_id, self.me.ip.as_str());
-        let (mut record, mode) = self.claim_once_more(pending, me, pending.token, now);
+        let (mut record, mode) = pending.record_once_more(&self.me, pending.token, now);
         record.status = RunStatus::Skipped;
         record.error = Some(reason.to_owned());
         let config = Arc::clone(&pending.config);
@@ -1301,23 +1223,8 @@ impl FireMachine {
         let Some(pending) = self.claims.remove(&id) else {
             return;
         };
-        // Held, or still waited for: either way given back (a wait is given up).
-        if let (
-            LeaseWait::Held | LeaseWait::Asking,
-            PendingState::Claimed(claim) | PendingState::Replacing { claim, .. },
-        ) = (&pending.lease, &pending.state)
-        {
-            out.push(Action::GiveBackLeases {
-                run_id: claim.record.run_id.clone(),
-            });
-        }
-        if let (true, PendingState::Claimed(claim) | PendingState::Replacing { claim, .. }) =
-            (pending.prepared, &pending.state)
-        {
-            out.push(Action::Unprepare {
-                run_id: claim.record.run_id.clone(),
-            });
-        }
+        // Leases held, or still waited for: either way given back (a wait is given up).
+        pending.give_back(out);
         if pending.in_backlog {
             if let Some(state) = self.jobs.get_mut(&pending.config.spec.name) {
                 state.backlog_busy = false;
@@ -1385,13 +1292,7 @@ impl FireMachine {
     /// Runs waiting for a limit's lease cannot start any more: their waits are given up now,
     /// not at their deadline (the records stay for the next owner, as every claimed tick's).
     fn give_up_lease_waits(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
-        let waiting: Vec<ClaimId> = self
-            .claims
-            .iter()
-            .filter(|(_, p)| p.lease == LeaseWait::Asking)
-            .map(|(id, _)| *id)
-            .collect();
-        for id in waiting {
+        for id in self.claims.asking_leases() {
             self.try_start(id, now, out);
         }
     }
@@ -1665,21 +1566,7 @@ impl FireMachine {
     /// `job`'s guard is gone: claims that found it alive try again now (issue 8, defect 1), the
     /// earliest tick first.
     fn guard_gone(&mut self, job: &JobName, now: DateTime<Utc>, out: &mut Vec<Action>) {
-        let mut waiting: Vec<(DateTime<Utc>, ClaimId)> = self
-            .claims
-            .iter()
-            .filter(|(_, p)| p.config.spec.name == *job)
-            .filter(|(_, p)| {
-                matches!(
-                    p.state,
-                    PendingState::RunAlive { .. } | PendingState::Replacing { .. }
-                )
-            })
-            .map(|(id, p)| (p.tick, *id))
-            .collect();
-        waiting.sort();
-        let waiting = waiting.into_iter().map(|(_, id)| id);
-        for id in waiting {
+        for id in self.claims.waiting_on_guard(job) {
             match self.claims.get(&id).map(|p| &p.state) {
                 Some(PendingState::Replacing { .. }) if !self.runs.alive_of(job) => {
                     self.start_replacing(id, now, out)
@@ -1829,50 +1716,15 @@ impl FireMachine {
         self.stopping = Some(Stopping::began(now));
         self.runs.drop_retries();
         self.housekeeping.stop();
-        self.maybe_marked_running.clear();
+        self.claims.stop();
         for state in self.jobs.values_mut() {
             state.drop_catch_up();
             state.held.clear();
             // Their records stay `claimed`: the next owner's catch-up takes them over.
             state.not_started.clear();
         }
-        self.withdraw_unstarted(out);
+        self.claims.withdraw_unstarted(out);
         self.maybe_hand_over(now, out);
-    }
-
-    /// Claimed but unstarted ticks are given back while we still own the lock, so the peer we
-    /// hand over to fires them (a planned handoff loses no tick).
-    fn withdraw_unstarted(&mut self, out: &mut Vec<Action>) {
-        let ids: Vec<ClaimId> = self.claims.keys().copied().collect();
-        for id in ids {
-            let Some(pending) = self.claims.get_mut(&id) else {
-                continue;
-            };
-            match std::mem::replace(&mut pending.state, PendingState::Withdrawing) {
-                PendingState::Claimed(claim) | PendingState::Replacing { claim, .. } => {
-                    if std::mem::take(&mut pending.prepared) {
-                        out.push(Action::Unprepare {
-                            run_id: claim.record.run_id.clone(),
-                        });
-                    }
-                    if matches!(
-                        std::mem::take(&mut pending.lease),
-                        LeaseWait::Held | LeaseWait::Asking
-                    ) {
-                        out.push(Action::GiveBackLeases {
-                            run_id: claim.record.run_id.clone(),
-                        });
-                    }
-                    out.push(Action::Withdraw { id, claim });
-                }
-                state @ (PendingState::InFlight { .. } | PendingState::RecordOnly) => {
-                    pending.state = state;
-                }
-                PendingState::RunAlive { .. } | PendingState::Withdrawing => {
-                    self.claims.remove(&id);
-                }
-            }
-        }
     }
 
     /// The backfill requests waiting now (the driver's watch on `control/`).
@@ -1956,7 +1808,7 @@ impl FireMachine {
         // Withdrawn before the lock's status changes: a claim waiting for a limit's lease
         // would otherwise be settled as a lost lock's, its record and guard left behind, and
         // the guard kept the job from running on the new owner while this session lived.
-        self.withdraw_unstarted(out);
+        self.claims.withdraw_unstarted(out);
         self.apply_lock(now, out);
         self.maybe_hand_over(now, out);
     }
@@ -1983,16 +1835,7 @@ impl FireMachine {
 
     /// Stopping: hand the lock over once no claim is out, or when the limit has passed.
     fn maybe_hand_over(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
-        let outstanding = self
-            .claims
-            .values()
-            .filter(|p| {
-                matches!(
-                    p.state,
-                    PendingState::InFlight { .. } | PendingState::Withdrawing
-                )
-            })
-            .count();
+        let outstanding = self.claims.outstanding();
         let Some(stopping) = self.stopping.as_mut() else {
             return self.maybe_yield(outstanding, now, out);
         };
@@ -2007,18 +1850,7 @@ impl FireMachine {
     /// The handoff's limit passed with claims still out: names each, so that an operator can
     /// tell what the lock was handed over without (issue 31).
     fn say_given_up(&self) {
-        let given_up: Vec<String> = self
-            .claims
-            .values()
-            .filter_map(|p| {
-                let what = match p.state {
-                    PendingState::InFlight { .. } => "claim unanswered",
-                    PendingState::Withdrawing => "withdrawal unanswered",
-                    _ => return None,
-                };
-                Some(format!("{} {}: {what}", p.config.spec.name, p.tick))
-            })
-            .collect();
+        let given_up = self.claims.unanswered();
         tracing::warn!(limit = ?WITHDRAW_LIMIT, ?given_up, "claimed ticks not all withdrawn before the handoff; the next owner resolves them");
     }
 
@@ -2032,14 +1864,7 @@ impl FireMachine {
             stopping.clock_stepped(by);
         }
         self.steering.clock_stepped(by);
-        for pending in self.claims.values_mut() {
-            if let PendingState::Replacing { until, .. } = &mut pending.state {
-                *until += by;
-            }
-            if let LeaseWait::Failed { at, .. } = &mut pending.lease {
-                *at += by;
-            }
-        }
+        self.claims.clock_stepped(by);
         self.rewrites.clock_stepped(by);
         self.housekeeping.clock_stepped(by);
     }
@@ -2054,36 +1879,6 @@ impl FireMachine {
 
 /// A run whose lease could not be taken (ZooKeeper failed) asks again this much later.
 const LEASE_RETRY: Duration = Duration::from_secs(2);
-
-/// A first claim's record: of a tick, or of a submission.
-fn fresh_record(
-    job: &JobName,
-    tick: DateTime<Utc>,
-    submission: Option<&SubmissionInput>,
-    me: (&NodeId, &str),
-    token: FencingToken,
-    now_ms: i64,
-) -> RunRecord {
-    let tick_ms = tick.timestamp_millis();
-    match submission.and_then(|s| Some((SubmissionId::parse(&s.id).ok()?, s))) {
-        Some((id, input)) => RunRecord {
-            requested_by: input.requested_by.clone(),
-            marker_names_job: input.marker_names_job,
-            ..RunRecord::claimed_submission(job, tick_ms, &id, me, token, now_ms)
-        },
-        None => RunRecord::claimed(job, tick_ms, me, token, now_ms),
-    }
-}
-
-/// A claimed tick that will not start, as the `missed` record that says why.
-fn missed_claim(claim: &Claim, why: &str) -> Claim {
-    let mut missed = claim.clone();
-    missed.record.status = RunStatus::Missed;
-    missed.record.error = Some(why.to_owned());
-    missed.record.missed_from_unix_ms = Some(missed.record.scheduled_unix_ms);
-    missed.record.missed_ticks = Some(1);
-    missed
-}
 
 #[cfg(test)]
 mod tests;

@@ -13,10 +13,11 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
-use super::protocol::{ClaimId, FireReason, Me, START_LEAD};
-use crate::config::JobConfig;
-use crate::ids::{FencingToken, JobName};
-use crate::run::{Claim, RunContext, RunRecord, SubmissionInput};
+use super::protocol::{Action, ClaimId, FireReason, Me, START_LEAD, TickClaim};
+use crate::config::{Concurrency, JobConfig};
+use crate::delayed::submission::SubmissionId;
+use crate::ids::{FencingToken, JobName, NodeId};
+use crate::run::{Claim, ClaimMode, RunContext, RunRecord, RunStatus, SubmissionInput};
 
 /// A claim sent and not yet settled.
 #[derive(Debug, Clone)]
@@ -103,6 +104,54 @@ impl Pending {
         }
     }
 
+    /// The record and mode of a claim made once more: of the stored record at its version (a
+    /// retry, a rerun), or a first claim's.
+    pub(super) fn record_once_more(
+        &self,
+        me: &Me,
+        token: FencingToken,
+        now: DateTime<Utc>,
+    ) -> (RunRecord, ClaimMode) {
+        let now_ms = now.timestamp_millis();
+        let me = (&me.node_id, me.ip.as_str());
+        match &self.stored {
+            Some((stored, version)) => (
+                stored.next_attempt(me, token, now_ms),
+                ClaimMode::Again { version: *version },
+            ),
+            None => (
+                fresh_record(
+                    &self.config.spec.name,
+                    self.tick,
+                    self.submission.as_ref(),
+                    me,
+                    token,
+                    now_ms,
+                ),
+                ClaimMode::Create,
+            ),
+        }
+    }
+
+    /// Settled without a run: gives back the leases held or waited for, and drops a prepared
+    /// process.
+    pub(super) fn give_back(&self, out: &mut Vec<Action>) {
+        let (PendingState::Claimed(claim) | PendingState::Replacing { claim, .. }) = &self.state
+        else {
+            return;
+        };
+        if matches!(self.lease, LeaseWait::Held | LeaseWait::Asking) {
+            out.push(Action::GiveBackLeases {
+                run_id: claim.record.run_id.clone(),
+            });
+        }
+        if self.prepared {
+            out.push(Action::Unprepare {
+                run_id: claim.record.run_id.clone(),
+            });
+        }
+    }
+
     /// When its start goes out: its instant, or [`START_LEAD`] before it when prepared.
     pub(super) fn start_deadline(&self) -> DateTime<Utc> {
         if self.prepared {
@@ -111,6 +160,36 @@ impl Pending {
             self.start_at
         }
     }
+}
+
+/// A first claim's record: of a tick, or of a submission.
+pub(super) fn fresh_record(
+    job: &JobName,
+    tick: DateTime<Utc>,
+    submission: Option<&SubmissionInput>,
+    me: (&NodeId, &str),
+    token: FencingToken,
+    now_ms: i64,
+) -> RunRecord {
+    let tick_ms = tick.timestamp_millis();
+    match submission.and_then(|s| Some((SubmissionId::parse(&s.id).ok()?, s))) {
+        Some((id, input)) => RunRecord {
+            requested_by: input.requested_by.clone(),
+            marker_names_job: input.marker_names_job,
+            ..RunRecord::claimed_submission(job, tick_ms, &id, me, token, now_ms)
+        },
+        None => RunRecord::claimed(job, tick_ms, me, token, now_ms),
+    }
+}
+
+/// A claimed tick that will not start, as the `missed` record that says why.
+pub(super) fn missed_claim(claim: &Claim, why: &str) -> Claim {
+    let mut missed = claim.clone();
+    missed.record.status = RunStatus::Missed;
+    missed.record.error = Some(why.to_owned());
+    missed.record.missed_from_unix_ms = Some(missed.record.scheduled_unix_ms);
+    missed.record.missed_ticks = Some(1);
+    missed
 }
 
 #[derive(Debug, Clone)]
@@ -133,6 +212,11 @@ pub(super) enum PendingState {
 #[derive(Debug, Default)]
 pub(super) struct Claims {
     by_id: BTreeMap<ClaimId, Pending>,
+    next_id: u64,
+    /// Runs that never started whose `running` write may have been applied all the same (its
+    /// answer was lost): run id → the record's version if it was. Their claim again tries that
+    /// version when the one they were claimed at is refused.
+    maybe_marked_running: HashMap<String, i32>,
     /// Per job, the claims held here that start a run (not record-only).
     starting: HashMap<JobName, usize>,
     /// The submissions these claims are for: a scan finds each due one once more per second.
@@ -144,6 +228,165 @@ fn starts_a_run(pending: &Pending) -> bool {
 }
 
 impl Claims {
+    /// Holds `pending` under a new id, and sends its claim of `record`.
+    pub fn send(
+        &mut self,
+        pending: Pending,
+        record: RunRecord,
+        mode: ClaimMode,
+        out: &mut Vec<Action>,
+    ) {
+        let id = ClaimId(self.next_id);
+        self.next_id += 1;
+        let guarded = pending.config.concurrency == Concurrency::Forbid
+            && record.status == RunStatus::Claimed;
+        self.insert(id, pending);
+        out.push(Action::Claim(TickClaim {
+            id,
+            record,
+            mode,
+            guarded,
+        }));
+    }
+
+    /// A run that never started may have its `running` write applied, at `version`.
+    pub fn maybe_marked_running(&mut self, run_id: String, version: i32) {
+        self.maybe_marked_running.insert(run_id, version);
+    }
+
+    /// The claim of a run settled: what may have been written before is known now.
+    pub fn claimed(&mut self, run_id: &str) {
+        self.maybe_marked_running.remove(run_id);
+    }
+
+    /// A run that never started, claimed again at the version it was claimed at, was refused:
+    /// if its `running` write may have been applied (issue 31: the answer was lost in an
+    /// outage), its claim is pointed at that version instead, once. The claim's fence and
+    /// compare-and-set still decide: whoever changed the record since (the next owner marking
+    /// it interrupted) makes this claim fail too.
+    pub fn at_its_running_version(&mut self, id: ClaimId) -> bool {
+        let Some((record, version)) = self.by_id.get_mut(&id).and_then(|p| p.stored.as_mut())
+        else {
+            return false;
+        };
+        match self.maybe_marked_running.remove(&record.run_id) {
+            Some(written) if written == *version + 1 => {
+                tracing::info!(job = %record.job, run_id = record.run_id, "the record of a run that never started says running (a write whose answer was lost): claiming it at that version");
+                *version = written;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Stopping: a run that never started stays `claimed` for the next owner to take over.
+    pub fn stop(&mut self) {
+        self.maybe_marked_running.clear();
+    }
+
+    /// Claimed but unstarted ticks are given back while we still own the lock, so the peer we
+    /// hand over to fires them (a planned handoff loses no tick).
+    pub fn withdraw_unstarted(&mut self, out: &mut Vec<Action>) {
+        let ids: Vec<ClaimId> = self.by_id.keys().copied().collect();
+        for id in ids {
+            let Some(pending) = self.by_id.get_mut(&id) else {
+                continue;
+            };
+            match std::mem::replace(&mut pending.state, PendingState::Withdrawing) {
+                PendingState::Claimed(claim) | PendingState::Replacing { claim, .. } => {
+                    if std::mem::take(&mut pending.prepared) {
+                        out.push(Action::Unprepare {
+                            run_id: claim.record.run_id.clone(),
+                        });
+                    }
+                    if matches!(
+                        std::mem::take(&mut pending.lease),
+                        LeaseWait::Held | LeaseWait::Asking
+                    ) {
+                        out.push(Action::GiveBackLeases {
+                            run_id: claim.record.run_id.clone(),
+                        });
+                    }
+                    out.push(Action::Withdraw { id, claim });
+                }
+                state @ (PendingState::InFlight { .. } | PendingState::RecordOnly) => {
+                    pending.state = state;
+                }
+                PendingState::RunAlive { .. } | PendingState::Withdrawing => {
+                    self.remove(&id);
+                }
+            }
+        }
+    }
+
+    /// Claims and withdrawals whose answer is still out: a handover waits for them.
+    pub fn outstanding(&self) -> usize {
+        self.by_id
+            .values()
+            .filter(|p| {
+                matches!(
+                    p.state,
+                    PendingState::InFlight { .. } | PendingState::Withdrawing
+                )
+            })
+            .count()
+    }
+
+    /// Each claim whose answer is still out, for the operator: job, tick, what is unanswered.
+    pub fn unanswered(&self) -> Vec<String> {
+        self.by_id
+            .values()
+            .filter_map(|p| {
+                let what = match p.state {
+                    PendingState::InFlight { .. } => "claim unanswered",
+                    PendingState::Withdrawing => "withdrawal unanswered",
+                    _ => return None,
+                };
+                Some(format!("{} {}: {what}", p.config.spec.name, p.tick))
+            })
+            .collect()
+    }
+
+    /// The claims waiting for a limit's lease.
+    pub fn asking_leases(&self) -> Vec<ClaimId> {
+        let asking = self
+            .by_id
+            .iter()
+            .filter(|(_, p)| p.lease == LeaseWait::Asking);
+        asking.map(|(id, _)| *id).collect()
+    }
+
+    /// `job`'s claims that wait for its guard to go (a run found alive, or being replaced),
+    /// the earliest tick first.
+    pub fn waiting_on_guard(&self, job: &JobName) -> Vec<ClaimId> {
+        let mut waiting: Vec<(DateTime<Utc>, ClaimId)> = self
+            .by_id
+            .iter()
+            .filter(|(_, p)| p.config.spec.name == *job)
+            .filter(|(_, p)| {
+                matches!(
+                    p.state,
+                    PendingState::RunAlive { .. } | PendingState::Replacing { .. }
+                )
+            })
+            .map(|(id, p)| (p.tick, *id))
+            .collect();
+        waiting.sort();
+        waiting.into_iter().map(|(_, id)| id).collect()
+    }
+
+    /// The wall clock stepped by `by`: the waits keep their length.
+    pub fn clock_stepped(&mut self, by: chrono::Duration) {
+        for pending in self.by_id.values_mut() {
+            if let PendingState::Replacing { until, .. } = &mut pending.state {
+                *until += by;
+            }
+            if let LeaseWait::Failed { at, .. } = &mut pending.lease {
+                *at += by;
+            }
+        }
+    }
+
     pub fn insert(&mut self, id: ClaimId, pending: Pending) {
         if let Some(submission) = &pending.submission {
             self.submissions.insert(submission.id.clone());
@@ -212,21 +455,12 @@ impl Claims {
         self.by_id.get_mut(id)
     }
 
-    /// Every held claim, to change its state; the same rule as [`Claims::get_mut`].
-    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut Pending> + '_ {
-        self.by_id.values_mut()
-    }
-
     pub fn keys(&self) -> impl Iterator<Item = &ClaimId> + '_ {
         self.by_id.keys()
     }
 
     pub fn values(&self) -> impl Iterator<Item = &Pending> + '_ {
         self.by_id.values()
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = (&ClaimId, &Pending)> + '_ {
-        self.by_id.iter()
     }
 
     /// The count kept against one made afresh: they differ only if a claim changed kind while
@@ -243,5 +477,143 @@ impl Claims {
             .filter_map(|p| p.submission.as_ref().map(|s| s.id.clone()))
             .collect();
         fresh == self.starting && ids == self.submissions
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::ids::SessionId;
+
+    const TOKEN: FencingToken = FencingToken(7);
+
+    fn at(s: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_893_456_000 + s, 0).expect("in range")
+    }
+
+    fn me() -> Me {
+        Me {
+            node_id: NodeId::new("n1"),
+            ip: "10.0.0.1".into(),
+        }
+    }
+
+    fn config(name: &str) -> Arc<JobConfig> {
+        let text = format!(
+            "[zookeeper]\nconnect = \"zk:2181\"\n[lock]\nname = \"g\"\n\
+             [[job]]\nname = \"{name}\"\nschedule = \"0 * * * * *\"\nshell = \"true\"\n\
+             concurrency = \"forbid\"\n"
+        );
+        let config = crate::config::parse(Path::new("t.toml"), &text, &|_| None).expect("valid");
+        Arc::clone(&config.jobs[0])
+    }
+
+    fn pending(job: &str, tick: DateTime<Utc>, state: PendingState) -> Pending {
+        Pending {
+            config: config(job),
+            tick,
+            reason: FireReason::OnTime,
+            token: TOKEN,
+            start_at: tick,
+            in_backlog: false,
+            submission: None,
+            state,
+            prepared: false,
+            lease: LeaseWait::NotAsked,
+            stored: None,
+        }
+    }
+
+    fn claim_of(pending: &Pending) -> Claim {
+        let (record, _) = pending.record_once_more(&me(), TOKEN, pending.tick);
+        Claim {
+            path: format!("runs/{}", record.run_id),
+            version: 0,
+            sent: record.clone(),
+            record,
+            guard: None,
+            open: None,
+            session: SessionId(1),
+        }
+    }
+
+    /// Sends `pending`'s claim and returns its id.
+    fn send(claims: &mut Claims, pending: Pending) -> ClaimId {
+        let (record, mode) = pending.record_once_more(&me(), TOKEN, pending.tick);
+        let mut out = Vec::new();
+        claims.send(pending, record, mode, &mut out);
+        let [Action::Claim(TickClaim { id, guarded, .. })] = out[..] else {
+            panic!("one claim sent: {out:?}");
+        };
+        assert!(guarded, "a forbid job's first claim takes its guard");
+        id
+    }
+
+    #[test]
+    fn a_stop_withdraws_what_is_claimed_keeps_what_is_in_flight_and_drops_what_waits() {
+        let mut claims = Claims::default();
+        let in_flight = send(
+            &mut claims,
+            pending("a", at(0), PendingState::InFlight { again: false }),
+        );
+        let waiting = send(
+            &mut claims,
+            pending("a", at(60), PendingState::RunAlive { at: at(60) }),
+        );
+        let mut prepared = pending("b", at(0), PendingState::RecordOnly);
+        let claim = claim_of(&prepared);
+        prepared.state = PendingState::Claimed(claim.clone());
+        prepared.prepared = true;
+        prepared.lease = LeaseWait::Held;
+        let claimed = send(&mut claims, prepared);
+        assert_eq!(claims.outstanding(), 1);
+        assert_eq!(claims.waiting_on_guard(&JobName::new("a")), vec![waiting]);
+
+        let mut out = Vec::new();
+        claims.withdraw_unstarted(&mut out);
+        let run_id = claim.record.run_id.clone();
+        assert_eq!(
+            out,
+            vec![
+                Action::Unprepare {
+                    run_id: run_id.clone()
+                },
+                Action::GiveBackLeases { run_id },
+                Action::Withdraw { id: claimed, claim },
+            ]
+        );
+        assert!(
+            claims.get(&waiting).is_none(),
+            "nothing to give back of a wait"
+        );
+        assert_eq!(
+            claims.outstanding(),
+            2,
+            "the claim in flight and the withdrawal"
+        );
+        let unanswered = claims.unanswered();
+        assert_eq!(unanswered.len(), 2);
+        assert!(claims.get(&in_flight).is_some() && unanswered[0].ends_with("claim unanswered"));
+    }
+
+    #[test]
+    fn a_refused_claim_again_moves_to_the_running_version_once_if_it_may_have_been_written() {
+        let mut claims = Claims::default();
+        let mut again = pending("a", at(0), PendingState::InFlight { again: false });
+        let (record, _) = again.record_once_more(&me(), TOKEN, at(0));
+        again.stored = Some((record.clone(), 4));
+        let id = send(&mut claims, again);
+        assert!(
+            !claims.at_its_running_version(id),
+            "nothing was maybe written"
+        );
+        claims.maybe_marked_running(record.run_id.clone(), 5);
+        assert!(claims.at_its_running_version(id));
+        let stored = claims.get(&id).and_then(|p| p.stored.as_ref());
+        assert_eq!(stored.map(|(_, version)| *version), Some(5));
+        assert!(!claims.at_its_running_version(id), "once");
+        assert!(claims.counts_agree());
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::delayed::submission::DueBucket;
-use crate::ids::SessionId;
+use crate::ids::{FencingToken, NodeId, SessionId};
 use crate::run::{RunContext, RunOutcome};
 
 mod backfill;

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::config::{Concurrency, JobConfig, KeepOutput, OnInterrupted};
+use crate::config::{JobConfig, KeepOutput, OnInterrupted};
 use crate::control::{Pause, Pauses};
 use crate::delayed::submission::{Submission, SubmissionId};
 use crate::fire::queue::FireQueue;
@@ -38,7 +38,7 @@ use crate::run::{Claim, ClaimMode};
 use crate::run::{RunRecord, RunStatus};
 
 pub use catch_up::RESOLVE_WINDOW;
-use claims::{LeaseWait, Pending, PendingState, fresh_record, missed_claim};
+use claims::{LeaseWait, Pending, PendingState, StartVerdict, fresh_record, missed_claim};
 pub use delayed::DELAYED_HORIZON;
 use housekeeping::{Housekeeping, RELIST_AFTER, Retention};
 pub use protocol::{
@@ -1011,92 +1011,39 @@ impl FireMachine {
         let PendingState::Claimed(claim) = &pending.state else {
             return;
         };
-        let (job, tick) = (&pending.config.spec.name, pending.tick);
-        // A Lost (or a disconnect, or a handover) between the claim and now wins; the record
-        // stays for the next owner to resolve, and the guard must not outlive the claim while
-        // our session does (the next owner would skip the job for a run that never was).
-        if !self.lock.may_fire || self.lock.token != Some(pending.token) {
-            tracing::warn!(job = %job, %tick, "not firing: the lock was lost after the claim");
-            let claim = claim.clone();
-            self.guards.release(&claim, out);
-            return self.settle(id, now, out);
-        }
-        // Woken from a freeze (SIGSTOP, a VM pause) a claim can look fine for a moment: a tick
-        // this late is not started, and its record says why.
-        if pending.reason.on_time() && !pending.lease.asked() && is_late(&pending.config, tick, now)
-        {
-            tracing::warn!(job = %job, %tick, "not firing: the claimed tick is too late to start");
-            out.push(Action::WriteRecord(missed_claim(
-                claim,
-                "claimed, but too late to start (the node was stalled)",
-            )));
-            return self.settle(id, now, out);
-        }
-        let deadline =
-            chrono::Duration::from_std(pending.config.starting_deadline).unwrap_or_default();
-        if pending.lease.asked() && pending.lease != LeaseWait::Held && now > tick + deadline {
-            let why = match &pending.lease {
-                LeaseWait::Failed { limit, .. } => {
-                    format!(
-                        "claimed, but no lease of the limit {limit:?} could be taken before its starting_deadline"
-                    )
-                }
-                _ => "claimed, but its limits stayed full past its starting_deadline".to_owned(),
-            };
-            tracing::warn!(job = %job, %tick, why, "not firing");
-            out.push(Action::WriteRecord(missed_claim(claim, &why)));
-            return self.settle(id, now, out);
-        }
-        if pending.reason.submitted() && now > tick + deadline {
-            tracing::warn!(job = %job, %tick, "not firing: the submission is past its starting_deadline");
-            out.push(Action::WriteRecord(missed_claim(
-                claim,
-                "claimed, but past its starting_deadline (the node was stalled)",
-            )));
-            return self.settle(id, now, out);
-        }
-        // A backfill runs past ticks after later ones by nature (in order among themselves).
-        let first_attempt = claim.record.attempt == 1
-            && pending.submission.is_none()
-            && pending.reason != FireReason::Backfill;
-        let overtaken = self.jobs.get(job).and_then(|s| s.newest_tick);
-        if first_attempt && overtaken.is_some_and(|last| last >= tick) {
-            // Claims can come back out of order; a job's ticks start in scheduled order, so a
-            // later tick that started first covers this one.
-            tracing::warn!(job = %job, %tick, "not firing: a later tick of the job has started");
-            out.push(Action::WriteRecord(missed_claim(
-                claim,
-                "a later tick of the job started first",
-            )));
-            return self.settle(id, now, out);
-        }
-        if pending.config.concurrency == Concurrency::Forbid && self.runs.alive_of(job) {
-            // The guard did not stop it (the run is from an older session, being cancelled):
-            // this node knows better.
-            let reason = "a run of the job is still alive on this node (concurrency = forbid)";
-            tracing::warn!(job = %job, %tick, reason, "tick skipped");
-            let mut skipped = claim.clone();
-            skipped.record.status = RunStatus::Skipped;
-            skipped.record.error = Some(reason.to_owned());
-            out.push(Action::WriteRecord(skipped));
-            return self.settle(id, now, out);
-        }
-        if pending.config.concurrency == Concurrency::Replace && self.runs.alive_of(job) {
-            let until = now
-                + chrono::Duration::from_std(
-                    pending.config.spec.kill_grace + Duration::from_secs(1),
-                )
-                .unwrap_or_default();
-            out.extend(
-                self.runs
-                    .unended_of(job)
-                    .map(|run_id| Action::CancelRun { run_id }),
-            );
-            let claim = claim.clone();
-            if let Some(pending) = self.claims.get_mut(&id) {
-                pending.state = PendingState::Replacing { claim, until };
+        let job = &pending.config.spec.name;
+        let lock_holds = self.lock.may_fire && self.lock.token == Some(pending.token);
+        let newest_tick = self.jobs.get(job).and_then(|s| s.newest_tick);
+        let run_alive = self.runs.alive_of(job);
+        match pending.start_verdict(claim, lock_holds, newest_tick, run_alive, now) {
+            StartVerdict::Start => {}
+            // The record stays for the next owner to resolve, and the guard must not outlive
+            // the claim while our session does (the next owner would skip the job for a run
+            // that never was).
+            StartVerdict::LockLost => {
+                self.guards.release(claim, out);
+                return self.settle(id, now, out);
             }
-            return;
+            StartVerdict::Missed(why) => {
+                out.push(Action::WriteRecord(missed_claim(claim, &why)));
+                return self.settle(id, now, out);
+            }
+            StartVerdict::Skipped(reason) => {
+                let mut skipped = claim.clone();
+                skipped.record.status = RunStatus::Skipped;
+                skipped.record.error = Some(reason.to_owned());
+                out.push(Action::WriteRecord(skipped));
+                return self.settle(id, now, out);
+            }
+            StartVerdict::Replace { until } => {
+                let cancel = self.runs.unended_of(job);
+                out.extend(cancel.map(|run_id| Action::CancelRun { run_id }));
+                let claim = claim.clone();
+                if let Some(pending) = self.claims.get_mut(&id) {
+                    pending.state = PendingState::Replacing { claim, until };
+                }
+                return;
+            }
         }
         self.start(id, now, out);
     }

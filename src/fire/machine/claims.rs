@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
-use super::protocol::{Action, ClaimId, FireReason, Me, START_LEAD, TickClaim};
+use super::protocol::{Action, ClaimId, FireReason, Me, START_LEAD, TickClaim, is_late};
 use crate::config::{Concurrency, JobConfig};
 use crate::delayed::submission::SubmissionId;
 use crate::ids::{FencingToken, JobName, NodeId};
@@ -133,6 +133,76 @@ impl Pending {
         }
     }
 
+    /// Whether its claimed run starts now. `lock_holds`: this node may fire under the claim's
+    /// token; `newest_tick`: its job's newest tick started here; `run_alive`: a run of its job
+    /// is alive on this node.
+    pub(super) fn start_verdict(
+        &self,
+        claim: &Claim,
+        lock_holds: bool,
+        newest_tick: Option<DateTime<Utc>>,
+        run_alive: bool,
+        now: DateTime<Utc>,
+    ) -> StartVerdict {
+        let (job, tick) = (&self.config.spec.name, self.tick);
+        // A Lost (or a disconnect, or a handover) between the claim and now wins.
+        if !lock_holds {
+            tracing::warn!(job = %job, %tick, "not firing: the lock was lost after the claim");
+            return StartVerdict::LockLost;
+        }
+        // Woken from a freeze (SIGSTOP, a VM pause) a claim can look fine for a moment: a tick
+        // this late is not started, and its record says why.
+        if self.reason.on_time() && !self.lease.asked() && is_late(&self.config, tick, now) {
+            tracing::warn!(job = %job, %tick, "not firing: the claimed tick is too late to start");
+            return StartVerdict::Missed(
+                "claimed, but too late to start (the node was stalled)".to_owned(),
+            );
+        }
+        let deadline =
+            chrono::Duration::from_std(self.config.starting_deadline).unwrap_or_default();
+        if self.lease.asked() && self.lease != LeaseWait::Held && now > tick + deadline {
+            let why = match &self.lease {
+                LeaseWait::Failed { limit, .. } => format!(
+                    "claimed, but no lease of the limit {limit:?} could be taken before its starting_deadline"
+                ),
+                _ => "claimed, but its limits stayed full past its starting_deadline".to_owned(),
+            };
+            tracing::warn!(job = %job, %tick, why, "not firing");
+            return StartVerdict::Missed(why);
+        }
+        if self.reason.submitted() && now > tick + deadline {
+            tracing::warn!(job = %job, %tick, "not firing: the submission is past its starting_deadline");
+            return StartVerdict::Missed(
+                "claimed, but past its starting_deadline (the node was stalled)".to_owned(),
+            );
+        }
+        // A backfill runs past ticks after later ones by nature (in order among themselves).
+        let first_attempt = claim.record.attempt == 1
+            && self.submission.is_none()
+            && self.reason != FireReason::Backfill;
+        if first_attempt && newest_tick.is_some_and(|last| last >= tick) {
+            // Claims can come back out of order; a job's ticks start in scheduled order, so a
+            // later tick that started first covers this one.
+            tracing::warn!(job = %job, %tick, "not firing: a later tick of the job has started");
+            return StartVerdict::Missed("a later tick of the job started first".to_owned());
+        }
+        match self.config.concurrency {
+            Concurrency::Forbid if run_alive => {
+                // The guard did not stop it (the run is from an older session, being
+                // cancelled): this node knows better.
+                let reason = "a run of the job is still alive on this node (concurrency = forbid)";
+                tracing::warn!(job = %job, %tick, reason, "tick skipped");
+                StartVerdict::Skipped(reason)
+            }
+            Concurrency::Replace if run_alive => {
+                let grace = self.config.spec.kill_grace + std::time::Duration::from_secs(1);
+                let until = now + chrono::Duration::from_std(grace).unwrap_or_default();
+                StartVerdict::Replace { until }
+            }
+            _ => StartVerdict::Start,
+        }
+    }
+
     /// Settled without a run: gives back the leases held or waited for, and drops a prepared
     /// process.
     pub(super) fn give_back(&self, out: &mut Vec<Action>) {
@@ -160,6 +230,22 @@ impl Pending {
             self.start_at
         }
     }
+}
+
+/// What becomes of a claimed run at its time ([`Pending::start_verdict`]).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum StartVerdict {
+    /// The lock was lost after the claim: the record stays for the next owner, the guard goes.
+    LockLost,
+    /// Not started: recorded `missed`, for this reason.
+    Missed(String),
+    /// Not started: recorded `skipped` (concurrency = forbid), for this reason.
+    Skipped(&'static str),
+    /// Cancel the job's runs alive here and start once they ended, or at `until`.
+    Replace {
+        until: DateTime<Utc>,
+    },
+    Start,
 }
 
 /// A first claim's record: of a tick, or of a submission.
@@ -596,6 +682,38 @@ mod tests {
         let unanswered = claims.unanswered();
         assert_eq!(unanswered.len(), 2);
         assert!(claims.get(&in_flight).is_some() && unanswered[0].ends_with("claim unanswered"));
+    }
+
+    #[test]
+    fn a_claimed_run_starts_only_in_time_in_order_and_as_its_concurrency_allows() {
+        let claimed = pending("a", at(60), PendingState::InFlight { again: false });
+        let claim = claim_of(&claimed);
+        let verdict =
+            |lock, newest, alive, now| claimed.start_verdict(&claim, lock, newest, alive, now);
+        assert_eq!(verdict(true, None, false, at(60)), StartVerdict::Start);
+        assert_eq!(verdict(false, None, false, at(60)), StartVerdict::LockLost);
+        let late = verdict(true, None, false, at(62));
+        assert!(matches!(late, StartVerdict::Missed(why) if why.contains("too late")));
+        let overtaken = verdict(true, Some(at(60)), false, at(60));
+        assert!(matches!(overtaken, StartVerdict::Missed(why) if why.contains("later tick")));
+        assert!(
+            matches!(verdict(true, None, true, at(60)), StartVerdict::Skipped(_)),
+            "forbid"
+        );
+
+        let mut waited = pending("a", at(60), PendingState::InFlight { again: false });
+        waited.lease = LeaseWait::Failed {
+            at: at(70),
+            limit: "db".into(),
+        };
+        let past_deadline = waited.start_verdict(&claim, true, None, false, at(60 + 3_600));
+        assert!(matches!(past_deadline, StartVerdict::Missed(why) if why.contains("\"db\"")));
+        waited.lease = LeaseWait::Held;
+        assert_eq!(
+            waited.start_verdict(&claim, true, None, false, at(600)),
+            StartVerdict::Start,
+            "a lease holder is not held to the late-tick rule"
+        );
     }
 
     #[test]

@@ -14,6 +14,7 @@ mod claims;
 mod delayed;
 mod guards;
 mod housekeeping;
+mod jobs;
 mod notices;
 mod protocol;
 mod rewrites;
@@ -21,7 +22,7 @@ mod runs;
 mod steering;
 mod stopping;
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,6 +42,7 @@ pub use catch_up::RESOLVE_WINDOW;
 use claims::{LeaseWait, Pending, PendingState, StartVerdict, fresh_record, missed_claim};
 pub use delayed::DELAYED_HORIZON;
 use housekeeping::{Housekeeping, RELIST_AFTER, Retention};
+use jobs::{Jobs, mine};
 pub use protocol::{
     Action, ClaimId, ClaimRefused, FireReason, Input, JobRecords, MISSED_AFTER, Me, RecordWrite,
     START_LEAD, TickClaim, WITHDRAW_LIMIT, Wanted,
@@ -48,75 +50,16 @@ pub use protocol::{
 use protocol::{Item, is_late, on_time_until};
 use stopping::{HandOver, Stopping};
 
-/// A job and what it is waiting for.
-#[derive(Debug)]
-struct JobState {
-    config: Arc<JobConfig>,
-    /// Catch-up in progress (the listing or its marks are out): the job's ticks wait.
-    /// Boxed: only while it runs, and most of a job's state otherwise (issue 10).
-    catch_up: Option<Box<catch_up::CatchUp>>,
-    /// Catch-up's starts, in order, one after another.
-    backlog: VecDeque<Item>,
-    /// The backlog item whose claim or run is under way: the next one waits for its end.
-    backlog_busy: bool,
-    /// ... and it has not started yet: new ticks wait behind it.
-    backlog_claiming: bool,
-    /// Ticks that came while catch-up was deciding or its backlog ran: started after it.
-    held: Vec<Item>,
-    /// Runs of this job whose process never started (their record could not be marked
-    /// `running`) while this node could not fire: claimed again as the same attempt by the next
-    /// catch-up, with its reruns.
-    not_started: Vec<Item>,
-    /// The newest tick of this job started here or found recorded in the ledger by catch-up.
-    /// No scheduled tick at or before it is claimed afresh: an older one never starts after
-    /// it, and a node whose clock is behind never fires again a tick that ran while its record
-    /// was pruned since (records are kept by count, the newest never pruned: issue 24).
-    newest_tick: Option<DateTime<Utc>>,
-}
-
-impl JobState {
-    fn new(config: Arc<JobConfig>) -> Self {
-        Self {
-            config,
-            catch_up: None,
-            backlog: VecDeque::new(),
-            backlog_busy: false,
-            backlog_claiming: false,
-            held: Vec::new(),
-            not_started: Vec::new(),
-            newest_tick: None,
-        }
-    }
-
-    fn raise_newest_tick(&mut self, tick: DateTime<Utc>) {
-        self.newest_tick = Some(self.newest_tick.map_or(tick, |newest| newest.max(tick)));
-    }
-
-    /// Catch-up is deciding or running: new ticks wait behind it, in order.
-    fn busy_catching_up(&self) -> bool {
-        self.catch_up.is_some() || self.backlog_claiming || !self.backlog.is_empty()
-    }
-
-    fn drop_catch_up(&mut self) {
-        self.catch_up = None;
-        self.backlog.clear();
-        self.backlog_busy = false;
-        self.backlog_claiming = false;
-    }
-}
-
 /// Decides about firing for one node. See the module docs.
 #[derive(Debug)]
 pub struct FireMachine {
     me: Me,
     claim_ahead: chrono::Duration,
-    jobs: HashMap<JobName, JobState>,
+    jobs: Jobs,
     queue: FireQueue,
     lock: LockStatus,
     /// The latest stretch without a connection to ZooKeeper: `(from, until)`.
     outage: Option<(DateTime<Utc>, Option<DateTime<Utc>>)>,
-    /// Ticks that came while this node could not fire; fired if it can within [`MISSED_AFTER`].
-    declined: Vec<(DateTime<Utc>, JobName)>,
     claims: claims::Claims,
     runs: runs::Runs,
     /// Final records whose write failed, sent again.
@@ -148,16 +91,6 @@ pub struct FireMachine {
     backfills: backfill::Backfills,
 }
 
-/// The jobs of lock group `group` among `jobs`, and the names of the others.
-fn mine(group: Option<&str>, jobs: &[Arc<JobConfig>]) -> (Vec<Arc<JobConfig>>, HashSet<JobName>) {
-    let (mine, theirs): (Vec<_>, Vec<_>) = jobs
-        .iter()
-        .cloned()
-        .partition(|job| job.group.as_deref() == group);
-    let elsewhere = theirs.iter().map(|job| job.spec.name.clone()).collect();
-    (mine, elsewhere)
-}
-
 impl FireMachine {
     /// A machine for node `me` firing `jobs`; `claim_ahead` is how long before its tick a claim
     /// is sent, so the round trip never delays the fire.
@@ -180,14 +113,10 @@ impl FireMachine {
             me,
             // Beyond chrono's range means "no lead": fire at the tick.
             claim_ahead: chrono::Duration::from_std(claim_ahead).unwrap_or_default(),
-            jobs: jobs
-                .iter()
-                .map(|job| (job.spec.name.clone(), JobState::new(Arc::clone(job))))
-                .collect(),
+            jobs: Jobs::of(&jobs),
             queue: FireQueue::new(&jobs, now),
             lock: LockStatus::default(),
             outage: None,
-            declined: Vec::new(),
             claims: claims::Claims::default(),
             runs: runs::Runs::default(),
             rewrites: rewrites::Rewrites::default(),
@@ -404,11 +333,7 @@ impl FireMachine {
             self.delayed_tick(now, out);
         }
         self.write_records_again(now, out);
-        let jobs = &self.jobs;
-        self.declined.retain(|(tick, job)| match jobs.get(job) {
-            Some(state) => !is_late(&state.config, *tick, now),
-            None => *tick + MISSED_AFTER >= now,
-        });
+        self.jobs.forget_late_declined(now);
         let ids: Vec<ClaimId> = self.claims.keys().copied().collect();
         for id in ids {
             let Some(pending) = self.claims.get(&id) else {
@@ -490,8 +415,7 @@ impl FireMachine {
         let claimed_due = self.claims.due_of_submission(id.as_str());
         let config = self
             .jobs
-            .get(&submission.job)
-            .map(|state| Arc::clone(&state.config))
+            .config(&submission.job)
             .filter(|config| config.enabled);
         let job = submission.job.clone();
         let named = submission.marker_names_job;
@@ -646,7 +570,7 @@ impl FireMachine {
         }
         if !self.lock.may_fire {
             tracing::debug!(job = %name, %tick, "not the owner (or disconnected): not firing");
-            self.declined.push((tick, name.clone()));
+            self.jobs.decline(tick, name.clone());
             return;
         }
         let Some(state) = self.jobs.get_mut(name) else {
@@ -790,7 +714,7 @@ impl FireMachine {
         out: &mut Vec<Action>,
     ) {
         let tick = DateTime::from_timestamp_millis(record.scheduled_unix_ms).unwrap_or_default();
-        let newest = self.jobs.get(&config.spec.name).and_then(|s| s.newest_tick);
+        let newest = self.jobs.newest_tick(&config.spec.name);
         if let Some(newest) =
             newest.filter(|newest| record.submission_id.is_none() && tick <= *newest)
         {
@@ -1013,7 +937,7 @@ impl FireMachine {
         };
         let job = &pending.config.spec.name;
         let lock_holds = self.lock.may_fire && self.lock.token == Some(pending.token);
-        let newest_tick = self.jobs.get(job).and_then(|s| s.newest_tick);
+        let newest_tick = self.jobs.newest_tick(job);
         let run_alive = self.runs.alive_of(job);
         match pending.start_verdict(claim, lock_holds, newest_tick, run_alive, now) {
             StartVerdict::Start => {}
@@ -1174,8 +1098,7 @@ impl FireMachine {
         pending.give_back(out);
         if pending.in_backlog {
             if let Some(state) = self.jobs.get_mut(&pending.config.spec.name) {
-                state.backlog_busy = false;
-                state.backlog_claiming = false;
+                state.backlog_done();
             }
             self.advance(&pending.config.spec.name, now, out);
         }
@@ -1226,7 +1149,7 @@ impl FireMachine {
             self.lost(out);
         }
         if before.may_fire && (lost || !status.may_fire) {
-            self.cannot_fire();
+            self.jobs.cannot_fire();
             self.delayed.stop();
             self.give_up_lease_waits(now, out);
         }
@@ -1264,19 +1187,6 @@ impl FireMachine {
         self.runs.drop_retries();
     }
 
-    /// No new start until this node can fire again; catch-up starts over then.
-    fn cannot_fire(&mut self) {
-        for (name, state) in &mut self.jobs {
-            state.drop_catch_up();
-            // Ticks held behind catch-up may still be fired within the late-tick rule.
-            for item in state.held.drain(..) {
-                if item.reason.on_time() {
-                    self.declined.push((item.tick, name.clone()));
-                }
-            }
-        }
-    }
-
     /// Acquired, or back from an outage: resolve what was left open, catch up what was missed,
     /// and fire the ticks declined moments before — in that order, per job (issue 8, defect 2).
     fn can_fire(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
@@ -1284,35 +1194,9 @@ impl FireMachine {
             tracing::info!(token = token.0, "this node owns the lock: firing jobs");
         }
         self.housekeeping.forget_relists();
-        let mut names: Vec<JobName> = self
-            .jobs
-            .values()
-            .filter(|state| state.config.enabled)
-            .map(|state| state.config.spec.name.clone())
-            .collect();
-        names.sort();
+        let names = self.jobs.can_fire(now);
         out.push(Action::PrepareJobs(names.clone()));
-        let mut declined = std::mem::take(&mut self.declined);
-        declined.sort();
-        for (tick, name) in declined {
-            let Some(state) = self.jobs.get_mut(&name) else {
-                continue;
-            };
-            if !is_late(&state.config, tick, now) {
-                state.held.push(Item {
-                    tick,
-                    reason: FireReason::Declined,
-                    again: None,
-                    submission: None,
-                });
-            }
-        }
-        for name in names {
-            if let Some(state) = self.jobs.get_mut(&name) {
-                state.catch_up = Some(Box::default());
-                out.push(Action::ListRecords(name));
-            }
-        }
+        out.extend(names.into_iter().map(Action::ListRecords));
         self.delayed.start(now);
         self.delayed_tick(now, out);
         self.take_backfills(now, out);
@@ -1352,32 +1236,24 @@ impl FireMachine {
         let Some(state) = self.jobs.get_mut(job) else {
             return;
         };
-        if state.catch_up.is_some() || !state.backlog.is_empty() || state.held.is_empty() {
+        let (Some(released), config) = (state.release_held(now), Arc::clone(&state.config)) else {
             return;
+        };
+        if let (Some(first), Some(newest)) = (released.accounted, state.newest_tick) {
+            self.behind_the_ledger(job, first, newest, now);
         }
-        let newest = state.newest_tick;
-        let (accounted, held): (Vec<Item>, Vec<Item>) = std::mem::take(&mut state.held)
-            .into_iter()
-            .partition(|item| newest.is_some_and(|newest| item.tick <= newest));
-        let config = Arc::clone(&state.config);
-        if let (Some(first), Some(newest)) = (accounted.first(), newest) {
-            self.behind_the_ledger(job, first.tick, newest, now);
-        }
-        let (late, in_time): (Vec<Item>, Vec<Item>) = held
-            .into_iter()
-            .partition(|item| item.reason.on_time() && is_late(&config, item.tick, now));
-        if !late.is_empty() {
-            tracing::warn!(job = %job, ticks = late.len(), "tick missed: catch-up ran past its time");
-            let ticks: Vec<DateTime<Utc>> = late.iter().map(|item| item.tick).collect();
+        if !released.late.is_empty() {
+            let ticks = &released.late;
+            tracing::warn!(job = %job, ticks = ticks.len(), "tick missed: catch-up ran past its time");
             if let Some(record) = self
                 .lock
                 .token
-                .and_then(|token| catch_up::late_held(&self.me, token, &config, &ticks, now))
+                .and_then(|token| catch_up::late_held(&self.me, token, &config, ticks, now))
             {
                 self.claim_record_only(&config, record, out);
             }
         }
-        for item in in_time {
+        for item in released.in_time {
             self.claim_item(job, item, false, now, out);
         }
     }
@@ -1390,10 +1266,7 @@ impl FireMachine {
         out: &mut Vec<Action>,
     ) {
         let mut finished = claim;
-        let config = self
-            .jobs
-            .get(&finished.record.job)
-            .map(|state| Arc::clone(&state.config));
+        let config = self.jobs.config(&finished.record.job);
         let keep = config
             .as_ref()
             .map_or(KeepOutput::Failed, |config| config.keep_output);
@@ -1436,7 +1309,7 @@ impl FireMachine {
         let run_id = &claim.record.run_id;
         if self.stopping.is_some() {
             tracing::info!(job = %job, run_id, why, "run not started before the stop; its record stays claimed for the next owner");
-        } else if self.lock.may_fire && !self.busy_catching_up(&job) {
+        } else if self.lock.may_fire && !self.jobs.busy_catching_up(&job) {
             tracing::info!(job = %job, run_id, why, "run not started; claiming it again as the same attempt");
             self.claim_item(&job, item, false, now, out);
         } else if let Some(state) = self.jobs.get_mut(&job) {
@@ -1450,10 +1323,6 @@ impl FireMachine {
             self.advance(&job, now, out);
         }
         self.maybe_stopped(out);
-    }
-
-    fn busy_catching_up(&self, job: &JobName) -> bool {
-        self.jobs.get(job).is_some_and(JobState::busy_catching_up)
     }
 
     fn record_written(
@@ -1527,7 +1396,7 @@ impl FireMachine {
     /// `record` is stored: the notice it calls for and the pause, if any (`again`: the run will
     /// be started again, so this is not its end).
     fn tell(&mut self, record: &RunRecord, again: bool, out: &mut Vec<Action>) {
-        let Some(config) = self.jobs.get(&record.job).map(|s| Arc::clone(&s.config)) else {
+        let Some(config) = self.jobs.config(&record.job) else {
             return;
         };
         let told = self
@@ -1552,8 +1421,10 @@ impl FireMachine {
             if !self.lock.may_fire {
                 continue;
             }
-            if let Some(state) = self.jobs.get_mut(&job).filter(|s| s.catch_up.is_none()) {
-                state.catch_up = Some(Box::default());
+            if self
+                .jobs
+                .start_catch_up(&job, |state| state.catch_up.is_none())
+            {
                 out.push(Action::ListRecords(job));
             }
         }
@@ -1576,7 +1447,7 @@ impl FireMachine {
                 tracing::info!(job = %job, run_id, "retry left to the job's new lock group");
                 continue;
             }
-            if !self.jobs.contains_key(&job) {
+            if !self.jobs.contains(&job) {
                 tracing::warn!(job = %job, run_id, "retry dropped: the job is no longer in the schedule");
                 let mut record = retry.record;
                 let dropped = format!(
@@ -1617,29 +1488,13 @@ impl FireMachine {
         let jobs = &jobs[..];
         let was_elsewhere = std::mem::replace(&mut self.elsewhere, elsewhere);
         self.queue = self.queue.rebuilt(jobs, now);
-        let mut old = std::mem::take(&mut self.jobs);
-        let mut added = Vec::new();
-        for job in jobs {
-            let name = job.spec.name.clone();
-            let state = match old.remove(&name) {
-                Some(mut state) => {
-                    state.config = Arc::clone(job);
-                    state
-                }
-                None => {
-                    added.push(name.clone());
-                    JobState::new(Arc::clone(job))
-                }
-            };
-            self.jobs.insert(name, state);
-        }
-        for gone in old.keys() {
+        let (added, gone) = self.jobs.reload(jobs);
+        for gone in &gone {
             self.streaks.forget(gone);
         }
         // Submissions kept for a job that was missing or disabled may fire now.
         self.delayed.rescan();
         if self.lock.may_fire && !added.is_empty() {
-            added.sort();
             out.push(Action::PrepareJobs(added.clone()));
             // A job that moved here from another group is caught up like a gained lock: while
             // the nodes' schedules disagreed (a rolling reload), neither group may have fired
@@ -1648,8 +1503,10 @@ impl FireMachine {
                 .into_iter()
                 .filter(|name| was_elsewhere.contains(name))
             {
-                if let Some(state) = self.jobs.get_mut(&name).filter(|s| s.config.enabled) {
-                    state.catch_up = Some(Box::default());
+                if self
+                    .jobs
+                    .start_catch_up(&name, |state| state.config.enabled)
+                {
                     out.push(Action::ListRecords(name));
                 }
             }
@@ -1664,12 +1521,7 @@ impl FireMachine {
         self.runs.drop_retries();
         self.housekeeping.stop();
         self.claims.stop();
-        for state in self.jobs.values_mut() {
-            state.drop_catch_up();
-            state.held.clear();
-            // Their records stay `claimed`: the next owner's catch-up takes them over.
-            state.not_started.clear();
-        }
+        self.jobs.stop();
         self.claims.withdraw_unstarted(out);
         self.maybe_hand_over(now, out);
     }

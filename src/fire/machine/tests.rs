@@ -2,6 +2,7 @@
 //! the three defects of issue 8 pinned, and a property test over random interleavings of ticks,
 //! lock changes, claim results and run ends.
 
+use std::collections::VecDeque;
 use std::path::Path;
 use std::time::Duration;
 

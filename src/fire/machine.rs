@@ -30,7 +30,7 @@ use chrono::{DateTime, Utc};
 
 use crate::config::{JobConfig, KeepOutput, OnInterrupted};
 use crate::control::{Pause, Pauses};
-use crate::delayed::submission::{Submission, SubmissionId};
+use crate::delayed::submission::{DueBucket, Submission, SubmissionId};
 use crate::fire::queue::FireQueue;
 use crate::ids::JobName;
 use crate::lock::LockStatus;
@@ -158,13 +158,7 @@ impl FireMachine {
                 claim,
                 why,
                 maybe_written,
-            } => {
-                if maybe_written {
-                    let run_id = claim.record.run_id.clone();
-                    self.claims.maybe_marked_running(run_id, claim.version + 1);
-                }
-                self.run_not_started(&claim, &why, now, &mut out)
-            }
+            } => self.run_not_started(&claim, &why, maybe_written, now, &mut out),
             Input::RecordWritten { run_id, write } => {
                 self.record_written(&run_id, write, now, &mut out)
             }
@@ -176,61 +170,29 @@ impl FireMachine {
                 self.maybe_hand_over(now, &mut out);
             }
             Input::GuardReleased { run_id, settled } => {
-                // Claims waiting on a run of ours still alive wait for its end instead.
-                if let Some(job) = self.guards.answered(&run_id, settled)
-                    && !self.runs.alive_of(&job)
-                {
-                    self.guard_gone(&job, now, &mut out);
-                }
+                self.guard_released(&run_id, settled, now, &mut out)
             }
             Input::Shutdown => self.shutdown(now, &mut out),
             Input::DelayedScanned {
                 generation,
                 through,
                 result,
-            } => {
-                let found = if self.lock.may_fire {
-                    self.delayed.scanned(generation, through, result, now)
-                } else {
-                    None
-                };
-                if let Some(found) = found {
-                    for (id, submission) in found {
-                        self.consider(id, submission, now, &mut out);
-                    }
-                    self.delayed_tick(now, &mut out);
-                }
-            }
+            } => self.delayed_scanned(generation, through, result, now, &mut out),
             Input::SubmissionCreated { bucket, id, job } => {
                 if self.lock.may_fire && self.wanted.reads(job.as_ref()) {
                     out.extend(self.delayed.created(bucket, id));
                 }
             }
             Input::SubmissionRead { id, result } => {
-                if let Some(submission) = self.delayed.read(&id, result)
-                    && self.lock.may_fire
-                {
-                    self.consider(id, submission, now, &mut out);
-                    self.delayed_tick(now, &mut out);
+                if let Some(submission) = self.delayed.read(&id, result) {
+                    self.submission_read(id, submission, now, &mut out);
                 }
             }
             Input::PausesRead(pauses) => self.pauses_read(pauses, now, &mut out),
             Input::ClockStepped { by } => self.clock_stepped(by),
             Input::ReleaseRequested => self.release_requested(now, &mut out),
             Input::BackfillsRead(requests) => self.backfills_read(requests, now, &mut out),
-            Input::LockReleased => {
-                if let Some(stopping) = self.stopping.as_mut() {
-                    stopping.released();
-                }
-                // Each job's stop policy within its grace: the runner's TERM → grace → KILL.
-                out.extend(
-                    self.runs
-                        .alive_ids()
-                        .into_iter()
-                        .map(|run_id| Action::CancelRun { run_id }),
-                );
-                self.maybe_stopped(&mut out);
-            }
+            Input::LockReleased => self.lock_released(&mut out),
         }
         if may_free_room {
             self.claim_due_submissions(now, &mut out);
@@ -365,6 +327,41 @@ impl FireMachine {
             self.relists_due(now, out);
         }
         self.maybe_hand_over(now, out);
+    }
+
+    /// Answer to [`Action::ScanDelayed`]: what it found is considered, and the next buckets
+    /// read when due.
+    fn delayed_scanned(
+        &mut self,
+        generation: u64,
+        through: DueBucket,
+        result: Result<Vec<(SubmissionId, Submission)>, String>,
+        now: DateTime<Utc>,
+        out: &mut Vec<Action>,
+    ) {
+        if !self.lock.may_fire {
+            return;
+        }
+        if let Some(found) = self.delayed.scanned(generation, through, result, now) {
+            for (id, submission) in found {
+                self.consider(id, submission, now, out);
+            }
+            self.delayed_tick(now, out);
+        }
+    }
+
+    /// A new submission the watch reported, as read.
+    fn submission_read(
+        &mut self,
+        id: SubmissionId,
+        submission: Submission,
+        now: DateTime<Utc>,
+        out: &mut Vec<Action>,
+    ) {
+        if self.lock.may_fire {
+            self.consider(id, submission, now, out);
+            self.delayed_tick(now, out);
+        }
     }
 
     /// Reads the next buckets when the horizon reaches them, and claims what is due.
@@ -798,21 +795,7 @@ impl FireMachine {
         let job = pending.config.spec.name.clone();
         let tick = pending.tick;
         let again = match &pending.state {
-            PendingState::RecordOnly => {
-                let retention = Retention::of(&pending.config);
-                self.claims.remove(&id);
-                match &result {
-                    Err(why) => {
-                        tracing::warn!(job = %job, %tick, ?why, "skipped or missed ticks not recorded")
-                    }
-                    // A paused job writes only these: they are kept to `history` like runs.
-                    Ok(claim) => {
-                        self.tell(&claim.record, false, out);
-                        self.housekeeping.prune(&job, retention, now, out);
-                    }
-                }
-                return;
-            }
+            PendingState::RecordOnly => return self.record_only_settled(id, result, now, out),
             PendingState::InFlight { again } => *again,
             _ => return,
         };
@@ -881,6 +864,31 @@ impl FireMachine {
             Err(ClaimRefused::Failed(why)) => {
                 tracing::warn!(job = %job, %tick, error = why, "not firing: tick not claimed");
                 self.settle(id, now, out);
+            }
+        }
+    }
+
+    /// A `skipped` or `missed` record's claim answered: told and pruned like a run's (a paused
+    /// job writes only these, kept to `history` like runs).
+    fn record_only_settled(
+        &mut self,
+        id: ClaimId,
+        result: Result<Claim, ClaimRefused>,
+        now: DateTime<Utc>,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(pending) = self.claims.remove(&id) else {
+            return;
+        };
+        let (job, tick) = (&pending.config.spec.name, pending.tick);
+        match &result {
+            Err(why) => {
+                tracing::warn!(job = %job, %tick, ?why, "skipped or missed ticks not recorded")
+            }
+            Ok(claim) => {
+                self.tell(&claim.record, false, out);
+                let retention = Retention::of(&pending.config);
+                self.housekeeping.prune(job, retention, now, out);
             }
         }
     }
@@ -1288,9 +1296,14 @@ impl FireMachine {
         &mut self,
         claim: &Claim,
         why: &str,
+        maybe_written: bool,
         now: DateTime<Utc>,
         out: &mut Vec<Action>,
     ) {
+        if maybe_written {
+            let run_id = claim.record.run_id.clone();
+            self.claims.maybe_marked_running(run_id, claim.version + 1);
+        }
         let Some(run) = self.runs.remove(&claim.record.run_id) else {
             return;
         };
@@ -1377,6 +1390,22 @@ impl FireMachine {
             self.advance(&job, now, out);
         }
         self.maybe_stopped(out);
+    }
+
+    /// Answer to [`Action::ReleaseGuard`]: claims waiting on a run of ours still alive wait
+    /// for its end instead.
+    fn guard_released(
+        &mut self,
+        run_id: &str,
+        settled: bool,
+        now: DateTime<Utc>,
+        out: &mut Vec<Action>,
+    ) {
+        if let Some(job) = self.guards.answered(run_id, settled)
+            && !self.runs.alive_of(&job)
+        {
+            self.guard_gone(&job, now, out);
+        }
     }
 
     /// `job`'s guard is gone: claims that found it alive try again now (issue 8, defect 1), the
@@ -1666,6 +1695,17 @@ impl FireMachine {
         self.claims.clock_stepped(by);
         self.rewrites.clock_stepped(by);
         self.housekeeping.clock_stepped(by);
+    }
+
+    /// The lock is handed over: each job's stop policy within its grace (the runner's TERM →
+    /// grace → KILL).
+    fn lock_released(&mut self, out: &mut Vec<Action>) {
+        if let Some(stopping) = self.stopping.as_mut() {
+            stopping.released();
+        }
+        let alive = self.runs.alive_ids().into_iter();
+        out.extend(alive.map(|run_id| Action::CancelRun { run_id }));
+        self.maybe_stopped(out);
     }
 
     fn maybe_stopped(&mut self, out: &mut Vec<Action>) {

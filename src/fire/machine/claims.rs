@@ -541,8 +541,9 @@ impl Claims {
         self.by_id.get_mut(id)
     }
 
-    pub fn keys(&self) -> impl Iterator<Item = &ClaimId> + '_ {
-        self.by_id.keys()
+    /// The ids held now, to go through while claims come and go.
+    pub fn ids(&self) -> Vec<ClaimId> {
+        self.by_id.keys().copied().collect()
     }
 
     pub fn values(&self) -> impl Iterator<Item = &Pending> + '_ {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::*;
 use crate::delayed::submission::DueBucket;
 use crate::ids::{FencingToken, NodeId, SessionId};
-use crate::run::{RunContext, RunOutcome};
+use crate::run::{ClaimMode, RunContext, RunOutcome, RunReport};
 
 mod backfill;
 mod delayed;
@@ -658,7 +658,10 @@ fn a_final_record_whose_write_failed_is_written_again_once_connected() {
         "{retry:?}"
     );
     m.handle(written(&finished), t(hourly + 10_020));
-    assert!(m.rewrites.is_empty(), "written: nothing left to send");
+    assert!(
+        m.starts.rewrites.is_empty(),
+        "written: nothing left to send"
+    );
 }
 
 /// Issue 18: an old owner's final record met the record the next owner had already resolved
@@ -674,7 +677,7 @@ fn a_final_record_refused_by_zookeeper_is_never_sent_again() {
     };
     m.handle(refused, t(hourly + 6001));
     assert!(
-        m.rewrites.is_empty(),
+        m.starts.rewrites.is_empty(),
         "a refusal is not queued to be sent again"
     );
     assert_eq!(
@@ -715,7 +718,10 @@ fn a_record_sent_again_stops_at_the_first_refusal() {
         "{again:?}"
     );
     m.handle(answer(RecordWrite::Refused), t(hourly + 6510));
-    assert!(m.rewrites.is_empty(), "the refusal ends the rewrites");
+    assert!(
+        m.starts.rewrites.is_empty(),
+        "the refusal ends the rewrites"
+    );
     let later = m.handle(Input::Tick, t(hourly + 30_000));
     assert!(
         !later.iter().any(|a| matches!(a, Action::WriteRecord(_))),

@@ -1,0 +1,882 @@
+//! The claim path, the part of the fire machine every start goes through: one fenced claim per
+//! run (a tick, a retry, a rerun, a submission, a backfill), its answer, the start at the run's
+//! instant (in time, in order, as its `concurrency` and its limits' leases allow), the run's end
+//! and its final record, and records that start nothing (`skipped`, `missed`).
+//!
+//! Owns: the claims out or held (`claims`), the runs alive and the retries waiting (`runs`),
+//! the guards of claims that never started (`guards`), the final records written again
+//! (`rewrites`).
+//! Must not: decide what is due or when (the router hands it items), or reach the router's other
+//! parts: what it needs of them comes in a [`Ctx`], and what they must do next goes back as a
+//! [`Follow`], in order.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+
+use super::claims::{
+    self, LeaseWait, Pending, PendingState, StartVerdict, fresh_record, missed_claim,
+};
+use super::guards::Guards;
+use super::housekeeping::{Housekeeping, Retention};
+use super::jobs::Jobs;
+use super::notices::Streaks;
+use super::protocol::{
+    Action, ClaimId, ClaimRefused, FireReason, Item, MISSED_AFTER, Me, RecordWrite, is_late,
+    on_time_until,
+};
+use super::rewrites::Rewrites;
+use super::runs::{self, Runs};
+use super::steering::Steering;
+use crate::config::{JobConfig, KeepOutput};
+use crate::control::Pause;
+use crate::delayed::submission::SubmissionId;
+use crate::ids::JobName;
+use crate::lock::LockStatus;
+use crate::run::{Claim, ClaimMode, RunRecord, RunReport, RunStatus};
+
+/// A run whose lease could not be taken (ZooKeeper failed) asks again this much later.
+const LEASE_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// What the claim path is lent of the machine for one input.
+pub(super) struct Ctx<'a> {
+    pub me: &'a Me,
+    /// The lock as the machine acts on it.
+    pub lock: LockStatus,
+    pub jobs: &'a mut Jobs,
+    pub steering: &'a Steering,
+    /// The node is stopping: nothing new starts.
+    pub stopping: bool,
+    pub streaks: &'a mut Streaks,
+    pub housekeeping: &'a mut Housekeeping,
+    pub now: DateTime<Utc>,
+    pub out: &'a mut Vec<Action>,
+    /// What the router does next, in order.
+    pub follows: Vec<Follow>,
+}
+
+impl Ctx<'_> {
+    fn follow(&mut self, follow: Follow) {
+        self.follows.push(follow);
+    }
+}
+
+/// What the router does after the claim path, in order.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Follow {
+    /// The job's backlog item ended or will not start: the next one may go.
+    Advance(JobName),
+    /// The job's last backlog item started: the ticks held behind it may go.
+    ReleaseHeld(JobName),
+    /// A claim was answered or given back: a stop or a handover may go on.
+    HandOver,
+    /// A run ended: a stop may be done.
+    Stopped,
+}
+
+/// The claim path's state. See the module docs.
+#[derive(Debug, Default)]
+pub(super) struct Starts {
+    pub claims: claims::Claims,
+    pub runs: Runs,
+    pub guards: Guards,
+    pub rewrites: Rewrites,
+    /// A tick was declined for being at or before its job's newest recorded tick since the
+    /// lock was gained: said once, not per tick.
+    behind_the_ledger_said: bool,
+}
+
+impl Starts {
+    /// When the claim path needs a tick: claims at their instant or waiting, retries (`paused`
+    /// jobs' wait), records to write again (only while `connected`: an outage does not use up
+    /// the attempts).
+    pub fn next_deadline(
+        &self,
+        connected: bool,
+        paused: impl Fn(&JobName) -> bool,
+    ) -> Option<DateTime<Utc>> {
+        let claims = self.claims.values().filter_map(|p| match &p.state {
+            PendingState::Claimed(_) => Some(p.claimed_deadline()),
+            // Waiting on our own run: its end wakes the claim, the late-tick rule bounds it.
+            PendingState::RunAlive { .. } if self.waits_on_own_run(p) => {
+                p.reason.on_time().then(|| on_time_until(&p.config, p.tick))
+            }
+            PendingState::RunAlive { at } => Some(*at),
+            PendingState::Replacing { until, .. } => Some(*until),
+            _ => None,
+        });
+        let retries = self.runs.retry_deadlines(paused);
+        let rewrites = self.rewrites.next_deadline().filter(|_| connected);
+        claims.chain(retries).chain(rewrites).min()
+    }
+
+    /// Claim `id` at a tick: started at its instant, tried again once a run found alive should
+    /// be gone, skipped once its own run outlived the late-tick rule, or started once the run it
+    /// replaces had its grace.
+    pub fn claim_due(&mut self, ctx: &mut Ctx<'_>, id: ClaimId) {
+        let Some(pending) = self.claims.get(&id) else {
+            return;
+        };
+        let now = ctx.now;
+        match &pending.state {
+            PendingState::Claimed(_) if pending.start_due(now) => self.try_start(ctx, id),
+            PendingState::RunAlive { at } if *at <= now => {
+                if !self.waits_on_own_run(pending) {
+                    self.claim_again(ctx, id);
+                } else if pending.reason.on_time() && is_late(&pending.config, pending.tick, now) {
+                    // Our own later run stayed alive past the late-tick rule.
+                    self.skip_run_alive(ctx, id);
+                }
+            }
+            PendingState::Replacing { until, .. } if *until <= now => {
+                tracing::warn!(job = %pending.config.spec.name, tick = %pending.tick, "replaced run did not end within its grace; starting anyway");
+                self.start_replacing(ctx, id);
+            }
+            _ => {}
+        }
+    }
+
+    /// The lock was gained: the next tick behind the ledger is worth a warning again.
+    pub fn lock_gained(&mut self) {
+        self.behind_the_ledger_said = false;
+    }
+
+    /// A claim that found the guard held by a run of ours that started after the claim's tick
+    /// (catch-up runs first, then the ticks held behind it): that run did not overlap the tick,
+    /// so the claim waits for the run's final record, which releases the guard, instead of
+    /// retrying at once and skipping.
+    fn waits_on_own_run(&self, pending: &Pending) -> bool {
+        self.runs
+            .earliest_start_of(&pending.config.spec.name)
+            .is_some_and(|started| started > pending.tick)
+    }
+
+    /// Runs alive on this node (started, final record not yet written).
+    pub fn running(&self) -> usize {
+        self.runs.len()
+    }
+
+    /// `job`'s runs open on this node: claims out or held, runs alive, retries waiting. What
+    /// `max_running` bounds; a record-only claim starts nothing and does not count.
+    pub fn open_runs_of(&self, job: &JobName) -> usize {
+        self.claims.starting_of(job) + self.runs.open_of(job)
+    }
+
+    /// Sends the one claim every start goes through.
+    pub fn claim_item(&mut self, ctx: &mut Ctx<'_>, job: &JobName, item: Item, in_backlog: bool) {
+        // A paused job's ticks (and their retries and reruns) do not start; its submissions
+        // wait pending, and one already claimed or interrupted is carried through.
+        if let Some(pause) = ctx
+            .steering
+            .pause_of(job)
+            .filter(|_| item.submission.is_none() && !in_backlog)
+        {
+            return self.skip_paused(ctx, job, item, &pause);
+        }
+        let (Some(token), Some(state)) = (ctx.lock.token, ctx.jobs.get(job)) else {
+            return;
+        };
+        // A backfill's ticks are behind the ledger by nature: their claims tell the ones run.
+        let fresh_tick = item.again.is_none()
+            && item.submission.is_none()
+            && item.reason != FireReason::Backfill;
+        if let Some(newest) = state
+            .newest_tick
+            .filter(|newest| fresh_tick && item.tick <= *newest)
+        {
+            return self.behind_the_ledger(job, item.tick, newest, ctx.now);
+        }
+        let me = (&ctx.me.node_id, ctx.me.ip.as_str());
+        let now_ms = ctx.now.timestamp_millis();
+        let stored = item.again.clone();
+        let (record, mode) = match &item.again {
+            Some((stored, version)) => (
+                stored.next_attempt(me, token, now_ms),
+                ClaimMode::Again { version: *version },
+            ),
+            None => {
+                let mut record =
+                    fresh_record(job, item.tick, item.submission.as_ref(), me, token, now_ms);
+                record.backfill = item.reason == FireReason::Backfill;
+                (record, ClaimMode::Create)
+            }
+        };
+        let config = Arc::clone(&state.config);
+        let pending = Pending {
+            tick: item.tick,
+            reason: item.reason,
+            token,
+            // A jitter moves a tick's start, never a submission's.
+            start_at: if item.reason.on_time() {
+                state.config.start_of(item.tick).max(ctx.now)
+            } else if item.reason.waits_for_its_time() {
+                item.tick.max(ctx.now)
+            } else {
+                ctx.now
+            },
+            in_backlog,
+            submission: item.submission,
+            state: PendingState::InFlight { again: false },
+            prepared: false,
+            lease: LeaseWait::NotAsked,
+            stored,
+            config,
+        };
+        self.claims.send(pending, record, mode, ctx.out);
+    }
+
+    /// A tick at or before the job's newest recorded one: it was run, or recorded, by whoever
+    /// owned the lock at its time. This node's clock is behind that owner's; it claims nothing
+    /// until its clock passes the newest recorded tick, so the job's ticks stay in order and
+    /// none runs twice.
+    ///
+    /// A newest tick that is not ahead of our clock says nothing of the clock: the previous
+    /// owner ran or recorded a tick this node had passed over while it waited for the lock (a
+    /// handoff, a takeover), and that is only worth a debug line.
+    pub fn behind_the_ledger(
+        &mut self,
+        job: &JobName,
+        tick: DateTime<Utc>,
+        newest: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) {
+        if newest <= now {
+            tracing::debug!(job = %job, %tick, %newest, "tick not claimed: the previous owner ran or recorded it");
+        } else if std::mem::replace(&mut self.behind_the_ledger_said, true) {
+            tracing::debug!(job = %job, %tick, %newest, "tick not claimed: at or before the newest recorded tick");
+        } else {
+            tracing::warn!(job = %job, %tick, newest_recorded = %newest, "tick not claimed: it is at or before the job's newest recorded tick, so this node's clock is behind the previous owner's; ticks start again once the clock passes it (said once)");
+        }
+    }
+
+    /// A stored record overwritten, at its version, by one that records what became of it
+    /// (a retry that came too late): the same fenced claim as a run's next attempt.
+    pub fn claim_record_again(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        config: &Arc<JobConfig>,
+        record: RunRecord,
+        version: i32,
+    ) {
+        self.send_record_only(ctx, config, record, ClaimMode::Again { version });
+    }
+
+    /// A record that stands for ticks nobody ran (skipped or missed): sent through the same
+    /// fenced claim, so only the owner writes it and never over another record.
+    pub fn claim_record_only(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        config: &Arc<JobConfig>,
+        record: RunRecord,
+    ) {
+        let tick = DateTime::from_timestamp_millis(record.scheduled_unix_ms).unwrap_or_default();
+        let newest = ctx.jobs.newest_tick(&config.spec.name);
+        if let Some(newest) =
+            newest.filter(|newest| record.submission_id.is_none() && tick <= *newest)
+        {
+            // Its owner accounted for it: a skipped or missed record here would be a second one.
+            let claimed =
+                DateTime::from_timestamp_millis(record.claimed_unix_ms).unwrap_or_default();
+            return self.behind_the_ledger(&config.spec.name, tick, newest, claimed);
+        }
+        self.send_record_only(ctx, config, record, ClaimMode::Create);
+    }
+
+    /// Sends the fenced claim of a record that starts nothing.
+    fn send_record_only(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        config: &Arc<JobConfig>,
+        record: RunRecord,
+        mode: ClaimMode,
+    ) {
+        let Some(token) = ctx.lock.token else {
+            return;
+        };
+        let tick = DateTime::from_timestamp_millis(record.scheduled_unix_ms).unwrap_or_default();
+        let pending = Pending {
+            config: Arc::clone(config),
+            tick,
+            reason: FireReason::OnTime,
+            token,
+            start_at: tick,
+            in_backlog: false,
+            submission: None,
+            state: PendingState::RecordOnly,
+            prepared: false,
+            lease: LeaseWait::NotAsked,
+            stored: None,
+        };
+        self.claims.send(pending, record, mode, ctx.out);
+    }
+
+    /// Answer to [`Action::Claim`]: settles the claim. The submission it was for, and whether
+    /// its pending marker was gone, for the delayed queue.
+    pub fn claim_done(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        id: ClaimId,
+        result: Result<Claim, ClaimRefused>,
+    ) -> Option<(SubmissionId, bool)> {
+        let submission = match &result {
+            Ok(claim) => claim.record.submission_id.clone(),
+            Err(_) => self
+                .claims
+                .get(&id)
+                .and_then(|p| p.submission.as_ref())
+                .and_then(|s| SubmissionId::parse(&s.id).ok()),
+        };
+        let lost = matches!(result, Err(ClaimRefused::AlreadyClaimed));
+        if lost && self.claims.at_its_running_version(id) {
+            self.claim_again(ctx, id);
+            return None;
+        }
+        if let Ok(claim) = &result {
+            self.claims.claimed(&claim.record.run_id);
+        }
+        self.claim_settled(ctx, id, result);
+        submission.map(|submission| (submission, lost))
+    }
+
+    fn claim_settled(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        id: ClaimId,
+        result: Result<Claim, ClaimRefused>,
+    ) {
+        let Some(pending) = self.claims.get_mut(&id) else {
+            return;
+        };
+        let job = pending.config.spec.name.clone();
+        let tick = pending.tick;
+        let again = match &pending.state {
+            PendingState::RecordOnly => return self.record_only_settled(ctx, id, result),
+            PendingState::InFlight { again } => *again,
+            _ => return,
+        };
+        if ctx.stopping || ctx.steering.yielding() {
+            // A claim that came back after the stop (or a handover) began is given back like
+            // the others.
+            match result {
+                Ok(claim) => {
+                    pending.state = PendingState::Withdrawing;
+                    ctx.out.push(Action::Withdraw { id, claim });
+                }
+                Err(_) => {
+                    self.claims.remove(&id);
+                    ctx.follow(Follow::HandOver);
+                }
+            }
+            return;
+        }
+        match result {
+            Ok(claim) => {
+                if pending.start_at <= ctx.now {
+                    pending.state = PendingState::Claimed(claim);
+                    self.try_start(ctx, id);
+                } else {
+                    // Its process waits for the instant, not the other way round.
+                    pending.prepared = true;
+                    ctx.out.push(Action::PrepareRun {
+                        spec: Arc::clone(&pending.config.spec),
+                        context: pending.context(ctx.me, &claim),
+                        not_before: pending.start_at,
+                    });
+                    pending.state = PendingState::Claimed(claim);
+                }
+            }
+            Err(ClaimRefused::RunAlive) if self.guards.send_again_of(&job, ctx.out) => {
+                // The guard in the way is likely our own, of a claim that never started, whose
+                // release got no answer: sent again; its answer wakes this claim, which waits
+                // for it no longer than the late-tick rule allows (issue 31, defect 3).
+                pending.state = PendingState::RunAlive {
+                    at: pending.start_at
+                        + chrono::Duration::from_std(MISSED_AFTER).unwrap_or_default(),
+                };
+            }
+            Err(ClaimRefused::RunAlive) if !again => {
+                // Found a run alive ahead of the tick: skip only if it is still alive at the
+                // tick's time (issue 8, defect 1). Try again then, or once ours has ended.
+                pending.state = PendingState::RunAlive {
+                    at: pending.start_at,
+                };
+                if pending.start_at <= ctx.now && !self.runs.alive_of(&job) {
+                    self.claim_again(ctx, id);
+                }
+            }
+            Err(ClaimRefused::RunAlive) => self.skip_run_alive(ctx, id),
+            Err(ClaimRefused::AlreadyClaimed) => {
+                tracing::debug!(job = %job, %tick, "tick claimed by someone else");
+                self.settle(ctx, id);
+            }
+            Err(ClaimRefused::NotOwner) => {
+                let token = pending.token;
+                tracing::warn!(job = %job, %tick, token = token.0, "not firing: the epoch has moved past our token");
+                // Still the lock node's holder in our own eyes: let the lock re-verify.
+                ctx.out.push(Action::FenceFailed(token));
+                self.settle(ctx, id);
+            }
+            Err(ClaimRefused::Failed(why)) => {
+                tracing::warn!(job = %job, %tick, error = why, "not firing: tick not claimed");
+                self.settle(ctx, id);
+            }
+        }
+    }
+
+    /// A `skipped` or `missed` record's claim answered: told and pruned like a run's (a paused
+    /// job writes only these, kept to `history` like runs).
+    fn record_only_settled(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        id: ClaimId,
+        result: Result<Claim, ClaimRefused>,
+    ) {
+        let Some(pending) = self.claims.remove(&id) else {
+            return;
+        };
+        let (job, tick) = (&pending.config.spec.name, pending.tick);
+        match &result {
+            Err(why) => {
+                tracing::warn!(job = %job, %tick, ?why, "skipped or missed ticks not recorded")
+            }
+            Ok(claim) => {
+                self.tell(ctx, &claim.record, false);
+                let retention = Retention::of(&pending.config);
+                ctx.housekeeping.prune(job, retention, ctx.now, ctx.out);
+            }
+        }
+    }
+
+    /// A claim that found a run alive, tried once more.
+    fn claim_again(&mut self, ctx: &mut Ctx<'_>, id: ClaimId) {
+        let Some(token) = self.claims.get(&id).map(|p| p.token) else {
+            return;
+        };
+        if !ctx.lock.may_fire || ctx.lock.token != Some(token) {
+            return self.settle(ctx, id);
+        }
+        let Some(mut pending) = self.claims.remove(&id) else {
+            return;
+        };
+        let (record, mode) = pending.record_once_more(ctx.me, token, ctx.now);
+        pending.state = PendingState::InFlight { again: true };
+        self.claims.send(pending, record, mode, ctx.out);
+    }
+
+    /// A run is alive at the tick's time: the tick is recorded `skipped` (concurrency = forbid).
+    fn skip_run_alive(&mut self, ctx: &mut Ctx<'_>, id: ClaimId) {
+        let Some(pending) = self.claims.get(&id) else {
+            return;
+        };
+        let reason = if self.runs.alive_of(&pending.config.spec.name) {
+            "a run of the job is still alive on this node (concurrency = forbid)"
+        } else {
+            "a run of the job is alive on another node (concurrency = forbid)"
+        };
+        tracing::warn!(job = %pending.config.spec.name, tick = %pending.tick, reason, "tick skipped");
+        let (mut record, mode) = pending.record_once_more(ctx.me, pending.token, ctx.now);
+        record.status = RunStatus::Skipped;
+        record.error = Some(reason.to_owned());
+        let config = Arc::clone(&pending.config);
+        self.settle(ctx, id);
+        match mode {
+            // A retry (or rerun) skipped: written over its stored record, at its version.
+            ClaimMode::Again { version } => self.claim_record_again(ctx, &config, record, version),
+            // Not `claim_record_only`: a later tick of the job may have started meanwhile (it
+            // won the guard), and this tick must still end recorded. Its claim found no record
+            // (the guard refused it, not the record's create), so this create is not a second.
+            ClaimMode::Create => self.send_record_only(ctx, &config, record, ClaimMode::Create),
+        }
+    }
+
+    /// Starts a claimed tick at its time, if this node still may.
+    fn try_start(&mut self, ctx: &mut Ctx<'_>, id: ClaimId) {
+        let Some(pending) = self.claims.get(&id) else {
+            return;
+        };
+        let PendingState::Claimed(claim) = &pending.state else {
+            return;
+        };
+        let job = &pending.config.spec.name;
+        let lock_holds = ctx.lock.may_fire && ctx.lock.token == Some(pending.token);
+        let newest_tick = ctx.jobs.newest_tick(job);
+        let run_alive = self.runs.alive_of(job);
+        match pending.start_verdict(claim, lock_holds, newest_tick, run_alive, ctx.now) {
+            StartVerdict::Start => {}
+            // The record stays for the next owner to resolve, and the guard must not outlive
+            // the claim while our session does (the next owner would skip the job for a run
+            // that never was).
+            StartVerdict::LockLost => {
+                self.guards.release(claim, ctx.out);
+                return self.settle(ctx, id);
+            }
+            StartVerdict::Missed(why) => {
+                ctx.out.push(Action::WriteRecord(missed_claim(claim, &why)));
+                return self.settle(ctx, id);
+            }
+            StartVerdict::Skipped(reason) => {
+                let mut skipped = claim.clone();
+                skipped.record.status = RunStatus::Skipped;
+                skipped.record.error = Some(reason.to_owned());
+                ctx.out.push(Action::WriteRecord(skipped));
+                return self.settle(ctx, id);
+            }
+            StartVerdict::Replace { until } => {
+                let cancel = self.runs.unended_of(job);
+                ctx.out
+                    .extend(cancel.map(|run_id| Action::CancelRun { run_id }));
+                let claim = claim.clone();
+                if let Some(pending) = self.claims.get_mut(&id) {
+                    pending.state = PendingState::Replacing { claim, until };
+                }
+                return;
+            }
+        }
+        self.start(ctx, id);
+    }
+
+    /// The replaced run ended (or its grace passed): start the replacing one.
+    fn start_replacing(&mut self, ctx: &mut Ctx<'_>, id: ClaimId) {
+        let Some(pending) = self.claims.get_mut(&id) else {
+            return;
+        };
+        if let PendingState::Replacing { claim, .. } = &pending.state {
+            pending.state = PendingState::Claimed(claim.clone());
+        }
+        if !ctx.lock.may_fire || ctx.lock.token != Some(pending.token) {
+            tracing::warn!(job = %pending.config.spec.name, tick = %pending.tick, "not firing: the lock was lost after the claim");
+            if let PendingState::Claimed(claim) = &pending.state {
+                let claim = claim.clone();
+                self.guards.release(&claim, ctx.out);
+            }
+            return self.settle(ctx, id);
+        }
+        self.start(ctx, id);
+    }
+
+    fn start(&mut self, ctx: &mut Ctx<'_>, id: ClaimId) {
+        if self.ask_for_leases(ctx, id) {
+            return;
+        }
+        let Some(mut pending) = self.claims.remove(&id) else {
+            return;
+        };
+        let PendingState::Claimed(mut claim) =
+            std::mem::replace(&mut pending.state, PendingState::RecordOnly)
+        else {
+            return;
+        };
+        let context = pending.context(ctx.me, &claim);
+        claim.record.status = RunStatus::Running;
+        // A prepared run's job starts at its instant, a little after this decision.
+        claim.record.started_unix_ms = Some(ctx.now.max(pending.start_at).timestamp_millis());
+        let name = &pending.config.spec.name;
+        if let (Some(state), None) = (ctx.jobs.get_mut(name), &pending.submission) {
+            state.raise_newest_tick(pending.tick);
+            if pending.in_backlog {
+                state.backlog_claiming = false;
+            }
+        }
+        self.runs.started(
+            &claim,
+            &pending.config,
+            pending.in_backlog,
+            pending.submission.clone(),
+            ctx.now,
+        );
+        ctx.out.push(Action::StartRun {
+            spec: Arc::clone(&pending.config.spec),
+            claim,
+            context,
+            record_first: pending.submission.is_some(),
+            not_before: pending.start_at,
+        });
+        if pending.in_backlog {
+            ctx.follow(Follow::ReleaseHeld(name.clone()));
+        }
+    }
+
+    /// A run whose job names limits starts only once it holds a lease of each: asks for them
+    /// (`true`: not yet, the answer comes as [`Input::LeasesTaken`]).
+    fn ask_for_leases(&mut self, ctx: &mut Ctx<'_>, id: ClaimId) -> bool {
+        let Some(pending) = self.claims.get_mut(&id) else {
+            return false;
+        };
+        if pending.config.limits.is_empty() || pending.lease == LeaseWait::Held {
+            return false;
+        }
+        let (PendingState::Claimed(claim) | PendingState::Replacing { claim, .. }) = &pending.state
+        else {
+            return false;
+        };
+        if pending.lease != LeaseWait::Asking {
+            ctx.out.push(Action::TakeLeases {
+                id,
+                run_id: claim.record.run_id.clone(),
+                limits: pending.config.limits.clone(),
+            });
+            pending.lease = LeaseWait::Asking;
+        }
+        true
+    }
+
+    /// Answer to [`Action::TakeLeases`]: start, or try again after a failed take.
+    pub fn leases_taken(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        id: ClaimId,
+        run_id: String,
+        failed: Option<String>,
+    ) {
+        let Some(pending) = self
+            .claims
+            .get_mut(&id)
+            .filter(|p| p.lease == LeaseWait::Asking)
+        else {
+            // Settled meanwhile (the lock lost, a stop): what was taken goes back.
+            if failed.is_none() {
+                ctx.out.push(Action::GiveBackLeases { run_id });
+            }
+            return;
+        };
+        match failed {
+            None => {
+                pending.lease = LeaseWait::Held;
+                self.try_start(ctx, id);
+            }
+            Some(limit) => {
+                let at = ctx.now + chrono::Duration::from_std(LEASE_RETRY).unwrap_or_default();
+                pending.lease = LeaseWait::Failed { at, limit };
+            }
+        }
+    }
+
+    /// A claim ends without a run: forget it, and let its job's catch-up sequence go on.
+    fn settle(&mut self, ctx: &mut Ctx<'_>, id: ClaimId) {
+        let Some(pending) = self.claims.remove(&id) else {
+            return;
+        };
+        // Leases held, or still waited for: either way given back (a wait is given up).
+        pending.give_back(ctx.out);
+        if pending.in_backlog {
+            if let Some(state) = ctx.jobs.get_mut(&pending.config.spec.name) {
+                state.backlog_done();
+            }
+            ctx.follow(Follow::Advance(pending.config.spec.name.clone()));
+        }
+        ctx.follow(Follow::HandOver);
+    }
+
+    /// Runs waiting for a limit's lease cannot start any more: their waits are given up now,
+    /// not at their deadline (the records stay for the next owner, as every claimed tick's).
+    pub fn give_up_lease_waits(&mut self, ctx: &mut Ctx<'_>) {
+        for id in self.claims.asking_leases() {
+            self.try_start(ctx, id);
+        }
+    }
+
+    /// Final records whose write failed, due to go again (only while connected).
+    pub fn write_records_again(&mut self, ctx: &mut Ctx<'_>) {
+        if ctx.lock.connected {
+            ctx.out.extend(
+                self.rewrites
+                    .due(ctx.now)
+                    .into_iter()
+                    .map(Action::WriteRecord),
+            );
+        }
+    }
+
+    /// on_lost: cancel what must not run without the lock; let `finish` jobs end.
+    pub fn lost(&mut self, ctx: &mut Ctx<'_>) {
+        for (run_id, job, on_lost) in self.runs.unended() {
+            if on_lost == crate::config::OnLost::Cancel {
+                tracing::warn!(job = %job, run_id, "lock lost: cancelling the running job (on_lost = cancel)");
+                ctx.out.push(Action::CancelRun { run_id });
+            } else {
+                tracing::info!(job = %job, run_id, "lock lost: letting the running job finish (on_lost = finish)");
+            }
+        }
+        self.runs.drop_retries();
+    }
+
+    pub fn run_ended(&mut self, ctx: &mut Ctx<'_>, claim: Claim, report: &RunReport) {
+        let mut finished = claim;
+        let config = ctx.jobs.config(&finished.record.job);
+        let keep = config
+            .as_ref()
+            .map_or(KeepOutput::Failed, |config| config.keep_output);
+        runs::finish_record(&mut finished.record, report, keep);
+        // The promise of a retry goes into the same write as the failure: whoever owns the
+        // lock at its time keeps it, this node or the next (issue 24).
+        finished.record.retry_at_unix_ms = config
+            .and_then(|config| {
+                runs::retry_at(&finished.record, &config, report.retry_after, ctx.now)
+            })
+            .map(|at| at.timestamp_millis());
+        self.runs.ended(&finished);
+        ctx.out.push(Action::WriteRecord(finished));
+    }
+
+    /// A run's process never started: nothing is recorded (its record says `claimed`, which is
+    /// the truth), its guard goes, and it is claimed again as the same attempt — now if this
+    /// node may fire, else by the next catch-up, ours or the next owner's (issue 31, defect 3:
+    /// such runs were recorded `failed` and never run).
+    pub fn run_not_started(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        claim: &Claim,
+        why: &str,
+        maybe_written: bool,
+    ) {
+        if maybe_written {
+            let run_id = claim.record.run_id.clone();
+            self.claims.maybe_marked_running(run_id, claim.version + 1);
+        }
+        let Some(run) = self.runs.remove(&claim.record.run_id) else {
+            return;
+        };
+        self.guards.release(claim, ctx.out);
+        // As stored: the `running` write never went through.
+        let mut stored = claim.record.clone();
+        stored.status = RunStatus::Claimed;
+        stored.started_unix_ms = None;
+        let item = Item {
+            tick: DateTime::from_timestamp_millis(claim.record.scheduled_unix_ms)
+                .unwrap_or(ctx.now),
+            reason: FireReason::CaughtUp,
+            again: Some((stored, claim.version)),
+            submission: run.submission.clone(),
+        };
+        let job = run.job.clone();
+        let run_id = &claim.record.run_id;
+        if ctx.stopping {
+            tracing::info!(job = %job, run_id, why, "run not started before the stop; its record stays claimed for the next owner");
+        } else if ctx.lock.may_fire && !ctx.jobs.busy_catching_up(&job) {
+            tracing::info!(job = %job, run_id, why, "run not started; claiming it again as the same attempt");
+            self.claim_item(ctx, &job, item, false);
+        } else if let Some(state) = ctx.jobs.get_mut(&job) {
+            tracing::info!(job = %job, run_id, why, "run not started; claimed again as the same attempt once this node can fire");
+            state.not_started.push(item);
+        }
+        if run.in_backlog {
+            if let Some(state) = ctx.jobs.get_mut(&job) {
+                state.backlog_busy = false;
+            }
+            ctx.follow(Follow::Advance(job.clone()));
+        }
+        ctx.follow(Follow::Stopped);
+    }
+
+    pub fn record_written(&mut self, ctx: &mut Ctx<'_>, run_id: &str, write: RecordWrite) {
+        if self.rewrites.owns(run_id) {
+            if let Some(record) = self.rewrites.answered(run_id, write, ctx.now) {
+                self.tell(ctx, &record, record.retry_at_unix_ms.is_some());
+            }
+            return;
+        }
+        let Some(run) = self.runs.remove(run_id) else {
+            return; // the record of a tick that never started
+        };
+        if let (RecordWrite::Written(_), Some(finished)) = (write, &run.finished) {
+            let record = &finished.record;
+            self.tell(ctx, record, record.retry_at_unix_ms.is_some());
+        }
+        if let (RecordWrite::Failed, Some(finished)) = (write, &run.finished) {
+            self.rewrites.first_failed(finished.clone(), ctx.now);
+        }
+        let job = run.job.clone();
+        self.guard_gone(ctx, &job);
+        if !ctx.stopping {
+            let retry = run.finished.as_ref().and_then(|claim| {
+                let at = claim.record.retry_at_unix_ms?;
+                Some((DateTime::from_timestamp_millis(at)?, claim))
+            });
+            match (retry, write) {
+                (Some((at, claim)), RecordWrite::Written(version)) => {
+                    self.runs.schedule_retry(runs::Retry {
+                        at,
+                        record: claim.record.clone(),
+                        version,
+                        submission: run.submission.clone(),
+                        resumed: false,
+                    });
+                }
+                _ => ctx
+                    .housekeeping
+                    .prune(&job, Retention::of(&run.config), ctx.now, ctx.out),
+            }
+        }
+        if run.in_backlog {
+            if let Some(state) = ctx.jobs.get_mut(&job) {
+                state.backlog_busy = false;
+            }
+            ctx.follow(Follow::Advance(job.clone()));
+        }
+        ctx.follow(Follow::Stopped);
+    }
+
+    /// Answer to [`Action::ReleaseGuard`]: claims waiting on a run of ours still alive wait
+    /// for its end instead.
+    pub fn guard_released(&mut self, ctx: &mut Ctx<'_>, run_id: &str, settled: bool) {
+        if let Some(job) = self.guards.answered(run_id, settled)
+            && !self.runs.alive_of(&job)
+        {
+            self.guard_gone(ctx, &job);
+        }
+    }
+
+    /// `job`'s guard is gone: claims that found it alive try again now (issue 8, defect 1), the
+    /// earliest tick first.
+    fn guard_gone(&mut self, ctx: &mut Ctx<'_>, job: &JobName) {
+        for id in self.claims.waiting_on_guard(job) {
+            match self.claims.get(&id).map(|p| &p.state) {
+                Some(PendingState::Replacing { .. }) if !self.runs.alive_of(job) => {
+                    self.start_replacing(ctx, id)
+                }
+                Some(PendingState::RunAlive { .. }) => self.claim_again(ctx, id),
+                _ => {}
+            }
+        }
+    }
+
+    /// `record` is stored: the notice it calls for and the pause, if any (`again`: the run will
+    /// be started again, so this is not its end).
+    pub fn tell(&mut self, ctx: &mut Ctx<'_>, record: &RunRecord, again: bool) {
+        let Some(config) = ctx.jobs.config(&record.job) else {
+            return;
+        };
+        let told = ctx
+            .streaks
+            .recorded(record, &config, again, &ctx.me.node_id);
+        if let Some(notice) = told.notice {
+            ctx.out.push(Action::Notify(Box::new(notice)));
+        }
+        if let Some(reason) = told.pause {
+            tracing::warn!(job = %record.job, reason, "pausing the job");
+            ctx.out.push(Action::PauseJob {
+                job: record.job.clone(),
+                reason,
+            });
+        }
+    }
+
+    /// A paused job's item: a tick is recorded `skipped`, a rerun or retry is not started.
+    pub fn skip_paused(&mut self, ctx: &mut Ctx<'_>, job: &JobName, item: Item, pause: &Pause) {
+        let reason = pause.skip_reason();
+        if let Some((record, _)) = &item.again {
+            tracing::info!(job = %job, run_id = record.run_id, reason, "not started again: the job is paused");
+            return;
+        }
+        tracing::info!(job = %job, tick = %item.tick, reason, "tick skipped: the job is paused");
+        let (Some(token), Some(state)) = (ctx.lock.token, ctx.jobs.get(job)) else {
+            return;
+        };
+        let config = std::sync::Arc::clone(&state.config);
+        let me = (&ctx.me.node_id, ctx.me.ip.as_str());
+        let mut record = fresh_record(job, item.tick, None, me, token, ctx.now.timestamp_millis());
+        record.status = RunStatus::Skipped;
+        record.error = Some(reason);
+        self.claim_record_only(ctx, &config, record);
+    }
+}

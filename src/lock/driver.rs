@@ -13,9 +13,11 @@ mod requests;
 mod settings;
 
 use std::collections::VecDeque;
+use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
+use tokio::time::Sleep;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client::{Client, EventType, SessionState, WatchedEvent};
 
@@ -76,198 +78,294 @@ pub async fn run(
     updates: &mpsc::UnboundedSender<LockUpdate>,
     commands: &mut mpsc::UnboundedReceiver<LockCommand>,
 ) -> Result<(), DriverError> {
-    // Ours to change: a reload publishes a new schedule fingerprint in the member node.
-    let mut owned = settings.clone();
-    let settings = &mut owned;
-    let mut machine = LockMachine::new(
-        settings.me.node_id.clone(),
-        settings.takeover_delay,
-        settings.jitter,
-    );
-    let mut pending = VecDeque::new();
-    if settings.role.placed() {
-        pending.extend(machine.handle(Input::Placement { contend: false }, now()));
-    }
-    pending.extend(machine.handle(Input::Start, now()));
-    let mut verdicts = match &settings.role {
-        LockRole::Group { verdict } => Some(verdict.clone()),
-        LockRole::Member { .. } => None,
-    };
-    let member = matches!(settings.role, LockRole::Member { .. });
-    let mut conn: Option<Connection> = None;
-    let mut watch: Option<WatchFuture> = None;
-    let mut timer = Box::pin(tokio::time::sleep(Duration::ZERO));
-    let mut silence = Box::pin(tokio::time::sleep(Duration::ZERO));
-    let mut silenced: Option<Silenced> = None;
-    let mut published = LockStatus::default();
-    // Taking back a session the client gave up on; the machine meanwhile counts it disconnected.
-    let mut take_back = TakeBack::new(zk);
-    // The clock check: it also publishes our member node (a new schedule fingerprint at once).
-    let mut clock = ClockSchedule::new(settings.clock.clone(), member);
-    // The lock was handed over and nobody has taken it yet: the next owner is whom it went to.
-    let mut handed_over = false;
+    let mut driver = Driver::new(zk, settings, updates);
     loop {
-        // An action's answer goes straight back in, so actions run in the order the machine chose.
-        // Published after every step and before any request, so firing never goes on under a
-        // status the machine has already left (a Lost waiting behind a slow request).
-        publish(updates, &mut published, &machine, conn.as_ref());
-        while let Some(action) = pending.pop_front() {
-            say_whom_to(&mut handed_over, &action, &settings.paths);
-            if let Some(answer) =
-                execute(conn.as_ref(), settings, action, &mut watch, updates).await
-            {
-                pending.extend(machine.handle(answer, now()));
-                publish(updates, &mut published, &machine, conn.as_ref());
-            }
-        }
-        let Some(live) = conn.as_mut() else {
-            let Some(new) = open_session(zk, settings, shutdown).await? else {
+        driver.perform_pending().await;
+        if driver.conn.is_none() {
+            let Some(new) = open_session(zk, &driver.settings, shutdown).await? else {
                 break;
             };
-            tracing::info!(session = %new.session, timeout = ?new.timeout, "zookeeper session established");
-            let started = Input::SessionStarted {
-                session: new.session,
-                timeout: new.timeout,
-            };
-            let _ = updates.send(LockUpdate::Session(Some(new.client.clone())));
-            conn = Some(new);
-            clock.session_began();
-            pending.extend(machine.handle(started, now()));
+            driver.session_opened(new);
             continue;
-        };
-        let deadline = machine.next_deadline();
-        if let Some(at) = deadline {
-            timer.as_mut().reset(at.into());
         }
-        if machine.connected() {
-            silenced = None;
-        }
-        let silence_at = match silenced {
-            Some(Silenced { next_look, .. }) => Some(next_look),
-            None if machine.connected() && matches!(machine.state(), LockState::Own { .. }) => {
-                Some(live.last_heard() + live.timeout)
-            }
-            None => None,
+        let Some(wake) = driver.wait(shutdown, commands).await else {
+            break;
         };
-        if let Some(at) = silence_at {
-            silence.as_mut().reset(at.into());
+        if let Some(input) = driver.input_for(wake) {
+            driver.feed(input);
         }
-        let mut resumed = None;
-        let input = tokio::select! {
-            biased; // a stopping owner releases before it looks at anything else
-            () = shutdown.cancelled() => break,
-            // Looked at first after a stall: see `silence_input`.
-            () = &mut silence, if silence_at.is_some() => silence_input(live, &mut silenced),
-            state = live.states.changed(), if !take_back.active() => match state {
-                // The client gave up (~1.4 × the timeout without an answer); the servers may still
-                // hold the session, and with it our lock and member nodes.
-                SessionState::Expired => {
-                    tracing::warn!(session = %live.session, "no answer from zookeeper for longer than the session timeout; taking the session back if the servers still hold it");
-                    take_back.start(live.client.session().clone());
-                    None
-                }
-                state => session_input(state, live),
-            },
-            outcome = take_back.outcome() => {
-                resumed = Some(outcome);
-                None
-            }
-            event = fired(&mut watch) => {
-                watch = None;
-                watch_input(&event)
-            }
-            () = &mut timer, if deadline.is_some() => Some(Input::Tick),
-            changed = clock_verdict(&mut verdicts) => match changed {
-                Some(skewed) => Some(Input::ClockJudged { skewed }),
-                None => {
-                    verdicts = None;
-                    None
-                }
-            },
-            step = clock.next() => match step {
-                ClockStep::CheckDue => {
-                    clock.start(check_clock(live, settings, clock.offset_ms()));
-                    None
-                }
-                ClockStep::Read(reading) => clock.judged(reading, live.timeout).map(|verdict| {
-                    if let LockRole::Member { verdict: to_groups, .. } = &settings.role {
-                        to_groups.send_replace(verdict.skewed);
-                    }
-                    Input::ClockJudged { skewed: verdict.skewed }
-                }),
-            },
-            Some(command) = commands.recv() => {
-                let order = Order { machine: &machine, settings, member, live, clock: &mut clock };
-                order.input(command)
-            }
-        };
-        let input = match resumed {
-            Some(outcome) => {
-                let (back, input) = taken_back(outcome, zk, settings, updates);
-                if let Some(back) = back {
-                    conn = Some(back);
-                    clock.session_began();
-                }
-                input
-            }
-            None => input,
-        };
-        let Some(input) = input else { continue };
-        if input == Input::SessionExpired {
-            take_back.stop();
-            conn = None;
-            watch = None;
-            let _ = updates.send(LockUpdate::Session(None));
-        }
-        pending.extend(machine.handle(input, now()));
     }
-    let ended = Ended {
-        settings,
-        updates,
-        published: &mut published,
-        member,
-    };
-    ended.release(&mut machine, conn, &mut watch).await;
+    driver.end().await;
     Ok(())
 }
 
-/// What the driver's end needs: the lock released (peers contend at once) and our member
-/// node deleted.
-struct Ended<'a> {
-    settings: &'a LockSettings,
-    updates: &'a mpsc::UnboundedSender<LockUpdate>,
-    published: &'a mut LockStatus,
-    member: bool,
+/// What woke the driver's loop, other than a shutdown.
+enum Wake {
+    /// The owner's silence check is due (see `silence_input`).
+    Silence,
+    State(SessionState),
+    TakenBack(zk::Resumed),
+    Watch(WatchedEvent),
+    Deadline,
+    /// The member lock's clock verdict, for a named group's lock; `None` once it has stopped.
+    Verdict(Option<bool>),
+    Clock(ClockStep),
+    Command(LockCommand),
 }
 
-impl Ended<'_> {
-    async fn release(
-        self,
-        machine: &mut LockMachine,
-        conn: Option<Connection>,
-        watch: &mut Option<WatchFuture>,
-    ) {
-        let Ended {
-            settings,
+/// The state of one driver's loop: the machine, the session it runs on and what the loop waits
+/// for.
+struct Driver<'a> {
+    zk: &'a ZkSettings,
+    /// Ours to change: a reload publishes a new schedule fingerprint in the member node.
+    settings: LockSettings,
+    updates: &'a mpsc::UnboundedSender<LockUpdate>,
+    machine: LockMachine,
+    /// The machine's actions not performed yet, in its order.
+    pending: VecDeque<Action>,
+    /// The member lock registers the node and checks its clock; a named group's does neither.
+    member: bool,
+    /// A named group's lock follows the member lock's clock verdict.
+    verdicts: Option<tokio::sync::watch::Receiver<bool>>,
+    conn: Option<Connection>,
+    watch: Option<WatchFuture>,
+    timer: Pin<Box<Sleep>>,
+    silence: Pin<Box<Sleep>>,
+    silenced: Option<Silenced>,
+    published: LockStatus,
+    /// Taking back a session the client gave up on; the machine meanwhile counts it disconnected.
+    take_back: TakeBack<'a>,
+    /// The clock check: it also publishes our member node (a new schedule fingerprint at once).
+    clock: ClockSchedule,
+    /// The lock was handed over and nobody has taken it yet: the next owner is whom it went to.
+    handed_over: bool,
+}
+
+impl<'a> Driver<'a> {
+    fn new(
+        zk: &'a ZkSettings,
+        settings: &LockSettings,
+        updates: &'a mpsc::UnboundedSender<LockUpdate>,
+    ) -> Self {
+        let settings = settings.clone();
+        let mut machine = LockMachine::new(
+            settings.me.node_id.clone(),
+            settings.takeover_delay,
+            settings.jitter,
+        );
+        let mut pending = VecDeque::new();
+        if settings.role.placed() {
+            pending.extend(machine.handle(Input::Placement { contend: false }, now()));
+        }
+        pending.extend(machine.handle(Input::Start, now()));
+        let verdicts = match &settings.role {
+            LockRole::Group { verdict } => Some(verdict.clone()),
+            LockRole::Member { .. } => None,
+        };
+        let member = matches!(settings.role, LockRole::Member { .. });
+        Self {
+            zk,
             updates,
-            published,
+            machine,
+            pending,
             member,
-        } = self;
-        let release = machine.handle(Input::Shutdown, now());
+            verdicts,
+            conn: None,
+            watch: None,
+            timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
+            silence: Box::pin(tokio::time::sleep(Duration::ZERO)),
+            silenced: None,
+            published: LockStatus::default(),
+            take_back: TakeBack::new(zk),
+            clock: ClockSchedule::new(settings.clock.clone(), member),
+            settings,
+            handed_over: false,
+        }
+    }
+
+    /// Performs the pending actions: an action's answer goes straight back in, so actions run in
+    /// the order the machine chose.
+    async fn perform_pending(&mut self) {
+        // Published after every step and before any request, so firing never goes on under a
+        // status the machine has already left (a Lost waiting behind a slow request).
+        self.publish();
+        while let Some(action) = self.pending.pop_front() {
+            say_whom_to(&mut self.handed_over, &action, &self.settings.paths);
+            let conn = self.conn.as_ref();
+            if let Some(answer) =
+                execute(conn, &self.settings, action, &mut self.watch, self.updates).await
+            {
+                self.pending.extend(self.machine.handle(answer, now()));
+                self.publish();
+            }
+        }
+    }
+
+    fn publish(&mut self) {
+        let conn = self.conn.as_ref();
+        publish(self.updates, &mut self.published, &self.machine, conn);
+    }
+
+    fn session_opened(&mut self, new: Connection) {
+        tracing::info!(session = %new.session, timeout = ?new.timeout, "zookeeper session established");
+        let started = Input::SessionStarted {
+            session: new.session,
+            timeout: new.timeout,
+        };
+        let _ = self
+            .updates
+            .send(LockUpdate::Session(Some(new.client.clone())));
+        self.conn = Some(new);
+        self.clock.session_began();
+        self.pending.extend(self.machine.handle(started, now()));
+    }
+
+    /// Waits, with a session up, for what comes next; `None` on shutdown.
+    async fn wait(
+        &mut self,
+        shutdown: &CancellationToken,
+        commands: &mut mpsc::UnboundedReceiver<LockCommand>,
+    ) -> Option<Wake> {
+        let deadline = self.machine.next_deadline();
+        if let Some(at) = deadline {
+            self.timer.as_mut().reset(at.into());
+        }
+        let silence_at = self.silence_at();
+        if let Some(at) = silence_at {
+            self.silence.as_mut().reset(at.into());
+        }
+        let wake = tokio::select! {
+            biased; // a stopping owner releases before it looks at anything else
+            () = shutdown.cancelled() => return None,
+            // Looked at first after a stall: see `silence_input`.
+            () = &mut self.silence, if silence_at.is_some() => Wake::Silence,
+            state = state_change(self.conn.as_mut()), if !self.take_back.active() => {
+                Wake::State(state)
+            }
+            outcome = self.take_back.outcome() => Wake::TakenBack(outcome),
+            event = fired(&mut self.watch) => Wake::Watch(event),
+            () = &mut self.timer, if deadline.is_some() => Wake::Deadline,
+            changed = clock_verdict(&mut self.verdicts) => Wake::Verdict(changed),
+            step = self.clock.next() => Wake::Clock(step),
+            Some(command) = commands.recv() => Wake::Command(command),
+        };
+        Some(wake)
+    }
+
+    /// When to look whether a connected owner still hears from the servers (see
+    /// `silence_input`), if it is to.
+    fn silence_at(&mut self) -> Option<Instant> {
+        if self.machine.connected() {
+            self.silenced = None;
+        }
+        match self.silenced {
+            Some(Silenced { next_look, .. }) => Some(next_look),
+            None if self.machine.connected()
+                && matches!(self.machine.state(), LockState::Own { .. }) =>
+            {
+                self.conn
+                    .as_ref()
+                    .map(|live| live.last_heard() + live.timeout)
+            }
+            None => None,
+        }
+    }
+
+    /// The machine's input for what woke the loop, if it has one.
+    fn input_for(&mut self, wake: Wake) -> Option<Input> {
+        // The loop waits only with a session up.
+        let live = self.conn.as_ref()?;
+        match wake {
+            Wake::Silence => silence_input(live, &mut self.silenced),
+            // The client gave up (~1.4 × the timeout without an answer); the servers may still
+            // hold the session, and with it our lock and member nodes.
+            Wake::State(SessionState::Expired) => {
+                tracing::warn!(session = %live.session, "no answer from zookeeper for longer than the session timeout; taking the session back if the servers still hold it");
+                self.take_back.start(live.client.session().clone());
+                None
+            }
+            Wake::State(state) => session_input(state, live),
+            Wake::TakenBack(outcome) => {
+                let (back, input) = taken_back(outcome, self.zk, &self.settings, self.updates);
+                if let Some(back) = back {
+                    self.conn = Some(back);
+                    self.clock.session_began();
+                }
+                input
+            }
+            Wake::Watch(event) => {
+                self.watch = None;
+                watch_input(&event)
+            }
+            Wake::Deadline => Some(Input::Tick),
+            Wake::Verdict(Some(skewed)) => Some(Input::ClockJudged { skewed }),
+            Wake::Verdict(None) => {
+                self.verdicts = None;
+                None
+            }
+            Wake::Clock(ClockStep::CheckDue) => {
+                let check = check_clock(live, &mut self.settings, self.clock.offset_ms());
+                self.clock.start(check);
+                None
+            }
+            Wake::Clock(ClockStep::Read(reading)) => {
+                let verdict = self.clock.judged(reading, live.timeout)?;
+                if let LockRole::Member {
+                    verdict: to_groups, ..
+                } = &self.settings.role
+                {
+                    to_groups.send_replace(verdict.skewed);
+                }
+                Some(Input::ClockJudged {
+                    skewed: verdict.skewed,
+                })
+            }
+            Wake::Command(command) => {
+                let order = Order {
+                    machine: &self.machine,
+                    settings: &mut self.settings,
+                    member: self.member,
+                    live,
+                    clock: &mut self.clock,
+                };
+                order.input(command)
+            }
+        }
+    }
+
+    /// Hands `input` to the machine; an expired session is dropped first, with its watch and
+    /// any take-back.
+    fn feed(&mut self, input: Input) {
+        if input == Input::SessionExpired {
+            self.take_back.stop();
+            self.conn = None;
+            self.watch = None;
+            let _ = self.updates.send(LockUpdate::Session(None));
+        }
+        self.pending.extend(self.machine.handle(input, now()));
+    }
+
+    /// The driver's end: the lock released (peers contend at once) and our member node deleted.
+    async fn end(mut self) {
+        let release = self.machine.handle(Input::Shutdown, now());
         // Stop firing before the release's round trips.
-        publish(updates, published, machine, conn.as_ref());
+        self.publish();
         for action in release {
             if action == Action::Emit(LockEvent::Lost) {
                 // Given up on purpose, not lost: say so at info, not as a warning.
-                tracing::info!(path = settings.paths.lock, "lock given up for shutdown");
-                let _ = updates.send(LockUpdate::Event(LockEvent::Lost));
+                tracing::info!(
+                    path = self.settings.paths.lock,
+                    "lock given up for shutdown"
+                );
+                let _ = self.updates.send(LockUpdate::Event(LockEvent::Lost));
                 continue;
             }
-            execute(conn.as_ref(), settings, action, watch, updates).await;
+            let conn = self.conn.as_ref();
+            execute(conn, &self.settings, action, &mut self.watch, self.updates).await;
         }
-        publish(updates, published, machine, None);
-        if let Some(live) = conn.filter(|_| member) {
-            let member = settings.paths.member(&settings.me.node_id);
+        publish(self.updates, &mut self.published, &self.machine, None);
+        if let Some(live) = self.conn.take().filter(|_| self.member) {
+            let member = self.settings.paths.member(&self.settings.me.node_id);
             // Deleting it ourselves, rather than leaving it to the session close, lets a restart of
             // this node register at once.
             let deleted =
@@ -442,6 +540,14 @@ fn silence_input(live: &Connection, silenced: &mut Option<Silenced>) -> Option<I
             });
             None
         }
+    }
+}
+
+/// The session's next state; pends forever without a session.
+async fn state_change(conn: Option<&mut Connection>) -> SessionState {
+    match conn {
+        Some(live) => live.states.changed().await,
+        None => std::future::pending().await,
     }
 }
 

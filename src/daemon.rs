@@ -69,11 +69,11 @@ pub async fn run(
     let heard = Arc::new(Heard::default());
     let metrics = Arc::new(Metrics::new());
     let (view, view_rx) = watch::channel(NodeView::default());
-    // Bound before anything else starts: a taken port fails the start, not a running node.
     with_launcher(&mut config, &settings.launcher);
     let config = Arc::new(config);
     let jobs = config.jobs.clone();
     let (loaded_tx, loaded) = watch::channel(Arc::clone(&config));
+    // Bound before anything else starts: a taken port fails the start, not a running node.
     let http = match config.http.clone() {
         Some(http) => {
             let state = HttpState {
@@ -114,58 +114,17 @@ pub async fn run(
         deliveries: &deliveries,
         notifier: &notifier,
     };
-    let (default_unit, default_task) = wiring.start(
-        None,
-        LockRole::Member {
-            placed: config.grouped(),
-            verdict: Arc::clone(&verdict),
-        },
-        Shared {
-            heard: Arc::clone(&heard),
-            metrics: Arc::clone(&metrics),
-            view,
-            member_duties: true,
-            schedule: Some(schedule),
-        },
-        shutdown.clone(),
-    );
-    let mut units = vec![default_unit];
-    let mut named = Vec::new();
-    for group in &config.groups {
-        let (private_view, _) = watch::channel(NodeView::default());
-        let (unit, task) = wiring.start(
-            Some(group.name.clone()),
-            LockRole::Group {
-                verdict: verdict.subscribe(),
-            },
-            Shared {
-                heard: Arc::new(Heard::default()),
-                metrics: Arc::clone(&metrics),
-                view: private_view,
-                member_duties: false,
-                schedule: None,
-            },
-            shutdown.clone(),
-        );
-        units.push(unit);
-        named.push(task);
-    }
-    let placement = config.grouped().then(|| {
-        let placed = Placement {
-            me: settings.me.node_id.clone(),
-            base: paths.clone(),
-            groups: units
-                .iter()
-                .map(|unit| unit.placed(&paths, &config))
-                .collect(),
-            settle: config.lock.rebalance_after,
-            takeover_delay: config.lock.takeover_delay,
-            acls: zk.acls(),
-            metrics: Arc::clone(&metrics),
-        };
-        let sessions = session_of(view_rx.clone());
-        tokio::spawn(placed.run(sessions, shutdown.clone()))
-    });
+    let member = Shared {
+        heard,
+        metrics: Arc::clone(&metrics),
+        view,
+        member_duties: true,
+        schedule: Some(schedule),
+    };
+    let (units, default_task, named) = wiring.start_units(member, &verdict, &shutdown);
+    let placement = config
+        .grouped()
+        .then(|| wiring.start_placement(&units, &metrics, view_rx.clone(), &shutdown));
     let reloader = tokio::spawn(reload_on_request(
         settings.config_path.clone(),
         config,
@@ -181,26 +140,51 @@ pub async fn run(
         },
     ));
     tracing::info!(jobs = jobs.len(), node_id = %settings.me.node_id, "zkcron started");
-    let result = default_task.await;
-    for task in named {
-        if let Err(err) = task.await {
-            tracing::error!(error = %err, "a group's fire driver failed");
+    let running = Running {
+        default_task,
+        named,
+        placement,
+        reloader,
+        http,
+    };
+    running.until_stopped().await
+}
+
+/// What runs while the daemon does, as it is waited for and stopped.
+struct Running {
+    /// The default group's fire driver: its end is the daemon's.
+    default_task: FireTask,
+    named: Vec<FireTask>,
+    placement: Option<tokio::task::JoinHandle<()>>,
+    reloader: tokio::task::JoinHandle<()>,
+    http: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Running {
+    /// Waits for the fire drivers to end (the shutdown ends them), then stops the rest.
+    async fn until_stopped(self) -> Result<(), DaemonError> {
+        let result = self.default_task.await;
+        for task in self.named {
+            if let Err(err) = task.await {
+                tracing::error!(error = %err, "a group's fire driver failed");
+            }
         }
-    }
-    if let Some(placement) = placement {
-        placement.abort();
-    }
-    reloader.abort();
-    if let Some(http) = http {
-        // The listener stops with the shutdown token; its handlers are bounded by their requests.
-        let _ = tokio::time::timeout(Duration::from_secs(2), http).await;
-    }
-    tracing::info!("zkcron stopped");
-    match result {
-        Ok(result) => Ok(result?),
-        Err(err) => {
-            tracing::error!(error = %err, "the default group's fire driver failed");
-            Ok(())
+        if let Some(placement) = self.placement {
+            placement.abort();
+        }
+        self.reloader.abort();
+        if let Some(http) = self.http {
+            // The listener stops with the shutdown token; its handlers are bounded by their
+            // requests.
+            let _ = tokio::time::timeout(Duration::from_secs(2), http).await;
+        }
+        tracing::info!("zkcron stopped");
+        match result {
+            Ok(result) => Ok(result?),
+            Err(err) => {
+                tracing::error!(error = %err, "the default group's fire driver failed");
+                Ok(())
+            }
         }
     }
 }
@@ -267,6 +251,73 @@ impl Unit {
 type FireTask = tokio::task::JoinHandle<Result<(), DriverError>>;
 
 impl Wiring<'_> {
+    /// Starts the default group's unit with what it shares with the node (`member`: the member
+    /// duties), then each named group's with its own; a named group's lock follows the clock
+    /// `verdict` of the default one's. Returns the units and the fire tasks, the default group's
+    /// first.
+    fn start_units(
+        &self,
+        member: Shared,
+        verdict: &Arc<watch::Sender<bool>>,
+        shutdown: &CancellationToken,
+    ) -> (Vec<Unit>, FireTask, Vec<FireTask>) {
+        let metrics = Arc::clone(&member.metrics);
+        let (default_unit, default_task) = self.start(
+            None,
+            LockRole::Member {
+                placed: self.config.grouped(),
+                verdict: Arc::clone(verdict),
+            },
+            member,
+            shutdown.clone(),
+        );
+        let mut units = vec![default_unit];
+        let mut named = Vec::new();
+        for group in &self.config.groups {
+            let (private_view, _) = watch::channel(NodeView::default());
+            let (unit, task) = self.start(
+                Some(group.name.clone()),
+                LockRole::Group {
+                    verdict: verdict.subscribe(),
+                },
+                Shared {
+                    heard: Arc::new(Heard::default()),
+                    metrics: Arc::clone(&metrics),
+                    view: private_view,
+                    member_duties: false,
+                    schedule: None,
+                },
+                shutdown.clone(),
+            );
+            units.push(unit);
+            named.push(task);
+        }
+        (units, default_task, named)
+    }
+
+    /// Starts placing the groups on the default group's session (`view`).
+    fn start_placement(
+        &self,
+        units: &[Unit],
+        metrics: &Arc<Metrics>,
+        view: watch::Receiver<NodeView>,
+        shutdown: &CancellationToken,
+    ) -> tokio::task::JoinHandle<()> {
+        let placed = Placement {
+            me: self.settings.me.node_id.clone(),
+            base: self.base.clone(),
+            groups: units
+                .iter()
+                .map(|unit| unit.placed(self.base, self.config))
+                .collect(),
+            settle: self.config.lock.rebalance_after,
+            takeover_delay: self.config.lock.takeover_delay,
+            acls: self.zk.acls(),
+            metrics: Arc::clone(metrics),
+        };
+        tokio::spawn(placed.run(session_of(view), shutdown.clone()))
+    }
+
     /// Starts the lock driver and the fire driver of `group` (`None`: the default group).
     fn start(
         &self,

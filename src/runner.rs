@@ -283,63 +283,16 @@ pub async fn run_prepared(
     spec: &JobSpec,
     ctx: &RunContext,
     cancel: CancellationToken,
-    mut prepared: Prepared,
+    prepared: Prepared,
     not_before: Option<DateTime<Utc>>,
 ) -> RunReport {
     let job = &spec.name;
     let run_id = ctx.run_id.as_str();
-    let given = prepared.0.as_ref().and_then(|waiting| waiting.given);
-    if given.is_none() && cancel.is_cancelled() {
-        info!(job = %job, run_id, "run cancelled before it started");
-        return RunReport {
-            outcome: RunOutcome::Cancelled,
-            started_at: Utc::now(),
-            duration: Duration::ZERO,
-            retry_after: None,
-            output: String::new(),
+    let (mut group, stdin, (started_at, spawned)) =
+        match start_job(spec, ctx, &cancel, prepared, not_before).await {
+            Ok(started) => started,
+            Err(never_started) => return never_started,
         };
-    }
-
-    prepared.go();
-    let (mut group, stdin, (started_at, spawned)) = match prepared.0.take() {
-        Some(Waiting { group, go, given }) => {
-            let keeps_stdin = group.start == Start::OnGoKeepStdin;
-            let given = given.unwrap_or_else(|| (Utc::now(), Instant::now()));
-            (group, keeps_stdin.then_some(go), given)
-        }
-        None => {
-            let (started_at, spawned) = (Utc::now(), Instant::now());
-            // No launcher to hold the exec: the spawn waits, but not past a cancel.
-            if spec.launcher == Launcher::Fork && !hold_unless_cancelled(not_before, &cancel).await
-            {
-                info!(job = %job, run_id, "run cancelled before its instant; nothing was started");
-                return RunReport {
-                    outcome: RunOutcome::Cancelled,
-                    started_at,
-                    duration: Duration::ZERO,
-                    retry_after: None,
-                    output: String::new(),
-                };
-            }
-            match Group::spawn(spec, ctx, Start::Now, not_before) {
-                Ok(mut group) => {
-                    let stdin = group.child.stdin().take();
-                    (group, stdin, (started_at, spawned))
-                }
-                Err(err) => {
-                    let error = error_chain(&err);
-                    warn!(job = %job, run_id, error, "job failed to start");
-                    return RunReport {
-                        outcome: RunOutcome::FailedToStart { error },
-                        started_at,
-                        duration: spawned.elapsed(),
-                        retry_after: None,
-                        output: String::new(),
-                    };
-                }
-            }
-        }
-    };
     // Given early, a prepared job still starts at `not_before`: its launcher holds it. What the
     // daemon does about the start (its log line, reading output) waits until then too, so that
     // none of it competes with the job's exec for a CPU.
@@ -359,7 +312,122 @@ pub async fn run_prepared(
         // Its launcher has not exec'd the job: the supervision below stops it at once.
         info!(job = %job, run_id, pid, "run cancelled before its instant; stopping its launcher");
     }
+    let Ended {
+        outcome,
+        status,
+        duration,
+        output,
+    } = supervise_reading_output(&mut group, spec, ctx, &cancel, stdin, spawned).await;
+    let exit_code = status.and_then(|s| s.code());
+    let signal = status.and_then(|s| s.signal());
+    info!(
+        job = %job,
+        run_id,
+        pid,
+        outcome = %outcome,
+        exit_code,
+        signal,
+        duration_ms = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
+        "job finished"
+    );
+    RunReport {
+        outcome,
+        started_at,
+        duration,
+        retry_after: None,
+        output,
+    }
+}
 
+/// A started job: its process group, its stdin when it takes a submission's payload, and when
+/// it started (the record's clock, and the run's own for its duration).
+type Started = (
+    Group,
+    Option<tokio::process::ChildStdin>,
+    (DateTime<Utc>, Instant),
+);
+
+/// Gives `prepared`'s process its go, or spawns the job afresh where none waits (or it is gone);
+/// a run that never starts (cancelled first, or failed to start) is `Err` with its report.
+async fn start_job(
+    spec: &JobSpec,
+    ctx: &RunContext,
+    cancel: &CancellationToken,
+    mut prepared: Prepared,
+    not_before: Option<DateTime<Utc>>,
+) -> Result<Started, RunReport> {
+    let job = &spec.name;
+    let run_id = ctx.run_id.as_str();
+    let given = prepared.0.as_ref().and_then(|waiting| waiting.given);
+    if given.is_none() && cancel.is_cancelled() {
+        info!(job = %job, run_id, "run cancelled before it started");
+        return Err(RunReport {
+            outcome: RunOutcome::Cancelled,
+            started_at: Utc::now(),
+            duration: Duration::ZERO,
+            retry_after: None,
+            output: String::new(),
+        });
+    }
+
+    prepared.go();
+    if let Some(Waiting { group, go, given }) = prepared.0.take() {
+        let keeps_stdin = group.start == Start::OnGoKeepStdin;
+        let given = given.unwrap_or_else(|| (Utc::now(), Instant::now()));
+        return Ok((group, keeps_stdin.then_some(go), given));
+    }
+    let (started_at, spawned) = (Utc::now(), Instant::now());
+    // No launcher to hold the exec: the spawn waits, but not past a cancel.
+    if spec.launcher == Launcher::Fork && !hold_unless_cancelled(not_before, cancel).await {
+        info!(job = %job, run_id, "run cancelled before its instant; nothing was started");
+        return Err(RunReport {
+            outcome: RunOutcome::Cancelled,
+            started_at,
+            duration: Duration::ZERO,
+            retry_after: None,
+            output: String::new(),
+        });
+    }
+    match Group::spawn(spec, ctx, Start::Now, not_before) {
+        Ok(mut group) => {
+            let stdin = group.child.stdin().take();
+            Ok((group, stdin, (started_at, spawned)))
+        }
+        Err(err) => {
+            let error = error_chain(&err);
+            warn!(job = %job, run_id, error, "job failed to start");
+            Err(RunReport {
+                outcome: RunOutcome::FailedToStart { error },
+                started_at,
+                duration: spawned.elapsed(),
+                retry_after: None,
+                output: String::new(),
+            })
+        }
+    }
+}
+
+/// How a supervised job ended: its outcome, its leader's exit status (none when it was not
+/// reaped), how long it ran, and the tail of its output.
+struct Ended {
+    outcome: RunOutcome,
+    status: Option<ExitStatus>,
+    duration: Duration,
+    output: String,
+}
+
+/// Supervises the started job to its end while reading its output, then reaps what it left
+/// behind and reads the output a little longer.
+async fn supervise_reading_output(
+    group: &mut Group,
+    spec: &JobSpec,
+    ctx: &RunContext,
+    cancel: &CancellationToken,
+    stdin: Option<tokio::process::ChildStdin>,
+    spawned: Instant,
+) -> Ended {
+    let job = &spec.name;
+    let run_id = ctx.run_id.as_str();
     let stdout = group.child.stdout().take();
     let stderr = group.child.stderr().take();
     let payload = ctx.submission.as_ref().map(|s| Arc::clone(&s.payload));
@@ -377,7 +445,7 @@ pub async fn run_prepared(
     // Output is read while the job runs (a full pipe would block it), in this same future: no
     // task to leak when the caller drops `run`.
     let (outcome, status) = {
-        let supervision = group.supervise(spec, &cancel, spawned);
+        let supervision = group.supervise(spec, cancel, spawned);
         tokio::pin!(supervision);
         loop {
             tokio::select! {
@@ -396,33 +464,19 @@ pub async fn run_prepared(
         warn!(
             job = %job,
             run_id,
-            pid,
+            pid = group.pid,
             "processes left behind by the job still hold its output open; no longer reading it"
         );
     }
-
-    let exit_code = status.and_then(|s| s.code());
-    let signal = status.and_then(|s| s.signal());
-    info!(
-        job = %job,
-        run_id,
-        pid,
-        outcome = %outcome,
-        exit_code,
-        signal,
-        duration_ms = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
-        "job finished"
-    );
     // Whatever is still unread stays unread: `output` is dropped with this function.
     let output = tail
         .lock()
         .map(|mut kept| std::mem::take(&mut *kept).into_text())
         .unwrap_or_default();
-    RunReport {
+    Ended {
         outcome,
-        started_at,
+        status,
         duration,
-        retry_after: None,
         output,
     }
 }

@@ -268,40 +268,7 @@ pub async fn run(config: &Config, command: DelayedCommand) -> Result<(), CliErro
         }
         DelayedCommand::Show { id, .. } => {
             let id = SubmissionId::parse(&id).map_err(UsageError::from)?;
-            let Some((submission, state)) = delayed.show(&id).await? else {
-                return Err(zkcron::delayed::client::SubmissionError::NotFound { id }.into());
-            };
-            let zone = zone_of(&delayed, &submission.job);
-            let mut payload = format!("{} bytes", submission.payload.len());
-            let state = match state {
-                SubmissionState::Pending => "pending".to_owned(),
-                SubmissionState::Recorded(record) => record_state(&record, zone),
-                SubmissionState::Remembered(tombstone) => {
-                    payload = format!("{} bytes (no longer kept)", tombstone.payload_bytes);
-                    format!(
-                        "finished (its record was pruned); the id is remembered until {}",
-                        when(tombstone.remembered_until_unix_ms, zone)
-                    )
-                }
-                SubmissionState::Pruned => "finished (its record was pruned)".to_owned(),
-            };
-            let retry_of = submission
-                .retry_of
-                .as_ref()
-                .map(|old| format!("retry of   {old}"));
-            print_lines(
-                &[
-                    format!("id         {id}"),
-                    format!("job        {}", submission.job),
-                    format!("due        {}", when(submission.due_unix_ms, zone)),
-                    format!("submitted  {}", when(submission.submitted_unix_ms, zone)),
-                    format!("payload    {payload}"),
-                    format!("state      {state}"),
-                ]
-                .into_iter()
-                .chain(retry_of)
-                .collect::<Vec<_>>(),
-            )
+            print_lines(&show_lines(&delayed, id).await?)
         }
         DelayedCommand::Cancel { id, .. } => {
             let id = SubmissionId::parse(&id).map_err(UsageError::from)?;
@@ -314,6 +281,42 @@ pub async fn run(config: &Config, command: DelayedCommand) -> Result<(), CliErro
             )])
         }
     }
+}
+
+/// `delayed show`: one submission, and where it is in its life.
+async fn show_lines(delayed: &Delayed, id: SubmissionId) -> Result<Vec<String>, CliError> {
+    let Some((submission, state)) = delayed.show(&id).await? else {
+        return Err(zkcron::delayed::client::SubmissionError::NotFound { id }.into());
+    };
+    let zone = zone_of(delayed, &submission.job);
+    let mut payload = format!("{} bytes", submission.payload.len());
+    let state = match state {
+        SubmissionState::Pending => "pending".to_owned(),
+        SubmissionState::Recorded(record) => record_state(&record, zone),
+        SubmissionState::Remembered(tombstone) => {
+            payload = format!("{} bytes (no longer kept)", tombstone.payload_bytes);
+            format!(
+                "finished (its record was pruned); the id is remembered until {}",
+                when(tombstone.remembered_until_unix_ms, zone)
+            )
+        }
+        SubmissionState::Pruned => "finished (its record was pruned)".to_owned(),
+    };
+    let retry_of = submission
+        .retry_of
+        .as_ref()
+        .map(|old| format!("retry of   {old}"));
+    Ok([
+        format!("id         {id}"),
+        format!("job        {}", submission.job),
+        format!("due        {}", when(submission.due_unix_ms, zone)),
+        format!("submitted  {}", when(submission.submitted_unix_ms, zone)),
+        format!("payload    {payload}"),
+        format!("state      {state}"),
+    ]
+    .into_iter()
+    .chain(retry_of)
+    .collect())
 }
 
 fn list_lines(

@@ -9,7 +9,7 @@ use chrono::Utc;
 use super::error::{CliError, print_lines};
 use zkcron::JobName;
 use zkcron::config::Config;
-use zkcron::status::StatusReport;
+use zkcron::status::{JobReport, LimitReport, StatusReport};
 
 pub async fn status(config: &Config, json: bool) -> Result<(), CliError> {
     let client = zkcron::delayed::client::session_for(config).await?;
@@ -24,6 +24,31 @@ pub async fn status(config: &Config, json: bool) -> Result<(), CliError> {
 /// `zkcron status` as text: the lock, then one line per job in the spirit of
 /// `systemctl list-timers`.
 fn status_lines(report: &StatusReport, config: &Config) -> Vec<String> {
+    let mut lines = lock_lines(report);
+    if config.grouped() {
+        lines.extend(group_lines(report));
+    }
+    lines.extend(job_lines(report, config));
+    for drift in &report.cluster.schedule_drift {
+        lines.push(format!(
+            "schedule drift: {} (it would fire a different schedule after a takeover)",
+            zkcron::drift::describe(drift)
+        ));
+    }
+    lines.extend(report.limits.iter().map(limit_line));
+    // Submissions for jobs the schedule no longer declares are kept; say so.
+    for away in &report.undeclared_pending {
+        lines.push(format!(
+            "{:<20}  not in the schedule: {} pending submission(s) kept until it is back",
+            away.job.as_str(),
+            away.pending_submissions
+        ));
+    }
+    lines
+}
+
+/// The lock for `status`: its owner, its fencing token, and the members with their clocks.
+fn lock_lines(report: &StatusReport) -> Vec<String> {
     let lock = &report.cluster.lock;
     let mut lines = vec![format!("lock {} ({})", lock.name, lock.path)];
     let session = lock.session.as_deref().unwrap_or("?");
@@ -65,13 +90,16 @@ fn status_lines(report: &StatusReport, config: &Config) -> Vec<String> {
         }
         lines.push(format!("  {}  {detail}", member.node_id));
     }
-    if config.grouped() {
-        lines.extend(group_lines(report));
-    }
-    lines.push(format!(
+    lines
+}
+
+/// The jobs for `status`: a header, then a line per job and what it has pending, its times in
+/// the job's zone.
+fn job_lines(report: &StatusReport, config: &Config) -> Vec<String> {
+    let mut lines = vec![format!(
         "{:<20}  {:<26}  {:<26}  {:<11}  {:<15}  {:>6}  {:<5}  {}",
         "JOB", "NEXT", "LAST", "STATUS", "NODE", "MISSED", "ALIVE", "PENDING"
-    ));
+    )];
     let more = if report.pending_complete { "" } else { "+" };
     for job in &report.jobs {
         let tz = config
@@ -86,39 +114,7 @@ fn status_lines(report: &StatusReport, config: &Config) -> Vec<String> {
                     .to_string()
             })
         };
-        let next = match (&job.paused, job.enabled, &job.schedule, job.next_unix_ms) {
-            (Some(pause), _, _, _) => {
-                format!("paused since {}", since_local(pause.since_unix_ms, tz))
-            }
-            (None, false, _, _) => "disabled".into(),
-            (None, true, None, _) => "on demand".into(),
-            (None, true, Some(_), next) => next.map_or("-".into(), format),
-        };
-        let (last_at, status, node) = match &job.last {
-            Some(r) => (
-                format(r.scheduled_unix_ms),
-                r.status.as_str().to_owned(),
-                r.node_id.to_string(),
-            ),
-            None => ("-".into(), "-".into(), "-".into()),
-        };
-        let alive = match &job.alive_run {
-            Some(run_id) => format!("yes ({run_id})"),
-            None => "no".into(),
-        };
-        let submitted = match job.next_due_unix_ms {
-            Some(due) => format!(
-                "{}{more}, next due {}",
-                job.pending_submissions,
-                format(due)
-            ),
-            None => format!("0{more}"),
-        };
-        lines.push(format!(
-            "{:<20}  {next:<26}  {last_at:<26}  {status:<11}  {node:<15}  {:>6}  {alive:<5}  {submitted}",
-            job.name.as_str(),
-            job.missed_ticks,
-        ));
+        lines.push(job_line(job, tz, more, &format));
         if let Some(pause) = &job.paused {
             lines.push(format!(
                 "{:<20}  paused by {}: {}",
@@ -132,47 +128,69 @@ fn status_lines(report: &StatusReport, config: &Config) -> Vec<String> {
             lines.push(delivery_line(deliveries));
         }
     }
-    for drift in &report.cluster.schedule_drift {
-        lines.push(format!(
-            "schedule drift: {} (it would fire a different schedule after a takeover)",
-            zkcron::drift::describe(drift)
-        ));
-    }
-    for limit in &report.limits {
-        let runs = |holders: &[zkcron::ledger::limits::LeaseHolder]| {
-            holders
-                .iter()
-                .map(|h| format!("{} on {}", h.run_id, h.node_id))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let mut line = format!(
-            "limit {}: {} of {} held",
-            limit.name,
-            limit.holders.len(),
-            limit.max
-        );
-        if !limit.holders.is_empty() {
-            line.push_str(&format!(" ({})", runs(&limit.holders)));
-        }
-        if !limit.waiting.is_empty() {
-            line.push_str(&format!(
-                "; {} waiting ({})",
-                limit.waiting.len(),
-                runs(&limit.waiting)
-            ));
-        }
-        lines.push(line);
-    }
-    // Submissions for jobs the schedule no longer declares are kept; say so.
-    for away in &report.undeclared_pending {
-        lines.push(format!(
-            "{:<20}  not in the schedule: {} pending submission(s) kept until it is back",
-            away.job.as_str(),
-            away.pending_submissions
-        ));
-    }
     lines
+}
+
+/// A job's line for `status`, under the header of `job_lines`. `more` marks a pending count
+/// that may be short (`+`); `at` shows an instant in the job's zone `tz`.
+fn job_line(job: &JobReport, tz: chrono_tz::Tz, more: &str, at: &dyn Fn(i64) -> String) -> String {
+    let next = match (&job.paused, job.enabled, &job.schedule, job.next_unix_ms) {
+        (Some(pause), _, _, _) => {
+            format!("paused since {}", since_local(pause.since_unix_ms, tz))
+        }
+        (None, false, _, _) => "disabled".into(),
+        (None, true, None, _) => "on demand".into(),
+        (None, true, Some(_), next) => next.map_or("-".into(), at),
+    };
+    let (last_at, status, node) = match &job.last {
+        Some(r) => (
+            at(r.scheduled_unix_ms),
+            r.status.as_str().to_owned(),
+            r.node_id.to_string(),
+        ),
+        None => ("-".into(), "-".into(), "-".into()),
+    };
+    let alive = match &job.alive_run {
+        Some(run_id) => format!("yes ({run_id})"),
+        None => "no".into(),
+    };
+    let submitted = match job.next_due_unix_ms {
+        Some(due) => format!("{}{more}, next due {}", job.pending_submissions, at(due)),
+        None => format!("0{more}"),
+    };
+    format!(
+        "{:<20}  {next:<26}  {last_at:<26}  {status:<11}  {node:<15}  {:>6}  {alive:<5}  {submitted}",
+        job.name.as_str(),
+        job.missed_ticks,
+    )
+}
+
+/// A `[[limit]]` for `status`: how many of its places are held, by which runs, and who waits.
+fn limit_line(limit: &LimitReport) -> String {
+    let runs = |holders: &[zkcron::ledger::limits::LeaseHolder]| {
+        holders
+            .iter()
+            .map(|h| format!("{} on {}", h.run_id, h.node_id))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut line = format!(
+        "limit {}: {} of {} held",
+        limit.name,
+        limit.holders.len(),
+        limit.max
+    );
+    if !limit.holders.is_empty() {
+        line.push_str(&format!(" ({})", runs(&limit.holders)));
+    }
+    if !limit.waiting.is_empty() {
+        line.push_str(&format!(
+            "; {} waiting ({})",
+            limit.waiting.len(),
+            runs(&limit.waiting)
+        ));
+    }
+    line
 }
 
 /// The lock groups for `status`: the balance, then one line per group (issue 19).

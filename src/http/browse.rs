@@ -249,6 +249,43 @@ impl Facts<'_> {
             .next_tick_after(now)
             .map(|at| at.timestamp_millis())
     }
+
+    /// The job's row in the jobs table.
+    fn row(&self, now: chrono::DateTime<Utc>) -> JobRow {
+        let job = self.job;
+        JobRow {
+            name: job.spec.name.clone(),
+            group: job
+                .group
+                .clone()
+                .unwrap_or_else(|| crate::ids::DEFAULT_GROUP.to_owned()),
+            schedule: job.schedule.as_ref().map(|s| s.expression().to_owned()),
+            schedule_words: job
+                .schedule
+                .as_ref()
+                .and_then(|s| crate::schedule::words::describe(s.expression())),
+            timezone: job.timezone.name().to_owned(),
+            enabled: job.enabled,
+            paused: self.paused.cloned(),
+            next_unix_ms: self.next(now),
+            running: self.running,
+            indexed: self.runs.is_some(),
+            last: self.last().cloned(),
+            missed_ticks: self.runs.map_or(0, JobRuns::missed_ticks),
+            runs: self
+                .runs
+                .map(|runs| {
+                    runs.strip
+                        .iter()
+                        .map(|(name, status)| StripRun {
+                            scheduled_unix_ms: name.scheduled_unix_ms,
+                            status: *status,
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+        }
+    }
 }
 
 fn bad_request(message: String) -> ApiError {
@@ -263,20 +300,7 @@ pub(super) async fn jobs(
 ) -> Result<Response, ApiError> {
     authorize(&state, &headers, TokenKind::Read, peer)?;
     let Query(query) = query.map_err(|err| bad_request(err.body_text()))?;
-    let status = query.status.as_deref().unwrap_or("all");
-    if !STATUSES.contains(&status) {
-        return Err(bad_request(format!(
-            "status: {status:?} is not one of {}",
-            STATUSES.join(", ")
-        )));
-    }
-    let sort = query.sort.as_deref().unwrap_or("name");
-    if !SORTS.contains(&sort) {
-        return Err(bad_request(format!(
-            "sort: {sort:?} is not one of {}",
-            SORTS.join(", ")
-        )));
-    }
+    let (status, sort) = query.status_and_sort()?;
     let offset = query.offset.unwrap_or(0);
     let limit = query.limit.unwrap_or(50).clamp(1, MAX_PAGE);
     let client = state.client()?;
@@ -293,20 +317,10 @@ pub(super) async fn jobs(
         .read()
         .map_err(|_| ApiError::unavailable("the console's index failed; ask again"))?;
     let needle = query.q.as_deref().map(str::to_lowercase);
-    let group = query.group.as_deref();
     let facts: Vec<Facts<'_>> = config
         .jobs
         .iter()
-        .filter(|job| {
-            let name = job.spec.name.as_str();
-            query.name.as_deref().is_none_or(|exact| exact == name)
-                && needle
-                    .as_deref()
-                    .is_none_or(|needle| name.to_lowercase().contains(needle))
-                && group.is_none_or(|group| {
-                    job.group.as_deref().unwrap_or(crate::ids::DEFAULT_GROUP) == group
-                })
-        })
+        .filter(|job| query.matches_name_and_group(job, needle.as_deref()))
         .map(|job| Facts {
             job,
             paused: pauses.get(&job.spec.name),
@@ -320,6 +334,59 @@ pub(super) async fn jobs(
         .collect();
     let mut chosen: Vec<Facts<'_>> = facts.into_iter().filter(|f| f.is(status)).collect();
     let now = Utc::now();
+    sort_facts(&mut chosen, sort, now);
+    let matched = chosen.len();
+    let rows = chosen
+        .iter()
+        .skip(offset)
+        .take(limit)
+        .map(|f| f.row(now))
+        .collect();
+    Ok(axum::Json(JobsPage {
+        total: config.jobs.len(),
+        matched,
+        offset,
+        limit,
+        counts,
+        index: progress,
+        jobs: rows,
+    })
+    .into_response())
+}
+
+impl JobsQuery {
+    /// The status filter and the sort asked for, each one of those there are.
+    fn status_and_sort(&self) -> Result<(&str, &str), ApiError> {
+        let status = self.status.as_deref().unwrap_or("all");
+        if !STATUSES.contains(&status) {
+            return Err(bad_request(format!(
+                "status: {status:?} is not one of {}",
+                STATUSES.join(", ")
+            )));
+        }
+        let sort = self.sort.as_deref().unwrap_or("name");
+        if !SORTS.contains(&sort) {
+            return Err(bad_request(format!(
+                "sort: {sort:?} is not one of {}",
+                SORTS.join(", ")
+            )));
+        }
+        Ok((status, sort))
+    }
+
+    /// Whether `job` passes the filters by name and group; `needle` is `q` in lower case.
+    fn matches_name_and_group(&self, job: &JobConfig, needle: Option<&str>) -> bool {
+        let name = job.spec.name.as_str();
+        self.name.as_deref().is_none_or(|exact| exact == name)
+            && needle.is_none_or(|needle| name.to_lowercase().contains(needle))
+            && self.group.as_deref().is_none_or(|group| {
+                job.group.as_deref().unwrap_or(crate::ids::DEFAULT_GROUP) == group
+            })
+    }
+}
+
+/// Sorts the jobs table's rows by `sort` (one of `SORTS`), then by name.
+fn sort_facts(chosen: &mut [Facts<'_>], sort: &str, now: chrono::DateTime<Utc>) {
     match sort {
         "next" => {
             // Jobs that will not fire come last.
@@ -340,56 +407,6 @@ pub(super) async fn jobs(
         }),
         _ => chosen.sort_by(|a, b| a.job.spec.name.cmp(&b.job.spec.name)),
     }
-    let matched = chosen.len();
-    let rows = chosen
-        .iter()
-        .skip(offset)
-        .take(limit)
-        .map(|f| JobRow {
-            name: f.job.spec.name.clone(),
-            group: f
-                .job
-                .group
-                .clone()
-                .unwrap_or_else(|| crate::ids::DEFAULT_GROUP.to_owned()),
-            schedule: f.job.schedule.as_ref().map(|s| s.expression().to_owned()),
-            schedule_words: f
-                .job
-                .schedule
-                .as_ref()
-                .and_then(|s| crate::schedule::words::describe(s.expression())),
-            timezone: f.job.timezone.name().to_owned(),
-            enabled: f.job.enabled,
-            paused: f.paused.cloned(),
-            next_unix_ms: f.next(now),
-            running: f.running,
-            indexed: f.runs.is_some(),
-            last: f.last().cloned(),
-            missed_ticks: f.runs.map_or(0, JobRuns::missed_ticks),
-            runs: f
-                .runs
-                .map(|runs| {
-                    runs.strip
-                        .iter()
-                        .map(|(name, status)| StripRun {
-                            scheduled_unix_ms: name.scheduled_unix_ms,
-                            status: *status,
-                        })
-                        .collect()
-                })
-                .unwrap_or_default(),
-        })
-        .collect();
-    Ok(axum::Json(JobsPage {
-        total: config.jobs.len(),
-        matched,
-        offset,
-        limit,
-        counts,
-        index: progress,
-        jobs: rows,
-    })
-    .into_response())
 }
 
 /// A pending submission as the console lists it: no payload, its size.

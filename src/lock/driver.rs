@@ -4,115 +4,38 @@
 //! session the client gave up on but the servers may still hold, reconnect with a new session
 //! after an expiry), executing the machine's actions as ZooKeeper requests, feeding
 //! replies, watch events, session states and timer expiries back in, and the heartbeat that tells
-//! when the server last answered us.
+//! when the server last answered us. Its parts: what it is given (`settings`), the session and
+//! its heartbeat (`connection`), the machine's requests (`requests`).
 //! Must not: decide policy — when to contend, wait, retry or give up is the machine's call.
 
+mod connection;
+mod requests;
+mod settings;
+
 use std::collections::VecDeque;
-use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
+use tokio::time::Sleep;
 use tokio_util::sync::CancellationToken;
-use zookeeper_client::{
-    Acls, Client, CreateMode, EventType, MultiWriteError, MultiWriteResult, SessionState,
-    StateWatcher, WatchedEvent,
-};
+use zookeeper_client::{Client, EventType, SessionState, WatchedEvent};
 
-use crate::ids::{FencingToken, SessionId};
+use crate::ids::FencingToken;
 use crate::layout::LockPaths;
 
 use crate::lock::clock_schedule::{ClockCheck, ClockSchedule, ClockStep};
-use crate::lock::clock_watch::{self, ClockSettings};
-use crate::lock::machine::{
-    Action, Epoch, Input, LockEvent, LockMachine, LockState, LockStatus, RequestFailed,
-};
-use crate::lock::members::{self, MemberError};
-use crate::lock::node::{EpochData, LockNode, OwnerInfo, ScheduleHash};
+use crate::lock::clock_watch;
+use crate::lock::machine::{Action, Input, LockEvent, LockMachine, LockState, LockStatus};
+use crate::lock::node::ScheduleHash;
 use crate::lock::take_back::TakeBack;
-use crate::report::error_chain;
 use crate::zk::{self, ZkSettings};
 
-/// Pause before retrying a session whose setup (paths, member node) failed; doubles up to the max.
-const MIN_SETUP_RETRY: Duration = Duration::from_millis(500);
-const MAX_SETUP_RETRY: Duration = Duration::from_secs(30);
+use connection::{Connection, now, open_session};
+use requests::WatchFuture;
 
-/// Who we are and how the lock behaves.
-#[derive(Debug, Clone)]
-pub struct LockSettings {
-    pub paths: LockPaths,
-    /// What we write into the lock and member nodes (`since_unix_ms` is set per acquisition).
-    pub me: OwnerInfo,
-    pub takeover_delay: Duration,
-    /// Drawn once by the caller, up to a small fraction of the delay.
-    pub jitter: Duration,
-    /// Written as servers answer, read by status (the HTTP API's lease).
-    pub heard: Arc<Heard>,
-    /// How this node's clock is checked against the fleet's.
-    pub clock: ClockSettings,
-    /// Which part this lock plays on the node (issue 19).
-    pub role: LockRole,
-}
-
-/// The default group's lock registers the node as a member and checks its clock; a named
-/// group's lock only contends, where the balancer places it, and follows that clock verdict.
-#[derive(Debug, Clone)]
-pub enum LockRole {
-    /// The node's one lock without groups, or the default group's among them. `placed`: the
-    /// balancer decides whether it contends (it waits for the first word).
-    Member {
-        placed: bool,
-        /// Where the clock verdict goes for the named groups' locks.
-        verdict: Arc<tokio::sync::watch::Sender<bool>>,
-    },
-    /// A named group's lock: placed by the balancer; skewed while the member's clock is.
-    Group {
-        verdict: tokio::sync::watch::Receiver<bool>,
-    },
-}
-
-impl LockRole {
-    /// The lock of a node without groups: a member, contending as before groups existed.
-    pub fn alone() -> Self {
-        Self::Member {
-            placed: false,
-            verdict: Arc::new(tokio::sync::watch::Sender::new(false)),
-        }
-    }
-
-    fn placed(&self) -> bool {
-        match self {
-            Self::Member { placed, .. } => *placed,
-            Self::Group { .. } => true,
-        }
-    }
-}
-
-/// When a ZooKeeper server last answered this node (wall clock), and the session's timeout:
-/// ownership is provable until the sum, which status shows as the owner's lease.
-#[derive(Debug, Default)]
-pub struct Heard {
-    unix_ms: AtomicI64,
-    timeout_ms: AtomicI64,
-}
-
-impl Heard {
-    /// `(last heard, session timeout)` in ms; `None` before the first session.
-    pub fn lease(&self) -> Option<(i64, i64)> {
-        let timeout = self.timeout_ms.load(Ordering::Relaxed);
-        (timeout > 0).then(|| (self.unix_ms.load(Ordering::Relaxed), timeout))
-    }
-
-    fn heard_at(&self, at: std::time::SystemTime) {
-        let ms = at
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-        self.unix_ms.fetch_max(ms, Ordering::Relaxed);
-    }
-}
+pub use connection::DriverError;
+pub use settings::{Heard, LockRole, LockSettings};
 
 /// What the fire side asks of the lock driver.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -141,56 +64,6 @@ pub enum LockUpdate {
     Status(LockStatus),
 }
 
-/// Why the driver stopped other than by shutdown.
-#[derive(Debug, thiserror::Error)]
-pub enum DriverError {
-    #[error(transparent)]
-    Member(MemberError),
-    /// The servers refuse `addWatch`: they are older than 3.6. Waiting cannot fix that.
-    #[error(
-        "the ZooKeeper servers of {connect} refuse addWatch (persistent recursive watches, which \
-         zkcron's pauses, delayed submissions and drift checks need): zkcron needs ZooKeeper 3.6 \
-         or newer"
-    )]
-    NoRecursiveWatches { connect: String },
-}
-
-type WatchFuture = Pin<Box<dyn Future<Output = WatchedEvent> + Send>>;
-
-/// One established session.
-struct Connection {
-    client: Client,
-    session: SessionId,
-    timeout: Duration,
-    states: StateWatcher,
-    /// ACLs for the nodes we create.
-    acls: Acls<'static>,
-    last_heard: Arc<Mutex<Instant>>,
-    heartbeat: JoinHandle<()>,
-}
-
-impl Drop for Connection {
-    fn drop(&mut self) {
-        // The heartbeat holds a client clone; the session closes only once every clone is gone.
-        self.heartbeat.abort();
-    }
-}
-
-impl Connection {
-    /// Requests are bounded so that a request sent just as the connection drops cannot keep the
-    /// loop from the machine's deadlines; a timed-out request is a lost reply to the machine.
-    fn request_timeout(&self) -> Duration {
-        self.timeout / 3
-    }
-
-    fn last_heard(&self) -> Instant {
-        *self
-            .last_heard
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
 /// Runs the lock until `shutdown` is cancelled, then releases it gracefully (peers contend at
 /// once) and deletes our member node. Sessions, events and status changes go to `updates`, in
 /// order. `commands` carries what the fire side asks: re-verify a token whose claim failed its
@@ -205,198 +78,294 @@ pub async fn run(
     updates: &mpsc::UnboundedSender<LockUpdate>,
     commands: &mut mpsc::UnboundedReceiver<LockCommand>,
 ) -> Result<(), DriverError> {
-    // Ours to change: a reload publishes a new schedule fingerprint in the member node.
-    let mut owned = settings.clone();
-    let settings = &mut owned;
-    let mut machine = LockMachine::new(
-        settings.me.node_id.clone(),
-        settings.takeover_delay,
-        settings.jitter,
-    );
-    let mut pending = VecDeque::new();
-    if settings.role.placed() {
-        pending.extend(machine.handle(Input::Placement { contend: false }, now()));
-    }
-    pending.extend(machine.handle(Input::Start, now()));
-    let mut verdicts = match &settings.role {
-        LockRole::Group { verdict } => Some(verdict.clone()),
-        LockRole::Member { .. } => None,
-    };
-    let member = matches!(settings.role, LockRole::Member { .. });
-    let mut conn: Option<Connection> = None;
-    let mut watch: Option<WatchFuture> = None;
-    let mut timer = Box::pin(tokio::time::sleep(Duration::ZERO));
-    let mut silence = Box::pin(tokio::time::sleep(Duration::ZERO));
-    let mut silenced: Option<Silenced> = None;
-    let mut published = LockStatus::default();
-    // Taking back a session the client gave up on; the machine meanwhile counts it disconnected.
-    let mut take_back = TakeBack::new(zk);
-    // The clock check: it also publishes our member node (a new schedule fingerprint at once).
-    let mut clock = ClockSchedule::new(settings.clock.clone(), member);
-    // The lock was handed over and nobody has taken it yet: the next owner is whom it went to.
-    let mut handed_over = false;
+    let mut driver = Driver::new(zk, settings, updates);
     loop {
-        // An action's answer goes straight back in, so actions run in the order the machine chose.
-        // Published after every step and before any request, so firing never goes on under a
-        // status the machine has already left (a Lost waiting behind a slow request).
-        publish(updates, &mut published, &machine, conn.as_ref());
-        while let Some(action) = pending.pop_front() {
-            say_whom_to(&mut handed_over, &action, &settings.paths);
-            if let Some(answer) =
-                execute(conn.as_ref(), settings, action, &mut watch, updates).await
-            {
-                pending.extend(machine.handle(answer, now()));
-                publish(updates, &mut published, &machine, conn.as_ref());
-            }
-        }
-        let Some(live) = conn.as_mut() else {
-            let Some(new) = open_session(zk, settings, shutdown).await? else {
+        driver.perform_pending().await;
+        if driver.conn.is_none() {
+            let Some(new) = open_session(zk, &driver.settings, shutdown).await? else {
                 break;
             };
-            tracing::info!(session = %new.session, timeout = ?new.timeout, "zookeeper session established");
-            let started = Input::SessionStarted {
-                session: new.session,
-                timeout: new.timeout,
-            };
-            let _ = updates.send(LockUpdate::Session(Some(new.client.clone())));
-            conn = Some(new);
-            clock.session_began();
-            pending.extend(machine.handle(started, now()));
+            driver.session_opened(new);
             continue;
-        };
-        let deadline = machine.next_deadline();
-        if let Some(at) = deadline {
-            timer.as_mut().reset(at.into());
         }
-        if machine.connected() {
-            silenced = None;
-        }
-        let silence_at = match silenced {
-            Some(Silenced { next_look, .. }) => Some(next_look),
-            None if machine.connected() && matches!(machine.state(), LockState::Own { .. }) => {
-                Some(live.last_heard() + live.timeout)
-            }
-            None => None,
+        let Some(wake) = driver.wait(shutdown, commands).await else {
+            break;
         };
-        if let Some(at) = silence_at {
-            silence.as_mut().reset(at.into());
+        if let Some(input) = driver.input_for(wake) {
+            driver.feed(input);
         }
-        let mut resumed = None;
-        let input = tokio::select! {
-            biased; // a stopping owner releases before it looks at anything else
-            () = shutdown.cancelled() => break,
-            // Looked at first after a stall: see `silence_input`.
-            () = &mut silence, if silence_at.is_some() => silence_input(live, &mut silenced),
-            state = live.states.changed(), if !take_back.active() => match state {
-                // The client gave up (~1.4 × the timeout without an answer); the servers may still
-                // hold the session, and with it our lock and member nodes.
-                SessionState::Expired => {
-                    tracing::warn!(session = %live.session, "no answer from zookeeper for longer than the session timeout; taking the session back if the servers still hold it");
-                    take_back.start(live.client.session().clone());
-                    None
-                }
-                state => session_input(state, live),
-            },
-            outcome = take_back.outcome() => {
-                resumed = Some(outcome);
-                None
-            }
-            event = fired(&mut watch) => {
-                watch = None;
-                watch_input(&event)
-            }
-            () = &mut timer, if deadline.is_some() => Some(Input::Tick),
-            changed = clock_verdict(&mut verdicts) => match changed {
-                Some(skewed) => Some(Input::ClockJudged { skewed }),
-                None => {
-                    verdicts = None;
-                    None
-                }
-            },
-            step = clock.next() => match step {
-                ClockStep::CheckDue => {
-                    clock.start(check_clock(live, settings, clock.offset_ms()));
-                    None
-                }
-                ClockStep::Read(reading) => clock.judged(reading, live.timeout).map(|verdict| {
-                    if let LockRole::Member { verdict: to_groups, .. } = &settings.role {
-                        to_groups.send_replace(verdict.skewed);
-                    }
-                    Input::ClockJudged { skewed: verdict.skewed }
-                }),
-            },
-            Some(command) = commands.recv() => {
-                let order = Order { machine: &machine, settings, member, live, clock: &mut clock };
-                order.input(command)
-            }
-        };
-        let input = match resumed {
-            Some(outcome) => {
-                let (back, input) = taken_back(outcome, zk, settings, updates);
-                if let Some(back) = back {
-                    conn = Some(back);
-                    clock.session_began();
-                }
-                input
-            }
-            None => input,
-        };
-        let Some(input) = input else { continue };
-        if input == Input::SessionExpired {
-            take_back.stop();
-            conn = None;
-            watch = None;
-            let _ = updates.send(LockUpdate::Session(None));
-        }
-        pending.extend(machine.handle(input, now()));
     }
-    let ended = Ended {
-        settings,
-        updates,
-        published: &mut published,
-        member,
-    };
-    ended.release(&mut machine, conn, &mut watch).await;
+    driver.end().await;
     Ok(())
 }
 
-/// What the driver's end needs: the lock released (peers contend at once) and our member
-/// node deleted.
-struct Ended<'a> {
-    settings: &'a LockSettings,
-    updates: &'a mpsc::UnboundedSender<LockUpdate>,
-    published: &'a mut LockStatus,
-    member: bool,
+/// What woke the driver's loop, other than a shutdown.
+enum Wake {
+    /// The owner's silence check is due (see `silence_input`).
+    Silence,
+    State(SessionState),
+    TakenBack(zk::Resumed),
+    Watch(WatchedEvent),
+    Deadline,
+    /// The member lock's clock verdict, for a named group's lock; `None` once it has stopped.
+    Verdict(Option<bool>),
+    Clock(ClockStep),
+    Command(LockCommand),
 }
 
-impl Ended<'_> {
-    async fn release(
-        self,
-        machine: &mut LockMachine,
-        conn: Option<Connection>,
-        watch: &mut Option<WatchFuture>,
-    ) {
-        let Ended {
-            settings,
+/// The state of one driver's loop: the machine, the session it runs on and what the loop waits
+/// for.
+struct Driver<'a> {
+    zk: &'a ZkSettings,
+    /// Ours to change: a reload publishes a new schedule fingerprint in the member node.
+    settings: LockSettings,
+    updates: &'a mpsc::UnboundedSender<LockUpdate>,
+    machine: LockMachine,
+    /// The machine's actions not performed yet, in its order.
+    pending: VecDeque<Action>,
+    /// The member lock registers the node and checks its clock; a named group's does neither.
+    member: bool,
+    /// A named group's lock follows the member lock's clock verdict.
+    verdicts: Option<tokio::sync::watch::Receiver<bool>>,
+    conn: Option<Connection>,
+    watch: Option<WatchFuture>,
+    timer: Pin<Box<Sleep>>,
+    silence: Pin<Box<Sleep>>,
+    silenced: Option<Silenced>,
+    published: LockStatus,
+    /// Taking back a session the client gave up on; the machine meanwhile counts it disconnected.
+    take_back: TakeBack<'a>,
+    /// The clock check: it also publishes our member node (a new schedule fingerprint at once).
+    clock: ClockSchedule,
+    /// The lock was handed over and nobody has taken it yet: the next owner is whom it went to.
+    handed_over: bool,
+}
+
+impl<'a> Driver<'a> {
+    fn new(
+        zk: &'a ZkSettings,
+        settings: &LockSettings,
+        updates: &'a mpsc::UnboundedSender<LockUpdate>,
+    ) -> Self {
+        let settings = settings.clone();
+        let mut machine = LockMachine::new(
+            settings.me.node_id.clone(),
+            settings.takeover_delay,
+            settings.jitter,
+        );
+        let mut pending = VecDeque::new();
+        if settings.role.placed() {
+            pending.extend(machine.handle(Input::Placement { contend: false }, now()));
+        }
+        pending.extend(machine.handle(Input::Start, now()));
+        let verdicts = match &settings.role {
+            LockRole::Group { verdict } => Some(verdict.clone()),
+            LockRole::Member { .. } => None,
+        };
+        let member = matches!(settings.role, LockRole::Member { .. });
+        Self {
+            zk,
             updates,
-            published,
+            machine,
+            pending,
             member,
-        } = self;
-        let release = machine.handle(Input::Shutdown, now());
+            verdicts,
+            conn: None,
+            watch: None,
+            timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
+            silence: Box::pin(tokio::time::sleep(Duration::ZERO)),
+            silenced: None,
+            published: LockStatus::default(),
+            take_back: TakeBack::new(zk),
+            clock: ClockSchedule::new(settings.clock.clone(), member),
+            settings,
+            handed_over: false,
+        }
+    }
+
+    /// Performs the pending actions: an action's answer goes straight back in, so actions run in
+    /// the order the machine chose.
+    async fn perform_pending(&mut self) {
+        // Published after every step and before any request, so firing never goes on under a
+        // status the machine has already left (a Lost waiting behind a slow request).
+        self.publish();
+        while let Some(action) = self.pending.pop_front() {
+            say_whom_to(&mut self.handed_over, &action, &self.settings.paths);
+            let conn = self.conn.as_ref();
+            if let Some(answer) =
+                execute(conn, &self.settings, action, &mut self.watch, self.updates).await
+            {
+                self.pending.extend(self.machine.handle(answer, now()));
+                self.publish();
+            }
+        }
+    }
+
+    fn publish(&mut self) {
+        let conn = self.conn.as_ref();
+        publish(self.updates, &mut self.published, &self.machine, conn);
+    }
+
+    fn session_opened(&mut self, new: Connection) {
+        tracing::info!(session = %new.session, timeout = ?new.timeout, "zookeeper session established");
+        let started = Input::SessionStarted {
+            session: new.session,
+            timeout: new.timeout,
+        };
+        let _ = self
+            .updates
+            .send(LockUpdate::Session(Some(new.client.clone())));
+        self.conn = Some(new);
+        self.clock.session_began();
+        self.pending.extend(self.machine.handle(started, now()));
+    }
+
+    /// Waits, with a session up, for what comes next; `None` on shutdown.
+    async fn wait(
+        &mut self,
+        shutdown: &CancellationToken,
+        commands: &mut mpsc::UnboundedReceiver<LockCommand>,
+    ) -> Option<Wake> {
+        let deadline = self.machine.next_deadline();
+        if let Some(at) = deadline {
+            self.timer.as_mut().reset(at.into());
+        }
+        let silence_at = self.silence_at();
+        if let Some(at) = silence_at {
+            self.silence.as_mut().reset(at.into());
+        }
+        let wake = tokio::select! {
+            biased; // a stopping owner releases before it looks at anything else
+            () = shutdown.cancelled() => return None,
+            // Looked at first after a stall: see `silence_input`.
+            () = &mut self.silence, if silence_at.is_some() => Wake::Silence,
+            state = state_change(self.conn.as_mut()), if !self.take_back.active() => {
+                Wake::State(state)
+            }
+            outcome = self.take_back.outcome() => Wake::TakenBack(outcome),
+            event = fired(&mut self.watch) => Wake::Watch(event),
+            () = &mut self.timer, if deadline.is_some() => Wake::Deadline,
+            changed = clock_verdict(&mut self.verdicts) => Wake::Verdict(changed),
+            step = self.clock.next() => Wake::Clock(step),
+            Some(command) = commands.recv() => Wake::Command(command),
+        };
+        Some(wake)
+    }
+
+    /// When to look whether a connected owner still hears from the servers (see
+    /// `silence_input`), if it is to.
+    fn silence_at(&mut self) -> Option<Instant> {
+        if self.machine.connected() {
+            self.silenced = None;
+        }
+        match self.silenced {
+            Some(Silenced { next_look, .. }) => Some(next_look),
+            None if self.machine.connected()
+                && matches!(self.machine.state(), LockState::Own { .. }) =>
+            {
+                self.conn
+                    .as_ref()
+                    .map(|live| live.last_heard() + live.timeout)
+            }
+            None => None,
+        }
+    }
+
+    /// The machine's input for what woke the loop, if it has one.
+    fn input_for(&mut self, wake: Wake) -> Option<Input> {
+        // The loop waits only with a session up.
+        let live = self.conn.as_ref()?;
+        match wake {
+            Wake::Silence => silence_input(live, &mut self.silenced),
+            // The client gave up (~1.4 × the timeout without an answer); the servers may still
+            // hold the session, and with it our lock and member nodes.
+            Wake::State(SessionState::Expired) => {
+                tracing::warn!(session = %live.session, "no answer from zookeeper for longer than the session timeout; taking the session back if the servers still hold it");
+                self.take_back.start(live.client.session().clone());
+                None
+            }
+            Wake::State(state) => session_input(state, live),
+            Wake::TakenBack(outcome) => {
+                let (back, input) = taken_back(outcome, self.zk, &self.settings, self.updates);
+                if let Some(back) = back {
+                    self.conn = Some(back);
+                    self.clock.session_began();
+                }
+                input
+            }
+            Wake::Watch(event) => {
+                self.watch = None;
+                watch_input(&event)
+            }
+            Wake::Deadline => Some(Input::Tick),
+            Wake::Verdict(Some(skewed)) => Some(Input::ClockJudged { skewed }),
+            Wake::Verdict(None) => {
+                self.verdicts = None;
+                None
+            }
+            Wake::Clock(ClockStep::CheckDue) => {
+                let check = check_clock(live, &mut self.settings, self.clock.offset_ms());
+                self.clock.start(check);
+                None
+            }
+            Wake::Clock(ClockStep::Read(reading)) => {
+                let verdict = self.clock.judged(reading, live.timeout)?;
+                if let LockRole::Member {
+                    verdict: to_groups, ..
+                } = &self.settings.role
+                {
+                    to_groups.send_replace(verdict.skewed);
+                }
+                Some(Input::ClockJudged {
+                    skewed: verdict.skewed,
+                })
+            }
+            Wake::Command(command) => {
+                let order = Order {
+                    machine: &self.machine,
+                    settings: &mut self.settings,
+                    member: self.member,
+                    live,
+                    clock: &mut self.clock,
+                };
+                order.input(command)
+            }
+        }
+    }
+
+    /// Hands `input` to the machine; an expired session is dropped first, with its watch and
+    /// any take-back.
+    fn feed(&mut self, input: Input) {
+        if input == Input::SessionExpired {
+            self.take_back.stop();
+            self.conn = None;
+            self.watch = None;
+            let _ = self.updates.send(LockUpdate::Session(None));
+        }
+        self.pending.extend(self.machine.handle(input, now()));
+    }
+
+    /// The driver's end: the lock released (peers contend at once) and our member node deleted.
+    async fn end(mut self) {
+        let release = self.machine.handle(Input::Shutdown, now());
         // Stop firing before the release's round trips.
-        publish(updates, published, machine, conn.as_ref());
+        self.publish();
         for action in release {
             if action == Action::Emit(LockEvent::Lost) {
                 // Given up on purpose, not lost: say so at info, not as a warning.
-                tracing::info!(path = settings.paths.lock, "lock given up for shutdown");
-                let _ = updates.send(LockUpdate::Event(LockEvent::Lost));
+                tracing::info!(
+                    path = self.settings.paths.lock,
+                    "lock given up for shutdown"
+                );
+                let _ = self.updates.send(LockUpdate::Event(LockEvent::Lost));
                 continue;
             }
-            execute(conn.as_ref(), settings, action, watch, updates).await;
+            let conn = self.conn.as_ref();
+            execute(conn, &self.settings, action, &mut self.watch, self.updates).await;
         }
-        publish(updates, published, machine, None);
-        if let Some(live) = conn.filter(|_| member) {
-            let member = settings.paths.member(&settings.me.node_id);
+        publish(self.updates, &mut self.published, &self.machine, None);
+        if let Some(live) = self.conn.take().filter(|_| self.member) {
+            let member = self.settings.paths.member(&self.settings.me.node_id);
             // Deleting it ourselves, rather than leaving it to the session close, lets a restart of
             // this node register at once.
             let deleted =
@@ -525,87 +494,6 @@ fn publish(
     }
 }
 
-/// The one clock read on the lock path; tokio's clock, so `tokio::time::pause()` drives it in tests.
-fn now() -> Instant {
-    tokio::time::Instant::now().into_std()
-}
-
-/// Connects (retrying until up), creates the group's persistent nodes and registers our member.
-/// `Ok(None)` when shut down meanwhile.
-async fn open_session(
-    zk: &ZkSettings,
-    settings: &LockSettings,
-    shutdown: &CancellationToken,
-) -> Result<Option<Connection>, DriverError> {
-    let mut retry = MIN_SETUP_RETRY;
-    loop {
-        let Some(client) = zk::connect_until_up(zk, shutdown).await else {
-            return Ok(None);
-        };
-        let states = client.state_watcher();
-        let setup = async {
-            ensure_lock_paths(&client, &settings.paths, zk.acls()).await?;
-            if !matches!(settings.role, LockRole::Member { .. }) {
-                return Ok(());
-            }
-            let member = settings.paths.member(&settings.me.node_id);
-            members::register(&client, &member, &settings.me, zk.acls(), shutdown).await
-        };
-        match setup.await {
-            Ok(()) => {
-                if !zk::serves_recursive_watches(&client, &settings.paths.dir).await {
-                    return Err(DriverError::NoRecursiveWatches {
-                        connect: zk.connect.clone(),
-                    });
-                }
-                return Ok(Some(Connection::start(client, states, zk.acls(), settings)));
-            }
-            Err(MemberError::Cancelled { .. }) => return Ok(None),
-            Err(err @ MemberError::Duplicate { .. }) => return Err(DriverError::Member(err)),
-            Err(err) => {
-                tracing::warn!(error = %error_chain(&err), retry_in = ?retry, "lock group setup failed");
-            }
-        }
-        tokio::select! {
-            () = shutdown.cancelled() => return Ok(None),
-            () = tokio::time::sleep(retry) => {}
-        }
-        retry = (retry * 2).min(MAX_SETUP_RETRY);
-    }
-}
-
-impl Connection {
-    fn start(
-        client: Client,
-        states: StateWatcher,
-        acls: Acls<'static>,
-        settings: &LockSettings,
-    ) -> Self {
-        let timeout = client.session_timeout();
-        let last_heard = Arc::new(Mutex::new(now()));
-        settings.heard.heard_at(std::time::SystemTime::now());
-        settings.heard.timeout_ms.store(
-            i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX),
-            Ordering::Relaxed,
-        );
-        let heartbeat = tokio::spawn(heartbeat(
-            client.clone(),
-            settings.paths.dir.clone(),
-            Arc::clone(&last_heard),
-            Arc::clone(&settings.heard),
-        ));
-        Self {
-            session: SessionId(client.session_id().0),
-            client,
-            timeout,
-            states,
-            acls,
-            last_heard,
-            heartbeat,
-        }
-    }
-}
-
 /// An owner found silent for a whole session timeout while its client still counted itself
 /// connected.
 #[derive(Debug, Clone, Copy)]
@@ -655,63 +543,11 @@ fn silence_input(live: &Connection, silenced: &mut Option<Silenced>) -> Option<I
     }
 }
 
-/// Asks the server something cheap every sixth of the session timeout and records when it last
-/// answered, so a disconnected owner can count the session timeout from the same moment the
-/// server does (DESIGN.md "The lock": Lost within the session timeout).
-async fn heartbeat(
-    client: Client,
-    path: String,
-    last_heard: Arc<Mutex<Instant>>,
-    heard: Arc<Heard>,
-) {
-    let period = client.session_timeout() / 6;
-    let mut ticks = tokio::time::interval(period);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        ticks.tick().await;
-        let sent = now();
-        let sent_at = std::time::SystemTime::now();
-        // The reply proves the server heard us after `sent`.
-        if let Ok(Ok(_)) = tokio::time::timeout(period * 2, client.check_stat(&path)).await {
-            heard.heard_at(sent_at);
-            let mut heard = last_heard.lock().unwrap_or_else(PoisonError::into_inner);
-            *heard = (*heard).max(sent);
-        }
-    }
-}
-
-async fn ensure_lock_paths(
-    client: &Client,
-    paths: &LockPaths,
-    acls: Acls<'_>,
-) -> Result<(), MemberError> {
-    let zk_err = |path: &str, source| MemberError::Zk {
-        path: path.to_owned(),
-        source,
-    };
-    for dir in [&paths.members, &paths.dir] {
-        zk::ensure_persistent(client, dir, acls)
-            .await
-            .map_err(|err| match err {
-                zk::ZkError::Request { path, source } => MemberError::Zk { path, source },
-                other => zk_err(
-                    dir,
-                    zookeeper_client::Error::UnexpectedError(other.to_string()),
-                ),
-            })?;
-    }
-    if client
-        .check_stat(&paths.epoch)
-        .await
-        .map_err(|source| zk_err(&paths.epoch, source))?
-        .is_some()
-    {
-        return Ok(());
-    }
-    let options = CreateMode::Persistent.with_acls(acls);
-    match client.create(&paths.epoch, b"", &options).await {
-        Ok(_) | Err(zookeeper_client::Error::NodeExists) => Ok(()),
-        Err(source) => Err(zk_err(&paths.epoch, source)),
+/// The session's next state; pends forever without a session.
+async fn state_change(conn: Option<&mut Connection>) -> SessionState {
+    match conn {
+        Some(live) => live.states.changed().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -764,250 +600,8 @@ async fn execute(
         let _ = updates.send(LockUpdate::Event(event));
         return None;
     }
-    let Some(conn) = conn else {
-        return Some(failed(&action, RequestFailed::Connection));
-    };
-    let request = async {
-        match &action {
-            Action::Create => create(conn, settings).await,
-            Action::ReadOwner => read_owner(conn, &settings.paths, watch).await,
-            Action::ReadEpoch => read_epoch(conn, &settings.paths).await,
-            Action::Bump { lock_version } => bump(conn, settings, *lock_version).await,
-            Action::Release { lock_version } => release(conn, settings, *lock_version).await,
-            Action::Emit(_) => None,
-        }
-    };
-    match tokio::time::timeout(conn.request_timeout(), request).await {
-        Ok(answer) => answer,
-        Err(_) => {
-            tracing::warn!(?action, timeout = ?conn.request_timeout(), "zookeeper request timed out");
-            Some(failed(&action, RequestFailed::Connection))
-        }
-    }
+    requests::perform(conn, settings, action, watch).await
 }
-
-/// The failure answer to a request action.
-fn failed(action: &Action, why: RequestFailed) -> Input {
-    match action {
-        Action::Create => Input::CreateDone(Err(why)),
-        Action::ReadOwner => Input::OwnerRead(Err(why)),
-        Action::ReadEpoch => Input::EpochRead(Err(why)),
-        Action::Bump { .. } => Input::BumpDone(Err(why)),
-        Action::Release { .. } | Action::Emit(_) => Input::ReleaseDone(Err(why)),
-    }
-}
-
-/// Classifies a ZooKeeper error for the machine, logging what is not routine.
-fn failure(path: &str, err: &zookeeper_client::Error) -> RequestFailed {
-    use zookeeper_client::Error as E;
-    let why = match err {
-        E::NodeExists => return RequestFailed::NodeExists,
-        E::NoNode => RequestFailed::NoNode,
-        E::BadVersion => RequestFailed::BadVersion,
-        E::NoAuth => RequestFailed::NoAuth,
-        E::ConnectionLoss | E::Timeout | E::SessionExpired | E::ClientClosed | E::SessionMoved => {
-            RequestFailed::Connection
-        }
-        _ => RequestFailed::Other,
-    };
-    if why == RequestFailed::NoAuth {
-        tracing::error!(
-            path,
-            "zookeeper denied access (ACL); check zookeeper.auth and the node's ACL"
-        );
-    } else {
-        tracing::warn!(path, error = %err, "zookeeper request failed");
-    }
-    why
-}
-
-fn multi_failure(path: &str, err: &MultiWriteError) -> RequestFailed {
-    match err {
-        MultiWriteError::RequestFailed { source }
-        | MultiWriteError::OperationFailed { source, .. } => failure(path, source),
-    }
-}
-
-fn unix_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
-fn epoch_data(conn: &Connection, settings: &LockSettings) -> Vec<u8> {
-    EpochData {
-        node_id: settings.me.node_id.clone(),
-        session: conn.session,
-    }
-    .to_bytes()
-}
-
-/// The token is the epoch's version after our `set_data` in the same multi.
-fn token_of(results: &[MultiWriteResult]) -> Result<FencingToken, RequestFailed> {
-    match results.last() {
-        Some(MultiWriteResult::SetData { stat }) => Ok(FencingToken(stat.version)),
-        _ => Err(RequestFailed::Other),
-    }
-}
-
-/// Acquires: create the ephemeral lock node and bump the epoch, all or nothing.
-async fn create(conn: &Connection, settings: &LockSettings) -> Option<Input> {
-    let paths = &settings.paths;
-    // The schedule's fingerprint is a member's, not the lock's.
-    let info = OwnerInfo {
-        since_unix_ms: unix_ms(),
-        releasing: false,
-        schedule: None,
-        clock_offset_ms: None,
-        tags: std::collections::BTreeSet::new(),
-        ..settings.me.clone()
-    };
-    let options = CreateMode::Ephemeral.with_acls(conn.acls);
-    let mut multi = conn.client.new_multi_writer();
-    let built = multi
-        .add_create(&paths.lock, &info.to_bytes(), &options)
-        .and_then(|()| multi.add_set_data(&paths.epoch, &epoch_data(conn, settings), None));
-    if let Err(err) = built {
-        return Some(Input::CreateDone(Err(failure(&paths.lock, &err))));
-    }
-    let result = match multi.commit().await {
-        Ok(results) => token_of(&results),
-        // Someone holds it: routine, the machine reads who.
-        Err(MultiWriteError::OperationFailed {
-            index: 0,
-            source: zookeeper_client::Error::NodeExists,
-        }) => Err(RequestFailed::NodeExists),
-        Err(err) => {
-            let why = multi_failure(&paths.lock, &err);
-            if why == RequestFailed::NoNode {
-                // Someone removed the group's nodes: recreate them before the machine retries.
-                if let Err(err) = ensure_lock_paths(&conn.client, paths, conn.acls).await {
-                    tracing::warn!(error = %error_chain(&err), "cannot recreate lock group nodes");
-                }
-            }
-            Err(why)
-        }
-    };
-    Some(Input::CreateDone(result))
-}
-
-/// Reads the lock node and arms a watch: a data watch when it exists, an exists watch when not.
-async fn read_owner(
-    conn: &Connection,
-    paths: &LockPaths,
-    watch: &mut Option<WatchFuture>,
-) -> Option<Input> {
-    let path = paths.lock.as_str();
-    // The node can come and go between the two reads; a few rounds settle it.
-    for _ in 0..3 {
-        match conn.client.get_and_watch_data(path).await {
-            Ok((data, stat, watcher)) => {
-                *watch = Some(Box::pin(watcher.changed()));
-                let info = OwnerInfo::parse(&data)
-                    .inspect_err(|err| {
-                        tracing::warn!(path, error = %err, "lock node data is not zkcron's; treating it as a foreign owner");
-                    })
-                    .ok();
-                let node = LockNode {
-                    session: SessionId(stat.ephemeral_owner),
-                    version: stat.version,
-                    info,
-                };
-                return Some(Input::OwnerRead(Ok(Some(node))));
-            }
-            Err(zookeeper_client::Error::NoNode) => {
-                match conn.client.check_and_watch_stat(path).await {
-                    Ok((None, watcher)) => {
-                        *watch = Some(Box::pin(watcher.changed()));
-                        return Some(Input::OwnerRead(Ok(None)));
-                    }
-                    Ok((Some(_), _)) => continue,
-                    Err(err) => return Some(Input::OwnerRead(Err(failure(path, &err)))),
-                }
-            }
-            Err(err) => return Some(Input::OwnerRead(Err(failure(path, &err)))),
-        }
-    }
-    Some(Input::OwnerRead(Err(RequestFailed::Other)))
-}
-
-async fn read_epoch(conn: &Connection, paths: &LockPaths) -> Option<Input> {
-    let path = paths.epoch.as_str();
-    let result = match conn.client.get_data(path).await {
-        Ok((data, stat)) => {
-            let holder = EpochData::parse(&data)
-                .inspect_err(
-                    |err| tracing::warn!(path, error = %err, "epoch node data is not zkcron's"),
-                )
-                .ok()
-                .map(|epoch| epoch.session);
-            Ok(Epoch {
-                token: FencingToken(stat.version),
-                holder,
-            })
-        }
-        Err(err) => Err(failure(path, &err)),
-    };
-    Some(Input::EpochRead(result))
-}
-
-/// A fresh token while we keep our node: check our node's version and bump the epoch.
-async fn bump(conn: &Connection, settings: &LockSettings, lock_version: i32) -> Option<Input> {
-    let paths = &settings.paths;
-    let mut multi = conn.client.new_multi_writer();
-    let built = multi
-        .add_check_version(&paths.lock, lock_version)
-        .and_then(|()| multi.add_set_data(&paths.epoch, &epoch_data(conn, settings), None));
-    if let Err(err) = built {
-        return Some(Input::BumpDone(Err(failure(&paths.lock, &err))));
-    }
-    let result = match multi.commit().await {
-        Ok(results) => token_of(&results),
-        Err(err) => Err(multi_failure(&paths.lock, &err)),
-    };
-    Some(Input::BumpDone(result))
-}
-
-/// Graceful release: mark the node as releasing, so that peers contend at once, then delete it.
-async fn release(conn: &Connection, settings: &LockSettings, lock_version: i32) -> Option<Input> {
-    let path = settings.paths.lock.as_str();
-    let marked = OwnerInfo {
-        releasing: true,
-        since_unix_ms: unix_ms(),
-        schedule: None,
-        clock_offset_ms: None,
-        tags: std::collections::BTreeSet::new(),
-        ..settings.me.clone()
-    };
-    let marked = marked.to_bytes();
-    let marked = marked.as_slice();
-    let mark_and_delete = |version: i32| async move {
-        let stat = conn.client.set_data(path, marked, Some(version)).await?;
-        conn.client.delete(path, Some(stat.version)).await
-    };
-    let result = match mark_and_delete(lock_version).await {
-        // Someone wrote into our node (an operator, a stray tool). It is still ours while our
-        // session owns it; without the mark peers would wait out the takeover delay.
-        Err(zookeeper_client::Error::BadVersion) => match conn.client.get_data(path).await {
-            Ok((_, stat)) if SessionId(stat.ephemeral_owner) == conn.session => {
-                tracing::warn!(
-                    path,
-                    "the lock node's data was changed by someone else; releasing it anyway"
-                );
-                mark_and_delete(stat.version).await
-            }
-            Ok(_) => Err(zookeeper_client::Error::BadVersion),
-            Err(err) => Err(err),
-        },
-        other => other,
-    }
-    .map_err(|err| failure(path, &err));
-    if result.is_ok() {
-        tracing::info!(path, "lock released for a graceful handoff");
-    }
-    Some(Input::ReleaseDone(result))
-}
-
 /// After a handover, names the node that took the lock, at info (issue 31: a deliberate
 /// handover was logged as a lost lock, and nothing said where the lock went).
 fn say_whom_to(handed_over: &mut bool, action: &Action, paths: &LockPaths) {

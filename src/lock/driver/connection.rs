@@ -1,0 +1,212 @@
+//! One established ZooKeeper session of the lock driver: opening it (connect with backoff, the
+//! lock group's persistent nodes, our member node), the heartbeat that tells when a server last
+//! answered, and the one clock the lock path reads.
+//!
+//! Owns: `Connection`, its setup and its heartbeat task; why the driver stops (`DriverError`).
+//! Must not: send the lock machine's requests (`lock::driver::requests`) or decide what a
+//! session's state means (the lock machine does).
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use zookeeper_client::{Acls, Client, CreateMode, StateWatcher};
+
+use crate::ids::SessionId;
+use crate::layout::LockPaths;
+use crate::lock::members::{self, MemberError};
+use crate::report::error_chain;
+use crate::zk::{self, ZkSettings};
+
+use super::settings::{Heard, LockRole, LockSettings};
+
+/// Pause before retrying a session whose setup (paths, member node) failed; doubles up to the max.
+const MIN_SETUP_RETRY: Duration = Duration::from_millis(500);
+const MAX_SETUP_RETRY: Duration = Duration::from_secs(30);
+
+/// Why the driver stopped other than by shutdown.
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    #[error(transparent)]
+    Member(MemberError),
+    /// The servers refuse `addWatch`: they are older than 3.6. Waiting cannot fix that.
+    #[error(
+        "the ZooKeeper servers of {connect} refuse addWatch (persistent recursive watches, which \
+         zkcron's pauses, delayed submissions and drift checks need): zkcron needs ZooKeeper 3.6 \
+         or newer"
+    )]
+    NoRecursiveWatches { connect: String },
+}
+
+/// One established session.
+pub(super) struct Connection {
+    pub(super) client: Client,
+    pub(super) session: SessionId,
+    pub(super) timeout: Duration,
+    pub(super) states: StateWatcher,
+    /// ACLs for the nodes we create.
+    pub(super) acls: Acls<'static>,
+    last_heard: Arc<Mutex<Instant>>,
+    heartbeat: JoinHandle<()>,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        // The heartbeat holds a client clone; the session closes only once every clone is gone.
+        self.heartbeat.abort();
+    }
+}
+
+impl Connection {
+    /// The session ready for the machine: its heartbeat runs and its lease shows in status.
+    pub(super) fn start(
+        client: Client,
+        states: StateWatcher,
+        acls: Acls<'static>,
+        settings: &LockSettings,
+    ) -> Self {
+        let timeout = client.session_timeout();
+        let last_heard = Arc::new(Mutex::new(now()));
+        settings.heard.heard_at(std::time::SystemTime::now());
+        settings.heard.set_timeout(timeout);
+        let heartbeat = tokio::spawn(heartbeat(
+            client.clone(),
+            settings.paths.dir.clone(),
+            Arc::clone(&last_heard),
+            Arc::clone(&settings.heard),
+        ));
+        Self {
+            session: SessionId(client.session_id().0),
+            client,
+            timeout,
+            states,
+            acls,
+            last_heard,
+            heartbeat,
+        }
+    }
+
+    /// Requests are bounded so that a request sent just as the connection drops cannot keep the
+    /// loop from the machine's deadlines; a timed-out request is a lost reply to the machine.
+    pub(super) fn request_timeout(&self) -> Duration {
+        self.timeout / 3
+    }
+
+    pub(super) fn last_heard(&self) -> Instant {
+        *self
+            .last_heard
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The one clock read on the lock path; tokio's clock, so `tokio::time::pause()` drives it in tests.
+pub(super) fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
+
+/// Connects (retrying until up), creates the group's persistent nodes and registers our member.
+/// `Ok(None)` when shut down meanwhile.
+pub(super) async fn open_session(
+    zk: &ZkSettings,
+    settings: &LockSettings,
+    shutdown: &CancellationToken,
+) -> Result<Option<Connection>, DriverError> {
+    let mut retry = MIN_SETUP_RETRY;
+    loop {
+        let Some(client) = zk::connect_until_up(zk, shutdown).await else {
+            return Ok(None);
+        };
+        let states = client.state_watcher();
+        let setup = async {
+            ensure_lock_paths(&client, &settings.paths, zk.acls()).await?;
+            if !matches!(settings.role, LockRole::Member { .. }) {
+                return Ok(());
+            }
+            let member = settings.paths.member(&settings.me.node_id);
+            members::register(&client, &member, &settings.me, zk.acls(), shutdown).await
+        };
+        match setup.await {
+            Ok(()) => {
+                if !zk::serves_recursive_watches(&client, &settings.paths.dir).await {
+                    return Err(DriverError::NoRecursiveWatches {
+                        connect: zk.connect.clone(),
+                    });
+                }
+                return Ok(Some(Connection::start(client, states, zk.acls(), settings)));
+            }
+            Err(MemberError::Cancelled { .. }) => return Ok(None),
+            Err(err @ MemberError::Duplicate { .. }) => return Err(DriverError::Member(err)),
+            Err(err) => {
+                tracing::warn!(error = %error_chain(&err), retry_in = ?retry, "lock group setup failed");
+            }
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return Ok(None),
+            () = tokio::time::sleep(retry) => {}
+        }
+        retry = (retry * 2).min(MAX_SETUP_RETRY);
+    }
+}
+
+/// Asks the server something cheap every sixth of the session timeout and records when it last
+/// answered, so a disconnected owner can count the session timeout from the same moment the
+/// server does (DESIGN.md "The lock": Lost within the session timeout).
+async fn heartbeat(
+    client: Client,
+    path: String,
+    last_heard: Arc<Mutex<Instant>>,
+    heard: Arc<Heard>,
+) {
+    let period = client.session_timeout() / 6;
+    let mut ticks = tokio::time::interval(period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let sent = now();
+        let sent_at = std::time::SystemTime::now();
+        // The reply proves the server heard us after `sent`.
+        if let Ok(Ok(_)) = tokio::time::timeout(period * 2, client.check_stat(&path)).await {
+            heard.heard_at(sent_at);
+            let mut heard = last_heard.lock().unwrap_or_else(PoisonError::into_inner);
+            *heard = (*heard).max(sent);
+        }
+    }
+}
+
+/// The lock group's persistent nodes: its directory, `members/` and `epoch`.
+pub(super) async fn ensure_lock_paths(
+    client: &Client,
+    paths: &LockPaths,
+    acls: Acls<'_>,
+) -> Result<(), MemberError> {
+    let zk_err = |path: &str, source| MemberError::Zk {
+        path: path.to_owned(),
+        source,
+    };
+    for dir in [&paths.members, &paths.dir] {
+        zk::ensure_persistent(client, dir, acls)
+            .await
+            .map_err(|err| match err {
+                zk::ZkError::Request { path, source } => MemberError::Zk { path, source },
+                other => zk_err(
+                    dir,
+                    zookeeper_client::Error::UnexpectedError(other.to_string()),
+                ),
+            })?;
+    }
+    if client
+        .check_stat(&paths.epoch)
+        .await
+        .map_err(|source| zk_err(&paths.epoch, source))?
+        .is_some()
+    {
+        return Ok(());
+    }
+    let options = CreateMode::Persistent.with_acls(acls);
+    match client.create(&paths.epoch, b"", &options).await {
+        Ok(_) | Err(zookeeper_client::Error::NodeExists) => Ok(()),
+        Err(source) => Err(zk_err(&paths.epoch, source)),
+    }
+}

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
-use super::protocol::{Action, ClaimId, FireReason, Me, START_LEAD, TickClaim, is_late};
+use super::protocol::{Action, ClaimId, FireReason, Item, Me, START_LEAD, TickClaim, is_late};
 use crate::config::{Concurrency, JobConfig};
 use crate::delayed::submission::SubmissionId;
 use crate::ids::{FencingToken, JobName, NodeId};
@@ -102,6 +102,55 @@ impl Pending {
             LeaseWait::Failed { at, .. } => *at,
             _ => self.start_deadline(),
         }
+    }
+
+    /// The claim of `item` of `config`'s job under `token`: the pending claim, and the record and
+    /// mode it sends.
+    pub(super) fn of_item(
+        item: Item,
+        config: Arc<JobConfig>,
+        token: FencingToken,
+        in_backlog: bool,
+        me: &Me,
+        now: DateTime<Utc>,
+    ) -> (Self, RunRecord, ClaimMode) {
+        let me_at = (&me.node_id, me.ip.as_str());
+        let now_ms = now.timestamp_millis();
+        let (record, mode) = match &item.again {
+            Some((stored, version)) => (
+                stored.next_attempt(me_at, token, now_ms),
+                ClaimMode::Again { version: *version },
+            ),
+            None => {
+                let job = &config.spec.name;
+                let submission = item.submission.as_ref();
+                let mut record = fresh_record(job, item.tick, submission, me_at, token, now_ms);
+                record.backfill = item.reason == FireReason::Backfill;
+                (record, ClaimMode::Create)
+            }
+        };
+        // A jitter moves a tick's start, never a submission's.
+        let start_at = if item.reason.on_time() {
+            config.start_of(item.tick).max(now)
+        } else if item.reason.waits_for_its_time() {
+            item.tick.max(now)
+        } else {
+            now
+        };
+        let pending = Self {
+            tick: item.tick,
+            reason: item.reason,
+            token,
+            start_at,
+            in_backlog,
+            submission: item.submission,
+            state: PendingState::InFlight { again: false },
+            prepared: false,
+            lease: LeaseWait::NotAsked,
+            stored: item.again,
+            config,
+        };
+        (pending, record, mode)
     }
 
     /// The record and mode of a claim made once more: of the stored record at its version (a

@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::protocol::Action;
 use crate::config::{JobConfig, NotifyWhen};
 use crate::ids::{JobName, NodeId};
 use crate::run::{Notice, NoticeKind, RunRecord, RunStatus};
@@ -63,6 +64,29 @@ impl Streaks {
             self.by_job.remove(job);
         } else {
             self.by_job.insert(job.clone(), streak);
+        }
+    }
+
+    /// `record` is stored: the notice it calls for and the pause, if any, as actions (see
+    /// [`Streaks::recorded`]).
+    pub fn tell(
+        &mut self,
+        record: &RunRecord,
+        config: &JobConfig,
+        again: bool,
+        me: &NodeId,
+        out: &mut Vec<Action>,
+    ) {
+        let told = self.recorded(record, config, again, me);
+        if let Some(notice) = told.notice {
+            out.push(Action::Notify(Box::new(notice)));
+        }
+        if let Some(reason) = told.pause {
+            tracing::warn!(job = %record.job, reason, "pausing the job");
+            out.push(Action::PauseJob {
+                job: record.job.clone(),
+                reason,
+            });
         }
     }
 

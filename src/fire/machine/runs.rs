@@ -261,6 +261,24 @@ pub(super) fn retry_due(record: &RunRecord, retries: u32) -> bool {
 }
 
 /// The record's end, from the runner's report; its output kept as `keep` says.
+/// `claim`'s run ended with `report`: its final record, with the promise of a retry in the
+/// same write as the failure, so whoever owns the lock at its time keeps it, this node or the
+/// next (issue 24). `config`: its job's, if the job is still in the schedule.
+pub(super) fn finished(
+    claim: Claim,
+    report: &RunReport,
+    config: Option<&JobConfig>,
+    now: DateTime<Utc>,
+) -> Claim {
+    let mut finished = claim;
+    let keep = config.map_or(KeepOutput::Failed, |config| config.keep_output);
+    finish_record(&mut finished.record, report, keep);
+    finished.record.retry_at_unix_ms = config
+        .and_then(|config| retry_at(&finished.record, config, report.retry_after, now))
+        .map(|at| at.timestamp_millis());
+    finished
+}
+
 pub(super) fn finish_record(record: &mut RunRecord, report: &RunReport, keep: KeepOutput) {
     let started = report.started_at.timestamp_millis();
     let duration = i64::try_from(report.duration.as_millis()).unwrap_or(i64::MAX);

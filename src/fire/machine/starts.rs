@@ -28,7 +28,7 @@ use super::protocol::{
 use super::rewrites::Rewrites;
 use super::runs::{self, Runs};
 use super::steering::Steering;
-use crate::config::{JobConfig, KeepOutput};
+use crate::config::JobConfig;
 use crate::control::Pause;
 use crate::delayed::submission::SubmissionId;
 use crate::ids::JobName;
@@ -186,42 +186,9 @@ impl Starts {
         {
             return self.behind_the_ledger(job, item.tick, newest, ctx.now);
         }
-        let me = (&ctx.me.node_id, ctx.me.ip.as_str());
-        let now_ms = ctx.now.timestamp_millis();
-        let stored = item.again.clone();
-        let (record, mode) = match &item.again {
-            Some((stored, version)) => (
-                stored.next_attempt(me, token, now_ms),
-                ClaimMode::Again { version: *version },
-            ),
-            None => {
-                let mut record =
-                    fresh_record(job, item.tick, item.submission.as_ref(), me, token, now_ms);
-                record.backfill = item.reason == FireReason::Backfill;
-                (record, ClaimMode::Create)
-            }
-        };
         let config = Arc::clone(&state.config);
-        let pending = Pending {
-            tick: item.tick,
-            reason: item.reason,
-            token,
-            // A jitter moves a tick's start, never a submission's.
-            start_at: if item.reason.on_time() {
-                state.config.start_of(item.tick).max(ctx.now)
-            } else if item.reason.waits_for_its_time() {
-                item.tick.max(ctx.now)
-            } else {
-                ctx.now
-            },
-            in_backlog,
-            submission: item.submission,
-            state: PendingState::InFlight { again: false },
-            prepared: false,
-            lease: LeaseWait::NotAsked,
-            stored,
-            config,
-        };
+        let (pending, record, mode) =
+            Pending::of_item(item, config, token, in_backlog, ctx.me, ctx.now);
         self.claims.send(pending, record, mode, ctx.out);
     }
 
@@ -701,19 +668,8 @@ impl Starts {
     }
 
     pub fn run_ended(&mut self, ctx: &mut Ctx<'_>, claim: Claim, report: &RunReport) {
-        let mut finished = claim;
-        let config = ctx.jobs.config(&finished.record.job);
-        let keep = config
-            .as_ref()
-            .map_or(KeepOutput::Failed, |config| config.keep_output);
-        runs::finish_record(&mut finished.record, report, keep);
-        // The promise of a retry goes into the same write as the failure: whoever owns the
-        // lock at its time keeps it, this node or the next (issue 24).
-        finished.record.retry_at_unix_ms = config
-            .and_then(|config| {
-                runs::retry_at(&finished.record, &config, report.retry_after, ctx.now)
-            })
-            .map(|at| at.timestamp_millis());
+        let config = ctx.jobs.config(&claim.record.job);
+        let finished = runs::finished(claim, report, config.as_deref(), ctx.now);
         self.runs.ended(&finished);
         ctx.out.push(Action::WriteRecord(finished));
     }
@@ -759,13 +715,7 @@ impl Starts {
             tracing::info!(job = %job, run_id, why, "run not started; claimed again as the same attempt once this node can fire");
             state.not_started.push(item);
         }
-        if run.in_backlog {
-            if let Some(state) = ctx.jobs.get_mut(&job) {
-                state.backlog_busy = false;
-            }
-            ctx.follow(Follow::Advance(job.clone()));
-        }
-        ctx.follow(Follow::Stopped);
+        Self::run_gone(ctx, &job, run.in_backlog);
     }
 
     pub fn record_written(&mut self, ctx: &mut Ctx<'_>, run_id: &str, write: RecordWrite) {
@@ -807,13 +757,7 @@ impl Starts {
                     .prune(&job, Retention::of(&run.config), ctx.now, ctx.out),
             }
         }
-        if run.in_backlog {
-            if let Some(state) = ctx.jobs.get_mut(&job) {
-                state.backlog_busy = false;
-            }
-            ctx.follow(Follow::Advance(job.clone()));
-        }
-        ctx.follow(Follow::Stopped);
+        Self::run_gone(ctx, &job, run.in_backlog);
     }
 
     /// Answer to [`Action::ReleaseGuard`]: claims waiting on a run of ours still alive wait
@@ -843,22 +787,22 @@ impl Starts {
     /// `record` is stored: the notice it calls for and the pause, if any (`again`: the run will
     /// be started again, so this is not its end).
     pub fn tell(&mut self, ctx: &mut Ctx<'_>, record: &RunRecord, again: bool) {
-        let Some(config) = ctx.jobs.config(&record.job) else {
-            return;
-        };
-        let told = ctx
-            .streaks
-            .recorded(record, &config, again, &ctx.me.node_id);
-        if let Some(notice) = told.notice {
-            ctx.out.push(Action::Notify(Box::new(notice)));
+        if let Some(config) = ctx.jobs.config(&record.job) {
+            ctx.streaks
+                .tell(record, &config, again, &ctx.me.node_id, ctx.out);
         }
-        if let Some(reason) = told.pause {
-            tracing::warn!(job = %record.job, reason, "pausing the job");
-            ctx.out.push(Action::PauseJob {
-                job: record.job.clone(),
-                reason,
-            });
+    }
+
+    /// A run is gone from this node (ended and recorded, or never started): the next item of
+    /// its job's backlog may go, and a stop may be done.
+    fn run_gone(ctx: &mut Ctx<'_>, job: &JobName, in_backlog: bool) {
+        if in_backlog {
+            if let Some(state) = ctx.jobs.get_mut(job) {
+                state.backlog_busy = false;
+            }
+            ctx.follow(Follow::Advance(job.clone()));
         }
+        ctx.follow(Follow::Stopped);
     }
 
     /// A paused job's item: a tick is recorded `skipped`, a rerun or retry is not started.

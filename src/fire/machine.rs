@@ -770,35 +770,10 @@ impl FireMachine {
             }
             if !self.jobs.contains(&job) {
                 tracing::warn!(job = %job, run_id, "retry dropped: the job is no longer in the schedule");
-                let mut record = retry.record;
-                let dropped = format!(
-                    "attempt {} dropped: the job left the schedule",
-                    record.attempt + 1
-                );
-                record.retry_at_unix_ms = None;
-                record.error = Some(match record.error.take() {
-                    Some(error) => format!("{error}; {dropped}"),
-                    None => dropped,
-                });
-                out.push(Action::DropRetry {
-                    record,
-                    version: retry.version,
-                });
+                out.push(retry.dropped());
                 continue;
             }
-
-            let tick =
-                DateTime::from_timestamp_millis(retry.record.scheduled_unix_ms).unwrap_or(now);
-            let item = Item {
-                tick,
-                reason: if retry.resumed {
-                    FireReason::RetryResumed
-                } else {
-                    FireReason::Retry
-                },
-                again: Some((retry.record, retry.version)),
-                submission: retry.submission,
-            };
+            let item = retry.into_item(now);
             self.claim_item(&job, item, false, now, out);
         }
     }

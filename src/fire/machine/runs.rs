@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
+use super::protocol::{Action, FireReason, Item};
 use crate::config::{JobConfig, KeepOutput, OnLost};
 use crate::ids::JobName;
 use crate::run::Claim;
@@ -38,6 +39,40 @@ pub(super) struct Retry {
     pub submission: Option<SubmissionInput>,
     /// Promised by an earlier owner and found in the ledger by this one (`ZKCRON_RESUMED=1`).
     pub resumed: bool,
+}
+
+impl Retry {
+    /// The retry's job left the schedule: its record says the attempt was dropped.
+    pub fn dropped(self) -> Action {
+        let mut record = self.record;
+        let dropped = format!(
+            "attempt {} dropped: the job left the schedule",
+            record.attempt + 1
+        );
+        record.retry_at_unix_ms = None;
+        record.error = Some(match record.error.take() {
+            Some(error) => format!("{error}; {dropped}"),
+            None => dropped,
+        });
+        Action::DropRetry {
+            record,
+            version: self.version,
+        }
+    }
+
+    /// The item that claims the retry: its stored record again, at its version.
+    pub fn into_item(self, now: DateTime<Utc>) -> Item {
+        Item {
+            tick: DateTime::from_timestamp_millis(self.record.scheduled_unix_ms).unwrap_or(now),
+            reason: if self.resumed {
+                FireReason::RetryResumed
+            } else {
+                FireReason::Retry
+            },
+            again: Some((self.record, self.version)),
+            submission: self.submission,
+        }
+    }
 }
 
 #[derive(Debug, Default)]

@@ -9,6 +9,7 @@
 //! go out as [`Action`]; `fire::driver` performs them against the ledger and the runner.
 
 mod backfill;
+mod backlog;
 mod catch_up;
 mod claims;
 mod delayed;
@@ -29,7 +30,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::config::{JobConfig, OnInterrupted};
+use crate::config::JobConfig;
 use crate::control::Pauses;
 use crate::delayed::submission::{DueBucket, Submission, SubmissionId};
 use crate::fire::queue::FireQueue;
@@ -38,9 +39,10 @@ use crate::lock::LockStatus;
 use crate::run::Claim;
 use crate::run::{RunRecord, RunStatus};
 
+use backlog::Around;
 pub use catch_up::RESOLVE_WINDOW;
 pub use delayed::DELAYED_HORIZON;
-use housekeeping::{Housekeeping, RELIST_AFTER};
+use housekeeping::Housekeeping;
 use jobs::{Jobs, mine};
 pub use protocol::{
     Action, ClaimId, ClaimRefused, FireReason, Input, JobRecords, MISSED_AFTER, Me, RecordWrite,
@@ -139,9 +141,17 @@ impl FireMachine {
             Input::Reloaded(jobs) => self.reloaded(&jobs, now, &mut out),
             Input::ClaimDone { id, result } => self.claim_done(id, result, now, &mut out),
             Input::RecordsListed { job, result } => {
-                self.records_listed(&job, result, now, &mut out)
+                let around = Around {
+                    next_queued: self.queue.next_of(&job),
+                    outage: self.outage,
+                };
+                self.claim_path(now, &mut out, |s, ctx| {
+                    backlog::records_listed(s, ctx, &job, result, around)
+                })
             }
-            Input::Marked { record, result } => self.marked(record, result, now, &mut out),
+            Input::Marked { record, result } => self.claim_path(now, &mut out, |s, ctx| {
+                backlog::marked(s, ctx, record, result)
+            }),
             Input::RunEnded { claim, report } => {
                 self.claim_path(now, &mut out, |s, ctx| s.run_ended(ctx, claim, &report))
             }
@@ -292,15 +302,26 @@ impl FireMachine {
             follows: Vec::new(),
         };
         let result = f(&mut self.starts, &mut ctx);
-        for follow in ctx.follows {
+        let follows = ctx.follows;
+        self.follow_up(follows, now, out);
+        result
+    }
+
+    /// What the claim path asked for next, in order. Not generic, unlike
+    /// [`FireMachine::claim_path`]: each of these goes through the claim path again.
+    fn follow_up(&mut self, follows: Vec<Follow>, now: DateTime<Utc>, out: &mut Vec<Action>) {
+        for follow in follows {
             match follow {
-                Follow::Advance(job) => self.advance(&job, now, out),
-                Follow::ReleaseHeld(job) => self.release_held(&job, now, out),
+                Follow::Advance(job) => {
+                    self.claim_path(now, out, |s, ctx| backlog::advance(s, ctx, &job))
+                }
+                Follow::ReleaseHeld(job) => {
+                    self.claim_path(now, out, |s, ctx| backlog::release_held(s, ctx, &job))
+                }
                 Follow::HandOver => self.maybe_hand_over(now, out),
                 Follow::Stopped => self.maybe_stopped(out),
             }
         }
-        result
     }
 
     /// Sends the one claim every start goes through.
@@ -449,114 +470,6 @@ impl FireMachine {
         self.claim_path(now, out, |s, ctx| s.claim_record_only(ctx, &config, record));
     }
 
-    /// Answer to [`Action::ListRecords`]: catch-up decides, the router sends what it decided.
-    fn records_listed(
-        &mut self,
-        job: &JobName,
-        result: Result<JobRecords, String>,
-        now: DateTime<Utc>,
-        out: &mut Vec<Action>,
-    ) {
-        let Some(token) = self.lock.token.filter(|_| self.lock.may_fire) else {
-            return;
-        };
-        let Some(state) = self.jobs.get_mut(job) else {
-            return;
-        };
-        let Some(catch_up) = state.catch_up.as_mut().filter(|c| c.awaits_listing()) else {
-            return; // a listing for a catch-up that was dropped meanwhile
-        };
-        let records = match result {
-            Ok(records) => records,
-            Err(why) => {
-                tracing::warn!(job = %job, error = why, retry_in = ?RELIST_AFTER, "catch-up: cannot list runs");
-                state.catch_up = None;
-                self.housekeeping.relist_later(job, now);
-                return self.advance(job, now, out);
-            }
-        };
-        self.streaks.learned(job, &records.newest);
-        let ground = catch_up::Ground {
-            me: &self.me,
-            token,
-            config: &state.config,
-            runs: &self.starts.runs,
-            newest_tick: state.newest_tick,
-            first_handled: state
-                .held
-                .iter()
-                .map(|item| item.tick)
-                .chain(self.queue.next_of(job))
-                .min(),
-            outage: self.outage,
-            now,
-        };
-        let not_started = std::mem::take(&mut state.not_started);
-        let listed = catch_up.listed(&ground, records, not_started);
-        let (config, decided) = (Arc::clone(&state.config), catch_up.decided());
-        out.extend(listed.marks);
-        for retry in listed.retries {
-            self.starts.runs.schedule_retry(retry);
-        }
-        self.claim_path(now, out, |s, ctx| {
-            for record in listed.records {
-                match record {
-                    catch_up::RecordOnly::Create(record) => {
-                        s.claim_record_only(ctx, &config, record)
-                    }
-                    catch_up::RecordOnly::Again(record, version) => {
-                        s.claim_record_again(ctx, &config, record, version)
-                    }
-                }
-            }
-        });
-        if let (Some(state), Some(latest)) = (self.jobs.get_mut(job), listed.latest) {
-            state.raise_newest_tick(latest);
-        }
-        if decided {
-            self.catch_up_decided(job, now, out);
-        }
-    }
-
-    /// Answer to [`Action::MarkInterrupted`].
-    fn marked(
-        &mut self,
-        record: RunRecord,
-        result: Result<i32, String>,
-        now: DateTime<Utc>,
-        out: &mut Vec<Action>,
-    ) {
-        let job = record.job.clone();
-        let Some(state) = self.jobs.get_mut(&job) else {
-            return;
-        };
-        let rerun = state.config.on_interrupted == OnInterrupted::Rerun;
-        let Some(catch_up) = state.catch_up.as_mut() else {
-            return;
-        };
-        let told = catch_up.marked(record, result, rerun, now);
-        let decided = catch_up.decided();
-        if let Some((record, again)) = told {
-            self.claim_path(now, out, |s, ctx| s.tell(ctx, &record, again));
-        }
-        if decided {
-            self.catch_up_decided(&job, now, out);
-        }
-    }
-
-    /// Everything is known: reruns first, then missed ticks oldest first, then the ticks held
-    /// behind them.
-    fn catch_up_decided(&mut self, job: &JobName, now: DateTime<Utc>, out: &mut Vec<Action>) {
-        let Some(state) = self.jobs.get_mut(job) else {
-            return;
-        };
-        let Some(catch_up) = state.catch_up.take() else {
-            return;
-        };
-        state.backlog.extend(catch_up.into_backlog(job));
-        self.advance(job, now, out);
-    }
-
     /// A job's tick has come up (`claim_ahead` before its time).
     fn due(
         &mut self,
@@ -673,62 +586,6 @@ impl FireMachine {
         self.delayed.start(now);
         self.delayed_tick(now, out);
         self.take_backfills(now, out);
-    }
-
-    /// Starts the next item of a job's catch-up sequence once the one before it has ended; when
-    /// the sequence is done, fires the ticks held behind it.
-    fn advance(&mut self, job: &JobName, now: DateTime<Utc>, out: &mut Vec<Action>) {
-        let Some(state) = self.jobs.get_mut(job) else {
-            return;
-        };
-        if state.catch_up.is_some() || state.backlog_busy || self.stopping.is_some() {
-            return;
-        }
-        while let Some(item) = self.jobs.get_mut(job).and_then(|s| s.backlog.pop_front()) {
-            if let Some(pause) = self
-                .steering
-                .pause_of(job)
-                .filter(|_| item.submission.is_none())
-            {
-                // A loop, not a recursion through the claim path: a backlog can be long.
-                self.claim_path(now, out, |s, ctx| s.skip_paused(ctx, job, item, &pause));
-                continue;
-            }
-            if let Some(state) = self.jobs.get_mut(job) {
-                state.backlog_busy = true;
-                state.backlog_claiming = true;
-            }
-            return self.claim_item(job, item, true, now, out);
-        }
-        self.release_held(job, now, out);
-    }
-
-    /// The ticks held behind catch-up go once its last item has started: a job's ticks start in
-    /// order, and catch-up's last run overlaps them only as its `concurrency` allows.
-    fn release_held(&mut self, job: &JobName, now: DateTime<Utc>, out: &mut Vec<Action>) {
-        let Some(state) = self.jobs.get_mut(job) else {
-            return;
-        };
-        let (Some(released), config) = (state.release_held(now), Arc::clone(&state.config)) else {
-            return;
-        };
-        if let (Some(first), Some(newest)) = (released.accounted, state.newest_tick) {
-            self.starts.behind_the_ledger(job, first, newest, now);
-        }
-        if !released.late.is_empty() {
-            let ticks = &released.late;
-            tracing::warn!(job = %job, ticks = ticks.len(), "tick missed: catch-up ran past its time");
-            if let Some(record) = self
-                .lock
-                .token
-                .and_then(|token| catch_up::late_held(&self.me, token, &config, ticks, now))
-            {
-                self.claim_path(now, out, |s, ctx| s.claim_record_only(ctx, &config, record));
-            }
-        }
-        for item in released.in_time {
-            self.claim_item(job, item, false, now, out);
-        }
     }
 
     /// Lists again the jobs whose catch-up listing failed, once their wait is over, while this
@@ -851,7 +708,7 @@ impl FireMachine {
             tracing::info!(job = %job, ticks = request.ticks.len(), by = request.by, "backfill taken: its ticks run in order");
             state.backlog.extend(backfill::items(&request));
             out.push(Action::RemoveBackfill(name));
-            self.advance(&job, now, out);
+            self.claim_path(now, out, |s, ctx| backlog::advance(s, ctx, &job));
         }
     }
 

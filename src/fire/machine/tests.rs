@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 use std::path::Path;
 use std::time::Duration;
 
+use super::housekeeping::RELIST_AFTER;
 use super::*;
 use crate::delayed::submission::DueBucket;
 use crate::ids::{FencingToken, NodeId, SessionId};

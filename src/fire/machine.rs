@@ -12,6 +12,7 @@ mod backfill;
 mod backlog;
 mod catch_up;
 mod claims;
+mod ctx;
 mod delayed;
 mod guards;
 mod housekeeping;
@@ -37,10 +38,10 @@ use crate::fire::queue::FireQueue;
 use crate::ids::JobName;
 use crate::lock::LockStatus;
 use crate::run::Claim;
-use crate::run::{RunRecord, RunStatus};
 
 use backlog::Around;
 pub use catch_up::RESOLVE_WINDOW;
+use ctx::{Ctx, Follow};
 pub use delayed::DELAYED_HORIZON;
 use housekeeping::Housekeeping;
 use jobs::{Jobs, mine};
@@ -49,7 +50,7 @@ pub use protocol::{
     START_LEAD, TickClaim, WITHDRAW_LIMIT, Wanted,
 };
 use protocol::{Item, is_late};
-use starts::{Ctx, Follow, Starts};
+use starts::Starts;
 use stopping::{HandOver, Stopping};
 
 /// Decides about firing for one node. See the module docs.
@@ -453,20 +454,7 @@ impl FireMachine {
         else {
             return;
         };
-        let me = (&self.me.node_id, self.me.ip.as_str());
-        let mut record = RunRecord::claimed_submission(
-            &job,
-            due.timestamp_millis(),
-            &id,
-            me,
-            token,
-            now.timestamp_millis(),
-        );
-        record.marker_names_job = named;
-        record.status = RunStatus::Missed;
-        record.error = Some("beyond starting_deadline: no node could fire it in time".to_owned());
-        record.missed_from_unix_ms = Some(record.scheduled_unix_ms);
-        record.missed_ticks = Some(1);
+        let record = delayed::missed_record(&job, &id, due, named, (&self.me, token), now);
         self.claim_path(now, out, |s, ctx| s.claim_record_only(ctx, &config, record));
     }
 
@@ -496,27 +484,11 @@ impl FireMachine {
         let Some(state) = self.jobs.get_mut(name) else {
             return;
         };
+        let item = Item::tick(tick, FireReason::OnTime);
         if state.busy_catching_up() {
-            state.held.push(Item {
-                tick,
-                reason: FireReason::OnTime,
-                again: None,
-                submission: None,
-            });
-            return;
+            return state.held.push(item);
         }
-        self.claim_item(
-            name,
-            Item {
-                tick,
-                reason: FireReason::OnTime,
-                again: None,
-                submission: None,
-            },
-            false,
-            now,
-            out,
-        );
+        self.claim_item(name, item, false, now, out);
     }
 
     fn lock_changed(&mut self, status: LockStatus, now: DateTime<Utc>, out: &mut Vec<Action>) {

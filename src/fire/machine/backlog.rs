@@ -11,9 +11,10 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 
 use super::catch_up::{self, Ground, RecordOnly};
+use super::ctx::Ctx;
 use super::housekeeping::RELIST_AFTER;
 use super::protocol::JobRecords;
-use super::starts::{Ctx, Starts};
+use super::starts::Starts;
 use crate::config::OnInterrupted;
 use crate::ids::JobName;
 use crate::run::RunRecord;

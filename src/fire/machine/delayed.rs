@@ -12,11 +12,13 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::protocol::{Action, FireReason, Item, MISSED_AFTER, Wanted};
+use super::protocol::{Action, FireReason, Item, MISSED_AFTER, Me, Wanted};
 use crate::config::JobConfig;
 use crate::delayed::submission::{DueBucket, Submission, SubmissionId};
+use crate::ids::FencingToken;
 use crate::ids::JobName;
 use crate::run::SubmissionInput;
+use crate::run::{RunRecord, RunStatus};
 
 /// How far ahead of now the owner reads the due buckets: far enough that a bucket is in memory
 /// before its claims go out (`claim_ahead`), near enough that little is held in memory.
@@ -390,6 +392,28 @@ impl DelayedQueue {
         );
         Considered::Held
     }
+}
+
+/// The `missed` record of submission `id` of `job`, due at `due`, found past its deadline by
+/// node `me` under its token; `named`: its marker names its job.
+pub(super) fn missed_record(
+    job: &JobName,
+    id: &SubmissionId,
+    due: DateTime<Utc>,
+    named: bool,
+    (me, token): (&Me, FencingToken),
+    now: DateTime<Utc>,
+) -> RunRecord {
+    let node = (&me.node_id, me.ip.as_str());
+    let due_ms = due.timestamp_millis();
+    let mut record =
+        RunRecord::claimed_submission(job, due_ms, id, node, token, now.timestamp_millis());
+    record.marker_names_job = named;
+    record.status = RunStatus::Missed;
+    record.error = Some("beyond starting_deadline: no node could fire it in time".to_owned());
+    record.missed_from_unix_ms = Some(record.scheduled_unix_ms);
+    record.missed_ticks = Some(1);
+    record
 }
 
 impl Due {

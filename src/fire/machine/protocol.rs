@@ -395,3 +395,15 @@ pub(super) struct Item {
     /// A submission's run: its id and payload.
     pub(super) submission: Option<SubmissionInput>,
 }
+
+impl Item {
+    /// A scheduled tick of its own, fired for `reason`.
+    pub(super) fn tick(tick: DateTime<Utc>, reason: FireReason) -> Self {
+        Self {
+            tick,
+            reason,
+            again: None,
+            submission: None,
+        }
+    }
+}

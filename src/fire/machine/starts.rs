@@ -8,7 +8,7 @@
 //! (`rewrites`).
 //! Must not: decide what is due or when (the router hands it items), or reach the router's other
 //! parts: what it needs of them comes in a [`Ctx`], and what they must do next goes back as a
-//! [`Follow`], in order.
+//! [`Follow`], in order (`ctx`).
 
 use std::sync::Arc;
 
@@ -17,62 +17,23 @@ use chrono::{DateTime, Utc};
 use super::claims::{
     self, LeaseWait, Pending, PendingState, StartVerdict, fresh_record, missed_claim,
 };
+use super::ctx::{Ctx, Follow};
 use super::guards::Guards;
-use super::housekeeping::{Housekeeping, Retention};
-use super::jobs::Jobs;
-use super::notices::Streaks;
+use super::housekeeping::Retention;
 use super::protocol::{
-    Action, ClaimId, ClaimRefused, FireReason, Item, MISSED_AFTER, Me, RecordWrite, is_late,
+    Action, ClaimId, ClaimRefused, FireReason, Item, MISSED_AFTER, RecordWrite, is_late,
     on_time_until,
 };
 use super::rewrites::Rewrites;
 use super::runs::{self, Runs};
-use super::steering::Steering;
 use crate::config::JobConfig;
 use crate::control::Pause;
 use crate::delayed::submission::SubmissionId;
 use crate::ids::JobName;
-use crate::lock::LockStatus;
 use crate::run::{Claim, ClaimMode, RunRecord, RunReport, RunStatus};
 
 /// A run whose lease could not be taken (ZooKeeper failed) asks again this much later.
 const LEASE_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// What the claim path is lent of the machine for one input.
-pub(super) struct Ctx<'a> {
-    pub me: &'a Me,
-    /// The lock as the machine acts on it.
-    pub lock: LockStatus,
-    pub jobs: &'a mut Jobs,
-    pub steering: &'a Steering,
-    /// The node is stopping: nothing new starts.
-    pub stopping: bool,
-    pub streaks: &'a mut Streaks,
-    pub housekeeping: &'a mut Housekeeping,
-    pub now: DateTime<Utc>,
-    pub out: &'a mut Vec<Action>,
-    /// What the router does next, in order.
-    pub follows: Vec<Follow>,
-}
-
-impl Ctx<'_> {
-    fn follow(&mut self, follow: Follow) {
-        self.follows.push(follow);
-    }
-}
-
-/// What the router does after the claim path, in order.
-#[derive(Debug, PartialEq, Eq)]
-pub(super) enum Follow {
-    /// The job's backlog item ended or will not start: the next one may go.
-    Advance(JobName),
-    /// The job's last backlog item started: the ticks held behind it may go.
-    ReleaseHeld(JobName),
-    /// A claim was answered or given back: a stop or a handover may go on.
-    HandOver,
-    /// A run ended: a stop may be done.
-    Stopped,
-}
 
 /// The claim path's state. See the module docs.
 #[derive(Debug, Default)]
@@ -260,20 +221,7 @@ impl Starts {
         let Some(token) = ctx.lock.token else {
             return;
         };
-        let tick = DateTime::from_timestamp_millis(record.scheduled_unix_ms).unwrap_or_default();
-        let pending = Pending {
-            config: Arc::clone(config),
-            tick,
-            reason: FireReason::OnTime,
-            token,
-            start_at: tick,
-            in_backlog: false,
-            submission: None,
-            state: PendingState::RecordOnly,
-            prepared: false,
-            lease: LeaseWait::NotAsked,
-            stored: None,
-        };
+        let pending = Pending::record_only(Arc::clone(config), &record, token);
         self.claims.send(pending, record, mode, ctx.out);
     }
 

@@ -10,7 +10,7 @@ use super::housekeeping::RELIST_AFTER;
 use super::*;
 use crate::delayed::submission::DueBucket;
 use crate::ids::{FencingToken, NodeId, SessionId};
-use crate::run::{ClaimMode, RunContext, RunOutcome, RunReport};
+use crate::run::{ClaimMode, RunContext, RunOutcome, RunRecord, RunReport, RunStatus};
 
 mod backfill;
 mod delayed;

@@ -15,33 +15,31 @@
 //! - Dropping the [`run`] future while the job runs SIGKILLs the group: an abandoned run leaks no
 //!   process.
 
-use std::error::Error as _;
 use std::fmt;
-use std::future::pending;
-use std::io;
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use nix::errno::Errno;
-use nix::sys::signal::{Signal, killpg};
-use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
-use nix::unistd::Pid;
-use process_wrap::tokio::{ChildWrapper, CommandWrap, KillOnDrop, ProcessGroup};
-use tokio::time::{Instant, sleep_until, timeout, timeout_at};
+use tokio::time::{Instant, timeout};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, error, info, warn};
+use tracing::{debug, info, warn};
 
 use crate::ids::JobName;
 use crate::run::{JobSpec, Launcher, OutputTail, Program, RunContext, RunOutcome, RunReport};
 
+mod error;
+mod group;
 mod hold;
 mod launch;
 mod output;
 
+pub use error::StartError;
+use error::error_chain;
+use group::Group;
+#[cfg(test)]
+use group::contract_env;
 pub use hold::{hold_unless_cancelled, hold_until};
 use launch::Start;
 pub use launch::{LAUNCHER_ARG, launch_job};
@@ -53,63 +51,6 @@ use output::log_output;
 ///
 /// A process the job left behind may hold stdout/stderr open for hours; the run is over anyway.
 pub const OUTPUT_DRAIN_AFTER_EXIT: Duration = Duration::from_secs(1);
-
-/// How long to wait for the leader to disappear after SIGKILL. Only a process stuck in the kernel
-/// (uninterruptible sleep) takes longer; the run is reported anyway and tokio reaps it later.
-const EXIT_AFTER_KILL: Duration = Duration::from_secs(5);
-/// How often a stopped job's group is looked at once its leader has exited: nothing signals that
-/// a process group has become empty.
-const GROUP_GONE_POLL: Duration = Duration::from_millis(50);
-
-/// Variables by which systemd talks to *the daemon*: a job that inherited them could send
-/// `READY=1`/`WATCHDOG=1` for it or grab its sockets (STYLE.md §7 "Runner").
-const SYSTEMD_VARS: [&str; 6] = [
-    "NOTIFY_SOCKET",
-    "WATCHDOG_PID",
-    "WATCHDOG_USEC",
-    "LISTEN_PID",
-    "LISTEN_FDS",
-    "LISTEN_FDNAMES",
-];
-
-/// Why a job could not be started.
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    /// `Program::Argv` with no elements.
-    #[error("job {job} has an empty command")]
-    EmptyCommand {
-        /// The job.
-        job: JobName,
-    },
-    /// An HTTP target is a request, sent by `delivery`, never a process.
-    #[error("job {job} has an http target: it is delivered, not run as a process")]
-    NotAProcess {
-        /// The job.
-        job: JobName,
-    },
-    /// The working directory is missing, not a directory or not accessible.
-    #[error("working directory {} of job {job} is unusable", dir.display())]
-    WorkingDir {
-        /// The job.
-        job: JobName,
-        /// The configured directory.
-        dir: PathBuf,
-        /// The OS error.
-        #[source]
-        source: io::Error,
-    },
-    /// `fork`/`exec` failed: missing binary, not executable, bad environment, ….
-    #[error("cannot start {program} for job {job}")]
-    Spawn {
-        /// The job.
-        job: JobName,
-        /// The executable as configured.
-        program: String,
-        /// The OS error.
-        #[source]
-        source: io::Error,
-    },
-}
 
 /// What would keep `spec` from starting on this host, found without starting it: a command
 /// that is not an executable file here (looked up on this process's `PATH` when it has no `/`),
@@ -481,301 +422,6 @@ async fn supervise_reading_output(
     }
 }
 
-/// The running job: its leader process and the group it leads. Dropped while `kill_group_on_drop`
-/// is set (the job has not been seen to end), it SIGKILLs the whole group.
-struct Group {
-    job: JobName,
-    child: Box<dyn ChildWrapper>,
-    pid: u32,
-    pgid: Pid,
-    /// When its launcher execs the job.
-    start: Start,
-    kill_group_on_drop: bool,
-}
-
-impl Group {
-    fn spawn(
-        spec: &JobSpec,
-        ctx: &RunContext,
-        start: Start,
-        not_before: Option<DateTime<Utc>>,
-    ) -> Result<Group, StartError> {
-        let job = &spec.name;
-        if matches!(spec.program, Program::Http(_)) {
-            return Err(StartError::NotAProcess { job: job.clone() });
-        }
-        let (program, args) = spec
-            .program
-            .argv()
-            .ok_or_else(|| StartError::EmptyCommand { job: job.clone() })?;
-        if let Some(dir) = &spec.working_dir {
-            // Checked first: exec reports a bad directory as ENOENT, indistinguishable from a
-            // missing binary.
-            let unusable = |source| StartError::WorkingDir {
-                job: job.clone(),
-                dir: dir.clone(),
-                source,
-            };
-            // One stat, no slower than the fork/exec below (tokio's `fs` feature is not enabled).
-            let meta = std::fs::metadata(dir).map_err(unusable)?;
-            if !meta.is_dir() {
-                return Err(unusable(io::ErrorKind::NotADirectory.into()));
-            }
-        }
-
-        let mut command = match &spec.launcher {
-            Launcher::Fork => CommandWrap::with_new(program, |command| {
-                command.args(args);
-                // If zkcron itself is killed (SIGKILL, OOM) outside systemd's cgroup clean-up,
-                // its job must not outlive it and overlap the next owner's run (DESIGN.md
-                // promise 3).
-                // SAFETY: between fork and exec this runs only prctl(2), which is
-                // async-signal-safe.
-                unsafe {
-                    command.pre_exec(|| {
-                        nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
-                            .map_err(io::Error::from)
-                    });
-                }
-            }),
-            // The launcher sets the same signal, then execs the program in its place.
-            Launcher::Binary(launcher) => CommandWrap::with_new(launcher, |command| {
-                command
-                    .args(launch::launcher_args(start, not_before))
-                    .arg(program)
-                    .args(args);
-            }),
-        };
-        {
-            let command = command.command_mut();
-            command
-                .stdin(if ctx.submission.is_some() || start != Start::Now {
-                    Stdio::piped()
-                } else {
-                    Stdio::null()
-                })
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .envs(&spec.env);
-            for key in SYSTEMD_VARS {
-                command.env_remove(key);
-            }
-            command.envs(contract_env(spec, ctx));
-            if let Some(dir) = &spec.working_dir {
-                command.current_dir(dir);
-            }
-        }
-        // KillOnDrop only kills the leader (tokio's `kill_on_drop`); `Group::drop` kills the group.
-        command.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
-        let spawn_error = |source| StartError::Spawn {
-            job: job.clone(),
-            program: program.to_owned(),
-            source,
-        };
-        let child = command.spawn().map_err(spawn_error)?;
-        let pid = child.id().ok_or_else(|| {
-            spawn_error(io::Error::other(
-                "the process has no pid right after spawning",
-            ))
-        })?;
-        // `ProcessGroup::leader()` makes the leader's pid the group id.
-        let pgid = i32::try_from(pid)
-            .map(Pid::from_raw)
-            .map_err(|_| spawn_error(io::Error::other(format!("pid {pid} out of range"))))?;
-        Ok(Group {
-            job: job.clone(),
-            child,
-            pid,
-            pgid,
-            start,
-            kill_group_on_drop: true,
-        })
-    }
-
-    /// Waits for the job's end, stopping its group on timeout or cancellation. Returns the outcome
-    /// and the leader's exit status when it was observed.
-    async fn supervise(
-        &mut self,
-        spec: &JobSpec,
-        cancel: &CancellationToken,
-        spawned: Instant,
-    ) -> (RunOutcome, Option<ExitStatus>) {
-        let job = &spec.name;
-        let deadline = spec.timeout.map(|t| spawned + t);
-        let timed_out = async {
-            match deadline {
-                Some(at) => sleep_until(at).await,
-                None => pending().await,
-            }
-        };
-        let stop = tokio::select! {
-            // A job that has exited is reported as such even when its deadline passed meanwhile.
-            biased;
-            status = self.wait_leader() => return self.exited(status),
-            () = cancel.cancelled() => {
-                info!(job = %job, pid = self.pid, "run cancelled; stopping its process group");
-                RunOutcome::Cancelled
-            }
-            () = timed_out => {
-                warn!(job = %job, pid = self.pid, timeout = ?spec.timeout,
-                      "job timed out; stopping its process group");
-                RunOutcome::TimedOut
-            }
-        };
-        let status = self.terminate(spec.kill_grace, job).await;
-        (stop, status)
-    }
-
-    /// The leader exited by itself. Its leftover group members are left alone, as cronie does.
-    fn exited(&mut self, status: io::Result<ExitStatus>) -> (RunOutcome, Option<ExitStatus>) {
-        match status {
-            Ok(status) => {
-                self.kill_group_on_drop = false;
-                let outcome = match (status.code(), status.signal()) {
-                    (Some(code), _) => RunOutcome::Exited { code },
-                    (None, Some(signal)) => RunOutcome::Signaled { signal },
-                    // Neither exited nor signalled: not produced by wait(2) for a terminated child.
-                    (None, None) => RunOutcome::WaitFailed {
-                        error: format!("unrecognised wait status {status:?}"),
-                    },
-                };
-                (outcome, Some(status))
-            }
-            // We cannot follow the job any more: kill the group rather than leave it unwatched.
-            Err(err) => {
-                self.signal(Signal::SIGKILL);
-                self.kill_group_on_drop = false;
-                (
-                    RunOutcome::WaitFailed {
-                        error: err.to_string(),
-                    },
-                    None,
-                )
-            }
-        }
-    }
-
-    /// SIGTERM to the group; SIGKILL to whatever is left of it once `grace` has passed. Returns as
-    /// soon as the group is gone, or when the leader has exited after SIGKILL.
-    async fn terminate(&mut self, grace: Duration, job: &JobName) -> Option<ExitStatus> {
-        self.signal(Signal::SIGTERM);
-        let grace_ends = Instant::now() + grace;
-        let status = match timeout_at(grace_ends, self.wait_leader()).await {
-            Ok(Ok(status)) => {
-                // The leader is gone; its group lives on while any member does (a zombie counts
-                // until its new parent reaps it: us, when zkcron is a child subreaper). Members
-                // get the rest of the grace, then SIGKILL — but no longer than they live: a
-                // stopping owner holds its forbid guard until this returns.
-                loop {
-                    self.reap_orphans();
-                    if !self.group_exists() {
-                        break;
-                    }
-                    let now = Instant::now();
-                    if now >= grace_ends {
-                        self.signal(Signal::SIGKILL);
-                        break;
-                    }
-                    sleep_until(grace_ends.min(now + GROUP_GONE_POLL)).await;
-                }
-                Some(status)
-            }
-            Ok(Err(err)) => {
-                error!(job = %job, pid = self.pid, error = %err,
-                       "cannot wait for the job; killing its group");
-                self.signal(Signal::SIGKILL);
-                None
-            }
-            Err(_grace_over) => {
-                warn!(job = %job, pid = self.pid, ?grace,
-                      "job outlived its grace; sending SIGKILL to its group");
-                self.signal(Signal::SIGKILL);
-                match timeout(EXIT_AFTER_KILL, self.wait_leader()).await {
-                    Ok(Ok(status)) => Some(status),
-                    Ok(Err(err)) => {
-                        error!(job = %job, pid = self.pid, error = %err,
-                               "cannot wait for the killed job");
-                        None
-                    }
-                    Err(_) => {
-                        error!(job = %job, pid = self.pid, bound = ?EXIT_AFTER_KILL,
-                               "job did not exit after SIGKILL; giving up on it");
-                        None
-                    }
-                }
-            }
-        };
-        self.kill_group_on_drop = false;
-        status
-    }
-
-    /// Waits for the leader only. process-wrap's `ProcessGroupChild::wait` would then also block
-    /// until every group member that is *our* child has exited: when zkcron is a child subreaper
-    /// (PID 1 in a container), orphaned grandchildren are, and a leftover `daemon &` would keep
-    /// `run` from returning.
-    ///
-    /// Cancellation safe (tokio's `Child::wait`).
-    fn wait_leader(
-        &mut self,
-    ) -> std::pin::Pin<Box<dyn Future<Output = io::Result<ExitStatus>> + Send + '_>> {
-        // The wrapper chain is ProcessGroupChild → tokio Child (KillOnDrop wraps no child).
-        self.child.inner_mut().wait()
-    }
-
-    /// Sends `signal` to every process in the group. Only called while the group id cannot have
-    /// been reused: before the leader is reaped, or while other members keep the group alive.
-    fn signal(&self, signal: Signal) {
-        match killpg(self.pgid, signal) {
-            Ok(()) | Err(Errno::ESRCH) => {}
-            Err(err) => {
-                warn!(pgid = self.pgid.as_raw(), ?signal, error = %err,
-                      "cannot signal the job's process group");
-            }
-        }
-    }
-
-    fn group_exists(&self) -> bool {
-        // Signal 0 checks existence; EPERM means a member exists that we may not signal.
-        !matches!(killpg(self.pgid, None), Err(Errno::ESRCH))
-    }
-
-    /// Reaps group members that were reparented to us and have exited, without blocking. That
-    /// happens only when zkcron is a child subreaper (e.g. PID 1 in a container); nothing else in
-    /// the process would reap them.
-    fn reap_orphans(&self) {
-        let group = Pid::from_raw(-self.pgid.as_raw());
-        loop {
-            match waitpid(group, Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::StillAlive) | Err(_) => return,
-                Ok(status) => debug!(?status, "reaped a process left behind by a job"),
-            }
-        }
-    }
-}
-
-impl Drop for Group {
-    fn drop(&mut self) {
-        if self.kill_group_on_drop {
-            // `run` was dropped before the job ended. Runs before `child` is dropped, so the
-            // leader is not reaped yet and the group id is still ours.
-            warn!(
-                job = %self.job,
-                pid = self.pid,
-                "run abandoned; killing the job's process group"
-            );
-            self.signal(Signal::SIGKILL);
-        }
-    }
-}
-
-/// The contract variables of DESIGN.md "Job contract".
-fn contract_env(spec: &JobSpec, ctx: &RunContext) -> Vec<(&'static str, String)> {
-    ctx.contract(&spec.name)
-        .into_iter()
-        .map(|(key, value)| (key.env, value))
-        .collect()
-}
-
 /// Writes a submission's payload to the job's stdin and closes it. A job that exits without
 /// reading it all is its own business: that is logged, not an error.
 async fn feed_stdin(
@@ -790,18 +436,6 @@ async fn feed_stdin(
     if let Err(err) = tokio::io::AsyncWriteExt::write_all(&mut stdin, &payload).await {
         tracing::debug!(job = %job, run_id, error = %err, "job did not read all of its payload");
     }
-}
-
-/// An error and its causes as one line, for [`RunOutcome::FailedToStart`].
-fn error_chain(err: &StartError) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

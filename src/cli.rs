@@ -25,7 +25,6 @@ use tokio_util::sync::CancellationToken;
 use zkcron::config::{self, Config, LogFormat};
 use zkcron::daemon::{self, DaemonSettings};
 use zkcron::identity;
-use zkcron::layout::LedgerPaths;
 use zkcron::layout::LockPaths;
 use zkcron::ledger;
 use zkcron::lock::clock_watch::ClockSettings;
@@ -416,7 +415,7 @@ async fn history(
     format: HistoryFormat,
 ) -> Result<(), CliError> {
     let client = zkcron::delayed::client::session_for(config).await?;
-    let paths = LedgerPaths::new(&config.lock.paths());
+    let paths = config.lock.group_paths().ledger;
     let records = ledger::history(&client, &paths, job, limit).await?;
     let declared = config.jobs.iter().find(|j| &j.spec.name == job);
     let tz = declared.map_or(chrono_tz::UTC, |j| j.timezone);

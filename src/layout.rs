@@ -47,6 +47,26 @@ impl LockPaths {
     }
 }
 
+/// Every path of one lock group, built once: its lock's, its ledger's (the delayed submissions'
+/// among them) and its steering's. What the clients of a group (status, steering, the console,
+/// the submitters) read and write, so that none builds them again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupPaths {
+    pub lock: LockPaths,
+    pub ledger: LedgerPaths,
+    pub control: ControlPaths,
+}
+
+impl GroupPaths {
+    pub fn new(lock: LockPaths) -> Self {
+        Self {
+            ledger: LedgerPaths::new(&lock),
+            control: ControlPaths::new(&lock),
+            lock,
+        }
+    }
+}
+
 /// The ledger's znodes under one lock group.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LedgerPaths {
@@ -374,6 +394,17 @@ mod tests {
             ledger.submission_record(&JobName::new("close"), 1_700_000_000_123, &id),
             "/zkcron/billing/runs/close/1700000000123-order-42"
         );
+    }
+
+    #[test]
+    fn a_groups_paths_built_once_are_the_ones_each_part_builds() {
+        let lock = LockPaths::new("/zkcron", "billing");
+        let paths = GroupPaths::new(lock.clone());
+        assert_eq!(paths.ledger, LedgerPaths::new(&lock));
+        assert_eq!(paths.control, ControlPaths::new(&lock));
+        assert_eq!(paths.ledger.delayed, DelayedPaths::new(&lock));
+        assert_eq!(paths.control.paused, "/zkcron/billing/control/paused");
+        assert_eq!(paths.lock, lock);
     }
 
     #[test]

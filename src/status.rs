@@ -16,7 +16,7 @@ use crate::delayed::client::DelayedError;
 use crate::delayed::client::pending_summary;
 use crate::drift::{self, Drift};
 use crate::ids::{JobName, NodeId};
-use crate::layout::{ControlPaths, LedgerPaths, LockPaths};
+use crate::layout::LockPaths;
 use crate::ledger::{self, ClaimError};
 use crate::lock::clock::{self, ClockVerdict};
 use crate::lock::inspect::{self, Owner};
@@ -283,14 +283,14 @@ pub async fn gather(
     now: DateTime<Utc>,
 ) -> Result<StatusReport, StatusError> {
     let cluster = cluster(client, config).await?;
-    let paths = config.lock.paths();
-    let ledger_paths = LedgerPaths::new(&paths);
+    let paths = config.lock.group_paths();
+    let ledger_paths = &paths.ledger;
     let pending = pending_summary(client, &ledger_paths.delayed, PENDING_LIMIT).await?;
-    let pauses = control_store::pauses(client, &ControlPaths::new(&paths)).await?;
+    let pauses = control_store::pauses(client, &paths.control).await?;
     let mut jobs = Vec::with_capacity(config.jobs.len());
     for job in &config.jobs {
         let name = &job.spec.name;
-        let records = ledger::history(client, &ledger_paths, name, job.history).await?;
+        let records = ledger::history(client, ledger_paths, name, job.history).await?;
         let paused = pauses.get(name).cloned();
         let next = match (&job.schedule, job.enabled, &paused) {
             (Some(_), true, None) => job.next_tick_after(now).map(|at| at.timestamp_millis()),
@@ -318,7 +318,7 @@ pub async fn gather(
                 status: r.status,
                 node_id: r.node_id,
             }),
-            alive_run: ledger::guard_holder(client, &ledger_paths, name).await,
+            alive_run: ledger::guard_holder(client, ledger_paths, name).await,
             pending_submissions: count,
             next_due_unix_ms: (count > 0).then_some(due),
         });

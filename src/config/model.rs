@@ -152,6 +152,11 @@ impl LockConfig {
     pub fn paths(&self) -> crate::layout::LockPaths {
         crate::layout::LockPaths::new(&self.root, &self.name)
     }
+
+    /// Every path of this lock group, built once.
+    pub fn group_paths(&self) -> crate::layout::GroupPaths {
+        crate::layout::GroupPaths::new(self.paths())
+    }
 }
 
 /// `[log]`.

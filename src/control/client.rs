@@ -21,7 +21,7 @@ use crate::delayed::client::SubmitRequest;
 use crate::delayed::client::check_request;
 use crate::delayed::submission::{Submission, SubmissionId};
 use crate::ids::{JobName, NodeId};
-use crate::layout::{ControlPaths, DelayedPaths, LockPaths};
+use crate::layout::{ControlPaths, GroupPaths};
 use crate::ledger::submissions::{self, SubmissionError};
 use crate::lock::inspect::{self, Owner};
 use crate::zk::ZkError;
@@ -114,9 +114,7 @@ pub struct Released {
 #[derive(Debug)]
 pub struct Steer {
     client: Client,
-    lock: LockPaths,
-    control: ControlPaths,
-    delayed: DelayedPaths,
+    paths: GroupPaths,
     acls: Acls<'static>,
     jobs: HashMap<JobName, Arc<JobConfig>>,
     takeover_delay: Duration,
@@ -136,11 +134,9 @@ impl Steer {
 
     /// Steers over an existing session (the daemon's own, for its HTTP API).
     pub fn with_client(client: Client, config: &Config) -> Self {
-        let lock = config.lock.paths();
         Self {
             client,
-            control: ControlPaths::new(&lock),
-            delayed: DelayedPaths::new(&lock),
+            paths: config.lock.group_paths(),
             acls: config.zookeeper.settings().acls(),
             jobs: config
                 .jobs
@@ -149,7 +145,6 @@ impl Steer {
                 .collect(),
             takeover_delay: config.lock.takeover_delay,
             groups: config.groups.iter().map(|g| g.name.clone()).collect(),
-            lock,
         }
     }
 
@@ -173,7 +168,10 @@ impl Steer {
         if !config.enabled {
             return Err(SteerError::Disabled { job: job.clone() });
         }
-        if let Some(pause) = store::pauses(&self.client, &self.control).await?.get(job) {
+        if let Some(pause) = store::pauses(&self.client, &self.paths.control)
+            .await?
+            .get(job)
+        {
             return Err(SteerError::Paused {
                 job: job.clone(),
                 by: pause.by.clone(),
@@ -202,7 +200,14 @@ impl Steer {
             ..check_request(&self.jobs, &request, Utc::now())?
         };
         let id = SubmissionId::generate();
-        submissions::submit(&self.client, &self.delayed, &id, &submission, self.acls).await?;
+        submissions::submit(
+            &self.client,
+            &self.paths.ledger.delayed,
+            &id,
+            &submission,
+            self.acls,
+        )
+        .await?;
         Ok(id)
     }
 
@@ -225,10 +230,13 @@ impl Steer {
         let ticks = super::backfill::ticks_in(config, from, to, now)?;
         // A paused job's backlog is recorded skipped: resume first, then backfill.
         self.refuse_unless_running(job, config).await?;
-        let ledger = crate::layout::LedgerPaths::new(&self.lock);
-        let records =
-            crate::ledger::history(&self.client, &ledger, job, crate::config::HISTORY_LIMIT)
-                .await?;
+        let records = crate::ledger::history(
+            &self.client,
+            &self.paths.ledger,
+            job,
+            crate::config::HISTORY_LIMIT,
+        )
+        .await?;
         let plan = super::backfill::plan(job, &ticks, &records, config.history);
         let requested = plan.to_run(include_pruned);
         if !dry_run && !requested.is_empty() {
@@ -238,7 +246,7 @@ impl Steer {
                 by: by.to_owned(),
                 at_unix_ms: now.timestamp_millis(),
             };
-            store::request_backfill(&self.client, &self.control, &request, self.acls).await?;
+            store::request_backfill(&self.client, &self.paths.control, &request, self.acls).await?;
         }
         Ok(Backfill {
             plan,
@@ -258,7 +266,7 @@ impl Steer {
     ) -> Result<Paused, SteerError> {
         self.declared(job)?;
         let pause = Pause::new(reason, by, Utc::now().timestamp_millis());
-        Ok(store::pause(&self.client, &self.control, job, &pause, self.acls).await?)
+        Ok(store::pause(&self.client, &self.paths.control, job, &pause, self.acls).await?)
     }
 
     /// Resumes `job`; `None` when it was not paused. A job no longer declared can be resumed
@@ -267,7 +275,7 @@ impl Steer {
     /// # Errors
     /// A failed request.
     pub async fn resume(&self, job: &JobName) -> Result<Option<Pause>, SteerError> {
-        Ok(store::resume(&self.client, &self.control, job).await?)
+        Ok(store::resume(&self.client, &self.paths.control, job).await?)
     }
 
     /// The paused jobs.
@@ -275,7 +283,7 @@ impl Steer {
     /// # Errors
     /// A failed request.
     pub async fn pauses(&self) -> Result<Pauses, SteerError> {
-        Ok(store::pauses(&self.client, &self.control).await?)
+        Ok(store::pauses(&self.client, &self.paths.control).await?)
     }
 
     /// Asks the owner to hand the lock over, and waits until another node owns it (within the
@@ -323,10 +331,10 @@ impl Steer {
         by: &str,
     ) -> Result<Released, SteerError> {
         let (lock, control) = match group.filter(|g| *g != crate::ids::DEFAULT_GROUP) {
-            None => (self.lock.clone(), self.control.clone()),
+            None => (self.paths.lock.clone(), self.paths.control.clone()),
             Some(name) if self.groups.iter().any(|g| g == name) => (
-                self.lock.group(name),
-                ControlPaths::of_group(&self.lock, name),
+                self.paths.lock.group(name),
+                ControlPaths::of_group(&self.paths.lock, name),
             ),
             Some(name) => {
                 let mut declared = vec![crate::ids::DEFAULT_GROUP.to_owned()];
@@ -352,7 +360,7 @@ impl Steer {
                 asked: asked.clone(),
             });
         }
-        let members = inspect::member_ids(&self.client, &self.lock).await?;
+        let members = inspect::member_ids(&self.client, &self.paths.lock).await?;
         if !members.iter().any(|member| member != &owner) {
             return Err(SteerError::NoPeer { owner });
         }

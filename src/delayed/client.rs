@@ -200,11 +200,11 @@ impl Delayed {
     /// Submits over an existing session (the daemon's own, for its HTTP API).
     pub fn with_client(client: Client, config: &Config) -> Self {
         let settings = config.zookeeper.settings();
-        let lock = config.lock.paths();
+        let ledger = config.lock.group_paths().ledger;
         Self {
             client,
-            delayed: DelayedPaths::new(&lock),
-            ledger: LedgerPaths::new(&lock),
+            delayed: ledger.delayed.clone(),
+            ledger,
             acls: settings.acls(),
             jobs: config
                 .jobs

@@ -21,7 +21,6 @@ use crate::control::{Pause, store as control_store};
 use crate::delayed::client::Delayed;
 use crate::delayed::submission::SubmissionId;
 use crate::ids::JobName;
-use crate::layout::{ControlPaths, LedgerPaths};
 use crate::ledger::submissions::SubmissionState;
 use crate::run::{RunRecord, RunStatus};
 use crate::status::ClusterReport;
@@ -105,10 +104,10 @@ pub(super) async fn overview(
             return Ok(axum::Json(overview).into_response());
         }
     };
-    let paths = config.lock.paths();
+    let paths = config.lock.group_paths();
     let read = async {
         let cluster = crate::status::cluster(&client, &config).await?;
-        let pauses = control_store::pauses(&client, &ControlPaths::new(&paths)).await?;
+        let pauses = control_store::pauses(&client, &paths.control).await?;
         Ok::<_, crate::status::StatusError>((cluster, pauses))
     };
     match read.await {
@@ -121,7 +120,7 @@ pub(super) async fn overview(
         }
         Err(err) => overview.error = Some(chain(&err)),
     }
-    overview.running = crate::ledger::running_jobs(&client, &LedgerPaths::new(&paths))
+    overview.running = crate::ledger::running_jobs(&client, &paths.ledger)
         .await
         .into_iter()
         .collect();
@@ -305,11 +304,11 @@ pub(super) async fn jobs(
     let limit = query.limit.unwrap_or(50).clamp(1, MAX_PAGE);
     let client = state.client()?;
     let config = state.config();
-    let paths = config.lock.paths();
-    let pauses = control_store::pauses(&client, &ControlPaths::new(&paths))
+    let paths = config.lock.group_paths();
+    let pauses = control_store::pauses(&client, &paths.control)
         .await
         .map_err(|err| ApiError::unavailable(chain(&err)))?;
-    let alive = crate::ledger::running_jobs(&client, &LedgerPaths::new(&paths)).await;
+    let alive = crate::ledger::running_jobs(&client, &paths.ledger).await;
     let index = state.index(&client);
     let progress = IndexProgress::of(&index);
     let runs = index

@@ -24,7 +24,6 @@ use crate::control::client::{Released, Steer};
 use crate::delayed::client::{Delayed, SubmitRequest};
 use crate::delayed::submission::SubmissionId;
 use crate::ids::{JobName, NodeId};
-use crate::layout::LedgerPaths;
 
 mod auth;
 mod browse;
@@ -184,7 +183,7 @@ async fn runs(
     let job = JobName::new(job);
     let limit = query.limit.unwrap_or(20).min(MAX_RUNS);
     let config = state.config();
-    let paths = LedgerPaths::new(&config.lock.paths());
+    let paths = config.lock.group_paths().ledger;
     let records = crate::ledger::history(&client, &paths, &job, limit)
         .await
         .map_err(|err| ApiError::unavailable(chain(&err)))?;

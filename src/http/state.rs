@@ -14,7 +14,6 @@ use super::errors::ApiError;
 use super::index::RunIndex;
 use crate::config::{Config, NamedToken};
 use crate::ids::NodeId;
-use crate::layout::LedgerPaths;
 use crate::lock::driver::Heard;
 use crate::metrics::Metrics;
 use crate::secret::Secret;
@@ -64,7 +63,7 @@ impl HttpState {
             old.stop();
         }
         let config = self.config();
-        let runs = LedgerPaths::new(&config.lock.paths()).runs;
+        let runs = config.lock.group_paths().ledger.runs;
         let index = RunIndex::start(client.clone(), runs, self.console.stop.child_token());
         *running = Some(index.clone());
         index

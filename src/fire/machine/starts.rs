@@ -772,3 +772,6 @@ impl Starts {
         self.claim_record_only(ctx, &config, record);
     }
 }
+
+#[cfg(test)]
+mod tests;

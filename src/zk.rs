@@ -395,6 +395,22 @@ pub async fn delete_if_there(
     }
 }
 
+/// The children of `path`; a node not there has none: nothing was ever put under it, or it was
+/// removed once empty.
+///
+/// # Errors
+/// The request failed for any other reason (no session, no auth, …).
+pub async fn children_if_there(
+    client: &Client,
+    path: &str,
+) -> Result<Vec<String>, zookeeper_client::Error> {
+    match client.list_children(path).await {
+        Ok(children) => Ok(children),
+        Err(zookeeper_client::Error::NoNode) => Ok(Vec::new()),
+        Err(err) => Err(err),
+    }
+}
+
 /// Creates `path` and its missing ancestors as persistent nodes with `acls`.
 ///
 /// Looks first: ZooKeeper checks the parent's CREATE permission before it reports NodeExists, so

@@ -179,11 +179,9 @@ pub async fn give_back(client: &Client, lease: &Lease) -> Result<(), LimitError>
 /// # Errors
 /// The listing failed; no `dir` means no holders.
 pub async fn holders(client: &Client, dir: &str) -> Result<Vec<LeaseHolder>, LimitError> {
-    let mut children = match client.list_children(dir).await {
-        Ok(children) => children,
-        Err(ZkErr::NoNode) => return Ok(Vec::new()),
-        Err(source) => return Err(zk(dir, source)),
-    };
+    let mut children = crate::zk::children_if_there(client, dir)
+        .await
+        .map_err(|source| zk(dir, source))?;
     children.retain(|name| sequence_of(name).is_some());
     children.sort_by_key(|name| sequence_of(name));
     let mut found = Vec::new();

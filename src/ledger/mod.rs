@@ -508,29 +508,20 @@ pub async fn promised_retries(
     job: &JobName,
 ) -> Result<Vec<i64>, ClaimError> {
     let parent = paths.retries_of(job);
-    let names = match client.list_children(&parent).await {
-        Ok(names) => names,
-        Err(ZkErr::NoNode) => return Ok(Vec::new()),
-        Err(source) => {
-            return Err(ClaimError::Zk {
-                path: parent,
-                source,
-            });
-        }
-    };
-    Ok(names
-        .iter()
-        .filter_map(|name| {
-            let tick = crate::layout::parse_tick_node_name(name);
-            if tick.is_none() {
-                tracing::warn!(
-                    path = format!("{parent}/{name}"),
-                    "not a retry marker; skipped"
-                );
-            }
-            tick
-        })
-        .collect())
+    let names = crate::zk::children_if_there(client, &parent)
+        .await
+        .map_err(|source| ClaimError::Zk {
+            path: parent.clone(),
+            source,
+        })?;
+    let parse = crate::layout::parse_tick_node_name;
+    Ok(records::parsed_sorted(
+        &parent,
+        &names,
+        "retry marker",
+        false,
+        parse,
+    ))
 }
 
 /// Removes the marker of a retry that is no longer promised.

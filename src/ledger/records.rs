@@ -74,16 +74,12 @@ pub async fn record_names(
     job: &JobName,
 ) -> Result<Vec<RecordName>, ClaimError> {
     let parent = paths.job_runs(job);
-    let children = match client.list_children(&parent).await {
-        Ok(children) => children,
-        Err(ZkErr::NoNode) => Vec::new(),
-        Err(source) => {
-            return Err(ClaimError::Zk {
-                path: parent,
-                source,
-            });
-        }
-    };
+    let children = crate::zk::children_if_there(client, &parent)
+        .await
+        .map_err(|source| ClaimError::Zk {
+            path: parent.clone(),
+            source,
+        })?;
     // Said at debug, not warn: the owner lists a job's records after every run.
     let quiet = true;
     Ok(parsed_sorted(
@@ -148,11 +144,8 @@ pub async fn running_jobs(client: &Client, paths: &LedgerPaths) -> HashSet<JobNa
 /// # Errors
 /// The listing failed; no `runs` node means no jobs.
 pub async fn jobs_with_records(client: &Client, runs: &str) -> Result<Vec<JobName>, ZkErr> {
-    match client.list_children(runs).await {
-        Ok(jobs) => Ok(jobs.into_iter().map(JobName::new).collect()),
-        Err(ZkErr::NoNode) => Ok(Vec::new()),
-        Err(err) => Err(err),
-    }
+    let jobs = crate::zk::children_if_there(client, runs).await?;
+    Ok(jobs.into_iter().map(JobName::new).collect())
 }
 
 /// The records of `jobs` under `runs`, as (job, name, path): every listing sent at once (the

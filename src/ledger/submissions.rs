@@ -674,11 +674,9 @@ fn cancelled_record(submission: &Submission, id: &SubmissionId, now_unix_ms: i64
 }
 
 pub(super) async fn children(client: &Client, path: &str) -> Result<Vec<String>, SubmissionError> {
-    match client.list_children(path).await {
-        Ok(children) => Ok(children),
-        Err(ZkErr::NoNode) => Ok(Vec::new()),
-        Err(source) => Err(zk(path, source)),
-    }
+    crate::zk::children_if_there(client, path)
+        .await
+        .map_err(|source| zk(path, source))
 }
 
 fn from_zk(path: &str, err: crate::zk::ZkError) -> SubmissionError {

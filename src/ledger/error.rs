@@ -30,6 +30,14 @@ pub enum ClaimError {
 }
 
 impl ClaimError {
+    /// A request on `path` failed, for `map_err`.
+    pub(super) fn on(path: &str) -> impl FnOnce(ZkErr) -> Self + '_ {
+        move |source| Self::Zk {
+            path: path.to_owned(),
+            source,
+        }
+    }
+
     /// The claim may have gone out without its answer coming back — the connection was lost
     /// (`ConnectionLoss`, or the client's own "no response from connection"), the reply was
     /// unreadable — so its multi may have been applied. [`read_back`](super::ClaimPlan::read_back) tells. A

@@ -510,10 +510,7 @@ pub async fn promised_retries(
     let parent = paths.retries_of(job);
     let names = crate::zk::children_if_there(client, &parent)
         .await
-        .map_err(|source| ClaimError::Zk {
-            path: parent.clone(),
-            source,
-        })?;
+        .map_err(ClaimError::on(&parent))?;
     let parse = crate::layout::parse_tick_node_name;
     Ok(records::parsed_sorted(
         &parent,

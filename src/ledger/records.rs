@@ -76,10 +76,7 @@ pub async fn record_names(
     let parent = paths.job_runs(job);
     let children = crate::zk::children_if_there(client, &parent)
         .await
-        .map_err(|source| ClaimError::Zk {
-            path: parent.clone(),
-            source,
-        })?;
+        .map_err(ClaimError::on(&parent))?;
     // Said at debug, not warn: the owner lists a job's records after every run.
     let quiet = true;
     Ok(parsed_sorted(

@@ -50,6 +50,8 @@ pub enum StartError {
 }
 
 /// An error and its causes as one line, for [`RunOutcome::FailedToStart`].
+///
+/// [`RunOutcome::FailedToStart`]: crate::run::RunOutcome::FailedToStart
 pub(super) fn error_chain(err: &StartError) -> String {
     let mut text = err.to_string();
     let mut source = err.source();

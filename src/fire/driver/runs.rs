@@ -141,6 +141,8 @@ impl Runs {
 }
 
 /// A run to start: the machine's [`Action::StartRun`], with its prepared process if one waits.
+///
+/// [`Action::StartRun`]: crate::fire::machine::Action::StartRun
 struct Run {
     spec: Arc<run::JobSpec>,
     context: run::RunContext,

@@ -5,6 +5,8 @@
 //! them), when to read the next bucket, which new submissions the watch reported are worth a
 //! read, and what a submission found too late becomes (a `missed` record).
 //! Must not: do I/O (bucket reads come in as [`Input::DelayedScanned`]) or read a clock.
+//!
+//! [`Input::DelayedScanned`]: super::protocol::Input::DelayedScanned
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;

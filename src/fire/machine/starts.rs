@@ -513,6 +513,8 @@ impl Starts {
 
     /// A run whose job names limits starts only once it holds a lease of each: asks for them
     /// (`true`: not yet, the answer comes as [`Input::LeasesTaken`]).
+    ///
+    /// [`Input::LeasesTaken`]: super::protocol::Input::LeasesTaken
     fn ask_for_leases(&mut self, ctx: &mut Ctx<'_>, id: ClaimId) -> bool {
         let Some(pending) = self.claims.get_mut(&id) else {
             return false;

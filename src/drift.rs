@@ -143,15 +143,11 @@ pub fn describe(drift: &Drift) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
 
     use super::*;
 
     fn jobs(tables: &str) -> Vec<JobConfig> {
-        let text = format!("[zookeeper]\nconnect = \"zk:2181\"\n[lock]\nname = \"g\"\n{tables}");
-        let config = crate::config::parse(Path::new("t.toml"), &text, &|_| None).expect("valid");
-        config
-            .jobs
+        crate::config::jobs_for_test(tables)
             .into_iter()
             .map(std::sync::Arc::unwrap_or_clone)
             .collect()

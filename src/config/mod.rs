@@ -144,5 +144,14 @@ pub fn parse(
     validator::validate(raw, env).map_err(fail)
 }
 
+/// The jobs of `tables` (`[[job]]` tables, each with its name and what it runs) in the smallest
+/// valid schedule: for the tests of what consumes jobs.
+#[cfg(test)]
+pub(crate) fn jobs_for_test(tables: &str) -> Vec<Arc<JobConfig>> {
+    let text = format!("[zookeeper]\nconnect = \"zk:2181\"\n[lock]\nname = \"g\"\n{tables}");
+    let config = parse(Path::new("t.toml"), &text, &|_| None).expect("valid");
+    config.jobs
+}
+
 #[cfg(test)]
 mod tests;

@@ -130,10 +130,7 @@ mod tests {
     use super::*;
 
     fn jobs(tables: &str) -> Vec<Arc<JobConfig>> {
-        let text = format!("[zookeeper]\nconnect = \"zk:2181\"\n[lock]\nname = \"g\"\n{tables}");
-        crate::config::parse(std::path::Path::new("t.toml"), &text, &|_| None)
-            .expect("valid")
-            .jobs
+        crate::config::jobs_for_test(tables)
     }
 
     fn at(ms: i64) -> DateTime<Utc> {

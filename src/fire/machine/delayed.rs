@@ -444,7 +444,6 @@ impl Due {
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
 
     use super::*;
 
@@ -454,12 +453,8 @@ mod tests {
     }
 
     fn config(extra: &str) -> Arc<JobConfig> {
-        let text = format!(
-            "[zookeeper]\nconnect = \"zk:2181\"\n[lock]\nname = \"g\"\n\
-             [[job]]\nname = \"mail\"\nshell = \"true\"\n{extra}\n"
-        );
-        let config = crate::config::parse(Path::new("t.toml"), &text, &|_| None).expect("valid");
-        Arc::clone(&config.jobs[0])
+        let table = format!("[[job]]\nname = \"mail\"\nshell = \"true\"\n{extra}\n");
+        Arc::clone(&crate::config::jobs_for_test(&table)[0])
     }
 
     fn submission(job: &str, due_ms: i64) -> Submission {

@@ -277,7 +277,6 @@ impl Jobs {
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
 
     use super::*;
 
@@ -295,9 +294,7 @@ mod tests {
                 )
             })
             .collect();
-        let text = format!("[zookeeper]\nconnect = \"zk:2181\"\n[lock]\nname = \"g\"\n{tables}");
-        let config = crate::config::parse(Path::new("t.toml"), &text, &|_| None).expect("valid");
-        config.jobs
+        crate::config::jobs_for_test(&tables)
     }
 
     fn on_time(tick: DateTime<Utc>) -> Item {

@@ -3,7 +3,6 @@
 //! lock changes, claim results and run ends.
 
 use std::collections::VecDeque;
-use std::path::Path;
 use std::time::Duration;
 
 use super::housekeeping::RELIST_AFTER;
@@ -34,9 +33,7 @@ fn ms(at: DateTime<Utc>) -> i64 {
 
 /// Jobs from `[[job]]` tables (each needs name, schedule and shell).
 fn jobs(tables: &str) -> Vec<Arc<JobConfig>> {
-    let text = format!("[zookeeper]\nconnect = \"zk:2181\"\n[lock]\nname = \"g\"\n{tables}");
-    let config = crate::config::parse(Path::new("t.toml"), &text, &|_| None).expect("valid");
-    config.jobs
+    crate::config::jobs_for_test(tables)
 }
 
 fn job(name: &str, schedule: &str, extra: &str) -> String {

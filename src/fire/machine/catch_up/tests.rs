@@ -1,7 +1,5 @@
 //! The catch-up part on its own, without the router.
 
-use std::path::Path;
-
 use super::*;
 
 const TOKEN: FencingToken = FencingToken(7);
@@ -13,12 +11,10 @@ fn at(s: i64) -> DateTime<Utc> {
 
 /// Job `report`, every minute, with `extra` keys.
 fn report(extra: &str) -> Arc<JobConfig> {
-    let text = format!(
-        "[zookeeper]\nconnect = \"zk:2181\"\n[lock]\nname = \"g\"\n\
-         [[job]]\nname = \"report\"\nschedule = \"0 * * * * *\"\nshell = \"true\"\n{extra}\n"
+    let table = format!(
+        "[[job]]\nname = \"report\"\nschedule = \"0 * * * * *\"\nshell = \"true\"\n{extra}\n"
     );
-    let config = crate::config::parse(Path::new("t.toml"), &text, &|_| None).expect("valid");
-    Arc::clone(&config.jobs[0])
+    Arc::clone(&crate::config::jobs_for_test(&table)[0])
 }
 
 fn me() -> Me {

@@ -1,7 +1,5 @@
 //! The claims part on its own, without the router.
 
-use std::path::Path;
-
 use super::*;
 use crate::ids::SessionId;
 
@@ -19,13 +17,11 @@ fn me() -> Me {
 }
 
 fn config(name: &str) -> Arc<JobConfig> {
-    let text = format!(
-        "[zookeeper]\nconnect = \"zk:2181\"\n[lock]\nname = \"g\"\n\
-         [[job]]\nname = \"{name}\"\nschedule = \"0 * * * * *\"\nshell = \"true\"\n\
+    let table = format!(
+        "[[job]]\nname = \"{name}\"\nschedule = \"0 * * * * *\"\nshell = \"true\"\n\
          concurrency = \"forbid\"\n"
     );
-    let config = crate::config::parse(Path::new("t.toml"), &text, &|_| None).expect("valid");
-    Arc::clone(&config.jobs[0])
+    Arc::clone(&crate::config::jobs_for_test(&table)[0])
 }
 
 fn pending(job: &str, tick: DateTime<Utc>, state: PendingState) -> Pending {

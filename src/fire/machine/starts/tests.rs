@@ -1,7 +1,6 @@
 //! The claim path on its own: what it sends, and what it hands back to the router (`Follow`),
 //! with a `Ctx` made here instead of the router's.
 
-use std::path::Path;
 use std::time::Duration;
 
 use super::*;
@@ -33,17 +32,15 @@ struct Lent {
 
 impl Lent {
     fn new(extra: &str) -> Self {
-        let text = format!(
-            "[zookeeper]\nconnect = \"zk:2181\"\n[lock]\nname = \"g\"\n\
-             [[job]]\nname = \"report\"\nschedule = \"0 * * * * *\"\nshell = \"true\"\n{extra}\n"
+        let table = format!(
+            "[[job]]\nname = \"report\"\nschedule = \"0 * * * * *\"\nshell = \"true\"\n{extra}\n"
         );
-        let config = crate::config::parse(Path::new("t.toml"), &text, &|_| None).expect("valid");
         Self {
             me: Me {
                 node_id: NodeId::new("n1"),
                 ip: "10.0.0.1".into(),
             },
-            jobs: Jobs::of(&config.jobs),
+            jobs: Jobs::of(&crate::config::jobs_for_test(&table)),
             steering: Steering::default(),
             streaks: Streaks::default(),
             housekeeping: Housekeeping::default(),

@@ -503,15 +503,22 @@ impl Io {
                 wanted,
                 after,
                 through,
+                ahead_to,
                 clean_before,
             } => {
-                let range = (after, through, clean_before);
+                let range = delayed::ScanRange {
+                    after,
+                    through,
+                    ahead_to,
+                    clean_before,
+                };
                 return delayed::scan(s, delayed_paths, generation, wanted, range);
             }
             Action::ReadSubmission { id } => return delayed::read_submission(s, delayed_paths, id),
             Action::RemoveEmptyBucket(bucket) => {
                 delayed::remove_empty_bucket(s, delayed_paths, bucket)
             }
+            Action::RemoveEmptyDay(day) => delayed::remove_empty_day(s, delayed_paths, day),
             Action::PrepareRun {
                 spec,
                 context,

@@ -33,7 +33,7 @@ use chrono::{DateTime, Utc};
 
 use crate::config::JobConfig;
 use crate::control::Pauses;
-use crate::delayed::submission::{DueBucket, Submission, SubmissionId};
+use crate::delayed::submission::{Submission, SubmissionId};
 use crate::fire::queue::FireQueue;
 use crate::ids::JobName;
 use crate::lock::LockStatus;
@@ -47,7 +47,7 @@ use housekeeping::Housekeeping;
 use jobs::{Jobs, mine};
 pub use protocol::{
     Action, ClaimId, ClaimRefused, FireReason, Input, JobRecords, MISSED_AFTER, Me, RecordWrite,
-    START_LEAD, TickClaim, WITHDRAW_LIMIT, Wanted,
+    START_LEAD, Scanned, TickClaim, WITHDRAW_LIMIT, Wanted,
 };
 use protocol::{Item, is_late};
 use starts::Starts;
@@ -179,11 +179,13 @@ impl FireMachine {
                 s.guard_released(ctx, &run_id, settled)
             }),
             Input::Shutdown => self.shutdown(now, &mut out),
-            Input::DelayedScanned {
-                generation,
-                through,
-                result,
-            } => self.delayed_scanned(generation, through, result, now, &mut out),
+            Input::DelayedScanned { generation, result } => {
+                self.delayed_scanned(generation, result, now, &mut out);
+            }
+            Input::DueWatchBegan => {
+                self.delayed.rescan();
+                self.delayed_tick(now, &mut out);
+            }
             Input::SubmissionCreated { bucket, id, job } => {
                 if self.lock.may_fire && self.wanted.reads(job.as_ref()) {
                     out.extend(self.delayed.created(bucket, id));
@@ -361,15 +363,14 @@ impl FireMachine {
     fn delayed_scanned(
         &mut self,
         generation: u64,
-        through: DueBucket,
-        result: Result<Vec<(SubmissionId, Submission)>, String>,
+        result: Result<Scanned, String>,
         now: DateTime<Utc>,
         out: &mut Vec<Action>,
     ) {
         if !self.lock.may_fire {
             return;
         }
-        if let Some(found) = self.delayed.scanned(generation, through, result, now) {
+        if let Some(found) = self.delayed.scanned(generation, result, now) {
             for (id, submission) in found {
                 self.consider(id, submission, now, out);
             }
@@ -765,6 +766,7 @@ impl FireMachine {
         self.starts.claims.clock_stepped(by);
         self.starts.rewrites.clock_stepped(by);
         self.housekeeping.clock_stepped(by);
+        self.delayed.clock_stepped(by);
     }
 
     /// The lock is handed over: each job's stop policy within its grace (the runner's TERM →

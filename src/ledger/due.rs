@@ -100,9 +100,51 @@ pub async fn pending_in(
     paths: &DelayedPaths,
     bucket: DueBucket,
 ) -> Result<Vec<(SubmissionId, Option<JobName>)>, SubmissionError> {
+    let shard_names = children(client, &paths.due_bucket(bucket)).await?;
+    pending_in_shards(client, paths, bucket, shard_names).await
+}
+
+/// The shard names of each of `buckets`, `None` for a bucket that does not exist: every
+/// listing is sent before the first answer is awaited, so a minute of seconds costs one round
+/// trip.
+///
+/// # Errors
+/// A listing failed.
+pub async fn shards_of_each(
+    client: &Client,
+    paths: &DelayedPaths,
+    buckets: &[DueBucket],
+) -> Result<Vec<Option<Vec<String>>>, SubmissionError> {
+    let bucket_paths: Vec<String> = buckets.iter().map(|b| paths.due_bucket(*b)).collect();
+    let listings: Vec<_> = bucket_paths
+        .iter()
+        .map(|path| client.list_children(path))
+        .collect();
+    let mut shards = Vec::with_capacity(listings.len());
+    for (path, listing) in bucket_paths.iter().zip(listings) {
+        match listing.await {
+            Ok(names) => shards.push(Some(names)),
+            Err(ZkErr::NoNode) => shards.push(None),
+            Err(source) => return Err(zk(path, source)),
+        }
+    }
+    Ok(shards)
+}
+
+/// The ids pending in the shards `shard_names` of `bucket` (as [`pending_in`], its listing
+/// done).
+///
+/// # Errors
+/// A listing failed.
+pub async fn pending_in_shards(
+    client: &Client,
+    paths: &DelayedPaths,
+    bucket: DueBucket,
+    shard_names: Vec<String>,
+) -> Result<Vec<(SubmissionId, Option<JobName>)>, SubmissionError> {
     let parent = paths.due_bucket(bucket);
     let mut shards = Vec::new();
-    for name in children(client, &parent).await? {
+    for name in shard_names {
         match Shard::parse(&name) {
             Some(shard) => shards.push((shard, paths.due_shard(bucket, shard))),
             None => tracing::warn!(path = format!("{parent}/{name}"), "not a shard; skipped"),
@@ -167,9 +209,8 @@ pub async fn open_runs(
     ))
 }
 
-/// Removes an empty past bucket: its empty shards, itself, and the day before once a new day
-/// has begun. A node that is not empty (a submission kept for a job that is away, or one
-/// submitted a moment ago) stays.
+/// Removes an empty past bucket: its empty shards, then itself. A node that is not empty (a
+/// submission kept for a job that is away, or one submitted a moment ago) stays.
 pub async fn remove_bucket(client: &Client, paths: &DelayedPaths, bucket: DueBucket) {
     let parent = paths.due_bucket(bucket);
     let Ok(shards) = client.list_children(&parent).await else {
@@ -179,7 +220,9 @@ pub async fn remove_bucket(client: &Client, paths: &DelayedPaths, bucket: DueBuc
         let _ = client.delete(&format!("{parent}/{shard}"), None).await;
     }
     let _ = client.delete(&parent, None).await;
-    if bucket.second < 60 {
-        let _ = client.delete(&paths.due_day(bucket.day - 1), None).await;
-    }
+}
+
+/// Removes a past day once none of its buckets is left; a day that still holds one stays.
+pub async fn remove_day(client: &Client, paths: &DelayedPaths, day: i64) {
+    let _ = client.delete(&paths.due_day(day), None).await;
 }

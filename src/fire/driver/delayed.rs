@@ -13,7 +13,7 @@ use zookeeper_client::{Client, EventType};
 
 use super::session::{READ_WINDOW, Session, bounded};
 use crate::delayed::submission::{DueBucket, Submission, SubmissionId};
-use crate::fire::machine::{Input, Wanted};
+use crate::fire::machine::{Input, Scanned, Wanted};
 use crate::layout::DelayedPaths;
 use crate::ledger::submissions::{self, SubmissionError};
 use crate::report::error_chain;
@@ -22,61 +22,112 @@ use crate::zk::watch::{Change, RecursiveWatch};
 /// A scan this many seconds wide or less reads its buckets by name instead of listing days.
 const SECONDS_BY_NAME: i64 = 60;
 
-/// The pending submissions of every bucket after `after` (from the oldest when `None`) through
-/// `through` that the machine `wanted`, read with their data; bucket reads one after another,
-/// submission reads pipelined on the one session. Empty buckets that ended before
-/// `clean_before` are removed on the way.
+/// The buckets a scan reads: after `after` (`None`: from the oldest) through `through`, then
+/// on up to `ahead_to` until one holds a wanted submission; the empty ones met that ended
+/// before `clean_before` are removed.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ScanRange {
+    pub after: Option<DueBucket>,
+    pub through: DueBucket,
+    pub ahead_to: DueBucket,
+    pub clean_before: DateTime<Utc>,
+}
+
+/// The pending submissions of the buckets of `range` that the machine `wanted`, read with their
+/// data; submission reads pipelined on the one session.
 pub(super) async fn scan_buckets(
     client: &Client,
     paths: &DelayedPaths,
     wanted: &Wanted,
-    after: Option<DueBucket>,
-    through: DueBucket,
-    clean_before: DateTime<Utc>,
-) -> Result<Vec<(SubmissionId, Submission)>, String> {
+    range: ScanRange,
+) -> Result<Scanned, String> {
     let text = |err: SubmissionError| error_chain(&err);
-    let mut found = Vec::new();
-    if let Some(after) =
-        after.filter(|after| through.start_ms() - after.start_ms() <= SECONDS_BY_NAME * 1000)
-    {
+    let mut scanned = Scanned {
+        found: Vec::new(),
+        through: range.through,
+        present: Vec::new(),
+    };
+    let by_name = range
+        .after
+        .filter(|after| range.through.start_ms() - after.start_ms() <= SECONDS_BY_NAME * 1000);
+    if let Some(after) = by_name {
         // The usual read, a second or two ahead: each bucket by its name, with no listing of
         // the day (up to 86 400 names).
-        let mut at = after.start_ms() + 1000;
-        while at <= through.start_ms() {
-            let markers = crate::ledger::due::pending_in(client, paths, DueBucket::of(at))
-                .await
-                .map_err(text)?;
-            found.extend(read_all(client, paths, wanted_ids(wanted, markers)).await);
-            at += 1000;
-        }
-        return Ok(found);
+        read_by_name(client, paths, wanted, after, range, &mut scanned).await?;
+        return Ok(scanned);
     }
-    let first_day = after.map_or(i64::MIN, |after| after.day);
+    let first_day = range.after.map_or(i64::MIN, |after| after.day);
     for day in crate::ledger::due::days(client, paths)
         .await
         .map_err(text)?
     {
-        if day < first_day || day > through.day {
+        if day < first_day || day > range.through.day {
             continue;
         }
         let buckets = crate::ledger::due::buckets(client, paths, day)
             .await
             .map_err(text)?;
+        if buckets.is_empty() && day < range.through.day {
+            crate::ledger::due::remove_day(client, paths, day).await;
+            continue;
+        }
         let in_range = buckets
             .into_iter()
-            .filter(|b| after.is_none_or(|after| *b > after) && *b <= through);
+            .filter(|b| range.after.is_none_or(|after| *b > after) && *b <= range.through);
         for bucket in in_range {
             let markers = crate::ledger::due::pending_in(client, paths, bucket)
                 .await
                 .map_err(text)?;
-            if markers.is_empty() && bucket.start_ms() + 1000 < clean_before.timestamp_millis() {
+            let ended = bucket.start_ms() + 1000 < range.clean_before.timestamp_millis();
+            if markers.is_empty() && ended {
                 crate::ledger::due::remove_bucket(client, paths, bucket).await;
                 continue;
             }
-            found.extend(read_all(client, paths, wanted_ids(wanted, markers)).await);
+            scanned.present.push(bucket);
+            let ids = wanted_ids(wanted, markers);
+            scanned.found.extend(read_all(client, paths, ids).await);
         }
     }
-    Ok(found)
+    read_by_name(client, paths, wanted, range.through, range, &mut scanned).await?;
+    Ok(scanned)
+}
+
+/// Reads the buckets after `after` by name, their listings sent at once: through
+/// `range.through` all of them, then on to `range.ahead_to` until one holds a wanted
+/// submission; `scanned.through` says how far it read.
+async fn read_by_name(
+    client: &Client,
+    paths: &DelayedPaths,
+    wanted: &Wanted,
+    after: DueBucket,
+    range: ScanRange,
+    scanned: &mut Scanned,
+) -> Result<(), String> {
+    let text = |err: SubmissionError| error_chain(&err);
+    let buckets: Vec<DueBucket> = (after.start_ms() + 1000..=range.ahead_to.start_ms())
+        .step_by(1000)
+        .map(DueBucket::of)
+        .collect();
+    let listings = crate::ledger::due::shards_of_each(client, paths, &buckets)
+        .await
+        .map_err(text)?;
+    for (bucket, shards) in buckets.into_iter().zip(listings) {
+        scanned.through = scanned.through.max(bucket);
+        let Some(shards) = shards else {
+            continue;
+        };
+        scanned.present.push(bucket);
+        let markers = crate::ledger::due::pending_in_shards(client, paths, bucket, shards)
+            .await
+            .map_err(text)?;
+        let ids = wanted_ids(wanted, markers);
+        let holds_some = !ids.is_empty();
+        scanned.found.extend(read_all(client, paths, ids).await);
+        if holds_some && bucket > range.through {
+            break;
+        }
+    }
+    Ok(())
 }
 
 /// The ids of the markers the machine reads: other groups' named markers are not read at all.
@@ -171,9 +222,15 @@ pub(super) fn watch(
             };
             let (path, kind) = match change {
                 None => return,
-                // The machine reads every bucket when it may fire again, which a node that was
-                // disconnected may not: nothing to read here.
-                Some(Change::ReadAll | Change::Disconnected) => continue,
+                // What was submitted while no watch was set is found by reading every bucket
+                // again (if this node fires).
+                Some(Change::ReadAll) => {
+                    if answers.send(Input::DueWatchBegan).is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                Some(Change::Disconnected) => continue,
                 Some(Change::Node { path, kind }) => (path, kind),
             };
             if kind != EventType::NodeCreated {
@@ -204,47 +261,33 @@ fn parse_marker(relative: &str) -> Option<(DueBucket, SubmissionId, Option<crate
     Some((DueBucket::parse(day, second)?, id, job))
 }
 
-/// The buckets a scan reads: after the first (`None`: from the oldest) through the second,
-/// removing the empty ones met that ended before the instant.
-pub(super) type ScanRange = (Option<DueBucket>, DueBucket, DateTime<Utc>);
-
 /// Reads the due buckets of `range` (answered as [`Input::DelayedScanned`]).
 pub(super) fn scan(
     s: &Session,
     paths: &DelayedPaths,
     generation: u64,
     wanted: Wanted,
-    (after, through, clean_before): ScanRange,
+    range: ScanRange,
 ) -> Option<Input> {
     let Some(client) = s.client.clone() else {
         let result = Err(Session::no_session());
-        return Some(Input::DelayedScanned {
-            generation,
-            through,
-            result,
-        });
+        return Some(Input::DelayedScanned { generation, result });
     };
     let (paths, answers) = (paths.clone(), s.answers.clone());
     s.tasks.spawn(async move {
         let what = paths.due.clone();
         let began = std::time::Instant::now();
-        let scanned = bounded(
-            &what,
-            scan_buckets(&client, &paths, &wanted, after, through, clean_before),
-        );
+        let scanned = bounded(&what, scan_buckets(&client, &paths, &wanted, range));
         let result = scanned
             .await
             .unwrap_or_else(|| Err("no answer in time".into()));
-        if let Ok(found) = &result {
+        if let Ok(scanned) = &result {
             let ms = began.elapsed().as_millis();
-            let from_oldest = after.is_none();
-            tracing::debug!(found = found.len(), ms, from_oldest, "due buckets read");
+            let from_oldest = range.after.is_none();
+            let (found, through) = (scanned.found.len(), scanned.through);
+            tracing::debug!(found, ?through, ms, from_oldest, "due buckets read");
         }
-        let _ = answers.send(Input::DelayedScanned {
-            generation,
-            through,
-            result,
-        });
+        let _ = answers.send(Input::DelayedScanned { generation, result });
     });
     None
 }
@@ -268,6 +311,18 @@ pub(super) fn read_submission(
         let _ = answers.send(Input::SubmissionRead { id, result });
     });
     None
+}
+
+/// Removes a past day if no bucket is left in it.
+pub(super) fn remove_empty_day(s: &Session, paths: &DelayedPaths, day: i64) {
+    let Some(client) = s.client.clone() else {
+        return;
+    };
+    let paths = paths.clone();
+    s.tasks.spawn(async move {
+        let what = paths.due_day(day);
+        bounded(&what, crate::ledger::due::remove_day(&client, &paths, day)).await;
+    });
 }
 
 /// Removes a past bucket if nothing is pending in it.

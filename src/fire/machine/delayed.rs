@@ -3,18 +3,19 @@
 //!
 //! Owns: the near horizon of pending submissions (the buckets due now or next, never all of
 //! them), when to read the next bucket, which new submissions the watch reported are worth a
-//! read, and what a submission found too late becomes (a `missed` record).
+//! read, which past buckets to remove, and what a submission found too late becomes (a
+//! `missed` record).
 //! Must not: do I/O (bucket reads come in as [`Input::DelayedScanned`]) or read a clock.
 //!
 //! [`Input::DelayedScanned`]: super::protocol::Input::DelayedScanned
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::protocol::{Action, FireReason, Item, MISSED_AFTER, Me, Wanted};
+use super::protocol::{Action, FireReason, Item, MISSED_AFTER, Me, Scanned, Wanted};
 use crate::config::JobConfig;
 use crate::delayed::submission::{DueBucket, Submission, SubmissionId};
 use crate::ids::FencingToken;
@@ -25,12 +26,17 @@ use crate::run::{RunRecord, RunStatus};
 /// How far ahead of now the owner reads the due buckets: far enough that a bucket is in memory
 /// before its claims go out (`claim_ahead`), near enough that little is held in memory.
 pub const DELAYED_HORIZON: Duration = Duration::from_secs(2);
+/// How far a scan reads on past the horizon while the buckets it meets are empty: an idle queue
+/// is read a minute at a time in one round trip, not a second at a time (each read a wake of
+/// the owner). What is submitted later into a bucket read already, the watch reports.
+pub const LOOK_AHEAD: Duration = Duration::from_secs(60);
 /// A failed bucket read is tried again after this long.
 const SCAN_RETRY: Duration = Duration::from_secs(1);
 /// A bucket this far in the past is removed once empty: late enough that a claim withdrawn at a
 /// handoff, or a submitter's retry, no longer needs it.
 const REMOVE_AFTER: Duration = Duration::from_secs(60);
-/// Buckets offered for removal per tick at most, so a long outage never floods the ensemble.
+/// Buckets offered for removal at once at most, a second apart, so that a burst of past buckets
+/// never floods the ensemble.
 const REMOVE_BATCH: usize = 10;
 
 /// A pending submission the machine will claim at its time.
@@ -75,8 +81,14 @@ pub(super) struct DelayedQueue {
     since: Option<DateTime<Utc>>,
     /// Jobs whose pending submissions were reported as kept, so the log says it once.
     kept_for: HashSet<JobName>,
-    /// Past buckets offered for removal up to this one.
-    removed_through: Option<DueBucket>,
+    /// Buckets known to exist, read by a scan or reported by the watch: each is offered for
+    /// removal once [`REMOVE_AFTER`] past its end (then forgotten). Buckets not seen are not
+    /// there: every bucket is read before it is due, and the watch reports what comes after.
+    present: BTreeSet<DueBucket>,
+    /// When the next removal is offered: a full batch waits a second for the next.
+    next_removal: Option<DateTime<Utc>>,
+    /// The last past day offered for removal.
+    removed_day: Option<i64>,
 }
 
 impl DelayedQueue {
@@ -96,6 +108,14 @@ impl DelayedQueue {
             generation: self.generation + 1,
             ..Self::default()
         };
+    }
+
+    /// The wall clock stepped by `by`: the waits before a scan's retry and the next removal
+    /// last as long as they said.
+    pub fn clock_stepped(&mut self, by: chrono::Duration) {
+        for at in [&mut self.retry_at, &mut self.next_removal] {
+            *at = at.map(|at| at + by);
+        }
     }
 
     /// The claim of submission `id` was answered; `lost`: its marker was gone. What a
@@ -153,7 +173,11 @@ impl DelayedQueue {
             .filter_map(|(ms, _)| DateTime::from_timestamp_millis(*ms))
             .map(|due| due - claim_ahead)
             .min();
-        first_due.into_iter().chain(self.next_scan()).min()
+        first_due
+            .into_iter()
+            .chain(self.next_scan())
+            .chain(self.next_removal())
+            .min()
     }
 
     /// Submissions held in memory, due now or within the horizon.
@@ -177,10 +201,24 @@ impl DelayedQueue {
             None => self.since,
         }
     }
+
+    /// When the next past bucket may be removed.
+    fn next_removal(&self) -> Option<DateTime<Utc>> {
+        let first = self.present.first()?;
+        let removable = DateTime::from_timestamp_millis(first.start_ms() + 1000)? + remove_after();
+        Some(
+            self.next_removal
+                .map_or(removable, |next| next.max(removable)),
+        )
+    }
 }
 
 fn horizon() -> chrono::Duration {
     chrono::Duration::from_std(DELAYED_HORIZON).unwrap_or_default()
+}
+
+fn look_ahead() -> chrono::Duration {
+    chrono::Duration::from_std(LOOK_AHEAD).unwrap_or_default()
 }
 
 fn remove_after() -> chrono::Duration {
@@ -202,7 +240,8 @@ impl DelayedQueue {
     pub fn tick(&mut self, now: DateTime<Utc>, wanted: &Wanted, out: &mut Vec<Action>) {
         if self.next_scan().is_some_and(|at| at <= now) {
             let through = DueBucket::of((now + horizon()).timestamp_millis());
-            self.scanning = Some(through);
+            let ahead_to = DueBucket::of((now + look_ahead()).timestamp_millis()).max(through);
+            self.scanning = Some(ahead_to);
             self.retry_at = None;
             let after = if self.from_oldest {
                 None
@@ -214,6 +253,7 @@ impl DelayedQueue {
                 wanted: wanted.clone(),
                 after,
                 through,
+                ahead_to,
                 clean_before: now - remove_after(),
             });
         }
@@ -265,20 +305,36 @@ impl DelayedQueue {
         taken
     }
 
-    /// Offers every bucket second that has passed [`REMOVE_AFTER`] for removal, once each.
+    /// Offers the buckets known to exist that ended [`REMOVE_AFTER`] ago for removal, once
+    /// each, and each past day once.
     fn remove_past_buckets(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
-        let last = DueBucket::of((now - remove_after()).timestamp_millis());
-        let mut next = match self.removed_through {
-            Some(done) => DueBucket::of(done.start_ms() + 1000),
-            None => last,
-        };
-        for _ in 0..REMOVE_BATCH {
-            if next > last {
-                break;
+        let before = now - remove_after();
+        if self.next_removal.is_none_or(|next| next <= now) {
+            self.next_removal = None;
+            for _ in 0..REMOVE_BATCH {
+                let Some(first) = self.present.first().copied() else {
+                    break;
+                };
+                if first.start_ms() + 1000 > before.timestamp_millis() {
+                    break;
+                }
+                self.present.remove(&first);
+                out.push(Action::RemoveEmptyBucket(first));
             }
-            out.push(Action::RemoveEmptyBucket(next));
-            self.removed_through = Some(next);
-            next = DueBucket::of(next.start_ms() + 1000);
+            if self.next_removal().is_some_and(|next| next <= now) {
+                self.next_removal = Some(now + chrono::Duration::seconds(1));
+            }
+        }
+        let past_day = DueBucket::of(before.timestamp_millis()).day - 1;
+        match self.removed_day {
+            Some(removed) if removed >= past_day => {}
+            // A node that begins to fire leaves the days before to the first scan, which
+            // removes the empty ones it meets.
+            None => self.removed_day = Some(past_day),
+            Some(_) => {
+                out.push(Action::RemoveEmptyDay(past_day));
+                self.removed_day = Some(past_day);
+            }
         }
     }
 
@@ -287,8 +343,7 @@ impl DelayedQueue {
     pub fn scanned(
         &mut self,
         generation: u64,
-        through: DueBucket,
-        result: Result<Vec<(SubmissionId, Submission)>, String>,
+        result: Result<Scanned, String>,
         now: DateTime<Utc>,
     ) -> Option<Vec<(SubmissionId, Submission)>> {
         if generation != self.generation {
@@ -296,10 +351,11 @@ impl DelayedQueue {
         }
         self.scanning = None;
         match result {
-            Ok(found) => {
-                self.read_through = Some(through);
+            Ok(scanned) => {
+                self.read_through = Some(scanned.through);
                 self.from_oldest = false;
-                Some(found)
+                self.present.extend(scanned.present);
+                Some(scanned.found)
             }
             Err(why) => {
                 tracing::warn!(
@@ -319,6 +375,9 @@ impl DelayedQueue {
     pub fn created(&mut self, bucket: DueBucket, id: SubmissionId) -> Option<Action> {
         let covered = self.read_through.max(self.scanning);
         let read = covered.is_some_and(|t| bucket <= t);
+        if read {
+            self.present.insert(bucket);
+        }
         // A known id is read again too: a new marker of it means a reschedule moved it.
         (read && self.reading.insert(id.clone())).then_some(Action::ReadSubmission { id })
     }
@@ -586,33 +645,47 @@ mod tests {
             generation,
             after: None,
             through,
+            ahead_to,
             ..
         }) = out.first().cloned()
         else {
             panic!("a first scan from the oldest bucket: {out:?}");
         };
         assert_eq!(through, DueBucket::of(at(0).timestamp_millis() + 2_000));
-        let beyond = DueBucket::of(through.start_ms() + 5_000);
+        assert_eq!(ahead_to, DueBucket::of(at(0).timestamp_millis() + 60_000));
+        let beyond = DueBucket::of(ahead_to.start_ms() + 5_000);
         assert_eq!(
             queue.created(beyond, id("y")),
             None,
-            "read when the horizon reaches it"
+            "read when a scan reaches it"
         );
         assert_eq!(
-            queue.next_deadline(chrono::Duration::zero(), |_| true),
-            None,
-            "one scan out at a time"
+            queue.created(ahead_to, id("z")),
+            Some(Action::ReadSubmission { id: id("z") }),
+            "the scan out may have passed it"
         );
+        assert!(queue.read(&id("z"), Ok(None)).is_none());
+        assert_eq!(
+            queue.next_deadline(chrono::Duration::zero(), |_| true),
+            DateTime::from_timestamp_millis(ahead_to.start_ms() + 61_000),
+            "one scan out at a time; the bucket the watch saw is removed a minute after its end"
+        );
+        let answer = |found| {
+            Ok(Scanned {
+                found,
+                through,
+                present: vec![],
+            })
+        };
         assert!(
             queue
-                .scanned(generation + 1, through, Ok(vec![]), at(10))
+                .scanned(generation + 1, answer(vec![]), at(10))
                 .is_none(),
             "an older view"
         );
         let found = queue.scanned(
             generation,
-            through,
-            Ok(vec![(id("a"), submission("mail", 50))]),
+            answer(vec![(id("a"), submission("mail", 50))]),
             at(10),
         );
         assert_eq!(found.map(|found| found.len()), Some(1));

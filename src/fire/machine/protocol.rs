@@ -174,12 +174,14 @@ pub enum Input {
     /// replaced run's grace, the waits before trying again — move with it, so that each lasts
     /// as long as it says; the schedule does not (issue 31, defect 2).
     ClockStepped { by: chrono::Duration },
-    /// Answer to [`Action::ScanDelayed`]: the pending submissions of the buckets read.
+    /// Answer to [`Action::ScanDelayed`]: what the buckets read hold.
     DelayedScanned {
         generation: u64,
-        through: DueBucket,
-        result: Result<Vec<(SubmissionId, Submission)>, String>,
+        result: Result<Scanned, String>,
     },
+    /// The watch on the due buckets began, or came back after a disconnection: a pending
+    /// submission made meanwhile may have gone unreported, so every bucket is read again.
+    DueWatchBegan,
     /// A pending submission appeared in `bucket` (the driver's watch on the due buckets).
     SubmissionCreated {
         bucket: DueBucket,
@@ -308,20 +310,35 @@ pub enum Action {
     /// Nothing is left to do: the daemon may exit.
     Stopped,
     /// Read the pending submissions of every bucket after `after` (from the oldest when
-    /// `None`) through `through`. Answered by [`Input::DelayedScanned`].
+    /// `None`) through `through`, then on, bucket by bucket, up to `ahead_to` until one holds a
+    /// submission the machine wants (read too). Answered by [`Input::DelayedScanned`].
     ScanDelayed {
         generation: u64,
         /// Only the markers of these jobs (and those that name none) are read.
         wanted: Wanted,
         after: Option<DueBucket>,
         through: DueBucket,
+        ahead_to: DueBucket,
         /// Remove the empty buckets met on the way that ended before this instant.
         clean_before: DateTime<Utc>,
     },
-    /// Remove this past bucket if nothing is pending in it (and its day, once past and empty).
+    /// Remove this past bucket if nothing is pending in it.
     RemoveEmptyBucket(DueBucket),
+    /// Remove this past day of buckets if none is left in it.
+    RemoveEmptyDay(i64),
     /// Read one submission the watch reported. Answered by [`Input::SubmissionRead`].
     ReadSubmission { id: SubmissionId },
+}
+
+/// What a scan of the due buckets read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scanned {
+    /// The pending submissions the machine wants.
+    pub found: Vec<(SubmissionId, Submission)>,
+    /// Every bucket up to this one was read: the scan's `through`, or further when it read on.
+    pub through: DueBucket,
+    /// The buckets read that exist (empty ones too): each is removed once past.
+    pub present: Vec<DueBucket>,
 }
 
 /// Who we are, for the records we write.

@@ -148,6 +148,7 @@ fn but_delayed(actions: Vec<Action>) -> Vec<Action> {
                 action,
                 Action::ScanDelayed { .. }
                     | Action::RemoveEmptyBucket(_)
+                    | Action::RemoveEmptyDay(_)
                     | Action::ReadSubmission { .. }
             )
         })
@@ -155,6 +156,23 @@ fn but_delayed(actions: Vec<Action>) -> Vec<Action> {
 }
 
 /// The ledger's answer to a successful claim.
+/// A scan's answer: `found`, every bucket through `through` read, none of them present.
+fn scanned(
+    generation: u64,
+    through: crate::delayed::submission::DueBucket,
+    found: Vec<(
+        crate::delayed::submission::SubmissionId,
+        crate::delayed::submission::Submission,
+    )>,
+) -> Input {
+    let result = Ok(super::Scanned {
+        found,
+        through,
+        present: Vec::new(),
+    });
+    Input::DelayedScanned { generation, result }
+}
+
 fn granted(claim: &TickClaim) -> Claim {
     Claim {
         path: format!(

@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::delayed::submission::{DueBucket, Submission, SubmissionId};
+use crate::fire::machine::Scanned;
 
 const ON_DEMAND: &str = "[[job]]\nname = \"close\"\nshell = \"cat\"\nstarting_deadline = \"10s\"\n";
 
@@ -42,6 +43,19 @@ fn scan(actions: &[Action]) -> (u64, Option<DueBucket>, DueBucket) {
     scans[0]
 }
 
+/// How far the one scan among `actions` reads on while the buckets are empty.
+fn ahead_to(actions: &[Action]) -> DueBucket {
+    let ahead: Vec<_> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::ScanDelayed { ahead_to, .. } => Some(*ahead_to),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ahead.len(), 1, "one scan in {actions:?}");
+    ahead[0]
+}
+
 /// An owner of `tables` whose first scan (from the oldest bucket, at `at_ms`) found `found`.
 fn owning_with(
     tables: &str,
@@ -68,12 +82,8 @@ fn owning_with(
             );
         }
     }
-    let scanned = Input::DelayedScanned {
-        generation,
-        through,
-        result: Ok(found),
-    };
-    let actions = m.handle(scanned, t(at_ms));
+    let answer = scanned(generation, through, found);
+    let actions = m.handle(answer, t(at_ms));
     (m, actions)
 }
 
@@ -392,19 +402,94 @@ fn a_submission_moved_under_its_claim_is_queued_at_its_new_time() {
 
 #[test]
 fn the_next_bucket_is_read_when_the_horizon_reaches_it() {
+    // The first scan stopped at second 2, which held a submission.
     let (mut m, _) = owning_with(ON_DEMAND, 0, vec![]);
-    // Read through second 2 at t(0); second 3 enters the 2 s horizon at t(1000).
+    // Second 3 enters the 2 s horizon at t(1000).
     assert_eq!(m.next_deadline(), Some(t(1000)));
     let actions = m.handle(Input::Tick, t(1000));
     let (_, after, through) = scan(&actions);
     assert_eq!(after, Some(DueBucket::of(t(2000).timestamp_millis())));
     assert_eq!(through, DueBucket::of(t(3000).timestamp_millis()));
-    assert!(
-        actions.contains(&Action::RemoveEmptyBucket(DueBucket::of(
-            t(-59_000).timestamp_millis()
-        ))),
-        "each second, the bucket a minute past is removed once empty: {actions:?}"
+    assert_eq!(
+        ahead_to(&actions),
+        DueBucket::of(t(61_000).timestamp_millis()),
+        "then on for a minute while the buckets are empty"
     );
+}
+
+#[test]
+fn an_empty_queue_is_read_a_minute_at_a_time() {
+    let mut m = machine(ON_DEMAND);
+    let acquired = m.handle(Input::LockChanged(owner(TOKEN)), t(0));
+    let (generation, _, _) = scan(&acquired);
+    let ahead = ahead_to(&acquired);
+    assert_eq!(ahead, DueBucket::of(t(60_000).timestamp_millis()));
+    m.handle(scanned(generation, ahead, vec![]), t(5));
+    // The bucket after the last one read enters the 2 s horizon at t(59 000): no wake before.
+    assert_eq!(m.next_deadline(), Some(t(59_000)));
+    let actions = m.handle(Input::Tick, t(59_000));
+    let (_, after, _) = scan(&actions);
+    assert_eq!(after, Some(ahead));
+    // A submission made meanwhile into a bucket already read is reported by the watch.
+    let created = Input::SubmissionCreated {
+        bucket: DueBucket::of(t(30_000).timestamp_millis()),
+        id: id("late"),
+        job: None,
+    };
+    assert_eq!(
+        m.handle(created, t(59_010)),
+        vec![Action::ReadSubmission { id: id("late") }]
+    );
+}
+
+#[test]
+fn a_watch_that_began_again_has_every_bucket_read_again() {
+    let mut m = machine(ON_DEMAND);
+    let acquired = m.handle(Input::LockChanged(owner(TOKEN)), t(0));
+    let (generation, _, _) = scan(&acquired);
+    m.handle(scanned(generation, ahead_to(&acquired), vec![]), t(5));
+    let actions = m.handle(Input::DueWatchBegan, t(20_000));
+    let (_, after, through) = scan(&actions);
+    assert_eq!(after, None, "from the oldest bucket");
+    assert_eq!(through, DueBucket::of(t(22_000).timestamp_millis()));
+}
+
+#[test]
+fn a_bucket_seen_is_removed_once_a_minute_after_its_end_and_a_past_day_once() {
+    let mut m = machine(ON_DEMAND);
+    let acquired = m.handle(Input::LockChanged(owner(TOKEN)), t(0));
+    let (generation, _, _) = scan(&acquired);
+    let seen = DueBucket::of(t(500).timestamp_millis());
+    let answer = Input::DelayedScanned {
+        generation,
+        result: Ok(Scanned {
+            found: vec![],
+            through: ahead_to(&acquired),
+            present: vec![seen],
+        }),
+    };
+    m.handle(answer, t(5));
+    assert_eq!(m.next_deadline(), Some(t(59_000)), "the next scan first");
+    let removals = |actions: &[Action]| {
+        actions
+            .iter()
+            .filter(|a| matches!(a, Action::RemoveEmptyBucket(_) | Action::RemoveEmptyDay(_)))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    let actions = m.handle(Input::Tick, t(59_000));
+    assert_eq!(removals(&actions), vec![], "not yet a minute past its end");
+    assert_eq!(m.next_deadline(), Some(t(61_000)));
+    let actions = m.handle(Input::Tick, t(61_000));
+    assert_eq!(
+        removals(&actions),
+        vec![
+            Action::RemoveEmptyBucket(seen),
+            Action::RemoveEmptyDay(seen.day - 1)
+        ],
+        "the bucket once, and the day before, a minute into the new day"
+    );
+    assert_eq!(removals(&m.handle(Input::Tick, t(62_000))), vec![]);
 }
 
 #[test]
@@ -419,11 +504,11 @@ fn a_submission_for_a_job_that_is_away_is_kept_and_fires_once_the_job_is_back() 
     let actions = m.handle(Input::Tick, t(600));
     let (generation, after, through) = scan(&actions);
     assert_eq!(after, None, "a reload reads every bucket again");
-    let found = Input::DelayedScanned {
+    let found = scanned(
         generation,
         through,
-        result: Ok(vec![(id("x"), submission("gone", 500, b""))]),
-    };
+        vec![(id("x"), submission("gone", 500, b""))],
+    );
     let claim = only_claim(&m.handle(found, t(610)));
     assert_eq!(claim.record.job, JobName::new("gone"));
 }
@@ -434,11 +519,11 @@ fn a_scan_answered_after_the_lock_was_lost_claims_nothing() {
     let acquired = m.handle(Input::LockChanged(owner(TOKEN)), t(0));
     let (generation, _, through) = scan(&acquired);
     m.handle(Input::LockChanged(follower()), t(10));
-    let late = Input::DelayedScanned {
+    let late = scanned(
         generation,
         through,
-        result: Ok(vec![(id("x"), submission("close", 100, b""))]),
-    };
+        vec![(id("x"), submission("close", 100, b""))],
+    );
     assert_eq!(m.handle(late, t(20)), vec![]);
     assert_eq!(
         m.handle(Input::Tick, t(200)),
@@ -456,9 +541,9 @@ fn a_failed_scan_is_tried_again_and_meanwhile_nothing_is_lost() {
     let mut m = machine(ON_DEMAND);
     let acquired = m.handle(Input::LockChanged(owner(TOKEN)), t(0));
     let (generation, _, through) = scan(&acquired);
+    let _ = through;
     let failed = Input::DelayedScanned {
         generation,
-        through,
         result: Err("connection loss".into()),
     };
     assert_eq!(m.handle(failed, t(5)), vec![]);
@@ -575,12 +660,8 @@ fn a_submission_made_while_its_bucket_is_being_read_is_not_lost() {
         vec![Action::ReadSubmission { id: id("racing") }],
         "a bucket being read counts as read"
     );
-    let scanned = Input::DelayedScanned {
-        generation,
-        through,
-        result: Ok(vec![]),
-    };
-    m.handle(scanned, t(10));
+    let answer = scanned(generation, through, vec![]);
+    m.handle(answer, t(10));
     let read = Input::SubmissionRead {
         id: id("racing"),
         result: Ok(Some(submission("close", 1500, b""))),
@@ -599,23 +680,15 @@ fn a_job_removed_while_its_submission_is_queued_keeps_it_for_when_it_is_back() {
     let actions = m.handle(Input::Tick, t(100));
     let (generation, _, through) = scan(&actions);
     let found = vec![(id("x"), submission("other", 1500, b""))];
-    let scanned = Input::DelayedScanned {
-        generation,
-        through,
-        result: Ok(found.clone()),
-    };
-    assert!(claims(&m.handle(scanned, t(110))).is_empty());
+    let answer = scanned(generation, through, found.clone());
+    assert!(claims(&m.handle(answer, t(110))).is_empty());
     run_timer(&mut m, 3000);
     // Back: read again, and fired although late (within its starting_deadline).
     m.handle(Input::Reloaded(jobs(&both)), t(3000));
     let (generation, after, through) = scan(&m.handle(Input::Tick, t(3000)));
     assert_eq!(after, None);
-    let scanned = Input::DelayedScanned {
-        generation,
-        through,
-        result: Ok(found),
-    };
-    let claim = only_claim(&m.handle(scanned, t(3010)));
+    let answer = scanned(generation, through, found);
+    let claim = only_claim(&m.handle(answer, t(3010)));
     assert_eq!(claim.record.submission_id, Some(id("x")));
 }
 

@@ -315,6 +315,7 @@ impl World {
             | Action::ScanDelayed { .. }
             | Action::ReadSubmission { .. }
             | Action::RemoveEmptyBucket(_)
+            | Action::RemoveEmptyDay(_)
             | Action::YieldLock => {}
         }
         Ok(())

@@ -147,14 +147,7 @@ fn owning_with_submissions(
         }
     }
     let (generation, through) = scan.expect("a scan on acquisition");
-    let scanned = m.handle(
-        Input::DelayedScanned {
-            generation,
-            through,
-            result: Ok(found),
-        },
-        t(0),
-    );
+    let scanned = m.handle(scanned(generation, through, found), t(0));
     (m, scanned)
 }
 

@@ -11,19 +11,35 @@
 //! Owns: the one call into the allocator.
 //! Must not: decide when (its callers do).
 
-/// Keeps the allocator giving back the free top of each heap as it is freed. glibc raises its
-/// trim threshold after every large free (up to 64 MiB) and then keeps that much free memory
-/// at the top of a heap for good: the parse of a large schedule file, made on a thread of its
-/// own (`config::load`), left 6 MiB of its arena resident at 10 000 jobs (issue 18). Call once,
-/// before the first allocation that matters.
+/// Keeps the allocator giving back the free top of each heap as it is freed, whichever way the
+/// frees come. Call once, before the first allocation that matters.
+///
+/// - The trim threshold, fixed at 64 KiB: glibc raises it after every large free (up to
+///   64 MiB) and then keeps that much free memory at the top of a heap for good: the parse of a
+///   large schedule file, made on a thread of its own (`config::load`), left 6 MiB of its arena
+///   resident at 10 000 jobs (issue 18). 64 KiB rather than glibc's 128: a node has five heaps,
+///   and below 64 KiB nothing more was given back (measured at 1000 jobs, issue 32).
+/// - No top pad: each heap kept 128 KiB beyond what a trim left, and a node has five heaps
+///   (the main one, the parse's, the runtime's threads').
+/// - No fast bins (the per-thread cache still serves small blocks first): a block freed into a
+///   fast bin joins the free top of its heap only when the bins are consolidated, and that
+///   trims nothing in a thread's heap — `malloc_trim` trims only the main heap's top. Which of
+///   the parse's frees went that way varied from run to run (the hash maps' order), and one run
+///   in three kept 1 MiB of the parse's heap resident (5.4 MiB at 1000 jobs instead of 4.4;
+///   issue 32).
 pub fn give_back_as_freed() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only sets a number in the allocator's parameters, under its lock.
+    // SAFETY: mallopt only sets numbers in the allocator's parameters, under its lock.
     unsafe {
-        // glibc's own starting value, fixed: a set threshold is never raised.
-        nix::libc::mallopt(nix::libc::M_TRIM_THRESHOLD, 128 * 1024);
+        nix::libc::mallopt(nix::libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD);
+        nix::libc::mallopt(nix::libc::M_TOP_PAD, 0);
+        nix::libc::mallopt(nix::libc::M_MXFAST, 0);
     }
 }
+
+/// The free top a heap keeps; a set threshold is never raised.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const TRIM_THRESHOLD: i32 = 64 * 1024;
 
 /// Returns free heap memory to the OS where the allocator keeps it (glibc); elsewhere nothing.
 pub fn give_back() {

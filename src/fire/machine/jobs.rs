@@ -376,3 +376,11 @@ mod tests {
         assert_eq!((mine.len(), elsewhere.len()), (1, 0));
     }
 }
+#[cfg(test)]
+mod size_probe {
+    #[test]
+    fn sizes() {
+        eprintln!("JobState {} JobName {} Item {} CatchUp {}", std::mem::size_of::<super::JobState>(), std::mem::size_of::<crate::ids::JobName>(), std::mem::size_of::<super::super::protocol::Item>(), 0);
+        eprintln!("Input {} Action {}", std::mem::size_of::<super::super::protocol::Input>(), std::mem::size_of::<super::super::protocol::Action>());
+    }
+}

@@ -140,7 +140,9 @@ impl FireMachine {
             Input::Tick => self.tick(now, &mut out),
             Input::LockChanged(status) => self.lock_changed(status, now, &mut out),
             Input::Reloaded(jobs) => self.reloaded(&jobs, now, &mut out),
-            Input::ClaimDone { id, result } => self.claim_done(id, result, now, &mut out),
+            Input::ClaimDone { id, result } => {
+                self.claim_done(id, result.map(|claim| *claim), now, &mut out);
+            }
             Input::RecordsListed { job, result } => {
                 let around = Around {
                     next_queued: self.queue.next_of(&job),
@@ -151,10 +153,10 @@ impl FireMachine {
                 })
             }
             Input::Marked { record, result } => self.claim_path(now, &mut out, |s, ctx| {
-                backlog::marked(s, ctx, record, result)
+                backlog::marked(s, ctx, *record, result)
             }),
             Input::RunEnded { claim, report } => {
-                self.claim_path(now, &mut out, |s, ctx| s.run_ended(ctx, claim, &report))
+                self.claim_path(now, &mut out, |s, ctx| s.run_ended(ctx, *claim, &report))
             }
             Input::RunNotStarted {
                 claim,

@@ -20,8 +20,12 @@ pub struct FireQueue {
     jobs: Vec<Arc<JobConfig>>,
     /// (start, job index): a tick's start is its tick unless the job has a `jitter`.
     heap: BinaryHeap<Reverse<(DateTime<Utc>, usize)>>,
-    /// Each queued job's next tick, so a job's place is found without searching the heap.
-    next: HashMap<JobName, DateTime<Utc>>,
+    /// Each queued job's next tick (by index, beside `jobs`), so a job's place is found without
+    /// searching the heap.
+    next: Vec<Option<DateTime<Utc>>>,
+    /// The jobs' indices in name order, to find a job by its name: a map by name would cost
+    /// every job a copy of its name and twice its slots (issue 32).
+    by_name: Vec<usize>,
     /// Each job's latest tick handed out (by index, beside `jobs`: a map would cost every job
     /// a copy of its name), so a rebuilt queue never repeats one.
     popped: Vec<Option<DateTime<Utc>>>,
@@ -52,9 +56,12 @@ impl FireQueue {
         now: DateTime<Utc>,
     ) -> Self {
         let jobs: Vec<Arc<JobConfig>> = jobs.iter().filter(|job| job.enabled).cloned().collect();
+        let mut by_name: Vec<usize> = (0..jobs.len()).collect();
+        by_name.sort_unstable_by(|a, b| jobs[*a].spec.name.cmp(&jobs[*b].spec.name));
         let mut queue = Self {
             heap: BinaryHeap::with_capacity(jobs.len()),
-            next: HashMap::with_capacity(jobs.len()),
+            next: vec![None; jobs.len()],
+            by_name,
             popped: jobs
                 .iter()
                 .map(|job| popped.get(&job.spec.name).copied())
@@ -77,7 +84,10 @@ impl FireQueue {
 
     /// The next tick queued for `job`; `None` when it is disabled, unknown or fires no more.
     pub fn next_of(&self, job: &JobName) -> Option<DateTime<Utc>> {
-        self.next.get(job).copied()
+        let found = self
+            .by_name
+            .binary_search_by(|i| self.jobs[*i].spec.name.cmp(job));
+        self.next[*self.by_name.get(found.ok()?)?]
     }
 
     /// Takes every job whose tick starts at the earliest start, each with its tick, and queues
@@ -94,7 +104,7 @@ impl FireQueue {
             }
             self.heap.pop();
             let job = Arc::clone(&self.jobs[i]);
-            let Some(tick) = self.next.remove(&job.spec.name) else {
+            let Some(tick) = self.next[i].take() else {
                 continue;
             };
             self.popped[i] = Some(tick);
@@ -117,7 +127,7 @@ impl FireQueue {
             let start = job.start_of(tick);
             if start > start_after {
                 self.heap.push(Reverse((start, i)));
-                self.next.insert(job.spec.name.clone(), tick);
+                self.next[i] = Some(tick);
                 return;
             }
             cursor = tick;

@@ -150,6 +150,7 @@ impl Records {
                 other => other.map_err(|err| refusal(&err)),
             };
             let already = result == Err(ClaimRefused::AlreadyClaimed);
+            let result = result.map(Box::new);
             let _ = answers.send(Input::ClaimDone { id, result });
             if already {
                 // Who holds it, for the log line: after the answer, off the firing path.
@@ -171,6 +172,7 @@ impl Records {
     ) -> Option<Input> {
         let Some(client) = s.client.clone() else {
             let result = Err(Session::no_session());
+            let record = Box::new(record);
             return Some(Input::Marked { record, result });
         };
         let (paths, answers) = (self.paths.clone(), s.answers.clone());
@@ -183,6 +185,7 @@ impl Records {
                 Some(result) => result.map_err(|err| error_chain(&err)),
                 None => Err("no answer in time".into()),
             };
+            let record = Box::new(record);
             let _ = answers.send(Input::Marked { record, result });
         });
         None

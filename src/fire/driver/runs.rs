@@ -122,7 +122,10 @@ impl Runs {
                 run.after_its_record(claim, group).await
             } else {
                 let (claim, report) = run.beside_its_record(claim, group).await;
-                Input::RunEnded { claim, report }
+                Input::RunEnded {
+                    claim: Box::new(claim),
+                    report,
+                }
             };
             let _ = answers.send(ended);
         });
@@ -216,7 +219,10 @@ impl Run {
                 match written {
                     Some(Ok(())) => {
                         let report = self.start().await;
-                        return Input::RunEnded { claim, report };
+                        return Input::RunEnded {
+                            claim: Box::new(claim),
+                            report,
+                        };
                     }
                     Some(Err(err @ ledger::UpdateError::Conflict { .. })) => {
                         why = error_chain(&err);
@@ -233,7 +239,7 @@ impl Run {
         }
         tracing::warn!(job = %claim.record.job, run_id = claim.record.run_id, error = why, "not starting: the run's record could not be marked running first");
         Input::RunNotStarted {
-            claim,
+            claim: Box::new(claim),
             why,
             maybe_written,
         }

@@ -128,7 +128,9 @@ pub(super) fn mine(
 /// The jobs a machine fires, and the ticks declined while it could not.
 #[derive(Debug, Default)]
 pub(super) struct Jobs {
-    by_name: HashMap<JobName, JobState>,
+    /// Boxed: a map's slots are twice its jobs at worst, and a job's state is mostly empty
+    /// (1000 jobs: 180 KB instead of 280; issue 32).
+    by_name: HashMap<JobName, Box<JobState>>,
     /// Ticks that came while this node could not fire; fired if it can within [`MISSED_AFTER`].
     declined: Vec<(DateTime<Utc>, JobName)>,
 }
@@ -137,7 +139,12 @@ impl Jobs {
     pub fn of(jobs: &[Arc<JobConfig>]) -> Self {
         let by_name = jobs
             .iter()
-            .map(|job| (job.spec.name.clone(), JobState::new(Arc::clone(job))))
+            .map(|job| {
+                (
+                    job.spec.name.clone(),
+                    Box::new(JobState::new(Arc::clone(job))),
+                )
+            })
             .collect();
         Self {
             by_name,
@@ -146,11 +153,11 @@ impl Jobs {
     }
 
     pub fn get(&self, job: &JobName) -> Option<&JobState> {
-        self.by_name.get(job)
+        self.by_name.get(job).map(|state| &**state)
     }
 
     pub fn get_mut(&mut self, job: &JobName) -> Option<&mut JobState> {
-        self.by_name.get_mut(job)
+        self.by_name.get_mut(job).map(|state| &mut **state)
     }
 
     pub fn contains(&self, job: &JobName) -> bool {
@@ -169,7 +176,7 @@ impl Jobs {
     pub fn busy_catching_up(&self, job: &JobName) -> bool {
         self.by_name
             .get(job)
-            .is_some_and(JobState::busy_catching_up)
+            .is_some_and(|state| state.busy_catching_up())
     }
 
     /// Starts `job`'s catch-up if `may(state)`: true if its listing is to be asked for.
@@ -265,7 +272,7 @@ impl Jobs {
                 }
                 None => {
                     added.push(name.clone());
-                    JobState::new(Arc::clone(job))
+                    Box::new(JobState::new(Arc::clone(job)))
                 }
             };
             self.by_name.insert(name, state);
@@ -374,13 +381,5 @@ mod tests {
         assert_eq!(jobs.config(&a).map(|config| config.history), Some(3));
         let (mine, elsewhere) = mine(None, &schedule(&[("a", "")]));
         assert_eq!((mine.len(), elsewhere.len()), (1, 0));
-    }
-}
-#[cfg(test)]
-mod size_probe {
-    #[test]
-    fn sizes() {
-        eprintln!("JobState {} JobName {} Item {} CatchUp {}", std::mem::size_of::<super::JobState>(), std::mem::size_of::<crate::ids::JobName>(), std::mem::size_of::<super::super::protocol::Item>(), 0);
-        eprintln!("Input {} Action {}", std::mem::size_of::<super::super::protocol::Input>(), std::mem::size_of::<super::super::protocol::Action>());
     }
 }

@@ -125,10 +125,11 @@ pub enum Input {
     LockChanged(LockStatus),
     /// The schedule was reloaded.
     Reloaded(Vec<Arc<JobConfig>>),
-    /// Answer to [`Action::Claim`].
+    /// Answer to [`Action::Claim`]. (The claims and records in inputs are boxed: an input
+    /// is as large as its largest kind, and the driver's channels hold them 32 to a block.)
     ClaimDone {
         id: ClaimId,
-        result: Result<Claim, ClaimRefused>,
+        result: Result<Box<Claim>, ClaimRefused>,
     },
     /// Answer to [`Action::ListRecords`]; `Err` says why the listing failed.
     RecordsListed {
@@ -137,17 +138,20 @@ pub enum Input {
     },
     /// Answer to [`Action::MarkInterrupted`]: the record's new version, or why not.
     Marked {
-        record: RunRecord,
+        record: Box<RunRecord>,
         result: Result<i32, String>,
     },
     /// A run's process ended; `claim` carries the record's current version.
-    RunEnded { claim: Claim, report: RunReport },
+    RunEnded {
+        claim: Box<Claim>,
+        report: RunReport,
+    },
     /// A run started with `record_first` never started its process: its record could not be
     /// marked `running` (no answer, or changed by someone else), or it was cancelled first. The
     /// record still says `claimed`, which proves it never ran — or `running`, when the write
     /// was applied and its answer lost (`maybe_written`).
     RunNotStarted {
-        claim: Claim,
+        claim: Box<Claim>,
         why: String,
         maybe_written: bool,
     },

@@ -193,7 +193,7 @@ fn granted(claim: &TickClaim) -> Claim {
 fn ok(claim: &TickClaim) -> Input {
     Input::ClaimDone {
         id: claim.id,
-        result: Ok(granted(claim)),
+        result: Ok(Box::new(granted(claim))),
     }
 }
 
@@ -206,7 +206,7 @@ fn refused(claim: &TickClaim, why: ClaimRefused) -> Input {
 
 fn ended(claim: &Claim, outcome: RunOutcome, at: DateTime<Utc>) -> Input {
     Input::RunEnded {
-        claim: claim.clone(),
+        claim: Box::new(claim.clone()),
         report: RunReport {
             outcome,
             started_at: at,
@@ -1001,7 +1001,7 @@ fn an_interrupted_run_is_marked_and_rerun_as_the_next_attempt() {
     };
     assert_eq!(record.status, RunStatus::Interrupted);
     let marked = Input::Marked {
-        record: record.clone(),
+        record: Box::new(record.clone()),
         result: Ok(2),
     };
     let rerun = only_claim(&m.handle(marked, t(5003)));

@@ -140,7 +140,7 @@ fn a_submission_started_at_1500() -> (FireMachine, Claim) {
 fn a_submission_whose_record_could_not_be_marked_running_is_run_again_as_the_same_attempt() {
     let (mut m, started) = a_submission_started_at_1500();
     let not_started = Input::RunNotStarted {
-        claim: started.clone(),
+        claim: Box::new(started.clone()),
         why: "no answer from zookeeper".to_owned(),
         maybe_written: false,
     };
@@ -166,7 +166,7 @@ fn a_submission_whose_record_could_not_be_marked_running_is_run_again_as_the_sam
     let (started, _) = (granted(&again), ());
     m.handle(Input::LockChanged(disconnected_owner(TOKEN)), t(1700));
     let later = Input::RunNotStarted {
-        claim: started.clone(),
+        claim: Box::new(started.clone()),
         why: "no answer from zookeeper".to_owned(),
         maybe_written: false,
     };
@@ -202,7 +202,7 @@ fn a_submission_whose_record_could_not_be_marked_running_is_run_again_as_the_sam
 fn a_run_whose_running_write_landed_unanswered_is_claimed_at_that_version() {
     let (mut m, started) = a_submission_started_at_1500();
     let not_started = Input::RunNotStarted {
-        claim: started,
+        claim: Box::new(started),
         why: "no answer from zookeeper".to_owned(),
         maybe_written: true,
     };

@@ -393,7 +393,7 @@ impl World {
                     return Ok(());
                 }
                 let claim = self.claims.remove(usize::from(i) % self.claims.len());
-                let result = self.answer_claim(&claim, kind);
+                let result = self.answer_claim(&claim, kind).map(Box::new);
                 self.feed(
                     m,
                     Input::ClaimDone {
@@ -482,6 +482,7 @@ impl World {
             } else {
                 Ok(3)
             };
+            let record = Box::new(record);
             return self.feed(m, Input::Marked { record, result });
         }
         if !self.lists.is_empty() {

@@ -82,10 +82,7 @@ pub async fn read(
     for read in reads {
         // A member gone meanwhile, or unreadable: it has no say.
         if let Ok(Ok((data, _))) = tokio::time::timeout(timeout, read).await {
-            if let Some(offset) = OwnerInfo::parse(&data)
-                .ok()
-                .and_then(|info| info.clock_offset_ms)
-            {
+            if let Some(offset) = OwnerInfo::parse_brief(&data).and_then(|m| m.clock_offset_ms) {
                 others.push(offset);
             }
         }

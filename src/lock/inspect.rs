@@ -95,13 +95,28 @@ pub async fn member_ids(client: &Client, paths: &LockPaths) -> Result<Vec<NodeId
 /// # Errors
 /// Listing failed; a member that vanished meanwhile is listed with no info.
 pub async fn members(client: &Client, paths: &LockPaths) -> Result<Vec<Member>, ZkError> {
+    let members = member_data(client, paths).await?;
+    Ok(members
+        .into_iter()
+        .map(|(node_id, data)| Member {
+            node_id,
+            info: data.and_then(|data| OwnerInfo::parse(&data).ok()),
+        })
+        .collect())
+}
+
+/// The live members with the data each wrote, unparsed (`None`: vanished meanwhile).
+///
+/// # Errors
+/// Listing failed.
+pub async fn member_data(
+    client: &Client,
+    paths: &LockPaths,
+) -> Result<Vec<(NodeId, Option<Vec<u8>>)>, ZkError> {
     let mut members = Vec::new();
     for node_id in member_ids(client, paths).await? {
-        let info = match client.get_data(&paths.member(&node_id)).await {
-            Ok((data, _)) => OwnerInfo::parse(&data).ok(),
-            Err(_) => None,
-        };
-        members.push(Member { node_id, info });
+        let data = client.get_data(&paths.member(&node_id)).await.ok();
+        members.push((node_id, data.map(|(data, _)| data)));
     }
     Ok(members)
 }

@@ -51,6 +51,29 @@ impl OwnerInfo {
     pub fn parse(data: &[u8]) -> Result<Self, serde_json::Error> {
         serde_json::from_slice(data)
     }
+
+    /// A member node's schedule total and clock offset alone, without building the per-job
+    /// fingerprint (1000 jobs: some 2000 small blocks, read every clock check of every member);
+    /// `None` when the data is not ours. The fingerprint's `None` is an older zkcron's.
+    pub fn parse_brief(data: &[u8]) -> Option<MemberBrief> {
+        serde_json::from_slice(data).ok()
+    }
+}
+
+/// What a member node's data says at a glance (`OwnerInfo::parse_brief`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct MemberBrief {
+    pub node_id: NodeId,
+    #[serde(default)]
+    pub schedule: Option<ScheduleTotal>,
+    #[serde(default)]
+    pub clock_offset_ms: Option<i64>,
+}
+
+/// A schedule fingerprint's total alone.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct ScheduleTotal {
+    pub total: String,
 }
 
 /// A schedule's fingerprint, as a member znode carries it (`drift` computes and compares them).

@@ -14,6 +14,7 @@ use crate::drift::{self, Drift};
 use crate::ids::NodeId;
 use crate::layout::LockPaths;
 use crate::lock::inspect;
+use crate::lock::node::OwnerInfo;
 use crate::metrics::Metrics;
 use crate::report::error_chain;
 use crate::view::NodeView;
@@ -73,29 +74,45 @@ impl DriftWatch {
     }
 
     /// Every live member's drift from this node's published schedule; `None` when it cannot
-    /// be read (logged; the next change tries again).
+    /// be read (logged; the next change tries again). Each member's total is read first: the
+    /// per-job fingerprints are parsed only for a member whose total differs, since every clock
+    /// check of every member (every 10 s) rewrites its node and brings this compare.
     async fn compare(&self) -> Option<Vec<Drift>> {
-        let members = match inspect::members(&self.client, &self.group).await {
+        let members = match inspect::member_data(&self.client, &self.group).await {
             Ok(members) => members,
             Err(err) => {
                 tracing::warn!(error = %error_chain(&err), "cannot read the members' schedules");
                 return None;
             }
         };
-        let own = members
+        let own_data = members
             .iter()
-            .find(|m| m.node_id == self.me)
-            .and_then(|m| m.info.as_ref()?.schedule.as_deref().cloned())?;
-        Some(
-            members
-                .iter()
-                .filter(|m| m.node_id != self.me)
-                .filter_map(|m| {
-                    let info = m.info.as_ref()?;
-                    drift::compare(&own, &m.node_id, info.schedule.as_deref())
-                })
-                .collect(),
-        )
+            .find(|(node, _)| *node == self.me)?
+            .1
+            .as_ref()?;
+        let own_total = OwnerInfo::parse_brief(own_data)?.schedule?.total;
+        let mut own = None;
+        let mut drifts = Vec::new();
+        for (node, data) in members.iter().filter(|(node, _)| *node != self.me) {
+            let Some(data) = data else { continue };
+            let brief = OwnerInfo::parse_brief(data);
+            let agrees = brief
+                .as_ref()
+                .and_then(|brief| brief.schedule.as_ref())
+                .is_some_and(|theirs| theirs.total == own_total);
+            if agrees {
+                continue;
+            }
+            let Ok(info) = OwnerInfo::parse(data) else {
+                continue;
+            };
+            if own.is_none() {
+                own = OwnerInfo::parse(own_data).ok()?.schedule;
+            }
+            let own = own.as_deref()?;
+            drifts.extend(drift::compare(own, node, info.schedule.as_deref()));
+        }
+        Some(drifts)
     }
 }
 

@@ -516,9 +516,11 @@ impl Io {
             }
             Action::ReadSubmission { id } => return delayed::read_submission(s, delayed_paths, id),
             Action::RemoveEmptyBucket(bucket) => {
-                delayed::remove_empty_bucket(s, delayed_paths, bucket)
+                delayed::remove_if_empty(s, delayed_paths, delayed::PastDue::Bucket(bucket));
             }
-            Action::RemoveEmptyDay(day) => delayed::remove_empty_day(s, delayed_paths, day),
+            Action::RemoveEmptyDay(day) => {
+                delayed::remove_if_empty(s, delayed_paths, delayed::PastDue::Day(day));
+            }
             Action::PrepareRun {
                 spec,
                 context,

@@ -184,8 +184,8 @@ impl FireMachine {
             Input::DelayedScanned { generation, result } => {
                 self.delayed_scanned(generation, result, now, &mut out);
             }
-            Input::DueWatchBegan => {
-                self.delayed.rescan();
+            Input::DueWatch { watching } => {
+                self.delayed.watched(watching);
                 self.delayed_tick(now, &mut out);
             }
             Input::SubmissionCreated { bucket, id, job } => {

@@ -506,18 +506,24 @@ impl LockMachine {
         }
     }
 
+    /// The version of our lock node being verified, while connected (reconnecting re-contends
+    /// from Verifying).
+    fn verifying(&self) -> Option<i32> {
+        let State::Verifying { lock_version } = self.state else {
+            return None;
+        };
+        self.connected().then_some(lock_version)
+    }
+
     fn epoch_read(
         &mut self,
         result: Result<Epoch, RequestFailed>,
         now: Instant,
         out: &mut Vec<Action>,
     ) {
-        let State::Verifying { lock_version } = self.state else {
+        let Some(lock_version) = self.verifying() else {
             return;
         };
-        if !self.connected() {
-            return; // reconnecting re-contends from Verifying
-        }
         let my_session = self.session.map(|s| s.id);
         match result {
             Ok(epoch) if epoch.holder.is_some() && epoch.holder == my_session => {
@@ -551,12 +557,9 @@ impl LockMachine {
         now: Instant,
         out: &mut Vec<Action>,
     ) {
-        let State::Verifying { lock_version } = self.state else {
+        let Some(lock_version) = self.verifying() else {
             return;
         };
-        if !self.connected() {
-            return; // reconnecting re-contends from Verifying
-        }
         match result {
             Ok(token) => self.become_owner(token, lock_version, out),
             // Our node changed or vanished between the read and the bump: look again.

@@ -192,8 +192,9 @@ pub(super) async fn read_one(
 }
 
 /// Watches `delayed/due` (persistent, recursive) for the life of `client`'s session and reports
-/// each new pending marker; ends when `stop` is cancelled or the session ends. Events lost across
-/// a reconnect are covered by the machine reading every bucket again when it can fire again.
+/// each new pending marker; ends when `stop` is cancelled or the session ends. It reports its
+/// beginning, its beginning again after a disconnection, and a failure to set it
+/// ([`Input::DueWatch`]): what was submitted meanwhile is found by reading every bucket again.
 pub(super) fn watch(
     client: Client,
     paths: DelayedPaths,
@@ -210,7 +211,8 @@ pub(super) fn watch(
         let mut watcher = match watcher {
             Ok(watcher) => watcher,
             Err(err) => {
-                tracing::warn!(error = %error_chain(&err), "cannot watch for new submissions; they are noticed at the next bucket read");
+                tracing::warn!(error = %error_chain(&err), "cannot watch for new submissions; the due buckets are read a second at a time this session");
+                let _ = answers.send(Input::DueWatch { watching: false });
                 return;
             }
         };
@@ -225,7 +227,7 @@ pub(super) fn watch(
                 // What was submitted while no watch was set is found by reading every bucket
                 // again (if this node fires).
                 Some(Change::ReadAll) => {
-                    if answers.send(Input::DueWatchBegan).is_err() {
+                    if answers.send(Input::DueWatch { watching: true }).is_err() {
                         return;
                     }
                     continue;
@@ -313,31 +315,30 @@ pub(super) fn read_submission(
     None
 }
 
-/// Removes a past day if no bucket is left in it.
-pub(super) fn remove_empty_day(s: &Session, paths: &DelayedPaths, day: i64) {
-    let Some(client) = s.client.clone() else {
-        return;
-    };
-    let paths = paths.clone();
-    s.tasks.spawn(async move {
-        let what = paths.due_day(day);
-        bounded(&what, crate::ledger::due::remove_day(&client, &paths, day)).await;
-    });
+/// A past node of the due queue, removed if nothing is left in it.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum PastDue {
+    Bucket(DueBucket),
+    Day(i64),
 }
 
-/// Removes a past bucket if nothing is pending in it.
-pub(super) fn remove_empty_bucket(s: &Session, paths: &DelayedPaths, bucket: DueBucket) {
+/// Removes a past bucket or day in the background if nothing is left in it.
+pub(super) fn remove_if_empty(s: &Session, paths: &DelayedPaths, past: PastDue) {
     let Some(client) = s.client.clone() else {
         return;
     };
     let paths = paths.clone();
     s.tasks.spawn(async move {
-        let what = paths.due_bucket(bucket);
-        bounded(
-            &what,
-            crate::ledger::due::remove_bucket(&client, &paths, bucket),
-        )
-        .await;
+        match past {
+            PastDue::Bucket(bucket) => {
+                let remove = crate::ledger::due::remove_bucket(&client, &paths, bucket);
+                bounded(&paths.due_bucket(bucket), remove).await;
+            }
+            PastDue::Day(day) => {
+                let remove = crate::ledger::due::remove_day(&client, &paths, day);
+                bounded(&paths.due_day(day), remove).await;
+            }
+        }
     });
 }
 

@@ -85,8 +85,12 @@ pub(super) struct DelayedQueue {
     /// removal once [`REMOVE_AFTER`] past its end (then forgotten). Buckets not seen are not
     /// there: every bucket is read before it is due, and the watch reports what comes after.
     present: BTreeSet<DueBucket>,
-    /// When the next removal is offered: a full batch waits a second for the next.
-    next_removal: Option<DateTime<Utc>>,
+    /// The driver's watch on the due buckets is set: a scan may read on past the horizon (what
+    /// is submitted later into a bucket read, the watch reports). Kept across `start`/`stop`:
+    /// the watch belongs to the session, which may begin before this node can fire.
+    watching: bool,
+    /// A full batch of removals was offered: the next waits until then (a second later).
+    removals_paused_until: Option<DateTime<Utc>>,
     /// The last past day offered for removal.
     removed_day: Option<i64>,
 }
@@ -98,6 +102,7 @@ impl DelayedQueue {
             generation: self.generation + 1,
             from_oldest: true,
             since: Some(now),
+            watching: self.watching,
             ..Self::default()
         };
     }
@@ -106,14 +111,22 @@ impl DelayedQueue {
     pub fn stop(&mut self) {
         *self = Self {
             generation: self.generation + 1,
+            watching: self.watching,
             ..Self::default()
         };
+    }
+
+    /// The watch on the due buckets began (again), or could not be set: every bucket is read
+    /// again, since what was submitted while no watch was set went unreported.
+    pub fn watched(&mut self, watching: bool) {
+        self.watching = watching;
+        self.rescan();
     }
 
     /// The wall clock stepped by `by`: the waits before a scan's retry and the next removal
     /// last as long as they said.
     pub fn clock_stepped(&mut self, by: chrono::Duration) {
-        for at in [&mut self.retry_at, &mut self.next_removal] {
+        for at in [&mut self.retry_at, &mut self.removals_paused_until] {
             *at = at.map(|at| at + by);
         }
     }
@@ -207,8 +220,8 @@ impl DelayedQueue {
         let first = self.present.first()?;
         let removable = DateTime::from_timestamp_millis(first.start_ms() + 1000)? + remove_after();
         Some(
-            self.next_removal
-                .map_or(removable, |next| next.max(removable)),
+            self.removals_paused_until
+                .map_or(removable, |paused| paused.max(removable)),
         )
     }
 }
@@ -240,7 +253,11 @@ impl DelayedQueue {
     pub fn tick(&mut self, now: DateTime<Utc>, wanted: &Wanted, out: &mut Vec<Action>) {
         if self.next_scan().is_some_and(|at| at <= now) {
             let through = DueBucket::of((now + horizon()).timestamp_millis());
-            let ahead_to = DueBucket::of((now + look_ahead()).timestamp_millis()).max(through);
+            let ahead_to = if self.watching {
+                DueBucket::of((now + look_ahead()).timestamp_millis()).max(through)
+            } else {
+                through
+            };
             self.scanning = Some(ahead_to);
             self.retry_at = None;
             let after = if self.from_oldest {
@@ -309,8 +326,8 @@ impl DelayedQueue {
     /// each, and each past day once.
     fn remove_past_buckets(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
         let before = now - remove_after();
-        if self.next_removal.is_none_or(|next| next <= now) {
-            self.next_removal = None;
+        if self.removals_paused_until.is_none_or(|until| until <= now) {
+            self.removals_paused_until = None;
             for _ in 0..REMOVE_BATCH {
                 let Some(first) = self.present.first().copied() else {
                     break;
@@ -322,7 +339,7 @@ impl DelayedQueue {
                 out.push(Action::RemoveEmptyBucket(first));
             }
             if self.next_removal().is_some_and(|next| next <= now) {
-                self.next_removal = Some(now + chrono::Duration::seconds(1));
+                self.removals_paused_until = Some(now + chrono::Duration::seconds(1));
             }
         }
         let past_day = DueBucket::of(before.timestamp_millis()).day - 1;
@@ -536,6 +553,7 @@ mod tests {
     /// A queue that began firing at t(0) and holds `queued`: (id, job, due ms).
     fn queue_of(queued: &[(&str, &str, i64)]) -> DelayedQueue {
         let mut queue = DelayedQueue::default();
+        queue.watched(true);
         queue.start(at(0));
         let mail = config("");
         for (name, job, due) in queued {

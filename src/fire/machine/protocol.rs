@@ -183,9 +183,11 @@ pub enum Input {
         generation: u64,
         result: Result<Scanned, String>,
     },
-    /// The watch on the due buckets began, or came back after a disconnection: a pending
-    /// submission made meanwhile may have gone unreported, so every bucket is read again.
-    DueWatchBegan,
+    /// The watch on the due buckets began, or began again after a disconnection (`watching`):
+    /// a pending submission made meanwhile may have gone unreported, so every bucket is read
+    /// again; or it could not be set (not `watching`): scans read no further than the horizon,
+    /// since nothing would report what is submitted into a bucket read ahead.
+    DueWatch { watching: bool },
     /// A pending submission appeared in `bucket` (the driver's watch on the due buckets).
     SubmissionCreated {
         bucket: DueBucket,

@@ -56,13 +56,37 @@ fn ahead_to(actions: &[Action]) -> DueBucket {
     ahead[0]
 }
 
+/// A machine of `tables` whose driver's watch on the due buckets is set.
+fn watched(tables: &str) -> FireMachine {
+    let mut m = machine(tables);
+    m.handle(Input::DueWatch { watching: true }, t(-1000));
+    m
+}
+
+/// The watch's report of a new marker `id` (naming no job) in `bucket`.
+fn created(bucket: DueBucket, id_text: &str) -> Input {
+    Input::SubmissionCreated {
+        bucket,
+        id: id(id_text),
+        job: None,
+    }
+}
+
+/// A machine of [`ON_DEMAND`] that acquired the lock at t(0), and that acquisition's actions
+/// (its first scan among them).
+fn acquired_at_zero() -> (FireMachine, Vec<Action>) {
+    let mut m = watched(ON_DEMAND);
+    let acquired = m.handle(Input::LockChanged(owner(TOKEN)), t(0));
+    (m, acquired)
+}
+
 /// An owner of `tables` whose first scan (from the oldest bucket, at `at_ms`) found `found`.
 fn owning_with(
     tables: &str,
     at_ms: i64,
     found: Vec<(SubmissionId, Submission)>,
 ) -> (FireMachine, Vec<Action>) {
-    let mut m = machine(tables);
+    let mut m = watched(tables);
     let acquired = m.handle(Input::LockChanged(owner(TOKEN)), t(at_ms));
     let (generation, after, through) = scan(&acquired);
     assert_eq!(after, None, "the first scan reads from the oldest bucket");
@@ -271,26 +295,12 @@ fn the_watch_brings_a_new_submission_of_a_read_bucket_and_later_buckets_wait_for
     let (mut m, _) = owning_with(ON_DEMAND, 0, vec![]);
     let read = DueBucket::of(t(1000).timestamp_millis());
     assert_eq!(
-        m.handle(
-            Input::SubmissionCreated {
-                bucket: read,
-                id: id("soon"),
-                job: None,
-            },
-            t(100)
-        ),
+        m.handle(created(read, "soon"), t(100)),
         vec![Action::ReadSubmission { id: id("soon") }]
     );
     let later = DueBucket::of(t(9000).timestamp_millis());
     assert_eq!(
-        m.handle(
-            Input::SubmissionCreated {
-                bucket: later,
-                id: id("later"),
-                job: None,
-            },
-            t(100)
-        ),
+        m.handle(created(later, "later"), t(100)),
         vec![],
         "read when the horizon reaches its bucket"
     );
@@ -304,14 +314,7 @@ fn the_watch_brings_a_new_submission_of_a_read_bucket_and_later_buckets_wait_for
     // The same id reported again (a scan racing the watch, or a reschedule) is read again, and
     // not claimed twice.
     assert_eq!(
-        m.handle(
-            Input::SubmissionCreated {
-                bucket: read,
-                id: id("soon"),
-                job: None,
-            },
-            t(960)
-        ),
+        m.handle(created(read, "soon"), t(960)),
         vec![Action::ReadSubmission { id: id("soon") }]
     );
     let again = Input::SubmissionRead {
@@ -363,14 +366,7 @@ fn a_rescheduled_submission_is_claimed_at_its_new_time() {
 fn a_submission_moved_under_its_claim_is_queued_at_its_new_time() {
     let (mut m, _) = owning_with(ON_DEMAND, 0, vec![]);
     let read = DueBucket::of(t(1000).timestamp_millis());
-    m.handle(
-        Input::SubmissionCreated {
-            bucket: read,
-            id: id("moved"),
-            job: None,
-        },
-        t(100),
-    );
+    m.handle(created(read, "moved"), t(100));
     let first = Input::SubmissionRead {
         id: id("moved"),
         result: Ok(Some(submission("close", 1200, b""))),
@@ -381,14 +377,7 @@ fn a_submission_moved_under_its_claim_is_queued_at_its_new_time() {
         id: id("moved"),
         result: Ok(Some(submission("close", 5000, b""))),
     };
-    m.handle(
-        Input::SubmissionCreated {
-            bucket: read,
-            id: id("moved"),
-            job: None,
-        },
-        t(951),
-    );
+    m.handle(created(read, "moved"), t(951));
     assert!(claims(&m.handle(moved, t(952))).is_empty());
     let lost = Input::ClaimDone {
         id: claim.id,
@@ -419,8 +408,7 @@ fn the_next_bucket_is_read_when_the_horizon_reaches_it() {
 
 #[test]
 fn an_empty_queue_is_read_a_minute_at_a_time() {
-    let mut m = machine(ON_DEMAND);
-    let acquired = m.handle(Input::LockChanged(owner(TOKEN)), t(0));
+    let (mut m, acquired) = acquired_at_zero();
     let (generation, _, _) = scan(&acquired);
     let ahead = ahead_to(&acquired);
     assert_eq!(ahead, DueBucket::of(t(60_000).timestamp_millis()));
@@ -431,11 +419,7 @@ fn an_empty_queue_is_read_a_minute_at_a_time() {
     let (_, after, _) = scan(&actions);
     assert_eq!(after, Some(ahead));
     // A submission made meanwhile into a bucket already read is reported by the watch.
-    let created = Input::SubmissionCreated {
-        bucket: DueBucket::of(t(30_000).timestamp_millis()),
-        id: id("late"),
-        job: None,
-    };
+    let created = created(DueBucket::of(t(30_000).timestamp_millis()), "late");
     assert_eq!(
         m.handle(created, t(59_010)),
         vec![Action::ReadSubmission { id: id("late") }]
@@ -444,20 +428,35 @@ fn an_empty_queue_is_read_a_minute_at_a_time() {
 
 #[test]
 fn a_watch_that_began_again_has_every_bucket_read_again() {
-    let mut m = machine(ON_DEMAND);
-    let acquired = m.handle(Input::LockChanged(owner(TOKEN)), t(0));
+    let (mut m, acquired) = acquired_at_zero();
     let (generation, _, _) = scan(&acquired);
     m.handle(scanned(generation, ahead_to(&acquired), vec![]), t(5));
-    let actions = m.handle(Input::DueWatchBegan, t(20_000));
+    let actions = m.handle(Input::DueWatch { watching: true }, t(20_000));
     let (_, after, through) = scan(&actions);
     assert_eq!(after, None, "from the oldest bucket");
     assert_eq!(through, DueBucket::of(t(22_000).timestamp_millis()));
 }
 
 #[test]
-fn a_bucket_seen_is_removed_once_a_minute_after_its_end_and_a_past_day_once() {
+fn without_the_watch_a_scan_reads_no_further_than_the_horizon() {
     let mut m = machine(ON_DEMAND);
     let acquired = m.handle(Input::LockChanged(owner(TOKEN)), t(0));
+    let (_, _, through) = scan(&acquired);
+    assert_eq!(
+        ahead_to(&acquired),
+        through,
+        "nothing would report a submission made into a bucket read ahead"
+    );
+    let (mut m, _) = acquired_at_zero();
+    let actions = m.handle(Input::DueWatch { watching: false }, t(10));
+    let (_, after, through) = scan(&actions);
+    assert_eq!(after, None, "every bucket read again");
+    assert_eq!(ahead_to(&actions), through);
+}
+
+#[test]
+fn a_bucket_seen_is_removed_once_a_minute_after_its_end_and_a_past_day_once() {
+    let (mut m, acquired) = acquired_at_zero();
     let (generation, _, _) = scan(&acquired);
     let seen = DueBucket::of(t(500).timestamp_millis());
     let answer = Input::DelayedScanned {
@@ -515,8 +514,7 @@ fn a_submission_for_a_job_that_is_away_is_kept_and_fires_once_the_job_is_back() 
 
 #[test]
 fn a_scan_answered_after_the_lock_was_lost_claims_nothing() {
-    let mut m = machine(ON_DEMAND);
-    let acquired = m.handle(Input::LockChanged(owner(TOKEN)), t(0));
+    let (mut m, acquired) = acquired_at_zero();
     let (generation, _, through) = scan(&acquired);
     m.handle(Input::LockChanged(follower()), t(10));
     let late = scanned(
@@ -538,10 +536,8 @@ fn a_scan_answered_after_the_lock_was_lost_claims_nothing() {
 
 #[test]
 fn a_failed_scan_is_tried_again_and_meanwhile_nothing_is_lost() {
-    let mut m = machine(ON_DEMAND);
-    let acquired = m.handle(Input::LockChanged(owner(TOKEN)), t(0));
-    let (generation, _, through) = scan(&acquired);
-    let _ = through;
+    let (mut m, acquired) = acquired_at_zero();
+    let (generation, _, _) = scan(&acquired);
     let failed = Input::DelayedScanned {
         generation,
         result: Err("connection loss".into()),
@@ -643,8 +639,7 @@ fn a_submission_run_that_started_follows_on_interrupted_and_skip_closes_it() {
 
 #[test]
 fn a_submission_made_while_its_bucket_is_being_read_is_not_lost() {
-    let mut m = machine(ON_DEMAND);
-    let acquired = m.handle(Input::LockChanged(owner(TOKEN)), t(0));
+    let (mut m, acquired) = acquired_at_zero();
     let (generation, _, through) = scan(&acquired);
     // The scan listed the bucket a moment before this submission was made; its answer is late.
     let bucket = DueBucket::of(t(1500).timestamp_millis());
@@ -813,14 +808,7 @@ fn an_id_submitted_again_after_its_run_is_read_and_claimed_not_left_pending() {
 
     let again = DueBucket::of(t(2500).timestamp_millis());
     assert_eq!(
-        m.handle(
-            Input::SubmissionCreated {
-                bucket: again,
-                id: id("order-42"),
-                job: None,
-            },
-            t(1700)
-        ),
+        m.handle(created(again, "order-42"), t(1700)),
         vec![Action::ReadSubmission { id: id("order-42") }],
         "a new submission under a used id is read"
     );

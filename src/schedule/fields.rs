@@ -20,48 +20,29 @@ struct Spec {
     names: &'static [&'static str],
 }
 
+impl Spec {
+    const fn new(name: &'static str, min: u32, max: u32, names: &'static [&'static str]) -> Self {
+        Self {
+            name,
+            min,
+            max,
+            names,
+        }
+    }
+}
+
 const MONTH_NAMES: &[&str] = &[
     "JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC",
 ];
 const DAY_NAMES: &[&str] = &["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"];
 
-const SECOND: Spec = Spec {
-    name: "second",
-    min: 0,
-    max: 59,
-    names: &[],
-};
-const MINUTE: Spec = Spec {
-    name: "minute",
-    min: 0,
-    max: 59,
-    names: &[],
-};
-const HOUR: Spec = Spec {
-    name: "hour",
-    min: 0,
-    max: 23,
-    names: &[],
-};
-const DAY_OF_MONTH: Spec = Spec {
-    name: "day of month",
-    min: 1,
-    max: 31,
-    names: &[],
-};
-const MONTH: Spec = Spec {
-    name: "month",
-    min: 1,
-    max: 12,
-    names: MONTH_NAMES,
-};
+const SECOND: Spec = Spec::new("second", 0, 59, &[]);
+const MINUTE: Spec = Spec::new("minute", 0, 59, &[]);
+const HOUR: Spec = Spec::new("hour", 0, 23, &[]);
+const DAY_OF_MONTH: Spec = Spec::new("day of month", 1, 31, &[]);
+const MONTH: Spec = Spec::new("month", 1, 12, MONTH_NAMES);
 // 0 and 7 are both Sunday, as in crontab(5); the matcher folds 7 into 0.
-const DAY_OF_WEEK: Spec = Spec {
-    name: "day of week",
-    min: 0,
-    max: 7,
-    names: DAY_NAMES,
-};
+const DAY_OF_WEEK: Spec = Spec::new("day of week", 0, 7, DAY_NAMES);
 
 const SPECS: [&Spec; 6] = [&SECOND, &MINUTE, &HOUR, &DAY_OF_MONTH, &MONTH, &DAY_OF_WEEK];
 

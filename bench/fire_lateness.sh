@@ -23,6 +23,9 @@
 #   machine busy: share of all CPUs' time not idle during the run (ZooKeeper and zkcron included;
 #   anything else running on the machine shows here and can explain outliers).
 #   The zookeeper lines are each server's `mntr` request latency and fsync figures after the run.
+#   writes: ZooKeeper write ops and transactions per fired tick by kind, from the node's own
+#   counters (its /metrics, from the third second to the stop; each job keeps `history = 10`,
+#   so pruning is in the count), beside the transactions the servers logged (zxid).
 #   Target (issue 10): zkcron's share (lateness - floor p50) p50 <= 1 ms and p99 <= 3 ms.
 #
 # With --jobs N (a burst), N jobs are due on every second, each `/bin/date +%s.%N`: its first
@@ -162,9 +165,8 @@ node_id = "bench-node"
 level = "info"
 
 TOML
-if ((scrapes > 0)); then
-  printf '[http]\nlisten = "127.0.0.1:0"\n\n' >>"$work/zkcron.toml"
-fi
+# The listener is on in every run: its /metrics gives the writes per fired tick.
+printf '[http]\nlisten = "127.0.0.1:0"\n\n' >>"$work/zkcron.toml"
 job_command='["/bin/bash", "-c", "echo $ZKCRON_SCHEDULED_UNIX_MS $EPOCHREALTIME $ZKCRON_JOB >> '"$fires"'"]'
 ((jobs > 1)) && job_command='["/bin/date", "+%s.%N"]'
 for ((j = 1; j <= jobs; j++)); do
@@ -175,6 +177,7 @@ for ((j = 1; j <= jobs; j++)); do
 [[job]]
 name = "$name"
 schedule = "* * * * * *"
+history = 10
 command = $job_command
 TOML
 done
@@ -187,11 +190,15 @@ BENCH_PIDS+=("$zkcron_pid")
 bench_wait_log "$log" "lock acquired" 60 "$zkcron_pid"
 acquired=$(bench_now)
 cpu_before=$(bench_cpu_stat)
+http_port=$(sed -n 's/.*http listener up.*listen=[^ ]*:\([0-9]*\).*/\1/p' "$log" | head -n 1)
+[[ -n "$http_port" ]] || bench_die "no 'http listener up' line in the zkcron log"
+# Counted from the third second on: the first fires also make the parents and the first listing.
+sleep 2
+writes_before=$(bench_writes "$http_port" "${ZK_CLIENT_PORTS[0]}")
+writes_from=$(bench_now)
 echo "lock acquired; measuring for ${seconds} s..." >&2
 scrape_report="$work/scrapes"
 if ((scrapes > 0)); then
-  http_port=$(sed -n 's/.*http listener up.*listen=[^ ]*:\([0-9]*\).*/\1/p' "$log" | head -n 1)
-  [[ -n "$http_port" ]] || bench_die "no 'http listener up' line in the zkcron log"
   python3 - "$http_port" "$scrapes" "$seconds" "$scrape_report" "$console" <<'PY' &
 import sys, time, urllib.request
 port, count, seconds, out = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
@@ -229,6 +236,10 @@ for ((i = 0; i < seconds; i++)); do
 done
 stopped=$(bench_now)
 busy=$(bench_busy "$cpu_before" "$(bench_cpu_stat)")
+writes_after=$(bench_writes "$http_port" "${ZK_CLIENT_PORTS[0]}")
+# Every job fires once a second (missed ones are reported below): the ticks between the two
+# snapshots, give or take the one in flight at each end.
+ticks_counted=$(awk -v a="$writes_from" -v b="$(bench_now)" -v n="$jobs" 'BEGIN { printf "%d", (b - a) * n + 0.5 }')
 if ((scrapes > 0)); then
   wait "$scraper_pid" || true
   bench_forget "$scraper_pid"
@@ -257,6 +268,7 @@ fi
 
 echo
 echo "== machine busy during the run: ${busy}% of all $(nproc) CPUs (ZooKeeper and zkcron included)"
+bench_writes_per "$writes_before" "$writes_after" "$ticks_counted" "fired tick"
 echo "   load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 python3 - "$fires" "$floor_file" "$log" "$acquired" "$stopped" "$jobs" "$exec_text" <<'PY'

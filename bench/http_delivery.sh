@@ -13,7 +13,10 @@
 # lateness p50/p90/p99/max (HTTP: arrival at the receiver - due; process: zkcron's
 # "job started" line - due), the rate sustained (all of them over the time from the first due
 # instant to the last delivery), the owner's CPU per 1000 deliveries, the servers' CPU, and how
-# busy the machine was (both from the end of the submitting to the last delivery).
+# busy the machine was (both from the end of the submitting to the last delivery), and the
+# ZooKeeper write ops and transactions per delivery by kind (the owner's own counters, once its
+# final records and prunes settled; the submissions' own creates are the load's, not counted),
+# beside the transactions the servers logged meanwhile (zxid).
 #
 # Usage: bench/http_delivery.sh [--servers 1|3] [--rates "200 1000 2000"] [--seconds S]
 #                               [--target http|process] [--max-running N] [--claim-ahead D]
@@ -91,6 +94,9 @@ name = "delivery"
 node_id = "bench-node"
 claim_ahead = "$claim_ahead"
 
+[http]
+listen = "127.0.0.1:0"
+
 [[job]]
 name = "due"
 starting_deadline = "1h"
@@ -104,6 +110,9 @@ log="$work/zkcron.log"
 zkcron_pid=$!
 BENCH_PIDS+=("$zkcron_pid")
 bench_wait_log "$log" "owns the lock" 60 "$zkcron_pid"
+http_port=$(sed -n 's/.*http listener up.*listen=[^ ]*:\([0-9]*\).*/\1/p' "$log" | head -n 1)
+[[ -n "$http_port" ]] || bench_die "no 'http listener up' line in the zkcron log"
+zk_port=${ZK_CLIENT_PORTS[0]}
 
 # CPU seconds (user + system) a process has used, from /proc/PID/stat.
 cpu_seconds() {
@@ -134,6 +143,7 @@ for rate in $rates; do
   # Submitted at >= 2000/s before the first is due.
   lead_ms=$((total * 1000 / 2000 + 5000))
   first_due_ms=$(($(date +%s%3N) + lead_ms))
+  writes_before=$(bench_writes_settled "$http_port" "$zk_port")
   "$load" "$work/zkcron.toml" due "$total" "$lead_ms" $((seconds * 1000)) 8 "$prefix" 100
   owner_before=$(cpu_seconds "$zkcron_pid")
   servers_before=$(servers_cpu)
@@ -184,6 +194,7 @@ n = max(len(ids), 1)
 print(f"cpu           owner {float(owner_cpu):.2f} s ({1000 * float(owner_cpu) / n:.3f} s per 1000), "
       f"servers {float(servers_cpu):.2f} s; machine {busy}% busy")
 PY
+  bench_writes_per "$writes_before" "$(bench_writes_settled "$http_port" "$zk_port")" "$total" delivery
 done
 
 echo

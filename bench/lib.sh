@@ -294,3 +294,77 @@ cap = -(-groups // len(live))
 sys.exit(0 if len(owners) == groups and max(load.values(), default=0) <= cap else 1)
 PY
 }
+
+# bench_writes HTTP_PORT ZK_PORT: one snapshot of what the owner wrote and what the ensemble
+# logged, as one line of words: "zxid=N kind:ops:checks:transactions ...". zxid is the low 32
+# bits of the server's last zxid (the count of transactions of the current leader's epoch).
+bench_writes() {
+  local zxid
+  zxid=$(bench_4lw "$2" srvr | sed -n 's/^Zxid: 0x\([0-9a-f]*\)/\1/p')
+  curl -s --max-time 5 "http://127.0.0.1:$1/metrics" | python3 -c '
+import re, sys
+zxid = sys.argv[1]
+counts = {}
+pattern = re.compile(r"^zkcron_zk_(write_ops|checks|transactions)_total\{kind=\"(\w+)\"\} (\d+)")
+for line in sys.stdin:
+    m = pattern.match(line)
+    if m:
+        counts.setdefault(m.group(2), {})[m.group(1)] = int(m.group(3))
+words = ["zxid=%d" % (int(zxid, 16) & 0xFFFFFFFF if zxid else -1)]
+for kind, c in sorted(counts.items()):
+    words.append("%s:%d:%d:%d" % (kind, c.get("write_ops", 0), c.get("checks", 0), c.get("transactions", 0)))
+print(" ".join(words))
+' "$zxid"
+}
+
+# bench_run_writes "SNAPSHOT": its words of the kinds a run writes.
+bench_run_writes() {
+  tr ' ' '\n' <<<"$1" | grep -E '^(claim|start|final|record|prune|retry|guard|forget|due):' | tr '\n' ' '
+}
+
+# bench_writes_settled HTTP_PORT ZK_PORT: bench_writes once two snapshots a second apart agree
+# (the owner's final records and prunes are written after the last delivery), within 30 s.
+bench_writes_settled() {
+  local before after deadline=$((SECONDS + 30))
+  before=$(bench_writes "$1" "$2")
+  while ((SECONDS < deadline)); do
+    sleep 1
+    after=$(bench_writes "$1" "$2")
+    [[ $(bench_run_writes "$after") == $(bench_run_writes "$before") ]] && break
+    before=$after
+  done
+  echo "$after"
+}
+
+# bench_writes_per "BEFORE" "AFTER" N WHAT: the write ops and transactions per WHAT between two
+# bench_writes snapshots, by kind, and the servers' transactions (zxid) per WHAT beside them.
+bench_writes_per() {
+  python3 - "$@" <<'PY'
+import sys
+before, after, n, what = sys.argv[1], sys.argv[2], max(int(sys.argv[3]), 1), sys.argv[4]
+def parse(line):
+    words = line.split()
+    zxid = int(words[0].split("=")[1])
+    kinds = {}
+    for word in words[1:]:
+        kind, ops, checks, txns = word.split(":")
+        kinds[kind] = (int(ops), int(checks), int(txns))
+    return zxid, kinds
+zb, kb = parse(before)
+za, ka = parse(after)
+delta = {}
+for kind, (ops, checks, txns) in ka.items():
+    o, c, t = kb.get(kind, (0, 0, 0))
+    if (ops - o, checks - c, txns - t) != (0, 0, 0):
+        delta[kind] = (ops - o, checks - c, txns - t)
+ops = sum(d[0] for d in delta.values())
+checks = sum(d[1] for d in delta.values())
+txns = sum(d[2] for d in delta.values())
+detail = ", ".join(f"{kind} {d[0] / n:.2f}" for kind, d in sorted(delta.items(), key=lambda kv: -kv[1][0]))
+print(f"writes        per {what}: {ops / n:.2f} write ops ({detail}), {checks / n:.2f} checks, "
+      f"{txns / n:.2f} transactions")
+servers = "n/a (no zxid)" if zb < 0 or za < 0 or za < zb else f"{(za - zb) / n:.2f}"
+print(f"              the servers logged {servers} transactions per {what} "
+      f"(the owner sent {txns / n:.2f}; the rest is other sessions' and session changes)")
+PY
+}

@@ -177,6 +177,7 @@ impl Metrics {
             registry: Registry::default(),
         };
         // Counters get `_total`, the info metric `_info`, from the encoder.
+        crate::zk::tally::register(&mut registry);
         registry.register(
             "zkcron_build",
             "The zkcron version of this node",

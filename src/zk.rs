@@ -3,9 +3,11 @@
 //! Owns: turning settings into a connected `zookeeper_client::Client` (creating the connect
 //! string's chroot node when it is missing, as Curator does for its namespace; TLS and SASL
 //! through the client's own options), and creating the persistent nodes a lock group needs;
-//! following a subtree with a persistent recursive watch (`watch`).
+//! following a subtree with a persistent recursive watch (`watch`); counting what the process
+//! writes (`tally`).
 //! Must not: know about jobs or the lock's policy.
 
+pub mod tally;
 mod tls;
 pub mod watch;
 
@@ -432,6 +434,7 @@ pub async fn ensure_persistent(client: &Client, path: &str, acls: Acls<'_>) -> R
         return Ok(());
     }
     let options = CreateMode::Persistent.with_acls(acls);
+    tally::wrote(tally::WriteKind::Parents, 1);
     client.mkdir(path, &options).await.map_err(request_err)
 }
 

@@ -50,6 +50,7 @@ pub async fn pause(
     let path = paths.pause(job);
     let options = CreateMode::Persistent.with_acls(acls);
     for _ in 0..2 {
+        crate::zk::tally::wrote(crate::zk::tally::WriteKind::Control, 1);
         match client.create(&path, &pause.to_bytes(), &options).await {
             Ok(_) => return Ok(Paused::Now),
             Err(ZkErr::NodeExists) => match read_pause(client, &path).await? {
@@ -79,6 +80,7 @@ pub async fn resume(
     let Some(pause) = read_pause(client, &path).await? else {
         return Ok(None);
     };
+    crate::zk::tally::wrote(crate::zk::tally::WriteKind::Control, 1);
     match client.delete(&path, None).await {
         Ok(()) => Ok(Some(pause)),
         Err(ZkErr::NoNode) => Ok(None),
@@ -131,6 +133,7 @@ pub async fn request_backfill(
     let options = CreateMode::PersistentSequential.with_acls(acls);
     let prefix = paths.backfill_request("req-");
     for _ in 0..2 {
+        crate::zk::tally::wrote(crate::zk::tally::WriteKind::Control, 1);
         match client.create(&prefix, &request.to_bytes(), &options).await {
             Ok((_, sequence)) => return Ok(format!("req-{sequence}")),
             Err(ZkErr::NoNode) => client
@@ -179,6 +182,7 @@ pub async fn backfills(
 /// Removes backfill request `name` (taken, or unusable); one already gone is fine.
 pub async fn remove_backfill(client: &Client, paths: &ControlPaths, name: &str) {
     let path = paths.backfill_request(name);
+    crate::zk::tally::wrote(crate::zk::tally::WriteKind::Control, 1);
     if let Err(err) = crate::zk::delete_if_there(client, &path, None).await {
         tracing::warn!(path, error = %err, "cannot remove the backfill request");
     }
@@ -197,6 +201,7 @@ pub async fn request_release(
     let options = CreateMode::Persistent.with_acls(acls);
     let data = request.to_bytes();
     for _ in 0..2 {
+        crate::zk::tally::wrote(crate::zk::tally::WriteKind::Control, 1);
         match client.create(&paths.release, &data, &options).await {
             Ok(_) => return Ok(()),
             Err(ZkErr::NodeExists) => {
@@ -240,6 +245,7 @@ pub async fn release_request(
 
 /// Removes the release request at `version` (acted on, or stale); a newer one stays.
 pub async fn remove_release_request(client: &Client, paths: &ControlPaths, version: i32) {
+    crate::zk::tally::wrote(crate::zk::tally::WriteKind::Control, 1);
     if let Err(err) = client.delete(&paths.release, Some(version)).await {
         if !matches!(err, ZkErr::NoNode | ZkErr::BadVersion) {
             tracing::debug!(path = paths.release, error = %err, "release request not removed");

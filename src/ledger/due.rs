@@ -217,12 +217,15 @@ pub async fn remove_bucket(client: &Client, paths: &DelayedPaths, bucket: DueBuc
         return;
     };
     for shard in shards {
+        crate::zk::tally::wrote(crate::zk::tally::WriteKind::Due, 1);
         let _ = client.delete(&format!("{parent}/{shard}"), None).await;
     }
+    crate::zk::tally::wrote(crate::zk::tally::WriteKind::Due, 1);
     let _ = client.delete(&parent, None).await;
 }
 
 /// Removes a past day once none of its buckets is left; a day that still holds one stays.
 pub async fn remove_day(client: &Client, paths: &DelayedPaths, day: i64) {
+    crate::zk::tally::wrote(crate::zk::tally::WriteKind::Due, 1);
     let _ = client.delete(&paths.due_day(day), None).await;
 }

@@ -52,9 +52,11 @@ pub async fn sweep(
                 freed +=
                     carry_out(client, paths, &format!("{minute_path}/{list}"), now_unix_ms).await?;
             }
+            crate::zk::tally::wrote(crate::zk::tally::WriteKind::Forget, 1);
             let _ = client.delete(&minute_path, None).await;
         }
         if day_ended {
+            crate::zk::tally::wrote(crate::zk::tally::WriteKind::Forget, 1);
             let _ = client.delete(&day_path, None).await;
         } else {
             break;
@@ -90,6 +92,9 @@ async fn carry_out(
         .iter()
         .try_for_each(|id| multi.add_delete(&paths.submission(id), None))
         .and_then(|()| multi.add_delete(list, Some(stat.version)));
+    if built.is_ok() {
+        crate::zk::tally::wrote(crate::zk::tally::WriteKind::Forget, ids.len() + 1);
+    }
     if built.is_ok() && multi.commit().await.is_ok() {
         return Ok(ids.len());
     }
@@ -101,6 +106,7 @@ async fn carry_out(
                 Ok(Stored::Tombstone(tombstone))
                     if tombstone.remembered_until_unix_ms <= now_unix_ms =>
                 {
+                    crate::zk::tally::wrote(crate::zk::tally::WriteKind::Forget, 1);
                     match client.delete(&path, Some(stat.version)).await {
                         Ok(()) => freed += 1,
                         Err(ZkErr::NoNode | ZkErr::BadVersion) => {}
@@ -113,6 +119,7 @@ async fn carry_out(
             Err(source) => return Err(zk(&path, source)),
         }
     }
+    crate::zk::tally::wrote(crate::zk::tally::WriteKind::Forget, 1);
     match client.delete(list, Some(stat.version)).await {
         Ok(()) | Err(ZkErr::NoNode | ZkErr::BadVersion) => Ok(freed),
         Err(source) => Err(zk(list, source)),

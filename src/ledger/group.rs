@@ -20,6 +20,7 @@ use zookeeper_client::{CheckWriteError, Client, MultiWriteError, MultiWriteResul
 
 use super::{Claim, ClaimError, ClaimPlan, UpdateError};
 use crate::ids::{FencingToken, SessionId};
+use crate::zk::tally;
 
 /// Units per multi-op at most: a group's reply lists every op's result.
 const MAX_UNITS: usize = 500;
@@ -269,7 +270,10 @@ impl Unit for ClaimUnit {
                 Ok(writer.commit())
             });
         let reply = match sent {
-            Ok(commit) => commit.await,
+            Ok(commit) => {
+                tally::wrote_checked(tally::WriteKind::Claim, op_counts.iter().sum(), 1);
+                commit.await
+            }
             Err(source) => Err(CheckWriteError::RequestFailed { source }),
         };
         match reply {
@@ -355,8 +359,15 @@ impl Unit for WriteUnit {
             op_counts.push(count);
             Ok::<(), zookeeper_client::Error>(())
         });
+        let why = match group.first().map(|unit| unit.kind) {
+            Some(WriteKind::Update) => tally::WriteKind::Start,
+            _ => tally::WriteKind::Final,
+        };
         let reply = match built {
-            Ok(()) => multi.commit().await,
+            Ok(()) => {
+                tally::wrote(why, op_counts.iter().sum());
+                multi.commit().await
+            }
             Err(source) => Err(MultiWriteError::RequestFailed { source }),
         };
         match reply {

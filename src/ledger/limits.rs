@@ -148,6 +148,7 @@ async fn place(
     let data = serde_json::to_vec(holder).unwrap_or_default();
     let options = CreateMode::EphemeralSequential.with_acls(acls);
     let prefix = format!("{dir}/{PREFIX}");
+    crate::zk::tally::wrote(crate::zk::tally::WriteKind::Lease, 1);
     let sequence = match client.create(&prefix, &data, &options).await {
         Ok((_, sequence)) => sequence,
         Err(ZkErr::NoNode) => {
@@ -200,6 +201,7 @@ pub async fn holders(client: &Client, dir: &str) -> Result<Vec<LeaseHolder>, Lim
 }
 
 async fn drop_lease(client: &Client, path: &str) -> Result<(), LimitError> {
+    crate::zk::tally::wrote(crate::zk::tally::WriteKind::Lease, 1);
     crate::zk::delete_if_there(client, path, None)
         .await
         .map_err(|source| LimitError::Stranded {

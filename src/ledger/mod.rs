@@ -28,6 +28,7 @@ use std::collections::HashSet;
 use zookeeper_client::{Acls, CheckWriteError, CheckWriter, Client, CreateMode, Error as ZkErr};
 
 use crate::ids::{FencingToken, JobName, SessionId};
+use crate::zk::tally::{self, WriteKind};
 
 use crate::layout::LedgerPaths;
 use crate::run::{Claim, ClaimMode, RunRecord, RunStatus};
@@ -187,6 +188,7 @@ impl ClaimPlan {
     ) -> Result<impl Future<Output = ClaimReply> + Send + use<'c>, CheckWriteError> {
         let mut writer = client.new_check_writer(&self.epoch, Some(self.token().0))?;
         self.add_ops(&mut writer)?;
+        tally::wrote_checked(WriteKind::Claim, self.op_count(), 1);
         Ok(writer.commit())
     }
 
@@ -371,12 +373,22 @@ impl ClaimPlan {
 /// `Conflict` when the record's version moved (another node marked it, e.g. as interrupted);
 /// `Zk` when the request failed. Callers log both: an update is never silently dropped.
 pub async fn update(client: &Client, claim: &mut Claim) -> Result<(), UpdateError> {
+    set_record(client, claim, WriteKind::Start).await
+}
+
+/// [`update`], counted as `kind`.
+async fn set_record(
+    client: &Client,
+    claim: &mut Claim,
+    kind: WriteKind,
+) -> Result<(), UpdateError> {
     let zk_err = |source| UpdateError::Zk {
         path: claim.path.clone(),
         source,
     };
     for _ in 0..2 {
         let previous = std::mem::replace(&mut claim.sent, claim.record.clone());
+        tally::wrote(kind, 1);
         match client
             .set_data(&claim.path, &claim.record.to_bytes(), Some(claim.version))
             .await
@@ -430,6 +442,7 @@ pub async fn finish(client: &Client, claim: &mut Claim) -> Result<(), UpdateErro
                     .try_for_each(|path| multi.add_delete(path, None))
             });
         if built.is_ok() {
+            tally::wrote(WriteKind::Final, 1 + extras.len());
             match multi.commit().await {
                 Ok(results) => {
                     if let Some(zookeeper_client::MultiWriteResult::SetData { stat }) =
@@ -452,10 +465,10 @@ pub async fn finish(client: &Client, claim: &mut Claim) -> Result<(), UpdateErro
     if let Some(guard) = &guard {
         delete_own_guard(client, guard, &claim.record.run_id).await;
     }
-    update(client, claim).await?;
+    set_record(client, claim, WriteKind::Final).await?;
     // Only once the record is final: an open marker is what the next owner resolves.
     if let Some(open) = claim.open_to_close() {
-        delete_if_there(client, open).await;
+        delete_if_there(client, open, WriteKind::Final).await;
     }
     Ok(())
 }
@@ -476,6 +489,7 @@ pub async fn promise_retry(
     let marker = paths.retry_marker(&record.job, record.scheduled_unix_ms);
     let options = CreateMode::Persistent.with_acls(acls);
     for _ in 0..2 {
+        tally::wrote(WriteKind::Retry, 1);
         match client.create(&marker, &[], &options).await {
             Ok(_) | Err(ZkErr::NodeExists) => return Ok(()),
             Err(ZkErr::NoNode) => {
@@ -523,7 +537,7 @@ pub async fn promised_retries(
 
 /// Removes the marker of a retry that is no longer promised.
 pub async fn forget_retry(client: &Client, paths: &LedgerPaths, job: &JobName, tick: i64) {
-    delete_if_there(client, &paths.retry_marker(job, tick)).await;
+    delete_if_there(client, &paths.retry_marker(job, tick), WriteKind::Retry).await;
 }
 
 /// Deletes the `running/<job>` guard of a claim that will never start (the lock moved between
@@ -561,6 +575,7 @@ async fn delete_own_guard(client: &Client, path: &str, run_id: &str) -> bool {
     if stat.ephemeral_owner != client.session_id().0 || data != run_id.as_bytes() {
         return true;
     }
+    tally::wrote(WriteKind::Guard, 1);
     match crate::zk::delete_if_there(client, path, Some(stat.version)).await {
         Ok(()) => true,
         Err(err) => {
@@ -570,7 +585,8 @@ async fn delete_own_guard(client: &Client, path: &str, run_id: &str) -> bool {
     }
 }
 
-async fn delete_if_there(client: &Client, path: &str) {
+async fn delete_if_there(client: &Client, path: &str, kind: WriteKind) {
+    tally::wrote(kind, 1);
     if let Err(err) = crate::zk::delete_if_there(client, path, None).await {
         tracing::debug!(path, error = %err, "not deleted");
     }
@@ -617,6 +633,11 @@ pub async fn withdraw(
     if let Some(open) = &claim.open {
         writer.add_delete(open, None).map_err(zk_err)?;
     }
+    let ops = 1
+        + usize::from(claim.guard.is_some())
+        + usize::from(marker.is_some())
+        + usize::from(claim.open.is_some());
+    tally::wrote_checked(WriteKind::Record, ops, 1);
     match writer.commit().await {
         Ok(_) => Ok(()),
         Err(CheckWriteError::CheckFailed { .. }) => Err(ClaimError::NotOwner { token }),
@@ -653,6 +674,7 @@ pub async fn rewrite_record(
         _ => None,
     };
     let Some(open) = open else {
+        tally::wrote(WriteKind::Record, 1);
         return match client
             .set_data(&path, &record.to_bytes(), Some(version))
             .await
@@ -671,6 +693,7 @@ pub async fn rewrite_record(
             path: path.clone(),
             source,
         })?;
+    tally::wrote(WriteKind::Record, 2);
     match multi.commit().await {
         Ok(results) => match results.first() {
             Some(zookeeper_client::MultiWriteResult::SetData { stat }) => Ok(stat.version),
@@ -735,7 +758,10 @@ async fn ensure_children(
         // The client sends a request when it is made: a window of them is pipelined.
         let created: Vec<_> = window
             .iter()
-            .map(|path| client.create(path, &[], &options))
+            .map(|path| {
+                tally::wrote(WriteKind::Parents, 1);
+                client.create(path, &[], &options)
+            })
             .collect();
         for (path, created) in window.iter().zip(created) {
             match created.await {

@@ -18,6 +18,7 @@ use crate::delayed::submission::{ForgetBucket, Stored, SubmissionId};
 use crate::ids::JobName;
 use crate::layout::{LedgerPaths, RecordName};
 use crate::run::RunRecord;
+use crate::zk::tally::{self, WriteKind};
 
 /// Deleted at most per call, so that pruning a long backlog never floods the ensemble.
 pub const PRUNE_BATCH: usize = 1000;
@@ -239,7 +240,9 @@ async fn commit(
 ) -> Result<(), MultiWriteError> {
     let mut lists: BTreeMap<ForgetBucket, Vec<&str>> = BTreeMap::new();
     let mut multi = client.new_multi_writer();
+    let mut ops = 0;
     for doomed in group {
+        ops += 1 + usize::from(!matches!(doomed.request, RequestFate::None));
         let built = multi
             .add_delete(&doomed.record, doomed.version)
             .and_then(|()| match &doomed.request {
@@ -259,6 +262,7 @@ async fn commit(
         built.map_err(|source| MultiWriteError::RequestFailed { source })?;
     }
     let options = CreateMode::PersistentSequential.with_acls(acls);
+    tally::wrote(WriteKind::Prune, ops + lists.len());
     for (bucket, ids) in lists {
         multi
             .add_create(

@@ -16,6 +16,7 @@ use crate::ids::{FencingToken, NodeId};
 use crate::layout::DelayedPaths;
 use crate::layout::LedgerPaths;
 use crate::run::{RunRecord, RunStatus};
+use crate::zk::tally::{self, WriteKind};
 
 /// Why a submission request did not do what was asked.
 #[derive(Debug, thiserror::Error)]
@@ -98,6 +99,7 @@ pub async fn submit(
             .add_create(&node, &data, &options)
             .and_then(|()| multi.add_create(&marker, &[], &options))
             .map_err(|source| zk(&node, source))?;
+        tally::wrote(WriteKind::Submit, 2);
         match multi.commit().await {
             Ok(_) => return Ok(Submitted::Created),
             Err(MultiWriteError::OperationFailed {
@@ -265,7 +267,10 @@ async fn submit_chunk(
                 })
             });
         let committed = match built {
-            Ok(()) => multi.commit().await,
+            Ok(()) => {
+                tally::wrote(WriteKind::Submit, parents.len() + 2 * chunk.len());
+                multi.commit().await
+            }
             Err(source) => Err(MultiWriteError::RequestFailed { source }),
         };
         match committed {
@@ -337,7 +342,10 @@ async fn make_parents(
     // Parents before children: one session answers in order, so all can be out at once.
     let creates: Vec<_> = parents
         .iter()
-        .map(|path| client.create(path, &[], options))
+        .map(|path| {
+            tally::wrote(WriteKind::Parents, 1);
+            client.create(path, &[], options)
+        })
         .collect();
     let mut made = Vec::new();
     for (path, create) in parents.iter().zip(creates) {
@@ -468,6 +476,7 @@ pub async fn cancel(
             .add_delete(&marker, None)
             .and_then(|()| multi.add_create(&path, &record.to_bytes(), &options))
             .map_err(|source| zk(&marker, source))?;
+        tally::wrote(WriteKind::Submit, 2);
         match multi.commit().await {
             Ok(_) => return Ok(submission),
             Err(MultiWriteError::OperationFailed {
@@ -578,6 +587,7 @@ pub async fn reschedule(
             .and_then(|()| multi.add_delete(&old_marker, None))
             .and_then(|()| multi.add_create(&new_marker, &[], &options))
             .map_err(|source| zk(&node, source))?;
+        tally::wrote(WriteKind::Submit, 3);
         match multi.commit().await {
             Ok(_) => return Ok(Rescheduled::Moved(moved)),
             // Changed meanwhile (another reschedule): read it again.

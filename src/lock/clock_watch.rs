@@ -58,6 +58,7 @@ pub async fn read(
 ) -> Result<Reading, String> {
     let bounded = |what: &str| format!("{what}: no answer within {timeout:?}");
     let sent_unix_ms = unix_ms_now();
+    crate::zk::tally::wrote(crate::zk::tally::WriteKind::Member, 1);
     let stat = tokio::time::timeout(timeout, client.set_data(&member, &data, None))
         .await
         .map_err(|_| bounded(&member))?

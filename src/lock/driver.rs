@@ -368,6 +368,7 @@ impl<'a> Driver<'a> {
             let member = self.settings.paths.member(&self.settings.me.node_id);
             // Deleting it ourselves, rather than leaving it to the session close, lets a restart of
             // this node register at once.
+            crate::zk::tally::wrote(crate::zk::tally::WriteKind::Member, 1);
             let deleted =
                 tokio::time::timeout(live.request_timeout(), live.client.delete(&member, None))
                     .await;

@@ -66,6 +66,7 @@ pub async fn register(
     let options = CreateMode::Ephemeral.with_acls(acls);
     let mut announced = false;
     loop {
+        crate::zk::tally::wrote(crate::zk::tally::WriteKind::Member, 1);
         match client.create(path, &me.to_bytes(), &options).await {
             Ok(_) => return Ok(()),
             Err(zookeeper_client::Error::NodeExists) => {}

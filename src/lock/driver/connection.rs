@@ -207,6 +207,7 @@ pub(super) async fn ensure_lock_paths(
         return Ok(());
     }
     let options = CreateMode::Persistent.with_acls(acls);
+    crate::zk::tally::wrote(crate::zk::tally::WriteKind::Lock, 1);
     match client.create(&paths.epoch, b"", &options).await {
         Ok(_) | Err(zookeeper_client::Error::NodeExists) => Ok(()),
         Err(source) => Err(zk_err(&paths.epoch, source)),

@@ -138,6 +138,7 @@ async fn create(conn: &Connection, settings: &LockSettings) -> Option<Input> {
     if let Err(err) = built {
         return Some(Input::CreateDone(Err(failure(&paths.lock, &err))));
     }
+    crate::zk::tally::wrote(crate::zk::tally::WriteKind::Lock, 2);
     let result = match multi.commit().await {
         Ok(results) => token_of(&results),
         // Someone holds it: routine, the machine reads who.
@@ -229,6 +230,7 @@ async fn bump(conn: &Connection, settings: &LockSettings, lock_version: i32) -> 
     if let Err(err) = built {
         return Some(Input::BumpDone(Err(failure(&paths.lock, &err))));
     }
+    crate::zk::tally::wrote_checked(crate::zk::tally::WriteKind::Lock, 1, 1);
     let result = match multi.commit().await {
         Ok(results) => token_of(&results),
         Err(err) => Err(multi_failure(&paths.lock, &err)),
@@ -250,7 +252,9 @@ async fn release(conn: &Connection, settings: &LockSettings, lock_version: i32) 
     let marked = marked.to_bytes();
     let marked = marked.as_slice();
     let mark_and_delete = |version: i32| async move {
+        crate::zk::tally::wrote(crate::zk::tally::WriteKind::Lock, 1);
         let stat = conn.client.set_data(path, marked, Some(version)).await?;
+        crate::zk::tally::wrote(crate::zk::tally::WriteKind::Lock, 1);
         conn.client.delete(path, Some(stat.version)).await
     };
     let result = match mark_and_delete(lock_version).await {

@@ -531,11 +531,11 @@ impl Io {
                 spec,
                 claim,
                 context,
-                record_first,
+                record,
                 not_before,
             } => self
                 .runs
-                .start(s, spec, claim, context, record_first, not_before),
+                .start(s, spec, claim, context, record, not_before),
             Action::CancelRun { run_id } => self.runs.cancel(&run_id),
             Action::TakeLeases { id, run_id, limits } => {
                 return self.take_leases(id, run_id, limits);

@@ -47,7 +47,7 @@ use housekeeping::Housekeeping;
 use jobs::{Jobs, mine};
 pub use protocol::{
     Action, ClaimId, ClaimRefused, FireReason, Input, JobRecords, MISSED_AFTER, Me, RecordWrite,
-    START_LEAD, Scanned, TickClaim, WITHDRAW_LIMIT, Wanted,
+    START_LEAD, Scanned, StartWrite, TickClaim, WITHDRAW_LIMIT, Wanted,
 };
 use protocol::{Item, is_late};
 use starts::Starts;

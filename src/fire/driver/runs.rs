@@ -2,7 +2,8 @@
 //! through the runner, or a delivery for a URL target), and their cancel handles.
 //!
 //! Owns: the runs alive here by run id, the prepared processes waiting for their go, and a
-//! run's record written `running` beside its start or before it (a submission's); each run's
+//! run's record written `running` beside its start or before it, when its claim did not say so
+//! already ([`StartWrite`]); each run's
 //! end back to the machine as its input.
 //! Must not: decide whether, when or why a run starts or stops (the machine does).
 
@@ -14,7 +15,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::session::{Session, bounded};
-use crate::fire::machine::Input;
+use crate::fire::machine::{Input, StartWrite};
 use crate::ledger::{self, group::GroupCommit};
 use crate::report::error_chain;
 use crate::run;
@@ -87,7 +88,7 @@ impl Runs {
         spec: Arc<run::JobSpec>,
         claim: run::Claim,
         context: run::RunContext,
-        record_first: bool,
+        record: StartWrite,
         not_before: DateTime<Utc>,
     ) {
         let cancel = CancellationToken::new();
@@ -100,7 +101,7 @@ impl Runs {
                     // Here, not in the run's task: the job starts before anything
                     // else spawned at this instant is polled. A run whose record must
                     // say `running` first gets its go after that write.
-                    if !record_first {
+                    if record != StartWrite::Before {
                         prepared.go();
                     }
                     Process::Prepared(prepared)
@@ -118,14 +119,19 @@ impl Runs {
             deliveries: Arc::clone(&self.deliveries),
         };
         s.tasks.spawn(async move {
-            let ended = if record_first {
-                run.after_its_record(claim, group).await
-            } else {
-                let (claim, report) = run.beside_its_record(claim, group).await;
-                Input::RunEnded {
-                    claim: Box::new(claim),
-                    report,
+            let ended = match record {
+                StartWrite::Before => run.after_its_record(claim, group).await,
+                StartWrite::Beside => {
+                    let (claim, report) = run.beside_its_record(claim, group).await;
+                    Input::RunEnded {
+                        claim: Box::new(claim),
+                        report,
+                    }
                 }
+                StartWrite::InClaim => Input::RunEnded {
+                    claim: Box::new(claim),
+                    report: run.start().await,
+                },
             };
             let _ = answers.send(ended);
         });

@@ -339,6 +339,22 @@ pub(super) fn fresh_record(
     }
 }
 
+/// A tick's run is claimed as `running`, from its planned start, so that its start writes
+/// nothing: for a tick, unlike a submission, a record still `claimed` would prove nothing (the
+/// start goes beside its write), and the next owner resolves both alike. A tick that waits for
+/// its job's limits after its claim stays `claimed` until it starts, so that the record tells
+/// waiting from running.
+fn said_running_by_its_claim(mut record: RunRecord, pending: &Pending) -> RunRecord {
+    if record.status == RunStatus::Claimed
+        && pending.submission.is_none()
+        && pending.config.limits.is_empty()
+    {
+        record.status = RunStatus::Running;
+        record.started_unix_ms = Some(pending.start_at.timestamp_millis());
+    }
+    record
+}
+
 /// A claimed tick that will not start, as the `missed` record that says why.
 pub(super) fn missed_claim(claim: &Claim, why: &str) -> Claim {
     let mut missed = claim.clone();
@@ -397,6 +413,7 @@ impl Claims {
         self.next_id += 1;
         let guarded = pending.config.concurrency == Concurrency::Forbid
             && record.status == RunStatus::Claimed;
+        let record = said_running_by_its_claim(record, &pending);
         self.insert(id, pending);
         out.push(Action::Claim(TickClaim {
             id,

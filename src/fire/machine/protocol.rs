@@ -146,7 +146,7 @@ pub enum Input {
         claim: Box<Claim>,
         report: RunReport,
     },
-    /// A run started with `record_first` never started its process: its record could not be
+    /// A run started with [`StartWrite::Before`] never started its process: its record could not be
     /// marked `running` (no answer, or changed by someone else), or it was cancelled first. The
     /// record still says `claimed`, which proves it never ran — or `running`, when the write
     /// was applied and its answer lost (`maybe_written`).
@@ -259,10 +259,8 @@ pub enum Action {
         spec: Arc<JobSpec>,
         claim: Claim,
         context: RunContext,
-        /// Write the record `running` before the process starts, and start it only if that
-        /// write succeeds (a submission's run: a record still `claimed` then proves it never
-        /// ran, so the next owner may take it over). Otherwise the two go side by side.
-        record_first: bool,
+        /// When the record says `running`.
+        record: StartWrite,
         /// The job's program starts not before this instant (a prepared run's start goes out
         /// [`START_LEAD`] ahead of it).
         not_before: DateTime<Utc>,
@@ -429,4 +427,19 @@ impl Item {
             submission: None,
         }
     }
+}
+
+/// When a started run's record says `running` ([`Action::StartRun`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartWrite {
+    /// Its claim said so already: a tick's, whose record stored `running` proves nothing a
+    /// `claimed` one does not (the next owner resolves both alike), so the start writes nothing.
+    InClaim,
+    /// Written beside the start, a round trip later: a tick claimed before it waited for its
+    /// job's limits, so that the record told waiting from running.
+    Beside,
+    /// Written before the process starts, which starts only if the write succeeds: a
+    /// submission's run, whose record still `claimed` proves it never ran, so the next owner
+    /// may take it over.
+    Before,
 }

@@ -22,7 +22,7 @@ use super::guards::Guards;
 use super::housekeeping::Retention;
 use super::protocol::{
     Action, ClaimId, ClaimRefused, FireReason, Item, MISSED_AFTER, RecordWrite, is_late,
-    on_time_until,
+    on_time_until, StartWrite,
 };
 use super::rewrites::Rewrites;
 use super::runs::{self, Runs};
@@ -482,6 +482,13 @@ impl Starts {
             return;
         };
         let context = pending.context(ctx.me, &claim);
+        let record = if pending.submission.is_some() {
+            StartWrite::Before
+        } else if claim.sent.status == RunStatus::Running {
+            StartWrite::InClaim
+        } else {
+            StartWrite::Beside
+        };
         claim.record.status = RunStatus::Running;
         // A prepared run's job starts at its instant, a little after this decision.
         claim.record.started_unix_ms = Some(ctx.now.max(pending.start_at).timestamp_millis());
@@ -503,7 +510,7 @@ impl Starts {
             spec: Arc::clone(&pending.config.spec),
             claim,
             context,
-            record_first: pending.submission.is_some(),
+            record,
             not_before: pending.start_at,
         });
         if pending.in_backlog {

@@ -278,8 +278,13 @@ fn an_owner_claims_ahead_and_starts_at_the_tick() {
             claim.mode,
             claim.guarded
         ),
-        (RunStatus::Claimed, TOKEN, ClaimMode::Create, true),
-        "forbid (the default) claims with the guard"
+        (RunStatus::Running, TOKEN, ClaimMode::Create, true),
+        "forbid (the default) claims with the guard; a tick's claim says running"
+    );
+    assert_eq!(
+        claim.record.started_unix_ms,
+        Some(t(1000).timestamp_millis()),
+        "from its planned start"
     );
     let prepared = m.handle(ok(&claim), t(752));
     let [Action::PrepareRun { context: ahead, .. }] = prepared.as_slice() else {
@@ -293,13 +298,23 @@ fn an_owner_claims_ahead_and_starts_at_the_tick() {
     );
     assert!(starts(&m.handle(Input::Tick, t(994))).is_empty());
     let at_lead = m.handle(Input::Tick, t(995));
-    let [Action::StartRun { not_before, .. }] = at_lead.as_slice() else {
+    let [
+        Action::StartRun {
+            not_before, record, ..
+        },
+    ] = at_lead.as_slice()
+    else {
         panic!("one start: {at_lead:?}");
     };
     assert_eq!(
         *not_before,
         t(1000),
         "the job's program starts at the tick, never before"
+    );
+    assert_eq!(
+        *record,
+        StartWrite::InClaim,
+        "the claim said running: the start writes nothing"
     );
     let (started, context) = only_start(&at_lead);
     assert_eq!(
@@ -608,7 +623,7 @@ fn defect_1_a_forbid_tick_is_not_skipped_when_the_run_ends_before_it() {
     let again = m.handle(written(finished), t(1995));
     let retry = claims(&again);
     assert_eq!(retry.len(), 1, "claimed once more: {again:?}");
-    assert_eq!(retry[0].record.status, RunStatus::Claimed);
+    assert_eq!(retry[0].record.status, RunStatus::Running);
     assert_eq!(ms_of(&retry[0]), 2000);
     m.handle(ok(&retry[0]), t(1998));
     let (_, context) = only_start(&m.handle(Input::Tick, t(2000)));
@@ -795,7 +810,7 @@ fn a_late_claim_waits_for_our_own_runs_record_instead_of_retrying_at_once() {
     let again = only_claim(&m.handle(written(finished), t(3296)));
     assert_eq!(
         (ms_of(&again), again.record.status),
-        (3000, RunStatus::Claimed)
+        (3000, RunStatus::Running)
     );
     let (_, context) = only_start(&m.handle(ok(&again), t(3298)));
     assert_eq!(context.scheduled_at, t(3000));
@@ -812,7 +827,7 @@ fn a_forbid_tick_is_skipped_when_a_run_is_still_alive_at_its_time() {
     let again = only_claim(&m.handle(Input::Tick, t(2000)));
     assert_eq!(
         again.record.status,
-        RunStatus::Claimed,
+        RunStatus::Running,
         "tried at the tick itself"
     );
     let skip = only_claim(&m.handle(refused(&again, ClaimRefused::RunAlive), t(2002)));
@@ -935,7 +950,7 @@ fn issue_31_a_guard_whose_release_got_no_answer_is_released_once_back() {
     let again = only_claim(&m.handle(released, t(4_010)));
     assert_eq!(
         (ms_of(&again), again.record.status),
-        (4_000, RunStatus::Claimed),
+        (4_000, RunStatus::Running),
         "claimed again once the guard is gone"
     );
     only_start(&m.handle(ok(&again), t(4_020)));

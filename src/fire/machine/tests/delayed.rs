@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::delayed::submission::{DueBucket, Submission, SubmissionId};
-use crate::fire::machine::Scanned;
+use crate::fire::machine::{Scanned, StartWrite};
 
 const ON_DEMAND: &str = "[[job]]\nname = \"close\"\nshell = \"cat\"\nstarting_deadline = \"10s\"\n";
 
@@ -605,15 +605,16 @@ fn a_submission_claimed_but_never_started_by_a_dead_owner_is_taken_over_as_the_s
     let [
         Action::StartRun {
             context,
-            record_first,
+            record,
             ..
         },
     ] = &start[..]
     else {
         panic!("{start:?}")
     };
-    assert!(
-        record_first,
+    assert_eq!(
+        *record,
+        StartWrite::Before,
         "a submission's record says running before it starts"
     );
     assert!(context.resumed);

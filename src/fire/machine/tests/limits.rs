@@ -70,9 +70,25 @@ fn a_limited_run_starts_once_it_holds_its_lease_however_late() {
             .all(|a| !matches!(a, Action::TakeLeases { .. } | Action::WriteRecord(_))),
         "{meanwhile:?}"
     );
-    let (run, _) = only_start(&m.handle(taken(id, &run_id, None), t(75_000)));
+    let started = m.handle(taken(id, &run_id, None), t(75_000));
+    let (run, _) = only_start(&started);
     assert_eq!(run.record.run_id, run_id);
     assert_eq!(run.record.scheduled_unix_ms, t(60_000).timestamp_millis());
+    assert_eq!(
+        run.sent.status,
+        RunStatus::Claimed,
+        "a run that waits for its lease is claimed, not running, until it starts"
+    );
+    assert!(
+        matches!(
+            started[..],
+            [Action::StartRun {
+                record: StartWrite::Beside,
+                ..
+            }]
+        ),
+        "so its start says running: {started:?}"
+    );
 }
 
 #[test]

@@ -58,7 +58,7 @@ fn a_paused_jobs_ticks_are_recorded_skipped_with_who_and_why_and_resume_fires_th
         Some("paused by ops@h1: downstream broken")
     );
     assert!(!a[0].guarded, "a record only: no guard");
-    assert_eq!(b[0].record.status, RunStatus::Claimed, "b is not paused");
+    assert_eq!(b[0].record.status, RunStatus::Running, "b is not paused");
     assert_eq!(
         m.handle(ok(a[0]), t(760)),
         vec![Action::Prune {
@@ -72,7 +72,7 @@ fn a_paused_jobs_ticks_are_recorded_skipped_with_who_and_why_and_resume_fires_th
     assert_eq!(m.handle(Input::PausesRead(Pauses::new()), t(900)), vec![]);
     let next = claims(&m.handle(Input::Tick, t(1750)));
     assert!(
-        next.iter().all(|c| c.record.status == RunStatus::Claimed
+        next.iter().all(|c| c.record.status == RunStatus::Running
             && c.record.scheduled_unix_ms == t(2000).timestamp_millis()),
         "resumed: a claims its next tick again, nothing replayed: {next:?}"
     );

@@ -135,7 +135,9 @@ pub struct JobReport {
     pub last: Option<RunSummary>,
     /// Ticks recorded `missed` among the kept records.
     pub missed_ticks: u64,
-    /// The run id holding the job's `running` guard.
+    /// A run of the job alive now: the one holding the job's `running` guard (a `forbid` run
+    /// that outlived its owner's hold of the lock, or the first of an owner's), else the newest
+    /// record that says `running`.
     pub alive_run: Option<String>,
     pub pending_submissions: usize,
     pub next_due_unix_ms: Option<i64>,
@@ -297,6 +299,13 @@ pub async fn gather(
             _ => None,
         };
         let (count, due) = pending.per_job.get(name).copied().unwrap_or((0, 0));
+        let alive_run = match ledger::guard_holder(client, ledger_paths, name).await {
+            Some(holder) => Some(holder),
+            None => records
+                .iter()
+                .find(|record| record.status == crate::run::RunStatus::Running)
+                .map(|record| record.run_id.clone()),
+        };
         jobs.push(JobReport {
             name: name.clone(),
             group: job
@@ -318,7 +327,7 @@ pub async fn gather(
                 status: r.status,
                 node_id: r.node_id,
             }),
-            alive_run: ledger::guard_holder(client, ledger_paths, name).await,
+            alive_run,
             pending_submissions: count,
             next_due_unix_ms: (count > 0).then_some(due),
         });

@@ -489,6 +489,7 @@ impl Io {
             Action::WriteRecord(claim) => return self.records.write(s, claim),
             Action::Withdraw { id, claim } => return self.records.withdraw(s, id, claim),
             Action::ReleaseGuard(claim) => return self.records.release_guard(s, claim),
+            Action::TakeGuard(claim) => return self.records.take_guard(s, claim),
             Action::Prune {
                 job,
                 keep,
@@ -533,9 +534,7 @@ impl Io {
                 context,
                 record,
                 not_before,
-            } => self
-                .runs
-                .start(s, spec, claim, context, record, not_before),
+            } => self.runs.start(s, spec, claim, context, record, not_before),
             Action::CancelRun { run_id } => self.runs.cancel(&run_id),
             Action::TakeLeases { id, run_id, limits } => {
                 return self.take_leases(id, run_id, limits);

@@ -180,6 +180,10 @@ impl FireMachine {
             Input::GuardReleased { run_id, settled } => self.claim_path(now, &mut out, |s, ctx| {
                 s.guard_released(ctx, &run_id, settled)
             }),
+            Input::GuardTaken { run_id, guard } => {
+                self.claim_path(now, &mut out, |s, ctx| s.guard_taken(ctx, &run_id, guard));
+                self.maybe_hand_over(now, &mut out);
+            }
             Input::Shutdown => self.shutdown(now, &mut out),
             Input::DelayedScanned { generation, result } => {
                 self.delayed_scanned(generation, result, now, &mut out);
@@ -535,7 +539,11 @@ impl FireMachine {
         // A new token is a Lost and an acquisition, even with no status between them.
         let lost = before.token.is_some() && before.token != status.token;
         if lost {
-            self.claim_path(now, out, |s, ctx| s.lost(ctx));
+            // Taken before on_lost cancels: a cancelled run is alive until its process ended.
+            self.claim_path(now, out, |s, ctx| {
+                s.guard_outliving_runs(ctx);
+                s.lost(ctx);
+            });
         }
         if before.may_fire && (lost || !status.may_fire) {
             self.jobs.cannot_fire();
@@ -651,6 +659,7 @@ impl FireMachine {
         self.starts.claims.stop();
         self.jobs.stop();
         self.starts.claims.withdraw_unstarted(out);
+        self.claim_path(now, out, |s, ctx| s.guard_outliving_runs(ctx));
         self.maybe_hand_over(now, out);
     }
 
@@ -710,6 +719,7 @@ impl FireMachine {
         // would otherwise be settled as a lost lock's, its record and guard left behind, and
         // the guard kept the job from running on the new owner while this session lived.
         self.starts.claims.withdraw_unstarted(out);
+        self.claim_path(now, out, |s, ctx| s.guard_outliving_runs(ctx));
         self.apply_lock(now, out);
         self.maybe_hand_over(now, out);
     }
@@ -736,7 +746,7 @@ impl FireMachine {
 
     /// Stopping: hand the lock over once no claim is out, or when the limit has passed.
     fn maybe_hand_over(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
-        let outstanding = self.starts.claims.outstanding();
+        let outstanding = self.starts.claims.outstanding() + self.starts.guards_taking();
         let Some(stopping) = self.stopping.as_mut() else {
             return self.maybe_yield(outstanding, now, out);
         };

@@ -120,12 +120,12 @@ pub(super) async fn overview(
         }
         Err(err) => overview.error = Some(chain(&err)),
     }
-    overview.running = crate::ledger::running_jobs(&client, &paths.ledger)
+    let index = state.index(&client);
+    overview.running = running_now(&client, &paths.ledger, &index)
         .await
         .into_iter()
         .collect();
     overview.running.sort();
-    let index = state.index(&client);
     if let Ok(runs) = index.state.read() {
         overview.failing = config
             .jobs
@@ -287,6 +287,26 @@ impl Facts<'_> {
     }
 }
 
+/// The jobs whose run is alive in the cluster now: those whose newest record says `running`
+/// (the index), and those whose guard names a run (a `forbid` run that outlived its owner's
+/// hold of the lock, or the first of an owner's).
+async fn running_now(
+    client: &zookeeper_client::Client,
+    ledger: &crate::layout::LedgerPaths,
+    index: &RunIndex,
+) -> std::collections::HashSet<JobName> {
+    let mut running = crate::ledger::running_jobs(client, ledger).await;
+    if let Ok(runs) = index.state.read() {
+        running.extend(
+            runs.jobs
+                .iter()
+                .filter(|(_, job)| job.running())
+                .map(|(name, _)| name.clone()),
+        );
+    }
+    running
+}
+
 fn bad_request(message: String) -> ApiError {
     ApiError::new(StatusCode::BAD_REQUEST, message)
 }
@@ -308,8 +328,8 @@ pub(super) async fn jobs(
     let pauses = control_store::pauses(&client, &paths.control)
         .await
         .map_err(|err| ApiError::unavailable(chain(&err)))?;
-    let alive = crate::ledger::running_jobs(&client, &paths.ledger).await;
     let index = state.index(&client);
+    let alive = running_now(&client, &paths.ledger, &index).await;
     let progress = IndexProgress::of(&index);
     let runs = index
         .state

@@ -88,8 +88,9 @@ pub struct JobRuns {
     /// The newest [`STRIP`] records' outcomes.
     pub strip: BTreeMap<RecordName, RunStatus>,
     /// The newest record of a run that started (or ended without starting: skipped, missed,
-    /// interrupted). A tick only `claimed` is a promise, not a run: claimed ahead of its
-    /// instant, it would stand for the job's last run for a moment before every tick.
+    /// interrupted). A run only `claimed` is a promise, not a run: a submission's, before its
+    /// start; a tick's waiting for its job's limits. A tick's claim says `running` from its
+    /// planned start, up to `claim_ahead` before it.
     last: Option<(RecordName, RunDigest)>,
     /// Every kept `missed` record, with the ticks it stands for.
     missed: BTreeMap<RecordName, u64>,
@@ -104,6 +105,13 @@ impl JobRuns {
     /// The newest run.
     pub fn last(&self) -> Option<&RunDigest> {
         self.last.as_ref().map(|(_, digest)| digest)
+    }
+
+    /// Its newest run has not ended: a tick's record says `running` from its claim, a moment
+    /// before its instant (a `forbid` job's guard names only runs that outlive an owner).
+    pub fn running(&self) -> bool {
+        self.last()
+            .is_some_and(|last| last.status == RunStatus::Running)
     }
 
     fn put(&mut self, name: RecordName, digest: RunDigest) {

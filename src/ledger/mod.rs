@@ -558,6 +558,45 @@ pub async fn release_unstarted_guard(client: &Client, claim: &Claim) -> bool {
     }
 }
 
+/// Makes the `running/<job>` guard of `claim`'s run, which was claimed without one and outlives
+/// our hold of the lock, on the session that claimed it; the guard's path when our session holds
+/// it now. `None` when that session is gone (its guard would have gone with it), and when the
+/// guard is another run's (logged: a run of the job is alive elsewhere too).
+///
+/// # Errors
+/// The request failed.
+pub async fn take_guard(
+    client: &Client,
+    paths: &LedgerPaths,
+    claim: &Claim,
+    acls: Acls<'static>,
+) -> Result<Option<String>, ClaimError> {
+    let session = client.session_id().0;
+    if SessionId(session) != claim.session {
+        return Ok(None);
+    }
+    let path = paths.running(&claim.record.job);
+    let run_id = claim.record.run_id.as_bytes();
+    tally::wrote(WriteKind::Guard, 1);
+    match client
+        .create(&path, run_id, &CreateMode::Ephemeral.with_acls(acls))
+        .await
+    {
+        Ok(_) => Ok(Some(path)),
+        Err(ZkErr::NodeExists) => match client.get_data(&path).await {
+            // Ours: a reply lost before.
+            Ok((data, stat)) if stat.ephemeral_owner == session && data == run_id => Ok(Some(path)),
+            Ok((data, _)) => {
+                tracing::warn!(path, holder = %String::from_utf8_lossy(&data), run_id = claim.record.run_id, "the guard is another run's: a run of the job is alive elsewhere too");
+                Ok(None)
+            }
+            Err(ZkErr::NoNode) => Ok(None),
+            Err(source) => Err(ClaimError::Zk { path, source }),
+        },
+        Err(source) => Err(ClaimError::Zk { path, source }),
+    }
+}
+
 /// Deletes the guard at `path` if it is still run `run_id`'s, made by our session; whether that
 /// is settled (see [`release_unstarted_guard`]). A delete after a lost reply must not take a
 /// guard made since: a peer's (another session), or our own next run's (another run id). Only

@@ -290,6 +290,39 @@ impl Records {
         None
     }
 
+    /// Takes the guard of a run that outlives our hold of the lock.
+    pub fn take_guard(&self, s: &Session, claim: run::Claim) -> Option<Input> {
+        let run_id = claim.record.run_id.clone();
+        let Some(client) = s.client.clone() else {
+            // No session: the one that claimed the run is gone, and a guard would have gone
+            // with it.
+            return Some(Input::GuardTaken {
+                run_id,
+                guard: None,
+            });
+        };
+        let (paths, answers, acls) = (self.paths.clone(), s.answers.clone(), self.acls);
+        s.tasks.spawn(async move {
+            let taken = ledger::take_guard(&client, &paths, &claim, acls);
+            let guard = match bounded(&claim.path, taken).await {
+                Some(Ok(guard)) => guard,
+                // The create may be applied all the same, and a guard left behind would keep
+                // the job from running anywhere while our session lives (issue 31): taken, as
+                // far as the run's final record goes, which deletes it if it is there.
+                failed => {
+                    let why = match failed {
+                        Some(Err(err)) => error_chain(&err),
+                        _ => "no answer in time".to_owned(),
+                    };
+                    tracing::warn!(job = %claim.record.job, run_id, error = why, "guard of a run that outlives the lock maybe not taken: the next owner may start the job beside it");
+                    Some(paths.running(&claim.record.job))
+                }
+            };
+            let _ = answers.send(Input::GuardTaken { run_id, guard });
+        });
+        None
+    }
+
     /// Prunes `job`'s records beyond the `keep` newest.
     pub fn prune(&self, s: &Session, job: JobName, keep: usize, remember: Duration) -> Option<()> {
         let client = s.client.clone()?;

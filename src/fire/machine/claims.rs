@@ -394,6 +394,11 @@ pub(super) struct Claims {
     starting: HashMap<JobName, usize>,
     /// The submissions these claims are for: a scan finds each due one once more per second.
     submissions: HashSet<String>,
+    /// Per `forbid` job, the token under which a claim of it took the guard: no run of the job
+    /// was alive on another node then, and none can start elsewhere while that token holds
+    /// (every other node's claim fails its epoch check; a run that outlives a hold takes its
+    /// guard before the lock goes). Its claims under that token go without the guard.
+    guard_proven: HashMap<JobName, FencingToken>,
 }
 
 fn starts_a_run(pending: &Pending) -> bool {
@@ -412,7 +417,8 @@ impl Claims {
         let id = ClaimId(self.next_id);
         self.next_id += 1;
         let guarded = pending.config.concurrency == Concurrency::Forbid
-            && record.status == RunStatus::Claimed;
+            && record.status == RunStatus::Claimed
+            && self.guard_proven.get(&pending.config.spec.name) != Some(&pending.token);
         let record = said_running_by_its_claim(record, &pending);
         self.insert(id, pending);
         out.push(Action::Claim(TickClaim {
@@ -428,9 +434,14 @@ impl Claims {
         self.maybe_marked_running.insert(run_id, version);
     }
 
-    /// The claim of a run settled: what may have been written before is known now.
-    pub fn claimed(&mut self, run_id: &str) {
-        self.maybe_marked_running.remove(run_id);
+    /// The claim of a run settled: what may have been written before is known now; a claim
+    /// that took the guard proves no run of its job alive elsewhere under its token.
+    pub fn claimed(&mut self, claim: &Claim) {
+        self.maybe_marked_running.remove(&claim.record.run_id);
+        if claim.guard.is_some() {
+            self.guard_proven
+                .insert(claim.record.job.clone(), claim.record.fencing_token);
+        }
     }
 
     /// A run that never started, claimed again at the version it was claimed at, was refused:

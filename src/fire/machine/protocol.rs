@@ -169,6 +169,13 @@ pub enum Input {
     /// Answer to [`Action::ReleaseGuard`]: `settled` when the guard is gone or not ours, false
     /// when ZooKeeper did not answer (the release is sent again once connected).
     GuardReleased { run_id: String, settled: bool },
+    /// Answer to [`Action::TakeGuard`]: the guard's path when our session holds it now; `None`
+    /// when it could not be made (the session that claimed the run is gone, and the guard
+    /// would have gone with it; or ZooKeeper refused or did not answer, which is logged).
+    GuardTaken {
+        run_id: String,
+        guard: Option<String>,
+    },
     /// The daemon is stopping.
     Shutdown,
     /// Answer to [`Action::HandOver`]: the lock is released (or was never ours).
@@ -289,6 +296,11 @@ pub enum Action {
     /// our session still holds it, and leave its record for the next owner to resolve.
     /// Answered by [`Input::GuardReleased`].
     ReleaseGuard(Claim),
+    /// This run of a `forbid` job, claimed without the guard, outlives our hold of the lock
+    /// (we hand it over, or lost it with our session still alive): make its `running/<job>`
+    /// guard, on the session that claimed it, so that the next owner's claims of the job find
+    /// it alive. Answered by [`Input::GuardTaken`].
+    TakeGuard(Claim),
     /// Keep the job's newest `keep` records. A pruned submission's id stays remembered (a
     /// tombstone) until `remember` after its run ended (`dedup_window`).
     Prune {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 
 use super::protocol::{Action, FireReason, Item};
-use crate::config::{JobConfig, KeepOutput, OnLost};
+use crate::config::{Concurrency, JobConfig, KeepOutput, OnLost};
 use crate::ids::JobName;
 use crate::run::Claim;
 use crate::run::{RunOutcome, RunReport, SubmissionInput};
@@ -26,6 +26,8 @@ pub(super) struct Run {
     pub started_at: DateTime<Utc>,
     /// A submission's run: what a retry gives the job again.
     pub submission: Option<SubmissionInput>,
+    /// The claim it started from; its guard, once one is held (the claim's, or one taken since).
+    pub claim: Claim,
 }
 
 /// A failed run to claim again at its instant: its final record says so (`retry_at_unix_ms`).
@@ -116,6 +118,7 @@ impl Runs {
             finished: None,
             started_at: now,
             submission,
+            claim: claim.clone(),
         };
         count_up(&mut self.open, &run.job);
         count_up(&mut self.alive_count, &run.job);
@@ -148,6 +151,36 @@ impl Runs {
         if let Some(run) = self.alive.get_mut(&finished.record.run_id) {
             run.finished = Some(finished.clone());
         }
+    }
+
+    /// The claims of the runs whose process has not ended, of `forbid` jobs, that hold no guard.
+    pub fn unguarded_forbid(&self) -> Vec<Claim> {
+        self.alive
+            .values()
+            .filter(|run| {
+                run.finished.is_none()
+                    && run.claim.guard.is_none()
+                    && run.config.concurrency == Concurrency::Forbid
+            })
+            .map(|run| run.claim.clone())
+            .collect()
+    }
+
+    /// Run `run_id` holds `guard` now; `false` when its process has ended (its final record
+    /// is written without it) or it is gone.
+    pub fn guard_taken(&mut self, run_id: &str, guard: &str) -> bool {
+        match self.alive.get_mut(run_id) {
+            Some(run) if run.finished.is_none() => {
+                run.claim.guard = Some(guard.to_owned());
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The guard run `run_id` holds, if any.
+    pub fn guard_of(&self, run_id: &str) -> Option<&String> {
+        self.alive.get(run_id)?.claim.guard.as_ref()
     }
 
     pub fn remove(&mut self, run_id: &str) -> Option<Run> {

@@ -21,8 +21,8 @@ use super::ctx::{Ctx, Follow};
 use super::guards::Guards;
 use super::housekeeping::Retention;
 use super::protocol::{
-    Action, ClaimId, ClaimRefused, FireReason, Item, MISSED_AFTER, RecordWrite, is_late,
-    on_time_until, StartWrite,
+    Action, ClaimId, ClaimRefused, FireReason, Item, MISSED_AFTER, RecordWrite, StartWrite,
+    is_late, on_time_until,
 };
 use super::rewrites::Rewrites;
 use super::runs::{self, Runs};
@@ -247,7 +247,7 @@ impl Starts {
             return None;
         }
         if let Ok(claim) = &result {
-            self.claims.claimed(&claim.record.run_id);
+            self.claims.claimed(claim);
         }
         self.claim_settled(ctx, id, result);
         submission.map(|submission| (submission, lost))
@@ -626,7 +626,11 @@ impl Starts {
 
     pub fn run_ended(&mut self, ctx: &mut Ctx<'_>, claim: Claim, report: &RunReport) {
         let config = ctx.jobs.config(&claim.record.job);
-        let finished = runs::finished(claim, report, config.as_deref(), ctx.now);
+        let mut finished = runs::finished(claim, report, config.as_deref(), ctx.now);
+        if finished.guard.is_none() {
+            // Taken since the start: its run outlived our hold of the lock.
+            finished.guard = self.runs.guard_of(&finished.record.run_id).cloned();
+        }
         self.runs.ended(&finished);
         ctx.out.push(Action::WriteRecord(finished));
     }
@@ -715,6 +719,33 @@ impl Starts {
             }
         }
         Self::run_gone(ctx, &job, run.in_backlog);
+    }
+
+    /// Our hold of the lock ends (a handover, a yield, or it was lost while our session may
+    /// live): every run of a `forbid` job that will outlive it and holds no guard takes one.
+    pub fn guard_outliving_runs(&mut self, ctx: &mut Ctx<'_>) {
+        for claim in self.runs.unguarded_forbid() {
+            self.guards.take(&claim, ctx.out);
+        }
+    }
+
+    /// Guards being taken (a handover waits for them).
+    pub fn guards_taking(&self) -> usize {
+        self.guards.taking()
+    }
+
+    /// Answer to [`Action::TakeGuard`]: the run holds its guard now; one whose process ended
+    /// meanwhile (its final record went without it) releases it again.
+    pub fn guard_taken(&mut self, ctx: &mut Ctx<'_>, run_id: &str, guard: Option<String>) {
+        let Some(claim) = self.guards.taken(run_id, guard) else {
+            return;
+        };
+        let Some(path) = claim.guard.as_deref() else {
+            return;
+        };
+        if !self.runs.guard_taken(run_id, path) {
+            self.guards.release(&claim, ctx.out);
+        }
     }
 
     /// Answer to [`Action::ReleaseGuard`]: claims waiting on a run of ours still alive wait

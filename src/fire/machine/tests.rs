@@ -14,6 +14,7 @@ use crate::run::{ClaimMode, RunContext, RunOutcome, RunRecord, RunReport, RunSta
 mod backfill;
 mod delayed;
 mod groups;
+mod guards;
 mod jitter;
 mod limits;
 mod notices;

@@ -604,9 +604,7 @@ fn a_submission_claimed_but_never_started_by_a_dead_owner_is_taken_over_as_the_s
     let start = m.handle(ok(&claim), t(1010));
     let [
         Action::StartRun {
-            context,
-            record,
-            ..
+            context, record, ..
         },
     ] = &start[..]
     else {

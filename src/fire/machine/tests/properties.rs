@@ -67,6 +67,12 @@ struct World {
     releases: Vec<Claim>,
     /// The runs whose guard release was ever sent.
     releases_sent: BTreeSet<String>,
+    /// Guards to take for runs that outlive the hold of the lock, not answered yet.
+    takes: Vec<Claim>,
+    /// Runs whose guard could not be taken (an injected failure, or their session was gone).
+    take_failed: BTreeSet<String>,
+    /// Runs whose guard was taken after their process ended: it is released again.
+    taken_late: BTreeSet<String>,
     /// Open records of an earlier owner marked interrupted: a later listing shows them so.
     marked: BTreeSet<String>,
     /// Started runs whose process has not ended: run id → its start claim.
@@ -258,6 +264,20 @@ impl World {
                 self.marks.push(record);
             }
             Action::Withdraw { id, .. } => self.withdraws.push(id),
+            // A guard taken for a run whose process ended meanwhile goes again (until the
+            // session ends, which a stop does).
+            Action::ReleaseGuard(claim) if self.taken_late.contains(&claim.record.run_id) => {
+                self.releases_sent.insert(claim.record.run_id.clone());
+                self.releases.push(claim);
+            }
+            Action::TakeGuard(claim) => {
+                prop_assert!(
+                    claim.record.job.as_str() == "a"
+                        && self.running.contains_key(&claim.record.run_id),
+                    "a guard is taken only for a run of a forbid job whose process is alive: {claim:?}"
+                );
+                self.takes.push(claim);
+            }
             Action::ReleaseGuard(claim) => {
                 prop_assert!(
                     !self.alive.contains_key(&claim.record.run_id)
@@ -279,6 +299,23 @@ impl World {
             }
             Action::HandOver => {
                 prop_assert!(self.shutdown);
+                for (run_id, claim) in &self.running {
+                    // A run of an earlier session: its guard went with that session, as ever.
+                    if claim.record.job.as_str() != "a"
+                        || claim.record.fencing_token.0 != self.token
+                    {
+                        continue;
+                    }
+                    let held = self
+                        .guards
+                        .get(&claim.record.job)
+                        .is_some_and(|(holder, _)| holder == run_id);
+                    let outstanding = self.takes.iter().any(|c| c.record.run_id == *run_id);
+                    prop_assert!(
+                        held || outstanding || self.take_failed.contains(run_id),
+                        "a forbid run that outlives the lock holds its guard when the lock goes: {run_id}"
+                    );
+                }
                 self.handed_over += 1;
             }
             Action::Stopped => {
@@ -444,7 +481,10 @@ impl World {
     ) -> Result<(), TestCaseError> {
         if !self.writes.is_empty() {
             let claim = self.writes.remove(i % self.writes.len());
-            self.release_guard(&claim);
+            // A final record deletes the guard only where it names one (`final_deletes`).
+            if claim.guard.is_some() {
+                self.release_guard(&claim);
+            }
             self.alive.remove(&claim.record.run_id);
             let write = match kind % 7 {
                 0 => RecordWrite::Failed,
@@ -464,6 +504,28 @@ impl World {
         if !self.withdraws.is_empty() {
             let id = self.withdraws.remove(i % self.withdraws.len());
             return self.feed(m, Input::Withdrawn { id });
+        }
+        if !self.takes.is_empty() {
+            let claim = self.takes.remove(i % self.takes.len());
+            let run_id = claim.record.run_id.clone();
+            let job = claim.record.job.clone();
+            let other = self
+                .guards
+                .get(&job)
+                .is_some_and(|(holder, _)| *holder != run_id);
+            let session_gone = claim.record.fencing_token.0 != self.token;
+            let guard = if kind % 5 == 0 || other || session_gone {
+                self.take_failed.insert(run_id.clone());
+                None
+            } else {
+                self.guards
+                    .insert(job.clone(), (run_id.clone(), claim.record.fencing_token));
+                if !self.running.contains_key(&run_id) {
+                    self.taken_late.insert(run_id.clone());
+                }
+                Some(format!("/running/{job}"))
+            };
+            return self.feed(m, Input::GuardTaken { run_id, guard });
         }
         if !self.releases.is_empty() {
             let claim = self.releases.remove(i % self.releases.len());
@@ -531,6 +593,7 @@ impl World {
                 self.step(m, Step::End(0, 2))?;
             } else if !(self.writes.is_empty()
                 && self.withdraws.is_empty()
+                && self.takes.is_empty()
                 && self.releases.is_empty()
                 && self.marks.is_empty()
                 && self.lists.is_empty())
@@ -541,6 +604,15 @@ impl World {
             }
         }
         prop_assert_eq!(self.stopped, 1, "the machine says Stopped exactly once");
+        for (job, (holder, _)) in &self.guards {
+            let started = self.started_runs.iter().any(|(run_id, _)| run_id == holder);
+            prop_assert!(
+                !started || self.releases_sent.contains(holder),
+                "no guard outlives its run: {}'s, held by {} that ended",
+                job,
+                holder
+            );
+        }
         prop_assert_eq!(self.handed_over, 1, "the lock is handed over exactly once");
         prop_assert!(
             self.prepared.is_empty(),

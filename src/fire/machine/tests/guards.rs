@@ -1,0 +1,180 @@
+//! A `forbid` job's `running/<job>` guard where it proves something (issue 33): the first claim
+//! of the job under a fencing token takes it, later claims under the same token go without it,
+//! and a run that outlives our hold of the lock takes it before the lock goes.
+
+use super::*;
+
+/// Owner of job `a` (forbid, every second) with its run of tick 1 s ended and recorded, and
+/// the claim of tick 2 s: the second claim under `TOKEN`.
+fn second_claim() -> (FireMachine, TickClaim) {
+    let mut m = owning(&job("a", EVERY_SECOND, ""));
+    let first = only_claim(&m.handle(Input::Tick, t(750)));
+    assert!(
+        first.guarded,
+        "the first claim under a token takes the guard"
+    );
+    m.handle(ok(&first), t(751));
+    let (run, _) = only_start(&m.handle(Input::Tick, t(1000)));
+    let finished = end_run(
+        &mut m,
+        ended(&run, RunOutcome::Exited { code: 0 }, t(1000)),
+        t(1100),
+    );
+    assert!(finished.guard.is_some(), "its final record deletes it");
+    m.handle(written(&finished), t(1110));
+    let second = only_claim(&m.handle(Input::Tick, t(1750)));
+    (m, second)
+}
+
+#[test]
+fn later_claims_under_the_same_token_go_without_the_guard() {
+    let (mut m, second) = second_claim();
+    assert!(
+        !second.guarded,
+        "no other node can start a run of the job while the token holds: {second:?}"
+    );
+    m.handle(ok(&second), t(1751));
+    let (run, _) = only_start(&m.handle(Input::Tick, t(2000)));
+    let finished = end_run(
+        &mut m,
+        ended(&run, RunOutcome::Exited { code: 0 }, t(2000)),
+        t(2100),
+    );
+    assert_eq!(finished.guard, None, "nothing to delete");
+}
+
+#[test]
+fn a_new_token_takes_the_guard_again() {
+    let (mut m, second) = second_claim();
+    m.handle(ok(&second), t(1751));
+    let (run, _) = only_start(&m.handle(Input::Tick, t(2000)));
+    let finished = end_run(
+        &mut m,
+        ended(&run, RunOutcome::Exited { code: 0 }, t(2000)),
+        t(2100),
+    );
+    m.handle(written(&finished), t(2110));
+    // Lost and gained again: another node may have owned the lock meanwhile.
+    m.handle(Input::LockChanged(follower()), t(2200));
+    let regained = m.handle(Input::LockChanged(owner(FencingToken(8))), t(2300));
+    for action in regained {
+        if let Action::ListRecords(job) = action {
+            m.handle(
+                Input::RecordsListed {
+                    job,
+                    result: Ok(JobRecords::default()),
+                },
+                t(2300),
+            );
+        }
+    }
+    let claim = only_claim(&m.handle(Input::Tick, t(2750)));
+    assert!(
+        claim.guarded,
+        "a run of the job may be alive elsewhere: {claim:?}"
+    );
+}
+
+/// The owner of [`second_claim`] with the second tick's run alive, unguarded.
+fn running_unguarded() -> (FireMachine, Claim) {
+    let (mut m, second) = second_claim();
+    m.handle(ok(&second), t(1751));
+    let (run, _) = only_start(&m.handle(Input::Tick, t(2000)));
+    assert_eq!(run.guard, None);
+    (m, run)
+}
+
+fn takes(actions: &[Action]) -> Vec<&Claim> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::TakeGuard(claim) => Some(claim),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_run_that_outlives_a_stop_takes_its_guard_before_the_lock_goes() {
+    let (mut m, run) = running_unguarded();
+    let stop = m.handle(Input::Shutdown, t(2100));
+    assert_eq!(
+        takes(&stop),
+        vec![&run],
+        "the run is cancelled only after the handoff: {stop:?}"
+    );
+    assert!(
+        !stop.contains(&Action::HandOver),
+        "the lock waits for the guard: {stop:?}"
+    );
+    let taken = Input::GuardTaken {
+        run_id: run.record.run_id.clone(),
+        guard: Some("/running/a".into()),
+    };
+    assert_eq!(m.handle(taken, t(2110)), vec![Action::HandOver]);
+    let released = m.handle(Input::LockReleased, t(2120));
+    assert_eq!(
+        released,
+        vec![Action::CancelRun {
+            run_id: run.record.run_id.clone()
+        }]
+    );
+    let finished = end_run(&mut m, ended(&run, RunOutcome::Cancelled, t(2000)), t(2200));
+    assert_eq!(
+        finished.guard.as_deref(),
+        Some("/running/a"),
+        "the final record deletes the guard taken for it"
+    );
+}
+
+#[test]
+fn a_guard_taken_after_its_run_ended_is_released_again() {
+    let (mut m, run) = running_unguarded();
+    let stop = m.handle(Input::Shutdown, t(2100));
+    assert_eq!(takes(&stop).len(), 1);
+    let finished = end_run(
+        &mut m,
+        ended(&run, RunOutcome::Exited { code: 0 }, t(2000)),
+        t(2150),
+    );
+    assert_eq!(finished.guard, None, "not taken yet");
+    let taken = Input::GuardTaken {
+        run_id: run.record.run_id.clone(),
+        guard: Some("/running/a".into()),
+    };
+    let after = m.handle(taken, t(2160));
+    let released: Vec<&Claim> = after
+        .iter()
+        .filter_map(|a| match a {
+            Action::ReleaseGuard(claim) => Some(claim),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(released.len(), 1, "{after:?}");
+    assert_eq!(released[0].guard.as_deref(), Some("/running/a"));
+    assert!(after.contains(&Action::HandOver));
+}
+
+#[test]
+fn a_run_that_outlives_a_lost_lock_takes_its_guard() {
+    let (mut m, run) = running_unguarded();
+    let lost = m.handle(Input::LockChanged(follower()), t(2100));
+    assert_eq!(takes(&lost), vec![&run], "{lost:?}");
+    assert!(
+        lost.contains(&Action::CancelRun {
+            run_id: run.record.run_id.clone()
+        }),
+        "on_lost = cancel still cancels it: {lost:?}"
+    );
+}
+
+#[test]
+fn a_run_that_held_its_claims_guard_takes_none() {
+    let mut m = owning(&job("a", EVERY_SECOND, ""));
+    let first = only_claim(&m.handle(Input::Tick, t(750)));
+    m.handle(ok(&first), t(751));
+    only_start(&m.handle(Input::Tick, t(1000)));
+    let stop = m.handle(Input::Shutdown, t(1100));
+    assert!(takes(&stop).is_empty(), "{stop:?}");
+    assert!(stop.contains(&Action::HandOver));
+}

@@ -264,6 +264,15 @@ fn end_run(m: &mut FireMachine, end: Input, at: DateTime<Utc>) -> Claim {
     }
 }
 
+/// Grants `claim`, starts its run at `tick_ms` and ends it 100 ms later with exit 0; returns
+/// the final record it writes.
+fn run_granted(m: &mut FireMachine, claim: &TickClaim, tick_ms: i64) -> Claim {
+    m.handle(ok(claim), t(tick_ms - 249));
+    let (run, _) = only_start(&m.handle(Input::Tick, t(tick_ms)));
+    let end = ended(&run, RunOutcome::Exited { code: 0 }, t(tick_ms));
+    end_run(m, end, t(tick_ms + 100))
+}
+
 const EVERY_SECOND: &str = "* * * * * *";
 
 #[test]

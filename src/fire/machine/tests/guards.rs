@@ -13,13 +13,7 @@ fn second_claim() -> (FireMachine, TickClaim) {
         first.guarded,
         "the first claim under a token takes the guard"
     );
-    m.handle(ok(&first), t(751));
-    let (run, _) = only_start(&m.handle(Input::Tick, t(1000)));
-    let finished = end_run(
-        &mut m,
-        ended(&run, RunOutcome::Exited { code: 0 }, t(1000)),
-        t(1100),
-    );
+    let finished = run_granted(&mut m, &first, 1000);
     assert!(finished.guard.is_some(), "its final record deletes it");
     m.handle(written(&finished), t(1110));
     let second = only_claim(&m.handle(Input::Tick, t(1750)));
@@ -33,41 +27,19 @@ fn later_claims_under_the_same_token_go_without_the_guard() {
         !second.guarded,
         "no other node can start a run of the job while the token holds: {second:?}"
     );
-    m.handle(ok(&second), t(1751));
-    let (run, _) = only_start(&m.handle(Input::Tick, t(2000)));
-    let finished = end_run(
-        &mut m,
-        ended(&run, RunOutcome::Exited { code: 0 }, t(2000)),
-        t(2100),
-    );
+    let finished = run_granted(&mut m, &second, 2000);
     assert_eq!(finished.guard, None, "nothing to delete");
 }
 
 #[test]
 fn a_new_token_takes_the_guard_again() {
     let (mut m, second) = second_claim();
-    m.handle(ok(&second), t(1751));
-    let (run, _) = only_start(&m.handle(Input::Tick, t(2000)));
-    let finished = end_run(
-        &mut m,
-        ended(&run, RunOutcome::Exited { code: 0 }, t(2000)),
-        t(2100),
-    );
+    let finished = run_granted(&mut m, &second, 2000);
     m.handle(written(&finished), t(2110));
     // Lost and gained again: another node may have owned the lock meanwhile.
     m.handle(Input::LockChanged(follower()), t(2200));
-    let regained = m.handle(Input::LockChanged(owner(FencingToken(8))), t(2300));
-    for action in regained {
-        if let Action::ListRecords(job) = action {
-            m.handle(
-                Input::RecordsListed {
-                    job,
-                    result: Ok(JobRecords::default()),
-                },
-                t(2300),
-            );
-        }
-    }
+    m.handle(Input::LockChanged(owner(FencingToken(8))), t(2300));
+    m.handle(listed("a", &[]), t(2300));
     let claim = only_claim(&m.handle(Input::Tick, t(2750)));
     assert!(
         claim.guarded,

@@ -406,6 +406,7 @@ mod tests {
                 body: None,
                 tls: HttpTls::default(),
                 version,
+                resend: crate::run::Resend::Never,
             })),
             working_dir: None,
             env: std::collections::BTreeMap::new(),

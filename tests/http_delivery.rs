@@ -455,6 +455,23 @@ async fn a_tls_target_is_trusted_through_its_ca_file_and_refused_without_it() {
 /// the next owner calls again, `Zkcron-Resumed: 1`, the next attempt under a higher token and the
 /// same idempotency key. Then a release moves the lock during that call: `on_lost = "cancel"`
 /// abandons it at once (its connection closed), and the run is recorded `cancelled`.
+/// Waits (through a failover at most) until the receiver's silent endpoint holds `count` calls,
+/// and returns their headers.
+async fn held_calls(
+    receiver: &Receiver,
+    count: usize,
+    node: &DaemonNode,
+) -> Vec<BTreeMap<String, String>> {
+    let within = SESSION + DELAY + SLACK * 3;
+    try_wait_for(&format!("{count} calls held"), within, || {
+        let headers = receiver.held_headers();
+        let done = (headers.len() >= count).then_some(headers);
+        async move { done }
+    })
+    .await
+    .unwrap_or_else(|not_reached| panic!("{not_reached}\n{}", node.log_tail()))
+}
+
 #[tokio::test]
 async fn a_call_in_flight_is_rerun_after_a_kill_9_and_abandoned_on_a_release() {
     let _serial = fault_lock();
@@ -477,29 +494,10 @@ async fn a_call_in_flight_is_rerun_after_a_kill_9_and_abandoned_on_a_release() {
         &["submit", "slow", "--in", "0s", "--id", "s1"],
         &first.config,
     );
-    let held = |count: usize| {
-        let receiver = &receiver;
-        async move {
-            try_wait_for(
-                &format!("{count} calls held"),
-                SESSION + DELAY + SLACK * 3,
-                || {
-                    let headers = receiver.held_headers();
-                    let done = (headers.len() >= count).then_some(headers);
-                    async move { done }
-                },
-            )
-            .await
-        }
-    };
-    let calls = held(1)
-        .await
-        .unwrap_or_else(|not_reached| panic!("{not_reached}\n{}", first.log_tail()));
+    let calls = held_calls(&receiver, 1, &first).await;
     assert_eq!(calls[0]["zkcron-node"], "c1");
     first.kill();
-    let calls = held(2)
-        .await
-        .unwrap_or_else(|not_reached| panic!("{not_reached}\n{}", second.log_tail()));
+    let calls = held_calls(&receiver, 2, &second).await;
     let (one, two) = (&calls[0], &calls[1]);
     assert_eq!(
         (two["zkcron-node"].as_str(), two["zkcron-resumed"].as_str()),
@@ -544,4 +542,51 @@ async fn a_call_in_flight_is_rerun_after_a_kill_9_and_abandoned_on_a_release() {
         closed[1] >= released_at && closed[1] - released_at < 5000,
         "the second call was abandoned at the release, not at its 60 s timeout: {closed:?}"
     );
+}
+
+/// `resend = "idempotent"` (issue 33): the call goes with no `running` write in front of it, so
+/// its record still says `claimed` while it is in flight; after a kill -9 of its owner the next
+/// owner sends it again as the same attempt, with the same idempotency key, and no
+/// `on_interrupted` is needed for that.
+#[tokio::test]
+async fn an_idempotent_targets_call_in_flight_is_sent_again_as_the_same_attempt_after_a_kill_9() {
+    let _serial = fault_lock();
+    let receiver = Receiver::start().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot("http-resend"));
+    let job = format!(
+        "[[job]]\nname = \"slow\"\ntimeout = \"60s\"\nhttp = {{ url = \"{}/slow\", resend = \"idempotent\" }}\n",
+        receiver.silent
+    );
+    let text = schedule_text(&connect, "http-resend", SESSION, DELAY, &job);
+    let mut first = DaemonNode::start(dir.path(), "c1", &text);
+    first.wait_log("lock acquired", SESSION + SLACK).await;
+    let second = DaemonNode::start(dir.path(), "c2", &text);
+    second
+        .wait_log("zookeeper session established", SLACK)
+        .await;
+    zkcron_ok(
+        &["submit", "slow", "--in", "0s", "--id", "s1"],
+        &first.config,
+    );
+    let calls = held_calls(&receiver, 1, &first).await;
+    assert_eq!(calls[0]["zkcron-node"], "c1");
+    let record = record_with_status("slow", "claimed", SLACK, &second).await;
+    assert_eq!(
+        record["attempt"], 1,
+        "no write in front of the call: {record}"
+    );
+    first.kill();
+    let calls = held_calls(&receiver, 2, &second).await;
+    let (one, two) = (&calls[0], &calls[1]);
+    assert_eq!(
+        (
+            two["zkcron-node"].as_str(),
+            two["zkcron-attempt"].as_str(),
+            two["zkcron-resumed"].as_str()
+        ),
+        ("c2", "1", "1"),
+        "sent again as the same attempt: {two:?}"
+    );
+    assert_eq!(one["idempotency-key"], two["idempotency-key"]);
 }

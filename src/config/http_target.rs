@@ -1,7 +1,8 @@
 //! `[[job]] http = { … }`: a job whose run is an HTTP request (issue 23).
 //!
 //! Owns: the target's URL, method, headers (literal, or read from the environment or a file as
-//! `[http]` tokens are), body, TLS files and HTTP version, and the keys that apply to a process
+//! `[http]` tokens are), body, TLS files, HTTP version and whether a run may be sent again
+//! after a failover (`resend`), and the keys that apply to a process
 //! only (`working_dir`, `env`, `kill_grace`), refused beside it.
 //! Must not: connect anywhere (`crate::delivery` does), nor echo a header read from a secret.
 
@@ -16,7 +17,7 @@ use super::error::JobContext;
 use super::schema::RawHttpTarget;
 use super::validator::Validator;
 use super::{Problem, Secret};
-use crate::run::{HttpTarget, HttpTls, HttpVersion};
+use crate::run::{HttpTarget, HttpTls, HttpVersion, Resend};
 
 /// Headers zkcron sets on every request: the run's contract and the HTTP client's own framing.
 const RESERVED_HEADERS: [&str; 5] = [
@@ -94,6 +95,18 @@ impl Validator<'_> {
                 }
             },
         };
+        let resend = match &raw.resend {
+            None => Some(Resend::Never),
+            Some(resend) => match resend.get_ref().as_str() {
+                "never" => Some(Resend::Never),
+                "idempotent" => Some(Resend::Idempotent),
+                _ => {
+                    let message = "expected \"never\" (at most once, the default) or \"idempotent\" (the target deduplicates by Idempotency-Key)";
+                    self.problem(resend.span(), job.key("http.resend"), message);
+                    None
+                }
+            },
+        };
         Some(HttpTarget {
             url: url?,
             method: method?,
@@ -101,6 +114,7 @@ impl Validator<'_> {
             body: raw.body.map(|body| body.into_inner().into_bytes()),
             tls: tls?,
             version: version?,
+            resend: resend?,
         })
     }
 

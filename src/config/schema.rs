@@ -214,4 +214,5 @@ pub(super) struct RawHttpTarget {
     pub(super) client_cert: Option<Spanned<String>>,
     pub(super) client_key: Option<Spanned<String>>,
     pub(super) version: Option<Spanned<String>>,
+    pub(super) resend: Option<Spanned<String>>,
 }

@@ -18,4 +18,4 @@ pub use notice::{Notice, NoticeChannels, NoticeKind, Webhook};
 pub use outcome::{OUTPUT_KEPT, OutputTail, RESPONSE_KEPT, RunOutcome, RunReport};
 pub use record::{RunRecord, RunStatus};
 pub use spec::{ContractKey, JobSpec, Launcher, Program, RunContext, SubmissionInput};
-pub use target::{HttpTarget, HttpTls, HttpVersion};
+pub use target::{HttpTarget, HttpTls, HttpVersion, Resend};

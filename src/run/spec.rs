@@ -59,6 +59,14 @@ pub struct JobSpec {
     pub launcher: Launcher,
 }
 
+impl JobSpec {
+    /// Its runs may be sent again after a failover: an HTTP target with `resend =
+    /// "idempotent"`.
+    pub fn resends_after_failover(&self) -> bool {
+        matches!(&self.program, Program::Http(target) if target.resend == super::Resend::Idempotent)
+    }
+}
+
 /// One fact of the job contract (DESIGN.md "Job contract"), by its two spellings: a process's
 /// environment variable and an HTTP target's header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

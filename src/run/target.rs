@@ -22,6 +22,22 @@ pub struct HttpTarget {
     pub body: Option<Vec<u8>>,
     pub tls: HttpTls,
     pub version: HttpVersion,
+    /// Whether a run may be sent again after a failover.
+    pub resend: Resend,
+}
+
+/// Whether a submission's run whose owner died while it was being sent may be sent again by
+/// the next owner (`[[job]] http.resend`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Resend {
+    /// At most once: the run's record says `running` before the request goes, so the next
+    /// owner sends only what provably was not sent, and records the rest `interrupted`.
+    #[default]
+    Never,
+    /// The target is idempotent by its `Idempotency-Key` (the run id): the request goes as soon
+    /// as the run is claimed, with no write in front of it, and a run still `claimed` after a
+    /// failover is sent again, with the same key.
+    Idempotent,
 }
 
 /// The TLS material of an `https` target, read when the config was loaded.
@@ -59,6 +75,7 @@ impl fmt::Debug for HttpTarget {
             .field("ca_file", &self.tls.ca_file)
             .field("client_identity", &self.tls.identity_pem.is_some())
             .field("version", &self.version)
+            .field("resend", &self.resend)
             .finish()
     }
 }
@@ -85,6 +102,7 @@ mod tests {
             body: None,
             tls: HttpTls::default(),
             version: HttpVersion::Auto,
+            resend: Resend::Never,
         };
         let shown = format!("{target:?}");
         assert!(shown.contains("Authorization"), "{shown}");

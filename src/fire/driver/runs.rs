@@ -128,7 +128,7 @@ impl Runs {
                         report,
                     }
                 }
-                StartWrite::InClaim => Input::RunEnded {
+                StartWrite::InClaim | StartWrite::Never => Input::RunEnded {
                     claim: Box::new(claim),
                     report: run.start().await,
                 },

@@ -454,4 +454,8 @@ pub enum StartWrite {
     /// submission's run, whose record still `claimed` proves it never ran, so the next owner
     /// may take it over.
     Before,
+    /// Not written: a submission's run whose HTTP target is idempotent (`resend =
+    /// "idempotent"`). Its record says `claimed` until its final record, so the next owner
+    /// sends a run whose owner died meanwhile again, with the same `Idempotency-Key`.
+    Never,
 }

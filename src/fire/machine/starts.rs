@@ -483,7 +483,11 @@ impl Starts {
         };
         let context = pending.context(ctx.me, &claim);
         let record = if pending.submission.is_some() {
-            StartWrite::Before
+            if pending.config.spec.resends_after_failover() {
+                StartWrite::Never
+            } else {
+                StartWrite::Before
+            }
         } else if claim.sent.status == RunStatus::Running {
             StartWrite::InClaim
         } else {

@@ -823,3 +823,37 @@ fn an_id_submitted_again_after_its_run_is_read_and_claimed_not_left_pending() {
         "claimed at its new due time"
     );
 }
+
+/// `resend = "idempotent"` (issue 33): a submission's run to an idempotent HTTP target starts as
+/// soon as it is claimed, with no `running` write in front of it, and its record says `claimed`
+/// until its final record; the default writes `running` first.
+#[test]
+fn an_idempotent_targets_run_starts_with_no_write_in_front() {
+    for (resend, expected) in [
+        ("idempotent", StartWrite::Never),
+        ("never", StartWrite::Before),
+    ] {
+        let tables = format!(
+            "[[job]]\nname = \"close\"\nhttp = {{ url = \"http://127.0.0.1:9/close\", resend = \"{resend}\" }}\nstarting_deadline = \"10s\"\n"
+        );
+        let (mut m, _) = owning_with(
+            &tables,
+            0,
+            vec![(id("order-7"), submission("close", 1500, b"p"))],
+        );
+        m.handle(Input::Tick, t(1000));
+        let claim = only_claim(&m.handle(Input::Tick, t(1250)));
+        assert_eq!(claim.record.status, RunStatus::Claimed, "{resend}");
+        m.handle(ok(&claim), t(1260));
+        let start = m.handle(Input::Tick, t(1500));
+        let [Action::StartRun { record, claim, .. }] = &start[..] else {
+            panic!("{resend}: {start:?}")
+        };
+        assert_eq!(*record, expected, "{resend}");
+        assert_eq!(
+            claim.sent.status,
+            RunStatus::Claimed,
+            "{resend}: stored as claimed at its start"
+        );
+    }
+}

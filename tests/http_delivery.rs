@@ -472,21 +472,20 @@ async fn held_calls(
     .unwrap_or_else(|not_reached| panic!("{not_reached}\n{}", node.log_tail()))
 }
 
-#[tokio::test]
-async fn a_call_in_flight_is_rerun_after_a_kill_9_and_abandoned_on_a_release() {
-    let _serial = fault_lock();
-    let receiver = Receiver::start().await;
-    let dir = tempfile::tempdir().expect("temp dir");
-    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot("http-rerun"));
-    let job = http_job(
-        "slow",
-        &format!("{}/slow", receiver.silent),
-        "timeout = \"60s\"\non_interrupted = \"rerun\"",
-    );
-    let text = schedule_text(&connect, "http-rerun", SESSION, DELAY, &job);
-    let mut first = DaemonNode::start(dir.path(), "c1", &text);
+/// Nodes `c1` (the owner) and `c2` of one schedule holding `job` (named `slow`) under a fresh
+/// chroot named after `name`, with submission `s1` of it in flight from `c1`, held by the
+/// receiver; and the schedule's text.
+async fn a_call_held_by_c1(
+    receiver: &Receiver,
+    dir: &Path,
+    name: &str,
+    job: &str,
+) -> (DaemonNode, DaemonNode, String) {
+    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot(name));
+    let text = schedule_text(&connect, name, SESSION, DELAY, job);
+    let first = DaemonNode::start(dir, "c1", &text);
     first.wait_log("lock acquired", SESSION + SLACK).await;
-    let second = DaemonNode::start(dir.path(), "c2", &text);
+    let second = DaemonNode::start(dir, "c2", &text);
     second
         .wait_log("zookeeper session established", SLACK)
         .await;
@@ -494,8 +493,23 @@ async fn a_call_in_flight_is_rerun_after_a_kill_9_and_abandoned_on_a_release() {
         &["submit", "slow", "--in", "0s", "--id", "s1"],
         &first.config,
     );
-    let calls = held_calls(&receiver, 1, &first).await;
+    let calls = held_calls(receiver, 1, &first).await;
     assert_eq!(calls[0]["zkcron-node"], "c1");
+    (first, second, text)
+}
+
+#[tokio::test]
+async fn a_call_in_flight_is_rerun_after_a_kill_9_and_abandoned_on_a_release() {
+    let _serial = fault_lock();
+    let receiver = Receiver::start().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let job = http_job(
+        "slow",
+        &format!("{}/slow", receiver.silent),
+        "timeout = \"60s\"\non_interrupted = \"rerun\"",
+    );
+    let (mut first, second, text) =
+        a_call_held_by_c1(&receiver, dir.path(), "http-rerun", &job).await;
     first.kill();
     let calls = held_calls(&receiver, 2, &second).await;
     let (one, two) = (&calls[0], &calls[1]);
@@ -553,24 +567,12 @@ async fn an_idempotent_targets_call_in_flight_is_sent_again_as_the_same_attempt_
     let _serial = fault_lock();
     let receiver = Receiver::start().await;
     let dir = tempfile::tempdir().expect("temp dir");
-    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot("http-resend"));
     let job = format!(
         "[[job]]\nname = \"slow\"\ntimeout = \"60s\"\nhttp = {{ url = \"{}/slow\", resend = \"idempotent\" }}\n",
         receiver.silent
     );
-    let text = schedule_text(&connect, "http-resend", SESSION, DELAY, &job);
-    let mut first = DaemonNode::start(dir.path(), "c1", &text);
-    first.wait_log("lock acquired", SESSION + SLACK).await;
-    let second = DaemonNode::start(dir.path(), "c2", &text);
-    second
-        .wait_log("zookeeper session established", SLACK)
-        .await;
-    zkcron_ok(
-        &["submit", "slow", "--in", "0s", "--id", "s1"],
-        &first.config,
-    );
-    let calls = held_calls(&receiver, 1, &first).await;
-    assert_eq!(calls[0]["zkcron-node"], "c1");
+    let (mut first, second, _) =
+        a_call_held_by_c1(&receiver, dir.path(), "http-resend", &job).await;
     let record = record_with_status("slow", "claimed", SLACK, &second).await;
     assert_eq!(
         record["attempt"], 1,

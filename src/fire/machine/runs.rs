@@ -87,6 +87,8 @@ pub(super) struct Runs {
     open: HashMap<JobName, usize>,
     /// Per job, its runs alive (`alive_of`, asked for every claim that settles).
     alive_count: HashMap<JobName, usize>,
+    /// Per job, its runs whose process has not ended (`unended_of_job`).
+    unended_count: HashMap<JobName, usize>,
 }
 
 fn count_up(counts: &mut HashMap<JobName, usize>, job: &JobName) {
@@ -122,9 +124,13 @@ impl Runs {
         };
         count_up(&mut self.open, &run.job);
         count_up(&mut self.alive_count, &run.job);
+        count_up(&mut self.unended_count, &run.job);
         if let Some(old) = self.alive.insert(claim.record.run_id.clone(), run) {
             count_down(&mut self.open, &old.job);
             count_down(&mut self.alive_count, &old.job);
+            if old.finished.is_none() {
+                count_down(&mut self.unended_count, &old.job);
+            }
         }
     }
 
@@ -141,16 +147,28 @@ impl Runs {
             *fresh.entry(job.clone()).or_default() += 1;
         }
         let mut alive: HashMap<JobName, usize> = HashMap::new();
+        let mut unended: HashMap<JobName, usize> = HashMap::new();
         for run in self.alive.values() {
             *alive.entry(run.job.clone()).or_default() += 1;
+            if run.finished.is_none() {
+                *unended.entry(run.job.clone()).or_default() += 1;
+            }
         }
-        fresh == self.open && alive == self.alive_count
+        fresh == self.open && alive == self.alive_count && unended == self.unended_count
     }
 
     pub fn ended(&mut self, finished: &Claim) {
         if let Some(run) = self.alive.get_mut(&finished.record.run_id) {
+            if run.finished.is_none() {
+                count_down(&mut self.unended_count, &run.job);
+            }
             run.finished = Some(finished.clone());
         }
+    }
+
+    /// A run of `job` whose process has not ended is alive here.
+    pub fn unended_of_job(&self, job: &JobName) -> bool {
+        self.unended_count.contains_key(job)
     }
 
     /// The claims of the runs whose process has not ended, of `forbid` jobs, that hold no guard.
@@ -187,6 +205,9 @@ impl Runs {
         let run = self.alive.remove(run_id)?;
         count_down(&mut self.open, &run.job);
         count_down(&mut self.alive_count, &run.job);
+        if run.finished.is_none() {
+            count_down(&mut self.unended_count, &run.job);
+        }
         Some(run)
     }
 

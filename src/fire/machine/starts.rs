@@ -26,7 +26,7 @@ use super::protocol::{
 };
 use super::rewrites::Rewrites;
 use super::runs::{self, Runs};
-use crate::config::JobConfig;
+use crate::config::{Concurrency, JobConfig};
 use crate::control::Pause;
 use crate::delayed::submission::SubmissionId;
 use crate::ids::JobName;
@@ -415,7 +415,13 @@ impl Starts {
         let job = &pending.config.spec.name;
         let lock_holds = ctx.lock.may_fire && ctx.lock.token == Some(pending.token);
         let newest_tick = ctx.jobs.newest_tick(job);
-        let run_alive = self.runs.alive_of(job);
+        // Forbid asks whether two processes would overlap: a run whose final record is still
+        // being written has ended. (Where the claim took the guard, a run of ours whose final
+        // record had not deleted it yet made the claim wait for that write.)
+        let run_alive = match pending.config.concurrency {
+            Concurrency::Forbid => self.runs.unended_of_job(job),
+            _ => self.runs.alive_of(job),
+        };
         match pending.start_verdict(claim, lock_holds, newest_tick, run_alive, ctx.now) {
             StartVerdict::Start => {}
             // The record stays for the next owner to resolve, and the guard must not outlive

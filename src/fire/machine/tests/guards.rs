@@ -150,3 +150,24 @@ fn a_run_that_held_its_claims_guard_takes_none() {
     assert!(takes(&stop).is_empty(), "{stop:?}");
     assert!(stop.contains(&Action::HandOver));
 }
+
+/// A claim without the guard does not wait for the previous run's final record the way a
+/// guarded one waits for its guard to go: its run ended, so the next one starts at its tick
+/// while that record is still being written (the chaos suite's graceful stop under load
+/// found it skipped).
+#[test]
+fn an_unguarded_tick_starts_while_the_previous_runs_record_is_being_written() {
+    let (mut m, second) = second_claim();
+    m.handle(ok(&second), t(1751));
+    let (run, _) = only_start(&m.handle(Input::Tick, t(2000)));
+    let third = only_claim(&m.handle(Input::Tick, t(2750)));
+    // The second run ends just before the third tick; its final record gets no answer yet.
+    end_run(
+        &mut m,
+        ended(&run, RunOutcome::Exited { code: 0 }, t(2000)),
+        t(2990),
+    );
+    m.handle(ok(&third), t(2991));
+    let (started, _) = only_start(&m.handle(Input::Tick, t(3000)));
+    assert_eq!(started.record.scheduled_unix_ms, t(3000).timestamp_millis());
+}

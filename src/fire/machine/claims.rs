@@ -277,7 +277,9 @@ impl Pending {
     /// Settled without a run: gives back the leases held or waited for, and drops a prepared
     /// process.
     pub(super) fn give_back(&self, out: &mut Vec<Action>) {
-        let (PendingState::Claimed(claim) | PendingState::Replacing { claim, .. }) = &self.state
+        let (PendingState::Claimed(claim)
+        | PendingState::Replacing { claim, .. }
+        | PendingState::AfterOwnRun(claim)) = &self.state
         else {
             return;
         };
@@ -376,6 +378,10 @@ pub(super) enum PendingState {
     RunAlive { at: DateTime<Utc> },
     /// Waiting, up to `until`, for this node's run of the job to end (concurrency = replace).
     Replacing { claim: Claim, until: DateTime<Utc> },
+    /// Ours, and due, but a run of the job that started here after the tick (a catch-up, a tick
+    /// held behind it) is still alive: it did not overlap the tick, so this one starts once it
+    /// ended, or is skipped past the late-tick rule (concurrency = forbid).
+    AfterOwnRun(Claim),
     /// Given back (stopping).
     Withdrawing,
     /// A `skipped` or `missed` record: nothing starts from it.
@@ -478,7 +484,9 @@ impl Claims {
                 continue;
             };
             match std::mem::replace(&mut pending.state, PendingState::Withdrawing) {
-                PendingState::Claimed(claim) | PendingState::Replacing { claim, .. } => {
+                PendingState::Claimed(claim)
+                | PendingState::Replacing { claim, .. }
+                | PendingState::AfterOwnRun(claim) => {
                     if std::mem::take(&mut pending.prepared) {
                         out.push(Action::Unprepare {
                             run_id: claim.record.run_id.clone(),
@@ -551,7 +559,9 @@ impl Claims {
             .filter(|(_, p)| {
                 matches!(
                     p.state,
-                    PendingState::RunAlive { .. } | PendingState::Replacing { .. }
+                    PendingState::RunAlive { .. }
+                        | PendingState::Replacing { .. }
+                        | PendingState::AfterOwnRun(_)
                 )
             })
             .map(|(id, p)| (p.tick, *id))

@@ -64,6 +64,9 @@ impl Starts {
             }
             PendingState::RunAlive { at } => Some(*at),
             PendingState::Replacing { until, .. } => Some(*until),
+            PendingState::AfterOwnRun(_) => {
+                p.reason.on_time().then(|| on_time_until(&p.config, p.tick))
+            }
             _ => None,
         });
         let retries = self.runs.retry_deadlines(paused);
@@ -92,6 +95,17 @@ impl Starts {
             PendingState::Replacing { until, .. } if *until <= now => {
                 tracing::warn!(job = %pending.config.spec.name, tick = %pending.tick, "replaced run did not end within its grace; starting anyway");
                 self.start_replacing(ctx, id);
+            }
+            PendingState::AfterOwnRun(claim)
+                if pending.reason.on_time() && is_late(&pending.config, pending.tick, now) =>
+            {
+                let reason = "a run of the job is still alive on this node (concurrency = forbid)";
+                tracing::warn!(job = %pending.config.spec.name, tick = %pending.tick, reason, "tick skipped: our own later run outlived the late-tick rule");
+                let mut skipped = claim.clone();
+                skipped.record.status = RunStatus::Skipped;
+                skipped.record.error = Some(reason.to_owned());
+                ctx.out.push(Action::WriteRecord(skipped));
+                self.settle(ctx, id);
             }
             _ => {}
         }
@@ -422,6 +436,17 @@ impl Starts {
             Concurrency::Forbid => self.runs.unended_of_job(job),
             _ => self.runs.alive_of(job),
         };
+        if run_alive
+            && pending.config.concurrency == Concurrency::Forbid
+            && lock_holds
+            && self.waits_on_own_run(pending)
+        {
+            let claim = claim.clone();
+            if let Some(pending) = self.claims.get_mut(&id) {
+                pending.state = PendingState::AfterOwnRun(claim);
+            }
+            return;
+        }
         match pending.start_verdict(claim, lock_holds, newest_tick, run_alive, ctx.now) {
             StartVerdict::Start => {}
             // The record stays for the next owner to resolve, and the guard must not outlive
@@ -454,6 +479,21 @@ impl Starts {
             }
         }
         self.start(ctx, id);
+    }
+
+    /// The run of ours that a claim waits behind ended: start it, unless another of ours is
+    /// still alive.
+    fn after_own_run(&mut self, ctx: &mut Ctx<'_>, id: ClaimId) {
+        let Some(pending) = self.claims.get_mut(&id) else {
+            return;
+        };
+        if self.runs.unended_of_job(&pending.config.spec.name) {
+            return;
+        }
+        if let PendingState::AfterOwnRun(claim) = &pending.state {
+            pending.state = PendingState::Claimed(claim.clone());
+        }
+        self.try_start(ctx, id);
     }
 
     /// The replaced run ended (or its grace passed): start the replacing one.
@@ -539,7 +579,9 @@ impl Starts {
         if pending.config.limits.is_empty() || pending.lease == LeaseWait::Held {
             return false;
         }
-        let (PendingState::Claimed(claim) | PendingState::Replacing { claim, .. }) = &pending.state
+        let (PendingState::Claimed(claim)
+        | PendingState::Replacing { claim, .. }
+        | PendingState::AfterOwnRun(claim)) = &pending.state
         else {
             return false;
         };
@@ -642,7 +684,17 @@ impl Starts {
             finished.guard = self.runs.guard_of(&finished.record.run_id).cloned();
         }
         self.runs.ended(&finished);
+        let job = finished.record.job.clone();
         ctx.out.push(Action::WriteRecord(finished));
+        // Claims waiting behind this run start now: its process has ended.
+        for id in self.claims.waiting_on_guard(&job) {
+            if matches!(
+                self.claims.get(&id).map(|p| &p.state),
+                Some(PendingState::AfterOwnRun(_))
+            ) {
+                self.after_own_run(ctx, id);
+            }
+        }
     }
 
     /// A run's process never started: nothing is recorded (its record says `claimed`, which is
@@ -777,6 +829,7 @@ impl Starts {
                     self.start_replacing(ctx, id)
                 }
                 Some(PendingState::RunAlive { .. }) => self.claim_again(ctx, id),
+                Some(PendingState::AfterOwnRun(_)) => self.after_own_run(ctx, id),
                 _ => {}
             }
         }

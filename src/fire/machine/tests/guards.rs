@@ -171,3 +171,77 @@ fn an_unguarded_tick_starts_while_the_previous_runs_record_is_being_written() {
     let (started, _) = only_start(&m.handle(Input::Tick, t(3000)));
     assert_eq!(started.record.scheduled_unix_ms, t(3000).timestamp_millis());
 }
+
+/// A declined tick claimed without the guard while the caught-up run of an earlier tick is
+/// alive here: that run started after the declined tick's instant, so it did not overlap it;
+/// the tick waits for the run's end and starts then (the guarded claim waited for the run's
+/// guard the same way: `defect_2_catch_up_starts_the_missed_tick_before_the_declined_one`).
+#[test]
+fn an_unguarded_declined_tick_waits_for_the_caught_up_run_that_started_after_it() {
+    let mut m = machine(&job("a", EVERY_SECOND, ""));
+    m.handle(Input::LockChanged(follower()), t(0));
+    for now in (750..=25_750).step_by(1000) {
+        m.handle(Input::Tick, t(now));
+    }
+    m.handle(Input::LockChanged(owner(TOKEN)), t(26_470));
+    let listed = listed("a", &[stored("a", 20_000, "n2", 6, RunStatus::Succeeded)]);
+    let all = claims(&m.handle(listed, t(26_475)));
+    let caught = &all[1];
+    assert!(caught.guarded, "the first claim under the token");
+    let actions = m.handle(ok(caught), t(26_480));
+    let (run, _) = only_start(&actions);
+    let declined = only_claim(&actions);
+    assert!(!declined.guarded, "{declined:?}");
+    assert_eq!(
+        m.handle(ok(&declined), t(26_482)),
+        vec![],
+        "neither started beside the caught-up run nor skipped"
+    );
+    let end = ended(&run, RunOutcome::Exited { code: 0 }, t(26_480));
+    let after = m.handle(end, t(26_485));
+    let (started, context) = only_start(&after);
+    assert_eq!(ms_of_claim(&started), 26_000);
+    assert!(
+        !context.resumed,
+        "a declined tick started within 1 s is on time"
+    );
+}
+
+#[test]
+fn a_tick_waiting_behind_our_own_run_is_skipped_past_the_late_tick_rule() {
+    let mut m = machine(&job("a", EVERY_SECOND, ""));
+    m.handle(Input::LockChanged(follower()), t(0));
+    for now in (750..=25_750).step_by(1000) {
+        m.handle(Input::Tick, t(now));
+    }
+    m.handle(Input::LockChanged(owner(TOKEN)), t(26_470));
+    let listed = listed("a", &[stored("a", 20_000, "n2", 6, RunStatus::Succeeded)]);
+    let all = claims(&m.handle(listed, t(26_475)));
+    let actions = m.handle(ok(&all[1]), t(26_480));
+    let declined = only_claim(&actions);
+    m.handle(ok(&declined), t(26_482));
+    // The caught-up run stays alive: the declined tick waits no longer than the rule allows.
+    let limit = 26_000 + i64::try_from(MISSED_AFTER.as_millis()).expect("small");
+    let mut skipped = None;
+    let mut now = 26_500;
+    while skipped.is_none() && now <= limit + 1000 {
+        skipped = m
+            .handle(Input::Tick, t(now))
+            .into_iter()
+            .find_map(|a| match a {
+                Action::WriteRecord(claim) if ms_of_claim(&claim) == 26_000 => Some((claim, now)),
+                _ => None,
+            });
+        now += 50;
+    }
+    let (skipped, at) = skipped.expect("skipped once late");
+    assert_eq!(skipped.record.status, RunStatus::Skipped);
+    assert!(
+        at > 26_000 && at <= limit + 50,
+        "at {at}, the limit {limit}"
+    );
+}
+
+fn ms_of_claim(claim: &Claim) -> i64 {
+    claim.record.scheduled_unix_ms - t(0).timestamp_millis()
+}

@@ -351,6 +351,7 @@ impl Io {
             paths: settings.ledger.clone(),
             acls: settings.acls,
             view: settings.view.clone(),
+            pruning: Default::default(),
         };
         Io {
             session: session::Session {

@@ -5,6 +5,8 @@
 //! back to the machine as its input.
 //! Must not: decide anything (the machine does), or talk to ZooKeeper but through `ledger`.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::Utc;
@@ -18,6 +20,56 @@ use crate::ledger::{self, ClaimError, ClaimPlan};
 use crate::report::error_chain;
 use crate::run::{self, RunRecord};
 use crate::view::NodeView;
+
+/// Per job with a prune out, the prune asked for since (`keep`, `dedup_window`), if any.
+pub(super) type Pruning = Arc<Mutex<HashMap<JobName, Option<(usize, Duration)>>>>;
+
+/// A job's prune out, until dropped (done, or its task dropped with the session).
+struct PruneOut {
+    job: JobName,
+    pruning: Pruning,
+    /// Its entry was removed by [`PruneOut::next`].
+    done: bool,
+}
+
+impl PruneOut {
+    /// `None` while a prune of `job` is out already: this one is owed, and goes after it.
+    fn of(pruning: &Pruning, job: &JobName, asked: (usize, Duration)) -> Option<Self> {
+        let mut out = pruning.lock().ok()?;
+        if let Some(owed) = out.get_mut(job) {
+            *owed = Some(asked);
+            return None;
+        }
+        out.insert(job.clone(), None);
+        Some(Self {
+            job: job.clone(),
+            pruning: Arc::clone(pruning),
+            done: false,
+        })
+    }
+
+    /// The prune asked for while this one was out, if any (the job stays out for it); else the
+    /// job is no longer out, in the same step.
+    fn next(&mut self) -> Option<(usize, Duration)> {
+        let mut out = self.pruning.lock().ok()?;
+        let owed = out.get_mut(&self.job).and_then(Option::take);
+        if owed.is_none() {
+            out.remove(&self.job);
+            self.done = true;
+        }
+        owed
+    }
+}
+
+impl Drop for PruneOut {
+    fn drop(&mut self) {
+        if !self.done {
+            if let Ok(mut out) = self.pruning.lock() {
+                out.remove(&self.job);
+            }
+        }
+    }
+}
 
 /// What the machine makes of a claim's definite refusal.
 pub(super) fn refusal(err: &ClaimError) -> ClaimRefused {
@@ -96,6 +148,11 @@ pub(super) struct Records {
     pub acls: Acls<'static>,
     /// Followed by a claim's read-back (see `read_back`).
     pub view: tokio::sync::watch::Sender<NodeView>,
+    /// The jobs whose prune is out, with the one asked for meanwhile: a prune of a job never
+    /// overlaps its last one. Under load one takes longer than the machine's half second
+    /// between them, and two deleting the same records failed each other's multi-ops, which
+    /// then went one record at a time.
+    pub pruning: Pruning,
 }
 
 impl Records {
@@ -326,19 +383,26 @@ impl Records {
     /// Prunes `job`'s records beyond the `keep` newest.
     pub fn prune(&self, s: &Session, job: JobName, keep: usize, remember: Duration) -> Option<()> {
         let client = s.client.clone()?;
-        let paths = self.paths.clone();
-        let remember = ledger::Remember {
-            now_unix_ms: Utc::now().timestamp_millis(),
-            window: remember,
-            acls: self.acls,
+        let Some(mut out) = PruneOut::of(&self.pruning, &job, (keep, remember)) else {
+            return Some(());
         };
+        let (paths, acls) = (self.paths.clone(), self.acls);
         s.tasks.spawn(async move {
+            let mut asked = Some((keep, remember));
+            while let Some((keep, window)) = asked {
+                let remember = ledger::Remember {
+                    now_unix_ms: Utc::now().timestamp_millis(),
+                    window,
+                    acls,
+                };
                 match bounded(job.as_str(), ledger::prune(&client, &paths, &job, keep, remember)).await {
                     Some(Ok(0)) | None => {}
                     Some(Ok(deleted)) => tracing::debug!(job = %job, deleted, keep, "old run records pruned"),
                     Some(Err(err)) => tracing::warn!(job = %job, error = %error_chain(&err), "pruning run records failed"),
                 }
-            });
+                asked = out.next();
+            }
+        });
         Some(())
     }
 

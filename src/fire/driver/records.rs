@@ -445,10 +445,16 @@ mod tests {
         let job = JobName::new("a");
         let day = Duration::from_secs(86_400);
         let mut out = PruneOut::of(&pruning, &job, (100, day)).expect("none out");
-        assert!(PruneOut::of(&pruning, &job, (50, day)).is_none(), "one at a time");
+        assert!(
+            PruneOut::of(&pruning, &job, (50, day)).is_none(),
+            "one at a time"
+        );
         assert!(PruneOut::of(&pruning, &job, (10, day)).is_none());
         assert_eq!(out.next(), Some((10, day)), "the last one asked goes next");
-        assert!(PruneOut::of(&pruning, &job, (20, day)).is_none(), "still out");
+        assert!(
+            PruneOut::of(&pruning, &job, (20, day)).is_none(),
+            "still out"
+        );
         assert_eq!(out.owed(), Some((20, day)));
         assert_eq!(out.next(), None, "nothing owed: done");
         drop(out);

@@ -684,6 +684,10 @@ impl Starts {
             finished.guard = self.runs.guard_of(&finished.record.run_id).cloned();
         }
         self.runs.ended(&finished);
+        if config.is_none_or(|config| config.concurrency != Concurrency::Forbid) {
+            ctx.out.push(Action::WriteRecord(finished));
+            return; // only a forbid job's claims wait behind its runs
+        }
         let job = finished.record.job.clone();
         ctx.out.push(Action::WriteRecord(finished));
         // Claims waiting behind this run start now: its process has ended.

@@ -172,12 +172,9 @@ fn an_unguarded_tick_starts_while_the_previous_runs_record_is_being_written() {
     assert_eq!(started.record.scheduled_unix_ms, t(3000).timestamp_millis());
 }
 
-/// A declined tick claimed without the guard while the caught-up run of an earlier tick is
-/// alive here: that run started after the declined tick's instant, so it did not overlap it;
-/// the tick waits for the run's end and starts then (the guarded claim waited for the run's
-/// guard the same way: `defect_2_catch_up_starts_the_missed_tick_before_the_declined_one`).
-#[test]
-fn an_unguarded_declined_tick_waits_for_the_caught_up_run_that_started_after_it() {
+/// A follower that acquires at 26.47 s with tick 26 declined, its job's newest record tick 20:
+/// the claims of the listing (the gap's record, then tick 25 caught up).
+fn acquired_with_tick_26_declined() -> (FireMachine, Vec<TickClaim>) {
     let mut m = machine(&job("a", EVERY_SECOND, ""));
     m.handle(Input::LockChanged(follower()), t(0));
     for now in (750..=25_750).step_by(1000) {
@@ -186,6 +183,16 @@ fn an_unguarded_declined_tick_waits_for_the_caught_up_run_that_started_after_it(
     m.handle(Input::LockChanged(owner(TOKEN)), t(26_470));
     let listed = listed("a", &[stored("a", 20_000, "n2", 6, RunStatus::Succeeded)]);
     let all = claims(&m.handle(listed, t(26_475)));
+    (m, all)
+}
+
+/// A declined tick claimed without the guard while the caught-up run of an earlier tick is
+/// alive here: that run started after the declined tick's instant, so it did not overlap it;
+/// the tick waits for the run's end and starts then (the guarded claim waited for the run's
+/// guard the same way: `defect_2_catch_up_starts_the_missed_tick_before_the_declined_one`).
+#[test]
+fn an_unguarded_declined_tick_waits_for_the_caught_up_run_that_started_after_it() {
+    let (mut m, all) = acquired_with_tick_26_declined();
     let caught = &all[1];
     assert!(caught.guarded, "the first claim under the token");
     let actions = m.handle(ok(caught), t(26_480));
@@ -209,14 +216,7 @@ fn an_unguarded_declined_tick_waits_for_the_caught_up_run_that_started_after_it(
 
 #[test]
 fn a_tick_waiting_behind_our_own_run_is_skipped_past_the_late_tick_rule() {
-    let mut m = machine(&job("a", EVERY_SECOND, ""));
-    m.handle(Input::LockChanged(follower()), t(0));
-    for now in (750..=25_750).step_by(1000) {
-        m.handle(Input::Tick, t(now));
-    }
-    m.handle(Input::LockChanged(owner(TOKEN)), t(26_470));
-    let listed = listed("a", &[stored("a", 20_000, "n2", 6, RunStatus::Succeeded)]);
-    let all = claims(&m.handle(listed, t(26_475)));
+    let (mut m, all) = acquired_with_tick_26_declined();
     let actions = m.handle(ok(&all[1]), t(26_480));
     let declined = only_claim(&actions);
     m.handle(ok(&declined), t(26_482));

@@ -24,6 +24,7 @@ mod runs;
 mod starts;
 mod steering;
 mod stopping;
+mod submissions;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -33,7 +34,6 @@ use chrono::{DateTime, Utc};
 
 use crate::config::JobConfig;
 use crate::control::Pauses;
-use crate::delayed::submission::{Submission, SubmissionId};
 use crate::fire::queue::FireQueue;
 use crate::ids::JobName;
 use crate::lock::LockStatus;
@@ -362,107 +362,6 @@ impl FireMachine {
             tracing::info!(id = %submission, due_unix_ms = moved.due_unix_ms, "submission rescheduled");
             self.consider(submission, moved, now, out);
         }
-    }
-
-    /// Answer to [`Action::ScanDelayed`]: what it found is considered, and the next buckets
-    /// read when due.
-    fn delayed_scanned(
-        &mut self,
-        generation: u64,
-        result: Result<Scanned, String>,
-        now: DateTime<Utc>,
-        out: &mut Vec<Action>,
-    ) {
-        if !self.lock.may_fire {
-            return;
-        }
-        if let Some(found) = self.delayed.scanned(generation, result, now) {
-            for (id, submission) in found {
-                self.consider(id, submission, now, out);
-            }
-            self.delayed_tick(now, out);
-        }
-    }
-
-    /// A new submission the watch reported, as read.
-    fn submission_read(
-        &mut self,
-        id: SubmissionId,
-        submission: Submission,
-        now: DateTime<Utc>,
-        out: &mut Vec<Action>,
-    ) {
-        if self.lock.may_fire {
-            self.consider(id, submission, now, out);
-            self.delayed_tick(now, out);
-        }
-    }
-
-    /// Reads the next buckets when the horizon reaches them, and claims what is due.
-    fn delayed_tick(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
-        if !self.lock.may_fire || self.stopping.is_some() {
-            return;
-        }
-        self.delayed.tick(now, &self.wanted, out);
-        self.claim_due_submissions(now, out);
-    }
-
-    /// Claims the submissions that are due, oldest first across jobs, each job up to its
-    /// `max_running`.
-    fn claim_due_submissions(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
-        if !self.lock.may_fire || self.stopping.is_some() {
-            return;
-        }
-        let room = self
-            .delayed
-            .jobs_due()
-            .filter_map(|job| {
-                // A paused job's submissions stay pending until it is resumed.
-                let max = if self.steering.paused(job) {
-                    0
-                } else {
-                    self.jobs.get(job)?.config.max_running
-                };
-                Some((
-                    job.clone(),
-                    max.saturating_sub(self.starts.open_runs_of(job)),
-                ))
-            })
-            .collect();
-        for (job, item) in self.delayed.take_due(now + self.claim_ahead, room) {
-            self.claim_path(now, out, |s, ctx| s.claim_item(ctx, &job, item, false));
-        }
-    }
-
-    /// A pending submission read from ZooKeeper: the delayed queue's to hold, or recorded
-    /// `missed` through the fenced claim.
-    fn consider(
-        &mut self,
-        id: SubmissionId,
-        submission: Submission,
-        now: DateTime<Utc>,
-        out: &mut Vec<Action>,
-    ) {
-        if self.elsewhere.contains(&submission.job) {
-            return;
-        }
-        let claimed_due = self.starts.claims.due_of_submission(id.as_str());
-        let config = self
-            .jobs
-            .config(&submission.job)
-            .filter(|config| config.enabled);
-        let job = submission.job.clone();
-        let named = submission.marker_names_job;
-        let considered =
-            self.delayed
-                .consider(id.clone(), submission, claimed_due, config.as_deref(), now);
-        let (delayed::Considered::Missed { due }, Some(config), Some(token)) =
-            (considered, config, self.lock.token)
-        else {
-            return;
-        };
-        let record = delayed::missed_record(&job, &id, due, named, (&self.me, token), now);
-        self.claim_path(now, out, |s, ctx| s.claim_record_only(ctx, &config, record));
     }
 
     /// A job's tick has come up (`claim_ahead` before its time).

@@ -1,22 +1,30 @@
-//! What the lock group records in ZooKeeper about ticks: claims, run records, pruning.
+//! What the lock group records in ZooKeeper about ticks and submissions: claims, run records,
+//! pruning.
 //!
-//! Owns: the tick claim — one multi-op that checks the epoch at our fencing token and creates
-//! the tick's run record, so a tick fires at most once in the cluster even when two nodes both
-//! believe they own the lock (DESIGN.md "ZooKeeper layout") — and the compare-and-set updates of
-//! a record through its life, reading records back for `history`, and pruning old ones (with
-//! the tombstones that keep a pruned submission's id remembered, `prune` and `forget`).
+//! Owns: the compare-and-set updates of a record through its life — `running`, the final record
+//! (with a guard's or open marker's delete), a withdrawal, a next owner's rewrite — and the
+//! promised retries' markers. Its modules own the claim, one fenced multi-op per tick or
+//! submission (`claim`, DESIGN.md "ZooKeeper layout"), and its group commit (`group`), a forbid
+//! run's guard outside its claim (`guard`), reading records back (`records`), pruning with the
+//! tombstones that keep a pruned submission's id remembered (`prune`, `forget`), the due queue
+//! (`due`), submissions (`submissions`) and the `[[limit]]` leases (`limits`).
 //! Must not: spawn processes or decide lock policy.
 
+mod claim;
 pub mod due;
 mod error;
 pub mod forget;
 pub mod group;
+mod guard;
 pub mod limits;
 mod prune;
 mod records;
 pub mod submissions;
 
+pub use claim::{ClaimPlan, claim};
 pub use error::{ClaimError, UpdateError};
+use guard::delete_own_guard;
+pub use guard::{release_unstarted_guard, take_guard};
 pub use prune::{PRUNE_BATCH, Remember, prune};
 pub use records::{
     guard_holder, history, jobs_with_records, read_many, read_record, read_versioned,
@@ -25,347 +33,13 @@ pub use records::{
 
 use std::collections::HashSet;
 
-use zookeeper_client::{Acls, CheckWriteError, CheckWriter, Client, CreateMode, Error as ZkErr};
+use zookeeper_client::{Acls, CheckWriteError, Client, CreateMode, Error as ZkErr};
 
-use crate::ids::{FencingToken, JobName, SessionId};
+use crate::ids::{JobName, SessionId};
 use crate::zk::tally::{self, WriteKind};
 
 use crate::layout::LedgerPaths;
-use crate::run::{Claim, ClaimMode, RunRecord, RunStatus};
-
-/// Claims `record`'s tick in one round trip: `check(epoch, token)` + create the record (or,
-/// [`ClaimMode::Again`], overwrite it at its version) [+ create the `running/<job>` guard].
-///
-/// The request is sent when this is called (so a claim sent ahead of its tick is on the wire
-/// while the caller sleeps); only the very first claim of a job, whose parent node is missing,
-/// takes a second round trip to create it.
-///
-/// # Errors
-/// `NotOwner` when anyone acquired the lock after us (the check fails); `AlreadyClaimed` when the
-/// record exists (or changed since it was read); `RunAlive` when the guard exists; `Zk`
-/// otherwise — an expired session fails here with `SessionExpired`.
-///
-/// # Cancellation safety
-/// Dropping the future drops the answer, not the request: the claim may still happen.
-pub fn claim<'c>(
-    client: &'c Client,
-    paths: &LedgerPaths,
-    record: RunRecord,
-    mode: ClaimMode,
-    guarded: bool,
-    acls: Acls<'static>,
-) -> impl Future<Output = Result<Claim, ClaimError>> + Send + 'c {
-    ClaimPlan::new(paths, record, mode, guarded, acls).send_alone(client)
-}
-
-type ClaimReply = Result<Vec<zookeeper_client::MultiWriteResult>, CheckWriteError>;
-
-/// One claim, ready to go out alone or in a [`group::GroupCommit`]: the nodes its ops touch, in
-/// order — the record, the guard, then a submission's marker delete and open-run create — and
-/// how a failure of one of them reads.
-#[derive(Debug, Clone)]
-pub struct ClaimPlan {
-    path: String,
-    record: RunRecord,
-    /// The record as stored, made once for every send.
-    data: Vec<u8>,
-    mode: ClaimMode,
-    guard: Option<String>,
-    pending: Option<PendingSubmission>,
-    /// Made once when the record's create fails with `NoNode` (the job's first claim).
-    parents: Vec<String>,
-    epoch: String,
-    acls: Acls<'static>,
-}
-
-/// A submission's claim also takes it out of `pending`, and (for a run) marks it open.
-#[derive(Debug, Clone)]
-struct PendingSubmission {
-    marker: String,
-    open: Option<String>,
-}
-
-impl ClaimPlan {
-    /// The claim of `record`'s tick (or submission) at its fencing token.
-    pub fn new(
-        paths: &LedgerPaths,
-        record: RunRecord,
-        mode: ClaimMode,
-        guarded: bool,
-        acls: Acls<'static>,
-    ) -> Self {
-        let mut parents = vec![paths.job_runs(&record.job), paths.running.clone()];
-        let pending = match (&record.submission_id, mode) {
-            (Some(id), ClaimMode::Create) => {
-                let open = (record.status == RunStatus::Claimed).then(|| {
-                    paths
-                        .delayed
-                        .open_run(&record.job, record.scheduled_unix_ms, id)
-                });
-                parents.push(paths.delayed.open_of(&record.job));
-                Some(PendingSubmission {
-                    marker: paths.delayed.pending(
-                        record.scheduled_unix_ms,
-                        id,
-                        record.marker_job(),
-                    ),
-                    open,
-                })
-            }
-            _ => None,
-        };
-        Self {
-            path: record.path(paths),
-            guard: guarded.then(|| paths.running(&record.job)),
-            data: record.to_bytes(),
-            record,
-            mode,
-            pending,
-            parents,
-            epoch: paths.epoch.clone(),
-            acls,
-        }
-    }
-
-    /// The path of the tick's run record.
-    pub fn path(&self) -> &str {
-        &self.path
-    }
-
-    /// The fencing token the claim checks the epoch at: claims in one group share it.
-    pub fn token(&self) -> FencingToken {
-        self.record.fencing_token
-    }
-
-    /// How many ops [`ClaimPlan::add_ops`] adds.
-    fn op_count(&self) -> usize {
-        1 + usize::from(self.guard.is_some())
-            + self
-                .pending
-                .as_ref()
-                .map_or(0, |pending| 1 + usize::from(pending.open.is_some()))
-    }
-
-    /// About how many bytes its ops take in a request.
-    fn request_size(&self) -> usize {
-        let nodes = self.path.len()
-            + self.guard.as_ref().map_or(0, String::len)
-            + self.pending.as_ref().map_or(0, |pending| {
-                pending.marker.len() + pending.open.as_ref().map_or(0, String::len)
-            });
-        // Each op adds an ACL and a header.
-        nodes + self.data.len() + 64 * self.op_count()
-    }
-
-    fn add_ops(&self, writer: &mut CheckWriter<'_>) -> Result<(), ZkErr> {
-        let options = CreateMode::Persistent.with_acls(self.acls);
-        match self.mode {
-            ClaimMode::Create => writer.add_create(&self.path, &self.data, &options)?,
-            ClaimMode::Again { version } => {
-                writer.add_set_data(&self.path, &self.data, Some(version))?;
-            }
-        }
-        if let Some(guard) = &self.guard {
-            writer.add_create(
-                guard,
-                self.record.run_id.as_bytes(),
-                &CreateMode::Ephemeral.with_acls(self.acls),
-            )?;
-        }
-        if let Some(pending) = &self.pending {
-            writer.add_delete(&pending.marker, None)?;
-            if let Some(open) = &pending.open {
-                writer.add_create(open, &[], &options)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Builds and sends the claim's own multi; the returned future only awaits the reply.
-    fn send<'c>(
-        &self,
-        client: &'c Client,
-    ) -> Result<impl Future<Output = ClaimReply> + Send + use<'c>, CheckWriteError> {
-        let mut writer = client.new_check_writer(&self.epoch, Some(self.token().0))?;
-        self.add_ops(&mut writer)?;
-        tally::wrote_checked(WriteKind::Claim, self.op_count(), 1);
-        Ok(writer.commit())
-    }
-
-    /// Sends the claim in a multi of its own (see [`claim`]).
-    pub fn send_alone<'c>(
-        self,
-        client: &'c Client,
-    ) -> impl Future<Output = Result<Claim, ClaimError>> + Send + 'c {
-        let session = SessionId(client.session_id().0);
-        let first = self.send(client);
-        async move {
-            let result = match first {
-                Ok(sent) => sent.await,
-                Err(err) => Err(err),
-            };
-            let results = match self.classify(result) {
-                Err(ClaimError::Zk {
-                    source: ZkErr::NoNode,
-                    ..
-                }) if self.mode == ClaimMode::Create => {
-                    // The job's first tick: make the parents, then claim once more.
-                    for dir in &self.parents {
-                        crate::zk::ensure_persistent(client, dir, self.acls)
-                            .await
-                            .map_err(|err| ClaimError::from_zk(dir, err))?;
-                    }
-                    let result = match self.send(client) {
-                        Ok(sent) => sent.await,
-                        Err(err) => Err(err),
-                    };
-                    self.classify(result)?
-                }
-                other => other?,
-            };
-            Ok(self.into_claim(&results, session))
-        }
-    }
-
-    /// The multi's results, or why the claim failed: the epoch check (`NotOwner`), the record's
-    /// create or compare-and-set (`AlreadyClaimed`: it exists, or changed since it was read),
-    /// the guard's create (`RunAlive`), the submission's marker delete (`AlreadyClaimed`: claimed
-    /// by another node, or cancelled). An `OperationFailed` index counts this claim's ops only.
-    fn classify(
-        &self,
-        result: ClaimReply,
-    ) -> Result<Vec<zookeeper_client::MultiWriteResult>, ClaimError> {
-        let record = &self.record;
-        let marker_index = self
-            .pending
-            .as_ref()
-            .map(|_| 1 + usize::from(self.guard.is_some()));
-        match result {
-            Ok(results) => Ok(results),
-            Err(CheckWriteError::OperationFailed {
-                index,
-                source: ZkErr::NoNode,
-            }) if Some(index) == marker_index => Err(ClaimError::AlreadyClaimed {
-                job: record.job.clone(),
-                scheduled_unix_ms: record.scheduled_unix_ms,
-            }),
-            Err(CheckWriteError::CheckFailed {
-                source: ZkErr::BadVersion | ZkErr::NoNode,
-            }) => Err(ClaimError::NotOwner {
-                token: record.fencing_token,
-            }),
-            Err(CheckWriteError::CheckFailed { source }) => Err(ClaimError::Zk {
-                path: self.epoch.clone(),
-                source,
-            }),
-            Err(CheckWriteError::OperationFailed {
-                index: 0,
-                source: ZkErr::NodeExists | ZkErr::BadVersion,
-            }) => Err(ClaimError::AlreadyClaimed {
-                job: record.job.clone(),
-                scheduled_unix_ms: record.scheduled_unix_ms,
-            }),
-            // The guard exists: a run of the job is alive somewhere (concurrency = forbid).
-            Err(CheckWriteError::OperationFailed {
-                index: 1,
-                source: ZkErr::NodeExists,
-            }) if self.guard.is_some() => Err(ClaimError::RunAlive {
-                job: record.job.clone(),
-            }),
-            Err(
-                CheckWriteError::OperationFailed { source, .. }
-                | CheckWriteError::RequestFailed { source },
-            ) => Err(ClaimError::Zk {
-                path: self.path.clone(),
-                source,
-            }),
-        }
-    }
-
-    /// Whether this claim, sent from `session` without an answer (see
-    /// [`ClaimError::unanswered`]), was applied, read back from its record: `Some(claim)` when
-    /// the record is exactly what was sent (its guard, marker and open-run create went with
-    /// it: a multi is all or nothing), `None` when nothing of it was applied (no record, or
-    /// the record claimed again still at the version we claimed it at).
-    ///
-    /// A read that waits for the session to connect again is the standard way out of an
-    /// unknown outcome. The `sync` first: the server we reconnected to may be behind the leader
-    /// that applied the multi; a request of the old connection that reaches the leader after
-    /// the session moved is refused (`SessionMoved`), so it cannot land after this read.
-    ///
-    /// # Errors
-    /// `AlreadyClaimed` when the record is someone else's; `Zk` when the read failed (the
-    /// outcome is still unknown: read again).
-    pub async fn read_back(
-        &self,
-        client: &Client,
-        session: SessionId,
-    ) -> Result<Option<Claim>, ClaimError> {
-        let zk_err = |source| ClaimError::Zk {
-            path: self.path.clone(),
-            source,
-        };
-        client.sync(&self.path).await.map_err(zk_err)?;
-        let (data, stat) = match client.get_data(&self.path).await {
-            Ok(found) => found,
-            Err(ZkErr::NoNode) => return Ok(None),
-            Err(source) => return Err(zk_err(source)),
-        };
-        if data == self.data {
-            return Ok(Some(self.clone().claim_at(stat.version, session)));
-        }
-        match self.mode {
-            ClaimMode::Again { version } if stat.version == version => Ok(None),
-            _ => Err(ClaimError::AlreadyClaimed {
-                job: self.record.job.clone(),
-                scheduled_unix_ms: self.record.scheduled_unix_ms,
-            }),
-        }
-    }
-
-    /// Why the claim failed, for a multi that failed as a whole (its check or its request).
-    fn refusal(&self, err: CheckWriteError) -> ClaimError {
-        match self.classify(Err(err)) {
-            Err(refused) => refused,
-            Ok(_) => ClaimError::Zk {
-                path: self.path.clone(),
-                source: ZkErr::UnexpectedError("a failed multi read as a success".into()),
-            },
-        }
-    }
-
-    /// The claim made, from this claim's share of the multi's results.
-    fn into_claim(
-        self,
-        results: &[zookeeper_client::MultiWriteResult],
-        session: SessionId,
-    ) -> Claim {
-        let version = match (self.mode, results.first()) {
-            // A node just created has data version 0.
-            (ClaimMode::Create, _) => 0,
-            (
-                ClaimMode::Again { .. },
-                Some(zookeeper_client::MultiWriteResult::SetData { stat }),
-            ) => stat.version,
-            (ClaimMode::Again { version }, _) => version + 1,
-        };
-        self.claim_at(version, session)
-    }
-
-    /// The claim made, its record stored at `version`.
-    fn claim_at(self, version: i32, session: SessionId) -> Claim {
-        let open = self.pending.and_then(|pending| pending.open);
-        Claim {
-            path: self.path,
-            version,
-            sent: self.record.clone(),
-            record: self.record,
-            guard: self.guard,
-            open,
-            session,
-        }
-    }
-}
+use crate::run::{Claim, RunRecord};
 
 /// Writes `claim.record` over the stored record if nobody else changed it since we did.
 ///
@@ -538,90 +212,6 @@ pub async fn promised_retries(
 /// Removes the marker of a retry that is no longer promised.
 pub async fn forget_retry(client: &Client, paths: &LedgerPaths, job: &JobName, tick: i64) {
     delete_if_there(client, &paths.retry_marker(job, tick), WriteKind::Retry).await;
-}
-
-/// Deletes the `running/<job>` guard of a claim that will never start (the lock moved between
-/// the claim and its start, or its withdrawal was refused) — only when the guard is our session's
-/// own node: a forbid job's guard left behind by a live session would keep every next owner from
-/// running the job. The record stays `claimed`, for the next owner to resolve.
-///
-/// Returns whether that is settled: the guard is gone, or is not ours (another session's, or
-/// another run's); `false` when ZooKeeper did not answer, and the release is worth sending again.
-pub async fn release_unstarted_guard(client: &Client, claim: &Claim) -> bool {
-    if SessionId(client.session_id().0) != claim.session {
-        // The guard went with the session that made it.
-        return true;
-    }
-    match &claim.guard {
-        Some(guard) => delete_own_guard(client, guard, &claim.record.run_id).await,
-        None => true,
-    }
-}
-
-/// Makes the `running/<job>` guard of `claim`'s run, which was claimed without one and outlives
-/// our hold of the lock, on the session that claimed it; the guard's path when our session holds
-/// it now. `None` when that session is gone (its guard would have gone with it), and when the
-/// guard is another run's (logged: a run of the job is alive elsewhere too).
-///
-/// # Errors
-/// The request failed.
-pub async fn take_guard(
-    client: &Client,
-    paths: &LedgerPaths,
-    claim: &Claim,
-    acls: Acls<'static>,
-) -> Result<Option<String>, ClaimError> {
-    let session = client.session_id().0;
-    if SessionId(session) != claim.session {
-        return Ok(None);
-    }
-    let path = paths.running(&claim.record.job);
-    let run_id = claim.record.run_id.as_bytes();
-    tally::wrote(WriteKind::Guard, 1);
-    match client
-        .create(&path, run_id, &CreateMode::Ephemeral.with_acls(acls))
-        .await
-    {
-        Ok(_) => Ok(Some(path)),
-        Err(ZkErr::NodeExists) => match client.get_data(&path).await {
-            // Ours: a reply lost before.
-            Ok((data, stat)) if stat.ephemeral_owner == session && data == run_id => Ok(Some(path)),
-            Ok((data, _)) => {
-                tracing::warn!(path, holder = %String::from_utf8_lossy(&data), run_id = claim.record.run_id, "the guard is another run's: a run of the job is alive elsewhere too");
-                Ok(None)
-            }
-            Err(ZkErr::NoNode) => Ok(None),
-            Err(source) => Err(ClaimError::Zk { path, source }),
-        },
-        Err(source) => Err(ClaimError::Zk { path, source }),
-    }
-}
-
-/// Deletes the guard at `path` if it is still run `run_id`'s, made by our session; whether that
-/// is settled (see [`release_unstarted_guard`]). A delete after a lost reply must not take a
-/// guard made since: a peer's (another session), or our own next run's (another run id). Only
-/// the session that made a guard deletes it, so one read as this run's stays so until we delete
-/// it.
-async fn delete_own_guard(client: &Client, path: &str, run_id: &str) -> bool {
-    let (data, stat) = match client.get_data(path).await {
-        Ok(read) => read,
-        Err(ZkErr::NoNode) => return true,
-        Err(err) => {
-            tracing::debug!(path, error = %err, "not deleted");
-            return false;
-        }
-    };
-    if stat.ephemeral_owner != client.session_id().0 || data != run_id.as_bytes() {
-        return true;
-    }
-    tally::wrote(WriteKind::Guard, 1);
-    match crate::zk::delete_if_there(client, path, Some(stat.version)).await {
-        Ok(()) => true,
-        Err(err) => {
-            tracing::debug!(path, error = %err, "not deleted");
-            false
-        }
-    }
 }
 
 async fn delete_if_there(client: &Client, path: &str, kind: WriteKind) {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::housekeeping::RELIST_AFTER;
 use super::*;
-use crate::delayed::submission::DueBucket;
+use crate::delayed::submission::{DueBucket, SubmissionId};
 use crate::ids::{FencingToken, NodeId, SessionId};
 use crate::run::{ClaimMode, RunContext, RunOutcome, RunRecord, RunReport, RunStatus};
 

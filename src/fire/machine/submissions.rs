@@ -1,0 +1,114 @@
+//! The router's side of submissions: what a scan of the due buckets or the watch found is
+//! considered — held by the delayed queue, or recorded `missed` — and what is due is claimed,
+//! oldest first across jobs, each job up to its `max_running`.
+//!
+//! Owns: the order of those steps. Must not: keep state of its own (the delayed queue, `delayed`,
+//! holds the submissions; `starts` the claims).
+
+use chrono::{DateTime, Utc};
+
+use super::{Action, FireMachine, Scanned, delayed};
+use crate::delayed::submission::{Submission, SubmissionId};
+
+impl FireMachine {
+    /// Answer to [`Action::ScanDelayed`]: what it found is considered, and the next buckets
+    /// read when due.
+    pub(super) fn delayed_scanned(
+        &mut self,
+        generation: u64,
+        result: Result<Scanned, String>,
+        now: DateTime<Utc>,
+        out: &mut Vec<Action>,
+    ) {
+        if !self.lock.may_fire {
+            return;
+        }
+        if let Some(found) = self.delayed.scanned(generation, result, now) {
+            for (id, submission) in found {
+                self.consider(id, submission, now, out);
+            }
+            self.delayed_tick(now, out);
+        }
+    }
+
+    /// A new submission the watch reported, as read.
+    pub(super) fn submission_read(
+        &mut self,
+        id: SubmissionId,
+        submission: Submission,
+        now: DateTime<Utc>,
+        out: &mut Vec<Action>,
+    ) {
+        if self.lock.may_fire {
+            self.consider(id, submission, now, out);
+            self.delayed_tick(now, out);
+        }
+    }
+
+    /// Reads the next buckets when the horizon reaches them, and claims what is due.
+    pub(super) fn delayed_tick(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
+        if !self.lock.may_fire || self.stopping.is_some() {
+            return;
+        }
+        self.delayed.tick(now, &self.wanted, out);
+        self.claim_due_submissions(now, out);
+    }
+
+    /// Claims the submissions that are due, oldest first across jobs, each job up to its
+    /// `max_running`.
+    pub(super) fn claim_due_submissions(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
+        if !self.lock.may_fire || self.stopping.is_some() {
+            return;
+        }
+        let room = self
+            .delayed
+            .jobs_due()
+            .filter_map(|job| {
+                // A paused job's submissions stay pending until it is resumed.
+                let max = if self.steering.paused(job) {
+                    0
+                } else {
+                    self.jobs.get(job)?.config.max_running
+                };
+                Some((
+                    job.clone(),
+                    max.saturating_sub(self.starts.open_runs_of(job)),
+                ))
+            })
+            .collect();
+        for (job, item) in self.delayed.take_due(now + self.claim_ahead, room) {
+            self.claim_path(now, out, |s, ctx| s.claim_item(ctx, &job, item, false));
+        }
+    }
+
+    /// A pending submission read from ZooKeeper: the delayed queue's to hold, or recorded
+    /// `missed` through the fenced claim.
+    pub(super) fn consider(
+        &mut self,
+        id: SubmissionId,
+        submission: Submission,
+        now: DateTime<Utc>,
+        out: &mut Vec<Action>,
+    ) {
+        if self.elsewhere.contains(&submission.job) {
+            return;
+        }
+        let claimed_due = self.starts.claims.due_of_submission(id.as_str());
+        let config = self
+            .jobs
+            .config(&submission.job)
+            .filter(|config| config.enabled);
+        let job = submission.job.clone();
+        let named = submission.marker_names_job;
+        let considered =
+            self.delayed
+                .consider(id.clone(), submission, claimed_due, config.as_deref(), now);
+        let (delayed::Considered::Missed { due }, Some(config), Some(token)) =
+            (considered, config, self.lock.token)
+        else {
+            return;
+        };
+        let record = delayed::missed_record(&job, &id, due, named, (&self.me, token), now);
+        self.claim_path(now, out, |s, ctx| s.claim_record_only(ctx, &config, record));
+    }
+}

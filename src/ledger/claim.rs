@@ -1,0 +1,352 @@
+//! The claim of a tick or a submission: one fenced multi-op, built once ([`ClaimPlan`]) and sent
+//! alone or in a group commit, with what its failure means and how an unanswered one is read
+//! back.
+//!
+//! Owns: the ops of a claim — `check(epoch, token)`, the record's create (or compare-and-set),
+//! a `forbid` job's guard, a submission's marker delete and open-run create — and their order.
+//! Must not: decide whether to claim (the fire machine does) or retry on its own.
+
+use std::future::Future;
+
+use zookeeper_client::{Acls, CheckWriteError, CheckWriter, Client, CreateMode, Error as ZkErr};
+
+use crate::ids::{FencingToken, SessionId};
+use crate::layout::LedgerPaths;
+use crate::run::{Claim, ClaimMode, RunRecord, RunStatus};
+use crate::zk::tally::{self, WriteKind};
+
+use super::ClaimError;
+
+/// Claims `record`'s tick in one round trip: `check(epoch, token)` + create the record (or,
+/// [`ClaimMode::Again`], overwrite it at its version) [+ create the `running/<job>` guard].
+///
+/// The request is sent when this is called (so a claim sent ahead of its tick is on the wire
+/// while the caller sleeps); only the very first claim of a job, whose parent node is missing,
+/// takes a second round trip to create it.
+///
+/// # Errors
+/// `NotOwner` when anyone acquired the lock after us (the check fails); `AlreadyClaimed` when the
+/// record exists (or changed since it was read); `RunAlive` when the guard exists; `Zk`
+/// otherwise — an expired session fails here with `SessionExpired`.
+///
+/// # Cancellation safety
+/// Dropping the future drops the answer, not the request: the claim may still happen.
+pub fn claim<'c>(
+    client: &'c Client,
+    paths: &LedgerPaths,
+    record: RunRecord,
+    mode: ClaimMode,
+    guarded: bool,
+    acls: Acls<'static>,
+) -> impl Future<Output = Result<Claim, ClaimError>> + Send + 'c {
+    ClaimPlan::new(paths, record, mode, guarded, acls).send_alone(client)
+}
+
+type ClaimReply = Result<Vec<zookeeper_client::MultiWriteResult>, CheckWriteError>;
+
+/// One claim, ready to go out alone or in a [`group::GroupCommit`]: the nodes its ops touch, in
+/// order — the record, the guard, then a submission's marker delete and open-run create — and
+/// how a failure of one of them reads.
+#[derive(Debug, Clone)]
+pub struct ClaimPlan {
+    pub(super) path: String,
+    record: RunRecord,
+    /// The record as stored, made once for every send.
+    data: Vec<u8>,
+    mode: ClaimMode,
+    guard: Option<String>,
+    pending: Option<PendingSubmission>,
+    /// Made once when the record's create fails with `NoNode` (the job's first claim).
+    parents: Vec<String>,
+    pub(super) epoch: String,
+    acls: Acls<'static>,
+}
+
+/// A submission's claim also takes it out of `pending`, and (for a run) marks it open.
+#[derive(Debug, Clone)]
+struct PendingSubmission {
+    marker: String,
+    open: Option<String>,
+}
+
+impl ClaimPlan {
+    /// The claim of `record`'s tick (or submission) at its fencing token.
+    pub fn new(
+        paths: &LedgerPaths,
+        record: RunRecord,
+        mode: ClaimMode,
+        guarded: bool,
+        acls: Acls<'static>,
+    ) -> Self {
+        let mut parents = vec![paths.job_runs(&record.job), paths.running.clone()];
+        let pending = match (&record.submission_id, mode) {
+            (Some(id), ClaimMode::Create) => {
+                let open = (record.status == RunStatus::Claimed).then(|| {
+                    paths
+                        .delayed
+                        .open_run(&record.job, record.scheduled_unix_ms, id)
+                });
+                parents.push(paths.delayed.open_of(&record.job));
+                Some(PendingSubmission {
+                    marker: paths.delayed.pending(
+                        record.scheduled_unix_ms,
+                        id,
+                        record.marker_job(),
+                    ),
+                    open,
+                })
+            }
+            _ => None,
+        };
+        Self {
+            path: record.path(paths),
+            guard: guarded.then(|| paths.running(&record.job)),
+            data: record.to_bytes(),
+            record,
+            mode,
+            pending,
+            parents,
+            epoch: paths.epoch.clone(),
+            acls,
+        }
+    }
+
+    /// The path of the tick's run record.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The fencing token the claim checks the epoch at: claims in one group share it.
+    pub fn token(&self) -> FencingToken {
+        self.record.fencing_token
+    }
+
+    /// How many ops [`ClaimPlan::add_ops`] adds.
+    pub(super) fn op_count(&self) -> usize {
+        1 + usize::from(self.guard.is_some())
+            + self
+                .pending
+                .as_ref()
+                .map_or(0, |pending| 1 + usize::from(pending.open.is_some()))
+    }
+
+    /// About how many bytes its ops take in a request.
+    pub(super) fn request_size(&self) -> usize {
+        let nodes = self.path.len()
+            + self.guard.as_ref().map_or(0, String::len)
+            + self.pending.as_ref().map_or(0, |pending| {
+                pending.marker.len() + pending.open.as_ref().map_or(0, String::len)
+            });
+        // Each op adds an ACL and a header.
+        nodes + self.data.len() + 64 * self.op_count()
+    }
+
+    pub(super) fn add_ops(&self, writer: &mut CheckWriter<'_>) -> Result<(), ZkErr> {
+        let options = CreateMode::Persistent.with_acls(self.acls);
+        match self.mode {
+            ClaimMode::Create => writer.add_create(&self.path, &self.data, &options)?,
+            ClaimMode::Again { version } => {
+                writer.add_set_data(&self.path, &self.data, Some(version))?;
+            }
+        }
+        if let Some(guard) = &self.guard {
+            writer.add_create(
+                guard,
+                self.record.run_id.as_bytes(),
+                &CreateMode::Ephemeral.with_acls(self.acls),
+            )?;
+        }
+        if let Some(pending) = &self.pending {
+            writer.add_delete(&pending.marker, None)?;
+            if let Some(open) = &pending.open {
+                writer.add_create(open, &[], &options)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Builds and sends the claim's own multi; the returned future only awaits the reply.
+    fn send<'c>(
+        &self,
+        client: &'c Client,
+    ) -> Result<impl Future<Output = ClaimReply> + Send + use<'c>, CheckWriteError> {
+        let mut writer = client.new_check_writer(&self.epoch, Some(self.token().0))?;
+        self.add_ops(&mut writer)?;
+        tally::wrote_checked(WriteKind::Claim, self.op_count(), 1);
+        Ok(writer.commit())
+    }
+
+    /// Sends the claim in a multi of its own (see [`claim`]).
+    pub fn send_alone<'c>(
+        self,
+        client: &'c Client,
+    ) -> impl Future<Output = Result<Claim, ClaimError>> + Send + 'c {
+        let session = SessionId(client.session_id().0);
+        let first = self.send(client);
+        async move {
+            let result = match first {
+                Ok(sent) => sent.await,
+                Err(err) => Err(err),
+            };
+            let results = match self.classify(result) {
+                Err(ClaimError::Zk {
+                    source: ZkErr::NoNode,
+                    ..
+                }) if self.mode == ClaimMode::Create => {
+                    // The job's first tick: make the parents, then claim once more.
+                    for dir in &self.parents {
+                        crate::zk::ensure_persistent(client, dir, self.acls)
+                            .await
+                            .map_err(|err| ClaimError::from_zk(dir, err))?;
+                    }
+                    let result = match self.send(client) {
+                        Ok(sent) => sent.await,
+                        Err(err) => Err(err),
+                    };
+                    self.classify(result)?
+                }
+                other => other?,
+            };
+            Ok(self.into_claim(&results, session))
+        }
+    }
+
+    /// The multi's results, or why the claim failed: the epoch check (`NotOwner`), the record's
+    /// create or compare-and-set (`AlreadyClaimed`: it exists, or changed since it was read),
+    /// the guard's create (`RunAlive`), the submission's marker delete (`AlreadyClaimed`: claimed
+    /// by another node, or cancelled). An `OperationFailed` index counts this claim's ops only.
+    pub(super) fn classify(
+        &self,
+        result: ClaimReply,
+    ) -> Result<Vec<zookeeper_client::MultiWriteResult>, ClaimError> {
+        let record = &self.record;
+        let marker_index = self
+            .pending
+            .as_ref()
+            .map(|_| 1 + usize::from(self.guard.is_some()));
+        match result {
+            Ok(results) => Ok(results),
+            Err(CheckWriteError::OperationFailed {
+                index,
+                source: ZkErr::NoNode,
+            }) if Some(index) == marker_index => Err(ClaimError::AlreadyClaimed {
+                job: record.job.clone(),
+                scheduled_unix_ms: record.scheduled_unix_ms,
+            }),
+            Err(CheckWriteError::CheckFailed {
+                source: ZkErr::BadVersion | ZkErr::NoNode,
+            }) => Err(ClaimError::NotOwner {
+                token: record.fencing_token,
+            }),
+            Err(CheckWriteError::CheckFailed { source }) => Err(ClaimError::Zk {
+                path: self.epoch.clone(),
+                source,
+            }),
+            Err(CheckWriteError::OperationFailed {
+                index: 0,
+                source: ZkErr::NodeExists | ZkErr::BadVersion,
+            }) => Err(ClaimError::AlreadyClaimed {
+                job: record.job.clone(),
+                scheduled_unix_ms: record.scheduled_unix_ms,
+            }),
+            // The guard exists: a run of the job is alive somewhere (concurrency = forbid).
+            Err(CheckWriteError::OperationFailed {
+                index: 1,
+                source: ZkErr::NodeExists,
+            }) if self.guard.is_some() => Err(ClaimError::RunAlive {
+                job: record.job.clone(),
+            }),
+            Err(
+                CheckWriteError::OperationFailed { source, .. }
+                | CheckWriteError::RequestFailed { source },
+            ) => Err(ClaimError::Zk {
+                path: self.path.clone(),
+                source,
+            }),
+        }
+    }
+
+    /// Whether this claim, sent from `session` without an answer (see
+    /// [`ClaimError::unanswered`]), was applied, read back from its record: `Some(claim)` when
+    /// the record is exactly what was sent (its guard, marker and open-run create went with
+    /// it: a multi is all or nothing), `None` when nothing of it was applied (no record, or
+    /// the record claimed again still at the version we claimed it at).
+    ///
+    /// A read that waits for the session to connect again is the standard way out of an
+    /// unknown outcome. The `sync` first: the server we reconnected to may be behind the leader
+    /// that applied the multi; a request of the old connection that reaches the leader after
+    /// the session moved is refused (`SessionMoved`), so it cannot land after this read.
+    ///
+    /// # Errors
+    /// `AlreadyClaimed` when the record is someone else's; `Zk` when the read failed (the
+    /// outcome is still unknown: read again).
+    pub async fn read_back(
+        &self,
+        client: &Client,
+        session: SessionId,
+    ) -> Result<Option<Claim>, ClaimError> {
+        let zk_err = |source| ClaimError::Zk {
+            path: self.path.clone(),
+            source,
+        };
+        client.sync(&self.path).await.map_err(zk_err)?;
+        let (data, stat) = match client.get_data(&self.path).await {
+            Ok(found) => found,
+            Err(ZkErr::NoNode) => return Ok(None),
+            Err(source) => return Err(zk_err(source)),
+        };
+        if data == self.data {
+            return Ok(Some(self.clone().claim_at(stat.version, session)));
+        }
+        match self.mode {
+            ClaimMode::Again { version } if stat.version == version => Ok(None),
+            _ => Err(ClaimError::AlreadyClaimed {
+                job: self.record.job.clone(),
+                scheduled_unix_ms: self.record.scheduled_unix_ms,
+            }),
+        }
+    }
+
+    /// Why the claim failed, for a multi that failed as a whole (its check or its request).
+    pub(super) fn refusal(&self, err: CheckWriteError) -> ClaimError {
+        match self.classify(Err(err)) {
+            Err(refused) => refused,
+            Ok(_) => ClaimError::Zk {
+                path: self.path.clone(),
+                source: ZkErr::UnexpectedError("a failed multi read as a success".into()),
+            },
+        }
+    }
+
+    /// The claim made, from this claim's share of the multi's results.
+    pub(super) fn into_claim(
+        self,
+        results: &[zookeeper_client::MultiWriteResult],
+        session: SessionId,
+    ) -> Claim {
+        let version = match (self.mode, results.first()) {
+            // A node just created has data version 0.
+            (ClaimMode::Create, _) => 0,
+            (
+                ClaimMode::Again { .. },
+                Some(zookeeper_client::MultiWriteResult::SetData { stat }),
+            ) => stat.version,
+            (ClaimMode::Again { version }, _) => version + 1,
+        };
+        self.claim_at(version, session)
+    }
+
+    /// The claim made, its record stored at `version`.
+    fn claim_at(self, version: i32, session: SessionId) -> Claim {
+        let open = self.pending.and_then(|pending| pending.open);
+        Claim {
+            path: self.path,
+            version,
+            sent: self.record.clone(),
+            record: self.record,
+            guard: self.guard,
+            open,
+            session,
+        }
+    }
+}

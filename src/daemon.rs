@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{self, Config, JobConfig};
 use crate::drift;
 use crate::fire::FireMachine;
-use crate::fire::driver::{self as fire_driver, FireSettings, LockTask};
+use crate::fire::driver::{self as fire_driver, FireSettings, FleetFormat, LockTask};
 use crate::fire::machine::Me;
 use crate::groups::balance::GroupSpec;
 use crate::groups::placement::{PlacedGroup, Placement};
@@ -104,6 +104,7 @@ pub async fn run(
     let deliveries = Arc::new(crate::delivery::Deliveries::new(Arc::clone(&metrics)));
     warm(&deliveries, &jobs);
     let notifier = Arc::new(crate::notify::Notifier::new(Arc::clone(&metrics)));
+    let fleet = Arc::new(FleetFormat::default());
     let wiring = Wiring {
         zk: &zk,
         base: &paths,
@@ -113,6 +114,7 @@ pub async fn run(
         jobs: &jobs,
         deliveries: &deliveries,
         notifier: &notifier,
+        fleet: &fleet,
     };
     let member = Shared {
         heard,
@@ -199,6 +201,7 @@ struct Wiring<'a> {
     jobs: &'a Jobs,
     deliveries: &'a Arc<crate::delivery::Deliveries>,
     notifier: &'a Arc<crate::notify::Notifier>,
+    fleet: &'a Arc<FleetFormat>,
 }
 
 /// What a unit shares with the node, or keeps to itself.
@@ -377,6 +380,7 @@ impl Wiring<'_> {
                 .unwrap_or_else(|| crate::ids::DEFAULT_GROUP.to_owned()),
             deliveries: Arc::clone(self.deliveries),
             notifier: Arc::clone(self.notifier),
+            fleet: Arc::clone(self.fleet),
         };
         let me = Me {
             node_id: self.settings.me.node_id.clone(),

@@ -43,5 +43,6 @@ pub fn this_process(node_id: Option<&NodeId>) -> Result<OwnerInfo, IdentityError
         schedule: None,
         clock_offset_ms: None,
         tags: std::collections::BTreeSet::new(),
+        ledger_format: Some(crate::layout::LEDGER_FORMAT),
     })
 }

@@ -7,6 +7,12 @@
 use crate::delayed::submission::{DueBucket, ForgetBucket, Shard, Submission, SubmissionId};
 use crate::ids::{JobName, NodeId};
 
+/// The ledger's format, which a member publishes (the highest it reads). Format 2 keeps a
+/// submission's run open by its record alone (`crate::ledger::OpenRuns::ByRecord`); an owner writes it only
+/// while every live member reads it, since any of them may own the lock next and must find the
+/// runs left open. A member that publishes none reads format 1.
+pub const LEDGER_FORMAT: u32 = 2;
+
 /// The znodes of one lock group (DESIGN.md "ZooKeeper layout").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockPaths {

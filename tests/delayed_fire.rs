@@ -204,10 +204,9 @@ async fn a_submission_fires_once_at_its_time_with_its_payload_and_overdue_ones_a
     assert!(shown.contains("state      succeeded"), "{shown}");
 }
 
-#[tokio::test]
-async fn a_submission_written_with_the_raw_client_fires_like_one_from_the_cli() {
-    let setup = one_node("delayed-raw-fire").await;
-    let connect = std::fs::read_to_string(&setup.node.config)
+/// A session of our own on the node's ensemble and chroot, as its schedule file names them.
+async fn raw_session(config: &Path) -> zookeeper_client::Client {
+    let connect = std::fs::read_to_string(config)
         .expect("config")
         .lines()
         .find_map(|line| {
@@ -215,9 +214,15 @@ async fn a_submission_written_with_the_raw_client_fires_like_one_from_the_cli() 
                 .map(|rest| rest.trim_end_matches('"').to_owned())
         })
         .expect("connect line");
-    let raw = zookeeper_client::Client::connect(&connect)
+    zookeeper_client::Client::connect(&connect)
         .await
-        .expect("raw session");
+        .expect("raw session")
+}
+
+#[tokio::test]
+async fn a_submission_written_with_the_raw_client_fires_like_one_from_the_cli() {
+    let setup = one_node("delayed-raw-fire").await;
+    let raw = raw_session(&setup.node.config).await;
     let open =
         zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
     // docs/DELAYED.md, as a Java or Python service would do it.
@@ -256,6 +261,83 @@ async fn a_submission_written_with_the_raw_client_fires_like_one_from_the_cli() 
         None,
         "no longer pending"
     );
+}
+
+/// Issue 33: a submission's run is kept open by its record alone (ledger format 2) only while
+/// every live member reads that format. A member of an older zkcron (its member node publishes
+/// no `ledger_format`) would look for open runs in `open/` after a takeover: while it is there,
+/// the owner marks them there again, and its leaving brings format 2 back.
+#[tokio::test]
+async fn the_owner_keeps_runs_open_as_its_oldest_member_reads_them() {
+    let setup = one_node("delayed-formats").await;
+    let config = &setup.node.config;
+    let raw = raw_session(config).await;
+    let lock = zkcron::layout::LockPaths::new("/zkcron", "d");
+    let ledger = zkcron::layout::LedgerPaths::new(&lock);
+    let job = zkcron::ids::JobName::new("close");
+    let newest = "every member reads the ledger's newest format";
+    said(&setup.node, newest, 1).await;
+    let due = now_ms() + 300;
+    submit_at(config, "close", "f-1", due, "one");
+    ran(&setup.out, "f-1").await;
+    let record = |id, due| final_record(&raw, &ledger, &job, id, due);
+    assert!(record("f-1", due).await.open_by_record, "format 2");
+
+    let old_member = lock.member(&zkcron::ids::NodeId::new("old-node"));
+    let older = br#"{"node_id":"old-node","ip":"127.0.0.9","host":"old","pid":1,"version":"0.1.0","since_unix_ms":0}"#;
+    let ephemeral =
+        zookeeper_client::CreateMode::Ephemeral.with_acls(zookeeper_client::Acls::anyone_all());
+    raw.create(&old_member, older, &ephemeral)
+        .await
+        .expect("an older zkcron's member node");
+    said(&setup.node, "members of an older zkcron", 1).await;
+    let due = now_ms() + 300;
+    submit_at(config, "close", "f-2", due, "two");
+    ran(&setup.out, "f-2").await;
+    assert!(!record("f-2", due).await.open_by_record, "format 1");
+    let marked = zkcron::ledger::due::open_runs(&raw, &ledger.delayed, &job).await;
+    assert_eq!(
+        marked.expect("open/ listed"),
+        [],
+        "its open marker went with its final record"
+    );
+
+    raw.delete(&old_member, None)
+        .await
+        .expect("the older member leaves");
+    said(&setup.node, newest, 2).await;
+    let due = now_ms() + 300;
+    submit_at(config, "close", "f-3", due, "three");
+    ran(&setup.out, "f-3").await;
+    assert!(record("f-3", due).await.open_by_record, "format 2 again");
+}
+
+/// Waits until `node` has logged `text` `times` times.
+async fn said(node: &DaemonNode, text: &str, times: usize) {
+    wait_for(&format!("{text:?} logged {times} times"), SLACK, || {
+        let count = node.log().matches(text).count();
+        async move { (count >= times).then_some(()) }
+    })
+    .await;
+}
+
+/// The record submission `id` of `job` ended with (the end of the run's file comes just
+/// before it).
+async fn final_record(
+    raw: &zookeeper_client::Client,
+    ledger: &zkcron::layout::LedgerPaths,
+    job: &zkcron::ids::JobName,
+    id: &str,
+    due: i64,
+) -> zkcron::run::RunRecord {
+    let id = zkcron::delayed::SubmissionId::parse(id).expect("id");
+    let path = ledger.submission_record(job, due, &id);
+    wait_for(&format!("{id}'s final record"), SLACK, || async {
+        let (data, _) = raw.get_data(&path).await.ok()?;
+        let record = zkcron::run::RunRecord::parse(&data).ok()?;
+        record.status.is_final().then_some(record)
+    })
+    .await
 }
 
 /// How many submissions, and how far apart their due times are (1000 over 10 s).

@@ -363,6 +363,7 @@ async fn a_claim_whose_reply_was_lost_is_read_back_as_ours() {
             record(job, tick, node, token),
             ClaimMode::Create,
             true,
+            ledger::OpenRuns::ByRecord,
             Acls::anyone_all(),
         )
     };
@@ -482,7 +483,14 @@ async fn two_believed_owners_start_a_submission_at_most_once_and_a_stale_token_n
         )
     };
     let claimed = claim(&a, "a", token).await.expect("the owner claims it");
-    assert!(claimed.open.is_some(), "its run is marked open");
+    assert!(
+        claimed.open.is_none() && claimed.record.open_by_record,
+        "its record alone keeps it open (format 2)"
+    );
+    let stored = ledger::read_record(&a, &claimed.path)
+        .await
+        .expect("record");
+    assert!(stored.open_by_record, "stored so: {stored:?}");
     assert_eq!(
         a.check_stat(&paths.delayed.pending(5000, &first, None))
             .await
@@ -542,12 +550,16 @@ async fn two_believed_owners_start_a_submission_at_most_once_and_a_stale_token_n
             .is_some(),
         "pending again for the next owner"
     );
-    let open = owner.open.as_deref().expect("open marker");
-    assert_eq!(b.check_stat(open).await.expect("stat"), None);
     assert_eq!(
         b.check_stat(&owner.path).await.expect("stat"),
         None,
         "its record is gone with the claim"
+    );
+    let job = JobName::new("close");
+    let marked = zkcron::ledger::due::open_runs(&b, &paths.delayed, &job).await;
+    assert!(
+        marked.map_or(true, |open| open.is_empty()),
+        "no open marker was made"
     );
 }
 
@@ -572,14 +584,13 @@ async fn a_cancel_and_a_claim_of_one_submission_cannot_both_succeed() {
         matches!(&cancelled, Err(SubmissionError::NotPending { status, .. }) if status == "claimed"),
         "{cancelled:?}"
     );
-    // The run ends: its final record closes the open marker.
+    // The run ends: its final record is all there is to write (no open marker, format 2).
     let mut finished = claimed;
+    assert_eq!(finished.open, None);
     finished.record.status = RunStatus::Succeeded;
     ledger::finish(&a, &mut finished)
         .await
         .expect("final record");
-    let open = finished.open.as_deref().expect("open marker");
-    assert_eq!(a.check_stat(open).await.expect("stat"), None, "closed");
     let stored = ledger::read_record(&a, &finished.path)
         .await
         .expect("record");
@@ -936,11 +947,13 @@ async fn claim_together(
     token: i32,
 ) -> Vec<Result<run::Claim, ClaimError>> {
     let claims = ids.iter().map(|(id, due)| {
+        // Format 1, the form a fleet with an older member writes: its markers go in groups too.
         let plan = ledger::ClaimPlan::new(
             paths,
             submission_record(id, *due, "a", token),
             ClaimMode::Create,
             false,
+            ledger::OpenRuns::Marked,
             Acls::anyone_all(),
         );
         group.claim(plan)

@@ -12,6 +12,8 @@ mod alarm;
 mod control;
 mod delayed;
 mod drift;
+mod formats;
+pub use formats::FleetFormat;
 mod housekeeping;
 mod leases;
 mod listing;
@@ -81,6 +83,9 @@ pub struct FireSettings {
     pub deliveries: Arc<crate::delivery::Deliveries>,
     /// Where failure notices go out (shared by every group).
     pub notifier: Arc<crate::notify::Notifier>,
+    /// The ledger format the members read (shared by every group; the default group's driver
+    /// keeps it up to date).
+    pub fleet: Arc<FleetFormat>,
 }
 
 /// The lock driver's task, as the fire driver steers it.
@@ -352,6 +357,7 @@ impl Io {
             acls: settings.acls,
             view: settings.view.clone(),
             pruning: Default::default(),
+            fleet: Arc::clone(&settings.fleet),
         };
         Io {
             session: session::Session {
@@ -460,6 +466,7 @@ impl Io {
                 me: self.settings.me.clone(),
                 metrics: Arc::clone(&self.settings.metrics),
                 view: self.settings.view.subscribe(),
+                fleet: Arc::clone(&self.settings.fleet),
                 stop: stop.clone(),
             }
             .spawn();

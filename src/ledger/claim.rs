@@ -39,7 +39,19 @@ pub fn claim<'c>(
     guarded: bool,
     acls: Acls<'static>,
 ) -> impl Future<Output = Result<Claim, ClaimError>> + Send + 'c {
-    ClaimPlan::new(paths, record, mode, guarded, acls).send_alone(client)
+    ClaimPlan::new(paths, record, mode, guarded, OpenRuns::ByRecord, acls).send_alone(client)
+}
+
+/// How a submission's claimed run shows as open until its final record — the ledger's format,
+/// which every node that may own the lock next must read ([`crate::layout::LEDGER_FORMAT`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenRuns {
+    /// Format 1: an `open/<job>/<due>-<id>` marker, made by the claim and deleted by the final
+    /// record. Two more write ops a run; what a zkcron before format 2 reads.
+    Marked,
+    /// Format 2: by its record alone (`open_by_record`), which a next owner reads among the
+    /// job's records.
+    ByRecord,
 }
 
 type ClaimReply = Result<Vec<zookeeper_client::MultiWriteResult>, CheckWriteError>;
@@ -56,13 +68,16 @@ pub struct ClaimPlan {
     mode: ClaimMode,
     guard: Option<String>,
     pending: Option<PendingSubmission>,
+    /// The open marker a format 1 run claimed again still has.
+    marked_before: Option<String>,
     /// Made once when the record's create fails with `NoNode` (the job's first claim).
     parents: Vec<String>,
     pub(super) epoch: String,
     acls: Acls<'static>,
 }
 
-/// A submission's claim also takes it out of `pending`, and (for a run) marks it open.
+/// A submission's claim also takes it out of `pending`, and (for a run in format 1) marks it
+/// open.
 #[derive(Debug, Clone)]
 struct PendingSubmission {
     marker: String,
@@ -70,23 +85,39 @@ struct PendingSubmission {
 }
 
 impl ClaimPlan {
-    /// The claim of `record`'s tick (or submission) at its fencing token.
+    /// The claim of `record`'s tick (or submission) at its fencing token; a submission's run
+    /// shows as open as `open_runs` says.
     pub fn new(
         paths: &LedgerPaths,
-        record: RunRecord,
+        mut record: RunRecord,
         mode: ClaimMode,
         guarded: bool,
+        open_runs: OpenRuns,
         acls: Acls<'static>,
     ) -> Self {
         let mut parents = vec![paths.job_runs(&record.job), paths.running.clone()];
+        // A format 1 run claimed again (a retry, a rerun) still has its marker, which its final
+        // record deletes.
+        let marked_before = match (&record.submission_id, mode) {
+            (Some(id), ClaimMode::Again { .. }) if !record.open_by_record => Some(
+                paths
+                    .delayed
+                    .open_run(&record.job, record.scheduled_unix_ms, id),
+            ),
+            _ => None,
+        };
         let pending = match (&record.submission_id, mode) {
             (Some(id), ClaimMode::Create) => {
-                let open = (record.status == RunStatus::Claimed).then(|| {
+                let run = matches!(record.status, RunStatus::Claimed | RunStatus::Running);
+                record.open_by_record = run && open_runs == OpenRuns::ByRecord;
+                let open = (run && !record.open_by_record).then(|| {
                     paths
                         .delayed
                         .open_run(&record.job, record.scheduled_unix_ms, id)
                 });
-                parents.push(paths.delayed.open_of(&record.job));
+                if open.is_some() {
+                    parents.push(paths.delayed.open_of(&record.job));
+                }
                 Some(PendingSubmission {
                     marker: paths.delayed.pending(
                         record.scheduled_unix_ms,
@@ -105,6 +136,7 @@ impl ClaimPlan {
             record,
             mode,
             pending,
+            marked_before,
             parents,
             epoch: paths.epoch.clone(),
             acls,
@@ -338,7 +370,10 @@ impl ClaimPlan {
 
     /// The claim made, its record stored at `version`.
     fn claim_at(self, version: i32, session: SessionId) -> Claim {
-        let open = self.pending.and_then(|pending| pending.open);
+        let open = self
+            .pending
+            .and_then(|pending| pending.open)
+            .or(self.marked_before);
         Claim {
             path: self.path,
             version,

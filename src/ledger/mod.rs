@@ -21,7 +21,7 @@ mod prune;
 mod records;
 pub mod submissions;
 
-pub use claim::{ClaimPlan, claim};
+pub use claim::{ClaimPlan, OpenRuns, claim};
 pub use error::{ClaimError, UpdateError};
 use guard::delete_own_guard;
 pub use guard::{release_unstarted_guard, take_guard};
@@ -280,7 +280,7 @@ pub async fn withdraw(
 /// Writes `record` over the stored one at the version it was read with, so a record that changed
 /// meanwhile is never overwritten: an open run a previous owner left behind marked
 /// `interrupted`, or a failed run whose promised retry is cancelled or dropped. `closes`: nothing
-/// will run it again, so a submission's open marker goes in the same multi-op. Returns the
+/// will run it again, so a submission's open marker (format 1) goes in the same multi-op. Returns the
 /// record's new version (for a rerun's claim).
 ///
 /// # Errors
@@ -295,7 +295,7 @@ pub async fn rewrite_record(
     let path = record.path(paths);
     let conflict = |path: String| UpdateError::Conflict { path, stored: None };
     let open = match &record.submission_id {
-        Some(id) if closes => Some(paths.delayed.open_run(
+        Some(id) if closes && !record.open_by_record => Some(paths.delayed.open_run(
             &record.job,
             record.scheduled_unix_ms,
             id,

@@ -36,6 +36,10 @@ pub struct OwnerInfo {
     /// In a member node: this node's `[node] tags`, which the groups' balancer places by.
     #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
     pub tags: std::collections::BTreeSet<String>,
+    /// The highest ledger format this node reads (`crate::layout::LEDGER_FORMAT`); an older
+    /// zkcron publishes none, and reads format 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ledger_format: Option<u32>,
 }
 
 impl OwnerInfo {
@@ -68,6 +72,8 @@ pub struct MemberBrief {
     pub schedule: Option<ScheduleTotal>,
     #[serde(default)]
     pub clock_offset_ms: Option<i64>,
+    #[serde(default)]
+    pub ledger_format: Option<u32>,
 }
 
 /// A schedule fingerprint's total alone.
@@ -148,12 +154,18 @@ mod tests {
             schedule: None,
             clock_offset_ms: Some(-15_000),
             tags: ["eu".to_owned()].into(),
+            ledger_format: Some(2),
         };
         assert_eq!(OwnerInfo::parse(&info.to_bytes()).unwrap(), info);
         let old = br#"{"node_id":"n","ip":"i","host":"h","pid":1,"version":"v","since_unix_ms":2}"#;
         assert!(
             !OwnerInfo::parse(old).unwrap().releasing,
             "missing releasing means not releasing"
+        );
+        assert_eq!(
+            OwnerInfo::parse(old).unwrap().ledger_format,
+            None,
+            "an older zkcron's member reads format 1"
         );
     }
 

@@ -108,6 +108,11 @@ pub struct RunRecord {
     /// claim puts that marker back, not `<id>`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub marker_names_job: bool,
+    /// A submission's run claimed without an `open/` marker (the ledger's format 2): while it is
+    /// open — not final, or promising a retry — its record alone says so, and a next owner finds
+    /// it among the job's records. Without it, an open run has its marker (format 1).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub open_by_record: bool,
 }
 
 impl RunRecord {
@@ -143,6 +148,7 @@ impl RunRecord {
             output: None,
             backfill: false,
             marker_names_job: false,
+            open_by_record: false,
         }
     }
 
@@ -184,6 +190,8 @@ impl RunRecord {
             submission_id: self.submission_id.clone(),
             requested_by: self.requested_by.clone(),
             marker_names_job: self.marker_names_job,
+            // Kept open the way it was claimed: a next owner looks for it there.
+            open_by_record: self.open_by_record,
             ..Self::claimed(&self.job, self.scheduled_unix_ms, node, token, now_unix_ms)
         }
     }
@@ -250,6 +258,7 @@ mod tests {
             status: RunStatus::Failed,
             exit_code: Some(3),
             error: Some("x".into()),
+            open_by_record: true,
             ..record()
         };
         let next = failed.next_attempt((&NodeId::new("n2"), "10.0.0.2"), FencingToken(4), 2000);
@@ -265,6 +274,7 @@ mod tests {
             (next.exit_code, next.error, next.claimed_unix_ms),
             (None, None, 2000)
         );
+        assert!(next.open_by_record, "kept open the way it was claimed");
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! The owner's watch on the members' schedule fingerprints (`crate::drift`): a member that would
-//! fire a different schedule is logged once per change and exported as `zkcron_schedule_drift`.
+//! The watch on the members: the owner's check of their schedule fingerprints (`crate::drift`) —
+//! a member that would fire a different schedule is logged once per change and exported as
+//! `zkcron_schedule_drift` — and, on every node, the ledger format they read (`formats`).
 //!
 //! Owns: one persistent recursive watch on `members/` per session, and what was last reported.
 //! Must not: decide anything about firing; a drifting member is reported, never refused.
@@ -8,7 +9,7 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use zookeeper_client::Client;
+use zookeeper_client::{Client, EventType};
 
 use crate::drift::{self, Drift};
 use crate::ids::NodeId;
@@ -20,6 +21,8 @@ use crate::report::error_chain;
 use crate::view::NodeView;
 use crate::zk::watch::{Change, RecursiveWatch};
 
+use super::formats::FleetFormat;
+
 /// What the watch needs, for one session.
 pub(super) struct DriftWatch {
     pub client: Client,
@@ -27,12 +30,15 @@ pub(super) struct DriftWatch {
     pub me: NodeId,
     pub metrics: Arc<Metrics>,
     pub view: watch::Receiver<NodeView>,
+    /// Told the members' formats when one joins or leaves.
+    pub fleet: Arc<FleetFormat>,
     pub stop: CancellationToken,
 }
 
 impl DriftWatch {
     /// Compares at the start, after every change below `members/` and every change of this
-    /// node's lock status, while this node owns the lock; ends with the session or `stop`.
+    /// node's lock status, while this node owns the lock; reads the formats at the start and
+    /// whenever a member joins or leaves. Ends with the session or `stop`.
     pub(super) fn spawn(mut self) {
         tokio::spawn(async move {
             let watcher = tokio::select! {
@@ -48,20 +54,35 @@ impl DriftWatch {
             };
             let mut reported: Option<Vec<Drift>> = None;
             loop {
-                tokio::select! {
+                // Any change compares again: the watch's first (read all) is the start, and a
+                // disconnection ends with one too. A member's own rewrites (its clock checks)
+                // leave its format as it is.
+                let joined_or_left = tokio::select! {
                     () = self.stop.cancelled() => return,
-                    // Any change compares again: the watch's first (read all) is the start, and
-                    // a disconnection ends with one too.
                     change = watcher.changed() => match change {
                         None => return,
                         Some(Change::Disconnected) => continue,
-                        Some(_) => {}
+                        Some(Change::ReadAll) => true,
+                        Some(Change::Node { kind, .. }) => matches!(kind, EventType::NodeCreated | EventType::NodeDeleted),
                     },
-                    changed = self.view.changed() => if changed.is_err() { return },
-                }
+                    changed = self.view.changed() => if changed.is_err() { return } else { false },
+                };
                 let owner = self.view.borrow().lock.may_fire;
+                if !owner && !joined_or_left {
+                    continue;
+                }
+                let members = match inspect::member_data(&self.client, &self.group).await {
+                    Ok(members) => members,
+                    Err(err) => {
+                        tracing::warn!(error = %error_chain(&err), "cannot read the members");
+                        continue;
+                    }
+                };
+                if joined_or_left {
+                    self.fleet.members_read(&members);
+                }
                 if owner {
-                    if let Some(drifts) = self.compare().await {
+                    if let Some(drifts) = self.compare(&members) {
                         self.metrics.schedule_drift(!drifts.is_empty());
                         report(&mut reported, drifts);
                     }
@@ -73,18 +94,11 @@ impl DriftWatch {
         });
     }
 
-    /// Every live member's drift from this node's published schedule; `None` when it cannot
-    /// be read (logged; the next change tries again). Each member's total is read first: the
-    /// per-job fingerprints are parsed only for a member whose total differs, since every clock
-    /// check of every member (every 10 s) rewrites its node and brings this compare.
-    async fn compare(&self) -> Option<Vec<Drift>> {
-        let members = match inspect::member_data(&self.client, &self.group).await {
-            Ok(members) => members,
-            Err(err) => {
-                tracing::warn!(error = %error_chain(&err), "cannot read the members' schedules");
-                return None;
-            }
-        };
+    /// Every live member's drift from this node's published schedule; `None` when ours is not
+    /// among them. Each member's total is read first: the per-job fingerprints are parsed only
+    /// for a member whose total differs, since every clock check of every member (every 10 s)
+    /// rewrites its node and brings this compare.
+    fn compare(&self, members: &[(NodeId, Option<Vec<u8>>)]) -> Option<Vec<Drift>> {
         let own_data = members
             .iter()
             .find(|(node, _)| *node == self.me)?

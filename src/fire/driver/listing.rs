@@ -8,13 +8,14 @@
 //! guard and the live members).
 //! Must not: decide what to list (the machine does).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use zookeeper_client::Client;
 
+use crate::delayed::submission::SubmissionId;
 use crate::fire::machine::{Input, JobRecords, RESOLVE_WINDOW};
 use crate::ids::JobName;
 use crate::layout::LedgerPaths;
@@ -97,9 +98,16 @@ async fn list_records(
     group: &LockPaths,
     job: &JobName,
 ) -> Result<JobRecords, String> {
-    let mut ticks = ledger::ticks(client, paths, job)
+    let names = ledger::record_names(client, paths, job)
         .await
         .map_err(|err| error_chain(&err))?;
+    let (mut ticks, mut submissions) = (Vec::new(), Vec::new());
+    for name in names {
+        match name.submission {
+            None => ticks.push(name.scheduled_unix_ms),
+            Some(id) => submissions.push((name.scheduled_unix_ms, id)),
+        }
+    }
     let mut newest = Vec::new();
     let mut unreadable = Vec::new();
     for &tick in ticks.iter().rev().take(RESOLVE_WINDOW) {
@@ -115,9 +123,10 @@ async fn list_records(
     // foreign node named `12` makes catch-up record a gap since 1970.
     ticks.retain(|tick| !unreadable.contains(tick));
     promised_retries(client, paths, job, &mut newest).await?;
-    // A submission's run is open while its marker is: all of them, not only the newest.
+    // A submission's run is open while its marker is (format 1) or its record says so (format
+    // 2): all of them, not only the newest.
     let mut payloads = HashMap::new();
-    for (record, version, payload) in open_submissions(client, paths, job).await? {
+    for (record, version, payload) in open_submissions(client, paths, job, submissions).await? {
         if let (Some(id), Some(payload)) = (&record.submission_id, payload) {
             payloads.insert(id.clone(), payload);
         }
@@ -174,28 +183,45 @@ async fn promised_retries(
     Ok(())
 }
 
+/// A format 2 run still open: not final, or promising a retry.
+fn kept_open_by_record(record: &crate::run::RunRecord) -> bool {
+    record.open_by_record && (!record.status.is_final() || record.retry_at_unix_ms.is_some())
+}
+
 type OpenSubmission = (crate::run::RunRecord, i32, Option<Arc<Vec<u8>>>);
 
-/// The records of `job`'s open submission runs, with their versions and payloads.
+/// The records of `job`'s open submission runs, with their versions and payloads: those with an
+/// `open/` marker (format 1), and among `recorded` (every submission record of the job) those
+/// whose record keeps them open (format 2). A fleet moving between the formats has both.
 async fn open_submissions(
     client: &Client,
     paths: &LedgerPaths,
     job: &JobName,
+    recorded: Vec<(i64, SubmissionId)>,
 ) -> Result<Vec<OpenSubmission>, String> {
-    let wanted = ledger::due::open_runs(client, &paths.delayed, job)
+    let marked = ledger::due::open_runs(client, &paths.delayed, job)
         .await
         .map_err(|err| error_chain(&err))?;
+    let mut wanted: BTreeMap<(i64, SubmissionId), bool> = BTreeMap::new();
+    wanted.extend(recorded.into_iter().map(|run| (run, false)));
+    wanted.extend(marked.into_iter().map(|run| (run, true)));
+    let wanted: Vec<((i64, SubmissionId), bool)> = wanted.into_iter().collect();
     // Thousands may be open after a lost lock: read a window at a time, all of a window out
     // at once, so catch-up takes round trips by the window and the session's queue (which the
     // lock's liveness checks wait in) stays short.
     let mut open = Vec::new();
     for window in wanted.chunks(READ_WINDOW) {
         let mut reads = JoinSet::new();
-        for (index, (due, id)) in window.iter().cloned().enumerate() {
+        for (index, ((due, id), marked)) in window.iter().cloned().enumerate() {
             let (client, paths, job) = (client.clone(), paths.clone(), job.clone());
             reads.spawn(async move {
                 let path = paths.submission_record(&job, due, &id);
-                let record = ledger::read_versioned(&client, &path).await;
+                let record = ledger::read_versioned(&client, &path)
+                    .await
+                    .filter(|(record, _)| marked || kept_open_by_record(record));
+                if record.is_none() {
+                    return (index, None);
+                }
                 let payload = match ledger::submissions::read(&client, &paths.delayed, &id).await {
                     Ok(Some((submission, _))) => Some(Arc::new(submission.payload)),
                     Ok(None) => None,

@@ -12,6 +12,7 @@ use std::time::Duration;
 use chrono::Utc;
 use zookeeper_client::Acls;
 
+use super::formats::FleetFormat;
 use super::session::{REQUEST_LIMIT, Session, bounded};
 use crate::fire::machine::{ClaimId, ClaimRefused, Input, RecordWrite, TickClaim};
 use crate::ids::{JobName, SessionId};
@@ -158,6 +159,8 @@ pub(super) struct Records {
     /// between them, and two deleting the same records failed each other's multi-ops, which
     /// then went one record at a time.
     pub pruning: Pruning,
+    /// How a submission's claimed run shows as open: the format every member reads.
+    pub fleet: Arc<FleetFormat>,
 }
 
 impl Records {
@@ -188,10 +191,11 @@ impl Records {
         };
         let (paths, acls, answers) = (self.paths.clone(), self.acls, s.answers.clone());
         let view = self.view.subscribe();
+        let open_runs = self.fleet.open_runs();
         s.tasks.spawn(async move {
             let (job, tick) = (record.job.clone(), record.scheduled_unix_ms);
             let path = record.path(&paths);
-            let plan = ClaimPlan::new(&paths, record, mode, guarded, acls);
+            let plan = ClaimPlan::new(&paths, record, mode, guarded, open_runs, acls);
             let session = SessionId(client.session_id().0);
             // Not dropped at a time limit: a claim still queued behind other groups would go
             // out after its read-back had found nothing. Every claim gets an answer, or an

@@ -28,6 +28,7 @@ fn info(node_id: &str, releasing: bool) -> OwnerInfo {
         schedule: None,
         clock_offset_ms: None,
         tags: std::collections::BTreeSet::new(),
+        ledger_format: None,
     }
 }
 

@@ -232,11 +232,11 @@ impl FireMachine {
                     .queue
                     .next_start()
                     .map(|start| start - self.claim_ahead);
-                let delayed = self.delayed.next_deadline(self.claim_ahead, |job| {
-                    !self.steering.paused(job)
-                        && self.jobs.get(job).is_some_and(|state| {
-                            self.starts.open_runs_of(job) < state.config.max_running
-                        })
+                let delayed = self.delayed.next_deadline(|job| {
+                    let config = &self.jobs.get(job)?.config;
+                    let room = !self.steering.paused(job)
+                        && self.starts.open_runs_of(job) < config.max_running;
+                    room.then(|| self.submission_lead(config))
                 });
                 tick.into_iter().chain(delayed).min()
             }

@@ -65,6 +65,13 @@ impl JobSpec {
     pub fn resends_after_failover(&self) -> bool {
         matches!(&self.program, Program::Http(target) if target.resend == super::Resend::Idempotent)
     }
+
+    /// Its submissions may be claimed at their instant, the claim saying `running`: an HTTP
+    /// target sent at most once, whose request has no process to prepare ahead, so that the
+    /// claim is the one write in front of it (issue 33).
+    pub fn starts_submissions_with_their_claim(&self) -> bool {
+        matches!(&self.program, Program::Http(target) if target.resend != super::Resend::Idempotent)
+    }
 }
 
 /// One fact of the job contract (DESIGN.md "Job contract"), by its two spellings: a process's

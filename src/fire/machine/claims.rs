@@ -345,16 +345,43 @@ pub(super) fn fresh_record(
 /// nothing: for a tick, unlike a submission, a record still `claimed` would prove nothing (the
 /// start goes beside its write), and the next owner resolves both alike. A tick that waits for
 /// its job's limits after its claim stays `claimed` until it starts, so that the record tells
-/// waiting from running.
+/// waiting from running. A submission's claim says `running` only where it is made at the due
+/// instant and the start follows its answer ([`claimed_at_its_instant`]): it is then the write
+/// that fences the request, as the `running` write is otherwise.
 fn said_running_by_its_claim(mut record: RunRecord, pending: &Pending) -> RunRecord {
-    if record.status == RunStatus::Claimed
-        && pending.submission.is_none()
-        && pending.config.limits.is_empty()
-    {
+    let start_ms = pending.start_at.timestamp_millis();
+    let says_running = match pending.submission {
+        None => pending.config.limits.is_empty(),
+        // Only at its instant (the record is made now): one claimed ahead — a retry — that a
+        // failover kept from starting must still read `claimed`, so that the next owner sends it.
+        Some(_) => claimed_at_its_instant(&pending.config) && start_ms <= record.claimed_unix_ms,
+    };
+    if record.status == RunStatus::Claimed && says_running {
         record.status = RunStatus::Running;
         record.started_unix_ms = Some(pending.start_at.timestamp_millis());
     }
     record
+}
+
+/// A submission of `config`'s job is claimed at its due instant, not `claim_ahead` before, and
+/// its claim says `running`: an HTTP target sent at most once (the claim is then the only write
+/// in front of the request, where a claim ahead and a `running` write made two), with nothing
+/// its start may wait for after the claim — no lease, no run of its own to let end.
+pub(super) fn claimed_at_its_instant(config: &JobConfig) -> bool {
+    config.spec.starts_submissions_with_their_claim()
+        && config.limits.is_empty()
+        && config.concurrency == Concurrency::Allow
+}
+
+/// A submission's run claimed as `running` that never started, as the `claimed` record to write
+/// back: the run is still open (a format 1 marker stays).
+pub(super) fn never_started(claim: &Claim) -> Claim {
+    let mut back = claim.clone();
+    back.record.status = RunStatus::Claimed;
+    back.record.started_unix_ms = None;
+    back.open = None;
+    back.guard = None;
+    back
 }
 
 /// A claimed tick that will not start, as the `missed` record that says why.

@@ -39,6 +39,15 @@ const REMOVE_AFTER: Duration = Duration::from_secs(60);
 /// never floods the ensemble.
 const REMOVE_BATCH: usize = 10;
 
+/// What a job may claim of its due submissions now: how many runs more it may open, and how
+/// long before its due instant a submission is claimed (`claim_ahead`, or none where its claim
+/// says `running`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct JobRoom {
+    pub runs: usize,
+    pub lead: chrono::Duration,
+}
+
 /// A pending submission the machine will claim at its time.
 #[derive(Debug, Clone)]
 struct Due {
@@ -175,16 +184,15 @@ impl DelayedQueue {
     /// `max_running` (a full job is woken by the end of one of its runs, not by a deadline).
     pub fn next_deadline(
         &self,
-        claim_ahead: chrono::Duration,
-        has_room: impl Fn(&JobName) -> bool,
+        lead_of: impl Fn(&JobName) -> Option<chrono::Duration>,
     ) -> Option<DateTime<Utc>> {
         let first_due = self
             .due
             .iter()
-            .filter(|(job, _)| has_room(job))
-            .filter_map(|(_, queue)| queue.keys().next())
-            .filter_map(|(ms, _)| DateTime::from_timestamp_millis(*ms))
-            .map(|due| due - claim_ahead)
+            .filter_map(|(job, queue)| {
+                let (due_ms, _) = queue.keys().next()?;
+                Some(DateTime::from_timestamp_millis(*due_ms)? - lead_of(job)?)
+            })
             .min();
         first_due
             .into_iter()
@@ -282,22 +290,24 @@ impl DelayedQueue {
         self.due.keys()
     }
 
-    /// Takes the submissions due by `latest_due` out of the queue, oldest first across jobs,
-    /// each job up to its `room` (its `max_running` less its open runs), as the items to claim.
+    /// Takes the submissions due by `now` plus their job's lead out of the queue, oldest first
+    /// across jobs, each job up to its room (its `max_running` less its open runs), as the
+    /// items to claim.
     pub fn take_due(
         &mut self,
-        latest_due: DateTime<Utc>,
-        mut room: HashMap<JobName, usize>,
+        now: DateTime<Utc>,
+        mut room: HashMap<JobName, JobRoom>,
     ) -> Vec<(JobName, Item)> {
-        let latest_due = latest_due.timestamp_millis();
         let mut taken = Vec::new();
         loop {
             let oldest = self
                 .due
                 .iter()
-                .filter(|(job, _)| room.get(*job).is_some_and(|room| *room > 0))
-                .filter_map(|(job, queue)| Some((queue.keys().next()?.0, job)))
-                .filter(|(due_ms, _)| *due_ms <= latest_due)
+                .filter_map(|(job, queue)| {
+                    let room = room.get(job).filter(|room| room.runs > 0)?;
+                    let latest_due = (now + room.lead).timestamp_millis();
+                    Some((queue.keys().next()?.0, job)).filter(|(due_ms, _)| *due_ms <= latest_due)
+                })
                 .min();
             let Some((_, job)) = oldest else {
                 break;
@@ -314,7 +324,7 @@ impl DelayedQueue {
             }
             if let Some(at) = DateTime::from_timestamp_millis(due_ms) {
                 if let Some(room) = room.get_mut(&job) {
-                    *room -= 1;
+                    room.runs -= 1;
                 }
                 taken.push((job, due.into_item(id, at)));
             }
@@ -574,7 +584,14 @@ mod tests {
         ]);
         // A scan out: the deadlines below are the submissions' alone.
         queue.tick(at(0), &Wanted::AllBut(Arc::default()), &mut Vec::new());
-        let room = HashMap::from([(JobName::new("mail"), 1), (JobName::new("sms"), 5)]);
+        let room = |runs| JobRoom {
+            runs,
+            lead: chrono::Duration::zero(),
+        };
+        let room = HashMap::from([
+            (JobName::new("mail"), room(1)),
+            (JobName::new("sms"), room(5)),
+        ]);
         let taken: Vec<(String, String)> = queue
             .take_due(at(500), room)
             .into_iter()
@@ -588,9 +605,10 @@ mod tests {
         let want = [("mail", "b"), ("sms", "c")].map(|(j, i)| (j.to_owned(), i.to_owned()));
         assert_eq!(taken, want, "a held back by mail's room, d not due");
         assert_eq!(queue.held(), 2);
-        let first_due = queue.next_deadline(chrono::Duration::zero(), |_| true);
+        let first_due = queue.next_deadline(|_| Some(chrono::Duration::zero()));
         assert_eq!(first_due, Some(at(300)));
-        let sms_only = queue.next_deadline(chrono::Duration::zero(), |job| job.as_str() == "sms");
+        let sms_only =
+            queue.next_deadline(|job| (job.as_str() == "sms").then(chrono::Duration::zero));
         assert_eq!(
             sms_only.filter(|due| *due > at(300)),
             Some(at(900)),
@@ -684,7 +702,7 @@ mod tests {
         );
         assert!(queue.read(&id("z"), Ok(None)).is_none());
         assert_eq!(
-            queue.next_deadline(chrono::Duration::zero(), |_| true),
+            queue.next_deadline(|_| Some(chrono::Duration::zero())),
             DateTime::from_timestamp_millis(ahead_to.start_ms() + 61_000),
             "one scan out at a time; the bucket the watch saw is removed a minute after its end"
         );
@@ -716,12 +734,12 @@ mod tests {
         // The next bucket comes within the horizon as soon as this one ends minus it.
         let next = DateTime::from_timestamp_millis(through.start_ms() + 1_000 - 2_000);
         assert_eq!(
-            queue.next_deadline(chrono::Duration::zero(), |_| true),
+            queue.next_deadline(|_| Some(chrono::Duration::zero())),
             next
         );
         queue.stop();
         assert_eq!(
-            queue.next_deadline(chrono::Duration::zero(), |_| true),
+            queue.next_deadline(|_| Some(chrono::Duration::zero())),
             None,
             "not firing"
         );

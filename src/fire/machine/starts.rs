@@ -15,7 +15,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 
 use super::claims::{
-    self, LeaseWait, Pending, PendingState, StartVerdict, fresh_record, missed_claim,
+    self, LeaseWait, Pending, PendingState, StartVerdict, fresh_record, missed_claim, never_started,
 };
 use super::ctx::{Ctx, Follow};
 use super::guards::Guards;
@@ -402,6 +402,12 @@ impl Starts {
             // that never was).
             StartVerdict::LockLost => {
                 self.guards.release(claim, ctx.out);
+                if pending.submission.is_some() && claim.sent.status == RunStatus::Running {
+                    // Claimed at its instant as `running`, never sent: written back to
+                    // `claimed`, so that the next owner sends it. Where that write fails (the
+                    // session is gone too), the next owner records it `interrupted`.
+                    ctx.out.push(Action::WriteRecord(never_started(claim)));
+                }
                 return self.settle(ctx, id);
             }
             StartVerdict::Missed(why) => {
@@ -461,16 +467,14 @@ impl Starts {
             return;
         };
         let context = pending.context(ctx.me, &claim);
-        let record = if pending.submission.is_some() {
-            if pending.config.spec.resends_after_failover() {
-                StartWrite::Never
-            } else {
-                StartWrite::Before
-            }
-        } else if claim.sent.status == RunStatus::Running {
+        let record = if claim.sent.status == RunStatus::Running {
             StartWrite::InClaim
-        } else {
+        } else if pending.submission.is_none() {
             StartWrite::Beside
+        } else if pending.config.spec.resends_after_failover() {
+            StartWrite::Never
+        } else {
+            StartWrite::Before
         };
         claim.record.status = RunStatus::Running;
         // A prepared run's job starts at its instant, a little after this decision.

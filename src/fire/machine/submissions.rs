@@ -7,7 +7,9 @@
 
 use chrono::{DateTime, Utc};
 
-use super::{Action, FireMachine, Scanned, delayed};
+use super::delayed::JobRoom;
+use super::{Action, FireMachine, Scanned, claims, delayed};
+use crate::config::JobConfig;
 use crate::delayed::submission::{Submission, SubmissionId};
 
 impl FireMachine {
@@ -64,20 +66,31 @@ impl FireMachine {
             .delayed
             .jobs_due()
             .filter_map(|job| {
+                let config = &self.jobs.get(job)?.config;
                 // A paused job's submissions stay pending until it is resumed.
                 let max = if self.steering.paused(job) {
                     0
                 } else {
-                    self.jobs.get(job)?.config.max_running
+                    config.max_running
                 };
-                Some((
-                    job.clone(),
-                    max.saturating_sub(self.starts.open_runs_of(job)),
-                ))
+                let room = JobRoom {
+                    runs: max.saturating_sub(self.starts.open_runs_of(job)),
+                    lead: self.submission_lead(config),
+                };
+                Some((job.clone(), room))
             })
             .collect();
-        for (job, item) in self.delayed.take_due(now + self.claim_ahead, room) {
+        for (job, item) in self.delayed.take_due(now, room) {
             self.claim_path(now, out, |s, ctx| s.claim_item(ctx, &job, item, false));
+        }
+    }
+
+    /// How long before its due instant a submission of `config`'s job is claimed.
+    pub(super) fn submission_lead(&self, config: &JobConfig) -> chrono::Duration {
+        if claims::claimed_at_its_instant(config) {
+            chrono::Duration::zero()
+        } else {
+            self.claim_ahead
         }
     }
 

@@ -117,6 +117,17 @@ fn claims(actions: &[Action]) -> Vec<TickClaim> {
         .collect()
 }
 
+/// The records written (`Action::WriteRecord`) among `actions`.
+fn records_written(actions: &[Action]) -> Vec<&Claim> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::WriteRecord(claim) => Some(claim),
+            _ => None,
+        })
+        .collect()
+}
+
 fn only_claim(actions: &[Action]) -> TickClaim {
     let all = claims(actions);
     assert_eq!(all.len(), 1, "one claim in {actions:?}");
@@ -680,13 +691,7 @@ fn a_final_record_whose_write_failed_is_written_again_once_connected() {
     );
 
     let back = m.handle(Input::LockChanged(owner(TOKEN)), t(hourly + 9000));
-    let again: Vec<&Claim> = back
-        .iter()
-        .filter_map(|a| match a {
-            Action::WriteRecord(claim) => Some(claim),
-            _ => None,
-        })
-        .collect();
+    let again = records_written(&back);
     assert_eq!(again.len(), 1, "written again on reconnecting: {back:?}");
     assert_eq!(again[0].record, finished.record);
     assert_eq!(again[0].guard, finished.guard);

@@ -824,15 +824,14 @@ fn an_id_submitted_again_after_its_run_is_read_and_claimed_not_left_pending() {
     );
 }
 
-/// `resend = "idempotent"` (issue 33): a submission's run to an idempotent HTTP target starts as
-/// soon as it is claimed, with no `running` write in front of it, and its record says `claimed`
-/// until its final record; the default writes `running` first.
+/// Issue 33: an HTTP target that declares itself idempotent (`resend = "idempotent"`) is
+/// claimed ahead and starts as soon as it is due, with no write in front of it: its record says
+/// `claimed` until its final record. One sent at most once (the default) is claimed at its
+/// instant instead, its claim saying `running`: that claim is the one write in front of the
+/// request, where a claim ahead and a `running` write made two.
 #[test]
-fn an_idempotent_targets_run_starts_with_no_write_in_front() {
-    for (resend, expected) in [
-        ("idempotent", StartWrite::Never),
-        ("never", StartWrite::Before),
-    ] {
+fn an_http_targets_run_has_one_write_in_front_or_none_if_idempotent() {
+    let setup = |resend: &str| {
         let tables = format!(
             "[[job]]\nname = \"close\"\nhttp = {{ url = \"http://127.0.0.1:9/close\", resend = \"{resend}\" }}\nstarting_deadline = \"10s\"\n"
         );
@@ -842,18 +841,77 @@ fn an_idempotent_targets_run_starts_with_no_write_in_front() {
             vec![(id("order-7"), submission("close", 1500, b"p"))],
         );
         m.handle(Input::Tick, t(1000));
-        let claim = only_claim(&m.handle(Input::Tick, t(1250)));
-        assert_eq!(claim.record.status, RunStatus::Claimed, "{resend}");
-        m.handle(ok(&claim), t(1260));
-        let start = m.handle(Input::Tick, t(1500));
-        let [Action::StartRun { record, claim, .. }] = &start[..] else {
-            panic!("{resend}: {start:?}")
-        };
-        assert_eq!(*record, expected, "{resend}");
-        assert_eq!(
-            claim.sent.status,
-            RunStatus::Claimed,
-            "{resend}: stored as claimed at its start"
-        );
-    }
+        m
+    };
+    let mut m = setup("idempotent");
+    let claim = only_claim(&m.handle(Input::Tick, t(1250)));
+    assert_eq!(claim.record.status, RunStatus::Claimed, "claimed ahead");
+    m.handle(ok(&claim), t(1260));
+    let start = m.handle(Input::Tick, t(1500));
+    let [Action::StartRun { record, claim, .. }] = &start[..] else {
+        panic!("{start:?}")
+    };
+    assert_eq!(*record, StartWrite::Never);
+    assert_eq!(claim.sent.status, RunStatus::Claimed, "stored as claimed");
+
+    let mut m = setup("never");
+    assert_eq!(
+        m.next_deadline(),
+        Some(t(1500)),
+        "nothing to do before its instant"
+    );
+    assert!(
+        claims(&m.handle(Input::Tick, t(1250))).is_empty(),
+        "not ahead"
+    );
+    let claim = only_claim(&m.handle(Input::Tick, t(1500)));
+    assert_eq!(
+        (claim.record.status, claim.record.started_unix_ms),
+        (RunStatus::Running, Some(t(1500).timestamp_millis())),
+        "its claim says running"
+    );
+    let start = m.handle(ok(&claim), t(1504));
+    let [Action::StartRun { record, claim, .. }] = &start[..] else {
+        panic!("{start:?}")
+    };
+    assert_eq!(
+        *record,
+        StartWrite::InClaim,
+        "no write in front but its claim"
+    );
+    assert_eq!(claim.sent.status, RunStatus::Running);
+}
+
+/// Issue 33: the lock lost between the claim of a run at its instant (saying `running`) and its
+/// answer: the request is never sent, and the record goes back to `claimed`, so that the next
+/// owner sends it rather than recording it `interrupted`.
+#[test]
+fn a_run_claimed_running_at_its_instant_that_never_starts_is_written_back_as_claimed() {
+    let tables = "[[job]]\nname = \"close\"\nhttp = { url = \"http://127.0.0.1:9/close\" }\nstarting_deadline = \"10s\"\n";
+    let (mut m, _) = owning_with(
+        tables,
+        0,
+        vec![(id("order-7"), submission("close", 1500, b"p"))],
+    );
+    m.handle(Input::Tick, t(1000));
+    let claim = only_claim(&m.handle(Input::Tick, t(1500)));
+    m.handle(Input::LockChanged(follower()), t(1502));
+    let after = m.handle(ok(&claim), t(1504));
+    assert!(
+        !after.iter().any(|a| matches!(a, Action::StartRun { .. })),
+        "never sent: {after:?}"
+    );
+    let back = records_written(&after);
+    let [back] = back[..] else {
+        panic!("one record written back: {after:?}")
+    };
+    assert_eq!(
+        (
+            back.record.status,
+            back.record.started_unix_ms,
+            back.version
+        ),
+        (RunStatus::Claimed, None, 0),
+        "claimed again, at the version its claim stored"
+    );
 }

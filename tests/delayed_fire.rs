@@ -12,7 +12,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use support::daemon::{DaemonNode, now_ms, schedule_text, zkcron_ok};
+use support::daemon::{DaemonNode, now_ms, schedule_text, submit_spaced, zkcron_ok};
 use support::{fault_lock, shared_ensemble, try_wait_for, unique_chroot, wait_for};
 
 const SESSION: Duration = Duration::from_secs(2);
@@ -369,32 +369,19 @@ async fn a_thousand_submissions_survive_a_kill_9_of_the_owner_each_run_at_most_o
     .await;
 
     // Submitted through the library, many requests out at once on one session.
-    let config = zkcron::config::load(&nodes[owner].config).expect("config");
-    let client = std::sync::Arc::new(
-        zkcron::delayed::Delayed::connect(&config)
-            .await
-            .expect("submitter session"),
-    );
     // Room to submit them all before the first is due: about a second alone, but over 4 s once
     // in CI beside this binary's other tests and their daemons on 2 cores (debug build).
     let base = now_ms() + 8_000;
-    let mut submits = tokio::task::JoinSet::new();
-    for i in 0..SUBMISSIONS {
-        let client = std::sync::Arc::clone(&client);
-        let due = base + i64::try_from(i).expect("small") * SPACING_MS;
-        submits.spawn(async move {
-            let request = zkcron::delayed::SubmitRequest {
-                job: zkcron::JobName::new("close"),
-                due: chrono::DateTime::from_timestamp_millis(due).expect("in range"),
-                id: Some(zkcron::delayed::SubmissionId::parse(&format!("s{i:04}")).expect("id")),
-                payload: Vec::new(),
-            };
-            client.submit(request).await.expect("submitted");
-        });
-    }
-    while let Some(done) = submits.join_next().await {
-        done.expect("submit task");
-    }
+    let spacing = SPACING_MS;
+    submit_spaced(
+        &nodes[owner].config,
+        "close",
+        SUBMISSIONS,
+        base,
+        spacing,
+        "s",
+    )
+    .await;
     assert!(now_ms() < base, "all submitted before the first is due");
 
     // kill -9 the owner halfway through.

@@ -121,6 +121,41 @@ pub fn read_fires(path: &Path) -> Vec<Fire> {
 }
 
 /// The log tails of `nodes`, each under its node id: what a failed wait shows.
+/// Submits `count` submissions of `job` through the library, many out at once on one session:
+/// ids `<prefix>0000`, `<prefix>0001`, …, due `spacing_ms` apart from `first_due_ms`, no payload.
+pub async fn submit_spaced(
+    config: &Path,
+    job: &str,
+    count: usize,
+    first_due_ms: i64,
+    spacing_ms: i64,
+    prefix: &str,
+) {
+    let config = zkcron::config::load(config).expect("config");
+    let client = std::sync::Arc::new(
+        zkcron::delayed::Delayed::connect(&config)
+            .await
+            .expect("submitter session"),
+    );
+    let mut submits = tokio::task::JoinSet::new();
+    for i in 0..count {
+        let client = std::sync::Arc::clone(&client);
+        let due = first_due_ms + i64::try_from(i).expect("small") * spacing_ms;
+        let request = zkcron::delayed::SubmitRequest {
+            job: zkcron::JobName::new(job),
+            due: chrono::DateTime::from_timestamp_millis(due).expect("in range"),
+            id: Some(zkcron::delayed::SubmissionId::parse(&format!("{prefix}{i:04}")).expect("id")),
+            payload: Vec::new(),
+        };
+        submits.spawn(async move {
+            client.submit(request).await.expect("submitted");
+        });
+    }
+    while let Some(done) = submits.join_next().await {
+        done.expect("submit task");
+    }
+}
+
 pub fn logs_of(nodes: &[&DaemonNode]) -> String {
     nodes
         .iter()

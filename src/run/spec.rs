@@ -66,11 +66,11 @@ impl JobSpec {
         matches!(&self.program, Program::Http(target) if target.resend == super::Resend::Idempotent)
     }
 
-    /// Its submissions may be claimed at their instant, the claim saying `running`: an HTTP
-    /// target sent at most once, whose request has no process to prepare ahead, so that the
-    /// claim is the one write in front of it (issue 33).
+    /// Its submissions may be claimed at their instant, the claim saying `running`, so that the
+    /// claim is the one write in front of their start (issue 33): all but an idempotent HTTP
+    /// target's, which needs no write in front and is claimed ahead.
     pub fn starts_submissions_with_their_claim(&self) -> bool {
-        matches!(&self.program, Program::Http(target) if target.resend != super::Resend::Idempotent)
+        !self.resends_after_failover()
     }
 }
 

@@ -364,9 +364,12 @@ fn said_running_by_its_claim(mut record: RunRecord, pending: &Pending) -> RunRec
 }
 
 /// A submission of `config`'s job is claimed at its due instant, not `claim_ahead` before, and
-/// its claim says `running`: an HTTP target sent at most once (the claim is then the only write
-/// in front of the request, where a claim ahead and a `running` write made two), with nothing
-/// its start may wait for after the claim — no lease, no run of its own to let end.
+/// its claim says `running`: the claim is then the only write in front of its start, where a
+/// claim ahead and a `running` write made two. For a job whose start waits for nothing after the
+/// claim — no lease, no run of its own to let end — and whose run is not sent again after a
+/// failover (an idempotent HTTP target needs no write in front and is claimed ahead). A process
+/// then starts a launcher's load after its claim's answer instead of prepared ahead
+/// (docs/BENCHMARKS.md: 3 ms at 100 due/s, and 555 a second sustained where 495 were).
 pub(super) fn claimed_at_its_instant(config: &JobConfig) -> bool {
     config.spec.starts_submissions_with_their_claim()
         && config.limits.is_empty()

@@ -7,6 +7,10 @@ use crate::delayed::submission::{DueBucket, Submission, SubmissionId};
 use crate::fire::machine::{Scanned, StartWrite};
 
 const ON_DEMAND: &str = "[[job]]\nname = \"close\"\nshell = \"cat\"\nstarting_deadline = \"10s\"\n";
+/// [`ON_DEMAND`] whose runs replace each other: its submissions are claimed `claim_ahead` early
+/// and written `running` at their start (`StartWrite::Before`), as those of any job whose start
+/// may wait after its claim are.
+const ON_DEMAND_AHEAD: &str = "[[job]]\nname = \"close\"\nshell = \"cat\"\nstarting_deadline = \"10s\"\nconcurrency = \"replace\"\n";
 
 fn id(text: &str) -> SubmissionId {
     SubmissionId::parse(text).expect("valid id")
@@ -114,7 +118,7 @@ fn owning_with(
 #[test]
 fn a_submission_is_claimed_ahead_and_started_at_its_due_time_with_its_payload() {
     let due = submission("close", 1500, b"{\"order\":42}");
-    let (mut m, actions) = owning_with(ON_DEMAND, 0, vec![(id("order-42"), due)]);
+    let (mut m, actions) = owning_with(ON_DEMAND_AHEAD, 0, vec![(id("order-42"), due)]);
     assert!(claims(&actions).is_empty(), "not yet: {actions:?}");
     assert_eq!(
         m.next_deadline(),
@@ -128,9 +132,9 @@ fn a_submission_is_claimed_ahead_and_started_at_its_due_time_with_its_payload() 
     assert_eq!(claim.record.scheduled_unix_ms, t(1500).timestamp_millis());
     assert_eq!(claim.record.run_id, "close-1893456001500-order-42");
     assert_eq!(
-        (claim.mode, claim.guarded),
-        (ClaimMode::Create, false),
-        "on demand: allow"
+        (claim.mode, claim.guarded, claim.record.status),
+        (ClaimMode::Create, false, RunStatus::Claimed),
+        "no guard (replace); claimed, not yet running"
     );
     assert!(
         starts(&m.handle(ok(&claim), t(1260))).is_empty(),
@@ -145,10 +149,40 @@ fn a_submission_is_claimed_ahead_and_started_at_its_due_time_with_its_payload() 
     assert_eq!((context.scheduled_at, context.resumed), (t(1500), false));
 }
 
-/// An owner that claimed submission `order-42` of `close`, due at 1500, and started it then.
+/// Issue 33: a submission of a job whose start waits for nothing after its claim (no limit,
+/// `concurrency = "allow"`) is claimed at its instant, its claim saying `running`, and starts on
+/// the claim's answer with no other write in front.
+#[test]
+fn a_submission_is_claimed_at_its_instant_saying_running_and_started_on_its_answer() {
+    let due = submission("close", 1500, b"{\"order\":42}");
+    let (mut m, _) = owning_with(ON_DEMAND, 0, vec![(id("order-42"), due)]);
+    run_timer(&mut m, 1000);
+    assert_eq!(m.next_deadline(), Some(t(1500)), "claimed at its instant");
+    let claim = only_claim(&m.handle(Input::Tick, t(1500)));
+    assert_eq!(
+        (claim.record.status, claim.record.started_unix_ms),
+        (RunStatus::Running, Some(t(1500).timestamp_millis()))
+    );
+    let start = m.handle(ok(&claim), t(1503));
+    let [
+        Action::StartRun {
+            record, context, ..
+        },
+    ] = &start[..]
+    else {
+        panic!("{start:?}")
+    };
+    assert_eq!(*record, StartWrite::InClaim);
+    let input = context.submission.as_ref().expect("a submission's run");
+    assert_eq!(&input.payload[..], &b"{\"order\":42}"[..]);
+    assert_eq!((context.scheduled_at, context.resumed), (t(1500), false));
+}
+
+/// An owner that claimed submission `order-42` of `close`, due at 1500, ahead, and started it
+/// then, its record written `running` in front of the start.
 fn a_submission_started_at_1500() -> (FireMachine, Claim) {
     let due = submission("close", 1500, b"order");
-    let (mut m, _) = owning_with(ON_DEMAND, 0, vec![(id("order-42"), due)]);
+    let (mut m, _) = owning_with(ON_DEMAND_AHEAD, 0, vec![(id("order-42"), due)]);
     run_timer(&mut m, 1000);
     let claim = only_claim(&m.handle(Input::Tick, t(1250)));
     m.handle(ok(&claim), t(1260));
@@ -267,12 +301,12 @@ fn overdue_submissions_resume_at_once_and_those_beyond_the_deadline_are_recorded
     );
     let late: Vec<_> = all
         .iter()
-        .filter(|c| c.record.status == RunStatus::Claimed)
+        .filter(|c| c.record.status == RunStatus::Running)
         .collect();
     assert_eq!(
         late.len(),
         1,
-        "the late one; the other waits for its claim_ahead: {all:?}"
+        "the late one, claimed running; the other waits for its instant: {all:?}"
     );
     let resumed = late
         .iter()
@@ -283,16 +317,16 @@ fn overdue_submissions_resume_at_once_and_those_beyond_the_deadline_are_recorded
         context.resumed,
         "overdue when the node could fire: ZKCRON_RESUMED=1"
     );
-    let on_time = only_claim(&m.handle(Input::Tick, t(12_250)));
+    assert!(claims(&m.handle(Input::Tick, t(12_250))).is_empty());
+    let on_time = only_claim(&m.handle(Input::Tick, t(12_500)));
     assert_eq!(on_time.record.submission_id, Some(id("on-time")));
-    m.handle(ok(&on_time), t(12_260));
-    let (_, context) = only_start(&m.handle(Input::Tick, t(12_500)));
+    let (_, context) = only_start(&m.handle(ok(&on_time), t(12_502)));
     assert!(!context.resumed);
 }
 
 #[test]
 fn the_watch_brings_a_new_submission_of_a_read_bucket_and_later_buckets_wait_for_the_horizon() {
-    let (mut m, _) = owning_with(ON_DEMAND, 0, vec![]);
+    let (mut m, _) = owning_with(ON_DEMAND_AHEAD, 0, vec![]);
     let read = DueBucket::of(t(1000).timestamp_millis());
     assert_eq!(
         m.handle(created(read, "soon"), t(100)),
@@ -328,7 +362,7 @@ fn the_watch_brings_a_new_submission_of_a_read_bucket_and_later_buckets_wait_for
 /// the read finds the new due time, and the submission is claimed then, not at the old time.
 #[test]
 fn a_rescheduled_submission_is_claimed_at_its_new_time() {
-    let (mut m, _) = owning_with(ON_DEMAND, 0, vec![]);
+    let (mut m, _) = owning_with(ON_DEMAND_AHEAD, 0, vec![]);
     let read = DueBucket::of(t(1000).timestamp_millis());
     let created = |id: &str| Input::SubmissionCreated {
         bucket: read,
@@ -364,7 +398,7 @@ fn a_rescheduled_submission_is_claimed_at_its_new_time() {
 /// submission is queued at its new time.
 #[test]
 fn a_submission_moved_under_its_claim_is_queued_at_its_new_time() {
-    let (mut m, _) = owning_with(ON_DEMAND, 0, vec![]);
+    let (mut m, _) = owning_with(ON_DEMAND_AHEAD, 0, vec![]);
     let read = DueBucket::of(t(1000).timestamp_millis());
     m.handle(created(read, "moved"), t(100));
     let first = Input::SubmissionRead {
@@ -601,6 +635,11 @@ fn a_submission_claimed_but_never_started_by_a_dead_owner_is_taken_over_as_the_s
         (record.attempt, TOKEN)
     );
     assert_eq!(claim.record.submission_id, Some(id("left")));
+    assert_eq!(
+        claim.record.status,
+        RunStatus::Running,
+        "its claim, at or after its instant, says running before it starts"
+    );
     let start = m.handle(ok(&claim), t(1010));
     let [
         Action::StartRun {
@@ -610,11 +649,7 @@ fn a_submission_claimed_but_never_started_by_a_dead_owner_is_taken_over_as_the_s
     else {
         panic!("{start:?}")
     };
-    assert_eq!(
-        *record,
-        StartWrite::Before,
-        "a submission's record says running before it starts"
-    );
+    assert_eq!(*record, StartWrite::InClaim, "no other write in front");
     assert!(context.resumed);
     assert_eq!(
         context.submission.as_ref().map(|s| &s.payload[..]),
@@ -662,7 +697,7 @@ fn a_submission_made_while_its_bucket_is_being_read_is_not_lost() {
     };
     m.handle(read, t(12));
     run_timer(&mut m, 1000);
-    let claim = only_claim(&m.handle(Input::Tick, t(1250)));
+    let claim = only_claim(&m.handle(Input::Tick, t(1500)));
     assert_eq!(claim.record.submission_id, Some(id("racing")));
 }
 
@@ -693,14 +728,15 @@ fn old_records_are_pruned_at_most_every_half_second_however_many_runs_end() {
         .collect();
     let (mut m, _) = owning_with(ON_DEMAND, 0, found);
     m.handle(Input::Tick, t(1000));
-    let claims = claims(&m.handle(Input::Tick, t(1250)));
+    let claims = claims(&m.handle(Input::Tick, t(1500)));
     assert_eq!(claims.len(), 3);
     let mut runs = Vec::new();
     for claim in &claims {
-        m.handle(ok(claim), t(1260));
-    }
-    for (claim, _) in starts(&m.handle(Input::Tick, t(1500))) {
-        runs.push(claim);
+        runs.extend(
+            starts(&m.handle(ok(claim), t(1502)))
+                .into_iter()
+                .map(|(run, _)| run),
+        );
     }
     assert_eq!(runs.len(), 3);
     let prunes = |actions: &[Action]| {
@@ -744,7 +780,7 @@ fn a_job_at_its_max_running_holds_its_due_submissions_until_a_run_ends_others_go
     found.push((id("r0"), submission("refund", 1500, b"")));
     let (mut m, _) = owning_with(&tables, 0, found);
     run_timer(&mut m, 1000);
-    let first = claims(&m.handle(Input::Tick, t(1250)));
+    let first = claims(&m.handle(Input::Tick, t(1500)));
     let ids = |claims: &[TickClaim]| -> Vec<String> {
         claims
             .iter()
@@ -759,16 +795,18 @@ fn a_job_at_its_max_running_holds_its_due_submissions_until_a_run_ends_others_go
     assert_eq!(m.delayed.held(), 3, "the rest wait in memory");
 
     // The claims come back and start; no more of close while both are open.
+    let mut started = Vec::new();
     for claim in &first {
-        assert!(claims(&m.handle(ok(claim), t(1260))).is_empty());
+        let answered = m.handle(ok(claim), t(1502));
+        assert!(claims(&answered).is_empty());
+        started.extend(starts(&answered));
     }
+    assert_eq!(started.len(), 3);
     assert_eq!(
         m.next_deadline(),
-        Some(t(1500) - chrono::Duration::from_std(START_LEAD).unwrap()),
-        "no wake-up for the due ones of a full job: only the (prepared) starts at 1500"
+        None,
+        "no wake-up for the due ones of a full job"
     );
-    let started = starts(&m.handle(Input::Tick, t(1500)));
-    assert_eq!(started.len(), 3);
     let c0 = started
         .iter()
         .find(|(c, _)| c.record.submission_id == Some(id("c0")))
@@ -795,12 +833,11 @@ fn an_id_submitted_again_after_its_run_is_read_and_claimed_not_left_pending() {
     let first = submission("close", 1500, b"first");
     let (mut m, _) = owning_with(ON_DEMAND, 0, vec![(id("order-42"), first)]);
     m.handle(Input::Tick, t(1000));
-    let claim = only_claim(&m.handle(Input::Tick, t(1250)));
-    m.handle(ok(&claim), t(1260));
-    let (run, _) = only_start(&m.handle(Input::Tick, t(1500)));
+    let claim = only_claim(&m.handle(Input::Tick, t(1500)));
+    let (run, _) = only_start(&m.handle(ok(&claim), t(1502)));
     let finished = end_run(
         &mut m,
-        ended(&run, RunOutcome::Exited { code: 0 }, t(1500)),
+        ended(&run, RunOutcome::Exited { code: 0 }, t(1502)),
         t(1600),
     );
     m.handle(written(&finished), t(1610));
@@ -816,7 +853,7 @@ fn an_id_submitted_again_after_its_run_is_read_and_claimed_not_left_pending() {
         result: Ok(Some(submission("close", 2500, b"second"))),
     };
     assert!(claims(&m.handle(read, t(1710))).is_empty(), "not yet due");
-    let claim = only_claim(&m.handle(Input::Tick, t(2250)));
+    let claim = only_claim(&m.handle(Input::Tick, t(2500)));
     assert_eq!(
         (claim.record.submission_id, claim.record.scheduled_unix_ms),
         (Some(id("order-42")), t(2500).timestamp_millis()),

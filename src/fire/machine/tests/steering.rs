@@ -171,7 +171,11 @@ fn a_paused_jobs_submissions_wait_pending_and_are_claimed_on_resume() {
     let resumed = claims(&m.handle(Input::PausesRead(Pauses::new()), t(2000)));
     assert_eq!(resumed.len(), 1, "claimed at once on resume");
     assert_eq!(resumed[0].record.submission_id, Some(id));
-    assert_eq!(resumed[0].record.status, RunStatus::Claimed);
+    assert_eq!(
+        resumed[0].record.status,
+        RunStatus::Running,
+        "overdue: claimed at once, saying running"
+    );
 }
 
 #[test]
@@ -182,10 +186,10 @@ fn a_trigger_is_recorded_and_run_as_manual_with_who_asked() {
         Input::PausesRead(Pauses::new()),
         vec![(id, submission(100, Some("ops@h1")))],
     );
-    let claim = only_claim(&scanned);
+    assert!(claims(&scanned).is_empty(), "claimed at its instant");
+    let claim = only_claim(&m.handle(Input::Tick, t(100)));
     assert_eq!(claim.record.requested_by.as_deref(), Some("ops@h1"));
-    m.handle(ok(&claim), t(10));
-    let (started, context) = only_start(&m.handle(Input::Tick, t(100)));
+    let (started, context) = only_start(&m.handle(ok(&claim), t(102)));
     assert_eq!(started.record.requested_by.as_deref(), Some("ops@h1"));
     let input = context.submission.expect("a submission's run");
     assert_eq!(input.requested_by.as_deref(), Some("ops@h1"));

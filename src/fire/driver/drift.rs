@@ -53,6 +53,7 @@ impl DriftWatch {
                 }
             };
             let mut reported: Option<Vec<Drift>> = None;
+            let mut formats_unread = false;
             loop {
                 // Any change compares again: the watch's first (read all) is the start, and a
                 // disconnection ends with one too. A member's own rewrites (its clock checks)
@@ -68,7 +69,13 @@ impl DriftWatch {
                     changed = self.view.changed() => if changed.is_err() { return } else { false },
                 };
                 let owner = self.view.borrow().lock.may_fire;
-                if !owner && !joined_or_left {
+                if !owner {
+                    self.metrics.schedule_drift(false);
+                    reported = None;
+                }
+                // A join whose read failed is read at the next change, whatever it is.
+                formats_unread |= joined_or_left;
+                if !owner && !formats_unread {
                     continue;
                 }
                 let members = match inspect::member_data(&self.client, &self.group).await {
@@ -78,17 +85,13 @@ impl DriftWatch {
                         continue;
                     }
                 };
-                if joined_or_left {
+                if formats_unread {
                     self.fleet.members_read(&members);
+                    formats_unread = false;
                 }
-                if owner {
-                    if let Some(drifts) = self.compare(&members) {
-                        self.metrics.schedule_drift(!drifts.is_empty());
-                        report(&mut reported, drifts);
-                    }
-                } else {
-                    self.metrics.schedule_drift(false);
-                    reported = None;
+                if owner && let Some(drifts) = self.compare(&members) {
+                    self.metrics.schedule_drift(!drifts.is_empty());
+                    report(&mut reported, drifts);
                 }
             }
         });

@@ -403,10 +403,8 @@ impl Starts {
             StartVerdict::LockLost => {
                 self.guards.release(claim, ctx.out);
                 if pending.submission.is_some() && claim.sent.status == RunStatus::Running {
-                    // Claimed at its instant as `running`, never sent: written back to
-                    // `claimed`, so that the next owner sends it. Where that write fails (the
-                    // session is gone too), the next owner records it `interrupted`.
-                    ctx.out.push(Action::WriteRecord(never_started(claim)));
+                    let claim = claim.clone();
+                    return self.unsent_at_its_instant(ctx, id, &claim);
                 }
                 return self.settle(ctx, id);
             }
@@ -452,6 +450,35 @@ impl Starts {
             return self.settle(ctx, id);
         }
         self.start(ctx, id);
+    }
+
+    /// A submission claimed at its instant, its claim saying `running`, that the lock's loss
+    /// kept from starting: it was never sent. Its record is written back to `claimed`, so that a
+    /// next owner sends it; and should this node own the lock again first, its catch-up leaves
+    /// the record to it, and it claims the run again as the same attempt — at the version the
+    /// write-back made, if that landed (as for a `running` write whose answer was lost). Where
+    /// both fail (the session is gone and another node owns the lock first), the next owner
+    /// records it `interrupted`: at most once.
+    fn unsent_at_its_instant(&mut self, ctx: &mut Ctx<'_>, id: ClaimId, claim: &Claim) {
+        let back = never_started(claim);
+        let run_id = claim.record.run_id.clone();
+        self.claims.maybe_marked_running(run_id, claim.version + 1);
+        let Some(pending) = self.claims.get(&id) else {
+            return;
+        };
+        let item = Item {
+            tick: pending.tick,
+            reason: FireReason::CaughtUp,
+            again: Some((back.record.clone(), claim.version)),
+            submission: pending.submission.clone(),
+        };
+        let job = pending.config.spec.name.clone();
+        tracing::info!(job = %job, run_id = claim.record.run_id, "lock lost before the run was sent: its record goes back to claimed");
+        ctx.out.push(Action::WriteRecord(back));
+        if let Some(state) = ctx.jobs.get_mut(&job) {
+            state.not_started.push(item);
+        }
+        self.settle(ctx, id);
     }
 
     fn start(&mut self, ctx: &mut Ctx<'_>, id: ClaimId) {

@@ -920,10 +920,12 @@ fn an_http_targets_run_has_one_write_in_front_or_none_if_idempotent() {
 }
 
 /// Issue 33: the lock lost between the claim of a run at its instant (saying `running`) and its
-/// answer: the request is never sent, and the record goes back to `claimed`, so that the next
-/// owner sends it rather than recording it `interrupted`.
+/// answer: the request is never sent. Its record goes back to `claimed`, so that a next owner
+/// sends it rather than recording it `interrupted`; and when this node owns the lock again first
+/// (an outage of the whole ensemble), its catch-up leaves the record alone and claims the run
+/// again as the same attempt, at the version the write-back made if it landed.
 #[test]
-fn a_run_claimed_running_at_its_instant_that_never_starts_is_written_back_as_claimed() {
+fn a_run_claimed_running_at_its_instant_that_never_starts_is_claimed_again_not_lost() {
     let tables = "[[job]]\nname = \"close\"\nhttp = { url = \"http://127.0.0.1:9/close\" }\nstarting_deadline = \"10s\"\n";
     let (mut m, _) = owning_with(
         tables,
@@ -938,8 +940,7 @@ fn a_run_claimed_running_at_its_instant_that_never_starts_is_written_back_as_cla
         !after.iter().any(|a| matches!(a, Action::StartRun { .. })),
         "never sent: {after:?}"
     );
-    let back = records_written(&after);
-    let [back] = back[..] else {
+    let [back] = records_written(&after)[..] else {
         panic!("one record written back: {after:?}")
     };
     assert_eq!(
@@ -951,4 +952,47 @@ fn a_run_claimed_running_at_its_instant_that_never_starts_is_written_back_as_cla
         (RunStatus::Claimed, None, 0),
         "claimed again, at the version its claim stored"
     );
+
+    // The ensemble comes back and this node owns the lock again, before anyone read the
+    // record: it says `running` (the write-back got no answer, but landed).
+    let token = FencingToken(TOKEN.0 + 1);
+    m.handle(Input::LockChanged(owner(token)), t(9000));
+    let mut stored = claim.record.clone();
+    stored.status = RunStatus::Running;
+    let listed = Input::RecordsListed {
+        job: JobName::new("close"),
+        result: Ok(JobRecords {
+            newest: vec![(stored, 0)],
+            payloads: [(id("order-7"), Arc::new(b"p".to_vec()))].into(),
+            ..JobRecords::default()
+        }),
+    };
+    let caught_up = m.handle(listed, t(9010));
+    assert!(
+        !caught_up
+            .iter()
+            .any(|a| matches!(a, Action::MarkInterrupted { .. })),
+        "ours, never sent: not interrupted: {caught_up:?}"
+    );
+    let again = only_claim(&caught_up);
+    assert_eq!(
+        (again.mode, again.record.attempt, again.record.fencing_token),
+        (ClaimMode::Again { version: 0 }, 1, token),
+        "the same attempt, under the new token"
+    );
+    let refused = Input::ClaimDone {
+        id: again.id,
+        result: Err(ClaimRefused::AlreadyClaimed),
+    };
+    let at_back = only_claim(&m.handle(refused, t(9020)));
+    assert_eq!(
+        at_back.mode,
+        ClaimMode::Again { version: 1 },
+        "at the version the write-back made"
+    );
+    let start = m.handle(ok(&at_back), t(9030));
+    let [Action::StartRun { context, .. }] = &start[..] else {
+        panic!("{start:?}")
+    };
+    assert!(context.resumed);
 }

@@ -35,7 +35,7 @@ pub struct HttpState {
     pub console: Arc<ConsoleIndex>,
 }
 
-/// The console's [`RunIndex`] while one runs, and what stops it.
+/// The console's `RunIndex` while one runs, and what stops it.
 #[derive(Default)]
 pub struct ConsoleIndex {
     running: std::sync::Mutex<Option<RunIndex>>,

@@ -56,7 +56,7 @@ pub enum OpenRuns {
 
 type ClaimReply = Result<Vec<zookeeper_client::MultiWriteResult>, CheckWriteError>;
 
-/// One claim, ready to go out alone or in a [`group::GroupCommit`]: the nodes its ops touch, in
+/// One claim, ready to go out alone or in a [`GroupCommit`](super::group::GroupCommit): the nodes its ops touch, in
 /// order — the record, the guard, then a submission's marker delete and open-run create — and
 /// how a failure of one of them reads.
 #[derive(Debug, Clone)]

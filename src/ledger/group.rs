@@ -69,10 +69,10 @@ impl GroupCommit {
         (group, lanes)
     }
 
-    /// As [`super::claim`], sent in the next group of claims.
+    /// As [`super::claim()`], sent in the next group of claims.
     ///
     /// # Errors
-    /// As [`super::claim`].
+    /// As [`super::claim()`].
     pub async fn claim(&self, plan: ClaimPlan) -> Result<Claim, ClaimError> {
         let (reply, answer) = oneshot::channel();
         let path = plan.path.clone();

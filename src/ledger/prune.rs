@@ -58,7 +58,7 @@ struct Doomed {
 }
 
 /// Deletes `job`'s oldest records beyond the newest `keep`, at most [`PRUNE_BATCH`] per call,
-/// [`PRUNE_MULTI`] per transaction. A submission's record takes its request along: deleted when
+/// `PRUNE_MULTI` per transaction. A submission's record takes its request along: deleted when
 /// the run ended more than `remember.window` ago, otherwise made a tombstone that answers a
 /// resubmit of its id until then. A submission's run still open, or whose record promises a
 /// retry, is never pruned (its next owner needs the record). Foreign child names are left alone

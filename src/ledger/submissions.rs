@@ -199,7 +199,7 @@ impl KnownParents {
     }
 }
 
-/// Submits many in one multi-op per [`BATCH_BYTES`] — one transaction for all of them, with the
+/// Submits many in one multi-op per `BATCH_BYTES` — one transaction for all of them, with the
 /// parents they need (`ids/<shard>`, `due/<day>/<second>/<shard>`, …) that do not exist yet made
 /// in the same transaction. Whether a parent this session does not know exists is read on
 /// `reader`, a session of its own: on the writing session a read would wait behind its writes

@@ -28,7 +28,7 @@ pub use guard::{release_unstarted_guard, take_guard};
 pub use prune::{PRUNE_BATCH, Remember, prune};
 pub use records::{
     guard_holder, history, jobs_with_records, read_many, read_record, read_versioned,
-    read_versioned_checked, record_names, record_names_of, running_jobs, ticks,
+    read_versioned_checked, record_names, record_names_of, running_jobs,
 };
 
 use std::collections::HashSet;

@@ -47,23 +47,6 @@ pub async fn history(
     Ok(records)
 }
 
-/// The scheduled instants of `job`'s tick records (not its submissions'), oldest first.
-///
-/// # Errors
-/// Listing failed; a job without records has none.
-pub async fn ticks(
-    client: &Client,
-    paths: &LedgerPaths,
-    job: &JobName,
-) -> Result<Vec<i64>, ClaimError> {
-    Ok(record_names(client, paths, job)
-        .await?
-        .into_iter()
-        .filter(|name| name.submission.is_none())
-        .map(|name| name.scheduled_unix_ms)
-        .collect())
-}
-
 /// The names of all `job`'s records, ticks and submissions, oldest first (foreign names skipped).
 ///
 /// # Errors

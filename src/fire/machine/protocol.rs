@@ -444,15 +444,17 @@ impl Item {
 /// When a started run's record says `running` ([`Action::StartRun`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StartWrite {
-    /// Its claim said so already: a tick's, whose record stored `running` proves nothing a
-    /// `claimed` one does not (the next owner resolves both alike), so the start writes nothing.
+    /// Its claim said so already, so the start writes nothing: a tick's, whose record stored
+    /// `running` proves nothing a `claimed` one does not (the next owner resolves both alike),
+    /// and a submission's claimed at its due instant, whose claim is then the write that fences
+    /// its start (`claims::claimed_at_its_instant`).
     InClaim,
     /// Written beside the start, a round trip later: a tick claimed before it waited for its
     /// job's limits, so that the record told waiting from running.
     Beside,
     /// Written before the process starts, which starts only if the write succeeds: a
-    /// submission's run, whose record still `claimed` proves it never ran, so the next owner
-    /// may take it over.
+    /// submission's run claimed ahead, whose record still `claimed` proves it never ran, so the
+    /// next owner may take it over.
     Before,
     /// Not written: a submission's run whose HTTP target is idempotent (`resend =
     /// "idempotent"`). Its record says `claimed` until its final record, so the next owner

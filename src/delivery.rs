@@ -412,7 +412,7 @@ mod tests {
             env: std::collections::BTreeMap::new(),
             timeout: None,
             kill_grace: Duration::ZERO,
-            launcher: Launcher::Fork,
+            launcher: Launcher::Direct,
         }
     }
 

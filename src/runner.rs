@@ -34,6 +34,7 @@ mod group;
 mod hold;
 mod launch;
 mod output;
+mod spawn;
 
 pub use error::StartError;
 use error::error_chain;
@@ -112,12 +113,12 @@ pub async fn run(spec: &JobSpec, ctx: &RunContext, cancel: CancellationToken) ->
 /// A run whose process was started ahead of its instant by [`prepare`]: the launcher waits for
 /// its go ([`Prepared::go`], or [`run_prepared`]'s). Dropped before it, the process ends without
 /// running the job.
-pub struct Prepared(Option<Waiting>);
+pub struct Prepared(Option<Box<Waiting>>);
 
 /// A launcher waiting for its go on its stdin.
 struct Waiting {
     group: Group,
-    go: tokio::process::ChildStdin,
+    go: tokio::net::unix::pipe::Sender,
     /// When the go was given: the job's start.
     given: Option<(DateTime<Utc>, Instant)>,
 }
@@ -192,7 +193,7 @@ impl fmt::Debug for Prepared {
 ///
 /// The job starts at its go, and not before `not_before` (its launcher holds it until then).
 pub fn prepare(spec: &JobSpec, ctx: &RunContext, not_before: Option<DateTime<Utc>>) -> Prepared {
-    if spec.launcher == Launcher::Fork || matches!(spec.program, Program::Http(_)) {
+    if matches!(spec.program, Program::Http(_)) {
         return Prepared::none();
     }
     let start = if ctx.submission.is_some() {
@@ -200,15 +201,18 @@ pub fn prepare(spec: &JobSpec, ctx: &RunContext, not_before: Option<DateTime<Utc
     } else {
         Start::OnGo
     };
-    let waiting = Group::spawn(spec, ctx, start, not_before)
+    let Launcher::Binary(launcher) = &spec.launcher else {
+        return Prepared::none();
+    };
+    let waiting = Group::launch(spec, ctx, launcher, start, not_before)
         .ok()
         .and_then(|mut group| {
-            let go = group.child.stdin().take()?;
-            Some(Waiting {
+            let go = group.stdin.take()?;
+            Some(Box::new(Waiting {
                 group,
                 go,
                 given: None,
-            })
+            }))
         });
     if let Some(waiting) = &waiting {
         debug!(job = %spec.name, run_id = ctx.run_id, pid = waiting.group.pid, "job prepared");
@@ -284,7 +288,7 @@ pub async fn run_prepared(
 /// it started (the record's clock, and the run's own for its duration).
 type Started = (
     Group,
-    Option<tokio::process::ChildStdin>,
+    Option<tokio::net::unix::pipe::Sender>,
     (DateTime<Utc>, Instant),
 );
 
@@ -312,14 +316,15 @@ async fn start_job(
     }
 
     prepared.go();
-    if let Some(Waiting { group, go, given }) = prepared.0.take() {
+    if let Some(waiting) = prepared.0.take() {
+        let Waiting { group, go, given } = *waiting;
         let keeps_stdin = group.start == Start::OnGoKeepStdin;
         let given = given.unwrap_or_else(|| (Utc::now(), Instant::now()));
         return Ok((group, keeps_stdin.then_some(go), given));
     }
     let (started_at, spawned) = (Utc::now(), Instant::now());
     // No launcher to hold the exec: the spawn waits, but not past a cancel.
-    if spec.launcher == Launcher::Fork && !hold_unless_cancelled(not_before, cancel).await {
+    if !hold_unless_cancelled(not_before, cancel).await {
         info!(job = %job, run_id, "run cancelled before its instant; nothing was started");
         return Err(RunReport {
             outcome: RunOutcome::Cancelled,
@@ -329,9 +334,9 @@ async fn start_job(
             output: String::new(),
         });
     }
-    match Group::spawn(spec, ctx, Start::Now, not_before) {
+    match Group::spawn_now(spec, ctx) {
         Ok(mut group) => {
-            let stdin = group.child.stdin().take();
+            let stdin = group.stdin.take();
             Ok((group, stdin, (started_at, spawned)))
         }
         Err(err) => {
@@ -364,13 +369,13 @@ async fn supervise_reading_output(
     spec: &JobSpec,
     ctx: &RunContext,
     cancel: &CancellationToken,
-    stdin: Option<tokio::process::ChildStdin>,
+    stdin: Option<tokio::net::unix::pipe::Sender>,
     spawned: Instant,
 ) -> Ended {
     let job = &spec.name;
     let run_id = ctx.run_id.as_str();
-    let stdout = group.child.stdout().take();
-    let stderr = group.child.stderr().take();
+    let stdout = group.stdout.take();
+    let stderr = group.stderr.take();
     let payload = ctx.submission.as_ref().map(|s| Arc::clone(&s.payload));
     let tail = Mutex::new(OutputTail::default());
     let output = async {
@@ -425,7 +430,7 @@ async fn supervise_reading_output(
 /// Writes a submission's payload to the job's stdin and closes it. A job that exits without
 /// reading it all is its own business: that is logged, not an error.
 async fn feed_stdin(
-    stdin: Option<tokio::process::ChildStdin>,
+    stdin: Option<tokio::net::unix::pipe::Sender>,
     payload: Option<Arc<Vec<u8>>>,
     job: &JobName,
     run_id: &str,
@@ -465,7 +470,7 @@ mod tests {
             env: BTreeMap::new(),
             timeout: None,
             kill_grace: Duration::ZERO,
-            launcher: Launcher::Fork,
+            launcher: Launcher::Direct,
         };
         let env = contract_env(&spec, &ctx);
         assert_eq!(env[2].1, "2026-11-22T02:30:00.007Z");

@@ -75,7 +75,7 @@ fn spec(name: &str, program: Program) -> JobSpec {
         env: BTreeMap::new(),
         timeout: None,
         kill_grace: GRACE,
-        launcher: Launcher::Fork,
+        launcher: Launcher::Direct,
     }
 }
 
@@ -185,8 +185,14 @@ fn fifo(dir: &TempDir) -> (PathBuf, tokio::sync::oneshot::Receiver<String>) {
         .status()
         .expect("mkfifo(1) on PATH");
     assert!(status.success(), "mkfifo {}", path.display());
+    let rx = read_fifo(&path);
+    (path, rx)
+}
+
+/// What the writers of the FIFO at `path` write until the last of them closes it.
+fn read_fifo(path: &Path) -> tokio::sync::oneshot::Receiver<String> {
     let (tx, rx) = tokio::sync::oneshot::channel();
-    let reader = path.clone();
+    let reader = path.to_path_buf();
     // A plain thread: opening a FIFO blocks until the job opens it, and a runtime waits for its
     // blocking tasks on shutdown, which a failing test must not.
     std::thread::spawn(move || {
@@ -196,7 +202,7 @@ fn fifo(dir: &TempDir) -> (PathBuf, tokio::sync::oneshot::Receiver<String>) {
         }
         let _ = tx.send(text);
     });
-    (path, rx)
+    rx
 }
 
 async fn announced(rx: tokio::sync::oneshot::Receiver<String>) -> Vec<Pid> {
@@ -837,37 +843,60 @@ fn launched(mut job: JobSpec) -> JobSpec {
     job
 }
 
+/// `job` run to its end from a run prepared ahead: its launcher started first, then given the go.
+async fn run_prepared_to_end(job: &JobSpec, run_id: &str) -> RunReport {
+    let ctx = ctx(run_id);
+    let prepared = prepare(job, &ctx, None);
+    assert!(prepared.pid().is_some(), "a launcher waits");
+    run_prepared(job, &ctx, CancellationToken::new(), prepared, None).await
+}
+
 #[tokio::test]
-async fn a_launched_job_is_the_launchers_own_process_in_its_own_group() {
+async fn a_job_started_either_way_is_the_daemons_own_child_leading_its_own_group() {
     host_env();
-    let dir = tempfile::tempdir().unwrap();
     // Its pid, process group (field 5 of stat) and parent (`PPid`). The death signal is not in
     // /proc: the next test shows the launcher's check, and tests/daemon.rs's kill -9 under
     // `forbid` shows a launched job dying with its daemon.
-    let (job, out) = shell_out(
-        "launched",
-        r#"
-        env > "$OUT"
-        echo "$$ $(cut -d' ' -f5 /proc/$$/stat) $(awk '/^PPid/ {print $2}' /proc/$$/status)" > "$OUT.proc"
-        "#,
-        &dir,
-    );
-    let report = run_to_end(&launched(job), "run-launched").await;
-    assert_eq!(report.outcome, RunOutcome::Exited { code: 0 });
-    let env = env_file(&out);
-    assert_eq!(
-        env.get("ZKCRON_RUN_ID").map(String::as_str),
-        Some("run-launched")
-    );
-    let proc = read(&dir.path().join("out.proc"));
-    let fields: Vec<&str> = proc.split_whitespace().collect();
-    assert_eq!(fields.len(), 3, "pid, pgid, ppid: {proc:?}");
-    assert_eq!(fields[0], fields[1], "the job leads its own process group");
-    assert_eq!(
-        fields[2],
-        std::process::id().to_string(),
-        "the launcher execs the job in its own process: the daemon is the job's parent"
-    );
+    for prepared in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let (job, out) = shell_out(
+            "launched",
+            r#"
+            env > "$OUT"
+            echo "$$ $(cut -d' ' -f5 /proc/$$/stat) $(awk '/^PPid/ {print $2}' /proc/$$/status)" > "$OUT.proc"
+            "#,
+            &dir,
+        );
+        let job = launched(job);
+        let report = if prepared {
+            run_prepared_to_end(&job, "run-launched").await
+        } else {
+            run_to_end(&job, "run-launched").await
+        };
+        assert_eq!(
+            report.outcome,
+            RunOutcome::Exited { code: 0 },
+            "prepared: {prepared}"
+        );
+        let env = env_file(&out);
+        assert_eq!(
+            env.get("ZKCRON_RUN_ID").map(String::as_str),
+            Some("run-launched")
+        );
+        assert!(
+            !env.contains_key("NOTIFY_SOCKET"),
+            "systemd's variables are the daemon's: {env:?}"
+        );
+        let proc = read(&dir.path().join("out.proc"));
+        let fields: Vec<&str> = proc.split_whitespace().collect();
+        assert_eq!(fields.len(), 3, "pid, pgid, ppid: {proc:?}");
+        assert_eq!(fields[0], fields[1], "the job leads its own process group");
+        assert_eq!(
+            fields[2],
+            std::process::id().to_string(),
+            "the job runs in the process the daemon started: the daemon is its parent"
+        );
+    }
 }
 
 #[tokio::test]
@@ -905,11 +934,18 @@ async fn the_launcher_refuses_to_run_a_job_whose_daemon_is_not_its_parent() {
 }
 
 #[tokio::test]
-async fn a_missing_program_through_the_launcher_ends_as_a_shell_reports_it() {
+async fn a_missing_program_fails_to_start_at_once_and_ends_127_through_a_prepared_launcher() {
     host_env();
     let missing = "/nonexistent/zkcron-no-such-binary";
     let job = launched(spec("missing", Program::Argv(vec![missing.into()])));
+    // Started at its go: the exec fails in the start itself, which says so.
     let report = run_to_end(&job, "r").await;
+    assert!(
+        failed_to_start(&report).contains("No such file"),
+        "{report:?}"
+    );
+    // A launcher already waiting can only exit, as a shell reports it.
+    let report = run_prepared_to_end(&job, "r").await;
     assert_eq!(report.outcome, RunOutcome::Exited { code: 127 });
 }
 
@@ -1199,4 +1235,65 @@ async fn a_run_cancelled_before_its_instant_ends_at_once_and_its_job_never_runs(
             "{name}: the job never ran"
         );
     }
+}
+
+/// Set in the re-run of [`a_job_started_either_way_dies_with_its_killed_daemon`] that plays the
+/// daemon: the FIFO its jobs announce their pids through.
+const PLAY_THE_DAEMON: &str = "ZKCRON_TEST_PLAY_THE_DAEMON";
+
+/// DESIGN.md promise 3 for both ways a job starts: killed outside systemd's clean-up (SIGKILL,
+/// OOM), the daemon takes its jobs with it. This test binary, re-run, plays the daemon: on its
+/// multi-threaded runtime it starts one job at once and one through a prepared launcher, and is
+/// then killed with SIGKILL.
+#[test]
+fn a_job_started_either_way_dies_with_its_killed_daemon() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    if let Some(announce) = std::env::var_os(PLAY_THE_DAEMON) {
+        runtime.block_on(async move {
+            host_env();
+            let mut job = launched(shell("doomed", r#"echo $$ >> "$ANNOUNCE"; exec sleep 60"#));
+            job.env
+                .insert("ANNOUNCE".into(), announce.to_string_lossy().into_owned());
+            let at_once = {
+                let job = job.clone();
+                tokio::spawn(async move { run_to_end(&job, "at-once").await })
+            };
+            let prepared = tokio::spawn(async move { run_prepared_to_end(&job, "prepared").await });
+            let _ = tokio::join!(at_once, prepared);
+        });
+        return;
+    }
+    runtime.block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let (announce, rx) = fifo(&dir);
+        let mut daemon = std::process::Command::new(std::env::current_exe().expect("test binary"))
+            .args([
+                "--exact",
+                "a_job_started_either_way_dies_with_its_killed_daemon",
+            ])
+            .env(PLAY_THE_DAEMON, &announce)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("re-run the test binary");
+        let daemon_pid = Pid::from_raw(daemon.id() as i32);
+        let _cleanup = KillOnDrop(vec![daemon_pid]);
+        // Both jobs append to the FIFO; the reader sees EOF once both have written and closed it.
+        let mut jobs = announced(rx).await;
+        if jobs.len() < 2 {
+            // The first closed the FIFO before the second opened it: read again for the second.
+            jobs.extend(announced(read_fifo(&announce)).await);
+        }
+        assert_eq!(jobs.len(), 2, "both jobs started: {jobs:?}");
+        let _jobs_cleanup = KillOnDrop(jobs.clone());
+        for &pid in &jobs {
+            assert!(!is_dead(pid), "job {pid} runs before the daemon is killed");
+        }
+        kill(daemon_pid, Signal::SIGKILL).expect("kill -9 the daemon");
+        daemon.wait().expect("reap the daemon");
+        assert_all_dead(&jobs, "a job of the killed daemon").await;
+    });
 }

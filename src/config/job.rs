@@ -81,7 +81,7 @@ impl Validator<'_> {
             env,
             timeout,
             kill_grace,
-            launcher: Launcher::Fork,
+            launcher: Launcher::Direct,
         };
         let history = self.job_history(raw.history, job);
         let max_running = self.job_max_running(raw.max_running, job);

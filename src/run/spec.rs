@@ -180,12 +180,14 @@ pub struct SubmissionInput {
 /// How the runner makes a job's process.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum Launcher {
-    /// `fork` + exec, the signal set in between: what a library caller gets, with no zkcron
-    /// binary at hand.
+    /// Each run started at its go, by a `CLONE_VFORK` child of the daemon that sets the signal
+    /// and execs the job: what a library caller gets, with no zkcron binary at hand.
     #[default]
-    Fork,
-    /// `posix_spawn` of this zkcron binary in launcher mode (the daemon passes
-    /// `/proc/self/exe`, which names its own binary even after a package upgrade replaced it).
+    Direct,
+    /// As [`Launcher::Direct`], and a run known ahead of its instant is prepared: this zkcron
+    /// binary, `posix_spawn`ed in launcher mode, waits for the go and execs the job at its
+    /// instant (the daemon passes `/proc/self/exe`, which names its own binary even after a
+    /// package upgrade replaced it).
     Binary(PathBuf),
 }
 

@@ -36,7 +36,7 @@ pub enum StartError {
         #[source]
         source: io::Error,
     },
-    /// `fork`/`exec` failed: missing binary, not executable, bad environment, ….
+    /// The start failed: missing binary, not executable, bad environment, ….
     #[error("cannot start {program} for job {job}")]
     Spawn {
         /// The job.

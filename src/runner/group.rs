@@ -5,27 +5,36 @@
 //! Owns: the group's pid and id and their signals.
 //! Must not: decide when to start or stop a job (the runner's callers do), or read output.
 
+use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
 use std::future::pending;
 use std::io;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use nix::errno::Errno;
+use nix::libc;
 use nix::sys::signal::{Signal, killpg};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 use process_wrap::tokio::{ChildWrapper, CommandWrap, KillOnDrop, ProcessGroup};
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
+use tokio::net::unix::pipe;
 use tokio::time::{Instant, sleep_until, timeout, timeout_at};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::ids::JobName;
-use crate::run::{JobSpec, Launcher, Program, RunContext, RunOutcome};
+use crate::run::{JobSpec, Program, RunContext, RunOutcome};
 
 use super::error::StartError;
 use super::launch::{self, Start};
+use super::spawn;
 
 /// How long to wait for the leader to disappear after SIGKILL. Only a process stuck in the kernel
 /// (uninterruptible sleep) takes longer; the run is reported anyway and tokio reaps it later.
@@ -45,11 +54,15 @@ const SYSTEMD_VARS: [&str; 6] = [
     "LISTEN_FDNAMES",
 ];
 
-/// The running job: its leader process and the group it leads. Dropped while `kill_group_on_drop`
-/// is set (the job has not been seen to end), it SIGKILLs the whole group.
+/// The running job: its leader process and the group it leads, and our ends of its pipes (each
+/// taken by whoever reads or writes it). Dropped while `kill_group_on_drop` is set (the job has
+/// not been seen to end), it SIGKILLs the whole group.
 pub(super) struct Group {
     pub(super) job: JobName,
-    pub(super) child: Box<dyn ChildWrapper>,
+    leader: Leader,
+    pub(super) stdin: Option<pipe::Sender>,
+    pub(super) stdout: Option<pipe::Receiver>,
+    pub(super) stderr: Option<pipe::Receiver>,
     pub(super) pid: u32,
     pub(super) pgid: Pid,
     /// When its launcher execs the job.
@@ -57,59 +70,204 @@ pub(super) struct Group {
     pub(super) kill_group_on_drop: bool,
 }
 
+/// The group's leader, as it was started.
+enum Leader {
+    /// Through the launcher binary, by tokio (a run prepared ahead).
+    Launched(Box<dyn ChildWrapper>),
+    /// By `spawn.rs`, at once: a child tokio does not know of.
+    Cloned(ClonedChild),
+}
+
+/// A child made by `spawn.rs`: waited for through its pidfd, which becomes readable when it
+/// exits. Dropped before it was reaped, it is reaped in the background once it exits, so it is
+/// never left a zombie.
+struct ClonedChild {
+    pid: Pid,
+    exit: Option<AsyncFd<OwnedFd>>,
+    status: Option<ExitStatus>,
+}
+
+impl ClonedChild {
+    fn new(pid: Pid) -> io::Result<Self> {
+        // SAFETY: pidfd_open(2) with a pid of our own unreaped child, which it cannot outlive.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), 0) };
+        let fd = RawFd::try_from(fd)
+            .ok()
+            .filter(|fd| *fd >= 0)
+            .ok_or_else(io::Error::last_os_error)?;
+        // SAFETY: a new descriptor, owned by nothing else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: the `OwnedFd` keeps it open, and it is not replaced, until the `AsyncFd` drops.
+        let exit = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
+            .map_err(|err| err.into_parts().1)?;
+        Ok(ClonedChild {
+            pid,
+            exit: Some(exit),
+            status: None,
+        })
+    }
+
+    /// Cancellation safe: nothing is consumed until the status is read, and it is kept.
+    async fn wait(&mut self) -> io::Result<ExitStatus> {
+        loop {
+            if let Some(status) = self.status {
+                return Ok(status);
+            }
+            match waitpid(self.pid, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(_, code)) => {
+                    self.status = Some(ExitStatus::from_raw((code & 0xff) << 8));
+                }
+                Ok(WaitStatus::Signaled(_, signal, core_dumped)) => {
+                    let core = if core_dumped { 0x80 } else { 0 };
+                    self.status = Some(ExitStatus::from_raw(signal as i32 | core));
+                }
+                Ok(_still_running) => {
+                    let Some(exit) = &self.exit else {
+                        return Err(io::Error::other("the job's pidfd is gone"));
+                    };
+                    exit.readable().await?.clear_ready();
+                }
+                Err(err) => return Err(err.into()),
+            }
+        }
+    }
+}
+
+impl Drop for ClonedChild {
+    fn drop(&mut self) {
+        if self.status.is_some() {
+            return;
+        }
+        let (pid, exit) = (self.pid, self.exit.take());
+        let reap = async move {
+            if let Some(exit) = exit {
+                let _ = exit.readable().await;
+            }
+            let _ = waitpid(pid, Some(WaitPidFlag::WNOHANG));
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn(reap)),
+            Err(_) => {
+                let _ = waitpid(pid, Some(WaitPidFlag::WNOHANG));
+            }
+        }
+    }
+}
+
+/// The job's program and arguments, or why it has none.
+fn program_of(spec: &JobSpec) -> Result<(&str, Vec<&str>), StartError> {
+    let job = &spec.name;
+    if matches!(spec.program, Program::Http(_)) {
+        return Err(StartError::NotAProcess { job: job.clone() });
+    }
+    spec.program
+        .argv()
+        .ok_or_else(|| StartError::EmptyCommand { job: job.clone() })
+}
+
+/// Checked before the start: exec reports a bad directory as ENOENT, indistinguishable from a
+/// missing binary.
+fn check_working_dir(spec: &JobSpec) -> Result<(), StartError> {
+    let Some(dir) = &spec.working_dir else {
+        return Ok(());
+    };
+    let unusable = |source| StartError::WorkingDir {
+        job: spec.name.clone(),
+        dir: dir.clone(),
+        source,
+    };
+    // One stat, no slower than the start itself (tokio's `fs` feature is not enabled).
+    let meta = std::fs::metadata(dir).map_err(unusable)?;
+    if !meta.is_dir() {
+        return Err(unusable(io::ErrorKind::NotADirectory.into()));
+    }
+    Ok(())
+}
+
 impl Group {
-    pub(super) fn spawn(
+    /// Starts the job's program at once, as the leader of its own group (see `spawn.rs`).
+    pub(super) fn spawn_now(spec: &JobSpec, ctx: &RunContext) -> Result<Group, StartError> {
+        let job = &spec.name;
+        let (program, args) = program_of(spec)?;
+        check_working_dir(spec)?;
+        let mut env: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
+        env.extend(
+            spec.env
+                .iter()
+                .map(|(key, value)| (OsString::from(key), OsString::from(value))),
+        );
+        for key in SYSTEMD_VARS {
+            env.remove(OsStr::new(key));
+        }
+        env.extend(
+            contract_env(spec, ctx)
+                .into_iter()
+                .map(|(key, value)| (OsString::from(key), OsString::from(value))),
+        );
+        let exec = spawn::Exec {
+            program: program.to_owned(),
+            args: args.into_iter().map(str::to_owned).collect(),
+            env,
+            working_dir: spec.working_dir.clone(),
+            piped_stdin: ctx.submission.is_some(),
+        };
+        let spawn_error = |source| StartError::Spawn {
+            job: job.clone(),
+            program: program.to_owned(),
+            source,
+        };
+        let spawned = spawn::spawn(&exec).map_err(spawn_error)?;
+        let pid = spawned.pid;
+        let leader = ClonedChild::new(pid).map_err(|err| {
+            // Nothing could follow it: it must not run unwatched.
+            let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+            let _ = waitpid(pid, None);
+            spawn_error(err)
+        })?;
+        let pipes = (|| -> io::Result<_> {
+            Ok((
+                spawned.stdin.map(pipe::Sender::from_owned_fd).transpose()?,
+                pipe::Receiver::from_owned_fd(spawned.stdout)?,
+                pipe::Receiver::from_owned_fd(spawned.stderr)?,
+            ))
+        })();
+        let mut group = Group {
+            job: job.clone(),
+            leader: Leader::Cloned(leader),
+            stdin: None,
+            stdout: None,
+            stderr: None,
+            pid: pid.as_raw().unsigned_abs(),
+            pgid: pid,
+            start: Start::Now,
+            kill_group_on_drop: true,
+        };
+        let (stdin, stdout, stderr) = pipes.map_err(spawn_error)?;
+        group.stdin = stdin;
+        group.stdout = Some(stdout);
+        group.stderr = Some(stderr);
+        Ok(group)
+    }
+
+    /// Starts `launcher` (the zkcron binary) to exec the job on `start` and not before
+    /// `not_before`: a run prepared ahead of its instant (see `launch.rs`).
+    pub(super) fn launch(
         spec: &JobSpec,
         ctx: &RunContext,
+        launcher: &Path,
         start: Start,
         not_before: Option<DateTime<Utc>>,
     ) -> Result<Group, StartError> {
         let job = &spec.name;
-        if matches!(spec.program, Program::Http(_)) {
-            return Err(StartError::NotAProcess { job: job.clone() });
-        }
-        let (program, args) = spec
-            .program
-            .argv()
-            .ok_or_else(|| StartError::EmptyCommand { job: job.clone() })?;
-        if let Some(dir) = &spec.working_dir {
-            // Checked first: exec reports a bad directory as ENOENT, indistinguishable from a
-            // missing binary.
-            let unusable = |source| StartError::WorkingDir {
-                job: job.clone(),
-                dir: dir.clone(),
-                source,
-            };
-            // One stat, no slower than the fork/exec below (tokio's `fs` feature is not enabled).
-            let meta = std::fs::metadata(dir).map_err(unusable)?;
-            if !meta.is_dir() {
-                return Err(unusable(io::ErrorKind::NotADirectory.into()));
-            }
-        }
-
-        let mut command = match &spec.launcher {
-            Launcher::Fork => CommandWrap::with_new(program, |command| {
-                command.args(args);
-                // If zkcron itself is killed (SIGKILL, OOM) outside systemd's cgroup clean-up,
-                // its job must not outlive it and overlap the next owner's run (DESIGN.md
-                // promise 3).
-                // SAFETY: between fork and exec this runs only prctl(2), which is
-                // async-signal-safe.
-                unsafe {
-                    command.pre_exec(|| {
-                        nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
-                            .map_err(io::Error::from)
-                    });
-                }
-            }),
-            // The launcher sets the same signal, then execs the program in its place.
-            Launcher::Binary(launcher) => CommandWrap::with_new(launcher, |command| {
-                command
-                    .args(launch::launcher_args(start, not_before))
-                    .arg(program)
-                    .args(args);
-            }),
-        };
+        let (program, args) = program_of(spec)?;
+        check_working_dir(spec)?;
+        // The launcher sets the death signal, then execs the program in its place.
+        let mut command = CommandWrap::with_new(launcher, |command| {
+            command
+                .args(launch::launcher_args(start, not_before))
+                .arg(program)
+                .args(args);
+        });
         {
             let command = command.command_mut();
             command
@@ -136,7 +294,7 @@ impl Group {
             program: program.to_owned(),
             source,
         };
-        let child = command.spawn().map_err(spawn_error)?;
+        let mut child = command.spawn().map_err(spawn_error)?;
         let pid = child.id().ok_or_else(|| {
             spawn_error(io::Error::other(
                 "the process has no pid right after spawning",
@@ -146,14 +304,35 @@ impl Group {
         let pgid = i32::try_from(pid)
             .map(Pid::from_raw)
             .map_err(|_| spawn_error(io::Error::other(format!("pid {pid} out of range"))))?;
-        Ok(Group {
+        let stdin = child.stdin().take();
+        let stdout = child.stdout().take();
+        let stderr = child.stderr().take();
+        let mut group = Group {
             job: job.clone(),
-            child,
+            leader: Leader::Launched(child),
+            stdin: None,
+            stdout: None,
+            stderr: None,
             pid,
             pgid,
             start,
             kill_group_on_drop: true,
-        })
+        };
+        let pipes = (|| -> io::Result<_> {
+            Ok((
+                stdin
+                    .map(|fd| fd.into_owned_fd().and_then(pipe::Sender::from_owned_fd))
+                    .transpose()?,
+                stdout
+                    .map(|fd| fd.into_owned_fd().and_then(pipe::Receiver::from_owned_fd))
+                    .transpose()?,
+                stderr
+                    .map(|fd| fd.into_owned_fd().and_then(pipe::Receiver::from_owned_fd))
+                    .transpose()?,
+            ))
+        })();
+        (group.stdin, group.stdout, group.stderr) = pipes.map_err(spawn_error)?;
+        Ok(group)
     }
 
     /// Waits for the job's end, stopping its group on timeout or cancellation. Returns the outcome
@@ -281,12 +460,15 @@ impl Group {
     /// (PID 1 in a container), orphaned grandchildren are, and a leftover `daemon &` would keep
     /// `run` from returning.
     ///
-    /// Cancellation safe (tokio's `Child::wait`).
+    /// Cancellation safe (tokio's `Child::wait`, and [`ClonedChild::wait`]).
     pub(super) fn wait_leader(
         &mut self,
     ) -> std::pin::Pin<Box<dyn Future<Output = io::Result<ExitStatus>> + Send + '_>> {
-        // The wrapper chain is ProcessGroupChild → tokio Child (KillOnDrop wraps no child).
-        self.child.inner_mut().wait()
+        match &mut self.leader {
+            // The wrapper chain is ProcessGroupChild → tokio Child (KillOnDrop wraps no child).
+            Leader::Launched(child) => child.inner_mut().wait(),
+            Leader::Cloned(child) => Box::pin(child.wait()),
+        }
     }
 
     /// Sends `signal` to every process in the group. Only called while the group id cannot have

@@ -1,19 +1,16 @@
-//! How a job's process is made, and the launcher mode of the zkcron binary.
+//! The launcher mode of the zkcron binary: how a run prepared ahead of its instant is started.
 //!
 //! A job must not outlive a daemon that is killed outside systemd's clean-up (DESIGN.md promise
-//! 3): it gets `PR_SET_PDEATHSIG = SIGKILL` before it runs. Setting that between fork and exec
-//! makes every start a full `fork` of the daemon — its page tables copied, then torn down again
-//! by the exec — a few milliseconds of the daemon's CPU per run that grow with its memory. The
-//! daemon instead starts its own binary with `posix_spawn` (no copy) as a launcher that sets the
-//! signal and execs the job in the same process: same pid, same process group, same pipes.
-//!
-//! Loading the launcher costs milliseconds (the dynamic loader, the binary's relocations): a
-//! run known ahead of its instant is *prepared* — its launcher is started early and waits on its
-//! stdin for one byte, the go, then execs. No byte (stdin closed: the run was given up) and the
-//! job never runs. The launcher also holds the exec until the run's instant (`clock_nanosleep`
-//! to the absolute wall-clock time, 1 ns timer slack): the daemon may give the go a little
-//! early, and the job still starts at its instant, never before, without the daemon's own
-//! wake-up in between.
+//! 3): it gets `PR_SET_PDEATHSIG = SIGKILL` before it runs. A run started at once gets it from
+//! its `CLONE_VFORK` child (`spawn.rs`). A run known ahead of its instant is *prepared*: the
+//! daemon starts its own binary with `posix_spawn` as a launcher that sets the signal and waits
+//! on its stdin for one byte, the go, then execs the job in the same process: same pid, same
+//! process group, same pipes. No byte (stdin closed: the run was given up) and the job never
+//! runs. Loading the launcher costs milliseconds (the dynamic loader, the binary's relocations:
+//! 2.9 ms of CPU, issue 33), all of it before the instant. The launcher also holds the exec until
+//! the run's instant (`clock_nanosleep` to the absolute wall-clock time, 1 ns timer slack): the
+//! daemon may give the go a little early, and the job still starts at its instant, never before,
+//! without the daemon's own wake-up in between.
 //!
 //! Owns: the launcher's arguments and what it does before the exec.
 //! Must not: decide anything about the run; the runner spawns, supervises and reports.

@@ -51,7 +51,7 @@ const DEFAULT_CONFIG: &str = "/etc/zkcron/zkcron.toml";
 /// Cron jobs for a fleet, coordinated by ZooKeeper: each tick and submission claimed by one
 /// host at most once, and every one recorded (run, skipped, missed or interrupted).
 #[derive(Debug, Parser)]
-#[command(name = "zkcron", version, about, after_help = EXIT_CODES)]
+#[command(name = "zkcron", version = zkcron::identity::VERSION, about, after_help = EXIT_CODES)]
 pub struct Cli {
     /// Log filter, e.g. `info` or `zkcron=debug` (RUST_LOG syntax); overrides `[log] level`.
     #[arg(long, global = true, env = "ZKCRON_LOG")]

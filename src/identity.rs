@@ -6,6 +6,10 @@
 use crate::ids::{NodeId, validate_znode_name};
 use crate::lock::node::OwnerInfo;
 
+/// This build: the crate's version and the commit it was built from (`build.rs`), as
+/// `--version` prints it and every member node publishes it.
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("ZKCRON_COMMIT"), ")");
+
 /// Why this process cannot name itself.
 #[derive(Debug, thiserror::Error)]
 pub enum IdentityError {
@@ -37,7 +41,7 @@ pub fn this_process(node_id: Option<&NodeId>) -> Result<OwnerInfo, IdentityError
         ip,
         host: gethostname::gethostname().to_string_lossy().into_owned(),
         pid: std::process::id(),
-        version: env!("CARGO_PKG_VERSION").to_owned(),
+        version: VERSION.to_owned(),
         since_unix_ms: 0,
         releasing: false,
         schedule: None,

@@ -21,6 +21,7 @@ pub mod delayed;
 pub mod delivery;
 pub mod drift;
 pub mod fire;
+pub mod formats;
 pub mod groups;
 pub mod heap;
 pub mod http;

@@ -147,7 +147,7 @@ pub async fn request_backfill(
 }
 
 /// The backfill requests waiting, by node name, oldest first. Foreign data is logged with its
-/// path, removed and skipped.
+/// path, removed and skipped; a request of a newer format is skipped and left in place.
 ///
 /// # Errors
 /// A request failed.
@@ -165,13 +165,21 @@ pub async fn backfills(
     for name in names {
         let path = paths.backfill_request(&name);
         match client.get_data(&path).await {
-            Ok((data, _)) => match BackfillRequest::parse(&data) {
-                Ok(request) => found.push((name, request)),
-                Err(err) => {
-                    tracing::warn!(path, error = %err, "backfill request holds foreign data; removed");
-                    remove_backfill(client, paths, &name).await;
+            Ok((data, _)) => {
+                let format = crate::formats::format_of(&data).unwrap_or_else(crate::formats::first);
+                if format > crate::formats::BACKFILL_REQUEST {
+                    // A newer zkcron's request: left for an owner that knows its format.
+                    crate::formats::newer_found("backfill request", format, &path);
+                    continue;
                 }
-            },
+                match BackfillRequest::parse(&data) {
+                    Ok(request) => found.push((name, request)),
+                    Err(err) => {
+                        tracing::warn!(path, error = %err, "backfill request holds foreign data; removed");
+                        remove_backfill(client, paths, &name).await;
+                    }
+                }
+            }
             Err(ZkErr::NoNode) => {}
             Err(source) => return Err(zk(&path)(source)),
         }

@@ -93,6 +93,7 @@ impl DelayedError {
                         | SubmissionError::NotFound { .. }
                         | SubmissionError::NotPending { .. }
                         | SubmissionError::NotReschedulable { .. }
+                        | SubmissionError::NewerRecord { .. }
                 )
         )
     }

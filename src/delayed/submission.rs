@@ -432,6 +432,59 @@ impl Stored {
     }
 }
 
+/// The data of a request's node `data` moved to `due_unix_ms`: the header's other fields,
+/// those a newer zkcron added among them, and the payload are kept as they are.
+///
+/// # Errors
+/// `data` is not a request in a format this zkcron knows.
+pub fn moved(data: &[u8], due_unix_ms: i64) -> Result<Vec<u8>, FormatError> {
+    rewrite_header(data, |header| {
+        header.insert("due_unix_ms".into(), due_unix_ms.into());
+        true
+    })
+}
+
+/// The data of a request's node `data` as its tombstone, remembered until
+/// `remembered_until_unix_ms`: the header keeps every field it had (a `retry_of`, fields a
+/// newer zkcron added) and gains the tombstone's; the payload goes.
+///
+/// # Errors
+/// `data` is not a request in a format this zkcron knows.
+pub fn tombstone_of(data: &[u8], remembered_until_unix_ms: i64) -> Result<Vec<u8>, FormatError> {
+    let (_, payload) = split_header(data)?;
+    let payload_sha256 = sha256_hex(payload);
+    let payload_bytes = payload.len();
+    rewrite_header(data, |header| {
+        header.insert("payload_sha256".into(), payload_sha256.clone().into());
+        header.insert("payload_bytes".into(), payload_bytes.into());
+        header.insert(
+            "remembered_until_unix_ms".into(),
+            remembered_until_unix_ms.into(),
+        );
+        false
+    })
+}
+
+/// `data`'s header changed by `change` as a JSON object (every field kept that it does not
+/// touch), then the payload when `change` says to keep it.
+fn rewrite_header(
+    data: &[u8],
+    change: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>) -> bool,
+) -> Result<Vec<u8>, FormatError> {
+    let (_, payload) = split_header(data)?;
+    let split = data.len() - payload.len() - 1;
+    let mut header: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&data[..split])?;
+    let keep_payload = change(&mut header);
+    // A map of JSON values always serialises.
+    let mut bytes = serde_json::to_vec(&header).unwrap_or_default();
+    bytes.push(b'\n');
+    if keep_payload {
+        bytes.extend_from_slice(payload);
+    }
+    Ok(bytes)
+}
+
 /// The header and the payload of an id node's data, the header checked.
 fn split_header(data: &[u8]) -> Result<(Header, &[u8]), FormatError> {
     let split = data
@@ -661,6 +714,56 @@ mod tests {
         assert!(matches!(
             Stored::parse(&with_payload),
             Err(FormatError::PartTombstone)
+        ));
+    }
+
+    #[test]
+    fn a_move_and_a_tombstone_keep_every_header_field_they_do_not_change() {
+        let mut request = submission(b"the payload");
+        request.retry_of = SubmissionId::parse("first-try").ok();
+        let data = request.to_bytes();
+        let split = data.iter().position(|b| *b == b'\n').unwrap();
+        let mut header: serde_json::Value = serde_json::from_slice(&data[..split]).unwrap();
+        header["priority"] = "high".into();
+        let mut data = serde_json::to_vec(&header).unwrap();
+        data.push(b'\n');
+        data.extend_from_slice(b"the payload");
+
+        let moved_data = moved(&data, 42).unwrap();
+        let Stored::Request(after) = Stored::parse(&moved_data).unwrap() else {
+            panic!("still a request");
+        };
+        assert_eq!(
+            (after.due_unix_ms, after.payload.as_slice()),
+            (42, &b"the payload"[..])
+        );
+        assert!(String::from_utf8_lossy(&moved_data).contains(r#""priority":"high""#));
+
+        let remembered = tombstone_of(&data, 7).unwrap();
+        let Stored::Tombstone(tombstone) = Stored::parse(&remembered).unwrap() else {
+            panic!("a tombstone");
+        };
+        assert_eq!(
+            (tombstone.payload_bytes, tombstone.remembered_until_unix_ms),
+            (11, 7)
+        );
+        assert!(
+            tombstone.same_request(&request),
+            "it answers a resubmit of the request"
+        );
+        let text = String::from_utf8_lossy(&remembered);
+        assert!(text.contains(r#""priority":"high""#), "{text}");
+        assert!(text.contains(r#""retry_of":"first-try""#), "{text}");
+        assert!(text.ends_with('\n'), "no payload: {text}");
+
+        // A newer header version is neither moved nor remembered.
+        header["v"] = 2.into();
+        let mut newer = serde_json::to_vec(&header).unwrap();
+        newer.push(b'\n');
+        assert!(matches!(moved(&newer, 1), Err(FormatError::Version(2))));
+        assert!(matches!(
+            tombstone_of(&newer, 1),
+            Err(FormatError::Version(2))
         ));
     }
 }

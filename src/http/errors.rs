@@ -85,7 +85,8 @@ impl ApiError {
             DelayedError::Submission(
                 SubmissionError::Conflict { .. }
                 | SubmissionError::NotPending { .. }
-                | SubmissionError::NotReschedulable { .. },
+                | SubmissionError::NotReschedulable { .. }
+                | SubmissionError::NewerRecord { .. },
             )
             | DelayedError::NotFailed { .. } => StatusCode::CONFLICT,
             err if err.is_refusal() => StatusCode::BAD_REQUEST,

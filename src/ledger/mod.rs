@@ -27,8 +27,8 @@ use guard::delete_own_guard;
 pub use guard::{release_unstarted_guard, take_guard};
 pub use prune::{PRUNE_BATCH, Remember, prune};
 pub use records::{
-    guard_holder, history, jobs_with_records, read_many, read_record, read_versioned,
-    read_versioned_checked, record_names, record_names_of, running_jobs,
+    StoredRecord, guard_holder, history, jobs_with_records, read_many, read_record, read_to_act,
+    read_versioned, read_versioned_checked, record_names, record_names_of, running_jobs,
 };
 
 use std::collections::HashSet;

@@ -14,9 +14,10 @@ use zookeeper_client::{Acls, Client, CreateMode, Error as ZkErr, MultiWriteError
 
 use super::error::ClaimError;
 use super::records::record_names;
-use crate::delayed::submission::{ForgetBucket, Stored, SubmissionId};
+use crate::delayed::submission::{self, ForgetBucket, FormatError, Stored, SubmissionId};
 use crate::ids::JobName;
 use crate::layout::{LedgerPaths, RecordName};
+use crate::run::RecordError;
 use crate::run::RunRecord;
 use crate::zk::tally::{self, WriteKind};
 
@@ -144,7 +145,16 @@ async fn doomed(
                 });
             }
         };
-        let Ok(run) = RunRecord::parse(&data) else {
+        let run = match RunRecord::parse(&data) {
+            Ok(run) => Some(run),
+            // Its run may still be open for the zkcron that wrote it: kept.
+            Err(RecordError::Newer { format, .. }) => {
+                crate::formats::newer_found("run record", format, &record);
+                continue;
+            }
+            Err(RecordError::Unreadable(_)) => None,
+        };
+        let Some(run) = run else {
             tracing::warn!(path = record, "unreadable run record; pruned as it is");
             doomed.push(Doomed {
                 record,
@@ -185,25 +195,38 @@ fn request_fate(
     if until <= remember.now_unix_ms {
         return RequestFate::Delete(path);
     }
-    match read.map(|(data, stat)| (Stored::parse(&data), stat.version)) {
-        // A generated id: nobody can send it again.
-        Ok((Ok(Stored::Request(submission)), _)) if submission.anonymous => {
-            RequestFate::Delete(path)
-        }
-        Ok((Ok(Stored::Request(submission)), version)) => RequestFate::Tombstone {
-            data: submission.tombstone(until).to_bytes(),
-            path,
-            version,
-            id: id.clone(),
-            bucket: ForgetBucket::of(until),
-        },
-        Ok((Ok(Stored::Tombstone(_)), _)) => RequestFate::None,
-        Ok((Err(err), _)) => {
-            tracing::warn!(path, error = %err, "unreadable submission; its id is freed with its record");
-            RequestFate::Delete(path)
-        }
+    let (data, version) = match read {
+        Ok((data, stat)) => (data, stat.version),
         Err(err) => {
             tracing::debug!(path, error = %err, "submission not read; its id is freed with its record");
+            return RequestFate::Delete(path);
+        }
+    };
+    match Stored::parse(&data) {
+        // A generated id: nobody can send it again.
+        Ok(Stored::Request(submission)) if submission.anonymous => RequestFate::Delete(path),
+        // From the stored bytes, not the parsed request: what a newer zkcron added stays.
+        Ok(Stored::Request(_)) => match submission::tombstone_of(&data, until) {
+            Ok(data) => RequestFate::Tombstone {
+                data,
+                path,
+                version,
+                id: id.clone(),
+                bucket: ForgetBucket::of(until),
+            },
+            Err(err) => {
+                tracing::warn!(path, error = %err, "unreadable submission; its id is freed with its record");
+                RequestFate::Delete(path)
+            }
+        },
+        Ok(Stored::Tombstone(_)) => RequestFate::None,
+        // A newer zkcron's submission: left for it, never taken for garbage.
+        Err(FormatError::Version(format)) => {
+            crate::formats::newer_found("submission", format, &path);
+            RequestFate::None
+        }
+        Err(err) => {
+            tracing::warn!(path, error = %err, "unreadable submission; its id is freed with its record");
             RequestFate::Delete(path)
         }
     }

@@ -11,14 +11,50 @@ use zookeeper_client::{Client, Error as ZkErr};
 use super::error::ClaimError;
 use crate::ids::JobName;
 use crate::layout::{LedgerPaths, RecordName};
-use crate::run::RunRecord;
+use crate::run::{RecordError, RunRecord};
 
-/// Reads who holds a claimed tick, for the log line of a node whose claim lost.
+/// Reads a record to show it (who holds a claimed tick, `delayed show`, `history`): one of a
+/// newer format as far as it reads.
 pub async fn read_record(client: &Client, path: &str) -> Option<RunRecord> {
     let (data, _) = client.get_data(path).await.ok()?;
-    RunRecord::parse(&data)
+    RunRecord::parse_to_show(&data)
         .inspect_err(|err| tracing::warn!(path, error = %err, "unreadable run record"))
         .ok()
+}
+
+/// A stored run record read to act on (resume, rewrite, prune).
+#[derive(Debug)]
+pub enum StoredRecord {
+    /// Ours to act on, with its znode version.
+    Record(Box<RunRecord>, i32),
+    /// Written by a newer zkcron in a format we do not know: it exists, and is left as it is
+    /// (said by `formats::newer_found`).
+    Newer,
+    /// Gone, or not a run record (logged with its path).
+    Absent,
+}
+
+/// Reads the record at `path` to act on it: [`StoredRecord`].
+///
+/// # Errors
+/// The read failed for another reason than the node being absent.
+pub async fn read_to_act(client: &Client, path: &str) -> Result<StoredRecord, ZkErr> {
+    let (data, stat) = match client.get_data(path).await {
+        Ok(read) => read,
+        Err(ZkErr::NoNode) => return Ok(StoredRecord::Absent),
+        Err(source) => return Err(source),
+    };
+    Ok(match RunRecord::parse(&data) {
+        Ok(record) => StoredRecord::Record(Box::new(record), stat.version),
+        Err(RecordError::Newer { format, .. }) => {
+            crate::formats::newer_found("run record", format, path);
+            StoredRecord::Newer
+        }
+        Err(err) => {
+            tracing::warn!(path, error = %err, "unreadable run record; skipped");
+            StoredRecord::Absent
+        }
+    })
 }
 
 /// The newest `limit` records of `job` (ticks and submissions), newest first. Foreign child
@@ -77,7 +113,7 @@ pub async fn read_versioned(client: &Client, path: &str) -> Option<(RunRecord, i
 }
 
 /// Like [`read_versioned`], telling a failed request (`Err`) from a record that is gone or is
-/// not ours (`Ok(None)`, logged).
+/// not ours to act on (`Ok(None)`, logged).
 ///
 /// # Errors
 /// The read failed for another reason than the node being absent.
@@ -85,20 +121,16 @@ pub async fn read_versioned_checked(
     client: &Client,
     path: &str,
 ) -> Result<Option<(RunRecord, i32)>, crate::zk::ZkError> {
-    let (data, stat) = match client.get_data(path).await {
-        Ok(read) => read,
-        Err(ZkErr::NoNode) => return Ok(None),
-        Err(source) => {
-            return Err(crate::zk::ZkError::Request {
-                path: path.to_owned(),
-                source,
-            });
-        }
-    };
-    let record = RunRecord::parse(&data)
-        .inspect_err(|err| tracing::warn!(path, error = %err, "unreadable run record; skipped"))
-        .ok();
-    Ok(record.map(|record| (record, stat.version)))
+    let read = read_to_act(client, path)
+        .await
+        .map_err(|source| crate::zk::ZkError::Request {
+            path: path.to_owned(),
+            source,
+        })?;
+    Ok(match read {
+        StoredRecord::Record(record, version) => Some((*record, version)),
+        StoredRecord::Newer | StoredRecord::Absent => None,
+    })
 }
 
 /// The run id written into `job`'s `running/<job>` guard, if a guard exists.
@@ -170,7 +202,7 @@ pub async fn read_many(
         for ((job, name, path), answer) in chunk.into_iter().zip(pending) {
             let record = match answer {
                 Some(answer) => match answer.await {
-                    Ok((data, _)) => RunRecord::parse(&data)
+                    Ok((data, _)) => RunRecord::parse_to_show(&data)
                         .inspect_err(|err| {
                             tracing::warn!(path, error = %err, "unreadable run record");
                         })

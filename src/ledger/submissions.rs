@@ -31,6 +31,8 @@ pub enum SubmissionError {
     NotPending { id: SubmissionId, status: String },
     #[error("submission {id} can no longer be rescheduled: it is {status}")]
     NotReschedulable { id: SubmissionId, status: String },
+    #[error("its run record at {path} was written by a newer zkcron; change it with that version")]
+    NewerRecord { path: String },
     #[error("unreadable submission at {path}")]
     Corrupt {
         path: String,
@@ -382,11 +384,23 @@ pub async fn read_stored(
     paths: &DelayedPaths,
     id: &SubmissionId,
 ) -> Result<Option<(Stored, i32)>, SubmissionError> {
+    Ok(read_stored_data(client, paths, id)
+        .await?
+        .map(|(stored, version, _)| (stored, version)))
+}
+
+/// [`read_stored`] with the bytes as stored, for a rewrite that keeps what it does not know.
+async fn read_stored_data(
+    client: &Client,
+    paths: &DelayedPaths,
+    id: &SubmissionId,
+) -> Result<Option<(Stored, i32, Vec<u8>)>, SubmissionError> {
     let path = paths.submission(id);
     match client.get_data(&path).await {
-        Ok((data, stat)) => Stored::parse(&data)
-            .map(|stored| Some((stored, stat.version)))
-            .map_err(|source| SubmissionError::Corrupt { path, source }),
+        Ok((data, stat)) => match Stored::parse(&data) {
+            Ok(stored) => Ok(Some((stored, stat.version, data))),
+            Err(source) => Err(SubmissionError::Corrupt { path, source }),
+        },
         Err(ZkErr::NoNode) => Ok(None),
         Err(source) => Err(zk(&path, source)),
     }
@@ -556,10 +570,10 @@ pub async fn reschedule(
 ) -> Result<Rescheduled, SubmissionError> {
     let options = CreateMode::Persistent.with_acls(acls);
     for _ in 0..PARENT_ATTEMPTS {
-        let (submission, version) = match read_stored(client, paths, id).await? {
+        let (submission, version, data) = match read_stored_data(client, paths, id).await? {
             None => return Err(SubmissionError::NotFound { id: id.clone() }),
-            Some((Stored::Request(submission), version)) => (submission, version),
-            Some((Stored::Tombstone(_), _)) => {
+            Some((Stored::Request(submission), version, data)) => (submission, version, data),
+            Some((Stored::Tombstone(_), _, _)) => {
                 return Err(SubmissionError::NotReschedulable {
                     id: id.clone(),
                     status: "finished (its record was pruned)".to_owned(),
@@ -581,9 +595,17 @@ pub async fn reschedule(
             };
         }
         let node = paths.submission(id);
+        // From the stored bytes: what a newer zkcron added to the header stays.
+        let moved_data =
+            crate::delayed::submission::moved(&data, due_unix_ms).map_err(|source| {
+                SubmissionError::Corrupt {
+                    path: node.clone(),
+                    source,
+                }
+            })?;
         let mut multi = client.new_multi_writer();
         multi
-            .add_set_data(&node, &moved.to_bytes(), Some(version))
+            .add_set_data(&node, &moved_data, Some(version))
             .and_then(|()| multi.add_delete(&old_marker, None))
             .and_then(|()| multi.add_create(&new_marker, &[], &options))
             .map_err(|source| zk(&node, source))?;
@@ -647,8 +669,13 @@ async fn cancel_retry(
     seen: &RunRecord,
 ) -> Result<bool, SubmissionError> {
     let path = seen.path(ledger);
-    let Some((mut record, version)) = super::read_versioned(client, &path).await else {
-        return Ok(false);
+    let (mut record, version) = match super::read_to_act(client, &path)
+        .await
+        .map_err(|source| zk(&path, source))?
+    {
+        super::StoredRecord::Record(record, version) => (*record, version),
+        super::StoredRecord::Newer => return Err(SubmissionError::NewerRecord { path }),
+        super::StoredRecord::Absent => return Ok(false),
     };
     if record.retry_at_unix_ms.is_none() || !record.status.is_final() {
         return Ok(false);

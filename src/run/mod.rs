@@ -16,6 +16,6 @@ mod target;
 pub use claim::{Claim, ClaimMode};
 pub use notice::{Notice, NoticeChannels, NoticeKind, Webhook};
 pub use outcome::{OUTPUT_KEPT, OutputTail, RESPONSE_KEPT, RunOutcome, RunReport};
-pub use record::{RunRecord, RunStatus};
+pub use record::{RecordError, RunRecord, RunStatus};
 pub use spec::{ContractKey, JobSpec, Launcher, Program, RunContext, SubmissionInput};
 pub use target::{HttpTarget, HttpTls, HttpVersion, Resend};

@@ -1,7 +1,9 @@
 //! The run record stored at `<root>/<lock>/runs/<job>/<tick_ms>` (docs/ARCHITECTURE.md
 //! "ZooKeeper layout"; its node names are `layout`'s).
 //!
-//! Owns: the record's JSON format, its status lifecycle, and parsing untrusted record data.
+//! Owns: the record's JSON format, its status lifecycle, and parsing untrusted record data: a
+//! record of a newer format than ours (`formats`) is never handed out as one that may be
+//! rewritten, and the fields we do not know ride along in every rewrite.
 //! Must not: do I/O.
 
 use serde::{Deserialize, Serialize};
@@ -113,6 +115,33 @@ pub struct RunRecord {
     /// it among the job's records. Without it, an open run has its marker (format 1).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub open_by_record: bool,
+    /// The rules it was written by (`formats::RUN_RECORD`); absent in the stored data when 1.
+    #[serde(
+        default = "crate::formats::first",
+        skip_serializing_if = "crate::formats::is_first"
+    )]
+    pub format: u32,
+    /// Fields a newer zkcron added within this format, kept as they are through our rewrites.
+    #[serde(flatten)]
+    pub unknown: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Why stored data is not a run record this zkcron may rewrite.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// Not a run record: foreign or corrupted data.
+    #[error("not a run record: {0}")]
+    Unreadable(#[from] serde_json::Error),
+    /// Written by a newer zkcron in a format this one does not know: left as it is. `readable`
+    /// is what could be read of it, for display only.
+    #[error(
+        "a run record of format {format}, newer than this zkcron's {}",
+        crate::formats::RUN_RECORD
+    )]
+    Newer {
+        format: u32,
+        readable: Option<Box<RunRecord>>,
+    },
 }
 
 impl RunRecord {
@@ -149,6 +178,8 @@ impl RunRecord {
             backfill: false,
             marker_names_job: false,
             open_by_record: false,
+            format: crate::formats::RUN_RECORD,
+            unknown: serde_json::Map::new(),
         }
     }
 
@@ -176,7 +207,8 @@ impl RunRecord {
     /// The same run, claimed again for its next attempt (a retry, or the rerun of an interrupted
     /// run): same job, tick and run id; our node and token; nothing of the last attempt's end.
     /// A record still `claimed` never started (a submission's is `running` before its process
-    /// starts): it is taken over as the same attempt.
+    /// starts): it is taken over as the same attempt. What the run is stays: a backfill stays a
+    /// backfill, and fields a newer zkcron added stay as they were.
     pub fn next_attempt(
         &self,
         node: (&NodeId, &str),
@@ -192,6 +224,8 @@ impl RunRecord {
             marker_names_job: self.marker_names_job,
             // Kept open the way it was claimed: a next owner looks for it there.
             open_by_record: self.open_by_record,
+            backfill: self.backfill,
+            unknown: self.unknown.clone(),
             ..Self::claimed(&self.job, self.scheduled_unix_ms, node, token, now_unix_ms)
         }
     }
@@ -229,12 +263,41 @@ impl RunRecord {
         serde_json::to_vec(self).unwrap_or_default()
     }
 
-    /// Parses a record read from ZooKeeper.
+    /// Parses a record read from ZooKeeper, to act on: rewrite it, resume it, prune it.
     ///
     /// # Errors
-    /// The data is not a record we write (foreign or corrupted): log it with its path and skip it.
-    pub fn parse(data: &[u8]) -> Result<Self, serde_json::Error> {
-        serde_json::from_slice(data)
+    /// The data is not a record we write (foreign or corrupted): log it with its path and skip
+    /// it. Or it was written in a newer format ([`RecordError::Newer`]): leave it as it is.
+    pub fn parse(data: &[u8]) -> Result<Self, RecordError> {
+        match serde_json::from_slice::<Self>(data) {
+            Ok(record) if record.format <= crate::formats::RUN_RECORD => Ok(record),
+            Ok(record) => Err(RecordError::Newer {
+                format: record.format,
+                readable: Some(Box::new(record)),
+            }),
+            Err(err) => match crate::formats::format_of(data) {
+                Some(format) if format > crate::formats::RUN_RECORD => Err(RecordError::Newer {
+                    format,
+                    readable: None,
+                }),
+                _ => Err(RecordError::Unreadable(err)),
+            },
+        }
+    }
+
+    /// Parses a record to show it (`status`, `history`, the console): one of a newer format as
+    /// far as it reads.
+    ///
+    /// # Errors
+    /// As [`RunRecord::parse`], but a newer record that reads is `Ok`.
+    pub fn parse_to_show(data: &[u8]) -> Result<Self, RecordError> {
+        match Self::parse(data) {
+            Err(RecordError::Newer {
+                readable: Some(record),
+                ..
+            }) => Ok(*record),
+            parsed => parsed,
+        }
     }
 }
 
@@ -293,6 +356,63 @@ mod tests {
                 .unwrap()
                 .contains("\"timed_out\"")
         );
+    }
+
+    #[test]
+    fn fields_a_newer_zkcron_added_ride_along_in_a_next_attempt_and_a_backfill_stays_one() {
+        let mut stored: serde_json::Value = serde_json::from_slice(
+            &RunRecord {
+                status: RunStatus::Failed,
+                backfill: true,
+                ..record()
+            }
+            .to_bytes(),
+        )
+        .unwrap();
+        stored["parent_run_id"] = "extract-1000".into();
+        stored["calendar"] = serde_json::json!({"name": "holidays"});
+        let stored = RunRecord::parse(&serde_json::to_vec(&stored).unwrap()).unwrap();
+        let next = stored.next_attempt((&NodeId::new("n2"), "10.0.0.2"), FencingToken(4), 2000);
+        assert!(next.backfill, "a retried backfill tick is still a backfill");
+        let written: serde_json::Value = serde_json::from_slice(&next.to_bytes()).unwrap();
+        assert_eq!(written["parent_run_id"], "extract-1000");
+        assert_eq!(written["calendar"]["name"], "holidays");
+        assert_eq!(written["attempt"], 2);
+        assert!(
+            written.get("format").is_none(),
+            "format 1 is written as before"
+        );
+    }
+
+    #[test]
+    fn a_record_of_a_newer_format_is_shown_never_handed_out_to_act_on() {
+        let mut newer: serde_json::Value = serde_json::from_slice(&record().to_bytes()).unwrap();
+        newer["format"] = 2.into();
+        let newer = serde_json::to_vec(&newer).unwrap();
+        match RunRecord::parse(&newer) {
+            Err(RecordError::Newer {
+                format: 2,
+                readable: Some(record),
+            }) => assert_eq!(record.run_id, "nightly-1000"),
+            other => panic!("expected a newer, readable record: {other:?}"),
+        }
+        assert_eq!(RunRecord::parse_to_show(&newer).unwrap().format, 2);
+
+        // A status this zkcron does not know: newer, and nothing of it to show.
+        let unknown_status = br#"{"format":3,"job":"nightly","status":"held_by_calendar"}"#;
+        assert!(matches!(
+            RunRecord::parse(unknown_status),
+            Err(RecordError::Newer {
+                format: 3,
+                readable: None
+            })
+        ));
+        assert!(RunRecord::parse_to_show(unknown_status).is_err());
+        // The same without a newer format is plain garbage.
+        assert!(matches!(
+            RunRecord::parse(br#"{"job":"nightly","status":"held_by_calendar"}"#),
+            Err(RecordError::Unreadable(_))
+        ));
     }
 
     #[test]

@@ -187,6 +187,28 @@ impl DaemonNode {
         schedule: &str,
         env: &[(&str, &Path)],
     ) -> Self {
+        Self::spawn(
+            Path::new(env!("CARGO_BIN_EXE_zkcron")),
+            dir,
+            node_id,
+            schedule,
+            env,
+        )
+    }
+
+    /// Like [`DaemonNode::start`], running `binary`: another build of zkcron, as the fixture
+    /// capture runs an older version.
+    pub fn start_binary(binary: &Path, dir: &Path, node_id: &str, schedule: &str) -> Self {
+        Self::spawn(binary, dir, node_id, schedule, &[])
+    }
+
+    fn spawn(
+        binary: &Path,
+        dir: &Path,
+        node_id: &str,
+        schedule: &str,
+        env: &[(&str, &Path)],
+    ) -> Self {
         let config = dir.join(format!("{node_id}.toml"));
         std::fs::write(&config, with_node_id(schedule, node_id)).expect("write node config");
         let log = dir.join(format!("{node_id}.log"));
@@ -195,7 +217,7 @@ impl DaemonNode {
             .append(true)
             .open(&log)
             .expect("node log");
-        let child = Command::new(env!("CARGO_BIN_EXE_zkcron"))
+        let child = Command::new(binary)
             .args(["--log-level", "zkcron=debug,info", "run", "--config"])
             .arg(&config)
             .envs(env.iter().copied())

@@ -20,7 +20,7 @@ use crate::fire::machine::{Input, JobRecords, RESOLVE_WINDOW};
 use crate::ids::JobName;
 use crate::layout::LedgerPaths;
 use crate::layout::LockPaths;
-use crate::ledger;
+use crate::ledger::{self, StoredRecord};
 use crate::lock::inspect;
 use crate::report::error_chain;
 
@@ -111,12 +111,13 @@ async fn list_records(
     let mut newest = Vec::new();
     let mut unreadable = Vec::new();
     for &tick in ticks.iter().rev().take(RESOLVE_WINDOW) {
-        let read = ledger::read_versioned_checked(client, &paths.record(job, tick))
-            .await
-            .map_err(|err| error_chain(&err))?;
+        let read = read_to_act(client, &paths.record(job, tick)).await?;
         match read {
-            Some(read) => newest.push(read),
-            None => unreadable.push(tick),
+            StoredRecord::Record(record, version) => newest.push((*record, version)),
+            // A newer zkcron's run of that tick: it stands as a tick recorded, and is left to
+            // that zkcron to resolve.
+            StoredRecord::Newer => {}
+            StoredRecord::Absent => unreadable.push(tick),
         }
     }
     // Gone, or not ours (logged by the read): it must not stand as the job's latest tick, or a
@@ -162,9 +163,12 @@ async fn promised_retries(
             .find(|(record, _)| record.submission_id.is_none() && record.scheduled_unix_ms == tick);
         let read = match known {
             Some(known) => Some(known.clone()),
-            None => ledger::read_versioned_checked(client, &paths.record(job, tick))
-                .await
-                .map_err(|err| error_chain(&err))?,
+            None => match read_to_act(client, &paths.record(job, tick)).await? {
+                StoredRecord::Record(record, version) => Some((*record, version)),
+                // Its promise is a newer zkcron's to keep: the marker stays for it.
+                StoredRecord::Newer => continue,
+                StoredRecord::Absent => None,
+            },
         };
         match read {
             Some((record, version))
@@ -181,6 +185,16 @@ async fn promised_retries(
         }
     }
     Ok(())
+}
+
+/// [`ledger::read_to_act`], a failed read as catch-up reports it.
+async fn read_to_act(client: &Client, path: &str) -> Result<StoredRecord, String> {
+    ledger::read_to_act(client, path).await.map_err(|source| {
+        error_chain(&crate::zk::ZkError::Request {
+            path: path.to_owned(),
+            source,
+        })
+    })
 }
 
 /// A format 2 run still open: not final, or promising a retry.

@@ -85,6 +85,9 @@ struct Fleet {
     jobs: Vec<ChaosJob>,
     /// Also the on-demand job [`SUB`] in the default group, for delayed submissions.
     submissions: bool,
+    /// The zkcron build the nodes start with: this one when `None` (an older one for the
+    /// upgrade check).
+    binary: Option<PathBuf>,
 }
 
 impl Fleet {
@@ -125,6 +128,7 @@ impl Fleet {
             groups,
             jobs,
             submissions: false,
+            binary: None,
         }
     }
 
@@ -178,6 +182,8 @@ struct ChaosNode {
     proxies: Vec<Proxy>,
     daemon: Option<DaemonNode>,
     log: PathBuf,
+    /// The build it runs: this one when `None`.
+    binary: Option<PathBuf>,
 }
 
 /// When a node could not answer for itself: dead or stopped (SIGSTOP).
@@ -290,8 +296,19 @@ impl ChaosCluster {
     /// Like [`ChaosCluster::start`], with the on-demand job [`SUB`] in the schedule besides
     /// `fast` and `long`: [`ChaosCluster::submit`] makes its work.
     pub async fn start_with_submissions(name: &str, nodes: usize) -> Self {
+        Self::start_with_submissions_on(name, nodes, None).await
+    }
+
+    /// Like [`ChaosCluster::start_with_submissions`], every node running `binary` (this build
+    /// when `None`).
+    pub async fn start_with_submissions_on(
+        name: &str,
+        nodes: usize,
+        binary: Option<PathBuf>,
+    ) -> Self {
         let fleet = Fleet {
             submissions: true,
+            binary,
             ..Fleet::single()
         };
         Self::start_fleet(name, nodes, fleet, |_| async {}).await
@@ -380,6 +397,7 @@ impl ChaosCluster {
             proxies,
             daemon: None,
             log,
+            binary: self.fleet.binary.clone(),
         });
         let at = now_ms();
         self.launch(node);
@@ -447,8 +465,22 @@ impl ChaosCluster {
 
     fn launch(&mut self, node: usize) {
         let schedule = self.schedule(node);
-        let daemon = DaemonNode::start(self.dir.path(), &self.nodes[node].id, &schedule);
+        let daemon = match &self.nodes[node].binary {
+            None => DaemonNode::start(self.dir.path(), &self.nodes[node].id, &schedule),
+            Some(binary) => {
+                DaemonNode::start_binary(binary, self.dir.path(), &self.nodes[node].id, &schedule)
+            }
+        };
         self.nodes[node].daemon = Some(daemon);
+    }
+
+    /// Stops `node` gracefully and starts it again on `binary` (this build when `None`): one
+    /// step of a rolling upgrade or rollback. Returns when it was stopped.
+    pub async fn replace_binary(&mut self, node: usize, binary: Option<PathBuf>) -> i64 {
+        let at = self.stop(node).await;
+        self.nodes[node].binary = binary;
+        self.restart(node);
+        at
     }
 
     /// A new session on the ensemble itself (not through a proxy). Tried again for up to

@@ -558,6 +558,7 @@ async fn lock_demo(args: LockDemoArgs, shutdown: CancellationToken) -> Result<()
         clock: ClockSettings {
             max_offset: Duration::from_secs(1),
             metrics: None,
+            ensemble: Default::default(),
         },
         role: LockRole::alone(),
     };

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{self, Config, JobConfig};
 use crate::drift;
+use crate::ensemble_clock::EnsembleClock;
 use crate::fire::FireMachine;
 use crate::fire::driver::{self as fire_driver, FireSettings, FleetFormat, LockTask};
 use crate::fire::machine::Me;
@@ -105,6 +106,7 @@ pub async fn run(
     warm(&deliveries, &jobs);
     let notifier = Arc::new(crate::notify::Notifier::new(Arc::clone(&metrics)));
     let fleet = Arc::new(FleetFormat::default());
+    let ensemble = Arc::new(EnsembleClock::default());
     let wiring = Wiring {
         zk: &zk,
         base: &paths,
@@ -115,6 +117,7 @@ pub async fn run(
         deliveries: &deliveries,
         notifier: &notifier,
         fleet: &fleet,
+        ensemble: &ensemble,
     };
     let member = Shared {
         heard,
@@ -202,6 +205,8 @@ struct Wiring<'a> {
     deliveries: &'a Arc<crate::delivery::Deliveries>,
     notifier: &'a Arc<crate::notify::Notifier>,
     fleet: &'a Arc<FleetFormat>,
+    /// The clock every group schedules by (the default group's clock check corrects it).
+    ensemble: &'a Arc<EnsembleClock>,
 }
 
 /// What a unit shares with the node, or keeps to itself.
@@ -349,6 +354,7 @@ impl Wiring<'_> {
             clock: ClockSettings {
                 max_offset: self.config.lock.max_clock_offset,
                 metrics: shared.member_duties.then(|| Arc::clone(&shared.metrics)),
+                ensemble: Arc::clone(self.ensemble),
             },
             role,
         };
@@ -381,6 +387,7 @@ impl Wiring<'_> {
             deliveries: Arc::clone(self.deliveries),
             notifier: Arc::clone(self.notifier),
             fleet: Arc::clone(self.fleet),
+            clock: Arc::clone(self.ensemble),
         };
         let me = Me {
             node_id: self.settings.me.node_id.clone(),

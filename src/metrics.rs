@@ -97,6 +97,7 @@ pub struct Metrics {
     clock_offset: Gauge<f64, AtomicU64>,
     clock_off_fleet: Gauge<f64, AtomicU64>,
     clock_skewed: Gauge,
+    clock_correction: Gauge<f64, AtomicU64>,
     limit_waiting: Family<LimitLabel, Gauge>,
     limit_held: Family<LimitLabel, Gauge>,
     group_owner: Family<GroupLabel, Gauge>,
@@ -164,6 +165,7 @@ impl Metrics {
             clock_offset: Gauge::default(),
             clock_off_fleet: Gauge::default(),
             clock_skewed: Gauge::default(),
+            clock_correction: Gauge::default(),
             limit_waiting: Family::default(),
             limit_held: Family::default(),
             group_owner: Family::default(),
@@ -269,6 +271,11 @@ impl Metrics {
             "zkcron_clock_skewed",
             "1 while this node's clock is off the fleet's by more than lock.max_clock_offset and it stays out of contention, else 0",
             metrics.clock_skewed.clone(),
+        );
+        registry.register(
+            "zkcron_clock_correction_seconds",
+            "What this node takes off its clock to fire by the ZooKeeper servers' (alone, and off theirs by more than lock.max_clock_offset), else 0",
+            metrics.clock_correction.clone(),
         );
         registry.register(
             "zkcron_limit_waiting",
@@ -499,6 +506,7 @@ impl Metrics {
         self.clock_offset.set(seconds(verdict.offset_ms));
         self.clock_off_fleet.set(seconds(verdict.off_fleet_ms));
         self.clock_skewed.set(i64::from(verdict.skewed));
+        self.clock_correction.set(seconds(verdict.correction_ms));
     }
 }
 
@@ -597,6 +605,7 @@ mod tests {
             "zkcron_clock_offset_seconds -1.5",
             "zkcron_clock_off_fleet_seconds -1.5",
             "zkcron_clock_skewed 1",
+            "zkcron_clock_correction_seconds 0",
             "# HELP zkcron_lock_owner 1 while this node owns the lock",
         ] {
             assert!(text.contains(line), "{line:?} in\n{text}");

@@ -329,6 +329,11 @@ fn clock_detail(clock: &zkcron::lock::clock::ClockVerdict) -> String {
             ", {} off the fleet: OUT OF CONTENTION (lock.max_clock_offset)",
             seconds(clock.off_fleet_ms)
         ));
+    } else if clock.correction_ms != 0 {
+        detail.push_str(&format!(
+            ", alone: firing by the ensemble's clock (offset {})",
+            zkcron::lock::clock_watch::offset_text(clock.correction_ms)
+        ));
     }
     detail
 }

@@ -86,6 +86,9 @@ pub struct FireSettings {
     /// The ledger format the members read (shared by every group; the default group's driver
     /// keeps it up to date).
     pub fleet: Arc<FleetFormat>,
+    /// The clock to schedule by: this node's, or the servers' when it is alone and off them
+    /// (shared by every group; the default group's clock check corrects it).
+    pub clock: Arc<crate::ensemble_clock::EnsembleClock>,
 }
 
 /// The lock driver's task, as the fire driver steers it.
@@ -122,13 +125,14 @@ pub async fn run(
     let mut pending: VecDeque<Input> = VecDeque::new();
     let mut trim = Trim::default();
     let mut alarm = alarm::Alarm::new();
-    let mut steps = alarm::Steps::new();
+    let clock = Arc::clone(&io.settings.clock);
+    let mut steps = alarm::Steps::new(Arc::clone(&clock));
     let mut wakes = Wakes::default();
     let metrics = Arc::clone(&io.settings.metrics);
     let group_name = io.settings.group_name.clone();
     let mut observer = observe::Observer::new(&metrics, &group_name, io.settings.member_duties);
     loop {
-        let wake_at = wakes.wake_at(&machine);
+        let wake_at = wakes.wake_at(&machine, clock.now());
         let input = tokio::select! {
             biased;
             () = shutdown.cancelled(), if !stopping => Input::Shutdown,
@@ -150,9 +154,11 @@ pub async fn run(
                 trim.give_back();
                 continue;
             }
-            () = alarm.at(wake_at) => Input::Tick,
+            // The instant is the servers' time when the node is corrected: waited for on its
+            // own clock.
+            () = alarm.at(clock.to_local(wake_at)) => Input::Tick,
         };
-        wakes.fed(&input);
+        wakes.fed(&input, clock.now());
         trim.counted();
         if let Some(by) = steps.stepped() {
             pending.push_back(Input::ClockStepped { by });
@@ -173,7 +179,7 @@ pub async fn run(
                 io.leases.give_back(&claim.record.run_id, &io.session.tasks);
             }
             observer.input(&input);
-            for action in machine.handle(input, Utc::now()) {
+            for action in machine.handle(input, clock.now()) {
                 observer.action(&action);
                 match action {
                     Action::YieldLock => {
@@ -204,8 +210,8 @@ struct Wakes {
 }
 
 impl Wakes {
-    fn wake_at(&mut self, machine: &FireMachine) -> DateTime<Utc> {
-        let latest = Utc::now() + MAX_SLEEP;
+    fn wake_at(&mut self, machine: &FireMachine, now: DateTime<Utc>) -> DateTime<Utc> {
+        let latest = now + MAX_SLEEP;
         let wake_at = machine.next_deadline().map_or(latest, |at| at.min(latest));
         if self.ticked_at.is_none_or(|ticked| wake_at > ticked) {
             return wake_at;
@@ -215,12 +221,12 @@ impl Wakes {
         if !std::mem::replace(&mut self.spin_said, true) {
             tracing::error!(deadline = %wake_at, "the fire machine left a deadline it does not act on; waking at most every {SPIN_FLOOR:?}");
         }
-        Utc::now() + SPIN_FLOOR
+        now + SPIN_FLOOR
     }
 
     /// The input the loop woke with.
-    fn fed(&mut self, input: &Input) {
-        self.ticked_at = matches!(input, Input::Tick).then(Utc::now);
+    fn fed(&mut self, input: &Input, now: DateTime<Utc>) {
+        self.ticked_at = matches!(input, Input::Tick).then_some(now);
     }
 
     /// An input about to be handled: any but a Tick may set a deadline that has passed, which
@@ -369,7 +375,10 @@ impl Io {
             lock_commands,
             watch: None,
             records,
-            runs: runs::Runs::new(Arc::clone(&settings.deliveries)),
+            runs: runs::Runs::new(
+                Arc::clone(&settings.deliveries),
+                Arc::clone(&settings.clock),
+            ),
             lister,
             leases: leases::Leases::new(Arc::clone(&settings.metrics)),
             settings,

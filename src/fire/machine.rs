@@ -203,7 +203,7 @@ impl FireMachine {
                 }
             }
             Input::PausesRead(pauses) => self.pauses_read(pauses, now, &mut out),
-            Input::ClockStepped { by } => self.clock_stepped(by),
+            Input::ClockStepped { by } => self.clock_stepped(by, now),
             Input::ReleaseRequested => self.release_requested(now, &mut out),
             Input::BackfillsRead(requests) => self.backfills_read(requests, now, &mut out),
             Input::LockReleased => self.lock_released(&mut out),
@@ -373,6 +373,22 @@ impl FireMachine {
         out: &mut Vec<Action>,
     ) {
         let name = &job.spec.name;
+        let mut tick = tick;
+        if is_late(job, tick, now) {
+            // Popped late, at or before the newest tick recorded: the owner before us ran or
+            // recorded it (our clock moved forward past it, e.g. corrected to the servers'
+            // right after a takeover). Only the ticks after that one are ours to account for.
+            let newest = self.jobs.get(name).and_then(|state| state.newest_tick);
+            if let Some(newest) = newest.filter(|newest| tick <= *newest) {
+                match job.next_tick_after(newest).filter(|next| *next <= now) {
+                    None => {
+                        tracing::debug!(job = %name, %tick, %newest, "late tick accounted for by the newest record");
+                        return;
+                    }
+                    Some(next) => tick = next,
+                }
+            }
+        }
         if is_late(job, tick, now) {
             // Popped late: the process was stopped or starved past the tick.
             tracing::warn!(job = %name, %tick, "tick missed: its time passed while this node could not fire");
@@ -665,11 +681,14 @@ impl FireMachine {
     }
 
     /// See [`Input::ClockStepped`].
-    fn clock_stepped(&mut self, by: chrono::Duration) {
+    fn clock_stepped(&mut self, by: chrono::Duration, now: DateTime<Utc>) {
         tracing::warn!(
             by_ms = by.num_milliseconds(),
             "the wall clock stepped; the schedule follows it, the limits being counted do not"
         );
+        if by < chrono::Duration::zero() {
+            self.queue = self.queue.stepped_back(now);
+        }
         if let Some(stopping) = self.stopping.as_mut() {
             stopping.clock_stepped(by);
         }

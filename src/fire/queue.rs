@@ -50,6 +50,16 @@ impl FireQueue {
         Self::resumed(jobs, &popped, now)
     }
 
+    /// The queue after the wall clock it follows went back to `now`: a job goes on after the
+    /// latest tick it was handed out, as it would have, or — when none was handed out yet — at
+    /// its first tick after `now`, not after the instant it was queued by the clock before.
+    /// A node corrected to the servers' clock right after it started (`ensemble_clock`) would
+    /// otherwise wait out its offset before its first tick.
+    pub fn stepped_back(&self, now: DateTime<Utc>) -> Self {
+        let jobs = self.jobs.clone();
+        self.rebuilt(&jobs, now)
+    }
+
     fn resumed(
         jobs: &[Arc<JobConfig>],
         popped: &HashMap<&JobName, DateTime<Utc>>,
@@ -234,5 +244,30 @@ mod tests {
         assert_eq!(queue.next_start(), Some(at(5_000)));
         assert_eq!(queue.pop_start(at(5_000))[0].0, at(5_000));
         assert_eq!(queue.next_start(), Some(at(10_000)));
+    }
+
+    #[test]
+    fn a_step_back_requeues_a_job_not_handed_out_yet_and_keeps_one_handed_out() {
+        let jobs = jobs(
+            "[[job]]\nname = \"a\"\nschedule = \"* * * * * *\"\nshell = \"true\"\n\n\
+             [[job]]\nname = \"b\"\nschedule = \"*/5 * * * * *\"\nshell = \"true\"\n",
+        );
+        // Queued by a clock 15 s ahead.
+        let mut queue = FireQueue::new(&jobs, at(15_000));
+        assert_eq!(drain(&mut queue, at(15_000)).len(), 0);
+        // `a` handed out its tick at 16 s; `b` none yet.
+        let popped = drain(&mut queue, at(16_000));
+        assert_eq!(popped.len(), 1, "{popped:?}");
+        let back = queue.stepped_back(at(1_000));
+        assert_eq!(
+            back.next_of(&JobName::new("b")),
+            Some(at(5_000)),
+            "b from the new now"
+        );
+        assert_eq!(
+            back.next_of(&JobName::new("a")),
+            Some(at(17_000)),
+            "a never hands out a tick twice"
+        );
     }
 }

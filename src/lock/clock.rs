@@ -75,9 +75,14 @@ pub struct ClockVerdict {
     /// (zero), so that neither one skewed member nor one skewed server moves it.
     pub off_fleet_ms: i64,
     /// Off the fleet by more than the limit, with other members to take over: this node must not
-    /// own the lock. Alone, a node keeps firing (late or early, never twice: the ledger's floor)
-    /// and only warns: no one else could fire instead.
+    /// own the lock. Alone, a node keeps firing, by the servers' clock (`correction_ms`): no one
+    /// else could fire instead.
     pub skewed: bool,
+    /// What this node's clock is corrected by to schedule by the servers' time: its offset to
+    /// them when that is more than the limit and no other member publishes one, else 0
+    /// (`ensemble_clock`). With members, the fleet's median is the reference (one skewed server
+    /// must not move a fleet that agrees), and a node off it stands aside instead.
+    pub correction_ms: i64,
 }
 
 /// Judges our offset `mine` against the other members' published offsets and the servers'.
@@ -95,6 +100,11 @@ pub fn judge(mine: i64, others: &[i64], max_offset_ms: i64) -> ClockVerdict {
         offset_ms: mine,
         off_fleet_ms,
         skewed: !others.is_empty() && off_fleet_ms.abs() > max_offset_ms,
+        correction_ms: if others.is_empty() && mine.abs() > max_offset_ms {
+            mine
+        } else {
+            0
+        },
     }
 }
 
@@ -154,5 +164,21 @@ mod tests {
         let alone = judge(-15_000, &[], max);
         assert_eq!((alone.skewed, alone.offset_ms), (false, -15_000));
         assert_eq!(judge(-15_000, &[0, 10, -10], max).off_fleet_ms, -15_000);
+    }
+
+    #[test]
+    fn a_node_alone_and_off_the_servers_fires_by_their_clock_and_no_other_does() {
+        let max = 1_000;
+        // Alone, 15 s ahead or ten minutes behind: corrected by its offset.
+        assert_eq!(judge(15_000, &[], max).correction_ms, 15_000);
+        assert_eq!(judge(-600_000, &[], max).correction_ms, -600_000);
+        // Alone within the limit: its own clock.
+        assert_eq!(judge(900, &[], max).correction_ms, 0);
+        // With members: never corrected. Off them, it stands aside; agreeing with them against
+        // one skewed server, it keeps the fleet's time.
+        let off = judge(-15_000, &[0], max);
+        assert_eq!((off.skewed, off.correction_ms), (true, 0));
+        let fleet = judge(20_000, &[20_000, 20_000], max);
+        assert_eq!((fleet.skewed, fleet.correction_ms), (false, 0));
     }
 }

@@ -13,6 +13,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use zookeeper_client::Client;
 
+use crate::ensemble_clock::EnsembleClock;
 use crate::ids::NodeId;
 use crate::lock::clock::{self, ClockEstimate, ClockSample, ClockVerdict};
 use crate::lock::node::OwnerInfo;
@@ -25,6 +26,9 @@ pub struct ClockSettings {
     pub max_offset: Duration,
     /// Where the verdict is shown; `None` for the lock demo.
     pub metrics: Option<Arc<Metrics>>,
+    /// The clock the node's fire drivers schedule by, corrected here when the node is alone
+    /// and off the servers' (`ensemble_clock`).
+    pub ensemble: Arc<EnsembleClock>,
 }
 
 /// How often the clock is checked: once a session timeout, between 1 s and 10 s. Often enough
@@ -104,7 +108,8 @@ pub struct ClockWatch {
 enum Said {
     Nothing,
     Skewed,
-    OffButAlone,
+    /// Alone and off the servers: firing by their clock, corrected by this many ms.
+    ByTheEnsemble(i64),
 }
 
 impl ClockWatch {
@@ -132,14 +137,25 @@ impl ClockWatch {
         if let Some(metrics) = &self.settings.metrics {
             metrics.clock(&verdict);
         }
+        self.settings
+            .ensemble
+            .set_correction_ms(verdict.correction_ms);
         let now = if verdict.skewed {
             Said::Skewed
-        } else if verdict.offset_ms.abs() > max_ms && reading.others.is_empty() {
-            Said::OffButAlone
+        } else if verdict.correction_ms != 0 {
+            Said::ByTheEnsemble(verdict.correction_ms)
         } else {
             Said::Nothing
         };
-        if now != self.said {
+        // A correction re-estimated by a few ms is not news; one that moved by more than the
+        // limit is.
+        let news = match (self.said, now) {
+            (Said::ByTheEnsemble(before), Said::ByTheEnsemble(after)) => {
+                (before - after).abs() > max_ms
+            }
+            (before, after) => before != after,
+        };
+        if news {
             self.say(now, &verdict);
             self.said = now;
         }
@@ -157,12 +173,13 @@ impl ClockWatch {
                  it stays out of contention for the lock and hands it over if it owns it; fix \
                  its time sync (NTP)"
             ),
-            Said::OffButAlone => tracing::warn!(
+            Said::ByTheEnsemble(correction_ms) => tracing::warn!(
                 offset_to_zookeeper_ms = verdict.offset_ms,
                 max_clock_offset = ?max,
                 "this node's clock is off the ZooKeeper servers' by more than \
-                 lock.max_clock_offset, and no other member can fire instead: it keeps firing, \
-                 late or early by that much (never a tick twice); fix its time sync (NTP)"
+                 lock.max_clock_offset, and no other member can fire instead: it is firing by \
+                 the ensemble's clock (offset {}); fix its time sync (NTP)",
+                offset_text(correction_ms)
             ),
             Said::Nothing => tracing::info!(
                 offset_to_zookeeper_ms = verdict.offset_ms,
@@ -171,6 +188,14 @@ impl ClockWatch {
             ),
         }
     }
+}
+
+/// An offset as people read it: `-600.0 s`, `+15.0 s`.
+pub fn offset_text(offset_ms: i64) -> String {
+    // Milliseconds of a clock offset are far inside f64's exact range.
+    #[allow(clippy::cast_precision_loss)]
+    let seconds = offset_ms as f64 / 1000.0;
+    format!("{seconds:+.1} s")
 }
 
 fn unix_ms_now() -> i64 {

@@ -9,6 +9,7 @@
 //! ([`Steps`]). Must not: know what the instant is for.
 
 use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -16,6 +17,8 @@ use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
+
+use crate::ensemble_clock::EnsembleClock;
 
 /// The timer as tokio's `AsyncFd` wants it.
 struct Timer(TimerFd);
@@ -78,22 +81,26 @@ const STEP_AT_LEAST: chrono::TimeDelta = chrono::TimeDelta::seconds(1);
 
 /// Tells how far the wall clock jumped since the last look, beyond the time that passed.
 pub(super) struct Steps {
+    /// The clock the node schedules by: a change of its correction is a step too.
+    clock: Arc<EnsembleClock>,
     wall: DateTime<Utc>,
     monotonic: std::time::Instant,
 }
 
 impl Steps {
-    pub(super) fn new() -> Self {
+    pub(super) fn new(clock: Arc<EnsembleClock>) -> Self {
         Self {
-            wall: Utc::now(),
+            wall: clock.now(),
             monotonic: std::time::Instant::now(),
+            clock,
         }
     }
 
-    /// The step since the last look, if the wall clock moved by [`STEP_AT_LEAST`] more or less
-    /// than the monotonic clock did.
+    /// The step since the last look, if the wall clock the node schedules by moved by
+    /// [`STEP_AT_LEAST`] more or less than the monotonic clock did: this node's clock stepped, or
+    /// the correction to the servers' clock came, went or moved.
     pub(super) fn stepped(&mut self) -> Option<chrono::TimeDelta> {
-        let (wall, monotonic) = (Utc::now(), std::time::Instant::now());
+        let (wall, monotonic) = (self.clock.now(), std::time::Instant::now());
         let passed = chrono::TimeDelta::from_std(monotonic - self.monotonic).unwrap_or_default();
         let step = (wall - self.wall) - passed;
         (self.wall, self.monotonic) = (wall, monotonic);

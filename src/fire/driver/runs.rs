@@ -14,6 +14,8 @@ use chrono::{DateTime, Utc};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
+use crate::ensemble_clock::EnsembleClock;
+
 use super::session::{Session, bounded};
 use crate::fire::machine::{Input, StartWrite};
 use crate::ledger::{self, group::GroupCommit};
@@ -37,14 +39,17 @@ pub(super) struct Runs {
     prepared: HashMap<String, oneshot::Receiver<runner::Prepared>>,
     /// Where a run whose target is a URL goes instead of the runner.
     deliveries: Arc<crate::delivery::Deliveries>,
+    /// The clock the instants are in: a run waits for them on this node's own.
+    clock: Arc<EnsembleClock>,
 }
 
 impl Runs {
-    pub fn new(deliveries: Arc<crate::delivery::Deliveries>) -> Self {
+    pub fn new(deliveries: Arc<crate::delivery::Deliveries>, clock: Arc<EnsembleClock>) -> Self {
         Self {
             alive: HashMap::new(),
             prepared: HashMap::new(),
             deliveries,
+            clock,
         }
     }
 
@@ -69,6 +74,7 @@ impl Runs {
         }
         let (send, receive) = oneshot::channel();
         self.prepared.insert(context.run_id.clone(), receive);
+        let not_before = self.clock.to_local(not_before);
         s.tasks.spawn(async move {
             // Given up meanwhile (the receiver is gone): dropping it ends the process.
             let _ = send.send(runner::prepare(&spec, &context, Some(not_before)));
@@ -115,8 +121,9 @@ impl Runs {
             context,
             cancel,
             prepared,
-            not_before,
+            not_before: self.clock.to_local(not_before),
             deliveries: Arc::clone(&self.deliveries),
+            clock: Arc::clone(&self.clock),
         };
         s.tasks.spawn(async move {
             let ended = match record {
@@ -157,9 +164,12 @@ struct Run {
     context: run::RunContext,
     cancel: CancellationToken,
     prepared: Process,
+    /// When it starts, by this node's own clock.
     not_before: DateTime<Utc>,
     /// Where a run whose target is a URL goes instead of the runner.
     deliveries: Arc<crate::delivery::Deliveries>,
+    /// Its record's times are the servers' when the node is corrected.
+    clock: Arc<EnsembleClock>,
 }
 
 /// A run's process, as far as the driver knows at its start.
@@ -253,17 +263,21 @@ impl Run {
 
     async fn start(self) -> run::RunReport {
         let not_before = Some(self.not_before);
-        if let run::Program::Http(target) = &self.spec.program {
-            return self
-                .deliveries
+        let mut report = if let run::Program::Http(target) = &self.spec.program {
+            self.deliveries
                 .deliver(&self.spec, target, &self.context, self.cancel, not_before)
-                .await;
-        }
-        let prepared = match self.prepared {
-            Process::Spawn => runner::Prepared::none(),
-            Process::Prepared(prepared) => prepared,
-            Process::Coming(coming) => coming.await.unwrap_or_else(|_| runner::Prepared::none()),
+                .await
+        } else {
+            let prepared = match self.prepared {
+                Process::Spawn => runner::Prepared::none(),
+                Process::Prepared(prepared) => prepared,
+                Process::Coming(coming) => {
+                    coming.await.unwrap_or_else(|_| runner::Prepared::none())
+                }
+            };
+            runner::run_prepared(&self.spec, &self.context, self.cancel, prepared, not_before).await
         };
-        runner::run_prepared(&self.spec, &self.context, self.cancel, prepared, not_before).await
+        report.started_at = self.clock.to_ensemble(report.started_at);
+        report
     }
 }

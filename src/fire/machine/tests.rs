@@ -999,6 +999,43 @@ fn a_stalled_owner_records_the_ticks_it_slept_through_as_one_gap() {
     );
 }
 
+/// Issue 34: a node whose clock moved forward right after it took over (corrected to the
+/// servers' clock: `ensemble_clock`) pops ticks its predecessor ran. Those are accounted for by
+/// the newest record; only the ticks after it that passed are recorded missed, not a gap
+/// claiming ticks that ran.
+#[test]
+fn late_ticks_at_or_before_the_newest_record_are_not_recorded_missed() {
+    let mut m = machine(&job("a", EVERY_SECOND, ""));
+    m.handle(Input::LockChanged(owner(TOKEN)), t(0));
+    let listed = Input::RecordsListed {
+        job: JobName::new("a"),
+        result: Ok(listing(&[stored(
+            "a",
+            4_000,
+            "n2",
+            6,
+            RunStatus::Succeeded,
+        )])),
+    };
+    m.handle(listed, t(1));
+    // The clock jumps 5.3 s forward: ticks 1..5 pop late.
+    let actions = m.handle(Input::Tick, t(5_300));
+    let newest = t(4_000).timestamp_millis();
+    let gaps: Vec<(i64, Option<i64>)> = claims(&actions)
+        .iter()
+        .map(|claim| (ms_of(claim), claim.record.missed_from_unix_ms))
+        .collect();
+    assert!(
+        gaps.iter()
+            .all(|(tick, from)| *tick > 4_000 && from.is_none_or(|from| from > newest)),
+        "nothing recorded at or before the newest record (4 s): {gaps:?}"
+    );
+    assert!(
+        gaps.iter().any(|(tick, _)| *tick == 5_000),
+        "tick 5 is accounted for: {gaps:?}"
+    );
+}
+
 #[test]
 fn a_failed_claim_of_the_epoch_tells_the_lock() {
     let mut m = owning(&job("a", EVERY_SECOND, ""));

@@ -4,6 +4,7 @@
 //! Must not: contain logic that belongs to a library module (lock policy, scheduling, ZooKeeper
 //! layout, raw ZooKeeper requests).
 
+mod audit;
 mod delayed;
 mod error;
 mod explain;
@@ -127,6 +128,11 @@ enum Command {
         #[arg(long, conflicts_with = "json")]
         output: bool,
     },
+    /// Show the operator actions of a period, oldest first: pauses, resumes, triggers,
+    /// releases, backfills, and the cancels, reschedules and retries of submissions, each with
+    /// who asked, from where, and how it ended.
+    #[command(after_help = EXIT_CODES)]
+    Audit(audit::AuditArgs),
     /// Contend for a lock and print every lock event as a line on stdout; runs no jobs.
     ///
     /// Lines: `acquired token=N`, `lost`, `owner none`, `owner node_id=ID session=0xS`,
@@ -275,6 +281,10 @@ impl Cli {
                     HistoryFormat::Table { output }
                 };
                 history(&config::load(&path)?, &JobName::new(job), limit, shown).await
+            }
+            Command::Audit(args) => {
+                quiet("warn");
+                audit::audit(&config::load(&path)?, args).await
             }
             Command::Submit(args) => {
                 quiet("warn");

@@ -388,6 +388,7 @@ impl Wiring<'_> {
             notifier: Arc::clone(self.notifier),
             fleet: Arc::clone(self.fleet),
             clock: Arc::clone(self.ensemble),
+            audit_keep: self.config.audit.keep,
         };
         let me = Me {
             node_id: self.settings.me.node_id.clone(),

@@ -276,6 +276,31 @@ pub fn parse_marker_name(name: &str) -> Option<(SubmissionId, Option<JobName>)> 
     }
 }
 
+/// Where the audit trail lives (`audit/<day>/e-<seq>`, issue 34): one sequential node per
+/// operator action, in buckets of a UTC day so that a whole day is pruned at once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditPaths {
+    pub dir: String,
+}
+
+impl AuditPaths {
+    pub fn new(lock: &LockPaths) -> Self {
+        Self {
+            dir: format!("{}/audit", lock.dir),
+        }
+    }
+
+    /// The entries of UTC day `day` (days since 1970-01-01).
+    pub fn day(&self, day: i64) -> String {
+        format!("{}/{day}", self.dir)
+    }
+
+    /// The prefix of a new entry of `day` (a sequential node).
+    pub fn entry(&self, day: i64) -> String {
+        format!("{}/e-", self.day(day))
+    }
+}
+
 /// How operators steer a lock group (`zkcron pause`, `resume`, `release`; the HTTP API):
 /// `control/paused/<job>` exists while the job is paused, `control/release` while the owner is
 /// asked to hand the lock over.

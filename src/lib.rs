@@ -14,6 +14,7 @@
 //! ```
 //! `daemon` only wires these together.
 
+pub mod audit;
 pub mod config;
 pub mod control;
 pub mod daemon;

@@ -133,7 +133,9 @@ pub async fn submit(config: &Config, args: SubmitArgs) -> Result<(), CliError> {
         .map_err(UsageError::from)?;
     let payload = read_payload(&args)?;
     let job = JobName::new(args.job);
-    let delayed = Delayed::connect(config).await?;
+    let delayed = Delayed::connect(config)
+        .await?
+        .acting_as(zkcron::audit::Actor::cli());
     if delayed.job(&job).is_some_and(|job| !job.enabled) {
         eprintln!(
             "zkcron: job {job} is disabled (enabled = false): the submission waits until it is enabled"
@@ -215,7 +217,9 @@ fn stdin_is_piped() -> bool {
 }
 
 pub async fn run(config: &Config, command: DelayedCommand) -> Result<(), CliError> {
-    let delayed = Delayed::connect(config).await?;
+    let delayed = Delayed::connect(config)
+        .await?
+        .acting_as(zkcron::audit::Actor::cli());
     match command {
         DelayedCommand::List {
             job,

@@ -61,6 +61,8 @@ pub enum CliError {
     Explain(#[from] ExplainError),
     #[error(transparent)]
     Backfill(#[from] BackfillUsage),
+    #[error(transparent)]
+    Audit(#[from] zkcron::audit::AuditError),
 }
 
 impl From<SubmissionError> for CliError {

@@ -6,6 +6,7 @@ use clap::Args;
 
 use super::error::{BackfillUsage, CliError, print_lines};
 use zkcron::JobName;
+use zkcron::audit::Actor;
 use zkcron::config::Config;
 use zkcron::control::backfill::TickPlan;
 use zkcron::control::client::Steer;
@@ -60,7 +61,7 @@ pub struct ReleaseArgs {
 }
 
 pub async fn trigger(config: &Config, args: TriggerArgs) -> Result<(), CliError> {
-    let steer = Steer::connect(config).await?;
+    let steer = Steer::connect(config).await?.acting_as(Actor::cli());
     let job = JobName::new(args.job);
     let id = steer.trigger(&job, &requester()).await?;
     eprintln!("zkcron: {job} triggered; follow it with: zkcron delayed show {id}");
@@ -68,7 +69,7 @@ pub async fn trigger(config: &Config, args: TriggerArgs) -> Result<(), CliError>
 }
 
 pub async fn pause(config: &Config, args: PauseArgs) -> Result<(), CliError> {
-    let steer = Steer::connect(config).await?;
+    let steer = Steer::connect(config).await?.acting_as(Actor::cli());
     let job = JobName::new(args.job);
     match steer
         .pause(&job, args.reason.as_deref(), &requester())
@@ -86,7 +87,7 @@ pub async fn pause(config: &Config, args: PauseArgs) -> Result<(), CliError> {
 }
 
 pub async fn resume(config: &Config, args: ResumeArgs) -> Result<(), CliError> {
-    let steer = Steer::connect(config).await?;
+    let steer = Steer::connect(config).await?.acting_as(Actor::cli());
     let job = JobName::new(args.job);
     match steer.resume(&job).await? {
         Some(pause) => print_lines(&[format!("{job} resumed (paused by {})", pause.by)]),
@@ -103,7 +104,7 @@ pub async fn backfill(config: &Config, args: BackfillArgs) -> Result<(), CliErro
         .map_or(chrono_tz::UTC, |j| j.timezone);
     let from = super::explain::instant(&args.from, zone).map_err(BackfillUsage::From)?;
     let to = super::explain::instant(&args.to, zone).map_err(BackfillUsage::To)?;
-    let steer = Steer::connect(config).await?;
+    let steer = Steer::connect(config).await?.acting_as(Actor::cli());
     let done = steer
         .backfill(
             &job,
@@ -160,7 +161,7 @@ pub async fn backfill(config: &Config, args: BackfillArgs) -> Result<(), CliErro
 }
 
 pub async fn release(config: &Config, args: ReleaseArgs) -> Result<(), CliError> {
-    let steer = Steer::connect(config).await?;
+    let steer = Steer::connect(config).await?.acting_as(Actor::cli());
     let released = steer
         .release_group(args.group.as_deref(), &requester())
         .await?;

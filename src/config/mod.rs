@@ -15,6 +15,7 @@
 //! A new key is its raw field in `schema.rs`, its domain field in `model.rs`, and its check in
 //! its section's file.
 
+mod audit;
 mod error;
 mod group;
 mod http;
@@ -36,9 +37,10 @@ use std::sync::Arc;
 
 pub use self::error::{ConfigError, LoadError, Problem};
 pub use self::model::{
-    Concurrency, Config, GroupConfig, HISTORY_LIMIT, HttpConfig, JobConfig, KeepOutput,
-    LimitConfig, LockConfig, LogConfig, LogFormat, MAX_RUNNING_LIMIT, Misfire, NamedToken,
-    NodeConfig, NoticePolicy, NotifyWhen, OnInterrupted, OnLost, TokenKind, ZookeeperConfig,
+    AuditConfig, Concurrency, Config, GroupConfig, HISTORY_LIMIT, HttpConfig, JobConfig,
+    KeepOutput, LimitConfig, LockConfig, LogConfig, LogFormat, MAX_RUNNING_LIMIT, Misfire,
+    NamedToken, NodeConfig, NoticePolicy, NotifyWhen, OnInterrupted, OnLost, TokenKind,
+    ZookeeperConfig,
 };
 use self::schema::RawConfig;
 use crate::ids::NodeId;
@@ -110,6 +112,7 @@ impl Config {
             zookeeper: self.zookeeper.clone(),
             lock: self.lock.clone(),
             log: self.log.clone(),
+            audit: self.audit.clone(),
             http: self.http.clone(),
             node: self.node.clone(),
             groups: self.groups.clone(),

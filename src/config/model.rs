@@ -23,6 +23,8 @@ pub struct Config {
     pub zookeeper: ZookeeperConfig,
     pub lock: LockConfig,
     pub log: LogConfig,
+    /// `[audit]`: how long the trail of operator actions is kept.
+    pub audit: AuditConfig,
     /// `None`: no HTTP listener (the default).
     pub http: Option<HttpConfig>,
     /// `[node]`: what this node carries for placement.
@@ -157,6 +159,13 @@ impl LockConfig {
     pub fn group_paths(&self) -> crate::layout::GroupPaths {
         crate::layout::GroupPaths::new(self.paths())
     }
+}
+
+/// `[audit]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditConfig {
+    /// How long an entry is kept at least; a day's entries go together once its last is older.
+    pub keep: std::time::Duration,
 }
 
 /// `[log]`.

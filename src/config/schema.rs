@@ -23,6 +23,8 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub(super) log: Option<RawLog>,
     #[serde(default)]
+    pub(super) audit: Option<RawAudit>,
+    #[serde(default)]
     pub(super) http: Option<RawHttp>,
     #[serde(default)]
     pub(super) node: Option<RawNode>,
@@ -153,6 +155,13 @@ pub(super) struct RawLock {
     pub(super) claim_ahead: Option<Spanned<String>>,
     pub(super) max_clock_offset: Option<Spanned<String>>,
     pub(super) rebalance_after: Option<Spanned<String>>,
+}
+
+/// `[audit]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAudit {
+    pub(super) keep: Option<Spanned<String>>,
 }
 
 /// `[log]`.

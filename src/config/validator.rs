@@ -70,6 +70,7 @@ impl Validator<'_> {
         let zookeeper = self.zookeeper(raw.zookeeper);
         let lock = self.lock(raw.lock);
         let log = self.log(raw.log);
+        let audit = self.audit(raw.audit);
         let http = raw.http.map(|raw| self.http(raw));
         let node = self.node(raw.node);
         self.groups = self.declared_groups(raw.group);
@@ -100,6 +101,7 @@ impl Validator<'_> {
             zookeeper: zookeeper?,
             lock: lock?,
             log: log?,
+            audit,
             http: http.flatten(),
             node,
             groups: std::mem::take(&mut self.groups),

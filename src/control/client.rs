@@ -16,12 +16,13 @@ use zookeeper_client::{Acls, Client};
 
 use super::store::{self, ControlError, Paused};
 use super::{Pause, Pauses, ReleaseRequest};
+use crate::audit::{self, Actor, AuditEntry};
 use crate::config::{Config, JobConfig};
 use crate::delayed::client::SubmitRequest;
 use crate::delayed::client::check_request;
 use crate::delayed::submission::{Submission, SubmissionId};
 use crate::ids::{JobName, NodeId};
-use crate::layout::{ControlPaths, GroupPaths};
+use crate::layout::{AuditPaths, ControlPaths, GroupPaths};
 use crate::ledger::submissions::{self, SubmissionError};
 use crate::lock::inspect::{self, Owner};
 use crate::zk::ZkError;
@@ -120,6 +121,9 @@ pub struct Steer {
     takeover_delay: Duration,
     /// The declared `[[group]]` names.
     groups: Vec<String>,
+    /// Who the audit trail says acted, and through what.
+    actor: Actor,
+    audit: AuditPaths,
 }
 
 impl Steer {
@@ -137,6 +141,8 @@ impl Steer {
         Self {
             client,
             paths: config.lock.group_paths(),
+            audit: AuditPaths::new(&config.lock.paths()),
+            actor: Actor::api(),
             acls: config.zookeeper.settings().acls(),
             jobs: config
                 .jobs
@@ -180,12 +186,48 @@ impl Steer {
         Ok(())
     }
 
+    /// The same session, its actions recorded in the audit trail as `actor`'s (the CLI's user,
+    /// an HTTP token); [`Actor::api`] otherwise.
+    #[must_use]
+    pub fn acting_as(mut self, actor: Actor) -> Self {
+        self.actor = actor;
+        self
+    }
+
+    /// Records an action done, and how it ended, in the audit trail.
+    async fn audited<T>(
+        &self,
+        action: &str,
+        job: Option<&JobName>,
+        args: Vec<(&str, String)>,
+        by: &str,
+        done: &Result<T, SteerError>,
+    ) {
+        let ended = done
+            .as_ref()
+            .map(|_| ())
+            .map_err(|err| err as &dyn std::error::Error);
+        let entry = AuditEntry::now(action, job, args, (by, &self.actor.from), ended);
+        audit::record(&self.client, &self.audit, &entry, self.acls).await;
+    }
+
     /// Runs `job` now, once, through the ledger: a submission due now that records who asked.
     /// Returns its submission id (its run id is `<job>-<due ms>-<id>`).
     ///
     /// # Errors
     /// Refused for an unknown, disabled or paused job; nothing is written then.
     pub async fn trigger(&self, job: &JobName, by: &str) -> Result<SubmissionId, SteerError> {
+        let triggered = self.trigger_unaudited(job, by).await;
+        let args = match &triggered {
+            Ok(id) => vec![("submission_id", id.to_string())],
+            Err(_) => Vec::new(),
+        };
+        self.audited("trigger", Some(job), args, by, &triggered)
+            .await;
+        triggered
+    }
+
+    async fn trigger_unaudited(&self, job: &JobName, by: &str) -> Result<SubmissionId, SteerError> {
         let config = self.declared(job)?;
         self.refuse_unless_running(job, config).await?;
         let request = SubmitRequest {
@@ -219,6 +261,27 @@ impl Steer {
     /// An unknown job, a range refused (backwards, past now, too many ticks, no schedule), a
     /// failed request.
     pub async fn backfill(
+        &self,
+        job: &JobName,
+        (from, to): (chrono::DateTime<Utc>, chrono::DateTime<Utc>),
+        (include_pruned, dry_run): (bool, bool),
+        by: &str,
+    ) -> Result<Backfill, SteerError> {
+        let done = self
+            .backfill_unaudited(job, (from, to), (include_pruned, dry_run), by)
+            .await;
+        // A dry run asks nothing of anyone.
+        if !dry_run {
+            let mut args = vec![("from", from.to_rfc3339()), ("to", to.to_rfc3339())];
+            if let Ok(done) = &done {
+                args.push(("ticks", done.requested.len().to_string()));
+            }
+            self.audited("backfill", Some(job), args, by, &done).await;
+        }
+        done
+    }
+
+    async fn backfill_unaudited(
         &self,
         job: &JobName,
         (from, to): (chrono::DateTime<Utc>, chrono::DateTime<Utc>),
@@ -264,9 +327,21 @@ impl Steer {
         reason: Option<&str>,
         by: &str,
     ) -> Result<Paused, SteerError> {
-        self.declared(job)?;
-        let pause = Pause::new(reason, by, Utc::now().timestamp_millis());
-        Ok(store::pause(&self.client, &self.paths.control, job, &pause, self.acls).await?)
+        let paused = async {
+            self.declared(job)?;
+            let pause = Pause::new(reason, by, Utc::now().timestamp_millis());
+            Ok(store::pause(&self.client, &self.paths.control, job, &pause, self.acls).await?)
+        }
+        .await;
+        let mut args: Vec<(&str, String)> = reason
+            .map(|r| ("reason", r.to_owned()))
+            .into_iter()
+            .collect();
+        if let Ok(Paused::Already(_)) = &paused {
+            args.push(("was", "paused already".to_owned()));
+        }
+        self.audited("pause", Some(job), args, by, &paused).await;
+        paused
     }
 
     /// Resumes `job`; `None` when it was not paused. A job no longer declared can be resumed
@@ -275,7 +350,16 @@ impl Steer {
     /// # Errors
     /// A failed request.
     pub async fn resume(&self, job: &JobName) -> Result<Option<Pause>, SteerError> {
-        Ok(store::resume(&self.client, &self.paths.control, job).await?)
+        let resumed: Result<Option<Pause>, SteerError> =
+            Ok(store::resume(&self.client, &self.paths.control, job).await?);
+        let args = match &resumed {
+            Ok(None) => vec![("was", "not paused".to_owned())],
+            Ok(Some(pause)) => vec![("paused_by", pause.by.clone())],
+            Err(_) => Vec::new(),
+        };
+        let by = self.actor.by.clone();
+        self.audited("resume", Some(job), args, &by, &resumed).await;
+        resumed
     }
 
     /// The paused jobs.
@@ -325,6 +409,27 @@ impl Steer {
     }
 
     async fn release_group_checked(
+        &self,
+        group: Option<&str>,
+        expected_owner: Option<&NodeId>,
+        by: &str,
+    ) -> Result<Released, SteerError> {
+        let released = self
+            .release_group_unaudited(group, expected_owner, by)
+            .await;
+        let mut args = vec![(
+            "group",
+            group.unwrap_or(crate::ids::DEFAULT_GROUP).to_owned(),
+        )];
+        if let Ok(released) = &released {
+            args.push(("from", released.from.to_string()));
+            args.push(("to", released.to.to_string()));
+        }
+        self.audited("release", None, args, by, &released).await;
+        released
+    }
+
+    async fn release_group_unaudited(
         &self,
         group: Option<&str>,
         expected_owner: Option<&NodeId>,

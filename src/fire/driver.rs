@@ -89,6 +89,8 @@ pub struct FireSettings {
     /// The clock to schedule by: this node's, or the servers' when it is alone and off them
     /// (shared by every group; the default group's clock check corrects it).
     pub clock: Arc<crate::ensemble_clock::EnsembleClock>,
+    /// `[audit] keep`: the default group's owner prunes the trail's older days.
+    pub audit_keep: std::time::Duration,
 }
 
 /// The lock driver's task, as the fire driver steers it.
@@ -482,6 +484,10 @@ impl Io {
             housekeeping::spawn(
                 client.clone(),
                 self.settings.ledger.delayed.clone(),
+                (
+                    crate::layout::AuditPaths::new(&self.settings.group),
+                    self.settings.audit_keep,
+                ),
                 Arc::clone(&self.settings.metrics),
                 self.settings.view.subscribe(),
                 stop.clone(),

@@ -102,6 +102,7 @@ fn router(state: HttpState) -> Router {
         .route("/v1/submissions/{id}/reschedule", post(reschedule))
         .route("/v1/submissions/{id}/retry", post(retry))
         .route("/v1/release", post(release))
+        .route("/v1/audit", get(audit))
         .merge(console::routes())
         .with_state(state)
         .layer(axum::middleware::map_response(console::security_headers))
@@ -190,6 +191,35 @@ async fn runs(
     Ok(axum::Json(records).into_response())
 }
 
+/// `GET /v1/audit?since_unix_ms=…&job=…`: the operator actions since then (the last day by
+/// default), oldest first.
+#[derive(Deserialize)]
+struct AuditQuery {
+    since_unix_ms: Option<i64>,
+    job: Option<String>,
+}
+
+async fn audit(
+    State(state): State<HttpState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Query(query): Query<AuditQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    authorize(&state, &headers, TokenKind::Read, peer)?;
+    let client = state.client()?;
+    let config = state.config();
+    let paths = crate::layout::AuditPaths::new(&config.lock.paths());
+    let day_ago = chrono::Utc::now().timestamp_millis() - 24 * 3600 * 1000;
+    let since = query.since_unix_ms.unwrap_or(day_ago);
+    let entries: Vec<crate::audit::AuditEntry> = crate::audit::read(&client, &paths, since)
+        .await
+        .map_err(|err| ApiError::unavailable(chain(&err)))?
+        .into_iter()
+        .filter(|entry| query.job.is_none() || entry.job == query.job)
+        .collect();
+    Ok(axum::Json(entries).into_response())
+}
+
 #[derive(Serialize)]
 struct Accepted {
     submission_id: String,
@@ -202,7 +232,7 @@ async fn trigger(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let by = authorize(&state, &headers, TokenKind::Write, peer)?;
-    let steer = Steer::with_client(state.client()?, &state.config());
+    let steer = Steer::with_client(state.client()?, &state.config()).acting_as(http_actor(&by));
     let id = steer.trigger(&JobName::new(job), &by).await?;
     Ok((
         StatusCode::ACCEPTED,
@@ -300,7 +330,7 @@ async fn reschedule(
     headers: HeaderMap,
     body: Result<axum::Json<WhenBody>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Response, ApiError> {
-    authorize(&state, &headers, TokenKind::Write, peer)?;
+    let by = authorize(&state, &headers, TokenKind::Write, peer)?;
     let axum::Json(body) =
         body.map_err(|err| ApiError::new(StatusCode::BAD_REQUEST, err.body_text()))?;
     if body.id.is_some() {
@@ -311,7 +341,7 @@ async fn reschedule(
     }
     let id = path_id(&id)?;
     let due = body_due(body.at, body.in_, false)?;
-    let delayed = Delayed::with_client(state.client()?, &state.config());
+    let delayed = Delayed::with_client(state.client()?, &state.config()).acting_as(http_actor(&by));
     let (moved, submission) = match delayed
         .reschedule(&id, due)
         .await
@@ -337,7 +367,7 @@ async fn retry(
     headers: HeaderMap,
     body: Option<axum::Json<WhenBody>>,
 ) -> Result<Response, ApiError> {
-    authorize(&state, &headers, TokenKind::Write, peer)?;
+    let by = authorize(&state, &headers, TokenKind::Write, peer)?;
     let body = body.map_or(
         WhenBody {
             at: None,
@@ -349,7 +379,7 @@ async fn retry(
     let id = path_id(&id)?;
     let due = body_due(body.at, body.in_, true)?;
     let new_id = body.id.as_deref().map(path_id).transpose()?;
-    let delayed = Delayed::with_client(state.client()?, &state.config());
+    let delayed = Delayed::with_client(state.client()?, &state.config()).acting_as(http_actor(&by));
     let receipt = delayed
         .retry(&id, due, new_id)
         .await
@@ -411,7 +441,7 @@ async fn backfill(
         })
     };
     let range = (instant("from", &body.from)?, instant("to", &body.to)?);
-    let steer = Steer::with_client(state.client()?, &config);
+    let steer = Steer::with_client(state.client()?, &config).acting_as(http_actor(&by));
     let done = steer
         .backfill(&job, range, (body.include_pruned, body.dry_run), &by)
         .await?;
@@ -479,7 +509,7 @@ async fn submit(
     headers: HeaderMap,
     body: Result<axum::Json<SubmitBody>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Response, ApiError> {
-    authorize(&state, &headers, TokenKind::Write, peer)?;
+    let by = authorize(&state, &headers, TokenKind::Write, peer)?;
     let axum::Json(body) =
         body.map_err(|err| ApiError::new(StatusCode::BAD_REQUEST, err.body_text()))?;
     let due = body_due(body.at, body.in_, false)?;
@@ -489,7 +519,7 @@ async fn submit(
         .map(SubmissionId::parse)
         .transpose()
         .map_err(|err| ApiError::new(StatusCode::BAD_REQUEST, format!("\"id\": {err}")))?;
-    let delayed = Delayed::with_client(state.client()?, &state.config());
+    let delayed = Delayed::with_client(state.client()?, &state.config()).acting_as(http_actor(&by));
     let receipt = delayed
         .submit(SubmitRequest {
             job: JobName::new(job),
@@ -508,9 +538,9 @@ async fn cancel(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    authorize(&state, &headers, TokenKind::Write, peer)?;
+    let by = authorize(&state, &headers, TokenKind::Write, peer)?;
     let id = path_id(&id)?;
-    let delayed = Delayed::with_client(state.client()?, &state.config());
+    let delayed = Delayed::with_client(state.client()?, &state.config()).acting_as(http_actor(&by));
     delayed
         .cancel(&id)
         .await
@@ -542,7 +572,7 @@ async fn pause(
 ) -> Result<Response, ApiError> {
     let by = authorize(&state, &headers, TokenKind::Write, peer)?;
     let reason = body.and_then(|axum::Json(body)| body.reason);
-    let steer = Steer::with_client(state.client()?, &state.config());
+    let steer = Steer::with_client(state.client()?, &state.config()).acting_as(http_actor(&by));
     let name = JobName::new(job);
     let stored = match steer.pause(&name, reason.as_deref(), &by).await? {
         crate::control::store::Paused::Now => crate::control::Pause::new(reason.as_deref(), &by, 0),
@@ -563,8 +593,8 @@ async fn resume(
     Path(job): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    authorize(&state, &headers, TokenKind::Write, peer)?;
-    let steer = Steer::with_client(state.client()?, &state.config());
+    let by = authorize(&state, &headers, TokenKind::Write, peer)?;
+    let steer = Steer::with_client(state.client()?, &state.config()).acting_as(http_actor(&by));
     let name = JobName::new(job);
     let was = steer.resume(&name).await?;
     Ok(axum::Json(PauseAnswer {
@@ -613,7 +643,7 @@ async fn release(
         .group
         .filter(|group| group != crate::ids::DEFAULT_GROUP)
     {
-        let steer = Steer::with_client(state.client()?, &state.config());
+        let steer = Steer::with_client(state.client()?, &state.config()).acting_as(http_actor(&by));
         let released = steer.release_group_of(&group, &state.me, &by).await?;
         return Ok(ReleaseAnswer::of(released));
     }
@@ -626,7 +656,15 @@ async fn release(
             ),
         ));
     }
-    let steer = Steer::with_client(state.client()?, &state.config());
+    let steer = Steer::with_client(state.client()?, &state.config()).acting_as(http_actor(&by));
     let released = steer.release(&by).await?;
     Ok(ReleaseAnswer::of(released))
+}
+
+/// Who an HTTP request acts as in the audit trail: its token's name (and its peer).
+fn http_actor(by: &str) -> crate::audit::Actor {
+    crate::audit::Actor {
+        by: by.to_owned(),
+        from: "http".to_owned(),
+    }
 }

@@ -1,6 +1,6 @@
 //! The owner's chores between runs: counting pending delayed submissions for
-//! `zkcron_delayed_pending`, and sweeping the forget lists so that ids whose `dedup_window` has
-//! passed are free again.
+//! `zkcron_delayed_pending`, sweeping the forget lists so that ids whose `dedup_window` has
+//! passed are free again, and pruning the audit trail's days older than `[audit] keep`.
 //!
 //! Owns: when to do them (at acquisition, then every [`CHORES_EVERY`] while owner) and how much
 //! to read at most ([`MAX_BUCKETS`], `forget::SWEEP_LISTS`).
@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client::Client;
 
-use crate::layout::DelayedPaths;
+use crate::layout::{AuditPaths, DelayedPaths};
 use crate::ledger::forget;
 use crate::metrics::Metrics;
 use crate::report::error_chain;
@@ -21,6 +21,8 @@ use crate::view::NodeView;
 
 /// How often the owner does its chores.
 const CHORES_EVERY: Duration = Duration::from_secs(30);
+/// How often the owner prunes the audit trail: its buckets are whole days.
+const AUDIT_PRUNE_EVERY: Duration = Duration::from_secs(3600);
 /// Due seconds read per count at most: two small requests each. Beyond, the gauge is a lower
 /// bound (logged at debug).
 const MAX_BUCKETS: usize = 5_000;
@@ -29,6 +31,7 @@ const MAX_BUCKETS: usize = 5_000;
 pub(super) fn spawn(
     client: Client,
     paths: DelayedPaths,
+    (audit, keep): (AuditPaths, Duration),
     metrics: Arc<Metrics>,
     mut view: watch::Receiver<NodeView>,
     stop: CancellationToken,
@@ -36,6 +39,7 @@ pub(super) fn spawn(
     tokio::spawn(async move {
         let mut owned = false;
         let mut next = tokio::time::Instant::now();
+        let mut next_audit_prune = next;
         loop {
             let owner = view.borrow().lock.may_fire;
             let now = tokio::time::Instant::now();
@@ -48,6 +52,10 @@ pub(super) fn spawn(
             if owner && now >= next {
                 count_pending(&client, &paths, &metrics).await;
                 forget_expired(&client, &paths).await;
+                if now >= next_audit_prune {
+                    prune_audit(&client, &audit, keep).await;
+                    next_audit_prune = now + AUDIT_PRUNE_EVERY;
+                }
                 next = tokio::time::Instant::now() + CHORES_EVERY;
             }
             tokio::select! {
@@ -73,6 +81,17 @@ async fn count_pending(client: &Client, paths: &DelayedPaths, metrics: &Metrics)
         }
         Err(err) => {
             tracing::debug!(error = %error_chain(&err), "pending submissions not counted");
+        }
+    }
+}
+
+async fn prune_audit(client: &Client, paths: &AuditPaths, keep: Duration) {
+    let now = chrono::Utc::now().timestamp_millis();
+    match crate::audit::prune(client, paths, keep, now).await {
+        Ok(0) => {}
+        Ok(pruned) => tracing::info!(pruned, "audit entries older than [audit] keep pruned"),
+        Err(err) => {
+            tracing::warn!(error = %error_chain(&err), "audit trail not pruned; the next prune tries again")
         }
     }
 }

@@ -1,0 +1,72 @@
+//! `zkcron audit`: the operator actions of a period, from the audit trail (`zkcron::audit`).
+
+use std::io::Write as _;
+use std::time::Duration;
+
+use clap::Args;
+
+use super::error::CliError;
+use zkcron::audit::AuditEntry;
+use zkcron::config::Config;
+use zkcron::layout::AuditPaths;
+
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    /// How far back, e.g. 2h, 7d.
+    #[arg(long, default_value = "1d", value_parser = humantime::parse_duration)]
+    since: Duration,
+    /// Only the actions on this job.
+    #[arg(long)]
+    job: Option<String>,
+    /// One JSON entry per line instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn audit(config: &Config, args: AuditArgs) -> Result<(), CliError> {
+    let client = zkcron::delayed::client::session_for(config).await?;
+    let paths = AuditPaths::new(&config.lock.paths());
+    let since = chrono::Utc::now()
+        - chrono::Duration::from_std(args.since).unwrap_or(chrono::Duration::MAX);
+    let entries: Vec<AuditEntry> = zkcron::audit::read(&client, &paths, since.timestamp_millis())
+        .await?
+        .into_iter()
+        .filter(|entry| args.job.is_none() || entry.job == args.job)
+        .collect();
+    let mut lines = Vec::with_capacity(entries.len() + 1);
+    if args.json {
+        lines.extend(
+            entries
+                .iter()
+                .map(|entry| serde_json::to_string(entry).unwrap_or_default()),
+        );
+    } else {
+        lines.push(format!(
+            "{:<20}  {:<10}  {:<16}  {:<24}  {:<5}  {:<20}  RESULT",
+            "AT (UTC)", "ACTION", "JOB", "BY", "FROM", "ARGS"
+        ));
+        lines.extend(entries.iter().map(line));
+    }
+    writeln!(std::io::stdout().lock(), "{}", lines.join("\n")).map_err(CliError::Stdout)
+}
+
+fn line(entry: &AuditEntry) -> String {
+    let at = chrono::DateTime::from_timestamp_millis(entry.at_unix_ms).map_or_else(
+        || "?".to_owned(),
+        |at| at.format("%Y-%m-%d %H:%M:%S").to_string(),
+    );
+    let args: Vec<String> = entry
+        .args
+        .iter()
+        .map(|(key, value)| format!("{key}={value}"))
+        .collect();
+    format!(
+        "{at:<20}  {:<10}  {:<16}  {:<24}  {:<5}  {:<20}  {}",
+        entry.action,
+        entry.job.as_deref().unwrap_or("-"),
+        entry.by,
+        entry.from,
+        args.join(" "),
+        entry.result
+    )
+}

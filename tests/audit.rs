@@ -1,0 +1,140 @@
+//! The audit trail (issue 34): every operator action recorded once, with who, from where and
+//! how it ended — through the CLI and through the HTTP API of a real `zkcron run` — read back by
+//! `zkcron audit` and `GET /v1/audit`, and pruned a day at a time in batches. Real ZooKeeper.
+
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use support::daemon::{DaemonNode, schedule_text, zkcron_ok, zkcron_refused};
+use support::http::{logged_port, request};
+use support::{shared_ensemble, unique_chroot};
+use zkcron::audit::{self, AuditEntry};
+use zkcron::layout::{AuditPaths, LockPaths};
+use zookeeper_client::{Acls, Client};
+
+const SESSION: Duration = Duration::from_secs(2);
+const TOKEN: &str = "audit-test-token-0123456789abcdef";
+const DELAY: Duration = Duration::from_secs(1);
+
+/// The trail as `zkcron audit --json` prints it.
+fn trail(config: &Path, extra: &[&str]) -> Vec<AuditEntry> {
+    let mut args = vec!["audit", "--json"];
+    args.extend_from_slice(extra);
+    zkcron_ok(&args, config)
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .map(|line| serde_json::from_str(line).expect("an entry per line"))
+        .collect()
+}
+
+#[tokio::test]
+async fn every_operator_action_is_recorded_once_with_who_from_where_and_how_it_ended() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let chroot = unique_chroot("audit");
+    let connect = shared_ensemble().connect_string_with_chroot(&chroot);
+    let token = dir.path().join("http.token");
+    std::fs::write(&token, format!("{TOKEN}\n")).expect("token file");
+    let jobs = format!(
+        "[http]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"{}\"\n\n\
+         [[job]]\nname = \"nightly\"\nschedule = \"0 0 3 * * *\"\ncommand = [\"/bin/true\"]\n\n\
+         [[job]]\nname = \"deliver\"\ncommand = [\"/bin/true\"]\n",
+        token.display()
+    );
+    let text = schedule_text(&connect, "audited", SESSION, DELAY, &jobs);
+    let node = DaemonNode::start(dir.path(), "a1", &text);
+    let config = node.config.clone();
+    node.wait_log("http listener up", Duration::from_secs(10))
+        .await;
+    let port = logged_port(&node.log()).expect("the listener's port in the log");
+
+    zkcron_ok(&["pause", "nightly", "--reason", "db migration"], &config);
+    zkcron_ok(&["resume", "nightly"], &config);
+    zkcron_refused(&["pause", "no-such-job"], &config);
+    zkcron_ok(
+        &["submit", "deliver", "--in", "1h", "--id", "later"],
+        &config,
+    );
+    zkcron_ok(&["delayed", "cancel", "later"], &config);
+    let paused = request(
+        port,
+        "POST",
+        "/v1/jobs/nightly/pause",
+        Some(TOKEN),
+        Some(r#"{"reason":"from http"}"#),
+    )
+    .await;
+    assert_eq!(paused.status, 200, "{paused:?}");
+
+    let entries = trail(&config, &[]);
+    let seen: Vec<(&str, Option<&str>, &str)> = entries
+        .iter()
+        .map(|entry| {
+            (
+                entry.action.as_str(),
+                entry.job.as_deref(),
+                entry.from.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("pause", Some("nightly"), "cli"),
+            ("resume", Some("nightly"), "cli"),
+            ("pause", Some("no-such-job"), "cli"),
+            ("cancel", Some("deliver"), "cli"),
+            ("pause", Some("nightly"), "http"),
+        ],
+        "each action once, in order, and no submit: {entries:#?}"
+    );
+    assert_eq!(entries[0].args["reason"], "db migration");
+    assert_eq!(entries[0].result, "ok");
+    assert!(
+        entries[0].by.contains('@'),
+        "a CLI names its user and host: {:?}",
+        entries[0].by
+    );
+    assert!(
+        entries[2].result.contains("no-such-job"),
+        "a refusal says why: {:?}",
+        entries[2].result
+    );
+    assert_eq!(entries[3].args["submission_id"], "later");
+    assert!(
+        entries[4].by.contains("127.0.0.1"),
+        "HTTP names its peer: {:?}",
+        entries[4].by
+    );
+    assert_eq!(
+        trail(&config, &["--job", "deliver"]).len(),
+        1,
+        "--job filters"
+    );
+
+    let api = request(port, "GET", "/v1/audit?job=nightly", Some(TOKEN), None).await;
+    assert_eq!(api.status, 200, "{api:?}");
+    let api: Vec<AuditEntry> = serde_json::from_str(&api.body).expect("entries");
+    assert_eq!(api.len(), 3, "{api:#?}");
+
+    // A day's entries go together once the day is older than `keep`, in batched deletes.
+    let client = Client::connect(&connect).await.expect("session");
+    let paths = AuditPaths::new(&LockPaths::new("/zkcron", "audited"));
+    let old_day = chrono::Utc::now().timestamp_millis() - 10 * 24 * 3600 * 1000;
+    for n in 0..1_200 {
+        let entry = AuditEntry {
+            at_unix_ms: old_day + n,
+            ..entries[0].clone()
+        };
+        audit::record(&client, &paths, &entry, Acls::anyone_all()).await;
+    }
+    let keep = Duration::from_secs(7 * 24 * 3600);
+    let now = chrono::Utc::now().timestamp_millis();
+    let pruned = audit::prune(&client, &paths, keep, now)
+        .await
+        .expect("pruned");
+    assert_eq!(pruned, 1_200, "the old day, whole");
+    let left = audit::read(&client, &paths, 0).await.expect("read");
+    assert_eq!(left.len(), entries.len(), "today's entries stay");
+}

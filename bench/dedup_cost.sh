@@ -71,13 +71,8 @@ BENCH_PIDS+=("$zkcron_pid")
 bench_wait_log "$log" "owns the lock" 60 "$zkcron_pid"
 
 server_pid=${BENCH_PIDS[0]}
-heap_kib() {
-  jcmd "$server_pid" GC.run >/dev/null 2>&1 || true
-  jcmd "$server_pid" GC.heap_info 2>/dev/null |
-    awk '/generation/ { for (i = 1; i < NF; i++) if ($i == "used") { v = $(i + 1); sub(/K,?$/, "", v); s += v } }
-         END { printf "%.0f", s }'
-}
-mntr() { bench_4lw "$port" mntr | awk -v k="$1" '$1 == k { print $2 }'; }
+heap_kib() { bench_heap_kib "$server_pid"; }
+mntr() { bench_mntr "$port" "$1"; }
 snapshot() { echo "$(heap_kib) $(mntr zk_znode_count) $(mntr zk_approximate_data_size)"; }
 
 read -r heap0 znodes0 data0 <<<"$(snapshot)"

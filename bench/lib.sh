@@ -368,3 +368,14 @@ print(f"              the servers logged {servers} transactions per {what} "
       f"(the owner sent {txns / n:.2f}; the rest is other sessions' and session changes)")
 PY
 }
+
+# The used heap of the JVM `pid` after a full GC, in KiB (jcmd GC.heap_info).
+bench_heap_kib() {
+  jcmd "$1" GC.run >/dev/null 2>&1 || true
+  jcmd "$1" GC.heap_info 2>/dev/null |
+    awk '/generation/ { for (i = 1; i < NF; i++) if ($i == "used") { v = $(i + 1); sub(/K,?$/, "", v); s += v } }
+         END { printf "%.0f", s }'
+}
+
+# The value of `mntr`'s KEY on the server at PORT.
+bench_mntr() { bench_4lw "$1" mntr | awk -v k="$2" '$1 == k { print $2 }'; }

@@ -66,6 +66,15 @@ async fn every_operator_action_is_recorded_once_with_who_from_where_and_how_it_e
     )
     .await;
     assert_eq!(paused.status, 200, "{paused:?}");
+    let forged = request(
+        port,
+        "POST",
+        "/v1/jobs/nightly/resume",
+        Some("not-the-token"),
+        None,
+    )
+    .await;
+    assert_eq!(forged.status, 401, "{forged:?}");
 
     let entries = trail(&config, &[]);
     let seen: Vec<(&str, Option<&str>, &str)> = entries
@@ -86,6 +95,7 @@ async fn every_operator_action_is_recorded_once_with_who_from_where_and_how_it_e
             ("pause", Some("no-such-job"), "cli"),
             ("cancel", Some("deliver"), "cli"),
             ("pause", Some("nightly"), "http"),
+            ("refused", None, "http"),
         ],
         "each action once, in order, and no submit: {entries:#?}"
     );
@@ -107,6 +117,11 @@ async fn every_operator_action_is_recorded_once_with_who_from_where_and_how_it_e
         "HTTP names its peer: {:?}",
         entries[4].by
     );
+    assert_eq!(
+        entries[5].args["request"], "POST /v1/jobs/nightly/resume",
+        "a write refused for its token says what was tried"
+    );
+    assert!(entries[5].result.contains("401"), "{:?}", entries[5].result);
     assert_eq!(
         trail(&config, &["--job", "deliver"]).len(),
         1,

@@ -104,8 +104,49 @@ fn router(state: HttpState) -> Router {
         .route("/v1/release", post(release))
         .route("/v1/audit", get(audit))
         .merge(console::routes())
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            audit_refused_writes,
+        ))
         .with_state(state)
         .layer(axum::middleware::map_response(console::security_headers))
+}
+
+/// A write refused for its token (none, a wrong one, a read-only one) goes into the audit trail
+/// once, with the address it came from: someone tried to act.
+async fn audit_refused_writes(
+    State(state): State<HttpState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let (method, path) = (request.method().clone(), request.uri().path().to_owned());
+    let response = next.run(request).await;
+    let refused = matches!(
+        response.status(),
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN
+    );
+    if refused && method != axum::http::Method::GET {
+        if let Ok(client) = state.client() {
+            let config = state.config();
+            let paths = crate::layout::AuditPaths::new(&config.lock.paths());
+            let acls = config.zookeeper.settings().acls();
+            let reason = format!("refused: {}", response.status());
+            let entry = crate::audit::AuditEntry::now(
+                "refused",
+                None,
+                vec![("request", format!("{method} {path}"))],
+                (&auth::requester(peer), "http"),
+                Ok(()),
+            );
+            let entry = crate::audit::AuditEntry {
+                result: reason,
+                ..entry
+            };
+            crate::audit::record(&client, &paths, &entry, acls).await;
+        }
+    }
+    response
 }
 
 async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {

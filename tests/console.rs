@@ -195,6 +195,28 @@ async fn the_console_shows_and_steers_a_live_cluster_through_a_failover() {
     })
     .await;
 
+    // The audit page lists what was done through the page, and by whom: the pause, the
+    // refused trigger and the resume.
+    browser.goto(&format!("{base}#/audit")).await;
+    browser
+        .wait_text(
+            "the pause in the audit trail",
+            r#"#audit tr[data-action="pause"]"#,
+            PAGE,
+            |t| t.contains("alice (http:127.0.0.1)") && t.contains(REASON),
+        )
+        .await;
+    browser
+        .wait_text(
+            "the refused trigger, with why",
+            r#"#audit tr[data-action="trigger"]"#,
+            PAGE,
+            |t| t.contains("paused"),
+        )
+        .await;
+    no_script_ran(&browser).await;
+    screenshot(&browser, "audit").await;
+
     // Trigger an on-demand job: one run appears on its page.
     browser.goto(&format!("{base}#/jobs/report")).await;
     let triggered = steer(

@@ -612,6 +612,31 @@
     return { refresh };
   }
 
+  // The operator actions of the last week, newest first: who did what, from where, how it ended.
+  function auditPage() {
+    const region = h('div', {});
+    fill(main, h('h1', {}, 'Audit'),
+      h('p', { class: 'muted' }, 'Every pause, resume, trigger, release, backfill, and cancel, reschedule or retry of a submission, and every write refused for its token, of the last seven days.'),
+      region);
+    async function refresh() {
+      const since = Date.now() - 7 * 24 * 3600 * 1000;
+      const answer = await api('GET', '/v1/audit?since_unix_ms=' + since);
+      if (!answer.ok) { fill(region, h('p', { role: 'alert' }, failure(answer))); return; }
+      const entries = answer.body.slice().reverse();
+      const details = (e) => Object.entries(e.args || {}).map(([k, v]) => k + '=' + v).join(' ');
+      fill(region, entries.length ? h('div', { class: 'table-wrap' }, h('table', { id: 'audit' },
+        h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'When'), h('th', { scope: 'col' }, 'Action'),
+          h('th', { scope: 'col' }, 'Job'), h('th', { scope: 'col' }, 'By'), h('th', { scope: 'col' }, 'From'),
+          h('th', { scope: 'col', class: 'wide' }, 'Details'), h('th', { scope: 'col' }, 'Result'))),
+        h('tbody', {}, entries.map((e) => h('tr', { 'data-action': e.action },
+          h('td', {}, when(e.at_unix_ms)), h('td', {}, e.action), h('td', {}, e.job ? jobLink(e.job) : '–'),
+          h('td', {}, e.by), h('td', {}, e.from), h('td', { class: 'wide mono' }, details(e)),
+          h('td', {}, e.result === 'ok' ? badge('succeeded', 'ok') : badge('failed', e.result)))))))
+        : h('p', { class: 'muted' }, 'No operator action in the last seven days.'));
+    }
+    return { refresh };
+  }
+
   // ---- routing and refresh ------------------------------------------------------------------
   function route() {
     const hash = location.hash.replace(/^#/, '') || '/';
@@ -623,6 +648,7 @@
     else if (parts[0] === 'jobs') { section = 'jobs'; view = jobsPage(params); }
     else if (parts[0] === 'submissions' && parts[1]) { section = 'submissions'; view = submissionPage(parts[1]); }
     else if (parts[0] === 'submissions') { section = 'submissions'; view = submissionsPage(); }
+    else if (parts[0] === 'audit') { section = 'audit'; view = auditPage(); }
     else { view = overviewPage(); }
     for (const link of document.querySelectorAll('nav a')) {
       if (link.dataset.nav === section) link.setAttribute('aria-current', 'page');

@@ -203,7 +203,7 @@ async fn the_console_shows_and_steers_a_live_cluster_through_a_failover() {
             "the pause in the audit trail",
             r#"#audit tr[data-action="pause"]"#,
             PAGE,
-            |t| t.contains("alice (http:127.0.0.1)") && t.contains(REASON),
+            |t| t.contains("alice (http:127.0.0.1)") && t.contains("console") && t.contains(REASON),
         )
         .await;
     browser

@@ -121,6 +121,7 @@ async fn audit_refused_writes(
     next: axum::middleware::Next,
 ) -> Response {
     let (method, path) = (request.method().clone(), request.uri().path().to_owned());
+    let actor = http_actor(&auth::requester(peer), request.headers());
     let response = next.run(request).await;
     let refused = matches!(
         response.status(),
@@ -136,7 +137,7 @@ async fn audit_refused_writes(
                 "refused",
                 None,
                 vec![("request", format!("{method} {path}"))],
-                (&auth::requester(peer), "http"),
+                (&actor.by, &actor.from),
                 Ok(()),
             );
             let entry = crate::audit::AuditEntry {
@@ -273,7 +274,8 @@ async fn trigger(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let by = authorize(&state, &headers, TokenKind::Write, peer)?;
-    let steer = Steer::with_client(state.client()?, &state.config()).acting_as(http_actor(&by));
+    let steer =
+        Steer::with_client(state.client()?, &state.config()).acting_as(http_actor(&by, &headers));
     let id = steer.trigger(&JobName::new(job), &by).await?;
     Ok((
         StatusCode::ACCEPTED,
@@ -382,7 +384,8 @@ async fn reschedule(
     }
     let id = path_id(&id)?;
     let due = body_due(body.at, body.in_, false)?;
-    let delayed = Delayed::with_client(state.client()?, &state.config()).acting_as(http_actor(&by));
+    let delayed =
+        Delayed::with_client(state.client()?, &state.config()).acting_as(http_actor(&by, &headers));
     let (moved, submission) = match delayed
         .reschedule(&id, due)
         .await
@@ -420,7 +423,8 @@ async fn retry(
     let id = path_id(&id)?;
     let due = body_due(body.at, body.in_, true)?;
     let new_id = body.id.as_deref().map(path_id).transpose()?;
-    let delayed = Delayed::with_client(state.client()?, &state.config()).acting_as(http_actor(&by));
+    let delayed =
+        Delayed::with_client(state.client()?, &state.config()).acting_as(http_actor(&by, &headers));
     let receipt = delayed
         .retry(&id, due, new_id)
         .await
@@ -482,7 +486,7 @@ async fn backfill(
         })
     };
     let range = (instant("from", &body.from)?, instant("to", &body.to)?);
-    let steer = Steer::with_client(state.client()?, &config).acting_as(http_actor(&by));
+    let steer = Steer::with_client(state.client()?, &config).acting_as(http_actor(&by, &headers));
     let done = steer
         .backfill(&job, range, (body.include_pruned, body.dry_run), &by)
         .await?;
@@ -560,7 +564,8 @@ async fn submit(
         .map(SubmissionId::parse)
         .transpose()
         .map_err(|err| ApiError::new(StatusCode::BAD_REQUEST, format!("\"id\": {err}")))?;
-    let delayed = Delayed::with_client(state.client()?, &state.config()).acting_as(http_actor(&by));
+    let delayed =
+        Delayed::with_client(state.client()?, &state.config()).acting_as(http_actor(&by, &headers));
     let receipt = delayed
         .submit(SubmitRequest {
             job: JobName::new(job),
@@ -581,7 +586,8 @@ async fn cancel(
 ) -> Result<Response, ApiError> {
     let by = authorize(&state, &headers, TokenKind::Write, peer)?;
     let id = path_id(&id)?;
-    let delayed = Delayed::with_client(state.client()?, &state.config()).acting_as(http_actor(&by));
+    let delayed =
+        Delayed::with_client(state.client()?, &state.config()).acting_as(http_actor(&by, &headers));
     delayed
         .cancel(&id)
         .await
@@ -613,7 +619,8 @@ async fn pause(
 ) -> Result<Response, ApiError> {
     let by = authorize(&state, &headers, TokenKind::Write, peer)?;
     let reason = body.and_then(|axum::Json(body)| body.reason);
-    let steer = Steer::with_client(state.client()?, &state.config()).acting_as(http_actor(&by));
+    let steer =
+        Steer::with_client(state.client()?, &state.config()).acting_as(http_actor(&by, &headers));
     let name = JobName::new(job);
     let stored = match steer.pause(&name, reason.as_deref(), &by).await? {
         crate::control::store::Paused::Now => crate::control::Pause::new(reason.as_deref(), &by, 0),
@@ -635,7 +642,8 @@ async fn resume(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let by = authorize(&state, &headers, TokenKind::Write, peer)?;
-    let steer = Steer::with_client(state.client()?, &state.config()).acting_as(http_actor(&by));
+    let steer =
+        Steer::with_client(state.client()?, &state.config()).acting_as(http_actor(&by, &headers));
     let name = JobName::new(job);
     let was = steer.resume(&name).await?;
     Ok(axum::Json(PauseAnswer {
@@ -684,7 +692,8 @@ async fn release(
         .group
         .filter(|group| group != crate::ids::DEFAULT_GROUP)
     {
-        let steer = Steer::with_client(state.client()?, &state.config()).acting_as(http_actor(&by));
+        let steer = Steer::with_client(state.client()?, &state.config())
+            .acting_as(http_actor(&by, &headers));
         let released = steer.release_group_of(&group, &state.me, &by).await?;
         return Ok(ReleaseAnswer::of(released));
     }
@@ -697,15 +706,23 @@ async fn release(
             ),
         ));
     }
-    let steer = Steer::with_client(state.client()?, &state.config()).acting_as(http_actor(&by));
+    let steer =
+        Steer::with_client(state.client()?, &state.config()).acting_as(http_actor(&by, &headers));
     let released = steer.release(&by).await?;
     Ok(ReleaseAnswer::of(released))
 }
 
-/// Who an HTTP request acts as in the audit trail: its token's name (and its peer).
-fn http_actor(by: &str) -> crate::audit::Actor {
+/// Who an HTTP request acts as in the audit trail: its token's name (and its peer), from the
+/// web console when the console sent it (`X-Zkcron-Client: console`), else from `http`.
+fn http_actor(by: &str, headers: &HeaderMap) -> crate::audit::Actor {
+    let console = headers
+        .get(CLIENT_HEADER)
+        .is_some_and(|client| client.as_bytes() == b"console");
     crate::audit::Actor {
         by: by.to_owned(),
-        from: "http".to_owned(),
+        from: if console { "console" } else { "http" }.to_owned(),
     }
 }
+
+/// The header the web console names itself with, for the audit trail's "from".
+const CLIENT_HEADER: &str = "x-zkcron-client";

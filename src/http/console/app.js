@@ -110,7 +110,7 @@
   function token() { return store.getItem('zkcron.token') || ''; }
   function actor() { return store.getItem('zkcron.actor') || ''; }
   async function api(method, path, body) {
-    const headers = { Accept: 'application/json' };
+    const headers = { Accept: 'application/json', 'X-Zkcron-Client': 'console' };
     if (token()) headers.Authorization = 'Bearer ' + token();
     if (actor()) headers['X-Zkcron-Actor'] = actor();
     if (body !== undefined) headers['Content-Type'] = 'application/json';

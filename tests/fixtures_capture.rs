@@ -47,6 +47,18 @@ async fn capture_fixtures() {
          [[job]]\nname = \"deliver\"\ncommand = [\"/bin/cat\"]\nhistory = 1\n"
     );
     let config = dir.path().join("cli.toml");
+    // Where the build knows [[limit]] (0.1.0 does not), the forbid job holds a lease too.
+    let limited = schedule.replace(
+        "concurrency = \"forbid\"\n",
+        "concurrency = \"forbid\"\nlimits = [\"db\"]\n",
+    ) + "\n[[limit]]\nname = \"db\"\nmax = 1\n";
+    std::fs::write(&config, &limited).expect("schedule");
+    let knows_limits = Command::new(&binary)
+        .arg("check")
+        .arg(&config)
+        .output()
+        .is_ok_and(|out| out.status.success());
+    let schedule = if knows_limits { limited } else { schedule };
     std::fs::write(&config, &schedule).expect("schedule");
 
     // Before any owner: what an owner would take at once.
@@ -219,6 +231,7 @@ fn kind_of(relative: &str, data: &[u8]) -> Option<String> {
         ["control", "paused", _] => "pause.json".to_owned(),
         ["control", "release"] => "release-request.json".to_owned(),
         ["control", "backfill", _] => "backfill-request.json".to_owned(),
+        ["audit", _, _] => "audit-entry.json".to_owned(),
         _ => {
             eprintln!("not a known document: {relative}");
             return None;

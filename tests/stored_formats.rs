@@ -145,6 +145,11 @@ fn every_document_an_earlier_version_stored_is_read_and_rewritten_keeping_its_fi
                     BackfillRequest::parse(&data).unwrap_or_else(|err| panic!("{what}: {err}"));
                 assert!(!request.ticks.is_empty(), "{what}");
             }
+            "audit-entry" => {
+                let entry: zkcron::audit::AuditEntry =
+                    serde_json::from_slice(&data).unwrap_or_else(|err| panic!("{what}: {err}"));
+                assert!(!entry.action.is_empty() && !entry.by.is_empty(), "{what}");
+            }
             "lease" => {
                 serde_json::from_slice::<LeaseHolder>(&data)
                     .unwrap_or_else(|err| panic!("{what}: {err}"));

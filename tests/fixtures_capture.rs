@@ -137,7 +137,9 @@ async fn capture_fixtures() {
                     .await
                     .ok()
                     .flatten();
-                (!retries.is_empty() && guard.is_some()).then_some(())
+                let leases = children(&client, &format!("/zkcron/{LOCK}/limits/db")).await;
+                let leased = !knows_limits || !leases.is_empty();
+                (!retries.is_empty() && guard.is_some() && leased).then_some(())
             }
         },
     )

@@ -19,8 +19,8 @@ use zkcron::run::{RecordError, RunRecord};
 const VERSIONS: [&str; 2] = [
     // 0.1.0: the first version users ran.
     "e495996",
-    // Ledger format 2 (a submission's run kept open by its record), `--version` with the commit.
-    "ecadb2a",
+    // Ledger format 2 (a submission's run kept open by its record), the audit entry, the lease.
+    "0b1f728",
 ];
 
 fn fixtures() -> Vec<(String, PathBuf)> {

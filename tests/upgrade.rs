@@ -2,8 +2,9 @@
 //! docs/UPGRADING.md): `scripts/upgrade-check OLD_REF` builds OLD_REF and runs this with it in
 //! `ZKCRON_UPGRADE_FROM`. Three nodes start on the older build; one at a time each is stopped
 //! gracefully and started on this build, then back on the older one, then on this one again,
-//! while the chaos suite's jobs tick every second and submissions fall due all along. The chaos
-//! suite's invariants must hold across it all, and every submission must run exactly once.
+//! while the chaos suite's jobs tick every second and submissions — made by this build's library
+//! and by the older build's CLI — fall due all along. The chaos suite's invariants must hold
+//! across it all, and every submission must run exactly once.
 //! Ignored: it needs the older build.
 #![allow(
     clippy::await_holding_lock,
@@ -22,6 +23,8 @@ use support::fault_lock;
 /// Submissions made before the roll, falling due all through it.
 const SUBMISSIONS: usize = 600;
 const SUB_SPACING_MS: i64 = 100;
+/// Submissions made by the older build's CLI, one due a second from 5 s on.
+const OLDER_SUBMISSIONS: usize = 40;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "scripts/upgrade-check runs it with an older build"]
@@ -37,7 +40,11 @@ async fn rolling_upgrade_rollback_and_forward_again() {
     )
     .await;
     let first_due = now_ms() + 4_000;
-    let submitted = cluster.submit(SUBMISSIONS, first_due, SUB_SPACING_MS).await;
+    let mut submitted = cluster.submit(SUBMISSIONS, first_due, SUB_SPACING_MS).await;
+    // And some by the older build's own CLI, falling due through the roll, one a second.
+    let by_older = cluster.submit_with(&older, "older-", OLDER_SUBMISSIONS, Duration::from_secs(5));
+    submitted.ids.extend(by_older.ids);
+    submitted.last_due_ms = submitted.last_due_ms.max(by_older.last_due_ms);
     let mut windows = Vec::new();
     let mut steps = Vec::new();
     for (phase, binary) in [

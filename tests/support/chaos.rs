@@ -1179,6 +1179,45 @@ impl ChaosCluster {
         self.note("submissions", serde_json::json!(runs.len()));
     }
 
+    /// `count` submissions of [`SUB`] made by `binary`'s CLI (another build of zkcron: the
+    /// upgrade check), with ids `<prefix>NNNNN`, the first due `first_in` from now and one a
+    /// second after. Each is one `zkcron submit` run.
+    pub fn submit_with(
+        &self,
+        binary: &Path,
+        prefix: &str,
+        count: usize,
+        first_in: Duration,
+    ) -> Submitted {
+        let config = self.nodes[0]
+            .daemon
+            .as_ref()
+            .map(|daemon| daemon.config.clone())
+            .expect("node 0 runs while the submissions are made");
+        let mut ids = Vec::with_capacity(count);
+        for i in 0..count {
+            let id = format!("{prefix}{i:05}");
+            let due_in = format!("{}s", first_in.as_secs() + u64::try_from(i).expect("small"));
+            let out = std::process::Command::new(binary)
+                .args(["submit", SUB, "--in", &due_in, "--id", &id, "--config"])
+                .arg(&config)
+                .output()
+                .expect("run the other build's zkcron submit");
+            assert!(
+                out.status.success(),
+                "{} submit {id}: {}",
+                binary.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            ids.push(id);
+        }
+        let last_in = first_in.as_millis() + u128::try_from(count).expect("small") * 1000;
+        Submitted {
+            ids,
+            last_due_ms: now_ms() + i64::try_from(last_in).expect("small"),
+        }
+    }
+
     /// Every run of [`SUB`] by submission id: the nodes that ran it, in order.
     pub fn submission_runs(&self) -> BTreeMap<String, Vec<String>> {
         let text = std::fs::read_to_string(&self.sub_log).unwrap_or_default();

@@ -141,6 +141,13 @@ pub async fn record(client: &Client, paths: &AuditPaths, entry: &AuditEntry, acl
             }
         }
     }
+    // Made and gone again before the create: a prune of that day raced it.
+    tracing::warn!(
+        path = paths.day(day),
+        action = entry.action,
+        by = entry.by,
+        "audit entry not recorded: its day's bucket went as it was made"
+    );
 }
 
 /// The entries at or after `since_unix_ms`, oldest first. Foreign data is logged and skipped.

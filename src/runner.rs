@@ -379,7 +379,11 @@ async fn supervise_reading_output(
     let payload = ctx.submission.as_ref().map(|s| Arc::clone(&s.payload));
     let tail = Mutex::new(OutputTail::default());
     let output = async {
+        // Biased: stdout is read before stderr whenever both have lines waiting, as they do
+        // when a job writes one then the other and exits. join!'s default rotates which it
+        // polls first, and the tail then told them in either order.
         tokio::join!(
+            biased;
             feed_stdin(stdin, payload, job, run_id),
             log_output(stdout, "stdout", job, run_id, &tail),
             log_output(stderr, "stderr", job, run_id, &tail),

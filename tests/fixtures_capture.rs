@@ -5,8 +5,10 @@
 //! It runs that build's CLI and one `zkcron run` node against a real ZooKeeper: a pause, a
 //! backfill request and submissions written before any owner (a backfill request is taken within
 //! milliseconds of an owner seeing it), then ticks that succeed, fail and promise a retry, a
-//! forbid run holding its guard, submissions run and remembered. Every znode with data under the
-//! lock is then read, and the first of each kind is written as `<kind>.<ext>`.
+//! forbid run holding its guard, submissions run and remembered; last, a release request, made
+//! while a second member and the owner are both stopped (SIGSTOP) for a moment, since an owner
+//! takes one within milliseconds. Every znode with data under the lock is then read, and the first
+//! of each kind is written as `<kind>.<ext>`.
 //!
 //! Environment: `ZKCRON_CAPTURE_OUT` (the directory to write), `ZKCRON_CAPTURE_BINARY` (the build
 //! to run; this one by default).
@@ -14,10 +16,11 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use nix::sys::signal::Signal;
 use support::daemon::DaemonNode;
 use support::zk_cluster::{ZkEnsemble, try_wait_for};
 use zookeeper_client::Client;
@@ -151,6 +154,20 @@ async fn capture_fixtures() {
         );
     }
     capture(&connect, &mut captured).await;
+    let stores = Stores {
+        connect: &connect,
+        client: &client,
+    };
+    capture_release_request(
+        &binary,
+        &config,
+        dir.path(),
+        &schedule,
+        &node,
+        stores,
+        &mut captured,
+    )
+    .await;
     node.kill();
 
     std::fs::create_dir_all(&out).expect("fixture dir");
@@ -163,6 +180,61 @@ async fn capture_fixtures() {
         captured.keys().any(|kind| kind.starts_with("run-record")),
         "{written:?}"
     );
+}
+
+/// The ensemble the documents are read from.
+#[derive(Clone, Copy)]
+struct Stores<'a> {
+    connect: &'a str,
+    client: &'a Client,
+}
+
+/// Starts a second member, stops both members for a moment (well inside the session timeout)
+/// and makes a release request with `binary`'s CLI meanwhile, so that it is there to be read.
+async fn capture_release_request(
+    binary: &Path,
+    config: &Path,
+    dir: &Path,
+    schedule: &str,
+    owner: &DaemonNode,
+    Stores { connect, client }: Stores<'_>,
+    captured: &mut BTreeMap<String, Vec<u8>>,
+) {
+    let mut peer = DaemonNode::start_binary(binary, dir, "capture-2", schedule);
+    let members = format!("/zkcron/{LOCK}/members");
+    let two = try_wait_for("a second member", Duration::from_secs(30), || async {
+        (children(client, &members).await.len() >= 2).then_some(())
+    })
+    .await;
+    if two.is_err() {
+        eprintln!("no second member within 30 s:\n{}", peer.log_tail());
+        peer.kill();
+        return;
+    }
+    owner.signal(Signal::SIGSTOP);
+    peer.signal(Signal::SIGSTOP);
+    let release = Command::new(binary)
+        .args(["release", "--config"])
+        .arg(config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
+    let request = format!("/zkcron/{LOCK}/control/release");
+    // Bounded by the session timeout (4 s): the stopped members must not lose their sessions.
+    let made = try_wait_for("a release request", Duration::from_secs(3), || async {
+        client.check_stat(&request).await.ok().flatten().map(|_| ())
+    })
+    .await;
+    match made {
+        Ok(()) => capture(connect, captured).await,
+        Err(_) => eprintln!("no release request within 3 s"),
+    }
+    owner.signal(Signal::SIGCONT);
+    peer.signal(Signal::SIGCONT);
+    if let Ok(mut release) = release {
+        let _ = release.wait();
+    }
+    peer.kill();
 }
 
 /// Reads every znode with data under the lock and keeps the first of each kind not kept yet.

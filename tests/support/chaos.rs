@@ -42,6 +42,12 @@ pub const LONG: &str = "long";
 /// The on-demand job that delayed submissions run (issue 31): it appends its submission id and
 /// node to a log of its own.
 pub const SUB: &str = "sub";
+/// The job of the upgrade check whose every first attempt fails and promises a retry
+/// [`RETRY_BACKOFF`] later: each attempt appends `tick attempt node at_ms` to a log of its own.
+pub const RETRIED: &str = "retried";
+/// Longer than a node's graceful stop, so that a rolling step can fall between a first attempt
+/// and its retry.
+pub const RETRY_BACKOFF: Duration = Duration::from_secs(3);
 const LONG_PERIOD_MS: i64 = 10_000;
 /// `[lock] rebalance_after` of a fleet: short, so that a scenario sees its moves.
 pub const SETTLE: Duration = Duration::from_secs(2);
@@ -85,6 +91,8 @@ struct Fleet {
     jobs: Vec<ChaosJob>,
     /// Also the on-demand job [`SUB`] in the default group, for delayed submissions.
     submissions: bool,
+    /// Also [`RETRIED`] in the default group, promising a retry at every tick.
+    retried: bool,
     /// The zkcron build the nodes start with: this one when `None` (an older one for the
     /// upgrade check).
     binary: Option<PathBuf>,
@@ -128,6 +136,7 @@ impl Fleet {
             groups,
             jobs,
             submissions: false,
+            retried: false,
             binary: None,
         }
     }
@@ -269,6 +278,8 @@ pub struct ChaosCluster {
     job_log: PathBuf,
     /// What [`SUB`]'s runs logged: `id node attempt`, a line each.
     sub_log: PathBuf,
+    /// What [`RETRIED`]'s attempts logged: `tick attempt node at_ms`, a line each.
+    retry_log: PathBuf,
     silent: Vec<Silent>,
     started_ms: i64,
     /// The first tick of every job that had to fire: the latest of the jobs' first ticks, and,
@@ -296,18 +307,19 @@ impl ChaosCluster {
     /// Like [`ChaosCluster::start`], with the on-demand job [`SUB`] in the schedule besides
     /// `fast` and `long`: [`ChaosCluster::submit`] makes its work.
     pub async fn start_with_submissions(name: &str, nodes: usize) -> Self {
-        Self::start_with_submissions_on(name, nodes, None).await
-    }
-
-    /// Like [`ChaosCluster::start_with_submissions`], every node running `binary` (this build
-    /// when `None`).
-    pub async fn start_with_submissions_on(
-        name: &str,
-        nodes: usize,
-        binary: Option<PathBuf>,
-    ) -> Self {
         let fleet = Fleet {
             submissions: true,
+            ..Fleet::single()
+        };
+        Self::start_fleet(name, nodes, fleet, |_| async {}).await
+    }
+
+    /// Like [`ChaosCluster::start_with_submissions`], with [`RETRIED`] too, every node running
+    /// `binary` (this build when `None`): the upgrade check's fleet.
+    pub async fn start_with_retries_on(name: &str, nodes: usize, binary: Option<PathBuf>) -> Self {
+        let fleet = Fleet {
+            submissions: true,
+            retried: true,
             binary,
             ..Fleet::single()
         };
@@ -347,6 +359,7 @@ impl ChaosCluster {
             .expect("temp dir");
         let job_log = dir.path().join("jobs.log");
         let sub_log = dir.path().join("subs.log");
+        let retry_log = dir.path().join("retried.log");
         let mut cluster = ChaosCluster {
             ensemble,
             name: name.to_owned(),
@@ -354,6 +367,7 @@ impl ChaosCluster {
             nodes: Vec::with_capacity(nodes),
             job_log,
             sub_log,
+            retry_log,
             silent: Vec::new(),
             started_ms: now_ms(),
             steady_from_ms: 0,
@@ -454,6 +468,16 @@ impl ChaosCluster {
                 "\n[[job]]\nname = \"{SUB}\"\nhistory = 5000\nstarting_deadline = \"1h\"\n\
                  command = [\"/bin/sh\", \"-c\", 'echo \"$ZKCRON_SUBMISSION_ID $ZKCRON_NODE \
                  $ZKCRON_ATTEMPT\" >> {subs}']\n"
+            ));
+        }
+        if self.fleet.retried {
+            let retried = self.retry_log.display();
+            let backoff = RETRY_BACKOFF.as_secs();
+            jobs.push_str(&format!(
+                "\n[[job]]\nname = \"{RETRIED}\"\nhistory = 1000\nschedule = \"*/2 * * * * *\"\n\
+                 retries = 1\nretry_backoff = \"{backoff}s\"\n\
+                 command = [\"/bin/sh\", \"-c\", 'echo \"$ZKCRON_SCHEDULED_UNIX_MS $ZKCRON_ATTEMPT \
+                 $ZKCRON_NODE $(date +%s%3N)\" >> {retried}; [ \"$ZKCRON_ATTEMPT\" -ge 2 ]']\n"
             ));
         }
         schedule_text(&connect, LOCK, SESSION, TAKEOVER, &jobs).replacen(
@@ -1229,6 +1253,37 @@ impl ChaosCluster {
             }
         }
         runs
+    }
+
+    /// Every attempt of [`RETRIED`], as it logged it.
+    pub fn retried_attempts(&self) -> Vec<invariants::Attempt> {
+        let text = std::fs::read_to_string(&self.retry_log).unwrap_or_default();
+        text.lines()
+            .map(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                let [tick, attempt, node, at] = fields[..] else {
+                    panic!("{RETRIED} log line {line:?}");
+                };
+                let number = |text: &str| -> i64 {
+                    text.parse()
+                        .unwrap_or_else(|_| panic!("{RETRIED} log line {line:?}"))
+                };
+                invariants::Attempt {
+                    tick_ms: number(tick),
+                    attempt: u32::try_from(number(attempt)).expect("an attempt number"),
+                    node: node.to_owned(),
+                    at_ms: number(at),
+                }
+            })
+            .collect()
+    }
+
+    /// Every run of `job` so far, as the jobs' log says.
+    pub fn runs_of(&self, job: &str) -> Vec<Run> {
+        self.runs()
+            .into_iter()
+            .filter(|run| run.job == job)
+            .collect()
     }
 
     /// The submissions still pending in ZooKeeper.

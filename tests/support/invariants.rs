@@ -218,3 +218,67 @@ pub fn check(observed: &Observed) -> Vec<Violation> {
     }
     found
 }
+
+/// One attempt of a job with retries, as it logged it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempt {
+    pub tick_ms: i64,
+    pub attempt: u32,
+    pub node: String,
+    pub at_ms: i64,
+}
+
+/// What became of the retries a job's failed first attempts promised.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Retries {
+    /// First attempts whose retry fell due before the end.
+    pub promised: usize,
+    /// Those whose retry ran, once.
+    pub kept: usize,
+    /// Ticks whose retry never ran, with the first attempt.
+    pub lost: Vec<Attempt>,
+    /// (tick, attempt) run more than once, with the nodes.
+    pub twice: Vec<(i64, u32, Vec<String>)>,
+    /// Retries that started before their backoff had passed since their first attempt.
+    pub early: Vec<Attempt>,
+}
+
+/// Judges a job's `attempts` whose first attempt always fails and promises one retry `backoff`
+/// after it: every retry due before `due_before_ms` ran once, none early, and no attempt ran
+/// twice.
+pub fn retries(attempts: &[Attempt], backoff_ms: i64, due_before_ms: i64) -> Retries {
+    let mut by_tick: BTreeMap<i64, BTreeMap<u32, Vec<&Attempt>>> = BTreeMap::new();
+    for attempt in attempts {
+        by_tick
+            .entry(attempt.tick_ms)
+            .or_default()
+            .entry(attempt.attempt)
+            .or_default()
+            .push(attempt);
+    }
+    let mut found = Retries::default();
+    for (tick_ms, tries) in &by_tick {
+        for (number, runs) in tries {
+            if runs.len() > 1 {
+                let nodes = runs.iter().map(|run| run.node.clone()).collect();
+                found.twice.push((*tick_ms, *number, nodes));
+            }
+        }
+        let Some(first) = tries.get(&1).and_then(|runs| runs.first()) else {
+            continue;
+        };
+        let retry = tries.get(&2).and_then(|runs| runs.first());
+        if let Some(early) = retry.filter(|retry| retry.at_ms < first.at_ms + backoff_ms) {
+            found.early.push((*early).clone());
+        }
+        if first.at_ms + backoff_ms > due_before_ms {
+            continue;
+        }
+        found.promised += 1;
+        match tries.get(&2).map_or(0, Vec::len) {
+            0 => found.lost.push((*first).clone()),
+            _ => found.kept += 1,
+        }
+    }
+    found
+}

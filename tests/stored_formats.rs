@@ -138,7 +138,10 @@ fn every_document_an_earlier_version_stored_is_read_and_rewritten_keeping_its_fi
                 kinds.insert("pause");
             }
             "release-request" => {
-                ReleaseRequest::parse(&data).unwrap_or_else(|err| panic!("{what}: {err}"));
+                let request =
+                    ReleaseRequest::parse(&data).unwrap_or_else(|err| panic!("{what}: {err}"));
+                assert!(!request.owner.as_str().is_empty(), "{what}");
+                kinds.insert("release-request");
             }
             "backfill-request" => {
                 let request =
@@ -174,6 +177,7 @@ fn every_document_an_earlier_version_stored_is_read_and_rewritten_keeping_its_fi
         "member",
         "epoch",
         "pause",
+        "release-request",
     ] {
         assert!(kinds.contains(kind), "no fixture of a {kind}");
     }

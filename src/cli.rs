@@ -23,7 +23,7 @@ use clap::{Args, Parser, Subcommand};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use zkcron::config::{self, Config, LogFormat};
+use zkcron::config::{self, Config, LogFormat, Lookups};
 use zkcron::daemon::{self, DaemonSettings};
 use zkcron::identity;
 use zkcron::layout::LockPaths;
@@ -89,8 +89,13 @@ enum Command {
         #[arg(value_name = "FILE")]
         file: Option<PathBuf>,
         /// Make those warnings errors (exit 2): for the hosts that run the jobs.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "lint")]
         strict: bool,
+        /// Check the file alone, as CI can without this host's secrets: every key and value,
+        /// but no environment variable, file or program it names is looked up (each is named,
+        /// not read), and nothing is said about this host.
+        #[arg(long)]
+        lint: bool,
         /// Show the next fires of JOB (of every job without one) with each daylight-saving
         /// transition between them: which time is skipped or moved, which fires once or twice.
         #[arg(long, value_name = "JOB", num_args = 0..=1, default_missing_value = "")]
@@ -253,6 +258,7 @@ impl Cli {
             Command::Check {
                 file,
                 strict,
+                lint,
                 explain,
                 from,
                 count,
@@ -262,11 +268,16 @@ impl Cli {
                     from: from.as_deref(),
                     count,
                 });
-                check(file.as_ref().unwrap_or(&path), strict, request.as_ref())
+                let host = match (lint, strict) {
+                    (true, _) => HostChecks::None,
+                    (false, true) => HostChecks::Strict,
+                    (false, false) => HostChecks::Warn,
+                };
+                check(file.as_ref().unwrap_or(&path), host, request.as_ref())
             }
             Command::Status { json } => {
                 quiet("warn");
-                status::status(&config::load(&path)?, json).await
+                status::status(&client_config(&path)?, json).await
             }
             Command::History {
                 job,
@@ -280,39 +291,39 @@ impl Cli {
                 } else {
                     HistoryFormat::Table { output }
                 };
-                history(&config::load(&path)?, &JobName::new(job), limit, shown).await
+                history(&client_config(&path)?, &JobName::new(job), limit, shown).await
             }
             Command::Audit(args) => {
                 quiet("warn");
-                audit::audit(&config::load(&path)?, args).await
+                audit::audit(&client_config(&path)?, args).await
             }
             Command::Submit(args) => {
                 quiet("warn");
-                delayed::submit(&config::load(&path)?, args).await
+                delayed::submit(&client_config(&path)?, args).await
             }
             Command::Delayed { command } => {
                 quiet("warn");
-                delayed::run(&config::load(&path)?, command).await
+                delayed::run(&client_config(&path)?, command).await
             }
             Command::Trigger(args) => {
                 quiet("warn");
-                steer::trigger(&config::load(&path)?, args).await
+                steer::trigger(&client_config(&path)?, args).await
             }
             Command::Backfill(args) => {
                 quiet("warn");
-                steer::backfill(&config::load(&path)?, args).await
+                steer::backfill(&client_config(&path)?, args).await
             }
             Command::Pause(args) => {
                 quiet("warn");
-                steer::pause(&config::load(&path)?, args).await
+                steer::pause(&client_config(&path)?, args).await
             }
             Command::Resume(args) => {
                 quiet("warn");
-                steer::resume(&config::load(&path)?, args).await
+                steer::resume(&client_config(&path)?, args).await
             }
             Command::Release(args) => {
                 quiet("warn");
-                steer::release(&config::load(&path)?, args).await
+                steer::release(&client_config(&path)?, args).await
             }
             Command::Generate { what, dir } => generate(what, dir.as_deref()),
             Command::HttpToken { name, read_only } => http_token(&name, read_only),
@@ -322,6 +333,12 @@ impl Cli {
             }
         }
     }
+}
+
+/// The schedule as a client command needs it: every key checked, and on this host only what
+/// reaching ZooKeeper takes looked up (none of the daemon's secrets, files or programs).
+fn client_config(path: &Path) -> Result<Config, config::LoadError> {
+    config::load_with(path, Lookups::ZooKeeper)
 }
 
 async fn run_daemon(
@@ -340,14 +357,30 @@ async fn run_daemon(
     Ok(daemon::run(config, settings, shutdown, reloads).await?)
 }
 
+/// What `zkcron check` says about this host.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum HostChecks {
+    /// Nothing: the file alone (`--lint`).
+    None,
+    /// What would keep a job from starting here, as warnings.
+    Warn,
+    /// The same, as errors (`--strict`).
+    Strict,
+}
+
 fn check(
     path: &Path,
-    strict: bool,
+    host: HostChecks,
     explain: Option<&explain::ExplainRequest<'_>>,
 ) -> Result<(), CliError> {
-    let config = config::load(path)?;
+    let lookups = match host {
+        HostChecks::None => Lookups::Nothing,
+        HostChecks::Warn | HostChecks::Strict => Lookups::All,
+    };
+    let config = config::load_with(path, lookups)?;
+    let strict = host == HostChecks::Strict;
     let mut warnings = 0;
-    for job in &config.jobs {
+    for job in config.jobs.iter().filter(|_| host != HostChecks::None) {
         for problem in zkcron::runner::preflight(&job.spec) {
             warnings += 1;
             eprintln!(
@@ -363,8 +396,13 @@ fn check(
     }
     let mut out = std::io::stdout().lock();
     let now = Utc::now();
+    let alone = if host == HostChecks::None {
+        " (the file alone: nothing on this host looked up)"
+    } else {
+        ""
+    };
     let mut lines = vec![format!(
-        "{}: valid, {} job(s)",
+        "{}: valid, {} job(s){alone}",
         path.display(),
         config.jobs.len()
     )];

@@ -8,7 +8,7 @@
 use std::ops::Range;
 
 use super::schema::RawHttp;
-use super::validator::Validator;
+use super::validator::{NeededBy, Validator};
 use super::{HttpConfig, NamedToken, Secret, TokenKind};
 
 impl Validator<'_> {
@@ -30,8 +30,12 @@ impl Validator<'_> {
                 "set either tokens_file or a single token (token_env, token_file), not both";
             self.problem(tokens.span(), "http.tokens_file", message);
         }
+        let token_named =
+            raw.tokens_file.is_some() || raw.token_env.is_some() || raw.token_file.is_some();
+        let looks_up = self.looks_up(NeededBy::Daemon);
         let tokens = raw
             .tokens_file
+            .filter(|_| looks_up)
             .map(|file| self.named_tokens(file.get_ref(), file.span()))
             .unwrap_or_default();
         let token = match (raw.token_env, raw.token_file) {
@@ -40,6 +44,7 @@ impl Validator<'_> {
                 self.problem(env.span(), "http.token_env", message);
                 None
             }
+            _ if !looks_up => None,
             (Some(var), None) => match (self.env)(var.get_ref()).filter(|t| !t.trim().is_empty()) {
                 Some(value) => Some(Secret::new(value.trim())),
                 None => {
@@ -65,7 +70,7 @@ impl Validator<'_> {
             (None, None) => None,
         };
         let listen = listen?;
-        if token.is_none() && tokens.is_empty() && !listen.ip().is_loopback() {
+        if !token_named && !listen.ip().is_loopback() {
             let message = format!(
                 "listening on {listen}, beyond loopback, needs a token for its write endpoints: set token_env or token_file"
             );

@@ -15,7 +15,7 @@ use toml::Spanned;
 
 use super::error::JobContext;
 use super::schema::RawHttpTarget;
-use super::validator::Validator;
+use super::validator::{NeededBy, Validator};
 use super::{Problem, Secret};
 use crate::run::{HttpTarget, HttpTls, HttpVersion, Resend};
 
@@ -180,6 +180,10 @@ impl Validator<'_> {
         }
         let value = match source {
             HeaderSource::Literal => value.to_owned(),
+            // Named, not read: left out of a config that sends nothing.
+            HeaderSource::Env | HeaderSource::File if !self.looks_up(NeededBy::Daemon) => {
+                return None;
+            }
             HeaderSource::Env => match (self.env)(value).filter(|v| !v.trim().is_empty()) {
                 Some(secret) => secret.trim().to_owned(),
                 None => {
@@ -232,7 +236,8 @@ impl Validator<'_> {
     ) -> Option<HttpTls> {
         let mut tls = HttpTls::default();
         let mut usable = true;
-        if let Some(ca_file) = &raw.ca_file {
+        let looks_up = self.looks_up(NeededBy::Daemon);
+        if let Some(ca_file) = raw.ca_file.as_ref().filter(|_| looks_up) {
             let context = job.key("http.ca_file");
             if let Some(pem) = self.read_file(ca_file, &context) {
                 match reqwest::Certificate::from_pem_bundle(pem.as_bytes()) {
@@ -254,6 +259,7 @@ impl Validator<'_> {
             }
         }
         match (&raw.client_cert, &raw.client_key) {
+            (Some(_), Some(_)) if !looks_up => {}
             (Some(cert), Some(key)) => {
                 let cert_pem = self.read_file(cert, &job.key("http.client_cert"));
                 let key_pem = self

@@ -48,11 +48,37 @@ use crate::run::{JobSpec, NoticeChannels};
 pub use crate::secret::Secret;
 pub use crate::zk::AclPolicy;
 
-/// Reads and validates a schedule file.
+/// What a load reads on this host beyond the schedule file itself: the environment variables,
+/// files and programs the file names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookups {
+    /// All of them: the daemon (`zkcron run`, a reload) and `zkcron check`.
+    All,
+    /// Only what reaching ZooKeeper takes (its credentials and TLS files): the client commands,
+    /// which serve no HTTP, run no job and send no notice, so an operator's shell needs none of
+    /// the daemon's secrets.
+    ZooKeeper,
+    /// None: the file alone, every key and value checked and each named file, variable or
+    /// program left unread (`zkcron check --lint`, for CI without this host's secrets).
+    Nothing,
+}
+
+/// Reads and validates a schedule file, looking up everything it names ([`Lookups::All`]).
 ///
 /// # Errors
 /// The file cannot be read, or it has problems (all of them are reported).
 pub fn load(path: &Path) -> Result<Config, LoadError> {
+    load_with(path, Lookups::All)
+}
+
+/// Reads and validates a schedule file, looking up on this host only what `lookups` says. A
+/// value that was not looked up is left out of the [`Config`] (no token, no header, no TLS
+/// files): such a config is for reading the schedule and reaching ZooKeeper
+/// ([`Lookups::ZooKeeper`]), never for serving HTTP, running jobs or sending notices.
+///
+/// # Errors
+/// As [`load`].
+pub fn load_with(path: &Path, lookups: Lookups) -> Result<Config, LoadError> {
     // The parse's temporaries (the text, the TOML document, the raw tables: ~3 KiB a job) are
     // made and freed between the pieces of every job that a daemon keeps for good, so that
     // what it keeps would stay spread over every page the parse touched and none of them could
@@ -62,12 +88,12 @@ pub fn load(path: &Path) -> Result<Config, LoadError> {
     let parsed = std::thread::scope(|scope| {
         match std::thread::Builder::new()
             .name("config-load".into())
-            .spawn_scoped(scope, || load_here(path))
+            .spawn_scoped(scope, || load_here(path, lookups))
         {
             Ok(thread) => thread
                 .join()
                 .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-            Err(_) => load_here(path),
+            Err(_) => load_here(path, lookups),
         }
     })?;
     let config = parsed.deep_copy();
@@ -76,12 +102,13 @@ pub fn load(path: &Path) -> Result<Config, LoadError> {
     Ok(config)
 }
 
-fn load_here(path: &Path) -> Result<Config, LoadError> {
+fn load_here(path: &Path, lookups: Lookups) -> Result<Config, LoadError> {
     let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
         path: path.to_owned(),
         source,
     })?;
-    parse(path, &text, &|name| std::env::var(name).ok()).map_err(LoadError::Invalid)
+    let env = |name: &str| std::env::var(name).ok();
+    parse_with(path, &text, &env, lookups).map_err(LoadError::Invalid)
 }
 
 impl Config {
@@ -131,6 +158,19 @@ pub fn parse(
     text: &str,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Config, ConfigError> {
+    parse_with(path, text, env, Lookups::All)
+}
+
+/// [`parse`], looking up only what `lookups` says (see [`load_with`]).
+///
+/// # Errors
+/// As [`parse`].
+pub fn parse_with(
+    path: &Path,
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    lookups: Lookups,
+) -> Result<Config, ConfigError> {
     let fail = |problems| ConfigError {
         path: path.to_owned(),
         text: text.to_owned(),
@@ -144,7 +184,7 @@ pub fn parse(
             secret: false,
         }])
     })?;
-    validator::validate(raw, env).map_err(fail)
+    validator::validate(raw, env, lookups).map_err(fail)
 }
 
 /// The jobs of `tables` (`[[job]]` tables, each with its name and what it runs) in the smallest

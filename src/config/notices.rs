@@ -12,7 +12,7 @@ use std::sync::Arc;
 use toml::Spanned;
 
 use super::schema::{RawNotices, RawWebhook};
-use super::validator::Validator;
+use super::validator::{NeededBy, Validator};
 use super::{NoticePolicy, Secret};
 use crate::run::{NoticeChannels, Webhook};
 
@@ -71,6 +71,9 @@ impl Validator<'_> {
         let span = raw.span();
         let argv = raw.into_inner();
         let program = argv.first()?;
+        if !self.looks_up(NeededBy::Daemon) {
+            return Some(argv);
+        }
         let path = (self.env)("PATH").unwrap_or_default();
         match find_program(program, &path) {
             Ok(_) => Some(argv),
@@ -94,6 +97,8 @@ impl Validator<'_> {
         );
         let token = match raw.token_env {
             None => Some(None),
+            // Named, not read: a config that sends no notice.
+            Some(_) if !self.looks_up(NeededBy::Daemon) => Some(None),
             Some(name) => match (self.env)(name.get_ref()).filter(|v| !v.trim().is_empty()) {
                 Some(token) => Some(Some(Secret::new(token.trim()))),
                 None => {

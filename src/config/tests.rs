@@ -495,3 +495,57 @@ fn an_http_target_takes_its_headers_from_the_file_the_environment_and_a_file_and
     );
     assert!(!refused.contains("line one"), "{refused}");
 }
+
+#[test]
+fn a_load_looks_up_on_this_host_only_what_its_lookups_say() {
+    let text = "[zookeeper]\nconnect = \"zk:2181\"\nauth_env = \"ZK_AUTH\"\n\
+                sasl = { mechanism = \"digest-md5\", username = \"u\", password_env = \"ZK_PASSWORD\" }\n\
+                [lock]\nname = \"g\"\n\
+                [http]\nlisten = \"0.0.0.0:8080\"\ntoken_env = \"HTTP_TOKEN\"\n\
+                [defaults]\non_failure = [\"/nonexistent/notify\"]\n\
+                on_failure_webhook = { url = \"https://hooks.example.com/\", token_env = \"HOOK_TOKEN\" }\n\
+                [[job]]\nname = \"j\"\nhttp = { url = \"https://example.com/\", \
+                headers_from_env = { X-Key = \"HEADER\" }, ca_file = \"/nonexistent/ca.pem\" }\n";
+    let nothing_set = |_: &str| None;
+    let contexts = |lookups| {
+        let err = parse_with(Path::new("t.toml"), text, &nothing_set, lookups)
+            .expect_err("something is missing");
+        let mut contexts: Vec<String> = err.problems.into_iter().map(|p| p.context).collect();
+        contexts.sort();
+        contexts
+    };
+    assert_eq!(
+        contexts(Lookups::All),
+        [
+            "defaults.on_failure",
+            "defaults.on_failure_webhook.token_env",
+            "http.token_env",
+            "job \"j\": http.ca_file",
+            "job \"j\": http.headers_from_env.X-Key",
+            "zookeeper.auth_env",
+            "zookeeper.sasl.password_env",
+        ]
+    );
+    assert_eq!(
+        contexts(Lookups::ZooKeeper),
+        ["zookeeper.auth_env", "zookeeper.sasl.password_env"]
+    );
+    let alone = parse_with(Path::new("t.toml"), text, &nothing_set, Lookups::Nothing)
+        .expect("the file alone is valid");
+    // What was not looked up is left out, never made up.
+    assert_eq!(alone.zookeeper.auth, None);
+    assert!(alone.zookeeper.sasl.is_none());
+    assert_eq!(alone.http.map(|http| http.token), Some(None));
+    let Program::Http(target) = &alone.jobs[0].spec.program else {
+        panic!("an http job");
+    };
+    assert!(target.headers.is_empty(), "{:?}", target.headers);
+    // The keys' own checks still run on the file alone.
+    let bad = text.replace(
+        "0.0.0.0:8080\"\ntoken_env = \"HTTP_TOKEN\"",
+        "0.0.0.0:8080\"",
+    );
+    let err = parse_with(Path::new("t.toml"), &bad, &nothing_set, Lookups::Nothing)
+        .expect_err("beyond loopback without a token");
+    assert_eq!(err.problems[0].context, "http.listen");
+}

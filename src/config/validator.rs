@@ -13,16 +13,27 @@ use std::time::Duration;
 use toml::Spanned;
 
 use super::schema::RawConfig;
-use super::{Config, GroupConfig, LimitConfig, NoticePolicy, Problem};
+use super::{Config, GroupConfig, LimitConfig, Lookups, NoticePolicy, Problem};
+
+/// Who needs a value the file names on this host (a variable, a file, a program).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum NeededBy {
+    /// Reaching ZooKeeper: every command does.
+    ZooKeeper,
+    /// Only the daemon: its HTTP tokens, its targets' headers and certificates, its notices.
+    Daemon,
+}
 
 /// Checks a parsed file and builds its [`Config`]; all of its problems, in file order, if any.
 pub(super) fn validate(
     raw: RawConfig,
     env: &dyn Fn(&str) -> Option<String>,
+    lookups: Lookups,
 ) -> Result<Config, Vec<Problem>> {
     let mut v = Validator {
         problems: Vec::new(),
         env,
+        lookups,
         limits: Vec::new(),
         groups: Vec::new(),
         notice_defaults: NoticePolicy::default(),
@@ -43,6 +54,8 @@ pub(super) struct Validator<'e> {
     pub(super) problems: Vec<Problem>,
     /// Looks up environment variables (injected, so tests need not touch the process's own).
     pub(super) env: &'e dyn Fn(&str) -> Option<String>,
+    /// What this load reads on this host; what it does not is left out of the config.
+    lookups: Lookups,
     /// The `[[limit]]`s declared, for the jobs that name them.
     pub(super) limits: Vec<LimitConfig>,
     /// The `[[group]]`s declared, for the jobs that name them.
@@ -52,6 +65,15 @@ pub(super) struct Validator<'e> {
 }
 
 impl Validator<'_> {
+    /// Whether this load reads, on this host, a value that `needed_by` uses.
+    pub(super) fn looks_up(&self, needed_by: NeededBy) -> bool {
+        match self.lookups {
+            Lookups::All => true,
+            Lookups::ZooKeeper => needed_by == NeededBy::ZooKeeper,
+            Lookups::Nothing => false,
+        }
+    }
+
     pub(super) fn problem(
         &mut self,
         span: Range<usize>,

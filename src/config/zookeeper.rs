@@ -11,7 +11,7 @@ use std::time::Duration;
 use toml::Spanned;
 
 use super::schema::{RawSasl, RawTls, RawZookeeper};
-use super::validator::Validator;
+use super::validator::{NeededBy, Validator};
 use super::{AclPolicy, Secret, ZookeeperConfig};
 
 const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
@@ -33,12 +33,13 @@ impl Validator<'_> {
             "zookeeper.connect_timeout",
             DEFAULT_CONNECT_TIMEOUT,
         );
+        let credentials_named = raw.auth.is_some() || raw.auth_env.is_some();
         let auth = self.auth(raw.auth, raw.auth_env);
         let acl = raw
             .acl
             .as_ref()
             .map_or(AclPolicy::Open, |acl| *acl.get_ref());
-        if let (Some(acl), None, AclPolicy::Creator) = (&raw.acl, &auth, acl) {
+        if let (Some(acl), false, AclPolicy::Creator) = (&raw.acl, credentials_named, acl) {
             self.problem(
                 acl.span(),
                 "zookeeper.acl",
@@ -74,6 +75,7 @@ impl Validator<'_> {
                 None
             }
             (Some(auth), None) => self.credentials(auth.get_ref(), auth.span(), "zookeeper.auth"),
+            (None, Some(_)) if !self.looks_up(NeededBy::ZooKeeper) => None,
             (None, Some(var)) => match (self.env)(var.get_ref()) {
                 Some(value) => self.credentials(&value, var.span(), "zookeeper.auth_env"),
                 None => {
@@ -89,22 +91,27 @@ impl Validator<'_> {
     fn tls(&mut self, raw: Spanned<RawTls>) -> Option<crate::zk::TlsFiles> {
         let span = raw.span();
         let raw = raw.into_inner();
-        let ca = self.read_file(&raw.ca, "zookeeper.tls.ca");
         let identity = match (&raw.cert, &raw.key) {
-            (Some(cert), Some(key)) => {
+            (Some(cert), Some(key)) => Some(Some((cert, key))),
+            (None, None) => Some(None),
+            (Some(_), None) | (None, Some(_)) => {
+                let message = "set both cert and key, or neither";
+                self.problem(span.clone(), "zookeeper.tls", message);
+                None
+            }
+        };
+        if !self.looks_up(NeededBy::ZooKeeper) {
+            return None;
+        }
+        let ca = self.read_file(&raw.ca, "zookeeper.tls.ca");
+        let identity = match identity {
+            Some(Some((cert, key))) => {
                 let cert = self.read_file(cert, "zookeeper.tls.cert");
                 let key = self.read_file(key, "zookeeper.tls.key");
                 Some(cert.zip(key).map(|(cert, key)| (cert, Secret::new(key))))
             }
-            (None, None) => None,
-            (Some(_), None) | (None, Some(_)) => {
-                self.problem(
-                    span.clone(),
-                    "zookeeper.tls",
-                    "set both cert and key, or neither",
-                );
-                Some(None)
-            }
+            Some(None) => None,
+            None => Some(None),
         };
         let files = crate::zk::TlsFiles {
             ca: ca?,
@@ -128,6 +135,7 @@ impl Validator<'_> {
             self.problem(raw.mechanism.span(), "zookeeper.sasl.mechanism", message);
         }
         let password = match (&raw.password_env, &raw.password_file) {
+            (Some(_), None) | (None, Some(_)) if !self.looks_up(NeededBy::ZooKeeper) => None,
             (Some(var), None) => match (self.env)(var.get_ref()).filter(|p| !p.is_empty()) {
                 Some(password) => Some(password),
                 None => {

@@ -406,6 +406,12 @@ fn check(
         path.display(),
         config.jobs.len()
     )];
+    if !config.defaults_shown.is_empty() {
+        lines.push(format!(
+            "[defaults], for every job that does not set its own: {}",
+            config.defaults_shown.join(", ")
+        ));
+    }
     if let Some(request) = explain {
         let file = path.display().to_string();
         lines.extend(explain::explain(&config, &file, request, now)?);

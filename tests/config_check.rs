@@ -144,6 +144,28 @@ fn a_good_file_lists_each_job_with_its_next_three_fire_times() {
 }
 
 #[test]
+fn check_shows_the_defaults_and_each_job_fires_in_the_default_zone() {
+    let text = format!(
+        "{HEAD}\n[defaults]\ntimezone = \"Asia/Tokyo\"\nretries = 2\n\n\
+         [[job]]\nname = \"nightly\"\nschedule = \"0 30 2 * * *\"\ncommand = [\"/bin/true\"]\n"
+    );
+    let (output, _) = check(&text);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    assert!(
+        stdout.contains(
+            "[defaults], for every job that does not set its own: timezone = \"Asia/Tokyo\", retries = 2"
+        ),
+        "{stdout}"
+    );
+    let tokyo_fires = stdout
+        .lines()
+        .filter(|l| l.contains("02:30:00 +09:00"))
+        .count();
+    assert_eq!(tokyo_fires, 3, "{stdout}");
+}
+
+#[test]
 fn a_missing_file_is_a_usage_error_naming_it() {
     let output = Command::new(env!("CARGO_BIN_EXE_zkcron"))
         .args(["check", "/nonexistent/zkcron.toml"])

@@ -100,18 +100,25 @@ impl fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 /// Names a job's problems: `job "nightly"` for the job as a whole, `job "nightly": schedule` for
-/// one of its keys.
+/// one of its keys; `defaults.schedule` for a key of `[defaults]`, checked once for every job.
 #[derive(Clone, Copy)]
-pub(super) struct JobContext<'n> {
-    pub(super) name: &'n str,
+pub(super) enum JobContext<'n> {
+    Job(&'n str),
+    Defaults,
 }
 
 impl JobContext<'_> {
     pub(super) fn key(self, key: &str) -> String {
-        format!("job {:?}: {key}", self.name)
+        match self {
+            Self::Job(name) => format!("job {name:?}: {key}"),
+            Self::Defaults => format!("defaults.{key}"),
+        }
     }
 
     pub(super) fn whole(self) -> String {
-        format!("job {:?}", self.name)
+        match self {
+            Self::Job(name) => format!("job {name:?}"),
+            Self::Defaults => "defaults".to_owned(),
+        }
     }
 }

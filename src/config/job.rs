@@ -15,23 +15,21 @@ use std::time::Duration;
 use chrono_tz::Tz;
 use toml::Spanned;
 
+use super::JobConfig;
 use super::error::JobContext;
 use super::job_policies::default_concurrency;
 use super::schema::{RawJob, RawNotices};
 use super::validator::Validator;
-use super::{JobConfig, KeepOutput, Misfire, OnInterrupted, OnLost};
 use crate::ids::JobName;
 use crate::run::{JobSpec, Launcher, Program};
 use crate::schedule::{self, Schedule};
-
-const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(10);
 
 impl Validator<'_> {
     /// One `[[job]]` (`span`: the whole table); `None` when it has no usable program, schedule or
     /// time zone (the problems are recorded).
     pub(super) fn job(&mut self, raw: RawJob, span: Range<usize>) -> Option<JobConfig> {
         let name = raw.name.get_ref().clone();
-        let job = JobContext { name: &name };
+        let job = JobContext::Job(&name);
         if !is_job_name(&name) {
             self.problem(
                 raw.name.span(),
@@ -39,28 +37,49 @@ impl Validator<'_> {
                 "expected letters, digits, '_', '.' or '-' only",
             );
         }
-        let tz = self.job_timezone(raw.timezone.as_ref(), job);
+        let d = Arc::clone(&self.job_defaults);
+        let tz = match &raw.timezone {
+            Some(_) => self.job_timezone(raw.timezone.as_ref(), job),
+            None => Some(d.timezone),
+        };
         let schedule = self.job_schedule(raw.schedule.as_ref(), tz, job);
         let process_only = [
             ("working_dir", raw.working_dir.as_ref().map(Spanned::span)),
             ("env", raw.env.as_ref().map(Spanned::span)),
             ("kill_grace", raw.kill_grace.as_ref().map(Spanned::span)),
         ];
+        let is_process = raw.http.is_none();
         let program = match raw.http {
             Some(http) => self.job_http(http, raw.command, raw.shell, process_only, job),
             None => self.job_program(raw.command, raw.shell, span, job),
         };
-        let working_dir = self.job_working_dir(raw.working_dir, job);
-        let env = self.job_env(raw.env, job);
-        let timeout = self.job_timeout(raw.timeout, job);
-        let kill_grace = self.duration(raw.kill_grace, &job.key("kill_grace"), DEFAULT_KILL_GRACE);
-        let retries = self.job_retries(raw.retries, job);
-        let retry_backoff = self.job_retry_backoff(raw.retry_backoff, job);
-        let retry_backoff_max =
-            self.job_retry_backoff_max(raw.retry_backoff_max, retry_backoff, job);
-        let starting_deadline = self.job_starting_deadline(raw.starting_deadline, job);
+        // The process-only defaults go to processes only: an http job takes none of them.
+        let working_dir = match raw.working_dir {
+            Some(dir) => self.job_working_dir(Some(dir), job),
+            None => d.working_dir.clone().filter(|_| is_process),
+        };
+        let mut env = if is_process {
+            d.env.clone()
+        } else {
+            BTreeMap::new()
+        };
+        env.extend(self.job_env(raw.env, job));
+        let timeout = match raw.timeout {
+            Some(timeout) => self.job_timeout(Some(timeout), job),
+            None => d.timeout,
+        };
+        let kill_grace = self.duration(raw.kill_grace, &job.key("kill_grace"), d.kill_grace);
+        let retries = self.job_retries(raw.retries, job, d.retries);
+        let backoff_span = raw.retry_backoff.as_ref().map(Spanned::span);
+        let retry_backoff = self.job_retry_backoff(raw.retry_backoff, job, d.retry_backoff);
+        let retry_backoff_max = match (raw.retry_backoff_max, d.retry_backoff_max) {
+            (None, Some(max)) => self.defaults_backoff_max(max, retry_backoff, backoff_span, job),
+            (own, _) => self.job_retry_backoff_max(own, retry_backoff, job),
+        };
+        let starting_deadline =
+            self.job_starting_deadline(raw.starting_deadline, job, d.starting_deadline);
         let jitter = self.job_jitter(raw.jitter, schedule.as_ref().and_then(Option::as_ref), job);
-        let dedup_window = self.job_dedup_window(raw.dedup_window, job);
+        let dedup_window = self.job_dedup_window(raw.dedup_window, job, d.dedup_window);
         let limits = self.job_limits(raw.limits, job);
         let group = self.job_group(raw.group, job);
         let notice_keys = RawNotices {
@@ -83,14 +102,15 @@ impl Validator<'_> {
             kill_grace,
             launcher: Launcher::Direct,
         };
-        let history = self.job_history(raw.history, job);
-        let max_running = self.job_max_running(raw.max_running, job);
+        let history = self.job_history(raw.history, job, d.history);
+        let max_running = self.job_max_running(raw.max_running, job, d.max_running);
+        let on_demand = raw.schedule.is_none();
         Some(JobConfig {
             spec: Arc::new(spec),
             schedule: schedule?,
             timezone: tz?,
-            on_lost: raw.on_lost.unwrap_or(OnLost::Cancel),
-            keep_output: raw.keep_output.unwrap_or(KeepOutput::Failed),
+            on_lost: raw.on_lost.unwrap_or(d.on_lost),
+            keep_output: raw.keep_output.unwrap_or(d.keep_output),
             jitter,
             notices,
             enabled: raw.enabled.unwrap_or(true),
@@ -98,10 +118,11 @@ impl Validator<'_> {
             max_running,
             concurrency: raw
                 .concurrency
-                .unwrap_or(default_concurrency(raw.schedule.is_none())),
-            misfire: raw.misfire.unwrap_or(Misfire::RunOnce),
+                .or(d.concurrency)
+                .unwrap_or(default_concurrency(on_demand)),
+            misfire: raw.misfire.unwrap_or(d.misfire),
             starting_deadline,
-            on_interrupted: raw.on_interrupted.unwrap_or(OnInterrupted::Skip),
+            on_interrupted: raw.on_interrupted.unwrap_or(d.on_interrupted),
             retries,
             retry_backoff,
             retry_backoff_max,
@@ -111,8 +132,32 @@ impl Validator<'_> {
         })
     }
 
+    /// `[defaults]`' `retry_backoff_max` for a job that sets none: a job whose own
+    /// `retry_backoff` is longer is a problem at that key.
+    fn defaults_backoff_max(
+        &mut self,
+        max: Duration,
+        backoff: Duration,
+        backoff_span: Option<Range<usize>>,
+        job: JobContext<'_>,
+    ) -> Duration {
+        if let (Some(span), true) = (backoff_span, backoff > max) {
+            let message = format!(
+                "must not be longer than [defaults] retry_backoff_max ({}): set this job's own \
+                 retry_backoff_max",
+                humantime::format_duration(max)
+            );
+            self.problem(span, job.key("retry_backoff"), message);
+        }
+        max.max(backoff)
+    }
+
     /// `timezone`, UTC when unset; `None` when it names no zone.
-    fn job_timezone(&mut self, raw: Option<&Spanned<String>>, job: JobContext<'_>) -> Option<Tz> {
+    pub(super) fn job_timezone(
+        &mut self,
+        raw: Option<&Spanned<String>>,
+        job: JobContext<'_>,
+    ) -> Option<Tz> {
         match raw {
             Some(tz) => match schedule::parse_timezone(tz.get_ref()) {
                 Ok(tz) => Some(tz),
@@ -231,7 +276,7 @@ impl Validator<'_> {
             .map(|target| Program::Http(Box::new(target)))
     }
 
-    fn job_working_dir(
+    pub(super) fn job_working_dir(
         &mut self,
         raw: Option<Spanned<String>>,
         job: JobContext<'_>,
@@ -249,7 +294,7 @@ impl Validator<'_> {
     }
 
     /// `env`: variables added to the job's environment.
-    fn job_env(
+    pub(super) fn job_env(
         &mut self,
         raw: Option<Spanned<BTreeMap<String, String>>>,
         job: JobContext<'_>,
@@ -268,7 +313,7 @@ impl Validator<'_> {
     }
 
     /// `timeout`; `None`: the run may take as long as it takes.
-    fn job_timeout(
+    pub(super) fn job_timeout(
         &mut self,
         raw: Option<Spanned<String>>,
         job: JobContext<'_>,

@@ -2,8 +2,8 @@
 //!
 //! Owns: retries and their backoff, how far back catch-up looks (`starting_deadline`), how many
 //! run records are kept (`history`), how long a submission's id is remembered (`dedup_window`),
-//! how many runs may be open at once (`max_running`), the default concurrency, and these keys'
-//! defaults.
+//! how many runs may be open at once (`max_running`), and the default concurrency by a job's kind.
+//! The other built-in defaults are `job_defaults.rs`'.
 //! Must not: apply a policy (the fire machine does); this only checks and fills in the values.
 
 use std::time::Duration;
@@ -18,22 +18,19 @@ use super::{Concurrency, HISTORY_LIMIT, MAX_RUNNING_LIMIT};
 const JITTER_SAMPLE: usize = 1_000;
 /// From when: 2026-01-01, a fixed instant, so `check` says the same on every day.
 const JITTER_SAMPLE_FROM_DAYS: i64 = 20_454;
-const DEFAULT_HISTORY: usize = 100;
-const DEFAULT_MAX_RUNNING: usize = 256;
-const DEFAULT_STARTING_DEADLINE: Duration = Duration::from_secs(300);
-const DEFAULT_RETRY_BACKOFF: Duration = Duration::from_secs(30);
 /// As Cloud Tasks' `max_backoff`: a retry is never put off for longer than an hour unless asked.
 const DEFAULT_RETRY_BACKOFF_MAX: Duration = Duration::from_secs(3600);
-/// An hour: far longer than a client's retry of a submit that timed out (seconds to minutes),
-/// and a remembered id costs ZooKeeper about 1 KB of heap on every server (docs/DELAYED.md
-/// "Idempotent ids"): a day at 100 submissions a second would be 8 GB.
-const DEFAULT_DEDUP_WINDOW: Duration = Duration::from_secs(3600);
 /// The longest window: every remembered id sits in every server's heap meanwhile.
 const MAX_DEDUP_WINDOW: Duration = Duration::from_secs(30 * 24 * 3600);
 
 impl Validator<'_> {
-    /// `retries`: how many times a failed or timed-out run is tried again; 0 when unset.
-    pub(super) fn job_retries(&mut self, raw: Option<Spanned<i64>>, job: JobContext<'_>) -> u32 {
+    /// `retries`: how many times a failed or timed-out run is tried again.
+    pub(super) fn job_retries(
+        &mut self,
+        raw: Option<Spanned<i64>>,
+        job: JobContext<'_>,
+        default: u32,
+    ) -> u32 {
         match raw {
             Some(retries) => u32::try_from(*retries.get_ref()).unwrap_or_else(|_| {
                 self.problem(
@@ -41,9 +38,9 @@ impl Validator<'_> {
                     job.key("retries"),
                     "expected a number of retries, 0 or more",
                 );
-                0
+                default
             }),
-            None => 0,
+            None => default,
         }
     }
 
@@ -51,8 +48,9 @@ impl Validator<'_> {
         &mut self,
         raw: Option<Spanned<String>>,
         job: JobContext<'_>,
+        default: Duration,
     ) -> Duration {
-        self.duration(raw, &job.key("retry_backoff"), DEFAULT_RETRY_BACKOFF)
+        self.duration(raw, &job.key("retry_backoff"), default)
     }
 
     /// `retry_backoff_max`: the longest pause before a retry, however often the backoff has
@@ -80,12 +78,9 @@ impl Validator<'_> {
         &mut self,
         raw: Option<Spanned<String>>,
         job: JobContext<'_>,
+        default: Duration,
     ) -> Duration {
-        self.duration(
-            raw,
-            &job.key("starting_deadline"),
-            DEFAULT_STARTING_DEADLINE,
-        )
+        self.duration(raw, &job.key("starting_deadline"), default)
     }
 
     /// `jitter`: shorter than the shortest time between two of the job's ticks (sampled over
@@ -132,9 +127,10 @@ impl Validator<'_> {
         &mut self,
         raw: Option<Spanned<String>>,
         job: JobContext<'_>,
+        default: Duration,
     ) -> Duration {
         let span = raw.as_ref().map(Spanned::span);
-        let window = self.duration(raw, &job.key("dedup_window"), DEFAULT_DEDUP_WINDOW);
+        let window = self.duration(raw, &job.key("dedup_window"), default);
         if let Some(span) =
             span.filter(|_| !(Duration::from_secs(1)..=MAX_DEDUP_WINDOW).contains(&window))
         {
@@ -143,17 +139,22 @@ impl Validator<'_> {
                 job.key("dedup_window"),
                 "expected a duration from \"1s\" to \"30d\"",
             );
-            return DEFAULT_DEDUP_WINDOW;
+            return default;
         }
         window
     }
 
-    pub(super) fn job_history(&mut self, raw: Option<Spanned<i64>>, job: JobContext<'_>) -> usize {
+    pub(super) fn job_history(
+        &mut self,
+        raw: Option<Spanned<i64>>,
+        job: JobContext<'_>,
+        default: usize,
+    ) -> usize {
         self.count(
             raw,
             &job.key("history"),
             (HISTORY_LIMIT, "a number of runs to keep"),
-            DEFAULT_HISTORY,
+            default,
         )
     }
 
@@ -161,12 +162,13 @@ impl Validator<'_> {
         &mut self,
         raw: Option<Spanned<i64>>,
         job: JobContext<'_>,
+        default: usize,
     ) -> usize {
         self.count(
             raw,
             &job.key("max_running"),
             (MAX_RUNNING_LIMIT, "how many runs may be open at once"),
-            DEFAULT_MAX_RUNNING,
+            default,
         )
     }
 }

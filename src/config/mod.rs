@@ -9,7 +9,8 @@
 //! - `schema.rs`: serde reads the text into raw structs, one per table, each value `Spanned`;
 //! - `validator.rs`: the `Validator` walks the sections and collects every problem;
 //!   each section checks its own keys and fills in their defaults in its own file
-//!   (`zookeeper.rs`, `lock.rs`, `http.rs`, `log.rs`, `job.rs` with `job_policies.rs`);
+//!   (`zookeeper.rs`, `lock.rs`, `http.rs`, `log.rs`, `job.rs` with `job_policies.rs`, over
+//!   the defaults of `job_defaults.rs`);
 //! - `error.rs`: the problems, rendered with file:line:col and a caret.
 //!
 //! A new key is its raw field in `schema.rs`, its domain field in `model.rs`, and its check in
@@ -21,6 +22,7 @@ mod group;
 mod http;
 mod http_target;
 mod job;
+mod job_defaults;
 mod job_policies;
 mod limit;
 mod lock;
@@ -144,6 +146,7 @@ impl Config {
             node: self.node.clone(),
             groups: self.groups.clone(),
             limits: self.limits.clone(),
+            defaults_shown: self.defaults_shown.clone(),
             jobs: jobs.collect(),
         }
     }
@@ -184,7 +187,7 @@ pub fn parse_with(
             secret: false,
         }])
     })?;
-    validator::validate(raw, env, lookups).map_err(fail)
+    validator::validate(raw, text, env, lookups).map_err(fail)
 }
 
 /// The jobs of `tables` (`[[job]]` tables, each with its name and what it runs) in the smallest

@@ -34,6 +34,9 @@ pub struct Config {
     pub groups: Vec<GroupConfig>,
     /// `[[limit]]`: cluster-wide caps on runs, in file order.
     pub limits: Vec<LimitConfig>,
+    /// The job policies `[defaults]` sets, each `key = value` as written: what `zkcron check`
+    /// shows.
+    pub defaults_shown: Vec<String>,
     /// Shared as they are by the fire machine, the reloader, steering and the HTTP API: one
     /// copy of each job lives on.
     pub jobs: Vec<Arc<JobConfig>>,

@@ -38,7 +38,8 @@ pub(super) struct RawConfig {
     pub(super) job: Vec<Spanned<RawJob>>,
 }
 
-/// `[defaults]`: what every job has unless it says otherwise.
+/// `[defaults]`: what every job has unless it says otherwise: the notice keys and the job
+/// policies, flat as the file has them ([`RawDefaults::take_notices`] parts them).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawDefaults {
@@ -47,6 +48,37 @@ pub(super) struct RawDefaults {
     pub(super) notify: Option<NotifyWhen>,
     pub(super) on_recovery: Option<bool>,
     pub(super) pause_after_failures: Option<Spanned<i64>>,
+    pub(super) timezone: Option<Spanned<String>>,
+    pub(super) working_dir: Option<Spanned<String>>,
+    pub(super) env: Option<Spanned<BTreeMap<String, String>>>,
+    pub(super) timeout: Option<Spanned<String>>,
+    pub(super) kill_grace: Option<Spanned<String>>,
+    pub(super) on_lost: Option<Spanned<OnLost>>,
+    pub(super) keep_output: Option<Spanned<KeepOutput>>,
+    pub(super) history: Option<Spanned<i64>>,
+    pub(super) max_running: Option<Spanned<i64>>,
+    pub(super) concurrency: Option<Spanned<Concurrency>>,
+    pub(super) misfire: Option<Spanned<Misfire>>,
+    pub(super) starting_deadline: Option<Spanned<String>>,
+    pub(super) on_interrupted: Option<Spanned<OnInterrupted>>,
+    pub(super) retries: Option<Spanned<i64>>,
+    pub(super) retry_backoff: Option<Spanned<String>>,
+    pub(super) retry_backoff_max: Option<Spanned<String>>,
+    pub(super) dedup_window: Option<Spanned<String>>,
+}
+
+impl RawDefaults {
+    /// Takes the notice keys out, leaving the job policies (the keys of a `[[job]]` that make
+    /// sense for every job: not what it runs, its schedule, jitter, group or limits).
+    pub(super) fn take_notices(&mut self) -> RawNotices {
+        RawNotices {
+            on_failure: self.on_failure.take(),
+            on_failure_webhook: self.on_failure_webhook.take(),
+            notify: self.notify.take(),
+            on_recovery: self.on_recovery.take(),
+            pause_after_failures: self.pause_after_failures.take(),
+        }
+    }
 }
 
 /// `on_failure_webhook = { url, token_env }`.
@@ -64,18 +96,6 @@ pub(super) struct RawNotices {
     pub(super) notify: Option<NotifyWhen>,
     pub(super) on_recovery: Option<bool>,
     pub(super) pause_after_failures: Option<Spanned<i64>>,
-}
-
-impl From<RawDefaults> for RawNotices {
-    fn from(raw: RawDefaults) -> Self {
-        Self {
-            on_failure: raw.on_failure,
-            on_failure_webhook: raw.on_failure_webhook,
-            notify: raw.notify,
-            on_recovery: raw.on_recovery,
-            pause_after_failures: raw.pause_after_failures,
-        }
-    }
 }
 
 /// `[node]`.

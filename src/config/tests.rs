@@ -549,3 +549,75 @@ fn a_load_looks_up_on_this_host_only_what_its_lookups_say() {
         .expect_err("beyond loopback without a token");
     assert_eq!(err.problems[0].context, "http.listen");
 }
+
+#[test]
+fn defaults_give_every_job_its_policies_key_by_key_and_a_bad_one_is_told_once() {
+    let text = format!(
+        "{MINIMAL}[defaults]\ntimezone = \"Europe/Paris\"\ntimeout = \"1h\"\nretries = 2\n\
+         retry_backoff = \"1m\"\nretry_backoff_max = \"10m\"\nstarting_deadline = \"2h\"\n\
+         history = 7\nkill_grace = \"3s\"\nconcurrency = \"allow\"\nmisfire = \"skip\"\n\
+         working_dir = \"/srv\"\nenv = {{ LANG = \"C\", TIER = \"prod\" }}\non_lost = \"finish\"\n\
+         keep_output = \"always\"\non_interrupted = \"rerun\"\nmax_running = 3\n\
+         dedup_window = \"2h\"\n\
+         [[job]]\nname = \"takes\"\nschedule = \"@daily\"\nshell = \"true\"\n\
+         [[job]]\nname = \"own\"\nschedule = \"@daily\"\nshell = \"true\"\ntimezone = \"UTC\"\n\
+         retries = 0\nhistory = 50\nconcurrency = \"forbid\"\nenv = {{ TIER = \"dev\" }}\n\
+         [[job]]\nname = \"hook\"\nhttp = {{ url = \"https://example.com/\" }}\n"
+    );
+    let config = parse_text(&text).expect("valid");
+    let [takes, own, hook] = &config.jobs[..] else {
+        panic!("three jobs");
+    };
+    assert_eq!(takes.timezone, chrono_tz::Europe::Paris);
+    assert_eq!(takes.spec.timeout, Some(Duration::from_secs(3600)));
+    assert_eq!(takes.spec.kill_grace, Duration::from_secs(3));
+    assert_eq!((takes.retries, takes.history, takes.max_running), (2, 7, 3));
+    assert_eq!(takes.retry_backoff, Duration::from_secs(60));
+    assert_eq!(takes.retry_backoff_max, Duration::from_secs(600));
+    assert_eq!(takes.starting_deadline, Duration::from_secs(7200));
+    assert_eq!(takes.dedup_window, Duration::from_secs(7200));
+    assert_eq!(takes.concurrency, Concurrency::Allow);
+    assert_eq!(takes.misfire, Misfire::Skip);
+    assert_eq!(takes.on_lost, OnLost::Finish);
+    assert_eq!(takes.keep_output, KeepOutput::Always);
+    assert_eq!(takes.on_interrupted, OnInterrupted::Rerun);
+    assert_eq!(takes.spec.working_dir.as_deref(), Some(Path::new("/srv")));
+    assert_eq!(takes.spec.env.get("TIER").map(String::as_str), Some("prod"));
+    // A job's own key wins, one key at a time; its env wins variable by variable.
+    assert_eq!(own.timezone, chrono_tz::UTC);
+    assert_eq!((own.retries, own.history), (0, 50));
+    assert_eq!(own.concurrency, Concurrency::Forbid);
+    assert_eq!(own.spec.env.get("TIER").map(String::as_str), Some("dev"));
+    assert_eq!(own.spec.env.get("LANG").map(String::as_str), Some("C"));
+    assert_eq!(own.spec.timeout, Some(Duration::from_secs(3600)));
+    // A process's keys are not an HTTP target's.
+    assert_eq!(hook.spec.working_dir, None);
+    assert!(hook.spec.env.is_empty());
+    assert_eq!(hook.retries, 2);
+    assert_eq!(
+        config.defaults_shown[..3],
+        [
+            "timezone = \"Europe/Paris\"",
+            "timeout = \"1h\"",
+            "retries = 2"
+        ]
+    );
+
+    // A bad default is one problem at its line, however many jobs take it.
+    let bad = text
+        .replace("history = 7", "history = 0")
+        .replace("timezone = \"Europe/Paris\"", "timezone = \"Mars/Olympus\"");
+    let err = parse_text(&bad).expect_err("bad defaults");
+    let contexts: Vec<&str> = err.problems.iter().map(|p| p.context.as_str()).collect();
+    assert_eq!(contexts, ["defaults.timezone", "defaults.history"]);
+
+    // A job's backoff longer than the default's cap is named at the job's key.
+    let longer = text.replace("retries = 0\n", "retries = 0\nretry_backoff = \"1h\"\n");
+    let err = parse_text(&longer).expect_err("backoff beyond the default cap");
+    assert_eq!(err.problems[0].context, "job \"own\": retry_backoff");
+    assert!(
+        err.problems[0]
+            .message
+            .contains("[defaults] retry_backoff_max (10m)")
+    );
+}

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use toml::Spanned;
 
+use super::job_defaults::JobDefaults;
 use super::schema::RawConfig;
 use super::{Config, GroupConfig, LimitConfig, Lookups, NoticePolicy, Problem};
 
@@ -25,9 +26,10 @@ pub(super) enum NeededBy {
 }
 
 /// Checks a parsed file and builds its [`Config`]; all of its problems, in file order, if any.
-pub(super) fn validate(
+pub(super) fn validate<'e>(
     raw: RawConfig,
-    env: &dyn Fn(&str) -> Option<String>,
+    text: &'e str,
+    env: &'e dyn Fn(&str) -> Option<String>,
     lookups: Lookups,
 ) -> Result<Config, Vec<Problem>> {
     let mut v = Validator {
@@ -37,6 +39,8 @@ pub(super) fn validate(
         limits: Vec::new(),
         groups: Vec::new(),
         notice_defaults: NoticePolicy::default(),
+        job_defaults: Arc::new(JobDefaults::default()),
+        text,
     };
     let config = v.config(raw);
     v.problems
@@ -62,6 +66,10 @@ pub(super) struct Validator<'e> {
     pub(super) groups: Vec<GroupConfig>,
     /// `[defaults]`' notice keys, which a job's own override one by one.
     pub(super) notice_defaults: NoticePolicy,
+    /// `[defaults]`' job policies over the built-in ones, which a job's own override one by one.
+    pub(super) job_defaults: Arc<JobDefaults>,
+    /// The file's text: what `zkcron check` shows of `[defaults]` is quoted from it.
+    pub(super) text: &'e str,
 }
 
 impl Validator<'_> {
@@ -96,10 +104,11 @@ impl Validator<'_> {
         let http = raw.http.map(|raw| self.http(raw));
         let node = self.node(raw.node);
         self.groups = self.declared_groups(raw.group);
-        if let Some(defaults) = raw.defaults {
+        if let Some(mut policies) = raw.defaults {
+            let notices = policies.take_notices();
             let context = |key: &str| format!("defaults.{key}");
-            self.notice_defaults =
-                self.notices(defaults.into(), &NoticePolicy::default(), &context);
+            self.notice_defaults = self.notices(notices, &NoticePolicy::default(), &context);
+            self.job_defaults = Arc::new(self.job_defaults(policies));
         }
         self.limits = self.declared_limits(raw.limit);
         let mut seen = HashSet::new();
@@ -128,6 +137,7 @@ impl Validator<'_> {
             node,
             groups: std::mem::take(&mut self.groups),
             limits: std::mem::take(&mut self.limits),
+            defaults_shown: self.job_defaults.shown.clone(),
             jobs,
         })
     }

@@ -1,80 +1,16 @@
-//! A job's policies before its own keys: the built-in defaults, and `[defaults]` over them.
+//! `[defaults]`' job policies over the built-in ones ([`JobDefaults`], in `model.rs`).
 //!
-//! Owns: [`JobDefaults`], the one table of the built-in value of every job policy key, and the
-//! check of `[defaults]`' policy keys, made once (a bad default is one problem at its line, not
-//! one per job), with what `zkcron check` shows of them.
+//! Owns: the check of `[defaults]`' policy keys, made once (a bad default is one problem at its
+//! line, not one per job), and what `zkcron check` shows of them.
 //! Must not: know a job's own keys or merge them (`job.rs` does, key by key), nor the notice
 //! keys of `[defaults]` (`notices.rs` does).
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::time::Duration;
-
-use chrono_tz::Tz;
 use toml::Spanned;
 
 use super::error::JobContext;
+use super::model::JobDefaults;
 use super::schema::RawDefaults;
 use super::validator::Validator;
-use super::{Concurrency, KeepOutput, Misfire, OnInterrupted, OnLost};
-
-/// What a job has for each policy key it does not set.
-#[derive(Debug, Clone)]
-pub(super) struct JobDefaults {
-    pub(super) timezone: Tz,
-    pub(super) working_dir: Option<PathBuf>,
-    /// Under the job's own `env`, which wins key by key.
-    pub(super) env: BTreeMap<String, String>,
-    pub(super) timeout: Option<Duration>,
-    pub(super) kill_grace: Duration,
-    pub(super) on_lost: OnLost,
-    pub(super) keep_output: KeepOutput,
-    pub(super) history: usize,
-    pub(super) max_running: usize,
-    /// `None`: by the job's kind (`forbid` with a schedule, `allow` without).
-    pub(super) concurrency: Option<Concurrency>,
-    pub(super) misfire: Misfire,
-    pub(super) starting_deadline: Duration,
-    pub(super) on_interrupted: OnInterrupted,
-    pub(super) retries: u32,
-    pub(super) retry_backoff: Duration,
-    /// `None`: an hour, or the job's `retry_backoff` if that is longer.
-    pub(super) retry_backoff_max: Option<Duration>,
-    pub(super) dedup_window: Duration,
-    /// The keys `[defaults]` set, each as `key = value` as written, in the file's order: what
-    /// `zkcron check` shows.
-    pub(super) shown: Vec<String>,
-}
-
-impl Default for JobDefaults {
-    /// The built-in defaults (docs/CONFIG.md's `[[job]]` table).
-    fn default() -> Self {
-        Self {
-            timezone: chrono_tz::UTC,
-            working_dir: None,
-            env: BTreeMap::new(),
-            timeout: None,
-            kill_grace: Duration::from_secs(10),
-            on_lost: OnLost::Cancel,
-            keep_output: KeepOutput::Failed,
-            history: 100,
-            max_running: 256,
-            concurrency: None,
-            misfire: Misfire::RunOnce,
-            starting_deadline: Duration::from_secs(300),
-            on_interrupted: OnInterrupted::Skip,
-            retries: 0,
-            retry_backoff: Duration::from_secs(30),
-            retry_backoff_max: None,
-            // An hour: far longer than a client's retry of a submit that timed out (seconds to
-            // minutes), and a remembered id costs ZooKeeper about 1 KB of heap on every server
-            // (docs/DELAYED.md "Idempotent ids"): a day at 100 submissions a second would be
-            // 8 GB.
-            dedup_window: Duration::from_secs(3600),
-            shown: Vec::new(),
-        }
-    }
-}
 
 impl Validator<'_> {
     /// `[defaults]`' policy keys (its notice keys taken out) over the built-in defaults, each

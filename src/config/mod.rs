@@ -45,25 +45,11 @@ pub use self::model::{
     ZookeeperConfig,
 };
 use self::schema::RawConfig;
+pub use self::validator::Lookups;
 use crate::ids::NodeId;
 use crate::run::{JobSpec, NoticeChannels};
 pub use crate::secret::Secret;
 pub use crate::zk::AclPolicy;
-
-/// What a load reads on this host beyond the schedule file itself: the environment variables,
-/// files and programs the file names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Lookups {
-    /// All of them: the daemon (`zkcron run`, a reload) and `zkcron check`.
-    All,
-    /// Only what reaching ZooKeeper takes (its credentials and TLS files): the client commands,
-    /// which serve no HTTP, run no job and send no notice, so an operator's shell needs none of
-    /// the daemon's secrets.
-    ZooKeeper,
-    /// None: the file alone, every key and value checked and each named file, variable or
-    /// program left unread (`zkcron check --lint`, for CI without this host's secrets).
-    Nothing,
-}
 
 /// Reads and validates a schedule file, looking up everything it names ([`Lookups::All`]).
 ///

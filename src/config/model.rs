@@ -4,6 +4,8 @@
 //! Owns: `Config` and its sections, a job's settings and policies, and the limits on them.
 //! Must not: parse or check anything (the sections' files do).
 
+use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -356,3 +358,61 @@ impl JobConfig {
 pub const HISTORY_LIMIT: usize = 5_000;
 /// The most runs of one job a node holds open at once (`max_running`).
 pub const MAX_RUNNING_LIMIT: usize = 1_000;
+
+/// What a job has for each policy key it does not set.
+#[derive(Debug, Clone)]
+pub(super) struct JobDefaults {
+    pub(super) timezone: Tz,
+    pub(super) working_dir: Option<PathBuf>,
+    /// Under the job's own `env`, which wins key by key.
+    pub(super) env: BTreeMap<String, String>,
+    pub(super) timeout: Option<Duration>,
+    pub(super) kill_grace: Duration,
+    pub(super) on_lost: OnLost,
+    pub(super) keep_output: KeepOutput,
+    pub(super) history: usize,
+    pub(super) max_running: usize,
+    /// `None`: by the job's kind (`forbid` with a schedule, `allow` without).
+    pub(super) concurrency: Option<Concurrency>,
+    pub(super) misfire: Misfire,
+    pub(super) starting_deadline: Duration,
+    pub(super) on_interrupted: OnInterrupted,
+    pub(super) retries: u32,
+    pub(super) retry_backoff: Duration,
+    /// `None`: an hour, or the job's `retry_backoff` if that is longer.
+    pub(super) retry_backoff_max: Option<Duration>,
+    pub(super) dedup_window: Duration,
+    /// The keys `[defaults]` set, each as `key = value` as written, in the file's order: what
+    /// `zkcron check` shows.
+    pub(super) shown: Vec<String>,
+}
+
+impl Default for JobDefaults {
+    /// The built-in defaults (docs/CONFIG.md's `[[job]]` table).
+    fn default() -> Self {
+        Self {
+            timezone: chrono_tz::UTC,
+            working_dir: None,
+            env: BTreeMap::new(),
+            timeout: None,
+            kill_grace: Duration::from_secs(10),
+            on_lost: OnLost::Cancel,
+            keep_output: KeepOutput::Failed,
+            history: 100,
+            max_running: 256,
+            concurrency: None,
+            misfire: Misfire::RunOnce,
+            starting_deadline: Duration::from_secs(300),
+            on_interrupted: OnInterrupted::Skip,
+            retries: 0,
+            retry_backoff: Duration::from_secs(30),
+            retry_backoff_max: None,
+            // An hour: far longer than a client's retry of a submit that timed out (seconds to
+            // minutes), and a remembered id costs ZooKeeper about 1 KB of heap on every server
+            // (docs/DELAYED.md "Idempotent ids"): a day at 100 submissions a second would be
+            // 8 GB.
+            dedup_window: Duration::from_secs(3600),
+            shown: Vec::new(),
+        }
+    }
+}

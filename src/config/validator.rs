@@ -12,9 +12,24 @@ use std::time::Duration;
 
 use toml::Spanned;
 
-use super::job_defaults::JobDefaults;
+use super::model::JobDefaults;
 use super::schema::RawConfig;
-use super::{Config, GroupConfig, LimitConfig, Lookups, NoticePolicy, Problem};
+use super::{Config, GroupConfig, LimitConfig, NoticePolicy, Problem};
+
+/// What a load reads on this host beyond the schedule file itself: the environment variables,
+/// files and programs the file names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookups {
+    /// All of them: the daemon (`zkcron run`, a reload) and `zkcron check`.
+    All,
+    /// Only what reaching ZooKeeper takes (its credentials and TLS files): the client commands,
+    /// which serve no HTTP, run no job and send no notice, so an operator's shell needs none of
+    /// the daemon's secrets.
+    ZooKeeper,
+    /// None: the file alone, every key and value checked and each named file, variable or
+    /// program left unread (`zkcron check --lint`, for CI without this host's secrets).
+    Nothing,
+}
 
 /// Who needs a value the file names on this host (a variable, a file, a program).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

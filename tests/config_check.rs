@@ -33,9 +33,9 @@ fn bad_configs_are_refused_with_line_and_key() {
     let cases: Vec<(&str, String, usize, &str)> = vec![
         // (what, file text, line of the problem, words the message must contain)
         ("toml syntax error", format!("{HEAD}oops = \n"), 6, "string values must be quoted"),
-        ("unknown top-level key", format!("{HEAD}[extra]\nx = 1\n"), 6, "unknown field `extra`"),
-        ("unknown key in a job", job("schedule = \"* * * * * *\"\nshell = \"true\"\nretrys = 3"), 11, "unknown field `retrys`"),
-        ("missing lock name", "[zookeeper]\nconnect = \"a:1\"\n[lock]\nroot = \"/x\"\n".into(), 3, "missing field `name`"),
+        ("unknown top-level key", format!("{HEAD}[extra]\nx = 1\n"), 6, "unknown key `extra`; expected `zookeeper`"),
+        ("unknown key in a job", job("schedule = \"* * * * * *\"\nshell = \"true\"\nretrys = 3"), 11, "job \"report\": retrys: unknown key `retrys` (did you mean `retries`?)"),
+        ("missing lock name", "[zookeeper]\nconnect = \"a:1\"\n[lock]\nroot = \"/x\"\n".into(), 3, "[lock]: missing key `name`"),
         ("bad duration", format!("{HEAD}takeover_delay = \"10 parsecs\"\n"), 6, "lock.takeover_delay: expected a duration"),
         ("zero session timeout", HEAD.replace("/apps\"", "/apps\"\nsession_timeout = \"0s\""), 3, "zookeeper.session_timeout: must be longer than zero"),
         ("bad connect string", HEAD.replace("127.0.0.1:2181/apps", "127.0.0.1:2181/apps/"), 2, "zookeeper.connect: invalid zookeeper connect string"),
@@ -47,14 +47,14 @@ fn bad_configs_are_refused_with_line_and_key() {
         ("neither command nor shell", job("schedule = \"@daily\""), 7, "expected command (an argv array), shell or http"),
         ("empty command", job("schedule = \"@daily\"\ncommand = []"), 10, "job \"report\": command: expected a non-empty argv array"),
         ("bad job name", job("schedule = \"@daily\"\nshell = \"true\"").replace("name = \"report\"", "name = \"my report!\""), 8, "job \"my report!\": name"),
-        ("bad on_lost", job("schedule = \"@daily\"\nshell = \"true\"\non_lost = \"ignore\""), 11, "unknown variant `ignore`"),
+        ("bad on_lost", job("schedule = \"@daily\"\nshell = \"true\"\non_lost = \"ignore\""), 11, "job \"report\": on_lost: expected `cancel` or `finish`, not \"ignore\""),
         ("relative working_dir", job("schedule = \"@daily\"\nshell = \"true\"\nworking_dir = \"tmp\""), 11, "job \"report\": working_dir: expected an absolute path"),
         ("bad job timeout", job("schedule = \"@daily\"\nshell = \"true\"\ntimeout = \"soon\""), 11, "job \"report\": timeout: expected a duration"),
         ("auth and auth_env both", HEAD.replace("/apps\"", "/apps\"\nauth = \"u:p\"\nauth_env = \"X\""), 4, "zookeeper.auth_env: set either auth or auth_env"),
         ("auth_env unset", HEAD.replace("/apps\"", "/apps\"\nauth_env = \"ZKCRON_TEST_SECRET\""), 3, "environment variable ZKCRON_TEST_SECRET is not set"),
         ("creator acl without auth", HEAD.replace("/apps\"", "/apps\"\nacl = \"creator\""), 3, "zookeeper.acl: \"creator\" needs credentials"),
         ("bad lock root", format!("{HEAD}root = \"zkcron\"\n"), 6, "lock.root: expected an absolute znode path"),
-        ("wrong type", format!("{HEAD}node_id = 5\n"), 6, "invalid type: integer `5`, expected a string"),
+        ("wrong type", format!("{HEAD}node_id = 5\n"), 6, "lock.node_id: expected a string (in quotes), not a number (5)"),
         ("history beyond one listing", job("schedule = \"@daily\"\nshell = \"true\"\nhistory = 5001"), 11, "job \"report\": history: expected a number of runs to keep, from 1 to 5000"),
         ("max_running of zero", job("shell = \"true\"\nmax_running = 0"), 10, "job \"report\": max_running: expected how many runs may be open at once, from 1 to 1000"),
         ("http beside a command", job("command = [\"/bin/true\"]\nhttp = { url = \"http://127.0.0.1:1/x\" }"), 9, "job \"report\": command: set one of command, shell or http"),
@@ -68,18 +68,18 @@ fn bad_configs_are_refused_with_line_and_key() {
         ("http missing ca file", job("http = { url = \"https://orders/x\", ca_file = \"/nonexistent/ca.pem\" }"), 9, "http.ca_file: cannot read /nonexistent/ca.pem"),
         ("http client cert without key", job("http = { url = \"https://orders/x\", client_cert = \"/etc/hostname\" }"), 9, "set both client_cert and client_key"),
         ("http bad version", job("http = { url = \"http://orders/x\", version = \"3\" }"), 9, "http.version: expected \"auto\", \"http1\" or \"http2\""),
-        ("http unknown key", job("http = { url = \"http://orders/x\", verb = \"POST\" }"), 9, "unknown field `verb`"),
+        ("http unknown key", job("http = { url = \"http://orders/x\", verb = \"POST\" }"), 9, "job \"report\": http: unknown key `verb`"),
         ("working_dir beside http", job("working_dir = \"/tmp\"\nhttp = { url = \"http://orders/x\" }"), 9, "job \"report\": working_dir: applies to a process; this job's target is http"),
         ("on_failure program missing", job("shell = \"true\"\non_failure = [\"/nonexistent/page\", \"--team\", \"ops\"]"), 10, "job \"report\": on_failure: cannot use /nonexistent/page"),
         ("on_failure program not on PATH", job("shell = \"true\"\non_failure = [\"zkcron-no-such-pager\"]"), 10, "no executable \"zkcron-no-such-pager\" on PATH"),
         ("on_failure webhook of another scheme", job("shell = \"true\"\non_failure_webhook = { url = \"ftp://hooks/x\" }"), 10, "on_failure_webhook.url: expected an http:// or https:// URL"),
         ("on_failure webhook token unset", job("shell = \"true\"\non_failure_webhook = { url = \"http://hooks/x\", token_env = \"ZKCRON_TEST_UNSET\" }"), 10, "on_failure_webhook.token_env: environment variable ZKCRON_TEST_UNSET is not set"),
-        ("notify unknown", job("shell = \"true\"\nnotify = \"sometimes\""), 10, "unknown variant `sometimes`"),
+        ("notify unknown", job("shell = \"true\"\nnotify = \"sometimes\""), 10, "job \"report\": notify: expected `final` or `every_attempt`, not \"sometimes\""),
         ("pause_after_failures negative", job("shell = \"true\"\npause_after_failures = -1"), 10, "pause_after_failures: expected a number of failed runs in a row"),
         ("defaults with a missing hook", format!("{HEAD}[defaults]\non_failure = [\"/nonexistent/page\"]\n"), 7, "defaults.on_failure: cannot use /nonexistent/page"),
         ("jitter as long as the interval", job("schedule = \"*/10 * * * * *\"\nshell = \"true\"\njitter = \"10s\""), 11, "jitter: must be shorter than the time between two ticks (10s)"),
         ("jitter without a schedule", job("shell = \"true\"\njitter = \"5s\""), 10, "jitter: applies to a schedule's ticks; this job has none"),
-        ("keep_output unknown", job("shell = \"true\"\nkeep_output = \"some\""), 10, "unknown variant `some`"),
+        ("keep_output unknown", job("shell = \"true\"\nkeep_output = \"some\""), 10, "job \"report\": keep_output: expected `failed`, `always` or `never`, not \"some\""),
         ("retry_backoff_max below the backoff", job("shell = \"true\"\nretry_backoff = \"1m\"\nretry_backoff_max = \"30s\""), 11, "retry_backoff_max: must not be shorter than retry_backoff (1m)"),
     ];
     assert!(cases.len() >= 15);
@@ -109,6 +109,64 @@ fn all_problems_are_reported_at_once() {
             "reports {key}\n{stderr}"
         );
     }
+}
+
+#[test]
+fn parse_level_and_validation_problems_are_all_told_in_one_pass_and_no_secret_shows() {
+    let text = format!(
+        "{HEAD}takeover_dely = \"10s\"\n\n\
+         [[job]]\nname = \"backup\"\nschedule = \"0 0 3 * * *\"\ncommand = \"/usr/bin/backup --full\"\n\
+         timout = \"1h\"\n\n\
+         [[job]]\nname = \"report\"\nschedule = \"0 61 * * * *\"\nshell = \"report\"\nkill_grace = 10\n\
+         concurrency = \"never\"\n\n\
+         [[job]]\nname = \"hook\"\nhttp = {{ url = \"https://ops:hunter2@hooks.example.com/run\" }}\n\n\
+         [[job]]\nname = \"typo\"\nschedule = \"@daily\"\nshell = \"true\"\nauth = ops:hunter3\n"
+    );
+    let (output, path) = check(&text);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    let expected = [
+        (
+            6,
+            "lock.takeover_dely: unknown key `takeover_dely` (did you mean `takeover_delay`?)",
+        ),
+        (
+            11,
+            "job \"backup\": command: expected an argv array like [\"/usr/bin/backup\", \"--full\"]",
+        ),
+        (
+            12,
+            "job \"backup\": timout: unknown key `timout` (did you mean `timeout`?)",
+        ),
+        (16, "job \"report\": schedule: minute"),
+        (
+            18,
+            "job \"report\": kill_grace: expected a duration like \"10s\"",
+        ),
+        (
+            19,
+            "job \"report\": concurrency: expected `forbid`, `allow` or `replace`, not \"never\"",
+        ),
+        (
+            23,
+            "job \"hook\": http.url: credentials do not belong in the URL",
+        ),
+        (29, "job \"typo\": auth: unknown key `auth`"),
+        (29, "string values must be quoted"),
+    ];
+    for (line, says) in expected {
+        assert!(
+            stderr.contains(&format!("{path}:{line}:")) && stderr.contains(says),
+            "line {line} says {says:?}:\n{stderr}"
+        );
+    }
+    // Each problem once: the job whose command was refused is not also told it has none.
+    assert_eq!(
+        stderr.matches(&format!("{path}:")).count(),
+        expected.len(),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("hunter"), "a password shows:\n{stderr}");
 }
 
 #[test]

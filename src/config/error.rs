@@ -75,7 +75,9 @@ impl ConfigError {
         };
         let (line, col) = self.line_col(span.start);
         let mut out = format!("{path}:{line}:{col}: {context}{}", problem.message);
-        if let Some(source_line) = self.text.lines().nth(line - 1).filter(|_| !problem.secret) {
+        let source_line = self.text.lines().nth(line - 1);
+        if let Some(source_line) = source_line.filter(|l| !problem.secret && !may_hold_a_secret(l))
+        {
             let width = self
                 .text
                 .get(span.clone())
@@ -89,6 +91,42 @@ impl ConfigError {
         }
         out
     }
+}
+
+/// Whether a line of the file may hold a secret: a key that names a credential (`auth`,
+/// `password`, `token`, `secret`; not `…_env` or `…_file`, which name where one is), or a URL
+/// with a user in it. A problem on such a line is told without the line.
+fn may_hold_a_secret(line: &str) -> bool {
+    let mut keys = Vec::new();
+    let mut rest = line;
+    while let Some(equals) = rest.find('=') {
+        let before = rest.get(..equals).unwrap_or_default().trim_end();
+        let key_start = before
+            .char_indices()
+            .rev()
+            .find(|(_, c)| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'))
+            .map_or(0, |(at, c)| at + c.len_utf8());
+        keys.push(
+            before
+                .get(key_start..)
+                .unwrap_or_default()
+                .to_ascii_lowercase(),
+        );
+        rest = rest.get(equals + 1..).unwrap_or_default();
+    }
+    let secret_key = keys.iter().any(|key| {
+        ["auth", "password", "token", "secret"]
+            .iter()
+            .any(|word| key.contains(word))
+            && !key.ends_with("_env")
+            && !key.ends_with("_file")
+    });
+    let user_in_url = line.split("://").skip(1).any(|rest| {
+        rest.split(['/', '"', '\'', ' ', '?', '#'])
+            .next()
+            .is_some_and(|authority| authority.contains('@'))
+    });
+    secret_key || user_in_url
 }
 
 impl fmt::Display for ConfigError {
@@ -120,5 +158,30 @@ impl JobContext<'_> {
             Self::Job(name) => format!("job {name:?}"),
             Self::Defaults => "defaults".to_owned(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_that_may_hold_a_secret_is_known_by_its_key_or_its_url() {
+        assert!(may_hold_a_secret("auth = user:s3cret"));
+        assert!(may_hold_a_secret(
+            "sasl = { username = \"u\", password = \"p\" }"
+        ));
+        assert!(may_hold_a_secret(
+            "url = \"https://ops:hunter2@hooks.example.com/\""
+        ));
+        assert!(!may_hold_a_secret("auth_env = \"ZK_AUTH\""));
+        assert!(!may_hold_a_secret(
+            "password_file = \"/etc/zkcron/zk.pass\""
+        ));
+        assert!(!may_hold_a_secret(
+            "url = \"https://hooks.example.com/a@b\""
+        ));
+        assert!(!may_hold_a_secret("schedule = \"0 0 * * *\""));
+        assert!(!may_hold_a_secret("é=ü=\u{1F600}=")); // never a panic on a character's middle
     }
 }

@@ -136,6 +136,7 @@ impl Validator<'_> {
                 return None;
             }
         };
+        let holds_credentials = !url.username().is_empty() || url.password().is_some();
         let why = if !matches!(url.scheme(), "http" | "https") {
             Some(format!(
                 "expected an http:// or https:// URL, not {}://",
@@ -143,7 +144,7 @@ impl Validator<'_> {
             ))
         } else if url.host_str().is_none_or(str::is_empty) {
             Some("the URL names no host".to_owned())
-        } else if !url.username().is_empty() || url.password().is_some() {
+        } else if holds_credentials {
             Some(format!(
                 "credentials do not belong in the URL: {secrets_go}"
             ))
@@ -153,6 +154,10 @@ impl Validator<'_> {
         match why {
             Some(message) => {
                 self.problem(raw.span(), context, message);
+                if let Some(problem) = self.problems.last_mut() {
+                    // Never echo a password, not even in the line a problem points at.
+                    problem.secret = holds_credentials;
+                }
                 None
             }
             None => Some(url.to_string()),

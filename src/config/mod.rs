@@ -5,8 +5,9 @@
 //! Must not: do I/O beyond reading the schedule file, the files it names (TLS, SASL password,
 //! HTTP token) and the environment variables it names.
 //!
-//! The text goes through three steps, one file each:
-//! - `schema.rs`: serde reads the text into raw structs, one per table, each value `Spanned`;
+//! The text goes through three steps:
+//! - `reader.rs` with `schema.rs`: the text into raw structs, one per table, each value
+//!   `Spanned`, one table and one key at a time, so every parse-level problem is told;
 //! - `validator.rs`: the `Validator` walks the sections and collects every problem;
 //!   each section checks its own keys and fills in their defaults in its own file
 //!   (`zookeeper.rs`, `lock.rs`, `http.rs`, `log.rs`, `job.rs` with `job_policies.rs`, over
@@ -29,6 +30,7 @@ mod lock;
 mod log;
 mod model;
 mod notices;
+mod reader;
 mod schema;
 mod validator;
 mod zookeeper;
@@ -44,7 +46,6 @@ pub use self::model::{
     NamedToken, NodeConfig, NoticePolicy, NotifyWhen, OnInterrupted, OnLost, TokenKind,
     ZookeeperConfig,
 };
-use self::schema::RawConfig;
 pub use self::validator::Lookups;
 use crate::ids::NodeId;
 use crate::run::{JobSpec, NoticeChannels};
@@ -165,15 +166,39 @@ pub fn parse_with(
         text: text.to_owned(),
         problems,
     };
-    let raw: RawConfig = toml::from_str(text).map_err(|err| {
-        fail(vec![Problem {
-            span: err.span(),
-            context: String::new(),
-            message: err.message().to_owned(),
-            secret: false,
-        }])
-    })?;
-    validator::validate(raw, text, env, lookups).map_err(fail)
+    let reading = reader::read(text);
+    let mut problems = reading.problems;
+    let validated = validator::validate(reading.raw, text, env, lookups);
+    let config = match validated {
+        Ok(config) => Some(config),
+        Err(found) => {
+            // A table that lost a key to a problem above is not also told, as a whole, that it
+            // lacks that key.
+            let new = |problem: &Problem| {
+                problem
+                    .span
+                    .as_ref()
+                    .is_none_or(|span| !reading.refused_tables.contains(span))
+            };
+            problems.extend(found.into_iter().filter(new));
+            None
+        }
+    };
+    match config {
+        Some(config) if problems.is_empty() => Ok(config),
+        _ => {
+            problems.sort_by_key(|problem| problem.span.as_ref().map(|span| span.start));
+            if problems.is_empty() {
+                problems.push(Problem {
+                    span: None,
+                    context: String::new(),
+                    message: "the file could not be read as a schedule".to_owned(),
+                    secret: false,
+                });
+            }
+            Err(fail(problems))
+        }
+    }
 }
 
 /// The jobs of `tables` (`[[job]]` tables, each with its name and what it runs) in the smallest

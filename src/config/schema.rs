@@ -1,7 +1,8 @@
 //! The raw schedule file, exactly as serde sees it: one struct per TOML table.
 //!
 //! Owns: the file's key names, which keys are optional, and where each value is (`Spanned`
-//! fields), so validation can point at it. Unknown keys are refused here (`deny_unknown_fields`).
+//! fields), so validation can point at it. Unknown keys are refused here (`deny_unknown_fields`;
+//! `reader.rs` tells them).
 //! Must not: check values or fill in defaults (the section validators do), nor be seen outside
 //! `config`: the rest of the crate reads only the validated domain types.
 
@@ -14,27 +15,19 @@ use super::{
     AclPolicy, Concurrency, KeepOutput, LogFormat, Misfire, NotifyWhen, OnInterrupted, OnLost,
 };
 
-/// The whole file.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+/// The whole file, as far as it could be read (`reader.rs` reads it table by table; a required
+/// table that is missing or unreadable is `None`, and told there).
+#[derive(Default)]
 pub(super) struct RawConfig {
-    pub(super) zookeeper: RawZookeeper,
-    pub(super) lock: RawLock,
-    #[serde(default)]
+    pub(super) zookeeper: Option<RawZookeeper>,
+    pub(super) lock: Option<RawLock>,
     pub(super) log: Option<RawLog>,
-    #[serde(default)]
     pub(super) audit: Option<RawAudit>,
-    #[serde(default)]
     pub(super) http: Option<RawHttp>,
-    #[serde(default)]
     pub(super) node: Option<RawNode>,
-    #[serde(default)]
     pub(super) defaults: Option<RawDefaults>,
-    #[serde(default)]
     pub(super) group: Vec<Spanned<RawGroup>>,
-    #[serde(default)]
     pub(super) limit: Vec<Spanned<RawLimit>>,
-    #[serde(default)]
     pub(super) job: Vec<Spanned<RawJob>>,
 }
 

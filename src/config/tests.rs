@@ -268,8 +268,8 @@ fn http_refusals_name_the_key_and_what_was_expected() {
         ),
         (
             "listen = \"127.0.0.1:1\"\ntoken = \"inline\"",
-            "",
-            "unknown field `token`",
+            "http.token",
+            "unknown key `token`",
         ),
     ];
     for (http, key, message) in cases {

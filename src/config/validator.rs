@@ -112,8 +112,8 @@ impl Validator<'_> {
     }
 
     fn config(&mut self, raw: RawConfig) -> Option<Config> {
-        let zookeeper = self.zookeeper(raw.zookeeper);
-        let lock = self.lock(raw.lock);
+        let zookeeper = raw.zookeeper.and_then(|raw| self.zookeeper(raw));
+        let lock = raw.lock.and_then(|raw| self.lock(raw));
         let log = self.log(raw.log);
         let audit = self.audit(raw.audit);
         let http = raw.http.map(|raw| self.http(raw));

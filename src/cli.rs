@@ -5,6 +5,7 @@
 //! layout, raw ZooKeeper requests).
 
 mod audit;
+mod check;
 mod delayed;
 mod error;
 mod explain;
@@ -18,7 +19,6 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use chrono::Utc;
 use clap::{Args, Parser, Subcommand};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -80,34 +80,11 @@ enum Command {
     #[command(after_help = EXIT_CODES)]
     Run,
     /// Validate a schedule file and show each job's next three fire times in its own time zone.
-    #[command(after_help = EXIT_CODES)]
     ///
     /// It also warns about what would keep a job from starting on this host: a command that is
     /// not an executable file here, a working_dir that does not exist.
-    Check {
-        /// The schedule file to check, instead of --config's.
-        #[arg(value_name = "FILE")]
-        file: Option<PathBuf>,
-        /// Make those warnings errors (exit 2): for the hosts that run the jobs.
-        #[arg(long, conflicts_with = "lint")]
-        strict: bool,
-        /// Check the file alone, as CI can without this host's secrets: every key and value,
-        /// but no environment variable, file or program it names is looked up (each is named,
-        /// not read), and nothing is said about this host.
-        #[arg(long)]
-        lint: bool,
-        /// Show the next fires of JOB (of every job without one) with each daylight-saving
-        /// transition between them: which time is skipped or moved, which fires once or twice.
-        #[arg(long, value_name = "JOB", num_args = 0..=1, default_missing_value = "")]
-        explain: Option<String>,
-        /// With --explain: from this instant (RFC 3339, or a local date or date-time in the
-        /// job's zone) instead of now.
-        #[arg(long, value_name = "TIME", requires = "explain")]
-        from: Option<String>,
-        /// With --explain: how many fires per job.
-        #[arg(long, default_value_t = 10, requires = "explain")]
-        count: usize,
-    },
+    #[command(after_help = EXIT_CODES)]
+    Check(check::CheckArgs),
     /// Show the lock owner (node, ip, host, since, fencing token), the live members, and per
     /// job: next fire, last run, ticks recorded missed among the kept records, a run alive now.
     #[command(after_help = EXIT_CODES)]
@@ -255,26 +232,7 @@ impl Cli {
                 logging::init(loaded.log.format, &level);
                 run_daemon(path, loaded, shutdown, reloads).await
             }
-            Command::Check {
-                file,
-                strict,
-                lint,
-                explain,
-                from,
-                count,
-            } => {
-                let request = explain.as_deref().map(|job| explain::ExplainRequest {
-                    job: (!job.is_empty()).then_some(job),
-                    from: from.as_deref(),
-                    count,
-                });
-                let host = match (lint, strict) {
-                    (true, _) => HostChecks::None,
-                    (false, true) => HostChecks::Strict,
-                    (false, false) => HostChecks::Warn,
-                };
-                check(file.as_ref().unwrap_or(&path), host, request.as_ref())
-            }
+            Command::Check(args) => check::check(args, &path),
             Command::Status { json } => {
                 quiet("warn");
                 status::status(&client_config(&path)?, json).await
@@ -355,101 +313,6 @@ async fn run_daemon(
         launcher: zkcron::run::Launcher::this_binary(),
     };
     Ok(daemon::run(config, settings, shutdown, reloads).await?)
-}
-
-/// What `zkcron check` says about this host.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum HostChecks {
-    /// Nothing: the file alone (`--lint`).
-    None,
-    /// What would keep a job from starting here, as warnings.
-    Warn,
-    /// The same, as errors (`--strict`).
-    Strict,
-}
-
-fn check(
-    path: &Path,
-    host: HostChecks,
-    explain: Option<&explain::ExplainRequest<'_>>,
-) -> Result<(), CliError> {
-    let lookups = match host {
-        HostChecks::None => Lookups::Nothing,
-        HostChecks::Warn | HostChecks::Strict => Lookups::All,
-    };
-    let config = config::load_with(path, lookups)?;
-    let strict = host == HostChecks::Strict;
-    let mut warnings = 0;
-    for job in config.jobs.iter().filter(|_| host != HostChecks::None) {
-        for problem in zkcron::runner::preflight(&job.spec) {
-            warnings += 1;
-            eprintln!(
-                "zkcron: {}: {}: job \"{}\": {problem}",
-                if strict { "error" } else { "warning" },
-                path.display(),
-                job.spec.name
-            );
-        }
-    }
-    if strict && warnings > 0 {
-        return Err(CliError::Strict { problems: warnings });
-    }
-    let mut out = std::io::stdout().lock();
-    let now = Utc::now();
-    let alone = if host == HostChecks::None {
-        " (the file alone: nothing on this host looked up)"
-    } else {
-        ""
-    };
-    let mut lines = vec![format!(
-        "{}: valid, {} job(s){alone}",
-        path.display(),
-        config.jobs.len()
-    )];
-    if !config.defaults_shown.is_empty() {
-        lines.push(format!(
-            "[defaults], for every job that does not set its own: {}",
-            config.defaults_shown.join(", ")
-        ));
-    }
-    if let Some(request) = explain {
-        let file = path.display().to_string();
-        lines.extend(explain::explain(&config, &file, request, now)?);
-        return writeln!(out, "{}", lines.join("\n")).map_err(CliError::Stdout);
-    }
-    for job in &config.jobs {
-        let tz = job.timezone;
-        let state = if job.enabled { "" } else { "  (disabled)" };
-        let expression = job
-            .schedule
-            .as_ref()
-            .map_or("on demand (no schedule: fires when submitted)", |s| {
-                s.expression()
-            });
-        lines.push(format!(
-            "{}  {expression}  {}{state}",
-            job.spec.name,
-            tz.name()
-        ));
-        let upcoming = job.schedule.as_ref().map(|s| s.upcoming(now, 3));
-        for at in upcoming.into_iter().flatten() {
-            // With a jitter: when the tick starts, the same on every node.
-            let start = job.start_of(at);
-            let jittered = if start == at {
-                String::new()
-            } else {
-                format!(
-                    "  starts {} (jitter)",
-                    start.with_timezone(&tz).format("%H:%M:%S%.3f")
-                )
-            };
-            lines.push(format!(
-                "    {}{jittered}",
-                at.with_timezone(&tz).format("%Y-%m-%d %H:%M:%S %:z")
-            ));
-        }
-    }
-    writeln!(out, "{}", lines.join("\n")).map_err(CliError::Stdout)
 }
 
 /// How `zkcron history` prints its records.

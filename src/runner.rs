@@ -53,23 +53,40 @@ use output::log_output;
 /// A process the job left behind may hold stdout/stderr open for hours; the run is over anyway.
 pub const OUTPUT_DRAIN_AFTER_EXIT: Duration = Duration::from_secs(1);
 
+/// One thing that would keep a job from starting on this host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unstartable {
+    /// The job's key it is about: `command` or `working_dir`.
+    pub key: &'static str,
+    pub why: String,
+}
+
 /// What would keep `spec` from starting on this host, found without starting it: a command
 /// that is not an executable file here (looked up on this process's `PATH` when it has no `/`),
 /// a working directory that is not a directory. For `zkcron check`: warnings, since a schedule
 /// file may be checked on another host than the ones that run it.
-pub fn preflight(spec: &JobSpec) -> Vec<String> {
+pub fn preflight(spec: &JobSpec) -> Vec<Unstartable> {
     let mut problems = Vec::new();
     if let Program::Argv(argv) = &spec.program {
-        if let Some(Err(why)) = argv.first().map(|program| executable(program)) {
-            problems.push(format!("command {:?}: {why}", argv[0]));
+        if let Some((program, Err(why))) =
+            argv.first().map(|program| (program, executable(program)))
+        {
+            problems.push(Unstartable {
+                key: "command",
+                why: format!("{program:?}: {why}"),
+            });
         }
     }
     if let Some(dir) = &spec.working_dir {
-        match std::fs::metadata(dir) {
-            Ok(meta) if meta.is_dir() => {}
-            Ok(_) => problems.push(format!("working_dir {}: not a directory", dir.display())),
-            Err(err) => problems.push(format!("working_dir {}: {err}", dir.display())),
-        }
+        let why = match std::fs::metadata(dir) {
+            Ok(meta) if meta.is_dir() => None,
+            Ok(_) => Some(format!("{}: not a directory", dir.display())),
+            Err(err) => Some(format!("{}: {err}", dir.display())),
+        };
+        problems.extend(why.map(|why| Unstartable {
+            key: "working_dir",
+            why,
+        }));
     }
     problems
 }

@@ -323,8 +323,8 @@ fn a_command_or_working_dir_missing_on_this_host_is_a_warning_and_with_strict_an
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "warnings only: {stderr}");
     for words in [
-        format!("warning: {path}: job \"report\": command \"/nonexistent/report\""),
-        format!("warning: {path}: job \"report\": working_dir /nonexistent/dir"),
+        format!("warning: {path}:10:11: job \"report\": command: \"/nonexistent/report\""),
+        format!("warning: {path}:11:15: job \"report\": working_dir: /nonexistent/dir"),
     ] {
         assert!(stderr.contains(&words), "{words:?} in {stderr}");
     }
@@ -344,6 +344,95 @@ fn a_command_or_working_dir_missing_on_this_host_is_a_warning_and_with_strict_an
     let stderr = String::from_utf8_lossy(&strict.stderr);
     assert_eq!(strict.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("2 problem(s)"), "{stderr}");
+
+    // The file alone says nothing about this host.
+    let lint = Command::new(env!("CARGO_BIN_EXE_zkcron"))
+        .args(["check", "--lint"])
+        .arg(&file)
+        .output()
+        .expect("run zkcron check --lint");
+    let stderr = String::from_utf8_lossy(&lint.stderr);
+    assert_eq!(lint.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("warning"), "{stderr}");
+}
+
+/// `zkcron check --json FILE`: its exit code and its document.
+fn check_json(text: &str) -> (Option<i32>, serde_json::Value) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("zkcron.toml");
+    std::fs::write(&file, text).expect("write");
+    let output = Command::new(env!("CARGO_BIN_EXE_zkcron"))
+        .args(["check", "--json"])
+        .arg(&file)
+        .output()
+        .expect("run zkcron check --json");
+    let document = serde_json::from_slice(&output.stdout).unwrap_or_else(|err| {
+        panic!(
+            "one JSON document ({err}): {}\n{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    (output.status.code(), document)
+}
+
+#[test]
+fn check_json_gives_ci_every_problem_located_and_each_jobs_next_fires() {
+    let (code, bad) = check_json(&job(
+        "schedule = \"@daily\"\nshell = \"true\"\nkill_grace = 10\nretrys = 2",
+    ));
+    assert_eq!(code, Some(2), "{bad}");
+    assert_eq!(bad["valid"], false);
+    let problems = bad["problems"].as_array().expect("problems");
+    let told: Vec<(i64, &str)> = problems
+        .iter()
+        .map(|p| {
+            (
+                p["line"].as_i64().unwrap_or(0),
+                p["key"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        told,
+        [
+            (11, "job \"report\": kill_grace"),
+            (12, "job \"report\": retrys")
+        ],
+        "{bad}"
+    );
+    assert!(problems.iter().all(|p| p["severity"] == "error"), "{bad}");
+
+    let (code, good) = check_json(&format!(
+        "{HEAD}\n[defaults]\nretries = 1\n\n[[job]]\nname = \"nightly\"\nschedule = \"0 30 2 * * *\"\n\
+         timezone = \"Europe/Berlin\"\ncommand = [\"/nonexistent/report\"]\n\n\
+         [[job]]\nname = \"deliver\"\ncommand = [\"/bin/cat\"]\n"
+    ));
+    assert_eq!(code, Some(0), "{good}");
+    assert_eq!(good["valid"], true);
+    assert_eq!(good["defaults"], serde_json::json!(["retries = 1"]));
+    let warning = &good["problems"][0];
+    assert_eq!(
+        (&warning["severity"], &warning["line"], &warning["key"]),
+        (
+            &serde_json::json!("warning"),
+            &serde_json::json!(14),
+            &serde_json::json!("job \"nightly\": command")
+        ),
+        "{good}"
+    );
+    let nightly = &good["jobs"][0];
+    assert_eq!(nightly["timezone"], "Europe/Berlin");
+    let next = nightly["next"].as_array().expect("next fires");
+    assert_eq!(next.len(), 3, "{good}");
+    assert!(
+        next.iter().all(|fire| fire["at"]
+            .as_str()
+            .is_some_and(|at| at.contains("T02:30:00+0"))),
+        "{good}"
+    );
+    assert_eq!(good["jobs"][1]["schedule"], serde_json::Value::Null);
+    assert_eq!(good["jobs"][1]["next"], serde_json::json!([]));
 }
 
 /// `check --explain` over a spring-forward and a fall-back (issue 20): where Kubernetes CronJob

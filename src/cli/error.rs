@@ -43,6 +43,8 @@ pub enum CliError {
     },
     #[error("{problems} problem(s) would keep jobs from starting on this host (--strict)")]
     Strict { problems: usize },
+    #[error("{}: {problems} problem(s), listed in the JSON on stdout", file.display())]
+    Invalid { file: PathBuf, problems: usize },
     #[error(transparent)]
     Zk(#[from] ZkError),
     #[error(transparent)]
@@ -88,7 +90,8 @@ impl CliError {
             | CliError::Usage(_)
             | CliError::Explain(_)
             | CliError::Backfill(_)
-            | CliError::Strict { .. } => ExitCode::from(2),
+            | CliError::Strict { .. }
+            | CliError::Invalid { .. } => ExitCode::from(2),
             CliError::Delayed(err) if err.is_refusal() => ExitCode::from(2),
             CliError::Steer(err) if err.is_refusal() => ExitCode::from(2),
             CliError::Steer(SteerError::NotHandedOver { .. }) => ExitCode::from(3),

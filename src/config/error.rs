@@ -45,10 +45,7 @@ pub struct Problem {
 impl ConfigError {
     /// Line and column (1-based) of a byte offset; never panics on a bad offset.
     pub fn line_col(&self, offset: usize) -> (usize, usize) {
-        let before = self.text.get(..offset).unwrap_or(&self.text);
-        let line = before.matches('\n').count() + 1;
-        let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-        (line, col)
+        line_col(&self.text, offset)
     }
 
     /// `file:line:col: context: message` lines, each with the offending line and a caret.
@@ -91,6 +88,14 @@ impl ConfigError {
         }
         out
     }
+}
+
+/// Line and column (1-based) of byte `offset` of `text`; never panics on a bad offset.
+pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = text.get(..offset).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, col)
 }
 
 /// Whether a line of the file may hold a secret: a key that names a credential (`auth`,

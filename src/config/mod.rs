@@ -39,7 +39,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-pub use self::error::{ConfigError, LoadError, Problem};
+pub use self::error::{ConfigError, LoadError, Problem, line_col};
 pub use self::model::{
     AuditConfig, Concurrency, Config, GroupConfig, HISTORY_LIMIT, HttpConfig, JobConfig,
     KeepOutput, LimitConfig, LockConfig, LogConfig, LogFormat, MAX_RUNNING_LIMIT, Misfire,
@@ -199,6 +199,12 @@ pub fn parse_with(
             Err(fail(problems))
         }
     }
+}
+
+/// Where `key` of the job named `job` is in the schedule text `text`, if it is there: for a
+/// problem found after the load (`zkcron check`'s warnings) to name its line.
+pub fn locate(text: &str, job: &str, key: &str) -> Option<std::ops::Range<usize>> {
+    reader::locate(text, job, key)
 }
 
 /// The jobs of `tables` (`[[job]]` tables, each with its name and what it runs) in the smallest

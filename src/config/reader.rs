@@ -234,6 +234,23 @@ impl Reader {
     }
 }
 
+/// Where `key` of the job named `job` is in `text` (its value), if the text has it; `text` is
+/// read again, for a warning found after the load.
+pub(super) fn locate(text: &str, job: &str, key: &str) -> Option<Range<usize>> {
+    let (root, _) = DeTable::parse_recoverable(text);
+    let root = root.into_inner();
+    let DeValue::Array(jobs) = root.get("job")?.get_ref() else {
+        return None;
+    };
+    jobs.iter().find_map(|table| {
+        let DeValue::Table(table) = table.get_ref() else {
+            return None;
+        };
+        let named = table.get("name")?.get_ref().as_str() == Some(job);
+        named.then(|| table.get(key).map(Spanned::span)).flatten()
+    })
+}
+
 /// The key of `table` whose key or value holds byte `offset`.
 fn key_at(table: &DeTable<'_>, offset: usize) -> Option<String> {
     table.iter().find_map(|(key, value)| {

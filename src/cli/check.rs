@@ -1,0 +1,288 @@
+//! `zkcron check`: a schedule file's problems, or its jobs with their next fires; as text for a
+//! person or as one JSON document for CI (`--json`).
+//!
+//! Owns: what check looks up (`--lint`: nothing on this host), this host's warnings (a command
+//! or working_dir missing here) located in the file, and both outputs' shapes.
+//! Must not: decide what a problem is (the config module does) or compute ticks (the schedule
+//! does).
+
+use std::path::Path;
+
+use chrono::{DateTime, Utc};
+use clap::Args;
+use serde_json::json;
+
+use zkcron::config::{self, Config, ConfigError, JobConfig, LoadError, Lookups};
+
+use super::error::{CliError, print_lines};
+use super::explain;
+
+/// How many next fires each job shows.
+const NEXT_FIRES: usize = 3;
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The schedule file to check, instead of --config's.
+    #[arg(value_name = "FILE")]
+    file: Option<std::path::PathBuf>,
+    /// Make this host's warnings errors (exit 2): for the hosts that run the jobs.
+    #[arg(long, conflicts_with = "lint")]
+    strict: bool,
+    /// Check the file alone, as CI can without this host's secrets: every key and value, but no
+    /// environment variable, file or program it names is looked up (each is named, not read),
+    /// and nothing is said about this host.
+    #[arg(long)]
+    lint: bool,
+    /// One JSON document on stdout (docs/API.md, "zkcron check --json"): the problems, each
+    /// with its line, column, key and severity, and for a good file each job with its next
+    /// fires. The exit code is the text mode's.
+    #[arg(long, conflicts_with = "explain")]
+    json: bool,
+    /// Show the next fires of JOB (of every job without one) with each daylight-saving
+    /// transition between them: which time is skipped or moved, which fires once or twice.
+    #[arg(long, value_name = "JOB", num_args = 0..=1, default_missing_value = "")]
+    explain: Option<String>,
+    /// With --explain: from this instant (RFC 3339, or a local date or date-time in the job's
+    /// zone) instead of now.
+    #[arg(long, value_name = "TIME", requires = "explain")]
+    from: Option<String>,
+    /// With --explain: how many fires per job.
+    #[arg(long, default_value_t = 10, requires = "explain")]
+    count: usize,
+}
+
+/// One warning about this host, located in the file.
+struct Warning {
+    job: String,
+    key: &'static str,
+    why: String,
+    /// Line and column of the key's value, when the file has the key.
+    at: Option<(usize, usize)>,
+}
+
+/// Runs `zkcron check` on `args.file`, else on `config_path`.
+pub fn check(args: CheckArgs, config_path: &Path) -> Result<(), CliError> {
+    let path = args.file.as_deref().unwrap_or(config_path);
+    let lookups = if args.lint {
+        Lookups::Nothing
+    } else {
+        Lookups::All
+    };
+    let config = match config::load_with(path, lookups) {
+        Ok(config) => config,
+        Err(LoadError::Invalid(err)) if args.json => {
+            print_lines(&[json_document(path, args.lint, Err(&err), &[], false).to_string()])?;
+            return Err(CliError::Invalid {
+                file: path.to_owned(),
+                problems: err.problems.len(),
+            });
+        }
+        Err(err) => return Err(err.into()),
+    };
+    let warnings = if args.lint {
+        Vec::new()
+    } else {
+        warnings(path, &config)
+    };
+    let now = Utc::now();
+    if args.json {
+        let document = json_document(path, args.lint, Ok(&config), &warnings, args.strict);
+        print_lines(&[document.to_string()])?;
+    } else {
+        for warning in &warnings {
+            let severity = if args.strict { "error" } else { "warning" };
+            let at = warning
+                .at
+                .map_or(String::new(), |(line, col)| format!("{line}:{col}:"));
+            eprintln!(
+                "zkcron: {severity}: {}:{at} job {:?}: {}: {}",
+                path.display(),
+                warning.job,
+                warning.key,
+                warning.why
+            );
+        }
+    }
+    if args.strict && !warnings.is_empty() {
+        return Err(CliError::Strict {
+            problems: warnings.len(),
+        });
+    }
+    if args.json {
+        return Ok(());
+    }
+    let mut lines = summary(path, &config, args.lint);
+    match args.explain.as_deref() {
+        Some(job) => {
+            let request = explain::ExplainRequest {
+                job: (!job.is_empty()).then_some(job),
+                from: args.from.as_deref(),
+                count: args.count,
+            };
+            let file = path.display().to_string();
+            lines.extend(explain::explain(&config, &file, &request, now)?);
+        }
+        None => lines.extend(config.jobs.iter().flat_map(|job| job_lines(job, now))),
+    }
+    print_lines(&lines)
+}
+
+/// What would keep each job from starting on this host, with where the file says it.
+fn warnings(path: &Path, config: &Config) -> Vec<Warning> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    config
+        .jobs
+        .iter()
+        .flat_map(|job| {
+            let name = job.spec.name.as_str();
+            zkcron::runner::preflight(&job.spec)
+                .into_iter()
+                .map(|unstartable| Warning {
+                    job: name.to_owned(),
+                    key: unstartable.key,
+                    why: unstartable.why,
+                    at: config::locate(&text, name, unstartable.key)
+                        .map(|span| config::line_col(&text, span.start)),
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The first lines: the file is valid, and what `[defaults]` sets.
+fn summary(path: &Path, config: &Config, lint: bool) -> Vec<String> {
+    let alone = if lint {
+        " (the file alone: nothing on this host looked up)"
+    } else {
+        ""
+    };
+    let mut lines = vec![format!(
+        "{}: valid, {} job(s){alone}",
+        path.display(),
+        config.jobs.len()
+    )];
+    if !config.defaults_shown.is_empty() {
+        lines.push(format!(
+            "[defaults], for every job that does not set its own: {}",
+            config.defaults_shown.join(", ")
+        ));
+    }
+    lines
+}
+
+/// A job's line and its next fires in its own zone.
+fn job_lines(job: &JobConfig, now: DateTime<Utc>) -> Vec<String> {
+    let tz = job.timezone;
+    let state = if job.enabled { "" } else { "  (disabled)" };
+    let expression = job
+        .schedule
+        .as_ref()
+        .map_or("on demand (no schedule: fires when submitted)", |s| {
+            s.expression()
+        });
+    let mut lines = vec![format!(
+        "{}  {expression}  {}{state}",
+        job.spec.name,
+        tz.name()
+    )];
+    for at in next_fires(job, now) {
+        // With a jitter: when the tick starts, the same on every node.
+        let start = job.start_of(at);
+        let jittered = if start == at {
+            String::new()
+        } else {
+            format!(
+                "  starts {} (jitter)",
+                start.with_timezone(&tz).format("%H:%M:%S%.3f")
+            )
+        };
+        lines.push(format!(
+            "    {}{jittered}",
+            at.with_timezone(&tz).format("%Y-%m-%d %H:%M:%S %:z")
+        ));
+    }
+    lines
+}
+
+fn next_fires(job: &JobConfig, now: DateTime<Utc>) -> Vec<DateTime<Utc>> {
+    job.schedule
+        .as_ref()
+        .map(|schedule| schedule.upcoming(now, NEXT_FIRES))
+        .unwrap_or_default()
+}
+
+/// `check --json`'s document (docs/API.md).
+fn json_document(
+    path: &Path,
+    lint: bool,
+    loaded: Result<&Config, &ConfigError>,
+    warnings: &[Warning],
+    strict: bool,
+) -> serde_json::Value {
+    let mut problems: Vec<serde_json::Value> = Vec::new();
+    if let Err(err) = loaded {
+        for problem in &err.problems {
+            let (line, column) = problem
+                .span
+                .as_ref()
+                .map(|span| err.line_col(span.start))
+                .map_or((None, None), |(line, col)| (Some(line), Some(col)));
+            problems.push(json!({
+                "severity": "error",
+                "line": line,
+                "column": column,
+                "key": problem.context,
+                "message": problem.message,
+            }));
+        }
+    }
+    for warning in warnings {
+        problems.push(json!({
+            "severity": if strict { "error" } else { "warning" },
+            "line": warning.at.map(|(line, _)| line),
+            "column": warning.at.map(|(_, col)| col),
+            "key": format!("job {:?}: {}", warning.job, warning.key),
+            "message": warning.why,
+        }));
+    }
+    let now = Utc::now();
+    let (jobs, defaults) = match loaded {
+        Ok(config) => (
+            config.jobs.iter().map(|job| json_job(job, now)).collect(),
+            config.defaults_shown.clone(),
+        ),
+        Err(_) => (Vec::new(), Vec::new()),
+    };
+    let strict_failed = strict && !warnings.is_empty();
+    let valid = loaded.is_ok() && !strict_failed;
+    json!({
+        "file": path.display().to_string(),
+        "valid": valid,
+        "lint": lint,
+        "problems": problems,
+        "defaults": defaults,
+        "jobs": jobs,
+    })
+}
+
+fn json_job(job: &JobConfig, now: DateTime<Utc>) -> serde_json::Value {
+    let tz = job.timezone;
+    let next: Vec<serde_json::Value> = next_fires(job, now)
+        .into_iter()
+        .map(|at| {
+            json!({
+                "at": at.with_timezone(&tz).to_rfc3339(),
+                "unix_ms": at.timestamp_millis(),
+                "starts_unix_ms": job.start_of(at).timestamp_millis(),
+            })
+        })
+        .collect();
+    json!({
+        "name": job.spec.name.as_str(),
+        "schedule": job.schedule.as_ref().map(|s| s.expression()),
+        "timezone": tz.name(),
+        "enabled": job.enabled,
+        "group": job.group,
+        "next": next,
+    })
+}

@@ -40,6 +40,29 @@ pub enum DaemonError {
     Lock(#[from] DriverError),
     #[error(transparent)]
     Http(#[from] BindError),
+    #[error("job {job:?} runs as user {user:?}, and {why}")]
+    CannotRunAs {
+        job: String,
+        user: String,
+        why: String,
+    },
+}
+
+/// The first job whose `user` this daemon cannot become.
+fn users_out_of_reach(config: &Config) -> Result<(), DaemonError> {
+    for job in &config.jobs {
+        let Some(user) = job.spec.user.as_deref() else {
+            continue;
+        };
+        if let Some(why) = crate::runner::cannot_run_as(user) {
+            return Err(DaemonError::CannotRunAs {
+                job: job.spec.name.to_string(),
+                user: user.name.clone(),
+                why,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// What `run` needs besides the schedule.
@@ -65,6 +88,8 @@ pub async fn run(
     shutdown: CancellationToken,
     reloads: mpsc::UnboundedReceiver<()>,
 ) -> Result<(), DaemonError> {
+    // Said at the start, not found at a job's first run.
+    users_out_of_reach(&config)?;
     let zk = config.zookeeper.settings();
     let paths = config.lock.paths();
     let heard = Arc::new(Heard::default());
@@ -509,15 +534,25 @@ fn warm(deliveries: &Arc<crate::delivery::Deliveries>, jobs: &Jobs) {
 fn reload(path: &std::path::Path, current: &Config) -> Option<Config> {
     match config::load(path) {
         Ok(new) => {
+            if let Err(err) = users_out_of_reach(&new) {
+                tracing::error!(
+                    path = %path.display(),
+                    error = %err,
+                    "reload refused; keeping the current schedule"
+                );
+                return None;
+            }
             if new.zookeeper != current.zookeeper
                 || new.lock != current.lock
                 || new.http != current.http
                 || new.groups != current.groups
                 || new.node != current.node
+                || new.log != current.log
+                || new.audit != current.audit
             {
                 tracing::warn!(
                     path = %path.display(),
-                    "[zookeeper], [lock], [http], [node] and [[group]] changes take effect only after a restart; jobs are reloaded"
+                    "[zookeeper], [lock], [http], [node], [log], [audit] and [[group]] changes take effect only after a restart; jobs are reloaded"
                 );
             }
             let enabled = new.jobs.iter().filter(|job| job.enabled).count();

@@ -413,6 +413,7 @@ mod tests {
             timeout: None,
             kill_grace: Duration::ZERO,
             launcher: Launcher::Direct,
+            user: None,
         }
     }
 

@@ -27,7 +27,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::ids::JobName;
-use crate::run::{JobSpec, Launcher, OutputTail, Program, RunContext, RunOutcome, RunReport};
+use crate::run::{
+    JobSpec, Launcher, OutputTail, Program, RunAs, RunContext, RunOutcome, RunReport,
+};
 
 mod error;
 mod group;
@@ -52,6 +54,31 @@ use output::log_output;
 ///
 /// A process the job left behind may hold stdout/stderr open for hours; the run is over anyway.
 pub const OUTPUT_DRAIN_AFTER_EXIT: Duration = Duration::from_secs(1);
+
+/// Why this process cannot start jobs as `user`, if it cannot: it is another user and lacks
+/// `CAP_SETUID` or `CAP_SETGID` (it is not root, or its unit took them away).
+pub fn cannot_run_as(user: &RunAs) -> Option<String> {
+    let (uid, gid) = (nix::unistd::geteuid(), nix::unistd::getegid());
+    if uid.as_raw() == user.uid && gid.as_raw() == user.gid {
+        return None;
+    }
+    // CAP_SETGID is bit 6, CAP_SETUID bit 7 of the effective set (capabilities(7)).
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let effective = status
+        .lines()
+        .find_map(|line| line.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .unwrap_or(0);
+    let needed = (1 << 6) | (1 << 7);
+    (effective & needed != needed).then(|| {
+        format!(
+            "this daemon runs as uid {uid} without CAP_SETUID and CAP_SETGID, so it cannot start \
+             a job as user {:?} (uid {}): run it as root (the unit's default) or give it both \
+             capabilities (AmbientCapabilities=CAP_SETUID CAP_SETGID)",
+            user.name, user.uid
+        )
+    })
+}
 
 /// One thing that would keep a job from starting on this host.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -492,6 +519,7 @@ mod tests {
             timeout: None,
             kill_grace: Duration::ZERO,
             launcher: Launcher::Direct,
+            user: None,
         };
         let env = contract_env(&spec, &ctx);
         assert_eq!(env[2].1, "2026-11-22T02:30:00.007Z");

@@ -69,6 +69,8 @@ fn bad_configs_are_refused_with_line_and_key() {
         ("http client cert without key", job("http = { url = \"https://orders/x\", client_cert = \"/etc/hostname\" }"), 9, "set both client_cert and client_key"),
         ("http bad version", job("http = { url = \"http://orders/x\", version = \"3\" }"), 9, "http.version: expected \"auto\", \"http1\" or \"http2\""),
         ("http unknown key", job("http = { url = \"http://orders/x\", verb = \"POST\" }"), 9, "job \"report\": http: unknown key `verb`"),
+        ("unknown user", job("shell = \"true\"\nuser = \"zkcron-no-such-user\""), 10, "job \"report\": user: no user \"zkcron-no-such-user\" on this host"),
+        ("user beside http", job("user = \"root\"\nhttp = { url = \"http://orders/x\" }"), 9, "job \"report\": user: applies to a process; this job's target is http"),
         ("working_dir beside http", job("working_dir = \"/tmp\"\nhttp = { url = \"http://orders/x\" }"), 9, "job \"report\": working_dir: applies to a process; this job's target is http"),
         ("on_failure program missing", job("shell = \"true\"\non_failure = [\"/nonexistent/page\", \"--team\", \"ops\"]"), 10, "job \"report\": on_failure: cannot use /nonexistent/page"),
         ("on_failure program not on PATH", job("shell = \"true\"\non_failure = [\"zkcron-no-such-pager\"]"), 10, "no executable \"zkcron-no-such-pager\" on PATH"),

@@ -76,6 +76,7 @@ fn spec(name: &str, program: Program) -> JobSpec {
         timeout: None,
         kill_grace: GRACE,
         launcher: Launcher::Direct,
+        user: None,
     }
 }
 
@@ -907,7 +908,7 @@ async fn the_launcher_refuses_to_run_a_job_whose_daemon_is_not_its_parent() {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_zkcron"))
         .arg(zkcron::runner::LAUNCHER_ARG)
         .arg("1") // not our parent
-        .args(["now", "0"])
+        .args(["now", "0", "-"])
         .args(["/bin/sh", "-c", "touch \"$0\""])
         .arg(&marker)
         .output()
@@ -924,7 +925,7 @@ async fn the_launcher_refuses_to_run_a_job_whose_daemon_is_not_its_parent() {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_zkcron"))
         .arg(zkcron::runner::LAUNCHER_ARG)
         .arg(std::process::id().to_string())
-        .args(["now", "0"])
+        .args(["now", "0", "-"])
         .args(["/bin/sh", "-c", "touch \"$0\""])
         .arg(&marker)
         .output()
@@ -954,7 +955,7 @@ fn launcher_output(start: &str, line: &str, input: &[u8]) -> std::process::Outpu
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_zkcron"))
         .arg(zkcron::runner::LAUNCHER_ARG)
         .arg(std::process::id().to_string())
-        .args([start, "0", "/bin/sh", "-c", line])
+        .args([start, "0", "-", "/bin/sh", "-c", line])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

@@ -98,6 +98,7 @@ impl CliError {
             CliError::Lock(err) | CliError::Daemon(DaemonError::Lock(err)) if duplicate(err) => {
                 ExitCode::from(2)
             }
+            CliError::Daemon(DaemonError::CannotRunAs { .. }) => ExitCode::from(2),
             _ => ExitCode::from(1),
         }
     }

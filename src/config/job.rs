@@ -47,6 +47,7 @@ impl Validator<'_> {
             ("working_dir", raw.working_dir.as_ref().map(Spanned::span)),
             ("env", raw.env.as_ref().map(Spanned::span)),
             ("kill_grace", raw.kill_grace.as_ref().map(Spanned::span)),
+            ("user", raw.user.as_ref().map(Spanned::span)),
         ];
         let is_process = raw.http.is_none();
         let program = match raw.http {
@@ -64,6 +65,11 @@ impl Validator<'_> {
             BTreeMap::new()
         };
         env.extend(self.job_env(raw.env, job));
+        let user = match raw.user {
+            Some(user) if is_process => self.job_user(Some(user), job),
+            Some(_) => None,
+            None => d.user.clone().filter(|_| is_process),
+        };
         let timeout = match raw.timeout {
             Some(timeout) => self.job_timeout(Some(timeout), job),
             None => d.timeout,
@@ -101,6 +107,7 @@ impl Validator<'_> {
             timeout,
             kill_grace,
             launcher: Launcher::Direct,
+            user,
         };
         let history = self.job_history(raw.history, job, d.history);
         let max_running = self.job_max_running(raw.max_running, job, d.max_running);
@@ -255,7 +262,7 @@ impl Validator<'_> {
         http: Spanned<super::schema::RawHttpTarget>,
         command: Option<Spanned<Vec<String>>>,
         shell: Option<Spanned<String>>,
-        process_only: [(&str, Option<Range<usize>>); 3],
+        process_only: [(&str, Option<Range<usize>>); 4],
         job: JobContext<'_>,
     ) -> Option<Program> {
         let other = command

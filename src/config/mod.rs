@@ -32,6 +32,7 @@ mod model;
 mod notices;
 mod reader;
 mod schema;
+mod user;
 mod validator;
 mod zookeeper;
 

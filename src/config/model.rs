@@ -366,6 +366,7 @@ pub(super) struct JobDefaults {
     pub(super) working_dir: Option<PathBuf>,
     /// Under the job's own `env`, which wins key by key.
     pub(super) env: BTreeMap<String, String>,
+    pub(super) user: Option<Arc<crate::run::RunAs>>,
     pub(super) timeout: Option<Duration>,
     pub(super) kill_grace: Duration,
     pub(super) on_lost: OnLost,
@@ -394,6 +395,7 @@ impl Default for JobDefaults {
             timezone: chrono_tz::UTC,
             working_dir: None,
             env: BTreeMap::new(),
+            user: None,
             timeout: None,
             kill_grace: Duration::from_secs(10),
             on_lost: OnLost::Cancel,

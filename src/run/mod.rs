@@ -17,5 +17,5 @@ pub use claim::{Claim, ClaimMode};
 pub use notice::{Notice, NoticeChannels, NoticeKind, Webhook};
 pub use outcome::{OUTPUT_KEPT, OutputTail, RESPONSE_KEPT, RunOutcome, RunReport};
 pub use record::{RecordError, RunRecord, RunStatus};
-pub use spec::{ContractKey, JobSpec, Launcher, Program, RunContext, SubmissionInput};
+pub use spec::{ContractKey, JobSpec, Launcher, Program, RunAs, RunContext, SubmissionInput};
 pub use target::{HttpTarget, HttpTls, HttpVersion, Resend};

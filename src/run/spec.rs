@@ -57,6 +57,21 @@ pub struct JobSpec {
     pub kill_grace: Duration,
     /// How the process is made (the daemon uses its own binary; see [`Launcher`]).
     pub launcher: Launcher,
+    /// The user the process runs as; `None`: the daemon's.
+    pub user: Option<Arc<RunAs>>,
+}
+
+/// The user a job's process runs as (`[[job]] user`), found in the user database when the
+/// schedule was loaded: its ids, its groups and its home.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunAs {
+    pub name: String,
+    pub uid: u32,
+    /// Its primary group.
+    pub gid: u32,
+    /// Every group it is a member of (`getgrouplist`), the primary one among them.
+    pub groups: Vec<u32>,
+    pub home: PathBuf,
 }
 
 impl JobSpec {

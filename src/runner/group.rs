@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::ids::JobName;
-use crate::run::{JobSpec, Program, RunContext, RunOutcome};
+use crate::run::{JobSpec, Program, RunAs, RunContext, RunOutcome};
 
 use super::error::StartError;
 use super::launch::{self, Start};
@@ -154,6 +154,27 @@ impl Drop for ClonedChild {
     }
 }
 
+/// Who the job's process becomes, when it has a `user`.
+fn credentials(user: &RunAs) -> spawn::Credentials {
+    spawn::Credentials {
+        uid: user.uid,
+        gid: user.gid,
+        groups: user.groups.clone(),
+    }
+}
+
+/// `HOME`, `USER` and `LOGNAME` of a job with a `user`, as a login would set them; the job's own
+/// `env` may still say otherwise.
+fn user_env(spec: &JobSpec) -> Vec<(&'static str, OsString)> {
+    spec.user.as_deref().map_or_else(Vec::new, |user| {
+        vec![
+            ("HOME", user.home.clone().into_os_string()),
+            ("USER", OsString::from(&user.name)),
+            ("LOGNAME", OsString::from(&user.name)),
+        ]
+    })
+}
+
 /// The job's program and arguments, or why it has none.
 fn program_of(spec: &JobSpec) -> Result<(&str, Vec<&str>), StartError> {
     let job = &spec.name;
@@ -192,6 +213,11 @@ impl Group {
         check_working_dir(spec)?;
         let mut env: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
         env.extend(
+            user_env(spec)
+                .into_iter()
+                .map(|(key, value)| (OsString::from(key), value)),
+        );
+        env.extend(
             spec.env
                 .iter()
                 .map(|(key, value)| (OsString::from(key), OsString::from(value))),
@@ -210,6 +236,7 @@ impl Group {
             env,
             working_dir: spec.working_dir.clone(),
             piped_stdin: ctx.submission.is_some(),
+            user: spec.user.as_deref().map(credentials),
         };
         let spawn_error = |source| StartError::Spawn {
             job: job.clone(),
@@ -263,8 +290,9 @@ impl Group {
         check_working_dir(spec)?;
         // The launcher sets the death signal, then execs the program in its place.
         let mut command = CommandWrap::with_new(launcher, |command| {
+            let user = spec.user.as_deref().map(credentials);
             command
-                .args(launch::launcher_args(start, not_before))
+                .args(launch::launcher_args(start, not_before, user.as_ref()))
                 .arg(program)
                 .args(args);
         });
@@ -278,6 +306,7 @@ impl Group {
                 })
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
+                .envs(user_env(spec))
                 .envs(&spec.env);
             for key in SYSTEMD_VARS {
                 command.env_remove(key);

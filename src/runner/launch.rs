@@ -22,10 +22,13 @@ use std::process::{ExitCode, Stdio};
 use chrono::{DateTime, Utc};
 use nix::sys::time::TimeSpec;
 use nix::time::{ClockId, ClockNanosleepFlags};
+use nix::unistd::{Gid, Uid};
+
+use super::spawn::Credentials;
 
 /// The first argument that makes the zkcron binary the launcher of one job:
-/// `zkcron __launch-job <daemon pid> <when> <not before: unix ns> <program> [args...]`. Not a
-/// command for people.
+/// `zkcron __launch-job <daemon pid> <when> <not before: unix ns> <user> <program> [args...]`.
+/// Not a command for people.
 pub const LAUNCHER_ARG: &str = "__launch-job";
 
 /// The byte the daemon writes to a waiting launcher's stdin to start its job.
@@ -59,16 +62,55 @@ impl Start {
 }
 
 /// The launcher's part of a job's command line, before the job's own program and arguments:
-/// the job execs on `start`, and not before `not_before`.
-pub(super) fn launcher_args(start: Start, not_before: Option<DateTime<Utc>>) -> [OsString; 4] {
+/// the job execs on `start`, not before `not_before`, as `user` (`-`: as the daemon's user).
+pub(super) fn launcher_args(
+    start: Start,
+    not_before: Option<DateTime<Utc>>,
+    user: Option<&Credentials>,
+) -> [OsString; 5] {
     // Past 2262 no i64 of nanoseconds reaches: held as long as can be said.
     let nanos = not_before.map_or(0, |at| at.timestamp_nanos_opt().unwrap_or(i64::MAX));
+    let user = user.map_or_else(
+        || "-".to_owned(),
+        |user| {
+            let groups: Vec<String> = user.groups.iter().map(u32::to_string).collect();
+            format!("{}:{}:{}", user.uid, user.gid, groups.join(","))
+        },
+    );
     [
         OsString::from(LAUNCHER_ARG),
         OsString::from(std::process::id().to_string()),
         OsString::from(start.arg()),
         OsString::from(nanos.to_string()),
+        OsString::from(user),
     ]
+}
+
+/// `uid:gid:group,group…` as [`launcher_args`] writes it; `-`: none.
+fn parse_user(arg: &OsStr) -> Option<Option<Credentials>> {
+    let arg = arg.to_str()?;
+    if arg == "-" {
+        return Some(None);
+    }
+    let mut parts = arg.splitn(3, ':');
+    let uid = parts.next()?.parse().ok()?;
+    let gid = parts.next()?.parse().ok()?;
+    let groups = parts
+        .next()?
+        .split(',')
+        .filter(|group| !group.is_empty())
+        .map(|group| group.parse().ok())
+        .collect::<Option<Vec<u32>>>()?;
+    Some(Some(Credentials { uid, gid, groups }))
+}
+
+/// Becomes `user`: its groups, its group, then its user id, the order in which each step is
+/// still allowed.
+fn become_user(user: &Credentials) -> nix::Result<()> {
+    let groups: Vec<Gid> = user.groups.iter().copied().map(Gid::from_raw).collect();
+    nix::unistd::setgroups(&groups)?;
+    nix::unistd::setgid(Gid::from_raw(user.gid))?;
+    nix::unistd::setuid(Uid::from_raw(user.uid))
 }
 
 /// The launcher mode: `args` are what follows [`LAUNCHER_ARG`]. Sets the parent-death signal,
@@ -79,12 +121,20 @@ pub(super) fn launcher_args(start: Start, not_before: Option<DateTime<Utc>>) -> 
 /// codes a shell uses, with the reason on stderr, which the runner logs; 0 when the daemon gave
 /// the run up before its go.
 pub fn launch_job(args: &[OsString]) -> ExitCode {
-    let (Some(daemon), Some(start), Some(not_before), Some(program)) =
-        (args.first(), args.get(1), args.get(2), args.get(3))
-    else {
+    let (Some(daemon), Some(start), Some(not_before), Some(user), Some(program)) = (
+        args.first(),
+        args.get(1),
+        args.get(2),
+        args.get(3),
+        args.get(4),
+    ) else {
         eprintln!(
-            "zkcron: {LAUNCHER_ARG} is zkcron's own way to start a job; it needs the daemon's pid, when to start, the instant not before which it starts and a program"
+            "zkcron: {LAUNCHER_ARG} is zkcron's own way to start a job; it needs the daemon's pid, when to start, the instant not before which it starts, the user and a program"
         );
+        return ExitCode::from(2);
+    };
+    let Some(user) = parse_user(user) else {
+        eprintln!("zkcron: {LAUNCHER_ARG}: not a user: {}", display(user));
         return ExitCode::from(2);
     };
     let Some(start) = Start::parse(start) else {
@@ -99,6 +149,27 @@ pub fn launch_job(args: &[OsString]) -> ExitCode {
         return ExitCode::from(2);
     };
     let daemon = daemon.to_str().and_then(|pid| pid.parse::<i32>().ok());
+    // Before the death signal: a change of user clears it (prctl(2)).
+    if let Some(user) = &user {
+        if let Err(err) = become_user(user) {
+            eprintln!(
+                "zkcron: cannot become the job's user (uid {}): {err}",
+                user.uid
+            );
+            return ExitCode::from(126);
+        }
+    }
+    // The daemon's ambient capabilities are not the job's (see spawn.rs).
+    // SAFETY: a plain system call; an old kernel's EINVAL leaves nothing to clear.
+    unsafe {
+        nix::libc::prctl(
+            nix::libc::PR_CAP_AMBIENT,
+            nix::libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        );
+    }
     if let Err(err) = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL) {
         eprintln!("zkcron: cannot tie the job to the daemon's life: {err}");
         return ExitCode::from(126);
@@ -108,7 +179,7 @@ pub fn launch_job(args: &[OsString]) -> ExitCode {
         return ExitCode::from(126);
     }
     let mut command = std::process::Command::new(program);
-    command.args(&args[4..]);
+    command.args(&args[5..]);
     if start != Start::Now {
         let mut go = [0_u8];
         // Exactly one byte, unbuffered (not `std::io::stdin`): what follows is the job's.

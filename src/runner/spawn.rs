@@ -15,6 +15,9 @@
 //! blocked around the clone and the child resets every handled signal to its default before it
 //! unblocks them, so none of the daemon's handlers can run in the child.
 //!
+//! A job with a `user` becomes that user in the child (its groups, its group, then its user id)
+//! before the death signal is set, since a change of user clears it.
+//!
 //! Owns: the clone, what the child does before its exec, and the program's lookup on `PATH`.
 //! Must not: wait for, signal or read from the process (the group and the runner do).
 
@@ -49,6 +52,16 @@ pub(super) struct Exec {
     pub(super) working_dir: Option<PathBuf>,
     /// Whether the job reads a stdin of ours (a submission's payload) rather than `/dev/null`.
     pub(super) piped_stdin: bool,
+    /// The user to become before the exec; `None`: stay the daemon's.
+    pub(super) user: Option<Credentials>,
+}
+
+/// Who a job's process becomes: its user, its primary group and all its groups.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Credentials {
+    pub(super) uid: libc::uid_t,
+    pub(super) gid: libc::gid_t,
+    pub(super) groups: Vec<libc::gid_t>,
 }
 
 /// A started process: its pid and our ends of its pipes.
@@ -69,6 +82,7 @@ enum Step {
     Descriptors = 4,
     WorkingDir = 5,
     Exec = 6,
+    User = 7,
 }
 
 impl Step {
@@ -80,6 +94,7 @@ impl Step {
             Step::Descriptors,
             Step::WorkingDir,
             Step::Exec,
+            Step::User,
         ]
         .into_iter()
         .find(|step| *step as i32 == code)
@@ -93,6 +108,7 @@ impl Step {
             Step::Descriptors => "cannot give the job its stdin, stdout and stderr",
             Step::WorkingDir => "cannot enter the working directory",
             Step::Exec => "cannot execute the program",
+            Step::User => "cannot become the job's user",
         }
     }
 }
@@ -137,23 +153,21 @@ pub(super) fn spawn(exec: &Exec) -> io::Result<Spawned> {
         (stdout_write.as_raw_fd(), libc::STDOUT_FILENO),
         (stderr_write.as_raw_fd(), libc::STDERR_FILENO),
     ];
-    let daemon = nix::unistd::getpid().as_raw();
     let failed = AtomicI32::new(0);
+    let plan = ChildPlan {
+        daemon: nix::unistd::getpid().as_raw(),
+        user: exec.user.as_ref(),
+        fds: &fds,
+        dir: dir.as_ref().map_or(std::ptr::null(), |dir| dir.as_ptr()),
+        path: path.as_ptr(),
+        argv: argv_ptrs.as_ptr(),
+        envp: envp_ptrs.as_ptr(),
+    };
 
     let child = || -> isize {
         // SAFETY: runs in the clone, on the daemon's memory, before its exec: only system calls
         // on what was prepared above, and the one write to `failed` (see the module's docs).
-        unsafe {
-            in_child(
-                &failed,
-                daemon,
-                &fds,
-                dir.as_ref().map_or(std::ptr::null(), |dir| dir.as_ptr()),
-                path.as_ptr(),
-                argv_ptrs.as_ptr(),
-                envp_ptrs.as_ptr(),
-            )
-        }
+        unsafe { in_child(&failed, &plan) }
     };
     let mut stack = vec![0_u8; CHILD_STACK_BYTES];
     // Blocked across the clone: a signal must not run one of the daemon's handlers in the child
@@ -197,21 +211,37 @@ pub(super) fn spawn(exec: &Exec) -> io::Result<Spawned> {
     })
 }
 
+/// Everything the child uses, prepared before the clone.
+#[derive(Clone, Copy)]
+struct ChildPlan<'a> {
+    /// The daemon's pid: the child's parent, or the daemon is gone.
+    daemon: libc::pid_t,
+    user: Option<&'a Credentials>,
+    /// (ours, the job's) descriptors: stdin, stdout, stderr.
+    fds: &'a [(RawFd, RawFd); 3],
+    /// The working directory; null: the daemon's.
+    dir: *const libc::c_char,
+    path: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+}
+
 /// The child's side, from the clone to the exec. Never returns: it execs the program or exits
 /// 127 with what failed in `failed`.
 ///
 /// # Safety
 /// Only in a `CLONE_VM | CLONE_VFORK` child made by [`spawn`], with all signals blocked, on
 /// pointers that stay valid until it execs.
-unsafe fn in_child(
-    failed: &AtomicI32,
-    daemon: libc::pid_t,
-    fds: &[(RawFd, RawFd); 3],
-    dir: *const libc::c_char,
-    path: *const libc::c_char,
-    argv: *const *const libc::c_char,
-    envp: *const *const libc::c_char,
-) -> ! {
+unsafe fn in_child(failed: &AtomicI32, plan: &ChildPlan<'_>) -> ! {
+    let ChildPlan {
+        daemon,
+        user,
+        fds,
+        dir,
+        path,
+        argv,
+        envp,
+    } = *plan;
     let fail = |step: Step| -> ! {
         // SAFETY: errno is this thread's, and the parent's thread is suspended until we exit.
         let errno = unsafe { *libc::__errno_location() };
@@ -238,6 +268,28 @@ unsafe fn in_child(
         if libc::setpgid(0, 0) != 0 {
             fail(Step::ProcessGroup);
         }
+        // Before the death signal: a change of user clears it (prctl(2)). Raw system calls, not
+        // libc's wrappers: those change every thread of what they take for this process, and
+        // this child shares the daemon's memory, thread list included (glibc's posix_spawn does
+        // the same).
+        if let Some(user) = user {
+            if libc::syscall(libc::SYS_setgroups, user.groups.len(), user.groups.as_ptr()) != 0
+                || libc::syscall(libc::SYS_setgid, user.gid) != 0
+                || libc::syscall(libc::SYS_setuid, user.uid) != 0
+            {
+                fail(Step::User);
+            }
+        }
+        // A daemon given CAP_SETUID and CAP_SETGID as ambient capabilities (to switch users
+        // without being root) must not pass them to its jobs, which could then become anyone.
+        // Not there (a kernel before 4.3): nothing to clear.
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        );
         if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
             fail(Step::DeathSignal);
         }

@@ -50,7 +50,8 @@ CFG
   echo "throwaway ZooKeeper on $connect (log: $work/zk/log)"
 fi
 
-cargo build --release --quiet
+echo "building zkcron (release; a few minutes the first time)..." >&2
+cargo build --release
 # The example schedule's shape, with one job that shows itself every 2 seconds, and one whose
 # target is a URL: a one-line local receiver that prints what it is sent.
 fires="$work/fires.log"

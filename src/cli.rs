@@ -13,7 +13,7 @@ mod status;
 mod steer;
 
 pub use error::CliError;
-use error::print_lines;
+use error::{UsageError, print_lines};
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -127,7 +127,8 @@ enum Command {
     /// A due time in the past is accepted within the job's starting_deadline.
     #[command(after_help = EXIT_CODES)]
     Submit(delayed::SubmitArgs),
-    /// Delayed submissions: list the pending ones and recent outcomes, show one, cancel one.
+    /// Delayed submissions: list the pending ones and recent outcomes, show one, cancel one,
+    /// reschedule a pending one, or submit a failed one again (retry).
     #[command(after_help = EXIT_CODES)]
     Delayed {
         #[command(subcommand)]
@@ -335,6 +336,16 @@ async fn history(
     let paths = config.lock.group_paths().ledger;
     let records = ledger::history(&client, &paths, job, limit).await?;
     let declared = config.jobs.iter().find(|j| &j.spec.name == job);
+    if declared.is_none() {
+        if records.is_empty() {
+            return Err(UsageError::NoSuchJob {
+                job: job.to_string(),
+            }
+            .into());
+        }
+        // Its runs outlive it: a job taken out of the schedule keeps its history.
+        eprintln!("zkcron: job {job} is not in the schedule; these are its runs from before");
+    }
     let tz = declared.map_or(chrono_tz::UTC, |j| j.timezone);
     let attempts = declared.map(|j| j.retries + 1);
     let mut lines = Vec::new();

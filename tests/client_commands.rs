@@ -98,7 +98,44 @@ fn client_commands_need_none_of_the_daemons_secrets_files_or_programs() {
     );
     let said = assert_exit(&zkcron(&["delayed", "list"], &config), 0);
     assert!(said.contains(id.trim()), "{id} pending in {said}");
+    let shown = zkcron(&["delayed", "show", id.trim(), "--json"], &config);
+    assert_exit(&shown, 0);
+    let shown: serde_json::Value = serde_json::from_slice(&shown.stdout).expect("one JSON object");
+    assert_eq!(
+        (&shown["state"], &shown["job"], &shown["payload_bytes"]),
+        (
+            &serde_json::json!("pending"),
+            &serde_json::json!("deliver"),
+            &serde_json::json!(2)
+        ),
+        "{shown}"
+    );
     assert_exit(&zkcron(&["delayed", "cancel", id.trim()], &config), 0);
+    let planned = zkcron(
+        &[
+            "backfill",
+            "report",
+            "--from",
+            "2026-01-01T00:00:00Z",
+            "--to",
+            "2026-01-03T00:00:00Z",
+            "--dry-run",
+            "--json",
+        ],
+        &config,
+    );
+    assert_exit(&planned, 0);
+    let planned: serde_json::Value =
+        serde_json::from_slice(&planned.stdout).expect("one JSON object");
+    assert_eq!(
+        planned["ticks"].as_array().map(Vec::len),
+        Some(3),
+        "{planned}"
+    );
+    assert_eq!(planned["requested"], 0, "{planned}");
+    // A job neither in the schedule nor in the ledger is refused, as pause refuses it.
+    let said = assert_exit(&zkcron(&["history", "no-such-job"], &config), 2);
+    assert!(said.contains("no job named \"no-such-job\""), "{said}");
 
     // The daemon and the full check still need every one of them, and name each key.
     for args in [&["check"][..], &["run"][..]] {

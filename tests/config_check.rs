@@ -172,6 +172,68 @@ fn parse_level_and_validation_problems_are_all_told_in_one_pass_and_no_secret_sh
 }
 
 #[test]
+fn drop_ins_beside_the_file_are_read_in_name_order_and_named_where_they_set_something() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let main = dir.path().join("zkcron.toml");
+    std::fs::write(
+        &main,
+        format!("{HEAD}\n[[job]]\nname = \"shared\"\nschedule = \"@daily\"\nshell = \"true\"\n"),
+    )
+    .expect("write");
+    let drop_ins = dir.path().join("zkcron.d");
+    std::fs::create_dir(&drop_ins).expect("mkdir");
+    std::fs::write(
+        drop_ins.join("10-host.toml"),
+        "[lock]\nnode_id = \"db-1\"\n\n[[job]]\nname = \"local\"\nschedule = \"@hourly\"\nshell = \"true\"\n",
+    )
+    .expect("write");
+    // Not a drop-in: only `*.toml` files are.
+    std::fs::write(
+        drop_ins.join("10-host.toml~"),
+        "[lock]\nnode_id = \"stale\"\n",
+    )
+    .expect("write");
+    let run = |file: &std::path::Path| {
+        Command::new(env!("CARGO_BIN_EXE_zkcron"))
+            .arg("check")
+            .arg(file)
+            .output()
+            .expect("run zkcron check")
+    };
+    let output = run(&main);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("valid, 2 job(s)"), "{stdout}");
+    let host = drop_ins.join("10-host.toml");
+    assert!(
+        stdout.contains(&format!(
+            "drop-in {}: lock.node_id, [[job]] \"local\"",
+            host.display()
+        )),
+        "{stdout}"
+    );
+
+    // Set again by a later drop-in: refused, naming both files and lines.
+    let later = drop_ins.join("20-later.toml");
+    std::fs::write(&later, "[lock]\nnode_id = \"db-2\"\n").expect("write");
+    let output = run(&main);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{}:2:1: lock.node_id: set twice: here and at {}:2",
+            later.display(),
+            host.display()
+        )),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn a_good_file_lists_each_job_with_its_next_three_fire_times() {
     let text = format!(
         "{HEAD}\n[[job]]\nname = \"nightly\"\nschedule = \"0 30 2 * * *\"\ntimezone = \"Europe/Berlin\"\n\

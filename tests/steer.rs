@@ -277,9 +277,18 @@ async fn a_release_hands_the_lock_to_a_peer_without_losing_or_repeating_a_tick()
     })
     .await;
     let released_ms = now_ms();
-    let released = zkcron(&["release"], &n1.config);
-    assert_exit(&released, 0, "lock handed over from n1 to n2");
-    eprintln!("{}", String::from_utf8_lossy(&released.stdout).trim());
+    let released = zkcron(&["release", "--json"], &n1.config);
+    assert_exit(&released, 0, "\"to\":\"n2\"");
+    let said: serde_json::Value = serde_json::from_slice(&released.stdout).expect("JSON");
+    assert_eq!(
+        (&said["group"], &said["from"], &said["to"]),
+        (
+            &serde_json::json!("default"),
+            &serde_json::json!("n1"),
+            &serde_json::json!("n2")
+        ),
+        "{said}"
+    );
     let after = wait_for("a fire by n2", Duration::from_secs(5), || {
         let fire = read_fires(&fires)
             .into_iter()

@@ -6,7 +6,7 @@
 //! Must not: decide what a problem is (the config module does) or compute ticks (the schedule
 //! does).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Utc};
 use clap::Args;
@@ -56,8 +56,8 @@ struct Warning {
     job: String,
     key: &'static str,
     why: String,
-    /// Line and column of the key's value, when the file has the key.
-    at: Option<(usize, usize)>,
+    /// The file, line and column of the key's value, when a file has the key.
+    at: Option<(PathBuf, usize, usize)>,
 }
 
 /// Runs `zkcron check` on `args.file`, else on `config_path`.
@@ -91,15 +91,13 @@ pub fn check(args: CheckArgs, config_path: &Path) -> Result<(), CliError> {
     } else {
         for warning in &warnings {
             let severity = if args.strict { "error" } else { "warning" };
-            let at = warning
-                .at
-                .map_or(String::new(), |(line, col)| format!("{line}:{col}:"));
+            let at = warning.at.as_ref().map_or_else(
+                || format!("{}:", path.display()),
+                |(file, line, col)| format!("{}:{line}:{col}:", file.display()),
+            );
             eprintln!(
-                "zkcron: {severity}: {}:{at} job {:?}: {}: {}",
-                path.display(),
-                warning.job,
-                warning.key,
-                warning.why
+                "zkcron: {severity}: {at} job {:?}: {}: {}",
+                warning.job, warning.key, warning.why
             );
         }
     }
@@ -127,9 +125,22 @@ pub fn check(args: CheckArgs, config_path: &Path) -> Result<(), CliError> {
     print_lines(&lines)
 }
 
-/// What would keep each job from starting on this host, with where the file says it.
+/// What would keep each job from starting on this host, with where the files say it.
 fn warnings(path: &Path, config: &Config) -> Vec<Warning> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let files: Vec<(PathBuf, String)> = std::iter::once(path.to_owned())
+        .chain(config.drop_ins.iter().map(|(drop_in, _)| drop_in.clone()))
+        .map(|file| {
+            let text = std::fs::read_to_string(&file).unwrap_or_default();
+            (file, text)
+        })
+        .collect();
+    let locate = |job: &str, key: &str| {
+        files.iter().find_map(|(file, text)| {
+            let span = config::locate(text, job, key)?;
+            let (line, col) = config::line_col(text, span.start);
+            Some((file.clone(), line, col))
+        })
+    };
     config
         .jobs
         .iter()
@@ -141,8 +152,7 @@ fn warnings(path: &Path, config: &Config) -> Vec<Warning> {
                     job: name.to_owned(),
                     key: unstartable.key,
                     why: unstartable.why,
-                    at: config::locate(&text, name, unstartable.key)
-                        .map(|span| config::line_col(&text, span.start)),
+                    at: locate(name, unstartable.key),
                 })
                 .collect::<Vec<_>>()
         })
@@ -161,6 +171,9 @@ fn summary(path: &Path, config: &Config, lint: bool) -> Vec<String> {
         path.display(),
         config.jobs.len()
     )];
+    for (drop_in, set) in &config.drop_ins {
+        lines.push(format!("drop-in {}: {}", drop_in.display(), set.join(", ")));
+    }
     if !config.defaults_shown.is_empty() {
         lines.push(format!(
             "[defaults], for every job that does not set its own: {}",
@@ -227,8 +240,13 @@ fn json_document(
                 .as_ref()
                 .map(|span| err.line_col(span.start))
                 .map_or((None, None), |(line, col)| (Some(line), Some(col)));
+            let file = problem
+                .span
+                .as_ref()
+                .map_or(err.path.as_path(), |span| err.file_of(span.start));
             problems.push(json!({
                 "severity": "error",
+                "file": file.display().to_string(),
                 "line": line,
                 "column": column,
                 "key": problem.context,
@@ -239,19 +257,28 @@ fn json_document(
     for warning in warnings {
         problems.push(json!({
             "severity": if strict { "error" } else { "warning" },
-            "line": warning.at.map(|(line, _)| line),
-            "column": warning.at.map(|(_, col)| col),
+            "file": warning.at.as_ref().map_or_else(
+                || path.display().to_string(),
+                |(file, _, _)| file.display().to_string(),
+            ),
+            "line": warning.at.as_ref().map(|(_, line, _)| line),
+            "column": warning.at.as_ref().map(|(_, _, col)| col),
             "key": format!("job {:?}: {}", warning.job, warning.key),
             "message": warning.why,
         }));
     }
     let now = Utc::now();
-    let (jobs, defaults) = match loaded {
+    let (jobs, defaults, drop_ins) = match loaded {
         Ok(config) => (
             config.jobs.iter().map(|job| json_job(job, now)).collect(),
             config.defaults_shown.clone(),
+            config
+                .drop_ins
+                .iter()
+                .map(|(file, set)| json!({"file": file.display().to_string(), "sets": set}))
+                .collect(),
         ),
-        Err(_) => (Vec::new(), Vec::new()),
+        Err(_) => (Vec::new(), Vec::new(), Vec::new()),
     };
     let strict_failed = strict && !warnings.is_empty();
     let valid = loaded.is_ok() && !strict_failed;
@@ -261,6 +288,7 @@ fn json_document(
         "lint": lint,
         "problems": problems,
         "defaults": defaults,
+        "drop_ins": drop_ins,
         "jobs": jobs,
     })
 }

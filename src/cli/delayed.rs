@@ -61,6 +61,9 @@ pub enum DelayedCommand {
     Show {
         /// The submission's id.
         id: String,
+        /// One JSON object instead of text (docs/API.md).
+        #[arg(long)]
+        json: bool,
     },
     /// Cancel a pending submission; refused, with the reason, once it has started.
     Cancel {
@@ -270,9 +273,13 @@ pub async fn run(config: &Config, command: DelayedCommand) -> Result<(), CliErro
             }
             print_lines(&[receipt.id.to_string()])
         }
-        DelayedCommand::Show { id, .. } => {
+        DelayedCommand::Show { id, json } => {
             let id = SubmissionId::parse(&id).map_err(UsageError::from)?;
-            print_lines(&show_lines(&delayed, id).await?)
+            if json {
+                print_lines(&[show_json(&delayed, id).await?.to_string()])
+            } else {
+                print_lines(&show_lines(&delayed, id).await?)
+            }
         }
         DelayedCommand::Cancel { id, .. } => {
             let id = SubmissionId::parse(&id).map_err(UsageError::from)?;
@@ -285,6 +292,37 @@ pub async fn run(config: &Config, command: DelayedCommand) -> Result<(), CliErro
             )])
         }
     }
+}
+
+/// `delayed show --json`: the submission, and its record (as `history --json` prints one) or
+/// its tombstone.
+async fn show_json(delayed: &Delayed, id: SubmissionId) -> Result<serde_json::Value, CliError> {
+    let Some((submission, state)) = delayed.show(&id).await? else {
+        return Err(zkcron::delayed::client::SubmissionError::NotFound { id }.into());
+    };
+    let (state, record, remembered_until) = match state {
+        SubmissionState::Pending => ("pending", None, None),
+        SubmissionState::Recorded(record) => {
+            let record = serde_json::from_slice::<serde_json::Value>(&record.to_bytes()).ok();
+            ("recorded", record, None)
+        }
+        SubmissionState::Remembered(tombstone) => {
+            ("remembered", None, Some(tombstone.remembered_until_unix_ms))
+        }
+        SubmissionState::Pruned => ("pruned", None, None),
+    };
+    Ok(serde_json::json!({
+        "id": id.to_string(),
+        "job": submission.job.as_str(),
+        "due_unix_ms": submission.due_unix_ms,
+        "submitted_unix_ms": submission.submitted_unix_ms,
+        "payload_bytes": submission.payload.len(),
+        "requested_by": submission.requested_by,
+        "retry_of": submission.retry_of.map(|old| old.to_string()),
+        "state": state,
+        "record": record,
+        "remembered_until_unix_ms": remembered_until,
+    }))
 }
 
 /// `delayed show`: one submission, and where it is in its life.

@@ -121,6 +121,8 @@ pub enum UsageError {
     },
     #[error("the payload from {what} has more than {MAX_PAYLOAD} bytes (64 KiB)")]
     PayloadTooLarge { what: String },
+    #[error("no job named {job:?}: it is not in the schedule and has no run in the ledger")]
+    NoSuchJob { job: String },
 }
 
 /// Why an explanation cannot be given.

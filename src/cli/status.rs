@@ -36,6 +36,14 @@ fn status_lines(report: &StatusReport, config: &Config) -> Vec<String> {
         ));
     }
     lines.extend(report.limits.iter().map(limit_line));
+    // What this host's own drop-ins set (node_id, tags, secrets' names): where a value came from.
+    for (drop_in, set) in &config.drop_ins {
+        lines.push(format!(
+            "schedule read here with drop-in {}: {}",
+            drop_in.display(),
+            set.join(", ")
+        ));
+    }
     // Submissions for jobs the schedule no longer declares are kept; say so.
     for away in &report.undeclared_pending {
         lines.push(format!(

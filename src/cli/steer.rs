@@ -51,6 +51,9 @@ pub struct BackfillArgs {
     /// pruned (`history`), so they may have run.
     #[arg(long)]
     include_pruned: bool,
+    /// One JSON object instead of text (docs/API.md).
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -58,6 +61,9 @@ pub struct ReleaseArgs {
     /// The lock group to move (a `[[group]]` name, or `default`); without it, the default group.
     #[arg(long)]
     group: Option<String>,
+    /// One JSON object instead of text (docs/API.md).
+    #[arg(long)]
+    json: bool,
 }
 
 pub async fn trigger(config: &Config, args: TriggerArgs) -> Result<(), CliError> {
@@ -113,6 +119,36 @@ pub async fn backfill(config: &Config, args: BackfillArgs) -> Result<(), CliErro
             &requester(),
         )
         .await?;
+    let runs = done.plan.to_run(args.include_pruned).len();
+    if args.json {
+        let ticks: Vec<serde_json::Value> = done
+            .plan
+            .ticks
+            .iter()
+            .map(|(tick, plan)| {
+                let (plan, status) = match plan {
+                    TickPlan::Recorded(status) => ("recorded", Some(status.as_str())),
+                    TickPlan::Run => ("run", None),
+                    TickPlan::Unknown => ("unknown", None),
+                };
+                serde_json::json!({
+                    "unix_ms": tick.timestamp_millis(),
+                    "plan": plan,
+                    "status": status,
+                })
+            })
+            .collect();
+        let document = serde_json::json!({
+            "job": job.as_str(),
+            "from_unix_ms": from.timestamp_millis(),
+            "to_unix_ms": to.timestamp_millis(),
+            "dry_run": args.dry_run,
+            "include_pruned": args.include_pruned,
+            "ticks": ticks,
+            "requested": if args.dry_run { 0 } else { runs },
+        });
+        return print_lines(&[document.to_string()]);
+    }
     let local = |at: DateTime<Utc>| {
         at.with_timezone(&zone)
             .format("%Y-%m-%d %H:%M:%S %:z")
@@ -146,7 +182,6 @@ pub async fn backfill(config: &Config, args: BackfillArgs) -> Result<(), CliErro
         };
         lines.push(format!("  {}  {state}", local(*tick)));
     }
-    let runs = done.plan.to_run(args.include_pruned).len();
     lines.push(if args.dry_run {
         format!("dry run: {runs} tick(s) would run; nothing was requested")
     } else if runs == 0 {
@@ -165,6 +200,15 @@ pub async fn release(config: &Config, args: ReleaseArgs) -> Result<(), CliError>
     let released = steer
         .release_group(args.group.as_deref(), &requester())
         .await?;
+    if args.json {
+        let document = serde_json::json!({
+            "group": args.group.as_deref().unwrap_or(zkcron::ids::DEFAULT_GROUP),
+            "from": released.from.to_string(),
+            "to": released.to.to_string(),
+            "after_ms": released.after.as_millis(),
+        });
+        return print_lines(&[document.to_string()]);
+    }
     let what = match &args.group {
         Some(group) => format!("group {group}"),
         None => "lock".to_owned(),

@@ -1,12 +1,12 @@
 //! What a bad schedule file looks like to an operator: every problem, compiler style.
 //!
 //! Owns: the error types of loading ([`LoadError`], [`ConfigError`], [`Problem`]), turning a byte
-//! span into line:col, and rendering each problem with its source line and a caret.
+//! span into a file and its line:col ([`Files`]), and rendering each problem with its source line and a caret.
 //! Must not: decide what is a problem (the validators do), nor show a secret's line.
 
 use std::fmt;
 use std::ops::Range;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// A schedule file that could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -24,9 +24,12 @@ pub enum LoadError {
 /// Every problem found in one file, each with where it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
+    /// The main file.
     pub path: PathBuf,
-    /// The file's text, for rendering each problem's source line.
+    /// The files' text, one after the other, for rendering each problem's source line.
     pub(super) text: String,
+    /// Which file each span is in.
+    pub(super) files: Files,
     pub problems: Vec<Problem>,
 }
 
@@ -43,9 +46,21 @@ pub struct Problem {
 }
 
 impl ConfigError {
-    /// Line and column (1-based) of a byte offset; never panics on a bad offset.
+    /// Line and column (1-based) of a byte offset, in its own file; never panics on a bad
+    /// offset.
     pub fn line_col(&self, offset: usize) -> (usize, usize) {
-        line_col(&self.text, offset)
+        let (_, start) = self.files.of(offset);
+        line_col(self.file_text(start), offset.saturating_sub(start))
+    }
+
+    /// The file a byte offset is in: the main file or a drop-in.
+    pub fn file_of(&self, offset: usize) -> &Path {
+        self.files.of(offset).0
+    }
+
+    /// The text of the file starting at `start`.
+    fn file_text(&self, start: usize) -> &str {
+        self.text.get(start..).unwrap_or_default()
     }
 
     /// `file:line:col: context: message` lines, each with the offending line and a caret.
@@ -61,7 +76,11 @@ impl ConfigError {
     }
 
     fn render_problem(&self, problem: &Problem) -> String {
-        let path = self.path.display();
+        let path = problem
+            .span
+            .as_ref()
+            .map_or(self.path.as_path(), |span| self.file_of(span.start))
+            .display();
         let context = if problem.context.is_empty() {
             String::new()
         } else {
@@ -72,7 +91,8 @@ impl ConfigError {
         };
         let (line, col) = self.line_col(span.start);
         let mut out = format!("{path}:{line}:{col}: {context}{}", problem.message);
-        let source_line = self.text.lines().nth(line - 1);
+        let (_, start) = self.files.of(span.start);
+        let source_line = self.file_text(start).lines().nth(line - 1);
         if let Some(source_line) = source_line.filter(|l| !problem.secret && !may_hold_a_secret(l))
         {
             let width = self
@@ -87,6 +107,46 @@ impl ConfigError {
             ));
         }
         out
+    }
+}
+
+/// Where each file of a schedule sits in the one text its problems' spans index.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Files {
+    /// Each file and the offset it starts at, the main file first.
+    files: Vec<(PathBuf, usize)>,
+}
+
+impl Files {
+    pub(super) fn new(files: Vec<(PathBuf, usize)>) -> Self {
+        Self { files }
+    }
+
+    /// Each file and the offset it starts at, the main file first.
+    pub(super) fn placed(&self) -> &[(PathBuf, usize)] {
+        &self.files
+    }
+
+    /// The file holding byte `offset` of the combined text, and where that file starts.
+    pub fn of(&self, offset: usize) -> (&Path, usize) {
+        self.files
+            .iter()
+            .rev()
+            .find(|(_, start)| *start <= offset)
+            .or(self.files.first())
+            .map_or((Path::new(""), 0), |(path, start)| (path.as_path(), *start))
+    }
+
+    /// The main file.
+    pub fn main(&self) -> &Path {
+        self.files.first().map_or(Path::new(""), |(path, _)| path)
+    }
+
+    /// `path:line` of byte `offset` of `text` (the combined text).
+    pub(super) fn place(&self, text: &str, offset: usize) -> String {
+        let (path, start) = self.of(offset);
+        let (line, _) = super::line_col(text.get(start..).unwrap_or_default(), offset - start);
+        format!("{}:{line}", path.display())
     }
 }
 

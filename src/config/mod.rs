@@ -19,6 +19,7 @@
 
 mod audit;
 mod error;
+mod files;
 mod group;
 mod http;
 mod http_target;
@@ -40,7 +41,8 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-pub use self::error::{ConfigError, LoadError, Problem, line_col};
+pub use self::error::{ConfigError, Files, LoadError, Problem, line_col};
+pub use self::files::DROP_IN_DIR;
 pub use self::model::{
     AuditConfig, Concurrency, Config, GroupConfig, HISTORY_LIMIT, HttpConfig, JobConfig,
     KeepOutput, LimitConfig, LockConfig, LogConfig, LogFormat, MAX_RUNNING_LIMIT, Misfire,
@@ -93,12 +95,19 @@ pub fn load_with(path: &Path, lookups: Lookups) -> Result<Config, LoadError> {
 }
 
 fn load_here(path: &Path, lookups: Lookups) -> Result<Config, LoadError> {
-    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
-        path: path.to_owned(),
-        source,
-    })?;
+    let read = |path: &Path| {
+        std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+            path: path.to_owned(),
+            source,
+        })
+    };
+    let mut texts = vec![(path.to_owned(), read(path)?)];
+    for drop_in in files::drop_ins(path)? {
+        let text = read(&drop_in)?;
+        texts.push((drop_in, text));
+    }
     let env = |name: &str| std::env::var(name).ok();
-    parse_with(path, &text, &env, lookups).map_err(LoadError::Invalid)
+    parse_files(texts, &env, lookups).map_err(LoadError::Invalid)
 }
 
 impl Config {
@@ -135,6 +144,7 @@ impl Config {
             groups: self.groups.clone(),
             limits: self.limits.clone(),
             defaults_shown: self.defaults_shown.clone(),
+            drop_ins: self.drop_ins.clone(),
             jobs: jobs.collect(),
         }
     }
@@ -162,12 +172,28 @@ pub fn parse_with(
     env: &dyn Fn(&str) -> Option<String>,
     lookups: Lookups,
 ) -> Result<Config, ConfigError> {
+    parse_files(vec![(path.to_owned(), text.to_owned())], env, lookups)
+}
+
+/// Validates a schedule made of several files: the main file first, then its drop-ins in the
+/// order they merge (see [`load_with`]).
+///
+/// # Errors
+/// As [`parse`], each problem placed in its own file.
+pub fn parse_files(
+    texts: Vec<(std::path::PathBuf, String)>,
+    env: &dyn Fn(&str) -> Option<String>,
+    lookups: Lookups,
+) -> Result<Config, ConfigError> {
+    let (text, files) = files::combine(texts);
+    let text = text.as_str();
     let fail = |problems| ConfigError {
-        path: path.to_owned(),
+        path: files.main().to_owned(),
         text: text.to_owned(),
+        files: files.clone(),
         problems,
     };
-    let reading = reader::read(text);
+    let reading = reader::read(files::merge(text, &files));
     let mut problems = reading.problems;
     let validated = validator::validate(reading.raw, text, env, lookups);
     let config = match validated {
@@ -186,7 +212,10 @@ pub fn parse_with(
         }
     };
     match config {
-        Some(config) if problems.is_empty() => Ok(config),
+        Some(mut config) if problems.is_empty() => {
+            config.drop_ins = reading.drop_ins;
+            Ok(config)
+        }
         _ => {
             problems.sort_by_key(|problem| problem.span.as_ref().map(|span| span.start));
             if problems.is_empty() {

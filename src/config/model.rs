@@ -39,6 +39,9 @@ pub struct Config {
     /// The job policies `[defaults]` sets, each `key = value` as written: what `zkcron check`
     /// shows.
     pub defaults_shown: Vec<String>,
+    /// The drop-ins read (`zkcron.d/*.toml`), each with what it set (`lock.node_id`,
+    /// `[[job]] "extra"`): where a value came from, for `check` and `status`.
+    pub drop_ins: Vec<(std::path::PathBuf, Vec<String>)>,
     /// Shared as they are by the fire machine, the reloader, steering and the HTTP API: one
     /// copy of each job lives on.
     pub jobs: Vec<Arc<JobConfig>>,

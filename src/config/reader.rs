@@ -1,7 +1,7 @@
 //! From text to the raw tables, every parse-level problem at once.
 //!
-//! Owns: the TOML syntax errors (all of them: `toml`'s recovering parser), the file's top-level
-//! keys, and reading each table into its raw struct one key at a time: an unknown key (told
+//! Owns: the file's top-level keys (merged from every file by `files.rs`, which also tells
+//! every syntax error), and reading each table into its raw struct one key at a time: an unknown key (told
 //! with the nearest known one), a value of the wrong type (told in words: a duration like
 //! "10s") or an unknown enum value is a problem, and that key is left out so the rest of the
 //! table, and every other table, is still read and validated.
@@ -14,6 +14,7 @@ use toml::Spanned;
 use toml::de::{DeTable, DeValue, ValueDeserializer};
 
 use super::Problem;
+use super::files::Merged;
 use super::schema::RawConfig;
 
 /// The file's top-level keys: its tables and arrays of tables.
@@ -58,24 +59,20 @@ pub(super) struct Reading {
     /// The tables that lost a key to a problem here: a validator's complaint about such a table
     /// as a whole (it has no program, say) is that problem again, not a new one.
     pub(super) refused_tables: Vec<Range<usize>>,
+    /// What each drop-in set (see [`Merged::drop_ins`]).
+    pub(super) drop_ins: Vec<(std::path::PathBuf, Vec<String>)>,
 }
 
-/// Reads `text` into the raw tables.
-pub(super) fn read(text: &str) -> Reading {
-    let (root, errors) = DeTable::parse_recoverable(text);
-    let mut reader = Reader::default();
-    for error in errors {
-        reader.problems.push(Problem {
-            span: error.span(),
-            context: String::new(),
-            message: error.message().to_owned(),
-            secret: false,
-        });
-    }
+/// Reads the merged top-level tables of a schedule's files into the raw tables.
+pub(super) fn read(merged: Merged<'_>) -> Reading {
+    let mut reader = Reader {
+        problems: merged.problems,
+        refused_tables: Vec::new(),
+    };
     let mut raw = RawConfig::default();
     let mut present = Vec::new();
-    for (key, value) in root.into_inner() {
-        let name = key.get_ref().as_ref();
+    for (key, value) in merged.entries {
+        let name = key.get_ref().as_str();
         present.extend(TOP_LEVEL.iter().find(|known| **known == name));
         match name {
             "zookeeper" => raw.zookeeper = reader.table(value, &Section(name)),
@@ -108,10 +105,10 @@ pub(super) fn read(text: &str) -> Reading {
         raw,
         problems: reader.problems,
         refused_tables: reader.refused_tables,
+        drop_ins: merged.drop_ins,
     }
 }
 
-#[derive(Default)]
 struct Reader {
     problems: Vec<Problem>,
     refused_tables: Vec<Range<usize>>,

@@ -1,6 +1,7 @@
 //! Unit tests of the schedule file: defaults, secrets, spans. The refusal table runs through the
 //! real CLI in tests/config_check.rs.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -182,6 +183,7 @@ fn line_col_never_panics() {
     let err = ConfigError {
         path: "t".into(),
         text: "ab\ncdé\n".into(),
+        files: Files::default(),
         problems: vec![],
     };
     // Bytes: a b \n c d é(2 bytes) \n; the 'é' starts at byte 5 and ends at byte 7.
@@ -620,4 +622,59 @@ fn defaults_give_every_job_its_policies_key_by_key_and_a_bad_one_is_told_once() 
             .message
             .contains("[defaults] retry_backoff_max (10m)")
     );
+}
+
+#[test]
+fn drop_ins_add_per_host_keys_and_jobs_and_a_key_set_twice_names_both_files() {
+    let main = (
+        PathBuf::from("/etc/zkcron/zkcron.toml"),
+        format!("{MINIMAL}[[job]]\nname = \"shared\"\nschedule = \"@daily\"\nshell = \"true\"\n"),
+    );
+    let host = (
+        PathBuf::from("/etc/zkcron/zkcron.d/10-host.toml"),
+        "[lock]\nnode_id = \"db-1\"\n\n[node]\ntags = [\"big\"]\n\n\
+         [[job]]\nname = \"local\"\nschedule = \"@hourly\"\nshell = \"true\"\n"
+            .to_owned(),
+    );
+    let config =
+        parse_files(vec![main.clone(), host.clone()], &|_| None, Lookups::All).expect("valid");
+    assert_eq!(config.lock.name, "g", "the main file's key is kept");
+    assert_eq!(
+        config.lock.node_id.as_ref().map(|id| id.as_str()),
+        Some("db-1")
+    );
+    assert_eq!(config.node.tags.iter().collect::<Vec<_>>(), ["big"]);
+    let names: Vec<&str> = config
+        .jobs
+        .iter()
+        .map(|job| job.spec.name.as_str())
+        .collect();
+    assert_eq!(names, ["shared", "local"]);
+    assert_eq!(
+        config.drop_ins,
+        [(
+            host.0.clone(),
+            vec![
+                "lock.node_id".to_owned(),
+                "node.tags".to_owned(),
+                "[[job]] \"local\"".to_owned()
+            ]
+        )]
+    );
+
+    // The lock's name set again by a second drop-in: both places named, the line in its file.
+    let again = (
+        PathBuf::from("/etc/zkcron/zkcron.d/20-again.toml"),
+        "# a comment\n[lock]\nname = \"other\"\n".to_owned(),
+    );
+    let err = parse_files(vec![main, host, again], &|_| None, Lookups::All).expect_err("set twice");
+    let rendered = err.render();
+    assert!(
+        rendered.starts_with(
+            "/etc/zkcron/zkcron.d/20-again.toml:3:1: lock.name: set twice: here and at \
+             /etc/zkcron/zkcron.toml:4"
+        ),
+        "{rendered}"
+    );
+    assert!(rendered.contains(" 3 | name = \"other\""), "{rendered}");
 }

@@ -153,6 +153,7 @@ impl Validator<'_> {
             groups: std::mem::take(&mut self.groups),
             limits: std::mem::take(&mut self.limits),
             defaults_shown: self.job_defaults.shown.clone(),
+            drop_ins: Vec::new(),
             jobs,
         })
     }

@@ -39,11 +39,13 @@ const EXIT_CODES: &str = "\
 Exit codes:
   0  success (or a clean stop on SIGTERM/SIGINT)
   1  runtime failure (ZooKeeper unreachable for a one-shot command, I/O error)
-  2  usage error or invalid configuration, including a node_id already used by a live process
-     or ZooKeeper servers older than 3.6; a refused submission (unknown job, payload too large, due beyond the starting_deadline,
-     its id taken by a different request) or cancel (not found, already started); a refused
-     trigger (unknown, disabled or paused job), pause (unknown job) or release (no owner, no
-     other node alive to take over)
+  2  usage error or invalid configuration (with check --strict, a command or working_dir
+     missing on this host too), including a node_id already used by a live process, ZooKeeper
+     servers older than 3.6, or a job's user the daemon cannot switch to; a refused submission
+     (unknown job, payload too large, due beyond the starting_deadline, its id taken by a
+     different request) or cancel (not found, already started); a refused trigger (unknown,
+     disabled or paused job), pause (unknown job), history (a job neither in the schedule nor
+     in the ledger) or release (no owner, no other node alive to take over)
   3  a release that was accepted but did not move the lock in time";
 
 /// Where the schedule file is when neither --config nor ZKCRON_CONFIG says (the .deb's conffile).
@@ -162,6 +164,8 @@ enum Command {
     HttpToken {
         /// The token's name: recorded as who asked (`token:NAME`).
         name: String,
+        #[command(flatten)]
+        no_schedule: NoSchedule,
         /// Reads only (dashboards, the console): no trigger, submit, cancel, pause, resume or
         /// release.
         #[arg(long)]
@@ -173,6 +177,8 @@ enum Command {
         /// What to print.
         #[arg(value_enum)]
         what: Generated,
+        #[command(flatten)]
+        no_schedule: NoSchedule,
         /// With `man`: write zkcron.1 and one page per subcommand (zkcron-run.1, …) into
         /// this directory instead of printing zkcron.1.
         #[arg(long, value_name = "DIR")]
@@ -190,8 +196,25 @@ enum Generated {
     Fish,
 }
 
+/// The `--config` of a command that reads no schedule: its own, hidden, so that the global one
+/// is not offered in its help (clap propagates a global argument only where a command has no
+/// argument of that id). Accepted and ignored.
+#[derive(Debug, Args)]
+struct NoSchedule {
+    #[arg(
+        id = "config",
+        long = "config",
+        short = 'c',
+        hide = true,
+        value_name = "FILE"
+    )]
+    _ignored: Option<PathBuf>,
+}
+
 #[derive(Debug, Args)]
 struct LockDemoArgs {
+    #[command(flatten)]
+    no_schedule: NoSchedule,
     /// ZooKeeper connect string: `host:port[,host:port…][/chroot]`.
     #[arg(long)]
     connect: String,
@@ -284,8 +307,10 @@ impl Cli {
                 quiet("warn");
                 steer::release(&client_config(&path)?, args).await
             }
-            Command::Generate { what, dir } => generate(what, dir.as_deref()),
-            Command::HttpToken { name, read_only } => http_token(&name, read_only),
+            Command::Generate { what, dir, .. } => generate(what, dir.as_deref()),
+            Command::HttpToken {
+                name, read_only, ..
+            } => http_token(&name, read_only),
             Command::LockDemo(args) => {
                 quiet("info");
                 lock_demo(args, shutdown).await

@@ -559,3 +559,29 @@ fn check_explain_names_the_gap_the_repeat_and_what_fires() {
         "{stderr}"
     );
 }
+
+#[test]
+fn commands_that_read_no_schedule_do_not_offer_config_in_their_help() {
+    let help = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_zkcron"))
+            .args(args)
+            .arg("--help")
+            .output()
+            .expect("run zkcron --help");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    for command in ["generate", "http-token", "lock-demo"] {
+        let shown = help(&[command]);
+        assert!(
+            !shown.contains("--config"),
+            "zkcron {command} --help:\n{shown}"
+        );
+    }
+    for command in ["status", "check", "pause"] {
+        let shown = help(&[command]);
+        assert!(
+            shown.contains("--config"),
+            "zkcron {command} --help:\n{shown}"
+        );
+    }
+}

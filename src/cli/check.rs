@@ -127,36 +127,41 @@ pub fn check(args: CheckArgs, config_path: &Path) -> Result<(), CliError> {
 
 /// What would keep each job from starting on this host, with where the files say it.
 fn warnings(path: &Path, config: &Config) -> Vec<Warning> {
-    let files: Vec<(PathBuf, String)> = std::iter::once(path.to_owned())
-        .chain(config.drop_ins.iter().map(|(drop_in, _)| drop_in.clone()))
-        .map(|file| {
-            let text = std::fs::read_to_string(&file).unwrap_or_default();
-            (file, text)
-        })
-        .collect();
-    let locate = |job: &str, key: &str| {
-        files.iter().find_map(|(file, text)| {
-            let span = config::locate(text, job, key)?;
-            let (line, col) = config::line_col(text, span.start);
-            Some((file.clone(), line, col))
-        })
-    };
-    config
+    let mut warnings: Vec<Warning> = config
         .jobs
         .iter()
         .flat_map(|job| {
-            let name = job.spec.name.as_str();
             zkcron::runner::preflight(&job.spec)
                 .into_iter()
                 .map(|unstartable| Warning {
-                    job: name.to_owned(),
+                    job: job.spec.name.to_string(),
                     key: unstartable.key,
                     why: unstartable.why,
-                    at: locate(name, unstartable.key),
+                    at: None,
                 })
-                .collect::<Vec<_>>()
         })
-        .collect()
+        .collect();
+    // Each file read and parsed once for all the warnings, the main file first.
+    let files = std::iter::once(path.to_owned())
+        .chain(config.drop_ins.iter().map(|(drop_in, _)| drop_in.clone()));
+    for file in files {
+        if warnings.iter().all(|warning| warning.at.is_some()) {
+            break;
+        }
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        let wanted: Vec<(&str, &str)> = warnings
+            .iter()
+            .map(|warning| (warning.job.as_str(), warning.key))
+            .collect();
+        let found = config::locate(&text, &wanted);
+        for (warning, span) in warnings.iter_mut().zip(found) {
+            if let (None, Some(span)) = (&warning.at, span) {
+                let (line, col) = config::line_col(&text, span.start);
+                warning.at = Some((file.clone(), line, col));
+            }
+        }
+    }
+    warnings
 }
 
 /// The first lines: the file is valid, and what `[defaults]` sets.

@@ -216,6 +216,10 @@ fn moved(span: Range<usize>, by: usize) -> Range<usize> {
 
 /// `value` with every span moved `by` bytes: from its file's text to the combined text.
 fn shifted(value: Spanned<DeValue<'_>>, by: usize) -> Spanned<DeValue<'_>> {
+    // The main file starts the text: nothing to rebuild.
+    if by == 0 {
+        return value;
+    }
     let span = moved(value.span(), by);
     let inner = match value.into_inner() {
         DeValue::Table(table) => DeValue::Table(

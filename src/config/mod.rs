@@ -231,10 +231,11 @@ pub fn parse_files(
     }
 }
 
-/// Where `key` of the job named `job` is in the schedule text `text`, if it is there: for a
-/// problem found after the load (`zkcron check`'s warnings) to name its line.
-pub fn locate(text: &str, job: &str, key: &str) -> Option<std::ops::Range<usize>> {
-    reader::locate(text, job, key)
+/// Where each (job, key) of `wanted` is in the schedule text `text`, if it is there: for the
+/// problems found after the load (`zkcron check`'s warnings) to name their lines. One parse of
+/// `text` for all of them.
+pub fn locate(text: &str, wanted: &[(&str, &str)]) -> Vec<Option<std::ops::Range<usize>>> {
+    reader::locate(text, wanted)
 }
 
 /// The jobs of `tables` (`[[job]]` tables, each with its name and what it runs) in the smallest

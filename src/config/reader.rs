@@ -231,21 +231,29 @@ impl Reader {
     }
 }
 
-/// Where `key` of the job named `job` is in `text` (its value), if the text has it; `text` is
-/// read again, for a warning found after the load.
-pub(super) fn locate(text: &str, job: &str, key: &str) -> Option<Range<usize>> {
+/// Where each (job, key) of `wanted` is in `text` (the key's value), in `wanted`'s order: the
+/// text read again, once for all, for warnings found after the load.
+pub(super) fn locate(text: &str, wanted: &[(&str, &str)]) -> Vec<Option<Range<usize>>> {
     let (root, _) = DeTable::parse_recoverable(text);
     let root = root.into_inner();
-    let DeValue::Array(jobs) = root.get("job")?.get_ref() else {
-        return None;
+    let jobs: Vec<&DeTable<'_>> = match root.get("job").map(Spanned::get_ref) {
+        Some(DeValue::Array(jobs)) => jobs
+            .iter()
+            .filter_map(|table| match table.get_ref() {
+                DeValue::Table(table) => Some(table),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
     };
-    jobs.iter().find_map(|table| {
-        let DeValue::Table(table) = table.get_ref() else {
-            return None;
-        };
-        let named = table.get("name")?.get_ref().as_str() == Some(job);
-        named.then(|| table.get(key).map(Spanned::span)).flatten()
-    })
+    let by_name: std::collections::HashMap<&str, &DeTable<'_>> = jobs
+        .into_iter()
+        .filter_map(|table| Some((table.get("name")?.get_ref().as_str()?, table)))
+        .collect();
+    wanted
+        .iter()
+        .map(|(job, key)| by_name.get(job)?.get(*key).map(Spanned::span))
+        .collect()
 }
 
 /// The key of `table` whose key or value holds byte `offset`.

@@ -250,12 +250,8 @@ fn json_document(
 ) -> serde_json::Value {
     let mut problems: Vec<serde_json::Value> = Vec::new();
     if let Err(err) = loaded {
-        for problem in &err.problems {
-            let (line, column) = problem
-                .span
-                .as_ref()
-                .map(|span| err.line_col(span.start))
-                .map_or((None, None), |(line, col)| (Some(line), Some(col)));
+        for (problem, place) in err.problems.iter().zip(err.places()) {
+            let (line, column) = place.map_or((None, None), |(line, col)| (Some(line), Some(col)));
             let file = problem
                 .span
                 .as_ref()

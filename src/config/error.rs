@@ -63,19 +63,70 @@ impl ConfigError {
         self.text.get(start..).unwrap_or_default()
     }
 
+    /// Each problem's line and column in its own file (`None`: the file as a whole), found
+    /// with one pass over the text for all of them: a file with thousands of problems is
+    /// placed as fast as one with a few.
+    pub fn places(&self) -> Vec<Option<(usize, usize)>> {
+        let lines = self.line_starts();
+        self.problems
+            .iter()
+            .map(|problem| {
+                let span = problem.span.as_ref()?;
+                Some(self.place(&lines, span.start))
+            })
+            .collect()
+    }
+
+    /// Where each line of the text starts.
+    fn line_starts(&self) -> Vec<usize> {
+        std::iter::once(0)
+            .chain(self.text.match_indices('\n').map(|(at, _)| at + 1))
+            .collect()
+    }
+
+    /// The line index (0-based, of the whole text) that holds byte `offset`.
+    fn line_index(lines: &[usize], offset: usize) -> usize {
+        lines
+            .partition_point(|start| *start <= offset)
+            .saturating_sub(1)
+    }
+
+    /// Line and column of byte `offset` in its own file, given the text's line starts.
+    fn place(&self, lines: &[usize], offset: usize) -> (usize, usize) {
+        let (_, file_start) = self.files.of(offset);
+        let line = Self::line_index(lines, offset);
+        let first = Self::line_index(lines, file_start);
+        let line_start = lines.get(line).copied().unwrap_or(0);
+        match self.text.get(line_start..offset) {
+            Some(before) => (line - first + 1, before.chars().count() + 1),
+            // Not on a character's boundary, or past the end: as line_col says.
+            None => self.line_col(offset),
+        }
+    }
+
+    /// The text of line `line` (0-based, of the whole text), without its line break.
+    fn line_text<'t>(&'t self, lines: &[usize], line: usize) -> Option<&'t str> {
+        let start = *lines.get(line)?;
+        let end = lines.get(line + 1).map_or(self.text.len(), |next| next - 1);
+        self.text
+            .get(start..end)
+            .map(|text| text.trim_end_matches('\r'))
+    }
+
     /// `file:line:col: context: message` lines, each with the offending line and a caret.
     pub fn render(&self) -> String {
+        let lines = self.line_starts();
         let mut out = String::new();
         for (i, problem) in self.problems.iter().enumerate() {
             if i > 0 {
                 out.push('\n');
             }
-            out.push_str(&self.render_problem(problem));
+            out.push_str(&self.render_problem(problem, &lines));
         }
         out
     }
 
-    fn render_problem(&self, problem: &Problem) -> String {
+    fn render_problem(&self, problem: &Problem, lines: &[usize]) -> String {
         let path = problem
             .span
             .as_ref()
@@ -89,10 +140,9 @@ impl ConfigError {
         let Some(span) = &problem.span else {
             return format!("{path}: {context}{}", problem.message);
         };
-        let (line, col) = self.line_col(span.start);
+        let (line, col) = self.place(lines, span.start);
         let mut out = format!("{path}:{line}:{col}: {context}{}", problem.message);
-        let (_, start) = self.files.of(span.start);
-        let source_line = self.file_text(start).lines().nth(line - 1);
+        let source_line = self.line_text(lines, Self::line_index(lines, span.start));
         if let Some(source_line) = source_line.filter(|l| !problem.secret && !may_hold_a_secret(l))
         {
             let width = self

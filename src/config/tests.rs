@@ -179,6 +179,31 @@ fn schedule_errors_point_at_the_bad_field() {
 }
 
 #[test]
+fn every_problem_is_placed_at_once_as_line_col_places_it_alone() {
+    let problem = |at: usize| Problem {
+        span: Some(at..at + 1),
+        context: String::new(),
+        message: String::new(),
+        secret: false,
+    };
+    let err = ConfigError {
+        path: "t".into(),
+        text: "ab\ncdé\n\nx".into(),
+        files: Files::default(),
+        problems: [0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 10_000]
+            .into_iter()
+            .map(problem)
+            .collect(),
+    };
+    let alone: Vec<Option<(usize, usize)>> = err
+        .problems
+        .iter()
+        .map(|p| p.span.as_ref().map(|span| err.line_col(span.start)))
+        .collect();
+    assert_eq!(err.places(), alone);
+}
+
+#[test]
 fn line_col_never_panics() {
     let err = ConfigError {
         path: "t".into(),

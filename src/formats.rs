@@ -24,6 +24,8 @@ use serde::Deserialize;
 pub const RUN_RECORD: u32 = 1;
 /// A backfill request's format (`control::BackfillRequest`).
 pub const BACKFILL_REQUEST: u32 = 1;
+/// A chain mark's format (`run::ChainMark`).
+pub const CHAIN_MARK: u32 = 1;
 
 /// The `format` of a JSON document, 1 when it has none: `None` when the data is not a JSON
 /// object at all.

@@ -87,6 +87,9 @@ pub struct LedgerPaths {
     /// `retries/<job>/<tick_ms>`: a tick whose failed run promises a retry, so the next owner
     /// finds it however many newer ticks there are (issue 24).
     pub retries: String,
+    /// `after/<child>/<instant_ms>~<parent>`: a parent's run ended, for its child's group
+    /// owner to run (or skip) the child at that instant (issue 36).
+    pub after: String,
 }
 
 impl LedgerPaths {
@@ -106,7 +109,22 @@ impl LedgerPaths {
             delayed: DelayedPaths::new(base),
             limits: format!("{}/limits", base.dir),
             retries: format!("{}/retries", base.dir),
+            after: format!("{}/after", base.dir),
         }
+    }
+
+    /// The marks left for `child` by its parents' runs.
+    pub fn after_of(&self, child: &JobName) -> String {
+        format!("{}/{child}", self.after)
+    }
+
+    /// The mark `parent`'s run at `scheduled_unix_ms` leaves for `child`.
+    pub fn chain_mark(&self, child: &JobName, scheduled_unix_ms: i64, parent: &JobName) -> String {
+        let name = MarkName {
+            scheduled_unix_ms,
+            parent: parent.clone(),
+        };
+        format!("{}/{}", self.after_of(child), name.node_name())
     }
 
     /// The promised-retry markers of `job`'s ticks.
@@ -396,6 +414,33 @@ impl RecordName {
     }
 }
 
+/// A mark's node name under `after/<child>`: the parent's instant and the parent,
+/// `<instant_ms>~<parent>` (no job name holds a `~`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MarkName {
+    pub scheduled_unix_ms: i64,
+    pub parent: JobName,
+}
+
+impl MarkName {
+    /// The node name this stands for.
+    pub fn node_name(&self) -> String {
+        format!("{}~{}", tick_node_name(self.scheduled_unix_ms), self.parent)
+    }
+
+    /// Parses a child name of `after/<child>`; `None` for foreign names.
+    pub fn parse(name: &str) -> Option<Self> {
+        let (ms, parent) = name.split_once('~')?;
+        if parent.is_empty() || parent.contains('~') {
+            return None;
+        }
+        Some(Self {
+            scheduled_unix_ms: parse_tick_node_name(ms)?,
+            parent: JobName::new(parent.to_owned()),
+        })
+    }
+}
+
 /// The scheduled instant a record's child name stands for; `None` for foreign names.
 pub fn parse_tick_node_name(name: &str) -> Option<i64> {
     if name.is_empty() || !name.bytes().all(|b| b.is_ascii_digit()) {
@@ -407,6 +452,26 @@ pub fn parse_tick_node_name(name: &str) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mark_name_reads_back_and_foreign_names_are_refused() {
+        let name = MarkName {
+            scheduled_unix_ms: 1_700_000_000_000,
+            parent: JobName::new("extract".to_owned()),
+        };
+        assert_eq!(name.node_name(), "1700000000000~extract");
+        assert_eq!(MarkName::parse(&name.node_name()), Some(name));
+        for foreign in [
+            "",
+            "1700000000000",
+            "~extract",
+            "17x~extract",
+            "1~",
+            "1~a~b",
+        ] {
+            assert_eq!(MarkName::parse(foreign), None, "{foreign:?}");
+        }
+    }
 
     #[test]
     fn delayed_paths_put_a_submission_in_its_shard_and_its_second() {

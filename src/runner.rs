@@ -510,6 +510,7 @@ mod tests {
             resumed: false,
             backfill: false,
             submission: None,
+            parent_runs: Vec::new(),
         };
         let spec = JobSpec {
             name: JobName::new("j"),

@@ -290,7 +290,7 @@ async fn a_guarded_claim_refuses_while_a_run_is_alive_until_it_finishes() {
     );
 
     first.record.status = RunStatus::Succeeded;
-    ledger::finish(&a, &mut first)
+    ledger::finish(&a, &mut first, &[])
         .await
         .expect("finish releases the guard with the record");
     let stored = read_fresh(&b, &first.path).await.expect("record");
@@ -407,7 +407,7 @@ async fn a_claim_whose_reply_was_lost_is_read_back_as_ours() {
         "the lost claim holds the job's guard: {next:?}"
     );
     claim.record.status = RunStatus::Succeeded;
-    ledger::finish(&a, &mut claim)
+    ledger::finish(&a, &mut claim, &[])
         .await
         .expect("the read-back claim finishes like any other");
     let next = plan("guarded", 2000, "a").send_alone(&a).await;
@@ -588,7 +588,7 @@ async fn a_cancel_and_a_claim_of_one_submission_cannot_both_succeed() {
     let mut finished = claimed;
     assert_eq!(finished.open, None);
     finished.record.status = RunStatus::Succeeded;
-    ledger::finish(&a, &mut finished)
+    ledger::finish(&a, &mut finished, &[])
         .await
         .expect("final record");
     let stored = ledger::read_record(&a, &finished.path)
@@ -622,7 +622,7 @@ async fn pruning_a_submissions_record_frees_its_id_but_never_prunes_an_open_run(
     // p-1 is still running; p-2 and p-3 have ended.
     for (_, claim) in &mut claims[1..] {
         claim.record.status = RunStatus::Succeeded;
-        ledger::finish(&a, claim).await.expect("final record");
+        ledger::finish(&a, claim, &[]).await.expect("final record");
     }
     let job = JobName::new("close");
     // The runs ended in 1970: their `dedup_window` has long passed, so the ids go too.
@@ -671,7 +671,9 @@ async fn run_to_the_end(a: &Client, paths: &LedgerPaths, id: &SubmissionId, due:
     .expect("claimed");
     claim.record.status = RunStatus::Succeeded;
     claim.record.finished_unix_ms = Some(due);
-    ledger::finish(a, &mut claim).await.expect("final record");
+    ledger::finish(a, &mut claim, &[])
+        .await
+        .expect("final record");
 }
 
 /// Issue 24: an id is remembered for the job's `dedup_window` after its run ended, not while
@@ -857,7 +859,9 @@ async fn a_record_that_promises_a_retry_is_not_pruned() {
     .expect("claimed");
     claim.record.status = RunStatus::Failed;
     claim.record.retry_at_unix_ms = Some(due + 60_000);
-    ledger::finish(&a, &mut claim).await.expect("final record");
+    ledger::finish(&a, &mut claim, &[])
+        .await
+        .expect("final record");
     for n in 1..4 {
         let id = submit(&a, &paths, &format!("r-{n}"), due + n).await;
         run_to_the_end(&a, &paths, &id, due + n, token).await;
@@ -1065,7 +1069,12 @@ async fn claims_and_records_handed_in_together_share_multi_ops_and_each_gets_its
         assert_eq!(claim.version, 1, "{}", claim.path);
         claim.record.status = RunStatus::Succeeded;
     }
-    let finished = join_all(writes.iter_mut().map(|claim| group.finish(claim))).await;
+    let finished = join_all(
+        writes
+            .iter_mut()
+            .map(|claim| group.finish(claim, Vec::new())),
+    )
+    .await;
     assert!(finished.iter().all(Result::is_ok), "{finished:?}");
     for claim in &writes {
         let stored = ledger::read_record(&a, &claim.path).await.expect("record");

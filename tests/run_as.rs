@@ -61,6 +61,7 @@ fn ctx() -> RunContext {
         resumed: false,
         backfill: false,
         submission: None,
+        parent_runs: Vec::new(),
     }
 }
 

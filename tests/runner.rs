@@ -102,6 +102,7 @@ fn ctx(run_id: &str) -> RunContext {
         resumed: true,
         backfill: false,
         submission: None,
+        parent_runs: Vec::new(),
     }
 }
 

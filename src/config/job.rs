@@ -88,6 +88,8 @@ impl Validator<'_> {
         let dedup_window = self.job_dedup_window(raw.dedup_window, job, d.dedup_window);
         let limits = self.job_limits(raw.limits, job);
         let group = self.job_group(raw.group, job);
+        let schedule_span = raw.schedule.as_ref().map(Spanned::span);
+        let after = self.job_after(raw.after, raw.after_status, schedule_span, job, &name);
         let notice_keys = RawNotices {
             on_failure: raw.on_failure,
             on_failure_webhook: raw.on_failure_webhook,
@@ -136,6 +138,7 @@ impl Validator<'_> {
             dedup_window,
             limits,
             group,
+            after,
         })
     }
 

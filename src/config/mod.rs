@@ -18,6 +18,7 @@
 //! its section's file.
 
 mod audit;
+mod chains;
 mod error;
 mod files;
 mod group;
@@ -44,9 +45,9 @@ use std::sync::Arc;
 pub use self::error::{ConfigError, Files, LoadError, Problem, line_col};
 pub use self::files::DROP_IN_DIR;
 pub use self::model::{
-    AuditConfig, Concurrency, Config, GroupConfig, HISTORY_LIMIT, HttpConfig, JobConfig,
-    KeepOutput, LimitConfig, LockConfig, LogConfig, LogFormat, MAX_RUNNING_LIMIT, Misfire,
-    NamedToken, NodeConfig, NoticePolicy, NotifyWhen, OnInterrupted, OnLost, TokenKind,
+    After, AfterStatus, AuditConfig, Concurrency, Config, GroupConfig, HISTORY_LIMIT, HttpConfig,
+    JobConfig, KeepOutput, LimitConfig, LockConfig, LogConfig, LogFormat, MAX_RUNNING_LIMIT,
+    Misfire, NamedToken, NodeConfig, NoticePolicy, NotifyWhen, OnInterrupted, OnLost, TokenKind,
     ZookeeperConfig,
 };
 pub use self::validator::Lookups;

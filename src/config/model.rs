@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use serde::Deserialize;
 
-use crate::ids::NodeId;
+use crate::ids::{JobName, NodeId};
 use crate::run::{JobSpec, NoticeChannels};
 use crate::schedule::Schedule;
 use crate::secret::Secret;
@@ -333,6 +333,51 @@ pub struct JobConfig {
     pub limits: Vec<LimitConfig>,
     /// Its `[[group]]`; `None`: the default group.
     pub group: Option<String>,
+    /// `after`: the jobs whose runs this one follows, and how they must have ended.
+    pub after: Option<Arc<After>>,
+}
+
+/// A job that runs after others (`after`, `after_status`): once for each instant at which every
+/// one of its parents ended as `status` says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct After {
+    /// In the order the schedule names them.
+    pub parents: Vec<JobName>,
+    pub status: AfterStatus,
+}
+
+/// How a parent's run must have ended for its children to run (`after_status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AfterStatus {
+    /// It succeeded.
+    Succeeded,
+    /// It failed or timed out (a clean-up, an alert).
+    Failed,
+    /// It ended, however.
+    Finished,
+}
+
+impl AfterStatus {
+    /// As the schedule spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AfterStatus::Succeeded => "succeeded",
+            AfterStatus::Failed => "failed",
+            AfterStatus::Finished => "finished",
+        }
+    }
+
+    /// Whether a parent that ended as `status` lets its child run.
+    pub fn admits(self, status: crate::run::RunStatus) -> bool {
+        use crate::run::RunStatus;
+        let failed = matches!(status, RunStatus::Failed | RunStatus::TimedOut);
+        match self {
+            AfterStatus::Succeeded => status == RunStatus::Succeeded,
+            AfterStatus::Failed => failed,
+            AfterStatus::Finished => failed || status == RunStatus::Succeeded,
+        }
+    }
 }
 
 impl JobConfig {

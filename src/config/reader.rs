@@ -356,7 +356,7 @@ fn unknown(what: &str, name: &str, known: &[&str]) -> String {
 }
 
 /// The known name most like `name`, if one is close enough to be a slip of the keyboard.
-fn nearest<'k>(name: &str, known: &[&'k str]) -> Option<&'k str> {
+pub(super) fn nearest<'k>(name: &str, known: &[&'k str]) -> Option<&'k str> {
     known
         .iter()
         .map(|candidate| (strsim::jaro_winkler(name, candidate), *candidate))

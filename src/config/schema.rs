@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use toml::Spanned;
 
+use super::model::AfterStatus;
 use super::{
     AclPolicy, Concurrency, KeepOutput, LogFormat, Misfire, NotifyWhen, OnInterrupted, OnLost,
 };
@@ -217,6 +218,8 @@ pub(super) struct RawJob {
     pub(super) dedup_window: Option<Spanned<String>>,
     pub(super) limits: Option<Spanned<Vec<Spanned<String>>>>,
     pub(super) group: Option<Spanned<String>>,
+    pub(super) after: Option<Spanned<Vec<Spanned<String>>>>,
+    pub(super) after_status: Option<Spanned<AfterStatus>>,
     pub(super) on_failure: Option<Spanned<Vec<String>>>,
     pub(super) on_failure_webhook: Option<Spanned<RawWebhook>>,
     pub(super) notify: Option<NotifyWhen>,

@@ -703,3 +703,101 @@ fn drop_ins_add_per_host_keys_and_jobs_and_a_key_set_twice_names_both_files() {
     );
     assert!(rendered.contains(" 3 | name = \"other\""), "{rendered}");
 }
+
+#[test]
+fn after_names_declared_parents_and_refuses_cycles_schedules_and_parents_apart() {
+    let job =
+        |name: &str, rest: &str| format!("[[job]]\nname = \"{name}\"\nshell = \"true\"\n{rest}");
+    let every = "schedule = \"*/5 * * * *\"\n";
+    let text = format!(
+        "{MINIMAL}{}{}{}{}",
+        job("extract", every),
+        job("clean", every),
+        job("load", "after = [\"extract\"]\n"),
+        job(
+            "report",
+            "after = [\"load\", \"clean\"]\nafter_status = \"finished\"\n"
+        ),
+    );
+    let config = parse_text(&text).expect("valid");
+    let after = |name: &str| {
+        let job = config.jobs.iter().find(|j| j.spec.name.as_str() == name);
+        job.and_then(|j| j.after.clone())
+    };
+    let load = after("load").expect("load follows extract");
+    assert_eq!(load.parents, [crate::ids::JobName::new("extract")]);
+    assert_eq!(load.status, AfterStatus::Succeeded, "the default");
+    let report = after("report").expect("report follows two");
+    assert_eq!(report.parents.len(), 2);
+    assert_eq!(report.status, AfterStatus::Finished);
+    assert!(after("extract").is_none());
+
+    for (jobs, says) in [
+        (
+            job("load", "after = [\"extrct\"]\n") + &job("extract", every),
+            "job \"load\": after: no job is named \"extrct\" (did you mean \"extract\"?)",
+        ),
+        (
+            job("a", "after = [\"c\"]\n")
+                + &job("b", "after = [\"a\"]\n")
+                + &job("c", "after = [\"b\"]\n"),
+            "job \"a\": after: `after` goes round in a cycle: a → b → c → a",
+        ),
+        (
+            job("a", "after = [\"a\"]\n"),
+            "`after` goes round in a cycle: a → a",
+        ),
+        (
+            job("x", every) + &job("y", &format!("after = [\"x\"]\n{every}")),
+            "job \"y\": schedule: a job with `after` runs after its parents",
+        ),
+        (
+            job("x", every)
+                + &job("z", "schedule = \"0 * * * *\"\n")
+                + &job("y", "after = [\"x\", \"z\"]\n"),
+            "the parents of a job with several must run on one schedule, so that their runs meet at the same instants: x on \"*/5 * * * *\" (UTC), z on \"0 * * * *\" (UTC)",
+        ),
+        (
+            job("x", every) + &job("y", "after = [\"x\", \"x\"]\n"),
+            "job \"y\": after: named twice",
+        ),
+        (
+            job("x", every) + &job("y", "after_status = \"failed\"\n"),
+            "job \"y\": after_status: only a job with `after` has an after_status",
+        ),
+        (
+            job("x", every) + &job("y", "after = [\"x\"]\nafter_status = \"done\"\n"),
+            "after_status",
+        ),
+    ] {
+        let err = parse_text(&format!("{MINIMAL}{jobs}"))
+            .expect_err(&jobs)
+            .render();
+        assert!(err.contains(says), "{jobs}\n{err}");
+    }
+}
+
+#[test]
+fn after_status_admits_the_endings_it_names() {
+    use crate::run::RunStatus::*;
+    let admitted = |status: AfterStatus| {
+        [
+            Succeeded,
+            Failed,
+            TimedOut,
+            Cancelled,
+            Interrupted,
+            Skipped,
+            Missed,
+        ]
+        .into_iter()
+        .filter(|s| status.admits(*s))
+        .collect::<Vec<_>>()
+    };
+    assert_eq!(admitted(AfterStatus::Succeeded), [Succeeded]);
+    assert_eq!(admitted(AfterStatus::Failed), [Failed, TimedOut]);
+    assert_eq!(
+        admitted(AfterStatus::Finished),
+        [Succeeded, Failed, TimedOut]
+    );
+}

@@ -56,6 +56,7 @@ pub(super) fn validate<'e>(
         notice_defaults: NoticePolicy::default(),
         job_defaults: Arc::new(JobDefaults::default()),
         text,
+        chains: Vec::new(),
     };
     let config = v.config(raw);
     v.problems
@@ -64,6 +65,17 @@ pub(super) fn validate<'e>(
         Some(config) if v.problems.is_empty() => Ok(config),
         _ => Err(v.problems),
     }
+}
+
+/// A job's `after` as written, kept until every job is read: its parents are checked against
+/// the whole schedule.
+pub(super) struct WrittenAfter {
+    pub(super) job: String,
+    /// The whole `after = […]` value.
+    pub(super) span: Range<usize>,
+    pub(super) parents: Vec<Spanned<String>>,
+    /// `schedule`, when the job has one too.
+    pub(super) schedule: Option<Range<usize>>,
 }
 
 /// Collects problems while the sections build domain types. A check that finds a problem records
@@ -85,6 +97,8 @@ pub(super) struct Validator<'e> {
     pub(super) job_defaults: Arc<JobDefaults>,
     /// The file's text: what `zkcron check` shows of `[defaults]` is quoted from it.
     pub(super) text: &'e str,
+    /// Each job's `after` as written, checked once every job is read.
+    pub(super) chains: Vec<WrittenAfter>,
 }
 
 impl Validator<'_> {
@@ -143,6 +157,7 @@ impl Validator<'_> {
             }
             jobs.extend(self.job(job, span).map(Arc::new));
         }
+        self.check_chains(&jobs, &seen);
         Some(Config {
             zookeeper: zookeeper?,
             lock: lock?,

@@ -9,6 +9,7 @@
 //! Must not: decide anything — whether, when and why a run starts or stops is the machine's call.
 
 mod alarm;
+mod chains;
 mod control;
 mod delayed;
 mod drift;
@@ -462,6 +463,13 @@ impl Io {
             answers.clone(),
             stop.clone(),
         );
+        chains::watch(
+            client.clone(),
+            self.settings.ledger.clone(),
+            self.settings.acls,
+            answers.clone(),
+            stop.clone(),
+        );
         control::watch(
             client.clone(),
             self.settings.control.clone(),
@@ -522,6 +530,12 @@ impl Io {
                 _ = self.records.drop_retry(s, record, version)
             }
             Action::ListRecords(job) => return self.list(job),
+            Action::ListMarks(job) => return chains::list(s, &self.settings.ledger, job),
+            Action::DropMarks {
+                job,
+                tick_ms,
+                parents,
+            } => chains::drop_marks(s, &self.settings.ledger, &job, tick_ms, parents),
             Action::ScanDelayed {
                 generation,
                 wanted,

@@ -11,6 +11,8 @@
 mod backfill;
 mod backlog;
 mod catch_up;
+mod chained;
+mod chains;
 mod claims;
 mod ctx;
 mod delayed;
@@ -85,6 +87,8 @@ pub struct FireMachine {
     streaks: notices::Streaks,
     /// Backfill requests seen and not yet taken.
     backfills: backfill::Backfills,
+    /// Who runs after whom (`after`), and this group's chained jobs' marks being read.
+    chains: chains::Chains,
 }
 
 impl FireMachine {
@@ -103,9 +107,11 @@ impl FireMachine {
         jobs: &[Arc<JobConfig>],
         now: DateTime<Utc>,
     ) -> Self {
+        let all = jobs;
         let (jobs, elsewhere) = mine(group.as_deref(), jobs);
         let wanted = Wanted::of(group.as_deref(), &jobs, &elsewhere);
         Self {
+            chains: chains::Chains::of(all, &jobs),
             me,
             starts: Starts::default(),
             // Beyond chrono's range means "no lead": fire at the tick.
@@ -141,7 +147,16 @@ impl FireMachine {
             Input::LockChanged(status) => self.lock_changed(status, now, &mut out),
             Input::Reloaded(jobs) => self.reloaded(&jobs, now, &mut out),
             Input::ClaimDone { id, result } => {
+                let chained = self.starts.claims.get(&id).map(|pending| {
+                    let parents = pending.parents.iter().map(|p| p.job.clone()).collect();
+                    let job = pending.config.spec.name.clone();
+                    (job, pending.tick.timestamp_millis(), parents)
+                });
+                let refused = result.as_ref().err().cloned();
                 self.claim_done(id, result.map(|claim| *claim), now, &mut out);
+                if let Some((job, tick_ms, parents)) = chained {
+                    self.chain_claim_done(&job, tick_ms, parents, refused, &mut out);
+                }
             }
             Input::RecordsListed { job, result } => {
                 let around = Around {
@@ -207,7 +222,15 @@ impl FireMachine {
             Input::ReleaseRequested => self.release_requested(now, &mut out),
             Input::BackfillsRead(requests) => self.backfills_read(requests, now, &mut out),
             Input::LockReleased => self.lock_released(&mut out),
+            Input::MarksChanged(job) => {
+                if self.lock.may_fire && self.stopping.is_none() {
+                    self.chains.list(job.as_ref(), &mut out);
+                }
+            }
+            Input::MarksListed { job, result } => self.marks_listed(job, result, now, &mut out),
         }
+        // Every final record, whatever wrote it, leaves its children's marks.
+        self.chains.leave_marks(&mut out);
         if may_free_room {
             self.claim_due_submissions(now, &mut out);
         }
@@ -484,6 +507,7 @@ impl FireMachine {
         self.delayed.start(now);
         self.delayed_tick(now, out);
         self.take_backfills(now, out);
+        self.chains.list(None, out);
     }
 
     /// Lists again the jobs whose catch-up listing failed, once their wait is over, while this
@@ -534,7 +558,12 @@ impl FireMachine {
     }
 
     fn reloaded(&mut self, jobs: &[Arc<JobConfig>], now: DateTime<Utc>, out: &mut Vec<Action>) {
+        let all = jobs;
         let (jobs, elsewhere) = mine(self.group.as_deref(), jobs);
+        self.chains.reloaded(all, &jobs);
+        if self.lock.may_fire {
+            self.chains.list(None, out);
+        }
         self.wanted = Wanted::of(self.group.as_deref(), &jobs, &elsewhere);
         let jobs = &jobs[..];
         let was_elsewhere = std::mem::replace(&mut self.elsewhere, elsewhere);
@@ -616,8 +645,12 @@ impl FireMachine {
         if self.steering.pauses_read(pauses) {
             self.apply_lock(now, out);
         }
-        // Submissions of a resumed job wait for no deadline: claim what is due.
+        // Submissions of a resumed job wait for no deadline: claim what is due; its chained
+        // runs, likewise, are read again.
         self.claim_due_submissions(now, out);
+        if self.lock.may_fire {
+            self.chains.list(None, out);
+        }
     }
 
     fn release_requested(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {

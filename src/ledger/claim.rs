@@ -70,6 +70,9 @@ pub struct ClaimPlan {
     pending: Option<PendingSubmission>,
     /// The open marker a format 1 run claimed again still has.
     marked_before: Option<String>,
+    /// A chained run's first claim: the marks of the parents' runs it follows, deleted by it
+    /// (one gone: another claim took them).
+    follows: Vec<String>,
     /// Made once when the record's create fails with `NoNode` (the job's first claim).
     parents: Vec<String>,
     pub(super) epoch: String,
@@ -129,9 +132,18 @@ impl ClaimPlan {
             }
             _ => None,
         };
+        let follows = match mode {
+            ClaimMode::Create => record
+                .parents
+                .iter()
+                .map(|parent| paths.chain_mark(&record.job, record.scheduled_unix_ms, &parent.job))
+                .collect(),
+            ClaimMode::Again { .. } => Vec::new(),
+        };
         Self {
             path: record.path(paths),
             guard: guarded.then(|| paths.running(&record.job)),
+            follows,
             data: record.to_bytes(),
             record,
             mode,
@@ -155,6 +167,11 @@ impl ClaimPlan {
 
     /// How many ops [`ClaimPlan::add_ops`] adds.
     pub(super) fn op_count(&self) -> usize {
+        self.ops_before_follows() + self.follows.len()
+    }
+
+    /// The ops before the chain marks' deletes.
+    fn ops_before_follows(&self) -> usize {
         1 + usize::from(self.guard.is_some())
             + self
                 .pending
@@ -168,7 +185,8 @@ impl ClaimPlan {
             + self.guard.as_ref().map_or(0, String::len)
             + self.pending.as_ref().map_or(0, |pending| {
                 pending.marker.len() + pending.open.as_ref().map_or(0, String::len)
-            });
+            })
+            + self.follows.iter().map(String::len).sum::<usize>();
         // Each op adds an ACL and a header.
         nodes + self.data.len() + 64 * self.op_count()
     }
@@ -193,6 +211,9 @@ impl ClaimPlan {
             if let Some(open) = &pending.open {
                 writer.add_create(open, &[], &options)?;
             }
+        }
+        for mark in &self.follows {
+            writer.add_delete(mark, None)?;
         }
         Ok(())
     }
@@ -256,15 +277,18 @@ impl ClaimPlan {
             .pending
             .as_ref()
             .map(|_| 1 + usize::from(self.guard.is_some()));
+        let follows = self.ops_before_follows()..self.op_count();
         match result {
             Ok(results) => Ok(results),
             Err(CheckWriteError::OperationFailed {
                 index,
                 source: ZkErr::NoNode,
-            }) if Some(index) == marker_index => Err(ClaimError::AlreadyClaimed {
-                job: record.job.clone(),
-                scheduled_unix_ms: record.scheduled_unix_ms,
-            }),
+            }) if Some(index) == marker_index || follows.contains(&index) => {
+                Err(ClaimError::AlreadyClaimed {
+                    job: record.job.clone(),
+                    scheduled_unix_ms: record.scheduled_unix_ms,
+                })
+            }
             Err(CheckWriteError::CheckFailed {
                 source: ZkErr::BadVersion | ZkErr::NoNode,
             }) => Err(ClaimError::NotOwner {
@@ -382,6 +406,7 @@ impl ClaimPlan {
             guard: self.guard,
             open,
             session,
+            children: Vec::new(),
         }
     }
 }

@@ -18,6 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use zookeeper_client::{CheckWriteError, Client, MultiWriteError, MultiWriteResult};
 
+use super::chains::MarkCreate;
 use super::{Claim, ClaimError, ClaimPlan, UpdateError};
 use crate::ids::{FencingToken, SessionId};
 use crate::zk::tally;
@@ -95,18 +96,27 @@ impl GroupCommit {
     /// # Errors
     /// As [`super::update`].
     pub async fn update(&self, claim: &mut Claim) -> Result<(), UpdateError> {
-        self.write(WriteKind::Update, claim).await
+        self.write(WriteKind::Update, claim, Vec::new()).await
     }
 
     /// As [`super::finish`] (a run's final record), sent in the next group.
     ///
     /// # Errors
     /// As [`super::finish`].
-    pub async fn finish(&self, claim: &mut Claim) -> Result<(), UpdateError> {
-        self.write(WriteKind::Finish, claim).await
+    pub async fn finish(
+        &self,
+        claim: &mut Claim,
+        marks: Vec<MarkCreate>,
+    ) -> Result<(), UpdateError> {
+        self.write(WriteKind::Finish, claim, marks).await
     }
 
-    async fn write(&self, kind: WriteKind, claim: &mut Claim) -> Result<(), UpdateError> {
+    async fn write(
+        &self,
+        kind: WriteKind,
+        claim: &mut Claim,
+        marks: Vec<MarkCreate>,
+    ) -> Result<(), UpdateError> {
         // From here on the stored record may be this one although no reply came: a write sent
         // again alone then takes it for our own (see `update`).
         claim.sent = claim.record.clone();
@@ -115,6 +125,7 @@ impl GroupCommit {
             kind,
             data: claim.record.to_bytes(),
             claim: claim.clone(),
+            marks,
             same_session: SessionId(self.client.session_id().0) == claim.session,
             reply,
         };
@@ -122,19 +133,32 @@ impl GroupCommit {
             WriteKind::Update => &self.starts,
             WriteKind::Finish => &self.finals,
         };
-        let grouped = match queue.send(unit) {
-            Ok(()) => answer.await.ok(),
-            Err(_) => None,
+        let (grouped, marks) = match queue.send(unit) {
+            Ok(()) => (answer.await.ok(), None),
+            Err(mpsc::error::SendError(unit)) => (None, Some(unit.marks)),
         };
         match grouped {
             Some(Grouped::Done(version)) => {
                 claim.version = version;
                 Ok(())
             }
-            Some(Grouped::Alone(())) | None => match kind {
-                WriteKind::Update => super::update(&self.client, claim).await,
-                WriteKind::Finish => super::finish(&self.client, claim).await,
-            },
+            Some(Grouped::Alone(marks)) => self.write_alone(kind, claim, &marks).await,
+            None => {
+                let marks = marks.unwrap_or_default();
+                self.write_alone(kind, claim, &marks).await
+            }
+        }
+    }
+
+    async fn write_alone(
+        &self,
+        kind: WriteKind,
+        claim: &mut Claim,
+        marks: &[MarkCreate],
+    ) -> Result<(), UpdateError> {
+        match kind {
+            WriteKind::Update => super::update(&self.client, claim).await,
+            WriteKind::Finish => super::finish(&self.client, claim, marks).await,
         }
     }
 }
@@ -311,10 +335,12 @@ struct WriteUnit {
     /// carry a long error).
     data: Vec<u8>,
     claim: Claim,
+    /// The chain marks its final record leaves, in the same multi-op.
+    marks: Vec<MarkCreate>,
     /// Only the session that made the claim deletes its guard (see `finish`).
     same_session: bool,
-    /// The record's new version, or go alone.
-    reply: oneshot::Sender<Grouped<i32, ()>>,
+    /// The record's new version, or go alone (with its marks).
+    reply: oneshot::Sender<Grouped<i32, Vec<MarkCreate>>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -342,7 +368,12 @@ impl Unit for WriteUnit {
 
     fn size(&self) -> usize {
         // The ops' headers and the paths to delete, generously.
-        self.data.len() + self.claim.path.len() * 3 + 256
+        let marks: usize = self
+            .marks
+            .iter()
+            .map(|m| m.path.len() + m.data.len() + 64)
+            .sum();
+        self.data.len() + self.claim.path.len() * 3 + 256 + marks
     }
 
     async fn commit(client: Client, group: Vec<Self>) -> Vec<Self> {
@@ -351,7 +382,8 @@ impl Unit for WriteUnit {
         let built = group.iter().try_for_each(|unit| {
             let claim = &unit.claim;
             multi.add_set_data(&claim.path, &unit.data, Some(claim.version))?;
-            let mut count = 1;
+            super::chains::add_creates(&mut multi, &unit.marks)?;
+            let mut count = 1 + unit.marks.len();
             for path in unit.deletes() {
                 multi.add_delete(path, None)?;
                 count += 1;
@@ -386,14 +418,14 @@ impl Unit for WriteUnit {
             Err(MultiWriteError::OperationFailed { index, source }) => {
                 tracing::debug!(index, error = %source, writes = group.len(), "a record write failed its group; it goes alone");
                 split_failed(group, owner_of(index, &op_counts), |unit| {
-                    let _ = unit.reply.send(Grouped::Alone(()));
+                    let _ = unit.reply.send(Grouped::Alone(unit.marks));
                 })
             }
             // A lost reply: each goes again alone, where `update` tells our own earlier write
             // from someone else's.
             Err(MultiWriteError::RequestFailed { .. }) => {
                 for unit in group {
-                    let _ = unit.reply.send(Grouped::Alone(()));
+                    let _ = unit.reply.send(Grouped::Alone(unit.marks));
                 }
                 Vec::new()
             }

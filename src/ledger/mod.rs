@@ -10,6 +10,7 @@
 //! (`due`), submissions (`submissions`) and the `[[limit]]` leases (`limits`).
 //! Must not: spawn processes or decide lock policy.
 
+pub mod chains;
 mod claim;
 pub mod due;
 mod error;
@@ -47,31 +48,93 @@ use crate::run::{Claim, RunRecord};
 /// `Conflict` when the record's version moved (another node marked it, e.g. as interrupted);
 /// `Zk` when the request failed. Callers log both: an update is never silently dropped.
 pub async fn update(client: &Client, claim: &mut Claim) -> Result<(), UpdateError> {
-    set_record(client, claim, WriteKind::Start).await
+    set_record(client, claim, WriteKind::Start, &[]).await
 }
 
-/// [`update`], counted as `kind`.
+/// How one compare-and-set of a record (with its marks) ended.
+enum SetOutcome {
+    Written(i32),
+    /// A mark's parent was missing and has been made: worth once more.
+    DirsMade,
+    /// A mark exists already (it serves as well): the record goes on without it.
+    MarkThere,
+    Failed(ZkErr),
+}
+
+/// The record's compare-and-set, with `marks` created in the same multi-op (all or nothing).
+async fn set_data_with(client: &Client, claim: &Claim, marks: &[chains::MarkCreate]) -> SetOutcome {
+    use zookeeper_client::{MultiWriteError, MultiWriteResult};
+    let data = claim.record.to_bytes();
+    if marks.is_empty() {
+        return match client
+            .set_data(&claim.path, &data, Some(claim.version))
+            .await
+        {
+            Ok(stat) => SetOutcome::Written(stat.version),
+            Err(source) => SetOutcome::Failed(source),
+        };
+    }
+    let mut multi = client.new_multi_writer();
+    let built = multi
+        .add_set_data(&claim.path, &data, Some(claim.version))
+        .and_then(|()| chains::add_creates(&mut multi, marks));
+    if let Err(source) = built {
+        return SetOutcome::Failed(source);
+    }
+    match multi.commit().await {
+        Ok(results) => SetOutcome::Written(match results.first() {
+            Some(MultiWriteResult::SetData { stat }) => stat.version,
+            _ => claim.version + 1,
+        }),
+        Err(MultiWriteError::OperationFailed { index: 0, source }) => SetOutcome::Failed(source),
+        Err(MultiWriteError::OperationFailed {
+            source: ZkErr::NoNode,
+            ..
+        }) => {
+            chains::make_dirs(client, marks).await;
+            SetOutcome::DirsMade
+        }
+        Err(MultiWriteError::OperationFailed {
+            source: ZkErr::NodeExists,
+            ..
+        }) => SetOutcome::MarkThere,
+        Err(
+            MultiWriteError::OperationFailed { source, .. }
+            | MultiWriteError::RequestFailed { source },
+        ) => SetOutcome::Failed(source),
+    }
+}
+
+/// [`update`], counted as `kind`, with `marks` made in the same multi-op.
 async fn set_record(
     client: &Client,
     claim: &mut Claim,
     kind: WriteKind,
+    marks: &[chains::MarkCreate],
 ) -> Result<(), UpdateError> {
     let zk_err = |source| UpdateError::Zk {
         path: claim.path.clone(),
         source,
     };
-    for _ in 0..2 {
+    let mut marks = marks;
+    for _ in 0..4 {
         let previous = std::mem::replace(&mut claim.sent, claim.record.clone());
-        tally::wrote(kind, 1);
-        match client
-            .set_data(&claim.path, &claim.record.to_bytes(), Some(claim.version))
-            .await
-        {
-            Ok(stat) => {
-                claim.version = stat.version;
+        tally::wrote(kind, 1 + marks.len());
+        match set_data_with(client, claim, marks).await {
+            SetOutcome::Written(version) => {
+                claim.version = version;
                 return Ok(());
             }
-            Err(ZkErr::BadVersion) => {
+            SetOutcome::DirsMade => claim.sent = previous,
+            SetOutcome::MarkThere => {
+                tracing::warn!(
+                    path = claim.path,
+                    "a chain mark of this run exists already; the final record is written without making it again"
+                );
+                marks = &[];
+                claim.sent = previous;
+            }
+            SetOutcome::Failed(ZkErr::BadVersion) => {
                 // Only our own earlier write, whose reply was lost, may have moved the version:
                 // then the stored record is exactly what we sent before. Anything else is
                 // someone else's change, and it is kept.
@@ -84,9 +147,13 @@ async fn set_record(
                     });
                 }
                 claim.version = stat.version;
+                if previous == claim.record {
+                    // This very write, with its marks (one multi), was applied.
+                    return Ok(());
+                }
             }
-            Err(ZkErr::NoNode) => break,
-            Err(source) => return Err(zk_err(source)),
+            SetOutcome::Failed(ZkErr::NoNode) => break,
+            SetOutcome::Failed(source) => return Err(zk_err(source)),
         }
     }
     Err(UpdateError::Conflict {
@@ -102,7 +169,11 @@ async fn set_record(
 ///
 /// # Errors
 /// As [`update`].
-pub async fn finish(client: &Client, claim: &mut Claim) -> Result<(), UpdateError> {
+pub async fn finish(
+    client: &Client,
+    claim: &mut Claim,
+    marks: &[chains::MarkCreate],
+) -> Result<(), UpdateError> {
     let same_session = SessionId(client.session_id().0) == claim.session;
     let guard = claim.guard.clone().filter(|_| same_session);
     let extras: Vec<String> = claim.final_deletes(same_session).cloned().collect();
@@ -110,13 +181,14 @@ pub async fn finish(client: &Client, claim: &mut Claim) -> Result<(), UpdateErro
         let mut multi = client.new_multi_writer();
         let built = multi
             .add_set_data(&claim.path, &claim.record.to_bytes(), Some(claim.version))
+            .and_then(|()| chains::add_creates(&mut multi, marks))
             .and_then(|()| {
                 extras
                     .iter()
                     .try_for_each(|path| multi.add_delete(path, None))
             });
         if built.is_ok() {
-            tally::wrote(WriteKind::Final, 1 + extras.len());
+            tally::wrote(WriteKind::Final, 1 + marks.len() + extras.len());
             match multi.commit().await {
                 Ok(results) => {
                     if let Some(zookeeper_client::MultiWriteResult::SetData { stat }) =
@@ -139,7 +211,9 @@ pub async fn finish(client: &Client, claim: &mut Claim) -> Result<(), UpdateErro
     if let Some(guard) = &guard {
         delete_own_guard(client, guard, &claim.record.run_id).await;
     }
-    set_record(client, claim, WriteKind::Final).await?;
+    // The marks go with the record or not at all: a child is made pending exactly when its
+    // parent's run is recorded as ended.
+    set_record(client, claim, WriteKind::Final, marks).await?;
     // Only once the record is final: an open marker is what the next owner resolves.
     if let Some(open) = claim.open_to_close() {
         delete_if_there(client, open, WriteKind::Final).await;

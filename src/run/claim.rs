@@ -22,6 +22,9 @@ pub struct Claim {
     /// The record as we last sent it, whether or not its reply arrived: if the stored record is
     /// exactly this, a failed compare-and-set was our own write with a lost reply.
     pub sent: RunRecord,
+    /// The jobs that run after this one (`after`): its final record leaves each a mark, in the
+    /// same multi-op. Set by the fire machine on the final record only.
+    pub children: Vec<crate::ids::JobName>,
 }
 
 impl Claim {

@@ -6,6 +6,7 @@
 //! Must not: import anything above the identifiers and the layout: everything that decides or
 //! performs a run imports from here, never the other way round.
 
+mod chain;
 mod claim;
 mod notice;
 mod outcome;
@@ -13,9 +14,10 @@ mod record;
 mod spec;
 mod target;
 
+pub use chain::{ChainMark, FoundMark};
 pub use claim::{Claim, ClaimMode};
 pub use notice::{Notice, NoticeChannels, NoticeKind, Webhook};
 pub use outcome::{OUTPUT_KEPT, OutputTail, RESPONSE_KEPT, RunOutcome, RunReport};
-pub use record::{RecordError, RunRecord, RunStatus};
+pub use record::{ParentRun, RecordError, RunRecord, RunStatus};
 pub use spec::{ContractKey, JobSpec, Launcher, Program, RunAs, RunContext, SubmissionInput};
 pub use target::{HttpTarget, HttpTls, HttpVersion, Resend};

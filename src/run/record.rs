@@ -55,6 +55,16 @@ impl RunStatus {
     }
 }
 
+/// One parent's run that a chained run follows: named in the child's record, so that `history`
+/// shows where a child came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParentRun {
+    pub job: JobName,
+    pub run_id: String,
+    /// How it ended.
+    pub status: RunStatus,
+}
+
 /// One tick of one job, as recorded in ZooKeeper.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunRecord {
@@ -106,6 +116,9 @@ pub struct RunRecord {
     /// A past tick run by `zkcron backfill`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub backfill: bool,
+    /// A chained run (`after`): the parents' runs it follows, at their shared instant.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parents: Vec<ParentRun>,
     /// The submission's pending marker names its job (`<id>~<job>`, lock groups): a withdrawn
     /// claim puts that marker back, not `<id>`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -176,6 +189,7 @@ impl RunRecord {
             http_status: None,
             output: None,
             backfill: false,
+            parents: Vec::new(),
             marker_names_job: false,
             open_by_record: false,
             format: crate::formats::RUN_RECORD,

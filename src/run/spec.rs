@@ -145,6 +145,10 @@ impl RunContext {
         if self.backfill {
             facts.push((key("ZKCRON_BACKFILL", "zkcron-backfill"), "1".to_owned()));
         }
+        if !self.parent_runs.is_empty() {
+            let parents = key("ZKCRON_PARENT_RUN_ID", "zkcron-parent-run-id");
+            facts.push((parents, self.parent_runs.join(",")));
+        }
         if let Some(submission) = &self.submission {
             let id = key("ZKCRON_SUBMISSION_ID", "zkcron-submission-id");
             facts.push((id, submission.id.clone()));
@@ -176,6 +180,8 @@ pub struct RunContext {
     pub backfill: bool,
     /// The run of a delayed submission: its id and the payload the job reads on stdin.
     pub submission: Option<SubmissionInput>,
+    /// A chained run (`after`): its parents' run ids (`ZKCRON_PARENT_RUN_ID`, comma-separated).
+    pub parent_runs: Vec<String>,
 }
 
 /// What a submission's run gets beside the job contract.

@@ -280,6 +280,7 @@ impl Records {
             .clone()
             .filter(|_| claim.record.retry_at_unix_ms.is_some());
         let kept = marker.filter(|_| claim.record.retry_at_unix_ms.is_none());
+        let marks = ledger::chains::marks_of(&self.paths, &claim, self.acls);
         s.tasks.spawn(async move {
                 let mut claim = claim;
                 let path = claim.path.clone();
@@ -290,7 +291,7 @@ impl Records {
                         tracing::warn!(path, error = %error_chain(&err), "retry marker not written: only the job's newest records show the promise");
                     }
                 }
-                let write = match bounded(&path, group.finish(&mut claim)).await {
+                let write = match bounded(&path, group.finish(&mut claim, marks)).await {
                     Some(Ok(())) => {
                         if let Some((client, paths, _)) = &kept {
                             let record = &claim.record;

@@ -52,6 +52,7 @@ pub(super) fn items(request: &BackfillRequest) -> impl Iterator<Item = Item> + '
             reason: FireReason::Backfill,
             again: None,
             submission: None,
+            parents: Vec::new(),
         })
 }
 

@@ -152,6 +152,7 @@ impl CatchUp {
                         reason: FireReason::CaughtUp,
                         again: Some((record.clone(), *version)),
                         submission: Some(submission),
+                        parents: Vec::new(),
                     }),
                     None => {
                         tracing::warn!(job = %record.job, id = %id, "claimed submission not taken over: its submission node is gone");
@@ -222,6 +223,7 @@ impl CatchUp {
                     reason: FireReason::Rerun,
                     again: Some((record.clone(), version)),
                     submission,
+                    parents: Vec::new(),
                 });
             }
             (true, Err(id)) => {
@@ -408,6 +410,7 @@ fn plan_missed(
             tick,
             reason: FireReason::CaughtUp,
             again: None,
+            parents: Vec::new(),
         })
         .collect()
 }

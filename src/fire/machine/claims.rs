@@ -17,7 +17,7 @@ use super::protocol::{Action, ClaimId, FireReason, Item, Me, START_LEAD, TickCla
 use crate::config::{Concurrency, JobConfig};
 use crate::delayed::submission::SubmissionId;
 use crate::ids::{FencingToken, JobName, NodeId};
-use crate::run::{Claim, ClaimMode, RunContext, RunRecord, RunStatus, SubmissionInput};
+use crate::run::{Claim, ClaimMode, ParentRun, RunContext, RunRecord, RunStatus, SubmissionInput};
 
 /// A claim sent and not yet settled.
 #[derive(Debug, Clone)]
@@ -40,6 +40,8 @@ pub(super) struct Pending {
     /// A claim of an existing record (a retry, a rerun): the record as read and its version, so
     /// a second try (after a run was found alive) claims it again the same way.
     pub(super) stored: Option<(RunRecord, i32)>,
+    /// A chained run's first claim (or record): the parents' runs whose marks it takes.
+    pub(super) parents: Vec<ParentRun>,
 }
 
 /// Where a claimed run stands with the leases of its job's limits (issue 19).
@@ -77,6 +79,12 @@ impl Pending {
             // Its retries and reruns are the backfill's too.
             backfill: claim.record.backfill,
             submission: self.submission.clone(),
+            parent_runs: claim
+                .record
+                .parents
+                .iter()
+                .map(|p| p.run_id.clone())
+                .collect(),
         }
     }
 
@@ -126,6 +134,7 @@ impl Pending {
                 let submission = item.submission.as_ref();
                 let mut record = fresh_record(job, item.tick, submission, me_at, token, now_ms);
                 record.backfill = item.reason == FireReason::Backfill;
+                record.parents.clone_from(&item.parents);
                 (record, ClaimMode::Create)
             }
         };
@@ -148,6 +157,7 @@ impl Pending {
             prepared: false,
             lease: LeaseWait::NotAsked,
             stored: item.again,
+            parents: item.parents,
             config,
         };
         (pending, record, mode)
@@ -172,6 +182,7 @@ impl Pending {
             prepared: false,
             lease: LeaseWait::NotAsked,
             stored: None,
+            parents: record.parents.clone(),
         }
     }
 
@@ -190,17 +201,18 @@ impl Pending {
                 stored.next_attempt(me, token, now_ms),
                 ClaimMode::Again { version: *version },
             ),
-            None => (
-                fresh_record(
+            None => {
+                let mut record = fresh_record(
                     &self.config.spec.name,
                     self.tick,
                     self.submission.as_ref(),
                     me,
                     token,
                     now_ms,
-                ),
-                ClaimMode::Create,
-            ),
+                );
+                record.parents.clone_from(&self.parents);
+                (record, ClaimMode::Create)
+            }
         }
     }
 

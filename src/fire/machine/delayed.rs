@@ -524,6 +524,7 @@ impl Due {
                 requested_by: self.requested_by,
                 marker_names_job: self.marker_names_job,
             }),
+            parents: Vec::new(),
         }
     }
 }

@@ -239,6 +239,7 @@ impl Jobs {
                     reason: FireReason::Declined,
                     again: None,
                     submission: None,
+                    parents: Vec::new(),
                 });
             }
         }
@@ -310,6 +311,7 @@ mod tests {
             reason: FireReason::OnTime,
             again: None,
             submission: None,
+            parents: Vec::new(),
         }
     }
 

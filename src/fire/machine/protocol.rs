@@ -15,7 +15,9 @@ use crate::control::Pauses;
 use crate::delayed::submission::{DueBucket, Submission, SubmissionId};
 use crate::ids::{FencingToken, JobName, NodeId};
 use crate::lock::LockStatus;
-use crate::run::{Claim, ClaimMode, JobSpec, RunContext, RunRecord, RunReport, SubmissionInput};
+use crate::run::{
+    Claim, ClaimMode, JobSpec, ParentRun, RunContext, RunRecord, RunReport, SubmissionInput,
+};
 
 /// A tick whose time passed longer ago than this is not started on time: the process was
 /// stopped or starved, and catch-up (`misfire`) decides about it instead.
@@ -65,6 +67,8 @@ pub enum FireReason {
     Manual,
     /// A past tick without a record, asked for by `zkcron backfill` (`ZKCRON_BACKFILL=1`).
     Backfill,
+    /// Its parents' runs at its instant ended as its `after_status` says (`after`).
+    Chained,
 }
 
 impl FireReason {
@@ -216,6 +220,14 @@ pub enum Input {
     /// The backfill requests waiting under `control/backfill` (the driver's watch), by node
     /// name: each for one of this machine's jobs is taken once it may fire.
     BackfillsRead(Vec<(String, crate::control::BackfillRequest)>),
+    /// The chain marks left for a job changed (the driver's watch on `after/`); `None`: any
+    /// job's may have (the watch began, or began again after a disconnection).
+    MarksChanged(Option<JobName>),
+    /// Answer to [`Action::ListMarks`]: the marks left for `job`, or why they could not be read.
+    MarksListed {
+        job: JobName,
+        result: Result<Vec<crate::run::FoundMark>, String>,
+    },
 }
 
 /// How the write of a run's final record ended.
@@ -344,6 +356,15 @@ pub enum Action {
     RemoveEmptyDay(i64),
     /// Read one submission the watch reported. Answered by [`Input::SubmissionRead`].
     ReadSubmission { id: SubmissionId },
+    /// Read the chain marks left for this chained job. Answered by [`Input::MarksListed`].
+    ListMarks(JobName),
+    /// Remove the marks `parents` left for `job` at `tick_ms`: the instant is recorded, so
+    /// nobody will take them. Nothing answers.
+    DropMarks {
+        job: JobName,
+        tick_ms: i64,
+        parents: Vec<JobName>,
+    },
 }
 
 /// What a scan of the due buckets read.
@@ -427,6 +448,8 @@ pub(super) struct Item {
     pub(super) again: Option<(RunRecord, i32)>,
     /// A submission's run: its id and payload.
     pub(super) submission: Option<SubmissionInput>,
+    /// A chained run's first claim: the parents' runs it follows, whose marks it takes.
+    pub(super) parents: Vec<ParentRun>,
 }
 
 impl Item {
@@ -437,6 +460,7 @@ impl Item {
             reason,
             again: None,
             submission: None,
+            parents: Vec::new(),
         }
     }
 }

@@ -166,6 +166,7 @@ mod tests {
             guard: Some("/running/j".into()),
             open: None,
             session: SessionId(7),
+            children: Vec::new(),
         }
     }
 

@@ -73,6 +73,7 @@ impl Retry {
             },
             again: Some((self.record, self.version)),
             submission: self.submission,
+            parents: Vec::new(),
         }
     }
 }

@@ -142,9 +142,10 @@ impl Starts {
             return;
         };
         // A backfill's ticks are behind the ledger by nature: their claims tell the ones run.
+        // A chained run's instant is its parents'.
         let fresh_tick = item.again.is_none()
             && item.submission.is_none()
-            && item.reason != FireReason::Backfill;
+            && !matches!(item.reason, FireReason::Backfill | FireReason::Chained);
         if let Some(newest) = state
             .newest_tick
             .filter(|newest| fresh_tick && item.tick <= *newest)
@@ -203,9 +204,8 @@ impl Starts {
     ) {
         let tick = DateTime::from_timestamp_millis(record.scheduled_unix_ms).unwrap_or_default();
         let newest = ctx.jobs.newest_tick(&config.spec.name);
-        if let Some(newest) =
-            newest.filter(|newest| record.submission_id.is_none() && tick <= *newest)
-        {
+        let own_tick = record.submission_id.is_none() && record.parents.is_empty();
+        if let Some(newest) = newest.filter(|newest| own_tick && tick <= *newest) {
             // Its owner accounted for it: a skipped or missed record here would be a second one.
             let claimed =
                 DateTime::from_timestamp_millis(record.claimed_unix_ms).unwrap_or_default();
@@ -471,6 +471,7 @@ impl Starts {
             reason: FireReason::CaughtUp,
             again: Some((back.record.clone(), claim.version)),
             submission: pending.submission.clone(),
+            parents: Vec::new(),
         };
         let job = pending.config.spec.name.clone();
         tracing::info!(job = %job, run_id = claim.record.run_id, "lock lost before the run was sent: its record goes back to claimed");
@@ -694,6 +695,7 @@ impl Starts {
             reason: FireReason::CaughtUp,
             again: Some((stored, claim.version)),
             submission: run.submission.clone(),
+            parents: Vec::new(),
         };
         let job = run.job.clone();
         let run_id = &claim.record.run_id;

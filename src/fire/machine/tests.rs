@@ -12,6 +12,7 @@ use crate::ids::{FencingToken, NodeId, SessionId};
 use crate::run::{ClaimMode, RunContext, RunOutcome, RunRecord, RunReport, RunStatus};
 
 mod backfill;
+mod chains;
 mod delayed;
 mod groups;
 mod guards;
@@ -197,6 +198,7 @@ fn granted(claim: &TickClaim) -> Claim {
             .guarded
             .then(|| format!("/running/{}", claim.record.job)),
         open: None,
+        children: Vec::new(),
         session: SessionId(1),
         sent: claim.record.clone(),
     }
@@ -1639,6 +1641,7 @@ fn issue_31_a_stop_ends_whatever_is_in_flight() {
                             record: record.clone(),
                             guard: None,
                             open: None,
+                            children: Vec::new(),
                             session: SessionId(1),
                             sent: record,
                         };

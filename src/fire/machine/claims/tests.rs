@@ -37,6 +37,7 @@ fn pending(job: &str, tick: DateTime<Utc>, state: PendingState) -> Pending {
         prepared: false,
         lease: LeaseWait::NotAsked,
         stored: None,
+        parents: Vec::new(),
     }
 }
 
@@ -50,6 +51,7 @@ fn claim_of(pending: &Pending) -> Claim {
         guard: None,
         open: None,
         session: SessionId(1),
+        children: Vec::new(),
     }
 }
 

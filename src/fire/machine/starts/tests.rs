@@ -88,6 +88,7 @@ fn granted(claim: &TickClaim) -> Claim {
         record: claim.record.clone(),
         guard: None,
         open: None,
+        children: Vec::new(),
         session: SessionId(1),
         sent: claim.record.clone(),
     }

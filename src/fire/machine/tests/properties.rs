@@ -353,6 +353,8 @@ impl World {
             | Action::FenceFailed(_)
             | Action::ScanDelayed { .. }
             | Action::ReadSubmission { .. }
+            | Action::ListMarks(_)
+            | Action::DropMarks { .. }
             | Action::RemoveEmptyBucket(_)
             | Action::RemoveEmptyDay(_)
             | Action::YieldLock => {}

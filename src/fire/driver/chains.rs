@@ -1,0 +1,127 @@
+//! The fire driver's I/O for chains (`after`): reading a chained job's marks, removing marks
+//! nobody will take, and the watch that reports new marks.
+//!
+//! Owns: turning the machine's chain actions into `ledger::chains` reads and deletes, and the
+//! persistent recursive watch on `after/` for the current session.
+//! Must not: decide what a mark becomes (the machine does).
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use zookeeper_client::{Client, EventType};
+
+use super::session::{Session, bounded};
+use crate::fire::machine::Input;
+use crate::ids::JobName;
+use crate::layout::LedgerPaths;
+use crate::report::error_chain;
+use crate::zk::watch::{Change, RecursiveWatch};
+
+/// Reads the marks left for `job` (answered as [`Input::MarksListed`]).
+pub(super) fn list(s: &Session, paths: &LedgerPaths, job: JobName) -> Option<Input> {
+    let Some(client) = s.client.clone() else {
+        let result = Err(Session::no_session());
+        return Some(Input::MarksListed { job, result });
+    };
+    let (paths, answers) = (paths.clone(), s.answers.clone());
+    s.tasks.spawn(async move {
+        let dir = paths.after_of(&job);
+        let result = match bounded(
+            &dir,
+            crate::ledger::chains::marks_for(&client, &paths, &job),
+        )
+        .await
+        {
+            Some(Ok(marks)) => Ok(marks),
+            Some(Err(err)) => Err(error_chain(&err)),
+            None => Err("zookeeper did not answer in time".to_owned()),
+        };
+        let _ = answers.send(Input::MarksListed { job, result });
+    });
+    None
+}
+
+/// Removes the marks `parents` left for `job` at `tick_ms`: its instant is recorded already.
+pub(super) fn drop_marks(
+    s: &Session,
+    paths: &LedgerPaths,
+    job: &JobName,
+    tick_ms: i64,
+    parents: Vec<JobName>,
+) {
+    let Some(client) = s.client.clone() else {
+        return;
+    };
+    let marks: Vec<String> = parents
+        .iter()
+        .map(|parent| paths.chain_mark(job, tick_ms, parent))
+        .collect();
+    s.tasks.spawn(async move {
+        for mark in marks {
+            match bounded(&mark, crate::zk::delete_if_there(&client, &mark, None)).await {
+                Some(Ok(_)) => tracing::info!(
+                    path = mark,
+                    "chain mark removed: its child's instant is recorded already"
+                ),
+                Some(Err(err)) => {
+                    tracing::debug!(path = mark, error = %err, "chain mark not removed")
+                }
+                None => {}
+            }
+        }
+    });
+}
+
+/// Watches `after/` (persistent, recursive) for the life of `client`'s session and reports each
+/// new mark's child; its beginning, and its beginning again after a disconnection, report every
+/// child ([`Input::MarksChanged`] with `None`). Ends when `stop` is cancelled or the session
+/// ends.
+pub(super) fn watch(
+    client: Client,
+    paths: LedgerPaths,
+    acls: zookeeper_client::Acls<'static>,
+    answers: mpsc::UnboundedSender<Input>,
+    stop: CancellationToken,
+) {
+    tokio::spawn(async move {
+        let added =
+            RecursiveWatch::add_after_creating(&client, &paths.after, &paths.after, acls, &stop);
+        let Some(watcher) = added.await else {
+            return;
+        };
+        let mut watcher = match watcher {
+            Ok(watcher) => watcher,
+            Err(err) => {
+                tracing::warn!(error = %error_chain(&err), "cannot watch for chain marks; chained jobs run only when this node gains the lock, reloads or resumes a job");
+                return;
+            }
+        };
+        let prefix = format!("{}/", paths.after);
+        loop {
+            let change = tokio::select! {
+                () = stop.cancelled() => return,
+                change = watcher.changed() => change,
+            };
+            let job = match change {
+                None => return,
+                Some(Change::ReadAll) => None,
+                Some(Change::Disconnected) => continue,
+                Some(Change::Node { path, kind }) => {
+                    if kind != EventType::NodeCreated {
+                        continue;
+                    }
+                    // `<child>/<mark>`; a child's own node says nothing yet.
+                    let Some((child, _mark)) = path
+                        .strip_prefix(&prefix)
+                        .and_then(|rest| rest.split_once('/'))
+                    else {
+                        continue;
+                    };
+                    Some(JobName::new(child.to_owned()))
+                }
+            };
+            if answers.send(Input::MarksChanged(job)).is_err() {
+                return;
+            }
+        }
+    });
+}

@@ -1,0 +1,237 @@
+//! Chains (`after`), the part of the fire machine that links a parent's run to its children's:
+//! which final records leave marks, and what a child's marks, once read, become — a run at the
+//! parents' instant, or a `skipped` record naming the parent that ended otherwise.
+//!
+//! Owns: who follows whom across the whole schedule, which of this group's chained jobs have a
+//! listing out, and which instants have a claim out.
+//! Must not: claim anything itself (its steps go through the one claim path, `starts`), or do
+//! I/O: marks are read by the driver ([`Action::ListMarks`]) and come back as input.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+
+use super::protocol::Action;
+use crate::config::{After, JobConfig};
+use crate::ids::JobName;
+use crate::run::FoundMark;
+use crate::run::{ParentRun, RunStatus};
+
+/// What a child's marks at one instant become.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum ChainStep {
+    /// Every parent ended as `after_status` says: the child runs at `tick`.
+    Run {
+        tick: DateTime<Utc>,
+        parents: Vec<ParentRun>,
+    },
+    /// A parent ended otherwise, or never ended at this instant: recorded `skipped`, `why`.
+    Skip {
+        tick: DateTime<Utc>,
+        parents: Vec<ParentRun>,
+        why: String,
+    },
+}
+
+/// The chains this machine keeps. See the module docs.
+#[derive(Debug, Default)]
+pub(super) struct Chains {
+    /// Each parent's children, of any group (a child in another group is that group's owner's
+    /// to run, from the mark).
+    children: HashMap<JobName, Vec<JobName>>,
+    /// This group's chained jobs.
+    followers: HashMap<JobName, Arc<After>>,
+    /// A listing is out for the job; `true`: another is owed once it is answered.
+    listing: HashMap<JobName, bool>,
+    /// Instants whose claim is out, by job: a listing meanwhile does not claim them again.
+    claiming: HashSet<(JobName, i64)>,
+}
+
+impl Chains {
+    /// The chains of the whole schedule `all`, for a machine firing `mine`.
+    pub fn of(all: &[Arc<JobConfig>], mine: &[Arc<JobConfig>]) -> Self {
+        let mut children: HashMap<JobName, Vec<JobName>> = HashMap::new();
+        for job in all {
+            for parent in job.after.iter().flat_map(|after| &after.parents) {
+                children
+                    .entry(parent.clone())
+                    .or_default()
+                    .push(job.spec.name.clone());
+            }
+        }
+        let followers = mine
+            .iter()
+            .filter_map(|job| Some((job.spec.name.clone(), Arc::clone(job.after.as_ref()?))))
+            .collect();
+        Self {
+            children,
+            followers,
+            ..Self::default()
+        }
+    }
+
+    /// The schedule was reloaded: the chains are read again; listings and claims out stay.
+    pub fn reloaded(&mut self, all: &[Arc<JobConfig>], mine: &[Arc<JobConfig>]) {
+        let fresh = Self::of(all, mine);
+        self.children = fresh.children;
+        self.followers = fresh.followers;
+    }
+
+    /// Gives each final record among `actions` the marks it leaves: a run of a parent that
+    /// ended (succeeded, failed, timed out, cancelled) and promises no retry, so a retried
+    /// parent counts once, at its end. A submission's run and a backfill leave none.
+    pub fn leave_marks(&self, actions: &mut [Action]) {
+        if self.children.is_empty() {
+            return;
+        }
+        for action in actions {
+            let Action::WriteRecord(claim) = action else {
+                continue;
+            };
+            let record = &claim.record;
+            let ended = matches!(
+                record.status,
+                RunStatus::Succeeded
+                    | RunStatus::Failed
+                    | RunStatus::TimedOut
+                    | RunStatus::Cancelled
+            );
+            if !ended
+                || record.retry_at_unix_ms.is_some()
+                || record.submission_id.is_some()
+                || record.backfill
+            {
+                continue;
+            }
+            if let Some(children) = self.children.get(&record.job) {
+                claim.children.clone_from(children);
+            }
+        }
+    }
+
+    /// Lists the marks of `job` (`None`: of every chained job of this group), unless a listing
+    /// of it is out: then one more is owed.
+    pub fn list(&mut self, job: Option<&JobName>, out: &mut Vec<Action>) {
+        let jobs: Vec<JobName> = match job {
+            Some(job) if self.followers.contains_key(job) => vec![job.clone()],
+            Some(_) => Vec::new(),
+            None => self.followers.keys().cloned().collect(),
+        };
+        for job in jobs {
+            match self.listing.get_mut(&job) {
+                Some(owed) => *owed = true,
+                None => {
+                    self.listing.insert(job.clone(), false);
+                    out.push(Action::ListMarks(job));
+                }
+            }
+        }
+    }
+
+    /// The marks of `job`, as read: what each instant becomes, oldest first. Instants whose
+    /// claim is out, and sets still waiting for a parent, become nothing yet; a set is given
+    /// up on (`skipped`) once its instant is more than the job's `starting_deadline` ago.
+    pub fn listed(
+        &mut self,
+        config: &JobConfig,
+        marks: Vec<FoundMark>,
+        now: DateTime<Utc>,
+        out: &mut Vec<Action>,
+    ) -> Vec<ChainStep> {
+        let job = &config.spec.name;
+        if self.listing.remove(job) == Some(true) {
+            self.list(Some(job), out);
+        }
+        let Some(after) = self.followers.get(job) else {
+            return Vec::new();
+        };
+        let mut by_instant: BTreeMap<i64, Vec<FoundMark>> = BTreeMap::new();
+        for mark in marks {
+            by_instant
+                .entry(mark.name.scheduled_unix_ms)
+                .or_default()
+                .push(mark);
+        }
+        let deadline = chrono::Duration::from_std(config.starting_deadline).unwrap_or_default();
+        let mut steps = Vec::new();
+        for (ms, marks) in by_instant {
+            let Some(tick) = DateTime::from_timestamp_millis(ms) else {
+                continue;
+            };
+            if self.claiming.contains(&(job.clone(), ms)) {
+                continue;
+            }
+            let parents: Vec<ParentRun> = marks
+                .into_iter()
+                .map(|found| ParentRun {
+                    job: found.name.parent,
+                    run_id: found.mark.run_id,
+                    status: found.mark.status,
+                })
+                .collect();
+            let overdue = tick + deadline < now;
+            let Some(step) = step_of(after, tick, parents, overdue) else {
+                continue;
+            };
+            self.claiming.insert((job.clone(), ms));
+            steps.push(step);
+        }
+        steps
+    }
+
+    /// The listing of `job` failed, or was not acted on: nothing is out for it.
+    pub fn listing_failed(&mut self, job: &JobName) {
+        self.listing.remove(job);
+    }
+
+    /// The claim of `job`'s run (or record) at `tick_ms` was answered.
+    pub fn settled(&mut self, job: &JobName, tick_ms: i64) -> bool {
+        self.claiming.remove(&(job.clone(), tick_ms))
+    }
+}
+
+/// What the marks at `tick` become once every parent left one (or, `overdue`, never will): a
+/// run when each ended as `after_status` says, a skip naming those that did not; `None` while
+/// the set waits for a parent.
+fn step_of(
+    after: &After,
+    tick: DateTime<Utc>,
+    parents: Vec<ParentRun>,
+    overdue: bool,
+) -> Option<ChainStep> {
+    let of = |name: &JobName| parents.iter().find(|parent| parent.job == *name);
+    let missing: Vec<&str> = after
+        .parents
+        .iter()
+        .filter(|name| of(name).is_none())
+        .map(JobName::as_str)
+        .collect();
+    let otherwise: Vec<String> = after
+        .parents
+        .iter()
+        .filter_map(of)
+        .filter(|parent| !after.status.admits(parent.status))
+        .map(|parent| format!("{} ended {}", parent.job, parent.status.as_str()))
+        .collect();
+    // A set waits for every parent, so that one skip accounts for the whole instant.
+    if !missing.is_empty() && !overdue {
+        return None;
+    }
+    let mut why = otherwise;
+    if !missing.is_empty() {
+        why.push(format!(
+            "no run of {} ended at this instant within the job's starting_deadline",
+            missing.join(", ")
+        ));
+    }
+    if why.is_empty() {
+        return Some(ChainStep::Run { tick, parents });
+    }
+    let why = format!(
+        "{} (after_status = {})",
+        why.join("; "),
+        after.status.as_str()
+    );
+    Some(ChainStep::Skip { tick, parents, why })
+}

@@ -1,0 +1,261 @@
+//! Chains (`after`, issue 36): a parent's final record leaves its children's marks, once, at
+//! its last attempt; a child's marks become one run at the parents' instant, or one `skipped`
+//! record naming the parent that ended otherwise; a diamond waits for every parent.
+
+use super::*;
+use crate::run::ChainMark;
+use crate::run::FoundMark;
+
+/// `extract` every second (retried once), `load` after it, `report` after `extract` and `clean`.
+fn chained() -> String {
+    format!(
+        "{}{}{}{}",
+        job(
+            "extract",
+            EVERY_SECOND,
+            "retries = 1\nretry_backoff = \"1s\""
+        ),
+        job("clean", EVERY_SECOND, ""),
+        "[[job]]\nname = \"load\"\nshell = \"true\"\nafter = [\"extract\"]\n",
+        "[[job]]\nname = \"report\"\nshell = \"true\"\nafter = [\"extract\", \"clean\"]\nstarting_deadline = \"10s\"\n",
+    )
+}
+
+fn mark(parent: &str, tick_ms: i64, status: RunStatus) -> FoundMark {
+    FoundMark {
+        name: crate::layout::MarkName {
+            scheduled_unix_ms: t(tick_ms).timestamp_millis(),
+            parent: JobName::new(parent),
+        },
+        mark: ChainMark::of(&format!("{parent}-{tick_ms}"), status),
+    }
+}
+
+fn marks_of(job: &str, marks: Vec<FoundMark>) -> Input {
+    Input::MarksListed {
+        job: JobName::new(job),
+        result: Ok(marks),
+    }
+}
+
+/// A machine owning the lock for [`chained`]: the acquisition lists every chained job's marks.
+fn owning_chains() -> FireMachine {
+    let mut m = machine(&chained());
+    let mut listed = Vec::new();
+    for action in m.handle(Input::LockChanged(owner(TOKEN)), t(0)) {
+        match action {
+            Action::ListRecords(job) => {
+                let input = Input::RecordsListed {
+                    job,
+                    result: Ok(JobRecords::default()),
+                };
+                m.handle(input, t(0));
+            }
+            Action::ListMarks(job) => listed.push(job.to_string()),
+            _ => {}
+        }
+    }
+    listed.sort();
+    assert_eq!(
+        listed,
+        ["load", "report"],
+        "the chained jobs' marks are read"
+    );
+    m
+}
+
+#[test]
+fn a_parents_last_attempt_leaves_its_childrens_marks_and_a_promised_retry_none() {
+    let mut m = owning_chains();
+    m.handle(marks_of("load", vec![]), t(0));
+    m.handle(marks_of("report", vec![]), t(0));
+    let claim = claims(&m.handle(Input::Tick, t(750)))
+        .into_iter()
+        .find(|c| c.record.job.as_str() == "extract")
+        .expect("extract's tick is claimed");
+    m.handle(ok(&claim), t(751));
+    let (run, _) = starts(&m.handle(Input::Tick, t(1000)))
+        .into_iter()
+        .find(|(c, _)| c.record.job.as_str() == "extract")
+        .expect("extract starts");
+    let failed = records_written(&m.handle(
+        ended(&run, RunOutcome::Exited { code: 1 }, t(1000)),
+        t(1100),
+    ))
+    .first()
+    .copied()
+    .cloned()
+    .expect("the failure is recorded");
+    assert!(
+        failed.record.retry_at_unix_ms.is_some(),
+        "a retry is promised"
+    );
+    assert!(
+        failed.children.is_empty(),
+        "a promised retry leaves no mark: {failed:?}"
+    );
+    m.handle(written(&failed), t(1101));
+
+    let retry = claims(&m.handle(Input::Tick, t(2100)))
+        .into_iter()
+        .find(|c| c.record.job.as_str() == "extract" && c.record.attempt == 2)
+        .expect("the retry is claimed");
+    let (again, _) = starts(&m.handle(ok(&retry), t(2100)))
+        .into_iter()
+        .find(|(c, _)| c.record.attempt == 2)
+        .expect("the retry starts");
+    let last = records_written(&m.handle(
+        ended(&again, RunOutcome::Exited { code: 0 }, t(2101)),
+        t(2200),
+    ))
+    .first()
+    .copied()
+    .cloned()
+    .expect("the last attempt is recorded");
+    assert_eq!(last.record.status, RunStatus::Succeeded);
+    let mut children: Vec<&str> = last.children.iter().map(JobName::as_str).collect();
+    children.sort_unstable();
+    assert_eq!(
+        children,
+        ["load", "report"],
+        "its end leaves a mark for each child"
+    );
+}
+
+#[test]
+fn a_childs_complete_marks_become_one_run_at_the_parents_instant() {
+    let mut m = owning_chains();
+    let actions = m.handle(
+        marks_of("load", vec![mark("extract", 1000, RunStatus::Succeeded)]),
+        t(5000),
+    );
+    let claim = only_claim(&actions);
+    assert_eq!(claim.record.job.as_str(), "load");
+    assert_eq!(
+        claim.record.scheduled_unix_ms,
+        t(1000).timestamp_millis(),
+        "the parent's instant"
+    );
+    assert_eq!(claim.mode, ClaimMode::Create);
+    assert_eq!(claim.record.parents.len(), 1);
+    assert_eq!(claim.record.parents[0].run_id, "extract-1000");
+    // Listed again while its claim is out: not claimed twice.
+    let again = m.handle(Input::MarksChanged(Some(JobName::new("load"))), t(5001));
+    assert_eq!(again, vec![Action::ListMarks(JobName::new("load"))]);
+    let relisted = m.handle(
+        marks_of("load", vec![mark("extract", 1000, RunStatus::Succeeded)]),
+        t(5002),
+    );
+    assert!(claims(&relisted).is_empty(), "{relisted:?}");
+
+    let granted = m.handle(ok(&claim), t(5003));
+    let started = starts(&granted);
+    let (run, context) = started.first().cloned().expect("the child starts at once");
+    assert_eq!(
+        context.scheduled_at,
+        t(1000),
+        "ZKCRON_SCHEDULED_AT is the parent's"
+    );
+    assert_eq!(
+        context.parent_runs,
+        ["extract-1000"],
+        "ZKCRON_PARENT_RUN_ID"
+    );
+    let end = records_written(&m.handle(
+        ended(&run, RunOutcome::Exited { code: 0 }, t(5003)),
+        t(5100),
+    ))
+    .first()
+    .copied()
+    .cloned()
+    .expect("recorded");
+    assert!(end.children.is_empty(), "load has no children");
+}
+
+#[test]
+fn a_parent_that_ended_otherwise_makes_the_childs_instant_skipped_naming_it() {
+    let mut m = owning_chains();
+    let actions = m.handle(
+        marks_of("load", vec![mark("extract", 1000, RunStatus::TimedOut)]),
+        t(5000),
+    );
+    let claim = only_claim(&actions);
+    assert_eq!(claim.record.status, RunStatus::Skipped);
+    let why = claim.record.error.clone().unwrap_or_default();
+    assert!(
+        why.contains("extract ended timed_out (after_status = succeeded)"),
+        "{why}"
+    );
+    assert_eq!(claim.record.parents.len(), 1, "the claim takes the mark");
+    assert!(
+        starts(&m.handle(ok(&claim), t(5001))).is_empty(),
+        "nothing runs"
+    );
+}
+
+#[test]
+fn a_diamond_waits_for_every_parent_and_gives_up_after_its_starting_deadline() {
+    let mut m = owning_chains();
+    let one = vec![mark("extract", 1000, RunStatus::Succeeded)];
+    let waiting = m.handle(marks_of("report", one.clone()), t(5000));
+    assert!(
+        claims(&waiting).is_empty(),
+        "clean has not ended yet: {waiting:?}"
+    );
+
+    let both = vec![one[0].clone(), mark("clean", 1000, RunStatus::Succeeded)];
+    m.handle(Input::MarksChanged(None), t(5001));
+    let ran = only_claim(&m.handle(marks_of("report", both), t(5002)));
+    assert_ne!(ran.record.status, RunStatus::Skipped);
+    assert_eq!(ran.record.parents.len(), 2, "one run for the two parents");
+
+    // Another instant, clean never ending: given up on once 10 s (starting_deadline) passed.
+    m.handle(Input::MarksChanged(None), t(5003));
+    let lone = vec![mark("extract", 2000, RunStatus::Succeeded)];
+    assert!(claims(&m.handle(marks_of("report", lone.clone()), t(11_000))).is_empty());
+    m.handle(Input::MarksChanged(None), t(12_001));
+    let skipped = only_claim(&m.handle(marks_of("report", lone), t(12_002)));
+    assert_eq!(skipped.record.status, RunStatus::Skipped);
+    let why = skipped.record.error.unwrap_or_default();
+    assert!(
+        why.contains("no run of clean ended at this instant"),
+        "{why}"
+    );
+}
+
+#[test]
+fn a_chained_claim_that_finds_its_instant_taken_removes_the_marks_left() {
+    let mut m = owning_chains();
+    let claim = only_claim(&m.handle(
+        marks_of("load", vec![mark("extract", 1000, RunStatus::Succeeded)]),
+        t(5000),
+    ));
+    let actions = m.handle(refused(&claim, ClaimRefused::AlreadyClaimed), t(5001));
+    assert!(
+        actions.contains(&Action::DropMarks {
+            job: JobName::new("load"),
+            tick_ms: t(1000).timestamp_millis(),
+            parents: vec![JobName::new("extract")],
+        }),
+        "{actions:?}"
+    );
+}
+
+#[test]
+fn a_paused_child_leaves_its_marks_waiting() {
+    let mut m = owning_chains();
+    let mut pauses = Pauses::new();
+    let pause = crate::control::Pause::new(Some("downstream broken"), "ops@h1", 0);
+    pauses.insert(JobName::new("load"), pause);
+    m.handle(Input::PausesRead(pauses), t(4000));
+    let actions = m.handle(
+        marks_of("load", vec![mark("extract", 1000, RunStatus::Succeeded)]),
+        t(5000),
+    );
+    assert!(claims(&actions).is_empty(), "{actions:?}");
+    let resumed = m.handle(Input::PausesRead(Pauses::new()), t(6000));
+    assert!(
+        resumed.contains(&Action::ListMarks(JobName::new("load"))),
+        "read again at the resume: {resumed:?}"
+    );
+}

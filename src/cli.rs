@@ -440,6 +440,15 @@ fn history_line(r: &RunRecord, tz: chrono_tz::Tz, attempts: Option<u32>, output:
     if let Some(error) = &r.error {
         line.push_str(&format!("\n    {error}"));
     }
+    // Which parents' runs a chained run came from.
+    if !r.parents.is_empty() {
+        let parents: Vec<String> = r
+            .parents
+            .iter()
+            .map(|p| format!("{} run {} ({})", p.job, p.run_id, p.status.as_str()))
+            .collect();
+        line.push_str(&format!("\n    after: {}", parents.join(", ")));
+    }
     match (&r.output, r.http_status) {
         (Some(kept), _) if output => {
             for said in kept.lines() {

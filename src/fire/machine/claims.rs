@@ -259,10 +259,11 @@ impl Pending {
                 "claimed, but past its starting_deadline (the node was stalled)".to_owned(),
             );
         }
-        // A backfill runs past ticks after later ones by nature (in order among themselves).
+        // A backfill runs past ticks after later ones by nature (in order among themselves); a
+        // chained run follows its parents' ends, which come in any order.
         let first_attempt = claim.record.attempt == 1
             && self.submission.is_none()
-            && self.reason != FireReason::Backfill;
+            && !matches!(self.reason, FireReason::Backfill | FireReason::Chained);
         if first_attempt && newest_tick.is_some_and(|last| last >= tick) {
             // Claims can come back out of order; a job's ticks start in scheduled order, so a
             // later tick that started first covers this one.

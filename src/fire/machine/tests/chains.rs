@@ -259,3 +259,22 @@ fn a_paused_child_leaves_its_marks_waiting() {
         "read again at the resume: {resumed:?}"
     );
 }
+
+#[test]
+fn chained_runs_start_in_the_order_their_claims_come_back_not_their_instants() {
+    let mut m = owning_chains();
+    let marks = vec![
+        mark("extract", 1000, RunStatus::Succeeded),
+        mark("extract", 3000, RunStatus::Succeeded),
+    ];
+    let sent = claims(&m.handle(marks_of("load", marks), t(9000)));
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    let (older, newer) = (&sent[0], &sent[1]);
+    assert!(older.record.scheduled_unix_ms < newer.record.scheduled_unix_ms);
+    assert_eq!(starts(&m.handle(ok(newer), t(9001))).len(), 1);
+    assert_eq!(
+        starts(&m.handle(ok(older), t(9002))).len(),
+        1,
+        "an older instant's child still runs after a newer one's"
+    );
+}

@@ -124,8 +124,11 @@ pub struct JobReport {
     pub name: JobName,
     /// Its lock group ([`DEFAULT_GROUP`](crate::ids::DEFAULT_GROUP) for jobs without `group`).
     pub group: String,
-    /// The cron expression; `None` for a job that fires only when submitted.
+    /// The cron expression; `None` for a job that fires only when submitted (or after others).
     pub schedule: Option<String>,
+    /// The jobs whose runs it follows (`after`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<JobName>,
     pub timezone: String,
     pub enabled: bool,
     pub paused: Option<Pause>,
@@ -313,6 +316,7 @@ pub async fn gather(
                 .clone()
                 .unwrap_or_else(|| crate::ids::DEFAULT_GROUP.to_owned()),
             schedule: job.schedule.as_ref().map(|s| s.expression().to_owned()),
+            after: job.after.iter().flat_map(|a| a.parents.clone()).collect(),
             timezone: job.timezone.name().to_owned(),
             enabled: job.enabled,
             paused,

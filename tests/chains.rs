@@ -347,6 +347,12 @@ async fn a_child_in_another_group_is_run_by_that_groups_owner_and_a_diamond_with
             records("join", &g1.config)
         )
     });
+    let status = zkcron_ok(&["status"], &g1.config);
+    let line = status.lines().find(|l| l.starts_with("join "));
+    assert!(
+        line.is_some_and(|l| l.contains("after left, right")),
+        "status shows the chain: {status}"
+    );
     let shown = zkcron_ok(&["history", "join"], &g1.config);
     assert!(
         shown.contains("right ended failed (after_status = succeeded)"),

@@ -147,6 +147,10 @@ fn job_line(job: &JobReport, tz: chrono_tz::Tz, more: &str, at: &dyn Fn(i64) -> 
             format!("paused since {}", since_local(pause.since_unix_ms, tz))
         }
         (None, false, _, _) => "disabled".into(),
+        (None, true, None, _) if !job.after.is_empty() => {
+            let parents: Vec<&str> = job.after.iter().map(JobName::as_str).collect();
+            format!("after {}", parents.join(", "))
+        }
         (None, true, None, _) => "on demand".into(),
         (None, true, Some(_), next) => next.map_or("-".into(), at),
     };

@@ -51,6 +51,10 @@ pub struct BackfillArgs {
     /// pruned (`history`), so they may have run.
     #[arg(long)]
     include_pruned: bool,
+    /// Its runs also make the runs of the jobs that follow it (`after`), as on time; without
+    /// it they make none.
+    #[arg(long)]
+    with_children: bool,
     /// One JSON object instead of text (docs/API.md).
     #[arg(long)]
     json: bool,
@@ -115,7 +119,11 @@ pub async fn backfill(config: &Config, args: BackfillArgs) -> Result<(), CliErro
         .backfill(
             &job,
             (from, to),
-            (args.include_pruned, args.dry_run),
+            zkcron::control::client::BackfillOptions {
+                include_pruned: args.include_pruned,
+                dry_run: args.dry_run,
+                with_children: args.with_children,
+            },
             &requester(),
         )
         .await?;
@@ -144,6 +152,7 @@ pub async fn backfill(config: &Config, args: BackfillArgs) -> Result<(), CliErro
             "to_unix_ms": to.timestamp_millis(),
             "dry_run": args.dry_run,
             "include_pruned": args.include_pruned,
+            "with_children": args.with_children,
             "ticks": ticks,
             "requested": if args.dry_run { 0 } else { runs },
         });

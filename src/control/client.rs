@@ -264,12 +264,11 @@ impl Steer {
         &self,
         job: &JobName,
         (from, to): (chrono::DateTime<Utc>, chrono::DateTime<Utc>),
-        (include_pruned, dry_run): (bool, bool),
+        options: BackfillOptions,
         by: &str,
     ) -> Result<Backfill, SteerError> {
-        let done = self
-            .backfill_unaudited(job, (from, to), (include_pruned, dry_run), by)
-            .await;
+        let dry_run = options.dry_run;
+        let done = self.backfill_unaudited(job, (from, to), options, by).await;
         // A dry run asks nothing of anyone.
         if !dry_run {
             let mut args = vec![("from", from.to_rfc3339()), ("to", to.to_rfc3339())];
@@ -285,9 +284,14 @@ impl Steer {
         &self,
         job: &JobName,
         (from, to): (chrono::DateTime<Utc>, chrono::DateTime<Utc>),
-        (include_pruned, dry_run): (bool, bool),
+        options: BackfillOptions,
         by: &str,
     ) -> Result<Backfill, SteerError> {
+        let BackfillOptions {
+            include_pruned,
+            dry_run,
+            with_children,
+        } = options;
         let config = self.declared(job)?;
         let now = Utc::now();
         let ticks = super::backfill::ticks_in(config, from, to, now)?;
@@ -308,6 +312,7 @@ impl Steer {
                 ticks: requested.clone(),
                 by: by.to_owned(),
                 at_unix_ms: now.timestamp_millis(),
+                with_children,
             };
             store::request_backfill(&self.client, &self.paths.control, &request, self.acls).await?;
         }
@@ -501,4 +506,17 @@ impl Steer {
             }
         }
     }
+}
+
+/// What a backfill asks for besides its range.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BackfillOptions {
+    /// Also run the ticks older than every record kept (they may have run; their records may
+    /// have been pruned).
+    pub include_pruned: bool,
+    /// Only the plan: nothing is asked of the owner.
+    pub dry_run: bool,
+    /// The backfilled runs make their children's runs (`after`), as on time; without it they
+    /// make none.
+    pub with_children: bool,
 }

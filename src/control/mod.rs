@@ -58,6 +58,9 @@ pub struct BackfillRequest {
     pub ticks: Vec<i64>,
     pub by: String,
     pub at_unix_ms: i64,
+    /// The runs make their children's runs (`after`); an older owner ignores it and makes none.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub with_children: bool,
 }
 
 impl BackfillRequest {

@@ -192,6 +192,11 @@ struct JobRow {
     group: String,
     schedule: Option<String>,
     schedule_words: Option<String>,
+    /// The jobs whose runs it follows (`after`), and how they must have ended.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    after: Vec<JobName>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    after_status: Option<&'static str>,
     timezone: String,
     enabled: bool,
     paused: Option<Pause>,
@@ -263,6 +268,8 @@ impl Facts<'_> {
                 .schedule
                 .as_ref()
                 .and_then(|s| crate::schedule::words::describe(s.expression())),
+            after: job.after.iter().flat_map(|a| a.parents.clone()).collect(),
+            after_status: job.after.as_ref().map(|a| a.status.as_str()),
             timezone: job.timezone.name().to_owned(),
             enabled: job.enabled,
             paused: self.paused.cloned(),

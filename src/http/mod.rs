@@ -442,6 +442,18 @@ struct BackfillBody {
     include_pruned: bool,
     #[serde(default)]
     dry_run: bool,
+    #[serde(default)]
+    with_children: bool,
+}
+
+impl BackfillBody {
+    fn options(&self) -> crate::control::client::BackfillOptions {
+        crate::control::client::BackfillOptions {
+            include_pruned: self.include_pruned,
+            dry_run: self.dry_run,
+            with_children: self.with_children,
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -487,9 +499,7 @@ async fn backfill(
     };
     let range = (instant("from", &body.from)?, instant("to", &body.to)?);
     let steer = Steer::with_client(state.client()?, &config).acting_as(http_actor(&by, &headers));
-    let done = steer
-        .backfill(&job, range, (body.include_pruned, body.dry_run), &by)
-        .await?;
+    let done = steer.backfill(&job, range, body.options(), &by).await?;
     let to_run = done.plan.to_run(body.include_pruned);
     let requested = !done.requested.is_empty();
     let answer = BackfillAnswer {

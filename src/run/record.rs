@@ -116,6 +116,9 @@ pub struct RunRecord {
     /// A past tick run by `zkcron backfill`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub backfill: bool,
+    /// A backfilled run that makes its children's runs (`zkcron backfill --with-children`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub with_children: bool,
     /// A chained run (`after`): the parents' runs it follows, at their shared instant.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parents: Vec<ParentRun>,
@@ -189,6 +192,7 @@ impl RunRecord {
             http_status: None,
             output: None,
             backfill: false,
+            with_children: false,
             parents: Vec::new(),
             marker_names_job: false,
             open_by_record: false,

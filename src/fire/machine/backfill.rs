@@ -49,7 +49,9 @@ pub(super) fn items(request: &BackfillRequest) -> impl Iterator<Item = Item> + '
         .filter_map(|ms| DateTime::<Utc>::from_timestamp_millis(*ms))
         .map(|tick| Item {
             tick,
-            reason: FireReason::Backfill,
+            reason: FireReason::Backfill {
+                with_children: request.with_children,
+            },
             again: None,
             submission: None,
             parents: Vec::new(),
@@ -62,6 +64,7 @@ mod tests {
 
     fn request(job: &str, ticks: &[i64]) -> BackfillRequest {
         BackfillRequest {
+            with_children: false,
             job: JobName::new(job),
             ticks: ticks.to_vec(),
             by: "alice".to_owned(),
@@ -101,7 +104,7 @@ mod tests {
         assert!(
             items
                 .iter()
-                .all(|i| i.reason == FireReason::Backfill && i.again.is_none())
+                .all(|i| matches!(i.reason, FireReason::Backfill { .. }) && i.again.is_none())
         );
     }
 }

@@ -80,7 +80,8 @@ impl Chains {
 
     /// Gives each final record among `actions` the marks it leaves: a run of a parent that
     /// ended (succeeded, failed, timed out, cancelled) and promises no retry, so a retried
-    /// parent counts once, at its end. A submission's run and a backfill leave none.
+    /// parent counts once, at its end. A submission's run leaves none, nor a backfill's unless
+    /// asked (`--with-children`).
     pub fn leave_marks(&self, actions: &mut [Action]) {
         if self.children.is_empty() {
             return;
@@ -100,7 +101,7 @@ impl Chains {
             if !ended
                 || record.retry_at_unix_ms.is_some()
                 || record.submission_id.is_some()
-                || record.backfill
+                || (record.backfill && !record.with_children)
             {
                 continue;
             }

@@ -133,7 +133,10 @@ impl Pending {
                 let job = &config.spec.name;
                 let submission = item.submission.as_ref();
                 let mut record = fresh_record(job, item.tick, submission, me_at, token, now_ms);
-                record.backfill = item.reason == FireReason::Backfill;
+                if let FireReason::Backfill { with_children } = item.reason {
+                    record.backfill = true;
+                    record.with_children = with_children;
+                }
                 record.parents.clone_from(&item.parents);
                 (record, ClaimMode::Create)
             }
@@ -263,7 +266,10 @@ impl Pending {
         // chained run follows its parents' ends, which come in any order.
         let first_attempt = claim.record.attempt == 1
             && self.submission.is_none()
-            && !matches!(self.reason, FireReason::Backfill | FireReason::Chained);
+            && !matches!(
+                self.reason,
+                FireReason::Backfill { .. } | FireReason::Chained
+            );
         if first_attempt && newest_tick.is_some_and(|last| last >= tick) {
             // Claims can come back out of order; a job's ticks start in scheduled order, so a
             // later tick that started first covers this one.

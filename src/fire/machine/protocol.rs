@@ -65,8 +65,9 @@ pub enum FireReason {
     Submitted,
     /// An operator asked for a run now (`zkcron trigger`): a submission that says who asked.
     Manual,
-    /// A past tick without a record, asked for by `zkcron backfill` (`ZKCRON_BACKFILL=1`).
-    Backfill,
+    /// A past tick without a record, asked for by `zkcron backfill` (`ZKCRON_BACKFILL=1`);
+    /// `with_children`: its run makes its children's runs (`--with-children`).
+    Backfill { with_children: bool },
     /// Its parents' runs at its instant ended as its `after_status` says (`after`).
     Chained,
 }

@@ -145,7 +145,10 @@ impl Starts {
         // A chained run's instant is its parents'.
         let fresh_tick = item.again.is_none()
             && item.submission.is_none()
-            && !matches!(item.reason, FireReason::Backfill | FireReason::Chained);
+            && !matches!(
+                item.reason,
+                FireReason::Backfill { .. } | FireReason::Chained
+            );
         if let Some(newest) = state
             .newest_tick
             .filter(|newest| fresh_tick && item.tick <= *newest)

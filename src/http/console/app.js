@@ -463,6 +463,10 @@
       ['succeeded', 'failed', 'timed_out', 'interrupted', 'missed', 'skipped', 'cancelled', 'running'].map(
         (s) => h('span', {}, h('span', { class: 'status s-' + s }, words(s)))));
   }
+  // A chained job's parents: "after extract, clean (succeeded)".
+  function afterText(job) {
+    return 'after ' + job.after.join(', ') + ' (' + job.after_status + ')';
+  }
   function jobRow(job) {
     const last = job.last;
     return h('tr', { 'data-job': job.name },
@@ -473,6 +477,7 @@
         !job.enabled ? h('div', {}, badge('skipped', 'disabled')) : null,
         job.running ? h('div', {}, badge('running', 'running now')) : null),
       h('td', {}, job.schedule ? [h('div', {}, job.schedule_words || ''), h('code', {}, job.schedule), h('span', { class: 'muted' }, ' ' + job.timezone)]
+        : job.after ? h('span', { class: 'after' }, afterText(job))
         : h('span', { class: 'muted' }, 'on demand')),
       h('td', {}, when(job.next_unix_ms)),
       h('td', { class: 'last' }, !job.indexed ? h('span', { class: 'muted' }, 'reading…')
@@ -498,7 +503,7 @@
       if (!job) { fill(head, h('p', {}, 'This node\'s schedule does not declare ' + name + '.')); }
       else {
         fill(head, h('div', { class: 'card' }, h('dl', {},
-          h('dt', {}, 'Schedule'), h('dd', {}, job.schedule ? [job.schedule_words ? job.schedule_words + ' · ' : '', h('code', {}, job.schedule), ' ' + job.timezone] : 'on demand'),
+          h('dt', {}, 'Schedule'), h('dd', {}, job.schedule ? [job.schedule_words ? job.schedule_words + ' · ' : '', h('code', {}, job.schedule), ' ' + job.timezone] : job.after ? afterText(job) : 'on demand'),
           h('dt', {}, 'Next fire'), h('dd', {}, when(job.next_unix_ms)),
           h('dt', {}, 'State'), h('dd', { class: 'state' }, job.paused
             ? [badge('paused', 'paused'), ' by ' + job.paused.by, job.paused.reason ? ': “' + job.paused.reason + '”' : '', ' ', when(job.paused.since_unix_ms)]

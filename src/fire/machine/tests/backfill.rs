@@ -9,6 +9,7 @@ fn request(ticks_ms: &[i64]) -> Input {
     Input::BackfillsRead(vec![(
         "req-0000000001".to_owned(),
         BackfillRequest {
+            with_children: false,
             job: JobName::new("a"),
             ticks: ticks_ms
                 .iter()

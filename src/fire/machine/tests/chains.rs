@@ -278,3 +278,34 @@ fn chained_runs_start_in_the_order_their_claims_come_back_not_their_instants() {
         "an older instant's child still runs after a newer one's"
     );
 }
+
+#[test]
+fn a_backfilled_parent_makes_its_childrens_runs_only_when_asked() {
+    for with_children in [false, true] {
+        let mut m = owning_chains();
+        let request = crate::control::BackfillRequest {
+            job: JobName::new("clean"),
+            ticks: vec![t(-60_000).timestamp_millis()],
+            by: "ops@host".to_owned(),
+            at_unix_ms: 0,
+            with_children,
+        };
+        let taken = m.handle(
+            Input::BackfillsRead(vec![("req-1".to_owned(), request)]),
+            t(100),
+        );
+        let claim = claims(&taken)
+            .into_iter()
+            .find(|c| c.record.backfill)
+            .expect("the backfill's tick is claimed");
+        let (run, _) = only_start(&m.handle(ok(&claim), t(101)));
+        let end = end_run(
+            &mut m,
+            ended(&run, RunOutcome::Exited { code: 0 }, t(101)),
+            t(200),
+        );
+        let expected: &[&str] = if with_children { &["report"] } else { &[] };
+        let children: Vec<&str> = end.children.iter().map(JobName::as_str).collect();
+        assert_eq!(children, expected, "with_children = {with_children}");
+    }
+}

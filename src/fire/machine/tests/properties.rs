@@ -1,6 +1,8 @@
 //! Random interleavings of ticks, lock changes, claim results, listings and run ends, against a
-//! small model of what ZooKeeper would answer (a record per tick, a guard per job), with the
-//! firing invariants of issue 8 checked after every step.
+//! small model of what ZooKeeper would answer (a record per tick, a guard per job, the chain
+//! marks), with the firing invariants of issue 8 checked after every step, and those of chains
+//! (issue 36): a parent's mark only with its last attempt's final record, a child run only for
+//! an instant whose parent's run succeeded, once.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -48,6 +50,9 @@ fn sim_jobs() -> String {
             "concurrency = \"allow\"\non_lost = \"finish\"\nretries = 1\nretry_backoff = \"1s\"\non_failure = [\"/bin/true\"]",
         ),
         job("c", "*/3 * * * * *", "concurrency = \"replace\""),
+        // After b, whose runs are retried once: its mark comes with the last attempt.
+        "[[job]]\nname = \"d\"\nshell = \"true\"\nafter = [\"b\"]\nstarting_deadline = \"5s\"\n"
+            .to_owned(),
     ]
     .join("")
 }
@@ -99,6 +104,12 @@ struct World {
     starts: u32,
     /// Notices sent: (run id, attempt, status).
     told: BTreeSet<(String, u32, &'static str)>,
+    /// The model's chain marks for `d`, by b's instant: b's run id and how it ended.
+    chain_marks: BTreeMap<i64, (String, RunStatus)>,
+    /// Listings of marks asked for and not answered.
+    mark_lists: Vec<JobName>,
+    /// b's final records written, by instant: how each ended.
+    parent_ends: BTreeMap<i64, RunStatus>,
     shutdown: bool,
     handed_over: u32,
     released: bool,
@@ -160,7 +171,7 @@ impl World {
     fn perform(&mut self, action: Action) -> Result<(), TestCaseError> {
         match action {
             Action::Claim(claim) => {
-                if claim.record.status == RunStatus::Skipped {
+                if claim.record.status == RunStatus::Skipped && claim.record.parents.is_empty() {
                     let job = &claim.record.job;
                     prop_assert!(
                         self.guards.contains_key(job) || self.alive.values().any(|j| j == job),
@@ -195,7 +206,15 @@ impl World {
                     "started twice on this node: {job} at {tick}, attempt {}",
                     claim.record.attempt
                 );
-                if claim.record.attempt == 1 {
+                if job.as_str() == "d" {
+                    prop_assert_eq!(
+                        self.parent_ends.get(&tick),
+                        Some(&RunStatus::Succeeded),
+                        "d runs only at an instant whose run of b ended succeeded: {:?}",
+                        claim
+                    );
+                    prop_assert_eq!(context.parent_runs.len(), 1);
+                } else if claim.record.attempt == 1 {
                     let last = self.last_started.insert(job.clone(), tick);
                     prop_assert!(
                         last.is_none_or(|last| last < tick),
@@ -226,6 +245,29 @@ impl World {
                 self.running.insert(claim.record.run_id.clone(), claim);
             }
             Action::WriteRecord(claim) => {
+                if !claim.children.is_empty() {
+                    prop_assert!(
+                        claim.record.job.as_str() == "b"
+                            && claim.record.retry_at_unix_ms.is_none()
+                            && claim.children == [JobName::new("d")],
+                        "only b's final record, promising no retry, leaves d's mark: {claim:?}"
+                    );
+                }
+                if claim.record.job.as_str() == "b"
+                    && claim.record.retry_at_unix_ms.is_none()
+                    && matches!(
+                        claim.record.status,
+                        RunStatus::Succeeded
+                            | RunStatus::Failed
+                            | RunStatus::TimedOut
+                            | RunStatus::Cancelled
+                    )
+                {
+                    prop_assert!(
+                        !claim.children.is_empty(),
+                        "b's end leaves d's mark: {claim:?}"
+                    );
+                }
                 if claim.record.status != RunStatus::Missed {
                     prop_assert!(claim.record.status.is_final(), "{claim:?}");
                     *self
@@ -261,6 +303,17 @@ impl World {
                 prop_assert!(false, "no job here pauses itself: {job}");
             }
             Action::ListRecords(job) => self.lists.push(job),
+            Action::ListMarks(job) => {
+                prop_assert_eq!(job.as_str(), "d", "only d is chained");
+                self.mark_lists.push(job);
+            }
+            Action::DropMarks { tick_ms, .. } => {
+                prop_assert!(
+                    self.records.contains(&(JobName::new("d"), tick_ms)),
+                    "marks are dropped only where d's instant is recorded"
+                );
+                self.chain_marks.remove(&tick_ms);
+            }
             Action::MarkInterrupted { record, .. } => {
                 self.marked.insert(record.run_id.clone());
                 self.marks.push(record);
@@ -353,8 +406,6 @@ impl World {
             | Action::FenceFailed(_)
             | Action::ScanDelayed { .. }
             | Action::ReadSubmission { .. }
-            | Action::ListMarks(_)
-            | Action::DropMarks { .. }
             | Action::RemoveEmptyBucket(_)
             | Action::RemoveEmptyDay(_)
             | Action::YieldLock => {}
@@ -372,11 +423,28 @@ impl World {
         }
         match kind % 10 {
             0 => return Err(ClaimRefused::Failed("connection loss".into())),
-            1 if claim.mode == ClaimMode::Create => return Err(ClaimRefused::AlreadyClaimed),
+            // Another node claimed the tick: its record exists from now on.
+            1 if claim.mode == ClaimMode::Create => {
+                self.records.insert(key);
+                return Err(ClaimRefused::AlreadyClaimed);
+            }
             _ => {}
+        }
+        let tick = claim.record.scheduled_unix_ms;
+        let marked = !claim.record.parents.is_empty();
+        if marked
+            && claim.mode == ClaimMode::Create
+            && self.chain_marks.get(&tick).map(|(run_id, _)| run_id)
+                != Some(&claim.record.parents[0].run_id)
+        {
+            // A mark gone: another claim took it.
+            return Err(ClaimRefused::AlreadyClaimed);
         }
         if claim.mode == ClaimMode::Create && !self.records.insert(key) {
             return Err(ClaimRefused::AlreadyClaimed);
+        }
+        if marked && claim.mode == ClaimMode::Create {
+            self.chain_marks.remove(&tick);
         }
         if claim.guarded {
             if self.guards.contains_key(&job) {
@@ -495,6 +563,18 @@ impl World {
                 1 => RecordWrite::Refused,
                 _ => RecordWrite::Written(claim.version + 2),
             };
+            let mut marked = false;
+            if matches!(write, RecordWrite::Written(_)) && !claim.children.is_empty() {
+                let tick = claim.record.scheduled_unix_ms;
+                let ended = (claim.record.run_id.clone(), claim.record.status);
+                prop_assert!(
+                    self.parent_ends.insert(tick, claim.record.status).is_none(),
+                    "b's run at {} leaves its mark once",
+                    tick
+                );
+                self.chain_marks.insert(tick, ended);
+                marked = true;
+            }
             if matches!(write, RecordWrite::Written(_)) && claim.record.status != RunStatus::Missed
             {
                 *self
@@ -503,7 +583,12 @@ impl World {
                     .or_default() += 1;
             }
             let run_id = claim.record.run_id.clone();
-            return self.feed(m, Input::RecordWritten { run_id, write });
+            self.feed(m, Input::RecordWritten { run_id, write })?;
+            if marked {
+                // The driver's watch on `after/` reports the new mark.
+                self.feed(m, Input::MarksChanged(Some(JobName::new("d"))))?;
+            }
+            return Ok(());
         }
         if !self.withdraws.is_empty() {
             let id = self.withdraws.remove(i % self.withdraws.len());
@@ -550,6 +635,25 @@ impl World {
             };
             let record = Box::new(record);
             return self.feed(m, Input::Marked { record, result });
+        }
+        if !self.mark_lists.is_empty() {
+            let job = self.mark_lists.remove(i % self.mark_lists.len());
+            let result = if kind % 5 == 0 {
+                Err("connection loss".to_owned())
+            } else {
+                Ok(self
+                    .chain_marks
+                    .iter()
+                    .map(|(tick, (run_id, status))| crate::run::FoundMark {
+                        name: crate::layout::MarkName {
+                            scheduled_unix_ms: *tick,
+                            parent: JobName::new("b"),
+                        },
+                        mark: crate::run::ChainMark::of(run_id, *status),
+                    })
+                    .collect())
+            };
+            return self.feed(m, Input::MarksListed { job, result });
         }
         if !self.lists.is_empty() {
             let job = self.lists.remove(i % self.lists.len());
@@ -600,7 +704,8 @@ impl World {
                 && self.takes.is_empty()
                 && self.releases.is_empty()
                 && self.marks.is_empty()
-                && self.lists.is_empty())
+                && self.lists.is_empty()
+                && self.mark_lists.is_empty())
             {
                 self.step(m, Step::Answer(0, 1))?;
             } else {
@@ -663,11 +768,24 @@ fn the_simulation_starts_runs_at_all() {
     let mut m = machine(&sim_jobs());
     let mut world = World::default();
     world.step(&mut m, Step::Lock(1)).expect("acquire");
-    for _ in 0..40 {
-        world.step(&mut m, Step::Answer(0, 1)).expect("answer");
+    for round in 0..40 {
+        // 13: every write stored, every listing and release answered (see `answer_other`).
+        world.step(&mut m, Step::Answer(0, 13)).expect("answer");
         world.step(&mut m, Step::Claim(0, 5)).expect("claim");
         world.step(&mut m, Step::Advance(300)).expect("advance");
-        world.step(&mut m, Step::End(0, 2)).expect("end");
+        world.step(&mut m, Step::End(round, 2)).expect("end");
     }
     assert!(world.starts >= 10, "only {} starts", world.starts);
+    let chained = world
+        .started
+        .iter()
+        .filter(|(job, ..)| job.as_str() == "d")
+        .count();
+    assert!(
+        chained >= 2,
+        "only {chained} chained runs of d: {:?}; b ended {:?}; marks {:?}",
+        world.started,
+        world.parent_ends,
+        world.chain_marks
+    );
 }

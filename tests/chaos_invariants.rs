@@ -208,3 +208,36 @@ fn tokens_and_owners_are_checked_per_group() {
         ]
     );
 }
+
+#[test]
+fn a_chain_that_runs_each_succeeded_parent_once_passes_and_each_fault_is_named() {
+    use support::invariants::{ChainViolation, chain};
+    let succeeded: BTreeSet<i64> = [1000, 2000, 3000, 4000].into();
+    let starts = |ticks: &[(i64, &str)]| -> Vec<(i64, String)> {
+        ticks.iter().map(|(t, n)| (*t, (*n).to_owned())).collect()
+    };
+    let clean = starts(&[(1000, "a"), (2000, "a"), (3000, "b")]);
+    // 3000's child was interrupted and is recorded; 4000 ended too close to the stop to count.
+    let recorded: BTreeSet<i64> = [1000, 2000, 3000].into();
+    assert_eq!(chain(&succeeded, &clean, &recorded, 4000), vec![]);
+
+    let twice = starts(&[(1000, "a"), (1000, "b"), (2000, "a"), (3000, "b")]);
+    assert_eq!(
+        chain(&succeeded, &twice, &recorded, 4000),
+        vec![ChainViolation::ChildTwice {
+            tick_ms: 1000,
+            nodes: vec!["a".into(), "b".into()]
+        }]
+    );
+    let orphan = starts(&[(1000, "a"), (2000, "a"), (2500, "a"), (3000, "b")]);
+    assert_eq!(
+        chain(&succeeded, &orphan, &recorded, 4000),
+        vec![ChainViolation::ChildWithoutParent { tick_ms: 2500 }]
+    );
+    let lost = starts(&[(1000, "a"), (3000, "b")]);
+    let recorded_lost: BTreeSet<i64> = [1000, 3000].into();
+    assert_eq!(
+        chain(&succeeded, &lost, &recorded_lost, 4000),
+        vec![ChainViolation::ChildLost { tick_ms: 2000 }]
+    );
+}

@@ -45,6 +45,9 @@ pub const SUB: &str = "sub";
 /// The job of the upgrade check whose every first attempt fails and promises a retry
 /// [`RETRY_BACKOFF`] later: each attempt appends `tick attempt node at_ms` to a log of its own.
 pub const RETRIED: &str = "retried";
+/// The job that runs after each run of [`FAST`] (issue 36): it appends `tick node parent_run_id`
+/// to a log of its own.
+pub const CHAINED: &str = "fast-after";
 /// Longer than a node's graceful stop, so that a rolling step can fall between a first attempt
 /// and its retry.
 pub const RETRY_BACKOFF: Duration = Duration::from_secs(3);
@@ -93,15 +96,21 @@ struct Fleet {
     submissions: bool,
     /// Also [`RETRIED`] in the default group, promising a retry at every tick.
     retried: bool,
+    /// Also [`CHAINED`] in the default group, after [`FAST`].
+    chained: bool,
     /// The zkcron build the nodes start with: this one when `None` (an older one for the
     /// upgrade check).
     binary: Option<PathBuf>,
 }
 
 impl Fleet {
-    /// [`FAST`] and [`LONG`] in the default group: every scenario but the fleet's.
+    /// [`FAST`] and [`LONG`] in the default group, and [`CHAINED`] after `fast`: every
+    /// scenario but the fleet's.
     fn single() -> Self {
-        Self::with_groups(0)
+        Self {
+            chained: true,
+            ..Self::with_groups(0)
+        }
     }
 
     /// The default group and `named` groups `g01`…, each with a 1 s job (`fast`, `fast-g01`…),
@@ -137,6 +146,7 @@ impl Fleet {
             jobs,
             submissions: false,
             retried: false,
+            chained: false,
             binary: None,
         }
     }
@@ -280,6 +290,8 @@ pub struct ChaosCluster {
     sub_log: PathBuf,
     /// What [`RETRIED`]'s attempts logged: `tick attempt node at_ms`, a line each.
     retry_log: PathBuf,
+    /// What [`CHAINED`]'s runs logged: `tick node parent_run_id`, a line each.
+    chain_log: PathBuf,
     silent: Vec<Silent>,
     started_ms: i64,
     /// The first tick of every job that had to fire: the latest of the jobs' first ticks, and,
@@ -317,9 +329,11 @@ impl ChaosCluster {
     /// Like [`ChaosCluster::start_with_submissions`], with [`RETRIED`] too, every node running
     /// `binary` (this build when `None`): the upgrade check's fleet.
     pub async fn start_with_retries_on(name: &str, nodes: usize, binary: Option<PathBuf>) -> Self {
+        // Older builds know no `after`.
         let fleet = Fleet {
             submissions: true,
             retried: true,
+            chained: false,
             binary,
             ..Fleet::single()
         };
@@ -360,6 +374,7 @@ impl ChaosCluster {
         let job_log = dir.path().join("jobs.log");
         let sub_log = dir.path().join("subs.log");
         let retry_log = dir.path().join("retried.log");
+        let chain_log = dir.path().join("chained.log");
         let mut cluster = ChaosCluster {
             ensemble,
             name: name.to_owned(),
@@ -368,6 +383,7 @@ impl ChaosCluster {
             job_log,
             sub_log,
             retry_log,
+            chain_log,
             silent: Vec::new(),
             started_ms: now_ms(),
             steady_from_ms: 0,
@@ -478,6 +494,14 @@ impl ChaosCluster {
                  retries = 1\nretry_backoff = \"{backoff}s\"\n\
                  command = [\"/bin/sh\", \"-c\", 'echo \"$ZKCRON_SCHEDULED_UNIX_MS $ZKCRON_ATTEMPT \
                  $ZKCRON_NODE $(date +%s%3N)\" >> {retried}; [ \"$ZKCRON_ATTEMPT\" -ge 2 ]']\n"
+            ));
+        }
+        if self.fleet.chained {
+            let chained = self.chain_log.display();
+            jobs.push_str(&format!(
+                "\n[[job]]\nname = \"{CHAINED}\"\nhistory = 1000\nafter = [\"{FAST}\"]\n\
+                 command = [\"/bin/sh\", \"-c\", 'echo \"$ZKCRON_SCHEDULED_UNIX_MS $ZKCRON_NODE \
+                 $ZKCRON_PARENT_RUN_ID\" >> {chained}']\n"
             ));
         }
         schedule_text(&connect, LOCK, SESSION, TAKEOVER, &jobs).replacen(
@@ -930,6 +954,28 @@ impl ChaosCluster {
             }
         }
         let violations = invariants::check(&observed);
+        let chained_starts = self.chained_starts();
+        let chain = if self.fleet.chained {
+            // A parent that ended in the last seconds may leave its child for the next owner.
+            invariants::chain(
+                ledger.succeeded.get(FAST).unwrap_or(&BTreeSet::new()),
+                &chained_starts,
+                &ledger.chained_recorded,
+                stop_ms - 3000,
+            )
+        } else {
+            Vec::new()
+        };
+        if !chain.is_empty() {
+            eprintln!("chain violations: {chain:?}");
+        }
+        if self.fleet.chained {
+            let notes = &mut self.notes;
+            notes.insert("chained_runs".to_owned(), chained_starts.len().into());
+            notes.insert("chain_violations".to_owned(), chain.len().into());
+        }
+        let mut violations = violations;
+        violations.extend(chain.into_iter().map(Violation::Chain));
         let report = self.report(&windows, &runs, &ledger, violations, stop_ms);
         if !report.violations.is_empty() && std::env::var_os("ZKCRON_CHAOS_KEEP").is_some() {
             eprintln!("kept {}", self.dir.keep().display());
@@ -1063,6 +1109,10 @@ impl ChaosCluster {
                 if record.status.is_final() {
                     ledger.final_records.insert((job.to_owned(), tick_ms));
                 }
+                if record.status == RunStatus::Succeeded {
+                    let succeeded = ledger.succeeded.entry(job.to_owned()).or_default();
+                    succeeded.insert(tick_ms);
+                }
                 match record.status {
                     RunStatus::Missed => {
                         let from = record.missed_from_unix_ms.unwrap_or(tick_ms);
@@ -1083,7 +1133,30 @@ impl ChaosCluster {
                 }
             }
         }
+        if self.fleet.chained {
+            let dir = format!("{ROOT}/runs/{CHAINED}");
+            let names = client.list_children(&dir).await.unwrap_or_default();
+            ledger.chained_recorded = names
+                .iter()
+                .filter_map(|name| parse_tick_node_name(name))
+                .collect();
+        }
         ledger
+    }
+
+    /// Every start of [`CHAINED`], as it logged it: (its parent's instant, node).
+    fn chained_starts(&self) -> Vec<(i64, String)> {
+        let text = std::fs::read_to_string(&self.chain_log).unwrap_or_default();
+        text.lines()
+            .map(|line| {
+                let fields: Vec<&str> = line.split(' ').collect();
+                let tick = fields.first().and_then(|tick| tick.parse().ok());
+                match (tick, fields.get(1)) {
+                    (Some(tick), Some(node)) => (tick, (*node).to_owned()),
+                    _ => panic!("{CHAINED} log line {line:?}"),
+                }
+            })
+            .collect()
     }
 
     /// At every sampled moment, what each node that could answer said about each group's lock:
@@ -1481,6 +1554,10 @@ pub async fn plant(client: &Client, path: &str, data: &[u8]) {
 #[derive(Debug, Default)]
 struct Ledger {
     final_records: BTreeSet<(String, i64)>,
+    /// Per job, the instants of its succeeded runs.
+    succeeded: BTreeMap<String, BTreeSet<i64>>,
+    /// The instants [`CHAINED`]'s records hold.
+    chained_recorded: BTreeSet<i64>,
     recorded_missed: BTreeMap<String, BTreeSet<i64>>,
     missed_ticks: usize,
     /// Every record, `job tick status [missed_from]`, for a failing scenario's message.

@@ -99,6 +99,8 @@ pub enum Violation {
         at_ms: i64,
         nodes: Vec<String>,
     },
+    /// A chain's promise broken (see [`chain`]).
+    Chain(ChainViolation),
 }
 
 /// Every violation in `observed`, in the order of the checks above.
@@ -278,6 +280,53 @@ pub fn retries(attempts: &[Attempt], backoff_ms: i64, due_before_ms: i64) -> Ret
         match tries.get(&2).map_or(0, Vec::len) {
             0 => found.lost.push((*first).clone()),
             _ => found.kept += 1,
+        }
+    }
+    found
+}
+
+/// What went wrong with a chain (`after`, issue 36), naming the parent's instant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChainViolation {
+    /// The child started more than once for one instant.
+    ChildTwice { tick_ms: i64, nodes: Vec<String> },
+    /// The child started for an instant whose parent run did not succeed.
+    ChildWithoutParent { tick_ms: i64 },
+    /// The parent succeeded, long enough before the end, and the child neither started nor is
+    /// recorded: the promise was lost.
+    ChildLost { tick_ms: i64 },
+}
+
+/// Judges a chain: `parent_succeeded` are the instants of the parent's succeeded runs (its
+/// records), `child_starts` the child's starts as it logged them (instant, node),
+/// `child_recorded` the instants the child's records hold. Every succeeded parent up to
+/// `settled_before_ms` has its child, started once or recorded (an interrupted or skipped child
+/// is recorded); no child without a succeeded parent.
+pub fn chain(
+    parent_succeeded: &BTreeSet<i64>,
+    child_starts: &[(i64, String)],
+    child_recorded: &BTreeSet<i64>,
+    settled_before_ms: i64,
+) -> Vec<ChainViolation> {
+    let mut found = Vec::new();
+    let mut by_tick: BTreeMap<i64, Vec<String>> = BTreeMap::new();
+    for (tick_ms, node) in child_starts {
+        by_tick.entry(*tick_ms).or_default().push(node.clone());
+    }
+    for (tick_ms, nodes) in &by_tick {
+        if nodes.len() > 1 {
+            found.push(ChainViolation::ChildTwice {
+                tick_ms: *tick_ms,
+                nodes: nodes.clone(),
+            });
+        }
+        if !parent_succeeded.contains(tick_ms) {
+            found.push(ChainViolation::ChildWithoutParent { tick_ms: *tick_ms });
+        }
+    }
+    for tick_ms in parent_succeeded.range(..settled_before_ms) {
+        if !by_tick.contains_key(tick_ms) && !child_recorded.contains(tick_ms) {
+            found.push(ChainViolation::ChildLost { tick_ms: *tick_ms });
         }
     }
     found

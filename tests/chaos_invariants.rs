@@ -224,7 +224,7 @@ fn a_chain_that_runs_each_succeeded_parent_once_passes_and_each_fault_is_named()
     let twice = starts(&[(1000, "a"), (1000, "b"), (2000, "a"), (3000, "b")]);
     assert_eq!(
         chain(&succeeded, &twice, &recorded, 4000),
-        vec![ChainViolation::ChildTwice {
+        vec![ChainViolation::StartedTwice {
             tick_ms: 1000,
             nodes: vec!["a".into(), "b".into()]
         }]
@@ -232,12 +232,12 @@ fn a_chain_that_runs_each_succeeded_parent_once_passes_and_each_fault_is_named()
     let orphan = starts(&[(1000, "a"), (2000, "a"), (2500, "a"), (3000, "b")]);
     assert_eq!(
         chain(&succeeded, &orphan, &recorded, 4000),
-        vec![ChainViolation::ChildWithoutParent { tick_ms: 2500 }]
+        vec![ChainViolation::WithoutParent { tick_ms: 2500 }]
     );
     let lost = starts(&[(1000, "a"), (3000, "b")]);
     let recorded_lost: BTreeSet<i64> = [1000, 3000].into();
     assert_eq!(
         chain(&succeeded, &lost, &recorded_lost, 4000),
-        vec![ChainViolation::ChildLost { tick_ms: 2000 }]
+        vec![ChainViolation::Lost { tick_ms: 2000 }]
     );
 }

@@ -289,12 +289,12 @@ pub fn retries(attempts: &[Attempt], backoff_ms: i64, due_before_ms: i64) -> Ret
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChainViolation {
     /// The child started more than once for one instant.
-    ChildTwice { tick_ms: i64, nodes: Vec<String> },
+    StartedTwice { tick_ms: i64, nodes: Vec<String> },
     /// The child started for an instant whose parent run did not succeed.
-    ChildWithoutParent { tick_ms: i64 },
+    WithoutParent { tick_ms: i64 },
     /// The parent succeeded, long enough before the end, and the child neither started nor is
     /// recorded: the promise was lost.
-    ChildLost { tick_ms: i64 },
+    Lost { tick_ms: i64 },
 }
 
 /// Judges a chain: `parent_succeeded` are the instants of the parent's succeeded runs (its
@@ -315,18 +315,18 @@ pub fn chain(
     }
     for (tick_ms, nodes) in &by_tick {
         if nodes.len() > 1 {
-            found.push(ChainViolation::ChildTwice {
+            found.push(ChainViolation::StartedTwice {
                 tick_ms: *tick_ms,
                 nodes: nodes.clone(),
             });
         }
         if !parent_succeeded.contains(tick_ms) {
-            found.push(ChainViolation::ChildWithoutParent { tick_ms: *tick_ms });
+            found.push(ChainViolation::WithoutParent { tick_ms: *tick_ms });
         }
     }
     for tick_ms in parent_succeeded.range(..settled_before_ms) {
         if !by_tick.contains_key(tick_ms) && !child_recorded.contains(tick_ms) {
-            found.push(ChainViolation::ChildLost { tick_ms: *tick_ms });
+            found.push(ChainViolation::Lost { tick_ms: *tick_ms });
         }
     }
     found

@@ -440,6 +440,14 @@ fn history_line(r: &RunRecord, tz: chrono_tz::Tz, attempts: Option<u32>, output:
     if let Some(error) = &r.error {
         line.push_str(&format!("\n    {error}"));
     }
+    // A calendar's run of skipped ticks, recorded at its first.
+    if let Some(through) = r.skipped_through_unix_ms.and_then(at) {
+        let ticks = r.missed_ticks.unwrap_or(1);
+        line.push_str(&format!(
+            "\n    {ticks} tick(s), through {}",
+            through.format("%Y-%m-%d %H:%M:%S %:z")
+        ));
+    }
     // Which parents' runs a chained run came from.
     if !r.parents.is_empty() {
         let parents: Vec<String> = r

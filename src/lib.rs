@@ -15,6 +15,7 @@
 //! `daemon` only wires these together.
 
 pub mod audit;
+pub mod calendar;
 pub mod config;
 pub mod control;
 pub mod daemon;

@@ -88,6 +88,12 @@ fn the_reference_names_every_key_the_parser_accepts_and_no_other() {
             format!("{BASE}[[limit]]\nname = \"a\"\nmax = 1\nzz_unknown = 1\n"),
         ),
         (
+            "calendar",
+            format!(
+                "{BASE}[[calendar]]\nname = \"a\"\nhours = [\"09:00-17:00\"]\nzz_unknown = 1\n"
+            ),
+        ),
+        (
             "job",
             format!("{BASE}[[job]]\nname = \"a\"\nshell = \"true\"\nzz_unknown = 1\n"),
         ),

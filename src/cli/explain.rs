@@ -1,5 +1,6 @@
 //! `zkcron check --explain [JOB] [--from T] [--count N]` (issue 20): each job's next fires with
-//! every daylight-saving transition between them spelled out.
+//! every daylight-saving transition between them spelled out, and those its calendars skip
+//! marked (issue 36).
 //!
 //! Owns: the text of an explanation.
 //! Must not: compute fires or transitions (`zkcron::schedule` does).
@@ -78,7 +79,14 @@ pub fn explain(
         ));
         for line in schedule.explain(from, request.count) {
             lines.push(match line {
-                Explained::Fire(fire) => fire_text(&fire),
+                Explained::Fire(fire) => {
+                    let mut text = fire_text(&fire);
+                    // A tick its calendars skip is one it will not run (recorded `skipped`).
+                    if let Some(skip) = job.calendars.skips(fire.at) {
+                        text.push_str(&format!("  not run: {}", skip.reason()));
+                    }
+                    text
+                }
                 Explained::Transition(transition) => transition_text(&transition),
             });
         }

@@ -89,7 +89,14 @@ impl Validator<'_> {
         let limits = self.job_limits(raw.limits, job);
         let group = self.job_group(raw.group, job);
         let schedule_span = raw.schedule.as_ref().map(Spanned::span);
-        let after = self.job_after(raw.after, raw.after_status, schedule_span, job, &name);
+        let after = self.job_after(
+            raw.after,
+            raw.after_status,
+            schedule_span.clone(),
+            job,
+            &name,
+        );
+        let calendars = self.job_calendars(raw.except, raw.only, schedule_span.is_some(), job);
         let notice_keys = RawNotices {
             on_failure: raw.on_failure,
             on_failure_webhook: raw.on_failure_webhook,
@@ -139,6 +146,7 @@ impl Validator<'_> {
             limits,
             group,
             after,
+            calendars,
         })
     }
 

@@ -18,6 +18,7 @@
 //! its section's file.
 
 mod audit;
+mod calendar;
 mod chains;
 mod error;
 mod files;
@@ -144,6 +145,7 @@ impl Config {
             node: self.node.clone(),
             groups: self.groups.clone(),
             limits: self.limits.clone(),
+            calendars: self.calendars.clone(),
             defaults_shown: self.defaults_shown.clone(),
             drop_ins: self.drop_ins.clone(),
             jobs: jobs.collect(),

@@ -36,6 +36,8 @@ pub struct Config {
     pub groups: Vec<GroupConfig>,
     /// `[[limit]]`: cluster-wide caps on runs, in file order.
     pub limits: Vec<LimitConfig>,
+    /// `[[calendar]]`: days and hours that jobs skip or keep, in file order.
+    pub calendars: Vec<Arc<crate::calendar::Calendar>>,
     /// The job policies `[defaults]` sets, each `key = value` as written: what `zkcron check`
     /// shows.
     pub defaults_shown: Vec<String>,
@@ -335,6 +337,8 @@ pub struct JobConfig {
     pub group: Option<String>,
     /// `after`: the jobs whose runs this one follows, and how they must have ended.
     pub after: Option<Arc<After>>,
+    /// `except` and `only`: the calendars that skip some of its ticks.
+    pub calendars: crate::calendar::CalendarRule,
 }
 
 /// A job that runs after others (`after`, `after_status`): once for each instant at which every

@@ -18,7 +18,7 @@ use super::files::Merged;
 use super::schema::RawConfig;
 
 /// The file's top-level keys: its tables and arrays of tables.
-const TOP_LEVEL: [&str; 10] = [
+const TOP_LEVEL: [&str; 11] = [
     "zookeeper",
     "lock",
     "log",
@@ -28,6 +28,7 @@ const TOP_LEVEL: [&str; 10] = [
     "defaults",
     "group",
     "limit",
+    "calendar",
     "job",
 ];
 
@@ -84,6 +85,7 @@ pub(super) fn read(merged: Merged<'_>) -> Reading {
             "defaults" => raw.defaults = reader.table(value, &Section(name)),
             "group" => raw.group = reader.tables(value, "group"),
             "limit" => raw.limit = reader.tables(value, "limit"),
+            "calendar" => raw.calendar = reader.tables(value, "calendar"),
             "job" => raw.job = reader.tables(value, "job"),
             _ => {
                 let message = unknown("key", name, &TOP_LEVEL);

@@ -29,6 +29,7 @@ pub(super) struct RawConfig {
     pub(super) defaults: Option<RawDefaults>,
     pub(super) group: Vec<Spanned<RawGroup>>,
     pub(super) limit: Vec<Spanned<RawLimit>>,
+    pub(super) calendar: Vec<Spanned<RawCalendar>>,
     pub(super) job: Vec<Spanned<RawJob>>,
 }
 
@@ -106,6 +107,18 @@ pub(super) struct RawNode {
 pub(super) struct RawGroup {
     pub(super) name: Spanned<String>,
     pub(super) requires: Option<Spanned<Vec<Spanned<String>>>>,
+}
+
+/// One `[[calendar]]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCalendar {
+    pub(super) name: Spanned<String>,
+    pub(super) timezone: Option<Spanned<String>>,
+    pub(super) dates: Option<Spanned<Vec<Spanned<String>>>>,
+    pub(super) icalendar: Option<Spanned<String>>,
+    pub(super) hours: Option<Spanned<Vec<Spanned<String>>>>,
+    pub(super) weekdays: Option<Spanned<Vec<Spanned<String>>>>,
 }
 
 /// One `[[limit]]`.
@@ -220,6 +233,8 @@ pub(super) struct RawJob {
     pub(super) group: Option<Spanned<String>>,
     pub(super) after: Option<Spanned<Vec<Spanned<String>>>>,
     pub(super) after_status: Option<Spanned<AfterStatus>>,
+    pub(super) except: Option<Spanned<Vec<Spanned<String>>>>,
+    pub(super) only: Option<Spanned<Vec<Spanned<String>>>>,
     pub(super) on_failure: Option<Spanned<Vec<String>>>,
     pub(super) on_failure_webhook: Option<Spanned<RawWebhook>>,
     pub(super) notify: Option<NotifyWhen>,

@@ -801,3 +801,79 @@ fn after_status_admits_the_endings_it_names() {
         [Succeeded, Failed, TimedOut]
     );
 }
+
+#[test]
+fn calendars_are_declared_and_named_by_jobs_and_each_mistake_is_placed() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ics = dir.path().join("holidays.ics");
+    std::fs::write(
+        &ics,
+        "BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//t//EN\r\nBEGIN:VEVENT\r\nUID:1\r\n\
+         SUMMARY:Christmas\r\nDTSTART;VALUE=DATE:20261225\r\nEND:VEVENT\r\nEND:VCALENDAR\r\n",
+    )
+    .expect("write the ics");
+    let calendars = format!(
+        "[[calendar]]\nname = \"holidays\"\ntimezone = \"Europe/Berlin\"\ndates = [\"2026-12-24\"]\n\
+         icalendar = \"{}\"\n\
+         [[calendar]]\nname = \"office\"\nhours = [\"09:00-17:00\"]\nweekdays = [\"mon\", \"fri\"]\n",
+        ics.display()
+    );
+    let job = "[[job]]\nname = \"j\"\nschedule = \"@hourly\"\nshell = \"true\"\n";
+    let text = format!("{MINIMAL}{calendars}{job}except = [\"holidays\"]\nonly = [\"office\"]\n");
+    let config = parse_text(&text).expect("valid");
+    assert_eq!(config.calendars.len(), 2);
+    let rule = &config.jobs[0].calendars;
+    assert_eq!(rule.except[0].name, "holidays");
+    let days = rule.except[0].days.clone().expect("days");
+    let dates: Vec<String> = days.dates.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        dates,
+        ["2026-12-24", "2026-12-25"],
+        "the listed day and the file's"
+    );
+    assert_eq!(rule.only[0].weekdays.as_ref().map(Vec::len), Some(2));
+
+    for (bad, says) in [
+        (
+            "[[calendar]]\nname = \"c\"\ndates = [\"25.12.2026\"]\n".to_owned(),
+            "calendar \"c\": dates: expected a day like \"2026-12-25\", not \"25.12.2026\"",
+        ),
+        (
+            "[[calendar]]\nname = \"c\"\nhours = [\"9-17\"]\n".to_owned(),
+            "calendar \"c\": hours: expected a daily window like \"09:00-17:00\"",
+        ),
+        (
+            "[[calendar]]\nname = \"c\"\nweekdays = [\"funday\"]\n".to_owned(),
+            "calendar \"c\": weekdays: expected a day of the week",
+        ),
+        (
+            "[[calendar]]\nname = \"c\"\n".to_owned(),
+            "a calendar needs dates, an icalendar file, hours or weekdays",
+        ),
+        (
+            "[[calendar]]\nname = \"c\"\nhours = [\"09:00-10:00\"]\n[[calendar]]\nname = \"c\"\nhours = [\"09:00-10:00\"]\n".to_owned(),
+            "duplicate calendar name",
+        ),
+        (
+            "[[calendar]]\nname = \"c\"\nicalendar = \"/nonexistent/h.ics\"\n".to_owned(),
+            "calendar \"c\": icalendar: cannot read /nonexistent/h.ics",
+        ),
+        (
+            format!("{calendars}{job}except = [\"holidayz\"]\n"),
+            "job \"j\": except: expected a declared [[calendar]]: holidays, office",
+        ),
+        (
+            format!("{calendars}[[job]]\nname = \"j\"\nshell = \"true\"\nonly = [\"office\"]\n"),
+            "job \"j\": only: only a job with a schedule skips ticks by calendar",
+        ),
+    ] {
+        let err = parse_text(&format!("{MINIMAL}{bad}")).expect_err(&bad).render();
+        assert!(err.contains(says), "{bad}\n{err}");
+    }
+    std::fs::write(&ics, "not a calendar").expect("write");
+    let err = parse_text(&text).expect_err("refused").render();
+    assert!(
+        err.contains("icalendar: ") && err.contains("not an iCalendar file"),
+        "{err}"
+    );
+}

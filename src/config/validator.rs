@@ -57,6 +57,7 @@ pub(super) fn validate<'e>(
         job_defaults: Arc::new(JobDefaults::default()),
         text,
         chains: Vec::new(),
+        calendars: Vec::new(),
     };
     let config = v.config(raw);
     v.problems
@@ -89,6 +90,8 @@ pub(super) struct Validator<'e> {
     lookups: Lookups,
     /// The `[[limit]]`s declared, for the jobs that name them.
     pub(super) limits: Vec<LimitConfig>,
+    /// The `[[calendar]]`s declared, for the jobs that name them.
+    pub(super) calendars: Vec<Arc<crate::calendar::Calendar>>,
     /// The `[[group]]`s declared, for the jobs that name them.
     pub(super) groups: Vec<GroupConfig>,
     /// `[defaults]`' notice keys, which a job's own override one by one.
@@ -140,6 +143,7 @@ impl Validator<'_> {
             self.job_defaults = Arc::new(self.job_defaults(policies));
         }
         self.limits = self.declared_limits(raw.limit);
+        self.calendars = self.declared_calendars(raw.calendar);
         let mut seen = HashSet::new();
         // Sized once: a running daemon keeps this Vec for good, and growing it by doubling left
         // up to half of it unused (6384 of 16 384 slots, 1.8 MB, at 10 000 jobs: issue 10).
@@ -167,6 +171,7 @@ impl Validator<'_> {
             node,
             groups: std::mem::take(&mut self.groups),
             limits: std::mem::take(&mut self.limits),
+            calendars: std::mem::take(&mut self.calendars),
             defaults_shown: self.job_defaults.shown.clone(),
             drop_ins: Vec::new(),
             jobs,

@@ -10,6 +10,7 @@
 
 mod backfill;
 mod backlog;
+mod calendars;
 mod catch_up;
 mod chained;
 mod chains;
@@ -396,6 +397,9 @@ impl FireMachine {
         out: &mut Vec<Action>,
     ) {
         let name = &job.spec.name;
+        if let Some(skip) = job.calendars.skips(tick) {
+            return self.calendar_skips(job, tick, &skip, now, out);
+        }
         let mut tick = tick;
         if is_late(job, tick, now) {
             // Popped late, at or before the newest tick recorded: the owner before us ran or

@@ -91,9 +91,13 @@ pub struct RunRecord {
     /// A `missed` record: the first tick of the gap it stands for (its own tick is the last).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub missed_from_unix_ms: Option<i64>,
-    /// A `missed` record: how many ticks the gap holds.
+    /// A `missed` record, or a calendar's `skipped` one: how many ticks the gap holds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub missed_ticks: Option<u64>,
+    /// A `skipped` record of a calendar, named by the first tick of the run of ticks it skips:
+    /// the last of them (issue 36).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped_through_unix_ms: Option<i64>,
     /// The run of a delayed submission: its id (`scheduled_unix_ms` is its due time).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub submission_id: Option<SubmissionId>,
@@ -186,6 +190,7 @@ impl RunRecord {
             error: None,
             missed_from_unix_ms: None,
             missed_ticks: None,
+            skipped_through_unix_ms: None,
             submission_id: None,
             requested_by: None,
             retry_at_unix_ms: None,

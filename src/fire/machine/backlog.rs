@@ -54,6 +54,14 @@ pub(super) fn records_listed(
         }
     };
     ctx.streaks.learned(job, &records.newest);
+    // A run of ticks a calendar skips, recorded ahead by the owner before us.
+    let calendar_through = records
+        .newest
+        .iter()
+        .filter_map(|(record, _)| record.skipped_through_unix_ms)
+        .max()
+        .and_then(DateTime::from_timestamp_millis);
+    state.calendar_through = state.calendar_through.max(calendar_through);
     let ground = Ground {
         me: ctx.me,
         token,

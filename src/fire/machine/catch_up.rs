@@ -360,6 +360,10 @@ fn plan_missed(
         .filter(|next| *next <= now && ground.first_handled.is_none_or(|first| *next < first))
     {
         cursor = next;
+        // A tick its calendars skip was never due: neither run nor missed.
+        if config.calendars.skips(next).is_some() {
+            continue;
+        }
         if next >= horizon {
             within.push(next);
             continue;

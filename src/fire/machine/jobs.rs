@@ -41,6 +41,9 @@ pub(super) struct JobState {
     /// it, and a node whose clock is behind never fires again a tick that ran while its record
     /// was pruned since (records are kept by count, the newest never pruned: issue 24).
     pub newest_tick: Option<DateTime<Utc>>,
+    /// The last tick of the newest run of ticks a calendar skips, recorded as one `skipped`
+    /// record at its first: the ticks up to it are accounted for (`calendars`).
+    pub calendar_through: Option<DateTime<Utc>>,
 }
 
 /// The ticks held behind a finished catch-up, sorted out at their release.
@@ -65,6 +68,7 @@ impl JobState {
             held: Vec::new(),
             not_started: Vec::new(),
             newest_tick: None,
+            calendar_through: None,
         }
     }
 
@@ -268,6 +272,11 @@ impl Jobs {
             let name = job.spec.name.clone();
             let state = match old.remove(&name) {
                 Some(mut state) => {
+                    // A changed calendar applies from the next tick: a run recorded ahead under
+                    // the old one no longer accounts for it.
+                    if state.config.calendars != job.calendars {
+                        state.calendar_through = None;
+                    }
                     state.config = Arc::clone(job);
                     state
                 }

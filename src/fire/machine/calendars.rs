@@ -1,0 +1,72 @@
+//! Calendars (`except`, `only`), the part of the fire machine that records the ticks a job's
+//! calendars skip: one `skipped` record for each run of consecutive skipped ticks, named by its
+//! first tick and written when it comes, saying through which tick it reaches.
+//!
+//! Owns: where such a run ends, and that its later ticks are accounted for.
+//! Must not: decide what a calendar covers (`crate::calendar` does) or write around the claim
+//! path: the record goes through the fenced, create-once claim of any record.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+
+use super::{Action, FireMachine};
+use crate::calendar::Skip;
+use crate::config::JobConfig;
+use crate::run::{RunRecord, RunStatus};
+
+/// A run of skipped ticks is followed this far at most (a calendar that skips every tick for
+/// ever, say): the next tick starts another record.
+const MAX_RUN: u64 = 10_000;
+
+impl FireMachine {
+    /// `tick` of `job` is one its calendars skip (`skip`): the first of a run, recorded once for
+    /// the run, or a later one, accounted for already.
+    pub(super) fn calendar_skips(
+        &mut self,
+        job: &Arc<JobConfig>,
+        tick: DateTime<Utc>,
+        skip: &Skip,
+        now: DateTime<Utc>,
+        out: &mut Vec<Action>,
+    ) {
+        let name = &job.spec.name;
+        let Some(state) = self.jobs.get_mut(name) else {
+            return;
+        };
+        if state
+            .calendar_through
+            .is_some_and(|through| tick <= through)
+        {
+            tracing::debug!(job = %name, %tick, reason = skip.reason(), "tick skipped by calendar, recorded with its run");
+            return;
+        }
+        let (Some(token), true) = (self.lock.token, self.lock.may_fire) else {
+            return;
+        };
+        let (mut last, mut count) = (tick, 1);
+        while let Some(next) = job
+            .next_tick_after(last)
+            .filter(|next| count < MAX_RUN && job.calendars.skips(*next).is_some())
+        {
+            last = next;
+            count += 1;
+        }
+        state.calendar_through = Some(last);
+        tracing::info!(job = %name, %tick, through = %last, ticks = count, reason = skip.reason(), "ticks skipped by calendar");
+        let me = (&self.me.node_id, self.me.ip.as_str());
+        let mut record = RunRecord::claimed(
+            name,
+            tick.timestamp_millis(),
+            me,
+            token,
+            now.timestamp_millis(),
+        );
+        record.status = RunStatus::Skipped;
+        record.finished_unix_ms = Some(now.timestamp_millis());
+        record.error = Some(skip.reason());
+        record.missed_ticks = Some(count);
+        record.skipped_through_unix_ms = Some(last.timestamp_millis());
+        self.claim_path(now, out, |s, ctx| s.claim_record_only(ctx, job, record));
+    }
+}

@@ -1,0 +1,122 @@
+//! Calendars (`except`, `only`, issue 36): the ticks a job's calendars skip are recorded
+//! `skipped` once per run, at its first tick, naming the calendar; the others run; catch-up
+//! never runs a skipped tick.
+
+use super::*;
+
+/// Every minute at :00, except 00:02 to 00:05 (2030-01-01 is in UTC).
+fn minutely_except_a_window() -> String {
+    format!(
+        "[[calendar]]\nname = \"quiet\"\nhours = [\"00:02-00:05\"]\n{}",
+        job("m", "0 * * * * *", "except = [\"quiet\"]")
+    )
+}
+
+/// Every claim the timer sends up to `until_ms`, each answered as granted.
+fn claims_until(m: &mut FireMachine, until_ms: i64) -> Vec<TickClaim> {
+    let mut sent = Vec::new();
+    while let Some(at) = m.next_deadline().filter(|at| ms(*at) <= until_ms) {
+        for claim in claims(&m.handle(Input::Tick, at)) {
+            m.handle(ok(&claim), at);
+            sent.push(claim);
+        }
+    }
+    sent
+}
+
+#[test]
+fn a_run_of_skipped_ticks_is_one_record_at_its_first_tick_naming_the_calendar() {
+    let mut m = owning(&minutely_except_a_window());
+    let sent = claims_until(&mut m, 6 * 60_000);
+    let at: Vec<(i64, RunStatus)> = sent
+        .iter()
+        .map(|c| {
+            (
+                c.record.scheduled_unix_ms - t(0).timestamp_millis(),
+                c.record.status,
+            )
+        })
+        .collect();
+    assert_eq!(
+        at,
+        [
+            (60_000, RunStatus::Running),
+            (120_000, RunStatus::Skipped),
+            (300_000, RunStatus::Running),
+            (360_000, RunStatus::Running),
+        ],
+        "00:02, 00:03 and 00:04 are one record; {sent:?}"
+    );
+    let skipped = &sent[1].record;
+    assert_eq!(skipped.missed_ticks, Some(3));
+    assert_eq!(
+        skipped.skipped_through_unix_ms,
+        Some(t(240_000).timestamp_millis())
+    );
+    assert_eq!(
+        skipped.error.as_deref(),
+        Some("skipped by calendar \"quiet\" (except)")
+    );
+}
+
+#[test]
+fn only_keeps_the_ticks_its_calendar_covers() {
+    let tables = format!(
+        "[[calendar]]\nname = \"open\"\nhours = [\"00:02-00:04\"]\n{}",
+        job("m", "0 * * * * *", "only = [\"open\"]")
+    );
+    let mut m = owning(&tables);
+    let sent = claims_until(&mut m, 5 * 60_000);
+    let runs: Vec<i64> = sent
+        .iter()
+        .filter(|c| c.record.status != RunStatus::Skipped)
+        .map(|c| c.record.scheduled_unix_ms - t(0).timestamp_millis())
+        .collect();
+    assert_eq!(runs, [120_000, 180_000], "{sent:?}");
+    let skipped: Vec<(i64, Option<u64>)> = sent
+        .iter()
+        .filter(|c| c.record.status == RunStatus::Skipped)
+        .map(|c| {
+            (
+                c.record.scheduled_unix_ms - t(0).timestamp_millis(),
+                c.record.missed_ticks,
+            )
+        })
+        .collect();
+    assert_eq!(
+        skipped[0],
+        (60_000, Some(1)),
+        "00:01 alone, before the window"
+    );
+    assert_eq!(skipped[1].0, 240_000, "from 00:04 on, to the next opening");
+    assert_eq!(
+        sent[0].record.error.as_deref(),
+        Some("outside calendar \"open\" (only)")
+    );
+}
+
+#[test]
+fn catch_up_never_runs_a_tick_its_calendar_skips() {
+    let mut m = machine(&minutely_except_a_window());
+    // A follower until 00:04:30, when it gains the lock; the owner before it recorded 00:01 and
+    // died. With misfire = run_once: 00:02 to 00:04 were skipped by the calendar, not missed.
+    run_timer(&mut m, 270_000);
+    let acquired = m.handle(Input::LockChanged(owner(TOKEN)), t(270_000));
+    assert!(acquired.contains(&Action::ListRecords(JobName::new("m"))));
+    let recorded = stored("m", 60_000, "n2", 6, RunStatus::Succeeded);
+    let caught = m.handle(listed("m", &[recorded]), t(270_000));
+    assert!(
+        claims(&caught).is_empty(),
+        "nothing to run or record: {caught:?}"
+    );
+    let next = claims_until(&mut m, 5 * 60_000);
+    assert_eq!(
+        next.iter()
+            .map(|c| (
+                c.record.scheduled_unix_ms - t(0).timestamp_millis(),
+                c.record.status
+            ))
+            .collect::<Vec<_>>(),
+        [(300_000, RunStatus::Running)]
+    );
+}

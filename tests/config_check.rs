@@ -585,3 +585,55 @@ fn commands_that_read_no_schedule_do_not_offer_config_in_their_help() {
         );
     }
 }
+
+/// A calendar window through both DST changes of a year (issue 36): `only = ["night"]` with
+/// `hours = ["01:00-04:00"]` in Europe/Berlin keeps the wall times 01:00 to 03:59 — two hours of
+/// elapsed time in spring, four in autumn, the repeated hour on both passes.
+#[test]
+fn check_explain_marks_the_ticks_a_calendar_window_skips_through_dst() {
+    let text = format!(
+        "{HEAD}\n[[calendar]]\nname = \"night\"\ntimezone = \"Europe/Berlin\"\nhours = [\"01:00-04:00\"]\n\n\
+         [[job]]\nname = \"nightly\"\nschedule = \"0 30 * * * *\"\ntimezone = \"Europe/Berlin\"\n\
+         only = [\"night\"]\nshell = \"true\"\n"
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("zkcron.toml");
+    std::fs::write(&path, text).expect("write config");
+    let explain = |from: &str| {
+        let output = Command::new(env!("CARGO_BIN_EXE_zkcron"))
+            .arg("check")
+            .arg(&path)
+            .args(["--explain", "nightly", "--from", from, "--count", "6"])
+            .output()
+            .expect("run zkcron check");
+        assert_eq!(output.status.code(), Some(0));
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let runs = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|line| line.starts_with("  20") && !line.contains("not run"))
+            .map(|line| line.trim()[..26].to_owned())
+            .collect()
+    };
+    let spring = explain("2026-03-29");
+    assert_eq!(
+        runs(&spring),
+        ["2026-03-29 01:30:00 +01:00", "2026-03-29 03:30:00 +02:00"],
+        "{spring}"
+    );
+    assert!(
+        spring.contains("2026-03-29 04:30:00 +02:00  (2026-03-29 02:30:00 UTC)  not run: outside calendar \"night\" (only)"),
+        "{spring}"
+    );
+    let autumn = explain("2026-10-25");
+    assert_eq!(
+        runs(&autumn),
+        [
+            "2026-10-25 01:30:00 +02:00",
+            "2026-10-25 02:30:00 +02:00",
+            "2026-10-25 02:30:00 +01:00",
+            "2026-10-25 03:30:00 +01:00"
+        ],
+        "{autumn}"
+    );
+}

@@ -13,7 +13,6 @@ use chrono::{DateTime, Utc};
 use super::{Action, FireMachine};
 use crate::calendar::Skip;
 use crate::config::JobConfig;
-use crate::run::{RunRecord, RunStatus};
 
 /// A run of skipped ticks is followed this far at most (a calendar that skips every tick for
 /// ever, say): the next tick starts another record.
@@ -54,17 +53,7 @@ impl FireMachine {
         }
         state.calendar_through = Some(last);
         tracing::info!(job = %name, %tick, through = %last, ticks = count, reason = skip.reason(), "ticks skipped by calendar");
-        let me = (&self.me.node_id, self.me.ip.as_str());
-        let mut record = RunRecord::claimed(
-            name,
-            tick.timestamp_millis(),
-            me,
-            token,
-            now.timestamp_millis(),
-        );
-        record.status = RunStatus::Skipped;
-        record.finished_unix_ms = Some(now.timestamp_millis());
-        record.error = Some(skip.reason());
+        let mut record = self.me.skipped(name, tick, token, now, skip.reason());
         record.missed_ticks = Some(count);
         record.skipped_through_unix_ms = Some(last.timestamp_millis());
         self.claim_path(now, out, |s, ctx| s.claim_record_only(ctx, job, record));

@@ -12,7 +12,6 @@ use super::chains::ChainStep;
 use super::protocol::{Action, ClaimRefused, FireReason, Item};
 use crate::ids::JobName;
 use crate::run::FoundMark;
-use crate::run::{RunRecord, RunStatus};
 
 impl FireMachine {
     /// Answer to [`Action::ListMarks`]: each instant whose set is complete (or given up on) goes
@@ -51,17 +50,7 @@ impl FireMachine {
                 }
                 ChainStep::Skip { tick, parents, why } => {
                     tracing::info!(job = %job, %tick, why, "chained run skipped");
-                    let me = (&self.me.node_id, self.me.ip.as_str());
-                    let mut record = RunRecord::claimed(
-                        &job,
-                        tick.timestamp_millis(),
-                        me,
-                        token,
-                        now.timestamp_millis(),
-                    );
-                    record.status = RunStatus::Skipped;
-                    record.finished_unix_ms = Some(now.timestamp_millis());
-                    record.error = Some(why);
+                    let mut record = self.me.skipped(&job, tick, token, now, why);
                     record.parents = parents;
                     self.claim_path(now, out, |s, ctx| s.claim_record_only(ctx, &config, record));
                 }

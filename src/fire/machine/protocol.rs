@@ -386,6 +386,26 @@ pub struct Me {
     pub ip: String,
 }
 
+impl Me {
+    /// A record, by us under `token`, of `job`'s `tick` that does not run, and why (`skipped`).
+    pub(super) fn skipped(
+        &self,
+        job: &JobName,
+        tick: DateTime<Utc>,
+        token: FencingToken,
+        now: DateTime<Utc>,
+        why: String,
+    ) -> RunRecord {
+        let me = (&self.node_id, self.ip.as_str());
+        let now_ms = now.timestamp_millis();
+        let mut record = RunRecord::claimed(job, tick.timestamp_millis(), me, token, now_ms);
+        record.status = crate::run::RunStatus::Skipped;
+        record.finished_unix_ms = Some(now_ms);
+        record.error = Some(why);
+        record
+    }
+}
+
 /// What catch-up reads of one job (answer to [`Action::ListRecords`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct JobRecords {

@@ -33,7 +33,8 @@ fn schedule(dir: &Path) -> String {
     let jobs = format!(
         "[http]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"{}\"\n\n\
          [[job]]\nname = \"tick\"\nschedule = \"* * * * * *\"\nshell = '{RECORD_FIRE}{}'\n\n\
-         [[job]]\nname = \"report\"\nshell = 'cat > {}/report-$ZKCRON_SUBMISSION_ID.out'\n",
+         [[job]]\nname = \"report\"\nshell = 'cat > {}/report-$ZKCRON_SUBMISSION_ID.out'\n\n\
+         [[job]]\nname = \"after-tick\"\nafter = [\"tick\"]\nshell = \"true\"\n",
         token.display(),
         dir.join("fires.log").display(),
         dir.display()
@@ -130,6 +131,15 @@ async fn the_console_shows_and_steers_a_live_cluster_through_a_failover() {
         .wait_text("tick's row", r#"tr[data-job="tick"] .last"#, PAGE, |t| {
             t.contains("succeeded")
         })
+        .await;
+    // A chained job shows whom it follows where a schedule would be (issue 36).
+    browser
+        .wait_text(
+            "after-tick's parents",
+            r#"tr[data-job="after-tick"] .after"#,
+            PAGE,
+            |t| t == "after tick (succeeded)",
+        )
         .await;
     screenshot(&browser, "jobs").await;
     let paused = steer(

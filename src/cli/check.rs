@@ -154,20 +154,12 @@ fn warnings(path: &Path, config: &Config) -> Vec<Warning> {
             .map(|warning| (warning.job.as_str(), warning.key))
             .collect();
         let found = config::locate(&text, &wanted);
-        // Where each line starts, once: counting lines from the top for every warning would
-        // read the whole file again for each.
-        let line_starts: Vec<usize> = std::iter::once(0)
-            .chain(text.match_indices('\n').map(|(at, _)| at + 1))
-            .collect();
+        let lines = config::LineStarts::of(&text);
         for (warning, span) in warnings.iter_mut().zip(found) {
             if let (None, Some(span)) = (&warning.at, span) {
-                let line = line_starts.partition_point(|start| *start <= span.start);
-                let start = line_starts
-                    .get(line.saturating_sub(1))
-                    .copied()
-                    .unwrap_or(0);
-                let (_, col) =
-                    config::line_col(text.get(start..).unwrap_or_default(), span.start - start);
+                let (line, col) = lines
+                    .line_col(&text, span.start)
+                    .unwrap_or_else(|| config::line_col(&text, span.start));
                 warning.at = Some((file.clone(), line, col));
             }
         }

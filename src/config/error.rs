@@ -78,36 +78,25 @@ impl ConfigError {
     }
 
     /// Where each line of the text starts.
-    fn line_starts(&self) -> Vec<usize> {
-        std::iter::once(0)
-            .chain(self.text.match_indices('\n').map(|(at, _)| at + 1))
-            .collect()
-    }
-
-    /// The line index (0-based, of the whole text) that holds byte `offset`.
-    fn line_index(lines: &[usize], offset: usize) -> usize {
-        lines
-            .partition_point(|start| *start <= offset)
-            .saturating_sub(1)
+    fn line_starts(&self) -> LineStarts {
+        LineStarts::of(&self.text)
     }
 
     /// Line and column of byte `offset` in its own file, given the text's line starts.
-    fn place(&self, lines: &[usize], offset: usize) -> (usize, usize) {
+    fn place(&self, lines: &LineStarts, offset: usize) -> (usize, usize) {
         let (_, file_start) = self.files.of(offset);
-        let line = Self::line_index(lines, offset);
-        let first = Self::line_index(lines, file_start);
-        let line_start = lines.get(line).copied().unwrap_or(0);
-        match self.text.get(line_start..offset) {
-            Some(before) => (line - first + 1, before.chars().count() + 1),
+        let first = lines.line_of(file_start);
+        match lines.line_col(&self.text, offset) {
+            Some((line, col)) => (line - first, col),
             // Not on a character's boundary, or past the end: as line_col says.
             None => self.line_col(offset),
         }
     }
 
     /// The text of line `line` (0-based, of the whole text), without its line break.
-    fn line_text<'t>(&'t self, lines: &[usize], line: usize) -> Option<&'t str> {
-        let start = *lines.get(line)?;
-        let end = lines.get(line + 1).map_or(self.text.len(), |next| next - 1);
+    fn line_text<'t>(&'t self, lines: &LineStarts, line: usize) -> Option<&'t str> {
+        let start = lines.start(line)?;
+        let end = lines.start(line + 1).map_or(self.text.len(), |next| next - 1);
         self.text
             .get(start..end)
             .map(|text| text.trim_end_matches('\r'))
@@ -126,7 +115,7 @@ impl ConfigError {
         out
     }
 
-    fn render_problem(&self, problem: &Problem, lines: &[usize]) -> String {
+    fn render_problem(&self, problem: &Problem, lines: &LineStarts) -> String {
         let path = problem
             .span
             .as_ref()
@@ -142,7 +131,7 @@ impl ConfigError {
         };
         let (line, col) = self.place(lines, span.start);
         let mut out = format!("{path}:{line}:{col}: {context}{}", problem.message);
-        let source_line = self.line_text(lines, Self::line_index(lines, span.start));
+        let source_line = self.line_text(lines, lines.line_of(span.start));
         if let Some(source_line) = source_line.filter(|l| !problem.secret && !may_hold_a_secret(l))
         {
             let width = self
@@ -197,6 +186,41 @@ impl Files {
         let (path, start) = self.of(offset);
         let (line, _) = super::line_col(text.get(start..).unwrap_or_default(), offset - start);
         format!("{}:{line}", path.display())
+    }
+}
+
+/// Where each line of a text starts, found once: the line and column of many offsets, each
+/// without counting lines from the top (`zkcron check` places thousands at once).
+#[derive(Debug, Clone)]
+pub struct LineStarts(Vec<usize>);
+
+impl LineStarts {
+    pub fn of(text: &str) -> Self {
+        Self(
+            std::iter::once(0)
+                .chain(text.match_indices('\n').map(|(at, _)| at + 1))
+                .collect(),
+        )
+    }
+
+    /// The line (0-based) that holds byte `offset`.
+    pub fn line_of(&self, offset: usize) -> usize {
+        self.0
+            .partition_point(|start| *start <= offset)
+            .saturating_sub(1)
+    }
+
+    /// Where line `line` (0-based) starts.
+    pub fn start(&self, line: usize) -> Option<usize> {
+        self.0.get(line).copied()
+    }
+
+    /// Line and column (1-based, the column in characters) of byte `offset` of `text`, the
+    /// text these starts are of; `None` off a character's boundary or past the end.
+    pub fn line_col(&self, text: &str, offset: usize) -> Option<(usize, usize)> {
+        let line = self.line_of(offset);
+        let before = text.get(self.start(line)?..offset)?;
+        Some((line + 1, before.chars().count() + 1))
     }
 }
 

@@ -43,7 +43,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-pub use self::error::{ConfigError, Files, LoadError, Problem, line_col};
+pub use self::error::{ConfigError, Files, LineStarts, LoadError, Problem, line_col};
 pub use self::files::DROP_IN_DIR;
 pub use self::model::{
     After, AfterStatus, AuditConfig, Concurrency, Config, GroupConfig, HISTORY_LIMIT, HttpConfig,

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use support::daemon::schedule_text;
+use support::daemon::{assert_exit, schedule_text};
 use support::{shared_ensemble, unique_chroot};
 
 /// Unset in every test process: the variables the schedule names.
@@ -48,19 +48,6 @@ fn zkcron(args: &[&str], config: &Path) -> Output {
 }
 
 #[track_caller]
-fn assert_exit(output: &Output, code: i32) -> String {
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr),
-    );
-    assert_eq!(
-        output.status.code(),
-        Some(code),
-        "stdout: {stdout}\nstderr: {stderr}"
-    );
-    format!("{stdout}{stderr}")
-}
-
 #[test]
 fn client_commands_need_none_of_the_daemons_secrets_files_or_programs() {
     let dir = tempfile::tempdir().expect("temp dir");

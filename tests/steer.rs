@@ -40,20 +40,9 @@ fn zkcron(args: &[&str], config: &Path) -> Output {
 }
 
 #[track_caller]
-fn assert_exit(output: &Output, code: i32, says: &str) {
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr),
-    );
-    assert_eq!(
-        output.status.code(),
-        Some(code),
-        "stdout: {stdout}\nstderr: {stderr}"
-    );
-    assert!(
-        stdout.contains(says) || stderr.contains(says),
-        "{says:?} in\nstdout: {stdout}\nstderr: {stderr}"
-    );
+fn assert_exit_saying(output: &Output, code: i32, says: &str) {
+    let said = support::daemon::assert_exit(output, code);
+    assert!(said.contains(says), "{says:?} in\n{said}");
 }
 
 /// The job's records as `history --json` prints them, newest first.
@@ -86,8 +75,8 @@ async fn a_paused_job_skips_its_ticks_with_the_reason_and_fires_again_once_resum
         &["pause", "tick", "--reason", "downstream broken"],
         &node.config,
     );
-    assert_exit(&paused, 0, "tick paused");
-    assert_exit(
+    assert_exit_saying(&paused, 0, "tick paused");
+    assert_exit_saying(
         &zkcron(&["pause", "tick"], &node.config),
         0,
         "was paused already",
@@ -106,8 +95,8 @@ async fn a_paused_job_skips_its_ticks_with_the_reason_and_fires_again_once_resum
     .await;
     let skipped_ms = skipped["scheduled_unix_ms"].as_i64().expect("a tick");
     let status = zkcron(&["status"], &node.config);
-    assert_exit(&status, 0, "paused since");
-    assert_exit(&status, 0, "downstream broken");
+    assert_exit_saying(&status, 0, "paused since");
+    assert_exit_saying(&status, 0, "downstream broken");
     let json = zkcron(&["status", "--json"], &node.config);
     assert!(json.status.success(), "{json:?}");
     let report: serde_json::Value = serde_json::from_slice(&json.stdout).expect("one JSON object");
@@ -125,7 +114,7 @@ async fn a_paused_job_skips_its_ticks_with_the_reason_and_fires_again_once_resum
     let other = jobs.iter().find(|j| j["name"] == "other").expect("other");
     assert_eq!(other["paused"], serde_json::Value::Null);
     assert!(other["next_unix_ms"].as_i64().is_some(), "{other}");
-    assert_exit(&zkcron(&["trigger", "tick"], &node.config), 2, "is paused");
+    assert_exit_saying(&zkcron(&["trigger", "tick"], &node.config), 2, "is paused");
 
     // Three more ticks pass paused: none fires, each is recorded skipped, `other` goes on.
     let until = skipped_ms + 3000;
@@ -167,12 +156,12 @@ async fn a_paused_job_skips_its_ticks_with_the_reason_and_fires_again_once_resum
     .await;
 
     let resumed_ms = now_ms();
-    assert_exit(
+    assert_exit_saying(
         &zkcron(&["resume", "tick"], &node.config),
         0,
         "tick resumed",
     );
-    assert_exit(
+    assert_exit_saying(
         &zkcron(&["resume", "tick"], &node.config),
         0,
         "was not paused",
@@ -194,7 +183,7 @@ async fn a_paused_job_skips_its_ticks_with_the_reason_and_fires_again_once_resum
         Vec::<i64>::new(),
         "paused ticks are never replayed"
     );
-    assert_exit(&zkcron(&["pause", "nope"], &node.config), 2, "not declared");
+    assert_exit_saying(&zkcron(&["pause", "nope"], &node.config), 2, "not declared");
 }
 
 #[tokio::test]
@@ -209,7 +198,7 @@ async fn a_trigger_runs_the_job_once_now_recorded_with_who_asked() {
     node.wait_log("owns the lock", FIRST_FIRE).await;
     let asked = now_ms();
     let triggered = zkcron(&["trigger", "report"], &node.config);
-    assert_exit(&triggered, 0, "triggered");
+    assert_exit_saying(&triggered, 0, "triggered");
     let id = String::from_utf8_lossy(&triggered.stdout).trim().to_owned();
     let line = wait_for("the triggered run", Duration::from_secs(5), || {
         let text = std::fs::read_to_string(&out).unwrap_or_default();
@@ -236,7 +225,7 @@ async fn a_trigger_runs_the_job_once_now_recorded_with_who_asked() {
         record["started_unix_ms"].as_i64().expect("started") - asked < 2000,
         "run now: {record}"
     );
-    assert_exit(
+    assert_exit_saying(
         &zkcron(&["trigger", "nope"], &node.config),
         2,
         "not declared",
@@ -261,7 +250,7 @@ async fn a_release_hands_the_lock_to_a_peer_without_losing_or_repeating_a_tick()
         async move { fired.then_some(()) }
     })
     .await;
-    assert_exit(
+    assert_exit_saying(
         &zkcron(&["release"], &n1.config),
         2,
         "no other node is alive",
@@ -278,7 +267,7 @@ async fn a_release_hands_the_lock_to_a_peer_without_losing_or_repeating_a_tick()
     .await;
     let released_ms = now_ms();
     let released = zkcron(&["release", "--json"], &n1.config);
-    assert_exit(&released, 0, "\"to\":\"n2\"");
+    assert_exit_saying(&released, 0, "\"to\":\"n2\"");
     let said: serde_json::Value = serde_json::from_slice(&released.stdout).expect("JSON");
     assert_eq!(
         (&said["group"], &said["from"], &said["to"]),

@@ -96,7 +96,9 @@ impl ConfigError {
     /// The text of line `line` (0-based, of the whole text), without its line break.
     fn line_text<'t>(&'t self, lines: &LineStarts, line: usize) -> Option<&'t str> {
         let start = lines.start(line)?;
-        let end = lines.start(line + 1).map_or(self.text.len(), |next| next - 1);
+        let end = lines
+            .start(line + 1)
+            .map_or(self.text.len(), |next| next - 1);
         self.text
             .get(start..end)
             .map(|text| text.trim_end_matches('\r'))

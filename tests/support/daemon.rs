@@ -6,7 +6,7 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
@@ -45,6 +45,21 @@ fn zkcron(args: &[&str], config: &Path) -> std::process::Output {
         .arg(config)
         .output()
         .expect("run zkcron")
+}
+
+/// Asserts that a `zkcron` command exited with `code`; returns what it said, stdout then
+/// stderr.
+pub fn assert_exit(output: &Output, code: i32) -> String {
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "stdout: {stdout}\nstderr: {stderr}"
+    );
+    format!("{stdout}{stderr}")
 }
 
 /// Runs `zkcron ARGS --config CONFIG`, asserts it succeeded, and returns its stdout.

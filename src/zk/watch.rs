@@ -94,6 +94,14 @@ impl RecursiveWatch {
         self
     }
 
+    /// The next change, unless `stop` comes first; `None` once stopped or the session is over.
+    pub async fn changed_until(&mut self, stop: &CancellationToken) -> Option<Change> {
+        tokio::select! {
+            () = stop.cancelled() => None,
+            change = self.changed() => change,
+        }
+    }
+
     /// The next change; `None` once the session is over, and every time after that.
     pub async fn changed(&mut self) -> Option<Change> {
         if std::mem::take(&mut self.owes_read_all) {

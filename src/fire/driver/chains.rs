@@ -97,11 +97,7 @@ pub(super) fn watch(
         };
         let prefix = format!("{}/", paths.after);
         loop {
-            let change = tokio::select! {
-                () = stop.cancelled() => return,
-                change = watcher.changed() => change,
-            };
-            let job = match change {
+            let job = match watcher.changed_until(&stop).await {
                 None => return,
                 Some(Change::ReadAll) => None,
                 Some(Change::Disconnected) => continue,

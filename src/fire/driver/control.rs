@@ -65,11 +65,7 @@ pub(super) fn watch(
         let paused_prefix = format!("{}/", watch.paths.paused);
         let backfill_prefix = format!("{}/", watch.paths.backfill);
         loop {
-            let change = tokio::select! {
-                () = watch.stop.cancelled() => return,
-                change = watcher.changed() => change,
-            };
-            let go_on = match change {
+            let go_on = match watcher.changed_until(&watch.stop).await {
                 None => false,
                 Some(Change::ReadAll) => watch.read_all().await,
                 Some(Change::Node { path, .. }) if path.starts_with(&paused_prefix) => {

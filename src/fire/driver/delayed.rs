@@ -218,11 +218,7 @@ pub(super) fn watch(
         };
         let prefix = format!("{}/", paths.due);
         loop {
-            let change = tokio::select! {
-                () = stop.cancelled() => return,
-                change = watcher.changed() => change,
-            };
-            let (path, kind) = match change {
+            let (path, kind) = match watcher.changed_until(&stop).await {
                 None => return,
                 // What was submitted while no watch was set is found by reading every bucket
                 // again (if this node fires).

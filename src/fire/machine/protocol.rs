@@ -91,6 +91,12 @@ impl FireReason {
         self.on_time() || self.submitted()
     }
 
+    /// Held to its job's tick order: not a backfill's past tick (its claims tell the ones run),
+    /// nor a chained run, whose instant is its parents' (they end in any order).
+    pub(super) fn in_tick_order(self) -> bool {
+        !matches!(self, FireReason::Backfill { .. } | FireReason::Chained)
+    }
+
     /// A submission's run, held to its job's `starting_deadline`.
     pub(super) fn submitted(self) -> bool {
         matches!(self, FireReason::Submitted | FireReason::Manual)

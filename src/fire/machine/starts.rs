@@ -141,14 +141,8 @@ impl Starts {
         let (Some(token), Some(state)) = (ctx.lock.token, ctx.jobs.get(job)) else {
             return;
         };
-        // A backfill's ticks are behind the ledger by nature: their claims tell the ones run.
-        // A chained run's instant is its parents'.
-        let fresh_tick = item.again.is_none()
-            && item.submission.is_none()
-            && !matches!(
-                item.reason,
-                FireReason::Backfill { .. } | FireReason::Chained
-            );
+        let fresh_tick =
+            item.again.is_none() && item.submission.is_none() && item.reason.in_tick_order();
         if let Some(newest) = state
             .newest_tick
             .filter(|newest| fresh_tick && item.tick <= *newest)

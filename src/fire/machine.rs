@@ -276,9 +276,11 @@ impl FireMachine {
             .next_deadline()
             .filter(|_| self.stopping.is_none());
         let yielding = self.steering.deadline();
+        let chains = self.chains.next_deadline();
         queue
             .into_iter()
             .chain(yielding)
+            .chain(chains)
             .chain(starts)
             .chain(housekeeping)
             .min()
@@ -311,6 +313,8 @@ impl FireMachine {
             self.housekeeping.prunes_due(now, out);
             self.relists_due(now, out);
         }
+        self.chains
+            .relist_due(self.lock.may_fire && self.stopping.is_none(), now, out);
         self.maybe_hand_over(now, out);
     }
 

@@ -26,9 +26,8 @@ impl FireMachine {
         let marks = match result {
             Ok(marks) => marks,
             Err(why) => {
-                // Read again at the next mark, acquisition, reload or resume.
-                tracing::warn!(job = %job, error = why, "chain marks not read");
-                self.chains.listing_failed(&job);
+                tracing::warn!(job = %job, error = why, "chain marks not read; reading them again shortly");
+                self.chains.listing_failed(&job, now);
                 return;
             }
         };
@@ -36,7 +35,7 @@ impl FireMachine {
         let able = self.lock.may_fire && self.stopping.is_none() && !self.steering.paused(&job);
         let (Some(config), true, Some(token)) = (config, able, self.lock.token) else {
             // A paused job's marks wait for its resume, as its submissions do.
-            self.chains.listing_failed(&job);
+            self.chains.listing_dropped(&job);
             return;
         };
         for step in self.chains.listed(&config, marks, now, out) {

@@ -46,7 +46,12 @@ pub(super) struct Chains {
     listing: HashMap<JobName, bool>,
     /// Instants whose claim is out, by job: a listing meanwhile does not claim them again.
     claiming: HashSet<(JobName, i64)>,
+    /// A listing failed: every chained job's marks are read again then.
+    relist_at: Option<DateTime<Utc>>,
 }
+
+/// A failed listing of marks is tried again this much later.
+const RELIST_AFTER: chrono::Duration = chrono::Duration::seconds(2);
 
 impl Chains {
     /// The chains of the whole schedule `all`, for a machine firing `mine`.
@@ -181,9 +186,32 @@ impl Chains {
         steps
     }
 
-    /// The listing of `job` failed, or was not acted on: nothing is out for it.
-    pub fn listing_failed(&mut self, job: &JobName) {
+    /// The listing of `job` was not acted on (the job is paused, or this node cannot fire):
+    /// nothing is out for it; its resume or the next acquisition reads it again.
+    pub fn listing_dropped(&mut self, job: &JobName) {
         self.listing.remove(job);
+    }
+
+    /// The listing of `job` failed: read again after [`RELIST_AFTER`], so that a mark is never
+    /// left waiting for the next parent's end.
+    pub fn listing_failed(&mut self, job: &JobName, now: DateTime<Utc>) {
+        self.listing.remove(job);
+        self.relist_at.get_or_insert(now + RELIST_AFTER);
+    }
+
+    /// When a failed listing is read again.
+    pub fn next_deadline(&self) -> Option<DateTime<Utc>> {
+        self.relist_at
+    }
+
+    /// Reads the marks again once a failed listing's wait is over (while this node may fire).
+    pub fn relist_due(&mut self, may_fire: bool, now: DateTime<Utc>, out: &mut Vec<Action>) {
+        if self.relist_at.is_some_and(|at| at <= now) {
+            self.relist_at = None;
+            if may_fire {
+                self.list(None, out);
+            }
+        }
     }
 
     /// The claim of `job`'s run (or record) at `tick_ms` was answered.

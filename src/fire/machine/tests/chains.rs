@@ -309,3 +309,24 @@ fn a_backfilled_parent_makes_its_childrens_runs_only_when_asked() {
         assert_eq!(children, expected, "with_children = {with_children}");
     }
 }
+
+#[test]
+fn a_failed_reading_of_the_marks_is_tried_again_shortly_not_at_the_next_parents_end() {
+    let mut m = owning_chains();
+    m.handle(marks_of("report", vec![]), t(0));
+    let failed = Input::MarksListed {
+        job: JobName::new("load"),
+        result: Err("connection loss".into()),
+    };
+    assert!(m.handle(failed, t(100)).is_empty());
+    assert!(
+        m.next_deadline().is_some_and(|at| at <= t(2100)),
+        "{:?}",
+        m.next_deadline()
+    );
+    let again = m.handle(Input::Tick, t(2100));
+    assert!(
+        again.contains(&Action::ListMarks(JobName::new("load"))),
+        "read again: {again:?}"
+    );
+}

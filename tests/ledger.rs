@@ -1164,3 +1164,76 @@ async fn pending_submissions_are_counted_per_bucket_without_reading_them() {
         "stopped after one bucket: a lower bound"
     );
 }
+
+/// Chains (issue 36): a parent's final record and its child's mark are one multi-op; the
+/// child's claim takes the mark (a second claim finds it gone); a claim given back unstarted at
+/// a handoff makes the mark again, so the next owner runs the child.
+#[tokio::test]
+async fn a_chain_mark_is_made_with_the_final_record_taken_by_one_claim_and_given_back_on_withdraw()
+{
+    let (a, _b, paths, _) = setup("ledger-chain").await;
+    let token = acquire(&a, &paths).await;
+    let acls = Acls::anyone_all();
+    let mut parent = ledger::claim(
+        &a,
+        &paths,
+        record("extract", 2000, "a", token),
+        ClaimMode::Create,
+        false,
+        acls,
+    )
+    .await
+    .expect("the parent's tick");
+    parent.record.status = RunStatus::Succeeded;
+    parent.children = vec![JobName::new("load")];
+    let marks = ledger::chains::marks_of(&paths, &parent, acls);
+    ledger::finish(&a, &mut parent, &marks)
+        .await
+        .expect("the final record, with the mark (its parent made on first use)");
+    let found = ledger::chains::marks_for(&a, &paths, &JobName::new("load"))
+        .await
+        .expect("listed");
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].mark.run_id, parent.record.run_id);
+    assert_eq!(found[0].mark.status, RunStatus::Succeeded);
+
+    let child = || {
+        let mut child = record("load", 2000, "a", token);
+        child.parents = vec![run::ParentRun {
+            job: JobName::new("extract"),
+            run_id: parent.record.run_id.clone(),
+            status: RunStatus::Succeeded,
+        }];
+        child
+    };
+    let claimed = ledger::claim(&a, &paths, child(), ClaimMode::Create, false, acls)
+        .await
+        .expect("the child's claim");
+    let left = ledger::chains::marks_for(&a, &paths, &JobName::new("load")).await;
+    assert_eq!(
+        left.map(|marks| marks.len()).ok(),
+        Some(0),
+        "the claim took the mark"
+    );
+
+    // Given back at a handoff: the record goes, the mark comes back, and the next owner's
+    // claim takes it again.
+    ledger::withdraw(&a, &paths, &claimed, acls)
+        .await
+        .expect("withdrawn");
+    let back = ledger::chains::marks_for(&a, &paths, &JobName::new("load"))
+        .await
+        .expect("listed");
+    assert_eq!(back, found, "the same mark, back");
+    let next = acquire(&a, &paths).await;
+    let mut again = child();
+    again.fencing_token = FencingToken(next);
+    ledger::claim(&a, &paths, again.clone(), ClaimMode::Create, false, acls)
+        .await
+        .expect("claimed by the next owner");
+    // A second claim of the instant is refused: the record exists and the mark is gone.
+    assert!(matches!(
+        ledger::claim(&a, &paths, again, ClaimMode::Create, false, acls).await,
+        Err(ClaimError::AlreadyClaimed { .. })
+    ));
+}

@@ -6,12 +6,14 @@
 //! Must not: decide whether a child runs (the fire machine does); its claim, which deletes the
 //! marks it follows, is the [`ClaimPlan`](super::ClaimPlan)'s.
 
-use zookeeper_client::{Acls, Client, CreateMode, Error as ZkErr, MultiWriter};
+use zookeeper_client::{
+    Acls, CheckWriter, Client, CreateMode, CreateOptions, Error as ZkErr, MultiWriter,
+};
 
 use super::error::ClaimError;
 use crate::ids::JobName;
 use crate::layout::{LedgerPaths, MarkName};
-use crate::run::{ChainMark, Claim, FoundMark};
+use crate::run::{ChainMark, Claim, FoundMark, RunRecord};
 
 /// One mark to create with a parent's final record.
 #[derive(Debug, Clone)]
@@ -43,15 +45,62 @@ pub fn marks_of(paths: &LedgerPaths, claim: &Claim, acls: Acls<'static>) -> Vec<
         .collect()
 }
 
-/// Adds the creates of `marks` to `multi`.
+/// The marks a chained run's claim took (its `parents`), to make again when the claim is given
+/// back unstarted.
+pub fn marks_taken_by(
+    paths: &LedgerPaths,
+    record: &RunRecord,
+    acls: Acls<'static>,
+) -> Vec<MarkCreate> {
+    record
+        .parents
+        .iter()
+        .map(|parent| MarkCreate {
+            path: paths.chain_mark(&record.job, record.scheduled_unix_ms, &parent.job),
+            dir: paths.after_of(&record.job),
+            data: ChainMark::of(&parent.run_id, parent.status).to_bytes(),
+            acls,
+        })
+        .collect()
+}
+
+/// Adds the creates of `marks` to `multi` (a multi-op, or a fenced one).
 ///
 /// # Errors
 /// The op could not be built.
-pub(super) fn add_creates(multi: &mut MultiWriter<'_>, marks: &[MarkCreate]) -> Result<(), ZkErr> {
+pub(super) fn add_creates<M: AddCreate>(multi: &mut M, marks: &[MarkCreate]) -> Result<(), ZkErr> {
     marks.iter().try_for_each(|mark| {
         let options = CreateMode::Persistent.with_acls(mark.acls);
-        multi.add_create(&mark.path, &mark.data, &options)
+        multi.create(&mark.path, &mark.data, &options)
     })
+}
+
+/// A multi-op that takes creates: plain or fenced by a check.
+pub(super) trait AddCreate {
+    fn create(&mut self, path: &str, data: &[u8], options: &CreateOptions<'_>)
+    -> Result<(), ZkErr>;
+}
+
+impl AddCreate for MultiWriter<'_> {
+    fn create(
+        &mut self,
+        path: &str,
+        data: &[u8],
+        options: &CreateOptions<'_>,
+    ) -> Result<(), ZkErr> {
+        self.add_create(path, data, options)
+    }
+}
+
+impl AddCreate for CheckWriter<'_> {
+    fn create(
+        &mut self,
+        path: &str,
+        data: &[u8],
+        options: &CreateOptions<'_>,
+    ) -> Result<(), ZkErr> {
+        self.add_create(path, data, options)
+    }
 }
 
 /// Makes the marks' parents, after a create found one missing.

@@ -296,7 +296,8 @@ async fn delete_if_there(client: &Client, path: &str, kind: WriteKind) {
 }
 
 /// Gives a claimed, unstarted tick back — `check(epoch, token)` + delete the record — so that
-/// the owner we hand over to can claim and fire it (a planned handoff loses no tick).
+/// the owner we hand over to can claim and fire it (a planned handoff loses no tick); a
+/// submission's pending marker, and a chained run's marks, are made again with it.
 ///
 /// # Errors
 /// The epoch moved (someone acquired after us: it is theirs to resolve) or the request failed.
@@ -336,10 +337,14 @@ pub async fn withdraw(
     if let Some(open) = &claim.open {
         writer.add_delete(open, None).map_err(zk_err)?;
     }
+    // A chained run goes back to its parents' marks, which its claim took.
+    let marks = chains::marks_taken_by(paths, &claim.record, acls);
+    chains::add_creates(&mut writer, &marks).map_err(zk_err)?;
     let ops = 1
         + usize::from(claim.guard.is_some())
         + usize::from(marker.is_some())
-        + usize::from(claim.open.is_some());
+        + usize::from(claim.open.is_some())
+        + marks.len();
     tally::wrote_checked(WriteKind::Record, ops, 1);
     match writer.commit().await {
         Ok(_) => Ok(()),

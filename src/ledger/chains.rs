@@ -6,9 +6,7 @@
 //! Must not: decide whether a child runs (the fire machine does); its claim, which deletes the
 //! marks it follows, is the [`ClaimPlan`](super::ClaimPlan)'s.
 
-use zookeeper_client::{
-    Acls, CheckWriter, Client, CreateMode, CreateOptions, Error as ZkErr, MultiWriter,
-};
+use zookeeper_client::{Acls, Client, CreateMode, CreateOptions, Error as ZkErr};
 
 use super::error::ClaimError;
 use crate::ids::JobName;
@@ -64,43 +62,19 @@ pub fn marks_taken_by(
         .collect()
 }
 
-/// Adds the creates of `marks` to `multi` (a multi-op, or a fenced one).
+/// Adds the creates of `marks` to a multi-op through `add` (its `add_create`: a plain multi-op
+/// and a fenced one have one each).
 ///
 /// # Errors
 /// The op could not be built.
-pub(super) fn add_creates<M: AddCreate>(multi: &mut M, marks: &[MarkCreate]) -> Result<(), ZkErr> {
+pub(super) fn add_creates(
+    marks: &[MarkCreate],
+    mut add: impl FnMut(&str, &[u8], &CreateOptions<'_>) -> Result<(), ZkErr>,
+) -> Result<(), ZkErr> {
     marks.iter().try_for_each(|mark| {
         let options = CreateMode::Persistent.with_acls(mark.acls);
-        multi.create(&mark.path, &mark.data, &options)
+        add(&mark.path, &mark.data, &options)
     })
-}
-
-/// A multi-op that takes creates: plain or fenced by a check.
-pub(super) trait AddCreate {
-    fn create(&mut self, path: &str, data: &[u8], options: &CreateOptions<'_>)
-    -> Result<(), ZkErr>;
-}
-
-impl AddCreate for MultiWriter<'_> {
-    fn create(
-        &mut self,
-        path: &str,
-        data: &[u8],
-        options: &CreateOptions<'_>,
-    ) -> Result<(), ZkErr> {
-        self.add_create(path, data, options)
-    }
-}
-
-impl AddCreate for CheckWriter<'_> {
-    fn create(
-        &mut self,
-        path: &str,
-        data: &[u8],
-        options: &CreateOptions<'_>,
-    ) -> Result<(), ZkErr> {
-        self.add_create(path, data, options)
-    }
 }
 
 /// Makes the marks' parents, after a create found one missing.

@@ -382,7 +382,9 @@ impl Unit for WriteUnit {
         let built = group.iter().try_for_each(|unit| {
             let claim = &unit.claim;
             multi.add_set_data(&claim.path, &unit.data, Some(claim.version))?;
-            super::chains::add_creates(&mut multi, &unit.marks)?;
+            super::chains::add_creates(&unit.marks, |path, data, options| {
+                multi.add_create(path, data, options)
+            })?;
             let mut count = 1 + unit.marks.len();
             for path in unit.deletes() {
                 multi.add_delete(path, None)?;

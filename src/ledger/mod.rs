@@ -77,7 +77,11 @@ async fn set_data_with(client: &Client, claim: &Claim, marks: &[chains::MarkCrea
     let mut multi = client.new_multi_writer();
     let built = multi
         .add_set_data(&claim.path, &data, Some(claim.version))
-        .and_then(|()| chains::add_creates(&mut multi, marks));
+        .and_then(|()| {
+            chains::add_creates(marks, |path, data, options| {
+                multi.add_create(path, data, options)
+            })
+        });
     if let Err(source) = built {
         return SetOutcome::Failed(source);
     }
@@ -181,7 +185,11 @@ pub async fn finish(
         let mut multi = client.new_multi_writer();
         let built = multi
             .add_set_data(&claim.path, &claim.record.to_bytes(), Some(claim.version))
-            .and_then(|()| chains::add_creates(&mut multi, marks))
+            .and_then(|()| {
+                chains::add_creates(marks, |path, data, options| {
+                    multi.add_create(path, data, options)
+                })
+            })
             .and_then(|()| {
                 extras
                     .iter()
@@ -339,7 +347,10 @@ pub async fn withdraw(
     }
     // A chained run goes back to its parents' marks, which its claim took.
     let marks = chains::marks_taken_by(paths, &claim.record, acls);
-    chains::add_creates(&mut writer, &marks).map_err(zk_err)?;
+    chains::add_creates(&marks, |path, data, options| {
+        writer.add_create(path, data, options)
+    })
+    .map_err(zk_err)?;
     let ops = 1
         + usize::from(claim.guard.is_some())
         + usize::from(marker.is_some())

@@ -209,8 +209,9 @@ async fn every_succeeded_extract_has_exactly_one_load_at_its_instant_across_a_ki
         .iter()
         .filter(|(_, s, ..)| s == "succeeded")
         .collect();
+    // Two loads before the pause, two extracts waiting through the kill: at least four.
     assert!(
-        succeeded.len() >= 5,
+        succeeded.len() >= 4,
         "enough runs to mean something: {extracts:?}"
     );
     assert!(

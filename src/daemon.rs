@@ -425,7 +425,8 @@ impl Wiring<'_> {
             self.config.lock.claim_ahead,
             self.jobs,
             Utc::now(),
-        );
+        )
+        .with_node_tags(self.config.node.tags.clone(), Utc::now());
         let (jobs, jobs_rx) = mpsc::unbounded_channel();
         let task = tokio::spawn(fire_driver::run(
             machine, fire, lock_task, jobs_rx, shutdown,

@@ -161,6 +161,15 @@ impl LedgerPaths {
         format!("{}/{job}/{}", self.runs, tick_node_name(scheduled_unix_ms))
     }
 
+    /// `node`'s record of a broadcast job's tick.
+    pub fn broadcast_record(&self, job: &JobName, scheduled_unix_ms: i64, node: &NodeId) -> String {
+        format!(
+            "{}/{job}/{}",
+            self.runs,
+            broadcast_node_name(scheduled_unix_ms, node)
+        )
+    }
+
     /// The record of a submission's run.
     pub fn submission_record(&self, job: &JobName, due_unix_ms: i64, id: &SubmissionId) -> String {
         format!(
@@ -383,6 +392,13 @@ pub fn submission_node_name(due_unix_ms: i64, id: &SubmissionId) -> String {
     format!("{due_unix_ms}-{id}")
 }
 
+/// The child name of one node's record of a broadcast job's tick: the tick's instant in ms,
+/// `~`, the node (issue 36). Not `-`, which names a submission's record; a zkcron before
+/// broadcasts skips the name as foreign.
+pub fn broadcast_node_name(scheduled_unix_ms: i64, node: &NodeId) -> String {
+    format!("{}~{node}", tick_node_name(scheduled_unix_ms))
+}
+
 /// What a record's child name stands for.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct RecordName {
@@ -390,26 +406,45 @@ pub struct RecordName {
     pub scheduled_unix_ms: i64,
     /// `Some` for a submission's record.
     pub submission: Option<SubmissionId>,
+    /// `Some` for one node's record of a broadcast job's tick.
+    pub node: Option<NodeId>,
 }
 
 impl RecordName {
+    /// A tick's record.
+    pub fn tick(scheduled_unix_ms: i64) -> Self {
+        Self {
+            scheduled_unix_ms,
+            submission: None,
+            node: None,
+        }
+    }
+
     /// Parses a child name of `runs/<job>`; `None` for foreign names.
     pub fn parse(name: &str) -> Option<Self> {
+        if let Some((ms, node)) = name.split_once('~') {
+            crate::ids::validate_znode_name(node).ok()?;
+            return Some(Self {
+                node: Some(NodeId::new(node.to_owned())),
+                ..Self::tick(parse_tick_node_name(ms)?)
+            });
+        }
         let (ms, id) = match name.split_once('-') {
             Some((ms, id)) => (ms, Some(SubmissionId::parse(id).ok()?)),
             None => (name, None),
         };
         Some(Self {
-            scheduled_unix_ms: parse_tick_node_name(ms)?,
             submission: id,
+            ..Self::tick(parse_tick_node_name(ms)?)
         })
     }
 
     /// The child name this stands for.
     pub fn node_name(&self) -> String {
-        match &self.submission {
-            Some(id) => submission_node_name(self.scheduled_unix_ms, id),
-            None => tick_node_name(self.scheduled_unix_ms),
+        match (&self.submission, &self.node) {
+            (Some(id), _) => submission_node_name(self.scheduled_unix_ms, id),
+            (None, Some(node)) => broadcast_node_name(self.scheduled_unix_ms, node),
+            (None, None) => tick_node_name(self.scheduled_unix_ms),
         }
     }
 }
@@ -523,6 +558,31 @@ mod tests {
         for foreign in ["", "-x", "12-", "12-a/b", "x-1", "lock"] {
             assert_eq!(RecordName::parse(foreign), None, "{foreign:?}");
         }
+    }
+
+    #[test]
+    fn a_broadcast_record_names_its_node_and_an_older_reader_skips_it() {
+        let name = RecordName::parse("1700000000000~web-1").expect("a node's record");
+        assert_eq!(name.node, Some(NodeId::new("web-1")));
+        assert_eq!(name.submission, None, "the node's `-` names no submission");
+        assert_eq!(name.node_name(), "1700000000000~web-1");
+        let ledger = LedgerPaths::new(&LockPaths::new("/zkcron", "billing"));
+        let node = NodeId::new("web-1");
+        assert_eq!(
+            ledger.broadcast_record(&JobName::new("rotate"), 1_700_000_000_000, &node),
+            "/zkcron/billing/runs/rotate/1700000000000~web-1"
+        );
+        // What a zkcron before broadcasts did with the name: neither a tick nor a submission.
+        let older = |name: &str| match name.split_once('-') {
+            Some((ms, id)) => parse_tick_node_name(ms)
+                .zip(SubmissionId::parse(id).ok())
+                .map(|_| ()),
+            None => parse_tick_node_name(name).map(|_| ()),
+        };
+        assert_eq!(older("1700000000000~web-1"), None);
+        assert_eq!(older("1700000000000~web"), None);
+        assert_eq!(RecordName::parse("1700000000000~"), None);
+        assert_eq!(RecordName::parse("x~web"), None);
     }
 
     #[test]

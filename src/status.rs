@@ -129,6 +129,9 @@ pub struct JobReport {
     /// The jobs whose runs it follows (`after`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub after: Vec<JobName>,
+    /// A broadcast job (`broadcast`): the tags a node needs to run it (none: every node).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub broadcast: Option<std::collections::BTreeSet<String>>,
     pub timezone: String,
     pub enabled: bool,
     pub paused: Option<Pause>,
@@ -317,6 +320,7 @@ pub async fn gather(
                 .unwrap_or_else(|| crate::ids::DEFAULT_GROUP.to_owned()),
             schedule: job.schedule.as_ref().map(|s| s.expression().to_owned()),
             after: job.after.iter().flat_map(|a| a.parents.clone()).collect(),
+            broadcast: job.broadcast.as_ref().map(|b| b.requires.clone()),
             timezone: job.timezone.name().to_owned(),
             enabled: job.enabled,
             paused,

@@ -123,6 +123,18 @@ fn job_lines(report: &StatusReport, config: &Config) -> Vec<String> {
             })
         };
         lines.push(job_line(job, tz, more, &format));
+        if let Some(requires) = &job.broadcast {
+            let which = if requires.is_empty() {
+                "every live node".to_owned()
+            } else {
+                let tags: Vec<&str> = requires.iter().map(String::as_str).collect();
+                format!("every live node tagged {}", tags.join(", "))
+            };
+            lines.push(format!(
+                "{:<20}  broadcast: {which} runs each tick (the last run shown is one node's)",
+                ""
+            ));
+        }
         if let Some(pause) = &job.paused {
             lines.push(format!(
                 "{:<20}  paused by {}: {}",

@@ -100,6 +100,15 @@ impl Validator<'_> {
                         None => format!("no job is named {:?}", parent.get_ref()),
                     };
                     self.problem(parent.span(), job.key("after"), message);
+                } else if by_name
+                    .get(parent.get_ref().as_str())
+                    .is_some_and(|parent| parent.broadcast.is_some())
+                {
+                    let message = format!(
+                        "{:?} is a broadcast job, run once per node: no job runs after it",
+                        parent.get_ref()
+                    );
+                    self.problem(parent.span(), job.key("after"), message);
                 }
             }
             if in_a_cycle.contains(chain.job.as_str()) {

@@ -62,7 +62,7 @@ impl Validator<'_> {
     }
 
     /// A list of tags: each a znode-safe word, once.
-    fn tags(
+    pub(super) fn tags(
         &mut self,
         raw: Option<Spanned<Vec<Spanned<String>>>>,
         context: &str,

@@ -16,6 +16,7 @@ use chrono_tz::Tz;
 use toml::Spanned;
 
 use super::JobConfig;
+use super::broadcast::BroadcastKeys;
 use super::error::JobContext;
 use super::job_policies::default_concurrency;
 use super::schema::{RawJob, RawNotices};
@@ -75,6 +76,14 @@ impl Validator<'_> {
             None => d.timeout,
         };
         let kill_grace = self.duration(raw.kill_grace, &job.key("kill_grace"), d.kill_grace);
+        let span_of = |key: &Option<Spanned<Vec<Spanned<String>>>>| key.as_ref().map(Spanned::span);
+        let refused_by_broadcast = [
+            ("after", span_of(&raw.after)),
+            ("retries", raw.retries.as_ref().map(Spanned::span)),
+            ("limits", span_of(&raw.limits)),
+            ("except", span_of(&raw.except)),
+            ("only", span_of(&raw.only)),
+        ];
         let retries = self.job_retries(raw.retries, job, d.retries);
         let backoff_span = raw.retry_backoff.as_ref().map(Spanned::span);
         let retry_backoff = self.job_retry_backoff(raw.retry_backoff, job, d.retry_backoff);
@@ -89,6 +98,7 @@ impl Validator<'_> {
         let limits = self.job_limits(raw.limits, job);
         let group = self.job_group(raw.group, job);
         let schedule_span = raw.schedule.as_ref().map(Spanned::span);
+        let calendars = self.job_calendars(raw.except, raw.only, schedule_span.is_some(), job);
         let after = self.job_after(
             raw.after,
             raw.after_status,
@@ -96,7 +106,14 @@ impl Validator<'_> {
             job,
             &name,
         );
-        let calendars = self.job_calendars(raw.except, raw.only, schedule_span.is_some(), job);
+        let broadcast_keys = BroadcastKeys {
+            refused: refused_by_broadcast,
+            broadcast: raw.broadcast,
+            requires: raw.requires,
+            schedule: schedule_span.clone(),
+            concurrency: raw.concurrency,
+        };
+        let broadcast = self.job_broadcast(broadcast_keys, job);
         let notice_keys = RawNotices {
             on_failure: raw.on_failure,
             on_failure_webhook: raw.on_failure_webhook,
@@ -139,7 +156,8 @@ impl Validator<'_> {
             misfire: raw.misfire.unwrap_or(d.misfire),
             starting_deadline,
             on_interrupted: raw.on_interrupted.unwrap_or(d.on_interrupted),
-            retries,
+            // A broadcast tick is run once per node, on time, or recorded missed.
+            retries: if broadcast.is_some() { 0 } else { retries },
             retry_backoff,
             retry_backoff_max,
             dedup_window,
@@ -147,6 +165,7 @@ impl Validator<'_> {
             group,
             after,
             calendars,
+            broadcast,
         })
     }
 

@@ -18,6 +18,7 @@
 //! its section's file.
 
 mod audit;
+mod broadcast;
 mod calendar;
 mod chains;
 mod error;

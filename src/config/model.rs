@@ -64,6 +64,13 @@ pub struct GroupConfig {
     pub requires: std::collections::BTreeSet<String>,
 }
 
+impl Broadcast {
+    /// Whether a node carrying `tags` runs its ticks.
+    pub fn runs_on(&self, tags: &std::collections::BTreeSet<String>) -> bool {
+        self.requires.is_subset(tags)
+    }
+}
+
 impl Config {
     /// Whether `[[group]]`s are declared: then the default group is balanced over the nodes
     /// with them; a file without groups runs one lock, as before groups existed.
@@ -339,6 +346,15 @@ pub struct JobConfig {
     pub after: Option<Arc<After>>,
     /// `except` and `only`: the calendars that skip some of its ticks.
     pub calendars: crate::calendar::CalendarRule,
+    /// `broadcast`: every live member that carries its `requires` runs each tick.
+    pub broadcast: Option<Arc<Broadcast>>,
+}
+
+/// A job every live member runs (`broadcast = true`), each tick once per node.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Broadcast {
+    /// `requires`: the tags a node must carry to run it.
+    pub requires: std::collections::BTreeSet<String>,
 }
 
 /// A job that runs after others (`after`, `after_status`): once for each instant at which every

@@ -235,6 +235,8 @@ pub(super) struct RawJob {
     pub(super) after_status: Option<Spanned<AfterStatus>>,
     pub(super) except: Option<Spanned<Vec<Spanned<String>>>>,
     pub(super) only: Option<Spanned<Vec<Spanned<String>>>>,
+    pub(super) broadcast: Option<Spanned<bool>>,
+    pub(super) requires: Option<Spanned<Vec<Spanned<String>>>>,
     pub(super) on_failure: Option<Spanned<Vec<String>>>,
     pub(super) on_failure_webhook: Option<Spanned<RawWebhook>>,
     pub(super) notify: Option<NotifyWhen>,

@@ -1,6 +1,7 @@
 //! Unit tests of the schedule file: defaults, secrets, spans. The refusal table runs through the
 //! real CLI in tests/config_check.rs.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -768,6 +769,55 @@ fn after_names_declared_parents_and_refuses_cycles_schedules_and_parents_apart()
         (
             job("x", every) + &job("y", "after = [\"x\"]\nafter_status = \"done\"\n"),
             "after_status",
+        ),
+    ] {
+        let err = parse_text(&format!("{MINIMAL}{jobs}"))
+            .expect_err(&jobs)
+            .render();
+        assert!(err.contains(says), "{jobs}\n{err}");
+    }
+}
+
+#[test]
+fn broadcast_takes_requires_and_refuses_what_it_cannot_keep() {
+    let job =
+        |name: &str, rest: &str| format!("[[job]]\nname = \"{name}\"\nshell = \"true\"\n{rest}");
+    let every = "schedule = \"*/5 * * * *\"\n";
+    let text = format!(
+        "{MINIMAL}{}",
+        job(
+            "rotate",
+            &format!("{every}broadcast = true\nrequires = [\"web\"]\n")
+        )
+    );
+    let config = parse_text(&text).expect("valid");
+    let broadcast = config.jobs[0].broadcast.clone().expect("a broadcast");
+    assert_eq!(broadcast.requires, BTreeSet::from(["web".to_owned()]));
+    assert!(broadcast.runs_on(&BTreeSet::from(["web".to_owned(), "eu".to_owned()])));
+    assert!(!broadcast.runs_on(&BTreeSet::new()));
+    for (jobs, says) in [
+        (
+            job("r", "broadcast = true\n"),
+            "job \"r\": broadcast: only a job with a schedule runs on every node",
+        ),
+        (
+            job("r", &format!("{every}requires = [\"web\"]\n")),
+            "job \"r\": requires: only a broadcast job requires tags",
+        ),
+        (
+            job("r", &format!("{every}broadcast = true\nretries = 2\n")),
+            "job \"r\": retries: a broadcast job has no `retries`",
+        ),
+        (
+            job(
+                "r",
+                &format!("{every}broadcast = true\nconcurrency = \"replace\"\n"),
+            ),
+            "job \"r\": concurrency: a broadcast job's concurrency is \"forbid\" or \"allow\"",
+        ),
+        (
+            job("r", &format!("{every}broadcast = true\n")) + &job("c", "after = [\"r\"]\n"),
+            "job \"c\": after: \"r\" is a broadcast job, run once per node: no job runs after it",
         ),
     ] {
         let err = parse_text(&format!("{MINIMAL}{jobs}"))

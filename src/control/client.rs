@@ -39,6 +39,10 @@ pub enum SteerError {
     Paused { job: JobName, by: String },
     #[error("job \"{job}\" is disabled (enabled = false) in the schedule file")]
     Disabled { job: JobName },
+    #[error(
+        "job \"{job}\" is a broadcast job: each node runs its ticks on time only, and none is backfilled"
+    )]
+    Broadcast { job: JobName },
     #[error("nobody owns the lock: there is nothing to release")]
     NoOwner,
     #[error("no lock group \"{group}\" is declared in the schedule file; declared: {declared}")]
@@ -84,6 +88,7 @@ impl SteerError {
             SteerError::UnknownJob { .. }
             | SteerError::Paused { .. }
             | SteerError::Disabled { .. }
+            | SteerError::Broadcast { .. }
             | SteerError::NoOwner
             | SteerError::UnknownGroup { .. }
             | SteerError::NotTheOwner { .. }
@@ -293,6 +298,9 @@ impl Steer {
             with_children,
         } = options;
         let config = self.declared(job)?;
+        if config.broadcast.is_some() {
+            return Err(SteerError::Broadcast { job: job.clone() });
+        }
         let now = Utc::now();
         let ticks = super::backfill::ticks_in(config, from, to, now)?;
         // A paused job's backlog is recorded skipped: resume first, then backfill.

@@ -56,6 +56,10 @@ pub struct Pending {
 pub enum DelayedError {
     #[error("job \"{job}\" is not declared in the schedule file; declared: {declared}")]
     UnknownJob { job: JobName, declared: String },
+    #[error(
+        "job \"{job}\" is a broadcast job: every node runs its ticks, and it cannot be submitted or triggered"
+    )]
+    Broadcast { job: JobName },
     #[error("the payload has {len} bytes; at most {MAX_PAYLOAD} (64 KiB) are allowed")]
     PayloadTooLarge { len: usize },
     #[error(
@@ -85,6 +89,7 @@ impl DelayedError {
         matches!(
             self,
             DelayedError::UnknownJob { .. }
+                | DelayedError::Broadcast { .. }
                 | DelayedError::PayloadTooLarge { .. }
                 | DelayedError::TooLate { .. }
                 | DelayedError::TooFarAhead { .. }
@@ -103,7 +108,7 @@ impl DelayedError {
 /// Checks `request` against the job it names, as of `now`, and builds the submission.
 ///
 /// # Errors
-/// `UnknownJob`, `PayloadTooLarge`, `TooLate` (due before now by more than the job's
+/// `UnknownJob`, `Broadcast`, `PayloadTooLarge`, `TooLate` (due before now by more than the job's
 /// `starting_deadline`), `TooFarAhead`.
 pub fn check_request(
     jobs: &HashMap<JobName, Arc<JobConfig>>,
@@ -118,6 +123,11 @@ pub fn check_request(
             declared: declared.join(", "),
         });
     };
+    if job.broadcast.is_some() {
+        return Err(DelayedError::Broadcast {
+            job: request.job.clone(),
+        });
+    }
     if request.payload.len() > MAX_PAYLOAD {
         return Err(DelayedError::PayloadTooLarge {
             len: request.payload.len(),
@@ -649,7 +659,8 @@ mod tests {
 
     fn jobs() -> HashMap<JobName, Arc<JobConfig>> {
         let text = "[zookeeper]\nconnect = \"zk:2181\"\n[lock]\nname = \"g\"\n\
-                    [[job]]\nname = \"close-order\"\nshell = \"cat\"\nstarting_deadline = \"1m\"\n";
+                    [[job]]\nname = \"close-order\"\nshell = \"cat\"\nstarting_deadline = \"1m\"\n\
+                    [[job]]\nname = \"rotate\"\nshell = \"true\"\nschedule = \"0 3 * * *\"\nbroadcast = true\n";
         let config = config::parse(std::path::Path::new("t.toml"), text, &|_| None).expect("valid");
         config
             .jobs
@@ -700,8 +711,14 @@ mod tests {
         let err = check_request(&jobs, &unknown, now()).expect_err("refused");
         assert_eq!(
             err.to_string(),
-            "job \"nope\" is not declared in the schedule file; declared: close-order"
+            "job \"nope\" is not declared in the schedule file; declared: close-order, rotate"
         );
+        let broadcast = SubmitRequest {
+            job: JobName::new("rotate"),
+            ..request(now(), 0)
+        };
+        let refused = check_request(&jobs, &broadcast, now()).expect_err("a broadcast");
+        assert!(matches!(refused, DelayedError::Broadcast { .. }) && refused.is_refusal());
         assert!(matches!(
             check_request(&jobs, &request(now(), MAX_PAYLOAD + 1), now()),
             Err(DelayedError::PayloadTooLarge { len }) if len == MAX_PAYLOAD + 1

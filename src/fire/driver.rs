@@ -9,6 +9,7 @@
 //! Must not: decide anything — whether, when and why a run starts or stops is the machine's call.
 
 mod alarm;
+mod broadcast;
 mod chains;
 mod control;
 mod delayed;
@@ -348,6 +349,8 @@ struct Io {
     lister: listing::Lister,
     /// The leases this node's runs hold of cluster-wide limits.
     leases: leases::Leases,
+    /// Ends the broadcast sweeps waiting for their time: the node stops.
+    sweeps_stop: CancellationToken,
 }
 
 impl Io {
@@ -384,6 +387,7 @@ impl Io {
             ),
             lister,
             leases: leases::Leases::new(Arc::clone(&settings.metrics)),
+            sweeps_stop: CancellationToken::new(),
             settings,
         }
     }
@@ -424,6 +428,7 @@ impl Io {
 
     /// The machine stopped: the runs' last writes go out, then the session's queues end.
     async fn stopped(&mut self) {
+        self.sweeps_stop.cancel();
         self.session.group = None;
         self.session.tasks.close();
         // Prunes and log reads still out; each is bounded by REQUEST_LIMIT.
@@ -586,6 +591,41 @@ impl Io {
             }
             Action::PauseJob { job, reason } => {
                 control::pause(s, &self.settings.control, self.settings.acls, job, reason);
+            }
+            Action::ReadMembership => {
+                return broadcast::read_membership(s, &self.settings.group, &self.settings.me);
+            }
+            Action::ClaimBroadcast { id, record } => {
+                let member = self.settings.group.member(&self.settings.me);
+                return self.records.claim_broadcast(s, id, record, member);
+            }
+            Action::SweepBroadcast {
+                job,
+                tick,
+                look_at,
+                requires,
+                token,
+                keep,
+            } => {
+                let now = self.settings.clock.now();
+                let sweep = crate::ledger::broadcast::Sweep {
+                    job,
+                    tick_ms: tick.timestamp_millis(),
+                    requires,
+                    token,
+                    now_ms: look_at.timestamp_millis(),
+                    keep,
+                    remember: crate::ledger::Remember {
+                        now_unix_ms: look_at.timestamp_millis(),
+                        // A broadcast's records are ticks': no submission id to remember.
+                        window: Duration::ZERO,
+                        acls: self.settings.acls,
+                    },
+                };
+                let wait = (look_at - now).to_std().unwrap_or_default();
+                let stop = self.sweeps_stop.clone();
+                self.records
+                    .sweep_broadcast(s, &self.settings.group, sweep, wait, stop);
             }
             Action::HandOver | Action::YieldLock | Action::Stopped => {}
         }

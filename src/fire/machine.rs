@@ -10,6 +10,7 @@
 
 mod backfill;
 mod backlog;
+mod broadcast;
 mod calendars;
 mod catch_up;
 mod chained;
@@ -90,6 +91,8 @@ pub struct FireMachine {
     backfills: backfill::Backfills,
     /// Who runs after whom (`after`), and this group's chained jobs' marks being read.
     chains: chains::Chains,
+    /// The group's broadcast jobs: run here as a member, swept as the owner.
+    broadcasts: broadcast::Broadcasts,
 }
 
 impl FireMachine {
@@ -110,8 +113,11 @@ impl FireMachine {
     ) -> Self {
         let all = jobs;
         let (jobs, elsewhere) = mine(group.as_deref(), jobs);
+        let broadcasts = broadcast::Broadcasts::of(&jobs, Default::default(), now);
+        let jobs = not_broadcast(jobs);
         let wanted = Wanted::of(group.as_deref(), &jobs, &elsewhere);
         Self {
+            broadcasts,
             chains: chains::Chains::of(all, &jobs),
             me,
             starts: Starts::default(),
@@ -134,6 +140,68 @@ impl FireMachine {
         }
     }
 
+    /// This node's `[node] tags`, which decide the broadcast jobs it runs.
+    #[must_use]
+    pub fn with_node_tags(
+        mut self,
+        tags: std::collections::BTreeSet<String>,
+        now: DateTime<Utc>,
+    ) -> Self {
+        self.broadcasts.set_tags(tags, now);
+        self
+    }
+
+    /// What the broadcast part is lent for one input.
+    fn lent(&self, now: DateTime<Utc>) -> broadcast::Lent<'_> {
+        broadcast::Lent {
+            me: &self.me,
+            lock: self.lock,
+            stopping: self.stopping.is_some(),
+            steering: &self.steering,
+            claim_ahead: self.claim_ahead,
+            now,
+        }
+    }
+
+    /// A broadcast run's answer, if `input` is one; handed back otherwise.
+    fn broadcast_answer(
+        &mut self,
+        input: Input,
+        now: DateTime<Utc>,
+        out: &mut Vec<Action>,
+    ) -> Option<Input> {
+        let mut broadcasts = std::mem::take(&mut self.broadcasts);
+        let lent = self.lent(now);
+        let unanswered = match input {
+            Input::RunEnded { claim, report } if broadcasts.owns(&claim.record.run_id) => {
+                broadcasts.run_ended(*claim, &report, out);
+                None
+            }
+            Input::RunNotStarted { claim, why, .. } if broadcasts.owns(&claim.record.run_id) => {
+                broadcasts.run_not_started(&claim, &why, now, out);
+                None
+            }
+            Input::RecordWritten { run_id, write } if broadcasts.owns(&run_id) => {
+                broadcasts.record_written(&run_id, write, &lent);
+                None
+            }
+            Input::BroadcastClaimed { id, result } => {
+                broadcasts.claimed(id, result.map(|claim| *claim), &lent, out);
+                None
+            }
+            Input::MembershipRead(result) => {
+                broadcasts.membership_read(result, now);
+                None
+            }
+            input => Some(input),
+        };
+        self.broadcasts = broadcasts;
+        if unanswered.is_none() {
+            self.maybe_stopped(out);
+        }
+        unanswered
+    }
+
     /// Feeds one fact; returns the commands it implies, in order.
     pub fn handle(&mut self, input: Input, now: DateTime<Utc>) -> Vec<Action> {
         let mut out = Vec::new();
@@ -143,6 +211,9 @@ impl FireMachine {
             input,
             Input::ClaimDone { .. } | Input::RecordWritten { .. } | Input::Withdrawn { .. }
         );
+        let Some(input) = self.broadcast_answer(input, now, &mut out) else {
+            return out;
+        };
         match input {
             Input::Tick => self.tick(now, &mut out),
             Input::LockChanged(status) => self.lock_changed(status, now, &mut out),
@@ -229,6 +300,7 @@ impl FireMachine {
                 }
             }
             Input::MarksListed { job, result } => self.marks_listed(job, result, now, &mut out),
+            Input::MembershipRead(_) | Input::BroadcastClaimed { .. } => {} // answered above
         }
         // Every final record, whatever wrote it, leaves its children's marks.
         self.chains.leave_marks(&mut out);
@@ -277,8 +349,10 @@ impl FireMachine {
             .filter(|_| self.stopping.is_none());
         let yielding = self.steering.deadline();
         let chains = self.chains.next_deadline();
+        let broadcasts = self.broadcasts.next_deadline(self.claim_ahead);
         queue
             .into_iter()
+            .chain(broadcasts)
             .chain(yielding)
             .chain(chains)
             .chain(starts)
@@ -315,6 +389,9 @@ impl FireMachine {
         }
         self.chains
             .relist_due(self.lock.may_fire && self.stopping.is_none(), now, out);
+        let mut broadcasts = std::mem::take(&mut self.broadcasts);
+        broadcasts.tick(&self.lent(now), out);
+        self.broadcasts = broadcasts;
         self.maybe_hand_over(now, out);
     }
 
@@ -467,6 +544,9 @@ impl FireMachine {
     fn apply_lock(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
         let status = self.effective_lock();
         let before = std::mem::replace(&mut self.lock, status);
+        let mut broadcasts = std::mem::take(&mut self.broadcasts);
+        broadcasts.lock_changed(before, &self.lent(now), out);
+        self.broadcasts = broadcasts;
         match (before.connected, status.connected) {
             (true, false) => self.outage = Some((now, None)),
             (false, true) => {
@@ -568,6 +648,8 @@ impl FireMachine {
     fn reloaded(&mut self, jobs: &[Arc<JobConfig>], now: DateTime<Utc>, out: &mut Vec<Action>) {
         let all = jobs;
         let (jobs, elsewhere) = mine(self.group.as_deref(), jobs);
+        self.broadcasts.reloaded(&jobs, now);
+        let jobs = not_broadcast(jobs);
         self.chains.reloaded(all, &jobs);
         if self.lock.may_fire {
             self.chains.list(None, out);
@@ -748,15 +830,23 @@ impl FireMachine {
         }
         let alive = self.starts.runs.alive_ids().into_iter();
         out.extend(alive.map(|run_id| Action::CancelRun { run_id }));
+        self.broadcasts.cancel_runs(out);
         self.maybe_stopped(out);
     }
 
     fn maybe_stopped(&mut self, out: &mut Vec<Action>) {
-        let idle = self.starts.runs.len() == 0;
+        let idle = self.starts.runs.len() == 0 && self.broadcasts.idle();
         if self.stopping.as_mut().is_some_and(|s| s.stopped(idle)) {
             out.push(Action::Stopped);
         }
     }
+}
+
+/// The jobs the owner's claim path fires: all but the broadcast ones, which every member fires.
+fn not_broadcast(jobs: Vec<Arc<JobConfig>>) -> Vec<Arc<JobConfig>> {
+    jobs.into_iter()
+        .filter(|job| !broadcast::Broadcasts::is_broadcast(job))
+        .collect()
 }
 
 #[cfg(test)]

@@ -69,7 +69,7 @@ impl From<SteerError> for ApiError {
             | SteerError::NotTheOwner { .. } => StatusCode::CONFLICT,
             SteerError::UnknownGroup { .. } => StatusCode::NOT_FOUND,
             SteerError::NotHandedOver { .. } => StatusCode::GATEWAY_TIMEOUT,
-            SteerError::Range(_) => StatusCode::BAD_REQUEST,
+            SteerError::Range(_) | SteerError::Broadcast { .. } => StatusCode::BAD_REQUEST,
             SteerError::Request(err) => return ApiError::from_delayed(err),
             _ => StatusCode::SERVICE_UNAVAILABLE,
         };

@@ -391,10 +391,7 @@ mod tests {
     use super::*;
 
     fn digest(job: &str, ms: i64, status: RunStatus) -> (RecordName, RunDigest) {
-        let name = RecordName {
-            scheduled_unix_ms: ms,
-            submission: None,
-        };
+        let name = RecordName::tick(ms);
         let digest = RunDigest {
             job: JobName::new(job.to_owned()),
             run_id: format!("{job}-{ms}"),
@@ -469,8 +466,8 @@ mod tests {
         let job = JobName::new("a".to_owned());
         let id = SubmissionId::parse("order-1").ok();
         let name = RecordName {
-            scheduled_unix_ms: 5,
             submission: id.clone(),
+            ..RecordName::tick(5)
         };
         let (_, mut run) = digest("a", 5, RunStatus::Running);
         run.submission_id = id;

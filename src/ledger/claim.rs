@@ -75,7 +75,10 @@ pub struct ClaimPlan {
     follows: Vec<String>,
     /// Made once when the record's create fails with `NoNode` (the job's first claim).
     parents: Vec<String>,
+    /// The node the claim checks: the epoch (at the token), or a broadcast run's member znode.
     pub(super) epoch: String,
+    /// A broadcast run's claim: `epoch` is the member znode, checked at any version.
+    by_member: bool,
     acls: Acls<'static>,
 }
 
@@ -151,8 +154,19 @@ impl ClaimPlan {
             marked_before,
             parents,
             epoch: paths.epoch.clone(),
+            by_member: false,
             acls,
         }
+    }
+
+    /// A broadcast run's claim (issue 36): fenced by `member`, this node's ephemeral member
+    /// znode, instead of the epoch, so a node whose session has gone claims nothing however
+    /// long it was frozen; `NotOwner` then says the member znode is gone.
+    #[must_use]
+    pub fn fenced_by_member(mut self, member: String) -> Self {
+        self.epoch = member;
+        self.by_member = true;
+        self
     }
 
     /// The path of the tick's run record.
@@ -223,7 +237,8 @@ impl ClaimPlan {
         &self,
         client: &'c Client,
     ) -> Result<impl Future<Output = ClaimReply> + Send + use<'c>, CheckWriteError> {
-        let mut writer = client.new_check_writer(&self.epoch, Some(self.token().0))?;
+        let version = (!self.by_member).then_some(self.token().0);
+        let mut writer = client.new_check_writer(&self.epoch, version)?;
         self.add_ops(&mut writer)?;
         tally::wrote_checked(WriteKind::Claim, self.op_count(), 1);
         Ok(writer.commit())

@@ -123,6 +123,11 @@ pub struct RunRecord {
     /// A backfilled run that makes its children's runs (`zkcron backfill --with-children`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub with_children: bool,
+    /// One node's run of a broadcast job's tick (`broadcast`): its record is named by the tick
+    /// and the node (`<tick>~<node>`), claimed under a check of the node's member znode, not of
+    /// the epoch (issue 36).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub broadcast: bool,
     /// A chained run (`after`): the parents' runs it follows, at their shared instant.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parents: Vec<ParentRun>,
@@ -198,6 +203,7 @@ impl RunRecord {
             output: None,
             backfill: false,
             with_children: false,
+            broadcast: false,
             parents: Vec::new(),
             marker_names_job: false,
             open_by_record: false,
@@ -277,7 +283,29 @@ impl RunRecord {
     pub fn path(&self, paths: &crate::layout::LedgerPaths) -> String {
         match &self.submission_id {
             Some(id) => paths.submission_record(&self.job, self.scheduled_unix_ms, id),
+            None if self.broadcast => {
+                paths.broadcast_record(&self.job, self.scheduled_unix_ms, &self.node_id)
+            }
             None => paths.record(&self.job, self.scheduled_unix_ms),
+        }
+    }
+
+    /// `node`'s claim of broadcast job `job`'s tick at `scheduled_unix_ms`: its run id names
+    /// the node, since every member runs the tick.
+    pub fn claimed_broadcast(
+        job: &JobName,
+        scheduled_unix_ms: i64,
+        node: (&NodeId, &str),
+        token: FencingToken,
+        now_unix_ms: i64,
+    ) -> Self {
+        Self {
+            run_id: format!(
+                "{job}-{}",
+                crate::layout::broadcast_node_name(scheduled_unix_ms, node.0)
+            ),
+            broadcast: true,
+            ..Self::claimed(job, scheduled_unix_ms, node, token, now_unix_ms)
         }
     }
 

@@ -98,7 +98,7 @@ pub(super) fn refusal(err: &ClaimError) -> ClaimRefused {
 /// The session is followed through `view`, not through the client the claim went out on: a
 /// client that gave up on its session is replaced by one that took the session back, with the
 /// guard (issue 31, defect 3).
-async fn read_back(
+pub(super) async fn read_back(
     mut view: tokio::sync::watch::Receiver<NodeView>,
     plan: &ClaimPlan,
     session: SessionId,

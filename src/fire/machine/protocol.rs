@@ -230,6 +230,14 @@ pub enum Input {
     /// The chain marks left for a job changed (the driver's watch on `after/`); `None`: any
     /// job's may have (the watch began, or began again after a disconnection).
     MarksChanged(Option<JobName>),
+    /// Answer to [`Action::ReadMembership`]: when this node's member znode was created (the
+    /// servers' clock), `None` when it is not there (yet), or why it could not be read.
+    MembershipRead(Result<Option<DateTime<Utc>>, String>),
+    /// Answer to [`Action::ClaimBroadcast`]; `NotOwner`: this node's member znode is gone.
+    BroadcastClaimed {
+        id: ClaimId,
+        result: Result<Box<Claim>, ClaimRefused>,
+    },
     /// Answer to [`Action::ListMarks`]: the marks left for `job`, or why they could not be read.
     MarksListed {
         job: JobName,
@@ -363,6 +371,25 @@ pub enum Action {
     RemoveEmptyDay(i64),
     /// Read one submission the watch reported. Answered by [`Input::SubmissionRead`].
     ReadSubmission { id: SubmissionId },
+    /// Read when this node's member znode was created. Answered by [`Input::MembershipRead`].
+    ReadMembership,
+    /// Create this node's record of a broadcast job's tick (`runs/<job>/<tick>~<node>`) under a
+    /// check that its member znode exists. Answered by [`Input::BroadcastClaimed`].
+    ClaimBroadcast { id: ClaimId, record: RunRecord },
+    /// The owner's sweep of a broadcast job's `tick`, sent at its start: the members live now
+    /// are read, and at `look_at` a `missed` record is made, under `check(epoch, token)`, for
+    /// each of them that carries `requires`, joined before the tick and has no record of it;
+    /// then the job's records beyond `keep` per member are pruned. Nothing answers: a sweep
+    /// that failed is not tried again by this owner (the driver logs it); a next owner's look
+    /// back sweeps it again.
+    SweepBroadcast {
+        job: JobName,
+        tick: DateTime<Utc>,
+        look_at: DateTime<Utc>,
+        requires: std::collections::BTreeSet<String>,
+        token: FencingToken,
+        keep: usize,
+    },
     /// Read the chain marks left for this chained job. Answered by [`Input::MarksListed`].
     ListMarks(JobName),
     /// Remove the marks `parents` left for `job` at `tick_ms`: the instant is recorded, so

@@ -12,6 +12,7 @@ use crate::ids::{FencingToken, NodeId, SessionId};
 use crate::run::{ClaimMode, RunContext, RunOutcome, RunRecord, RunReport, RunStatus};
 
 mod backfill;
+mod broadcast;
 mod calendars;
 mod chains;
 mod delayed;

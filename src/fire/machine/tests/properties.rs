@@ -303,6 +303,14 @@ impl World {
                 prop_assert!(false, "no job here pauses itself: {job}");
             }
             Action::ListRecords(job) => self.lists.push(job),
+            Action::ReadMembership
+            | Action::ClaimBroadcast { .. }
+            | Action::SweepBroadcast { .. } => {
+                prop_assert!(
+                    false,
+                    "no broadcast job here (tests/broadcast.rs has its own)"
+                );
+            }
             Action::ListMarks(job) => {
                 prop_assert_eq!(job.as_str(), "d", "only d is chained");
                 self.mark_lists.push(job);

@@ -1,0 +1,126 @@
+//! The fire driver's I/O for broadcast jobs (issue 36): reading when this node's member znode
+//! was created, a member's claim of its own run of a tick, and the owner's sweep of a tick.
+//!
+//! Owns: turning the machine's broadcast actions into reads of `members/` and the claims and
+//! sweeps of `ledger`, on the current session.
+//! Must not: decide whether a tick runs here or is swept (the machine does).
+
+use chrono::DateTime;
+
+use super::records::{Records, read_back, refusal};
+use super::session::{REQUEST_LIMIT, Session, bounded};
+use crate::fire::machine::{ClaimId, ClaimRefused, Input};
+use crate::ids::{NodeId, SessionId};
+use crate::layout::LockPaths;
+use crate::ledger::broadcast::{Sweep, live_members, sweep};
+use crate::ledger::{ClaimPlan, OpenRuns};
+use crate::report::error_chain;
+use crate::run::{ClaimMode, RunRecord};
+
+/// Reads when `me`'s member znode was created (answered as [`Input::MembershipRead`]).
+pub(super) fn read_membership(s: &Session, group: &LockPaths, me: &NodeId) -> Option<Input> {
+    let Some(client) = s.client.clone() else {
+        return Some(Input::MembershipRead(Err(Session::no_session())));
+    };
+    let (path, answers) = (group.member(me), s.answers.clone());
+    s.tasks.spawn(async move {
+        let result = match bounded(&path, client.check_stat(&path)).await {
+            Some(Ok(stat)) => Ok(stat.and_then(|stat| DateTime::from_timestamp_millis(stat.ctime))),
+            Some(Err(err)) => Err(format!("reading {path}: {err}")),
+            None => Err(format!("reading {path}: zookeeper did not answer in time")),
+        };
+        let _ = answers.send(Input::MembershipRead(result));
+    });
+    None
+}
+
+impl Records {
+    /// Claims this node's run of a broadcast tick under a check of its member znode `member`
+    /// (answered as [`Input::BroadcastClaimed`]). An unanswered claim is read back, like a tick's.
+    pub fn claim_broadcast(
+        &self,
+        s: &Session,
+        id: ClaimId,
+        record: RunRecord,
+        member: String,
+    ) -> Option<Input> {
+        let Some(client) = s.client.clone() else {
+            let result = Err(ClaimRefused::Failed(Session::no_session()));
+            return Some(Input::BroadcastClaimed { id, result });
+        };
+        let plan = ClaimPlan::new(
+            &self.paths,
+            record,
+            ClaimMode::Create,
+            false,
+            OpenRuns::ByRecord,
+            self.acls,
+        )
+        .fenced_by_member(member);
+        let (view, answers) = (self.view.subscribe(), s.answers.clone());
+        s.tasks.spawn(async move {
+            let session = SessionId(client.session_id().0);
+            let answer =
+                match tokio::time::timeout(REQUEST_LIMIT, plan.clone().send_alone(&client)).await {
+                    Ok(answer) => answer,
+                    Err(_) => Err(crate::ledger::ClaimError::Zk {
+                        path: plan.path().to_owned(),
+                        source: zookeeper_client::Error::ConnectionLoss,
+                    }),
+                };
+            let result = match answer {
+                Err(err) if err.unanswered() => {
+                    read_back(view, &plan, session, error_chain(&err)).await
+                }
+                other => other.map_err(|err| refusal(&err)),
+            };
+            let result = result.map(Box::new);
+            let _ = answers.send(Input::BroadcastClaimed { id, result });
+        });
+        None
+    }
+
+    /// The owner's sweep of a broadcast tick: the members live now, looked at once `wait` has
+    /// passed (unless `stop` ends it first); logged, nothing answers.
+    pub fn sweep_broadcast(
+        &self,
+        s: &Session,
+        group: &LockPaths,
+        sweep_of: Sweep,
+        wait: std::time::Duration,
+        stop: tokio_util::sync::CancellationToken,
+    ) {
+        let Some(client) = s.client.clone() else {
+            tracing::warn!(job = %sweep_of.job, tick = sweep_of.tick_ms, "broadcast tick not swept: no session");
+            return;
+        };
+        let (paths, group) = (self.paths.clone(), group.clone());
+        s.tasks.spawn(async move {
+            let job = sweep_of.job.clone();
+            let tick = sweep_of.tick_ms;
+            // Live at the tick: read at its start, not when the sweep looks.
+            let members = match bounded(job.as_str(), live_members(&client, &group)).await {
+                Some(Ok(members)) => members,
+                Some(Err(err)) => {
+                    tracing::warn!(job = %job, tick, error = %error_chain(&err), "broadcast tick not swept: members not read");
+                    return;
+                }
+                None => return,
+            };
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = stop.cancelled() => return,
+            }
+            let swept = bounded(job.as_str(), sweep(&client, &paths, &members, &sweep_of)).await;
+            match swept {
+                Some(Ok(swept)) if !swept.missed.is_empty() => {
+                    let missed: Vec<String> = swept.missed.iter().map(ToString::to_string).collect();
+                    tracing::warn!(job = %job, tick, ?missed, "broadcast tick missed by live members: recorded");
+                }
+                Some(Ok(_)) => tracing::debug!(job = %job, tick, "broadcast tick swept: every member recorded"),
+                Some(Err(err)) => tracing::warn!(job = %job, tick, error = %error_chain(&err), "broadcast tick not swept"),
+                None => {}
+            }
+        });
+    }
+}

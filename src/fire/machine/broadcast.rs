@@ -1,0 +1,506 @@
+//! Broadcast jobs (`broadcast = true`): every live member that carries a job's `requires` runs
+//! each of its ticks once, and the group's owner records `missed` for the members that did not
+//! (issue 36).
+//!
+//! Owns: the broadcast jobs' ticks on this node, whatever the lock says (a member fires them,
+//! not the owner); the member znode's creation time, before which no tick is this node's (a
+//! node that joins runs no backlog); the claims of `runs/<job>/<tick>~<node>`, the runs they
+//! start and their final records; and, while this node owns the group's lock, when each tick's
+//! sweep for members that did not claim it is due.
+//! Must not: touch the owner's claim path (`starts`), its queue or `max_running`: a broadcast
+//! run is the node's own, fenced by its membership, not by the epoch.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::protocol::{Action, ClaimId, ClaimRefused, Me, RecordWrite, StartWrite, is_late};
+use super::runs::finish_record;
+use crate::config::{Concurrency, JobConfig};
+use crate::fire::queue::FireQueue;
+use crate::ids::{FencingToken, JobName};
+use crate::lock::LockStatus;
+use crate::run::{Claim, RunContext, RunRecord, RunReport, RunStatus};
+
+/// How long after a tick's start the owner looks for members that did not claim it (those it
+/// read as live at the start): well past the late-tick rule (`MISSED_AFTER`), after which a
+/// member no longer claims the tick.
+pub const SWEEP_AFTER: Duration = Duration::from_secs(5);
+/// How far back a new owner sweeps: the ticks its predecessor may not have swept, in the
+/// takeover's time (a session timeout and the takeover delay)…
+const SWEEP_BACK: chrono::Duration = chrono::Duration::minutes(1);
+/// …and at most this many of a job's ticks.
+pub(super) const SWEEP_BACK_TICKS: usize = 10;
+/// At most this many ticks of one job are swept at one wake (a long stall does not flood).
+const SWEEP_BURST: usize = 100;
+/// A membership reading or a final record that failed is tried again after this long.
+const AGAIN_AFTER: chrono::Duration = chrono::Duration::seconds(1);
+
+/// What this node knows of its own member znode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Membership {
+    /// Not read in this connection.
+    Unknown,
+    /// A reading is out.
+    Reading,
+    /// Read: created at this instant (the servers' clock).
+    Since(DateTime<Utc>),
+    /// Not there yet, or the reading failed: read again at this instant.
+    ReadAgainAt(DateTime<Utc>),
+}
+
+/// One broadcast run on this node, from its claim to its final record.
+#[derive(Debug)]
+struct Run {
+    config: Arc<JobConfig>,
+    /// Set once its process ended: the final record, and when to send it again.
+    finished: Option<(Claim, Option<DateTime<Utc>>)>,
+}
+
+/// The broadcast part of a group's machine. See the module docs.
+#[derive(Debug)]
+pub(super) struct Broadcasts {
+    tags: BTreeSet<String>,
+    /// The group's broadcast jobs: the owner sweeps them all.
+    jobs: HashMap<JobName, Arc<JobConfig>>,
+    /// The ticks of those this node runs (it carries their `requires`).
+    queue: FireQueue,
+    membership: Membership,
+    claims: HashMap<ClaimId, (Arc<JobConfig>, DateTime<Utc>)>,
+    next_claim: u64,
+    runs: HashMap<String, Run>,
+    /// While this node owns the group's lock: each job's next tick to sweep.
+    sweeps: HashMap<JobName, DateTime<Utc>>,
+    /// This node owns the group's lock: it sweeps.
+    sweeping: bool,
+}
+
+impl Default for Broadcasts {
+    /// None yet (what the machine holds while it lends itself out).
+    fn default() -> Self {
+        Self::of(&[], BTreeSet::new(), DateTime::UNIX_EPOCH)
+    }
+}
+
+/// What the broadcast part is lent of the machine for one input.
+pub(super) struct Lent<'a> {
+    pub me: &'a Me,
+    pub lock: LockStatus,
+    pub stopping: bool,
+    pub steering: &'a super::steering::Steering,
+    pub claim_ahead: chrono::Duration,
+    pub now: DateTime<Utc>,
+}
+
+impl Broadcasts {
+    /// The broadcast jobs among `jobs` (the group's), for a node carrying `tags`.
+    pub fn of(jobs: &[Arc<JobConfig>], tags: BTreeSet<String>, now: DateTime<Utc>) -> Self {
+        let mut this = Self {
+            tags,
+            jobs: HashMap::new(),
+            queue: FireQueue::new(&[], now),
+            membership: Membership::Unknown,
+            claims: HashMap::new(),
+            next_claim: 0,
+            runs: HashMap::new(),
+            sweeps: HashMap::new(),
+            sweeping: false,
+        };
+        this.reloaded(jobs, now);
+        this
+    }
+
+    /// This node's tags, which decide the broadcast jobs it runs.
+    pub fn set_tags(&mut self, tags: BTreeSet<String>, now: DateTime<Utc>) {
+        self.tags = tags;
+        let jobs: Vec<Arc<JobConfig>> = self.jobs.values().cloned().collect();
+        self.reloaded(&jobs, now);
+    }
+
+    /// Whether `job` is a broadcast job (the owner's claim path leaves it alone).
+    pub fn is_broadcast(job: &JobConfig) -> bool {
+        job.broadcast.is_some()
+    }
+
+    /// The schedule was reloaded: `jobs` are the group's.
+    pub fn reloaded(&mut self, jobs: &[Arc<JobConfig>], now: DateTime<Utc>) {
+        self.jobs = jobs
+            .iter()
+            .filter(|job| Self::is_broadcast(job))
+            .map(|job| (job.spec.name.clone(), Arc::clone(job)))
+            .collect();
+        let mine: Vec<Arc<JobConfig>> = self
+            .jobs
+            .values()
+            .filter(|job| {
+                job.broadcast
+                    .as_ref()
+                    .is_some_and(|b| b.runs_on(&self.tags))
+            })
+            .cloned()
+            .collect();
+        self.queue = self.queue.rebuilt(&mine, now);
+        let jobs = &self.jobs;
+        self.sweeps.retain(|job, _| jobs.contains_key(job));
+        if self.sweeping {
+            self.start_sweeps(now);
+        }
+    }
+
+    /// Whether this run id is one of ours.
+    pub fn owns(&self, run_id: &str) -> bool {
+        self.runs.contains_key(run_id)
+    }
+
+    /// Nothing of ours is left: no claim out, no run alive or record unwritten.
+    pub fn idle(&self) -> bool {
+        self.claims.is_empty() && self.runs.is_empty()
+    }
+
+    /// The lock's status changed from `before`.
+    pub fn lock_changed(&mut self, before: LockStatus, a: &Lent<'_>, out: &mut Vec<Action>) {
+        if !a.lock.connected {
+            // A new connection may be a new session, with a new member znode.
+            self.membership = Membership::Unknown;
+        }
+        if a.lock.connected && !before.connected {
+            self.read_membership(out);
+        }
+        if a.lock.may_fire && !before.may_fire {
+            self.sweeping = true;
+            self.start_sweeps(a.now);
+        } else if !a.lock.may_fire {
+            self.sweeping = false;
+            self.sweeps.clear();
+        }
+        self.rewrite_due(a, out);
+    }
+
+    fn read_membership(&mut self, out: &mut Vec<Action>) {
+        if self.queue.next_start().is_none() || self.membership == Membership::Reading {
+            return;
+        }
+        self.membership = Membership::Reading;
+        out.push(Action::ReadMembership);
+    }
+
+    /// Answer to [`Action::ReadMembership`].
+    pub fn membership_read(
+        &mut self,
+        result: Result<Option<DateTime<Utc>>, String>,
+        now: DateTime<Utc>,
+    ) {
+        if self.membership != Membership::Reading {
+            return; // disconnected meanwhile: read again on the next connection
+        }
+        self.membership = match result {
+            Ok(Some(since)) => {
+                tracing::info!(%since, "a member since: broadcast ticks after it are this node's");
+                Membership::Since(since)
+            }
+            Ok(None) => {
+                tracing::debug!("the member znode is not there yet; reading it again");
+                Membership::ReadAgainAt(now + AGAIN_AFTER)
+            }
+            Err(why) => {
+                tracing::warn!(
+                    error = why,
+                    "cannot read this node's member znode; reading it again"
+                );
+                Membership::ReadAgainAt(now + AGAIN_AFTER)
+            }
+        };
+    }
+
+    /// Every job's sweep starts at its ticks of the last [`SWEEP_BACK`], the last
+    /// [`SWEEP_BACK_TICKS`] of them at most: the previous owner's last sweeps may not have
+    /// happened, and a sweep done twice creates nothing twice.
+    fn start_sweeps(&mut self, now: DateTime<Utc>) {
+        for (name, job) in &self.jobs {
+            let mut back = std::collections::VecDeque::with_capacity(SWEEP_BACK_TICKS);
+            let mut tick = job.next_tick_after(now - SWEEP_BACK);
+            while let Some(at) = tick.filter(|at| *at <= now) {
+                if back.len() == SWEEP_BACK_TICKS {
+                    back.pop_front();
+                }
+                back.push_back(at);
+                tick = job.next_tick_after(at);
+            }
+            if let Some(first) = back.front().copied().or(tick) {
+                self.sweeps.entry(name.clone()).or_insert(first);
+            }
+        }
+    }
+
+    /// When the next thing is due.
+    pub fn next_deadline(&self, claim_ahead: chrono::Duration) -> Option<DateTime<Utc>> {
+        let tick = self.queue.next_start().map(|start| start - claim_ahead);
+        let membership = match self.membership {
+            Membership::ReadAgainAt(at) => Some(at),
+            _ => None,
+        };
+        let sweep = self.sweeps.iter().filter_map(|(name, tick)| {
+            let job = self.jobs.get(name)?;
+            Some(job.start_of(*tick))
+        });
+        let rewrite = self
+            .runs
+            .values()
+            .filter_map(|run| run.finished.as_ref()?.1);
+        tick.into_iter()
+            .chain(membership)
+            .chain(sweep)
+            .chain(rewrite)
+            .min()
+    }
+
+    /// Time passed: claim the ticks due, sweep the ticks past, write again what failed.
+    pub fn tick(&mut self, a: &Lent<'_>, out: &mut Vec<Action>) {
+        if matches!(self.membership, Membership::ReadAgainAt(at) if at <= a.now) && a.lock.connected
+        {
+            self.membership = Membership::Unknown;
+            self.read_membership(out);
+        }
+        while let Some(next) = self.queue.next_start() {
+            if next - a.claim_ahead > a.now {
+                break;
+            }
+            let due = self.queue.pop_start(a.now);
+            if due.is_empty() {
+                break;
+            }
+            for (tick, job) in due {
+                self.due(&job, tick, a, out);
+            }
+        }
+        if a.lock.may_fire && !a.stopping {
+            self.sweeps_due(a, out);
+        }
+        self.rewrite_due(a, out);
+    }
+
+    /// A tick of `job` has come up on this node.
+    fn due(
+        &mut self,
+        job: &Arc<JobConfig>,
+        tick: DateTime<Utc>,
+        a: &Lent<'_>,
+        out: &mut Vec<Action>,
+    ) {
+        let name = &job.spec.name;
+        let why_not = if a.stopping {
+            Some("this node is stopping")
+        } else if a.steering.paused(name) {
+            Some("the job is paused")
+        } else if !a.lock.connected {
+            Some("not connected")
+        } else if is_late(job, tick, a.now) {
+            Some("its time passed while this node could not fire")
+        } else {
+            match self.membership {
+                Membership::Since(since) if since < tick => None,
+                Membership::Since(_) => Some("this node joined after it"),
+                _ => Some("this node's membership is not known yet"),
+            }
+        };
+        if let Some(why) = why_not {
+            tracing::info!(job = %name, %tick, why, "broadcast tick not run here; the owner records it missed");
+            return;
+        }
+        let me = (&a.me.node_id, a.me.ip.as_str());
+        let token = a.lock.token.unwrap_or(FencingToken(0));
+        let now_ms = a.now.timestamp_millis();
+        let mut record =
+            RunRecord::claimed_broadcast(name, tick.timestamp_millis(), me, token, now_ms);
+        let alive_here = self
+            .runs
+            .values()
+            .any(|run| run.config.spec.name == *name && run.finished.is_none());
+        if alive_here && job.concurrency == Concurrency::Forbid {
+            record.status = RunStatus::Skipped;
+            record.finished_unix_ms = Some(now_ms);
+            record.error = Some("an earlier run of the job is still running on this node".into());
+        }
+        let id = ClaimId(self.next_claim);
+        self.next_claim += 1;
+        self.claims.insert(id, (Arc::clone(job), tick));
+        out.push(Action::ClaimBroadcast { id, record });
+    }
+
+    /// Answer to [`Action::ClaimBroadcast`].
+    pub fn claimed(
+        &mut self,
+        id: ClaimId,
+        result: Result<Claim, ClaimRefused>,
+        a: &Lent<'_>,
+        out: &mut Vec<Action>,
+    ) {
+        let Some((config, tick)) = self.claims.remove(&id) else {
+            return;
+        };
+        let name = &config.spec.name;
+        let mut claim = match result {
+            Ok(claim) => claim,
+            Err(refused) => {
+                tracing::info!(job = %name, %tick, ?refused, "broadcast tick not run here: its record for this node exists (run before a restart, or recorded missed) or this node is no member");
+                return;
+            }
+        };
+        if claim.record.status != RunStatus::Claimed {
+            return; // a record only (`skipped`)
+        }
+        let run_id = claim.record.run_id.clone();
+        if a.stopping {
+            claim.record.status = RunStatus::Skipped;
+            claim.record.finished_unix_ms = Some(a.now.timestamp_millis());
+            claim.record.error = Some("this node stopped before its start".into());
+            out.push(Action::WriteRecord(claim.clone()));
+            let finished = Some((claim, None));
+            self.runs.insert(run_id, Run { config, finished });
+            return;
+        }
+        let context = RunContext {
+            run_id: run_id.clone(),
+            scheduled_at: tick,
+            node: a.me.node_id.clone(),
+            fencing_token: claim.record.fencing_token,
+            attempt: claim.record.attempt,
+            resumed: false,
+            backfill: false,
+            submission: None,
+            parent_runs: Vec::new(),
+        };
+        out.push(Action::StartRun {
+            spec: Arc::clone(&config.spec),
+            claim,
+            context,
+            record: StartWrite::InClaim,
+            not_before: config.start_of(tick),
+        });
+        self.runs.insert(
+            run_id,
+            Run {
+                config,
+                finished: None,
+            },
+        );
+    }
+
+    /// A broadcast run's process ended: its final record goes out.
+    pub fn run_ended(&mut self, claim: Claim, report: &RunReport, out: &mut Vec<Action>) {
+        let Some(run) = self.runs.get_mut(&claim.record.run_id) else {
+            return;
+        };
+        let mut finished = claim;
+        finish_record(&mut finished.record, report, run.config.keep_output);
+        out.push(Action::WriteRecord(finished.clone()));
+        run.finished = Some((finished, None));
+    }
+
+    /// A broadcast run's process never started: recorded `failed`, since its record says
+    /// `claimed` and no one else will run this node's tick.
+    pub fn run_not_started(
+        &mut self,
+        claim: &Claim,
+        why: &str,
+        now: DateTime<Utc>,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(run) = self.runs.get_mut(&claim.record.run_id) else {
+            return;
+        };
+        let mut finished = claim.clone();
+        finished.record.status = RunStatus::Failed;
+        finished.record.finished_unix_ms = Some(now.timestamp_millis());
+        finished.record.error = Some(format!("not started: {why}"));
+        out.push(Action::WriteRecord(finished.clone()));
+        run.finished = Some((finished, None));
+    }
+
+    /// Answer to a broadcast run's [`Action::WriteRecord`].
+    pub fn record_written(&mut self, run_id: &str, write: RecordWrite, a: &Lent<'_>) {
+        let Some(run) = self.runs.get_mut(run_id) else {
+            return;
+        };
+        match (write, run.finished.as_mut()) {
+            (RecordWrite::Failed, Some((_, again))) if !a.stopping => {
+                *again = Some(a.now + AGAIN_AFTER);
+            }
+            (RecordWrite::Failed, _) => {
+                tracing::warn!(
+                    run_id,
+                    "a broadcast run's final record was not written before the stop; it stays open"
+                );
+                self.runs.remove(run_id);
+            }
+            (RecordWrite::Written(_) | RecordWrite::Refused, _) => {
+                self.runs.remove(run_id);
+            }
+        }
+    }
+
+    fn rewrite_due(&mut self, a: &Lent<'_>, out: &mut Vec<Action>) {
+        if !a.lock.connected {
+            return;
+        }
+        for run in self.runs.values_mut() {
+            if let Some((claim, again)) = run.finished.as_mut()
+                && again.is_some_and(|at| at <= a.now)
+            {
+                *again = None;
+                out.push(Action::WriteRecord(claim.clone()));
+            }
+        }
+    }
+
+    /// The stop: the broadcast runs alive here are stopped like the owner's, after the handoff.
+    pub fn cancel_runs(&self, out: &mut Vec<Action>) {
+        for (run_id, run) in &self.runs {
+            if run.finished.is_none() {
+                out.push(Action::CancelRun {
+                    run_id: run_id.clone(),
+                });
+            }
+        }
+    }
+
+    fn sweeps_due(&mut self, a: &Lent<'_>, out: &mut Vec<Action>) {
+        let Some(token) = a.lock.token else {
+            return;
+        };
+        for (name, next) in &mut self.sweeps {
+            let Some(job) = self.jobs.get(name) else {
+                continue;
+            };
+            let Some(broadcast) = job.broadcast.as_ref() else {
+                continue;
+            };
+            for _ in 0..SWEEP_BURST {
+                if job.start_of(*next) > a.now {
+                    break;
+                }
+                if !a.steering.paused(name) {
+                    out.push(Action::SweepBroadcast {
+                        job: name.clone(),
+                        tick: *next,
+                        look_at: sweep_at(job, *next),
+                        requires: broadcast.requires.clone(),
+                        token,
+                        keep: job.history,
+                    });
+                }
+                match job.next_tick_after(*next) {
+                    Some(after) => *next = after,
+                    None => break,
+                }
+            }
+        }
+    }
+}
+
+/// When `tick`'s sweep is due.
+fn sweep_at(job: &JobConfig, tick: DateTime<Utc>) -> DateTime<Utc> {
+    job.start_of(tick) + chrono::Duration::from_std(SWEEP_AFTER).unwrap_or_default()
+}

@@ -1,0 +1,322 @@
+//! Broadcast jobs (`broadcast = true`, issue 36): every member runs each tick once, claimed
+//! per node under its membership, never before it joined nor late; the owner sweeps each tick
+//! for the members that did not claim it; a broadcast never goes through the owner's claim path.
+
+use super::*;
+
+fn broadcast(extra: &str) -> String {
+    job(
+        "everywhere",
+        EVERY_SECOND,
+        &format!("broadcast = true\n{extra}"),
+    )
+}
+
+/// A connected member that is not the owner, a member since `since_ms`.
+fn member_since(tables: &str, since_ms: i64) -> FireMachine {
+    let mut m = machine(tables);
+    let actions = m.handle(Input::LockChanged(follower()), t(0));
+    assert_eq!(
+        actions,
+        vec![Action::ReadMembership],
+        "the membership is read"
+    );
+    let read = Input::MembershipRead(Ok(Some(t(since_ms))));
+    assert_eq!(m.handle(read, t(0)), vec![]);
+    m
+}
+
+fn broadcast_claims(actions: &[Action]) -> Vec<(ClaimId, RunRecord)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::ClaimBroadcast { id, record } => Some((*id, record.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn sweeps(actions: &[Action]) -> Vec<i64> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::SweepBroadcast { tick, .. } => Some(ms(*tick)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The ledger's answer to a broadcast claim that succeeded.
+fn claimed(id: ClaimId, record: &RunRecord) -> Input {
+    let claim = Claim {
+        path: format!("/runs/{}/{}~n1", record.job, record.scheduled_unix_ms),
+        version: 0,
+        record: record.clone(),
+        guard: None,
+        open: None,
+        children: Vec::new(),
+        session: SessionId(1),
+        sent: record.clone(),
+    };
+    Input::BroadcastClaimed {
+        id,
+        result: Ok(Box::new(claim)),
+    }
+}
+
+/// Runs the timer to `until_ms` and collects every action.
+fn timer_actions(m: &mut FireMachine, until_ms: i64) -> Vec<Action> {
+    let mut out = Vec::new();
+    while let Some(at) = m.next_deadline().filter(|at| ms(*at) <= until_ms) {
+        out.extend(m.handle(Input::Tick, at));
+    }
+    out
+}
+
+#[test]
+fn a_member_runs_each_tick_under_its_own_name_without_the_lock() {
+    let mut m = member_since(&broadcast(""), -60_000);
+    let actions = timer_actions(&mut m, 1_000);
+    let found = broadcast_claims(&actions);
+    let [(id, record)] = &found[..] else {
+        panic!("one broadcast claim in {actions:?}");
+    };
+    let (id, record) = (*id, record.clone());
+    assert_eq!(record.scheduled_unix_ms, t(1_000).timestamp_millis());
+    assert!(record.broadcast);
+    assert_eq!(record.node_id, NodeId::new("n1"));
+    assert!(record.run_id.ends_with("~n1"), "{}", record.run_id);
+    assert!(claims(&actions).is_empty(), "not the owner's claim path");
+    let actions = m.handle(claimed(id, &record), t(760));
+    let (claim, context) = only_start(&actions);
+    assert_eq!(context.scheduled_at, t(1_000));
+    assert!(matches!(
+        actions[0],
+        Action::StartRun { not_before, record: StartWrite::InClaim, .. } if not_before == t(1_000)
+    ));
+    let actions = m.handle(
+        ended(&claim, RunOutcome::Exited { code: 0 }, t(1_000)),
+        t(1_010),
+    );
+    let [finished] = records_written(&actions)[..] else {
+        panic!("one final record in {actions:?}");
+    };
+    assert_eq!(finished.record.status, RunStatus::Succeeded);
+    assert_eq!(m.handle(written(finished), t(1_020)), vec![]);
+    assert_eq!(m.running(), 0, "the owner's runs are not counted");
+}
+
+#[test]
+fn a_node_runs_no_tick_from_before_it_joined_nor_a_late_one() {
+    let mut m = member_since(&broadcast(""), 1_500);
+    let actions = timer_actions(&mut m, 1_000);
+    assert!(
+        broadcast_claims(&actions).is_empty(),
+        "joined after 1 s: {actions:?}"
+    );
+    let actions = timer_actions(&mut m, 2_000);
+    let ticks: Vec<i64> = broadcast_claims(&actions)
+        .iter()
+        .map(|(_, r)| r.scheduled_unix_ms - t(0).timestamp_millis())
+        .collect();
+    assert_eq!(ticks, vec![2_000]);
+    // Starved past the late-tick rule: the owner's sweep records it missed.
+    let actions = m.handle(Input::Tick, t(4_500));
+    assert!(broadcast_claims(&actions).is_empty(), "late: {actions:?}");
+}
+
+#[test]
+fn only_a_node_with_the_required_tags_runs_it() {
+    let tables = broadcast("requires = [\"gpu\"]");
+    let mut m = machine(&tables);
+    let actions = m.handle(Input::LockChanged(follower()), t(0));
+    assert_eq!(
+        actions,
+        vec![],
+        "no broadcast job runs here: no membership to read"
+    );
+    assert!(broadcast_claims(&timer_actions(&mut m, 2_000)).is_empty());
+    let tags = std::collections::BTreeSet::from(["gpu".to_owned(), "eu".to_owned()]);
+    let mut m = machine(&tables).with_node_tags(tags, t(0));
+    assert_eq!(
+        m.handle(Input::LockChanged(follower()), t(0)),
+        vec![Action::ReadMembership]
+    );
+    m.handle(Input::MembershipRead(Ok(Some(t(-60_000)))), t(0));
+    assert_eq!(broadcast_claims(&timer_actions(&mut m, 2_000)).len(), 2);
+}
+
+#[test]
+fn the_owner_sweeps_each_tick_after_its_grace_and_a_follower_never() {
+    let mut follower = member_since(&broadcast(""), -60_000);
+    assert!(sweeps(&timer_actions(&mut follower, 10_000)).is_empty());
+    let mut m = owning(&broadcast(""));
+    let before = sweeps(&timer_actions(&mut m, 999));
+    let back = i64::try_from(crate::fire::machine::broadcast::SWEEP_BACK_TICKS).expect("small");
+    let expected: Vec<i64> = (1 - back..=0).map(|tick| tick * 1_000).collect();
+    assert_eq!(
+        before, expected,
+        "the new owner looks back at the ticks its predecessor may not have swept, no further"
+    );
+    let actions = timer_actions(&mut m, 1_000);
+    assert_eq!(
+        sweeps(&actions),
+        vec![1_000],
+        "at its start, with the members live then"
+    );
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::SweepBroadcast { look_at, .. } if *look_at == t(6_000))),
+        "looked at SWEEP_AFTER past its start: {actions:?}"
+    );
+    assert!(sweeps(&timer_actions(&mut m, 1_999)).is_empty());
+}
+
+#[test]
+fn a_broadcast_job_never_goes_through_the_owners_claim_path() {
+    let tables = format!("{}{}", broadcast(""), job("once", EVERY_SECOND, ""));
+    let mut m = machine(&tables);
+    let actions = m.handle(Input::LockChanged(owner(TOKEN)), t(0));
+    let listed: Vec<&Action> = actions
+        .iter()
+        .filter(|a| matches!(a, Action::ListRecords(_)))
+        .collect();
+    assert_eq!(listed, vec![&Action::ListRecords(JobName::new("once"))]);
+    m.handle(
+        Input::RecordsListed {
+            job: JobName::new("once"),
+            result: Ok(JobRecords::default()),
+        },
+        t(0),
+    );
+    m.handle(Input::MembershipRead(Ok(Some(t(-60_000)))), t(0));
+    let actions = timer_actions(&mut m, 1_000);
+    let owners: Vec<String> = claims(&actions)
+        .iter()
+        .map(|c| c.record.job.to_string())
+        .collect();
+    assert_eq!(owners, vec!["once"]);
+    assert_eq!(
+        broadcast_claims(&actions).len(),
+        1,
+        "the owner runs it as a member too"
+    );
+}
+
+#[test]
+fn forbid_records_a_tick_skipped_while_this_nodes_run_is_alive() {
+    let mut m = member_since(&broadcast(""), -60_000);
+    let actions = timer_actions(&mut m, 1_000);
+    let (id, record) = broadcast_claims(&actions)[0].clone();
+    m.handle(claimed(id, &record), t(760));
+    let actions = timer_actions(&mut m, 2_000);
+    let found = broadcast_claims(&actions);
+    let [(id, record)] = &found[..] else {
+        panic!("one claim in {actions:?}");
+    };
+    let (id, record) = (*id, record.clone());
+    assert_eq!(record.status, RunStatus::Skipped);
+    assert!(
+        record
+            .error
+            .as_deref()
+            .unwrap_or("")
+            .contains("still running on this node")
+    );
+    assert!(
+        starts(&m.handle(claimed(id, &record), t(1_760))).is_empty(),
+        "a record only"
+    );
+    let mut allow = member_since(&broadcast("concurrency = \"allow\""), -60_000);
+    let (id, record) = broadcast_claims(&timer_actions(&mut allow, 1_000))[0].clone();
+    allow.handle(claimed(id, &record), t(760));
+    let found = broadcast_claims(&timer_actions(&mut allow, 2_000));
+    let [(_, record)] = &found[..] else {
+        panic!("one claim");
+    };
+    assert_eq!(record.status, RunStatus::Claimed, "runs overlap with allow");
+}
+
+#[test]
+fn a_refused_claim_starts_nothing() {
+    let mut m = member_since(&broadcast(""), -60_000);
+    let (id, _) = broadcast_claims(&timer_actions(&mut m, 1_000))[0].clone();
+    for why in [ClaimRefused::AlreadyClaimed, ClaimRefused::NotOwner] {
+        let refused = Input::BroadcastClaimed {
+            id,
+            result: Err(why),
+        };
+        assert_eq!(m.handle(refused, t(760)), vec![]);
+    }
+}
+
+#[test]
+fn a_new_connection_reads_the_membership_again() {
+    let mut m = member_since(&broadcast(""), -60_000);
+    let lost = LockStatus {
+        connected: false,
+        ..follower()
+    };
+    assert_eq!(m.handle(Input::LockChanged(lost), t(100)), vec![]);
+    assert_eq!(
+        m.handle(Input::LockChanged(follower()), t(200)),
+        vec![Action::ReadMembership]
+    );
+    // A new session: a new member znode, after the tick at 1 s.
+    m.handle(Input::MembershipRead(Ok(Some(t(1_200)))), t(300));
+    assert!(broadcast_claims(&timer_actions(&mut m, 1_000)).is_empty());
+    // Not there yet: read again a second later.
+    let mut m = machine(&broadcast(""));
+    m.handle(Input::LockChanged(follower()), t(0));
+    assert_eq!(m.handle(Input::MembershipRead(Ok(None)), t(0)), vec![]);
+    assert_eq!(timer_actions(&mut m, 999), vec![]);
+    assert!(timer_actions(&mut m, 1_000).contains(&Action::ReadMembership));
+}
+
+#[test]
+fn the_stop_ends_the_broadcast_runs_and_waits_for_their_records() {
+    let mut m = member_since(&broadcast(""), -60_000);
+    let (id, record) = broadcast_claims(&timer_actions(&mut m, 1_000))[0].clone();
+    let (claim, _) = only_start(&m.handle(claimed(id, &record), t(760)));
+    let actions = m.handle(Input::Shutdown, t(1_100));
+    assert!(actions.contains(&Action::HandOver), "{actions:?}");
+    let actions = m.handle(Input::LockReleased, t(1_200));
+    assert_eq!(
+        actions,
+        vec![Action::CancelRun {
+            run_id: claim.record.run_id.clone()
+        }]
+    );
+    let actions = m.handle(ended(&claim, RunOutcome::Cancelled, t(1_000)), t(1_300));
+    let [finished] = records_written(&actions)[..] else {
+        panic!("its final record in {actions:?}");
+    };
+    assert!(
+        !actions.contains(&Action::Stopped),
+        "its record is not written yet"
+    );
+    assert_eq!(m.handle(written(finished), t(1_400)), vec![Action::Stopped]);
+}
+
+#[test]
+fn a_final_record_not_written_is_sent_again() {
+    let mut m = member_since(&broadcast(""), -60_000);
+    let (id, record) = broadcast_claims(&timer_actions(&mut m, 1_000))[0].clone();
+    let (claim, _) = only_start(&m.handle(claimed(id, &record), t(760)));
+    let actions = m.handle(
+        ended(&claim, RunOutcome::Exited { code: 3 }, t(1_000)),
+        t(1_300),
+    );
+    let finished = records_written(&actions)[0].clone();
+    let failed = Input::RecordWritten {
+        run_id: finished.record.run_id.clone(),
+        write: RecordWrite::Failed,
+    };
+    assert_eq!(m.handle(failed, t(1_400)), vec![]);
+    let again: Vec<Claim> = records_written(&timer_actions(&mut m, 2_400))
+        .into_iter()
+        .cloned()
+        .collect();
+    assert_eq!(again, vec![finished]);
+}

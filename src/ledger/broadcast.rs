@@ -1,0 +1,146 @@
+//! The owner's sweep of a broadcast job's tick (issue 36): a `missed` record for each live
+//! member that should have run the tick and did not claim it, then the job's old records pruned.
+//!
+//! Owns: reading the members with when each joined and its tags, which of them a tick's
+//! records lack, and their `missed` records — each one claim of `runs/<job>/<tick>~<node>`
+//! under `check(epoch, token)`, in the same create-once race as the member's own claim.
+//! Must not: decide when a tick is swept (the fire machine does) or claim a member's run.
+
+use std::collections::{BTreeSet, HashSet};
+
+use zookeeper_client::Client;
+
+use super::{ClaimError, ClaimPlan, OpenRuns, Remember, prune, record_names};
+use crate::ids::{FencingToken, JobName, NodeId};
+use crate::layout::{LedgerPaths, LockPaths};
+use crate::lock::node::OwnerInfo;
+use crate::run::{ClaimMode, RunRecord, RunStatus};
+
+/// A live member as a sweep sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveMember {
+    pub node_id: NodeId,
+    pub ip: String,
+    pub tags: BTreeSet<String>,
+    /// When its member znode was created (the servers' clock): it runs only later ticks.
+    pub since_unix_ms: i64,
+}
+
+/// The live members, each with its tags and when it joined; one that vanished meanwhile, or
+/// whose data is not a member's (logged), is left out.
+///
+/// # Errors
+/// Listing the members failed.
+pub async fn live_members(
+    client: &Client,
+    group: &LockPaths,
+) -> Result<Vec<LiveMember>, ClaimError> {
+    let names = crate::zk::children_if_there(client, &group.members)
+        .await
+        .map_err(ClaimError::on(&group.members))?;
+    // Each request goes out as it is made: the reads travel together, one wait for all.
+    let reads: Vec<_> = names
+        .into_iter()
+        .map(|name| {
+            let path = group.member(&NodeId::new(name));
+            (client.get_data(&path), path)
+        })
+        .collect();
+    let mut members = Vec::new();
+    for (read, path) in reads {
+        let Ok((data, stat)) = read.await else {
+            continue;
+        };
+        match OwnerInfo::parse(&data) {
+            Ok(info) => members.push(LiveMember {
+                node_id: info.node_id,
+                ip: info.ip,
+                tags: info.tags,
+                since_unix_ms: stat.ctime,
+            }),
+            Err(err) => {
+                tracing::warn!(path, error = %err, "member znode holds no member's data: left out of the broadcast sweep")
+            }
+        }
+    }
+    Ok(members)
+}
+
+/// One tick's sweep.
+#[derive(Debug, Clone)]
+pub struct Sweep {
+    pub job: JobName,
+    pub tick_ms: i64,
+    pub requires: BTreeSet<String>,
+    pub token: FencingToken,
+    /// The owner's own clock, for the records it writes.
+    pub now_ms: i64,
+    /// The job's `history`: records kept per member.
+    pub keep: usize,
+    pub remember: Remember,
+}
+
+/// What a sweep did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Swept {
+    /// The members recorded `missed`.
+    pub missed: Vec<NodeId>,
+    /// Old records pruned.
+    pub pruned: usize,
+}
+
+/// Records `missed` for each member of `members` that carries `sweep.requires`, joined before
+/// the tick, and has no record of it; then prunes the job's records beyond `keep` per member.
+///
+/// # Errors
+/// Listing the records failed, or a claim failed otherwise than by finding the record there
+/// (`NotOwner`: the lock moved; the next owner sweeps again).
+pub async fn sweep(
+    client: &Client,
+    paths: &LedgerPaths,
+    members: &[LiveMember],
+    sweep: &Sweep,
+) -> Result<Swept, ClaimError> {
+    let names = record_names(client, paths, &sweep.job).await?;
+    let recorded: HashSet<&NodeId> = names
+        .iter()
+        .filter(|name| name.scheduled_unix_ms == sweep.tick_ms)
+        .filter_map(|name| name.node.as_ref())
+        .collect();
+    let mut swept = Swept::default();
+    for member in members {
+        let due = member.since_unix_ms < sweep.tick_ms && sweep.requires.is_subset(&member.tags);
+        if !due || recorded.contains(&member.node_id) {
+            continue;
+        }
+        let node = (&member.node_id, member.ip.as_str());
+        let mut record = RunRecord::claimed_broadcast(
+            &sweep.job,
+            sweep.tick_ms,
+            node,
+            sweep.token,
+            sweep.now_ms,
+        );
+        record.status = RunStatus::Missed;
+        record.finished_unix_ms = Some(sweep.now_ms);
+        record.error = Some("a live member that did not claim the tick in time".to_owned());
+        let plan = ClaimPlan::new(
+            paths,
+            record,
+            ClaimMode::Create,
+            false,
+            OpenRuns::ByRecord,
+            sweep.remember.acls,
+        );
+        match plan.send_alone(client).await {
+            Ok(_) => swept.missed.push(member.node_id.clone()),
+            Err(ClaimError::AlreadyClaimed { .. }) => {} // its own claim came first
+            Err(err) => return Err(err),
+        }
+    }
+    let keep = sweep.keep.saturating_mul(members.len().max(1));
+    if names.len() > keep {
+        swept.pruned = prune(client, paths, &sweep.job, keep, sweep.remember).await?;
+    }
+    Ok(swept)
+}

@@ -1,0 +1,202 @@
+//! Broadcast jobs (`broadcast = true`, issue 36) on real daemons and a real ZooKeeper: every
+//! live member runs each tick once, recorded per node; a node that joins runs no tick from
+//! before it joined; a node killed with -9 runs nothing more, and the ticks it was still a
+//! member for are recorded `missed` for it by the owner; restarted, it runs nothing twice.
+#![allow(
+    clippy::await_holding_lock,
+    reason = "each #[tokio::test] has its own runtime and thread"
+)]
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::Duration;
+
+use support::daemon::{DaemonNode, logs_of, now_ms, schedule_text, zkcron_ok};
+use support::zk_cluster::try_wait_for;
+use support::{fault_lock, shared_ensemble, unique_chroot};
+
+/// Long enough that a killed node stays a member past a tick (every 2 s) for certain.
+const SESSION: Duration = Duration::from_secs(5);
+const DELAY: Duration = Duration::from_secs(2);
+/// Process start, a JVM pause or a busy core, on bounds that are otherwise exact.
+const SLACK: Duration = Duration::from_secs(3);
+/// The owner's sweep looks this long after a tick's start (`SWEEP_AFTER`), plus slack.
+const SWEPT: Duration = Duration::from_secs(8);
+
+/// (tick ms, node) of each start the job wrote.
+fn starts(log: &Path) -> Vec<(i64, String)> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(|line| {
+            let (ms, node) = line.split_once(' ').expect("`<ms> <node>`");
+            (ms.parse().expect("ms"), node.to_owned())
+        })
+        .collect()
+}
+
+/// The job's records: (tick ms, node) → status.
+fn records(config: &Path) -> BTreeMap<(i64, String), String> {
+    zkcron_ok(
+        &["history", "everywhere", "--json", "--limit", "10000"],
+        config,
+    )
+    .lines()
+    .map(|line| {
+        let record: serde_json::Value = serde_json::from_str(line).expect("a json record");
+        let key = (
+            record["scheduled_unix_ms"].as_i64().expect("scheduled"),
+            record["node_id"].as_str().expect("node").to_owned(),
+        );
+        (key, record["status"].as_str().expect("status").to_owned())
+    })
+    .collect()
+}
+
+async fn wait_starts(
+    what: &str,
+    log: &Path,
+    nodes: &[&DaemonNode],
+    done: impl Fn(&[(i64, String)]) -> bool,
+) {
+    try_wait_for(what, Duration::from_secs(30), || {
+        let reached = done(&starts(log));
+        async move { reached.then_some(()) }
+    })
+    .await
+    .unwrap_or_else(|not_reached| panic!("{not_reached}\n{:?}\n{}", starts(log), logs_of(nodes)));
+}
+
+fn ran(all: &[(i64, String)], node: &str) -> Vec<i64> {
+    all.iter()
+        .filter(|(_, n)| n == node)
+        .map(|(ms, _)| *ms)
+        .collect()
+}
+
+#[tokio::test]
+async fn every_live_member_runs_each_tick_once_through_a_join_a_kill_and_a_restart() {
+    let _serial = fault_lock();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log = dir.path().join("starts.log");
+    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot("broadcast"));
+    let jobs = format!(
+        "[[job]]\nname = \"everywhere\"\nschedule = \"*/2 * * * * *\"\nbroadcast = true\n\
+         shell = 'echo \"$ZKCRON_SCHEDULED_UNIX_MS $ZKCRON_NODE\" >> {}'\n",
+        log.display()
+    );
+    let text = schedule_text(&connect, "broadcast", SESSION, DELAY, &jobs);
+    let b1 = DaemonNode::start(dir.path(), "b1", &text);
+    b1.wait_log("lock acquired", SESSION + SLACK).await;
+    let mut b2 = DaemonNode::start(dir.path(), "b2", &text);
+    let b3 = DaemonNode::start(dir.path(), "b3", &text);
+    for node in [&b2, &b3] {
+        node.wait_log("a member since", SLACK).await;
+    }
+    wait_starts(
+        "two ticks on each of three",
+        &log,
+        &[&b1, &b2, &b3],
+        |all| ["b1", "b2", "b3"].iter().all(|n| ran(all, n).len() >= 2),
+    )
+    .await;
+
+    // A join: the fourth runs only ticks after its member znode was made.
+    let joined_at = now_ms();
+    let b4 = DaemonNode::start(dir.path(), "b4", &text);
+    wait_starts("two ticks on the joiner", &log, &[&b4], |all| {
+        ran(all, "b4").len() >= 2
+    })
+    .await;
+
+    // A kill: b2 runs nothing more; the ticks it was still a member for are recorded missed.
+    b2.kill();
+    let killed_at = now_ms();
+    let nodes = [&b1, &b3, &b4];
+    wait_starts("two ticks after the kill", &log, &nodes, |all| {
+        ran(all, "b1").iter().filter(|ms| **ms > killed_at).count() >= 2
+    })
+    .await;
+    // Restarted under the same node id: a new member, so nothing it ran before runs again.
+    let restarted_at = now_ms();
+    let b2 = DaemonNode::start(dir.path(), "b2", &text);
+    b2.wait_log("a member since", SESSION * 2 + SLACK).await;
+    wait_starts("the restarted b2 runs again", &log, &[&b2], |all| {
+        ran(all, "b2").iter().any(|ms| *ms > restarted_at)
+    })
+    .await;
+    zkcron_ok(&["pause", "everywhere"], &b1.config);
+    let paused_at = now_ms();
+    let nodes = [&b1, &b2, &b3, &b4];
+
+    // Every tick until the pause is swept (SWEEP_AFTER past its start) before it is judged.
+    tokio::time::sleep(SWEPT).await;
+    let all = starts(&log);
+    let recorded = records(&b1.config);
+    let mut seen = BTreeSet::new();
+    for start in &all {
+        assert!(seen.insert(start.clone()), "{start:?} ran twice: {all:?}");
+        assert_eq!(
+            recorded.get(start).map(String::as_str),
+            Some("succeeded"),
+            "a run is recorded for its node: {start:?}\n{recorded:?}"
+        );
+    }
+    assert!(
+        ran(&all, "b4").iter().all(|ms| *ms > joined_at),
+        "the joiner ran no backlog (joined at {joined_at}): {:?}",
+        ran(&all, "b4")
+    );
+    let b2_runs = ran(&all, "b2");
+    assert!(
+        b2_runs
+            .iter()
+            .all(|ms| *ms <= killed_at || *ms > restarted_at),
+        "nothing ran on b2 between its kill ({killed_at}) and its restart ({restarted_at}): {b2_runs:?}"
+    );
+    let missed_b2: Vec<i64> = recorded
+        .iter()
+        .filter(|((ms, node), status)| node == "b2" && *ms > killed_at && *status == "missed")
+        .map(|((ms, _), _)| *ms)
+        .collect();
+    assert!(
+        !missed_b2.is_empty(),
+        "a tick while the killed b2 was still a member is recorded missed for it: {recorded:?}\n{}",
+        logs_of(&nodes)
+    );
+    assert!(
+        missed_b2.iter().all(
+            |ms| *ms < killed_at + i64::try_from((SESSION + SLACK).as_millis()).expect("small")
+        ),
+        "missed only while its old session lived: {missed_b2:?}"
+    );
+    // b1 and b3 lived throughout: each of their ticks from b3's join to the pause is recorded,
+    // run or missed, so `history` tells who ran each tick and who did not.
+    let first_all = ran(&all, "b3").into_iter().min().expect("b3 ran");
+    let ticks: BTreeSet<i64> = all
+        .iter()
+        .map(|(ms, _)| *ms)
+        .filter(|ms| *ms >= first_all && *ms < paused_at - 2_000)
+        .collect();
+    for tick in &ticks {
+        for node in ["b1", "b3"] {
+            assert!(
+                recorded.contains_key(&(*tick, node.to_owned())),
+                "{node} has a record of {tick}: {recorded:?}"
+            );
+        }
+    }
+    assert!(
+        ticks.len() >= 6,
+        "enough ticks to mean something: {ticks:?}"
+    );
+    let shown = zkcron_ok(&["history", "everywhere"], &b1.config);
+    assert!(shown.contains("b3") && shown.contains("missed"), "{shown}");
+    let status = zkcron_ok(&["status"], &b1.config);
+    assert!(
+        status.contains("broadcast: every live node runs each tick"),
+        "{status}"
+    );
+}

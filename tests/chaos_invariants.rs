@@ -241,3 +241,48 @@ fn a_chain_that_runs_each_succeeded_parent_once_passes_and_each_fault_is_named()
         vec![ChainViolation::Lost { tick_ms: 2000 }]
     );
 }
+
+#[test]
+fn a_broadcast_that_runs_each_tick_once_per_node_with_its_record_passes_and_each_fault_is_named() {
+    use std::collections::BTreeMap;
+    use support::invariants::{BroadcastViolation, broadcast};
+    let starts = |ticks: &[(i64, &str)]| -> Vec<(i64, String)> {
+        ticks.iter().map(|(t, n)| (*t, (*n).to_owned())).collect()
+    };
+    let recorded: BTreeMap<(i64, String), String> = [
+        ((1000, "a"), "succeeded"),
+        ((1000, "b"), "succeeded"),
+        ((2000, "a"), "failed"),
+        ((2000, "b"), "missed"),
+    ]
+    .into_iter()
+    .map(|((t, n), s)| ((t, n.to_owned()), s.to_owned()))
+    .collect();
+    let clean = starts(&[(1000, "a"), (1000, "b"), (2000, "a")]);
+    assert_eq!(broadcast(&clean, &recorded), vec![]);
+    let twice = starts(&[(1000, "a"), (1000, "b"), (1000, "a")]);
+    assert_eq!(
+        broadcast(&twice, &recorded),
+        vec![BroadcastViolation::StartedTwice {
+            tick_ms: 1000,
+            node: "a".into()
+        }]
+    );
+    let unrecorded = starts(&[(3000, "a")]);
+    assert_eq!(
+        broadcast(&unrecorded, &recorded),
+        vec![BroadcastViolation::Unrecorded {
+            tick_ms: 3000,
+            node: "a".into()
+        }]
+    );
+    let swept_and_ran = starts(&[(2000, "b")]);
+    assert_eq!(
+        broadcast(&swept_and_ran, &recorded),
+        vec![BroadcastViolation::RanButRecorded {
+            tick_ms: 2000,
+            node: "b".into(),
+            status: "missed".into()
+        }]
+    );
+}

@@ -18,7 +18,7 @@ use nix::sys::signal::Signal;
 use tempfile::TempDir;
 use zookeeper_client::{Acls, Client, CreateMode};
 
-use zkcron::layout::parse_tick_node_name;
+use zkcron::layout::{RecordName, parse_tick_node_name};
 use zkcron::run::{RunRecord, RunStatus};
 
 use super::daemon::{DaemonNode, now_ms, schedule_text};
@@ -48,6 +48,9 @@ pub const RETRIED: &str = "retried";
 /// The job that runs after each run of [`FAST`] (issue 36): it appends `tick node parent_run_id`
 /// to a log of its own.
 pub const CHAINED: &str = "fast-after";
+/// The job every live node runs each second (`broadcast = true`, issue 36): it appends
+/// `tick node` to a log of its own.
+pub const BROADCAST: &str = "fast-all";
 /// Longer than a node's graceful stop, so that a rolling step can fall between a first attempt
 /// and its retry.
 pub const RETRY_BACKOFF: Duration = Duration::from_secs(3);
@@ -98,17 +101,20 @@ struct Fleet {
     retried: bool,
     /// Also [`CHAINED`] in the default group, after [`FAST`].
     chained: bool,
+    /// Also [`BROADCAST`] in the default group, on every node.
+    broadcast: bool,
     /// The zkcron build the nodes start with: this one when `None` (an older one for the
     /// upgrade check).
     binary: Option<PathBuf>,
 }
 
 impl Fleet {
-    /// [`FAST`] and [`LONG`] in the default group, and [`CHAINED`] after `fast`: every
-    /// scenario but the fleet's.
+    /// [`FAST`] and [`LONG`] in the default group, [`CHAINED`] after `fast` and [`BROADCAST`]
+    /// on every node: every scenario but the fleet's.
     fn single() -> Self {
         Self {
             chained: true,
+            broadcast: true,
             ..Self::with_groups(0)
         }
     }
@@ -147,6 +153,7 @@ impl Fleet {
             submissions: false,
             retried: false,
             chained: false,
+            broadcast: false,
             binary: None,
         }
     }
@@ -292,6 +299,8 @@ pub struct ChaosCluster {
     retry_log: PathBuf,
     /// What [`CHAINED`]'s runs logged: `tick node parent_run_id`, a line each.
     chain_log: PathBuf,
+    /// What [`BROADCAST`]'s runs logged: `tick node`, a line each.
+    broadcast_log: PathBuf,
     silent: Vec<Silent>,
     started_ms: i64,
     /// The first tick of every job that had to fire: the latest of the jobs' first ticks, and,
@@ -329,11 +338,12 @@ impl ChaosCluster {
     /// Like [`ChaosCluster::start_with_submissions`], with [`RETRIED`] too, every node running
     /// `binary` (this build when `None`): the upgrade check's fleet.
     pub async fn start_with_retries_on(name: &str, nodes: usize, binary: Option<PathBuf>) -> Self {
-        // Older builds know no `after`.
+        // Older builds know no `after` nor `broadcast`.
         let fleet = Fleet {
             submissions: true,
             retried: true,
             chained: false,
+            broadcast: false,
             binary,
             ..Fleet::single()
         };
@@ -375,6 +385,7 @@ impl ChaosCluster {
         let sub_log = dir.path().join("subs.log");
         let retry_log = dir.path().join("retried.log");
         let chain_log = dir.path().join("chained.log");
+        let broadcast_log = dir.path().join("broadcast.log");
         let mut cluster = ChaosCluster {
             ensemble,
             name: name.to_owned(),
@@ -384,6 +395,7 @@ impl ChaosCluster {
             sub_log,
             retry_log,
             chain_log,
+            broadcast_log,
             silent: Vec::new(),
             started_ms: now_ms(),
             steady_from_ms: 0,
@@ -502,6 +514,14 @@ impl ChaosCluster {
                 "\n[[job]]\nname = \"{CHAINED}\"\nhistory = 1000\nafter = [\"{FAST}\"]\n\
                  command = [\"/bin/sh\", \"-c\", 'echo \"$ZKCRON_SCHEDULED_UNIX_MS $ZKCRON_NODE \
                  $ZKCRON_PARENT_RUN_ID\" >> {chained}']\n"
+            ));
+        }
+        if self.fleet.broadcast {
+            let everywhere = self.broadcast_log.display();
+            jobs.push_str(&format!(
+                "\n[[job]]\nname = \"{BROADCAST}\"\nhistory = 1000\nschedule = \"* * * * * *\"\n\
+                 broadcast = true\ncommand = [\"/bin/sh\", \"-c\", 'echo \"$ZKCRON_SCHEDULED_UNIX_MS \
+                 $ZKCRON_NODE\" >> {everywhere}']\n"
             ));
         }
         schedule_text(&connect, LOCK, SESSION, TAKEOVER, &jobs).replacen(
@@ -976,6 +996,23 @@ impl ChaosCluster {
         }
         let mut violations = violations;
         violations.extend(chain.into_iter().map(Violation::Chain));
+        if self.fleet.broadcast {
+            let starts = self.broadcast_starts();
+            let broadcast = invariants::broadcast(&starts, &ledger.broadcast_recorded);
+            if !broadcast.is_empty() {
+                eprintln!("broadcast violations: {broadcast:?}");
+            }
+            let missed = ledger
+                .broadcast_recorded
+                .values()
+                .filter(|status| *status == "missed")
+                .count();
+            let notes = &mut self.notes;
+            notes.insert("broadcast_runs".to_owned(), starts.len().into());
+            notes.insert("broadcast_missed".to_owned(), missed.into());
+            notes.insert("broadcast_violations".to_owned(), broadcast.len().into());
+            violations.extend(broadcast.into_iter().map(Violation::Broadcast));
+        }
         let report = self.report(&windows, &runs, &ledger, violations, stop_ms);
         if !report.violations.is_empty() && std::env::var_os("ZKCRON_CHAOS_KEEP").is_some() {
             eprintln!("kept {}", self.dir.keep().display());
@@ -1133,6 +1170,28 @@ impl ChaosCluster {
                 }
             }
         }
+        if self.fleet.broadcast {
+            let dir = format!("{ROOT}/runs/{BROADCAST}");
+            for name in client.list_children(&dir).await.unwrap_or_default() {
+                let Some(RecordName {
+                    scheduled_unix_ms,
+                    node: Some(node),
+                    ..
+                }) = RecordName::parse(&name)
+                else {
+                    continue;
+                };
+                let Ok((data, _)) = client.get_data(&format!("{dir}/{name}")).await else {
+                    continue;
+                };
+                let status = RunRecord::parse(&data).map_or_else(
+                    |_| "unreadable".to_owned(),
+                    |r| r.status.as_str().to_owned(),
+                );
+                let key = (scheduled_unix_ms, node.to_string());
+                ledger.broadcast_recorded.insert(key, status);
+            }
+        }
         if self.fleet.chained {
             let dir = format!("{ROOT}/runs/{CHAINED}");
             let names = client.list_children(&dir).await.unwrap_or_default();
@@ -1142,6 +1201,19 @@ impl ChaosCluster {
                 .collect();
         }
         ledger
+    }
+
+    /// Every start of [`BROADCAST`], as it logged it: (tick, node).
+    fn broadcast_starts(&self) -> Vec<(i64, String)> {
+        let text = std::fs::read_to_string(&self.broadcast_log).unwrap_or_default();
+        text.lines()
+            .map(|line| {
+                let parsed = line
+                    .split_once(' ')
+                    .and_then(|(tick, node)| Some((tick.parse().ok()?, node.to_owned())));
+                parsed.unwrap_or_else(|| panic!("{BROADCAST} log line {line:?}"))
+            })
+            .collect()
     }
 
     /// Every start of [`CHAINED`], as it logged it: (its parent's instant, node).
@@ -1558,6 +1630,8 @@ struct Ledger {
     succeeded: BTreeMap<String, BTreeSet<i64>>,
     /// The instants [`CHAINED`]'s records hold.
     chained_recorded: BTreeSet<i64>,
+    /// Each node's record of each tick of [`BROADCAST`]: its status.
+    broadcast_recorded: BTreeMap<(i64, String), String>,
     recorded_missed: BTreeMap<String, BTreeSet<i64>>,
     missed_ticks: usize,
     /// Every record, `job tick status [missed_from]`, for a failing scenario's message.

@@ -101,6 +101,8 @@ pub enum Violation {
     },
     /// A chain's promise broken (see [`chain`]).
     Chain(ChainViolation),
+    /// A broadcast's promise broken (see [`broadcast`]).
+    Broadcast(BroadcastViolation),
 }
 
 /// Every violation in `observed`, in the order of the checks above.
@@ -327,6 +329,53 @@ pub fn chain(
     for tick_ms in parent_succeeded.range(..settled_before_ms) {
         if !by_tick.contains_key(tick_ms) && !child_recorded.contains(tick_ms) {
             found.push(ChainViolation::Lost { tick_ms: *tick_ms });
+        }
+    }
+    found
+}
+
+/// What went wrong with a broadcast job (`broadcast`, issue 36), naming the tick and the node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BroadcastViolation {
+    /// A node ran one tick more than once.
+    StartedTwice { tick_ms: i64, node: String },
+    /// A node ran a tick without its own record of it.
+    Unrecorded { tick_ms: i64, node: String },
+    /// A node ran a tick its record says it did not run (`missed`, `skipped`): the owner's
+    /// sweep and the node's claim both won.
+    RanButRecorded {
+        tick_ms: i64,
+        node: String,
+        status: String,
+    },
+}
+
+/// Judges a broadcast job: `starts` are its starts as the nodes logged them (tick, node),
+/// `recorded` each node's record of each tick (its status). Each (tick, node) starts at most
+/// once, and only with a record of its own that says it ran.
+pub fn broadcast(
+    starts: &[(i64, String)],
+    recorded: &BTreeMap<(i64, String), String>,
+) -> Vec<BroadcastViolation> {
+    let mut found = Vec::new();
+    let mut seen = BTreeSet::new();
+    for (tick_ms, node) in starts {
+        let (tick_ms, node) = (*tick_ms, node.clone());
+        if !seen.insert((tick_ms, node.clone())) {
+            found.push(BroadcastViolation::StartedTwice { tick_ms, node });
+            continue;
+        }
+        match recorded.get(&(tick_ms, node.clone())).map(String::as_str) {
+            None => found.push(BroadcastViolation::Unrecorded { tick_ms, node }),
+            Some(status @ ("missed" | "skipped")) => {
+                let status = status.to_owned();
+                found.push(BroadcastViolation::RanButRecorded {
+                    tick_ms,
+                    node,
+                    status,
+                });
+            }
+            Some(_) => {}
         }
     }
     found

@@ -13,6 +13,7 @@ use crate::run::{ClaimMode, RunContext, RunOutcome, RunRecord, RunReport, RunSta
 
 mod backfill;
 mod broadcast;
+mod broadcast_properties;
 mod calendars;
 mod chains;
 mod delayed;

@@ -1,0 +1,353 @@
+//! Random interleavings of time, connections, acquisitions, membership readings, claim answers,
+//! run ends, record answers, pauses and a stop, for a machine with two broadcast jobs (issue
+//! 36), checked after every step: a tick is claimed once per node, only on time and only after
+//! the node joined, while connected; a run starts only from a granted claim, once; every run's
+//! final record is written, again only after a failure; the owner sweeps only while it owns,
+//! never a tick before its start; the stop waits for every broadcast run and its record.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use proptest::prelude::*;
+
+use super::*;
+
+#[derive(Debug, Clone)]
+enum Step {
+    Advance(u16),
+    /// 0: owner, 1: follower, 2: disconnected, 3: a new acquisition.
+    Lock(u8),
+    /// Answer the membership reading: joined this many ms before now (negative: after), not
+    /// there, or failed.
+    Membership(i16, u8),
+    Claim(u8, u8),
+    End(u8, u8),
+    Write(u8, u8),
+    Pause(bool),
+    Shutdown,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        5 => (0u16..1500).prop_map(Step::Advance),
+        1 => (2000u16..6000).prop_map(Step::Advance),
+        2 => (0u8..4).prop_map(Step::Lock),
+        2 => (any::<i16>(), any::<u8>()).prop_map(|(ms, k)| Step::Membership(ms, k)),
+        5 => (any::<u8>(), any::<u8>()).prop_map(|(i, k)| Step::Claim(i, k)),
+        3 => (any::<u8>(), any::<u8>()).prop_map(|(i, k)| Step::End(i, k)),
+        4 => (any::<u8>(), any::<u8>()).prop_map(|(i, k)| Step::Write(i, k)),
+        1 => any::<bool>().prop_map(Step::Pause),
+        1 => Just(Step::Shutdown),
+    ]
+}
+
+fn sim_jobs() -> String {
+    [
+        job("f", EVERY_SECOND, "broadcast = true"),
+        job(
+            "g",
+            "*/2 * * * * *",
+            "broadcast = true\nconcurrency = \"allow\"",
+        ),
+    ]
+    .join("")
+}
+
+#[derive(Default)]
+struct World {
+    now: i64,
+    token: i32,
+    status: LockStatus,
+    reading: bool,
+    /// The membership answered in this connection.
+    since: Option<i64>,
+    claims: Vec<(ClaimId, RunRecord)>,
+    /// Every (job, tick) this node claimed, and whether the claim went out at or before the tick's
+    /// late-tick limit.
+    claimed: BTreeSet<(String, i64)>,
+    granted: BTreeMap<String, RunRecord>,
+    running: BTreeMap<String, Claim>,
+    ended: BTreeSet<String>,
+    writes: Vec<Claim>,
+    written: BTreeSet<String>,
+    /// Final records asked again: only after a failed write.
+    failed_writes: BTreeSet<String>,
+    handed_over: bool,
+    shutdown: bool,
+    stopped: bool,
+}
+
+impl World {
+    fn feed(&mut self, m: &mut FireMachine, input: Input) -> Result<(), TestCaseError> {
+        let actions = m.handle(input, t(self.now));
+        for action in actions {
+            self.perform(action)?;
+        }
+        Ok(())
+    }
+
+    fn perform(&mut self, action: Action) -> Result<(), TestCaseError> {
+        match action {
+            Action::ReadMembership => {
+                prop_assert!(self.status.connected, "read only while connected");
+                self.reading = true;
+            }
+            Action::ClaimBroadcast { id, record } => {
+                prop_assert!(self.status.connected, "a claim only while connected");
+                prop_assert!(!self.shutdown, "no claim once stopping: {record:?}");
+                let tick = record.scheduled_unix_ms;
+                let since = self.since.map(|s| t(s).timestamp_millis());
+                prop_assert!(
+                    since.is_some_and(|since| since < tick),
+                    "only a tick after the node joined ({since:?}): {record:?}"
+                );
+                prop_assert!(
+                    t(self.now).timestamp_millis() <= tick + 1_000,
+                    "only on time: at {} for {tick}",
+                    self.now
+                );
+                prop_assert!(
+                    self.claimed.insert((record.job.to_string(), tick)),
+                    "claimed twice on this node: {record:?}"
+                );
+                prop_assert!(record.broadcast && record.run_id.ends_with("~n1"));
+                self.claims.push((id, record));
+            }
+            Action::StartRun { claim, .. } => {
+                prop_assert!(!self.shutdown, "no start once stopping");
+                let granted = self.granted.remove(&claim.record.run_id);
+                prop_assert!(
+                    granted.is_some(),
+                    "a start only from a granted claim: {claim:?}"
+                );
+                self.running.insert(claim.record.run_id.clone(), claim);
+            }
+            Action::WriteRecord(claim) => {
+                let run_id = claim.record.run_id.clone();
+                prop_assert!(claim.record.status.is_final(), "{claim:?}");
+                if self.written.contains(&run_id)
+                    || self.writes.iter().any(|w| w.record.run_id == run_id)
+                {
+                    prop_assert!(
+                        false,
+                        "a final record sent twice while one is out: {run_id}"
+                    );
+                }
+                if !self.ended.contains(&run_id) {
+                    prop_assert!(
+                        self.failed_writes.remove(&run_id)
+                            || claim.record.status == RunStatus::Skipped,
+                        "a final record again only after a failed write: {claim:?}"
+                    );
+                }
+                self.ended.remove(&run_id);
+                self.writes.push(claim);
+            }
+            Action::SweepBroadcast { tick, look_at, .. } => {
+                prop_assert!(self.status.may_fire, "only the owner sweeps");
+                prop_assert!(tick <= t(self.now), "a tick is swept from its start on");
+                prop_assert!(look_at > tick);
+            }
+            Action::CancelRun { run_id } => {
+                prop_assert!(
+                    self.running.contains_key(&run_id),
+                    "cancel a run alive: {run_id}"
+                );
+            }
+            Action::HandOver => self.handed_over = true,
+            Action::Stopped => {
+                prop_assert!(
+                    self.running.is_empty() && self.writes.is_empty() && self.claims.is_empty(),
+                    "stopped with broadcast work left: {:?} {:?} {:?}",
+                    self.running.keys(),
+                    self.writes,
+                    self.claims
+                );
+                self.stopped = true;
+            }
+            Action::Claim(claim) => {
+                prop_assert!(false, "a broadcast job on the owner's path: {claim:?}")
+            }
+            Action::ListRecords(job) => prop_assert!(false, "catch-up of a broadcast job: {job}"),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn lock(&mut self, m: &mut FireMachine, kind: u8) -> Result<(), TestCaseError> {
+        let status = match kind {
+            0 => owner(FencingToken(self.token)),
+            1 => follower(),
+            2 => LockStatus {
+                connected: false,
+                may_fire: false,
+                token: None,
+            },
+            _ => {
+                self.token += 1;
+                owner(FencingToken(self.token))
+            }
+        };
+        if !status.connected {
+            self.since = None;
+            self.reading = false;
+        }
+        self.status = status;
+        self.feed(m, Input::LockChanged(status))
+    }
+}
+
+fn pick<T: Clone>(items: &[T], i: u8) -> Option<(usize, T)> {
+    (!items.is_empty()).then(|| {
+        let at = usize::from(i) % items.len();
+        (at, items[at].clone())
+    })
+}
+
+fn granted_claim(record: &RunRecord) -> Claim {
+    Claim {
+        path: format!("/runs/{}/{}~n1", record.job, record.scheduled_unix_ms),
+        version: 0,
+        record: record.clone(),
+        guard: None,
+        open: None,
+        children: Vec::new(),
+        session: SessionId(1),
+        sent: record.clone(),
+    }
+}
+
+fn run_steps(steps: &[Step]) -> Result<(), TestCaseError> {
+    let mut m = machine(&sim_jobs());
+    let mut w = World {
+        token: 7,
+        ..World::default()
+    };
+    for step in steps {
+        match step.clone() {
+            Step::Advance(ms) => {
+                w.now += i64::from(ms);
+                w.feed(&mut m, Input::Tick)?;
+            }
+            Step::Lock(kind) => w.lock(&mut m, kind)?,
+            Step::Membership(ago, kind) if w.reading => {
+                w.reading = false;
+                let result = match kind % 4 {
+                    0 | 1 => {
+                        w.since = Some(w.now - i64::from(ago));
+                        Ok(Some(t(w.now - i64::from(ago))))
+                    }
+                    2 => Ok(None),
+                    _ => Err("no answer".to_owned()),
+                };
+                w.feed(&mut m, Input::MembershipRead(result))?;
+            }
+            Step::Membership(..) => {}
+            Step::Claim(i, kind) => {
+                let Some((at, (id, record))) = pick(&w.claims, i) else {
+                    continue;
+                };
+                w.claims.remove(at);
+                let result = match kind % 4 {
+                    0 | 1 => {
+                        if record.status == RunStatus::Claimed {
+                            w.granted.insert(record.run_id.clone(), record.clone());
+                        }
+                        Ok(Box::new(granted_claim(&record)))
+                    }
+                    2 => Err(ClaimRefused::AlreadyClaimed),
+                    _ => Err(ClaimRefused::NotOwner),
+                };
+                w.feed(&mut m, Input::BroadcastClaimed { id, result })?;
+                // A claim granted while stopping is recorded without a start.
+                w.granted.clear();
+            }
+            Step::End(i, kind) => {
+                let running: Vec<Claim> = w.running.values().cloned().collect();
+                let Some((_, claim)) = pick(&running, i) else {
+                    continue;
+                };
+                w.running.remove(&claim.record.run_id);
+                w.ended.insert(claim.record.run_id.clone());
+                let outcome = if kind % 2 == 0 {
+                    RunOutcome::Exited { code: 0 }
+                } else {
+                    RunOutcome::Cancelled
+                };
+                w.feed(&mut m, ended(&claim, outcome, t(w.now)))?;
+            }
+            Step::Write(i, kind) => {
+                let Some((at, claim)) = pick(&w.writes, i) else {
+                    continue;
+                };
+                w.writes.remove(at);
+                let run_id = claim.record.run_id.clone();
+                let write = if kind % 3 == 0 {
+                    w.failed_writes.insert(run_id.clone());
+                    RecordWrite::Failed
+                } else {
+                    w.written.insert(run_id.clone());
+                    RecordWrite::Written(1)
+                };
+                w.feed(&mut m, Input::RecordWritten { run_id, write })?;
+            }
+            Step::Pause(on) => {
+                let mut pauses = Pauses::new();
+                if on {
+                    pauses.insert(
+                        JobName::new("f"),
+                        crate::control::Pause::new(None, "ops@h1", 0),
+                    );
+                }
+                w.feed(&mut m, Input::PausesRead(pauses))?;
+            }
+            Step::Shutdown => {
+                w.shutdown = true;
+                w.feed(&mut m, Input::Shutdown)?;
+            }
+        }
+        if w.handed_over {
+            w.handed_over = false;
+            w.feed(&mut m, Input::LockReleased)?;
+        }
+    }
+    // Drain: every claim answered, every run ended, every record written; then stop.
+    w.shutdown = true;
+    w.feed(&mut m, Input::Shutdown)?;
+    for _ in 0..64 {
+        if w.handed_over {
+            w.handed_over = false;
+            w.feed(&mut m, Input::LockReleased)?;
+        }
+        if let Some((id, record)) = w.claims.pop() {
+            let result = Ok(Box::new(granted_claim(&record)));
+            w.feed(&mut m, Input::BroadcastClaimed { id, result })?;
+        } else if let Some((_, claim)) = w.running.pop_first() {
+            w.ended.insert(claim.record.run_id.clone());
+            w.feed(&mut m, ended(&claim, RunOutcome::Cancelled, t(w.now)))?;
+        } else if let Some(claim) = w.writes.pop() {
+            let run_id = claim.record.run_id.clone();
+            w.written.insert(run_id.clone());
+            let write = RecordWrite::Written(1);
+            w.feed(&mut m, Input::RecordWritten { run_id, write })?;
+        } else {
+            w.now += 3_000;
+            w.feed(&mut m, Input::Tick)?;
+        }
+        if w.stopped {
+            return Ok(());
+        }
+    }
+    prop_assert!(w.stopped, "the stop ends once the broadcast work is done");
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn broadcast_ticks_run_once_per_node_on_time_after_joining_and_the_stop_waits(
+        steps in proptest::collection::vec(step(), 1..120)
+    ) {
+        run_steps(&steps)?;
+    }
+}

@@ -151,16 +151,20 @@ impl FireMachine {
         self
     }
 
-    /// What the broadcast part is lent for one input.
-    fn lent(&self, now: DateTime<Utc>) -> broadcast::Lent<'_> {
-        broadcast::Lent {
+    /// The broadcast part, with what it is lent of the rest of the machine.
+    fn broadcasts(
+        &mut self,
+        now: DateTime<Utc>,
+    ) -> (&mut broadcast::Broadcasts, broadcast::Lent<'_>) {
+        let lent = broadcast::Lent {
             me: &self.me,
             lock: self.lock,
             stopping: self.stopping.is_some(),
             steering: &self.steering,
             claim_ahead: self.claim_ahead,
             now,
-        }
+        };
+        (&mut self.broadcasts, lent)
     }
 
     /// A broadcast run's answer, if `input` is one; handed back otherwise.
@@ -170,8 +174,7 @@ impl FireMachine {
         now: DateTime<Utc>,
         out: &mut Vec<Action>,
     ) -> Option<Input> {
-        let mut broadcasts = std::mem::take(&mut self.broadcasts);
-        let lent = self.lent(now);
+        let (broadcasts, lent) = self.broadcasts(now);
         let unanswered = match input {
             Input::RunEnded { claim, report } if broadcasts.owns(&claim.record.run_id) => {
                 broadcasts.run_ended(*claim, &report, out);
@@ -195,7 +198,6 @@ impl FireMachine {
             }
             input => Some(input),
         };
-        self.broadcasts = broadcasts;
         if unanswered.is_none() {
             self.maybe_stopped(out);
         }
@@ -389,9 +391,8 @@ impl FireMachine {
         }
         self.chains
             .relist_due(self.lock.may_fire && self.stopping.is_none(), now, out);
-        let mut broadcasts = std::mem::take(&mut self.broadcasts);
-        broadcasts.tick(&self.lent(now), out);
-        self.broadcasts = broadcasts;
+        let (broadcasts, lent) = self.broadcasts(now);
+        broadcasts.tick(&lent, out);
         self.maybe_hand_over(now, out);
     }
 
@@ -544,9 +545,8 @@ impl FireMachine {
     fn apply_lock(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
         let status = self.effective_lock();
         let before = std::mem::replace(&mut self.lock, status);
-        let mut broadcasts = std::mem::take(&mut self.broadcasts);
-        broadcasts.lock_changed(before, &self.lent(now), out);
-        self.broadcasts = broadcasts;
+        let (broadcasts, lent) = self.broadcasts(now);
+        broadcasts.lock_changed(before, &lent, out);
         match (before.connected, status.connected) {
             (true, false) => self.outage = Some((now, None)),
             (false, true) => {

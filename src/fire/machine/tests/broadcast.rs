@@ -320,3 +320,39 @@ fn a_final_record_not_written_is_sent_again() {
         .collect();
     assert_eq!(again, vec![finished]);
 }
+
+#[test]
+fn a_disabled_broadcast_runs_nowhere_and_is_swept_by_nobody() {
+    let mut m = owning(&broadcast("enabled = false"));
+    m.handle(Input::MembershipRead(Ok(Some(t(-60_000)))), t(0));
+    let actions = timer_actions(&mut m, 10_000);
+    assert!(broadcast_claims(&actions).is_empty(), "{actions:?}");
+    assert!(sweeps(&actions).is_empty(), "{actions:?}");
+}
+
+#[test]
+fn a_lost_lock_leaves_the_broadcast_runs_alone_and_stops_the_sweeps() {
+    let tables = broadcast("on_lost = \"cancel\"");
+    let mut m = owning(&tables);
+    m.handle(Input::MembershipRead(Ok(Some(t(-60_000)))), t(0));
+    let actions = timer_actions(&mut m, 1_000);
+    let (id, record) = broadcast_claims(&actions)[0].clone();
+    let (claim, _) = only_start(&m.handle(claimed(id, &record), t(760)));
+    // Another node acquired: this one is a member like the others.
+    let actions = m.handle(Input::LockChanged(follower()), t(1_200));
+    assert!(
+        !actions.contains(&Action::CancelRun {
+            run_id: claim.record.run_id.clone()
+        }),
+        "a broadcast run is the node's own, whoever owns the lock: {actions:?}"
+    );
+    let actions = timer_actions(&mut m, 10_000);
+    assert!(
+        sweeps(&actions).is_empty(),
+        "only the owner sweeps: {actions:?}"
+    );
+    assert!(
+        broadcast_claims(&actions).len() >= 8,
+        "the member goes on running its ticks: {actions:?}"
+    );
+}

@@ -627,6 +627,13 @@ impl Io {
                 self.records
                     .sweep_broadcast(s, &self.settings.group, sweep, wait, stop);
             }
+            Action::CloseOwnBroadcasts {
+                jobs,
+                before,
+                alive,
+            } => self
+                .records
+                .close_own_broadcasts(s, &self.settings.me, jobs, before, alive),
             Action::HandOver | Action::YieldLock | Action::Stopped => {}
         }
         None

@@ -193,7 +193,7 @@ impl FireMachine {
                 None
             }
             Input::MembershipRead(result) => {
-                broadcasts.membership_read(result, now);
+                broadcasts.membership_read(result, now, out);
                 None
             }
             input => Some(input),

@@ -10,7 +10,9 @@ use std::collections::{BTreeSet, HashSet};
 
 use zookeeper_client::Client;
 
-use super::{ClaimError, ClaimPlan, OpenRuns, Remember, prune, record_names};
+use super::{
+    ClaimError, ClaimPlan, OpenRuns, Remember, prune, read_versioned, record_names, rewrite_record,
+};
 use crate::ids::{FencingToken, JobName, NodeId};
 use crate::layout::{LedgerPaths, LockPaths};
 use crate::lock::node::OwnerInfo;
@@ -143,4 +145,51 @@ pub async fn sweep(
         swept.pruned = prune(client, paths, &sweep.job, keep, sweep.remember).await?;
     }
     Ok(swept)
+}
+
+/// How many of its newest records of a job a restarted node looks at for runs left open.
+pub const OWN_LOOK_BACK: usize = 20;
+
+/// Marks `interrupted` this node's records of `job`'s ticks before `before_ms` (when its
+/// member znode was made) that are still open — a run of its previous process or session that
+/// ended without its final record — but not those in `alive` (runs of this process that outlived
+/// a session). Each is a compare-and-set at the version read. Returns how many were marked.
+///
+/// # Errors
+/// Listing the records failed.
+pub async fn close_own(
+    client: &Client,
+    paths: &LedgerPaths,
+    job: &JobName,
+    me: &NodeId,
+    before_ms: i64,
+    alive: &HashSet<String>,
+    now_ms: i64,
+) -> Result<usize, ClaimError> {
+    let names = record_names(client, paths, job).await?;
+    let mine = names
+        .iter()
+        .rev()
+        .filter(|name| name.node.as_ref() == Some(me) && name.scheduled_unix_ms < before_ms)
+        .take(OWN_LOOK_BACK);
+    let mut closed = 0;
+    for name in mine {
+        let path = paths.broadcast_record(job, name.scheduled_unix_ms, me);
+        let Some((mut record, version)) = read_versioned(client, &path).await else {
+            continue;
+        };
+        if record.status.is_final() || alive.contains(&record.run_id) {
+            continue;
+        }
+        record.status = RunStatus::Interrupted;
+        record.finished_unix_ms = Some(now_ms);
+        record.error = Some("its node stopped or lost its session before the run's end".to_owned());
+        match rewrite_record(client, paths, &record, version, true).await {
+            Ok(_) => closed += 1,
+            Err(err) => {
+                tracing::debug!(path, error = %err, "a broadcast run left open was not marked")
+            }
+        }
+    }
+    Ok(closed)
 }

@@ -12,10 +12,40 @@ use super::session::{REQUEST_LIMIT, Session, bounded};
 use crate::fire::machine::{ClaimId, ClaimRefused, Input};
 use crate::ids::{NodeId, SessionId};
 use crate::layout::LockPaths;
-use crate::ledger::broadcast::{Sweep, live_members, sweep};
+use crate::ledger::broadcast::{Sweep, close_own, live_members, sweep};
 use crate::ledger::{ClaimPlan, OpenRuns};
 use crate::report::error_chain;
 use crate::run::{ClaimMode, RunRecord};
+
+impl Records {
+    /// Marks what a previous process or session of this node left open (see
+    /// [`crate::ledger::broadcast::close_own`]); logged, nothing answers.
+    pub fn close_own_broadcasts(
+        &self,
+        s: &Session,
+        me: &NodeId,
+        jobs: Vec<crate::ids::JobName>,
+        before: DateTime<chrono::Utc>,
+        alive: Vec<String>,
+    ) {
+        let Some(client) = s.client.clone() else {
+            return;
+        };
+        let (paths, me) = (self.paths.clone(), me.clone());
+        s.tasks.spawn(async move {
+            let alive: std::collections::HashSet<String> = alive.into_iter().collect();
+            let now_ms = chrono::Utc::now().timestamp_millis();
+            for job in jobs {
+                let closing = close_own(&client, &paths, &job, &me, before.timestamp_millis(), &alive, now_ms);
+                match bounded(job.as_str(), closing).await {
+                    Some(Ok(0)) | None => {}
+                    Some(Ok(closed)) => tracing::warn!(job = %job, closed, "broadcast runs a previous process of this node left open: marked interrupted"),
+                    Some(Err(err)) => tracing::warn!(job = %job, error = %error_chain(&err), "broadcast runs left open not looked for"),
+                }
+            }
+        });
+    }
+}
 
 /// Reads when `me`'s member znode was created (answered as [`Input::MembershipRead`]).
 pub(super) fn read_membership(s: &Session, group: &LockPaths, me: &NodeId) -> Option<Input> {

@@ -75,6 +75,8 @@ pub(super) struct Broadcasts {
     sweeps: HashMap<JobName, DateTime<Utc>>,
     /// This node owns the group's lock: it sweeps.
     sweeping: bool,
+    /// The membership whose predecessors' open runs were closed.
+    closed_before: Option<DateTime<Utc>>,
 }
 
 /// What the broadcast part is lent of the machine for one input.
@@ -100,6 +102,7 @@ impl Broadcasts {
             runs: HashMap::new(),
             sweeps: HashMap::new(),
             sweeping: false,
+            closed_before: None,
         };
         this.reloaded(jobs, now);
         this
@@ -143,6 +146,18 @@ impl Broadcasts {
         }
     }
 
+    /// The broadcast jobs this node runs.
+    fn running_here(&self) -> impl Iterator<Item = JobName> + '_ {
+        self.jobs
+            .values()
+            .filter(|job| {
+                job.broadcast
+                    .as_ref()
+                    .is_some_and(|b| b.runs_on(&self.tags))
+            })
+            .map(|job| job.spec.name.clone())
+    }
+
     /// Whether this run id is one of ours.
     pub fn owns(&self, run_id: &str) -> bool {
         self.runs.contains_key(run_id)
@@ -181,10 +196,12 @@ impl Broadcasts {
     }
 
     /// Answer to [`Action::ReadMembership`].
+    /// A new membership also closes the runs a previous one left open.
     pub fn membership_read(
         &mut self,
         result: Result<Option<DateTime<Utc>>, String>,
         now: DateTime<Utc>,
+        out: &mut Vec<Action>,
     ) {
         if self.membership != Membership::Reading {
             return; // disconnected meanwhile: read again on the next connection
@@ -192,6 +209,16 @@ impl Broadcasts {
         self.membership = match result {
             Ok(Some(since)) => {
                 tracing::info!(%since, "a member since: broadcast ticks after it are this node's");
+                if self.closed_before.is_none_or(|closed| closed < since) {
+                    self.closed_before = Some(since);
+                    let mut jobs: Vec<JobName> = self.running_here().collect();
+                    jobs.sort();
+                    out.push(Action::CloseOwnBroadcasts {
+                        jobs,
+                        before: since,
+                        alive: self.runs.keys().cloned().collect(),
+                    });
+                }
                 Membership::Since(since)
             }
             Ok(None) => {
@@ -461,7 +488,10 @@ impl Broadcasts {
                 true
             }
             Some((_, Some(_))) => {
-                tracing::warn!(run_id, "a broadcast run's final record was not written before the stop; it stays open");
+                tracing::warn!(
+                    run_id,
+                    "a broadcast run's final record was not written before the stop; it stays open"
+                );
                 false
             }
             Some((_, None)) => true,

@@ -390,6 +390,14 @@ pub enum Action {
         token: FencingToken,
         keep: usize,
     },
+    /// Mark `interrupted` this node's records of `jobs` before `before` (its membership began)
+    /// that are still open, but for the runs in `alive`: what a previous process or session of
+    /// this node left unended. Nothing answers; the driver logs what it marked.
+    CloseOwnBroadcasts {
+        jobs: Vec<JobName>,
+        before: DateTime<Utc>,
+        alive: Vec<String>,
+    },
     /// Read the chain marks left for this chained job. Answered by [`Input::MarksListed`].
     ListMarks(JobName),
     /// Remove the marks `parents` left for `job` at `tick_ms`: the instant is recorded, so

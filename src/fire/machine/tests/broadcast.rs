@@ -22,7 +22,15 @@ fn member_since(tables: &str, since_ms: i64) -> FireMachine {
         "the membership is read"
     );
     let read = Input::MembershipRead(Ok(Some(t(since_ms))));
-    assert_eq!(m.handle(read, t(0)), vec![]);
+    assert_eq!(
+        m.handle(read, t(0)),
+        vec![Action::CloseOwnBroadcasts {
+            jobs: vec![JobName::new("everywhere")],
+            before: t(since_ms),
+            alive: Vec::new(),
+        }],
+        "what an earlier membership left open is closed"
+    );
     m
 }
 
@@ -263,8 +271,13 @@ fn a_new_connection_reads_the_membership_again() {
         m.handle(Input::LockChanged(follower()), t(200)),
         vec![Action::ReadMembership]
     );
-    // A new session: a new member znode, after the tick at 1 s.
-    m.handle(Input::MembershipRead(Ok(Some(t(1_200)))), t(300));
+    // A new session: a new member znode, after the tick at 1 s; the runs of the old one left
+    // open are closed, but for those still alive here.
+    let actions = m.handle(Input::MembershipRead(Ok(Some(t(1_200)))), t(300));
+    assert!(
+        matches!(&actions[..], [Action::CloseOwnBroadcasts { before, .. }] if *before == t(1_200)),
+        "{actions:?}"
+    );
     assert!(broadcast_claims(&timer_actions(&mut m, 1_000)).is_empty());
     // Not there yet: read again a second later.
     let mut m = machine(&broadcast(""));

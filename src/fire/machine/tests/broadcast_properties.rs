@@ -147,6 +147,19 @@ impl World {
                 prop_assert!(tick <= t(self.now), "a tick is swept from its start on");
                 prop_assert!(look_at > tick);
             }
+            Action::CloseOwnBroadcasts { before, alive, .. } => {
+                prop_assert_eq!(
+                    Some(before),
+                    self.since.map(t),
+                    "closed before the membership"
+                );
+                for run_id in self.running.keys() {
+                    prop_assert!(
+                        alive.contains(run_id),
+                        "a run alive here is not closed: {run_id}"
+                    );
+                }
+            }
             Action::CancelRun { run_id } => {
                 prop_assert!(
                     self.running.contains_key(&run_id),

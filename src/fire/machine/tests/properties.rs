@@ -305,7 +305,8 @@ impl World {
             Action::ListRecords(job) => self.lists.push(job),
             Action::ReadMembership
             | Action::ClaimBroadcast { .. }
-            | Action::SweepBroadcast { .. } => {
+            | Action::SweepBroadcast { .. }
+            | Action::CloseOwnBroadcasts { .. } => {
                 prop_assert!(
                     false,
                     "no broadcast job here (tests/broadcast.rs has its own)"

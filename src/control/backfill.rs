@@ -77,7 +77,8 @@ impl Plan {
     }
 }
 
-/// The ticks of `job` in `[from, to]`.
+/// The ticks of `job` in `[from, to]` that its calendars keep (`except`, `only`): a tick a
+/// calendar skips never runs, not even by a backfill.
 ///
 /// # Errors
 /// A range backwards, past `now`, of a job without a schedule, or of more than
@@ -110,7 +111,9 @@ pub fn ticks_in(
                 to,
             });
         }
-        ticks.push(tick);
+        if job.calendars.skips(tick).is_none() {
+            ticks.push(tick);
+        }
         cursor = tick;
     }
     if ticks.len() > MAX_BACKFILL_TICKS {
@@ -215,5 +218,23 @@ mod tests {
         assert_eq!(full.to_run(true), [at(60_000).timestamp_millis()]);
         let roomy = plan(&JobName::new("a"), &ticks, &records, 100);
         assert_eq!(roomy.ticks[0].1, TickPlan::Run, "nothing pruned yet");
+    }
+
+    #[test]
+    fn a_tick_a_calendar_skips_is_not_offered() {
+        let jobs = crate::config::jobs_for_test(
+            "[[calendar]]\nname = \"quiet\"\nhours = [\"00:02-00:04\"]\n\
+             [[job]]\nname = \"m\"\nschedule = \"0 * * * * *\"\nshell = \"true\"\nexcept = [\"quiet\"]\n",
+        );
+        let ticks = ticks_in(&jobs[0], at(0), at(6 * 60_000), at(10 * 60_000)).expect("a range");
+        let minutes: Vec<i64> = ticks
+            .iter()
+            .map(|tick| (tick.timestamp_millis() - at(0).timestamp_millis()) / 60_000)
+            .collect();
+        assert_eq!(
+            minutes,
+            [0, 1, 4, 5, 6],
+            "00:02 and 00:03 are the calendar's (its end is not)"
+        );
     }
 }

@@ -207,6 +207,20 @@ fn granted(claim: &TickClaim) -> Claim {
     }
 }
 
+/// The ledger's answer to a broadcast claim of `record` that succeeded (`n1`'s own record).
+fn granted_broadcast(record: &RunRecord) -> Claim {
+    Claim {
+        path: format!("/runs/{}/{}~n1", record.job, record.scheduled_unix_ms),
+        version: 0,
+        record: record.clone(),
+        guard: None,
+        open: None,
+        children: Vec::new(),
+        session: SessionId(1),
+        sent: record.clone(),
+    }
+}
+
 fn ok(claim: &TickClaim) -> Input {
     Input::ClaimDone {
         id: claim.id,

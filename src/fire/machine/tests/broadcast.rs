@@ -56,19 +56,9 @@ fn sweeps(actions: &[Action]) -> Vec<i64> {
 
 /// The ledger's answer to a broadcast claim that succeeded.
 fn claimed(id: ClaimId, record: &RunRecord) -> Input {
-    let claim = Claim {
-        path: format!("/runs/{}/{}~n1", record.job, record.scheduled_unix_ms),
-        version: 0,
-        record: record.clone(),
-        guard: None,
-        open: None,
-        children: Vec::new(),
-        session: SessionId(1),
-        sent: record.clone(),
-    };
     Input::BroadcastClaimed {
         id,
-        result: Ok(Box::new(claim)),
+        result: Ok(Box::new(granted_broadcast(record))),
     }
 }
 

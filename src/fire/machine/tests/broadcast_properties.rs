@@ -216,19 +216,6 @@ fn pick<T: Clone>(items: &[T], i: u8) -> Option<(usize, T)> {
     })
 }
 
-fn granted_claim(record: &RunRecord) -> Claim {
-    Claim {
-        path: format!("/runs/{}/{}~n1", record.job, record.scheduled_unix_ms),
-        version: 0,
-        record: record.clone(),
-        guard: None,
-        open: None,
-        children: Vec::new(),
-        session: SessionId(1),
-        sent: record.clone(),
-    }
-}
-
 fn run_steps(steps: &[Step]) -> Result<(), TestCaseError> {
     let mut m = machine(&sim_jobs());
     let mut w = World {
@@ -265,7 +252,7 @@ fn run_steps(steps: &[Step]) -> Result<(), TestCaseError> {
                         if record.status == RunStatus::Claimed {
                             w.granted.insert(record.run_id.clone(), record.clone());
                         }
-                        Ok(Box::new(granted_claim(&record)))
+                        Ok(Box::new(granted_broadcast(&record)))
                     }
                     2 => Err(ClaimRefused::AlreadyClaimed),
                     _ => Err(ClaimRefused::NotOwner),
@@ -332,7 +319,7 @@ fn run_steps(steps: &[Step]) -> Result<(), TestCaseError> {
             w.feed(&mut m, Input::LockReleased)?;
         }
         if let Some((id, record)) = w.claims.pop() {
-            let result = Ok(Box::new(granted_claim(&record)));
+            let result = Ok(Box::new(granted_broadcast(&record)));
             w.feed(&mut m, Input::BroadcastClaimed { id, result })?;
         } else if let Some((_, claim)) = w.running.pop_first() {
             w.ended.insert(claim.record.run_id.clone());

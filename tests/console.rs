@@ -34,7 +34,9 @@ fn schedule(dir: &Path) -> String {
         "[http]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"{}\"\n\n\
          [[job]]\nname = \"tick\"\nschedule = \"* * * * * *\"\nshell = '{RECORD_FIRE}{}'\n\n\
          [[job]]\nname = \"report\"\nshell = 'cat > {}/report-$ZKCRON_SUBMISSION_ID.out'\n\n\
-         [[job]]\nname = \"after-tick\"\nafter = [\"tick\"]\nshell = \"true\"\n",
+         [[job]]\nname = \"after-tick\"\nafter = [\"tick\"]\nshell = \"true\"\n\n\
+         [[job]]\nname = \"everywhere\"\nschedule = \"0 0 3 * * *\"\nbroadcast = true\n\
+         requires = [\"web\"]\nshell = \"true\"\n",
         token.display(),
         dir.join("fires.log").display(),
         dir.display()
@@ -141,6 +143,29 @@ async fn the_console_shows_and_steers_a_live_cluster_through_a_failover() {
             |t| t == "after tick (succeeded)",
         )
         .await;
+    // A broadcast job says on which nodes it runs, and offers no trigger.
+    browser
+        .wait_text(
+            "everywhere's nodes",
+            r#"tr[data-job="everywhere"] .broadcast"#,
+            PAGE,
+            |t| t == "on every node tagged web",
+        )
+        .await;
+    assert_eq!(
+        browser
+            .text(r#"button[data-key="trigger:everywhere"]"#)
+            .await,
+        None,
+        "nothing to trigger on a broadcast job"
+    );
+    assert!(
+        browser
+            .text(r#"button[data-key="trigger:tick"]"#)
+            .await
+            .is_some(),
+        "a scheduled job's trigger is there"
+    );
     screenshot(&browser, "jobs").await;
     let paused = steer(
         &browser,

@@ -197,6 +197,9 @@ struct JobRow {
     after: Vec<JobName>,
     #[serde(skip_serializing_if = "Option::is_none")]
     after_status: Option<&'static str>,
+    /// A broadcast job (`broadcast`): the tags a node needs to run it (empty: every node).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    broadcast: Option<Vec<String>>,
     timezone: String,
     enabled: bool,
     paused: Option<Pause>,
@@ -270,6 +273,10 @@ impl Facts<'_> {
                 .and_then(|s| crate::schedule::words::describe(s.expression())),
             after: job.after.iter().flat_map(|a| a.parents.clone()).collect(),
             after_status: job.after.as_ref().map(|a| a.status.as_str()),
+            broadcast: job
+                .broadcast
+                .as_ref()
+                .map(|b| b.requires.iter().cloned().collect()),
             timezone: job.timezone.name().to_owned(),
             enabled: job.enabled,
             paused: self.paused.cloned(),

@@ -75,6 +75,7 @@ pub(super) fn records_listed(
             .chain(around.next_queued)
             .min(),
         outage: around.outage,
+        calendar_through: state.calendar_through,
         now: ctx.now,
     };
     let not_started = std::mem::take(&mut state.not_started);
@@ -92,8 +93,11 @@ pub(super) fn records_listed(
             }
         }
     }
-    if let (Some(state), Some(latest)) = (ctx.jobs.get_mut(job), listed.latest) {
-        state.raise_newest_tick(latest);
+    if let Some(state) = ctx.jobs.get_mut(job) {
+        if let Some(latest) = listed.latest {
+            state.raise_newest_tick(latest);
+        }
+        state.calendar_through = state.calendar_through.max(listed.calendar_through);
     }
     if decided {
         catch_up_decided(starts, ctx, job);

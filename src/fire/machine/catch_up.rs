@@ -86,6 +86,8 @@ pub(super) struct Ground<'a> {
     pub first_handled: Option<DateTime<Utc>>,
     /// The latest stretch without a connection to ZooKeeper: `(from, until)`.
     pub outage: Option<(DateTime<Utc>, Option<DateTime<Utc>>)>,
+    /// The last tick of the newest run of skipped ticks recorded (`calendars`).
+    pub calendar_through: Option<DateTime<Utc>>,
     pub now: DateTime<Utc>,
 }
 
@@ -108,6 +110,8 @@ pub(super) struct Listed {
     pub records: Vec<RecordOnly>,
     /// The newest tick the ledger holds for the job.
     pub latest: Option<DateTime<Utc>>,
+    /// The last tick of a run of skipped ticks this listing recorded.
+    pub calendar_through: Option<DateTime<Utc>>,
 }
 
 impl CatchUp {
@@ -180,7 +184,7 @@ impl CatchUp {
         }
         resume_retries(ground, &records, &mut listed);
         let latest = records.ticks.iter().copied().max();
-        let planned = plan_missed(ground, latest, &mut listed.records);
+        let planned = plan_missed(ground, latest, &mut listed);
         listed.latest = latest.and_then(DateTime::from_timestamp_millis);
         self.planned = Some(planned);
         self.payloads = records.payloads;
@@ -333,11 +337,7 @@ fn may_still_run(ground: &Ground<'_>, record: &RunRecord, live: &[NodeId]) -> bo
 /// The ticks after the job's latest record that nobody fired, and before the first tick this
 /// node handles itself: which start (per `misfire`, within `starting_deadline`), and one
 /// `missed` record per gap for the others.
-fn plan_missed(
-    ground: &Ground<'_>,
-    latest_ms: Option<i64>,
-    gaps: &mut Vec<RecordOnly>,
-) -> Vec<Item> {
+fn plan_missed(ground: &Ground<'_>, latest_ms: Option<i64>, listed: &mut Listed) -> Vec<Item> {
     let (config, now) = (ground.config, ground.now);
     let name = &config.spec.name;
     // A brand-new job has no record: nothing was missed, nothing backfills.
@@ -360,8 +360,22 @@ fn plan_missed(
         .filter(|next| *next <= now && ground.first_handled.is_none_or(|first| *next < first))
     {
         cursor = next;
-        // A tick its calendars skip was never due: neither run nor missed.
-        if config.calendars.skips(next).is_some() {
+        // A tick its calendars skip was never due: neither run nor missed, but recorded once
+        // for its run of skipped ticks, as its owner would have when it came.
+        if let Some(skip) = config.calendars.skips(next) {
+            let through = listed.calendar_through.max(ground.calendar_through);
+            if through.is_none_or(|through| next > through) {
+                let (record, last) = super::calendars::skipped_run(
+                    ground.me,
+                    config,
+                    next,
+                    &skip,
+                    ground.token,
+                    now,
+                );
+                listed.records.push(RecordOnly::Create(record));
+                listed.calendar_through = Some(last);
+            }
             continue;
         }
         if next >= horizon {
@@ -383,7 +397,9 @@ fn plan_missed(
             ""
         };
         let why = format!("{cause}; {at_least}older than starting_deadline ({deadline})");
-        gaps.push(RecordOnly::Create(gap_record(ground, gap, &why)));
+        listed
+            .records
+            .push(RecordOnly::Create(gap_record(ground, gap, &why)));
     }
     let Some(gap) = Gap::of(&within) else {
         return Vec::new();
@@ -393,14 +409,18 @@ fn plan_missed(
         Misfire::Skip => {
             tracing::info!(job = %name, missed = within.len(), "missed ticks skipped (misfire = skip)");
             let why = format!("{cause}; not caught up (misfire = skip)");
-            gaps.push(RecordOnly::Create(gap_record(ground, gap, &why)));
+            listed
+                .records
+                .push(RecordOnly::Create(gap_record(ground, gap, &why)));
             return Vec::new();
         }
         Misfire::RunOnce => {
             let last = within.split_off(within.len() - 1);
             if let Some(gap) = Gap::of(&within) {
                 let why = format!("{cause}; only the latest missed tick ran (misfire = run_once)");
-                gaps.push(RecordOnly::Create(gap_record(ground, gap, &why)));
+                listed
+                    .records
+                    .push(RecordOnly::Create(gap_record(ground, gap, &why)));
             }
             last
         }

@@ -463,6 +463,10 @@
       ['succeeded', 'failed', 'timed_out', 'interrupted', 'missed', 'skipped', 'cancelled', 'running'].map(
         (s) => h('span', {}, h('span', { class: 'status s-' + s }, words(s)))));
   }
+  // A broadcast job's nodes: "on every node", or "on every node tagged web, eu".
+  function broadcastText(job) {
+    return 'on every node' + (job.broadcast.length ? ' tagged ' + job.broadcast.join(', ') : '');
+  }
   // A chained job's parents: "after extract, clean (succeeded)".
   function afterText(job) {
     return 'after ' + job.after.join(', ') + ' (' + job.after_status + ')';
@@ -476,7 +480,8 @@
           h('span', { class: 'muted' }, ' by ' + job.paused.by + (job.paused.reason ? ': ' + job.paused.reason : ''))) : null,
         !job.enabled ? h('div', {}, badge('skipped', 'disabled')) : null,
         job.running ? h('div', {}, badge('running', 'running now')) : null),
-      h('td', {}, job.schedule ? [h('div', {}, job.schedule_words || ''), h('code', {}, job.schedule), h('span', { class: 'muted' }, ' ' + job.timezone)]
+      h('td', {}, job.schedule ? [h('div', {}, job.schedule_words || ''), h('code', {}, job.schedule), h('span', { class: 'muted' }, ' ' + job.timezone),
+          job.broadcast ? h('div', { class: 'broadcast muted' }, broadcastText(job)) : null]
         : job.after ? h('span', { class: 'after' }, afterText(job))
         : h('span', { class: 'muted' }, 'on demand')),
       h('td', {}, when(job.next_unix_ms)),
@@ -486,7 +491,8 @@
           : badge(null)),
       h('td', { class: 'missed' }, job.indexed ? String(job.missed_ticks) : '…'),
       h('td', { class: 'wide' }, strip(job.runs)),
-      h('td', { class: 'actions' }, pauseButton(job.name, job.paused), triggerButton(job.name)));
+      // A broadcast runs on every node on time only: nothing to trigger.
+      h('td', { class: 'actions' }, pauseButton(job.name, job.paused), job.broadcast ? null : triggerButton(job.name)));
   }
 
   // ---- one job ------------------------------------------------------------------------------

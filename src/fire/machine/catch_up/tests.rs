@@ -38,6 +38,7 @@ fn ground<'a>(
         newest_tick: None,
         first_handled: None,
         outage: None,
+        calendar_through: None,
         now,
     }
 }

@@ -96,19 +96,43 @@ fn only_keeps_the_ticks_its_calendar_covers() {
 }
 
 #[test]
-fn catch_up_never_runs_a_tick_its_calendar_skips() {
+fn catch_up_never_runs_a_tick_its_calendar_skips_and_records_the_run_once() {
     let mut m = machine(&minutely_except_a_window());
     // A follower until 00:04:30, when it gains the lock; the owner before it recorded 00:01 and
-    // died. With misfire = run_once: 00:02 to 00:04 were skipped by the calendar, not missed.
+    // died. 00:02 to 00:04 were skipped by the calendar, not missed: recorded once, as the
+    // owner would have at 00:02, and never run.
     run_timer(&mut m, 270_000);
     let acquired = m.handle(Input::LockChanged(owner(TOKEN)), t(270_000));
     assert!(acquired.contains(&Action::ListRecords(JobName::new("m"))));
     let recorded = stored("m", 60_000, "n2", 6, RunStatus::Succeeded);
     let caught = m.handle(listed("m", &[recorded]), t(270_000));
-    assert!(
-        claims(&caught).is_empty(),
-        "nothing to run or record: {caught:?}"
+    let [skipped] = &claims(&caught)[..] else {
+        panic!("one record of the skipped run: {caught:?}");
+    };
+    assert_eq!(
+        (
+            skipped.record.scheduled_unix_ms - t(0).timestamp_millis(),
+            skipped.record.status,
+            skipped.record.missed_ticks,
+            skipped.record.skipped_through_unix_ms,
+        ),
+        (
+            120_000,
+            RunStatus::Skipped,
+            Some(3),
+            Some(t(240_000).timestamp_millis())
+        )
     );
+    assert!(
+        skipped
+            .record
+            .error
+            .as_deref()
+            .unwrap_or("")
+            .contains("quiet"),
+        "{skipped:?}"
+    );
+    m.handle(ok(skipped), t(270_010));
     let next = claims_until(&mut m, 5 * 60_000);
     assert_eq!(
         next.iter()
@@ -119,4 +143,17 @@ fn catch_up_never_runs_a_tick_its_calendar_skips() {
             .collect::<Vec<_>>(),
         [(300_000, RunStatus::Running)]
     );
+}
+
+#[test]
+fn a_run_recorded_by_the_owner_before_is_not_recorded_again_by_catch_up() {
+    let mut m = machine(&minutely_except_a_window());
+    run_timer(&mut m, 270_000);
+    m.handle(Input::LockChanged(owner(TOKEN)), t(270_000));
+    let mut before = stored("m", 120_000, "n2", 6, RunStatus::Skipped);
+    before.missed_ticks = Some(3);
+    before.skipped_through_unix_ms = Some(t(240_000).timestamp_millis());
+    let ran = stored("m", 60_000, "n2", 6, RunStatus::Succeeded);
+    let caught = m.handle(listed("m", &[ran, before]), t(270_000));
+    assert!(claims(&caught).is_empty(), "recorded already: {caught:?}");
 }

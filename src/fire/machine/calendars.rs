@@ -3,7 +3,8 @@
 //! first tick and written when it comes, saying through which tick it reaches.
 //!
 //! Owns: where such a run ends, and that its later ticks are accounted for (catch-up records a
-//! run that began while nobody owned the lock with [`skipped_run`] too).
+//! run that began while nobody owned the lock with [`Me::skipped_run`](super::Me::skipped_run)
+//! too).
 //! Must not: decide what a calendar covers (`crate::calendar` does) or write around the claim
 //! path: the record goes through the fenced, create-once claim of any record.
 
@@ -11,15 +12,9 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
-use super::{Action, FireMachine, Me};
+use super::{Action, FireMachine};
 use crate::calendar::Skip;
 use crate::config::JobConfig;
-use crate::ids::FencingToken;
-use crate::run::RunRecord;
-
-/// A run of skipped ticks is followed this far at most (a calendar that skips every tick for
-/// ever, say): the next tick starts another record.
-const MAX_RUN: u64 = 10_000;
 
 impl FireMachine {
     /// `tick` of `job` is one its calendars skip (`skip`): the first of a run, recorded once for
@@ -46,35 +41,8 @@ impl FireMachine {
         let (Some(token), true) = (self.lock.token, self.lock.may_fire) else {
             return;
         };
-        let (record, last) = skipped_run(&self.me, job, tick, skip, token, now);
+        let (record, last) = self.me.skipped_run(job, tick, skip, token, now);
         state.calendar_through = Some(last);
         self.claim_path(now, out, |s, ctx| s.claim_record_only(ctx, job, record));
     }
-}
-
-/// The `skipped` record of the run of skipped ticks that starts at `tick`, followed forward
-/// ([`MAX_RUN`] ticks at most), and its last tick: what the owner writes when the run's first
-/// tick comes, and what catch-up writes for a run that began while nobody owned the lock.
-pub(super) fn skipped_run(
-    me: &Me,
-    job: &JobConfig,
-    tick: DateTime<Utc>,
-    skip: &Skip,
-    token: FencingToken,
-    now: DateTime<Utc>,
-) -> (RunRecord, DateTime<Utc>) {
-    let (mut last, mut count) = (tick, 1);
-    while let Some(next) = job
-        .next_tick_after(last)
-        .filter(|next| count < MAX_RUN && job.calendars.skips(*next).is_some())
-    {
-        last = next;
-        count += 1;
-    }
-    let name = &job.spec.name;
-    tracing::info!(job = %name, %tick, through = %last, ticks = count, reason = skip.reason(), "ticks skipped by calendar");
-    let mut record = me.skipped(name, tick, token, now, skip.reason());
-    record.missed_ticks = Some(count);
-    record.skipped_through_unix_ms = Some(last.timestamp_millis());
-    (record, last)
 }

@@ -365,14 +365,9 @@ fn plan_missed(ground: &Ground<'_>, latest_ms: Option<i64>, listed: &mut Listed)
         if let Some(skip) = config.calendars.skips(next) {
             let through = listed.calendar_through.max(ground.calendar_through);
             if through.is_none_or(|through| next > through) {
-                let (record, last) = super::calendars::skipped_run(
-                    ground.me,
-                    config,
-                    next,
-                    &skip,
-                    ground.token,
-                    now,
-                );
+                let (record, last) = ground
+                    .me
+                    .skipped_run(config, next, &skip, ground.token, now);
                 listed.records.push(RecordOnly::Create(record));
                 listed.calendar_through = Some(last);
             }

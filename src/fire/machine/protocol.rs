@@ -447,6 +447,40 @@ impl Me {
     }
 }
 
+/// A run of ticks a calendar skips is followed this far at most (a calendar that skips every
+/// tick for ever, say): the next tick starts another record.
+const MAX_SKIPPED_RUN: u64 = 10_000;
+
+impl Me {
+    /// The `skipped` record, by us under `token`, of the run of ticks `job`'s calendars skip
+    /// that starts at `tick` (`skip` says which), followed forward ([`MAX_SKIPPED_RUN`] ticks at
+    /// most), and its last tick: what the owner writes when the run's first tick comes
+    /// (`calendars`), and what catch-up writes for a run that began while nobody owned the lock.
+    pub(super) fn skipped_run(
+        &self,
+        job: &JobConfig,
+        tick: DateTime<Utc>,
+        skip: &crate::calendar::Skip,
+        token: FencingToken,
+        now: DateTime<Utc>,
+    ) -> (RunRecord, DateTime<Utc>) {
+        let (mut last, mut count) = (tick, 1);
+        while let Some(next) = job
+            .next_tick_after(last)
+            .filter(|next| count < MAX_SKIPPED_RUN && job.calendars.skips(*next).is_some())
+        {
+            last = next;
+            count += 1;
+        }
+        let name = &job.spec.name;
+        tracing::info!(job = %name, %tick, through = %last, ticks = count, reason = skip.reason(), "ticks skipped by calendar");
+        let mut record = self.skipped(name, tick, token, now, skip.reason());
+        record.missed_ticks = Some(count);
+        record.skipped_through_unix_ms = Some(last.timestamp_millis());
+        (record, last)
+    }
+}
+
 /// What catch-up reads of one job (answer to [`Action::ListRecords`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct JobRecords {

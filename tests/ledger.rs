@@ -1237,3 +1237,132 @@ async fn a_chain_mark_is_made_with_the_final_record_taken_by_one_claim_and_given
         Err(ClaimError::AlreadyClaimed { .. })
     ));
 }
+
+#[tokio::test]
+async fn a_broadcast_claim_is_fenced_by_its_member_znode_and_the_sweep_records_who_missed_the_tick()
+{
+    use zkcron::ledger::broadcast::{LiveMember, Sweep, sweep};
+    let (a, b, paths, _) = setup("ledger-broadcast").await;
+    let token = acquire(&a, &paths).await;
+    let lock = LockPaths::new("/zkcron", "g");
+    let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    a.create(&lock.members, b"", &open)
+        .await
+        .expect("members dir");
+    // b's member znode is ephemeral, as a live node's: its session ending takes it.
+    let member = lock.member(&NodeId::new("b"));
+    let ephemeral = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
+    b.create(&member, b"{}", &ephemeral)
+        .await
+        .expect("b is a member");
+    let job = JobName::new("rotate");
+    let claim_of = |node: &str, tick: i64| {
+        let record = RunRecord::claimed_broadcast(
+            &job,
+            tick,
+            (&NodeId::new(node), "127.0.0.1"),
+            FencingToken(0),
+            tick - 250,
+        );
+        let member = lock.member(&NodeId::new(node));
+        ledger::ClaimPlan::new(
+            &paths,
+            record,
+            ClaimMode::Create,
+            false,
+            ledger::OpenRuns::ByRecord,
+            Acls::anyone_all(),
+        )
+        .fenced_by_member(member)
+    };
+    let claimed = claim_of("b", 1000)
+        .send_alone(&b)
+        .await
+        .expect("a member claims its own run of a tick");
+    assert_eq!(
+        claimed.path,
+        paths.broadcast_record(&job, 1000, &NodeId::new("b"))
+    );
+    assert!(
+        matches!(
+            claim_of("b", 1000).send_alone(&b).await,
+            Err(ClaimError::AlreadyClaimed { .. })
+        ),
+        "once per (tick, node)"
+    );
+    assert!(
+        matches!(
+            claim_of("c", 1000).send_alone(&a).await,
+            Err(ClaimError::NotOwner { .. })
+        ),
+        "a node with no member znode claims nothing"
+    );
+
+    // The owner's sweep of tick 1000: live at its start were b (claimed, open), c (no record,
+    // carries the tag), d (joined after the tick) and e (lacks the tag). b is gone since.
+    let live = |node: &str, since: i64, tags: &[&str]| LiveMember {
+        node_id: NodeId::new(node),
+        ip: "127.0.0.1".to_owned(),
+        tags: tags.iter().map(|t| (*t).to_owned()).collect(),
+        since_unix_ms: since,
+    };
+    let members = [
+        live("b", 0, &["web"]),
+        live("c", 0, &["web", "eu"]),
+        live("d", 1500, &["web"]),
+        live("e", 0, &[]),
+    ];
+    // b leaves the fleet (its session's end deletes the znode as this does).
+    a.delete(&member, None)
+        .await
+        .expect("b's member znode goes");
+    let of = Sweep {
+        job: job.clone(),
+        tick_ms: 1000,
+        requires: ["web".to_owned()].into(),
+        token: FencingToken(token),
+        now_ms: 6000,
+        keep: 10,
+        remember: ledger::Remember {
+            now_unix_ms: 6000,
+            window: Duration::ZERO,
+            acls: Acls::anyone_all(),
+        },
+    };
+    let swept = sweep(&a, &paths, &lock, &members, &of)
+        .await
+        .expect("swept");
+    assert_eq!(swept.missed, [NodeId::new("c")]);
+    assert_eq!(
+        swept.interrupted,
+        [NodeId::new("b")],
+        "killed mid-run, gone since"
+    );
+    let status = |node: &str| {
+        let path = paths.broadcast_record(&job, 1000, &NodeId::new(node));
+        let a = a.clone();
+        async move { read_fresh(&a, &path).await.map(|r| r.status) }
+    };
+    assert_eq!(status("c").await, Some(RunStatus::Missed));
+    assert_eq!(status("b").await, Some(RunStatus::Interrupted));
+    assert_eq!(status("d").await, None, "joined after the tick");
+    assert_eq!(status("e").await, None, "lacks the tag");
+    let again = sweep(&a, &paths, &lock, &members, &of)
+        .await
+        .expect("swept again");
+    assert_eq!(
+        again,
+        Default::default(),
+        "a sweep done twice writes nothing twice"
+    );
+    // A sweep by an owner whose token is stale writes nothing.
+    acquire(&a, &paths).await;
+    let stale = Sweep {
+        tick_ms: 2000,
+        ..of
+    };
+    assert!(matches!(
+        sweep(&a, &paths, &lock, &members, &stale).await,
+        Err(ClaimError::NotOwner { .. })
+    ));
+}

@@ -87,12 +87,16 @@ pub struct Sweep {
 pub struct Swept {
     /// The members recorded `missed`.
     pub missed: Vec<NodeId>,
+    /// The members gone since the tick's start whose run of it was still open: `interrupted`.
+    pub interrupted: Vec<NodeId>,
     /// Old records pruned.
     pub pruned: usize,
 }
 
-/// Records `missed` for each member of `members` that carries `sweep.requires`, joined before
-/// the tick, and has no record of it; then prunes the job's records beyond `keep` per member.
+/// Records `missed` for each member of `members` (those live at the tick's start) that carries
+/// `sweep.requires`, joined before the tick, and has no record of it; marks `interrupted` the
+/// open run of each of them that is gone from `group`'s members since (killed mid-run: nobody
+/// else would end its record); then prunes the job's records beyond `keep` per member.
 ///
 /// # Errors
 /// Listing the records failed, or a claim failed otherwise than by finding the record there
@@ -100,6 +104,7 @@ pub struct Swept {
 pub async fn sweep(
     client: &Client,
     paths: &LedgerPaths,
+    group: &LockPaths,
     members: &[LiveMember],
     sweep: &Sweep,
 ) -> Result<Swept, ClaimError> {
@@ -140,11 +145,52 @@ pub async fn sweep(
             Err(err) => return Err(err),
         }
     }
+    let recorded_gone: Vec<&LiveMember> = members
+        .iter()
+        .filter(|member| recorded.contains(&member.node_id))
+        .collect();
+    if !recorded_gone.is_empty() {
+        let live_now: HashSet<String> = crate::zk::children_if_there(client, &group.members)
+            .await
+            .map_err(ClaimError::on(&group.members))?
+            .into_iter()
+            .collect();
+        for member in recorded_gone {
+            if live_now.contains(member.node_id.as_str()) {
+                continue;
+            }
+            if interrupt_open(client, paths, sweep, &member.node_id).await {
+                swept.interrupted.push(member.node_id.clone());
+            }
+        }
+    }
     let keep = sweep.keep.saturating_mul(members.len().max(1));
     if names.len() > keep {
         swept.pruned = prune(client, paths, &sweep.job, keep, sweep.remember).await?;
     }
     Ok(swept)
+}
+
+/// Marks `node`'s record of the swept tick `interrupted` if it is still open; whether it did.
+async fn interrupt_open(
+    client: &Client,
+    paths: &LedgerPaths,
+    sweep: &Sweep,
+    node: &NodeId,
+) -> bool {
+    let path = paths.broadcast_record(&sweep.job, sweep.tick_ms, node);
+    let Some((mut record, version)) = read_versioned(client, &path).await else {
+        return false;
+    };
+    if record.status.is_final() {
+        return false;
+    }
+    record.status = RunStatus::Interrupted;
+    record.finished_unix_ms = Some(sweep.now_ms);
+    record.error = Some("its node left the fleet before the run's end".to_owned());
+    rewrite_record(client, paths, &record, version, true)
+        .await
+        .is_ok()
 }
 
 /// How many of its newest records of a job a restarted node looks at for runs left open.

@@ -141,11 +141,12 @@ impl Records {
                 () = tokio::time::sleep(wait) => {}
                 () = stop.cancelled() => return,
             }
-            let swept = bounded(job.as_str(), sweep(&client, &paths, &members, &sweep_of)).await;
+            let swept = bounded(job.as_str(), sweep(&client, &paths, &group, &members, &sweep_of)).await;
             match swept {
-                Some(Ok(swept)) if !swept.missed.is_empty() => {
-                    let missed: Vec<String> = swept.missed.iter().map(ToString::to_string).collect();
-                    tracing::warn!(job = %job, tick, ?missed, "broadcast tick missed by live members: recorded");
+                Some(Ok(swept)) if !swept.missed.is_empty() || !swept.interrupted.is_empty() => {
+                    let names = |nodes: &[NodeId]| nodes.iter().map(ToString::to_string).collect::<Vec<_>>();
+                    let (missed, interrupted) = (names(&swept.missed), names(&swept.interrupted));
+                    tracing::warn!(job = %job, tick, ?missed, ?interrupted, "broadcast tick missed by live members, or its runs on members gone: recorded");
                 }
                 Some(Ok(_)) => tracing::debug!(job = %job, tick, "broadcast tick swept: every member recorded"),
                 Some(Err(err)) => tracing::warn!(job = %job, tick, error = %error_chain(&err), "broadcast tick not swept"),

@@ -88,9 +88,16 @@ impl Pending {
         }
     }
 
-    /// The latest its start may be once it waits for a limit.
+    /// The latest its start may be once it waits for a limit: `starting_deadline` after its
+    /// tick, or after its claim for a run whose instant is old by design (a backfill's past
+    /// tick, a chained run's parents' instant), which would otherwise be given up at once.
     pub(super) fn lease_deadline(&self) -> DateTime<Utc> {
-        self.tick + chrono::Duration::from_std(self.config.starting_deadline).unwrap_or_default()
+        let from = if self.reason.in_tick_order() {
+            self.tick
+        } else {
+            self.start_at
+        };
+        from + chrono::Duration::from_std(self.config.starting_deadline).unwrap_or_default()
     }
 
     /// Whether to look at its start now: its instant, the next try after a failed take, or

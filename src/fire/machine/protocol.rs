@@ -92,7 +92,8 @@ impl FireReason {
     }
 
     /// Held to its job's tick order: not a backfill's past tick (its claims tell the ones run),
-    /// nor a chained run, whose instant is its parents' (they end in any order).
+    /// nor a chained run, whose instant is its parents' (they end in any order). Those are old
+    /// by design: a wait for a limit counts from their claim, not their instant.
     pub(super) fn in_tick_order(self) -> bool {
         !matches!(self, FireReason::Backfill { .. } | FireReason::Chained)
     }

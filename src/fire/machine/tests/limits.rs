@@ -153,3 +153,46 @@ fn a_claim_waiting_for_its_lease_is_withdrawn_when_the_lock_is_handed_over() {
     );
     assert!(gives_back(&released, &run_id), "{released:?}");
 }
+
+#[test]
+fn a_chained_runs_wait_for_its_lease_counts_from_its_claim_not_its_parents_instant() {
+    let tables = format!(
+        "{LIMITED}{}[[job]]\nname = \"load\"\nafter = [\"extract\"]\nshell = \"true\"\n\
+         limits = [\"db\"]\nstarting_deadline = \"5s\"\n",
+        job("extract", EVERY_SECOND, "")
+    );
+    let mut m = owning(&tables);
+    // extract's run at 1 s ended long ago; its mark is read at 60 s.
+    let mark = crate::run::FoundMark {
+        name: crate::layout::MarkName {
+            scheduled_unix_ms: t(1_000).timestamp_millis(),
+            parent: JobName::new("extract"),
+        },
+        mark: crate::run::ChainMark::of("extract-1000", RunStatus::Succeeded),
+    };
+    let listed = Input::MarksListed {
+        job: JobName::new("load"),
+        result: Ok(vec![mark]),
+    };
+    let claim = only_claim(&m.handle(listed, t(60_000)));
+    let asked = m.handle(ok(&claim), t(60_010));
+    let (_, run_id) = asks_for_leases(&asked);
+    // Every deadline up to `until_ms` (extract's ticks among them), as the driver would feed.
+    let mut until = |until_ms: i64| {
+        let mut out = Vec::new();
+        while let Some(at) = m.next_deadline().filter(|at| ms(*at) <= until_ms) {
+            out.extend(m.handle(Input::Tick, at));
+        }
+        out
+    };
+    let waiting = until(65_000);
+    assert!(
+        !gives_back(&waiting, &run_id),
+        "still waiting up to starting_deadline after its claim: {waiting:?}"
+    );
+    let given_up = until(65_100);
+    assert!(
+        gives_back(&given_up, &run_id),
+        "given up once starting_deadline after its claim passed: {given_up:?}"
+    );
+}

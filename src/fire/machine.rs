@@ -649,6 +649,8 @@ impl FireMachine {
         let all = jobs;
         let (jobs, elsewhere) = mine(self.group.as_deref(), jobs);
         self.broadcasts.reloaded(&jobs, now);
+        let connected = self.lock.connected;
+        self.broadcasts.read_membership_if_unknown(connected, out);
         let jobs = not_broadcast(jobs);
         self.chains.reloaded(all, &jobs);
         if self.lock.may_fire {

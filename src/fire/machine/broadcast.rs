@@ -142,7 +142,22 @@ impl Broadcasts {
         let jobs = &self.jobs;
         self.sweeps.retain(|job, _| jobs.contains_key(job));
         if self.sweeping {
-            self.start_sweeps(now);
+            // A job new to the schedule had no ticks before: its sweeps start with its next.
+            for (name, job) in &self.jobs {
+                if let (false, Some(next)) =
+                    (self.sweeps.contains_key(name), job.next_tick_after(now))
+                {
+                    self.sweeps.insert(name.clone(), next);
+                }
+            }
+        }
+    }
+
+    /// Reads the membership if a broadcast job runs here and it is not known (a reload added
+    /// the first one while connected).
+    pub fn read_membership_if_unknown(&mut self, connected: bool, out: &mut Vec<Action>) {
+        if connected && self.membership == Membership::Unknown {
+            self.read_membership(out);
         }
     }
 
@@ -279,11 +294,10 @@ impl Broadcasts {
 
     /// Time passed: claim the ticks due, sweep the ticks past, write again what failed.
     pub fn tick(&mut self, a: &Lent<'_>, out: &mut Vec<Action>) {
-        if matches!(self.membership, Membership::ReadAgainAt(at) if at <= a.now) && a.lock.connected
-        {
+        if matches!(self.membership, Membership::ReadAgainAt(at) if at <= a.now) {
             self.membership = Membership::Unknown;
-            self.read_membership(out);
         }
+        self.read_membership_if_unknown(a.lock.connected, out);
         while let Some(next) = self.queue.next_start() {
             if next - a.claim_ahead > a.now {
                 break;
@@ -311,11 +325,11 @@ impl Broadcasts {
         out: &mut Vec<Action>,
     ) {
         let name = &job.spec.name;
-        let why_not = if a.stopping {
-            Some("this node is stopping")
-        } else if a.steering.paused(name) {
-            Some("the job is paused")
-        } else if !a.lock.connected {
+        if a.stopping || a.steering.paused(name) {
+            tracing::debug!(job = %name, %tick, "broadcast tick not run: the job is paused, or this node stops");
+            return;
+        }
+        let why_not = if !a.lock.connected {
             Some("not connected")
         } else if is_late(job, tick, a.now) {
             Some("its time passed while this node could not fire")

@@ -359,3 +359,23 @@ fn a_lost_lock_leaves_the_broadcast_runs_alone_and_stops_the_sweeps() {
         "the member goes on running its ticks: {actions:?}"
     );
 }
+
+#[test]
+fn a_reload_that_adds_a_broadcast_reads_the_membership_and_sweeps_only_from_its_next_tick() {
+    let plain = job("once", EVERY_SECOND, "");
+    let mut m = owning(&plain);
+    let with_broadcast = jobs(&format!("{plain}{}", broadcast("")));
+    let actions = m.handle(Input::Reloaded(with_broadcast), t(10_500));
+    assert!(
+        actions.contains(&Action::ReadMembership),
+        "the first broadcast job here needs the membership: {actions:?}"
+    );
+    m.handle(Input::MembershipRead(Ok(Some(t(-60_000)))), t(10_500));
+    let actions = timer_actions(&mut m, 11_000);
+    assert_eq!(
+        sweeps(&actions),
+        vec![11_000],
+        "no look back over ticks from before the job existed: {actions:?}"
+    );
+    assert_eq!(broadcast_claims(&actions).len(), 1);
+}

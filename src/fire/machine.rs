@@ -11,6 +11,7 @@
 mod backfill;
 mod backlog;
 mod broadcast;
+mod broadcasting;
 mod calendars;
 mod catch_up;
 mod chained;
@@ -114,7 +115,7 @@ impl FireMachine {
         let all = jobs;
         let (jobs, elsewhere) = mine(group.as_deref(), jobs);
         let broadcasts = broadcast::Broadcasts::of(&jobs, Default::default(), now);
-        let jobs = not_broadcast(jobs);
+        let jobs = broadcast::Broadcasts::others(jobs);
         let wanted = Wanted::of(group.as_deref(), &jobs, &elsewhere);
         Self {
             broadcasts,
@@ -138,70 +139,6 @@ impl FireMachine {
             streaks: notices::Streaks::default(),
             backfills: backfill::Backfills::default(),
         }
-    }
-
-    /// This node's `[node] tags`, which decide the broadcast jobs it runs.
-    #[must_use]
-    pub fn with_node_tags(
-        mut self,
-        tags: std::collections::BTreeSet<String>,
-        now: DateTime<Utc>,
-    ) -> Self {
-        self.broadcasts.set_tags(tags, now);
-        self
-    }
-
-    /// The broadcast part, with what it is lent of the rest of the machine.
-    fn broadcasts(
-        &mut self,
-        now: DateTime<Utc>,
-    ) -> (&mut broadcast::Broadcasts, broadcast::Lent<'_>) {
-        let lent = broadcast::Lent {
-            me: &self.me,
-            lock: self.lock,
-            stopping: self.stopping.is_some(),
-            steering: &self.steering,
-            claim_ahead: self.claim_ahead,
-            now,
-        };
-        (&mut self.broadcasts, lent)
-    }
-
-    /// A broadcast run's answer, if `input` is one; handed back otherwise.
-    fn broadcast_answer(
-        &mut self,
-        input: Input,
-        now: DateTime<Utc>,
-        out: &mut Vec<Action>,
-    ) -> Option<Input> {
-        let (broadcasts, lent) = self.broadcasts(now);
-        let unanswered = match input {
-            Input::RunEnded { claim, report } if broadcasts.owns(&claim.record.run_id) => {
-                broadcasts.run_ended(*claim, &report, out);
-                None
-            }
-            Input::RunNotStarted { claim, why, .. } if broadcasts.owns(&claim.record.run_id) => {
-                broadcasts.run_not_started(&claim, &why, now, out);
-                None
-            }
-            Input::RecordWritten { run_id, write } if broadcasts.owns(&run_id) => {
-                broadcasts.record_written(&run_id, write, &lent);
-                None
-            }
-            Input::BroadcastClaimed { id, result } => {
-                broadcasts.claimed(id, result.map(|claim| *claim), &lent, out);
-                None
-            }
-            Input::MembershipRead(result) => {
-                broadcasts.membership_read(result, now, out);
-                None
-            }
-            input => Some(input),
-        };
-        if unanswered.is_none() {
-            self.maybe_stopped(out);
-        }
-        unanswered
     }
 
     /// Feeds one fact; returns the commands it implies, in order.
@@ -651,7 +588,7 @@ impl FireMachine {
         self.broadcasts.reloaded(&jobs, now);
         let connected = self.lock.connected;
         self.broadcasts.read_membership_if_unknown(connected, out);
-        let jobs = not_broadcast(jobs);
+        let jobs = broadcast::Broadcasts::others(jobs);
         self.chains.reloaded(all, &jobs);
         if self.lock.may_fire {
             self.chains.list(None, out);
@@ -842,13 +779,6 @@ impl FireMachine {
             out.push(Action::Stopped);
         }
     }
-}
-
-/// The jobs the owner's claim path fires: all but the broadcast ones, which every member fires.
-fn not_broadcast(jobs: Vec<Arc<JobConfig>>) -> Vec<Arc<JobConfig>> {
-    jobs.into_iter()
-        .filter(|job| !broadcast::Broadcasts::is_broadcast(job))
-        .collect()
 }
 
 #[cfg(test)]

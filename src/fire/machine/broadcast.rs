@@ -120,6 +120,14 @@ impl Broadcasts {
         job.broadcast.is_some()
     }
 
+    /// The jobs the owner's claim path fires: all but the broadcast ones, which every member
+    /// fires.
+    pub fn others(jobs: Vec<Arc<JobConfig>>) -> Vec<Arc<JobConfig>> {
+        jobs.into_iter()
+            .filter(|job| !Self::is_broadcast(job))
+            .collect()
+    }
+
     /// The schedule was reloaded: `jobs` are the group's.
     pub fn reloaded(&mut self, jobs: &[Arc<JobConfig>], now: DateTime<Utc>) {
         // A disabled job runs nowhere, and nobody missed it.

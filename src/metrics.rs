@@ -538,6 +538,9 @@ fn miss_reason(error: Option<&str>) -> &'static str {
         Some(text) if text.contains("no node owned the lock") => "no_owner",
         Some(text) if text.contains("stalled") || text.contains("ran past their time") => "stalled",
         Some(text) if text.contains("starting_deadline") => "starting_deadline",
+        Some(text) if text.contains(crate::ledger::broadcast::MISSED_BY_A_MEMBER) => {
+            "broadcast_node"
+        }
         _ => "other",
     }
 }
@@ -577,6 +580,11 @@ mod tests {
         );
         missed.missed_ticks = Some(4);
         metrics.recorded(&missed);
+        let node_missed = record(
+            RunStatus::Missed,
+            Some(crate::ledger::broadcast::MISSED_BY_A_MEMBER),
+        );
+        metrics.recorded(&node_missed);
         metrics.limit_waiting("db", 1);
         metrics.limit_waiting("db", 1);
         metrics.limit_waiting("db", -1);
@@ -597,6 +605,7 @@ mod tests {
             "zkcron_job_last_success_timestamp_seconds{job=\"report\"} 2.5",
             "zkcron_job_skipped_total{job=\"report\",reason=\"paused\"} 1",
             "zkcron_job_missed_ticks_total{job=\"report\",reason=\"starting_deadline\"} 4",
+            "zkcron_job_missed_ticks_total{job=\"report\",reason=\"broadcast_node\"} 1",
             "zkcron_job_running{job=\"report\"} 0",
             "zkcron_delayed_pending 0",
             "zkcron_schedule_drift 0",

@@ -1332,7 +1332,8 @@ async fn a_broadcast_claim_is_fenced_by_its_member_znode_and_the_sweep_records_w
     let swept = sweep(&a, &paths, &lock, &members, &of)
         .await
         .expect("swept");
-    assert_eq!(swept.missed, [NodeId::new("c")]);
+    let missed: Vec<&NodeId> = swept.missed.iter().map(|r| &r.node_id).collect();
+    assert_eq!(missed, [&NodeId::new("c")]);
     assert_eq!(
         swept.interrupted,
         [NodeId::new("b")],

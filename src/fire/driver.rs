@@ -624,8 +624,9 @@ impl Io {
                 };
                 let wait = (look_at - now).to_std().unwrap_or_default();
                 let stop = self.sweeps_stop.clone();
+                let metrics = Arc::clone(&self.settings.metrics);
                 self.records
-                    .sweep_broadcast(s, &self.settings.group, sweep, wait, stop);
+                    .sweep_broadcast(s, &self.settings.group, sweep, wait, stop, metrics);
             }
             Action::CloseOwnBroadcasts {
                 jobs,

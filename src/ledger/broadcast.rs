@@ -18,6 +18,9 @@ use crate::layout::{LedgerPaths, LockPaths};
 use crate::lock::node::OwnerInfo;
 use crate::run::{ClaimMode, RunRecord, RunStatus};
 
+/// Why a broadcast tick is recorded `missed` for a node (and the metrics' `broadcast_node`).
+pub const MISSED_BY_A_MEMBER: &str = "a live member that did not claim the tick in time";
+
 /// A live member as a sweep sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LiveMember {
@@ -85,8 +88,8 @@ pub struct Sweep {
 /// What a sweep did.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Swept {
-    /// The members recorded `missed`.
-    pub missed: Vec<NodeId>,
+    /// The `missed` records made, one for each member that did not claim the tick.
+    pub missed: Vec<RunRecord>,
     /// The members gone since the tick's start whose run of it was still open: `interrupted`.
     pub interrupted: Vec<NodeId>,
     /// Old records pruned.
@@ -130,17 +133,17 @@ pub async fn sweep(
         );
         record.status = RunStatus::Missed;
         record.finished_unix_ms = Some(sweep.now_ms);
-        record.error = Some("a live member that did not claim the tick in time".to_owned());
+        record.error = Some(MISSED_BY_A_MEMBER.to_owned());
         let plan = ClaimPlan::new(
             paths,
-            record,
+            record.clone(),
             ClaimMode::Create,
             false,
             OpenRuns::ByRecord,
             sweep.remember.acls,
         );
         match plan.send_alone(client).await {
-            Ok(_) => swept.missed.push(member.node_id.clone()),
+            Ok(_) => swept.missed.push(record),
             Err(ClaimError::AlreadyClaimed { .. }) => {} // its own claim came first
             Err(err) => return Err(err),
         }

@@ -119,6 +119,7 @@ impl Records {
         sweep_of: Sweep,
         wait: std::time::Duration,
         stop: tokio_util::sync::CancellationToken,
+        metrics: std::sync::Arc<crate::metrics::Metrics>,
     ) {
         let Some(client) = s.client.clone() else {
             tracing::warn!(job = %sweep_of.job, tick = sweep_of.tick_ms, "broadcast tick not swept: no session");
@@ -144,8 +145,13 @@ impl Records {
             let swept = bounded(job.as_str(), sweep(&client, &paths, &group, &members, &sweep_of)).await;
             match swept {
                 Some(Ok(swept)) if !swept.missed.is_empty() || !swept.interrupted.is_empty() => {
-                    let names = |nodes: &[NodeId]| nodes.iter().map(ToString::to_string).collect::<Vec<_>>();
-                    let (missed, interrupted) = (names(&swept.missed), names(&swept.interrupted));
+                    for record in &swept.missed {
+                        metrics.recorded(record);
+                    }
+                    let missed: Vec<String> =
+                        swept.missed.iter().map(|r| r.node_id.to_string()).collect();
+                    let interrupted: Vec<String> =
+                        swept.interrupted.iter().map(ToString::to_string).collect();
                     tracing::warn!(job = %job, tick, ?missed, ?interrupted, "broadcast tick missed by live members, or its runs on members gone: recorded");
                 }
                 Some(Ok(_)) => tracing::debug!(job = %job, tick, "broadcast tick swept: every member recorded"),

@@ -7,8 +7,8 @@
 
 use chrono::DateTime;
 
-use super::records::{Records, read_back, refusal};
-use super::session::{REQUEST_LIMIT, Session, bounded};
+use super::records::{Records, settled};
+use super::session::{Session, bounded};
 use crate::fire::machine::{ClaimId, ClaimRefused, Input};
 use crate::ids::{NodeId, SessionId};
 use crate::layout::LockPaths;
@@ -16,36 +16,6 @@ use crate::ledger::broadcast::{Sweep, close_own, live_members, sweep};
 use crate::ledger::{ClaimPlan, OpenRuns};
 use crate::report::error_chain;
 use crate::run::{ClaimMode, RunRecord};
-
-impl Records {
-    /// Marks what a previous process or session of this node left open (see
-    /// [`crate::ledger::broadcast::close_own`]); logged, nothing answers.
-    pub fn close_own_broadcasts(
-        &self,
-        s: &Session,
-        me: &NodeId,
-        jobs: Vec<crate::ids::JobName>,
-        before: DateTime<chrono::Utc>,
-        alive: Vec<String>,
-    ) {
-        let Some(client) = s.client.clone() else {
-            return;
-        };
-        let (paths, me) = (self.paths.clone(), me.clone());
-        s.tasks.spawn(async move {
-            let alive: std::collections::HashSet<String> = alive.into_iter().collect();
-            let now_ms = chrono::Utc::now().timestamp_millis();
-            for job in jobs {
-                let closing = close_own(&client, &paths, &job, &me, before.timestamp_millis(), &alive, now_ms);
-                match bounded(job.as_str(), closing).await {
-                    Some(Ok(0)) | None => {}
-                    Some(Ok(closed)) => tracing::warn!(job = %job, closed, "broadcast runs a previous process of this node left open: marked interrupted"),
-                    Some(Err(err)) => tracing::warn!(job = %job, error = %error_chain(&err), "broadcast runs left open not looked for"),
-                }
-            }
-        });
-    }
-}
 
 /// Reads when `me`'s member znode was created (answered as [`Input::MembershipRead`]).
 pub(super) fn read_membership(s: &Session, group: &LockPaths, me: &NodeId) -> Option<Input> {
@@ -90,20 +60,7 @@ impl Records {
         let (view, answers) = (self.view.subscribe(), s.answers.clone());
         s.tasks.spawn(async move {
             let session = SessionId(client.session_id().0);
-            let answer =
-                match tokio::time::timeout(REQUEST_LIMIT, plan.clone().send_alone(&client)).await {
-                    Ok(answer) => answer,
-                    Err(_) => Err(crate::ledger::ClaimError::Zk {
-                        path: plan.path().to_owned(),
-                        source: zookeeper_client::Error::ConnectionLoss,
-                    }),
-                };
-            let result = match answer {
-                Err(err) if err.unanswered() => {
-                    read_back(view, &plan, session, error_chain(&err)).await
-                }
-                other => other.map_err(|err| refusal(&err)),
-            };
+            let result = settled(plan.clone().send_alone(&client), &plan, view, session).await;
             let result = result.map(Box::new);
             let _ = answers.send(Input::BroadcastClaimed { id, result });
         });
@@ -157,6 +114,34 @@ impl Records {
                 Some(Ok(_)) => tracing::debug!(job = %job, tick, "broadcast tick swept: every member recorded"),
                 Some(Err(err)) => tracing::warn!(job = %job, tick, error = %error_chain(&err), "broadcast tick not swept"),
                 None => {}
+            }
+        });
+    }
+
+    /// Marks what a previous process or session of this node left open (see
+    /// [`crate::ledger::broadcast::close_own`]); logged, nothing answers.
+    pub fn close_own_broadcasts(
+        &self,
+        s: &Session,
+        me: &NodeId,
+        jobs: Vec<crate::ids::JobName>,
+        before: DateTime<chrono::Utc>,
+        alive: Vec<String>,
+    ) {
+        let Some(client) = s.client.clone() else {
+            return;
+        };
+        let (paths, me) = (self.paths.clone(), me.clone());
+        s.tasks.spawn(async move {
+            let alive: std::collections::HashSet<String> = alive.into_iter().collect();
+            let now_ms = chrono::Utc::now().timestamp_millis();
+            for job in jobs {
+                let closing = close_own(&client, &paths, &job, &me, before.timestamp_millis(), &alive, now_ms);
+                match bounded(job.as_str(), closing).await {
+                    Some(Ok(0)) | None => {}
+                    Some(Ok(closed)) => tracing::warn!(job = %job, closed, "broadcast runs a previous process of this node left open: marked interrupted"),
+                    Some(Err(err)) => tracing::warn!(job = %job, error = %error_chain(&err), "broadcast runs left open not looked for"),
+                }
             }
         });
     }

@@ -98,7 +98,32 @@ pub(super) fn refusal(err: &ClaimError) -> ClaimRefused {
 /// The session is followed through `view`, not through the client the claim went out on: a
 /// client that gave up on its session is replaced by one that took the session back, with the
 /// guard (issue 31, defect 3).
-pub(super) async fn read_back(
+/// The answer to a claim sent as `claimed` from `session`. Not dropped at a time limit: a claim
+/// still queued behind other groups would go out after its read-back had found nothing. Every
+/// claim gets an answer, or an error once the connection is lost or the session ends; one that
+/// may have been applied without its answer coming back is read back.
+pub(super) async fn settled(
+    claimed: impl std::future::Future<Output = Result<run::Claim, ClaimError>>,
+    plan: &ClaimPlan,
+    view: tokio::sync::watch::Receiver<NodeView>,
+    session: SessionId,
+) -> Result<run::Claim, ClaimRefused> {
+    tokio::pin!(claimed);
+    let answer = match tokio::time::timeout(REQUEST_LIMIT, &mut claimed).await {
+        Ok(answer) => answer,
+        Err(_) => {
+            let path = plan.path();
+            tracing::warn!(path, limit = ?REQUEST_LIMIT, "claim not answered in time; still waiting for its answer");
+            claimed.await
+        }
+    };
+    match answer {
+        Err(err) if err.unanswered() => read_back(view, plan, session, error_chain(&err)).await,
+        other => other.map_err(|err| refusal(&err)),
+    }
+}
+
+async fn read_back(
     mut view: tokio::sync::watch::Receiver<NodeView>,
     plan: &ClaimPlan,
     session: SessionId,
@@ -197,24 +222,7 @@ impl Records {
             let path = record.path(&paths);
             let plan = ClaimPlan::new(&paths, record, mode, guarded, open_runs, acls);
             let session = SessionId(client.session_id().0);
-            // Not dropped at a time limit: a claim still queued behind other groups would go
-            // out after its read-back had found nothing. Every claim gets an answer, or an
-            // error once the connection is lost or the session ends.
-            let claimed = group.claim(plan.clone());
-            tokio::pin!(claimed);
-            let answer = match tokio::time::timeout(REQUEST_LIMIT, &mut claimed).await {
-                Ok(answer) => answer,
-                Err(_) => {
-                    tracing::warn!(path, limit = ?REQUEST_LIMIT, "claim not answered in time; still waiting for its answer");
-                    claimed.await
-                }
-            };
-            let result = match answer {
-                Err(err) if err.unanswered() => {
-                    read_back(view, &plan, session, error_chain(&err)).await
-                }
-                other => other.map_err(|err| refusal(&err)),
-            };
+            let result = settled(group.claim(plan.clone()), &plan, view, session).await;
             let already = result == Err(ClaimRefused::AlreadyClaimed);
             let result = result.map(Box::new);
             let _ = answers.send(Input::ClaimDone { id, result });

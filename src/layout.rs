@@ -120,10 +120,11 @@ impl LedgerPaths {
 
     /// The mark `parent`'s run at `scheduled_unix_ms` leaves for `child`.
     pub fn chain_mark(&self, child: &JobName, scheduled_unix_ms: i64, parent: &JobName) -> String {
-        let name = MarkName {
-            scheduled_unix_ms,
-            parent: parent.clone(),
-        };
+        self.mark(child, &MarkName::of_tick(scheduled_unix_ms, parent))
+    }
+
+    /// The mark `name` left for `child`.
+    pub fn mark(&self, child: &JobName, name: &MarkName) -> String {
         format!("{}/{}", self.after_of(child), name.node_name())
     }
 
@@ -450,27 +451,52 @@ impl RecordName {
 }
 
 /// A mark's node name under `after/<child>`: the parent's instant and the parent,
-/// `<instant_ms>~<parent>` (no job name holds a `~`).
+/// `<instant_ms>~<parent>`, or for a submission's run its due time and id too,
+/// `<due_ms>-<id>~<parent>` (no job name or id holds a `~`; a zkcron before submitted parents
+/// skips that name as foreign).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct MarkName {
     pub scheduled_unix_ms: i64,
+    /// The parent's run is a submission's (or a trigger's): its id.
+    pub submission: Option<SubmissionId>,
     pub parent: JobName,
 }
 
 impl MarkName {
+    /// The name of the mark a tick's run of `parent` leaves.
+    pub fn of_tick(scheduled_unix_ms: i64, parent: &JobName) -> Self {
+        Self {
+            scheduled_unix_ms,
+            submission: None,
+            parent: parent.clone(),
+        }
+    }
+
     /// The node name this stands for.
     pub fn node_name(&self) -> String {
-        format!("{}~{}", tick_node_name(self.scheduled_unix_ms), self.parent)
+        match &self.submission {
+            None => format!("{}~{}", tick_node_name(self.scheduled_unix_ms), self.parent),
+            Some(id) => format!(
+                "{}~{}",
+                submission_node_name(self.scheduled_unix_ms, id),
+                self.parent
+            ),
+        }
     }
 
     /// Parses a child name of `after/<child>`; `None` for foreign names.
     pub fn parse(name: &str) -> Option<Self> {
-        let (ms, parent) = name.split_once('~')?;
+        let (run, parent) = name.split_once('~')?;
         if parent.is_empty() || parent.contains('~') {
             return None;
         }
+        let (ms, submission) = match run.split_once('-') {
+            None => (run, None),
+            Some((ms, id)) => (ms, Some(SubmissionId::parse(id).ok()?)),
+        };
         Some(Self {
             scheduled_unix_ms: parse_tick_node_name(ms)?,
+            submission,
             parent: JobName::new(parent.to_owned()),
         })
     }
@@ -490,12 +516,16 @@ mod tests {
 
     #[test]
     fn a_mark_name_reads_back_and_foreign_names_are_refused() {
-        let name = MarkName {
-            scheduled_unix_ms: 1_700_000_000_000,
-            parent: JobName::new("extract".to_owned()),
-        };
+        let name = MarkName::of_tick(1_700_000_000_000, &JobName::new("extract".to_owned()));
         assert_eq!(name.node_name(), "1700000000000~extract");
-        assert_eq!(MarkName::parse(&name.node_name()), Some(name));
+        assert_eq!(MarkName::parse(&name.node_name()), Some(name.clone()));
+        let id = SubmissionId::parse("order-42.a").expect("valid");
+        let submitted = MarkName {
+            submission: Some(id),
+            ..name
+        };
+        assert_eq!(submitted.node_name(), "1700000000000-order-42.a~extract");
+        assert_eq!(MarkName::parse(&submitted.node_name()), Some(submitted));
         for foreign in [
             "",
             "1700000000000",
@@ -503,6 +533,9 @@ mod tests {
             "17x~extract",
             "1~",
             "1~a~b",
+            "1-~extract",
+            "1-a/b~extract",
+            "-a~extract",
         ] {
             assert_eq!(MarkName::parse(foreign), None, "{foreign:?}");
         }

@@ -446,6 +446,7 @@ async fn submit(client: &Client, paths: &LedgerPaths, id: &str, due: i64) -> Sub
         anonymous: false,
         marker_names_job: false,
         retry_of: None,
+        after: None,
     };
     let submitted =
         submissions::submit(client, &paths.delayed, &id, &submission, Acls::anyone_all()).await;
@@ -725,6 +726,7 @@ async fn a_pruned_submission_leaves_a_tombstone_until_its_window_has_passed() {
         anonymous: false,
         marker_names_job: false,
         retry_of: None,
+        after: None,
     };
     let again = submissions::submit(&a, &paths.delayed, first, &same, Acls::anyone_all()).await;
     assert_eq!(
@@ -794,6 +796,7 @@ async fn an_anonymous_submission_leaves_no_tombstone() {
         anonymous: true,
         marker_names_job: false,
         retry_of: None,
+        after: None,
     };
     let submitted =
         submissions::submit(&a, &paths.delayed, &id, &anonymous, Acls::anyone_all()).await;
@@ -1236,6 +1239,152 @@ async fn a_chain_mark_is_made_with_the_final_record_taken_by_one_claim_and_given
         ledger::claim(&a, &paths, again, ClaimMode::Create, false, acls).await,
         Err(ClaimError::AlreadyClaimed { .. })
     ));
+}
+
+/// A submitted parent (issue 36): its final record leaves a mark named by its due time and id,
+/// carrying its payload; the child's owner turns it into the child's submission in one fenced
+/// multi-op, once (a second attempt finds the mark gone), never under a stale token; the
+/// child's claim takes its pending marker and no mark; the child's id, still held by an earlier
+/// child's request, gives way to a generated one.
+#[tokio::test]
+async fn a_submitted_parents_mark_becomes_its_childs_submission_once_and_never_under_a_stale_token()
+{
+    let (a, _b, paths, _) = setup("ledger-chain-submitted").await;
+    let token = acquire(&a, &paths).await;
+    let acls = Acls::anyone_all();
+    let parent_id = submit(&a, &paths, "order-7", 2000).await;
+    let mut parent = ledger::claim(
+        &a,
+        &paths,
+        submission_record(&parent_id, 2000, "a", token),
+        ClaimMode::Create,
+        false,
+        acls,
+    )
+    .await
+    .expect("the parent's claim");
+    parent.record.status = RunStatus::Succeeded;
+    parent.children = vec![JobName::new("notify")];
+    parent.payload = Some(std::sync::Arc::new(b"line 1\nline 2".to_vec()));
+    let marks = ledger::chains::marks_of(&paths, &parent, acls);
+    ledger::finish(&a, &mut parent, &marks)
+        .await
+        .expect("the final record, with the mark");
+    let notify = JobName::new("notify");
+    let found = ledger::chains::marks_for(&a, &paths, &notify)
+        .await
+        .expect("listed");
+    assert_eq!(found.len(), 1, "{found:?}");
+    let mark = found[0].clone();
+    assert_eq!(mark.name.submission.as_ref(), Some(&parent_id));
+    assert_eq!(mark.name.scheduled_unix_ms, 2000);
+    assert_eq!(mark.mark.payload, b"line 1\nline 2");
+    assert_eq!(mark.mark.run_id, parent.record.run_id);
+
+    let child_id = SubmissionId::of_child(&parent_id, &notify);
+    let child = Submission {
+        job: notify.clone(),
+        due_unix_ms: 2000,
+        submitted_unix_ms: 9000,
+        payload: mark.mark.payload.clone(),
+        requested_by: None,
+        anonymous: true,
+        marker_names_job: true,
+        retry_of: None,
+        after: Some(zkcron::delayed::AfterRun {
+            job: JobName::new("close"),
+            run_id: parent.record.run_id.clone(),
+            status: "succeeded".to_owned(),
+        }),
+    };
+    let submit_child = |id: SubmissionId, token: i32| {
+        let (a, paths, notify, name, child) = (&a, &paths, &notify, &mark.name, &child);
+        async move {
+            ledger::chains::submit_child(
+                a,
+                paths,
+                notify,
+                name,
+                id,
+                child,
+                (FencingToken(token), acls),
+            )
+            .await
+        }
+    };
+    // A stale owner writes nothing.
+    let stale = submit_child(child_id.clone(), token - 1).await;
+    assert!(
+        matches!(stale, Err(ClaimError::NotOwner { .. })),
+        "{stale:?}"
+    );
+    assert_eq!(
+        submissions::read(&a, &paths.delayed, &child_id)
+            .await
+            .expect("read"),
+        None
+    );
+    let made = submit_child(child_id.clone(), token)
+        .await
+        .expect("submitted");
+    assert_eq!(made, ledger::chains::ChildSubmitted::Made(child_id.clone()));
+    let (stored, _) = submissions::read(&a, &paths.delayed, &child_id)
+        .await
+        .expect("read")
+        .expect("the child's request");
+    assert_eq!(stored, child);
+    assert_eq!(
+        ledger::chains::marks_for(&a, &paths, &notify)
+            .await
+            .expect("listed"),
+        Vec::new(),
+        "the mark is taken"
+    );
+    let again = submit_child(child_id.clone(), token)
+        .await
+        .expect("answered");
+    assert_eq!(again, ledger::chains::ChildSubmitted::MarkGone, "once");
+
+    // The child's claim takes its pending marker; there is no mark to take.
+    let mut claimed = RunRecord::claimed_submission(
+        &notify,
+        2000,
+        &child_id,
+        (&NodeId::new("a"), "127.0.0.1"),
+        FencingToken(token),
+        9001,
+    );
+    claimed.marker_names_job = true;
+    claimed.parents = vec![run::ParentRun {
+        job: JobName::new("close"),
+        run_id: parent.record.run_id.clone(),
+        status: RunStatus::Succeeded,
+    }];
+    ledger::claim(&a, &paths, claimed, ClaimMode::Create, false, acls)
+        .await
+        .expect("the child's claim");
+
+    // The same parent id used again while that child's request is kept: a generated id.
+    let marks = ledger::chains::marks_of(&paths, &parent, acls);
+    for made in &marks {
+        let options = CreateMode::Persistent.with_acls(acls);
+        a.create(&made.path, &made.data, &options)
+            .await
+            .expect("the mark again");
+    }
+    let other = submit_child(child_id.clone(), token)
+        .await
+        .expect("submitted");
+    let ledger::chains::ChildSubmitted::Made(other) = other else {
+        panic!("{other:?}")
+    };
+    assert_ne!(other, child_id);
+    assert!(
+        submissions::read(&a, &paths.delayed, &other)
+            .await
+            .expect("read")
+            .is_some()
+    );
 }
 
 #[tokio::test]

@@ -154,6 +154,7 @@ pub fn check_request(
         anonymous: request.id.is_none(),
         marker_names_job: false,
         retry_of: None,
+        after: None,
     })
 }
 

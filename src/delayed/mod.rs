@@ -10,4 +10,4 @@ pub mod due;
 pub mod submission;
 
 pub use client::{Delayed, DelayedError, Receipt, SubmitRequest};
-pub use submission::{DueBucket, MAX_PAYLOAD, Shard, Submission, SubmissionId};
+pub use submission::{AfterRun, DueBucket, MAX_PAYLOAD, Shard, Submission, SubmissionId};

@@ -66,6 +66,18 @@ impl SubmissionId {
         Ok(Self(text.to_owned()))
     }
 
+    /// The id of the submission that `parent`'s run makes of chained job `child`:
+    /// `<parent>.<child>`, or, where that breaks the id rules (too long), 24 hex digits of its
+    /// SHA-256: the same child of the same parent always gets the same id.
+    pub fn of_child(parent: &SubmissionId, child: &JobName) -> Self {
+        let text = format!("{parent}.{child}");
+        Self::parse(&text).unwrap_or_else(|_| {
+            let mut hex = sha256_hex(text.as_bytes());
+            hex.truncate(24);
+            Self(hex)
+        })
+    }
+
     /// A fresh random id (96 bits, 24 hex digits): unique without asking ZooKeeper.
     pub fn generate() -> Self {
         let bits: u128 = rand::random::<u128>() >> 32;
@@ -200,6 +212,17 @@ pub struct Submission {
     pub marker_names_job: bool,
     /// Submitted again by `zkcron delayed retry`: the id of the submission whose run failed.
     pub retry_of: Option<SubmissionId>,
+    /// A chained job's run (`after`) made by a submission's run of its parent (issue 36).
+    pub after: Option<AfterRun>,
+}
+
+/// The parent's run a chained submission follows: its job, its run id and how it ended (as
+/// records spell it), for the child's `ZKCRON_PARENT_RUN_ID` and its record's `parents`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AfterRun {
+    pub job: JobName,
+    pub run_id: String,
+    pub status: String,
 }
 
 /// The header line of a submission znode.
@@ -221,6 +244,10 @@ struct Header {
     /// The submission this one retries (older readers ignore it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     retry_of: Option<String>,
+    /// The parent's run a chained submission follows (older readers ignore it: the run then
+    /// has no `ZKCRON_PARENT_RUN_ID`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    after: Option<AfterRun>,
     /// A tombstone: the SHA-256 of the payload it no longer holds (lowercase hex).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     payload_sha256: Option<String>,
@@ -248,6 +275,7 @@ impl Header {
                 .retry_of
                 .as_ref()
                 .map(|id| id.as_str().to_owned()),
+            after: submission.after.clone(),
             payload_sha256: None,
             payload_bytes: None,
             remembered_until_unix_ms: None,
@@ -308,6 +336,7 @@ impl Submission {
             marker_names_job: header.marker_names_job,
             // Foreign data: an unusable link is dropped, not the submission.
             retry_of: header.retry_of.and_then(|id| SubmissionId::parse(&id).ok()),
+            after: header.after,
         }
     }
 
@@ -317,6 +346,7 @@ impl Submission {
             && self.due_unix_ms == other.due_unix_ms
             && self.payload == other.payload
             && self.requested_by == other.requested_by
+            && self.after == other.after
     }
 
     /// What stays of this submission once it has run and its record is pruned: the request
@@ -361,6 +391,7 @@ impl Tombstone {
             anonymous: false,
             marker_names_job: false,
             retry_of: None,
+            after: None,
             payload_sha256: Some(self.payload_sha256.clone()),
             payload_bytes: Some(self.payload_bytes),
             remembered_until_unix_ms: Some(self.remembered_until_unix_ms),
@@ -521,6 +552,7 @@ mod tests {
             anonymous: false,
             marker_names_job: false,
             retry_of: None,
+            after: None,
         }
     }
 
@@ -542,6 +574,50 @@ mod tests {
             Ok(generated.clone())
         );
         assert_ne!(generated, SubmissionId::generate());
+    }
+
+    #[test]
+    fn a_childs_id_names_its_parent_and_child_and_is_the_same_each_time() {
+        let child = JobName::new("notify");
+        let parent = SubmissionId::parse("order-42").expect("valid");
+        assert_eq!(
+            SubmissionId::of_child(&parent, &child).as_str(),
+            "order-42.notify"
+        );
+        let longest = SubmissionId::parse(&"x".repeat(64)).expect("valid");
+        let hashed = SubmissionId::of_child(&longest, &child);
+        assert_eq!(hashed.as_str().len(), 24);
+        assert_eq!(SubmissionId::parse(hashed.as_str()), Ok(hashed.clone()));
+        assert_eq!(hashed, SubmissionId::of_child(&longest, &child));
+        assert_ne!(
+            hashed,
+            SubmissionId::of_child(&longest, &JobName::new("page"))
+        );
+    }
+
+    #[test]
+    fn a_chained_submission_keeps_its_parents_run_and_older_headers_read_without_it() {
+        let chained = Submission {
+            after: Some(AfterRun {
+                job: JobName::new("order"),
+                run_id: "order-1700000000000-order-42".to_owned(),
+                status: "succeeded".to_owned(),
+            }),
+            ..submission(b"42")
+        };
+        let bytes = chained.to_bytes();
+        let read = Submission::parse(&bytes).expect("a submission");
+        assert_eq!(read, chained);
+        assert!(
+            !read.same_request(&submission(b"42")),
+            "another parent, another request"
+        );
+        assert_eq!(
+            Submission::parse(&submission(b"42").to_bytes())
+                .expect("read")
+                .after,
+            None
+        );
     }
 
     #[test]

@@ -536,11 +536,20 @@ impl Io {
             }
             Action::ListRecords(job) => return self.list(job),
             Action::ListMarks(job) => return chains::list(s, &self.settings.ledger, job),
-            Action::DropMarks {
+            Action::DropMarks { job, marks } => {
+                chains::drop_marks(s, &self.settings.ledger, &job, &marks)
+            }
+            Action::SubmitChild {
                 job,
-                tick_ms,
-                parents,
-            } => chains::drop_marks(s, &self.settings.ledger, &job, tick_ms, parents),
+                mark,
+                id,
+                submission,
+                token,
+            } => {
+                let child = chains::Child { job, mark, id };
+                let (paths, acls) = (&self.settings.ledger, self.settings.acls);
+                return chains::submit_child(s, paths, child, submission, (token, acls));
+            }
             Action::ScanDelayed {
                 generation,
                 wanted,

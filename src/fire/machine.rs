@@ -158,7 +158,13 @@ impl FireMachine {
             Input::LockChanged(status) => self.lock_changed(status, now, &mut out),
             Input::Reloaded(jobs) => self.reloaded(&jobs, now, &mut out),
             Input::ClaimDone { id, result } => {
-                let chained = self.starts.claims.get(&id).map(|pending| {
+                // A chained submission's claim took no marks: it is the delayed queue's.
+                let chained = self
+                    .starts
+                    .claims
+                    .get(&id)
+                    .filter(|p| p.submission.is_none());
+                let chained = chained.map(|pending| {
                     let parents = pending.parents.iter().map(|p| p.job.clone()).collect();
                     let job = pending.config.spec.name.clone();
                     (job, pending.tick.timestamp_millis(), parents)
@@ -239,10 +245,18 @@ impl FireMachine {
                 }
             }
             Input::MarksListed { job, result } => self.marks_listed(job, result, now, &mut out),
+            Input::ChildSubmitted {
+                job,
+                mark,
+                submission,
+                result,
+            } => self.child_submitted(job, &mark, *submission, result, now, &mut out),
             Input::MembershipRead(_) | Input::BroadcastClaimed { .. } => {} // answered above
         }
         // Every final record, whatever wrote it, leaves its children's marks.
-        self.chains.leave_marks(&mut out);
+        let runs = &self.starts.runs;
+        self.chains
+            .leave_marks(&mut out, |run_id| runs.payload_of(run_id));
         if may_free_room {
             self.claim_due_submissions(now, &mut out);
         }

@@ -1,17 +1,21 @@
 //! Chains (`after`) in the ledger: the marks a parent's final record leaves for its children, in
-//! the same multi-op, and reading a child's marks back for its group's owner.
+//! the same multi-op, reading a child's marks back for its group's owner, and turning a
+//! submitted parent's mark into its child's submission.
 //!
-//! Owns: the mark's create (its path, data and parent) and the listing of `after/<child>`, with
-//! foreign names and unreadable marks logged by path and skipped.
-//! Must not: decide whether a child runs (the fire machine does); its claim, which deletes the
-//! marks it follows, is the [`ClaimPlan`](super::ClaimPlan)'s.
+//! Owns: the mark's create (its path, data and parent), the listing of `after/<child>`, with
+//! foreign names and unreadable marks logged by path and skipped, and the fenced multi-op that
+//! takes a submitted parent's mark and submits the child.
+//! Must not: decide whether a child runs (the fire machine does); a tick child's claim, which
+//! deletes the marks it follows, is the [`ClaimPlan`](super::ClaimPlan)'s.
 
-use zookeeper_client::{Acls, Client, CreateMode, CreateOptions, Error as ZkErr};
+use zookeeper_client::{Acls, CheckWriteError, Client, CreateMode, CreateOptions, Error as ZkErr};
 
 use super::error::ClaimError;
-use crate::ids::JobName;
+use crate::delayed::submission::{DueBucket, Submission, SubmissionId};
+use crate::ids::{FencingToken, JobName};
 use crate::layout::{LedgerPaths, MarkName};
 use crate::run::{ChainMark, Claim, FoundMark, RunRecord};
+use crate::zk::tally::{self, WriteKind};
 
 /// One mark to create with a parent's final record.
 #[derive(Debug, Clone)]
@@ -30,12 +34,20 @@ pub fn marks_of(paths: &LedgerPaths, claim: &Claim, acls: Acls<'static>) -> Vec<
     if record.retry_at_unix_ms.is_some() {
         return Vec::new();
     }
-    let data = ChainMark::of(&record.run_id, record.status).to_bytes();
+    let name = MarkName {
+        submission: record.submission_id.clone(),
+        ..MarkName::of_tick(record.scheduled_unix_ms, &record.job)
+    };
+    let data = ChainMark {
+        payload: claim.payload.as_deref().cloned().unwrap_or_default(),
+        ..ChainMark::of(&record.run_id, record.status)
+    }
+    .to_bytes();
     claim
         .children
         .iter()
         .map(|child| MarkCreate {
-            path: paths.chain_mark(child, record.scheduled_unix_ms, &record.job),
+            path: paths.mark(child, &name),
             dir: paths.after_of(child),
             data: data.clone(),
             acls,
@@ -44,12 +56,16 @@ pub fn marks_of(paths: &LedgerPaths, claim: &Claim, acls: Acls<'static>) -> Vec<
 }
 
 /// The marks a chained run's claim took (its `parents`), to make again when the claim is given
-/// back unstarted.
+/// back unstarted. None for a chained submission's run: its mark was taken when it was
+/// submitted, and it goes back to pending.
 pub fn marks_taken_by(
     paths: &LedgerPaths,
     record: &RunRecord,
     acls: Acls<'static>,
 ) -> Vec<MarkCreate> {
+    if record.submission_id.is_some() {
+        return Vec::new();
+    }
     record
         .parents
         .iter()
@@ -124,3 +140,99 @@ pub async fn marks_for(
     found.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(found)
 }
+
+/// What became of a submitted parent's mark.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChildSubmitted {
+    /// The mark is taken and the child submitted under this id, due as `submission` says.
+    Made(SubmissionId),
+    /// The mark was gone: taken already, or removed.
+    MarkGone,
+}
+
+/// Submits `submission` (the child's) under `id`, taking the mark `mark` left for it, in one
+/// multi-op under `check(epoch, token)`: the mark's delete, the child's request and its pending
+/// marker. So a mark becomes one submission at most, and a stale owner's attempt writes
+/// nothing. An id a submission holds already (the parent's id used again while the child's
+/// request is kept) gives way to a generated one.
+///
+/// # Errors
+/// `NotOwner` when the epoch moved past `token`; `Zk` when a request failed (nothing was
+/// written: a multi-op is all or nothing).
+pub async fn submit_child(
+    client: &Client,
+    paths: &LedgerPaths,
+    child: &JobName,
+    mark: &MarkName,
+    id: SubmissionId,
+    submission: &Submission,
+    (token, acls): (FencingToken, Acls<'static>),
+) -> Result<ChildSubmitted, ClaimError> {
+    let mark_path = paths.mark(child, mark);
+    let data = submission.to_bytes();
+    let options = CreateMode::Persistent.with_acls(acls);
+    let mut id = id;
+    for _ in 0..SUBMIT_ATTEMPTS {
+        let request = paths.delayed.submission(&id);
+        let marker = paths.delayed.marker_of(&id, submission);
+        let zk_err = |path: &str, source| ClaimError::Zk {
+            path: path.to_owned(),
+            source,
+        };
+        let mut writer = client
+            .new_check_writer(&paths.epoch, Some(token.0))
+            .map_err(|source| zk_err(&paths.epoch, source))?;
+        writer
+            .add_delete(&mark_path, None)
+            .and_then(|()| writer.add_create(&request, &data, &options))
+            .and_then(|()| writer.add_create(&marker, &[], &options))
+            .map_err(|source| zk_err(&mark_path, source))?;
+        tally::wrote_checked(WriteKind::Submit, 3, 1);
+        match writer.commit().await {
+            Ok(_) => return Ok(ChildSubmitted::Made(id)),
+            Err(CheckWriteError::CheckFailed { .. }) => return Err(ClaimError::NotOwner { token }),
+            Err(CheckWriteError::OperationFailed {
+                index: 0,
+                source: ZkErr::NoNode,
+            }) => return Ok(ChildSubmitted::MarkGone),
+            Err(CheckWriteError::OperationFailed {
+                index: 1,
+                source: ZkErr::NodeExists,
+            }) => {
+                tracing::info!(
+                    path = request,
+                    "a submission holds the child's id already; the child is submitted under a generated one"
+                );
+                id = SubmissionId::generate();
+            }
+            Err(CheckWriteError::OperationFailed {
+                source: ZkErr::NoNode,
+                ..
+            }) => {
+                let bucket = DueBucket::of(submission.due_unix_ms);
+                for parent in [
+                    paths.delayed.id_shard(id.shard()),
+                    paths.delayed.due_shard(bucket, id.shard()),
+                ] {
+                    crate::zk::ensure_persistent(client, &parent, acls)
+                        .await
+                        .map_err(|err| ClaimError::from_zk(&parent, err))?;
+                }
+            }
+            Err(CheckWriteError::OperationFailed { index, source }) => {
+                let path = [&mark_path, &request, &marker][index.min(2)];
+                return Err(zk_err(path, source));
+            }
+            Err(CheckWriteError::RequestFailed { source }) => {
+                return Err(zk_err(&mark_path, source));
+            }
+        }
+    }
+    Err(ClaimError::Zk {
+        path: mark_path,
+        source: ZkErr::NoNode,
+    })
+}
+
+/// A child's submit meets a missing parent, or a taken id, this many times at most.
+const SUBMIT_ATTEMPTS: usize = 4;

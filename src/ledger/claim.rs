@@ -135,13 +135,14 @@ impl ClaimPlan {
             }
             _ => None,
         };
+        // A chained submission's mark went when it was submitted.
         let follows = match mode {
-            ClaimMode::Create => record
+            ClaimMode::Create if record.submission_id.is_none() => record
                 .parents
                 .iter()
                 .map(|parent| paths.chain_mark(&record.job, record.scheduled_unix_ms, &parent.job))
                 .collect(),
-            ClaimMode::Again { .. } => Vec::new(),
+            _ => Vec::new(),
         };
         Self {
             path: record.path(paths),
@@ -422,6 +423,7 @@ impl ClaimPlan {
             open,
             session,
             children: Vec::new(),
+            payload: None,
         }
     }
 }

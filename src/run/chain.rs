@@ -2,8 +2,10 @@
 //! for each of its children, and the parents' runs a child's record names.
 //!
 //! Owns: the mark's stored format (a small JSON document at
-//! `after/<child>/<instant>~<parent>`, named by `layout::MarkName`); a child's record names its
-//! parents' runs with `record::ParentRun`.
+//! `after/<child>/<instant>~<parent>`, named by `layout::MarkName`; a submission's run's mark,
+//! `<due>-<id>~<parent>`, carries the submission's payload after the document's line, as the
+//! submission's own node does); a child's record names its parents' runs with
+//! `record::ParentRun`.
 //! Must not: decide whether a child runs (the fire machine does) or touch ZooKeeper.
 
 use serde::{Deserialize, Serialize};
@@ -23,6 +25,10 @@ pub struct ChainMark {
         skip_serializing_if = "crate::formats::is_first"
     )]
     pub format: u32,
+    /// A submission's run: its payload, which its child's submission gets. Stored after the
+    /// JSON line (none: no line break).
+    #[serde(skip)]
+    pub payload: Vec<u8>,
 }
 
 impl ChainMark {
@@ -32,12 +38,19 @@ impl ChainMark {
             run_id: run_id.to_owned(),
             status,
             format: crate::formats::CHAIN_MARK,
+            payload: Vec::new(),
         }
     }
 
-    /// The znode data; cannot fail for this plain struct.
+    /// The znode data: the JSON document, then, for a payload, `\n` and the payload as is (a
+    /// compact JSON document holds no line break). Cannot fail for this plain struct.
     pub fn to_bytes(&self) -> Vec<u8> {
-        serde_json::to_vec(self).unwrap_or_default()
+        let mut bytes = serde_json::to_vec(self).unwrap_or_default();
+        if !self.payload.is_empty() {
+            bytes.push(b'\n');
+            bytes.extend_from_slice(&self.payload);
+        }
+        bytes
     }
 
     /// Parses a mark read from ZooKeeper (untrusted: log it with its path and skip it).
@@ -45,7 +58,13 @@ impl ChainMark {
     /// # Errors
     /// Not a chain mark.
     pub fn parse(data: &[u8]) -> Result<Self, serde_json::Error> {
-        serde_json::from_slice(data)
+        let (document, payload) = match data.iter().position(|&b| b == b'\n') {
+            Some(end) => (&data[..end], &data[end + 1..]),
+            None => (data, &[][..]),
+        };
+        let mut mark: Self = serde_json::from_slice(document)?;
+        mark.payload = payload.to_vec();
+        Ok(mark)
     }
 }
 
@@ -67,5 +86,19 @@ mod tests {
         assert_eq!(bytes, br#"{"run_id":"extract-1","status":"failed"}"#);
         assert_eq!(ChainMark::parse(&bytes).ok(), Some(mark));
         assert!(ChainMark::parse(b"garbage").is_err());
+    }
+
+    #[test]
+    fn a_submitted_parents_mark_carries_its_payload_bytes_as_they_are() {
+        let payload = b"line one\nline two\n\x00\xff".to_vec();
+        let mark = ChainMark {
+            payload: payload.clone(),
+            ..ChainMark::of("order-1-42", RunStatus::Succeeded)
+        };
+        let bytes = mark.to_bytes();
+        assert!(bytes.starts_with(b"{\"run_id\":\"order-1-42\",\"status\":\"succeeded\"}\n"));
+        let read = ChainMark::parse(&bytes).expect("a mark");
+        assert_eq!(read.payload, payload);
+        assert_eq!(read, mark);
     }
 }

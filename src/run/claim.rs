@@ -25,6 +25,9 @@ pub struct Claim {
     /// The jobs that run after this one (`after`): its final record leaves each a mark, in the
     /// same multi-op. Set by the fire machine on the final record only.
     pub children: Vec<crate::ids::JobName>,
+    /// A submission's run that leaves marks: its payload, which the marks carry to the
+    /// children's submissions. Set with `children`.
+    pub payload: Option<std::sync::Arc<Vec<u8>>>,
 }
 
 impl Claim {

@@ -49,6 +49,23 @@ impl RunStatus {
         }
     }
 
+    /// The status records spell `text`; `None` for any other text.
+    pub fn parse(text: &str) -> Option<Self> {
+        [
+            RunStatus::Claimed,
+            RunStatus::Running,
+            RunStatus::Succeeded,
+            RunStatus::Failed,
+            RunStatus::TimedOut,
+            RunStatus::Cancelled,
+            RunStatus::Interrupted,
+            RunStatus::Skipped,
+            RunStatus::Missed,
+        ]
+        .into_iter()
+        .find(|status| status.as_str() == text)
+    }
+
     /// True once nothing will change the record any more (except a retry or rerun).
     pub fn is_final(self) -> bool {
         !matches!(self, RunStatus::Claimed | RunStatus::Running)

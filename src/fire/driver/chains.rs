@@ -1,8 +1,9 @@
 //! The fire driver's I/O for chains (`after`): reading a chained job's marks, removing marks
-//! nobody will take, and the watch that reports new marks.
+//! nobody will take, submitting a submitted parent's child, and the watch that reports new
+//! marks.
 //!
-//! Owns: turning the machine's chain actions into `ledger::chains` reads and deletes, and the
-//! persistent recursive watch on `after/` for the current session.
+//! Owns: turning the machine's chain actions into `ledger::chains` reads, submits and deletes,
+//! and the persistent recursive watch on `after/` for the current session.
 //! Must not: decide what a mark becomes (the machine does).
 
 use tokio::sync::mpsc;
@@ -10,9 +11,12 @@ use tokio_util::sync::CancellationToken;
 use zookeeper_client::{Client, EventType};
 
 use super::session::{Session, bounded};
+use crate::delayed::submission::{Submission, SubmissionId};
 use crate::fire::machine::Input;
-use crate::ids::JobName;
-use crate::layout::LedgerPaths;
+use crate::ids::{FencingToken, JobName};
+use crate::layout::{LedgerPaths, MarkName};
+use crate::ledger::ClaimError;
+use crate::ledger::chains::ChildSubmitted;
 use crate::report::error_chain;
 use crate::zk::watch::{Change, RecursiveWatch};
 
@@ -40,28 +44,16 @@ pub(super) fn list(s: &Session, paths: &LedgerPaths, job: JobName) -> Option<Inp
     None
 }
 
-/// Removes the marks `parents` left for `job` at `tick_ms`: its instant is recorded already.
-pub(super) fn drop_marks(
-    s: &Session,
-    paths: &LedgerPaths,
-    job: &JobName,
-    tick_ms: i64,
-    parents: Vec<JobName>,
-) {
+/// Removes the marks `marks` left for `job`: nobody will take them.
+pub(super) fn drop_marks(s: &Session, paths: &LedgerPaths, job: &JobName, marks: &[MarkName]) {
     let Some(client) = s.client.clone() else {
         return;
     };
-    let marks: Vec<String> = parents
-        .iter()
-        .map(|parent| paths.chain_mark(job, tick_ms, parent))
-        .collect();
+    let marks: Vec<String> = marks.iter().map(|mark| paths.mark(job, mark)).collect();
     s.tasks.spawn(async move {
         for mark in marks {
             match bounded(&mark, crate::zk::delete_if_there(&client, &mark, None)).await {
-                Some(Ok(_)) => tracing::info!(
-                    path = mark,
-                    "chain mark removed: its child's instant is recorded already"
-                ),
+                Some(Ok(_)) => tracing::info!(path = mark, "chain mark removed: nobody takes it"),
                 Some(Err(err)) => {
                     tracing::debug!(path = mark, error = %err, "chain mark not removed")
                 }
@@ -69,6 +61,57 @@ pub(super) fn drop_marks(
             }
         }
     });
+}
+
+/// The child a submitted parent's mark makes: its job, the mark, and the id it is submitted
+/// under.
+pub(super) struct Child {
+    pub job: JobName,
+    pub mark: MarkName,
+    pub id: SubmissionId,
+}
+
+/// Submits `child`'s `submission`, taking its mark (answered as [`Input::ChildSubmitted`]).
+pub(super) fn submit_child(
+    s: &Session,
+    paths: &LedgerPaths,
+    child: Child,
+    submission: Box<Submission>,
+    fence: (FencingToken, zookeeper_client::Acls<'static>),
+) -> Option<Input> {
+    let Child { job, mark, id } = child;
+    let Some(client) = s.client.clone() else {
+        let result = Err(Session::no_session());
+        return Some(Input::ChildSubmitted {
+            job,
+            mark,
+            submission,
+            result,
+        });
+    };
+    let (paths, answers) = (paths.clone(), s.answers.clone());
+    s.tasks.spawn(async move {
+        let path = paths.mark(&job, &mark);
+        let submit =
+            crate::ledger::chains::submit_child(&client, &paths, &job, &mark, id, &submission, fence);
+        let result = match bounded(&path, submit).await {
+            Some(Ok(ChildSubmitted::Made(id))) => Ok(Some(id)),
+            Some(Ok(ChildSubmitted::MarkGone)) => Ok(None),
+            Some(Err(ClaimError::NotOwner { token })) => {
+                tracing::info!(path, %token, "chained submission not made: the lock has a newer owner");
+                Ok(None)
+            }
+            Some(Err(err)) => Err(error_chain(&err)),
+            None => Err("zookeeper did not answer in time".to_owned()),
+        };
+        let _ = answers.send(Input::ChildSubmitted {
+            job,
+            mark,
+            submission,
+            result,
+        });
+    });
+    None
 }
 
 /// Watches `after/` (persistent, recursive) for the life of `client`'s session and reports each

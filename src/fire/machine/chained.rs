@@ -1,16 +1,20 @@
 //! The router's side of chains (`after`): a child's marks, as read, go through the one claim
 //! path — a run at the parents' instant, or a `skipped` record — and a chained claim's answer
-//! settles its instant (a taken instant's marks removed, a failed claim read again).
+//! settles its instant (a taken instant's marks removed, a failed claim read again). A
+//! submitted parent's mark becomes the child's submission, which the delayed queue then holds
+//! and claims as any other.
 //!
-//! Owns: the order of those steps. Must not: keep state of its own (`chains` holds it; `starts`
-//! the claims).
+//! Owns: the order of those steps, and what a child's submission is made of. Must not: keep
+//! state of its own (`chains` holds it; `starts` the claims; `delayed` the submissions).
 
 use chrono::{DateTime, Utc};
 
 use super::FireMachine;
 use super::chains::ChainStep;
 use super::protocol::{Action, ClaimRefused, FireReason, Item};
+use crate::delayed::submission::{AfterRun, Submission, SubmissionId};
 use crate::ids::JobName;
+use crate::layout::MarkName;
 use crate::run::FoundMark;
 
 impl FireMachine {
@@ -53,6 +57,52 @@ impl FireMachine {
                     record.parents = parents;
                     self.claim_path(now, out, |s, ctx| s.claim_record_only(ctx, &config, record));
                 }
+                ChainStep::Submit { parent, found } => {
+                    let (id, submission) = child_submission(&job, &parent, found.clone(), now);
+                    out.push(Action::SubmitChild {
+                        job: job.clone(),
+                        mark: found.name,
+                        id,
+                        submission: Box::new(submission),
+                        token,
+                    });
+                }
+                ChainStep::Forget { mark, why } => {
+                    tracing::info!(job = %job, parent = %mark.parent, why, "a submitted parent's run makes no run of this job");
+                    self.chains.submitted(&job, &mark);
+                    out.push(Action::DropMarks {
+                        job: job.clone(),
+                        marks: vec![mark],
+                    });
+                }
+            }
+        }
+    }
+
+    /// Answer to [`Action::SubmitChild`]: the child's submission, made, is considered at once
+    /// (the watch on the due buckets reports it too; the queue holds it once); a failed submit
+    /// reads the marks again.
+    pub(super) fn child_submitted(
+        &mut self,
+        job: JobName,
+        mark: &MarkName,
+        submission: Submission,
+        result: Result<Option<SubmissionId>, String>,
+        now: DateTime<Utc>,
+        out: &mut Vec<Action>,
+    ) {
+        if !self.chains.submitted(&job, mark) {
+            return;
+        }
+        match result {
+            Ok(Some(id)) => {
+                tracing::info!(job = %job, id = %id, parent = %mark.parent, "chained run submitted after a submitted parent's run");
+                self.submission_read(id, submission, now, out);
+            }
+            Ok(None) => {}
+            Err(why) => {
+                tracing::warn!(job = %job, parent = %mark.parent, error = why, "chained submission not made; reading the marks again shortly");
+                self.chains.listing_failed(&job, now);
             }
         }
     }
@@ -79,11 +129,44 @@ impl FireMachine {
             Some(ClaimRefused::AlreadyClaimed) if !parents.is_empty() => {
                 out.push(Action::DropMarks {
                     job: job.clone(),
-                    tick_ms,
-                    parents,
+                    marks: parents
+                        .iter()
+                        .map(|parent| MarkName::of_tick(tick_ms, parent))
+                        .collect(),
                 });
             }
             _ => {}
         }
     }
+}
+
+/// The submission of chained job `job` that a submitted parent's mark `found` makes: due at the
+/// parent's due instant (`ZKCRON_SCHEDULED_AT` the same; its lateness counts from now, when it
+/// is submitted), with the parent's payload and run, under `<parent id>.<job>`
+/// ([`SubmissionId::of_child`]). Anonymous: its mark's delete, in the same multi-op, is what
+/// makes it once, so nothing needs to remember its id after its record.
+fn child_submission(
+    job: &JobName,
+    parent: &SubmissionId,
+    found: FoundMark,
+    now: DateTime<Utc>,
+) -> (SubmissionId, Submission) {
+    let id = SubmissionId::of_child(parent, job);
+    let submission = Submission {
+        job: job.clone(),
+        due_unix_ms: found.name.scheduled_unix_ms,
+        submitted_unix_ms: now.timestamp_millis(),
+        payload: found.mark.payload,
+        requested_by: None,
+        anonymous: true,
+        // Every zkcron that reads chain marks reads a marker that names its job.
+        marker_names_job: true,
+        retry_of: None,
+        after: Some(AfterRun {
+            job: found.name.parent,
+            run_id: found.mark.run_id,
+            status: found.mark.status.as_str().to_owned(),
+        }),
+    };
+    (id, submission)
 }

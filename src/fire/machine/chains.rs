@@ -1,9 +1,10 @@
 //! Chains (`after`), the part of the fire machine that links a parent's run to its children's:
 //! which final records leave marks, and what a child's marks, once read, become — a run at the
-//! parents' instant, or a `skipped` record naming the parent that ended otherwise.
+//! parents' instant, or a `skipped` record naming the parent that ended otherwise; a submitted
+//! parent's mark, a submission of the child.
 //!
 //! Owns: who follows whom across the whole schedule, which of this group's chained jobs have a
-//! listing out, and which instants have a claim out.
+//! listing out, and which instants, and submitted parents' marks, have a claim or a submit out.
 //! Must not: claim anything itself (its steps go through the one claim path, `starts`), or do
 //! I/O: marks are read by the driver ([`Action::ListMarks`]) and come back as input.
 
@@ -14,7 +15,9 @@ use chrono::{DateTime, Utc};
 
 use super::protocol::Action;
 use crate::config::{After, JobConfig};
+use crate::delayed::submission::SubmissionId;
 use crate::ids::JobName;
+use crate::layout::MarkName;
 use crate::run::FoundMark;
 use crate::run::{ParentRun, RunStatus};
 
@@ -32,6 +35,14 @@ pub(super) enum ChainStep {
         parents: Vec<ParentRun>,
         why: String,
     },
+    /// A submitted parent's run ended as `after_status` says: the child is submitted, with the
+    /// parent's payload, taking the mark. `parent`: the parent's submission id.
+    Submit {
+        parent: SubmissionId,
+        found: FoundMark,
+    },
+    /// A submitted parent's mark that makes no run (`why`): removed.
+    Forget { mark: MarkName, why: String },
 }
 
 /// The chains this machine keeps. See the module docs.
@@ -40,12 +51,17 @@ pub(super) struct Chains {
     /// Each parent's children, of any group (a child in another group is that group's owner's
     /// to run, from the mark).
     children: HashMap<JobName, Vec<JobName>>,
+    /// Every chained job's parents and `after_status`, of any group: which children a
+    /// submitted parent's run leaves marks for.
+    afters: HashMap<JobName, Arc<After>>,
     /// This group's chained jobs.
     followers: HashMap<JobName, Arc<After>>,
     /// A listing is out for the job; `true`: another is owed once it is answered.
     listing: HashMap<JobName, bool>,
     /// Instants whose claim is out, by job: a listing meanwhile does not claim them again.
     claiming: HashSet<(JobName, i64)>,
+    /// Submitted parents' marks whose child's submit is out.
+    submitting: HashSet<(JobName, MarkName)>,
     /// A listing failed: every chained job's marks are read again then.
     relist_at: Option<DateTime<Utc>>,
 }
@@ -65,13 +81,15 @@ impl Chains {
                     .push(job.spec.name.clone());
             }
         }
-        let followers = mine
-            .iter()
-            .filter_map(|job| Some((job.spec.name.clone(), Arc::clone(job.after.as_ref()?))))
-            .collect();
+        let afters_of = |jobs: &[Arc<JobConfig>]| -> HashMap<JobName, Arc<After>> {
+            jobs.iter()
+                .filter_map(|job| Some((job.spec.name.clone(), Arc::clone(job.after.as_ref()?))))
+                .collect()
+        };
         Self {
             children,
-            followers,
+            afters: afters_of(all),
+            followers: afters_of(mine),
             ..Self::default()
         }
     }
@@ -80,14 +98,21 @@ impl Chains {
     pub fn reloaded(&mut self, all: &[Arc<JobConfig>], mine: &[Arc<JobConfig>]) {
         let fresh = Self::of(all, mine);
         self.children = fresh.children;
+        self.afters = fresh.afters;
         self.followers = fresh.followers;
     }
 
     /// Gives each final record among `actions` the marks it leaves: a run of a parent that
     /// ended (succeeded, failed, timed out, cancelled) and promises no retry, so a retried
-    /// parent counts once, at its end. A submission's run leaves none, nor a backfill's unless
-    /// asked (`--with-children`).
-    pub fn leave_marks(&self, actions: &mut [Action]) {
+    /// parent counts once, at its end. A backfill's leaves none unless asked
+    /// (`--with-children`). A submission's run leaves marks only for the children it makes a
+    /// run of — those that follow it alone, and whose `after_status` admits its end — and they
+    /// carry its payload (`payload_of` its run id).
+    pub fn leave_marks(
+        &self,
+        actions: &mut [Action],
+        payload_of: impl Fn(&str) -> Option<Arc<Vec<u8>>>,
+    ) {
         if self.children.is_empty() {
             return;
         }
@@ -105,13 +130,31 @@ impl Chains {
             );
             if !ended
                 || record.retry_at_unix_ms.is_some()
-                || record.submission_id.is_some()
                 || (record.backfill && !record.with_children)
             {
                 continue;
             }
-            if let Some(children) = self.children.get(&record.job) {
+            let Some(children) = self.children.get(&record.job) else {
+                continue;
+            };
+            if record.submission_id.is_none() {
                 claim.children.clone_from(children);
+                continue;
+            }
+            claim.children = children
+                .iter()
+                .filter(|child| {
+                    self.afters.get(*child).is_some_and(|after| {
+                        after.parents.len() == 1 && after.status.admits(record.status)
+                    })
+                })
+                .cloned()
+                .collect();
+            if !claim.children.is_empty() {
+                claim.payload = payload_of(&record.run_id);
+                if claim.payload.is_none() {
+                    tracing::warn!(job = %record.job, run_id = record.run_id, "the submission's payload is not known here; its children get none");
+                }
             }
         }
     }
@@ -152,15 +195,21 @@ impl Chains {
         let Some(after) = self.followers.get(job) else {
             return Vec::new();
         };
+        let mut steps = Vec::new();
         let mut by_instant: BTreeMap<i64, Vec<FoundMark>> = BTreeMap::new();
         for mark in marks {
+            if let Some(parent) = mark.name.submission.clone() {
+                if self.submitting.insert((job.clone(), mark.name.clone())) {
+                    steps.push(submitted_step(after, parent, mark));
+                }
+                continue;
+            }
             by_instant
                 .entry(mark.name.scheduled_unix_ms)
                 .or_default()
                 .push(mark);
         }
         let deadline = chrono::Duration::from_std(config.starting_deadline).unwrap_or_default();
-        let mut steps = Vec::new();
         for (ms, marks) in by_instant {
             let Some(tick) = DateTime::from_timestamp_millis(ms) else {
                 continue;
@@ -217,6 +266,41 @@ impl Chains {
     /// The claim of `job`'s run (or record) at `tick_ms` was answered.
     pub fn settled(&mut self, job: &JobName, tick_ms: i64) -> bool {
         self.claiming.remove(&(job.clone(), tick_ms))
+    }
+
+    /// The submit of `job` that takes `mark` (or the mark's removal) was answered.
+    pub fn submitted(&mut self, job: &JobName, mark: &MarkName) -> bool {
+        self.submitting.remove(&(job.clone(), mark.clone()))
+    }
+}
+
+/// What a submitted parent's mark becomes: the child's submission when the child follows that
+/// parent alone and its `after_status` admits the parent's end; otherwise nothing, the mark
+/// removed (a child of several parents joins no submitted run: their runs share no instant).
+fn submitted_step(after: &After, id: SubmissionId, found: FoundMark) -> ChainStep {
+    let parent = &found.name.parent;
+    let status = found.mark.status;
+    let why = if !after.parents.contains(parent) {
+        Some(format!("{parent} is no longer among the job's parents"))
+    } else if after.parents.len() > 1 {
+        Some(format!(
+            "a submitted run of {parent}: a job with several parents follows no submitted run"
+        ))
+    } else if !after.status.admits(status) {
+        Some(format!(
+            "{parent} ended {} (after_status = {})",
+            status.as_str(),
+            after.status.as_str()
+        ))
+    } else {
+        None
+    };
+    match why {
+        Some(why) => ChainStep::Forget {
+            mark: found.name,
+            why,
+        },
+        None => ChainStep::Submit { parent: id, found },
     }
 }
 

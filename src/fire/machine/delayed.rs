@@ -17,11 +17,11 @@ use chrono::{DateTime, Utc};
 
 use super::protocol::{Action, FireReason, Item, MISSED_AFTER, Me, Scanned, Wanted};
 use crate::config::JobConfig;
-use crate::delayed::submission::{DueBucket, Submission, SubmissionId};
+use crate::delayed::submission::{AfterRun, DueBucket, Submission, SubmissionId};
 use crate::ids::FencingToken;
 use crate::ids::JobName;
 use crate::run::SubmissionInput;
-use crate::run::{RunRecord, RunStatus};
+use crate::run::{ParentRun, RunRecord, RunStatus};
 
 /// How far ahead of now the owner reads the due buckets: far enough that a bucket is in memory
 /// before its claims go out (`claim_ahead`), near enough that little is held in memory.
@@ -59,6 +59,8 @@ struct Due {
     requested_by: Option<String>,
     /// Its marker names its job: the claim deletes (a withdraw restores) that name.
     marker_names_job: bool,
+    /// A chained job's run after a submitted parent's: that run.
+    after: Option<ParentRun>,
 }
 
 /// The near horizon of pending submissions.
@@ -457,7 +459,13 @@ impl DelayedQueue {
             return Considered::Held;
         };
         let deadline = chrono::Duration::from_std(config.starting_deadline).unwrap_or_default();
-        if due + deadline < now {
+        // A chained submission is due at its parent's instant, old by design: its lateness
+        // counts from when its parent's end submitted it.
+        let counted_from = match &submission.after {
+            Some(_) => DateTime::from_timestamp_millis(submission.submitted_unix_ms).unwrap_or(due),
+            None => due,
+        };
+        if counted_from + deadline < now {
             tracing::warn!(job = %submission.job, id = %id, %due, "submission missed: older than its job's starting_deadline");
             self.known.insert(id);
             return Considered::Missed { due };
@@ -469,6 +477,7 @@ impl DelayedQueue {
             due + late_after < since && submission.submitted_unix_ms < since.timestamp_millis()
         });
         self.known.insert(id.clone());
+        let after = submission.after.and_then(|after| parent_run(after, &id));
         self.due.entry(submission.job).or_default().insert(
             (submission.due_unix_ms, id),
             Due {
@@ -476,6 +485,7 @@ impl DelayedQueue {
                 resumed,
                 requested_by: submission.requested_by,
                 marker_names_job: submission.marker_names_job,
+                after,
             },
         );
         Considered::Held
@@ -509,6 +519,8 @@ impl Due {
     fn into_item(self, id: SubmissionId, at: DateTime<Utc>) -> Item {
         let reason = if self.resumed {
             FireReason::CaughtUp
+        } else if self.after.is_some() {
+            FireReason::Chained
         } else if self.requested_by.is_some() {
             FireReason::Manual
         } else {
@@ -524,9 +536,23 @@ impl Due {
                 requested_by: self.requested_by,
                 marker_names_job: self.marker_names_job,
             }),
-            parents: Vec::new(),
+            parents: self.after.into_iter().collect(),
         }
     }
+}
+
+/// The parent's run a chained submission names, as its record names it; `None` (logged) for a
+/// status no record spells: the run then names no parent.
+fn parent_run(after: AfterRun, id: &SubmissionId) -> Option<ParentRun> {
+    let Some(status) = RunStatus::parse(&after.status) else {
+        tracing::warn!(id = %id, status = after.status, "a chained submission names its parent's end in words no record uses; its run names no parent");
+        return None;
+    };
+    Some(ParentRun {
+        job: after.job,
+        run_id: after.run_id,
+        status,
+    })
 }
 
 #[cfg(test)]
@@ -554,6 +580,7 @@ mod tests {
             anonymous: true,
             marker_names_job: true,
             retry_of: None,
+            after: None,
         }
     }
 

@@ -14,6 +14,7 @@ use crate::config::JobConfig;
 use crate::control::Pauses;
 use crate::delayed::submission::{DueBucket, Submission, SubmissionId};
 use crate::ids::{FencingToken, JobName, NodeId};
+use crate::layout::MarkName;
 use crate::lock::LockStatus;
 use crate::run::{
     Claim, ClaimMode, JobSpec, ParentRun, RunContext, RunRecord, RunReport, SubmissionInput,
@@ -244,6 +245,14 @@ pub enum Input {
         job: JobName,
         result: Result<Vec<crate::run::FoundMark>, String>,
     },
+    /// Answer to [`Action::SubmitChild`]: the child submitted under this id (`None`: the mark
+    /// was gone, or the epoch had moved on: nothing was written), or why the submit failed.
+    ChildSubmitted {
+        job: JobName,
+        mark: MarkName,
+        submission: Box<Submission>,
+        result: Result<Option<SubmissionId>, String>,
+    },
 }
 
 /// How the write of a run's final record ended.
@@ -401,12 +410,18 @@ pub enum Action {
     },
     /// Read the chain marks left for this chained job. Answered by [`Input::MarksListed`].
     ListMarks(JobName),
-    /// Remove the marks `parents` left for `job` at `tick_ms`: the instant is recorded, so
-    /// nobody will take them. Nothing answers.
-    DropMarks {
+    /// Remove the marks left for `job`: nobody will take them (their instant is recorded, or
+    /// a submitted parent's mark makes no run). Nothing answers.
+    DropMarks { job: JobName, marks: Vec<MarkName> },
+    /// Submit `submission` of the chained job `job` under `id` (a generated one if `id` is
+    /// taken), taking the submitted parent's `mark`, in one multi-op under `check(epoch,
+    /// token)`. Answered by [`Input::ChildSubmitted`].
+    SubmitChild {
         job: JobName,
-        tick_ms: i64,
-        parents: Vec<JobName>,
+        mark: MarkName,
+        id: SubmissionId,
+        submission: Box<Submission>,
+        token: FencingToken,
     },
 }
 

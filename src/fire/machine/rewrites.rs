@@ -167,6 +167,7 @@ mod tests {
             open: None,
             session: SessionId(7),
             children: Vec::new(),
+            payload: None,
         }
     }
 

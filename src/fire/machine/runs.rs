@@ -197,6 +197,12 @@ impl Runs {
         }
     }
 
+    /// The payload of submission run `run_id` alive here, which its children's marks carry.
+    pub fn payload_of(&self, run_id: &str) -> Option<Arc<Vec<u8>>> {
+        let run = self.alive.get(run_id)?;
+        Some(Arc::clone(&run.submission.as_ref()?.payload))
+    }
+
     /// The guard run `run_id` holds, if any.
     pub fn guard_of(&self, run_id: &str) -> Option<&String> {
         self.alive.get(run_id)?.claim.guard.as_ref()

@@ -24,6 +24,7 @@ mod limits;
 mod notices;
 mod properties;
 mod steering;
+mod submitted_parents;
 
 const TOKEN: FencingToken = FencingToken(7);
 
@@ -202,6 +203,7 @@ fn granted(claim: &TickClaim) -> Claim {
             .then(|| format!("/running/{}", claim.record.job)),
         open: None,
         children: Vec::new(),
+        payload: None,
         session: SessionId(1),
         sent: claim.record.clone(),
     }
@@ -216,6 +218,7 @@ fn granted_broadcast(record: &RunRecord) -> Claim {
         guard: None,
         open: None,
         children: Vec::new(),
+        payload: None,
         session: SessionId(1),
         sent: record.clone(),
     }
@@ -1659,6 +1662,7 @@ fn issue_31_a_stop_ends_whatever_is_in_flight() {
                             guard: None,
                             open: None,
                             children: Vec::new(),
+                            payload: None,
                             session: SessionId(1),
                             sent: record,
                         };

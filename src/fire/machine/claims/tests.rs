@@ -52,6 +52,7 @@ fn claim_of(pending: &Pending) -> Claim {
         open: None,
         session: SessionId(1),
         children: Vec::new(),
+        payload: None,
     }
 }
 

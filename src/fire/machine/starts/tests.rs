@@ -89,6 +89,7 @@ fn granted(claim: &TickClaim) -> Claim {
         guard: None,
         open: None,
         children: Vec::new(),
+        payload: None,
         session: SessionId(1),
         sent: claim.record.clone(),
     }

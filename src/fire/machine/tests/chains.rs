@@ -23,10 +23,10 @@ fn chained() -> String {
 
 fn mark(parent: &str, tick_ms: i64, status: RunStatus) -> FoundMark {
     FoundMark {
-        name: crate::layout::MarkName {
-            scheduled_unix_ms: t(tick_ms).timestamp_millis(),
-            parent: JobName::new(parent),
-        },
+        name: crate::layout::MarkName::of_tick(
+            t(tick_ms).timestamp_millis(),
+            &JobName::new(parent),
+        ),
         mark: ChainMark::of(&format!("{parent}-{tick_ms}"), status),
     }
 }
@@ -234,8 +234,10 @@ fn a_chained_claim_that_finds_its_instant_taken_removes_the_marks_left() {
     assert!(
         actions.contains(&Action::DropMarks {
             job: JobName::new("load"),
-            tick_ms: t(1000).timestamp_millis(),
-            parents: vec![JobName::new("extract")],
+            marks: vec![crate::layout::MarkName::of_tick(
+                t(1000).timestamp_millis(),
+                &JobName::new("extract")
+            )],
         }),
         "{actions:?}"
     );

@@ -164,10 +164,10 @@ fn a_chained_runs_wait_for_its_lease_counts_from_its_claim_not_its_parents_insta
     let mut m = owning(&tables);
     // extract's run at 1 s ended long ago; its mark is read at 60 s.
     let mark = crate::run::FoundMark {
-        name: crate::layout::MarkName {
-            scheduled_unix_ms: t(1_000).timestamp_millis(),
-            parent: JobName::new("extract"),
-        },
+        name: crate::layout::MarkName::of_tick(
+            t(1_000).timestamp_millis(),
+            &JobName::new("extract"),
+        ),
         mark: crate::run::ChainMark::of("extract-1000", RunStatus::Succeeded),
     };
     let listed = Input::MarksListed {

@@ -312,16 +312,22 @@ impl World {
                     "no broadcast job here (tests/broadcast.rs has its own)"
                 );
             }
+            Action::SubmitChild { mark, .. } => {
+                prop_assert!(false, "no submitted parent here: {mark:?}");
+            }
             Action::ListMarks(job) => {
                 prop_assert_eq!(job.as_str(), "d", "only d is chained");
                 self.mark_lists.push(job);
             }
-            Action::DropMarks { tick_ms, .. } => {
-                prop_assert!(
-                    self.records.contains(&(JobName::new("d"), tick_ms)),
-                    "marks are dropped only where d's instant is recorded"
-                );
-                self.chain_marks.remove(&tick_ms);
+            Action::DropMarks { marks, .. } => {
+                for mark in marks {
+                    let tick_ms = mark.scheduled_unix_ms;
+                    prop_assert!(
+                        self.records.contains(&(JobName::new("d"), tick_ms)),
+                        "marks are dropped only where d's instant is recorded"
+                    );
+                    self.chain_marks.remove(&tick_ms);
+                }
             }
             Action::MarkInterrupted { record, .. } => {
                 self.marked.insert(record.run_id.clone());
@@ -654,10 +660,7 @@ impl World {
                     .chain_marks
                     .iter()
                     .map(|(tick, (run_id, status))| crate::run::FoundMark {
-                        name: crate::layout::MarkName {
-                            scheduled_unix_ms: *tick,
-                            parent: JobName::new("b"),
-                        },
+                        name: crate::layout::MarkName::of_tick(*tick, &JobName::new("b")),
                         mark: crate::run::ChainMark::of(run_id, *status),
                     })
                     .collect())

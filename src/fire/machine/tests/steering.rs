@@ -114,6 +114,7 @@ fn submission(due_ms: i64, by: Option<&str>) -> Submission {
         anonymous: false,
         marker_names_job: false,
         retry_of: None,
+        after: None,
     }
 }
 

@@ -389,6 +389,10 @@ async fn history(
                 .map(|r| String::from_utf8_lossy(&r.to_bytes()).into_owned()),
         );
     }
+    // No records as JSON lines is no line at all, not an empty one a reader would parse.
+    if lines.is_empty() {
+        return Ok(());
+    }
     writeln!(std::io::stdout().lock(), "{}", lines.join("\n")).map_err(CliError::Stdout)
 }
 

@@ -379,3 +379,224 @@ async fn a_child_in_another_group_is_run_by_that_groups_owner_and_a_diamond_with
     );
     assert!(!settled.is_empty());
 }
+
+/// One run of the submitted chain: who ran, at which instant, after which parent run, as which
+/// submission, and the payload it read on stdin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SubmittedStart {
+    job: String,
+    scheduled_ms: i64,
+    parents: String,
+    node: String,
+    submission: String,
+    payload: String,
+}
+
+/// Appends the run's facts and its stdin, `[payload]`, to `log`; `then` follows.
+fn record_submitted(log: &Path, then: &str) -> String {
+    format!(
+        "payload=$(cat); echo \"$ZKCRON_JOB $ZKCRON_SCHEDULED_UNIX_MS ${{ZKCRON_PARENT_RUN_ID:--}} \
+         $ZKCRON_NODE $ZKCRON_SUBMISSION_ID [$payload]\" >> {}; {then}",
+        log.display()
+    )
+}
+
+fn submitted_starts(log: &Path) -> Vec<SubmittedStart> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .map(|line| {
+            let f: Vec<&str> = line.splitn(6, ' ').collect();
+            assert_eq!(f.len(), 6, "start line {line:?}");
+            SubmittedStart {
+                job: f[0].to_owned(),
+                scheduled_ms: f[1].parse().expect("scheduled ms"),
+                parents: f[2].to_owned(),
+                node: f[3].to_owned(),
+                submission: f[4].to_owned(),
+                payload: f[5].trim_matches(['[', ']']).to_owned(),
+            }
+        })
+        .collect()
+}
+
+/// Submits `order` under `id` with `payload`, due now.
+fn submit_order(config: &Path, id: &str, payload: &str) {
+    let now = chrono::Utc::now().to_rfc3339();
+    let args = [
+        "submit",
+        "order",
+        "--at",
+        &now,
+        "--id",
+        id,
+        "--payload",
+        payload,
+    ];
+    zkcron_ok(&args, config);
+}
+
+/// A submitted (and a triggered) parent makes its child's run: every succeeded `order` has
+/// exactly one `notify`, with its payload and its instant, across a kill -9 of the owner while
+/// the children wait; a failed one has its `page` (after_status = "failed"); `notify`'s own
+/// child `archive` runs once per `notify`.
+#[tokio::test]
+async fn every_succeeded_submitted_order_has_exactly_one_notify_with_its_payload_across_a_kill_9() {
+    let _serial = fault_lock();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log = dir.path().join("starts.log");
+    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot("chain-submitted"));
+    let jobs = format!(
+        "[[job]]\nname = \"order\"\nshell = '{}'\n\
+         [[job]]\nname = \"notify\"\nafter = [\"order\"]\nshell = '{}'\n\
+         [[job]]\nname = \"page\"\nafter = [\"order\"]\nafter_status = \"failed\"\nshell = '{}'\n\
+         [[job]]\nname = \"archive\"\nafter = [\"notify\"]\nshell = '{}'\n",
+        record_submitted(&log, "sleep 0.3; test \"$payload\" != fail"),
+        record_submitted(&log, "sleep 0.5"),
+        record_submitted(&log, "true"),
+        record_submitted(&log, "true"),
+    );
+    let text = schedule_text(&connect, "chain-submitted", SESSION, DELAY, &jobs);
+    let mut first = DaemonNode::start(dir.path(), "s1", &text);
+    first.wait_log("lock acquired", SESSION + SLACK).await;
+    let second = DaemonNode::start(dir.path(), "s2", &text);
+    second
+        .wait_log("zookeeper session established", SLACK)
+        .await;
+    for (id, payload) in [("o1", "first order"), ("o2", "fail"), ("o3", "third")] {
+        submit_order(&first.config, id, payload);
+    }
+    let nodes = [&first, &second];
+    let config = first.config.clone();
+    try_wait_for(
+        "two notifies and a page ended on s1",
+        Duration::from_secs(20),
+        || {
+            let ended = |job: &str| {
+                records(job, &config)
+                    .iter()
+                    .filter(|(_, status, ..)| status == "succeeded")
+                    .count()
+            };
+            let done = ended("notify") >= 2 && ended("page") >= 1;
+            async move { done.then_some(()) }
+        },
+    )
+    .await
+    .unwrap_or_else(|not_reached| {
+        panic!(
+            "{not_reached}\n{:?}\n{}",
+            submitted_starts(&log),
+            logs_of(&nodes)
+        )
+    });
+    // Mid-chain: the parents end and their children wait (notify is paused), then the owner
+    // dies; the next owner finds the marks and makes the children.
+    zkcron_ok(&["pause", "notify"], &first.config);
+    for (id, payload) in [("o4", "line with  spaces"), ("o5", "fifth")] {
+        submit_order(&first.config, id, payload);
+    }
+    try_wait_for("o4 and o5 succeeded", Duration::from_secs(20), || {
+        let done = records("order", &config)
+            .iter()
+            .filter(|(_, status, run_id, _)| {
+                status == "succeeded" && (run_id.ends_with("-o4") || run_id.ends_with("-o5"))
+            })
+            .count()
+            == 2;
+        async move { done.then_some(()) }
+    })
+    .await
+    .unwrap_or_else(|not_reached| panic!("{not_reached}\n{}", logs_of(&nodes)));
+    first.kill();
+    second
+        .wait_log("lock acquired", SESSION + DELAY + SLACK)
+        .await;
+    zkcron_ok(&["resume", "notify"], &second.config);
+    zkcron_ok(&["trigger", "order"], &second.config);
+    let config = second.config.clone();
+    let orders = try_wait_for("every order's and notify's children ran", SLACK * 4, || {
+        let all = submitted_starts(&log);
+        let ran_after =
+            |job: &str, parent: &str| all.iter().any(|s| s.job == job && s.parents == parent);
+        let orders = records("order", &config);
+        let notifies = records("notify", &config);
+        let settled = orders.len() == 6
+            && notifies.len() == 5
+            && orders.iter().all(|(_, status, run_id, _)| {
+                let child = if status == "succeeded" {
+                    "notify"
+                } else {
+                    "page"
+                };
+                ran_after(child, run_id)
+            })
+            && notifies.iter().all(|(_, status, run_id, _)| {
+                status == "succeeded" && ran_after("archive", run_id)
+            });
+        async move { settled.then_some(orders) }
+    })
+    .await
+    .unwrap_or_else(|not_reached| {
+        panic!(
+            "{not_reached}\norders {:?}\nstarts {:?}\n{}",
+            records("order", &config),
+            submitted_starts(&log),
+            logs_of(&[&first, &second])
+        )
+    });
+
+    let all = submitted_starts(&log);
+    let order_runs: Vec<&SubmittedStart> = all.iter().filter(|s| s.job == "order").collect();
+    for (ms, status, run_id, _) in &orders {
+        let parent = order_runs
+            .iter()
+            .find(|o| run_id.ends_with(&format!("-{}", o.submission)) && o.scheduled_ms == *ms)
+            .unwrap_or_else(|| panic!("order run {run_id} started: {order_runs:?}"));
+        let (child, other) = if status == "succeeded" {
+            ("notify", "page")
+        } else {
+            ("page", "notify")
+        };
+        let children: Vec<&SubmittedStart> = all.iter().filter(|s| s.parents == *run_id).collect();
+        assert_eq!(
+            children.iter().map(|c| c.job.as_str()).collect::<Vec<_>>(),
+            [child],
+            "order {run_id} ({status}): exactly one {child}, no {other}; {all:?}"
+        );
+        let made = children[0];
+        assert_eq!(
+            made.payload, parent.payload,
+            "the parent's payload on stdin"
+        );
+        assert_eq!(
+            made.scheduled_ms, *ms,
+            "ZKCRON_SCHEDULED_AT is the parent's"
+        );
+        assert_eq!(made.submission, format!("{}.{child}", parent.submission));
+    }
+    for notify in all.iter().filter(|s| s.job == "notify") {
+        let archives: Vec<&SubmittedStart> = all
+            .iter()
+            .filter(|s| {
+                s.job == "archive" && s.submission == format!("{}.archive", notify.submission)
+            })
+            .collect();
+        assert_eq!(archives.len(), 1, "one archive after {notify:?}: {all:?}");
+        assert_eq!(archives[0].payload, notify.payload);
+    }
+    let late = all
+        .iter()
+        .filter(|s| {
+            s.job == "notify" && (s.submission.starts_with("o4") || s.submission.starts_with("o5"))
+        })
+        .collect::<Vec<_>>();
+    assert!(
+        late.len() == 2 && late.iter().all(|s| s.node == "s2"),
+        "the children that waited through the kill ran on the next owner: {late:?}"
+    );
+    let shown = zkcron_ok(&["history", "notify"], &second.config);
+    assert!(
+        shown.contains("after: order run order-"),
+        "history shows which parent run a notify came from: {shown}"
+    );
+}

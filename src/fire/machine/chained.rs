@@ -79,9 +79,9 @@ impl FireMachine {
         }
     }
 
-    /// Answer to [`Action::SubmitChild`]: the child's submission, made, is considered at once
-    /// (the watch on the due buckets reports it too; the queue holds it once); a failed submit
-    /// reads the marks again.
+    /// Answer to [`Action::SubmitChild`]: the child's submission, made, is the watch's to
+    /// report, as any other's; without a watch it is considered at once (the buckets are then
+    /// read a second at a time, and its bucket is past). A failed submit reads the marks again.
     pub(super) fn child_submitted(
         &mut self,
         job: JobName,
@@ -97,7 +97,11 @@ impl FireMachine {
         match result {
             Ok(Some(id)) => {
                 tracing::info!(job = %job, id = %id, parent = %mark.parent, "chained run submitted after a submitted parent's run");
-                self.submission_read(id, submission, now, out);
+                // Considered here as well as read on the watch's report, it would be claimed
+                // twice when the read comes after the first claim's answer.
+                if !self.delayed.watching() {
+                    self.submission_read(id, submission, now, out);
+                }
             }
             Ok(None) => {}
             Err(why) => {

@@ -134,6 +134,11 @@ impl DelayedQueue {
         self.rescan();
     }
 
+    /// The driver's watch on the due buckets is set: it reports each new submission.
+    pub fn watching(&self) -> bool {
+        self.watching
+    }
+
     /// The wall clock stepped by `by`: the waits before a scan's retry and the next removal
     /// last as long as they said.
     pub fn clock_stepped(&mut self, by: chrono::Duration) {

@@ -4,7 +4,7 @@
 //! which then runs as any submission does, naming its parent's run.
 
 use super::*;
-use crate::delayed::submission::{AfterRun, Submission, SubmissionId};
+use crate::delayed::submission::{AfterRun, DueBucket, Submission, SubmissionId};
 use crate::layout::MarkName;
 use crate::run::{ChainMark, FoundMark, ParentRun};
 
@@ -195,15 +195,35 @@ fn a_submitted_parents_mark_becomes_one_submission_of_the_child_at_the_parents_i
         "{again:?}"
     );
 
-    // Made: claimed at once, though its due time is older than notify's starting_deadline (its
-    // lateness counts from its submit), and run with the payload and the parent's run.
+    // Made: the watch reports it, as any submission; once read, it is claimed at once, though
+    // its due time is older than notify's starting_deadline (its lateness counts from its
+    // submit), and run with the payload and the parent's run.
     let made = Input::ChildSubmitted {
         job: JobName::new("notify"),
         mark: mark.name.clone(),
-        submission: Box::new(submission),
+        submission: Box::new(submission.clone()),
         result: Ok(Some(child_id.clone())),
     };
-    let claim = only_claim(&m.handle(made, t(60_010)));
+    assert!(
+        claims(&m.handle(made, t(60_010))).is_empty(),
+        "the watch's to report"
+    );
+    let created = Input::SubmissionCreated {
+        bucket: DueBucket::of(submission.due_unix_ms),
+        id: child_id.clone(),
+        job: Some(JobName::new("notify")),
+    };
+    assert_eq!(
+        m.handle(created, t(60_010)),
+        [Action::ReadSubmission {
+            id: child_id.clone()
+        }]
+    );
+    let read = Input::SubmissionRead {
+        id: child_id.clone(),
+        result: Ok(Some(submission.clone())),
+    };
+    let claim = only_claim(&m.handle(read, t(60_010)));
     assert_eq!(claim.record.submission_id, Some(child_id.clone()));
     assert_eq!(claim.record.scheduled_unix_ms, t(2000).timestamp_millis());
     assert_eq!(claim.record.status, RunStatus::Running);
@@ -215,13 +235,6 @@ fn a_submitted_parents_mark_becomes_one_submission_of_the_child_at_the_parents_i
             status: RunStatus::Succeeded,
         }]
     );
-    // The watch reports the same submission, read while the claim is out (one session answers
-    // in order: the read went before the claim): it is not claimed twice.
-    let read = Input::SubmissionRead {
-        id: child_id,
-        result: Ok(Some(claim_submission(&claim))),
-    };
-    assert!(claims(&m.handle(read, t(60_011))).is_empty());
     let (_, context) = only_start(&m.handle(ok(&claim), t(60_012)));
     assert_eq!(context.scheduled_at, t(2000), "the parent's instant");
     assert_eq!(context.parent_runs, ["order-2000-order-7"]);
@@ -232,19 +245,28 @@ fn a_submitted_parents_mark_becomes_one_submission_of_the_child_at_the_parents_i
     );
 }
 
-/// The submission `claim` was made from, as the watch would read it.
-fn claim_submission(claim: &TickClaim) -> Submission {
-    Submission {
-        job: claim.record.job.clone(),
-        due_unix_ms: claim.record.scheduled_unix_ms,
-        submitted_unix_ms: t(60_000).timestamp_millis(),
-        payload: b"42".to_vec(),
-        requested_by: None,
-        anonymous: true,
-        marker_names_job: true,
-        retry_of: None,
-        after: None,
+/// Without a watch on the due buckets, the submission made is considered at once: its bucket
+/// is past, and the buckets are read a second at a time onwards.
+#[test]
+fn without_a_watch_a_childs_submission_is_claimed_once_made() {
+    let mut m = machine(&chained());
+    for action in m.handle(Input::LockChanged(owner(TOKEN)), t(0)) {
+        if let Action::ListRecords(job) = action {
+            let result = Ok(JobRecords::default());
+            m.handle(Input::RecordsListed { job, result }, t(0));
+        }
     }
+    let mark = submitted_mark(RunStatus::Succeeded);
+    let actions = m.handle(marks_of("notify", vec![mark.clone()]), t(60_000));
+    let (job, name, child_id, submission) = only_submit(&actions);
+    let made = Input::ChildSubmitted {
+        job,
+        mark: name,
+        submission: Box::new(submission),
+        result: Ok(Some(child_id.clone())),
+    };
+    let claim = only_claim(&m.handle(made, t(60_010)));
+    assert_eq!(claim.record.submission_id, Some(child_id));
 }
 
 #[test]

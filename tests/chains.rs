@@ -599,4 +599,11 @@ async fn every_succeeded_submitted_order_has_exactly_one_notify_with_its_payload
         shown.contains("after: order run order-"),
         "history shows which parent run a notify came from: {shown}"
     );
+    let shown = zkcron_ok(&["delayed", "show", "o4.notify"], &second.config);
+    assert!(
+        shown.contains("after      order run order-")
+            && shown.contains("-o4 (succeeded)")
+            && shown.contains("state      succeeded"),
+        "delayed show names the parent's run: {shown}"
+    );
 }

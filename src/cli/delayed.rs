@@ -319,6 +319,7 @@ async fn show_json(delayed: &Delayed, id: SubmissionId) -> Result<serde_json::Va
         "payload_bytes": submission.payload.len(),
         "requested_by": submission.requested_by,
         "retry_of": submission.retry_of.map(|old| old.to_string()),
+        "after": submission.after,
         "state": state,
         "record": record,
         "remembered_until_unix_ms": remembered_until,
@@ -348,6 +349,12 @@ async fn show_lines(delayed: &Delayed, id: SubmissionId) -> Result<Vec<String>, 
         .retry_of
         .as_ref()
         .map(|old| format!("retry of   {old}"));
+    let after = submission.after.as_ref().map(|parent| {
+        format!(
+            "after      {} run {} ({})",
+            parent.job, parent.run_id, parent.status
+        )
+    });
     Ok([
         format!("id         {id}"),
         format!("job        {}", submission.job),
@@ -358,6 +365,7 @@ async fn show_lines(delayed: &Delayed, id: SubmissionId) -> Result<Vec<String>, 
     ]
     .into_iter()
     .chain(retry_of)
+    .chain(after)
     .collect())
 }
 

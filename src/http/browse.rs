@@ -19,7 +19,7 @@ use super::state::{HttpState, NodeReport};
 use crate::config::{JobConfig, TokenKind};
 use crate::control::{Pause, store as control_store};
 use crate::delayed::client::Delayed;
-use crate::delayed::submission::SubmissionId;
+use crate::delayed::submission::{AfterRun, SubmissionId};
 use crate::ids::JobName;
 use crate::ledger::submissions::SubmissionState;
 use crate::run::{RunRecord, RunStatus};
@@ -452,6 +452,8 @@ pub(super) struct PendingRow {
     payload_bytes: usize,
     requested_by: Option<String>,
     retry_of: Option<SubmissionId>,
+    /// A chained job's submission: the parent's run it follows.
+    after: Option<AfterRun>,
 }
 
 /// `GET /v1/submissions?state=pending`: in due order, from the oldest bucket.
@@ -475,6 +477,7 @@ pub(super) async fn pending(
             submitted_unix_ms: p.submission.submitted_unix_ms,
             requested_by: p.submission.requested_by,
             retry_of: p.submission.retry_of,
+            after: p.submission.after,
         })
         .collect();
     Ok(axum::Json(rows).into_response())
@@ -556,6 +559,7 @@ struct SubmissionDetail {
     submitted_unix_ms: i64,
     requested_by: Option<String>,
     retry_of: Option<SubmissionId>,
+    after: Option<AfterRun>,
     payload_bytes: usize,
     payload: Preview,
     /// `pending`, `recorded` (see `record`), `remembered` (ran; record pruned) or `pruned`.
@@ -598,6 +602,7 @@ pub(super) async fn submission(
         submitted_unix_ms: submission.submitted_unix_ms,
         requested_by: submission.requested_by,
         retry_of: submission.retry_of,
+        after: submission.after,
         state: state_name,
         record,
     })

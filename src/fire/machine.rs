@@ -411,6 +411,13 @@ impl FireMachine {
         now: DateTime<Utc>,
         out: &mut Vec<Action>,
     ) {
+        // Refused under an older token of ours, or failed: the submission is still pending, and
+        // a scan made meanwhile held it for this claim. It is read again, not left to the next
+        // scan from the oldest bucket (the next acquisition, reconnection or reload).
+        let still_pending = matches!(
+            result,
+            Err(ClaimRefused::NotOwner | ClaimRefused::Failed(_))
+        );
         let answered = self.claim_path(now, out, |s, ctx| s.claim_done(ctx, id, result));
         let Some((submission, lost)) = answered else {
             return;
@@ -418,6 +425,8 @@ impl FireMachine {
         if let Some(moved) = self.delayed.claim_answered(&submission, lost) {
             tracing::info!(id = %submission, due_unix_ms = moved.due_unix_ms, "submission rescheduled");
             self.consider(submission, moved, now, out);
+        } else if still_pending && self.lock.may_fire && self.stopping.is_none() {
+            out.extend(self.delayed.read_again(submission));
         }
     }
 

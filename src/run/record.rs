@@ -271,6 +271,11 @@ impl RunRecord {
             // Kept open the way it was claimed: a next owner looks for it there.
             open_by_record: self.open_by_record,
             backfill: self.backfill,
+            // A chained run's retry follows the same parents, and a backfill's retry still makes
+            // its children's runs.
+            with_children: self.with_children,
+            parents: self.parents.clone(),
+            broadcast: self.broadcast,
             unknown: self.unknown.clone(),
             ..Self::claimed(&self.job, self.scheduled_unix_ms, node, token, now_unix_ms)
         }
@@ -432,6 +437,12 @@ mod tests {
             &RunRecord {
                 status: RunStatus::Failed,
                 backfill: true,
+                with_children: true,
+                parents: vec![ParentRun {
+                    job: JobName::new("extract"),
+                    run_id: "extract-1000".to_owned(),
+                    status: RunStatus::Succeeded,
+                }],
                 ..record()
             }
             .to_bytes(),
@@ -442,6 +453,12 @@ mod tests {
         let stored = RunRecord::parse(&serde_json::to_vec(&stored).unwrap()).unwrap();
         let next = stored.next_attempt((&NodeId::new("n2"), "10.0.0.2"), FencingToken(4), 2000);
         assert!(next.backfill, "a retried backfill tick is still a backfill");
+        assert!(next.with_children, "and still makes its children's runs");
+        assert_eq!(
+            next.parents, stored.parents,
+            "a chained run's retry names its parents"
+        );
+        assert_eq!(next.parents.len(), 1);
         let written: serde_json::Value = serde_json::from_slice(&next.to_bytes()).unwrap();
         assert_eq!(written["parent_run_id"], "extract-1000");
         assert_eq!(written["calendar"]["name"], "holidays");

@@ -103,6 +103,10 @@ impl FireMachine {
                     self.submission_read(id, submission, now, out);
                 }
             }
+            // The mark was gone, or the submit went under an older token of ours: a listing made
+            // since this node took the lock again skipped the mark while the submit was out, so
+            // it is read again now.
+            Ok(None) if self.lock.may_fire => self.chains.list(Some(&job), out),
             Ok(None) => {}
             Err(why) => {
                 tracing::warn!(job = %job, parent = %mark.parent, error = why, "chained submission not made; reading the marks again shortly");
@@ -126,7 +130,9 @@ impl FireMachine {
             return;
         }
         match refused {
-            Some(ClaimRefused::Failed(_)) if self.lock.may_fire => {
+            // Failed, or made under an older token of ours: a listing since skipped the instant
+            // while its claim was out.
+            Some(ClaimRefused::Failed(_) | ClaimRefused::NotOwner) if self.lock.may_fire => {
                 self.chains.list(Some(job), out);
             }
             // The instant's record exists (a mark gone goes with its creation).

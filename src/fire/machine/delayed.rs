@@ -416,6 +416,13 @@ impl DelayedQueue {
         (read && self.reading.insert(id.clone())).then_some(Action::ReadSubmission { id })
     }
 
+    /// Reads submission `id` again (its claim did not take it), unless a read of it is out.
+    pub fn read_again(&mut self, id: SubmissionId) -> Option<Action> {
+        self.reading
+            .insert(id.clone())
+            .then_some(Action::ReadSubmission { id })
+    }
+
     /// Answer to [`Action::ReadSubmission`]: the submission to consider, if it is still there.
     /// A failed read has the buckets read again.
     pub fn read(
@@ -548,7 +555,7 @@ impl Due {
 
 /// The parent's run a chained submission names, as its record names it; `None` (logged) for a
 /// status no record spells: the run then names no parent.
-fn parent_run(after: AfterRun, id: &SubmissionId) -> Option<ParentRun> {
+pub(super) fn parent_run(after: AfterRun, id: &SubmissionId) -> Option<ParentRun> {
     let Some(status) = RunStatus::parse(&after.status) else {
         tracing::warn!(id = %id, status = after.status, "a chained submission names its parent's end in words no record uses; its run names no parent");
         return None;

@@ -25,6 +25,7 @@ mod notices;
 mod properties;
 mod steering;
 mod submitted_parents;
+mod submitted_properties;
 
 const TOKEN: FencingToken = FencingToken(7);
 

@@ -223,6 +223,31 @@ fn a_diamond_waits_for_every_parent_and_gives_up_after_its_starting_deadline() {
     );
 }
 
+/// A chained claim sent under the old token is refused after this node took the lock again;
+/// the new acquisition's listing skipped the instant while that claim was out, so its marks are
+/// read again rather than left for the parent's next end.
+#[test]
+fn a_chained_claim_refused_under_an_older_token_of_ours_reads_the_marks_again() {
+    let mut m = owning_chains();
+    let marks = vec![mark("extract", 1000, RunStatus::Succeeded)];
+    let old = only_claim(&m.handle(marks_of("load", marks.clone()), t(5000)));
+    m.handle(Input::LockChanged(follower()), t(5001));
+    let acquired = m.handle(
+        Input::LockChanged(owner(FencingToken(TOKEN.0 + 1))),
+        t(5002),
+    );
+    assert!(acquired.contains(&Action::ListMarks(JobName::new("load"))));
+    let skipped = m.handle(marks_of("load", marks.clone()), t(5003));
+    assert!(claims(&skipped).is_empty(), "its claim is out: {skipped:?}");
+    let refused = m.handle(refused(&old, ClaimRefused::NotOwner), t(5004));
+    assert!(
+        refused.contains(&Action::ListMarks(JobName::new("load"))),
+        "{refused:?}"
+    );
+    let again = only_claim(&m.handle(marks_of("load", marks), t(5005)));
+    assert_eq!(again.record.fencing_token, FencingToken(TOKEN.0 + 1));
+}
+
 #[test]
 fn a_chained_claim_that_finds_its_instant_taken_removes_the_marks_left() {
     let mut m = owning_chains();

@@ -997,3 +997,36 @@ fn a_run_claimed_running_at_its_instant_that_never_starts_is_claimed_again_not_l
     };
     assert!(context.resumed);
 }
+
+/// A claim sent under the old token is still out when this node takes the lock again: the new
+/// acquisition's scan holds the submission for that claim, which the epoch then refuses. The
+/// submission, still pending, is read again and claimed under the new token, not left to the
+/// next scan from the oldest bucket.
+#[test]
+fn a_submission_whose_claim_the_epoch_refused_after_a_new_acquisition_is_read_again() {
+    let due = submission("close", 500, b"x");
+    let (mut m, _) = owning_with(ON_DEMAND, 0, vec![(id("late"), due.clone())]);
+    let old = only_claim(&m.handle(Input::Tick, t(500)));
+    assert_eq!(old.record.fencing_token, TOKEN);
+    let next = FencingToken(TOKEN.0 + 1);
+    m.handle(Input::LockChanged(follower()), t(600));
+    let acquired = m.handle(Input::LockChanged(owner(next)), t(700));
+    let (generation, _, through) = scan(&acquired);
+    let held = m.handle(
+        scanned(generation, through, vec![(id("late"), due.clone())]),
+        t(700),
+    );
+    assert!(claims(&held).is_empty(), "held for the claim out: {held:?}");
+    let refused = m.handle(refused(&old, ClaimRefused::NotOwner), t(710));
+    assert!(
+        refused.contains(&Action::ReadSubmission { id: id("late") }),
+        "{refused:?}"
+    );
+    let read = Input::SubmissionRead {
+        id: id("late"),
+        result: Ok(Some(due)),
+    };
+    let again = only_claim(&m.handle(read, t(720)));
+    assert_eq!(again.record.fencing_token, next);
+    assert_eq!(again.record.submission_id, Some(id("late")));
+}

@@ -6,8 +6,12 @@
 # and runs ONE `zkcron run` node twice for --seconds each, on fresh roots of the same ensemble:
 #   alone    `extract` every second (`/bin/true`, `history = 10`);
 #   chained  the same `extract`, and `load` after it (`/bin/true`, `history = 10`).
+# With --submitted, `extract` has no schedule: a loop submits it once a second (`zkcron submit`,
+# a payload, no id), so `load` follows submitted runs: the mark carries the payload, and the
+# child is a submission of its own.
 # Each phase counts the node's own write ops by kind (its /metrics), from the third second to
-# the end, per run of `extract`; the chained phase also counts `load`'s runs (its records).
+# the end, per run of `extract`; the chained phase also counts `load`'s runs (its records). The
+# submitter's own writes (the request and its marker) are not the node's and are not counted.
 #
 # How to read the output:
 #   writes per extract run, by kind, in each phase; "added by the chain" is the difference: the
@@ -16,7 +20,7 @@
 #   loads: how many of load's runs the phase recorded against extract's succeeded ones (must be
 #   equal, give or take the one in flight at the stop).
 #
-# Usage: bench/chain_cost.sh [--servers 1|3] [--seconds N] [--binary PATH] [--keep]
+# Usage: bench/chain_cost.sh [--servers 1|3] [--seconds N] [--submitted] [--binary PATH] [--keep]
 # Everything started is stopped by PID on exit and on Ctrl-C. Only 127.0.0.1 is used.
 set -euo pipefail
 
@@ -26,12 +30,14 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 servers=1
 seconds=30
 binary=""
+submitted=0
 usage() { sed -n '/^# Usage:/,/^# Everything/p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while (($#)); do
   case "$1" in
     --servers) servers=${2:?}; shift 2 ;;
     --seconds) seconds=${2:?}; shift 2 ;;
     --binary) binary=${2:?}; shift 2 ;;
+    --submitted) submitted=1; shift ;;
     --keep) BENCH_KEEP=1; shift ;;
     -h | --help) usage ;;
     *) echo "unknown argument: $1" >&2; usage ;;
@@ -49,6 +55,7 @@ bench_print_machine
 printf '%-18s %s\n' "ensemble" "$servers server(s) on 127.0.0.1"
 printf '%-18s %s\n' "zkcron" "$binary ($("$binary" --version))"
 printf '%-18s %s\n' "duration" "${seconds} s a phase"
+printf '%-18s %s\n' "parent" "$( ((submitted)) && echo "submitted once a second" || echo "every second on its schedule")"
 bench_zk_start "$servers"
 
 # phase NAME EXTRA_JOBS: runs the node with `extract` and EXTRA_JOBS, prints its writes per run
@@ -70,7 +77,7 @@ listen = "127.0.0.1:0"
 
 [[job]]
 name = "extract"
-schedule = "* * * * * *"
+$( ((submitted)) || echo 'schedule = "* * * * * *"')
 history = 10
 command = ["/bin/true"]
 $extra
@@ -83,12 +90,35 @@ TOML
   bench_wait_log "$log" "lock acquired" 60 "$pid"
   port=$(sed -n 's/.*http listener up.*listen=[^ ]*:\([0-9]*\).*/\1/p' "$log" | head -n 1)
   [[ -n "$port" ]] || bench_die "no 'http listener up' line in the zkcron log"
+  local submitter="" count="$dir/submitted"
+  if ((submitted)); then
+    : >"$count"
+    # One submit a second, each counted once its command returned.
+    (
+      while :; do
+        "$binary" submit extract --in 0s --payload "order payload" --config "$dir/zkcron.toml" >/dev/null &&
+          echo >>"$count"
+        sleep 1
+      done
+    ) &
+    submitter=$!
+    BENCH_PIDS+=("$submitter")
+  fi
   sleep 2
   before=$(bench_writes "$port" "${ZK_CLIENT_PORTS[0]}")
   from=$(bench_now)
+  local submitted_before
+  submitted_before=$(wc -l <"$count" 2>/dev/null || echo 0)
   sleep "$seconds"
   after=$(bench_writes "$port" "${ZK_CLIENT_PORTS[0]}")
-  runs=$(awk -v a="$from" -v b="$(bench_now)" 'BEGIN { printf "%d", (b - a) + 0.5 }')
+  if ((submitted)); then
+    runs=$(($(wc -l <"$count") - submitted_before))
+    bench_stop "$submitter" 5
+    bench_forget "$submitter"
+  else
+    runs=$(awk -v a="$from" -v b="$(bench_now)" 'BEGIN { printf "%d", (b - a) + 0.5 }')
+  fi
+  ((runs > 0)) || bench_die "no run of extract in the $name phase (see $log)"
   echo "== $name: $runs runs of extract"
   bench_writes_per "$before" "$after" "$runs" "extract run"
   if [[ "$name" == chained ]]; then

@@ -301,6 +301,9 @@ async fn a_child_in_another_group_is_run_by_that_groups_owner_and_a_diamond_with
     let g1 = DaemonNode::start(dir.path(), "g1", &text("a"));
     let g2 = DaemonNode::start(dir.path(), "g2", &text("b"));
     let nodes = [&g1, &g2];
+    // A submitted run of `left` makes a submission of `audit`, which group b's owner makes and
+    // runs; `join`, with two parents, follows no submitted run.
+    submit_job(&g1.config, "left", "sub1", "from a submitted left");
     try_wait_for("joins and audits", Duration::from_secs(30), || {
         let all = starts(&log);
         let enough = starts_of(&all, "join").len() >= 2 && starts_of(&all, "audit").len() >= 4;
@@ -325,6 +328,24 @@ async fn a_child_in_another_group_is_run_by_that_groups_owner_and_a_diamond_with
         "group b's owner runs audit: {audits:?}"
     );
     let lefts = records("left", &g1.config);
+    let submitted = lefts
+        .iter()
+        .find(|(.., run_id, _)| run_id.ends_with("-sub1"))
+        .unwrap_or_else(|| panic!("the submitted left ran: {lefts:?}"));
+    let after_submitted: Vec<&&Start> =
+        audits.iter().filter(|a| a.parents == submitted.2).collect();
+    assert_eq!(
+        after_submitted.len(),
+        1,
+        "one audit after the submitted left: {audits:?}"
+    );
+    assert_eq!(after_submitted[0].scheduled_ms, submitted.0);
+    assert!(
+        starts_of(&all, "join")
+            .iter()
+            .all(|join| !join.parents.contains("-sub1")),
+        "a join follows no submitted run"
+    );
     for (ms, status, ..) in lefts.iter().filter(|(_, s, ..)| s == "succeeded") {
         let count = audits.iter().filter(|a| a.scheduled_ms == *ms).count();
         assert_eq!(count, 1, "left at {ms} ({status}): one audit; {audits:?}");
@@ -419,12 +440,12 @@ fn submitted_starts(log: &Path) -> Vec<SubmittedStart> {
         .collect()
 }
 
-/// Submits `order` under `id` with `payload`, due now.
-fn submit_order(config: &Path, id: &str, payload: &str) {
+/// Submits `job` under `id` with `payload`, due now.
+fn submit_job(config: &Path, job: &str, id: &str, payload: &str) {
     let now = chrono::Utc::now().to_rfc3339();
     let args = [
         "submit",
-        "order",
+        job,
         "--at",
         &now,
         "--id",
@@ -463,7 +484,7 @@ async fn every_succeeded_submitted_order_has_exactly_one_notify_with_its_payload
         .wait_log("zookeeper session established", SLACK)
         .await;
     for (id, payload) in [("o1", "first order"), ("o2", "fail"), ("o3", "third")] {
-        submit_order(&first.config, id, payload);
+        submit_job(&first.config, "order", id, payload);
     }
     let nodes = [&first, &second];
     let config = first.config.clone();
@@ -493,7 +514,7 @@ async fn every_succeeded_submitted_order_has_exactly_one_notify_with_its_payload
     // dies; the next owner finds the marks and makes the children.
     zkcron_ok(&["pause", "notify"], &first.config);
     for (id, payload) in [("o4", "line with  spaces"), ("o5", "fifth")] {
-        submit_order(&first.config, id, payload);
+        submit_job(&first.config, "order", id, payload);
     }
     try_wait_for("o4 and o5 succeeded", Duration::from_secs(20), || {
         let done = records("order", &config)

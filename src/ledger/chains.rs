@@ -152,9 +152,10 @@ pub enum ChildSubmitted {
 
 /// Submits `submission` (the child's) under `id`, taking the mark `mark` left for it, in one
 /// multi-op under `check(epoch, token)`: the mark's delete, the child's request and its pending
-/// marker. So a mark becomes one submission at most, and a stale owner's attempt writes
-/// nothing. An id a submission holds already (the parent's id used again while the child's
-/// request is kept) gives way to a generated one.
+/// marker, after the creates of the parents they lack (read first: the child's shard of its
+/// parent's due bucket is new more often than not). So a mark becomes one submission at most,
+/// and a stale owner's attempt writes nothing. An id a submission holds already (the parent's
+/// id used again while the child's request is kept) gives way to a generated one.
 ///
 /// # Errors
 /// `NotOwner` when the epoch moved past `token`; `Zk` when a request failed (nothing was
@@ -172,6 +173,12 @@ pub async fn submit_child(
     let data = submission.to_bytes();
     let options = CreateMode::Persistent.with_acls(acls);
     let mut id = id;
+    let wanted = [(id.clone(), submission.clone())];
+    let mut parents = super::submissions::absent(
+        client,
+        &super::submissions::parents_of(&paths.delayed, &wanted),
+    )
+    .await;
     for _ in 0..SUBMIT_ATTEMPTS {
         let request = paths.delayed.submission(&id);
         let marker = paths.delayed.marker_of(&id, submission);
@@ -182,45 +189,56 @@ pub async fn submit_child(
         let mut writer = client
             .new_check_writer(&paths.epoch, Some(token.0))
             .map_err(|source| zk_err(&paths.epoch, source))?;
-        writer
-            .add_delete(&mark_path, None)
+        let made = parents.len();
+        parents
+            .iter()
+            .try_for_each(|parent| writer.add_create(parent, &[], &options))
+            .and_then(|()| writer.add_delete(&mark_path, None))
             .and_then(|()| writer.add_create(&request, &data, &options))
             .and_then(|()| writer.add_create(&marker, &[], &options))
             .map_err(|source| zk_err(&mark_path, source))?;
-        tally::wrote_checked(WriteKind::Submit, 3, 1);
+        tally::wrote_checked(WriteKind::Submit, made + 3, 1);
         match writer.commit().await {
             Ok(_) => return Ok(ChildSubmitted::Made(id)),
             Err(CheckWriteError::CheckFailed { .. }) => return Err(ClaimError::NotOwner { token }),
             Err(CheckWriteError::OperationFailed {
-                index: 0,
-                source: ZkErr::NoNode,
-            }) => return Ok(ChildSubmitted::MarkGone),
-            Err(CheckWriteError::OperationFailed {
-                index: 1,
+                index,
                 source: ZkErr::NodeExists,
-            }) => {
-                tracing::info!(
-                    path = request,
-                    "a submission holds the child's id already; the child is submitted under a generated one"
-                );
-                id = SubmissionId::generate();
+            }) if index < made => {
+                // Another session made a parent meanwhile: each is made on its own below.
+                parents.clear();
+                ensure_parents(client, paths, &id, submission, acls).await?;
             }
-            Err(CheckWriteError::OperationFailed {
-                source: ZkErr::NoNode,
-                ..
-            }) => {
-                let bucket = DueBucket::of(submission.due_unix_ms);
-                for parent in [
-                    paths.delayed.id_shard(id.shard()),
-                    paths.delayed.due_shard(bucket, id.shard()),
-                ] {
-                    crate::zk::ensure_persistent(client, &parent, acls)
-                        .await
-                        .map_err(|err| ClaimError::from_zk(&parent, err))?;
+            Err(CheckWriteError::OperationFailed { index, source }) if index >= made => {
+                match (index - made, source) {
+                    (0, ZkErr::NoNode) => return Ok(ChildSubmitted::MarkGone),
+                    (1, ZkErr::NodeExists) => {
+                        tracing::info!(
+                            path = request,
+                            "a submission holds the child's id already; the child is submitted under a generated one"
+                        );
+                        id = SubmissionId::generate();
+                        parents = super::submissions::absent(
+                            client,
+                            &super::submissions::parents_of(
+                                &paths.delayed,
+                                &[(id.clone(), submission.clone())],
+                            ),
+                        )
+                        .await;
+                    }
+                    (_, ZkErr::NoNode) => {
+                        parents.clear();
+                        ensure_parents(client, paths, &id, submission, acls).await?;
+                    }
+                    (op, source) => {
+                        let path = [&mark_path, &request, &marker][op.min(2)];
+                        return Err(zk_err(path, source));
+                    }
                 }
             }
             Err(CheckWriteError::OperationFailed { index, source }) => {
-                let path = [&mark_path, &request, &marker][index.min(2)];
+                let path = parents.get(index).unwrap_or(&mark_path);
                 return Err(zk_err(path, source));
             }
             Err(CheckWriteError::RequestFailed { source }) => {
@@ -232,6 +250,26 @@ pub async fn submit_child(
         path: mark_path,
         source: ZkErr::NoNode,
     })
+}
+
+/// Makes the parents a child's request and marker need, each on its own.
+async fn ensure_parents(
+    client: &Client,
+    paths: &LedgerPaths,
+    id: &SubmissionId,
+    submission: &Submission,
+    acls: Acls<'static>,
+) -> Result<(), ClaimError> {
+    let bucket = DueBucket::of(submission.due_unix_ms);
+    for parent in [
+        paths.delayed.id_shard(id.shard()),
+        paths.delayed.due_shard(bucket, id.shard()),
+    ] {
+        crate::zk::ensure_persistent(client, &parent, acls)
+            .await
+            .map_err(|err| ClaimError::from_zk(&parent, err))?;
+    }
+    Ok(())
 }
 
 /// A child's submit meets a missing parent, or a taken id, this many times at most.

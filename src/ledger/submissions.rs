@@ -304,7 +304,7 @@ async fn submit_chunk(
 /// Those of `parents` that do not exist, in their order; all reads out at once. A parent whose
 /// read failed counts as existing: if it does not, the multi finds it missing and the batch
 /// goes one by one, which makes it.
-async fn absent(reader: &Client, parents: &[String]) -> Vec<String> {
+pub(super) async fn absent(reader: &Client, parents: &[String]) -> Vec<String> {
     let reads: Vec<_> = parents.iter().map(|path| reader.check_stat(path)).collect();
     let mut missing = Vec::new();
     for (path, read) in parents.iter().zip(reads) {
@@ -316,7 +316,10 @@ async fn absent(reader: &Client, parents: &[String]) -> Vec<String> {
 }
 
 /// The parents `chunk` needs, each once, every ancestor before its children.
-fn parents_of(paths: &DelayedPaths, chunk: &[(SubmissionId, Submission)]) -> Vec<String> {
+pub(super) fn parents_of(
+    paths: &DelayedPaths,
+    chunk: &[(SubmissionId, Submission)],
+) -> Vec<String> {
     let mut wanted = Vec::new();
     for (id, submission) in chunk {
         let bucket = DueBucket::of(submission.due_unix_ms);

@@ -286,3 +286,52 @@ fn a_broadcast_that_runs_each_tick_once_per_node_with_its_record_passes_and_each
         }]
     );
 }
+
+#[test]
+fn a_chain_after_submitted_parents_that_runs_each_child_once_passes_and_each_fault_is_named() {
+    use support::invariants::{SubmittedChainViolation, submitted_chain};
+    let succeeded: BTreeMap<String, String> =
+        [("a", "sub-1-a"), ("b", "sub-2-b"), ("c", "sub-3-c")]
+            .into_iter()
+            .map(|(id, run)| (id.to_owned(), run.to_owned()))
+            .collect();
+    let runs = |lines: &[(&str, &str, &str)]| -> BTreeMap<String, Vec<(String, String)>> {
+        let mut runs: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+        for (child, node, parent) in lines {
+            runs.entry((*child).to_owned())
+                .or_default()
+                .push(((*node).to_owned(), (*parent).to_owned()));
+        }
+        runs
+    };
+    let clean = runs(&[("a.x", "n1", "sub-1-a"), ("b.x", "n2", "sub-2-b")]);
+    // c's child is recorded (interrupted before it ran).
+    let recorded: BTreeSet<String> = ["c.x".to_owned()].into();
+    assert_eq!(submitted_chain(&succeeded, &clean, &recorded, "x"), vec![]);
+
+    let twice = runs(&[
+        ("a.x", "n1", "sub-1-a"),
+        ("a.x", "n2", "sub-1-a"),
+        ("b.x", "n2", "sub-2-b"),
+    ]);
+    assert_eq!(
+        submitted_chain(&succeeded, &twice, &recorded, "x"),
+        vec![SubmittedChainViolation::StartedTwice {
+            child: "a.x".into(),
+            nodes: vec!["n1".into(), "n2".into()]
+        }]
+    );
+    let wrong = runs(&[("a.x", "n1", "sub-2-b"), ("b.x", "n2", "sub-2-b")]);
+    assert_eq!(
+        submitted_chain(&succeeded, &wrong, &recorded, "x"),
+        vec![SubmittedChainViolation::WrongParent {
+            child: "a.x".into(),
+            parent_run: "sub-2-b".into()
+        }]
+    );
+    let lost = runs(&[("a.x", "n1", "sub-1-a")]);
+    assert_eq!(
+        submitted_chain(&succeeded, &lost, &recorded, "x"),
+        vec![SubmittedChainViolation::Lost { parent: "b".into() }]
+    );
+}

@@ -48,6 +48,9 @@ pub const RETRIED: &str = "retried";
 /// The job that runs after each run of [`FAST`] (issue 36): it appends `tick node parent_run_id`
 /// to a log of its own.
 pub const CHAINED: &str = "fast-after";
+/// The job that runs after each submission's run of [`SUB`] (issue 36), a submission of its own
+/// with `sub`'s payload: it appends `submission_id node parent_run_id` to a log of its own.
+pub const SUB_AFTER: &str = "sub-after";
 /// The job every live node runs each second (`broadcast = true`, issue 36): it appends
 /// `tick node` to a log of its own.
 pub const BROADCAST: &str = "fast-all";
@@ -97,6 +100,8 @@ struct Fleet {
     jobs: Vec<ChaosJob>,
     /// Also the on-demand job [`SUB`] in the default group, for delayed submissions.
     submissions: bool,
+    /// Also [`SUB_AFTER`] after [`SUB`]: each submission's run makes one of its own.
+    submitted_chain: bool,
     /// Also [`RETRIED`] in the default group, promising a retry at every tick.
     retried: bool,
     /// Also [`CHAINED`] in the default group, after [`FAST`].
@@ -151,6 +156,7 @@ impl Fleet {
             groups,
             jobs,
             submissions: false,
+            submitted_chain: false,
             retried: false,
             chained: false,
             broadcast: false,
@@ -299,6 +305,8 @@ pub struct ChaosCluster {
     retry_log: PathBuf,
     /// What [`CHAINED`]'s runs logged: `tick node parent_run_id`, a line each.
     chain_log: PathBuf,
+    /// What [`SUB_AFTER`]'s runs logged: `submission_id node parent_run_id`, a line each.
+    sub_after_log: PathBuf,
     /// What [`BROADCAST`]'s runs logged: `tick node`, a line each.
     broadcast_log: PathBuf,
     silent: Vec<Silent>,
@@ -326,10 +334,11 @@ impl ChaosCluster {
     }
 
     /// Like [`ChaosCluster::start`], with the on-demand job [`SUB`] in the schedule besides
-    /// `fast` and `long`: [`ChaosCluster::submit`] makes its work.
+    /// `fast` and `long`, and [`SUB_AFTER`] after it: [`ChaosCluster::submit`] makes its work.
     pub async fn start_with_submissions(name: &str, nodes: usize) -> Self {
         let fleet = Fleet {
             submissions: true,
+            submitted_chain: true,
             ..Fleet::single()
         };
         Self::start_fleet(name, nodes, fleet, |_| async {}).await
@@ -385,6 +394,7 @@ impl ChaosCluster {
         let sub_log = dir.path().join("subs.log");
         let retry_log = dir.path().join("retried.log");
         let chain_log = dir.path().join("chained.log");
+        let sub_after_log = dir.path().join("sub-after.log");
         let broadcast_log = dir.path().join("broadcast.log");
         let mut cluster = ChaosCluster {
             ensemble,
@@ -395,6 +405,7 @@ impl ChaosCluster {
             sub_log,
             retry_log,
             chain_log,
+            sub_after_log,
             broadcast_log,
             silent: Vec::new(),
             started_ms: now_ms(),
@@ -459,9 +470,12 @@ impl ChaosCluster {
         } else {
             format!("rebalance_after = \"{}ms\"\n", SETTLE.as_millis())
         };
+        // The time is bash's own, not `date`'s: a `date` started by the TERM trap could die of
+        // the group's next signal and leave the line without it.
         let note = format!(
             "note() {{ echo \"$1 $ZKCRON_JOB $ZKCRON_SCHEDULED_UNIX_MS $ZKCRON_NODE \
-             $ZKCRON_FENCING_TOKEN $ZKCRON_ATTEMPT $ZKCRON_RESUMED $(date +%s%3N)\" >> {log}; }}"
+             $ZKCRON_FENCING_TOKEN $ZKCRON_ATTEMPT $ZKCRON_RESUMED \
+             $(( ${{EPOCHREALTIME/./}} / 1000 ))\" >> {log}; }}"
         );
         let mut jobs = String::from("[log]\nformat = \"json\"\n");
         for group in &self.fleet.groups {
@@ -476,13 +490,13 @@ impl ChaosCluster {
             let what = if job.long {
                 format!(
                     "schedule = \"*/10 * * * * *\"\nconcurrency = \"forbid\"\n\
-                     command = [\"/bin/sh\", \"-c\", '{note}; trap \"note end; exit 143\" TERM; \
+                     command = [\"/bin/bash\", \"-c\", '{note}; trap \"note end; exit 143\" TERM; \
                      note start; sleep 6 & wait $!; note end']\n"
                 )
             } else {
                 format!(
                     "schedule = \"* * * * * *\"\n\
-                     command = [\"/bin/sh\", \"-c\", '{note}; note start; note end']\n"
+                     command = [\"/bin/bash\", \"-c\", '{note}; note start; note end']\n"
                 )
             };
             jobs.push_str(&format!(
@@ -496,6 +510,15 @@ impl ChaosCluster {
                 "\n[[job]]\nname = \"{SUB}\"\nhistory = 5000\nstarting_deadline = \"1h\"\n\
                  command = [\"/bin/sh\", \"-c\", 'echo \"$ZKCRON_SUBMISSION_ID $ZKCRON_NODE \
                  $ZKCRON_ATTEMPT\" >> {subs}']\n"
+            ));
+        }
+        if self.fleet.submitted_chain {
+            let after = self.sub_after_log.display();
+            jobs.push_str(&format!(
+                "\n[[job]]\nname = \"{SUB_AFTER}\"\nhistory = 5000\nstarting_deadline = \"1h\"\n\
+                 after = [\"{SUB}\"]\n\
+                 command = [\"/bin/sh\", \"-c\", 'echo \"$ZKCRON_SUBMISSION_ID $ZKCRON_NODE \
+                 $ZKCRON_PARENT_RUN_ID\" >> {after}']\n"
             ));
         }
         if self.fleet.retried {
@@ -1346,6 +1369,78 @@ impl ChaosCluster {
         );
         assert_eq!(self.pending_submissions().await, 0, "none stays pending");
         self.note("submissions", serde_json::json!(runs.len()));
+        if self.fleet.submitted_chain {
+            self.assert_each_submitted_parent_made_one_child(after_last)
+                .await;
+        }
+    }
+
+    /// Every run of [`SUB`] recorded `succeeded` made exactly one run of [`SUB_AFTER`], under
+    /// the id `<id>.sub-after`, naming that run as its parent (or its record says why it did not
+    /// run); none ran twice (issue 36: a submitted parent's child, across the scenario's faults).
+    async fn assert_each_submitted_parent_made_one_child(&mut self, within: Duration) {
+        let succeeded = self.succeeded_submissions().await;
+        let what = format!(
+            "{}: a {SUB_AFTER} run for each of {} succeeded {SUB} runs",
+            self.name,
+            succeeded.len()
+        );
+        let log = self.sub_after_log.clone();
+        let settled = try_wait_for(&what, within, || {
+            let children = children_logged(&log);
+            let lost =
+                invariants::submitted_chain(&succeeded, &children, &BTreeSet::new(), SUB_AFTER)
+                    .into_iter()
+                    .any(|v| matches!(v, invariants::SubmittedChainViolation::Lost { .. }));
+            async move { (!lost).then_some(()) }
+        })
+        .await;
+        let children = children_logged(&log);
+        let recorded = if settled.is_ok() {
+            BTreeSet::new()
+        } else {
+            self.submissions_recorded(SUB_AFTER).await
+        };
+        let violations = invariants::submitted_chain(&succeeded, &children, &recorded, SUB_AFTER);
+        assert!(
+            violations.is_empty(),
+            "{}: {} violation(s) of the chain after submitted runs: {:?}",
+            self.name,
+            violations.len(),
+            violations.iter().take(10).collect::<Vec<_>>()
+        );
+        self.note("submitted_children", serde_json::json!(children.len()));
+    }
+
+    /// The ids of `job`'s submissions that have a record.
+    async fn submissions_recorded(&self, job: &str) -> BTreeSet<String> {
+        let client = self.client().await;
+        let dir = format!("{ROOT}/runs/{job}");
+        let names = client.list_children(&dir).await.unwrap_or_default();
+        names
+            .iter()
+            .filter_map(|name| Some(name.split_once('-')?.1.to_owned()))
+            .collect()
+    }
+
+    /// The ids of [`SUB`]'s submissions whose record says `succeeded`, with their run ids.
+    async fn succeeded_submissions(&self) -> BTreeMap<String, String> {
+        let client = self.client().await;
+        let dir = format!("{ROOT}/runs/{SUB}");
+        let names = client.list_children(&dir).await.unwrap_or_default();
+        let mut succeeded = BTreeMap::new();
+        for name in names {
+            let Ok((data, _)) = client.get_data(&format!("{dir}/{name}")).await else {
+                continue;
+            };
+            let Ok(record) = RunRecord::parse(&data) else {
+                continue;
+            };
+            if let (RunStatus::Succeeded, Some(id)) = (record.status, &record.submission_id) {
+                succeeded.insert(id.to_string(), record.run_id.clone());
+            }
+        }
+        succeeded
     }
 
     /// `count` submissions of [`SUB`] made by `binary`'s CLI (another build of zkcron: the
@@ -1692,4 +1787,20 @@ fn lock_timeline(log: &Path) -> Vec<LockWord> {
         });
     }
     timeline
+}
+
+/// What [`SUB_AFTER`]'s runs logged, by submission id: each run's node and parent run id.
+fn children_logged(log: &Path) -> BTreeMap<String, Vec<(String, String)>> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut runs: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+    for line in text.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let [id, node, parent] = fields[..] else {
+            panic!("{SUB_AFTER} log line {line:?}");
+        };
+        runs.entry(id.to_owned())
+            .or_default()
+            .push((node.to_owned(), parent.to_owned()));
+    }
+    runs
 }

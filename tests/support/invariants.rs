@@ -334,6 +334,60 @@ pub fn chain(
     found
 }
 
+/// What went wrong with the chain after a submitted parent (issue 36), naming the child's
+/// submission id or the parent's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SubmittedChainViolation {
+    /// The child's submission ran more than once.
+    StartedTwice { child: String, nodes: Vec<String> },
+    /// The child ran naming no succeeded run of its parent, or another run than its id says.
+    WrongParent { child: String, parent_run: String },
+    /// The parent's run succeeded and its child neither ran nor is recorded: the promise was
+    /// lost.
+    Lost { parent: String },
+}
+
+/// Judges the chain after submitted parents: `succeeded` maps each parent submission whose
+/// record says `succeeded` to its run id; `children` each child submission's runs as it logged
+/// them (node, parent run id), `child_recorded` the child submissions with a record. The child
+/// of parent `id` is `<id>.<suffix>`: it runs at most once, naming that parent's run, and every
+/// succeeded parent has it, run or recorded.
+pub fn submitted_chain(
+    succeeded: &BTreeMap<String, String>,
+    children: &BTreeMap<String, Vec<(String, String)>>,
+    child_recorded: &BTreeSet<String>,
+    suffix: &str,
+) -> Vec<SubmittedChainViolation> {
+    let mut found = Vec::new();
+    for (child, runs) in children {
+        if runs.len() > 1 {
+            found.push(SubmittedChainViolation::StartedTwice {
+                child: child.clone(),
+                nodes: runs.iter().map(|(node, _)| node.clone()).collect(),
+            });
+        }
+        let parent = child.strip_suffix(&format!(".{suffix}"));
+        let expected = parent.and_then(|parent| succeeded.get(parent));
+        for (_, parent_run) in runs {
+            if expected != Some(parent_run) {
+                found.push(SubmittedChainViolation::WrongParent {
+                    child: child.clone(),
+                    parent_run: parent_run.clone(),
+                });
+            }
+        }
+    }
+    for parent in succeeded.keys() {
+        let child = format!("{parent}.{suffix}");
+        if !children.contains_key(&child) && !child_recorded.contains(&child) {
+            found.push(SubmittedChainViolation::Lost {
+                parent: parent.clone(),
+            });
+        }
+    }
+    found
+}
+
 /// What went wrong with a broadcast job (`broadcast`, issue 36), naming the tick and the node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BroadcastViolation {

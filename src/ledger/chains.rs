@@ -174,11 +174,8 @@ pub async fn submit_child(
     let options = CreateMode::Persistent.with_acls(acls);
     let mut id = id;
     let wanted = [(id.clone(), submission.clone())];
-    let mut parents = super::submissions::absent(
-        client,
-        &super::submissions::parents_of(&paths.delayed, &wanted),
-    )
-    .await;
+    let mut parents =
+        super::parents::absent(client, &super::parents::parents_of(&paths.delayed, &wanted)).await;
     for _ in 0..SUBMIT_ATTEMPTS {
         let request = paths.delayed.submission(&id);
         let marker = paths.delayed.marker_of(&id, submission);
@@ -218,9 +215,9 @@ pub async fn submit_child(
                             "a submission holds the child's id already; the child is submitted under a generated one"
                         );
                         id = SubmissionId::generate();
-                        parents = super::submissions::absent(
+                        parents = super::parents::absent(
                             client,
-                            &super::submissions::parents_of(
+                            &super::parents::parents_of(
                                 &paths.delayed,
                                 &[(id.clone(), submission.clone())],
                             ),

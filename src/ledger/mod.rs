@@ -19,6 +19,7 @@ pub mod forget;
 pub mod group;
 mod guard;
 pub mod limits;
+mod parents;
 mod prune;
 mod records;
 pub mod submissions;

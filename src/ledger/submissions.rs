@@ -10,6 +10,7 @@
 
 use zookeeper_client::{Acls, Client, CreateMode, Error as ZkErr, MultiWriteError};
 
+use super::parents::{absent, parents_of};
 use crate::delayed::submission::FormatError;
 use crate::delayed::submission::{DueBucket, Stored, Submission, SubmissionId, Tombstone};
 use crate::ids::{FencingToken, NodeId};
@@ -299,42 +300,6 @@ async fn submit_chunk(
         results.push(submit(client, paths, id, submission, acls).await);
     }
     results
-}
-
-/// Those of `parents` that do not exist, in their order; all reads out at once. A parent whose
-/// read failed counts as existing: if it does not, the multi finds it missing and the batch
-/// goes one by one, which makes it.
-pub(super) async fn absent(reader: &Client, parents: &[String]) -> Vec<String> {
-    let reads: Vec<_> = parents.iter().map(|path| reader.check_stat(path)).collect();
-    let mut missing = Vec::new();
-    for (path, read) in parents.iter().zip(reads) {
-        if let Ok(None) = read.await {
-            missing.push(path.clone());
-        }
-    }
-    missing
-}
-
-/// The parents `chunk` needs, each once, every ancestor before its children.
-pub(super) fn parents_of(
-    paths: &DelayedPaths,
-    chunk: &[(SubmissionId, Submission)],
-) -> Vec<String> {
-    let mut wanted = Vec::new();
-    for (id, submission) in chunk {
-        let bucket = DueBucket::of(submission.due_unix_ms);
-        wanted.extend([
-            paths.ids.clone(),
-            paths.id_shard(id.shard()),
-            paths.due.clone(),
-            paths.due_day(bucket.day),
-            paths.due_bucket(bucket),
-            paths.due_shard(bucket, id.shard()),
-        ]);
-    }
-    let mut seen = std::collections::HashSet::new();
-    wanted.retain(|path| seen.insert(path.clone()));
-    wanted
 }
 
 /// Creates `parents` (ancestors first), requests out at once; remembers those that exist now.

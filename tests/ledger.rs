@@ -1424,6 +1424,11 @@ async fn a_broadcast_claim_is_fenced_by_its_member_znode_and_the_sweep_records_w
         )
         .fenced_by_member(member)
     };
+    // b's run of tick 0 is a long one, still running when b dies after tick 1000.
+    claim_of("b", 0)
+        .send_alone(&b)
+        .await
+        .expect("b's long run of tick 0");
     let claimed = claim_of("b", 1000)
         .send_alone(&b)
         .await
@@ -1495,6 +1500,12 @@ async fn a_broadcast_claim_is_fenced_by_its_member_znode_and_the_sweep_records_w
     };
     assert_eq!(status("c").await, Some(RunStatus::Missed));
     assert_eq!(status("b").await, Some(RunStatus::Interrupted));
+    let earlier = paths.broadcast_record(&job, 0, &NodeId::new("b"));
+    assert_eq!(
+        read_fresh(&a, &earlier).await.map(|r| r.status),
+        Some(RunStatus::Interrupted),
+        "b's earlier run, still open when it died, is closed too"
+    );
     assert_eq!(status("d").await, None, "joined after the tick");
     assert_eq!(status("e").await, None, "lacks the tag");
     let again = sweep(&a, &paths, &lock, &members, &of)

@@ -90,7 +90,8 @@ pub struct Sweep {
 pub struct Swept {
     /// The `missed` records made, one for each member that did not claim the tick.
     pub missed: Vec<RunRecord>,
-    /// The members gone since the tick's start whose run of it was still open: `interrupted`.
+    /// The members gone since the tick's start that had runs still open, this tick's or an
+    /// earlier one's (among its newest [`OWN_LOOK_BACK`]): each run marked `interrupted`.
     pub interrupted: Vec<NodeId>,
     /// Old records pruned.
     pub pruned: usize,
@@ -98,8 +99,10 @@ pub struct Swept {
 
 /// Records `missed` for each member of `members` (those live at the tick's start) that carries
 /// `sweep.requires`, joined before the tick, and has no record of it; marks `interrupted` the
-/// open run of each of them that is gone from `group`'s members since (killed mid-run: nobody
-/// else would end its record); then prunes the job's records beyond `keep` per member.
+/// open runs of each of them that is gone from `group`'s members since — this tick's, and an
+/// earlier tick's still running when its node died (killed mid-run: nobody else would end its
+/// record), among its newest [`OWN_LOOK_BACK`] — then prunes the job's records beyond `keep` per
+/// member.
 ///
 /// # Errors
 /// Listing the records failed, or a claim failed otherwise than by finding the record there
@@ -148,21 +151,25 @@ pub async fn sweep(
             Err(err) => return Err(err),
         }
     }
-    let recorded_gone: Vec<&LiveMember> = members
-        .iter()
-        .filter(|member| recorded.contains(&member.node_id))
-        .collect();
-    if !recorded_gone.is_empty() {
+    if !members.is_empty() {
         let live_now: HashSet<String> = crate::zk::children_if_there(client, &group.members)
             .await
             .map_err(ClaimError::on(&group.members))?
             .into_iter()
             .collect();
-        for member in recorded_gone {
-            if live_now.contains(member.node_id.as_str()) {
-                continue;
-            }
-            if interrupt_open(client, paths, sweep, &member.node_id).await {
+        let gone = members
+            .iter()
+            .filter(|member| !live_now.contains(member.node_id.as_str()));
+        for member in gone {
+            let open = LeftOpen {
+                job: &sweep.job,
+                node: &member.node_id,
+                through_ms: sweep.tick_ms,
+                spare: &HashSet::new(),
+                now_ms: sweep.now_ms,
+                why: "its node left the fleet before the run's end",
+            };
+            if close_open(client, paths, &names, &open).await > 0 {
                 swept.interrupted.push(member.node_id.clone());
             }
         }
@@ -174,26 +181,54 @@ pub async fn sweep(
     Ok(swept)
 }
 
-/// Marks `node`'s record of the swept tick `interrupted` if it is still open; whether it did.
-async fn interrupt_open(
+/// Whose open runs of which job to close, and why.
+struct LeftOpen<'a> {
+    job: &'a JobName,
+    node: &'a NodeId,
+    /// Only records of ticks at or before this one.
+    through_ms: i64,
+    /// Run ids left alone: runs of this process that outlived a session.
+    spare: &'a HashSet<String>,
+    now_ms: i64,
+    why: &'a str,
+}
+
+/// Marks `interrupted` the runs still open among `open.node`'s newest [`OWN_LOOK_BACK`] records
+/// of `open.job` (of `names`, the job's records) through `open.through_ms`, but those it spares;
+/// each a compare-and-set at the version read. Returns how many it marked.
+async fn close_open(
     client: &Client,
     paths: &LedgerPaths,
-    sweep: &Sweep,
-    node: &NodeId,
-) -> bool {
-    let path = paths.broadcast_record(&sweep.job, sweep.tick_ms, node);
-    let Some((mut record, version)) = read_versioned(client, &path).await else {
-        return false;
-    };
-    if record.status.is_final() {
-        return false;
+    names: &[crate::layout::RecordName],
+    open: &LeftOpen<'_>,
+) -> usize {
+    let theirs = names
+        .iter()
+        .rev()
+        .filter(|name| {
+            name.node.as_ref() == Some(open.node) && name.scheduled_unix_ms <= open.through_ms
+        })
+        .take(OWN_LOOK_BACK);
+    let mut closed = 0;
+    for name in theirs {
+        let path = paths.broadcast_record(open.job, name.scheduled_unix_ms, open.node);
+        let Some((mut record, version)) = read_versioned(client, &path).await else {
+            continue;
+        };
+        if record.status.is_final() || open.spare.contains(&record.run_id) {
+            continue;
+        }
+        record.status = RunStatus::Interrupted;
+        record.finished_unix_ms = Some(open.now_ms);
+        record.error = Some(open.why.to_owned());
+        match rewrite_record(client, paths, &record, version, true).await {
+            Ok(_) => closed += 1,
+            Err(err) => {
+                tracing::debug!(path, error = %err, "a broadcast run left open was not marked")
+            }
+        }
     }
-    record.status = RunStatus::Interrupted;
-    record.finished_unix_ms = Some(sweep.now_ms);
-    record.error = Some("its node left the fleet before the run's end".to_owned());
-    rewrite_record(client, paths, &record, version, true)
-        .await
-        .is_ok()
+    closed
 }
 
 /// How many of its newest records of a job a restarted node looks at for runs left open.
@@ -216,29 +251,13 @@ pub async fn close_own(
     now_ms: i64,
 ) -> Result<usize, ClaimError> {
     let names = record_names(client, paths, job).await?;
-    let mine = names
-        .iter()
-        .rev()
-        .filter(|name| name.node.as_ref() == Some(me) && name.scheduled_unix_ms < before_ms)
-        .take(OWN_LOOK_BACK);
-    let mut closed = 0;
-    for name in mine {
-        let path = paths.broadcast_record(job, name.scheduled_unix_ms, me);
-        let Some((mut record, version)) = read_versioned(client, &path).await else {
-            continue;
-        };
-        if record.status.is_final() || alive.contains(&record.run_id) {
-            continue;
-        }
-        record.status = RunStatus::Interrupted;
-        record.finished_unix_ms = Some(now_ms);
-        record.error = Some("its node stopped or lost its session before the run's end".to_owned());
-        match rewrite_record(client, paths, &record, version, true).await {
-            Ok(_) => closed += 1,
-            Err(err) => {
-                tracing::debug!(path, error = %err, "a broadcast run left open was not marked")
-            }
-        }
-    }
-    Ok(closed)
+    let open = LeftOpen {
+        job,
+        node: me,
+        through_ms: before_ms - 1,
+        spare: alive,
+        now_ms,
+        why: "its node stopped or lost its session before the run's end",
+    };
+    Ok(close_open(client, paths, &names, &open).await)
 }

@@ -13,7 +13,7 @@ use crate::fire::machine::{ClaimId, ClaimRefused, Input};
 use crate::ids::{NodeId, SessionId};
 use crate::layout::LockPaths;
 use crate::ledger::broadcast::{Sweep, close_own, live_members, sweep};
-use crate::ledger::{ClaimPlan, OpenRuns};
+use crate::ledger::{ClaimError, ClaimPlan, OpenRuns};
 use crate::report::error_chain;
 use crate::run::{ClaimMode, RunRecord};
 
@@ -99,7 +99,25 @@ impl Records {
                 () = tokio::time::sleep(wait) => {}
                 () = stop.cancelled() => return,
             }
-            let swept = bounded(job.as_str(), sweep(&client, &paths, &group, &members, &sweep_of)).await;
+            // A sweep done twice writes nothing twice: one that failed is tried again while
+            // this owner holds on, so the members' missed ticks are not left to the next owner.
+            let mut attempts = 1;
+            let swept = loop {
+                let swept =
+                    bounded(job.as_str(), sweep(&client, &paths, &group, &members, &sweep_of)).await;
+                let again = match &swept {
+                    Some(Err(ClaimError::NotOwner { .. })) | Some(Ok(_)) => false,
+                    Some(Err(_)) | None => attempts < SWEEP_ATTEMPTS,
+                };
+                if !again {
+                    break swept;
+                }
+                attempts += 1;
+                tokio::select! {
+                    () = tokio::time::sleep(SWEEP_RETRY) => {}
+                    () = stop.cancelled() => return,
+                }
+            };
             match swept {
                 Some(Ok(swept)) if !swept.missed.is_empty() || !swept.interrupted.is_empty() => {
                     for record in &swept.missed {
@@ -146,3 +164,8 @@ impl Records {
         });
     }
 }
+
+/// A broadcast tick's sweep is tried this many times at most.
+const SWEEP_ATTEMPTS: u32 = 3;
+/// Between two tries of a sweep.
+const SWEEP_RETRY: std::time::Duration = std::time::Duration::from_secs(2);

@@ -90,6 +90,24 @@ fn disconnected_owner(token: FencingToken) -> LockStatus {
     }
 }
 
+/// A property test's lock step `kind`: 0 owner under `token`, 1 follower, 2 disconnected,
+/// otherwise a new acquisition (`token` goes up by one).
+fn lock_step(kind: u8, token: &mut i32) -> LockStatus {
+    match kind {
+        0 => owner(FencingToken(*token)),
+        1 => follower(),
+        2 => LockStatus {
+            connected: false,
+            may_fire: false,
+            token: None,
+        },
+        _ => {
+            *token += 1;
+            owner(FencingToken(*token))
+        }
+    }
+}
+
 /// Feeds every timer expiry up to `until_ms`, as the driver would.
 fn run_timer(m: &mut FireMachine, until_ms: i64) {
     while let Some(at) = m.next_deadline().filter(|at| ms(*at) <= until_ms) {

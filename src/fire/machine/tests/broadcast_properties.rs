@@ -187,19 +187,7 @@ impl World {
     }
 
     fn lock(&mut self, m: &mut FireMachine, kind: u8) -> Result<(), TestCaseError> {
-        let status = match kind {
-            0 => owner(FencingToken(self.token)),
-            1 => follower(),
-            2 => LockStatus {
-                connected: false,
-                may_fire: false,
-                token: None,
-            },
-            _ => {
-                self.token += 1;
-                owner(FencingToken(self.token))
-            }
-        };
+        let status = lock_step(kind, &mut self.token);
         if !status.connected {
             self.since = None;
             self.reading = false;

@@ -212,19 +212,7 @@ impl World {
     }
 
     fn lock(&mut self, m: &mut FireMachine, kind: u8) -> Result<(), TestCaseError> {
-        let status = match kind {
-            0 => owner(FencingToken(self.epoch)),
-            1 => follower(),
-            2 => LockStatus {
-                connected: false,
-                may_fire: false,
-                token: None,
-            },
-            _ => {
-                self.epoch += 1;
-                owner(FencingToken(self.epoch))
-            }
-        };
+        let status = lock_step(kind, &mut self.epoch);
         self.status = status;
         self.feed(m, Input::LockChanged(status))
     }

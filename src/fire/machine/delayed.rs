@@ -258,8 +258,12 @@ fn remove_after() -> chrono::Duration {
 pub(super) enum Considered {
     /// Queued for its time, kept for a job that comes back, or already in hand.
     Held,
-    /// Older than its job's `starting_deadline`: recorded `missed`, due at this time.
-    Missed { due: DateTime<Utc> },
+    /// Older than its job's `starting_deadline`: recorded `missed`, due at this time; a
+    /// chained submission's record names its parent's run (`parents`).
+    Missed {
+        due: DateTime<Utc>,
+        parents: Vec<ParentRun>,
+    },
 }
 
 impl DelayedQueue {
@@ -479,8 +483,12 @@ impl DelayedQueue {
         };
         if counted_from + deadline < now {
             tracing::warn!(job = %submission.job, id = %id, %due, "submission missed: older than its job's starting_deadline");
+            let parents = submission.after.and_then(|after| parent_run(after, &id));
             self.known.insert(id);
-            return Considered::Missed { due };
+            return Considered::Missed {
+                due,
+                parents: parents.into_iter().collect(),
+            };
         }
         // Resumed: it was waiting, already late, while no node could fire — not a submission
         // made with a past due time after this node began firing.
@@ -555,7 +563,7 @@ impl Due {
 
 /// The parent's run a chained submission names, as its record names it; `None` (logged) for a
 /// status no record spells: the run then names no parent.
-pub(super) fn parent_run(after: AfterRun, id: &SubmissionId) -> Option<ParentRun> {
+fn parent_run(after: AfterRun, id: &SubmissionId) -> Option<ParentRun> {
     let Some(status) = RunStatus::parse(&after.status) else {
         tracing::warn!(id = %id, status = after.status, "a chained submission names its parent's end in words no record uses; its run names no parent");
         return None;
@@ -673,7 +681,13 @@ mod tests {
             Some(&mail),
             at(20_000),
         );
-        assert_eq!(late, Considered::Missed { due: at(100) });
+        assert_eq!(
+            late,
+            Considered::Missed {
+                due: at(100),
+                parents: Vec::new()
+            }
+        );
         let unknown_job = queue.consider(id("c"), submission("gone", 100), None, None, at(0));
         assert_eq!(
             (unknown_job, queue.held()),

@@ -113,21 +113,16 @@ impl FireMachine {
             .filter(|config| config.enabled);
         let job = submission.job.clone();
         let named = submission.marker_names_job;
-        let after = submission.after.clone();
         let considered =
             self.delayed
                 .consider(id.clone(), submission, claimed_due, config.as_deref(), now);
-        let (delayed::Considered::Missed { due }, Some(config), Some(token)) =
+        let (delayed::Considered::Missed { due, parents }, Some(config), Some(token)) =
             (considered, config, self.lock.token)
         else {
             return;
         };
         let mut record = delayed::missed_record(&job, &id, due, named, (&self.me, token), now);
-        // A chained submission's record names its parent's run, missed or not.
-        record.parents = after
-            .and_then(|after| delayed::parent_run(after, &id))
-            .into_iter()
-            .collect();
+        record.parents = parents;
         self.claim_path(now, out, |s, ctx| s.claim_record_only(ctx, &config, record));
     }
 }

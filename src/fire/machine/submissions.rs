@@ -8,9 +8,11 @@
 use chrono::{DateTime, Utc};
 
 use super::delayed::JobRoom;
+use super::protocol::{ClaimId, ClaimRefused};
 use super::{Action, FireMachine, Scanned, claims, delayed};
 use crate::config::JobConfig;
 use crate::delayed::submission::{Submission, SubmissionId};
+use crate::run::Claim;
 
 impl FireMachine {
     /// Answer to [`Action::ScanDelayed`]: what it found is considered, and the next buckets
@@ -91,6 +93,34 @@ impl FireMachine {
             chrono::Duration::zero()
         } else {
             self.claim_ahead
+        }
+    }
+
+    /// Answer to [`Action::Claim`]; a submission that a reschedule moved meanwhile is
+    /// considered anew once its claim is settled.
+    pub(super) fn claim_done(
+        &mut self,
+        id: ClaimId,
+        result: Result<Claim, ClaimRefused>,
+        now: DateTime<Utc>,
+        out: &mut Vec<Action>,
+    ) {
+        // Refused under an older token of ours, or failed: the submission is still pending, and
+        // a scan made meanwhile held it for this claim. It is read again, not left to the next
+        // scan from the oldest bucket (the next acquisition, reconnection or reload).
+        let still_pending = matches!(
+            result,
+            Err(ClaimRefused::NotOwner | ClaimRefused::Failed(_))
+        );
+        let answered = self.claim_path(now, out, |s, ctx| s.claim_done(ctx, id, result));
+        let Some((submission, lost)) = answered else {
+            return;
+        };
+        if let Some(moved) = self.delayed.claim_answered(&submission, lost) {
+            tracing::info!(id = %submission, due_unix_ms = moved.due_unix_ms, "submission rescheduled");
+            self.consider(submission, moved, now, out);
+        } else if still_pending && self.lock.may_fire && self.stopping.is_none() {
+            out.extend(self.delayed.read_again(submission));
         }
     }
 

@@ -9,7 +9,7 @@ use super::housekeeping::RELIST_AFTER;
 use super::*;
 use crate::delayed::submission::{DueBucket, SubmissionId};
 use crate::ids::{FencingToken, NodeId, SessionId};
-use crate::run::{ClaimMode, RunContext, RunOutcome, RunRecord, RunReport, RunStatus};
+use crate::run::{Claim, ClaimMode, RunContext, RunOutcome, RunRecord, RunReport, RunStatus};
 
 mod backfill;
 mod broadcast;

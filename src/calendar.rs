@@ -60,6 +60,82 @@ impl Calendar {
             .is_none_or(|days| days.contains(&local.weekday()));
         days && hours && weekdays
     }
+
+    /// The first instant after `at` at which whether the calendar covers an instant may change:
+    /// a day's start, an end of an `hours` window, an end of a span. [`Calendar::covers`] gives
+    /// one answer for every instant of `[at, answer)`, so a search for a tick it covers may jump
+    /// there. `None`: the answer never changes.
+    pub fn changes_after(&self, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let mut times: Vec<NaiveTime> = self
+            .hours
+            .iter()
+            .flat_map(|(from, to)| [*from, *to])
+            .collect();
+        if self.days.is_some() || self.weekdays.is_some() {
+            times.push(NaiveTime::MIN);
+        }
+        let today = at.with_timezone(&self.timezone).date_naive();
+        // Yesterday too: where a zone turns its clocks back across midnight, yesterday's late
+        // wall times come again after today's first minutes.
+        let dates = [today.pred_opt(), Some(today), today.succ_opt()];
+        let local = dates.into_iter().flatten().flat_map(|date| {
+            times
+                .iter()
+                .flat_map(move |time| self.instants_of(date.and_time(*time)))
+        });
+        let spans = self
+            .days
+            .iter()
+            .flat_map(|days| days.spans.iter().flat_map(|(from, to)| [*from, *to]));
+        let next = local.chain(spans).filter(|change| *change > at).min()?;
+        // A change of the zone's offset moves every wall time at once (a repeated hour goes
+        // back into a window, a date back a day): the answer may change there too.
+        Some(self.offset_change(at, next).unwrap_or(next))
+    }
+
+    /// The first instant in `(at, until]` where the zone's offset differs from `at`'s, when
+    /// `until`'s does (zones change their offset months apart, so at most once in a day or two).
+    fn offset_change(&self, at: DateTime<Utc>, until: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        use chrono::Offset;
+        let offset = |seconds: i64| {
+            DateTime::from_timestamp(seconds, 0)
+                .map(|t| self.timezone.offset_from_utc_datetime(&t.naive_utc()).fix())
+        };
+        let (mut before, mut after) = (at.timestamp(), until.timestamp());
+        let first = offset(before)?;
+        if offset(after)? == first {
+            return None;
+        }
+        while after - before > 1 {
+            let middle = before + (after - before) / 2;
+            if offset(middle)? == first {
+                before = middle;
+            } else {
+                after = middle;
+            }
+        }
+        DateTime::from_timestamp(after, 0).filter(|change| *change > at)
+    }
+
+    /// Every instant a wall time of the calendar's zone names: both passes of a repeated one,
+    /// and for one a spring gap skips, the gap's end (where the calendar's answer changes).
+    fn instants_of(&self, wall: chrono::NaiveDateTime) -> Vec<DateTime<Utc>> {
+        use chrono::LocalResult;
+        let utc = |local: DateTime<Tz>| local.with_timezone(&Utc);
+        match self.timezone.from_local_datetime(&wall) {
+            LocalResult::Single(one) => vec![utc(one)],
+            LocalResult::Ambiguous(first, second) => vec![utc(first), utc(second)],
+            // No zone skips more than a day of wall time; a gap's end is a whole minute.
+            LocalResult::None => (1..=24 * 60)
+                .find_map(|minutes| {
+                    let later = wall + chrono::Duration::minutes(minutes);
+                    self.timezone.from_local_datetime(&later).earliest()
+                })
+                .map(utc)
+                .into_iter()
+                .collect(),
+        }
+    }
 }
 
 /// A job's calendars: it skips a tick that one of `except` covers, and, with `only`, one that
@@ -92,6 +168,16 @@ impl Skip {
 impl CalendarRule {
     pub fn is_empty(&self) -> bool {
         self.except.is_empty() && self.only.is_empty()
+    }
+
+    /// The first instant after `at` at which [`CalendarRule::skips`] may answer differently
+    /// (the earliest change of any of its calendars); `None`: never.
+    pub fn changes_after(&self, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        self.except
+            .iter()
+            .chain(&self.only)
+            .filter_map(|calendar| calendar.changes_after(at))
+            .min()
     }
 
     /// Why the rule skips `tick`; `None` when it runs.

@@ -300,10 +300,9 @@ pub async fn gather(
         let name = &job.spec.name;
         let records = ledger::history(client, ledger_paths, name, job.history).await?;
         let paused = pauses.get(name).cloned();
-        let next = match (&job.schedule, job.enabled, &paused) {
-            (Some(_), true, None) => job.next_tick_after(now).map(|at| at.timestamp_millis()),
-            _ => None,
-        };
+        let next = crate::fire::next::next_run(job, paused.is_some(), now)
+            .ok()
+            .map(|run| run.tick.timestamp_millis());
         let (count, due) = pending.per_job.get(name).copied().unwrap_or((0, 0));
         let alive_run = match ledger::guard_holder(client, ledger_paths, name).await {
             Some(holder) => Some(holder),

@@ -1,7 +1,8 @@
 //! Calendars (`[[calendar]]`, `except`, `only`, issue 36) on real daemons and a real
 //! ZooKeeper: a job whose calendar excludes today never runs and its run of skipped ticks is one
 //! record naming the calendar, which the next owner after a kill -9 does not record again; a
-//! job kept to today runs; `check --explain` marks the skipped fires.
+//! job kept to today runs; `check --explain` marks the skipped fires; `status --json`,
+//! `check --json` and `/v1/status` never name a skipped tick as the next fire (issue 50).
 #![allow(
     clippy::await_holding_lock,
     reason = "each #[tokio::test] has its own runtime and thread"
@@ -13,6 +14,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use support::daemon::{DaemonNode, RECORD_FIRE, logs_of, read_fires, schedule_text, zkcron_ok};
+use support::http::{logged_port, request};
 use support::zk_cluster::try_wait_for;
 use support::{fault_lock, shared_ensemble, unique_chroot};
 
@@ -48,7 +50,8 @@ async fn a_calendar_excluding_today_skips_every_tick_in_one_record_across_a_kill
         .map(|day| format!("\"{day}\""))
         .join(", ");
     let jobs = format!(
-        "[[calendar]]\nname = \"today\"\ndates = [{days}]\n\
+        "[http]\nlisten = \"127.0.0.1:0\"\n\
+         [[calendar]]\nname = \"today\"\ndates = [{days}]\n\
          [[job]]\nname = \"resting\"\nschedule = \"* * * * * *\"\nexcept = [\"today\"]\n\
          shell = '{RECORD_FIRE}{fires}'\n\
          [[job]]\nname = \"working\"\nschedule = \"* * * * * *\"\nonly = [\"today\"]\n\
@@ -96,6 +99,31 @@ async fn a_calendar_excluding_today_skips_every_tick_in_one_record_across_a_kill
         explained.contains("not run: skipped by calendar \"today\" (except)"),
         "{explained}"
     );
+    // Every view's next fire is the day after the calendar's two days, never one of them.
+    let day_after = (today + chrono::Days::new(2))
+        .and_hms_opt(0, 0, 0)
+        .expect("a midnight")
+        .and_utc()
+        .timestamp_millis();
+    let resting_in = |document: &serde_json::Value| -> serde_json::Value {
+        document["jobs"]
+            .as_array()
+            .and_then(|jobs| jobs.iter().find(|job| job["name"] == "resting"))
+            .cloned()
+            .unwrap_or_else(|| panic!("resting among the jobs of {document}"))
+    };
+    let status: serde_json::Value =
+        serde_json::from_str(&zkcron_ok(&["status", "--json"], &first.config)).expect("json");
+    let next = resting_in(&status)["next_unix_ms"].as_i64();
+    assert_eq!(next, Some(day_after), "status --json: {status}");
+    let port = logged_port(&first.log()).expect("the listener's port in the log");
+    let api = request(port, "GET", "/v1/status", None, None).await.json();
+    let next = resting_in(&api)["next_unix_ms"].as_i64();
+    assert_eq!(next, Some(day_after), "/v1/status: {api}");
+    let checked: serde_json::Value =
+        serde_json::from_str(&zkcron_ok(&["check", "--json"], &first.config)).expect("json");
+    let next = resting_in(&checked)["next"][0]["unix_ms"].as_i64();
+    assert_eq!(next, Some(day_after), "check --json: {checked}");
 
     first.kill();
     try_wait_for("working runs on k2", SESSION + DELAY + SLACK * 3, ran("k2"))

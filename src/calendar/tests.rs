@@ -160,3 +160,63 @@ fn a_jobs_rule_skips_what_except_covers_and_what_only_does_not() {
             .is_none()
     );
 }
+
+/// `changes_after` names every instant where `covers` changes (so a search may jump to it):
+/// minute by minute through both DST changes of a year, in a zone that changes its clocks at
+/// night (Berlin) and in one that changes them at midnight (Santiago), for windows, days,
+/// weekdays and a span.
+#[test]
+fn a_calendars_answer_changes_only_where_changes_after_says() {
+    let window = |zone| Calendar {
+        name: "window".into(),
+        hours: vec![
+            parse_hours("02:30-03:30").expect("a window"),
+            parse_hours("23:30-00:30").expect("a window"),
+        ],
+        ..calendar(zone)
+    };
+    let days = |zone| Calendar {
+        name: "days".into(),
+        days: Some(Days {
+            dates: [date("2026-03-29"), date("2026-04-05"), date("2026-09-06")].into(),
+            spans: vec![(at("2026-10-25T00:17:00Z"), at("2026-10-25T01:43:00Z"))],
+        }),
+        weekdays: Some(vec![Weekday::Sun, Weekday::Sat]),
+        ..calendar(zone)
+    };
+    let zones = [chrono_tz::Europe::Berlin, chrono_tz::America::Santiago];
+    let days_of_change = [
+        "2026-03-28T12:00:00Z",
+        "2026-04-04T12:00:00Z",
+        "2026-09-05T12:00:00Z",
+        "2026-10-24T12:00:00Z",
+    ];
+    for zone in zones {
+        for calendar in [window(zone), days(zone)] {
+            for start in days_of_change {
+                let mut before = at(start);
+                for _ in 0..(2 * 24 * 60) {
+                    let now = before + chrono::Duration::minutes(1);
+                    let change = calendar.changes_after(before).expect("it changes");
+                    assert!(
+                        change > before,
+                        "{} in {zone}: {change} after {before}",
+                        calendar.name
+                    );
+                    if calendar.covers(now) != calendar.covers(before) {
+                        assert!(
+                            change <= now,
+                            "{} in {zone}: covers changed by {now}, next change said {change}",
+                            calendar.name
+                        );
+                    }
+                    before = now;
+                }
+            }
+        }
+    }
+    assert_eq!(
+        calendar(chrono_tz::UTC).changes_after(at(days_of_change[0])),
+        None
+    );
+}

@@ -3,8 +3,8 @@
 //!
 //! Owns: what check looks up (`--lint`: nothing on this host), this host's warnings (a command
 //! or working_dir missing here) located in the file, and both outputs' shapes.
-//! Must not: decide what a problem is (the config module does) or compute ticks (the schedule
-//! does).
+//! Must not: decide what a problem is (the config module does) or when a job runs next
+//! (`fire::next` does, for every view).
 
 use std::path::{Path, PathBuf};
 
@@ -13,6 +13,7 @@ use clap::Args;
 use serde_json::json;
 
 use zkcron::config::{self, Config, ConfigError, JobConfig, LoadError, Lookups};
+use zkcron::fire::next::{self, NextRun, NoRun};
 
 use super::error::{CliError, print_lines};
 use super::explain;
@@ -206,9 +207,13 @@ fn job_lines(job: &JobConfig, now: DateTime<Utc>) -> Vec<String> {
         job.spec.name,
         tz.name()
     )];
-    for at in next_fires(job, now) {
+    let (runs, short) = next::runs_after(job, now, NEXT_FIRES);
+    for NextRun {
+        tick: at,
+        starts: start,
+    } in runs
+    {
         // With a jitter: when the tick starts, the same on every node.
-        let start = job.start_of(at);
         let jittered = if start == at {
             String::new()
         } else {
@@ -222,14 +227,13 @@ fn job_lines(job: &JobConfig, now: DateTime<Utc>) -> Vec<String> {
             at.with_timezone(&tz).format("%Y-%m-%d %H:%M:%S %:z")
         ));
     }
+    if let Some(NoRun::SkippedUntil(until)) = short {
+        lines.push(format!(
+            "    no run before {}: its calendars skip every tick until then",
+            until.with_timezone(&tz).format("%Y-%m-%d %H:%M:%S %:z")
+        ));
+    }
     lines
-}
-
-fn next_fires(job: &JobConfig, now: DateTime<Utc>) -> Vec<DateTime<Utc>> {
-    job.schedule
-        .as_ref()
-        .map(|schedule| schedule.upcoming(now, NEXT_FIRES))
-        .unwrap_or_default()
 }
 
 /// `check --json`'s document (docs/API.md).
@@ -299,13 +303,14 @@ fn json_document(
 
 fn json_job(job: &JobConfig, now: DateTime<Utc>) -> serde_json::Value {
     let tz = job.timezone;
-    let next: Vec<serde_json::Value> = next_fires(job, now)
+    let (runs, _) = next::runs_after(job, now, NEXT_FIRES);
+    let next: Vec<serde_json::Value> = runs
         .into_iter()
-        .map(|at| {
+        .map(|run| {
             json!({
-                "at": at.with_timezone(&tz).to_rfc3339(),
-                "unix_ms": at.timestamp_millis(),
-                "starts_unix_ms": job.start_of(at).timestamp_millis(),
+                "at": run.tick.with_timezone(&tz).to_rfc3339(),
+                "unix_ms": run.tick.timestamp_millis(),
+                "starts_unix_ms": run.starts.timestamp_millis(),
             })
         })
         .collect();

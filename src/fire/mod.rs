@@ -8,6 +8,7 @@
 
 pub mod driver;
 pub mod machine;
+pub mod next;
 mod queue;
 
 pub use machine::{Action, FireMachine, FireReason, Input};

@@ -249,12 +249,9 @@ impl Facts<'_> {
     }
 
     fn next(&self, now: chrono::DateTime<Utc>) -> Option<i64> {
-        if !self.job.enabled || self.paused.is_some() {
-            return None;
-        }
-        self.job
-            .next_tick_after(now)
-            .map(|at| at.timestamp_millis())
+        crate::fire::next::next_run(self.job, self.paused.is_some(), now)
+            .ok()
+            .map(|run| run.tick.timestamp_millis())
     }
 
     /// The job's row in the jobs table.

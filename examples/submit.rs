@@ -1,5 +1,6 @@
 //! Submits delayed work from a Rust program with `zkcron::delayed`, the way a service would:
-//! connect with the fleet's schedule file, submit idempotently, look at it, cancel it.
+//! connect with the fleet's schedule file, submit idempotently, look at it, and cancel it
+//! through `zkcron::command`'s door, which records the cancel in the audit trail.
 //!
 //! ```text
 //! cargo run --example submit -- /etc/zkcron/zkcron.toml close-order order-4711 '{"order":4711}'
@@ -12,8 +13,10 @@ use std::path::PathBuf;
 use chrono::{Duration, Utc};
 
 use zkcron::JobName;
+use zkcron::audit::Actor;
+use zkcron::command::{Command, Door};
 use zkcron::delayed::client::{SubmissionState, Submitted};
-use zkcron::delayed::{Delayed, SubmissionId, SubmitRequest};
+use zkcron::delayed::{SubmissionId, SubmitRequest};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -22,7 +25,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err("usage: submit CONFIG JOB ID PAYLOAD [--cancel]".into());
     };
     let config = zkcron::config::load(&PathBuf::from(config))?;
-    let delayed = Delayed::connect(&config).await?;
+    let door = Door::connect(&config).await?;
+    let delayed = door.delayed();
 
     // A fixed due time and an id make the submit safe to retry after a timeout or a crash.
     let request = SubmitRequest {
@@ -50,7 +54,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     if rest.first().map(String::as_str) == Some("--cancel") {
-        delayed.cancel(&first.id).await?;
+        let cancel = Command::Cancel {
+            id: first.id.clone(),
+        };
+        door.execute(cancel, &Actor::api()).await?;
         println!("cancelled {}", first.id);
     }
     Ok(())

@@ -7,8 +7,9 @@
 //! bucket goes whole once it is older than `[audit] keep`, its entries deleted in multi-ops of
 //! [`PRUNE_BATCH`], never one request per entry.
 //!
-//! Owns: the entry's format, writing, reading and pruning entries.
-//! Must not: act on anything: the steering and submission clients record what they did.
+//! Owns: the entry's format, writing ([`Trail`]), reading and pruning entries.
+//! Must not: act on anything, or decide what an entry says: `command`'s door writes the entry
+//! of every operator action, in one place.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -114,6 +115,31 @@ fn failed(path: &str) -> impl FnOnce(ZkErr) -> AuditError + '_ {
     move |source| AuditError {
         path: path.to_owned(),
         source,
+    }
+}
+
+/// Where a session writes the trail: its ZooKeeper session, the trail's paths and the ACLs its
+/// nodes get.
+#[derive(Debug)]
+pub struct Trail {
+    client: Client,
+    paths: AuditPaths,
+    acls: Acls<'static>,
+}
+
+impl Trail {
+    /// The trail of `config`'s lock group, written on `client`.
+    pub fn new(client: Client, config: &crate::config::Config) -> Self {
+        Self {
+            client,
+            paths: AuditPaths::new(&config.lock.paths()),
+            acls: config.zookeeper.settings().acls(),
+        }
+    }
+
+    /// Records `entry` (see [`record`]).
+    pub async fn record(&self, entry: &AuditEntry) {
+        record(&self.client, &self.paths, entry, self.acls).await;
     }
 }
 

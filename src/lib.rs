@@ -16,6 +16,7 @@
 
 pub mod audit;
 pub mod calendar;
+pub mod command;
 pub mod config;
 pub mod control;
 pub mod daemon;

@@ -153,3 +153,136 @@ async fn every_operator_action_is_recorded_once_with_who_from_where_and_how_it_e
     let left = audit::read(&client, &paths, 0).await.expect("read");
     assert_eq!(left.len(), entries.len(), "today's entries stay");
 }
+
+/// Issue 50: every `Command` goes through the one door and leaves exactly one entry where the
+/// trail keeps it — done or refused — and none for a submit or a dry run. Real ZooKeeper, no
+/// daemon: a release is refused (nobody owns the lock), a retry of a pending submission too.
+#[tokio::test]
+async fn every_command_through_the_door_leaves_one_entry_where_the_trail_keeps_it() {
+    use zkcron::command::{Command, Door};
+    use zkcron::control::client::BackfillOptions;
+    use zkcron::delayed::{SubmissionId, SubmitRequest};
+
+    let chroot = unique_chroot("audit-door");
+    let connect = shared_ensemble().connect_string_with_chroot(&chroot);
+    let jobs = "[[job]]\nname = \"nightly\"\nschedule = \"0 0 3 * * *\"\ncommand = [\"/bin/true\"]\n\n\
+                [[job]]\nname = \"deliver\"\ncommand = [\"/bin/true\"]\n";
+    let text = schedule_text(&connect, "door", SESSION, DELAY, jobs);
+    let config = zkcron::config::parse(Path::new("door.toml"), &text, &|_| None).expect("valid");
+    let door = Door::connect(&config).await.expect("a session");
+    let client = Client::connect(&connect).await.expect("session");
+    let paths = AuditPaths::new(&LockPaths::new("/zkcron", "door"));
+    let actor = audit::Actor {
+        by: "alice@ops-1".into(),
+        from: "api".into(),
+    };
+    let now = chrono::Utc::now();
+    let id = |text: &str| SubmissionId::parse(text).expect("an id");
+    let submit = |name: &str| {
+        Command::Submit(SubmitRequest {
+            job: zkcron::JobName::new("deliver"),
+            due: now + chrono::Duration::hours(1),
+            id: Some(id(name)),
+            payload: Vec::new(),
+        })
+    };
+    let backfill = |dry_run| Command::Backfill {
+        job: zkcron::JobName::new("nightly"),
+        from: now - chrono::Duration::days(2),
+        to: now - chrono::Duration::hours(1),
+        options: BackfillOptions {
+            dry_run,
+            ..BackfillOptions::default()
+        },
+    };
+    // (command, entries it leaves, whether it is refused)
+    let rows = [
+        (submit("a"), 0, false),
+        (submit("b"), 0, false),
+        (
+            Command::Trigger {
+                job: zkcron::JobName::new("nightly"),
+            },
+            1,
+            false,
+        ),
+        (
+            Command::Pause {
+                job: zkcron::JobName::new("nightly"),
+                reason: Some("db migration".into()),
+            },
+            1,
+            false,
+        ),
+        (
+            Command::Resume {
+                job: zkcron::JobName::new("nightly"),
+            },
+            1,
+            false,
+        ),
+        (backfill(true), 0, false),
+        (backfill(false), 1, false),
+        (
+            Command::Release {
+                group: None,
+                owner: None,
+            },
+            1,
+            true,
+        ),
+        (Command::Cancel { id: id("a") }, 1, false),
+        (
+            Command::Reschedule {
+                id: id("b"),
+                due: now + chrono::Duration::hours(2),
+            },
+            1,
+            false,
+        ),
+        (
+            Command::Retry {
+                id: id("b"),
+                due: now,
+                new_id: None,
+            },
+            1,
+            true,
+        ),
+        (
+            Command::Pause {
+                job: zkcron::JobName::new("no-such-job"),
+                reason: None,
+            },
+            1,
+            true,
+        ),
+    ];
+    let mut before = audit::read(&client, &paths, 0).await.expect("read").len();
+    for (command, entries, refused) in rows {
+        let action = command.action();
+        let done = door.execute(command.clone(), &actor).await;
+        assert_eq!(done.is_err(), refused, "{command:?}: {done:?}");
+        let trail = audit::read(&client, &paths, 0).await.expect("read");
+        assert_eq!(
+            trail.len() - before,
+            entries,
+            "{command:?} left {:?}",
+            &trail[before..]
+        );
+        if let Some(entry) = trail.last().filter(|_| entries == 1) {
+            assert_eq!(entry.action, action, "{command:?}");
+            assert_eq!(
+                (entry.by.as_str(), entry.from.as_str()),
+                ("alice@ops-1", "api")
+            );
+            assert_eq!(
+                entry.result == "ok",
+                !refused,
+                "{command:?}: {}",
+                entry.result
+            );
+        }
+        before = trail.len();
+    }
+}

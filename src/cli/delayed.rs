@@ -1,5 +1,6 @@
-//! `zkcron submit` and `zkcron delayed list|show|cancel|reschedule|retry`: arguments and human output over the
-//! `zkcron::delayed` library API.
+//! `zkcron submit` and `zkcron delayed list|show|cancel|reschedule|retry`: arguments and human
+//! output; the reads over the `zkcron::delayed` library API, the actions through
+//! `zkcron::command`'s door (`super::steer::act`).
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -9,7 +10,9 @@ use chrono_tz::Tz;
 use clap::{Args, Subcommand};
 
 use super::error::{CliError, UsageError, print_lines};
+use super::steer::{act, mismatched};
 use zkcron::JobName;
+use zkcron::command::{Command, Door, Outcome};
 use zkcron::config::Config;
 use zkcron::delayed::client::{Pending, Rescheduled, SubmissionState, Submitted};
 use zkcron::delayed::due;
@@ -136,22 +139,21 @@ pub async fn submit(config: &Config, args: SubmitArgs) -> Result<(), CliError> {
         .map_err(UsageError::from)?;
     let payload = read_payload(&args)?;
     let job = JobName::new(args.job);
-    let delayed = Delayed::connect(config)
-        .await?
-        .acting_as(zkcron::audit::Actor::cli());
-    if delayed.job(&job).is_some_and(|job| !job.enabled) {
+    let door = Door::connect(config).await?;
+    if door.delayed().job(&job).is_some_and(|job| !job.enabled) {
         eprintln!(
             "zkcron: job {job} is disabled (enabled = false): the submission waits until it is enabled"
         );
     }
-    let receipt = delayed
-        .submit(SubmitRequest {
-            job,
-            due,
-            id,
-            payload,
-        })
-        .await?;
+    let command = Command::Submit(SubmitRequest {
+        job,
+        due,
+        id,
+        payload,
+    });
+    let Outcome::Submitted(receipt) = act(&door, command).await? else {
+        return Err(mismatched());
+    };
     if receipt.outcome == Submitted::AlreadyThere {
         eprintln!(
             "zkcron: submission {} already exists with this same request; nothing changed",
@@ -220,9 +222,8 @@ fn stdin_is_piped() -> bool {
 }
 
 pub async fn run(config: &Config, command: DelayedCommand) -> Result<(), CliError> {
-    let delayed = Delayed::connect(config)
-        .await?
-        .acting_as(zkcron::audit::Actor::cli());
+    let door = Door::connect(config).await?;
+    let delayed = door.delayed();
     match command {
         DelayedCommand::List {
             job,
@@ -233,20 +234,27 @@ pub async fn run(config: &Config, command: DelayedCommand) -> Result<(), CliErro
             let job = job.map(JobName::new);
             if failed {
                 let failed = delayed.failed(job.as_ref(), limit).await?;
-                return print_lines(&failed_lines(&delayed, &failed, json));
+                return print_lines(&failed_lines(delayed, &failed, json));
             }
             let pending = delayed.list(job.as_ref(), limit).await?;
             let recent = delayed.recent(job.as_ref(), limit).await?;
-            print_lines(&list_lines(&delayed, &pending, &recent, json))
+            print_lines(&list_lines(delayed, &pending, &recent, json))
         }
         DelayedCommand::Reschedule { id, when: asked } => {
             let id = SubmissionId::parse(&id).map_err(UsageError::from)?;
             let due = asked.due()?;
-            let (verb, moved) = match delayed.reschedule(&id, due).await? {
-                Rescheduled::Moved(moved) => ("rescheduled", moved),
-                Rescheduled::AlreadyThere(moved) => ("already due then:", moved),
+            let command = Command::Reschedule {
+                id: id.clone(),
+                due,
             };
-            let zone = zone_of(&delayed, &moved.job);
+            let (verb, moved) = match act(&door, command).await? {
+                Outcome::Rescheduled(Rescheduled::Moved(moved)) => ("rescheduled", moved),
+                Outcome::Rescheduled(Rescheduled::AlreadyThere(moved)) => {
+                    ("already due then:", moved)
+                }
+                _ => return Err(mismatched()),
+            };
+            let zone = zone_of(delayed, &moved.job);
             print_lines(&[format!(
                 "{verb} {id} ({}, due {})",
                 moved.job,
@@ -264,7 +272,14 @@ pub async fn run(config: &Config, command: DelayedCommand) -> Result<(), CliErro
                 .map(SubmissionId::parse)
                 .transpose()
                 .map_err(UsageError::from)?;
-            let receipt = delayed.retry(&id, asked.due()?, new_id).await?;
+            let command = Command::Retry {
+                id: id.clone(),
+                due: asked.due()?,
+                new_id,
+            };
+            let Outcome::Retried(receipt) = act(&door, command).await? else {
+                return Err(mismatched());
+            };
             if receipt.outcome == Submitted::AlreadyThere {
                 eprintln!(
                     "zkcron: submission {} already retries {id} this same way; nothing changed",
@@ -276,15 +291,18 @@ pub async fn run(config: &Config, command: DelayedCommand) -> Result<(), CliErro
         DelayedCommand::Show { id, json } => {
             let id = SubmissionId::parse(&id).map_err(UsageError::from)?;
             if json {
-                print_lines(&[show_json(&delayed, id).await?.to_string()])
+                print_lines(&[show_json(delayed, id).await?.to_string()])
             } else {
-                print_lines(&show_lines(&delayed, id).await?)
+                print_lines(&show_lines(delayed, id).await?)
             }
         }
         DelayedCommand::Cancel { id, .. } => {
             let id = SubmissionId::parse(&id).map_err(UsageError::from)?;
-            let cancelled = delayed.cancel(&id).await?;
-            let zone = zone_of(&delayed, &cancelled.job);
+            let command = Command::Cancel { id: id.clone() };
+            let Outcome::Cancelled(cancelled) = act(&door, command).await? else {
+                return Err(mismatched());
+            };
+            let zone = zone_of(delayed, &cancelled.job);
             print_lines(&[format!(
                 "cancelled {id} ({}, due {})",
                 cancelled.job,

@@ -9,6 +9,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use zkcron::command::CommandError;
 use zkcron::config::LoadError;
 use zkcron::control::client::SteerError;
 use zkcron::daemon::DaemonError;
@@ -65,6 +66,18 @@ pub enum CliError {
     Backfill(#[from] BackfillUsage),
     #[error(transparent)]
     Audit(#[from] zkcron::audit::AuditError),
+    #[error(transparent)]
+    Command(CommandError),
+}
+
+impl From<CommandError> for CliError {
+    fn from(err: CommandError) -> Self {
+        match err {
+            CommandError::Steer(err) => CliError::Steer(err),
+            CommandError::Delayed(err) => CliError::Delayed(err),
+            CommandError::Mismatched => CliError::Command(err),
+        }
+    }
 }
 
 impl From<SubmissionError> for CliError {

@@ -1,5 +1,6 @@
-//! `zkcron trigger`, `pause`, `resume`, `release` and `backfill`: arguments and human output
-//! over the `zkcron::control` library API.
+//! `zkcron trigger`, `pause`, `resume`, `release` and `backfill`: arguments parsed into a
+//! `zkcron::command::Command`, done through the door as the user running the command line, and
+//! the outcome in words or JSON.
 
 use chrono::{DateTime, Utc};
 use clap::Args;
@@ -7,10 +8,10 @@ use clap::Args;
 use super::error::{BackfillUsage, CliError, print_lines};
 use zkcron::JobName;
 use zkcron::audit::Actor;
+use zkcron::command::{Command, CommandError, Door, Outcome};
 use zkcron::config::Config;
 use zkcron::control::backfill::TickPlan;
-use zkcron::control::client::Steer;
-use zkcron::control::requester;
+use zkcron::control::client::BackfillOptions;
 use zkcron::control::store::Paused;
 
 #[derive(Debug, Args)]
@@ -70,21 +71,41 @@ pub struct ReleaseArgs {
     json: bool,
 }
 
+/// Does `command` through the door, as the Unix user running this command line: the one
+/// place the CLI establishes who acts.
+///
+/// # Errors
+/// No session, or the command was refused or failed.
+pub(super) async fn act(door: &Door, command: Command) -> Result<Outcome, CliError> {
+    Ok(door.execute(command, &Actor::cli()).await?)
+}
+
+/// The door answered with another command's outcome (a bug).
+pub(super) fn mismatched() -> CliError {
+    CommandError::Mismatched.into()
+}
+
 pub async fn trigger(config: &Config, args: TriggerArgs) -> Result<(), CliError> {
-    let steer = Steer::connect(config).await?.acting_as(Actor::cli());
+    let door = Door::connect(config).await?;
     let job = JobName::new(args.job);
-    let id = steer.trigger(&job, &requester()).await?;
+    let Outcome::Triggered(id) = act(&door, Command::Trigger { job: job.clone() }).await? else {
+        return Err(mismatched());
+    };
     eprintln!("zkcron: {job} triggered; follow it with: zkcron delayed show {id}");
     print_lines(&[id.to_string()])
 }
 
 pub async fn pause(config: &Config, args: PauseArgs) -> Result<(), CliError> {
-    let steer = Steer::connect(config).await?.acting_as(Actor::cli());
+    let door = Door::connect(config).await?;
     let job = JobName::new(args.job);
-    match steer
-        .pause(&job, args.reason.as_deref(), &requester())
-        .await?
-    {
+    let command = Command::Pause {
+        job: job.clone(),
+        reason: args.reason,
+    };
+    let Outcome::Paused(paused) = act(&door, command).await? else {
+        return Err(mismatched());
+    };
+    match paused {
         Paused::Now => print_lines(&[format!(
             "{job} paused: its ticks are skipped and its submissions wait until `zkcron resume {job}`"
         )]),
@@ -97,9 +118,12 @@ pub async fn pause(config: &Config, args: PauseArgs) -> Result<(), CliError> {
 }
 
 pub async fn resume(config: &Config, args: ResumeArgs) -> Result<(), CliError> {
-    let steer = Steer::connect(config).await?.acting_as(Actor::cli());
+    let door = Door::connect(config).await?;
     let job = JobName::new(args.job);
-    match steer.resume(&job).await? {
+    let Outcome::Resumed(was) = act(&door, Command::Resume { job: job.clone() }).await? else {
+        return Err(mismatched());
+    };
+    match was {
         Some(pause) => print_lines(&[format!("{job} resumed (paused by {})", pause.by)]),
         None => print_lines(&[format!("{job} was not paused")]),
     }
@@ -114,19 +138,20 @@ pub async fn backfill(config: &Config, args: BackfillArgs) -> Result<(), CliErro
         .map_or(chrono_tz::UTC, |j| j.timezone);
     let from = super::explain::instant(&args.from, zone).map_err(BackfillUsage::From)?;
     let to = super::explain::instant(&args.to, zone).map_err(BackfillUsage::To)?;
-    let steer = Steer::connect(config).await?.acting_as(Actor::cli());
-    let done = steer
-        .backfill(
-            &job,
-            (from, to),
-            zkcron::control::client::BackfillOptions {
-                include_pruned: args.include_pruned,
-                dry_run: args.dry_run,
-                with_children: args.with_children,
-            },
-            &requester(),
-        )
-        .await?;
+    let door = Door::connect(config).await?;
+    let command = Command::Backfill {
+        job: job.clone(),
+        from,
+        to,
+        options: BackfillOptions {
+            include_pruned: args.include_pruned,
+            dry_run: args.dry_run,
+            with_children: args.with_children,
+        },
+    };
+    let Outcome::Backfilled(done) = act(&door, command).await? else {
+        return Err(mismatched());
+    };
     let runs = done.plan.to_run(args.include_pruned).len();
     if args.json {
         let ticks: Vec<serde_json::Value> = done
@@ -205,10 +230,14 @@ pub async fn backfill(config: &Config, args: BackfillArgs) -> Result<(), CliErro
 }
 
 pub async fn release(config: &Config, args: ReleaseArgs) -> Result<(), CliError> {
-    let steer = Steer::connect(config).await?.acting_as(Actor::cli());
-    let released = steer
-        .release_group(args.group.as_deref(), &requester())
-        .await?;
+    let door = Door::connect(config).await?;
+    let command = Command::Release {
+        group: args.group.clone(),
+        owner: None,
+    };
+    let Outcome::Released(released) = act(&door, command).await? else {
+        return Err(mismatched());
+    };
     if args.json {
         let document = serde_json::json!({
             "group": args.group.as_deref().unwrap_or(zkcron::ids::DEFAULT_GROUP),

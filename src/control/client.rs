@@ -1,5 +1,7 @@
-//! The library API for steering a lock group (`zkcron trigger`, `pause`, `resume`, `release`,
-//! and the HTTP API): connect with a schedule file, check a request against it, write it.
+//! Steering a lock group (`zkcron trigger`, `pause`, `resume`, `release`, `backfill`, and the
+//! HTTP API): connect with a schedule file, check a request against it, write it. Operators'
+//! actions come here through `command`'s door, which records them in the audit trail; the
+//! reads (`pauses`) are open to anyone.
 //!
 //! Owns: what is refused before anything is written (an unknown job, a trigger of a paused or
 //! disabled job, a release with no owner or no peer to take over), and waiting for a release to
@@ -16,13 +18,12 @@ use zookeeper_client::{Acls, Client};
 
 use super::store::{self, ControlError, Paused};
 use super::{Pause, Pauses, ReleaseRequest};
-use crate::audit::{self, Actor, AuditEntry};
 use crate::config::{Config, JobConfig};
 use crate::delayed::client::SubmitRequest;
 use crate::delayed::client::check_request;
 use crate::delayed::submission::{Submission, SubmissionId};
 use crate::ids::{JobName, NodeId};
-use crate::layout::{AuditPaths, ControlPaths, GroupPaths};
+use crate::layout::{ControlPaths, GroupPaths};
 use crate::ledger::submissions::{self, SubmissionError};
 use crate::lock::inspect::{self, Owner};
 use crate::zk::ZkError;
@@ -126,9 +127,6 @@ pub struct Steer {
     takeover_delay: Duration,
     /// The declared `[[group]]` names.
     groups: Vec<String>,
-    /// Who the audit trail says acted, and through what.
-    actor: Actor,
-    audit: AuditPaths,
 }
 
 impl Steer {
@@ -146,8 +144,6 @@ impl Steer {
         Self {
             client,
             paths: config.lock.group_paths(),
-            audit: AuditPaths::new(&config.lock.paths()),
-            actor: Actor::api(),
             acls: config.zookeeper.settings().acls(),
             jobs: config
                 .jobs
@@ -191,29 +187,9 @@ impl Steer {
         Ok(())
     }
 
-    /// The same session, its actions recorded in the audit trail as `actor`'s (the CLI's user,
-    /// an HTTP token); [`Actor::api`] otherwise.
-    #[must_use]
-    pub fn acting_as(mut self, actor: Actor) -> Self {
-        self.actor = actor;
-        self
-    }
-
-    /// Records an action done, and how it ended, in the audit trail.
-    async fn audited<T>(
-        &self,
-        action: &str,
-        job: Option<&JobName>,
-        args: Vec<(&str, String)>,
-        by: &str,
-        done: &Result<T, SteerError>,
-    ) {
-        let ended = done
-            .as_ref()
-            .map(|_| ())
-            .map_err(|err| err as &dyn std::error::Error);
-        let entry = AuditEntry::now(action, job, args, (by, &self.actor.from), ended);
-        audit::record(&self.client, &self.audit, &entry, self.acls).await;
+    /// The ZooKeeper session it steers over.
+    pub fn session(&self) -> &Client {
+        &self.client
     }
 
     /// Runs `job` now, once, through the ledger: a submission due now that records who asked.
@@ -221,18 +197,11 @@ impl Steer {
     ///
     /// # Errors
     /// Refused for an unknown, disabled or paused job; nothing is written then.
-    pub async fn trigger(&self, job: &JobName, by: &str) -> Result<SubmissionId, SteerError> {
-        let triggered = self.trigger_unaudited(job, by).await;
-        let args = match &triggered {
-            Ok(id) => vec![("submission_id", id.to_string())],
-            Err(_) => Vec::new(),
-        };
-        self.audited("trigger", Some(job), args, by, &triggered)
-            .await;
-        triggered
-    }
-
-    async fn trigger_unaudited(&self, job: &JobName, by: &str) -> Result<SubmissionId, SteerError> {
+    pub(crate) async fn trigger(
+        &self,
+        job: &JobName,
+        by: &str,
+    ) -> Result<SubmissionId, SteerError> {
         let config = self.declared(job)?;
         self.refuse_unless_running(job, config).await?;
         let request = SubmitRequest {
@@ -265,27 +234,7 @@ impl Steer {
     /// # Errors
     /// An unknown job, a range refused (backwards, past now, too many ticks, no schedule), a
     /// failed request.
-    pub async fn backfill(
-        &self,
-        job: &JobName,
-        (from, to): (chrono::DateTime<Utc>, chrono::DateTime<Utc>),
-        options: BackfillOptions,
-        by: &str,
-    ) -> Result<Backfill, SteerError> {
-        let dry_run = options.dry_run;
-        let done = self.backfill_unaudited(job, (from, to), options, by).await;
-        // A dry run asks nothing of anyone.
-        if !dry_run {
-            let mut args = vec![("from", from.to_rfc3339()), ("to", to.to_rfc3339())];
-            if let Ok(done) = &done {
-                args.push(("ticks", done.requested.len().to_string()));
-            }
-            self.audited("backfill", Some(job), args, by, &done).await;
-        }
-        done
-    }
-
-    async fn backfill_unaudited(
+    pub(crate) async fn backfill(
         &self,
         job: &JobName,
         (from, to): (chrono::DateTime<Utc>, chrono::DateTime<Utc>),
@@ -334,27 +283,15 @@ impl Steer {
     ///
     /// # Errors
     /// An unknown job; a failed request.
-    pub async fn pause(
+    pub(crate) async fn pause(
         &self,
         job: &JobName,
         reason: Option<&str>,
         by: &str,
     ) -> Result<Paused, SteerError> {
-        let paused = async {
-            self.declared(job)?;
-            let pause = Pause::new(reason, by, Utc::now().timestamp_millis());
-            Ok(store::pause(&self.client, &self.paths.control, job, &pause, self.acls).await?)
-        }
-        .await;
-        let mut args: Vec<(&str, String)> = reason
-            .map(|r| ("reason", r.to_owned()))
-            .into_iter()
-            .collect();
-        if let Ok(Paused::Already(_)) = &paused {
-            args.push(("was", "paused already".to_owned()));
-        }
-        self.audited("pause", Some(job), args, by, &paused).await;
-        paused
+        self.declared(job)?;
+        let pause = Pause::new(reason, by, Utc::now().timestamp_millis());
+        Ok(store::pause(&self.client, &self.paths.control, job, &pause, self.acls).await?)
     }
 
     /// Resumes `job`; `None` when it was not paused. A job no longer declared can be resumed
@@ -362,17 +299,8 @@ impl Steer {
     ///
     /// # Errors
     /// A failed request.
-    pub async fn resume(&self, job: &JobName) -> Result<Option<Pause>, SteerError> {
-        let resumed: Result<Option<Pause>, SteerError> =
-            Ok(store::resume(&self.client, &self.paths.control, job).await?);
-        let args = match &resumed {
-            Ok(None) => vec![("was", "not paused".to_owned())],
-            Ok(Some(pause)) => vec![("paused_by", pause.by.clone())],
-            Err(_) => Vec::new(),
-        };
-        let by = self.actor.by.clone();
-        self.audited("resume", Some(job), args, &by, &resumed).await;
-        resumed
+    pub(crate) async fn resume(&self, job: &JobName) -> Result<Option<Pause>, SteerError> {
+        Ok(store::resume(&self.client, &self.paths.control, job).await?)
     }
 
     /// The paused jobs.
@@ -383,66 +311,17 @@ impl Steer {
         Ok(store::pauses(&self.client, &self.paths.control).await?)
     }
 
-    /// Asks the owner to hand the lock over, and waits until another node owns it (within the
-    /// takeover delay and a few seconds more).
+    /// Asks the owner of lock group `group` (`None` or `"default"`: the default group) to
+    /// hand the lock over, and waits until another node owns it (within the takeover delay
+    /// and a few seconds more); the balancer prefers another node for it while its owner hands
+    /// it over (issue 19). With `expected_owner`, refused unless that node owns the group: a
+    /// node's API hands over only what that node owns.
     ///
     /// # Errors
-    /// Refused without an owner or another live member; `NotHandedOver` when the lock did not
-    /// move in time.
-    pub async fn release(&self, by: &str) -> Result<Released, SteerError> {
-        self.release_group(None, by).await
-    }
-
-    /// [`Steer::release_group`], refused (`NotTheOwner`) unless `owner` owns the group: a node's
-    /// API hands over only what that node owns.
-    ///
-    /// # Errors
-    /// As [`Steer::release_group`], and `NotTheOwner`.
-    pub async fn release_group_of(
-        &self,
-        group: &str,
-        owner: &NodeId,
-        by: &str,
-    ) -> Result<Released, SteerError> {
-        self.release_group_checked(Some(group), Some(owner), by)
-            .await
-    }
-
-    /// [`Steer::release`] of lock group `group` (`None` or `"default"`: the default group); the
-    /// balancer prefers another node for it while its owner hands it over (issue 19).
-    ///
-    /// # Errors
-    /// As [`Steer::release`], and `UnknownGroup` for a group the schedule does not declare.
-    pub async fn release_group(
-        &self,
-        group: Option<&str>,
-        by: &str,
-    ) -> Result<Released, SteerError> {
-        self.release_group_checked(group, None, by).await
-    }
-
-    async fn release_group_checked(
-        &self,
-        group: Option<&str>,
-        expected_owner: Option<&NodeId>,
-        by: &str,
-    ) -> Result<Released, SteerError> {
-        let released = self
-            .release_group_unaudited(group, expected_owner, by)
-            .await;
-        let mut args = vec![(
-            "group",
-            group.unwrap_or(crate::ids::DEFAULT_GROUP).to_owned(),
-        )];
-        if let Ok(released) = &released {
-            args.push(("from", released.from.to_string()));
-            args.push(("to", released.to.to_string()));
-        }
-        self.audited("release", None, args, by, &released).await;
-        released
-    }
-
-    async fn release_group_unaudited(
+    /// Refused without an owner or another live member, for a group the schedule does not
+    /// declare (`UnknownGroup`), or another owner than expected (`NotTheOwner`);
+    /// `NotHandedOver` when the lock did not move in time.
+    pub(crate) async fn release_group_checked(
         &self,
         group: Option<&str>,
         expected_owner: Option<&NodeId>,

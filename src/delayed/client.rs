@@ -1,5 +1,6 @@
 //! The library API for programs that submit delayed work: connect with a schedule file, submit,
-//! cancel, show and list (`examples/submit.rs`).
+//! show and list (`examples/submit.rs`); and the cancels, moves and retries that operators ask
+//! through `command`'s door, which records them in the audit trail.
 //!
 //! Owns: checking a request against the schedule (declared job, payload size, due time within
 //! the job's `starting_deadline`) before anything is written, and one ZooKeeper session.
@@ -13,10 +14,9 @@ use chrono::{DateTime, Utc};
 use zookeeper_client::{Acls, Client};
 
 use super::submission::{DueBucket, MAX_PAYLOAD, Submission, SubmissionId};
-use crate::audit::{self, Actor, AuditEntry};
 use crate::config::{Config, JobConfig};
 use crate::ids::JobName;
-use crate::layout::{AuditPaths, DelayedPaths, LedgerPaths};
+use crate::layout::{DelayedPaths, LedgerPaths};
 use crate::ledger::submissions;
 pub use crate::ledger::submissions::{Rescheduled, SubmissionError, SubmissionState, Submitted};
 use crate::run::{RunRecord, RunStatus};
@@ -186,9 +186,6 @@ pub struct Delayed {
     connect_timeout: std::time::Duration,
     /// Lock groups are declared: markers name their job (`Submission::marker_names_job`).
     name_markers: bool,
-    /// Who the audit trail says cancelled, moved or retried a submission, and through what.
-    actor: Actor,
-    audit: AuditPaths,
 }
 
 /// A session for a one-shot client of `config`'s ensemble (the CLI, `Delayed`, `Steer`),
@@ -232,8 +229,6 @@ impl Delayed {
             settings,
             connect_timeout: config.zookeeper.connect_timeout,
             name_markers: config.grouped(),
-            actor: Actor::api(),
-            audit: AuditPaths::new(&config.lock.paths()),
         }
     }
 
@@ -334,9 +329,9 @@ impl Delayed {
     ///
     /// # Errors
     /// `NotFound`, `NotPending` (with its status), or a failed request.
-    pub async fn cancel(&self, id: &SubmissionId) -> Result<Submission, DelayedError> {
+    pub(crate) async fn cancel(&self, id: &SubmissionId) -> Result<Submission, DelayedError> {
         let now = Utc::now().timestamp_millis();
-        let cancelled: Result<Submission, DelayedError> = submissions::cancel(
+        Ok(submissions::cancel(
             &self.client,
             &self.delayed,
             &self.ledger,
@@ -344,38 +339,7 @@ impl Delayed {
             now,
             self.acls,
         )
-        .await
-        .map_err(Into::into);
-        let job = cancelled.as_ref().ok().map(|s| s.job.clone());
-        self.audited("cancel", job.as_ref(), id, Vec::new(), &cancelled)
-            .await;
-        cancelled
-    }
-
-    /// The same client, its cancels, moves and retries recorded in the audit trail as
-    /// `actor`'s (the CLI's user, an HTTP token); [`Actor::api`] otherwise.
-    #[must_use]
-    pub fn acting_as(mut self, actor: Actor) -> Self {
-        self.actor = actor;
-        self
-    }
-
-    /// Records an action on submission `id`, and how it ended, in the audit trail.
-    async fn audited<T>(
-        &self,
-        action: &str,
-        job: Option<&JobName>,
-        id: &SubmissionId,
-        mut args: Vec<(&str, String)>,
-        done: &Result<T, DelayedError>,
-    ) {
-        args.push(("submission_id", id.to_string()));
-        let ended = done
-            .as_ref()
-            .map(|_| ())
-            .map_err(|err| err as &dyn std::error::Error);
-        let entry = AuditEntry::now(action, job, args, (&self.actor.by, &self.actor.from), ended);
-        audit::record(&self.client, &self.audit, &entry, self.acls).await;
+        .await?)
     }
 
     /// Moves a pending submission to `due` (checked like a submit's); refused once it was
@@ -384,23 +348,7 @@ impl Delayed {
     /// # Errors
     /// `NotFound`, `NotReschedulable` (with its status), `TooLate`, `TooFarAhead`, or a failed
     /// request.
-    pub async fn reschedule(
-        &self,
-        id: &SubmissionId,
-        due: DateTime<Utc>,
-    ) -> Result<Rescheduled, DelayedError> {
-        let moved = self.reschedule_unaudited(id, due).await;
-        let job = match &moved {
-            Ok(Rescheduled::Moved(s) | Rescheduled::AlreadyThere(s)) => Some(s.job.clone()),
-            Err(_) => None,
-        };
-        let args = vec![("due", due.to_rfc3339())];
-        self.audited("reschedule", job.as_ref(), id, args, &moved)
-            .await;
-        moved
-    }
-
-    async fn reschedule_unaudited(
+    pub(crate) async fn reschedule(
         &self,
         id: &SubmissionId,
         due: DateTime<Utc>,
@@ -436,22 +384,7 @@ impl Delayed {
     /// # Errors
     /// `NotFound`; `NotFailed` unless its final record is `failed`, `timed_out` or `missed`
     /// (and its payload still kept); a refusal as [`Delayed::submit`]'s; a failed request.
-    pub async fn retry(
-        &self,
-        id: &SubmissionId,
-        due: DateTime<Utc>,
-        new_id: Option<SubmissionId>,
-    ) -> Result<Receipt, DelayedError> {
-        let retried = self.retry_unaudited(id, due, new_id).await;
-        let mut args = vec![("due", due.to_rfc3339())];
-        if let Ok(receipt) = &retried {
-            args.push(("new_id", receipt.id.to_string()));
-        }
-        self.audited("retry", None, id, args, &retried).await;
-        retried
-    }
-
-    async fn retry_unaudited(
+    pub(crate) async fn retry(
         &self,
         id: &SubmissionId,
         due: DateTime<Utc>,

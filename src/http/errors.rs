@@ -8,6 +8,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
+use crate::command::CommandError;
 use crate::control::client::SteerError;
 use crate::delayed::client::{DelayedError, SubmissionError};
 use crate::delayed::submission::SubmissionId;
@@ -74,6 +75,16 @@ impl From<SteerError> for ApiError {
             _ => StatusCode::SERVICE_UNAVAILABLE,
         };
         Self::new(status, chain(&err))
+    }
+}
+
+impl From<CommandError> for ApiError {
+    fn from(err: CommandError) -> Self {
+        match err {
+            CommandError::Steer(err) => err.into(),
+            CommandError::Delayed(err) => ApiError::from_delayed(&err),
+            CommandError::Mismatched => Self::new(StatusCode::INTERNAL_SERVER_ERROR, chain(&err)),
+        }
     }
 }
 

@@ -19,9 +19,11 @@ use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+use crate::command::{Command, CommandError, Door, Outcome};
 use crate::config::TokenKind;
 use crate::control::client::{Released, Steer};
-use crate::delayed::client::{Delayed, SubmitRequest};
+use crate::control::store::Paused;
+use crate::delayed::client::{Delayed, Rescheduled, SubmitRequest};
 use crate::delayed::submission::SubmissionId;
 use crate::ids::{JobName, NodeId};
 
@@ -128,23 +130,9 @@ async fn audit_refused_writes(
         StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN
     );
     if refused && method != axum::http::Method::GET {
-        if let Ok(client) = state.client() {
-            let config = state.config();
-            let paths = crate::layout::AuditPaths::new(&config.lock.paths());
-            let acls = config.zookeeper.settings().acls();
-            let reason = format!("refused: {}", response.status());
-            let entry = crate::audit::AuditEntry::now(
-                "refused",
-                None,
-                vec![("request", format!("{method} {path}"))],
-                (&actor.by, &actor.from),
-                Ok(()),
-            );
-            let entry = crate::audit::AuditEntry {
-                result: reason,
-                ..entry
-            };
-            crate::audit::record(&client, &paths, &entry, acls).await;
+        if let Ok(door) = door_of(&state) {
+            let why = format!("refused: {}", response.status());
+            door.refused(format!("{method} {path}"), why, &actor).await;
         }
     }
     response
@@ -273,10 +261,11 @@ async fn trigger(
     Path(job): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let by = authorize(&state, &headers, TokenKind::Write, peer)?;
-    let steer =
-        Steer::with_client(state.client()?, &state.config()).acting_as(http_actor(&by, &headers));
-    let id = steer.trigger(&JobName::new(job), &by).await?;
+    let (door, actor) = writer(&state, &headers, peer)?;
+    let job = JobName::new(job);
+    let Outcome::Triggered(id) = door.execute(Command::Trigger { job }, &actor).await? else {
+        return Err(CommandError::Mismatched.into());
+    };
     Ok((
         StatusCode::ACCEPTED,
         axum::Json(Accepted {
@@ -373,7 +362,7 @@ async fn reschedule(
     headers: HeaderMap,
     body: Result<axum::Json<WhenBody>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Response, ApiError> {
-    let by = authorize(&state, &headers, TokenKind::Write, peer)?;
+    let (door, actor) = writer(&state, &headers, peer)?;
     let axum::Json(body) =
         body.map_err(|err| ApiError::new(StatusCode::BAD_REQUEST, err.body_text()))?;
     if body.id.is_some() {
@@ -384,15 +373,14 @@ async fn reschedule(
     }
     let id = path_id(&id)?;
     let due = body_due(body.at, body.in_, false)?;
-    let delayed =
-        Delayed::with_client(state.client()?, &state.config()).acting_as(http_actor(&by, &headers));
-    let (moved, submission) = match delayed
-        .reschedule(&id, due)
-        .await
-        .map_err(|err| ApiError::from_delayed(&err))?
-    {
-        crate::delayed::client::Rescheduled::Moved(s) => (true, s),
-        crate::delayed::client::Rescheduled::AlreadyThere(s) => (false, s),
+    let command = Command::Reschedule {
+        id: id.clone(),
+        due,
+    };
+    let (moved, submission) = match door.execute(command, &actor).await? {
+        Outcome::Rescheduled(Rescheduled::Moved(s)) => (true, s),
+        Outcome::Rescheduled(Rescheduled::AlreadyThere(s)) => (false, s),
+        _ => return Err(CommandError::Mismatched.into()),
     };
     Ok(axum::Json(RescheduledAnswer {
         submission_id: id.to_string(),
@@ -411,7 +399,7 @@ async fn retry(
     headers: HeaderMap,
     body: Option<axum::Json<WhenBody>>,
 ) -> Result<Response, ApiError> {
-    let by = authorize(&state, &headers, TokenKind::Write, peer)?;
+    let (door, actor) = writer(&state, &headers, peer)?;
     let body = body.map_or(
         WhenBody {
             at: None,
@@ -423,12 +411,12 @@ async fn retry(
     let id = path_id(&id)?;
     let due = body_due(body.at, body.in_, true)?;
     let new_id = body.id.as_deref().map(path_id).transpose()?;
-    let delayed =
-        Delayed::with_client(state.client()?, &state.config()).acting_as(http_actor(&by, &headers));
-    let receipt = delayed
-        .retry(&id, due, new_id)
-        .await
-        .map_err(|err| ApiError::from_delayed(&err))?;
+    let Outcome::Retried(receipt) = door
+        .execute(Command::Retry { id, due, new_id }, &actor)
+        .await?
+    else {
+        return Err(CommandError::Mismatched.into());
+    };
     Ok(submitted(&receipt))
 }
 
@@ -479,7 +467,7 @@ async fn backfill(
     headers: HeaderMap,
     body: Result<axum::Json<BackfillBody>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Response, ApiError> {
-    let by = authorize(&state, &headers, TokenKind::Write, peer)?;
+    let (door, actor) = writer(&state, &headers, peer)?;
     let axum::Json(body) =
         body.map_err(|err| ApiError::new(StatusCode::BAD_REQUEST, err.body_text()))?;
     let config = state.config();
@@ -497,9 +485,15 @@ async fn backfill(
             )
         })
     };
-    let range = (instant("from", &body.from)?, instant("to", &body.to)?);
-    let steer = Steer::with_client(state.client()?, &config).acting_as(http_actor(&by, &headers));
-    let done = steer.backfill(&job, range, body.options(), &by).await?;
+    let command = Command::Backfill {
+        job,
+        from: instant("from", &body.from)?,
+        to: instant("to", &body.to)?,
+        options: body.options(),
+    };
+    let Outcome::Backfilled(done) = door.execute(command, &actor).await? else {
+        return Err(CommandError::Mismatched.into());
+    };
     let to_run = done.plan.to_run(body.include_pruned);
     let requested = !done.requested.is_empty();
     let answer = BackfillAnswer {
@@ -564,7 +558,7 @@ async fn submit(
     headers: HeaderMap,
     body: Result<axum::Json<SubmitBody>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Response, ApiError> {
-    let by = authorize(&state, &headers, TokenKind::Write, peer)?;
+    let (door, actor) = writer(&state, &headers, peer)?;
     let axum::Json(body) =
         body.map_err(|err| ApiError::new(StatusCode::BAD_REQUEST, err.body_text()))?;
     let due = body_due(body.at, body.in_, false)?;
@@ -574,17 +568,15 @@ async fn submit(
         .map(SubmissionId::parse)
         .transpose()
         .map_err(|err| ApiError::new(StatusCode::BAD_REQUEST, format!("\"id\": {err}")))?;
-    let delayed =
-        Delayed::with_client(state.client()?, &state.config()).acting_as(http_actor(&by, &headers));
-    let receipt = delayed
-        .submit(SubmitRequest {
-            job: JobName::new(job),
-            due,
-            id,
-            payload: body.payload.unwrap_or_default().into_bytes(),
-        })
-        .await
-        .map_err(|err| ApiError::from_delayed(&err))?;
+    let command = Command::Submit(SubmitRequest {
+        job: JobName::new(job),
+        due,
+        id,
+        payload: body.payload.unwrap_or_default().into_bytes(),
+    });
+    let Outcome::Submitted(receipt) = door.execute(command, &actor).await? else {
+        return Err(CommandError::Mismatched.into());
+    };
     Ok(submitted(&receipt))
 }
 
@@ -594,14 +586,9 @@ async fn cancel(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let by = authorize(&state, &headers, TokenKind::Write, peer)?;
+    let (door, actor) = writer(&state, &headers, peer)?;
     let id = path_id(&id)?;
-    let delayed =
-        Delayed::with_client(state.client()?, &state.config()).acting_as(http_actor(&by, &headers));
-    delayed
-        .cancel(&id)
-        .await
-        .map_err(|err| ApiError::from_delayed(&err))?;
+    door.execute(Command::Cancel { id }, &actor).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -627,14 +614,17 @@ async fn pause(
     headers: HeaderMap,
     body: Option<axum::Json<PauseBody>>,
 ) -> Result<Response, ApiError> {
-    let by = authorize(&state, &headers, TokenKind::Write, peer)?;
+    let (door, actor) = writer(&state, &headers, peer)?;
     let reason = body.and_then(|axum::Json(body)| body.reason);
-    let steer =
-        Steer::with_client(state.client()?, &state.config()).acting_as(http_actor(&by, &headers));
     let name = JobName::new(job);
-    let stored = match steer.pause(&name, reason.as_deref(), &by).await? {
-        crate::control::store::Paused::Now => crate::control::Pause::new(reason.as_deref(), &by, 0),
-        crate::control::store::Paused::Already(pause) => pause,
+    let command = Command::Pause {
+        job: name.clone(),
+        reason: reason.clone(),
+    };
+    let stored = match door.execute(command, &actor).await? {
+        Outcome::Paused(Paused::Now) => crate::control::Pause::new(reason.as_deref(), &actor.by, 0),
+        Outcome::Paused(Paused::Already(pause)) => pause,
+        _ => return Err(CommandError::Mismatched.into()),
     };
     Ok(axum::Json(PauseAnswer {
         job: name.to_string(),
@@ -651,11 +641,12 @@ async fn resume(
     Path(job): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let by = authorize(&state, &headers, TokenKind::Write, peer)?;
-    let steer =
-        Steer::with_client(state.client()?, &state.config()).acting_as(http_actor(&by, &headers));
+    let (door, actor) = writer(&state, &headers, peer)?;
     let name = JobName::new(job);
-    let was = steer.resume(&name).await?;
+    let command = Command::Resume { job: name.clone() };
+    let Outcome::Resumed(was) = door.execute(command, &actor).await? else {
+        return Err(CommandError::Mismatched.into());
+    };
     Ok(axum::Json(PauseAnswer {
         job: name.to_string(),
         paused: false,
@@ -697,17 +688,12 @@ async fn release(
     Query(query): Query<ReleaseQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let by = authorize(&state, &headers, TokenKind::Write, peer)?;
-    if let Some(group) = query
+    let (door, actor) = writer(&state, &headers, peer)?;
+    let group = query
         .group
-        .filter(|group| group != crate::ids::DEFAULT_GROUP)
-    {
-        let steer = Steer::with_client(state.client()?, &state.config())
-            .acting_as(http_actor(&by, &headers));
-        let released = steer.release_group_of(&group, &state.me, &by).await?;
-        return Ok(ReleaseAnswer::of(released));
-    }
-    if state.view.borrow().lock.token.is_none() {
+        .filter(|group| group != crate::ids::DEFAULT_GROUP);
+    // The default group's owner is known here; another group's is checked against the lock.
+    if group.is_none() && state.view.borrow().lock.token.is_none() {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             format!(
@@ -716,10 +702,33 @@ async fn release(
             ),
         ));
     }
-    let steer =
-        Steer::with_client(state.client()?, &state.config()).acting_as(http_actor(&by, &headers));
-    let released = steer.release(&by).await?;
+    let owner = group.is_some().then(|| state.me.clone());
+    let Outcome::Released(released) = door
+        .execute(Command::Release { group, owner }, &actor)
+        .await?
+    else {
+        return Err(CommandError::Mismatched.into());
+    };
     Ok(ReleaseAnswer::of(released))
+}
+
+/// The door over the daemon's session.
+fn door_of(state: &HttpState) -> Result<Door, ApiError> {
+    let config = state.config();
+    Ok(Door::over(
+        Steer::with_client(state.client()?, &config),
+        &config,
+    ))
+}
+
+/// A write's door and its actor, established once: the request must prove its right to write.
+fn writer(
+    state: &HttpState,
+    headers: &HeaderMap,
+    peer: SocketAddr,
+) -> Result<(Door, crate::audit::Actor), ApiError> {
+    let by = authorize(state, headers, TokenKind::Write, peer)?;
+    Ok((door_of(state)?, http_actor(&by, headers)))
 }
 
 /// Who an HTTP request acts as in the audit trail: its token's name (and its peer), from the

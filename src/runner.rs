@@ -285,9 +285,18 @@ pub async fn run_prepared(
     // Given early, a prepared job still starts at `not_before`: its launcher holds it. What the
     // daemon does about the start (its log line, reading output) waits until then too, so that
     // none of it competes with the job's exec for a CPU.
+    let held = not_before.is_some_and(|at| at > started_at);
     let started_at = not_before.map_or(started_at, |at| started_at.max(at));
     let pid = group.pid;
-    if hold_unless_cancelled(not_before, &cancel).await {
+    let released = hold_unless_cancelled(not_before, &cancel).await;
+    // The job's own time starts when it is let go, not when it was spawned to wait for its
+    // instant: its duration and its timeout count from there (issue 50).
+    let since = if held && released {
+        Instant::now()
+    } else {
+        spawned
+    };
+    if released {
         info!(
             job = %job,
             run_id,
@@ -306,7 +315,7 @@ pub async fn run_prepared(
         status,
         duration,
         output,
-    } = supervise_reading_output(&mut group, spec, ctx, &cancel, stdin, spawned).await;
+    } = supervise_reading_output(&mut group, spec, ctx, &cancel, stdin, since).await;
     let exit_code = status.and_then(|s| s.code());
     let signal = status.and_then(|s| s.signal());
     info!(
@@ -407,14 +416,15 @@ struct Ended {
 }
 
 /// Supervises the started job to its end while reading its output, then reaps what it left
-/// behind and reads the output a little longer.
+/// behind and reads the output a little longer. `since`: when the job was let go (its timeout
+/// and its duration count from there).
 async fn supervise_reading_output(
     group: &mut Group,
     spec: &JobSpec,
     ctx: &RunContext,
     cancel: &CancellationToken,
     stdin: Option<tokio::net::unix::pipe::Sender>,
-    spawned: Instant,
+    since: Instant,
 ) -> Ended {
     let job = &spec.name;
     let run_id = ctx.run_id.as_str();
@@ -439,7 +449,7 @@ async fn supervise_reading_output(
     // Output is read while the job runs (a full pipe would block it), in this same future: no
     // task to leak when the caller drops `run`.
     let (outcome, status) = {
-        let supervision = group.supervise(spec, cancel, spawned);
+        let supervision = group.supervise(spec, cancel, since);
         tokio::pin!(supervision);
         loop {
             tokio::select! {
@@ -448,7 +458,7 @@ async fn supervise_reading_output(
             }
         }
     };
-    let duration = spawned.elapsed();
+    let duration = since.elapsed();
     if status.is_some() {
         // Only once the leader is reaped: reaping it here would rob tokio of its exit status.
         group.reap_orphans();

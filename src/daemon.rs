@@ -17,7 +17,7 @@ use crate::config::{self, Config, JobConfig};
 use crate::drift;
 use crate::ensemble_clock::EnsembleClock;
 use crate::fire::FireMachine;
-use crate::fire::driver::{self as fire_driver, FireSettings, FleetFormat, LockTask};
+use crate::fire::driver::{self as fire_driver, Departed, FireSettings, FleetFormat, LockTask};
 use crate::fire::machine::Me;
 use crate::groups::balance::GroupSpec;
 use crate::groups::placement::{PlacedGroup, Placement};
@@ -131,6 +131,7 @@ pub async fn run(
     warm(&deliveries, &jobs);
     let notifier = Arc::new(crate::notify::Notifier::new(Arc::clone(&metrics)));
     let fleet = Arc::new(FleetFormat::default());
+    let departed = Arc::new(Departed::default());
     let ensemble = Arc::new(EnsembleClock::default());
     let wiring = Wiring {
         zk: &zk,
@@ -142,6 +143,7 @@ pub async fn run(
         deliveries: &deliveries,
         notifier: &notifier,
         fleet: &fleet,
+        departed: &departed,
         ensemble: &ensemble,
     };
     let member = Shared {
@@ -230,6 +232,7 @@ struct Wiring<'a> {
     deliveries: &'a Arc<crate::delivery::Deliveries>,
     notifier: &'a Arc<crate::notify::Notifier>,
     fleet: &'a Arc<FleetFormat>,
+    departed: &'a Arc<Departed>,
     /// The clock every group schedules by (the default group's clock check corrects it).
     ensemble: &'a Arc<EnsembleClock>,
 }
@@ -412,6 +415,7 @@ impl Wiring<'_> {
             deliveries: Arc::clone(self.deliveries),
             notifier: Arc::clone(self.notifier),
             fleet: Arc::clone(self.fleet),
+            departed: Arc::clone(self.departed),
             clock: Arc::clone(self.ensemble),
             audit_keep: self.config.audit.keep,
         };

@@ -217,3 +217,170 @@ async fn every_live_member_runs_each_tick_once_through_a_join_a_kill_and_a_resta
         "{status}"
     );
 }
+
+/// A record as this test judges it: (status, started, finished).
+type Judged = (String, Option<i64>, Option<i64>);
+
+/// The job's records: (tick ms, node) → (status, started, finished).
+fn records_with_times(config: &Path) -> BTreeMap<(i64, String), Judged> {
+    zkcron_ok(
+        &["history", "everywhere", "--json", "--limit", "10000"],
+        config,
+    )
+    .lines()
+    .map(|line| {
+        let record: serde_json::Value = serde_json::from_str(line).expect("a json record");
+        let key = (
+            record["scheduled_unix_ms"].as_i64().expect("scheduled"),
+            record["node_id"].as_str().expect("node").to_owned(),
+        );
+        let status = record["status"].as_str().expect("status").to_owned();
+        let times = (
+            record["started_unix_ms"].as_i64(),
+            record["finished_unix_ms"].as_i64(),
+        );
+        (key, (status, times.0, times.1))
+    })
+    .collect()
+}
+
+/// Issue 50: the owner killed with -9 in the middle of a run, then a member: every (tick, node)
+/// of the window ends in one record — the killed owner's run `interrupted` by the next owner,
+/// the ticks it was still a member for `missed`, as for the member — and every run's recorded
+/// duration is its own (a 1.5 s sleep: not its claim ahead of its instant too).
+#[tokio::test]
+async fn a_killed_owners_ticks_end_recorded_like_a_members_and_durations_are_the_runs_own() {
+    let _serial = fault_lock();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log = dir.path().join("starts.log");
+    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot("broadcast-owner"));
+    let jobs = format!(
+        "[[job]]\nname = \"everywhere\"\nschedule = \"*/2 * * * * *\"\nbroadcast = true\n\
+         shell = 'echo \"$ZKCRON_SCHEDULED_UNIX_MS $ZKCRON_NODE\" >> {}; sleep 1.5'\n",
+        log.display()
+    );
+    let text = schedule_text(&connect, "broadcast", SESSION, DELAY, &jobs);
+    let mut o1 = DaemonNode::start(dir.path(), "o1", &text);
+    o1.wait_log("lock acquired", SESSION + SLACK).await;
+    let o2 = DaemonNode::start(dir.path(), "o2", &text);
+    let o3 = DaemonNode::start(dir.path(), "o3", &text);
+    for node in [&o2, &o3] {
+        node.wait_log("a member since", SLACK).await;
+    }
+    let all_three = [&o1, &o2, &o3];
+    wait_starts("two ticks on each of three", &log, &all_three, |all| {
+        ["o1", "o2", "o3"].iter().all(|n| ran(all, n).len() >= 2)
+    })
+    .await;
+    let first_of_all = ran(&starts(&log), "o3").into_iter().min().expect("o3 ran");
+
+    // The owner, killed within 1.5 s of a start of its own: in the middle of that run.
+    let before = ran(&starts(&log), "o1").len();
+    wait_starts("a fresh start on the owner", &log, &all_three, |all| {
+        ran(all, "o1").len() > before
+    })
+    .await;
+    o1.kill();
+    let owner_killed_at = now_ms();
+    let killed_tick = ran(&starts(&log), "o1").into_iter().max().expect("o1 ran");
+    let takeover = SESSION + DELAY + SLACK * 2;
+    try_wait_for("a new owner", takeover, || {
+        let taken = o2.log().contains("lock acquired") || o3.log().contains("lock acquired");
+        async move { taken.then_some(()) }
+    })
+    .await
+    .unwrap_or_else(|not_reached| panic!("{not_reached}\n{}", logs_of(&[&o2, &o3])));
+    let (owner, mut member, owner_id, member_id) = if o2.log().contains("lock acquired") {
+        (o2, o3, "o2", "o3")
+    } else {
+        (o3, o2, "o3", "o2")
+    };
+
+    // Then a member; the owner runs on until the member's session is long gone.
+    member.kill();
+    let member_killed_at = now_ms();
+    let gone_by = member_killed_at + i64::try_from((SESSION + SLACK).as_millis()).expect("ms");
+    wait_starts(
+        "the owner runs past the member's expiry",
+        &log,
+        &[&owner],
+        |all| ran(all, owner_id).iter().any(|ms| *ms > gone_by),
+    )
+    .await;
+    zkcron_ok(&["pause", "everywhere"], &owner.config);
+    let paused_at = now_ms();
+    tokio::time::sleep(SWEPT).await;
+
+    let all = starts(&log);
+    let recorded = records_with_times(&owner.config);
+    let status_of = |tick: i64, node: &str| {
+        recorded
+            .get(&(tick, node.to_owned()))
+            .map(|(status, _, _)| status.as_str())
+    };
+    let nodes = [&owner];
+    assert_eq!(
+        status_of(killed_tick, "o1"),
+        Some("interrupted"),
+        "the run the owner was killed in is ended by the next owner: {recorded:?}\n{}",
+        logs_of(&nodes)
+    );
+    // Every tick of the window: one record for each node that was a member at its instant.
+    // A killed node is a member until its session expires (SESSION after the kill): certainly
+    // for the ticks up to a second before that.
+    let member_until =
+        |killed_at: i64| killed_at + i64::try_from(SESSION.as_millis()).expect("ms") - 1_000;
+    let ticks: BTreeSet<i64> = all
+        .iter()
+        .map(|(ms, _)| *ms)
+        .filter(|ms| *ms >= first_of_all && *ms < paused_at - 2_000)
+        .collect();
+    for tick in &ticks {
+        let owed = [
+            ("o1", *tick <= member_until(owner_killed_at)),
+            (member_id, *tick <= member_until(member_killed_at)),
+            (owner_id, true),
+        ];
+        for (node, _) in owed.into_iter().filter(|(_, owed)| *owed) {
+            let status = status_of(*tick, node);
+            assert!(
+                matches!(status, Some("succeeded" | "missed" | "interrupted")),
+                "{node}'s tick {tick} ends in one record, got {status:?}: {recorded:?}\n{}",
+                logs_of(&nodes)
+            );
+        }
+    }
+    let missed_owner: Vec<i64> = recorded
+        .iter()
+        .filter(|((ms, node), (status, _, _))| {
+            node == "o1" && *ms > owner_killed_at && status == "missed"
+        })
+        .map(|((ms, _), _)| *ms)
+        .collect();
+    assert!(
+        !missed_owner.is_empty(),
+        "a tick while the killed owner was still a member is recorded missed for it: {recorded:?}"
+    );
+    let open: Vec<&(i64, String)> = recorded
+        .iter()
+        .filter(|(_, (status, _, _))| status == "claimed" || status == "running")
+        .filter(|((ms, _), _)| *ms < paused_at - 2_000)
+        .map(|(key, _)| key)
+        .collect();
+    assert!(open.is_empty(), "no run is left open: {open:?}");
+    // Each run recorded succeeded took its own 1.5 s (± 50 ms), not its claim ahead too.
+    for (key, (status, started, finished)) in &recorded {
+        if status != "succeeded" {
+            continue;
+        }
+        let took = finished.zip(*started).map(|(end, start)| end - start);
+        assert!(
+            took.is_some_and(|ms| (1_500..=1_550).contains(&ms)),
+            "{key:?} took {took:?} ms by its record"
+        );
+    }
+    assert!(
+        ticks.len() >= 8,
+        "enough ticks to mean something: {ticks:?}"
+    );
+}

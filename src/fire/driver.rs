@@ -13,6 +13,8 @@ mod broadcast;
 mod chains;
 mod control;
 mod delayed;
+mod departed;
+pub use departed::Departed;
 mod drift;
 mod formats;
 pub use formats::FleetFormat;
@@ -88,6 +90,9 @@ pub struct FireSettings {
     /// The ledger format the members read (shared by every group; the default group's driver
     /// keeps it up to date).
     pub fleet: Arc<FleetFormat>,
+    /// The members this node saw leave, and until when (shared by every group; the default
+    /// group's members watch keeps it), for the broadcast sweeps.
+    pub departed: Arc<Departed>,
     /// The clock to schedule by: this node's, or the servers' when it is alone and off them
     /// (shared by every group; the default group's clock check corrects it).
     pub clock: Arc<crate::ensemble_clock::EnsembleClock>,
@@ -491,6 +496,7 @@ impl Io {
                 metrics: Arc::clone(&self.settings.metrics),
                 view: self.settings.view.subscribe(),
                 fleet: Arc::clone(&self.settings.fleet),
+                departed: Arc::clone(&self.settings.departed),
                 stop: stop.clone(),
             }
             .spawn();
@@ -634,8 +640,14 @@ impl Io {
                 let wait = (look_at - now).to_std().unwrap_or_default();
                 let stop = self.sweeps_stop.clone();
                 let metrics = Arc::clone(&self.settings.metrics);
+                let departed = Arc::clone(&self.settings.departed);
+                let around = broadcast::Sweeping {
+                    stop,
+                    metrics,
+                    departed,
+                };
                 self.records
-                    .sweep_broadcast(s, &self.settings.group, sweep, wait, stop, metrics);
+                    .sweep_broadcast(s, &self.settings.group, sweep, wait, around);
             }
             Action::CloseOwnBroadcasts {
                 jobs,

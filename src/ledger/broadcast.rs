@@ -97,7 +97,8 @@ pub struct Swept {
     pub pruned: usize,
 }
 
-/// Records `missed` for each member of `members` (those live at the tick's start) that carries
+/// Records `missed` for each member of `members` (those live at the tick's start, and those
+/// gone since that were members then: `fire::driver::departed`) that carries
 /// `sweep.requires`, joined before the tick, and has no record of it; marks `interrupted` the
 /// open runs of each of them that is gone from `group`'s members since — this tick's, and an
 /// earlier tick's still running when its node died (killed mid-run: nobody else would end its

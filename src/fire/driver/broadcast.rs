@@ -75,9 +75,13 @@ impl Records {
         group: &LockPaths,
         sweep_of: Sweep,
         wait: std::time::Duration,
-        stop: tokio_util::sync::CancellationToken,
-        metrics: std::sync::Arc<crate::metrics::Metrics>,
+        around: Sweeping,
     ) {
+        let Sweeping {
+            stop,
+            metrics,
+            departed,
+        } = around;
         let Some(client) = s.client.clone() else {
             tracing::warn!(job = %sweep_of.job, tick = sweep_of.tick_ms, "broadcast tick not swept: no session");
             return;
@@ -86,9 +90,17 @@ impl Records {
         s.tasks.spawn(async move {
             let job = sweep_of.job.clone();
             let tick = sweep_of.tick_ms;
-            // Live at the tick: read at its start, not when the sweep looks.
+            // Live at the tick: read at its start, not when the sweep looks; and those gone
+            // since (an owner killed mid-run, swept by the next owner) that were members then.
             let members = match bounded(job.as_str(), live_members(&client, &group)).await {
-                Some(Ok(members)) => members,
+                Some(Ok(mut members)) => {
+                    for gone in departed.alive_at(tick) {
+                        if !members.iter().any(|m| m.node_id == gone.node_id) {
+                            members.push(gone);
+                        }
+                    }
+                    members
+                }
                 Some(Err(err)) => {
                     tracing::warn!(job = %job, tick, error = %error_chain(&err), "broadcast tick not swept: members not read");
                     return;
@@ -163,6 +175,13 @@ impl Records {
             }
         });
     }
+}
+
+/// What a sweep works with beside its tick: the stop, the metrics, and the members gone.
+pub(super) struct Sweeping {
+    pub stop: tokio_util::sync::CancellationToken,
+    pub metrics: std::sync::Arc<crate::metrics::Metrics>,
+    pub departed: std::sync::Arc<super::Departed>,
 }
 
 /// A broadcast tick's sweep is tried this many times at most.

@@ -21,6 +21,7 @@ use crate::report::error_chain;
 use crate::view::NodeView;
 use crate::zk::watch::{Change, RecursiveWatch};
 
+use super::departed::Departed;
 use super::formats::FleetFormat;
 
 /// What the watch needs, for one session.
@@ -32,6 +33,8 @@ pub(super) struct DriftWatch {
     pub view: watch::Receiver<NodeView>,
     /// Told the members' formats when one joins or leaves.
     pub fleet: Arc<FleetFormat>,
+    /// Told who left, and until when each was a member.
+    pub departed: Arc<Departed>,
     pub stop: CancellationToken,
 }
 
@@ -54,6 +57,9 @@ impl DriftWatch {
             };
             let mut reported: Option<Vec<Drift>> = None;
             let mut formats_unread = false;
+            // Since when changes may have gone unreported: a member missing from the next
+            // reading was one until then at least, not until that reading.
+            let mut unreported_since: Option<i64> = None;
             loop {
                 // Any change compares again: the watch's first (read all) is the start, and a
                 // disconnection ends with one too. A member's own rewrites (its clock checks)
@@ -62,7 +68,10 @@ impl DriftWatch {
                     () = self.stop.cancelled() => return,
                     change = watcher.changed() => match change {
                         None => return,
-                        Some(Change::Disconnected) => continue,
+                        Some(Change::Disconnected) => {
+                            unreported_since.get_or_insert_with(now_ms);
+                            continue;
+                        }
                         Some(Change::ReadAll) => true,
                         Some(Change::Node { kind, .. }) => matches!(kind, EventType::NodeCreated | EventType::NodeDeleted),
                     },
@@ -78,6 +87,7 @@ impl DriftWatch {
                 if !owner && !formats_unread {
                     continue;
                 }
+                let changed_at = now_ms();
                 let members = match inspect::member_data(&self.client, &self.group).await {
                     Ok(members) => members,
                     Err(err) => {
@@ -87,6 +97,8 @@ impl DriftWatch {
                 };
                 if formats_unread {
                     self.fleet.members_read(&members);
+                    let until = unreported_since.take().unwrap_or(changed_at);
+                    self.departed.read(&members, until, now_ms());
                     formats_unread = false;
                 }
                 if owner && let Some(drifts) = self.compare(&members) {
@@ -150,4 +162,8 @@ fn report(reported: &mut Option<Vec<Drift>>, drifts: Vec<Drift>) {
         );
     }
     *reported = Some(drifts);
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
 }

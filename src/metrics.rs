@@ -143,10 +143,8 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// Every family and its registration: a declarative table, one entry a family, longer than
-    /// a function should be and clearer whole than split.
+    /// Every family, registered by concern (`register_*`): one entry a family.
     pub fn new() -> Self {
-        let mut registry = Registry::default();
         let metrics = Self {
             lock_owner: Gauge::default(),
             fencing_token: Gauge::default(),
@@ -178,8 +176,22 @@ impl Metrics {
             delivery_latency: Family::new_with_constructor(delivery_buckets),
             registry: Registry::default(),
         };
+        let mut registry = Registry::default();
         // Counters get `_total`, the info metric `_info`, from the encoder.
         crate::zk::tally::register(&mut registry);
+        metrics.register_node(&mut registry);
+        metrics.register_jobs(&mut registry);
+        metrics.register_clock(&mut registry);
+        metrics.register_groups(&mut registry);
+        metrics.register_deliveries(&mut registry);
+        Self {
+            registry,
+            ..metrics
+        }
+    }
+
+    /// The lock, the session and what the owner watches over.
+    fn register_node(&self, registry: &mut Registry) {
         registry.register(
             "zkcron_build",
             "The zkcron version of this node",
@@ -190,147 +202,159 @@ impl Metrics {
         registry.register(
             "zkcron_lock_owner",
             "1 while this node owns the lock and may fire (connected), else 0",
-            metrics.lock_owner.clone(),
+            self.lock_owner.clone(),
         );
         registry.register(
             "zkcron_fencing_token",
             "This node's fencing token while it owns the lock (the epoch's version), else 0",
-            metrics.fencing_token.clone(),
+            self.fencing_token.clone(),
         );
         registry.register(
             "zkcron_zk_session_state",
             "The ZooKeeper session: 0 none, 1 connected, 2 disconnected",
-            metrics.session_state.clone(),
+            self.session_state.clone(),
         );
         registry.register(
             "zkcron_lock_acquisitions",
             "Times this node acquired the lock (each with a new fencing token)",
-            metrics.acquisitions.clone(),
+            self.acquisitions.clone(),
         );
         registry.register(
             "zkcron_lock_lost",
             "Times this node lost the lock (or could no longer prove it owned it)",
-            metrics.lost.clone(),
-        );
-        registry.register(
-            "zkcron_job_runs",
-            "Runs started by this node that ended, by final status",
-            metrics.runs.clone(),
-        );
-        registry.register(
-            "zkcron_job_fire_lateness_seconds",
-            "From a run's scheduled instant (tick or due time) to its start, on this node",
-            metrics.lateness.clone(),
-        );
-        registry.register(
-            "zkcron_job_duration_seconds",
-            "How long runs started by this node took, start to end",
-            metrics.duration.clone(),
-        );
-        registry.register(
-            "zkcron_job_last_success_timestamp_seconds",
-            "Unix time of the end of the job's latest successful run on this node",
-            metrics.last_success.clone(),
-        );
-        registry.register(
-            "zkcron_job_missed_ticks",
-            "Ticks recorded missed by this node (nobody fired them), by reason",
-            metrics.missed.clone(),
-        );
-        registry.register(
-            "zkcron_job_skipped",
-            "Ticks recorded skipped by this node, by reason (paused, run_alive, other)",
-            metrics.skipped.clone(),
-        );
-        registry.register(
-            "zkcron_job_running",
-            "Runs of the job alive on this node now",
-            metrics.running.clone(),
+            self.lost.clone(),
         );
         registry.register(
             "zkcron_delayed_pending",
             "Delayed submissions pending in the lock group, as last counted by this node while owner",
-            metrics.delayed_pending.clone(),
+            self.delayed_pending.clone(),
         );
         registry.register(
             "zkcron_schedule_drift",
             "1 while the owner sees members whose schedule differs from its own, else 0",
-            metrics.schedule_drift.clone(),
+            self.schedule_drift.clone(),
+        );
+    }
+
+    /// Runs: how they ended, how late and how long, what was missed or skipped, limits.
+    fn register_jobs(&self, registry: &mut Registry) {
+        registry.register(
+            "zkcron_job_runs",
+            "Runs started by this node that ended, by final status",
+            self.runs.clone(),
         );
         registry.register(
-            "zkcron_clock_offset_seconds",
-            "This node's clock minus the ZooKeeper servers', measured on a write of its member node",
-            metrics.clock_offset.clone(),
+            "zkcron_job_fire_lateness_seconds",
+            "From a run's scheduled instant (tick or due time) to its start, on this node",
+            self.lateness.clone(),
         );
         registry.register(
-            "zkcron_clock_off_fleet_seconds",
-            "This node's clock minus the fleet's (the median of the members' clocks and the servers')",
-            metrics.clock_off_fleet.clone(),
+            "zkcron_job_duration_seconds",
+            "How long runs started by this node took, start to end",
+            self.duration.clone(),
         );
         registry.register(
-            "zkcron_clock_skewed",
-            "1 while this node's clock is off the fleet's by more than lock.max_clock_offset and it stays out of contention, else 0",
-            metrics.clock_skewed.clone(),
+            "zkcron_job_last_success_timestamp_seconds",
+            "Unix time of the end of the job's latest successful run on this node",
+            self.last_success.clone(),
         );
         registry.register(
-            "zkcron_clock_correction_seconds",
-            "What this node takes off its clock to fire by the ZooKeeper servers' (alone, and off theirs by more than lock.max_clock_offset), else 0",
-            metrics.clock_correction.clone(),
+            "zkcron_job_missed_ticks",
+            "Ticks recorded missed by this node (nobody fired them), by reason",
+            self.missed.clone(),
+        );
+        registry.register(
+            "zkcron_job_skipped",
+            "Ticks recorded skipped by this node, by reason (paused, run_alive, other)",
+            self.skipped.clone(),
+        );
+        registry.register(
+            "zkcron_job_running",
+            "Runs of the job alive on this node now",
+            self.running.clone(),
         );
         registry.register(
             "zkcron_limit_waiting",
             "Runs on this node waiting in a [[limit]]'s queue for a lease",
-            metrics.limit_waiting.clone(),
+            self.limit_waiting.clone(),
         );
         registry.register(
             "zkcron_limit_held",
             "Leases of a [[limit]] held by runs on this node",
-            metrics.limit_held.clone(),
+            self.limit_held.clone(),
         );
+    }
+
+    /// This node's clock against the servers' and the fleet's.
+    fn register_clock(&self, registry: &mut Registry) {
+        registry.register(
+            "zkcron_clock_offset_seconds",
+            "This node's clock minus the ZooKeeper servers', measured on a write of its member node",
+            self.clock_offset.clone(),
+        );
+        registry.register(
+            "zkcron_clock_off_fleet_seconds",
+            "This node's clock minus the fleet's (the median of the members' clocks and the servers')",
+            self.clock_off_fleet.clone(),
+        );
+        registry.register(
+            "zkcron_clock_skewed",
+            "1 while this node's clock is off the fleet's by more than lock.max_clock_offset and it stays out of contention, else 0",
+            self.clock_skewed.clone(),
+        );
+        registry.register(
+            "zkcron_clock_correction_seconds",
+            "What this node takes off its clock to fire by the ZooKeeper servers' (alone, and off theirs by more than lock.max_clock_offset), else 0",
+            self.clock_correction.clone(),
+        );
+    }
+
+    /// Each lock group this node contends for.
+    fn register_groups(&self, registry: &mut Registry) {
         registry.register(
             "zkcron_group_owner",
             "1 while this node owns the lock group and may fire its jobs, else 0 (the default group is \"default\")",
-            metrics.group_owner.clone(),
+            self.group_owner.clone(),
         );
         registry.register(
             "zkcron_group_fencing_token",
             "This node's fencing token of the lock group while it owns it, else 0",
-            metrics.group_token.clone(),
+            self.group_token.clone(),
         );
         registry.register(
             "zkcron_group_acquisitions",
             "Times this node acquired the lock group",
-            metrics.group_acquisitions.clone(),
+            self.group_acquisitions.clone(),
         );
         registry.register(
             "zkcron_group_lost",
             "Times this node lost the lock group (or could no longer prove it owned it)",
-            metrics.group_lost.clone(),
+            self.group_lost.clone(),
         );
         registry.register(
             "zkcron_group_unplaceable",
             "1 while no live member carries every tag the lock group requires (its jobs do not fire), else 0",
-            metrics.group_unplaceable.clone(),
+            self.group_unplaceable.clone(),
         );
+    }
+
+    /// HTTP targets and failure notices.
+    fn register_deliveries(&self, registry: &mut Registry) {
         registry.register(
             "zkcron_http_deliveries",
             "Runs of HTTP targets that ended here, by job and answer: the status class (2xx, 4xx, 5xx, …), error (no answer), timeout or cancelled",
-            metrics.deliveries.clone(),
+            self.deliveries.clone(),
         );
         registry.register(
             "zkcron_http_delivery_seconds",
             "From sending an HTTP target's request to the end of its answer (or its timeout)",
-            metrics.delivery_latency.clone(),
+            self.delivery_latency.clone(),
         );
         registry.register(
             "zkcron_notices",
             "Failure and recovery notices by job, channel (command, webhook) and result: sent, failed (the hook exited non-zero or was killed at its timeout), gave_up (the webhook never took it)",
-            metrics.notices.clone(),
+            self.notices.clone(),
         );
-        Self {
-            registry,
-            ..metrics
-        }
     }
 
     /// A notice of `job` went out by `channel` (`command`, `webhook`) with this `result`.

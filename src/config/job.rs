@@ -15,12 +15,12 @@ use std::time::Duration;
 use chrono_tz::Tz;
 use toml::Spanned;
 
-use super::JobConfig;
 use super::broadcast::BroadcastKeys;
 use super::error::JobContext;
 use super::job_policies::default_concurrency;
 use super::schema::{RawJob, RawNotices};
 use super::validator::Validator;
+use super::{JobConfig, NoticePolicy};
 use crate::ids::JobName;
 use crate::run::{JobSpec, Launcher, Program};
 use crate::schedule::{self, Schedule};
@@ -28,7 +28,7 @@ use crate::schedule::{self, Schedule};
 impl Validator<'_> {
     /// One `[[job]]` (`span`: the whole table); `None` when it has no usable program, schedule or
     /// time zone (the problems are recorded).
-    pub(super) fn job(&mut self, raw: RawJob, span: Range<usize>) -> Option<JobConfig> {
+    pub(super) fn job(&mut self, mut raw: RawJob, span: Range<usize>) -> Option<JobConfig> {
         let name = raw.name.get_ref().clone();
         let job = JobContext::Job(&name);
         if !is_job_name(&name) {
@@ -39,43 +39,13 @@ impl Validator<'_> {
             );
         }
         let d = Arc::clone(&self.job_defaults);
+        let notice_keys = raw.take_notices();
         let tz = match &raw.timezone {
             Some(_) => self.job_timezone(raw.timezone.as_ref(), job),
             None => Some(d.timezone),
         };
         let schedule = self.job_schedule(raw.schedule.as_ref(), tz, job);
-        let process_only = [
-            ("working_dir", raw.working_dir.as_ref().map(Spanned::span)),
-            ("env", raw.env.as_ref().map(Spanned::span)),
-            ("kill_grace", raw.kill_grace.as_ref().map(Spanned::span)),
-            ("user", raw.user.as_ref().map(Spanned::span)),
-        ];
-        let is_process = raw.http.is_none();
-        let program = match raw.http {
-            Some(http) => self.job_http(http, raw.command, raw.shell, process_only, job),
-            None => self.job_program(raw.command, raw.shell, span, job),
-        };
-        // The process-only defaults go to processes only: an http job takes none of them.
-        let working_dir = match raw.working_dir {
-            Some(dir) => self.job_working_dir(Some(dir), job),
-            None => d.working_dir.clone().filter(|_| is_process),
-        };
-        let mut env = if is_process {
-            d.env.clone()
-        } else {
-            BTreeMap::new()
-        };
-        env.extend(self.job_env(raw.env, job));
-        let user = match raw.user {
-            Some(user) if is_process => self.job_user(Some(user), job),
-            Some(_) => None,
-            None => d.user.clone().filter(|_| is_process),
-        };
-        let timeout = match raw.timeout {
-            Some(timeout) => self.job_timeout(Some(timeout), job),
-            None => d.timeout,
-        };
-        let kill_grace = self.duration(raw.kill_grace, &job.key("kill_grace"), d.kill_grace);
+        let process = self.job_process(&mut raw, span, job);
         let span_of = |key: &Option<Spanned<Vec<Spanned<String>>>>| key.as_ref().map(Spanned::span);
         let refused_by_broadcast = [
             ("after", span_of(&raw.after)),
@@ -84,13 +54,7 @@ impl Validator<'_> {
             ("except", span_of(&raw.except)),
             ("only", span_of(&raw.only)),
         ];
-        let retries = self.job_retries(raw.retries, job, d.retries);
-        let backoff_span = raw.retry_backoff.as_ref().map(Spanned::span);
-        let retry_backoff = self.job_retry_backoff(raw.retry_backoff, job, d.retry_backoff);
-        let retry_backoff_max = match (raw.retry_backoff_max, d.retry_backoff_max) {
-            (None, Some(max)) => self.defaults_backoff_max(max, retry_backoff, backoff_span, job),
-            (own, _) => self.job_retry_backoff_max(own, retry_backoff, job),
-        };
+        let (retries, retry_backoff, retry_backoff_max) = self.job_retry_policy(&mut raw, job);
         let starting_deadline =
             self.job_starting_deadline(raw.starting_deadline, job, d.starting_deadline);
         let jitter = self.job_jitter(raw.jitter, schedule.as_ref().and_then(Option::as_ref), job);
@@ -100,40 +64,32 @@ impl Validator<'_> {
         let schedule_span = raw.schedule.as_ref().map(Spanned::span);
         let calendars = self.job_calendars(raw.except, raw.only, schedule_span.is_some(), job);
         let after = self.job_after(
-            raw.after,
-            raw.after_status,
+            raw.after.take(),
+            raw.after_status.take(),
             schedule_span.clone(),
             job,
             &name,
         );
         let broadcast_keys = BroadcastKeys {
             refused: refused_by_broadcast,
-            broadcast: raw.broadcast,
-            requires: raw.requires,
+            broadcast: raw.broadcast.take(),
+            requires: raw.requires.take(),
             schedule: schedule_span.clone(),
             concurrency: raw.concurrency,
         };
         let broadcast = self.job_broadcast(broadcast_keys, job);
-        let notice_keys = RawNotices {
-            on_failure: raw.on_failure,
-            on_failure_webhook: raw.on_failure_webhook,
-            notify: raw.notify,
-            on_recovery: raw.on_recovery,
-            pause_after_failures: raw.pause_after_failures,
-        };
-        let defaults = self.notice_defaults.clone();
-        let notices = self.notices(notice_keys, &defaults, &|key| job.key(key));
+        let notices = self.job_notices(notice_keys, job);
         let spec = JobSpec {
             name: JobName::new(name.clone()),
             // From here on only for a job with a usable program: a job without one does not
             // report problems in history or max_running.
-            program: program?,
-            working_dir,
-            env,
-            timeout,
-            kill_grace,
+            program: process.program?,
+            working_dir: process.working_dir,
+            env: process.env,
+            timeout: process.timeout,
+            kill_grace: process.kill_grace,
             launcher: Launcher::Direct,
-            user,
+            user: process.user,
         };
         let history = self.job_history(raw.history, job, d.history);
         let max_running = self.job_max_running(raw.max_running, job, d.max_running);
@@ -167,6 +123,83 @@ impl Validator<'_> {
             calendars,
             broadcast,
         })
+    }
+
+    /// What a job runs and how (`command`, `shell` or `http`; `working_dir`, `env`, `user`,
+    /// `timeout`, `kill_grace`), taken out of `raw`, with the process-only defaults applied to
+    /// a process only: an http job takes none of them.
+    fn job_process(
+        &mut self,
+        raw: &mut RawJob,
+        span: Range<usize>,
+        job: JobContext<'_>,
+    ) -> ProcessParts {
+        let d = Arc::clone(&self.job_defaults);
+        let process_only = [
+            ("working_dir", raw.working_dir.as_ref().map(Spanned::span)),
+            ("env", raw.env.as_ref().map(Spanned::span)),
+            ("kill_grace", raw.kill_grace.as_ref().map(Spanned::span)),
+            ("user", raw.user.as_ref().map(Spanned::span)),
+        ];
+        let is_process = raw.http.is_none();
+        let (command, shell) = (raw.command.take(), raw.shell.take());
+        let program = match raw.http.take() {
+            Some(http) => self.job_http(http, command, shell, process_only, job),
+            None => self.job_program(command, shell, span, job),
+        };
+        // The process-only defaults go to processes only: an http job takes none of them.
+        let working_dir = match raw.working_dir.take() {
+            Some(dir) => self.job_working_dir(Some(dir), job),
+            None => d.working_dir.clone().filter(|_| is_process),
+        };
+        let mut env = if is_process {
+            d.env.clone()
+        } else {
+            BTreeMap::new()
+        };
+        env.extend(self.job_env(raw.env.take(), job));
+        let user = match raw.user.take() {
+            Some(user) if is_process => self.job_user(Some(user), job),
+            Some(_) => None,
+            None => d.user.clone().filter(|_| is_process),
+        };
+        let timeout = match raw.timeout.take() {
+            Some(timeout) => self.job_timeout(Some(timeout), job),
+            None => d.timeout,
+        };
+        let kill_grace = self.duration(raw.kill_grace.take(), &job.key("kill_grace"), d.kill_grace);
+        ProcessParts {
+            program,
+            working_dir,
+            env,
+            user,
+            timeout,
+            kill_grace,
+        }
+    }
+
+    /// `retries`, `retry_backoff` and `retry_backoff_max`, taken out of `raw`, each with its
+    /// default.
+    fn job_retry_policy(
+        &mut self,
+        raw: &mut RawJob,
+        job: JobContext<'_>,
+    ) -> (u32, Duration, Duration) {
+        let d = Arc::clone(&self.job_defaults);
+        let retries = self.job_retries(raw.retries.take(), job, d.retries);
+        let backoff_span = raw.retry_backoff.as_ref().map(Spanned::span);
+        let retry_backoff = self.job_retry_backoff(raw.retry_backoff.take(), job, d.retry_backoff);
+        let retry_backoff_max = match (raw.retry_backoff_max.take(), d.retry_backoff_max) {
+            (None, Some(max)) => self.defaults_backoff_max(max, retry_backoff, backoff_span, job),
+            (own, _) => self.job_retry_backoff_max(own, retry_backoff, job),
+        };
+        (retries, retry_backoff, retry_backoff_max)
+    }
+
+    /// The job's notice keys over `[defaults]`' notices.
+    fn job_notices(&mut self, keys: RawNotices, job: JobContext<'_>) -> NoticePolicy {
+        let defaults = self.notice_defaults.clone();
+        self.notices(keys, &defaults, &|key| job.key(key))
     }
 
     /// `[defaults]`' `retry_backoff_max` for a job that sets none: a job whose own
@@ -369,4 +402,14 @@ fn is_job_name(name: &str) -> bool {
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+}
+
+/// What a job runs and how, before it is known to have a usable program.
+struct ProcessParts {
+    program: Option<Program>,
+    working_dir: Option<PathBuf>,
+    env: BTreeMap<String, String>,
+    user: Option<Arc<crate::run::RunAs>>,
+    timeout: Option<Duration>,
+    kill_grace: Duration,
 }

@@ -244,6 +244,19 @@ pub(super) struct RawJob {
     pub(super) pause_after_failures: Option<Spanned<i64>>,
 }
 
+impl RawJob {
+    /// Its notice keys, taken out (read apart: `[defaults]` has the same).
+    pub(super) fn take_notices(&mut self) -> RawNotices {
+        RawNotices {
+            on_failure: self.on_failure.take(),
+            on_failure_webhook: self.on_failure_webhook.take(),
+            notify: self.notify.take(),
+            on_recovery: self.on_recovery.take(),
+            pause_after_failures: self.pause_after_failures.take(),
+        }
+    }
+}
+
 /// `[[job]] http = { url, method, headers, … }`: a job whose run is an HTTP request.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -545,33 +545,8 @@ impl Io {
             Action::DropMarks { job, marks } => {
                 chains::drop_marks(s, &self.settings.ledger, &job, &marks)
             }
-            Action::SubmitChild {
-                job,
-                mark,
-                id,
-                submission,
-                token,
-            } => {
-                let child = chains::Child { job, mark, id };
-                let (paths, acls) = (&self.settings.ledger, self.settings.acls);
-                return chains::submit_child(s, paths, child, submission, (token, acls));
-            }
-            Action::ScanDelayed {
-                generation,
-                wanted,
-                after,
-                through,
-                ahead_to,
-                clean_before,
-            } => {
-                let range = delayed::ScanRange {
-                    after,
-                    through,
-                    ahead_to,
-                    clean_before,
-                };
-                return delayed::scan(s, delayed_paths, generation, wanted, range);
-            }
+            child @ Action::SubmitChild { .. } => return self.submit_child(child),
+            scan @ Action::ScanDelayed { .. } => return self.scan_delayed(scan),
             Action::ReadSubmission { id } => return delayed::read_submission(s, delayed_paths, id),
             Action::RemoveEmptyBucket(bucket) => {
                 delayed::remove_if_empty(s, delayed_paths, delayed::PastDue::Bucket(bucket));
@@ -614,41 +589,7 @@ impl Io {
                 let member = self.settings.group.member(&self.settings.me);
                 return self.records.claim_broadcast(s, id, record, member);
             }
-            Action::SweepBroadcast {
-                job,
-                tick,
-                look_at,
-                requires,
-                token,
-                keep,
-            } => {
-                let now = self.settings.clock.now();
-                let sweep = crate::ledger::broadcast::Sweep {
-                    job,
-                    tick_ms: tick.timestamp_millis(),
-                    requires,
-                    token,
-                    now_ms: look_at.timestamp_millis(),
-                    keep,
-                    remember: crate::ledger::Remember {
-                        now_unix_ms: look_at.timestamp_millis(),
-                        // A broadcast's records are ticks': no submission id to remember.
-                        window: Duration::ZERO,
-                        acls: self.settings.acls,
-                    },
-                };
-                let wait = (look_at - now).to_std().unwrap_or_default();
-                let stop = self.sweeps_stop.clone();
-                let metrics = Arc::clone(&self.settings.metrics);
-                let departed = Arc::clone(&self.settings.departed);
-                let around = broadcast::Sweeping {
-                    stop,
-                    metrics,
-                    departed,
-                };
-                self.records
-                    .sweep_broadcast(s, &self.settings.group, sweep, wait, around);
-            }
+            sweep @ Action::SweepBroadcast { .. } => self.sweep_broadcast(sweep),
             Action::CloseOwnBroadcasts {
                 jobs,
                 before,
@@ -659,6 +600,84 @@ impl Io {
             Action::HandOver | Action::YieldLock | Action::Stopped => {}
         }
         None
+    }
+
+    /// [`Action::SubmitChild`]: a chain mark becomes its child's submission.
+    fn submit_child(&self, action: Action) -> Option<Input> {
+        let Action::SubmitChild {
+            job,
+            mark,
+            id,
+            submission,
+            token,
+        } = action
+        else {
+            return None;
+        };
+        let child = chains::Child { job, mark, id };
+        let (paths, acls) = (&self.settings.ledger, self.settings.acls);
+        chains::submit_child(&self.session, paths, child, submission, (token, acls))
+    }
+
+    /// [`Action::ScanDelayed`]: the due buckets of a range read.
+    fn scan_delayed(&self, action: Action) -> Option<Input> {
+        let Action::ScanDelayed {
+            generation,
+            wanted,
+            after,
+            through,
+            ahead_to,
+            clean_before,
+        } = action
+        else {
+            return None;
+        };
+        let range = delayed::ScanRange {
+            after,
+            through,
+            ahead_to,
+            clean_before,
+        };
+        let paths = &self.settings.ledger.delayed;
+        delayed::scan(&self.session, paths, generation, wanted, range)
+    }
+
+    /// [`Action::SweepBroadcast`]: the owner's sweep of a broadcast tick, once it is due.
+    fn sweep_broadcast(&self, action: Action) {
+        let Action::SweepBroadcast {
+            job,
+            tick,
+            look_at,
+            requires,
+            token,
+            keep,
+        } = action
+        else {
+            return;
+        };
+        let now = self.settings.clock.now();
+        let sweep = crate::ledger::broadcast::Sweep {
+            job,
+            tick_ms: tick.timestamp_millis(),
+            requires,
+            token,
+            now_ms: look_at.timestamp_millis(),
+            keep,
+            remember: crate::ledger::Remember {
+                now_unix_ms: look_at.timestamp_millis(),
+                // A broadcast's records are ticks': no submission id to remember.
+                window: Duration::ZERO,
+                acls: self.settings.acls,
+            },
+        };
+        let wait = (look_at - now).to_std().unwrap_or_default();
+        let around = broadcast::Sweeping {
+            stop: self.sweeps_stop.clone(),
+            metrics: Arc::clone(&self.settings.metrics),
+            departed: Arc::clone(&self.settings.departed),
+        };
+        self.records
+            .sweep_broadcast(&self.session, &self.settings.group, sweep, wait, around);
     }
 
     fn list(&self, job: JobName) -> Option<Input> {

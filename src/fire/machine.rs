@@ -156,33 +156,8 @@ impl FireMachine {
             Input::Tick => self.tick(now, &mut out),
             Input::LockChanged(status) => self.lock_changed(status, now, &mut out),
             Input::Reloaded(jobs) => self.reloaded(&jobs, now, &mut out),
-            Input::ClaimDone { id, result } => {
-                // A chained submission's claim took no marks: it is the delayed queue's.
-                let chained = self
-                    .starts
-                    .claims
-                    .get(&id)
-                    .filter(|p| p.submission.is_none());
-                let chained = chained.map(|pending| {
-                    let parents = pending.parents.iter().map(|p| p.job.clone()).collect();
-                    let job = pending.config.spec.name.clone();
-                    (job, pending.tick.timestamp_millis(), parents)
-                });
-                let refused = result.as_ref().err().cloned();
-                self.claim_done(id, result.map(|claim| *claim), now, &mut out);
-                if let Some((job, tick_ms, parents)) = chained {
-                    self.chain_claim_done(&job, tick_ms, parents, refused, &mut out);
-                }
-            }
-            Input::RecordsListed { job, result } => {
-                let around = Around {
-                    next_queued: self.queue.next_of(&job),
-                    outage: self.outage,
-                };
-                self.claim_path(now, &mut out, |s, ctx| {
-                    backlog::records_listed(s, ctx, &job, result, around)
-                })
-            }
+            Input::ClaimDone { id, result } => self.claim_answered(id, result, now, &mut out),
+            Input::RecordsListed { job, result } => self.records_listed(job, result, now, &mut out),
             Input::Marked { record, result } => self.claim_path(now, &mut out, |s, ctx| {
                 backlog::marked(s, ctx, *record, result)
             }),
@@ -265,6 +240,23 @@ impl FireMachine {
             "the open-run counts kept match a fresh count"
         );
         out
+    }
+
+    /// Answer to [`Action::ListRecords`]: catch-up's listing, through the backlog.
+    fn records_listed(
+        &mut self,
+        job: JobName,
+        result: Result<JobRecords, String>,
+        now: DateTime<Utc>,
+        out: &mut Vec<Action>,
+    ) {
+        let around = Around {
+            next_queued: self.queue.next_of(&job),
+            outage: self.outage,
+        };
+        self.claim_path(now, out, |s, ctx| {
+            backlog::records_listed(s, ctx, &job, result, around)
+        })
     }
 
     /// Runs alive on this node (started, final record not yet written).

@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 
 use super::FireMachine;
 use super::chains::ChainStep;
-use super::protocol::{Action, ClaimRefused, FireReason, Item};
+use super::protocol::{Action, ClaimId, ClaimRefused, FireReason, Item};
 use crate::delayed::submission::{AfterRun, Submission, SubmissionId};
 use crate::ids::JobName;
 use crate::layout::MarkName;
@@ -112,6 +112,32 @@ impl FireMachine {
                 tracing::warn!(job = %job, parent = %mark.parent, error = why, "chained submission not made; reading the marks again shortly");
                 self.chains.listing_failed(&job, now);
             }
+        }
+    }
+
+    /// Answer to [`Action::Claim`]; a chained run's claim also tells the chains.
+    pub(super) fn claim_answered(
+        &mut self,
+        id: ClaimId,
+        result: Result<Box<crate::run::Claim>, ClaimRefused>,
+        now: DateTime<Utc>,
+        out: &mut Vec<Action>,
+    ) {
+        // A chained submission's claim took no marks: it is the delayed queue's.
+        let chained = self
+            .starts
+            .claims
+            .get(&id)
+            .filter(|p| p.submission.is_none());
+        let chained = chained.map(|pending| {
+            let parents = pending.parents.iter().map(|p| p.job.clone()).collect();
+            let job = pending.config.spec.name.clone();
+            (job, pending.tick.timestamp_millis(), parents)
+        });
+        let refused = result.as_ref().err().cloned();
+        self.claim_done(id, result.map(|claim| *claim), now, out);
+        if let Some((job, tick_ms, parents)) = chained {
+            self.chain_claim_done(&job, tick_ms, parents, refused, out);
         }
     }
 

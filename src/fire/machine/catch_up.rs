@@ -238,6 +238,11 @@ impl CatchUp {
         Some((told, again))
     }
 
+    /// A rerun of submission `id` is planned: it starts through this catch-up.
+    pub fn reruns_submission(&self, id: &str) -> bool {
+        self.reruns.iter().any(|item| item.is_submission(id))
+    }
+
     /// Everything is known: the listing is in and no mark is out.
     pub fn decided(&self) -> bool {
         self.marks_out == 0 && self.planned.is_some()

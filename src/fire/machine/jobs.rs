@@ -172,6 +172,25 @@ impl Jobs {
         self.by_name.get(job).map(|state| Arc::clone(&state.config))
     }
 
+    /// Whether `job`'s own starts hold submission `id`: a run of it that never started, kept
+    /// for catch-up, or catch-up's reruns and backlog. The delayed queue leaves it to them, so
+    /// that it is claimed once (a stale watch report read after the lock came back would claim
+    /// it a second time).
+    pub fn hold_submission(&self, job: &JobName, id: &str) -> bool {
+        self.by_name.get(job).is_some_and(|state| {
+            state
+                .not_started
+                .iter()
+                .chain(&state.backlog)
+                .chain(&state.held)
+                .any(|item| item.is_submission(id))
+                || state
+                    .catch_up
+                    .as_ref()
+                    .is_some_and(|catch_up| catch_up.reruns_submission(id))
+        })
+    }
+
     pub fn newest_tick(&self, job: &JobName) -> Option<DateTime<Utc>> {
         self.by_name.get(job).and_then(|state| state.newest_tick)
     }

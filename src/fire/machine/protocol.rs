@@ -565,6 +565,13 @@ pub(super) struct Item {
 }
 
 impl Item {
+    /// Whether this is a run of submission `id`.
+    pub(super) fn is_submission(&self, id: &str) -> bool {
+        self.submission
+            .as_ref()
+            .is_some_and(|s| s.id.as_str() == id)
+    }
+
     /// A scheduled tick of its own, fired for `reason`.
     pub(super) fn tick(tick: DateTime<Utc>, reason: FireReason) -> Self {
         Self {

@@ -136,7 +136,15 @@ impl FireMachine {
         if self.elsewhere.contains(&submission.job) {
             return;
         }
-        let claimed_due = self.starts.claims.due_of_submission(id.as_str());
+        let held_by_own_start = self
+            .jobs
+            .hold_submission(&submission.job, id.as_str())
+            .then_some(submission.due_unix_ms);
+        let claimed_due = self
+            .starts
+            .claims
+            .due_of_submission(id.as_str())
+            .or(held_by_own_start);
         let config = self
             .jobs
             .config(&submission.job)

@@ -7,6 +7,10 @@
 //! - a module on a pure row that names `zk`, `tokio`, `std::process`, `std::fs`, `std::net`,
 //!   `SystemTime::now` or `Instant::now`.
 //!
+//! And, from the same file's "### Doors", on a module that names what only others may name
+//! (`zookeeper_client`, `crate::zk`, the audit trail's writer), unless it is listed as still past
+//! that door — and on a listed one that no longer names it.
+//!
 //! It reads the source as text: `crate::…` paths anywhere outside test code, `super::…`, and
 //! `use` of a child module by its bare name. A path is charged to the longest module it names.
 
@@ -724,4 +728,148 @@ fn path_around(
         }
     }
     vec![start.to_owned()]
+}
+
+/// docs/ARCHITECTURE.md's doors: who may name what, and the modules still past a door.
+#[test]
+fn the_code_keeps_the_doors_of_architecture_md() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc =
+        std::fs::read_to_string(root.join("docs/ARCHITECTURE.md")).expect("docs/ARCHITECTURE.md");
+    let doors = Doors::parse(&doc).unwrap_or_else(|why| panic!("docs/ARCHITECTURE.md: {why}"));
+    let wrong = doors.violations(&read_sources(&root.join("src")));
+    assert!(
+        wrong.is_empty(),
+        "the code leaves the doors of docs/ARCHITECTURE.md (move the code behind its door; a \
+         module that no longer names a thing comes off its list):\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn the_doors_checker_catches_a_new_module_past_a_door_and_a_debt_paid() {
+    let doc = "### Doors\n\n| name | may be named by | still to move behind the door |\n\
+               | --- | --- | --- |\n\
+               | `zookeeper_client` | `zk` | `ledger` |\n\
+               | `crate::zk` | `zk`, `ledger` | `status` |\n\
+               | `Trail` | `audit`, `command` | |\n";
+    let doors = Doors::parse(doc).expect("a valid table");
+    let sources: BTreeMap<String, String> = [
+        ("zk", "use zookeeper_client::Client;\n"),
+        // Listed, and still naming it: fine. `status` no longer names the zk module: listed
+        // for nothing.
+        (
+            "ledger",
+            "use zookeeper_client::Client;\nuse crate::zk::tally;\n",
+        ),
+        ("status", "use crate::ledger;\n"),
+        // New past two doors, and the trail written from elsewhere.
+        (
+            "http",
+            "fn f(c: zookeeper_client::Client) { crate::zk::connect(); }\n",
+        ),
+        (
+            "daemon",
+            "use crate::audit::Trail;\n#[cfg(test)]\nmod tests { use crate::zk; }\n",
+        ),
+        ("audit", "pub struct Trail;\n"),
+        ("command", "use crate::audit::Trail;\n"),
+    ]
+    .into_iter()
+    .map(|(module, text)| (module.to_owned(), text.to_owned()))
+    .collect();
+    let mut wrong = doors.violations(&sources);
+    wrong.sort();
+    assert_eq!(
+        wrong,
+        [
+            "daemon names Trail: only audit, command may",
+            "http names crate::zk: only ledger, zk may",
+            "http names zookeeper_client: only zk may",
+            "status is listed as still past the door of crate::zk but no longer names it: take it off the list",
+        ]
+    );
+}
+
+/// docs/ARCHITECTURE.md's "### Doors" table: for each name, the modules that may name it, and
+/// those that still do but should not (a debt that can only shrink).
+struct Doors {
+    rows: Vec<Door>,
+}
+
+struct Door {
+    /// A crate (`zookeeper_client`), one of ours by its path (`crate::zk`: any import that
+    /// resolves to it or below), or a name (`Trail`).
+    name: String,
+    allowed: BTreeSet<String>,
+    pending: BTreeSet<String>,
+}
+
+impl Doors {
+    fn parse(doc: &str) -> Result<Self, String> {
+        let rows: Vec<&str> = doc
+            .lines()
+            .skip_while(|line| *line != "### Doors")
+            .skip_while(|line| !line.starts_with("| name | may be named by |"))
+            .skip(2)
+            .take_while(|line| line.starts_with('|'))
+            .collect();
+        if rows.is_empty() {
+            return Err("no `| name | may be named by | … |` table under \"### Doors\"".into());
+        }
+        let mut doors = Vec::new();
+        for row in rows {
+            let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
+            let [name, allowed, pending] = cells[..] else {
+                return Err(format!("a row without three cells: {row}"));
+            };
+            doors.push(Door {
+                name: name.trim_matches('`').to_owned(),
+                allowed: modules_in_cell(allowed).into_iter().collect(),
+                pending: modules_in_cell(pending).into_iter().collect(),
+            });
+        }
+        Ok(Self { rows: doors })
+    }
+
+    fn violations(&self, sources: &BTreeMap<String, String>) -> Vec<String> {
+        let known: BTreeSet<String> = sources.keys().cloned().collect();
+        let codes: BTreeMap<&String, String> = sources
+            .iter()
+            .map(|(module, text)| (module, code_of(text)))
+            .collect();
+        let reexports = reexports(&codes, &known);
+        let mut wrong = Vec::new();
+        for door in &self.rows {
+            for (module, code) in codes.iter().filter(|(m, _)| !is_root(m)) {
+                let names = match door.name.strip_prefix("crate::") {
+                    Some(target) => imports_in(code, module, &children_of(module, &known))
+                        .iter()
+                        .map(|path| resolve(path, &known, &reexports).0)
+                        .any(|to| to == target || to.starts_with(&format!("{target}::"))),
+                    None => code.match_indices(door.name.as_str()).any(|(at, _)| {
+                        !preceded_by_word(code, at)
+                            && !followed_by_ident(code, at + door.name.len())
+                    }),
+                };
+                let listed = door.pending.contains(*module);
+                if names && !listed && !door.allowed.contains(*module) {
+                    let allowed: Vec<&str> = door.allowed.iter().map(String::as_str).collect();
+                    wrong.push(format!(
+                        "{module} names {}: only {} may",
+                        door.name,
+                        allowed.join(", ")
+                    ));
+                }
+                if listed && !names {
+                    wrong.push(format!(
+                        "{module} is listed as still past the door of {} but no longer names \
+                         it: take it off the list",
+                        door.name
+                    ));
+                }
+            }
+        }
+        wrong
+    }
 }

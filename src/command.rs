@@ -17,11 +17,11 @@ use chrono::{DateTime, Utc};
 use crate::audit::{Actor, AuditEntry, Trail};
 use crate::config::Config;
 use crate::control::client::{Backfill, BackfillOptions, Released, SteerError};
-use crate::control::store::Paused;
 use crate::control::{Pause, client::Steer};
 use crate::delayed::client::{Delayed, DelayedError, Receipt, Rescheduled};
 use crate::delayed::{Submission, SubmissionId, SubmitRequest};
 use crate::ids::{DEFAULT_GROUP, JobName, NodeId};
+use crate::ledger::control::Paused;
 
 /// An operator action, as every entry point asks it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -11,12 +11,13 @@ use serde::Serialize;
 use zookeeper_client::Client;
 
 use crate::config::Config;
-use crate::control::{Pause, store as control_store};
+use crate::control::Pause;
 use crate::delayed::client::DelayedError;
 use crate::delayed::client::pending_summary;
 use crate::drift::{self, Drift};
 use crate::ids::{JobName, NodeId};
 use crate::layout::LockPaths;
+use crate::ledger::control as control_store;
 use crate::ledger::{self, ClaimError};
 use crate::lock::clock::{self, ClockVerdict};
 use crate::lock::inspect::{self, Owner};

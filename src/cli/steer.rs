@@ -12,7 +12,7 @@ use zkcron::command::{Command, CommandError, Door, Outcome};
 use zkcron::config::Config;
 use zkcron::control::backfill::TickPlan;
 use zkcron::control::client::BackfillOptions;
-use zkcron::control::store::Paused;
+use zkcron::ledger::control::Paused;
 
 #[derive(Debug, Args)]
 pub struct TriggerArgs {

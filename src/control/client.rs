@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use zookeeper_client::{Acls, Client};
 
-use super::store::{self, ControlError, Paused};
 use super::{Pause, Pauses, ReleaseRequest};
 use crate::config::{Config, JobConfig};
 use crate::delayed::client::SubmitRequest;
@@ -24,6 +23,7 @@ use crate::delayed::client::check_request;
 use crate::delayed::submission::{Submission, SubmissionId};
 use crate::ids::{JobName, NodeId};
 use crate::layout::{ControlPaths, GroupPaths};
+use crate::ledger::control::{self as store, ControlError, Paused};
 use crate::ledger::submissions::{self, SubmissionError};
 use crate::lock::inspect::{self, Owner};
 use crate::zk::ZkError;

@@ -2,13 +2,13 @@
 //! API): the znodes under `control/` (DESIGN.md "ZooKeeper layout") and what they hold.
 //!
 //! Owns: the pause and release-request formats (untrusted data: any client can write them), who
-//! asked, and every read and write on `control/` (`store`).
+//! asked, and the checks a steering request passes before it is written (`client`); the
+//! reads and writes on `control/` are the ledger's (`ledger::control`).
 //! Must not: decide what a pause or a release means: the fire machine holds a paused job's
 //! starts, the lock machine hands the lock over.
 
 pub mod backfill;
 pub mod client;
-pub mod store;
 
 use std::collections::BTreeMap;
 

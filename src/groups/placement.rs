@@ -17,10 +17,10 @@ use tokio_util::sync::CancellationToken;
 use zookeeper_client::{Client, EventType};
 
 use crate::control::ReleaseRequest;
-use crate::control::store;
 use crate::groups::balance::{Balancer, GroupSpec, Member};
 use crate::ids::NodeId;
 use crate::layout::{ControlPaths, LockPaths};
+use crate::ledger::control as store;
 use crate::lock::driver::LockCommand;
 use crate::lock::inspect::{self, Owner};
 use crate::report::error_chain;

@@ -22,10 +22,10 @@ use tokio_util::sync::CancellationToken;
 use crate::command::{Command, CommandError, Door, Outcome};
 use crate::config::TokenKind;
 use crate::control::client::{Released, Steer};
-use crate::control::store::Paused;
 use crate::delayed::client::{Delayed, Rescheduled, SubmitRequest};
 use crate::delayed::submission::SubmissionId;
 use crate::ids::{JobName, NodeId};
+use crate::ledger::control::Paused;
 
 mod auth;
 mod browse;

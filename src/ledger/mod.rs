@@ -13,6 +13,7 @@
 pub mod broadcast;
 pub mod chains;
 mod claim;
+pub mod control;
 pub mod due;
 mod error;
 pub mod forget;

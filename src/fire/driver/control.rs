@@ -12,10 +12,10 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client::{Client, EventType};
 
-use crate::control::store;
 use crate::fire::machine::Input;
 use crate::ids::NodeId;
 use crate::layout::ControlPaths;
+use crate::ledger::control as store;
 use chrono::Utc;
 use zookeeper_client::Acls;
 
@@ -179,7 +179,7 @@ pub(super) fn pause(
             by: "zkcron".to_owned(),
             since_unix_ms: Utc::now().timestamp_millis(),
         };
-        let paused = crate::control::store::pause(&client, &paths, &job, &pause, acls);
+        let paused = store::pause(&client, &paths, &job, &pause, acls);
         match bounded(job.as_str(), paused).await {
             Some(Ok(_)) => tracing::warn!(job = %job, reason = pause.reason, "job paused; `zkcron resume` resumes it"),
             Some(Err(err)) => tracing::error!(job = %job, error = %error_chain(&err), "cannot pause the job"),

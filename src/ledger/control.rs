@@ -1,12 +1,15 @@
-//! Reads and writes on `control/`: pausing and resuming jobs, asking the owner to hand the lock
-//! over. Used alike by the CLI, the HTTP API and the fire driver's watch.
+//! The ledger's steering use cases, on `control/`: pausing and resuming jobs, asking the owner
+//! to run a backfill or to hand the lock over, and reading those back. Used alike by the
+//! command door (through `control::client::Steer`), the HTTP API's reads and the fire driver's
+//! watch.
 //!
-//! Owns: every raw ZooKeeper call on `<root>/<lock>/control`.
-//! Must not: decide anything about firing or the lock.
+//! Owns: every ZooKeeper request on `<root>/<lock>/control`.
+//! Must not: decide anything about firing or the lock, or what a request's data says
+//! (`crate::control` does).
 
 use zookeeper_client::{Acls, Client, CreateMode, Error as ZkErr};
 
-use super::{BackfillRequest, Pause, Pauses, ReleaseRequest};
+use crate::control::{BackfillRequest, Pause, Pauses, ReleaseRequest};
 use crate::ids::JobName;
 use crate::layout::ControlPaths;
 

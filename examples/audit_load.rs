@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 
 use zookeeper_client::Acls;
 
-use zkcron::audit::{self, AuditEntry};
+use zkcron::audit::AuditEntry;
 use zkcron::layout::{AuditPaths, LockPaths};
+use zkcron::ledger::audit as trail;
 use zkcron::zk::{self, ZkSettings};
 
 const DAY_MS: i64 = 24 * 3600 * 1000;
@@ -47,7 +48,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     result: "ok".into(),
                 };
                 let started = Instant::now();
-                audit::record(&client, &paths, &entry, Acls::anyone_all()).await;
+                trail::record(&client, &paths, &entry, Acls::anyone_all()).await;
                 took.push(started.elapsed().as_secs_f64() * 1000.0);
             }
             took.sort_by(f64::total_cmp);
@@ -61,7 +62,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         "prune" => {
             let started = Instant::now();
-            let pruned = audit::prune(
+            let pruned = trail::prune(
                 &client,
                 &paths,
                 Duration::from_secs(3600),

@@ -14,13 +14,14 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::audit::{Actor, AuditEntry, Trail};
+use crate::audit::{Actor, AuditEntry};
 use crate::config::Config;
 use crate::control::client::{Backfill, BackfillOptions, Released, SteerError};
 use crate::control::{Pause, client::Steer};
 use crate::delayed::client::{Delayed, DelayedError, Receipt, Rescheduled};
 use crate::delayed::{Submission, SubmissionId, SubmitRequest};
 use crate::ids::{DEFAULT_GROUP, JobName, NodeId};
+use crate::ledger::audit::Trail;
 use crate::ledger::control::Paused;
 
 /// An operator action, as every entry point asks it.

@@ -12,6 +12,7 @@ use support::http::{logged_port, request};
 use support::{shared_ensemble, unique_chroot};
 use zkcron::audit::{self, AuditEntry};
 use zkcron::layout::{AuditPaths, LockPaths};
+use zkcron::ledger::audit as trail;
 use zookeeper_client::{Acls, Client};
 
 const SESSION: Duration = Duration::from_secs(2);
@@ -142,15 +143,15 @@ async fn every_operator_action_is_recorded_once_with_who_from_where_and_how_it_e
             at_unix_ms: old_day + n,
             ..entries[0].clone()
         };
-        audit::record(&client, &paths, &entry, Acls::anyone_all()).await;
+        trail::record(&client, &paths, &entry, Acls::anyone_all()).await;
     }
     let keep = Duration::from_secs(7 * 24 * 3600);
     let now = chrono::Utc::now().timestamp_millis();
-    let pruned = audit::prune(&client, &paths, keep, now)
+    let pruned = trail::prune(&client, &paths, keep, now)
         .await
         .expect("pruned");
     assert_eq!(pruned, 1_200, "the old day, whole");
-    let left = audit::read(&client, &paths, 0).await.expect("read");
+    let left = trail::read(&client, &paths, 0).await.expect("read");
     assert_eq!(left.len(), entries.len(), "today's entries stay");
 }
 
@@ -258,12 +259,12 @@ async fn every_command_through_the_door_leaves_one_entry_where_the_trail_keeps_i
             true,
         ),
     ];
-    let mut before = audit::read(&client, &paths, 0).await.expect("read").len();
+    let mut before = trail::read(&client, &paths, 0).await.expect("read").len();
     for (command, entries, refused) in rows {
         let action = command.action();
         let done = door.execute(command.clone(), &actor).await;
         assert_eq!(done.is_err(), refused, "{command:?}: {done:?}");
-        let trail = audit::read(&client, &paths, 0).await.expect("read");
+        let trail = trail::read(&client, &paths, 0).await.expect("read");
         assert_eq!(
             trail.len() - before,
             entries,

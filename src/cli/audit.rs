@@ -28,11 +28,12 @@ pub async fn audit(config: &Config, args: AuditArgs) -> Result<(), CliError> {
     let paths = AuditPaths::new(&config.lock.paths());
     let since = chrono::Utc::now()
         - chrono::Duration::from_std(args.since).unwrap_or(chrono::Duration::MAX);
-    let entries: Vec<AuditEntry> = zkcron::audit::read(&client, &paths, since.timestamp_millis())
-        .await?
-        .into_iter()
-        .filter(|entry| args.job.is_none() || entry.job == args.job)
-        .collect();
+    let entries: Vec<AuditEntry> =
+        zkcron::ledger::audit::read(&client, &paths, since.timestamp_millis())
+            .await?
+            .into_iter()
+            .filter(|entry| args.job.is_none() || entry.job == args.job)
+            .collect();
     let mut lines = Vec::with_capacity(entries.len() + 1);
     if args.json {
         lines.extend(

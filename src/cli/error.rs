@@ -65,7 +65,7 @@ pub enum CliError {
     #[error(transparent)]
     Backfill(#[from] BackfillUsage),
     #[error(transparent)]
-    Audit(#[from] zkcron::audit::AuditError),
+    Audit(#[from] zkcron::ledger::audit::AuditError),
     #[error(transparent)]
     Command(CommandError),
 }

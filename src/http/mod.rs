@@ -241,7 +241,7 @@ async fn audit(
     let paths = crate::layout::AuditPaths::new(&config.lock.paths());
     let day_ago = chrono::Utc::now().timestamp_millis() - 24 * 3600 * 1000;
     let since = query.since_unix_ms.unwrap_or(day_ago);
-    let entries: Vec<crate::audit::AuditEntry> = crate::audit::read(&client, &paths, since)
+    let entries: Vec<crate::audit::AuditEntry> = crate::ledger::audit::read(&client, &paths, since)
         .await
         .map_err(|err| ApiError::unavailable(chain(&err)))?
         .into_iter()

@@ -87,7 +87,7 @@ async fn count_pending(client: &Client, paths: &DelayedPaths, metrics: &Metrics)
 
 async fn prune_audit(client: &Client, paths: &AuditPaths, keep: Duration) {
     let now = chrono::Utc::now().timestamp_millis();
-    match crate::audit::prune(client, paths, keep, now).await {
+    match crate::ledger::audit::prune(client, paths, keep, now).await {
         Ok(0) => {}
         Ok(pruned) => tracing::info!(pruned, "audit entries older than [audit] keep pruned"),
         Err(err) => {

@@ -285,14 +285,18 @@ pub async fn run_prepared(
     // Given early, a prepared job still starts at `not_before`: its launcher holds it. What the
     // daemon does about the start (its log line, reading output) waits until then too, so that
     // none of it competes with the job's exec for a CPU.
-    let held = not_before.is_some_and(|at| at > started_at);
+    // The job's own time starts when it is let go, not when it was spawned to wait for its
+    // instant: its duration and its timeout count from there (issue 50). Its launcher lets it
+    // go when the wall clock reaches `not_before`: the instant that is, on the spawn's clock
+    // (this task's own wake-up comes a little later).
+    let hold = not_before
+        .and_then(|at| (at - started_at).to_std().ok())
+        .unwrap_or_default();
     let started_at = not_before.map_or(started_at, |at| started_at.max(at));
     let pid = group.pid;
     let released = hold_unless_cancelled(not_before, &cancel).await;
-    // The job's own time starts when it is let go, not when it was spawned to wait for its
-    // instant: its duration and its timeout count from there (issue 50).
-    let since = if held && released {
-        Instant::now()
+    let since = if released {
+        spawned.checked_add(hold).unwrap_or(spawned)
     } else {
         spawned
     };

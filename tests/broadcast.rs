@@ -77,32 +77,44 @@ fn ran(all: &[(i64, String)], node: &str) -> Vec<i64> {
         .collect()
 }
 
-#[tokio::test]
-async fn every_live_member_runs_each_tick_once_through_a_join_a_kill_and_a_restart() {
-    let _serial = fault_lock();
-    let dir = tempfile::tempdir().expect("temp dir");
-    let log = dir.path().join("starts.log");
-    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot("broadcast"));
+/// The schedule of these tests, in a chroot of its own: `everywhere`, a broadcast job every
+/// 2 s that logs `<tick ms> <node>` to `log` and runs 1.5 s.
+fn every_two_seconds(log: &Path, test: &str) -> String {
+    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot(test));
     let jobs = format!(
         "[[job]]\nname = \"everywhere\"\nschedule = \"*/2 * * * * *\"\nbroadcast = true\n\
          shell = 'echo \"$ZKCRON_SCHEDULED_UNIX_MS $ZKCRON_NODE\" >> {}; sleep 1.5'\n",
         log.display()
     );
-    let text = schedule_text(&connect, "broadcast", SESSION, DELAY, &jobs);
-    let b1 = DaemonNode::start(dir.path(), "b1", &text);
-    b1.wait_log("lock acquired", SESSION + SLACK).await;
-    let mut b2 = DaemonNode::start(dir.path(), "b2", &text);
-    let b3 = DaemonNode::start(dir.path(), "b3", &text);
-    for node in [&b2, &b3] {
+    schedule_text(&connect, "broadcast", SESSION, DELAY, &jobs)
+}
+
+/// Three nodes named `names`, the first the owner, once each has run two ticks.
+async fn three_members(dir: &Path, text: &str, log: &Path, names: [&str; 3]) -> [DaemonNode; 3] {
+    let first = DaemonNode::start(dir, names[0], text);
+    first.wait_log("lock acquired", SESSION + SLACK).await;
+    let second = DaemonNode::start(dir, names[1], text);
+    let third = DaemonNode::start(dir, names[2], text);
+    for node in [&second, &third] {
         node.wait_log("a member since", SLACK).await;
     }
     wait_starts(
         "two ticks on each of three",
-        &log,
-        &[&b1, &b2, &b3],
-        |all| ["b1", "b2", "b3"].iter().all(|n| ran(all, n).len() >= 2),
+        log,
+        &[&first, &second, &third],
+        |all| names.iter().all(|n| ran(all, n).len() >= 2),
     )
     .await;
+    [first, second, third]
+}
+
+#[tokio::test]
+async fn every_live_member_runs_each_tick_once_through_a_join_a_kill_and_a_restart() {
+    let _serial = fault_lock();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log = dir.path().join("starts.log");
+    let text = every_two_seconds(&log, "broadcast");
+    let [b1, mut b2, b3] = three_members(dir.path(), &text, &log, ["b1", "b2", "b3"]).await;
 
     // A join: the fourth runs only ticks after its member znode was made.
     let joined_at = now_ms();
@@ -253,25 +265,9 @@ async fn a_killed_owners_ticks_end_recorded_like_a_members_and_durations_are_the
     let _serial = fault_lock();
     let dir = tempfile::tempdir().expect("temp dir");
     let log = dir.path().join("starts.log");
-    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot("broadcast-owner"));
-    let jobs = format!(
-        "[[job]]\nname = \"everywhere\"\nschedule = \"*/2 * * * * *\"\nbroadcast = true\n\
-         shell = 'echo \"$ZKCRON_SCHEDULED_UNIX_MS $ZKCRON_NODE\" >> {}; sleep 1.5'\n",
-        log.display()
-    );
-    let text = schedule_text(&connect, "broadcast", SESSION, DELAY, &jobs);
-    let mut o1 = DaemonNode::start(dir.path(), "o1", &text);
-    o1.wait_log("lock acquired", SESSION + SLACK).await;
-    let o2 = DaemonNode::start(dir.path(), "o2", &text);
-    let o3 = DaemonNode::start(dir.path(), "o3", &text);
-    for node in [&o2, &o3] {
-        node.wait_log("a member since", SLACK).await;
-    }
+    let text = every_two_seconds(&log, "broadcast-owner");
+    let [mut o1, o2, o3] = three_members(dir.path(), &text, &log, ["o1", "o2", "o3"]).await;
     let all_three = [&o1, &o2, &o3];
-    wait_starts("two ticks on each of three", &log, &all_three, |all| {
-        ["o1", "o2", "o3"].iter().all(|n| ran(all, n).len() >= 2)
-    })
-    .await;
     let first_of_all = ran(&starts(&log), "o3").into_iter().min().expect("o3 ran");
 
     // The owner, killed within 1.5 s of a start of its own: in the middle of that run.

@@ -221,14 +221,36 @@ const IMPURE: &[&str] = &[
     "Instant::now",
 ];
 
+/// The sources as both checks read them: the modules, each one's code, and the re-exports.
+struct Read<'a> {
+    known: BTreeSet<String>,
+    codes: BTreeMap<&'a String, String>,
+    reexports: BTreeMap<(String, String), String>,
+}
+
+impl<'a> Read<'a> {
+    fn of(sources: &'a BTreeMap<String, String>) -> Self {
+        let known: BTreeSet<String> = sources.keys().cloned().collect();
+        let codes: BTreeMap<&String, String> = sources
+            .iter()
+            .map(|(module, text)| (module, code_of(text)))
+            .collect();
+        let reexports = reexports(&codes, &known);
+        Self {
+            known,
+            codes,
+            reexports,
+        }
+    }
+}
+
 /// Every way `sources` (module path → its text; `lib` is `lib.rs`) leaves `table`.
 fn violations(table: &FloorTable, sources: &BTreeMap<String, String>) -> Vec<String> {
-    let known: BTreeSet<String> = sources.keys().cloned().collect();
-    let codes: BTreeMap<&String, String> = sources
-        .iter()
-        .map(|(module, text)| (module, code_of(text)))
-        .collect();
-    let reexports = reexports(&codes, &known);
+    let Read {
+        known,
+        codes,
+        reexports,
+    } = Read::of(sources);
     let mut wrong = Vec::new();
     for module in known.iter().filter(|m| !is_root(m)) {
         if !table.floors.contains_key(module) {
@@ -834,12 +856,11 @@ impl Doors {
     }
 
     fn violations(&self, sources: &BTreeMap<String, String>) -> Vec<String> {
-        let known: BTreeSet<String> = sources.keys().cloned().collect();
-        let codes: BTreeMap<&String, String> = sources
-            .iter()
-            .map(|(module, text)| (module, code_of(text)))
-            .collect();
-        let reexports = reexports(&codes, &known);
+        let Read {
+            known,
+            codes,
+            reexports,
+        } = Read::of(sources);
         let mut wrong = Vec::new();
         for door in &self.rows {
             for gone in door.allowed.union(&door.pending) {

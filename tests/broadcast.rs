@@ -40,20 +40,10 @@ fn starts(log: &Path) -> Vec<(i64, String)> {
 
 /// The job's records: (tick ms, node) → status.
 fn records(config: &Path) -> BTreeMap<(i64, String), String> {
-    zkcron_ok(
-        &["history", "everywhere", "--json", "--limit", "10000"],
-        config,
-    )
-    .lines()
-    .map(|line| {
-        let record: serde_json::Value = serde_json::from_str(line).expect("a json record");
-        let key = (
-            record["scheduled_unix_ms"].as_i64().expect("scheduled"),
-            record["node_id"].as_str().expect("node").to_owned(),
-        );
-        (key, record["status"].as_str().expect("status").to_owned())
-    })
-    .collect()
+    records_with_times(config)
+        .into_iter()
+        .map(|(key, (status, _, _))| (key, status))
+        .collect()
 }
 
 async fn wait_starts(

@@ -13,6 +13,7 @@ use zookeeper_client::{Acls, Client, CreateMode};
 
 use support::daemon::schedule_text;
 use support::shared_ensemble;
+use support::zk_cluster::try_wait_for;
 use zkcron::JobName;
 use zkcron::audit::Actor;
 use zkcron::command::{Command, CommandError, Door, Outcome};
@@ -284,7 +285,18 @@ async fn a_submission_written_with_the_raw_client_as_documented_is_read_back() {
     multi.commit().await.expect("submitted by hand");
 
     let id = SubmissionId::parse("order-42").expect("valid");
-    let (submission, state) = delayed.show(&id).await.expect("read").expect("found");
+    // Another session's write shows on this one once its server has applied it: ZooKeeper
+    // orders each session's own view, and another's only within its timeliness bound (CI once
+    // read from a follower a moment behind). 5 s: a follower lags by milliseconds.
+    let read_back = try_wait_for(
+        "the raw submission read back",
+        Duration::from_secs(5),
+        || {
+            let (delayed, id) = (&delayed, id.clone());
+            async move { delayed.show(&id).await.expect("read") }
+        },
+    );
+    let (submission, state) = read_back.await.expect("found");
     assert_eq!(state, SubmissionState::Pending);
     assert_eq!(
         (submission.job.as_str(), submission.due_unix_ms),

@@ -13,8 +13,6 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use zookeeper_client::Acls;
-
 use zkcron::audit::AuditEntry;
 use zkcron::layout::{AuditPaths, LockPaths};
 use zkcron::ledger::audit as trail;
@@ -28,7 +26,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let usage = "usage: audit_load CONNECT (write COUNT | prune)";
     let connect = args.next().ok_or(usage)?;
     let what = args.next().ok_or(usage)?;
-    let client = zk::connect(&ZkSettings::open(connect, Duration::from_secs(10))).await?;
+    let settings = ZkSettings::open(connect, Duration::from_secs(10));
+    let client = zk::connect_once(&settings, Duration::from_secs(10)).await?;
     let paths = AuditPaths::new(&LockPaths::new("/zkcron", "audit-bench"));
     let now = chrono::Utc::now().timestamp_millis();
     match what.as_str() {
@@ -48,7 +47,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     result: "ok".into(),
                 };
                 let started = Instant::now();
-                trail::record(&client, &paths, &entry, Acls::anyone_all()).await;
+                trail::record(&client, &paths, &entry).await;
                 took.push(started.elapsed().as_secs_f64() * 1000.0);
             }
             took.sort_by(f64::total_cmp);

@@ -348,7 +348,6 @@ impl Wiring<'_> {
                 .collect(),
             settle: self.config.lock.rebalance_after,
             takeover_delay: self.config.lock.takeover_delay,
-            acls: self.zk.acls(),
             metrics: Arc::clone(metrics),
         };
         tokio::spawn(placed.run(session_of(view), shutdown.clone()))
@@ -405,7 +404,6 @@ impl Wiring<'_> {
             group: paths,
             control,
             me: self.settings.me.node_id.clone(),
-            acls: self.config.zookeeper.settings().acls(),
             metrics: shared.metrics,
             view: shared.view,
             member_duties: shared.member_duties,
@@ -447,9 +445,7 @@ impl Wiring<'_> {
 }
 
 /// The default group's session, as the placement follows it.
-fn session_of(
-    mut view: watch::Receiver<NodeView>,
-) -> watch::Receiver<Option<zookeeper_client::Client>> {
+fn session_of(mut view: watch::Receiver<NodeView>) -> watch::Receiver<Option<crate::zk::Zk>> {
     let (tx, rx) = watch::channel(view.borrow().client.clone());
     tokio::spawn(async move {
         while view.changed().await.is_ok() {

@@ -8,7 +8,6 @@
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use zookeeper_client::Client;
 
 use crate::config::Config;
 use crate::control::Pause;
@@ -23,6 +22,7 @@ use crate::lock::clock::{self, ClockVerdict};
 use crate::lock::inspect::{self, Owner};
 use crate::lock::node::OwnerInfo;
 use crate::run::{RunRecord, RunStatus};
+use crate::zk::Zk;
 use crate::zk::ZkError;
 
 /// The version of the JSON format; bumped only by a change that is not an addition. 2: lock
@@ -255,7 +255,7 @@ pub struct ClusterReport {
 ///
 /// # Errors
 /// A read failed.
-pub async fn cluster(client: &Client, config: &Config) -> Result<ClusterReport, StatusError> {
+pub async fn cluster(client: &Zk, config: &Config) -> Result<ClusterReport, StatusError> {
     let paths = config.lock.paths();
     let lock = lock_report(client, &config.lock.name, &paths).await?;
     let mut members: Vec<MemberReport> = inspect::members(client, &paths)
@@ -287,7 +287,7 @@ pub async fn cluster(client: &Client, config: &Config) -> Result<ClusterReport, 
 /// # Errors
 /// A read failed.
 pub async fn gather(
-    client: &Client,
+    client: &Zk,
     config: &Config,
     now: DateTime<Utc>,
 ) -> Result<StatusReport, StatusError> {
@@ -373,7 +373,7 @@ pub async fn gather(
 
 /// The lock at `paths`, named `name`.
 async fn lock_report(
-    client: &Client,
+    client: &Zk,
     name: &str,
     paths: &LockPaths,
 ) -> Result<LockReport, StatusError> {
@@ -396,7 +396,7 @@ async fn lock_report(
 
 /// Every lock group with its lock and jobs, the default group (whose lock is `default`) first.
 async fn group_reports(
-    client: &Client,
+    client: &Zk,
     config: &Config,
     base: &LockPaths,
     default: &LockReport,

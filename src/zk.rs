@@ -7,10 +7,15 @@
 //! writes (`tally`).
 //! Must not: know about jobs or the lock's policy.
 
+mod door;
 pub mod tally;
 mod tls;
 pub mod watch;
 
+pub use door::{
+    Fault, Mode, Multi, MultiFault, NodeEvent, OneChange, REQUEST_BOUND, Sequence, Stat, Written,
+    Zk,
+};
 pub use tls::TlsFiles;
 
 use std::time::Duration;
@@ -112,7 +117,7 @@ pub enum ZkError {
     Request {
         path: String,
         #[source]
-        source: zookeeper_client::Error,
+        source: Fault,
     },
 }
 
@@ -172,7 +177,8 @@ pub struct Unreachable {
 }
 
 /// The session of a one-shot client: [`connect`], given up after `timeout` (the config's
-/// `connect_timeout`) — a command must answer its operator, not retry like the daemon.
+/// `connect_timeout`) — a command must answer its operator, not retry like the daemon. Each of
+/// its requests is bounded by `timeout` too.
 ///
 /// # Errors
 /// [`Unreachable`], naming the connect string, with why: [`connect`]'s error, or
@@ -180,10 +186,11 @@ pub struct Unreachable {
 ///
 /// # Cancellation safety
 /// As [`connect`].
-pub async fn connect_once(settings: &ZkSettings, timeout: Duration) -> Result<Client, Unreachable> {
+pub async fn connect_once(settings: &ZkSettings, timeout: Duration) -> Result<Zk, Unreachable> {
     tokio::time::timeout(timeout, connect(settings))
         .await
         .unwrap_or(Err(ZkError::NoSession { timeout }))
+        .map(|client| Zk::new(client, settings.acls(), timeout))
         .map_err(|source| Unreachable {
             connect: settings.connect.clone(),
             source,
@@ -370,46 +377,11 @@ pub async fn connect_until_up(
 impl ZkError {
     /// The failed request's path and ZooKeeper error, for callers whose errors name one request
     /// (`path` stands in when the failure was not a request's).
-    pub fn into_request(self, path: &str) -> (String, zookeeper_client::Error) {
+    pub fn into_request(self, path: &str) -> (String, Fault) {
         match self {
             ZkError::Request { path, source } => (path, source),
-            other => (
-                path.to_owned(),
-                zookeeper_client::Error::UnexpectedError(other.to_string()),
-            ),
+            other => (path.to_owned(), Fault::Other(other.to_string())),
         }
-    }
-}
-
-/// Deletes `path` (at `version`, when given); a node already gone is fine: whoever deleted it
-/// did what was asked.
-///
-/// # Errors
-/// The request failed for any other reason (a version that moved, a node with children, …).
-pub async fn delete_if_there(
-    client: &Client,
-    path: &str,
-    version: Option<i32>,
-) -> Result<(), zookeeper_client::Error> {
-    match client.delete(path, version).await {
-        Ok(()) | Err(zookeeper_client::Error::NoNode) => Ok(()),
-        Err(err) => Err(err),
-    }
-}
-
-/// The children of `path`; a node not there has none: nothing was ever put under it, or it was
-/// removed once empty.
-///
-/// # Errors
-/// The request failed for any other reason (no session, no auth, …).
-pub async fn children_if_there(
-    client: &Client,
-    path: &str,
-) -> Result<Vec<String>, zookeeper_client::Error> {
-    match client.list_children(path).await {
-        Ok(children) => Ok(children),
-        Err(zookeeper_client::Error::NoNode) => Ok(Vec::new()),
-        Err(err) => Err(err),
     }
 }
 
@@ -420,10 +392,10 @@ pub async fn children_if_there(
 ///
 /// # Errors
 /// A request failed (no auth, connection loss, …); existing nodes are fine.
-pub async fn ensure_persistent(client: &Client, path: &str, acls: Acls<'_>) -> Result<(), ZkError> {
-    let request_err = |source| ZkError::Request {
+async fn ensure_persistent(client: &Client, path: &str, acls: Acls<'_>) -> Result<(), ZkError> {
+    let request_err = |source: zookeeper_client::Error| ZkError::Request {
         path: path.to_owned(),
-        source,
+        source: source.into(),
     };
     if client
         .check_stat(path)

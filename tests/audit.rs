@@ -13,6 +13,7 @@ use support::{shared_ensemble, unique_chroot};
 use zkcron::audit::{self, AuditEntry};
 use zkcron::layout::{AuditPaths, LockPaths};
 use zkcron::ledger::audit as trail;
+use zkcron::zk::{REQUEST_BOUND, Zk};
 use zookeeper_client::{Acls, Client};
 
 const SESSION: Duration = Duration::from_secs(2);
@@ -136,6 +137,7 @@ async fn every_operator_action_is_recorded_once_with_who_from_where_and_how_it_e
 
     // A day's entries go together once the day is older than `keep`, in batched deletes.
     let client = Client::connect(&connect).await.expect("session");
+    let zk = Zk::new(client, Acls::anyone_all(), REQUEST_BOUND);
     let paths = AuditPaths::new(&LockPaths::new("/zkcron", "audited"));
     let old_day = chrono::Utc::now().timestamp_millis() - 10 * 24 * 3600 * 1000;
     for n in 0..1_200 {
@@ -143,15 +145,13 @@ async fn every_operator_action_is_recorded_once_with_who_from_where_and_how_it_e
             at_unix_ms: old_day + n,
             ..entries[0].clone()
         };
-        trail::record(&client, &paths, &entry, Acls::anyone_all()).await;
+        trail::record(&zk, &paths, &entry).await;
     }
     let keep = Duration::from_secs(7 * 24 * 3600);
     let now = chrono::Utc::now().timestamp_millis();
-    let pruned = trail::prune(&client, &paths, keep, now)
-        .await
-        .expect("pruned");
+    let pruned = trail::prune(&zk, &paths, keep, now).await.expect("pruned");
     assert_eq!(pruned, 1_200, "the old day, whole");
-    let left = trail::read(&client, &paths, 0).await.expect("read");
+    let left = trail::read(&zk, &paths, 0).await.expect("read");
     assert_eq!(left.len(), entries.len(), "today's entries stay");
 }
 
@@ -172,6 +172,7 @@ async fn every_command_through_the_door_leaves_one_entry_where_the_trail_keeps_i
     let config = zkcron::config::parse(Path::new("door.toml"), &text, &|_| None).expect("valid");
     let door = Door::connect(&config).await.expect("a session");
     let client = Client::connect(&connect).await.expect("session");
+    let zk = Zk::new(client, Acls::anyone_all(), REQUEST_BOUND);
     let paths = AuditPaths::new(&LockPaths::new("/zkcron", "door"));
     let actor = audit::Actor {
         by: "alice@ops-1".into(),
@@ -259,12 +260,12 @@ async fn every_command_through_the_door_leaves_one_entry_where_the_trail_keeps_i
             true,
         ),
     ];
-    let mut before = trail::read(&client, &paths, 0).await.expect("read").len();
+    let mut before = trail::read(&zk, &paths, 0).await.expect("read").len();
     for (command, entries, refused) in rows {
         let action = command.action();
         let done = door.execute(command.clone(), &actor).await;
         assert_eq!(done.is_err(), refused, "{command:?}: {done:?}");
-        let trail = trail::read(&client, &paths, 0).await.expect("read");
+        let trail = trail::read(&zk, &paths, 0).await.expect("read");
         assert_eq!(
             trail.len() - before,
             entries,

@@ -460,6 +460,11 @@ async fn submissions_run_once_on_the_owner_of_their_jobs_group_whatever_their_ma
     );
     let paths =
         zkcron::layout::DelayedPaths::new(&zkcron::layout::LockPaths::new("/zkcron", "groups"));
+    let zk = zkcron::zk::Zk::new(
+        client.clone(),
+        zookeeper_client::Acls::anyone_all(),
+        zkcron::zk::REQUEST_BOUND,
+    );
     let mut ids = Vec::new();
     for (job, n) in [("sub-a", 1), ("sub-a", 2), ("sub-b", 3), ("sub-b", 4)] {
         let id = format!("s{n}");
@@ -468,7 +473,7 @@ async fn submissions_run_once_on_the_owner_of_their_jobs_group_whatever_their_ma
             &nodes[0].config,
         );
         let parsed = zkcron::delayed::submission::SubmissionId::parse(&id).expect("an id");
-        let (submission, _) = zkcron::ledger::submissions::read(&client, &paths, &parsed)
+        let (submission, _) = zkcron::ledger::submissions::read(&zk, &paths, &parsed)
             .await
             .expect("read")
             .expect("pending");
@@ -496,15 +501,9 @@ async fn submissions_run_once_on_the_owner_of_their_jobs_group_whatever_their_ma
         retry_of: None,
         after: None,
     };
-    zkcron::ledger::submissions::submit(
-        &client,
-        &paths,
-        &plain,
-        &submission,
-        zookeeper_client::Acls::anyone_all(),
-    )
-    .await
-    .expect("submitted");
+    zkcron::ledger::submissions::submit(&zk, &paths, &plain, &submission)
+        .await
+        .expect("submitted");
     assert!(paths.marker_of(&plain, &submission).ends_with("/s5"));
     ids.push(("sub-b", "s5".to_owned()));
     try_wait_for("every submission ran", SLACK * 4, || {

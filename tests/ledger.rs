@@ -7,7 +7,7 @@ mod support;
 use std::future::Future;
 use std::time::Duration;
 
-use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError, SessionState};
+use zookeeper_client::{Acls, Client, CreateMode, SessionState};
 
 use support::proxy::{Fault, Proxy};
 use support::{shared_ensemble, wait_until};
@@ -17,6 +17,7 @@ use zkcron::layout::LockPaths;
 use zkcron::ledger::submissions::{self, SubmissionError};
 use zkcron::ledger::{self, ClaimError, UpdateError};
 use zkcron::run::{self, ClaimMode, RunRecord, RunStatus};
+use zkcron::zk::{Fault as ZkFault, REQUEST_BOUND, Zk};
 use zkcron::{FencingToken, JobName, NodeId, SessionId};
 
 /// Bound on a client noticing that the server expired its session: the server closes the
@@ -49,9 +50,15 @@ async fn setup(test: &str) -> (Client, Client, LedgerPaths, String) {
     (a, b, LedgerPaths::new(&lock), connect)
 }
 
+/// `client`'s session as the library takes it. The tests keep the raw client for what they
+/// plant and probe themselves.
+fn door(client: &Client) -> Zk {
+    Zk::new(client.clone(), Acls::anyone_all(), REQUEST_BOUND)
+}
+
 /// `path`'s record as another session sees it once that session's server has caught up with
 /// the leader: without the `sync` it may serve a read from before the write it is checking.
-async fn read_fresh(client: &Client, path: &str) -> Option<RunRecord> {
+async fn read_fresh(client: &Zk, path: &str) -> Option<RunRecord> {
     client.sync(path).await.expect("sync");
     ledger::read_record(client, path).await
 }
@@ -68,16 +75,16 @@ async fn acquire(client: &Client, paths: &LedgerPaths) -> i32 {
 #[tokio::test]
 async fn two_believed_owners_claim_each_tick_at_most_once() {
     let (a, b, paths, _) = setup("ledger-split").await;
+    let (za, zb) = (door(&a), door(&b));
     let job = JobName::new("report");
     let token_a = acquire(&a, &paths).await;
 
     let claimed = ledger::claim(
-        &a,
+        &za,
         &paths,
         record("report", 1000, "a", token_a),
         ClaimMode::Create,
         false,
-        Acls::anyone_all(),
     )
     .await;
     let claim = claimed
@@ -86,12 +93,11 @@ async fn two_believed_owners_claim_each_tick_at_most_once() {
 
     // b believes it owns the lock with the same token (it has not acquired): the record fences it.
     let twice = ledger::claim(
-        &b,
+        &zb,
         &paths,
         record("report", 1000, "b", token_a),
         ClaimMode::Create,
         false,
-        Acls::anyone_all(),
     )
     .await;
     assert!(
@@ -106,12 +112,11 @@ async fn two_believed_owners_claim_each_tick_at_most_once() {
     let token_b = acquire(&b, &paths).await;
     assert_eq!(token_b, token_a + 1);
     let stale = ledger::claim(
-        &a,
+        &za,
         &paths,
         record("report", 2000, "a", token_a),
         ClaimMode::Create,
         false,
-        Acls::anyone_all(),
     )
     .await;
     assert!(
@@ -119,16 +124,15 @@ async fn two_believed_owners_claim_each_tick_at_most_once() {
         "a stale token claims nothing, refused by the epoch check at that token: {stale:?}"
     );
     let owner = ledger::claim(
-        &b,
+        &zb,
         &paths,
         record("report", 2000, "b", token_b),
         ClaimMode::Create,
         false,
-        Acls::anyone_all(),
     )
     .await;
     assert!(owner.is_ok(), "the real owner claims the tick: {owner:?}");
-    let stored = read_fresh(&b, &paths.record(&job, 2000))
+    let stored = read_fresh(&zb, &paths.record(&job, 2000))
         .await
         .expect("record");
     assert_eq!(stored.node_id, NodeId::new("b"), "the tick is b's");
@@ -137,6 +141,7 @@ async fn two_believed_owners_claim_each_tick_at_most_once() {
 #[tokio::test]
 async fn an_expired_session_claims_nothing() {
     let (a, b, paths, _) = setup("ledger-expired").await;
+    let (za, zb) = (door(&a), door(&b));
     let token = acquire(&a, &paths).await;
     support::expire_session(&shared_ensemble().connect_string(), a.session())
         .await
@@ -150,19 +155,18 @@ async fn an_expired_session_claims_nothing() {
     })
     .await;
     let claimed = ledger::claim(
-        &a,
+        &za,
         &paths,
         record("report", 1000, "a", token),
         ClaimMode::Create,
         false,
-        Acls::anyone_all(),
     )
     .await;
     assert!(
         matches!(
             &claimed,
             Err(ClaimError::Zk {
-                source: ZkError::SessionExpired,
+                source: ZkFault::SessionExpired,
                 ..
             })
         ),
@@ -170,7 +174,7 @@ async fn an_expired_session_claims_nothing() {
     );
     let job = JobName::new("report");
     assert!(
-        read_fresh(&b, &paths.record(&job, 1000)).await.is_none(),
+        read_fresh(&zb, &paths.record(&job, 1000)).await.is_none(),
         "nothing was written"
     );
 }
@@ -178,26 +182,26 @@ async fn an_expired_session_claims_nothing() {
 #[tokio::test]
 async fn records_update_by_compare_and_set_only() {
     let (a, b, paths, _) = setup("ledger-cas").await;
+    let (za, zb) = (door(&a), door(&b));
     let token = acquire(&a, &paths).await;
     let mut claim = ledger::claim(
-        &a,
+        &za,
         &paths,
         record("report", 1000, "a", token),
         ClaimMode::Create,
         false,
-        Acls::anyone_all(),
     )
     .await
     .expect("claim");
     let mut stale = claim.clone();
 
     claim.record.status = RunStatus::Running;
-    ledger::update(&a, &mut claim).await.expect("our update");
+    ledger::update(&za, &mut claim).await.expect("our update");
     assert_eq!(claim.version, 1);
 
     // Someone else's view of the record is one version behind: it must not overwrite ours.
     stale.record.status = RunStatus::Interrupted;
-    let conflict = ledger::update(&b, &mut stale).await;
+    let conflict = ledger::update(&zb, &mut stale).await;
     assert!(
         matches!(
             &conflict,
@@ -207,22 +211,22 @@ async fn records_update_by_compare_and_set_only() {
         "a stale view of the record is refused as a conflict on that record, naming what is \
          stored: {conflict:?}"
     );
-    let stored = read_fresh(&b, &claim.path).await.expect("record");
+    let stored = read_fresh(&zb, &claim.path).await.expect("record");
     assert_eq!(stored.status, RunStatus::Running);
 }
 
 #[tokio::test]
 async fn history_is_newest_first_and_skips_garbage() {
     let (a, _, paths, _) = setup("ledger-history").await;
+    let za = door(&a);
     let token = acquire(&a, &paths).await;
     for tick in [1000, 3000, 2000] {
         ledger::claim(
-            &a,
+            &za,
             &paths,
             record("report", tick, "a", token),
             ClaimMode::Create,
             false,
-            Acls::anyone_all(),
         )
         .await
         .expect("claim");
@@ -236,14 +240,16 @@ async fn history_is_newest_first_and_skips_garbage() {
         .await
         .expect("garbage record");
 
-    let records = ledger::history(&a, &paths, &job, 10)
+    let records = ledger::history(&za, &paths, &job, 10)
         .await
         .expect("history");
     let ticks: Vec<i64> = records.iter().map(|r| r.scheduled_unix_ms).collect();
     assert_eq!(ticks, [3000, 2000, 1000], "newest first, garbage skipped");
-    let limited = ledger::history(&a, &paths, &job, 2).await.expect("history");
+    let limited = ledger::history(&za, &paths, &job, 2)
+        .await
+        .expect("history");
     assert_eq!(limited.len(), 2);
-    let none = ledger::history(&a, &paths, &JobName::new("never-ran"), 10)
+    let none = ledger::history(&za, &paths, &JobName::new("never-ran"), 10)
         .await
         .expect("history");
     assert!(
@@ -255,14 +261,14 @@ async fn history_is_newest_first_and_skips_garbage() {
 #[tokio::test]
 async fn a_guarded_claim_refuses_while_a_run_is_alive_until_it_finishes() {
     let (a, b, paths, _) = setup("ledger-guard").await;
+    let (za, zb) = (door(&a), door(&b));
     let token = acquire(&a, &paths).await;
     let mut first = ledger::claim(
-        &a,
+        &za,
         &paths,
         record("slow", 1000, "a", token),
         ClaimMode::Create,
         true,
-        Acls::anyone_all(),
     )
     .await
     .expect("guarded claim");
@@ -271,12 +277,11 @@ async fn a_guarded_claim_refuses_while_a_run_is_alive_until_it_finishes() {
         Some(paths.running(&JobName::new("slow")).as_str())
     );
     let blocked = ledger::claim(
-        &a,
+        &za,
         &paths,
         record("slow", 2000, "a", token),
         ClaimMode::Create,
         true,
-        Acls::anyone_all(),
     )
     .await;
     let job = JobName::new("slow");
@@ -285,23 +290,22 @@ async fn a_guarded_claim_refuses_while_a_run_is_alive_until_it_finishes() {
         "a guarded claim while the job's run is alive is refused as run-alive: {blocked:?}"
     );
     assert!(
-        read_fresh(&b, &paths.record(&job, 2000)).await.is_none(),
+        read_fresh(&zb, &paths.record(&job, 2000)).await.is_none(),
         "all or nothing: no record"
     );
 
     first.record.status = RunStatus::Succeeded;
-    ledger::finish(&a, &mut first, &[])
+    ledger::finish(&za, &mut first, &[])
         .await
         .expect("finish releases the guard with the record");
-    let stored = read_fresh(&b, &first.path).await.expect("record");
+    let stored = read_fresh(&zb, &first.path).await.expect("record");
     assert_eq!(stored.status, RunStatus::Succeeded);
     let next = ledger::claim(
-        &a,
+        &za,
         &paths,
         record("slow", 2000, "a", token),
         ClaimMode::Create,
         true,
-        Acls::anyone_all(),
     )
     .await;
     assert!(next.is_ok(), "the guard is gone with the run: {next:?}");
@@ -310,14 +314,14 @@ async fn a_guarded_claim_refuses_while_a_run_is_alive_until_it_finishes() {
 #[tokio::test]
 async fn our_own_write_with_a_lost_reply_is_reconciled() {
     let (a, b, paths, _) = setup("ledger-lost-reply").await;
+    let (za, zb) = (door(&a), door(&b));
     let token = acquire(&a, &paths).await;
     let mut claim = ledger::claim(
-        &a,
+        &za,
         &paths,
         record("report", 1000, "a", token),
         ClaimMode::Create,
         false,
-        Acls::anyone_all(),
     )
     .await
     .expect("claim");
@@ -329,10 +333,10 @@ async fn our_own_write_with_a_lost_reply_is_reconciled() {
     claim.sent = claim.record.clone();
 
     claim.record.status = RunStatus::Succeeded;
-    ledger::update(&a, &mut claim)
+    ledger::update(&za, &mut claim)
         .await
         .expect("reconciled: the stored record is what we sent");
-    let stored = read_fresh(&b, &claim.path).await.expect("record");
+    let stored = read_fresh(&zb, &claim.path).await.expect("record");
     assert_eq!(stored.status, RunStatus::Succeeded);
     assert_eq!(claim.version, 2);
 }
@@ -343,6 +347,7 @@ async fn our_own_write_with_a_lost_reply_is_reconciled() {
 #[tokio::test]
 async fn a_claim_whose_reply_was_lost_is_read_back_as_ours() {
     let (_, b, paths, connect) = setup("ledger-claim-lost-reply").await;
+    let zb = door(&b);
     let chroot = &connect[connect.find('/').expect("a chroot")..];
     let upstream = shared_ensemble()
         .server_address(0)
@@ -355,6 +360,9 @@ async fn a_claim_whose_reply_was_lost_is_read_back_as_ours() {
         .connect(&format!("{}{chroot}", proxy.addr()))
         .await
         .expect("session through the proxy");
+    // Unbounded, as the raw client it wraps: the read-back after the fault waits for the
+    // session to answer again, however long its reconnection takes.
+    let za = door(&a).unbounded();
     let token = acquire(&a, &paths).await;
     let session = SessionId(a.session_id().0);
     let plan = |job: &str, tick, node| {
@@ -364,10 +372,9 @@ async fn a_claim_whose_reply_was_lost_is_read_back_as_ours() {
             ClaimMode::Create,
             true,
             ledger::OpenRuns::ByRecord,
-            Acls::anyone_all(),
         )
     };
-    let never_sent = plan("guarded", 1000, "a").read_back(&a, session).await;
+    let never_sent = plan("guarded", 1000, "a").read_back(&za, session).await;
     assert!(
         matches!(never_sent, Ok(None)),
         "nothing sent, nothing applied: {never_sent:?}"
@@ -375,42 +382,42 @@ async fn a_claim_whose_reply_was_lost_is_read_back_as_ours() {
 
     let job = JobName::new("guarded");
     // As the daemon does when it starts firing: the claim is then one round trip.
-    ledger::ensure_parents(&a, &paths, [&job].into_iter(), Acls::anyone_all())
+    ledger::ensure_parents(&za, &paths, [&job].into_iter())
         .await
         .expect("record parents");
     proxy.set(Fault::MuteReplies);
     let lost = plan("guarded", 1000, "a");
-    let answer = tokio::time::timeout(Duration::from_secs(1), lost.clone().send_alone(&a)).await;
+    let answer = tokio::time::timeout(Duration::from_secs(1), lost.clone().send_alone(&za)).await;
     assert!(answer.is_err(), "no reply passes the proxy: {answer:?}");
     let path = paths.record(&job, 1000);
     wait_until(
         "the unanswered claim applied",
         Duration::from_secs(10),
         || {
-            let (b, path) = (&b, &path);
-            async move { read_fresh(b, path).await.is_some() }
+            let (zb, path) = (&zb, &path);
+            async move { read_fresh(zb, path).await.is_some() }
         },
     )
     .await;
     proxy.set(Fault::None);
 
     let mut claim = lost
-        .read_back(&a, session)
+        .read_back(&za, session)
         .await
         .expect("read back once the session answers again")
         .expect("the stored record is the one sent");
     assert_eq!(claim.version, 0);
     assert_eq!(claim.guard.as_deref(), Some(paths.running(&job).as_str()));
-    let next = plan("guarded", 2000, "a").send_alone(&a).await;
+    let next = plan("guarded", 2000, "a").send_alone(&za).await;
     assert!(
         matches!(next, Err(ClaimError::RunAlive { .. })),
         "the lost claim holds the job's guard: {next:?}"
     );
     claim.record.status = RunStatus::Succeeded;
-    ledger::finish(&a, &mut claim, &[])
+    ledger::finish(&za, &mut claim, &[])
         .await
         .expect("the read-back claim finishes like any other");
-    let next = plan("guarded", 2000, "a").send_alone(&a).await;
+    let next = plan("guarded", 2000, "a").send_alone(&za).await;
     assert!(
         next.is_ok(),
         "its guard went with its final record: {next:?}"
@@ -418,16 +425,15 @@ async fn a_claim_whose_reply_was_lost_is_read_back_as_ours() {
 
     // Someone else's record for the tick is theirs, whatever our reply said.
     let theirs = ledger::claim(
-        &b,
+        &zb,
         &paths,
         record("guarded", 3000, "b", token),
         ClaimMode::Create,
         false,
-        Acls::anyone_all(),
     )
     .await;
     assert!(theirs.is_ok(), "{theirs:?}");
-    let ours = plan("guarded", 3000, "a").read_back(&a, session).await;
+    let ours = plan("guarded", 3000, "a").read_back(&za, session).await;
     assert!(
         matches!(ours, Err(ClaimError::AlreadyClaimed { .. })),
         "{ours:?}"
@@ -435,7 +441,7 @@ async fn a_claim_whose_reply_was_lost_is_read_back_as_ours() {
 }
 
 /// A pending submission `id` of job `close`, due at `due`, written as the CLI does.
-async fn submit(client: &Client, paths: &LedgerPaths, id: &str, due: i64) -> SubmissionId {
+async fn submit(client: &Zk, paths: &LedgerPaths, id: &str, due: i64) -> SubmissionId {
     let id = SubmissionId::parse(id).expect("valid id");
     let submission = Submission {
         job: JobName::new("close"),
@@ -448,8 +454,7 @@ async fn submit(client: &Client, paths: &LedgerPaths, id: &str, due: i64) -> Sub
         retry_of: None,
         after: None,
     };
-    let submitted =
-        submissions::submit(client, &paths.delayed, &id, &submission, Acls::anyone_all()).await;
+    let submitted = submissions::submit(client, &paths.delayed, &id, &submission).await;
     assert_eq!(
         submitted.expect("submitted"),
         submissions::Submitted::Created
@@ -471,8 +476,9 @@ fn submission_record(id: &SubmissionId, due: i64, node: &str, token: i32) -> Run
 #[tokio::test]
 async fn two_believed_owners_start_a_submission_at_most_once_and_a_stale_token_none() {
     let (a, b, paths, _) = setup("ledger-submission-fence").await;
+    let (za, zb) = (door(&a), door(&b));
     let token = acquire(&a, &paths).await;
-    let first = submit(&a, &paths, "order-1", 5000).await;
+    let first = submit(&za, &paths, "order-1", 5000).await;
     let claim = |client, node, token| {
         ledger::claim(
             client,
@@ -480,15 +486,14 @@ async fn two_believed_owners_start_a_submission_at_most_once_and_a_stale_token_n
             submission_record(&first, 5000, node, token),
             ClaimMode::Create,
             false,
-            Acls::anyone_all(),
         )
     };
-    let claimed = claim(&a, "a", token).await.expect("the owner claims it");
+    let claimed = claim(&za, "a", token).await.expect("the owner claims it");
     assert!(
         claimed.open.is_none() && claimed.record.open_by_record,
         "its record alone keeps it open (format 2)"
     );
-    let stored = ledger::read_record(&a, &claimed.path)
+    let stored = ledger::read_record(&za, &claimed.path)
         .await
         .expect("record");
     assert!(stored.open_by_record, "stored so: {stored:?}");
@@ -500,22 +505,21 @@ async fn two_believed_owners_start_a_submission_at_most_once_and_a_stale_token_n
         "no longer pending"
     );
     // b believes it owns the lock with the same token: the submission is gone from pending.
-    let twice = claim(&b, "b", token).await;
+    let twice = claim(&zb, "b", token).await;
     assert!(
         matches!(twice, Err(ClaimError::AlreadyClaimed { .. })),
         "claimed once only: {twice:?}"
     );
 
     // b acquires; a, frozen until now, claims the next submission with its stale token.
-    let second = submit(&a, &paths, "order-2", 6000).await;
+    let second = submit(&za, &paths, "order-2", 6000).await;
     let token_b = acquire(&b, &paths).await;
     let stale = ledger::claim(
-        &a,
+        &za,
         &paths,
         submission_record(&second, 6000, "a", token),
         ClaimMode::Create,
         false,
-        Acls::anyone_all(),
     )
     .await;
     assert!(
@@ -530,18 +534,17 @@ async fn two_believed_owners_start_a_submission_at_most_once_and_a_stale_token_n
         "a failed claim leaves the submission pending"
     );
     let owner = ledger::claim(
-        &b,
+        &zb,
         &paths,
         submission_record(&second, 6000, "b", token_b),
         ClaimMode::Create,
         false,
-        Acls::anyone_all(),
     )
     .await
     .expect("the real owner claims it");
 
     // A handoff gives the claimed, unstarted submission back: pending again, not open.
-    ledger::withdraw(&b, &paths, &owner, Acls::anyone_all())
+    ledger::withdraw(&zb, &paths, &owner)
         .await
         .expect("withdrawn");
     assert!(
@@ -557,7 +560,7 @@ async fn two_believed_owners_start_a_submission_at_most_once_and_a_stale_token_n
         "its record is gone with the claim"
     );
     let job = JobName::new("close");
-    let marked = zkcron::ledger::due::open_runs(&b, &paths.delayed, &job).await;
+    let marked = zkcron::ledger::due::open_runs(&zb, &paths.delayed, &job).await;
     assert!(
         marked.map_or(true, |open| open.is_empty()),
         "no open marker was made"
@@ -567,20 +570,19 @@ async fn two_believed_owners_start_a_submission_at_most_once_and_a_stale_token_n
 #[tokio::test]
 async fn a_cancel_and_a_claim_of_one_submission_cannot_both_succeed() {
     let (a, b, paths, _) = setup("ledger-submission-cancel").await;
+    let (za, zb) = (door(&a), door(&b));
     let token = acquire(&a, &paths).await;
-    let id = submit(&a, &paths, "order-3", 7000).await;
+    let id = submit(&za, &paths, "order-3", 7000).await;
     let claimed = ledger::claim(
-        &a,
+        &za,
         &paths,
         submission_record(&id, 7000, "a", token),
         ClaimMode::Create,
         false,
-        Acls::anyone_all(),
     )
     .await
     .expect("claimed");
-    let cancelled =
-        submissions::cancel(&b, &paths.delayed, &paths, &id, 7001, Acls::anyone_all()).await;
+    let cancelled = submissions::cancel(&zb, &paths.delayed, &paths, &id, 7001).await;
     assert!(
         matches!(&cancelled, Err(SubmissionError::NotPending { status, .. }) if status == "claimed"),
         "{cancelled:?}"
@@ -589,10 +591,10 @@ async fn a_cancel_and_a_claim_of_one_submission_cannot_both_succeed() {
     let mut finished = claimed;
     assert_eq!(finished.open, None);
     finished.record.status = RunStatus::Succeeded;
-    ledger::finish(&a, &mut finished, &[])
+    ledger::finish(&za, &mut finished, &[])
         .await
         .expect("final record");
-    let stored = ledger::read_record(&a, &finished.path)
+    let stored = ledger::read_record(&za, &finished.path)
         .await
         .expect("record");
     assert_eq!(
@@ -604,17 +606,17 @@ async fn a_cancel_and_a_claim_of_one_submission_cannot_both_succeed() {
 #[tokio::test]
 async fn pruning_a_submissions_record_frees_its_id_but_never_prunes_an_open_run() {
     let (a, _, paths, _) = setup("ledger-submission-prune").await;
+    let za = door(&a);
     let token = acquire(&a, &paths).await;
     let mut claims = Vec::new();
     for (n, due) in [(1, 1000), (2, 2000), (3, 3000)] {
-        let id = submit(&a, &paths, &format!("p-{n}"), due).await;
+        let id = submit(&za, &paths, &format!("p-{n}"), due).await;
         let claim = ledger::claim(
-            &a,
+            &za,
             &paths,
             submission_record(&id, due, "a", token),
             ClaimMode::Create,
             false,
-            Acls::anyone_all(),
         )
         .await
         .expect("claimed");
@@ -623,12 +625,12 @@ async fn pruning_a_submissions_record_frees_its_id_but_never_prunes_an_open_run(
     // p-1 is still running; p-2 and p-3 have ended.
     for (_, claim) in &mut claims[1..] {
         claim.record.status = RunStatus::Succeeded;
-        ledger::finish(&a, claim, &[]).await.expect("final record");
+        ledger::finish(&za, claim, &[]).await.expect("final record");
     }
     let job = JobName::new("close");
     // The runs ended in 1970: their `dedup_window` has long passed, so the ids go too.
     let remember = remember_at(chrono::Utc::now().timestamp_millis(), 3600);
-    let deleted = ledger::prune(&a, &paths, &job, 1, remember)
+    let deleted = ledger::prune(&za, &paths, &job, 1, remember)
         .await
         .expect("pruned");
     assert_eq!(deleted, 1, "p-2 goes; p-1 is open; p-3 is the newest kept");
@@ -647,26 +649,24 @@ async fn pruning_a_submissions_record_frees_its_id_but_never_prunes_an_open_run(
     );
     assert!(exists(paths.delayed.submission(&claims[2].0)).await);
     // The freed id takes a new submission.
-    submit(&a, &paths, "p-2", 9000).await;
+    submit(&za, &paths, "p-2", 9000).await;
 }
 
 fn remember_at(now_unix_ms: i64, window_secs: u64) -> ledger::Remember {
     ledger::Remember {
         now_unix_ms,
         window: Duration::from_secs(window_secs),
-        acls: Acls::anyone_all(),
     }
 }
 
 /// Claims and finishes submission `id` due at `due` (its run ends at `due`).
-async fn run_to_the_end(a: &Client, paths: &LedgerPaths, id: &SubmissionId, due: i64, token: i32) {
+async fn run_to_the_end(a: &Zk, paths: &LedgerPaths, id: &SubmissionId, due: i64, token: i32) {
     let mut claim = ledger::claim(
         a,
         paths,
         submission_record(id, due, "a", token),
         ClaimMode::Create,
         false,
-        Acls::anyone_all(),
     )
     .await
     .expect("claimed");
@@ -683,22 +683,23 @@ async fn run_to_the_end(a: &Client, paths: &LedgerPaths, id: &SubmissionId, due:
 #[tokio::test]
 async fn a_pruned_submission_leaves_a_tombstone_until_its_window_has_passed() {
     let (a, _, paths, _) = setup("ledger-submission-tombstone").await;
+    let za = door(&a);
     let token = acquire(&a, &paths).await;
     let due = 1_800_000_000_000; // the run "ends" at due; the clock below is set from there
     let mut ids = Vec::new();
     for n in 0..5 {
-        let id = submit(&a, &paths, &format!("t-{n}"), due + n).await;
-        run_to_the_end(&a, &paths, &id, due + n, token).await;
+        let id = submit(&za, &paths, &format!("t-{n}"), due + n).await;
+        run_to_the_end(&za, &paths, &id, due + n, token).await;
         ids.push(id);
     }
     let job = JobName::new("close");
     let ten_minutes_later = due + 600_000;
-    let pruned = ledger::prune(&a, &paths, &job, 2, remember_at(ten_minutes_later, 3600))
+    let pruned = ledger::prune(&za, &paths, &job, 2, remember_at(ten_minutes_later, 3600))
         .await
         .expect("pruned");
     assert_eq!(pruned, 3, "t-0 to t-2 go, t-3 and t-4 are kept");
     let first = &ids[0];
-    let (_, state) = submissions::show(&a, &paths.delayed, &paths, first)
+    let (_, state) = submissions::show(&za, &paths.delayed, &paths, first)
         .await
         .expect("read")
         .expect("remembered");
@@ -728,7 +729,7 @@ async fn a_pruned_submission_leaves_a_tombstone_until_its_window_has_passed() {
         retry_of: None,
         after: None,
     };
-    let again = submissions::submit(&a, &paths.delayed, first, &same, Acls::anyone_all()).await;
+    let again = submissions::submit(&za, &paths.delayed, first, &same).await;
     assert_eq!(
         again.expect("answered"),
         submissions::Submitted::AlreadyThere
@@ -737,22 +738,22 @@ async fn a_pruned_submission_leaves_a_tombstone_until_its_window_has_passed() {
         payload: b"q".to_vec(),
         ..same.clone()
     };
-    let conflict = submissions::submit(&a, &paths.delayed, first, &other, Acls::anyone_all()).await;
+    let conflict = submissions::submit(&za, &paths.delayed, first, &other).await;
     assert!(
         matches!(conflict, Err(SubmissionError::Conflict { .. })),
         "{conflict:?}"
     );
     assert!(
-        submissions::read(&a, &paths.delayed, first)
+        submissions::read(&za, &paths.delayed, first)
             .await
             .expect("read")
             .is_none(),
         "a tombstone is no request: an owner never fires it"
     );
     // Before the window's minute has passed, the sweep frees nothing; after, every pruned id.
-    let early = ledger::forget::sweep(&a, &paths.delayed, due + 3_599_000).await;
+    let early = ledger::forget::sweep(&za, &paths.delayed, due + 3_599_000).await;
     assert_eq!(early.expect("swept"), 0);
-    let late = ledger::forget::sweep(&a, &paths.delayed, due + 3_660_000).await;
+    let late = ledger::forget::sweep(&za, &paths.delayed, due + 3_660_000).await;
     assert_eq!(late.expect("swept"), 3);
     for id in &ids[..3] {
         let path = paths.delayed.submission(id);
@@ -776,7 +777,7 @@ async fn a_pruned_submission_leaves_a_tombstone_until_its_window_has_passed() {
         "the swept minute is removed: {minutes:?}"
     );
     // The freed id takes a new request.
-    submit(&a, &paths, first.as_str(), due + 7_200_000).await;
+    submit(&za, &paths, first.as_str(), due + 7_200_000).await;
 }
 
 /// A submission whose id was generated (no `--id`) is not remembered: no client can send its
@@ -784,6 +785,7 @@ async fn a_pruned_submission_leaves_a_tombstone_until_its_window_has_passed() {
 #[tokio::test]
 async fn an_anonymous_submission_leaves_no_tombstone() {
     let (a, _, paths, _) = setup("ledger-submission-anonymous").await;
+    let za = door(&a);
     let token = acquire(&a, &paths).await;
     let due = 1_800_000_000_000;
     let id = SubmissionId::generate();
@@ -798,17 +800,16 @@ async fn an_anonymous_submission_leaves_no_tombstone() {
         retry_of: None,
         after: None,
     };
-    let submitted =
-        submissions::submit(&a, &paths.delayed, &id, &anonymous, Acls::anyone_all()).await;
+    let submitted = submissions::submit(&za, &paths.delayed, &id, &anonymous).await;
     assert_eq!(
         submitted.expect("submitted"),
         submissions::Submitted::Created
     );
-    run_to_the_end(&a, &paths, &id, due, token).await;
-    let kept = submit(&a, &paths, "named", due + 1).await;
-    run_to_the_end(&a, &paths, &kept, due + 1, token).await;
+    run_to_the_end(&za, &paths, &id, due, token).await;
+    let kept = submit(&za, &paths, "named", due + 1).await;
+    run_to_the_end(&za, &paths, &kept, due + 1, token).await;
     let job = JobName::new("close");
-    let pruned = ledger::prune(&a, &paths, &job, 1, remember_at(due + 1_000, 3600)).await;
+    let pruned = ledger::prune(&za, &paths, &job, 1, remember_at(due + 1_000, 3600)).await;
     assert_eq!(pruned.expect("pruned"), 1);
     let path = paths.delayed.submission(&id);
     assert_eq!(
@@ -824,21 +825,22 @@ async fn an_anonymous_submission_leaves_no_tombstone() {
 #[tokio::test]
 async fn a_record_whose_request_is_gone_is_still_pruned() {
     let (a, _, paths, _) = setup("ledger-submission-request-gone").await;
+    let za = door(&a);
     let token = acquire(&a, &paths).await;
     let due = 1_800_000_000_000;
     let mut ids = Vec::new();
     for n in 0..3 {
-        let id = submit(&a, &paths, &format!("g-{n}"), due + n).await;
-        run_to_the_end(&a, &paths, &id, due + n, token).await;
+        let id = submit(&za, &paths, &format!("g-{n}"), due + n).await;
+        run_to_the_end(&za, &paths, &id, due + n, token).await;
         a.delete(&paths.delayed.submission(&id), None)
             .await
             .expect("request deleted");
         ids.push(id);
     }
     let job = JobName::new("close");
-    let within = ledger::prune(&a, &paths, &job, 2, remember_at(due + 1_000, 3600)).await;
+    let within = ledger::prune(&za, &paths, &job, 2, remember_at(due + 1_000, 3600)).await;
     assert_eq!(within.expect("pruned"), 1, "inside its window");
-    let after = ledger::prune(&a, &paths, &job, 1, remember_at(due + 7_200_000, 3600)).await;
+    let after = ledger::prune(&za, &paths, &job, 1, remember_at(due + 7_200_000, 3600)).await;
     assert_eq!(after.expect("pruned"), 1, "after its window");
 }
 
@@ -847,30 +849,30 @@ async fn a_record_whose_request_is_gone_is_still_pruned() {
 #[tokio::test]
 async fn a_record_that_promises_a_retry_is_not_pruned() {
     let (a, _, paths, _) = setup("ledger-submission-retry-kept").await;
+    let za = door(&a);
     let token = acquire(&a, &paths).await;
     let due = 1_800_000_000_000;
-    let promised = submit(&a, &paths, "r-0", due).await;
+    let promised = submit(&za, &paths, "r-0", due).await;
     let mut claim = ledger::claim(
-        &a,
+        &za,
         &paths,
         submission_record(&promised, due, "a", token),
         ClaimMode::Create,
         false,
-        Acls::anyone_all(),
     )
     .await
     .expect("claimed");
     claim.record.status = RunStatus::Failed;
     claim.record.retry_at_unix_ms = Some(due + 60_000);
-    ledger::finish(&a, &mut claim, &[])
+    ledger::finish(&za, &mut claim, &[])
         .await
         .expect("final record");
     for n in 1..4 {
-        let id = submit(&a, &paths, &format!("r-{n}"), due + n).await;
-        run_to_the_end(&a, &paths, &id, due + n, token).await;
+        let id = submit(&za, &paths, &format!("r-{n}"), due + n).await;
+        run_to_the_end(&za, &paths, &id, due + n, token).await;
     }
     let job = JobName::new("close");
-    let pruned = ledger::prune(&a, &paths, &job, 1, remember_at(due + 10_000, 3600))
+    let pruned = ledger::prune(&za, &paths, &job, 1, remember_at(due + 10_000, 3600))
         .await
         .expect("pruned");
     assert_eq!(pruned, 2, "r-1 and r-2 go; r-0's promise stays");
@@ -884,6 +886,7 @@ async fn a_record_that_promises_a_retry_is_not_pruned() {
 #[tokio::test]
 async fn a_tick_is_claimed_once_whichever_group_fences_it() {
     let (a, b, default, _) = setup("ledger-groups").await;
+    let (za, zb) = (door(&a), door(&b));
     let base = LockPaths::new("/zkcron", "g");
     let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
     let mut ledgers = Vec::new();
@@ -902,20 +905,18 @@ async fn a_tick_is_claimed_once_whichever_group_fences_it() {
     let token_a = acquire(&a, billing).await;
     let token_b = acquire(&b, reports).await;
     let first = ledger::claim(
-        &a,
+        &za,
         billing,
         record("moving", 5000, "x", token_a),
         ClaimMode::Create,
         false,
-        Acls::anyone_all(),
     );
     let second = ledger::claim(
-        &b,
+        &zb,
         reports,
         record("moving", 5000, "y", token_b),
         ClaimMode::Create,
         false,
-        Acls::anyone_all(),
     );
     let (first, second) = tokio::join!(first, second);
     let won = [first.is_ok(), second.is_ok()];
@@ -932,12 +933,11 @@ async fn a_tick_is_claimed_once_whichever_group_fences_it() {
     // billing's lock moves on: a's token is stale there, whatever reports' epoch says.
     acquire(&b, billing).await;
     let stale = ledger::claim(
-        &a,
+        &za,
         billing,
         record("moving", 6000, "x", token_a),
         ClaimMode::Create,
         false,
-        Acls::anyone_all(),
     )
     .await;
     assert!(
@@ -961,7 +961,6 @@ async fn claim_together(
             ClaimMode::Create,
             false,
             ledger::OpenRuns::Marked,
-            Acls::anyone_all(),
         );
         group.claim(plan)
     });
@@ -1003,8 +1002,9 @@ async fn join_all<F: Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
 #[tokio::test]
 async fn claims_and_records_handed_in_together_share_multi_ops_and_each_gets_its_own_answer() {
     let (a, b, paths, _) = setup("ledger-group-commit").await;
+    let za = door(&a);
     let token = acquire(&a, &paths).await;
-    let (group, lanes) = ledger::group::GroupCommit::new(a.clone());
+    let (group, lanes) = ledger::group::GroupCommit::new(za.clone());
     let lanes = tokio::spawn(lanes);
 
     // The job's first claims: its parents are missing, so the first claim of each group fails
@@ -1012,18 +1012,11 @@ async fn claims_and_records_handed_in_together_share_multi_ops_and_each_gets_its
     let mut first = Vec::new();
     for i in 0..40 {
         let due = 10_000 + i;
-        first.push((submit(&a, &paths, &format!("g-{i:02}"), due).await, due));
+        first.push((submit(&za, &paths, &format!("g-{i:02}"), due).await, due));
     }
-    submissions::cancel(
-        &a,
-        &paths.delayed,
-        &paths,
-        &first[13].0,
-        9_000,
-        Acls::anyone_all(),
-    )
-    .await
-    .expect("cancelled");
+    submissions::cancel(&za, &paths.delayed, &paths, &first[13].0, 9_000)
+        .await
+        .expect("cancelled");
     let answers = claim_together(&group, &paths, &first, token).await;
     for (i, answer) in answers.iter().enumerate() {
         match answer {
@@ -1037,7 +1030,7 @@ async fn claims_and_records_handed_in_together_share_multi_ops_and_each_gets_its
     let mut second = Vec::new();
     for i in 0..40 {
         let due = 20_000 + i;
-        second.push((submit(&a, &paths, &format!("h-{i:02}"), due).await, due));
+        second.push((submit(&za, &paths, &format!("h-{i:02}"), due).await, due));
     }
     let mut claims: Vec<run::Claim> = claim_together(&group, &paths, &second, token)
         .await
@@ -1080,7 +1073,7 @@ async fn claims_and_records_handed_in_together_share_multi_ops_and_each_gets_its
     .await;
     assert!(finished.iter().all(Result::is_ok), "{finished:?}");
     for claim in &writes {
-        let stored = ledger::read_record(&a, &claim.path).await.expect("record");
+        let stored = ledger::read_record(&za, &claim.path).await.expect("record");
         assert_eq!(stored.status, RunStatus::Succeeded);
         let open = claim.open.as_deref().expect("open marker");
         assert_eq!(a.check_stat(open).await.expect("stat"), None, "closed");
@@ -1091,7 +1084,7 @@ async fn claims_and_records_handed_in_together_share_multi_ops_and_each_gets_its
     let mut third = Vec::new();
     for i in 0..10 {
         let due = 30_000 + i;
-        third.push((submit(&a, &paths, &format!("k-{i:02}"), due).await, due));
+        third.push((submit(&za, &paths, &format!("k-{i:02}"), due).await, due));
     }
     for answer in claim_together(&group, &paths, &third, token).await {
         assert!(
@@ -1119,6 +1112,7 @@ async fn claims_and_records_handed_in_together_share_multi_ops_and_each_gets_its
 #[tokio::test]
 async fn the_parents_of_every_jobs_records_are_made_once() {
     let (a, _b, paths, _) = setup("ensure-parents").await;
+    let za = door(&a);
     let jobs: Vec<JobName> = (0..300).map(|i| JobName::new(format!("job-{i}"))).collect();
     let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
     a.mkdir(&paths.job_runs(&jobs[7]), &open)
@@ -1128,7 +1122,7 @@ async fn the_parents_of_every_jobs_records_are_made_once() {
         .await
         .expect("with a record under it");
     for _ in 0..2 {
-        ledger::ensure_parents(&a, &paths, jobs.iter(), Acls::anyone_all())
+        ledger::ensure_parents(&za, &paths, jobs.iter())
             .await
             .expect("parents");
     }
@@ -1146,7 +1140,8 @@ async fn the_parents_of_every_jobs_records_are_made_once() {
 #[tokio::test]
 async fn pending_submissions_are_counted_per_bucket_without_reading_them() {
     let (client, _, paths, _) = setup("ledger-count-pending").await;
-    let empty = zkcron::ledger::due::count_pending(&client, &paths.delayed, 10).await;
+    let zk = door(&client);
+    let empty = zkcron::ledger::due::count_pending(&zk, &paths.delayed, 10).await;
     assert_eq!(empty.expect("counted"), (0, true), "no due/ yet");
     // Three in one second (in two or three shards), two in a later one.
     for (id, due) in [
@@ -1156,11 +1151,11 @@ async fn pending_submissions_are_counted_per_bucket_without_reading_them() {
         ("d", 9_000),
         ("e", 9_500),
     ] {
-        submit(&client, &paths, id, due).await;
+        submit(&zk, &paths, id, due).await;
     }
-    let all = zkcron::ledger::due::count_pending(&client, &paths.delayed, 10).await;
+    let all = zkcron::ledger::due::count_pending(&zk, &paths.delayed, 10).await;
     assert_eq!(all.expect("counted"), (5, true));
-    let first_bucket = zkcron::ledger::due::count_pending(&client, &paths.delayed, 1).await;
+    let first_bucket = zkcron::ledger::due::count_pending(&zk, &paths.delayed, 1).await;
     assert_eq!(
         first_bucket.expect("counted"),
         (3, false),
@@ -1175,25 +1170,24 @@ async fn pending_submissions_are_counted_per_bucket_without_reading_them() {
 async fn a_chain_mark_is_made_with_the_final_record_taken_by_one_claim_and_given_back_on_withdraw()
 {
     let (a, _b, paths, _) = setup("ledger-chain").await;
+    let za = door(&a);
     let token = acquire(&a, &paths).await;
-    let acls = Acls::anyone_all();
     let mut parent = ledger::claim(
-        &a,
+        &za,
         &paths,
         record("extract", 2000, "a", token),
         ClaimMode::Create,
         false,
-        acls,
     )
     .await
     .expect("the parent's tick");
     parent.record.status = RunStatus::Succeeded;
     parent.children = vec![JobName::new("load")];
-    let marks = ledger::chains::marks_of(&paths, &parent, acls);
-    ledger::finish(&a, &mut parent, &marks)
+    let marks = ledger::chains::marks_of(&paths, &parent);
+    ledger::finish(&za, &mut parent, &marks)
         .await
         .expect("the final record, with the mark (its parent made on first use)");
-    let found = ledger::chains::marks_for(&a, &paths, &JobName::new("load"))
+    let found = ledger::chains::marks_for(&za, &paths, &JobName::new("load"))
         .await
         .expect("listed");
     assert_eq!(found.len(), 1, "{found:?}");
@@ -1209,10 +1203,10 @@ async fn a_chain_mark_is_made_with_the_final_record_taken_by_one_claim_and_given
         }];
         child
     };
-    let claimed = ledger::claim(&a, &paths, child(), ClaimMode::Create, false, acls)
+    let claimed = ledger::claim(&za, &paths, child(), ClaimMode::Create, false)
         .await
         .expect("the child's claim");
-    let left = ledger::chains::marks_for(&a, &paths, &JobName::new("load")).await;
+    let left = ledger::chains::marks_for(&za, &paths, &JobName::new("load")).await;
     assert_eq!(
         left.map(|marks| marks.len()).ok(),
         Some(0),
@@ -1221,22 +1215,22 @@ async fn a_chain_mark_is_made_with_the_final_record_taken_by_one_claim_and_given
 
     // Given back at a handoff: the record goes, the mark comes back, and the next owner's
     // claim takes it again.
-    ledger::withdraw(&a, &paths, &claimed, acls)
+    ledger::withdraw(&za, &paths, &claimed)
         .await
         .expect("withdrawn");
-    let back = ledger::chains::marks_for(&a, &paths, &JobName::new("load"))
+    let back = ledger::chains::marks_for(&za, &paths, &JobName::new("load"))
         .await
         .expect("listed");
     assert_eq!(back, found, "the same mark, back");
     let next = acquire(&a, &paths).await;
     let mut again = child();
     again.fencing_token = FencingToken(next);
-    ledger::claim(&a, &paths, again.clone(), ClaimMode::Create, false, acls)
+    ledger::claim(&za, &paths, again.clone(), ClaimMode::Create, false)
         .await
         .expect("claimed by the next owner");
     // A second claim of the instant is refused: the record exists and the mark is gone.
     assert!(matches!(
-        ledger::claim(&a, &paths, again, ClaimMode::Create, false, acls).await,
+        ledger::claim(&za, &paths, again, ClaimMode::Create, false).await,
         Err(ClaimError::AlreadyClaimed { .. })
     ));
 }
@@ -1250,28 +1244,28 @@ async fn a_chain_mark_is_made_with_the_final_record_taken_by_one_claim_and_given
 async fn a_submitted_parents_mark_becomes_its_childs_submission_once_and_never_under_a_stale_token()
 {
     let (a, _b, paths, _) = setup("ledger-chain-submitted").await;
+    let za = door(&a);
     let token = acquire(&a, &paths).await;
     let acls = Acls::anyone_all();
-    let parent_id = submit(&a, &paths, "order-7", 2000).await;
+    let parent_id = submit(&za, &paths, "order-7", 2000).await;
     let mut parent = ledger::claim(
-        &a,
+        &za,
         &paths,
         submission_record(&parent_id, 2000, "a", token),
         ClaimMode::Create,
         false,
-        acls,
     )
     .await
     .expect("the parent's claim");
     parent.record.status = RunStatus::Succeeded;
     parent.children = vec![JobName::new("notify")];
     parent.payload = Some(std::sync::Arc::new(b"line 1\nline 2".to_vec()));
-    let marks = ledger::chains::marks_of(&paths, &parent, acls);
-    ledger::finish(&a, &mut parent, &marks)
+    let marks = ledger::chains::marks_of(&paths, &parent);
+    ledger::finish(&za, &mut parent, &marks)
         .await
         .expect("the final record, with the mark");
     let notify = JobName::new("notify");
-    let found = ledger::chains::marks_for(&a, &paths, &notify)
+    let found = ledger::chains::marks_for(&za, &paths, &notify)
         .await
         .expect("listed");
     assert_eq!(found.len(), 1, "{found:?}");
@@ -1298,18 +1292,10 @@ async fn a_submitted_parents_mark_becomes_its_childs_submission_once_and_never_u
         }),
     };
     let submit_child = |id: SubmissionId, token: i32| {
-        let (a, paths, notify, name, child) = (&a, &paths, &notify, &mark.name, &child);
+        let (za, paths, notify, name, child) = (&za, &paths, &notify, &mark.name, &child);
         async move {
-            ledger::chains::submit_child(
-                a,
-                paths,
-                notify,
-                name,
-                id,
-                child,
-                (FencingToken(token), acls),
-            )
-            .await
+            ledger::chains::submit_child(za, paths, notify, name, id, child, FencingToken(token))
+                .await
         }
     };
     // A stale owner writes nothing.
@@ -1319,7 +1305,7 @@ async fn a_submitted_parents_mark_becomes_its_childs_submission_once_and_never_u
         "{stale:?}"
     );
     assert_eq!(
-        submissions::read(&a, &paths.delayed, &child_id)
+        submissions::read(&za, &paths.delayed, &child_id)
             .await
             .expect("read"),
         None
@@ -1328,13 +1314,13 @@ async fn a_submitted_parents_mark_becomes_its_childs_submission_once_and_never_u
         .await
         .expect("submitted");
     assert_eq!(made, ledger::chains::ChildSubmitted::Made(child_id.clone()));
-    let (stored, _) = submissions::read(&a, &paths.delayed, &child_id)
+    let (stored, _) = submissions::read(&za, &paths.delayed, &child_id)
         .await
         .expect("read")
         .expect("the child's request");
     assert_eq!(stored, child);
     assert_eq!(
-        ledger::chains::marks_for(&a, &paths, &notify)
+        ledger::chains::marks_for(&za, &paths, &notify)
             .await
             .expect("listed"),
         Vec::new(),
@@ -1360,12 +1346,12 @@ async fn a_submitted_parents_mark_becomes_its_childs_submission_once_and_never_u
         run_id: parent.record.run_id.clone(),
         status: RunStatus::Succeeded,
     }];
-    ledger::claim(&a, &paths, claimed, ClaimMode::Create, false, acls)
+    ledger::claim(&za, &paths, claimed, ClaimMode::Create, false)
         .await
         .expect("the child's claim");
 
     // The same parent id used again while that child's request is kept: a generated id.
-    let marks = ledger::chains::marks_of(&paths, &parent, acls);
+    let marks = ledger::chains::marks_of(&paths, &parent);
     for made in &marks {
         let options = CreateMode::Persistent.with_acls(acls);
         a.create(&made.path, &made.data, &options)
@@ -1380,7 +1366,7 @@ async fn a_submitted_parents_mark_becomes_its_childs_submission_once_and_never_u
     };
     assert_ne!(other, child_id);
     assert!(
-        submissions::read(&a, &paths.delayed, &other)
+        submissions::read(&za, &paths.delayed, &other)
             .await
             .expect("read")
             .is_some()
@@ -1392,6 +1378,7 @@ async fn a_broadcast_claim_is_fenced_by_its_member_znode_and_the_sweep_records_w
 {
     use zkcron::ledger::broadcast::{LiveMember, Sweep, sweep};
     let (a, b, paths, _) = setup("ledger-broadcast").await;
+    let (za, zb) = (door(&a), door(&b));
     let token = acquire(&a, &paths).await;
     let lock = LockPaths::new("/zkcron", "g");
     let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
@@ -1420,17 +1407,16 @@ async fn a_broadcast_claim_is_fenced_by_its_member_znode_and_the_sweep_records_w
             ClaimMode::Create,
             false,
             ledger::OpenRuns::ByRecord,
-            Acls::anyone_all(),
         )
         .fenced_by_member(member)
     };
     // b's run of tick 0 is a long one, still running when b dies after tick 1000.
     claim_of("b", 0)
-        .send_alone(&b)
+        .send_alone(&zb)
         .await
         .expect("b's long run of tick 0");
     let claimed = claim_of("b", 1000)
-        .send_alone(&b)
+        .send_alone(&zb)
         .await
         .expect("a member claims its own run of a tick");
     assert_eq!(
@@ -1439,14 +1425,14 @@ async fn a_broadcast_claim_is_fenced_by_its_member_znode_and_the_sweep_records_w
     );
     assert!(
         matches!(
-            claim_of("b", 1000).send_alone(&b).await,
+            claim_of("b", 1000).send_alone(&zb).await,
             Err(ClaimError::AlreadyClaimed { .. })
         ),
         "once per (tick, node)"
     );
     assert!(
         matches!(
-            claim_of("c", 1000).send_alone(&a).await,
+            claim_of("c", 1000).send_alone(&za).await,
             Err(ClaimError::NotOwner { .. })
         ),
         "a node with no member znode claims nothing"
@@ -1480,10 +1466,9 @@ async fn a_broadcast_claim_is_fenced_by_its_member_znode_and_the_sweep_records_w
         remember: ledger::Remember {
             now_unix_ms: 6000,
             window: Duration::ZERO,
-            acls: Acls::anyone_all(),
         },
     };
-    let swept = sweep(&a, &paths, &lock, &members, &of)
+    let swept = sweep(&za, &paths, &lock, &members, &of)
         .await
         .expect("swept");
     let missed: Vec<&NodeId> = swept.missed.iter().map(|r| &r.node_id).collect();
@@ -1495,20 +1480,20 @@ async fn a_broadcast_claim_is_fenced_by_its_member_znode_and_the_sweep_records_w
     );
     let status = |node: &str| {
         let path = paths.broadcast_record(&job, 1000, &NodeId::new(node));
-        let a = a.clone();
-        async move { read_fresh(&a, &path).await.map(|r| r.status) }
+        let za = za.clone();
+        async move { read_fresh(&za, &path).await.map(|r| r.status) }
     };
     assert_eq!(status("c").await, Some(RunStatus::Missed));
     assert_eq!(status("b").await, Some(RunStatus::Interrupted));
     let earlier = paths.broadcast_record(&job, 0, &NodeId::new("b"));
     assert_eq!(
-        read_fresh(&a, &earlier).await.map(|r| r.status),
+        read_fresh(&za, &earlier).await.map(|r| r.status),
         Some(RunStatus::Interrupted),
         "b's earlier run, still open when it died, is closed too"
     );
     assert_eq!(status("d").await, None, "joined after the tick");
     assert_eq!(status("e").await, None, "lacks the tag");
-    let again = sweep(&a, &paths, &lock, &members, &of)
+    let again = sweep(&za, &paths, &lock, &members, &of)
         .await
         .expect("swept again");
     assert_eq!(
@@ -1523,7 +1508,7 @@ async fn a_broadcast_claim_is_fenced_by_its_member_znode_and_the_sweep_records_w
         ..of
     };
     assert!(matches!(
-        sweep(&a, &paths, &lock, &members, &stale).await,
+        sweep(&za, &paths, &lock, &members, &stale).await,
         Err(ClaimError::NotOwner { .. })
     ));
 }

@@ -23,6 +23,7 @@ use support::{expire_session, fault_lock, shared_ensemble, unique_chroot, within
 use zkcron::NodeId;
 use zkcron::layout::{LedgerPaths, LockPaths};
 use zkcron::ledger::limits::{self, LeaseHolder, Taken};
+use zkcron::zk::{REQUEST_BOUND, Zk};
 use zookeeper_client::{Acls, Client};
 
 fn holder(run: &str, node: &str) -> LeaseHolder {
@@ -33,14 +34,26 @@ fn holder(run: &str, node: &str) -> LeaseHolder {
 }
 
 /// One take by run `run`, answered.
-async fn take(client: &Client, dir: &str, max: usize, run: &str) -> Taken {
-    limits::take(client, dir, max, &holder(run, "n"), Acls::anyone_all())
+async fn take(client: &Zk, dir: &str, max: usize, run: &str) -> Taken {
+    limits::take(client, dir, max, &holder(run, "n"))
         .await
         .expect("answered")
 }
 
+/// A session as the library takes it.
+fn door(client: Client) -> Zk {
+    Zk::new(client, Acls::anyone_all(), REQUEST_BOUND)
+}
+
+/// `n` sessions on a fresh chroot, as the library takes them, and the lease directory of limit
+/// `db-heavy`.
+async fn sessions(chroot: &str, n: usize) -> (Vec<Zk>, String, String) {
+    let (clients, dir, connect) = raw_sessions(chroot, n).await;
+    (clients.into_iter().map(door).collect(), dir, connect)
+}
+
 /// `n` sessions on a fresh chroot, and the lease directory of limit `db-heavy`.
-async fn sessions(chroot: &str, n: usize) -> (Vec<Client>, String, String) {
+async fn raw_sessions(chroot: &str, n: usize) -> (Vec<Client>, String, String) {
     let connect = shared_ensemble()
         .isolated_connect_string(chroot)
         .await
@@ -61,10 +74,7 @@ async fn at_most_max_leases_are_held_and_a_full_limit_holds_nothing_for_the_take
         let dir = dir.clone();
         takes.spawn(async move {
             let me = holder(&format!("run-{i}"), &format!("n{i}"));
-            (
-                i,
-                limits::take(&client, &dir, 2, &me, Acls::anyone_all()).await,
-            )
+            (i, limits::take(&client, &dir, 2, &me).await)
         });
     }
     let mut taken = vec![Taken::Full; clients.len()];
@@ -110,12 +120,13 @@ async fn at_most_max_leases_are_held_and_a_full_limit_holds_nothing_for_the_take
 /// frees it for the others.
 #[tokio::test]
 async fn a_lease_goes_with_its_holders_session() {
-    let (clients, dir, connect) = sessions("limits-session", 2).await;
+    let (raw, dir, connect) = raw_sessions("limits-session", 2).await;
+    let clients: Vec<Zk> = raw.iter().cloned().map(door).collect();
     let held = take(&clients[0], &dir, 1, "r").await;
     assert!(matches!(held, Taken::Held(_)));
     let full = take(&clients[1], &dir, 1, "s").await;
     assert_eq!(full, Taken::Full);
-    expire_session(&connect, clients[0].session())
+    expire_session(&connect, raw[0].session())
         .await
         .expect("session expired");
     let after = take(&clients[1], &dir, 1, "s").await;
@@ -137,7 +148,7 @@ async fn under_contention_never_more_than_max_hold_at_once() {
         runs.spawn(async move {
             let me = holder(&format!("run-{run}"), "n");
             loop {
-                match limits::take(&client, &dir, MAX, &me, Acls::anyone_all()).await {
+                match limits::take(&client, &dir, MAX, &me).await {
                     Ok(Taken::Held(lease)) => {
                         let now = holding.fetch_add(1, Ordering::SeqCst) + 1;
                         most.fetch_max(now, Ordering::SeqCst);
@@ -338,7 +349,7 @@ async fn a_limit_of_two_across_three_nodes_never_runs_three_and_a_killed_holders
         .iter()
         .map(|id| DaemonNode::start(dir.path(), id, &text))
         .collect();
-    let client = Client::connect(&connect).await.expect("session");
+    let client = door(Client::connect(&connect).await.expect("session"));
     let leases = LedgerPaths::new(&LockPaths::new("/zkcron", lock)).limit("db-heavy");
     let read_runs = || runs(&std::fs::read_to_string(&out).unwrap_or_default());
     let report = |nodes: &[DaemonNode]| {
@@ -500,11 +511,11 @@ async fn waiting_runs_get_the_lease_in_the_order_they_came_and_a_given_up_wait_l
     };
     let cancel_second = tokio_util::sync::CancellationToken::new();
     let cancel_third = tokio_util::sync::CancellationToken::new();
-    let wait = |client: Client, run: &'static str, cancel: tokio_util::sync::CancellationToken| {
+    let wait = |client: Zk, run: &'static str, cancel: tokio_util::sync::CancellationToken| {
         let dir = dir.clone();
         tokio::spawn(async move {
             let me = holder(run, "n");
-            limits::acquire(&client, &dir, 1, &me, Acls::anyone_all(), &cancel).await
+            limits::acquire(&client, &dir, 1, &me, &cancel).await
         })
     };
     let second = wait(clients[1].clone(), "second", cancel_second.clone());

@@ -8,7 +8,8 @@ use std::time::Duration;
 use support::ZkEnsemble;
 use tokio::time::timeout;
 use zkcron::zk::watch::{Change, RecursiveWatch};
-use zookeeper_client::{Acls, Client, CreateMode, EventType};
+use zkcron::zk::{NodeEvent, REQUEST_BOUND, Zk};
+use zookeeper_client::{Acls, Client, CreateMode};
 
 /// Long enough that the client keeps its session across the restart below (it gives up on
 /// its own only after 1.4 × this without a server).
@@ -37,7 +38,8 @@ async fn a_watch_reads_all_first_again_after_a_disconnection_and_ends_with_its_s
     let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
     client.create("/w", b"", &persistent).await.expect("/w");
 
-    let mut watch = RecursiveWatch::add(&client, "/w").await.expect("a watch");
+    let session = Zk::new(client.clone(), Acls::anyone_all(), REQUEST_BOUND);
+    let mut watch = RecursiveWatch::add(&session, "/w").await.expect("a watch");
     assert_eq!(
         next(&mut watch, "the first change").await,
         Some(Change::ReadAll),
@@ -53,7 +55,7 @@ async fn a_watch_reads_all_first_again_after_a_disconnection_and_ends_with_its_s
             next(&mut watch, path).await,
             Some(Change::Node {
                 path: path.to_owned(),
-                kind: EventType::NodeCreated
+                kind: NodeEvent::Created
             }),
             "a node created below the path, at any depth"
         );
@@ -66,6 +68,7 @@ async fn a_watch_reads_all_first_again_after_a_disconnection_and_ends_with_its_s
         .connect(&zk.connect_string())
         .await
         .expect("a second session");
+    let doomed = Zk::new(doomed, Acls::anyone_all(), REQUEST_BOUND);
     let mut ending = RecursiveWatch::add(&doomed, "/w").await.expect("its watch");
     assert_eq!(
         next(&mut ending, "its first change").await,
@@ -100,7 +103,7 @@ async fn a_watch_reads_all_first_again_after_a_disconnection_and_ends_with_its_s
         next(&mut watch, "the deletion").await,
         Some(Change::Node {
             path: "/w/a/b".to_owned(),
-            kind: EventType::NodeDeleted
+            kind: NodeEvent::Deleted
         }),
         "the watch still follows on the same session"
     );

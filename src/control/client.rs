@@ -14,7 +14,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use zookeeper_client::{Acls, Client};
 
 use super::{Pause, Pauses, ReleaseRequest};
 use crate::config::{Config, JobConfig};
@@ -26,6 +25,7 @@ use crate::layout::{ControlPaths, GroupPaths};
 use crate::ledger::control::{self as store, ControlError, Paused};
 use crate::ledger::submissions::{self, SubmissionError};
 use crate::lock::inspect::{self, Owner};
+use crate::zk::Zk;
 use crate::zk::ZkError;
 
 /// How often a release is looked for in the lock while waiting.
@@ -120,9 +120,8 @@ pub struct Released {
 /// A session for steering one lock group.
 #[derive(Debug)]
 pub struct Steer {
-    client: Client,
+    client: Zk,
     paths: GroupPaths,
-    acls: Acls<'static>,
     jobs: HashMap<JobName, Arc<JobConfig>>,
     takeover_delay: Duration,
     /// The declared `[[group]]` names.
@@ -140,11 +139,10 @@ impl Steer {
     }
 
     /// Steers over an existing session (the daemon's own, for its HTTP API).
-    pub fn with_client(client: Client, config: &Config) -> Self {
+    pub fn with_client(client: Zk, config: &Config) -> Self {
         Self {
             client,
             paths: config.lock.group_paths(),
-            acls: config.zookeeper.settings().acls(),
             jobs: config
                 .jobs
                 .iter()
@@ -188,7 +186,7 @@ impl Steer {
     }
 
     /// The ZooKeeper session it steers over.
-    pub fn session(&self) -> &Client {
+    pub fn session(&self) -> &Zk {
         &self.client
     }
 
@@ -216,14 +214,7 @@ impl Steer {
             ..check_request(&self.jobs, &request, Utc::now())?
         };
         let id = SubmissionId::generate();
-        submissions::submit(
-            &self.client,
-            &self.paths.ledger.delayed,
-            &id,
-            &submission,
-            self.acls,
-        )
-        .await?;
+        submissions::submit(&self.client, &self.paths.ledger.delayed, &id, &submission).await?;
         Ok(id)
     }
 
@@ -271,7 +262,7 @@ impl Steer {
                 at_unix_ms: now.timestamp_millis(),
                 with_children,
             };
-            store::request_backfill(&self.client, &self.paths.control, &request, self.acls).await?;
+            store::request_backfill(&self.client, &self.paths.control, &request).await?;
         }
         Ok(Backfill {
             plan,
@@ -291,7 +282,7 @@ impl Steer {
     ) -> Result<Paused, SteerError> {
         self.declared(job)?;
         let pause = Pause::new(reason, by, Utc::now().timestamp_millis());
-        Ok(store::pause(&self.client, &self.paths.control, job, &pause, self.acls).await?)
+        Ok(store::pause(&self.client, &self.paths.control, job, &pause).await?)
     }
 
     /// Resumes `job`; `None` when it was not paused. A job no longer declared can be resumed
@@ -366,7 +357,7 @@ impl Steer {
             by: by.to_owned(),
             at_unix_ms: Utc::now().timestamp_millis(),
         };
-        store::request_release(&self.client, &control, &request, self.acls).await?;
+        store::request_release(&self.client, &control, &request).await?;
         let started = Instant::now();
         // The owner withdraws its claims (≤ 2 s), then yields; a lone owner takes it back after
         // the takeover delay, so waiting longer than that tells nothing more.

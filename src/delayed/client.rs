@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use zookeeper_client::{Acls, Client};
 
 use super::submission::{DueBucket, MAX_PAYLOAD, Submission, SubmissionId};
 use crate::config::{Config, JobConfig};
@@ -20,6 +19,7 @@ use crate::layout::{DelayedPaths, LedgerPaths};
 use crate::ledger::submissions;
 pub use crate::ledger::submissions::{Rescheduled, SubmissionError, SubmissionState, Submitted};
 use crate::run::{RunRecord, RunStatus};
+use crate::zk::{Fault, Zk};
 
 /// How far ahead a submission may be due. It bounds the number of day nodes under `due/`, so
 /// that listing them fits one `getChildren` reply (DESIGN.md "ZooKeeper layout").
@@ -172,16 +172,15 @@ pub fn is_dead_letter(record: &RunRecord) -> bool {
 /// A session for submitting to one lock group.
 #[derive(Debug)]
 pub struct Delayed {
-    client: Client,
+    client: Zk,
     delayed: DelayedPaths,
     ledger: LedgerPaths,
-    acls: Acls<'static>,
     jobs: HashMap<JobName, Arc<JobConfig>>,
     known: submissions::KnownParents,
     /// A second session, made at the first `submit_many`, for the reads that find which
     /// parents a batch must make: on `client` they would wait behind its writes. `None` when it
     /// could not be made; `client` reads then.
-    reader: tokio::sync::OnceCell<Option<Client>>,
+    reader: tokio::sync::OnceCell<Option<Zk>>,
     settings: crate::zk::ZkSettings,
     connect_timeout: std::time::Duration,
     /// Lock groups are declared: markers name their job (`Submission::marker_names_job`).
@@ -193,7 +192,7 @@ pub struct Delayed {
 ///
 /// # Errors
 /// `Unreachable` with the address when no session is made in time.
-pub async fn session_for(config: &Config) -> Result<Client, crate::zk::Unreachable> {
+pub async fn session_for(config: &Config) -> Result<Zk, crate::zk::Unreachable> {
     crate::zk::connect_once(
         &config.zookeeper.settings(),
         config.zookeeper.connect_timeout,
@@ -211,14 +210,13 @@ impl Delayed {
     }
 
     /// Submits over an existing session (the daemon's own, for its HTTP API).
-    pub fn with_client(client: Client, config: &Config) -> Self {
+    pub fn with_client(client: Zk, config: &Config) -> Self {
         let settings = config.zookeeper.settings();
         let ledger = config.lock.group_paths().ledger;
         Self {
             client,
             delayed: ledger.delayed.clone(),
             ledger,
-            acls: settings.acls(),
             jobs: config
                 .jobs
                 .iter()
@@ -245,7 +243,7 @@ impl Delayed {
     }
 
     /// The session for [`submissions::submit_batch`]'s reads.
-    async fn reader(&self) -> &Client {
+    async fn reader(&self) -> &Zk {
         let reader = self
             .reader
             .get_or_init(|| async {
@@ -268,8 +266,7 @@ impl Delayed {
     pub async fn submit(&self, request: SubmitRequest) -> Result<Receipt, DelayedError> {
         let submission = self.checked(&request, Utc::now())?;
         let id = request.id.unwrap_or_else(SubmissionId::generate);
-        let outcome =
-            submissions::submit(&self.client, &self.delayed, &id, &submission, self.acls).await?;
+        let outcome = submissions::submit(&self.client, &self.delayed, &id, &submission).await?;
         Ok(Receipt { id, outcome })
     }
 
@@ -296,15 +293,9 @@ impl Delayed {
             }
         }
         let reader = self.reader().await;
-        let written = submissions::submit_batch(
-            &self.client,
-            reader,
-            &self.delayed,
-            &batch,
-            &self.known,
-            self.acls,
-        )
-        .await;
+        let written =
+            submissions::submit_batch(&self.client, reader, &self.delayed, &batch, &self.known)
+                .await;
         for ((slot, (id, _)), outcome) in slots.into_iter().zip(batch).zip(written) {
             results[slot] = Some(
                 outcome
@@ -318,7 +309,7 @@ impl Delayed {
                 r.unwrap_or_else(|| {
                     Err(DelayedError::Submission(SubmissionError::Zk {
                         path: self.delayed.dir.clone(),
-                        source: zookeeper_client::Error::UnexpectedError("no answer".into()),
+                        source: Fault::Other("no answer".into()),
                     }))
                 })
             })
@@ -331,15 +322,7 @@ impl Delayed {
     /// `NotFound`, `NotPending` (with its status), or a failed request.
     pub(crate) async fn cancel(&self, id: &SubmissionId) -> Result<Submission, DelayedError> {
         let now = Utc::now().timestamp_millis();
-        Ok(submissions::cancel(
-            &self.client,
-            &self.delayed,
-            &self.ledger,
-            id,
-            now,
-            self.acls,
-        )
-        .await?)
+        Ok(submissions::cancel(&self.client, &self.delayed, &self.ledger, id, now).await?)
     }
 
     /// Moves a pending submission to `due` (checked like a submit's); refused once it was
@@ -373,7 +356,6 @@ impl Delayed {
             &self.ledger,
             id,
             due.timestamp_millis(),
-            self.acls,
         )
         .await?)
     }
@@ -417,8 +399,7 @@ impl Delayed {
         };
         let new_id = request.id.unwrap_or_else(SubmissionId::generate);
         let outcome =
-            submissions::submit(&self.client, &self.delayed, &new_id, &submission, self.acls)
-                .await?;
+            submissions::submit(&self.client, &self.delayed, &new_id, &submission).await?;
         Ok(Receipt {
             id: new_id,
             outcome,
@@ -511,7 +492,7 @@ impl Delayed {
 /// # Errors
 /// A failed request. Foreign nodes are logged and skipped.
 pub async fn pending_in_due_order(
-    client: &Client,
+    client: &Zk,
     paths: &DelayedPaths,
     job: Option<&JobName>,
     limit: usize,
@@ -541,7 +522,7 @@ pub struct PendingSummary {
 /// # Errors
 /// A failed request.
 pub async fn pending_summary(
-    client: &Client,
+    client: &Zk,
     paths: &DelayedPaths,
     limit: usize,
 ) -> Result<PendingSummary, DelayedError> {
@@ -558,7 +539,7 @@ pub async fn pending_summary(
 }
 
 async fn read_bucket(
-    client: &Client,
+    client: &Zk,
     paths: &DelayedPaths,
     bucket: DueBucket,
     job: Option<&JobName>,

@@ -35,7 +35,6 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use zookeeper_client::{Acls, Client};
 
 use super::machine::{Action, FireMachine, Input};
 use crate::config::JobConfig;
@@ -49,6 +48,7 @@ use crate::lock::driver::LockCommand;
 use crate::lock::driver::LockUpdate;
 use crate::metrics::Metrics;
 use crate::view::NodeView;
+use crate::zk::Zk;
 
 /// Sleep at most this long at once, so a wall-clock step (NTP, suspend) is noticed in time.
 const MAX_SLEEP: Duration = Duration::from_secs(30);
@@ -73,7 +73,6 @@ pub struct FireSettings {
     pub control: ControlPaths,
     /// This node, as release requests name it.
     pub me: NodeId,
-    pub acls: Acls<'static>,
     /// What the node reports (`GET /metrics`).
     pub metrics: Arc<Metrics>,
     /// Where the session and the lock's status are published for the HTTP API.
@@ -371,7 +370,6 @@ impl Io {
         );
         let records = records::Records {
             paths: settings.ledger.clone(),
-            acls: settings.acls,
             view: settings.view.clone(),
             pruning: Default::default(),
             fleet: Arc::clone(&settings.fleet),
@@ -447,7 +445,7 @@ impl Io {
     }
 
     /// A new session (or none): the watches follow it.
-    fn session_changed(&mut self, client: Option<Client>) {
+    fn session_changed(&mut self, client: Option<Zk>) {
         if let Some(stop) = self.watch.take() {
             stop.cancel();
         }
@@ -463,20 +461,18 @@ impl Io {
     }
 
     /// Starts the watches of `client`'s session; the token stops them.
-    fn watch_session(&self, client: &Client) -> CancellationToken {
+    fn watch_session(&self, client: &Zk) -> CancellationToken {
         let stop = CancellationToken::new();
         let answers = &self.session.answers;
         delayed::watch(
             client.clone(),
             self.settings.ledger.delayed.clone(),
-            self.settings.acls,
             answers.clone(),
             stop.clone(),
         );
         chains::watch(
             client.clone(),
             self.settings.ledger.clone(),
-            self.settings.acls,
             answers.clone(),
             stop.clone(),
         );
@@ -484,7 +480,6 @@ impl Io {
             client.clone(),
             self.settings.control.clone(),
             self.settings.me.clone(),
-            self.settings.acls,
             answers.clone(),
             stop.clone(),
         );
@@ -580,7 +575,7 @@ impl Io {
                 control::remove_backfill(s, &self.settings.control, name)
             }
             Action::PauseJob { job, reason } => {
-                control::pause(s, &self.settings.control, self.settings.acls, job, reason);
+                control::pause(s, &self.settings.control, job, reason);
             }
             Action::ReadMembership => {
                 return broadcast::read_membership(s, &self.settings.group, &self.settings.me);
@@ -615,8 +610,8 @@ impl Io {
             return None;
         };
         let child = chains::Child { job, mark, id };
-        let (paths, acls) = (&self.settings.ledger, self.settings.acls);
-        chains::submit_child(&self.session, paths, child, submission, (token, acls))
+        let paths = &self.settings.ledger;
+        chains::submit_child(&self.session, paths, child, submission, token)
     }
 
     /// [`Action::ScanDelayed`]: the due buckets of a range read.
@@ -667,7 +662,6 @@ impl Io {
                 now_unix_ms: look_at.timestamp_millis(),
                 // A broadcast's records are ticks': no submission id to remember.
                 window: Duration::ZERO,
-                acls: self.settings.acls,
             },
         };
         let wait = (look_at - now).to_std().unwrap_or_default();
@@ -703,7 +697,6 @@ impl Io {
             client,
             paths: &self.settings.ledger,
             me: &self.settings.me,
-            acls: self.settings.acls,
             tasks: &self.session.tasks,
             answers: &self.session.answers,
         };

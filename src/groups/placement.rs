@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
-use zookeeper_client::{Client, EventType};
 
 use crate::control::ReleaseRequest;
 use crate::groups::balance::{Balancer, GroupSpec, Member};
@@ -24,7 +23,8 @@ use crate::ledger::control as store;
 use crate::lock::driver::LockCommand;
 use crate::lock::inspect::{self, Owner};
 use crate::report::error_chain;
-use crate::zk::watch::{Change, RecursiveWatch};
+use crate::zk::Zk;
+use crate::zk::watch::{Change, NodeEvent, RecursiveWatch};
 
 /// A read that failed is tried again after this long.
 const READ_RETRY: Duration = Duration::from_secs(1);
@@ -52,7 +52,6 @@ pub struct Placement {
     pub settle: Duration,
     /// `[lock] takeover_delay`: a crashed owner's groups go to their preferred survivors first.
     pub takeover_delay: Duration,
-    pub acls: zookeeper_client::Acls<'static>,
     /// Where a group that no live member may own is reported (`zkcron_group_unplaceable`).
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
 }
@@ -66,11 +65,7 @@ fn spacing(settle: Duration) -> Duration {
 impl Placement {
     /// Places the groups until `shutdown`, on whatever session `sessions` carries (the default
     /// group's: one session fewer per node, and its member node is the one the others see).
-    pub async fn run(
-        self,
-        mut sessions: watch::Receiver<Option<Client>>,
-        shutdown: CancellationToken,
-    ) {
+    pub async fn run(self, mut sessions: watch::Receiver<Option<Zk>>, shutdown: CancellationToken) {
         let spacing = spacing(self.settle);
         let mut balancer = Balancer::new(self.me.clone(), self.settle, spacing)
             .with_grace(self.takeover_delay + spacing);
@@ -105,7 +100,7 @@ impl Placement {
 /// The placement's work on one session.
 struct Session<'a> {
     placement: &'a Placement,
-    client: Client,
+    client: Zk,
     balancer: &'a mut Balancer,
     sent: &'a mut BTreeMap<String, bool>,
     orphans_said: &'a mut Vec<String>,
@@ -283,10 +278,7 @@ impl Session<'_> {
             by: "zkcron balance".to_owned(),
             at_unix_ms: chrono::Utc::now().timestamp_millis(),
         };
-        if let Err(err) =
-            store::request_release(&self.client, &group.control, &request, self.placement.acls)
-                .await
-        {
+        if let Err(err) = store::request_release(&self.client, &group.control, &request).await {
             tracing::warn!(group = name, error = %error_chain(&err), "cannot ask for the group's handover");
         }
     }
@@ -328,10 +320,10 @@ impl Watches {
                 Some(Change::Node { path, kind }) => (path, kind),
             };
             let member = path.starts_with(&self.members_prefix)
-                && matches!(kind, EventType::NodeCreated | EventType::NodeDeleted);
+                && matches!(kind, NodeEvent::Created | NodeEvent::Deleted);
             let lock = path.ends_with("/lock");
             // Only a graceful release rewrites a lock node's data (`lock::driver`).
-            if lock && kind == EventType::NodeDataChanged {
+            if lock && kind == NodeEvent::DataChanged {
                 return Changed::Marked(path);
             }
             if member || lock {

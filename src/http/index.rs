@@ -18,7 +18,6 @@ use std::time::Duration;
 
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
-use zookeeper_client::{Client, SessionId};
 
 use crate::delayed::submission::SubmissionId;
 use crate::ids::{JobName, NodeId};
@@ -26,6 +25,7 @@ use crate::layout::RecordName;
 use crate::ledger;
 use crate::report::error_chain;
 use crate::run::{RunRecord, RunStatus};
+use crate::zk::Zk;
 use crate::zk::watch::{Change, RecursiveWatch};
 
 /// How many of a job's newest runs the index keeps (the jobs table's strip).
@@ -193,14 +193,14 @@ impl IndexState {
 #[derive(Clone)]
 pub struct RunIndex {
     pub state: Arc<RwLock<IndexState>>,
-    session: SessionId,
+    session: i64,
     last_asked: Arc<AtomicI64>,
     stop: CancellationToken,
 }
 
 impl RunIndex {
     /// Starts following `runs` (the ledger's `runs/` directory) on `client`'s session.
-    pub fn start(client: Client, runs: String, stop: CancellationToken) -> Self {
+    pub fn start(client: Zk, runs: String, stop: CancellationToken) -> Self {
         let index = Self {
             state: Arc::default(),
             session: client.session_id(),
@@ -228,7 +228,7 @@ impl RunIndex {
     }
 
     /// Whether this index still serves `client`'s session.
-    pub fn serves(&self, client: &Client) -> bool {
+    pub fn serves(&self, client: &Zk) -> bool {
         self.session == client.session_id()
             && !self.stop.is_cancelled()
             && self.state.read().is_ok_and(|state| state.ended.is_none())
@@ -251,7 +251,7 @@ impl RunIndex {
 
     /// Loads, then follows changes until the session ends, the index idles or is stopped.
     /// Returns why it stopped.
-    async fn follow(&self, client: &Client, runs: &str) -> String {
+    async fn follow(&self, client: &Zk, runs: &str) -> String {
         let changes = match RecursiveWatch::add(client, runs).await {
             // The load below reads everything before the first change is looked at.
             Ok(watch) => watch.read_all_done(),
@@ -286,12 +286,7 @@ impl RunIndex {
     }
 
     /// Applies a batch of watch changes: each record that changed is read once.
-    async fn apply(
-        &self,
-        client: &Client,
-        runs: &str,
-        batch: &mut Vec<Change>,
-    ) -> Result<(), String> {
+    async fn apply(&self, client: &Zk, runs: &str, batch: &mut Vec<Change>) -> Result<(), String> {
         let mut changed = HashSet::new();
         let mut reload = false;
         for change in batch.drain(..) {
@@ -332,7 +327,7 @@ impl RunIndex {
     }
 
     /// Reads every kept record of every job under `runs`, replacing what the index held.
-    async fn load(&self, client: &Client, runs: &str) -> Result<(), String> {
+    async fn load(&self, client: &Zk, runs: &str) -> Result<(), String> {
         let jobs = ledger::jobs_with_records(client, runs)
             .await
             .map_err(|err| format!("cannot list {runs}: {err}"))?;

@@ -18,6 +18,7 @@ use crate::lock::driver::Heard;
 use crate::metrics::Metrics;
 use crate::secret::Secret;
 use crate::view::NodeView;
+use crate::zk::Zk;
 
 /// What every handler reads.
 #[derive(Clone)]
@@ -49,7 +50,7 @@ impl HttpState {
     }
 
     /// The console's index on `client`'s session: the running one, or a new one.
-    pub(super) fn index(&self, client: &zookeeper_client::Client) -> RunIndex {
+    pub(super) fn index(&self, client: &Zk) -> RunIndex {
         let mut running = match self.console.running.lock() {
             Ok(running) => running,
             Err(poisoned) => poisoned.into_inner(),
@@ -86,7 +87,7 @@ impl HttpState {
         }
     }
 
-    pub(super) fn client(&self) -> Result<zookeeper_client::Client, ApiError> {
+    pub(super) fn client(&self) -> Result<Zk, ApiError> {
         self.view
             .borrow()
             .client

@@ -10,11 +10,10 @@
 
 use std::time::Duration;
 
-use zookeeper_client::{Acls, Client, CreateMode, Error as ZkErr};
-
 use crate::audit::AuditEntry;
 use crate::layout::AuditPaths;
-use crate::zk::tally::{self, WriteKind};
+use crate::zk::tally::WriteKind;
+use crate::zk::{Fault, Mode, Zk};
 
 /// Deletes of one prune's multi-op.
 pub const PRUNE_BATCH: usize = 500;
@@ -27,55 +26,58 @@ const MS_PER_DAY: i64 = 24 * 3600 * 1000;
 pub struct AuditError {
     path: String,
     #[source]
-    source: ZkErr,
+    source: Fault,
 }
 
-fn failed(path: &str) -> impl FnOnce(ZkErr) -> AuditError + '_ {
+fn failed(path: &str) -> impl FnOnce(Fault) -> AuditError + '_ {
     move |source| AuditError {
         path: path.to_owned(),
         source,
     }
 }
 
-/// Where a session writes the trail: its ZooKeeper session, the trail's paths and the ACLs its
-/// nodes get.
+/// Where a session writes the trail: its ZooKeeper session and the trail's paths.
 #[derive(Debug)]
 pub struct Trail {
-    client: Client,
+    client: Zk,
     paths: AuditPaths,
-    acls: Acls<'static>,
 }
 
 impl Trail {
     /// The trail of `config`'s lock group, written on `client`.
-    pub fn new(client: Client, config: &crate::config::Config) -> Self {
+    pub fn new(client: Zk, config: &crate::config::Config) -> Self {
         Self {
             client,
             paths: AuditPaths::new(&config.lock.paths()),
-            acls: config.zookeeper.settings().acls(),
         }
     }
 
     /// Records `entry` (see [`record`]).
     pub async fn record(&self, entry: &AuditEntry) {
-        record(&self.client, &self.paths, entry, self.acls).await;
+        record(&self.client, &self.paths, entry).await;
     }
 }
 
 /// Records `entry`: one create, its day's bucket made first when it is the day's first entry.
 /// The action is done whatever happens here: a failure is logged, not returned.
-pub async fn record(client: &Client, paths: &AuditPaths, entry: &AuditEntry, acls: Acls<'_>) {
+pub async fn record(client: &Zk, paths: &AuditPaths, entry: &AuditEntry) {
     let day = entry.at_unix_ms.div_euclid(MS_PER_DAY);
     // A plain struct of strings and numbers always serialises.
     let data = serde_json::to_vec(entry).unwrap_or_default();
-    let options = CreateMode::PersistentSequential.with_acls(acls);
     for _ in 0..2 {
-        tally::wrote(WriteKind::Control, 1);
-        match client.create(&paths.entry(day), &data, &options).await {
+        match client
+            .create(
+                WriteKind::Control,
+                &paths.entry(day),
+                &data,
+                Mode::PersistentSequential,
+            )
+            .await
+        {
             Ok(_) => return,
-            Err(ZkErr::NoNode) => {
+            Err(Fault::NoNode) => {
                 let bucket = paths.day(day);
-                if let Err(err) = crate::zk::ensure_persistent(client, &bucket, acls).await {
+                if let Err(err) = client.ensure_persistent(&bucket).await {
                     tracing::warn!(path = bucket, error = %crate::report::error_chain(&err), action = entry.action, "audit entry not recorded");
                     return;
                 }
@@ -100,7 +102,7 @@ pub async fn record(client: &Client, paths: &AuditPaths, entry: &AuditEntry, acl
 /// # Errors
 /// A listing or read failed.
 pub async fn read(
-    client: &Client,
+    client: &Zk,
     paths: &AuditPaths,
     since_unix_ms: i64,
 ) -> Result<Vec<AuditEntry>, AuditError> {
@@ -130,7 +132,7 @@ pub async fn read(
                         tracing::warn!(path, error = %err, "unreadable audit entry; skipped")
                     }
                 },
-                Err(ZkErr::NoNode) => {}
+                Err(Fault::NoNode) => {}
                 Err(source) => return Err(failed(&path)(source)),
             }
         }
@@ -145,7 +147,7 @@ pub async fn read(
 /// # Errors
 /// A listing or delete failed; what was deleted stays deleted.
 pub async fn prune(
-    client: &Client,
+    client: &Zk,
     paths: &AuditPaths,
     keep: Duration,
     now_unix_ms: i64,
@@ -160,13 +162,12 @@ pub async fn prune(
         let bucket = paths.day(day);
         let names = entries_of(client, &bucket).await?;
         for batch in names.chunks(PRUNE_BATCH) {
-            let mut multi = client.new_multi_writer();
+            let mut multi = client.multi(WriteKind::Prune);
             for name in batch {
                 multi
                     .add_delete(&format!("{bucket}/{name}"), None)
                     .map_err(failed(&bucket))?;
             }
-            tally::wrote(WriteKind::Prune, batch.len());
             match multi.commit().await {
                 Ok(_) => pruned += batch.len(),
                 // One gone meanwhile (another owner's prune): the next sweep finishes the day.
@@ -176,9 +177,8 @@ pub async fn prune(
                 }
             }
         }
-        tally::wrote(WriteKind::Prune, 1);
-        match client.delete(&bucket, None).await {
-            Ok(()) | Err(ZkErr::NoNode | ZkErr::NotEmpty) => {}
+        match client.delete(WriteKind::Prune, &bucket, None).await {
+            Ok(()) | Err(Fault::NoNode | Fault::NotEmpty) => {}
             Err(source) => return Err(failed(&bucket)(source)),
         }
     }
@@ -186,19 +186,19 @@ pub async fn prune(
 }
 
 /// The entries' names in a day's `bucket`; none when it is gone.
-async fn entries_of(client: &Client, bucket: &str) -> Result<Vec<String>, AuditError> {
+async fn entries_of(client: &Zk, bucket: &str) -> Result<Vec<String>, AuditError> {
     match client.list_children(bucket).await {
         Ok(names) => Ok(names),
-        Err(ZkErr::NoNode) => Ok(Vec::new()),
+        Err(Fault::NoNode) => Ok(Vec::new()),
         Err(source) => Err(failed(bucket)(source)),
     }
 }
 
 /// The days that have a bucket, oldest first (foreign names skipped).
-async fn days(client: &Client, paths: &AuditPaths) -> Result<Vec<i64>, AuditError> {
+async fn days(client: &Zk, paths: &AuditPaths) -> Result<Vec<i64>, AuditError> {
     let names = match client.list_children(&paths.dir).await {
         Ok(names) => names,
-        Err(ZkErr::NoNode) => return Ok(Vec::new()),
+        Err(Fault::NoNode) => return Ok(Vec::new()),
         Err(source) => return Err(failed(&paths.dir)(source)),
     };
     let mut days: Vec<i64> = names.iter().filter_map(|name| name.parse().ok()).collect();

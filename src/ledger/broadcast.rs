@@ -8,8 +8,6 @@
 
 use std::collections::{BTreeSet, HashSet};
 
-use zookeeper_client::Client;
-
 use super::{
     ClaimError, ClaimPlan, OpenRuns, Remember, prune, read_versioned, record_names, rewrite_record,
 };
@@ -17,6 +15,7 @@ use crate::ids::{FencingToken, JobName, NodeId};
 use crate::layout::{LedgerPaths, LockPaths};
 use crate::lock::node::OwnerInfo;
 use crate::run::{ClaimMode, RunRecord, RunStatus};
+use crate::zk::Zk;
 
 /// Why a broadcast tick is recorded `missed` for a node (and the metrics' `broadcast_node`).
 pub const MISSED_BY_A_MEMBER: &str = "a live member that did not claim the tick in time";
@@ -36,11 +35,9 @@ pub struct LiveMember {
 ///
 /// # Errors
 /// Listing the members failed.
-pub async fn live_members(
-    client: &Client,
-    group: &LockPaths,
-) -> Result<Vec<LiveMember>, ClaimError> {
-    let names = crate::zk::children_if_there(client, &group.members)
+pub async fn live_members(client: &Zk, group: &LockPaths) -> Result<Vec<LiveMember>, ClaimError> {
+    let names = client
+        .children_if_there(&group.members)
         .await
         .map_err(ClaimError::on(&group.members))?;
     // Each request goes out as it is made: the reads travel together, one wait for all.
@@ -109,7 +106,7 @@ pub struct Swept {
 /// Listing the records failed, or a claim failed otherwise than by finding the record there
 /// (`NotOwner`: the lock moved; the next owner sweeps again).
 pub async fn sweep(
-    client: &Client,
+    client: &Zk,
     paths: &LedgerPaths,
     group: &LockPaths,
     members: &[LiveMember],
@@ -144,7 +141,6 @@ pub async fn sweep(
             ClaimMode::Create,
             false,
             OpenRuns::ByRecord,
-            sweep.remember.acls,
         );
         match plan.send_alone(client).await {
             Ok(_) => swept.missed.push(record),
@@ -153,7 +149,8 @@ pub async fn sweep(
         }
     }
     if !members.is_empty() {
-        let live_now: HashSet<String> = crate::zk::children_if_there(client, &group.members)
+        let live_now: HashSet<String> = client
+            .children_if_there(&group.members)
             .await
             .map_err(ClaimError::on(&group.members))?
             .into_iter()
@@ -198,7 +195,7 @@ struct LeftOpen<'a> {
 /// of `open.job` (of `names`, the job's records) through `open.through_ms`, but those it spares;
 /// each a compare-and-set at the version read. Returns how many it marked.
 async fn close_open(
-    client: &Client,
+    client: &Zk,
     paths: &LedgerPaths,
     names: &[crate::layout::RecordName],
     open: &LeftOpen<'_>,
@@ -243,7 +240,7 @@ pub const OWN_LOOK_BACK: usize = 20;
 /// # Errors
 /// Listing the records failed.
 pub async fn close_own(
-    client: &Client,
+    client: &Zk,
     paths: &LedgerPaths,
     job: &JobName,
     me: &NodeId,

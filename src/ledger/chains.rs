@@ -8,14 +8,13 @@
 //! Must not: decide whether a child runs (the fire machine does); a tick child's claim, which
 //! deletes the marks it follows, is the [`ClaimPlan`](super::ClaimPlan)'s.
 
-use zookeeper_client::{Acls, CheckWriteError, Client, CreateMode, CreateOptions, Error as ZkErr};
-
 use super::error::ClaimError;
 use crate::delayed::submission::{DueBucket, Submission, SubmissionId};
 use crate::ids::{FencingToken, JobName};
 use crate::layout::{LedgerPaths, MarkName};
 use crate::run::{ChainMark, Claim, FoundMark, RunRecord};
-use crate::zk::tally::{self, WriteKind};
+use crate::zk::tally::WriteKind;
+use crate::zk::{Fault, Mode, Multi, MultiFault, Zk};
 
 /// One mark to create with a parent's final record.
 #[derive(Debug, Clone)]
@@ -24,12 +23,11 @@ pub struct MarkCreate {
     /// `after/<child>`, made when the create finds it missing.
     pub dir: String,
     pub data: Vec<u8>,
-    pub acls: Acls<'static>,
 }
 
 /// The marks `claim`'s final record leaves: one per child the fire machine named, none while
 /// the record promises a retry (a retried parent counts once, at its last attempt).
-pub fn marks_of(paths: &LedgerPaths, claim: &Claim, acls: Acls<'static>) -> Vec<MarkCreate> {
+pub fn marks_of(paths: &LedgerPaths, claim: &Claim) -> Vec<MarkCreate> {
     let record = &claim.record;
     if record.retry_at_unix_ms.is_some() {
         return Vec::new();
@@ -50,7 +48,6 @@ pub fn marks_of(paths: &LedgerPaths, claim: &Claim, acls: Acls<'static>) -> Vec<
             path: paths.mark(child, &name),
             dir: paths.after_of(child),
             data: data.clone(),
-            acls,
         })
         .collect()
 }
@@ -58,11 +55,7 @@ pub fn marks_of(paths: &LedgerPaths, claim: &Claim, acls: Acls<'static>) -> Vec<
 /// The marks a chained run's claim took (its `parents`), to make again when the claim is given
 /// back unstarted. None for a chained submission's run: its mark was taken when it was
 /// submitted, and it goes back to pending.
-pub fn marks_taken_by(
-    paths: &LedgerPaths,
-    record: &RunRecord,
-    acls: Acls<'static>,
-) -> Vec<MarkCreate> {
+pub fn marks_taken_by(paths: &LedgerPaths, record: &RunRecord) -> Vec<MarkCreate> {
     if record.submission_id.is_some() {
         return Vec::new();
     }
@@ -73,33 +66,35 @@ pub fn marks_taken_by(
             path: paths.chain_mark(&record.job, record.scheduled_unix_ms, &parent.job),
             dir: paths.after_of(&record.job),
             data: ChainMark::of(&parent.run_id, parent.status).to_bytes(),
-            acls,
         })
         .collect()
 }
 
-/// Adds the creates of `marks` to a multi-op through `add` (its `add_create`: a plain multi-op
-/// and a fenced one have one each).
+/// Adds the creates of `marks` to `multi`.
 ///
 /// # Errors
 /// The op could not be built.
-pub(super) fn add_creates(
-    marks: &[MarkCreate],
-    mut add: impl FnMut(&str, &[u8], &CreateOptions<'_>) -> Result<(), ZkErr>,
-) -> Result<(), ZkErr> {
-    marks.iter().try_for_each(|mark| {
-        let options = CreateMode::Persistent.with_acls(mark.acls);
-        add(&mark.path, &mark.data, &options)
-    })
+pub(super) fn add_creates(marks: &[MarkCreate], multi: &mut Multi<'_>) -> Result<(), Fault> {
+    marks
+        .iter()
+        .try_for_each(|mark| multi.add_create(&mark.path, &mark.data, Mode::Persistent))
 }
 
 /// Makes the marks' parents, after a create found one missing.
-pub(super) async fn make_dirs(client: &Client, marks: &[MarkCreate]) {
+pub(super) async fn make_dirs(client: &Zk, marks: &[MarkCreate]) {
     for mark in marks {
-        if let Err(err) = crate::zk::ensure_persistent(client, &mark.dir, mark.acls).await {
+        if let Err(err) = client.ensure_persistent(&mark.dir).await {
             tracing::debug!(path = mark.dir, error = %err, "chain marks' parent not made");
         }
     }
+}
+
+/// Removes the mark at `path`, which nobody will take; one gone already is fine.
+///
+/// # Errors
+/// The delete failed.
+pub async fn drop_mark(client: &Zk, path: &str) -> Result<(), Fault> {
+    client.delete_if_there(WriteKind::Record, path, None).await
 }
 
 /// The marks left for `child`, oldest instant first. Foreign names and unreadable marks are
@@ -109,12 +104,13 @@ pub(super) async fn make_dirs(client: &Client, marks: &[MarkCreate]) {
 /// # Errors
 /// The listing failed (no `after/<child>` means no marks).
 pub async fn marks_for(
-    client: &Client,
+    client: &Zk,
     paths: &LedgerPaths,
     child: &JobName,
 ) -> Result<Vec<FoundMark>, ClaimError> {
     let dir = paths.after_of(child);
-    let names = crate::zk::children_if_there(client, &dir)
+    let names = client
+        .children_if_there(&dir)
         .await
         .map_err(ClaimError::on(&dir))?;
     let mut found = Vec::with_capacity(names.len());
@@ -126,7 +122,7 @@ pub async fn marks_for(
         };
         let data = match client.get_data(&path).await {
             Ok((data, _)) => data,
-            Err(ZkErr::NoNode) => continue,
+            Err(Fault::NoNode) => continue,
             Err(source) => return Err(ClaimError::Zk { path, source }),
         };
         match ChainMark::parse(&data) {
@@ -161,17 +157,17 @@ pub enum ChildSubmitted {
 /// `NotOwner` when the epoch moved past `token`; `Zk` when a request failed (nothing was
 /// written: a multi-op is all or nothing).
 pub async fn submit_child(
-    client: &Client,
+    client: &Zk,
     paths: &LedgerPaths,
     child: &JobName,
     mark: &MarkName,
     id: SubmissionId,
     submission: &Submission,
-    (token, acls): (FencingToken, Acls<'static>),
+    token: FencingToken,
 ) -> Result<ChildSubmitted, ClaimError> {
     let mark_path = paths.mark(child, mark);
     let data = submission.to_bytes();
-    let options = CreateMode::Persistent.with_acls(acls);
+    let persistent = Mode::Persistent;
     let mut id = id;
     let wanted = [(id.clone(), submission.clone())];
     let mut parents =
@@ -184,87 +180,84 @@ pub async fn submit_child(
             source,
         };
         let mut writer = client
-            .new_check_writer(&paths.epoch, Some(token.0))
+            .fenced(WriteKind::Submit, &paths.epoch, Some(token.0))
             .map_err(|source| zk_err(&paths.epoch, source))?;
         let made = parents.len();
         parents
             .iter()
-            .try_for_each(|parent| writer.add_create(parent, &[], &options))
+            .try_for_each(|parent| writer.add_create(parent, &[], persistent))
             .and_then(|()| writer.add_delete(&mark_path, None))
-            .and_then(|()| writer.add_create(&request, &data, &options))
-            .and_then(|()| writer.add_create(&marker, &[], &options))
+            .and_then(|()| writer.add_create(&request, &data, persistent))
+            .and_then(|()| writer.add_create(&marker, &[], persistent))
             .map_err(|source| zk_err(&mark_path, source))?;
-        tally::wrote_checked(WriteKind::Submit, made + 3, 1);
         match writer.commit().await {
             Ok(_) => return Ok(ChildSubmitted::Made(id)),
-            Err(CheckWriteError::CheckFailed { .. }) => return Err(ClaimError::NotOwner { token }),
-            Err(CheckWriteError::OperationFailed {
+            Err(MultiFault::Fenced(_)) => return Err(ClaimError::NotOwner { token }),
+            Err(MultiFault::Op {
                 index,
-                source: ZkErr::NodeExists,
+                fault: Fault::NodeExists,
             }) if index < made => {
                 // Another session made a parent meanwhile: each is made on its own below.
                 parents.clear();
-                ensure_parents(client, paths, &id, submission, acls).await?;
+                ensure_parents(client, paths, &id, submission).await?;
             }
-            Err(CheckWriteError::OperationFailed { index, source }) if index >= made => {
-                match (index - made, source) {
-                    (0, ZkErr::NoNode) => return Ok(ChildSubmitted::MarkGone),
-                    (1, ZkErr::NodeExists) => {
-                        tracing::info!(
-                            path = request,
-                            "a submission holds the child's id already; the child is submitted under a generated one"
-                        );
-                        id = SubmissionId::generate();
-                        parents = super::parents::absent(
-                            client,
-                            &super::parents::parents_of(
-                                &paths.delayed,
-                                &[(id.clone(), submission.clone())],
-                            ),
-                        )
-                        .await;
-                    }
-                    (_, ZkErr::NoNode) => {
-                        parents.clear();
-                        ensure_parents(client, paths, &id, submission, acls).await?;
-                    }
-                    (op, source) => {
-                        let path = [&mark_path, &request, &marker][op.min(2)];
-                        return Err(zk_err(path, source));
-                    }
+            Err(MultiFault::Op { index, fault }) if index >= made => match (index - made, fault) {
+                (0, Fault::NoNode) => return Ok(ChildSubmitted::MarkGone),
+                (1, Fault::NodeExists) => {
+                    tracing::info!(
+                        path = request,
+                        "a submission holds the child's id already; the child is submitted under a generated one"
+                    );
+                    id = SubmissionId::generate();
+                    parents = super::parents::absent(
+                        client,
+                        &super::parents::parents_of(
+                            &paths.delayed,
+                            &[(id.clone(), submission.clone())],
+                        ),
+                    )
+                    .await;
                 }
-            }
-            Err(CheckWriteError::OperationFailed { index, source }) => {
+                (_, Fault::NoNode) => {
+                    parents.clear();
+                    ensure_parents(client, paths, &id, submission).await?;
+                }
+                (op, source) => {
+                    let path = [&mark_path, &request, &marker][op.min(2)];
+                    return Err(zk_err(path, source));
+                }
+            },
+            Err(MultiFault::Op { index, fault }) => {
                 let path = parents.get(index).unwrap_or(&mark_path);
-                return Err(zk_err(path, source));
+                return Err(zk_err(path, fault));
             }
-            Err(CheckWriteError::RequestFailed { source }) => {
-                return Err(zk_err(&mark_path, source));
+            Err(MultiFault::Request(fault)) => {
+                return Err(zk_err(&mark_path, fault));
             }
         }
     }
     Err(ClaimError::Zk {
         path: mark_path,
-        source: ZkErr::NoNode,
+        source: Fault::NoNode,
     })
 }
 
 /// Makes the parents a child's request and marker need, each on its own.
 async fn ensure_parents(
-    client: &Client,
+    client: &Zk,
     paths: &LedgerPaths,
     id: &SubmissionId,
     submission: &Submission,
-    acls: Acls<'static>,
 ) -> Result<(), ClaimError> {
     let bucket = DueBucket::of(submission.due_unix_ms);
     for parent in [
         paths.delayed.id_shard(id.shard()),
         paths.delayed.due_shard(bucket, id.shard()),
     ] {
-        crate::zk::ensure_persistent(client, &parent, acls)
+        client
+            .ensure_persistent(&parent)
             .await
-            .map_err(|err| ClaimError::from_zk(&parent, err))?;
+            .map_err(ClaimError::on(&parent))?;
     }
     Ok(())
 }

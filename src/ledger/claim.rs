@@ -8,12 +8,11 @@
 
 use std::future::Future;
 
-use zookeeper_client::{Acls, CheckWriteError, CheckWriter, Client, CreateMode, Error as ZkErr};
-
 use crate::ids::{FencingToken, SessionId};
 use crate::layout::LedgerPaths;
 use crate::run::{Claim, ClaimMode, RunRecord, RunStatus};
-use crate::zk::tally::{self, WriteKind};
+use crate::zk::tally::WriteKind;
+use crate::zk::{Fault, Mode, Multi, MultiFault, Written, Zk};
 
 use super::ClaimError;
 
@@ -32,14 +31,13 @@ use super::ClaimError;
 /// # Cancellation safety
 /// Dropping the future drops the answer, not the request: the claim may still happen.
 pub fn claim<'c>(
-    client: &'c Client,
+    client: &'c Zk,
     paths: &LedgerPaths,
     record: RunRecord,
     mode: ClaimMode,
     guarded: bool,
-    acls: Acls<'static>,
 ) -> impl Future<Output = Result<Claim, ClaimError>> + Send + 'c {
-    ClaimPlan::new(paths, record, mode, guarded, OpenRuns::ByRecord, acls).send_alone(client)
+    ClaimPlan::new(paths, record, mode, guarded, OpenRuns::ByRecord).send_alone(client)
 }
 
 /// How a submission's claimed run shows as open until its final record — the ledger's format,
@@ -54,7 +52,7 @@ pub enum OpenRuns {
     ByRecord,
 }
 
-type ClaimReply = Result<Vec<zookeeper_client::MultiWriteResult>, CheckWriteError>;
+type ClaimReply = Result<Vec<Written>, MultiFault>;
 
 /// One claim, ready to go out alone or in a [`GroupCommit`](super::group::GroupCommit): the nodes its ops touch, in
 /// order — the record, the guard, then a submission's marker delete and open-run create — and
@@ -79,7 +77,6 @@ pub struct ClaimPlan {
     pub(super) epoch: String,
     /// A broadcast run's claim: `epoch` is the member znode, checked at any version.
     by_member: bool,
-    acls: Acls<'static>,
 }
 
 /// A submission's claim also takes it out of `pending`, and (for a run in format 1) marks it
@@ -99,7 +96,6 @@ impl ClaimPlan {
         mode: ClaimMode,
         guarded: bool,
         open_runs: OpenRuns,
-        acls: Acls<'static>,
     ) -> Self {
         let mut parents = vec![paths.job_runs(&record.job), paths.running.clone()];
         // A format 1 run claimed again (a retry, a rerun) still has its marker, which its final
@@ -156,7 +152,6 @@ impl ClaimPlan {
             parents,
             epoch: paths.epoch.clone(),
             by_member: false,
-            acls,
         }
     }
 
@@ -206,25 +201,26 @@ impl ClaimPlan {
         nodes + self.data.len() + 64 * self.op_count()
     }
 
-    pub(super) fn add_ops(&self, writer: &mut CheckWriter<'_>) -> Result<(), ZkErr> {
-        let options = CreateMode::Persistent.with_acls(self.acls);
+    /// The version the claim's check expects of its fence: the token's, or any for a member.
+    pub(super) fn fence_version(&self) -> Option<i32> {
+        (!self.by_member).then_some(self.token().0)
+    }
+
+    pub(super) fn add_ops(&self, writer: &mut Multi<'_>) -> Result<(), Fault> {
+        let persistent = Mode::Persistent;
         match self.mode {
-            ClaimMode::Create => writer.add_create(&self.path, &self.data, &options)?,
+            ClaimMode::Create => writer.add_create(&self.path, &self.data, persistent)?,
             ClaimMode::Again { version } => {
                 writer.add_set_data(&self.path, &self.data, Some(version))?;
             }
         }
         if let Some(guard) = &self.guard {
-            writer.add_create(
-                guard,
-                self.record.run_id.as_bytes(),
-                &CreateMode::Ephemeral.with_acls(self.acls),
-            )?;
+            writer.add_create(guard, self.record.run_id.as_bytes(), Mode::Ephemeral)?;
         }
         if let Some(pending) = &self.pending {
             writer.add_delete(&pending.marker, None)?;
             if let Some(open) = &pending.open {
-                writer.add_create(open, &[], &options)?;
+                writer.add_create(open, &[], persistent)?;
             }
         }
         for mark in &self.follows {
@@ -236,21 +232,21 @@ impl ClaimPlan {
     /// Builds and sends the claim's own multi; the returned future only awaits the reply.
     fn send<'c>(
         &self,
-        client: &'c Client,
-    ) -> Result<impl Future<Output = ClaimReply> + Send + use<'c>, CheckWriteError> {
-        let version = (!self.by_member).then_some(self.token().0);
-        let mut writer = client.new_check_writer(&self.epoch, version)?;
-        self.add_ops(&mut writer)?;
-        tally::wrote_checked(WriteKind::Claim, self.op_count(), 1);
-        Ok(writer.commit())
+        client: &'c Zk,
+    ) -> Result<impl Future<Output = ClaimReply> + Send + use<'c>, MultiFault> {
+        let mut writer = client
+            .fenced(WriteKind::Claim, &self.epoch, self.fence_version())
+            .map_err(MultiFault::Request)?;
+        self.add_ops(&mut writer).map_err(MultiFault::Request)?;
+        Ok(writer.unbounded().commit())
     }
 
     /// Sends the claim in a multi of its own (see [`claim`]).
     pub fn send_alone<'c>(
         self,
-        client: &'c Client,
+        client: &'c Zk,
     ) -> impl Future<Output = Result<Claim, ClaimError>> + Send + 'c {
-        let session = SessionId(client.session_id().0);
+        let session = SessionId(client.session_id());
         let first = self.send(client);
         async move {
             let result = match first {
@@ -259,14 +255,15 @@ impl ClaimPlan {
             };
             let results = match self.classify(result) {
                 Err(ClaimError::Zk {
-                    source: ZkErr::NoNode,
+                    source: Fault::NoNode,
                     ..
                 }) if self.mode == ClaimMode::Create => {
                     // The job's first tick: make the parents, then claim once more.
                     for dir in &self.parents {
-                        crate::zk::ensure_persistent(client, dir, self.acls)
+                        client
+                            .ensure_persistent(dir)
                             .await
-                            .map_err(|err| ClaimError::from_zk(dir, err))?;
+                            .map_err(ClaimError::on(dir))?;
                     }
                     let result = match self.send(client) {
                         Ok(sent) => sent.await,
@@ -284,10 +281,7 @@ impl ClaimPlan {
     /// create or compare-and-set (`AlreadyClaimed`: it exists, or changed since it was read),
     /// the guard's create (`RunAlive`), the submission's marker delete (`AlreadyClaimed`: claimed
     /// by another node, or cancelled). An `OperationFailed` index counts this claim's ops only.
-    pub(super) fn classify(
-        &self,
-        result: ClaimReply,
-    ) -> Result<Vec<zookeeper_client::MultiWriteResult>, ClaimError> {
+    pub(super) fn classify(&self, result: ClaimReply) -> Result<Vec<Written>, ClaimError> {
         let record = &self.record;
         let marker_index = self
             .pending
@@ -296,45 +290,44 @@ impl ClaimPlan {
         let follows = self.ops_before_follows()..self.op_count();
         match result {
             Ok(results) => Ok(results),
-            Err(CheckWriteError::OperationFailed {
+            Err(MultiFault::Op {
                 index,
-                source: ZkErr::NoNode,
+                fault: Fault::NoNode,
             }) if Some(index) == marker_index || follows.contains(&index) => {
                 Err(ClaimError::AlreadyClaimed {
                     job: record.job.clone(),
                     scheduled_unix_ms: record.scheduled_unix_ms,
                 })
             }
-            Err(CheckWriteError::CheckFailed {
-                source: ZkErr::BadVersion | ZkErr::NoNode,
-            }) => Err(ClaimError::NotOwner {
-                token: record.fencing_token,
-            }),
-            Err(CheckWriteError::CheckFailed { source }) => Err(ClaimError::Zk {
+            Err(MultiFault::Fenced(Fault::BadVersion | Fault::NoNode)) => {
+                Err(ClaimError::NotOwner {
+                    token: record.fencing_token,
+                })
+            }
+            Err(MultiFault::Fenced(source)) => Err(ClaimError::Zk {
                 path: self.epoch.clone(),
                 source,
             }),
-            Err(CheckWriteError::OperationFailed {
+            Err(MultiFault::Op {
                 index: 0,
-                source: ZkErr::NodeExists | ZkErr::BadVersion,
+                fault: Fault::NodeExists | Fault::BadVersion,
             }) => Err(ClaimError::AlreadyClaimed {
                 job: record.job.clone(),
                 scheduled_unix_ms: record.scheduled_unix_ms,
             }),
             // The guard exists: a run of the job is alive somewhere (concurrency = forbid).
-            Err(CheckWriteError::OperationFailed {
+            Err(MultiFault::Op {
                 index: 1,
-                source: ZkErr::NodeExists,
+                fault: Fault::NodeExists,
             }) if self.guard.is_some() => Err(ClaimError::RunAlive {
                 job: record.job.clone(),
             }),
-            Err(
-                CheckWriteError::OperationFailed { source, .. }
-                | CheckWriteError::RequestFailed { source },
-            ) => Err(ClaimError::Zk {
-                path: self.path.clone(),
-                source,
-            }),
+            Err(MultiFault::Op { fault: source, .. } | MultiFault::Request(source)) => {
+                Err(ClaimError::Zk {
+                    path: self.path.clone(),
+                    source,
+                })
+            }
         }
     }
 
@@ -354,7 +347,7 @@ impl ClaimPlan {
     /// outcome is still unknown: read again).
     pub async fn read_back(
         &self,
-        client: &Client,
+        client: &Zk,
         session: SessionId,
     ) -> Result<Option<Claim>, ClaimError> {
         let zk_err = |source| ClaimError::Zk {
@@ -364,7 +357,7 @@ impl ClaimPlan {
         client.sync(&self.path).await.map_err(zk_err)?;
         let (data, stat) = match client.get_data(&self.path).await {
             Ok(found) => found,
-            Err(ZkErr::NoNode) => return Ok(None),
+            Err(Fault::NoNode) => return Ok(None),
             Err(source) => return Err(zk_err(source)),
         };
         if data == self.data {
@@ -380,29 +373,22 @@ impl ClaimPlan {
     }
 
     /// Why the claim failed, for a multi that failed as a whole (its check or its request).
-    pub(super) fn refusal(&self, err: CheckWriteError) -> ClaimError {
+    pub(super) fn refusal(&self, err: MultiFault) -> ClaimError {
         match self.classify(Err(err)) {
             Err(refused) => refused,
             Ok(_) => ClaimError::Zk {
                 path: self.path.clone(),
-                source: ZkErr::UnexpectedError("a failed multi read as a success".into()),
+                source: Fault::Other("a failed multi read as a success".into()),
             },
         }
     }
 
     /// The claim made, from this claim's share of the multi's results.
-    pub(super) fn into_claim(
-        self,
-        results: &[zookeeper_client::MultiWriteResult],
-        session: SessionId,
-    ) -> Claim {
+    pub(super) fn into_claim(self, results: &[Written], session: SessionId) -> Claim {
         let version = match (self.mode, results.first()) {
             // A node just created has data version 0.
             (ClaimMode::Create, _) => 0,
-            (
-                ClaimMode::Again { .. },
-                Some(zookeeper_client::MultiWriteResult::SetData { stat }),
-            ) => stat.version,
+            (ClaimMode::Again { .. }, Some(Written::SetData { stat })) => stat.version,
             (ClaimMode::Again { version }, _) => version + 1,
         };
         self.claim_at(version, session)

@@ -7,11 +7,11 @@
 //! Must not: decide anything about firing or the lock, or what a request's data says
 //! (`crate::control` does).
 
-use zookeeper_client::{Acls, Client, CreateMode, Error as ZkErr};
-
 use crate::control::{BackfillRequest, Pause, Pauses, ReleaseRequest};
 use crate::ids::JobName;
 use crate::layout::ControlPaths;
+use crate::zk::tally::WriteKind;
+use crate::zk::{Fault, Mode, Zk};
 
 /// A control request that did not go through.
 #[derive(Debug, thiserror::Error)]
@@ -20,11 +20,11 @@ pub enum ControlError {
     Zk {
         path: String,
         #[source]
-        source: ZkErr,
+        source: Fault,
     },
 }
 
-fn zk(path: &str) -> impl FnOnce(ZkErr) -> ControlError + '_ {
+fn zk(path: &str) -> impl FnOnce(Fault) -> ControlError + '_ {
     move |source| ControlError::Zk {
         path: path.to_owned(),
         source,
@@ -44,30 +44,35 @@ pub enum Paused {
 /// # Errors
 /// A request failed; nothing was written.
 pub async fn pause(
-    client: &Client,
+    client: &Zk,
     paths: &ControlPaths,
     job: &JobName,
     pause: &Pause,
-    acls: Acls<'static>,
 ) -> Result<Paused, ControlError> {
     let path = paths.pause(job);
-    let options = CreateMode::Persistent.with_acls(acls);
     for _ in 0..2 {
-        crate::zk::tally::wrote(crate::zk::tally::WriteKind::Control, 1);
-        match client.create(&path, &pause.to_bytes(), &options).await {
+        match client
+            .create(
+                WriteKind::Control,
+                &path,
+                &pause.to_bytes(),
+                Mode::Persistent,
+            )
+            .await
+        {
             Ok(_) => return Ok(Paused::Now),
-            Err(ZkErr::NodeExists) => match read_pause(client, &path).await? {
+            Err(Fault::NodeExists) => match read_pause(client, &path).await? {
                 Some(existing) => return Ok(Paused::Already(existing)),
                 None => continue, // resumed meanwhile: pause it again
             },
-            Err(ZkErr::NoNode) => client
-                .mkdir(&paths.paused, &options)
+            Err(Fault::NoNode) => client
+                .ensure_persistent(&paths.paused)
                 .await
                 .map_err(zk(&paths.paused))?,
             Err(source) => return Err(zk(&path)(source)),
         }
     }
-    Err(zk(&path)(ZkErr::NodeExists))
+    Err(zk(&path)(Fault::NodeExists))
 }
 
 /// Resumes `job`; `None` when it was not paused.
@@ -75,7 +80,7 @@ pub async fn pause(
 /// # Errors
 /// A request failed.
 pub async fn resume(
-    client: &Client,
+    client: &Zk,
     paths: &ControlPaths,
     job: &JobName,
 ) -> Result<Option<Pause>, ControlError> {
@@ -83,10 +88,9 @@ pub async fn resume(
     let Some(pause) = read_pause(client, &path).await? else {
         return Ok(None);
     };
-    crate::zk::tally::wrote(crate::zk::tally::WriteKind::Control, 1);
-    match client.delete(&path, None).await {
+    match client.delete(WriteKind::Control, &path, None).await {
         Ok(()) => Ok(Some(pause)),
-        Err(ZkErr::NoNode) => Ok(None),
+        Err(Fault::NoNode) => Ok(None),
         Err(source) => Err(zk(&path)(source)),
     }
 }
@@ -96,10 +100,10 @@ pub async fn resume(
 ///
 /// # Errors
 /// A request failed.
-pub async fn pauses(client: &Client, paths: &ControlPaths) -> Result<Pauses, ControlError> {
+pub async fn pauses(client: &Zk, paths: &ControlPaths) -> Result<Pauses, ControlError> {
     let names = match client.list_children(&paths.paused).await {
         Ok(names) => names,
-        Err(ZkErr::NoNode) => return Ok(Pauses::new()),
+        Err(Fault::NoNode) => return Ok(Pauses::new()),
         Err(source) => return Err(zk(&paths.paused)(source)),
     };
     let mut found = Pauses::new();
@@ -112,13 +116,13 @@ pub async fn pauses(client: &Client, paths: &ControlPaths) -> Result<Pauses, Con
     Ok(found)
 }
 
-async fn read_pause(client: &Client, path: &str) -> Result<Option<Pause>, ControlError> {
+async fn read_pause(client: &Zk, path: &str) -> Result<Option<Pause>, ControlError> {
     match client.get_data(path).await {
         Ok((data, _)) => Ok(Some(Pause::parse(&data).unwrap_or_else(|err| {
             tracing::warn!(path, error = %err, "pause node holds foreign data; the job stays paused");
             Pause::new(Some("a pause node with foreign data"), "?", 0)
         }))),
-        Err(ZkErr::NoNode) => Ok(None),
+        Err(Fault::NoNode) => Ok(None),
         Err(source) => Err(zk(path)(source)),
     }
 }
@@ -128,25 +132,30 @@ async fn read_pause(client: &Client, path: &str) -> Result<Option<Pause>, Contro
 /// # Errors
 /// A request failed; nothing was written.
 pub async fn request_backfill(
-    client: &Client,
+    client: &Zk,
     paths: &ControlPaths,
     request: &BackfillRequest,
-    acls: Acls<'static>,
 ) -> Result<String, ControlError> {
-    let options = CreateMode::PersistentSequential.with_acls(acls);
     let prefix = paths.backfill_request("req-");
     for _ in 0..2 {
-        crate::zk::tally::wrote(crate::zk::tally::WriteKind::Control, 1);
-        match client.create(&prefix, &request.to_bytes(), &options).await {
+        match client
+            .create(
+                WriteKind::Control,
+                &prefix,
+                &request.to_bytes(),
+                Mode::Persistent,
+            )
+            .await
+        {
             Ok((_, sequence)) => return Ok(format!("req-{sequence}")),
-            Err(ZkErr::NoNode) => client
-                .mkdir(&paths.backfill, &CreateMode::Persistent.with_acls(acls))
+            Err(Fault::NoNode) => client
+                .ensure_persistent(&paths.backfill)
                 .await
                 .map_err(zk(&paths.backfill))?,
             Err(source) => return Err(zk(&prefix)(source)),
         }
     }
-    Err(zk(&prefix)(ZkErr::NoNode))
+    Err(zk(&prefix)(Fault::NoNode))
 }
 
 /// The backfill requests waiting, by node name, oldest first. Foreign data is logged with its
@@ -155,12 +164,12 @@ pub async fn request_backfill(
 /// # Errors
 /// A request failed.
 pub async fn backfills(
-    client: &Client,
+    client: &Zk,
     paths: &ControlPaths,
 ) -> Result<Vec<(String, BackfillRequest)>, ControlError> {
     let mut names = match client.list_children(&paths.backfill).await {
         Ok(names) => names,
-        Err(ZkErr::NoNode) => return Ok(Vec::new()),
+        Err(Fault::NoNode) => return Ok(Vec::new()),
         Err(source) => return Err(zk(&paths.backfill)(source)),
     };
     names.sort();
@@ -183,7 +192,7 @@ pub async fn backfills(
                     }
                 }
             }
-            Err(ZkErr::NoNode) => {}
+            Err(Fault::NoNode) => {}
             Err(source) => return Err(zk(&path)(source)),
         }
     }
@@ -191,10 +200,12 @@ pub async fn backfills(
 }
 
 /// Removes backfill request `name` (taken, or unusable); one already gone is fine.
-pub async fn remove_backfill(client: &Client, paths: &ControlPaths, name: &str) {
+pub async fn remove_backfill(client: &Zk, paths: &ControlPaths, name: &str) {
     let path = paths.backfill_request(name);
-    crate::zk::tally::wrote(crate::zk::tally::WriteKind::Control, 1);
-    if let Err(err) = crate::zk::delete_if_there(client, &path, None).await {
+    if let Err(err) = client
+        .delete_if_there(WriteKind::Control, &path, None)
+        .await
+    {
         tracing::warn!(path, error = %err, "cannot remove the backfill request");
     }
 }
@@ -204,32 +215,35 @@ pub async fn remove_backfill(client: &Client, paths: &ControlPaths, name: &str) 
 /// # Errors
 /// A request failed.
 pub async fn request_release(
-    client: &Client,
+    client: &Zk,
     paths: &ControlPaths,
     request: &ReleaseRequest,
-    acls: Acls<'static>,
 ) -> Result<(), ControlError> {
-    let options = CreateMode::Persistent.with_acls(acls);
     let data = request.to_bytes();
     for _ in 0..2 {
-        crate::zk::tally::wrote(crate::zk::tally::WriteKind::Control, 1);
-        match client.create(&paths.release, &data, &options).await {
+        match client
+            .create(WriteKind::Control, &paths.release, &data, Mode::Persistent)
+            .await
+        {
             Ok(_) => return Ok(()),
-            Err(ZkErr::NodeExists) => {
-                match client.set_data(&paths.release, &data, None).await {
+            Err(Fault::NodeExists) => {
+                match client
+                    .set_data(WriteKind::Control, &paths.release, &data, None)
+                    .await
+                {
                     Ok(_) => return Ok(()),
-                    Err(ZkErr::NoNode) => continue, // taken meanwhile: create it again
+                    Err(Fault::NoNode) => continue, // taken meanwhile: create it again
                     Err(source) => return Err(zk(&paths.release)(source)),
                 }
             }
-            Err(ZkErr::NoNode) => {
+            Err(Fault::NoNode) => {
                 let parent = paths.release_parent();
-                client.mkdir(parent, &options).await.map_err(zk(parent))?;
+                client.ensure_persistent(parent).await.map_err(zk(parent))?;
             }
             Err(source) => return Err(zk(&paths.release)(source)),
         }
     }
-    Err(zk(&paths.release)(ZkErr::NoNode))
+    Err(zk(&paths.release)(Fault::NoNode))
 }
 
 /// The release request, if one is there, and its version (to remove just that one). Foreign
@@ -238,7 +252,7 @@ pub async fn request_release(
 /// # Errors
 /// A request failed.
 pub async fn release_request(
-    client: &Client,
+    client: &Zk,
     paths: &ControlPaths,
 ) -> Result<Option<(ReleaseRequest, i32)>, ControlError> {
     match client.get_data(&paths.release).await {
@@ -249,16 +263,18 @@ pub async fn release_request(
                 Ok(None)
             }
         },
-        Err(ZkErr::NoNode) => Ok(None),
+        Err(Fault::NoNode) => Ok(None),
         Err(source) => Err(zk(&paths.release)(source)),
     }
 }
 
 /// Removes the release request at `version` (acted on, or stale); a newer one stays.
-pub async fn remove_release_request(client: &Client, paths: &ControlPaths, version: i32) {
-    crate::zk::tally::wrote(crate::zk::tally::WriteKind::Control, 1);
-    if let Err(err) = client.delete(&paths.release, Some(version)).await {
-        if !matches!(err, ZkErr::NoNode | ZkErr::BadVersion) {
+pub async fn remove_release_request(client: &Zk, paths: &ControlPaths, version: i32) {
+    if let Err(err) = client
+        .delete(WriteKind::Control, &paths.release, Some(version))
+        .await
+    {
+        if !matches!(err, Fault::NoNode | Fault::BadVersion) {
             tracing::debug!(path = paths.release, error = %err, "release request not removed");
         }
     }

@@ -5,19 +5,19 @@
 //! Owns: those reads and removals, with foreign names logged by path and skipped.
 //! Must not: claim or decide anything (the fire machine does, through the ledger's claims).
 
-use zookeeper_client::{Client, Error as ZkErr};
-
 use super::records::parsed_sorted;
 use super::submissions::{SubmissionError, children, zk};
 use crate::delayed::submission::{DueBucket, Shard, SubmissionId};
 use crate::ids::JobName;
 use crate::layout::DelayedPaths;
+use crate::zk::tally::WriteKind;
+use crate::zk::{Fault, Zk};
 
 /// The days that have buckets, oldest first (foreign names logged and skipped).
 ///
 /// # Errors
 /// The listing failed; no `due` node means no days.
-pub async fn days(client: &Client, paths: &DelayedPaths) -> Result<Vec<i64>, SubmissionError> {
+pub async fn days(client: &Zk, paths: &DelayedPaths) -> Result<Vec<i64>, SubmissionError> {
     let mut days: Vec<i64> = children(client, &paths.due)
         .await?
         .iter()
@@ -41,7 +41,7 @@ pub async fn days(client: &Client, paths: &DelayedPaths) -> Result<Vec<i64>, Sub
 /// # Errors
 /// The listing failed; a missing day has no buckets.
 pub async fn buckets(
-    client: &Client,
+    client: &Zk,
     paths: &DelayedPaths,
     day: i64,
 ) -> Result<Vec<DueBucket>, SubmissionError> {
@@ -59,7 +59,7 @@ pub async fn buckets(
 /// # Errors
 /// A failed request.
 pub async fn count_pending(
-    client: &Client,
+    client: &Zk,
     paths: &DelayedPaths,
     max_buckets: usize,
 ) -> Result<(usize, bool), SubmissionError> {
@@ -72,17 +72,15 @@ pub async fn count_pending(
             }
             buckets_read += 1;
             let path = paths.due_bucket(bucket);
-            let (below, shards) = tokio::join!(
-                client.count_descendants_number(&path),
-                client.get_children(&path)
-            );
+            let (below, shards) =
+                tokio::join!(client.count_descendants(&path), client.get_children(&path));
             match (below, shards) {
                 (Ok(below), Ok((_, stat))) => {
                     let shards = usize::try_from(stat.num_children).unwrap_or(0);
                     counted += below.saturating_sub(shards);
                 }
                 // Removed meanwhile (empty, past).
-                (Err(ZkErr::NoNode), _) | (_, Err(ZkErr::NoNode)) => {}
+                (Err(Fault::NoNode), _) | (_, Err(Fault::NoNode)) => {}
                 (Err(source), _) | (_, Err(source)) => return Err(zk(&path, source)),
             }
         }
@@ -96,7 +94,7 @@ pub async fn count_pending(
 /// # Errors
 /// A listing failed; a missing bucket holds nothing.
 pub async fn pending_in(
-    client: &Client,
+    client: &Zk,
     paths: &DelayedPaths,
     bucket: DueBucket,
 ) -> Result<Vec<(SubmissionId, Option<JobName>)>, SubmissionError> {
@@ -111,7 +109,7 @@ pub async fn pending_in(
 /// # Errors
 /// A listing failed.
 pub async fn shards_of_each(
-    client: &Client,
+    client: &Zk,
     paths: &DelayedPaths,
     buckets: &[DueBucket],
 ) -> Result<Vec<Option<Vec<String>>>, SubmissionError> {
@@ -124,7 +122,7 @@ pub async fn shards_of_each(
     for (path, listing) in bucket_paths.iter().zip(listings) {
         match listing.await {
             Ok(names) => shards.push(Some(names)),
-            Err(ZkErr::NoNode) => shards.push(None),
+            Err(Fault::NoNode) => shards.push(None),
             Err(source) => return Err(zk(path, source)),
         }
     }
@@ -137,7 +135,7 @@ pub async fn shards_of_each(
 /// # Errors
 /// A listing failed.
 pub async fn pending_in_shards(
-    client: &Client,
+    client: &Zk,
     paths: &DelayedPaths,
     bucket: DueBucket,
     shard_names: Vec<String>,
@@ -160,7 +158,7 @@ pub async fn pending_in_shards(
     for ((shard, shard_path), listing) in shards.iter().zip(listings) {
         let names = match listing.await {
             Ok(names) => names,
-            Err(ZkErr::NoNode) => Vec::new(),
+            Err(Fault::NoNode) => Vec::new(),
             Err(source) => return Err(zk(shard_path, source)),
         };
         for name in names {
@@ -190,7 +188,7 @@ pub async fn pending_in_shards(
 /// # Errors
 /// The listing failed; a job with none open has none.
 pub async fn open_runs(
-    client: &Client,
+    client: &Zk,
     paths: &DelayedPaths,
     job: &JobName,
 ) -> Result<Vec<(i64, SubmissionId)>, SubmissionError> {
@@ -211,21 +209,22 @@ pub async fn open_runs(
 
 /// Removes an empty past bucket: its empty shards, then itself. A node that is not empty (a
 /// submission kept for a job that is away, or one submitted a moment ago) stays.
-pub async fn remove_bucket(client: &Client, paths: &DelayedPaths, bucket: DueBucket) {
+pub async fn remove_bucket(client: &Zk, paths: &DelayedPaths, bucket: DueBucket) {
     let parent = paths.due_bucket(bucket);
     let Ok(shards) = client.list_children(&parent).await else {
         return;
     };
     for shard in shards {
-        crate::zk::tally::wrote(crate::zk::tally::WriteKind::Due, 1);
-        let _ = client.delete(&format!("{parent}/{shard}"), None).await;
+        let _ = client
+            .delete(WriteKind::Due, &format!("{parent}/{shard}"), None)
+            .await;
     }
-    crate::zk::tally::wrote(crate::zk::tally::WriteKind::Due, 1);
-    let _ = client.delete(&parent, None).await;
+    let _ = client.delete(WriteKind::Due, &parent, None).await;
 }
 
 /// Removes a past day once none of its buckets is left; a day that still holds one stays.
-pub async fn remove_day(client: &Client, paths: &DelayedPaths, day: i64) {
-    crate::zk::tally::wrote(crate::zk::tally::WriteKind::Due, 1);
-    let _ = client.delete(&paths.due_day(day), None).await;
+pub async fn remove_day(client: &Zk, paths: &DelayedPaths, day: i64) {
+    let _ = client
+        .delete(WriteKind::Due, &paths.due_day(day), None)
+        .await;
 }

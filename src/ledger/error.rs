@@ -4,7 +4,7 @@
 //! Owns: `ClaimError` and `UpdateError`.
 //! Must not: send requests.
 
-use zookeeper_client::Error as ZkErr;
+use crate::zk::Fault;
 
 use crate::ids::{FencingToken, JobName};
 use crate::run::RunStatus;
@@ -25,13 +25,13 @@ pub enum ClaimError {
     Zk {
         path: String,
         #[source]
-        source: ZkErr,
+        source: Fault,
     },
 }
 
 impl ClaimError {
     /// A request on `path` failed, for `map_err`.
-    pub(super) fn on(path: &str) -> impl FnOnce(ZkErr) -> Self + '_ {
+    pub(super) fn on(path: &str) -> impl FnOnce(Fault) -> Self + '_ {
         move |source| Self::Zk {
             path: path.to_owned(),
             source,
@@ -46,30 +46,7 @@ impl ClaimError {
         let ClaimError::Zk { source, .. } = self else {
             return false;
         };
-        !matches!(
-            source,
-            ZkErr::NoNode
-                | ZkErr::NodeExists
-                | ZkErr::BadVersion
-                | ZkErr::NotEmpty
-                | ZkErr::NoChildrenForEphemerals
-                | ZkErr::NoAuth
-                | ZkErr::InvalidAcl
-                | ZkErr::BadArguments(_)
-                | ZkErr::NotReadOnly
-                | ZkErr::QuotaExceeded
-                | ZkErr::Throttled
-                | ZkErr::MarshallingError
-                | ZkErr::Unimplemented
-                | ZkErr::SessionMoved
-                | ZkErr::AuthFailed
-                | ZkErr::ClientClosed
-        )
-    }
-
-    pub(crate) fn from_zk(path: &str, err: crate::zk::ZkError) -> Self {
-        let (path, source) = err.into_request(path);
-        ClaimError::Zk { path, source }
+        source.is_unknown_outcome()
     }
 }
 
@@ -87,6 +64,6 @@ pub enum UpdateError {
     Zk {
         path: String,
         #[source]
-        source: ZkErr,
+        source: Fault,
     },
 }

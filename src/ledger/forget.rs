@@ -6,12 +6,12 @@
 //! list is carried out at most once.
 //! Must not: decide which ids are remembered or for how long (`prune` writes the lists).
 
-use zookeeper_client::{Client, Error as ZkErr};
-
 use super::records::parsed_sorted;
 use super::submissions::{SubmissionError, children, zk};
 use crate::delayed::submission::{ForgetBucket, Stored, SubmissionId};
 use crate::layout::DelayedPaths;
+use crate::zk::tally::WriteKind;
+use crate::zk::{Fault, Zk};
 
 /// Lists carried out per sweep at most (each names up to 50 ids): the rest waits for the next
 /// sweep, so a backlog never floods the ensemble.
@@ -23,7 +23,7 @@ pub const SWEEP_LISTS: usize = 200;
 /// # Errors
 /// A listing or a read failed; the next sweep goes on where this one stopped.
 pub async fn sweep(
-    client: &Client,
+    client: &Zk,
     paths: &DelayedPaths,
     now_unix_ms: i64,
 ) -> Result<usize, SubmissionError> {
@@ -52,12 +52,10 @@ pub async fn sweep(
                 freed +=
                     carry_out(client, paths, &format!("{minute_path}/{list}"), now_unix_ms).await?;
             }
-            crate::zk::tally::wrote(crate::zk::tally::WriteKind::Forget, 1);
-            let _ = client.delete(&minute_path, None).await;
+            let _ = client.delete(WriteKind::Forget, &minute_path, None).await;
         }
         if day_ended {
-            crate::zk::tally::wrote(crate::zk::tally::WriteKind::Forget, 1);
-            let _ = client.delete(&day_path, None).await;
+            let _ = client.delete(WriteKind::Forget, &day_path, None).await;
         } else {
             break;
         }
@@ -69,14 +67,14 @@ pub async fn sweep(
 /// fails (a tombstone already gone), one at a time, each only while it is still a tombstone
 /// whose time has passed.
 async fn carry_out(
-    client: &Client,
+    client: &Zk,
     paths: &DelayedPaths,
     list: &str,
     now_unix_ms: i64,
 ) -> Result<usize, SubmissionError> {
     let (data, stat) = match client.get_data(list).await {
         Ok(read) => read,
-        Err(ZkErr::NoNode) => return Ok(0),
+        Err(Fault::NoNode) => return Ok(0),
         Err(source) => return Err(zk(list, source)),
     };
     let ids: Vec<SubmissionId> = String::from_utf8_lossy(&data)
@@ -87,14 +85,11 @@ async fn carry_out(
                 .ok()
         })
         .collect();
-    let mut multi = client.new_multi_writer();
+    let mut multi = client.multi(WriteKind::Forget);
     let built = ids
         .iter()
         .try_for_each(|id| multi.add_delete(&paths.submission(id), None))
         .and_then(|()| multi.add_delete(list, Some(stat.version)));
-    if built.is_ok() {
-        crate::zk::tally::wrote(crate::zk::tally::WriteKind::Forget, ids.len() + 1);
-    }
     if built.is_ok() && multi.commit().await.is_ok() {
         return Ok(ids.len());
     }
@@ -106,28 +101,32 @@ async fn carry_out(
                 Ok(Stored::Tombstone(tombstone))
                     if tombstone.remembered_until_unix_ms <= now_unix_ms =>
                 {
-                    crate::zk::tally::wrote(crate::zk::tally::WriteKind::Forget, 1);
-                    match client.delete(&path, Some(stat.version)).await {
+                    match client
+                        .delete(WriteKind::Forget, &path, Some(stat.version))
+                        .await
+                    {
                         Ok(()) => freed += 1,
-                        Err(ZkErr::NoNode | ZkErr::BadVersion) => {}
+                        Err(Fault::NoNode | Fault::BadVersion) => {}
                         Err(source) => return Err(zk(&path, source)),
                     }
                 }
                 _ => {}
             },
-            Err(ZkErr::NoNode) => {}
+            Err(Fault::NoNode) => {}
             Err(source) => return Err(zk(&path, source)),
         }
     }
-    crate::zk::tally::wrote(crate::zk::tally::WriteKind::Forget, 1);
-    match client.delete(list, Some(stat.version)).await {
-        Ok(()) | Err(ZkErr::NoNode | ZkErr::BadVersion) => Ok(freed),
+    match client
+        .delete(WriteKind::Forget, list, Some(stat.version))
+        .await
+    {
+        Ok(()) | Err(Fault::NoNode | Fault::BadVersion) => Ok(freed),
         Err(source) => Err(zk(list, source)),
     }
 }
 
 /// The children of `path` that are decimal numbers, in order (others logged and skipped).
-async fn numbered_children(client: &Client, path: &str) -> Result<Vec<i64>, SubmissionError> {
+async fn numbered_children(client: &Zk, path: &str) -> Result<Vec<i64>, SubmissionError> {
     let names = children(client, path).await?;
     let number = |name: &str| {
         (!name.is_empty() && name.bytes().all(|b| b.is_ascii_digit()))

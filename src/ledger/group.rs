@@ -16,12 +16,12 @@ use std::future::Future;
 
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
-use zookeeper_client::{CheckWriteError, Client, MultiWriteError, MultiWriteResult};
 
 use super::chains::MarkCreate;
 use super::{Claim, ClaimError, ClaimPlan, UpdateError};
 use crate::ids::{FencingToken, SessionId};
 use crate::zk::tally;
+use crate::zk::{Fault, MultiFault, Written, Zk};
 
 /// Units per multi-op at most: a group's reply lists every op's result.
 const MAX_UNITS: usize = 500;
@@ -39,7 +39,7 @@ const IN_FLIGHT: usize = 4;
 /// returns ends once every clone is dropped and the queues are drained.
 #[derive(Debug, Clone)]
 pub struct GroupCommit {
-    client: Client,
+    client: Zk,
     claims: mpsc::UnboundedSender<ClaimUnit>,
     starts: mpsc::UnboundedSender<WriteUnit>,
     finals: mpsc::UnboundedSender<WriteUnit>,
@@ -47,7 +47,10 @@ pub struct GroupCommit {
 
 impl GroupCommit {
     /// Queues on `client`'s session, and the future that sends them (the caller spawns it).
-    pub fn new(client: Client) -> (Self, impl Future<Output = ()> + Send + 'static) {
+    /// Its multi-ops are not bounded in time: a claim's answer decides (its caller bounds it and
+    /// reads it back), and a record write's caller bounds it.
+    pub fn new(client: Zk) -> (Self, impl Future<Output = ()> + Send + 'static) {
+        let client = client.unbounded();
         let (claims, claims_in) = mpsc::unbounded_channel();
         let (starts, starts_in) = mpsc::unbounded_channel();
         let (finals, finals_in) = mpsc::unbounded_channel();
@@ -86,7 +89,7 @@ impl GroupCommit {
             // The group's task ended without a word: its multi may have been applied.
             Err(_) => Err(ClaimError::Zk {
                 path,
-                source: zookeeper_client::Error::ConnectionLoss,
+                source: Fault::ConnectionLoss,
             }),
         }
     }
@@ -126,7 +129,7 @@ impl GroupCommit {
             data: claim.record.to_bytes(),
             claim: claim.clone(),
             marks,
-            same_session: SessionId(self.client.session_id().0) == claim.session,
+            same_session: SessionId(self.client.session_id()) == claim.session,
             reply,
         };
         let queue = match kind {
@@ -178,12 +181,12 @@ trait Unit: Sized + Send + 'static {
     fn size(&self) -> usize;
     /// Commits `group` in one multi-op and answers its units; returns those to go again in
     /// the next group.
-    fn commit(client: Client, group: Vec<Self>) -> impl Future<Output = Vec<Self>> + Send;
+    fn commit(client: Zk, group: Vec<Self>) -> impl Future<Output = Vec<Self>> + Send;
 }
 
 /// Sends one queue's units: at most [`IN_FLIGHT`] groups out, each taking what queued behind
 /// the one before it.
-async fn lane<U: Unit>(client: Client, mut queue: mpsc::UnboundedReceiver<U>) {
+async fn lane<U: Unit>(client: Zk, mut queue: mpsc::UnboundedReceiver<U>) {
     let mut waiting = VecDeque::new();
     let mut out: JoinSet<Vec<U>> = JoinSet::new();
     let mut open = true;
@@ -279,14 +282,18 @@ impl Unit for ClaimUnit {
         self.plan.request_size()
     }
 
-    async fn commit(client: Client, group: Vec<Self>) -> Vec<Self> {
+    async fn commit(client: Zk, group: Vec<Self>) -> Vec<Self> {
         let Some(first) = group.first() else {
             return group;
         };
-        let session = SessionId(client.session_id().0);
+        let session = SessionId(client.session_id());
         let op_counts: Vec<usize> = group.iter().map(|unit| unit.plan.op_count()).collect();
         let sent = client
-            .new_check_writer(&first.plan.epoch, Some(first.plan.token().0))
+            .fenced(
+                tally::WriteKind::Claim,
+                &first.plan.epoch,
+                first.plan.fence_version(),
+            )
             .and_then(|mut writer| {
                 group
                     .iter()
@@ -294,11 +301,8 @@ impl Unit for ClaimUnit {
                 Ok(writer.commit())
             });
         let reply = match sent {
-            Ok(commit) => {
-                tally::wrote_checked(tally::WriteKind::Claim, op_counts.iter().sum(), 1);
-                commit.await
-            }
-            Err(source) => Err(CheckWriteError::RequestFailed { source }),
+            Ok(commit) => commit.await,
+            Err(fault) => Err(MultiFault::Request(fault)),
         };
         match reply {
             Ok(mut results) => {
@@ -310,8 +314,8 @@ impl Unit for ClaimUnit {
                 }
                 Vec::new()
             }
-            Err(CheckWriteError::OperationFailed { index, source }) => {
-                tracing::debug!(index, error = %source, claims = group.len(), "a claim failed its group; it goes alone");
+            Err(MultiFault::Op { index, fault }) => {
+                tracing::debug!(index, error = %fault, claims = group.len(), "a claim failed its group; it goes alone");
                 split_failed(group, owner_of(index, &op_counts), |unit| {
                     let _ = unit.reply.send(Grouped::Alone(unit.plan));
                 })
@@ -376,40 +380,35 @@ impl Unit for WriteUnit {
         self.data.len() + self.claim.path.len() * 3 + 256 + marks
     }
 
-    async fn commit(client: Client, group: Vec<Self>) -> Vec<Self> {
+    async fn commit(client: Zk, group: Vec<Self>) -> Vec<Self> {
         let mut op_counts = Vec::with_capacity(group.len());
-        let mut multi = client.new_multi_writer();
+        let why = match group.first().map(|unit| unit.kind) {
+            Some(WriteKind::Update) => tally::WriteKind::Start,
+            _ => tally::WriteKind::Final,
+        };
+        let mut multi = client.multi(why);
         let built = group.iter().try_for_each(|unit| {
             let claim = &unit.claim;
             multi.add_set_data(&claim.path, &unit.data, Some(claim.version))?;
-            super::chains::add_creates(&unit.marks, |path, data, options| {
-                multi.add_create(path, data, options)
-            })?;
+            super::chains::add_creates(&unit.marks, &mut multi)?;
             let mut count = 1 + unit.marks.len();
             for path in unit.deletes() {
                 multi.add_delete(path, None)?;
                 count += 1;
             }
             op_counts.push(count);
-            Ok::<(), zookeeper_client::Error>(())
+            Ok::<(), Fault>(())
         });
-        let why = match group.first().map(|unit| unit.kind) {
-            Some(WriteKind::Update) => tally::WriteKind::Start,
-            _ => tally::WriteKind::Final,
-        };
         let reply = match built {
-            Ok(()) => {
-                tally::wrote(why, op_counts.iter().sum());
-                multi.commit().await
-            }
-            Err(source) => Err(MultiWriteError::RequestFailed { source }),
+            Ok(()) => multi.commit().await,
+            Err(fault) => Err(MultiFault::Request(fault)),
         };
         match reply {
             Ok(mut results) => {
                 for (unit, count) in group.into_iter().zip(op_counts) {
                     let rest = results.split_off(count.min(results.len()));
                     let version = match results.first() {
-                        Some(MultiWriteResult::SetData { stat }) => stat.version,
+                        Some(Written::SetData { stat }) => stat.version,
                         _ => unit.claim.version + 1,
                     };
                     results = rest;
@@ -417,15 +416,15 @@ impl Unit for WriteUnit {
                 }
                 Vec::new()
             }
-            Err(MultiWriteError::OperationFailed { index, source }) => {
-                tracing::debug!(index, error = %source, writes = group.len(), "a record write failed its group; it goes alone");
+            Err(MultiFault::Op { index, fault }) => {
+                tracing::debug!(index, error = %fault, writes = group.len(), "a record write failed its group; it goes alone");
                 split_failed(group, owner_of(index, &op_counts), |unit| {
                     let _ = unit.reply.send(Grouped::Alone(unit.marks));
                 })
             }
             // A lost reply: each goes again alone, where `update` tells our own earlier write
             // from someone else's.
-            Err(MultiWriteError::RequestFailed { .. }) => {
+            Err(MultiFault::Request(_) | MultiFault::Fenced(_)) => {
                 for unit in group {
                     let _ = unit.reply.send(Grouped::Alone(unit.marks));
                 }

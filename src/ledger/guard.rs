@@ -4,12 +4,11 @@
 //! Owns: those two writes, and that only the session that made a guard deletes it.
 //! Must not: take a guard a claim should take (the claim's multi-op does), or touch a record.
 
-use zookeeper_client::{Acls, Client, CreateMode, Error as ZkErr};
-
 use crate::ids::SessionId;
 use crate::layout::LedgerPaths;
 use crate::run::Claim;
-use crate::zk::tally::{self, WriteKind};
+use crate::zk::tally::WriteKind;
+use crate::zk::{Fault, Mode, Zk};
 
 use super::ClaimError;
 
@@ -20,8 +19,8 @@ use super::ClaimError;
 ///
 /// Returns whether that is settled: the guard is gone, or is not ours (another session's, or
 /// another run's); `false` when ZooKeeper did not answer, and the release is worth sending again.
-pub async fn release_unstarted_guard(client: &Client, claim: &Claim) -> bool {
-    if SessionId(client.session_id().0) != claim.session {
+pub async fn release_unstarted_guard(client: &Zk, claim: &Claim) -> bool {
+    if SessionId(client.session_id()) != claim.session {
         // The guard went with the session that made it.
         return true;
     }
@@ -39,31 +38,29 @@ pub async fn release_unstarted_guard(client: &Client, claim: &Claim) -> bool {
 /// # Errors
 /// The request failed.
 pub async fn take_guard(
-    client: &Client,
+    client: &Zk,
     paths: &LedgerPaths,
     claim: &Claim,
-    acls: Acls<'static>,
 ) -> Result<Option<String>, ClaimError> {
-    let session = client.session_id().0;
+    let session = client.session_id();
     if SessionId(session) != claim.session {
         return Ok(None);
     }
     let path = paths.running(&claim.record.job);
     let run_id = claim.record.run_id.as_bytes();
-    tally::wrote(WriteKind::Guard, 1);
     match client
-        .create(&path, run_id, &CreateMode::Ephemeral.with_acls(acls))
+        .create(WriteKind::Guard, &path, run_id, Mode::Ephemeral)
         .await
     {
         Ok(_) => Ok(Some(path)),
-        Err(ZkErr::NodeExists) => match client.get_data(&path).await {
+        Err(Fault::NodeExists) => match client.get_data(&path).await {
             // Ours: a reply lost before.
             Ok((data, stat)) if stat.ephemeral_owner == session && data == run_id => Ok(Some(path)),
             Ok((data, _)) => {
                 tracing::warn!(path, holder = %String::from_utf8_lossy(&data), run_id = claim.record.run_id, "the guard is another run's: a run of the job is alive elsewhere too");
                 Ok(None)
             }
-            Err(ZkErr::NoNode) => Ok(None),
+            Err(Fault::NoNode) => Ok(None),
             Err(source) => Err(ClaimError::Zk { path, source }),
         },
         Err(source) => Err(ClaimError::Zk { path, source }),
@@ -75,20 +72,22 @@ pub async fn take_guard(
 /// guard made since: a peer's (another session), or our own next run's (another run id). Only
 /// the session that made a guard deletes it, so one read as this run's stays so until we delete
 /// it.
-pub(super) async fn delete_own_guard(client: &Client, path: &str, run_id: &str) -> bool {
+pub(super) async fn delete_own_guard(client: &Zk, path: &str, run_id: &str) -> bool {
     let (data, stat) = match client.get_data(path).await {
         Ok(read) => read,
-        Err(ZkErr::NoNode) => return true,
+        Err(Fault::NoNode) => return true,
         Err(err) => {
             tracing::debug!(path, error = %err, "not deleted");
             return false;
         }
     };
-    if stat.ephemeral_owner != client.session_id().0 || data != run_id.as_bytes() {
+    if stat.ephemeral_owner != client.session_id() || data != run_id.as_bytes() {
         return true;
     }
-    tally::wrote(WriteKind::Guard, 1);
-    match crate::zk::delete_if_there(client, path, Some(stat.version)).await {
+    match client
+        .delete_if_there(WriteKind::Guard, path, Some(stat.version))
+        .await
+    {
         Ok(()) => true,
         Err(err) => {
             tracing::debug!(path, error = %err, "not deleted");

@@ -12,9 +12,10 @@
 //! Must not: decide whether a run waits, or how long (the fire machine does).
 
 use serde::{Deserialize, Serialize};
-use zookeeper_client::{Acls, Client, CreateMode, Error as ZkErr};
 
 use crate::ids::NodeId;
+use crate::zk::tally::WriteKind;
+use crate::zk::{Fault, Mode, Zk};
 
 /// Who holds a lease: the run and its node (the lease node's data).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -44,7 +45,7 @@ pub enum LimitError {
     Zk {
         path: String,
         #[source]
-        source: ZkErr,
+        source: Fault,
     },
     /// The wait was given up (the run will not start): its place in the queue is gone.
     #[error("the wait for a lease at {path} was given up")]
@@ -55,7 +56,7 @@ pub enum LimitError {
     Stranded {
         path: String,
         #[source]
-        source: ZkErr,
+        source: Fault,
     },
 }
 
@@ -67,13 +68,12 @@ const PREFIX: &str = "lease-";
 /// A request failed. A lease made whose answer was lost stays until this session ends, counted
 /// against the limit (never above it).
 pub async fn take(
-    client: &Client,
+    client: &Zk,
     dir: &str,
     max: usize,
     holder: &LeaseHolder,
-    acls: Acls<'static>,
 ) -> Result<Taken, LimitError> {
-    let (path, mine) = place(client, dir, holder, acls).await?;
+    let (path, mine) = place(client, dir, holder).await?;
     let ahead = match client.list_children(dir).await {
         Ok(children) => sequences(dir, &children)
             .into_iter()
@@ -100,14 +100,13 @@ pub async fn take(
 /// `cancel` fired (the place is given up), or a request or the session failed (the place is
 /// given up if it can be; it goes with the session otherwise).
 pub async fn acquire(
-    client: &Client,
+    client: &Zk,
     dir: &str,
     max: usize,
     holder: &LeaseHolder,
-    acls: Acls<'static>,
     cancel: &tokio_util::sync::CancellationToken,
 ) -> Result<Lease, LimitError> {
-    let (path, mine) = place(client, dir, holder, acls).await?;
+    let (path, mine) = place(client, dir, holder).await?;
     loop {
         let (children, watcher) = match client.list_and_watch_children(dir).await {
             Ok(listed) => listed,
@@ -128,10 +127,10 @@ pub async fn acquire(
                 drop_lease(client, &path).await?;
                 return Err(LimitError::GivenUp { path });
             }
-            event = watcher.changed() => {
-                if event.event_type == zookeeper_client::EventType::Session {
+            changed = watcher.changed() => {
+                if !changed {
                     drop_lease(client, &path).await?;
-                    return Err(zk(dir, ZkErr::ConnectionLoss));
+                    return Err(zk(dir, Fault::ConnectionLoss));
                 }
             }
         }
@@ -139,38 +138,35 @@ pub async fn acquire(
 }
 
 /// Takes a place in the queue under `dir`: its path and sequence number.
-async fn place(
-    client: &Client,
-    dir: &str,
-    holder: &LeaseHolder,
-    acls: Acls<'static>,
-) -> Result<(String, i64), LimitError> {
+async fn place(client: &Zk, dir: &str, holder: &LeaseHolder) -> Result<(String, i64), LimitError> {
     let data = serde_json::to_vec(holder).unwrap_or_default();
-    let options = CreateMode::EphemeralSequential.with_acls(acls);
     let prefix = format!("{dir}/{PREFIX}");
-    crate::zk::tally::wrote(crate::zk::tally::WriteKind::Lease, 1);
-    let sequence = match client.create(&prefix, &data, &options).await {
+    let sequence = match client
+        .create(WriteKind::Lease, &prefix, &data, Mode::EphemeralSequential)
+        .await
+    {
         Ok((_, sequence)) => sequence,
-        Err(ZkErr::NoNode) => {
-            crate::zk::ensure_persistent(client, dir, acls)
-                .await
-                .map_err(|err| zk(dir, err.into_request(dir).1))?;
+        Err(Fault::NoNode) => {
             client
-                .create(&prefix, &data, &options)
+                .ensure_persistent(dir)
+                .await
+                .map_err(|source| zk(dir, source))?;
+            client
+                .create(WriteKind::Lease, &prefix, &data, Mode::EphemeralSequential)
                 .await
                 .map_err(|source| zk(dir, source))?
                 .1
         }
         Err(source) => return Err(zk(dir, source)),
     };
-    Ok((format!("{prefix}{sequence}"), sequence.into_i64()))
+    Ok((format!("{prefix}{sequence}"), sequence.value()))
 }
 
 /// Gives `lease` back; one already gone (its session ended) is given back too.
 ///
 /// # Errors
 /// The delete failed: the lease goes with this node's session.
-pub async fn give_back(client: &Client, lease: &Lease) -> Result<(), LimitError> {
+pub async fn give_back(client: &Zk, lease: &Lease) -> Result<(), LimitError> {
     drop_lease(client, &lease.path).await
 }
 
@@ -179,8 +175,9 @@ pub async fn give_back(client: &Client, lease: &Lease) -> Result<(), LimitError>
 ///
 /// # Errors
 /// The listing failed; no `dir` means no holders.
-pub async fn holders(client: &Client, dir: &str) -> Result<Vec<LeaseHolder>, LimitError> {
-    let mut children = crate::zk::children_if_there(client, dir)
+pub async fn holders(client: &Zk, dir: &str) -> Result<Vec<LeaseHolder>, LimitError> {
+    let mut children = client
+        .children_if_there(dir)
         .await
         .map_err(|source| zk(dir, source))?;
     children.retain(|name| sequence_of(name).is_some());
@@ -193,16 +190,16 @@ pub async fn holders(client: &Client, dir: &str) -> Result<Vec<LeaseHolder>, Lim
                 Ok(holder) => found.push(holder),
                 Err(err) => tracing::warn!(path, error = %err, "unreadable lease; left out"),
             },
-            Err(ZkErr::NoNode) => {}
+            Err(Fault::NoNode) => {}
             Err(source) => return Err(zk(&path, source)),
         }
     }
     Ok(found)
 }
 
-async fn drop_lease(client: &Client, path: &str) -> Result<(), LimitError> {
-    crate::zk::tally::wrote(crate::zk::tally::WriteKind::Lease, 1);
-    crate::zk::delete_if_there(client, path, None)
+async fn drop_lease(client: &Zk, path: &str) -> Result<(), LimitError> {
+    client
+        .delete_if_there(WriteKind::Lease, path, None)
         .await
         .map_err(|source| LimitError::Stranded {
             path: path.to_owned(),
@@ -231,7 +228,7 @@ fn sequence_of(name: &str) -> Option<i64> {
         .flatten()
 }
 
-fn zk(path: &str, source: ZkErr) -> LimitError {
+fn zk(path: &str, source: Fault) -> LimitError {
     LimitError::Zk {
         path: path.to_owned(),
         source,

@@ -38,10 +38,9 @@ pub use records::{
 
 use std::collections::HashSet;
 
-use zookeeper_client::{Acls, CheckWriteError, Client, CreateMode, Error as ZkErr};
-
 use crate::ids::{JobName, SessionId};
-use crate::zk::tally::{self, WriteKind};
+use crate::zk::tally::WriteKind;
+use crate::zk::{Fault, Mode, MultiFault, Written, Zk};
 
 use crate::layout::LedgerPaths;
 use crate::run::{Claim, RunRecord};
@@ -51,7 +50,7 @@ use crate::run::{Claim, RunRecord};
 /// # Errors
 /// `Conflict` when the record's version moved (another node marked it, e.g. as interrupted);
 /// `Zk` when the request failed. Callers log both: an update is never silently dropped.
-pub async fn update(client: &Client, claim: &mut Claim) -> Result<(), UpdateError> {
+pub async fn update(client: &Zk, claim: &mut Claim) -> Result<(), UpdateError> {
     set_record(client, claim, WriteKind::Start, &[]).await
 }
 
@@ -62,60 +61,59 @@ enum SetOutcome {
     DirsMade,
     /// A mark exists already (it serves as well): the record goes on without it.
     MarkThere,
-    Failed(ZkErr),
+    Failed(Fault),
 }
 
 /// The record's compare-and-set, with `marks` created in the same multi-op (all or nothing).
-async fn set_data_with(client: &Client, claim: &Claim, marks: &[chains::MarkCreate]) -> SetOutcome {
-    use zookeeper_client::{MultiWriteError, MultiWriteResult};
+async fn set_data_with(
+    client: &Zk,
+    kind: WriteKind,
+    claim: &Claim,
+    marks: &[chains::MarkCreate],
+) -> SetOutcome {
     let data = claim.record.to_bytes();
     if marks.is_empty() {
         return match client
-            .set_data(&claim.path, &data, Some(claim.version))
+            .set_data(kind, &claim.path, &data, Some(claim.version))
             .await
         {
             Ok(stat) => SetOutcome::Written(stat.version),
             Err(source) => SetOutcome::Failed(source),
         };
     }
-    let mut multi = client.new_multi_writer();
+    let mut multi = client.multi(kind);
     let built = multi
         .add_set_data(&claim.path, &data, Some(claim.version))
-        .and_then(|()| {
-            chains::add_creates(marks, |path, data, options| {
-                multi.add_create(path, data, options)
-            })
-        });
+        .and_then(|()| chains::add_creates(marks, &mut multi));
     if let Err(source) = built {
         return SetOutcome::Failed(source);
     }
     match multi.commit().await {
         Ok(results) => SetOutcome::Written(match results.first() {
-            Some(MultiWriteResult::SetData { stat }) => stat.version,
+            Some(Written::SetData { stat }) => stat.version,
             _ => claim.version + 1,
         }),
-        Err(MultiWriteError::OperationFailed { index: 0, source }) => SetOutcome::Failed(source),
-        Err(MultiWriteError::OperationFailed {
-            source: ZkErr::NoNode,
+        Err(MultiFault::Op { index: 0, fault }) => SetOutcome::Failed(fault),
+        Err(MultiFault::Op {
+            fault: Fault::NoNode,
             ..
         }) => {
             chains::make_dirs(client, marks).await;
             SetOutcome::DirsMade
         }
-        Err(MultiWriteError::OperationFailed {
-            source: ZkErr::NodeExists,
+        Err(MultiFault::Op {
+            fault: Fault::NodeExists,
             ..
         }) => SetOutcome::MarkThere,
         Err(
-            MultiWriteError::OperationFailed { source, .. }
-            | MultiWriteError::RequestFailed { source },
-        ) => SetOutcome::Failed(source),
+            MultiFault::Op { fault, .. } | MultiFault::Request(fault) | MultiFault::Fenced(fault),
+        ) => SetOutcome::Failed(fault),
     }
 }
 
 /// [`update`], counted as `kind`, with `marks` made in the same multi-op.
 async fn set_record(
-    client: &Client,
+    client: &Zk,
     claim: &mut Claim,
     kind: WriteKind,
     marks: &[chains::MarkCreate],
@@ -127,8 +125,7 @@ async fn set_record(
     let mut marks = marks;
     for _ in 0..4 {
         let previous = std::mem::replace(&mut claim.sent, claim.record.clone());
-        tally::wrote(kind, 1 + marks.len());
-        match set_data_with(client, claim, marks).await {
+        match set_data_with(client, kind, claim, marks).await {
             SetOutcome::Written(version) => {
                 claim.version = version;
                 return Ok(());
@@ -142,7 +139,7 @@ async fn set_record(
                 marks = &[];
                 claim.sent = previous;
             }
-            SetOutcome::Failed(ZkErr::BadVersion) => {
+            SetOutcome::Failed(Fault::BadVersion) => {
                 // Only our own earlier write, whose reply was lost, may have moved the version:
                 // then the stored record is exactly what we sent before. Anything else is
                 // someone else's change, and it is kept.
@@ -160,7 +157,7 @@ async fn set_record(
                     return Ok(());
                 }
             }
-            SetOutcome::Failed(ZkErr::NoNode) => break,
+            SetOutcome::Failed(Fault::NoNode) => break,
             SetOutcome::Failed(source) => return Err(zk_err(source)),
         }
     }
@@ -178,43 +175,36 @@ async fn set_record(
 /// # Errors
 /// As [`update`].
 pub async fn finish(
-    client: &Client,
+    client: &Zk,
     claim: &mut Claim,
     marks: &[chains::MarkCreate],
 ) -> Result<(), UpdateError> {
-    let same_session = SessionId(client.session_id().0) == claim.session;
+    let same_session = SessionId(client.session_id()) == claim.session;
     let guard = claim.guard.clone().filter(|_| same_session);
     let extras: Vec<String> = claim.final_deletes(same_session).cloned().collect();
     if !extras.is_empty() {
-        let mut multi = client.new_multi_writer();
+        let mut multi = client.multi(WriteKind::Final);
         let built = multi
             .add_set_data(&claim.path, &claim.record.to_bytes(), Some(claim.version))
-            .and_then(|()| {
-                chains::add_creates(marks, |path, data, options| {
-                    multi.add_create(path, data, options)
-                })
-            })
+            .and_then(|()| chains::add_creates(marks, &mut multi))
             .and_then(|()| {
                 extras
                     .iter()
                     .try_for_each(|path| multi.add_delete(path, None))
             });
         if built.is_ok() {
-            tally::wrote(WriteKind::Final, 1 + marks.len() + extras.len());
             match multi.commit().await {
                 Ok(results) => {
-                    if let Some(zookeeper_client::MultiWriteResult::SetData { stat }) =
-                        results.first()
-                    {
+                    if let Some(Written::SetData { stat }) = results.first() {
                         claim.version = stat.version;
                     }
                     return Ok(());
                 }
                 // The record moved (a lost reply of ours, or another writer), or a node to
                 // delete is gone: one by one below.
-                Err(zookeeper_client::MultiWriteError::OperationFailed { .. }) => {}
-                Err(zookeeper_client::MultiWriteError::RequestFailed { source }) => {
-                    tracing::debug!(path = claim.path, error = %source, "final record not written with its guard");
+                Err(MultiFault::Op { .. }) => {}
+                Err(MultiFault::Request(fault) | MultiFault::Fenced(fault)) => {
+                    tracing::debug!(path = claim.path, error = %fault, "final record not written with its guard");
                 }
             }
         }
@@ -241,22 +231,23 @@ pub async fn finish(
 /// # Errors
 /// The create failed (the promise is then found only among the newest records).
 pub async fn promise_retry(
-    client: &Client,
+    client: &Zk,
     paths: &LedgerPaths,
     record: &RunRecord,
-    acls: Acls<'static>,
 ) -> Result<(), ClaimError> {
     let marker = paths.retry_marker(&record.job, record.scheduled_unix_ms);
-    let options = CreateMode::Persistent.with_acls(acls);
     for _ in 0..2 {
-        tally::wrote(WriteKind::Retry, 1);
-        match client.create(&marker, &[], &options).await {
-            Ok(_) | Err(ZkErr::NodeExists) => return Ok(()),
-            Err(ZkErr::NoNode) => {
+        match client
+            .create(WriteKind::Retry, &marker, &[], Mode::Persistent)
+            .await
+        {
+            Ok(_) | Err(Fault::NodeExists) => return Ok(()),
+            Err(Fault::NoNode) => {
                 let parent = paths.retries_of(&record.job);
-                crate::zk::ensure_persistent(client, &parent, acls)
+                client
+                    .ensure_persistent(&parent)
                     .await
-                    .map_err(|err| ClaimError::from_zk(&parent, err))?;
+                    .map_err(ClaimError::on(&parent))?;
             }
             Err(source) => {
                 return Err(ClaimError::Zk {
@@ -268,7 +259,7 @@ pub async fn promise_retry(
     }
     Err(ClaimError::Zk {
         path: marker,
-        source: ZkErr::NoNode,
+        source: Fault::NoNode,
     })
 }
 
@@ -277,12 +268,13 @@ pub async fn promise_retry(
 /// # Errors
 /// The listing failed; no markers means none.
 pub async fn promised_retries(
-    client: &Client,
+    client: &Zk,
     paths: &LedgerPaths,
     job: &JobName,
 ) -> Result<Vec<i64>, ClaimError> {
     let parent = paths.retries_of(job);
-    let names = crate::zk::children_if_there(client, &parent)
+    let names = client
+        .children_if_there(&parent)
         .await
         .map_err(ClaimError::on(&parent))?;
     let parse = crate::layout::parse_tick_node_name;
@@ -296,13 +288,12 @@ pub async fn promised_retries(
 }
 
 /// Removes the marker of a retry that is no longer promised.
-pub async fn forget_retry(client: &Client, paths: &LedgerPaths, job: &JobName, tick: i64) {
+pub async fn forget_retry(client: &Zk, paths: &LedgerPaths, job: &JobName, tick: i64) {
     delete_if_there(client, &paths.retry_marker(job, tick), WriteKind::Retry).await;
 }
 
-async fn delete_if_there(client: &Client, path: &str, kind: WriteKind) {
-    tally::wrote(kind, 1);
-    if let Err(err) = crate::zk::delete_if_there(client, path, None).await {
+async fn delete_if_there(client: &Zk, path: &str, kind: WriteKind) {
+    if let Err(err) = client.delete_if_there(kind, path, None).await {
         tracing::debug!(path, error = %err, "not deleted");
     }
 }
@@ -313,12 +304,7 @@ async fn delete_if_there(client: &Client, path: &str, kind: WriteKind) {
 ///
 /// # Errors
 /// The epoch moved (someone acquired after us: it is theirs to resolve) or the request failed.
-pub async fn withdraw(
-    client: &Client,
-    paths: &LedgerPaths,
-    claim: &Claim,
-    acls: Acls<'static>,
-) -> Result<(), ClaimError> {
+pub async fn withdraw(client: &Zk, paths: &LedgerPaths, claim: &Claim) -> Result<(), ClaimError> {
     let token = claim.record.fencing_token;
     let zk_err = |source| ClaimError::Zk {
         path: claim.path.clone(),
@@ -329,12 +315,13 @@ pub async fn withdraw(
     if let (Some(marker), Some(id)) = (&marker, &claim.record.submission_id) {
         let bucket = crate::delayed::submission::DueBucket::of(claim.record.scheduled_unix_ms);
         let parent = paths.delayed.due_shard(bucket, id.shard());
-        crate::zk::ensure_persistent(client, &parent, acls)
+        client
+            .ensure_persistent(&parent)
             .await
-            .map_err(|err| ClaimError::from_zk(marker, err))?;
+            .map_err(ClaimError::on(marker))?;
     }
     let mut writer = client
-        .new_check_writer(&paths.epoch, Some(token.0))
+        .fenced(WriteKind::Record, &paths.epoch, Some(token.0))
         .map_err(zk_err)?;
     writer
         .add_delete(&claim.path, Some(claim.version))
@@ -343,31 +330,20 @@ pub async fn withdraw(
         writer.add_delete(guard, None).map_err(zk_err)?;
     }
     if let Some(marker) = &marker {
-        let options = CreateMode::Persistent.with_acls(acls);
-        writer.add_create(marker, &[], &options).map_err(zk_err)?;
+        writer
+            .add_create(marker, &[], Mode::Persistent)
+            .map_err(zk_err)?;
     }
     if let Some(open) = &claim.open {
         writer.add_delete(open, None).map_err(zk_err)?;
     }
     // A chained run goes back to its parents' marks, which its claim took.
-    let marks = chains::marks_taken_by(paths, &claim.record, acls);
-    chains::add_creates(&marks, |path, data, options| {
-        writer.add_create(path, data, options)
-    })
-    .map_err(zk_err)?;
-    let ops = 1
-        + usize::from(claim.guard.is_some())
-        + usize::from(marker.is_some())
-        + usize::from(claim.open.is_some())
-        + marks.len();
-    tally::wrote_checked(WriteKind::Record, ops, 1);
+    let marks = chains::marks_taken_by(paths, &claim.record);
+    chains::add_creates(&marks, &mut writer).map_err(zk_err)?;
     match writer.commit().await {
         Ok(_) => Ok(()),
-        Err(CheckWriteError::CheckFailed { .. }) => Err(ClaimError::NotOwner { token }),
-        Err(
-            CheckWriteError::OperationFailed { source, .. }
-            | CheckWriteError::RequestFailed { source },
-        ) => Err(zk_err(source)),
+        Err(MultiFault::Fenced(_)) => Err(ClaimError::NotOwner { token }),
+        Err(MultiFault::Op { fault, .. } | MultiFault::Request(fault)) => Err(zk_err(fault)),
     }
 }
 
@@ -380,7 +356,7 @@ pub async fn withdraw(
 /// # Errors
 /// The record changed (`BadVersion`) or vanished, or the request failed.
 pub async fn rewrite_record(
-    client: &Client,
+    client: &Zk,
     paths: &LedgerPaths,
     record: &RunRecord,
     version: i32,
@@ -397,18 +373,17 @@ pub async fn rewrite_record(
         _ => None,
     };
     let Some(open) = open else {
-        tally::wrote(WriteKind::Record, 1);
         return match client
-            .set_data(&path, &record.to_bytes(), Some(version))
+            .set_data(WriteKind::Record, &path, &record.to_bytes(), Some(version))
             .await
         {
             Ok(stat) => Ok(stat.version),
-            Err(ZkErr::BadVersion | ZkErr::NoNode) => Err(conflict(path)),
+            Err(Fault::BadVersion | Fault::NoNode) => Err(conflict(path)),
             Err(source) => Err(UpdateError::Zk { path, source }),
         };
     };
     // Nothing will run it again: it is no longer open.
-    let mut multi = client.new_multi_writer();
+    let mut multi = client.multi(WriteKind::Record);
     multi
         .add_set_data(&path, &record.to_bytes(), Some(version))
         .and_then(|()| multi.add_delete(&open, None))
@@ -416,14 +391,13 @@ pub async fn rewrite_record(
             path: path.clone(),
             source,
         })?;
-    tally::wrote(WriteKind::Record, 2);
     match multi.commit().await {
         Ok(results) => match results.first() {
-            Some(zookeeper_client::MultiWriteResult::SetData { stat }) => Ok(stat.version),
+            Some(Written::SetData { stat }) => Ok(stat.version),
             _ => Ok(version + 1),
         },
-        Err(zookeeper_client::MultiWriteError::OperationFailed { .. }) => Err(conflict(path)),
-        Err(zookeeper_client::MultiWriteError::RequestFailed { source }) => {
+        Err(MultiFault::Op { .. }) => Err(conflict(path)),
+        Err(MultiFault::Request(source) | MultiFault::Fenced(source)) => {
             Err(UpdateError::Zk { path, source })
         }
     }
@@ -435,16 +409,25 @@ pub async fn rewrite_record(
 /// # Errors
 /// A request failed; existing nodes are fine.
 pub async fn ensure_parents<'j>(
-    client: &Client,
+    client: &Zk,
     paths: &LedgerPaths,
     jobs: impl Iterator<Item = &'j JobName>,
-    acls: Acls<'_>,
 ) -> Result<(), crate::zk::ZkError> {
-    crate::zk::ensure_persistent(client, &paths.running, acls).await?;
+    client
+        .ensure_persistent(&paths.running)
+        .await
+        .map_err(request_err(&paths.running))?;
     let jobs: Vec<&JobName> = jobs.collect();
-    ensure_children(client, &paths.runs, &jobs, |job| paths.job_runs(job), acls).await?;
+    ensure_children(client, &paths.runs, &jobs, |job| paths.job_runs(job)).await?;
     let open = |job: &JobName| paths.delayed.open_of(job);
-    ensure_children(client, &paths.delayed.open, &jobs, open, acls).await
+    ensure_children(client, &paths.delayed.open, &jobs, open).await
+}
+
+fn request_err(path: &str) -> impl FnOnce(Fault) -> crate::zk::ZkError + '_ {
+    move |source| crate::zk::ZkError::Request {
+        path: path.to_owned(),
+        source,
+    }
 }
 
 /// Creates of missing parents out at once.
@@ -454,21 +437,19 @@ const CREATE_WINDOW: usize = 256;
 /// listing, then only the missing ones, a window at a time. Asking for each child in turn took
 /// ten thousand jobs twenty seconds of round trips at every start.
 async fn ensure_children(
-    client: &Client,
+    client: &Zk,
     parent: &str,
     jobs: &[&JobName],
     path_of: impl Fn(&JobName) -> String,
-    acls: Acls<'_>,
 ) -> Result<(), crate::zk::ZkError> {
-    crate::zk::ensure_persistent(client, parent, acls).await?;
-    let request_err = |path: &str, source| crate::zk::ZkError::Request {
-        path: path.to_owned(),
-        source,
-    };
+    client
+        .ensure_persistent(parent)
+        .await
+        .map_err(request_err(parent))?;
     let existing: HashSet<String> = client
         .list_children(parent)
         .await
-        .map_err(|source| request_err(parent, source))?
+        .map_err(request_err(parent))?
         .into_iter()
         .collect();
     let missing: Vec<String> = jobs
@@ -476,20 +457,16 @@ async fn ensure_children(
         .filter(|job| !existing.contains(job.as_str()))
         .map(|job| path_of(job))
         .collect();
-    let options = CreateMode::Persistent.with_acls(acls);
     for window in missing.chunks(CREATE_WINDOW) {
-        // The client sends a request when it is made: a window of them is pipelined.
+        // A request is sent when it is made: a window of them is pipelined.
         let created: Vec<_> = window
             .iter()
-            .map(|path| {
-                tally::wrote(WriteKind::Parents, 1);
-                client.create(path, &[], &options)
-            })
+            .map(|path| client.create(WriteKind::Parents, path, &[], Mode::Persistent))
             .collect();
         for (path, created) in window.iter().zip(created) {
             match created.await {
-                Ok(_) | Err(ZkErr::NodeExists) => {}
-                Err(source) => return Err(request_err(path, source)),
+                Ok(_) | Err(Fault::NodeExists) => {}
+                Err(source) => return Err(request_err(path)(source)),
             }
         }
     }

@@ -10,8 +10,6 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
-use zookeeper_client::{Acls, Client, CreateMode, Error as ZkErr, MultiWriteError};
-
 use super::error::ClaimError;
 use super::records::record_names;
 use crate::delayed::submission::{self, ForgetBucket, FormatError, Stored, SubmissionId};
@@ -19,7 +17,8 @@ use crate::ids::JobName;
 use crate::layout::{LedgerPaths, RecordName};
 use crate::run::RecordError;
 use crate::run::RunRecord;
-use crate::zk::tally::{self, WriteKind};
+use crate::zk::tally::WriteKind;
+use crate::zk::{Fault, Mode, MultiFault, Stat, Zk};
 
 /// Deleted at most per call, so that pruning a long backlog never floods the ensemble.
 pub const PRUNE_BATCH: usize = 1000;
@@ -32,7 +31,6 @@ pub struct Remember {
     pub now_unix_ms: i64,
     /// The job's `dedup_window`: counted from the run's end.
     pub window: Duration,
-    pub acls: Acls<'static>,
 }
 
 /// What happens to one pruned record's request.
@@ -69,7 +67,7 @@ struct Doomed {
 /// Listing failed; a record that vanished or changed meanwhile is not an error (the next prune
 /// looks again).
 pub async fn prune(
-    client: &Client,
+    client: &Zk,
     paths: &LedgerPaths,
     job: &JobName,
     keep: usize,
@@ -85,14 +83,14 @@ pub async fn prune(
     let mut made = HashSet::new();
     let mut deleted = 0;
     for group in doomed.chunks(PRUNE_MULTI) {
-        make_forget_buckets(client, paths, group, remember.acls, &mut made).await?;
-        if commit(client, paths, group, remember.acls).await.is_ok() {
+        make_forget_buckets(client, paths, group, &mut made).await?;
+        if commit(client, paths, group).await.is_ok() {
             deleted += group.len();
             continue;
         }
         // Something in the group changed or is gone: one record at a time.
         for one in group {
-            match commit(client, paths, std::slice::from_ref(one), remember.acls).await {
+            match commit(client, paths, std::slice::from_ref(one)).await {
                 Ok(()) => deleted += 1,
                 Err(err) => {
                     tracing::debug!(path = one.record, error = %err, "record not pruned; the next prune looks again")
@@ -106,7 +104,7 @@ pub async fn prune(
 /// Reads what pruning `oldest` needs: each submission's record (to keep open runs and promised
 /// retries, and for its end) and its request (for the tombstone), all requests out at once.
 async fn doomed(
-    client: &Client,
+    client: &Zk,
     paths: &LedgerPaths,
     job: &JobName,
     oldest: &[RecordName],
@@ -137,7 +135,7 @@ async fn doomed(
         let (record_read, request_read) = read.await;
         let (data, stat) = match record_read {
             Ok(read) => read,
-            Err(ZkErr::NoNode) => continue,
+            Err(Fault::NoNode) => continue,
             Err(source) => {
                 return Err(ClaimError::Zk {
                     path: record,
@@ -181,11 +179,11 @@ fn request_fate(
     paths: &LedgerPaths,
     id: &SubmissionId,
     run: &RunRecord,
-    read: Result<(Vec<u8>, zookeeper_client::Stat), ZkErr>,
+    read: Result<(Vec<u8>, Stat), Fault>,
     remember: Remember,
 ) -> RequestFate {
     let path = paths.delayed.submission(id);
-    if matches!(read, Err(ZkErr::NoNode)) {
+    if matches!(read, Err(Fault::NoNode)) {
         // Gone already: the record goes alone (a delete of it would fail the multi-op forever).
         return RequestFate::None;
     }
@@ -234,19 +232,19 @@ fn request_fate(
 
 /// Makes the forget buckets `group` lists its ids in (each once per prune).
 async fn make_forget_buckets(
-    client: &Client,
+    client: &Zk,
     paths: &LedgerPaths,
     group: &[Doomed],
-    acls: Acls<'static>,
     made: &mut HashSet<ForgetBucket>,
 ) -> Result<(), ClaimError> {
     for doomed in group {
         if let RequestFate::Tombstone { bucket, .. } = &doomed.request {
             if made.insert(*bucket) {
                 let path = paths.delayed.forget_minute(*bucket);
-                crate::zk::ensure_persistent(client, &path, acls)
+                client
+                    .ensure_persistent(&path)
                     .await
-                    .map_err(|err| ClaimError::from_zk(&path, err))?;
+                    .map_err(ClaimError::on(&path))?;
             }
         }
     }
@@ -255,17 +253,10 @@ async fn make_forget_buckets(
 
 /// One multi-op for `group`: each record's delete with its request's delete or tombstone, and
 /// one forget list per bucket naming the group's tombstones in it.
-async fn commit(
-    client: &Client,
-    paths: &LedgerPaths,
-    group: &[Doomed],
-    acls: Acls<'static>,
-) -> Result<(), MultiWriteError> {
+async fn commit(client: &Zk, paths: &LedgerPaths, group: &[Doomed]) -> Result<(), MultiFault> {
     let mut lists: BTreeMap<ForgetBucket, Vec<&str>> = BTreeMap::new();
-    let mut multi = client.new_multi_writer();
-    let mut ops = 0;
+    let mut multi = client.multi(WriteKind::Prune);
     for doomed in group {
-        ops += 1 + usize::from(!matches!(doomed.request, RequestFate::None));
         let built = multi
             .add_delete(&doomed.record, doomed.version)
             .and_then(|()| match &doomed.request {
@@ -282,18 +273,16 @@ async fn commit(
                     multi.add_set_data(path, data, Some(*version))
                 }
             });
-        built.map_err(|source| MultiWriteError::RequestFailed { source })?;
+        built.map_err(MultiFault::Request)?;
     }
-    let options = CreateMode::PersistentSequential.with_acls(acls);
-    tally::wrote(WriteKind::Prune, ops + lists.len());
     for (bucket, ids) in lists {
         multi
             .add_create(
                 &paths.delayed.forget_list(bucket),
                 ids.join("\n").as_bytes(),
-                &options,
+                Mode::PersistentSequential,
             )
-            .map_err(|source| MultiWriteError::RequestFailed { source })?;
+            .map_err(MultiFault::Request)?;
     }
     multi.commit().await.map(|_| ())
 }

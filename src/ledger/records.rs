@@ -6,16 +6,15 @@
 
 use std::collections::HashSet;
 
-use zookeeper_client::{Client, Error as ZkErr};
-
 use super::error::ClaimError;
 use crate::ids::JobName;
 use crate::layout::{LedgerPaths, RecordName};
 use crate::run::{RecordError, RunRecord};
+use crate::zk::{Fault, Zk};
 
 /// Reads a record to show it (who holds a claimed tick, `delayed show`, `history`): one of a
 /// newer format as far as it reads.
-pub async fn read_record(client: &Client, path: &str) -> Option<RunRecord> {
+pub async fn read_record(client: &Zk, path: &str) -> Option<RunRecord> {
     let (data, _) = client.get_data(path).await.ok()?;
     RunRecord::parse_to_show(&data)
         .inspect_err(|err| tracing::warn!(path, error = %err, "unreadable run record"))
@@ -38,10 +37,10 @@ pub enum StoredRecord {
 ///
 /// # Errors
 /// The read failed for another reason than the node being absent.
-pub async fn read_to_act(client: &Client, path: &str) -> Result<StoredRecord, ZkErr> {
+pub async fn read_to_act(client: &Zk, path: &str) -> Result<StoredRecord, Fault> {
     let (data, stat) = match client.get_data(path).await {
         Ok(read) => read,
-        Err(ZkErr::NoNode) => return Ok(StoredRecord::Absent),
+        Err(Fault::NoNode) => return Ok(StoredRecord::Absent),
         Err(source) => return Err(source),
     };
     Ok(match RunRecord::parse(&data) {
@@ -63,7 +62,7 @@ pub async fn read_to_act(client: &Client, path: &str) -> Result<StoredRecord, Zk
 /// # Errors
 /// Listing the job's records failed (a missing job means no records, not an error).
 pub async fn history(
-    client: &Client,
+    client: &Zk,
     paths: &LedgerPaths,
     job: &JobName,
     limit: usize,
@@ -88,12 +87,13 @@ pub async fn history(
 /// # Errors
 /// Listing failed; a job without records has none.
 pub async fn record_names(
-    client: &Client,
+    client: &Zk,
     paths: &LedgerPaths,
     job: &JobName,
 ) -> Result<Vec<RecordName>, ClaimError> {
     let parent = paths.job_runs(job);
-    let children = crate::zk::children_if_there(client, &parent)
+    let children = client
+        .children_if_there(&parent)
         .await
         .map_err(ClaimError::on(&parent))?;
     // Said at debug, not warn: the owner lists a job's records after every run.
@@ -108,7 +108,7 @@ pub async fn record_names(
 }
 
 /// A stored record with its znode version; `None` when absent or unreadable (logged).
-pub async fn read_versioned(client: &Client, path: &str) -> Option<(RunRecord, i32)> {
+pub async fn read_versioned(client: &Zk, path: &str) -> Option<(RunRecord, i32)> {
     read_versioned_checked(client, path).await.ok().flatten()
 }
 
@@ -118,7 +118,7 @@ pub async fn read_versioned(client: &Client, path: &str) -> Option<(RunRecord, i
 /// # Errors
 /// The read failed for another reason than the node being absent.
 pub async fn read_versioned_checked(
-    client: &Client,
+    client: &Zk,
     path: &str,
 ) -> Result<Option<(RunRecord, i32)>, crate::zk::ZkError> {
     let read = read_to_act(client, path)
@@ -134,13 +134,13 @@ pub async fn read_versioned_checked(
 }
 
 /// The run id written into `job`'s `running/<job>` guard, if a guard exists.
-pub async fn guard_holder(client: &Client, paths: &LedgerPaths, job: &JobName) -> Option<String> {
+pub async fn guard_holder(client: &Zk, paths: &LedgerPaths, job: &JobName) -> Option<String> {
     let (data, _) = client.get_data(&paths.running(job)).await.ok()?;
     Some(String::from_utf8_lossy(&data).into_owned())
 }
 
 /// The jobs whose `running/<job>` guard is held: a run is alive somewhere.
-pub async fn running_jobs(client: &Client, paths: &LedgerPaths) -> HashSet<JobName> {
+pub async fn running_jobs(client: &Zk, paths: &LedgerPaths) -> HashSet<JobName> {
     client
         .list_children(&paths.running)
         .await
@@ -155,8 +155,8 @@ pub async fn running_jobs(client: &Client, paths: &LedgerPaths) -> HashSet<JobNa
 ///
 /// # Errors
 /// The listing failed; no `runs` node means no jobs.
-pub async fn jobs_with_records(client: &Client, runs: &str) -> Result<Vec<JobName>, ZkErr> {
-    let jobs = crate::zk::children_if_there(client, runs).await?;
+pub async fn jobs_with_records(client: &Zk, runs: &str) -> Result<Vec<JobName>, Fault> {
+    let jobs = client.children_if_there(runs).await?;
     Ok(jobs.into_iter().map(JobName::new).collect())
 }
 
@@ -164,7 +164,7 @@ pub async fn jobs_with_records(client: &Client, runs: &str) -> Result<Vec<JobNam
 /// client sends a request when it is made), so a batch costs one round trip. A listing that
 /// fails counts as empty; foreign names are left out.
 pub async fn record_names_of(
-    client: &Client,
+    client: &Zk,
     runs: &str,
     jobs: &[JobName],
 ) -> Vec<(JobName, Option<RecordName>, String)> {
@@ -187,7 +187,7 @@ pub async fn record_names_of(
 /// Reads the records at the given paths, `in_flight` at a time; `None` where the node is gone,
 /// not to be read (no name), or unreadable (logged with its path).
 pub async fn read_many(
-    client: &Client,
+    client: &Zk,
     wanted: Vec<(JobName, Option<RecordName>, String)>,
     in_flight: usize,
 ) -> Vec<(JobName, Option<RecordName>, Option<RunRecord>)> {

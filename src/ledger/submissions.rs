@@ -8,8 +8,6 @@
 //! Must not: decide when a submission fires (the fire machine) or check it against the schedule
 //! (the caller's job).
 
-use zookeeper_client::{Acls, Client, CreateMode, Error as ZkErr, MultiWriteError};
-
 use super::parents::{absent, parents_of};
 use crate::delayed::submission::FormatError;
 use crate::delayed::submission::{DueBucket, Stored, Submission, SubmissionId, Tombstone};
@@ -17,7 +15,8 @@ use crate::ids::{FencingToken, NodeId};
 use crate::layout::DelayedPaths;
 use crate::layout::LedgerPaths;
 use crate::run::{RunRecord, RunStatus};
-use crate::zk::tally::{self, WriteKind};
+use crate::zk::tally::WriteKind;
+use crate::zk::{Fault, Mode, MultiFault, Zk};
 
 /// Why a submission request did not do what was asked.
 #[derive(Debug, thiserror::Error)]
@@ -46,7 +45,7 @@ pub enum SubmissionError {
     Zk {
         path: String,
         #[source]
-        source: ZkErr,
+        source: Fault,
     },
 }
 
@@ -86,28 +85,25 @@ const PARENT_ATTEMPTS: usize = 3;
 /// `Conflict` when `id` holds a different request; `Corrupt` when it holds foreign data; `Zk`
 /// when a request failed (nothing is half-written: the multi is all or nothing).
 pub async fn submit(
-    client: &Client,
+    client: &Zk,
     paths: &DelayedPaths,
     id: &SubmissionId,
     submission: &Submission,
-    acls: Acls<'static>,
 ) -> Result<Submitted, SubmissionError> {
     let node = paths.submission(id);
     let marker = paths.marker_of(id, submission);
     let data = submission.to_bytes();
-    let options = CreateMode::Persistent.with_acls(acls);
     for _ in 0..PARENT_ATTEMPTS {
-        let mut multi = client.new_multi_writer();
+        let mut multi = client.multi(WriteKind::Submit);
         multi
-            .add_create(&node, &data, &options)
-            .and_then(|()| multi.add_create(&marker, &[], &options))
+            .add_create(&node, &data, Mode::Persistent)
+            .and_then(|()| multi.add_create(&marker, &[], Mode::Persistent))
             .map_err(|source| zk(&node, source))?;
-        tally::wrote(WriteKind::Submit, 2);
         match multi.commit().await {
             Ok(_) => return Ok(Submitted::Created),
-            Err(MultiWriteError::OperationFailed {
+            Err(MultiFault::Op {
                 index: 0,
-                source: ZkErr::NodeExists,
+                fault: Fault::NodeExists,
             }) => {
                 let (stored, _) = read_stored(client, paths, id)
                     .await?
@@ -118,8 +114,8 @@ pub async fn submit(
                     Err(SubmissionError::Conflict { id: id.clone() })
                 };
             }
-            Err(MultiWriteError::OperationFailed {
-                source: ZkErr::NoNode,
+            Err(MultiFault::Op {
+                fault: Fault::NoNode,
                 ..
             }) => {
                 let bucket = DueBucket::of(submission.due_unix_ms);
@@ -127,19 +123,25 @@ pub async fn submit(
                     paths.id_shard(id.shard()),
                     paths.due_shard(bucket, id.shard()),
                 ] {
-                    crate::zk::ensure_persistent(client, &parent, acls)
+                    client
+                        .ensure_persistent(&parent)
                         .await
-                        .map_err(|err| from_zk(&parent, err))?;
+                        .map_err(|source| zk(&parent, source))?;
                 }
             }
-            Err(MultiWriteError::OperationFailed { index, source }) => {
+            Err(MultiFault::Op {
+                index,
+                fault: source,
+            }) => {
                 let path = if index == 0 { &node } else { &marker };
                 return Err(zk(path, source));
             }
-            Err(MultiWriteError::RequestFailed { source }) => return Err(zk(&node, source)),
+            Err(MultiFault::Request(source) | MultiFault::Fenced(source)) => {
+                return Err(zk(&node, source));
+            }
         }
     }
-    Err(zk(&marker, ZkErr::NoNode))
+    Err(zk(&marker, Fault::NoNode))
 }
 
 /// A batch's znode data at most, well under ZooKeeper's default `jute.maxbuffer` (1 MiB) for one
@@ -212,12 +214,11 @@ impl KnownParents {
 /// taken (an idempotent resubmit, or a conflict) or a parent vanished, that batch goes one by
 /// one through [`submit`], which tells the cases apart. Results are in the batch's order.
 pub async fn submit_batch(
-    client: &Client,
-    reader: &Client,
+    client: &Zk,
+    reader: &Zk,
     paths: &DelayedPaths,
     batch: &[(SubmissionId, Submission)],
     known: &KnownParents,
-    acls: Acls<'static>,
 ) -> Vec<Result<Submitted, SubmissionError>> {
     let mut results = Vec::with_capacity(batch.len());
     let mut start = 0;
@@ -234,7 +235,7 @@ pub async fn submit_batch(
             end += 1;
         }
         let chunk = &batch[start..end];
-        results.extend(submit_chunk(client, reader, paths, chunk, known, acls).await);
+        results.extend(submit_chunk(client, reader, paths, chunk, known).await);
         start = end;
     }
     results
@@ -242,14 +243,12 @@ pub async fn submit_batch(
 
 /// One multi-op's worth of [`submit_batch`].
 async fn submit_chunk(
-    client: &Client,
-    reader: &Client,
+    client: &Zk,
+    reader: &Zk,
     paths: &DelayedPaths,
     chunk: &[(SubmissionId, Submission)],
     known: &KnownParents,
-    acls: Acls<'static>,
 ) -> Vec<Result<Submitted, SubmissionError>> {
-    let options = CreateMode::Persistent.with_acls(acls);
     let unknown = known.unknown(parents_of(paths, chunk));
     let absent = absent(reader, &unknown).await;
     known.add(unknown.into_iter().filter(|p| !absent.contains(p)));
@@ -259,33 +258,34 @@ async fn submit_chunk(
         // session that counts on them is answered after this one. Those another batch of this
         // session took meanwhile are made by its multi, sent before this one.
         let parents = known.take_missing(std::mem::take(&mut wanted));
-        let mut multi = client.new_multi_writer();
+        let mut multi = client.multi(WriteKind::Submit);
         let built = parents
             .iter()
-            .try_for_each(|parent| multi.add_create(parent, &[], &options))
+            .try_for_each(|parent| multi.add_create(parent, &[], Mode::Persistent))
             .and_then(|()| {
                 chunk.iter().try_for_each(|(id, submission)| {
-                    multi.add_create(&paths.submission(id), &submission.to_bytes(), &options)?;
-                    multi.add_create(&paths.marker_of(id, submission), &[], &options)
+                    multi.add_create(
+                        &paths.submission(id),
+                        &submission.to_bytes(),
+                        Mode::Persistent,
+                    )?;
+                    multi.add_create(&paths.marker_of(id, submission), &[], Mode::Persistent)
                 })
             });
         let committed = match built {
-            Ok(()) => {
-                tally::wrote(WriteKind::Submit, parents.len() + 2 * chunk.len());
-                multi.commit().await
-            }
-            Err(source) => Err(MultiWriteError::RequestFailed { source }),
+            Ok(()) => multi.commit().await,
+            Err(source) => Err(MultiFault::Request(source)),
         };
         match committed {
             Ok(_) => return chunk.iter().map(|_| Ok(Submitted::Created)).collect(),
-            Err(MultiWriteError::OperationFailed {
+            Err(MultiFault::Op {
                 index,
-                source: ZkErr::NodeExists,
+                fault: Fault::NodeExists,
             }) if index < parents.len() => {
                 // Another submitter made a parent: make them on their own, then send again.
-                make_parents(client, &parents, &options, known).await;
+                make_parents(client, &parents, known).await;
             }
-            Err(MultiWriteError::RequestFailed { source }) if chunk.len() == 1 => {
+            Err(MultiFault::Request(source)) if chunk.len() == 1 => {
                 known.forget();
                 return vec![Err(zk(&paths.submission(&chunk[0].0), source))];
             }
@@ -297,30 +297,22 @@ async fn submit_chunk(
     }
     let mut results = Vec::with_capacity(chunk.len());
     for (id, submission) in chunk {
-        results.push(submit(client, paths, id, submission, acls).await);
+        results.push(submit(client, paths, id, submission).await);
     }
     results
 }
 
 /// Creates `parents` (ancestors first), requests out at once; remembers those that exist now.
-async fn make_parents(
-    client: &Client,
-    parents: &[String],
-    options: &zookeeper_client::CreateOptions<'_>,
-    known: &KnownParents,
-) {
+async fn make_parents(client: &Zk, parents: &[String], known: &KnownParents) {
     // Parents before children: one session answers in order, so all can be out at once.
     let creates: Vec<_> = parents
         .iter()
-        .map(|path| {
-            tally::wrote(WriteKind::Parents, 1);
-            client.create(path, &[], options)
-        })
+        .map(|path| client.create(WriteKind::Parents, path, &[], Mode::Persistent))
         .collect();
     let mut made = Vec::new();
     for (path, create) in parents.iter().zip(creates) {
         match create.await {
-            Ok(_) | Err(ZkErr::NodeExists) => made.push(path.clone()),
+            Ok(_) | Err(Fault::NodeExists) => made.push(path.clone()),
             Err(err) => tracing::debug!(path, error = %err, "parent not made; the submit makes it"),
         }
     }
@@ -333,7 +325,7 @@ async fn make_parents(
 /// # Errors
 /// `Corrupt` for data not in the documented format; `Zk` when the read failed.
 pub async fn read(
-    client: &Client,
+    client: &Zk,
     paths: &DelayedPaths,
     id: &SubmissionId,
 ) -> Result<Option<(Submission, i32)>, SubmissionError> {
@@ -348,7 +340,7 @@ pub async fn read(
 /// # Errors
 /// As [`read`].
 pub async fn read_stored(
-    client: &Client,
+    client: &Zk,
     paths: &DelayedPaths,
     id: &SubmissionId,
 ) -> Result<Option<(Stored, i32)>, SubmissionError> {
@@ -359,7 +351,7 @@ pub async fn read_stored(
 
 /// [`read_stored`] with the bytes as stored, for a rewrite that keeps what it does not know.
 async fn read_stored_data(
-    client: &Client,
+    client: &Zk,
     paths: &DelayedPaths,
     id: &SubmissionId,
 ) -> Result<Option<(Stored, i32, Vec<u8>)>, SubmissionError> {
@@ -369,7 +361,7 @@ async fn read_stored_data(
             Ok(stored) => Ok(Some((stored, stat.version, data))),
             Err(source) => Err(SubmissionError::Corrupt { path, source }),
         },
-        Err(ZkErr::NoNode) => Ok(None),
+        Err(Fault::NoNode) => Ok(None),
         Err(source) => Err(zk(&path, source)),
     }
 }
@@ -380,7 +372,7 @@ async fn read_stored_data(
 /// # Errors
 /// As [`read`].
 pub async fn show(
-    client: &Client,
+    client: &Zk,
     paths: &DelayedPaths,
     ledger: &LedgerPaths,
     id: &SubmissionId,
@@ -432,12 +424,11 @@ pub async fn show(
 /// # Errors
 /// `NotFound`; `NotPending` once it was claimed (or cancelled before); `Corrupt`; `Zk`.
 pub async fn cancel(
-    client: &Client,
+    client: &Zk,
     paths: &DelayedPaths,
     ledger: &LedgerPaths,
     id: &SubmissionId,
     now_unix_ms: i64,
-    acls: Acls<'static>,
 ) -> Result<Submission, SubmissionError> {
     let submission = match read_stored(client, paths, id).await? {
         None => return Err(SubmissionError::NotFound { id: id.clone() }),
@@ -452,19 +443,17 @@ pub async fn cancel(
     let marker = paths.marker_of(id, &submission);
     let path = ledger.submission_record(&submission.job, submission.due_unix_ms, id);
     let record = cancelled_record(&submission, id, now_unix_ms);
-    let options = CreateMode::Persistent.with_acls(acls);
     for _ in 0..PARENT_ATTEMPTS {
-        let mut multi = client.new_multi_writer();
+        let mut multi = client.multi(WriteKind::Submit);
         multi
             .add_delete(&marker, None)
-            .and_then(|()| multi.add_create(&path, &record.to_bytes(), &options))
+            .and_then(|()| multi.add_create(&path, &record.to_bytes(), Mode::Persistent))
             .map_err(|source| zk(&marker, source))?;
-        tally::wrote(WriteKind::Submit, 2);
         match multi.commit().await {
             Ok(_) => return Ok(submission),
-            Err(MultiWriteError::OperationFailed {
+            Err(MultiFault::Op {
                 index: 0,
-                source: ZkErr::NoNode,
+                fault: Fault::NoNode,
             }) => {
                 let status = match show(client, paths, ledger, id).await? {
                     Some((_, SubmissionState::Recorded(record)))
@@ -488,29 +477,32 @@ pub async fn cancel(
                     status,
                 });
             }
-            Err(MultiWriteError::OperationFailed {
+            Err(MultiFault::Op {
                 index: 1,
-                source: ZkErr::NoNode,
+                fault: Fault::NoNode,
             }) => {
                 let parent = ledger.job_runs(&submission.job);
-                crate::zk::ensure_persistent(client, &parent, acls)
+                client
+                    .ensure_persistent(&parent)
                     .await
-                    .map_err(|err| from_zk(&parent, err))?;
+                    .map_err(|source| zk(&parent, source))?;
             }
-            Err(MultiWriteError::OperationFailed {
+            Err(MultiFault::Op {
                 index: 1,
-                source: ZkErr::NodeExists,
+                fault: Fault::NodeExists,
             }) => {
                 return Err(SubmissionError::NotPending {
                     id: id.clone(),
                     status: "recorded already".to_owned(),
                 });
             }
-            Err(MultiWriteError::OperationFailed { source, .. })
-            | Err(MultiWriteError::RequestFailed { source }) => return Err(zk(&marker, source)),
+            Err(MultiFault::Op { fault: source, .. })
+            | Err(MultiFault::Request(source) | MultiFault::Fenced(source)) => {
+                return Err(zk(&marker, source));
+            }
         }
     }
-    Err(zk(&path, ZkErr::NoNode))
+    Err(zk(&path, Fault::NoNode))
 }
 
 /// What a reschedule did.
@@ -530,14 +522,12 @@ pub enum Rescheduled {
 /// # Errors
 /// `NotFound`; `NotReschedulable` once it was claimed or cancelled; `Corrupt`; `Zk`.
 pub async fn reschedule(
-    client: &Client,
+    client: &Zk,
     paths: &DelayedPaths,
     ledger: &LedgerPaths,
     id: &SubmissionId,
     due_unix_ms: i64,
-    acls: Acls<'static>,
 ) -> Result<Rescheduled, SubmissionError> {
-    let options = CreateMode::Persistent.with_acls(acls);
     for _ in 0..PARENT_ATTEMPTS {
         let (submission, version, data) = match read_stored_data(client, paths, id).await? {
             None => return Err(SubmissionError::NotFound { id: id.clone() }),
@@ -572,43 +562,45 @@ pub async fn reschedule(
                     source,
                 }
             })?;
-        let mut multi = client.new_multi_writer();
+        let mut multi = client.multi(WriteKind::Submit);
         multi
             .add_set_data(&node, &moved_data, Some(version))
             .and_then(|()| multi.add_delete(&old_marker, None))
-            .and_then(|()| multi.add_create(&new_marker, &[], &options))
+            .and_then(|()| multi.add_create(&new_marker, &[], Mode::Persistent))
             .map_err(|source| zk(&node, source))?;
-        tally::wrote(WriteKind::Submit, 3);
         match multi.commit().await {
             Ok(_) => return Ok(Rescheduled::Moved(moved)),
             // Changed meanwhile (another reschedule): read it again.
-            Err(MultiWriteError::OperationFailed {
+            Err(MultiFault::Op {
                 index: 0,
-                source: ZkErr::BadVersion,
+                fault: Fault::BadVersion,
             }) => {}
-            Err(MultiWriteError::OperationFailed {
+            Err(MultiFault::Op {
                 index: 1,
-                source: ZkErr::NoNode,
+                fault: Fault::NoNode,
             }) => return Err(not_pending(client, paths, ledger, id).await?),
-            Err(MultiWriteError::OperationFailed {
+            Err(MultiFault::Op {
                 index: 2,
-                source: ZkErr::NoNode,
+                fault: Fault::NoNode,
             }) => {
                 let parent = paths.due_shard(DueBucket::of(due_unix_ms), id.shard());
-                crate::zk::ensure_persistent(client, &parent, acls)
+                client
+                    .ensure_persistent(&parent)
                     .await
-                    .map_err(|err| from_zk(&parent, err))?;
+                    .map_err(|source| zk(&parent, source))?;
             }
-            Err(MultiWriteError::OperationFailed { source, .. })
-            | Err(MultiWriteError::RequestFailed { source }) => return Err(zk(&node, source)),
+            Err(MultiFault::Op { fault: source, .. })
+            | Err(MultiFault::Request(source) | MultiFault::Fenced(source)) => {
+                return Err(zk(&node, source));
+            }
         }
     }
-    Err(zk(&paths.submission(id), ZkErr::BadVersion))
+    Err(zk(&paths.submission(id), Fault::BadVersion))
 }
 
 /// Why submission `id`, whose marker is gone, can no longer be changed.
 async fn not_pending(
-    client: &Client,
+    client: &Zk,
     paths: &DelayedPaths,
     ledger: &LedgerPaths,
     id: &SubmissionId,
@@ -633,7 +625,7 @@ async fn not_pending(
 /// # Errors
 /// The request failed.
 async fn cancel_retry(
-    client: &Client,
+    client: &Zk,
     ledger: &LedgerPaths,
     seen: &RunRecord,
 ) -> Result<bool, SubmissionError> {
@@ -679,18 +671,14 @@ fn cancelled_record(submission: &Submission, id: &SubmissionId, now_unix_ms: i64
     record
 }
 
-pub(super) async fn children(client: &Client, path: &str) -> Result<Vec<String>, SubmissionError> {
-    crate::zk::children_if_there(client, path)
+pub(super) async fn children(client: &Zk, path: &str) -> Result<Vec<String>, SubmissionError> {
+    client
+        .children_if_there(path)
         .await
         .map_err(|source| zk(path, source))
 }
 
-fn from_zk(path: &str, err: crate::zk::ZkError) -> SubmissionError {
-    let (path, source) = err.into_request(path);
-    SubmissionError::Zk { path, source }
-}
-
-pub(super) fn zk(path: &str, source: ZkErr) -> SubmissionError {
+pub(super) fn zk(path: &str, source: Fault) -> SubmissionError {
     SubmissionError::Zk {
         path: path.to_owned(),
         source,

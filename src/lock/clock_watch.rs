@@ -11,13 +11,13 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use zookeeper_client::Client;
-
 use crate::ensemble_clock::EnsembleClock;
 use crate::ids::NodeId;
 use crate::lock::clock::{self, ClockEstimate, ClockSample, ClockVerdict};
 use crate::lock::node::OwnerInfo;
 use crate::metrics::Metrics;
+use crate::zk::Zk;
+use crate::zk::tally::WriteKind;
 
 /// How the clock check behaves.
 #[derive(Debug, Clone)]
@@ -48,24 +48,21 @@ pub struct Reading {
 }
 
 /// Writes `data` into our member node `member`, timing it, then reads the other members of
-/// `members_dir`. Each request is bounded by `timeout`.
+/// `members_dir`. Each request is bounded by `client`'s bound.
 ///
 /// # Errors
 /// A request failed or took too long: no verdict this time.
 pub async fn read(
-    client: Client,
+    client: Zk,
     member: String,
     data: Vec<u8>,
     members_dir: String,
     me: NodeId,
-    timeout: Duration,
 ) -> Result<Reading, String> {
-    let bounded = |what: &str| format!("{what}: no answer within {timeout:?}");
     let sent_unix_ms = unix_ms_now();
-    crate::zk::tally::wrote(crate::zk::tally::WriteKind::Member, 1);
-    let stat = tokio::time::timeout(timeout, client.set_data(&member, &data, None))
+    let stat = client
+        .set_data(WriteKind::Member, &member, &data, None)
         .await
-        .map_err(|_| bounded(&member))?
         .map_err(|err| format!("{member}: {err}"))?;
     let received_unix_ms = unix_ms_now();
     let sample = ClockSample {
@@ -73,9 +70,9 @@ pub async fn read(
         server_unix_ms: stat.mtime,
         received_unix_ms,
     };
-    let names = tokio::time::timeout(timeout, client.list_children(&members_dir))
+    let names = client
+        .list_children(&members_dir)
         .await
-        .map_err(|_| bounded(&members_dir))?
         .map_err(|err| format!("{members_dir}: {err}"))?;
     // All reads out at once: a request is sent when it is made.
     let reads: Vec<_> = names
@@ -86,7 +83,7 @@ pub async fn read(
     let mut others = Vec::new();
     for read in reads {
         // A member gone meanwhile, or unreadable: it has no say.
-        if let Ok(Ok((data, _))) = tokio::time::timeout(timeout, read).await {
+        if let Ok((data, _)) = read.await {
             if let Some(offset) = OwnerInfo::parse_brief(&data).and_then(|m| m.clock_offset_ms) {
                 others.push(offset);
             }

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio::time::Sleep;
 use tokio_util::sync::CancellationToken;
-use zookeeper_client::{Client, EventType, SessionState, WatchedEvent};
+use zookeeper_client::SessionState;
 
 use crate::ids::FencingToken;
 use crate::layout::LockPaths;
@@ -29,7 +29,7 @@ use crate::lock::clock_watch;
 use crate::lock::machine::{Action, Input, LockEvent, LockMachine, LockState, LockStatus};
 use crate::lock::node::ScheduleHash;
 use crate::lock::take_back::TakeBack;
-use crate::zk::{self, ZkSettings};
+use crate::zk::{self, NodeEvent, Zk, ZkSettings};
 
 use connection::{Connection, now, open_session};
 use requests::WatchFuture;
@@ -57,7 +57,7 @@ pub enum LockCommand {
 pub enum LockUpdate {
     /// The session requests go through from now on; `None` while no session is up. It is the
     /// transport for claims and records, not lock state: the status says whether to use it.
-    Session(Option<Client>),
+    Session(Option<Zk>),
     /// The machine's event, in the order it emitted them (logged by the driver already).
     Event(LockEvent),
     /// The lock's status after a step that changed it.
@@ -105,7 +105,7 @@ enum Wake {
     Silence,
     State(SessionState),
     TakenBack(zk::Resumed),
-    Watch(WatchedEvent),
+    Watch(Option<NodeEvent>),
     Deadline,
     /// The member lock's clock verdict, for a named group's lock; `None` once it has stopped.
     Verdict(Option<bool>),
@@ -212,9 +212,7 @@ impl<'a> Driver<'a> {
             session: new.session,
             timeout: new.timeout,
         };
-        let _ = self
-            .updates
-            .send(LockUpdate::Session(Some(new.client.clone())));
+        let _ = self.updates.send(LockUpdate::Session(Some(new.zk.clone())));
         self.conn = Some(new);
         self.clock.session_began();
         self.pending.extend(self.machine.handle(started, now()));
@@ -295,7 +293,7 @@ impl<'a> Driver<'a> {
             }
             Wake::Watch(event) => {
                 self.watch = None;
-                watch_input(&event)
+                watch_input(event)
             }
             Wake::Deadline => Some(Input::Tick),
             Wake::Verdict(Some(skewed)) => Some(Input::ClockJudged { skewed }),
@@ -440,7 +438,7 @@ fn taken_back(
             let states = client.state_watcher();
             let back = Connection::start(client, states, zk.acls(), settings);
             tracing::info!(session = %back.session, "zookeeper session taken back: the servers still held it");
-            let _ = updates.send(LockUpdate::Session(Some(back.client.clone())));
+            let _ = updates.send(LockUpdate::Session(Some(back.zk.clone())));
             (Some(back), Some(Input::SessionReconnected))
         }
         zk::Resumed::Expired => {
@@ -461,12 +459,11 @@ fn check_clock(
 ) -> ClockCheck {
     settings.me.clock_offset_ms = offset_ms;
     Box::pin(clock_watch::read(
-        live.client.clone(),
+        live.zk.bounded_by(live.request_timeout()),
         settings.paths.member(&settings.me.node_id),
         settings.me.to_bytes(),
         settings.paths.members.clone(),
         settings.me.node_id.clone(),
-        live.request_timeout(),
     ))
 }
 
@@ -553,19 +550,19 @@ async fn state_change(conn: Option<&mut Connection>) -> SessionState {
 }
 
 /// Pends until the armed watch fires; forever when none is armed.
-async fn fired(watch: &mut Option<WatchFuture>) -> WatchedEvent {
+async fn fired(watch: &mut Option<WatchFuture>) -> Option<NodeEvent> {
     match watch.as_mut() {
         Some(future) => future.await,
         None => std::future::pending().await,
     }
 }
 
-fn watch_input(event: &WatchedEvent) -> Option<Input> {
-    match event.event_type {
-        EventType::NodeDeleted => Some(Input::NodeDeleted),
-        EventType::NodeCreated | EventType::NodeDataChanged => Some(Input::NodeChanged),
+fn watch_input(event: Option<NodeEvent>) -> Option<Input> {
+    match event? {
+        NodeEvent::Deleted => Some(Input::NodeDeleted),
+        NodeEvent::Created | NodeEvent::DataChanged => Some(Input::NodeChanged),
         // Terminal session states reach us through the state watcher too.
-        EventType::Session | EventType::NodeChildrenChanged => None,
+        NodeEvent::ChildrenChanged => None,
     }
 }
 

@@ -5,12 +5,11 @@
 //! untrusted data (garbage is reported as such, never a panic).
 //! Must not: write anything or decide anything about ownership.
 
-use zookeeper_client::Client;
-
 use crate::ids::{NodeId, SessionId};
 use crate::layout::LockPaths;
 use crate::lock::node::{EpochData, OwnerInfo};
 use crate::zk::ZkError;
+use crate::zk::{Fault, Zk};
 
 /// The lock node as read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,7 +39,7 @@ pub struct Member {
     pub info: Option<OwnerInfo>,
 }
 
-fn request(path: &str) -> impl FnOnce(zookeeper_client::Error) -> ZkError + '_ {
+fn request(path: &str) -> impl FnOnce(Fault) -> ZkError + '_ {
     move |source| ZkError::Request {
         path: path.to_owned(),
         source,
@@ -51,14 +50,14 @@ fn request(path: &str) -> impl FnOnce(zookeeper_client::Error) -> ZkError + '_ {
 ///
 /// # Errors
 /// The read failed (a missing node is [`Owner::None`]).
-pub async fn owner(client: &Client, paths: &LockPaths) -> Result<Owner, ZkError> {
+pub async fn owner(client: &Zk, paths: &LockPaths) -> Result<Owner, ZkError> {
     match client.get_data(&paths.lock).await {
         Ok((_, stat)) if stat.ephemeral_owner == SessionId::PERSISTENT.0 => Ok(Owner::Squatter),
         Ok((data, stat)) => Ok(Owner::Held {
             session: SessionId(stat.ephemeral_owner),
             info: OwnerInfo::parse(&data).ok(),
         }),
-        Err(zookeeper_client::Error::NoNode) => Ok(Owner::None),
+        Err(Fault::NoNode) => Ok(Owner::None),
         Err(source) => Err(request(&paths.lock)(source)),
     }
 }
@@ -67,13 +66,13 @@ pub async fn owner(client: &Client, paths: &LockPaths) -> Result<Owner, ZkError>
 ///
 /// # Errors
 /// The read failed.
-pub async fn epoch(client: &Client, paths: &LockPaths) -> Result<Option<Epoch>, ZkError> {
+pub async fn epoch(client: &Zk, paths: &LockPaths) -> Result<Option<Epoch>, ZkError> {
     match client.get_data(&paths.epoch).await {
         Ok((data, stat)) => Ok(Some(Epoch {
             token: stat.version,
             by: EpochData::parse(&data).ok().map(|epoch| epoch.node_id),
         })),
-        Err(zookeeper_client::Error::NoNode) => Ok(None),
+        Err(Fault::NoNode) => Ok(None),
         Err(source) => Err(request(&paths.epoch)(source)),
     }
 }
@@ -82,10 +81,10 @@ pub async fn epoch(client: &Client, paths: &LockPaths) -> Result<Option<Epoch>, 
 ///
 /// # Errors
 /// Listing failed (a group without members has none).
-pub async fn member_ids(client: &Client, paths: &LockPaths) -> Result<Vec<NodeId>, ZkError> {
+pub async fn member_ids(client: &Zk, paths: &LockPaths) -> Result<Vec<NodeId>, ZkError> {
     match client.list_children(&paths.members).await {
         Ok(names) => Ok(names.into_iter().map(NodeId::new).collect()),
-        Err(zookeeper_client::Error::NoNode) => Ok(Vec::new()),
+        Err(Fault::NoNode) => Ok(Vec::new()),
         Err(source) => Err(request(&paths.members)(source)),
     }
 }
@@ -94,7 +93,7 @@ pub async fn member_ids(client: &Client, paths: &LockPaths) -> Result<Vec<NodeId
 ///
 /// # Errors
 /// Listing failed; a member that vanished meanwhile is listed with no info.
-pub async fn members(client: &Client, paths: &LockPaths) -> Result<Vec<Member>, ZkError> {
+pub async fn members(client: &Zk, paths: &LockPaths) -> Result<Vec<Member>, ZkError> {
     let members = member_data(client, paths).await?;
     Ok(members
         .into_iter()
@@ -110,7 +109,7 @@ pub async fn members(client: &Client, paths: &LockPaths) -> Result<Vec<Member>, 
 /// # Errors
 /// Listing failed.
 pub async fn member_data(
-    client: &Client,
+    client: &Zk,
     paths: &LockPaths,
 ) -> Result<Vec<(NodeId, Option<Vec<u8>>)>, ZkError> {
     let mut members = Vec::new();

@@ -7,12 +7,12 @@
 
 use std::time::Duration;
 
-use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
-use zookeeper_client::{Acls, Client, CreateMode};
-
 use crate::ids::{NodeId, SessionId};
 use crate::lock::node::OwnerInfo;
+use crate::zk::tally::WriteKind;
+use crate::zk::{Fault, Mode, Zk};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 /// Extra wait past the session timeout: servers expire sessions on their tick, so a little late.
 const EXPIRY_MARGIN: Duration = Duration::from_secs(2);
@@ -29,7 +29,7 @@ pub enum MemberError {
     Zk {
         path: String,
         #[source]
-        source: zookeeper_client::Error,
+        source: Fault,
     },
     #[error("stopped while waiting for member node {path}")]
     Cancelled { path: String },
@@ -51,30 +51,30 @@ pub fn duplicate_wait(session_timeout: Duration) -> Duration {
 /// # Cancellation safety
 /// Safe: at worst our member node exists, and it goes with the session.
 pub async fn register(
-    client: &Client,
+    client: &Zk,
     path: &str,
     me: &OwnerInfo,
-    acls: Acls<'_>,
     shutdown: &CancellationToken,
 ) -> Result<(), MemberError> {
     let zk_err = |source| MemberError::Zk {
         path: path.to_owned(),
         source,
     };
-    let my_session = SessionId(client.session_id().0);
+    let my_session = SessionId(client.session_id());
     let deadline = Instant::now() + duplicate_wait(client.session_timeout());
-    let options = CreateMode::Ephemeral.with_acls(acls);
     let mut announced = false;
     loop {
-        crate::zk::tally::wrote(crate::zk::tally::WriteKind::Member, 1);
-        match client.create(path, &me.to_bytes(), &options).await {
+        match client
+            .create(WriteKind::Member, path, &me.to_bytes(), Mode::Ephemeral)
+            .await
+        {
             Ok(_) => return Ok(()),
-            Err(zookeeper_client::Error::NodeExists) => {}
+            Err(Fault::NodeExists) => {}
             Err(source) => return Err(zk_err(source)),
         }
         let (data, stat, watcher) = match client.get_and_watch_data(path).await {
             Ok(found) => found,
-            Err(zookeeper_client::Error::NoNode) => continue, // gone in between: create again
+            Err(Fault::NoNode) => continue, // gone in between: create again
             Err(source) => return Err(zk_err(source)),
         };
         if SessionId(stat.ephemeral_owner) == my_session {

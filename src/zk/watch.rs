@@ -10,9 +10,10 @@
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use zookeeper_client::{Acls, AddWatchMode, Client, EventType, PersistentWatcher, SessionState};
+use zookeeper_client::{AddWatchMode, Client, PersistentWatcher, SessionState};
 
-use super::ZkError;
+pub use super::door::NodeEvent;
+use super::{Zk, ZkError};
 
 /// What the follower of a watch must do next.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,7 +25,7 @@ pub enum Change {
     /// follows the reconnection. For a follower that shows what it holds as possibly behind.
     Disconnected,
     /// A node at or below the path changed.
-    Node { path: String, kind: EventType },
+    Node { path: String, kind: NodeEvent },
 }
 
 /// A persistent recursive watch for the life of one session.
@@ -47,13 +48,14 @@ impl RecursiveWatch {
     /// # Errors
     /// The servers refused the watch (ZooKeeper before 3.6 has no persistent watches) or the
     /// session is gone.
-    pub async fn add(client: &Client, path: &str) -> Result<Self, ZkError> {
+    pub async fn add(zk: &Zk, path: &str) -> Result<Self, ZkError> {
+        let client = zk.client();
         let watcher = client
             .watch(path, AddWatchMode::PersistentRecursive)
             .await
             .map_err(|source| ZkError::Request {
                 path: path.to_owned(),
-                source,
+                source: source.into(),
             })?;
         Ok(Self {
             client: client.clone(),
@@ -69,14 +71,13 @@ impl RecursiveWatch {
     /// when `stop` came first. A parent that cannot be created is logged and the watch tried
     /// all the same.
     pub async fn add_after_creating(
-        client: &Client,
+        client: &Zk,
         path: &str,
         parent: &str,
-        acls: Acls<'_>,
         stop: &CancellationToken,
     ) -> Option<Result<Self, ZkError>> {
         let ready = async {
-            if let Err(err) = super::ensure_persistent(client, parent, acls).await {
+            if let Err(err) = client.ensure_persistent(parent).await {
                 tracing::warn!(error = %crate::report::error_chain(&err), "cannot create a watched node");
             }
             Self::add(client, path).await
@@ -112,10 +113,10 @@ impl RecursiveWatch {
         }
         loop {
             let event = self.watcher.as_mut()?.changed().await;
-            if event.event_type != EventType::Session {
+            if let Some(kind) = NodeEvent::of(event.event_type) {
                 return Some(Change::Node {
                     path: event.path,
-                    kind: event.event_type,
+                    kind,
                 });
             }
             match event.session_state {

@@ -607,6 +607,12 @@ impl ChaosCluster {
         }
     }
 
+    /// [`Self::client`] as the library takes a session: through its doorway.
+    pub async fn session(&self) -> zkcron::zk::Zk {
+        let client = self.client().await;
+        zkcron::zk::Zk::new(client, Acls::anyone_all(), zkcron::zk::REQUEST_BOUND)
+    }
+
     /// The node that owns the lock and its id.
     pub async fn owner_and_id(&self) -> (usize, String) {
         let owner = self.owner().await;
@@ -1328,7 +1334,7 @@ impl ChaosCluster {
             .map(|daemon| daemon.config.clone())
             .expect("node 0 runs while the submissions are made");
         let config = zkcron::config::load(&config).expect("the nodes' config loads");
-        let delayed = zkcron::delayed::Delayed::with_client(self.client().await, &config);
+        let delayed = zkcron::delayed::Delayed::with_client(self.session().await, &config);
         let mut ids = Vec::with_capacity(count);
         let mut requests = Vec::with_capacity(count);
         for i in 0..count {
@@ -1536,7 +1542,7 @@ impl ChaosCluster {
         let config = self.nodes.iter().find_map(|node| node.daemon.as_ref());
         let config = config.expect("a node runs").config.clone();
         let config = zkcron::config::load(&config).expect("the nodes' config loads");
-        let delayed = zkcron::delayed::Delayed::with_client(self.client().await, &config);
+        let delayed = zkcron::delayed::Delayed::with_client(self.session().await, &config);
         let pending = delayed.list(None, usize::MAX).await;
         let pending = pending.expect("list the pending submissions");
         pending

@@ -54,12 +54,11 @@ impl Records {
             ClaimMode::Create,
             false,
             OpenRuns::ByRecord,
-            self.acls,
         )
         .fenced_by_member(member);
         let (view, answers) = (self.view.subscribe(), s.answers.clone());
         s.tasks.spawn(async move {
-            let session = SessionId(client.session_id().0);
+            let session = SessionId(client.session_id());
             let result = settled(plan.clone().send_alone(&client), &plan, view, session).await;
             let result = result.map(Box::new);
             let _ = answers.send(Input::BroadcastClaimed { id, result });

@@ -8,7 +8,6 @@
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use zookeeper_client::{Client, EventType};
 
 use super::session::{Session, bounded};
 use crate::delayed::submission::{Submission, SubmissionId};
@@ -18,7 +17,8 @@ use crate::layout::{LedgerPaths, MarkName};
 use crate::ledger::ClaimError;
 use crate::ledger::chains::ChildSubmitted;
 use crate::report::error_chain;
-use crate::zk::watch::{Change, RecursiveWatch};
+use crate::zk::Zk;
+use crate::zk::watch::{Change, NodeEvent, RecursiveWatch};
 
 /// Reads the marks left for `job` (answered as [`Input::MarksListed`]).
 pub(super) fn list(s: &Session, paths: &LedgerPaths, job: JobName) -> Option<Input> {
@@ -52,7 +52,7 @@ pub(super) fn drop_marks(s: &Session, paths: &LedgerPaths, job: &JobName, marks:
     let marks: Vec<String> = marks.iter().map(|mark| paths.mark(job, mark)).collect();
     s.tasks.spawn(async move {
         for mark in marks {
-            match bounded(&mark, crate::zk::delete_if_there(&client, &mark, None)).await {
+            match bounded(&mark, crate::ledger::chains::drop_mark(&client, &mark)).await {
                 Some(Ok(_)) => tracing::info!(path = mark, "chain mark removed: nobody takes it"),
                 Some(Err(err)) => {
                     tracing::debug!(path = mark, error = %err, "chain mark not removed")
@@ -77,7 +77,7 @@ pub(super) fn submit_child(
     paths: &LedgerPaths,
     child: Child,
     submission: Box<Submission>,
-    fence: (FencingToken, zookeeper_client::Acls<'static>),
+    fence: FencingToken,
 ) -> Option<Input> {
     let Child { job, mark, id } = child;
     let Some(client) = s.client.clone() else {
@@ -119,15 +119,13 @@ pub(super) fn submit_child(
 /// child ([`Input::MarksChanged`] with `None`). Ends when `stop` is cancelled or the session
 /// ends.
 pub(super) fn watch(
-    client: Client,
+    client: Zk,
     paths: LedgerPaths,
-    acls: zookeeper_client::Acls<'static>,
     answers: mpsc::UnboundedSender<Input>,
     stop: CancellationToken,
 ) {
     tokio::spawn(async move {
-        let added =
-            RecursiveWatch::add_after_creating(&client, &paths.after, &paths.after, acls, &stop);
+        let added = RecursiveWatch::add_after_creating(&client, &paths.after, &paths.after, &stop);
         let Some(watcher) = added.await else {
             return;
         };
@@ -145,7 +143,7 @@ pub(super) fn watch(
                 Some(Change::ReadAll) => None,
                 Some(Change::Disconnected) => continue,
                 Some(Change::Node { path, kind }) => {
-                    if kind != EventType::NodeCreated {
+                    if kind != NodeEvent::Created {
                         continue;
                     }
                     // `<child>/<mark>`; a child's own node says nothing yet.

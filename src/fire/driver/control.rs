@@ -10,19 +10,18 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use zookeeper_client::{Client, EventType};
 
 use crate::fire::machine::Input;
 use crate::ids::NodeId;
 use crate::layout::ControlPaths;
 use crate::ledger::control as store;
+use crate::zk::Zk;
 use chrono::Utc;
-use zookeeper_client::Acls;
 
 use super::session::{Session, bounded};
 use crate::ids::JobName;
 use crate::report::error_chain;
-use crate::zk::watch::{Change, RecursiveWatch};
+use crate::zk::watch::{Change, NodeEvent, RecursiveWatch};
 
 /// A failed read of the pauses is tried again after this long: the machine fires nothing
 /// before its first reading.
@@ -32,16 +31,14 @@ const READ_RETRY: Duration = Duration::from_secs(1);
 /// session ends. Reads everything once when it starts, so changes made while no session was up
 /// are seen.
 pub(super) fn watch(
-    client: Client,
+    client: Zk,
     paths: ControlPaths,
     me: NodeId,
-    acls: zookeeper_client::Acls<'static>,
     answers: mpsc::UnboundedSender<Input>,
     stop: CancellationToken,
 ) {
     tokio::spawn(async move {
-        let added =
-            RecursiveWatch::add_after_creating(&client, &paths.dir, &paths.paused, acls, &stop);
+        let added = RecursiveWatch::add_after_creating(&client, &paths.dir, &paths.paused, &stop);
         let Some(watcher) = added.await else {
             return;
         };
@@ -76,7 +73,7 @@ pub(super) fn watch(
                 }
                 Some(Change::Node { path, kind })
                     if path == watch.paths.release
-                        && matches!(kind, EventType::NodeCreated | EventType::NodeDataChanged) =>
+                        && matches!(kind, NodeEvent::Created | NodeEvent::DataChanged) =>
                 {
                     watch.take_release_request().await
                 }
@@ -90,7 +87,7 @@ pub(super) fn watch(
 }
 
 struct Watch {
-    client: Client,
+    client: Zk,
     paths: ControlPaths,
     me: NodeId,
     answers: mpsc::UnboundedSender<Input>,
@@ -161,13 +158,7 @@ impl Watch {
 
 /// Pauses `job` as `zkcron pause` would, by `zkcron` itself; the pause comes back through
 /// the watch on `control/`.
-pub(super) fn pause(
-    s: &Session,
-    paths: &ControlPaths,
-    acls: Acls<'static>,
-    job: JobName,
-    reason: String,
-) {
+pub(super) fn pause(s: &Session, paths: &ControlPaths, job: JobName, reason: String) {
     let Some(client) = s.client.clone() else {
         tracing::error!(job = %job, reason, "cannot pause the job: no ZooKeeper session");
         return;
@@ -179,7 +170,7 @@ pub(super) fn pause(
             by: "zkcron".to_owned(),
             since_unix_ms: Utc::now().timestamp_millis(),
         };
-        let paused = store::pause(&client, &paths, &job, &pause, acls);
+        let paused = store::pause(&client, &paths, &job, &pause);
         match bounded(job.as_str(), paused).await {
             Some(Ok(_)) => tracing::warn!(job = %job, reason = pause.reason, "job paused; `zkcron resume` resumes it"),
             Some(Err(err)) => tracing::error!(job = %job, error = %error_chain(&err), "cannot pause the job"),

@@ -9,7 +9,6 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use zookeeper_client::{Client, EventType};
 
 use crate::drift::{self, Drift};
 use crate::ids::NodeId;
@@ -19,14 +18,15 @@ use crate::lock::node::OwnerInfo;
 use crate::metrics::Metrics;
 use crate::report::error_chain;
 use crate::view::NodeView;
-use crate::zk::watch::{Change, RecursiveWatch};
+use crate::zk::Zk;
+use crate::zk::watch::{Change, NodeEvent, RecursiveWatch};
 
 use super::departed::Departed;
 use super::formats::FleetFormat;
 
 /// What the watch needs, for one session.
 pub(super) struct DriftWatch {
-    pub client: Client,
+    pub client: Zk,
     pub group: LockPaths,
     pub me: NodeId,
     pub metrics: Arc<Metrics>,
@@ -73,7 +73,7 @@ impl DriftWatch {
                             continue;
                         }
                         Some(Change::ReadAll) => true,
-                        Some(Change::Node { kind, .. }) => matches!(kind, EventType::NodeCreated | EventType::NodeDeleted),
+                        Some(Change::Node { kind, .. }) => matches!(kind, NodeEvent::Created | NodeEvent::Deleted),
                     },
                     changed = self.view.changed() => if changed.is_err() { return } else { false },
                 };

@@ -12,7 +12,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use zookeeper_client::{Acls, Client};
 
 use crate::config::LimitConfig;
 use crate::fire::machine::{ClaimId, Input};
@@ -21,12 +20,13 @@ use crate::layout::LedgerPaths;
 use crate::ledger::limits::{self, Lease, LeaseHolder, LimitError};
 use crate::metrics::Metrics;
 use crate::report::error_chain;
+use crate::zk::Zk;
 
 /// Per run: the leases held (each with its limit's name), or the wait still going on.
 #[derive(Debug)]
 enum RunLeases {
     Waiting(CancellationToken),
-    Held(Client, Vec<(String, Lease)>),
+    Held(Zk, Vec<(String, Lease)>),
 }
 
 /// The leases of this node's runs, by run id; counted in the metrics as they come and go.
@@ -38,10 +38,9 @@ pub(super) struct Leases {
 
 /// What taking needs besides the run.
 pub(super) struct Taker<'a> {
-    pub client: Client,
+    pub client: Zk,
     pub paths: &'a LedgerPaths,
     pub me: &'a NodeId,
-    pub acls: Acls<'static>,
     pub tasks: &'a TaskTracker,
     pub answers: &'a mpsc::UnboundedSender<Input>,
 }
@@ -76,14 +75,14 @@ impl Leases {
             .into_iter()
             .map(|limit| (taker.paths.limit(&limit.name), limit.name, limit.max))
             .collect();
-        let (client, acls, answers) = (taker.client, taker.acls, taker.answers.clone());
+        let (client, answers) = (taker.client, taker.answers.clone());
         let metrics = Arc::clone(&self.metrics);
         taker.tasks.spawn(async move {
             let mut taken = Vec::new();
             let mut failed = None;
             for (dir, name, max) in dirs {
                 metrics.limit_waiting(&name, 1);
-                let acquired = limits::acquire(&client, &dir, max, &holder, acls, &cancel).await;
+                let acquired = limits::acquire(&client, &dir, max, &holder, &cancel).await;
                 metrics.limit_waiting(&name, -1);
                 match acquired {
                     Ok(lease) => {
@@ -143,7 +142,7 @@ impl Leases {
 }
 
 /// Gives `leases` back; one whose delete fails goes with this node's session all the same.
-async fn give_back_all(client: &Client, leases: &[(String, Lease)], metrics: &Metrics) {
+async fn give_back_all(client: &Zk, leases: &[(String, Lease)], metrics: &Metrics) {
     for (limit, lease) in leases {
         if let Err(err) = limits::give_back(client, lease).await {
             tracing::warn!(limit, error = %error_chain(&err), "lease not given back; it goes with this node's session");

@@ -10,7 +10,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::Utc;
-use zookeeper_client::Acls;
 
 use super::formats::FleetFormat;
 use super::session::{REQUEST_LIMIT, Session, bounded};
@@ -140,13 +139,13 @@ async fn read_back(
     loop {
         let current = view.borrow_and_update().client.clone();
         let client = match current {
-            Some(client) if SessionId(client.session_id().0) != session => {
+            Some(client) if SessionId(client.session_id()) != session => {
                 // The guard went with the session; a record left `claimed` is resolved by the
                 // next owner's catch-up, as any run of a dead session.
                 let why = format!("{why}; the session ended before the claim could be read back");
                 return Err(ClaimRefused::Failed(why));
             }
-            Some(client) if !client.state().is_terminated() => client,
+            Some(client) if !client.has_ended() => client,
             // No session, or a client that gave up on ours: the lock driver takes it back or
             // opens another; the next client says which.
             _ => {
@@ -176,7 +175,6 @@ async fn read_back(
 /// What performing the ledger's actions needs.
 pub(super) struct Records {
     pub paths: LedgerPaths,
-    pub acls: Acls<'static>,
     /// Followed by a claim's read-back (see `read_back`).
     pub view: tokio::sync::watch::Sender<NodeView>,
     /// The jobs whose prune is out, with the one asked for meanwhile: a prune of a job never
@@ -194,9 +192,9 @@ impl Records {
         let Some(client) = s.client.clone() else {
             return;
         };
-        let (paths, acls) = (self.paths.clone(), self.acls);
+        let paths = self.paths.clone();
         s.tasks.spawn(async move {
-            if let Err(err) = ledger::ensure_parents(&client, &paths, jobs.iter(), acls).await {
+            if let Err(err) = ledger::ensure_parents(&client, &paths, jobs.iter()).await {
                 tracing::warn!(error = %error_chain(&err), "cannot create the run record parents; first claims will");
             }
         });
@@ -214,14 +212,14 @@ impl Records {
             let result = Err(ClaimRefused::Failed(Session::no_session()));
             return Some(Input::ClaimDone { id, result });
         };
-        let (paths, acls, answers) = (self.paths.clone(), self.acls, s.answers.clone());
+        let (paths, answers) = (self.paths.clone(), s.answers.clone());
         let view = self.view.subscribe();
         let open_runs = self.fleet.open_runs();
         s.tasks.spawn(async move {
             let (job, tick) = (record.job.clone(), record.scheduled_unix_ms);
             let path = record.path(&paths);
-            let plan = ClaimPlan::new(&paths, record, mode, guarded, open_runs, acls);
-            let session = SessionId(client.session_id().0);
+            let plan = ClaimPlan::new(&paths, record, mode, guarded, open_runs);
+            let session = SessionId(client.session_id());
             let result = settled(group.claim(plan.clone()), &plan, view, session).await;
             let already = result == Err(ClaimRefused::AlreadyClaimed);
             let result = result.map(Box::new);
@@ -283,25 +281,25 @@ impl Records {
             .client
             .clone()
             .filter(|_| tick_retry)
-            .map(|client| (client, self.paths.clone(), self.acls));
+            .map(|client| (client, self.paths.clone()));
         let promise = marker
             .clone()
             .filter(|_| claim.record.retry_at_unix_ms.is_some());
         let kept = marker.filter(|_| claim.record.retry_at_unix_ms.is_none());
-        let marks = ledger::chains::marks_of(&self.paths, &claim, self.acls);
+        let marks = ledger::chains::marks_of(&self.paths, &claim);
         s.tasks.spawn(async move {
                 let mut claim = claim;
                 let path = claim.path.clone();
                 // The marker first: a promise in the ledger always has its marker.
-                if let Some((client, paths, acls)) = &promise {
-                    let marked = ledger::promise_retry(client, paths, &claim.record, *acls);
+                if let Some((client, paths)) = &promise {
+                    let marked = ledger::promise_retry(client, paths, &claim.record);
                     if let Some(Err(err)) = bounded(&path, marked).await {
                         tracing::warn!(path, error = %error_chain(&err), "retry marker not written: only the job's newest records show the promise");
                     }
                 }
                 let write = match bounded(&path, group.finish(&mut claim, marks)).await {
                     Some(Ok(())) => {
-                        if let Some((client, paths, _)) = &kept {
+                        if let Some((client, paths)) = &kept {
                             let record = &claim.record;
                             ledger::forget_retry(client, paths, &record.job, record.scheduled_unix_ms).await;
                         }
@@ -330,9 +328,8 @@ impl Records {
             return Some(Input::Withdrawn { id });
         };
         let (paths, answers) = (self.paths.clone(), s.answers.clone());
-        let acls = self.acls;
         s.tasks.spawn(async move {
-                match bounded(&claim.path, ledger::withdraw(&client, &paths, &claim, acls)).await {
+                match bounded(&claim.path, ledger::withdraw(&client, &paths, &claim)).await {
                     Some(Ok(())) => tracing::info!(path = claim.path, "claimed tick withdrawn for the handoff"),
                     refused => {
                         if let Some(Err(err)) = refused {
@@ -376,9 +373,9 @@ impl Records {
                 guard: None,
             });
         };
-        let (paths, answers, acls) = (self.paths.clone(), s.answers.clone(), self.acls);
+        let (paths, answers) = (self.paths.clone(), s.answers.clone());
         s.tasks.spawn(async move {
-            let taken = ledger::take_guard(&client, &paths, &claim, acls);
+            let taken = ledger::take_guard(&client, &paths, &claim);
             let guard = match bounded(&claim.path, taken).await {
                 Some(Ok(guard)) => guard,
                 // The create may be applied all the same, and a guard left behind would keep
@@ -404,14 +401,13 @@ impl Records {
         let Some(mut out) = PruneOut::of(&self.pruning, &job, (keep, remember)) else {
             return Some(());
         };
-        let (paths, acls) = (self.paths.clone(), self.acls);
+        let paths = self.paths.clone();
         s.tasks.spawn(async move {
             let mut asked = Some((keep, remember));
             while let Some((keep, window)) = asked {
                 let remember = ledger::Remember {
                     now_unix_ms: Utc::now().timestamp_millis(),
                     window,
-                    acls,
                 };
                 let pruned = bounded(job.as_str(), ledger::prune(&client, &paths, &job, keep, remember)).await;
                 match &pruned {

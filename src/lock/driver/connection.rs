@@ -11,13 +11,14 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use zookeeper_client::{Acls, Client, CreateMode, StateWatcher};
+use zookeeper_client::{Acls, Client, StateWatcher};
 
 use crate::ids::SessionId;
 use crate::layout::LockPaths;
 use crate::lock::members::{self, MemberError};
 use crate::report::error_chain;
-use crate::zk::{self, ZkSettings};
+use crate::zk::tally::WriteKind;
+use crate::zk::{self, Fault, Mode, Zk, ZkSettings};
 
 use super::settings::{Heard, LockRole, LockSettings};
 
@@ -42,11 +43,11 @@ pub enum DriverError {
 /// One established session.
 pub(super) struct Connection {
     pub(super) client: Client,
+    /// The same session through the doorway, as the rest of zkcron uses it.
+    pub(super) zk: Zk,
     pub(super) session: SessionId,
     pub(super) timeout: Duration,
     pub(super) states: StateWatcher,
-    /// ACLs for the nodes we create.
-    pub(super) acls: Acls<'static>,
     last_heard: Arc<Mutex<Instant>>,
     heartbeat: JoinHandle<()>,
 }
@@ -78,10 +79,10 @@ impl Connection {
         ));
         Self {
             session: SessionId(client.session_id().0),
+            zk: Zk::new(client.clone(), acls, zk::REQUEST_BOUND),
             client,
             timeout,
             states,
-            acls,
             last_heard,
             heartbeat,
         }
@@ -120,12 +121,13 @@ pub(super) async fn open_session(
         };
         let states = client.state_watcher();
         let setup = async {
-            ensure_lock_paths(&client, &settings.paths, zk.acls()).await?;
+            let doorway = Zk::new(client.clone(), zk.acls(), zk::REQUEST_BOUND);
+            ensure_lock_paths(&doorway, &settings.paths).await?;
             if !matches!(settings.role, LockRole::Member { .. }) {
                 return Ok(());
             }
             let member = settings.paths.member(&settings.me.node_id);
-            members::register(&client, &member, &settings.me, zk.acls(), shutdown).await
+            members::register(&doorway, &member, &settings.me, shutdown).await
         };
         match setup.await {
             Ok(()) => {
@@ -178,25 +180,16 @@ async fn heartbeat(
 }
 
 /// The lock group's persistent nodes: its directory, `members/` and `epoch`.
-pub(super) async fn ensure_lock_paths(
-    client: &Client,
-    paths: &LockPaths,
-    acls: Acls<'_>,
-) -> Result<(), MemberError> {
+pub(super) async fn ensure_lock_paths(client: &Zk, paths: &LockPaths) -> Result<(), MemberError> {
     let zk_err = |path: &str, source| MemberError::Zk {
         path: path.to_owned(),
         source,
     };
     for dir in [&paths.members, &paths.dir] {
-        zk::ensure_persistent(client, dir, acls)
+        client
+            .ensure_persistent(dir)
             .await
-            .map_err(|err| match err {
-                zk::ZkError::Request { path, source } => MemberError::Zk { path, source },
-                other => zk_err(
-                    dir,
-                    zookeeper_client::Error::UnexpectedError(other.to_string()),
-                ),
-            })?;
+            .map_err(|source| zk_err(dir, source))?;
     }
     if client
         .check_stat(&paths.epoch)
@@ -206,10 +199,11 @@ pub(super) async fn ensure_lock_paths(
     {
         return Ok(());
     }
-    let options = CreateMode::Persistent.with_acls(acls);
-    crate::zk::tally::wrote(crate::zk::tally::WriteKind::Lock, 1);
-    match client.create(&paths.epoch, b"", &options).await {
-        Ok(_) | Err(zookeeper_client::Error::NodeExists) => Ok(()),
+    match client
+        .create(WriteKind::Lock, &paths.epoch, b"", Mode::Persistent)
+        .await
+    {
+        Ok(_) | Err(Fault::NodeExists) => Ok(()),
         Err(source) => Err(zk_err(&paths.epoch, source)),
     }
 }

@@ -10,19 +10,20 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use zookeeper_client::{CreateMode, MultiWriteError, MultiWriteResult, WatchedEvent};
-
 use crate::ids::{FencingToken, SessionId};
 use crate::layout::LockPaths;
 use crate::lock::machine::{Action, Epoch, Input, RequestFailed};
 use crate::lock::node::{EpochData, LockNode, OwnerInfo};
 use crate::report::error_chain;
+use crate::zk::tally::WriteKind;
+use crate::zk::{Fault, Mode, MultiFault, NodeEvent, Written, Zk};
 
 use super::connection::{Connection, ensure_lock_paths};
 use super::settings::LockSettings;
 
-/// The watch `read_owner` armed on the lock node.
-pub(super) type WatchFuture = Pin<Box<dyn Future<Output = WatchedEvent> + Send>>;
+/// The watch `read_owner` armed on the lock node: what happened to it, `None` for the session's
+/// own events.
+pub(super) type WatchFuture = Pin<Box<dyn Future<Output = Option<NodeEvent>> + Send>>;
 
 /// Carries out one request action; returns its answer for the machine (`None` for an event, which
 /// is no request).
@@ -35,13 +36,15 @@ pub(super) async fn perform(
     let Some(conn) = conn else {
         return Some(failed(&action, RequestFailed::Connection));
     };
+    // Each request is bounded; an action of several is bounded as a whole too.
+    let zk = conn.zk.bounded_by(conn.request_timeout());
     let request = async {
         match &action {
-            Action::Create => create(conn, settings).await,
-            Action::ReadOwner => read_owner(conn, &settings.paths, watch).await,
-            Action::ReadEpoch => read_epoch(conn, &settings.paths).await,
-            Action::Bump { lock_version } => bump(conn, settings, *lock_version).await,
-            Action::Release { lock_version } => release(conn, settings, *lock_version).await,
+            Action::Create => create(conn, &zk, settings).await,
+            Action::ReadOwner => read_owner(&zk, &settings.paths, watch).await,
+            Action::ReadEpoch => read_epoch(&zk, &settings.paths).await,
+            Action::Bump { lock_version } => bump(conn, &zk, settings, *lock_version).await,
+            Action::Release { lock_version } => release(conn, &zk, settings, *lock_version).await,
             Action::Emit(_) => None,
         }
     };
@@ -66,16 +69,16 @@ fn failed(action: &Action, why: RequestFailed) -> Input {
 }
 
 /// Classifies a ZooKeeper error for the machine, logging what is not routine.
-fn failure(path: &str, err: &zookeeper_client::Error) -> RequestFailed {
-    use zookeeper_client::Error as E;
+fn failure(path: &str, err: &Fault) -> RequestFailed {
     let why = match err {
-        E::NodeExists => return RequestFailed::NodeExists,
-        E::NoNode => RequestFailed::NoNode,
-        E::BadVersion => RequestFailed::BadVersion,
-        E::NoAuth => RequestFailed::NoAuth,
-        E::ConnectionLoss | E::Timeout | E::SessionExpired | E::ClientClosed | E::SessionMoved => {
+        Fault::NodeExists => return RequestFailed::NodeExists,
+        Fault::NoNode => RequestFailed::NoNode,
+        Fault::BadVersion => RequestFailed::BadVersion,
+        Fault::NoAuth => RequestFailed::NoAuth,
+        Fault::ConnectionLoss | Fault::TimedOut(_) | Fault::SessionExpired | Fault::Closed => {
             RequestFailed::Connection
         }
+        Fault::Refused(why) if why.contains("session moved") => RequestFailed::Connection,
         _ => RequestFailed::Other,
     };
     if why == RequestFailed::NoAuth {
@@ -89,11 +92,8 @@ fn failure(path: &str, err: &zookeeper_client::Error) -> RequestFailed {
     why
 }
 
-fn multi_failure(path: &str, err: &MultiWriteError) -> RequestFailed {
-    match err {
-        MultiWriteError::RequestFailed { source }
-        | MultiWriteError::OperationFailed { source, .. } => failure(path, source),
-    }
+fn multi_failure(path: &str, err: &MultiFault) -> RequestFailed {
+    failure(path, err.fault())
 }
 
 fn unix_ms() -> i64 {
@@ -111,15 +111,15 @@ fn epoch_data(conn: &Connection, settings: &LockSettings) -> Vec<u8> {
 }
 
 /// The token is the epoch's version after our `set_data` in the same multi.
-fn token_of(results: &[MultiWriteResult]) -> Result<FencingToken, RequestFailed> {
+fn token_of(results: &[Written]) -> Result<FencingToken, RequestFailed> {
     match results.last() {
-        Some(MultiWriteResult::SetData { stat }) => Ok(FencingToken(stat.version)),
+        Some(Written::SetData { stat }) => Ok(FencingToken(stat.version)),
         _ => Err(RequestFailed::Other),
     }
 }
 
 /// Acquires: create the ephemeral lock node and bump the epoch, all or nothing.
-async fn create(conn: &Connection, settings: &LockSettings) -> Option<Input> {
+async fn create(conn: &Connection, zk: &Zk, settings: &LockSettings) -> Option<Input> {
     let paths = &settings.paths;
     // The schedule's fingerprint is a member's, not the lock's.
     let info = OwnerInfo {
@@ -130,27 +130,25 @@ async fn create(conn: &Connection, settings: &LockSettings) -> Option<Input> {
         tags: std::collections::BTreeSet::new(),
         ..settings.me.clone()
     };
-    let options = CreateMode::Ephemeral.with_acls(conn.acls);
-    let mut multi = conn.client.new_multi_writer();
+    let mut multi = zk.multi(WriteKind::Lock);
     let built = multi
-        .add_create(&paths.lock, &info.to_bytes(), &options)
+        .add_create(&paths.lock, &info.to_bytes(), Mode::Ephemeral)
         .and_then(|()| multi.add_set_data(&paths.epoch, &epoch_data(conn, settings), None));
     if let Err(err) = built {
         return Some(Input::CreateDone(Err(failure(&paths.lock, &err))));
     }
-    crate::zk::tally::wrote(crate::zk::tally::WriteKind::Lock, 2);
     let result = match multi.commit().await {
         Ok(results) => token_of(&results),
         // Someone holds it: routine, the machine reads who.
-        Err(MultiWriteError::OperationFailed {
+        Err(MultiFault::Op {
             index: 0,
-            source: zookeeper_client::Error::NodeExists,
+            fault: Fault::NodeExists,
         }) => Err(RequestFailed::NodeExists),
         Err(err) => {
             let why = multi_failure(&paths.lock, &err);
             if why == RequestFailed::NoNode {
                 // Someone removed the group's nodes: recreate them before the machine retries.
-                if let Err(err) = ensure_lock_paths(&conn.client, paths, conn.acls).await {
+                if let Err(err) = ensure_lock_paths(zk, paths).await {
                     tracing::warn!(error = %error_chain(&err), "cannot recreate lock group nodes");
                 }
             }
@@ -161,17 +159,13 @@ async fn create(conn: &Connection, settings: &LockSettings) -> Option<Input> {
 }
 
 /// Reads the lock node and arms a watch: a data watch when it exists, an exists watch when not.
-async fn read_owner(
-    conn: &Connection,
-    paths: &LockPaths,
-    watch: &mut Option<WatchFuture>,
-) -> Option<Input> {
+async fn read_owner(zk: &Zk, paths: &LockPaths, watch: &mut Option<WatchFuture>) -> Option<Input> {
     let path = paths.lock.as_str();
     // The node can come and go between the two reads; a few rounds settle it.
     for _ in 0..3 {
-        match conn.client.get_and_watch_data(path).await {
+        match zk.get_and_watch_data(path).await {
             Ok((data, stat, watcher)) => {
-                *watch = Some(Box::pin(watcher.changed()));
+                *watch = Some(Box::pin(watcher.event()));
                 let info = OwnerInfo::parse(&data)
                     .inspect_err(|err| {
                         tracing::warn!(path, error = %err, "lock node data is not zkcron's; treating it as a foreign owner");
@@ -184,25 +178,23 @@ async fn read_owner(
                 };
                 return Some(Input::OwnerRead(Ok(Some(node))));
             }
-            Err(zookeeper_client::Error::NoNode) => {
-                match conn.client.check_and_watch_stat(path).await {
-                    Ok((None, watcher)) => {
-                        *watch = Some(Box::pin(watcher.changed()));
-                        return Some(Input::OwnerRead(Ok(None)));
-                    }
-                    Ok((Some(_), _)) => continue,
-                    Err(err) => return Some(Input::OwnerRead(Err(failure(path, &err)))),
+            Err(Fault::NoNode) => match zk.check_and_watch_stat(path).await {
+                Ok((None, watcher)) => {
+                    *watch = Some(Box::pin(watcher.event()));
+                    return Some(Input::OwnerRead(Ok(None)));
                 }
-            }
+                Ok((Some(_), _)) => continue,
+                Err(err) => return Some(Input::OwnerRead(Err(failure(path, &err)))),
+            },
             Err(err) => return Some(Input::OwnerRead(Err(failure(path, &err)))),
         }
     }
     Some(Input::OwnerRead(Err(RequestFailed::Other)))
 }
 
-async fn read_epoch(conn: &Connection, paths: &LockPaths) -> Option<Input> {
+async fn read_epoch(zk: &Zk, paths: &LockPaths) -> Option<Input> {
     let path = paths.epoch.as_str();
-    let result = match conn.client.get_data(path).await {
+    let result = match zk.get_data(path).await {
         Ok((data, stat)) => {
             let holder = EpochData::parse(&data)
                 .inspect_err(
@@ -221,16 +213,20 @@ async fn read_epoch(conn: &Connection, paths: &LockPaths) -> Option<Input> {
 }
 
 /// A fresh token while we keep our node: check our node's version and bump the epoch.
-async fn bump(conn: &Connection, settings: &LockSettings, lock_version: i32) -> Option<Input> {
+async fn bump(
+    conn: &Connection,
+    zk: &Zk,
+    settings: &LockSettings,
+    lock_version: i32,
+) -> Option<Input> {
     let paths = &settings.paths;
-    let mut multi = conn.client.new_multi_writer();
+    let mut multi = zk.multi(WriteKind::Lock);
     let built = multi
         .add_check_version(&paths.lock, lock_version)
         .and_then(|()| multi.add_set_data(&paths.epoch, &epoch_data(conn, settings), None));
     if let Err(err) = built {
         return Some(Input::BumpDone(Err(failure(&paths.lock, &err))));
     }
-    crate::zk::tally::wrote_checked(crate::zk::tally::WriteKind::Lock, 1, 1);
     let result = match multi.commit().await {
         Ok(results) => token_of(&results),
         Err(err) => Err(multi_failure(&paths.lock, &err)),
@@ -239,7 +235,12 @@ async fn bump(conn: &Connection, settings: &LockSettings, lock_version: i32) -> 
 }
 
 /// Graceful release: mark the node as releasing, so that peers contend at once, then delete it.
-async fn release(conn: &Connection, settings: &LockSettings, lock_version: i32) -> Option<Input> {
+async fn release(
+    conn: &Connection,
+    zk: &Zk,
+    settings: &LockSettings,
+    lock_version: i32,
+) -> Option<Input> {
     let path = settings.paths.lock.as_str();
     let marked = OwnerInfo {
         releasing: true,
@@ -252,15 +253,15 @@ async fn release(conn: &Connection, settings: &LockSettings, lock_version: i32) 
     let marked = marked.to_bytes();
     let marked = marked.as_slice();
     let mark_and_delete = |version: i32| async move {
-        crate::zk::tally::wrote(crate::zk::tally::WriteKind::Lock, 1);
-        let stat = conn.client.set_data(path, marked, Some(version)).await?;
-        crate::zk::tally::wrote(crate::zk::tally::WriteKind::Lock, 1);
-        conn.client.delete(path, Some(stat.version)).await
+        let stat = zk
+            .set_data(WriteKind::Lock, path, marked, Some(version))
+            .await?;
+        zk.delete(WriteKind::Lock, path, Some(stat.version)).await
     };
     let result = match mark_and_delete(lock_version).await {
         // Someone wrote into our node (an operator, a stray tool). It is still ours while our
         // session owns it; without the mark peers would wait out the takeover delay.
-        Err(zookeeper_client::Error::BadVersion) => match conn.client.get_data(path).await {
+        Err(Fault::BadVersion) => match zk.get_data(path).await {
             Ok((_, stat)) if SessionId(stat.ephemeral_owner) == conn.session => {
                 tracing::warn!(
                     path,
@@ -268,7 +269,7 @@ async fn release(conn: &Connection, settings: &LockSettings, lock_version: i32) 
                 );
                 mark_and_delete(stat.version).await
             }
-            Ok(_) => Err(zookeeper_client::Error::BadVersion),
+            Ok(_) => Err(Fault::BadVersion),
             Err(err) => Err(err),
         },
         other => other,

@@ -227,10 +227,6 @@ impl FireMachine {
             } => self.child_submitted(job, &mark, *submission, result, now, &mut out),
             Input::MembershipRead(_) | Input::BroadcastClaimed { .. } => {} // answered above
         }
-        // Every final record, whatever wrote it, leaves its children's marks.
-        let runs = &self.starts.runs;
-        self.chains
-            .leave_marks(&mut out, |run_id| runs.payload_of(run_id));
         if may_free_room {
             self.claim_due_submissions(now, &mut out);
         }
@@ -351,6 +347,7 @@ impl FireMachine {
             lock: self.lock,
             jobs: &mut self.jobs,
             steering: &self.steering,
+            chains: &self.chains,
             stopping: self.stopping.is_some(),
             streaks: &mut self.streaks,
             housekeeping: &mut self.housekeeping,

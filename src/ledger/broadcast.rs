@@ -15,7 +15,7 @@ use crate::ids::{FencingToken, JobName, NodeId};
 use crate::layout::{LedgerPaths, LockPaths};
 use crate::lock::node::OwnerInfo;
 use crate::run::{ClaimMode, RunRecord, RunStatus};
-use crate::zk::Zk;
+use crate::zk::{Fault, Zk};
 
 /// Why a broadcast tick is recorded `missed` for a node (and the metrics' `broadcast_node`).
 pub const MISSED_BY_A_MEMBER: &str = "a live member that did not claim the tick in time";
@@ -28,6 +28,20 @@ pub struct LiveMember {
     pub tags: BTreeSet<String>,
     /// When its member znode was created (the servers' clock): it runs only later ticks.
     pub since_unix_ms: i64,
+}
+
+/// When `me`'s member znode was made (ms since the epoch): from then on this node owes its
+/// runs of broadcast ticks. `None` when it is not there.
+///
+/// # Errors
+/// The read failed.
+pub async fn member_since(
+    client: &Zk,
+    group: &LockPaths,
+    me: &NodeId,
+) -> Result<Option<i64>, Fault> {
+    let stat = client.check_stat(&group.member(me)).await?;
+    Ok(stat.map(|stat| stat.ctime))
 }
 
 /// The live members, each with its tags and when it joined; one that vanished meanwhile, or

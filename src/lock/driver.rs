@@ -366,11 +366,12 @@ impl<'a> Driver<'a> {
             let member = self.settings.paths.member(&self.settings.me.node_id);
             // Deleting it ourselves, rather than leaving it to the session close, lets a restart of
             // this node register at once.
-            crate::zk::tally::wrote(crate::zk::tally::WriteKind::Member, 1);
-            let deleted =
-                tokio::time::timeout(live.request_timeout(), live.client.delete(&member, None))
-                    .await;
-            if !matches!(deleted, Ok(Ok(()))) {
+            let deleted = live
+                .zk
+                .bounded_by(live.request_timeout())
+                .delete(zk::tally::WriteKind::Member, &member, None)
+                .await;
+            if deleted.is_err() {
                 tracing::debug!(
                     path = member,
                     "member node not deleted on shutdown; it goes with the session"

@@ -32,15 +32,15 @@ pub const REQUEST_BOUND: Duration = Duration::from_secs(10);
 pub enum Fault {
     #[error("no such node")]
     NoNode,
-    #[error("the node exists")]
+    #[error("the node exists already")]
     NodeExists,
-    #[error("the node's version moved")]
+    #[error("the node's version has moved")]
     BadVersion,
     #[error("the node has children")]
     NotEmpty,
-    #[error("not allowed by the node's ACL")]
+    #[error("not authorized (the node's ACL)")]
     NoAuth,
-    #[error("the session expired")]
+    #[error("session expired")]
     SessionExpired,
     #[error("the connection to the server was lost (the request may have been applied)")]
     ConnectionLoss,

@@ -12,7 +12,7 @@ use super::session::{Session, bounded};
 use crate::fire::machine::{ClaimId, ClaimRefused, Input};
 use crate::ids::{NodeId, SessionId};
 use crate::layout::LockPaths;
-use crate::ledger::broadcast::{Sweep, close_own, live_members, sweep};
+use crate::ledger::broadcast::{Sweep, close_own, live_members, member_since, sweep};
 use crate::ledger::{ClaimError, ClaimPlan, OpenRuns};
 use crate::report::error_chain;
 use crate::run::{ClaimMode, RunRecord};
@@ -22,10 +22,12 @@ pub(super) fn read_membership(s: &Session, group: &LockPaths, me: &NodeId) -> Op
     let Some(client) = s.client.clone() else {
         return Some(Input::MembershipRead(Err(Session::no_session())));
     };
-    let (path, answers) = (group.member(me), s.answers.clone());
+    let (group, me, answers) = (group.clone(), me.clone(), s.answers.clone());
     s.tasks.spawn(async move {
-        let result = match bounded(&path, client.check_stat(&path)).await {
-            Some(Ok(stat)) => Ok(stat.and_then(|stat| DateTime::from_timestamp_millis(stat.ctime))),
+        let path = group.member(&me);
+        let since = member_since(&client, &group, &me);
+        let result = match bounded(&path, since).await {
+            Some(Ok(ms)) => Ok(ms.and_then(DateTime::from_timestamp_millis)),
             Some(Err(err)) => Err(format!("reading {path}: {err}")),
             None => Err(format!("reading {path}: zookeeper did not answer in time")),
         };

@@ -18,7 +18,7 @@ use crate::config::{After, JobConfig};
 use crate::delayed::submission::SubmissionId;
 use crate::ids::JobName;
 use crate::layout::MarkName;
-use crate::run::FoundMark;
+use crate::run::{Claim, FoundMark};
 use crate::run::{ParentRun, RunStatus};
 
 /// What a child's marks at one instant become.
@@ -102,59 +102,42 @@ impl Chains {
         self.followers = fresh.followers;
     }
 
-    /// Gives each final record among `actions` the marks it leaves: a run of a parent that
-    /// ended (succeeded, failed, timed out, cancelled) and promises no retry, so a retried
+    /// Gives a final record the marks it leaves, as the claim path builds it: a run of a parent
+    /// that ended (succeeded, failed, timed out, cancelled) and promises no retry, so a retried
     /// parent counts once, at its end. A backfill's leaves none unless asked
     /// (`--with-children`). A submission's run leaves marks only for the children it makes a
     /// run of — those that follow it alone, and whose `after_status` admits its end — and they
-    /// carry its payload (`payload_of` its run id).
-    pub fn leave_marks(
-        &self,
-        actions: &mut [Action],
-        payload_of: impl Fn(&str) -> Option<Arc<Vec<u8>>>,
-    ) {
-        if self.children.is_empty() {
+    /// carry its payload (`payload`).
+    pub fn leave_marks(&self, claim: &mut Claim, payload: impl FnOnce() -> Option<Arc<Vec<u8>>>) {
+        let record = &claim.record;
+        let ended = matches!(
+            record.status,
+            RunStatus::Succeeded | RunStatus::Failed | RunStatus::TimedOut | RunStatus::Cancelled
+        );
+        if !ended || record.retry_at_unix_ms.is_some() || (record.backfill && !record.with_children)
+        {
             return;
         }
-        for action in actions {
-            let Action::WriteRecord(claim) = action else {
-                continue;
-            };
-            let record = &claim.record;
-            let ended = matches!(
-                record.status,
-                RunStatus::Succeeded
-                    | RunStatus::Failed
-                    | RunStatus::TimedOut
-                    | RunStatus::Cancelled
-            );
-            if !ended
-                || record.retry_at_unix_ms.is_some()
-                || (record.backfill && !record.with_children)
-            {
-                continue;
-            }
-            let Some(children) = self.children.get(&record.job) else {
-                continue;
-            };
-            if record.submission_id.is_none() {
-                claim.children.clone_from(children);
-                continue;
-            }
-            claim.children = children
-                .iter()
-                .filter(|child| {
-                    self.afters.get(*child).is_some_and(|after| {
-                        after.parents.len() == 1 && after.status.admits(record.status)
-                    })
+        let Some(children) = self.children.get(&record.job) else {
+            return;
+        };
+        if record.submission_id.is_none() {
+            claim.children.clone_from(children);
+            return;
+        }
+        claim.children = children
+            .iter()
+            .filter(|child| {
+                self.afters.get(*child).is_some_and(|after| {
+                    after.parents.len() == 1 && after.status.admits(record.status)
                 })
-                .cloned()
-                .collect();
-            if !claim.children.is_empty() {
-                claim.payload = payload_of(&record.run_id);
-                if claim.payload.is_none() {
-                    tracing::warn!(job = %record.job, run_id = record.run_id, "the submission's payload is not known here; its children get none");
-                }
+            })
+            .cloned()
+            .collect();
+        if !claim.children.is_empty() {
+            claim.payload = payload();
+            if claim.payload.is_none() {
+                tracing::warn!(job = %record.job, run_id = record.run_id, "the submission's payload is not known here; its children get none");
             }
         }
     }

@@ -7,6 +7,7 @@
 
 use chrono::{DateTime, Utc};
 
+use super::chains::Chains;
 use super::housekeeping::Housekeeping;
 use super::jobs::Jobs;
 use super::notices::Streaks;
@@ -22,6 +23,8 @@ pub(super) struct Ctx<'a> {
     pub lock: LockStatus,
     pub jobs: &'a mut Jobs,
     pub steering: &'a Steering,
+    /// Who follows whom: the marks a final record leaves.
+    pub chains: &'a Chains,
     /// The node is stopping: nothing new starts.
     pub stopping: bool,
     pub streaks: &'a mut Streaks,

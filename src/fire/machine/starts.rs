@@ -645,6 +645,11 @@ impl Starts {
             // Taken since the start: its run outlived our hold of the lock.
             finished.guard = self.runs.guard_of(&finished.record.run_id).cloned();
         }
+        // The marks go with the record, in its multi-op: a child is made pending exactly when
+        // its parent's run is recorded as ended.
+        let run_id = finished.record.run_id.clone();
+        ctx.chains
+            .leave_marks(&mut finished, || self.runs.payload_of(&run_id));
         self.runs.ended(&finished);
         if config.is_none_or(|config| config.concurrency != Concurrency::Forbid) {
             ctx.out.push(Action::WriteRecord(finished));

@@ -71,15 +71,16 @@ impl Connection {
         let last_heard = Arc::new(Mutex::new(now()));
         settings.heard.heard_at(std::time::SystemTime::now());
         settings.heard.set_timeout(timeout);
+        let doorway = Zk::new(client.clone(), acls, zk::REQUEST_BOUND);
         let heartbeat = tokio::spawn(heartbeat(
-            client.clone(),
+            doorway.clone(),
             settings.paths.dir.clone(),
             Arc::clone(&last_heard),
             Arc::clone(&settings.heard),
         ));
         Self {
             session: SessionId(client.session_id().0),
-            zk: Zk::new(client.clone(), acls, zk::REQUEST_BOUND),
+            zk: doorway,
             client,
             timeout,
             states,
@@ -157,13 +158,9 @@ pub(super) async fn open_session(
 /// server does (DESIGN.md "The lock": Lost within the session timeout). A seventh, just under
 /// the client's own ping interval (3/20 of the session timeout, after which an idle client
 /// pings): the client then never pings beside it, one round trip where there were two.
-async fn heartbeat(
-    client: Client,
-    path: String,
-    last_heard: Arc<Mutex<Instant>>,
-    heard: Arc<Heard>,
-) {
+async fn heartbeat(client: Zk, path: String, last_heard: Arc<Mutex<Instant>>, heard: Arc<Heard>) {
     let period = client.session_timeout() / 7;
+    let client = client.bounded_by(period * 2);
     let mut ticks = tokio::time::interval(period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -171,7 +168,7 @@ async fn heartbeat(
         let sent = now();
         let sent_at = std::time::SystemTime::now();
         // The reply proves the server heard us after `sent`.
-        if let Ok(Ok(_)) = tokio::time::timeout(period * 2, client.check_stat(&path)).await {
+        if client.check_stat(&path).await.is_ok() {
             heard.heard_at(sent_at);
             let mut heard = last_heard.lock().unwrap_or_else(PoisonError::into_inner);
             *heard = (*heard).max(sent);

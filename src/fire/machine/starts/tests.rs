@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::*;
+use crate::fire::machine::chains::Chains;
 use crate::fire::machine::housekeeping::Housekeeping;
 use crate::fire::machine::jobs::Jobs;
 use crate::fire::machine::notices::Streaks;
@@ -24,6 +25,7 @@ struct Lent {
     me: Me,
     jobs: Jobs,
     steering: Steering,
+    chains: Chains,
     streaks: Streaks,
     housekeeping: Housekeeping,
     lock: LockStatus,
@@ -42,6 +44,7 @@ impl Lent {
             },
             jobs: Jobs::of(&crate::config::jobs_for_test(&table)),
             steering: Steering::default(),
+            chains: Chains::default(),
             streaks: Streaks::default(),
             housekeeping: Housekeeping::default(),
             lock: LockStatus {
@@ -64,6 +67,7 @@ impl Lent {
             lock: self.lock,
             jobs: &mut self.jobs,
             steering: &self.steering,
+            chains: &self.chains,
             stopping: false,
             streaks: &mut self.streaks,
             housekeeping: &mut self.housekeeping,

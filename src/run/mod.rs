@@ -8,6 +8,7 @@
 
 mod chain;
 mod claim;
+mod key;
 mod notice;
 mod outcome;
 mod record;
@@ -16,6 +17,7 @@ mod target;
 
 pub use chain::{ChainMark, FoundMark};
 pub use claim::{Claim, ClaimMode};
+pub use key::{Due, RunKey};
 pub use notice::{Notice, NoticeChannels, NoticeKind, Webhook};
 pub use outcome::{OUTPUT_KEPT, OutputTail, RESPONSE_KEPT, RunOutcome, RunReport};
 pub use record::{ParentRun, RecordError, RunRecord, RunStatus};

@@ -1,5 +1,6 @@
-//! The claims out or held, by id; per job how many of them will start a run, and which
-//! submissions they are for: the fire machine's bookkeeping, pure like the machine itself.
+//! The claims out or held, by id and by the run they are for ([`RunKey`]: at most one claim out
+//! per run, whichever producer made it due); per job how many of them will start a run: the fire
+//! machine's bookkeeping, pure like the machine itself.
 //!
 //! The count is what `max_running` bounds (with the runs alive and the retries waiting, which
 //! `runs` counts). It is kept as claims come and go, not counted again for every input: with a
@@ -7,7 +8,7 @@
 //! CPU (issue 23's profile). A claim's kind (record-only or not) never changes while it is held
 //! here, so the count taken at insert is the one given back at removal.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 use std::sync::Arc;
 
@@ -17,7 +18,9 @@ use super::protocol::{Action, ClaimId, FireReason, Item, Me, START_LEAD, TickCla
 use crate::config::{Concurrency, JobConfig};
 use crate::delayed::submission::SubmissionId;
 use crate::ids::{FencingToken, JobName, NodeId};
-use crate::run::{Claim, ClaimMode, ParentRun, RunContext, RunRecord, RunStatus, SubmissionInput};
+use crate::run::{
+    Claim, ClaimMode, ParentRun, RunContext, RunKey, RunRecord, RunStatus, SubmissionInput,
+};
 
 /// A claim sent and not yet settled.
 #[derive(Debug, Clone)]
@@ -454,8 +457,12 @@ pub(super) struct Claims {
     maybe_marked_running: HashMap<String, i32>,
     /// Per job, the claims held here that start a run (not record-only).
     starting: HashMap<JobName, usize>,
-    /// The submissions these claims are for: a scan finds each due one once more per second.
-    submissions: HashSet<String>,
+    /// The run each claim is for (its [`RunKey::run`]), and the claims out for each run: a scan
+    /// finds each due submission once more per second, and asks. Mostly one a run; a producer
+    /// may still claim a run whose claim is out (docs/ARCHITECTURE.md, "What is still to
+    /// build"), which the ledger refuses.
+    runs: HashMap<RunKey, Vec<ClaimId>>,
+    run_of: HashMap<ClaimId, RunKey>,
     /// Per `forbid` job, the token under which a claim of it took the guard: no run of the job
     /// was alive on another node then, and none can start elsewhere while that token holds
     /// (every other node's claim fails its epoch check; a run that outlives a hold takes its
@@ -482,6 +489,9 @@ impl Claims {
             && record.status == RunStatus::Claimed
             && self.guard_proven.get(&pending.config.spec.name) != Some(&pending.token);
         let record = said_running_by_its_claim(record, &pending);
+        let run = RunKey::of(&record).run();
+        self.runs.entry(run.clone()).or_default().push(id);
+        self.run_of.insert(id, run);
         self.insert(id, pending);
         out.push(Action::Claim(TickClaim {
             id,
@@ -638,10 +648,7 @@ impl Claims {
         }
     }
 
-    pub fn insert(&mut self, id: ClaimId, pending: Pending) {
-        if let Some(submission) = &pending.submission {
-            self.submissions.insert(submission.id.clone());
-        }
+    fn insert(&mut self, id: ClaimId, pending: Pending) {
         if starts_a_run(&pending) {
             *self
                 .starting
@@ -656,13 +663,18 @@ impl Claims {
     pub fn remove(&mut self, id: &ClaimId) -> Option<Pending> {
         let pending = self.by_id.remove(id)?;
         self.forget(&pending);
+        if let Some(run) = self.run_of.remove(id) {
+            if let Some(ids) = self.runs.get_mut(&run) {
+                ids.retain(|held| held != id);
+                if ids.is_empty() {
+                    self.runs.remove(&run);
+                }
+            }
+        }
         Some(pending)
     }
 
     fn forget(&mut self, pending: &Pending) {
-        if let Some(submission) = &pending.submission {
-            self.submissions.remove(&submission.id);
-        }
         if !starts_a_run(pending) {
             return;
         }
@@ -675,19 +687,18 @@ impl Claims {
         }
     }
 
-    /// A claim of submission `id` is held here.
-    pub fn holds_submission(&self, id: &str) -> bool {
-        self.submissions.contains(id)
+    /// The claims held here for `run` (whichever its attempt).
+    pub fn of_run(&self, run: &RunKey) -> impl Iterator<Item = &Pending> + '_ {
+        let ids = self.runs.get(&run.run()).map_or(&[][..], Vec::as_slice);
+        ids.iter().filter_map(|id| self.by_id.get(id))
     }
 
-    /// The due time of the claim of submission `id` held here.
-    pub fn due_of_submission(&self, id: &str) -> Option<i64> {
-        if !self.holds_submission(id) {
-            return None; // the common case, without a walk over every claim
-        }
-        self.by_id
-            .values()
-            .find(|pending| pending.submission.as_ref().is_some_and(|s| s.id == id))
+    /// The due time of the claim held here that runs submission `id` of `job`. A claim that
+    /// records it `missed` does not hold it: the delayed queue keeps it until that record is
+    /// written, and considers it again if it is not.
+    pub fn due_of_submission(&self, job: &JobName, id: &SubmissionId) -> Option<i64> {
+        self.of_run(&RunKey::of_submission(job, id))
+            .find(|pending| starts_a_run(pending))
             .map(|pending| pending.tick.timestamp_millis())
     }
 
@@ -723,12 +734,13 @@ impl Claims {
         for pending in self.by_id.values().filter(|p| starts_a_run(p)) {
             *fresh.entry(pending.config.spec.name.clone()).or_default() += 1;
         }
-        let ids: HashSet<String> = self
-            .by_id
-            .values()
-            .filter_map(|p| p.submission.as_ref().map(|s| s.id.clone()))
-            .collect();
-        fresh == self.starting && ids == self.submissions
+        let held: std::collections::HashSet<&ClaimId> = self.by_id.keys().collect();
+        let indexed = self.run_of.len() == self.runs.values().map(Vec::len).sum::<usize>()
+            && self.run_of.keys().all(|id| held.contains(id))
+            && self.runs.iter().all(|(run, ids)| {
+                !ids.is_empty() && ids.iter().all(|id| self.run_of.get(id) == Some(run))
+            });
+        fresh == self.starting && indexed
     }
 }
 

@@ -645,18 +645,15 @@ impl Starts {
             // Taken since the start: its run outlived our hold of the lock.
             finished.guard = self.runs.guard_of(&finished.record.run_id).cloned();
         }
-        // The marks go with the record, in its multi-op: a child is made pending exactly when
-        // its parent's run is recorded as ended.
-        let run_id = finished.record.run_id.clone();
+        // Its children's marks go in the record's multi-op: pending once it is recorded ended.
+        let (run_id, job) = (finished.record.run_id.clone(), finished.record.job.clone());
         ctx.chains
             .leave_marks(&mut finished, || self.runs.payload_of(&run_id));
         self.runs.ended(&finished);
+        ctx.out.push(Action::WriteRecord(finished));
         if config.is_none_or(|config| config.concurrency != Concurrency::Forbid) {
-            ctx.out.push(Action::WriteRecord(finished));
             return; // only a forbid job's claims wait behind its runs
         }
-        let job = finished.record.job.clone();
-        ctx.out.push(Action::WriteRecord(finished));
         // Claims waiting behind this run start now: its process has ended.
         for id in self.claims.waiting_on_guard(&job) {
             if matches!(

@@ -143,7 +143,7 @@ impl FireMachine {
         let claimed_due = self
             .starts
             .claims
-            .due_of_submission(id.as_str())
+            .due_of_submission(&submission.job, &id)
             .or(held_by_own_start);
         let config = self
             .jobs

@@ -356,6 +356,10 @@ impl FireMachine {
             follows: Vec::new(),
         };
         let result = f(&mut self.starts, &mut ctx);
+        // Claims held behind a run's claim that settled go now, before what follows.
+        self.starts
+            .claims
+            .send_released(ctx.stopping, &mut *ctx.out);
         let follows = ctx.follows;
         self.follow_up(follows, now, out);
         result

@@ -8,7 +8,7 @@
 //! CPU (issue 23's profile). A claim's kind (record-only or not) never changes while it is held
 //! here, so the count taken at insert is the one given back at removal.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use std::sync::Arc;
 
@@ -457,12 +457,15 @@ pub(super) struct Claims {
     maybe_marked_running: HashMap<String, i32>,
     /// Per job, the claims held here that start a run (not record-only).
     starting: HashMap<JobName, usize>,
-    /// The run each claim is for (its [`RunKey::run`]), and the claims out for each run: a scan
-    /// finds each due submission once more per second, and asks. Mostly one a run; a producer
-    /// may still claim a run whose claim is out (docs/ARCHITECTURE.md, "What is still to
-    /// build"), which the ledger refuses.
-    runs: HashMap<RunKey, Vec<ClaimId>>,
+    /// The run each claim is for (its [`RunKey::run`]), and the one claim out for each run: a
+    /// scan finds each due submission once more per second, and asks.
+    runs: HashMap<RunKey, ClaimId>,
     run_of: HashMap<ClaimId, RunKey>,
+    /// Claims of a run whose claim is out, whichever producer made them: each goes, in order,
+    /// once the one before it has settled (and is refused then if that one made the record).
+    held: HashMap<RunKey, VecDeque<HeldClaim>>,
+    /// Held claims whose run is free now, to send at the end of the input.
+    released: Vec<HeldClaim>,
     /// Per `forbid` job, the token under which a claim of it took the guard: no run of the job
     /// was alive on another node then, and none can start elsewhere while that token holds
     /// (every other node's claim fails its epoch check; a run that outlives a hold takes its
@@ -470,12 +473,23 @@ pub(super) struct Claims {
     guard_proven: HashMap<JobName, FencingToken>,
 }
 
+/// A claim waiting for its run's claim out to settle.
+#[derive(Debug)]
+struct HeldClaim {
+    pending: Pending,
+    record: RunRecord,
+    mode: ClaimMode,
+}
+
 fn starts_a_run(pending: &Pending) -> bool {
     !matches!(pending.state, PendingState::RecordOnly)
 }
 
 impl Claims {
-    /// Holds `pending` under a new id, and sends its claim of `record`.
+    /// Holds `pending` under a new id, and sends its claim of `record` — or, when a claim of
+    /// the same run is out, holds it until that one settles: one claim out per run, whichever
+    /// producers made it due (a tick's on-time claim and catch-up's; a submission's `missed`
+    /// record sent again by the next scan).
     pub fn send(
         &mut self,
         pending: Pending,
@@ -483,14 +497,23 @@ impl Claims {
         mode: ClaimMode,
         out: &mut Vec<Action>,
     ) {
+        let run = RunKey::of(&record).run();
+        if self.runs.contains_key(&run) {
+            let held = HeldClaim {
+                pending,
+                record,
+                mode,
+            };
+            self.held.entry(run).or_default().push_back(held);
+            return;
+        }
         let id = ClaimId(self.next_id);
         self.next_id += 1;
         let guarded = pending.config.concurrency == Concurrency::Forbid
             && record.status == RunStatus::Claimed
             && self.guard_proven.get(&pending.config.spec.name) != Some(&pending.token);
         let record = said_running_by_its_claim(record, &pending);
-        let run = RunKey::of(&record).run();
-        self.runs.entry(run.clone()).or_default().push(id);
+        self.runs.insert(run.clone(), id);
         self.run_of.insert(id, run);
         self.insert(id, pending);
         out.push(Action::Claim(TickClaim {
@@ -664,10 +687,11 @@ impl Claims {
         let pending = self.by_id.remove(id)?;
         self.forget(&pending);
         if let Some(run) = self.run_of.remove(id) {
-            if let Some(ids) = self.runs.get_mut(&run) {
-                ids.retain(|held| held != id);
-                if ids.is_empty() {
-                    self.runs.remove(&run);
+            self.runs.remove(&run);
+            if let Some(queue) = self.held.get_mut(&run) {
+                self.released.extend(queue.pop_front());
+                if queue.is_empty() {
+                    self.held.remove(&run);
                 }
             }
         }
@@ -687,10 +711,20 @@ impl Claims {
         }
     }
 
-    /// The claims held here for `run` (whichever its attempt).
-    pub fn of_run(&self, run: &RunKey) -> impl Iterator<Item = &Pending> + '_ {
-        let ids = self.runs.get(&run.run()).map_or(&[][..], Vec::as_slice);
-        ids.iter().filter_map(|id| self.by_id.get(id))
+    /// Sends the held claims whose run's claim has settled (during this input); a stopping
+    /// node sends none, as it starts nothing new.
+    pub fn send_released(&mut self, stopping: bool, out: &mut Vec<Action>) {
+        for held in std::mem::take(&mut self.released) {
+            if stopping {
+                continue;
+            }
+            self.send(held.pending, held.record, held.mode, out);
+        }
+    }
+
+    /// The claim out here for `run` (whichever its attempt).
+    pub fn of_run(&self, run: &RunKey) -> Option<&Pending> {
+        self.by_id.get(self.runs.get(&run.run())?)
     }
 
     /// The due time of the claim held here that runs submission `id` of `job`. A claim that
@@ -698,7 +732,7 @@ impl Claims {
     /// written, and considers it again if it is not.
     pub fn due_of_submission(&self, job: &JobName, id: &SubmissionId) -> Option<i64> {
         self.of_run(&RunKey::of_submission(job, id))
-            .find(|pending| starts_a_run(pending))
+            .filter(|pending| starts_a_run(pending))
             .map(|pending| pending.tick.timestamp_millis())
     }
 
@@ -735,11 +769,15 @@ impl Claims {
             *fresh.entry(pending.config.spec.name.clone()).or_default() += 1;
         }
         let held: std::collections::HashSet<&ClaimId> = self.by_id.keys().collect();
-        let indexed = self.run_of.len() == self.runs.values().map(Vec::len).sum::<usize>()
+        // One claim out per run; a run with claims held has one out (or just settled).
+        let indexed = self.run_of.len() == self.runs.len()
             && self.run_of.keys().all(|id| held.contains(id))
-            && self.runs.iter().all(|(run, ids)| {
-                !ids.is_empty() && ids.iter().all(|id| self.run_of.get(id) == Some(run))
-            });
+            && self
+                .runs
+                .iter()
+                .all(|(run, id)| self.run_of.get(id) == Some(run))
+            && self.held.values().all(|queue| !queue.is_empty())
+            && self.released.is_empty();
         fresh == self.starting && indexed
     }
 }

@@ -2,9 +2,9 @@
 //!
 //! Owns: turning settings into a connected `zookeeper_client::Client` (creating the connect
 //! string's chroot node when it is missing, as Curator does for its namespace; TLS and SASL
-//! through the client's own options), and creating the persistent nodes a lock group needs;
-//! following a subtree with a persistent recursive watch (`watch`); counting what the process
-//! writes (`tally`).
+//! through the client's own options); the doorway every request goes through (`door`: `Zk`, its
+//! time bound, its count by why, a typed `Fault`); following a subtree with a persistent
+//! recursive watch (`watch`); counting what the process writes (`tally`).
 //! Must not: know about jobs or the lock's policy.
 
 mod door;
@@ -13,15 +13,15 @@ mod tls;
 pub mod watch;
 
 pub use door::{
-    Fault, Mode, Multi, MultiFault, NodeEvent, OneChange, REQUEST_BOUND, Sequence, Stat, Written,
-    Zk,
+    Fault, Mode, Multi, MultiFault, NodeEvent, OneChange, REQUEST_BOUND, Resumable, Sequence,
+    SessionEvent, Stat, States, Written, Zk,
 };
 pub use tls::TlsFiles;
 
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
-use zookeeper_client::{Acls, Client, CreateMode, SessionInfo};
+use zookeeper_client::{Acls, Client};
 
 use crate::secret::Secret;
 
@@ -163,7 +163,13 @@ pub async fn connect(settings: &ZkSettings) -> Result<Client, ZkError> {
     let Some(chroot) = chroot else {
         return Ok(client);
     };
-    ensure_persistent(&client, chroot, settings.acls()).await?;
+    Zk::new(client.clone(), settings.acls(), REQUEST_BOUND)
+        .ensure_persistent(chroot)
+        .await
+        .map_err(|source| ZkError::Request {
+            path: chroot.to_owned(),
+            source,
+        })?;
     with_chroot(settings, client, chroot)
 }
 
@@ -241,7 +247,7 @@ async fn probe(settings: &ZkSettings, hosts: &str) -> Result<(), ZkError> {
 pub enum Resumed {
     /// The servers still held it: the same session, its ephemeral nodes still there; its
     /// watches are not (they belonged to the old client), so whoever needs them arms them again.
-    Session(Client),
+    Session(Zk),
     /// A server answered that the session has expired.
     Expired,
     /// No server answered in time, or the attempt failed otherwise: try again, or give up.
@@ -251,7 +257,8 @@ pub enum Resumed {
 /// Tries to take `session` back: the client gives up on a session after about 1.4 × its timeout
 /// without an answer and calls it expired, though the servers (all paused, say) may still hold
 /// it. Its ephemeral nodes — our lock and member nodes — are then still ours.
-pub async fn resume(settings: &ZkSettings, session: SessionInfo) -> Resumed {
+pub async fn resume(settings: &ZkSettings, session: Resumable) -> Resumed {
+    let session = session.0;
     let (hosts, chroot) = match split_connect(&settings.connect) {
         Ok(parts) => parts,
         Err(err) => return Resumed::NoAnswer(err),
@@ -266,11 +273,12 @@ pub async fn resume(settings: &ZkSettings, session: SessionInfo) -> Resumed {
         Err(source) => return Resumed::NoAnswer(connect_err(settings, source)),
     };
     // The chroot node exists: the session being resumed made or found it.
+    let doorway = |client| Zk::new(client, settings.acls(), REQUEST_BOUND);
     let Some(chroot) = chroot else {
-        return Resumed::Session(client);
+        return Resumed::Session(doorway(client));
     };
     match with_chroot(settings, client, chroot) {
-        Ok(client) => Resumed::Session(client),
+        Ok(client) => Resumed::Session(doorway(client)),
         Err(err) => Resumed::NoAnswer(err),
     }
 }
@@ -350,10 +358,7 @@ fn with_chroot(settings: &ZkSettings, client: Client, chroot: &str) -> Result<Cl
 ///
 /// # Cancellation safety
 /// Safe: nothing is half-done when it returns early.
-pub async fn connect_until_up(
-    settings: &ZkSettings,
-    shutdown: &CancellationToken,
-) -> Option<Client> {
+pub async fn connect_until_up(settings: &ZkSettings, shutdown: &CancellationToken) -> Option<Zk> {
     let mut backoff = MIN_CONNECT_BACKOFF;
     loop {
         let attempt = tokio::select! {
@@ -361,7 +366,7 @@ pub async fn connect_until_up(
             attempt = connect(settings) => attempt,
         };
         match attempt {
-            Ok(client) => return Some(client),
+            Ok(client) => return Some(Zk::new(client, settings.acls(), REQUEST_BOUND)),
             Err(err) => {
                 tracing::warn!(error = %crate::report::error_chain(&err), retry_in = ?backoff, "zookeeper connect failed");
             }
@@ -374,47 +379,12 @@ pub async fn connect_until_up(
     }
 }
 
-impl ZkError {
-    /// The failed request's path and ZooKeeper error, for callers whose errors name one request
-    /// (`path` stands in when the failure was not a request's).
-    pub fn into_request(self, path: &str) -> (String, Fault) {
-        match self {
-            ZkError::Request { path, source } => (path, source),
-            other => (path.to_owned(), Fault::Other(other.to_string())),
-        }
-    }
-}
-
-/// Creates `path` and its missing ancestors as persistent nodes with `acls`.
-///
-/// Looks first: ZooKeeper checks the parent's CREATE permission before it reports NodeExists, so
-/// creating a node an operator made in a read-only directory would fail with NoAuth.
-///
-/// # Errors
-/// A request failed (no auth, connection loss, …); existing nodes are fine.
-async fn ensure_persistent(client: &Client, path: &str, acls: Acls<'_>) -> Result<(), ZkError> {
-    let request_err = |source: zookeeper_client::Error| ZkError::Request {
-        path: path.to_owned(),
-        source: source.into(),
-    };
-    if client
-        .check_stat(path)
-        .await
-        .map_err(request_err)?
-        .is_some()
-    {
-        return Ok(());
-    }
-    let options = CreateMode::Persistent.with_acls(acls);
-    tally::wrote(tally::WriteKind::Parents, 1);
-    client.mkdir(path, &options).await.map_err(request_err)
-}
-
 /// Whether the servers accept `addWatch` (persistent recursive watches, ZooKeeper 3.6+): `false`
 /// only when they answer that they do not implement it. Any other failure is the watches' own to
 /// report and retry; the probe's watch is removed again at once.
-pub async fn serves_recursive_watches(client: &Client, path: &str) -> bool {
-    let probe = client
+pub async fn serves_recursive_watches(zk: &Zk, path: &str) -> bool {
+    let probe = zk
+        .client()
         .watch(path, zookeeper_client::AddWatchMode::PersistentRecursive)
         .await;
     !matches!(probe, Err(zookeeper_client::Error::Unimplemented))

@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio::time::Sleep;
 use tokio_util::sync::CancellationToken;
-use zookeeper_client::SessionState;
 
 use crate::ids::FencingToken;
 use crate::layout::LockPaths;
@@ -29,7 +28,7 @@ use crate::lock::clock_watch;
 use crate::lock::machine::{Action, Input, LockEvent, LockMachine, LockState, LockStatus};
 use crate::lock::node::ScheduleHash;
 use crate::lock::take_back::TakeBack;
-use crate::zk::{self, NodeEvent, Zk, ZkSettings};
+use crate::zk::{self, NodeEvent, SessionEvent, Zk, ZkSettings};
 
 use connection::{Connection, now, open_session};
 use requests::WatchFuture;
@@ -103,7 +102,7 @@ pub async fn run(
 enum Wake {
     /// The owner's silence check is due (see `silence_input`).
     Silence,
-    State(SessionState),
+    State(SessionEvent),
     TakenBack(zk::Resumed),
     Watch(Option<NodeEvent>),
     Deadline,
@@ -116,7 +115,6 @@ enum Wake {
 /// The state of one driver's loop: the machine, the session it runs on and what the loop waits
 /// for.
 struct Driver<'a> {
-    zk: &'a ZkSettings,
     /// Ours to change: a reload publishes a new schedule fingerprint in the member node.
     settings: LockSettings,
     updates: &'a mpsc::UnboundedSender<LockUpdate>,
@@ -164,7 +162,6 @@ impl<'a> Driver<'a> {
         };
         let member = matches!(settings.role, LockRole::Member { .. });
         Self {
-            zk,
             updates,
             machine,
             pending,
@@ -277,14 +274,14 @@ impl<'a> Driver<'a> {
             Wake::Silence => silence_input(live, &mut self.silenced),
             // The client gave up (~1.4 × the timeout without an answer); the servers may still
             // hold the session, and with it our lock and member nodes.
-            Wake::State(SessionState::Expired) => {
+            Wake::State(SessionEvent::Expired) => {
                 tracing::warn!(session = %live.session, "no answer from zookeeper for longer than the session timeout; taking the session back if the servers still hold it");
-                self.take_back.start(live.client.session().clone());
+                self.take_back.start(live.zk.resumable());
                 None
             }
             Wake::State(state) => session_input(state, live),
             Wake::TakenBack(outcome) => {
-                let (back, input) = taken_back(outcome, self.zk, &self.settings, self.updates);
+                let (back, input) = taken_back(outcome, &self.settings, self.updates);
                 if let Some(back) = back {
                     self.conn = Some(back);
                     self.clock.session_began();
@@ -430,14 +427,13 @@ impl Order<'_> {
 /// input.
 fn taken_back(
     outcome: zk::Resumed,
-    zk: &ZkSettings,
     settings: &LockSettings,
     updates: &mpsc::UnboundedSender<LockUpdate>,
 ) -> (Option<Connection>, Option<Input>) {
     match outcome {
-        zk::Resumed::Session(client) => {
-            let states = client.state_watcher();
-            let back = Connection::start(client, states, zk.acls(), settings);
+        zk::Resumed::Session(session) => {
+            let states = session.states();
+            let back = Connection::start(session, states, settings);
             tracing::info!(session = %back.session, "zookeeper session taken back: the servers still held it");
             let _ = updates.send(LockUpdate::Session(Some(back.zk.clone())));
             (Some(back), Some(Input::SessionReconnected))
@@ -543,7 +539,7 @@ fn silence_input(live: &Connection, silenced: &mut Option<Silenced>) -> Option<I
 }
 
 /// The session's next state; pends forever without a session.
-async fn state_change(conn: Option<&mut Connection>) -> SessionState {
+async fn state_change(conn: Option<&mut Connection>) -> SessionEvent {
     match conn {
         Some(live) => live.states.changed().await,
         None => std::future::pending().await,
@@ -567,21 +563,19 @@ fn watch_input(event: Option<NodeEvent>) -> Option<Input> {
     }
 }
 
-fn session_input(state: SessionState, conn: &Connection) -> Option<Input> {
+fn session_input(state: SessionEvent, conn: &Connection) -> Option<Input> {
     tracing::info!(session = %conn.session, ?state, "zookeeper session state changed");
     match state {
-        SessionState::SyncConnected => Some(Input::SessionReconnected),
+        SessionEvent::SyncConnected => Some(Input::SessionReconnected),
         // We never ask for read-only sessions; a read-only server cannot prove ownership anyway.
-        SessionState::Disconnected | SessionState::ConnectedReadOnly => {
-            Some(Input::SessionDisconnected {
-                last_heard: conn.last_heard(),
-            })
-        }
-        SessionState::AuthFailed => {
+        SessionEvent::Disconnected => Some(Input::SessionDisconnected {
+            last_heard: conn.last_heard(),
+        }),
+        SessionEvent::AuthFailed => {
             tracing::error!(session = %conn.session, "zookeeper authentication failed; reconnecting with backoff");
             Some(Input::SessionExpired)
         }
-        SessionState::Expired | SessionState::Closed => Some(Input::SessionExpired),
+        SessionEvent::Expired | SessionEvent::Closed => Some(Input::SessionExpired),
     }
 }
 

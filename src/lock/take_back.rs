@@ -10,7 +10,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use zookeeper_client::SessionInfo;
+use crate::zk::Resumable;
 
 use crate::zk::{self, ZkSettings};
 
@@ -23,7 +23,7 @@ type Attempt<'a> = Pin<Box<dyn Future<Output = zk::Resumed> + Send + 'a>>;
 pub struct TakeBack<'a> {
     zk: &'a ZkSettings,
     /// The session being taken back, and the attempt out.
-    under_way: Option<(SessionInfo, Attempt<'a>)>,
+    under_way: Option<(Resumable, Attempt<'a>)>,
 }
 
 impl<'a> TakeBack<'a> {
@@ -40,7 +40,7 @@ impl<'a> TakeBack<'a> {
     }
 
     /// Starts taking `session` back at once.
-    pub fn start(&mut self, session: SessionInfo) {
+    pub fn start(&mut self, session: Resumable) {
         self.attempt(session, Duration::ZERO);
     }
 
@@ -70,7 +70,7 @@ impl<'a> TakeBack<'a> {
         }
     }
 
-    fn attempt(&mut self, session: SessionInfo, delay: Duration) {
+    fn attempt(&mut self, session: Resumable, delay: Duration) {
         let zk = self.zk;
         let attempt_session = session.clone();
         let attempt = Box::pin(async move {

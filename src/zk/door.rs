@@ -184,6 +184,16 @@ impl Zk {
         self.client.session_timeout()
     }
 
+    /// The session's states from now on.
+    pub fn states(&self) -> States {
+        States(self.client.state_watcher())
+    }
+
+    /// The session, to take back on a new connection once the client has given up on it.
+    pub fn resumable(&self) -> Resumable {
+        Resumable(self.client.session().clone())
+    }
+
     /// The session's client, for the few parts of `zk` that watch or take a session back.
     pub(super) fn client(&self) -> &Client {
         &self.client
@@ -193,11 +203,6 @@ impl Zk {
     /// nothing sent on it will be answered.
     pub fn has_ended(&self) -> bool {
         self.client.state().is_terminated()
-    }
-
-    /// Whether two handles share one session.
-    pub fn same_session(&self, other: &Self) -> bool {
-        self.client.session_id() == other.client.session_id()
     }
 
     /// A node's data and stat.
@@ -430,6 +435,43 @@ impl Zk {
         }
     }
 }
+
+/// What became of a session, as its state watcher reports it (in ZooKeeper's words, which the
+/// log shows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionEvent {
+    /// Connected again (to a server that may write).
+    SyncConnected,
+    /// The connection is lost (or only a read-only server answers): requests wait.
+    Disconnected,
+    /// The servers refused the credentials.
+    AuthFailed,
+    /// The client gave up on the session; the servers may still hold it (see [`Resumable`]).
+    Expired,
+    /// The client was closed.
+    Closed,
+}
+
+/// The states a session goes through; see [`Zk::states`].
+pub struct States(zookeeper_client::StateWatcher);
+
+impl States {
+    /// The session's next state.
+    pub async fn changed(&mut self) -> SessionEvent {
+        use zookeeper_client::SessionState as S;
+        match self.0.changed().await {
+            S::SyncConnected => SessionEvent::SyncConnected,
+            S::Disconnected | S::ConnectedReadOnly => SessionEvent::Disconnected,
+            S::AuthFailed => SessionEvent::AuthFailed,
+            S::Expired => SessionEvent::Expired,
+            S::Closed => SessionEvent::Closed,
+        }
+    }
+}
+
+/// A session as a new connection can ask for it back (`zk::resume`).
+#[derive(Debug, Clone)]
+pub struct Resumable(pub(super) zookeeper_client::SessionInfo);
 
 /// A one-time watch of a node or its children (see [`Zk::get_and_watch_data`]).
 pub struct OneChange(zookeeper_client::OneshotWatcher);

@@ -11,14 +11,13 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use zookeeper_client::{Acls, Client, StateWatcher};
 
 use crate::ids::SessionId;
 use crate::layout::LockPaths;
 use crate::lock::members::{self, MemberError};
 use crate::report::error_chain;
 use crate::zk::tally::WriteKind;
-use crate::zk::{self, Fault, Mode, Zk, ZkSettings};
+use crate::zk::{self, Fault, Mode, States, Zk, ZkSettings};
 
 use super::settings::{Heard, LockRole, LockSettings};
 
@@ -42,46 +41,37 @@ pub enum DriverError {
 
 /// One established session.
 pub(super) struct Connection {
-    pub(super) client: Client,
-    /// The same session through the doorway, as the rest of zkcron uses it.
     pub(super) zk: Zk,
     pub(super) session: SessionId,
     pub(super) timeout: Duration,
-    pub(super) states: StateWatcher,
+    pub(super) states: States,
     last_heard: Arc<Mutex<Instant>>,
     heartbeat: JoinHandle<()>,
 }
 
 impl Drop for Connection {
     fn drop(&mut self) {
-        // The heartbeat holds a client clone; the session closes only once every clone is gone.
+        // The heartbeat holds a clone; the session closes only once every clone is gone.
         self.heartbeat.abort();
     }
 }
 
 impl Connection {
     /// The session ready for the machine: its heartbeat runs and its lease shows in status.
-    pub(super) fn start(
-        client: Client,
-        states: StateWatcher,
-        acls: Acls<'static>,
-        settings: &LockSettings,
-    ) -> Self {
-        let timeout = client.session_timeout();
+    pub(super) fn start(zk: Zk, states: States, settings: &LockSettings) -> Self {
+        let timeout = zk.session_timeout();
         let last_heard = Arc::new(Mutex::new(now()));
         settings.heard.heard_at(std::time::SystemTime::now());
         settings.heard.set_timeout(timeout);
-        let doorway = Zk::new(client.clone(), acls, zk::REQUEST_BOUND);
         let heartbeat = tokio::spawn(heartbeat(
-            doorway.clone(),
+            zk.clone(),
             settings.paths.dir.clone(),
             Arc::clone(&last_heard),
             Arc::clone(&settings.heard),
         ));
         Self {
-            session: SessionId(client.session_id().0),
-            zk: doorway,
-            client,
+            session: SessionId(zk.session_id()),
+            zk,
             timeout,
             states,
             last_heard,
@@ -117,12 +107,11 @@ pub(super) async fn open_session(
 ) -> Result<Option<Connection>, DriverError> {
     let mut retry = MIN_SETUP_RETRY;
     loop {
-        let Some(client) = zk::connect_until_up(zk, shutdown).await else {
+        let Some(doorway) = zk::connect_until_up(zk, shutdown).await else {
             return Ok(None);
         };
-        let states = client.state_watcher();
+        let states = doorway.states();
         let setup = async {
-            let doorway = Zk::new(client.clone(), zk.acls(), zk::REQUEST_BOUND);
             ensure_lock_paths(&doorway, &settings.paths).await?;
             if !matches!(settings.role, LockRole::Member { .. }) {
                 return Ok(());
@@ -132,12 +121,12 @@ pub(super) async fn open_session(
         };
         match setup.await {
             Ok(()) => {
-                if !zk::serves_recursive_watches(&client, &settings.paths.dir).await {
+                if !zk::serves_recursive_watches(&doorway, &settings.paths.dir).await {
                     return Err(DriverError::NoRecursiveWatches {
                         connect: zk.connect.clone(),
                     });
                 }
-                return Ok(Some(Connection::start(client, states, zk.acls(), settings)));
+                return Ok(Some(Connection::start(doorway, states, settings)));
             }
             Err(MemberError::Cancelled { .. }) => return Ok(None),
             Err(err @ MemberError::Duplicate { .. }) => return Err(DriverError::Member(err)),

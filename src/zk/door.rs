@@ -611,11 +611,6 @@ impl<'a> Multi<'a> {
         self
     }
 
-    /// Ops added so far (checks aside).
-    pub fn ops(&self) -> usize {
-        self.ops
-    }
-
     /// Sends it; each op's answer in order (a fenced multi's check left out).
     pub fn commit(
         mut self,

@@ -14,9 +14,10 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use zkcron::audit::AuditEntry;
+use zkcron::ensemble::ZkSettings;
 use zkcron::layout::{AuditPaths, LockPaths};
 use zkcron::ledger::audit as trail;
-use zkcron::zk::{self, ZkSettings};
+use zkcron::zk;
 
 const DAY_MS: i64 = 24 * 3600 * 1000;
 

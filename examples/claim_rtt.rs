@@ -11,11 +11,12 @@ use std::time::{Duration, Instant};
 
 use zookeeper_client::{Acls, Client, CreateMode};
 
+use zkcron::ensemble::ZkSettings;
 use zkcron::layout::LedgerPaths;
 use zkcron::layout::LockPaths;
 use zkcron::ledger::{self};
 use zkcron::run::{ClaimMode, RunRecord};
-use zkcron::zk::{self, ZkSettings};
+use zkcron::zk;
 use zkcron::{FencingToken, JobName, NodeId};
 
 #[tokio::main]

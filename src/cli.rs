@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use zkcron::config::{self, Config, LogFormat, Lookups};
 use zkcron::daemon::{self, DaemonSettings};
+use zkcron::ensemble::ZkSettings;
 use zkcron::identity;
 use zkcron::layout::LockPaths;
 use zkcron::ledger;
@@ -32,7 +33,6 @@ use zkcron::lock::clock_watch::ClockSettings;
 use zkcron::lock::driver::LockUpdate;
 use zkcron::lock::driver::{self, LockRole, LockSettings};
 use zkcron::run::RunRecord;
-use zkcron::zk::ZkSettings;
 use zkcron::{JobName, LockEvent, NodeId, logging};
 
 const EXIT_CODES: &str = "\

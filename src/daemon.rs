@@ -223,7 +223,7 @@ impl Running {
 
 /// What every group's unit is made from.
 struct Wiring<'a> {
-    zk: &'a crate::zk::ZkSettings,
+    zk: &'a crate::ensemble::ZkSettings,
     base: &'a LockPaths,
     config: &'a Config,
     settings: &'a DaemonSettings,

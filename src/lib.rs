@@ -23,6 +23,7 @@ pub mod daemon;
 pub mod delayed;
 pub mod delivery;
 pub mod drift;
+pub mod ensemble;
 pub mod ensemble_clock;
 pub mod fire;
 pub mod formats;

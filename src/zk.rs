@@ -16,83 +16,31 @@ pub use door::{
     Fault, Mode, Multi, MultiFault, NodeEvent, OneChange, REQUEST_BOUND, Resumable, Sequence,
     SessionEvent, Stat, States, Written, Zk,
 };
-pub use tls::TlsFiles;
 
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use zookeeper_client::{Acls, Client};
 
-use crate::secret::Secret;
+use crate::ensemble::{AclPolicy, BadConnectString, ZkSettings, split_connect};
 
 /// First pause after a failed connect; doubles up to [`MAX_CONNECT_BACKOFF`].
 const MIN_CONNECT_BACKOFF: Duration = Duration::from_millis(200);
 const MAX_CONNECT_BACKOFF: Duration = Duration::from_secs(5);
 
-/// How to reach the ensemble.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ZkSettings {
-    /// `host:port[,host:port…][/chroot]`, as for the Java client.
-    pub connect: String,
-    /// Requested session timeout; the server may negotiate it into its min/max bounds.
-    pub session_timeout: Duration,
-    /// Digest credentials `user:password`, sent on every new session.
-    pub auth: Option<Secret>,
-    /// ACL of every node zkcron creates.
-    pub acl: AclPolicy,
-    /// TLS to every server of the connect string (a `tcp://` prefix opts one out).
-    pub tls: Option<TlsFiles>,
-    /// SASL DIGEST-MD5 credentials, for ensembles that require SASL.
-    pub sasl: Option<SaslCredentials>,
-}
-
-/// SASL DIGEST-MD5, as ZooKeeper's `SASLAuthenticationProvider` with a JAAS `Server` section.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SaslCredentials {
-    pub username: String,
-    pub password: Secret,
-}
-
-impl ZkSettings {
-    /// Settings with no credentials and open ACLs.
-    pub fn open(connect: impl Into<String>, session_timeout: Duration) -> Self {
-        Self {
-            connect: connect.into(),
-            session_timeout,
-            auth: None,
-            acl: AclPolicy::Open,
-            tls: None,
-            sasl: None,
-        }
+/// The ACLs for nodes we create.
+fn acls_of(settings: &ZkSettings) -> Acls<'static> {
+    match settings.acl {
+        AclPolicy::Open => Acls::anyone_all(),
+        AclPolicy::Creator => Acls::creator_all(),
     }
-
-    /// The ACLs for nodes we create.
-    pub fn acls(&self) -> Acls<'static> {
-        match self.acl {
-            AclPolicy::Open => Acls::anyone_all(),
-            AclPolicy::Creator => Acls::creator_all(),
-        }
-    }
-}
-
-/// Who may touch the znodes zkcron creates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AclPolicy {
-    /// world:anyone, all permissions.
-    Open,
-    /// Only sessions authenticated as the creator (needs credentials).
-    Creator,
 }
 
 /// A failure to talk to ZooKeeper, naming what we tried to do.
 #[derive(Debug, thiserror::Error)]
 pub enum ZkError {
-    #[error("invalid zookeeper connect string {connect:?}: {reason}")]
-    BadConnectString {
-        connect: String,
-        reason: &'static str,
-    },
+    #[error(transparent)]
+    BadConnectString(#[from] BadConnectString),
     /// Servers accepted connections, but no session was made within `timeout`.
     #[error("no session within {timeout:?}: the servers accepted connections but did not answer")]
     NoSession { timeout: Duration },
@@ -121,31 +69,6 @@ pub enum ZkError {
     },
 }
 
-/// The hosts part and the optional chroot of a connect string.
-///
-/// # Errors
-/// The chroot is not an absolute path without a trailing slash, or there are no hosts.
-pub fn split_connect(connect: &str) -> Result<(&str, Option<&str>), ZkError> {
-    let bad = |reason| ZkError::BadConnectString {
-        connect: connect.to_owned(),
-        reason,
-    };
-    let (hosts, chroot) = match connect.find('/') {
-        Some(i) => (&connect[..i], Some(&connect[i..])),
-        None => (connect, None),
-    };
-    if hosts.trim().is_empty() {
-        return Err(bad("no hosts before the chroot"));
-    }
-    match chroot {
-        Some("/") => Ok((hosts, None)),
-        Some(path) if path.ends_with('/') || path.contains("//") => {
-            Err(bad("chroot must not end in '/' or contain '//'"))
-        }
-        chroot => Ok((hosts, chroot)),
-    }
-}
-
 /// Opens one session. Creates the chroot node if it is missing.
 ///
 /// # Errors
@@ -163,7 +86,7 @@ pub async fn connect(settings: &ZkSettings) -> Result<Client, ZkError> {
     let Some(chroot) = chroot else {
         return Ok(client);
     };
-    Zk::new(client.clone(), settings.acls(), REQUEST_BOUND)
+    Zk::new(client.clone(), acls_of(settings), REQUEST_BOUND)
         .ensure_persistent(chroot)
         .await
         .map_err(|source| ZkError::Request {
@@ -196,7 +119,7 @@ pub async fn connect_once(settings: &ZkSettings, timeout: Duration) -> Result<Zk
     tokio::time::timeout(timeout, connect(settings))
         .await
         .unwrap_or(Err(ZkError::NoSession { timeout }))
-        .map(|client| Zk::new(client, settings.acls(), timeout))
+        .map(|client| Zk::new(client, acls_of(settings), timeout))
         .map_err(|source| Unreachable {
             connect: settings.connect.clone(),
             source,
@@ -261,7 +184,7 @@ pub async fn resume(settings: &ZkSettings, session: Resumable) -> Resumed {
     let session = session.0;
     let (hosts, chroot) = match split_connect(&settings.connect) {
         Ok(parts) => parts,
-        Err(err) => return Resumed::NoAnswer(err),
+        Err(err) => return Resumed::NoAnswer(err.into()),
     };
     let connector = match connector(settings) {
         Ok(connector) => connector,
@@ -273,7 +196,7 @@ pub async fn resume(settings: &ZkSettings, session: Resumable) -> Resumed {
         Err(source) => return Resumed::NoAnswer(connect_err(settings, source)),
     };
     // The chroot node exists: the session being resumed made or found it.
-    let doorway = |client| Zk::new(client, settings.acls(), REQUEST_BOUND);
+    let doorway = |client| Zk::new(client, acls_of(settings), REQUEST_BOUND);
     let Some(chroot) = chroot else {
         return Resumed::Session(doorway(client));
     };
@@ -289,7 +212,7 @@ fn connector(settings: &ZkSettings) -> Result<zookeeper_client::Connector, ZkErr
         connector = connector.with_auth("digest", auth.expose().as_bytes());
     }
     if let Some(tls) = &settings.tls {
-        let options = tls.options().map_err(|reason| ZkError::Tls {
+        let options = tls::options(tls).map_err(|reason| ZkError::Tls {
             connect: settings.connect.clone(),
             reason,
         })?;
@@ -345,12 +268,12 @@ fn connect_err(settings: &ZkSettings, source: zookeeper_client::Error) -> ZkErro
 }
 
 fn with_chroot(settings: &ZkSettings, client: Client, chroot: &str) -> Result<Client, ZkError> {
-    client
-        .chroot(chroot)
-        .map_err(|_| ZkError::BadConnectString {
+    client.chroot(chroot).map_err(|_| {
+        ZkError::BadConnectString(BadConnectString {
             connect: settings.connect.clone(),
             reason: "chroot is not a valid znode path",
         })
+    })
 }
 
 /// Connects, retrying with a doubling backoff until a session is up or `shutdown` is cancelled
@@ -366,7 +289,7 @@ pub async fn connect_until_up(settings: &ZkSettings, shutdown: &CancellationToke
             attempt = connect(settings) => attempt,
         };
         match attempt {
-            Ok(client) => return Some(Zk::new(client, settings.acls(), REQUEST_BOUND)),
+            Ok(client) => return Some(Zk::new(client, acls_of(settings), REQUEST_BOUND)),
             Err(err) => {
                 tracing::warn!(error = %crate::report::error_chain(&err), retry_in = ?backoff, "zookeeper connect failed");
             }
@@ -388,22 +311,4 @@ pub async fn serves_recursive_watches(zk: &Zk, path: &str) -> bool {
         .watch(path, zookeeper_client::AddWatchMode::PersistentRecursive)
         .await;
     !matches!(probe, Err(zookeeper_client::Error::Unimplemented))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn connect_strings_split_into_hosts_and_chroot() {
-        assert_eq!(split_connect("a:1,b:2").unwrap(), ("a:1,b:2", None));
-        assert_eq!(
-            split_connect("a:1,b:2/app/x").unwrap(),
-            ("a:1,b:2", Some("/app/x"))
-        );
-        assert_eq!(split_connect("a:1/").unwrap(), ("a:1", None));
-        for bad in ["/only-chroot", "a:1/x/", "a:1/x//y", ""] {
-            assert!(split_connect(bad).is_err(), "{bad:?} must be refused");
-        }
-    }
 }

@@ -101,6 +101,7 @@ fn the_checker_sees_the_kinds_of_import_it_must() {
     let text = "use crate::{ids::JobName, run::{Claim, RunRecord}};\n\
                 use super::store;\nuse record::Name;\nfn f() { crate::zk::connect(); }\n\
                 fn g() -> part::Piece { part::Piece }\n\
+                use zkcron::layout::GroupPaths;\n\
                 #[cfg(test)]\nmod tests { use crate::daemon; }\n";
     let children = BTreeSet::from(["record".to_owned(), "part".to_owned()]);
     let known: BTreeSet<String> = [
@@ -110,6 +111,7 @@ fn the_checker_sees_the_kinds_of_import_it_must() {
         "control::client::record",
         "control::client::part",
         "zk",
+        "layout",
     ]
     .iter()
     .map(|s| (*s).to_owned())
@@ -506,9 +508,12 @@ fn code_of(text: &str) -> String {
 /// (`run::Claim`); the caller cuts it to a known module.
 fn imports_in(code: &str, module: &str, children: &BTreeSet<String>) -> BTreeSet<String> {
     let mut found = BTreeSet::new();
-    for (at, _) in code.match_indices("crate::") {
-        if !preceded_by_ident(code, at) {
-            paths_at(&code[at + "crate::".len()..], "", &mut found);
+    // The binary's modules (`main`, `cli`) name the library as `zkcron::`.
+    for root in ["crate::", "zkcron::"] {
+        for (at, _) in code.match_indices(root) {
+            if !preceded_by_ident(code, at) {
+                paths_at(&code[at + root.len()..], "", &mut found);
+            }
         }
     }
     for (at, _) in code.match_indices("super::") {

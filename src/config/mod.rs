@@ -53,10 +53,10 @@ pub use self::model::{
     ZookeeperConfig,
 };
 pub use self::validator::Lookups;
+pub use crate::ensemble::AclPolicy;
 use crate::ids::NodeId;
 use crate::run::{JobSpec, NoticeChannels};
 pub use crate::secret::Secret;
-pub use crate::zk::AclPolicy;
 
 /// Reads and validates a schedule file, looking up everything it names ([`Lookups::All`]).
 ///

@@ -13,11 +13,11 @@ use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use serde::Deserialize;
 
+use crate::ensemble::AclPolicy;
 use crate::ids::{JobName, NodeId};
 use crate::run::{JobSpec, NoticeChannels};
 use crate::schedule::Schedule;
 use crate::secret::Secret;
-use crate::zk::AclPolicy;
 
 /// A validated schedule file.
 #[derive(Debug, Clone)]
@@ -129,15 +129,15 @@ pub struct ZookeeperConfig {
     pub auth: Option<Secret>,
     pub acl: AclPolicy,
     /// `tls = { ca, cert, key }`: the files' PEM texts, read at load.
-    pub tls: Option<crate::zk::TlsFiles>,
+    pub tls: Option<crate::ensemble::TlsFiles>,
     /// `sasl = { mechanism = "digest-md5", username, password_env | password_file }`.
-    pub sasl: Option<crate::zk::SaslCredentials>,
+    pub sasl: Option<crate::ensemble::SaslCredentials>,
 }
 
 impl ZookeeperConfig {
     /// What the ZooKeeper session needs from this section.
-    pub fn settings(&self) -> crate::zk::ZkSettings {
-        crate::zk::ZkSettings {
+    pub fn settings(&self) -> crate::ensemble::ZkSettings {
+        crate::ensemble::ZkSettings {
             connect: self.connect.clone(),
             session_timeout: self.session_timeout,
             auth: self.auth.clone(),

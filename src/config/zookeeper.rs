@@ -2,7 +2,7 @@
 //!
 //! Owns: the connect string, the session and connect timeouts, digest credentials (`auth` or
 //! `auth_env`), the ACL policy, TLS files and SASL credentials, and their defaults.
-//! Must not: connect to ZooKeeper (`crate::zk` does, from [`ZookeeperConfig::settings`]), nor
+//! Must not: connect to ZooKeeper (`zk` does, from [`ZookeeperConfig::settings`]), nor
 //! echo a secret in a message.
 
 use std::ops::Range;
@@ -20,7 +20,7 @@ const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 impl Validator<'_> {
     pub(super) fn zookeeper(&mut self, raw: RawZookeeper) -> Option<ZookeeperConfig> {
         let connect = raw.connect.get_ref().trim().to_owned();
-        if let Err(err) = crate::zk::split_connect(&connect) {
+        if let Err(err) = crate::ensemble::split_connect(&connect) {
             self.problem(raw.connect.span(), "zookeeper.connect", err.to_string());
         }
         let session_timeout = self.positive_duration(
@@ -88,7 +88,7 @@ impl Validator<'_> {
         }
     }
 
-    fn tls(&mut self, raw: Spanned<RawTls>) -> Option<crate::zk::TlsFiles> {
+    fn tls(&mut self, raw: Spanned<RawTls>) -> Option<crate::ensemble::TlsFiles> {
         let span = raw.span();
         let raw = raw.into_inner();
         let identity = match (&raw.cert, &raw.key) {
@@ -113,21 +113,21 @@ impl Validator<'_> {
             Some(None) => None,
             None => Some(None),
         };
-        let files = crate::zk::TlsFiles {
+        let files = crate::ensemble::TlsFiles {
             ca: ca?,
             identity: match identity {
                 Some(pair) => Some(pair?),
                 None => None,
             },
         };
-        if let Err(reason) = files.options() {
+        if let Err(reason) = files.check() {
             self.problem(span, "zookeeper.tls", reason);
             return None;
         }
         Some(files)
     }
 
-    fn sasl(&mut self, raw: Spanned<RawSasl>) -> Option<crate::zk::SaslCredentials> {
+    fn sasl(&mut self, raw: Spanned<RawSasl>) -> Option<crate::ensemble::SaslCredentials> {
         let span = raw.span();
         let raw = raw.into_inner();
         if !raw.mechanism.get_ref().eq_ignore_ascii_case("digest-md5") {
@@ -154,7 +154,7 @@ impl Validator<'_> {
                 None
             }
         }?;
-        Some(crate::zk::SaslCredentials {
+        Some(crate::ensemble::SaslCredentials {
             username: raw.username.into_inner(),
             password: Secret::new(password),
         })

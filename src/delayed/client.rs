@@ -181,7 +181,7 @@ pub struct Delayed {
     /// parents a batch must make: on `client` they would wait behind its writes. `None` when it
     /// could not be made; `client` reads then.
     reader: tokio::sync::OnceCell<Option<Zk>>,
-    settings: crate::zk::ZkSettings,
+    settings: crate::ensemble::ZkSettings,
     connect_timeout: std::time::Duration,
     /// Lock groups are declared: markers name their job (`Submission::marker_names_job`).
     name_markers: bool,

@@ -23,12 +23,13 @@ use tokio_util::sync::CancellationToken;
 use crate::ids::FencingToken;
 use crate::layout::LockPaths;
 
+use crate::ensemble::ZkSettings;
 use crate::lock::clock_schedule::{ClockCheck, ClockSchedule, ClockStep};
 use crate::lock::clock_watch;
 use crate::lock::machine::{Action, Input, LockEvent, LockMachine, LockState, LockStatus};
 use crate::lock::node::ScheduleHash;
 use crate::lock::take_back::TakeBack;
-use crate::zk::{self, NodeEvent, SessionEvent, Zk, ZkSettings};
+use crate::zk::{self, NodeEvent, SessionEvent, Zk};
 
 use connection::{Connection, now, open_session};
 use requests::WatchFuture;

@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use crate::zk::Resumable;
 
-use crate::zk::{self, ZkSettings};
+use crate::ensemble::ZkSettings;
+use crate::zk;
 
 /// Pause between attempts that got no answer.
 const RETRY: Duration = Duration::from_millis(100);

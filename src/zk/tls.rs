@@ -3,7 +3,7 @@
 //!
 //! Owns: a blocking handshake with the configured CA and identity (rustls, the client's own TLS
 //! stack and crypto provider), and the reason it fails, in words.
-//! Also the PEM texts it and the client use (`TlsFiles`).
+//! Also the client's TLS options from the PEM texts (`crate::ensemble::TlsFiles`).
 //! Must not: be used to talk to ZooKeeper: the connection is dropped after the handshake.
 
 use std::io::Read;
@@ -14,40 +14,21 @@ use std::time::Duration;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
-use crate::secret::Secret;
+use crate::ensemble::TlsFiles;
 
-/// The PEM texts TLS needs, read from the files the schedule names.
-#[derive(Clone, PartialEq, Eq)]
-pub struct TlsFiles {
-    /// The CA certificates (and CRLs) that sign the servers' certificates.
-    pub ca: String,
-    /// This node's certificate and key, for servers that ask for them (ZooKeeper's default).
-    pub identity: Option<(String, Secret)>,
-}
-
-impl std::fmt::Debug for TlsFiles {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TlsFiles")
-            .field("identity", &self.identity.is_some())
-            .finish_non_exhaustive()
-    }
-}
-
-impl TlsFiles {
-    /// The client's TLS options; the PEM texts are checked here (also by `zkcron check`).
-    ///
-    /// # Errors
-    /// A text is not PEM the client can use; the message says which.
-    pub fn options(&self) -> Result<zookeeper_client::TlsOptions, String> {
-        let options = zookeeper_client::TlsOptions::new()
-            .with_pem_ca(&self.ca)
-            .map_err(|err| format!("the CA file holds no usable PEM certificate: {err}"))?;
-        match &self.identity {
-            Some((cert, key)) => options
-                .with_pem_identity(cert, key.expose())
-                .map_err(|err| format!("the certificate and key are not a usable PEM pair: {err}")),
-            None => Ok(options),
-        }
+/// The client's TLS options from the PEM texts.
+///
+/// # Errors
+/// A text is not PEM the client can use; the message says which.
+pub(super) fn options(tls: &TlsFiles) -> Result<zookeeper_client::TlsOptions, String> {
+    let options = zookeeper_client::TlsOptions::new()
+        .with_pem_ca(&tls.ca)
+        .map_err(|err| format!("the CA file holds no usable PEM certificate: {err}"))?;
+    match &tls.identity {
+        Some((cert, key)) => options
+            .with_pem_identity(cert, key.expose())
+            .map_err(|err| format!("the certificate and key are not a usable PEM pair: {err}")),
+        None => Ok(options),
     }
 }
 

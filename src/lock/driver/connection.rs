@@ -12,12 +12,13 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::ensemble::ZkSettings;
 use crate::ids::SessionId;
 use crate::layout::LockPaths;
 use crate::lock::members::{self, MemberError};
 use crate::report::error_chain;
 use crate::zk::tally::WriteKind;
-use crate::zk::{self, Fault, Mode, States, Zk, ZkSettings};
+use crate::zk::{self, Fault, Mode, States, Zk};
 
 use super::settings::{Heard, LockRole, LockSettings};
 

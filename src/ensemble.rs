@@ -1,0 +1,179 @@
+//! How to reach the ZooKeeper ensemble: the connect string and its chroot, the session timeout,
+//! the credentials, the ACL policy, the TLS files and the SASL credentials, as the schedule
+//! names them.
+//!
+//! Owns: these settings as plain data, splitting a connect string into hosts and chroot, and
+//! checking that the TLS files hold usable PEM (for `zkcron check`).
+//! Must not: connect (`zk` turns these settings into a session) or read files (`config` does).
+
+use std::time::Duration;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+use crate::secret::Secret;
+
+/// How to reach the ensemble.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZkSettings {
+    /// `host:port[,host:port…][/chroot]`, as for the Java client.
+    pub connect: String,
+    /// Requested session timeout; the server may negotiate it into its min/max bounds.
+    pub session_timeout: Duration,
+    /// Digest credentials `user:password`, sent on every new session.
+    pub auth: Option<Secret>,
+    /// ACL of every node zkcron creates.
+    pub acl: AclPolicy,
+    /// TLS to every server of the connect string (a `tcp://` prefix opts one out).
+    pub tls: Option<TlsFiles>,
+    /// SASL DIGEST-MD5 credentials, for ensembles that require SASL.
+    pub sasl: Option<SaslCredentials>,
+}
+
+impl ZkSettings {
+    /// Settings with no credentials and open ACLs.
+    pub fn open(connect: impl Into<String>, session_timeout: Duration) -> Self {
+        Self {
+            connect: connect.into(),
+            session_timeout,
+            auth: None,
+            acl: AclPolicy::Open,
+            tls: None,
+            sasl: None,
+        }
+    }
+}
+
+/// SASL DIGEST-MD5, as ZooKeeper's `SASLAuthenticationProvider` with a JAAS `Server` section.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SaslCredentials {
+    pub username: String,
+    pub password: Secret,
+}
+
+/// Who may touch the znodes zkcron creates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AclPolicy {
+    /// world:anyone, all permissions.
+    Open,
+    /// Only sessions authenticated as the creator (needs credentials).
+    Creator,
+}
+
+/// The PEM texts TLS needs, read from the files the schedule names.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The CA certificates (and CRLs) that sign the servers' certificates.
+    pub ca: String,
+    /// This node's certificate and key, for servers that ask for them (ZooKeeper's default).
+    pub identity: Option<(String, Secret)>,
+}
+
+impl std::fmt::Debug for TlsFiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsFiles")
+            .field("identity", &self.identity.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl TlsFiles {
+    /// Whether the texts are PEM that TLS can use: at least one CA certificate, and a
+    /// certificate with its private key when an identity is given. `zk` parses them again when
+    /// it connects, with the same PEM reader.
+    ///
+    /// # Errors
+    /// A text is not usable PEM; the message says which.
+    pub fn check(&self) -> Result<(), String> {
+        let no_ca = |why: &dyn std::fmt::Display| {
+            format!("the CA file holds no usable PEM certificate: {why}")
+        };
+        let cas = CertificateDer::pem_slice_iter(self.ca.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|err| no_ca(&err))?;
+        if cas.is_empty() {
+            return Err(no_ca(&"no certificate found"));
+        }
+        let Some((cert, key)) = &self.identity else {
+            return Ok(());
+        };
+        let no_pair = |why: &dyn std::fmt::Display| {
+            format!("the certificate and key are not a usable PEM pair: {why}")
+        };
+        let certs = CertificateDer::pem_slice_iter(cert.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|err| no_pair(&err))?;
+        if certs.is_empty() {
+            return Err(no_pair(&"no certificate found"));
+        }
+        PrivateKeyDer::from_pem_slice(key.expose().as_bytes()).map_err(|err| no_pair(&err))?;
+        Ok(())
+    }
+}
+
+/// A connect string that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid zookeeper connect string {connect:?}: {reason}")]
+pub struct BadConnectString {
+    pub connect: String,
+    pub reason: &'static str,
+}
+
+/// The hosts part and the optional chroot of a connect string.
+///
+/// # Errors
+/// The chroot is not an absolute path without a trailing slash, or there are no hosts.
+pub fn split_connect(connect: &str) -> Result<(&str, Option<&str>), BadConnectString> {
+    let bad = |reason| BadConnectString {
+        connect: connect.to_owned(),
+        reason,
+    };
+    let (hosts, chroot) = match connect.find('/') {
+        Some(i) => (&connect[..i], Some(&connect[i..])),
+        None => (connect, None),
+    };
+    if hosts.trim().is_empty() {
+        return Err(bad("no hosts before the chroot"));
+    }
+    match chroot {
+        Some("/") => Ok((hosts, None)),
+        Some(path) if path.ends_with('/') || path.contains("//") => {
+            Err(bad("chroot must not end in '/' or contain '//'"))
+        }
+        chroot => Ok((hosts, chroot)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connect_strings_split_into_hosts_and_chroot() {
+        assert_eq!(split_connect("a:1,b:2").unwrap(), ("a:1,b:2", None));
+        assert_eq!(
+            split_connect("a:1,b:2/app/x").unwrap(),
+            ("a:1,b:2", Some("/app/x"))
+        );
+        assert_eq!(split_connect("a:1/").unwrap(), ("a:1", None));
+        for bad in ["/only-chroot", "a:1/x/", "a:1/x//y", ""] {
+            assert!(split_connect(bad).is_err(), "{bad:?} must be refused");
+        }
+    }
+
+    #[test]
+    fn tls_files_without_pem_are_refused_with_which_one() {
+        let files = |ca: &str, identity: Option<(&str, &str)>| TlsFiles {
+            ca: ca.to_owned(),
+            identity: identity.map(|(c, k)| (c.to_owned(), Secret::new(k.to_owned()))),
+        };
+        let ca_error = files("not pem", None).check().unwrap_err();
+        assert!(ca_error.contains("no usable PEM certificate"), "{ca_error}");
+        let cert = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+        let pair_error = files(cert, Some(("not pem", "not pem")))
+            .check()
+            .unwrap_err();
+        assert!(pair_error.contains("not a usable PEM pair"), "{pair_error}");
+    }
+}

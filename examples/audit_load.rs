@@ -17,7 +17,6 @@ use zkcron::audit::AuditEntry;
 use zkcron::ensemble::ZkSettings;
 use zkcron::layout::{AuditPaths, LockPaths};
 use zkcron::ledger::audit as trail;
-use zkcron::zk;
 
 const DAY_MS: i64 = 24 * 3600 * 1000;
 
@@ -28,7 +27,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let connect = args.next().ok_or(usage)?;
     let what = args.next().ok_or(usage)?;
     let settings = ZkSettings::open(connect, Duration::from_secs(10));
-    let client = zk::connect_once(&settings, Duration::from_secs(10)).await?;
+    let client = zkcron::ledger::Ledger::connect_once(&settings, Duration::from_secs(10)).await?;
     let paths = AuditPaths::new(&LockPaths::new("/zkcron", "audit-bench"));
     let now = chrono::Utc::now().timestamp_millis();
     match what.as_str() {
@@ -81,10 +80,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// The prune writes this process counted (`zkcron::zk::tally`), as its metrics say them.
+/// The prune writes this process counted (`zkcron::tally`), as its metrics say them.
 fn tallied(metric: &str) -> Result<u64, Box<dyn std::error::Error>> {
     let mut registry = prometheus_client::registry::Registry::default();
-    zkcron::zk::tally::register(&mut registry);
+    zkcron::tally::register(&mut registry);
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry)?;
     let line = format!("{metric}{{kind=\"prune\"}} ");

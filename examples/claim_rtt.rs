@@ -35,7 +35,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let token = FencingToken(client.set_data(&lock.epoch, b"{}", None).await?.version);
     let job = JobName::new("bench");
     let node = NodeId::new("bench");
-    let doorway = zk::Zk::new(client.clone(), Acls::anyone_all(), zk::REQUEST_BOUND);
+    let doorway = ledger::Ledger::new(zk::Zk::new(
+        client.clone(),
+        Acls::anyone_all(),
+        zk::REQUEST_BOUND,
+    ));
 
     let mut samples = Vec::with_capacity(count);
     for i in 0..count {

@@ -445,14 +445,16 @@ impl Wiring<'_> {
 }
 
 /// The default group's session, as the placement follows it.
-fn session_of(mut view: watch::Receiver<NodeView>) -> watch::Receiver<Option<crate::zk::Zk>> {
+fn session_of(
+    mut view: watch::Receiver<NodeView>,
+) -> watch::Receiver<Option<crate::ledger::Ledger>> {
     let (tx, rx) = watch::channel(view.borrow().client.clone());
     tokio::spawn(async move {
         while view.changed().await.is_ok() {
             let client = view.borrow_and_update().client.clone();
             tx.send_if_modified(|old| {
                 let same = match (old.as_ref(), client.as_ref()) {
-                    (Some(a), Some(b)) => a.session_id() == b.session_id(),
+                    (Some(a), Some(b)) => a.session() == b.session(),
                     (None, None) => true,
                     _ => false,
                 };

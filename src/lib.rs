@@ -44,6 +44,7 @@ pub mod runner;
 pub mod schedule;
 pub mod secret;
 pub mod status;
+pub mod tally;
 pub mod view;
 pub mod zk;
 

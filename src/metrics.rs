@@ -178,7 +178,7 @@ impl Metrics {
         };
         let mut registry = Registry::default();
         // Counters get `_total`, the info metric `_info`, from the encoder.
-        crate::zk::tally::register(&mut registry);
+        crate::tally::register(&mut registry);
         metrics.register_node(&mut registry);
         metrics.register_jobs(&mut registry);
         metrics.register_clock(&mut registry);

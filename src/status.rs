@@ -16,14 +16,14 @@ use crate::delayed::client::pending_summary;
 use crate::drift::{self, Drift};
 use crate::ids::{JobName, NodeId};
 use crate::layout::LockPaths;
+use crate::ledger::Ledger;
+use crate::ledger::RequestFailed;
 use crate::ledger::control as control_store;
+use crate::ledger::inspect::{self, Owner};
 use crate::ledger::{self, ClaimError};
 use crate::lock::clock::{self, ClockVerdict};
-use crate::lock::inspect::{self, Owner};
 use crate::lock::node::OwnerInfo;
 use crate::run::{RunRecord, RunStatus};
-use crate::zk::Zk;
-use crate::zk::ZkError;
 
 /// The version of the JSON format; bumped only by a change that is not an addition. 2: lock
 /// groups (issue 19) — `lock` is the default group's, and no longer fires every job.
@@ -36,7 +36,7 @@ pub const PENDING_LIMIT: usize = 10_000;
 #[derive(Debug, thiserror::Error)]
 pub enum StatusError {
     #[error(transparent)]
-    Zk(#[from] ZkError),
+    Zk(#[from] RequestFailed),
     #[error(transparent)]
     Records(#[from] ClaimError),
     #[error(transparent)]
@@ -255,7 +255,7 @@ pub struct ClusterReport {
 ///
 /// # Errors
 /// A read failed.
-pub async fn cluster(client: &Zk, config: &Config) -> Result<ClusterReport, StatusError> {
+pub async fn cluster(client: &Ledger, config: &Config) -> Result<ClusterReport, StatusError> {
     let paths = config.lock.paths();
     let lock = lock_report(client, &config.lock.name, &paths).await?;
     let mut members: Vec<MemberReport> = inspect::members(client, &paths)
@@ -287,7 +287,7 @@ pub async fn cluster(client: &Zk, config: &Config) -> Result<ClusterReport, Stat
 /// # Errors
 /// A read failed.
 pub async fn gather(
-    client: &Zk,
+    client: &Ledger,
     config: &Config,
     now: DateTime<Utc>,
 ) -> Result<StatusReport, StatusError> {
@@ -373,7 +373,7 @@ pub async fn gather(
 
 /// The lock at `paths`, named `name`.
 async fn lock_report(
-    client: &Zk,
+    client: &Ledger,
     name: &str,
     paths: &LockPaths,
 ) -> Result<LockReport, StatusError> {
@@ -396,7 +396,7 @@ async fn lock_report(
 
 /// Every lock group with its lock and jobs, the default group (whose lock is `default`) first.
 async fn group_reports(
-    client: &Zk,
+    client: &Ledger,
     config: &Config,
     base: &LockPaths,
     default: &LockReport,

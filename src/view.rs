@@ -4,13 +4,13 @@
 //! Owns: the shape of that view; the fire driver publishes it as lock updates come.
 //! Must not: decide anything, or hold what ZooKeeper holds (the API reads that on request).
 
+use crate::ledger::Ledger;
 use crate::lock::LockStatus;
-use crate::zk::Zk;
 
 /// Published on a `tokio::sync::watch` channel by the fire driver.
 #[derive(Debug, Clone, Default)]
 pub struct NodeView {
     /// `None` while no session is up.
-    pub client: Option<Zk>,
+    pub client: Option<Ledger>,
     pub lock: LockStatus,
 }

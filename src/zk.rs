@@ -4,11 +4,10 @@
 //! string's chroot node when it is missing, as Curator does for its namespace; TLS and SASL
 //! through the client's own options); the doorway every request goes through (`door`: `Zk`, its
 //! time bound, its count by why, a typed `Fault`); following a subtree with a persistent
-//! recursive watch (`watch`); counting what the process writes (`tally`).
+//! recursive watch (`watch`). What it writes is counted in `crate::tally`.
 //! Must not: know about jobs or the lock's policy.
 
 mod door;
-pub mod tally;
 mod tls;
 pub mod watch;
 

@@ -12,6 +12,7 @@ use support::http::{logged_port, request};
 use support::{shared_ensemble, unique_chroot};
 use zkcron::audit::{self, AuditEntry};
 use zkcron::layout::{AuditPaths, LockPaths};
+use zkcron::ledger::Ledger;
 use zkcron::ledger::audit as trail;
 use zkcron::zk::{REQUEST_BOUND, Zk};
 use zookeeper_client::{Acls, Client};
@@ -137,7 +138,7 @@ async fn every_operator_action_is_recorded_once_with_who_from_where_and_how_it_e
 
     // A day's entries go together once the day is older than `keep`, in batched deletes.
     let client = Client::connect(&connect).await.expect("session");
-    let zk = Zk::new(client, Acls::anyone_all(), REQUEST_BOUND);
+    let zk = Ledger::new(Zk::new(client, Acls::anyone_all(), REQUEST_BOUND));
     let paths = AuditPaths::new(&LockPaths::new("/zkcron", "audited"));
     let old_day = chrono::Utc::now().timestamp_millis() - 10 * 24 * 3600 * 1000;
     for n in 0..1_200 {
@@ -172,7 +173,7 @@ async fn every_command_through_the_door_leaves_one_entry_where_the_trail_keeps_i
     let config = zkcron::config::parse(Path::new("door.toml"), &text, &|_| None).expect("valid");
     let door = Door::connect(&config).await.expect("a session");
     let client = Client::connect(&connect).await.expect("session");
-    let zk = Zk::new(client, Acls::anyone_all(), REQUEST_BOUND);
+    let zk = Ledger::new(Zk::new(client, Acls::anyone_all(), REQUEST_BOUND));
     let paths = AuditPaths::new(&LockPaths::new("/zkcron", "door"));
     let actor = audit::Actor {
         by: "alice@ops-1".into(),

@@ -295,11 +295,11 @@ async fn the_owner_keeps_runs_open_as_its_oldest_member_reads_them() {
     submit_at(config, "close", "f-2", due, "two");
     ran(&setup.out, "f-2").await;
     assert!(!record("f-2", due).await.open_by_record, "format 1");
-    let session = zkcron::zk::Zk::new(
+    let session = zkcron::ledger::Ledger::new(zkcron::zk::Zk::new(
         raw.clone(),
         zookeeper_client::Acls::anyone_all(),
         zkcron::zk::REQUEST_BOUND,
-    );
+    ));
     let marked = zkcron::ledger::due::open_runs(&session, &ledger.delayed, &job).await;
     assert_eq!(
         marked.expect("open/ listed"),

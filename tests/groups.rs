@@ -460,11 +460,11 @@ async fn submissions_run_once_on_the_owner_of_their_jobs_group_whatever_their_ma
     );
     let paths =
         zkcron::layout::DelayedPaths::new(&zkcron::layout::LockPaths::new("/zkcron", "groups"));
-    let zk = zkcron::zk::Zk::new(
+    let zk = zkcron::ledger::Ledger::new(zkcron::zk::Zk::new(
         client.clone(),
         zookeeper_client::Acls::anyone_all(),
         zkcron::zk::REQUEST_BOUND,
-    );
+    ));
     let mut ids = Vec::new();
     for (job, n) in [("sub-a", 1), ("sub-a", 2), ("sub-b", 3), ("sub-b", 4)] {
         let id = format!("s{n}");

@@ -15,7 +15,7 @@ use zkcron::delayed::{Submission, SubmissionId};
 use zkcron::layout::LedgerPaths;
 use zkcron::layout::LockPaths;
 use zkcron::ledger::submissions::{self, SubmissionError};
-use zkcron::ledger::{self, ClaimError, UpdateError};
+use zkcron::ledger::{self, ClaimError, Ledger, UpdateError};
 use zkcron::run::{self, ClaimMode, RunRecord, RunStatus};
 use zkcron::zk::{Fault as ZkFault, REQUEST_BOUND, Zk};
 use zkcron::{FencingToken, JobName, NodeId, SessionId};
@@ -52,15 +52,15 @@ async fn setup(test: &str) -> (Client, Client, LedgerPaths, String) {
 
 /// `client`'s session as the library takes it. The tests keep the raw client for what they
 /// plant and probe themselves.
-fn door(client: &Client) -> Zk {
-    Zk::new(client.clone(), Acls::anyone_all(), REQUEST_BOUND)
+fn door(client: &Client) -> Ledger {
+    Ledger::new(Zk::new(client.clone(), Acls::anyone_all(), REQUEST_BOUND))
 }
 
 /// `path`'s record as another session sees it once that session's server has caught up with
 /// the leader: without the `sync` it may serve a read from before the write it is checking.
-async fn read_fresh(client: &Zk, path: &str) -> Option<RunRecord> {
+async fn read_fresh(client: &Client, path: &str) -> Option<RunRecord> {
     client.sync(path).await.expect("sync");
-    ledger::read_record(client, path).await
+    ledger::read_record(&door(client), path).await
 }
 
 /// An acquisition as the lock driver makes it: the epoch's version goes up by one.
@@ -132,7 +132,7 @@ async fn two_believed_owners_claim_each_tick_at_most_once() {
     )
     .await;
     assert!(owner.is_ok(), "the real owner claims the tick: {owner:?}");
-    let stored = read_fresh(&zb, &paths.record(&job, 2000))
+    let stored = read_fresh(&b, &paths.record(&job, 2000))
         .await
         .expect("record");
     assert_eq!(stored.node_id, NodeId::new("b"), "the tick is b's");
@@ -141,7 +141,7 @@ async fn two_believed_owners_claim_each_tick_at_most_once() {
 #[tokio::test]
 async fn an_expired_session_claims_nothing() {
     let (a, b, paths, _) = setup("ledger-expired").await;
-    let (za, zb) = (door(&a), door(&b));
+    let (za, _zb) = (door(&a), door(&b));
     let token = acquire(&a, &paths).await;
     support::expire_session(&shared_ensemble().connect_string(), a.session())
         .await
@@ -174,7 +174,7 @@ async fn an_expired_session_claims_nothing() {
     );
     let job = JobName::new("report");
     assert!(
-        read_fresh(&zb, &paths.record(&job, 1000)).await.is_none(),
+        read_fresh(&b, &paths.record(&job, 1000)).await.is_none(),
         "nothing was written"
     );
 }
@@ -211,7 +211,7 @@ async fn records_update_by_compare_and_set_only() {
         "a stale view of the record is refused as a conflict on that record, naming what is \
          stored: {conflict:?}"
     );
-    let stored = read_fresh(&zb, &claim.path).await.expect("record");
+    let stored = read_fresh(&b, &claim.path).await.expect("record");
     assert_eq!(stored.status, RunStatus::Running);
 }
 
@@ -261,7 +261,7 @@ async fn history_is_newest_first_and_skips_garbage() {
 #[tokio::test]
 async fn a_guarded_claim_refuses_while_a_run_is_alive_until_it_finishes() {
     let (a, b, paths, _) = setup("ledger-guard").await;
-    let (za, zb) = (door(&a), door(&b));
+    let (za, _zb) = (door(&a), door(&b));
     let token = acquire(&a, &paths).await;
     let mut first = ledger::claim(
         &za,
@@ -290,7 +290,7 @@ async fn a_guarded_claim_refuses_while_a_run_is_alive_until_it_finishes() {
         "a guarded claim while the job's run is alive is refused as run-alive: {blocked:?}"
     );
     assert!(
-        read_fresh(&zb, &paths.record(&job, 2000)).await.is_none(),
+        read_fresh(&b, &paths.record(&job, 2000)).await.is_none(),
         "all or nothing: no record"
     );
 
@@ -298,7 +298,7 @@ async fn a_guarded_claim_refuses_while_a_run_is_alive_until_it_finishes() {
     ledger::finish(&za, &mut first, &[])
         .await
         .expect("finish releases the guard with the record");
-    let stored = read_fresh(&zb, &first.path).await.expect("record");
+    let stored = read_fresh(&b, &first.path).await.expect("record");
     assert_eq!(stored.status, RunStatus::Succeeded);
     let next = ledger::claim(
         &za,
@@ -314,7 +314,7 @@ async fn a_guarded_claim_refuses_while_a_run_is_alive_until_it_finishes() {
 #[tokio::test]
 async fn our_own_write_with_a_lost_reply_is_reconciled() {
     let (a, b, paths, _) = setup("ledger-lost-reply").await;
-    let (za, zb) = (door(&a), door(&b));
+    let (za, _zb) = (door(&a), door(&b));
     let token = acquire(&a, &paths).await;
     let mut claim = ledger::claim(
         &za,
@@ -336,7 +336,7 @@ async fn our_own_write_with_a_lost_reply_is_reconciled() {
     ledger::update(&za, &mut claim)
         .await
         .expect("reconciled: the stored record is what we sent");
-    let stored = read_fresh(&zb, &claim.path).await.expect("record");
+    let stored = read_fresh(&b, &claim.path).await.expect("record");
     assert_eq!(stored.status, RunStatus::Succeeded);
     assert_eq!(claim.version, 2);
 }
@@ -362,7 +362,7 @@ async fn a_claim_whose_reply_was_lost_is_read_back_as_ours() {
         .expect("session through the proxy");
     // Unbounded, as the raw client it wraps: the read-back after the fault waits for the
     // session to answer again, however long its reconnection takes.
-    let za = door(&a).unbounded();
+    let za = Ledger::new(Zk::new(a.clone(), Acls::anyone_all(), REQUEST_BOUND).unbounded());
     let token = acquire(&a, &paths).await;
     let session = SessionId(a.session_id().0);
     let plan = |job: &str, tick, node| {
@@ -394,8 +394,8 @@ async fn a_claim_whose_reply_was_lost_is_read_back_as_ours() {
         "the unanswered claim applied",
         Duration::from_secs(10),
         || {
-            let (zb, path) = (&zb, &path);
-            async move { read_fresh(zb, path).await.is_some() }
+            let (b, path) = (&b, &path);
+            async move { read_fresh(b, path).await.is_some() }
         },
     )
     .await;
@@ -441,7 +441,7 @@ async fn a_claim_whose_reply_was_lost_is_read_back_as_ours() {
 }
 
 /// A pending submission `id` of job `close`, due at `due`, written as the CLI does.
-async fn submit(client: &Zk, paths: &LedgerPaths, id: &str, due: i64) -> SubmissionId {
+async fn submit(client: &Ledger, paths: &LedgerPaths, id: &str, due: i64) -> SubmissionId {
     let id = SubmissionId::parse(id).expect("valid id");
     let submission = Submission {
         job: JobName::new("close"),
@@ -660,7 +660,7 @@ fn remember_at(now_unix_ms: i64, window_secs: u64) -> ledger::Remember {
 }
 
 /// Claims and finishes submission `id` due at `due` (its run ends at `due`).
-async fn run_to_the_end(a: &Zk, paths: &LedgerPaths, id: &SubmissionId, due: i64, token: i32) {
+async fn run_to_the_end(a: &Ledger, paths: &LedgerPaths, id: &SubmissionId, due: i64, token: i32) {
     let mut claim = ledger::claim(
         a,
         paths,
@@ -1004,7 +1004,7 @@ async fn claims_and_records_handed_in_together_share_multi_ops_and_each_gets_its
     let (a, b, paths, _) = setup("ledger-group-commit").await;
     let za = door(&a);
     let token = acquire(&a, &paths).await;
-    let (group, lanes) = ledger::group::GroupCommit::new(za.clone());
+    let (group, lanes) = ledger::group::GroupCommit::new(&za);
     let lanes = tokio::spawn(lanes);
 
     // The job's first claims: its parents are missing, so the first claim of each group fails
@@ -1480,14 +1480,14 @@ async fn a_broadcast_claim_is_fenced_by_its_member_znode_and_the_sweep_records_w
     );
     let status = |node: &str| {
         let path = paths.broadcast_record(&job, 1000, &NodeId::new(node));
-        let za = za.clone();
-        async move { read_fresh(&za, &path).await.map(|r| r.status) }
+        let a = a.clone();
+        async move { read_fresh(&a, &path).await.map(|r| r.status) }
     };
     assert_eq!(status("c").await, Some(RunStatus::Missed));
     assert_eq!(status("b").await, Some(RunStatus::Interrupted));
     let earlier = paths.broadcast_record(&job, 0, &NodeId::new("b"));
     assert_eq!(
-        read_fresh(&za, &earlier).await.map(|r| r.status),
+        read_fresh(&a, &earlier).await.map(|r| r.status),
         Some(RunStatus::Interrupted),
         "b's earlier run, still open when it died, is closed too"
     );

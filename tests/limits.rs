@@ -22,6 +22,7 @@ use support::zk_cluster::try_wait_for;
 use support::{expire_session, fault_lock, shared_ensemble, unique_chroot, within};
 use zkcron::NodeId;
 use zkcron::layout::{LedgerPaths, LockPaths};
+use zkcron::ledger::Ledger;
 use zkcron::ledger::limits::{self, LeaseHolder, Taken};
 use zkcron::zk::{REQUEST_BOUND, Zk};
 use zookeeper_client::{Acls, Client};
@@ -34,20 +35,20 @@ fn holder(run: &str, node: &str) -> LeaseHolder {
 }
 
 /// One take by run `run`, answered.
-async fn take(client: &Zk, dir: &str, max: usize, run: &str) -> Taken {
+async fn take(client: &Ledger, dir: &str, max: usize, run: &str) -> Taken {
     limits::take(client, dir, max, &holder(run, "n"))
         .await
         .expect("answered")
 }
 
 /// A session as the library takes it.
-fn door(client: Client) -> Zk {
-    Zk::new(client, Acls::anyone_all(), REQUEST_BOUND)
+fn door(client: Client) -> Ledger {
+    Ledger::new(Zk::new(client, Acls::anyone_all(), REQUEST_BOUND))
 }
 
 /// `n` sessions on a fresh chroot, as the library takes them, and the lease directory of limit
 /// `db-heavy`.
-async fn sessions(chroot: &str, n: usize) -> (Vec<Zk>, String, String) {
+async fn sessions(chroot: &str, n: usize) -> (Vec<Ledger>, String, String) {
     let (clients, dir, connect) = raw_sessions(chroot, n).await;
     (clients.into_iter().map(door).collect(), dir, connect)
 }
@@ -121,7 +122,7 @@ async fn at_most_max_leases_are_held_and_a_full_limit_holds_nothing_for_the_take
 #[tokio::test]
 async fn a_lease_goes_with_its_holders_session() {
     let (raw, dir, connect) = raw_sessions("limits-session", 2).await;
-    let clients: Vec<Zk> = raw.iter().cloned().map(door).collect();
+    let clients: Vec<Ledger> = raw.iter().cloned().map(door).collect();
     let held = take(&clients[0], &dir, 1, "r").await;
     assert!(matches!(held, Taken::Held(_)));
     let full = take(&clients[1], &dir, 1, "s").await;
@@ -505,13 +506,14 @@ async fn a_limit_of_two_across_three_nodes_never_runs_three_and_a_killed_holders
 /// a wait given up leaves nothing behind.
 #[tokio::test]
 async fn waiting_runs_get_the_lease_in_the_order_they_came_and_a_given_up_wait_leaves_nothing() {
-    let (clients, dir, _) = sessions("limits-queue", 3).await;
+    let (raw, dir, _) = raw_sessions("limits-queue", 3).await;
+    let clients: Vec<Ledger> = raw.iter().cloned().map(door).collect();
     let Taken::Held(first) = take(&clients[0], &dir, 1, "first").await else {
         panic!("the first takes it");
     };
     let cancel_second = tokio_util::sync::CancellationToken::new();
     let cancel_third = tokio_util::sync::CancellationToken::new();
-    let wait = |client: Zk, run: &'static str, cancel: tokio_util::sync::CancellationToken| {
+    let wait = |client: Ledger, run: &'static str, cancel: tokio_util::sync::CancellationToken| {
         let dir = dir.clone();
         tokio::spawn(async move {
             let me = holder(run, "n");
@@ -521,13 +523,13 @@ async fn waiting_runs_get_the_lease_in_the_order_they_came_and_a_given_up_wait_l
     let second = wait(clients[1].clone(), "second", cancel_second.clone());
     // The second is in the queue before the third comes.
     support::wait_until("the second waits", Duration::from_secs(5), || {
-        let (client, dir) = (clients[0].clone(), dir.clone());
+        let (client, dir) = (raw[0].clone(), dir.clone());
         async move { client.list_children(&dir).await.map_or(0, |c| c.len()) == 2 }
     })
     .await;
     let third = wait(clients[2].clone(), "third", cancel_third.clone());
     support::wait_until("the third waits", Duration::from_secs(5), || {
-        let (client, dir) = (clients[0].clone(), dir.clone());
+        let (client, dir) = (raw[0].clone(), dir.clone());
         async move { client.list_children(&dir).await.map_or(0, |c| c.len()) == 3 }
     })
     .await;

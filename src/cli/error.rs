@@ -21,7 +21,6 @@ use zkcron::ledger::ClaimError;
 use zkcron::lock::driver::DriverError;
 use zkcron::lock::members::MemberError;
 use zkcron::status::StatusError;
-use zkcron::zk::{self, ZkError};
 
 /// Everything that ends a command with a non-zero exit code.
 #[derive(Debug, thiserror::Error)]
@@ -35,7 +34,7 @@ pub enum CliError {
     #[error(transparent)]
     Daemon(#[from] DaemonError),
     #[error(transparent)]
-    Unreachable(#[from] zk::Unreachable),
+    Unreachable(#[from] zkcron::ledger::Unreachable),
     #[error("cannot write into {}", path.display())]
     Write {
         path: PathBuf,
@@ -47,7 +46,7 @@ pub enum CliError {
     #[error("{}: {problems} problem(s), listed in the JSON on stdout", file.display())]
     Invalid { file: PathBuf, problems: usize },
     #[error(transparent)]
-    Zk(#[from] ZkError),
+    Zk(#[from] zkcron::ledger::RequestFailed),
     #[error(transparent)]
     Ledger(#[from] ClaimError),
     #[error(transparent)]

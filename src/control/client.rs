@@ -6,7 +6,7 @@
 //! Owns: what is refused before anything is written (an unknown job, a trigger of a paused or
 //! disabled job, a release with no owner or no peer to take over), and waiting for a release to
 //! show in the lock.
-//! Must not: make raw ZooKeeper calls (that is `store`, `ledger::submissions`, `lock::inspect`)
+//! Must not: make raw ZooKeeper calls (that is `store`, `ledger::submissions`, `ledger::inspect`)
 //! or fire anything.
 
 use std::collections::HashMap;
@@ -22,11 +22,11 @@ use crate::delayed::client::check_request;
 use crate::delayed::submission::{Submission, SubmissionId};
 use crate::ids::{JobName, NodeId};
 use crate::layout::{ControlPaths, GroupPaths};
+use crate::ledger::Ledger;
+use crate::ledger::RequestFailed;
 use crate::ledger::control::{self as store, ControlError, Paused};
+use crate::ledger::inspect::{self, Owner};
 use crate::ledger::submissions::{self, SubmissionError};
-use crate::lock::inspect::{self, Owner};
-use crate::zk::Zk;
-use crate::zk::ZkError;
 
 /// How often a release is looked for in the lock while waiting.
 const RELEASE_POLL: Duration = Duration::from_millis(20);
@@ -67,9 +67,9 @@ pub enum SteerError {
         why: &'static str,
     },
     #[error(transparent)]
-    Unreachable(#[from] crate::zk::Unreachable),
+    Unreachable(#[from] crate::ledger::Unreachable),
     #[error(transparent)]
-    Zk(#[from] ZkError),
+    Zk(#[from] RequestFailed),
     #[error(transparent)]
     Control(#[from] ControlError),
     #[error(transparent)]
@@ -120,7 +120,7 @@ pub struct Released {
 /// A session for steering one lock group.
 #[derive(Debug)]
 pub struct Steer {
-    client: Zk,
+    client: Ledger,
     paths: GroupPaths,
     jobs: HashMap<JobName, Arc<JobConfig>>,
     takeover_delay: Duration,
@@ -139,7 +139,7 @@ impl Steer {
     }
 
     /// Steers over an existing session (the daemon's own, for its HTTP API).
-    pub fn with_client(client: Zk, config: &Config) -> Self {
+    pub fn with_client(client: Ledger, config: &Config) -> Self {
         Self {
             client,
             paths: config.lock.group_paths(),
@@ -186,7 +186,7 @@ impl Steer {
     }
 
     /// The ZooKeeper session it steers over.
-    pub fn session(&self) -> &Zk {
+    pub fn session(&self) -> &Ledger {
         &self.client
     }
 

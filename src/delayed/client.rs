@@ -16,10 +16,10 @@ use super::submission::{DueBucket, MAX_PAYLOAD, Submission, SubmissionId};
 use crate::config::{Config, JobConfig};
 use crate::ids::JobName;
 use crate::layout::{DelayedPaths, LedgerPaths};
+use crate::ledger::Ledger;
 use crate::ledger::submissions;
 pub use crate::ledger::submissions::{Rescheduled, SubmissionError, SubmissionState, Submitted};
 use crate::run::{RunRecord, RunStatus};
-use crate::zk::{Fault, Zk};
 
 /// How far ahead a submission may be due. It bounds the number of day nodes under `due/`, so
 /// that listing them fits one `getChildren` reply (DESIGN.md "ZooKeeper layout").
@@ -78,7 +78,7 @@ pub enum DelayedError {
     )]
     NotFailed { id: SubmissionId, status: String },
     #[error(transparent)]
-    Unreachable(#[from] crate::zk::Unreachable),
+    Unreachable(#[from] crate::ledger::Unreachable),
     #[error(transparent)]
     Submission(#[from] SubmissionError),
 }
@@ -172,7 +172,7 @@ pub fn is_dead_letter(record: &RunRecord) -> bool {
 /// A session for submitting to one lock group.
 #[derive(Debug)]
 pub struct Delayed {
-    client: Zk,
+    client: Ledger,
     delayed: DelayedPaths,
     ledger: LedgerPaths,
     jobs: HashMap<JobName, Arc<JobConfig>>,
@@ -180,7 +180,7 @@ pub struct Delayed {
     /// A second session, made at the first `submit_many`, for the reads that find which
     /// parents a batch must make: on `client` they would wait behind its writes. `None` when it
     /// could not be made; `client` reads then.
-    reader: tokio::sync::OnceCell<Option<Zk>>,
+    reader: tokio::sync::OnceCell<Option<Ledger>>,
     settings: crate::ensemble::ZkSettings,
     connect_timeout: std::time::Duration,
     /// Lock groups are declared: markers name their job (`Submission::marker_names_job`).
@@ -192,8 +192,8 @@ pub struct Delayed {
 ///
 /// # Errors
 /// `Unreachable` with the address when no session is made in time.
-pub async fn session_for(config: &Config) -> Result<Zk, crate::zk::Unreachable> {
-    crate::zk::connect_once(
+pub async fn session_for(config: &Config) -> Result<Ledger, crate::ledger::Unreachable> {
+    Ledger::connect_once(
         &config.zookeeper.settings(),
         config.zookeeper.connect_timeout,
     )
@@ -210,7 +210,7 @@ impl Delayed {
     }
 
     /// Submits over an existing session (the daemon's own, for its HTTP API).
-    pub fn with_client(client: Zk, config: &Config) -> Self {
+    pub fn with_client(client: Ledger, config: &Config) -> Self {
         let settings = config.zookeeper.settings();
         let ledger = config.lock.group_paths().ledger;
         Self {
@@ -243,11 +243,11 @@ impl Delayed {
     }
 
     /// The session for [`submissions::submit_batch`]'s reads.
-    async fn reader(&self) -> &Zk {
+    async fn reader(&self) -> &Ledger {
         let reader = self
             .reader
             .get_or_init(|| async {
-                match crate::zk::connect_once(&self.settings, self.connect_timeout).await {
+                match Ledger::connect_once(&self.settings, self.connect_timeout).await {
                     Ok(reader) => Some(reader),
                     Err(err) => {
                         tracing::debug!(error = %err, "no second session; batches read on the first");
@@ -307,10 +307,9 @@ impl Delayed {
             .into_iter()
             .map(|r| {
                 r.unwrap_or_else(|| {
-                    Err(DelayedError::Submission(SubmissionError::Zk {
-                        path: self.delayed.dir.clone(),
-                        source: Fault::Other("no answer".into()),
-                    }))
+                    Err(DelayedError::Submission(SubmissionError::unanswered(
+                        &self.delayed.dir,
+                    )))
                 })
             })
             .collect()
@@ -492,7 +491,7 @@ impl Delayed {
 /// # Errors
 /// A failed request. Foreign nodes are logged and skipped.
 pub async fn pending_in_due_order(
-    client: &Zk,
+    client: &Ledger,
     paths: &DelayedPaths,
     job: Option<&JobName>,
     limit: usize,
@@ -522,7 +521,7 @@ pub struct PendingSummary {
 /// # Errors
 /// A failed request.
 pub async fn pending_summary(
-    client: &Zk,
+    client: &Ledger,
     paths: &DelayedPaths,
     limit: usize,
 ) -> Result<PendingSummary, DelayedError> {
@@ -539,7 +538,7 @@ pub async fn pending_summary(
 }
 
 async fn read_bucket(
-    client: &Zk,
+    client: &Ledger,
     paths: &DelayedPaths,
     bucket: DueBucket,
     job: Option<&JobName>,

@@ -42,13 +42,13 @@ use crate::ids::{JobName, NodeId};
 use crate::layout::ControlPaths;
 use crate::layout::LedgerPaths;
 use crate::layout::LockPaths;
+use crate::ledger::Ledger;
 use crate::ledger::group::GroupCommit;
 use crate::lock::driver::DriverError;
 use crate::lock::driver::LockCommand;
 use crate::lock::driver::LockUpdate;
 use crate::metrics::Metrics;
 use crate::view::NodeView;
-use crate::zk::Zk;
 
 /// Sleep at most this long at once, so a wall-clock step (NTP, suspend) is noticed in time.
 const MAX_SLEEP: Duration = Duration::from_secs(30);
@@ -445,7 +445,7 @@ impl Io {
     }
 
     /// A new session (or none): the watches follow it.
-    fn session_changed(&mut self, client: Option<Zk>) {
+    fn session_changed(&mut self, client: Option<Ledger>) {
         if let Some(stop) = self.watch.take() {
             stop.cancel();
         }
@@ -453,7 +453,7 @@ impl Io {
             self.watch = Some(self.watch_session(client));
         }
         self.session.group = client.clone().map(|client| {
-            let (group, lanes) = GroupCommit::new(client);
+            let (group, lanes) = GroupCommit::new(&client);
             self.session.tasks.spawn(lanes);
             group
         });
@@ -461,7 +461,7 @@ impl Io {
     }
 
     /// Starts the watches of `client`'s session; the token stops them.
-    fn watch_session(&self, client: &Zk) -> CancellationToken {
+    fn watch_session(&self, client: &Ledger) -> CancellationToken {
         let stop = CancellationToken::new();
         let answers = &self.session.answers;
         delayed::watch(

@@ -19,12 +19,12 @@ use crate::control::ReleaseRequest;
 use crate::groups::balance::{Balancer, GroupSpec, Member};
 use crate::ids::NodeId;
 use crate::layout::{ControlPaths, LockPaths};
+use crate::ledger::Ledger;
 use crate::ledger::control as store;
+use crate::ledger::inspect::{self, Owner};
+use crate::ledger::watch::{Change, Follow, NodeChange};
 use crate::lock::driver::LockCommand;
-use crate::lock::inspect::{self, Owner};
 use crate::report::error_chain;
-use crate::zk::Zk;
-use crate::zk::watch::{Change, NodeEvent, RecursiveWatch};
 
 /// A read that failed is tried again after this long.
 const READ_RETRY: Duration = Duration::from_secs(1);
@@ -65,7 +65,11 @@ fn spacing(settle: Duration) -> Duration {
 impl Placement {
     /// Places the groups until `shutdown`, on whatever session `sessions` carries (the default
     /// group's: one session fewer per node, and its member node is the one the others see).
-    pub async fn run(self, mut sessions: watch::Receiver<Option<Zk>>, shutdown: CancellationToken) {
+    pub async fn run(
+        self,
+        mut sessions: watch::Receiver<Option<Ledger>>,
+        shutdown: CancellationToken,
+    ) {
         let spacing = spacing(self.settle);
         let mut balancer = Balancer::new(self.me.clone(), self.settle, spacing)
             .with_grace(self.takeover_delay + spacing);
@@ -100,7 +104,7 @@ impl Placement {
 /// The placement's work on one session.
 struct Session<'a> {
     placement: &'a Placement,
-    client: Zk,
+    client: Ledger,
     balancer: &'a mut Balancer,
     sent: &'a mut BTreeMap<String, bool>,
     orphans_said: &'a mut Vec<String>,
@@ -162,7 +166,7 @@ impl Session<'_> {
         let watch = |path: String| {
             let client = self.client.clone();
             async move {
-                match RecursiveWatch::add(&client, &path).await {
+                match Follow::add(&client, &path).await {
                     // `run` looks before it first waits.
                     Ok(watch) => Ok(watch.read_all_done()),
                     Err(err) => {
@@ -286,9 +290,9 @@ impl Session<'_> {
 
 /// The watches, and which of their events can change a decision.
 struct Watches {
-    members: RecursiveWatch,
-    default_lock: RecursiveWatch,
-    groups: RecursiveWatch,
+    members: Follow,
+    default_lock: Follow,
+    groups: Follow,
     members_prefix: String,
 }
 
@@ -320,10 +324,10 @@ impl Watches {
                 Some(Change::Node { path, kind }) => (path, kind),
             };
             let member = path.starts_with(&self.members_prefix)
-                && matches!(kind, NodeEvent::Created | NodeEvent::Deleted);
+                && matches!(kind, NodeChange::Created | NodeChange::Deleted);
             let lock = path.ends_with("/lock");
             // Only a graceful release rewrites a lock node's data (`lock::driver`).
-            if lock && kind == NodeEvent::DataChanged {
+            if lock && kind == NodeChange::DataChanged {
                 return Changed::Marked(path);
             }
             if member || lock {

@@ -303,7 +303,7 @@ impl Facts<'_> {
 /// (the index), and those whose guard names a run (a `forbid` run that outlived its owner's
 /// hold of the lock, or the first of an owner's).
 async fn running_now(
-    client: &crate::zk::Zk,
+    client: &crate::ledger::Ledger,
     ledger: &crate::layout::LedgerPaths,
     index: &RunIndex,
 ) -> std::collections::HashSet<JobName> {

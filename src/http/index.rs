@@ -23,10 +23,10 @@ use crate::delayed::submission::SubmissionId;
 use crate::ids::{JobName, NodeId};
 use crate::layout::RecordName;
 use crate::ledger;
+use crate::ledger::Ledger;
+use crate::ledger::watch::{Change, Follow};
 use crate::report::error_chain;
 use crate::run::{RunRecord, RunStatus};
-use crate::zk::Zk;
-use crate::zk::watch::{Change, RecursiveWatch};
 
 /// How many of a job's newest runs the index keeps (the jobs table's strip).
 pub const STRIP: usize = 30;
@@ -193,17 +193,17 @@ impl IndexState {
 #[derive(Clone)]
 pub struct RunIndex {
     pub state: Arc<RwLock<IndexState>>,
-    session: i64,
+    session: crate::ids::SessionId,
     last_asked: Arc<AtomicI64>,
     stop: CancellationToken,
 }
 
 impl RunIndex {
     /// Starts following `runs` (the ledger's `runs/` directory) on `client`'s session.
-    pub fn start(client: Zk, runs: String, stop: CancellationToken) -> Self {
+    pub fn start(client: Ledger, runs: String, stop: CancellationToken) -> Self {
         let index = Self {
             state: Arc::default(),
-            session: client.session_id(),
+            session: client.session(),
             last_asked: Arc::new(AtomicI64::new(monotonic_secs())),
             stop,
         };
@@ -228,8 +228,8 @@ impl RunIndex {
     }
 
     /// Whether this index still serves `client`'s session.
-    pub fn serves(&self, client: &Zk) -> bool {
-        self.session == client.session_id()
+    pub fn serves(&self, client: &Ledger) -> bool {
+        self.session == client.session()
             && !self.stop.is_cancelled()
             && self.state.read().is_ok_and(|state| state.ended.is_none())
     }
@@ -251,8 +251,8 @@ impl RunIndex {
 
     /// Loads, then follows changes until the session ends, the index idles or is stopped.
     /// Returns why it stopped.
-    async fn follow(&self, client: &Zk, runs: &str) -> String {
-        let changes = match RecursiveWatch::add(client, runs).await {
+    async fn follow(&self, client: &Ledger, runs: &str) -> String {
+        let changes = match Follow::add(client, runs).await {
             // The load below reads everything before the first change is looked at.
             Ok(watch) => watch.read_all_done(),
             Err(err) => return format!("cannot watch {runs}: {}", error_chain(&err)),
@@ -286,7 +286,12 @@ impl RunIndex {
     }
 
     /// Applies a batch of watch changes: each record that changed is read once.
-    async fn apply(&self, client: &Zk, runs: &str, batch: &mut Vec<Change>) -> Result<(), String> {
+    async fn apply(
+        &self,
+        client: &Ledger,
+        runs: &str,
+        batch: &mut Vec<Change>,
+    ) -> Result<(), String> {
         let mut changed = HashSet::new();
         let mut reload = false;
         for change in batch.drain(..) {
@@ -327,7 +332,7 @@ impl RunIndex {
     }
 
     /// Reads every kept record of every job under `runs`, replacing what the index held.
-    async fn load(&self, client: &Zk, runs: &str) -> Result<(), String> {
+    async fn load(&self, client: &Ledger, runs: &str) -> Result<(), String> {
         let jobs = ledger::jobs_with_records(client, runs)
             .await
             .map_err(|err| format!("cannot list {runs}: {err}"))?;

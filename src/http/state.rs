@@ -14,11 +14,11 @@ use super::errors::ApiError;
 use super::index::RunIndex;
 use crate::config::{Config, NamedToken};
 use crate::ids::NodeId;
+use crate::ledger::Ledger;
 use crate::lock::driver::Heard;
 use crate::metrics::Metrics;
 use crate::secret::Secret;
 use crate::view::NodeView;
-use crate::zk::Zk;
 
 /// What every handler reads.
 #[derive(Clone)]
@@ -50,7 +50,7 @@ impl HttpState {
     }
 
     /// The console's index on `client`'s session: the running one, or a new one.
-    pub(super) fn index(&self, client: &Zk) -> RunIndex {
+    pub(super) fn index(&self, client: &Ledger) -> RunIndex {
         let mut running = match self.console.running.lock() {
             Ok(running) => running,
             Err(poisoned) => poisoned.into_inner(),
@@ -87,7 +87,7 @@ impl HttpState {
         }
     }
 
-    pub(super) fn client(&self) -> Result<Zk, ApiError> {
+    pub(super) fn client(&self) -> Result<Ledger, ApiError> {
         self.view
             .borrow()
             .client

@@ -8,12 +8,13 @@
 //! Owns: every ZooKeeper request on `audit/`.
 //! Must not: decide what an entry says or when one is written (`command` does).
 
+use super::Ledger;
 use std::time::Duration;
 
 use crate::audit::AuditEntry;
 use crate::layout::AuditPaths;
-use crate::zk::tally::WriteKind;
-use crate::zk::{Fault, Mode, Zk};
+use crate::tally::WriteKind;
+use crate::zk::{Fault, Mode};
 
 /// Deletes of one prune's multi-op.
 pub const PRUNE_BATCH: usize = 500;
@@ -39,13 +40,13 @@ fn failed(path: &str) -> impl FnOnce(Fault) -> AuditError + '_ {
 /// Where a session writes the trail: its ZooKeeper session and the trail's paths.
 #[derive(Debug)]
 pub struct Trail {
-    client: Zk,
+    client: Ledger,
     paths: AuditPaths,
 }
 
 impl Trail {
     /// The trail of `config`'s lock group, written on `client`.
-    pub fn new(client: Zk, config: &crate::config::Config) -> Self {
+    pub fn new(client: Ledger, config: &crate::config::Config) -> Self {
         Self {
             client,
             paths: AuditPaths::new(&config.lock.paths()),
@@ -60,12 +61,13 @@ impl Trail {
 
 /// Records `entry`: one create, its day's bucket made first when it is the day's first entry.
 /// The action is done whatever happens here: a failure is logged, not returned.
-pub async fn record(client: &Zk, paths: &AuditPaths, entry: &AuditEntry) {
+pub async fn record(client: &Ledger, paths: &AuditPaths, entry: &AuditEntry) {
     let day = entry.at_unix_ms.div_euclid(MS_PER_DAY);
     // A plain struct of strings and numbers always serialises.
     let data = serde_json::to_vec(entry).unwrap_or_default();
     for _ in 0..2 {
         match client
+            .zk()
             .create(
                 WriteKind::Control,
                 &paths.entry(day),
@@ -77,7 +79,7 @@ pub async fn record(client: &Zk, paths: &AuditPaths, entry: &AuditEntry) {
             Ok(_) => return,
             Err(Fault::NoNode) => {
                 let bucket = paths.day(day);
-                if let Err(err) = client.ensure_persistent(&bucket).await {
+                if let Err(err) = client.zk().ensure_persistent(&bucket).await {
                     tracing::warn!(path = bucket, error = %crate::report::error_chain(&err), action = entry.action, "audit entry not recorded");
                     return;
                 }
@@ -102,7 +104,7 @@ pub async fn record(client: &Zk, paths: &AuditPaths, entry: &AuditEntry) {
 /// # Errors
 /// A listing or read failed.
 pub async fn read(
-    client: &Zk,
+    client: &Ledger,
     paths: &AuditPaths,
     since_unix_ms: i64,
 ) -> Result<Vec<AuditEntry>, AuditError> {
@@ -119,7 +121,7 @@ pub async fn read(
             .iter()
             .map(|name| {
                 let path = format!("{bucket}/{name}");
-                let read = client.get_data(&path);
+                let read = client.zk().get_data(&path);
                 (path, read)
             })
             .collect();
@@ -147,7 +149,7 @@ pub async fn read(
 /// # Errors
 /// A listing or delete failed; what was deleted stays deleted.
 pub async fn prune(
-    client: &Zk,
+    client: &Ledger,
     paths: &AuditPaths,
     keep: Duration,
     now_unix_ms: i64,
@@ -162,7 +164,7 @@ pub async fn prune(
         let bucket = paths.day(day);
         let names = entries_of(client, &bucket).await?;
         for batch in names.chunks(PRUNE_BATCH) {
-            let mut multi = client.multi(WriteKind::Prune);
+            let mut multi = client.zk().multi(WriteKind::Prune);
             for name in batch {
                 multi
                     .add_delete(&format!("{bucket}/{name}"), None)
@@ -177,7 +179,7 @@ pub async fn prune(
                 }
             }
         }
-        match client.delete(WriteKind::Prune, &bucket, None).await {
+        match client.zk().delete(WriteKind::Prune, &bucket, None).await {
             Ok(()) | Err(Fault::NoNode | Fault::NotEmpty) => {}
             Err(source) => return Err(failed(&bucket)(source)),
         }
@@ -186,8 +188,8 @@ pub async fn prune(
 }
 
 /// The entries' names in a day's `bucket`; none when it is gone.
-async fn entries_of(client: &Zk, bucket: &str) -> Result<Vec<String>, AuditError> {
-    match client.list_children(bucket).await {
+async fn entries_of(client: &Ledger, bucket: &str) -> Result<Vec<String>, AuditError> {
+    match client.zk().list_children(bucket).await {
         Ok(names) => Ok(names),
         Err(Fault::NoNode) => Ok(Vec::new()),
         Err(source) => Err(failed(bucket)(source)),
@@ -195,8 +197,8 @@ async fn entries_of(client: &Zk, bucket: &str) -> Result<Vec<String>, AuditError
 }
 
 /// The days that have a bucket, oldest first (foreign names skipped).
-async fn days(client: &Zk, paths: &AuditPaths) -> Result<Vec<i64>, AuditError> {
-    let names = match client.list_children(&paths.dir).await {
+async fn days(client: &Ledger, paths: &AuditPaths) -> Result<Vec<i64>, AuditError> {
+    let names = match client.zk().list_children(&paths.dir).await {
         Ok(names) => names,
         Err(Fault::NoNode) => return Ok(Vec::new()),
         Err(source) => return Err(failed(&paths.dir)(source)),

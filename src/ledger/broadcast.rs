@@ -6,6 +6,7 @@
 //! under `check(epoch, token)`, in the same create-once race as the member's own claim.
 //! Must not: decide when a tick is swept (the fire machine does) or claim a member's run.
 
+use super::Ledger;
 use std::collections::{BTreeSet, HashSet};
 
 use super::{
@@ -15,7 +16,7 @@ use crate::ids::{FencingToken, JobName, NodeId};
 use crate::layout::{LedgerPaths, LockPaths};
 use crate::lock::node::OwnerInfo;
 use crate::run::{ClaimMode, RunRecord, RunStatus};
-use crate::zk::{Fault, Zk};
+use crate::zk::Fault;
 
 /// Why a broadcast tick is recorded `missed` for a node (and the metrics' `broadcast_node`).
 pub const MISSED_BY_A_MEMBER: &str = "a live member that did not claim the tick in time";
@@ -36,11 +37,11 @@ pub struct LiveMember {
 /// # Errors
 /// The read failed.
 pub async fn member_since(
-    client: &Zk,
+    client: &Ledger,
     group: &LockPaths,
     me: &NodeId,
 ) -> Result<Option<i64>, Fault> {
-    let stat = client.check_stat(&group.member(me)).await?;
+    let stat = client.zk().check_stat(&group.member(me)).await?;
     Ok(stat.map(|stat| stat.ctime))
 }
 
@@ -49,8 +50,12 @@ pub async fn member_since(
 ///
 /// # Errors
 /// Listing the members failed.
-pub async fn live_members(client: &Zk, group: &LockPaths) -> Result<Vec<LiveMember>, ClaimError> {
+pub async fn live_members(
+    client: &Ledger,
+    group: &LockPaths,
+) -> Result<Vec<LiveMember>, ClaimError> {
     let names = client
+        .zk()
         .children_if_there(&group.members)
         .await
         .map_err(ClaimError::on(&group.members))?;
@@ -59,7 +64,7 @@ pub async fn live_members(client: &Zk, group: &LockPaths) -> Result<Vec<LiveMemb
         .into_iter()
         .map(|name| {
             let path = group.member(&NodeId::new(name));
-            (client.get_data(&path), path)
+            (client.zk().get_data(&path), path)
         })
         .collect();
     let mut members = Vec::new();
@@ -120,7 +125,7 @@ pub struct Swept {
 /// Listing the records failed, or a claim failed otherwise than by finding the record there
 /// (`NotOwner`: the lock moved; the next owner sweeps again).
 pub async fn sweep(
-    client: &Zk,
+    client: &Ledger,
     paths: &LedgerPaths,
     group: &LockPaths,
     members: &[LiveMember],
@@ -164,6 +169,7 @@ pub async fn sweep(
     }
     if !members.is_empty() {
         let live_now: HashSet<String> = client
+            .zk()
             .children_if_there(&group.members)
             .await
             .map_err(ClaimError::on(&group.members))?
@@ -209,7 +215,7 @@ struct LeftOpen<'a> {
 /// of `open.job` (of `names`, the job's records) through `open.through_ms`, but those it spares;
 /// each a compare-and-set at the version read. Returns how many it marked.
 async fn close_open(
-    client: &Zk,
+    client: &Ledger,
     paths: &LedgerPaths,
     names: &[crate::layout::RecordName],
     open: &LeftOpen<'_>,
@@ -254,7 +260,7 @@ pub const OWN_LOOK_BACK: usize = 20;
 /// # Errors
 /// Listing the records failed.
 pub async fn close_own(
-    client: &Zk,
+    client: &Ledger,
     paths: &LedgerPaths,
     job: &JobName,
     me: &NodeId,

@@ -8,13 +8,14 @@
 //! Must not: decide whether a child runs (the fire machine does); a tick child's claim, which
 //! deletes the marks it follows, is the [`ClaimPlan`](super::ClaimPlan)'s.
 
+use super::Ledger;
 use super::error::ClaimError;
 use crate::delayed::submission::{DueBucket, Submission, SubmissionId};
 use crate::ids::{FencingToken, JobName};
 use crate::layout::{LedgerPaths, MarkName};
 use crate::run::{ChainMark, Claim, FoundMark, RunRecord};
-use crate::zk::tally::WriteKind;
-use crate::zk::{Fault, Mode, Multi, MultiFault, Zk};
+use crate::tally::WriteKind;
+use crate::zk::{Fault, Mode, Multi, MultiFault};
 
 /// One mark to create with a parent's final record.
 #[derive(Debug, Clone)]
@@ -81,9 +82,9 @@ pub(super) fn add_creates(marks: &[MarkCreate], multi: &mut Multi<'_>) -> Result
 }
 
 /// Makes the marks' parents, after a create found one missing.
-pub(super) async fn make_dirs(client: &Zk, marks: &[MarkCreate]) {
+pub(super) async fn make_dirs(client: &Ledger, marks: &[MarkCreate]) {
     for mark in marks {
-        if let Err(err) = client.ensure_persistent(&mark.dir).await {
+        if let Err(err) = client.zk().ensure_persistent(&mark.dir).await {
             tracing::debug!(path = mark.dir, error = %err, "chain marks' parent not made");
         }
     }
@@ -93,8 +94,11 @@ pub(super) async fn make_dirs(client: &Zk, marks: &[MarkCreate]) {
 ///
 /// # Errors
 /// The delete failed.
-pub async fn drop_mark(client: &Zk, path: &str) -> Result<(), Fault> {
-    client.delete_if_there(WriteKind::Record, path, None).await
+pub async fn drop_mark(client: &Ledger, path: &str) -> Result<(), Fault> {
+    client
+        .zk()
+        .delete_if_there(WriteKind::Record, path, None)
+        .await
 }
 
 /// The marks left for `child`, oldest instant first. Foreign names and unreadable marks are
@@ -104,12 +108,13 @@ pub async fn drop_mark(client: &Zk, path: &str) -> Result<(), Fault> {
 /// # Errors
 /// The listing failed (no `after/<child>` means no marks).
 pub async fn marks_for(
-    client: &Zk,
+    client: &Ledger,
     paths: &LedgerPaths,
     child: &JobName,
 ) -> Result<Vec<FoundMark>, ClaimError> {
     let dir = paths.after_of(child);
     let names = client
+        .zk()
         .children_if_there(&dir)
         .await
         .map_err(ClaimError::on(&dir))?;
@@ -120,7 +125,7 @@ pub async fn marks_for(
             tracing::warn!(path, "not a chain mark's name; skipped");
             continue;
         };
-        let data = match client.get_data(&path).await {
+        let data = match client.zk().get_data(&path).await {
             Ok((data, _)) => data,
             Err(Fault::NoNode) => continue,
             Err(source) => return Err(ClaimError::Zk { path, source }),
@@ -157,7 +162,7 @@ pub enum ChildSubmitted {
 /// `NotOwner` when the epoch moved past `token`; `Zk` when a request failed (nothing was
 /// written: a multi-op is all or nothing).
 pub async fn submit_child(
-    client: &Zk,
+    client: &Ledger,
     paths: &LedgerPaths,
     child: &JobName,
     mark: &MarkName,
@@ -180,6 +185,7 @@ pub async fn submit_child(
             source,
         };
         let mut writer = client
+            .zk()
             .fenced(WriteKind::Submit, &paths.epoch, Some(token.0))
             .map_err(|source| zk_err(&paths.epoch, source))?;
         let made = parents.len();
@@ -244,7 +250,7 @@ pub async fn submit_child(
 
 /// Makes the parents a child's request and marker need, each on its own.
 async fn ensure_parents(
-    client: &Zk,
+    client: &Ledger,
     paths: &LedgerPaths,
     id: &SubmissionId,
     submission: &Submission,
@@ -255,6 +261,7 @@ async fn ensure_parents(
         paths.delayed.due_shard(bucket, id.shard()),
     ] {
         client
+            .zk()
             .ensure_persistent(&parent)
             .await
             .map_err(ClaimError::on(&parent))?;

@@ -6,12 +6,13 @@
 //! a `forbid` job's guard, a submission's marker delete and open-run create — and their order.
 //! Must not: decide whether to claim (the fire machine does) or retry on its own.
 
+use super::Ledger;
 use std::future::Future;
 
 use crate::ids::{FencingToken, SessionId};
 use crate::layout::LedgerPaths;
 use crate::run::{Claim, ClaimMode, RunRecord, RunStatus};
-use crate::zk::tally::WriteKind;
+use crate::tally::WriteKind;
 use crate::zk::{Fault, Mode, Multi, MultiFault, Written, Zk};
 
 use super::ClaimError;
@@ -31,7 +32,7 @@ use super::ClaimError;
 /// # Cancellation safety
 /// Dropping the future drops the answer, not the request: the claim may still happen.
 pub fn claim<'c>(
-    client: &'c Zk,
+    client: &'c Ledger,
     paths: &LedgerPaths,
     record: RunRecord,
     mode: ClaimMode,
@@ -244,9 +245,10 @@ impl ClaimPlan {
     /// Sends the claim in a multi of its own (see [`claim`]).
     pub fn send_alone<'c>(
         self,
-        client: &'c Zk,
+        ledger: &'c Ledger,
     ) -> impl Future<Output = Result<Claim, ClaimError>> + Send + 'c {
-        let session = SessionId(client.session_id());
+        let session = ledger.session();
+        let client = ledger.zk();
         let first = self.send(client);
         async move {
             let result = match first {
@@ -347,15 +349,15 @@ impl ClaimPlan {
     /// outcome is still unknown: read again).
     pub async fn read_back(
         &self,
-        client: &Zk,
+        client: &Ledger,
         session: SessionId,
     ) -> Result<Option<Claim>, ClaimError> {
         let zk_err = |source| ClaimError::Zk {
             path: self.path.clone(),
             source,
         };
-        client.sync(&self.path).await.map_err(zk_err)?;
-        let (data, stat) = match client.get_data(&self.path).await {
+        client.zk().sync(&self.path).await.map_err(zk_err)?;
+        let (data, stat) = match client.zk().get_data(&self.path).await {
             Ok(found) => found,
             Err(Fault::NoNode) => return Ok(None),
             Err(source) => return Err(zk_err(source)),

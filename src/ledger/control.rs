@@ -7,11 +7,12 @@
 //! Must not: decide anything about firing or the lock, or what a request's data says
 //! (`crate::control` does).
 
+use super::Ledger;
 use crate::control::{BackfillRequest, Pause, Pauses, ReleaseRequest};
 use crate::ids::JobName;
 use crate::layout::ControlPaths;
-use crate::zk::tally::WriteKind;
-use crate::zk::{Fault, Mode, Zk};
+use crate::tally::WriteKind;
+use crate::zk::{Fault, Mode};
 
 /// A control request that did not go through.
 #[derive(Debug, thiserror::Error)]
@@ -44,7 +45,7 @@ pub enum Paused {
 /// # Errors
 /// A request failed; nothing was written.
 pub async fn pause(
-    client: &Zk,
+    client: &Ledger,
     paths: &ControlPaths,
     job: &JobName,
     pause: &Pause,
@@ -52,6 +53,7 @@ pub async fn pause(
     let path = paths.pause(job);
     for _ in 0..2 {
         match client
+            .zk()
             .create(
                 WriteKind::Control,
                 &path,
@@ -66,6 +68,7 @@ pub async fn pause(
                 None => continue, // resumed meanwhile: pause it again
             },
             Err(Fault::NoNode) => client
+                .zk()
                 .ensure_persistent(&paths.paused)
                 .await
                 .map_err(zk(&paths.paused))?,
@@ -80,7 +83,7 @@ pub async fn pause(
 /// # Errors
 /// A request failed.
 pub async fn resume(
-    client: &Zk,
+    client: &Ledger,
     paths: &ControlPaths,
     job: &JobName,
 ) -> Result<Option<Pause>, ControlError> {
@@ -88,7 +91,7 @@ pub async fn resume(
     let Some(pause) = read_pause(client, &path).await? else {
         return Ok(None);
     };
-    match client.delete(WriteKind::Control, &path, None).await {
+    match client.zk().delete(WriteKind::Control, &path, None).await {
         Ok(()) => Ok(Some(pause)),
         Err(Fault::NoNode) => Ok(None),
         Err(source) => Err(zk(&path)(source)),
@@ -100,8 +103,8 @@ pub async fn resume(
 ///
 /// # Errors
 /// A request failed.
-pub async fn pauses(client: &Zk, paths: &ControlPaths) -> Result<Pauses, ControlError> {
-    let names = match client.list_children(&paths.paused).await {
+pub async fn pauses(client: &Ledger, paths: &ControlPaths) -> Result<Pauses, ControlError> {
+    let names = match client.zk().list_children(&paths.paused).await {
         Ok(names) => names,
         Err(Fault::NoNode) => return Ok(Pauses::new()),
         Err(source) => return Err(zk(&paths.paused)(source)),
@@ -116,8 +119,8 @@ pub async fn pauses(client: &Zk, paths: &ControlPaths) -> Result<Pauses, Control
     Ok(found)
 }
 
-async fn read_pause(client: &Zk, path: &str) -> Result<Option<Pause>, ControlError> {
-    match client.get_data(path).await {
+async fn read_pause(client: &Ledger, path: &str) -> Result<Option<Pause>, ControlError> {
+    match client.zk().get_data(path).await {
         Ok((data, _)) => Ok(Some(Pause::parse(&data).unwrap_or_else(|err| {
             tracing::warn!(path, error = %err, "pause node holds foreign data; the job stays paused");
             Pause::new(Some("a pause node with foreign data"), "?", 0)
@@ -132,13 +135,14 @@ async fn read_pause(client: &Zk, path: &str) -> Result<Option<Pause>, ControlErr
 /// # Errors
 /// A request failed; nothing was written.
 pub async fn request_backfill(
-    client: &Zk,
+    client: &Ledger,
     paths: &ControlPaths,
     request: &BackfillRequest,
 ) -> Result<String, ControlError> {
     let prefix = paths.backfill_request("req-");
     for _ in 0..2 {
         match client
+            .zk()
             .create(
                 WriteKind::Control,
                 &prefix,
@@ -149,6 +153,7 @@ pub async fn request_backfill(
         {
             Ok((_, sequence)) => return Ok(format!("req-{sequence}")),
             Err(Fault::NoNode) => client
+                .zk()
                 .ensure_persistent(&paths.backfill)
                 .await
                 .map_err(zk(&paths.backfill))?,
@@ -164,10 +169,10 @@ pub async fn request_backfill(
 /// # Errors
 /// A request failed.
 pub async fn backfills(
-    client: &Zk,
+    client: &Ledger,
     paths: &ControlPaths,
 ) -> Result<Vec<(String, BackfillRequest)>, ControlError> {
-    let mut names = match client.list_children(&paths.backfill).await {
+    let mut names = match client.zk().list_children(&paths.backfill).await {
         Ok(names) => names,
         Err(Fault::NoNode) => return Ok(Vec::new()),
         Err(source) => return Err(zk(&paths.backfill)(source)),
@@ -176,7 +181,7 @@ pub async fn backfills(
     let mut found = Vec::with_capacity(names.len());
     for name in names {
         let path = paths.backfill_request(&name);
-        match client.get_data(&path).await {
+        match client.zk().get_data(&path).await {
             Ok((data, _)) => {
                 let format = crate::formats::format_of(&data).unwrap_or_else(crate::formats::first);
                 if format > crate::formats::BACKFILL_REQUEST {
@@ -200,9 +205,10 @@ pub async fn backfills(
 }
 
 /// Removes backfill request `name` (taken, or unusable); one already gone is fine.
-pub async fn remove_backfill(client: &Zk, paths: &ControlPaths, name: &str) {
+pub async fn remove_backfill(client: &Ledger, paths: &ControlPaths, name: &str) {
     let path = paths.backfill_request(name);
     if let Err(err) = client
+        .zk()
         .delete_if_there(WriteKind::Control, &path, None)
         .await
     {
@@ -215,19 +221,21 @@ pub async fn remove_backfill(client: &Zk, paths: &ControlPaths, name: &str) {
 /// # Errors
 /// A request failed.
 pub async fn request_release(
-    client: &Zk,
+    client: &Ledger,
     paths: &ControlPaths,
     request: &ReleaseRequest,
 ) -> Result<(), ControlError> {
     let data = request.to_bytes();
     for _ in 0..2 {
         match client
+            .zk()
             .create(WriteKind::Control, &paths.release, &data, Mode::Persistent)
             .await
         {
             Ok(_) => return Ok(()),
             Err(Fault::NodeExists) => {
                 match client
+                    .zk()
                     .set_data(WriteKind::Control, &paths.release, &data, None)
                     .await
                 {
@@ -238,7 +246,11 @@ pub async fn request_release(
             }
             Err(Fault::NoNode) => {
                 let parent = paths.release_parent();
-                client.ensure_persistent(parent).await.map_err(zk(parent))?;
+                client
+                    .zk()
+                    .ensure_persistent(parent)
+                    .await
+                    .map_err(zk(parent))?;
             }
             Err(source) => return Err(zk(&paths.release)(source)),
         }
@@ -252,10 +264,10 @@ pub async fn request_release(
 /// # Errors
 /// A request failed.
 pub async fn release_request(
-    client: &Zk,
+    client: &Ledger,
     paths: &ControlPaths,
 ) -> Result<Option<(ReleaseRequest, i32)>, ControlError> {
-    match client.get_data(&paths.release).await {
+    match client.zk().get_data(&paths.release).await {
         Ok((data, stat)) => match ReleaseRequest::parse(&data) {
             Ok(request) => Ok(Some((request, stat.version))),
             Err(err) => {
@@ -269,8 +281,9 @@ pub async fn release_request(
 }
 
 /// Removes the release request at `version` (acted on, or stale); a newer one stays.
-pub async fn remove_release_request(client: &Zk, paths: &ControlPaths, version: i32) {
+pub async fn remove_release_request(client: &Ledger, paths: &ControlPaths, version: i32) {
     if let Err(err) = client
+        .zk()
         .delete(WriteKind::Control, &paths.release, Some(version))
         .await
     {

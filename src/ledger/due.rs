@@ -5,19 +5,20 @@
 //! Owns: those reads and removals, with foreign names logged by path and skipped.
 //! Must not: claim or decide anything (the fire machine does, through the ledger's claims).
 
+use super::Ledger;
 use super::records::parsed_sorted;
 use super::submissions::{SubmissionError, children, zk};
 use crate::delayed::submission::{DueBucket, Shard, SubmissionId};
 use crate::ids::JobName;
 use crate::layout::DelayedPaths;
-use crate::zk::tally::WriteKind;
-use crate::zk::{Fault, Zk};
+use crate::tally::WriteKind;
+use crate::zk::Fault;
 
 /// The days that have buckets, oldest first (foreign names logged and skipped).
 ///
 /// # Errors
 /// The listing failed; no `due` node means no days.
-pub async fn days(client: &Zk, paths: &DelayedPaths) -> Result<Vec<i64>, SubmissionError> {
+pub async fn days(client: &Ledger, paths: &DelayedPaths) -> Result<Vec<i64>, SubmissionError> {
     let mut days: Vec<i64> = children(client, &paths.due)
         .await?
         .iter()
@@ -41,7 +42,7 @@ pub async fn days(client: &Zk, paths: &DelayedPaths) -> Result<Vec<i64>, Submiss
 /// # Errors
 /// The listing failed; a missing day has no buckets.
 pub async fn buckets(
-    client: &Zk,
+    client: &Ledger,
     paths: &DelayedPaths,
     day: i64,
 ) -> Result<Vec<DueBucket>, SubmissionError> {
@@ -59,7 +60,7 @@ pub async fn buckets(
 /// # Errors
 /// A failed request.
 pub async fn count_pending(
-    client: &Zk,
+    client: &Ledger,
     paths: &DelayedPaths,
     max_buckets: usize,
 ) -> Result<(usize, bool), SubmissionError> {
@@ -72,8 +73,10 @@ pub async fn count_pending(
             }
             buckets_read += 1;
             let path = paths.due_bucket(bucket);
-            let (below, shards) =
-                tokio::join!(client.count_descendants(&path), client.get_children(&path));
+            let (below, shards) = tokio::join!(
+                client.zk().count_descendants(&path),
+                client.zk().get_children(&path)
+            );
             match (below, shards) {
                 (Ok(below), Ok((_, stat))) => {
                     let shards = usize::try_from(stat.num_children).unwrap_or(0);
@@ -94,7 +97,7 @@ pub async fn count_pending(
 /// # Errors
 /// A listing failed; a missing bucket holds nothing.
 pub async fn pending_in(
-    client: &Zk,
+    client: &Ledger,
     paths: &DelayedPaths,
     bucket: DueBucket,
 ) -> Result<Vec<(SubmissionId, Option<JobName>)>, SubmissionError> {
@@ -109,14 +112,14 @@ pub async fn pending_in(
 /// # Errors
 /// A listing failed.
 pub async fn shards_of_each(
-    client: &Zk,
+    client: &Ledger,
     paths: &DelayedPaths,
     buckets: &[DueBucket],
 ) -> Result<Vec<Option<Vec<String>>>, SubmissionError> {
     let bucket_paths: Vec<String> = buckets.iter().map(|b| paths.due_bucket(*b)).collect();
     let listings: Vec<_> = bucket_paths
         .iter()
-        .map(|path| client.list_children(path))
+        .map(|path| client.zk().list_children(path))
         .collect();
     let mut shards = Vec::with_capacity(listings.len());
     for (path, listing) in bucket_paths.iter().zip(listings) {
@@ -135,7 +138,7 @@ pub async fn shards_of_each(
 /// # Errors
 /// A listing failed.
 pub async fn pending_in_shards(
-    client: &Zk,
+    client: &Ledger,
     paths: &DelayedPaths,
     bucket: DueBucket,
     shard_names: Vec<String>,
@@ -152,7 +155,7 @@ pub async fn pending_in_shards(
     // one round trip, not 256 round trips queued behind the session's writes.
     let listings: Vec<_> = shards
         .iter()
-        .map(|(_, shard_path)| client.list_children(shard_path))
+        .map(|(_, shard_path)| client.zk().list_children(shard_path))
         .collect();
     let mut ids = Vec::new();
     for ((shard, shard_path), listing) in shards.iter().zip(listings) {
@@ -188,7 +191,7 @@ pub async fn pending_in_shards(
 /// # Errors
 /// The listing failed; a job with none open has none.
 pub async fn open_runs(
-    client: &Zk,
+    client: &Ledger,
     paths: &DelayedPaths,
     job: &JobName,
 ) -> Result<Vec<(i64, SubmissionId)>, SubmissionError> {
@@ -209,22 +212,24 @@ pub async fn open_runs(
 
 /// Removes an empty past bucket: its empty shards, then itself. A node that is not empty (a
 /// submission kept for a job that is away, or one submitted a moment ago) stays.
-pub async fn remove_bucket(client: &Zk, paths: &DelayedPaths, bucket: DueBucket) {
+pub async fn remove_bucket(client: &Ledger, paths: &DelayedPaths, bucket: DueBucket) {
     let parent = paths.due_bucket(bucket);
-    let Ok(shards) = client.list_children(&parent).await else {
+    let Ok(shards) = client.zk().list_children(&parent).await else {
         return;
     };
     for shard in shards {
         let _ = client
+            .zk()
             .delete(WriteKind::Due, &format!("{parent}/{shard}"), None)
             .await;
     }
-    let _ = client.delete(WriteKind::Due, &parent, None).await;
+    let _ = client.zk().delete(WriteKind::Due, &parent, None).await;
 }
 
 /// Removes a past day once none of its buckets is left; a day that still holds one stays.
-pub async fn remove_day(client: &Zk, paths: &DelayedPaths, day: i64) {
+pub async fn remove_day(client: &Ledger, paths: &DelayedPaths, day: i64) {
     let _ = client
+        .zk()
         .delete(WriteKind::Due, &paths.due_day(day), None)
         .await;
 }

@@ -1,7 +1,7 @@
 //! Why the ledger could not claim a tick or update a record, and whether a claim may have been
 //! applied without its answer coming back.
 //!
-//! Owns: `ClaimError` and `UpdateError`.
+//! Owns: `ClaimError`, `UpdateError` and `RequestFailed`.
 //! Must not: send requests.
 
 use crate::zk::Fault;
@@ -66,4 +66,23 @@ pub enum UpdateError {
         #[source]
         source: Fault,
     },
+}
+
+/// A request of the ledger's failed: a read, a watch, or a write with nothing to decide.
+#[derive(Debug, thiserror::Error)]
+#[error("zookeeper request on {path} failed")]
+pub struct RequestFailed {
+    pub path: String,
+    #[source]
+    pub source: Fault,
+}
+
+impl RequestFailed {
+    /// A request on `path` failed, for `map_err`.
+    pub fn on(path: &str) -> impl FnOnce(Fault) -> Self + '_ {
+        move |source| Self {
+            path: path.to_owned(),
+            source,
+        }
+    }
 }

@@ -6,12 +6,13 @@
 //! list is carried out at most once.
 //! Must not: decide which ids are remembered or for how long (`prune` writes the lists).
 
+use super::Ledger;
 use super::records::parsed_sorted;
 use super::submissions::{SubmissionError, children, zk};
 use crate::delayed::submission::{ForgetBucket, Stored, SubmissionId};
 use crate::layout::DelayedPaths;
-use crate::zk::tally::WriteKind;
-use crate::zk::{Fault, Zk};
+use crate::tally::WriteKind;
+use crate::zk::Fault;
 
 /// Lists carried out per sweep at most (each names up to 50 ids): the rest waits for the next
 /// sweep, so a backlog never floods the ensemble.
@@ -23,7 +24,7 @@ pub const SWEEP_LISTS: usize = 200;
 /// # Errors
 /// A listing or a read failed; the next sweep goes on where this one stopped.
 pub async fn sweep(
-    client: &Zk,
+    client: &Ledger,
     paths: &DelayedPaths,
     now_unix_ms: i64,
 ) -> Result<usize, SubmissionError> {
@@ -52,10 +53,13 @@ pub async fn sweep(
                 freed +=
                     carry_out(client, paths, &format!("{minute_path}/{list}"), now_unix_ms).await?;
             }
-            let _ = client.delete(WriteKind::Forget, &minute_path, None).await;
+            let _ = client
+                .zk()
+                .delete(WriteKind::Forget, &minute_path, None)
+                .await;
         }
         if day_ended {
-            let _ = client.delete(WriteKind::Forget, &day_path, None).await;
+            let _ = client.zk().delete(WriteKind::Forget, &day_path, None).await;
         } else {
             break;
         }
@@ -67,12 +71,12 @@ pub async fn sweep(
 /// fails (a tombstone already gone), one at a time, each only while it is still a tombstone
 /// whose time has passed.
 async fn carry_out(
-    client: &Zk,
+    client: &Ledger,
     paths: &DelayedPaths,
     list: &str,
     now_unix_ms: i64,
 ) -> Result<usize, SubmissionError> {
-    let (data, stat) = match client.get_data(list).await {
+    let (data, stat) = match client.zk().get_data(list).await {
         Ok(read) => read,
         Err(Fault::NoNode) => return Ok(0),
         Err(source) => return Err(zk(list, source)),
@@ -85,7 +89,7 @@ async fn carry_out(
                 .ok()
         })
         .collect();
-    let mut multi = client.multi(WriteKind::Forget);
+    let mut multi = client.zk().multi(WriteKind::Forget);
     let built = ids
         .iter()
         .try_for_each(|id| multi.add_delete(&paths.submission(id), None))
@@ -96,12 +100,13 @@ async fn carry_out(
     let mut freed = 0;
     for id in &ids {
         let path = paths.submission(id);
-        match client.get_data(&path).await {
+        match client.zk().get_data(&path).await {
             Ok((data, stat)) => match Stored::parse(&data) {
                 Ok(Stored::Tombstone(tombstone))
                     if tombstone.remembered_until_unix_ms <= now_unix_ms =>
                 {
                     match client
+                        .zk()
                         .delete(WriteKind::Forget, &path, Some(stat.version))
                         .await
                     {
@@ -117,6 +122,7 @@ async fn carry_out(
         }
     }
     match client
+        .zk()
         .delete(WriteKind::Forget, list, Some(stat.version))
         .await
     {
@@ -126,7 +132,7 @@ async fn carry_out(
 }
 
 /// The children of `path` that are decimal numbers, in order (others logged and skipped).
-async fn numbered_children(client: &Zk, path: &str) -> Result<Vec<i64>, SubmissionError> {
+async fn numbered_children(client: &Ledger, path: &str) -> Result<Vec<i64>, SubmissionError> {
     let names = children(client, path).await?;
     let number = |name: &str| {
         (!name.is_empty() && name.bytes().all(|b| b.is_ascii_digit()))

@@ -11,6 +11,7 @@
 //! answer it would have got alone), the others go in the next group; nothing of a failed multi
 //! was applied.
 
+use super::Ledger;
 use std::collections::VecDeque;
 use std::future::Future;
 
@@ -20,7 +21,7 @@ use tokio::task::JoinSet;
 use super::chains::MarkCreate;
 use super::{Claim, ClaimError, ClaimPlan, UpdateError};
 use crate::ids::{FencingToken, SessionId};
-use crate::zk::tally;
+use crate::tally;
 use crate::zk::{Fault, MultiFault, Written, Zk};
 
 /// Units per multi-op at most: a group's reply lists every op's result.
@@ -39,7 +40,7 @@ const IN_FLIGHT: usize = 4;
 /// returns ends once every clone is dropped and the queues are drained.
 #[derive(Debug, Clone)]
 pub struct GroupCommit {
-    client: Zk,
+    client: Ledger,
     claims: mpsc::UnboundedSender<ClaimUnit>,
     starts: mpsc::UnboundedSender<WriteUnit>,
     finals: mpsc::UnboundedSender<WriteUnit>,
@@ -49,13 +50,13 @@ impl GroupCommit {
     /// Queues on `client`'s session, and the future that sends them (the caller spawns it).
     /// Its multi-ops are not bounded in time: a claim's answer decides (its caller bounds it and
     /// reads it back), and a record write's caller bounds it.
-    pub fn new(client: Zk) -> (Self, impl Future<Output = ()> + Send + 'static) {
-        let client = client.unbounded();
+    pub fn new(client: &Ledger) -> (Self, impl Future<Output = ()> + Send + 'static) {
+        let client = Ledger::new(client.zk().unbounded());
         let (claims, claims_in) = mpsc::unbounded_channel();
         let (starts, starts_in) = mpsc::unbounded_channel();
         let (finals, finals_in) = mpsc::unbounded_channel();
         let lanes = {
-            let client = client.clone();
+            let client = client.zk().clone();
             async move {
                 tokio::join!(
                     lane(client.clone(), claims_in),
@@ -129,7 +130,7 @@ impl GroupCommit {
             data: claim.record.to_bytes(),
             claim: claim.clone(),
             marks,
-            same_session: SessionId(self.client.session_id()) == claim.session,
+            same_session: self.client.session() == claim.session,
             reply,
         };
         let queue = match kind {

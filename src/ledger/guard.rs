@@ -4,11 +4,12 @@
 //! Owns: those two writes, and that only the session that made a guard deletes it.
 //! Must not: take a guard a claim should take (the claim's multi-op does), or touch a record.
 
+use super::Ledger;
 use crate::ids::SessionId;
 use crate::layout::LedgerPaths;
 use crate::run::Claim;
-use crate::zk::tally::WriteKind;
-use crate::zk::{Fault, Mode, Zk};
+use crate::tally::WriteKind;
+use crate::zk::{Fault, Mode};
 
 use super::ClaimError;
 
@@ -19,8 +20,8 @@ use super::ClaimError;
 ///
 /// Returns whether that is settled: the guard is gone, or is not ours (another session's, or
 /// another run's); `false` when ZooKeeper did not answer, and the release is worth sending again.
-pub async fn release_unstarted_guard(client: &Zk, claim: &Claim) -> bool {
-    if SessionId(client.session_id()) != claim.session {
+pub async fn release_unstarted_guard(client: &Ledger, claim: &Claim) -> bool {
+    if SessionId(client.zk().session_id()) != claim.session {
         // The guard went with the session that made it.
         return true;
     }
@@ -38,22 +39,23 @@ pub async fn release_unstarted_guard(client: &Zk, claim: &Claim) -> bool {
 /// # Errors
 /// The request failed.
 pub async fn take_guard(
-    client: &Zk,
+    client: &Ledger,
     paths: &LedgerPaths,
     claim: &Claim,
 ) -> Result<Option<String>, ClaimError> {
-    let session = client.session_id();
+    let session = client.zk().session_id();
     if SessionId(session) != claim.session {
         return Ok(None);
     }
     let path = paths.running(&claim.record.job);
     let run_id = claim.record.run_id.as_bytes();
     match client
+        .zk()
         .create(WriteKind::Guard, &path, run_id, Mode::Ephemeral)
         .await
     {
         Ok(_) => Ok(Some(path)),
-        Err(Fault::NodeExists) => match client.get_data(&path).await {
+        Err(Fault::NodeExists) => match client.zk().get_data(&path).await {
             // Ours: a reply lost before.
             Ok((data, stat)) if stat.ephemeral_owner == session && data == run_id => Ok(Some(path)),
             Ok((data, _)) => {
@@ -72,8 +74,8 @@ pub async fn take_guard(
 /// guard made since: a peer's (another session), or our own next run's (another run id). Only
 /// the session that made a guard deletes it, so one read as this run's stays so until we delete
 /// it.
-pub(super) async fn delete_own_guard(client: &Zk, path: &str, run_id: &str) -> bool {
-    let (data, stat) = match client.get_data(path).await {
+pub(super) async fn delete_own_guard(client: &Ledger, path: &str, run_id: &str) -> bool {
+    let (data, stat) = match client.zk().get_data(path).await {
         Ok(read) => read,
         Err(Fault::NoNode) => return true,
         Err(err) => {
@@ -81,10 +83,11 @@ pub(super) async fn delete_own_guard(client: &Zk, path: &str, run_id: &str) -> b
             return false;
         }
     };
-    if stat.ephemeral_owner != client.session_id() || data != run_id.as_bytes() {
+    if stat.ephemeral_owner != client.zk().session_id() || data != run_id.as_bytes() {
         return true;
     }
     match client
+        .zk()
         .delete_if_there(WriteKind::Guard, path, Some(stat.version))
         .await
     {

@@ -11,11 +11,12 @@
 //! when the wait is given up or the session ends.
 //! Must not: decide whether a run waits, or how long (the fire machine does).
 
+use super::Ledger;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::NodeId;
-use crate::zk::tally::WriteKind;
-use crate::zk::{Fault, Mode, Zk};
+use crate::tally::WriteKind;
+use crate::zk::{Fault, Mode};
 
 /// Who holds a lease: the run and its node (the lease node's data).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -68,13 +69,13 @@ const PREFIX: &str = "lease-";
 /// A request failed. A lease made whose answer was lost stays until this session ends, counted
 /// against the limit (never above it).
 pub async fn take(
-    client: &Zk,
+    client: &Ledger,
     dir: &str,
     max: usize,
     holder: &LeaseHolder,
 ) -> Result<Taken, LimitError> {
     let (path, mine) = place(client, dir, holder).await?;
-    let ahead = match client.list_children(dir).await {
+    let ahead = match client.zk().list_children(dir).await {
         Ok(children) => sequences(dir, &children)
             .into_iter()
             .filter(|other| *other < mine)
@@ -100,7 +101,7 @@ pub async fn take(
 /// `cancel` fired (the place is given up), or a request or the session failed (the place is
 /// given up if it can be; it goes with the session otherwise).
 pub async fn acquire(
-    client: &Zk,
+    client: &Ledger,
     dir: &str,
     max: usize,
     holder: &LeaseHolder,
@@ -108,7 +109,7 @@ pub async fn acquire(
 ) -> Result<Lease, LimitError> {
     let (path, mine) = place(client, dir, holder).await?;
     loop {
-        let (children, watcher) = match client.list_and_watch_children(dir).await {
+        let (children, watcher) = match client.zk().list_and_watch_children(dir).await {
             Ok(listed) => listed,
             Err(source) => {
                 drop_lease(client, &path).await?;
@@ -138,20 +139,27 @@ pub async fn acquire(
 }
 
 /// Takes a place in the queue under `dir`: its path and sequence number.
-async fn place(client: &Zk, dir: &str, holder: &LeaseHolder) -> Result<(String, i64), LimitError> {
+async fn place(
+    client: &Ledger,
+    dir: &str,
+    holder: &LeaseHolder,
+) -> Result<(String, i64), LimitError> {
     let data = serde_json::to_vec(holder).unwrap_or_default();
     let prefix = format!("{dir}/{PREFIX}");
     let sequence = match client
+        .zk()
         .create(WriteKind::Lease, &prefix, &data, Mode::EphemeralSequential)
         .await
     {
         Ok((_, sequence)) => sequence,
         Err(Fault::NoNode) => {
             client
+                .zk()
                 .ensure_persistent(dir)
                 .await
                 .map_err(|source| zk(dir, source))?;
             client
+                .zk()
                 .create(WriteKind::Lease, &prefix, &data, Mode::EphemeralSequential)
                 .await
                 .map_err(|source| zk(dir, source))?
@@ -166,7 +174,7 @@ async fn place(client: &Zk, dir: &str, holder: &LeaseHolder) -> Result<(String, 
 ///
 /// # Errors
 /// The delete failed: the lease goes with this node's session.
-pub async fn give_back(client: &Zk, lease: &Lease) -> Result<(), LimitError> {
+pub async fn give_back(client: &Ledger, lease: &Lease) -> Result<(), LimitError> {
     drop_lease(client, &lease.path).await
 }
 
@@ -175,8 +183,9 @@ pub async fn give_back(client: &Zk, lease: &Lease) -> Result<(), LimitError> {
 ///
 /// # Errors
 /// The listing failed; no `dir` means no holders.
-pub async fn holders(client: &Zk, dir: &str) -> Result<Vec<LeaseHolder>, LimitError> {
+pub async fn holders(client: &Ledger, dir: &str) -> Result<Vec<LeaseHolder>, LimitError> {
     let mut children = client
+        .zk()
         .children_if_there(dir)
         .await
         .map_err(|source| zk(dir, source))?;
@@ -185,7 +194,7 @@ pub async fn holders(client: &Zk, dir: &str) -> Result<Vec<LeaseHolder>, LimitEr
     let mut found = Vec::new();
     for name in children {
         let path = format!("{dir}/{name}");
-        match client.get_data(&path).await {
+        match client.zk().get_data(&path).await {
             Ok((data, _)) => match serde_json::from_slice(&data) {
                 Ok(holder) => found.push(holder),
                 Err(err) => tracing::warn!(path, error = %err, "unreadable lease; left out"),
@@ -197,8 +206,9 @@ pub async fn holders(client: &Zk, dir: &str) -> Result<Vec<LeaseHolder>, LimitEr
     Ok(found)
 }
 
-async fn drop_lease(client: &Zk, path: &str) -> Result<(), LimitError> {
+async fn drop_lease(client: &Ledger, path: &str) -> Result<(), LimitError> {
     client
+        .zk()
         .delete_if_there(WriteKind::Lease, path, None)
         .await
         .map_err(|source| LimitError::Stranded {

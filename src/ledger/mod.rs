@@ -20,16 +20,20 @@ mod error;
 pub mod forget;
 pub mod group;
 mod guard;
+mod handle;
+pub mod inspect;
 pub mod limits;
 mod parents;
 mod prune;
 mod records;
 pub mod submissions;
+pub mod watch;
 
 pub use claim::{ClaimPlan, OpenRuns, claim};
-pub use error::{ClaimError, UpdateError};
+pub use error::{ClaimError, RequestFailed, UpdateError};
 use guard::delete_own_guard;
 pub use guard::{release_unstarted_guard, take_guard};
+pub use handle::{Ledger, Unreachable};
 pub use prune::{PRUNE_BATCH, Remember, prune};
 pub use records::{
     StoredRecord, guard_holder, history, jobs_with_records, read_many, read_record, read_to_act,
@@ -39,8 +43,8 @@ pub use records::{
 use std::collections::HashSet;
 
 use crate::ids::{JobName, SessionId};
-use crate::zk::tally::WriteKind;
-use crate::zk::{Fault, Mode, MultiFault, Written, Zk};
+use crate::tally::WriteKind;
+use crate::zk::{Fault, Mode, MultiFault, Written};
 
 use crate::layout::LedgerPaths;
 use crate::run::{Claim, RunRecord};
@@ -50,7 +54,7 @@ use crate::run::{Claim, RunRecord};
 /// # Errors
 /// `Conflict` when the record's version moved (another node marked it, e.g. as interrupted);
 /// `Zk` when the request failed. Callers log both: an update is never silently dropped.
-pub async fn update(client: &Zk, claim: &mut Claim) -> Result<(), UpdateError> {
+pub async fn update(client: &Ledger, claim: &mut Claim) -> Result<(), UpdateError> {
     set_record(client, claim, WriteKind::Start, &[]).await
 }
 
@@ -66,7 +70,7 @@ enum SetOutcome {
 
 /// The record's compare-and-set, with `marks` created in the same multi-op (all or nothing).
 async fn set_data_with(
-    client: &Zk,
+    client: &Ledger,
     kind: WriteKind,
     claim: &Claim,
     marks: &[chains::MarkCreate],
@@ -74,6 +78,7 @@ async fn set_data_with(
     let data = claim.record.to_bytes();
     if marks.is_empty() {
         return match client
+            .zk()
             .set_data(kind, &claim.path, &data, Some(claim.version))
             .await
         {
@@ -81,7 +86,7 @@ async fn set_data_with(
             Err(source) => SetOutcome::Failed(source),
         };
     }
-    let mut multi = client.multi(kind);
+    let mut multi = client.zk().multi(kind);
     let built = multi
         .add_set_data(&claim.path, &data, Some(claim.version))
         .and_then(|()| chains::add_creates(marks, &mut multi));
@@ -113,7 +118,7 @@ async fn set_data_with(
 
 /// [`update`], counted as `kind`, with `marks` made in the same multi-op.
 async fn set_record(
-    client: &Zk,
+    client: &Ledger,
     claim: &mut Claim,
     kind: WriteKind,
     marks: &[chains::MarkCreate],
@@ -143,7 +148,7 @@ async fn set_record(
                 // Only our own earlier write, whose reply was lost, may have moved the version:
                 // then the stored record is exactly what we sent before. Anything else is
                 // someone else's change, and it is kept.
-                let (data, stat) = client.get_data(&claim.path).await.map_err(zk_err)?;
+                let (data, stat) = client.zk().get_data(&claim.path).await.map_err(zk_err)?;
                 let stored = RunRecord::parse(&data).ok();
                 if stored.as_ref() != Some(&previous) {
                     return Err(UpdateError::Conflict {
@@ -175,15 +180,15 @@ async fn set_record(
 /// # Errors
 /// As [`update`].
 pub async fn finish(
-    client: &Zk,
+    client: &Ledger,
     claim: &mut Claim,
     marks: &[chains::MarkCreate],
 ) -> Result<(), UpdateError> {
-    let same_session = SessionId(client.session_id()) == claim.session;
+    let same_session = SessionId(client.zk().session_id()) == claim.session;
     let guard = claim.guard.clone().filter(|_| same_session);
     let extras: Vec<String> = claim.final_deletes(same_session).cloned().collect();
     if !extras.is_empty() {
-        let mut multi = client.multi(WriteKind::Final);
+        let mut multi = client.zk().multi(WriteKind::Final);
         let built = multi
             .add_set_data(&claim.path, &claim.record.to_bytes(), Some(claim.version))
             .and_then(|()| chains::add_creates(marks, &mut multi))
@@ -231,13 +236,14 @@ pub async fn finish(
 /// # Errors
 /// The create failed (the promise is then found only among the newest records).
 pub async fn promise_retry(
-    client: &Zk,
+    client: &Ledger,
     paths: &LedgerPaths,
     record: &RunRecord,
 ) -> Result<(), ClaimError> {
     let marker = paths.retry_marker(&record.job, record.scheduled_unix_ms);
     for _ in 0..2 {
         match client
+            .zk()
             .create(WriteKind::Retry, &marker, &[], Mode::Persistent)
             .await
         {
@@ -245,6 +251,7 @@ pub async fn promise_retry(
             Err(Fault::NoNode) => {
                 let parent = paths.retries_of(&record.job);
                 client
+                    .zk()
                     .ensure_persistent(&parent)
                     .await
                     .map_err(ClaimError::on(&parent))?;
@@ -268,12 +275,13 @@ pub async fn promise_retry(
 /// # Errors
 /// The listing failed; no markers means none.
 pub async fn promised_retries(
-    client: &Zk,
+    client: &Ledger,
     paths: &LedgerPaths,
     job: &JobName,
 ) -> Result<Vec<i64>, ClaimError> {
     let parent = paths.retries_of(job);
     let names = client
+        .zk()
         .children_if_there(&parent)
         .await
         .map_err(ClaimError::on(&parent))?;
@@ -288,12 +296,12 @@ pub async fn promised_retries(
 }
 
 /// Removes the marker of a retry that is no longer promised.
-pub async fn forget_retry(client: &Zk, paths: &LedgerPaths, job: &JobName, tick: i64) {
+pub async fn forget_retry(client: &Ledger, paths: &LedgerPaths, job: &JobName, tick: i64) {
     delete_if_there(client, &paths.retry_marker(job, tick), WriteKind::Retry).await;
 }
 
-async fn delete_if_there(client: &Zk, path: &str, kind: WriteKind) {
-    if let Err(err) = client.delete_if_there(kind, path, None).await {
+async fn delete_if_there(client: &Ledger, path: &str, kind: WriteKind) {
+    if let Err(err) = client.zk().delete_if_there(kind, path, None).await {
         tracing::debug!(path, error = %err, "not deleted");
     }
 }
@@ -304,7 +312,11 @@ async fn delete_if_there(client: &Zk, path: &str, kind: WriteKind) {
 ///
 /// # Errors
 /// The epoch moved (someone acquired after us: it is theirs to resolve) or the request failed.
-pub async fn withdraw(client: &Zk, paths: &LedgerPaths, claim: &Claim) -> Result<(), ClaimError> {
+pub async fn withdraw(
+    client: &Ledger,
+    paths: &LedgerPaths,
+    claim: &Claim,
+) -> Result<(), ClaimError> {
     let token = claim.record.fencing_token;
     let zk_err = |source| ClaimError::Zk {
         path: claim.path.clone(),
@@ -316,11 +328,13 @@ pub async fn withdraw(client: &Zk, paths: &LedgerPaths, claim: &Claim) -> Result
         let bucket = crate::delayed::submission::DueBucket::of(claim.record.scheduled_unix_ms);
         let parent = paths.delayed.due_shard(bucket, id.shard());
         client
+            .zk()
             .ensure_persistent(&parent)
             .await
             .map_err(ClaimError::on(marker))?;
     }
     let mut writer = client
+        .zk()
         .fenced(WriteKind::Record, &paths.epoch, Some(token.0))
         .map_err(zk_err)?;
     writer
@@ -356,7 +370,7 @@ pub async fn withdraw(client: &Zk, paths: &LedgerPaths, claim: &Claim) -> Result
 /// # Errors
 /// The record changed (`BadVersion`) or vanished, or the request failed.
 pub async fn rewrite_record(
-    client: &Zk,
+    client: &Ledger,
     paths: &LedgerPaths,
     record: &RunRecord,
     version: i32,
@@ -374,6 +388,7 @@ pub async fn rewrite_record(
     };
     let Some(open) = open else {
         return match client
+            .zk()
             .set_data(WriteKind::Record, &path, &record.to_bytes(), Some(version))
             .await
         {
@@ -383,7 +398,7 @@ pub async fn rewrite_record(
         };
     };
     // Nothing will run it again: it is no longer open.
-    let mut multi = client.multi(WriteKind::Record);
+    let mut multi = client.zk().multi(WriteKind::Record);
     multi
         .add_set_data(&path, &record.to_bytes(), Some(version))
         .and_then(|()| multi.add_delete(&open, None))
@@ -409,25 +424,19 @@ pub async fn rewrite_record(
 /// # Errors
 /// A request failed; existing nodes are fine.
 pub async fn ensure_parents<'j>(
-    client: &Zk,
+    client: &Ledger,
     paths: &LedgerPaths,
     jobs: impl Iterator<Item = &'j JobName>,
-) -> Result<(), crate::zk::ZkError> {
+) -> Result<(), RequestFailed> {
     client
+        .zk()
         .ensure_persistent(&paths.running)
         .await
-        .map_err(request_err(&paths.running))?;
+        .map_err(RequestFailed::on(&paths.running))?;
     let jobs: Vec<&JobName> = jobs.collect();
     ensure_children(client, &paths.runs, &jobs, |job| paths.job_runs(job)).await?;
     let open = |job: &JobName| paths.delayed.open_of(job);
     ensure_children(client, &paths.delayed.open, &jobs, open).await
-}
-
-fn request_err(path: &str) -> impl FnOnce(Fault) -> crate::zk::ZkError + '_ {
-    move |source| crate::zk::ZkError::Request {
-        path: path.to_owned(),
-        source,
-    }
 }
 
 /// Creates of missing parents out at once.
@@ -437,19 +446,21 @@ const CREATE_WINDOW: usize = 256;
 /// listing, then only the missing ones, a window at a time. Asking for each child in turn took
 /// ten thousand jobs twenty seconds of round trips at every start.
 async fn ensure_children(
-    client: &Zk,
+    client: &Ledger,
     parent: &str,
     jobs: &[&JobName],
     path_of: impl Fn(&JobName) -> String,
-) -> Result<(), crate::zk::ZkError> {
+) -> Result<(), RequestFailed> {
     client
+        .zk()
         .ensure_persistent(parent)
         .await
-        .map_err(request_err(parent))?;
+        .map_err(RequestFailed::on(parent))?;
     let existing: HashSet<String> = client
+        .zk()
         .list_children(parent)
         .await
-        .map_err(request_err(parent))?
+        .map_err(RequestFailed::on(parent))?
         .into_iter()
         .collect();
     let missing: Vec<String> = jobs
@@ -461,12 +472,16 @@ async fn ensure_children(
         // A request is sent when it is made: a window of them is pipelined.
         let created: Vec<_> = window
             .iter()
-            .map(|path| client.create(WriteKind::Parents, path, &[], Mode::Persistent))
+            .map(|path| {
+                client
+                    .zk()
+                    .create(WriteKind::Parents, path, &[], Mode::Persistent)
+            })
             .collect();
         for (path, created) in window.iter().zip(created) {
             match created.await {
                 Ok(_) | Err(Fault::NodeExists) => {}
-                Err(source) => return Err(request_err(path)(source)),
+                Err(source) => return Err(RequestFailed::on(path)(source)),
             }
         }
     }

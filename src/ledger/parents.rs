@@ -5,7 +5,7 @@
 //! Owns: those paths and the reads that find them missing.
 //! Must not: write anything (the submit and the child's submit make them).
 
-use crate::zk::Zk;
+use super::Ledger;
 
 use crate::delayed::submission::{DueBucket, Submission, SubmissionId};
 use crate::layout::DelayedPaths;
@@ -13,8 +13,11 @@ use crate::layout::DelayedPaths;
 /// Those of `parents` that do not exist, in their order; all reads out at once. A parent whose
 /// read failed counts as existing: if it does not, the multi finds it missing and the batch
 /// goes one by one, which makes it.
-pub async fn absent(reader: &Zk, parents: &[String]) -> Vec<String> {
-    let reads: Vec<_> = parents.iter().map(|path| reader.check_stat(path)).collect();
+pub async fn absent(reader: &Ledger, parents: &[String]) -> Vec<String> {
+    let reads: Vec<_> = parents
+        .iter()
+        .map(|path| reader.zk().check_stat(path))
+        .collect();
     let mut missing = Vec::new();
     for (path, read) in parents.iter().zip(reads) {
         if let Ok(None) = read.await {

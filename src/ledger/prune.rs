@@ -7,6 +7,7 @@
 //! passed) or turned into a tombstone, in the same multi-op as the record's delete.
 //! Must not: decide when to prune (the fire machine) or sweep the forget lists (`forget`).
 
+use super::Ledger;
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
@@ -17,8 +18,8 @@ use crate::ids::JobName;
 use crate::layout::{LedgerPaths, RecordName};
 use crate::run::RecordError;
 use crate::run::RunRecord;
-use crate::zk::tally::WriteKind;
-use crate::zk::{Fault, Mode, MultiFault, Stat, Zk};
+use crate::tally::WriteKind;
+use crate::zk::{Fault, Mode, MultiFault, Stat};
 
 /// Deleted at most per call, so that pruning a long backlog never floods the ensemble.
 pub const PRUNE_BATCH: usize = 1000;
@@ -67,7 +68,7 @@ struct Doomed {
 /// Listing failed; a record that vanished or changed meanwhile is not an error (the next prune
 /// looks again).
 pub async fn prune(
-    client: &Zk,
+    client: &Ledger,
     paths: &LedgerPaths,
     job: &JobName,
     keep: usize,
@@ -104,7 +105,7 @@ pub async fn prune(
 /// Reads what pruning `oldest` needs: each submission's record (to keep open runs and promised
 /// retries, and for its end) and its request (for the tombstone), all requests out at once.
 async fn doomed(
-    client: &Zk,
+    client: &Ledger,
     paths: &LedgerPaths,
     job: &JobName,
     oldest: &[RecordName],
@@ -115,8 +116,8 @@ async fn doomed(
         .iter()
         .map(|name| {
             name.submission.as_ref().map(|id| {
-                let record = client.get_data(&path_of(name));
-                let request = client.get_data(&paths.delayed.submission(id));
+                let record = client.zk().get_data(&path_of(name));
+                let request = client.zk().get_data(&paths.delayed.submission(id));
                 async move { (record.await, request.await) }
             })
         })
@@ -232,7 +233,7 @@ fn request_fate(
 
 /// Makes the forget buckets `group` lists its ids in (each once per prune).
 async fn make_forget_buckets(
-    client: &Zk,
+    client: &Ledger,
     paths: &LedgerPaths,
     group: &[Doomed],
     made: &mut HashSet<ForgetBucket>,
@@ -242,6 +243,7 @@ async fn make_forget_buckets(
             if made.insert(*bucket) {
                 let path = paths.delayed.forget_minute(*bucket);
                 client
+                    .zk()
                     .ensure_persistent(&path)
                     .await
                     .map_err(ClaimError::on(&path))?;
@@ -253,9 +255,9 @@ async fn make_forget_buckets(
 
 /// One multi-op for `group`: each record's delete with its request's delete or tombstone, and
 /// one forget list per bucket naming the group's tombstones in it.
-async fn commit(client: &Zk, paths: &LedgerPaths, group: &[Doomed]) -> Result<(), MultiFault> {
+async fn commit(client: &Ledger, paths: &LedgerPaths, group: &[Doomed]) -> Result<(), MultiFault> {
     let mut lists: BTreeMap<ForgetBucket, Vec<&str>> = BTreeMap::new();
-    let mut multi = client.multi(WriteKind::Prune);
+    let mut multi = client.zk().multi(WriteKind::Prune);
     for doomed in group {
         let built = multi
             .add_delete(&doomed.record, doomed.version)

@@ -4,18 +4,19 @@
 //! Owns: the reads, with foreign names and unreadable records logged by path and skipped.
 //! Must not: write.
 
+use super::{Ledger, RequestFailed};
 use std::collections::HashSet;
 
 use super::error::ClaimError;
 use crate::ids::JobName;
 use crate::layout::{LedgerPaths, RecordName};
 use crate::run::{RecordError, RunRecord};
-use crate::zk::{Fault, Zk};
+use crate::zk::Fault;
 
 /// Reads a record to show it (who holds a claimed tick, `delayed show`, `history`): one of a
 /// newer format as far as it reads.
-pub async fn read_record(client: &Zk, path: &str) -> Option<RunRecord> {
-    let (data, _) = client.get_data(path).await.ok()?;
+pub async fn read_record(client: &Ledger, path: &str) -> Option<RunRecord> {
+    let (data, _) = client.zk().get_data(path).await.ok()?;
     RunRecord::parse_to_show(&data)
         .inspect_err(|err| tracing::warn!(path, error = %err, "unreadable run record"))
         .ok()
@@ -37,8 +38,8 @@ pub enum StoredRecord {
 ///
 /// # Errors
 /// The read failed for another reason than the node being absent.
-pub async fn read_to_act(client: &Zk, path: &str) -> Result<StoredRecord, Fault> {
-    let (data, stat) = match client.get_data(path).await {
+pub async fn read_to_act(client: &Ledger, path: &str) -> Result<StoredRecord, Fault> {
+    let (data, stat) = match client.zk().get_data(path).await {
         Ok(read) => read,
         Err(Fault::NoNode) => return Ok(StoredRecord::Absent),
         Err(source) => return Err(source),
@@ -62,7 +63,7 @@ pub async fn read_to_act(client: &Zk, path: &str) -> Result<StoredRecord, Fault>
 /// # Errors
 /// Listing the job's records failed (a missing job means no records, not an error).
 pub async fn history(
-    client: &Zk,
+    client: &Ledger,
     paths: &LedgerPaths,
     job: &JobName,
     limit: usize,
@@ -87,12 +88,13 @@ pub async fn history(
 /// # Errors
 /// Listing failed; a job without records has none.
 pub async fn record_names(
-    client: &Zk,
+    client: &Ledger,
     paths: &LedgerPaths,
     job: &JobName,
 ) -> Result<Vec<RecordName>, ClaimError> {
     let parent = paths.job_runs(job);
     let children = client
+        .zk()
         .children_if_there(&parent)
         .await
         .map_err(ClaimError::on(&parent))?;
@@ -108,7 +110,7 @@ pub async fn record_names(
 }
 
 /// A stored record with its znode version; `None` when absent or unreadable (logged).
-pub async fn read_versioned(client: &Zk, path: &str) -> Option<(RunRecord, i32)> {
+pub async fn read_versioned(client: &Ledger, path: &str) -> Option<(RunRecord, i32)> {
     read_versioned_checked(client, path).await.ok().flatten()
 }
 
@@ -118,12 +120,12 @@ pub async fn read_versioned(client: &Zk, path: &str) -> Option<(RunRecord, i32)>
 /// # Errors
 /// The read failed for another reason than the node being absent.
 pub async fn read_versioned_checked(
-    client: &Zk,
+    client: &Ledger,
     path: &str,
-) -> Result<Option<(RunRecord, i32)>, crate::zk::ZkError> {
+) -> Result<Option<(RunRecord, i32)>, RequestFailed> {
     let read = read_to_act(client, path)
         .await
-        .map_err(|source| crate::zk::ZkError::Request {
+        .map_err(|source| RequestFailed {
             path: path.to_owned(),
             source,
         })?;
@@ -134,14 +136,15 @@ pub async fn read_versioned_checked(
 }
 
 /// The run id written into `job`'s `running/<job>` guard, if a guard exists.
-pub async fn guard_holder(client: &Zk, paths: &LedgerPaths, job: &JobName) -> Option<String> {
-    let (data, _) = client.get_data(&paths.running(job)).await.ok()?;
+pub async fn guard_holder(client: &Ledger, paths: &LedgerPaths, job: &JobName) -> Option<String> {
+    let (data, _) = client.zk().get_data(&paths.running(job)).await.ok()?;
     Some(String::from_utf8_lossy(&data).into_owned())
 }
 
 /// The jobs whose `running/<job>` guard is held: a run is alive somewhere.
-pub async fn running_jobs(client: &Zk, paths: &LedgerPaths) -> HashSet<JobName> {
+pub async fn running_jobs(client: &Ledger, paths: &LedgerPaths) -> HashSet<JobName> {
     client
+        .zk()
         .list_children(&paths.running)
         .await
         .unwrap_or_default()
@@ -155,8 +158,8 @@ pub async fn running_jobs(client: &Zk, paths: &LedgerPaths) -> HashSet<JobName> 
 ///
 /// # Errors
 /// The listing failed; no `runs` node means no jobs.
-pub async fn jobs_with_records(client: &Zk, runs: &str) -> Result<Vec<JobName>, Fault> {
-    let jobs = client.children_if_there(runs).await?;
+pub async fn jobs_with_records(client: &Ledger, runs: &str) -> Result<Vec<JobName>, Fault> {
+    let jobs = client.zk().children_if_there(runs).await?;
     Ok(jobs.into_iter().map(JobName::new).collect())
 }
 
@@ -164,13 +167,13 @@ pub async fn jobs_with_records(client: &Zk, runs: &str) -> Result<Vec<JobName>, 
 /// client sends a request when it is made), so a batch costs one round trip. A listing that
 /// fails counts as empty; foreign names are left out.
 pub async fn record_names_of(
-    client: &Zk,
+    client: &Ledger,
     runs: &str,
     jobs: &[JobName],
 ) -> Vec<(JobName, Option<RecordName>, String)> {
     let listings: Vec<_> = jobs
         .iter()
-        .map(|job| client.list_children(&format!("{runs}/{job}")))
+        .map(|job| client.zk().list_children(&format!("{runs}/{job}")))
         .collect();
     let mut wanted = Vec::new();
     for (job, listing) in jobs.iter().zip(listings) {
@@ -187,7 +190,7 @@ pub async fn record_names_of(
 /// Reads the records at the given paths, `in_flight` at a time; `None` where the node is gone,
 /// not to be read (no name), or unreadable (logged with its path).
 pub async fn read_many(
-    client: &Zk,
+    client: &Ledger,
     wanted: Vec<(JobName, Option<RecordName>, String)>,
     in_flight: usize,
 ) -> Vec<(JobName, Option<RecordName>, Option<RunRecord>)> {
@@ -197,7 +200,7 @@ pub async fn read_many(
         let chunk: Vec<_> = wanted.by_ref().take(in_flight.max(1)).collect();
         let pending: Vec<_> = chunk
             .iter()
-            .map(|(_, name, path)| name.as_ref().map(|_| client.get_data(path)))
+            .map(|(_, name, path)| name.as_ref().map(|_| client.zk().get_data(path)))
             .collect();
         for ((job, name, path), answer) in chunk.into_iter().zip(pending) {
             let record = match answer {

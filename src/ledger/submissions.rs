@@ -8,6 +8,7 @@
 //! Must not: decide when a submission fires (the fire machine) or check it against the schedule
 //! (the caller's job).
 
+use super::Ledger;
 use super::parents::{absent, parents_of};
 use crate::delayed::submission::FormatError;
 use crate::delayed::submission::{DueBucket, Stored, Submission, SubmissionId, Tombstone};
@@ -15,8 +16,8 @@ use crate::ids::{FencingToken, NodeId};
 use crate::layout::DelayedPaths;
 use crate::layout::LedgerPaths;
 use crate::run::{RunRecord, RunStatus};
-use crate::zk::tally::WriteKind;
-use crate::zk::{Fault, Mode, MultiFault, Zk};
+use crate::tally::WriteKind;
+use crate::zk::{Fault, Mode, MultiFault};
 
 /// Why a submission request did not do what was asked.
 #[derive(Debug, thiserror::Error)]
@@ -85,7 +86,7 @@ const PARENT_ATTEMPTS: usize = 3;
 /// `Conflict` when `id` holds a different request; `Corrupt` when it holds foreign data; `Zk`
 /// when a request failed (nothing is half-written: the multi is all or nothing).
 pub async fn submit(
-    client: &Zk,
+    client: &Ledger,
     paths: &DelayedPaths,
     id: &SubmissionId,
     submission: &Submission,
@@ -94,7 +95,7 @@ pub async fn submit(
     let marker = paths.marker_of(id, submission);
     let data = submission.to_bytes();
     for _ in 0..PARENT_ATTEMPTS {
-        let mut multi = client.multi(WriteKind::Submit);
+        let mut multi = client.zk().multi(WriteKind::Submit);
         multi
             .add_create(&node, &data, Mode::Persistent)
             .and_then(|()| multi.add_create(&marker, &[], Mode::Persistent))
@@ -124,6 +125,7 @@ pub async fn submit(
                     paths.due_shard(bucket, id.shard()),
                 ] {
                     client
+                        .zk()
                         .ensure_persistent(&parent)
                         .await
                         .map_err(|source| zk(&parent, source))?;
@@ -214,8 +216,8 @@ impl KnownParents {
 /// taken (an idempotent resubmit, or a conflict) or a parent vanished, that batch goes one by
 /// one through [`submit`], which tells the cases apart. Results are in the batch's order.
 pub async fn submit_batch(
-    client: &Zk,
-    reader: &Zk,
+    client: &Ledger,
+    reader: &Ledger,
     paths: &DelayedPaths,
     batch: &[(SubmissionId, Submission)],
     known: &KnownParents,
@@ -243,8 +245,8 @@ pub async fn submit_batch(
 
 /// One multi-op's worth of [`submit_batch`].
 async fn submit_chunk(
-    client: &Zk,
-    reader: &Zk,
+    client: &Ledger,
+    reader: &Ledger,
     paths: &DelayedPaths,
     chunk: &[(SubmissionId, Submission)],
     known: &KnownParents,
@@ -258,7 +260,7 @@ async fn submit_chunk(
         // session that counts on them is answered after this one. Those another batch of this
         // session took meanwhile are made by its multi, sent before this one.
         let parents = known.take_missing(std::mem::take(&mut wanted));
-        let mut multi = client.multi(WriteKind::Submit);
+        let mut multi = client.zk().multi(WriteKind::Submit);
         let built = parents
             .iter()
             .try_for_each(|parent| multi.add_create(parent, &[], Mode::Persistent))
@@ -303,11 +305,15 @@ async fn submit_chunk(
 }
 
 /// Creates `parents` (ancestors first), requests out at once; remembers those that exist now.
-async fn make_parents(client: &Zk, parents: &[String], known: &KnownParents) {
+async fn make_parents(client: &Ledger, parents: &[String], known: &KnownParents) {
     // Parents before children: one session answers in order, so all can be out at once.
     let creates: Vec<_> = parents
         .iter()
-        .map(|path| client.create(WriteKind::Parents, path, &[], Mode::Persistent))
+        .map(|path| {
+            client
+                .zk()
+                .create(WriteKind::Parents, path, &[], Mode::Persistent)
+        })
         .collect();
     let mut made = Vec::new();
     for (path, create) in parents.iter().zip(creates) {
@@ -325,7 +331,7 @@ async fn make_parents(client: &Zk, parents: &[String], known: &KnownParents) {
 /// # Errors
 /// `Corrupt` for data not in the documented format; `Zk` when the read failed.
 pub async fn read(
-    client: &Zk,
+    client: &Ledger,
     paths: &DelayedPaths,
     id: &SubmissionId,
 ) -> Result<Option<(Submission, i32)>, SubmissionError> {
@@ -340,7 +346,7 @@ pub async fn read(
 /// # Errors
 /// As [`read`].
 pub async fn read_stored(
-    client: &Zk,
+    client: &Ledger,
     paths: &DelayedPaths,
     id: &SubmissionId,
 ) -> Result<Option<(Stored, i32)>, SubmissionError> {
@@ -351,12 +357,12 @@ pub async fn read_stored(
 
 /// [`read_stored`] with the bytes as stored, for a rewrite that keeps what it does not know.
 async fn read_stored_data(
-    client: &Zk,
+    client: &Ledger,
     paths: &DelayedPaths,
     id: &SubmissionId,
 ) -> Result<Option<(Stored, i32, Vec<u8>)>, SubmissionError> {
     let path = paths.submission(id);
-    match client.get_data(&path).await {
+    match client.zk().get_data(&path).await {
         Ok((data, stat)) => match Stored::parse(&data) {
             Ok(stored) => Ok(Some((stored, stat.version, data))),
             Err(source) => Err(SubmissionError::Corrupt { path, source }),
@@ -372,7 +378,7 @@ async fn read_stored_data(
 /// # Errors
 /// As [`read`].
 pub async fn show(
-    client: &Zk,
+    client: &Ledger,
     paths: &DelayedPaths,
     ledger: &LedgerPaths,
     id: &SubmissionId,
@@ -399,6 +405,7 @@ pub async fn show(
     // found gone means the record is there to read.
     let marker = paths.marker_of(id, &submission);
     if client
+        .zk()
         .check_stat(&marker)
         .await
         .map_err(|source| zk(&marker, source))?
@@ -424,7 +431,7 @@ pub async fn show(
 /// # Errors
 /// `NotFound`; `NotPending` once it was claimed (or cancelled before); `Corrupt`; `Zk`.
 pub async fn cancel(
-    client: &Zk,
+    client: &Ledger,
     paths: &DelayedPaths,
     ledger: &LedgerPaths,
     id: &SubmissionId,
@@ -444,7 +451,7 @@ pub async fn cancel(
     let path = ledger.submission_record(&submission.job, submission.due_unix_ms, id);
     let record = cancelled_record(&submission, id, now_unix_ms);
     for _ in 0..PARENT_ATTEMPTS {
-        let mut multi = client.multi(WriteKind::Submit);
+        let mut multi = client.zk().multi(WriteKind::Submit);
         multi
             .add_delete(&marker, None)
             .and_then(|()| multi.add_create(&path, &record.to_bytes(), Mode::Persistent))
@@ -483,6 +490,7 @@ pub async fn cancel(
             }) => {
                 let parent = ledger.job_runs(&submission.job);
                 client
+                    .zk()
                     .ensure_persistent(&parent)
                     .await
                     .map_err(|source| zk(&parent, source))?;
@@ -522,7 +530,7 @@ pub enum Rescheduled {
 /// # Errors
 /// `NotFound`; `NotReschedulable` once it was claimed or cancelled; `Corrupt`; `Zk`.
 pub async fn reschedule(
-    client: &Zk,
+    client: &Ledger,
     paths: &DelayedPaths,
     ledger: &LedgerPaths,
     id: &SubmissionId,
@@ -547,7 +555,7 @@ pub async fn reschedule(
         let new_marker = paths.marker_of(id, &moved);
         if old_marker == new_marker {
             // Due then already: still pending, or claimed meanwhile.
-            return match client.check_stat(&old_marker).await {
+            return match client.zk().check_stat(&old_marker).await {
                 Ok(Some(_)) => Ok(Rescheduled::AlreadyThere(moved)),
                 Ok(None) => Err(not_pending(client, paths, ledger, id).await?),
                 Err(source) => Err(zk(&old_marker, source)),
@@ -562,7 +570,7 @@ pub async fn reschedule(
                     source,
                 }
             })?;
-        let mut multi = client.multi(WriteKind::Submit);
+        let mut multi = client.zk().multi(WriteKind::Submit);
         multi
             .add_set_data(&node, &moved_data, Some(version))
             .and_then(|()| multi.add_delete(&old_marker, None))
@@ -585,6 +593,7 @@ pub async fn reschedule(
             }) => {
                 let parent = paths.due_shard(DueBucket::of(due_unix_ms), id.shard());
                 client
+                    .zk()
                     .ensure_persistent(&parent)
                     .await
                     .map_err(|source| zk(&parent, source))?;
@@ -600,7 +609,7 @@ pub async fn reschedule(
 
 /// Why submission `id`, whose marker is gone, can no longer be changed.
 async fn not_pending(
-    client: &Zk,
+    client: &Ledger,
     paths: &DelayedPaths,
     ledger: &LedgerPaths,
     id: &SubmissionId,
@@ -625,7 +634,7 @@ async fn not_pending(
 /// # Errors
 /// The request failed.
 async fn cancel_retry(
-    client: &Zk,
+    client: &Ledger,
     ledger: &LedgerPaths,
     seen: &RunRecord,
 ) -> Result<bool, SubmissionError> {
@@ -671,11 +680,19 @@ fn cancelled_record(submission: &Submission, id: &SubmissionId, now_unix_ms: i64
     record
 }
 
-pub(super) async fn children(client: &Zk, path: &str) -> Result<Vec<String>, SubmissionError> {
+pub(super) async fn children(client: &Ledger, path: &str) -> Result<Vec<String>, SubmissionError> {
     client
+        .zk()
         .children_if_there(path)
         .await
         .map_err(|source| zk(path, source))
+}
+
+impl SubmissionError {
+    /// No answer came for a submission of a batch sent under `path`: it may have been written.
+    pub fn unanswered(path: &str) -> Self {
+        zk(path, Fault::Other("no answer".into()))
+    }
 }
 
 pub(super) fn zk(path: &str, source: Fault) -> SubmissionError {

@@ -16,8 +16,8 @@ use crate::ids::NodeId;
 use crate::lock::clock::{self, ClockEstimate, ClockSample, ClockVerdict};
 use crate::lock::node::OwnerInfo;
 use crate::metrics::Metrics;
+use crate::tally::WriteKind;
 use crate::zk::Zk;
-use crate::zk::tally::WriteKind;
 
 /// How the clock check behaves.
 #[derive(Debug, Clone)]

@@ -24,12 +24,13 @@ use crate::ids::FencingToken;
 use crate::layout::LockPaths;
 
 use crate::ensemble::ZkSettings;
+use crate::ledger::Ledger;
 use crate::lock::clock_schedule::{ClockCheck, ClockSchedule, ClockStep};
 use crate::lock::clock_watch;
 use crate::lock::machine::{Action, Input, LockEvent, LockMachine, LockState, LockStatus};
 use crate::lock::node::ScheduleHash;
 use crate::lock::take_back::TakeBack;
-use crate::zk::{self, NodeEvent, SessionEvent, Zk};
+use crate::zk::{self, NodeEvent, SessionEvent};
 
 use connection::{Connection, now, open_session};
 use requests::WatchFuture;
@@ -57,7 +58,7 @@ pub enum LockCommand {
 pub enum LockUpdate {
     /// The session requests go through from now on; `None` while no session is up. It is the
     /// transport for claims and records, not lock state: the status says whether to use it.
-    Session(Option<Zk>),
+    Session(Option<Ledger>),
     /// The machine's event, in the order it emitted them (logged by the driver already).
     Event(LockEvent),
     /// The lock's status after a step that changed it.
@@ -210,7 +211,9 @@ impl<'a> Driver<'a> {
             session: new.session,
             timeout: new.timeout,
         };
-        let _ = self.updates.send(LockUpdate::Session(Some(new.zk.clone())));
+        let _ = self
+            .updates
+            .send(LockUpdate::Session(Some(Ledger::new(new.zk.clone()))));
         self.conn = Some(new);
         self.clock.session_began();
         self.pending.extend(self.machine.handle(started, now()));
@@ -367,7 +370,7 @@ impl<'a> Driver<'a> {
             let deleted = live
                 .zk
                 .bounded_by(live.request_timeout())
-                .delete(zk::tally::WriteKind::Member, &member, None)
+                .delete(crate::tally::WriteKind::Member, &member, None)
                 .await;
             if deleted.is_err() {
                 tracing::debug!(
@@ -436,7 +439,7 @@ fn taken_back(
             let states = session.states();
             let back = Connection::start(session, states, settings);
             tracing::info!(session = %back.session, "zookeeper session taken back: the servers still held it");
-            let _ = updates.send(LockUpdate::Session(Some(back.zk.clone())));
+            let _ = updates.send(LockUpdate::Session(Some(Ledger::new(back.zk.clone()))));
             (Some(back), Some(Input::SessionReconnected))
         }
         zk::Resumed::Expired => {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::ids::{NodeId, SessionId};
 use crate::lock::node::OwnerInfo;
-use crate::zk::tally::WriteKind;
+use crate::tally::WriteKind;
 use crate::zk::{Fault, Mode, Zk};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;

@@ -8,7 +8,6 @@ pub mod clock;
 pub mod clock_schedule;
 pub mod clock_watch;
 pub mod driver;
-pub mod inspect;
 pub mod machine;
 pub mod members;
 pub mod node;

@@ -3,7 +3,7 @@
 //! - bounds it in time (a server that does not answer yields [`Fault::TimedOut`], not a wait
 //!   until the session expires), unless the caller asked for an [`Zk::unbounded`] handle
 //!   because the answer decides something and is read back when lost;
-//! - counts what it writes by why ([`WriteKind`]) into `tally` when it is sent;
+//! - counts what it writes by why ([`WriteKind`]) into `crate::tally` when it is sent;
 //! - answers a typed [`Fault`], never the client crate's error.
 //!
 //! Requests are sent when the method is called, not when its future is first polled: the client
@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use zookeeper_client::{Acls, Client, CreateMode, MultiWriteError, MultiWriteResult, MultiWriter};
 
-use super::tally::{self, WriteKind};
+use crate::tally::{self, WriteKind};
 
 /// What the server keeps about a node (version, times, owner): the server's own record.
 pub use zookeeper_client::Stat;

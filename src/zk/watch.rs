@@ -8,7 +8,6 @@
 //! with the session (the client's watcher panics when it is polled after a terminal state).
 //! Must not: know what is watched or what a change means.
 
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client::{AddWatchMode, Client, PersistentWatcher, SessionState};
 
@@ -163,26 +162,5 @@ impl RecursiveWatch {
                 false
             }
         }
-    }
-
-    /// Sends every change to a channel until the session ends or `stop` is cancelled, for a
-    /// follower that takes them in batches (`recv_many`); the channel closes then.
-    pub fn forward(mut self, stop: CancellationToken) -> mpsc::UnboundedReceiver<Change> {
-        let (changes, received) = mpsc::unbounded_channel();
-        tokio::spawn(async move {
-            loop {
-                let change = tokio::select! {
-                    () = stop.cancelled() => return,
-                    change = self.changed() => change,
-                };
-                let Some(change) = change else {
-                    return;
-                };
-                if changes.send(change).is_err() {
-                    return;
-                }
-            }
-        });
-        received
     }
 }

@@ -608,9 +608,13 @@ impl ChaosCluster {
     }
 
     /// [`Self::client`] as the library takes a session: through its doorway.
-    pub async fn session(&self) -> zkcron::zk::Zk {
+    pub async fn session(&self) -> zkcron::ledger::Ledger {
         let client = self.client().await;
-        zkcron::zk::Zk::new(client, Acls::anyone_all(), zkcron::zk::REQUEST_BOUND)
+        zkcron::ledger::Ledger::new(zkcron::zk::Zk::new(
+            client,
+            Acls::anyone_all(),
+            zkcron::zk::REQUEST_BOUND,
+        ))
     }
 
     /// The node that owns the lock and its id.

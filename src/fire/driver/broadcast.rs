@@ -10,7 +10,7 @@ use chrono::DateTime;
 use super::records::{Records, settled};
 use super::session::{Session, bounded};
 use crate::fire::machine::{ClaimId, ClaimRefused, Input};
-use crate::ids::{NodeId, SessionId};
+use crate::ids::NodeId;
 use crate::layout::LockPaths;
 use crate::ledger::broadcast::{Sweep, close_own, live_members, member_since, sweep};
 use crate::ledger::{ClaimError, ClaimPlan, OpenRuns};
@@ -60,7 +60,7 @@ impl Records {
         .fenced_by_member(member);
         let (view, answers) = (self.view.subscribe(), s.answers.clone());
         s.tasks.spawn(async move {
-            let session = SessionId(client.session_id());
+            let session = client.session();
             let result = settled(plan.clone().send_alone(&client), &plan, view, session).await;
             let result = result.map(Box::new);
             let _ = answers.send(Input::BroadcastClaimed { id, result });

@@ -15,10 +15,10 @@ use crate::fire::machine::Input;
 use crate::ids::{FencingToken, JobName};
 use crate::layout::{LedgerPaths, MarkName};
 use crate::ledger::ClaimError;
+use crate::ledger::Ledger;
 use crate::ledger::chains::ChildSubmitted;
+use crate::ledger::watch::{Change, Follow, NodeChange};
 use crate::report::error_chain;
-use crate::zk::Zk;
-use crate::zk::watch::{Change, NodeEvent, RecursiveWatch};
 
 /// Reads the marks left for `job` (answered as [`Input::MarksListed`]).
 pub(super) fn list(s: &Session, paths: &LedgerPaths, job: JobName) -> Option<Input> {
@@ -119,13 +119,13 @@ pub(super) fn submit_child(
 /// child ([`Input::MarksChanged`] with `None`). Ends when `stop` is cancelled or the session
 /// ends.
 pub(super) fn watch(
-    client: Zk,
+    client: Ledger,
     paths: LedgerPaths,
     answers: mpsc::UnboundedSender<Input>,
     stop: CancellationToken,
 ) {
     tokio::spawn(async move {
-        let added = RecursiveWatch::add_after_creating(&client, &paths.after, &paths.after, &stop);
+        let added = Follow::add_after_creating(&client, &paths.after, &paths.after, &stop);
         let Some(watcher) = added.await else {
             return;
         };
@@ -143,7 +143,7 @@ pub(super) fn watch(
                 Some(Change::ReadAll) => None,
                 Some(Change::Disconnected) => continue,
                 Some(Change::Node { path, kind }) => {
-                    if kind != NodeEvent::Created {
+                    if kind != NodeChange::Created {
                         continue;
                     }
                     // `<child>/<mark>`; a child's own node says nothing yet.

@@ -14,14 +14,14 @@ use tokio_util::sync::CancellationToken;
 use crate::fire::machine::Input;
 use crate::ids::NodeId;
 use crate::layout::ControlPaths;
+use crate::ledger::Ledger;
 use crate::ledger::control as store;
-use crate::zk::Zk;
 use chrono::Utc;
 
 use super::session::{Session, bounded};
 use crate::ids::JobName;
+use crate::ledger::watch::{Change, Follow, NodeChange};
 use crate::report::error_chain;
-use crate::zk::watch::{Change, NodeEvent, RecursiveWatch};
 
 /// A failed read of the pauses is tried again after this long: the machine fires nothing
 /// before its first reading.
@@ -31,14 +31,14 @@ const READ_RETRY: Duration = Duration::from_secs(1);
 /// session ends. Reads everything once when it starts, so changes made while no session was up
 /// are seen.
 pub(super) fn watch(
-    client: Zk,
+    client: Ledger,
     paths: ControlPaths,
     me: NodeId,
     answers: mpsc::UnboundedSender<Input>,
     stop: CancellationToken,
 ) {
     tokio::spawn(async move {
-        let added = RecursiveWatch::add_after_creating(&client, &paths.dir, &paths.paused, &stop);
+        let added = Follow::add_after_creating(&client, &paths.dir, &paths.paused, &stop);
         let Some(watcher) = added.await else {
             return;
         };
@@ -73,7 +73,7 @@ pub(super) fn watch(
                 }
                 Some(Change::Node { path, kind })
                     if path == watch.paths.release
-                        && matches!(kind, NodeEvent::Created | NodeEvent::DataChanged) =>
+                        && matches!(kind, NodeChange::Created | NodeChange::DataChanged) =>
                 {
                     watch.take_release_request().await
                 }
@@ -87,7 +87,7 @@ pub(super) fn watch(
 }
 
 struct Watch {
-    client: Zk,
+    client: Ledger,
     paths: ControlPaths,
     me: NodeId,
     answers: mpsc::UnboundedSender<Input>,

@@ -14,10 +14,10 @@ use super::session::{READ_WINDOW, Session, bounded};
 use crate::delayed::submission::{DueBucket, Submission, SubmissionId};
 use crate::fire::machine::{Input, Scanned, Wanted};
 use crate::layout::DelayedPaths;
+use crate::ledger::Ledger;
 use crate::ledger::submissions::{self, SubmissionError};
+use crate::ledger::watch::{Change, Follow, NodeChange};
 use crate::report::error_chain;
-use crate::zk::Zk;
-use crate::zk::watch::{Change, NodeEvent, RecursiveWatch};
 
 /// A scan this many seconds wide or less reads its buckets by name instead of listing days.
 const SECONDS_BY_NAME: i64 = 60;
@@ -36,7 +36,7 @@ pub(super) struct ScanRange {
 /// The pending submissions of the buckets of `range` that the machine `wanted`, read with their
 /// data; submission reads pipelined on the one session.
 pub(super) async fn scan_buckets(
-    client: &Zk,
+    client: &Ledger,
     paths: &DelayedPaths,
     wanted: &Wanted,
     range: ScanRange,
@@ -96,7 +96,7 @@ pub(super) async fn scan_buckets(
 /// `range.through` all of them, then on to `range.ahead_to` until one holds a wanted
 /// submission; `scanned.through` says how far it read.
 async fn read_by_name(
-    client: &Zk,
+    client: &Ledger,
     paths: &DelayedPaths,
     wanted: &Wanted,
     after: DueBucket,
@@ -146,7 +146,7 @@ fn wanted_ids(
 /// thousands: all at once would queue the lock's liveness checks behind them on the one
 /// session); unreadable ones are logged and skipped.
 async fn read_all(
-    client: &Zk,
+    client: &Ledger,
     paths: &DelayedPaths,
     ids: Vec<SubmissionId>,
 ) -> Vec<(SubmissionId, Submission)> {
@@ -176,7 +176,7 @@ async fn read_all(
 
 /// One submission the watch reported.
 pub(super) async fn read_one(
-    client: &Zk,
+    client: &Ledger,
     paths: &DelayedPaths,
     id: &SubmissionId,
 ) -> Result<Option<Submission>, String> {
@@ -196,13 +196,13 @@ pub(super) async fn read_one(
 /// beginning, its beginning again after a disconnection, and a failure to set it
 /// ([`Input::DueWatch`]): what was submitted meanwhile is found by reading every bucket again.
 pub(super) fn watch(
-    client: Zk,
+    client: Ledger,
     paths: DelayedPaths,
     answers: mpsc::UnboundedSender<Input>,
     stop: CancellationToken,
 ) {
     tokio::spawn(async move {
-        let added = RecursiveWatch::add_after_creating(&client, &paths.due, &paths.due, &stop);
+        let added = Follow::add_after_creating(&client, &paths.due, &paths.due, &stop);
         let Some(watcher) = added.await else {
             return;
         };
@@ -229,7 +229,7 @@ pub(super) fn watch(
                 Some(Change::Disconnected) => continue,
                 Some(Change::Node { path, kind }) => (path, kind),
             };
-            if kind != NodeEvent::Created {
+            if kind != NodeChange::Created {
                 continue;
             }
             let Some((bucket, id, job)) = path.strip_prefix(&prefix).and_then(parse_marker) else {

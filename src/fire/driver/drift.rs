@@ -13,20 +13,20 @@ use tokio_util::sync::CancellationToken;
 use crate::drift::{self, Drift};
 use crate::ids::NodeId;
 use crate::layout::LockPaths;
-use crate::lock::inspect;
+use crate::ledger::Ledger;
+use crate::ledger::inspect;
+use crate::ledger::watch::{Change, Follow, NodeChange};
 use crate::lock::node::OwnerInfo;
 use crate::metrics::Metrics;
 use crate::report::error_chain;
 use crate::view::NodeView;
-use crate::zk::Zk;
-use crate::zk::watch::{Change, NodeEvent, RecursiveWatch};
 
 use super::departed::Departed;
 use super::formats::FleetFormat;
 
 /// What the watch needs, for one session.
 pub(super) struct DriftWatch {
-    pub client: Zk,
+    pub client: Ledger,
     pub group: LockPaths,
     pub me: NodeId,
     pub metrics: Arc<Metrics>,
@@ -46,7 +46,7 @@ impl DriftWatch {
         tokio::spawn(async move {
             let watcher = tokio::select! {
                 () = self.stop.cancelled() => return,
-                watcher = RecursiveWatch::add(&self.client, &self.group.members) => watcher,
+                watcher = Follow::add(&self.client, &self.group.members) => watcher,
             };
             let mut watcher = match watcher {
                 Ok(watcher) => watcher,
@@ -73,7 +73,7 @@ impl DriftWatch {
                             continue;
                         }
                         Some(Change::ReadAll) => true,
-                        Some(Change::Node { kind, .. }) => matches!(kind, NodeEvent::Created | NodeEvent::Deleted),
+                        Some(Change::Node { kind, .. }) => matches!(kind, NodeChange::Created | NodeChange::Deleted),
                     },
                     changed = self.view.changed() => if changed.is_err() { return } else { false },
                 };

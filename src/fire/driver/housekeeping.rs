@@ -13,11 +13,11 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::layout::{AuditPaths, DelayedPaths};
+use crate::ledger::Ledger;
 use crate::ledger::forget;
 use crate::metrics::Metrics;
 use crate::report::error_chain;
 use crate::view::NodeView;
-use crate::zk::Zk;
 
 /// How often the owner does its chores.
 const CHORES_EVERY: Duration = Duration::from_secs(30);
@@ -29,7 +29,7 @@ const MAX_BUCKETS: usize = 5_000;
 
 /// Does the chores for the life of `client`'s session, while this node owns the lock.
 pub(super) fn spawn(
-    client: Zk,
+    client: Ledger,
     paths: DelayedPaths,
     (audit, keep): (AuditPaths, Duration),
     metrics: Arc<Metrics>,
@@ -67,7 +67,7 @@ pub(super) fn spawn(
     });
 }
 
-async fn count_pending(client: &Zk, paths: &DelayedPaths, metrics: &Metrics) {
+async fn count_pending(client: &Ledger, paths: &DelayedPaths, metrics: &Metrics) {
     match crate::ledger::due::count_pending(client, paths, MAX_BUCKETS).await {
         Ok((count, complete)) => {
             if !complete {
@@ -85,7 +85,7 @@ async fn count_pending(client: &Zk, paths: &DelayedPaths, metrics: &Metrics) {
     }
 }
 
-async fn prune_audit(client: &Zk, paths: &AuditPaths, keep: Duration) {
+async fn prune_audit(client: &Ledger, paths: &AuditPaths, keep: Duration) {
     let now = chrono::Utc::now().timestamp_millis();
     match crate::ledger::audit::prune(client, paths, keep, now).await {
         Ok(0) => {}
@@ -96,7 +96,7 @@ async fn prune_audit(client: &Zk, paths: &AuditPaths, keep: Duration) {
     }
 }
 
-async fn forget_expired(client: &Zk, paths: &DelayedPaths) {
+async fn forget_expired(client: &Ledger, paths: &DelayedPaths) {
     let now = chrono::Utc::now().timestamp_millis();
     match forget::sweep(client, paths, now).await {
         Ok(0) => {}

@@ -17,16 +17,16 @@ use crate::config::LimitConfig;
 use crate::fire::machine::{ClaimId, Input};
 use crate::ids::NodeId;
 use crate::layout::LedgerPaths;
+use crate::ledger::Ledger;
 use crate::ledger::limits::{self, Lease, LeaseHolder, LimitError};
 use crate::metrics::Metrics;
 use crate::report::error_chain;
-use crate::zk::Zk;
 
 /// Per run: the leases held (each with its limit's name), or the wait still going on.
 #[derive(Debug)]
 enum RunLeases {
     Waiting(CancellationToken),
-    Held(Zk, Vec<(String, Lease)>),
+    Held(Ledger, Vec<(String, Lease)>),
 }
 
 /// The leases of this node's runs, by run id; counted in the metrics as they come and go.
@@ -38,7 +38,7 @@ pub(super) struct Leases {
 
 /// What taking needs besides the run.
 pub(super) struct Taker<'a> {
-    pub client: Zk,
+    pub client: Ledger,
     pub paths: &'a LedgerPaths,
     pub me: &'a NodeId,
     pub tasks: &'a TaskTracker,
@@ -142,7 +142,7 @@ impl Leases {
 }
 
 /// Gives `leases` back; one whose delete fails goes with this node's session all the same.
-async fn give_back_all(client: &Zk, leases: &[(String, Lease)], metrics: &Metrics) {
+async fn give_back_all(client: &Ledger, leases: &[(String, Lease)], metrics: &Metrics) {
     for (limit, lease) in leases {
         if let Err(err) = limits::give_back(client, lease).await {
             tracing::warn!(limit, error = %error_chain(&err), "lease not given back; it goes with this node's session");

@@ -19,10 +19,10 @@ use crate::fire::machine::{Input, JobRecords, RESOLVE_WINDOW};
 use crate::ids::JobName;
 use crate::layout::LedgerPaths;
 use crate::layout::LockPaths;
+use crate::ledger::Ledger;
+use crate::ledger::inspect;
 use crate::ledger::{self, StoredRecord};
-use crate::lock::inspect;
 use crate::report::error_chain;
-use crate::zk::Zk;
 
 use super::session::{READ_WINDOW, bounded};
 
@@ -31,7 +31,7 @@ const IN_FLIGHT: usize = 32;
 
 /// Takes listing requests; each answer goes to the machine as `Input::RecordsListed`.
 pub(super) struct Lister {
-    requests: mpsc::UnboundedSender<(Zk, JobName)>,
+    requests: mpsc::UnboundedSender<(Ledger, JobName)>,
 }
 
 impl Lister {
@@ -47,19 +47,19 @@ impl Lister {
     }
 
     /// Lists `job`'s records on `client`'s session, in turn.
-    pub fn list(&self, client: Zk, job: JobName) {
+    pub fn list(&self, client: Ledger, job: JobName) {
         // The task outlives every sender; a send fails only if it panicked.
         let _ = self.requests.send((client, job));
     }
 }
 
 async fn run(
-    mut requests: mpsc::UnboundedReceiver<(Zk, JobName)>,
+    mut requests: mpsc::UnboundedReceiver<(Ledger, JobName)>,
     paths: LedgerPaths,
     group: LockPaths,
     answers: mpsc::UnboundedSender<Input>,
 ) {
-    let mut waiting: VecDeque<(Zk, JobName)> = VecDeque::new();
+    let mut waiting: VecDeque<(Ledger, JobName)> = VecDeque::new();
     let mut out = JoinSet::new();
     let mut open = true;
     loop {
@@ -93,7 +93,7 @@ async fn run(
 
 /// What catch-up needs to know of one job, read in one go.
 async fn list_records(
-    client: &Zk,
+    client: &Ledger,
     paths: &LedgerPaths,
     group: &LockPaths,
     job: &JobName,
@@ -149,7 +149,7 @@ async fn list_records(
 /// Adds to `newest` the records of `job`'s ticks marked as promising a retry that are not among
 /// them yet, however old; removes the markers of ticks that promise nothing any more.
 async fn promised_retries(
-    client: &Zk,
+    client: &Ledger,
     paths: &LedgerPaths,
     job: &JobName,
     newest: &mut Vec<(crate::run::RunRecord, i32)>,
@@ -188,13 +188,10 @@ async fn promised_retries(
 }
 
 /// [`ledger::read_to_act`], a failed read as catch-up reports it.
-async fn read_to_act(client: &Zk, path: &str) -> Result<StoredRecord, String> {
-    ledger::read_to_act(client, path).await.map_err(|source| {
-        error_chain(&crate::zk::ZkError::Request {
-            path: path.to_owned(),
-            source,
-        })
-    })
+async fn read_to_act(client: &Ledger, path: &str) -> Result<StoredRecord, String> {
+    ledger::read_to_act(client, path)
+        .await
+        .map_err(|source| error_chain(&ledger::RequestFailed::on(path)(source)))
 }
 
 /// A format 2 run still open: not final, or promising a retry.
@@ -208,7 +205,7 @@ type OpenSubmission = (crate::run::RunRecord, i32, Option<Arc<Vec<u8>>>);
 /// `open/` marker (format 1), and among `recorded` (every submission record of the job) those
 /// whose record keeps them open (format 2). A fleet moving between the formats has both.
 async fn open_submissions(
-    client: &Zk,
+    client: &Ledger,
     paths: &LedgerPaths,
     job: &JobName,
     recorded: Vec<(i64, SubmissionId)>,

@@ -139,7 +139,7 @@ async fn read_back(
     loop {
         let current = view.borrow_and_update().client.clone();
         let client = match current {
-            Some(client) if SessionId(client.session_id()) != session => {
+            Some(client) if client.session() != session => {
                 // The guard went with the session; a record left `claimed` is resolved by the
                 // next owner's catch-up, as any run of a dead session.
                 let why = format!("{why}; the session ended before the claim could be read back");
@@ -219,7 +219,7 @@ impl Records {
             let (job, tick) = (record.job.clone(), record.scheduled_unix_ms);
             let path = record.path(&paths);
             let plan = ClaimPlan::new(&paths, record, mode, guarded, open_runs);
-            let session = SessionId(client.session_id());
+            let session = client.session();
             let result = settled(group.claim(plan.clone()), &plan, view, session).await;
             let already = result == Err(ClaimRefused::AlreadyClaimed);
             let result = result.map(Box::new);

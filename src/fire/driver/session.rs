@@ -11,8 +11,8 @@ use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
 
 use crate::fire::machine::Input;
+use crate::ledger::Ledger;
 use crate::ledger::group::GroupCommit;
-use crate::zk::Zk;
 
 /// A request whose answer has not come by then is answered as failed, so that no listing or
 /// final record keeps the machine (or a stop) waiting on an ensemble that does not answer. Not a
@@ -35,7 +35,7 @@ pub(super) const READ_WINDOW: usize = 256;
 /// The session the actions go out on (none while no session is up), and where they answer.
 #[derive(Clone)]
 pub(super) struct Session {
-    pub client: Option<Zk>,
+    pub client: Option<Ledger>,
     /// The session's claims and record writes, grouped into multi-ops under load.
     pub group: Option<GroupCommit>,
     pub answers: mpsc::UnboundedSender<Input>,

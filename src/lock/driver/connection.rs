@@ -17,7 +17,7 @@ use crate::ids::SessionId;
 use crate::layout::LockPaths;
 use crate::lock::members::{self, MemberError};
 use crate::report::error_chain;
-use crate::zk::tally::WriteKind;
+use crate::tally::WriteKind;
 use crate::zk::{self, Fault, Mode, States, Zk};
 
 use super::settings::{Heard, LockRole, LockSettings};

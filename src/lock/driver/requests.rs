@@ -15,7 +15,7 @@ use crate::layout::LockPaths;
 use crate::lock::machine::{Action, Epoch, Input, RequestFailed};
 use crate::lock::node::{EpochData, LockNode, OwnerInfo};
 use crate::report::error_chain;
-use crate::zk::tally::WriteKind;
+use crate::tally::WriteKind;
 use crate::zk::{Fault, Mode, MultiFault, NodeEvent, Written, Zk};
 
 use super::connection::{Connection, ensure_lock_paths};

@@ -5,11 +5,11 @@
 //! untrusted data (garbage is reported as such, never a panic).
 //! Must not: write anything or decide anything about ownership.
 
+use super::{Ledger, RequestFailed};
 use crate::ids::{NodeId, SessionId};
 use crate::layout::LockPaths;
 use crate::lock::node::{EpochData, OwnerInfo};
-use crate::zk::ZkError;
-use crate::zk::{Fault, Zk};
+use crate::zk::Fault;
 
 /// The lock node as read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,26 +39,19 @@ pub struct Member {
     pub info: Option<OwnerInfo>,
 }
 
-fn request(path: &str) -> impl FnOnce(Fault) -> ZkError + '_ {
-    move |source| ZkError::Request {
-        path: path.to_owned(),
-        source,
-    }
-}
-
 /// Who owns the lock.
 ///
 /// # Errors
 /// The read failed (a missing node is [`Owner::None`]).
-pub async fn owner(client: &Zk, paths: &LockPaths) -> Result<Owner, ZkError> {
-    match client.get_data(&paths.lock).await {
+pub async fn owner(client: &Ledger, paths: &LockPaths) -> Result<Owner, RequestFailed> {
+    match client.zk().get_data(&paths.lock).await {
         Ok((_, stat)) if stat.ephemeral_owner == SessionId::PERSISTENT.0 => Ok(Owner::Squatter),
         Ok((data, stat)) => Ok(Owner::Held {
             session: SessionId(stat.ephemeral_owner),
             info: OwnerInfo::parse(&data).ok(),
         }),
         Err(Fault::NoNode) => Ok(Owner::None),
-        Err(source) => Err(request(&paths.lock)(source)),
+        Err(source) => Err(RequestFailed::on(&paths.lock)(source)),
     }
 }
 
@@ -66,14 +59,14 @@ pub async fn owner(client: &Zk, paths: &LockPaths) -> Result<Owner, ZkError> {
 ///
 /// # Errors
 /// The read failed.
-pub async fn epoch(client: &Zk, paths: &LockPaths) -> Result<Option<Epoch>, ZkError> {
-    match client.get_data(&paths.epoch).await {
+pub async fn epoch(client: &Ledger, paths: &LockPaths) -> Result<Option<Epoch>, RequestFailed> {
+    match client.zk().get_data(&paths.epoch).await {
         Ok((data, stat)) => Ok(Some(Epoch {
             token: stat.version,
             by: EpochData::parse(&data).ok().map(|epoch| epoch.node_id),
         })),
         Err(Fault::NoNode) => Ok(None),
-        Err(source) => Err(request(&paths.epoch)(source)),
+        Err(source) => Err(RequestFailed::on(&paths.epoch)(source)),
     }
 }
 
@@ -81,11 +74,11 @@ pub async fn epoch(client: &Zk, paths: &LockPaths) -> Result<Option<Epoch>, ZkEr
 ///
 /// # Errors
 /// Listing failed (a group without members has none).
-pub async fn member_ids(client: &Zk, paths: &LockPaths) -> Result<Vec<NodeId>, ZkError> {
-    match client.list_children(&paths.members).await {
+pub async fn member_ids(client: &Ledger, paths: &LockPaths) -> Result<Vec<NodeId>, RequestFailed> {
+    match client.zk().list_children(&paths.members).await {
         Ok(names) => Ok(names.into_iter().map(NodeId::new).collect()),
         Err(Fault::NoNode) => Ok(Vec::new()),
-        Err(source) => Err(request(&paths.members)(source)),
+        Err(source) => Err(RequestFailed::on(&paths.members)(source)),
     }
 }
 
@@ -93,7 +86,7 @@ pub async fn member_ids(client: &Zk, paths: &LockPaths) -> Result<Vec<NodeId>, Z
 ///
 /// # Errors
 /// Listing failed; a member that vanished meanwhile is listed with no info.
-pub async fn members(client: &Zk, paths: &LockPaths) -> Result<Vec<Member>, ZkError> {
+pub async fn members(client: &Ledger, paths: &LockPaths) -> Result<Vec<Member>, RequestFailed> {
     let members = member_data(client, paths).await?;
     Ok(members
         .into_iter()
@@ -109,12 +102,12 @@ pub async fn members(client: &Zk, paths: &LockPaths) -> Result<Vec<Member>, ZkEr
 /// # Errors
 /// Listing failed.
 pub async fn member_data(
-    client: &Zk,
+    client: &Ledger,
     paths: &LockPaths,
-) -> Result<Vec<(NodeId, Option<Vec<u8>>)>, ZkError> {
+) -> Result<Vec<(NodeId, Option<Vec<u8>>)>, RequestFailed> {
     let mut members = Vec::new();
     for node_id in member_ids(client, paths).await? {
-        let data = client.get_data(&paths.member(&node_id)).await.ok();
+        let data = client.zk().get_data(&paths.member(&node_id)).await.ok();
         members.push((node_id, data.map(|(data, _)| data)));
     }
     Ok(members)

@@ -1,0 +1,66 @@
+//! The ledger's handle: the session the ledger's use cases run on, as the fire driver, HTTP,
+//! `status`, the console's index and the one-shot clients hold it.
+//!
+//! Owns: `Ledger` (a session to the ensemble, lent by the lock driver or opened once by a
+//! one-shot client) and what its holders may ask of it without sending a request: which
+//! session it is, and whether it has ended.
+//! Must not: send requests itself (the use cases do), or hand the session past the ledger.
+
+use std::time::Duration;
+
+use crate::ensemble::ZkSettings;
+use crate::ids::SessionId;
+use crate::zk::{self, Zk};
+
+/// A session to the ensemble, for the ledger's use cases: `ledger::history(&ledger, …)`.
+#[derive(Clone)]
+pub struct Ledger {
+    zk: Zk,
+}
+
+impl std::fmt::Debug for Ledger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ledger")
+            .field("session", &self.session())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A one-shot client (the CLI, `Steer`, `Delayed`) made no session within its `connect_timeout`.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct Unreachable(#[from] zk::Unreachable);
+
+impl Ledger {
+    /// The ledger over `zk`: the lock driver's session, or a test's.
+    pub fn new(zk: Zk) -> Self {
+        Self { zk }
+    }
+
+    /// The session of a one-shot client: given up after `timeout` (the config's
+    /// `connect_timeout`), each of its requests bounded by `timeout` too.
+    ///
+    /// # Errors
+    /// No session was made in time; the error names the connect string and why.
+    pub async fn connect_once(
+        settings: &ZkSettings,
+        timeout: Duration,
+    ) -> Result<Self, Unreachable> {
+        Ok(Self::new(zk::connect_once(settings, timeout).await?))
+    }
+
+    /// Which session this is (a new one after an expiry).
+    pub fn session(&self) -> SessionId {
+        SessionId(self.zk.session_id())
+    }
+
+    /// The session expired or was closed: no request on it can succeed.
+    pub fn has_ended(&self) -> bool {
+        self.zk.has_ended()
+    }
+
+    /// The session, for the ledger's use cases.
+    pub(super) fn zk(&self) -> &Zk {
+        &self.zk
+    }
+}

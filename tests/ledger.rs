@@ -1376,7 +1376,8 @@ async fn a_submitted_parents_mark_becomes_its_childs_submission_once_and_never_u
 #[tokio::test]
 async fn a_broadcast_claim_is_fenced_by_its_member_znode_and_the_sweep_records_who_missed_the_tick()
 {
-    use zkcron::ledger::broadcast::{LiveMember, Sweep, sweep};
+    use zkcron::ledger::broadcast::{Sweep, sweep};
+    use zkcron::lock::node::LiveMember;
     let (a, b, paths, _) = setup("ledger-broadcast").await;
     let (za, zb) = (door(&a), door(&b));
     let token = acquire(&a, &paths).await;

@@ -353,8 +353,6 @@ struct Io {
     lister: listing::Lister,
     /// The leases this node's runs hold of cluster-wide limits.
     leases: leases::Leases,
-    /// Ends the broadcast sweeps waiting for their time: the node stops.
-    sweeps_stop: CancellationToken,
 }
 
 impl Io {
@@ -390,7 +388,6 @@ impl Io {
             ),
             lister,
             leases: leases::Leases::new(Arc::clone(&settings.metrics)),
-            sweeps_stop: CancellationToken::new(),
             settings,
         }
     }
@@ -431,7 +428,6 @@ impl Io {
 
     /// The machine stopped: the runs' last writes go out, then the session's queues end.
     async fn stopped(&mut self) {
-        self.sweeps_stop.cancel();
         self.session.group = None;
         self.session.tasks.close();
         // Prunes and log reads still out; each is bounded by REQUEST_LIMIT.
@@ -584,7 +580,13 @@ impl Io {
                 let member = self.settings.group.member(&self.settings.me);
                 return self.records.claim_broadcast(s, id, record, member);
             }
-            sweep @ Action::SweepBroadcast { .. } => self.sweep_broadcast(sweep),
+            Action::ReadSweepMembers { job, tick } => {
+                let (group, departed) = (&self.settings.group, &self.settings.departed);
+                return self
+                    .records
+                    .read_sweep_members(s, group, departed, job, tick);
+            }
+            sweep @ Action::SweepBroadcast { .. } => return self.sweep_broadcast(sweep),
             Action::CloseOwnBroadcasts {
                 jobs,
                 before,
@@ -637,41 +639,36 @@ impl Io {
         delayed::scan(&self.session, paths, generation, wanted, range)
     }
 
-    /// [`Action::SweepBroadcast`]: the owner's sweep of a broadcast tick, once it is due.
-    fn sweep_broadcast(&self, action: Action) {
+    /// [`Action::SweepBroadcast`]: the owner's sweep of a broadcast tick.
+    fn sweep_broadcast(&self, action: Action) -> Option<Input> {
         let Action::SweepBroadcast {
             job,
             tick,
-            look_at,
+            members,
             requires,
             token,
             keep,
         } = action
         else {
-            return;
+            return None;
         };
-        let now = self.settings.clock.now();
+        let now_ms = self.settings.clock.now().timestamp_millis();
         let sweep = crate::ledger::broadcast::Sweep {
             job,
             tick_ms: tick.timestamp_millis(),
             requires,
             token,
-            now_ms: look_at.timestamp_millis(),
+            now_ms,
             keep,
             remember: crate::ledger::Remember {
-                now_unix_ms: look_at.timestamp_millis(),
+                now_unix_ms: now_ms,
                 // A broadcast's records are ticks': no submission id to remember.
                 window: Duration::ZERO,
             },
         };
-        let wait = (look_at - now).to_std().unwrap_or_default();
-        let around = broadcast::Sweeping {
-            stop: self.sweeps_stop.clone(),
-            metrics: Arc::clone(&self.settings.metrics),
-            departed: Arc::clone(&self.settings.departed),
-        };
+        let (s, group, metrics) = (&self.session, &self.settings.group, &self.settings.metrics);
         self.records
-            .sweep_broadcast(&self.session, &self.settings.group, sweep, wait, around);
+            .sweep_broadcast(s, group, metrics, sweep, members)
     }
 
     fn list(&self, job: JobName) -> Option<Input> {

@@ -30,6 +30,7 @@ mod starts;
 mod steering;
 mod stopping;
 mod submissions;
+mod sweeps;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -51,7 +52,7 @@ use housekeeping::Housekeeping;
 use jobs::{Jobs, mine};
 pub use protocol::{
     Action, ClaimId, ClaimRefused, FireReason, Input, JobRecords, MISSED_AFTER, Me, RecordWrite,
-    START_LEAD, Scanned, StartWrite, TickClaim, WITHDRAW_LIMIT, Wanted,
+    START_LEAD, Scanned, StartWrite, SweepFailed, TickClaim, WITHDRAW_LIMIT, Wanted,
 };
 use protocol::{Item, is_late};
 use starts::Starts;
@@ -225,7 +226,11 @@ impl FireMachine {
                 submission,
                 result,
             } => self.child_submitted(job, &mark, *submission, result, now, &mut out),
-            Input::MembershipRead(_) | Input::BroadcastClaimed { .. } => {} // answered above
+            // Answered above.
+            Input::MembershipRead(_)
+            | Input::BroadcastClaimed { .. }
+            | Input::SweepMembersRead { .. }
+            | Input::BroadcastSwept { .. } => {}
         }
         if may_free_room {
             self.claim_due_submissions(now, &mut out);

@@ -14,22 +14,12 @@ use super::{
 };
 use crate::ids::{FencingToken, JobName, NodeId};
 use crate::layout::{LedgerPaths, LockPaths};
-use crate::lock::node::OwnerInfo;
+use crate::lock::node::{LiveMember, OwnerInfo};
 use crate::run::{ClaimMode, RunRecord, RunStatus};
 use crate::zk::Fault;
 
 /// Why a broadcast tick is recorded `missed` for a node (and the metrics' `broadcast_node`).
 pub const MISSED_BY_A_MEMBER: &str = "a live member that did not claim the tick in time";
-
-/// A live member as a sweep sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LiveMember {
-    pub node_id: NodeId,
-    pub ip: String,
-    pub tags: BTreeSet<String>,
-    /// When its member znode was created (the servers' clock): it runs only later ticks.
-    pub since_unix_ms: i64,
-}
 
 /// When `me`'s member znode was made (ms since the epoch): from then on this node owes its
 /// runs of broadcast ticks. `None` when it is not there.

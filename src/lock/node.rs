@@ -4,11 +4,22 @@
 //! `<root>/<lock>/members/<node_id>` (docs/ARCHITECTURE.md "ZooKeeper layout"), and their parsing.
 //! Must not: do I/O. Data read from ZooKeeper is untrusted: parsing returns `Result`, never panics.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{JobName, NodeId, SessionId};
+
+/// A live member as a broadcast sweep sees it: its member node's data, and when the node was
+/// made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveMember {
+    pub node_id: NodeId,
+    pub ip: String,
+    pub tags: BTreeSet<String>,
+    /// When its member znode was created (the servers' clock): it runs only later ticks.
+    pub since_unix_ms: i64,
+}
 
 /// Who holds (or held) the lock, as written by the holder into the lock node and its member node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -3,17 +3,23 @@
 //!
 //! Owns: turning the machine's broadcast actions into reads of `members/` and the claims and
 //! sweeps of `ledger`, on the current session.
-//! Must not: decide whether a tick runs here or is swept (the machine does).
+//! Must not: decide whether a tick runs here, or when it is swept or swept again (the machine
+//! does).
 
-use chrono::DateTime;
+use std::sync::Arc;
 
+use chrono::{DateTime, Utc};
+
+use super::departed::Departed;
 use super::records::{Records, settled};
 use super::session::{Session, bounded};
-use crate::fire::machine::{ClaimId, ClaimRefused, Input};
-use crate::ids::NodeId;
+use crate::fire::machine::{ClaimId, ClaimRefused, Input, SweepFailed};
+use crate::ids::{JobName, NodeId};
 use crate::layout::LockPaths;
 use crate::ledger::broadcast::{Sweep, close_own, live_members, member_since, sweep};
 use crate::ledger::{ClaimError, ClaimPlan, OpenRuns};
+use crate::lock::node::LiveMember;
+use crate::metrics::Metrics;
 use crate::report::error_chain;
 use crate::run::{ClaimMode, RunRecord};
 
@@ -68,85 +74,91 @@ impl Records {
         None
     }
 
-    /// The owner's sweep of a broadcast tick: the members live now, looked at once `wait` has
-    /// passed (unless `stop` ends it first); logged, nothing answers.
-    pub fn sweep_broadcast(
+    /// Reads the members of a broadcast tick's instant, at its start: those live now, and
+    /// those gone since that were members then (an owner killed mid-run, swept by the next
+    /// owner). Answered as [`Input::SweepMembersRead`].
+    pub fn read_sweep_members(
         &self,
         s: &Session,
         group: &LockPaths,
-        sweep_of: Sweep,
-        wait: std::time::Duration,
-        around: Sweeping,
-    ) {
-        let Sweeping {
-            stop,
-            metrics,
-            departed,
-        } = around;
+        departed: &Arc<Departed>,
+        job: JobName,
+        tick: DateTime<Utc>,
+    ) -> Option<Input> {
         let Some(client) = s.client.clone() else {
-            tracing::warn!(job = %sweep_of.job, tick = sweep_of.tick_ms, "broadcast tick not swept: no session");
-            return;
+            let result = Err(Session::no_session());
+            return Some(Input::SweepMembersRead { job, tick, result });
         };
-        let (paths, group) = (self.paths.clone(), group.clone());
+        let (group, departed, answers) = (group.clone(), Arc::clone(departed), s.answers.clone());
         s.tasks.spawn(async move {
-            let job = sweep_of.job.clone();
-            let tick = sweep_of.tick_ms;
-            // Live at the tick: read at its start, not when the sweep looks; and those gone
-            // since (an owner killed mid-run, swept by the next owner) that were members then.
-            let members = match bounded(job.as_str(), live_members(&client, &group)).await {
+            let result = match bounded(job.as_str(), live_members(&client, &group)).await {
                 Some(Ok(mut members)) => {
-                    for gone in departed.alive_at(tick) {
+                    for gone in departed.alive_at(tick.timestamp_millis()) {
                         if !members.iter().any(|m| m.node_id == gone.node_id) {
                             members.push(gone);
                         }
                     }
-                    members
+                    Ok(members)
                 }
-                Some(Err(err)) => {
-                    tracing::warn!(job = %job, tick, error = %error_chain(&err), "broadcast tick not swept: members not read");
-                    return;
-                }
-                None => return,
+                Some(Err(err)) => Err(error_chain(&err)),
+                None => Err("zookeeper did not answer in time".to_owned()),
             };
-            tokio::select! {
-                () = tokio::time::sleep(wait) => {}
-                () = stop.cancelled() => return,
-            }
-            // A sweep done twice writes nothing twice: one that failed is tried again while
-            // this owner holds on, so the members' missed ticks are not left to the next owner.
-            let mut attempts = 1;
-            let swept = loop {
-                let swept =
-                    bounded(job.as_str(), sweep(&client, &paths, &group, &members, &sweep_of)).await;
-                let again = match &swept {
-                    Some(Err(ClaimError::NotOwner { .. })) | Some(Ok(_)) => false,
-                    Some(Err(_)) | None => attempts < SWEEP_ATTEMPTS,
-                };
-                if !again {
-                    break swept;
-                }
-                attempts += 1;
-                tokio::select! {
-                    () = tokio::time::sleep(SWEEP_RETRY) => {}
-                    () = stop.cancelled() => return,
-                }
-            };
-            match swept {
-                Some(Ok(swept)) if !swept.missed.is_empty() || !swept.interrupted.is_empty() => {
+            let _ = answers.send(Input::SweepMembersRead { job, tick, result });
+        });
+        None
+    }
+
+    /// The owner's sweep of a broadcast tick (answered as [`Input::BroadcastSwept`]); what it
+    /// recorded is logged and counted here.
+    pub fn sweep_broadcast(
+        &self,
+        s: &Session,
+        group: &LockPaths,
+        metrics: &Arc<Metrics>,
+        sweep_of: Sweep,
+        members: Vec<LiveMember>,
+    ) -> Option<Input> {
+        let (job, tick) = (sweep_of.job.clone(), sweep_of.tick_ms);
+        let at = DateTime::from_timestamp_millis(tick).unwrap_or_default();
+        let Some(client) = s.client.clone() else {
+            let result = Err(SweepFailed::Failed(Session::no_session()));
+            return Some(Input::BroadcastSwept {
+                job,
+                tick: at,
+                result,
+            });
+        };
+        let (paths, group) = (self.paths.clone(), group.clone());
+        let (metrics, answers) = (Arc::clone(metrics), s.answers.clone());
+        s.tasks.spawn(async move {
+            let swept =
+                bounded(job.as_str(), sweep(&client, &paths, &group, &members, &sweep_of)).await;
+            let result = match swept {
+                Some(Ok(swept)) => {
                     for record in &swept.missed {
                         metrics.recorded(record);
                     }
-                    let missed: Vec<String> =
-                        swept.missed.iter().map(|r| r.node_id.to_string()).collect();
-                    let interrupted: Vec<String> =
-                        swept.interrupted.iter().map(ToString::to_string).collect();
-                    tracing::warn!(job = %job, tick, ?missed, ?interrupted, "broadcast tick missed by live members, or its runs on members gone: recorded");
+                    if swept.missed.is_empty() && swept.interrupted.is_empty() {
+                        tracing::debug!(job = %job, tick, "broadcast tick swept: every member recorded");
+                    } else {
+                        let missed: Vec<String> =
+                            swept.missed.iter().map(|r| r.node_id.to_string()).collect();
+                        let interrupted: Vec<String> =
+                            swept.interrupted.iter().map(ToString::to_string).collect();
+                        tracing::warn!(job = %job, tick, ?missed, ?interrupted, "broadcast tick missed by live members, or its runs on members gone: recorded");
+                    }
+                    Ok(())
                 }
-                Some(Ok(_)) => tracing::debug!(job = %job, tick, "broadcast tick swept: every member recorded"),
-                Some(Err(err)) => tracing::warn!(job = %job, tick, error = %error_chain(&err), "broadcast tick not swept"),
-                None => {}
-            }
+                Some(Err(ClaimError::NotOwner { .. })) => {
+                    tracing::info!(job = %job, tick, "broadcast tick not swept: the lock moved; the next owner sweeps it");
+                    Err(SweepFailed::LockMoved)
+                }
+                Some(Err(err)) => Err(SweepFailed::Failed(error_chain(&err))),
+                None => Err(SweepFailed::Failed("zookeeper did not answer in time".to_owned())),
+            };
+            let _ = answers.send(Input::BroadcastSwept { job, tick: at, result });
         });
+        None
     }
 
     /// Marks what a previous process or session of this node left open (see
@@ -177,15 +189,3 @@ impl Records {
         });
     }
 }
-
-/// What a sweep works with beside its tick: the stop, the metrics, and the members gone.
-pub(super) struct Sweeping {
-    pub stop: tokio_util::sync::CancellationToken,
-    pub metrics: std::sync::Arc<crate::metrics::Metrics>,
-    pub departed: std::sync::Arc<super::Departed>,
-}
-
-/// A broadcast tick's sweep is tried this many times at most.
-const SWEEP_ATTEMPTS: u32 = 3;
-/// Between two tries of a sweep.
-const SWEEP_RETRY: std::time::Duration = std::time::Duration::from_secs(2);

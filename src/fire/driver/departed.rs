@@ -13,8 +13,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
 use crate::ids::NodeId;
-use crate::ledger::broadcast::LiveMember;
-use crate::lock::node::OwnerInfo;
+use crate::lock::node::{LiveMember, OwnerInfo};
 
 /// How long a departure is kept: well past the ticks a new owner sweeps back (a minute).
 const KEEP_FOR_MS: i64 = 10 * 60 * 1000;

@@ -5,36 +5,26 @@
 //! Owns: the broadcast jobs' ticks on this node, whatever the lock says (a member fires them,
 //! not the owner); the member znode's creation time, before which no tick is this node's (a
 //! node that joins runs no backlog); the claims of `runs/<job>/<tick>~<node>`, the runs they
-//! start and their final records; and, while this node owns the group's lock, when each tick's
-//! sweep for members that did not claim it is due.
+//! start and their final records; and, through `sweeps`, the owner's sweep of each tick for
+//! the members that did not claim it.
 //! Must not: touch the owner's claim path (`starts`), its queue or `max_running`: a broadcast
 //! run is the node's own, fenced by its membership, not by the epoch.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
 use super::protocol::{Action, ClaimId, ClaimRefused, Me, RecordWrite, StartWrite, is_late};
 use super::runs::finish_record;
+use super::sweeps::{self, Sweeps};
 use crate::config::{Concurrency, JobConfig};
 use crate::fire::queue::FireQueue;
 use crate::ids::{FencingToken, JobName};
 use crate::lock::LockStatus;
+use crate::lock::node::LiveMember;
 use crate::run::{Claim, RunContext, RunRecord, RunReport, RunStatus};
 
-/// How long after a tick's start the owner looks for members that did not claim it (those it
-/// read as live at the start): well past the late-tick rule (`MISSED_AFTER`), after which a
-/// member no longer claims the tick.
-pub const SWEEP_AFTER: Duration = Duration::from_secs(5);
-/// How far back a new owner sweeps: the ticks its predecessor may not have swept, in the
-/// takeover's time (a session timeout and the takeover delay)…
-const SWEEP_BACK: chrono::Duration = chrono::Duration::minutes(1);
-/// …and at most this many of a job's ticks.
-pub(super) const SWEEP_BACK_TICKS: usize = 10;
-/// At most this many ticks of one job are swept at one wake (a long stall does not flood).
-const SWEEP_BURST: usize = 100;
 /// A membership reading or a final record that failed is tried again after this long.
 const AGAIN_AFTER: chrono::Duration = chrono::Duration::seconds(1);
 
@@ -71,10 +61,8 @@ pub(super) struct Broadcasts {
     claims: HashMap<ClaimId, (Arc<JobConfig>, DateTime<Utc>)>,
     next_claim: u64,
     runs: HashMap<String, Run>,
-    /// While this node owns the group's lock: each job's next tick to sweep.
-    sweeps: HashMap<JobName, DateTime<Utc>>,
-    /// This node owns the group's lock: it sweeps.
-    sweeping: bool,
+    /// The owner's sweeps of the jobs' ticks.
+    pub sweeps: Sweeps,
     /// The membership whose predecessors' open runs were closed.
     closed_before: Option<DateTime<Utc>>,
 }
@@ -100,8 +88,7 @@ impl Broadcasts {
             claims: HashMap::new(),
             next_claim: 0,
             runs: HashMap::new(),
-            sweeps: HashMap::new(),
-            sweeping: false,
+            sweeps: Sweeps::default(),
             closed_before: None,
         };
         this.reloaded(jobs, now);
@@ -147,18 +134,7 @@ impl Broadcasts {
             .cloned()
             .collect();
         self.queue = self.queue.rebuilt(&mine, now);
-        let jobs = &self.jobs;
-        self.sweeps.retain(|job, _| jobs.contains_key(job));
-        if self.sweeping {
-            // A job new to the schedule had no ticks before: its sweeps start with its next.
-            for (name, job) in &self.jobs {
-                if let (false, Some(next)) =
-                    (self.sweeps.contains_key(name), job.next_tick_after(now))
-                {
-                    self.sweeps.insert(name.clone(), next);
-                }
-            }
-        }
+        self.sweeps.reloaded(&self.jobs, now);
     }
 
     /// Reads the membership if a broadcast job runs here and it is not known (a reload added
@@ -200,13 +176,8 @@ impl Broadcasts {
         if a.lock.connected && !before.connected {
             self.read_membership(out);
         }
-        if a.lock.may_fire && !before.may_fire {
-            self.sweeping = true;
-            self.start_sweeps(a.now);
-        } else if !a.lock.may_fire {
-            self.sweeping = false;
-            self.sweeps.clear();
-        }
+        self.sweeps
+            .lock_changed(a.lock.may_fire, &lend_sweeps(&self.jobs, a));
         self.rewrite_due(a, out);
     }
 
@@ -258,26 +229,6 @@ impl Broadcasts {
         };
     }
 
-    /// Every job's sweep starts at its ticks of the last [`SWEEP_BACK`], the last
-    /// [`SWEEP_BACK_TICKS`] of them at most: the previous owner's last sweeps may not have
-    /// happened, and a sweep done twice creates nothing twice.
-    fn start_sweeps(&mut self, now: DateTime<Utc>) {
-        for (name, job) in &self.jobs {
-            let mut back = std::collections::VecDeque::with_capacity(SWEEP_BACK_TICKS);
-            let mut tick = job.next_tick_after(now - SWEEP_BACK);
-            while let Some(at) = tick.filter(|at| *at <= now) {
-                if back.len() == SWEEP_BACK_TICKS {
-                    back.pop_front();
-                }
-                back.push_back(at);
-                tick = job.next_tick_after(at);
-            }
-            if let Some(first) = back.front().copied().or(tick) {
-                self.sweeps.entry(name.clone()).or_insert(first);
-            }
-        }
-    }
-
     /// When the next thing is due.
     pub fn next_deadline(&self, claim_ahead: chrono::Duration) -> Option<DateTime<Utc>> {
         let tick = self.queue.next_start().map(|start| start - claim_ahead);
@@ -285,10 +236,7 @@ impl Broadcasts {
             Membership::ReadAgainAt(at) => Some(at),
             _ => None,
         };
-        let sweep = self.sweeps.iter().filter_map(|(name, tick)| {
-            let job = self.jobs.get(name)?;
-            Some(job.start_of(*tick))
-        });
+        let sweep = self.sweeps.next_deadline(&self.jobs);
         let rewrite = self
             .runs
             .values()
@@ -318,9 +266,7 @@ impl Broadcasts {
                 self.due(&job, tick, a, out);
             }
         }
-        if a.lock.may_fire && !a.stopping {
-            self.sweeps_due(a, out);
-        }
+        self.sweeps.tick(&lend_sweeps(&self.jobs, a), out);
         self.rewrite_due(a, out);
     }
 
@@ -520,41 +466,27 @@ impl Broadcasts {
         });
     }
 
-    fn sweeps_due(&mut self, a: &Lent<'_>, out: &mut Vec<Action>) {
-        let Some(token) = a.lock.token else {
-            return;
-        };
-        for (name, next) in &mut self.sweeps {
-            let Some(job) = self.jobs.get(name) else {
-                continue;
-            };
-            let Some(broadcast) = job.broadcast.as_ref() else {
-                continue;
-            };
-            for _ in 0..SWEEP_BURST {
-                if job.start_of(*next) > a.now {
-                    break;
-                }
-                if !a.steering.paused(name) {
-                    out.push(Action::SweepBroadcast {
-                        job: name.clone(),
-                        tick: *next,
-                        look_at: sweep_at(job, *next),
-                        requires: broadcast.requires.clone(),
-                        token,
-                        keep: job.history,
-                    });
-                }
-                match job.next_tick_after(*next) {
-                    Some(after) => *next = after,
-                    None => break,
-                }
-            }
-        }
+    /// Answer to [`Action::ReadSweepMembers`].
+    pub fn sweep_members_read(
+        &mut self,
+        job: &JobName,
+        tick: DateTime<Utc>,
+        result: Result<Vec<LiveMember>, String>,
+    ) {
+        self.sweeps.members_read(&self.jobs, job, tick, result);
     }
 }
 
-/// When `tick`'s sweep is due.
-fn sweep_at(job: &JobConfig, tick: DateTime<Utc>) -> DateTime<Utc> {
-    job.start_of(tick) + chrono::Duration::from_std(SWEEP_AFTER).unwrap_or_default()
+/// What the sweeps are lent of the broadcast part and the machine.
+fn lend_sweeps<'a>(
+    jobs: &'a HashMap<JobName, Arc<JobConfig>>,
+    a: &'a Lent<'a>,
+) -> sweeps::Lent<'a> {
+    sweeps::Lent {
+        jobs,
+        token: a.lock.token.filter(|_| a.lock.may_fire),
+        stopping: a.stopping,
+        steering: a.steering,
+        now: a.now,
+    }
 }

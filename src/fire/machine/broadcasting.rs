@@ -64,6 +64,14 @@ impl FireMachine {
                 broadcasts.membership_read(result, now, out);
                 None
             }
+            Input::SweepMembersRead { job, tick, result } => {
+                broadcasts.sweep_members_read(&job, tick, result);
+                None
+            }
+            Input::BroadcastSwept { job, tick, result } => {
+                broadcasts.sweeps.swept(&job, tick, result, now);
+                None
+            }
             input => Some(input),
         };
         if unanswered.is_none() {

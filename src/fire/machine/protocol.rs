@@ -16,6 +16,7 @@ use crate::delayed::submission::{DueBucket, Submission, SubmissionId};
 use crate::ids::{FencingToken, JobName, NodeId};
 use crate::layout::MarkName;
 use crate::lock::LockStatus;
+use crate::lock::node::LiveMember;
 use crate::run::{
     Claim, ClaimMode, JobSpec, ParentRun, RunContext, RunRecord, RunReport, SubmissionInput,
 };
@@ -114,6 +115,15 @@ pub struct TickClaim {
     pub mode: ClaimMode,
     /// Also create the `running/<job>` guard (concurrency = forbid).
     pub guarded: bool,
+}
+
+/// Why a broadcast tick's sweep did not finish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SweepFailed {
+    /// The epoch moved past this owner's token: the tick is the next owner's to sweep.
+    LockMoved,
+    /// Anything else (the driver logged it): worth another attempt.
+    Failed(String),
 }
 
 /// Why a claim did not succeed, as far as the machine's decisions go (the driver logs details).
@@ -239,6 +249,19 @@ pub enum Input {
     BroadcastClaimed {
         id: ClaimId,
         result: Result<Box<Claim>, ClaimRefused>,
+    },
+    /// Answer to [`Action::ReadSweepMembers`]: the members of `tick`'s instant, or why they
+    /// could not be read.
+    SweepMembersRead {
+        job: JobName,
+        tick: DateTime<Utc>,
+        result: Result<Vec<LiveMember>, String>,
+    },
+    /// Answer to [`Action::SweepBroadcast`].
+    BroadcastSwept {
+        job: JobName,
+        tick: DateTime<Utc>,
+        result: Result<(), SweepFailed>,
     },
     /// Answer to [`Action::ListMarks`]: the marks left for `job`, or why they could not be read.
     MarksListed {
@@ -386,16 +409,17 @@ pub enum Action {
     /// Create this node's record of a broadcast job's tick (`runs/<job>/<tick>~<node>`) under a
     /// check that its member znode exists. Answered by [`Input::BroadcastClaimed`].
     ClaimBroadcast { id: ClaimId, record: RunRecord },
-    /// The owner's sweep of a broadcast job's `tick`, sent at its start: the members live now
-    /// are read, and at `look_at` a `missed` record is made, under `check(epoch, token)`, for
-    /// each of them that carries `requires`, joined before the tick and has no record of it;
-    /// then the job's records beyond `keep` per member are pruned. Nothing answers: a sweep
-    /// that failed is not tried again by this owner (the driver logs it); a next owner's look
-    /// back sweeps it again.
+    /// Read the members of a broadcast job's `tick` at its start: those live now, and those
+    /// gone since that were members at its instant. Answered by [`Input::SweepMembersRead`].
+    ReadSweepMembers { job: JobName, tick: DateTime<Utc> },
+    /// The owner's sweep of a broadcast job's `tick`: a `missed` record, under `check(epoch,
+    /// token)`, for each of `members` that carries `requires`, joined before the tick and has
+    /// no record of it; the open runs of those gone since marked `interrupted`; then the job's
+    /// records beyond `keep` per member pruned. Answered by [`Input::BroadcastSwept`].
     SweepBroadcast {
         job: JobName,
         tick: DateTime<Utc>,
-        look_at: DateTime<Utc>,
+        members: Vec<LiveMember>,
         requires: std::collections::BTreeSet<String>,
         token: FencingToken,
         keep: usize,

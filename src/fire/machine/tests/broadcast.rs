@@ -3,6 +3,7 @@
 //! for the members that did not claim it; a broadcast never goes through the owner's claim path.
 
 use super::*;
+use crate::lock::node::LiveMember;
 
 fn broadcast(extra: &str) -> String {
     job(
@@ -44,14 +45,54 @@ fn broadcast_claims(actions: &[Action]) -> Vec<(ClaimId, RunRecord)> {
         .collect()
 }
 
+/// The ticks whose sweep began: their members are read.
 fn sweeps(actions: &[Action]) -> Vec<i64> {
     actions
         .iter()
         .filter_map(|a| match a {
-            Action::SweepBroadcast { tick, .. } => Some(ms(*tick)),
+            Action::ReadSweepMembers { tick, .. } => Some(ms(*tick)),
             _ => None,
         })
         .collect()
+}
+
+/// The ticks swept, with the members each was swept with.
+fn swept(actions: &[Action]) -> Vec<(i64, Vec<LiveMember>)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::SweepBroadcast { tick, members, .. } => Some((ms(*tick), members.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A member of a tick's instant, as the driver reads it.
+fn live(node: &str) -> LiveMember {
+    LiveMember {
+        node_id: NodeId::new(node),
+        ip: "10.0.0.2".into(),
+        tags: std::collections::BTreeSet::new(),
+        since_unix_ms: -60_000,
+    }
+}
+
+/// The driver's answer to a sweep's member reading.
+fn members_read(tick_ms: i64, members: Vec<LiveMember>) -> Input {
+    Input::SweepMembersRead {
+        job: JobName::new("everywhere"),
+        tick: t(tick_ms),
+        result: Ok(members),
+    }
+}
+
+/// The driver's answer to a sweep.
+fn swept_answer(tick_ms: i64, result: Result<(), SweepFailed>) -> Input {
+    Input::BroadcastSwept {
+        job: JobName::new("everywhere"),
+        tick: t(tick_ms),
+        result,
+    }
 }
 
 /// The ledger's answer to a broadcast claim that succeeded.
@@ -150,7 +191,7 @@ fn the_owner_sweeps_each_tick_after_its_grace_and_a_follower_never() {
     assert!(sweeps(&timer_actions(&mut follower, 10_000)).is_empty());
     let mut m = owning(&broadcast(""));
     let before = sweeps(&timer_actions(&mut m, 999));
-    let back = i64::try_from(crate::fire::machine::broadcast::SWEEP_BACK_TICKS).expect("small");
+    let back = i64::try_from(crate::fire::machine::sweeps::SWEEP_BACK_TICKS).expect("small");
     let expected: Vec<i64> = (1 - back..=0).map(|tick| tick * 1_000).collect();
     assert_eq!(
         before, expected,
@@ -160,15 +201,75 @@ fn the_owner_sweeps_each_tick_after_its_grace_and_a_follower_never() {
     assert_eq!(
         sweeps(&actions),
         vec![1_000],
-        "at its start, with the members live then"
-    );
-    assert!(
-        actions
-            .iter()
-            .any(|a| matches!(a, Action::SweepBroadcast { look_at, .. } if *look_at == t(6_000))),
-        "looked at SWEEP_AFTER past its start: {actions:?}"
+        "at its start, its members are read"
     );
     assert!(sweeps(&timer_actions(&mut m, 1_999)).is_empty());
+    m.handle(members_read(1_000, vec![live("b")]), t(1_999));
+    assert!(
+        swept(&timer_actions(&mut m, 5_999)).is_empty(),
+        "not swept before SWEEP_AFTER past its start"
+    );
+    assert_eq!(
+        swept(&timer_actions(&mut m, 6_000)),
+        vec![(1_000, vec![live("b")])],
+        "looked at SWEEP_AFTER past its start, with the members of its instant"
+    );
+}
+
+#[test]
+fn a_failed_sweep_is_sent_again_three_times_at_most_and_not_once_the_lock_moved() {
+    let mut m = owning(&broadcast(""));
+    timer_actions(&mut m, 2_000);
+    for tick in [1_000, 2_000] {
+        m.handle(members_read(tick, vec![live("b")]), t(2_000));
+    }
+    let failed = || Err(SweepFailed::Failed("no answer".into()));
+    assert_eq!(swept(&timer_actions(&mut m, 6_000)).len(), 1);
+    m.handle(swept_answer(1_000, failed()), t(6_000));
+    assert_eq!(
+        swept(&timer_actions(&mut m, 7_999)),
+        vec![(2_000, vec![live("b")])]
+    );
+    m.handle(swept_answer(2_000, Err(SweepFailed::LockMoved)), t(7_000));
+    let again = swept(&timer_actions(&mut m, 8_000));
+    assert_eq!(
+        again,
+        vec![(1_000, vec![live("b")])],
+        "again 2 s after a failure"
+    );
+    m.handle(swept_answer(1_000, failed()), t(8_000));
+    assert_eq!(
+        swept(&timer_actions(&mut m, 10_000)).len(),
+        1,
+        "the third attempt"
+    );
+    m.handle(swept_answer(1_000, failed()), t(10_000));
+    let later: Vec<i64> = swept(&timer_actions(&mut m, 20_000))
+        .into_iter()
+        .map(|(tick, _)| tick)
+        .filter(|tick| *tick <= 2_000)
+        .collect();
+    assert!(
+        later.is_empty(),
+        "no fourth attempt, and none after the lock moved: {later:?}"
+    );
+}
+
+#[test]
+fn a_tick_whose_members_were_not_read_is_not_swept_by_this_owner() {
+    let mut m = owning(&broadcast(""));
+    timer_actions(&mut m, 1_000);
+    let unread = Input::SweepMembersRead {
+        job: JobName::new("everywhere"),
+        tick: t(1_000),
+        result: Err("no answer".into()),
+    };
+    m.handle(unread, t(1_000));
+    let ticks: Vec<i64> = swept(&timer_actions(&mut m, 20_000))
+        .into_iter()
+        .map(|(tick, _)| tick)
+        .collect();
+    assert!(!ticks.contains(&1_000), "{ticks:?}");
 }
 
 #[test]

@@ -3,13 +3,16 @@
 //! 36), checked after every step: a tick is claimed once per node, only on time and only after
 //! the node joined, while connected; a run starts only from a granted claim, once; every run's
 //! final record is written, again only after a failure; the owner sweeps only while it owns,
-//! never a tick before its start; the stop waits for every broadcast run and its record.
+//! reading a tick's members at its start and sweeping with those members no sooner than
+//! `SWEEP_AFTER` later, again only after a failure, three times at most; the stop waits for
+//! every broadcast run and its record.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
 
 use super::*;
+use crate::lock::node::LiveMember;
 
 #[derive(Debug, Clone)]
 enum Step {
@@ -23,6 +26,8 @@ enum Step {
     End(u8, u8),
     Write(u8, u8),
     Pause(bool),
+    /// Answer a sweep's member reading or a sweep: which one, and how.
+    Sweep(u8, u8),
     Shutdown,
 }
 
@@ -36,6 +41,7 @@ fn step() -> impl Strategy<Value = Step> {
         3 => (any::<u8>(), any::<u8>()).prop_map(|(i, k)| Step::End(i, k)),
         4 => (any::<u8>(), any::<u8>()).prop_map(|(i, k)| Step::Write(i, k)),
         1 => any::<bool>().prop_map(Step::Pause),
+        3 => (any::<u8>(), any::<u8>()).prop_map(|(i, k)| Step::Sweep(i, k)),
         1 => Just(Step::Shutdown),
     ]
 }
@@ -74,6 +80,13 @@ struct World {
     handed_over: bool,
     shutdown: bool,
     stopped: bool,
+    /// Sweeps' member readings out: (job, tick).
+    sweep_reads: Vec<(JobName, DateTime<Utc>)>,
+    /// Sweeps out: (job, tick).
+    sweeps_out: Vec<(JobName, DateTime<Utc>)>,
+    /// The members each sweep under way was answered, and how often it was sent in this hold
+    /// of the lock.
+    sweep_members: BTreeMap<(JobName, DateTime<Utc>), (Vec<LiveMember>, u32)>,
 }
 
 impl World {
@@ -142,10 +155,49 @@ impl World {
                 self.ended.remove(&run_id);
                 self.writes.push(claim);
             }
-            Action::SweepBroadcast { tick, look_at, .. } => {
+            Action::ReadSweepMembers { job, tick } => {
                 prop_assert!(self.status.may_fire, "only the owner sweeps");
-                prop_assert!(tick <= t(self.now), "a tick is swept from its start on");
-                prop_assert!(look_at > tick);
+                prop_assert!(!self.shutdown, "no sweep begins once stopping");
+                prop_assert!(
+                    tick <= t(self.now),
+                    "a tick's members are read from its start on"
+                );
+                let key = (job, tick);
+                prop_assert!(
+                    !self.sweep_reads.contains(&key) && !self.sweeps_out.contains(&key),
+                    "one sweep of a tick at a time: {key:?}"
+                );
+                self.sweep_members.remove(&key);
+                self.sweep_reads.push(key);
+            }
+            Action::SweepBroadcast {
+                job,
+                tick,
+                members,
+                token,
+                ..
+            } => {
+                prop_assert!(self.status.may_fire, "only the owner sweeps");
+                prop_assert_eq!(Some(token), self.status.token, "under the owner's token");
+                let after =
+                    chrono::Duration::from_std(super::super::sweeps::SWEEP_AFTER).expect("small");
+                prop_assert!(
+                    tick + after <= t(self.now),
+                    "looked at SWEEP_AFTER past its start"
+                );
+                let key = (job, tick);
+                prop_assert!(
+                    !self.sweeps_out.contains(&key),
+                    "one sweep out per tick: {key:?}"
+                );
+                let Some((read, sent)) = self.sweep_members.get_mut(&key) else {
+                    prop_assert!(false, "a sweep only with its members read: {key:?}");
+                    return Ok(());
+                };
+                prop_assert_eq!(&members, read, "with the members of its instant");
+                *sent += 1;
+                prop_assert!(*sent <= 3, "three attempts at most: {key:?}");
+                self.sweeps_out.push(key);
             }
             Action::CloseOwnBroadcasts { before, alive, .. } => {
                 prop_assert_eq!(
@@ -192,8 +244,54 @@ impl World {
             self.since = None;
             self.reading = false;
         }
+        if !status.may_fire {
+            // A sweep under way is the next owner's; its answers are not given.
+            self.sweep_members.clear();
+            self.sweep_reads.clear();
+            self.sweeps_out.clear();
+        }
         self.status = status;
         self.feed(m, Input::LockChanged(status))
+    }
+}
+
+impl World {
+    /// Answers a sweep's member reading (with members, or failed) or a sweep (done, failed,
+    /// or the lock moved).
+    fn answer_sweep(&mut self, m: &mut FireMachine, i: u8, kind: u8) -> Result<(), TestCaseError> {
+        if kind % 2 == 0 {
+            let Some((at, (job, tick))) = pick(&self.sweep_reads, i) else {
+                return Ok(());
+            };
+            self.sweep_reads.remove(at);
+            let members = vec![LiveMember {
+                node_id: NodeId::new(format!("m{i}")),
+                ip: "10.0.0.9".into(),
+                tags: BTreeSet::new(),
+                since_unix_ms: 0,
+            }];
+            let result = if kind % 4 == 0 {
+                self.sweep_members
+                    .insert((job.clone(), tick), (members.clone(), 0));
+                Ok(members)
+            } else {
+                Err("no answer".to_owned())
+            };
+            return self.feed(m, Input::SweepMembersRead { job, tick, result });
+        }
+        let Some((at, (job, tick))) = pick(&self.sweeps_out, i) else {
+            return Ok(());
+        };
+        self.sweeps_out.remove(at);
+        let result = match kind % 3 {
+            0 => Ok(()),
+            1 => Err(SweepFailed::Failed("no answer".into())),
+            _ => Err(SweepFailed::LockMoved),
+        };
+        if result.is_ok() || result == Err(SweepFailed::LockMoved) {
+            self.sweep_members.remove(&(job.clone(), tick));
+        }
+        self.feed(m, Input::BroadcastSwept { job, tick, result })
     }
 }
 
@@ -288,6 +386,7 @@ fn run_steps(steps: &[Step]) -> Result<(), TestCaseError> {
                 }
                 w.feed(&mut m, Input::PausesRead(pauses))?;
             }
+            Step::Sweep(i, kind) => w.answer_sweep(&mut m, i, kind)?,
             Step::Shutdown => {
                 w.shutdown = true;
                 w.feed(&mut m, Input::Shutdown)?;

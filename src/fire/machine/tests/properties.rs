@@ -306,6 +306,7 @@ impl World {
             Action::ReadMembership
             | Action::ClaimBroadcast { .. }
             | Action::SweepBroadcast { .. }
+            | Action::ReadSweepMembers { .. }
             | Action::CloseOwnBroadcasts { .. } => {
                 prop_assert!(
                     false,

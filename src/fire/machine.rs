@@ -181,7 +181,8 @@ impl FireMachine {
                 })
             }
             Input::Withdrawn { id } => {
-                self.starts.claims.remove(&id);
+                // Through the claim path: a claim held behind the withdrawn one is let go too.
+                self.claim_path(now, &mut out, |s, _| s.claims.remove(&id));
                 self.maybe_hand_over(now, &mut out);
             }
             Input::GuardReleased { run_id, settled } => self.claim_path(now, &mut out, |s, ctx| {

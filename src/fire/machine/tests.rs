@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::housekeeping::RELIST_AFTER;
 use super::*;
-use crate::delayed::submission::{DueBucket, SubmissionId};
+use crate::delayed::submission::{DueBucket, Submission, SubmissionId};
 use crate::ids::{FencingToken, NodeId, SessionId};
 use crate::run::{Claim, ClaimMode, RunContext, RunOutcome, RunRecord, RunReport, RunStatus};
 
@@ -207,6 +207,25 @@ fn scanned(
         present: Vec::new(),
     });
     Input::DelayedScanned { generation, result }
+}
+
+/// A scan's answer: the `pending` submissions in the buckets after `after` through `through`.
+fn scan_of(
+    pending: impl Iterator<Item = (SubmissionId, Submission)>,
+    after: Option<DueBucket>,
+    through: DueBucket,
+) -> Scanned {
+    let found = pending
+        .filter(|(_, submission)| {
+            let bucket = DueBucket::of(submission.due_unix_ms);
+            after.is_none_or(|after| bucket > after) && bucket <= through
+        })
+        .collect();
+    Scanned {
+        found,
+        through,
+        present: Vec::new(),
+    }
 }
 
 fn granted(claim: &TickClaim) -> Claim {

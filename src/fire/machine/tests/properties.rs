@@ -4,13 +4,15 @@
 //! those of chains (issue 36): a parent's mark only with its last attempt's final record, a
 //! child run only for an instant whose parent's run succeeded, once; and those of the one road
 //! (issue 50): whichever producer made a run due — its tick, catch-up, a retry, a chain mark, a
-//! backfill — it starts at most once, and every run started ends in one final record.
+//! backfill, a submission — it starts at most once, and every run started ends in one final
+//! record.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
 
 use super::*;
+use crate::delayed::submission::{DueBucket, Submission, SubmissionId};
 
 #[derive(Debug, Clone)]
 enum Step {
@@ -26,6 +28,11 @@ enum Step {
     Answer(u8, u8),
     /// An operator asks to backfill job a or c (by the kind's parity) over its last few ticks.
     Backfill(u8),
+    /// A client submits a run of e, due a little after now (by the kind).
+    Submit(u8),
+    /// Answer an outstanding scan of the due buckets, submission read or the due watch's
+    /// report: which one, and how.
+    Delayed(u8, u8),
     Shutdown,
 }
 
@@ -38,6 +45,8 @@ fn step() -> impl Strategy<Value = Step> {
         3 => (any::<u8>(), any::<u8>()).prop_map(|(i, k)| Step::End(i, k)),
         4 => (any::<u8>(), any::<u8>()).prop_map(|(i, k)| Step::Answer(i, k)),
         1 => any::<u8>().prop_map(Step::Backfill),
+        2 => any::<u8>().prop_map(Step::Submit),
+        3 => (any::<u8>(), any::<u8>()).prop_map(|(i, k)| Step::Delayed(i, k)),
         1 => Just(Step::Shutdown),
     ]
 }
@@ -58,6 +67,8 @@ fn sim_jobs() -> String {
         // After b, whose runs are retried once: its mark comes with the last attempt.
         "[[job]]\nname = \"d\"\nshell = \"true\"\nafter = [\"b\"]\nstarting_deadline = \"5s\"\n"
             .to_owned(),
+        // Submitted only.
+        "[[job]]\nname = \"e\"\nshell = \"cat\"\nstarting_deadline = \"5s\"\n".to_owned(),
     ]
     .join("")
 }
@@ -124,6 +135,18 @@ struct World {
     /// Every tick a backfill asked for: (job, tick ms).
     backfill_ticks: BTreeSet<(JobName, i64)>,
     backfill_starts: u32,
+    backfills_asked: u32,
+    /// The pending markers of e's submissions, with what each holds.
+    pending: BTreeMap<SubmissionId, Submission>,
+    /// Every submission made, by id.
+    submissions: BTreeMap<SubmissionId, Submission>,
+    /// The due watch was set.
+    watching: bool,
+    /// Scans, reads and the watch's reports, not answered yet.
+    scans: Vec<(u64, Option<DueBucket>, DueBucket)>,
+    reads: Vec<SubmissionId>,
+    reported: Vec<SubmissionId>,
+    submission_starts: u32,
 }
 
 impl World {
@@ -224,6 +247,20 @@ impl World {
                         claim
                     );
                     prop_assert_eq!(context.parent_runs.len(), 1);
+                } else if let Some(input) = &context.submission {
+                    let id = claim
+                        .record
+                        .submission_id
+                        .clone()
+                        .expect("a submission's run");
+                    let submitted = self.submissions.get(&id);
+                    prop_assert!(submitted.is_some(), "a run only of a submission made: {id}");
+                    prop_assert_eq!(
+                        &**input.payload,
+                        submitted.map(|s| s.payload.as_slice()).unwrap_or_default(),
+                        "with its payload"
+                    );
+                    self.submission_starts += 1;
                 } else if context.backfill {
                     prop_assert!(
                         self.backfill_ticks.contains(&(job.clone(), tick)),
@@ -284,7 +321,16 @@ impl World {
                         "b's end leaves d's mark: {claim:?}"
                     );
                 }
-                if claim.record.status != RunStatus::Missed {
+                let run = (claim.record.run_id.clone(), claim.record.attempt);
+                if claim.record.status == RunStatus::Claimed {
+                    // A submission claimed at its instant that the lock's loss kept from
+                    // starting: its record goes back to `claimed` for the next owner.
+                    prop_assert!(
+                        claim.record.submission_id.is_some() && !self.started_runs.contains(&run),
+                        "a record written back to claimed only for a submission never sent: \
+                         {claim:?}"
+                    );
+                } else if claim.record.status != RunStatus::Missed {
                     prop_assert!(claim.record.status.is_final(), "{claim:?}");
                     *self
                         .finals
@@ -326,6 +372,13 @@ impl World {
                 prop_assert!(false, "no job here pauses itself: {job}");
             }
             Action::ListRecords(job) => self.lists.push(job),
+            Action::ScanDelayed {
+                generation,
+                after,
+                through,
+                ..
+            } => self.scans.push((generation, after, through)),
+            Action::ReadSubmission { id } => self.reads.push(id),
             Action::ReadMembership
             | Action::ClaimBroadcast { .. }
             | Action::SweepBroadcast { .. }
@@ -443,8 +496,6 @@ impl World {
             | Action::Prune { .. }
             | Action::PrepareJobs(_)
             | Action::FenceFailed(_)
-            | Action::ScanDelayed { .. }
-            | Action::ReadSubmission { .. }
             | Action::RemoveEmptyBucket(_)
             | Action::RemoveEmptyDay(_)
             | Action::YieldLock => {}
@@ -465,6 +516,9 @@ impl World {
             // Another node claimed the tick: its record exists from now on.
             1 if claim.mode == ClaimMode::Create => {
                 self.records.insert(key);
+                if let Some(id) = &claim.record.submission_id {
+                    self.pending.remove(id);
+                }
                 return Err(ClaimRefused::AlreadyClaimed);
             }
             _ => {}
@@ -479,8 +533,18 @@ impl World {
             // A mark gone: another claim took it.
             return Err(ClaimRefused::AlreadyClaimed);
         }
+        let submission = claim.record.submission_id.as_ref();
+        if let Some(id) = submission.filter(|_| claim.mode == ClaimMode::Create) {
+            // A submission's claim deletes its pending marker: once only.
+            if !self.pending.contains_key(id) {
+                return Err(ClaimRefused::AlreadyClaimed);
+            }
+        }
         if claim.mode == ClaimMode::Create && !self.records.insert(key) {
             return Err(ClaimRefused::AlreadyClaimed);
+        }
+        if let Some(id) = submission.filter(|_| claim.mode == ClaimMode::Create) {
+            self.pending.remove(id);
         }
         if marked && claim.mode == ClaimMode::Create {
             self.chain_marks.remove(&tick);
@@ -570,6 +634,8 @@ impl World {
             }
             Step::Answer(i, kind) => self.answer_other(m, usize::from(i), kind)?,
             Step::Backfill(kind) => self.ask_backfill(m, kind)?,
+            Step::Submit(kind) => self.submit(m, kind)?,
+            Step::Delayed(i, kind) => self.answer_delayed(m, i, kind)?,
             Step::Shutdown => {
                 if !self.shutdown {
                     self.shutdown = true;
@@ -606,10 +672,8 @@ impl World {
             self.backfill_ticks
                 .insert((job.clone(), t(*tick).timestamp_millis()));
         }
-        let name = format!(
-            "req-{:010}",
-            self.backfills.len() + self.backfill_ticks.len()
-        );
+        self.backfills_asked += 1;
+        let name = format!("req-{:010}", self.backfills_asked);
         let request = crate::control::BackfillRequest {
             job,
             ticks: ticks.iter().map(|ms| t(*ms).timestamp_millis()).collect(),
@@ -624,6 +688,77 @@ impl World {
             .map(|(name, request)| (name.clone(), request.clone()))
             .collect();
         self.feed(m, Input::BackfillsRead(waiting))
+    }
+
+    /// A client submits a run of e due a little after now; the due watch reports it.
+    fn submit(&mut self, m: &mut FireMachine, kind: u8) -> Result<(), TestCaseError> {
+        if !self.watching {
+            self.watching = true;
+            self.feed(m, Input::DueWatch { watching: true })?;
+        }
+        let n = self.submissions.len();
+        let id = SubmissionId::parse(&format!("s{n}")).expect("valid");
+        // Each due its own instant (the model keys records by job and instant).
+        let due = t(self.now + i64::from(kind % 8) * 400 + 1 + n as i64).timestamp_millis();
+        let submission = Submission {
+            job: JobName::new("e"),
+            due_unix_ms: due,
+            submitted_unix_ms: t(self.now).timestamp_millis(),
+            payload: format!("payload {n}").into_bytes(),
+            requested_by: None,
+            anonymous: false,
+            marker_names_job: false,
+            retry_of: None,
+            after: None,
+        };
+        self.submissions.insert(id.clone(), submission.clone());
+        self.pending.insert(id.clone(), submission);
+        self.reported.push(id);
+        Ok(())
+    }
+
+    /// Answers a scan (with the pending submissions of its buckets), a read, or a report of
+    /// the due watch; a kind of 3 fails a scan or a read.
+    fn answer_delayed(
+        &mut self,
+        m: &mut FireMachine,
+        i: u8,
+        kind: u8,
+    ) -> Result<(), TestCaseError> {
+        let pick = |len: usize| usize::from(i) % len.max(1);
+        let failed = kind % 4 == 3;
+        match kind % 3 {
+            0 if !self.scans.is_empty() => {
+                let (generation, after, through) = self.scans.remove(pick(self.scans.len()));
+                let result = if failed {
+                    Err("connection loss".to_owned())
+                } else {
+                    let pending = self.pending.iter().map(|(id, s)| (id.clone(), s.clone()));
+                    Ok(scan_of(pending, after, through))
+                };
+                self.feed(m, Input::DelayedScanned { generation, result })
+            }
+            1 if !self.reads.is_empty() => {
+                let id = self.reads.remove(pick(self.reads.len()));
+                let result = if failed {
+                    Err("connection loss".to_owned())
+                } else {
+                    Ok(self.pending.get(&id).cloned())
+                };
+                self.feed(m, Input::SubmissionRead { id, result })
+            }
+            2 if !self.reported.is_empty() => {
+                let id = self.reported.remove(pick(self.reported.len()));
+                let due = self.submissions.get(&id).map_or(0, |s| s.due_unix_ms);
+                let input = Input::SubmissionCreated {
+                    bucket: DueBucket::of(due),
+                    id,
+                    job: None,
+                };
+                self.feed(m, input)
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Answers one outstanding write, listing, mark or withdrawal.
@@ -778,6 +913,11 @@ impl World {
                 self.step(m, Step::Claim(0, 5))?;
             } else if !self.running.is_empty() {
                 self.step(m, Step::End(0, 2))?;
+            } else if !(self.scans.is_empty() && self.reads.is_empty() && self.reported.is_empty())
+            {
+                let kind = [0, 1, 2][usize::from(self.scans.is_empty())
+                    + usize::from(self.scans.is_empty() && self.reads.is_empty())];
+                self.step(m, Step::Delayed(0, kind))?;
             } else if !(self.writes.is_empty()
                 && self.withdraws.is_empty()
                 && self.takes.is_empty()
@@ -924,5 +1064,31 @@ fn the_simulation_runs_backfills_at_all() {
         world.backfill_starts >= 1,
         "no backfill run started; asked for {:?}",
         world.backfill_ticks
+    );
+}
+
+#[test]
+fn the_simulation_runs_submissions_at_all() {
+    // Guards the property test against a submission that never gets to start.
+    let mut m = machine(&sim_jobs());
+    let mut world = World::default();
+    world.step(&mut m, Step::Lock(1)).expect("acquire");
+    for n in 0..4 {
+        world.step(&mut m, Step::Submit(n)).expect("submit");
+    }
+    for round in 0..60u8 {
+        world
+            .step(&mut m, Step::Delayed(0, round % 3))
+            .expect("delayed");
+        world.step(&mut m, Step::Answer(0, 13)).expect("answer");
+        world.step(&mut m, Step::Claim(0, 5)).expect("claim");
+        world.step(&mut m, Step::Advance(200)).expect("advance");
+        world.step(&mut m, Step::End(round, 2)).expect("end");
+    }
+    assert!(
+        world.submission_starts >= 2,
+        "only {} submission runs started; pending {:?}",
+        world.submission_starts,
+        world.pending.keys().collect::<Vec<_>>()
     );
 }

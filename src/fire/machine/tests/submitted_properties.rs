@@ -279,22 +279,11 @@ impl World {
                 let result = if failed {
                     Err("connection loss".to_owned())
                 } else {
-                    let found = self
+                    let pending = self
                         .pending
                         .iter()
-                        .filter_map(|id| {
-                            let submission = self.requests.get(id)?;
-                            let bucket = DueBucket::of(submission.due_unix_ms);
-                            let wanted =
-                                after.is_none_or(|after| bucket > after) && bucket <= through;
-                            wanted.then(|| (id.clone(), submission.clone()))
-                        })
-                        .collect();
-                    Ok(crate::fire::machine::Scanned {
-                        found,
-                        through,
-                        present: Vec::new(),
-                    })
+                        .filter_map(|id| Some((id.clone(), self.requests.get(id)?.clone())));
+                    Ok(scan_of(pending, after, through))
                 };
                 self.feed(m, Input::DelayedScanned { generation, result })
             }

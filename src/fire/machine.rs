@@ -180,11 +180,7 @@ impl FireMachine {
                     s.leases_taken(ctx, id, run_id, failed)
                 })
             }
-            Input::Withdrawn { id } => {
-                // Through the claim path: a claim held behind the withdrawn one is let go too.
-                self.claim_path(now, &mut out, |s, _| s.claims.remove(&id));
-                self.maybe_hand_over(now, &mut out);
-            }
+            Input::Withdrawn { id } => self.withdrawn(id, now, &mut out),
             Input::GuardReleased { run_id, settled } => self.claim_path(now, &mut out, |s, ctx| {
                 s.guard_released(ctx, &run_id, settled)
             }),
@@ -242,6 +238,13 @@ impl FireMachine {
             "the open-run counts kept match a fresh count"
         );
         out
+    }
+
+    /// Answer to [`Action::Withdraw`]. Through the claim path: a claim held behind the
+    /// withdrawn one is let go too.
+    fn withdrawn(&mut self, id: ClaimId, now: DateTime<Utc>, out: &mut Vec<Action>) {
+        self.claim_path(now, out, |s, _| s.claims.remove(&id));
+        self.maybe_hand_over(now, out);
     }
 
     /// Answer to [`Action::ListRecords`]: catch-up's listing, through the backlog.

@@ -36,7 +36,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::machine::{Action, FireMachine, Input};
+use super::machine::{Action, BroadcastAction, FireMachine, Input};
 use crate::config::JobConfig;
 use crate::ids::{JobName, NodeId};
 use crate::layout::ControlPaths;
@@ -573,27 +573,7 @@ impl Io {
             Action::PauseJob { job, reason } => {
                 control::pause(s, &self.settings.control, job, reason);
             }
-            Action::ReadMembership => {
-                return broadcast::read_membership(s, &self.settings.group, &self.settings.me);
-            }
-            Action::ClaimBroadcast { id, record } => {
-                let member = self.settings.group.member(&self.settings.me);
-                return self.records.claim_broadcast(s, id, record, member);
-            }
-            Action::ReadSweepMembers { job, tick } => {
-                let (group, departed) = (&self.settings.group, &self.settings.departed);
-                return self
-                    .records
-                    .read_sweep_members(s, group, departed, job, tick);
-            }
-            sweep @ Action::SweepBroadcast { .. } => return self.sweep_broadcast(sweep),
-            Action::CloseOwnBroadcasts {
-                jobs,
-                before,
-                alive,
-            } => self
-                .records
-                .close_own_broadcasts(s, &self.settings.me, jobs, before, alive),
+            Action::Broadcast(action) => return self.broadcast(action),
             Action::HandOver | Action::YieldLock | Action::Stopped => {}
         }
         None
@@ -639,36 +619,56 @@ impl Io {
         delayed::scan(&self.session, paths, generation, wanted, range)
     }
 
-    /// [`Action::SweepBroadcast`]: the owner's sweep of a broadcast tick.
-    fn sweep_broadcast(&self, action: Action) -> Option<Input> {
-        let Action::SweepBroadcast {
-            job,
-            tick,
-            members,
-            requires,
-            token,
-            keep,
-        } = action
-        else {
-            return None;
-        };
-        let now_ms = self.settings.clock.now().timestamp_millis();
-        let sweep = crate::ledger::broadcast::Sweep {
-            job,
-            tick_ms: tick.timestamp_millis(),
-            requires,
-            token,
-            now_ms,
-            keep,
-            remember: crate::ledger::Remember {
-                now_unix_ms: now_ms,
-                // A broadcast's records are ticks': no submission id to remember.
-                window: Duration::ZERO,
-            },
-        };
-        let (s, group, metrics) = (&self.session, &self.settings.group, &self.settings.metrics);
-        self.records
-            .sweep_broadcast(s, group, metrics, sweep, members)
+    /// A broadcast job's request: a member's own runs, or the owner's sweeps.
+    fn broadcast(&self, action: BroadcastAction) -> Option<Input> {
+        let (s, group, me) = (&self.session, &self.settings.group, &self.settings.me);
+        match action {
+            BroadcastAction::ReadMembership => broadcast::read_membership(s, group, me),
+            BroadcastAction::Claim { id, record } => {
+                self.records
+                    .claim_broadcast(s, id, *record, group.member(me))
+            }
+            BroadcastAction::ReadMembers { job, tick } => {
+                let departed = &self.settings.departed;
+                self.records
+                    .read_sweep_members(s, group, departed, job, tick)
+            }
+            BroadcastAction::Sweep {
+                job,
+                tick,
+                members,
+                requires,
+                token,
+                keep,
+            } => {
+                let now_ms = self.settings.clock.now().timestamp_millis();
+                let sweep = crate::ledger::broadcast::Sweep {
+                    job,
+                    tick_ms: tick.timestamp_millis(),
+                    requires,
+                    token,
+                    now_ms,
+                    keep,
+                    remember: crate::ledger::Remember {
+                        now_unix_ms: now_ms,
+                        // A broadcast's records are ticks': no submission id to remember.
+                        window: Duration::ZERO,
+                    },
+                };
+                let metrics = &self.settings.metrics;
+                self.records
+                    .sweep_broadcast(s, group, metrics, sweep, members)
+            }
+            BroadcastAction::CloseOwn {
+                jobs,
+                before,
+                alive,
+            } => {
+                self.records
+                    .close_own_broadcasts(s, me, jobs, before, alive);
+                None
+            }
+        }
     }
 
     fn list(&self, job: JobName) -> Option<Input> {

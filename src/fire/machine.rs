@@ -51,8 +51,9 @@ pub use delayed::DELAYED_HORIZON;
 use housekeeping::Housekeeping;
 use jobs::{Jobs, mine};
 pub use protocol::{
-    Action, ClaimId, ClaimRefused, FireReason, Input, JobRecords, MISSED_AFTER, Me, RecordWrite,
-    START_LEAD, Scanned, StartWrite, SweepFailed, TickClaim, WITHDRAW_LIMIT, Wanted,
+    Action, BroadcastAction, BroadcastInput, ClaimId, ClaimRefused, FireReason, Input, JobRecords,
+    MISSED_AFTER, Me, RecordWrite, START_LEAD, Scanned, StartWrite, SweepFailed, TickClaim,
+    WITHDRAW_LIMIT, Wanted,
 };
 use protocol::{Item, is_late};
 use starts::Starts;
@@ -223,11 +224,7 @@ impl FireMachine {
                 submission,
                 result,
             } => self.child_submitted(job, &mark, *submission, result, now, &mut out),
-            // Answered above.
-            Input::MembershipRead(_)
-            | Input::BroadcastClaimed { .. }
-            | Input::SweepMembersRead { .. }
-            | Input::BroadcastSwept { .. } => {}
+            Input::Broadcast(input) => self.broadcast_input(input, now, &mut out),
         }
         if may_free_room {
             self.claim_due_submissions(now, &mut out);

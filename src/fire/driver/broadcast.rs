@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use super::departed::Departed;
 use super::records::{Records, settled};
 use super::session::{Session, bounded};
-use crate::fire::machine::{ClaimId, ClaimRefused, Input, SweepFailed};
+use crate::fire::machine::{BroadcastInput, ClaimId, ClaimRefused, Input, SweepFailed};
 use crate::ids::{JobName, NodeId};
 use crate::layout::LockPaths;
 use crate::ledger::broadcast::{Sweep, close_own, live_members, member_since, sweep};
@@ -23,10 +23,12 @@ use crate::metrics::Metrics;
 use crate::report::error_chain;
 use crate::run::{ClaimMode, RunRecord};
 
-/// Reads when `me`'s member znode was created (answered as [`Input::MembershipRead`]).
+/// Reads when `me`'s member znode was created (answered as [`BroadcastInput::MembershipRead`]).
 pub(super) fn read_membership(s: &Session, group: &LockPaths, me: &NodeId) -> Option<Input> {
     let Some(client) = s.client.clone() else {
-        return Some(Input::MembershipRead(Err(Session::no_session())));
+        return Some(Input::Broadcast(BroadcastInput::MembershipRead(Err(
+            Session::no_session(),
+        ))));
     };
     let (group, me, answers) = (group.clone(), me.clone(), s.answers.clone());
     s.tasks.spawn(async move {
@@ -37,14 +39,14 @@ pub(super) fn read_membership(s: &Session, group: &LockPaths, me: &NodeId) -> Op
             Some(Err(err)) => Err(format!("reading {path}: {err}")),
             None => Err(format!("reading {path}: zookeeper did not answer in time")),
         };
-        let _ = answers.send(Input::MembershipRead(result));
+        let _ = answers.send(Input::Broadcast(BroadcastInput::MembershipRead(result)));
     });
     None
 }
 
 impl Records {
     /// Claims this node's run of a broadcast tick under a check of its member znode `member`
-    /// (answered as [`Input::BroadcastClaimed`]). An unanswered claim is read back, like a tick's.
+    /// (answered as [`BroadcastInput::Claimed`]). An unanswered claim is read back, like a tick's.
     pub fn claim_broadcast(
         &self,
         s: &Session,
@@ -54,7 +56,7 @@ impl Records {
     ) -> Option<Input> {
         let Some(client) = s.client.clone() else {
             let result = Err(ClaimRefused::Failed(Session::no_session()));
-            return Some(Input::BroadcastClaimed { id, result });
+            return Some(Input::Broadcast(BroadcastInput::Claimed { id, result }));
         };
         let plan = ClaimPlan::new(
             &self.paths,
@@ -69,14 +71,14 @@ impl Records {
             let session = client.session();
             let result = settled(plan.clone().send_alone(&client), &plan, view, session).await;
             let result = result.map(Box::new);
-            let _ = answers.send(Input::BroadcastClaimed { id, result });
+            let _ = answers.send(Input::Broadcast(BroadcastInput::Claimed { id, result }));
         });
         None
     }
 
     /// Reads the members of a broadcast tick's instant, at its start: those live now, and
     /// those gone since that were members then (an owner killed mid-run, swept by the next
-    /// owner). Answered as [`Input::SweepMembersRead`].
+    /// owner). Answered as [`BroadcastInput::MembersRead`].
     pub fn read_sweep_members(
         &self,
         s: &Session,
@@ -87,7 +89,11 @@ impl Records {
     ) -> Option<Input> {
         let Some(client) = s.client.clone() else {
             let result = Err(Session::no_session());
-            return Some(Input::SweepMembersRead { job, tick, result });
+            return Some(Input::Broadcast(BroadcastInput::MembersRead {
+                job,
+                tick,
+                result,
+            }));
         };
         let (group, departed, answers) = (group.clone(), Arc::clone(departed), s.answers.clone());
         s.tasks.spawn(async move {
@@ -103,12 +109,16 @@ impl Records {
                 Some(Err(err)) => Err(error_chain(&err)),
                 None => Err("zookeeper did not answer in time".to_owned()),
             };
-            let _ = answers.send(Input::SweepMembersRead { job, tick, result });
+            let _ = answers.send(Input::Broadcast(BroadcastInput::MembersRead {
+                job,
+                tick,
+                result,
+            }));
         });
         None
     }
 
-    /// The owner's sweep of a broadcast tick (answered as [`Input::BroadcastSwept`]); what it
+    /// The owner's sweep of a broadcast tick (answered as [`BroadcastInput::Swept`]); what it
     /// recorded is logged and counted here.
     pub fn sweep_broadcast(
         &self,
@@ -122,11 +132,11 @@ impl Records {
         let at = DateTime::from_timestamp_millis(tick).unwrap_or_default();
         let Some(client) = s.client.clone() else {
             let result = Err(SweepFailed::Failed(Session::no_session()));
-            return Some(Input::BroadcastSwept {
+            return Some(Input::Broadcast(BroadcastInput::Swept {
                 job,
                 tick: at,
                 result,
-            });
+            }));
         };
         let (paths, group) = (self.paths.clone(), group.clone());
         let (metrics, answers) = (Arc::clone(metrics), s.answers.clone());
@@ -156,7 +166,7 @@ impl Records {
                 Some(Err(err)) => Err(SweepFailed::Failed(error_chain(&err))),
                 None => Err(SweepFailed::Failed("zookeeper did not answer in time".to_owned())),
             };
-            let _ = answers.send(Input::BroadcastSwept { job, tick: at, result });
+            let _ = answers.send(Input::Broadcast(BroadcastInput::Swept { job, tick: at, result }));
         });
         None
     }

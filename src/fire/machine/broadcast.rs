@@ -15,7 +15,9 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
-use super::protocol::{Action, ClaimId, ClaimRefused, Me, RecordWrite, StartWrite, is_late};
+use super::protocol::{
+    Action, BroadcastAction, ClaimId, ClaimRefused, Me, RecordWrite, StartWrite, is_late,
+};
 use super::runs::finish_record;
 use super::sweeps::{self, Sweeps};
 use crate::config::{Concurrency, JobConfig};
@@ -186,10 +188,10 @@ impl Broadcasts {
             return;
         }
         self.membership = Membership::Reading;
-        out.push(Action::ReadMembership);
+        out.push(Action::Broadcast(BroadcastAction::ReadMembership));
     }
 
-    /// Answer to [`Action::ReadMembership`].
+    /// Answer to [`BroadcastAction::ReadMembership`].
     /// A new membership also closes the runs a previous one left open.
     pub fn membership_read(
         &mut self,
@@ -207,11 +209,11 @@ impl Broadcasts {
                     self.closed_before = Some(since);
                     let mut jobs: Vec<JobName> = self.running_here().collect();
                     jobs.sort();
-                    out.push(Action::CloseOwnBroadcasts {
+                    out.push(Action::Broadcast(BroadcastAction::CloseOwn {
                         jobs,
                         before: since,
                         alive: self.runs.keys().cloned().collect(),
-                    });
+                    }));
                 }
                 Membership::Since(since)
             }
@@ -315,10 +317,11 @@ impl Broadcasts {
         let id = ClaimId(self.next_claim);
         self.next_claim += 1;
         self.claims.insert(id, (Arc::clone(job), tick));
-        out.push(Action::ClaimBroadcast { id, record });
+        let record = Box::new(record);
+        out.push(Action::Broadcast(BroadcastAction::Claim { id, record }));
     }
 
-    /// Answer to [`Action::ClaimBroadcast`].
+    /// Answer to [`BroadcastAction::Claim`].
     pub fn claimed(
         &mut self,
         id: ClaimId,
@@ -466,7 +469,7 @@ impl Broadcasts {
         });
     }
 
-    /// Answer to [`Action::ReadSweepMembers`].
+    /// Answer to [`BroadcastAction::ReadMembers`].
     pub fn sweep_members_read(
         &mut self,
         job: &JobName,

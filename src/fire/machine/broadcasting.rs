@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 
 use super::FireMachine;
 use super::broadcast::{Broadcasts, Lent};
-use super::protocol::{Action, Input};
+use super::protocol::{Action, BroadcastInput, Input};
 
 impl FireMachine {
     /// This node's `[node] tags`, which decide the broadcast jobs it runs.
@@ -35,7 +35,8 @@ impl FireMachine {
         (&mut self.broadcasts, lent)
     }
 
-    /// A broadcast run's answer, if `input` is one; handed back otherwise.
+    /// The answer about a broadcast run (its process, its final record), if `input` is one;
+    /// handed back otherwise.
     pub(super) fn broadcast_answer(
         &mut self,
         input: Input,
@@ -56,27 +57,34 @@ impl FireMachine {
                 broadcasts.record_written(&run_id, write, &lent);
                 None
             }
-            Input::BroadcastClaimed { id, result } => {
-                broadcasts.claimed(id, result.map(|claim| *claim), &lent, out);
-                None
-            }
-            Input::MembershipRead(result) => {
-                broadcasts.membership_read(result, now, out);
-                None
-            }
-            Input::SweepMembersRead { job, tick, result } => {
-                broadcasts.sweep_members_read(&job, tick, result);
-                None
-            }
-            Input::BroadcastSwept { job, tick, result } => {
-                broadcasts.sweeps.swept(&job, tick, result, now);
-                None
-            }
             input => Some(input),
         };
         if unanswered.is_none() {
             self.maybe_stopped(out);
         }
         unanswered
+    }
+
+    /// An answer to a broadcast job's request.
+    pub(super) fn broadcast_input(
+        &mut self,
+        input: BroadcastInput,
+        now: DateTime<Utc>,
+        out: &mut Vec<Action>,
+    ) {
+        let (broadcasts, lent) = self.broadcasts(now);
+        match input {
+            BroadcastInput::Claimed { id, result } => {
+                broadcasts.claimed(id, result.map(|claim| *claim), &lent, out);
+            }
+            BroadcastInput::MembershipRead(result) => broadcasts.membership_read(result, now, out),
+            BroadcastInput::MembersRead { job, tick, result } => {
+                broadcasts.sweep_members_read(&job, tick, result);
+            }
+            BroadcastInput::Swept { job, tick, result } => {
+                broadcasts.sweeps.swept(&job, tick, result, now);
+            }
+        }
+        self.maybe_stopped(out);
     }
 }

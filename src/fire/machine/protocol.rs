@@ -117,6 +117,66 @@ pub struct TickClaim {
     pub guarded: bool,
 }
 
+/// What the broadcast part asks of the driver: a member's own runs of its ticks, and the
+/// owner's sweeps of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BroadcastAction {
+    /// Read when this node's member znode was created. Answered by
+    /// [`BroadcastInput::MembershipRead`].
+    ReadMembership,
+    /// Create this node's record of a broadcast job's tick (`runs/<job>/<tick>~<node>`) under a
+    /// check that its member znode exists. Answered by [`BroadcastInput::Claimed`].
+    Claim { id: ClaimId, record: Box<RunRecord> },
+    /// Read the members of a broadcast job's `tick` at its start: those live now, and those
+    /// gone since that were members at its instant. Answered by [`BroadcastInput::MembersRead`].
+    ReadMembers { job: JobName, tick: DateTime<Utc> },
+    /// The owner's sweep of a broadcast job's `tick`: a `missed` record, under `check(epoch,
+    /// token)`, for each of `members` that carries `requires`, joined before the tick and has
+    /// no record of it; the open runs of those gone since marked `interrupted`; then the job's
+    /// records beyond `keep` per member pruned. Answered by [`BroadcastInput::Swept`].
+    Sweep {
+        job: JobName,
+        tick: DateTime<Utc>,
+        members: Vec<LiveMember>,
+        requires: std::collections::BTreeSet<String>,
+        token: FencingToken,
+        keep: usize,
+    },
+    /// Mark `interrupted` this node's records of `jobs` before `before` (its membership began)
+    /// that are still open, but for the runs in `alive`: what a previous process or session of
+    /// this node left unended. Nothing answers; the driver logs what it marked.
+    CloseOwn {
+        jobs: Vec<JobName>,
+        before: DateTime<Utc>,
+        alive: Vec<String>,
+    },
+}
+
+/// The driver's answers to [`BroadcastAction`]s.
+#[derive(Debug, Clone)]
+pub enum BroadcastInput {
+    /// When this node's member znode was created (the servers' clock), `None` when it is not
+    /// there (yet), or why it could not be read.
+    MembershipRead(Result<Option<DateTime<Utc>>, String>),
+    /// A member's claim of its run; `NotOwner`: this node's member znode is gone.
+    Claimed {
+        id: ClaimId,
+        result: Result<Box<Claim>, ClaimRefused>,
+    },
+    /// The members of `tick`'s instant, or why they could not be read.
+    MembersRead {
+        job: JobName,
+        tick: DateTime<Utc>,
+        result: Result<Vec<LiveMember>, String>,
+    },
+    /// A sweep done, or why not.
+    Swept {
+        job: JobName,
+        tick: DateTime<Utc>,
+        result: Result<(), SweepFailed>,
+    },
+}
+
 /// Why a broadcast tick's sweep did not finish.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SweepFailed {
@@ -242,27 +302,8 @@ pub enum Input {
     /// The chain marks left for a job changed (the driver's watch on `after/`); `None`: any
     /// job's may have (the watch began, or began again after a disconnection).
     MarksChanged(Option<JobName>),
-    /// Answer to [`Action::ReadMembership`]: when this node's member znode was created (the
-    /// servers' clock), `None` when it is not there (yet), or why it could not be read.
-    MembershipRead(Result<Option<DateTime<Utc>>, String>),
-    /// Answer to [`Action::ClaimBroadcast`]; `NotOwner`: this node's member znode is gone.
-    BroadcastClaimed {
-        id: ClaimId,
-        result: Result<Box<Claim>, ClaimRefused>,
-    },
-    /// Answer to [`Action::ReadSweepMembers`]: the members of `tick`'s instant, or why they
-    /// could not be read.
-    SweepMembersRead {
-        job: JobName,
-        tick: DateTime<Utc>,
-        result: Result<Vec<LiveMember>, String>,
-    },
-    /// Answer to [`Action::SweepBroadcast`].
-    BroadcastSwept {
-        job: JobName,
-        tick: DateTime<Utc>,
-        result: Result<(), SweepFailed>,
-    },
+    /// An answer to a broadcast job's request ([`BroadcastAction`]).
+    Broadcast(BroadcastInput),
     /// Answer to [`Action::ListMarks`]: the marks left for `job`, or why they could not be read.
     MarksListed {
         job: JobName,
@@ -404,34 +445,8 @@ pub enum Action {
     RemoveEmptyDay(i64),
     /// Read one submission the watch reported. Answered by [`Input::SubmissionRead`].
     ReadSubmission { id: SubmissionId },
-    /// Read when this node's member znode was created. Answered by [`Input::MembershipRead`].
-    ReadMembership,
-    /// Create this node's record of a broadcast job's tick (`runs/<job>/<tick>~<node>`) under a
-    /// check that its member znode exists. Answered by [`Input::BroadcastClaimed`].
-    ClaimBroadcast { id: ClaimId, record: RunRecord },
-    /// Read the members of a broadcast job's `tick` at its start: those live now, and those
-    /// gone since that were members at its instant. Answered by [`Input::SweepMembersRead`].
-    ReadSweepMembers { job: JobName, tick: DateTime<Utc> },
-    /// The owner's sweep of a broadcast job's `tick`: a `missed` record, under `check(epoch,
-    /// token)`, for each of `members` that carries `requires`, joined before the tick and has
-    /// no record of it; the open runs of those gone since marked `interrupted`; then the job's
-    /// records beyond `keep` per member pruned. Answered by [`Input::BroadcastSwept`].
-    SweepBroadcast {
-        job: JobName,
-        tick: DateTime<Utc>,
-        members: Vec<LiveMember>,
-        requires: std::collections::BTreeSet<String>,
-        token: FencingToken,
-        keep: usize,
-    },
-    /// Mark `interrupted` this node's records of `jobs` before `before` (its membership began)
-    /// that are still open, but for the runs in `alive`: what a previous process or session of
-    /// this node left unended. Nothing answers; the driver logs what it marked.
-    CloseOwnBroadcasts {
-        jobs: Vec<JobName>,
-        before: DateTime<Utc>,
-        alive: Vec<String>,
-    },
+    /// A broadcast job's request: a member's own runs, or the owner's sweeps.
+    Broadcast(BroadcastAction),
     /// Read the chain marks left for this chained job. Answered by [`Input::MarksListed`].
     ListMarks(JobName),
     /// Remove the marks left for `job`: nobody will take them (their instant is recorded, or

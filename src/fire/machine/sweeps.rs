@@ -6,8 +6,8 @@
 //!
 //! Owns: while this node owns the group's lock, each broadcast job's next tick to sweep, the
 //! sweeps under way (members being read, due, sent) and their attempts.
-//! Must not: read or write anything (the driver does, on [`Action::ReadSweepMembers`] and
-//! [`Action::SweepBroadcast`]), nor run a member's tick (`broadcast`).
+//! Must not: read or write anything (the driver does, on [`BroadcastAction::ReadMembers`] and
+//! [`BroadcastAction::Sweep`]), nor run a member's tick (`broadcast`).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::protocol::{Action, SweepFailed};
+use super::protocol::{Action, BroadcastAction, SweepFailed};
 use super::steering::Steering;
 use crate::config::JobConfig;
 use crate::ids::{FencingToken, JobName};
@@ -163,7 +163,7 @@ impl Sweeps {
             let Some(job) = a.jobs.get(&key.0) else {
                 continue;
             };
-            out.push(Action::SweepBroadcast {
+            out.push(Action::Broadcast(BroadcastAction::Sweep {
                 job: key.0.clone(),
                 tick: key.1,
                 members: members.clone(),
@@ -174,7 +174,7 @@ impl Sweeps {
                     .unwrap_or_default(),
                 token,
                 keep: job.history,
-            });
+            }));
             let sent = Sweep::Sent {
                 members,
                 attempts: attempts + 1,
@@ -196,10 +196,10 @@ impl Sweeps {
                 }
                 if !a.steering.paused(name) {
                     self.under_way.insert((name.clone(), *next), Sweep::Reading);
-                    out.push(Action::ReadSweepMembers {
+                    out.push(Action::Broadcast(BroadcastAction::ReadMembers {
                         job: name.clone(),
                         tick: *next,
-                    });
+                    }));
                 }
                 match job.next_tick_after(*next) {
                     Some(after) => *next = after,
@@ -209,7 +209,7 @@ impl Sweeps {
         }
     }
 
-    /// Answer to [`Action::ReadSweepMembers`]. Members that could not be read leave the tick
+    /// Answer to [`BroadcastAction::ReadMembers`]. Members that could not be read leave the tick
     /// unswept by this owner (logged); the next owner's look back may sweep it.
     pub fn members_read(
         &mut self,
@@ -242,7 +242,7 @@ impl Sweeps {
         }
     }
 
-    /// Answer to [`Action::SweepBroadcast`]: done, or tried again [`SWEEP_RETRY`] later while
+    /// Answer to [`BroadcastAction::Sweep`]: done, or tried again [`SWEEP_RETRY`] later while
     /// attempts are left and the lock has not moved (the driver logged what it did).
     pub fn swept(
         &mut self,

@@ -19,17 +19,17 @@ fn member_since(tables: &str, since_ms: i64) -> FireMachine {
     let actions = m.handle(Input::LockChanged(follower()), t(0));
     assert_eq!(
         actions,
-        vec![Action::ReadMembership],
+        vec![Action::Broadcast(BroadcastAction::ReadMembership)],
         "the membership is read"
     );
-    let read = Input::MembershipRead(Ok(Some(t(since_ms))));
+    let read = Input::Broadcast(BroadcastInput::MembershipRead(Ok(Some(t(since_ms)))));
     assert_eq!(
         m.handle(read, t(0)),
-        vec![Action::CloseOwnBroadcasts {
+        vec![Action::Broadcast(BroadcastAction::CloseOwn {
             jobs: vec![JobName::new("everywhere")],
             before: t(since_ms),
             alive: Vec::new(),
-        }],
+        })],
         "what an earlier membership left open is closed"
     );
     m
@@ -39,7 +39,9 @@ fn broadcast_claims(actions: &[Action]) -> Vec<(ClaimId, RunRecord)> {
     actions
         .iter()
         .filter_map(|a| match a {
-            Action::ClaimBroadcast { id, record } => Some((*id, record.clone())),
+            Action::Broadcast(BroadcastAction::Claim { id, record }) => {
+                Some((*id, (**record).clone()))
+            }
             _ => None,
         })
         .collect()
@@ -50,7 +52,7 @@ fn sweeps(actions: &[Action]) -> Vec<i64> {
     actions
         .iter()
         .filter_map(|a| match a {
-            Action::ReadSweepMembers { tick, .. } => Some(ms(*tick)),
+            Action::Broadcast(BroadcastAction::ReadMembers { tick, .. }) => Some(ms(*tick)),
             _ => None,
         })
         .collect()
@@ -61,7 +63,9 @@ fn swept(actions: &[Action]) -> Vec<(i64, Vec<LiveMember>)> {
     actions
         .iter()
         .filter_map(|a| match a {
-            Action::SweepBroadcast { tick, members, .. } => Some((ms(*tick), members.clone())),
+            Action::Broadcast(BroadcastAction::Sweep { tick, members, .. }) => {
+                Some((ms(*tick), members.clone()))
+            }
             _ => None,
         })
         .collect()
@@ -79,28 +83,28 @@ fn live(node: &str) -> LiveMember {
 
 /// The driver's answer to a sweep's member reading.
 fn members_read(tick_ms: i64, members: Vec<LiveMember>) -> Input {
-    Input::SweepMembersRead {
+    Input::Broadcast(BroadcastInput::MembersRead {
         job: JobName::new("everywhere"),
         tick: t(tick_ms),
         result: Ok(members),
-    }
+    })
 }
 
 /// The driver's answer to a sweep.
 fn swept_answer(tick_ms: i64, result: Result<(), SweepFailed>) -> Input {
-    Input::BroadcastSwept {
+    Input::Broadcast(BroadcastInput::Swept {
         job: JobName::new("everywhere"),
         tick: t(tick_ms),
         result,
-    }
+    })
 }
 
 /// The ledger's answer to a broadcast claim that succeeded.
 fn claimed(id: ClaimId, record: &RunRecord) -> Input {
-    Input::BroadcastClaimed {
+    Input::Broadcast(BroadcastInput::Claimed {
         id,
         result: Ok(Box::new(granted_broadcast(record))),
-    }
+    })
 }
 
 /// Runs the timer to `until_ms` and collects every action.
@@ -179,9 +183,12 @@ fn only_a_node_with_the_required_tags_runs_it() {
     let mut m = machine(&tables).with_node_tags(tags, t(0));
     assert_eq!(
         m.handle(Input::LockChanged(follower()), t(0)),
-        vec![Action::ReadMembership]
+        vec![Action::Broadcast(BroadcastAction::ReadMembership)]
     );
-    m.handle(Input::MembershipRead(Ok(Some(t(-60_000)))), t(0));
+    m.handle(
+        Input::Broadcast(BroadcastInput::MembershipRead(Ok(Some(t(-60_000))))),
+        t(0),
+    );
     assert_eq!(broadcast_claims(&timer_actions(&mut m, 2_000)).len(), 2);
 }
 
@@ -259,11 +266,11 @@ fn a_failed_sweep_is_sent_again_three_times_at_most_and_not_once_the_lock_moved(
 fn a_tick_whose_members_were_not_read_is_not_swept_by_this_owner() {
     let mut m = owning(&broadcast(""));
     timer_actions(&mut m, 1_000);
-    let unread = Input::SweepMembersRead {
+    let unread = Input::Broadcast(BroadcastInput::MembersRead {
         job: JobName::new("everywhere"),
         tick: t(1_000),
         result: Err("no answer".into()),
-    };
+    });
     m.handle(unread, t(1_000));
     let ticks: Vec<i64> = swept(&timer_actions(&mut m, 20_000))
         .into_iter()
@@ -289,7 +296,10 @@ fn a_broadcast_job_never_goes_through_the_owners_claim_path() {
         },
         t(0),
     );
-    m.handle(Input::MembershipRead(Ok(Some(t(-60_000)))), t(0));
+    m.handle(
+        Input::Broadcast(BroadcastInput::MembershipRead(Ok(Some(t(-60_000))))),
+        t(0),
+    );
     let actions = timer_actions(&mut m, 1_000);
     let owners: Vec<String> = claims(&actions)
         .iter()
@@ -342,10 +352,10 @@ fn a_refused_claim_starts_nothing() {
     let mut m = member_since(&broadcast(""), -60_000);
     let (id, _) = broadcast_claims(&timer_actions(&mut m, 1_000))[0].clone();
     for why in [ClaimRefused::AlreadyClaimed, ClaimRefused::NotOwner] {
-        let refused = Input::BroadcastClaimed {
+        let refused = Input::Broadcast(BroadcastInput::Claimed {
             id,
             result: Err(why),
-        };
+        });
         assert_eq!(m.handle(refused, t(760)), vec![]);
     }
 }
@@ -360,22 +370,33 @@ fn a_new_connection_reads_the_membership_again() {
     assert_eq!(m.handle(Input::LockChanged(lost), t(100)), vec![]);
     assert_eq!(
         m.handle(Input::LockChanged(follower()), t(200)),
-        vec![Action::ReadMembership]
+        vec![Action::Broadcast(BroadcastAction::ReadMembership)]
     );
     // A new session: a new member znode, after the tick at 1 s; the runs of the old one left
     // open are closed, but for those still alive here.
-    let actions = m.handle(Input::MembershipRead(Ok(Some(t(1_200)))), t(300));
+    let actions = m.handle(
+        Input::Broadcast(BroadcastInput::MembershipRead(Ok(Some(t(1_200))))),
+        t(300),
+    );
     assert!(
-        matches!(&actions[..], [Action::CloseOwnBroadcasts { before, .. }] if *before == t(1_200)),
+        matches!(&actions[..], [Action::Broadcast(BroadcastAction::CloseOwn { before, .. })] if *before == t(1_200)),
         "{actions:?}"
     );
     assert!(broadcast_claims(&timer_actions(&mut m, 1_000)).is_empty());
     // Not there yet: read again a second later.
     let mut m = machine(&broadcast(""));
     m.handle(Input::LockChanged(follower()), t(0));
-    assert_eq!(m.handle(Input::MembershipRead(Ok(None)), t(0)), vec![]);
+    assert_eq!(
+        m.handle(
+            Input::Broadcast(BroadcastInput::MembershipRead(Ok(None))),
+            t(0)
+        ),
+        vec![]
+    );
     assert_eq!(timer_actions(&mut m, 999), vec![]);
-    assert!(timer_actions(&mut m, 1_000).contains(&Action::ReadMembership));
+    assert!(
+        timer_actions(&mut m, 1_000).contains(&Action::Broadcast(BroadcastAction::ReadMembership))
+    );
 }
 
 #[test]
@@ -428,7 +449,10 @@ fn a_final_record_not_written_is_sent_again() {
 #[test]
 fn a_disabled_broadcast_runs_nowhere_and_is_swept_by_nobody() {
     let mut m = owning(&broadcast("enabled = false"));
-    m.handle(Input::MembershipRead(Ok(Some(t(-60_000)))), t(0));
+    m.handle(
+        Input::Broadcast(BroadcastInput::MembershipRead(Ok(Some(t(-60_000))))),
+        t(0),
+    );
     let actions = timer_actions(&mut m, 10_000);
     assert!(broadcast_claims(&actions).is_empty(), "{actions:?}");
     assert!(sweeps(&actions).is_empty(), "{actions:?}");
@@ -438,7 +462,10 @@ fn a_disabled_broadcast_runs_nowhere_and_is_swept_by_nobody() {
 fn a_lost_lock_leaves_the_broadcast_runs_alone_and_stops_the_sweeps() {
     let tables = broadcast("on_lost = \"cancel\"");
     let mut m = owning(&tables);
-    m.handle(Input::MembershipRead(Ok(Some(t(-60_000)))), t(0));
+    m.handle(
+        Input::Broadcast(BroadcastInput::MembershipRead(Ok(Some(t(-60_000))))),
+        t(0),
+    );
     let actions = timer_actions(&mut m, 1_000);
     let (id, record) = broadcast_claims(&actions)[0].clone();
     let (claim, _) = only_start(&m.handle(claimed(id, &record), t(760)));
@@ -468,10 +495,13 @@ fn a_reload_that_adds_a_broadcast_reads_the_membership_and_sweeps_only_from_its_
     let with_broadcast = jobs(&format!("{plain}{}", broadcast("")));
     let actions = m.handle(Input::Reloaded(with_broadcast), t(10_500));
     assert!(
-        actions.contains(&Action::ReadMembership),
+        actions.contains(&Action::Broadcast(BroadcastAction::ReadMembership)),
         "the first broadcast job here needs the membership: {actions:?}"
     );
-    m.handle(Input::MembershipRead(Ok(Some(t(-60_000)))), t(10_500));
+    m.handle(
+        Input::Broadcast(BroadcastInput::MembershipRead(Ok(Some(t(-60_000))))),
+        t(10_500),
+    );
     let actions = timer_actions(&mut m, 11_000);
     assert_eq!(
         sweeps(&actions),

@@ -100,11 +100,11 @@ impl World {
 
     fn perform(&mut self, action: Action) -> Result<(), TestCaseError> {
         match action {
-            Action::ReadMembership => {
+            Action::Broadcast(BroadcastAction::ReadMembership) => {
                 prop_assert!(self.status.connected, "read only while connected");
                 self.reading = true;
             }
-            Action::ClaimBroadcast { id, record } => {
+            Action::Broadcast(BroadcastAction::Claim { id, record }) => {
                 prop_assert!(self.status.connected, "a claim only while connected");
                 prop_assert!(!self.shutdown, "no claim once stopping: {record:?}");
                 let tick = record.scheduled_unix_ms;
@@ -123,7 +123,7 @@ impl World {
                     "claimed twice on this node: {record:?}"
                 );
                 prop_assert!(record.broadcast && record.run_id.ends_with("~n1"));
-                self.claims.push((id, record));
+                self.claims.push((id, *record));
             }
             Action::StartRun { claim, .. } => {
                 prop_assert!(!self.shutdown, "no start once stopping");
@@ -155,7 +155,7 @@ impl World {
                 self.ended.remove(&run_id);
                 self.writes.push(claim);
             }
-            Action::ReadSweepMembers { job, tick } => {
+            Action::Broadcast(BroadcastAction::ReadMembers { job, tick }) => {
                 prop_assert!(self.status.may_fire, "only the owner sweeps");
                 prop_assert!(!self.shutdown, "no sweep begins once stopping");
                 prop_assert!(
@@ -170,13 +170,13 @@ impl World {
                 self.sweep_members.remove(&key);
                 self.sweep_reads.push(key);
             }
-            Action::SweepBroadcast {
+            Action::Broadcast(BroadcastAction::Sweep {
                 job,
                 tick,
                 members,
                 token,
                 ..
-            } => {
+            }) => {
                 prop_assert!(self.status.may_fire, "only the owner sweeps");
                 prop_assert_eq!(Some(token), self.status.token, "under the owner's token");
                 let after =
@@ -199,7 +199,7 @@ impl World {
                 prop_assert!(*sent <= 3, "three attempts at most: {key:?}");
                 self.sweeps_out.push(key);
             }
-            Action::CloseOwnBroadcasts { before, alive, .. } => {
+            Action::Broadcast(BroadcastAction::CloseOwn { before, alive, .. }) => {
                 prop_assert_eq!(
                     Some(before),
                     self.since.map(t),
@@ -277,7 +277,10 @@ impl World {
             } else {
                 Err("no answer".to_owned())
             };
-            return self.feed(m, Input::SweepMembersRead { job, tick, result });
+            return self.feed(
+                m,
+                Input::Broadcast(BroadcastInput::MembersRead { job, tick, result }),
+            );
         }
         let Some((at, (job, tick))) = pick(&self.sweeps_out, i) else {
             return Ok(());
@@ -291,7 +294,10 @@ impl World {
         if result.is_ok() || result == Err(SweepFailed::LockMoved) {
             self.sweep_members.remove(&(job.clone(), tick));
         }
-        self.feed(m, Input::BroadcastSwept { job, tick, result })
+        self.feed(
+            m,
+            Input::Broadcast(BroadcastInput::Swept { job, tick, result }),
+        )
     }
 }
 
@@ -325,7 +331,10 @@ fn run_steps(steps: &[Step]) -> Result<(), TestCaseError> {
                     2 => Ok(None),
                     _ => Err("no answer".to_owned()),
                 };
-                w.feed(&mut m, Input::MembershipRead(result))?;
+                w.feed(
+                    &mut m,
+                    Input::Broadcast(BroadcastInput::MembershipRead(result)),
+                )?;
             }
             Step::Membership(..) => {}
             Step::Claim(i, kind) => {
@@ -343,7 +352,10 @@ fn run_steps(steps: &[Step]) -> Result<(), TestCaseError> {
                     2 => Err(ClaimRefused::AlreadyClaimed),
                     _ => Err(ClaimRefused::NotOwner),
                 };
-                w.feed(&mut m, Input::BroadcastClaimed { id, result })?;
+                w.feed(
+                    &mut m,
+                    Input::Broadcast(BroadcastInput::Claimed { id, result }),
+                )?;
                 // A claim granted while stopping is recorded without a start.
                 w.granted.clear();
             }
@@ -407,7 +419,10 @@ fn run_steps(steps: &[Step]) -> Result<(), TestCaseError> {
         }
         if let Some((id, record)) = w.claims.pop() {
             let result = Ok(Box::new(granted_broadcast(&record)));
-            w.feed(&mut m, Input::BroadcastClaimed { id, result })?;
+            w.feed(
+                &mut m,
+                Input::Broadcast(BroadcastInput::Claimed { id, result }),
+            )?;
         } else if let Some((_, claim)) = w.running.pop_first() {
             w.ended.insert(claim.record.run_id.clone());
             w.feed(&mut m, ended(&claim, RunOutcome::Cancelled, t(w.now)))?;

@@ -379,11 +379,11 @@ impl World {
                 ..
             } => self.scans.push((generation, after, through)),
             Action::ReadSubmission { id } => self.reads.push(id),
-            Action::ReadMembership
-            | Action::ClaimBroadcast { .. }
-            | Action::SweepBroadcast { .. }
-            | Action::ReadSweepMembers { .. }
-            | Action::CloseOwnBroadcasts { .. } => {
+            Action::Broadcast(BroadcastAction::ReadMembership)
+            | Action::Broadcast(BroadcastAction::Claim { .. })
+            | Action::Broadcast(BroadcastAction::Sweep { .. })
+            | Action::Broadcast(BroadcastAction::ReadMembers { .. })
+            | Action::Broadcast(BroadcastAction::CloseOwn { .. }) => {
                 prop_assert!(
                     false,
                     "no broadcast job here (tests/broadcast.rs has its own)"

@@ -36,7 +36,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::machine::{Action, BroadcastAction, FireMachine, Input};
+use super::machine::{Action, BroadcastAction, DelayedAction, FireMachine, Input};
 use crate::config::JobConfig;
 use crate::ids::{JobName, NodeId};
 use crate::layout::ControlPaths;
@@ -510,7 +510,6 @@ impl Io {
     /// is returned at once, the others come back through `answers` when their task ends.
     fn perform(&mut self, action: Action) -> Option<Input> {
         let s = &self.session;
-        let delayed_paths = &self.settings.ledger.delayed;
         match action {
             Action::PrepareJobs(jobs) => self.records.prepare_jobs(s, jobs),
             Action::Claim(claim) => return self.records.claim(s, claim),
@@ -537,14 +536,7 @@ impl Io {
                 chains::drop_marks(s, &self.settings.ledger, &job, &marks)
             }
             child @ Action::SubmitChild { .. } => return self.submit_child(child),
-            scan @ Action::ScanDelayed { .. } => return self.scan_delayed(scan),
-            Action::ReadSubmission { id } => return delayed::read_submission(s, delayed_paths, id),
-            Action::RemoveEmptyBucket(bucket) => {
-                delayed::remove_if_empty(s, delayed_paths, delayed::PastDue::Bucket(bucket));
-            }
-            Action::RemoveEmptyDay(day) => {
-                delayed::remove_if_empty(s, delayed_paths, delayed::PastDue::Day(day));
-            }
+            Action::Delayed(action) => return self.delayed(action),
             Action::PrepareRun {
                 spec,
                 context,
@@ -596,27 +588,35 @@ impl Io {
         chains::submit_child(&self.session, paths, child, submission, token)
     }
 
-    /// [`Action::ScanDelayed`]: the due buckets of a range read.
-    fn scan_delayed(&self, action: Action) -> Option<Input> {
-        let Action::ScanDelayed {
-            generation,
-            wanted,
-            after,
-            through,
-            ahead_to,
-            clean_before,
-        } = action
-        else {
-            return None;
-        };
-        let range = delayed::ScanRange {
-            after,
-            through,
-            ahead_to,
-            clean_before,
-        };
-        let paths = &self.settings.ledger.delayed;
-        delayed::scan(&self.session, paths, generation, wanted, range)
+    /// A request of the delayed queue.
+    fn delayed(&self, action: DelayedAction) -> Option<Input> {
+        let (s, paths) = (&self.session, &self.settings.ledger.delayed);
+        match action {
+            DelayedAction::Scan {
+                generation,
+                wanted,
+                after,
+                through,
+                ahead_to,
+                clean_before,
+            } => {
+                let range = delayed::ScanRange {
+                    after,
+                    through,
+                    ahead_to,
+                    clean_before,
+                };
+                return delayed::scan(s, paths, generation, wanted, range);
+            }
+            DelayedAction::ReadSubmission { id } => return delayed::read_submission(s, paths, id),
+            DelayedAction::RemoveEmptyBucket(bucket) => {
+                delayed::remove_if_empty(s, paths, delayed::PastDue::Bucket(bucket));
+            }
+            DelayedAction::RemoveEmptyDay(day) => {
+                delayed::remove_if_empty(s, paths, delayed::PastDue::Day(day));
+            }
+        }
+        None
     }
 
     /// A broadcast job's request: a member's own runs, or the owner's sweeps.

@@ -51,9 +51,9 @@ pub use delayed::DELAYED_HORIZON;
 use housekeeping::Housekeeping;
 use jobs::{Jobs, mine};
 pub use protocol::{
-    Action, BroadcastAction, BroadcastInput, ClaimId, ClaimRefused, FireReason, Input, JobRecords,
-    MISSED_AFTER, Me, RecordWrite, START_LEAD, Scanned, StartWrite, SweepFailed, TickClaim,
-    WITHDRAW_LIMIT, Wanted,
+    Action, BroadcastAction, BroadcastInput, ClaimId, ClaimRefused, DelayedAction, DelayedInput,
+    FireReason, Input, JobRecords, MISSED_AFTER, Me, RecordWrite, START_LEAD, Scanned, StartWrite,
+    SweepFailed, TickClaim, WITHDRAW_LIMIT, Wanted,
 };
 use protocol::{Item, is_late};
 use starts::Starts;
@@ -190,23 +190,7 @@ impl FireMachine {
                 self.maybe_hand_over(now, &mut out);
             }
             Input::Shutdown => self.shutdown(now, &mut out),
-            Input::DelayedScanned { generation, result } => {
-                self.delayed_scanned(generation, result, now, &mut out);
-            }
-            Input::DueWatch { watching } => {
-                self.delayed.watched(watching);
-                self.delayed_tick(now, &mut out);
-            }
-            Input::SubmissionCreated { bucket, id, job } => {
-                if self.lock.may_fire && self.wanted.reads(job.as_ref()) {
-                    out.extend(self.delayed.created(bucket, id));
-                }
-            }
-            Input::SubmissionRead { id, result } => {
-                if let Some(submission) = self.delayed.read(&id, result) {
-                    self.submission_read(id, submission, now, &mut out);
-                }
-            }
+            Input::Delayed(input) => self.delayed_input(input, now, &mut out),
             Input::PausesRead(pauses) => self.pauses_read(pauses, now, &mut out),
             Input::ClockStepped { by } => self.clock_stepped(by, now),
             Input::ReleaseRequested => self.release_requested(now, &mut out),

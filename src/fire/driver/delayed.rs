@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::session::{READ_WINDOW, Session, bounded};
 use crate::delayed::submission::{DueBucket, Submission, SubmissionId};
-use crate::fire::machine::{Input, Scanned, Wanted};
+use crate::fire::machine::{DelayedInput, Input, Scanned, Wanted};
 use crate::layout::DelayedPaths;
 use crate::ledger::Ledger;
 use crate::ledger::submissions::{self, SubmissionError};
@@ -194,7 +194,7 @@ pub(super) async fn read_one(
 /// Watches `delayed/due` (persistent, recursive) for the life of `client`'s session and reports
 /// each new pending marker; ends when `stop` is cancelled or the session ends. It reports its
 /// beginning, its beginning again after a disconnection, and a failure to set it
-/// ([`Input::DueWatch`]): what was submitted meanwhile is found by reading every bucket again.
+/// ([`DelayedInput::DueWatch`]): what was submitted meanwhile is found by reading every bucket again.
 pub(super) fn watch(
     client: Ledger,
     paths: DelayedPaths,
@@ -210,7 +210,7 @@ pub(super) fn watch(
             Ok(watcher) => watcher,
             Err(err) => {
                 tracing::warn!(error = %error_chain(&err), "cannot watch for new submissions; the due buckets are read a second at a time this session");
-                let _ = answers.send(Input::DueWatch { watching: false });
+                let _ = answers.send(Input::Delayed(DelayedInput::DueWatch { watching: false }));
                 return;
             }
         };
@@ -221,7 +221,10 @@ pub(super) fn watch(
                 // What was submitted while no watch was set is found by reading every bucket
                 // again (if this node fires).
                 Some(Change::ReadAll) => {
-                    if answers.send(Input::DueWatch { watching: true }).is_err() {
+                    if answers
+                        .send(Input::Delayed(DelayedInput::DueWatch { watching: true }))
+                        .is_err()
+                    {
                         return;
                     }
                     continue;
@@ -236,7 +239,7 @@ pub(super) fn watch(
                 continue;
             };
             if answers
-                .send(Input::SubmissionCreated { bucket, id, job })
+                .send(Input::Delayed(DelayedInput::Created { bucket, id, job }))
                 .is_err()
             {
                 return;
@@ -257,7 +260,7 @@ fn parse_marker(relative: &str) -> Option<(DueBucket, SubmissionId, Option<crate
     Some((DueBucket::parse(day, second)?, id, job))
 }
 
-/// Reads the due buckets of `range` (answered as [`Input::DelayedScanned`]).
+/// Reads the due buckets of `range` (answered as [`DelayedInput::Scanned`]).
 pub(super) fn scan(
     s: &Session,
     paths: &DelayedPaths,
@@ -267,7 +270,7 @@ pub(super) fn scan(
 ) -> Option<Input> {
     let Some(client) = s.client.clone() else {
         let result = Err(Session::no_session());
-        return Some(Input::DelayedScanned { generation, result });
+        return Some(Input::Delayed(DelayedInput::Scanned { generation, result }));
     };
     let (paths, answers) = (paths.clone(), s.answers.clone());
     s.tasks.spawn(async move {
@@ -283,12 +286,12 @@ pub(super) fn scan(
             let (found, through) = (scanned.found.len(), scanned.through);
             tracing::debug!(found, ?through, ms, from_oldest, "due buckets read");
         }
-        let _ = answers.send(Input::DelayedScanned { generation, result });
+        let _ = answers.send(Input::Delayed(DelayedInput::Scanned { generation, result }));
     });
     None
 }
 
-/// Reads one submission the watch reported (answered as [`Input::SubmissionRead`]).
+/// Reads one submission the watch reported (answered as [`DelayedInput::Read`]).
 pub(super) fn read_submission(
     s: &Session,
     paths: &DelayedPaths,
@@ -296,7 +299,7 @@ pub(super) fn read_submission(
 ) -> Option<Input> {
     let Some(client) = s.client.clone() else {
         let result = Err(Session::no_session());
-        return Some(Input::SubmissionRead { id, result });
+        return Some(Input::Delayed(DelayedInput::Read { id, result }));
     };
     let (paths, answers) = (paths.clone(), s.answers.clone());
     s.tasks.spawn(async move {
@@ -304,7 +307,7 @@ pub(super) fn read_submission(
         let result = read
             .await
             .unwrap_or_else(|| Err("no answer in time".into()));
-        let _ = answers.send(Input::SubmissionRead { id, result });
+        let _ = answers.send(Input::Delayed(DelayedInput::Read { id, result }));
     });
     None
 }

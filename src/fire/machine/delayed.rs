@@ -5,9 +5,9 @@
 //! them), when to read the next bucket, which new submissions the watch reported are worth a
 //! read, which past buckets to remove, and what a submission found too late becomes (a
 //! `missed` record).
-//! Must not: do I/O (bucket reads come in as [`Input::DelayedScanned`]) or read a clock.
+//! Must not: do I/O (bucket reads come in as [`DelayedInput::Scanned`]) or read a clock.
 //!
-//! [`Input::DelayedScanned`]: super::protocol::Input::DelayedScanned
+//! [`DelayedInput::Scanned`]: super::protocol::DelayedInput::Scanned
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::protocol::{Action, FireReason, Item, MISSED_AFTER, Me, Scanned, Wanted};
+use super::protocol::{Action, DelayedAction, FireReason, Item, MISSED_AFTER, Me, Scanned, Wanted};
 use crate::config::JobConfig;
 use crate::delayed::submission::{AfterRun, DueBucket, Submission, SubmissionId};
 use crate::ids::FencingToken;
@@ -284,14 +284,14 @@ impl DelayedQueue {
             } else {
                 self.read_through
             };
-            out.push(Action::ScanDelayed {
+            out.push(Action::Delayed(DelayedAction::Scan {
                 generation: self.generation,
                 wanted: wanted.clone(),
                 after,
                 through,
                 ahead_to,
                 clean_before: now - remove_after(),
-            });
+            }));
         }
         self.remove_past_buckets(now, out);
     }
@@ -357,7 +357,7 @@ impl DelayedQueue {
                     break;
                 }
                 self.present.remove(&first);
-                out.push(Action::RemoveEmptyBucket(first));
+                out.push(Action::Delayed(DelayedAction::RemoveEmptyBucket(first)));
             }
             if self.next_removal().is_some_and(|next| next <= now) {
                 self.removals_paused_until = Some(now + chrono::Duration::seconds(1));
@@ -370,13 +370,13 @@ impl DelayedQueue {
             // removes the empty ones it meets.
             None => self.removed_day = Some(past_day),
             Some(_) => {
-                out.push(Action::RemoveEmptyDay(past_day));
+                out.push(Action::Delayed(DelayedAction::RemoveEmptyDay(past_day)));
                 self.removed_day = Some(past_day);
             }
         }
     }
 
-    /// Answer to [`Action::ScanDelayed`]: the submissions found, to be considered, unless the
+    /// Answer to [`DelayedAction::Scan`]: the submissions found, to be considered, unless the
     /// answer is of an older scan or the read failed (tried again after [`SCAN_RETRY`]).
     pub fn scanned(
         &mut self,
@@ -417,17 +417,18 @@ impl DelayedQueue {
             self.present.insert(bucket);
         }
         // A known id is read again too: a new marker of it means a reschedule moved it.
-        (read && self.reading.insert(id.clone())).then_some(Action::ReadSubmission { id })
+        (read && self.reading.insert(id.clone()))
+            .then_some(Action::Delayed(DelayedAction::ReadSubmission { id }))
     }
 
     /// Reads submission `id` again (its claim did not take it), unless a read of it is out.
     pub fn read_again(&mut self, id: SubmissionId) -> Option<Action> {
         self.reading
             .insert(id.clone())
-            .then_some(Action::ReadSubmission { id })
+            .then_some(Action::Delayed(DelayedAction::ReadSubmission { id }))
     }
 
-    /// Answer to [`Action::ReadSubmission`]: the submission to consider, if it is still there.
+    /// Answer to [`DelayedAction::ReadSubmission`]: the submission to consider, if it is still there.
     /// A failed read has the buckets read again.
     pub fn read(
         &mut self,

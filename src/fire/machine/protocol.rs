@@ -117,6 +117,57 @@ pub struct TickClaim {
     pub guarded: bool,
 }
 
+/// What the delayed queue asks of the driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DelayedAction {
+    /// Read the pending submissions of every bucket after `after` (from the oldest when
+    /// `None`) through `through`, then on, bucket by bucket, up to `ahead_to` until one holds a
+    /// submission the machine wants (read too). Answered by [`DelayedInput::Scanned`].
+    Scan {
+        generation: u64,
+        /// Only the markers of these jobs (and those that name none) are read.
+        wanted: Wanted,
+        after: Option<DueBucket>,
+        through: DueBucket,
+        ahead_to: DueBucket,
+        /// Remove the empty buckets met on the way that ended before this instant.
+        clean_before: DateTime<Utc>,
+    },
+    /// Remove this past bucket if nothing is pending in it.
+    RemoveEmptyBucket(DueBucket),
+    /// Remove this past day of buckets if none is left in it.
+    RemoveEmptyDay(i64),
+    /// Read one submission the watch reported. Answered by [`DelayedInput::Read`].
+    ReadSubmission { id: SubmissionId },
+}
+
+/// What the delayed store holds, as the driver read or watched it.
+#[derive(Debug, Clone)]
+pub enum DelayedInput {
+    /// Answer to [`DelayedAction::Scan`]: what the buckets read hold.
+    Scanned {
+        generation: u64,
+        result: Result<Scanned, String>,
+    },
+    /// The watch on the due buckets began, or began again after a disconnection (`watching`):
+    /// a pending submission made meanwhile may have gone unreported, so every bucket is read
+    /// again; or it could not be set (not `watching`): scans read no further than the horizon,
+    /// since nothing would report what is submitted into a bucket read ahead.
+    DueWatch { watching: bool },
+    /// A pending submission appeared in `bucket` (the driver's watch on the due buckets).
+    Created {
+        bucket: DueBucket,
+        id: SubmissionId,
+        /// The job, when the marker names it (lock groups).
+        job: Option<JobName>,
+    },
+    /// Answer to [`DelayedAction::ReadSubmission`]: the submission, `None` when it is gone.
+    Read {
+        id: SubmissionId,
+        result: Result<Option<Submission>, String>,
+    },
+}
+
 /// What the broadcast part asks of the driver: a member's own runs of its ticks, and the
 /// owner's sweeps of them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -268,28 +319,8 @@ pub enum Input {
     /// replaced run's grace, the waits before trying again — move with it, so that each lasts
     /// as long as it says; the schedule does not (issue 31, defect 2).
     ClockStepped { by: chrono::Duration },
-    /// Answer to [`Action::ScanDelayed`]: what the buckets read hold.
-    DelayedScanned {
-        generation: u64,
-        result: Result<Scanned, String>,
-    },
-    /// The watch on the due buckets began, or began again after a disconnection (`watching`):
-    /// a pending submission made meanwhile may have gone unreported, so every bucket is read
-    /// again; or it could not be set (not `watching`): scans read no further than the horizon,
-    /// since nothing would report what is submitted into a bucket read ahead.
-    DueWatch { watching: bool },
-    /// A pending submission appeared in `bucket` (the driver's watch on the due buckets).
-    SubmissionCreated {
-        bucket: DueBucket,
-        id: SubmissionId,
-        /// The job, when the marker names it (lock groups).
-        job: Option<JobName>,
-    },
-    /// Answer to [`Action::ReadSubmission`]: the submission, `None` when it is gone.
-    SubmissionRead {
-        id: SubmissionId,
-        result: Result<Option<Submission>, String>,
-    },
+    /// What the delayed store holds, as the driver read or watched it ([`DelayedAction`]).
+    Delayed(DelayedInput),
     /// The paused jobs, read after a change (the driver's watch on `control/`). Nothing starts
     /// before the first reading: a paused job must not fire in the moment after a start.
     PausesRead(Pauses),
@@ -426,25 +457,9 @@ pub enum Action {
     PauseJob { job: JobName, reason: String },
     /// Nothing is left to do: the daemon may exit.
     Stopped,
-    /// Read the pending submissions of every bucket after `after` (from the oldest when
-    /// `None`) through `through`, then on, bucket by bucket, up to `ahead_to` until one holds a
-    /// submission the machine wants (read too). Answered by [`Input::DelayedScanned`].
-    ScanDelayed {
-        generation: u64,
-        /// Only the markers of these jobs (and those that name none) are read.
-        wanted: Wanted,
-        after: Option<DueBucket>,
-        through: DueBucket,
-        ahead_to: DueBucket,
-        /// Remove the empty buckets met on the way that ended before this instant.
-        clean_before: DateTime<Utc>,
-    },
-    /// Remove this past bucket if nothing is pending in it.
-    RemoveEmptyBucket(DueBucket),
-    /// Remove this past day of buckets if none is left in it.
-    RemoveEmptyDay(i64),
-    /// Read one submission the watch reported. Answered by [`Input::SubmissionRead`].
-    ReadSubmission { id: SubmissionId },
+    /// A request of the delayed queue: reading the due buckets and submissions, removing
+    /// the empty ones.
+    Delayed(DelayedAction),
     /// A broadcast job's request: a member's own runs, or the owner's sweeps.
     Broadcast(BroadcastAction),
     /// Read the chain marks left for this chained job. Answered by [`Input::MarksListed`].

@@ -1,4 +1,5 @@
-//! The router's side of submissions: what a scan of the due buckets or the watch found is
+//! The router's side of submissions: what the delayed store holds, as the driver read or
+//! watched it (`DelayedInput`); what a scan of the due buckets or the watch found is
 //! considered — held by the delayed queue, or recorded `missed` — and what is due is claimed,
 //! oldest first across jobs, each job up to its `max_running`.
 //!
@@ -8,15 +9,43 @@
 use chrono::{DateTime, Utc};
 
 use super::delayed::JobRoom;
-use super::protocol::{ClaimId, ClaimRefused};
+use super::protocol::{ClaimId, ClaimRefused, DelayedInput};
 use super::{Action, FireMachine, Scanned, claims, delayed};
 use crate::config::JobConfig;
 use crate::delayed::submission::{Submission, SubmissionId};
 use crate::run::Claim;
 
 impl FireMachine {
-    /// Answer to [`Action::ScanDelayed`]: what it found is considered, and the next buckets
-    /// read when due.
+    /// What the delayed store holds, as the driver read or watched it.
+    pub(super) fn delayed_input(
+        &mut self,
+        input: DelayedInput,
+        now: DateTime<Utc>,
+        out: &mut Vec<Action>,
+    ) {
+        match input {
+            DelayedInput::Scanned { generation, result } => {
+                self.delayed_scanned(generation, result, now, out);
+            }
+            DelayedInput::DueWatch { watching } => {
+                self.delayed.watched(watching);
+                self.delayed_tick(now, out);
+            }
+            DelayedInput::Created { bucket, id, job } => {
+                if self.lock.may_fire && self.wanted.reads(job.as_ref()) {
+                    out.extend(self.delayed.created(bucket, id));
+                }
+            }
+            DelayedInput::Read { id, result } => {
+                if let Some(submission) = self.delayed.read(&id, result) {
+                    self.submission_read(id, submission, now, out);
+                }
+            }
+        }
+    }
+
+    /// Answer to [`DelayedAction::Scan`](super::protocol::DelayedAction::Scan): what it found
+    /// is considered, and the next buckets read when due.
     pub(super) fn delayed_scanned(
         &mut self,
         generation: u64,

@@ -182,10 +182,10 @@ fn but_delayed(actions: Vec<Action>) -> Vec<Action> {
         .filter(|action| {
             !matches!(
                 action,
-                Action::ScanDelayed { .. }
-                    | Action::RemoveEmptyBucket(_)
-                    | Action::RemoveEmptyDay(_)
-                    | Action::ReadSubmission { .. }
+                Action::Delayed(DelayedAction::Scan { .. })
+                    | Action::Delayed(DelayedAction::RemoveEmptyBucket(_))
+                    | Action::Delayed(DelayedAction::RemoveEmptyDay(_))
+                    | Action::Delayed(DelayedAction::ReadSubmission { .. })
             )
         })
         .collect()
@@ -206,7 +206,7 @@ fn scanned(
         through,
         present: Vec::new(),
     });
-    Input::DelayedScanned { generation, result }
+    Input::Delayed(DelayedInput::Scanned { generation, result })
 }
 
 /// A scan's answer: the `pending` submissions in the buckets after `after` through `through`.

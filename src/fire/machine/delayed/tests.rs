@@ -149,13 +149,13 @@ fn scans_follow_the_horizon_and_answers_of_an_older_scan_are_dropped() {
     let wanted = Wanted::AllBut(Arc::default());
     let mut out = Vec::new();
     queue.tick(at(0), &wanted, &mut out);
-    let Some(Action::ScanDelayed {
+    let Some(Action::Delayed(DelayedAction::Scan {
         generation,
         after: None,
         through,
         ahead_to,
         ..
-    }) = out.first().cloned()
+    })) = out.first().cloned()
     else {
         panic!("a first scan from the oldest bucket: {out:?}");
     };
@@ -169,7 +169,9 @@ fn scans_follow_the_horizon_and_answers_of_an_older_scan_are_dropped() {
     );
     assert_eq!(
         queue.created(ahead_to, id("z")),
-        Some(Action::ReadSubmission { id: id("z") }),
+        Some(Action::Delayed(DelayedAction::ReadSubmission {
+            id: id("z")
+        })),
         "the scan out may have passed it"
     );
     assert!(queue.read(&id("z"), Ok(None)).is_none());
@@ -199,7 +201,9 @@ fn scans_follow_the_horizon_and_answers_of_an_older_scan_are_dropped() {
     assert_eq!(found.map(|found| found.len()), Some(1));
     assert_eq!(
         queue.created(through, id("x")),
-        Some(Action::ReadSubmission { id: id("x") })
+        Some(Action::Delayed(DelayedAction::ReadSubmission {
+            id: id("x")
+        }))
     );
     assert_eq!(queue.created(through, id("x")), None, "being read");
     assert!(queue.read(&id("x"), Ok(None)).is_none());

@@ -35,12 +35,12 @@ fn scan(actions: &[Action]) -> (u64, Option<DueBucket>, DueBucket) {
     let scans: Vec<_> = actions
         .iter()
         .filter_map(|a| match a {
-            Action::ScanDelayed {
+            Action::Delayed(DelayedAction::Scan {
                 generation,
                 after,
                 through,
                 ..
-            } => Some((*generation, *after, *through)),
+            }) => Some((*generation, *after, *through)),
             _ => None,
         })
         .collect();
@@ -53,7 +53,7 @@ fn ahead_to(actions: &[Action]) -> DueBucket {
     let ahead: Vec<_> = actions
         .iter()
         .filter_map(|a| match a {
-            Action::ScanDelayed { ahead_to, .. } => Some(*ahead_to),
+            Action::Delayed(DelayedAction::Scan { ahead_to, .. }) => Some(*ahead_to),
             _ => None,
         })
         .collect();
@@ -64,17 +64,20 @@ fn ahead_to(actions: &[Action]) -> DueBucket {
 /// A machine of `tables` whose driver's watch on the due buckets is set.
 fn watched(tables: &str) -> FireMachine {
     let mut m = machine(tables);
-    m.handle(Input::DueWatch { watching: true }, t(-1000));
+    m.handle(
+        Input::Delayed(DelayedInput::DueWatch { watching: true }),
+        t(-1000),
+    );
     m
 }
 
 /// The watch's report of a new marker `id` (naming no job) in `bucket`.
 fn created(bucket: DueBucket, id_text: &str) -> Input {
-    Input::SubmissionCreated {
+    Input::Delayed(DelayedInput::Created {
         bucket,
         id: id(id_text),
         job: None,
-    }
+    })
 }
 
 /// A machine of [`ON_DEMAND`] that acquired the lock at t(0), and that acquisition's actions
@@ -331,7 +334,9 @@ fn the_watch_brings_a_new_submission_of_a_read_bucket_and_later_buckets_wait_for
     let read = DueBucket::of(t(1000).timestamp_millis());
     assert_eq!(
         m.handle(created(read, "soon"), t(100)),
-        vec![Action::ReadSubmission { id: id("soon") }]
+        vec![Action::Delayed(DelayedAction::ReadSubmission {
+            id: id("soon")
+        })]
     );
     let later = DueBucket::of(t(9000).timestamp_millis());
     assert_eq!(
@@ -339,10 +344,10 @@ fn the_watch_brings_a_new_submission_of_a_read_bucket_and_later_buckets_wait_for
         vec![],
         "read when the horizon reaches its bucket"
     );
-    let answered = Input::SubmissionRead {
+    let answered = Input::Delayed(DelayedInput::Read {
         id: id("soon"),
         result: Ok(Some(submission("close", 1200, b""))),
-    };
+    });
     assert!(claims(&m.handle(answered, t(120))).is_empty());
     let claim = only_claim(&m.handle(Input::Tick, t(950)));
     assert_eq!(claim.record.submission_id, Some(id("soon")));
@@ -350,12 +355,14 @@ fn the_watch_brings_a_new_submission_of_a_read_bucket_and_later_buckets_wait_for
     // not claimed twice.
     assert_eq!(
         m.handle(created(read, "soon"), t(960)),
-        vec![Action::ReadSubmission { id: id("soon") }]
+        vec![Action::Delayed(DelayedAction::ReadSubmission {
+            id: id("soon")
+        })]
     );
-    let again = Input::SubmissionRead {
+    let again = Input::Delayed(DelayedInput::Read {
         id: id("soon"),
         result: Ok(Some(submission("close", 1200, b""))),
-    };
+    });
     assert!(claims(&m.handle(again, t(961))).is_empty());
 }
 
@@ -365,26 +372,30 @@ fn the_watch_brings_a_new_submission_of_a_read_bucket_and_later_buckets_wait_for
 fn a_rescheduled_submission_is_claimed_at_its_new_time() {
     let (mut m, _) = owning_with(ON_DEMAND_AHEAD, 0, vec![]);
     let read = DueBucket::of(t(1000).timestamp_millis());
-    let created = |id: &str| Input::SubmissionCreated {
-        bucket: read,
-        id: crate::delayed::submission::SubmissionId::parse(id).expect("id"),
-        job: None,
+    let created = |id: &str| {
+        Input::Delayed(DelayedInput::Created {
+            bucket: read,
+            id: crate::delayed::submission::SubmissionId::parse(id).expect("id"),
+            job: None,
+        })
     };
     m.handle(created("moved"), t(100));
-    let first = Input::SubmissionRead {
+    let first = Input::Delayed(DelayedInput::Read {
         id: id("moved"),
         result: Ok(Some(submission("close", 1200, b""))),
-    };
+    });
     assert!(claims(&m.handle(first, t(120))).is_empty());
     // Moved to t(1800) before its claim went out.
     assert_eq!(
         m.handle(created("moved"), t(200)),
-        vec![Action::ReadSubmission { id: id("moved") }]
+        vec![Action::Delayed(DelayedAction::ReadSubmission {
+            id: id("moved")
+        })]
     );
-    let moved = Input::SubmissionRead {
+    let moved = Input::Delayed(DelayedInput::Read {
         id: id("moved"),
         result: Ok(Some(submission("close", 1800, b""))),
-    };
+    });
     assert!(claims(&m.handle(moved, t(201))).is_empty());
     assert!(
         claims(&m.handle(Input::Tick, t(950))).is_empty(),
@@ -402,16 +413,16 @@ fn a_submission_moved_under_its_claim_is_queued_at_its_new_time() {
     let (mut m, _) = owning_with(ON_DEMAND_AHEAD, 0, vec![]);
     let read = DueBucket::of(t(1000).timestamp_millis());
     m.handle(created(read, "moved"), t(100));
-    let first = Input::SubmissionRead {
+    let first = Input::Delayed(DelayedInput::Read {
         id: id("moved"),
         result: Ok(Some(submission("close", 1200, b""))),
-    };
+    });
     m.handle(first, t(120));
     let claim = only_claim(&m.handle(Input::Tick, t(950)));
-    let moved = Input::SubmissionRead {
+    let moved = Input::Delayed(DelayedInput::Read {
         id: id("moved"),
         result: Ok(Some(submission("close", 5000, b""))),
-    };
+    });
     m.handle(created(read, "moved"), t(951));
     assert!(claims(&m.handle(moved, t(952))).is_empty());
     let lost = Input::ClaimDone {
@@ -457,7 +468,9 @@ fn an_empty_queue_is_read_a_minute_at_a_time() {
     let created = created(DueBucket::of(t(30_000).timestamp_millis()), "late");
     assert_eq!(
         m.handle(created, t(59_010)),
-        vec![Action::ReadSubmission { id: id("late") }]
+        vec![Action::Delayed(DelayedAction::ReadSubmission {
+            id: id("late")
+        })]
     );
 }
 
@@ -466,7 +479,10 @@ fn a_watch_that_began_again_has_every_bucket_read_again() {
     let (mut m, acquired) = acquired_at_zero();
     let (generation, _, _) = scan(&acquired);
     m.handle(scanned(generation, ahead_to(&acquired), vec![]), t(5));
-    let actions = m.handle(Input::DueWatch { watching: true }, t(20_000));
+    let actions = m.handle(
+        Input::Delayed(DelayedInput::DueWatch { watching: true }),
+        t(20_000),
+    );
     let (_, after, through) = scan(&actions);
     assert_eq!(after, None, "from the oldest bucket");
     assert_eq!(through, DueBucket::of(t(22_000).timestamp_millis()));
@@ -483,7 +499,10 @@ fn without_the_watch_a_scan_reads_no_further_than_the_horizon() {
         "nothing would report a submission made into a bucket read ahead"
     );
     let (mut m, _) = acquired_at_zero();
-    let actions = m.handle(Input::DueWatch { watching: false }, t(10));
+    let actions = m.handle(
+        Input::Delayed(DelayedInput::DueWatch { watching: false }),
+        t(10),
+    );
     let (_, after, through) = scan(&actions);
     assert_eq!(after, None, "every bucket read again");
     assert_eq!(ahead_to(&actions), through);
@@ -494,20 +513,26 @@ fn a_bucket_seen_is_removed_once_a_minute_after_its_end_and_a_past_day_once() {
     let (mut m, acquired) = acquired_at_zero();
     let (generation, _, _) = scan(&acquired);
     let seen = DueBucket::of(t(500).timestamp_millis());
-    let answer = Input::DelayedScanned {
+    let answer = Input::Delayed(DelayedInput::Scanned {
         generation,
         result: Ok(Scanned {
             found: vec![],
             through: ahead_to(&acquired),
             present: vec![seen],
         }),
-    };
+    });
     m.handle(answer, t(5));
     assert_eq!(m.next_deadline(), Some(t(59_000)), "the next scan first");
     let removals = |actions: &[Action]| {
         actions
             .iter()
-            .filter(|a| matches!(a, Action::RemoveEmptyBucket(_) | Action::RemoveEmptyDay(_)))
+            .filter(|a| {
+                matches!(
+                    a,
+                    Action::Delayed(DelayedAction::RemoveEmptyBucket(_))
+                        | Action::Delayed(DelayedAction::RemoveEmptyDay(_))
+                )
+            })
             .cloned()
             .collect::<Vec<_>>()
     };
@@ -518,8 +543,8 @@ fn a_bucket_seen_is_removed_once_a_minute_after_its_end_and_a_past_day_once() {
     assert_eq!(
         removals(&actions),
         vec![
-            Action::RemoveEmptyBucket(seen),
-            Action::RemoveEmptyDay(seen.day - 1)
+            Action::Delayed(DelayedAction::RemoveEmptyBucket(seen)),
+            Action::Delayed(DelayedAction::RemoveEmptyDay(seen.day - 1))
         ],
         "the bucket once, and the day before, a minute into the new day"
     );
@@ -573,10 +598,10 @@ fn a_scan_answered_after_the_lock_was_lost_claims_nothing() {
 fn a_failed_scan_is_tried_again_and_meanwhile_nothing_is_lost() {
     let (mut m, acquired) = acquired_at_zero();
     let (generation, _, _) = scan(&acquired);
-    let failed = Input::DelayedScanned {
+    let failed = Input::Delayed(DelayedInput::Scanned {
         generation,
         result: Err("connection loss".into()),
-    };
+    });
     assert_eq!(m.handle(failed, t(5)), vec![]);
     assert_eq!(m.next_deadline(), Some(t(1005)), "one second later");
     let (_, after, _) = scan(&m.handle(Input::Tick, t(1005)));
@@ -680,22 +705,24 @@ fn a_submission_made_while_its_bucket_is_being_read_is_not_lost() {
     let bucket = DueBucket::of(t(1500).timestamp_millis());
     assert_eq!(
         m.handle(
-            Input::SubmissionCreated {
+            Input::Delayed(DelayedInput::Created {
                 bucket,
                 id: id("racing"),
                 job: None,
-            },
+            }),
             t(5)
         ),
-        vec![Action::ReadSubmission { id: id("racing") }],
+        vec![Action::Delayed(DelayedAction::ReadSubmission {
+            id: id("racing")
+        })],
         "a bucket being read counts as read"
     );
     let answer = scanned(generation, through, vec![]);
     m.handle(answer, t(10));
-    let read = Input::SubmissionRead {
+    let read = Input::Delayed(DelayedInput::Read {
         id: id("racing"),
         result: Ok(Some(submission("close", 1500, b""))),
-    };
+    });
     m.handle(read, t(12));
     run_timer(&mut m, 1000);
     let claim = only_claim(&m.handle(Input::Tick, t(1500)));
@@ -846,13 +873,15 @@ fn an_id_submitted_again_after_its_run_is_read_and_claimed_not_left_pending() {
     let again = DueBucket::of(t(2500).timestamp_millis());
     assert_eq!(
         m.handle(created(again, "order-42"), t(1700)),
-        vec![Action::ReadSubmission { id: id("order-42") }],
+        vec![Action::Delayed(DelayedAction::ReadSubmission {
+            id: id("order-42")
+        })],
         "a new submission under a used id is read"
     );
-    let read = Input::SubmissionRead {
+    let read = Input::Delayed(DelayedInput::Read {
         id: id("order-42"),
         result: Ok(Some(submission("close", 2500, b"second"))),
-    };
+    });
     assert!(claims(&m.handle(read, t(1710))).is_empty(), "not yet due");
     let claim = only_claim(&m.handle(Input::Tick, t(2500)));
     assert_eq!(
@@ -1019,13 +1048,15 @@ fn a_submission_whose_claim_the_epoch_refused_after_a_new_acquisition_is_read_ag
     assert!(claims(&held).is_empty(), "held for the claim out: {held:?}");
     let refused = m.handle(refused(&old, ClaimRefused::NotOwner), t(710));
     assert!(
-        refused.contains(&Action::ReadSubmission { id: id("late") }),
+        refused.contains(&Action::Delayed(DelayedAction::ReadSubmission {
+            id: id("late")
+        })),
         "{refused:?}"
     );
-    let read = Input::SubmissionRead {
+    let read = Input::Delayed(DelayedInput::Read {
         id: id("late"),
         result: Ok(Some(due)),
-    };
+    });
     let again = only_claim(&m.handle(read, t(720)));
     assert_eq!(again.record.fencing_token, next);
     assert_eq!(again.record.submission_id, Some(id("late")));

@@ -97,15 +97,18 @@ fn a_job_that_moves_in_is_caught_up_and_one_that_moves_out_stops() {
 fn a_groups_machine_reads_the_markers_of_its_own_jobs_and_those_that_name_none() {
     let tables = one_job_in_each_group();
     let bucket = DueBucket::of(500);
-    let created = |id: &str, job: Option<&str>| Input::SubmissionCreated {
-        bucket,
-        id: SubmissionId::parse(id).expect("an id"),
-        job: job.map(JobName::new),
+    let created = |id: &str, job: Option<&str>| {
+        Input::Delayed(DelayedInput::Created {
+            bucket,
+            id: SubmissionId::parse(id).expect("an id"),
+            job: job.map(JobName::new),
+        })
     };
     let reads = |m: &mut FireMachine, id: &str, job: Option<&str>| {
         let wanted = SubmissionId::parse(id).expect("an id");
-        m.handle(created(id, job), t(10))
-            .contains(&Action::ReadSubmission { id: wanted })
+        m.handle(created(id, job), t(10)).contains(&Action::Delayed(
+            DelayedAction::ReadSubmission { id: wanted },
+        ))
     };
     let mut a = owning_group(Some("a"), &tables);
     assert!(reads(&mut a, "s1", Some("in-a")));

@@ -372,13 +372,13 @@ impl World {
                 prop_assert!(false, "no job here pauses itself: {job}");
             }
             Action::ListRecords(job) => self.lists.push(job),
-            Action::ScanDelayed {
+            Action::Delayed(DelayedAction::Scan {
                 generation,
                 after,
                 through,
                 ..
-            } => self.scans.push((generation, after, through)),
-            Action::ReadSubmission { id } => self.reads.push(id),
+            }) => self.scans.push((generation, after, through)),
+            Action::Delayed(DelayedAction::ReadSubmission { id }) => self.reads.push(id),
             Action::Broadcast(BroadcastAction::ReadMembership)
             | Action::Broadcast(BroadcastAction::Claim { .. })
             | Action::Broadcast(BroadcastAction::Sweep { .. })
@@ -496,8 +496,8 @@ impl World {
             | Action::Prune { .. }
             | Action::PrepareJobs(_)
             | Action::FenceFailed(_)
-            | Action::RemoveEmptyBucket(_)
-            | Action::RemoveEmptyDay(_)
+            | Action::Delayed(DelayedAction::RemoveEmptyBucket(_))
+            | Action::Delayed(DelayedAction::RemoveEmptyDay(_))
             | Action::YieldLock => {}
         }
         Ok(())
@@ -694,7 +694,7 @@ impl World {
     fn submit(&mut self, m: &mut FireMachine, kind: u8) -> Result<(), TestCaseError> {
         if !self.watching {
             self.watching = true;
-            self.feed(m, Input::DueWatch { watching: true })?;
+            self.feed(m, Input::Delayed(DelayedInput::DueWatch { watching: true }))?;
         }
         let n = self.submissions.len();
         let id = SubmissionId::parse(&format!("s{n}")).expect("valid");
@@ -736,7 +736,10 @@ impl World {
                     let pending = self.pending.iter().map(|(id, s)| (id.clone(), s.clone()));
                     Ok(scan_of(pending, after, through))
                 };
-                self.feed(m, Input::DelayedScanned { generation, result })
+                self.feed(
+                    m,
+                    Input::Delayed(DelayedInput::Scanned { generation, result }),
+                )
             }
             1 if !self.reads.is_empty() => {
                 let id = self.reads.remove(pick(self.reads.len()));
@@ -745,16 +748,16 @@ impl World {
                 } else {
                     Ok(self.pending.get(&id).cloned())
                 };
-                self.feed(m, Input::SubmissionRead { id, result })
+                self.feed(m, Input::Delayed(DelayedInput::Read { id, result }))
             }
             2 if !self.reported.is_empty() => {
                 let id = self.reported.remove(pick(self.reported.len()));
                 let due = self.submissions.get(&id).map_or(0, |s| s.due_unix_ms);
-                let input = Input::SubmissionCreated {
+                let input = Input::Delayed(DelayedInput::Created {
                     bucket: DueBucket::of(due),
                     id,
                     job: None,
-                };
+                });
                 self.feed(m, input)
             }
             _ => Ok(()),

@@ -139,11 +139,11 @@ fn owning_with_submissions(
                     t(0),
                 );
             }
-            Action::ScanDelayed {
+            Action::Delayed(DelayedAction::Scan {
                 generation,
                 through,
                 ..
-            } => scan = Some((generation, through)),
+            }) => scan = Some((generation, through)),
             _ => {}
         }
     }

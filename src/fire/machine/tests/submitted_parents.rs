@@ -45,7 +45,10 @@ fn order(due_ms: i64, payload: &[u8]) -> Submission {
 /// A machine owning the lock for [`chained`], every listing answered empty.
 fn owning_chains() -> FireMachine {
     let mut m = machine(&chained());
-    m.handle(Input::DueWatch { watching: true }, t(-1000));
+    m.handle(
+        Input::Delayed(DelayedInput::DueWatch { watching: true }),
+        t(-1000),
+    );
     for action in m.handle(Input::LockChanged(owner(TOKEN)), t(0)) {
         let input = match action {
             Action::ListRecords(job) => Input::RecordsListed {
@@ -66,10 +69,10 @@ fn owning_chains() -> FireMachine {
 /// Runs submission `order-7` (due at 2 s, payload `42`) to its end as `outcome`; its final
 /// record as written.
 fn run_order(m: &mut FireMachine, outcome: RunOutcome) -> Claim {
-    let read = Input::SubmissionRead {
+    let read = Input::Delayed(DelayedInput::Read {
         id: id("order-7"),
         result: Ok(Some(order(2000, b"42"))),
-    };
+    });
     m.handle(read, t(1000));
     let claim = claims(&m.handle(Input::Tick, t(2000)))
         .into_iter()
@@ -208,21 +211,21 @@ fn a_submitted_parents_mark_becomes_one_submission_of_the_child_at_the_parents_i
         claims(&m.handle(made, t(60_010))).is_empty(),
         "the watch's to report"
     );
-    let created = Input::SubmissionCreated {
+    let created = Input::Delayed(DelayedInput::Created {
         bucket: DueBucket::of(submission.due_unix_ms),
         id: child_id.clone(),
         job: Some(JobName::new("notify")),
-    };
+    });
     assert_eq!(
         m.handle(created, t(60_010)),
-        [Action::ReadSubmission {
+        [Action::Delayed(DelayedAction::ReadSubmission {
             id: child_id.clone()
-        }]
+        })]
     );
-    let read = Input::SubmissionRead {
+    let read = Input::Delayed(DelayedInput::Read {
         id: child_id.clone(),
         result: Ok(Some(submission.clone())),
-    };
+    });
     let claim = only_claim(&m.handle(read, t(60_010)));
     assert_eq!(claim.record.submission_id, Some(child_id.clone()));
     assert_eq!(claim.record.scheduled_unix_ms, t(2000).timestamp_millis());

@@ -148,13 +148,13 @@ impl World {
             Action::DropMarks { marks, .. } => {
                 prop_assert!(false, "every mark here makes a run: {marks:?}");
             }
-            Action::ScanDelayed {
+            Action::Delayed(DelayedAction::Scan {
                 generation,
                 after,
                 through,
                 ..
-            } => self.scans.push((generation, after, through)),
-            Action::ReadSubmission { id } => self.reads.push(id),
+            }) => self.scans.push((generation, after, through)),
+            Action::Delayed(DelayedAction::ReadSubmission { id }) => self.reads.push(id),
             Action::Claim(claim) => {
                 let id = claim.record.submission_id.clone();
                 let Some(id) = id else {
@@ -285,21 +285,24 @@ impl World {
                         .filter_map(|id| Some((id.clone(), self.requests.get(id)?.clone())));
                     Ok(scan_of(pending, after, through))
                 };
-                self.feed(m, Input::DelayedScanned { generation, result })
+                self.feed(
+                    m,
+                    Input::Delayed(DelayedInput::Scanned { generation, result }),
+                )
             }
             3 if !self.reads.is_empty() => {
                 let id = self.reads.remove(pick(self.reads.len()));
                 let result = Ok(self.requests.get(&id).cloned());
-                self.feed(m, Input::SubmissionRead { id, result })
+                self.feed(m, Input::Delayed(DelayedInput::Read { id, result }))
             }
             4 if !self.reported.is_empty() => {
                 let id = self.reported.remove(pick(self.reported.len()));
                 let due = self.requests.get(&id).map_or(0, |s| s.due_unix_ms);
-                let input = Input::SubmissionCreated {
+                let input = Input::Delayed(DelayedInput::Created {
                     bucket: DueBucket::of(due),
                     id,
                     job: Some(notify()),
-                };
+                });
                 self.feed(m, input)
             }
             5 if !self.claims.is_empty() => {
@@ -372,7 +375,7 @@ fn run_steps(marks: usize, watching: bool, steps: &[Step]) -> Result<(), TestCas
         initial,
         ..World::default()
     };
-    w.feed(&mut m, Input::DueWatch { watching })?;
+    w.feed(&mut m, Input::Delayed(DelayedInput::DueWatch { watching }))?;
     for step in steps {
         match step.clone() {
             Step::Advance(ms) => {

@@ -36,7 +36,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::machine::{Action, BroadcastAction, DelayedAction, FireMachine, Input};
+use super::machine::{Action, BroadcastAction, ChainsAction, DelayedAction, FireMachine, Input};
 use crate::config::JobConfig;
 use crate::ids::{JobName, NodeId};
 use crate::layout::ControlPaths;
@@ -531,11 +531,7 @@ impl Io {
                 _ = self.records.drop_retry(s, record, version)
             }
             Action::ListRecords(job) => return self.list(job),
-            Action::ListMarks(job) => return chains::list(s, &self.settings.ledger, job),
-            Action::DropMarks { job, marks } => {
-                chains::drop_marks(s, &self.settings.ledger, &job, &marks)
-            }
-            child @ Action::SubmitChild { .. } => return self.submit_child(child),
+            Action::Chains(action) => return self.chains(action),
             Action::Delayed(action) => return self.delayed(action),
             Action::PrepareRun {
                 spec,
@@ -571,21 +567,26 @@ impl Io {
         None
     }
 
-    /// [`Action::SubmitChild`]: a chain mark becomes its child's submission.
-    fn submit_child(&self, action: Action) -> Option<Input> {
-        let Action::SubmitChild {
-            job,
-            mark,
-            id,
-            submission,
-            token,
-        } = action
-        else {
-            return None;
-        };
-        let child = chains::Child { job, mark, id };
-        let paths = &self.settings.ledger;
-        chains::submit_child(&self.session, paths, child, submission, token)
+    /// A request about the chain marks; a child's submit takes its parent's mark.
+    fn chains(&self, action: ChainsAction) -> Option<Input> {
+        let (s, paths) = (&self.session, &self.settings.ledger);
+        match action {
+            ChainsAction::ListMarks(job) => chains::list(s, paths, job),
+            ChainsAction::DropMarks { job, marks } => {
+                chains::drop_marks(s, paths, &job, &marks);
+                None
+            }
+            ChainsAction::SubmitChild {
+                job,
+                mark,
+                id,
+                submission,
+                token,
+            } => {
+                let child = chains::Child { job, mark, id };
+                chains::submit_child(s, paths, child, submission, token)
+            }
+        }
     }
 
     /// A request of the delayed queue.

@@ -51,9 +51,9 @@ pub use delayed::DELAYED_HORIZON;
 use housekeeping::Housekeeping;
 use jobs::{Jobs, mine};
 pub use protocol::{
-    Action, BroadcastAction, BroadcastInput, ClaimId, ClaimRefused, DelayedAction, DelayedInput,
-    FireReason, Input, JobRecords, MISSED_AFTER, Me, RecordWrite, START_LEAD, Scanned, StartWrite,
-    SweepFailed, TickClaim, WITHDRAW_LIMIT, Wanted,
+    Action, BroadcastAction, BroadcastInput, ChainsAction, ChainsInput, ClaimId, ClaimRefused,
+    DelayedAction, DelayedInput, FireReason, Input, JobRecords, MISSED_AFTER, Me, RecordWrite,
+    START_LEAD, Scanned, StartWrite, SweepFailed, TickClaim, WITHDRAW_LIMIT, Wanted,
 };
 use protocol::{Item, is_late};
 use starts::Starts;
@@ -196,18 +196,7 @@ impl FireMachine {
             Input::ReleaseRequested => self.release_requested(now, &mut out),
             Input::BackfillsRead(requests) => self.backfills_read(requests, now, &mut out),
             Input::LockReleased => self.lock_released(&mut out),
-            Input::MarksChanged(job) => {
-                if self.lock.may_fire && self.stopping.is_none() {
-                    self.chains.list(job.as_ref(), &mut out);
-                }
-            }
-            Input::MarksListed { job, result } => self.marks_listed(job, result, now, &mut out),
-            Input::ChildSubmitted {
-                job,
-                mark,
-                submission,
-                result,
-            } => self.child_submitted(job, &mark, *submission, result, now, &mut out),
+            Input::Chains(input) => self.chains_input(input, now, &mut out),
             Input::Broadcast(input) => self.broadcast_input(input, now, &mut out),
         }
         if may_free_room {

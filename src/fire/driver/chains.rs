@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::session::{Session, bounded};
 use crate::delayed::submission::{Submission, SubmissionId};
-use crate::fire::machine::Input;
+use crate::fire::machine::{ChainsInput, Input};
 use crate::ids::{FencingToken, JobName};
 use crate::layout::{LedgerPaths, MarkName};
 use crate::ledger::ClaimError;
@@ -20,11 +20,11 @@ use crate::ledger::chains::ChildSubmitted;
 use crate::ledger::watch::{Change, Follow, NodeChange};
 use crate::report::error_chain;
 
-/// Reads the marks left for `job` (answered as [`Input::MarksListed`]).
+/// Reads the marks left for `job` (answered as [`ChainsInput::MarksListed`]).
 pub(super) fn list(s: &Session, paths: &LedgerPaths, job: JobName) -> Option<Input> {
     let Some(client) = s.client.clone() else {
         let result = Err(Session::no_session());
-        return Some(Input::MarksListed { job, result });
+        return Some(Input::Chains(ChainsInput::MarksListed { job, result }));
     };
     let (paths, answers) = (paths.clone(), s.answers.clone());
     s.tasks.spawn(async move {
@@ -39,7 +39,7 @@ pub(super) fn list(s: &Session, paths: &LedgerPaths, job: JobName) -> Option<Inp
             Some(Err(err)) => Err(error_chain(&err)),
             None => Err("zookeeper did not answer in time".to_owned()),
         };
-        let _ = answers.send(Input::MarksListed { job, result });
+        let _ = answers.send(Input::Chains(ChainsInput::MarksListed { job, result }));
     });
     None
 }
@@ -71,7 +71,7 @@ pub(super) struct Child {
     pub id: SubmissionId,
 }
 
-/// Submits `child`'s `submission`, taking its mark (answered as [`Input::ChildSubmitted`]).
+/// Submits `child`'s `submission`, taking its mark (answered as [`ChainsInput::ChildSubmitted`]).
 pub(super) fn submit_child(
     s: &Session,
     paths: &LedgerPaths,
@@ -82,12 +82,12 @@ pub(super) fn submit_child(
     let Child { job, mark, id } = child;
     let Some(client) = s.client.clone() else {
         let result = Err(Session::no_session());
-        return Some(Input::ChildSubmitted {
+        return Some(Input::Chains(ChainsInput::ChildSubmitted {
             job,
             mark,
             submission,
             result,
-        });
+        }));
     };
     let (paths, answers) = (paths.clone(), s.answers.clone());
     s.tasks.spawn(async move {
@@ -104,19 +104,19 @@ pub(super) fn submit_child(
             Some(Err(err)) => Err(error_chain(&err)),
             None => Err("zookeeper did not answer in time".to_owned()),
         };
-        let _ = answers.send(Input::ChildSubmitted {
+        let _ = answers.send(Input::Chains(ChainsInput::ChildSubmitted {
             job,
             mark,
             submission,
             result,
-        });
+        }));
     });
     None
 }
 
 /// Watches `after/` (persistent, recursive) for the life of `client`'s session and reports each
 /// new mark's child; its beginning, and its beginning again after a disconnection, report every
-/// child ([`Input::MarksChanged`] with `None`). Ends when `stop` is cancelled or the session
+/// child ([`ChainsInput::MarksChanged`] with `None`). Ends when `stop` is cancelled or the session
 /// ends.
 pub(super) fn watch(
     client: Ledger,
@@ -156,7 +156,10 @@ pub(super) fn watch(
                     Some(JobName::new(child.to_owned()))
                 }
             };
-            if answers.send(Input::MarksChanged(job)).is_err() {
+            if answers
+                .send(Input::Chains(ChainsInput::MarksChanged(job)))
+                .is_err()
+            {
                 return;
             }
         }

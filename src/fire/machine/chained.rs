@@ -11,14 +11,37 @@ use chrono::{DateTime, Utc};
 
 use super::FireMachine;
 use super::chains::ChainStep;
-use super::protocol::{Action, ClaimId, ClaimRefused, FireReason, Item};
+use super::protocol::{Action, ChainsAction, ChainsInput, ClaimId, ClaimRefused, FireReason, Item};
 use crate::delayed::submission::{AfterRun, Submission, SubmissionId};
 use crate::ids::JobName;
 use crate::layout::MarkName;
 use crate::run::FoundMark;
 
 impl FireMachine {
-    /// Answer to [`Action::ListMarks`]: each instant whose set is complete (or given up on) goes
+    /// The chain marks, as the driver read or watched them.
+    pub(super) fn chains_input(
+        &mut self,
+        input: ChainsInput,
+        now: DateTime<Utc>,
+        out: &mut Vec<Action>,
+    ) {
+        match input {
+            ChainsInput::MarksChanged(job) => {
+                if self.lock.may_fire && self.stopping.is_none() {
+                    self.chains.list(job.as_ref(), out);
+                }
+            }
+            ChainsInput::MarksListed { job, result } => self.marks_listed(job, result, now, out),
+            ChainsInput::ChildSubmitted {
+                job,
+                mark,
+                submission,
+                result,
+            } => self.child_submitted(job, &mark, *submission, result, now, out),
+        }
+    }
+
+    /// Answer to [`ChainsAction::ListMarks`]: each instant whose set is complete (or given up on) goes
     /// through the one claim path — a run, or a `skipped` record — whose claim takes the marks.
     pub(super) fn marks_listed(
         &mut self,
@@ -59,27 +82,27 @@ impl FireMachine {
                 }
                 ChainStep::Submit { parent, found } => {
                     let (id, submission) = child_submission(&job, &parent, found.clone(), now);
-                    out.push(Action::SubmitChild {
+                    out.push(Action::Chains(ChainsAction::SubmitChild {
                         job: job.clone(),
                         mark: found.name,
                         id,
                         submission: Box::new(submission),
                         token,
-                    });
+                    }));
                 }
                 ChainStep::Forget { mark, why } => {
                     tracing::info!(job = %job, parent = %mark.parent, why, "a submitted parent's run makes no run of this job");
                     self.chains.submitted(&job, &mark);
-                    out.push(Action::DropMarks {
+                    out.push(Action::Chains(ChainsAction::DropMarks {
                         job: job.clone(),
                         marks: vec![mark],
-                    });
+                    }));
                 }
             }
         }
     }
 
-    /// Answer to [`Action::SubmitChild`]: the child's submission, made, is the watch's to
+    /// Answer to [`ChainsAction::SubmitChild`]: the child's submission, made, is the watch's to
     /// report, as any other's; without a watch it is considered at once (the buckets are then
     /// read a second at a time, and its bucket is past). A failed submit reads the marks again.
     pub(super) fn child_submitted(
@@ -163,13 +186,13 @@ impl FireMachine {
             }
             // The instant's record exists (a mark gone goes with its creation).
             Some(ClaimRefused::AlreadyClaimed) if !parents.is_empty() => {
-                out.push(Action::DropMarks {
+                out.push(Action::Chains(ChainsAction::DropMarks {
                     job: job.clone(),
                     marks: parents
                         .iter()
                         .map(|parent| MarkName::of_tick(tick_ms, parent))
                         .collect(),
-                });
+                }));
             }
             _ => {}
         }

@@ -6,14 +6,14 @@
 //! Owns: who follows whom across the whole schedule, which of this group's chained jobs have a
 //! listing out, and which instants, and submitted parents' marks, have a claim or a submit out.
 //! Must not: claim anything itself (its steps go through the one claim path, `starts`), or do
-//! I/O: marks are read by the driver ([`Action::ListMarks`]) and come back as input.
+//! I/O: marks are read by the driver ([`ChainsAction::ListMarks`]) and come back as input.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
-use super::protocol::Action;
+use super::protocol::{Action, ChainsAction};
 use crate::config::{After, JobConfig};
 use crate::delayed::submission::SubmissionId;
 use crate::ids::JobName;
@@ -155,7 +155,7 @@ impl Chains {
                 Some(owed) => *owed = true,
                 None => {
                     self.listing.insert(job.clone(), false);
-                    out.push(Action::ListMarks(job));
+                    out.push(Action::Chains(ChainsAction::ListMarks(job)));
                 }
             }
         }

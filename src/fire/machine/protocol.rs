@@ -117,6 +117,50 @@ pub struct TickClaim {
     pub guarded: bool,
 }
 
+/// What the chains ask of the driver about the marks parents leave their children.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChainsAction {
+    /// Read the chain marks left for this chained job. Answered by
+    /// [`ChainsInput::MarksListed`].
+    ListMarks(JobName),
+    /// Remove the marks left for `job`: nobody will take them (their instant is recorded, or
+    /// a submitted parent's mark makes no run). Nothing answers.
+    DropMarks { job: JobName, marks: Vec<MarkName> },
+    /// Submit `submission` of the chained job `job` under `id` (a generated one if `id` is
+    /// taken), taking the submitted parent's `mark`, in one multi-op under `check(epoch,
+    /// token)`. Answered by [`ChainsInput::ChildSubmitted`].
+    SubmitChild {
+        job: JobName,
+        mark: MarkName,
+        id: SubmissionId,
+        submission: Box<Submission>,
+        token: FencingToken,
+    },
+}
+
+/// The chain marks, as the driver read or watched them.
+#[derive(Debug, Clone)]
+pub enum ChainsInput {
+    /// The chain marks left for a job changed (the driver's watch on `after/`); `None`: any
+    /// job's may have (the watch began, or began again after a disconnection).
+    MarksChanged(Option<JobName>),
+    /// Answer to [`ChainsAction::ListMarks`]: the marks left for `job`, or why they could not
+    /// be read.
+    MarksListed {
+        job: JobName,
+        result: Result<Vec<crate::run::FoundMark>, String>,
+    },
+    /// Answer to [`ChainsAction::SubmitChild`]: the child submitted under this id (`None`: the
+    /// mark was gone, or the epoch had moved on: nothing was written), or why the submit
+    /// failed.
+    ChildSubmitted {
+        job: JobName,
+        mark: MarkName,
+        submission: Box<Submission>,
+        result: Result<Option<SubmissionId>, String>,
+    },
+}
+
 /// What the delayed queue asks of the driver.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DelayedAction {
@@ -330,24 +374,10 @@ pub enum Input {
     /// The backfill requests waiting under `control/backfill` (the driver's watch), by node
     /// name: each for one of this machine's jobs is taken once it may fire.
     BackfillsRead(Vec<(String, crate::control::BackfillRequest)>),
-    /// The chain marks left for a job changed (the driver's watch on `after/`); `None`: any
-    /// job's may have (the watch began, or began again after a disconnection).
-    MarksChanged(Option<JobName>),
     /// An answer to a broadcast job's request ([`BroadcastAction`]).
     Broadcast(BroadcastInput),
-    /// Answer to [`Action::ListMarks`]: the marks left for `job`, or why they could not be read.
-    MarksListed {
-        job: JobName,
-        result: Result<Vec<crate::run::FoundMark>, String>,
-    },
-    /// Answer to [`Action::SubmitChild`]: the child submitted under this id (`None`: the mark
-    /// was gone, or the epoch had moved on: nothing was written), or why the submit failed.
-    ChildSubmitted {
-        job: JobName,
-        mark: MarkName,
-        submission: Box<Submission>,
-        result: Result<Option<SubmissionId>, String>,
-    },
+    /// The chain marks, as the driver read or watched them ([`ChainsAction`]).
+    Chains(ChainsInput),
 }
 
 /// How the write of a run's final record ended.
@@ -462,21 +492,8 @@ pub enum Action {
     Delayed(DelayedAction),
     /// A broadcast job's request: a member's own runs, or the owner's sweeps.
     Broadcast(BroadcastAction),
-    /// Read the chain marks left for this chained job. Answered by [`Input::MarksListed`].
-    ListMarks(JobName),
-    /// Remove the marks left for `job`: nobody will take them (their instant is recorded, or
-    /// a submitted parent's mark makes no run). Nothing answers.
-    DropMarks { job: JobName, marks: Vec<MarkName> },
-    /// Submit `submission` of the chained job `job` under `id` (a generated one if `id` is
-    /// taken), taking the submitted parent's `mark`, in one multi-op under `check(epoch,
-    /// token)`. Answered by [`Input::ChildSubmitted`].
-    SubmitChild {
-        job: JobName,
-        mark: MarkName,
-        id: SubmissionId,
-        submission: Box<Submission>,
-        token: FencingToken,
-    },
+    /// A request about the chain marks: reading, dropping, or making a child's submission.
+    Chains(ChainsAction),
 }
 
 /// What a scan of the due buckets read.

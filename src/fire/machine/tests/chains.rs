@@ -32,10 +32,10 @@ fn mark(parent: &str, tick_ms: i64, status: RunStatus) -> FoundMark {
 }
 
 fn marks_of(job: &str, marks: Vec<FoundMark>) -> Input {
-    Input::MarksListed {
+    Input::Chains(ChainsInput::MarksListed {
         job: JobName::new(job),
         result: Ok(marks),
-    }
+    })
 }
 
 /// A machine owning the lock for [`chained`]: the acquisition lists every chained job's marks.
@@ -51,7 +51,7 @@ fn owning_chains() -> FireMachine {
                 };
                 m.handle(input, t(0));
             }
-            Action::ListMarks(job) => listed.push(job.to_string()),
+            Action::Chains(ChainsAction::ListMarks(job)) => listed.push(job.to_string()),
             _ => {}
         }
     }
@@ -140,8 +140,16 @@ fn a_childs_complete_marks_become_one_run_at_the_parents_instant() {
     assert_eq!(claim.record.parents.len(), 1);
     assert_eq!(claim.record.parents[0].run_id, "extract-1000");
     // Listed again while its claim is out: not claimed twice.
-    let again = m.handle(Input::MarksChanged(Some(JobName::new("load"))), t(5001));
-    assert_eq!(again, vec![Action::ListMarks(JobName::new("load"))]);
+    let again = m.handle(
+        Input::Chains(ChainsInput::MarksChanged(Some(JobName::new("load")))),
+        t(5001),
+    );
+    assert_eq!(
+        again,
+        vec![Action::Chains(ChainsAction::ListMarks(JobName::new(
+            "load"
+        )))]
+    );
     let relisted = m.handle(
         marks_of("load", vec![mark("extract", 1000, RunStatus::Succeeded)]),
         t(5002),
@@ -204,16 +212,16 @@ fn a_diamond_waits_for_every_parent_and_gives_up_after_its_starting_deadline() {
     );
 
     let both = vec![one[0].clone(), mark("clean", 1000, RunStatus::Succeeded)];
-    m.handle(Input::MarksChanged(None), t(5001));
+    m.handle(Input::Chains(ChainsInput::MarksChanged(None)), t(5001));
     let ran = only_claim(&m.handle(marks_of("report", both), t(5002)));
     assert_ne!(ran.record.status, RunStatus::Skipped);
     assert_eq!(ran.record.parents.len(), 2, "one run for the two parents");
 
     // Another instant, clean never ending: given up on once 10 s (starting_deadline) passed.
-    m.handle(Input::MarksChanged(None), t(5003));
+    m.handle(Input::Chains(ChainsInput::MarksChanged(None)), t(5003));
     let lone = vec![mark("extract", 2000, RunStatus::Succeeded)];
     assert!(claims(&m.handle(marks_of("report", lone.clone()), t(11_000))).is_empty());
-    m.handle(Input::MarksChanged(None), t(12_001));
+    m.handle(Input::Chains(ChainsInput::MarksChanged(None)), t(12_001));
     let skipped = only_claim(&m.handle(marks_of("report", lone), t(12_002)));
     assert_eq!(skipped.record.status, RunStatus::Skipped);
     let why = skipped.record.error.unwrap_or_default();
@@ -236,12 +244,18 @@ fn a_chained_claim_refused_under_an_older_token_of_ours_reads_the_marks_again() 
         Input::LockChanged(owner(FencingToken(TOKEN.0 + 1))),
         t(5002),
     );
-    assert!(acquired.contains(&Action::ListMarks(JobName::new("load"))));
+    assert!(
+        acquired.contains(&Action::Chains(ChainsAction::ListMarks(JobName::new(
+            "load"
+        ))))
+    );
     let skipped = m.handle(marks_of("load", marks.clone()), t(5003));
     assert!(claims(&skipped).is_empty(), "its claim is out: {skipped:?}");
     let refused = m.handle(refused(&old, ClaimRefused::NotOwner), t(5004));
     assert!(
-        refused.contains(&Action::ListMarks(JobName::new("load"))),
+        refused.contains(&Action::Chains(ChainsAction::ListMarks(JobName::new(
+            "load"
+        )))),
         "{refused:?}"
     );
     let again = only_claim(&m.handle(marks_of("load", marks), t(5005)));
@@ -257,13 +271,13 @@ fn a_chained_claim_that_finds_its_instant_taken_removes_the_marks_left() {
     ));
     let actions = m.handle(refused(&claim, ClaimRefused::AlreadyClaimed), t(5001));
     assert!(
-        actions.contains(&Action::DropMarks {
+        actions.contains(&Action::Chains(ChainsAction::DropMarks {
             job: JobName::new("load"),
             marks: vec![crate::layout::MarkName::of_tick(
                 t(1000).timestamp_millis(),
                 &JobName::new("extract")
             )],
-        }),
+        })),
         "{actions:?}"
     );
 }
@@ -282,7 +296,9 @@ fn a_paused_child_leaves_its_marks_waiting() {
     assert!(claims(&actions).is_empty(), "{actions:?}");
     let resumed = m.handle(Input::PausesRead(Pauses::new()), t(6000));
     assert!(
-        resumed.contains(&Action::ListMarks(JobName::new("load"))),
+        resumed.contains(&Action::Chains(ChainsAction::ListMarks(JobName::new(
+            "load"
+        )))),
         "read again at the resume: {resumed:?}"
     );
 }
@@ -341,10 +357,10 @@ fn a_backfilled_parent_makes_its_childrens_runs_only_when_asked() {
 fn a_failed_reading_of_the_marks_is_tried_again_shortly_not_at_the_next_parents_end() {
     let mut m = owning_chains();
     m.handle(marks_of("report", vec![]), t(0));
-    let failed = Input::MarksListed {
+    let failed = Input::Chains(ChainsInput::MarksListed {
         job: JobName::new("load"),
         result: Err("connection loss".into()),
-    };
+    });
     assert!(m.handle(failed, t(100)).is_empty());
     assert!(
         m.next_deadline().is_some_and(|at| at <= t(2100)),
@@ -353,7 +369,9 @@ fn a_failed_reading_of_the_marks_is_tried_again_shortly_not_at_the_next_parents_
     );
     let again = m.handle(Input::Tick, t(2100));
     assert!(
-        again.contains(&Action::ListMarks(JobName::new("load"))),
+        again.contains(&Action::Chains(ChainsAction::ListMarks(JobName::new(
+            "load"
+        )))),
         "read again: {again:?}"
     );
 }

@@ -170,10 +170,10 @@ fn a_chained_runs_wait_for_its_lease_counts_from_its_claim_not_its_parents_insta
         ),
         mark: crate::run::ChainMark::of("extract-1000", RunStatus::Succeeded),
     };
-    let listed = Input::MarksListed {
+    let listed = Input::Chains(ChainsInput::MarksListed {
         job: JobName::new("load"),
         result: Ok(vec![mark]),
-    };
+    });
     let claim = only_claim(&m.handle(listed, t(60_000)));
     let asked = m.handle(ok(&claim), t(60_010));
     let (_, run_id) = asks_for_leases(&asked);

@@ -389,14 +389,14 @@ impl World {
                     "no broadcast job here (tests/broadcast.rs has its own)"
                 );
             }
-            Action::SubmitChild { mark, .. } => {
+            Action::Chains(ChainsAction::SubmitChild { mark, .. }) => {
                 prop_assert!(false, "no submitted parent here: {mark:?}");
             }
-            Action::ListMarks(job) => {
+            Action::Chains(ChainsAction::ListMarks(job)) => {
                 prop_assert_eq!(job.as_str(), "d", "only d is chained");
                 self.mark_lists.push(job);
             }
-            Action::DropMarks { marks, .. } => {
+            Action::Chains(ChainsAction::DropMarks { marks, .. }) => {
                 for mark in marks {
                     let tick_ms = mark.scheduled_unix_ms;
                     prop_assert!(
@@ -806,7 +806,10 @@ impl World {
             self.feed(m, Input::RecordWritten { run_id, write })?;
             if marked {
                 // The driver's watch on `after/` reports the new mark.
-                self.feed(m, Input::MarksChanged(Some(JobName::new("d"))))?;
+                self.feed(
+                    m,
+                    Input::Chains(ChainsInput::MarksChanged(Some(JobName::new("d")))),
+                )?;
             }
             return Ok(());
         }
@@ -870,7 +873,7 @@ impl World {
                     })
                     .collect())
             };
-            return self.feed(m, Input::MarksListed { job, result });
+            return self.feed(m, Input::Chains(ChainsInput::MarksListed { job, result }));
         }
         if !self.lists.is_empty() {
             let job = self.lists.remove(i % self.lists.len());

@@ -55,10 +55,12 @@ fn owning_chains() -> FireMachine {
                 job,
                 result: Ok(JobRecords::default()),
             },
-            Action::ListMarks(job) => Input::MarksListed {
-                job,
-                result: Ok(Vec::new()),
-            },
+            Action::Chains(ChainsAction::ListMarks(job)) => {
+                Input::Chains(ChainsInput::MarksListed {
+                    job,
+                    result: Ok(Vec::new()),
+                })
+            }
             _ => continue,
         };
         m.handle(input, t(0));
@@ -129,10 +131,10 @@ fn submitted_mark(status: RunStatus) -> FoundMark {
 }
 
 fn marks_of(job: &str, marks: Vec<FoundMark>) -> Input {
-    Input::MarksListed {
+    Input::Chains(ChainsInput::MarksListed {
         job: JobName::new(job),
         result: Ok(marks),
-    }
+    })
 }
 
 /// The one child submit among `actions`.
@@ -140,13 +142,13 @@ fn only_submit(actions: &[Action]) -> (JobName, MarkName, SubmissionId, Submissi
     let submits: Vec<_> = actions
         .iter()
         .filter_map(|action| match action {
-            Action::SubmitChild {
+            Action::Chains(ChainsAction::SubmitChild {
                 job,
                 mark,
                 id,
                 submission,
                 token,
-            } => {
+            }) => {
                 assert_eq!(*token, TOKEN, "fenced by the owner's token");
                 Some((
                     job.clone(),
@@ -194,19 +196,19 @@ fn a_submitted_parents_mark_becomes_one_submission_of_the_child_at_the_parents_i
     assert!(
         !again
             .iter()
-            .any(|a| matches!(a, Action::SubmitChild { .. })),
+            .any(|a| matches!(a, Action::Chains(ChainsAction::SubmitChild { .. }))),
         "{again:?}"
     );
 
     // Made: the watch reports it, as any submission; once read, it is claimed at once, though
     // its due time is older than notify's starting_deadline (its lateness counts from its
     // submit), and run with the payload and the parent's run.
-    let made = Input::ChildSubmitted {
+    let made = Input::Chains(ChainsInput::ChildSubmitted {
         job: JobName::new("notify"),
         mark: mark.name.clone(),
         submission: Box::new(submission.clone()),
         result: Ok(Some(child_id.clone())),
-    };
+    });
     assert!(
         claims(&m.handle(made, t(60_010))).is_empty(),
         "the watch's to report"
@@ -262,12 +264,12 @@ fn without_a_watch_a_childs_submission_is_claimed_once_made() {
     let mark = submitted_mark(RunStatus::Succeeded);
     let actions = m.handle(marks_of("notify", vec![mark.clone()]), t(60_000));
     let (job, name, child_id, submission) = only_submit(&actions);
-    let made = Input::ChildSubmitted {
+    let made = Input::Chains(ChainsInput::ChildSubmitted {
         job,
         mark: name,
         submission: Box::new(submission),
         result: Ok(Some(child_id.clone())),
-    };
+    });
     let claim = only_claim(&m.handle(made, t(60_010)));
     assert_eq!(claim.record.submission_id, Some(child_id));
 }
@@ -280,16 +282,16 @@ fn a_submitted_parents_mark_a_child_does_not_follow_is_removed_and_a_failed_subm
     let actions = m.handle(marks_of("audit", vec![diamond.clone()]), t(60_000));
     assert_eq!(
         actions,
-        vec![Action::DropMarks {
+        vec![Action::Chains(ChainsAction::DropMarks {
             job: JobName::new("audit"),
             marks: vec![diamond.name],
-        }]
+        })]
     );
     // page follows failures only.
     let succeeded = submitted_mark(RunStatus::Succeeded);
     let actions = m.handle(marks_of("page", vec![succeeded.clone()]), t(60_000));
     assert!(
-        matches!(&actions[..], [Action::DropMarks { marks, .. }] if *marks == [succeeded.name.clone()]),
+        matches!(&actions[..], [Action::Chains(ChainsAction::DropMarks { marks, .. })] if *marks == [succeeded.name.clone()]),
         "{actions:?}"
     );
 
@@ -297,16 +299,18 @@ fn a_submitted_parents_mark_a_child_does_not_follow_is_removed_and_a_failed_subm
     let mark = submitted_mark(RunStatus::Succeeded);
     let (job, name, _, submission) =
         only_submit(&m.handle(marks_of("notify", vec![mark.clone()]), t(60_000)));
-    let failed = Input::ChildSubmitted {
+    let failed = Input::Chains(ChainsInput::ChildSubmitted {
         job,
         mark: name,
         submission: Box::new(submission),
         result: Err("connection loss".to_owned()),
-    };
+    });
     assert!(claims(&m.handle(failed, t(60_001))).is_empty());
     let relisted = m.handle(Input::Tick, t(62_001));
     assert!(
-        relisted.contains(&Action::ListMarks(JobName::new("notify"))),
+        relisted.contains(&Action::Chains(ChainsAction::ListMarks(JobName::new(
+            "notify"
+        )))),
         "{relisted:?}"
     );
     only_submit(&m.handle(marks_of("notify", vec![mark]), t(62_002)));

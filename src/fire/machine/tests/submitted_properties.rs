@@ -116,17 +116,17 @@ impl World {
 
     fn perform(&mut self, action: Action) -> Result<(), TestCaseError> {
         match action {
-            Action::ListMarks(job) => {
+            Action::Chains(ChainsAction::ListMarks(job)) => {
                 prop_assert_eq!(&job, &notify());
                 self.lists.push(job);
             }
-            Action::SubmitChild {
+            Action::Chains(ChainsAction::SubmitChild {
                 job,
                 mark,
                 id,
                 submission,
                 token,
-            } => {
+            }) => {
                 prop_assert!(self.status.may_fire, "a submit only while owning");
                 prop_assert_eq!(Some(token), self.status.token, "under this node's token");
                 prop_assert_eq!(&job, &notify());
@@ -145,7 +145,7 @@ impl World {
                 prop_assert_eq!(&after.run_id, &found.mark.run_id);
                 self.submits.push((mark, id, *submission, token));
             }
-            Action::DropMarks { marks, .. } => {
+            Action::Chains(ChainsAction::DropMarks { marks, .. }) => {
                 prop_assert!(false, "every mark here makes a run: {marks:?}");
             }
             Action::Delayed(DelayedAction::Scan {
@@ -253,7 +253,7 @@ impl World {
                 } else {
                     Ok(self.marks.values().cloned().collect())
                 };
-                self.feed(m, Input::MarksListed { job, result })
+                self.feed(m, Input::Chains(ChainsInput::MarksListed { job, result }))
             }
             1 if !self.submits.is_empty() => {
                 let submit = self.submits.remove(pick(self.submits.len()));
@@ -266,12 +266,12 @@ impl World {
                     _ => Ok(self.apply_submit(&submit)),
                 };
                 let (mark, _, submission, _) = submit;
-                let input = Input::ChildSubmitted {
+                let input = Input::Chains(ChainsInput::ChildSubmitted {
                     job: notify(),
                     mark,
                     submission: Box::new(submission),
                     result,
-                };
+                });
                 self.feed(m, input)
             }
             2 if !self.scans.is_empty() => {
@@ -384,7 +384,7 @@ fn run_steps(marks: usize, watching: bool, steps: &[Step]) -> Result<(), TestCas
             }
             Step::Lock(kind) => w.lock(&mut m, kind)?,
             Step::Answer(kind, i, how) => w.answer(&mut m, kind, i, how)?,
-            Step::MarksChanged => w.feed(&mut m, Input::MarksChanged(None))?,
+            Step::MarksChanged => w.feed(&mut m, Input::Chains(ChainsInput::MarksChanged(None)))?,
         }
     }
     // Left in peace: a new acquisition, every request answered as it should, time passing.

@@ -36,7 +36,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::machine::{Action, BroadcastAction, ChainsAction, DelayedAction, FireMachine, Input};
+use super::machine::{
+    Action, BroadcastAction, ChainsAction, ControlAction, DelayedAction, FireMachine, Input,
+};
 use crate::config::JobConfig;
 use crate::ids::{JobName, NodeId};
 use crate::layout::ControlPaths;
@@ -555,10 +557,10 @@ impl Io {
                 let _ = self.lock_commands.send(LockCommand::FenceFailed(token));
             }
             Action::Notify(notice) => self.settings.notifier.send(*notice),
-            Action::RemoveBackfill(name) => {
-                control::remove_backfill(s, &self.settings.control, name)
+            Action::Control(ControlAction::RemoveBackfill(name)) => {
+                control::remove_backfill(s, &self.settings.control, name);
             }
-            Action::PauseJob { job, reason } => {
+            Action::Control(ControlAction::PauseJob { job, reason }) => {
                 control::pause(s, &self.settings.control, job, reason);
             }
             Action::Broadcast(action) => return self.broadcast(action),

@@ -17,6 +17,7 @@ mod catch_up;
 mod chained;
 mod chains;
 mod claims;
+mod controlling;
 mod ctx;
 mod delayed;
 mod guards;
@@ -39,7 +40,6 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::config::JobConfig;
-use crate::control::Pauses;
 use crate::fire::queue::FireQueue;
 use crate::ids::JobName;
 use crate::lock::LockStatus;
@@ -52,8 +52,9 @@ use housekeeping::Housekeeping;
 use jobs::{Jobs, mine};
 pub use protocol::{
     Action, BroadcastAction, BroadcastInput, ChainsAction, ChainsInput, ClaimId, ClaimRefused,
-    DelayedAction, DelayedInput, FireReason, Input, JobRecords, MISSED_AFTER, Me, RecordWrite,
-    START_LEAD, Scanned, StartWrite, SweepFailed, TickClaim, WITHDRAW_LIMIT, Wanted,
+    ControlAction, ControlInput, DelayedAction, DelayedInput, FireReason, Input, JobRecords,
+    MISSED_AFTER, Me, RecordWrite, START_LEAD, Scanned, StartWrite, SweepFailed, TickClaim,
+    WITHDRAW_LIMIT, Wanted,
 };
 use protocol::{Item, is_late};
 use starts::Starts;
@@ -191,10 +192,8 @@ impl FireMachine {
             }
             Input::Shutdown => self.shutdown(now, &mut out),
             Input::Delayed(input) => self.delayed_input(input, now, &mut out),
-            Input::PausesRead(pauses) => self.pauses_read(pauses, now, &mut out),
+            Input::Control(input) => self.control_input(input, now, &mut out),
             Input::ClockStepped { by } => self.clock_stepped(by, now),
-            Input::ReleaseRequested => self.release_requested(now, &mut out),
-            Input::BackfillsRead(requests) => self.backfills_read(requests, now, &mut out),
             Input::LockReleased => self.lock_released(&mut out),
             Input::Chains(input) => self.chains_input(input, now, &mut out),
             Input::Broadcast(input) => self.broadcast_input(input, now, &mut out),
@@ -599,71 +598,6 @@ impl FireMachine {
         self.jobs.stop();
         self.starts.claims.withdraw_unstarted(out);
         self.claim_path(now, out, |s, ctx| s.guard_outliving_runs(ctx));
-        self.maybe_hand_over(now, out);
-    }
-
-    /// The backfill requests waiting now (the driver's watch on `control/`).
-    fn backfills_read(
-        &mut self,
-        requests: Vec<(String, crate::control::BackfillRequest)>,
-        now: DateTime<Utc>,
-        out: &mut Vec<Action>,
-    ) {
-        self.backfills.read(requests);
-        self.take_backfills(now, out);
-    }
-
-    /// Once this node may fire: each request for one of its jobs goes into the job's backlog,
-    /// its ticks oldest first, and is removed. One for a job that no group fires is removed
-    /// too; one for another group's job is that group's.
-    fn take_backfills(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
-        if !self.lock.may_fire || self.stopping.is_some() {
-            return;
-        }
-        let elsewhere = &self.elsewhere;
-        for (name, request) in self.backfills.take(|job| elsewhere.contains(job)) {
-            let job = request.job.clone();
-            let Some(state) = self.jobs.get_mut(&job) else {
-                tracing::warn!(job = %job, by = request.by, "backfill of a job not in the schedule: dropped");
-                out.push(Action::RemoveBackfill(name));
-                continue;
-            };
-            tracing::info!(job = %job, ticks = request.ticks.len(), by = request.by, "backfill taken: its ticks run in order");
-            state.backlog.extend(backfill::items(&request));
-            out.push(Action::RemoveBackfill(name));
-            self.claim_path(now, out, |s, ctx| backlog::advance(s, ctx, &job));
-        }
-    }
-
-    /// The pauses as read now (the driver's watch on `control/`).
-    fn pauses_read(&mut self, pauses: Pauses, now: DateTime<Utc>, out: &mut Vec<Action>) {
-        if self.steering.pauses_read(pauses) {
-            self.apply_lock(now, out);
-        }
-        // Submissions of a resumed job wait for no deadline: claim what is due; its chained
-        // runs, likewise, are read again.
-        self.claim_due_submissions(now, out);
-        if self.lock.may_fire {
-            self.chains.list(None, out);
-        }
-    }
-
-    fn release_requested(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
-        if self.stopping.is_some() || self.steering.yielding() {
-            return;
-        }
-        if self.reported.token.is_none() {
-            tracing::info!("asked to hand the lock over, but this node does not own it");
-            return;
-        }
-        tracing::info!("asked to hand the lock over: giving back unstarted claims, then releasing");
-        self.steering.start_yielding(now);
-        // Withdrawn before the lock's status changes: a claim waiting for a limit's lease
-        // would otherwise be settled as a lost lock's, its record and guard left behind, and
-        // the guard kept the job from running on the new owner while this session lived.
-        self.starts.claims.withdraw_unstarted(out);
-        self.claim_path(now, out, |s, ctx| s.guard_outliving_runs(ctx));
-        self.apply_lock(now, out);
         self.maybe_hand_over(now, out);
     }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::fire::machine::Input;
+use crate::fire::machine::{ControlInput, Input};
 use crate::ids::NodeId;
 use crate::layout::ControlPaths;
 use crate::ledger::Ledger;
@@ -105,7 +105,12 @@ impl Watch {
     async fn read_pauses(&self) -> bool {
         loop {
             match store::pauses(&self.client, &self.paths).await {
-                Ok(pauses) => return self.answers.send(Input::PausesRead(pauses)).is_ok(),
+                Ok(pauses) => {
+                    return self
+                        .answers
+                        .send(Input::Control(ControlInput::PausesRead(pauses)))
+                        .is_ok();
+                }
                 Err(err) => {
                     tracing::warn!(error = %error_chain(&err), retry_in = ?READ_RETRY, "cannot read the paused jobs");
                 }
@@ -122,7 +127,10 @@ impl Watch {
     /// session, reads them again. `false`: stop.
     async fn read_backfills(&self) -> bool {
         match store::backfills(&self.client, &self.paths).await {
-            Ok(requests) => self.answers.send(Input::BackfillsRead(requests)).is_ok(),
+            Ok(requests) => self
+                .answers
+                .send(Input::Control(ControlInput::BackfillsRead(requests)))
+                .is_ok(),
             Err(err) => {
                 tracing::warn!(error = %error_chain(&err), "cannot read the backfill requests");
                 true
@@ -152,7 +160,9 @@ impl Watch {
             return true;
         }
         tracing::info!(by = request.by, "release requested");
-        self.answers.send(Input::ReleaseRequested).is_ok()
+        self.answers
+            .send(Input::Control(ControlInput::ReleaseRequested))
+            .is_ok()
     }
 }
 

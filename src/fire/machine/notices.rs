@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::protocol::Action;
+use super::protocol::{Action, ControlAction};
 use crate::config::{JobConfig, NotifyWhen};
 use crate::ids::{JobName, NodeId};
 use crate::run::{Notice, NoticeKind, RunRecord, RunStatus};
@@ -83,10 +83,10 @@ impl Streaks {
         }
         if let Some(reason) = told.pause {
             tracing::warn!(job = %record.job, reason, "pausing the job");
-            out.push(Action::PauseJob {
+            out.push(Action::Control(ControlAction::PauseJob {
                 job: record.job.clone(),
                 reason,
-            });
+            }));
         }
     }
 

@@ -117,6 +117,30 @@ pub struct TickClaim {
     pub guarded: bool,
 }
 
+/// What the machine writes to the operators' `control/` nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ControlAction {
+    /// Remove this backfill request: its ticks are in a backlog (or its job is unknown).
+    RemoveBackfill(String),
+    /// Pause the job (`pause_after_failures`) as `zkcron pause` would, for this reason. Nothing
+    /// answers: the pause comes back as [`ControlInput::PausesRead`].
+    PauseJob { job: JobName, reason: String },
+}
+
+/// What the operators asked, as the driver's watch on `control/` read it.
+#[derive(Debug, Clone)]
+pub enum ControlInput {
+    /// The paused jobs, read after a change. Nothing starts before the first reading: a
+    /// paused job must not fire in the moment after a start.
+    PausesRead(Pauses),
+    /// An operator asked this node to hand the lock over (`zkcron release`): unstarted claims
+    /// are given back, then [`Action::YieldLock`].
+    ReleaseRequested,
+    /// The backfill requests waiting under `control/backfill`, by node name: each for one of
+    /// this machine's jobs is taken once it may fire.
+    BackfillsRead(Vec<(String, crate::control::BackfillRequest)>),
+}
+
 /// What the chains ask of the driver about the marks parents leave their children.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChainsAction {
@@ -365,15 +389,8 @@ pub enum Input {
     ClockStepped { by: chrono::Duration },
     /// What the delayed store holds, as the driver read or watched it ([`DelayedAction`]).
     Delayed(DelayedInput),
-    /// The paused jobs, read after a change (the driver's watch on `control/`). Nothing starts
-    /// before the first reading: a paused job must not fire in the moment after a start.
-    PausesRead(Pauses),
-    /// An operator asked this node to hand the lock over (`zkcron release`): unstarted claims
-    /// are given back, then [`Action::YieldLock`].
-    ReleaseRequested,
-    /// The backfill requests waiting under `control/backfill` (the driver's watch), by node
-    /// name: each for one of this machine's jobs is taken once it may fire.
-    BackfillsRead(Vec<(String, crate::control::BackfillRequest)>),
+    /// What the operators asked, as the driver's watch on `control/` read it.
+    Control(ControlInput),
     /// An answer to a broadcast job's request ([`BroadcastAction`]).
     Broadcast(BroadcastInput),
     /// The chain marks, as the driver read or watched them ([`ChainsAction`]).
@@ -477,14 +494,11 @@ pub enum Action {
     /// Hand the lock over and stay out of contention for a while (a release request, claims
     /// withdrawn); the lock's next status, without our token, says it is done.
     YieldLock,
-    /// Remove this backfill request: its ticks are in a backlog (or its job is unknown).
-    RemoveBackfill(String),
+    /// A write to the operators' `control/` nodes: a backfill request taken, a job paused.
+    Control(ControlAction),
     /// Send this notice (`on_failure`, `on_failure_webhook`): its record is stored. Nothing
     /// answers; the driver neither waits for it nor sends it twice.
     Notify(Box<crate::run::Notice>),
-    /// Pause the job (`pause_after_failures`) as `zkcron pause` would, for this reason. Nothing
-    /// answers: the pause comes back as [`Input::PausesRead`].
-    PauseJob { job: JobName, reason: String },
     /// Nothing is left to do: the daemon may exit.
     Stopped,
     /// A request of the delayed queue: reading the due buckets and submissions, removing

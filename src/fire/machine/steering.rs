@@ -8,10 +8,10 @@
 //! [`Action::YieldLock`]; firing again only if the lock did not move within [`YIELD_LIMIT`]).
 //! It owns the pauses as last read and the handover under way; the machine asks it and
 //! applies what it says to the claims and the lock.
-//! Must not: do I/O (pauses come in as [`Input::PausesRead`]), read a clock, or reach into
+//! Must not: do I/O (pauses come in as [`ControlInput::PausesRead`]), read a clock, or reach into
 //! the rest of the machine.
 //!
-//! [`Input::PausesRead`]: super::protocol::Input::PausesRead
+//! [`ControlInput::PausesRead`]: super::protocol::ControlInput::PausesRead
 //! [`Action::YieldLock`]: super::protocol::Action::YieldLock
 
 use std::time::Duration;

@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::housekeeping::RELIST_AFTER;
+use crate::control::Pauses;
 use super::*;
 use crate::delayed::submission::{DueBucket, Submission, SubmissionId};
 use crate::ids::{FencingToken, NodeId, SessionId};
@@ -57,7 +58,13 @@ fn me() -> Me {
 /// A machine at t(0) firing `tables`, 250 ms claim-ahead, that knows no job is paused.
 fn machine(tables: &str) -> FireMachine {
     let mut m = unread_pauses(tables);
-    assert_eq!(m.handle(Input::PausesRead(Pauses::new()), t(0)), vec![]);
+    assert_eq!(
+        m.handle(
+            Input::Control(ControlInput::PausesRead(Pauses::new())),
+            t(0)
+        ),
+        vec![]
+    );
     m
 }
 

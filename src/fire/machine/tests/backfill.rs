@@ -6,7 +6,7 @@ use super::*;
 use crate::control::BackfillRequest;
 
 fn request(ticks_ms: &[i64]) -> Input {
-    Input::BackfillsRead(vec![(
+    Input::Control(ControlInput::BackfillsRead(vec![(
         "req-0000000001".to_owned(),
         BackfillRequest {
             with_children: false,
@@ -18,7 +18,7 @@ fn request(ticks_ms: &[i64]) -> Input {
             by: "ops@host".to_owned(),
             at_unix_ms: 0,
         },
-    )])
+    )]))
 }
 
 #[test]
@@ -27,7 +27,9 @@ fn a_backfill_runs_its_ticks_in_order_each_once_through_the_claim_path() {
     let mut m = owning(&job("a", "0 0 * * * *", ""));
     let actions = m.handle(request(&[-240_000, -180_000, -120_000]), t(1_000));
     assert!(
-        actions.contains(&Action::RemoveBackfill("req-0000000001".to_owned())),
+        actions.contains(&Action::Control(ControlAction::RemoveBackfill(
+            "req-0000000001".to_owned()
+        ))),
         "taken, so removed: {actions:?}"
     );
     let first = only_claim(&actions);
@@ -93,7 +95,11 @@ fn a_backfill_seen_before_this_node_may_fire_is_taken_when_it_may() {
             taken.push(action);
         }
     }
-    assert!(taken.contains(&Action::RemoveBackfill("req-0000000001".to_owned())));
+    assert!(
+        taken.contains(&Action::Control(ControlAction::RemoveBackfill(
+            "req-0000000001".to_owned()
+        )))
+    );
     let claim = only_claim(&taken);
     assert_eq!(
         claim.record.scheduled_unix_ms,

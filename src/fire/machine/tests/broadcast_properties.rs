@@ -396,7 +396,7 @@ fn run_steps(steps: &[Step]) -> Result<(), TestCaseError> {
                         crate::control::Pause::new(None, "ops@h1", 0),
                     );
                 }
-                w.feed(&mut m, Input::PausesRead(pauses))?;
+                w.feed(&mut m, Input::Control(ControlInput::PausesRead(pauses)))?;
             }
             Step::Sweep(i, kind) => w.answer_sweep(&mut m, i, kind)?,
             Step::Shutdown => {

@@ -288,13 +288,16 @@ fn a_paused_child_leaves_its_marks_waiting() {
     let mut pauses = Pauses::new();
     let pause = crate::control::Pause::new(Some("downstream broken"), "ops@h1", 0);
     pauses.insert(JobName::new("load"), pause);
-    m.handle(Input::PausesRead(pauses), t(4000));
+    m.handle(Input::Control(ControlInput::PausesRead(pauses)), t(4000));
     let actions = m.handle(
         marks_of("load", vec![mark("extract", 1000, RunStatus::Succeeded)]),
         t(5000),
     );
     assert!(claims(&actions).is_empty(), "{actions:?}");
-    let resumed = m.handle(Input::PausesRead(Pauses::new()), t(6000));
+    let resumed = m.handle(
+        Input::Control(ControlInput::PausesRead(Pauses::new())),
+        t(6000),
+    );
     assert!(
         resumed.contains(&Action::Chains(ChainsAction::ListMarks(JobName::new(
             "load"
@@ -334,7 +337,10 @@ fn a_backfilled_parent_makes_its_childrens_runs_only_when_asked() {
             with_children,
         };
         let taken = m.handle(
-            Input::BackfillsRead(vec![("req-1".to_owned(), request)]),
+            Input::Control(ControlInput::BackfillsRead(vec![(
+                "req-1".to_owned(),
+                request,
+            )])),
             t(100),
         );
         let claim = claims(&taken)

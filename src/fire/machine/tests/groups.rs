@@ -15,7 +15,10 @@ fn owning_group(group: Option<&str>, tables: &str) -> FireMachine {
         &jobs,
         t(0),
     );
-    m.handle(Input::PausesRead(Pauses::new()), t(0));
+    m.handle(
+        Input::Control(ControlInput::PausesRead(Pauses::new())),
+        t(0),
+    );
     for action in m.handle(Input::LockChanged(owner(TOKEN)), t(0)) {
         if let Action::ListRecords(job) = action {
             let listed = Input::RecordsListed {

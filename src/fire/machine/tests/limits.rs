@@ -144,7 +144,7 @@ fn a_lease_held_by_a_run_that_will_not_start_is_given_back() {
 #[test]
 fn a_claim_waiting_for_its_lease_is_withdrawn_when_the_lock_is_handed_over() {
     let (mut m, _, run_id) = asking("");
-    let released = m.handle(Input::ReleaseRequested, t(60_005));
+    let released = m.handle(Input::Control(ControlInput::ReleaseRequested), t(60_005));
     assert!(
         released
             .iter()

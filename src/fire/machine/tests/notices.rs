@@ -32,7 +32,9 @@ fn pauses(actions: &[Action]) -> Vec<(&str, &str)> {
     actions
         .iter()
         .filter_map(|action| match action {
-            Action::PauseJob { job, reason } => Some((job.as_str(), reason.as_str())),
+            Action::Control(ControlAction::PauseJob { job, reason }) => {
+                Some((job.as_str(), reason.as_str()))
+            }
             _ => None,
         })
         .collect()

@@ -358,7 +358,7 @@ impl World {
                     "one notice per outcome: {record:?} told twice"
                 );
             }
-            Action::RemoveBackfill(name) => {
+            Action::Control(ControlAction::RemoveBackfill(name)) => {
                 prop_assert!(
                     self.status.may_fire,
                     "a backfill is taken only by the owner"
@@ -368,7 +368,7 @@ impl World {
                     "a backfill taken once, and only one asked for: {name}"
                 );
             }
-            Action::PauseJob { job, .. } => {
+            Action::Control(ControlAction::PauseJob { job, .. }) => {
                 prop_assert!(false, "no job here pauses itself: {job}");
             }
             Action::ListRecords(job) => self.lists.push(job),
@@ -687,7 +687,7 @@ impl World {
             .iter()
             .map(|(name, request)| (name.clone(), request.clone()))
             .collect();
-        self.feed(m, Input::BackfillsRead(waiting))
+        self.feed(m, Input::Control(ControlInput::BackfillsRead(waiting)))
     }
 
     /// A client submits a run of e due a little after now; the due watch reports it.

@@ -6,7 +6,7 @@ use crate::control::Pause;
 use crate::delayed::submission::{Submission, SubmissionId};
 
 fn paused(jobs: &[&str]) -> Input {
-    Input::PausesRead(
+    Input::Control(ControlInput::PausesRead(
         jobs.iter()
             .map(|job| {
                 (
@@ -15,7 +15,7 @@ fn paused(jobs: &[&str]) -> Input {
                 )
             })
             .collect(),
-    )
+    ))
 }
 
 #[test]
@@ -30,7 +30,10 @@ fn nothing_fires_before_the_pauses_are_read_then_the_owner_starts_as_on_acquisit
         claims(&m.handle(Input::Tick, t(750))).is_empty(),
         "declined"
     );
-    let read = m.handle(Input::PausesRead(Pauses::new()), t(800));
+    let read = m.handle(
+        Input::Control(ControlInput::PausesRead(Pauses::new())),
+        t(800),
+    );
     assert!(
         read.contains(&Action::ListRecords(JobName::new("a"))),
         "the first reading starts catch-up like an acquisition: {read:?}"
@@ -69,7 +72,13 @@ fn a_paused_jobs_ticks_are_recorded_skipped_with_who_and_why_and_resume_fires_th
         "skipped records are kept to `history` like runs"
     );
 
-    assert_eq!(m.handle(Input::PausesRead(Pauses::new()), t(900)), vec![]);
+    assert_eq!(
+        m.handle(
+            Input::Control(ControlInput::PausesRead(Pauses::new())),
+            t(900)
+        ),
+        vec![]
+    );
     let next = claims(&m.handle(Input::Tick, t(1750)));
     assert!(
         next.iter().all(|c| c.record.status == RunStatus::Running
@@ -169,7 +178,10 @@ fn a_paused_jobs_submissions_wait_pending_and_are_claimed_on_resume() {
         m.next_deadline().is_none_or(|at| at > t(1900)),
         "no wake-up for a paused job's submissions"
     );
-    let resumed = claims(&m.handle(Input::PausesRead(Pauses::new()), t(2000)));
+    let resumed = claims(&m.handle(
+        Input::Control(ControlInput::PausesRead(Pauses::new())),
+        t(2000),
+    ));
     assert_eq!(resumed.len(), 1, "claimed at once on resume");
     assert_eq!(resumed[0].record.submission_id, Some(id));
     assert_eq!(
@@ -184,7 +196,7 @@ fn a_trigger_is_recorded_and_run_as_manual_with_who_asked() {
     let id = SubmissionId::parse("t1").expect("valid");
     let (mut m, scanned) = owning_with_submissions(
         ON_DEMAND,
-        Input::PausesRead(Pauses::new()),
+        Input::Control(ControlInput::PausesRead(Pauses::new())),
         vec![(id, submission(100, Some("ops@h1")))],
     );
     assert!(claims(&scanned).is_empty(), "claimed at its instant");
@@ -205,7 +217,7 @@ fn a_release_request_withdraws_unstarted_claims_then_yields_and_fires_nothing_me
     let (run, _) = only_start(&m.handle(Input::Tick, t(1000)));
     let second = only_claim(&m.handle(Input::Tick, t(1750)));
     m.handle(ok(&second), t(1752));
-    let asked = m.handle(Input::ReleaseRequested, t(1800));
+    let asked = m.handle(Input::Control(ControlInput::ReleaseRequested), t(1800));
     let granted_second = granted(&second);
     assert_eq!(
         asked,
@@ -236,7 +248,7 @@ fn a_release_request_withdraws_unstarted_claims_then_yields_and_fires_nothing_me
         "handed over: the running job follows on_lost"
     );
     assert_eq!(
-        m.handle(Input::ReleaseRequested, t(2900)),
+        m.handle(Input::Control(ControlInput::ReleaseRequested), t(2900)),
         vec![],
         "not the owner now"
     );
@@ -246,7 +258,7 @@ fn a_release_request_withdraws_unstarted_claims_then_yields_and_fires_nothing_me
 fn a_yield_that_does_not_move_the_lock_fires_again_after_its_limit() {
     let mut m = owning(&job("a", EVERY_SECOND, ""));
     assert_eq!(
-        m.handle(Input::ReleaseRequested, t(100)),
+        m.handle(Input::Control(ControlInput::ReleaseRequested), t(100)),
         vec![Action::YieldLock]
     );
     let limit = chrono::Duration::from_std(super::super::steering::YIELD_LIMIT).expect("small");
@@ -278,7 +290,10 @@ fn a_pause_holds_a_promised_retry_and_the_resume_starts_it() {
         claims(&m.handle(Input::Tick, t(62_500))).is_empty(),
         "held while paused"
     );
-    let resumed = m.handle(Input::PausesRead(Pauses::new()), t(70_000));
+    let resumed = m.handle(
+        Input::Control(ControlInput::PausesRead(Pauses::new())),
+        t(70_000),
+    );
     let due = m.next_deadline().expect("the held retry is due");
     let retry = only_claim(&[resumed, m.handle(Input::Tick, due.max(t(70_000)))].concat());
     assert_eq!(

@@ -6,8 +6,8 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::housekeeping::RELIST_AFTER;
-use crate::control::Pauses;
 use super::*;
+use crate::control::Pauses;
 use crate::delayed::submission::{DueBucket, Submission, SubmissionId};
 use crate::ids::{FencingToken, NodeId, SessionId};
 use crate::run::{Claim, ClaimMode, RunContext, RunOutcome, RunRecord, RunReport, RunStatus};

@@ -275,10 +275,23 @@ impl DaemonNode {
         matches!(self.child.try_wait(), Ok(None))
     }
 
+    /// Waits, up to `within`, for the node to exit; one that does not fails the test with the
+    /// end of its log (what its stop was waiting for).
     pub async fn wait_exit(&mut self, within: Duration) -> ExitStatus {
-        let status = wait_child_exit(&mut self.child, &self.node_id, within).await;
-        self.exited = Some(status);
-        status
+        let what = format!("{} exits", self.node_id);
+        let child = &mut self.child;
+        let exited = try_wait_for(&what, within, || {
+            let status = child.try_wait().ok().flatten();
+            async move { status }
+        })
+        .await;
+        match exited {
+            Ok(status) => {
+                self.exited = Some(status);
+                status
+            }
+            Err(not_reached) => panic!("{not_reached}\n{}", self.log_tail()),
+        }
     }
 
     pub fn log(&self) -> String {

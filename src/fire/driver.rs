@@ -37,7 +37,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::machine::{
-    Action, BroadcastAction, ChainsAction, ControlAction, DelayedAction, FireMachine, Input,
+    Action, BroadcastAction, ChainsAction, ControlAction, DelayedAction, Fence, FireMachine, Input,
 };
 use crate::config::JobConfig;
 use crate::ids::{JobName, NodeId};
@@ -514,6 +514,10 @@ impl Io {
         let s = &self.session;
         match action {
             Action::PrepareJobs(jobs) => self.records.prepare_jobs(s, jobs),
+            Action::Claim(claim) if claim.fence == Fence::Member => {
+                let member = self.settings.group.member(&self.settings.me);
+                return self.records.claim_as_member(s, claim, member);
+            }
             Action::Claim(claim) => return self.records.claim(s, claim),
             Action::MarkInterrupted {
                 record,
@@ -627,10 +631,6 @@ impl Io {
         let (s, group, me) = (&self.session, &self.settings.group, &self.settings.me);
         match action {
             BroadcastAction::ReadMembership => broadcast::read_membership(s, group, me),
-            BroadcastAction::Claim { id, record } => {
-                self.records
-                    .claim_broadcast(s, id, *record, group.member(me))
-            }
             BroadcastAction::ReadMembers { job, tick } => {
                 let departed = &self.settings.departed;
                 self.records

@@ -52,7 +52,7 @@ use housekeeping::Housekeeping;
 use jobs::{Jobs, mine};
 pub use protocol::{
     Action, BroadcastAction, BroadcastInput, ChainsAction, ChainsInput, ClaimId, ClaimRefused,
-    ControlAction, ControlInput, DelayedAction, DelayedInput, FireReason, Input, JobRecords,
+    ControlAction, ControlInput, DelayedAction, DelayedInput, Fence, FireReason, Input, JobRecords,
     MISSED_AFTER, Me, RecordWrite, START_LEAD, Scanned, StartWrite, SweepFailed, TickClaim,
     WITHDRAW_LIMIT, Wanted,
 };
@@ -152,9 +152,6 @@ impl FireMachine {
             input,
             Input::ClaimDone { .. } | Input::RecordWritten { .. } | Input::Withdrawn { .. }
         );
-        let Some(input) = self.broadcast_answer(input, now, &mut out) else {
-            return out;
-        };
         match input {
             Input::Tick => self.tick(now, &mut out),
             Input::LockChanged(status) => self.lock_changed(status, now, &mut out),
@@ -307,8 +304,7 @@ impl FireMachine {
         }
         self.chains
             .relist_due(self.lock.may_fire && self.stopping.is_none(), now, out);
-        let (broadcasts, lent) = self.broadcasts(now);
-        broadcasts.tick(&lent, out);
+        self.broadcast_tick(now, out);
         self.maybe_hand_over(now, out);
     }
 
@@ -669,13 +665,17 @@ impl FireMachine {
         }
         let alive = self.starts.runs.alive_ids().into_iter();
         out.extend(alive.map(|run_id| Action::CancelRun { run_id }));
-        self.broadcasts.cancel_runs(out);
         self.maybe_stopped(out);
     }
 
     fn maybe_stopped(&mut self, out: &mut Vec<Action>) {
-        let idle = self.starts.runs.len() == 0 && self.broadcasts.idle();
-        if self.stopping.as_mut().is_some_and(|s| s.stopped(idle)) {
+        let Some(stopping) = self.stopping.as_mut() else {
+            return;
+        };
+        // A member's claim still out is a run of this node's that its stop must see to the end
+        // (no owner withdraws or resolves it).
+        let idle = self.starts.runs.len() == 0 && !self.starts.claims.members_out();
+        if stopping.stopped(idle) {
             out.push(Action::Stopped);
         }
     }

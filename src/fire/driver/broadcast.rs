@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use super::departed::Departed;
 use super::records::{Records, settled};
 use super::session::{Session, bounded};
-use crate::fire::machine::{BroadcastInput, ClaimId, ClaimRefused, Input, SweepFailed};
+use crate::fire::machine::{BroadcastInput, ClaimRefused, Input, SweepFailed, TickClaim};
 use crate::ids::{JobName, NodeId};
 use crate::layout::LockPaths;
 use crate::ledger::broadcast::{Sweep, close_own, live_members, member_since, sweep};
@@ -21,7 +21,6 @@ use crate::ledger::{ClaimError, ClaimPlan, OpenRuns};
 use crate::lock::node::LiveMember;
 use crate::metrics::Metrics;
 use crate::report::error_chain;
-use crate::run::{ClaimMode, RunRecord};
 
 /// Reads when `me`'s member znode was created (answered as [`BroadcastInput::MembershipRead`]).
 pub(super) fn read_membership(s: &Session, group: &LockPaths, me: &NodeId) -> Option<Input> {
@@ -46,32 +45,24 @@ pub(super) fn read_membership(s: &Session, group: &LockPaths, me: &NodeId) -> Op
 
 impl Records {
     /// Claims this node's run of a broadcast tick under a check of its member znode `member`
-    /// (answered as [`BroadcastInput::Claimed`]). An unanswered claim is read back, like a tick's.
-    pub fn claim_broadcast(
-        &self,
-        s: &Session,
-        id: ClaimId,
-        record: RunRecord,
-        member: String,
-    ) -> Option<Input> {
+    /// (answered as [`Input::ClaimDone`]), alone: a group's claims share one epoch check. An
+    /// unanswered claim is read back, like a tick's.
+    pub fn claim_as_member(&self, s: &Session, claim: TickClaim, member: String) -> Option<Input> {
+        let TickClaim {
+            id, record, mode, ..
+        } = claim;
         let Some(client) = s.client.clone() else {
             let result = Err(ClaimRefused::Failed(Session::no_session()));
-            return Some(Input::Broadcast(BroadcastInput::Claimed { id, result }));
+            return Some(Input::ClaimDone { id, result });
         };
-        let plan = ClaimPlan::new(
-            &self.paths,
-            record,
-            ClaimMode::Create,
-            false,
-            OpenRuns::ByRecord,
-        )
-        .fenced_by_member(member);
+        let plan = ClaimPlan::new(&self.paths, record, mode, false, OpenRuns::ByRecord)
+            .fenced_by_member(member);
         let (view, answers) = (self.view.subscribe(), s.answers.clone());
         s.tasks.spawn(async move {
             let session = client.session();
             let result = settled(plan.clone().send_alone(&client), &plan, view, session).await;
             let result = result.map(Box::new);
-            let _ = answers.send(Input::Broadcast(BroadcastInput::Claimed { id, result }));
+            let _ = answers.send(Input::ClaimDone { id, result });
         });
         None
     }

@@ -207,6 +207,7 @@ impl Records {
             record,
             mode,
             guarded,
+            ..
         } = claim;
         let (Some(client), Some(group)) = (s.client.clone(), s.group.clone()) else {
             let result = Err(ClaimRefused::Failed(Session::no_session()));

@@ -1,14 +1,15 @@
 //! The router's side of broadcasts (`broadcast`): what the broadcast part is lent of the
-//! machine, the answers that are a broadcast run's, and this node's tags.
+//! machine, its answers, the ticks due here handed to the claim path, and this node's tags.
 //!
-//! Owns: routing those inputs to `broadcast` and lending it the lock, the pauses and who we are.
+//! Owns: routing those inputs to `broadcast`, lending it the lock and the pauses, and handing
+//! the claim path (`starts::members`) the ticks that run here.
 //! Must not: keep state of its own (`broadcast` holds it).
 
 use chrono::{DateTime, Utc};
 
 use super::FireMachine;
 use super::broadcast::{Broadcasts, Lent};
-use super::protocol::{Action, BroadcastInput, Input};
+use super::protocol::{Action, BroadcastInput};
 
 impl FireMachine {
     /// This node's `[node] tags`, which decide the broadcast jobs it runs.
@@ -25,7 +26,6 @@ impl FireMachine {
     /// The broadcast part, with what it is lent of the rest of the machine.
     pub(super) fn broadcasts(&mut self, now: DateTime<Utc>) -> (&mut Broadcasts, Lent<'_>) {
         let lent = Lent {
-            me: &self.me,
             lock: self.lock,
             stopping: self.stopping.is_some(),
             steering: &self.steering,
@@ -35,36 +35,6 @@ impl FireMachine {
         (&mut self.broadcasts, lent)
     }
 
-    /// The answer about a broadcast run (its process, its final record), if `input` is one;
-    /// handed back otherwise.
-    pub(super) fn broadcast_answer(
-        &mut self,
-        input: Input,
-        now: DateTime<Utc>,
-        out: &mut Vec<Action>,
-    ) -> Option<Input> {
-        let (broadcasts, lent) = self.broadcasts(now);
-        let unanswered = match input {
-            Input::RunEnded { claim, report } if broadcasts.owns(&claim.record.run_id) => {
-                broadcasts.run_ended(*claim, &report, out);
-                None
-            }
-            Input::RunNotStarted { claim, why, .. } if broadcasts.owns(&claim.record.run_id) => {
-                broadcasts.run_not_started(&claim, &why, now, out);
-                None
-            }
-            Input::RecordWritten { run_id, write } if broadcasts.owns(&run_id) => {
-                broadcasts.record_written(&run_id, write, &lent);
-                None
-            }
-            input => Some(input),
-        };
-        if unanswered.is_none() {
-            self.maybe_stopped(out);
-        }
-        unanswered
-    }
-
     /// An answer to a broadcast job's request.
     pub(super) fn broadcast_input(
         &mut self,
@@ -72,12 +42,12 @@ impl FireMachine {
         now: DateTime<Utc>,
         out: &mut Vec<Action>,
     ) {
-        let (broadcasts, lent) = self.broadcasts(now);
+        let alive = self.starts.runs.members_alive();
+        let (broadcasts, _) = self.broadcasts(now);
         match input {
-            BroadcastInput::Claimed { id, result } => {
-                broadcasts.claimed(id, result.map(|claim| *claim), &lent, out);
+            BroadcastInput::MembershipRead(result) => {
+                broadcasts.membership_read(result, alive, now, out);
             }
-            BroadcastInput::MembershipRead(result) => broadcasts.membership_read(result, now, out),
             BroadcastInput::MembersRead { job, tick, result } => {
                 broadcasts.sweep_members_read(&job, tick, result);
             }
@@ -86,5 +56,15 @@ impl FireMachine {
             }
         }
         self.maybe_stopped(out);
+    }
+
+    /// Time passed: the broadcast ticks due here go to the claim path; the sweeps go on.
+    pub(super) fn broadcast_tick(&mut self, now: DateTime<Utc>, out: &mut Vec<Action>) {
+        let (broadcasts, lent) = self.broadcasts(now);
+        for (config, tick) in broadcasts.tick(&lent, out) {
+            self.claim_path(now, out, |starts, ctx| {
+                starts.claim_broadcast(ctx, &config, tick);
+            });
+        }
     }
 }

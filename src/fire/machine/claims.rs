@@ -14,7 +14,9 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
-use super::protocol::{Action, ClaimId, FireReason, Item, Me, START_LEAD, TickClaim, is_late};
+use super::protocol::{
+    Action, ClaimId, Fence, FireReason, Item, Me, START_LEAD, TickClaim, is_late,
+};
 use crate::config::{Concurrency, JobConfig};
 use crate::delayed::submission::SubmissionId;
 use crate::ids::{FencingToken, JobName, NodeId};
@@ -45,6 +47,9 @@ pub(super) struct Pending {
     pub(super) stored: Option<(RunRecord, i32)>,
     /// A chained run's first claim (or record): the parents' runs whose marks it takes.
     pub(super) parents: Vec<ParentRun>,
+    /// What its claim checks: the epoch at `token` (the owner's runs), or this node's member
+    /// znode (its own run of a broadcast tick, which no lock change touches).
+    pub(super) fence: Fence,
 }
 
 /// Where a claimed run stands with the leases of its job's limits (issue 19).
@@ -171,6 +176,7 @@ impl Pending {
             lease: LeaseWait::NotAsked,
             stored: item.again,
             parents: item.parents,
+            fence: Fence::Epoch,
             config,
         };
         (pending, record, mode)
@@ -196,7 +202,30 @@ impl Pending {
             lease: LeaseWait::NotAsked,
             stored: None,
             parents: record.parents.clone(),
+            fence: Fence::Epoch,
         }
+    }
+
+    /// This node's claim of its own run of a broadcast tick (`record`, made by
+    /// [`RunRecord::claimed_broadcast`], `skipped` for a record only), started at `start_at`:
+    /// fenced by its member znode, not the epoch.
+    pub(super) fn of_broadcast(
+        config: Arc<JobConfig>,
+        record: &RunRecord,
+        start_at: DateTime<Utc>,
+    ) -> Self {
+        let mut pending = Self::record_only(config, record, record.fencing_token);
+        if record.status == RunStatus::Claimed {
+            pending.state = PendingState::InFlight { again: false };
+            pending.start_at = start_at;
+        }
+        pending.fence = Fence::Member;
+        pending
+    }
+
+    /// Its claim is this node's own run of a broadcast tick: no lock change touches it.
+    pub(super) fn is_members(&self) -> bool {
+        self.fence == Fence::Member
     }
 
     /// The record and mode of a claim made once more: of the stored record at its version (a
@@ -510,9 +539,11 @@ impl Claims {
         let id = ClaimId(self.next_id);
         self.next_id += 1;
         let guarded = pending.config.concurrency == Concurrency::Forbid
+            && pending.fence == Fence::Epoch
             && record.status == RunStatus::Claimed
             && self.guard_proven.get(&pending.config.spec.name) != Some(&pending.token);
         let record = said_running_by_its_claim(record, &pending);
+        let pending_fence = pending.fence;
         self.runs.insert(run.clone(), id);
         self.run_of.insert(id, run);
         self.insert(id, pending);
@@ -521,6 +552,7 @@ impl Claims {
             record,
             mode,
             guarded,
+            fence: pending_fence,
         }));
     }
 
@@ -569,7 +601,8 @@ impl Claims {
     pub fn withdraw_unstarted(&mut self, out: &mut Vec<Action>) {
         let ids: Vec<ClaimId> = self.by_id.keys().copied().collect();
         for id in ids {
-            let Some(pending) = self.by_id.get_mut(&id) else {
+            let Some(pending) = self.by_id.get_mut(&id).filter(|p| !p.is_members()) else {
+                // A member's own run is not the lock's to give back (`starts::members`).
                 continue;
             };
             match std::mem::replace(&mut pending.state, PendingState::Withdrawing) {
@@ -599,6 +632,12 @@ impl Claims {
                 }
             }
         }
+    }
+
+    /// A claim of this node's own run of a broadcast tick is held (out, or waiting for its
+    /// instant).
+    pub fn members_out(&self) -> bool {
+        self.by_id.values().any(Pending::is_members)
     }
 
     /// Claims and withdrawals whose answer is still out: a handover waits for them.

@@ -115,6 +115,18 @@ pub struct TickClaim {
     pub mode: ClaimMode,
     /// Also create the `running/<job>` guard (concurrency = forbid).
     pub guarded: bool,
+    /// What the claim checks, so that a node that may no longer run it claims nothing.
+    pub fence: Fence,
+}
+
+/// What a claim is fenced by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fence {
+    /// The epoch, at the claim's token: a run of the group's owner.
+    Epoch,
+    /// This node's member znode: its own run of a broadcast tick, whoever owns the lock (a
+    /// node whose session has gone claims nothing, however long it was frozen).
+    Member,
 }
 
 /// What the machine writes to the operators' `control/` nodes.
@@ -243,9 +255,6 @@ pub enum BroadcastAction {
     /// Read when this node's member znode was created. Answered by
     /// [`BroadcastInput::MembershipRead`].
     ReadMembership,
-    /// Create this node's record of a broadcast job's tick (`runs/<job>/<tick>~<node>`) under a
-    /// check that its member znode exists. Answered by [`BroadcastInput::Claimed`].
-    Claim { id: ClaimId, record: Box<RunRecord> },
     /// Read the members of a broadcast job's `tick` at its start: those live now, and those
     /// gone since that were members at its instant. Answered by [`BroadcastInput::MembersRead`].
     ReadMembers { job: JobName, tick: DateTime<Utc> },
@@ -277,11 +286,6 @@ pub enum BroadcastInput {
     /// When this node's member znode was created (the servers' clock), `None` when it is not
     /// there (yet), or why it could not be read.
     MembershipRead(Result<Option<DateTime<Utc>>, String>),
-    /// A member's claim of its run; `NotOwner`: this node's member znode is gone.
-    Claimed {
-        id: ClaimId,
-        result: Result<Box<Claim>, ClaimRefused>,
-    },
     /// The members of `tick`'s instant, or why they could not be read.
     MembersRead {
         job: JobName,
@@ -308,7 +312,8 @@ pub enum SweepFailed {
 /// Why a claim did not succeed, as far as the machine's decisions go (the driver logs details).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClaimRefused {
-    /// The epoch moved past our token.
+    /// The epoch moved past our token; for a [`Fence::Member`] claim, this node's member znode
+    /// is gone.
     NotOwner,
     /// The record exists (another node claimed the tick) or changed since it was read.
     AlreadyClaimed,

@@ -179,6 +179,7 @@ impl Runs {
             .filter(|run| {
                 run.finished.is_none()
                     && run.claim.guard.is_none()
+                    && !run.claim.record.broadcast
                     && run.config.concurrency == Concurrency::Forbid
             })
             .map(|run| run.claim.clone())
@@ -262,6 +263,28 @@ impl Runs {
     pub fn open_jobs(&self) -> impl Iterator<Item = &JobName> + '_ {
         let alive = self.alive.values().map(|run| &run.job);
         alive.chain(self.retries.iter().map(|retry| &retry.record.job))
+    }
+
+    /// Whether run `run_id` is this node's own run of a broadcast tick: no lock change touches
+    /// it, and no guard is taken for it.
+    pub fn is_members(&self, run_id: &str) -> bool {
+        self.alive
+            .get(run_id)
+            .is_some_and(|run| run.claim.record.broadcast)
+    }
+
+    /// This node's own runs of broadcast ticks alive here.
+    pub fn members_alive(&self) -> Vec<String> {
+        self.alive
+            .iter()
+            .filter(|(_, run)| run.claim.record.broadcast)
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    /// The job's configuration run `run_id` started with.
+    pub fn config_of(&self, run_id: &str) -> Option<&Arc<JobConfig>> {
+        Some(&self.alive.get(run_id)?.config)
     }
 
     pub fn alive_ids(&self) -> Vec<String> {

@@ -21,8 +21,8 @@ use super::ctx::{Ctx, Follow};
 use super::guards::Guards;
 use super::housekeeping::Retention;
 use super::protocol::{
-    Action, ClaimId, ClaimRefused, FireReason, Item, MISSED_AFTER, RecordWrite, StartWrite,
-    is_late, on_time_until,
+    Action, ClaimId, ClaimRefused, FireReason, Item, MISSED_AFTER, StartWrite, is_late,
+    on_time_until,
 };
 use super::rewrites::Rewrites;
 use super::runs::{self, Runs};
@@ -30,7 +30,7 @@ use crate::config::{Concurrency, JobConfig};
 use crate::control::Pause;
 use crate::delayed::submission::SubmissionId;
 use crate::ids::JobName;
-use crate::run::{Claim, ClaimMode, RunRecord, RunReport, RunStatus};
+use crate::run::{Claim, ClaimMode, RunRecord, RunStatus};
 
 /// A run whose lease could not be taken (ZooKeeper failed) asks again this much later.
 const LEASE_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
@@ -270,7 +270,18 @@ impl Starts {
             PendingState::InFlight { again } => *again,
             _ => return,
         };
-        if ctx.stopping || ctx.steering.yielding() {
+        let result = if pending.is_members() {
+            match self.members_claimed(ctx, id, result) {
+                Some(claim) => Ok(claim),
+                None => return,
+            }
+        } else {
+            result
+        };
+        let Some(pending) = self.claims.get_mut(&id) else {
+            return;
+        };
+        if !pending.is_members() && (ctx.stopping || ctx.steering.yielding()) {
             // A claim that came back after the stop (or a handover) began is given back like
             // the others.
             match result {
@@ -355,6 +366,8 @@ impl Starts {
             Err(why) => {
                 tracing::warn!(job = %job, %tick, ?why, "skipped or missed ticks not recorded")
             }
+            // A member's records are pruned by the owner's sweep, per member.
+            Ok(_) if pending.is_members() => {}
             Ok(claim) => {
                 self.tell(ctx, &claim.record, false);
                 let retention = Retention::of(&pending.config);
@@ -372,8 +385,15 @@ impl Starts {
             return;
         };
         let job = &pending.config.spec.name;
-        let lock_holds = ctx.lock.may_fire && ctx.lock.token == Some(pending.token);
-        let newest_tick = ctx.jobs.newest_tick(job);
+        if pending.is_members() && ctx.stopping {
+            let claim = claim.clone();
+            return self.stopped_before_its_start(ctx, id, &claim);
+        }
+        // A member's own run is fenced by its membership, which its claim checked: the lock
+        // and the owner's ticks say nothing of it.
+        let members = pending.is_members();
+        let lock_holds = members || (ctx.lock.may_fire && ctx.lock.token == Some(pending.token));
+        let newest_tick = ctx.jobs.newest_tick(job).filter(|_| !members);
         // Forbid asks whether two processes would overlap: a run whose final record is still
         // being written has ended. (Where the claim took the guard, a run of ours whose final
         // record had not deleted it yet made the claim wait for that write.)
@@ -405,6 +425,9 @@ impl Starts {
                 }
                 return self.settle(ctx, id);
             }
+            StartVerdict::Missed(why) if members => {
+                return self.members_unstarted(ctx, id, missed_claim(claim, &why));
+            }
             StartVerdict::Missed(why) => {
                 ctx.out.push(Action::WriteRecord(missed_claim(claim, &why)));
                 return self.settle(ctx, id);
@@ -413,6 +436,9 @@ impl Starts {
                 let mut skipped = claim.clone();
                 skipped.record.status = RunStatus::Skipped;
                 skipped.record.error = Some(reason.to_owned());
+                if members {
+                    return self.members_unstarted(ctx, id, skipped);
+                }
                 ctx.out.push(Action::WriteRecord(skipped));
                 return self.settle(ctx, id);
             }
@@ -603,6 +629,9 @@ impl Starts {
             ctx.follow(Follow::Advance(pending.config.spec.name.clone()));
         }
         ctx.follow(Follow::HandOver);
+        if pending.is_members() {
+            ctx.follow(Follow::Stopped); // a stop waits for a member's claims too
+        }
     }
 
     /// Runs waiting for a limit's lease cannot start any more: their waits are given up now,
@@ -628,6 +657,9 @@ impl Starts {
     /// on_lost: cancel what must not run without the lock; let `finish` jobs end.
     pub fn lost(&mut self, ctx: &mut Ctx<'_>) {
         for (run_id, job, on_lost) in self.runs.unended() {
+            if self.runs.is_members(&run_id) {
+                continue; // a member's own run: the lock is not what it runs under
+            }
             if on_lost == crate::config::OnLost::Cancel {
                 tracing::warn!(job = %job, run_id, "lock lost: cancelling the running job (on_lost = cancel)");
                 ctx.out.push(Action::CancelRun { run_id });
@@ -636,141 +668,6 @@ impl Starts {
             }
         }
         self.runs.drop_retries();
-    }
-
-    pub fn run_ended(&mut self, ctx: &mut Ctx<'_>, claim: Claim, report: &RunReport) {
-        let config = ctx.jobs.config(&claim.record.job);
-        let mut finished = runs::finished(claim, report, config.as_deref(), ctx.now);
-        if finished.guard.is_none() {
-            // Taken since the start: its run outlived our hold of the lock.
-            finished.guard = self.runs.guard_of(&finished.record.run_id).cloned();
-        }
-        // Its children's marks go in the record's multi-op: pending once it is recorded ended.
-        let (run_id, job) = (finished.record.run_id.clone(), finished.record.job.clone());
-        ctx.chains
-            .leave_marks(&mut finished, || self.runs.payload_of(&run_id));
-        self.runs.ended(&finished);
-        ctx.out.push(Action::WriteRecord(finished));
-        if config.is_none_or(|config| config.concurrency != Concurrency::Forbid) {
-            return; // only a forbid job's claims wait behind its runs
-        }
-        // Claims waiting behind this run start now: its process has ended.
-        for id in self.claims.waiting_on_guard(&job) {
-            if matches!(
-                self.claims.get(&id).map(|p| &p.state),
-                Some(PendingState::AfterOwnRun(_))
-            ) {
-                self.after_own_run(ctx, id);
-            }
-        }
-    }
-
-    /// A run's process never started: nothing is recorded (its record says `claimed`, which is
-    /// the truth), its guard goes, and it is claimed again as the same attempt — now if this
-    /// node may fire, else by the next catch-up, ours or the next owner's (issue 31, defect 3:
-    /// such runs were recorded `failed` and never run).
-    pub fn run_not_started(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        claim: &Claim,
-        why: &str,
-        maybe_written: bool,
-    ) {
-        if maybe_written {
-            let run_id = claim.record.run_id.clone();
-            self.claims.maybe_marked_running(run_id, claim.version + 1);
-        }
-        let Some(run) = self.runs.remove(&claim.record.run_id) else {
-            return;
-        };
-        self.guards.release(claim, ctx.out);
-        // As stored: the `running` write never went through.
-        let mut stored = claim.record.clone();
-        stored.status = RunStatus::Claimed;
-        stored.started_unix_ms = None;
-        let item = Item {
-            tick: DateTime::from_timestamp_millis(claim.record.scheduled_unix_ms)
-                .unwrap_or(ctx.now),
-            reason: FireReason::CaughtUp,
-            again: Some((stored, claim.version)),
-            submission: run.submission.clone(),
-            parents: Vec::new(),
-        };
-        let job = run.job.clone();
-        let run_id = &claim.record.run_id;
-        if ctx.stopping {
-            tracing::info!(job = %job, run_id, why, "run not started before the stop; its record stays claimed for the next owner");
-        } else if ctx.lock.may_fire && !ctx.jobs.busy_catching_up(&job) {
-            tracing::info!(job = %job, run_id, why, "run not started; claiming it again as the same attempt");
-            self.claim_item(ctx, &job, item, false);
-        } else if let Some(state) = ctx.jobs.get_mut(&job) {
-            tracing::info!(job = %job, run_id, why, "run not started; claimed again as the same attempt once this node can fire");
-            state.not_started.push(item);
-        }
-        Self::run_gone(ctx, &job, run.in_backlog);
-    }
-
-    pub fn record_written(&mut self, ctx: &mut Ctx<'_>, run_id: &str, write: RecordWrite) {
-        if self.rewrites.owns(run_id) {
-            if let Some(record) = self.rewrites.answered(run_id, write, ctx.now) {
-                self.tell(ctx, &record, record.retry_at_unix_ms.is_some());
-            }
-            return;
-        }
-        let Some(run) = self.runs.remove(run_id) else {
-            return; // the record of a tick that never started
-        };
-        if let (RecordWrite::Written(_), Some(finished)) = (write, &run.finished) {
-            let record = &finished.record;
-            self.tell(ctx, record, record.retry_at_unix_ms.is_some());
-        }
-        if let (RecordWrite::Failed, Some(finished)) = (write, &run.finished) {
-            self.rewrites.first_failed(finished.clone(), ctx.now);
-        }
-        let job = run.job.clone();
-        self.guard_gone(ctx, &job);
-        if !ctx.stopping {
-            let retry = run.finished.as_ref().and_then(|claim| {
-                let at = claim.record.retry_at_unix_ms?;
-                Some((DateTime::from_timestamp_millis(at)?, claim))
-            });
-            match (retry, write) {
-                (Some((at, claim)), RecordWrite::Written(version)) => {
-                    self.runs.schedule_retry(runs::Retry {
-                        at,
-                        record: claim.record.clone(),
-                        version,
-                        submission: run.submission.clone(),
-                        resumed: false,
-                    });
-                }
-                _ => ctx
-                    .housekeeping
-                    .prune(&job, Retention::of(&run.config), ctx.now, ctx.out),
-            }
-        }
-        Self::run_gone(ctx, &job, run.in_backlog);
-    }
-
-    /// `record` is stored: the notice it calls for and the pause, if any (`again`: the run will
-    /// be started again, so this is not its end).
-    pub fn tell(&mut self, ctx: &mut Ctx<'_>, record: &RunRecord, again: bool) {
-        if let Some(config) = ctx.jobs.config(&record.job) {
-            ctx.streaks
-                .tell(record, &config, again, &ctx.me.node_id, ctx.out);
-        }
-    }
-
-    /// A run is gone from this node (ended and recorded, or never started): the next item of
-    /// its job's backlog may go, and a stop may be done.
-    fn run_gone(ctx: &mut Ctx<'_>, job: &JobName, in_backlog: bool) {
-        if in_backlog {
-            if let Some(state) = ctx.jobs.get_mut(job) {
-                state.backlog_busy = false;
-            }
-            ctx.follow(Follow::Advance(job.clone()));
-        }
-        ctx.follow(Follow::Stopped);
     }
 
     /// A paused job's item: a tick is recorded `skipped`, a rerun or retry is not started.
@@ -793,6 +690,8 @@ impl Starts {
     }
 }
 
+mod ending;
 mod guarding;
+mod members;
 #[cfg(test)]
 mod tests;

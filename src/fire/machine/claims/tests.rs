@@ -38,6 +38,7 @@ fn pending(job: &str, tick: DateTime<Utc>, state: PendingState) -> Pending {
         lease: LeaseWait::NotAsked,
         stored: None,
         parents: Vec::new(),
+        fence: Fence::Epoch,
     }
 }
 

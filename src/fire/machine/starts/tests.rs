@@ -8,11 +8,11 @@ use crate::fire::machine::chains::Chains;
 use crate::fire::machine::housekeeping::Housekeeping;
 use crate::fire::machine::jobs::Jobs;
 use crate::fire::machine::notices::Streaks;
-use crate::fire::machine::protocol::{Me, TickClaim};
+use crate::fire::machine::protocol::{Me, RecordWrite, TickClaim};
 use crate::fire::machine::steering::Steering;
 use crate::ids::{FencingToken, NodeId, SessionId};
 use crate::lock::LockStatus;
-use crate::run::RunOutcome;
+use crate::run::{RunOutcome, RunReport};
 
 const TOKEN: FencingToken = FencingToken(7);
 

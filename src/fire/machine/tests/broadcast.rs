@@ -39,9 +39,12 @@ fn broadcast_claims(actions: &[Action]) -> Vec<(ClaimId, RunRecord)> {
     actions
         .iter()
         .filter_map(|a| match a {
-            Action::Broadcast(BroadcastAction::Claim { id, record }) => {
-                Some((*id, (**record).clone()))
-            }
+            Action::Claim(TickClaim {
+                id,
+                record,
+                fence: Fence::Member,
+                ..
+            }) => Some((*id, record.clone())),
             _ => None,
         })
         .collect()
@@ -101,10 +104,27 @@ fn swept_answer(tick_ms: i64, result: Result<(), SweepFailed>) -> Input {
 
 /// The ledger's answer to a broadcast claim that succeeded.
 fn claimed(id: ClaimId, record: &RunRecord) -> Input {
-    Input::Broadcast(BroadcastInput::Claimed {
+    Input::ClaimDone {
         id,
         result: Ok(Box::new(granted_broadcast(record))),
-    })
+    }
+}
+
+/// Its claim granted at 760 ms, ahead of its tick at 1 s: the run is prepared, and started
+/// through the claim path at its instant. Its claim and start.
+fn granted_and_started(m: &mut FireMachine, id: ClaimId, record: &RunRecord) -> (Claim, Action) {
+    let prepared = m.handle(claimed(id, record), t(760));
+    assert!(
+        matches!(&prepared[..], [Action::PrepareRun { not_before, .. }] if *not_before == t(1_000)),
+        "prepared ahead of its instant: {prepared:?}"
+    );
+    let actions = timer_actions(m, 1_000);
+    let (claim, _) = only_start(&actions);
+    let start = actions
+        .into_iter()
+        .find(|a| matches!(a, Action::StartRun { .. }))
+        .expect("a start");
+    (claim, start)
 }
 
 /// Runs the timer to `until_ms` and collects every action.
@@ -129,13 +149,17 @@ fn a_member_runs_each_tick_under_its_own_name_without_the_lock() {
     assert!(record.broadcast);
     assert_eq!(record.node_id, NodeId::new("n1"));
     assert!(record.run_id.ends_with("~n1"), "{}", record.run_id);
-    assert!(claims(&actions).is_empty(), "not the owner's claim path");
-    let actions = m.handle(claimed(id, &record), t(760));
-    let (claim, context) = only_start(&actions);
-    assert_eq!(context.scheduled_at, t(1_000));
+    assert!(
+        claims(&actions)
+            .iter()
+            .all(|claim| claim.fence == Fence::Member),
+        "fenced by its membership, not the epoch"
+    );
+    let (claim, start) = granted_and_started(&mut m, id, &record);
     assert!(matches!(
-        actions[0],
-        Action::StartRun { not_before, record: StartWrite::InClaim, .. } if not_before == t(1_000)
+        start,
+        Action::StartRun { not_before, record: StartWrite::InClaim, ref context, .. }
+            if not_before == t(1_000) && context.scheduled_at == t(1_000)
     ));
     let actions = m.handle(
         ended(&claim, RunOutcome::Exited { code: 0 }, t(1_000)),
@@ -303,6 +327,7 @@ fn a_broadcast_job_never_goes_through_the_owners_claim_path() {
     let actions = timer_actions(&mut m, 1_000);
     let owners: Vec<String> = claims(&actions)
         .iter()
+        .filter(|claim| claim.fence == Fence::Epoch)
         .map(|c| c.record.job.to_string())
         .collect();
     assert_eq!(owners, vec!["once"]);
@@ -344,7 +369,11 @@ fn forbid_records_a_tick_skipped_while_this_nodes_run_is_alive() {
     let [(_, record)] = &found[..] else {
         panic!("one claim");
     };
-    assert_eq!(record.status, RunStatus::Claimed, "runs overlap with allow");
+    assert_eq!(
+        record.status,
+        RunStatus::Running,
+        "runs overlap with allow (a claim at the tick's instant says `running`)"
+    );
 }
 
 #[test]
@@ -352,10 +381,10 @@ fn a_refused_claim_starts_nothing() {
     let mut m = member_since(&broadcast(""), -60_000);
     let (id, _) = broadcast_claims(&timer_actions(&mut m, 1_000))[0].clone();
     for why in [ClaimRefused::AlreadyClaimed, ClaimRefused::NotOwner] {
-        let refused = Input::Broadcast(BroadcastInput::Claimed {
+        let refused = Input::ClaimDone {
             id,
             result: Err(why),
-        });
+        };
         assert_eq!(m.handle(refused, t(760)), vec![]);
     }
 }
@@ -403,7 +432,7 @@ fn a_new_connection_reads_the_membership_again() {
 fn the_stop_ends_the_broadcast_runs_and_waits_for_their_records() {
     let mut m = member_since(&broadcast(""), -60_000);
     let (id, record) = broadcast_claims(&timer_actions(&mut m, 1_000))[0].clone();
-    let (claim, _) = only_start(&m.handle(claimed(id, &record), t(760)));
+    let (claim, _) = granted_and_started(&mut m, id, &record);
     let actions = m.handle(Input::Shutdown, t(1_100));
     assert!(actions.contains(&Action::HandOver), "{actions:?}");
     let actions = m.handle(Input::LockReleased, t(1_200));
@@ -428,7 +457,7 @@ fn the_stop_ends_the_broadcast_runs_and_waits_for_their_records() {
 fn a_final_record_not_written_is_sent_again() {
     let mut m = member_since(&broadcast(""), -60_000);
     let (id, record) = broadcast_claims(&timer_actions(&mut m, 1_000))[0].clone();
-    let (claim, _) = only_start(&m.handle(claimed(id, &record), t(760)));
+    let (claim, _) = granted_and_started(&mut m, id, &record);
     let actions = m.handle(
         ended(&claim, RunOutcome::Exited { code: 3 }, t(1_000)),
         t(1_300),
@@ -439,11 +468,11 @@ fn a_final_record_not_written_is_sent_again() {
         write: RecordWrite::Failed,
     };
     assert_eq!(m.handle(failed, t(1_400)), vec![]);
-    let again: Vec<Claim> = records_written(&timer_actions(&mut m, 2_400))
+    let again: Vec<RunRecord> = records_written(&timer_actions(&mut m, 2_400))
         .into_iter()
-        .cloned()
+        .map(|claim| claim.record.clone())
         .collect();
-    assert_eq!(again, vec![finished]);
+    assert_eq!(again, vec![finished.record]);
 }
 
 #[test]
@@ -468,7 +497,7 @@ fn a_lost_lock_leaves_the_broadcast_runs_alone_and_stops_the_sweeps() {
     );
     let actions = timer_actions(&mut m, 1_000);
     let (id, record) = broadcast_claims(&actions)[0].clone();
-    let (claim, _) = only_start(&m.handle(claimed(id, &record), t(760)));
+    let (claim, _) = granted_and_started(&mut m, id, &record);
     // Another node acquired: this one is a member like the others.
     let actions = m.handle(Input::LockChanged(follower()), t(1_200));
     assert!(

@@ -77,6 +77,9 @@ struct World {
     written: BTreeSet<String>,
     /// Final records asked again: only after a failed write.
     failed_writes: BTreeSet<String>,
+    /// Final records sent again after a failed write: like an owner's, a stop does not wait
+    /// for them (the driver's stop waits for the requests out).
+    resent: BTreeSet<String>,
     handed_over: bool,
     shutdown: bool,
     stopped: bool,
@@ -104,7 +107,12 @@ impl World {
                 prop_assert!(self.status.connected, "read only while connected");
                 self.reading = true;
             }
-            Action::Broadcast(BroadcastAction::Claim { id, record }) => {
+            Action::Claim(TickClaim {
+                id,
+                record,
+                fence: Fence::Member,
+                ..
+            }) => {
                 prop_assert!(self.status.connected, "a claim only while connected");
                 prop_assert!(!self.shutdown, "no claim once stopping: {record:?}");
                 let tick = record.scheduled_unix_ms;
@@ -123,7 +131,7 @@ impl World {
                     "claimed twice on this node: {record:?}"
                 );
                 prop_assert!(record.broadcast && record.run_id.ends_with("~n1"));
-                self.claims.push((id, *record));
+                self.claims.push((id, record));
             }
             Action::StartRun { claim, .. } => {
                 prop_assert!(!self.shutdown, "no start once stopping");
@@ -136,6 +144,7 @@ impl World {
             }
             Action::WriteRecord(claim) => {
                 let run_id = claim.record.run_id.clone();
+                self.granted.remove(&run_id);
                 prop_assert!(claim.record.status.is_final(), "{claim:?}");
                 if self.written.contains(&run_id)
                     || self.writes.iter().any(|w| w.record.run_id == run_id)
@@ -146,9 +155,16 @@ impl World {
                     );
                 }
                 if !self.ended.contains(&run_id) {
+                    let again = self.failed_writes.remove(&run_id);
+                    if again {
+                        self.resent.insert(run_id.clone());
+                    }
                     prop_assert!(
-                        self.failed_writes.remove(&run_id)
-                            || claim.record.status == RunStatus::Skipped,
+                        again
+                            || matches!(
+                                claim.record.status,
+                                RunStatus::Skipped | RunStatus::Missed
+                            ),
                         "a final record again only after a failed write: {claim:?}"
                     );
                 }
@@ -220,8 +236,12 @@ impl World {
             }
             Action::HandOver => self.handed_over = true,
             Action::Stopped => {
+                let first_writes = self
+                    .writes
+                    .iter()
+                    .filter(|w| !self.resent.contains(&w.record.run_id));
                 prop_assert!(
-                    self.running.is_empty() && self.writes.is_empty() && self.claims.is_empty(),
+                    self.running.is_empty() && first_writes.count() == 0 && self.claims.is_empty(),
                     "stopped with broadcast work left: {:?} {:?} {:?}",
                     self.running.keys(),
                     self.writes,
@@ -344,7 +364,7 @@ fn run_steps(steps: &[Step]) -> Result<(), TestCaseError> {
                 w.claims.remove(at);
                 let result = match kind % 4 {
                     0 | 1 => {
-                        if record.status == RunStatus::Claimed {
+                        if !record.status.is_final() {
                             w.granted.insert(record.run_id.clone(), record.clone());
                         }
                         Ok(Box::new(granted_broadcast(&record)))
@@ -352,12 +372,7 @@ fn run_steps(steps: &[Step]) -> Result<(), TestCaseError> {
                     2 => Err(ClaimRefused::AlreadyClaimed),
                     _ => Err(ClaimRefused::NotOwner),
                 };
-                w.feed(
-                    &mut m,
-                    Input::Broadcast(BroadcastInput::Claimed { id, result }),
-                )?;
-                // A claim granted while stopping is recorded without a start.
-                w.granted.clear();
+                w.feed(&mut m, Input::ClaimDone { id, result })?;
             }
             Step::End(i, kind) => {
                 let running: Vec<Claim> = w.running.values().cloned().collect();
@@ -419,10 +434,10 @@ fn run_steps(steps: &[Step]) -> Result<(), TestCaseError> {
         }
         if let Some((id, record)) = w.claims.pop() {
             let result = Ok(Box::new(granted_broadcast(&record)));
-            w.feed(
-                &mut m,
-                Input::Broadcast(BroadcastInput::Claimed { id, result }),
-            )?;
+            if !record.status.is_final() {
+                w.granted.insert(record.run_id.clone(), record.clone());
+            }
+            w.feed(&mut m, Input::ClaimDone { id, result })?;
         } else if let Some((_, claim)) = w.running.pop_first() {
             w.ended.insert(claim.record.run_id.clone());
             w.feed(&mut m, ended(&claim, RunOutcome::Cancelled, t(w.now)))?;

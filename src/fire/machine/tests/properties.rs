@@ -380,7 +380,6 @@ impl World {
             }) => self.scans.push((generation, after, through)),
             Action::Delayed(DelayedAction::ReadSubmission { id }) => self.reads.push(id),
             Action::Broadcast(BroadcastAction::ReadMembership)
-            | Action::Broadcast(BroadcastAction::Claim { .. })
             | Action::Broadcast(BroadcastAction::Sweep { .. })
             | Action::Broadcast(BroadcastAction::ReadMembers { .. })
             | Action::Broadcast(BroadcastAction::CloseOwn { .. }) => {

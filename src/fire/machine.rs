@@ -588,6 +588,7 @@ impl FireMachine {
             return;
         }
         self.stopping = Some(Stopping::began(now));
+        self.broadcasts.sweeps.stop();
         self.starts.runs.drop_retries();
         self.housekeeping.stop();
         self.starts.claims.stop();

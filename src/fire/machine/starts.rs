@@ -374,6 +374,9 @@ impl Starts {
                 ctx.housekeeping.prune(job, retention, ctx.now, ctx.out);
             }
         }
+        if pending.is_members() {
+            ctx.follow(Follow::Stopped); // a stop waits for a member's claims too
+        }
     }
 
     /// Starts a claimed tick at its time, if this node still may.

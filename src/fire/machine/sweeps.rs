@@ -82,14 +82,19 @@ impl Sweeps {
     /// The lock was gained (`may_fire`) or lost. A sweep under way when it is lost is the next
     /// owner's: its look back sweeps it again.
     pub fn lock_changed(&mut self, may_fire: bool, a: &Lent<'_>) {
-        if may_fire && !self.sweeping {
+        if may_fire && !self.sweeping && !a.stopping {
             self.sweeping = true;
             self.look_back(a);
         } else if !may_fire {
-            self.sweeping = false;
-            self.next.clear();
-            self.under_way.clear();
+            self.stop();
         }
+    }
+
+    /// The node stops: it sweeps no more (the next owner's look back sweeps what it leaves).
+    pub fn stop(&mut self) {
+        self.sweeping = false;
+        self.next.clear();
+        self.under_way.clear();
     }
 
     /// Every job's sweeps start at its ticks of the last [`SWEEP_BACK`], the last

@@ -539,3 +539,20 @@ fn a_reload_that_adds_a_broadcast_reads_the_membership_and_sweeps_only_from_its_
     );
     assert_eq!(broadcast_claims(&actions).len(), 1);
 }
+
+/// Found by the one road's property test: a node that gained the lock while it stopped began
+/// sweeping back over the last minute, whose sweeps its stop never sends — a deadline left in
+/// the past, which wakes the driver at once for ever.
+#[test]
+fn a_stopping_node_sweeps_nothing_even_if_it_gains_the_lock() {
+    let mut m = machine(&broadcast(""));
+    m.handle(Input::Shutdown, t(30_000));
+    m.handle(Input::LockChanged(owner(TOKEN)), t(30_000));
+    let actions = m.handle(Input::Tick, t(30_000));
+    assert!(sweeps(&actions).is_empty(), "{actions:?}");
+    assert!(
+        m.next_deadline().is_none_or(|at| at > t(30_000)),
+        "a deadline left behind: {:?}",
+        m.next_deadline()
+    );
+}

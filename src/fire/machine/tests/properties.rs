@@ -4,8 +4,9 @@
 //! those of chains (issue 36): a parent's mark only with its last attempt's final record, a
 //! child run only for an instant whose parent's run succeeded, once; and those of the one road
 //! (issue 50): whichever producer made a run due — its tick, catch-up, a retry, a chain mark, a
-//! backfill, a submission — it starts at most once, and every run started ends in one final
-//! record.
+//! backfill, a submission, this node's membership for a broadcast tick — it starts at most
+//! once, and every run started ends in one final record; a broadcast run, fenced by the
+//! membership, starts whoever owns the lock and no lock change touches it.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -13,6 +14,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::delayed::submission::{DueBucket, Submission, SubmissionId};
+use crate::lock::node::LiveMember;
 
 #[derive(Debug, Clone)]
 enum Step {
@@ -33,6 +35,9 @@ enum Step {
     /// Answer an outstanding scan of the due buckets, submission read or the due watch's
     /// report: which one, and how.
     Delayed(u8, u8),
+    /// Answer an outstanding reading of this node's membership, of a broadcast tick's members,
+    /// or a sweep: which one, and how.
+    Member(u8, u8),
     Shutdown,
 }
 
@@ -47,6 +52,7 @@ fn step() -> impl Strategy<Value = Step> {
         1 => any::<u8>().prop_map(Step::Backfill),
         2 => any::<u8>().prop_map(Step::Submit),
         3 => (any::<u8>(), any::<u8>()).prop_map(|(i, k)| Step::Delayed(i, k)),
+        2 => (any::<u8>(), any::<u8>()).prop_map(|(i, k)| Step::Member(i, k)),
         1 => Just(Step::Shutdown),
     ]
 }
@@ -69,6 +75,8 @@ fn sim_jobs() -> String {
             .to_owned(),
         // Submitted only.
         "[[job]]\nname = \"e\"\nshell = \"cat\"\nstarting_deadline = \"5s\"\n".to_owned(),
+        // Run by every member (this node's runs only: n1's), concurrency forbid on each.
+        job("f", "*/2 * * * * *", "broadcast = true\non_lost = \"cancel\""),
     ]
     .join("")
 }
@@ -147,6 +155,12 @@ struct World {
     reads: Vec<SubmissionId>,
     reported: Vec<SubmissionId>,
     submission_starts: u32,
+    /// This node's membership is being read.
+    membership_read: bool,
+    /// Broadcast ticks whose members are being read, and sweeps out: (job, tick, token).
+    member_reads: Vec<(JobName, DateTime<Utc>)>,
+    sweeps: Vec<(JobName, DateTime<Utc>, FencingToken)>,
+    broadcast_starts: u32,
 }
 
 impl World {
@@ -163,13 +177,19 @@ impl World {
             Input::ClaimDone {
                 id,
                 result: Ok(claim),
-            } if self.shutdown && claim.record.status == RunStatus::Claimed => Some(*id),
+            } if self.shutdown
+                && claim.record.status == RunStatus::Claimed
+                && !claim.record.broadcast =>
+            {
+                Some(*id)
+            }
             _ => None,
         };
         let unended_cancel: BTreeSet<String> = self
             .running
             .iter()
-            .filter(|(_, claim)| claim.record.job.as_str() != "b")
+            // on_lost = finish, and a member's own run, which no lock change touches.
+            .filter(|(_, claim)| claim.record.job.as_str() != "b" && !claim.record.broadcast)
             .map(|(id, _)| id.clone())
             .collect();
         let actions = m.handle(input, t(self.now));
@@ -204,6 +224,16 @@ impl World {
     fn perform(&mut self, action: Action) -> Result<(), TestCaseError> {
         match action {
             Action::Claim(claim) => {
+                prop_assert_eq!(
+                    claim.fence == Fence::Member,
+                    claim.record.broadcast,
+                    "a broadcast run's claim, and only it, is fenced by the membership"
+                );
+                prop_assert!(
+                    !(claim.record.broadcast && claim.guarded),
+                    "no guard for a member's own run: {:?}",
+                    claim
+                );
                 if claim.record.status == RunStatus::Skipped && claim.record.parents.is_empty() {
                     let job = &claim.record.job;
                     prop_assert!(
@@ -226,11 +256,21 @@ impl World {
                     "a start goes out at most START_LEAD before its instant: {not_before} at {}",
                     t(self.now)
                 );
-                prop_assert!(
-                    self.status.may_fire && self.status.token == Some(claim.record.fencing_token),
-                    "a run starts only under the token that owns the lock now: {claim:?} with {:?}",
-                    self.status
-                );
+                if claim.record.broadcast {
+                    prop_assert_eq!(
+                        context.node.as_str(),
+                        "n1",
+                        "a member runs its own runs only"
+                    );
+                    self.broadcast_starts += 1;
+                } else {
+                    prop_assert!(
+                        self.status.may_fire
+                            && self.status.token == Some(claim.record.fencing_token),
+                        "a run starts only under the token that owns the lock now: {claim:?} with {:?}",
+                        self.status
+                    );
+                }
                 let job = claim.record.job.clone();
                 let tick = claim.record.scheduled_unix_ms;
                 prop_assert!(
@@ -267,14 +307,14 @@ impl World {
                         "a backfill run only of a tick asked for: {job} at {tick}"
                     );
                     self.backfill_starts += 1;
-                } else if claim.record.attempt == 1 {
+                } else if claim.record.attempt == 1 && !claim.record.broadcast {
                     let last = self.last_started.insert(job.clone(), tick);
                     prop_assert!(
                         last.is_none_or(|last| last < tick),
                         "{job}'s ticks start in scheduled order: {tick} after {last:?}"
                     );
                 }
-                if job.as_str() == "a" {
+                if matches!(job.as_str(), "a" | "f") {
                     // What forbid keeps apart is processes: one whose final record is still
                     // being written has ended.
                     prop_assert!(
@@ -379,14 +419,28 @@ impl World {
                 ..
             }) => self.scans.push((generation, after, through)),
             Action::Delayed(DelayedAction::ReadSubmission { id }) => self.reads.push(id),
-            Action::Broadcast(BroadcastAction::ReadMembership)
-            | Action::Broadcast(BroadcastAction::Sweep { .. })
-            | Action::Broadcast(BroadcastAction::ReadMembers { .. })
-            | Action::Broadcast(BroadcastAction::CloseOwn { .. }) => {
-                prop_assert!(
-                    false,
-                    "no broadcast job here (tests/broadcast.rs has its own)"
-                );
+            Action::Broadcast(BroadcastAction::ReadMembership) => {
+                prop_assert!(self.status.connected, "read only while connected");
+                self.membership_read = true;
+            }
+            Action::Broadcast(BroadcastAction::ReadMembers { job, tick }) => {
+                prop_assert!(self.status.may_fire, "only the owner sweeps");
+                self.member_reads.push((job, tick));
+            }
+            Action::Broadcast(BroadcastAction::Sweep {
+                job, tick, token, ..
+            }) => {
+                prop_assert!(self.status.may_fire, "only the owner sweeps");
+                self.sweeps.push((job, tick, token));
+            }
+            Action::Broadcast(BroadcastAction::CloseOwn { alive, .. }) => {
+                for run_id in &alive {
+                    prop_assert!(
+                        self.alive.contains_key(run_id),
+                        "only runs alive here are spared: {}",
+                        run_id
+                    );
+                }
             }
             Action::Chains(ChainsAction::SubmitChild { mark, .. }) => {
                 prop_assert!(false, "no submitted parent here: {mark:?}");
@@ -506,6 +560,16 @@ impl World {
     fn answer_claim(&mut self, claim: &TickClaim, kind: u8) -> Result<Claim, ClaimRefused> {
         let job = claim.record.job.clone();
         let key = (job.clone(), claim.record.scheduled_unix_ms);
+        if claim.fence == Fence::Member {
+            // Checked against this node's member znode, whoever owns the lock; the record is
+            // this node's, which the owner's sweep may have made `missed` first.
+            return match kind % 10 {
+                0 => Err(ClaimRefused::Failed("connection loss".into())),
+                1 => Err(ClaimRefused::NotOwner),
+                _ if !self.records.insert(key) => Err(ClaimRefused::AlreadyClaimed),
+                _ => Ok(granted(claim)),
+            };
+        }
         // The model's epoch: its version is the latest acquisition's token.
         if claim.record.fencing_token.0 != self.token {
             return Err(ClaimRefused::NotOwner);
@@ -635,6 +699,7 @@ impl World {
             Step::Backfill(kind) => self.ask_backfill(m, kind)?,
             Step::Submit(kind) => self.submit(m, kind)?,
             Step::Delayed(i, kind) => self.answer_delayed(m, i, kind)?,
+            Step::Member(i, kind) => self.answer_member(m, i, kind)?,
             Step::Shutdown => {
                 if !self.shutdown {
                     self.shutdown = true;
@@ -763,6 +828,53 @@ impl World {
         }
     }
 
+    /// Answers this node's membership (a member for a minute; one kind fails it), a broadcast
+    /// tick's members (this node and another; one kind fails it) or a sweep: the model records
+    /// `missed` this node's run of the tick where it has no record, so that its claim, should
+    /// it come later, finds one.
+    fn answer_member(&mut self, m: &mut FireMachine, i: u8, kind: u8) -> Result<(), TestCaseError> {
+        let failed = kind % 4 == 3;
+        if std::mem::take(&mut self.membership_read) {
+            let result = if failed {
+                Err("connection loss".to_owned())
+            } else {
+                Ok(Some(t(-60_000)))
+            };
+            return self.feed(m, Input::Broadcast(BroadcastInput::MembershipRead(result)));
+        }
+        let pick = |len: usize| usize::from(i) % len.max(1);
+        if !self.member_reads.is_empty() {
+            let (job, tick) = self.member_reads.remove(pick(self.member_reads.len()));
+            let member = |node: &str| LiveMember {
+                node_id: NodeId::new(node),
+                ip: "10.0.0.9".into(),
+                tags: Default::default(),
+                since_unix_ms: t(-60_000).timestamp_millis(),
+            };
+            let result = if failed {
+                Err("connection loss".to_owned())
+            } else {
+                Ok(vec![member("n1"), member("n2")])
+            };
+            let input = BroadcastInput::MembersRead { job, tick, result };
+            return self.feed(m, Input::Broadcast(input));
+        }
+        if !self.sweeps.is_empty() {
+            let (job, tick, token) = self.sweeps.remove(pick(self.sweeps.len()));
+            let result = if token.0 != self.token {
+                Err(SweepFailed::LockMoved)
+            } else if failed {
+                Err(SweepFailed::Failed("connection loss".to_owned()))
+            } else {
+                self.records.insert((job.clone(), tick.timestamp_millis()));
+                Ok(())
+            };
+            let input = BroadcastInput::Swept { job, tick, result };
+            return self.feed(m, Input::Broadcast(input));
+        }
+        Ok(())
+    }
+
     /// Answers one outstanding write, listing, mark or withdrawal.
     fn answer_other(
         &mut self,
@@ -794,7 +906,10 @@ impl World {
                 self.chain_marks.insert(tick, ended);
                 marked = true;
             }
-            if matches!(write, RecordWrite::Written(_)) && claim.record.status != RunStatus::Missed
+            // Final records only: a submission's record written back to `claimed` is not one.
+            if matches!(write, RecordWrite::Written(_))
+                && claim.record.status.is_final()
+                && claim.record.status != RunStatus::Missed
             {
                 *self
                     .finals_written
@@ -923,6 +1038,10 @@ impl World {
                 let kind = [0, 1, 2][usize::from(self.scans.is_empty())
                     + usize::from(self.scans.is_empty() && self.reads.is_empty())];
                 self.step(m, Step::Delayed(0, kind))?;
+            } else if self.membership_read
+                || !(self.member_reads.is_empty() && self.sweeps.is_empty())
+            {
+                self.step(m, Step::Member(0, 1))?;
             } else if !(self.writes.is_empty()
                 && self.withdraws.is_empty()
                 && self.takes.is_empty()
@@ -1073,6 +1192,26 @@ fn the_simulation_runs_backfills_at_all() {
 }
 
 #[test]
+fn the_simulation_runs_broadcasts_at_all() {
+    // Guards the property test against a broadcast tick that never gets to start.
+    let mut m = machine(&sim_jobs());
+    let mut world = World::default();
+    world.step(&mut m, Step::Lock(1)).expect("acquire");
+    for round in 0..40 {
+        world.step(&mut m, Step::Member(0, 1)).expect("membership");
+        world.step(&mut m, Step::Answer(0, 13)).expect("answer");
+        world.step(&mut m, Step::Claim(0, 5)).expect("claim");
+        world.step(&mut m, Step::Advance(300)).expect("advance");
+        world.step(&mut m, Step::End(round, 2)).expect("end");
+    }
+    assert!(
+        world.broadcast_starts >= 2,
+        "only {} broadcast runs started",
+        world.broadcast_starts
+    );
+}
+
+#[test]
 fn the_simulation_runs_submissions_at_all() {
     // Guards the property test against a submission that never gets to start.
     let mut m = machine(&sim_jobs());
@@ -1096,4 +1235,31 @@ fn the_simulation_runs_submissions_at_all() {
         world.submission_starts,
         world.pending.keys().collect::<Vec<_>>()
     );
+}
+
+/// Found by the broadcast producer: a member's claim that recorded its tick `skipped` (its
+/// earlier run still alive) and came back after the lock was handed over at the stop never
+/// let the stop end — nothing asked whether the stop was done once it settled.
+#[test]
+fn a_stop_ends_after_a_members_skipped_claim_comes_back() {
+    use Step::*;
+    let steps = [
+        Advance(822),
+        Lock(2),
+        Member(0, 28),
+        Advance(999),
+        Claim(0, 2),
+        Advance(174),
+        Advance(3355),
+        Advance(400),
+        End(0, 0),
+        End(0, 0),
+        Answer(0, 0),
+    ];
+    let mut m = machine(&sim_jobs());
+    let mut world = World::default();
+    for step in steps {
+        world.step(&mut m, step).expect("step");
+    }
+    world.drain(&mut m).expect("drained");
 }

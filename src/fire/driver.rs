@@ -37,7 +37,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::machine::{
-    Action, BroadcastAction, ChainsAction, ControlAction, DelayedAction, Fence, FireMachine, Input,
+    Action, BroadcastAction, CatchUpAction, CatchUpInput, ChainsAction, ClaimAction, ClaimInput,
+    ControlAction, DelayedAction, Fence, FireMachine, Input, LockAction, LockInput, RunAction,
 };
 use crate::config::JobConfig;
 use crate::ids::{JobName, NodeId};
@@ -184,7 +185,9 @@ pub async fn run(
                 // systemd reads STOPPING=1 as "beginning its shutdown".
                 notify_systemd(&[sd_notify::NotifyState::Stopping]);
             }
-            if let Input::RunEnded { claim, .. } | Input::RunNotStarted { claim, .. } = &input {
+            if let Input::Claims(ClaimInput::RunEnded { claim, .. })
+            | Input::Claims(ClaimInput::RunNotStarted { claim, .. }) = &input
+            {
                 io.runs.ended(&claim.record.run_id);
                 io.leases.give_back(&claim.record.run_id, &io.session.tasks);
             }
@@ -192,10 +195,10 @@ pub async fn run(
             for action in machine.handle(input, clock.now()) {
                 observer.action(&action);
                 match action {
-                    Action::YieldLock => {
+                    Action::Lock(LockAction::Yield) => {
                         let _ = lock.task.commands.send(LockCommand::Yield);
                     }
-                    Action::HandOver => lock.hand_over(&mut pending),
+                    Action::Lock(LockAction::HandOver) => lock.hand_over(&mut pending),
                     Action::Stopped => {
                         io.stopped().await;
                         return lock.result;
@@ -314,7 +317,7 @@ impl LockLink {
         self.release_limit.as_mut().reset(limit);
         self.task.release.cancel();
         if !self.alive {
-            pending.push_back(Input::LockReleased);
+            pending.push_back(Input::Lock(LockInput::Released));
         }
     }
 
@@ -326,7 +329,7 @@ impl LockLink {
             Ok(())
         });
         if self.handing_over {
-            Input::LockReleased
+            Input::Lock(LockInput::Released)
         } else {
             Input::Shutdown
         }
@@ -336,7 +339,7 @@ impl LockLink {
         tracing::warn!(limit = ?RELEASE_LIMIT, "the lock was not released in time; stopping without it (it goes with the session)");
         self.task.handle.abort();
         self.alive = false;
-        Input::LockReleased
+        Input::Lock(LockInput::Released)
     }
 }
 
@@ -419,7 +422,7 @@ impl Io {
                 observer.status(&status, self.session.client.is_some());
                 trim.unsettle();
                 self.settings.view.send_modify(|view| view.lock = status);
-                Some(Input::LockChanged(status))
+                Some(Input::Lock(LockInput::Changed(status)))
             }
             None => {
                 lock.updates_open = false;
@@ -513,51 +516,17 @@ impl Io {
     fn perform(&mut self, action: Action) -> Option<Input> {
         let s = &self.session;
         match action {
-            Action::PrepareJobs(jobs) => self.records.prepare_jobs(s, jobs),
-            Action::Claim(claim) if claim.fence == Fence::Member => {
-                let member = self.settings.group.member(&self.settings.me);
-                return self.records.claim_as_member(s, claim, member);
-            }
-            Action::Claim(claim) => return self.records.claim(s, claim),
-            Action::MarkInterrupted {
-                record,
-                version,
-                closes,
-            } => return self.records.mark(s, record, version, closes),
-            Action::WriteRecord(claim) => return self.records.write(s, claim),
-            Action::Withdraw { id, claim } => return self.records.withdraw(s, id, claim),
-            Action::ReleaseGuard(claim) => return self.records.release_guard(s, claim),
-            Action::TakeGuard(claim) => return self.records.take_guard(s, claim),
+            Action::Claims(action) => return self.claims(action),
+            Action::Runs(action) => self.runner(action),
+            Action::CatchUp(action) => return self.catch_up(action),
             Action::Prune {
                 job,
                 keep,
                 remember,
             } => _ = self.records.prune(s, job, keep, remember),
-            Action::DropRetry { record, version } => {
-                _ = self.records.drop_retry(s, record, version)
-            }
-            Action::ListRecords(job) => return self.list(job),
             Action::Chains(action) => return self.chains(action),
             Action::Delayed(action) => return self.delayed(action),
-            Action::PrepareRun {
-                spec,
-                context,
-                not_before,
-            } => self.runs.prepare(s, spec, context, not_before),
-            Action::Unprepare { run_id } => self.runs.unprepare(&run_id),
-            Action::StartRun {
-                spec,
-                claim,
-                context,
-                record,
-                not_before,
-            } => self.runs.start(s, spec, claim, context, record, not_before),
-            Action::CancelRun { run_id } => self.runs.cancel(&run_id),
-            Action::TakeLeases { id, run_id, limits } => {
-                return self.take_leases(id, run_id, limits);
-            }
-            Action::GiveBackLeases { run_id } => self.leases.give_back(&run_id, &s.tasks),
-            Action::FenceFailed(token) => {
+            Action::Lock(LockAction::FenceFailed(token)) => {
                 let _ = self.lock_commands.send(LockCommand::FenceFailed(token));
             }
             Action::Notify(notice) => self.settings.notifier.send(*notice),
@@ -568,9 +537,73 @@ impl Io {
                 control::pause(s, &self.settings.control, job, reason);
             }
             Action::Broadcast(action) => return self.broadcast(action),
-            Action::HandOver | Action::YieldLock | Action::Stopped => {}
+            Action::Lock(LockAction::HandOver | LockAction::Yield) | Action::Stopped => {}
         }
         None
+    }
+
+    /// A request of the claim path to the ledger: a member's claim goes alone, fenced by its
+    /// member znode; every other through the session's group commit.
+    fn claims(&mut self, action: ClaimAction) -> Option<Input> {
+        let s = &self.session;
+        match action {
+            ClaimAction::Claim(claim) if claim.fence == Fence::Member => {
+                let member = self.settings.group.member(&self.settings.me);
+                self.records.claim_as_member(s, claim, member)
+            }
+            ClaimAction::Claim(claim) => self.records.claim(s, claim),
+            ClaimAction::WriteRecord(claim) => self.records.write(s, claim),
+            ClaimAction::Withdraw { id, claim } => self.records.withdraw(s, id, claim),
+            ClaimAction::ReleaseGuard(claim) => self.records.release_guard(s, claim),
+            ClaimAction::TakeGuard(claim) => self.records.take_guard(s, claim),
+            ClaimAction::DropRetry { record, version } => {
+                self.records.drop_retry(s, record, version);
+                None
+            }
+            ClaimAction::TakeLeases { id, run_id, limits } => self.take_leases(id, run_id, limits),
+            ClaimAction::GiveBackLeases { run_id } => {
+                self.leases.give_back(&run_id, &s.tasks);
+                None
+            }
+        }
+    }
+
+    /// A request of the claim path to the runner.
+    fn runner(&mut self, action: RunAction) {
+        let s = &self.session;
+        match action {
+            RunAction::Prepare {
+                spec,
+                context,
+                not_before,
+            } => self.runs.prepare(s, spec, context, not_before),
+            RunAction::Unprepare { run_id } => self.runs.unprepare(&run_id),
+            RunAction::Start {
+                spec,
+                claim,
+                context,
+                record,
+                not_before,
+            } => self.runs.start(s, spec, claim, context, record, not_before),
+            RunAction::Cancel { run_id } => self.runs.cancel(&run_id),
+        }
+    }
+
+    /// A request of catch-up: the jobs' records made ready, listed, an open one marked.
+    fn catch_up(&mut self, action: CatchUpAction) -> Option<Input> {
+        let s = &self.session;
+        match action {
+            CatchUpAction::PrepareJobs(jobs) => {
+                self.records.prepare_jobs(s, jobs);
+                None
+            }
+            CatchUpAction::ListRecords(job) => self.list(job),
+            CatchUpAction::MarkInterrupted {
+                record,
+                version,
+                closes,
+            } => self.records.mark(s, record, version, closes),
+        }
     }
 
     /// A request about the chain marks; a child's submit takes its parent's mark.
@@ -677,7 +710,7 @@ impl Io {
     fn list(&self, job: JobName) -> Option<Input> {
         let Some(client) = self.session.client.clone() else {
             let result = Err(session::Session::no_session());
-            return Some(Input::RecordsListed { job, result });
+            return Some(Input::CatchUp(CatchUpInput::Listed { job, result }));
         };
         self.lister.list(client, job);
         None
@@ -691,7 +724,11 @@ impl Io {
     ) -> Option<Input> {
         let Some(client) = self.session.client.clone() else {
             let failed = limits.first().map(|limit| limit.name.clone());
-            return Some(Input::LeasesTaken { id, run_id, failed });
+            return Some(Input::Claims(ClaimInput::LeasesTaken {
+                id,
+                run_id,
+                failed,
+            }));
         };
         let taker = leases::Taker {
             client,

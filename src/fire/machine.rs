@@ -4,7 +4,7 @@
 //! (`forbid` / `allow` / `replace`), `on_lost`, catch-up (`on_interrupted`, `misfire`,
 //! `starting_deadline`, gaps recorded as `missed`), retries and their backoff, which runs are
 //! alive on this node, and the stop order (withdraw unstarted claims → hand the lock over → stop
-//! the runs). Every way a run can start is one [`Action::Claim`] with a [`FireReason`].
+//! the runs). Every way a run can start is one [`ClaimAction::Claim`] with a [`FireReason`].
 //! Must not: do I/O, read a clock, spawn or sleep. Facts come in as [`Input`] with `now`, commands
 //! go out as [`Action`]; `fire::driver` performs them against the ledger and the runner.
 
@@ -16,6 +16,7 @@ mod calendars;
 mod catch_up;
 mod chained;
 mod chains;
+mod claiming;
 mod claims;
 mod controlling;
 mod ctx;
@@ -44,17 +45,17 @@ use crate::fire::queue::FireQueue;
 use crate::ids::JobName;
 use crate::lock::LockStatus;
 
-use backlog::Around;
 pub use catch_up::RESOLVE_WINDOW;
 use ctx::{Ctx, Follow};
 pub use delayed::DELAYED_HORIZON;
 use housekeeping::Housekeeping;
 use jobs::{Jobs, mine};
 pub use protocol::{
-    Action, BroadcastAction, BroadcastInput, ChainsAction, ChainsInput, ClaimId, ClaimRefused,
-    ControlAction, ControlInput, DelayedAction, DelayedInput, Fence, FireReason, Input, JobRecords,
-    MISSED_AFTER, Me, RecordWrite, START_LEAD, Scanned, StartWrite, SweepFailed, TickClaim,
-    WITHDRAW_LIMIT, Wanted,
+    Action, BroadcastAction, BroadcastInput, CatchUpAction, CatchUpInput, ChainsAction,
+    ChainsInput, ClaimAction, ClaimId, ClaimInput, ClaimRefused, ControlAction, ControlInput,
+    DelayedAction, DelayedInput, Fence, FireReason, Input, JobRecords, LockAction, LockInput,
+    MISSED_AFTER, Me, RecordWrite, RunAction, START_LEAD, Scanned, StartWrite, SweepFailed,
+    TickClaim, WITHDRAW_LIMIT, Wanted,
 };
 use protocol::{Item, is_late};
 use starts::Starts;
@@ -146,57 +147,19 @@ impl FireMachine {
     /// Feeds one fact; returns the commands it implies, in order.
     pub fn handle(&mut self, input: Input, now: DateTime<Utc>) -> Vec<Action> {
         let mut out = Vec::new();
-        // A claim settled or a run's record written may free room under a job's `max_running`
-        // for submissions that are due and waiting: no deadline wakes those.
-        let may_free_room = matches!(
-            input,
-            Input::ClaimDone { .. } | Input::RecordWritten { .. } | Input::Withdrawn { .. }
-        );
         match input {
             Input::Tick => self.tick(now, &mut out),
-            Input::LockChanged(status) => self.lock_changed(status, now, &mut out),
             Input::Reloaded(jobs) => self.reloaded(&jobs, now, &mut out),
-            Input::ClaimDone { id, result } => self.claim_answered(id, result, now, &mut out),
-            Input::RecordsListed { job, result } => self.records_listed(job, result, now, &mut out),
-            Input::Marked { record, result } => self.claim_path(now, &mut out, |s, ctx| {
-                backlog::marked(s, ctx, *record, result)
-            }),
-            Input::RunEnded { claim, report } => {
-                self.claim_path(now, &mut out, |s, ctx| s.run_ended(ctx, *claim, &report))
-            }
-            Input::RunNotStarted {
-                claim,
-                why,
-                maybe_written,
-            } => self.claim_path(now, &mut out, |s, ctx| {
-                s.run_not_started(ctx, &claim, &why, maybe_written)
-            }),
-            Input::RecordWritten { run_id, write } => self.claim_path(now, &mut out, |s, ctx| {
-                s.record_written(ctx, &run_id, write)
-            }),
-            Input::LeasesTaken { id, run_id, failed } => {
-                self.claim_path(now, &mut out, |s, ctx| {
-                    s.leases_taken(ctx, id, run_id, failed)
-                })
-            }
-            Input::Withdrawn { id } => self.withdrawn(id, now, &mut out),
-            Input::GuardReleased { run_id, settled } => self.claim_path(now, &mut out, |s, ctx| {
-                s.guard_released(ctx, &run_id, settled)
-            }),
-            Input::GuardTaken { run_id, guard } => {
-                self.claim_path(now, &mut out, |s, ctx| s.guard_taken(ctx, &run_id, guard));
-                self.maybe_hand_over(now, &mut out);
-            }
             Input::Shutdown => self.shutdown(now, &mut out),
+            Input::ClockStepped { by } => self.clock_stepped(by, now),
+            Input::Lock(LockInput::Changed(status)) => self.lock_changed(status, now, &mut out),
+            Input::Lock(LockInput::Released) => self.lock_released(&mut out),
+            Input::Claims(input) => self.claims_input(input, now, &mut out),
+            Input::CatchUp(input) => self.catch_up_input(input, now, &mut out),
             Input::Delayed(input) => self.delayed_input(input, now, &mut out),
             Input::Control(input) => self.control_input(input, now, &mut out),
-            Input::ClockStepped { by } => self.clock_stepped(by, now),
-            Input::LockReleased => self.lock_released(&mut out),
             Input::Chains(input) => self.chains_input(input, now, &mut out),
             Input::Broadcast(input) => self.broadcast_input(input, now, &mut out),
-        }
-        if may_free_room {
-            self.claim_due_submissions(now, &mut out);
         }
         #[cfg(test)]
         assert!(
@@ -204,30 +167,6 @@ impl FireMachine {
             "the open-run counts kept match a fresh count"
         );
         out
-    }
-
-    /// Answer to [`Action::Withdraw`]. Through the claim path: a claim held behind the
-    /// withdrawn one is let go too.
-    fn withdrawn(&mut self, id: ClaimId, now: DateTime<Utc>, out: &mut Vec<Action>) {
-        self.claim_path(now, out, |s, _| s.claims.remove(&id));
-        self.maybe_hand_over(now, out);
-    }
-
-    /// Answer to [`Action::ListRecords`]: catch-up's listing, through the backlog.
-    fn records_listed(
-        &mut self,
-        job: JobName,
-        result: Result<JobRecords, String>,
-        now: DateTime<Utc>,
-        out: &mut Vec<Action>,
-    ) {
-        let around = Around {
-            next_queued: self.queue.next_of(&job),
-            outage: self.outage,
-        };
-        self.claim_path(now, out, |s, ctx| {
-            backlog::records_listed(s, ctx, &job, result, around)
-        })
     }
 
     /// Runs alive on this node (started, final record not yet written).
@@ -488,8 +427,12 @@ impl FireMachine {
         }
         self.housekeeping.forget_relists();
         let names = self.jobs.can_fire(now);
-        out.push(Action::PrepareJobs(names.clone()));
-        out.extend(names.into_iter().map(Action::ListRecords));
+        out.push(Action::CatchUp(CatchUpAction::PrepareJobs(names.clone())));
+        out.extend(
+            names
+                .into_iter()
+                .map(|job| Action::CatchUp(CatchUpAction::ListRecords(job))),
+        );
         self.delayed.start(now);
         self.delayed_tick(now, out);
         self.take_backfills(now, out);
@@ -507,7 +450,7 @@ impl FireMachine {
                 .jobs
                 .start_catch_up(&job, |state| state.catch_up.is_none())
             {
-                out.push(Action::ListRecords(job));
+                out.push(Action::CatchUp(CatchUpAction::ListRecords(job)));
             }
         }
     }
@@ -565,7 +508,7 @@ impl FireMachine {
         // Submissions kept for a job that was missing or disabled may fire now.
         self.delayed.rescan();
         if self.lock.may_fire && !added.is_empty() {
-            out.push(Action::PrepareJobs(added.clone()));
+            out.push(Action::CatchUp(CatchUpAction::PrepareJobs(added.clone())));
             // A job that moved here from another group is caught up like a gained lock: while
             // the nodes' schedules disagreed (a rolling reload), neither group may have fired
             // it, and what its old owner left open or promised is ours now.
@@ -577,7 +520,7 @@ impl FireMachine {
                     .jobs
                     .start_catch_up(&name, |state| state.config.enabled)
                 {
-                    out.push(Action::ListRecords(name));
+                    out.push(Action::CatchUp(CatchUpAction::ListRecords(name)));
                 }
             }
         }
@@ -606,7 +549,7 @@ impl FireMachine {
         if given_up {
             self.say_given_up();
         }
-        out.push(Action::YieldLock);
+        out.push(Action::Lock(LockAction::Yield));
     }
 
     /// A yield that the lock did not follow in time: fire again; else hand over when due.
@@ -628,7 +571,7 @@ impl FireMachine {
             if given_up {
                 self.say_given_up();
             }
-            out.push(Action::HandOver);
+            out.push(Action::Lock(LockAction::HandOver));
         }
     }
 
@@ -665,7 +608,7 @@ impl FireMachine {
             stopping.released();
         }
         let alive = self.starts.runs.alive_ids().into_iter();
-        out.extend(alive.map(|run_id| Action::CancelRun { run_id }));
+        out.extend(alive.map(|run_id| Action::Runs(RunAction::Cancel { run_id })));
         self.maybe_stopped(out);
     }
 

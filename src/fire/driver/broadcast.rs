@@ -13,7 +13,9 @@ use chrono::{DateTime, Utc};
 use super::departed::Departed;
 use super::records::{Records, settled};
 use super::session::{Session, bounded};
-use crate::fire::machine::{BroadcastInput, ClaimRefused, Input, SweepFailed, TickClaim};
+use crate::fire::machine::{
+    BroadcastInput, ClaimInput, ClaimRefused, Input, SweepFailed, TickClaim,
+};
 use crate::ids::{JobName, NodeId};
 use crate::layout::LockPaths;
 use crate::ledger::broadcast::{Sweep, close_own, live_members, member_since, sweep};
@@ -45,7 +47,7 @@ pub(super) fn read_membership(s: &Session, group: &LockPaths, me: &NodeId) -> Op
 
 impl Records {
     /// Claims this node's run of a broadcast tick under a check of its member znode `member`
-    /// (answered as [`Input::ClaimDone`]), alone: a group's claims share one epoch check. An
+    /// (answered as [`ClaimInput::Done`]), alone: a group's claims share one epoch check. An
     /// unanswered claim is read back, like a tick's.
     pub fn claim_as_member(&self, s: &Session, claim: TickClaim, member: String) -> Option<Input> {
         let TickClaim {
@@ -53,7 +55,7 @@ impl Records {
         } = claim;
         let Some(client) = s.client.clone() else {
             let result = Err(ClaimRefused::Failed(Session::no_session()));
-            return Some(Input::ClaimDone { id, result });
+            return Some(Input::Claims(ClaimInput::Done { id, result }));
         };
         let plan = ClaimPlan::new(&self.paths, record, mode, false, OpenRuns::ByRecord)
             .fenced_by_member(member);
@@ -62,7 +64,7 @@ impl Records {
             let session = client.session();
             let result = settled(plan.clone().send_alone(&client), &plan, view, session).await;
             let result = result.map(Box::new);
-            let _ = answers.send(Input::ClaimDone { id, result });
+            let _ = answers.send(Input::Claims(ClaimInput::Done { id, result }));
         });
         None
     }

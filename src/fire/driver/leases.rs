@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::LimitConfig;
-use crate::fire::machine::{ClaimId, Input};
+use crate::fire::machine::{ClaimId, ClaimInput, Input};
 use crate::ids::NodeId;
 use crate::layout::LedgerPaths;
 use crate::ledger::Ledger;
@@ -54,7 +54,7 @@ impl Leases {
     }
 
     /// Waits for a lease of each of `limits` for `run_id`, in name order, then answers
-    /// [`Input::LeasesTaken`]; a failed one gives back those taken and answers with its name. A
+    /// [`ClaimInput::LeasesTaken`]; a failed one gives back those taken and answers with its name. A
     /// wait given up ([`Leases::give_back`]) gives back those taken and answers nothing.
     pub(super) fn take(
         &self,
@@ -120,7 +120,11 @@ impl Leases {
                     return;
                 }
             }
-            let _ = answers.send(Input::LeasesTaken { id, run_id, failed });
+            let _ = answers.send(Input::Claims(ClaimInput::LeasesTaken {
+                id,
+                run_id,
+                failed,
+            }));
         });
     }
 

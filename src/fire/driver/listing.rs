@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::delayed::submission::SubmissionId;
-use crate::fire::machine::{Input, JobRecords, RESOLVE_WINDOW};
+use crate::fire::machine::{CatchUpInput, Input, JobRecords, RESOLVE_WINDOW};
 use crate::ids::JobName;
 use crate::layout::LedgerPaths;
 use crate::layout::LockPaths;
@@ -29,7 +29,7 @@ use super::session::{READ_WINDOW, bounded};
 /// Listings out at once: enough to keep a session's pipeline full.
 const IN_FLIGHT: usize = 32;
 
-/// Takes listing requests; each answer goes to the machine as `Input::RecordsListed`.
+/// Takes listing requests; each answer goes to the machine as `CatchUpInput::Listed`.
 pub(super) struct Lister {
     requests: mpsc::UnboundedSender<(Ledger, JobName)>,
 }
@@ -77,7 +77,7 @@ async fn run(
                 let result = listed
                     .await
                     .unwrap_or_else(|| Err("no answer in time".into()));
-                let _ = answers.send(Input::RecordsListed { job, result });
+                let _ = answers.send(Input::CatchUp(CatchUpInput::Listed { job, result }));
             });
         }
         tokio::select! {

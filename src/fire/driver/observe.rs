@@ -6,7 +6,7 @@
 
 use std::collections::HashSet;
 
-use crate::fire::machine::{Action, Input};
+use crate::fire::machine::{Action, ClaimAction, ClaimInput, Input, RunAction};
 use crate::lock::{LockEvent, LockStatus};
 use crate::metrics::{Metrics, SessionState};
 use crate::run::RunStatus;
@@ -67,16 +67,18 @@ impl<'m> Observer<'m> {
 
     pub(super) fn input(&mut self, input: &Input) {
         match input {
-            Input::RunEnded { claim, report } => {
+            Input::Claims(ClaimInput::RunEnded { claim, report }) => {
                 self.metrics
                     .run_ended(&claim.record.job, report.duration.as_secs_f64());
                 self.ended.insert(claim.record.run_id.clone());
             }
-            Input::RunNotStarted { claim, .. } => self.metrics.run_not_started(&claim.record.job),
+            Input::Claims(ClaimInput::RunNotStarted { claim, .. }) => {
+                self.metrics.run_not_started(&claim.record.job)
+            }
             // A record-only claim (skipped, missed) that went through.
-            Input::ClaimDone {
+            Input::Claims(ClaimInput::Done {
                 result: Ok(claim), ..
-            } if matches!(claim.record.status, RunStatus::Skipped | RunStatus::Missed) => {
+            }) if matches!(claim.record.status, RunStatus::Skipped | RunStatus::Missed) => {
                 self.metrics.recorded(&claim.record);
             }
             _ => {}
@@ -85,14 +87,14 @@ impl<'m> Observer<'m> {
 
     pub(super) fn action(&mut self, action: &Action) {
         match action {
-            Action::StartRun { claim, .. } => {
+            Action::Runs(RunAction::Start { claim, .. }) => {
                 let record = &claim.record;
                 let started = record.started_unix_ms.unwrap_or(record.claimed_unix_ms);
                 self.metrics
                     .run_started(&record.job, record.scheduled_unix_ms, started);
             }
             // A run's final record once; a claimed tick that will not start (missed, skipped).
-            Action::WriteRecord(claim)
+            Action::Claims(ClaimAction::WriteRecord(claim))
                 if self.ended.remove(&claim.record.run_id)
                     || matches!(claim.record.status, RunStatus::Skipped | RunStatus::Missed) =>
             {

@@ -13,7 +13,9 @@ use chrono::Utc;
 
 use super::formats::FleetFormat;
 use super::session::{REQUEST_LIMIT, Session, bounded};
-use crate::fire::machine::{ClaimId, ClaimRefused, Input, RecordWrite, TickClaim};
+use crate::fire::machine::{
+    CatchUpInput, ClaimId, ClaimInput, ClaimRefused, Input, RecordWrite, TickClaim,
+};
 use crate::ids::{JobName, SessionId};
 use crate::layout::LedgerPaths;
 use crate::ledger::{self, ClaimError, ClaimPlan};
@@ -211,7 +213,7 @@ impl Records {
         } = claim;
         let (Some(client), Some(group)) = (s.client.clone(), s.group.clone()) else {
             let result = Err(ClaimRefused::Failed(Session::no_session()));
-            return Some(Input::ClaimDone { id, result });
+            return Some(Input::Claims(ClaimInput::Done { id, result }));
         };
         let (paths, answers) = (self.paths.clone(), s.answers.clone());
         let view = self.view.subscribe();
@@ -224,7 +226,7 @@ impl Records {
             let result = settled(group.claim(plan.clone()), &plan, view, session).await;
             let already = result == Err(ClaimRefused::AlreadyClaimed);
             let result = result.map(Box::new);
-            let _ = answers.send(Input::ClaimDone { id, result });
+            let _ = answers.send(Input::Claims(ClaimInput::Done { id, result }));
             if already {
                 // Who holds it, for the log line: after the answer, off the firing path.
                 let read = tokio::time::timeout(Duration::from_secs(2), ledger::read_record(&client, &path)).await;
@@ -246,7 +248,7 @@ impl Records {
         let Some(client) = s.client.clone() else {
             let result = Err(Session::no_session());
             let record = Box::new(record);
-            return Some(Input::Marked { record, result });
+            return Some(Input::CatchUp(CatchUpInput::Marked { record, result }));
         };
         let (paths, answers) = (self.paths.clone(), s.answers.clone());
         s.tasks.spawn(async move {
@@ -259,7 +261,7 @@ impl Records {
                 None => Err("no answer in time".into()),
             };
             let record = Box::new(record);
-            let _ = answers.send(Input::Marked { record, result });
+            let _ = answers.send(Input::CatchUp(CatchUpInput::Marked { record, result }));
         });
         None
     }
@@ -268,10 +270,10 @@ impl Records {
     pub fn write(&self, s: &Session, claim: run::Claim) -> Option<Input> {
         let Some(group) = s.group.clone() else {
             tracing::warn!(path = claim.path, status = ?claim.record.status, "run record not updated: no zookeeper session");
-            return Some(Input::RecordWritten {
+            return Some(Input::Claims(ClaimInput::RecordWritten {
                 run_id: claim.record.run_id,
                 write: RecordWrite::Failed,
-            });
+            }));
         };
         let answers = s.answers.clone();
         // A tick's retry promised, or the last of its attempts recorded: its marker is
@@ -318,7 +320,7 @@ impl Records {
                     None => RecordWrite::Failed,
                 };
                 let run_id = claim.record.run_id;
-                let _ = answers.send(Input::RecordWritten { run_id, write });
+                let _ = answers.send(Input::Claims(ClaimInput::RecordWritten { run_id, write }));
             });
         None
     }
@@ -326,7 +328,7 @@ impl Records {
     /// Gives a claimed, unstarted tick back for the handoff.
     pub fn withdraw(&self, s: &Session, id: ClaimId, claim: run::Claim) -> Option<Input> {
         let Some(client) = s.client.clone() else {
-            return Some(Input::Withdrawn { id });
+            return Some(Input::Claims(ClaimInput::Withdrawn { id }));
         };
         let (paths, answers) = (self.paths.clone(), s.answers.clone());
         s.tasks.spawn(async move {
@@ -339,7 +341,7 @@ impl Records {
                         bounded(&claim.path, ledger::release_unstarted_guard(&client, &claim)).await;
                     }
                 }
-                let _ = answers.send(Input::Withdrawn { id });
+                let _ = answers.send(Input::Claims(ClaimInput::Withdrawn { id }));
             });
         None
     }
@@ -349,16 +351,16 @@ impl Records {
         let run_id = claim.record.run_id.clone();
         let Some(client) = s.client.clone() else {
             // Sent again by the machine once a session is up.
-            return Some(Input::GuardReleased {
+            return Some(Input::Claims(ClaimInput::GuardReleased {
                 run_id,
                 settled: false,
-            });
+            }));
         };
         let answers = s.answers.clone();
         s.tasks.spawn(async move {
             let released = ledger::release_unstarted_guard(&client, &claim);
             let settled = bounded(&claim.path, released).await.unwrap_or(false);
-            let _ = answers.send(Input::GuardReleased { run_id, settled });
+            let _ = answers.send(Input::Claims(ClaimInput::GuardReleased { run_id, settled }));
         });
         None
     }
@@ -369,10 +371,10 @@ impl Records {
         let Some(client) = s.client.clone() else {
             // No session: the one that claimed the run is gone, and a guard would have gone
             // with it.
-            return Some(Input::GuardTaken {
+            return Some(Input::Claims(ClaimInput::GuardTaken {
                 run_id,
                 guard: None,
-            });
+            }));
         };
         let (paths, answers) = (self.paths.clone(), s.answers.clone());
         s.tasks.spawn(async move {
@@ -391,7 +393,7 @@ impl Records {
                     Some(paths.running(&claim.record.job))
                 }
             };
-            let _ = answers.send(Input::GuardTaken { run_id, guard });
+            let _ = answers.send(Input::Claims(ClaimInput::GuardTaken { run_id, guard }));
         });
         None
     }

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::ensemble_clock::EnsembleClock;
 
 use super::session::{Session, bounded};
-use crate::fire::machine::{Input, StartWrite};
+use crate::fire::machine::{ClaimInput, Input, StartWrite};
 use crate::ledger::{self, group::GroupCommit};
 use crate::report::error_chain;
 use crate::run;
@@ -87,7 +87,7 @@ impl Runs {
     }
 
     /// Starts a run (its prepared process given its go), its end answered as
-    /// [`Input::RunEnded`] or [`Input::RunNotStarted`].
+    /// [`ClaimInput::RunEnded`] or [`ClaimInput::RunNotStarted`].
     pub fn start(
         &mut self,
         s: &Session,
@@ -130,15 +130,15 @@ impl Runs {
                 StartWrite::Before => run.after_its_record(claim, group).await,
                 StartWrite::Beside => {
                     let (claim, report) = run.beside_its_record(claim, group).await;
-                    Input::RunEnded {
+                    Input::Claims(ClaimInput::RunEnded {
                         claim: Box::new(claim),
                         report,
-                    }
+                    })
                 }
-                StartWrite::InClaim | StartWrite::Never => Input::RunEnded {
+                StartWrite::InClaim | StartWrite::Never => Input::Claims(ClaimInput::RunEnded {
                     claim: Box::new(claim),
                     report: run.start().await,
-                },
+                }),
             };
             let _ = answers.send(ended);
         });
@@ -156,9 +156,9 @@ impl Runs {
     }
 }
 
-/// A run to start: the machine's [`Action::StartRun`], with its prepared process if one waits.
+/// A run to start: the machine's [`RunAction::Start`], with its prepared process if one waits.
 ///
-/// [`Action::StartRun`]: crate::fire::machine::Action::StartRun
+/// [`RunAction::Start`]: crate::fire::machine::RunAction::Start
 struct Run {
     spec: Arc<run::JobSpec>,
     context: run::RunContext,
@@ -211,7 +211,7 @@ impl Run {
 
     /// The record says `running` first, and the process starts only if that write succeeded (a
     /// submission's run: a record still `claimed` then proves it never ran). Answers
-    /// [`Input::RunEnded`], or [`Input::RunNotStarted`] when the write did not go through or the
+    /// [`ClaimInput::RunEnded`], or [`ClaimInput::RunNotStarted`] when the write did not go through or the
     /// run was cancelled before it did: a stop never waits on an ensemble that does not answer.
     async fn after_its_record(self, mut claim: run::Claim, group: Option<GroupCommit>) -> Input {
         let mut why = "no zookeeper session".to_owned();
@@ -235,10 +235,10 @@ impl Run {
                 match written {
                     Some(Ok(())) => {
                         let report = self.start().await;
-                        return Input::RunEnded {
+                        return Input::Claims(ClaimInput::RunEnded {
                             claim: Box::new(claim),
                             report,
-                        };
+                        });
                     }
                     Some(Err(err @ ledger::UpdateError::Conflict { .. })) => {
                         why = error_chain(&err);
@@ -254,11 +254,11 @@ impl Run {
             }
         }
         tracing::warn!(job = %claim.record.job, run_id = claim.record.run_id, error = why, "not starting: the run's record could not be marked running first");
-        Input::RunNotStarted {
+        Input::Claims(ClaimInput::RunNotStarted {
             claim: Box::new(claim),
             why,
             maybe_written,
-        }
+        })
     }
 
     async fn start(self) -> run::RunReport {

@@ -26,7 +26,7 @@ pub(super) struct Around {
     pub outage: Option<(DateTime<Utc>, Option<DateTime<Utc>>)>,
 }
 
-/// Answer to [`Action::ListRecords`](super::protocol::Action::ListRecords): catch-up decides,
+/// Answer to [`CatchUpAction::ListRecords`](super::protocol::CatchUpAction::ListRecords): catch-up decides,
 /// the claim path sends what it decided.
 pub(super) fn records_listed(
     starts: &mut Starts,
@@ -104,7 +104,7 @@ pub(super) fn records_listed(
     }
 }
 
-/// Answer to [`Action::MarkInterrupted`](super::protocol::Action::MarkInterrupted).
+/// Answer to [`CatchUpAction::MarkInterrupted`](super::protocol::CatchUpAction::MarkInterrupted).
 pub(super) fn marked(
     starts: &mut Starts,
     ctx: &mut Ctx<'_>,

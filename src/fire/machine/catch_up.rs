@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
-use super::protocol::{Action, FireReason, Item, JobRecords, Me};
+use super::protocol::{Action, CatchUpAction, FireReason, Item, JobRecords, Me};
 use super::runs::{Retry, Runs};
 use crate::config::{Concurrency, JobConfig, Misfire, OnInterrupted};
 use crate::delayed::submission::SubmissionId;
@@ -104,7 +104,7 @@ pub(super) enum RecordOnly {
 /// retries kept, the records written, then the catch-up's plan.
 #[derive(Debug, Default)]
 pub(super) struct Listed {
-    /// [`Action::MarkInterrupted`] for each run its owner left open.
+    /// [`CatchUpAction::MarkInterrupted`] for each run its owner left open.
     pub marks: Vec<Action>,
     pub retries: Vec<Retry>,
     pub records: Vec<RecordOnly>,
@@ -176,11 +176,13 @@ impl CatchUp {
                 record.node_id
             ));
             self.marks_out += 1;
-            listed.marks.push(Action::MarkInterrupted {
-                record: marked,
-                version: *version,
-                closes: ground.config.on_interrupted != OnInterrupted::Rerun,
-            });
+            listed
+                .marks
+                .push(Action::CatchUp(CatchUpAction::MarkInterrupted {
+                    record: marked,
+                    version: *version,
+                    closes: ground.config.on_interrupted != OnInterrupted::Rerun,
+                }));
         }
         resume_retries(ground, &records, &mut listed);
         let latest = records.ticks.iter().copied().max();
@@ -193,7 +195,7 @@ impl CatchUp {
         listed
     }
 
-    /// Answer to [`Action::MarkInterrupted`]: the record as stored, and whether its run starts
+    /// Answer to [`CatchUpAction::MarkInterrupted`]: the record as stored, and whether its run starts
     /// again (for its notice), if it was marked.
     pub fn marked(
         &mut self,

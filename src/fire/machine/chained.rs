@@ -138,7 +138,7 @@ impl FireMachine {
         }
     }
 
-    /// Answer to [`Action::Claim`]; a chained run's claim also tells the chains.
+    /// Answer to [`ClaimAction::Claim`](super::ClaimAction::Claim); a chained run's claim also tells the chains.
     pub(super) fn claim_answered(
         &mut self,
         id: ClaimId,

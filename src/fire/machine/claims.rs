@@ -15,7 +15,8 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 
 use super::protocol::{
-    Action, ClaimId, Fence, FireReason, Item, Me, START_LEAD, TickClaim, is_late,
+    Action, ClaimAction, ClaimId, Fence, FireReason, Item, Me, RunAction, START_LEAD, TickClaim,
+    is_late,
 };
 use crate::config::{Concurrency, JobConfig};
 use crate::delayed::submission::SubmissionId;
@@ -38,7 +39,7 @@ pub(super) struct Pending {
     /// A submission's run: its id and payload.
     pub(super) submission: Option<SubmissionInput>,
     pub(super) state: PendingState,
-    /// An [`Action::PrepareRun`] went out for it.
+    /// An [`RunAction::Prepare`] went out for it.
     pub(super) prepared: bool,
     /// Its job's `limits`: where its leases stand.
     pub(super) lease: LeaseWait,
@@ -58,7 +59,7 @@ pub(super) enum LeaseWait {
     /// Not asked for (yet, or its job has no limits).
     #[default]
     NotAsked,
-    /// [`Action::TakeLeases`] is out: the driver waits in each limit's queue, holding nothing
+    /// [`ClaimAction::TakeLeases`] is out: the driver waits in each limit's queue, holding nothing
     /// of a limit until its turn, and answers once it holds them all.
     Asking,
     /// Taking failed (ZooKeeper did not answer): try again at `at`.
@@ -342,14 +343,14 @@ impl Pending {
             return;
         };
         if matches!(self.lease, LeaseWait::Held | LeaseWait::Asking) {
-            out.push(Action::GiveBackLeases {
+            out.push(Action::Claims(ClaimAction::GiveBackLeases {
                 run_id: claim.record.run_id.clone(),
-            });
+            }));
         }
         if self.prepared {
-            out.push(Action::Unprepare {
+            out.push(Action::Runs(RunAction::Unprepare {
                 run_id: claim.record.run_id.clone(),
-            });
+            }));
         }
     }
 
@@ -547,13 +548,13 @@ impl Claims {
         self.runs.insert(run.clone(), id);
         self.run_of.insert(id, run);
         self.insert(id, pending);
-        out.push(Action::Claim(TickClaim {
+        out.push(Action::Claims(ClaimAction::Claim(TickClaim {
             id,
             record,
             mode,
             guarded,
             fence: pending_fence,
-        }));
+        })));
     }
 
     /// A run that never started may have its `running` write applied, at `version`.
@@ -610,19 +611,19 @@ impl Claims {
                 | PendingState::Replacing { claim, .. }
                 | PendingState::AfterOwnRun(claim) => {
                     if std::mem::take(&mut pending.prepared) {
-                        out.push(Action::Unprepare {
+                        out.push(Action::Runs(RunAction::Unprepare {
                             run_id: claim.record.run_id.clone(),
-                        });
+                        }));
                     }
                     if matches!(
                         std::mem::take(&mut pending.lease),
                         LeaseWait::Held | LeaseWait::Asking
                     ) {
-                        out.push(Action::GiveBackLeases {
+                        out.push(Action::Claims(ClaimAction::GiveBackLeases {
                             run_id: claim.record.run_id.clone(),
-                        });
+                        }));
                     }
-                    out.push(Action::Withdraw { id, claim });
+                    out.push(Action::Claims(ClaimAction::Withdraw { id, claim }));
                 }
                 state @ (PendingState::InFlight { .. } | PendingState::RecordOnly) => {
                     pending.state = state;

@@ -16,11 +16,12 @@
 //! connected again, and when a claim of the job finds the guard, until it is answered.
 //!
 //! Owns: which guards wait to be released. Must not: delete anything (the machine emits
-//! `Action::ReleaseGuard`, the driver deletes the node if our session still holds it).
+//! `ClaimAction::ReleaseGuard`, the driver deletes the node if our session still holds it).
 
 use std::collections::BTreeMap;
 
 use super::protocol::Action;
+use crate::fire::machine::ClaimAction;
 use crate::ids::JobName;
 use crate::run::Claim;
 
@@ -40,7 +41,7 @@ impl Guards {
         }
         self.taking
             .insert(claim.record.run_id.clone(), claim.clone());
-        out.push(Action::TakeGuard(claim.clone()));
+        out.push(Action::Claims(ClaimAction::TakeGuard(claim.clone())));
     }
 
     /// Guards being taken: a handover waits for them.
@@ -62,7 +63,7 @@ impl Guards {
         }
         self.unreleased
             .insert(claim.record.run_id.clone(), claim.clone());
-        out.push(Action::ReleaseGuard(claim.clone()));
+        out.push(Action::Claims(ClaimAction::ReleaseGuard(claim.clone())));
     }
 
     /// The answer to a release: `settled` when the guard is gone or not ours (nothing is left
@@ -76,7 +77,12 @@ impl Guards {
 
     /// Sends every release not yet answered again (the node is connected again).
     pub fn send_again(&self, out: &mut Vec<Action>) {
-        out.extend(self.unreleased.values().cloned().map(Action::ReleaseGuard));
+        out.extend(
+            self.unreleased
+                .values()
+                .cloned()
+                .map(|claim| Action::Claims(ClaimAction::ReleaseGuard(claim))),
+        );
     }
 
     /// Sends the releases of `job`'s guards again; whether there was one (a claim of the job
@@ -84,7 +90,7 @@ impl Guards {
     pub fn send_again_of(&self, job: &JobName, out: &mut Vec<Action>) -> bool {
         let mut any = false;
         for claim in self.unreleased.values().filter(|c| c.record.job == *job) {
-            out.push(Action::ReleaseGuard(claim.clone()));
+            out.push(Action::Claims(ClaimAction::ReleaseGuard(claim.clone())));
             any = true;
         }
         any

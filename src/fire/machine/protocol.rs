@@ -146,7 +146,7 @@ pub enum ControlInput {
     /// paused job must not fire in the moment after a start.
     PausesRead(Pauses),
     /// An operator asked this node to hand the lock over (`zkcron release`): unstarted claims
-    /// are given back, then [`Action::YieldLock`].
+    /// are given back, then [`LockAction::Yield`].
     ReleaseRequested,
     /// The backfill requests waiting under `control/backfill`, by node name: each for one of
     /// this machine's jobs is taken once it may fire.
@@ -328,25 +328,46 @@ pub enum ClaimRefused {
 pub enum Input {
     /// `next_deadline()` has passed. A spurious tick changes nothing.
     Tick,
-    /// The lock's status changed (one ordered stream, from the lock driver).
-    LockChanged(LockStatus),
     /// The schedule was reloaded.
     Reloaded(Vec<Arc<JobConfig>>),
-    /// Answer to [`Action::Claim`]. (The claims and records in inputs are boxed: an input
+    /// The daemon is stopping.
+    Shutdown,
+    /// The wall clock jumped by `by` (forward when positive) besides the time that passed (an
+    /// NTP step, a VM resumed). The limits the machine counts — a stop's and a handover's, a
+    /// replaced run's grace, the waits before trying again — move with it, so that each lasts
+    /// as long as it says; the schedule does not (issue 31, defect 2).
+    ClockStepped { by: chrono::Duration },
+    /// The claim path's answers ([`ClaimAction`], [`RunAction`]).
+    Claims(ClaimInput),
+    /// Catch-up's answers ([`CatchUpAction`]).
+    CatchUp(CatchUpInput),
+    /// The lock driver's news ([`LockAction`]).
+    Lock(LockInput),
+    /// What the delayed store holds, as the driver read or watched it ([`DelayedAction`]).
+    Delayed(DelayedInput),
+    /// What the operators asked, as the driver's watch on `control/` read it.
+    Control(ControlInput),
+    /// An answer to a broadcast job's request ([`BroadcastAction`]).
+    Broadcast(BroadcastInput),
+    /// The chain marks, as the driver read or watched them ([`ChainsAction`]).
+    Chains(ChainsInput),
+}
+
+/// The claim path's answers: a claim, its leases, its run's process, its records and guard.
+#[derive(Debug, Clone)]
+pub enum ClaimInput {
+    /// Answer to [`ClaimAction::Claim`]. (The claims and records in inputs are boxed: an input
     /// is as large as its largest kind, and the driver's channels hold them 32 to a block.)
-    ClaimDone {
+    Done {
         id: ClaimId,
         result: Result<Box<Claim>, ClaimRefused>,
     },
-    /// Answer to [`Action::ListRecords`]; `Err` says why the listing failed.
-    RecordsListed {
-        job: JobName,
-        result: Result<JobRecords, String>,
-    },
-    /// Answer to [`Action::MarkInterrupted`]: the record's new version, or why not.
-    Marked {
-        record: Box<RunRecord>,
-        result: Result<i32, String>,
+    /// Answer to [`ClaimAction::TakeLeases`]: `None` once every lease is held; the limit whose lease
+    /// could not be taken (ZooKeeper failed; nothing is held then) otherwise.
+    LeasesTaken {
+        id: ClaimId,
+        run_id: String,
+        failed: Option<String>,
     },
     /// A run's process ended; `claim` carries the record's current version.
     RunEnded {
@@ -362,44 +383,44 @@ pub enum Input {
         why: String,
         maybe_written: bool,
     },
-    /// Answer to [`Action::TakeLeases`]: `None` once every lease is held; the limit whose lease
-    /// could not be taken (ZooKeeper failed; nothing is held then) otherwise.
-    LeasesTaken {
-        id: ClaimId,
-        run_id: String,
-        failed: Option<String>,
-    },
-    /// Answer to [`Action::WriteRecord`] (a failure is logged by the driver).
+    /// Answer to [`ClaimAction::WriteRecord`] (a failure is logged by the driver).
     RecordWritten { run_id: String, write: RecordWrite },
-    /// Answer to [`Action::Withdraw`].
+    /// Answer to [`ClaimAction::Withdraw`].
     Withdrawn { id: ClaimId },
-    /// Answer to [`Action::ReleaseGuard`]: `settled` when the guard is gone or not ours, false
+    /// Answer to [`ClaimAction::ReleaseGuard`]: `settled` when the guard is gone or not ours, false
     /// when ZooKeeper did not answer (the release is sent again once connected).
     GuardReleased { run_id: String, settled: bool },
-    /// Answer to [`Action::TakeGuard`]: the guard's path when our session holds it now; `None`
+    /// Answer to [`ClaimAction::TakeGuard`]: the guard's path when our session holds it now; `None`
     /// when it could not be made (the session that claimed the run is gone, and the guard
     /// would have gone with it; or ZooKeeper refused or did not answer, which is logged).
     GuardTaken {
         run_id: String,
         guard: Option<String>,
     },
-    /// The daemon is stopping.
-    Shutdown,
-    /// Answer to [`Action::HandOver`]: the lock is released (or was never ours).
-    LockReleased,
-    /// The wall clock jumped by `by` (forward when positive) besides the time that passed (an
-    /// NTP step, a VM resumed). The limits the machine counts — a stop's and a handover's, a
-    /// replaced run's grace, the waits before trying again — move with it, so that each lasts
-    /// as long as it says; the schedule does not (issue 31, defect 2).
-    ClockStepped { by: chrono::Duration },
-    /// What the delayed store holds, as the driver read or watched it ([`DelayedAction`]).
-    Delayed(DelayedInput),
-    /// What the operators asked, as the driver's watch on `control/` read it.
-    Control(ControlInput),
-    /// An answer to a broadcast job's request ([`BroadcastAction`]).
-    Broadcast(BroadcastInput),
-    /// The chain marks, as the driver read or watched them ([`ChainsAction`]).
-    Chains(ChainsInput),
+}
+
+/// Catch-up's answers: a job's records listed, an open one marked.
+#[derive(Debug, Clone)]
+pub enum CatchUpInput {
+    /// Answer to [`CatchUpAction::ListRecords`]; `Err` says why the listing failed.
+    Listed {
+        job: JobName,
+        result: Result<JobRecords, String>,
+    },
+    /// Answer to [`CatchUpAction::MarkInterrupted`]: the record's new version, or why not.
+    Marked {
+        record: Box<RunRecord>,
+        result: Result<i32, String>,
+    },
+}
+
+/// The lock driver's: the lock's status, and the release a stop asked for.
+#[derive(Debug, Clone)]
+pub enum LockInput {
+    /// The lock's status changed (one ordered stream, from the lock driver).
+    Changed(LockStatus),
+    /// Answer to [`LockAction::HandOver`]: the lock is released (or was never ours).
+    Released,
 }
 
 /// How the write of a run's final record ended.
@@ -417,22 +438,60 @@ pub enum RecordWrite {
 /// A command for the driver.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
-    /// Create these jobs' record parents now, so that their first claims are quick.
-    PrepareJobs(Vec<JobName>),
-    /// Send this claim. Answered by [`Input::ClaimDone`].
-    Claim(TickClaim),
-    /// Read the job's records for catch-up. Answered by [`Input::RecordsListed`].
-    ListRecords(JobName),
-    /// Write this (open) record as `interrupted` at its version; `closes`: nothing will run it
-    /// again (a submission's open marker goes). Answered by [`Input::Marked`].
-    MarkInterrupted {
-        record: RunRecord,
-        version: i32,
-        closes: bool,
+    /// Keep the job's newest `keep` records. A pruned submission's id stays remembered (a
+    /// tombstone) until `remember` after its run ended (`dedup_window`).
+    Prune {
+        job: JobName,
+        keep: usize,
+        remember: Duration,
     },
+    /// A write to the operators' `control/` nodes: a backfill request taken, a job paused.
+    Control(ControlAction),
+    /// Send this notice (`on_failure`, `on_failure_webhook`): its record is stored. Nothing
+    /// answers; the driver neither waits for it nor sends it twice.
+    Notify(Box<crate::run::Notice>),
+    /// Nothing is left to do: the daemon may exit.
+    Stopped,
+    /// A request of the claim path to the ledger.
+    Claims(ClaimAction),
+    /// A request of the claim path to the runner.
+    Runs(RunAction),
+    /// A request of catch-up.
+    CatchUp(CatchUpAction),
+    /// A request of the lock driver.
+    Lock(LockAction),
+    /// A request of the delayed queue: reading the due buckets and submissions, removing
+    /// the empty ones.
+    Delayed(DelayedAction),
+    /// A broadcast job's request: a member's own runs, or the owner's sweeps.
+    Broadcast(BroadcastAction),
+    /// A request about the chain marks: reading, dropping, or making a child's submission.
+    Chains(ChainsAction),
+}
+
+/// The claim path's requests of the ledger: claims, records, guards, leases.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimAction {
+    /// Send this claim. Answered by [`ClaimInput::Done`].
+    Claim(TickClaim),
+    /// Write the claim's record (a final status) and release its guard. Answered by
+    /// [`ClaimInput::RecordWritten`].
+    WriteRecord(Claim),
+    /// Give a claimed, unstarted tick back. Answered by [`ClaimInput::Withdrawn`]. Refused (the
+    /// epoch moved), its guard is released all the same, as in [`ClaimAction::ReleaseGuard`].
+    Withdraw { id: ClaimId, claim: Claim },
+    /// This claim will not start (the lock moved after it): release its `running/<job>` guard if
+    /// our session still holds it, and leave its record for the next owner to resolve.
+    /// Answered by [`ClaimInput::GuardReleased`].
+    ReleaseGuard(Claim),
+    /// This run of a `forbid` job, claimed without the guard, outlives our hold of the lock
+    /// (we hand it over, or lost it with our session still alive): make its `running/<job>`
+    /// guard, on the session that claimed it, so that the next owner's claims of the job find
+    /// it alive. Answered by [`ClaimInput::GuardTaken`].
+    TakeGuard(Claim),
     /// Take a lease of each of `limits` for run `run_id`, in name order, each waited for in its
-    /// limit's queue. Answered by [`Input::LeasesTaken`] once all are held (or one failed);
-    /// [`Action::GiveBackLeases`] gives the wait up.
+    /// limit's queue. Answered by [`ClaimInput::LeasesTaken`] once all are held (or one failed);
+    /// [`ClaimAction::GiveBackLeases`] gives the wait up.
     TakeLeases {
         id: ClaimId,
         run_id: String,
@@ -445,8 +504,16 @@ pub enum Action {
     /// the schedule): nothing runs it again, and its submission's open marker goes. The driver
     /// logs the outcome; nothing waits for it.
     DropRetry { record: RunRecord, version: i32 },
-    /// Start the claimed run. Its end comes back as [`Input::RunEnded`].
-    StartRun {
+}
+
+/// The claim path's requests of the runner: a run prepared, started, given up, cancelled.
+// An action is as large as its largest group's largest kind, grouped or not: boxing the big
+// kind here would cost an allocation per run and save nothing in `Action`.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunAction {
+    /// Start the claimed run. Its end comes back as [`ClaimInput::RunEnded`].
+    Start {
         spec: Arc<JobSpec>,
         claim: Claim,
         context: RunContext,
@@ -457,10 +524,10 @@ pub enum Action {
         not_before: DateTime<Utc>,
     },
     /// Start this claimed run's process ahead of its instant, waiting (`runner::prepare`): the
-    /// [`Action::StartRun`] of the same run gives it its go, an [`Action::Unprepare`] gives it
+    /// [`RunAction::Start`] of the same run gives it its go, an [`RunAction::Unprepare`] gives it
     /// up. Only a speed-up: a run never prepared (or whose process is gone) is spawned at its
     /// start.
-    PrepareRun {
+    Prepare {
         spec: Arc<JobSpec>,
         context: RunContext,
         /// The job's program starts not before this instant.
@@ -469,50 +536,38 @@ pub enum Action {
     /// The prepared run will not start: end its waiting process.
     Unprepare { run_id: String },
     /// Stop this run's process group (SIGTERM, SIGKILL after its grace).
-    CancelRun { run_id: String },
-    /// Write the claim's record (a final status) and release its guard. Answered by
-    /// [`Input::RecordWritten`].
-    WriteRecord(Claim),
-    /// Give a claimed, unstarted tick back. Answered by [`Input::Withdrawn`]. Refused (the
-    /// epoch moved), its guard is released all the same, as in [`Action::ReleaseGuard`].
-    Withdraw { id: ClaimId, claim: Claim },
-    /// This claim will not start (the lock moved after it): release its `running/<job>` guard if
-    /// our session still holds it, and leave its record for the next owner to resolve.
-    /// Answered by [`Input::GuardReleased`].
-    ReleaseGuard(Claim),
-    /// This run of a `forbid` job, claimed without the guard, outlives our hold of the lock
-    /// (we hand it over, or lost it with our session still alive): make its `running/<job>`
-    /// guard, on the session that claimed it, so that the next owner's claims of the job find
-    /// it alive. Answered by [`Input::GuardTaken`].
-    TakeGuard(Claim),
-    /// Keep the job's newest `keep` records. A pruned submission's id stays remembered (a
-    /// tombstone) until `remember` after its run ended (`dedup_window`).
-    Prune {
-        job: JobName,
-        keep: usize,
-        remember: Duration,
+    Cancel { run_id: String },
+}
+
+/// Catch-up's requests: the jobs' records made ready, listed, an open one marked.
+// An action is as large as its largest group's largest kind, grouped or not: boxing the big
+// kind here would cost an allocation per run and save nothing in `Action`.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CatchUpAction {
+    /// Create these jobs' record parents now, so that their first claims are quick.
+    PrepareJobs(Vec<JobName>),
+    /// Read the job's records for catch-up. Answered by [`CatchUpInput::Listed`].
+    ListRecords(JobName),
+    /// Write this (open) record as `interrupted` at its version; `closes`: nothing will run it
+    /// again (a submission's open marker goes). Answered by [`CatchUpInput::Marked`].
+    MarkInterrupted {
+        record: RunRecord,
+        version: i32,
+        closes: bool,
     },
+}
+
+/// Requests of the lock driver: verify the lock, release it, yield it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LockAction {
     /// A claim with this token failed its epoch check: the lock should verify it.
     FenceFailed(FencingToken),
-    /// Release the lock now (stopping, claims withdrawn). Answered by [`Input::LockReleased`].
+    /// Release the lock now (stopping, claims withdrawn). Answered by [`LockInput::Released`].
     HandOver,
     /// Hand the lock over and stay out of contention for a while (a release request, claims
     /// withdrawn); the lock's next status, without our token, says it is done.
-    YieldLock,
-    /// A write to the operators' `control/` nodes: a backfill request taken, a job paused.
-    Control(ControlAction),
-    /// Send this notice (`on_failure`, `on_failure_webhook`): its record is stored. Nothing
-    /// answers; the driver neither waits for it nor sends it twice.
-    Notify(Box<crate::run::Notice>),
-    /// Nothing is left to do: the daemon may exit.
-    Stopped,
-    /// A request of the delayed queue: reading the due buckets and submissions, removing
-    /// the empty ones.
-    Delayed(DelayedAction),
-    /// A broadcast job's request: a member's own runs, or the owner's sweeps.
-    Broadcast(BroadcastAction),
-    /// A request about the chain marks: reading, dropping, or making a child's submission.
-    Chains(ChainsAction),
+    Yield,
 }
 
 /// What a scan of the due buckets read.
@@ -587,7 +642,7 @@ impl Me {
     }
 }
 
-/// What catch-up reads of one job (answer to [`Action::ListRecords`]).
+/// What catch-up reads of one job (answer to [`CatchUpAction::ListRecords`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct JobRecords {
     /// The scheduled instants of all the job's records, in any order.
@@ -674,7 +729,7 @@ impl Item {
     }
 }
 
-/// When a started run's record says `running` ([`Action::StartRun`]).
+/// When a started run's record says `running` ([`RunAction::Start`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StartWrite {
     /// Its claim said so already, so the start writes nothing: a tick's, whose record stored

@@ -9,7 +9,7 @@
 //! a record that someone else changed (the next owner marked the run interrupted) stays theirs.
 //!
 //! Owns: which final records wait to be written again, and when.
-//! Must not: write anything (the machine emits `Action::WriteRecord`, the driver writes).
+//! Must not: write anything (the machine emits `ClaimAction::WriteRecord`, the driver writes).
 
 use std::collections::BTreeMap;
 

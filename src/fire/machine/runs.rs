@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
-use super::protocol::{Action, FireReason, Item};
+use super::protocol::{Action, ClaimAction, FireReason, Item};
 use crate::config::{Concurrency, JobConfig, KeepOutput, OnLost};
 use crate::ids::JobName;
 use crate::run::Claim;
@@ -56,10 +56,10 @@ impl Retry {
             Some(error) => format!("{error}; {dropped}"),
             None => dropped,
         });
-        Action::DropRetry {
+        Action::Claims(ClaimAction::DropRetry {
             record,
             version: self.version,
-        }
+        })
     }
 
     /// The item that claims the retry: its stored record again, at its version.

@@ -21,8 +21,8 @@ use super::ctx::{Ctx, Follow};
 use super::guards::Guards;
 use super::housekeeping::Retention;
 use super::protocol::{
-    Action, ClaimId, ClaimRefused, FireReason, Item, MISSED_AFTER, StartWrite, is_late,
-    on_time_until,
+    Action, ClaimAction, ClaimId, ClaimRefused, FireReason, Item, LockAction, MISSED_AFTER,
+    RunAction, StartWrite, is_late, on_time_until,
 };
 use super::rewrites::Rewrites;
 use super::runs::{self, Runs};
@@ -104,7 +104,8 @@ impl Starts {
                 let mut skipped = claim.clone();
                 skipped.record.status = RunStatus::Skipped;
                 skipped.record.error = Some(reason.to_owned());
-                ctx.out.push(Action::WriteRecord(skipped));
+                ctx.out
+                    .push(Action::Claims(ClaimAction::WriteRecord(skipped)));
                 self.settle(ctx, id);
             }
             _ => {}
@@ -226,7 +227,7 @@ impl Starts {
         self.claims.send(pending, record, mode, ctx.out);
     }
 
-    /// Answer to [`Action::Claim`]: settles the claim. The submission it was for, and whether
+    /// Answer to [`ClaimAction::Claim`]: settles the claim. The submission it was for, and whether
     /// its pending marker was gone, for the delayed queue.
     pub fn claim_done(
         &mut self,
@@ -287,7 +288,8 @@ impl Starts {
             match result {
                 Ok(claim) => {
                     pending.state = PendingState::Withdrawing;
-                    ctx.out.push(Action::Withdraw { id, claim });
+                    ctx.out
+                        .push(Action::Claims(ClaimAction::Withdraw { id, claim }));
                 }
                 Err(_) => {
                     self.claims.remove(&id);
@@ -304,11 +306,11 @@ impl Starts {
                 } else {
                     // Its process waits for the instant, not the other way round.
                     pending.prepared = true;
-                    ctx.out.push(Action::PrepareRun {
+                    ctx.out.push(Action::Runs(RunAction::Prepare {
                         spec: Arc::clone(&pending.config.spec),
                         context: pending.context(ctx.me, &claim),
                         not_before: pending.start_at,
-                    });
+                    }));
                     pending.state = PendingState::Claimed(claim);
                 }
             }
@@ -340,7 +342,7 @@ impl Starts {
                 let token = pending.token;
                 tracing::warn!(job = %job, %tick, token = token.0, "not firing: the epoch has moved past our token");
                 // Still the lock node's holder in our own eyes: let the lock re-verify.
-                ctx.out.push(Action::FenceFailed(token));
+                ctx.out.push(Action::Lock(LockAction::FenceFailed(token)));
                 self.settle(ctx, id);
             }
             Err(ClaimRefused::Failed(why)) => {
@@ -432,7 +434,10 @@ impl Starts {
                 return self.members_unstarted(ctx, id, missed_claim(claim, &why));
             }
             StartVerdict::Missed(why) => {
-                ctx.out.push(Action::WriteRecord(missed_claim(claim, &why)));
+                ctx.out
+                    .push(Action::Claims(ClaimAction::WriteRecord(missed_claim(
+                        claim, &why,
+                    ))));
                 return self.settle(ctx, id);
             }
             StartVerdict::Skipped(reason) => {
@@ -442,13 +447,14 @@ impl Starts {
                 if members {
                     return self.members_unstarted(ctx, id, skipped);
                 }
-                ctx.out.push(Action::WriteRecord(skipped));
+                ctx.out
+                    .push(Action::Claims(ClaimAction::WriteRecord(skipped)));
                 return self.settle(ctx, id);
             }
             StartVerdict::Replace { until } => {
                 let cancel = self.runs.unended_of(job);
                 ctx.out
-                    .extend(cancel.map(|run_id| Action::CancelRun { run_id }));
+                    .extend(cancel.map(|run_id| Action::Runs(RunAction::Cancel { run_id })));
                 let claim = claim.clone();
                 if let Some(pending) = self.claims.get_mut(&id) {
                     pending.state = PendingState::Replacing { claim, until };
@@ -501,7 +507,7 @@ impl Starts {
         };
         let job = pending.config.spec.name.clone();
         tracing::info!(job = %job, run_id = claim.record.run_id, "lock lost before the run was sent: its record goes back to claimed");
-        ctx.out.push(Action::WriteRecord(back));
+        ctx.out.push(Action::Claims(ClaimAction::WriteRecord(back)));
         if let Some(state) = ctx.jobs.get_mut(&job) {
             state.not_started.push(item);
         }
@@ -547,22 +553,22 @@ impl Starts {
             pending.submission.clone(),
             ctx.now,
         );
-        ctx.out.push(Action::StartRun {
+        ctx.out.push(Action::Runs(RunAction::Start {
             spec: Arc::clone(&pending.config.spec),
             claim,
             context,
             record,
             not_before: pending.start_at,
-        });
+        }));
         if pending.in_backlog {
             ctx.follow(Follow::ReleaseHeld(name.clone()));
         }
     }
 
     /// A run whose job names limits starts only once it holds a lease of each: asks for them
-    /// (`true`: not yet, the answer comes as [`Input::LeasesTaken`]).
+    /// (`true`: not yet, the answer comes as [`ClaimInput::LeasesTaken`]).
     ///
-    /// [`Input::LeasesTaken`]: super::protocol::Input::LeasesTaken
+    /// [`ClaimInput::LeasesTaken`]: super::protocol::ClaimInput::LeasesTaken
     fn ask_for_leases(&mut self, ctx: &mut Ctx<'_>, id: ClaimId) -> bool {
         let Some(pending) = self.claims.get_mut(&id) else {
             return false;
@@ -577,17 +583,17 @@ impl Starts {
             return false;
         };
         if pending.lease != LeaseWait::Asking {
-            ctx.out.push(Action::TakeLeases {
+            ctx.out.push(Action::Claims(ClaimAction::TakeLeases {
                 id,
                 run_id: claim.record.run_id.clone(),
                 limits: pending.config.limits.clone(),
-            });
+            }));
             pending.lease = LeaseWait::Asking;
         }
         true
     }
 
-    /// Answer to [`Action::TakeLeases`]: start, or try again after a failed take.
+    /// Answer to [`ClaimAction::TakeLeases`]: start, or try again after a failed take.
     pub fn leases_taken(
         &mut self,
         ctx: &mut Ctx<'_>,
@@ -602,7 +608,8 @@ impl Starts {
         else {
             // Settled meanwhile (the lock lost, a stop): what was taken goes back.
             if failed.is_none() {
-                ctx.out.push(Action::GiveBackLeases { run_id });
+                ctx.out
+                    .push(Action::Claims(ClaimAction::GiveBackLeases { run_id }));
             }
             return;
         };
@@ -652,7 +659,7 @@ impl Starts {
                 self.rewrites
                     .due(ctx.now)
                     .into_iter()
-                    .map(Action::WriteRecord),
+                    .map(|claim| Action::Claims(ClaimAction::WriteRecord(claim))),
             );
         }
     }
@@ -665,7 +672,7 @@ impl Starts {
             }
             if on_lost == crate::config::OnLost::Cancel {
                 tracing::warn!(job = %job, run_id, "lock lost: cancelling the running job (on_lost = cancel)");
-                ctx.out.push(Action::CancelRun { run_id });
+                ctx.out.push(Action::Runs(RunAction::Cancel { run_id }));
             } else {
                 tracing::info!(job = %job, run_id, "lock lost: letting the running job finish (on_lost = finish)");
             }

@@ -5,14 +5,14 @@
 //! by catch-up, and their reruns and retries are not started; its pending submissions and
 //! triggers wait until it is resumed, while one already claimed or interrupted is carried
 //! through), and the order of a handover on request (withdraw unstarted claims, then
-//! [`Action::YieldLock`]; firing again only if the lock did not move within [`YIELD_LIMIT`]).
+//! [`LockAction::Yield`]; firing again only if the lock did not move within [`YIELD_LIMIT`]).
 //! It owns the pauses as last read and the handover under way; the machine asks it and
 //! applies what it says to the claims and the lock.
 //! Must not: do I/O (pauses come in as [`ControlInput::PausesRead`]), read a clock, or reach into
 //! the rest of the machine.
 //!
 //! [`ControlInput::PausesRead`]: super::protocol::ControlInput::PausesRead
-//! [`Action::YieldLock`]: super::protocol::Action::YieldLock
+//! [`LockAction::Yield`]: super::protocol::LockAction::Yield
 
 use std::time::Duration;
 

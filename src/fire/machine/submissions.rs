@@ -125,7 +125,7 @@ impl FireMachine {
         }
     }
 
-    /// Answer to [`Action::Claim`]; a submission that a reschedule moved meanwhile is
+    /// Answer to [`ClaimAction::Claim`](super::ClaimAction::Claim); a submission that a reschedule moved meanwhile is
     /// considered anew once its claim is settled.
     pub(super) fn claim_done(
         &mut self,

@@ -125,13 +125,13 @@ fn run_timer(m: &mut FireMachine, until_ms: i64) {
 /// A machine that owns the lock with nothing to catch up for `tables`' jobs.
 fn owning(tables: &str) -> FireMachine {
     let mut m = machine(tables);
-    let actions = m.handle(Input::LockChanged(owner(TOKEN)), t(0));
+    let actions = m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(0));
     for action in actions {
-        if let Action::ListRecords(job) = action {
-            let listed = Input::RecordsListed {
+        if let Action::CatchUp(CatchUpAction::ListRecords(job)) = action {
+            let listed = Input::CatchUp(CatchUpInput::Listed {
                 job,
                 result: Ok(JobRecords::default()),
-            };
+            });
             assert_eq!(m.handle(listed, t(0)), vec![], "nothing to catch up");
         }
     }
@@ -142,18 +142,18 @@ fn claims(actions: &[Action]) -> Vec<TickClaim> {
     actions
         .iter()
         .filter_map(|a| match a {
-            Action::Claim(claim) => Some(claim.clone()),
+            Action::Claims(ClaimAction::Claim(claim)) => Some(claim.clone()),
             _ => None,
         })
         .collect()
 }
 
-/// The records written (`Action::WriteRecord`) among `actions`.
+/// The records written (`ClaimAction::WriteRecord`) among `actions`.
 fn records_written(actions: &[Action]) -> Vec<&Claim> {
     actions
         .iter()
         .filter_map(|a| match a {
-            Action::WriteRecord(claim) => Some(claim),
+            Action::Claims(ClaimAction::WriteRecord(claim)) => Some(claim),
             _ => None,
         })
         .collect()
@@ -169,7 +169,9 @@ fn starts(actions: &[Action]) -> Vec<(Claim, RunContext)> {
     actions
         .iter()
         .filter_map(|a| match a {
-            Action::StartRun { claim, context, .. } => Some((claim.clone(), context.clone())),
+            Action::Runs(RunAction::Start { claim, context, .. }) => {
+                Some((claim.clone(), context.clone()))
+            }
             _ => None,
         })
         .collect()
@@ -270,21 +272,21 @@ fn granted_broadcast(record: &RunRecord) -> Claim {
 }
 
 fn ok(claim: &TickClaim) -> Input {
-    Input::ClaimDone {
+    Input::Claims(ClaimInput::Done {
         id: claim.id,
         result: Ok(Box::new(granted(claim))),
-    }
+    })
 }
 
 fn refused(claim: &TickClaim, why: ClaimRefused) -> Input {
-    Input::ClaimDone {
+    Input::Claims(ClaimInput::Done {
         id: claim.id,
         result: Err(why),
-    }
+    })
 }
 
 fn ended(claim: &Claim, outcome: RunOutcome, at: DateTime<Utc>) -> Input {
-    Input::RunEnded {
+    Input::Claims(ClaimInput::RunEnded {
         claim: Box::new(claim.clone()),
         report: RunReport {
             outcome,
@@ -293,14 +295,14 @@ fn ended(claim: &Claim, outcome: RunOutcome, at: DateTime<Utc>) -> Input {
             retry_after: None,
             output: String::new(),
         },
-    }
+    })
 }
 
 fn written(claim: &Claim) -> Input {
-    Input::RecordWritten {
+    Input::Claims(ClaimInput::RecordWritten {
         run_id: claim.record.run_id.clone(),
         write: RecordWrite::Written(claim.version + 2),
-    }
+    })
 }
 
 /// A stored record of `job`'s tick at `tick_ms`.
@@ -328,16 +330,16 @@ fn listing(records: &[RunRecord]) -> JobRecords {
 
 /// The answer to `ListRecords(job)` with these records.
 fn listed(job: &str, records: &[RunRecord]) -> Input {
-    Input::RecordsListed {
+    Input::CatchUp(CatchUpInput::Listed {
         job: JobName::new(job),
         result: Ok(listing(records)),
-    }
+    })
 }
 
 /// Feeds a run's end; returns the final record it writes (its one action).
 fn end_run(m: &mut FireMachine, end: Input, at: DateTime<Utc>) -> Claim {
     match &m.handle(end, at)[..] {
-        [Action::WriteRecord(finished)] => finished.clone(),
+        [Action::Claims(ClaimAction::WriteRecord(finished))] => finished.clone(),
         other => panic!("a run's end writes its final record, and only that: {other:?}"),
     }
 }
@@ -375,7 +377,7 @@ fn an_owner_claims_ahead_and_starts_at_the_tick() {
         "from its planned start"
     );
     let prepared = m.handle(ok(&claim), t(752));
-    let [Action::PrepareRun { context: ahead, .. }] = prepared.as_slice() else {
+    let [Action::Runs(RunAction::Prepare { context: ahead, .. })] = prepared.as_slice() else {
         panic!("nothing starts before the tick; its process is prepared: {prepared:?}");
     };
     assert_eq!(ahead.run_id, claim.record.run_id);
@@ -387,9 +389,9 @@ fn an_owner_claims_ahead_and_starts_at_the_tick() {
     assert!(starts(&m.handle(Input::Tick, t(994))).is_empty());
     let at_lead = m.handle(Input::Tick, t(995));
     let [
-        Action::StartRun {
+        Action::Runs(RunAction::Start {
             not_before, record, ..
-        },
+        }),
     ] = at_lead.as_slice()
     else {
         panic!("one start: {at_lead:?}");
@@ -429,15 +431,15 @@ fn a_prepared_run_is_given_up_when_its_claim_cannot_start() {
     let claim = only_claim(&m.handle(Input::Tick, t(750)));
     assert!(matches!(
         m.handle(ok(&claim), t(752)).as_slice(),
-        [Action::PrepareRun { .. }]
+        [Action::Runs(RunAction::Prepare { .. })]
     ));
     // The lock is lost between the claim and the tick: no start, and no process left waiting.
-    m.handle(Input::LockChanged(follower()), t(900));
+    m.handle(Input::Lock(LockInput::Changed(follower())), t(900));
     let at_tick = but_delayed(m.handle(Input::Tick, t(1000)));
     assert!(starts(&at_tick).is_empty(), "{at_tick:?}");
     let given_up: Vec<&Action> = at_tick
         .iter()
-        .filter(|a| matches!(a, Action::Unprepare { run_id } if *run_id == claim.record.run_id))
+        .filter(|a| matches!(a, Action::Runs(RunAction::Unprepare { run_id }) if *run_id == claim.record.run_id))
         .collect();
     assert_eq!(given_up.len(), 1, "{at_tick:?}");
 }
@@ -449,7 +451,9 @@ fn a_run_claimed_at_or_after_its_instant_starts_at_once_unprepared() {
     let late = m.handle(ok(&claim), t(1003));
     assert_eq!(starts(&late).len(), 1);
     assert!(
-        !late.iter().any(|a| matches!(a, Action::PrepareRun { .. })),
+        !late
+            .iter()
+            .any(|a| matches!(a, Action::Runs(RunAction::Prepare { .. }))),
         "{late:?}"
     );
 }
@@ -457,18 +461,18 @@ fn a_run_claimed_at_or_after_its_instant_starts_at_once_unprepared() {
 #[test]
 fn a_follower_declines_and_fires_a_declined_tick_after_acquiring_within_the_late_limit() {
     let mut m = machine(&job("a", EVERY_SECOND, ""));
-    m.handle(Input::LockChanged(follower()), t(0));
+    m.handle(Input::Lock(LockInput::Changed(follower())), t(0));
     assert_eq!(
         m.handle(Input::Tick, t(750)),
         vec![],
         "not the owner: no claim"
     );
-    let acquired = but_delayed(m.handle(Input::LockChanged(owner(TOKEN)), t(1100)));
+    let acquired = but_delayed(m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(1100)));
     assert_eq!(
         acquired,
         vec![
-            Action::PrepareJobs(vec![JobName::new("a")]),
-            Action::ListRecords(JobName::new("a"))
+            Action::CatchUp(CatchUpAction::PrepareJobs(vec![JobName::new("a")])),
+            Action::CatchUp(CatchUpAction::ListRecords(JobName::new("a")))
         ],
         "catch-up decides first; the declined tick waits for it"
     );
@@ -485,10 +489,10 @@ fn a_follower_declines_and_fires_a_declined_tick_after_acquiring_within_the_late
 #[test]
 fn a_declined_tick_past_the_late_limit_is_not_fired_but_caught_up_per_misfire() {
     let mut m = machine(&job("a", EVERY_SECOND, "misfire = \"skip\""));
-    m.handle(Input::LockChanged(follower()), t(0));
+    m.handle(Input::Lock(LockInput::Changed(follower())), t(0));
     run_timer(&mut m, 2300);
     // Ticks 1 and 2 were declined more than a second ago; 3 is not due yet.
-    m.handle(Input::LockChanged(owner(TOKEN)), t(3100));
+    m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(3100));
     let listed = listed("a", &[stored("a", 0, "n2", 6, RunStatus::Succeeded)]);
     let actions = m.handle(listed, t(3105));
     let gap = only_claim(&actions);
@@ -521,11 +525,11 @@ fn a_declined_tick_past_the_late_limit_is_not_fired_but_caught_up_per_misfire() 
 fn defect_2_catch_up_starts_the_missed_tick_before_the_declined_one() {
     // The owner died after tick 20; this node acquires at 26.47 with tick 26 declined.
     let mut m = machine(&job("a", EVERY_SECOND, ""));
-    m.handle(Input::LockChanged(follower()), t(0));
+    m.handle(Input::Lock(LockInput::Changed(follower())), t(0));
     for now in (750..=25_750).step_by(1000) {
         m.handle(Input::Tick, t(now));
     }
-    m.handle(Input::LockChanged(owner(TOKEN)), t(26_470));
+    m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(26_470));
     let listed = listed("a", &[stored("a", 20_000, "n2", 6, RunStatus::Succeeded)]);
     let actions = m.handle(listed, t(26_475));
     let all = claims(&actions);
@@ -581,9 +585,9 @@ fn run_all_catches_up_in_order_one_after_another_then_the_declined_tick() {
         EVERY_SECOND,
         "misfire = \"run_all\"\nconcurrency = \"allow\"",
     ));
-    m.handle(Input::LockChanged(follower()), t(0));
+    m.handle(Input::Lock(LockInput::Changed(follower())), t(0));
     m.handle(Input::Tick, t(3750));
-    m.handle(Input::LockChanged(owner(TOKEN)), t(4100));
+    m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(4100));
     let listed = listed("a", &[stored("a", 1000, "n2", 6, RunStatus::Succeeded)]);
     let mut now = 4105;
     let mut claimed = claims(&m.handle(listed, t(now)));
@@ -612,11 +616,11 @@ fn run_all_catches_up_in_order_one_after_another_then_the_declined_tick() {
 #[test]
 fn a_job_without_records_never_backfills() {
     let mut m = machine(&job("a", EVERY_SECOND, "misfire = \"run_all\""));
-    m.handle(Input::LockChanged(owner(TOKEN)), t(60_000));
-    let listed = Input::RecordsListed {
+    m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(60_000));
+    let listed = Input::CatchUp(CatchUpInput::Listed {
         job: JobName::new("a"),
         result: Ok(JobRecords::default()),
-    };
+    });
     assert_eq!(m.handle(listed, t(60_001)), vec![]);
 }
 
@@ -624,9 +628,9 @@ fn a_job_without_records_never_backfills() {
 fn ticks_beyond_the_starting_deadline_are_one_gap_of_their_own() {
     let extra = "misfire = \"run_all\"\nstarting_deadline = \"2s\"";
     let mut m = machine(&job("a", EVERY_SECOND, extra));
-    m.handle(Input::LockChanged(follower()), t(0));
+    m.handle(Input::Lock(LockInput::Changed(follower())), t(0));
     run_timer(&mut m, 9800);
-    m.handle(Input::LockChanged(owner(TOKEN)), t(10_100));
+    m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(10_100));
     let listed = listed("a", &[stored("a", 1000, "n2", 6, RunStatus::Succeeded)]);
     let all = claims(&m.handle(listed, t(10_100)));
     let beyond = &all[0];
@@ -661,9 +665,12 @@ fn ticks_beyond_the_starting_deadline_are_one_gap_of_their_own() {
 #[test]
 fn a_gap_while_zookeeper_was_unreachable_says_so() {
     let mut m = owning(&job("a", EVERY_SECOND, "misfire = \"skip\""));
-    m.handle(Input::LockChanged(disconnected_owner(TOKEN)), t(100));
+    m.handle(
+        Input::Lock(LockInput::Changed(disconnected_owner(TOKEN))),
+        t(100),
+    );
     run_timer(&mut m, 3000);
-    m.handle(Input::LockChanged(owner(TOKEN)), t(3100));
+    m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(3100));
     let listed = listed("a", &[stored("a", 0, "n1", 7, RunStatus::Succeeded)]);
     let all = claims(&m.handle(listed, t(3101)));
     assert_eq!(
@@ -703,8 +710,11 @@ fn defect_1_a_forbid_tick_is_not_skipped_when_the_run_ends_before_it() {
         ended(&run, RunOutcome::Exited { code: 0 }, t(1000)),
         t(1990),
     );
-    assert!(matches!(end[..], [Action::WriteRecord(_)]), "{end:?}");
-    let Action::WriteRecord(finished) = &end[0] else {
+    assert!(
+        matches!(end[..], [Action::Claims(ClaimAction::WriteRecord(_))]),
+        "{end:?}"
+    );
+    let Action::Claims(ClaimAction::WriteRecord(finished)) = &end[0] else {
         unreachable!()
     };
     // The guard is released with the record, 5 ms before the tick: claim again.
@@ -743,13 +753,13 @@ fn a_final_record_whose_write_failed_is_written_again_once_connected() {
     let hourly = 3_600_000;
     let (mut m, finished) = owner_with_a_finished_hourly_run(0);
     m.handle(
-        Input::LockChanged(disconnected_owner(TOKEN)),
+        Input::Lock(LockInput::Changed(disconnected_owner(TOKEN))),
         t(hourly + 6001),
     );
-    let failed = Input::RecordWritten {
+    let failed = Input::Claims(ClaimInput::RecordWritten {
         run_id: finished.record.run_id.clone(),
         write: RecordWrite::Failed,
-    };
+    });
     m.handle(failed.clone(), t(hourly + 6002));
     assert_eq!(
         m.next_deadline(),
@@ -757,7 +767,10 @@ fn a_final_record_whose_write_failed_is_written_again_once_connected() {
         "nothing sent while disconnected"
     );
 
-    let back = m.handle(Input::LockChanged(owner(TOKEN)), t(hourly + 9000));
+    let back = m.handle(
+        Input::Lock(LockInput::Changed(owner(TOKEN))),
+        t(hourly + 9000),
+    );
     let again = records_written(&back);
     assert_eq!(again.len(), 1, "written again on reconnecting: {back:?}");
     assert_eq!(again[0].record, finished.record);
@@ -767,7 +780,7 @@ fn a_final_record_whose_write_failed_is_written_again_once_connected() {
     assert_eq!(m.next_deadline(), Some(t(hourly + 10_010)));
     let retry = but_delayed(m.handle(Input::Tick, t(hourly + 10_010)));
     assert!(
-        matches!(&retry[..], [Action::WriteRecord(c)] if c.record == finished.record),
+        matches!(&retry[..], [Action::Claims(ClaimAction::WriteRecord(c))] if c.record == finished.record),
         "{retry:?}"
     );
     m.handle(written(&finished), t(hourly + 10_020));
@@ -784,10 +797,10 @@ fn a_final_record_whose_write_failed_is_written_again_once_connected() {
 fn a_final_record_refused_by_zookeeper_is_never_sent_again() {
     let hourly = 3_600_000;
     let (mut m, finished) = owner_with_a_finished_hourly_run(1);
-    let refused = Input::RecordWritten {
+    let refused = Input::Claims(ClaimInput::RecordWritten {
         run_id: finished.record.run_id.clone(),
         write: RecordWrite::Refused,
-    };
+    });
     m.handle(refused, t(hourly + 6001));
     assert!(
         m.starts.rewrites.is_empty(),
@@ -799,12 +812,17 @@ fn a_final_record_refused_by_zookeeper_is_never_sent_again() {
         "nothing is due but the next tick's claim"
     );
     m.handle(
-        Input::LockChanged(disconnected_owner(TOKEN)),
+        Input::Lock(LockInput::Changed(disconnected_owner(TOKEN))),
         t(hourly + 7000),
     );
-    let back = m.handle(Input::LockChanged(owner(TOKEN)), t(hourly + 8000));
+    let back = m.handle(
+        Input::Lock(LockInput::Changed(owner(TOKEN))),
+        t(hourly + 8000),
+    );
     assert!(
-        !back.iter().any(|a| matches!(a, Action::WriteRecord(_))),
+        !back
+            .iter()
+            .any(|a| matches!(a, Action::Claims(ClaimAction::WriteRecord(_)))),
         "not sent again on reconnecting: {back:?}"
     );
 }
@@ -815,9 +833,11 @@ fn a_final_record_refused_by_zookeeper_is_never_sent_again() {
 fn a_record_sent_again_stops_at_the_first_refusal() {
     let hourly = 3_600_000;
     let (mut m, finished) = owner_with_a_finished_hourly_run(0);
-    let answer = |write| Input::RecordWritten {
-        run_id: finished.record.run_id.clone(),
-        write,
+    let answer = |write| {
+        Input::Claims(ClaimInput::RecordWritten {
+            run_id: finished.record.run_id.clone(),
+            write,
+        })
     };
     m.handle(answer(RecordWrite::Failed), t(hourly + 6001));
     assert_eq!(
@@ -827,7 +847,7 @@ fn a_record_sent_again_stops_at_the_first_refusal() {
     );
     let again = but_delayed(m.handle(Input::Tick, t(hourly + 6501)));
     assert!(
-        matches!(&again[..], [Action::WriteRecord(c)] if c.record == finished.record),
+        matches!(&again[..], [Action::Claims(ClaimAction::WriteRecord(c))] if c.record == finished.record),
         "{again:?}"
     );
     m.handle(answer(RecordWrite::Refused), t(hourly + 6510));
@@ -837,7 +857,9 @@ fn a_record_sent_again_stops_at_the_first_refusal() {
     );
     let later = m.handle(Input::Tick, t(hourly + 30_000));
     assert!(
-        !later.iter().any(|a| matches!(a, Action::WriteRecord(_))),
+        !later
+            .iter()
+            .any(|a| matches!(a, Action::Claims(ClaimAction::WriteRecord(_)))),
         "{later:?}"
     );
 }
@@ -847,9 +869,12 @@ fn a_record_sent_again_stops_at_the_first_refusal() {
 /// brought (the caught-up run's start and the declined ticks' claims).
 fn caught_up_after_a_disconnect(until: i64, back: i64) -> (FireMachine, TickClaim, Vec<Action>) {
     let mut m = owning(&job("a", EVERY_SECOND, ""));
-    m.handle(Input::LockChanged(disconnected_owner(TOKEN)), t(100));
+    m.handle(
+        Input::Lock(LockInput::Changed(disconnected_owner(TOKEN))),
+        t(100),
+    );
     run_timer(&mut m, until);
-    m.handle(Input::LockChanged(owner(TOKEN)), t(back));
+    m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(back));
     let listed = listed("a", &[stored("a", 0, "n1", 7, RunStatus::Succeeded)]);
     let caught = claims(&m.handle(listed, t(back + 10)))
         .pop()
@@ -886,7 +911,7 @@ fn a_late_claim_waits_for_our_own_runs_record_instead_of_retrying_at_once() {
         vec![],
         "a spurious tick changes nothing"
     );
-    let Action::WriteRecord(finished) = &end[0] else {
+    let Action::Claims(ClaimAction::WriteRecord(finished)) = &end[0] else {
         panic!("{end:?}")
     };
     let again = only_claim(&m.handle(written(finished), t(3296)));
@@ -934,12 +959,12 @@ fn on_lost_cancel_cancels_and_finish_lets_finish() {
     }
     let started = starts(&m.handle(Input::Tick, t(1000)));
     assert_eq!(started.len(), 2);
-    let lost = m.handle(Input::LockChanged(follower()), t(1200));
+    let lost = m.handle(Input::Lock(LockInput::Changed(follower())), t(1200));
     assert_eq!(
         lost,
-        vec![Action::CancelRun {
+        vec![Action::Runs(RunAction::Cancel {
             run_id: format!("c-{}", t(1000).timestamp_millis())
-        }],
+        })],
         "only the cancel job is stopped"
     );
     assert!(
@@ -955,7 +980,10 @@ fn a_disconnected_owner_fires_nothing_new_and_cancels_nothing() {
     m.handle(ok(&claim), t(751));
     only_start(&m.handle(Input::Tick, t(1000)));
     assert_eq!(
-        m.handle(Input::LockChanged(disconnected_owner(TOKEN)), t(1100)),
+        m.handle(
+            Input::Lock(LockInput::Changed(disconnected_owner(TOKEN))),
+            t(1100)
+        ),
         vec![]
     );
     assert!(claims(&m.handle(Input::Tick, t(1750))).is_empty());
@@ -965,13 +993,13 @@ fn a_disconnected_owner_fires_nothing_new_and_cancels_nothing() {
 fn a_claim_that_returns_after_the_lock_was_lost_does_not_start() {
     let mut m = owning(&job("a", EVERY_SECOND, ""));
     let claim = only_claim(&m.handle(Input::Tick, t(750)));
-    m.handle(Input::LockChanged(follower()), t(800));
+    m.handle(Input::Lock(LockInput::Changed(follower())), t(800));
     m.handle(ok(&claim), t(801));
     let at_the_tick = m.handle(Input::Tick, t(1000));
     assert!(starts(&at_the_tick).is_empty());
     assert!(claim.guarded, "forbid, the default, takes a guard");
     assert!(
-        at_the_tick.contains(&Action::ReleaseGuard(granted(&claim))),
+        at_the_tick.contains(&Action::Claims(ClaimAction::ReleaseGuard(granted(&claim)))),
         "the guard of a run that never was must not outlive the claim: {at_the_tick:?}"
     );
     assert_eq!(m.next_deadline(), Some(t(1750)), "the claim is forgotten");
@@ -987,15 +1015,18 @@ fn issue_31_a_guard_whose_release_got_no_answer_is_released_once_back() {
     let mut m = owning(&job("a", EVERY_SECOND, ""));
     let claim = only_claim(&m.handle(Input::Tick, t(750)));
     m.handle(ok(&claim), t(751));
-    m.handle(Input::LockChanged(disconnected_owner(TOKEN)), t(800));
-    let release = Action::ReleaseGuard(granted(&claim));
+    m.handle(
+        Input::Lock(LockInput::Changed(disconnected_owner(TOKEN))),
+        t(800),
+    );
+    let release = Action::Claims(ClaimAction::ReleaseGuard(granted(&claim)));
     let at_the_tick = m.handle(Input::Tick, t(1000));
     assert!(at_the_tick.contains(&release), "{at_the_tick:?}");
     let run_id = granted(&claim).record.run_id;
-    let unanswered = Input::GuardReleased {
+    let unanswered = Input::Claims(ClaimInput::GuardReleased {
         run_id: run_id.clone(),
         settled: false,
-    };
+    });
     assert_eq!(
         m.handle(unanswered, t(1001)),
         vec![],
@@ -1004,7 +1035,7 @@ fn issue_31_a_guard_whose_release_got_no_answer_is_released_once_back() {
     run_timer(&mut m, 3_700);
 
     // Back with the same session: connected, the lock ours again.
-    let back = m.handle(Input::LockChanged(owner(TOKEN)), t(3_700));
+    let back = m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(3_700));
     assert!(
         back.contains(&release),
         "sent again once connected: {back:?}"
@@ -1025,10 +1056,10 @@ fn issue_31_a_guard_whose_release_got_no_answer_is_released_once_back() {
         vec![],
         "waits for the release's answer"
     );
-    let released = Input::GuardReleased {
+    let released = Input::Claims(ClaimInput::GuardReleased {
         run_id,
         settled: true,
-    };
+    });
     let again = only_claim(&m.handle(released, t(4_010)));
     assert_eq!(
         (ms_of(&again), again.record.status),
@@ -1045,7 +1076,9 @@ fn a_claimed_tick_too_late_to_start_is_recorded_missed() {
     let actions = m.handle(ok(&claim), t(2100));
     assert!(starts(&actions).is_empty());
     match &actions[..] {
-        [Action::WriteRecord(record)] => assert_eq!(record.record.status, RunStatus::Missed),
+        [Action::Claims(ClaimAction::WriteRecord(record))] => {
+            assert_eq!(record.record.status, RunStatus::Missed)
+        }
         other => panic!("{other:?}"),
     }
 }
@@ -1073,8 +1106,8 @@ fn a_stalled_owner_records_the_ticks_it_slept_through_as_one_gap() {
 #[test]
 fn late_ticks_at_or_before_the_newest_record_are_not_recorded_missed() {
     let mut m = machine(&job("a", EVERY_SECOND, ""));
-    m.handle(Input::LockChanged(owner(TOKEN)), t(0));
-    let listed = Input::RecordsListed {
+    m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(0));
+    let listed = Input::CatchUp(CatchUpInput::Listed {
         job: JobName::new("a"),
         result: Ok(listing(&[stored(
             "a",
@@ -1083,7 +1116,7 @@ fn late_ticks_at_or_before_the_newest_record_are_not_recorded_missed() {
             6,
             RunStatus::Succeeded,
         )])),
-    };
+    });
     m.handle(listed, t(1));
     // The clock jumps 5.3 s forward: ticks 1..5 pop late.
     let actions = m.handle(Input::Tick, t(5_300));
@@ -1109,35 +1142,35 @@ fn a_failed_claim_of_the_epoch_tells_the_lock() {
     let claim = only_claim(&m.handle(Input::Tick, t(750)));
     assert_eq!(
         m.handle(refused(&claim, ClaimRefused::NotOwner), t(752)),
-        vec![Action::FenceFailed(TOKEN)]
+        vec![Action::Lock(LockAction::FenceFailed(TOKEN))]
     );
 }
 
 #[test]
 fn an_interrupted_run_is_marked_and_rerun_as_the_next_attempt() {
     let mut m = machine(&job("a", "0 * * * * *", "on_interrupted = \"rerun\""));
-    m.handle(Input::LockChanged(owner(TOKEN)), t(5000));
+    m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(5000));
     let open = stored("a", 0, "n2", 6, RunStatus::Running);
-    let listed = Input::RecordsListed {
+    let listed = Input::CatchUp(CatchUpInput::Listed {
         job: JobName::new("a"),
         result: Ok(listing(std::slice::from_ref(&open))),
-    };
+    });
     let actions = m.handle(listed, t(5001));
     let [
-        Action::MarkInterrupted {
+        Action::CatchUp(CatchUpAction::MarkInterrupted {
             record,
             version: 1,
             closes: false,
-        },
+        }),
     ] = &actions[..]
     else {
         panic!("{actions:?}")
     };
     assert_eq!(record.status, RunStatus::Interrupted);
-    let marked = Input::Marked {
+    let marked = Input::CatchUp(CatchUpInput::Marked {
         record: Box::new(record.clone()),
         result: Ok(2),
-    };
+    });
     let rerun = only_claim(&m.handle(marked, t(5003)));
     assert_eq!(rerun.mode, ClaimMode::Again { version: 2 });
     assert_eq!(
@@ -1156,14 +1189,14 @@ fn an_interrupted_run_is_marked_and_rerun_as_the_next_attempt() {
 fn an_open_record_whose_run_may_still_be_alive_is_left_alone() {
     let extra = "on_interrupted = \"rerun\"\nconcurrency = \"allow\"";
     let mut m = machine(&job("a", "0 * * * * *", extra));
-    m.handle(Input::LockChanged(owner(TOKEN)), t(5000));
+    m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(5000));
     let open = stored("a", 0, "n2", 6, RunStatus::Running);
     let mut records = listing(&[open]);
     records.live_members.push(NodeId::new("n2"));
-    let listed = Input::RecordsListed {
+    let listed = Input::CatchUp(CatchUpInput::Listed {
         job: JobName::new("a"),
         result: Ok(records),
-    };
+    });
     assert_eq!(
         m.handle(listed, t(5001)),
         vec![],
@@ -1209,11 +1242,17 @@ fn one_tick_ended(
     let claim = only_claim(&m.handle(Input::Tick, t(59_750)));
     m.handle(ok(&claim), t(59_751));
     let (run, _) = only_start(&m.handle(Input::Tick, t(60_000)));
-    let Input::RunEnded { claim, mut report } = ended(&run, outcome, t(60_000)) else {
+    let Input::Claims(ClaimInput::RunEnded { claim, mut report }) = ended(&run, outcome, t(60_000))
+    else {
         unreachable!("ended() makes a RunEnded");
     };
     edit(&mut report);
-    end_run(&mut m, Input::RunEnded { claim, report }, t(60_100)).record
+    end_run(
+        &mut m,
+        Input::Claims(ClaimInput::RunEnded { claim, report }),
+        t(60_100),
+    )
+    .record
 }
 
 /// Issue 20: a run's output is kept in its record as `keep_output` says.
@@ -1414,9 +1453,9 @@ fn a_retry_of_a_job_that_left_the_schedule_is_dropped_and_recorded() {
     let dropped: Vec<Action> = m
         .handle(Input::Tick, t(62_100))
         .into_iter()
-        .filter(|a| matches!(a, Action::DropRetry { .. }))
+        .filter(|a| matches!(a, Action::Claims(ClaimAction::DropRetry { .. })))
         .collect();
-    let [Action::DropRetry { record, version }] = dropped.as_slice() else {
+    let [Action::Claims(ClaimAction::DropRetry { record, version })] = dropped.as_slice() else {
         panic!("one dropped retry: {dropped:?}");
     };
     assert_eq!(
@@ -1451,9 +1490,9 @@ fn replace_cancels_the_running_run_and_starts_when_it_has_ended() {
     m.handle(ok(&second), t(1751));
     assert_eq!(
         but_delayed(m.handle(Input::Tick, t(2000))),
-        vec![Action::CancelRun {
+        vec![Action::Runs(RunAction::Cancel {
             run_id: run.record.run_id.clone()
-        }]
+        })]
     );
     let cancelled = end_run(&mut m, ended(&run, RunOutcome::Cancelled, t(1000)), t(2100));
     assert_eq!(cancelled.record.status, RunStatus::Cancelled);
@@ -1481,41 +1520,47 @@ fn a_stop_withdraws_claimed_ticks_hands_over_then_stops_the_runs() {
     assert_eq!(
         stop,
         vec![
-            Action::Unprepare {
+            Action::Runs(RunAction::Unprepare {
                 run_id: granted_first.record.run_id.clone()
-            },
-            Action::Withdraw {
+            }),
+            Action::Claims(ClaimAction::Withdraw {
                 id: due[0].id,
                 claim: granted_first
-            }
+            })
         ],
         "its prepared process is given up with it"
     );
     let late = m.handle(ok(&due[1]), t(1805));
     assert_eq!(
         late,
-        vec![Action::Withdraw {
+        vec![Action::Claims(ClaimAction::Withdraw {
             id: due[1].id,
             claim: granted(&due[1])
-        }]
+        })]
     );
     assert_eq!(
-        m.handle(Input::Withdrawn { id: due[0].id }, t(1806)),
+        m.handle(
+            Input::Claims(ClaimInput::Withdrawn { id: due[0].id }),
+            t(1806)
+        ),
         vec![]
     );
     assert_eq!(
-        m.handle(Input::Withdrawn { id: due[1].id }, t(1807)),
-        vec![Action::HandOver]
+        m.handle(
+            Input::Claims(ClaimInput::Withdrawn { id: due[1].id }),
+            t(1807)
+        ),
+        vec![Action::Lock(LockAction::HandOver)]
     );
     assert!(
         starts(&m.handle(Input::Tick, t(2000))).is_empty(),
         "no start once stopping"
     );
     assert_eq!(
-        m.handle(Input::LockReleased, t(1810)),
-        vec![Action::CancelRun {
+        m.handle(Input::Lock(LockInput::Released), t(1810)),
+        vec![Action::Runs(RunAction::Cancel {
             run_id: run.record.run_id.clone()
-        }]
+        })]
     );
     let finished = end_run(&mut m, ended(&run, RunOutcome::Cancelled, t(1000)), t(1900));
     assert_eq!(m.handle(written(&finished), t(1905)), vec![Action::Stopped]);
@@ -1531,9 +1576,12 @@ fn a_stop_hands_over_anyway_when_withdrawing_takes_too_long() {
         "waits for the claim's answer"
     );
     assert_eq!(m.next_deadline(), Some(t(2800)));
-    assert_eq!(m.handle(Input::Tick, t(2800)), vec![Action::HandOver]);
     assert_eq!(
-        m.handle(Input::LockReleased, t(2801)),
+        m.handle(Input::Tick, t(2800)),
+        vec![Action::Lock(LockAction::HandOver)]
+    );
+    assert_eq!(
+        m.handle(Input::Lock(LockInput::Released), t(2801)),
         vec![Action::Stopped]
     );
     let _ = claim;
@@ -1558,7 +1606,7 @@ fn a_clock_step_does_not_stretch_a_stops_limit() {
     );
     assert_eq!(
         m.handle(Input::Tick, t(2800) + step),
-        vec![Action::HandOver]
+        vec![Action::Lock(LockAction::HandOver)]
     );
 }
 
@@ -1610,7 +1658,7 @@ fn issue_31_a_stop_ends_whatever_is_in_flight() {
             // No answer within the driver's request limit.
             let run_id = finished.record.run_id;
             let write = RecordWrite::Failed;
-            vec![Input::RecordWritten { run_id, write }]
+            vec![Input::Claims(ClaimInput::RecordWritten { run_id, write })]
         }),
         ("a final record waiting to be sent again", |m| {
             let run = started(m);
@@ -1618,29 +1666,45 @@ fn issue_31_a_stop_ends_whatever_is_in_flight() {
             let finished = end_run(m, end, t(1060));
             let run_id = finished.record.run_id;
             let write = RecordWrite::Failed;
-            m.handle(Input::RecordWritten { run_id, write }, t(1070));
+            m.handle(
+                Input::Claims(ClaimInput::RecordWritten { run_id, write }),
+                t(1070),
+            );
             vec![]
         }),
         ("a guard release unanswered", |m| {
             let claim = granted_ahead(m);
-            m.handle(Input::LockChanged(follower()), t(1800));
+            m.handle(Input::Lock(LockInput::Changed(follower())), t(1800));
             m.handle(Input::Tick, t(2000));
             let run_id = granted(&claim).record.run_id;
             let settled = false;
-            m.handle(Input::GuardReleased { run_id, settled }, t(2001));
-            m.handle(Input::LockChanged(owner(TOKEN)), t(2002));
+            m.handle(
+                Input::Claims(ClaimInput::GuardReleased { run_id, settled }),
+                t(2001),
+            );
+            m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(2002));
             vec![]
         }),
         ("a catch-up listing failed, relisted during the stop", |m| {
             started(m);
             // Back from a short outage, the catch-up's listing fails: listed again in 5 s,
             // while the stop waits for the run's end.
-            m.handle(Input::LockChanged(disconnected_owner(TOKEN)), t(1100));
-            let back = m.handle(Input::LockChanged(owner(TOKEN)), t(1200));
-            assert!(back.contains(&Action::ListRecords(JobName::new("a"))));
+            m.handle(
+                Input::Lock(LockInput::Changed(disconnected_owner(TOKEN))),
+                t(1100),
+            );
+            let back = m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(1200));
+            assert!(
+                back.contains(&Action::CatchUp(CatchUpAction::ListRecords(JobName::new(
+                    "a"
+                ))))
+            );
             let job = JobName::new("a");
             let result = Err("connection loss".to_owned());
-            m.handle(Input::RecordsListed { job, result }, t(1210));
+            m.handle(
+                Input::CatchUp(CatchUpInput::Listed { job, result }),
+                t(1210),
+            );
             vec![]
         }),
     ];
@@ -1683,20 +1747,26 @@ fn issue_31_a_stop_ends_whatever_is_in_flight() {
             };
             for action in m.handle(input, now) {
                 match action {
-                    Action::HandOver => {
+                    Action::Lock(LockAction::HandOver) => {
                         handed_over_at = Some(now);
-                        inputs.push_back(Input::LockReleased);
+                        inputs.push_back(Input::Lock(LockInput::Released));
                     }
-                    Action::Withdraw { id, .. } => inputs.push_back(Input::Withdrawn { id }),
-                    Action::WriteRecord(claim) => inputs.push_back(Input::RecordWritten {
-                        run_id: claim.record.run_id,
-                        write: RecordWrite::Failed,
-                    }),
-                    Action::ReleaseGuard(claim) => inputs.push_back(Input::GuardReleased {
-                        run_id: claim.record.run_id,
-                        settled: false,
-                    }),
-                    Action::CancelRun { run_id } => {
+                    Action::Claims(ClaimAction::Withdraw { id, .. }) => {
+                        inputs.push_back(Input::Claims(ClaimInput::Withdrawn { id }))
+                    }
+                    Action::Claims(ClaimAction::WriteRecord(claim)) => {
+                        inputs.push_back(Input::Claims(ClaimInput::RecordWritten {
+                            run_id: claim.record.run_id,
+                            write: RecordWrite::Failed,
+                        }))
+                    }
+                    Action::Claims(ClaimAction::ReleaseGuard(claim)) => {
+                        inputs.push_back(Input::Claims(ClaimInput::GuardReleased {
+                            run_id: claim.record.run_id,
+                            settled: false,
+                        }))
+                    }
+                    Action::Runs(RunAction::Cancel { run_id }) => {
                         // The run started at 1000 ends as its cancel stops it.
                         let mut record = stored("a", 1000, "n1", TOKEN.0, RunStatus::Running);
                         record.run_id = run_id;
@@ -1748,15 +1818,20 @@ fn a_reloaded_schedule_never_repeats_a_tick() {
     let added = [tables.clone(), job("b", EVERY_SECOND, "")].join("");
     assert_eq!(
         m.handle(Input::Reloaded(jobs(&added)), t(900)),
-        vec![Action::PrepareJobs(vec![JobName::new("b")])]
+        vec![Action::CatchUp(CatchUpAction::PrepareJobs(vec![
+            JobName::new("b")
+        ]))]
     );
 }
 
 #[test]
 fn ticks_that_come_while_catch_up_decides_wait_behind_it() {
     let mut m = owning(&job("a", EVERY_SECOND, ""));
-    m.handle(Input::LockChanged(disconnected_owner(TOKEN)), t(100));
-    m.handle(Input::LockChanged(owner(TOKEN)), t(700));
+    m.handle(
+        Input::Lock(LockInput::Changed(disconnected_owner(TOKEN))),
+        t(100),
+    );
+    m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(700));
     assert!(
         claims(&m.handle(Input::Tick, t(750))).is_empty(),
         "held: catch-up is deciding"
@@ -1769,13 +1844,16 @@ fn ticks_that_come_while_catch_up_decides_wait_behind_it() {
 #[test]
 fn a_catch_up_whose_listing_fails_fires_what_it_held() {
     let mut m = owning(&job("a", EVERY_SECOND, ""));
-    m.handle(Input::LockChanged(disconnected_owner(TOKEN)), t(100));
-    m.handle(Input::LockChanged(owner(TOKEN)), t(700));
+    m.handle(
+        Input::Lock(LockInput::Changed(disconnected_owner(TOKEN))),
+        t(100),
+    );
+    m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(700));
     m.handle(Input::Tick, t(750));
-    let failed = Input::RecordsListed {
+    let failed = Input::CatchUp(CatchUpInput::Listed {
         job: JobName::new("a"),
         result: Err("connection loss".into()),
-    };
+    });
     assert_eq!(ms_of(&only_claim(&m.handle(failed, t(760)))), 1000);
 }
 
@@ -1785,37 +1863,43 @@ fn a_failed_catch_up_listing_is_tried_again_while_the_node_may_fire() {
     // interrupted) is found by the listing: a listing that timed out must not leave it for the
     // next change of the lock.
     let mut m = machine(&job("a", "0 0 * * * *", ""));
-    let acquired = but_delayed(m.handle(Input::LockChanged(owner(TOKEN)), t(0)));
-    assert!(acquired.contains(&Action::ListRecords(JobName::new("a"))));
-    let failed = Input::RecordsListed {
+    let acquired = but_delayed(m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(0)));
+    assert!(
+        acquired.contains(&Action::CatchUp(CatchUpAction::ListRecords(JobName::new(
+            "a"
+        ))))
+    );
+    let failed = Input::CatchUp(CatchUpInput::Listed {
         job: JobName::new("a"),
         result: Err("no answer in time".into()),
-    };
+    });
     assert_eq!(but_delayed(m.handle(failed, t(10_000))), vec![]);
     let again = t(10_000) + chrono::Duration::from_std(RELIST_AFTER).expect("small");
     assert_eq!(m.next_deadline(), Some(again));
     assert_eq!(
         but_delayed(m.handle(Input::Tick, again)),
-        vec![Action::ListRecords(JobName::new("a"))]
+        vec![Action::CatchUp(CatchUpAction::ListRecords(JobName::new(
+            "a"
+        )))]
     );
     // Answered this time: nothing more to list.
     m.handle(listed("a", &[]), again);
     assert_ne!(m.next_deadline(), Some(again));
 
     // Not listed again once the node may no longer fire.
-    let failed = Input::RecordsListed {
+    let failed = Input::CatchUp(CatchUpInput::Listed {
         job: JobName::new("a"),
         result: Err("no answer in time".into()),
-    };
+    });
     let mut m2 = machine(&job("a", "0 0 * * * *", ""));
-    m2.handle(Input::LockChanged(owner(TOKEN)), t(0));
+    m2.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(0));
     m2.handle(failed, t(1_000));
-    m2.handle(Input::LockChanged(follower()), t(2_000));
+    m2.handle(Input::Lock(LockInput::Changed(follower())), t(2_000));
     let later = t(1_000) + chrono::Duration::from_std(RELIST_AFTER).expect("small");
     assert!(
         !m2.handle(Input::Tick, later)
             .iter()
-            .any(|a| matches!(a, Action::ListRecords(_))),
+            .any(|a| matches!(a, Action::CatchUp(CatchUpAction::ListRecords(_)))),
         "a follower lists nothing"
     );
 }
@@ -1827,11 +1911,13 @@ fn a_failed_catch_up_listing_is_tried_again_while_the_node_may_fire() {
 #[test]
 fn a_node_whose_clock_is_behind_claims_nothing_at_or_before_the_newest_recorded_tick() {
     let mut m = machine(&job("a", EVERY_SECOND, "history = 5"));
-    m.handle(Input::LockChanged(follower()), t(0));
+    m.handle(Input::Lock(LockInput::Changed(follower())), t(0));
     run_timer(&mut m, 9_900);
-    let listing = m.handle(Input::LockChanged(owner(TOKEN)), t(10_000));
+    let listing = m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(10_000));
     assert!(
-        listing.contains(&Action::ListRecords(JobName::new("a"))),
+        listing.contains(&Action::CatchUp(CatchUpAction::ListRecords(JobName::new(
+            "a"
+        )))),
         "{listing:?}"
     );
     // Its ticks come while the listing is out: they wait behind catch-up.
@@ -1885,7 +1971,7 @@ fn a_retry_promised_in_the_ledger_is_kept_by_the_next_owner_at_its_time() {
         "0 0 * * * *",
         "retries = 3\nretry_backoff = \"6s\"",
     ));
-    m.handle(Input::LockChanged(owner(TOKEN)), t(2_000));
+    m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(2_000));
     let failed = failed_promising_a_retry(0, 6_000);
     let listed = m.handle(listed("a", std::slice::from_ref(&failed)), t(2_000));
     assert!(
@@ -1917,7 +2003,7 @@ fn a_promised_retry_past_its_starting_deadline_is_recorded_missed() {
         "0 0 * * * *",
         "retries = 3\nstarting_deadline = \"10s\"",
     ));
-    m.handle(Input::LockChanged(owner(TOKEN)), t(60_000));
+    m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(60_000));
     let failed = failed_promising_a_retry(0, 6_000);
     let missed = only_claim(&m.handle(listed("a", &[failed]), t(60_000)));
     assert_eq!(missed.mode, ClaimMode::Again { version: 1 });
@@ -1979,7 +2065,7 @@ fn a_tick_whose_later_tick_won_the_guard_is_recorded_skipped_not_dropped() {
         ended(&run, RunOutcome::Exited { code: 0 }, t(3820)),
         t(3900),
     );
-    let Action::WriteRecord(finished) = &end[0] else {
+    let Action::Claims(ClaimAction::WriteRecord(finished)) = &end[0] else {
         panic!("{end:?}")
     };
     let again = claims(&m.handle(written(finished), t(3910)));

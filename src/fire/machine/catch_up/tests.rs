@@ -197,11 +197,11 @@ fn open_runs_of_older_tokens_are_marked_and_rerun_before_the_missed_ticks() {
     let ground = ground(&me, &config, &runs, at(150));
     let listed = catch_up.listed(&ground, listing(vec![open.clone(), ours_now]), vec![]);
     let [
-        Action::MarkInterrupted {
+        Action::CatchUp(CatchUpAction::MarkInterrupted {
             record,
             version: 3,
             closes: false,
-        },
+        }),
     ] = &listed.marks[..]
     else {
         panic!("one mark, of the older token's run: {:?}", listed.marks);

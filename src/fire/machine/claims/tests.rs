@@ -62,7 +62,7 @@ fn send(claims: &mut Claims, pending: Pending) -> ClaimId {
     let (record, mode) = pending.record_once_more(&me(), TOKEN, pending.tick);
     let mut out = Vec::new();
     claims.send(pending, record, mode, &mut out);
-    let [Action::Claim(TickClaim { id, guarded, .. })] = out[..] else {
+    let [Action::Claims(ClaimAction::Claim(TickClaim { id, guarded, .. }))] = out[..] else {
         panic!("one claim sent: {out:?}");
     };
     assert!(guarded, "a forbid job's first claim takes its guard");
@@ -95,11 +95,11 @@ fn a_stop_withdraws_what_is_claimed_keeps_what_is_in_flight_and_drops_what_waits
     assert_eq!(
         out,
         vec![
-            Action::Unprepare {
+            Action::Runs(RunAction::Unprepare {
                 run_id: run_id.clone()
-            },
-            Action::GiveBackLeases { run_id },
-            Action::Withdraw { id: claimed, claim },
+            }),
+            Action::Claims(ClaimAction::GiveBackLeases { run_id }),
+            Action::Claims(ClaimAction::Withdraw { id: claimed, claim }),
         ]
     );
     assert!(

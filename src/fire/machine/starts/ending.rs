@@ -12,7 +12,7 @@ use super::{Ctx, Follow, Starts, runs};
 use crate::config::Concurrency;
 use crate::fire::machine::claims::PendingState;
 use crate::fire::machine::housekeeping::Retention;
-use crate::fire::machine::protocol::{Action, FireReason, Item, RecordWrite};
+use crate::fire::machine::protocol::{Action, ClaimAction, FireReason, Item, RecordWrite};
 use crate::ids::JobName;
 use crate::run::{Claim, RunRecord, RunReport, RunStatus};
 
@@ -36,7 +36,8 @@ impl Starts {
         ctx.chains
             .leave_marks(&mut finished, || self.runs.payload_of(&run_id));
         self.runs.ended(&finished);
-        ctx.out.push(Action::WriteRecord(finished));
+        ctx.out
+            .push(Action::Claims(ClaimAction::WriteRecord(finished)));
         if config.is_none_or(|config| config.concurrency != Concurrency::Forbid) {
             return; // only a forbid job's claims wait behind its runs
         }

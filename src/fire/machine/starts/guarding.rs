@@ -51,7 +51,7 @@ impl Starts {
         self.guards.taking()
     }
 
-    /// Answer to [`Action::TakeGuard`](super::super::Action::TakeGuard): the run holds its guard now; one whose process ended
+    /// Answer to [`ClaimAction::TakeGuard`](super::super::ClaimAction::TakeGuard): the run holds its guard now; one whose process ended
     /// meanwhile (its final record went without it) releases it again.
     pub fn guard_taken(&mut self, ctx: &mut Ctx<'_>, run_id: &str, guard: Option<String>) {
         let Some(claim) = self.guards.taken(run_id, guard) else {
@@ -65,7 +65,7 @@ impl Starts {
         }
     }
 
-    /// Answer to [`Action::ReleaseGuard`](super::super::Action::ReleaseGuard): claims waiting on a run of ours still alive wait
+    /// Answer to [`ClaimAction::ReleaseGuard`](super::super::ClaimAction::ReleaseGuard): claims waiting on a run of ours still alive wait
     /// for its end instead.
     pub fn guard_released(&mut self, ctx: &mut Ctx<'_>, run_id: &str, settled: bool) {
         if let Some(job) = self.guards.answered(run_id, settled)

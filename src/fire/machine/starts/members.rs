@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 
 use super::{ClaimId, Ctx, Pending, Starts};
 use crate::config::{Concurrency, JobConfig};
-use crate::fire::machine::protocol::{Action, ClaimRefused};
+use crate::fire::machine::protocol::{Action, ClaimAction, ClaimRefused};
 use crate::ids::FencingToken;
 use crate::run::{Claim, ClaimMode, RunRecord, RunStatus};
 
@@ -95,7 +95,8 @@ impl Starts {
             self.runs.started(&finished, &config, false, None, ctx.now);
             self.runs.ended(&finished);
         }
-        ctx.out.push(Action::WriteRecord(finished));
+        ctx.out
+            .push(Action::Claims(ClaimAction::WriteRecord(finished)));
         self.settle(ctx, id);
     }
 
@@ -107,6 +108,7 @@ impl Starts {
         finished.record.finished_unix_ms = Some(ctx.now.timestamp_millis());
         finished.record.error = Some(format!("not started: {why}"));
         self.runs.ended(&finished);
-        ctx.out.push(Action::WriteRecord(finished));
+        ctx.out
+            .push(Action::Claims(ClaimAction::WriteRecord(finished)));
     }
 }

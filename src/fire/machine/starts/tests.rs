@@ -114,7 +114,7 @@ fn a_backlog_items_run_hands_back_release_held_at_its_start_and_advance_at_its_e
     let (mut lent, mut starts) = (Lent::new(""), Starts::default());
     let item = Item::tick(at(60), FireReason::CaughtUp);
     let ((), sent, follows) = lent.call(at(61), |ctx| starts.claim_item(ctx, &job(), item, true));
-    let [Action::Claim(claim)] = &sent[..] else {
+    let [Action::Claims(ClaimAction::Claim(claim))] = &sent[..] else {
         panic!("one claim: {sent:?}");
     };
     assert!(follows.is_empty());
@@ -123,7 +123,7 @@ fn a_backlog_items_run_hands_back_release_held_at_its_start_and_advance_at_its_e
         starts.claim_done(ctx, claim.id, Ok(granted(claim)))
     });
     assert_eq!(answered, None, "not a submission");
-    let [Action::StartRun { claim: started, .. }] = &sent[..] else {
+    let [Action::Runs(RunAction::Start { claim: started, .. })] = &sent[..] else {
         panic!("started at once (caught up): {sent:?}");
     };
     assert_eq!(
@@ -137,7 +137,7 @@ fn a_backlog_items_run_hands_back_release_held_at_its_start_and_advance_at_its_e
     let ((), sent, follows) = lent.call(at(62), |ctx| {
         starts.run_ended(ctx, started.clone(), &report(outcome, at(61)))
     });
-    let [Action::WriteRecord(finished)] = &sent[..] else {
+    let [Action::Claims(ClaimAction::WriteRecord(finished))] = &sent[..] else {
         panic!("the final record: {sent:?}");
     };
     assert!(
@@ -163,7 +163,7 @@ fn a_claim_refused_or_lost_to_the_lock_settles_and_hands_back_the_handover_check
     let (mut lent, mut starts) = (Lent::new(""), Starts::default());
     let item = Item::tick(at(60), FireReason::OnTime);
     let (_, sent, _) = lent.call(at(59), |ctx| starts.claim_item(ctx, &job(), item, true));
-    let [Action::Claim(claim)] = &sent[..] else {
+    let [Action::Claims(ClaimAction::Claim(claim))] = &sent[..] else {
         panic!("one claim: {sent:?}");
     };
     let refusal = Err(ClaimRefused::AlreadyClaimed);
@@ -174,23 +174,28 @@ fn a_claim_refused_or_lost_to_the_lock_settles_and_hands_back_the_handover_check
     // Claimed ahead of its tick, then the lock goes before the tick comes.
     let item = Item::tick(at(120), FireReason::OnTime);
     let (_, sent, _) = lent.call(at(119), |ctx| starts.claim_item(ctx, &job(), item, false));
-    let [Action::Claim(claim)] = &sent[..] else {
+    let [Action::Claims(ClaimAction::Claim(claim))] = &sent[..] else {
         panic!("one claim: {sent:?}");
     };
     let (_, sent, _) = lent.call(at(119), |ctx| {
         starts.claim_done(ctx, claim.id, Ok(granted(claim)))
     });
     assert!(
-        matches!(&sent[..], [Action::PrepareRun { .. }]),
+        matches!(&sent[..], [Action::Runs(RunAction::Prepare { .. })]),
         "prepared for its instant: {sent:?}"
     );
     lent.lock.may_fire = false;
     let (_, sent, follows) = lent.call(at(120), |ctx| starts.claim_due(ctx, claim.id));
     assert!(
-        sent.iter().any(|a| matches!(a, Action::Unprepare { .. })),
+        sent.iter()
+            .any(|a| matches!(a, Action::Runs(RunAction::Unprepare { .. }))),
         "its prepared process goes: {sent:?}"
     );
-    assert!(!sent.iter().any(|a| matches!(a, Action::StartRun { .. })));
+    assert!(
+        !sent
+            .iter()
+            .any(|a| matches!(a, Action::Runs(RunAction::Start { .. })))
+    );
     assert_eq!(
         follows,
         vec![Follow::HandOver],
@@ -221,7 +226,7 @@ fn a_tick_behind_the_ledger_or_of_a_paused_job_is_not_claimed_to_start() {
         .pauses_read(crate::control::Pauses::from([(job(), pause)]));
     let item = Item::tick(at(120), FireReason::OnTime);
     let (_, sent, _) = lent.call(at(119), |ctx| starts.claim_item(ctx, &job(), item, false));
-    let [Action::Claim(TickClaim { record, .. })] = &sent[..] else {
+    let [Action::Claims(ClaimAction::Claim(TickClaim { record, .. }))] = &sent[..] else {
         panic!("one record-only claim: {sent:?}");
     };
     assert_eq!(record.status, RunStatus::Skipped);

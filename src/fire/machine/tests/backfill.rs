@@ -44,10 +44,10 @@ fn a_backfill_runs_its_ticks_in_order_each_once_through_the_claim_path() {
     );
     // Already recorded (it ran meanwhile): refused, and the next one goes.
     let refused = m.handle(
-        Input::ClaimDone {
+        Input::Claims(ClaimInput::Done {
             id: first.id,
             result: Err(ClaimRefused::AlreadyClaimed),
-        },
+        }),
         t(1_010),
     );
     let second = only_claim(&refused);
@@ -84,12 +84,12 @@ fn a_backfill_seen_before_this_node_may_fire_is_taken_when_it_may() {
         "not the owner: the owner takes it"
     );
     let mut taken = Vec::new();
-    for action in m.handle(Input::LockChanged(owner(TOKEN)), t(200)) {
-        if let Action::ListRecords(job) = action {
-            let listed = Input::RecordsListed {
+    for action in m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(200)) {
+        if let Action::CatchUp(CatchUpAction::ListRecords(job)) = action {
+            let listed = Input::CatchUp(CatchUpInput::Listed {
                 job,
                 result: Ok(JobRecords::default()),
-            };
+            });
             taken.extend(m.handle(listed, t(201)));
         } else {
             taken.push(action);

@@ -16,7 +16,7 @@ fn broadcast(extra: &str) -> String {
 /// A connected member that is not the owner, a member since `since_ms`.
 fn member_since(tables: &str, since_ms: i64) -> FireMachine {
     let mut m = machine(tables);
-    let actions = m.handle(Input::LockChanged(follower()), t(0));
+    let actions = m.handle(Input::Lock(LockInput::Changed(follower())), t(0));
     assert_eq!(
         actions,
         vec![Action::Broadcast(BroadcastAction::ReadMembership)],
@@ -39,12 +39,12 @@ fn broadcast_claims(actions: &[Action]) -> Vec<(ClaimId, RunRecord)> {
     actions
         .iter()
         .filter_map(|a| match a {
-            Action::Claim(TickClaim {
+            Action::Claims(ClaimAction::Claim(TickClaim {
                 id,
                 record,
                 fence: Fence::Member,
                 ..
-            }) => Some((*id, record.clone())),
+            })) => Some((*id, record.clone())),
             _ => None,
         })
         .collect()
@@ -104,10 +104,10 @@ fn swept_answer(tick_ms: i64, result: Result<(), SweepFailed>) -> Input {
 
 /// The ledger's answer to a broadcast claim that succeeded.
 fn claimed(id: ClaimId, record: &RunRecord) -> Input {
-    Input::ClaimDone {
+    Input::Claims(ClaimInput::Done {
         id,
         result: Ok(Box::new(granted_broadcast(record))),
-    }
+    })
 }
 
 /// Its claim granted at 760 ms, ahead of its tick at 1 s: the run is prepared, and started
@@ -115,14 +115,14 @@ fn claimed(id: ClaimId, record: &RunRecord) -> Input {
 fn granted_and_started(m: &mut FireMachine, id: ClaimId, record: &RunRecord) -> (Claim, Action) {
     let prepared = m.handle(claimed(id, record), t(760));
     assert!(
-        matches!(&prepared[..], [Action::PrepareRun { not_before, .. }] if *not_before == t(1_000)),
+        matches!(&prepared[..], [Action::Runs(RunAction::Prepare { not_before, .. })] if *not_before == t(1_000)),
         "prepared ahead of its instant: {prepared:?}"
     );
     let actions = timer_actions(m, 1_000);
     let (claim, _) = only_start(&actions);
     let start = actions
         .into_iter()
-        .find(|a| matches!(a, Action::StartRun { .. }))
+        .find(|a| matches!(a, Action::Runs(RunAction::Start { .. })))
         .expect("a start");
     (claim, start)
 }
@@ -158,7 +158,7 @@ fn a_member_runs_each_tick_under_its_own_name_without_the_lock() {
     let (claim, start) = granted_and_started(&mut m, id, &record);
     assert!(matches!(
         start,
-        Action::StartRun { not_before, record: StartWrite::InClaim, ref context, .. }
+        Action::Runs(RunAction::Start { not_before, record: StartWrite::InClaim, ref context, .. })
             if not_before == t(1_000) && context.scheduled_at == t(1_000)
     ));
     let actions = m.handle(
@@ -196,7 +196,7 @@ fn a_node_runs_no_tick_from_before_it_joined_nor_a_late_one() {
 fn only_a_node_with_the_required_tags_runs_it() {
     let tables = broadcast("requires = [\"gpu\"]");
     let mut m = machine(&tables);
-    let actions = m.handle(Input::LockChanged(follower()), t(0));
+    let actions = m.handle(Input::Lock(LockInput::Changed(follower())), t(0));
     assert_eq!(
         actions,
         vec![],
@@ -206,7 +206,7 @@ fn only_a_node_with_the_required_tags_runs_it() {
     let tags = std::collections::BTreeSet::from(["gpu".to_owned(), "eu".to_owned()]);
     let mut m = machine(&tables).with_node_tags(tags, t(0));
     assert_eq!(
-        m.handle(Input::LockChanged(follower()), t(0)),
+        m.handle(Input::Lock(LockInput::Changed(follower())), t(0)),
         vec![Action::Broadcast(BroadcastAction::ReadMembership)]
     );
     m.handle(
@@ -307,17 +307,22 @@ fn a_tick_whose_members_were_not_read_is_not_swept_by_this_owner() {
 fn a_broadcast_job_never_goes_through_the_owners_claim_path() {
     let tables = format!("{}{}", broadcast(""), job("once", EVERY_SECOND, ""));
     let mut m = machine(&tables);
-    let actions = m.handle(Input::LockChanged(owner(TOKEN)), t(0));
+    let actions = m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(0));
     let listed: Vec<&Action> = actions
         .iter()
-        .filter(|a| matches!(a, Action::ListRecords(_)))
+        .filter(|a| matches!(a, Action::CatchUp(CatchUpAction::ListRecords(_))))
         .collect();
-    assert_eq!(listed, vec![&Action::ListRecords(JobName::new("once"))]);
+    assert_eq!(
+        listed,
+        vec![&Action::CatchUp(CatchUpAction::ListRecords(JobName::new(
+            "once"
+        )))]
+    );
     m.handle(
-        Input::RecordsListed {
+        Input::CatchUp(CatchUpInput::Listed {
             job: JobName::new("once"),
             result: Ok(JobRecords::default()),
-        },
+        }),
         t(0),
     );
     m.handle(
@@ -381,10 +386,10 @@ fn a_refused_claim_starts_nothing() {
     let mut m = member_since(&broadcast(""), -60_000);
     let (id, _) = broadcast_claims(&timer_actions(&mut m, 1_000))[0].clone();
     for why in [ClaimRefused::AlreadyClaimed, ClaimRefused::NotOwner] {
-        let refused = Input::ClaimDone {
+        let refused = Input::Claims(ClaimInput::Done {
             id,
             result: Err(why),
-        };
+        });
         assert_eq!(m.handle(refused, t(760)), vec![]);
     }
 }
@@ -396,9 +401,12 @@ fn a_new_connection_reads_the_membership_again() {
         connected: false,
         ..follower()
     };
-    assert_eq!(m.handle(Input::LockChanged(lost), t(100)), vec![]);
     assert_eq!(
-        m.handle(Input::LockChanged(follower()), t(200)),
+        m.handle(Input::Lock(LockInput::Changed(lost)), t(100)),
+        vec![]
+    );
+    assert_eq!(
+        m.handle(Input::Lock(LockInput::Changed(follower())), t(200)),
         vec![Action::Broadcast(BroadcastAction::ReadMembership)]
     );
     // A new session: a new member znode, after the tick at 1 s; the runs of the old one left
@@ -414,7 +422,7 @@ fn a_new_connection_reads_the_membership_again() {
     assert!(broadcast_claims(&timer_actions(&mut m, 1_000)).is_empty());
     // Not there yet: read again a second later.
     let mut m = machine(&broadcast(""));
-    m.handle(Input::LockChanged(follower()), t(0));
+    m.handle(Input::Lock(LockInput::Changed(follower())), t(0));
     assert_eq!(
         m.handle(
             Input::Broadcast(BroadcastInput::MembershipRead(Ok(None))),
@@ -434,13 +442,16 @@ fn the_stop_ends_the_broadcast_runs_and_waits_for_their_records() {
     let (id, record) = broadcast_claims(&timer_actions(&mut m, 1_000))[0].clone();
     let (claim, _) = granted_and_started(&mut m, id, &record);
     let actions = m.handle(Input::Shutdown, t(1_100));
-    assert!(actions.contains(&Action::HandOver), "{actions:?}");
-    let actions = m.handle(Input::LockReleased, t(1_200));
+    assert!(
+        actions.contains(&Action::Lock(LockAction::HandOver)),
+        "{actions:?}"
+    );
+    let actions = m.handle(Input::Lock(LockInput::Released), t(1_200));
     assert_eq!(
         actions,
-        vec![Action::CancelRun {
+        vec![Action::Runs(RunAction::Cancel {
             run_id: claim.record.run_id.clone()
-        }]
+        })]
     );
     let actions = m.handle(ended(&claim, RunOutcome::Cancelled, t(1_000)), t(1_300));
     let [finished] = records_written(&actions)[..] else {
@@ -463,10 +474,10 @@ fn a_final_record_not_written_is_sent_again() {
         t(1_300),
     );
     let finished = records_written(&actions)[0].clone();
-    let failed = Input::RecordWritten {
+    let failed = Input::Claims(ClaimInput::RecordWritten {
         run_id: finished.record.run_id.clone(),
         write: RecordWrite::Failed,
-    };
+    });
     assert_eq!(m.handle(failed, t(1_400)), vec![]);
     let again: Vec<RunRecord> = records_written(&timer_actions(&mut m, 2_400))
         .into_iter()
@@ -499,11 +510,11 @@ fn a_lost_lock_leaves_the_broadcast_runs_alone_and_stops_the_sweeps() {
     let (id, record) = broadcast_claims(&actions)[0].clone();
     let (claim, _) = granted_and_started(&mut m, id, &record);
     // Another node acquired: this one is a member like the others.
-    let actions = m.handle(Input::LockChanged(follower()), t(1_200));
+    let actions = m.handle(Input::Lock(LockInput::Changed(follower())), t(1_200));
     assert!(
-        !actions.contains(&Action::CancelRun {
+        !actions.contains(&Action::Runs(RunAction::Cancel {
             run_id: claim.record.run_id.clone()
-        }),
+        })),
         "a broadcast run is the node's own, whoever owns the lock: {actions:?}"
     );
     let actions = timer_actions(&mut m, 10_000);
@@ -547,7 +558,7 @@ fn a_reload_that_adds_a_broadcast_reads_the_membership_and_sweeps_only_from_its_
 fn a_stopping_node_sweeps_nothing_even_if_it_gains_the_lock() {
     let mut m = machine(&broadcast(""));
     m.handle(Input::Shutdown, t(30_000));
-    m.handle(Input::LockChanged(owner(TOKEN)), t(30_000));
+    m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(30_000));
     let actions = m.handle(Input::Tick, t(30_000));
     assert!(sweeps(&actions).is_empty(), "{actions:?}");
     assert!(

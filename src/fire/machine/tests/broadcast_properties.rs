@@ -107,12 +107,12 @@ impl World {
                 prop_assert!(self.status.connected, "read only while connected");
                 self.reading = true;
             }
-            Action::Claim(TickClaim {
+            Action::Claims(ClaimAction::Claim(TickClaim {
                 id,
                 record,
                 fence: Fence::Member,
                 ..
-            }) => {
+            })) => {
                 prop_assert!(self.status.connected, "a claim only while connected");
                 prop_assert!(!self.shutdown, "no claim once stopping: {record:?}");
                 let tick = record.scheduled_unix_ms;
@@ -133,7 +133,7 @@ impl World {
                 prop_assert!(record.broadcast && record.run_id.ends_with("~n1"));
                 self.claims.push((id, record));
             }
-            Action::StartRun { claim, .. } => {
+            Action::Runs(RunAction::Start { claim, .. }) => {
                 prop_assert!(!self.shutdown, "no start once stopping");
                 let granted = self.granted.remove(&claim.record.run_id);
                 prop_assert!(
@@ -142,7 +142,7 @@ impl World {
                 );
                 self.running.insert(claim.record.run_id.clone(), claim);
             }
-            Action::WriteRecord(claim) => {
+            Action::Claims(ClaimAction::WriteRecord(claim)) => {
                 let run_id = claim.record.run_id.clone();
                 self.granted.remove(&run_id);
                 prop_assert!(claim.record.status.is_final(), "{claim:?}");
@@ -228,13 +228,13 @@ impl World {
                     );
                 }
             }
-            Action::CancelRun { run_id } => {
+            Action::Runs(RunAction::Cancel { run_id }) => {
                 prop_assert!(
                     self.running.contains_key(&run_id),
                     "cancel a run alive: {run_id}"
                 );
             }
-            Action::HandOver => self.handed_over = true,
+            Action::Lock(LockAction::HandOver) => self.handed_over = true,
             Action::Stopped => {
                 let first_writes = self
                     .writes
@@ -249,10 +249,12 @@ impl World {
                 );
                 self.stopped = true;
             }
-            Action::Claim(claim) => {
+            Action::Claims(ClaimAction::Claim(claim)) => {
                 prop_assert!(false, "a broadcast job on the owner's path: {claim:?}")
             }
-            Action::ListRecords(job) => prop_assert!(false, "catch-up of a broadcast job: {job}"),
+            Action::CatchUp(CatchUpAction::ListRecords(job)) => {
+                prop_assert!(false, "catch-up of a broadcast job: {job}")
+            }
             _ => {}
         }
         Ok(())
@@ -271,7 +273,7 @@ impl World {
             self.sweeps_out.clear();
         }
         self.status = status;
-        self.feed(m, Input::LockChanged(status))
+        self.feed(m, Input::Lock(LockInput::Changed(status)))
     }
 }
 
@@ -372,7 +374,7 @@ fn run_steps(steps: &[Step]) -> Result<(), TestCaseError> {
                     2 => Err(ClaimRefused::AlreadyClaimed),
                     _ => Err(ClaimRefused::NotOwner),
                 };
-                w.feed(&mut m, Input::ClaimDone { id, result })?;
+                w.feed(&mut m, Input::Claims(ClaimInput::Done { id, result }))?;
             }
             Step::End(i, kind) => {
                 let running: Vec<Claim> = w.running.values().cloned().collect();
@@ -401,7 +403,10 @@ fn run_steps(steps: &[Step]) -> Result<(), TestCaseError> {
                     w.written.insert(run_id.clone());
                     RecordWrite::Written(1)
                 };
-                w.feed(&mut m, Input::RecordWritten { run_id, write })?;
+                w.feed(
+                    &mut m,
+                    Input::Claims(ClaimInput::RecordWritten { run_id, write }),
+                )?;
             }
             Step::Pause(on) => {
                 let mut pauses = Pauses::new();
@@ -421,7 +426,7 @@ fn run_steps(steps: &[Step]) -> Result<(), TestCaseError> {
         }
         if w.handed_over {
             w.handed_over = false;
-            w.feed(&mut m, Input::LockReleased)?;
+            w.feed(&mut m, Input::Lock(LockInput::Released))?;
         }
     }
     // Drain: every claim answered, every run ended, every record written; then stop.
@@ -430,14 +435,14 @@ fn run_steps(steps: &[Step]) -> Result<(), TestCaseError> {
     for _ in 0..64 {
         if w.handed_over {
             w.handed_over = false;
-            w.feed(&mut m, Input::LockReleased)?;
+            w.feed(&mut m, Input::Lock(LockInput::Released))?;
         }
         if let Some((id, record)) = w.claims.pop() {
             let result = Ok(Box::new(granted_broadcast(&record)));
             if !record.status.is_final() {
                 w.granted.insert(record.run_id.clone(), record.clone());
             }
-            w.feed(&mut m, Input::ClaimDone { id, result })?;
+            w.feed(&mut m, Input::Claims(ClaimInput::Done { id, result }))?;
         } else if let Some((_, claim)) = w.running.pop_first() {
             w.ended.insert(claim.record.run_id.clone());
             w.feed(&mut m, ended(&claim, RunOutcome::Cancelled, t(w.now)))?;
@@ -445,7 +450,10 @@ fn run_steps(steps: &[Step]) -> Result<(), TestCaseError> {
             let run_id = claim.record.run_id.clone();
             w.written.insert(run_id.clone());
             let write = RecordWrite::Written(1);
-            w.feed(&mut m, Input::RecordWritten { run_id, write })?;
+            w.feed(
+                &mut m,
+                Input::Claims(ClaimInput::RecordWritten { run_id, write }),
+            )?;
         } else {
             w.now += 3_000;
             w.feed(&mut m, Input::Tick)?;

@@ -102,8 +102,12 @@ fn catch_up_never_runs_a_tick_its_calendar_skips_and_records_the_run_once() {
     // died. 00:02 to 00:04 were skipped by the calendar, not missed: recorded once, as the
     // owner would have at 00:02, and never run.
     run_timer(&mut m, 270_000);
-    let acquired = m.handle(Input::LockChanged(owner(TOKEN)), t(270_000));
-    assert!(acquired.contains(&Action::ListRecords(JobName::new("m"))));
+    let acquired = m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(270_000));
+    assert!(
+        acquired.contains(&Action::CatchUp(CatchUpAction::ListRecords(JobName::new(
+            "m"
+        ))))
+    );
     let recorded = stored("m", 60_000, "n2", 6, RunStatus::Succeeded);
     let caught = m.handle(listed("m", &[recorded]), t(270_000));
     let [skipped] = &claims(&caught)[..] else {
@@ -149,7 +153,7 @@ fn catch_up_never_runs_a_tick_its_calendar_skips_and_records_the_run_once() {
 fn a_run_recorded_by_the_owner_before_is_not_recorded_again_by_catch_up() {
     let mut m = machine(&minutely_except_a_window());
     run_timer(&mut m, 270_000);
-    m.handle(Input::LockChanged(owner(TOKEN)), t(270_000));
+    m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(270_000));
     let mut before = stored("m", 120_000, "n2", 6, RunStatus::Skipped);
     before.missed_ticks = Some(3);
     before.skipped_through_unix_ms = Some(t(240_000).timestamp_millis());

@@ -42,13 +42,13 @@ fn marks_of(job: &str, marks: Vec<FoundMark>) -> Input {
 fn owning_chains() -> FireMachine {
     let mut m = machine(&chained());
     let mut listed = Vec::new();
-    for action in m.handle(Input::LockChanged(owner(TOKEN)), t(0)) {
+    for action in m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(0)) {
         match action {
-            Action::ListRecords(job) => {
-                let input = Input::RecordsListed {
+            Action::CatchUp(CatchUpAction::ListRecords(job)) => {
+                let input = Input::CatchUp(CatchUpInput::Listed {
                     job,
                     result: Ok(JobRecords::default()),
-                };
+                });
                 m.handle(input, t(0));
             }
             Action::Chains(ChainsAction::ListMarks(job)) => listed.push(job.to_string()),
@@ -239,9 +239,9 @@ fn a_chained_claim_refused_under_an_older_token_of_ours_reads_the_marks_again() 
     let mut m = owning_chains();
     let marks = vec![mark("extract", 1000, RunStatus::Succeeded)];
     let old = only_claim(&m.handle(marks_of("load", marks.clone()), t(5000)));
-    m.handle(Input::LockChanged(follower()), t(5001));
+    m.handle(Input::Lock(LockInput::Changed(follower())), t(5001));
     let acquired = m.handle(
-        Input::LockChanged(owner(FencingToken(TOKEN.0 + 1))),
+        Input::Lock(LockInput::Changed(owner(FencingToken(TOKEN.0 + 1)))),
         t(5002),
     );
     assert!(

@@ -84,7 +84,7 @@ fn created(bucket: DueBucket, id_text: &str) -> Input {
 /// (its first scan among them).
 fn acquired_at_zero() -> (FireMachine, Vec<Action>) {
     let mut m = watched(ON_DEMAND);
-    let acquired = m.handle(Input::LockChanged(owner(TOKEN)), t(0));
+    let acquired = m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(0));
     (m, acquired)
 }
 
@@ -95,7 +95,7 @@ fn owning_with(
     found: Vec<(SubmissionId, Submission)>,
 ) -> (FireMachine, Vec<Action>) {
     let mut m = watched(tables);
-    let acquired = m.handle(Input::LockChanged(owner(TOKEN)), t(at_ms));
+    let acquired = m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(at_ms));
     let (generation, after, through) = scan(&acquired);
     assert_eq!(after, None, "the first scan reads from the oldest bucket");
     assert_eq!(
@@ -104,12 +104,12 @@ fn owning_with(
         "through the horizon"
     );
     for action in acquired {
-        if let Action::ListRecords(job) = action {
+        if let Action::CatchUp(CatchUpAction::ListRecords(job)) = action {
             m.handle(
-                Input::RecordsListed {
+                Input::CatchUp(CatchUpInput::Listed {
                     job,
                     result: Ok(JobRecords::default()),
-                },
+                }),
                 t(at_ms),
             );
         }
@@ -169,9 +169,9 @@ fn a_submission_is_claimed_at_its_instant_saying_running_and_started_on_its_answ
     );
     let start = m.handle(ok(&claim), t(1503));
     let [
-        Action::StartRun {
+        Action::Runs(RunAction::Start {
             record, context, ..
-        },
+        }),
     ] = &start[..]
     else {
         panic!("{start:?}")
@@ -201,14 +201,16 @@ fn a_submission_started_at_1500() -> (FireMachine, Claim) {
 #[test]
 fn a_submission_whose_record_could_not_be_marked_running_is_run_again_as_the_same_attempt() {
     let (mut m, started) = a_submission_started_at_1500();
-    let not_started = Input::RunNotStarted {
+    let not_started = Input::Claims(ClaimInput::RunNotStarted {
         claim: Box::new(started.clone()),
         why: "no answer from zookeeper".to_owned(),
         maybe_written: false,
-    };
+    });
     let actions = m.handle(not_started, t(1600));
     assert!(
-        !actions.iter().any(|a| matches!(a, Action::WriteRecord(_))),
+        !actions
+            .iter()
+            .any(|a| matches!(a, Action::Claims(ClaimAction::WriteRecord(_)))),
         "nothing recorded: the record still says claimed, {actions:?}"
     );
     let again = only_claim(&actions);
@@ -226,18 +228,25 @@ fn a_submission_whose_record_could_not_be_marked_running_is_run_again_as_the_sam
 
     // The same, while the node cannot fire: kept for the catch-up that follows.
     let (started, _) = (granted(&again), ());
-    m.handle(Input::LockChanged(disconnected_owner(TOKEN)), t(1700));
-    let later = Input::RunNotStarted {
+    m.handle(
+        Input::Lock(LockInput::Changed(disconnected_owner(TOKEN))),
+        t(1700),
+    );
+    let later = Input::Claims(ClaimInput::RunNotStarted {
         claim: Box::new(started.clone()),
         why: "no answer from zookeeper".to_owned(),
         maybe_written: false,
-    };
+    });
     assert!(
         claims(&m.handle(later, t(1800))).is_empty(),
         "not while it cannot fire"
     );
-    let back = m.handle(Input::LockChanged(owner(TOKEN)), t(3000));
-    assert!(back.contains(&Action::ListRecords(JobName::new("close"))));
+    let back = m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(3000));
+    assert!(
+        back.contains(&Action::CatchUp(CatchUpAction::ListRecords(JobName::new(
+            "close"
+        ))))
+    );
     // The listing shows the record as it is: claimed, by our token.
     let mut record = started.record.clone();
     record.status = RunStatus::Claimed;
@@ -263,11 +272,11 @@ fn a_submission_whose_record_could_not_be_marked_running_is_run_again_as_the_sam
 #[test]
 fn a_run_whose_running_write_landed_unanswered_is_claimed_at_that_version() {
     let (mut m, started) = a_submission_started_at_1500();
-    let not_started = Input::RunNotStarted {
+    let not_started = Input::Claims(ClaimInput::RunNotStarted {
         claim: Box::new(started),
         why: "no answer from zookeeper".to_owned(),
         maybe_written: true,
-    };
+    });
     let again = only_claim(&m.handle(not_started, t(1600)));
     assert_eq!(again.mode, ClaimMode::Again { version: 0 });
     let at_running = only_claim(&m.handle(refused(&again, ClaimRefused::AlreadyClaimed), t(1610)));
@@ -425,10 +434,10 @@ fn a_submission_moved_under_its_claim_is_queued_at_its_new_time() {
     });
     m.handle(created(read, "moved"), t(951));
     assert!(claims(&m.handle(moved, t(952))).is_empty());
-    let lost = Input::ClaimDone {
+    let lost = Input::Claims(ClaimInput::Done {
         id: claim.id,
         result: Err(ClaimRefused::AlreadyClaimed),
-    };
+    });
     assert!(claims(&m.handle(lost, t(960))).is_empty());
     let again = only_claim(&m.handle(Input::Tick, t(4750)));
     assert_eq!(again.record.scheduled_unix_ms, t(5000).timestamp_millis());
@@ -491,7 +500,7 @@ fn a_watch_that_began_again_has_every_bucket_read_again() {
 #[test]
 fn without_the_watch_a_scan_reads_no_further_than_the_horizon() {
     let mut m = machine(ON_DEMAND);
-    let acquired = m.handle(Input::LockChanged(owner(TOKEN)), t(0));
+    let acquired = m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(0));
     let (_, _, through) = scan(&acquired);
     assert_eq!(
         ahead_to(&acquired),
@@ -576,7 +585,7 @@ fn a_submission_for_a_job_that_is_away_is_kept_and_fires_once_the_job_is_back() 
 fn a_scan_answered_after_the_lock_was_lost_claims_nothing() {
     let (mut m, acquired) = acquired_at_zero();
     let (generation, _, through) = scan(&acquired);
-    m.handle(Input::LockChanged(follower()), t(10));
+    m.handle(Input::Lock(LockInput::Changed(follower())), t(10));
     let late = scanned(
         generation,
         through,
@@ -588,7 +597,10 @@ fn a_scan_answered_after_the_lock_was_lost_claims_nothing() {
         vec![],
         "a follower claims nothing"
     );
-    let again = m.handle(Input::LockChanged(owner(FencingToken(8))), t(300));
+    let again = m.handle(
+        Input::Lock(LockInput::Changed(owner(FencingToken(8)))),
+        t(300),
+    );
     let (next, after, _) = scan(&again);
     assert!(next > generation, "a fresh scan; the old answer is stale");
     assert_eq!(after, None, "from the oldest bucket again");
@@ -629,12 +641,12 @@ fn left_open(status: RunStatus) -> (RunRecord, JobRecords) {
 
 fn acquire_with(records: JobRecords) -> (FireMachine, Vec<Action>) {
     let mut m = machine(ON_DEMAND);
-    m.handle(Input::LockChanged(owner(TOKEN)), t(1000));
+    m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(1000));
     let actions = m.handle(
-        Input::RecordsListed {
+        Input::CatchUp(CatchUpInput::Listed {
             job: JobName::new("close"),
             result: Ok(records),
-        },
+        }),
         t(1000),
     );
     (m, actions)
@@ -647,7 +659,7 @@ fn a_submission_claimed_but_never_started_by_a_dead_owner_is_taken_over_as_the_s
     assert!(
         !actions
             .iter()
-            .any(|a| matches!(a, Action::MarkInterrupted { .. })),
+            .any(|a| matches!(a, Action::CatchUp(CatchUpAction::MarkInterrupted { .. }))),
         "never started: nothing to mark interrupted: {actions:?}"
     );
     let claim = only_claim(&actions);
@@ -668,9 +680,9 @@ fn a_submission_claimed_but_never_started_by_a_dead_owner_is_taken_over_as_the_s
     );
     let start = m.handle(ok(&claim), t(1010));
     let [
-        Action::StartRun {
+        Action::Runs(RunAction::Start {
             context, record, ..
-        },
+        }),
     ] = &start[..]
     else {
         panic!("{start:?}")
@@ -687,7 +699,8 @@ fn a_submission_claimed_but_never_started_by_a_dead_owner_is_taken_over_as_the_s
 fn a_submission_run_that_started_follows_on_interrupted_and_skip_closes_it() {
     let (_, records) = left_open(RunStatus::Running);
     let (_, actions) = acquire_with(records);
-    let [Action::MarkInterrupted { record, closes, .. }] = &actions[..] else {
+    let [Action::CatchUp(CatchUpAction::MarkInterrupted { record, closes, .. })] = &actions[..]
+    else {
         panic!("{actions:?}")
     };
     assert_eq!(record.status, RunStatus::Interrupted);
@@ -915,7 +928,7 @@ fn an_http_targets_run_has_one_write_in_front_or_none_if_idempotent() {
     assert_eq!(claim.record.status, RunStatus::Claimed, "claimed ahead");
     m.handle(ok(&claim), t(1260));
     let start = m.handle(Input::Tick, t(1500));
-    let [Action::StartRun { record, claim, .. }] = &start[..] else {
+    let [Action::Runs(RunAction::Start { record, claim, .. })] = &start[..] else {
         panic!("{start:?}")
     };
     assert_eq!(*record, StartWrite::Never);
@@ -938,7 +951,7 @@ fn an_http_targets_run_has_one_write_in_front_or_none_if_idempotent() {
         "its claim says running"
     );
     let start = m.handle(ok(&claim), t(1504));
-    let [Action::StartRun { record, claim, .. }] = &start[..] else {
+    let [Action::Runs(RunAction::Start { record, claim, .. })] = &start[..] else {
         panic!("{start:?}")
     };
     assert_eq!(
@@ -964,10 +977,12 @@ fn a_run_claimed_running_at_its_instant_that_never_starts_is_claimed_again_not_l
     );
     m.handle(Input::Tick, t(1000));
     let claim = only_claim(&m.handle(Input::Tick, t(1500)));
-    m.handle(Input::LockChanged(follower()), t(1502));
+    m.handle(Input::Lock(LockInput::Changed(follower())), t(1502));
     let after = m.handle(ok(&claim), t(1504));
     assert!(
-        !after.iter().any(|a| matches!(a, Action::StartRun { .. })),
+        !after
+            .iter()
+            .any(|a| matches!(a, Action::Runs(RunAction::Start { .. }))),
         "never sent: {after:?}"
     );
     let [back] = records_written(&after)[..] else {
@@ -986,22 +1001,22 @@ fn a_run_claimed_running_at_its_instant_that_never_starts_is_claimed_again_not_l
     // The ensemble comes back and this node owns the lock again, before anyone read the
     // record: it says `running` (the write-back got no answer, but landed).
     let token = FencingToken(TOKEN.0 + 1);
-    m.handle(Input::LockChanged(owner(token)), t(9000));
+    m.handle(Input::Lock(LockInput::Changed(owner(token))), t(9000));
     let mut stored = claim.record.clone();
     stored.status = RunStatus::Running;
-    let listed = Input::RecordsListed {
+    let listed = Input::CatchUp(CatchUpInput::Listed {
         job: JobName::new("close"),
         result: Ok(JobRecords {
             newest: vec![(stored, 0)],
             payloads: [(id("order-7"), Arc::new(b"p".to_vec()))].into(),
             ..JobRecords::default()
         }),
-    };
+    });
     let caught_up = m.handle(listed, t(9010));
     assert!(
         !caught_up
             .iter()
-            .any(|a| matches!(a, Action::MarkInterrupted { .. })),
+            .any(|a| matches!(a, Action::CatchUp(CatchUpAction::MarkInterrupted { .. }))),
         "ours, never sent: not interrupted: {caught_up:?}"
     );
     let again = only_claim(&caught_up);
@@ -1010,10 +1025,10 @@ fn a_run_claimed_running_at_its_instant_that_never_starts_is_claimed_again_not_l
         (ClaimMode::Again { version: 0 }, 1, token),
         "the same attempt, under the new token"
     );
-    let refused = Input::ClaimDone {
+    let refused = Input::Claims(ClaimInput::Done {
         id: again.id,
         result: Err(ClaimRefused::AlreadyClaimed),
-    };
+    });
     let at_back = only_claim(&m.handle(refused, t(9020)));
     assert_eq!(
         at_back.mode,
@@ -1021,7 +1036,7 @@ fn a_run_claimed_running_at_its_instant_that_never_starts_is_claimed_again_not_l
         "at the version the write-back made"
     );
     let start = m.handle(ok(&at_back), t(9030));
-    let [Action::StartRun { context, .. }] = &start[..] else {
+    let [Action::Runs(RunAction::Start { context, .. })] = &start[..] else {
         panic!("{start:?}")
     };
     assert!(context.resumed);
@@ -1038,8 +1053,8 @@ fn a_submission_whose_claim_the_epoch_refused_after_a_new_acquisition_is_read_ag
     let old = only_claim(&m.handle(Input::Tick, t(500)));
     assert_eq!(old.record.fencing_token, TOKEN);
     let next = FencingToken(TOKEN.0 + 1);
-    m.handle(Input::LockChanged(follower()), t(600));
-    let acquired = m.handle(Input::LockChanged(owner(next)), t(700));
+    m.handle(Input::Lock(LockInput::Changed(follower())), t(600));
+    let acquired = m.handle(Input::Lock(LockInput::Changed(owner(next))), t(700));
     let (generation, _, through) = scan(&acquired);
     let held = m.handle(
         scanned(generation, through, vec![(id("late"), due.clone())]),

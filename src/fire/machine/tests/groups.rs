@@ -19,12 +19,12 @@ fn owning_group(group: Option<&str>, tables: &str) -> FireMachine {
         Input::Control(ControlInput::PausesRead(Pauses::new())),
         t(0),
     );
-    for action in m.handle(Input::LockChanged(owner(TOKEN)), t(0)) {
-        if let Action::ListRecords(job) = action {
-            let listed = Input::RecordsListed {
+    for action in m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(0)) {
+        if let Action::CatchUp(CatchUpAction::ListRecords(job)) = action {
+            let listed = Input::CatchUp(CatchUpInput::Listed {
                 job,
                 result: Ok(JobRecords::default()),
-            };
+            });
             m.handle(listed, t(0));
         }
     }
@@ -78,7 +78,9 @@ fn a_job_that_moves_in_is_caught_up_and_one_that_moves_out_stops() {
     let mut a = owning_group(Some("a"), &before);
     let moved = a.handle(Input::Reloaded(jobs(&format!("{GROUPS}{after}"))), t(100));
     assert!(
-        moved.contains(&Action::ListRecords(JobName::new("mover"))),
+        moved.contains(&Action::CatchUp(CatchUpAction::ListRecords(JobName::new(
+            "mover"
+        )))),
         "caught up: its old group may not have fired it while the nodes disagreed: {moved:?}"
     );
     let mut b = owning_group(Some("b"), &before);
@@ -93,7 +95,11 @@ fn a_job_that_moves_in_is_caught_up_and_one_that_moves_out_stops() {
         ))),
         t(100),
     );
-    assert!(!added.contains(&Action::ListRecords(JobName::new("new"))));
+    assert!(
+        !added.contains(&Action::CatchUp(CatchUpAction::ListRecords(JobName::new(
+            "new"
+        ))))
+    );
 }
 
 #[test]

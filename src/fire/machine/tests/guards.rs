@@ -37,8 +37,11 @@ fn a_new_token_takes_the_guard_again() {
     let finished = run_granted(&mut m, &second, 2000);
     m.handle(written(&finished), t(2110));
     // Lost and gained again: another node may have owned the lock meanwhile.
-    m.handle(Input::LockChanged(follower()), t(2200));
-    m.handle(Input::LockChanged(owner(FencingToken(8))), t(2300));
+    m.handle(Input::Lock(LockInput::Changed(follower())), t(2200));
+    m.handle(
+        Input::Lock(LockInput::Changed(owner(FencingToken(8)))),
+        t(2300),
+    );
     m.handle(listed("a", &[]), t(2300));
     let claim = only_claim(&m.handle(Input::Tick, t(2750)));
     assert!(
@@ -60,7 +63,7 @@ fn takes(actions: &[Action]) -> Vec<&Claim> {
     actions
         .iter()
         .filter_map(|a| match a {
-            Action::TakeGuard(claim) => Some(claim),
+            Action::Claims(ClaimAction::TakeGuard(claim)) => Some(claim),
             _ => None,
         })
         .collect()
@@ -76,20 +79,23 @@ fn a_run_that_outlives_a_stop_takes_its_guard_before_the_lock_goes() {
         "the run is cancelled only after the handoff: {stop:?}"
     );
     assert!(
-        !stop.contains(&Action::HandOver),
+        !stop.contains(&Action::Lock(LockAction::HandOver)),
         "the lock waits for the guard: {stop:?}"
     );
-    let taken = Input::GuardTaken {
+    let taken = Input::Claims(ClaimInput::GuardTaken {
         run_id: run.record.run_id.clone(),
         guard: Some("/running/a".into()),
-    };
-    assert_eq!(m.handle(taken, t(2110)), vec![Action::HandOver]);
-    let released = m.handle(Input::LockReleased, t(2120));
+    });
+    assert_eq!(
+        m.handle(taken, t(2110)),
+        vec![Action::Lock(LockAction::HandOver)]
+    );
+    let released = m.handle(Input::Lock(LockInput::Released), t(2120));
     assert_eq!(
         released,
-        vec![Action::CancelRun {
+        vec![Action::Runs(RunAction::Cancel {
             run_id: run.record.run_id.clone()
-        }]
+        })]
     );
     let finished = end_run(&mut m, ended(&run, RunOutcome::Cancelled, t(2000)), t(2200));
     assert_eq!(
@@ -110,32 +116,32 @@ fn a_guard_taken_after_its_run_ended_is_released_again() {
         t(2150),
     );
     assert_eq!(finished.guard, None, "not taken yet");
-    let taken = Input::GuardTaken {
+    let taken = Input::Claims(ClaimInput::GuardTaken {
         run_id: run.record.run_id.clone(),
         guard: Some("/running/a".into()),
-    };
+    });
     let after = m.handle(taken, t(2160));
     let released: Vec<&Claim> = after
         .iter()
         .filter_map(|a| match a {
-            Action::ReleaseGuard(claim) => Some(claim),
+            Action::Claims(ClaimAction::ReleaseGuard(claim)) => Some(claim),
             _ => None,
         })
         .collect();
     assert_eq!(released.len(), 1, "{after:?}");
     assert_eq!(released[0].guard.as_deref(), Some("/running/a"));
-    assert!(after.contains(&Action::HandOver));
+    assert!(after.contains(&Action::Lock(LockAction::HandOver)));
 }
 
 #[test]
 fn a_run_that_outlives_a_lost_lock_takes_its_guard() {
     let (mut m, run) = running_unguarded();
-    let lost = m.handle(Input::LockChanged(follower()), t(2100));
+    let lost = m.handle(Input::Lock(LockInput::Changed(follower())), t(2100));
     assert_eq!(takes(&lost), vec![&run], "{lost:?}");
     assert!(
-        lost.contains(&Action::CancelRun {
+        lost.contains(&Action::Runs(RunAction::Cancel {
             run_id: run.record.run_id.clone()
-        }),
+        })),
         "on_lost = cancel still cancels it: {lost:?}"
     );
 }
@@ -148,7 +154,7 @@ fn a_run_that_held_its_claims_guard_takes_none() {
     only_start(&m.handle(Input::Tick, t(1000)));
     let stop = m.handle(Input::Shutdown, t(1100));
     assert!(takes(&stop).is_empty(), "{stop:?}");
-    assert!(stop.contains(&Action::HandOver));
+    assert!(stop.contains(&Action::Lock(LockAction::HandOver)));
 }
 
 /// A claim without the guard does not wait for the previous run's final record the way a
@@ -176,11 +182,11 @@ fn an_unguarded_tick_starts_while_the_previous_runs_record_is_being_written() {
 /// the claims of the listing (the gap's record, then tick 25 caught up).
 fn acquired_with_tick_26_declined() -> (FireMachine, Vec<TickClaim>) {
     let mut m = machine(&job("a", EVERY_SECOND, ""));
-    m.handle(Input::LockChanged(follower()), t(0));
+    m.handle(Input::Lock(LockInput::Changed(follower())), t(0));
     for now in (750..=25_750).step_by(1000) {
         m.handle(Input::Tick, t(now));
     }
-    m.handle(Input::LockChanged(owner(TOKEN)), t(26_470));
+    m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(26_470));
     let listed = listed("a", &[stored("a", 20_000, "n2", 6, RunStatus::Succeeded)]);
     let all = claims(&m.handle(listed, t(26_475)));
     (m, all)
@@ -229,7 +235,11 @@ fn a_tick_waiting_behind_our_own_run_is_skipped_past_the_late_tick_rule() {
             .handle(Input::Tick, t(now))
             .into_iter()
             .find_map(|a| match a {
-                Action::WriteRecord(claim) if ms_of_claim(&claim) == 26_000 => Some((claim, now)),
+                Action::Claims(ClaimAction::WriteRecord(claim))
+                    if ms_of_claim(&claim) == 26_000 =>
+                {
+                    Some((claim, now))
+                }
                 _ => None,
             });
         now += 50;

@@ -28,11 +28,11 @@ fn a_jittered_tick_is_claimed_ahead_of_its_start_and_starts_then() {
     );
     let prepared = m.handle(ok(&claim), start - chrono::Duration::milliseconds(249));
     let [
-        Action::PrepareRun {
+        Action::Runs(RunAction::Prepare {
             not_before,
             context,
             ..
-        },
+        }),
     ] = prepared.as_slice()
     else {
         panic!("prepared for its start: {prepared:?}");

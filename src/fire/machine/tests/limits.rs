@@ -18,7 +18,7 @@ fn asks_for_leases(actions: &[Action]) -> (ClaimId, String) {
     let asks: Vec<(ClaimId, String)> = actions
         .iter()
         .filter_map(|action| match action {
-            Action::TakeLeases { id, run_id, limits } => {
+            Action::Claims(ClaimAction::TakeLeases { id, run_id, limits }) => {
                 assert_eq!(limits.len(), 1);
                 assert_eq!((limits[0].name.as_str(), limits[0].max), ("db", 1));
                 Some((*id, run_id.clone()))
@@ -31,17 +31,17 @@ fn asks_for_leases(actions: &[Action]) -> (ClaimId, String) {
 }
 
 fn taken(id: ClaimId, run_id: &str, failed: Option<&str>) -> Input {
-    Input::LeasesTaken {
+    Input::Claims(ClaimInput::LeasesTaken {
         id,
         run_id: run_id.to_owned(),
         failed: failed.map(str::to_owned),
-    }
+    })
 }
 
 fn gives_back(actions: &[Action], run_id: &str) -> bool {
-    actions
-        .iter()
-        .any(|a| matches!(a, Action::GiveBackLeases { run_id: r } if r == run_id))
+    actions.iter().any(
+        |a| matches!(a, Action::Claims(ClaimAction::GiveBackLeases { run_id: r }) if r == run_id),
+    )
 }
 
 /// A claimed tick of job `a` (limited) at 60 s, its lease asked for at its instant.
@@ -65,9 +65,11 @@ fn a_limited_run_starts_once_it_holds_its_lease_however_late() {
     // not apply to it.
     let meanwhile = but_delayed(m.handle(Input::Tick, t(70_000)));
     assert!(
-        meanwhile
-            .iter()
-            .all(|a| !matches!(a, Action::TakeLeases { .. } | Action::WriteRecord(_))),
+        meanwhile.iter().all(|a| !matches!(
+            a,
+            Action::Claims(ClaimAction::TakeLeases { .. })
+                | Action::Claims(ClaimAction::WriteRecord(_))
+        )),
         "{meanwhile:?}"
     );
     let started = m.handle(taken(id, &run_id, None), t(75_000));
@@ -82,10 +84,10 @@ fn a_limited_run_starts_once_it_holds_its_lease_however_late() {
     assert!(
         matches!(
             started[..],
-            [Action::StartRun {
+            [Action::Runs(RunAction::Start {
                 record: StartWrite::Beside,
                 ..
-            }]
+            })]
         ),
         "so its start says running: {started:?}"
     );
@@ -100,7 +102,7 @@ fn a_wait_past_the_starting_deadline_is_given_up_and_recorded_missed() {
     let missed = actions
         .iter()
         .find_map(|a| match a {
-            Action::WriteRecord(claim) => Some(claim),
+            Action::Claims(ClaimAction::WriteRecord(claim)) => Some(claim),
             _ => None,
         })
         .expect("a missed record");
@@ -133,7 +135,10 @@ fn a_failed_take_is_asked_again_after_a_pause() {
 fn a_lease_held_by_a_run_that_will_not_start_is_given_back() {
     let (mut m, id, run_id) = asking("");
     // The lock is lost while the wait goes on: the wait is given up at once.
-    let lost = m.handle(Input::LockChanged(LockStatus::default()), t(60_005));
+    let lost = m.handle(
+        Input::Lock(LockInput::Changed(LockStatus::default())),
+        t(60_005),
+    );
     assert!(gives_back(&lost, &run_id), "{lost:?}");
     // Leases that came anyway go straight back.
     let answered = m.handle(taken(id, &run_id, None), t(60_010));
@@ -148,7 +153,7 @@ fn a_claim_waiting_for_its_lease_is_withdrawn_when_the_lock_is_handed_over() {
     assert!(
         released
             .iter()
-            .any(|a| matches!(a, Action::Withdraw { claim, .. } if claim.record.run_id == run_id)),
+            .any(|a| matches!(a, Action::Claims(ClaimAction::Withdraw { claim, .. }) if claim.record.run_id == run_id)),
         "given back to the next owner, with its guard: {released:?}"
     );
     assert!(gives_back(&released, &run_id), "{released:?}");

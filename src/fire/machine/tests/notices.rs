@@ -99,10 +99,10 @@ fn a_record_not_stored_tells_nothing() {
     m.handle(ok(&claim), t(59_751));
     let (run, _) = only_start(&m.handle(Input::Tick, t(60_000)));
     let finished = end_run(&mut m, ended(&run, FAILED, t(60_000)), t(60_100));
-    let refused = Input::RecordWritten {
+    let refused = Input::Claims(ClaimInput::RecordWritten {
         run_id: finished.record.run_id.clone(),
         write: RecordWrite::Refused,
-    };
+    });
     let actions = m.handle(refused, t(60_101));
     assert!(
         notices(&actions).is_empty(),
@@ -136,8 +136,12 @@ fn a_new_owner_learns_the_failures_from_the_records() {
         "0 * * * * *",
         &format!("{HOOK}on_recovery = true\npause_after_failures = 3"),
     ));
-    let actions = m.handle(Input::LockChanged(owner(TOKEN)), t(0));
-    assert!(actions.contains(&Action::ListRecords(JobName::new("a"))));
+    let actions = m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(0));
+    assert!(
+        actions.contains(&Action::CatchUp(CatchUpAction::ListRecords(JobName::new(
+            "a"
+        ))))
+    );
     let failed = |tick_ms: i64, status: RunStatus| {
         let mut record = stored("a", tick_ms, "n0", 1, status);
         record.finished_unix_ms = Some(tick_ms + 5);
@@ -158,10 +162,10 @@ fn a_new_owner_learns_the_failures_from_the_records() {
         ],
         ..JobRecords::default()
     };
-    let listed = Input::RecordsListed {
+    let listed = Input::CatchUp(CatchUpInput::Listed {
         job: JobName::new("a"),
         result: Ok(records),
-    };
+    });
     m.handle(listed, t(0));
     let actions = run_to_record(&mut m, 1, FAILED);
     assert_eq!(

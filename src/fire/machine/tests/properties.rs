@@ -166,7 +166,7 @@ struct World {
 impl World {
     fn feed(&mut self, m: &mut FireMachine, input: Input) -> Result<(), TestCaseError> {
         let lost = match &input {
-            Input::LockChanged(status) => {
+            Input::Lock(LockInput::Changed(status)) => {
                 let lost = self.status.token.is_some() && self.status.token != status.token;
                 self.status = *status;
                 lost
@@ -174,10 +174,10 @@ impl World {
             _ => false,
         };
         let granted_after_stop = match &input {
-            Input::ClaimDone {
+            Input::Claims(ClaimInput::Done {
                 id,
                 result: Ok(claim),
-            } if self.shutdown
+            }) if self.shutdown
                 && claim.record.status == RunStatus::Claimed
                 && !claim.record.broadcast =>
             {
@@ -197,7 +197,7 @@ impl World {
             let cancelled: BTreeSet<String> = actions
                 .iter()
                 .filter_map(|a| match a {
-                    Action::CancelRun { run_id } => Some(run_id.clone()),
+                    Action::Runs(RunAction::Cancel { run_id }) => Some(run_id.clone()),
                     _ => None,
                 })
                 .collect();
@@ -209,9 +209,9 @@ impl World {
         }
         if let Some(id) = granted_after_stop {
             prop_assert!(
-                actions
-                    .iter()
-                    .any(|a| matches!(a, Action::Withdraw { id: w, .. } if *w == id)),
+                actions.iter().any(
+                    |a| matches!(a, Action::Claims(ClaimAction::Withdraw { id: w, .. }) if *w == id)
+                ),
                 "a claim granted after the stop is withdrawn: {actions:?}"
             );
         }
@@ -223,7 +223,7 @@ impl World {
 
     fn perform(&mut self, action: Action) -> Result<(), TestCaseError> {
         match action {
-            Action::Claim(claim) => {
+            Action::Claims(ClaimAction::Claim(claim)) => {
                 prop_assert_eq!(
                     claim.fence == Fence::Member,
                     claim.record.broadcast,
@@ -243,12 +243,12 @@ impl World {
                 }
                 self.claims.push(claim);
             }
-            Action::StartRun {
+            Action::Runs(RunAction::Start {
                 claim,
                 context,
                 not_before,
                 ..
-            } => {
+            }) => {
                 prop_assert!(!self.shutdown, "no start once stopping: {claim:?}");
                 let lead = chrono::Duration::from_std(START_LEAD).unwrap_or_default();
                 prop_assert!(
@@ -337,7 +337,7 @@ impl World {
                 self.alive.insert(claim.record.run_id.clone(), job);
                 self.running.insert(claim.record.run_id.clone(), claim);
             }
-            Action::WriteRecord(claim) => {
+            Action::Claims(ClaimAction::WriteRecord(claim)) => {
                 if !claim.children.is_empty() {
                     prop_assert!(
                         claim.record.job.as_str() == "b"
@@ -411,7 +411,7 @@ impl World {
             Action::Control(ControlAction::PauseJob { job, .. }) => {
                 prop_assert!(false, "no job here pauses itself: {job}");
             }
-            Action::ListRecords(job) => self.lists.push(job),
+            Action::CatchUp(CatchUpAction::ListRecords(job)) => self.lists.push(job),
             Action::Delayed(DelayedAction::Scan {
                 generation,
                 after,
@@ -459,18 +459,20 @@ impl World {
                     self.chain_marks.remove(&tick_ms);
                 }
             }
-            Action::MarkInterrupted { record, .. } => {
+            Action::CatchUp(CatchUpAction::MarkInterrupted { record, .. }) => {
                 self.marked.insert(record.run_id.clone());
                 self.marks.push(record);
             }
-            Action::Withdraw { id, .. } => self.withdraws.push(id),
+            Action::Claims(ClaimAction::Withdraw { id, .. }) => self.withdraws.push(id),
             // A guard taken for a run whose process ended meanwhile goes again (until the
             // session ends, which a stop does).
-            Action::ReleaseGuard(claim) if self.taken_late.contains(&claim.record.run_id) => {
+            Action::Claims(ClaimAction::ReleaseGuard(claim))
+                if self.taken_late.contains(&claim.record.run_id) =>
+            {
                 self.releases_sent.insert(claim.record.run_id.clone());
                 self.releases.push(claim);
             }
-            Action::TakeGuard(claim) => {
+            Action::Claims(ClaimAction::TakeGuard(claim)) => {
                 prop_assert!(
                     claim.record.job.as_str() == "a"
                         && self.running.contains_key(&claim.record.run_id),
@@ -478,7 +480,7 @@ impl World {
                 );
                 self.takes.push(claim);
             }
-            Action::ReleaseGuard(claim) => {
+            Action::Claims(ClaimAction::ReleaseGuard(claim)) => {
                 prop_assert!(
                     !self.alive.contains_key(&claim.record.run_id)
                         && !self
@@ -497,7 +499,7 @@ impl World {
                 );
                 self.releases.push(claim);
             }
-            Action::HandOver => {
+            Action::Lock(LockAction::HandOver) => {
                 prop_assert!(self.shutdown);
                 for (run_id, claim) in &self.running {
                     // A run of an earlier session: its guard went with that session, as ever.
@@ -522,7 +524,7 @@ impl World {
                 prop_assert!(self.released && self.running.is_empty());
                 self.stopped += 1;
             }
-            Action::PrepareRun { context, .. } => {
+            Action::Runs(RunAction::Prepare { context, .. }) => {
                 prop_assert!(
                     !self.shutdown,
                     "nothing is prepared once stopping: {context:?}"
@@ -535,23 +537,23 @@ impl World {
                 );
                 self.prepared_total += 1;
             }
-            Action::Unprepare { run_id } => {
+            Action::Runs(RunAction::Unprepare { run_id }) => {
                 prop_assert!(
                     self.prepared.remove(&run_id).is_some(),
                     "run {} given up but not prepared",
                     run_id
                 );
             }
-            Action::CancelRun { .. }
-            | Action::TakeLeases { .. }
-            | Action::GiveBackLeases { .. }
-            | Action::DropRetry { .. }
+            Action::Runs(RunAction::Cancel { .. })
+            | Action::Claims(ClaimAction::TakeLeases { .. })
+            | Action::Claims(ClaimAction::GiveBackLeases { .. })
+            | Action::Claims(ClaimAction::DropRetry { .. })
             | Action::Prune { .. }
-            | Action::PrepareJobs(_)
-            | Action::FenceFailed(_)
+            | Action::CatchUp(CatchUpAction::PrepareJobs(_))
+            | Action::Lock(LockAction::FenceFailed(_))
             | Action::Delayed(DelayedAction::RemoveEmptyBucket(_))
             | Action::Delayed(DelayedAction::RemoveEmptyDay(_))
-            | Action::YieldLock => {}
+            | Action::Lock(LockAction::Yield) => {}
         }
         Ok(())
     }
@@ -661,7 +663,7 @@ impl World {
                         None => follower(),
                     },
                 };
-                self.feed(m, Input::LockChanged(status))?;
+                self.feed(m, Input::Lock(LockInput::Changed(status)))?;
             }
             Step::Claim(i, kind) => {
                 if self.claims.is_empty() {
@@ -671,10 +673,10 @@ impl World {
                 let result = self.answer_claim(&claim, kind).map(Box::new);
                 self.feed(
                     m,
-                    Input::ClaimDone {
+                    Input::Claims(ClaimInput::Done {
                         id: claim.id,
                         result,
-                    },
+                    }),
                 )?;
             }
             Step::End(i, kind) => {
@@ -709,7 +711,7 @@ impl World {
         }
         if self.handed_over > 0 && !self.released {
             self.released = true;
-            self.feed(m, Input::LockReleased)?;
+            self.feed(m, Input::Lock(LockInput::Released))?;
         }
         Ok(())
     }
@@ -917,7 +919,10 @@ impl World {
                     .or_default() += 1;
             }
             let run_id = claim.record.run_id.clone();
-            self.feed(m, Input::RecordWritten { run_id, write })?;
+            self.feed(
+                m,
+                Input::Claims(ClaimInput::RecordWritten { run_id, write }),
+            )?;
             if marked {
                 // The driver's watch on `after/` reports the new mark.
                 self.feed(
@@ -929,7 +934,7 @@ impl World {
         }
         if !self.withdraws.is_empty() {
             let id = self.withdraws.remove(i % self.withdraws.len());
-            return self.feed(m, Input::Withdrawn { id });
+            return self.feed(m, Input::Claims(ClaimInput::Withdrawn { id }));
         }
         if !self.takes.is_empty() {
             let claim = self.takes.remove(i % self.takes.len());
@@ -951,7 +956,7 @@ impl World {
                 }
                 Some(format!("/running/{job}"))
             };
-            return self.feed(m, Input::GuardTaken { run_id, guard });
+            return self.feed(m, Input::Claims(ClaimInput::GuardTaken { run_id, guard }));
         }
         if !self.releases.is_empty() {
             let claim = self.releases.remove(i % self.releases.len());
@@ -961,7 +966,10 @@ impl World {
                 self.release_guard(&claim);
             }
             let run_id = claim.record.run_id;
-            return self.feed(m, Input::GuardReleased { run_id, settled });
+            return self.feed(
+                m,
+                Input::Claims(ClaimInput::GuardReleased { run_id, settled }),
+            );
         }
         if !self.marks.is_empty() {
             let record = self.marks.remove(i % self.marks.len());
@@ -971,7 +979,7 @@ impl World {
                 Ok(3)
             };
             let record = Box::new(record);
-            return self.feed(m, Input::Marked { record, result });
+            return self.feed(m, Input::CatchUp(CatchUpInput::Marked { record, result }));
         }
         if !self.mark_lists.is_empty() {
             let job = self.mark_lists.remove(i % self.mark_lists.len());
@@ -1017,7 +1025,7 @@ impl World {
                     Ok(listing(&[done]))
                 }
             };
-            return self.feed(m, Input::RecordsListed { job, result });
+            return self.feed(m, Input::CatchUp(CatchUpInput::Listed { job, result }));
         }
         Ok(())
     }

@@ -21,7 +21,7 @@ fn paused(jobs: &[&str]) -> Input {
 #[test]
 fn nothing_fires_before_the_pauses_are_read_then_the_owner_starts_as_on_acquisition() {
     let mut m = unread_pauses(&job("a", EVERY_SECOND, ""));
-    let acquired = m.handle(Input::LockChanged(owner(TOKEN)), t(0));
+    let acquired = m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(0));
     assert!(
         but_delayed(acquired.clone()).is_empty(),
         "no catch-up, no scan before the pauses are known: {acquired:?}"
@@ -35,7 +35,9 @@ fn nothing_fires_before_the_pauses_are_read_then_the_owner_starts_as_on_acquisit
         t(800),
     );
     assert!(
-        read.contains(&Action::ListRecords(JobName::new("a"))),
+        read.contains(&Action::CatchUp(CatchUpAction::ListRecords(JobName::new(
+            "a"
+        )))),
         "the first reading starts catch-up like an acquisition: {read:?}"
     );
     let listed = m.handle(listed("a", &[]), t(810));
@@ -95,8 +97,12 @@ fn catch_up_of_a_paused_job_records_the_ticks_skipped_instead_of_replaying_them(
     m.handle(paused(&["a"]), t(0));
     run_timer(&mut m, 3400);
     // Acquired at 3.5 s; the last record is of 1 s: 2 s and 3 s were missed by everyone.
-    let acquired = m.handle(Input::LockChanged(owner(TOKEN)), t(3500));
-    assert!(acquired.contains(&Action::ListRecords(JobName::new("a"))));
+    let acquired = m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(3500));
+    assert!(
+        acquired.contains(&Action::CatchUp(CatchUpAction::ListRecords(JobName::new(
+            "a"
+        ))))
+    );
     let last = stored("a", 1000, "n2", 6, RunStatus::Succeeded);
     let caught = claims(&m.handle(listed("a", &[last]), t(3510)));
     assert!(!caught.is_empty());
@@ -135,16 +141,16 @@ fn owning_with_submissions(
 ) -> (FireMachine, Vec<Action>) {
     let mut m = unread_pauses(tables);
     m.handle(pauses, t(0));
-    let acquired = m.handle(Input::LockChanged(owner(TOKEN)), t(0));
+    let acquired = m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(0));
     let mut scan = None;
     for action in acquired {
         match action {
-            Action::ListRecords(job) => {
+            Action::CatchUp(CatchUpAction::ListRecords(job)) => {
                 m.handle(
-                    Input::RecordsListed {
+                    Input::CatchUp(CatchUpInput::Listed {
                         job,
                         result: Ok(JobRecords::default()),
-                    },
+                    }),
                     t(0),
                 );
             }
@@ -222,29 +228,32 @@ fn a_release_request_withdraws_unstarted_claims_then_yields_and_fires_nothing_me
     assert_eq!(
         asked,
         vec![
-            Action::Unprepare {
+            Action::Runs(RunAction::Unprepare {
                 run_id: granted_second.record.run_id.clone()
-            },
-            Action::Withdraw {
+            }),
+            Action::Claims(ClaimAction::Withdraw {
                 id: second.id,
                 claim: granted_second
-            }
+            })
         ],
         "the claimed tick goes back first, so the next owner fires it"
     );
     assert_eq!(
-        m.handle(Input::Withdrawn { id: second.id }, t(1810)),
-        vec![Action::YieldLock]
+        m.handle(
+            Input::Claims(ClaimInput::Withdrawn { id: second.id }),
+            t(1810)
+        ),
+        vec![Action::Lock(LockAction::Yield)]
     );
     assert!(
         claims(&m.handle(Input::Tick, t(2750))).is_empty(),
         "no claim while yielding"
     );
     assert_eq!(
-        m.handle(Input::LockChanged(follower()), t(2800)),
-        vec![Action::CancelRun {
+        m.handle(Input::Lock(LockInput::Changed(follower())), t(2800)),
+        vec![Action::Runs(RunAction::Cancel {
             run_id: run.record.run_id.clone()
-        }],
+        })],
         "handed over: the running job follows on_lost"
     );
     assert_eq!(
@@ -259,7 +268,7 @@ fn a_yield_that_does_not_move_the_lock_fires_again_after_its_limit() {
     let mut m = owning(&job("a", EVERY_SECOND, ""));
     assert_eq!(
         m.handle(Input::Control(ControlInput::ReleaseRequested), t(100)),
-        vec![Action::YieldLock]
+        vec![Action::Lock(LockAction::Yield)]
     );
     let limit = chrono::Duration::from_std(super::super::steering::YIELD_LIMIT).expect("small");
     for at in (750..5000).step_by(1000) {
@@ -270,7 +279,9 @@ fn a_yield_that_does_not_move_the_lock_fires_again_after_its_limit() {
     }
     let again = m.handle(Input::Tick, t(100) + limit);
     assert!(
-        again.contains(&Action::ListRecords(JobName::new("a"))),
+        again.contains(&Action::CatchUp(CatchUpAction::ListRecords(JobName::new(
+            "a"
+        )))),
         "firing again starts as an acquisition does: {again:?}"
     );
 }

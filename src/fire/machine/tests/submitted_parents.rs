@@ -49,12 +49,14 @@ fn owning_chains() -> FireMachine {
         Input::Delayed(DelayedInput::DueWatch { watching: true }),
         t(-1000),
     );
-    for action in m.handle(Input::LockChanged(owner(TOKEN)), t(0)) {
+    for action in m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(0)) {
         let input = match action {
-            Action::ListRecords(job) => Input::RecordsListed {
-                job,
-                result: Ok(JobRecords::default()),
-            },
+            Action::CatchUp(CatchUpAction::ListRecords(job)) => {
+                Input::CatchUp(CatchUpInput::Listed {
+                    job,
+                    result: Ok(JobRecords::default()),
+                })
+            }
             Action::Chains(ChainsAction::ListMarks(job)) => {
                 Input::Chains(ChainsInput::MarksListed {
                     job,
@@ -255,10 +257,10 @@ fn a_submitted_parents_mark_becomes_one_submission_of_the_child_at_the_parents_i
 #[test]
 fn without_a_watch_a_childs_submission_is_claimed_once_made() {
     let mut m = machine(&chained());
-    for action in m.handle(Input::LockChanged(owner(TOKEN)), t(0)) {
-        if let Action::ListRecords(job) = action {
+    for action in m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(0)) {
+        if let Action::CatchUp(CatchUpAction::ListRecords(job)) = action {
             let result = Ok(JobRecords::default());
-            m.handle(Input::RecordsListed { job, result }, t(0));
+            m.handle(Input::CatchUp(CatchUpInput::Listed { job, result }), t(0));
         }
     }
     let mark = submitted_mark(RunStatus::Succeeded);

@@ -155,7 +155,7 @@ impl World {
                 ..
             }) => self.scans.push((generation, after, through)),
             Action::Delayed(DelayedAction::ReadSubmission { id }) => self.reads.push(id),
-            Action::Claim(claim) => {
+            Action::Claims(ClaimAction::Claim(claim)) => {
                 let id = claim.record.submission_id.clone();
                 let Some(id) = id else {
                     return Err(TestCaseError::fail(format!("only submissions: {claim:?}")));
@@ -187,7 +187,7 @@ impl World {
                 prop_assert_eq!(parents, [parent.mark.run_id.as_str()], "{:?}", claim);
                 self.claims.push(claim);
             }
-            Action::StartRun { claim, context, .. } => {
+            Action::Runs(RunAction::Start { claim, context, .. }) => {
                 prop_assert!(
                     self.granted.remove(&claim.record.run_id),
                     "a start only from a granted claim: {claim:?}"
@@ -204,8 +204,8 @@ impl World {
                 prop_assert_eq!(context.parent_runs, vec![parent.mark.run_id.clone()]);
                 self.running.insert(claim.record.run_id.clone(), claim);
             }
-            Action::WriteRecord(claim) => self.writes.push(claim),
-            Action::ListRecords(job) => self.listings.push(job),
+            Action::Claims(ClaimAction::WriteRecord(claim)) => self.writes.push(claim),
+            Action::CatchUp(CatchUpAction::ListRecords(job)) => self.listings.push(job),
             _ => {}
         }
         Ok(())
@@ -214,7 +214,7 @@ impl World {
     fn lock(&mut self, m: &mut FireMachine, kind: u8) -> Result<(), TestCaseError> {
         let status = lock_step(kind, &mut self.epoch);
         self.status = status;
-        self.feed(m, Input::LockChanged(status))
+        self.feed(m, Input::Lock(LockInput::Changed(status)))
     }
 
     /// The submit as ZooKeeper applies it: under the epoch, once per mark.
@@ -321,10 +321,10 @@ impl World {
                 };
                 self.feed(
                     m,
-                    Input::ClaimDone {
+                    Input::Claims(ClaimInput::Done {
                         id: claim.id,
                         result,
-                    },
+                    }),
                 )
             }
             6 if !self.running.is_empty() => {
@@ -340,12 +340,15 @@ impl World {
                 let claim = self.writes.remove(pick(self.writes.len()));
                 let run_id = claim.record.run_id.clone();
                 let write = RecordWrite::Written(claim.version + 1);
-                self.feed(m, Input::RecordWritten { run_id, write })
+                self.feed(
+                    m,
+                    Input::Claims(ClaimInput::RecordWritten { run_id, write }),
+                )
             }
             8 if !self.listings.is_empty() => {
                 let job = self.listings.remove(pick(self.listings.len()));
                 let result = Ok(JobRecords::default());
-                self.feed(m, Input::RecordsListed { job, result })
+                self.feed(m, Input::CatchUp(CatchUpInput::Listed { job, result }))
             }
             _ => Ok(()),
         }

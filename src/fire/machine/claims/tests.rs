@@ -1,7 +1,11 @@
 //! The claims part on its own, without the router.
 
 use super::*;
-use crate::ids::SessionId;
+use std::sync::Arc;
+
+use crate::config::JobConfig;
+use crate::fire::machine::protocol::{FireReason, Me};
+use crate::ids::{NodeId, SessionId};
 
 const TOKEN: FencingToken = FencingToken(7);
 

@@ -562,9 +562,7 @@ fn miss_reason(error: Option<&str>) -> &'static str {
         Some(text) if text.contains("no node owned the lock") => "no_owner",
         Some(text) if text.contains("stalled") || text.contains("ran past their time") => "stalled",
         Some(text) if text.contains("starting_deadline") => "starting_deadline",
-        Some(text) if text.contains(crate::ledger::broadcast::MISSED_BY_A_MEMBER) => {
-            "broadcast_node"
-        }
+        Some(text) if text.contains(crate::run::MISSED_BY_A_MEMBER) => "broadcast_node",
         _ => "other",
     }
 }
@@ -604,10 +602,7 @@ mod tests {
         );
         missed.missed_ticks = Some(4);
         metrics.recorded(&missed);
-        let node_missed = record(
-            RunStatus::Missed,
-            Some(crate::ledger::broadcast::MISSED_BY_A_MEMBER),
-        );
+        let node_missed = record(RunStatus::Missed, Some(crate::run::MISSED_BY_A_MEMBER));
         metrics.recorded(&node_missed);
         metrics.limit_waiting("db", 1);
         metrics.limit_waiting("db", 1);

@@ -1376,8 +1376,7 @@ async fn a_submitted_parents_mark_becomes_its_childs_submission_once_and_never_u
 #[tokio::test]
 async fn a_broadcast_claim_is_fenced_by_its_member_znode_and_the_sweep_records_who_missed_the_tick()
 {
-    use zkcron::ledger::broadcast::{Sweep, sweep};
-    use zkcron::lock::node::LiveMember;
+    use zkcron::ledger::broadcast::{close_gone, read_tick};
     let (a, b, paths, _) = setup("ledger-broadcast").await;
     let (za, zb) = (door(&a), door(&b));
     let token = acquire(&a, &paths).await;
@@ -1439,46 +1438,52 @@ async fn a_broadcast_claim_is_fenced_by_its_member_znode_and_the_sweep_records_w
         "a node with no member znode claims nothing"
     );
 
-    // The owner's sweep of tick 1000: live at its start were b (claimed, open), c (no record,
-    // carries the tag), d (joined after the tick) and e (lacks the tag). b is gone since.
-    let live = |node: &str, since: i64, tags: &[&str]| LiveMember {
-        node_id: NodeId::new(node),
-        ip: "127.0.0.1".to_owned(),
-        tags: tags.iter().map(|t| (*t).to_owned()).collect(),
-        since_unix_ms: since,
-    };
-    let members = [
-        live("b", 0, &["web"]),
-        live("c", 0, &["web", "eu"]),
-        live("d", 1500, &["web"]),
-        live("e", 0, &[]),
-    ];
-    // b leaves the fleet (its session's end deletes the znode as this does).
+    // The owner's sweep of tick 1000 reads what the ledger holds of it: b claimed it; b is
+    // gone from the fleet since (its session's end deletes the znode as this does).
     a.delete(&member, None)
         .await
         .expect("b's member znode goes");
-    let of = Sweep {
-        job: job.clone(),
-        tick_ms: 1000,
-        requires: ["web".to_owned()].into(),
-        token: FencingToken(token),
-        now_ms: 6000,
-        keep: 10,
-        remember: ledger::Remember {
-            now_unix_ms: 6000,
-            window: Duration::ZERO,
-        },
-    };
-    let swept = sweep(&za, &paths, &lock, &members, &of)
+    let read = read_tick(&za, &paths, &lock, &job, 1000)
         .await
-        .expect("swept");
-    let missed: Vec<&NodeId> = swept.missed.iter().map(|r| &r.node_id).collect();
-    assert_eq!(missed, [&NodeId::new("c")]);
-    assert_eq!(
-        swept.interrupted,
-        [NodeId::new("b")],
-        "killed mid-run, gone since"
+        .expect("the tick read");
+    assert_eq!(read.recorded, [NodeId::new("b")].into());
+    assert!(read.live.is_empty(), "b left: {read:?}");
+    assert_eq!(read.records, 2, "b's runs of ticks 0 and 1000");
+    // c, a member at the tick with no record of it, is owed one: `missed`, claimed under the
+    // owner's token like any gap's record (the machine decides who is owed).
+    let missed_of = |node: &str, tick: i64, token: i32| {
+        let record = RunRecord::missed_by_member(
+            &job,
+            tick,
+            (&NodeId::new(node), "127.0.0.1"),
+            FencingToken(token),
+            6000,
+        );
+        ledger::ClaimPlan::new(
+            &paths,
+            record,
+            ClaimMode::Create,
+            false,
+            ledger::OpenRuns::ByRecord,
+        )
+    };
+    missed_of("c", 1000, token)
+        .send_alone(&za)
+        .await
+        .expect("c's missed record");
+    assert!(
+        matches!(
+            missed_of("c", 1000, token).send_alone(&za).await,
+            Err(ClaimError::AlreadyClaimed { .. })
+        ),
+        "a sweep done twice writes nothing twice"
     );
+    // b, killed mid-run and gone since, has its open runs closed.
+    let gone = [NodeId::new("b")];
+    let closed = close_gone(&za, &paths, &job, &gone, 1000, 6000)
+        .await
+        .expect("closed");
+    assert_eq!(closed, gone, "killed mid-run, gone since");
     let status = |node: &str| {
         let path = paths.broadcast_record(&job, 1000, &NodeId::new(node));
         let a = a.clone();
@@ -1492,24 +1497,14 @@ async fn a_broadcast_claim_is_fenced_by_its_member_znode_and_the_sweep_records_w
         Some(RunStatus::Interrupted),
         "b's earlier run, still open when it died, is closed too"
     );
-    assert_eq!(status("d").await, None, "joined after the tick");
-    assert_eq!(status("e").await, None, "lacks the tag");
-    let again = sweep(&za, &paths, &lock, &members, &of)
+    let again = close_gone(&za, &paths, &job, &gone, 1000, 6000)
         .await
-        .expect("swept again");
-    assert_eq!(
-        again,
-        Default::default(),
-        "a sweep done twice writes nothing twice"
-    );
+        .expect("closed again");
+    assert!(again.is_empty(), "nothing closed twice: {again:?}");
     // A sweep by an owner whose token is stale writes nothing.
     acquire(&a, &paths).await;
-    let stale = Sweep {
-        tick_ms: 2000,
-        ..of
-    };
     assert!(matches!(
-        sweep(&za, &paths, &lock, &members, &stale).await,
+        missed_of("c", 2000, token).send_alone(&za).await,
         Err(ClaimError::NotOwner { .. })
     ));
 }

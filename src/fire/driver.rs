@@ -669,31 +669,16 @@ impl Io {
                 self.records
                     .read_sweep_members(s, group, departed, job, tick)
             }
-            BroadcastAction::Sweep {
+            BroadcastAction::ReadTick { job, tick } => {
+                self.records.read_broadcast_tick(s, group, job, tick)
+            }
+            BroadcastAction::CloseGone {
                 job,
-                tick,
-                members,
-                requires,
-                token,
-                keep,
+                through,
+                nodes,
             } => {
-                let now_ms = self.settings.clock.now().timestamp_millis();
-                let sweep = crate::ledger::broadcast::Sweep {
-                    job,
-                    tick_ms: tick.timestamp_millis(),
-                    requires,
-                    token,
-                    now_ms,
-                    keep,
-                    remember: crate::ledger::Remember {
-                        now_unix_ms: now_ms,
-                        // A broadcast's records are ticks': no submission id to remember.
-                        window: Duration::ZERO,
-                    },
-                };
-                let metrics = &self.settings.metrics;
-                self.records
-                    .sweep_broadcast(s, group, metrics, sweep, members)
+                self.records.close_gone_broadcasts(s, job, through, nodes);
+                None
             }
             BroadcastAction::CloseOwn {
                 jobs,

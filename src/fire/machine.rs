@@ -54,8 +54,8 @@ pub use protocol::{
     Action, BroadcastAction, BroadcastInput, CatchUpAction, CatchUpInput, ChainsAction,
     ChainsInput, ClaimAction, ClaimId, ClaimInput, ClaimRefused, ControlAction, ControlInput,
     DelayedAction, DelayedInput, Fence, FireReason, Input, JobRecords, LockAction, LockInput,
-    MISSED_AFTER, Me, RecordWrite, RunAction, START_LEAD, Scanned, StartWrite, SweepFailed,
-    TickClaim, WITHDRAW_LIMIT, Wanted,
+    MISSED_AFTER, Me, RecordWrite, RunAction, START_LEAD, Scanned, StartWrite, TickClaim,
+    TickRecords, WITHDRAW_LIMIT, Wanted,
 };
 use protocol::{Item, is_late};
 use starts::Starts;
@@ -291,6 +291,9 @@ impl FireMachine {
                 }
                 Follow::HandOver => self.maybe_hand_over(now, out),
                 Follow::Stopped => self.maybe_stopped(out),
+                Follow::SweepRecorded { job, tick, result } => {
+                    self.broadcasts.sweeps.recorded(&job, tick, &result, now);
+                }
             }
         }
     }

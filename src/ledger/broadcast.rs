@@ -1,25 +1,21 @@
-//! The owner's sweep of a broadcast job's tick (issue 36): a `missed` record for each live
-//! member that should have run the tick and did not claim it, then the job's old records pruned.
+//! A broadcast job's use cases beside the claim (issue 36): when this node became a member, the
+//! members with when each joined and its tags, what the ledger holds of a tick for the owner's
+//! sweep, and the runs a member left open — its own previous process's, or a member's gone
+//! mid-run — marked `interrupted`.
 //!
-//! Owns: reading the members with when each joined and its tags, which of them a tick's
-//! records lack, and their `missed` records — each one claim of `runs/<job>/<tick>~<node>`
-//! under `check(epoch, token)`, in the same create-once race as the member's own claim.
-//! Must not: decide when a tick is swept (the fire machine does) or claim a member's run.
+//! Owns: those reads, and the compare-and-set that closes a run left open.
+//! Must not: decide who owes a tick or when a tick is swept (the fire machine does), or write
+//! a claim or a `missed` record (those go through the claim, `ledger::claim`).
 
 use super::Ledger;
 use std::collections::{BTreeSet, HashSet};
 
-use super::{
-    ClaimError, ClaimPlan, OpenRuns, Remember, prune, read_versioned, record_names, rewrite_record,
-};
-use crate::ids::{FencingToken, JobName, NodeId};
+use super::{ClaimError, read_versioned, record_names, rewrite_record};
+use crate::ids::{JobName, NodeId};
 use crate::layout::{LedgerPaths, LockPaths};
 use crate::lock::node::{LiveMember, OwnerInfo};
-use crate::run::{ClaimMode, RunRecord, RunStatus};
+use crate::run::RunStatus;
 use crate::zk::Fault;
-
-/// Why a broadcast tick is recorded `missed` for a node (and the metrics' `broadcast_node`).
-pub const MISSED_BY_A_MEMBER: &str = "a live member that did not claim the tick in time";
 
 /// When `me`'s member znode was made (ms since the epoch): from then on this node owes its
 /// runs of broadcast ticks. `None` when it is not there.
@@ -77,116 +73,82 @@ pub async fn live_members(
     Ok(members)
 }
 
-/// One tick's sweep.
-#[derive(Debug, Clone)]
-pub struct Sweep {
-    pub job: JobName,
-    pub tick_ms: i64,
-    pub requires: BTreeSet<String>,
-    pub token: FencingToken,
-    /// The owner's own clock, for the records it writes.
-    pub now_ms: i64,
-    /// The job's `history`: records kept per member.
-    pub keep: usize,
-    pub remember: Remember,
-}
-
-/// What a sweep did.
+/// What the ledger holds of a broadcast tick, for the owner's sweep.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Swept {
-    /// The `missed` records made, one for each member that did not claim the tick.
-    pub missed: Vec<RunRecord>,
-    /// The members gone since the tick's start that had runs still open, this tick's or an
-    /// earlier one's (among its newest [`OWN_LOOK_BACK`]): each run marked `interrupted`.
-    pub interrupted: Vec<NodeId>,
-    /// Old records pruned.
-    pub pruned: usize,
+pub struct TickRecords {
+    /// The members with a record of the tick: their own claim, or a sweep's `missed`.
+    pub recorded: BTreeSet<NodeId>,
+    /// The members live now.
+    pub live: BTreeSet<NodeId>,
+    /// How many records the job has, every member's.
+    pub records: usize,
 }
 
-/// Records `missed` for each member of `members` (those live at the tick's start, and those
-/// gone since that were members then: `fire::driver::departed`) that carries
-/// `sweep.requires`, joined before the tick, and has no record of it; marks `interrupted` the
-/// open runs of each of them that is gone from `group`'s members since — this tick's, and an
-/// earlier tick's still running when its node died (killed mid-run: nobody else would end its
-/// record), among its newest [`OWN_LOOK_BACK`] — then prunes the job's records beyond `keep` per
-/// member.
+/// What the ledger holds of broadcast job `job`'s tick at `tick_ms`, for the owner's sweep: the
+/// members with a record of it, the members live now in `group`, and how many records the job
+/// has.
 ///
 /// # Errors
-/// Listing the records failed, or a claim failed otherwise than by finding the record there
-/// (`NotOwner`: the lock moved; the next owner sweeps again).
-pub async fn sweep(
+/// Listing the records or the members failed.
+pub async fn read_tick(
     client: &Ledger,
     paths: &LedgerPaths,
     group: &LockPaths,
-    members: &[LiveMember],
-    sweep: &Sweep,
-) -> Result<Swept, ClaimError> {
-    let names = record_names(client, paths, &sweep.job).await?;
-    let recorded: HashSet<&NodeId> = names
+    job: &JobName,
+    tick_ms: i64,
+) -> Result<TickRecords, ClaimError> {
+    let names = record_names(client, paths, job).await?;
+    let recorded = names
         .iter()
-        .filter(|name| name.scheduled_unix_ms == sweep.tick_ms)
-        .filter_map(|name| name.node.as_ref())
+        .filter(|name| name.scheduled_unix_ms == tick_ms)
+        .filter_map(|name| name.node.clone())
         .collect();
-    let mut swept = Swept::default();
-    for member in members {
-        let due = member.since_unix_ms < sweep.tick_ms && sweep.requires.is_subset(&member.tags);
-        if !due || recorded.contains(&member.node_id) {
-            continue;
-        }
-        let node = (&member.node_id, member.ip.as_str());
-        let mut record = RunRecord::claimed_broadcast(
-            &sweep.job,
-            sweep.tick_ms,
+    let live = client
+        .zk()
+        .children_if_there(&group.members)
+        .await
+        .map_err(ClaimError::on(&group.members))?
+        .into_iter()
+        .map(|name| NodeId::new(&name))
+        .collect();
+    Ok(TickRecords {
+        recorded,
+        live,
+        records: names.len(),
+    })
+}
+
+/// Marks `interrupted` the runs still open of `nodes` — members at `through_ms` gone since —
+/// among each one's newest [`OWN_LOOK_BACK`] records of `job` through that tick: a run whose
+/// node died mid-run (killed), which nobody else would end. Each is a compare-and-set at the
+/// version read. Returns the nodes that had one.
+///
+/// # Errors
+/// Listing the records failed.
+pub async fn close_gone(
+    client: &Ledger,
+    paths: &LedgerPaths,
+    job: &JobName,
+    nodes: &[NodeId],
+    through_ms: i64,
+    now_ms: i64,
+) -> Result<Vec<NodeId>, ClaimError> {
+    let names = record_names(client, paths, job).await?;
+    let mut closed = Vec::new();
+    for node in nodes {
+        let open = LeftOpen {
+            job,
             node,
-            sweep.token,
-            sweep.now_ms,
-        );
-        record.status = RunStatus::Missed;
-        record.finished_unix_ms = Some(sweep.now_ms);
-        record.error = Some(MISSED_BY_A_MEMBER.to_owned());
-        let plan = ClaimPlan::new(
-            paths,
-            record.clone(),
-            ClaimMode::Create,
-            false,
-            OpenRuns::ByRecord,
-        );
-        match plan.send_alone(client).await {
-            Ok(_) => swept.missed.push(record),
-            Err(ClaimError::AlreadyClaimed { .. }) => {} // its own claim came first
-            Err(err) => return Err(err),
+            through_ms,
+            spare: &HashSet::new(),
+            now_ms,
+            why: "its node left the fleet before the run's end",
+        };
+        if close_open(client, paths, &names, &open).await > 0 {
+            closed.push(node.clone());
         }
     }
-    if !members.is_empty() {
-        let live_now: HashSet<String> = client
-            .zk()
-            .children_if_there(&group.members)
-            .await
-            .map_err(ClaimError::on(&group.members))?
-            .into_iter()
-            .collect();
-        let gone = members
-            .iter()
-            .filter(|member| !live_now.contains(member.node_id.as_str()));
-        for member in gone {
-            let open = LeftOpen {
-                job: &sweep.job,
-                node: &member.node_id,
-                through_ms: sweep.tick_ms,
-                spare: &HashSet::new(),
-                now_ms: sweep.now_ms,
-                why: "its node left the fleet before the run's end",
-            };
-            if close_open(client, paths, &names, &open).await > 0 {
-                swept.interrupted.push(member.node_id.clone());
-            }
-        }
-    }
-    let keep = sweep.keep.saturating_mul(members.len().max(1));
-    if names.len() > keep {
-        swept.pruned = prune(client, paths, &sweep.job, keep, sweep.remember).await?;
-    }
-    Ok(swept)
+    Ok(closed)
 }
 
 /// Whose open runs of which job to close, and why.

@@ -20,6 +20,6 @@ pub use claim::{Claim, ClaimMode};
 pub use key::{Due, RunKey};
 pub use notice::{Notice, NoticeChannels, NoticeKind, Webhook};
 pub use outcome::{OUTPUT_KEPT, OutputTail, RESPONSE_KEPT, RunOutcome, RunReport};
-pub use record::{ParentRun, RecordError, RunRecord, RunStatus};
+pub use record::{MISSED_BY_A_MEMBER, ParentRun, RecordError, RunRecord, RunStatus};
 pub use spec::{ContractKey, JobSpec, Launcher, Program, RunAs, RunContext, SubmissionInput};
 pub use target::{HttpTarget, HttpTls, HttpVersion, Resend};

@@ -11,6 +11,9 @@ use serde::{Deserialize, Serialize};
 use crate::delayed::submission::SubmissionId;
 use crate::ids::{FencingToken, JobName, NodeId};
 
+/// Why a broadcast tick is recorded `missed` for a node (and the metrics' `broadcast_node`).
+pub const MISSED_BY_A_MEMBER: &str = "a live member that did not claim the tick in time";
+
 /// Where a run is in its life. `Claimed` → `Running` → one of the ends; `Interrupted` and
 /// `Skipped` are written by the node that finds them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -328,6 +331,23 @@ impl RunRecord {
             ),
             broadcast: true,
             ..Self::claimed(job, scheduled_unix_ms, node, token, now_unix_ms)
+        }
+    }
+
+    /// The owner's sweep's record of a broadcast tick that live member `node`, a member since
+    /// before it, did not claim in time: `missed`, under the owner's `token`.
+    pub fn missed_by_member(
+        job: &JobName,
+        scheduled_unix_ms: i64,
+        node: (&NodeId, &str),
+        token: FencingToken,
+        now_unix_ms: i64,
+    ) -> Self {
+        Self {
+            status: RunStatus::Missed,
+            finished_unix_ms: Some(now_unix_ms),
+            error: Some(MISSED_BY_A_MEMBER.to_owned()),
+            ..Self::claimed_broadcast(job, scheduled_unix_ms, node, token, now_unix_ms)
         }
     }
 

@@ -1,10 +1,12 @@
 //! The fire driver's I/O for broadcast jobs (issue 36): reading when this node's member znode
-//! was created, a member's claim of its own run of a tick, and the owner's sweep of a tick.
+//! was created, a member's claim of its own run of a tick (fenced by that znode), and the owner's
+//! sweep's readings — a tick's members, what the ledger holds of the tick — and its closing of
+//! the runs members left open.
 //!
-//! Owns: turning the machine's broadcast actions into reads of `members/` and the claims and
-//! sweeps of `ledger`, on the current session.
-//! Must not: decide whether a tick runs here, or when it is swept or swept again (the machine
-//! does).
+//! Owns: turning the machine's broadcast actions into reads of `members/` and the ledger's
+//! broadcast use cases, on the current session.
+//! Must not: decide whether a tick runs here, who owes it, or when it is swept or swept again
+//! (the machine does); write a `missed` record (the claim path does).
 
 use std::sync::Arc;
 
@@ -14,14 +16,12 @@ use super::departed::Departed;
 use super::records::{Records, settled};
 use super::session::{Session, bounded};
 use crate::fire::machine::{
-    BroadcastInput, ClaimInput, ClaimRefused, Input, SweepFailed, TickClaim,
+    BroadcastInput, ClaimInput, ClaimRefused, Input, TickClaim, TickRecords,
 };
 use crate::ids::{JobName, NodeId};
 use crate::layout::LockPaths;
-use crate::ledger::broadcast::{Sweep, close_own, live_members, member_since, sweep};
-use crate::ledger::{ClaimError, ClaimPlan, OpenRuns};
-use crate::lock::node::LiveMember;
-use crate::metrics::Metrics;
+use crate::ledger::broadcast::{close_gone, close_own, live_members, member_since, read_tick};
+use crate::ledger::{ClaimPlan, OpenRuns};
 use crate::report::error_chain;
 
 /// Reads when `me`'s member znode was created (answered as [`BroadcastInput::MembershipRead`]).
@@ -111,57 +111,71 @@ impl Records {
         None
     }
 
-    /// The owner's sweep of a broadcast tick (answered as [`BroadcastInput::Swept`]); what it
-    /// recorded is logged and counted here.
-    pub fn sweep_broadcast(
+    /// Reads what the ledger holds of a broadcast tick for the owner's sweep (answered as
+    /// [`BroadcastInput::TickRead`]).
+    pub fn read_broadcast_tick(
         &self,
         s: &Session,
         group: &LockPaths,
-        metrics: &Arc<Metrics>,
-        sweep_of: Sweep,
-        members: Vec<LiveMember>,
+        job: JobName,
+        tick: DateTime<Utc>,
     ) -> Option<Input> {
-        let (job, tick) = (sweep_of.job.clone(), sweep_of.tick_ms);
-        let at = DateTime::from_timestamp_millis(tick).unwrap_or_default();
         let Some(client) = s.client.clone() else {
-            let result = Err(SweepFailed::Failed(Session::no_session()));
-            return Some(Input::Broadcast(BroadcastInput::Swept {
+            let result = Err(Session::no_session());
+            return Some(Input::Broadcast(BroadcastInput::TickRead {
                 job,
-                tick: at,
+                tick,
                 result,
             }));
         };
-        let (paths, group) = (self.paths.clone(), group.clone());
-        let (metrics, answers) = (Arc::clone(metrics), s.answers.clone());
+        let (paths, group, answers) = (self.paths.clone(), group.clone(), s.answers.clone());
         s.tasks.spawn(async move {
-            let swept =
-                bounded(job.as_str(), sweep(&client, &paths, &group, &members, &sweep_of)).await;
-            let result = match swept {
-                Some(Ok(swept)) => {
-                    for record in &swept.missed {
-                        metrics.recorded(record);
-                    }
-                    if swept.missed.is_empty() && swept.interrupted.is_empty() {
-                        tracing::debug!(job = %job, tick, "broadcast tick swept: every member recorded");
-                    } else {
-                        let missed: Vec<String> =
-                            swept.missed.iter().map(|r| r.node_id.to_string()).collect();
-                        let interrupted: Vec<String> =
-                            swept.interrupted.iter().map(ToString::to_string).collect();
-                        tracing::warn!(job = %job, tick, ?missed, ?interrupted, "broadcast tick missed by live members, or its runs on members gone: recorded");
-                    }
-                    Ok(())
-                }
-                Some(Err(ClaimError::NotOwner { .. })) => {
-                    tracing::info!(job = %job, tick, "broadcast tick not swept: the lock moved; the next owner sweeps it");
-                    Err(SweepFailed::LockMoved)
-                }
-                Some(Err(err)) => Err(SweepFailed::Failed(error_chain(&err))),
-                None => Err(SweepFailed::Failed("zookeeper did not answer in time".to_owned())),
+            let reading = read_tick(&client, &paths, &group, &job, tick.timestamp_millis());
+            let result = match bounded(job.as_str(), reading).await {
+                Some(Ok(read)) => Ok(TickRecords {
+                    recorded: read.recorded,
+                    live: read.live,
+                    records: read.records,
+                }),
+                Some(Err(err)) => Err(error_chain(&err)),
+                None => Err("zookeeper did not answer in time".to_owned()),
             };
-            let _ = answers.send(Input::Broadcast(BroadcastInput::Swept { job, tick: at, result }));
+            let _ = answers.send(Input::Broadcast(BroadcastInput::TickRead {
+                job,
+                tick,
+                result,
+            }));
         });
         None
+    }
+
+    /// Marks `interrupted` the runs left open by `nodes`, members at `through` gone since (see
+    /// [`crate::ledger::broadcast::close_gone`]); logged, nothing answers.
+    pub fn close_gone_broadcasts(
+        &self,
+        s: &Session,
+        job: JobName,
+        through: DateTime<Utc>,
+        nodes: Vec<NodeId>,
+    ) {
+        let Some(client) = s.client.clone() else {
+            return;
+        };
+        let paths = self.paths.clone();
+        s.tasks.spawn(async move {
+            let now_ms = Utc::now().timestamp_millis();
+            let through_ms = through.timestamp_millis();
+            let closing = close_gone(&client, &paths, &job, &nodes, through_ms, now_ms);
+            match bounded(job.as_str(), closing).await {
+                Some(Ok(closed)) if closed.is_empty() => {}
+                Some(Ok(closed)) => {
+                    let closed: Vec<String> = closed.iter().map(ToString::to_string).collect();
+                    tracing::warn!(job = %job, %through, ?closed, "broadcast runs of members gone mid-run: marked interrupted");
+                }
+                Some(Err(err)) => tracing::warn!(job = %job, error = %error_chain(&err), "broadcast runs of members gone not looked for"),
+                None => {}
+            }
+        });
     }
 
     /// Marks what a previous process or session of this node left open (see

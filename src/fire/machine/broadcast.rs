@@ -15,13 +15,14 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
-use super::protocol::{Action, BroadcastAction, is_late};
+use super::protocol::{Action, BroadcastAction, TickRecords, is_late};
 use super::sweeps::{self, Sweeps};
 use crate::config::JobConfig;
 use crate::fire::queue::FireQueue;
 use crate::ids::JobName;
 use crate::lock::LockStatus;
 use crate::lock::node::LiveMember;
+use crate::run::RunRecord;
 
 /// A membership reading that failed is tried again after this long.
 const AGAIN_AFTER: chrono::Duration = chrono::Duration::seconds(1);
@@ -267,6 +268,23 @@ impl Broadcasts {
             return false;
         }
         true
+    }
+
+    /// Answer to [`BroadcastAction::ReadTick`]: the job, and the `missed` records its sweep
+    /// owes, for the claim path.
+    pub fn sweep_tick_read(
+        &mut self,
+        job: &JobName,
+        tick: DateTime<Utc>,
+        result: Result<TickRecords, String>,
+        a: &Lent<'_>,
+        out: &mut Vec<Action>,
+    ) -> Option<(Arc<JobConfig>, Vec<RunRecord>)> {
+        let owed = self
+            .sweeps
+            .tick_read(job, tick, result, &lend_sweeps(&self.jobs, a), out);
+        let config = self.jobs.get(job)?;
+        (!owed.is_empty()).then(|| (Arc::clone(config), owed))
     }
 
     /// Answer to [`BroadcastAction::ReadMembers`].

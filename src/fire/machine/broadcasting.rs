@@ -51,8 +51,17 @@ impl FireMachine {
             BroadcastInput::MembersRead { job, tick, result } => {
                 broadcasts.sweep_members_read(&job, tick, result);
             }
-            BroadcastInput::Swept { job, tick, result } => {
-                broadcasts.sweeps.swept(&job, tick, result, now);
+            BroadcastInput::TickRead { job, tick, result } => {
+                let (broadcasts, lent) = self.broadcasts(now);
+                if let Some((config, owed)) =
+                    broadcasts.sweep_tick_read(&job, tick, result, &lent, out)
+                {
+                    for record in owed {
+                        self.claim_path(now, out, |starts, ctx| {
+                            starts.claim_record_only(ctx, &config, record);
+                        });
+                    }
+                }
             }
         }
         self.maybe_stopped(out);

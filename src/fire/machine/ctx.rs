@@ -11,7 +11,7 @@ use super::chains::Chains;
 use super::housekeeping::Housekeeping;
 use super::jobs::Jobs;
 use super::notices::Streaks;
-use super::protocol::{Action, Me};
+use super::protocol::{Action, ClaimRefused, Me};
 use super::steering::Steering;
 use crate::ids::JobName;
 use crate::lock::LockStatus;
@@ -52,4 +52,10 @@ pub(super) enum Follow {
     HandOver,
     /// A run ended: a stop may be done.
     Stopped,
+    /// A `missed` record of the owner's sweep of a broadcast tick was answered.
+    SweepRecorded {
+        job: JobName,
+        tick: DateTime<Utc>,
+        result: Result<(), ClaimRefused>,
+    },
 }

@@ -258,17 +258,18 @@ pub enum BroadcastAction {
     /// Read the members of a broadcast job's `tick` at its start: those live now, and those
     /// gone since that were members at its instant. Answered by [`BroadcastInput::MembersRead`].
     ReadMembers { job: JobName, tick: DateTime<Utc> },
-    /// The owner's sweep of a broadcast job's `tick`: a `missed` record, under `check(epoch,
-    /// token)`, for each of `members` that carries `requires`, joined before the tick and has
-    /// no record of it; the open runs of those gone since marked `interrupted`; then the job's
-    /// records beyond `keep` per member pruned. Answered by [`BroadcastInput::Swept`].
-    Sweep {
+    /// Read what the ledger holds of a broadcast job's `tick` for the owner's sweep: which
+    /// members have a record of it, who is a member now, how many records the job has.
+    /// Answered by [`BroadcastInput::TickRead`].
+    ReadTick { job: JobName, tick: DateTime<Utc> },
+    /// Mark `interrupted` the runs still open of `nodes`, members at `through` and gone since,
+    /// among each one's newest records of `job` through that tick: a run its node never ended
+    /// (killed mid-run), which nobody else would. Nothing answers; the driver logs what it
+    /// marked, and the next sweep looks again.
+    CloseGone {
         job: JobName,
-        tick: DateTime<Utc>,
-        members: Vec<LiveMember>,
-        requires: std::collections::BTreeSet<String>,
-        token: FencingToken,
-        keep: usize,
+        through: DateTime<Utc>,
+        nodes: Vec<NodeId>,
     },
     /// Mark `interrupted` this node's records of `jobs` before `before` (its membership began)
     /// that are still open, but for the runs in `alive`: what a previous process or session of
@@ -292,21 +293,24 @@ pub enum BroadcastInput {
         tick: DateTime<Utc>,
         result: Result<Vec<LiveMember>, String>,
     },
-    /// A sweep done, or why not.
-    Swept {
+    /// What the ledger holds of `tick` ([`BroadcastAction::ReadTick`]), or why it could not
+    /// be read.
+    TickRead {
         job: JobName,
         tick: DateTime<Utc>,
-        result: Result<(), SweepFailed>,
+        result: Result<TickRecords, String>,
     },
 }
 
-/// Why a broadcast tick's sweep did not finish.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SweepFailed {
-    /// The epoch moved past this owner's token: the tick is the next owner's to sweep.
-    LockMoved,
-    /// Anything else (the driver logged it): worth another attempt.
-    Failed(String),
+/// What the ledger holds of a broadcast tick, for the owner's sweep.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TickRecords {
+    /// The members with a record of the tick: their own claim, or a sweep's `missed`.
+    pub recorded: std::collections::BTreeSet<NodeId>,
+    /// The members live now.
+    pub live: std::collections::BTreeSet<NodeId>,
+    /// How many records the job has, every member's.
+    pub records: usize,
 }
 
 /// Why a claim did not succeed, as far as the machine's decisions go (the driver logs details).

@@ -104,6 +104,9 @@ impl Starts {
                 let mut skipped = claim.clone();
                 skipped.record.status = RunStatus::Skipped;
                 skipped.record.error = Some(reason.to_owned());
+                if pending.is_members() {
+                    return self.members_unstarted(ctx, id, skipped);
+                }
                 ctx.out
                     .push(Action::Claims(ClaimAction::WriteRecord(skipped)));
                 self.settle(ctx, id);
@@ -364,12 +367,19 @@ impl Starts {
             return;
         };
         let (job, tick) = (&pending.config.spec.name, pending.tick);
+        let broadcast = pending.config.broadcast.is_some();
         match &result {
+            // The sweep's record: the sweep reads the answer (a record there is the member's).
+            _ if broadcast && !pending.is_members() => {
+                let result = result.as_ref().map(|_| ()).map_err(Clone::clone);
+                let (job, tick) = (job.clone(), tick);
+                ctx.follow(Follow::SweepRecorded { job, tick, result });
+            }
             Err(why) => {
                 tracing::warn!(job = %job, %tick, ?why, "skipped or missed ticks not recorded")
             }
-            // A member's records are pruned by the owner's sweep, per member.
-            Ok(_) if pending.is_members() => {}
+            // A broadcast job's records are pruned by the owner's sweep, per member.
+            Ok(_) if broadcast => {}
             Ok(claim) => {
                 self.tell(ctx, &claim.record, false);
                 let retention = Retention::of(&pending.config);

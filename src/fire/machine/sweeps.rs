@@ -1,13 +1,18 @@
 //! The owner's sweep of each broadcast tick (issue 36): at the tick's start the members of that
 //! instant are read (those live then, and those gone since that were members at it); once
-//! [`SWEEP_AFTER`] has passed, a `missed` record is made for each of them that did not claim
-//! the tick. A sweep that failed is tried again while this node owns the lock; one the lock
-//! moved under is the next owner's, whose look back sweeps it again.
+//! [`SWEEP_AFTER`] has passed, the tick's records are read, and each of those members that
+//! carries the job's `requires`, joined before the tick and has no record of it is owed a
+//! `missed` record — handed to the claim path like any gap's record (issue 50) — while the
+//! open runs of those gone since are closed. A sweep whose reading or records failed is tried
+//! again while this node owns the lock; one the lock moved under is the next owner's, whose
+//! look back sweeps it again.
 //!
 //! Owns: while this node owns the group's lock, each broadcast job's next tick to sweep, the
-//! sweeps under way (members being read, due, sent) and their attempts.
-//! Must not: read or write anything (the driver does, on [`BroadcastAction::ReadMembers`] and
-//! [`BroadcastAction::Sweep`]), nor run a member's tick (`broadcast`).
+//! sweeps under way (members being read, due, the tick being read, its records out) and their
+//! attempts; who is owed a record.
+//! Must not: read or write anything (the driver does, on [`BroadcastAction::ReadMembers`],
+//! [`BroadcastAction::ReadTick`] and [`BroadcastAction::CloseGone`]; the claim path writes the
+//! records), nor run a member's tick (`broadcast`).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
@@ -15,11 +20,12 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::protocol::{Action, BroadcastAction, SweepFailed};
+use super::protocol::{Action, BroadcastAction, ClaimRefused, TickRecords};
 use super::steering::Steering;
 use crate::config::JobConfig;
-use crate::ids::{FencingToken, JobName};
+use crate::ids::{FencingToken, JobName, NodeId};
 use crate::lock::node::LiveMember;
+use crate::run::RunRecord;
 
 /// How long after a tick's start the owner looks for members that did not claim it (those of
 /// the tick's instant): well past the late-tick rule (`MISSED_AFTER`), after which a member no
@@ -33,7 +39,7 @@ pub(super) const SWEEP_BACK_TICKS: usize = 10;
 /// At most this many ticks of one job begin their sweep at one wake (a long stall does not
 /// flood).
 const SWEEP_BURST: usize = 100;
-/// A tick's sweep is sent this many times at most…
+/// A tick's records are read this many times at most…
 const SWEEP_ATTEMPTS: u32 = 3;
 /// …this long apart.
 const SWEEP_RETRY: chrono::Duration = chrono::Duration::seconds(2);
@@ -43,16 +49,24 @@ const SWEEP_RETRY: chrono::Duration = chrono::Duration::seconds(2);
 enum Sweep {
     /// The members of the tick's instant are being read.
     Reading,
-    /// Read: sent once `at` has come.
+    /// Read: the tick's records are read once `at` has come.
     Due {
         at: DateTime<Utc>,
         members: Vec<LiveMember>,
         attempts: u32,
     },
-    /// Sent: its answer is awaited.
-    Sent {
+    /// The tick's records are being read.
+    Looking {
         members: Vec<LiveMember>,
         attempts: u32,
+    },
+    /// The `missed` records owed are out on the claim path: `out` not answered yet; `failed`:
+    /// one could not be written.
+    Recording {
+        members: Vec<LiveMember>,
+        attempts: u32,
+        out: usize,
+        failed: bool,
     },
 }
 
@@ -148,9 +162,9 @@ impl Sweeps {
     /// Time passed: the ticks that have started have their members read; the sweeps due go
     /// out.
     pub fn tick(&mut self, a: &Lent<'_>, out: &mut Vec<Action>) {
-        let Some(token) = a.token.filter(|_| self.sweeping && !a.stopping) else {
+        if a.token.is_none() || !self.sweeping || a.stopping {
             return;
-        };
+        }
         self.begin_due(a, out);
         let due: Vec<(JobName, DateTime<Utc>)> = self
             .under_way
@@ -165,26 +179,18 @@ impl Sweeps {
             else {
                 continue;
             };
-            let Some(job) = a.jobs.get(&key.0) else {
+            if !a.jobs.contains_key(&key.0) {
                 continue;
-            };
-            out.push(Action::Broadcast(BroadcastAction::Sweep {
+            }
+            out.push(Action::Broadcast(BroadcastAction::ReadTick {
                 job: key.0.clone(),
                 tick: key.1,
-                members: members.clone(),
-                requires: job
-                    .broadcast
-                    .as_ref()
-                    .map(|b| b.requires.clone())
-                    .unwrap_or_default(),
-                token,
-                keep: job.history,
             }));
-            let sent = Sweep::Sent {
+            let looking = Sweep::Looking {
                 members,
                 attempts: attempts + 1,
             };
-            self.under_way.insert(key, sent);
+            self.under_way.insert(key, looking);
         }
     }
 
@@ -247,41 +253,166 @@ impl Sweeps {
         }
     }
 
-    /// Answer to [`BroadcastAction::Sweep`]: done, or tried again [`SWEEP_RETRY`] later while
-    /// attempts are left and the lock has not moved (the driver logged what it did).
-    pub fn swept(
+    /// Answer to [`BroadcastAction::ReadTick`]: the `missed` records owed, for the claim path
+    /// (the sweep waits for their answers in [`Sweeps::recorded`]); the open runs of the members
+    /// gone since closed, and the job's records beyond `history` per member pruned.
+    pub fn tick_read(
         &mut self,
         job: &JobName,
         tick: DateTime<Utc>,
-        result: Result<(), SweepFailed>,
+        result: Result<TickRecords, String>,
+        a: &Lent<'_>,
+        out: &mut Vec<Action>,
+    ) -> Vec<RunRecord> {
+        let key = (job.clone(), tick);
+        if !matches!(self.under_way.get(&key), Some(Sweep::Looking { .. })) {
+            return Vec::new();
+        }
+        let Some(Sweep::Looking { members, attempts }) = self.under_way.remove(&key) else {
+            return Vec::new();
+        };
+        let (Some(token), Some(config)) = (a.token.filter(|_| !a.stopping), a.jobs.get(job)) else {
+            return Vec::new();
+        };
+        let read = match result {
+            Ok(read) => read,
+            Err(why) => {
+                self.failed(key, members, attempts, &why, a.now);
+                return Vec::new();
+            }
+        };
+        let gone: Vec<NodeId> = members
+            .iter()
+            .filter(|member| !read.live.contains(&member.node_id))
+            .map(|member| member.node_id.clone())
+            .collect();
+        if !gone.is_empty() {
+            out.push(Action::Broadcast(BroadcastAction::CloseGone {
+                job: job.clone(),
+                through: tick,
+                nodes: gone,
+            }));
+        }
+        let keep = config.history.saturating_mul(members.len().max(1));
+        if read.records > keep {
+            // A broadcast's records are ticks': no submission id to remember.
+            let remember = Duration::ZERO;
+            out.push(Action::Prune {
+                job: job.clone(),
+                keep,
+                remember,
+            });
+        }
+        let owed = owed_records(config, tick, &members, &read, token, a.now);
+        if owed.is_empty() {
+            tracing::debug!(job = %job, %tick, "broadcast tick swept: every member recorded");
+            return owed;
+        }
+        let missed: Vec<&str> = owed.iter().map(|record| record.node_id.as_str()).collect();
+        tracing::warn!(job = %job, %tick, ?missed, "broadcast tick not claimed in time by live members: recorded missed");
+        let recording = Sweep::Recording {
+            members,
+            attempts,
+            out: owed.len(),
+            failed: false,
+        };
+        self.under_way.insert(key, recording);
+        owed
+    }
+
+    /// The claim of one `missed` record of the sweep of `job`'s `tick` was answered: once all
+    /// are, the sweep is done, or tried again [`SWEEP_RETRY`] later if one failed while attempts
+    /// are left. A record found there is the member's own claim, come first: done. The lock
+    /// moved: the next owner's look back sweeps the tick.
+    pub fn recorded(
+        &mut self,
+        job: &JobName,
+        tick: DateTime<Utc>,
+        result: &Result<(), ClaimRefused>,
         now: DateTime<Utc>,
     ) {
         let key = (job.clone(), tick);
-        let Some(Sweep::Sent { attempts, .. }) = self.under_way.get(&key) else {
+        let Some(Sweep::Recording { out, failed, .. }) = self.under_way.get_mut(&key) else {
             return;
         };
-        let again = match &result {
-            Ok(()) | Err(SweepFailed::LockMoved) => false,
-            Err(SweepFailed::Failed(why)) if *attempts < SWEEP_ATTEMPTS => {
-                tracing::debug!(job = %job, %tick, error = why, "broadcast sweep failed; trying again");
-                true
+        match result {
+            Ok(()) | Err(ClaimRefused::AlreadyClaimed) => {}
+            Err(ClaimRefused::NotOwner) => {
+                tracing::info!(job = %job, %tick, "broadcast tick not swept: the lock moved; the next owner sweeps it");
+                self.under_way.remove(&key);
+                return;
             }
-            Err(SweepFailed::Failed(why)) => {
-                tracing::warn!(job = %job, %tick, error = why, attempts, "broadcast tick not swept");
-                false
-            }
-        };
-        if !again {
-            self.under_way.remove(&key);
+            Err(_) => *failed = true,
+        }
+        *out = out.saturating_sub(1);
+        if *out > 0 {
             return;
         }
-        if let Some(Sweep::Sent { members, attempts }) = self.under_way.remove(&key) {
-            let retry = Sweep::Due {
-                at: now + SWEEP_RETRY,
+        if let Some(Sweep::Recording {
+            members,
+            attempts,
+            failed: true,
+            ..
+        }) = self.under_way.remove(&key)
+        {
+            self.failed(
+                key,
                 members,
                 attempts,
-            };
-            self.under_way.insert(key, retry);
+                "a missed record was not written",
+                now,
+            );
         }
     }
+
+    /// A sweep's reading or records failed: read again [`SWEEP_RETRY`] later while attempts are
+    /// left.
+    fn failed(
+        &mut self,
+        key: (JobName, DateTime<Utc>),
+        members: Vec<LiveMember>,
+        attempts: u32,
+        why: &str,
+        now: DateTime<Utc>,
+    ) {
+        let (job, tick) = (&key.0, key.1);
+        if attempts >= SWEEP_ATTEMPTS {
+            tracing::warn!(job = %job, %tick, error = why, attempts, "broadcast tick not swept");
+            return;
+        }
+        tracing::debug!(job = %job, %tick, error = why, "broadcast sweep failed; trying again");
+        let retry = Sweep::Due {
+            at: now + SWEEP_RETRY,
+            members,
+            attempts,
+        };
+        self.under_way.insert(key, retry);
+    }
+}
+
+/// The `missed` records `tick` of broadcast job `config` owes, under `token`: one for each of
+/// `members` (those of the tick's instant) that carries the job's `requires`, was a member
+/// before the tick, and has no record of it in `read`.
+fn owed_records(
+    config: &JobConfig,
+    tick: DateTime<Utc>,
+    members: &[LiveMember],
+    read: &TickRecords,
+    token: FencingToken,
+    now: DateTime<Utc>,
+) -> Vec<RunRecord> {
+    let requires = config.broadcast.as_ref().map(|b| &b.requires);
+    let (tick_ms, now_ms) = (tick.timestamp_millis(), now.timestamp_millis());
+    members
+        .iter()
+        .filter(|member| {
+            member.since_unix_ms < tick_ms
+                && requires.is_none_or(|requires| requires.is_subset(&member.tags))
+                && !read.recorded.contains(&member.node_id)
+        })
+        .map(|member| {
+            let node = (&member.node_id, member.ip.as_str());
+            RunRecord::missed_by_member(&config.spec.name, tick_ms, node, token, now_ms)
+        })
+        .collect()
 }

@@ -61,17 +61,32 @@ fn sweeps(actions: &[Action]) -> Vec<i64> {
         .collect()
 }
 
-/// The ticks swept, with the members each was swept with.
-fn swept(actions: &[Action]) -> Vec<(i64, Vec<LiveMember>)> {
+/// The ticks swept: what the ledger holds of each is read.
+fn swept(actions: &[Action]) -> Vec<i64> {
     actions
         .iter()
         .filter_map(|a| match a {
-            Action::Broadcast(BroadcastAction::Sweep { tick, members, .. }) => {
-                Some((ms(*tick), members.clone()))
-            }
+            Action::Broadcast(BroadcastAction::ReadTick { tick, .. }) => Some(ms(*tick)),
             _ => None,
         })
         .collect()
+}
+
+/// The sweep's `missed` records sent on the claim path (fenced by the epoch: the owner's).
+fn sweep_claims(actions: &[Action]) -> Vec<TickClaim> {
+    claims(actions)
+        .into_iter()
+        .filter(|claim| claim.fence == Fence::Epoch && claim.record.broadcast)
+        .collect()
+}
+
+/// What the ledger holds of a tick: the members with a record of it, and those live now.
+fn tick_records(recorded: &[&str], live: &[&str], records: usize) -> Result<TickRecords, String> {
+    Ok(TickRecords {
+        recorded: recorded.iter().map(|node| NodeId::new(*node)).collect(),
+        live: live.iter().map(|node| NodeId::new(*node)).collect(),
+        records,
+    })
 }
 
 /// A member of a tick's instant, as the driver reads it.
@@ -93,11 +108,20 @@ fn members_read(tick_ms: i64, members: Vec<LiveMember>) -> Input {
     })
 }
 
-/// The driver's answer to a sweep.
-fn swept_answer(tick_ms: i64, result: Result<(), SweepFailed>) -> Input {
-    Input::Broadcast(BroadcastInput::Swept {
+/// The driver's answer to a sweep's reading of its tick.
+fn tick_read(tick_ms: i64, result: Result<TickRecords, String>) -> Input {
+    Input::Broadcast(BroadcastInput::TickRead {
         job: JobName::new("everywhere"),
         tick: t(tick_ms),
+        result,
+    })
+}
+
+/// The ledger's answer to a claim.
+fn claim_answer(claim: &TickClaim, result: Result<(), ClaimRefused>) -> Input {
+    let result = result.map(|()| Box::new(granted(claim)));
+    Input::Claims(ClaimInput::Done {
+        id: claim.id,
         result,
     })
 }
@@ -242,9 +266,60 @@ fn the_owner_sweeps_each_tick_after_its_grace_and_a_follower_never() {
     );
     assert_eq!(
         swept(&timer_actions(&mut m, 6_000)),
-        vec![(1_000, vec![live("b")])],
-        "looked at SWEEP_AFTER past its start, with the members of its instant"
+        vec![1_000],
+        "looked at SWEEP_AFTER past its start"
     );
+    // b, a member at the tick's instant, has no record of it: it is owed one, `missed`, sent
+    // through the claim path under the owner's token like any gap's record.
+    let actions = m.handle(tick_read(1_000, tick_records(&[], &["b"], 3)), t(6_000));
+    let [owed] = &sweep_claims(&actions)[..] else {
+        panic!("one missed record in {actions:?}");
+    };
+    assert_eq!(owed.record.node_id, NodeId::new("b"));
+    assert_eq!(owed.record.status, RunStatus::Missed);
+    assert_eq!(owed.record.fencing_token, TOKEN);
+    assert_eq!(owed.mode, ClaimMode::Create);
+    // One with a record (its own claim, or a record of an earlier sweep) owes nothing.
+    let mut m = owning(&broadcast(""));
+    timer_actions(&mut m, 1_000);
+    m.handle(members_read(1_000, vec![live("b"), live("n1")]), t(1_000));
+    timer_actions(&mut m, 6_000);
+    let read = tick_records(&["b", "n1"], &["b", "n1"], 3);
+    assert!(sweep_claims(&m.handle(tick_read(1_000, read), t(6_000))).is_empty());
+}
+
+#[test]
+fn a_sweep_closes_the_runs_of_members_gone_and_prunes_per_member() {
+    let mut m = owning(&broadcast(""));
+    timer_actions(&mut m, 1_000);
+    m.handle(members_read(1_000, vec![live("b"), live("c")]), t(1_000));
+    timer_actions(&mut m, 6_000);
+    let actions = m.handle(
+        tick_read(1_000, tick_records(&["b", "c"], &["b"], 500)),
+        t(6_000),
+    );
+    assert!(
+        actions.contains(&Action::Broadcast(BroadcastAction::CloseGone {
+            job: JobName::new("everywhere"),
+            through: t(1_000),
+            nodes: vec![NodeId::new("c")],
+        })),
+        "c, a member at the tick and gone since, has its open runs closed: {actions:?}"
+    );
+    let keep = m_history(&broadcast("")) * 2;
+    assert!(
+        actions.contains(&Action::Prune {
+            job: JobName::new("everywhere"),
+            keep,
+            remember: std::time::Duration::ZERO,
+        }),
+        "the job's records beyond its history per member go: {actions:?}"
+    );
+}
+
+/// A job's `history` as the schedule gives it.
+fn m_history(tables: &str) -> usize {
+    crate::config::jobs_for_test(tables)[0].history
 }
 
 #[test]
@@ -254,30 +329,36 @@ fn a_failed_sweep_is_sent_again_three_times_at_most_and_not_once_the_lock_moved(
     for tick in [1_000, 2_000] {
         m.handle(members_read(tick, vec![live("b")]), t(2_000));
     }
-    let failed = || Err(SweepFailed::Failed("no answer".into()));
-    assert_eq!(swept(&timer_actions(&mut m, 6_000)).len(), 1);
-    m.handle(swept_answer(1_000, failed()), t(6_000));
+    let failed = || Err("no answer".to_owned());
+    assert_eq!(swept(&timer_actions(&mut m, 6_000)), vec![1_000]);
+    m.handle(tick_read(1_000, failed()), t(6_000));
+    assert_eq!(swept(&timer_actions(&mut m, 7_999)), vec![2_000]);
+    // The record 2 000 owes b finds the lock moved: the next owner sweeps that tick.
+    let actions = m.handle(tick_read(2_000, tick_records(&[], &["b"], 3)), t(7_000));
+    let [owed] = &sweep_claims(&actions)[..] else {
+        panic!("one missed record in {actions:?}");
+    };
+    m.handle(claim_answer(owed, Err(ClaimRefused::NotOwner)), t(7_000));
     assert_eq!(
-        swept(&timer_actions(&mut m, 7_999)),
-        vec![(2_000, vec![live("b")])]
-    );
-    m.handle(swept_answer(2_000, Err(SweepFailed::LockMoved)), t(7_000));
-    let again = swept(&timer_actions(&mut m, 8_000));
-    assert_eq!(
-        again,
-        vec![(1_000, vec![live("b")])],
+        swept(&timer_actions(&mut m, 8_000)),
+        vec![1_000],
         "again 2 s after a failure"
     );
-    m.handle(swept_answer(1_000, failed()), t(8_000));
+    // Read, but its record not written: a failure too.
+    let actions = m.handle(tick_read(1_000, tick_records(&[], &["b"], 3)), t(8_000));
+    let [owed] = &sweep_claims(&actions)[..] else {
+        panic!("one missed record in {actions:?}");
+    };
+    let lost = Err(ClaimRefused::Failed("connection loss".into()));
+    m.handle(claim_answer(owed, lost), t(8_000));
     assert_eq!(
-        swept(&timer_actions(&mut m, 10_000)).len(),
-        1,
+        swept(&timer_actions(&mut m, 10_000)),
+        vec![1_000],
         "the third attempt"
     );
-    m.handle(swept_answer(1_000, failed()), t(10_000));
+    m.handle(tick_read(1_000, failed()), t(10_000));
     let later: Vec<i64> = swept(&timer_actions(&mut m, 20_000))
         .into_iter()
-        .map(|(tick, _)| tick)
         .filter(|tick| *tick <= 2_000)
         .collect();
     assert!(
@@ -296,10 +377,7 @@ fn a_tick_whose_members_were_not_read_is_not_swept_by_this_owner() {
         result: Err("no answer".into()),
     });
     m.handle(unread, t(1_000));
-    let ticks: Vec<i64> = swept(&timer_actions(&mut m, 20_000))
-        .into_iter()
-        .map(|(tick, _)| tick)
-        .collect();
+    let ticks = swept(&timer_actions(&mut m, 20_000));
     assert!(!ticks.contains(&1_000), "{ticks:?}");
 }
 

@@ -3,8 +3,9 @@
 //! 36), checked after every step: a tick is claimed once per node, only on time and only after
 //! the node joined, while connected; a run starts only from a granted claim, once; every run's
 //! final record is written, again only after a failure; the owner sweeps only while it owns,
-//! reading a tick's members at its start and sweeping with those members no sooner than
-//! `SWEEP_AFTER` later, again only after a failure, three times at most; the stop waits for
+//! reading a tick's members at its start and its records no sooner than `SWEEP_AFTER` later,
+//! again only after a failure, three times at most, and sends a `missed` record through the
+//! claim path, under its token, only for a member of the tick's instant; the stop waits for
 //! every broadcast run and its record.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -85,8 +86,10 @@ struct World {
     stopped: bool,
     /// Sweeps' member readings out: (job, tick).
     sweep_reads: Vec<(JobName, DateTime<Utc>)>,
-    /// Sweeps out: (job, tick).
+    /// Sweeps' readings of their tick out: (job, tick).
     sweeps_out: Vec<(JobName, DateTime<Utc>)>,
+    /// Sweeps' `missed` records out on the claim path.
+    sweep_claims: Vec<TickClaim>,
     /// The members each sweep under way was answered, and how often it was sent in this hold
     /// of the lock.
     sweep_members: BTreeMap<(JobName, DateTime<Utc>), (Vec<LiveMember>, u32)>,
@@ -186,15 +189,8 @@ impl World {
                 self.sweep_members.remove(&key);
                 self.sweep_reads.push(key);
             }
-            Action::Broadcast(BroadcastAction::Sweep {
-                job,
-                tick,
-                members,
-                token,
-                ..
-            }) => {
+            Action::Broadcast(BroadcastAction::ReadTick { job, tick }) => {
                 prop_assert!(self.status.may_fire, "only the owner sweeps");
-                prop_assert_eq!(Some(token), self.status.token, "under the owner's token");
                 let after =
                     chrono::Duration::from_std(super::super::sweeps::SWEEP_AFTER).expect("small");
                 prop_assert!(
@@ -206,14 +202,39 @@ impl World {
                     !self.sweeps_out.contains(&key),
                     "one sweep out per tick: {key:?}"
                 );
-                let Some((read, sent)) = self.sweep_members.get_mut(&key) else {
+                let Some((_, sent)) = self.sweep_members.get_mut(&key) else {
                     prop_assert!(false, "a sweep only with its members read: {key:?}");
                     return Ok(());
                 };
-                prop_assert_eq!(&members, read, "with the members of its instant");
                 *sent += 1;
                 prop_assert!(*sent <= 3, "three attempts at most: {key:?}");
                 self.sweeps_out.push(key);
+            }
+            Action::Claims(ClaimAction::Claim(claim)) if claim.fence == Fence::Epoch => {
+                prop_assert!(self.status.may_fire, "only the owner sweeps: {claim:?}");
+                prop_assert_eq!(
+                    Some(claim.record.fencing_token),
+                    self.status.token,
+                    "under the owner's token"
+                );
+                let record = &claim.record;
+                prop_assert!(
+                    record.broadcast && record.status == RunStatus::Missed,
+                    "the owner's claims of a broadcast job are its sweep's missed records: {claim:?}"
+                );
+                let tick = DateTime::from_timestamp_millis(record.scheduled_unix_ms);
+                let key = (record.job.clone(), tick.unwrap_or_default());
+                let members = self.sweep_members.get(&key).map(|(members, _)| members);
+                prop_assert!(
+                    members.is_some_and(|members| {
+                        members.iter().any(|m| m.node_id == record.node_id)
+                    }),
+                    "missed only for a member of the tick's instant: {claim:?}"
+                );
+                self.sweep_claims.push(claim);
+            }
+            Action::Broadcast(BroadcastAction::CloseGone { .. }) | Action::Prune { .. } => {
+                prop_assert!(self.status.may_fire, "only the owner sweeps");
             }
             Action::Broadcast(BroadcastAction::CloseOwn { before, alive, .. }) => {
                 prop_assert_eq!(
@@ -304,21 +325,47 @@ impl World {
                 Input::Broadcast(BroadcastInput::MembersRead { job, tick, result }),
             );
         }
+        if let Some((at, claim)) = pick(&self.sweep_claims, i).filter(|_| kind % 2 == 0) {
+            self.sweep_claims.remove(at);
+            let result = match kind % 8 {
+                0 | 2 => Ok(Box::new(granted(&claim))),
+                4 => Err(ClaimRefused::AlreadyClaimed),
+                6 if kind > 128 => Err(ClaimRefused::NotOwner),
+                _ => Err(ClaimRefused::Failed("no answer".into())),
+            };
+            let id = claim.id;
+            return self.feed(m, Input::Claims(ClaimInput::Done { id, result }));
+        }
         let Some((at, (job, tick))) = pick(&self.sweeps_out, i) else {
             return Ok(());
         };
         self.sweeps_out.remove(at);
+        let key = (job.clone(), tick);
+        let members: Vec<NodeId> = self
+            .sweep_members
+            .get(&key)
+            .map(|(members, _)| members.iter().map(|m| m.node_id.clone()).collect())
+            .unwrap_or_default();
         let result = match kind % 3 {
-            0 => Ok(()),
-            1 => Err(SweepFailed::Failed("no answer".into())),
-            _ => Err(SweepFailed::LockMoved),
+            // Nobody recorded: each member is owed a record.
+            0 => Ok(TickRecords {
+                live: members.into_iter().collect(),
+                ..TickRecords::default()
+            }),
+            1 => Err("no answer".to_owned()),
+            // Every member recorded: the sweep is done.
+            _ => {
+                self.sweep_members.remove(&key);
+                Ok(TickRecords {
+                    recorded: members.iter().cloned().collect(),
+                    live: members.into_iter().collect(),
+                    records: 1,
+                })
+            }
         };
-        if result.is_ok() || result == Err(SweepFailed::LockMoved) {
-            self.sweep_members.remove(&(job.clone(), tick));
-        }
         self.feed(
             m,
-            Input::Broadcast(BroadcastInput::Swept { job, tick, result }),
+            Input::Broadcast(BroadcastInput::TickRead { job, tick, result }),
         )
     }
 }

@@ -540,7 +540,10 @@ impl FireMachine {
         self.starts.claims.stop();
         self.jobs.stop();
         self.starts.claims.withdraw_unstarted(out);
-        self.claim_path(now, out, |s, ctx| s.guard_outliving_runs(ctx));
+        self.claim_path(now, out, |s, ctx| {
+            s.guard_outliving_runs(ctx);
+            s.stop_members(ctx);
+        });
         self.maybe_hand_over(now, out);
     }
 
@@ -619,9 +622,11 @@ impl FireMachine {
         let Some(stopping) = self.stopping.as_mut() else {
             return;
         };
-        // A member's claim still out is a run of this node's that its stop must see to the end
-        // (no owner withdraws or resolves it).
-        let idle = self.starts.runs.len() == 0 && !self.starts.claims.members_out();
+        // A member's claim still out is a run of this node's that its stop sees to the end (no
+        // owner withdraws it) — until the handover's limit: one never answered is left to the
+        // owner's sweep, which closes the runs of a member gone.
+        let claims_done = stopping.claims_given_up() || !self.starts.claims.members_out();
+        let idle = self.starts.runs.len() == 0 && claims_done;
         if stopping.stopped(idle) {
             out.push(Action::Stopped);
         }

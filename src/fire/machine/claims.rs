@@ -190,6 +190,21 @@ impl Claims {
         self.by_id.values().any(Pending::is_members)
     }
 
+    /// This node's own claimed runs of broadcast ticks that have not started (waiting for their
+    /// instant, or behind a run of their own).
+    pub fn members_claimed(&self) -> Vec<(ClaimId, Claim)> {
+        self.by_id
+            .iter()
+            .filter(|(_, pending)| pending.is_members())
+            .filter_map(|(id, pending)| match &pending.state {
+                PendingState::Claimed(claim) | PendingState::AfterOwnRun(claim) => {
+                    Some((*id, claim.clone()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Claims and withdrawals whose answer is still out: a handover waits for them.
     pub fn outstanding(&self) -> usize {
         self.by_id

@@ -12,6 +12,8 @@ use super::protocol::WITHDRAW_LIMIT;
 pub(super) struct Stopping {
     hand_over_by: DateTime<Utc>,
     handed_over: bool,
+    /// Handed over with claims still out, at the limit: the stop waits for them no longer.
+    given_up: bool,
     released: bool,
     stopped: bool,
 }
@@ -30,6 +32,7 @@ impl Stopping {
         Self {
             hand_over_by: now + chrono::Duration::from_std(WITHDRAW_LIMIT).unwrap_or_default(),
             handed_over: false,
+            given_up: false,
             released: false,
             stopped: false,
         }
@@ -41,14 +44,21 @@ impl Stopping {
             return HandOver::Wait;
         }
         self.handed_over = true;
+        self.given_up = outstanding > 0;
         HandOver::Now {
-            given_up: outstanding > 0,
+            given_up: self.given_up,
         }
     }
 
     /// When the lock is handed over anyway; `None` once it was.
     pub fn deadline(&self) -> Option<DateTime<Utc>> {
         (!self.handed_over).then_some(self.hand_over_by)
+    }
+
+    /// The claims still out when the lock was handed over at the limit are given up: a stop
+    /// waits for no answer past it (an ensemble that does not answer must not hold the exit).
+    pub fn claims_given_up(&self) -> bool {
+        self.given_up
     }
 
     pub fn released(&mut self) {

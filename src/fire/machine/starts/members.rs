@@ -72,6 +72,14 @@ impl Starts {
         Some(claim)
     }
 
+    /// The stop: this node's claimed runs that have not started are recorded `skipped` now,
+    /// not at their instant (the stop would not wait for it).
+    pub fn stop_members(&mut self, ctx: &mut Ctx<'_>) {
+        for (id, claim) in self.claims.members_claimed() {
+            self.stopped_before_its_start(ctx, id, &claim);
+        }
+    }
+
     /// A member's claimed run the stop came before: recorded `skipped`, since its record says
     /// it runs and no other node will.
     pub(super) fn stopped_before_its_start(

@@ -645,3 +645,53 @@ fn a_stopping_node_sweeps_nothing_even_if_it_gains_the_lock() {
         m.next_deadline()
     );
 }
+
+/// A member's claim whose answer never comes (ZooKeeper lost it, and its read back waits for a
+/// session) holds the stop no longer than the owner's claims do: the handover's limit.
+#[test]
+fn a_stop_waits_for_a_members_claim_no_longer_than_the_handovers_limit() {
+    let mut m = member_since(&broadcast(""), -60_000);
+    assert_eq!(broadcast_claims(&timer_actions(&mut m, 1_000)).len(), 1);
+    let actions = m.handle(Input::Shutdown, t(800));
+    assert!(
+        !actions.contains(&Action::Lock(LockAction::HandOver)),
+        "the claim out is waited for: {actions:?}"
+    );
+    let limit = i64::try_from(WITHDRAW_LIMIT.as_millis()).expect("small");
+    let actions = timer_actions(&mut m, 800 + limit);
+    assert!(
+        actions.contains(&Action::Lock(LockAction::HandOver)),
+        "handed over at the limit: {actions:?}"
+    );
+    let actions = m.handle(Input::Lock(LockInput::Released), t(800 + limit));
+    assert!(
+        actions.contains(&Action::Stopped),
+        "stopped without its answer: {actions:?}"
+    );
+}
+
+/// A member's run claimed and prepared, not yet started, is recorded `skipped` when the stop
+/// begins, not at its instant.
+#[test]
+fn a_members_claimed_run_is_recorded_skipped_when_the_stop_begins() {
+    let mut m = member_since(&broadcast(""), -60_000);
+    let (id, record) = broadcast_claims(&timer_actions(&mut m, 1_000))[0].clone();
+    m.handle(claimed(id, &record), t(760));
+    let actions = m.handle(Input::Shutdown, t(800));
+    let [skipped] = records_written(&actions)[..] else {
+        panic!("its record in {actions:?}");
+    };
+    assert_eq!(skipped.record.status, RunStatus::Skipped);
+    assert!(
+        actions.contains(&Action::Runs(RunAction::Unprepare {
+            run_id: record.run_id.clone()
+        })),
+        "its prepared process goes: {actions:?}"
+    );
+    assert!(
+        !actions.contains(&Action::Stopped),
+        "its record is not written yet"
+    );
+    m.handle(Input::Lock(LockInput::Released), t(900));
+    assert_eq!(m.handle(written(skipped), t(1_000)), vec![Action::Stopped]);
+}

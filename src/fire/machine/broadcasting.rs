@@ -42,14 +42,13 @@ impl FireMachine {
         now: DateTime<Utc>,
         out: &mut Vec<Action>,
     ) {
-        let alive = self.starts.runs.members_alive();
-        let (broadcasts, _) = self.broadcasts(now);
         match input {
             BroadcastInput::MembershipRead(result) => {
-                broadcasts.membership_read(result, alive, now, out);
+                let alive = self.starts.runs.members_alive();
+                self.broadcasts.membership_read(result, alive, now, out);
             }
             BroadcastInput::MembersRead { job, tick, result } => {
-                broadcasts.sweep_members_read(&job, tick, result);
+                self.broadcasts.sweep_members_read(&job, tick, result);
             }
             BroadcastInput::TickRead { job, tick, result } => {
                 let (broadcasts, lent) = self.broadcasts(now);

@@ -319,6 +319,11 @@ impl FireMachine {
         out: &mut Vec<Action>,
     ) {
         let name = &job.spec.name;
+        if self.lock.may_fire {
+            // The owner accounts for every tick it is handed, whatever becomes of it: one let
+            // go instead comes again if the clock steps back over it.
+            self.queue.keep(name, tick);
+        }
         if let Some(skip) = job.calendars.skips(tick) {
             return self.calendar_skips(job, tick, &skip, now, out);
         }
@@ -596,6 +601,8 @@ impl FireMachine {
         );
         if by < chrono::Duration::zero() {
             self.queue = self.queue.stepped_back(now);
+            // Let go by the clock before; the queue hands them out again when they come.
+            self.jobs.forget_declined_after(now);
         }
         if let Some(stopping) = self.stopping.as_mut() {
             stopping.clock_stepped(by);

@@ -29,40 +29,64 @@ pub struct FireQueue {
     /// Each job's latest tick handed out (by index, beside `jobs`: a map would cost every job
     /// a copy of its name), so a rebuilt queue never repeats one.
     popped: Vec<Option<DateTime<Utc>>>,
+    /// Each job's latest tick handed out that the caller kept ([`FireQueue::keep`]): a clock
+    /// stepped back hands out again the ticks after it, and only those.
+    kept: Vec<Option<DateTime<Utc>>>,
 }
+
+/// Each job's latest tick, by name: what a rebuilt queue carries over.
+type Latest<'a> = HashMap<&'a JobName, DateTime<Utc>>;
 
 impl FireQueue {
     /// Queues every enabled job at its first tick strictly after `after` (or, with a jitter,
     /// whose start is after it).
     pub fn new(jobs: &[Arc<JobConfig>], after: DateTime<Utc>) -> Self {
-        Self::resumed(jobs, &HashMap::new(), after)
+        Self::resumed(jobs, &HashMap::new(), &HashMap::new(), after)
     }
 
     /// The queue for `jobs` after a reload at `now`: a job goes on after the latest tick it was
     /// handed out, or at its first tick whose start is after `now`.
     pub fn rebuilt(&self, jobs: &[Arc<JobConfig>], now: DateTime<Utc>) -> Self {
-        let popped: HashMap<&JobName, DateTime<Utc>> = self
-            .jobs
-            .iter()
-            .zip(&self.popped)
-            .filter_map(|(job, last)| Some((&job.spec.name, (*last)?)))
-            .collect();
-        Self::resumed(jobs, &popped, now)
+        Self::resumed(
+            jobs,
+            &self.latest(&self.popped),
+            &self.latest(&self.kept),
+            now,
+        )
     }
 
     /// The queue after the wall clock it follows went back to `now`: a job goes on after the
-    /// latest tick it was handed out, as it would have, or — when none was handed out yet — at
-    /// its first tick after `now`, not after the instant it was queued by the clock before.
-    /// A node corrected to the servers' clock right after it started (`ensemble_clock`) would
-    /// otherwise wait out its offset before its first tick.
+    /// latest tick it handed out and the caller kept, or — when there is none — at its first
+    /// tick after `now`. A tick handed out by the clock before and let go (another node owned
+    /// it) is handed out again: a node corrected to the servers' clock (`ensemble_clock`) had
+    /// let go the ticks of its offset by its own clock ahead, and would otherwise pass over
+    /// them, or wait out its offset before its first tick.
     pub fn stepped_back(&self, now: DateTime<Utc>) -> Self {
-        let jobs = self.jobs.clone();
-        self.rebuilt(&jobs, now)
+        let kept = self.latest(&self.kept);
+        Self::resumed(&self.jobs, &kept, &kept, now)
+    }
+
+    /// `job`'s tick `tick`, handed out, was kept: acted on, not let go. A clock stepped back
+    /// never hands it out again.
+    pub fn keep(&mut self, job: &JobName, tick: DateTime<Utc>) {
+        if let Some(i) = self.index_of(job) {
+            self.kept[i] = Some(self.kept[i].map_or(tick, |kept| kept.max(tick)));
+        }
+    }
+
+    /// `latest` (beside `jobs`) by job name.
+    fn latest(&self, latest: &[Option<DateTime<Utc>>]) -> Latest<'_> {
+        self.jobs
+            .iter()
+            .zip(latest)
+            .filter_map(|(job, last)| Some((&job.spec.name, (*last)?)))
+            .collect()
     }
 
     fn resumed(
         jobs: &[Arc<JobConfig>],
-        popped: &HashMap<&JobName, DateTime<Utc>>,
+        popped: &Latest<'_>,
+        kept: &Latest<'_>,
         now: DateTime<Utc>,
     ) -> Self {
         let jobs: Vec<Arc<JobConfig>> = jobs.iter().filter(|job| job.enabled).cloned().collect();
@@ -75,6 +99,10 @@ impl FireQueue {
             popped: jobs
                 .iter()
                 .map(|job| popped.get(&job.spec.name).copied())
+                .collect(),
+            kept: jobs
+                .iter()
+                .map(|job| kept.get(&job.spec.name).copied())
                 .collect(),
             jobs,
         };
@@ -94,10 +122,14 @@ impl FireQueue {
 
     /// The next tick queued for `job`; `None` when it is disabled, unknown or fires no more.
     pub fn next_of(&self, job: &JobName) -> Option<DateTime<Utc>> {
+        self.next[self.index_of(job)?]
+    }
+
+    fn index_of(&self, job: &JobName) -> Option<usize> {
         let found = self
             .by_name
             .binary_search_by(|i| self.jobs[*i].spec.name.cmp(job));
-        self.next[*self.by_name.get(found.ok()?)?]
+        self.by_name.get(found.ok()?).copied()
     }
 
     /// Takes every job whose tick starts at the earliest start, each with its tick, and queues
@@ -255,9 +287,10 @@ mod tests {
         // Queued by a clock 15 s ahead.
         let mut queue = FireQueue::new(&jobs, at(15_000));
         assert_eq!(drain(&mut queue, at(15_000)).len(), 0);
-        // `a` handed out its tick at 16 s; `b` none yet.
+        // `a` handed out its tick at 16 s, kept; `b` none yet.
         let popped = drain(&mut queue, at(16_000));
         assert_eq!(popped.len(), 1, "{popped:?}");
+        queue.keep(&JobName::new("a"), at(16_000));
         let back = queue.stepped_back(at(1_000));
         assert_eq!(
             back.next_of(&JobName::new("b")),
@@ -267,7 +300,27 @@ mod tests {
         assert_eq!(
             back.next_of(&JobName::new("a")),
             Some(at(17_000)),
-            "a never hands out a tick twice"
+            "a never hands out a tick it kept twice"
+        );
+    }
+
+    /// Issue 53: ticks handed out by a clock 15 s ahead and let go (another node owned them)
+    /// are handed out again once the clock is corrected back; a reload does not repeat them.
+    #[test]
+    fn a_step_back_hands_out_again_the_ticks_let_go() {
+        let jobs = jobs("[[job]]\nname = \"a\"\nschedule = \"* * * * * *\"\nshell = \"true\"\n");
+        let mut queue = FireQueue::new(&jobs, at(10_000));
+        drain(&mut queue, at(12_000));
+        queue.keep(&JobName::new("a"), at(12_000));
+        let let_go = drain(&mut queue, at(25_000));
+        assert_eq!(let_go.len(), 13, "13 through 25, let go");
+        let reloaded = queue.rebuilt(&jobs, at(25_500));
+        assert_eq!(reloaded.next_of(&JobName::new("a")), Some(at(26_000)));
+        let back = reloaded.stepped_back(at(10_500));
+        assert_eq!(
+            back.next_of(&JobName::new("a")),
+            Some(at(13_000)),
+            "the first tick after the last one kept"
         );
     }
 }

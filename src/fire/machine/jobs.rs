@@ -227,6 +227,12 @@ impl Jobs {
         });
     }
 
+    /// Forgets the declined ticks after `now`: the clock went back before them, and the fire
+    /// queue hands them out again when they come.
+    pub fn forget_declined_after(&mut self, now: DateTime<Utc>) {
+        self.declined.retain(|(tick, _)| *tick <= now);
+    }
+
     /// No new start until this node can fire again: catch-up starts over then, and the ticks
     /// held behind it may still be fired within the late-tick rule.
     pub fn cannot_fire(&mut self) {

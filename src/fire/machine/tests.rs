@@ -17,6 +17,7 @@ mod broadcast;
 mod broadcast_properties;
 mod calendars;
 mod chains;
+mod clock_correction;
 mod delayed;
 mod groups;
 mod guards;

@@ -20,6 +20,7 @@ use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::ensemble_clock::Deadline;
 use crate::metrics::Metrics;
 use crate::report::error_chain;
 use crate::run::{
@@ -111,7 +112,7 @@ impl Deliveries {
         target: &HttpTarget,
         ctx: &RunContext,
         cancel: CancellationToken,
-        not_before: Option<DateTime<Utc>>,
+        not_before: Option<Deadline>,
     ) -> RunReport {
         let job = &spec.name;
         let run_id = ctx.run_id.as_str();

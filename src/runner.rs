@@ -47,6 +47,7 @@ pub use hold::{hold_unless_cancelled, hold_until};
 use launch::Start;
 pub use launch::{LAUNCHER_ARG, launch_job};
 
+use crate::ensemble_clock::Deadline;
 pub use output::MAX_LINE_BYTES;
 use output::log_output;
 
@@ -236,7 +237,7 @@ impl fmt::Debug for Prepared {
 /// waits and the job is spawned at its start.
 ///
 /// The job starts at its go, and not before `not_before` (its launcher holds it until then).
-pub fn prepare(spec: &JobSpec, ctx: &RunContext, not_before: Option<DateTime<Utc>>) -> Prepared {
+pub fn prepare(spec: &JobSpec, ctx: &RunContext, not_before: Option<Deadline>) -> Prepared {
     if matches!(spec.program, Program::Http(_)) {
         return Prepared::none();
     }
@@ -273,7 +274,7 @@ pub async fn run_prepared(
     ctx: &RunContext,
     cancel: CancellationToken,
     prepared: Prepared,
-    not_before: Option<DateTime<Utc>>,
+    not_before: Option<Deadline>,
 ) -> RunReport {
     let job = &spec.name;
     let run_id = ctx.run_id.as_str();
@@ -289,10 +290,11 @@ pub async fn run_prepared(
     // instant: its duration and its timeout count from there (issue 50). Its launcher lets it
     // go when the wall clock reaches `not_before`: the instant that is, on the spawn's clock
     // (this task's own wake-up comes a little later).
-    let hold = not_before
+    let on_wall = not_before.map(|deadline| deadline.on_wall());
+    let hold = on_wall
         .and_then(|at| (at - started_at).to_std().ok())
         .unwrap_or_default();
-    let started_at = not_before.map_or(started_at, |at| started_at.max(at));
+    let started_at = on_wall.map_or(started_at, |at| started_at.max(at));
     let pid = group.pid;
     let released = hold_unless_cancelled(not_before, &cancel).await;
     let since = if released {
@@ -356,7 +358,7 @@ async fn start_job(
     ctx: &RunContext,
     cancel: &CancellationToken,
     mut prepared: Prepared,
-    not_before: Option<DateTime<Utc>>,
+    not_before: Option<Deadline>,
 ) -> Result<Started, RunReport> {
     let job = &spec.name;
     let run_id = ctx.run_id.as_str();

@@ -23,6 +23,7 @@ use nix::unistd::Pid;
 use tempfile::TempDir;
 use tokio_util::sync::CancellationToken;
 use tracing::instrument::WithSubscriber;
+use zkcron::ensemble_clock::Deadline;
 use zkcron::run::{JobSpec, Launcher, Program, RunContext, RunOutcome, RunReport, SubmissionInput};
 use zkcron::runner::{MAX_LINE_BYTES, OUTPUT_DRAIN_AFTER_EXIT, prepare, run, run_prepared};
 use zkcron::{FencingToken, JobName, NodeId};
@@ -1153,12 +1154,18 @@ fn epoch_ms(text: &str) -> f64 {
 }
 
 /// Runs `job` not before 300 ms from now — prepared and given its go at once, or spawned at its
-/// start — and checks that its program (`date +%s.%N > $OUT`) did not start any earlier. 300 ms:
-/// a job started at once would be seen starting before it.
-async fn assert_held(job: &JobSpec, out: &Path, prepared_early: bool) {
+/// start; the instant on the wall clock, or on the monotonic one (a node corrected to the
+/// servers' clock) — and checks that its program (`date +%s.%N > $OUT`) did not start any
+/// earlier. 300 ms: a job started at once would be seen starting before it.
+async fn assert_held(job: &JobSpec, out: &Path, prepared_early: bool, monotonic: bool) {
     let not_before = Utc::now() + chrono::Duration::milliseconds(300);
+    let deadline = if monotonic {
+        Deadline::Monotonic(std::time::Instant::now() + Duration::from_millis(300))
+    } else {
+        Deadline::Wall(not_before)
+    };
     let prepared = if prepared_early {
-        let mut prepared = prepare(job, &ctx("run-held"), Some(not_before));
+        let mut prepared = prepare(job, &ctx("run-held"), Some(deadline));
         prepared.go();
         prepared
     } else {
@@ -1169,7 +1176,7 @@ async fn assert_held(job: &JobSpec, out: &Path, prepared_early: bool) {
         &ctx("run-held"),
         CancellationToken::new(),
         prepared,
-        Some(not_before),
+        Some(deadline),
     )
     .await;
     assert_eq!(report.outcome, RunOutcome::Exited { code: 0 });
@@ -1177,7 +1184,7 @@ async fn assert_held(job: &JobSpec, out: &Path, prepared_early: bool) {
     let instant = not_before.timestamp_millis() as f64;
     assert!(
         started >= instant,
-        "{:?}, prepared early: {prepared_early}: started {started} before {instant}",
+        "{:?}, prepared early: {prepared_early}, monotonic: {monotonic}: started {started} before {instant}",
         job.launcher
     );
     assert!(
@@ -1199,11 +1206,13 @@ async fn a_job_never_starts_before_its_instant_however_early_its_go_or_spawn() {
     host_env();
     let dir = tempfile::tempdir().unwrap();
     let (job, out) = shell_out("held", r#"date +%s.%N > "$OUT""#, &dir);
-    // Prepared and given its go at once: the launcher holds the exec.
-    assert_held(&launched(job.clone()), &out, true).await;
-    // Spawned afresh through the launcher, and forked with no launcher: held all the same.
-    assert_held(&launched(job.clone()), &out, false).await;
-    assert_held(&job, &out, false).await;
+    for monotonic in [false, true] {
+        // Prepared and given its go at once: the launcher holds the exec.
+        assert_held(&launched(job.clone()), &out, true, monotonic).await;
+        // Spawned afresh through the launcher, and forked with no launcher: held all the same.
+        assert_held(&launched(job.clone()), &out, false, monotonic).await;
+        assert_held(&job, &out, false, monotonic).await;
+    }
 }
 
 /// Issue 31, defect 2: a run given its go ahead of its instant, cancelled before the instant
@@ -1224,9 +1233,15 @@ async fn a_run_cancelled_before_its_instant_ends_at_once_and_its_job_never_runs(
         ("forked", shell_out("held", r#"echo ran > "$OUT""#, &dir).0),
     ] {
         let context = ctx("run-held");
-        let prepared = prepare(&job, &context, Some(instant));
+        let prepared = prepare(&job, &context, Some(instant.into()));
         let cancel = CancellationToken::new();
-        let run = run_prepared(&job, &context, cancel.clone(), prepared, Some(instant));
+        let run = run_prepared(
+            &job,
+            &context,
+            cancel.clone(),
+            prepared,
+            Some(instant.into()),
+        );
         tokio::pin!(run);
         assert!(
             tokio::time::timeout(Duration::from_millis(300), &mut run)

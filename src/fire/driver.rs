@@ -165,9 +165,7 @@ pub async fn run(
                 trim.give_back();
                 continue;
             }
-            // The instant is the servers' time when the node is corrected: waited for on its
-            // own clock.
-            () = alarm.at(clock.to_local(wake_at)) => Input::Tick,
+            () = alarm.at(&clock, wake_at) => Input::Tick,
         };
         wakes.fed(&input, clock.now());
         trim.counted();

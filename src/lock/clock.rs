@@ -3,8 +3,8 @@
 //! node is too far off the fleet to own the lock (issue 24: a clock behind fires ticks again,
 //! one ahead fires them early).
 //!
-//! Owns: the offset of one sample (our clock at the middle of the round trip against the
-//! server's stamp, good to half the round trip), the estimate over recent samples, and the
+//! Owns: what one sample says (the servers' time against our monotonic clock, good to half
+//! the round trip), the estimate over recent samples, our wall clock's offset from it, and the
 //! verdict against the members.
 //! Must not: read a clock or do I/O (the lock driver measures and feeds the samples in).
 
@@ -12,25 +12,36 @@ use std::collections::VecDeque;
 
 use serde::Serialize;
 
-/// One write of our member node: our clock when the request left and when its answer came, and
-/// the server's stamp on it (`mtime`), all Unix ms.
+/// One write of our member node: this process's monotonic clock (ms from an origin of its own)
+/// when the request left and when its answer came, and the server's stamp on it (`mtime`, Unix
+/// ms). Monotonic, so that a step of our wall clock — during a sample or between two — moves
+/// neither the round trip nor the servers' time that the samples carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClockSample {
-    pub sent_unix_ms: i64,
+    pub sent_monotonic_ms: i64,
+    pub received_monotonic_ms: i64,
     pub server_unix_ms: i64,
-    pub received_unix_ms: i64,
 }
 
 impl ClockSample {
-    /// Our clock minus the server's: positive when ours is ahead.
-    pub fn offset_ms(&self) -> i64 {
-        self.sent_unix_ms + self.round_trip_ms() / 2 - self.server_unix_ms
+    /// The servers' clock minus our monotonic one: added to a monotonic reading, the servers'
+    /// time then (the server stamped the write at the middle of the round trip, as near as we
+    /// can tell).
+    pub fn servers_minus_monotonic_ms(&self) -> i64 {
+        self.server_unix_ms - (self.sent_monotonic_ms + self.round_trip_ms() / 2)
     }
 
     /// How long the write took: twice the sample's uncertainty.
     pub fn round_trip_ms(&self) -> i64 {
-        (self.received_unix_ms - self.sent_unix_ms).max(0)
+        (self.received_monotonic_ms - self.sent_monotonic_ms).max(0)
     }
+}
+
+/// Our wall clock and our monotonic clock, read together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClockReading {
+    pub unix_ms: i64,
+    pub monotonic_ms: i64,
 }
 
 /// Samples an estimate is taken from: the one with the shortest round trip wins, so one slow
@@ -57,12 +68,20 @@ impl ClockEstimate {
         self.samples.push_back(sample);
     }
 
-    /// Our clock minus the servers', from the most precise recent sample; `None` before one.
-    pub fn offset_ms(&self) -> Option<i64> {
+    /// The servers' clock minus our monotonic one, from the most precise recent sample; `None`
+    /// before one.
+    pub fn servers_minus_monotonic_ms(&self) -> Option<i64> {
         self.samples
             .iter()
             .min_by_key(|sample| sample.round_trip_ms())
-            .map(ClockSample::offset_ms)
+            .map(ClockSample::servers_minus_monotonic_ms)
+    }
+
+    /// Our wall clock minus the servers' as `now` reads them: positive when ours is ahead.
+    /// `None` before a sample.
+    pub fn offset_ms(&self, now: ClockReading) -> Option<i64> {
+        let servers = self.servers_minus_monotonic_ms()? + now.monotonic_ms;
+        Some(now.unix_ms - servers)
     }
 }
 
@@ -112,39 +131,69 @@ pub fn judge(mine: i64, others: &[i64], max_offset_ms: i64) -> ClockVerdict {
 mod tests {
     use super::*;
 
+    /// A sample whose write left at monotonic `sent`, was stamped `server` and answered at
+    /// monotonic `received`.
     fn sample(sent: i64, server: i64, received: i64) -> ClockSample {
         ClockSample {
-            sent_unix_ms: sent,
+            sent_monotonic_ms: sent,
+            received_monotonic_ms: received,
             server_unix_ms: server,
-            received_unix_ms: received,
+        }
+    }
+
+    /// Our clocks when the wall clock reads the monotonic one plus `wall_ahead_ms`.
+    fn reading(monotonic_ms: i64, wall_ahead_ms: i64) -> ClockReading {
+        ClockReading {
+            unix_ms: monotonic_ms + wall_ahead_ms,
+            monotonic_ms,
         }
     }
 
     #[test]
     fn a_sample_compares_the_middle_of_the_round_trip_with_the_servers_stamp() {
-        assert_eq!(sample(1_000, 1_005, 1_010).offset_ms(), 0);
-        // 15 s behind: the server stamps 15 s later than our clock says.
-        assert_eq!(sample(1_000, 16_002, 1_004).offset_ms(), -15_000);
-        assert_eq!(sample(20_000, 5_000, 20_000).offset_ms(), 15_000);
-        // A clock stepped back mid-request gives no negative round trip.
-        assert_eq!(sample(1_000, 1_000, 990).offset_ms(), 0);
+        assert_eq!(sample(1_000, 1_005, 1_010).servers_minus_monotonic_ms(), 0);
+        // The servers' clock 15 s after our monotonic one.
+        assert_eq!(
+            sample(1_000, 16_002, 1_004).servers_minus_monotonic_ms(),
+            15_000
+        );
+        // The monotonic clock never goes back; an answer before its request is read as none.
+        assert_eq!(sample(1_000, 1_000, 990).round_trip_ms(), 0);
     }
 
     #[test]
     fn the_estimate_takes_the_most_precise_of_the_last_samples() {
         let mut estimate = ClockEstimate::default();
         let add = |estimate: &mut ClockEstimate, s| estimate.add(s, 1_000);
-        assert_eq!(estimate.offset_ms(), None);
-        add(&mut estimate, sample(0, 0, 2)); // +1, round trip 2
-        add(&mut estimate, sample(100, 0, 400)); // +250, round trip 300: a slow answer
-        assert_eq!(estimate.offset_ms(), Some(1));
-        add(&mut estimate, sample(1_000, 1_000, 1_010)); // +5
-        add(&mut estimate, sample(2_000, 1_000, 2_010)); // +1005: the first sample has left
-        assert_eq!(estimate.offset_ms(), Some(5));
+        let now = reading(3_000, 0);
+        assert_eq!(estimate.offset_ms(now), None);
+        add(&mut estimate, sample(0, 0, 2)); // -1, round trip 2
+        add(&mut estimate, sample(100, 0, 400)); // -250, round trip 300: a slow answer
+        assert_eq!(estimate.offset_ms(now), Some(1));
+        add(&mut estimate, sample(1_000, 995, 1_010)); // -10
+        add(&mut estimate, sample(2_000, 1_000, 2_010)); // -1005: the first sample has left
+        assert_eq!(estimate.offset_ms(now), Some(10));
         // An answer held up by a stalled ensemble (8 s): left out, whatever it would say.
         let mut fresh = ClockEstimate::default();
         add(&mut fresh, sample(10_000, 18_000, 18_000));
-        assert_eq!(fresh.offset_ms(), None, "no estimate from a stall");
+        assert_eq!(fresh.offset_ms(now), None, "no estimate from a stall");
+    }
+
+    /// Issue 53: our wall clock steps back 15 s between two checks, the servers' does not. The
+    /// offset follows the step at once — the samples taken before it still say what the
+    /// servers' time is — and the servers' time carried on the monotonic clock does not move.
+    #[test]
+    fn a_step_of_our_wall_clock_moves_the_offset_at_once_and_not_the_servers_time() {
+        let mut estimate = ClockEstimate::default();
+        // Our wall clock 15 s ahead of the servers', which are the monotonic clock plus 500.
+        estimate.add(sample(0, 502, 4), 1_000);
+        let before = estimate.servers_minus_monotonic_ms();
+        assert_eq!(estimate.offset_ms(reading(5_000, 15_500)), Some(15_000));
+        // Stepped back by NTP: the next reading of our wall clock is 15 s lower.
+        assert_eq!(estimate.offset_ms(reading(6_000, 500)), Some(0));
+        // A later sample, slower than the first, does not displace it; the estimate holds.
+        estimate.add(sample(7_000, 7_510, 7_020), 1_000);
+        assert_eq!(estimate.servers_minus_monotonic_ms(), before);
     }
 
     #[test]

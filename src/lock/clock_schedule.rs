@@ -1,7 +1,7 @@
 //! When the lock driver checks the clock, and what a check's reading becomes: the check goes
 //! out every [`period`] of the session (at once on a new session, and at once again after a
-//! first estimate, which the other members judge their clocks by), and right after the one out
-//! when our member data changed.
+//! first estimate, which the other members judge their clocks by), right after the one out
+//! when our member data changed, and at once when the owner went while our clock kept us out.
 //!
 //! Owns: the check out, the time of the next one, and judging a reading (`ClockWatch`).
 //! Must not: write anything itself (the driver starts each check) or decide what a skewed node
@@ -73,6 +73,20 @@ impl ClockSchedule {
             false
         } else {
             self.checks
+        }
+    }
+
+    /// The owner's lock node went. A node kept out by its clock checks at once: with the owner
+    /// gone it may be alone now, and then it takes over by the servers' clock — its verdict
+    /// must come within the takeover delay, not a period later (issue 53).
+    pub fn owner_gone(&mut self) {
+        if !self.checks || !self.watch.skewed() {
+            return;
+        }
+        if self.checking.is_some() {
+            self.republish = true;
+        } else {
+            self.due.as_mut().reset(Instant::now());
         }
     }
 

@@ -4,16 +4,17 @@
 //! (`lock::clock`). The verdict goes to the lock machine (`Input::ClockJudged`), the metrics
 //! and the log.
 //!
-//! Owns: the requests of one check, the wall clock read around the write (the honest seam: a
-//! node whose clock is wrong reads it wrong here), and saying a verdict once when it changes.
+//! Owns: the requests of one check, the clocks read around the write and at the verdict (the
+//! honest seam: a node whose wall clock is wrong reads it wrong here; the monotonic clock
+//! times the write), and saying a verdict once when it changes.
 //! Must not: decide what a skewed node does (the lock machine does).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::ensemble_clock::EnsembleClock;
+use crate::ensemble_clock::{EnsembleClock, monotonic_ms};
 use crate::ids::NodeId;
-use crate::lock::clock::{self, ClockEstimate, ClockSample, ClockVerdict};
+use crate::lock::clock::{self, ClockEstimate, ClockReading, ClockSample, ClockVerdict};
 use crate::lock::node::OwnerInfo;
 use crate::metrics::Metrics;
 use crate::tally::WriteKind;
@@ -59,16 +60,15 @@ pub async fn read(
     members_dir: String,
     me: NodeId,
 ) -> Result<Reading, String> {
-    let sent_unix_ms = unix_ms_now();
+    let sent_monotonic_ms = monotonic_ms();
     let stat = client
         .set_data(WriteKind::Member, &member, &data, None)
         .await
         .map_err(|err| format!("{member}: {err}"))?;
-    let received_unix_ms = unix_ms_now();
     let sample = ClockSample {
-        sent_unix_ms,
+        sent_monotonic_ms,
+        received_monotonic_ms: monotonic_ms(),
         server_unix_ms: stat.mtime,
-        received_unix_ms,
     };
     let names = client
         .list_children(&members_dir)
@@ -120,7 +120,12 @@ impl ClockWatch {
 
     /// Our offset estimate, to publish in our member node; `None` before the first check.
     pub fn offset_ms(&self) -> Option<i64> {
-        self.estimate.offset_ms()
+        self.estimate.offset_ms(read_clocks())
+    }
+
+    /// The last verdict kept this node out of contention.
+    pub fn skewed(&self) -> bool {
+        self.said == Said::Skewed
     }
 
     /// Takes in one check's answers and judges our clock; `None` while no answer came quickly
@@ -129,14 +134,15 @@ impl ClockWatch {
         let max_ms = i64::try_from(self.settings.max_offset.as_millis()).unwrap_or(i64::MAX);
         // A round trip within the limit bounds the sample's error by half of it.
         self.estimate.add(reading.sample, max_ms);
-        let mine = self.estimate.offset_ms()?;
+        let mine = self.estimate.offset_ms(read_clocks())?;
         let verdict = clock::judge(mine, &reading.others, max_ms);
         if let Some(metrics) = &self.settings.metrics {
             metrics.clock(&verdict);
         }
+        let servers = self.estimate.servers_minus_monotonic_ms();
         self.settings
             .ensemble
-            .set_correction_ms(verdict.correction_ms);
+            .follow(servers.filter(|_| verdict.correction_ms != 0));
         let now = if verdict.skewed {
             Said::Skewed
         } else if verdict.correction_ms != 0 {
@@ -195,8 +201,13 @@ pub fn offset_text(offset_ms: i64) -> String {
     format!("{seconds:+.1} s")
 }
 
-fn unix_ms_now() -> i64 {
-    SystemTime::now()
+/// Our wall clock and our monotonic clock, read together.
+fn read_clocks() -> ClockReading {
+    let unix_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    ClockReading {
+        unix_ms,
+        monotonic_ms: monotonic_ms(),
+    }
 }

@@ -294,6 +294,9 @@ impl<'a> Driver<'a> {
             }
             Wake::Watch(event) => {
                 self.watch = None;
+                if event == Some(NodeEvent::Deleted) {
+                    self.clock.owner_gone();
+                }
                 watch_input(event)
             }
             Wake::Deadline => Some(Input::Tick),

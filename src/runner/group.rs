@@ -15,7 +15,6 @@ use std::path::Path;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use nix::errno::Errno;
 use nix::libc;
 use nix::sys::signal::{Signal, killpg};
@@ -35,6 +34,7 @@ use crate::run::{JobSpec, Program, RunAs, RunContext, RunOutcome};
 use super::error::StartError;
 use super::launch::{self, Start};
 use super::spawn;
+use crate::ensemble_clock::Deadline;
 
 /// How long to wait for the leader to disappear after SIGKILL. Only a process stuck in the kernel
 /// (uninterruptible sleep) takes longer; the run is reported anyway and tokio reaps it later.
@@ -283,7 +283,7 @@ impl Group {
         ctx: &RunContext,
         launcher: &Path,
         start: Start,
-        not_before: Option<DateTime<Utc>>,
+        not_before: Option<Deadline>,
     ) -> Result<Group, StartError> {
         let job = &spec.name;
         let (program, args) = program_of(spec)?;

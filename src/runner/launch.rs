@@ -8,9 +8,11 @@
 //! process group, same pipes. No byte (stdin closed: the run was given up) and the job never
 //! runs. Loading the launcher costs milliseconds (the dynamic loader, the binary's relocations:
 //! 2.9 ms of CPU, issue 33), all of it before the instant. The launcher also holds the exec until
-//! the run's instant (`clock_nanosleep` to the absolute wall-clock time, 1 ns timer slack): the
-//! daemon may give the go a little early, and the job still starts at its instant, never before,
-//! without the daemon's own wake-up in between.
+//! the run's instant (`clock_nanosleep` to the absolute time, 1 ns timer slack): the daemon may
+//! give the go a little early, and the job still starts at its instant, never before, without
+//! the daemon's own wake-up in between. The instant is on the wall clock, or on the monotonic
+//! clock for a node corrected to the servers' time (`ensemble_clock::Deadline`; issue 53: a
+//! step of the wall clock must not move it).
 //!
 //! Owns: the launcher's arguments and what it does before the exec.
 //! Must not: decide anything about the run; the runner spawns, supervises and reports.
@@ -19,15 +21,16 @@ use std::ffi::{OsStr, OsString};
 use std::os::unix::process::CommandExt;
 use std::process::{ExitCode, Stdio};
 
-use chrono::{DateTime, Utc};
 use nix::sys::time::TimeSpec;
 use nix::time::{ClockId, ClockNanosleepFlags};
 use nix::unistd::{Gid, Uid};
 
 use super::spawn::Credentials;
+use crate::ensemble_clock::Deadline;
 
 /// The first argument that makes the zkcron binary the launcher of one job:
-/// `zkcron __launch-job <daemon pid> <when> <not before: unix ns> <user> <program> [args...]`.
+/// `zkcron __launch-job <daemon pid> <when> <not before> <user> <program> [args...]`, where
+/// `<not before>` is Unix ns of the wall clock, or `m` and ns of the monotonic clock.
 /// Not a command for people.
 pub const LAUNCHER_ARG: &str = "__launch-job";
 
@@ -65,11 +68,10 @@ impl Start {
 /// the job execs on `start`, not before `not_before`, as `user` (`-`: as the daemon's user).
 pub(super) fn launcher_args(
     start: Start,
-    not_before: Option<DateTime<Utc>>,
+    not_before: Option<Deadline>,
     user: Option<&Credentials>,
 ) -> [OsString; 5] {
-    // Past 2262 no i64 of nanoseconds reaches: held as long as can be said.
-    let nanos = not_before.map_or(0, |at| at.timestamp_nanos_opt().unwrap_or(i64::MAX));
+    let not_before = not_before.map_or_else(|| "0".to_owned(), not_before_arg);
     let user = user.map_or_else(
         || "-".to_owned(),
         |user| {
@@ -81,9 +83,36 @@ pub(super) fn launcher_args(
         OsString::from(LAUNCHER_ARG),
         OsString::from(std::process::id().to_string()),
         OsString::from(start.arg()),
-        OsString::from(nanos.to_string()),
+        OsString::from(not_before),
         OsString::from(user),
     ]
+}
+
+/// `deadline` as the launcher reads it: wall-clock ns, or `m` and monotonic ns.
+fn not_before_arg(deadline: Deadline) -> String {
+    let wall = |deadline: Deadline| {
+        // Past 2262 no i64 of nanoseconds reaches: held as long as can be said.
+        let at = deadline.on_wall();
+        at.timestamp_nanos_opt().unwrap_or(i64::MAX).to_string()
+    };
+    if let Deadline::Monotonic(_) = deadline {
+        // The launcher's CLOCK_MONOTONIC is ours: one clock for the whole system.
+        if let Ok(now) = nix::time::clock_gettime(ClockId::CLOCK_MONOTONIC) {
+            let left = i64::try_from(deadline.left().as_nanos()).unwrap_or(i64::MAX);
+            let now = now.tv_sec() * 1_000_000_000 + now.tv_nsec();
+            return format!("m{}", now.saturating_add(left));
+        }
+    }
+    wall(deadline)
+}
+
+/// The clock and instant of a `<not before>` argument.
+fn parse_not_before(arg: &OsStr) -> Option<(ClockId, i64)> {
+    let arg = arg.to_str()?;
+    match arg.strip_prefix('m') {
+        Some(nanos) => Some((ClockId::CLOCK_MONOTONIC, nanos.parse().ok()?)),
+        None => Some((ClockId::CLOCK_REALTIME, arg.parse().ok()?)),
+    }
 }
 
 /// `uid:gid:group,group…` as [`launcher_args`] writes it; `-`: none.
@@ -141,9 +170,9 @@ pub fn launch_job(args: &[OsString]) -> ExitCode {
         eprintln!("zkcron: {LAUNCHER_ARG}: unknown start {}", display(start));
         return ExitCode::from(2);
     };
-    let Some(not_before) = not_before.to_str().and_then(|ns| ns.parse::<i64>().ok()) else {
+    let Some((clock, not_before)) = parse_not_before(not_before) else {
         eprintln!(
-            "zkcron: {LAUNCHER_ARG}: not an instant in unix nanoseconds: {}",
+            "zkcron: {LAUNCHER_ARG}: not an instant in nanoseconds (unix, or m and monotonic): {}",
             display(not_before)
         );
         return ExitCode::from(2);
@@ -198,32 +227,28 @@ pub fn launch_job(args: &[OsString]) -> ExitCode {
             command.stdin(Stdio::null());
         }
     }
-    wait_until(not_before);
+    wait_until(clock, not_before);
     let err = command.exec();
     eprintln!("zkcron: cannot run {}: {err}", display(program));
     let not_found = err.kind() == std::io::ErrorKind::NotFound;
     ExitCode::from(if not_found { 127 } else { 126 })
 }
 
-/// Sleeps until the wall clock reads `unix_nanos` (at once if it has passed). The default timer
-/// slack (50 µs) would be most of what is left of a prepared start's delay: 1 ns instead. A
-/// failed sleep is retried until the instant has passed: the job never starts early.
-fn wait_until(unix_nanos: i64) {
+/// Sleeps until `clock` reads `nanos` (at once if it has passed). The default timer slack
+/// (50 µs) would be most of what is left of a prepared start's delay: 1 ns instead. A failed
+/// sleep is retried until the instant has passed: the job never starts early.
+fn wait_until(clock: ClockId, nanos: i64) {
     let _ = nix::sys::prctl::set_timerslack(1);
     let instant = TimeSpec::new(
-        unix_nanos.div_euclid(1_000_000_000),
-        unix_nanos.rem_euclid(1_000_000_000),
+        nanos.div_euclid(1_000_000_000),
+        nanos.rem_euclid(1_000_000_000),
     );
     loop {
-        let now = nix::time::clock_gettime(ClockId::CLOCK_REALTIME);
+        let now = nix::time::clock_gettime(clock);
         if now.is_ok_and(|now| now >= instant) {
             return;
         }
-        let _ = nix::time::clock_nanosleep(
-            ClockId::CLOCK_REALTIME,
-            ClockNanosleepFlags::TIMER_ABSTIME,
-            &instant,
-        );
+        let _ = nix::time::clock_nanosleep(clock, ClockNanosleepFlags::TIMER_ABSTIME, &instant);
     }
 }
 

@@ -57,8 +57,17 @@ impl Alarm {
         Self { precise }
     }
 
-    /// Returns at `at` (at once if it has passed). Cancel safe: the next call sets the timer anew.
-    pub(super) async fn at(&mut self, at: DateTime<Utc>) {
+    /// Returns at `at` by `clock` (at once if it has passed). Cancel safe: the next call sets
+    /// the timer anew.
+    ///
+    /// A node corrected to the servers' clock waits on its monotonic clock, as that time is
+    /// carried: an instant of its own wall clock would move with a step of it, and the wait
+    /// with it, until the next input set the timer anew.
+    pub(super) async fn at(&mut self, clock: &EnsembleClock, at: DateTime<Utc>) {
+        if clock.corrected() {
+            let left = (at - clock.now()).to_std().unwrap_or(Duration::ZERO);
+            return tokio::time::sleep(left).await;
+        }
         if let Some(fd) = &self.precise {
             if wait_precisely(fd, at).await.is_some() {
                 return;
@@ -151,6 +160,10 @@ mod tests {
     /// (bench/fire_lateness.sh measures that).
     const BOUND: Duration = Duration::from_secs(2);
 
+    /// This node's own wall clock, uncorrected.
+    static OWN: std::sync::LazyLock<EnsembleClock> =
+        std::sync::LazyLock::new(EnsembleClock::default);
+
     fn in_ms(ms: i64) -> DateTime<Utc> {
         Utc::now() + chrono::Duration::milliseconds(ms)
     }
@@ -161,7 +174,7 @@ mod tests {
         assert!(alarm.precise.is_some(), "this machine has timerfd");
         for ms in [30, 1, 15] {
             let at = in_ms(ms);
-            tokio::time::timeout(BOUND, alarm.at(at))
+            tokio::time::timeout(BOUND, alarm.at(&OWN, at))
                 .await
                 .expect("rings");
             assert!(Utc::now() >= at, "not before its instant");
@@ -171,11 +184,11 @@ mod tests {
     #[tokio::test]
     async fn a_past_instant_rings_at_once() {
         let mut alarm = Alarm::new();
-        tokio::time::timeout(BOUND, alarm.at(in_ms(-5000)))
+        tokio::time::timeout(BOUND, alarm.at(&OWN, in_ms(-5000)))
             .await
             .expect("rings");
         let epoch = DateTime::<Utc>::UNIX_EPOCH;
-        tokio::time::timeout(BOUND, alarm.at(epoch))
+        tokio::time::timeout(BOUND, alarm.at(&OWN, epoch))
             .await
             .expect("rings");
     }
@@ -185,15 +198,35 @@ mod tests {
         let mut alarm = Alarm::new();
         // An instant given up before it came, which then passes unread: its readiness is
         // stale and must not ring the next, far instant.
-        let given_up = tokio::time::timeout(Duration::ZERO, alarm.at(in_ms(50))).await;
+        let given_up = tokio::time::timeout(Duration::ZERO, alarm.at(&OWN, in_ms(50))).await;
         assert!(given_up.is_err());
         tokio::time::sleep(Duration::from_millis(60)).await;
-        let far = tokio::time::timeout(Duration::from_millis(30), alarm.at(in_ms(3_600_000))).await;
+        let far =
+            tokio::time::timeout(Duration::from_millis(30), alarm.at(&OWN, in_ms(3_600_000))).await;
         assert!(far.is_err(), "an hour ahead does not ring now");
         let at = in_ms(20);
-        tokio::time::timeout(BOUND, alarm.at(at))
+        tokio::time::timeout(BOUND, alarm.at(&OWN, at))
             .await
             .expect("the next instant rings");
         assert!(Utc::now() >= at, "not before its instant");
+    }
+
+    /// A node corrected to the servers' clock (here 15 s behind its own) waits for their
+    /// instant, neither its own clock's reading of it nor 15 s off.
+    #[tokio::test]
+    async fn a_corrected_node_rings_at_the_servers_instant() {
+        let clock = EnsembleClock::default();
+        let servers_behind_ms = 15_000;
+        clock.follow(Some(
+            Utc::now().timestamp_millis()
+                - servers_behind_ms
+                - crate::ensemble_clock::monotonic_ms(),
+        ));
+        let mut alarm = Alarm::new();
+        let at = clock.now() + chrono::Duration::milliseconds(30);
+        tokio::time::timeout(BOUND, alarm.at(&clock, at))
+            .await
+            .expect("rings within the bound, not 15 s off");
+        assert!(clock.now() >= at, "not before the servers' instant");
     }
 }

@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use crate::ensemble_clock::EnsembleClock;
+use crate::ensemble_clock::{Deadline, EnsembleClock};
 
 use super::session::{Session, bounded};
 use crate::fire::machine::{ClaimInput, Input, StartWrite};
@@ -74,7 +74,7 @@ impl Runs {
         }
         let (send, receive) = oneshot::channel();
         self.prepared.insert(context.run_id.clone(), receive);
-        let not_before = self.clock.to_local(not_before);
+        let not_before = self.clock.deadline(not_before);
         s.tasks.spawn(async move {
             // Given up meanwhile (the receiver is gone): dropping it ends the process.
             let _ = send.send(runner::prepare(&spec, &context, Some(not_before)));
@@ -121,7 +121,7 @@ impl Runs {
             context,
             cancel,
             prepared,
-            not_before: self.clock.to_local(not_before),
+            not_before: self.clock.deadline(not_before),
             deliveries: Arc::clone(&self.deliveries),
             clock: Arc::clone(&self.clock),
         };
@@ -164,8 +164,8 @@ struct Run {
     context: run::RunContext,
     cancel: CancellationToken,
     prepared: Process,
-    /// When it starts, by this node's own clock.
-    not_before: DateTime<Utc>,
+    /// When it starts, on the clock that carries the schedule.
+    not_before: Deadline,
     /// Where a run whose target is a URL goes instead of the runner.
     deliveries: Arc<crate::delivery::Deliveries>,
     /// Its record's times are the servers' when the node is corrected.

@@ -13,6 +13,9 @@
 
 mod support;
 
+#[path = "chaos/clock.rs"]
+mod clock;
+
 use std::time::Duration;
 
 use support::chaos::{

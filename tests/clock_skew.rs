@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use support::daemon::{DaemonNode, RECORD_FIRE, read_fires, schedule_text};
+use support::faked_clock::{FakedClock, LIBFAKETIME};
 use support::{fault_lock, shared_ensemble, unique_chroot, wait_for};
 
 const SESSION: Duration = Duration::from_secs(4);
@@ -25,7 +26,6 @@ const DELAY: Duration = Duration::from_secs(1);
 const BEHIND: Duration = Duration::from_secs(15);
 /// Process start, a JVM pause or a busy core, on bounds that are otherwise exact.
 const SLACK: Duration = Duration::from_secs(3);
-const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 
 /// A lock group with one per-second job (`history = 5`) recording its fires: the temp dir, the
 /// fires file and the schedule text.
@@ -215,21 +215,9 @@ async fn a_clock_stepping_back_on_the_owner_does_not_stall_the_next_owner() {
     const AFTER_STEP: i64 = 25_000;
     let _serial = fault_lock();
     let (dir, fires, text) = per_second_job("skew-step");
-    // libfaketime reads its offset from this file (again after at most a second): the clock
-    // steps when the file is rewritten. Monotonic time stays real.
-    let offset = dir.path().join("offset");
-    std::fs::write(&offset, "+0\n").expect("write the offset");
-    let stepper = DaemonNode::start_with_env(
-        dir.path(),
-        "stepper",
-        &text,
-        &[
-            ("LD_PRELOAD", Path::new(LIBFAKETIME)),
-            ("FAKETIME_TIMESTAMP_FILE", &offset),
-            ("FAKETIME_CACHE_DURATION", Path::new("1")),
-            ("FAKETIME_DONT_FAKE_MONOTONIC", Path::new("1")),
-        ],
-    );
+    // Its clock steps when the test sets it. Monotonic time stays real.
+    let clock = FakedClock::new(dir.path(), "stepper", 0);
+    let stepper = DaemonNode::start_with_env(dir.path(), "stepper", &text, &clock.env());
     stepper.wait_log("owns the lock", SESSION + SLACK).await;
     let healthy = DaemonNode::start(dir.path(), "healthy", &text);
     healthy
@@ -242,7 +230,7 @@ async fn a_clock_stepping_back_on_the_owner_does_not_stall_the_next_owner() {
     .await;
 
     let stepped_ms = support::daemon::now_ms();
-    std::fs::write(&offset, format!("-{}s\n", STEP / 1000)).expect("step the clock");
+    clock.set(-STEP / 1000);
     let after = Duration::from_millis(u64::try_from(AFTER_STEP).expect("positive"));
     stepper
         .wait_log("lock handed over to healthy", SESSION * 2 + SLACK)

@@ -22,6 +22,7 @@ use zkcron::layout::{RecordName, parse_tick_node_name};
 use zkcron::run::{RunRecord, RunStatus};
 
 use super::daemon::{DaemonNode, now_ms, schedule_text};
+use super::faked_clock::FakedClock;
 use super::invariants::{self, Observed, OwnerSample, Run, Violation};
 use super::proxy::{Fault, Proxy};
 use super::zk_cluster::{ZkEnsemble, try_wait_for};
@@ -72,6 +73,9 @@ const LOCK: &str = "chaos";
 const ROOT: &str = "/zkcron/chaos";
 /// How often the owner samples are taken from the nodes' lock timelines.
 const SAMPLE_EVERY_MS: i64 = 50;
+/// What the jobs that log the time start with: the true clock, not their node's faked one
+/// (libfaketime is inherited through `LD_PRELOAD`).
+const TRUE_CLOCK: &str = "\"/usr/bin/env\", \"-u\", \"LD_PRELOAD\", ";
 /// How long a process woken from SIGSTOP may take to say what it now believes about the lock:
 /// its runtime's threads, then its lock driver, must be scheduled on a loaded 2-core machine.
 /// An owner that goes on believing it owns for longer than this is caught.
@@ -216,6 +220,17 @@ struct ChaosNode {
     log: PathBuf,
     /// The build it runs: this one when `None`.
     binary: Option<PathBuf>,
+    /// Its wall clock, when it is not the true one.
+    clock: Option<FakedClock>,
+}
+
+impl ChaosNode {
+    /// The true time, in Unix ms, of a line of its JSON log: stamped by its own clock.
+    fn stamp(&self, entry: &serde_json::Value) -> Option<i64> {
+        let at = chrono::DateTime::parse_from_rfc3339(entry["timestamp"].as_str()?).ok()?;
+        let at = at.timestamp_millis();
+        Some(self.clock.as_ref().map_or(at, |clock| clock.to_true_ms(at)))
+    }
 }
 
 /// When a node could not answer for itself: dead or stopped (SIGSTOP).
@@ -433,6 +448,16 @@ impl ChaosCluster {
     /// Starts one more node, with proxies of its own (a member joining); returns its index and
     /// when it was started.
     pub async fn add_node(&mut self) -> (usize, i64) {
+        self.add_node_with_clock(None).await
+    }
+
+    /// Like [`ChaosCluster::add_node`], the node's wall clock `offset` off the true one
+    /// (`offset_s` seconds, ahead when positive), its monotonic clock real; `None`: the
+    /// true clock.
+    pub async fn add_node_with_clock(&mut self, offset_s: Option<i64>) -> (usize, i64) {
+        let clock = offset_s.map(|offset_s| {
+            FakedClock::new(self.dir.path(), &format!("n{}", self.nodes.len()), offset_s)
+        });
         let mut proxies = Vec::with_capacity(self.ensemble.len());
         for server in 0..self.ensemble.len() {
             let upstream = self
@@ -451,6 +476,7 @@ impl ChaosCluster {
             daemon: None,
             log,
             binary: self.fleet.binary.clone(),
+            clock,
         });
         let at = now_ms();
         self.launch(node);
@@ -490,13 +516,13 @@ impl ChaosCluster {
             let what = if job.long {
                 format!(
                     "schedule = \"*/10 * * * * *\"\nconcurrency = \"forbid\"\n\
-                     command = [\"/bin/bash\", \"-c\", '{note}; trap \"note end; exit 143\" TERM; \
+                     command = [{TRUE_CLOCK}\"/bin/bash\", \"-c\", '{note}; trap \"note end; exit 143\" TERM; \
                      note start; sleep 6 & wait $!; note end']\n"
                 )
             } else {
                 format!(
                     "schedule = \"* * * * * *\"\n\
-                     command = [\"/bin/bash\", \"-c\", '{note}; note start; note end']\n"
+                     command = [{TRUE_CLOCK}\"/bin/bash\", \"-c\", '{note}; note start; note end']\n"
                 )
             };
             jobs.push_str(&format!(
@@ -527,7 +553,7 @@ impl ChaosCluster {
             jobs.push_str(&format!(
                 "\n[[job]]\nname = \"{RETRIED}\"\nhistory = 1000\nschedule = \"*/2 * * * * *\"\n\
                  retries = 1\nretry_backoff = \"{backoff}s\"\n\
-                 command = [\"/bin/sh\", \"-c\", 'echo \"$ZKCRON_SCHEDULED_UNIX_MS $ZKCRON_ATTEMPT \
+                 command = [{TRUE_CLOCK}\"/bin/sh\", \"-c\", 'echo \"$ZKCRON_SCHEDULED_UNIX_MS $ZKCRON_ATTEMPT \
                  $ZKCRON_NODE $(date +%s%3N)\" >> {retried}; [ \"$ZKCRON_ATTEMPT\" -ge 2 ]']\n"
             ));
         }
@@ -556,10 +582,13 @@ impl ChaosCluster {
 
     fn launch(&mut self, node: usize) {
         let schedule = self.schedule(node);
-        let daemon = match &self.nodes[node].binary {
-            None => DaemonNode::start(self.dir.path(), &self.nodes[node].id, &schedule),
+        let this = &self.nodes[node];
+        let env = this.clock.as_ref().map(FakedClock::env).unwrap_or_default();
+        let daemon = match &this.binary {
+            None => DaemonNode::start_with_env(self.dir.path(), &this.id, &schedule, &env),
             Some(binary) => {
-                DaemonNode::start_binary(binary, self.dir.path(), &self.nodes[node].id, &schedule)
+                assert!(env.is_empty(), "an older build runs on the true clock");
+                DaemonNode::start_binary(binary, self.dir.path(), &this.id, &schedule)
             }
         };
         self.nodes[node].daemon = Some(daemon);
@@ -735,6 +764,18 @@ impl ChaosCluster {
 
     pub fn len(&self) -> usize {
         self.nodes.len()
+    }
+
+    /// Steps `node`'s wall clock to `offset_s` seconds off the true one (it must have been
+    /// started with a faked clock); it sees the step within a second. Returns when it was
+    /// written.
+    pub fn set_clock(&self, node: usize, offset_s: i64) -> i64 {
+        let clock = self.nodes[node]
+            .clock
+            .as_ref()
+            .expect("a node with a faked clock");
+        clock.set(offset_s);
+        now_ms()
     }
 
     /// SIGKILL; returns when it happened.
@@ -1268,11 +1309,7 @@ impl ChaosCluster {
     /// its own log's latest word on it (`lock acquired`, or `lock lost` / released / given up).
     /// A dead or stopped node says nothing.
     fn owner_samples(&self, stop_ms: i64) -> Vec<OwnerSample> {
-        let words: Vec<Vec<LockWord>> = self
-            .nodes
-            .iter()
-            .map(|node| lock_timeline(&node.log))
-            .collect();
+        let words: Vec<Vec<LockWord>> = self.nodes.iter().map(lock_timeline).collect();
         // Per node and group, (instant ms, owns it from then on); a word of no group (a start)
         // speaks for every group.
         let timelines: Vec<Vec<(&str, Timeline)>> = words
@@ -1562,14 +1599,12 @@ impl ChaosCluster {
 
     /// When node `node` first logged `message` at or after `after_ms`, by its log's own stamp.
     pub fn logged_at(&self, node: usize, message: &str, after_ms: i64) -> Option<i64> {
-        let text = std::fs::read_to_string(&self.nodes[node].log).unwrap_or_default();
+        let node = &self.nodes[node];
+        let text = std::fs::read_to_string(&node.log).unwrap_or_default();
         text.lines()
             .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
             .filter(|entry| entry["fields"]["message"].as_str() == Some(message))
-            .filter_map(|entry| {
-                let at = chrono::DateTime::parse_from_rfc3339(entry["timestamp"].as_str()?).ok()?;
-                Some(at.timestamp_millis())
-            })
+            .filter_map(|entry| node.stamp(&entry))
             .find(|at| *at >= after_ms)
     }
 
@@ -1631,12 +1666,9 @@ impl ChaosCluster {
 
     /// Node `node`'s log lines stamped at or after `from_ms`, the last `lines` of them.
     pub fn log_since(&self, node: usize, from_ms: i64, lines: usize) -> String {
-        let text = std::fs::read_to_string(&self.nodes[node].log).unwrap_or_default();
-        let stamped = |line: &str| {
-            let entry: serde_json::Value = serde_json::from_str(line).ok()?;
-            let at = chrono::DateTime::parse_from_rfc3339(entry["timestamp"].as_str()?).ok()?;
-            Some(at.timestamp_millis())
-        };
+        let node = &self.nodes[node];
+        let text = std::fs::read_to_string(&node.log).unwrap_or_default();
+        let stamped = |line: &str| node.stamp(&serde_json::from_str(line).ok()?);
         let kept: Vec<&str> = text
             .lines()
             .filter(|line| stamped(line).is_none_or(|at| at >= from_ms))
@@ -1768,8 +1800,8 @@ struct LockWord {
 }
 
 /// A node's own words on the locks, from its JSON log.
-fn lock_timeline(log: &Path) -> Vec<LockWord> {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
+fn lock_timeline(node: &ChaosNode) -> Vec<LockWord> {
+    let text = std::fs::read_to_string(&node.log).unwrap_or_default();
     let mut timeline = Vec::new();
     for line in text.lines() {
         let Ok(entry) = serde_json::from_str::<serde_json::Value>(line) else {
@@ -1787,10 +1819,7 @@ fn lock_timeline(log: &Path) -> Vec<LockWord> {
             ) => false,
             _ => continue,
         };
-        let Some(at) = entry["timestamp"]
-            .as_str()
-            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-        else {
+        let Some(at_ms) = node.stamp(&entry) else {
             continue;
         };
         let group = match entry["fields"]["path"].as_str() {
@@ -1801,11 +1830,7 @@ fn lock_timeline(log: &Path) -> Vec<LockWord> {
             },
             None => None,
         };
-        timeline.push(LockWord {
-            at_ms: at.timestamp_millis(),
-            group,
-            owns,
-        });
+        timeline.push(LockWord { at_ms, group, owns });
     }
     timeline
 }

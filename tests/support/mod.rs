@@ -11,6 +11,7 @@
 pub mod browser;
 pub mod chaos;
 pub mod daemon;
+pub mod faked_clock;
 pub mod http;
 pub mod invariants;
 pub mod node;

@@ -1,0 +1,73 @@
+//! A node's wall clock set off the true one by libfaketime (Debian's `faketime` package), its
+//! monotonic clock left real: the skew, drift and steps of a host whose time sync failed.
+//!
+//! The offset is read from a file (again at most a second after it changed), so a test steps
+//! the clock of a running node by rewriting it.
+//!
+//! Owns: the offset file and the environment that puts a process under it.
+//! Must not: start processes (`daemon` does, with [`FakedClock::env`]).
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use super::daemon::now_ms;
+
+/// Where Debian's `faketime` package puts the library.
+pub const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+/// One process's faked clock.
+#[derive(Debug)]
+pub struct FakedClock {
+    offset_file: PathBuf,
+    /// (true time it was set, in Unix ms; its offset in ms), oldest first.
+    history: Mutex<Vec<(i64, i64)>>,
+}
+
+impl FakedClock {
+    /// A clock `offset_s` seconds off the true one (ahead when positive), its offset kept in
+    /// `dir/name.faketime`.
+    pub fn new(dir: &Path, name: &str, offset_s: i64) -> Self {
+        assert!(
+            Path::new(LIBFAKETIME).exists(),
+            "{LIBFAKETIME} is missing: apt-get install -y faketime"
+        );
+        let clock = Self {
+            offset_file: dir.join(format!("{name}.faketime")),
+            history: Mutex::new(Vec::new()),
+        };
+        clock.set(offset_s);
+        clock
+    }
+
+    /// Steps the clock to `offset_s` seconds off the true one; the process sees it within a
+    /// second (libfaketime's cache of the file).
+    pub fn set(&self, offset_s: i64) {
+        std::fs::write(&self.offset_file, format!("{offset_s:+}s\n"))
+            .expect("write the clock offset");
+        let mut history = self.history.lock().unwrap_or_else(|e| e.into_inner());
+        history.push((now_ms(), offset_s * 1000));
+    }
+
+    /// The true time of an instant this clock read as `faked_ms`: by the offset in force then
+    /// (within a second of a step, either side's).
+    pub fn to_true_ms(&self, faked_ms: i64) -> i64 {
+        let history = self.history.lock().unwrap_or_else(|e| e.into_inner());
+        let offset = history
+            .iter()
+            .take_while(|(set_ms, offset_ms)| *set_ms <= faked_ms - offset_ms)
+            .last()
+            .or(history.first())
+            .map_or(0, |(_, offset_ms)| *offset_ms);
+        faked_ms - offset
+    }
+
+    /// The environment that puts a process under this clock.
+    pub fn env(&self) -> Vec<(&'static str, &Path)> {
+        vec![
+            ("LD_PRELOAD", Path::new(LIBFAKETIME)),
+            ("FAKETIME_TIMESTAMP_FILE", &self.offset_file),
+            ("FAKETIME_CACHE_DURATION", Path::new("1")),
+            ("FAKETIME_DONT_FAKE_MONOTONIC", Path::new("1")),
+        ]
+    }
+}

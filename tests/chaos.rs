@@ -15,6 +15,8 @@ mod support;
 
 #[path = "chaos/clock.rs"]
 mod clock;
+#[path = "chaos/network.rs"]
+mod network;
 
 use std::time::Duration;
 
@@ -225,34 +227,7 @@ async fn sigstop_of_the_owner_beyond_the_session() {
 /// The owner cut off from every server for `span`: its peers take over when its session
 /// expires (beyond), or it keeps the lock (within).
 async fn partition_of_the_owner(name: &str, fault: Fault, span: Duration) {
-    let _guard = fault_lock();
-    let cluster = ChaosCluster::start(name, 3).await;
-    cluster.run_for(BEFORE).await;
-    let (owner, id) = cluster.owner_and_id().await;
-    let from = cluster.partition(owner, fault);
-    tokio::time::sleep(span).await;
-    let to = cluster.partition(owner, Fault::None);
-    cluster.run_for(AFTER).await;
-    let beyond = span > SESSION;
-    if !beyond {
-        assert_eq!(
-            cluster.owner().await,
-            owner,
-            "the session survived: so did the lock"
-        );
-    }
-    let report = cluster
-        .finish(Some(if beyond {
-            FaultWindow::between(from, to, CATCH_UP).hitting(id)
-        } else {
-            FaultWindow::between(from, to, SESSION + CATCH_UP)
-        }))
-        .await;
-    if beyond {
-        report.assert_failover_within(REPLACED_WITHIN);
-    } else {
-        report.assert_holds();
-    }
+    network::network_fault(name, network::Hit::Owner, fault, span, span > SESSION).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -865,6 +865,15 @@ impl ChaosCluster {
         now_ms()
     }
 
+    /// The loopback ports through which `node` reaches the servers (its proxies').
+    pub fn proxy_ports(&self, node: usize) -> Vec<u16> {
+        self.nodes[node]
+            .proxies
+            .iter()
+            .map(|proxy| proxy.addr().port())
+            .collect()
+    }
+
     /// Waits for a start of [`FAST`] after `after_ms`, on a node other than `not_on` if given.
     pub async fn wait_fast_start(
         &self,

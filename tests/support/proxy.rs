@@ -2,16 +2,18 @@
 //! ZooKeeper without root (issue "Faster recovery and proof under faults", the chaos suite).
 //!
 //! Owns: one listening port on 127.0.0.1, the connections accepted on it and their upstream
-//! connections, and what passes between them ([`Fault`]).
+//! connections, and what passes between them, when ([`Fault`]).
 //! Must not: know ZooKeeper's protocol; it moves bytes or drops them.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 
 /// What the proxy does to the traffic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,10 +23,43 @@ pub enum Fault {
     /// Requests reach the server, its answers are dropped: the server hears the client (its
     /// session stays alive) while the client hears nothing.
     MuteReplies,
+    /// The client's requests are dropped, the server's answers and notifications pass: the
+    /// client hears the server while the server does not hear it (its session expires).
+    MuteRequests,
     /// Connections are accepted and kept, nothing passes either way.
     Blackhole,
     /// Open connections are closed and new ones closed at once.
     Cut,
+    /// Every byte passes, `ms` late, in order, both ways: a slow or distant network.
+    Delay { ms: u64 },
+    /// One direction is held: its bytes wait, in order, and pass when the fault is lifted (a
+    /// stalled link, a full send buffer); the other passes.
+    Stall(Direction),
+}
+
+impl Fault {
+    /// Whether bytes going `direction` are kept (now or later) rather than dropped.
+    fn keeps(self, direction: Direction) -> bool {
+        match self {
+            Fault::None | Fault::Delay { .. } | Fault::Stall(_) => true,
+            Fault::MuteReplies => direction == Direction::Requests,
+            Fault::MuteRequests => direction == Direction::Replies,
+            Fault::Blackhole | Fault::Cut => false,
+        }
+    }
+
+    /// How late the bytes read now go out.
+    fn delay(self) -> Duration {
+        match self {
+            Fault::Delay { ms } => Duration::from_millis(ms),
+            _ => Duration::ZERO,
+        }
+    }
+
+    /// Whether bytes going `direction` wait before going out.
+    fn holds(self, direction: Direction) -> bool {
+        self == Fault::Stall(direction)
+    }
 }
 
 /// A running proxy; stops (closing every connection) when dropped.
@@ -102,40 +137,85 @@ async fn relay(client: TcpStream, upstream: SocketAddr, fault: watch::Receiver<F
     }
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Direction {
+/// Which way bytes go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// From the client to the server.
     Requests,
+    /// From the server to the client.
     Replies,
 }
 
+/// Bytes read, and when they may go out.
+type Chunk = (Instant, Vec<u8>);
+
+/// Moves `direction`'s bytes from `from` to `to` as the fault allows: read at once (so a
+/// delay is a latency, not a throughput limit), written when due.
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
-    mut to: tokio::net::tcp::OwnedWriteHalf,
+    to: tokio::net::tcp::OwnedWriteHalf,
     mut fault: watch::Receiver<Fault>,
     direction: Direction,
 ) {
-    let mut buf = vec![0_u8; 64 * 1024];
-    loop {
-        let read = tokio::select! {
-            read = from.read(&mut buf) => read,
-            changed = fault.changed() => {
-                if changed.is_err() || *fault.borrow() == Fault::Cut {
-                    return;
+    let (chunks, due) = mpsc::unbounded_channel::<Chunk>();
+    let writing = write_out(to, due, fault.clone(), direction);
+    let reading = async {
+        let mut buf = vec![0_u8; 64 * 1024];
+        loop {
+            let read = tokio::select! {
+                read = from.read(&mut buf) => read,
+                changed = fault.changed() => {
+                    if changed.is_err() || *fault.borrow() == Fault::Cut {
+                        return;
+                    }
+                    continue;
                 }
-                continue;
+            };
+            let n = match read {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            let now = *fault.borrow();
+            if now == Fault::Cut {
+                return;
             }
-        };
-        let n = match read {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        let passes = match *fault.borrow() {
-            Fault::None => true,
-            Fault::MuteReplies => direction == Direction::Requests,
-            Fault::Blackhole => false,
-            Fault::Cut => return,
-        };
-        if passes && to.write_all(&buf[..n]).await.is_err() {
+            if now.keeps(direction)
+                && chunks
+                    .send((Instant::now() + now.delay(), buf[..n].to_vec()))
+                    .is_err()
+            {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        () = reading => {}
+        () = writing => {}
+    }
+}
+
+/// Writes each chunk at its instant, holding it while `direction` is stalled.
+async fn write_out(
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut due: mpsc::UnboundedReceiver<Chunk>,
+    mut fault: watch::Receiver<Fault>,
+    direction: Direction,
+) {
+    while let Some((at, bytes)) = due.recv().await {
+        tokio::time::sleep_until(at).await;
+        loop {
+            let now = *fault.borrow_and_update();
+            if now == Fault::Cut {
+                return;
+            }
+            if !now.holds(direction) {
+                break;
+            }
+            if fault.changed().await.is_err() {
+                return;
+            }
+        }
+        if to.write_all(&bytes).await.is_err() {
             return;
         }
     }

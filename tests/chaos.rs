@@ -15,6 +15,8 @@ mod support;
 
 #[path = "chaos/clock.rs"]
 mod clock;
+#[path = "chaos/disk.rs"]
+mod disk;
 #[path = "chaos/network.rs"]
 mod network;
 

@@ -25,7 +25,7 @@ use super::daemon::{DaemonNode, now_ms, schedule_text};
 use super::faked_clock::FakedClock;
 use super::invariants::{self, Observed, OwnerSample, Run, Violation};
 use super::proxy::{Fault, Proxy};
-use super::zk_cluster::{ZkEnsemble, try_wait_for};
+use super::zk_cluster::{ServerOptions, ZkEnsemble, try_wait_for};
 
 /// The session timeout the issue's reporter ran with.
 pub const SESSION: Duration = Duration::from_secs(4);
@@ -345,7 +345,14 @@ impl ChaosCluster {
         F: FnOnce(Client) -> Fut,
         Fut: std::future::Future<Output = ()>,
     {
-        Self::start_fleet(name, nodes, Fleet::single(), prepare).await
+        Self::start_fleet(
+            name,
+            nodes,
+            Fleet::single(),
+            ServerOptions::default(),
+            prepare,
+        )
+        .await
     }
 
     /// Like [`ChaosCluster::start`], with the on-demand job [`SUB`] in the schedule besides
@@ -356,7 +363,7 @@ impl ChaosCluster {
             submitted_chain: true,
             ..Fleet::single()
         };
-        Self::start_fleet(name, nodes, fleet, |_| async {}).await
+        Self::start_fleet(name, nodes, fleet, ServerOptions::default(), |_| async {}).await
     }
 
     /// Like [`ChaosCluster::start_with_submissions`], with [`RETRIED`] too, every node running
@@ -371,7 +378,7 @@ impl ChaosCluster {
             binary,
             ..Fleet::single()
         };
-        Self::start_fleet(name, nodes, fleet, |_| async {}).await
+        Self::start_fleet(name, nodes, fleet, ServerOptions::default(), |_| async {}).await
     }
 
     /// A fleet (issue 19): `named` lock groups besides the default one (see
@@ -384,8 +391,14 @@ impl ChaosCluster {
         named: usize,
         balanced_within: Duration,
     ) -> Self {
-        let mut cluster =
-            Self::start_fleet(name, nodes, Fleet::with_groups(named), |_| async {}).await;
+        let mut cluster = Self::start_fleet(
+            name,
+            nodes,
+            Fleet::with_groups(named),
+            ServerOptions::default(),
+            |_| async {},
+        )
+        .await;
         cluster
             .wait_balanced("the groups balanced at the start", balanced_within)
             .await;
@@ -395,12 +408,33 @@ impl ChaosCluster {
         cluster
     }
 
-    async fn start_fleet<F, Fut>(name: &str, nodes: usize, fleet: Fleet, prepare: F) -> Self
+    /// Like [`ChaosCluster::start`], the servers run as `options` says (their disks faultable,
+    /// quotas enforced…), and `prepare` run on the ensemble before any node starts.
+    pub async fn start_on<F, Fut>(
+        name: &str,
+        nodes: usize,
+        options: ServerOptions,
+        prepare: F,
+    ) -> Self
     where
         F: FnOnce(Client) -> Fut,
         Fut: std::future::Future<Output = ()>,
     {
-        let ensemble = ZkEnsemble::start(3).expect("start a 3-server ensemble");
+        Self::start_fleet(name, nodes, Fleet::single(), options, prepare).await
+    }
+
+    async fn start_fleet<F, Fut>(
+        name: &str,
+        nodes: usize,
+        fleet: Fleet,
+        options: ServerOptions,
+        prepare: F,
+    ) -> Self
+    where
+        F: FnOnce(Client) -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
+        let ensemble = ZkEnsemble::start_options(3, options).expect("start a 3-server ensemble");
         let dir = tempfile::Builder::new()
             .prefix("zkcron-chaos-")
             .tempdir()

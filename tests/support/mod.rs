@@ -14,6 +14,7 @@ pub mod daemon;
 pub mod faked_clock;
 pub mod http;
 pub mod invariants;
+pub mod io_faults;
 pub mod netem;
 pub mod node;
 pub mod proxy;

@@ -46,6 +46,8 @@ use tempfile::TempDir;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use zookeeper_client::{Acls, Client, CreateMode, SessionInfo};
 
+use super::io_faults;
+
 /// Debian's ZooKeeper server jar (package `zookeeper` → `libzookeeper-java`); its manifest's
 /// `Class-Path` names the other jars it needs.
 pub const ZOOKEEPER_JAR: &str = "/usr/share/java/zookeeper.jar";
@@ -535,7 +537,21 @@ struct ZkServer {
     dir: PathBuf,
     cfg: PathBuf,
     log: PathBuf,
+    /// Its disk's faults, for an ensemble started with [`ServerOptions::disk_faults`].
+    disk: Option<io_faults::Control>,
     process: Mutex<Process>,
+}
+
+/// How the servers of an ensemble run, beyond the defaults (issue 53's chaos scenarios).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ServerOptions {
+    /// Each server's disk can be slowed or filled ([`ZkEnsemble::fault_disk`]); the servers
+    /// fsync their transaction logs (`forceSync=yes`), as in production.
+    pub disk_faults: bool,
+    /// `jute.maxbuffer`, lowered so that a test crosses the bounds it sets.
+    pub jute_maxbuffer: Option<u32>,
+    /// `zookeeper.enforceQuota`: writes past a quota are refused.
+    pub enforce_quota: bool,
 }
 
 #[derive(Default)]
@@ -591,17 +607,35 @@ impl ZkEnsemble {
         Self::start_with(n, None, Some((user, password)))
     }
 
+    /// Like [`Self::start`], the servers run as `options` says: their disks faultable, their
+    /// `jute.maxbuffer` lowered, quotas enforced (issue 53's chaos scenarios).
+    ///
+    /// # Errors
+    /// As [`Self::start`].
+    pub fn start_options(n: usize, options: ServerOptions) -> Result<ZkEnsemble, HarnessError> {
+        Self::start_configured(n, None, None, options)
+    }
+
     fn start_with(
         n: usize,
         tls: Option<(&Path, &Path)>,
         sasl: Option<(&str, &str)>,
+    ) -> Result<ZkEnsemble, HarnessError> {
+        Self::start_configured(n, tls, sasl, ServerOptions::default())
+    }
+
+    fn start_configured(
+        n: usize,
+        tls: Option<(&Path, &Path)>,
+        sasl: Option<(&str, &str)>,
+        options: ServerOptions,
     ) -> Result<ZkEnsemble, HarnessError> {
         assert!(n > 0, "an ensemble needs at least one server");
         let path_var = std::env::var_os("PATH").unwrap_or_default();
         let java = preflight_in(&path_var, Path::new(ZOOKEEPER_JAR))?;
         let mut attempt = 1;
         loop {
-            let ensemble = ZkEnsemble::configure(n, java.clone(), tls, sasl)?;
+            let ensemble = ZkEnsemble::configure(n, java.clone(), tls, sasl, options)?;
             match ensemble.launch() {
                 Ok(()) => return Ok(ensemble),
                 // `ensemble` is dropped here, which kills what it started.
@@ -616,6 +650,7 @@ impl ZkEnsemble {
         java: PathBuf,
         tls: Option<(&Path, &Path)>,
         sasl: Option<(&str, &str)>,
+        options: ServerOptions,
     ) -> Result<ZkEnsemble, HarnessError> {
         let dir = tempfile::Builder::new()
             .prefix("zkcron-zk-")
@@ -646,8 +681,10 @@ impl ZkEnsemble {
                  reconfigEnabled=false\n\
                  # Every test client connects from 127.0.0.1; the default limit is 60 per address.\n\
                  maxClientCnxns=0\n\
-                 # Test data need not survive a machine crash; fsync per write would slow every test.\n\
-                 forceSync=no\n",
+                 # Test data need not survive a machine crash; fsync per write would slow every test\n\
+                 # (but for a scenario of a slow disk).\n\
+                 forceSync={force_sync}\n",
+                force_sync = if options.disk_faults { "yes" } else { "no" },
                 tick = TICK.as_millis(),
                 data = data_dir.display(),
                 min = MIN_SESSION_TIMEOUT.as_millis(),
@@ -688,6 +725,14 @@ impl ZkEnsemble {
                 fs::write(&myid, format!("{}\n", i + 1))
                     .map_err(HarnessError::setup(format!("write {}", myid.display())))?;
             }
+            let disk = if options.disk_faults {
+                let path = server_dir.join("disk-faults");
+                let control = io_faults::Control::new(path.clone())
+                    .map_err(HarnessError::setup(format!("write {}", path.display())))?;
+                Some(control)
+            } else {
+                None
+            };
             let cfg_path = server_dir.join("zoo.cfg");
             fs::write(&cfg_path, cfg)
                 .map_err(HarnessError::setup(format!("write {}", cfg_path.display())))?;
@@ -697,10 +742,17 @@ impl ZkEnsemble {
                 log: server_dir.join("zookeeper.log"),
                 cfg: cfg_path,
                 dir: server_dir,
+                disk,
                 process: Mutex::new(Process::default()),
             });
         }
         let mut jvm_flags = Vec::new();
+        if let Some(bytes) = options.jute_maxbuffer {
+            jvm_flags.push(format!("-Djute.maxbuffer={bytes}"));
+        }
+        if options.enforce_quota {
+            jvm_flags.push("-Dzookeeper.enforceQuota=true".to_owned());
+        }
         if let Some((user, password)) = sasl {
             let jaas = dir.path().join("jaas.conf");
             let text = format!(
@@ -727,6 +779,20 @@ impl ZkEnsemble {
             self.spawn(i)?;
         }
         block_on_own_thread(self.wait_quorum(within(START_TIMEOUT)))?
+    }
+
+    /// Faults server `i`'s disk as `faults` says, from at most 100 ms on. The ensemble must
+    /// have been started with [`ServerOptions::disk_faults`].
+    ///
+    /// # Errors
+    /// The control file could not be written.
+    pub fn fault_disk(&self, i: usize, faults: io_faults::DiskFaults) -> Result<(), HarnessError> {
+        let Some(control) = &self.servers[i].disk else {
+            panic!("server {i}'s disk is not faultable: start with ServerOptions::disk_faults");
+        };
+        control
+            .set(faults)
+            .map_err(HarnessError::setup(format!("fault server {i}'s disk")))
     }
 
     /// Number of servers.
@@ -1101,6 +1167,10 @@ impl ZkEnsemble {
 
     fn spawn(&self, i: usize) -> Result<(), HarnessError> {
         let server = &self.servers[i];
+        let disk_env = match &server.disk {
+            Some(control) => control.env().map_err(HarnessError::NotInstalled)?,
+            None => Vec::new(),
+        };
         let mut process = lock(&server.process);
         process.runs += 1;
         // Appended to across restarts, each run headed by a marker line, so a failure message
@@ -1132,6 +1202,7 @@ impl ZkEnsemble {
                     .arg(MAIN_CLASS)
                     .arg(&server.cfg)
                     .current_dir(&server.dir)
+                    .envs(disk_env.iter().map(|(key, value)| (key, value)))
                     .stdin(Stdio::null())
                     .stdout(stdout)
                     .stderr(log);

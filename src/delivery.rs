@@ -122,7 +122,12 @@ impl Deliveries {
         };
         if !held || cancel.is_cancelled() {
             info!(job = %job, run_id, "run cancelled before it started");
-            return report(RunOutcome::Cancelled, Utc::now(), Duration::ZERO, None);
+            return report(
+                RunOutcome::CancelledBeforeStart,
+                Utc::now(),
+                Duration::ZERO,
+                None,
+            );
         }
         let (started_at, sent) = (Utc::now(), Instant::now());
         info!(job = %job, run_id, url = target.url, token = ctx.fencing_token.0,
@@ -367,7 +372,7 @@ fn answer_class(outcome: &RunOutcome) -> &'static str {
             _ => "5xx",
         },
         RunOutcome::TimedOut => "timeout",
-        RunOutcome::Cancelled => "cancelled",
+        RunOutcome::Cancelled | RunOutcome::CancelledBeforeStart => "cancelled",
         _ => "error",
     }
 }

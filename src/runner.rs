@@ -143,7 +143,8 @@ fn executable(program: &str) -> Result<(), String> {
 /// the whole process group, SIGKILL to the group after `kill_grace`. `spec.timeout` does the same.
 ///
 /// Never fails: a job that cannot be started is [`RunOutcome::FailedToStart`], logged as a warning.
-/// A token that is already cancelled returns [`RunOutcome::Cancelled`] without starting anything.
+/// A token that is already cancelled returns [`RunOutcome::CancelledBeforeStart`] without
+/// starting anything.
 ///
 /// A stopped run returns within `kill_grace` plus [`OUTPUT_DRAIN_AFTER_EXIT`] of the stop (5 s more
 /// only if the leader hangs in the kernel after SIGKILL): the daemon can plan its shutdown on that.
@@ -322,6 +323,12 @@ pub async fn run_prepared(
         duration,
         output,
     } = supervise_reading_output(&mut group, spec, ctx, &cancel, stdin, since).await;
+    // A launcher stopped before its instant never exec'd the job.
+    let outcome = if released {
+        outcome
+    } else {
+        RunOutcome::CancelledBeforeStart
+    };
     let exit_code = status.and_then(|s| s.code());
     let signal = status.and_then(|s| s.signal());
     info!(
@@ -366,7 +373,7 @@ async fn start_job(
     if given.is_none() && cancel.is_cancelled() {
         info!(job = %job, run_id, "run cancelled before it started");
         return Err(RunReport {
-            outcome: RunOutcome::Cancelled,
+            outcome: RunOutcome::CancelledBeforeStart,
             started_at: Utc::now(),
             duration: Duration::ZERO,
             retry_after: None,
@@ -386,7 +393,7 @@ async fn start_job(
     if !hold_unless_cancelled(not_before, cancel).await {
         info!(job = %job, run_id, "run cancelled before its instant; nothing was started");
         return Err(RunReport {
-            outcome: RunOutcome::Cancelled,
+            outcome: RunOutcome::CancelledBeforeStart,
             started_at,
             duration: Duration::ZERO,
             retry_after: None,

@@ -230,7 +230,7 @@ async fn a_clock_stepping_back_on_the_owner_does_not_stall_the_next_owner() {
     .await;
 
     let stepped_ms = support::daemon::now_ms();
-    clock.set(-STEP / 1000);
+    clock.set(-STEP);
     let after = Duration::from_millis(u64::try_from(AFTER_STEP).expect("positive"));
     stepper
         .wait_log("lock handed over to healthy", SESSION * 2 + SLACK)

@@ -589,7 +589,11 @@ async fn an_already_cancelled_run_starts_nothing() {
     let cancel = CancellationToken::new();
     cancel.cancel();
     let report = run(&job, &ctx("r"), cancel).await;
-    assert_eq!(report.outcome, RunOutcome::Cancelled);
+    assert_eq!(
+        report.outcome,
+        RunOutcome::CancelledBeforeStart,
+        "nothing started"
+    );
     assert!(!out.exists(), "the job was started");
 }
 
@@ -1195,7 +1199,7 @@ async fn assert_held(job: &JobSpec, out: &Path, prepared_early: bool, monotonic:
     // ms, issue 50); 200 ms leaves a busy machine room to fork and exec.
     assert!(
         report.duration < Duration::from_millis(200),
-        "{:?}, prepared early: {prepared_early}: the duration counts the wait: {:?}",
+        "{:?}, prepared early: {prepared_early}, monotonic: {monotonic}: the duration counts the wait: {:?}",
         job.launcher,
         report.duration
     );
@@ -1254,7 +1258,7 @@ async fn a_run_cancelled_before_its_instant_ends_at_once_and_its_job_never_runs(
         let report = tokio::time::timeout(Duration::from_secs(5), run)
             .await
             .unwrap_or_else(|_| panic!("{name}: a cancel during the hold waited for the instant"));
-        assert_eq!(report.outcome, RunOutcome::Cancelled, "{name}");
+        assert_eq!(report.outcome, RunOutcome::CancelledBeforeStart, "{name}");
         assert!(
             !dir.path().join("out").exists(),
             "{name}: the job never ran"

@@ -25,6 +25,10 @@ pub enum RunOutcome {
     TimedOut,
     /// The run was cancelled (on_lost = cancel, daemon shutdown) and its process group was stopped.
     Cancelled,
+    /// The run was cancelled before its job started: held for its instant (or not yet given its
+    /// go) when the lock moved or the node stopped. Nothing of the job ran (issue 53: recorded
+    /// `missed`, with why, not `cancelled`, which says a job was stopped).
+    CancelledBeforeStart,
     /// The job could not be started; `error` names the program or directory and the OS error.
     FailedToStart {
         /// What went wrong, with its causes.
@@ -114,6 +118,7 @@ impl fmt::Display for RunOutcome {
             RunOutcome::Signaled { signal } => write!(f, "killed by signal {signal}"),
             RunOutcome::TimedOut => f.write_str("timed out"),
             RunOutcome::Cancelled => f.write_str("cancelled"),
+            RunOutcome::CancelledBeforeStart => f.write_str("cancelled before it started"),
             RunOutcome::FailedToStart { error } => write!(f, "failed to start: {error}"),
             RunOutcome::WaitFailed { error } => write!(f, "exit not observable: {error}"),
             RunOutcome::Responded { status, .. } => write!(f, "answered HTTP {status}"),

@@ -16,6 +16,8 @@ pub async fn hold_unless_cancelled(
     cancel: &CancellationToken,
 ) -> bool {
     tokio::select! {
+        // An instant that has come wins over a cancel at the same moment: the job was let go.
+        biased;
         () = hold_until(not_before) => true,
         () = cancel.cancelled() => false,
     }

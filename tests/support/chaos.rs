@@ -486,11 +486,14 @@ impl ChaosCluster {
     }
 
     /// Like [`ChaosCluster::add_node`], the node's wall clock `offset` off the true one
-    /// (`offset_s` seconds, ahead when positive), its monotonic clock real; `None`: the
-    /// true clock.
-    pub async fn add_node_with_clock(&mut self, offset_s: Option<i64>) -> (usize, i64) {
-        let clock = offset_s.map(|offset_s| {
-            FakedClock::new(self.dir.path(), &format!("n{}", self.nodes.len()), offset_s)
+    /// (`offset_ms`, ahead when positive), its monotonic clock real; `None`: the true clock.
+    pub async fn add_node_with_clock(&mut self, offset_ms: Option<i64>) -> (usize, i64) {
+        let clock = offset_ms.map(|offset_ms| {
+            FakedClock::new(
+                self.dir.path(),
+                &format!("n{}", self.nodes.len()),
+                offset_ms,
+            )
         });
         let mut proxies = Vec::with_capacity(self.ensemble.len());
         for server in 0..self.ensemble.len() {

@@ -24,9 +24,9 @@ pub struct FakedClock {
 }
 
 impl FakedClock {
-    /// A clock `offset_s` seconds off the true one (ahead when positive), its offset kept in
+    /// A clock `offset_ms` off the true one (ahead when positive), its offset kept in
     /// `dir/name.faketime`.
-    pub fn new(dir: &Path, name: &str, offset_s: i64) -> Self {
+    pub fn new(dir: &Path, name: &str, offset_ms: i64) -> Self {
         assert!(
             Path::new(LIBFAKETIME).exists(),
             "{LIBFAKETIME} is missing: apt-get install -y faketime"
@@ -35,17 +35,20 @@ impl FakedClock {
             offset_file: dir.join(format!("{name}.faketime")),
             history: Mutex::new(Vec::new()),
         };
-        clock.set(offset_s);
+        clock.set(offset_ms);
         clock
     }
 
-    /// Steps the clock to `offset_s` seconds off the true one; the process sees it within a
-    /// second (libfaketime's cache of the file).
-    pub fn set(&self, offset_s: i64) {
-        std::fs::write(&self.offset_file, format!("{offset_s:+}s\n"))
+    /// Steps the clock to `offset_ms` off the true one; the process sees it within a second
+    /// (libfaketime's cache of the file).
+    pub fn set(&self, offset_ms: i64) {
+        // Milliseconds of a test's offset are far inside f64's exact range.
+        #[allow(clippy::cast_precision_loss)]
+        let seconds = offset_ms as f64 / 1000.0;
+        std::fs::write(&self.offset_file, format!("{seconds:+.3}s\n"))
             .expect("write the clock offset");
         let mut history = self.history.lock().unwrap_or_else(|e| e.into_inner());
-        history.push((now_ms(), offset_s * 1000));
+        history.push((now_ms(), offset_ms));
     }
 
     /// The true time of an instant this clock read as `faked_ms`: by the offset in force then

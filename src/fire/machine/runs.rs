@@ -421,6 +421,10 @@ pub(super) fn finish_record(record: &mut RunRecord, report: &RunReport, keep: Ke
         RunOutcome::Signaled { signal } => (RunStatus::Failed, None, Some(*signal), None),
         RunOutcome::TimedOut => (RunStatus::TimedOut, None, None, None),
         RunOutcome::Cancelled => (RunStatus::Cancelled, None, None, None),
+        RunOutcome::CancelledBeforeStart => {
+            let why = "cancelled before its instant, so nothing of the job ran: the lock moved or the node stopped";
+            (RunStatus::Missed, None, None, Some(why.to_owned()))
+        }
         RunOutcome::FailedToStart { error } | RunOutcome::WaitFailed { error } => {
             (RunStatus::Failed, None, None, Some(error.clone()))
         }

@@ -9,8 +9,8 @@
 //! off its wall clock minus an offset: a wall clock that steps or drifts while the node is
 //! corrected (NTP waking up, a VM resumed) then moves nothing the node schedules by, and the
 //! fire machine sees no step (issue 53). The fire machine gets the corrected time as its input;
-//! the instants a run waits for (a launcher's hold) are [`Deadline`]s on the clock that carries
-//! the schedule.
+//! the instants a run waits for (a launcher's hold) are [`Deadline`]s fixed on the monotonic
+//! clock when they are set.
 //!
 //! Owns: the servers' time in force, this process's monotonic origin, the conversions, and the
 //! deadlines on the clock that carries the schedule.
@@ -38,10 +38,9 @@ pub fn monotonic_ms() -> i64 {
     monotonic_us() / 1000
 }
 
-/// An instant to wait for, on the clock that carries the schedule: this node's wall clock (a
-/// step of it moves the instant: the instant is the schedule), or, for a node corrected to the
-/// servers' time, its monotonic clock (that time is carried on it: a step of the wall clock
-/// moves nothing).
+/// An instant to wait for: a reading of the wall clock (a step of it moves the instant), or
+/// of the monotonic clock (a step of the wall clock moves nothing). The fire driver's runs wait
+/// for monotonic ones ([`EnsembleClock::deadline`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Deadline {
     Wall(DateTime<Utc>),
@@ -107,11 +106,13 @@ impl EnsembleClock {
         self.servers_minus_monotonic_ms().is_some()
     }
 
-    /// The deadline for the instant `at` of the time this node schedules by.
+    /// The deadline for the instant `at` of the time this node schedules by, fixed now on the
+    /// monotonic clock. A run is held for its instant twice, by the daemon and by its launcher
+    /// (another process): on the wall clock, a step of it between their two readings made them
+    /// disagree — the daemon let the job go, the launcher held it on, and a cancel then ended
+    /// a job that never ran as if it had (issue 53). A step after the claim moves the instant
+    /// no more than a step just after the start would have.
     pub fn deadline(&self, at: DateTime<Utc>) -> Deadline {
-        if !self.corrected() {
-            return Deadline::Wall(at);
-        }
         let left = (at - self.now()).to_std().unwrap_or(Duration::ZERO);
         Deadline::Monotonic(Instant::now() + left)
     }
@@ -182,7 +183,9 @@ mod tests {
         assert!((-600_010..=-599_990).contains(&clock.correction_ms()));
         clock.follow(None);
         assert_eq!(clock.correction_ms(), 0, "its own clock again");
-        let noon = DateTime::from_timestamp_millis(43_200_000).unwrap();
-        assert_eq!(clock.deadline(noon), Deadline::Wall(noon));
+        let deadline = clock.deadline(Utc::now() + TimeDelta::seconds(1));
+        assert!(matches!(deadline, Deadline::Monotonic(_)), "{deadline:?}");
+        let left = deadline.left().as_millis();
+        assert!((990..=1_000).contains(&left), "{left}");
     }
 }

@@ -45,8 +45,11 @@ impl FakedClock {
         // Milliseconds of a test's offset are far inside f64's exact range.
         #[allow(clippy::cast_precision_loss)]
         let seconds = offset_ms as f64 / 1000.0;
-        std::fs::write(&self.offset_file, format!("{seconds:+.3}s\n"))
-            .expect("write the clock offset");
+        // Written whole and renamed in: libfaketime reads an empty file as no offset at all,
+        // and a read between a truncate and the write would flip the clock to the true one.
+        let next = self.offset_file.with_extension("next");
+        std::fs::write(&next, format!("{seconds:+.3}s\n")).expect("write the clock offset");
+        std::fs::rename(&next, &self.offset_file).expect("put the clock offset in place");
         let mut history = self.history.lock().unwrap_or_else(|e| e.into_inner());
         history.push((now_ms(), offset_ms));
     }

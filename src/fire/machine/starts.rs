@@ -348,11 +348,41 @@ impl Starts {
                 ctx.out.push(Action::Lock(LockAction::FenceFailed(token)));
                 self.settle(ctx, id);
             }
-            Err(ClaimRefused::Failed(why)) => {
-                tracing::warn!(job = %job, %tick, error = why, "not firing: tick not claimed");
-                self.settle(ctx, id);
-            }
+            Err(ClaimRefused::Failed(why)) => self.claim_failed(ctx, id, again, &why),
         }
+    }
+
+    /// A claim that was not applied: its request failed, or it went unanswered and was read
+    /// back absent. A scheduled tick is then nobody's yet, and dropping it left it neither run
+    /// nor recorded (issue 53: a connection lost under packet loss, the session kept). While
+    /// this node may fire it and it is on time, it is claimed once more; else it is recorded
+    /// `missed`, with why. A submission stays pending in the ledger, and a retry or rerun keeps
+    /// its stored record: those are let go as before, for their own paths to find again.
+    fn claim_failed(&mut self, ctx: &mut Ctx<'_>, id: ClaimId, again: bool, why: &str) {
+        let Some(pending) = self.claims.get(&id) else {
+            return;
+        };
+        let (job, tick) = (&pending.config.spec.name, pending.tick);
+        let scheduled = pending.submission.is_none()
+            && pending.stored.is_none()
+            && !pending.is_members()
+            && pending.reason.in_tick_order();
+        if !scheduled {
+            tracing::warn!(job = %job, %tick, error = why, "not firing: not claimed");
+            return self.settle(ctx, id);
+        }
+        let ours = ctx.lock.may_fire && ctx.lock.token == Some(pending.token);
+        if ours && !again && !is_late(&pending.config, tick, ctx.now) {
+            tracing::warn!(job = %job, %tick, error = why, "tick not claimed: claiming it once more");
+            return self.claim_again(ctx, id);
+        }
+        tracing::warn!(job = %job, %tick, error = why, "not firing: tick not claimed; recording it missed");
+        let (mut record, mode) = pending.record_once_more(ctx.me, pending.token, ctx.now);
+        record.status = RunStatus::Missed;
+        record.error = Some(format!("its claim failed: {why}"));
+        let config = Arc::clone(&pending.config);
+        self.settle(ctx, id);
+        self.send_record_only(ctx, &config, record, mode);
     }
 
     /// A `skipped` or `missed` record's claim answered: told and pruned like a run's (a paused

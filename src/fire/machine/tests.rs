@@ -2084,3 +2084,42 @@ fn a_tick_whose_later_tick_won_the_guard_is_recorded_skipped_not_dropped() {
         "recorded, not dropped"
     );
 }
+
+/// Issue 53: a claim that was not applied (its connection lost, read back absent) while the
+/// node keeps the lock. The tick is claimed once more while on time; failing again, or too
+/// late, it is recorded `missed` with why — never dropped, neither run nor recorded.
+#[test]
+fn a_claim_not_applied_is_claimed_once_more_then_recorded_missed() {
+    let failed = || ClaimRefused::Failed("connection lost; read back: not applied".to_owned());
+    let mut m = owning(&job("a", EVERY_SECOND, ""));
+    let first = only_claim(&m.handle(Input::Tick, t(750)));
+    let again = only_claim(&m.handle(refused(&first, failed()), t(800)));
+    assert_eq!(
+        (ms_of(&again), again.record.status),
+        (1000, first.record.status),
+        "the same tick, claimed once more"
+    );
+    let missed = only_claim(&m.handle(refused(&again, failed()), t(900)));
+    assert_eq!(
+        (ms_of(&missed), missed.record.status),
+        (1000, RunStatus::Missed)
+    );
+    assert!(
+        missed
+            .record
+            .error
+            .as_deref()
+            .is_some_and(|why| why.contains("its claim failed") && why.contains("connection lost")),
+        "{:?}",
+        missed.record.error
+    );
+
+    // Answered past the late-tick rule: recorded at once, not claimed again.
+    let mut m = owning(&job("a", EVERY_SECOND, ""));
+    let first = only_claim(&m.handle(Input::Tick, t(750)));
+    let late = only_claim(&m.handle(refused(&first, failed()), t(2_100)));
+    assert_eq!(
+        (ms_of(&late), late.record.status),
+        (1000, RunStatus::Missed)
+    );
+}

@@ -11,7 +11,7 @@ use std::time::Duration;
 use support::ZkEnsemble;
 use support::daemon::{DaemonNode, RECORD_FIRE, read_fires, schedule_text, zkcron_ok};
 use support::tls::TestPki;
-use support::{unique_chroot, wait_for};
+use support::{try_wait_for, unique_chroot, wait_for};
 
 const SESSION: Duration = Duration::from_secs(2);
 const DELAY: Duration = Duration::from_secs(3);
@@ -60,11 +60,12 @@ async fn a_node_fires_through_a_tls_only_client_port_and_the_wrong_ca_is_named_w
         "good",
         &tls_schedule(&connect, &pki.ca, &pki, &jobs),
     );
-    wait_for("a fire over TLS", START, || {
+    try_wait_for("a fire over TLS", START, || {
         let fired = read_fires(&fires).iter().any(|f| f.node == "good");
         async move { fired.then_some(()) }
     })
-    .await;
+    .await
+    .unwrap_or_else(|not_reached| panic!("{not_reached}\n{}", good.log_tail()));
     let status = zkcron_ok(&["status"], &good.config);
     assert!(status.contains("owner:         good"), "{status}");
 

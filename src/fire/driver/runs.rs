@@ -35,8 +35,9 @@ const MAX_PREPARED: usize = 128;
 pub(super) struct Runs {
     /// Cancel handles of the runs alive here, by run id.
     alive: HashMap<String, CancellationToken>,
-    /// The processes of runs prepared ahead of their instant, by run id (see `runner::prepare`).
-    prepared: HashMap<String, oneshot::Receiver<runner::Prepared>>,
+    /// The processes of runs prepared ahead of their instant, by run id (see `runner::prepare`),
+    /// each with the deadline its launcher holds it to: its start waits for that same one.
+    prepared: HashMap<String, (Deadline, oneshot::Receiver<runner::Prepared>)>,
     /// Where a run whose target is a URL goes instead of the runner.
     deliveries: Arc<crate::delivery::Deliveries>,
     /// The clock the instants are in: a run waits for them on this node's own.
@@ -73,8 +74,9 @@ impl Runs {
             return;
         }
         let (send, receive) = oneshot::channel();
-        self.prepared.insert(context.run_id.clone(), receive);
         let not_before = self.clock.deadline(not_before);
+        self.prepared
+            .insert(context.run_id.clone(), (not_before, receive));
         s.tasks.spawn(async move {
             // Given up meanwhile (the receiver is gone): dropping it ends the process.
             let _ = send.send(runner::prepare(&spec, &context, Some(not_before)));
@@ -100,20 +102,25 @@ impl Runs {
         let cancel = CancellationToken::new();
         self.alive
             .insert(claim.record.run_id.clone(), cancel.clone());
-        let prepared = match self.prepared.remove(&claim.record.run_id) {
-            None => Process::Spawn,
-            Some(mut coming) => match coming.try_recv() {
-                Ok(mut prepared) => {
-                    // Here, not in the run's task: the job starts before anything
-                    // else spawned at this instant is polled. A run whose record must
-                    // say `running` first gets its go after that write.
-                    if record != StartWrite::Before {
-                        prepared.go();
+        // The deadline its launcher holds it to, if it was prepared: one reading of the clocks
+        // for both holds, so that no step of the wall clock between the two makes them differ.
+        let (not_before, prepared) = match self.prepared.remove(&claim.record.run_id) {
+            None => (self.clock.deadline(not_before), Process::Spawn),
+            Some((deadline, mut coming)) => (
+                deadline,
+                match coming.try_recv() {
+                    Ok(mut prepared) => {
+                        // Here, not in the run's task: the job starts before anything
+                        // else spawned at this instant is polled. A run whose record must
+                        // say `running` first gets its go after that write.
+                        if record != StartWrite::Before {
+                            prepared.go();
+                        }
+                        Process::Prepared(prepared)
                     }
-                    Process::Prepared(prepared)
-                }
-                Err(_) => Process::Coming(coming),
-            },
+                    Err(_) => Process::Coming(coming),
+                },
+            ),
         };
         let (group, answers) = (s.group.clone(), s.answers.clone());
         let run = Run {
@@ -121,7 +128,7 @@ impl Runs {
             context,
             cancel,
             prepared,
-            not_before: self.clock.deadline(not_before),
+            not_before,
             deliveries: Arc::clone(&self.deliveries),
             clock: Arc::clone(&self.clock),
         };

@@ -388,18 +388,20 @@ async fn start_job(
         let given = given.unwrap_or_else(|| (Utc::now(), Instant::now()));
         return Ok((group, keeps_stdin.then_some(go), given));
     }
-    let (started_at, spawned) = (Utc::now(), Instant::now());
     // No launcher to hold the exec: the spawn waits, but not past a cancel.
     if !hold_unless_cancelled(not_before, cancel).await {
         info!(job = %job, run_id, "run cancelled before its instant; nothing was started");
         return Err(RunReport {
             outcome: RunOutcome::CancelledBeforeStart,
-            started_at,
+            started_at: Utc::now(),
             duration: Duration::ZERO,
             retry_after: None,
             output: String::new(),
         });
     }
+    // The job starts now, however late this task woke from its hold: a busy machine's late
+    // wake-up is not the job's own time.
+    let (started_at, spawned) = (Utc::now(), Instant::now());
     match Group::spawn_now(spec, ctx) {
         Ok(mut group) => {
             let stdin = group.stdin.take();

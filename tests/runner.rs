@@ -730,6 +730,11 @@ async fn output_lines_are_logged_with_job_and_run_id() {
         .with_max_level(tracing::Level::INFO)
         .with_writer(move || writer.clone())
         .finish();
+    // tracing caches a call site's interest for the whole process, computed on the thread that
+    // reaches it first, against that thread's subscriber alone while only one is registered: a
+    // sibling test (none) reaching "job started" first would cache "never" and blind this one.
+    // A second registered dispatcher, kept for the test, makes every thread ask them all.
+    let _every_thread_asks_all = tracing::Dispatch::new(tracing_subscriber::registry());
     let report = run_to_end(&job, "run-77").with_subscriber(subscriber).await;
     assert_eq!(report.outcome, RunOutcome::Exited { code: 0 });
 
@@ -1163,8 +1168,9 @@ fn epoch_ms(text: &str) -> f64 {
 /// earlier. 300 ms: a job started at once would be seen starting before it.
 async fn assert_held(job: &JobSpec, out: &Path, prepared_early: bool, monotonic: bool) {
     let not_before = Utc::now() + chrono::Duration::milliseconds(300);
+    let instant = std::time::Instant::now() + Duration::from_millis(300);
     let deadline = if monotonic {
-        Deadline::Monotonic(std::time::Instant::now() + Duration::from_millis(300))
+        Deadline::Monotonic(instant)
     } else {
         Deadline::Wall(not_before)
     };
@@ -1183,23 +1189,25 @@ async fn assert_held(job: &JobSpec, out: &Path, prepared_early: bool, monotonic:
         Some(deadline),
     )
     .await;
+    let since_instant = instant.elapsed();
     assert_eq!(report.outcome, RunOutcome::Exited { code: 0 });
     let started = epoch_ms(&read(out));
-    let instant = not_before.timestamp_millis() as f64;
+    let instant_ms = not_before.timestamp_millis() as f64;
     assert!(
-        started >= instant,
-        "{:?}, prepared early: {prepared_early}, monotonic: {monotonic}: started {started} before {instant}",
+        started >= instant_ms,
+        "{:?}, prepared early: {prepared_early}, monotonic: {monotonic}: started {started} before {instant_ms}",
         job.launcher
     );
     assert!(
         report.started_at >= not_before,
         "the report says when the job started"
     );
-    // Its duration is its own (a `date`: milliseconds), not its wait for its instant too (300
-    // ms, issue 50); 200 ms leaves a busy machine room to fork and exec.
+    // Its duration is its own, not its wait for its instant too (300 ms, issue 50): it fits
+    // between the instant and the run's return, however slow a busy machine makes the fork and
+    // exec. 50 ms for the two clocks the instant is told on; counting the wait adds 300.
     assert!(
-        report.duration < Duration::from_millis(200),
-        "{:?}, prepared early: {prepared_early}, monotonic: {monotonic}: the duration counts the wait: {:?}",
+        report.duration <= since_instant + Duration::from_millis(50),
+        "{:?}, prepared early: {prepared_early}, monotonic: {monotonic}: the duration counts the wait: {:?}, {since_instant:?} from the instant to the run's end",
         job.launcher,
         report.duration
     );

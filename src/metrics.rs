@@ -94,6 +94,7 @@ pub struct Metrics {
     running: Family<JobLabel, Gauge>,
     delayed_pending: Gauge,
     schedule_drift: Gauge,
+    writes_refused: Gauge,
     clock_offset: Gauge<f64, AtomicU64>,
     clock_off_fleet: Gauge<f64, AtomicU64>,
     clock_skewed: Gauge,
@@ -160,6 +161,7 @@ impl Metrics {
             running: Family::default(),
             delayed_pending: Gauge::default(),
             schedule_drift: Gauge::default(),
+            writes_refused: Gauge::default(),
             clock_offset: Gauge::default(),
             clock_off_fleet: Gauge::default(),
             clock_skewed: Gauge::default(),
@@ -233,6 +235,11 @@ impl Metrics {
             "zkcron_schedule_drift",
             "1 while the owner sees members whose schedule differs from its own, else 0",
             self.schedule_drift.clone(),
+        );
+        registry.register(
+            "zkcron_writes_refused",
+            "1 while ZooKeeper refuses this node's claims and records (a quota exceeded, an ACL), else 0",
+            self.writes_refused.clone(),
         );
     }
 
@@ -505,6 +512,10 @@ impl Metrics {
         self.schedule_drift.set(i64::from(drifting));
     }
 
+    pub fn writes_refused(&self, refused: bool) {
+        self.writes_refused.set(i64::from(refused));
+    }
+
     /// A run of this node began (`+1`) or ended (`-1`) waiting for a lease of `limit`.
     pub fn limit_waiting(&self, limit: &str, change: i64) {
         self.limit_waiting
@@ -628,6 +639,7 @@ mod tests {
             "zkcron_job_running{job=\"report\"} 0",
             "zkcron_delayed_pending 0",
             "zkcron_schedule_drift 0",
+            "zkcron_writes_refused 0",
             "zkcron_limit_waiting{limit=\"db\"} 1",
             "zkcron_limit_held{limit=\"db\"} 1",
             "zkcron_clock_offset_seconds -1.5",

@@ -17,8 +17,12 @@ mod support;
 mod clock;
 #[path = "chaos/disk.rs"]
 mod disk;
+#[path = "chaos/ledger_limits.rs"]
+mod ledger_limits;
 #[path = "chaos/network.rs"]
 mod network;
+#[path = "chaos/soak.rs"]
+mod soak;
 
 use std::time::Duration;
 

@@ -23,6 +23,7 @@ mod leases;
 mod listing;
 mod observe;
 mod records;
+mod refusals;
 mod runs;
 mod session;
 
@@ -374,6 +375,7 @@ impl Io {
             view: settings.view.clone(),
             pruning: Default::default(),
             fleet: Arc::clone(&settings.fleet),
+            refusals: refusals::Refusals::new(Arc::clone(&settings.metrics)),
         };
         Io {
             session: session::Session {

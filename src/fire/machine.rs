@@ -33,6 +33,7 @@ mod steering;
 mod stopping;
 mod submissions;
 mod sweeps;
+mod unrecorded;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -194,7 +195,7 @@ impl FireMachine {
         };
         let starts = self
             .starts
-            .next_deadline(self.lock.connected, |job| self.steering.paused(job));
+            .next_deadline(self.lock, |job| self.steering.paused(job));
         // A stopping node prunes and lists nothing more (`tick`): the next owner does. Their
         // deadlines, left here, would wake the driver at once for ever (issue 31).
         let housekeeping = self
@@ -399,6 +400,7 @@ impl FireMachine {
                     *until = Some(now);
                 }
                 self.starts.rewrites.reconnected(now);
+                self.starts.unrecorded.reconnected(now);
                 self.claim_path(now, out, |s, ctx| s.write_records_again(ctx));
                 self.starts.guards.send_again(out);
             }
@@ -610,6 +612,7 @@ impl FireMachine {
         self.steering.clock_stepped(by);
         self.starts.claims.clock_stepped(by);
         self.starts.rewrites.clock_stepped(by);
+        self.starts.unrecorded.clock_stepped(by);
         self.housekeeping.clock_stepped(by);
         self.delayed.clock_stepped(by);
     }

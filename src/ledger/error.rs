@@ -48,6 +48,31 @@ impl ClaimError {
         };
         source.is_unknown_outcome()
     }
+
+    /// A refusal that holds until an operator acts, and which: the ensemble will refuse every
+    /// such write until then.
+    pub fn standing_refusal(&self) -> Option<StandingRefusal> {
+        match self {
+            ClaimError::Zk {
+                source: Fault::QuotaExceeded,
+                ..
+            } => Some(StandingRefusal::Quota),
+            ClaimError::Zk {
+                source: Fault::NoAuth,
+                ..
+            } => Some(StandingRefusal::Acl),
+            _ => None,
+        }
+    }
+}
+
+/// Why ZooKeeper refuses writes until an operator acts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StandingRefusal {
+    /// A quota on a parent of the node is exceeded (`zookeeper.enforceQuota`).
+    Quota,
+    /// The node's ACL does not let this node's identity write.
+    Acl,
 }
 
 /// A failed update of a claimed record.

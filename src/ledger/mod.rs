@@ -30,7 +30,7 @@ pub mod submissions;
 pub mod watch;
 
 pub use claim::{ClaimPlan, OpenRuns, claim};
-pub use error::{ClaimError, RequestFailed, UpdateError};
+pub use error::{ClaimError, RequestFailed, StandingRefusal, UpdateError};
 use guard::delete_own_guard;
 pub use guard::{release_unstarted_guard, take_guard};
 pub use handle::{Ledger, Unreachable};

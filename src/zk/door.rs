@@ -50,7 +50,11 @@ pub enum Fault {
     Closed,
     #[error("the server does not implement this request")]
     Unimplemented,
-    /// A definite refusal of another kind (a quota, an invalid ACL, a read-only server, …):
+    /// A ZooKeeper quota (`zookeeper.enforceQuota`) on a parent of the node is exceeded: nothing
+    /// was applied, and nothing under that parent will be until the quota is raised.
+    #[error("refused: a ZooKeeper quota on a parent of the node is exceeded")]
+    QuotaExceeded,
+    /// A definite refusal of another kind (an invalid ACL, a read-only server, …):
     /// nothing was applied.
     #[error("refused: {0}")]
     Refused(String),
@@ -84,11 +88,11 @@ impl From<zookeeper_client::Error> for Fault {
             E::ConnectionLoss | E::Timeout => Self::ConnectionLoss,
             E::ClientClosed => Self::Closed,
             E::Unimplemented => Self::Unimplemented,
+            E::QuotaExceeded => Self::QuotaExceeded,
             refused @ (E::NoChildrenForEphemerals
             | E::InvalidAcl
             | E::BadArguments(_)
             | E::NotReadOnly
-            | E::QuotaExceeded
             | E::Throttled
             | E::MarshallingError
             | E::SessionMoved) => Self::Refused(refused.to_string()),

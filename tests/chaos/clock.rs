@@ -61,17 +61,17 @@ async fn a_lone_node_10_min_behind_takes_over_from_a_killed_owner() {
 
 /// The offsets a single node's clock is stepped to, in ms: within `lock.max_clock_offset` (1 s,
 /// the default) and beyond it.
-const STEPS_MS: [i64; 8] = [-20_000, -3_000, -800, -300, 300, 800, 3_000, 20_000];
+pub(super) const STEPS_MS: [i64; 8] = [-20_000, -3_000, -800, -300, 300, 800, 3_000, 20_000];
 /// How long each node's turn lasts, and how many turns the run takes.
 const TURN: Duration = Duration::from_secs(3);
 const TURNS: u32 = 12;
 
 /// A small deterministic generator (xorshift64), seeded so that a failing run can be told apart
 /// and repeated (its seed is in the JSON line).
-struct Draw(u64);
+pub(super) struct Draw(pub(super) u64);
 
 impl Draw {
-    fn next(&mut self, below: u64) -> u64 {
+    pub(super) fn next(&mut self, below: u64) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;

@@ -30,25 +30,10 @@ async fn fsync_slowed_to_seconds_on_every_server() {
     let name = "fsync slowed to 2 s on every server";
     let cluster = ChaosCluster::start_on(name, 3, FAULTABLE, |_| async {}).await;
     cluster.run_for(BEFORE).await;
-    let slow = DiskFaults {
-        fsync_ms: 2_000,
-        full: false,
-    };
     let from = now_ms();
-    for server in 0..cluster.ensemble.len() {
-        cluster
-            .ensemble
-            .fault_disk(server, slow)
-            .expect("slow the disk");
-    }
+    slow_every_disk(&cluster, 2_000);
     tokio::time::sleep(SPAN).await;
-    for server in 0..cluster.ensemble.len() {
-        let healthy = DiskFaults::default();
-        cluster
-            .ensemble
-            .fault_disk(server, healthy)
-            .expect("heal the disk");
-    }
+    slow_every_disk(&cluster, 0);
     let to = now_ms();
     cluster.run_for(AFTER).await;
     let window = FaultWindow::between(from, to, REPLACED_WITHIN + CATCH_UP);
@@ -67,6 +52,35 @@ async fn a_full_disk_on_the_zookeeper_leader() {
     let mut cluster = ChaosCluster::start_on(name, 3, FAULTABLE, |_| async {}).await;
     cluster.run_for(BEFORE).await;
     let leader = cluster.ensemble.leader().await.expect("one leader");
+    let (from, to, exited) = fill_disk_for(&mut cluster, leader, SPAN).await;
+    cluster.note("leader_exited", serde_json::json!(exited));
+    cluster.run_for(AFTER).await;
+    let window = FaultWindow::between(from, to, REPLACED_WITHIN + CATCH_UP);
+    cluster.finish(Some(window)).await.assert_holds();
+}
+
+/// Every server's fsync takes `fsync_ms` from now on (0: as long as the disk takes).
+pub(super) fn slow_every_disk(cluster: &ChaosCluster, fsync_ms: u64) {
+    let faults = DiskFaults {
+        fsync_ms,
+        full: false,
+    };
+    for server in 0..cluster.ensemble.len() {
+        cluster
+            .ensemble
+            .fault_disk(server, faults)
+            .expect("set the disk's speed");
+    }
+}
+
+/// Fills `server`'s disk for `span` (its writes refused with `ENOSPC`), frees it, and starts
+/// the server again, as an operator would after such an incident. When the disk was filled
+/// and freed, and whether the server had exited meanwhile.
+pub(super) async fn fill_disk_for(
+    cluster: &mut ChaosCluster,
+    server: usize,
+    span: Duration,
+) -> (i64, i64, bool) {
     let full = DiskFaults {
         fsync_ms: 0,
         full: true,
@@ -74,24 +88,19 @@ async fn a_full_disk_on_the_zookeeper_leader() {
     let from = now_ms();
     cluster
         .ensemble
-        .fault_disk(leader, full)
+        .fault_disk(server, full)
         .expect("fill the disk");
-    tokio::time::sleep(SPAN).await;
+    tokio::time::sleep(span).await;
     cluster
         .ensemble
-        .fault_disk(leader, DiskFaults::default())
+        .fault_disk(server, DiskFaults::default())
         .expect("free the disk");
     let to = now_ms();
-    cluster.note(
-        "leader_exited",
-        serde_json::json!(!cluster.ensemble.is_running(leader)),
-    );
+    let exited = !cluster.ensemble.is_running(server);
     cluster
         .ensemble
-        .restart(leader)
+        .restart(server)
         .await
         .expect("start the server again");
-    cluster.run_for(AFTER).await;
-    let window = FaultWindow::between(from, to, REPLACED_WITHIN + CATCH_UP);
-    cluster.finish(Some(window)).await.assert_holds();
+    (from, to, exited)
 }

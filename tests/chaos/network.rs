@@ -22,7 +22,7 @@ pub(super) enum Hit {
 
 impl Hit {
     /// The nodes it hits, `owner` owning the lock.
-    fn nodes(self, cluster: &ChaosCluster, owner: usize) -> Vec<usize> {
+    pub(super) fn nodes(self, cluster: &ChaosCluster, owner: usize) -> Vec<usize> {
         match self {
             Hit::Owner => vec![owner],
             Hit::Member => vec![(owner + 1) % cluster.len()],

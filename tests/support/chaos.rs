@@ -115,6 +115,8 @@ struct Fleet {
     /// The zkcron build the nodes start with: this one when `None` (an older one for the
     /// upgrade check).
     binary: Option<PathBuf>,
+    /// The scheduled jobs' `history`: every record of the run stays to be checked.
+    history: usize,
 }
 
 impl Fleet {
@@ -165,6 +167,7 @@ impl Fleet {
             chained: false,
             broadcast: false,
             binary: None,
+            history: 1000,
         }
     }
 
@@ -358,12 +361,35 @@ impl ChaosCluster {
     /// Like [`ChaosCluster::start`], with the on-demand job [`SUB`] in the schedule besides
     /// `fast` and `long`, and [`SUB_AFTER`] after it: [`ChaosCluster::submit`] makes its work.
     pub async fn start_with_submissions(name: &str, nodes: usize) -> Self {
+        Self::start_with_submissions_on(name, nodes, ServerOptions::default()).await
+    }
+
+    /// Like [`ChaosCluster::start_with_submissions`], the servers run as `options` says (the
+    /// soak's: their disks faultable, quotas enforced).
+    pub async fn start_with_submissions_on(
+        name: &str,
+        nodes: usize,
+        options: ServerOptions,
+    ) -> Self {
         let fleet = Fleet {
             submissions: true,
             submitted_chain: true,
             ..Fleet::single()
         };
-        Self::start_fleet(name, nodes, fleet, ServerOptions::default(), |_| async {}).await
+        Self::start_fleet(name, nodes, fleet, options, |_| async {}).await
+    }
+
+    /// The soak's fleet (issue 53): [`ChaosCluster::start_with_submissions_on`]'s, every job
+    /// keeping the most records a job may (`history = 5000`: 83 minutes of a 1 s job), so that
+    /// an hour's ledger is still there to check at its end.
+    pub async fn start_soak(name: &str, nodes: usize, options: ServerOptions) -> Self {
+        let fleet = Fleet {
+            submissions: true,
+            submitted_chain: true,
+            history: 5000,
+            ..Fleet::single()
+        };
+        Self::start_fleet(name, nodes, fleet, options, |_| async {}).await
     }
 
     /// Like [`ChaosCluster::start_with_submissions`], with [`RETRIED`] too, every node running
@@ -540,6 +566,7 @@ impl ChaosCluster {
              $ZKCRON_FENCING_TOKEN $ZKCRON_ATTEMPT $ZKCRON_RESUMED \
              $(( ${{EPOCHREALTIME/./}} / 1000 ))\" >> {log}; }}"
         );
+        let history = self.fleet.history;
         let mut jobs = String::from("[log]\nformat = \"json\"\n");
         for group in &self.fleet.groups {
             jobs.push_str(&format!("\n[[group]]\nname = \"{group}\"\n"));
@@ -563,7 +590,7 @@ impl ChaosCluster {
                 )
             };
             jobs.push_str(&format!(
-                "\n[[job]]\nname = \"{}\"\n{group}history = 1000\n{what}",
+                "\n[[job]]\nname = \"{}\"\n{group}history = {history}\n{what}",
                 job.name
             ));
         }
@@ -588,7 +615,7 @@ impl ChaosCluster {
             let retried = self.retry_log.display();
             let backoff = RETRY_BACKOFF.as_secs();
             jobs.push_str(&format!(
-                "\n[[job]]\nname = \"{RETRIED}\"\nhistory = 1000\nschedule = \"*/2 * * * * *\"\n\
+                "\n[[job]]\nname = \"{RETRIED}\"\nhistory = {history}\nschedule = \"*/2 * * * * *\"\n\
                  retries = 1\nretry_backoff = \"{backoff}s\"\n\
                  command = [{TRUE_CLOCK}\"/bin/sh\", \"-c\", 'echo \"$ZKCRON_SCHEDULED_UNIX_MS $ZKCRON_ATTEMPT \
                  $ZKCRON_NODE $(date +%s%3N)\" >> {retried}; [ \"$ZKCRON_ATTEMPT\" -ge 2 ]']\n"
@@ -597,7 +624,7 @@ impl ChaosCluster {
         if self.fleet.chained {
             let chained = self.chain_log.display();
             jobs.push_str(&format!(
-                "\n[[job]]\nname = \"{CHAINED}\"\nhistory = 1000\nafter = [\"{FAST}\"]\n\
+                "\n[[job]]\nname = \"{CHAINED}\"\nhistory = {history}\nafter = [\"{FAST}\"]\n\
                  command = [\"/bin/sh\", \"-c\", 'echo \"$ZKCRON_SCHEDULED_UNIX_MS $ZKCRON_NODE \
                  $ZKCRON_PARENT_RUN_ID\" >> {chained}']\n"
             ));
@@ -605,7 +632,7 @@ impl ChaosCluster {
         if self.fleet.broadcast {
             let everywhere = self.broadcast_log.display();
             jobs.push_str(&format!(
-                "\n[[job]]\nname = \"{BROADCAST}\"\nhistory = 1000\nschedule = \"* * * * * *\"\n\
+                "\n[[job]]\nname = \"{BROADCAST}\"\nhistory = {history}\nschedule = \"* * * * * *\"\n\
                  broadcast = true\ncommand = [\"/bin/sh\", \"-c\", 'echo \"$ZKCRON_SCHEDULED_UNIX_MS \
                  $ZKCRON_NODE\" >> {everywhere}']\n"
             ));
@@ -950,6 +977,38 @@ impl ChaosCluster {
         tokio::time::sleep(span).await;
     }
 
+    /// Every node's log lines about the ticks of `violations`: their run ids, their ticks as
+    /// the machine logs them. A violation in CI is told from these (the temp dir is gone).
+    fn node_logs_about(&self, violations: &[Violation]) -> String {
+        let mut out = String::new();
+        for violation in violations {
+            let (Violation::Lost { job, tick_ms } | Violation::NoFinalRecord { job, tick_ms }) =
+                violation
+            else {
+                continue;
+            };
+            let Some(tick) = chrono::DateTime::from_timestamp_millis(*tick_ms) else {
+                continue;
+            };
+            let keys = [
+                format!("{job}-{tick_ms}"),
+                tick.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+                tick.format("%Y-%m-%dT%H:%M:%S").to_string(),
+                tick_ms.to_string(),
+            ];
+            out.push_str(&format!("--- about {job} {tick_ms} ---\n"));
+            for node in &self.nodes {
+                let text = std::fs::read_to_string(&node.log).unwrap_or_default();
+                for line in text.lines().filter(|line| {
+                    line.contains(job.as_str()) && keys.iter().any(|key| line.contains(key))
+                }) {
+                    out.push_str(&format!("{}: {line}\n", node.id));
+                }
+            }
+        }
+        out
+    }
+
     fn node_logs_tail(&self) -> String {
         let mut out = String::new();
         for node in &self.nodes {
@@ -1216,6 +1275,7 @@ impl ChaosCluster {
         }
         if !violations.is_empty() {
             eprintln!("{}", self.node_logs_tail());
+            eprintln!("{}", self.node_logs_about(&violations));
             eprintln!("--- ledger ---\n{}", ledger.listing.join("\n"));
             let mut runs = runs.to_vec();
             runs.sort_by_key(|run| run.start_ms);
@@ -1415,6 +1475,19 @@ impl ChaosCluster {
     /// batch per multi-op), the first due at `first_due_ms` and one every `spacing_ms` after
     /// it.
     pub async fn submit(&self, count: usize, first_due_ms: i64, spacing_ms: i64) -> Submitted {
+        self.submit_named("s", count, first_due_ms, spacing_ms)
+            .await
+    }
+
+    /// Like [`ChaosCluster::submit`], the ids `<prefix><n>`: a scenario that submits more than
+    /// once names each batch apart.
+    pub async fn submit_named(
+        &self,
+        prefix: &str,
+        count: usize,
+        first_due_ms: i64,
+        spacing_ms: i64,
+    ) -> Submitted {
         let config = self.nodes[0]
             .daemon
             .as_ref()
@@ -1425,7 +1498,7 @@ impl ChaosCluster {
         let mut ids = Vec::with_capacity(count);
         let mut requests = Vec::with_capacity(count);
         for i in 0..count {
-            let id = format!("s{i:05}");
+            let id = format!("{prefix}{i:05}");
             let due = first_due_ms + i64::try_from(i).expect("small") * spacing_ms;
             requests.push(zkcron::delayed::SubmitRequest {
                 job: zkcron::JobName::new(SUB),

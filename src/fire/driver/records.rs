@@ -12,6 +12,7 @@ use std::time::Duration;
 use chrono::Utc;
 
 use super::formats::FleetFormat;
+use super::refusals::Refusals;
 use super::session::{REQUEST_LIMIT, Session, bounded};
 use crate::fire::machine::{
     CatchUpInput, ClaimId, ClaimInput, ClaimRefused, Input, RecordWrite, TickClaim,
@@ -76,6 +77,25 @@ impl Drop for PruneOut {
             }
         }
     }
+}
+
+/// `claimed`'s answer, with what it says of ZooKeeper taking this node's writes told to
+/// `refusals`.
+async fn told_to(
+    refusals: &Refusals,
+    claimed: impl std::future::Future<Output = Result<run::Claim, ClaimError>>,
+) -> Result<run::Claim, ClaimError> {
+    let answer = claimed.await;
+    match &answer {
+        Ok(_) => refusals.taken(),
+        Err(err @ ClaimError::Zk { path, .. }) => {
+            if let Some(why) = err.standing_refusal() {
+                refusals.refused(path, why, &error_chain(err));
+            }
+        }
+        Err(_) => {}
+    }
+    answer
 }
 
 /// What the machine makes of a claim's definite refusal.
@@ -186,6 +206,8 @@ pub(super) struct Records {
     pub pruning: Pruning,
     /// How a submission's claimed run shows as open: the format every member reads.
     pub fleet: Arc<FleetFormat>,
+    /// Told whether claims are taken or refused until an operator acts (a quota).
+    pub refusals: Refusals,
 }
 
 impl Records {
@@ -218,12 +240,14 @@ impl Records {
         let (paths, answers) = (self.paths.clone(), s.answers.clone());
         let view = self.view.subscribe();
         let open_runs = self.fleet.open_runs();
+        let refusals = self.refusals.clone();
         s.tasks.spawn(async move {
             let (job, tick) = (record.job.clone(), record.scheduled_unix_ms);
             let path = record.path(&paths);
             let plan = ClaimPlan::new(&paths, record, mode, guarded, open_runs);
             let session = client.session();
-            let result = settled(group.claim(plan.clone()), &plan, view, session).await;
+            let claimed = told_to(&refusals, group.claim(plan.clone()));
+            let result = settled(claimed, &plan, view, session).await;
             let already = result == Err(ClaimRefused::AlreadyClaimed);
             let result = result.map(Box::new);
             let _ = answers.send(Input::Claims(ClaimInput::Done { id, result }));

@@ -26,10 +26,12 @@ use super::protocol::{
 };
 use super::rewrites::Rewrites;
 use super::runs::{self, Runs};
+use super::unrecorded::Unrecorded;
 use crate::config::{Concurrency, JobConfig};
 use crate::control::Pause;
 use crate::delayed::submission::SubmissionId;
 use crate::ids::JobName;
+use crate::lock::LockStatus;
 use crate::run::{Claim, ClaimMode, RunRecord, RunStatus};
 
 /// A run whose lease could not be taken (ZooKeeper failed) asks again this much later.
@@ -42,6 +44,7 @@ pub(super) struct Starts {
     pub runs: Runs,
     pub guards: Guards,
     pub rewrites: Rewrites,
+    pub unrecorded: Unrecorded,
     /// A tick was declined for being at or before its job's newest recorded tick since the
     /// lock was gained: said once, not per tick.
     behind_the_ledger_said: bool,
@@ -53,9 +56,10 @@ impl Starts {
     /// the attempts).
     pub fn next_deadline(
         &self,
-        connected: bool,
+        lock: LockStatus,
         paused: impl Fn(&JobName) -> bool,
     ) -> Option<DateTime<Utc>> {
+        let connected = lock.connected;
         let claims = self.claims.values().filter_map(|p| match &p.state {
             PendingState::Claimed(_) => Some(p.claimed_deadline()),
             // Waiting on our own run: its end wakes the claim, the late-tick rule bounds it.
@@ -71,7 +75,15 @@ impl Starts {
         });
         let retries = self.runs.retry_deadlines(paused);
         let rewrites = self.rewrites.next_deadline().filter(|_| connected);
-        claims.chain(retries).chain(rewrites).min()
+        let unrecorded = self
+            .unrecorded
+            .next_deadline()
+            .filter(|_| connected && lock.may_fire);
+        claims
+            .chain(retries)
+            .chain(rewrites)
+            .chain(unrecorded)
+            .min()
     }
 
     /// Claim `id` at a tick: started at its instant, tried again once a run found alive should
@@ -227,6 +239,9 @@ impl Starts {
             return;
         };
         let pending = Pending::record_only(Arc::clone(config), &record, token);
+        if mode == ClaimMode::Create {
+            self.unrecorded.sending(config, &record);
+        }
         self.claims.send(pending, record, mode, ctx.out);
     }
 
@@ -246,6 +261,11 @@ impl Starts {
                 .and_then(|p| p.submission.as_ref())
                 .and_then(|s| SubmissionId::parse(&s.id).ok()),
         };
+        if let Ok(claim) = &result {
+            let record = &claim.record;
+            self.unrecorded
+                .claimed(&record.job, record.scheduled_unix_ms, ctx.now);
+        }
         let lost = matches!(result, Err(ClaimRefused::AlreadyClaimed));
         if lost && self.claims.at_its_running_version(id) {
             self.claim_again(ctx, id);
@@ -398,6 +418,9 @@ impl Starts {
         };
         let (job, tick) = (&pending.config.spec.name, pending.tick);
         let broadcast = pending.config.broadcast.is_some();
+        let refused = matches!(result, Err(ClaimRefused::Failed(_)));
+        self.unrecorded
+            .answered(job, tick.timestamp_millis(), refused, ctx.now);
         match &result {
             // The sweep's record: the sweep reads the answer (a record there is the member's).
             _ if broadcast && !pending.is_members() => {
@@ -405,8 +428,11 @@ impl Starts {
                 let (job, tick) = (job.clone(), tick);
                 ctx.follow(Follow::SweepRecorded { job, tick, result });
             }
+            Err(ClaimRefused::Failed(why)) => {
+                tracing::warn!(job = %job, %tick, error = why, "skipped or missed ticks not recorded yet: written again once the ledger takes writes")
+            }
             Err(why) => {
-                tracing::warn!(job = %job, %tick, ?why, "skipped or missed ticks not recorded")
+                tracing::info!(job = %job, %tick, ?why, "skipped or missed ticks not recorded here: another owner's or record stands for them")
             }
             // A broadcast job's records are pruned by the owner's sweep, per member.
             Ok(_) if broadcast => {}
@@ -692,15 +718,23 @@ impl Starts {
         }
     }
 
-    /// Final records whose write failed, due to go again (only while connected).
+    /// Final records whose write failed, due to go again (only while connected); the
+    /// `missed` and `skipped` records the ledger did not take, while this node may fire.
     pub fn write_records_again(&mut self, ctx: &mut Ctx<'_>) {
-        if ctx.lock.connected {
-            ctx.out.extend(
-                self.rewrites
-                    .due(ctx.now)
-                    .into_iter()
-                    .map(|claim| Action::Claims(ClaimAction::WriteRecord(claim))),
-            );
+        if !ctx.lock.connected {
+            return;
+        }
+        ctx.out.extend(
+            self.rewrites
+                .due(ctx.now)
+                .into_iter()
+                .map(|claim| Action::Claims(ClaimAction::WriteRecord(claim))),
+        );
+        let Some(token) = ctx.lock.token.filter(|_| ctx.lock.may_fire) else {
+            return;
+        };
+        for owed in self.unrecorded.due(ctx.now, token) {
+            self.send_record_only(ctx, &owed.config, owed.record, ClaimMode::Create);
         }
     }
 
@@ -718,6 +752,7 @@ impl Starts {
             }
         }
         self.runs.drop_retries();
+        self.unrecorded.left_to_the_next_owner();
     }
 
     /// A paused job's item: a tick is recorded `skipped`, a rerun or retry is not started.

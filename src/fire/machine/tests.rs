@@ -28,6 +28,7 @@ mod properties;
 mod steering;
 mod submitted_parents;
 mod submitted_properties;
+mod unrecorded;
 
 const TOKEN: FencingToken = FencingToken(7);
 
@@ -347,6 +348,28 @@ fn end_run(m: &mut FireMachine, end: Input, at: DateTime<Utc>) -> Claim {
 
 /// Grants `claim`, starts its run at `tick_ms` and ends it 100 ms later with exit 0; returns
 /// the final record it writes.
+/// Drives what `actions` ask for at `now`: each claim answered by `answer`, every start run
+/// and ended, every final record written.
+fn drive_with(
+    m: &mut FireMachine,
+    actions: Vec<Action>,
+    now: DateTime<Utc>,
+    mut answer: impl FnMut(&TickClaim) -> Input,
+) {
+    let mut todo: VecDeque<Action> = actions.into();
+    while let Some(action) = todo.pop_front() {
+        let input = match action {
+            Action::Claims(ClaimAction::Claim(claim)) => answer(&claim),
+            Action::Runs(RunAction::Start { claim, .. }) => {
+                ended(&claim, RunOutcome::Exited { code: 0 }, now)
+            }
+            Action::Claims(ClaimAction::WriteRecord(finished)) => written(&finished),
+            _ => continue,
+        };
+        todo.extend(m.handle(input, now));
+    }
+}
+
 fn run_granted(m: &mut FireMachine, claim: &TickClaim, tick_ms: i64) -> Claim {
     m.handle(ok(claim), t(tick_ms - 249));
     let (run, _) = only_start(&m.handle(Input::Tick, t(tick_ms)));

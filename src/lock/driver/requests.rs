@@ -81,7 +81,13 @@ fn failure(path: &str, err: &Fault) -> RequestFailed {
         Fault::Refused(why) if why.contains("session moved") => RequestFailed::Connection,
         _ => RequestFailed::Other,
     };
-    if why == RequestFailed::NoAuth {
+    if matches!(err, Fault::QuotaExceeded) {
+        tracing::error!(
+            path,
+            "zookeeper refused the lock's write: a quota on the lock root is exceeded; \
+             `listquota` in zkCli.sh shows it, raise it (`setquota`) or remove it (`delquota`)"
+        );
+    } else if why == RequestFailed::NoAuth {
         tracing::error!(
             path,
             "zookeeper denied access (ACL); check zookeeper.auth and the node's ACL"

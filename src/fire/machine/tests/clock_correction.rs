@@ -9,27 +9,16 @@ use super::*;
 /// per-second job stands for each of its ticks.
 fn drive(m: &mut FireMachine, actions: Vec<Action>, now: DateTime<Utc>) -> Vec<(i64, RunStatus)> {
     let mut seen = Vec::new();
-    let mut todo: VecDeque<Action> = actions.into();
-    while let Some(action) = todo.pop_front() {
-        let answer = match action {
-            Action::Claims(ClaimAction::Claim(claim)) => {
-                let to = ms_of(&claim);
-                let from = claim
-                    .record
-                    .missed_from_unix_ms
-                    .map_or(to, |from| from - t(0).timestamp_millis());
-                let status = claim.record.status;
-                seen.extend((from / 1000..=to / 1000).map(|s| (s * 1000, status)));
-                ok(&claim)
-            }
-            Action::Runs(RunAction::Start { claim, .. }) => {
-                ended(&claim, RunOutcome::Exited { code: 0 }, now)
-            }
-            Action::Claims(ClaimAction::WriteRecord(finished)) => written(&finished),
-            _ => continue,
-        };
-        todo.extend(m.handle(answer, now));
-    }
+    drive_with(m, actions, now, |claim| {
+        let to = ms_of(claim);
+        let from = claim
+            .record
+            .missed_from_unix_ms
+            .map_or(to, |from| from - t(0).timestamp_millis());
+        let status = claim.record.status;
+        seen.extend((from / 1000..=to / 1000).map(|s| (s * 1000, status)));
+        ok(claim)
+    });
     seen
 }
 

@@ -29,6 +29,9 @@ const MAX_UNITS: usize = 500;
 /// Bytes of ops per multi-op at most, well under ZooKeeper's default `jute.maxbuffer` (1 MiB),
 /// which a server applies to requests too.
 const MAX_BYTES: usize = 256 * 1024;
+/// A group this small is never shrunk further: past it, no lost connection is blamed on the
+/// size of a request.
+const SMALL_GROUP_BYTES: usize = 16 * 1024;
 /// Multi-ops of one queue out at once. Units that come while this many are out wait for the
 /// next group; below it a unit goes at once. A lane carries at most this many groups per
 /// commit round trip: with 2 groups of at most 200 units, an owner delivering to an HTTP target
@@ -181,21 +184,73 @@ trait Unit: Sized + Send + 'static {
     /// About how many bytes its ops take in a request.
     fn size(&self) -> usize;
     /// Commits `group` in one multi-op and answers its units; returns those to go again in
-    /// the next group.
-    fn commit(client: Zk, group: Vec<Self>) -> impl Future<Output = Vec<Self>> + Send;
+    /// the next group, and whether its request went unanswered.
+    fn commit(client: Zk, group: Vec<Self>) -> impl Future<Output = Committed<Self>> + Send;
+}
+
+/// How a group's multi-op ended, for its lane.
+struct Committed<U> {
+    /// The units to go again in the next group.
+    again: Vec<U>,
+    /// The request got no answer: the connection was lost under it.
+    unanswered: bool,
+}
+
+impl<U> Committed<U> {
+    fn answered(again: Vec<U>) -> Self {
+        Self {
+            again,
+            unanswered: false,
+        }
+    }
+}
+
+/// A lane's bound on a group's bytes, shrunk when a big group went unanswered: a server closes
+/// the connection on a request past its `jute.maxbuffer` (issue 53: a children list or a data
+/// past it is read, but a request past it is not), and a group sent again as big would lose the
+/// connection again, with every other request of the session.
+struct ByteBound(usize);
+
+impl ByteBound {
+    /// A group of `bytes` went unanswered: the next are at most half as big, not below
+    /// [`SMALL_GROUP_BYTES`].
+    fn unanswered(&mut self, bytes: usize) {
+        if bytes <= SMALL_GROUP_BYTES {
+            return;
+        }
+        let half = (bytes / 2).max(SMALL_GROUP_BYTES);
+        if half < self.0 {
+            self.0 = half;
+            tracing::warn!(
+                bytes,
+                from_now_on = half,
+                "a multi-op went unanswered: the connection was lost under it. If the ZooKeeper \
+                 servers' jute.maxbuffer is below its size (a server closes the connection on a \
+                 larger request), set it back to 1 MiB, ZooKeeper's default; meanwhile this \
+                 node sends smaller multi-ops"
+            );
+        }
+    }
 }
 
 /// Sends one queue's units: at most [`IN_FLIGHT`] groups out, each taking what queued behind
 /// the one before it.
 async fn lane<U: Unit>(client: Zk, mut queue: mpsc::UnboundedReceiver<U>) {
     let mut waiting = VecDeque::new();
-    let mut out: JoinSet<Vec<U>> = JoinSet::new();
+    let mut out: JoinSet<(Committed<U>, usize)> = JoinSet::new();
+    let mut bound = ByteBound(MAX_BYTES);
     let mut open = true;
     loop {
         tokio::select! {
             Some(done) = out.join_next(), if !out.is_empty() => {
                 // A group task that panicked dropped its units: their callers get no answer.
-                for unit in done.unwrap_or_default().into_iter().rev() {
+                let Ok((committed, bytes)) = done else {
+                    continue;
+                };
+                if committed.unanswered {
+                    bound.unanswered(bytes);
+                }
+                for unit in committed.again.into_iter().rev() {
                     waiting.push_front(unit);
                 }
             }
@@ -209,28 +264,32 @@ async fn lane<U: Unit>(client: Zk, mut queue: mpsc::UnboundedReceiver<U>) {
             while let Ok(unit) = queue.try_recv() {
                 waiting.push_back(unit);
             }
-            let Some(group) = next_group(&mut waiting) else {
+            let Some(group) = next_group(&mut waiting, bound.0) else {
                 break;
             };
+            let bytes = group.iter().map(Unit::size).sum();
             tracing::trace!(
                 units = group.len(),
+                bytes,
                 waiting = waiting.len(),
                 kind = std::any::type_name::<U>(),
                 "group sent"
             );
-            out.spawn(U::commit(client.clone(), group));
+            let committed = U::commit(client.clone(), group);
+            out.spawn(async move { (committed.await, bytes) });
         }
     }
 }
 
-/// The units at the front of `waiting` that go together, up to the limits; `None` when none wait.
-fn next_group<U: Unit>(waiting: &mut VecDeque<U>) -> Option<Vec<U>> {
+/// The units at the front of `waiting` that go together, up to the limits (`max_bytes` of
+/// ops); `None` when none wait.
+fn next_group<U: Unit>(waiting: &mut VecDeque<U>, max_bytes: usize) -> Option<Vec<U>> {
     let first_key = waiting.front()?.key();
     let mut group = Vec::new();
     let mut bytes = 0;
     while let Some(unit) = waiting.front() {
         let fits =
-            group.is_empty() || (group.len() < MAX_UNITS && bytes + unit.size() <= MAX_BYTES);
+            group.is_empty() || (group.len() < MAX_UNITS && bytes + unit.size() <= max_bytes);
         if !fits || unit.key() != first_key {
             break;
         }
@@ -238,6 +297,12 @@ fn next_group<U: Unit>(waiting: &mut VecDeque<U>) -> Option<Vec<U>> {
         group.extend(waiting.pop_front());
     }
     Some(group)
+}
+
+/// Whether a multi-op's request lost its connection (not a timeout: a server that is slow
+/// says nothing of the request's size).
+fn lost_connection(err: &MultiFault) -> bool {
+    matches!(err, MultiFault::Request(Fault::ConnectionLoss))
 }
 
 /// The unit whose ops hold the multi's op `index`.
@@ -283,9 +348,9 @@ impl Unit for ClaimUnit {
         self.plan.request_size()
     }
 
-    async fn commit(client: Zk, group: Vec<Self>) -> Vec<Self> {
+    async fn commit(client: Zk, group: Vec<Self>) -> Committed<Self> {
         let Some(first) = group.first() else {
-            return group;
+            return Committed::answered(group);
         };
         let session = SessionId(client.session_id());
         let op_counts: Vec<usize> = group.iter().map(|unit| unit.plan.op_count()).collect();
@@ -313,22 +378,26 @@ impl Unit for ClaimUnit {
                     results = rest;
                     let _ = unit.reply.send(Grouped::Done(Ok(claim)));
                 }
-                Vec::new()
+                Committed::answered(Vec::new())
             }
             Err(MultiFault::Op { index, fault }) => {
                 tracing::debug!(index, error = %fault, claims = group.len(), "a claim failed its group; it goes alone");
-                split_failed(group, owner_of(index, &op_counts), |unit| {
+                Committed::answered(split_failed(group, owner_of(index, &op_counts), |unit| {
                     let _ = unit.reply.send(Grouped::Alone(unit.plan));
-                })
+                }))
             }
             // The epoch check or the request failed: the same answer for every claim as if it
             // had gone alone. A lost reply is not sent again: the claims may have been made.
             Err(err) => {
+                let unanswered = lost_connection(&err);
                 for unit in group {
                     let refused = unit.plan.refusal(err.clone());
                     let _ = unit.reply.send(Grouped::Done(Err(refused)));
                 }
-                Vec::new()
+                Committed {
+                    again: Vec::new(),
+                    unanswered,
+                }
             }
         }
     }
@@ -381,7 +450,7 @@ impl Unit for WriteUnit {
         self.data.len() + self.claim.path.len() * 3 + 256 + marks
     }
 
-    async fn commit(client: Zk, group: Vec<Self>) -> Vec<Self> {
+    async fn commit(client: Zk, group: Vec<Self>) -> Committed<Self> {
         let mut op_counts = Vec::with_capacity(group.len());
         let why = match group.first().map(|unit| unit.kind) {
             Some(WriteKind::Update) => tally::WriteKind::Start,
@@ -415,21 +484,24 @@ impl Unit for WriteUnit {
                     results = rest;
                     let _ = unit.reply.send(Grouped::Done(version));
                 }
-                Vec::new()
+                Committed::answered(Vec::new())
             }
             Err(MultiFault::Op { index, fault }) => {
                 tracing::debug!(index, error = %fault, writes = group.len(), "a record write failed its group; it goes alone");
-                split_failed(group, owner_of(index, &op_counts), |unit| {
+                Committed::answered(split_failed(group, owner_of(index, &op_counts), |unit| {
                     let _ = unit.reply.send(Grouped::Alone(unit.marks));
-                })
+                }))
             }
             // A lost reply: each goes again alone, where `update` tells our own earlier write
             // from someone else's.
-            Err(MultiFault::Request(_) | MultiFault::Fenced(_)) => {
+            Err(err @ (MultiFault::Request(_) | MultiFault::Fenced(_))) => {
                 for unit in group {
                     let _ = unit.reply.send(Grouped::Alone(unit.marks));
                 }
-                Vec::new()
+                Committed {
+                    again: Vec::new(),
+                    unanswered: lost_connection(&err),
+                }
             }
         }
     }
@@ -437,7 +509,28 @@ impl Unit for WriteUnit {
 
 #[cfg(test)]
 mod tests {
-    use super::owner_of;
+    use super::{ByteBound, MAX_BYTES, SMALL_GROUP_BYTES, owner_of};
+
+    #[test]
+    fn a_big_group_that_lost_its_connection_halves_the_next_but_a_small_one_does_not() {
+        let mut bound = ByteBound(MAX_BYTES);
+        bound.unanswered(SMALL_GROUP_BYTES);
+        assert_eq!(bound.0, MAX_BYTES, "a small group's loss is the network's");
+        bound.unanswered(200_000);
+        assert_eq!(bound.0, 100_000);
+        bound.unanswered(150_000);
+        assert_eq!(
+            bound.0, 75_000,
+            "groups lost together: the smallest half holds"
+        );
+        bound.unanswered(200_000);
+        assert_eq!(bound.0, 75_000, "never grown by a later loss");
+        for _ in 0..10 {
+            let next = bound.0;
+            bound.unanswered(next);
+        }
+        assert_eq!(bound.0, SMALL_GROUP_BYTES, "not below the floor");
+    }
 
     #[test]
     fn an_op_index_names_the_unit_whose_ops_hold_it() {

@@ -291,7 +291,20 @@ async fn submit_chunk(
                 known.forget();
                 return vec![Err(zk(&paths.submission(&chunk[0].0), source))];
             }
-            Err(_) => {
+            Err(err) => {
+                if matches!(err, MultiFault::Request(Fault::ConnectionLoss)) {
+                    let bytes: usize = chunk
+                        .iter()
+                        .map(|(id, submission)| request_bytes(paths, id, submission))
+                        .sum();
+                    tracing::warn!(
+                        submissions = chunk.len(),
+                        bytes,
+                        "a batch of submissions went unanswered: the connection was lost under \
+                         it; sending them one by one. If the ZooKeeper servers' jute.maxbuffer is \
+                         below its size, set it back to 1 MiB, ZooKeeper's default"
+                    );
+                }
                 known.forget();
                 break;
             }

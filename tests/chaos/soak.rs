@@ -92,7 +92,7 @@ async fn soak_of_random_faults() {
         .and_then(|seed| seed.parse().ok())
         .unwrap_or_else(|| u64::try_from(now_ms()).unwrap_or(1) | 1);
     let name = format!("soak of random faults, {minutes} min");
-    let mut cluster = ChaosCluster::start_soak(&name, 3, SERVERS).await;
+    let mut cluster = ChaosCluster::start_keeping_history(&name, 3, SERVERS).await;
     let (faked, _) = cluster.add_node_with_clock(Some(0)).await;
     let mut draw = Draw(seed);
     let ends_ms = now_ms() + i64::try_from(minutes * 60_000).unwrap_or(i64::MAX);

@@ -379,10 +379,10 @@ impl ChaosCluster {
         Self::start_fleet(name, nodes, fleet, options, |_| async {}).await
     }
 
-    /// The soak's fleet (issue 53): [`ChaosCluster::start_with_submissions_on`]'s, every job
-    /// keeping the most records a job may (`history = 5000`: 83 minutes of a 1 s job), so that
-    /// an hour's ledger is still there to check at its end.
-    pub async fn start_soak(name: &str, nodes: usize, options: ServerOptions) -> Self {
+    /// [`ChaosCluster::start_with_submissions_on`]'s fleet, every job keeping the most records a
+    /// job may (`history = 5000`: 83 minutes of a 1 s job): the soak's, whose hour of ledger is
+    /// still there to check at its end, and that of a parent past `jute.maxbuffer`.
+    pub async fn start_keeping_history(name: &str, nodes: usize, options: ServerOptions) -> Self {
         let fleet = Fleet {
             submissions: true,
             submitted_chain: true,
@@ -982,8 +982,9 @@ impl ChaosCluster {
     fn node_logs_about(&self, violations: &[Violation]) -> String {
         let mut out = String::new();
         for violation in violations {
-            let (Violation::Lost { job, tick_ms } | Violation::NoFinalRecord { job, tick_ms }) =
-                violation
+            let (Violation::Lost { job, tick_ms }
+            | Violation::NotRun { job, tick_ms }
+            | Violation::NoFinalRecord { job, tick_ms }) = violation
             else {
                 continue;
             };

@@ -86,7 +86,14 @@ pub enum Violation {
         tick_ms: i64,
         after_tick: i64,
     },
+    /// Neither run nor recorded.
     Lost {
+        job: String,
+        tick_ms: i64,
+    },
+    /// Outside every fault window, not run but recorded `missed`, `skipped` or `interrupted`:
+    /// not silent, but late past what the scenario promises.
+    NotRun {
         job: String,
         tick_ms: i64,
     },
@@ -180,12 +187,12 @@ pub fn check(observed: &Observed) -> Vec<Violation> {
         let missed = observed.recorded_missed.get(job);
         for tick_ms in ticks {
             let fired = starts.contains_key(&(job.as_str(), *tick_ms));
-            let recorded = excusable && missed.is_some_and(|m| m.contains(tick_ms));
-            if !fired && !recorded {
-                found.push(Violation::Lost {
-                    job: job.clone(),
-                    tick_ms: *tick_ms,
-                });
+            let recorded = missed.is_some_and(|m| m.contains(tick_ms));
+            let (job, tick_ms) = (job.clone(), *tick_ms);
+            match (fired, recorded, excusable) {
+                (true, _, _) | (false, true, true) => {}
+                (false, true, false) => found.push(Violation::NotRun { job, tick_ms }),
+                (false, false, _) => found.push(Violation::Lost { job, tick_ms }),
             }
         }
     }

@@ -67,6 +67,7 @@ pub(super) fn records_listed(
         token,
         config: &state.config,
         runs: &starts.runs,
+        claims: &starts.claims,
         newest_tick: state.newest_tick,
         first_handled: state
             .held

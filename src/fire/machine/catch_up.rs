@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
+use super::claims::Claims;
 use super::protocol::{Action, CatchUpAction, FireReason, Item, JobRecords, Me};
 use super::runs::{Retry, Runs};
 use crate::config::{Concurrency, JobConfig, Misfire, OnInterrupted};
@@ -80,6 +81,8 @@ pub(super) struct Ground<'a> {
     pub config: &'a Arc<JobConfig>,
     /// The runs alive or retrying on this node.
     pub runs: &'a Runs,
+    /// The claims out or held on this node.
+    pub claims: &'a Claims,
     /// The newest tick of the job started here or found recorded.
     pub newest_tick: Option<DateTime<Utc>>,
     /// The first tick this node handles itself (held behind catch-up, or queued).
@@ -138,9 +141,12 @@ impl CatchUp {
             })
         };
         for (record, version) in &records.newest {
+            // A run this node still has a claim out for is the claim's answer's to resolve (a
+            // claim read back across a lost session, answered after this listing: the soak).
             if record.status.is_final()
                 || record.fencing_token >= ground.token
                 || ground.runs.alive_of_run(&record.run_id)
+                || ground.claims.out_for(record)
                 || kept(record)
             {
                 continue;

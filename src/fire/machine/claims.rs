@@ -107,6 +107,12 @@ impl Claims {
     }
 
     /// A run that never started may have its `running` write applied, at `version`.
+    /// Whether a claim of `record`'s run is out or held here: its answer, not a listing read
+    /// meanwhile, decides what becomes of the run.
+    pub fn out_for(&self, record: &RunRecord) -> bool {
+        self.runs.contains_key(&RunKey::of(record).run())
+    }
+
     pub fn maybe_marked_running(&mut self, run_id: String, version: i32) {
         self.maybe_marked_running.insert(run_id, version);
     }

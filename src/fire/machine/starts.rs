@@ -574,10 +574,24 @@ impl Starts {
         let job = pending.config.spec.name.clone();
         tracing::info!(job = %job, run_id = claim.record.run_id, "lock lost before the run was sent: its record goes back to claimed");
         ctx.out.push(Action::Claims(ClaimAction::WriteRecord(back)));
+        // Owning the lock again already, with the job's catch-up decided (its listing left the
+        // run to this claim's answer): the run is taken over now, as that catch-up's would be.
+        // Otherwise the next catch-up takes it.
+        let owns_again =
+            ctx.lock.may_fire && ctx.lock.token.is_some_and(|token| token > pending.token);
+        let mut advance = false;
         if let Some(state) = ctx.jobs.get_mut(&job) {
-            state.not_started.push(item);
+            if owns_again && state.catch_up.is_none() {
+                state.backlog.push_back(item);
+                advance = true;
+            } else {
+                state.not_started.push(item);
+            }
         }
         self.settle(ctx, id);
+        if advance {
+            ctx.follow(Follow::Advance(job));
+        }
     }
 
     fn start(&mut self, ctx: &mut Ctx<'_>, id: ClaimId) {

@@ -35,6 +35,7 @@ fn ground<'a>(
         token: TOKEN,
         config,
         runs,
+        claims: Box::leak(Box::default()),
         newest_tick: None,
         first_handled: None,
         outage: None,

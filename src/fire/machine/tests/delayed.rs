@@ -1076,3 +1076,56 @@ fn a_submission_whose_claim_the_epoch_refused_after_a_new_acquisition_is_read_ag
     assert_eq!(again.record.fencing_token, next);
     assert_eq!(again.record.submission_id, Some(id("late")));
 }
+
+/// The soak (issue 53): a submission claimed at its instant, its claim saying `running`, went
+/// unanswered while the session was lost; the node owned the lock again under a newer token,
+/// and its catch-up listed the job before the claim was read back. The listing leaves the
+/// record to the claim's answer, which finds the claim applied and the run never sent: the
+/// record goes back to `claimed` and the run is taken over at once, as the same attempt —
+/// never closed `interrupted` (it was: 3 of 3780 submissions never ran).
+#[test]
+fn a_run_whose_claim_is_out_is_left_by_catch_up_and_taken_over_on_its_answer() {
+    let due = submission("close", 1500, b"order");
+    let (mut m, _) = owning_with(ON_DEMAND, 0, vec![(id("order-42"), due)]);
+    run_timer(&mut m, 1000);
+    let claim = only_claim(&m.handle(Input::Tick, t(1500)));
+    assert_eq!(claim.record.status, RunStatus::Running);
+    m.handle(Input::Lock(LockInput::Changed(follower())), t(1600));
+    let newer = FencingToken(TOKEN.0 + 1);
+    m.handle(Input::Lock(LockInput::Changed(owner(newer))), t(1700));
+    let mut records = listing(std::slice::from_ref(&claim.record));
+    records
+        .payloads
+        .insert(id("order-42"), Arc::new(b"order".to_vec()));
+    let listed = Input::CatchUp(CatchUpInput::Listed {
+        job: JobName::new("close"),
+        result: Ok(records),
+    });
+    let after_listing = m.handle(listed, t(1710));
+    assert!(
+        !after_listing.iter().any(|action| matches!(
+            action,
+            Action::CatchUp(CatchUpAction::MarkInterrupted { .. })
+        )),
+        "left to the claim's answer: {after_listing:?}"
+    );
+    let answered = m.handle(ok(&claim), t(1800));
+    assert!(
+        answered.iter().any(|action| matches!(
+            action,
+            Action::Claims(ClaimAction::WriteRecord(back)) if back.record.status == RunStatus::Claimed
+        )),
+        "written back to claimed: {answered:?}"
+    );
+    let again = claims(&answered);
+    assert_eq!(again.len(), 1, "taken over at once: {answered:?}");
+    assert_eq!(
+        (&again[0].record.run_id, again[0].record.attempt),
+        (&claim.record.run_id, 1)
+    );
+    assert!(
+        matches!(again[0].mode, ClaimMode::Again { .. }),
+        "{:?}",
+        again[0].mode
+    );
+}

@@ -95,6 +95,8 @@ impl Unrecorded {
         };
         if refused {
             self.owe(owed.config, owed.record, now);
+        } else if !self.owes_or_sends(job) {
+            self.claimed_since.remove(job);
         }
     }
 
@@ -141,14 +143,18 @@ impl Unrecorded {
     /// at once.
     pub fn claimed(&mut self, job: &JobName, tick_ms: i64, now: DateTime<Utc>) {
         self.refused_in_a_row = 0;
-        if self.owed.is_empty() {
-            return;
-        }
-        if self.owed.contains_key(job) {
+        // Owed, or out again (a refusal owes it back): a later refusal must not reach over this.
+        if self.owes_or_sends(job) {
             let newest = self.claimed_since.entry(job.clone()).or_insert(tick_ms);
             *newest = (*newest).max(tick_ms);
         }
-        self.retry_at = Some(self.retry_at.map_or(now, |at| at.min(now)));
+        if !self.owed.is_empty() {
+            self.retry_at = Some(self.retry_at.map_or(now, |at| at.min(now)));
+        }
+    }
+
+    fn owes_or_sends(&self, job: &JobName) -> bool {
+        self.owed.contains_key(job) || self.out.keys().any(|(sent, _)| sent == job)
     }
 
     /// The owed records due to go again at `now`, taken out (a refusal owes them again), each
@@ -158,7 +164,6 @@ impl Unrecorded {
             return Vec::new();
         }
         self.retry_at = None;
-        self.claimed_since.clear();
         let mut due: Vec<Owed> = std::mem::take(&mut self.owed)
             .into_values()
             .flatten()

@@ -136,3 +136,22 @@ fn only_a_scheduled_ticks_own_missed_or_skipped_record_is_owed() {
     assert!(unrecorded.owed_ticks(&a.spec.name).is_empty());
     assert_eq!(unrecorded.next_deadline(), None);
 }
+
+#[test]
+fn a_gap_sent_again_and_refused_is_not_stretched_over_a_tick_claimed_while_it_was_out() {
+    let a = config("a");
+    let mut unrecorded = Unrecorded::default();
+    refused(&mut unrecorded, &a, 1000, 1100);
+    let due = unrecorded.due(at(2100), FencingToken(1));
+    assert_eq!(due.len(), 1);
+    unrecorded.sending(&a, &due[0].record);
+    // While the gap is out again, 2 s runs; then the gap and 3 s are refused.
+    unrecorded.claimed(&a.spec.name, 2000, at(2200));
+    unrecorded.answered(&a.spec.name, 1000, true, at(2300));
+    refused(&mut unrecorded, &a, 3000, 3100);
+    assert_eq!(
+        unrecorded.owed_ticks(&a.spec.name),
+        [(1000, 1000, 1), (3000, 3000, 1)],
+        "2 s ran: the gaps stay apart"
+    );
+}

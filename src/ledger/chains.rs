@@ -101,12 +101,16 @@ pub async fn drop_mark(client: &Ledger, path: &str) -> Result<(), Fault> {
         .await
 }
 
+/// Mark reads out at once: a listing of thousands of marks (a submitted parent ends a hundred
+/// times a second) is read in a few round trips, not one per mark.
+const MARK_READ_WINDOW: usize = 256;
+
 /// The marks left for `child`, oldest instant first. Foreign names and unreadable marks are
 /// logged with their path and skipped; a mark gone between the listing and its read is not
-/// there.
+/// there. The reads are pipelined, [`MARK_READ_WINDOW`] at a time.
 ///
 /// # Errors
-/// The listing failed (no `after/<child>` means no marks).
+/// The listing failed (no `after/<child>` means no marks), or a mark's read did.
 pub async fn marks_for(
     client: &Ledger,
     paths: &LedgerPaths,
@@ -118,24 +122,44 @@ pub async fn marks_for(
         .children_if_there(&dir)
         .await
         .map_err(ClaimError::on(&dir))?;
-    let mut found = Vec::with_capacity(names.len());
-    for name in names {
-        let path = format!("{dir}/{name}");
-        let Some(parsed) = MarkName::parse(&name) else {
-            tracing::warn!(path, "not a chain mark's name; skipped");
-            continue;
-        };
-        let data = match client.zk().get_data(&path).await {
-            Ok((data, _)) => data,
-            Err(Fault::NoNode) => continue,
-            Err(source) => return Err(ClaimError::Zk { path, source }),
-        };
-        match ChainMark::parse(&data) {
-            Ok(mark) if mark.format <= crate::formats::CHAIN_MARK => {
-                found.push(FoundMark { name: parsed, mark })
+    let named: Vec<(String, MarkName)> = names
+        .into_iter()
+        .filter_map(|name| {
+            let path = format!("{dir}/{name}");
+            match MarkName::parse(&name) {
+                Some(parsed) => Some((path, parsed)),
+                None => {
+                    tracing::warn!(path, "not a chain mark's name; skipped");
+                    None
+                }
             }
-            Ok(mark) => crate::formats::newer_found("chain mark", mark.format, &path),
-            Err(err) => tracing::warn!(path, error = %err, "unreadable chain mark; skipped"),
+        })
+        .collect();
+    let mut found = Vec::with_capacity(named.len());
+    let mut named = named.into_iter().peekable();
+    while named.peek().is_some() {
+        // A request is sent when it is made: the window goes out before the first answer.
+        let window: Vec<_> = named
+            .by_ref()
+            .take(MARK_READ_WINDOW)
+            .map(|(path, parsed)| {
+                let read = client.zk().get_data(&path);
+                (path, parsed, read)
+            })
+            .collect();
+        for (path, parsed, read) in window {
+            let data = match read.await {
+                Ok((data, _)) => data,
+                Err(Fault::NoNode) => continue,
+                Err(source) => return Err(ClaimError::Zk { path, source }),
+            };
+            match ChainMark::parse(&data) {
+                Ok(mark) if mark.format <= crate::formats::CHAIN_MARK => {
+                    found.push(FoundMark { name: parsed, mark })
+                }
+                Ok(mark) => crate::formats::newer_found("chain mark", mark.format, &path),
+                Err(err) => tracing::warn!(path, error = %err, "unreadable chain mark; skipped"),
+            }
         }
     }
     found.sort_by(|a, b| a.name.cmp(&b.name));

@@ -336,6 +336,17 @@ pub struct ChaosCluster {
     notes: serde_json::Map<String, serde_json::Value>,
 }
 
+/// A failed assertion with `ZKCRON_CHAOS_KEEP` set keeps the scenario's directory (the nodes'
+/// logs, the servers' data) for a look afterwards, as a report with violations does.
+impl Drop for ChaosCluster {
+    fn drop(&mut self) {
+        if std::thread::panicking() && std::env::var_os("ZKCRON_CHAOS_KEEP").is_some() {
+            self.dir.disable_cleanup(true);
+            eprintln!("kept {}", self.dir.path().display());
+        }
+    }
+}
+
 impl ChaosCluster {
     /// Starts a 3-server ensemble and `nodes` nodes, and returns once the first node fired.
     pub async fn start(name: &str, nodes: usize) -> Self {
@@ -1195,7 +1206,8 @@ impl ChaosCluster {
         }
         let report = self.report(&windows, &runs, &ledger, violations, stop_ms);
         if !report.violations.is_empty() && std::env::var_os("ZKCRON_CHAOS_KEEP").is_some() {
-            eprintln!("kept {}", self.dir.keep().display());
+            self.dir.disable_cleanup(true);
+            eprintln!("kept {}", self.dir.path().display());
         }
         report
     }

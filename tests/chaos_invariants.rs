@@ -340,3 +340,23 @@ fn a_chain_after_submitted_parents_that_runs_each_child_once_passes_and_each_fau
         vec![SubmittedChainViolation::Lost { parent: "b".into() }]
     );
 }
+
+/// A node's log read through its clock's steps: a step back of 20 s leaves the lines before it
+/// where they were (by value alone they could be 20 s later too), and a step forward is seen
+/// at once.
+#[test]
+fn a_stepped_clocks_log_is_read_in_order_through_its_steps() {
+    use support::faked_clock::true_in_order;
+    // Set at 0 to no offset; stepped back 20 s at 100 s; forward 30 s (+10 s) at 200 s.
+    let history = [(0, 0), (100_000, -20_000), (200_000, 10_000)];
+    let true_ms = [
+        50_000, 95_000, 99_900, 100_300, 101_000, 150_000, 199_000, 200_500, 250_000,
+    ];
+    let faked: Vec<Option<i64>> = [0, 0, 0, 0, -20_000, -20_000, -20_000, 10_000, 10_000]
+        .iter()
+        .zip(true_ms)
+        .map(|(offset, at)| Some(at + offset))
+        .collect();
+    let expected: Vec<Option<i64>> = true_ms.iter().copied().map(Some).collect();
+    assert_eq!(true_in_order(&history, &faked), expected);
+}

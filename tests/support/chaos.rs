@@ -228,12 +228,45 @@ struct ChaosNode {
 }
 
 impl ChaosNode {
-    /// The true time, in Unix ms, of a line of its JSON log: stamped by its own clock.
-    fn stamp(&self, entry: &serde_json::Value) -> Option<i64> {
-        let at = chrono::DateTime::parse_from_rfc3339(entry["timestamp"].as_str()?).ok()?;
-        let at = at.timestamp_millis();
-        Some(self.clock.as_ref().map_or(at, |clock| clock.to_true_ms(at)))
+    /// Its JSON log, line by line: each line, its entry, and its true time in Unix ms (the
+    /// line is stamped by the node's own clock, read in order through its steps).
+    fn stamped_log(&self) -> Vec<StampedLine> {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let mut lines: Vec<StampedLine> = text
+            .lines()
+            .map(|line| {
+                let entry = serde_json::from_str::<serde_json::Value>(line).ok();
+                StampedLine {
+                    line: line.to_owned(),
+                    entry,
+                    at_ms: None,
+                }
+            })
+            .collect();
+        let stamped: Vec<Option<i64>> = lines
+            .iter()
+            .map(|line| {
+                let stamp = line.entry.as_ref()?["timestamp"].as_str()?;
+                let at = chrono::DateTime::parse_from_rfc3339(stamp).ok()?;
+                Some(at.timestamp_millis())
+            })
+            .collect();
+        let true_ms = match &self.clock {
+            Some(clock) => clock.to_true_in_order(&stamped),
+            None => stamped,
+        };
+        for (line, at_ms) in lines.iter_mut().zip(true_ms) {
+            line.at_ms = at_ms;
+        }
+        lines
     }
+}
+
+/// A line of a node's log, read by [`ChaosNode::stamped_log`].
+struct StampedLine {
+    line: String,
+    entry: Option<serde_json::Value>,
+    at_ms: Option<i64>,
 }
 
 /// When a node could not answer for itself: dead or stopped (SIGSTOP).
@@ -1205,7 +1238,9 @@ impl ChaosCluster {
             violations.extend(broadcast.into_iter().map(Violation::Broadcast));
         }
         let report = self.report(&windows, &runs, &ledger, violations, stop_ms);
-        if !report.violations.is_empty() && std::env::var_os("ZKCRON_CHAOS_KEEP").is_some() {
+        let failed =
+            !report.violations.is_empty() || self.notes.contains_key("submissions_problem");
+        if failed && std::env::var_os("ZKCRON_CHAOS_KEEP").is_some() {
             self.dir.disable_cleanup(true);
             eprintln!("kept {}", self.dir.path().display());
         }
@@ -1538,31 +1573,50 @@ impl ChaosCluster {
         submitted: &Submitted,
         after_last: Duration,
     ) {
+        if let Err(problem) = self
+            .check_each_submission_ran_once(submitted, after_last)
+            .await
+        {
+            panic!("{problem}");
+        }
+    }
+
+    /// [`Self::assert_each_submission_ran_once`]'s checks, the first that fails told rather
+    /// than panicked on: a long run (the soak) still checks its ticks after it.
+    pub async fn check_each_submission_ran_once(
+        &mut self,
+        submitted: &Submitted,
+        after_last: Duration,
+    ) -> Result<(), String> {
         let left = u64::try_from(submitted.last_due_ms - now_ms()).unwrap_or(0);
         let within = Duration::from_millis(left) + after_last;
-        self.wait_submissions_ran(&submitted.ids, within).await;
+        self.submissions_not_run(&submitted.ids, within).await?;
         let runs = self.submission_runs();
         let twice: Vec<_> = runs.iter().filter(|(_, nodes)| nodes.len() > 1).collect();
-        assert!(
-            twice.is_empty(),
-            "submissions run more than once: {twice:?}"
-        );
+        if !twice.is_empty() {
+            return Err(format!("submissions run more than once: {twice:?}"));
+        }
         self.note("submissions", serde_json::json!(runs.len()));
         // The children first: the last parents' ends submit theirs a moment before this looks,
         // and a child pending until its claim is no submission left behind (CI once counted
         // one here while it was on its way).
         if self.fleet.submitted_chain {
-            self.assert_each_submitted_parent_made_one_child(after_last)
-                .await;
+            self.submitted_parents_without_one_child(after_last).await?;
         }
         let pending = self.pending_submissions().await;
-        assert!(pending.is_empty(), "none stays pending: {pending:?}");
+        if !pending.is_empty() {
+            return Err(format!("none stays pending: {pending:?}"));
+        }
+        Ok(())
     }
 
     /// Every run of [`SUB`] recorded `succeeded` made exactly one run of [`SUB_AFTER`], under
     /// the id `<id>.sub-after`, naming that run as its parent (or its record says why it did not
     /// run); none ran twice (issue 36: a submitted parent's child, across the scenario's faults).
-    async fn assert_each_submitted_parent_made_one_child(&mut self, within: Duration) {
+    async fn submitted_parents_without_one_child(
+        &mut self,
+        within: Duration,
+    ) -> Result<(), String> {
         let succeeded = self.succeeded_submissions().await;
         let what = format!(
             "{}: a {SUB_AFTER} run for each of {} succeeded {SUB} runs",
@@ -1586,14 +1640,16 @@ impl ChaosCluster {
             self.submissions_recorded(SUB_AFTER).await
         };
         let violations = invariants::submitted_chain(&succeeded, &children, &recorded, SUB_AFTER);
-        assert!(
-            violations.is_empty(),
-            "{}: {} violation(s) of the chain after submitted runs: {:?}",
-            self.name,
-            violations.len(),
-            violations.iter().take(10).collect::<Vec<_>>()
-        );
+        if !violations.is_empty() {
+            return Err(format!(
+                "{}: {} violation(s) of the chain after submitted runs: {:?}",
+                self.name,
+                violations.len(),
+                violations.iter().take(10).collect::<Vec<_>>()
+            ));
+        }
         self.note("submitted_children", serde_json::json!(children.len()));
+        Ok(())
     }
 
     /// The ids of `job`'s submissions that have a record.
@@ -1731,12 +1787,15 @@ impl ChaosCluster {
 
     /// When node `node` first logged `message` at or after `after_ms`, by its log's own stamp.
     pub fn logged_at(&self, node: usize, message: &str, after_ms: i64) -> Option<i64> {
-        let node = &self.nodes[node];
-        let text = std::fs::read_to_string(&node.log).unwrap_or_default();
-        text.lines()
-            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-            .filter(|entry| entry["fields"]["message"].as_str() == Some(message))
-            .filter_map(|entry| node.stamp(&entry))
+        self.nodes[node]
+            .stamped_log()
+            .into_iter()
+            .filter(|line| {
+                line.entry
+                    .as_ref()
+                    .is_some_and(|entry| entry["fields"]["message"].as_str() == Some(message))
+            })
+            .filter_map(|line| line.at_ms)
             .find(|at| *at >= after_ms)
     }
 
@@ -1760,6 +1819,14 @@ impl ChaosCluster {
 
     /// Waits up to `within` until every one of `ids` has run; panics naming how many had.
     pub async fn wait_submissions_ran(&self, ids: &[String], within: Duration) {
+        if let Err(problem) = self.submissions_not_run(ids, within).await {
+            panic!("{problem}");
+        }
+    }
+
+    /// Waits until each of `ids` has run, up to `within`; what never ran, and what the nodes
+    /// said of the first few, when some did not.
+    async fn submissions_not_run(&self, ids: &[String], within: Duration) -> Result<(), String> {
         let what = format!("{}: all {} submissions ran", self.name, ids.len());
         let found = try_wait_for(&what, within, || {
             let runs = self.submission_runs();
@@ -1788,22 +1855,22 @@ impl ChaosCluster {
                     }
                 }
             }
-            panic!(
+            return Err(format!(
                 "{not_reached}: {} of {} ran; never: {missing:?}\n{said}",
                 runs.len(),
                 ids.len(),
-            );
+            ));
         }
+        Ok(())
     }
 
     /// Node `node`'s log lines stamped at or after `from_ms`, the last `lines` of them.
     pub fn log_since(&self, node: usize, from_ms: i64, lines: usize) -> String {
-        let node = &self.nodes[node];
-        let text = std::fs::read_to_string(&node.log).unwrap_or_default();
-        let stamped = |line: &str| node.stamp(&serde_json::from_str(line).ok()?);
-        let kept: Vec<&str> = text
-            .lines()
-            .filter(|line| stamped(line).is_none_or(|at| at >= from_ms))
+        let log = self.nodes[node].stamped_log();
+        let kept: Vec<&str> = log
+            .iter()
+            .filter(|line| line.at_ms.is_none_or(|at| at >= from_ms))
+            .map(|line| line.line.as_str())
             .collect();
         kept[kept.len().saturating_sub(lines)..].join("\n")
     }
@@ -1933,10 +2000,9 @@ struct LockWord {
 
 /// A node's own words on the locks, from its JSON log.
 fn lock_timeline(node: &ChaosNode) -> Vec<LockWord> {
-    let text = std::fs::read_to_string(&node.log).unwrap_or_default();
     let mut timeline = Vec::new();
-    for line in text.lines() {
-        let Ok(entry) = serde_json::from_str::<serde_json::Value>(line) else {
+    for line in node.stamped_log() {
+        let (Some(entry), Some(at_ms)) = (line.entry, line.at_ms) else {
             continue;
         };
         let owns = match entry["fields"]["message"].as_str() {
@@ -1950,9 +2016,6 @@ fn lock_timeline(node: &ChaosNode) -> Vec<LockWord> {
                 | "lock given up for shutdown",
             ) => false,
             _ => continue,
-        };
-        let Some(at_ms) = node.stamp(&entry) else {
-            continue;
         };
         let group = match entry["fields"]["path"].as_str() {
             // A lock path of another lock group than ours is none of the scenario's.

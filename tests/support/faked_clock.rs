@@ -54,17 +54,11 @@ impl FakedClock {
         history.push((now_ms(), offset_ms));
     }
 
-    /// The true time of an instant this clock read as `faked_ms`: by the offset in force then
-    /// (within a second of a step, either side's).
-    pub fn to_true_ms(&self, faked_ms: i64) -> i64 {
+    /// The true times of instants this clock read as `faked_ms`, given in the order they were
+    /// read (a process's log, line by line): [`true_in_order`] over its steps so far.
+    pub fn to_true_in_order(&self, faked_ms: &[Option<i64>]) -> Vec<Option<i64>> {
         let history = self.history.lock().unwrap_or_else(|e| e.into_inner());
-        let offset = history
-            .iter()
-            .take_while(|(set_ms, offset_ms)| *set_ms <= faked_ms - offset_ms)
-            .last()
-            .or(history.first())
-            .map_or(0, |(_, offset_ms)| *offset_ms);
-        faked_ms - offset
+        true_in_order(&history, faked_ms)
     }
 
     /// The environment that puts a process under this clock.
@@ -76,4 +70,42 @@ impl FakedClock {
             ("FAKETIME_DONT_FAKE_MONOTONIC", Path::new("1")),
         ]
     }
+}
+
+/// How far a process's log lines may be out of order (written by several threads).
+const OUT_OF_ORDER_MS: i64 = 500;
+/// How long after a step the process may still read the offset before it.
+const SEEN_WITHIN_MS: i64 = 1_000;
+
+/// The true times of instants read as `faked_ms`, in the order they were read, by a clock
+/// stepped as `history` says ((true time set, offset), oldest first). An offset once in force
+/// stays so, and the next is taken over it once a reading by it would be later than the step
+/// (the process sees a step within a second) or earlier than the reading before it. By value
+/// alone a step back is ambiguous: a reading in the step's length before it maps to a true
+/// time after it too, which once showed a node owning the lock 20 s past its own word that it
+/// had lost it.
+pub fn true_in_order(history: &[(i64, i64)], faked_ms: &[Option<i64>]) -> Vec<Option<i64>> {
+    let mut in_force = 0;
+    let mut latest = i64::MIN;
+    faked_ms
+        .iter()
+        .map(|faked| {
+            let faked = (*faked)?;
+            let true_ms = loop {
+                let offset_ms = history.get(in_force).map_or(0, |(_, offset)| *offset);
+                let true_ms = faked - offset_ms;
+                let Some((next_set_ms, _)) = history.get(in_force + 1) else {
+                    break true_ms;
+                };
+                let before_next = true_ms < next_set_ms + SEEN_WITHIN_MS;
+                let in_order = true_ms >= latest.saturating_sub(OUT_OF_ORDER_MS);
+                if before_next && in_order {
+                    break true_ms;
+                }
+                in_force += 1;
+            };
+            latest = latest.max(true_ms);
+            Some(true_ms)
+        })
+        .collect()
 }

@@ -107,7 +107,7 @@ const MARK_READ_WINDOW: usize = 256;
 
 /// The marks left for `child`, oldest instant first. Foreign names and unreadable marks are
 /// logged with their path and skipped; a mark gone between the listing and its read is not
-/// there. The reads are pipelined, [`MARK_READ_WINDOW`] at a time.
+/// there. The reads are pipelined, 256 at a time.
 ///
 /// # Errors
 /// The listing failed (no `after/<child>` means no marks), or a mark's read did.

@@ -1029,6 +1029,47 @@ fn a_claim_that_returns_after_the_lock_was_lost_does_not_start() {
     assert_eq!(m.next_deadline(), Some(t(1750)), "the claim is forgotten");
 }
 
+/// Issue 53, the soak: a server restart cut the owner off for a moment between a tick's claim
+/// and its start. Its session outlived the cut, so no other node took the lock and read the
+/// record, and the tick was neither run nor recorded. It is kept for the catch-up that follows
+/// the reconnection, which claims it again as the same attempt and starts it.
+#[test]
+fn a_tick_claimed_before_a_cut_its_session_outlives_is_claimed_again_once_back() {
+    let mut m = owning(&job("a", EVERY_SECOND, ""));
+    let claim = only_claim(&m.handle(Input::Tick, t(750)));
+    m.handle(ok(&claim), t(752));
+    m.handle(
+        Input::Lock(LockInput::Changed(disconnected_owner(TOKEN))),
+        t(900),
+    );
+    let at_the_tick = but_delayed(m.handle(Input::Tick, t(1000)));
+    assert!(starts(&at_the_tick).is_empty(), "{at_the_tick:?}");
+    let back = m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(1300));
+    assert!(
+        back.contains(&Action::CatchUp(CatchUpAction::ListRecords(JobName::new(
+            "a"
+        )))),
+        "{back:?}"
+    );
+    // The listing shows the claim's record as it is: ours, under this token.
+    let again = only_claim(&m.handle(listed("a", std::slice::from_ref(&claim.record)), t(1310)));
+    assert_eq!(
+        (
+            again.record.run_id.as_str(),
+            again.record.attempt,
+            again.mode
+        ),
+        (
+            claim.record.run_id.as_str(),
+            1,
+            ClaimMode::Again { version: 0 }
+        ),
+        "the same run, the same attempt, fenced by the claim's version"
+    );
+    let (started, _) = only_start(&m.handle(ok(&again), t(1320)));
+    assert_eq!(started.record.scheduled_unix_ms, t(1000).timestamp_millis());
+}
+
 /// Issue 31, defect 3: the lock was lost between a tick's claim and its start during an
 /// ensemble outage, and the release of the claim's guard got no answer. The session came back
 /// with its ephemerals (taken back), so the guard did too: the release is sent again once
@@ -1064,9 +1105,21 @@ fn issue_31_a_guard_whose_release_got_no_answer_is_released_once_back() {
         back.contains(&release),
         "sent again once connected: {back:?}"
     );
-    // Nothing to catch up: a peer fired the ticks of the outage.
+    // A peer fired the ticks of the outage. The tick whose claim the outage kept from
+    // starting is claimed again as the same attempt, and recorded missed: a later one ran.
     let fired = stored("a", 3_000, "n2", 7, RunStatus::Succeeded);
-    assert_eq!(claims(&m.handle(listed("a", &[fired]), t(3_710))), vec![]);
+    let rerun = only_claim(&m.handle(listed("a", &[fired]), t(3_710)));
+    assert_eq!(
+        (ms_of(&rerun), rerun.mode),
+        (1_000, ClaimMode::Again { version: 0 })
+    );
+    let settled = m.handle(ok(&rerun), t(3_711));
+    assert!(starts(&settled).is_empty(), "{settled:?}");
+    let statuses: Vec<RunStatus> = records_written(&settled)
+        .iter()
+        .map(|claim| claim.record.status)
+        .collect();
+    assert_eq!(statuses, [RunStatus::Missed], "{settled:?}");
     let next = only_claim(&m.handle(Input::Tick, t(3_750)));
     assert_eq!(ms_of(&next), 4_000);
     let found = m.handle(refused(&next, ClaimRefused::RunAlive), t(3_760));

@@ -305,7 +305,11 @@ impl Pending {
                 self.reason,
                 FireReason::Backfill { .. } | FireReason::Chained
             );
-        if first_attempt && newest_tick.is_some_and(|last| last >= tick) {
+        // A rerun of a run of ours (claimed again after it never started) finds its own tick
+        // as the newest: only a later one covers it.
+        let rerun = self.stored.is_some();
+        if first_attempt && newest_tick.is_some_and(|last| last > tick || (last == tick && !rerun))
+        {
             // Claims can come back out of order; a job's ticks start in scheduled order, so a
             // later tick that started first covers this one.
             tracing::warn!(job = %job, %tick, "not firing: a later tick of the job has started");

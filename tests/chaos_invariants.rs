@@ -359,4 +359,24 @@ fn a_stepped_clocks_log_is_read_in_order_through_its_steps() {
         .collect();
     let expected: Vec<Option<i64>> = true_ms.iter().copied().map(Some).collect();
     assert_eq!(true_in_order(&history, &faked), expected);
+
+    // Stepped ahead 20 s at 100 s and back at 110 s, stepped again ten minutes later. A thread
+    // that read the clock before the step back writes after a line read after it: that line
+    // is off by the step, and the lines after it are not pushed on to the later step.
+    let history = [(0, 0), (100_000, 20_000), (110_000, 0), (700_000, -300)];
+    let read = [
+        (105_000, 20_000),
+        (110_200, 0),
+        (110_100, 20_000),
+        (110_300, 0),
+        (111_000, 0),
+        (200_000, 0),
+        (702_000, -300),
+    ];
+    let faked: Vec<Option<i64>> = read.iter().map(|(at, offset)| Some(at + offset)).collect();
+    let mapped = true_in_order(&history, &faked);
+    let expected = [
+        105_000, 110_200, 130_100, 110_300, 111_000, 200_000, 702_000,
+    ];
+    assert_eq!(mapped, expected.map(Some));
 }

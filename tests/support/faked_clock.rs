@@ -79,32 +79,35 @@ const SEEN_WITHIN_MS: i64 = 1_000;
 
 /// The true times of instants read as `faked_ms`, in the order they were read, by a clock
 /// stepped as `history` says ((true time set, offset), oldest first). An offset once in force
-/// stays so, and the next is taken over it once a reading by it would be later than the step
-/// (the process sees a step within a second) or earlier than the reading before it. By value
-/// alone a step back is ambiguous: a reading in the step's length before it maps to a true
-/// time after it too, which once showed a node owning the lock 20 s past its own word that it
-/// had lost it.
+/// stays so; the next is taken over it once a reading by the one in force would be later than
+/// the step (the process sees a step within a second) or earlier than the reading before it,
+/// and never before the next was set. By value alone a step back is ambiguous: a reading in the
+/// step's length before it maps to a true time after it too, which once showed a node owning the
+/// lock 20 s past its own word that it had lost it. A line out of order (a thread that read the
+/// clock before a step and wrote after it) is mapped by the offset in force and moves nothing:
+/// it once pushed the mapping on to a step made ten minutes later.
 pub fn true_in_order(history: &[(i64, i64)], faked_ms: &[Option<i64>]) -> Vec<Option<i64>> {
     let mut in_force = 0;
-    let mut latest = i64::MIN;
+    let mut previous = i64::MIN;
     faked_ms
         .iter()
         .map(|faked| {
             let faked = (*faked)?;
+            let offset_of = |index: usize| history.get(index).map_or(0, |(_, offset)| *offset);
             let true_ms = loop {
-                let offset_ms = history.get(in_force).map_or(0, |(_, offset)| *offset);
-                let true_ms = faked - offset_ms;
-                let Some((next_set_ms, _)) = history.get(in_force + 1) else {
+                let true_ms = faked - offset_of(in_force);
+                let Some((next_set_ms, next_offset)) = history.get(in_force + 1) else {
                     break true_ms;
                 };
                 let before_next = true_ms < next_set_ms + SEEN_WITHIN_MS;
-                let in_order = true_ms >= latest.saturating_sub(OUT_OF_ORDER_MS);
-                if before_next && in_order {
+                let in_order = true_ms >= previous.saturating_sub(OUT_OF_ORDER_MS);
+                let next_was_set = faked - next_offset >= next_set_ms - OUT_OF_ORDER_MS;
+                if (before_next && in_order) || !next_was_set {
                     break true_ms;
                 }
                 in_force += 1;
             };
-            latest = latest.max(true_ms);
+            previous = true_ms;
             Some(true_ms)
         })
         .collect()

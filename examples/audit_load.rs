@@ -44,6 +44,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     args: BTreeMap::from([("reason".into(), "database migration".into())]),
                     by: "alice@ops-bastion-1".into(),
                     from: "cli".into(),
+                    who: zkcron::audit::Who::default(),
                     result: "ok".into(),
                 };
                 let started = Instant::now();

@@ -64,7 +64,9 @@ class R(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         body = self.rfile.read(int(self.headers.get("Content-Length", 0))).decode(errors="replace")
         h = self.headers.get
-        print("%s delivered by %s (fencing token %s): %s" % (h("Zkcron-Scheduled-At"), h("Zkcron-Node"), h("Zkcron-Fencing-Token"), body), flush=True)
+        # One write per line: the jobs append to the same file, and print() writes the line and
+        # its newline apart, so a line of a job could land between them.
+        sys.stdout.write("%s delivered by %s (fencing token %s): %s\n" % (h("Zkcron-Scheduled-At"), h("Zkcron-Node"), h("Zkcron-Fencing-Token"), body))
         self.send_response(200); self.send_header("Content-Length", "0"); self.end_headers()
     def log_message(self, *args): pass
 http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), R).serve_forever()

@@ -3,13 +3,17 @@
 //! when, what, its arguments, who, where from and how it ended. Submits are not: programs make
 //! thousands a second, and each keeps its own record.
 //!
-//! Owns: the entry's format and who acts (`Actor`).
+//! Owns: the entry's format and who acts (`Actor`; how each part of it is known: `actor`).
 //! Must not: act on anything, decide what an entry says (`command`'s door does, in one place),
 //! or store it (`ledger::audit` writes, reads and prunes the trail).
+
+pub mod actor;
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+
+pub use actor::Who;
 
 /// One operator action.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -30,10 +34,15 @@ pub struct AuditEntry {
     /// What else it named: a submission id, a lock group, a reason, ticks.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub args: BTreeMap<String, String>,
-    /// Who: an HTTP token's name (and its peer), or the Unix user and host of a CLI.
+    /// Who, in one line ([`Who::shown`]): the account and host of a command line (and the
+    /// login behind `sudo`), or an HTTP token's name and its peer.
     pub by: String,
-    /// Where from: `cli`, `http`, `api` (a program using the Rust API).
+    /// Where from: `cli`, `http`, `console`, `api` (a program using the Rust API).
     pub from: String,
+    /// How `by` is known, part by part, with the ZooKeeper identity of the session that wrote
+    /// it; absent in entries written before these were kept.
+    #[serde(default, skip_serializing_if = "Who::is_empty")]
+    pub who: Who,
     /// How it ended: `ok`, or what refused it.
     pub result: String,
 }
@@ -44,7 +53,7 @@ impl AuditEntry {
         action: &str,
         job: Option<&crate::ids::JobName>,
         args: Vec<(&str, String)>,
-        actor: (&str, &str),
+        actor: &Actor,
         ended: Result<(), &dyn std::error::Error>,
     ) -> Self {
         Self {
@@ -56,8 +65,9 @@ impl AuditEntry {
                 .into_iter()
                 .map(|(key, value)| (key.to_owned(), value))
                 .collect(),
-            by: actor.0.to_owned(),
-            from: actor.1.to_owned(),
+            by: actor.by.clone(),
+            from: actor.from.clone(),
+            who: actor.who.clone(),
             result: ended.map_or_else(crate::report::error_chain, |()| "ok".to_owned()),
         }
     }
@@ -66,25 +76,40 @@ impl AuditEntry {
 /// Who acts and through what, for the entries a client records.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Actor {
+    /// [`Who::shown`]: what a pause's `by` and a trigger's `requested_by` say.
     pub by: String,
     pub from: String,
+    pub who: Who,
 }
 
 impl Actor {
-    /// The Unix user and host running this command line.
-    pub fn cli() -> Self {
+    /// `who`, acting from `from`.
+    pub fn new(who: Who, from: &str) -> Self {
         Self {
-            by: crate::control::requester(),
-            from: "cli".to_owned(),
+            by: who.shown(),
+            from: from.to_owned(),
+            who,
         }
     }
 
-    /// A program using the library API, as the Unix user and host running it.
+    /// The account running this command line, as the kernel knows it.
+    pub fn cli() -> Self {
+        Self::new(Who::this_process(), "cli")
+    }
+
+    /// A program using the library API, as the account running it.
     pub fn api() -> Self {
-        Self {
-            by: crate::control::requester(),
-            from: "api".to_owned(),
+        Self::new(Who::this_process(), "api")
+    }
+
+    /// This actor, writing through a session the servers know as `zookeeper` (where it had
+    /// not been said already).
+    #[must_use]
+    pub fn through_session(mut self, zookeeper: Option<&str>) -> Self {
+        if self.who.zookeeper.is_none() {
+            self.who.zookeeper = zookeeper.map(str::to_owned);
         }
+        self
     }
 }
 
@@ -102,6 +127,7 @@ mod tests {
             args: BTreeMap::from([("reason".into(), "db migration".into())]),
             by: "alice@ops-1".into(),
             from: "cli".into(),
+            who: Who::default(),
             result: "ok".into(),
         };
         let data = serde_json::to_vec(&entry).unwrap();

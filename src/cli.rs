@@ -46,7 +46,10 @@ Exit codes:
      different request) or cancel (not found, already started); a refused trigger (unknown,
      disabled or paused job), pause (unknown job), history (a job neither in the schedule nor
      in the ledger) or release (no owner, no other node alive to take over)
-  3  a release that was accepted but did not move the lock in time";
+  3  a release that was accepted but did not move the lock in time
+  4  status: a lock group has no owner that fires
+  5  status --member: that node is not a live member
+  6  status: ZooKeeper cannot be reached";
 
 /// Where the schedule file is when neither --config nor ZKCRON_CONFIG says (the .deb's conffile).
 const DEFAULT_CONFIG: &str = "/etc/zkcron/zkcron.toml";
@@ -89,12 +92,11 @@ enum Command {
     Check(check::CheckArgs),
     /// Show the lock owner (node, ip, host, since, fencing token), the live members, and per
     /// job: next fire, last run, ticks recorded missed among the kept records, a run alive now.
+    ///
+    /// It exits 0 only when every lock group of this schedule has an owner that fires: 4 when
+    /// one has none, 5 when --member is not a live member, 6 when ZooKeeper cannot be reached.
     #[command(after_help = EXIT_CODES)]
-    Status {
-        /// One JSON object (a stable format: docs/API.md) instead of text.
-        #[arg(long)]
-        json: bool,
-    },
+    Status(status::StatusArgs),
     /// Show a job's runs, newest first: scheduled time (in the job's zone), node, ip, start,
     /// duration, status, exit, attempt, fencing token.
     #[command(after_help = EXIT_CODES)]
@@ -257,9 +259,9 @@ impl Cli {
                 run_daemon(path, loaded, shutdown, reloads).await
             }
             Command::Check(args) => check::check(args, &path),
-            Command::Status { json } => {
+            Command::Status(args) => {
                 quiet("warn");
-                status::status(&client_config(&path)?, json).await
+                status::status(&client_config(&path)?, args).await
             }
             Command::History {
                 job,

@@ -112,6 +112,8 @@ pub struct Door {
     steer: Steer,
     delayed: Delayed,
     trail: Trail,
+    /// Who the servers know this session as, for the audit trail's `who`.
+    zookeeper: Option<String>,
 }
 
 impl Door {
@@ -130,6 +132,7 @@ impl Door {
             delayed: Delayed::with_client(session.clone(), config),
             trail: Trail::new(session, config),
             steer,
+            zookeeper: config.zookeeper.settings().identity(),
         }
     }
 
@@ -151,7 +154,8 @@ impl Door {
             other => other,
         };
         let done = self.perform(&command, &actor.by).await;
-        if let Some(entry) = command.audit_entry(&done, actor) {
+        let actor = actor.clone().through_session(self.zookeeper.as_deref());
+        if let Some(entry) = command.audit_entry(&done, &actor) {
             self.trail.record(&entry).await;
         }
         done
@@ -166,7 +170,7 @@ impl Door {
                 "refused",
                 None,
                 vec![("request", request)],
-                (&actor.by, &actor.from),
+                &actor.clone().through_session(self.zookeeper.as_deref()),
                 Ok(()),
             )
         };
@@ -306,7 +310,7 @@ impl Command {
             self.action(),
             job.as_ref(),
             args,
-            (&actor.by, &actor.from),
+            actor,
             ended,
         ))
     }

@@ -44,6 +44,32 @@ impl ZkSettings {
     }
 }
 
+impl ZkSettings {
+    /// Who the servers know a session with these settings as, for the audit trail:
+    /// `digest:<user>`, `sasl:<user>`, and `x509:sha256:<fingerprint>` of the certificate (the
+    /// servers' x509 provider names it by its subject; its fingerprint names it exactly and
+    /// needs no certificate parser), joined with `, `; `None` with no credentials.
+    pub fn identity(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        if let Some(auth) = &self.auth {
+            let user = auth.expose().split_once(':').map_or("", |(user, _)| user);
+            parts.push(format!("digest:{user}"));
+        }
+        if let Some(sasl) = &self.sasl {
+            parts.push(format!("sasl:{}", sasl.username));
+        }
+        let certificate = self.tls.as_ref().and_then(|tls| tls.identity.as_ref());
+        let first = certificate
+            .and_then(|(cert, _)| CertificateDer::pem_slice_iter(cert.as_bytes()).next());
+        if let Some(Ok(der)) = first {
+            let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, der.as_ref());
+            let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+            parts.push(format!("x509:sha256:{hex}"));
+        }
+        (!parts.is_empty()).then(|| parts.join(", "))
+    }
+}
+
 /// SASL DIGEST-MD5, as ZooKeeper's `SASLAuthenticationProvider` with a JAAS `Server` section.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SaslCredentials {
@@ -175,5 +201,32 @@ mod tests {
             .check()
             .unwrap_err();
         assert!(pair_error.contains("not a usable PEM pair"), "{pair_error}");
+    }
+
+    #[test]
+    fn a_session_is_known_by_each_credential_it_presents_and_never_by_a_password() {
+        let mut settings = ZkSettings::open("a:1", Duration::from_secs(10));
+        assert_eq!(settings.identity(), None);
+        settings.auth = Some(Secret::new("ops:s3cret"));
+        settings.sasl = Some(SaslCredentials {
+            username: "zkcron".into(),
+            password: Secret::new("pw"),
+        });
+        // "MIIB" is no certificate, but its DER bytes are what a fingerprint is taken of.
+        let cert = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+        settings.tls = Some(TlsFiles {
+            ca: cert.into(),
+            identity: Some((cert.into(), Secret::new("key"))),
+        });
+        let identity = settings.identity().unwrap_or_default();
+        assert!(
+            identity.starts_with("digest:ops, sasl:zkcron, x509:sha256:"),
+            "{identity}"
+        );
+        assert_eq!(
+            identity.len(),
+            "digest:ops, sasl:zkcron, x509:sha256:".len() + 64
+        );
+        assert!(!identity.contains("s3cret") && !identity.contains("pw"));
     }
 }

@@ -6,6 +6,8 @@
 //! only ever added (`format` says which version wrote it; docs/API.md describes it).
 //! Must not: write anything or decide anything.
 
+pub mod health;
+
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
@@ -61,6 +63,8 @@ pub struct StatusReport {
     pub pending_complete: bool,
     /// Each `[[limit]]`: the runs holding a lease and those waiting in its queue.
     pub limits: Vec<LimitReport>,
+    /// Whether every group has an owner that fires (`zkcron status` exits with its code).
+    pub health: health::Health,
 }
 
 /// One lock group now: its lock as `lock` shows the default group's, and its jobs.
@@ -251,6 +255,31 @@ pub struct ClusterReport {
     pub unplaceable: Vec<String>,
 }
 
+impl ClusterReport {
+    /// The fleet's health: every group owned by a node that fires; and `member`, when given,
+    /// a live member.
+    pub fn health(&self, member: Option<&NodeId>) -> health::Health {
+        let groups = self.groups.iter().map(|group| health::GroupLock {
+            name: &group.name,
+            path: &group.lock.path,
+            state: group.lock.state,
+            owner: group
+                .lock
+                .owner
+                .as_ref()
+                .map(|owner| (&owner.node_id, owner.releasing)),
+            eligible_members: group.eligible_members,
+        });
+        let live: Vec<&NodeId> = self
+            .members
+            .iter()
+            .filter(|found| found.info.is_some())
+            .map(|found| &found.node_id)
+            .collect();
+        health::judge(groups, &live, member)
+    }
+}
+
 /// Reads the cluster part of the report.
 ///
 /// # Errors
@@ -329,12 +358,17 @@ pub async fn gather(
             pending_retries: pending_retries(&records, job.retries),
             deliveries: matches!(job.spec.program, crate::run::Program::Http(_))
                 .then(|| delivery_summary(&records)),
-            last: records.into_iter().next().map(|r| RunSummary {
-                run_id: r.run_id,
-                scheduled_unix_ms: r.scheduled_unix_ms,
-                status: r.status,
-                node_id: r.node_id,
-            }),
+            // A submission cancelled before it was due is recorded at its due instant, ahead
+            // of now: not a last run.
+            last: records
+                .into_iter()
+                .find(|r| r.scheduled_unix_ms <= now.timestamp_millis())
+                .map(|r| RunSummary {
+                    run_id: r.run_id,
+                    scheduled_unix_ms: r.scheduled_unix_ms,
+                    status: r.status,
+                    node_id: r.node_id,
+                }),
             alive_run,
             pending_submissions: count,
             next_due_unix_ms: (count > 0).then_some(due),
@@ -363,6 +397,7 @@ pub async fn gather(
         });
     }
     Ok(StatusReport {
+        health: cluster.health(None),
         cluster,
         jobs,
         undeclared_pending,

@@ -178,6 +178,7 @@ async fn every_command_through_the_door_leaves_one_entry_where_the_trail_keeps_i
     let actor = audit::Actor {
         by: "alice@ops-1".into(),
         from: "api".into(),
+        who: audit::Who::default(),
     };
     let now = chrono::Utc::now();
     let id = |text: &str| SubmissionId::parse(text).expect("an id");
@@ -291,5 +292,139 @@ async fn every_command_through_the_door_leaves_one_entry_where_the_trail_keeps_i
             );
         }
         before = trail.len();
+    }
+}
+
+/// Issue 51: the actor of a command line is the account the kernel names — the real uid's, and
+/// the login behind it — never the environment's. `USER=anyone` records the account; the same
+/// command as `nobody` records `nobody`; a session logged in as `nobody` that became root
+/// (loginuid kept through sudo) records both, `$SUDO_USER` beside as a hint.
+#[tokio::test]
+async fn the_actor_is_the_account_the_kernel_names_never_the_environments() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::process::Command;
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let chroot = unique_chroot("audit-actor");
+    let connect = shared_ensemble().connect_string_with_chroot(&chroot);
+    let jobs =
+        "[[job]]\nname = \"nightly\"\nschedule = \"0 0 3 * * *\"\ncommand = [\"/bin/true\"]\n";
+    let config = dir.path().join("zkcron.toml");
+    std::fs::write(
+        &config,
+        schedule_text(&connect, "actors", SESSION, DELAY, jobs),
+    )
+    .expect("schedule");
+    // Another account reads the file (and its directory) for the run as `nobody`.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let uid = nix::unistd::getuid();
+    let me = nix::unistd::User::from_uid(uid)
+        .ok()
+        .flatten()
+        .map_or_else(|| format!("uid {uid}"), |user| user.name);
+    let host = gethostname::gethostname().to_string_lossy().into_owned();
+    let binary = env!("CARGO_BIN_EXE_zkcron");
+    let run = |command: &mut Command| {
+        let output = command
+            .arg("--config")
+            .arg(&config)
+            .env("USER", "anyone")
+            .env("LOGNAME", "anyone")
+            .output()
+            .expect("run zkcron");
+        assert!(
+            output.status.success(),
+            "{command:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    };
+
+    // `$SUDO_USER` unset but where a run says it.
+    run(Command::new(binary)
+        .args(["pause", "nightly"])
+        .env_remove("SUDO_USER"));
+    let mut expected = vec![(format!("{me}@{host}"), None)];
+    // As another account: only root can switch to it.
+    let nobody_can_run = uid.is_root()
+        && Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                binary,
+                "--version",
+            ])
+            .output()
+            .is_ok_and(|output| output.status.success());
+    if nobody_can_run {
+        run(Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                binary,
+                "resume",
+                "nightly",
+            ])
+            .env_remove("SUDO_USER"));
+        expected.push((format!("nobody@{host}"), None));
+    } else {
+        eprintln!("not checked here: a command run as nobody (needs root and setpriv)");
+        run(Command::new(binary)
+            .args(["resume", "nightly"])
+            .env_remove("SUDO_USER"));
+        expected.push((format!("{me}@{host}"), None));
+    }
+    // A login behind the uid: the kernel keeps it through sudo; setting it needs
+    // CAP_AUDIT_CONTROL, which root in a container may lack.
+    let login_settable = Command::new("sh")
+        .args(["-c", "echo 65534 > /proc/self/loginuid"])
+        .output()
+        .is_ok_and(|output| output.status.success());
+    let login_checked = login_settable && me != "nobody";
+    if login_checked {
+        run(Command::new("sh")
+            .args([
+                "-c",
+                "echo 65534 > /proc/self/loginuid && exec \"$0\" \"$@\"",
+            ])
+            .args([binary, "pause", "nightly", "--reason", "as root"])
+            .env("SUDO_USER", "nobody"));
+        expected.push((
+            format!("nobody via sudo as {me}@{host}"),
+            Some("nobody".to_owned()),
+        ));
+    } else {
+        eprintln!("not checked here: a login behind the uid (cannot set /proc/self/loginuid)");
+    }
+
+    let entries = trail(&config, &[]);
+    let seen: Vec<(String, Option<String>)> = entries
+        .iter()
+        .map(|entry| (entry.by.clone(), entry.who.login.clone()))
+        .collect();
+    assert_eq!(seen, expected, "{entries:#?}");
+    for entry in &entries {
+        assert!(!entry.by.contains("anyone"), "{entry:?}");
+        assert_eq!(entry.who.host.as_deref(), Some(host.as_str()), "{entry:?}");
+        assert_eq!(entry.from, "cli");
+    }
+    assert_eq!(entries[0].who.account.as_deref(), Some(me.as_str()));
+    assert_eq!(entries[0].who.sudo_user_unverified, None);
+    if let Some(behind) = entries.iter().find(|entry| entry.who.login.is_some()) {
+        assert_eq!(
+            behind.who.sudo_user_unverified.as_deref(),
+            Some("nobody"),
+            "{behind:?}"
+        );
+    }
+    // The pause in force names the same actor: its `by` is the actor's.
+    if login_checked {
+        let status = support::daemon::zkcron_status(&["--json"], &config);
+        assert!(
+            status.contains(&format!("nobody via sudo as {me}@{host}")),
+            "{status}"
+        );
     }
 }

@@ -63,9 +63,10 @@ fn client_commands_need_none_of_the_daemons_secrets_files_or_programs() {
     let config = dir.path().join("zkcron.toml");
     std::fs::write(&config, text).expect("write the schedule");
 
-    let said = assert_exit(&zkcron(&["status"], &config), 0);
+    // No daemon runs: the report, and the exit code that says nobody owns the group.
+    let said = assert_exit(&zkcron(&["status"], &config), 4);
     assert!(
-        said.contains("report") && said.contains("deliver"),
+        said.contains("report") && said.contains("deliver") && said.contains("no owner"),
         "{said}"
     );
     assert_exit(&zkcron(&["history", "report"], &config), 0);
@@ -73,7 +74,7 @@ fn client_commands_need_none_of_the_daemons_secrets_files_or_programs() {
         &zkcron(&["pause", "report", "--reason", "maintenance"], &config),
         0,
     );
-    let said = assert_exit(&zkcron(&["status", "--json"], &config), 0);
+    let said = assert_exit(&zkcron(&["status", "--json"], &config), 4);
     assert!(said.contains("maintenance"), "the pause was made: {said}");
     assert_exit(&zkcron(&["resume", "report"], &config), 0);
     let id = assert_exit(
@@ -98,6 +99,15 @@ fn client_commands_need_none_of_the_daemons_secrets_files_or_programs() {
         "{shown}"
     );
     assert_exit(&zkcron(&["delayed", "cancel", id.trim()], &config), 0);
+    // Cancelled an hour ahead of its due time: recorded, but not a last run in the future.
+    let report = zkcron(&["status", "--json"], &config);
+    let report: serde_json::Value = serde_json::from_slice(&report.stdout).expect("one object");
+    let deliver = report["jobs"]
+        .as_array()
+        .and_then(|jobs| jobs.iter().find(|job| job["name"] == "deliver"))
+        .cloned()
+        .expect("deliver in the report");
+    assert_eq!(deliver["last"], serde_json::Value::Null, "{deliver}");
     let planned = zkcron(
         &[
             "backfill",

@@ -296,8 +296,9 @@ fn a_missing_file_is_a_usage_error_naming_it() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(
-        stderr.contains("cannot read /nonexistent/zkcron.toml"),
-        "{stderr}"
+        stderr.contains("no schedule file at /nonexistent/zkcron.toml")
+            && stderr.contains("--config FILE or ZKCRON_CONFIG"),
+        "what to do is said: {stderr}"
     );
 }
 
@@ -368,7 +369,7 @@ fn the_schedule_file_is_config_else_zkcron_config_else_the_packaged_path() {
     if !std::path::Path::new("/etc/zkcron/zkcron.toml").exists() {
         assert_eq!(by_default.status.code(), Some(2), "{stderr}");
         assert!(
-            stderr.contains("cannot read /etc/zkcron/zkcron.toml"),
+            stderr.contains("no schedule file at /etc/zkcron/zkcron.toml"),
             "{stderr}"
         );
     }

@@ -497,8 +497,8 @@ async fn status_shows_owner_token_and_members_and_fails_without_zookeeper() {
     let (output, stderr) = status_at(port);
     assert_eq!(
         output.status.code(),
-        Some(1),
-        "unreachable zookeeper is a runtime failure\n{stderr}"
+        Some(6),
+        "status exits 6 when zookeeper cannot be reached\n{stderr}"
     );
     assert!(
         stderr.contains(&format!(
@@ -517,7 +517,7 @@ async fn status_shows_owner_token_and_members_and_fails_without_zookeeper() {
     let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("silent listener");
     let silent_port = silent.local_addr().expect("address").port();
     let (output, stderr) = status_at(silent_port);
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert_eq!(output.status.code(), Some(6), "{stderr}");
     assert!(
         stderr.contains(&format!(
             "cannot reach zookeeper at 127.0.0.1:{silent_port}: no session within 1s"
@@ -564,7 +564,7 @@ async fn systemd_hears_ready_once_the_schedule_is_loaded_even_without_zookeeper_
         .expect("zkcron status");
     assert_eq!(
         status.status.code(),
-        Some(1),
+        Some(6),
         "status says ZooKeeper cannot be reached: {status:?}"
     );
 
@@ -1042,5 +1042,96 @@ async fn a_root_that_refuses_us_is_reported_with_its_path_and_retried_with_backo
         "retried with a doubling backoff, not in a loop: {} failures in {:?}\n{log}",
         failures.len(),
         watched.elapsed() + SLACK * 3
+    );
+}
+
+/// Issue 51: `zkcron status` exits on the fleet's health, for a script: 4 while no node owns
+/// the group, 0 once one does; `--wait` returns as soon as one does; `--member` is 5 for a node
+/// that is not a live member; `/fleetz` says the same over HTTP; and 4 again once the only node
+/// stops.
+#[tokio::test]
+async fn status_exits_on_the_fleets_health_and_waits_for_an_owner() {
+    use std::process::{Command, Stdio};
+
+    let _guard = fault_lock();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let text = schedule(
+        "status-health",
+        "[http]\nlisten = \"127.0.0.1:0\"\n\n\
+         [[job]]\nname = \"nightly\"\nschedule = \"0 0 3 * * *\"\ncommand = [\"/bin/true\"]\n",
+    );
+    let config = dir.path().join("client.toml");
+    std::fs::write(&config, &text).expect("schedule");
+    let status = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_zkcron"))
+            .arg("status")
+            .args(args)
+            .arg("--config")
+            .arg(&config)
+            .output()
+            .expect("run zkcron status")
+    };
+    let said = |output: &std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    };
+
+    let nobody = status(&[]);
+    assert_eq!(nobody.status.code(), Some(4), "{}", said(&nobody));
+    assert!(
+        said(&nobody).contains("group default: no owner"),
+        "{}",
+        said(&nobody)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&status(&["--json"]).stdout)
+        .expect("the report is printed even when unhealthy");
+    assert_eq!(json["health"]["exit_code"], 4, "{json}");
+
+    // A deploy waits for the owner: started before the node, it returns once the node owns.
+    let waiting = Command::new(env!("CARGO_BIN_EXE_zkcron"))
+        .args(["status", "--wait", "30s", "--config"])
+        .arg(&config)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("status --wait");
+    let mut node = DaemonNode::start(dir.path(), "n1", &text);
+    let waited = tokio::task::spawn_blocking(move || waiting.wait_with_output())
+        .await
+        .expect("joined")
+        .expect("status --wait ended");
+    assert_eq!(waited.status.code(), Some(0), "{}", said(&waited));
+    assert!(
+        said(&waited).contains("every group has an owner that fires"),
+        "{}",
+        said(&waited)
+    );
+
+    assert_eq!(status(&["--member", "n1"]).status.code(), Some(0));
+    let laptop = status(&["--member", "laptop"]);
+    assert_eq!(laptop.status.code(), Some(5), "{}", said(&laptop));
+    assert!(said(&laptop).contains("node laptop is not a live member"));
+
+    let port = support::http::logged_port(&node.log()).expect("the listener's port");
+    let fleet = support::http::request(port, "GET", "/fleetz", None, None).await;
+    assert_eq!(fleet.status, 200, "{fleet:?}");
+    assert!(fleet.body.contains("\"healthy\":true"), "{fleet:?}");
+
+    node.signal(Signal::SIGTERM);
+    node.wait_exit(Duration::from_secs(10)).await;
+    let gone = status(&["--member", "n1"]);
+    assert_eq!(
+        gone.status.code(),
+        Some(4),
+        "no owner comes first: {}",
+        said(&gone)
+    );
+    assert!(
+        said(&gone).contains("node n1 is not a live member"),
+        "{}",
+        said(&gone)
     );
 }

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use support::daemon::{
-    DaemonNode, Fire, RECORD_FIRE, now_ms, read_fires, schedule_text, zkcron_ok,
+    DaemonNode, Fire, RECORD_FIRE, now_ms, read_fires, schedule_text, zkcron_ok, zkcron_status,
 };
 use support::zk_cluster::try_wait_for;
 use support::{fault_lock, shared_ensemble, unique_chroot};
@@ -234,7 +234,7 @@ async fn six_groups_spread_two_a_node_over_three_nodes_and_each_tick_fires_once(
 /// groups each member owns, and each job's group (issue 19: "operators see it").
 fn assert_status_shows_the_groups(config: &Path, owners: &BTreeMap<String, Option<String>>) {
     let json: serde_json::Value =
-        serde_json::from_str(&zkcron_ok(&["status", "--json"], config)).expect("status JSON");
+        serde_json::from_str(&zkcron_status(&["--json"], config)).expect("status JSON");
     assert_eq!(json["format"], 2, "{json}");
     let groups = json["groups"].as_array().expect("groups");
     assert_eq!(groups.len(), owners.len(), "{json}");
@@ -270,7 +270,7 @@ fn assert_status_shows_the_groups(config: &Path, owners: &BTreeMap<String, Optio
     };
     assert_eq!(job_group("j0"), Some(serde_json::json!("default")));
     assert_eq!(job_group("j-g3"), Some(serde_json::json!("g3")));
-    let text = zkcron_ok(&["status"], config);
+    let text = zkcron_status(&[], config);
     assert!(
         text.contains("groups:        6 (owned per member: n1 2, n2 2, n3 2)"),
         "{text}"

@@ -381,7 +381,7 @@ async fn named_tokens_read_or_write_and_the_writer_is_recorded_by_name() {
     })
     .await;
     assert!(
-        recorded.contains("\"requested_by\":\"token:ops\""),
-        "who asked is the token's name: {recorded}"
+        recorded.contains("\"requested_by\":\"token:ops from 127.0.0.1\""),
+        "who asked is the token's name and its peer: {recorded}"
     );
 }

@@ -147,7 +147,7 @@ async fn a_node_authenticates_with_sasl_digest_md5_and_one_without_it_or_with_a_
         .arg(&unauthenticated)
         .output()
         .expect("run zkcron");
-    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    assert_eq!(refused.status.code(), Some(6), "{refused:?}");
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(
         stderr.contains("zookeeper at 127.0.0.1:") && stderr.contains("authentication failed"),
@@ -162,7 +162,7 @@ async fn a_node_authenticates_with_sasl_digest_md5_and_one_without_it_or_with_a_
         .arg(&wrong)
         .output()
         .expect("run zkcron");
-    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    assert_eq!(refused.status.code(), Some(6), "{refused:?}");
     assert!(
         String::from_utf8_lossy(&refused.stderr).contains("authentication failed"),
         "{refused:?}"

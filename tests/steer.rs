@@ -205,9 +205,16 @@ async fn a_trigger_runs_the_job_once_now_recorded_with_who_asked() {
         async move { (!text.is_empty()).then_some(text) }
     })
     .await;
+    // The account of the uid the command ran as: never `$USER`.
     let who = format!(
         "{}@",
-        std::env::var("USER").unwrap_or_else(|_| "someone".into())
+        nix::unistd::User::from_uid(nix::unistd::getuid())
+            .ok()
+            .flatten()
+            .map_or_else(
+                || format!("uid {}", nix::unistd::getuid()),
+                |user| user.name
+            )
     );
     assert!(line.starts_with(&who), "ZKCRON_REQUESTED_BY: {line}");
     assert!(line.trim_end().ends_with(&format!("-{id}")), "{line}");

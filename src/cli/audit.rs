@@ -43,8 +43,8 @@ pub async fn audit(config: &Config, args: AuditArgs) -> Result<(), CliError> {
         );
     } else {
         lines.push(format!(
-            "{:<20}  {:<10}  {:<16}  {:<24}  {:<5}  {:<20}  RESULT",
-            "AT (UTC)", "ACTION", "JOB", "BY", "FROM", "ARGS"
+            "{:<20}  {:<10}  {:<16}  {:<24}  {:<7}  {:<16}  {:<20}  RESULT",
+            "AT (UTC)", "ACTION", "JOB", "BY", "FROM", "ZOOKEEPER AS", "ARGS"
         ));
         lines.extend(entries.iter().map(line));
     }
@@ -62,11 +62,12 @@ fn line(entry: &AuditEntry) -> String {
         .map(|(key, value)| format!("{key}={value}"))
         .collect();
     format!(
-        "{at:<20}  {:<10}  {:<16}  {:<24}  {:<5}  {:<20}  {}",
+        "{at:<20}  {:<10}  {:<16}  {:<24}  {:<7}  {:<16}  {:<20}  {}",
         entry.action,
         entry.job.as_deref().unwrap_or("-"),
         entry.by,
         entry.from,
+        entry.who.zookeeper.as_deref().unwrap_or("-"),
         args.join(" "),
         entry.result
     )

@@ -67,6 +67,9 @@ pub enum CliError {
     Audit(#[from] zkcron::ledger::audit::AuditError),
     #[error(transparent)]
     Command(CommandError),
+    /// `status`: the fleet is not healthy; exits with the verdict's own code.
+    #[error("{}", .0.problems.join("; "))]
+    Unhealthy(zkcron::status::health::Health),
 }
 
 impl From<CommandError> for CliError {
@@ -111,6 +114,7 @@ impl CliError {
                 ExitCode::from(2)
             }
             CliError::Daemon(DaemonError::CannotRunAs { .. }) => ExitCode::from(2),
+            CliError::Unhealthy(health) => ExitCode::from(health.exit_code),
             _ => ExitCode::from(1),
         }
     }

@@ -4,21 +4,87 @@
 //! Owns: the text of the report (`--json` prints the report as it is).
 //! Must not: gather anything itself (`zkcron::status` does).
 
+use std::time::Duration;
+
 use chrono::Utc;
+use clap::Args;
 
 use super::error::{CliError, print_lines};
 use zkcron::JobName;
 use zkcron::config::Config;
+use zkcron::ids::NodeId;
+use zkcron::status::health::{self, Health};
 use zkcron::status::{JobReport, LimitReport, StatusReport};
 
-pub async fn status(config: &Config, json: bool) -> Result<(), CliError> {
-    let client = zkcron::delayed::client::session_for(config).await?;
-    let report = zkcron::status::gather(&client, config, Utc::now()).await?;
-    if json {
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// One JSON object (a stable format: docs/API.md) instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Wait until every group has an owner that fires (and --member is live), up to this long
+    /// (60s when no duration is given); then report as without it.
+    #[arg(long, value_name = "DURATION", num_args = 0..=1, default_missing_value = "60s",
+          value_parser = humantime::parse_duration)]
+    wait: Option<Duration>,
+    /// Also require this node to be a live member (exit 5 when it is not); without a value,
+    /// this host's node id (`lock.node_id`, else its IP).
+    #[arg(long, value_name = "NODE_ID", num_args = 0..=1, default_missing_value = "")]
+    member: Option<String>,
+}
+
+/// How often `--wait` looks again.
+const WAIT_STEP: Duration = Duration::from_millis(500);
+
+/// The report, then the exit code of the fleet's health: 0 when every group has an owner that
+/// fires; [`health::NO_OWNER`], [`health::NOT_A_MEMBER`], [`health::UNREACHABLE`] otherwise.
+pub async fn status(config: &Config, args: StatusArgs) -> Result<(), CliError> {
+    let member = match args.member.as_deref() {
+        None => None,
+        Some("") => Some(match &config.lock.node_id {
+            Some(id) => id.clone(),
+            None => zkcron::identity::this_process(None)?.node_id,
+        }),
+        Some(id) => Some(NodeId::new(id)),
+    };
+    let deadline = args.wait.map(|wait| tokio::time::Instant::now() + wait);
+    let report = loop {
+        let tried = gather(config, member.as_ref()).await;
+        let done = match &tried {
+            Ok(report) => report.health.healthy,
+            Err(_) => false,
+        };
+        match deadline {
+            Some(deadline) if !done && tokio::time::Instant::now() + WAIT_STEP < deadline => {
+                tokio::time::sleep(WAIT_STEP).await;
+            }
+            _ => break tried?,
+        }
+    };
+    if args.json {
         let text = serde_json::to_string(&report).map_err(|err| CliError::Stdout(err.into()))?;
-        return print_lines(&[text]);
+        print_lines(&[text])?;
+    } else {
+        print_lines(&status_lines(&report, config))?;
     }
-    print_lines(&status_lines(&report, config))
+    if report.health.healthy {
+        Ok(())
+    } else {
+        Err(CliError::Unhealthy(report.health))
+    }
+}
+
+/// The report with the fleet's health judged for `member`; ZooKeeper unreachable is
+/// [`health::UNREACHABLE`].
+async fn gather(config: &Config, member: Option<&NodeId>) -> Result<StatusReport, CliError> {
+    let unreachable = |err: &dyn std::error::Error| {
+        CliError::Unhealthy(health::unreachable(zkcron::report::error_chain(err)))
+    };
+    let client = zkcron::delayed::client::session_for(config)
+        .await
+        .map_err(|err| unreachable(&err))?;
+    let mut report = zkcron::status::gather(&client, config, Utc::now()).await?;
+    report.health = report.cluster.health(member);
+    Ok(report)
 }
 
 /// `zkcron status` as text: the lock, then one line per job in the spirit of
@@ -29,6 +95,7 @@ fn status_lines(report: &StatusReport, config: &Config) -> Vec<String> {
         lines.extend(group_lines(report));
     }
     lines.extend(job_lines(report, config));
+    lines.extend(health_lines(&report.health));
     for drift in &report.cluster.schedule_drift {
         lines.push(format!(
             "schedule drift: {} (it would fire a different schedule after a takeover)",
@@ -53,6 +120,18 @@ fn status_lines(report: &StatusReport, config: &Config) -> Vec<String> {
         ));
     }
     lines
+}
+
+/// The verdict a script reads from the exit code, in words.
+fn health_lines(health: &Health) -> Vec<String> {
+    if health.healthy {
+        return vec!["health:        every group has an owner that fires".to_owned()];
+    }
+    health
+        .problems
+        .iter()
+        .map(|problem| format!("health:        {problem} (exit {})", health.exit_code))
+        .collect()
 }
 
 /// The lock for `status`: its owner, its fencing token, and the members with their clocks.

@@ -36,6 +36,16 @@ fn actor() -> Actor {
     Actor {
         by: "alice@ops-1".into(),
         from: "cli".into(),
+        who: zkcron_who(),
+    }
+}
+
+fn zkcron_who() -> crate::audit::Who {
+    crate::audit::Who {
+        account: Some("alice".into()),
+        host: Some("ops-1".into()),
+        zookeeper: Some("digest:ops".into()),
+        ..crate::audit::Who::default()
     }
 }
 
@@ -206,6 +216,11 @@ fn every_command_leaves_one_entry_when_the_trail_keeps_it_done_or_refused() {
         assert_eq!(
             (entry.by.as_str(), entry.from.as_str()),
             ("alice@ops-1", "cli")
+        );
+        assert_eq!(
+            entry.who,
+            zkcron_who(),
+            "{command:?}: how the actor is known"
         );
         assert_eq!(entry.result, "ok", "{command:?}");
 

@@ -17,6 +17,12 @@ pub enum LoadError {
         #[source]
         source: std::io::Error,
     },
+    #[error(
+        "no schedule file at {}: name one with --config FILE or ZKCRON_CONFIG \
+         (examples/zkcron.toml in the source, /etc/zkcron/zkcron.toml from the .deb, is one to start from)",
+        path.display()
+    )]
+    Missing { path: PathBuf },
     #[error("{0}")]
     Invalid(ConfigError),
 }

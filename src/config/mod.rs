@@ -104,7 +104,16 @@ fn load_here(path: &Path, lookups: Lookups) -> Result<Config, LoadError> {
             source,
         })
     };
-    let mut texts = vec![(path.to_owned(), read(path)?)];
+    let main = std::fs::read_to_string(path).map_err(|source| match source.kind() {
+        std::io::ErrorKind::NotFound => LoadError::Missing {
+            path: path.to_owned(),
+        },
+        _ => LoadError::Read {
+            path: path.to_owned(),
+            source,
+        },
+    })?;
+    let mut texts = vec![(path.to_owned(), main)];
     for drop_in in files::drop_ins(path)? {
         let text = read(&drop_in)?;
         texts.push((drop_in, text));

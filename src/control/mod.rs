@@ -136,15 +136,6 @@ impl ReleaseRequest {
     }
 }
 
-/// Who is asking, for the records: `user@host` of this process.
-pub fn requester() -> String {
-    let user = std::env::var("USER")
-        .or_else(|_| std::env::var("LOGNAME"))
-        .unwrap_or_else(|_| "someone".to_owned());
-    let host = gethostname::gethostname().to_string_lossy().into_owned();
-    format!("{user}@{host}")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,38 +10,40 @@ use axum::http::{HeaderMap, StatusCode, header};
 
 use super::errors::ApiError;
 use super::state::HttpState;
+use crate::audit::Who;
 use crate::config::{NamedToken, TokenKind};
 
 /// Write endpoints need `Authorization: Bearer <token>`; without a configured token they are off.
 /// Who a request may act as: the caller of a write endpoint must be allowed to write (`Write`);
-/// with named tokens, `/v1/` reads need one too (`Read`). Returns who asked, for the records.
+/// with named tokens, `/v1/` reads need one too (`Read`). Returns who asked, for the records:
+/// the named token, the peer, and the name the request gives.
 pub(super) fn authorize(
     state: &HttpState,
     headers: &HeaderMap,
     need: TokenKind,
     peer: SocketAddr,
-) -> Result<String, ApiError> {
-    let by = proven(state, headers, need, peer)?;
-    Ok(named_by(headers, by))
+) -> Result<Who, ApiError> {
+    let token = proven(state, headers, need)?;
+    Ok(Who::http(token, peer.ip(), given_name(headers)))
 }
 
-/// Who the request proves to be: its token's name, or its address.
+/// The named token the request proves to hold; `None` where no name proves it (the one write
+/// token, or a read open to all).
 pub(super) fn proven(
     state: &HttpState,
     headers: &HeaderMap,
     need: TokenKind,
-    peer: SocketAddr,
-) -> Result<String, ApiError> {
+) -> Result<Option<String>, ApiError> {
     let given = headers
         .get(header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.strip_prefix("Bearer "))
         .map(str::trim);
     if !state.tokens.is_empty() {
-        return named(&state.tokens, given, need);
+        return named(&state.tokens, given, need).map(Some);
     }
     if need == TokenKind::Read {
-        return Ok(requester(peer));
+        return Ok(None);
     }
     let Some(token) = &state.token else {
         return Err(ApiError::new(
@@ -50,9 +52,7 @@ pub(super) fn proven(
         ));
     };
     match given {
-        Some(given) if same_secret(given.as_bytes(), token.expose().as_bytes()) => {
-            Ok(requester(peer))
-        }
+        Some(given) if same_secret(given.as_bytes(), token.expose().as_bytes()) => Ok(None),
         Some(_) => Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "wrong bearer token",
@@ -61,7 +61,7 @@ pub(super) fn proven(
     }
 }
 
-/// The named token `given` is, if it may do `need`: its name as who asked.
+/// The named token `given` is, if it may do `need`: its name.
 pub(super) fn named(
     tokens: &[NamedToken],
     given: Option<&str>,
@@ -79,7 +79,7 @@ pub(super) fn named(
             format!("token {} is read-only", token.name),
         ));
     }
-    Ok(format!("token:{}", token.name))
+    Ok(token.name.clone())
 }
 
 pub(super) fn needs_token() -> ApiError {
@@ -99,18 +99,13 @@ pub(super) fn same_secret(given: &[u8], expected: &[u8]) -> bool {
             == 0
 }
 
-/// Who asked, for the records.
-pub(super) fn requester(peer: SocketAddr) -> String {
-    format!("http:{}", peer.ip())
-}
-
 /// The header a person names themselves with (the console sends it): recorded beside the
 /// address or token that proved the right to write, never instead of it.
 pub(super) const ACTOR_HEADER: &str = "x-zkcron-actor";
 
-/// `by` with the name the request gives in [`ACTOR_HEADER`], if any: `alice (http:10.0.0.7)`.
-/// Only letters, digits and ` .-_@` are kept, at most 64 of them.
-pub(super) fn named_by(headers: &HeaderMap, by: String) -> String {
+/// The name the request gives in [`ACTOR_HEADER`], if any. Only letters, digits and ` .-_@`
+/// are kept, at most 64 of them.
+pub(super) fn given_name(headers: &HeaderMap) -> Option<String> {
     let name: String = headers
         .get(ACTOR_HEADER)
         .and_then(|value| value.to_str().ok())
@@ -119,10 +114,8 @@ pub(super) fn named_by(headers: &HeaderMap, by: String) -> String {
         .filter(|c| c.is_alphanumeric() || " .-_@".contains(*c))
         .take(64)
         .collect();
-    match name.trim() {
-        "" => by,
-        name => format!("{name} ({by})"),
-    }
+    let name = name.trim();
+    (!name.is_empty()).then(|| name.to_owned())
 }
 
 #[cfg(test)]

@@ -87,6 +87,7 @@ fn router(state: HttpState) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
+        .route("/fleetz", get(fleetz))
         .route("/v1/status", get(status))
         .route("/v1/overview", get(browse::overview))
         .route("/v1/jobs", get(browse::jobs))
@@ -123,7 +124,8 @@ async fn audit_refused_writes(
     next: axum::middleware::Next,
 ) -> Response {
     let (method, path) = (request.method().clone(), request.uri().path().to_owned());
-    let actor = http_actor(&auth::requester(peer), request.headers());
+    let who = crate::audit::Who::http(None, peer.ip(), auth::given_name(request.headers()));
+    let actor = http_actor(who, request.headers());
     let response = next.run(request).await;
     let refused = matches!(
         response.status(),
@@ -173,6 +175,26 @@ async fn readyz(State(state): State<HttpState>) -> Response {
         }),
     )
         .into_response()
+}
+
+/// The fleet's health, as `zkcron status` exits on it: 200 when every lock group has an owner
+/// that fires, 503 with the problems otherwise (or when this node has no session). Open like
+/// `/readyz`: a load balancer or a probe reads it without a token.
+async fn fleetz(State(state): State<HttpState>) -> Response {
+    use crate::status::health;
+    let health = match state.client() {
+        Ok(client) => match crate::status::cluster(&client, &state.config()).await {
+            Ok(cluster) => cluster.health(None),
+            Err(err) => health::unreachable(chain(&err)),
+        },
+        Err(_) => health::unreachable("no zookeeper session on this node".to_owned()),
+    };
+    let code = if health.healthy {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (code, axum::Json(health)).into_response()
 }
 
 #[derive(Serialize)]
@@ -727,20 +749,17 @@ fn writer(
     headers: &HeaderMap,
     peer: SocketAddr,
 ) -> Result<(Door, crate::audit::Actor), ApiError> {
-    let by = authorize(state, headers, TokenKind::Write, peer)?;
-    Ok((door_of(state)?, http_actor(&by, headers)))
+    let who = authorize(state, headers, TokenKind::Write, peer)?;
+    Ok((door_of(state)?, http_actor(who, headers)))
 }
 
-/// Who an HTTP request acts as in the audit trail: its token's name (and its peer), from the
-/// web console when the console sent it (`X-Zkcron-Client: console`), else from `http`.
-fn http_actor(by: &str, headers: &HeaderMap) -> crate::audit::Actor {
+/// Who an HTTP request acts as in the audit trail: `who` (its token's name and its peer), from
+/// the web console when the console sent it (`X-Zkcron-Client: console`), else from `http`.
+fn http_actor(who: crate::audit::Who, headers: &HeaderMap) -> crate::audit::Actor {
     let console = headers
         .get(CLIENT_HEADER)
         .is_some_and(|client| client.as_bytes() == b"console");
-    crate::audit::Actor {
-        by: by.to_owned(),
-        from: if console { "console" } else { "http" }.to_owned(),
-    }
+    crate::audit::Actor::new(who, if console { "console" } else { "http" })
 }
 
 /// The header the web console names itself with, for the audit trail's "from".

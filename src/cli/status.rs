@@ -13,6 +13,7 @@ use super::error::{CliError, print_lines};
 use zkcron::JobName;
 use zkcron::config::Config;
 use zkcron::ids::NodeId;
+use zkcron::ledger::Ledger;
 use zkcron::status::health::{self, Health};
 use zkcron::status::{JobReport, LimitReport, StatusReport};
 
@@ -46,20 +47,11 @@ pub async fn status(config: &Config, args: StatusArgs) -> Result<(), CliError> {
         }),
         Some(id) => Some(NodeId::new(id)),
     };
-    let deadline = args.wait.map(|wait| tokio::time::Instant::now() + wait);
-    let report = loop {
-        let tried = gather(config, member.as_ref()).await;
-        let done = match &tried {
-            Ok(report) => report.health.healthy,
-            Err(_) => false,
-        };
-        match deadline {
-            Some(deadline) if !done && tokio::time::Instant::now() + WAIT_STEP < deadline => {
-                tokio::time::sleep(WAIT_STEP).await;
-            }
-            _ => break tried?,
-        }
+    let client = match args.wait {
+        Some(wait) => wait_healthy(config, member.as_ref(), wait).await,
+        None => None,
     };
+    let report = gather(config, client, member.as_ref()).await?;
     if args.json {
         let text = serde_json::to_string(&report).map_err(|err| CliError::Stdout(err.into()))?;
         print_lines(&[text])?;
@@ -73,15 +65,44 @@ pub async fn status(config: &Config, args: StatusArgs) -> Result<(), CliError> {
     }
 }
 
-/// The report with the fleet's health judged for `member`; ZooKeeper unreachable is
-/// [`health::UNREACHABLE`].
-async fn gather(config: &Config, member: Option<&NodeId>) -> Result<StatusReport, CliError> {
-    let unreachable = |err: &dyn std::error::Error| {
-        CliError::Unhealthy(health::unreachable(zkcron::report::error_chain(err)))
+/// Waits up to `wait` until every group has an owner that fires (and `member` is live),
+/// reading only the locks and the members, on one session once it is made; that session, if
+/// one was made.
+async fn wait_healthy(config: &Config, member: Option<&NodeId>, wait: Duration) -> Option<Ledger> {
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut client = None;
+    loop {
+        if client.is_none() {
+            client = zkcron::delayed::client::session_for(config).await.ok();
+        }
+        if let Some(session) = &client {
+            let cluster = zkcron::status::cluster(session, config).await;
+            if cluster.is_ok_and(|cluster| cluster.health(member).healthy) {
+                return client;
+            }
+        }
+        if tokio::time::Instant::now() + WAIT_STEP >= deadline {
+            return client;
+        }
+        tokio::time::sleep(WAIT_STEP).await;
+    }
+}
+
+/// The report with the fleet's health judged for `member`, on `client` or a session made now;
+/// ZooKeeper unreachable is [`health::UNREACHABLE`].
+async fn gather(
+    config: &Config,
+    client: Option<Ledger>,
+    member: Option<&NodeId>,
+) -> Result<StatusReport, CliError> {
+    let client = match client {
+        Some(client) => client,
+        None => zkcron::delayed::client::session_for(config)
+            .await
+            .map_err(|err| {
+                CliError::Unhealthy(health::unreachable(zkcron::report::error_chain(&err)))
+            })?,
     };
-    let client = zkcron::delayed::client::session_for(config)
-        .await
-        .map_err(|err| unreachable(&err))?;
     let mut report = zkcron::status::gather(&client, config, Utc::now()).await?;
     report.health = report.cluster.health(member);
     Ok(report)

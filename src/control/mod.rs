@@ -1,9 +1,10 @@
 //! Steering a lock group from outside (`zkcron pause`, `resume`, `release`, `trigger`; the HTTP
 //! API): the znodes under `control/` (DESIGN.md "ZooKeeper layout") and what they hold.
 //!
-//! Owns: the pause and release-request formats (untrusted data: any client can write them), who
-//! asked, and the checks a steering request passes before it is written (`client`); the
-//! reads and writes on `control/` are the ledger's (`ledger::control`).
+//! Owns: the pause and release-request formats (untrusted data: any client can write them) and
+//! the checks a steering request passes before it is written (`client`); the reads and writes
+//! on `control/` are the ledger's (`ledger::control`), and who asked is the audit trail's
+//! actor (`audit::actor`).
 //! Must not: decide what a pause or a release means: the fire machine holds a paused job's
 //! starts, the lock machine hands the lock over.
 

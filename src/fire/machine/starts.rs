@@ -551,33 +551,6 @@ impl Starts {
         self.start(ctx, id);
     }
 
-    /// A claimed run that a disconnect or the lock's loss kept from starting: never sent, its
-    /// record says `claimed`. It is kept for the next catch-up of its job. When this node fires
-    /// again under the same token (a disconnect its session outlived), nobody else will ever
-    /// read that record: its own catch-up claims the run again as the same attempt, and starts
-    /// it or records why not. If the lock moved, the next owner's catch-up finds the record,
-    /// and this node's, should it own the lock again first, claims it again. It was dropped
-    /// here, and the soak found ticks neither run nor recorded after a server restart cut the
-    /// owner off for a moment between a tick's claim and its start.
-    fn unstarted_for_catch_up(&mut self, ctx: &mut Ctx<'_>, id: ClaimId, claim: &Claim) {
-        if let Some(pending) = self.claims.get(&id) {
-            let back = never_started(claim);
-            let item = Item {
-                tick: pending.tick,
-                reason: FireReason::CaughtUp,
-                again: Some((back.record, claim.version)),
-                submission: pending.submission.clone(),
-                parents: pending.parents.clone(),
-            };
-            let job = pending.config.spec.name.clone();
-            if let Some(state) = ctx.jobs.get_mut(&job) {
-                tracing::info!(job = %job, tick = %pending.tick, "run not started; claimed again as the same attempt once this node can fire, or left to the next owner");
-                state.not_started.push(item);
-            }
-        }
-        self.settle(ctx, id);
-    }
-
     /// A submission claimed at its instant, its claim saying `running`, that the lock's loss
     /// kept from starting: it was never sent. Its record is written back to `claimed`, so that a
     /// next owner sends it; and should this node own the lock again first, its catch-up leaves

@@ -1,5 +1,6 @@
 //! The end of a run on the claim path: its final record, built once (the chain marks its
-//! children need included), a process that never started, and the record's write answered —
+//! children need included), a process that never started, a claimed run that a disconnect kept
+//! from starting, and the record's write answered —
 //! its notice, its retry or its prune, and what the router does next.
 //!
 //! Owns: a run's way from `RunEnded` (or `RunNotStarted`) to `RecordWritten`.
@@ -8,9 +9,9 @@
 
 use chrono::DateTime;
 
-use super::{Ctx, Follow, Starts, runs};
+use super::{ClaimId, Ctx, Follow, Starts, runs};
 use crate::config::Concurrency;
-use crate::fire::machine::claims::PendingState;
+use crate::fire::machine::claims::{PendingState, never_started};
 use crate::fire::machine::housekeeping::Retention;
 use crate::fire::machine::protocol::{Action, ClaimAction, FireReason, Item, RecordWrite};
 use crate::ids::JobName;
@@ -98,6 +99,33 @@ impl Starts {
             state.not_started.push(item);
         }
         Self::run_gone(ctx, &job, run.in_backlog);
+    }
+
+    /// A claimed run that a disconnect or the lock's loss kept from starting: never sent, its
+    /// record says `claimed`. It is kept for the next catch-up of its job. When this node fires
+    /// again under the same token (a disconnect its session outlived), nobody else will ever
+    /// read that record: its own catch-up claims the run again as the same attempt, and starts
+    /// it or records why not. If the lock moved, the next owner's catch-up finds the record,
+    /// and this node's, should it own the lock again first, claims it again. It was dropped
+    /// here, and the soak found ticks neither run nor recorded after a server restart cut the
+    /// owner off for a moment between a tick's claim and its start.
+    pub(super) fn unstarted_for_catch_up(&mut self, ctx: &mut Ctx<'_>, id: ClaimId, claim: &Claim) {
+        if let Some(pending) = self.claims.get(&id) {
+            let back = never_started(claim);
+            let item = Item {
+                tick: pending.tick,
+                reason: FireReason::CaughtUp,
+                again: Some((back.record, claim.version)),
+                submission: pending.submission.clone(),
+                parents: pending.parents.clone(),
+            };
+            let job = pending.config.spec.name.clone();
+            if let Some(state) = ctx.jobs.get_mut(&job) {
+                tracing::info!(job = %job, tick = %pending.tick, "run not started; claimed again as the same attempt once this node can fire, or left to the next owner");
+                state.not_started.push(item);
+            }
+        }
+        self.settle(ctx, id);
     }
 
     pub fn record_written(&mut self, ctx: &mut Ctx<'_>, run_id: &str, write: RecordWrite) {

@@ -648,7 +648,12 @@ impl Io {
                 };
                 return delayed::scan(s, paths, generation, wanted, range);
             }
-            DelayedAction::ReadSubmission { id } => return delayed::read_submission(s, paths, id),
+            DelayedAction::ReadSubmission { id } => {
+                return delayed::read_submission(s, paths, id, Duration::ZERO);
+            }
+            DelayedAction::ReadSubmissionAfter { id, after } => {
+                return delayed::read_submission(s, paths, id, after);
+            }
             DelayedAction::RemoveEmptyBucket(bucket) => {
                 delayed::remove_if_empty(s, paths, delayed::PastDue::Bucket(bucket));
             }
@@ -727,7 +732,8 @@ impl Io {
     }
 }
 
-fn notify_systemd(state: &[sd_notify::NotifyState<'_>]) {
+/// Tells systemd (`Type=notify`) of a state; not under systemd, nothing happens.
+pub fn notify_systemd(state: &[sd_notify::NotifyState<'_>]) {
     if let Err(err) = sd_notify::notify(state) {
         tracing::warn!(error = %err, "cannot notify systemd");
     }

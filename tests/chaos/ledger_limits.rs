@@ -17,30 +17,47 @@ pub(super) const LOCK_ROOT: &str = "/zkcron/chaos";
 const REFUSED: &str = "ZooKeeper refuses this node's claims and records: nothing runs until it takes them again, and the ticks are then recorded missed";
 const TAKEN_AGAIN: &str = "ZooKeeper takes this node's writes again";
 
+/// How long setting a quota may take: the admin client's server may be the one a fault just
+/// restarted or stalled, so a lost connection is tried again on a new client.
+const QUOTA_SET_WITHIN: Duration = Duration::from_secs(30);
+
 /// Sets the hard count quota of `path` to `count` znodes (`-1`: none), as `setquota -N` does
 /// in ZooKeeper 3.8: the limits node under `/zookeeper/quota`, and its stats node, which makes
-/// the server count what is there.
-pub(super) async fn set_count_quota(client: &Client, path: &str, count: i64) {
+/// the server count what is there. Each step may be sent again: a create that was applied
+/// before its answer was lost is found as existing.
+pub(super) async fn set_count_quota(cluster: &ChaosCluster, path: &str, count: i64) {
+    let deadline = tokio::time::Instant::now() + QUOTA_SET_WITHIN;
+    loop {
+        let client = cluster.client().await;
+        match try_set_count_quota(&client, path, count).await {
+            Ok(()) => return,
+            Err(err) if tokio::time::Instant::now() < deadline => {
+                eprintln!("setting the quota of {path}: {err}; trying again on a new client");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(err) => panic!("setting the quota of {path} for {QUOTA_SET_WITHIN:?}: {err}"),
+        }
+    }
+}
+
+async fn try_set_count_quota(client: &Client, path: &str, count: i64) -> Result<(), String> {
     let quota = format!("/zookeeper/quota{path}");
     let limits = format!("{quota}/zookeeper_limits");
+    let stats = format!("{quota}/zookeeper_stats");
     let text = format!("count=-1,bytes=-1,countHardLimit={count},byteHardLimit=-1");
     let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
     client.mkdir(&quota, &open).await.ok();
     match client.create(&limits, text.as_bytes(), &open).await {
-        Ok(_) => {
-            let stats = format!("{quota}/zookeeper_stats");
-            client
-                .create(&stats, b"count=0,bytes=0", &open)
-                .await
-                .unwrap_or_else(|err| panic!("create {stats}: {err}"));
-        }
-        Err(zookeeper_client::Error::NodeExists) => {
-            client
-                .set_data(&limits, text.as_bytes(), None)
-                .await
-                .unwrap_or_else(|err| panic!("set {limits}: {err}"));
-        }
-        Err(err) => panic!("create {limits}: {err}"),
+        Ok(_) | Err(zookeeper_client::Error::NodeExists) => {}
+        Err(err) => return Err(format!("create {limits}: {err}")),
+    }
+    client
+        .set_data(&limits, text.as_bytes(), None)
+        .await
+        .map_err(|err| format!("set {limits}: {err}"))?;
+    match client.create(&stats, b"count=0,bytes=0", &open).await {
+        Ok(_) | Err(zookeeper_client::Error::NodeExists) => Ok(()),
+        Err(err) => Err(format!("create {stats}: {err}")),
     }
 }
 
@@ -60,14 +77,13 @@ async fn a_quota_on_the_lock_root_exceeded() {
     let mut cluster = ChaosCluster::start_on(name, 3, options, |_| async {}).await;
     cluster.run_for(BEFORE).await;
     let (owner, _) = cluster.owner_and_id().await;
-    let client = cluster.client().await;
     let from = now_ms();
-    set_count_quota(&client, LOCK_ROOT, 1).await;
+    set_count_quota(&cluster, LOCK_ROOT, 1).await;
     let said = cluster
         .wait_logged(owner, REFUSED, from, Duration::from_secs(3))
         .await;
     tokio::time::sleep(Duration::from_secs(12)).await;
-    set_count_quota(&client, LOCK_ROOT, -1).await;
+    set_count_quota(&cluster, LOCK_ROOT, -1).await;
     let to = now_ms();
     let taken = cluster
         .wait_logged(owner, TAKEN_AGAIN, to, Duration::from_secs(3))

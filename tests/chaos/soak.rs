@@ -265,11 +265,10 @@ async fn inflict(
             (from, to, format!("n{faked}'s clock stepped {step} ms"))
         }
         Nemesis::Quota => {
-            let client = cluster.client().await;
             let from = now_ms();
-            set_count_quota(&client, LOCK_ROOT, 1).await;
+            set_count_quota(cluster, LOCK_ROOT, 1).await;
             tokio::time::sleep(hold).await;
-            set_count_quota(&client, LOCK_ROOT, -1).await;
+            set_count_quota(cluster, LOCK_ROOT, -1).await;
             (
                 from,
                 now_ms(),

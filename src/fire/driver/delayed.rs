@@ -5,6 +5,8 @@
 //! persistent recursive watch on `delayed/due` for the current session.
 //! Must not: decide which buckets to read or what to claim (the machine does).
 
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -291,11 +293,13 @@ pub(super) fn scan(
     None
 }
 
-/// Reads one submission the watch reported (answered as [`DelayedInput::Read`]).
+/// Reads one submission the watch reported, or one whose claim failed once `after` has passed
+/// (answered as [`DelayedInput::Read`]).
 pub(super) fn read_submission(
     s: &Session,
     paths: &DelayedPaths,
     id: SubmissionId,
+    after: Duration,
 ) -> Option<Input> {
     let Some(client) = s.client.clone() else {
         let result = Err(Session::no_session());
@@ -303,6 +307,10 @@ pub(super) fn read_submission(
     };
     let (paths, answers) = (paths.clone(), s.answers.clone());
     s.tasks.spawn(async move {
+        if !after.is_zero() {
+            // Ends with the session, as the read would.
+            tokio::time::sleep(after).await;
+        }
         let read = bounded(id.as_str(), read_one(&client, &paths, &id));
         let result = read
             .await

@@ -428,6 +428,13 @@ impl DelayedQueue {
             .then_some(Action::Delayed(DelayedAction::ReadSubmission { id }))
     }
 
+    /// [`Self::read_again`], once `after` has passed.
+    pub fn read_again_after(&mut self, id: SubmissionId, after: Duration) -> Option<Action> {
+        self.reading.insert(id.clone()).then_some(Action::Delayed(
+            DelayedAction::ReadSubmissionAfter { id, after },
+        ))
+    }
+
     /// Answer to [`DelayedAction::ReadSubmission`]: the submission to consider, if it is still there.
     /// A failed read has the buckets read again.
     pub fn read(

@@ -219,6 +219,13 @@ pub enum DelayedAction {
     RemoveEmptyDay(i64),
     /// Read one submission the watch reported. Answered by [`DelayedInput::Read`].
     ReadSubmission { id: SubmissionId },
+    /// Read one submission again once `after` has passed: its claim failed, and claimed again
+    /// at once it would fail as fast as ZooKeeper answers while a quota or an ACL refuses it.
+    /// Answered by [`DelayedInput::Read`].
+    ReadSubmissionAfter {
+        id: SubmissionId,
+        after: std::time::Duration,
+    },
 }
 
 /// What the delayed store holds, as the driver read or watched it.

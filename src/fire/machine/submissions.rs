@@ -15,6 +15,9 @@ use crate::config::JobConfig;
 use crate::delayed::submission::{Submission, SubmissionId};
 use crate::run::Claim;
 
+/// How long a submission whose claim failed waits before it is read and claimed again.
+pub(super) const FAILED_CLAIM_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl FireMachine {
     /// What the delayed store holds, as the driver read or watched it.
     pub(super) fn delayed_input(
@@ -136,11 +139,15 @@ impl FireMachine {
     ) {
         // Refused under an older token of ours, or failed: the submission is still pending, and
         // a scan made meanwhile held it for this claim. It is read again, not left to the next
-        // scan from the oldest bucket (the next acquisition, reconnection or reload).
+        // scan from the oldest bucket (the next acquisition, reconnection or reload). A failed
+        // claim's after a pause: a quota or an ACL that refused it refuses it again at once,
+        // and claiming it as fast as the servers answer only loads them (issue 53's soak: 3000
+        // refused claims of one submission in a minute).
         let still_pending = matches!(
             result,
             Err(ClaimRefused::NotOwner | ClaimRefused::Failed(_))
         );
+        let failed = matches!(result, Err(ClaimRefused::Failed(_)));
         let answered = self.claim_path(now, out, |s, ctx| s.claim_done(ctx, id, result));
         let Some((submission, lost)) = answered else {
             return;
@@ -149,7 +156,12 @@ impl FireMachine {
             tracing::info!(id = %submission, due_unix_ms = moved.due_unix_ms, "submission rescheduled");
             self.consider(submission, moved, now, out);
         } else if still_pending && self.lock.may_fire && self.stopping.is_none() {
-            out.extend(self.delayed.read_again(submission));
+            out.extend(if failed {
+                self.delayed
+                    .read_again_after(submission, FAILED_CLAIM_PAUSE)
+            } else {
+                self.delayed.read_again(submission)
+            });
         }
     }
 

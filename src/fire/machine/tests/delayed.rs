@@ -1042,6 +1042,35 @@ fn a_run_claimed_running_at_its_instant_that_never_starts_is_claimed_again_not_l
     assert!(context.resumed);
 }
 
+/// Issue 53's soak: while a quota refused every create under the lock root, one submission's
+/// claim was refused some 3000 times a minute: each refusal had it read again and claimed at
+/// once. A failed claim's submission is read again only after a pause.
+#[test]
+fn a_submission_whose_claim_failed_is_read_again_only_after_a_pause() {
+    let due = submission("close", 500, b"x");
+    let (mut m, _) = owning_with(ON_DEMAND, 0, vec![(id("late"), due.clone())]);
+    let claim = only_claim(&m.handle(Input::Tick, t(500)));
+    let why = "refused: a ZooKeeper quota on a parent of the node is exceeded".to_owned();
+    let failed = m.handle(refused(&claim, ClaimRefused::Failed(why)), t(510));
+    assert!(claims(&failed).is_empty(), "{failed:?}");
+    assert_eq!(
+        failed,
+        [Action::Delayed(DelayedAction::ReadSubmissionAfter {
+            id: id("late"),
+            after: std::time::Duration::from_secs(1),
+        })],
+    );
+    let read = Input::Delayed(DelayedInput::Read {
+        id: id("late"),
+        result: Ok(Some(due)),
+    });
+    let again = only_claim(&m.handle(read, t(1520)));
+    assert_eq!(
+        again.record.run_id, claim.record.run_id,
+        "the same run, claimed again"
+    );
+}
+
 /// A claim sent under the old token is still out when this node takes the lock again: the new
 /// acquisition's scan holds the submission for that claim, which the epoch then refuses. The
 /// submission, still pending, is read again and claimed under the new token, not left to the

@@ -430,7 +430,11 @@ impl World {
                 through,
                 ..
             }) => self.scans.push((generation, after, through)),
-            Action::Delayed(DelayedAction::ReadSubmission { id }) => self.reads.push(id),
+            // A read after a pause is a read whose answer comes later: answers come in any order.
+            Action::Delayed(
+                DelayedAction::ReadSubmission { id }
+                | DelayedAction::ReadSubmissionAfter { id, .. },
+            ) => self.reads.push(id),
             Action::Broadcast(BroadcastAction::ReadMembership) => {
                 prop_assert!(self.status.connected, "read only while connected");
                 self.membership_read = true;

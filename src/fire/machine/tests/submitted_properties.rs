@@ -154,7 +154,11 @@ impl World {
                 through,
                 ..
             }) => self.scans.push((generation, after, through)),
-            Action::Delayed(DelayedAction::ReadSubmission { id }) => self.reads.push(id),
+            // A read after a pause is a read whose answer comes later: answers come in any order.
+            Action::Delayed(
+                DelayedAction::ReadSubmission { id }
+                | DelayedAction::ReadSubmissionAfter { id, .. },
+            ) => self.reads.push(id),
             Action::Claims(ClaimAction::Claim(claim)) => {
                 let id = claim.record.submission_id.clone();
                 let Some(id) = id else {

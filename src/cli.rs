@@ -9,6 +9,7 @@ mod check;
 mod delayed;
 mod error;
 mod explain;
+mod reload;
 mod status;
 mod steer;
 
@@ -45,7 +46,8 @@ Exit codes:
      (unknown job, payload too large, due beyond the starting_deadline, its id taken by a
      different request) or cancel (not found, already started); a refused trigger (unknown,
      disabled or paused job), pause (unknown job), history (a job neither in the schedule nor
-     in the ledger) or release (no owner, no other node alive to take over)
+     in the ledger) or release (no owner, no other node alive to take over); a reload the
+     daemon refused (it keeps the schedule it ran)
   3  a release that was accepted but did not move the lock in time
   4  status: a lock group has no owner that fires
   5  status --member: that node is not a live member
@@ -154,6 +156,14 @@ enum Command {
     /// Resume a paused job: its next tick fires, its waiting submissions are claimed.
     #[command(after_help = EXIT_CODES)]
     Resume(steer::ResumeArgs),
+    /// Ask the daemon running on this host to re-read its schedule, and wait for its answer:
+    /// what changed, or why it refused the file (it then keeps the schedule it ran).
+    ///
+    /// For systemd's `ExecReload=zkcron reload --pid $MAINPID`: a refused reload exits 2, so
+    /// `systemctl reload` fails with the reason in the journal. SIGHUP reloads too, answering
+    /// only in the log.
+    #[command(after_help = EXIT_CODES)]
+    Reload(reload::ReloadArgs),
     /// Ask the lock owner to hand the lock over (for maintenance), and wait until a peer owns it.
     ///
     /// The owner gives back its claimed, unstarted ticks, releases, and stays out of contention
@@ -308,6 +318,10 @@ impl Cli {
             Command::Release(args) => {
                 quiet("warn");
                 steer::release(&client_config(&path)?, args).await
+            }
+            Command::Reload(args) => {
+                quiet("warn");
+                reload::reload(args).await
             }
             Command::Generate { what, dir, .. } => generate(what, dir.as_deref()),
             Command::HttpToken {

@@ -17,7 +17,9 @@ use crate::config::{self, Config, JobConfig};
 use crate::drift;
 use crate::ensemble_clock::EnsembleClock;
 use crate::fire::FireMachine;
-use crate::fire::driver::{self as fire_driver, Departed, FireSettings, FleetFormat, LockTask};
+use crate::fire::driver::{
+    self as fire_driver, Departed, FireSettings, FleetFormat, LockTask, notify_systemd,
+};
 use crate::fire::machine::Me;
 use crate::groups::balance::GroupSpec;
 use crate::groups::placement::{PlacedGroup, Placement};
@@ -29,6 +31,7 @@ use crate::lock::clock_watch::ClockSettings;
 use crate::lock::driver::{self, DriverError, Heard, LockCommand, LockRole, LockSettings};
 use crate::lock::node::{OwnerInfo, ScheduleHash};
 use crate::metrics::Metrics;
+use crate::reload::{self, Changes, RELOAD_FORMAT, ReloadAnswer, ReloadOutcome, ReloadRequest};
 use crate::report::error_chain;
 use crate::run::Launcher;
 use crate::view::NodeView;
@@ -124,7 +127,8 @@ pub async fn run(
         tags: config.node.tags.clone(),
         ..settings.me.clone()
     };
-    let schedule = Box::new(drift::fingerprint(jobs.iter().map(Arc::as_ref)));
+    let mut schedule = Box::new(drift::fingerprint(jobs.iter().map(Arc::as_ref)));
+    schedule.loaded_unix_ms = Some(Utc::now().timestamp_millis());
     let verdict = Arc::new(watch::Sender::new(false));
     // One set of HTTP clients for the node: every group's deliveries share its pools.
     let deliveries = Arc::new(crate::delivery::Deliveries::new(Arc::clone(&metrics)));
@@ -157,11 +161,12 @@ pub async fn run(
     let placement = config
         .grouped()
         .then(|| wiring.start_placement(&units, &metrics, view_rx.clone(), &shutdown));
+    let requests = reload_requests(reloads, &shutdown);
     let reloader = tokio::spawn(reload_on_request(
         settings.config_path.clone(),
         config,
         settings.launcher.clone(),
-        reloads,
+        requests,
         Reloaded {
             units: units
                 .iter()
@@ -471,6 +476,30 @@ fn session_of(
     rx
 }
 
+/// Every way a reload is asked for, as one stream: SIGHUP (`signals`, answered in the log
+/// alone) and `zkcron reload` on this daemon's socket (answered to the asker too).
+fn reload_requests(
+    mut signals: mpsc::UnboundedReceiver<()>,
+    shutdown: &CancellationToken,
+) -> mpsc::UnboundedReceiver<ReloadRequest> {
+    let (requests, merged) = mpsc::unbounded_channel();
+    if let Err(err) = reload::listener::listen(requests.clone(), shutdown.child_token()) {
+        tracing::warn!(
+            error = %err,
+            socket = %reload::listener::socket_name(std::process::id()),
+            "cannot listen for `zkcron reload`; SIGHUP still reloads"
+        );
+    }
+    tokio::spawn(async move {
+        while signals.recv().await.is_some() {
+            if requests.send(ReloadRequest::unanswered()).is_err() {
+                return;
+            }
+        }
+    });
+    merged
+}
+
 /// The schedule's jobs, shared by the fire machine, the reloader and the HTTP API.
 type Jobs = Vec<Arc<JobConfig>>;
 
@@ -483,31 +512,82 @@ fn with_launcher(config: &mut Config, launcher: &Launcher) {
 }
 
 /// Re-reads the schedule on every request and passes its jobs on; a broken file keeps the
-/// current schedule.
+/// current schedule. systemd hears of each reload (`RELOADING=1`, then `READY=1`), and a request
+/// that waits for it gets the outcome.
 async fn reload_on_request(
     path: PathBuf,
     mut current: Arc<Config>,
     launcher: Launcher,
-    mut requests: mpsc::UnboundedReceiver<()>,
+    mut requests: mpsc::UnboundedReceiver<ReloadRequest>,
     to: Reloaded,
 ) {
-    while let Some(()) = requests.recv().await {
-        if let Some(mut new) = reload(&path, &current) {
-            with_launcher(&mut new, &launcher);
-            let hash = drift::fingerprint(new.jobs.iter().map(Arc::as_ref));
-            let jobs = new.jobs.clone();
-            warm(&to.deliveries, &jobs);
-            current = Arc::new(new);
-            // Only the HTTP API reads it, when it is on.
-            to.loaded.send_replace(Arc::clone(&current));
-            // Every group's machine gets the whole schedule and fires its own jobs of it, so a
-            // job moved between groups leaves one machine and joins another in the same step.
-            for (unit_jobs, lock) in &to.units {
-                let _ = lock.send(LockCommand::Schedule(hash.clone()));
-                if unit_jobs.send(jobs.clone()).is_err() {
-                    return;
+    while let Some(request) = requests.recv().await {
+        let mut reloading = vec![sd_notify::NotifyState::Reloading];
+        // systemd 253+ (`Type=notify-reload`) takes a reload's start only with its time.
+        reloading.extend(sd_notify::NotifyState::monotonic_usec_now().ok());
+        notify_systemd(&reloading);
+        let outcome = match reload(&path) {
+            Ok(mut new) => {
+                let changes = Changes::between(&current, &new);
+                with_launcher(&mut new, &launcher);
+                let mut hash = drift::fingerprint(new.jobs.iter().map(Arc::as_ref));
+                let loaded_unix_ms = Utc::now().timestamp_millis();
+                hash.loaded_unix_ms = Some(loaded_unix_ms);
+                let enabled = new.jobs.iter().filter(|job| job.enabled).count();
+                tracing::info!(
+                    path = %path.display(),
+                    jobs = new.jobs.len(),
+                    enabled,
+                    schedule = %hash.total,
+                    changes = %changes.summary(),
+                    "schedule reloaded"
+                );
+                if !changes.after_restart.is_empty() {
+                    tracing::warn!(
+                        path = %path.display(),
+                        sections = %changes.after_restart.join(", "),
+                        "these sections changed and take effect only after a restart; jobs are reloaded"
+                    );
+                }
+                let schedule = hash.total.clone();
+                let jobs = new.jobs.clone();
+                warm(&to.deliveries, &jobs);
+                current = Arc::new(new);
+                // Only the HTTP API reads it, when it is on.
+                to.loaded.send_replace(Arc::clone(&current));
+                // Every group's machine gets the whole schedule and fires its own jobs of it, so a
+                // job moved between groups leaves one machine and joins another in the same step.
+                for (unit_jobs, lock) in &to.units {
+                    let _ = lock.send(LockCommand::Schedule(hash.clone()));
+                    if unit_jobs.send(jobs.clone()).is_err() {
+                        return;
+                    }
+                }
+                ReloadOutcome::Applied {
+                    schedule,
+                    loaded_unix_ms,
+                    changes,
                 }
             }
+            Err(error) => ReloadOutcome::Refused { error },
+        };
+        let status = match &outcome {
+            ReloadOutcome::Applied { schedule, .. } => format!("schedule {schedule} loaded"),
+            ReloadOutcome::Refused { .. } => {
+                "reload refused; the schedule before it runs".to_owned()
+            }
+        };
+        notify_systemd(&[
+            sd_notify::NotifyState::Ready,
+            sd_notify::NotifyState::Status(&status),
+        ]);
+        if let Some(answer) = request.answer {
+            // The asker may have given up; the log has the outcome.
+            let _ = answer.send(ReloadAnswer {
+                format: RELOAD_FORMAT,
+                path: path.clone(),
+                outcome,
+            });
         }
     }
 }
@@ -533,42 +613,18 @@ fn warm(deliveries: &Arc<crate::delivery::Deliveries>, jobs: &Jobs) {
     tokio::task::spawn_blocking(move || deliveries.warm(jobs.iter().map(|job| job.spec.as_ref())));
 }
 
-/// Re-reads the schedule; on any problem keeps the current one and says why.
-fn reload(path: &std::path::Path, current: &Config) -> Option<Config> {
-    match config::load(path) {
-        Ok(new) => {
-            if let Err(err) = users_out_of_reach(&new) {
-                tracing::error!(
-                    path = %path.display(),
-                    error = %err,
-                    "reload refused; keeping the current schedule"
-                );
-                return None;
-            }
-            if new.zookeeper != current.zookeeper
-                || new.lock != current.lock
-                || new.http != current.http
-                || new.groups != current.groups
-                || new.node != current.node
-                || new.log != current.log
-                || new.audit != current.audit
-            {
-                tracing::warn!(
-                    path = %path.display(),
-                    "[zookeeper], [lock], [http], [node], [log], [audit] and [[group]] changes take effect only after a restart; jobs are reloaded"
-                );
-            }
-            let enabled = new.jobs.iter().filter(|job| job.enabled).count();
-            tracing::info!(path = %path.display(), jobs = new.jobs.len(), enabled, "schedule reloaded");
-            Some(new)
-        }
-        Err(err) => {
-            tracing::error!(
-                path = %path.display(),
-                error = %error_chain(&err),
-                "reload failed; keeping the current schedule"
-            );
-            None
-        }
-    }
+/// Re-reads the schedule; on any problem keeps the current one and says why, in the log and
+/// in the returned error.
+fn reload(path: &std::path::Path) -> Result<Config, String> {
+    let refused = |error: String| {
+        tracing::error!(
+            path = %path.display(),
+            error = %error,
+            "reload refused; keeping the current schedule"
+        );
+        error
+    };
+    let new = config::load(path).map_err(|err| refused(error_chain(&err)))?;
+    users_out_of_reach(&new).map_err(|err| refused(err.to_string()))?;
+    Ok(new)
 }

@@ -52,6 +52,7 @@ pub fn fingerprint<'a>(jobs: impl IntoIterator<Item = &'a JobConfig>) -> Schedul
     ScheduleHash {
         total: format!("{:08x}", all.finalize()),
         jobs: (size <= JOBS_DETAIL_LIMIT).then_some(per_job),
+        loaded_unix_ms: None,
     }
 }
 

@@ -38,6 +38,7 @@ pub mod lock;
 pub mod logging;
 pub mod metrics;
 pub mod notify;
+pub mod reload;
 pub mod report;
 pub mod run;
 pub mod runner;

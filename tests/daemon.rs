@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use support::daemon::{DaemonNode, Fire, RECORD_FIRE, now_ms, read_fires, schedule_text};
+use support::daemon::{
+    DaemonNode, Fire, RECORD_FIRE, assert_exit, now_ms, read_fires, schedule_text, zkcron_status,
+};
 use support::{fault_lock, shared_ensemble, try_wait_for, unique_chroot, wait_for};
 
 const SESSION: Duration = Duration::from_secs(2);
@@ -340,47 +342,119 @@ async fn timeout_kills_the_whole_process_group() {
     node.wait_log("timed out", SLACK).await;
 }
 
+/// Issue 51 §3: `zkcron reload` (systemd's `ExecReload=`) waits for the daemon's answer: what
+/// changed, or — exit 2, the reason on stderr, for the journal — why the file was refused, the
+/// running schedule kept. systemd hears `RELOADING=1` (with `MONOTONIC_USEC`, which
+/// `Type=notify-reload` needs) then `READY=1` for every reload, SIGHUP's too; `status` shows the
+/// schedule each member runs and since when.
 #[tokio::test]
-async fn sighup_reload_adds_a_job_and_survives_a_broken_file() {
+async fn a_reload_tells_systemd_and_the_asker_what_changed_or_why_it_refused() {
     let _serial = fault_lock();
     let dir = tempfile::tempdir().expect("temp dir");
+    let socket_path = dir.path().join("notify.sock");
+    let notify = tokio::net::UnixDatagram::bind(&socket_path).expect("notify socket");
     let (a, b) = (dir.path().join("a.log"), dir.path().join("b.log"));
     let base = schedule("e2e-reload", &every_second("a", &a));
-    let node = DaemonNode::start(dir.path(), "solo", &base);
+    let node = DaemonNode::start_with_env(
+        dir.path(),
+        "solo",
+        &base,
+        &[("NOTIFY_SOCKET", &socket_path)],
+    );
+    assert!(notice(&notify).await.contains("READY=1"));
     wait_fire(&a, "job a fires", 0, SESSION * 5, |_| true).await;
+    let pid = node.pid().to_string();
+    let reload = |json: bool| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_zkcron"));
+        command.args(["reload", "--pid", &pid]);
+        if json {
+            command.arg("--json");
+        }
+        command.output().expect("zkcron reload")
+    };
 
-    node.rewrite(&format!("{base}\n{}", every_second("b", &b)));
-    node.signal(Signal::SIGHUP);
+    node.rewrite(&format!(
+        "{base}timeout = \"1h\"\n{}",
+        every_second("b", &b)
+    ));
+    let applied = reload(true);
+    let said = assert_exit(&applied, 0);
+    let answer: serde_json::Value = serde_json::from_slice(&applied.stdout).expect(&said);
+    assert_eq!(answer["format"], 1, "{said}");
+    assert_eq!(answer["outcome"], "applied", "{said}");
+    assert_eq!(
+        answer["changes"]["added"],
+        serde_json::json!(["b"]),
+        "{said}"
+    );
+    assert_eq!(
+        answer["changes"]["changed"],
+        serde_json::json!([{"job": "a", "keys": ["timeout"]}]),
+        "{said}"
+    );
+    let reloading = notice(&notify).await;
+    assert!(
+        reloading.contains("RELOADING=1") && reloading.contains("MONOTONIC_USEC="),
+        "{reloading:?}"
+    );
+    assert!(notice(&notify).await.contains("READY=1"));
     let reloaded_ms = now_ms();
     wait_fire(&b, "the new job b fires", 0, SLACK * 3, |_| true).await;
+    let schedule = answer["schedule"].as_str().unwrap_or_default().to_owned();
+    let status = zkcron_status(&[], &node.config);
+    assert!(
+        status.contains(&format!("schedule {schedule} loaded ")),
+        "status shows the schedule the member runs:\n{status}"
+    );
 
-    std::fs::write(&node.config, "[zookeeper]\nconnect = \n").expect("break the schedule file");
+    // SIGHUP: the same reload, answered in the log and to systemd alone.
     node.signal(Signal::SIGHUP);
-    node.wait_log("reload failed; keeping the current schedule", SLACK * 2)
-        .await;
+    assert!(notice(&notify).await.contains("RELOADING=1"));
+    assert!(notice(&notify).await.contains("READY=1"));
+    node.wait_log("nothing changed", SLACK).await;
+
+    node.rewrite(&format!(
+        "{base}misfire = \"sometimes\"\n{}",
+        every_second("b", &b)
+    ));
+    let refused = reload(false);
+    let said = assert_exit(&refused, 2);
+    assert!(
+        said.contains("reload refused; the running schedule is kept") && said.contains("misfire"),
+        "the journal gets the reason:\n{said}"
+    );
+    assert!(notice(&notify).await.contains("RELOADING=1"));
+    let ready = notice(&notify).await;
+    assert!(
+        ready.contains("READY=1") && ready.contains("STATUS=reload refused"),
+        "{ready:?}"
+    );
     let after = now_ms();
-    wait_fire(
-        &b,
-        "job b still fires after the broken reload",
-        after,
-        SLACK * 3,
-        |_| true,
-    )
-    .await;
-    wait_fire(
-        &a,
-        "job a still fires after the broken reload",
-        after,
-        SLACK * 3,
-        |_| true,
-    )
-    .await;
+    for (fires, job) in [(&a, "a"), (&b, "b")] {
+        wait_fire(
+            fires,
+            &format!("job {job} still fires after the refused reload"),
+            after,
+            SLACK * 3,
+            |_| true,
+        )
+        .await;
+    }
     fires_between(&a, 0, i64::MAX);
     let b_fires = fires_between(&b, 0, i64::MAX);
     assert!(
         b_fires.keys().all(|&t| t > reloaded_ms - 1000),
         "b never fired before its reload"
     );
+}
+
+/// The next message the daemon sends systemd, within a bound that covers a reload's reading of
+/// the file.
+async fn notice(socket: &tokio::net::UnixDatagram) -> String {
+    let mut buf = [0u8; 512];
+    let received = tokio::time::timeout(SLACK * 3, socket.recv(&mut buf)).await;
+    let len = received.expect("a notice within the bound").expect("recv");
+    String::from_utf8_lossy(&buf[..len]).into_owned()
 }
 
 #[tokio::test]

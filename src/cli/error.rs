@@ -67,6 +67,11 @@ pub enum CliError {
     Audit(#[from] zkcron::ledger::audit::AuditError),
     #[error(transparent)]
     Command(CommandError),
+    #[error(transparent)]
+    Reload(#[from] zkcron::reload::client::ReloadError),
+    /// `reload`: the daemon read its file and refused it; it runs the schedule it ran before.
+    #[error("{}: reload refused; the running schedule is kept: {error}", path.display())]
+    ReloadRefused { path: PathBuf, error: String },
     /// `status`: the fleet is not healthy; exits with the verdict's own code.
     #[error("{}", .0.problems.join("; "))]
     Unhealthy(zkcron::status::health::Health),
@@ -106,7 +111,8 @@ impl CliError {
             | CliError::Explain(_)
             | CliError::Backfill(_)
             | CliError::Strict { .. }
-            | CliError::Invalid { .. } => ExitCode::from(2),
+            | CliError::Invalid { .. }
+            | CliError::ReloadRefused { .. } => ExitCode::from(2),
             CliError::Delayed(err) if err.is_refusal() => ExitCode::from(2),
             CliError::Steer(err) if err.is_refusal() => ExitCode::from(2),
             CliError::Steer(SteerError::NotHandedOver { .. }) => ExitCode::from(3),

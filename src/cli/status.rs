@@ -188,8 +188,14 @@ fn lock_lines(report: &StatusReport) -> Vec<String> {
     for member in &report.cluster.members {
         let mut detail = match &member.info {
             Some(info) => format!(
-                "ip {}, host {}, pid {}, version {}",
-                info.ip, info.host, info.pid, info.version
+                "ip {}, host {}, pid {}, version {}{}",
+                info.ip,
+                info.host,
+                info.pid,
+                info.version,
+                info.schedule
+                    .as_deref()
+                    .map_or_else(String::new, schedule_detail)
             ),
             None => "unreadable data, or gone".to_owned(),
         };
@@ -467,6 +473,14 @@ fn since_local(unix_ms: i64, tz: chrono_tz::Tz) -> String {
         || "?".to_owned(),
         |at| at.with_timezone(&tz).format("%Y-%m-%d %H:%M").to_string(),
     )
+}
+
+/// The schedule a member runs, as `zkcron reload` and the log name it, and since when.
+fn schedule_detail(schedule: &zkcron::lock::node::ScheduleHash) -> String {
+    match schedule.loaded_unix_ms {
+        Some(loaded) => format!(", schedule {} loaded {}", schedule.total, since(loaded)),
+        None => format!(", schedule {}", schedule.total),
+    }
 }
 
 fn since(unix_ms: i64) -> String {

@@ -29,6 +29,7 @@ mod http_target;
 mod job;
 mod job_defaults;
 mod job_policies;
+mod keys;
 mod limit;
 mod lock;
 mod log;
@@ -46,6 +47,7 @@ use std::sync::Arc;
 
 pub use self::error::{ConfigError, Files, LineStarts, LoadError, Problem, line_col};
 pub use self::files::DROP_IN_DIR;
+pub use self::keys::{JobKey, changed_keys, job_keys};
 pub use self::model::{
     After, AfterStatus, AuditConfig, Concurrency, Config, GroupConfig, HISTORY_LIMIT, HttpConfig,
     JobConfig, KeepOutput, LimitConfig, LockConfig, LogConfig, LogFormat, MAX_RUNNING_LIMIT,

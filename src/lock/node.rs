@@ -101,6 +101,10 @@ pub struct ScheduleHash {
     /// Per job, its CRC-32; `None` when the schedule is too large to list.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jobs: Option<BTreeMap<JobName, String>>,
+    /// When the daemon loaded this schedule (at its start or its latest reload that applied),
+    /// by its own clock; an older zkcron publishes none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loaded_unix_ms: Option<i64>,
 }
 
 /// Data of the persistent `epoch` node: who made the latest acquisition.

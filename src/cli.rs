@@ -7,8 +7,10 @@
 mod audit;
 mod check;
 mod delayed;
+mod describe;
 mod error;
 mod explain;
+mod init;
 mod reload;
 mod status;
 mod steer;
@@ -83,9 +85,14 @@ enum Command {
     /// Run the daemon: contend for the lock and fire the schedule's jobs while owning it.
     ///
     /// SIGTERM/SIGINT stop it (the lock is handed over at once, running jobs get their
-    /// kill_grace); SIGHUP reloads the schedule (a broken file is refused and the old one kept).
+    /// kill_grace); SIGHUP or `zkcron reload` reloads the schedule (a broken file is refused and
+    /// the old one kept).
     #[command(after_help = EXIT_CODES)]
-    Run,
+    Run(RunArgs),
+    /// Write a commented starting schedule where every command reads it (--config, else
+    /// ZKCRON_CONFIG, else /etc/zkcron/zkcron.toml), for `zkcron check` and `zkcron run`.
+    #[command(after_help = EXIT_CODES)]
+    Init(init::InitArgs),
     /// Validate a schedule file and show each job's next three fire times in its own time zone.
     ///
     /// It also warns about what would keep a job from starting on this host: a command that is
@@ -99,6 +106,12 @@ enum Command {
     /// one has none, 5 when --member is not a live member, 6 when ZooKeeper cannot be reached.
     #[command(after_help = EXIT_CODES)]
     Status(status::StatusArgs),
+    /// Show one job as it will run and as it runs now: every key with the defaults applied and
+    /// where its value comes from (file:line, a drop-in, [defaults], or zkcron's default), its
+    /// next five fires (calendars, pause, jitter), its group's owner, its last runs and the
+    /// operator actions on it.
+    #[command(after_help = EXIT_CODES)]
+    Describe(describe::DescribeArgs),
     /// Show a job's runs, newest first: scheduled time (in the job's zone), node, ip, start,
     /// duration, status, exit, attempt, fencing token.
     #[command(after_help = EXIT_CODES)]
@@ -224,6 +237,14 @@ struct NoSchedule {
 }
 
 #[derive(Debug, Args)]
+struct RunArgs {
+    /// This process's id in the lock group, over `[lock] node_id` of every file: the one value
+    /// each host sets, without a drop-in.
+    #[arg(long, env = "ZKCRON_NODE_ID", value_name = "NODE_ID")]
+    node_id: Option<String>,
+}
+
+#[derive(Debug, Args)]
 struct LockDemoArgs {
     #[command(flatten)]
     no_schedule: NoSchedule,
@@ -262,12 +283,18 @@ impl Cli {
             );
         };
         match self.command {
-            Command::Run => {
-                let loaded = config::load(&path)?;
+            Command::Run(args) => {
+                let node_id = args.node_id.map(node_id_given).transpose()?;
+                let mut loaded = config::load(&path)?;
+                if let Some(node_id) = &node_id {
+                    loaded.lock.node_id = Some(node_id.clone());
+                }
                 let level = self.log_level.unwrap_or_else(|| loaded.log.level.clone());
                 logging::init(loaded.log.format, &level);
-                run_daemon(path, loaded, shutdown, reloads).await
+                daemon::warn_of_inline_secrets(&loaded);
+                run_daemon(path, loaded, node_id, (shutdown, reloads)).await
             }
+            Command::Init(args) => init::init(&path, &args),
             Command::Check(args) => check::check(args, &path),
             Command::Status(args) => {
                 quiet("warn");
@@ -286,6 +313,10 @@ impl Cli {
                     HistoryFormat::Table { output }
                 };
                 history(&client_config(&path)?, &JobName::new(job), limit, shown).await
+            }
+            Command::Describe(args) => {
+                quiet("warn");
+                describe::describe(&client_config(&path)?, &path, args).await
             }
             Command::Audit(args) => {
                 quiet("warn");
@@ -341,15 +372,25 @@ fn client_config(path: &Path) -> Result<Config, config::LoadError> {
     config::load_with(path, Lookups::ZooKeeper)
 }
 
+/// `--node-id` (or `ZKCRON_NODE_ID`), checked as `[lock] node_id` is.
+fn node_id_given(id: String) -> Result<NodeId, CliError> {
+    zkcron::ids::validate_znode_name(&id).map_err(|why| UsageError::NodeId {
+        id: id.clone(),
+        why,
+    })?;
+    Ok(NodeId::new(id))
+}
+
 async fn run_daemon(
     path: PathBuf,
     config: Config,
-    shutdown: CancellationToken,
-    reloads: mpsc::UnboundedReceiver<()>,
+    node_id: Option<NodeId>,
+    (shutdown, reloads): (CancellationToken, mpsc::UnboundedReceiver<()>),
 ) -> Result<(), CliError> {
     let me = identity::this_process(config.lock.node_id.as_ref())?;
     let settings = DaemonSettings {
         config_path: path,
+        node_id,
         me,
         jitter: takeover_jitter(config.lock.takeover_delay),
         launcher: zkcron::run::Launcher::this_binary(),

@@ -73,6 +73,8 @@ fn users_out_of_reach(config: &Config) -> Result<(), DaemonError> {
 pub struct DaemonSettings {
     /// Re-read on every reload request.
     pub config_path: PathBuf,
+    /// `--node-id`: over `[lock] node_id` of the file at every reload too.
+    pub node_id: Option<crate::ids::NodeId>,
     /// This process's identity in the lock group.
     pub me: OwnerInfo,
     /// Drawn by the caller (up to a tenth of the takeover delay, at most 1 s).
@@ -127,7 +129,10 @@ pub async fn run(
         tags: config.node.tags.clone(),
         ..settings.me.clone()
     };
-    let mut schedule = Box::new(drift::fingerprint(jobs.iter().map(Arc::as_ref)));
+    let mut schedule = Box::new(drift::published(
+        jobs.iter().map(Arc::as_ref),
+        &config.per_host_jobs,
+    ));
     schedule.loaded_unix_ms = Some(Utc::now().timestamp_millis());
     let verdict = Arc::new(watch::Sender::new(false));
     // One set of HTTP clients for the node: every group's deliveries share its pools.
@@ -163,7 +168,7 @@ pub async fn run(
         .then(|| wiring.start_placement(&units, &metrics, view_rx.clone(), &shutdown));
     let requests = reload_requests(reloads, &shutdown);
     let reloader = tokio::spawn(reload_on_request(
-        settings.config_path.clone(),
+        (settings.config_path.clone(), settings.node_id.clone()),
         config,
         settings.launcher.clone(),
         requests,
@@ -515,7 +520,7 @@ fn with_launcher(config: &mut Config, launcher: &Launcher) {
 /// current schedule. systemd hears of each reload (`RELOADING=1`, then `READY=1`), and a request
 /// that waits for it gets the outcome.
 async fn reload_on_request(
-    path: PathBuf,
+    (path, node_id): (PathBuf, Option<crate::ids::NodeId>),
     mut current: Arc<Config>,
     launcher: Launcher,
     mut requests: mpsc::UnboundedReceiver<ReloadRequest>,
@@ -528,9 +533,13 @@ async fn reload_on_request(
         notify_systemd(&reloading);
         let outcome = match reload(&path) {
             Ok(mut new) => {
+                if node_id.is_some() {
+                    new.lock.node_id.clone_from(&node_id);
+                }
                 let changes = Changes::between(&current, &new);
                 with_launcher(&mut new, &launcher);
-                let mut hash = drift::fingerprint(new.jobs.iter().map(Arc::as_ref));
+                let mut hash =
+                    drift::published(new.jobs.iter().map(Arc::as_ref), &new.per_host_jobs);
                 let loaded_unix_ms = Utc::now().timestamp_millis();
                 hash.loaded_unix_ms = Some(loaded_unix_ms);
                 let enabled = new.jobs.iter().filter(|job| job.enabled).count();
@@ -613,6 +622,23 @@ fn warm(deliveries: &Arc<crate::delivery::Deliveries>, jobs: &Jobs) {
     tokio::task::spawn_blocking(move || deliveries.warm(jobs.iter().map(|job| job.spec.as_ref())));
 }
 
+/// Warns of each secret written in a schedule file: `zkcron check` refuses one that group or
+/// others may read, but a running fleet is not stopped for it (an upgrade must not stop it).
+pub fn warn_of_inline_secrets(config: &Config) {
+    for secret in &config.inline_secrets {
+        let Some(mode) = secret.file_mode() else {
+            continue;
+        };
+        let (_, why) = secret.verdict(mode);
+        tracing::warn!(
+            file = %secret.file.display(),
+            line = secret.line,
+            key = secret.key,
+            "{why}"
+        );
+    }
+}
+
 /// Re-reads the schedule; on any problem keeps the current one and says why, in the log and
 /// in the returned error.
 fn reload(path: &std::path::Path) -> Result<Config, String> {
@@ -625,6 +651,7 @@ fn reload(path: &std::path::Path) -> Result<Config, String> {
         error
     };
     let new = config::load(path).map_err(|err| refused(error_chain(&err)))?;
+    warn_of_inline_secrets(&new);
     users_out_of_reach(&new).map_err(|err| refused(err.to_string()))?;
     Ok(new)
 }

@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::path::PathBuf;
 
 use serde::Serialize;
 
@@ -27,6 +28,33 @@ pub struct Drift {
     /// Jobs declared differently, or only on one side; empty when the member published no
     /// per-job detail (or none at all: an older zkcron).
     pub jobs: Vec<JobName>,
+    /// Those of `jobs` a drop-in declares or changes on one side, and where: `backup: n2's
+    /// zkcron.d/10-host.toml` — a per-host override, not an unexplained drift.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub per_host: Vec<String>,
+}
+
+/// The fingerprint a member publishes: its jobs', and the jobs its drop-ins declare or change,
+/// each with their names as `zkcron.d/<file>`.
+pub fn published<'a>(
+    jobs: impl IntoIterator<Item = &'a JobConfig>,
+    per_host_jobs: &BTreeMap<JobName, Vec<PathBuf>>,
+) -> ScheduleHash {
+    let mut hash = fingerprint(jobs);
+    hash.per_host = per_host_jobs
+        .iter()
+        .map(|(job, files)| {
+            let names = files
+                .iter()
+                .map(|file| {
+                    let name = file.file_name().unwrap_or(file.as_os_str());
+                    format!("{}/{}", crate::config::DROP_IN_DIR, name.to_string_lossy())
+                })
+                .collect();
+            (job.clone(), names)
+        })
+        .collect();
+    hash
 }
 
 /// The fingerprint of `jobs`' effective schedule.
@@ -52,6 +80,7 @@ pub fn fingerprint<'a>(jobs: impl IntoIterator<Item = &'a JobConfig>) -> Schedul
     ScheduleHash {
         total: format!("{:08x}", all.finalize()),
         jobs: (size <= JOBS_DETAIL_LIMIT).then_some(per_job),
+        per_host: BTreeMap::new(),
         loaded_unix_ms: None,
     }
 }
@@ -102,6 +131,7 @@ pub fn compare(own: &ScheduleHash, node: &NodeId, theirs: Option<&ScheduleHash>)
             return Some(Drift {
                 node: node.clone(),
                 jobs: Vec::new(),
+                per_host: Vec::new(),
             });
         }
     };
@@ -123,9 +153,28 @@ pub fn compare(own: &ScheduleHash, node: &NodeId, theirs: Option<&ScheduleHash>)
         }
         _ => Vec::new(),
     };
+    let per_host = jobs
+        .iter()
+        .filter_map(|job| {
+            let sides = [
+                (format!("{node}'s"), &theirs.per_host),
+                ("the owner's".to_owned(), &own.per_host),
+            ];
+            let said: Vec<String> = sides
+                .into_iter()
+                .filter_map(|(whose, per_host)| {
+                    per_host
+                        .get(job)
+                        .map(|files| format!("{whose} {}", files.join(", ")))
+                })
+                .collect();
+            (!said.is_empty()).then(|| format!("{job}: {}", said.join("; ")))
+        })
+        .collect();
     Some(Drift {
         node: node.clone(),
         jobs,
+        per_host,
     })
 }
 
@@ -138,7 +187,12 @@ pub fn describe(drift: &Drift) -> String {
         )
     } else {
         let names: Vec<&str> = drift.jobs.iter().map(JobName::as_str).collect();
-        format!("{}: jobs {} differ", drift.node, names.join(", "))
+        let per_host = if drift.per_host.is_empty() {
+            String::new()
+        } else {
+            format!(" (per-host overrides: {})", drift.per_host.join("; "))
+        };
+        format!("{}: jobs {} differ{per_host}", drift.node, names.join(", "))
     }
 }
 
@@ -164,6 +218,28 @@ mod tests {
         assert_eq!(one, two);
         assert_eq!(compare(&one, &NodeId::new("n2"), Some(&two)), None);
         assert_eq!(one.total.len(), 8);
+    }
+
+    /// Issue 51 §5: a job a drop-in changes on one host is told as that host's override, with
+    /// the drop-in's name, not as an unexplained drift.
+    #[test]
+    fn a_job_a_drop_in_changes_is_told_as_a_per_host_override() {
+        let own = fingerprint(&jobs(&format!("{A}{B}")));
+        let per_host = BTreeMap::from([(
+            JobName::new("a"),
+            vec![PathBuf::from("/etc/zkcron/zkcron.d/10-host.toml")],
+        )]);
+        let changed = jobs(&format!("{}{B}", A.replace("@hourly", "@daily")));
+        let theirs = published(&changed, &per_host);
+        assert_eq!(
+            theirs.per_host[&JobName::new("a")],
+            ["zkcron.d/10-host.toml"]
+        );
+        let drift = compare(&own, &NodeId::new("n2"), Some(&theirs)).expect("drift");
+        assert_eq!(
+            describe(&drift),
+            "n2: jobs a differ (per-host overrides: a: n2's zkcron.d/10-host.toml)"
+        );
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub mod control;
 pub mod daemon;
 pub mod delayed;
 pub mod delivery;
+pub mod describe;
 pub mod drift;
 pub mod ensemble;
 pub mod ensemble_clock;

@@ -50,7 +50,7 @@ fn bad_configs_are_refused_with_line_and_key() {
         ("bad on_lost", job("schedule = \"@daily\"\nshell = \"true\"\non_lost = \"ignore\""), 11, "job \"report\": on_lost: expected `cancel` or `finish`, not \"ignore\""),
         ("relative working_dir", job("schedule = \"@daily\"\nshell = \"true\"\nworking_dir = \"tmp\""), 11, "job \"report\": working_dir: expected an absolute path"),
         ("bad job timeout", job("schedule = \"@daily\"\nshell = \"true\"\ntimeout = \"soon\""), 11, "job \"report\": timeout: expected a duration"),
-        ("auth and auth_env both", HEAD.replace("/apps\"", "/apps\"\nauth = \"u:p\"\nauth_env = \"X\""), 4, "zookeeper.auth_env: set either auth or auth_env"),
+        ("auth and auth_env both", HEAD.replace("/apps\"", "/apps\"\nauth = \"u:p\"\nauth_env = \"X\""), 4, "zookeeper.auth_env: set one of auth_file, auth_env and auth, not several"),
         ("auth_env unset", HEAD.replace("/apps\"", "/apps\"\nauth_env = \"ZKCRON_TEST_SECRET\""), 3, "environment variable ZKCRON_TEST_SECRET is not set"),
         ("creator acl without auth", HEAD.replace("/apps\"", "/apps\"\nacl = \"creator\""), 3, "zookeeper.acl: \"creator\" needs credentials"),
         ("bad lock root", format!("{HEAD}root = \"zkcron\"\n"), 6, "lock.root: expected an absolute znode path"),
@@ -217,19 +217,20 @@ fn drop_ins_beside_the_file_are_read_in_name_order_and_named_where_they_set_some
         "{stdout}"
     );
 
-    // Set again by a later drop-in: refused, naming both files and lines.
+    // Set again by a later drop-in: it wins, as systemd's drop-ins do, and `check` says what
+    // it overrides.
     let later = drop_ins.join("20-later.toml");
     std::fs::write(&later, "[lock]\nnode_id = \"db-2\"\n").expect("write");
     let output = run(&main);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
     assert!(
-        stderr.contains(&format!(
-            "{}:2:1: lock.node_id: set twice: here and at {}:2",
+        stdout.contains(&format!(
+            "drop-in {}: lock.node_id (overrides {}:2)",
             later.display(),
             host.display()
         )),
-        "{stderr}"
+        "{stdout}"
     );
 }
 
@@ -449,20 +450,31 @@ fn check_json_gives_ci_every_problem_located_and_each_jobs_next_fires() {
     assert_eq!(code, Some(2), "{bad}");
     assert_eq!(bad["valid"], false);
     let problems = bad["problems"].as_array().expect("problems");
-    let told: Vec<(i64, &str)> = problems
+    // Issue 51 §6: the table, the job and the key are fields of their own; `context` keeps
+    // the text form.
+    let told: Vec<(i64, &str, &str, &str, &str)> = problems
         .iter()
         .map(|p| {
             (
                 p["line"].as_i64().unwrap_or(0),
+                p["table"].as_str().unwrap_or(""),
+                p["name"].as_str().unwrap_or(""),
                 p["key"].as_str().unwrap_or(""),
+                p["context"].as_str().unwrap_or(""),
             )
         })
         .collect();
     assert_eq!(
         told,
         [
-            (11, "job \"report\": kill_grace"),
-            (12, "job \"report\": retrys")
+            (
+                11,
+                "job",
+                "report",
+                "kill_grace",
+                "job \"report\": kill_grace"
+            ),
+            (12, "job", "report", "retrys", "job \"report\": retrys")
         ],
         "{bad}"
     );
@@ -478,11 +490,17 @@ fn check_json_gives_ci_every_problem_located_and_each_jobs_next_fires() {
     assert_eq!(good["defaults"], serde_json::json!(["retries = 1"]));
     let warning = &good["problems"][0];
     assert_eq!(
-        (&warning["severity"], &warning["line"], &warning["key"]),
+        (
+            &warning["severity"],
+            &warning["line"],
+            &warning["name"],
+            &warning["key"]
+        ),
         (
             &serde_json::json!("warning"),
             &serde_json::json!(14),
-            &serde_json::json!("job \"nightly\": command")
+            &serde_json::json!("nightly"),
+            &serde_json::json!("command")
         ),
         "{good}"
     );
@@ -637,4 +655,136 @@ fn check_explain_marks_the_ticks_a_calendar_window_skips_through_dst() {
         ],
         "{autumn}"
     );
+}
+
+/// Issue 51 §7: a password written in the schedule is refused where group or others may read
+/// the file (as ssh refuses such a private key), naming the key, the line and the fix; in a
+/// private file it is a warning; `auth_file` reads it from a file of its own.
+#[test]
+fn an_inline_secret_is_refused_in_a_file_others_may_read_and_auth_file_reads_one() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("zkcron.toml");
+    let set_mode = |path: &std::path::Path, mode: u32| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    };
+    let check = |path: &std::path::Path, json: bool| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_zkcron"));
+        command.arg("check");
+        if json {
+            command.arg("--json");
+        }
+        command.arg(path).output().expect("run zkcron check")
+    };
+    std::fs::write(
+        &path,
+        HEAD.replace("/apps\"", "/apps\"\nauth = \"ops:hunter3\""),
+    )
+    .expect("write");
+    set_mode(&path, 0o644);
+    let open = check(&path, false);
+    let stderr = String::from_utf8_lossy(&open.stderr);
+    assert_eq!(open.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "error: {}:3: zookeeper.auth: a secret in a file that group or others may read (mode 0644): name a file of mode 0600 with auth_file",
+            path.display()
+        )),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("hunter3"),
+        "the secret is never shown: {stderr}"
+    );
+    let json = check(&path, true);
+    assert_eq!(json.status.code(), Some(2));
+    let document: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON");
+    assert_eq!(document["valid"], false);
+    assert_eq!(document["problems"][0]["key"], "auth", "{document}");
+
+    set_mode(&path, 0o600);
+    let private = check(&path, false);
+    let stderr = String::from_utf8_lossy(&private.stderr);
+    assert_eq!(private.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("warning:") && stderr.contains("zookeeper.auth"),
+        "{stderr}"
+    );
+
+    let secret = dir.path().join("zk-auth");
+    std::fs::write(&secret, "ops:hunter3\n").expect("write the secret");
+    std::fs::write(
+        &path,
+        HEAD.replace(
+            "/apps\"",
+            &format!(
+                "/apps\"\nauth_file = \"{}\"\nacl = \"creator\"",
+                secret.display()
+            ),
+        ),
+    )
+    .expect("write");
+    set_mode(&path, 0o644);
+    let from_file = check(&path, false);
+    let stderr = String::from_utf8_lossy(&from_file.stderr);
+    assert_eq!(from_file.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("zookeeper.auth"), "{stderr}");
+}
+
+/// Issue 51 §8: `zkcron init` writes a starting file that `check` accepts, where the other
+/// commands read it, and never over an operator's file without `--force`; a missing file's
+/// error points at it.
+#[test]
+fn init_writes_a_starting_file_check_accepts_and_never_replaces_one() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("etc/zkcron.toml");
+    let zkcron = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_zkcron"))
+            .args(args)
+            .arg("--config")
+            .arg(&path)
+            .output()
+            .expect("run zkcron")
+    };
+    let missing = zkcron(&["check"]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains("zkcron init"),
+        "{missing:?}"
+    );
+    let written = zkcron(&[
+        "init",
+        "--connect",
+        "zk1:2181,zk2:2181/apps",
+        "--name",
+        "billing",
+    ]);
+    assert!(written.status.success(), "{written:?}");
+    let checked = zkcron(&["check"]);
+    let stdout = String::from_utf8_lossy(&checked.stdout);
+    assert!(
+        checked.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    assert!(stdout.contains("valid, 1 job(s)"), "{stdout}");
+    let text = std::fs::read_to_string(&path).expect("the file");
+    assert!(
+        text.contains("connect = \"zk1:2181,zk2:2181/apps\"")
+            && text.contains("name = \"billing\"")
+    );
+
+    std::fs::write(&path, "# the operator's own\n").expect("write");
+    let again = zkcron(&["init"]);
+    assert_eq!(again.status.code(), Some(2), "{again:?}");
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("--force"),
+        "{again:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&path).expect("the file"),
+        "# the operator's own\n"
+    );
+    assert!(zkcron(&["init", "--force"]).status.success());
+    assert!(zkcron(&["check"]).status.success());
 }

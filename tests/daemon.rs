@@ -15,7 +15,8 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use support::daemon::{
-    DaemonNode, Fire, RECORD_FIRE, assert_exit, now_ms, read_fires, schedule_text, zkcron_status,
+    DaemonNode, Fire, RECORD_FIRE, assert_exit, now_ms, read_fires, schedule_text, zkcron_ok,
+    zkcron_refused, zkcron_status,
 };
 use support::{fault_lock, shared_ensemble, try_wait_for, unique_chroot, wait_for};
 
@@ -455,6 +456,130 @@ async fn notice(socket: &tokio::net::UnixDatagram) -> String {
     let received = tokio::time::timeout(SLACK * 3, socket.recv(&mut buf)).await;
     let len = received.expect("a notice within the bound").expect("recv");
     String::from_utf8_lossy(&buf[..len]).into_owned()
+}
+
+/// Issue 51 §4: `describe` shows a job as it will run — every key with the defaults applied and
+/// where each comes from (its table's line, `[defaults]`, zkcron's default) — and as it runs:
+/// its group's owner, its pause (by whom), its runs, the operator actions on it. `check --json`
+/// lists the same keys.
+#[tokio::test]
+async fn describe_shows_every_key_with_its_origin_and_the_job_as_it_runs() {
+    let _serial = fault_lock();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let fires = dir.path().join("parent.log");
+    let jobs = format!(
+        "[defaults]\ntimeout = \"1h\"\n\n[[calendar]]\nname = \"y2k\"\ndates = [\"2000-01-01\"]\n\n\
+         {}except = [\"y2k\"]\n\n[[job]]\nname = \"child\"\nafter = [\"parent\"]\nshell = \"true\"\n\n\
+         [[job]]\nname = \"everywhere\"\nschedule = \"@hourly\"\nbroadcast = true\n\
+         requires = [\"edge\"]\nshell = \"true\"\n",
+        every_second("parent", &fires)
+    );
+    // Issue 51 §5: a drop-in overrides the parent's timeout alone; ZKCRON_NODE_ID names the
+    // node over the file's node_id.
+    let drop_in = dir.path().join("zkcron.d/50-host.toml");
+    std::fs::create_dir(dir.path().join("zkcron.d")).expect("the drop-in directory");
+    std::fs::write(
+        &drop_in,
+        "# this host\n[[job]]\nname = \"parent\"\ntimeout = \"7m\"\n",
+    )
+    .expect("the drop-in");
+    let node = DaemonNode::start_with_env(
+        dir.path(),
+        "d1",
+        &schedule("e2e-describe", &jobs),
+        &[("ZKCRON_NODE_ID", Path::new("by-env"))],
+    );
+    wait_fire(&fires, "the parent fires", 0, SESSION * 5, |_| true).await;
+    zkcron_ok(
+        &["pause", "child", "--reason", "checking describe"],
+        &node.config,
+    );
+    let file = std::fs::read_to_string(&node.config).expect("the schedule");
+    let line_of = |text: &str| {
+        file.lines()
+            .position(|line| line.starts_with(text))
+            .map(|index| index + 1)
+            .expect(text)
+    };
+
+    let described: serde_json::Value =
+        serde_json::from_str(&zkcron_ok(&["describe", "child", "--json"], &node.config))
+            .expect("one JSON document");
+    assert_eq!(described["format"], 1);
+    let key = |name: &str| {
+        described["keys"]
+            .as_array()
+            .and_then(|keys| keys.iter().find(|key| key["key"] == name))
+            .cloned()
+            .unwrap_or_else(|| panic!("no key {name}: {described}"))
+    };
+    assert_eq!(key("after")["value"], serde_json::json!(["parent"]));
+    assert_eq!(key("after")["origin"]["from"], "job");
+    assert_eq!(key("after")["origin"]["line"], line_of("after = "));
+    assert_eq!(key("timeout")["value"], "1h");
+    assert_eq!(key("timeout")["origin"]["from"], "defaults");
+    assert_eq!(key("kill_grace")["value"], "10s");
+    assert_eq!(key("kill_grace")["origin"]["from"], "default");
+    assert_eq!(described["now"]["owner"], "by-env", "{described}");
+    assert_eq!(described["now"]["paused"]["reason"], "checking describe");
+    let actions: Vec<&str> = described["now"]["audit"]
+        .as_array()
+        .map(|entries| {
+            entries
+                .iter()
+                .filter_map(|e| e["action"].as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(actions, ["pause"], "{described}");
+    assert_eq!(described["next_stops"], "paused", "{described}");
+
+    let text = zkcron_ok(&["describe", "parent"], &node.config);
+    let except = format!("{}:{}", node.config.display(), line_of("except = "));
+    let timeout_from = format!("{}:4", drop_in.display());
+    assert!(
+        text.lines().any(|l| l.starts_with("timeout ")
+            && l.contains("\"7m\"")
+            && l.ends_with(&timeout_from)),
+        "the drop-in's timeout, from its line:\n{text}"
+    );
+    assert!(
+        text.contains("group:    default (owned by by-env")
+            && text
+                .lines()
+                .any(|l| l.starts_with("except") && l.ends_with(&except))
+            && text.contains("succeeded"),
+        "the parent: its owner, its calendar's line, its runs:\n{text}"
+    );
+    let broadcast: serde_json::Value = serde_json::from_str(&zkcron_ok(
+        &["describe", "everywhere", "--json"],
+        &node.config,
+    ))
+    .expect("one JSON document");
+    assert_eq!(
+        broadcast["keys"][broadcast_index(&broadcast)]["value"],
+        true
+    );
+    let check: serde_json::Value =
+        serde_json::from_str(&zkcron_ok(&["check", "--json"], &node.config)).expect("check --json");
+    assert_eq!(
+        check["jobs"][2]["keys"]["requires"],
+        serde_json::json!(["edge"])
+    );
+    assert_eq!(
+        check["jobs"][1]["keys"]["after"],
+        serde_json::json!(["parent"])
+    );
+    let refused = zkcron_refused(&["describe", "nosuch"], &node.config);
+    assert!(refused.contains("no job named \"nosuch\""), "{refused}");
+}
+
+/// Where `broadcast` is among a description's keys.
+fn broadcast_index(described: &serde_json::Value) -> usize {
+    described["keys"]
+        .as_array()
+        .and_then(|keys| keys.iter().position(|key| key["key"] == "broadcast"))
+        .unwrap_or_else(|| panic!("no broadcast key: {described}"))
 }
 
 #[tokio::test]

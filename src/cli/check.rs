@@ -61,6 +61,34 @@ struct Warning {
     at: Option<(PathBuf, usize, usize)>,
 }
 
+/// A secret written in a schedule file (issue 51 §7): an error where group or others may read
+/// the file, a warning where they may not.
+struct Exposed {
+    refused: bool,
+    key: &'static str,
+    why: String,
+    file: PathBuf,
+    line: usize,
+}
+
+/// The inline secrets of `config`, judged by their files' modes as they are now.
+fn exposed(config: &Config) -> Vec<Exposed> {
+    config
+        .inline_secrets
+        .iter()
+        .filter_map(|secret| {
+            let (refused, why) = secret.verdict(secret.file_mode()?);
+            Some(Exposed {
+                refused,
+                key: secret.key,
+                why,
+                file: secret.file.clone(),
+                line: secret.line,
+            })
+        })
+        .collect()
+}
+
 /// Runs `zkcron check` on `args.file`, else on `config_path`.
 pub fn check(args: CheckArgs, config_path: &Path) -> Result<(), CliError> {
     let path = args.file.as_deref().unwrap_or(config_path);
@@ -80,16 +108,47 @@ pub fn check(args: CheckArgs, config_path: &Path) -> Result<(), CliError> {
         }
         Err(err) => return Err(err.into()),
     };
-    let warnings = if args.lint {
-        Vec::new()
+    let (warnings, exposed) = if args.lint {
+        // The checkout CI lints is not where the file is deployed: its mode says nothing.
+        (Vec::new(), Vec::new())
     } else {
-        warnings(path, &config)
+        (warnings(path, &config), exposed(&config))
     };
+    let refused = exposed.iter().filter(|secret| secret.refused).count();
     let now = Utc::now();
     if args.json {
-        let document = json_document(path, args.lint, Ok(&config), &warnings, args.strict);
+        let mut document = json_document(path, args.lint, Ok(&config), &warnings, args.strict);
+        if let Some(problems) = document["problems"].as_array_mut() {
+            problems.extend(exposed.iter().map(|secret| {
+                let (table, key) = secret.key.split_once('.').unwrap_or(("", secret.key));
+                json!({
+                    "severity": if secret.refused { "error" } else { "warning" },
+                    "file": secret.file.display().to_string(),
+                    "line": secret.line,
+                    "column": null,
+                    "table": table,
+                    "name": null,
+                    "key": key,
+                    "context": secret.key,
+                    "message": secret.why,
+                })
+            }));
+        }
+        if refused > 0 {
+            document["valid"] = json!(false);
+        }
         print_lines(&[document.to_string()])?;
     } else {
+        for secret in &exposed {
+            let severity = if secret.refused { "error" } else { "warning" };
+            eprintln!(
+                "zkcron: {severity}: {}:{}: {}: {}",
+                secret.file.display(),
+                secret.line,
+                secret.key,
+                secret.why
+            );
+        }
         for warning in &warnings {
             let severity = if args.strict { "error" } else { "warning" };
             let at = warning.at.as_ref().map_or_else(
@@ -101,6 +160,9 @@ pub fn check(args: CheckArgs, config_path: &Path) -> Result<(), CliError> {
                 warning.job, warning.key, warning.why
             );
         }
+    }
+    if refused > 0 {
+        return Err(CliError::Exposed { secrets: refused });
     }
     if args.strict && !warnings.is_empty() {
         return Err(CliError::Strict {
@@ -192,7 +254,21 @@ fn summary(path: &Path, config: &Config, lint: bool) -> Vec<String> {
     lines
 }
 
-/// A job's line and its next fires in its own zone.
+/// The keys a job's text lines show when it sets them: what places it, what it follows, whom it
+/// runs as and which ticks it skips (every key: `check --json` and `zkcron describe`).
+const SHOWN_WHEN_SET: [&str; 9] = [
+    "group",
+    "user",
+    "after",
+    "after_status",
+    "broadcast",
+    "requires",
+    "except",
+    "only",
+    "limits",
+];
+
+/// A job's line, the keys of [`SHOWN_WHEN_SET`] it sets, and its next fires in its own zone.
 fn job_lines(job: &JobConfig, now: DateTime<Utc>) -> Vec<String> {
     let tz = job.timezone;
     let state = if job.enabled { "" } else { "  (disabled)" };
@@ -207,6 +283,19 @@ fn job_lines(job: &JobConfig, now: DateTime<Utc>) -> Vec<String> {
         job.spec.name,
         tz.name()
     )];
+    let shown: Vec<String> = zkcron::config::job_keys(job)
+        .into_iter()
+        .filter(|key| SHOWN_WHEN_SET.contains(&key.key))
+        .filter(|key| {
+            key.value
+                .as_ref()
+                .is_some_and(|value| value.as_bool() != Some(false))
+        })
+        .map(|key| format!("{} = {}", key.key, key.shown()))
+        .collect();
+    if !shown.is_empty() {
+        lines.push(format!("    {}", shown.join(", ")));
+    }
     let (runs, short) = next::runs_after(job, now, NEXT_FIRES);
     for NextRun {
         tick: at,
@@ -252,12 +341,16 @@ fn json_document(
                 .span
                 .as_ref()
                 .map_or(err.path.as_path(), |span| err.file_of(span.start));
+            let place = problem.place();
             problems.push(json!({
                 "severity": "error",
                 "file": file.display().to_string(),
                 "line": line,
                 "column": column,
-                "key": problem.context,
+                "table": place.table,
+                "name": place.element,
+                "key": place.key,
+                "context": problem.context,
                 "message": problem.message,
             }));
         }
@@ -271,12 +364,15 @@ fn json_document(
             ),
             "line": warning.at.as_ref().map(|(_, line, _)| line),
             "column": warning.at.as_ref().map(|(_, _, col)| col),
-            "key": format!("job {:?}: {}", warning.job, warning.key),
+            "table": "job",
+            "name": warning.job,
+            "key": warning.key,
+            "context": format!("job {:?}: {}", warning.job, warning.key),
             "message": warning.why,
         }));
     }
     let now = Utc::now();
-    let (jobs, defaults, drop_ins) = match loaded {
+    let (jobs, defaults, drop_ins): (Vec<_>, Vec<_>, Vec<_>) = match loaded {
         Ok(config) => (
             config.jobs.iter().map(|job| json_job(job, now)).collect(),
             config.defaults_shown.clone(),
@@ -286,7 +382,16 @@ fn json_document(
                 .map(|(file, set)| json!({"file": file.display().to_string(), "sets": set}))
                 .collect(),
         ),
-        Err(_) => (Vec::new(), Vec::new(), Vec::new()),
+        // Which drop-ins were read, though what each set is not known of a file that does not
+        // load.
+        Err(err) => (
+            Vec::new(),
+            Vec::new(),
+            err.drop_ins()
+                .into_iter()
+                .map(|file| json!({"file": file.display().to_string(), "sets": null}))
+                .collect(),
+        ),
     };
     let strict_failed = strict && !warnings.is_empty();
     let valid = loaded.is_ok() && !strict_failed;
@@ -314,12 +419,23 @@ fn json_job(job: &JobConfig, now: DateTime<Utc>) -> serde_json::Value {
             })
         })
         .collect();
+    // Every key with the defaults applied, as `zkcron describe` shows them (`null`: unset).
+    let keys: serde_json::Map<String, serde_json::Value> = zkcron::config::job_keys(job)
+        .into_iter()
+        .map(|key| {
+            let value = key
+                .value
+                .map_or(serde_json::Value::Null, |value| json!(value));
+            (key.key.to_owned(), value)
+        })
+        .collect();
     json!({
         "name": job.spec.name.as_str(),
         "schedule": job.schedule.as_ref().map(|s| s.expression()),
         "timezone": tz.name(),
         "enabled": job.enabled,
         "group": job.group,
+        "keys": keys,
         "next": next,
     })
 }

@@ -43,6 +43,8 @@ pub enum CliError {
     },
     #[error("{problems} problem(s) would keep jobs from starting on this host (--strict)")]
     Strict { problems: usize },
+    #[error("{secrets} secret(s) written in a file that group or others may read")]
+    Exposed { secrets: usize },
     #[error("{}: {problems} problem(s), listed in the JSON on stdout", file.display())]
     Invalid { file: PathBuf, problems: usize },
     #[error(transparent)]
@@ -111,6 +113,7 @@ impl CliError {
             | CliError::Explain(_)
             | CliError::Backfill(_)
             | CliError::Strict { .. }
+            | CliError::Exposed { .. }
             | CliError::Invalid { .. }
             | CliError::ReloadRefused { .. } => ExitCode::from(2),
             CliError::Delayed(err) if err.is_refusal() => ExitCode::from(2),
@@ -145,6 +148,12 @@ pub enum UsageError {
     PayloadTooLarge { what: String },
     #[error("no job named {job:?}: it is not in the schedule and has no run in the ledger")]
     NoSuchJob { job: String },
+    #[error("no job named {job:?} in the schedule")]
+    NoSuchDeclaredJob { job: String },
+    #[error("{} exists: not replaced (--force replaces it)", path.display())]
+    Exists { path: PathBuf },
+    #[error("--node-id {id:?}: {why}")]
+    NodeId { id: String, why: &'static str },
 }
 
 /// Why an explanation cannot be given.

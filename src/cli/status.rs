@@ -28,7 +28,7 @@ pub struct StatusArgs {
           value_parser = humantime::parse_duration)]
     wait: Option<Duration>,
     /// Also require this node to be a live member (exit 5 when it is not); without a value,
-    /// this host's node id (`lock.node_id`, else its IP).
+    /// this host's node id (`ZKCRON_NODE_ID`, else `lock.node_id`, else its IP).
     #[arg(long, value_name = "NODE_ID", num_args = 0..=1, default_missing_value = "")]
     member: Option<String>,
 }
@@ -41,10 +41,14 @@ const WAIT_STEP: Duration = Duration::from_millis(500);
 pub async fn status(config: &Config, args: StatusArgs) -> Result<(), CliError> {
     let member = match args.member.as_deref() {
         None => None,
-        Some("") => Some(match &config.lock.node_id {
-            Some(id) => id.clone(),
-            None => zkcron::identity::this_process(None)?.node_id,
-        }),
+        // This host's id as `zkcron run` takes it: ZKCRON_NODE_ID, the file, its IP.
+        Some("") => Some(
+            match (std::env::var("ZKCRON_NODE_ID"), &config.lock.node_id) {
+                (Ok(id), _) if !id.is_empty() => NodeId::new(id),
+                (_, Some(id)) => id.clone(),
+                _ => zkcron::identity::this_process(None)?.node_id,
+            },
+        ),
         Some(id) => Some(NodeId::new(id)),
     };
     let client = match args.wait {

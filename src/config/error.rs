@@ -18,8 +18,8 @@ pub enum LoadError {
         source: std::io::Error,
     },
     #[error(
-        "no schedule file at {}: name one with --config FILE or ZKCRON_CONFIG \
-         (examples/zkcron.toml in the source, /etc/zkcron/zkcron.toml from the .deb, is one to start from)",
+        "no schedule file at {}: name one with --config FILE or ZKCRON_CONFIG, or write a \
+         commented one to start from with `zkcron init`",
         path.display()
     )]
     Missing { path: PathBuf },
@@ -51,6 +51,65 @@ pub struct Problem {
     pub secret: bool,
 }
 
+/// What a problem is in, part by part, as its context names it: the table (`zookeeper`,
+/// `job`, `defaults`), the element of an array of tables (a job's name, or `#3` for one with
+/// none), and the key (`None`: the table or element as a whole).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ProblemPlace {
+    pub table: Option<String>,
+    pub element: Option<String>,
+    pub key: Option<String>,
+}
+
+impl Problem {
+    /// [`Problem::context`] read back into its parts; the forms are those the reader and the
+    /// validator name problems by: `zookeeper.connect`, `[zookeeper]`, `job "nightly": schedule`,
+    /// `job "nightly"`, `job #3: name`, `defaults.timeout`. Anything else is a key alone.
+    pub fn place(&self) -> ProblemPlace {
+        let context = self.context.as_str();
+        if context.is_empty() {
+            return ProblemPlace::default();
+        }
+        if let Some(table) = context.strip_prefix('[').and_then(|c| c.strip_suffix(']')) {
+            return ProblemPlace {
+                table: Some(table.to_owned()),
+                ..ProblemPlace::default()
+            };
+        }
+        if let Some((table, rest)) = context.split_once(' ')
+            && table.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+        {
+            let (element, key) = match rest.rsplit_once("\": ") {
+                Some((element, key)) => (format!("{element}\""), Some(key.to_owned())),
+                None => match rest.split_once(": ") {
+                    Some((element, key)) => (element.to_owned(), Some(key.to_owned())),
+                    None => (rest.to_owned(), None),
+                },
+            };
+            let element = element
+                .strip_prefix('"')
+                .and_then(|e| e.strip_suffix('"'))
+                .map_or(element.clone(), str::to_owned);
+            return ProblemPlace {
+                table: Some(table.to_owned()),
+                element: Some(element),
+                key,
+            };
+        }
+        match context.split_once('.') {
+            Some((table, key)) if !table.contains(' ') => ProblemPlace {
+                table: Some(table.to_owned()),
+                element: None,
+                key: Some(key.to_owned()),
+            },
+            _ => ProblemPlace {
+                key: Some(context.to_owned()),
+                ..ProblemPlace::default()
+            },
+        }
+    }
+}
+
 impl ConfigError {
     /// Line and column (1-based) of a byte offset, in its own file; never panics on a bad
     /// offset.
@@ -62,6 +121,16 @@ impl ConfigError {
     /// The file a byte offset is in: the main file or a drop-in.
     pub fn file_of(&self, offset: usize) -> &Path {
         self.files.of(offset).0
+    }
+
+    /// The drop-ins read after the main file, in the order they apply.
+    pub fn drop_ins(&self) -> Vec<&Path> {
+        self.files
+            .placed()
+            .iter()
+            .skip(1)
+            .map(|(path, _)| path.as_path())
+            .collect()
     }
 
     /// The text of the file starting at `start`.

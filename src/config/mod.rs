@@ -35,6 +35,7 @@ mod lock;
 mod log;
 mod model;
 mod notices;
+mod origins;
 mod reader;
 mod schema;
 mod user;
@@ -45,15 +46,16 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-pub use self::error::{ConfigError, Files, LineStarts, LoadError, Problem, line_col};
+pub use self::error::{ConfigError, Files, LineStarts, LoadError, Problem, ProblemPlace, line_col};
 pub use self::files::DROP_IN_DIR;
 pub use self::keys::{JobKey, changed_keys, job_keys};
 pub use self::model::{
     After, AfterStatus, AuditConfig, Concurrency, Config, GroupConfig, HISTORY_LIMIT, HttpConfig,
-    JobConfig, KeepOutput, LimitConfig, LockConfig, LogConfig, LogFormat, MAX_RUNNING_LIMIT,
-    Misfire, NamedToken, NodeConfig, NoticePolicy, NotifyWhen, OnInterrupted, OnLost, TokenKind,
-    ZookeeperConfig,
+    InlineSecret, JobConfig, KeepOutput, LimitConfig, LockConfig, LogConfig, LogFormat,
+    MAX_RUNNING_LIMIT, Misfire, NamedToken, NodeConfig, NoticePolicy, NotifyWhen, OnInterrupted,
+    OnLost, TokenKind, ZookeeperConfig,
 };
+pub use self::origins::{Origin, job_origins};
 pub use self::validator::Lookups;
 pub use crate::ensemble::AclPolicy;
 use crate::ids::NodeId;
@@ -100,26 +102,7 @@ pub fn load_with(path: &Path, lookups: Lookups) -> Result<Config, LoadError> {
 }
 
 fn load_here(path: &Path, lookups: Lookups) -> Result<Config, LoadError> {
-    let read = |path: &Path| {
-        std::fs::read_to_string(path).map_err(|source| LoadError::Read {
-            path: path.to_owned(),
-            source,
-        })
-    };
-    let main = std::fs::read_to_string(path).map_err(|source| match source.kind() {
-        std::io::ErrorKind::NotFound => LoadError::Missing {
-            path: path.to_owned(),
-        },
-        _ => LoadError::Read {
-            path: path.to_owned(),
-            source,
-        },
-    })?;
-    let mut texts = vec![(path.to_owned(), main)];
-    for drop_in in files::drop_ins(path)? {
-        let text = read(&drop_in)?;
-        texts.push((drop_in, text));
-    }
+    let texts = files::read_all(path)?;
     let env = |name: &str| std::env::var(name).ok();
     parse_files(texts, &env, lookups).map_err(LoadError::Invalid)
 }
@@ -160,6 +143,8 @@ impl Config {
             calendars: self.calendars.clone(),
             defaults_shown: self.defaults_shown.clone(),
             drop_ins: self.drop_ins.clone(),
+            per_host_jobs: self.per_host_jobs.clone(),
+            inline_secrets: self.inline_secrets.clone(),
             jobs: jobs.collect(),
         }
     }
@@ -212,7 +197,21 @@ pub fn parse_files(
     let mut problems = reading.problems;
     let validated = validator::validate(reading.raw, text, env, lookups);
     let config = match validated {
-        Ok(config) => Some(config),
+        Ok((mut config, inline_secrets)) => {
+            config.inline_secrets = inline_secrets
+                .into_iter()
+                .map(|(key, offset)| {
+                    let (file, start) = files.of(offset);
+                    let (line, _) = line_col(text.get(start..).unwrap_or_default(), offset - start);
+                    InlineSecret {
+                        key,
+                        file: file.to_owned(),
+                        line,
+                    }
+                })
+                .collect();
+            Some(config)
+        }
         Err(found) => {
             // A table that lost a key to a problem above is not also told, as a whole, that it
             // lacks that key.
@@ -229,6 +228,13 @@ pub fn parse_files(
     match config {
         Some(mut config) if problems.is_empty() => {
             config.drop_ins = reading.drop_ins;
+            for (job, drop_in) in reading.job_drop_ins {
+                config
+                    .per_host_jobs
+                    .entry(crate::ids::JobName::new(job))
+                    .or_default()
+                    .push(drop_in);
+            }
             Ok(config)
         }
         _ => {

@@ -44,9 +44,59 @@ pub struct Config {
     /// The drop-ins read (`zkcron.d/*.toml`), each with what it set (`lock.node_id`,
     /// `[[job]] "extra"`): where a value came from, for `check` and `status`.
     pub drop_ins: Vec<(std::path::PathBuf, Vec<String>)>,
+    /// The jobs a drop-in declares or changes, each with those drop-ins in the order they
+    /// apply: this host's own, which its schedule fingerprint names (`drift`).
+    pub per_host_jobs: std::collections::BTreeMap<crate::ids::JobName, Vec<std::path::PathBuf>>,
+    /// Secrets written in a file itself (`zookeeper.auth`): `zkcron check` refuses one in a file
+    /// that group or others may read, and `run` warns of one.
+    pub inline_secrets: Vec<InlineSecret>,
     /// Shared as they are by the fire machine, the reloader, steering and the HTTP API: one
     /// copy of each job lives on.
     pub jobs: Vec<Arc<JobConfig>>,
+}
+
+/// A secret written in a schedule file rather than named by `…_env` or `…_file`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InlineSecret {
+    /// `zookeeper.auth`.
+    pub key: &'static str,
+    pub file: std::path::PathBuf,
+    pub line: usize,
+}
+
+impl InlineSecret {
+    /// The permission bits of its file, as the file is now; `None` when it cannot be read.
+    pub fn file_mode(&self) -> Option<u32> {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::metadata(&self.file)
+            .ok()
+            .map(|meta| meta.permissions().mode() & 0o7777)
+    }
+
+    /// What is wrong with it, as `check` and the log say it: refused (`true`) when its file's
+    /// `mode` lets group or others read it, as ssh refuses a private key they can read.
+    pub fn verdict(&self, mode: u32) -> (bool, String) {
+        let key = self.key.rsplit('.').next().unwrap_or(self.key);
+        let fix = format!(
+            "name a file of mode 0600 with {key}_file, or a variable with {key}_env (in the \
+             unit's EnvironmentFile)"
+        );
+        if mode & 0o077 == 0 {
+            (
+                false,
+                format!(
+                    "a secret written in the schedule (its file is private, mode {mode:04o}); {fix}"
+                ),
+            )
+        } else {
+            (
+                true,
+                format!(
+                    "a secret in a file that group or others may read (mode {mode:04o}): {fix}"
+                ),
+            )
+        }
+    }
 }
 
 /// `[node]`.

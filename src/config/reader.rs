@@ -62,6 +62,8 @@ pub(super) struct Reading {
     pub(super) refused_tables: Vec<Range<usize>>,
     /// What each drop-in set (see [`Merged::drop_ins`]).
     pub(super) drop_ins: Vec<(std::path::PathBuf, Vec<String>)>,
+    /// The jobs each drop-in declares or changes (see [`Merged::job_drop_ins`]).
+    pub(super) job_drop_ins: Vec<(String, std::path::PathBuf)>,
 }
 
 /// Reads the merged top-level tables of a schedule's files into the raw tables.
@@ -108,6 +110,7 @@ pub(super) fn read(merged: Merged<'_>) -> Reading {
         problems: reader.problems,
         refused_tables: reader.refused_tables,
         drop_ins: merged.drop_ins,
+        job_drop_ins: merged.job_drop_ins,
     }
 }
 

@@ -148,6 +148,7 @@ pub(super) struct RawZookeeper {
     pub(super) connect_timeout: Option<Spanned<String>>,
     pub(super) auth: Option<Spanned<String>>,
     pub(super) auth_env: Option<Spanned<String>>,
+    pub(super) auth_file: Option<Spanned<String>>,
     pub(super) acl: Option<Spanned<AclPolicy>>,
     pub(super) tls: Option<Spanned<RawTls>>,
     pub(super) sasl: Option<Spanned<RawSasl>>,

@@ -651,7 +651,7 @@ fn defaults_give_every_job_its_policies_key_by_key_and_a_bad_one_is_told_once() 
 }
 
 #[test]
-fn drop_ins_add_per_host_keys_and_jobs_and_a_key_set_twice_names_both_files() {
+fn drop_ins_add_per_host_keys_and_jobs_and_override_as_systemds_do() {
     let main = (
         PathBuf::from("/etc/zkcron/zkcron.toml"),
         format!("{MINIMAL}[[job]]\nname = \"shared\"\nschedule = \"@daily\"\nshell = \"true\"\n"),
@@ -688,21 +688,54 @@ fn drop_ins_add_per_host_keys_and_jobs_and_a_key_set_twice_names_both_files() {
         )]
     );
 
-    // The lock's name set again by a second drop-in: both places named, the line in its file.
+    // A second drop-in overrides as systemd's do: a table's key, and a job by its name, key by
+    // key; an empty list unsets its key; the rest of the job stays the main file's.
     let again = (
         PathBuf::from("/etc/zkcron/zkcron.d/20-again.toml"),
-        "# a comment\n[lock]\nname = \"other\"\n".to_owned(),
+        "# a comment\n[lock]\nname = \"other\"\n\n[node]\ntags = []\n\n\
+         [[job]]\nname = \"shared\"\ntimeout = \"5m\"\nenabled = false\n"
+            .to_owned(),
     );
-    let err = parse_files(vec![main, host, again], &|_| None, Lookups::All).expect_err("set twice");
-    let rendered = err.render();
-    assert!(
-        rendered.starts_with(
-            "/etc/zkcron/zkcron.d/20-again.toml:3:1: lock.name: set twice: here and at \
-             /etc/zkcron/zkcron.toml:4"
-        ),
-        "{rendered}"
+    let config = parse_files(
+        vec![main.clone(), host.clone(), again.clone()],
+        &|_| None,
+        Lookups::All,
+    )
+    .expect("a drop-in overrides");
+    assert_eq!(config.lock.name, "other");
+    assert!(config.node.tags.is_empty(), "an empty list unsets the tags");
+    let shared = &config.jobs[0];
+    assert_eq!(shared.spec.name.as_str(), "shared");
+    assert_eq!(shared.spec.timeout, Some(Duration::from_secs(300)));
+    assert!(!shared.enabled);
+    assert_eq!(
+        shared.schedule.as_ref().map(|s| s.expression()),
+        Some("@daily"),
+        "the keys it does not set stay"
     );
-    assert!(rendered.contains(" 3 | name = \"other\""), "{rendered}");
+    assert_eq!(config.jobs.len(), 2, "no job added: {:?}", config.jobs);
+    assert_eq!(
+        config.drop_ins[1],
+        (
+            again.0.clone(),
+            vec![
+                "lock.name (overrides /etc/zkcron/zkcron.toml:4)".to_owned(),
+                "node.tags (unset; was /etc/zkcron/zkcron.d/10-host.toml:5)".to_owned(),
+                "[[job]] \"shared\".timeout".to_owned(),
+                "[[job]] \"shared\".enabled".to_owned(),
+            ]
+        )
+    );
+
+    // Two jobs of one name in one file are still two declarations, refused.
+    let twice = (
+        PathBuf::from("/etc/zkcron/zkcron.d/30-twice.toml"),
+        "[[job]]\nname = \"x\"\nshell = \"true\"\n[[job]]\nname = \"x\"\nshell = \"true\"\n"
+            .to_owned(),
+    );
+    let err = parse_files(vec![main, host, twice], &|_| None, Lookups::All)
+        .expect_err("a name declared twice in one file");
+    assert!(err.render().contains("30-twice.toml"), "{}", err.render());
 }
 
 #[test]
@@ -926,4 +959,60 @@ fn calendars_are_declared_and_named_by_jobs_and_each_mistake_is_placed() {
         err.contains("icalendar: ") && err.contains("not an iCalendar file"),
         "{err}"
     );
+}
+
+/// Issue 51 §6: `check --json` gives a problem's table, element and key apart, read back from
+/// the context every problem is named by.
+#[test]
+fn a_problems_context_reads_back_into_table_element_and_key() {
+    let place = |context: &str| {
+        Problem {
+            span: None,
+            context: context.to_owned(),
+            message: String::new(),
+            secret: false,
+        }
+        .place()
+    };
+    let part = |value: &str| Some(value.to_owned());
+    assert_eq!(
+        place("job \"nightly\": schedule"),
+        ProblemPlace {
+            table: part("job"),
+            element: part("nightly"),
+            key: part("schedule")
+        }
+    );
+    assert_eq!(
+        place("job \"nightly\""),
+        ProblemPlace {
+            table: part("job"),
+            element: part("nightly"),
+            key: None
+        }
+    );
+    assert_eq!(
+        place("job #3: name"),
+        ProblemPlace {
+            table: part("job"),
+            element: part("#3"),
+            key: part("name")
+        }
+    );
+    assert_eq!(
+        place("zookeeper.tls.ca"),
+        ProblemPlace {
+            table: part("zookeeper"),
+            element: None,
+            key: part("tls.ca")
+        }
+    );
+    assert_eq!(
+        place("[lock]"),
+        ProblemPlace {
+            table: part("lock"),
+            ..ProblemPlace::default()
+        }
+    );
+    assert_eq!(place(""), ProblemPlace::default());
 }

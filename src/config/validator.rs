@@ -46,7 +46,7 @@ pub(super) fn validate<'e>(
     text: &'e str,
     env: &'e dyn Fn(&str) -> Option<String>,
     lookups: Lookups,
-) -> Result<Config, Vec<Problem>> {
+) -> Result<(Config, Vec<SecretAt>), Vec<Problem>> {
     let mut v = Validator {
         problems: Vec::new(),
         env,
@@ -58,12 +58,13 @@ pub(super) fn validate<'e>(
         text,
         chains: Vec::new(),
         calendars: Vec::new(),
+        inline_secrets: Vec::new(),
     };
     let config = v.config(raw);
     v.problems
         .sort_by_key(|problem| problem.span.as_ref().map(|span| span.start));
     match config {
-        Some(config) if v.problems.is_empty() => Ok(config),
+        Some(config) if v.problems.is_empty() => Ok((config, v.inline_secrets)),
         _ => Err(v.problems),
     }
 }
@@ -102,7 +103,12 @@ pub(super) struct Validator<'e> {
     pub(super) text: &'e str,
     /// Each job's `after` as written, checked once every job is read.
     pub(super) chains: Vec<WrittenAfter>,
+    /// Each secret written in the file itself: its key and where its value starts.
+    pub(super) inline_secrets: Vec<SecretAt>,
 }
+
+/// A secret written in the file: its key, and the byte where its value starts.
+pub(super) type SecretAt = (&'static str, usize);
 
 impl Validator<'_> {
     /// Whether this load reads, on this host, a value that `needed_by` uses.
@@ -174,6 +180,8 @@ impl Validator<'_> {
             calendars: std::mem::take(&mut self.calendars),
             defaults_shown: self.job_defaults.shown.clone(),
             drop_ins: Vec::new(),
+            per_host_jobs: std::collections::BTreeMap::new(),
+            inline_secrets: Vec::new(),
             jobs,
         })
     }

@@ -1,7 +1,8 @@
 //! `[zookeeper]`: where the ensemble is and how this node proves who it is to it.
 //!
-//! Owns: the connect string, the session and connect timeouts, digest credentials (`auth` or
-//! `auth_env`), the ACL policy, TLS files and SASL credentials, and their defaults.
+//! Owns: the connect string, the session and connect timeouts, digest credentials (`auth_file`,
+//! `auth_env`, or `auth` inline, noted as an inline secret), the ACL policy, TLS files and SASL
+//! credentials, and their defaults.
 //! Must not: connect to ZooKeeper (`zk` does, from [`ZookeeperConfig::settings`]), nor
 //! echo a secret in a message.
 
@@ -33,8 +34,9 @@ impl Validator<'_> {
             "zookeeper.connect_timeout",
             DEFAULT_CONNECT_TIMEOUT,
         );
-        let credentials_named = raw.auth.is_some() || raw.auth_env.is_some();
-        let auth = self.auth(raw.auth, raw.auth_env);
+        let credentials_named =
+            raw.auth.is_some() || raw.auth_env.is_some() || raw.auth_file.is_some();
+        let auth = self.auth(raw.auth, raw.auth_env, raw.auth_file);
         let acl = raw
             .acl
             .as_ref()
@@ -43,7 +45,7 @@ impl Validator<'_> {
             self.problem(
                 acl.span(),
                 "zookeeper.acl",
-                "\"creator\" needs credentials: set auth or auth_env",
+                "\"creator\" needs credentials: set auth_file, auth_env or auth",
             );
         }
         let tls = raw.tls.and_then(|tls| self.tls(tls));
@@ -59,24 +61,45 @@ impl Validator<'_> {
         })
     }
 
-    /// Digest credentials from `auth` itself or from the variable `auth_env` names.
+    /// Digest credentials from `auth` itself (an inline secret, noted for `zkcron check`), from
+    /// the variable `auth_env` names, or from the file `auth_file` names (a final newline is not
+    /// part of them).
     fn auth(
         &mut self,
         auth: Option<Spanned<String>>,
         auth_env: Option<Spanned<String>>,
+        auth_file: Option<Spanned<String>>,
     ) -> Option<Secret> {
-        match (auth, auth_env) {
-            (Some(_), Some(env)) => {
-                self.problem(
-                    env.span(),
-                    "zookeeper.auth_env",
-                    "set either auth or auth_env, not both",
-                );
+        let set: Vec<(&str, Range<usize>)> = [
+            ("zookeeper.auth", &auth),
+            ("zookeeper.auth_env", &auth_env),
+            ("zookeeper.auth_file", &auth_file),
+        ]
+        .into_iter()
+        .filter_map(|(key, value)| Some((key, value.as_ref()?.span())))
+        .collect();
+        if let [_, (key, span), ..] = set.as_slice() {
+            let message = "set one of auth_file, auth_env and auth, not several";
+            self.problem(span.clone(), *key, message);
+            return None;
+        }
+        match (auth, auth_env, auth_file) {
+            (Some(auth), None, None) => {
+                self.inline_secrets
+                    .push(("zookeeper.auth", auth.span().start));
+                self.credentials(auth.get_ref(), auth.span(), "zookeeper.auth")
+            }
+            (None, Some(_), None) | (None, None, Some(_))
+                if !self.looks_up(NeededBy::ZooKeeper) =>
+            {
                 None
             }
-            (Some(auth), None) => self.credentials(auth.get_ref(), auth.span(), "zookeeper.auth"),
-            (None, Some(_)) if !self.looks_up(NeededBy::ZooKeeper) => None,
-            (None, Some(var)) => match (self.env)(var.get_ref()) {
+            (None, None, Some(file)) => {
+                let text = self.read_file(&file, "zookeeper.auth_file")?;
+                let value = text.trim_end_matches(['\n', '\r']);
+                self.credentials(value, file.span(), "zookeeper.auth_file")
+            }
+            (None, Some(var), None) => match (self.env)(var.get_ref()) {
                 Some(value) => self.credentials(&value, var.span(), "zookeeper.auth_env"),
                 None => {
                     let message = format!("environment variable {} is not set", var.get_ref());
@@ -84,7 +107,7 @@ impl Validator<'_> {
                     None
                 }
             },
-            (None, None) => None,
+            _ => None,
         }
     }
 

@@ -63,6 +63,23 @@ pub fn runs_after(
     (runs, None)
 }
 
+/// The job's next `count` runs after `now` as the fire machine will start them: none while it
+/// is disabled or `paused` (`describe`).
+pub fn runs_ahead(
+    job: &JobConfig,
+    paused: bool,
+    now: DateTime<Utc>,
+    count: usize,
+) -> (Vec<NextRun>, Option<NoRun>) {
+    if !job.enabled {
+        return (Vec::new(), Some(NoRun::Disabled));
+    }
+    if paused {
+        return (Vec::new(), Some(NoRun::Paused));
+    }
+    runs_after(job, now, count)
+}
+
 /// The job's next run after `now` as the fire machine will start it: none while it is disabled
 /// or `paused` (`status`, the console).
 ///

@@ -101,6 +101,11 @@ pub struct ScheduleHash {
     /// Per job, its CRC-32; `None` when the schedule is too large to list.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jobs: Option<BTreeMap<JobName, String>>,
+    /// The jobs a drop-in of this host declares or changes, each with those drop-ins' names
+    /// (`zkcron.d/10-host.toml`): a difference in one of them is a per-host override, not an
+    /// unexplained drift. An older zkcron publishes none.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub per_host: BTreeMap<JobName, Vec<String>>,
     /// When the daemon loaded this schedule (at its start or its latest reload that applied),
     /// by its own clock; an older zkcron publishes none.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -424,7 +424,7 @@ impl FireMachine {
             self.claim_path(now, out, |s, ctx| s.give_up_lease_waits(ctx));
         }
         if status.may_fire && (lost || !before.may_fire) {
-            self.starts.lock_gained();
+            self.starts.lock_gained(now);
             self.can_fire(now, out);
         }
     }

@@ -127,9 +127,11 @@ impl Starts {
         }
     }
 
-    /// The lock was gained: the next tick behind the ledger is worth a warning again.
-    pub fn lock_gained(&mut self) {
+    /// The lock was gained at `now`: the next tick behind the ledger is worth a warning again,
+    /// and the records kept from an earlier turn as owner go now.
+    pub fn lock_gained(&mut self, now: DateTime<Utc>) {
         self.behind_the_ledger_said = false;
+        self.unrecorded.reconnected(now);
     }
 
     /// Runs alive on this node (started, final record not yet written).
@@ -236,6 +238,7 @@ impl Starts {
         mode: ClaimMode,
     ) {
         let Some(token) = ctx.lock.token else {
+            self.unrecorded.owe_without_a_lock(config, &record, ctx.now);
             return;
         };
         let pending = Pending::record_only(Arc::clone(config), &record, token);

@@ -1070,6 +1070,37 @@ fn a_tick_claimed_before_a_cut_its_session_outlives_is_claimed_again_once_back()
     assert_eq!(started.record.scheduled_unix_ms, t(1000).timestamp_millis());
 }
 
+/// Issue 53's soak (seed 1796226811841, three ticks): a tick's claim went unanswered, the next
+/// tick was claimed and run once the session answered again, and the lock was lost before the
+/// first claim was settled. Its `missed` record, with no lock to send it under, was dropped, and
+/// the later run's record hid the tick from the next owner's catch-up. It is now kept and
+/// recorded under the token of this node's next turn as owner.
+#[test]
+fn a_tick_whose_claim_failed_after_the_lock_was_lost_is_recorded_at_the_next_turn() {
+    let mut m = owning(&job("a", EVERY_SECOND, "concurrency = \"allow\""));
+    let first = only_claim(&m.handle(Input::Tick, t(750)));
+    assert_eq!(first.record.scheduled_unix_ms, t(1000).timestamp_millis());
+    let second = only_claim(&but_delayed(m.handle(Input::Tick, t(1750))));
+    assert_eq!(second.record.scheduled_unix_ms, t(2000).timestamp_millis());
+    m.handle(ok(&second), t(1760));
+    m.handle(Input::Lock(LockInput::Changed(follower())), t(2500));
+    let why = "no response from connection in 1600ms".to_owned();
+    let dropped = m.handle(refused(&first, ClaimRefused::Failed(why)), t(2600));
+    assert!(
+        claims(&dropped).is_empty(),
+        "no lock to send it under: {dropped:?}"
+    );
+    let next = FencingToken(TOKEN.0 + 1);
+    m.handle(Input::Lock(LockInput::Changed(owner(next))), t(5000));
+    let recorded: Vec<TickClaim> = claims(&m.handle(Input::Tick, t(5001)))
+        .into_iter()
+        .filter(|claim| claim.record.scheduled_unix_ms == t(1000).timestamp_millis())
+        .collect();
+    assert_eq!(recorded.len(), 1, "{recorded:?}");
+    assert_eq!(recorded[0].record.status, RunStatus::Missed);
+    assert_eq!(recorded[0].record.fencing_token, next);
+}
+
 /// Issue 31, defect 3: the lock was lost between a tick's claim and its start during an
 /// ensemble outage, and the release of the claim's guard got no answer. The session came back
 /// with its ephemerals (taken back), so the guard did too: the release is sent again once

@@ -7,8 +7,11 @@
 //! tick, as catch-up writes a gap; a gap is never stretched over a tick of the job claimed
 //! since, which would then read as both run and missed. The records go again at once after any
 //! claim of this node went through (writes are taken again), and otherwise after a doubling
-//! backoff, for as long as this node may fire: a node that loses the lock leaves them to the
-//! next owner's catch-up, which finds every tick after the job's newest record.
+//! backoff, for as long as this node may fire. A node that loses the lock leaves to the next
+//! owner's catch-up what it will find — every tick after the job's newest record — and keeps
+//! the ticks a later claim of its own hides from it, for its own next turn as owner (issue
+//! 53's soak: a claim unanswered, a later tick claimed once the session answered again, the
+//! lock lost, and the first tick's `missed` record dropped for want of a token).
 //!
 //! Owns: the owed records and when they go again. Must not: send anything (the claim path
 //! does) or decide what a tick is.
@@ -43,6 +46,9 @@ pub(super) struct Unrecorded {
     retry_at: Option<DateTime<Utc>>,
     /// Tries refused in a row: the backoff's doublings.
     refused_in_a_row: u32,
+    /// The newest tick of each job this node claimed: the ledger holds its record, and a
+    /// catch-up finds no tick before it.
+    newest_claimed: HashMap<JobName, i64>,
 }
 
 /// A record owed to the ledger.
@@ -143,6 +149,8 @@ impl Unrecorded {
     /// at once.
     pub fn claimed(&mut self, job: &JobName, tick_ms: i64, now: DateTime<Utc>) {
         self.refused_in_a_row = 0;
+        let newest = self.newest_claimed.entry(job.clone()).or_insert(tick_ms);
+        *newest = (*newest).max(tick_ms);
         // Owed, or out again (a refusal owes it back): a later refusal must not reach over this.
         if self.owes_or_sends(job) {
             let newest = self.claimed_since.entry(job.clone()).or_insert(tick_ms);
@@ -186,24 +194,71 @@ impl Unrecorded {
         due
     }
 
-    /// This node may no longer fire: the next owner's catch-up records what is owed (every
-    /// tick after a job's newest record); said, with how many.
-    pub fn left_to_the_next_owner(&mut self) {
-        self.out.clear();
-        if self.owed.is_empty() {
+    /// A `missed` or `skipped` record this node could not send, having no lock to send it
+    /// under: kept for its next turn as owner when a later claim of its own hides the tick from
+    /// the next owner's catch-up, else left to that catch-up.
+    pub fn owe_without_a_lock(
+        &mut self,
+        config: &Arc<JobConfig>,
+        record: &RunRecord,
+        now: DateTime<Utc>,
+    ) {
+        if !Self::takes(record) {
             return;
         }
-        let ticks: u64 = self
-            .owed
-            .values()
-            .flatten()
-            .map(|owed| owed.record.missed_ticks.unwrap_or(1))
-            .sum();
-        tracing::warn!(
-            ticks,
-            "lock lost with ticks not yet recorded: the next owner's catch-up records them"
-        );
-        *self = Self::default();
+        let job = &config.spec.name;
+        if self.hidden(job, record) {
+            tracing::warn!(job = %job, tick = record.scheduled_unix_ms, "tick not recorded before the lock was lost: a later run hides it from the next owner's catch-up, so this node records it when it owns the lock again");
+            self.owe(Arc::clone(config), record.clone(), now);
+        }
+    }
+
+    /// Whether a claim of this node of a later tick of `job` hides `record`'s ticks from the
+    /// next owner's catch-up.
+    fn hidden(&self, job: &JobName, record: &RunRecord) -> bool {
+        self.newest_claimed
+            .get(job)
+            .is_some_and(|newest| record.scheduled_unix_ms < *newest)
+    }
+
+    /// This node may no longer fire: the next owner's catch-up records what it will find of
+    /// what is owed (every tick after a job's newest record); the rest stays owed, for this
+    /// node's next turn as owner. Said, with how many.
+    pub fn left_to_the_next_owner(&mut self) {
+        self.out.clear();
+        self.retry_at = None;
+        self.refused_in_a_row = 0;
+        self.claimed_since.clear();
+        let owed = std::mem::take(&mut self.owed);
+        let (mut left, mut kept) = (0_u64, 0_u64);
+        for (job, records) in owed {
+            let (hidden, found): (Vec<Owed>, Vec<Owed>) = records
+                .into_iter()
+                .partition(|owed| self.hidden(&job, &owed.record));
+            let ticks = |records: &[Owed]| -> u64 {
+                records
+                    .iter()
+                    .map(|owed| owed.record.missed_ticks.unwrap_or(1))
+                    .sum()
+            };
+            left += ticks(&found);
+            kept += ticks(&hidden);
+            if !hidden.is_empty() {
+                self.owed.insert(job, hidden);
+            }
+        }
+        if left > 0 {
+            tracing::warn!(
+                ticks = left,
+                "lock lost with ticks not yet recorded: the next owner's catch-up records them"
+            );
+        }
+        if kept > 0 {
+            tracing::warn!(
+                ticks = kept,
+                "lock lost with ticks not yet recorded that later runs hide from the next owner's catch-up: this node records them when it owns the lock again"
+            );
+        }
     }
 
     /// The session is connected again: what is owed goes now.

@@ -155,3 +155,45 @@ fn a_gap_sent_again_and_refused_is_not_stretched_over_a_tick_claimed_while_it_wa
         "2 s ran: the gaps stay apart"
     );
 }
+
+/// Issue 53's soak: a tick's claim went unanswered, a later tick was claimed once the session
+/// answered again, and the lock was lost before the first was settled. Its `missed` record,
+/// with no lock to send it under, was dropped, and the later record hid the tick from the next
+/// owner's catch-up: neither run nor recorded. It is kept, and written under the token of this
+/// node's next turn as owner.
+#[test]
+fn a_tick_a_later_claim_hides_is_kept_over_a_lost_lock_and_written_at_the_next_turn() {
+    let a = config("a");
+    let mut unrecorded = Unrecorded::default();
+    unrecorded.claimed(&a.spec.name, 14_000, at(14_800));
+    unrecorded.left_to_the_next_owner();
+    unrecorded.owe_without_a_lock(&a, &missed(&a, 13_000), at(15_660));
+    // After the newest claim: the next owner's catch-up finds it.
+    unrecorded.owe_without_a_lock(&a, &missed(&a, 16_000), at(16_100));
+    assert_eq!(unrecorded.owed_ticks(&a.spec.name), [(13_000, 13_000, 1)]);
+    unrecorded.reconnected(at(18_210));
+    let due = unrecorded.due(at(18_210), FencingToken(18));
+    let ticks: Vec<(i64, FencingToken)> = due
+        .iter()
+        .map(|owed| (owed.record.scheduled_unix_ms, owed.record.fencing_token))
+        .collect();
+    assert_eq!(ticks, [(13_000, FencingToken(18))]);
+}
+
+/// What a lost lock leaves to the next owner: the owed ticks after the job's newest claim,
+/// which its catch-up finds; those before it stay owed here, and nothing is due meanwhile.
+#[test]
+fn a_lost_lock_leaves_to_the_next_owner_only_what_its_catch_up_finds() {
+    let a = config("a");
+    let mut unrecorded = Unrecorded::default();
+    refused(&mut unrecorded, &a, 1000, 1100);
+    unrecorded.claimed(&a.spec.name, 2000, at(2100));
+    refused(&mut unrecorded, &a, 3000, 3100);
+    assert_eq!(
+        unrecorded.owed_ticks(&a.spec.name),
+        [(1000, 1000, 1), (3000, 3000, 1)]
+    );
+    unrecorded.left_to_the_next_owner();
+    assert_eq!(unrecorded.owed_ticks(&a.spec.name), [(1000, 1000, 1)]);
+    assert_eq!(unrecorded.next_deadline(), None);
+}

@@ -258,10 +258,19 @@ impl Files {
         self.files.first().map_or(Path::new(""), |(path, _)| path)
     }
 
+    /// The file and 1-based line of byte `offset` of `text` (the combined text).
+    pub(super) fn file_line(&self, text: &str, offset: usize) -> (&Path, usize) {
+        let (path, start) = self.of(offset);
+        let (line, _) = line_col(
+            text.get(start..).unwrap_or_default(),
+            offset.saturating_sub(start),
+        );
+        (path, line)
+    }
+
     /// `path:line` of byte `offset` of `text` (the combined text).
     pub(super) fn place(&self, text: &str, offset: usize) -> String {
-        let (path, start) = self.of(offset);
-        let (line, _) = super::line_col(text.get(start..).unwrap_or_default(), offset - start);
+        let (path, line) = self.file_line(text, offset);
         format!("{}:{line}", path.display())
     }
 }

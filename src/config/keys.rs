@@ -261,14 +261,7 @@ fn word(value: impl std::fmt::Debug) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn jobs_of(jobs: &str) -> Vec<std::sync::Arc<JobConfig>> {
-        let text = format!("[zookeeper]\nconnect = \"zk:2181\"\n[lock]\nname = \"g\"\n{jobs}");
-        match crate::config::parse(std::path::Path::new("t.toml"), &text, &|_| None) {
-            Ok(config) => config.jobs,
-            Err(err) => panic!("{err}"),
-        }
-    }
+    use crate::config::jobs_for_test as jobs_of;
 
     #[test]
     fn every_key_shows_its_default_and_a_changed_key_is_named_alone() {

@@ -201,8 +201,7 @@ pub fn parse_files(
             config.inline_secrets = inline_secrets
                 .into_iter()
                 .map(|(key, offset)| {
-                    let (file, start) = files.of(offset);
-                    let (line, _) = line_col(text.get(start..).unwrap_or_default(), offset - start);
+                    let (file, line) = files.file_line(text, offset);
                     InlineSecret {
                         key,
                         file: file.to_owned(),

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use toml::de::DeValue;
 
-use super::error::{Files, LoadError, line_col};
+use super::error::LoadError;
 use super::files;
 
 /// Where a key's value comes from.
@@ -46,7 +46,10 @@ impl std::fmt::Display for Origin {
 pub fn job_origins(path: &Path, job: &str) -> Result<BTreeMap<String, Origin>, LoadError> {
     let (text, placed) = files::combine(files::read_all(path)?);
     let merged = files::merge(&text, &placed);
-    let place = |offset: usize| place(&text, &placed, offset);
+    let place = |offset: usize| {
+        let (file, line) = placed.file_line(&text, offset);
+        (file.to_owned(), line)
+    };
     let mut origins = BTreeMap::new();
     for (key, value) in &merged.entries {
         match (key.get_ref().as_str(), value.get_ref()) {
@@ -87,16 +90,6 @@ pub fn job_origins(path: &Path, job: &str) -> Result<BTreeMap<String, Origin>, L
         }
     }
     Ok(origins)
-}
-
-/// The file and 1-based line of byte `offset` of the combined text.
-fn place(text: &str, placed: &Files, offset: usize) -> (PathBuf, usize) {
-    let (file, start) = placed.of(offset);
-    let (line, _) = line_col(
-        text.get(start..).unwrap_or_default(),
-        offset.saturating_sub(start),
-    );
-    (file.to_owned(), line)
 }
 
 #[cfg(test)]

@@ -149,8 +149,13 @@ impl Unrecorded {
     /// at once.
     pub fn claimed(&mut self, job: &JobName, tick_ms: i64, now: DateTime<Utc>) {
         self.refused_in_a_row = 0;
-        let newest = self.newest_claimed.entry(job.clone()).or_insert(tick_ms);
-        *newest = (*newest).max(tick_ms);
+        // Every claim passes here: the job's name is copied only for its first.
+        match self.newest_claimed.get_mut(job) {
+            Some(newest) => *newest = (*newest).max(tick_ms),
+            None => {
+                self.newest_claimed.insert(job.clone(), tick_ms);
+            }
+        }
         // Owed, or out again (a refusal owes it back): a later refusal must not reach over this.
         if self.owes_or_sends(job) {
             let newest = self.claimed_since.entry(job.clone()).or_insert(tick_ms);

@@ -124,7 +124,7 @@ pub async fn describe(
         .clone()
         .unwrap_or_else(|| DEFAULT_GROUP.to_owned());
     let (job_now, unreachable) = match client {
-        Ok(client) => match job_now(client, config, declared, &group).await {
+        Ok(client) => match job_now(client, config, (declared, &group), now).await {
             Ok(job_now) => (Some(job_now), None),
             Err(why) => (None, Some(why)),
         },
@@ -151,12 +151,12 @@ pub async fn describe(
     })
 }
 
-/// What the ensemble says of `job` now.
+/// What the ensemble says of `job` at `now` (the instant the description is of).
 async fn job_now(
     client: &Ledger,
     config: &Config,
-    job: &JobConfig,
-    group: &str,
+    (job, group): (&JobConfig, &str),
+    now: DateTime<Utc>,
 ) -> Result<JobNow, String> {
     let why = |err: &dyn std::error::Error| crate::report::error_chain(err);
     let cluster = crate::status::cluster(client, config)
@@ -176,9 +176,7 @@ async fn job_now(
         .await
         .map_err(|err| why(&err))?;
     let keep = chrono::Duration::from_std(config.audit.keep).unwrap_or(chrono::Duration::MAX);
-    let since = Utc::now()
-        .checked_sub_signed(keep)
-        .unwrap_or(DateTime::UNIX_EPOCH);
+    let since = now.checked_sub_signed(keep).unwrap_or(DateTime::UNIX_EPOCH);
     let audit = ledger::audit::read(
         client,
         &AuditPaths::new(&config.lock.paths()),

@@ -147,8 +147,7 @@ PY
 "$binary" history everywhere --json --limit 10000 --config "$work/node-1/zkcron.toml" | python3 -c '
 import collections, json, sys
 by_tick = collections.defaultdict(collections.Counter)
-for line in sys.stdin:
-    r = json.loads(line)
+for r in json.load(sys.stdin)["runs"]:
     by_tick[r["scheduled_unix_ms"]][r["status"]] += 1
 full = sorted(by_tick)[-6:-2]
 for tick in full:

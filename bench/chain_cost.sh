@@ -123,8 +123,8 @@ TOML
   bench_writes_per "$before" "$after" "$runs" "extract run"
   if [[ "$name" == chained ]]; then
     local extracts loads
-    extracts=$("$binary" history extract --limit 10 --json --config "$dir/zkcron.toml" | grep -c '"status":"succeeded"' || true)
-    loads=$("$binary" history load --limit 10 --json --config "$dir/zkcron.toml" | grep -c '"parents"' || true)
+    extracts=$("$binary" history extract --limit 10 --json --config "$dir/zkcron.toml" | python3 -c 'import json, sys; print(sum(r["status"] == "succeeded" for r in json.load(sys.stdin)["runs"]))')
+    loads=$("$binary" history load --limit 10 --json --config "$dir/zkcron.toml" | python3 -c 'import json, sys; print(sum("parents" in r for r in json.load(sys.stdin)["runs"]))')
     echo "loads         of the newest 10 records: $extracts extract succeeded, $loads load records name their parent"
   fi
   bench_stop "$pid" 30

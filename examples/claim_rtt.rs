@@ -37,7 +37,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let node = NodeId::new("bench");
     let doorway = ledger::Ledger::new(zk::Zk::new(
         client.clone(),
-        Acls::anyone_all(),
+        &Acls::anyone_all(),
         zk::REQUEST_BOUND,
     ));
 

@@ -14,6 +14,8 @@ cleanup() {
   trap '' INT TERM # a second Ctrl-C must not cut the clean-up short
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
+  # The nodes are not this shell's jobs (below): wait for each to stop as `wait` would.
+  for pid in "${pids[@]}"; do timeout 30 tail --pid="$pid" -f /dev/null 2>/dev/null || true; done
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -72,16 +74,18 @@ class R(http.server.BaseHTTPRequestHandler):
 http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), R).serve_forever()
 ' "$receiver_port" >>"$fires" 2>"$work/receiver.log" &
 pids+=($!)
-for node in node-a node-b node-c; do
-  cat > "$work/$node.toml" <<TOML
+# The file `zkcron init` writes, as a user starts, and a drop-in beside it that overrides what a
+# demo wants quicker: a short session and takeover delay, "hello" every 2 s into the fires log,
+# and a job whose target is the receiver. The three nodes share both; each has its own node id.
+zkcron=target/release/zkcron
+"$zkcron" init --config "$work/zkcron.toml" --connect "$connect/zkcron-quickstart" --name quickstart >/dev/null
+mkdir -p "$work/zkcron.d"
+cat > "$work/zkcron.d/10-quickstart.toml" <<TOML
 [zookeeper]
-connect = "$connect/zkcron-quickstart"
 session_timeout = "4s"
 
 [lock]
-name = "quickstart"
 takeover_delay = "5s"
-node_id = "$node"
 
 [[job]]
 name = "hello"
@@ -93,19 +97,28 @@ name = "deliver"
 schedule = "*/10 * * * * *"
 http = { url = "http://127.0.0.1:$receiver_port/hello", body = "a tick's body" }
 TOML
-  target/release/zkcron check "$work/$node.toml" >/dev/null
-  target/release/zkcron run --config "$work/$node.toml" 2>"$work/$node.log" &
-  pids+=($!)
+"$zkcron" check --config "$work/zkcron.toml" >/dev/null
+for node in node-a node-b node-c; do
+  # Started from a subshell, so that this script's shell does not own them as jobs: a node the
+  # reader kills with -9 (as suggested below) is not reported here as "Killed".
+  pid=$( ("$zkcron" run --config "$work/zkcron.toml" --node-id "$node" \
+    >/dev/null 2>"$work/$node.log" & echo $!) )
+  pids+=("$pid")
 done
 cat <<TXT
-three nodes (node-a, node-b, node-c) run job "hello" every 2 s and deliver job "deliver" to a
-local HTTP receiver every 10 s; exactly one of them fires each tick. Submit a delivery:
-  target/release/zkcron submit --config $work/node-a.toml deliver --in 5s --payload '{"order": 4711}'
+three nodes (node-a, node-b, node-c) share $work/zkcron.toml, as \`zkcron init\` wrote it, and
+the drop-in $work/zkcron.d/10-quickstart.toml: job "hello" every 2 s, and "deliver" to a local
+HTTP receiver every 10 s. Exactly one node fires each tick. Submit a delivery:
+  $zkcron submit --config $work/zkcron.toml deliver --in 5s --payload '{"order": 4711}'
 
-try it: kill -9 the owner (pgrep -f '$work/node-a.toml') and watch another take over after
-session timeout (4s) + takeover delay (5s); kill -TERM it for a handoff within a second.
-status: target/release/zkcron status --config $work/node-a.toml
-logs: $work/*.log — Ctrl-C stops everything.
+Try it: kill -9 the owner (pgrep -f 'node-id node-a') and watch another take over after the
+session timeout (4s) + the takeover delay (5s); kill -TERM it for a handoff within a second.
+  status:  $zkcron status --config $work/zkcron.toml
+  one job: $zkcron describe hello --config $work/zkcron.toml
+  logs:    $work/node-*.log
+Ctrl-C stops everything.
+
+fires, as they happen:
 TXT
 tail -n +1 -f "$fires" &
 pids+=($!)

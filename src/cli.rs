@@ -4,10 +4,12 @@
 //! Must not: contain logic that belongs to a library module (lock policy, scheduling, ZooKeeper
 //! layout, raw ZooKeeper requests).
 
+mod acl;
 mod audit;
 mod check;
 mod delayed;
 mod describe;
+mod document;
 mod error;
 mod explain;
 mod init;
@@ -121,7 +123,8 @@ enum Command {
         /// How many runs at most.
         #[arg(long, default_value_t = 20)]
         limit: usize,
-        /// One JSON run record per line instead of a table.
+        /// One JSON document instead of a table: `{"format": 1, "job", "runs": [record, …]}`,
+        /// the records as docs/API.md shows them, newest first.
         #[arg(long)]
         json: bool,
         /// Under each run, the output its record kept (the job's `keep_output`: by default the
@@ -130,8 +133,8 @@ enum Command {
         output: bool,
     },
     /// Show the operator actions of a period, oldest first: pauses, resumes, triggers,
-    /// releases, backfills, and the cancels, reschedules and retries of submissions, each with
-    /// who asked, from where, and how it ended.
+    /// releases, backfills, ACLs applied, and the cancels, reschedules and retries of
+    /// submissions, each with who asked, from where, and how it ended.
     #[command(after_help = EXIT_CODES)]
     Audit(audit::AuditArgs),
     /// Contend for a lock and print every lock event as a line on stdout; runs no jobs.
@@ -183,6 +186,11 @@ enum Command {
     /// for the takeover delay; its running jobs follow their on_lost.
     #[command(after_help = EXIT_CODES)]
     Release(steer::ReleaseArgs),
+    /// Give the nodes already in ZooKeeper the ACL the schedule asks for now (`acl`,
+    /// `read_acl`): to close a ledger a fleet ran open, once every node runs with credentials
+    /// (docs/UPGRADING.md), or to let a new `read_acl` identity read what is there.
+    #[command(subcommand, after_help = EXIT_CODES)]
+    Acl(acl::AclCommand),
     /// Make a named token for the HTTP API: prints the token (give it to the client; it is
     /// stored nowhere), then the line to append to `[http] tokens_file`, which holds only its
     /// SHA-256. Restart the node to apply.
@@ -291,7 +299,7 @@ impl Cli {
                 }
                 let level = self.log_level.unwrap_or_else(|| loaded.log.level.clone());
                 logging::init(loaded.log.format, &level);
-                daemon::warn_of_inline_secrets(&loaded);
+                daemon::warn_of_exposures(&loaded);
                 run_daemon(path, loaded, node_id, (shutdown, reloads)).await
             }
             Command::Init(args) => init::init(&path, &args),
@@ -353,6 +361,10 @@ impl Cli {
             Command::Reload(args) => {
                 quiet("warn");
                 reload::reload(args).await
+            }
+            Command::Acl(command) => {
+                quiet("warn");
+                acl::run(&client_config(&path)?, command).await
             }
             Command::Generate { what, dir, .. } => generate(what, dir.as_deref()),
             Command::HttpToken {
@@ -428,27 +440,20 @@ async fn history(
         // Its runs outlive it: a job taken out of the schedule keeps its history.
         eprintln!("zkcron: job {job} is not in the schedule; these are its runs from before");
     }
+    let HistoryFormat::Table { output } = format else {
+        return document::print_document(
+            1,
+            serde_json::json!({"job": job.as_str(), "runs": records}),
+        );
+    };
     let tz = declared.map_or(chrono_tz::UTC, |j| j.timezone);
     let attempts = declared.map(|j| j.retries + 1);
-    let mut lines = Vec::new();
-    if let HistoryFormat::Table { output } = format {
-        lines.push(format!(
-            "{:<25}  {:<15}  {:<15}  {:<8}  {:>9}  {:<11}  {:>4}  {:>7}  {:>5}",
-            "SCHEDULED", "NODE", "IP", "STARTED", "DURATION", "STATUS", "EXIT", "ATTEMPT", "TOKEN"
-        ));
-        for r in &records {
-            lines.push(history_line(r, tz, attempts, output));
-        }
-    } else {
-        lines.extend(
-            records
-                .iter()
-                .map(|r| String::from_utf8_lossy(&r.to_bytes()).into_owned()),
-        );
-    }
-    // No records as JSON lines is no line at all, not an empty one a reader would parse.
-    if lines.is_empty() {
-        return Ok(());
+    let mut lines = vec![format!(
+        "{:<25}  {:<15}  {:<15}  {:<8}  {:>9}  {:<11}  {:>4}  {:>7}  {:>5}",
+        "SCHEDULED", "NODE", "IP", "STARTED", "DURATION", "STATUS", "EXIT", "ATTEMPT", "TOKEN"
+    )];
+    for r in &records {
+        lines.push(history_line(r, tz, attempts, output));
     }
     writeln!(std::io::stdout().lock(), "{}", lines.join("\n")).map_err(CliError::Stdout)
 }

@@ -1,5 +1,6 @@
 //! The one door for operator actions: a typed [`Command`] — pause, resume, trigger, backfill,
-//! release, submit, cancel, reschedule, retry — goes through [`Door::execute`] with the
+//! release, submit, cancel, reschedule, retry, and the ACL applied to the nodes already there —
+//! goes through [`Door::execute`] with the
 //! [`Actor`] its entry point established, which checks it, does it through the steering and
 //! submission clients, writes its audit entry and returns a typed [`Outcome`]. The CLI, the
 //! HTTP API and the console only parse into a `Command` and render what comes back.
@@ -21,6 +22,8 @@ use crate::control::{Pause, client::Steer};
 use crate::delayed::client::{Delayed, DelayedError, Receipt, Rescheduled};
 use crate::delayed::{Submission, SubmissionId, SubmitRequest};
 use crate::ids::{DEFAULT_GROUP, JobName, NodeId};
+use crate::ledger::RequestFailed;
+use crate::ledger::acl::AclApplied;
 use crate::ledger::audit::Trail;
 use crate::ledger::control::Paused;
 
@@ -66,6 +69,9 @@ pub enum Command {
         due: DateTime<Utc>,
         new_id: Option<SubmissionId>,
     },
+    /// Give every node of the lock group's directory the ACL the schedule asks for (`acl`,
+    /// `read_acl`): a ledger run open, closed in place (docs/UPGRADING.md).
+    ApplyAcl,
 }
 
 /// What a command did.
@@ -81,6 +87,7 @@ pub enum Outcome {
     Cancelled(Submission),
     Rescheduled(Rescheduled),
     Retried(Receipt),
+    AclApplied(AclApplied),
 }
 
 /// Why a command was refused or failed.
@@ -90,6 +97,8 @@ pub enum CommandError {
     Steer(#[from] SteerError),
     #[error(transparent)]
     Delayed(#[from] DelayedError),
+    #[error(transparent)]
+    Acl(#[from] RequestFailed),
     /// The door answered with another command's outcome: a bug in the door, never the caller's.
     #[error("the command's outcome is another command's (a bug in zkcron)")]
     Mismatched,
@@ -101,7 +110,7 @@ impl CommandError {
         match self {
             CommandError::Steer(err) => err.is_refusal(),
             CommandError::Delayed(err) => err.is_refusal(),
-            CommandError::Mismatched => false,
+            CommandError::Acl(_) | CommandError::Mismatched => false,
         }
     }
 }
@@ -114,6 +123,8 @@ pub struct Door {
     trail: Trail,
     /// Who the servers know this session as, for the audit trail's `who`.
     zookeeper: Option<String>,
+    /// The lock group's directory, which holds every node zkcron makes for it.
+    dir: String,
 }
 
 impl Door {
@@ -133,6 +144,7 @@ impl Door {
             trail: Trail::new(session, config),
             steer,
             zookeeper: config.zookeeper.settings().identity(),
+            dir: config.lock.paths().dir,
         }
     }
 
@@ -205,6 +217,9 @@ impl Door {
             Command::Retry { id, due, new_id } => {
                 Outcome::Retried(delayed.retry(&id, due, new_id).await?)
             }
+            Command::ApplyAcl => {
+                Outcome::AclApplied(crate::ledger::acl::apply(steer.session(), &self.dir).await?)
+            }
         })
     }
 }
@@ -222,6 +237,7 @@ impl Command {
             Command::Cancel { .. } => "cancel",
             Command::Reschedule { .. } => "reschedule",
             Command::Retry { .. } => "retry",
+            Command::ApplyAcl => "acl",
         }
     }
 
@@ -299,6 +315,17 @@ impl Command {
                 if let Some(Outcome::Retried(receipt)) = outcome {
                     args.push(("new_id", receipt.id.to_string()));
                 }
+                (None, args)
+            }
+            Command::ApplyAcl => {
+                let args = match outcome {
+                    Some(Outcome::AclApplied(applied)) => vec![
+                        ("acl", applied.acl.clone()),
+                        ("changed", applied.changed.to_string()),
+                        ("refused", applied.refused.len().to_string()),
+                    ],
+                    _ => Vec::new(),
+                };
                 (None, args)
             }
         };

@@ -622,9 +622,13 @@ fn warm(deliveries: &Arc<crate::delivery::Deliveries>, jobs: &Jobs) {
     tokio::task::spawn_blocking(move || deliveries.warm(jobs.iter().map(|job| job.spec.as_ref())));
 }
 
-/// Warns of each secret written in a schedule file: `zkcron check` refuses one that group or
-/// others may read, but a running fleet is not stopped for it (an upgrade must not stop it).
-pub fn warn_of_inline_secrets(config: &Config) {
+/// Warns of what the schedule leaves in the open: each secret written in it (`zkcron check`
+/// refuses one that group or others may read, but a running fleet is not stopped for it: an
+/// upgrade must not stop it), and nodes open to every client of the ensemble.
+pub fn warn_of_exposures(config: &Config) {
+    if let Some(open) = &config.open_acl {
+        tracing::warn!("{}", open.why());
+    }
     for secret in &config.inline_secrets {
         let Some(mode) = secret.file_mode() else {
             continue;
@@ -651,7 +655,7 @@ fn reload(path: &std::path::Path) -> Result<Config, String> {
         error
     };
     let new = config::load(path).map_err(|err| refused(error_chain(&err)))?;
-    warn_of_inline_secrets(&new);
+    warn_of_exposures(&new);
     users_out_of_reach(&new).map_err(|err| refused(err.to_string()))?;
     Ok(new)
 }

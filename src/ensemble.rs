@@ -24,6 +24,9 @@ pub struct ZkSettings {
     pub auth: Option<Secret>,
     /// ACL of every node zkcron creates.
     pub acl: AclPolicy,
+    /// Identities that may read, not write, the nodes of a closed ([`AclPolicy::Creator`])
+    /// ledger: a dashboard's.
+    pub read_acl: Vec<AclId>,
     /// TLS to every server of the connect string (a `tcp://` prefix opts one out).
     pub tls: Option<TlsFiles>,
     /// SASL DIGEST-MD5 credentials, for ensembles that require SASL.
@@ -38,6 +41,7 @@ impl ZkSettings {
             session_timeout,
             auth: None,
             acl: AclPolicy::Open,
+            read_acl: Vec::new(),
             tls: None,
             sasl: None,
         }
@@ -85,6 +89,58 @@ pub enum AclPolicy {
     Open,
     /// Only sessions authenticated as the creator (needs credentials).
     Creator,
+}
+
+/// An identity as a ZooKeeper ACL names it: `digest:<user>:<hash>`, `sasl:<user>`,
+/// `x509:<subject>` or `ip:<address>[/bits]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AclId {
+    pub scheme: String,
+    pub id: String,
+}
+
+/// An ACL id that ZooKeeper would not match to any session.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum BadAclId {
+    #[error(
+        "{0:?} is not scheme:id (digest:<user>:<hash>, sasl:<user>, x509:<subject>, ip:<address>)"
+    )]
+    NoScheme(String),
+    #[error(
+        "scheme {0:?} is not one ZooKeeper authenticates sessions with: digest, sasl, x509 or ip"
+    )]
+    UnknownScheme(String),
+    #[error(
+        "a digest id names the user and the hash of its password, digest:<user>:<hash>, where \
+         <hash> is the base64 of SHA-1 of `user:password`: printf %s 'user:password' | openssl \
+         dgst -binary -sha1 | base64"
+    )]
+    DigestWithoutHash,
+}
+
+impl AclId {
+    /// Reads `scheme:id` as the schedule writes it.
+    ///
+    /// # Errors
+    /// No scheme, a scheme ZooKeeper does not authenticate with, or a digest id without the
+    /// password's hash (ZooKeeper matches digest sessions by it, never by the user alone).
+    pub fn parse(text: &str) -> Result<Self, BadAclId> {
+        let Some((scheme, id)) = text.split_once(':').filter(|(_, id)| !id.is_empty()) else {
+            return Err(BadAclId::NoScheme(text.to_owned()));
+        };
+        if !["digest", "sasl", "x509", "ip"].contains(&scheme) {
+            return Err(BadAclId::UnknownScheme(scheme.to_owned()));
+        }
+        // SHA-1's 20 bytes are 28 characters of base64.
+        let hashed = |hash: &str| hash.len() == 28 && hash.ends_with('=');
+        if scheme == "digest" && !id.split_once(':').is_some_and(|(_, hash)| hashed(hash)) {
+            return Err(BadAclId::DigestWithoutHash);
+        }
+        Ok(Self {
+            scheme: scheme.to_owned(),
+            id: id.to_owned(),
+        })
+    }
 }
 
 /// The PEM texts TLS needs, read from the files the schedule names.
@@ -171,9 +227,73 @@ pub fn split_connect(connect: &str) -> Result<(&str, Option<&str>), BadConnectSt
     }
 }
 
+/// Whether every server of `connect` is on this host (`127.0.0.0/8`, `::1`, `localhost`): an
+/// ensemble no other host can reach, where open nodes are a developer's, not a fleet's.
+pub fn loopback_only(connect: &str) -> bool {
+    let Ok((hosts, _)) = split_connect(connect) else {
+        return false;
+    };
+    hosts.split(',').all(|server| {
+        let server = server.trim();
+        let server = server.strip_prefix("tcp://").unwrap_or(server);
+        let host = match server.strip_prefix('[') {
+            Some(bracketed) => bracketed.split(']').next().unwrap_or_default(),
+            None => server.rsplit_once(':').map_or(server, |(host, _)| host),
+        };
+        host == "localhost"
+            || host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_ensemble_on_this_host_alone_is_loopback_only() {
+        for here in [
+            "127.0.0.1:2181",
+            "localhost:2181,127.0.0.2:2182/app",
+            "[::1]:2181",
+        ] {
+            assert!(loopback_only(here), "{here}");
+        }
+        for beyond in [
+            "zk1:2181",
+            "127.0.0.1:2181,10.0.0.5:2181",
+            "[2001:db8::1]:2181",
+            "/x",
+        ] {
+            assert!(!loopback_only(beyond), "{beyond}");
+        }
+    }
+
+    #[test]
+    fn an_acl_id_is_one_zookeeper_can_match_to_a_session() {
+        let hash = "+Ir5sN1lGJEEs8xBZhZXKvjLJ7c=";
+        let digest = AclId::parse(&format!("digest:grafana:{hash}")).unwrap();
+        assert_eq!(
+            (digest.scheme.as_str(), digest.id),
+            ("digest", format!("grafana:{hash}"))
+        );
+        assert_eq!(AclId::parse("sasl:grafana").unwrap().id, "grafana");
+        assert_eq!(
+            AclId::parse("digest:grafana"),
+            Err(BadAclId::DigestWithoutHash),
+            "the user alone matches no session"
+        );
+        assert_eq!(
+            AclId::parse("world:anyone"),
+            Err(BadAclId::UnknownScheme("world".into()))
+        );
+        assert!(matches!(
+            AclId::parse("grafana"),
+            Err(BadAclId::NoScheme(_))
+        ));
+        assert!(matches!(AclId::parse("sasl:"), Err(BadAclId::NoScheme(_))));
+    }
 
     #[test]
     fn connect_strings_split_into_hosts_and_chroot() {

@@ -51,6 +51,8 @@ pub enum WriteKind {
     Submit,
     /// Parent nodes made once (a job's records, a lock group's tree).
     Parents,
+    /// A node's ACL set to the schedule's (`zkcron acl apply`).
+    Acl,
 }
 
 impl WriteKind {
@@ -72,6 +74,7 @@ impl WriteKind {
             Self::Control => "control",
             Self::Submit => "submit",
             Self::Parents => "parents",
+            Self::Acl => "acl",
         }
     }
 }

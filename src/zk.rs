@@ -12,14 +12,14 @@ mod tls;
 pub mod watch;
 
 pub use door::{
-    Fault, Mode, Multi, MultiFault, NodeEvent, OneChange, REQUEST_BOUND, Resumable, Sequence,
-    SessionEvent, Stat, States, Written, Zk,
+    Fault, Mode, Multi, MultiFault, NodeAcl, NodeEvent, OneChange, REQUEST_BOUND, Resumable,
+    Sequence, SessionEvent, Stat, States, Written, Zk,
 };
 
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
-use zookeeper_client::{Acls, Client};
+use zookeeper_client::{Acl, Acls, AuthId, Client, Permission};
 
 use crate::ensemble::{AclPolicy, BadConnectString, ZkSettings, split_connect};
 
@@ -27,11 +27,20 @@ use crate::ensemble::{AclPolicy, BadConnectString, ZkSettings, split_connect};
 const MIN_CONNECT_BACKOFF: Duration = Duration::from_millis(200);
 const MAX_CONNECT_BACKOFF: Duration = Duration::from_secs(5);
 
-/// The ACLs for nodes we create.
-fn acls_of(settings: &ZkSettings) -> Acls<'static> {
+/// The ACL of the nodes we create: open to all, or closed to all but the sessions that
+/// authenticate as the creator does, with read-only access for each identity `read_acl` names.
+fn acls_of(settings: &ZkSettings) -> Vec<Acl> {
     match settings.acl {
-        AclPolicy::Open => Acls::anyone_all(),
-        AclPolicy::Creator => Acls::creator_all(),
+        AclPolicy::Open => Acls::anyone_all().to_vec(),
+        AclPolicy::Creator => {
+            Acls::creator_all()
+                .iter()
+                .cloned()
+                .chain(settings.read_acl.iter().map(|reader| {
+                    Acl::new(Permission::READ, AuthId::new(&reader.scheme, &reader.id))
+                }))
+                .collect()
+        }
     }
 }
 
@@ -85,7 +94,7 @@ pub async fn connect(settings: &ZkSettings) -> Result<Client, ZkError> {
     let Some(chroot) = chroot else {
         return Ok(client);
     };
-    Zk::new(client.clone(), acls_of(settings), REQUEST_BOUND)
+    Zk::new(client.clone(), &acls_of(settings), REQUEST_BOUND)
         .ensure_persistent(chroot)
         .await
         .map_err(|source| ZkError::Request {
@@ -118,7 +127,7 @@ pub async fn connect_once(settings: &ZkSettings, timeout: Duration) -> Result<Zk
     tokio::time::timeout(timeout, connect(settings))
         .await
         .unwrap_or(Err(ZkError::NoSession { timeout }))
-        .map(|client| Zk::new(client, acls_of(settings), timeout))
+        .map(|client| Zk::new(client, &acls_of(settings), timeout))
         .map_err(|source| Unreachable {
             connect: settings.connect.clone(),
             source,
@@ -195,7 +204,7 @@ pub async fn resume(settings: &ZkSettings, session: Resumable) -> Resumed {
         Err(source) => return Resumed::NoAnswer(connect_err(settings, source)),
     };
     // The chroot node exists: the session being resumed made or found it.
-    let doorway = |client| Zk::new(client, acls_of(settings), REQUEST_BOUND);
+    let doorway = |client| Zk::new(client, &acls_of(settings), REQUEST_BOUND);
     let Some(chroot) = chroot else {
         return Resumed::Session(doorway(client));
     };
@@ -288,7 +297,7 @@ pub async fn connect_until_up(settings: &ZkSettings, shutdown: &CancellationToke
             attempt = connect(settings) => attempt,
         };
         match attempt {
-            Ok(client) => return Some(Zk::new(client, acls_of(settings), REQUEST_BOUND)),
+            Ok(client) => return Some(Zk::new(client, &acls_of(settings), REQUEST_BOUND)),
             Err(err) => {
                 tracing::warn!(error = %crate::report::error_chain(&err), retry_in = ?backoff, "zookeeper connect failed");
             }

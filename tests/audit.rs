@@ -25,10 +25,9 @@ const DELAY: Duration = Duration::from_secs(1);
 fn trail(config: &Path, extra: &[&str]) -> Vec<AuditEntry> {
     let mut args = vec!["audit", "--json"];
     args.extend_from_slice(extra);
-    zkcron_ok(&args, config)
-        .lines()
-        .filter(|line| !line.trim().is_empty())
-        .map(|line| serde_json::from_str(line).expect("an entry per line"))
+    support::daemon::document_items(&zkcron_ok(&args, config), "entries")
+        .iter()
+        .map(|entry| serde_json::from_str(entry).expect("an entry"))
         .collect()
 }
 
@@ -138,7 +137,7 @@ async fn every_operator_action_is_recorded_once_with_who_from_where_and_how_it_e
 
     // A day's entries go together once the day is older than `keep`, in batched deletes.
     let client = Client::connect(&connect).await.expect("session");
-    let zk = Ledger::new(Zk::new(client, Acls::anyone_all(), REQUEST_BOUND));
+    let zk = Ledger::new(Zk::new(client, &Acls::anyone_all(), REQUEST_BOUND));
     let paths = AuditPaths::new(&LockPaths::new("/zkcron", "audited"));
     let old_day = chrono::Utc::now().timestamp_millis() - 10 * 24 * 3600 * 1000;
     for n in 0..1_200 {
@@ -173,7 +172,7 @@ async fn every_command_through_the_door_leaves_one_entry_where_the_trail_keeps_i
     let config = zkcron::config::parse(Path::new("door.toml"), &text, &|_| None).expect("valid");
     let door = Door::connect(&config).await.expect("a session");
     let client = Client::connect(&connect).await.expect("session");
-    let zk = Ledger::new(Zk::new(client.clone(), Acls::anyone_all(), REQUEST_BOUND));
+    let zk = Ledger::new(Zk::new(client.clone(), &Acls::anyone_all(), REQUEST_BOUND));
     let paths = AuditPaths::new(&LockPaths::new("/zkcron", "door"));
     let actor = audit::Actor {
         by: "alice@ops-1".into(),

@@ -225,25 +225,21 @@ type Judged = (String, Option<i64>, Option<i64>);
 
 /// The job's records: (tick ms, node) → (status, started, finished).
 fn records_with_times(config: &Path) -> BTreeMap<(i64, String), Judged> {
-    zkcron_ok(
-        &["history", "everywhere", "--json", "--limit", "10000"],
-        config,
-    )
-    .lines()
-    .map(|line| {
-        let record: serde_json::Value = serde_json::from_str(line).expect("a json record");
-        let key = (
-            record["scheduled_unix_ms"].as_i64().expect("scheduled"),
-            record["node_id"].as_str().expect("node").to_owned(),
-        );
-        let status = record["status"].as_str().expect("status").to_owned();
-        let times = (
-            record["started_unix_ms"].as_i64(),
-            record["finished_unix_ms"].as_i64(),
-        );
-        (key, (status, times.0, times.1))
-    })
-    .collect()
+    support::daemon::history_records("everywhere", &["--limit", "10000"], config)
+        .into_iter()
+        .map(|record| {
+            let key = (
+                record["scheduled_unix_ms"].as_i64().expect("scheduled"),
+                record["node_id"].as_str().expect("node").to_owned(),
+            );
+            let status = record["status"].as_str().expect("status").to_owned();
+            let times = (
+                record["started_unix_ms"].as_i64(),
+                record["finished_unix_ms"].as_i64(),
+            );
+            (key, (status, times.0, times.1))
+        })
+        .collect()
 }
 
 /// Issue 50: the owner killed with -9 in the middle of a run, then a member: every (tick, node)

@@ -25,10 +25,9 @@ const SLACK: Duration = Duration::from_secs(3);
 
 /// The job's records as `history --json` shows them: (status, error, ticks it stands for).
 fn records(job: &str, config: &Path) -> Vec<(String, String, u64)> {
-    zkcron_ok(&["history", job, "--json"], config)
-        .lines()
-        .map(|line| {
-            let record: serde_json::Value = serde_json::from_str(line).expect("a json record");
+    support::daemon::history_records(job, &[], config)
+        .into_iter()
+        .map(|record| {
             (
                 record["status"].as_str().unwrap_or_default().to_owned(),
                 record["error"].as_str().unwrap_or_default().to_owned(),

@@ -306,12 +306,13 @@ async fn a_failed_run_is_retried_as_new_attempts_with_doubling_backoff() {
             .arg(&config)
             .output()
             .ok();
-        let line = out.map(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .next()
-                .unwrap_or_default()
-                .to_owned()
+        let line = out.and_then(|o| {
+            let document = String::from_utf8_lossy(&o.stdout).into_owned();
+            // Until the daemon has written a record the document may not be there yet.
+            serde_json::from_str::<serde_json::Value>(&document)
+                .ok()
+                .map(|_| support::daemon::document_items(&document, "runs"))
+                .and_then(|runs| runs.into_iter().next())
         });
         let done =
             line.filter(|l| l.contains("\"attempt\":3") && l.contains("\"status\":\"failed\""));

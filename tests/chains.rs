@@ -66,10 +66,9 @@ fn starts_of<'s>(all: &'s [Start], job: &str) -> Vec<&'s Start> {
 /// The job's records as `zkcron history --json` shows them: (scheduled ms, status, run id,
 /// parents' run ids).
 fn records(job: &str, config: &Path) -> Vec<(i64, String, String, Vec<String>)> {
-    zkcron_ok(&["history", job, "--json", "--limit", "1000"], config)
-        .lines()
-        .map(|line| {
-            let record: serde_json::Value = serde_json::from_str(line).expect("a json record");
+    support::daemon::history_records(job, &["--limit", "1000"], config)
+        .into_iter()
+        .map(|record| {
             let parents = record["parents"]
                 .as_array()
                 .map(|all| {

@@ -656,10 +656,11 @@ async fn status_shows_owner_token_and_members_and_fails_without_zookeeper() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let records: Vec<serde_json::Value> = String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON record per line"))
-        .collect();
+    let records: Vec<serde_json::Value> =
+        support::daemon::document_items(&String::from_utf8_lossy(&output.stdout), "runs")
+            .iter()
+            .map(|record| serde_json::from_str(record).expect("a record is JSON"))
+            .collect();
     assert_eq!(records.len(), 2, "--limit 2");
     assert!(
         records[0]["scheduled_unix_ms"].as_i64() > records[1]["scheduled_unix_ms"].as_i64(),

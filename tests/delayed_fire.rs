@@ -168,8 +168,8 @@ async fn a_submission_fires_once_at_its_time_with_its_payload_and_overdue_ones_a
         assert_eq!(ran.headers.len(), 1, "{id} ran once: {ran:?}");
     }
     let history = zkcron_ok(&["history", "close", "--json"], config);
-    let succeeded = history
-        .lines()
+    let succeeded = support::daemon::document_items(&history, "runs")
+        .iter()
         .filter(|line| line.contains("\"status\":\"succeeded\""))
         .filter(|line| {
             line.contains("\"submission_id\":\"soon\"")
@@ -297,7 +297,7 @@ async fn the_owner_keeps_runs_open_as_its_oldest_member_reads_them() {
     assert!(!record("f-2", due).await.open_by_record, "format 1");
     let session = zkcron::ledger::Ledger::new(zkcron::zk::Zk::new(
         raw.clone(),
-        zookeeper_client::Acls::anyone_all(),
+        &zookeeper_client::Acls::anyone_all(),
         zkcron::zk::REQUEST_BOUND,
     ));
     let marked = zkcron::ledger::due::open_runs(&session, &ledger.delayed, &job).await;
@@ -416,8 +416,8 @@ async fn a_thousand_submissions_survive_a_kill_9_of_the_owner_each_run_at_most_o
             &survivor.config,
         );
         let runs = std::fs::read_to_string(&log).unwrap_or_default();
-        let recorded = history
-            .lines()
+        let recorded = support::daemon::document_items(&history, "runs")
+            .iter()
             .filter(|l| {
                 l.contains("\"status\":\"succeeded\"") || l.contains("\"status\":\"interrupted\"")
             })

@@ -79,8 +79,8 @@ async fn issue_8_a_crash_failover_starts_ticks_in_order_and_records_the_gap_as_m
         &["history", "tick", "--json", "--limit", "100"],
         &survivor.config,
     );
-    let records: Vec<serde_json::Value> = history
-        .lines()
+    let records: Vec<serde_json::Value> = support::daemon::document_items(&history, "runs")
+        .iter()
         .map(|line| serde_json::from_str(line).expect("a JSON record"))
         .collect();
     let gaps: Vec<(i64, i64, u64)> = records

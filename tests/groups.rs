@@ -106,8 +106,8 @@ fn assert_every_tick_accounted_for(
         .map(|f| f.scheduled_ms)
         .collect();
     let history = zkcron_ok(&["history", job, "--json", "--limit", "500"], config);
-    let recorded: Vec<(i64, i64)> = history
-        .lines()
+    let recorded: Vec<(i64, i64)> = support::daemon::document_items(&history, "runs")
+        .iter()
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
         .filter_map(|r| {
             let tick = r["scheduled_unix_ms"].as_i64()?;
@@ -462,7 +462,7 @@ async fn submissions_run_once_on_the_owner_of_their_jobs_group_whatever_their_ma
         zkcron::layout::DelayedPaths::new(&zkcron::layout::LockPaths::new("/zkcron", "groups"));
     let zk = zkcron::ledger::Ledger::new(zkcron::zk::Zk::new(
         client.clone(),
-        zookeeper_client::Acls::anyone_all(),
+        &zookeeper_client::Acls::anyone_all(),
         zkcron::zk::REQUEST_BOUND,
     ));
     let mut ids = Vec::new();

@@ -37,10 +37,7 @@ fn history(job: &str, config: &Path) -> Vec<serde_json::Value> {
 /// The job's newest `limit` run records, newest first.
 fn history_up_to(job: &str, config: &Path, limit: usize) -> Vec<serde_json::Value> {
     let limit = limit.to_string();
-    zkcron_ok(&["history", job, "--json", "--limit", &limit], config)
-        .lines()
-        .map(|line| serde_json::from_str(line).expect("a JSON run record"))
-        .collect()
+    support::daemon::history_records(job, &["--limit", &limit], config)
 }
 
 /// `count` records, each final (none `claimed` or `running`).

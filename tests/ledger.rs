@@ -53,7 +53,7 @@ async fn setup(test: &str) -> (Client, Client, LedgerPaths, String) {
 /// `client`'s session as the library takes it. The tests keep the raw client for what they
 /// plant and probe themselves.
 fn door(client: &Client) -> Ledger {
-    Ledger::new(Zk::new(client.clone(), Acls::anyone_all(), REQUEST_BOUND))
+    Ledger::new(Zk::new(client.clone(), &Acls::anyone_all(), REQUEST_BOUND))
 }
 
 /// `path`'s record as another session sees it once that session's server has caught up with
@@ -362,7 +362,7 @@ async fn a_claim_whose_reply_was_lost_is_read_back_as_ours() {
         .expect("session through the proxy");
     // Unbounded, as the raw client it wraps: the read-back after the fault waits for the
     // session to answer again, however long its reconnection takes.
-    let za = Ledger::new(Zk::new(a.clone(), Acls::anyone_all(), REQUEST_BOUND).unbounded());
+    let za = Ledger::new(Zk::new(a.clone(), &Acls::anyone_all(), REQUEST_BOUND).unbounded());
     let token = acquire(&a, &paths).await;
     let session = SessionId(a.session_id().0);
     let plan = |job: &str, tick, node| {

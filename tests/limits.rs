@@ -43,7 +43,7 @@ async fn take(client: &Ledger, dir: &str, max: usize, run: &str) -> Taken {
 
 /// A session as the library takes it.
 fn door(client: Client) -> Ledger {
-    Ledger::new(Zk::new(client, Acls::anyone_all(), REQUEST_BOUND))
+    Ledger::new(Zk::new(client, &Acls::anyone_all(), REQUEST_BOUND))
 }
 
 /// `n` sessions on a fresh chroot, as the library takes them, and the lease directory of limit

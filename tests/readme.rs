@@ -61,3 +61,41 @@ fn readme_names_every_command_and_every_exit_code_of_the_binary() {
         );
     }
 }
+
+/// The scenario count README and docs/CHAOS.md quote is the suite's (issue 51 §8: it drifted):
+/// every `#[tokio::test]` of tests/chaos.rs and its modules but the soak.
+#[test]
+fn readme_and_the_chaos_doc_count_the_scenarios_the_suite_has() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let mut files = vec![format!("{root}/tests/chaos.rs")];
+    let modules = std::fs::read_dir(format!("{root}/tests/chaos")).expect("tests/chaos/");
+    files.extend(
+        modules
+            .filter_map(Result::ok)
+            .map(|entry| entry.path())
+            .filter(|path| path.file_name().is_some_and(|name| name != "soak.rs"))
+            .map(|path| path.display().to_string()),
+    );
+    let scenarios: usize = files
+        .iter()
+        .map(|file| {
+            std::fs::read_to_string(file)
+                .expect("a chaos file")
+                .lines()
+                .filter(|line| line.trim_start().starts_with("#[tokio::test"))
+                .count()
+        })
+        .sum();
+    assert!(scenarios > 20, "scenarios counted: {scenarios}");
+    let said = format!("runs all {scenarios}");
+    for doc in ["README.md", "docs/CHAOS.md"] {
+        let text = std::fs::read_to_string(format!("{root}/{doc}")).expect("the doc");
+        assert!(
+            text.split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+                .contains(&said),
+            "{doc} says `{said}`"
+        );
+    }
+}

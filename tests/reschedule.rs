@@ -106,7 +106,8 @@ async fn a_pending_submission_moves_once_and_a_failed_one_is_retried_under_a_new
     assert!(first.starts_with("rescheduled r-2"), "{first}");
     assert!(again.starts_with("already due then: r-2"), "{again}");
     let listed = zkcron_ok(&["delayed", "list", "--json"], &config);
-    let r2: Vec<&str> = listed.lines().filter(|l| l.contains("\"r-2\"")).collect();
+    let pending = support::daemon::document_items(&listed, "pending");
+    let r2: Vec<&String> = pending.iter().filter(|l| l.contains("\"r-2\"")).collect();
     assert_eq!(r2.len(), 1, "one pending r-2: {listed}");
     assert!(r2[0].contains("\"due_unix_ms\":1893456000000"), "{}", r2[0]);
     zkcron_ok(&["delayed", "cancel", "r-2"], &config);

@@ -169,3 +169,147 @@ async fn a_node_authenticates_with_sasl_digest_md5_and_one_without_it_or_with_a_
     );
     drop((good, ensemble));
 }
+
+/// Issue 51 §7: a fleet that ran its ledger open closes it in place, as docs/UPGRADING.md says,
+/// and fires on. With credentials the nodes a node makes are closed by default; `zkcron acl
+/// apply` closes those made open before; a `read_acl` identity reads but cannot write; a client
+/// without the credentials can neither take the lock nor forge a record; the action is audited.
+#[tokio::test]
+async fn an_open_ledger_is_closed_in_place_and_the_fleet_fires_on() {
+    use zookeeper_client::{Client, CreateMode, Error};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let credentials = dir.path().join("zk-auth");
+    std::fs::write(&credentials, "zkcron:s3cret\n").expect("credentials file");
+    let fires = dir.path().join("fires.log");
+    let jobs = format!(
+        "[[job]]\nname = \"tick\"\nschedule = \"* * * * * *\"\nshell = '{RECORD_FIRE}{}'\n",
+        fires.display()
+    );
+    let connect = support::shared_ensemble().connect_string_with_chroot(&unique_chroot("acl"));
+    let plain = schedule_text(&connect, "acl", SESSION, DELAY, &jobs);
+    let schedule = |zookeeper: &str| {
+        plain.replacen(
+            "[lock]",
+            &format!(
+                "auth_file = \"{}\"\n{zookeeper}\n[lock]",
+                credentials.display()
+            ),
+            1,
+        )
+    };
+    // grafana:dashboard, hashed as ZooKeeper's digest provider does.
+    let reader = "digest:grafana:tnSCaFhNhk7ePPfJhwkfvfbHmfM=";
+    let fired_by = |node: &'static str, after_ms: i64| {
+        let fires = fires.clone();
+        move || {
+            let fired = read_fires(&fires)
+                .iter()
+                .any(|f| f.node == node && f.scheduled_ms > after_ms);
+            async move { fired.then_some(()) }
+        }
+    };
+
+    // 0.1.0's way: credentials, and open nodes.
+    let mut old = DaemonNode::start(dir.path(), "old", &schedule("acl = \"open\""));
+    wait_for("a fire by the open node", START, fired_by("old", 0)).await;
+    let warned = support::daemon::zkcron(&["check", "--json"], &old.config);
+    assert!(
+        String::from_utf8_lossy(&warned.stdout).contains("forge run records"),
+        "check warns of open nodes: {warned:?}"
+    );
+
+    // The upgrade: the same credentials, the new default, a dashboard's identity to read.
+    let closed = schedule(&format!("read_acl = [\"{reader}\"]"));
+    let mut new = DaemonNode::start(dir.path(), "new", &closed);
+    old.kill();
+    let upgraded_ms = support::daemon::now_ms();
+    wait_for(
+        "a fire by the upgraded node",
+        START,
+        fired_by("new", upgraded_ms),
+    )
+    .await;
+    let anyone = Client::connect(&connect)
+        .await
+        .expect("a session without credentials");
+    // Reading an ACL takes the right to read: the fleet's credentials read every node's.
+    let fleet = Client::connector()
+        .with_auth("digest", b"zkcron:s3cret")
+        .connect(&connect)
+        .await
+        .expect("a session with the fleet's credentials");
+    let lock_dir = "/zkcron/acl";
+    let (opened, _) = fleet.get_acl(lock_dir).await.expect("the directory's ACL");
+    assert_eq!(opened[0].scheme(), "world", "made open before: {opened:?}");
+    let (own, _) = fleet
+        .get_acl(&format!("{lock_dir}/members/new"))
+        .await
+        .expect("the new node's member node");
+    let schemes: Vec<(&str, String)> = own
+        .iter()
+        .map(|acl| (acl.scheme(), acl.permission().to_string()))
+        .collect();
+    assert_eq!(
+        schemes,
+        [("digest", "ALL".to_owned()), ("digest", "READ".to_owned())],
+        "made closed, readable by the dashboard: {own:?}"
+    );
+
+    // The step: every node already there closed, audited.
+    let applied = support::daemon::zkcron(&["acl", "apply", "--json"], &new.config);
+    assert!(applied.status.success(), "{applied:?}");
+    let applied: serde_json::Value = serde_json::from_slice(&applied.stdout).expect("one document");
+    assert_eq!(applied["format"], 1, "{applied}");
+    assert!(applied["changed"].as_u64() > Some(3), "{applied}");
+    assert_eq!(applied["refused"], serde_json::json!([]), "{applied}");
+    let audited = zkcron_ok(&["audit", "--json"], &new.config);
+    assert!(
+        audited.contains("\"action\":\"acl\"") && audited.contains("\"result\":\"ok\""),
+        "{audited}"
+    );
+
+    // Closed: a client without the credentials takes nothing and forges nothing.
+    let epoch = format!("{lock_dir}/epoch");
+    assert_eq!(anyone.delete(&epoch, None).await, Err(Error::NoAuth));
+    assert_eq!(
+        anyone.set_data(&epoch, b"forged", None).await.map(|_| ()),
+        Err(Error::NoAuth)
+    );
+    let squat = CreateMode::Ephemeral.with_acls(zookeeper_client::Acls::anyone_all());
+    let forged = anyone
+        .create(&format!("{lock_dir}/runs/forged"), b"{}", &squat)
+        .await
+        .map(|_| ());
+    assert!(
+        matches!(forged, Err(Error::NoAuth | Error::NoNode)),
+        "{forged:?}"
+    );
+    // The dashboard reads, and only reads.
+    let dashboard = Client::connector()
+        .with_auth("digest", b"grafana:dashboard")
+        .connect(&connect)
+        .await
+        .expect("the dashboard's session");
+    assert!(
+        dashboard.get_data(&epoch).await.is_ok(),
+        "the dashboard reads"
+    );
+    assert_eq!(
+        dashboard
+            .set_data(&epoch, b"forged", None)
+            .await
+            .map(|_| ()),
+        Err(Error::NoAuth)
+    );
+
+    // The fleet fires on, and fails over, on closed nodes.
+    let _peer = DaemonNode::start(dir.path(), "peer", &closed);
+    new.kill();
+    let failed_over_ms = support::daemon::now_ms();
+    wait_for(
+        "a fire after the failover",
+        START,
+        fired_by("peer", failed_over_ms),
+    )
+    .await;
+}

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use support::daemon::{DaemonNode, RECORD_FIRE, now_ms, read_fires, schedule_text};
+use support::daemon::{DaemonNode, RECORD_FIRE, assert_exit, now_ms, read_fires, schedule_text};
 use support::http::{logged_port, request};
 use support::{shared_ensemble, unique_chroot, wait_for};
 
@@ -47,12 +47,7 @@ fn assert_exit_saying(output: &Output, code: i32, says: &str) {
 
 /// The job's records as `history --json` prints them, newest first.
 fn history(job: &str, config: &Path) -> Vec<serde_json::Value> {
-    let output = zkcron(&["history", job, "--json", "--limit", "100"], config);
-    assert!(output.status.success(), "{output:?}");
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .map(|line| serde_json::from_str(line).expect("a JSON record per line"))
-        .collect()
+    support::daemon::history_records(job, &["--limit", "100"], config)
 }
 
 #[tokio::test]
@@ -421,4 +416,152 @@ async fn a_groups_release_through_http_is_its_owners_and_moves_that_group_only()
         "the default group stays"
     );
     drop((n1, n2));
+}
+
+/// Issue 51 §6: each `--json` prints one document with its `format`, and each example of
+/// docs/API.md has the fields the command prints, so the documentation cannot drift from them.
+#[tokio::test]
+async fn every_json_document_is_what_docs_api_shows() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let fires = dir.path().join("fires.log");
+    let jobs = format!(
+        "{}[[job]]\nname = \"close-order\"\ncommand = [\"/bin/true\"]\n",
+        every_second("tick", &fires)
+    );
+    let node = DaemonNode::start(dir.path(), "n1", &schedule("steer-json", &jobs));
+    let ran = wait_for("a succeeded run", FIRST_FIRE, || {
+        let found = history("tick", &node.config)
+            .into_iter()
+            .find(|record| record["status"] == "succeeded");
+        async move { found }
+    })
+    .await;
+    let tick = ran["scheduled_unix_ms"].as_i64().expect("a tick");
+    for steer in [
+        &["pause", "tick", "--reason", "downstream broken"][..],
+        &["resume", "tick"],
+        &[
+            "submit",
+            "close-order",
+            "--in",
+            "1h",
+            "--id",
+            "order-4711",
+            "--payload",
+            "x",
+        ],
+    ] {
+        assert_exit(&zkcron(steer, &node.config), 0);
+    }
+    let broken = dir.path().join("broken.toml");
+    std::fs::write(
+        &broken,
+        std::fs::read_to_string(&node.config)
+            .expect("the schedule")
+            .replace("schedule = ", "schedul = "),
+    )
+    .expect("write the broken schedule");
+    let pid = node.pid().to_string();
+    let rfc3339 = |ms: i64| {
+        chrono::DateTime::from_timestamp_millis(ms)
+            .expect("a tick's instant")
+            .to_rfc3339()
+    };
+    let (from, to) = (rfc3339(tick - 1000), rfc3339(tick));
+    let printed: Vec<(&str, Output, &Path)> = vec![
+        (
+            "history --json",
+            zkcron(&["history", "tick", "--json"], &node.config),
+            &node.config,
+        ),
+        (
+            "audit --json",
+            zkcron(&["audit", "--json"], &node.config),
+            &node.config,
+        ),
+        (
+            "delayed list --json",
+            zkcron(&["delayed", "list", "--json"], &node.config),
+            &node.config,
+        ),
+        (
+            "delayed show --json",
+            zkcron(&["delayed", "show", "order-4711", "--json"], &node.config),
+            &node.config,
+        ),
+        (
+            "backfill --json",
+            zkcron(
+                &[
+                    "backfill",
+                    "tick",
+                    "--from",
+                    &from,
+                    "--to",
+                    &to,
+                    "--dry-run",
+                    "--json",
+                ],
+                &node.config,
+            ),
+            &node.config,
+        ),
+        (
+            "reload --json",
+            zkcron(&["reload", "--pid", &pid, "--json"], &node.config),
+            &node.config,
+        ),
+        (
+            "check --json",
+            zkcron(&["check", "--json"], &broken),
+            &broken,
+        ),
+    ];
+    let examples = support::api_doc::examples();
+    for (name, output, config) in &printed {
+        let document: serde_json::Value =
+            serde_json::from_slice(&output.stdout).unwrap_or_else(|err| {
+                panic!(
+                    "{name} on {}: one JSON document ({err}): {output:?}",
+                    config.display()
+                )
+            });
+        assert_eq!(document["format"], 1, "{name}: {document}");
+        let example = examples
+            .get(*name)
+            .unwrap_or_else(|| panic!("docs/API.md has an example of {name}"));
+        let differences = support::api_doc::differences(example, &document);
+        assert!(
+            differences.is_empty(),
+            "{name}: {differences:#?}\nprinted: {document}"
+        );
+    }
+    // The API adds `node` to what `status --json` prints.
+    let mut status = examples
+        .get("status --json")
+        .cloned()
+        .expect("an example of status");
+    status.as_object_mut().map(|fields| fields.remove("node"));
+    let report: serde_json::Value =
+        serde_json::from_slice(&zkcron(&["status", "--json"], &node.config).stdout)
+            .expect("status --json: one JSON document");
+    let differences = support::api_doc::differences(&status, &report);
+    assert!(
+        differences.is_empty(),
+        "status --json: {differences:#?}\nprinted: {report}"
+    );
+    // Each example was held against a command: none is left unchecked.
+    let checked: std::collections::BTreeSet<&str> = printed
+        .iter()
+        .map(|(name, _, _)| *name)
+        .chain(["status --json"])
+        .collect();
+    let unchecked: Vec<&String> = examples
+        .keys()
+        .filter(|name| !checked.contains(name.as_str()))
+        .collect();
+    assert!(
+        unchecked.is_empty(),
+        "examples no test holds: {unchecked:?}"
+    );
 }

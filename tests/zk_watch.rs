@@ -38,7 +38,7 @@ async fn a_watch_reads_all_first_again_after_a_disconnection_and_ends_with_its_s
     let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
     client.create("/w", b"", &persistent).await.expect("/w");
 
-    let session = Zk::new(client.clone(), Acls::anyone_all(), REQUEST_BOUND);
+    let session = Zk::new(client.clone(), &Acls::anyone_all(), REQUEST_BOUND);
     let mut watch = RecursiveWatch::add(&session, "/w").await.expect("a watch");
     assert_eq!(
         next(&mut watch, "the first change").await,
@@ -68,7 +68,7 @@ async fn a_watch_reads_all_first_again_after_a_disconnection_and_ends_with_its_s
         .connect(&zk.connect_string())
         .await
         .expect("a second session");
-    let doomed = Zk::new(doomed, Acls::anyone_all(), REQUEST_BOUND);
+    let doomed = Zk::new(doomed, &Acls::anyone_all(), REQUEST_BOUND);
     let mut ending = RecursiveWatch::add(&doomed, "/w").await.expect("its watch");
     assert_eq!(
         next(&mut ending, "its first change").await,

@@ -18,7 +18,8 @@ pub struct AuditArgs {
     /// Only the actions on this job.
     #[arg(long)]
     job: Option<String>,
-    /// One JSON entry per line instead of a table.
+    /// One JSON document instead of a table: `{"format": 1, "since_unix_ms", "job",
+    /// "entries": [entry, …]}`, oldest first (docs/API.md).
     #[arg(long)]
     json: bool,
 }
@@ -26,28 +27,33 @@ pub struct AuditArgs {
 pub async fn audit(config: &Config, args: AuditArgs) -> Result<(), CliError> {
     let client = zkcron::delayed::client::session_for(config).await?;
     let paths = AuditPaths::new(&config.lock.paths());
-    let since = chrono::Utc::now()
-        - chrono::Duration::from_std(args.since).unwrap_or(chrono::Duration::MAX);
+    // A period longer than chrono can count back reaches to the first entry ever written.
+    let since = chrono::Duration::from_std(args.since)
+        .ok()
+        .and_then(|period| chrono::Utc::now().checked_sub_signed(period))
+        .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC);
     let entries: Vec<AuditEntry> =
         zkcron::ledger::audit::read(&client, &paths, since.timestamp_millis())
             .await?
             .into_iter()
             .filter(|entry| args.job.is_none() || entry.job == args.job)
             .collect();
-    let mut lines = Vec::with_capacity(entries.len() + 1);
     if args.json {
-        lines.extend(
-            entries
-                .iter()
-                .map(|entry| serde_json::to_string(entry).unwrap_or_default()),
+        return super::document::print_document(
+            1,
+            serde_json::json!({
+                "since_unix_ms": since.timestamp_millis(),
+                "job": args.job,
+                "entries": entries,
+            }),
         );
-    } else {
-        lines.push(format!(
-            "{:<20}  {:<10}  {:<16}  {:<24}  {:<7}  {:<16}  {:<20}  RESULT",
-            "AT (UTC)", "ACTION", "JOB", "BY", "FROM", "ZOOKEEPER AS", "ARGS"
-        ));
-        lines.extend(entries.iter().map(line));
     }
+    let mut lines = Vec::with_capacity(entries.len() + 1);
+    lines.push(format!(
+        "{:<20}  {:<10}  {:<16}  {:<24}  {:<7}  {:<16}  {:<20}  RESULT",
+        "AT (UTC)", "ACTION", "JOB", "BY", "FROM", "ZOOKEEPER AS", "ARGS"
+    ));
+    lines.extend(entries.iter().map(line));
     writeln!(std::io::stdout().lock(), "{}", lines.join("\n")).map_err(CliError::Stdout)
 }
 

@@ -15,6 +15,7 @@ use serde_json::json;
 use zkcron::config::{self, Config, ConfigError, JobConfig, LoadError, Lookups};
 use zkcron::fire::next::{self, NextRun, NoRun};
 
+use super::document::print_document;
 use super::error::{CliError, print_lines};
 use super::explain;
 
@@ -61,21 +62,26 @@ struct Warning {
     at: Option<(PathBuf, usize, usize)>,
 }
 
-/// A secret written in a schedule file (issue 51 §7): an error where group or others may read
-/// the file, a warning where they may not.
+/// What the file leaves in the open (issue 51 §7): a secret written in it, an error where group
+/// or others may read the file and a warning where they may not; nodes open to every client of
+/// the ensemble, a warning.
 struct Exposed {
     refused: bool,
     key: &'static str,
     why: String,
     file: PathBuf,
-    line: usize,
+    /// `None`: the file as a whole (nodes open for want of credentials).
+    line: Option<usize>,
 }
 
 /// The inline secrets of `config`, judged by their files' modes as they are now.
-fn exposed(config: &Config) -> Vec<Exposed> {
-    config
+/// `lint`: the file's mode is not looked at (the checkout CI lints is not where the file is
+/// deployed), only what the file says.
+fn exposed(path: &Path, config: &Config, lint: bool) -> Vec<Exposed> {
+    let secrets = config
         .inline_secrets
         .iter()
+        .filter(|_| !lint)
         .filter_map(|secret| {
             let (refused, why) = secret.verdict(secret.file_mode()?);
             Some(Exposed {
@@ -83,10 +89,23 @@ fn exposed(config: &Config) -> Vec<Exposed> {
                 key: secret.key,
                 why,
                 file: secret.file.clone(),
-                line: secret.line,
+                line: Some(secret.line),
             })
-        })
-        .collect()
+        });
+    let open = config.open_acl.iter().map(|open| {
+        let (file, line) = open
+            .written_at
+            .clone()
+            .map_or((path.to_owned(), None), |(file, line)| (file, Some(line)));
+        Exposed {
+            refused: false,
+            key: "zookeeper.acl",
+            why: open.why(),
+            file,
+            line,
+        }
+    });
+    secrets.chain(open).collect()
 }
 
 /// Runs `zkcron check` on `args.file`, else on `config_path`.
@@ -100,7 +119,7 @@ pub fn check(args: CheckArgs, config_path: &Path) -> Result<(), CliError> {
     let config = match config::load_with(path, lookups) {
         Ok(config) => config,
         Err(LoadError::Invalid(err)) if args.json => {
-            print_lines(&[json_document(path, args.lint, Err(&err), &[], false).to_string()])?;
+            print_document(1, json_document(path, args.lint, Err(&err), &[], false))?;
             return Err(CliError::Invalid {
                 file: path.to_owned(),
                 problems: err.problems.len(),
@@ -109,10 +128,9 @@ pub fn check(args: CheckArgs, config_path: &Path) -> Result<(), CliError> {
         Err(err) => return Err(err.into()),
     };
     let (warnings, exposed) = if args.lint {
-        // The checkout CI lints is not where the file is deployed: its mode says nothing.
-        (Vec::new(), Vec::new())
+        (Vec::new(), exposed(path, &config, true))
     } else {
-        (warnings(path, &config), exposed(&config))
+        (warnings(path, &config), exposed(path, &config, false))
     };
     let refused = exposed.iter().filter(|secret| secret.refused).count();
     let now = Utc::now();
@@ -137,14 +155,17 @@ pub fn check(args: CheckArgs, config_path: &Path) -> Result<(), CliError> {
         if refused > 0 {
             document["valid"] = json!(false);
         }
-        print_lines(&[document.to_string()])?;
+        print_document(1, document)?;
     } else {
         for secret in &exposed {
             let severity = if secret.refused { "error" } else { "warning" };
+            let line = secret
+                .line
+                .map(|line| format!(":{line}"))
+                .unwrap_or_default();
             eprintln!(
-                "zkcron: {severity}: {}:{}: {}: {}",
+                "zkcron: {severity}: {}{line}: {}: {}",
                 secret.file.display(),
-                secret.line,
                 secret.key,
                 secret.why
             );

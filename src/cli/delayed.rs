@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use clap::{Args, Subcommand};
 
+use super::document::print_document;
 use super::error::{CliError, UsageError, print_lines};
 use super::steer::{act, mismatched};
 use zkcron::JobName;
@@ -52,7 +53,8 @@ pub enum DelayedCommand {
         /// How many pending submissions, and how many recent outcomes, at most.
         #[arg(long, default_value_t = 50)]
         limit: usize,
-        /// One JSON object per line instead of tables.
+        /// One JSON document instead of tables: `{"format": 1, "job", "pending": […],
+        /// "recent": [record, …]}`, or with --failed `{"format": 1, "job", "failed": […]}`.
         #[arg(long)]
         json: bool,
         /// Only the dead letters: submissions whose run ended failed, timed_out or missed with
@@ -64,7 +66,7 @@ pub enum DelayedCommand {
     Show {
         /// The submission's id.
         id: String,
-        /// One JSON object instead of text (docs/API.md).
+        /// One JSON document instead of text (docs/API.md).
         #[arg(long)]
         json: bool,
     },
@@ -232,13 +234,30 @@ pub async fn run(config: &Config, command: DelayedCommand) -> Result<(), CliErro
             failed,
         } => {
             let job = job.map(JobName::new);
+            let asked_for = job.as_ref().map(JobName::as_str);
             if failed {
                 let failed = delayed.failed(job.as_ref(), limit).await?;
-                return print_lines(&failed_lines(delayed, &failed, json));
+                if json {
+                    return print_document(
+                        1,
+                        serde_json::json!({"job": asked_for, "failed": failed}),
+                    );
+                }
+                return print_lines(&record_rows(delayed, "FAILED", &failed));
             }
             let pending = delayed.list(job.as_ref(), limit).await?;
             let recent = delayed.recent(job.as_ref(), limit).await?;
-            print_lines(&list_lines(delayed, &pending, &recent, json))
+            if json {
+                let pending: Vec<serde_json::Value> = pending
+                    .iter()
+                    .map(|p| pending_json(&p.id, &p.submission))
+                    .collect();
+                return print_document(
+                    1,
+                    serde_json::json!({"job": asked_for, "pending": pending, "recent": recent}),
+                );
+            }
+            print_lines(&list_lines(delayed, &pending, &recent))
         }
         DelayedCommand::Reschedule { id, when: asked } => {
             let id = SubmissionId::parse(&id).map_err(UsageError::from)?;
@@ -291,7 +310,7 @@ pub async fn run(config: &Config, command: DelayedCommand) -> Result<(), CliErro
         DelayedCommand::Show { id, json } => {
             let id = SubmissionId::parse(&id).map_err(UsageError::from)?;
             if json {
-                print_lines(&[show_json(delayed, id).await?.to_string()])
+                print_document(1, show_json(delayed, id).await?)
             } else {
                 print_lines(&show_lines(delayed, id).await?)
             }
@@ -320,10 +339,7 @@ async fn show_json(delayed: &Delayed, id: SubmissionId) -> Result<serde_json::Va
     };
     let (state, record, remembered_until) = match state {
         SubmissionState::Pending => ("pending", None, None),
-        SubmissionState::Recorded(record) => {
-            let record = serde_json::from_slice::<serde_json::Value>(&record.to_bytes()).ok();
-            ("recorded", record, None)
-        }
+        SubmissionState::Recorded(record) => ("recorded", Some(record), None),
         SubmissionState::Remembered(tombstone) => {
             ("remembered", None, Some(tombstone.remembered_until_unix_ms))
         }
@@ -387,19 +403,7 @@ async fn show_lines(delayed: &Delayed, id: SubmissionId) -> Result<Vec<String>, 
     .collect())
 }
 
-fn list_lines(
-    delayed: &Delayed,
-    pending: &[Pending],
-    recent: &[RunRecord],
-    json: bool,
-) -> Vec<String> {
-    if json {
-        let pending = pending.iter().map(|p| pending_json(&p.id, &p.submission));
-        let recent = recent
-            .iter()
-            .map(|r| String::from_utf8_lossy(&r.to_bytes()).into_owned());
-        return pending.chain(recent).collect();
-    }
+fn list_lines(delayed: &Delayed, pending: &[Pending], recent: &[RunRecord]) -> Vec<String> {
     let mut lines = vec![format!(
         "{:<26}  {:<20}  {:<26}  {:>7}",
         "PENDING", "JOB", "DUE", "PAYLOAD"
@@ -417,17 +421,6 @@ fn list_lines(
     lines.push(String::new());
     lines.extend(record_rows(delayed, "RECENT", recent));
     lines
-}
-
-/// `delayed list --failed`: the dead letters, newest first.
-fn failed_lines(delayed: &Delayed, failed: &[RunRecord], json: bool) -> Vec<String> {
-    if json {
-        return failed
-            .iter()
-            .map(|r| String::from_utf8_lossy(&r.to_bytes()).into_owned())
-            .collect();
-    }
-    record_rows(delayed, "FAILED", failed)
 }
 
 /// A table of submissions' records under `heading`: id, job, due, state.
@@ -450,7 +443,7 @@ fn record_rows(delayed: &Delayed, heading: &str, records: &[RunRecord]) -> Vec<S
     lines
 }
 
-fn pending_json(id: &SubmissionId, submission: &Submission) -> String {
+fn pending_json(id: &SubmissionId, submission: &Submission) -> serde_json::Value {
     serde_json::json!({
         "id": id.as_str(),
         "state": "pending",
@@ -459,7 +452,6 @@ fn pending_json(id: &SubmissionId, submission: &Submission) -> String {
         "submitted_unix_ms": submission.submitted_unix_ms,
         "payload_bytes": submission.payload.len(),
     })
-    .to_string()
 }
 
 fn record_state(record: &RunRecord, zone: Tz) -> String {

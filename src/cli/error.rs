@@ -74,6 +74,9 @@ pub enum CliError {
     /// `reload`: the daemon read its file and refused it; it runs the schedule it ran before.
     #[error("{}: reload refused; the running schedule is kept: {error}", path.display())]
     ReloadRefused { path: PathBuf, error: String },
+    /// `acl apply`: nodes these credentials may not change (closed to others); each was named.
+    #[error("the ACL of {nodes} node(s) could not be set (each is named above)")]
+    AclRefused { nodes: usize },
     /// `status`: the fleet is not healthy; exits with the verdict's own code.
     #[error("{}", .0.problems.join("; "))]
     Unhealthy(zkcron::status::health::Health),
@@ -84,7 +87,7 @@ impl From<CommandError> for CliError {
         match err {
             CommandError::Steer(err) => CliError::Steer(err),
             CommandError::Delayed(err) => CliError::Delayed(err),
-            CommandError::Mismatched => CliError::Command(err),
+            CommandError::Acl(_) | CommandError::Mismatched => CliError::Command(err),
         }
     }
 }

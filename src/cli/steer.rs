@@ -5,6 +5,7 @@
 use chrono::{DateTime, Utc};
 use clap::Args;
 
+use super::document::print_document;
 use super::error::{BackfillUsage, CliError, print_lines};
 use zkcron::JobName;
 use zkcron::audit::Actor;
@@ -181,7 +182,7 @@ pub async fn backfill(config: &Config, args: BackfillArgs) -> Result<(), CliErro
             "ticks": ticks,
             "requested": if args.dry_run { 0 } else { runs },
         });
-        return print_lines(&[document.to_string()]);
+        return print_document(1, document);
     }
     let local = |at: DateTime<Utc>| {
         at.with_timezone(&zone)
@@ -245,7 +246,7 @@ pub async fn release(config: &Config, args: ReleaseArgs) -> Result<(), CliError>
             "to": released.to.to_string(),
             "after_ms": released.after.as_millis(),
         });
-        return print_lines(&[document.to_string()]);
+        return print_document(1, document);
     }
     let what = match &args.group {
         Some(group) => format!("group {group}"),

@@ -53,7 +53,7 @@ pub use self::model::{
     After, AfterStatus, AuditConfig, Concurrency, Config, GroupConfig, HISTORY_LIMIT, HttpConfig,
     InlineSecret, JobConfig, KeepOutput, LimitConfig, LockConfig, LogConfig, LogFormat,
     MAX_RUNNING_LIMIT, Misfire, NamedToken, NodeConfig, NoticePolicy, NotifyWhen, OnInterrupted,
-    OnLost, TokenKind, ZookeeperConfig,
+    OnLost, OpenAcl, TokenKind, ZookeeperConfig,
 };
 pub use self::origins::{Origin, job_origins};
 pub use self::validator::Lookups;
@@ -145,6 +145,7 @@ impl Config {
             drop_ins: self.drop_ins.clone(),
             per_host_jobs: self.per_host_jobs.clone(),
             inline_secrets: self.inline_secrets.clone(),
+            open_acl: self.open_acl.clone(),
             jobs: jobs.collect(),
         }
     }
@@ -197,7 +198,13 @@ pub fn parse_files(
     let mut problems = reading.problems;
     let validated = validator::validate(reading.raw, text, env, lookups);
     let config = match validated {
-        Ok((mut config, inline_secrets)) => {
+        Ok((mut config, inline_secrets, open_acl)) => {
+            config.open_acl = open_acl.map(|written| OpenAcl {
+                written_at: written.map(|offset| {
+                    let (file, line) = files.file_line(text, offset);
+                    (file.to_owned(), line)
+                }),
+            });
             config.inline_secrets = inline_secrets
                 .into_iter()
                 .map(|(key, offset)| {

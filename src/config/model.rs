@@ -50,9 +50,35 @@ pub struct Config {
     /// Secrets written in a file itself (`zookeeper.auth`): `zkcron check` refuses one in a file
     /// that group or others may read, and `run` warns of one.
     pub inline_secrets: Vec<InlineSecret>,
+    /// The nodes zkcron creates are left open to every client of the ensemble: `zkcron check`
+    /// warns, and `run` logs it.
+    pub open_acl: Option<OpenAcl>,
     /// Shared as they are by the fire machine, the reloader, steering and the HTTP API: one
     /// copy of each job lives on.
     pub jobs: Vec<Arc<JobConfig>>,
+}
+
+/// Nodes open to every client of the ensemble: written `acl = "open"`, or no credentials with
+/// servers beyond this host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenAcl {
+    /// The file and line of `acl = "open"`; `None` when open by default.
+    pub written_at: Option<(std::path::PathBuf, usize)>,
+}
+
+impl OpenAcl {
+    /// What it allows, and the fix, as `check` and the log say it.
+    pub fn why(&self) -> String {
+        let how = match self.written_at {
+            Some(_) => "acl = \"open\"",
+            None => "without credentials",
+        };
+        format!(
+            "{how}, any client of the ensemble may take the lock, delete the epoch or forge run \
+             records; set credentials (auth_file, auth_env or sasl) and the nodes zkcron creates \
+             are closed to all but them (acl = \"creator\", the default with credentials)"
+        )
+    }
 }
 
 /// A secret written in a schedule file rather than named by `…_env` or `…_file`.
@@ -177,7 +203,10 @@ pub struct ZookeeperConfig {
     pub connect_timeout: Duration,
     /// Digest credentials `user:password`, from the file or from the variable `auth_env` names.
     pub auth: Option<Secret>,
+    /// `"creator"` by default with credentials (`auth…` or `sasl`), else `"open"`.
     pub acl: AclPolicy,
+    /// Identities that may read a closed ledger (`read_acl`).
+    pub read_acl: Vec<crate::ensemble::AclId>,
     /// `tls = { ca, cert, key }`: the files' PEM texts, read at load.
     pub tls: Option<crate::ensemble::TlsFiles>,
     /// `sasl = { mechanism = "digest-md5", username, password_env | password_file }`.
@@ -192,6 +221,7 @@ impl ZookeeperConfig {
             session_timeout: self.session_timeout,
             auth: self.auth.clone(),
             acl: self.acl,
+            read_acl: self.read_acl.clone(),
             tls: self.tls.clone(),
             sasl: self.sasl.clone(),
         }

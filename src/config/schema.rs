@@ -150,6 +150,7 @@ pub(super) struct RawZookeeper {
     pub(super) auth_env: Option<Spanned<String>>,
     pub(super) auth_file: Option<Spanned<String>>,
     pub(super) acl: Option<Spanned<AclPolicy>>,
+    pub(super) read_acl: Option<Spanned<Vec<Spanned<String>>>>,
     pub(super) tls: Option<Spanned<RawTls>>,
     pub(super) sasl: Option<Spanned<RawSasl>>,
 }

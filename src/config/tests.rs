@@ -1016,3 +1016,64 @@ fn a_problems_context_reads_back_into_table_element_and_key() {
     );
     assert_eq!(place(""), ProblemPlace::default());
 }
+
+/// Issue 51 §7: credentials close the nodes by default; `acl = "open"` stays possible and is
+/// noted where it was written, for `check`'s warning; no credentials leave them open, noted
+/// unless every server is on this host.
+#[test]
+fn credentials_close_the_nodes_unless_acl_opens_them_and_open_nodes_are_noted() {
+    let with = |extra: &str| MINIMAL.replace("\"zk:2181\"", &format!("\"zk:2181\"\n{extra}"));
+    let closed = parse_text(&with("auth_env = \"ZK_AUTH\"")).expect("valid");
+    assert_eq!(closed.zookeeper.acl, AclPolicy::Creator);
+    assert_eq!(closed.open_acl, None);
+
+    let opened = parse_text(&with("auth_env = \"ZK_AUTH\"\nacl = \"open\"")).expect("valid");
+    assert_eq!(opened.zookeeper.acl, AclPolicy::Open);
+    let noted = opened.open_acl.expect("noted");
+    assert_eq!(noted.written_at, Some((PathBuf::from("t.toml"), 4)));
+    assert!(noted.why().contains("forge run records"), "{}", noted.why());
+
+    let bare = parse_text(MINIMAL).expect("valid");
+    assert_eq!(bare.zookeeper.acl, AclPolicy::Open);
+    assert_eq!(bare.open_acl.expect("noted").written_at, None);
+    let here = parse_text(&MINIMAL.replace("zk:2181", "127.0.0.1:2181")).expect("valid");
+    assert_eq!(here.open_acl, None, "an ensemble on this host alone");
+}
+
+#[test]
+fn read_acl_names_identities_zookeeper_can_match_and_only_for_closed_nodes() {
+    let with = |extra: &str| MINIMAL.replace("\"zk:2181\"", &format!("\"zk:2181\"\n{extra}"));
+    let hash = "Fm04VrRMroWEJ2V8ZbiiLN2KzCo=";
+    let config = parse_text(&with(&format!(
+        "auth_env = \"ZK_AUTH\"\nread_acl = [\"digest:grafana:{hash}\", \"sasl:viewer\"]"
+    )))
+    .expect("valid");
+    let ids: Vec<(&str, &str)> = config
+        .zookeeper
+        .read_acl
+        .iter()
+        .map(|id| (id.scheme.as_str(), id.id.as_str()))
+        .collect();
+    let digest = format!("grafana:{hash}");
+    assert_eq!(ids, [("digest", digest.as_str()), ("sasl", "viewer")]);
+    assert_eq!(
+        config.zookeeper.settings().read_acl,
+        config.zookeeper.read_acl
+    );
+
+    let unhashed = parse_text(&with(
+        "auth_env = \"ZK_AUTH\"\nread_acl = [\"digest:grafana\"]",
+    ))
+    .expect_err("refused");
+    assert!(
+        unhashed.render().contains("openssl dgst -binary -sha1"),
+        "{}",
+        unhashed.render()
+    );
+    let open = parse_text(&with("read_acl = [\"sasl:viewer\"]")).expect_err("refused");
+    assert!(
+        open.render().contains("read_acl applies to closed nodes"),
+        "{}",
+        open.render()
+    );
+}

@@ -46,7 +46,7 @@ pub(super) fn validate<'e>(
     text: &'e str,
     env: &'e dyn Fn(&str) -> Option<String>,
     lookups: Lookups,
-) -> Result<(Config, Vec<SecretAt>), Vec<Problem>> {
+) -> Result<(Config, Vec<SecretAt>, Option<OpenAclAt>), Vec<Problem>> {
     let mut v = Validator {
         problems: Vec::new(),
         env,
@@ -59,12 +59,13 @@ pub(super) fn validate<'e>(
         chains: Vec::new(),
         calendars: Vec::new(),
         inline_secrets: Vec::new(),
+        open_acl: None,
     };
     let config = v.config(raw);
     v.problems
         .sort_by_key(|problem| problem.span.as_ref().map(|span| span.start));
     match config {
-        Some(config) if v.problems.is_empty() => Ok((config, v.inline_secrets)),
+        Some(config) if v.problems.is_empty() => Ok((config, v.inline_secrets, v.open_acl)),
         _ => Err(v.problems),
     }
 }
@@ -105,10 +106,16 @@ pub(super) struct Validator<'e> {
     pub(super) chains: Vec<WrittenAfter>,
     /// Each secret written in the file itself: its key and where its value starts.
     pub(super) inline_secrets: Vec<SecretAt>,
+    /// Whether the nodes zkcron creates are left open to every client of the ensemble.
+    pub(super) open_acl: Option<OpenAclAt>,
 }
 
 /// A secret written in the file: its key, and the byte where its value starts.
 pub(super) type SecretAt = (&'static str, usize);
+
+/// Open nodes: the byte where `acl = "open"`'s value starts, or `None` where the file sets no
+/// credentials and names servers beyond this host.
+pub(super) type OpenAclAt = Option<usize>;
 
 impl Validator<'_> {
     /// Whether this load reads, on this host, a value that `needed_by` uses.
@@ -182,6 +189,7 @@ impl Validator<'_> {
             drop_ins: Vec::new(),
             per_host_jobs: std::collections::BTreeMap::new(),
             inline_secrets: Vec::new(),
+            open_acl: None,
             jobs,
         })
     }

@@ -14,6 +14,7 @@ use toml::Spanned;
 use super::schema::{RawSasl, RawTls, RawZookeeper};
 use super::validator::{NeededBy, Validator};
 use super::{AclPolicy, Secret, ZookeeperConfig};
+use crate::ensemble::AclId;
 
 const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -34,20 +35,32 @@ impl Validator<'_> {
             "zookeeper.connect_timeout",
             DEFAULT_CONNECT_TIMEOUT,
         );
-        let credentials_named =
-            raw.auth.is_some() || raw.auth_env.is_some() || raw.auth_file.is_some();
+        // A client certificate is not counted: each host has its own, and a node closed to
+        // one host's would be closed to its peers.
+        let credentials_named = raw.auth.is_some()
+            || raw.auth_env.is_some()
+            || raw.auth_file.is_some()
+            || raw.sasl.is_some();
         let auth = self.auth(raw.auth, raw.auth_env, raw.auth_file);
-        let acl = raw
-            .acl
-            .as_ref()
-            .map_or(AclPolicy::Open, |acl| *acl.get_ref());
+        let acl = match &raw.acl {
+            Some(acl) => *acl.get_ref(),
+            None if credentials_named => AclPolicy::Creator,
+            None => AclPolicy::Open,
+        };
         if let (Some(acl), false, AclPolicy::Creator) = (&raw.acl, credentials_named, acl) {
             self.problem(
                 acl.span(),
                 "zookeeper.acl",
-                "\"creator\" needs credentials: set auth_file, auth_env or auth",
+                "\"creator\" needs credentials: set auth_file, auth_env, auth or sasl",
             );
         }
+        if acl == AclPolicy::Open {
+            let written = raw.acl.as_ref().map(|acl| acl.span().start);
+            if written.is_some() || !crate::ensemble::loopback_only(&connect) {
+                self.open_acl = Some(written);
+            }
+        }
+        let read_acl = self.read_acl(raw.read_acl, acl);
         let tls = raw.tls.and_then(|tls| self.tls(tls));
         let sasl = raw.sasl.and_then(|sasl| self.sasl(sasl));
         Some(ZookeeperConfig {
@@ -56,9 +69,40 @@ impl Validator<'_> {
             connect_timeout,
             auth,
             acl,
+            read_acl,
             tls,
             sasl,
         })
+    }
+
+    /// `read_acl`: the identities that may read a closed ledger, each as ZooKeeper names it.
+    fn read_acl(
+        &mut self,
+        raw: Option<Spanned<Vec<Spanned<String>>>>,
+        acl: AclPolicy,
+    ) -> Vec<AclId> {
+        let Some(raw) = raw else {
+            return Vec::new();
+        };
+        if acl == AclPolicy::Open && !raw.get_ref().is_empty() {
+            self.problem(
+                raw.span(),
+                "zookeeper.read_acl",
+                "read_acl applies to closed nodes (acl = \"creator\", the default with \
+                 credentials): open nodes are readable and writable by every client already",
+            );
+            return Vec::new();
+        }
+        raw.into_inner()
+            .into_iter()
+            .filter_map(|id| match AclId::parse(id.get_ref()) {
+                Ok(parsed) => Some(parsed),
+                Err(err) => {
+                    self.problem(id.span(), "zookeeper.read_acl", err.to_string());
+                    None
+                }
+            })
+            .collect()
     }
 
     /// Digest credentials from `auth` itself (an inline secret, noted for `zkcron check`), from

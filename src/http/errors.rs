@@ -83,6 +83,7 @@ impl From<CommandError> for ApiError {
         match err {
             CommandError::Steer(err) => err.into(),
             CommandError::Delayed(err) => ApiError::from_delayed(&err),
+            CommandError::Acl(_) => Self::new(StatusCode::SERVICE_UNAVAILABLE, chain(&err)),
             CommandError::Mismatched => Self::new(StatusCode::INTERNAL_SERVER_ERROR, chain(&err)),
         }
     }

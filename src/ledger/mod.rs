@@ -10,6 +10,7 @@
 //! (`due`), submissions (`submissions`) and the `[[limit]]` leases (`limits`).
 //! Must not: spawn processes or decide lock policy.
 
+pub mod acl;
 pub mod audit;
 pub mod broadcast;
 pub mod chains;

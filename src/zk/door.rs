@@ -14,9 +14,12 @@
 //! Must not: know what a path means or decide anything about what a fault means to the caller.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
-use zookeeper_client::{Acls, Client, CreateMode, MultiWriteError, MultiWriteResult, MultiWriter};
+use zookeeper_client::{
+    Acl, Acls, Client, CreateMode, MultiWriteError, MultiWriteResult, MultiWriter,
+};
 
 use crate::tally::{self, WriteKind};
 
@@ -143,20 +146,37 @@ impl Mode {
     }
 }
 
+/// A node's ACL as the servers keep it, to compare with another's and to show.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeAcl(Vec<Acl>);
+
+impl std::fmt::Display for NodeAcl {
+    /// `scheme:id:permissions` each, e.g. `digest:zkcron:…=:ALL,digest:grafana:…=:READ`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let entries: Vec<String> = self
+            .0
+            .iter()
+            .map(|acl| format!("{}:{}:{}", acl.scheme(), acl.id(), acl.permission()))
+            .collect();
+        f.write_str(&entries.join(","))
+    }
+}
+
 /// A ZooKeeper session as the rest of zkcron sees it. Cloning shares the session.
 #[derive(Debug, Clone)]
 pub struct Zk {
     client: Client,
-    acls: Acls<'static>,
+    /// The ACL of every node it creates (shared: a session's clones create alike).
+    acls: Arc<[Acl]>,
     bound: Option<Duration>,
 }
 
 impl Zk {
     /// Requests on `client`'s session, each bounded by `bound`, creating nodes with `acls`.
-    pub fn new(client: Client, acls: Acls<'static>, bound: Duration) -> Self {
+    pub fn new(client: Client, acls: &[Acl], bound: Duration) -> Self {
         Self {
             client,
-            acls,
+            acls: acls.into(),
             bound: Some(bound),
         }
     }
@@ -325,7 +345,7 @@ impl Zk {
         mode: Mode,
     ) -> impl Future<Output = Result<(Stat, Sequence), Fault>> + Send + 'a {
         tally::wrote(kind, 1);
-        let options = mode.client().with_acls(self.acls);
+        let options = mode.client().with_acls(Acls::new(&self.acls));
         let sent = self.client.create(path, data, &options);
         let answer = Self::bound_owned(self.bound, sent);
         async move {
@@ -333,6 +353,29 @@ impl Zk {
                 .await
                 .map(|(stat, sequence)| (stat, Sequence(sequence.into_i64())))
         }
+    }
+
+    /// A node's ACL as the servers keep it: an ACL set for the creator (`auth`) reads back as
+    /// the identities the creating session had.
+    pub fn get_acl<'a>(
+        &'a self,
+        path: &str,
+    ) -> impl Future<Output = Result<NodeAcl, Fault>> + Send + use<'a> {
+        let sent = self.client.get_acl(path);
+        let answer = Self::bound_owned(self.bound, sent);
+        async move { answer.await.map(|(acl, _)| NodeAcl(acl)) }
+    }
+
+    /// Gives a node already there the ACL this session creates nodes with, whatever its ACL
+    /// was (`zkcron acl apply`).
+    pub fn set_own_acl<'a>(
+        &'a self,
+        path: &str,
+    ) -> impl Future<Output = Result<(), Fault>> + Send + use<'a> {
+        tally::wrote(WriteKind::Acl, 1);
+        let sent = self.client.set_acl(path, &self.acls, None);
+        let answer = Self::bound_owned(self.bound, sent);
+        async move { answer.await.map(|_| ()) }
     }
 
     /// Sets a node's data, at `version` when given; the new stat.
@@ -390,7 +433,7 @@ impl Zk {
             return Ok(());
         }
         tally::wrote(WriteKind::Parents, 1);
-        let options = CreateMode::Persistent.with_acls(self.acls);
+        let options = CreateMode::Persistent.with_acls(Acls::new(&self.acls));
         Self::bound_owned(self.bound, self.client.mkdir(path, &options)).await
     }
 
@@ -576,7 +619,7 @@ impl<'a> Multi<'a> {
     /// # Errors
     /// The path is not valid.
     pub fn add_create(&mut self, path: &str, data: &[u8], mode: Mode) -> Result<(), Fault> {
-        let options = mode.client().with_acls(self.zk.acls);
+        let options = mode.client().with_acls(Acls::new(&self.zk.acls));
         self.writer.add_create(path, data, &options)?;
         self.ops += 1;
         Ok(())

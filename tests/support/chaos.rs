@@ -749,7 +749,7 @@ impl ChaosCluster {
         let client = self.client().await;
         zkcron::ledger::Ledger::new(zkcron::zk::Zk::new(
             client,
-            Acls::anyone_all(),
+            &Acls::anyone_all(),
             zkcron::zk::REQUEST_BOUND,
         ))
     }

@@ -38,7 +38,7 @@ pub fn schedule_text(
     )
 }
 
-fn zkcron(args: &[&str], config: &Path) -> std::process::Output {
+pub fn zkcron(args: &[&str], config: &Path) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_zkcron"))
         .args(args)
         .arg("--config")
@@ -84,6 +84,31 @@ pub fn zkcron_ok(args: &[&str], config: &Path) -> String {
         String::from_utf8_lossy(&output.stderr)
     );
     String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// The array `key` of a one-shot `--json` document (docs/API.md, "One JSON convention"), each
+/// element as compact JSON text: `history --json`'s `runs`, `audit --json`'s `entries`. Asserts
+/// that the document is one object with a `format` version.
+pub fn document_items(document: &str, key: &str) -> Vec<String> {
+    let parsed: serde_json::Value = serde_json::from_str(document)
+        .unwrap_or_else(|err| panic!("one JSON document ({err}): {document}"));
+    assert!(parsed["format"].is_u64(), "no format version: {document}");
+    parsed[key]
+        .as_array()
+        .unwrap_or_else(|| panic!("no array {key:?}: {document}"))
+        .iter()
+        .map(serde_json::Value::to_string)
+        .collect()
+}
+
+/// `zkcron history JOB --json EXTRA`'s run records, newest first.
+pub fn history_records(job: &str, extra: &[&str], config: &Path) -> Vec<serde_json::Value> {
+    let mut args = vec!["history", job, "--json"];
+    args.extend_from_slice(extra);
+    document_items(&zkcron_ok(&args, config), "runs")
+        .iter()
+        .map(|record| serde_json::from_str(record).expect("a record is JSON"))
+        .collect()
 }
 
 /// Runs `zkcron ARGS --config CONFIG`, asserts it was refused (exit 2), and returns its stderr.

@@ -8,6 +8,7 @@
 // Each integration test is its own crate and uses a different part of the support code.
 #![allow(dead_code, unused_imports)]
 
+pub mod api_doc;
 pub mod browser;
 pub mod chaos;
 pub mod daemon;

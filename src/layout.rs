@@ -411,6 +411,41 @@ pub struct RecordName {
     pub node: Option<NodeId>,
 }
 
+/// How many of a job's records a prune keeps (its `history`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keep {
+    /// Its newest records: a job with one record per tick or submission.
+    Records(usize),
+    /// The records of its newest ticks, however many members recorded each: a broadcast
+    /// job's, whose records per tick rise and fall with its members, so that a count of
+    /// records would keep fewer ticks while a member is away.
+    Ticks(usize),
+}
+
+impl Keep {
+    /// How many of `names` (sorted oldest first, as [`RecordName`]'s order) are beyond what
+    /// is kept: the oldest that many go.
+    pub fn excess(self, names: &[RecordName]) -> usize {
+        match self {
+            Keep::Records(keep) => names.len().saturating_sub(keep),
+            Keep::Ticks(keep) => {
+                let mut ticks = 0;
+                let mut newer: Option<i64> = None;
+                for (index, name) in names.iter().enumerate().rev() {
+                    if newer != Some(name.scheduled_unix_ms) {
+                        newer = Some(name.scheduled_unix_ms);
+                        ticks += 1;
+                        if ticks > keep {
+                            return index + 1;
+                        }
+                    }
+                }
+                0
+            }
+        }
+    }
+}
+
 impl RecordName {
     /// A tick's record.
     pub fn tick(scheduled_unix_ms: i64) -> Self {
@@ -513,6 +548,30 @@ pub fn parse_tick_node_name(name: &str) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_prune_keeps_records_or_the_records_of_whole_ticks() {
+        let name = |ms: i64, node: &str| RecordName {
+            scheduled_unix_ms: ms,
+            submission: None,
+            node: Some(NodeId::new(node)),
+        };
+        // Oldest first: tick 1 by three members, tick 2 by one, tick 3 by two.
+        let names = [
+            name(1, "a"),
+            name(1, "b"),
+            name(1, "c"),
+            name(2, "a"),
+            name(3, "a"),
+            name(3, "b"),
+        ];
+        assert_eq!(Keep::Records(4).excess(&names), 2);
+        assert_eq!(Keep::Records(9).excess(&names), 0);
+        assert_eq!(Keep::Ticks(2).excess(&names), 3, "tick 1 goes whole");
+        assert_eq!(Keep::Ticks(1).excess(&names), 4);
+        assert_eq!(Keep::Ticks(3).excess(&names), 0);
+        assert_eq!(Keep::Ticks(0).excess(&names), 6);
+    }
 
     #[test]
     fn a_mark_name_reads_back_and_foreign_names_are_refused() {

@@ -630,9 +630,15 @@ async fn pruning_a_submissions_record_frees_its_id_but_never_prunes_an_open_run(
     let job = JobName::new("close");
     // The runs ended in 1970: their `dedup_window` has long passed, so the ids go too.
     let remember = remember_at(chrono::Utc::now().timestamp_millis(), 3600);
-    let deleted = ledger::prune(&za, &paths, &job, 1, remember)
-        .await
-        .expect("pruned");
+    let deleted = ledger::prune(
+        &za,
+        &paths,
+        &job,
+        zkcron::layout::Keep::Records(1),
+        remember,
+    )
+    .await
+    .expect("pruned");
     assert_eq!(deleted, 1, "p-2 goes; p-1 is open; p-3 is the newest kept");
     let exists = |path: String| {
         let a = &a;
@@ -694,9 +700,15 @@ async fn a_pruned_submission_leaves_a_tombstone_until_its_window_has_passed() {
     }
     let job = JobName::new("close");
     let ten_minutes_later = due + 600_000;
-    let pruned = ledger::prune(&za, &paths, &job, 2, remember_at(ten_minutes_later, 3600))
-        .await
-        .expect("pruned");
+    let pruned = ledger::prune(
+        &za,
+        &paths,
+        &job,
+        zkcron::layout::Keep::Records(2),
+        remember_at(ten_minutes_later, 3600),
+    )
+    .await
+    .expect("pruned");
     assert_eq!(pruned, 3, "t-0 to t-2 go, t-3 and t-4 are kept");
     let first = &ids[0];
     let (_, state) = submissions::show(&za, &paths.delayed, &paths, first)
@@ -809,7 +821,14 @@ async fn an_anonymous_submission_leaves_no_tombstone() {
     let kept = submit(&za, &paths, "named", due + 1).await;
     run_to_the_end(&za, &paths, &kept, due + 1, token).await;
     let job = JobName::new("close");
-    let pruned = ledger::prune(&za, &paths, &job, 1, remember_at(due + 1_000, 3600)).await;
+    let pruned = ledger::prune(
+        &za,
+        &paths,
+        &job,
+        zkcron::layout::Keep::Records(1),
+        remember_at(due + 1_000, 3600),
+    )
+    .await;
     assert_eq!(pruned.expect("pruned"), 1);
     let path = paths.delayed.submission(&id);
     assert_eq!(
@@ -838,9 +857,23 @@ async fn a_record_whose_request_is_gone_is_still_pruned() {
         ids.push(id);
     }
     let job = JobName::new("close");
-    let within = ledger::prune(&za, &paths, &job, 2, remember_at(due + 1_000, 3600)).await;
+    let within = ledger::prune(
+        &za,
+        &paths,
+        &job,
+        zkcron::layout::Keep::Records(2),
+        remember_at(due + 1_000, 3600),
+    )
+    .await;
     assert_eq!(within.expect("pruned"), 1, "inside its window");
-    let after = ledger::prune(&za, &paths, &job, 1, remember_at(due + 7_200_000, 3600)).await;
+    let after = ledger::prune(
+        &za,
+        &paths,
+        &job,
+        zkcron::layout::Keep::Records(1),
+        remember_at(due + 7_200_000, 3600),
+    )
+    .await;
     assert_eq!(after.expect("pruned"), 1, "after its window");
 }
 
@@ -872,9 +905,15 @@ async fn a_record_that_promises_a_retry_is_not_pruned() {
         run_to_the_end(&za, &paths, &id, due + n, token).await;
     }
     let job = JobName::new("close");
-    let pruned = ledger::prune(&za, &paths, &job, 1, remember_at(due + 10_000, 3600))
-        .await
-        .expect("pruned");
+    let pruned = ledger::prune(
+        &za,
+        &paths,
+        &job,
+        zkcron::layout::Keep::Records(1),
+        remember_at(due + 10_000, 3600),
+    )
+    .await
+    .expect("pruned");
     assert_eq!(pruned, 2, "r-1 and r-2 go; r-0's promise stays");
     assert!(a.check_stat(&claim.path).await.expect("stat").is_some());
 }

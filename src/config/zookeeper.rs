@@ -19,6 +19,26 @@ use crate::ensemble::AclId;
 const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Whether every server of `connect` is on this host (`127.0.0.0/8`, `::1`, `localhost`): an
+/// ensemble no other host can reach, where open nodes are a developer's, not a fleet's.
+fn loopback_only(connect: &str) -> bool {
+    let Ok((hosts, _)) = crate::ensemble::split_connect(connect) else {
+        return false;
+    };
+    hosts.split(',').all(|server| {
+        let server = server.trim();
+        let server = server.strip_prefix("tcp://").unwrap_or(server);
+        let host = match server.strip_prefix('[') {
+            Some(bracketed) => bracketed.split(']').next().unwrap_or_default(),
+            None => server.rsplit_once(':').map_or(server, |(host, _)| host),
+        };
+        host == "localhost"
+            || host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    })
+}
+
 impl Validator<'_> {
     pub(super) fn zookeeper(&mut self, raw: RawZookeeper) -> Option<ZookeeperConfig> {
         let connect = raw.connect.get_ref().trim().to_owned();
@@ -56,7 +76,7 @@ impl Validator<'_> {
         }
         if acl == AclPolicy::Open {
             let written = raw.acl.as_ref().map(|acl| acl.span().start);
-            if written.is_some() || !crate::ensemble::loopback_only(&connect) {
+            if written.is_some() || !loopback_only(&connect) {
                 self.open_acl = Some(written);
             }
         }
@@ -244,6 +264,30 @@ impl Validator<'_> {
                 }
                 None
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ensemble_on_this_host_alone_is_loopback_only() {
+        for here in [
+            "127.0.0.1:2181",
+            "localhost:2181,127.0.0.2:2182/app",
+            "[::1]:2181",
+        ] {
+            assert!(loopback_only(here), "{here}");
+        }
+        for beyond in [
+            "zk1:2181",
+            "127.0.0.1:2181,10.0.0.5:2181",
+            "[2001:db8::1]:2181",
+            "/x",
+        ] {
+            assert!(!loopback_only(beyond), "{beyond}");
         }
     }
 }

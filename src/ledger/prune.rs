@@ -15,7 +15,7 @@ use super::error::ClaimError;
 use super::records::record_names;
 use crate::delayed::submission::{self, ForgetBucket, FormatError, Stored, SubmissionId};
 use crate::ids::JobName;
-use crate::layout::{LedgerPaths, RecordName};
+use crate::layout::{Keep, LedgerPaths, RecordName};
 use crate::run::RecordError;
 use crate::run::RunRecord;
 use crate::tally::WriteKind;
@@ -57,7 +57,7 @@ struct Doomed {
     request: RequestFate,
 }
 
-/// Deletes `job`'s oldest records beyond the newest `keep`, at most [`PRUNE_BATCH`] per call,
+/// Deletes `job`'s oldest records beyond what `keep` keeps, at most [`PRUNE_BATCH`] per call,
 /// `PRUNE_MULTI` per transaction. A submission's record takes its request along: deleted when
 /// the run ended more than `remember.window` ago, otherwise made a tombstone that answers a
 /// resubmit of its id until then. A submission's run still open, or whose record promises a
@@ -71,14 +71,14 @@ pub async fn prune(
     client: &Ledger,
     paths: &LedgerPaths,
     job: &JobName,
-    keep: usize,
+    keep: Keep,
     remember: Remember,
 ) -> Result<usize, ClaimError> {
     let names = record_names(client, paths, job).await?;
-    if names.len() <= keep {
+    let excess = keep.excess(&names);
+    if excess == 0 {
         return Ok(0);
     }
-    let excess = names.len() - keep;
     let oldest: Vec<RecordName> = names.into_iter().take(excess.min(PRUNE_BATCH)).collect();
     let doomed = doomed(client, paths, job, &oldest, remember).await?;
     let mut made = HashSet::new();

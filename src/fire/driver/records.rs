@@ -18,14 +18,14 @@ use crate::fire::machine::{
     CatchUpInput, ClaimId, ClaimInput, ClaimRefused, Input, RecordWrite, TickClaim,
 };
 use crate::ids::{JobName, SessionId};
-use crate::layout::LedgerPaths;
+use crate::layout::{Keep, LedgerPaths};
 use crate::ledger::{self, ClaimError, ClaimPlan};
 use crate::report::error_chain;
 use crate::run::{self, RunRecord};
 use crate::view::NodeView;
 
 /// Per job with a prune out, the prune asked for since (`keep`, `dedup_window`), if any.
-pub(super) type Pruning = Arc<Mutex<HashMap<JobName, Option<(usize, Duration)>>>>;
+pub(super) type Pruning = Arc<Mutex<HashMap<JobName, Option<(Keep, Duration)>>>>;
 
 /// A job's prune out, until dropped (done, or its task dropped with the session).
 struct PruneOut {
@@ -37,7 +37,7 @@ struct PruneOut {
 
 impl PruneOut {
     /// `None` while a prune of `job` is out already: this one is owed, and goes after it.
-    fn of(pruning: &Pruning, job: &JobName, asked: (usize, Duration)) -> Option<Self> {
+    fn of(pruning: &Pruning, job: &JobName, asked: (Keep, Duration)) -> Option<Self> {
         let mut out = pruning.lock().ok()?;
         if let Some(owed) = out.get_mut(job) {
             *owed = Some(asked);
@@ -52,13 +52,13 @@ impl PruneOut {
     }
 
     /// The prune asked for while this one was out, if any; the job stays out.
-    fn owed(&mut self) -> Option<(usize, Duration)> {
+    fn owed(&mut self) -> Option<(Keep, Duration)> {
         self.pruning.lock().ok()?.get_mut(&self.job)?.take()
     }
 
     /// The prune asked for while this one was out, if any (the job stays out for it); else the
     /// job is no longer out, in the same step.
-    fn next(&mut self) -> Option<(usize, Duration)> {
+    fn next(&mut self) -> Option<(Keep, Duration)> {
         let mut out = self.pruning.lock().ok()?;
         let owed = out.get_mut(&self.job).and_then(Option::take);
         if owed.is_none() {
@@ -422,8 +422,8 @@ impl Records {
         None
     }
 
-    /// Prunes `job`'s records beyond the `keep` newest.
-    pub fn prune(&self, s: &Session, job: JobName, keep: usize, remember: Duration) -> Option<()> {
+    /// Prunes `job`'s records beyond what `keep` keeps.
+    pub fn prune(&self, s: &Session, job: JobName, keep: Keep, remember: Duration) -> Option<()> {
         let client = s.client.clone()?;
         let Some(mut out) = PruneOut::of(&self.pruning, &job, (keep, remember)) else {
             return Some(());
@@ -439,7 +439,7 @@ impl Records {
                 let pruned = bounded(job.as_str(), ledger::prune(&client, &paths, &job, keep, remember)).await;
                 match &pruned {
                     Some(Ok(0)) | None => {}
-                    Some(Ok(deleted)) => tracing::debug!(job = %job, deleted, keep, "old run records pruned"),
+                    Some(Ok(deleted)) => tracing::debug!(job = %job, deleted, ?keep, "old run records pruned"),
                     Some(Err(err)) => tracing::warn!(job = %job, error = %error_chain(err), "pruning run records failed"),
                 }
                 // A full batch leaves more behind: a burst's records go now, not with the next
@@ -480,24 +480,28 @@ mod tests {
         let pruning = Pruning::default();
         let job = JobName::new("a");
         let day = Duration::from_secs(86_400);
-        let mut out = PruneOut::of(&pruning, &job, (100, day)).expect("none out");
+        let mut out = PruneOut::of(&pruning, &job, (Keep::Records(100), day)).expect("none out");
         assert!(
-            PruneOut::of(&pruning, &job, (50, day)).is_none(),
+            PruneOut::of(&pruning, &job, (Keep::Records(50), day)).is_none(),
             "one at a time"
         );
-        assert!(PruneOut::of(&pruning, &job, (10, day)).is_none());
-        assert_eq!(out.next(), Some((10, day)), "the last one asked goes next");
+        assert!(PruneOut::of(&pruning, &job, (Keep::Records(10), day)).is_none());
+        assert_eq!(
+            out.next(),
+            Some((Keep::Records(10), day)),
+            "the last one asked goes next"
+        );
         assert!(
-            PruneOut::of(&pruning, &job, (20, day)).is_none(),
+            PruneOut::of(&pruning, &job, (Keep::Records(20), day)).is_none(),
             "still out"
         );
-        assert_eq!(out.owed(), Some((20, day)));
+        assert_eq!(out.owed(), Some((Keep::Records(20), day)));
         assert_eq!(out.next(), None, "nothing owed: done");
         drop(out);
-        let again = PruneOut::of(&pruning, &job, (100, day)).expect("out again");
+        let again = PruneOut::of(&pruning, &job, (Keep::Records(100), day)).expect("out again");
         drop(again);
         assert!(
-            PruneOut::of(&pruning, &job, (100, day)).is_some(),
+            PruneOut::of(&pruning, &job, (Keep::Records(100), day)).is_some(),
             "a dropped prune (its session gone) leaves nothing out"
         );
     }

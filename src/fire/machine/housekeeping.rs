@@ -15,6 +15,7 @@ use chrono::{DateTime, Utc};
 use super::protocol::Action;
 use crate::config::JobConfig;
 use crate::ids::JobName;
+use crate::layout::Keep;
 
 /// A job's old records are pruned at most this often (`history`).
 const PRUNE_EVERY: Duration = Duration::from_millis(500);
@@ -74,7 +75,7 @@ impl Housekeeping {
                 self.prune_later.remove(job);
                 out.push(Action::Prune {
                     job: job.clone(),
-                    keep: retention.keep,
+                    keep: Keep::Records(retention.keep),
                     remember: retention.remember,
                 });
             }

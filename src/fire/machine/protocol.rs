@@ -14,7 +14,7 @@ use crate::config::JobConfig;
 use crate::control::Pauses;
 use crate::delayed::submission::{DueBucket, Submission, SubmissionId};
 use crate::ids::{FencingToken, JobName, NodeId};
-use crate::layout::MarkName;
+use crate::layout::{Keep, MarkName};
 use crate::lock::LockStatus;
 use crate::lock::node::LiveMember;
 use crate::run::{
@@ -449,11 +449,11 @@ pub enum RecordWrite {
 /// A command for the driver.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
-    /// Keep the job's newest `keep` records. A pruned submission's id stays remembered (a
-    /// tombstone) until `remember` after its run ended (`dedup_window`).
+    /// Keep the job's newest records, as many as `keep` says. A pruned submission's id stays
+    /// remembered (a tombstone) until `remember` after its run ended (`dedup_window`).
     Prune {
         job: JobName,
-        keep: usize,
+        keep: Keep,
         remember: Duration,
     },
     /// A write to the operators' `control/` nodes: a backfill request taken, a job paused.

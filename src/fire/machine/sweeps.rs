@@ -24,6 +24,7 @@ use super::protocol::{Action, BroadcastAction, ClaimRefused, TickRecords};
 use super::steering::Steering;
 use crate::config::JobConfig;
 use crate::ids::{FencingToken, JobName, NodeId};
+use crate::layout::Keep;
 use crate::lock::node::LiveMember;
 use crate::run::RunRecord;
 
@@ -90,6 +91,9 @@ pub(super) struct Sweeps {
     under_way: BTreeMap<(JobName, DateTime<Utc>), Sweep>,
     /// This node owns the group's lock: it sweeps.
     sweeping: bool,
+    /// The most members a tick of each job had since this node began sweeping it: a prune is
+    /// asked for when the job holds more than `history` ticks of that many.
+    peak_members: HashMap<JobName, usize>,
 }
 
 impl Sweeps {
@@ -293,13 +297,16 @@ impl Sweeps {
                 nodes: gone,
             }));
         }
-        let keep = config.history.saturating_mul(members.len().max(1));
-        if read.records > keep {
+        // Pruned by ticks: `history` of them are kept whether a member was away or not. The
+        // listing a prune costs is asked for once the records could hold more.
+        let peak = self.peak_members.entry(job.clone()).or_default();
+        *peak = (*peak).max(members.len()).max(1);
+        if read.records > config.history.saturating_mul(*peak) {
             // A broadcast's records are ticks': no submission id to remember.
             let remember = Duration::ZERO;
             out.push(Action::Prune {
                 job: job.clone(),
-                keep,
+                keep: Keep::Ticks(config.history),
                 remember,
             });
         }

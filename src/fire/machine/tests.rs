@@ -1519,7 +1519,7 @@ fn a_failed_run_is_retried_after_its_backoff_as_the_next_attempt() {
         m.handle(written(&failed), t(62_205)),
         vec![Action::Prune {
             job: JobName::new("a"),
-            keep: 100,
+            keep: crate::layout::Keep::Records(100),
             remember: Duration::from_secs(3600),
         }],
         "retries = 1: no third attempt"

@@ -289,7 +289,7 @@ fn the_owner_sweeps_each_tick_after_its_grace_and_a_follower_never() {
 }
 
 #[test]
-fn a_sweep_closes_the_runs_of_members_gone_and_prunes_per_member() {
+fn a_sweep_closes_the_runs_of_members_gone_and_prunes_by_ticks() {
     let mut m = owning(&broadcast(""));
     timer_actions(&mut m, 1_000);
     m.handle(members_read(1_000, vec![live("b"), live("c")]), t(1_000));
@@ -306,15 +306,52 @@ fn a_sweep_closes_the_runs_of_members_gone_and_prunes_per_member() {
         })),
         "c, a member at the tick and gone since, has its open runs closed: {actions:?}"
     );
-    let keep = m_history(&broadcast("")) * 2;
     assert!(
         actions.contains(&Action::Prune {
             job: JobName::new("everywhere"),
-            keep,
+            keep: crate::layout::Keep::Ticks(m_history(&broadcast(""))),
             remember: std::time::Duration::ZERO,
         }),
-        "the job's records beyond its history per member go: {actions:?}"
+        "the records of the ticks beyond its history go: {actions:?}"
     );
+}
+
+/// The soak of 2026-12-02 evening: a prune's count of records followed the members of the
+/// tick it swept, so with two of four members away the job kept half the ticks its history
+/// promised. Now it is asked for only once the records could hold more than `history` ticks of
+/// the most members a tick had, and it keeps ticks.
+#[test]
+fn members_away_ask_for_no_prune_that_would_keep_fewer_ticks() {
+    let mut m = owning(&broadcast(""));
+    let history = m_history(&broadcast(""));
+    let pruned = |actions: &[Action]| {
+        actions
+            .iter()
+            .any(|action| matches!(action, Action::Prune { .. }))
+    };
+    timer_actions(&mut m, 1_000);
+    m.handle(
+        members_read(1_000, vec![live("b"), live("c"), live("n1")]),
+        t(1_000),
+    );
+    timer_actions(&mut m, 6_000);
+    let all = tick_records(&["b", "c", "n1"], &["b", "c", "n1"], 2 * history);
+    assert!(!pruned(&m.handle(tick_read(1_000, all), t(6_000))));
+    timer_actions(&mut m, 2_000);
+    m.handle(members_read(2_000, vec![live("n1")]), t(2_000));
+    timer_actions(&mut m, 7_000);
+    // Two ticks' worth per member of a three-member fleet: more than one member's history, not
+    // more than three members'.
+    let alone = tick_records(&["n1"], &["n1"], 2 * history + 1);
+    let actions = m.handle(tick_read(2_000, alone), t(7_000));
+    assert!(!pruned(&actions), "{actions:?}");
+    // Beyond three members' history: the ticks beyond `history` go.
+    timer_actions(&mut m, 3_000);
+    m.handle(members_read(3_000, vec![live("n1")]), t(3_000));
+    timer_actions(&mut m, 8_000);
+    let beyond = tick_records(&["n1"], &["n1"], 3 * history + 1);
+    let actions = m.handle(tick_read(3_000, beyond), t(8_000));
+    assert!(pruned(&actions), "{actions:?}");
 }
 
 /// A job's `history` as the schedule gives it.

@@ -68,7 +68,7 @@ fn a_paused_jobs_ticks_are_recorded_skipped_with_who_and_why_and_resume_fires_th
         m.handle(ok(a[0]), t(760)),
         vec![Action::Prune {
             job: JobName::new("a"),
-            keep: 100,
+            keep: crate::layout::Keep::Records(100),
             remember: Duration::from_secs(3600),
         }],
         "skipped records are kept to `history` like runs"

@@ -1349,12 +1349,12 @@ impl ChaosCluster {
         for job in &self.fleet.jobs {
             let (job, period) = (job.name.as_str(), job.period_ms());
             let dir = format!("{ROOT}/runs/{job}");
-            let names = client.list_children(&dir).await.unwrap_or_default();
+            let names = children_of(&client, &dir).await;
             for name in names {
                 let Some(tick_ms) = parse_tick_node_name(&name) else {
                     continue;
                 };
-                let Ok((data, _)) = client.get_data(&format!("{dir}/{name}")).await else {
+                let Some(data) = data_of(&client, &format!("{dir}/{name}")).await else {
                     continue;
                 };
                 let missed = ledger.recorded_missed.entry(job.to_owned()).or_default();
@@ -1400,7 +1400,7 @@ impl ChaosCluster {
         }
         if self.fleet.broadcast {
             let dir = format!("{ROOT}/runs/{BROADCAST}");
-            for name in client.list_children(&dir).await.unwrap_or_default() {
+            for name in children_of(&client, &dir).await {
                 let Some(RecordName {
                     scheduled_unix_ms,
                     node: Some(node),
@@ -1409,7 +1409,7 @@ impl ChaosCluster {
                 else {
                     continue;
                 };
-                let Ok((data, _)) = client.get_data(&format!("{dir}/{name}")).await else {
+                let Some(data) = data_of(&client, &format!("{dir}/{name}")).await else {
                     continue;
                 };
                 let status = RunRecord::parse(&data).map_or_else(
@@ -1422,7 +1422,7 @@ impl ChaosCluster {
         }
         if self.fleet.chained {
             let dir = format!("{ROOT}/runs/{CHAINED}");
-            let names = client.list_children(&dir).await.unwrap_or_default();
+            let names = children_of(&client, &dir).await;
             ledger.chained_recorded = names
                 .iter()
                 .filter_map(|name| parse_tick_node_name(name))
@@ -1656,7 +1656,7 @@ impl ChaosCluster {
     async fn submissions_recorded(&self, job: &str) -> BTreeSet<String> {
         let client = self.client().await;
         let dir = format!("{ROOT}/runs/{job}");
-        let names = client.list_children(&dir).await.unwrap_or_default();
+        let names = children_of(&client, &dir).await;
         names
             .iter()
             .filter_map(|name| Some(name.split_once('-')?.1.to_owned()))
@@ -1667,10 +1667,10 @@ impl ChaosCluster {
     async fn succeeded_submissions(&self) -> BTreeMap<String, String> {
         let client = self.client().await;
         let dir = format!("{ROOT}/runs/{SUB}");
-        let names = client.list_children(&dir).await.unwrap_or_default();
+        let names = children_of(&client, &dir).await;
         let mut succeeded = BTreeMap::new();
         for name in names {
-            let Ok((data, _)) = client.get_data(&format!("{dir}/{name}")).await else {
+            let Some(data) = data_of(&client, &format!("{dir}/{name}")).await else {
                 continue;
             };
             let Ok(record) = RunRecord::parse(&data) else {
@@ -2044,4 +2044,42 @@ fn children_logged(log: &Path) -> BTreeMap<String, Vec<(String, String)>> {
             .push((node.to_owned(), parent.to_owned()));
     }
     runs
+}
+
+/// How long a check's read of the ledger is tried again: an ensemble whose leader the last
+/// fault stopped (a full disk) elects another within seconds.
+const READ_WITHIN: Duration = Duration::from_secs(30);
+
+/// `path`'s data at the end of a scenario; `None` when it is not there. A read that fails
+/// otherwise is tried again for [`READ_WITHIN`], then fails the check naming the path: a record
+/// skipped for a failed read reads as a lost one, or as a parent that did not succeed (the soak
+/// of 2026-12-02 evening).
+async fn data_of(client: &Client, path: &str) -> Option<Vec<u8>> {
+    let deadline = tokio::time::Instant::now() + READ_WITHIN;
+    loop {
+        match client.get_data(path).await {
+            Ok((data, _)) => return Some(data),
+            Err(zookeeper_client::Error::NoNode) => return None,
+            Err(err) if tokio::time::Instant::now() >= deadline => {
+                panic!("{path}: not read within {READ_WITHIN:?}: {err}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// `dir`'s children at the end of a scenario, as [`data_of`] reads data: none when `dir` is not
+/// there, a failed listing tried again.
+async fn children_of(client: &Client, dir: &str) -> Vec<String> {
+    let deadline = tokio::time::Instant::now() + READ_WITHIN;
+    loop {
+        match client.list_children(dir).await {
+            Ok(names) => return names,
+            Err(zookeeper_client::Error::NoNode) => return Vec::new(),
+            Err(err) if tokio::time::Instant::now() >= deadline => {
+                panic!("{dir}: not listed within {READ_WITHIN:?}: {err}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
 }

@@ -447,7 +447,7 @@ async fn a_thousand_submissions_survive_a_kill_9_of_the_owner_each_run_at_most_o
                 "{not_reached}\n{} lines in the run log, {} records; not run: {:?}\n\
                  pending:\n{pending}\n{}",
                 ran.lines().count(),
-                history.lines().count(),
+                support::daemon::document_items(&history, "runs").len(),
                 &missing[..missing.len().min(20)],
                 tails.join("\n")
             );
@@ -462,10 +462,9 @@ async fn a_thousand_submissions_survive_a_kill_9_of_the_owner_each_run_at_most_o
             .or_default()
             .push((f[1].to_owned(), f[2].to_owned()));
     }
-    let interrupted: Vec<String> = history
-        .lines()
+    let interrupted: Vec<String> = support::daemon::document_items(&history, "runs")
+        .into_iter()
         .filter(|l| l.contains("\"status\":\"interrupted\""))
-        .map(|l| l.to_owned())
         .collect();
     for i in 0..SUBMISSIONS {
         let id = format!("s{i:04}");

@@ -262,6 +262,9 @@ async fn an_open_ledger_is_closed_in_place_and_the_fleet_fires_on() {
     assert_eq!(applied["format"], 1, "{applied}");
     assert!(applied["changed"].as_u64() > Some(3), "{applied}");
     assert_eq!(applied["refused"], serde_json::json!([]), "{applied}");
+    let again = support::daemon::zkcron(&["acl", "apply", "--json"], &new.config);
+    let again: serde_json::Value = serde_json::from_slice(&again.stdout).expect("one document");
+    assert_eq!(again["changed"], 0, "nothing left to close: {again}");
     let audited = zkcron_ok(&["audit", "--json"], &new.config);
     assert!(
         audited.contains("\"action\":\"acl\"") && audited.contains("\"result\":\"ok\""),

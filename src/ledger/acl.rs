@@ -38,12 +38,13 @@ pub struct AclApplied {
 /// The directory itself cannot be set or read (it is missing, or closed to these credentials).
 pub async fn apply(client: &Ledger, dir: &str) -> Result<AclApplied, RequestFailed> {
     let zk = client.zk();
+    let had: NodeAcl = zk.get_acl(dir).await.map_err(RequestFailed::on(dir))?;
     zk.set_own_acl(dir).await.map_err(RequestFailed::on(dir))?;
     let want: NodeAcl = zk.get_acl(dir).await.map_err(RequestFailed::on(dir))?;
     let mut applied = AclApplied {
         acl: want.to_string(),
         nodes: 1,
-        changed: 1,
+        changed: usize::from(had != want),
         ..AclApplied::default()
     };
     let mut to_visit: Vec<String> = zk

@@ -148,6 +148,22 @@ fn a_tick_neither_fired_nor_recorded_missed_is_lost_and_a_missed_record_accounts
     assert_eq!(check(&o), lost);
 }
 
+/// Issue 53: catch-up records the ticks behind a job's newest record that no record stands
+/// for; one that ran and is recorded as never run would be a ledger that lies.
+#[test]
+fn a_started_tick_that_a_missed_record_says_never_ran_is_caught() {
+    let mut o = clean();
+    o.said_not_run
+        .insert("fast".into(), BTreeSet::from([2000, 5000]));
+    assert_eq!(
+        check(&o),
+        [Violation::RunButRecordedMissed {
+            job: "fast".into(),
+            tick_ms: 2000
+        }]
+    );
+}
+
 #[test]
 fn a_started_run_without_a_final_record_is_caught() {
     let mut o = clean();

@@ -487,6 +487,17 @@ impl JobConfig {
         self.schedule.as_ref()?.next_after(after)
     }
 
+    /// Whether `other` has the same ticks: the same expression in the same zone with the same
+    /// daylight-saving rule, and the same calendars.
+    pub fn same_ticks(&self, other: &JobConfig) -> bool {
+        let ticks = |job: &JobConfig| {
+            job.schedule
+                .as_ref()
+                .map(|s| (s.expression().to_owned(), s.timezone(), s.dst_rule()))
+        };
+        ticks(self) == ticks(other) && self.calendars == other.calendars
+    }
+
     /// When `tick` starts: the tick itself, or with `jitter` a little after it — the same
     /// instant on every node ([`crate::schedule::jitter_offset`]).
     pub fn start_of(&self, tick: DateTime<Utc>) -> DateTime<Utc> {

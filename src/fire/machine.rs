@@ -128,7 +128,7 @@ impl FireMachine {
             starts: Starts::default(),
             // Beyond chrono's range means "no lead": fire at the tick.
             claim_ahead: chrono::Duration::from_std(claim_ahead).unwrap_or_default(),
-            jobs: Jobs::of(&jobs),
+            jobs: Jobs::of(&jobs, now),
             queue: FireQueue::new(&jobs, now),
             lock: LockStatus::default(),
             outage: None,
@@ -511,7 +511,7 @@ impl FireMachine {
         let jobs = &jobs[..];
         let was_elsewhere = std::mem::replace(&mut self.elsewhere, elsewhere);
         self.queue = self.queue.rebuilt(jobs, now);
-        let (added, gone) = self.jobs.reload(jobs);
+        let (added, gone) = self.jobs.reload(jobs, now);
         for gone in &gone {
             self.streaks.forget(gone);
         }

@@ -1168,6 +1168,7 @@ impl ChaosCluster {
                 .collect(),
             final_records: ledger.final_records.clone(),
             recorded_missed: ledger.recorded_missed.clone(),
+            said_not_run: ledger.said_not_run.clone(),
             owner_samples: self.owner_samples(stop_ms),
             ..Observed::default()
         };
@@ -1382,9 +1383,14 @@ impl ChaosCluster {
                     RunStatus::Missed => {
                         let from = record.missed_from_unix_ms.unwrap_or(tick_ms);
                         let mut tick = from;
+                        let first_attempt = record.attempt <= 1;
                         while tick <= tick_ms {
                             missed.insert(tick);
                             ledger.missed_ticks += 1;
+                            if first_attempt {
+                                let not_run = ledger.said_not_run.entry(job.to_owned());
+                                not_run.or_default().insert(tick);
+                            }
                             tick += period;
                         }
                     }
@@ -1980,6 +1986,7 @@ struct Ledger {
     /// Each node's record of each tick of [`BROADCAST`]: its status.
     broadcast_recorded: BTreeMap<(i64, String), String>,
     recorded_missed: BTreeMap<String, BTreeSet<i64>>,
+    said_not_run: BTreeMap<String, BTreeSet<i64>>,
     missed_ticks: usize,
     /// Every record, `job tick status [missed_from]`, for a failing scenario's message.
     listing: Vec<String>,

@@ -49,6 +49,9 @@ pub struct Observed {
     pub in_fault: BTreeMap<String, Vec<i64>>,
     /// Per job, the ticks recorded `missed` or `skipped` in the ledger.
     pub recorded_missed: BTreeMap<String, BTreeSet<i64>>,
+    /// Per job, the ticks a `missed` record of a first attempt says never ran: a gap's, or a
+    /// claimed tick's too late to start (a retry's `missed` record speaks of its own attempt).
+    pub said_not_run: BTreeMap<String, BTreeSet<i64>>,
     /// (job, tick) of every run with a final record in the ledger.
     pub final_records: BTreeSet<(String, i64)>,
     /// Samples of who said it owns which group's lock.
@@ -98,6 +101,11 @@ pub enum Violation {
         tick_ms: i64,
     },
     NoFinalRecord {
+        job: String,
+        tick_ms: i64,
+    },
+    /// Started, yet the ledger says it never ran: a record that lies.
+    RunButRecordedMissed {
         job: String,
         tick_ms: i64,
     },
@@ -177,6 +185,20 @@ pub fn check(observed: &Observed) -> Vec<Violation> {
                     after_tick: first.tick_ms,
                 });
             }
+        }
+    }
+
+    // No tick both started and recorded as one that never ran.
+    for (job, tick_ms) in starts.keys() {
+        if observed
+            .said_not_run
+            .get(*job)
+            .is_some_and(|ticks| ticks.contains(tick_ms))
+        {
+            found.push(Violation::RunButRecordedMissed {
+                job: (*job).to_owned(),
+                tick_ms: *tick_ms,
+            });
         }
     }
 

@@ -68,6 +68,8 @@ pub(super) fn records_listed(
         config: &state.config,
         runs: &starts.runs,
         claims: &starts.claims,
+        unrecorded: &starts.unrecorded,
+        schedule_since: state.schedule_since,
         newest_tick: state.newest_tick,
         first_handled: state
             .held

@@ -1,10 +1,13 @@
 //! Catch-up, the part of the fire machine that runs when a node starts being able to fire (it
 //! acquired the lock, or ZooKeeper came back): resolve runs the previous owner left open
 //! (`on_interrupted`), decide about ticks nobody fired (`misfire`, `starting_deadline`), and
-//! record every gap as one `missed` record.
+//! record every gap as one `missed` record — the ticks after the job's newest record, and those
+//! behind it that no record stands for (a node claimed a later tick before their record was
+//! written, then lost the lock).
 //!
 //! Owns: one job's catch-up while it is decided ([`CatchUp`]), which records are interrupted,
-//! which missed ticks start and in what order, the gaps' reasons. A brand-new job (no records)
+//! which missed ticks start and in what order, which ticks behind the newest record are holes,
+//! the gaps' reasons. A brand-new job (no records)
 //! never backfills. It decides and hands back what to send: the router claims.
 //! Must not: do I/O (the listing comes in as [`JobRecords`]), fire on-time ticks, or reach into
 //! the router's state (what it needs comes in as [`Ground`]).
@@ -17,6 +20,7 @@ use chrono::{DateTime, Utc};
 use super::claims::Claims;
 use super::protocol::{Action, CatchUpAction, FireReason, Item, JobRecords, Me};
 use super::runs::{Retry, Runs};
+use super::unrecorded::Unrecorded;
 use crate::config::{Concurrency, JobConfig, Misfire, OnInterrupted};
 use crate::delayed::submission::SubmissionId;
 use crate::ids::{FencingToken, JobName, NodeId};
@@ -27,6 +31,8 @@ use crate::run::{RunRecord, RunStatus};
 pub const RESOLVE_WINDOW: usize = 10;
 /// Ticks counted one by one in a gap; a longer outage is recorded with this as a lower bound.
 const GAP_COUNT_LIMIT: u64 = 100_000;
+/// Ticks looked at at most behind a job's newest record for ones no record stands for.
+const HOLE_LOOK_LIMIT: usize = 10_000;
 
 /// One job's catch-up while it is being decided.
 #[derive(Debug, Default)]
@@ -83,6 +89,11 @@ pub(super) struct Ground<'a> {
     pub runs: &'a Runs,
     /// The claims out or held on this node.
     pub claims: &'a Claims,
+    /// The records this node owes the ledger, or has out: it writes them itself.
+    pub unrecorded: &'a Unrecorded,
+    /// Since when this node has fired the job's ticks as its schedule says now: no earlier
+    /// tick is looked for behind its newest record.
+    pub schedule_since: DateTime<Utc>,
     /// The newest tick of the job started here or found recorded.
     pub newest_tick: Option<DateTime<Utc>>,
     /// The first tick this node handles itself (held behind catch-up, or queued).
@@ -191,6 +202,7 @@ impl CatchUp {
                 }));
         }
         resume_retries(ground, &records, &mut listed);
+        record_holes(ground, &records, &mut listed);
         let latest = records.ticks.iter().copied().max();
         let planned = plan_missed(ground, latest, &mut listed);
         listed.latest = latest.and_then(DateTime::from_timestamp_millis);
@@ -345,6 +357,95 @@ fn may_still_run(ground: &Ground<'_>, record: &RunRecord, live: &[NodeId]) -> bo
     ground.config.concurrency != Concurrency::Forbid
         && record.node_id != ground.me.node_id
         && live.contains(&record.node_id)
+}
+
+/// Ticks behind the job's newest record that no record stands for, recorded `missed`, one
+/// record per run of them. Such a tick is one whose `missed` record a node could not write (a
+/// refused or unanswered claim) before it claimed a later tick and lost the lock (issue 53's
+/// soak); no claim ever reaches it again, for an older tick never starts after a newer one,
+/// and the gaps of [`plan_missed`] begin after the newest record.
+///
+/// Looked for only where the listing shows every record (the newest [`RESOLVE_WINDOW`] ticks',
+/// so that a gap's or a calendar's record is known to stand for the ticks it covers), and only
+/// since this node has fired the schedule as it is now: a tick of an older schedule is not
+/// this one's to account for. A tick this node still has a claim out for, or owes a record of
+/// itself, is left to that claim or record.
+fn record_holes(ground: &Ground<'_>, records: &JobRecords, listed: &mut Listed) {
+    let config = ground.config;
+    let name = &config.spec.name;
+    let mut window = records.ticks.clone();
+    window.sort_unstable();
+    window.dedup();
+    let window = &window[window.len().saturating_sub(RESOLVE_WINDOW)..];
+    let (Some(&oldest), Some(&newest)) = (window.first(), window.last()) else {
+        return;
+    };
+    let mut floor = oldest.max(ground.schedule_since.timestamp_millis());
+    let mut covered = Vec::with_capacity(window.len());
+    for &tick in window {
+        let record = records
+            .newest
+            .iter()
+            .map(|(record, _)| record)
+            .find(|record| record.submission_id.is_none() && record.scheduled_unix_ms == tick);
+        match record {
+            Some(record) => covered.push(covers(record)),
+            // Not read (a newer zkcron's): what it stands for is unknown; look above it only.
+            None => floor = floor.max(tick),
+        }
+    }
+    let Some(mut cursor) = DateTime::from_timestamp_millis(floor).filter(|_| floor < newest) else {
+        return;
+    };
+    let (mut holes, mut gap) = (Vec::new(), None);
+    let mut looked = 0;
+    while let Some(next) = config
+        .next_tick_after(cursor)
+        .filter(|next| next.timestamp_millis() < newest)
+    {
+        looked += 1;
+        if looked > HOLE_LOOK_LIMIT {
+            tracing::warn!(job = %name, from = %next, looked = HOLE_LOOK_LIMIT, "catch-up: ticks behind the newest record not all looked at");
+            break;
+        }
+        let ms = next.timestamp_millis();
+        cursor = next;
+        let stands_for = covered
+            .iter()
+            .find(|(from, through)| (*from..=*through).contains(&ms));
+        if let Some(&(_, through)) = stands_for {
+            cursor = DateTime::from_timestamp_millis(through).map_or(next, |t| t.max(next));
+        } else if config.calendars.skips(next).is_none()
+            && !ground.claims.out_for_tick(name, ms)
+            && !ground.unrecorded.covers(name, ms)
+        {
+            Gap::add(&mut gap, next);
+            continue;
+        }
+        holes.extend(gap.take());
+    }
+    holes.extend(gap);
+    for hole in holes {
+        let why = "no node recorded these ticks and a later one ran: its owner lost the lock \
+                   before recording them";
+        listed
+            .records
+            .push(RecordOnly::Create(gap_record(ground, hole, why)));
+    }
+}
+
+/// The first and last tick `record` stands for: a gap's, a calendar's run of skipped ticks, or
+/// its own.
+fn covers(record: &RunRecord) -> (i64, i64) {
+    let tick = record.scheduled_unix_ms;
+    (
+        record
+            .missed_from_unix_ms
+            .map_or(tick, |from| from.min(tick)),
+        record
+            .skipped_through_unix_ms
+            .map_or(tick, |to| to.max(tick)),
+    )
 }
 
 /// The ticks after the job's latest record that nobody fired, and before the first tick this

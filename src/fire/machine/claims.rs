@@ -16,7 +16,7 @@ use super::protocol::{Action, ClaimAction, ClaimId, Fence, RunAction, TickClaim}
 use crate::config::Concurrency;
 use crate::delayed::submission::SubmissionId;
 use crate::ids::{FencingToken, JobName};
-use crate::run::{Claim, ClaimMode, RunKey, RunRecord, RunStatus};
+use crate::run::{Claim, ClaimMode, Due, RunKey, RunRecord, RunStatus};
 
 mod pending;
 
@@ -111,6 +111,17 @@ impl Claims {
     /// meanwhile, decides what becomes of the run.
     pub fn out_for(&self, record: &RunRecord) -> bool {
         self.runs.contains_key(&RunKey::of(record).run())
+    }
+
+    /// Whether a claim of `job`'s scheduled tick `tick_ms` is out or held here.
+    pub fn out_for_tick(&self, job: &JobName, tick_ms: i64) -> bool {
+        let run = RunKey {
+            job: job.clone(),
+            due: Due::Tick(tick_ms),
+            node: None,
+            attempt: 0,
+        };
+        self.runs.contains_key(&run)
     }
 
     pub fn maybe_marked_running(&mut self, run_id: String, version: i32) {

@@ -44,6 +44,10 @@ pub(super) struct JobState {
     /// The last tick of the newest run of ticks a calendar skips, recorded as one `skipped`
     /// record at its first: the ticks up to it are accounted for (`calendars`).
     pub calendar_through: Option<DateTime<Utc>>,
+    /// Since when this node has fired the job's ticks as its schedule says now (the job came,
+    /// or its ticks changed with a reload): catch-up looks for ticks no record stands for only
+    /// after it.
+    pub schedule_since: DateTime<Utc>,
 }
 
 /// The ticks held behind a finished catch-up, sorted out at their release.
@@ -58,9 +62,10 @@ pub(super) struct Released {
 }
 
 impl JobState {
-    fn new(config: Arc<JobConfig>) -> Self {
+    fn new(config: Arc<JobConfig>, now: DateTime<Utc>) -> Self {
         Self {
             config,
+            schedule_since: now,
             catch_up: None,
             backlog: VecDeque::new(),
             backlog_busy: false,
@@ -140,13 +145,13 @@ pub(super) struct Jobs {
 }
 
 impl Jobs {
-    pub fn of(jobs: &[Arc<JobConfig>]) -> Self {
+    pub fn of(jobs: &[Arc<JobConfig>], now: DateTime<Utc>) -> Self {
         let by_name = jobs
             .iter()
             .map(|job| {
                 (
                     job.spec.name.clone(),
-                    Box::new(JobState::new(Arc::clone(job))),
+                    Box::new(JobState::new(Arc::clone(job), now)),
                 )
             })
             .collect();
@@ -290,7 +295,11 @@ impl Jobs {
 
     /// The schedule was reloaded with `jobs`: a job that stays keeps its state with its new
     /// config. The names of the jobs added, sorted, and of those gone.
-    pub fn reload(&mut self, jobs: &[Arc<JobConfig>]) -> (Vec<JobName>, Vec<JobName>) {
+    pub fn reload(
+        &mut self,
+        jobs: &[Arc<JobConfig>],
+        now: DateTime<Utc>,
+    ) -> (Vec<JobName>, Vec<JobName>) {
         let mut old = std::mem::take(&mut self.by_name);
         let mut added = Vec::new();
         for job in jobs {
@@ -302,12 +311,15 @@ impl Jobs {
                     if state.config.calendars != job.calendars {
                         state.calendar_through = None;
                     }
+                    if !state.config.same_ticks(job) {
+                        state.schedule_since = now;
+                    }
                     state.config = Arc::clone(job);
                     state
                 }
                 None => {
                     added.push(name.clone());
-                    Box::new(JobState::new(Arc::clone(job)))
+                    Box::new(JobState::new(Arc::clone(job), now))
                 }
             };
             self.by_name.insert(name, state);
@@ -351,11 +363,10 @@ mod tests {
 
     #[test]
     fn ticks_declined_wait_behind_the_next_catch_up_and_late_ones_are_forgotten() {
-        let mut jobs = Jobs::of(&schedule(&[
-            ("b", ""),
-            ("a", ""),
-            ("off", "enabled = false"),
-        ]));
+        let mut jobs = Jobs::of(
+            &schedule(&[("b", ""), ("a", ""), ("off", "enabled = false")]),
+            at(0),
+        );
         let (a, b) = (JobName::new("a"), JobName::new("b"));
         jobs.decline(at(60), a.clone());
         jobs.decline(at(0), b.clone());
@@ -382,7 +393,7 @@ mod tests {
 
     #[test]
     fn held_ticks_go_once_catch_up_is_done_sorted_into_accounted_late_and_in_time() {
-        let mut jobs = Jobs::of(&schedule(&[("a", "")]));
+        let mut jobs = Jobs::of(&schedule(&[("a", "")]), at(0));
         let job = JobName::new("a");
         assert!(jobs.start_catch_up(&job, |_| true));
         let state = jobs.get_mut(&job).expect("a job");
@@ -403,18 +414,31 @@ mod tests {
 
     #[test]
     fn a_reload_keeps_the_state_of_the_jobs_that_stay() {
-        let mut jobs = Jobs::of(&schedule(&[("a", ""), ("b", "")]));
+        let mut jobs = Jobs::of(&schedule(&[("a", ""), ("b", "")]), at(0));
         let a = JobName::new("a");
         if let Some(state) = jobs.get_mut(&a) {
             state.raise_newest_tick(at(60));
         }
-        let (added, gone) = jobs.reload(&schedule(&[("c", ""), ("a", "history = 3")]));
+        let (added, gone) = jobs.reload(&schedule(&[("c", ""), ("a", "history = 3")]), at(90));
         assert_eq!(
             (added, gone),
             (vec![JobName::new("c")], vec![JobName::new("b")])
         );
         assert_eq!(jobs.newest_tick(&a), Some(at(60)));
         assert_eq!(jobs.config(&a).map(|config| config.history), Some(3));
+        let since = |jobs: &Jobs, job: &str| jobs.get(&JobName::new(job)).map(|s| s.schedule_since);
+        assert_eq!(
+            (since(&jobs, "a"), since(&jobs, "c")),
+            (Some(at(0)), Some(at(90))),
+            "its ticks unchanged, a job keeps firing its schedule since it came"
+        );
+        let every_hour = "[[job]]\nname = \"a\"\nschedule = \"0 0 * * * *\"\nshell = \"true\"\n";
+        jobs.reload(&crate::config::jobs_for_test(every_hour), at(120));
+        assert_eq!(
+            since(&jobs, "a"),
+            Some(at(120)),
+            "new ticks, from the reload"
+        );
         let (mine, elsewhere) = mine(None, &schedule(&[("a", "")]));
         assert_eq!((mine.len(), elsewhere.len()), (1, 0));
     }

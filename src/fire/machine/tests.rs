@@ -1101,6 +1101,49 @@ fn a_tick_whose_claim_failed_after_the_lock_was_lost_is_recorded_at_the_next_tur
     assert_eq!(recorded[0].record.fencing_token, next);
 }
 
+/// The same soak's case when the node that kept the record never owns the lock again (killed
+/// before its next turn): the next owner's catch-up finds the tick behind the job's newest
+/// record and records it missed, through the fenced claim; a tick of a schedule this node did
+/// not fire yet is not looked for.
+#[test]
+fn the_next_owner_records_a_tick_a_later_run_hides_from_its_catch_up() {
+    let tables = job("a", EVERY_SECOND, "concurrency = \"allow\"");
+    let takeover = |loaded: i64| {
+        let mut m = FireMachine::new(me(), Duration::from_millis(250), &jobs(&tables), t(loaded));
+        m.handle(
+            Input::Control(ControlInput::PausesRead(Pauses::new())),
+            t(loaded),
+        );
+        let acquired = m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(3_500));
+        assert!(
+            acquired.contains(&Action::CatchUp(CatchUpAction::ListRecords(JobName::new(
+                "a"
+            )))),
+            "{acquired:?}"
+        );
+        // n2 ran 1 s and 3 s; its record of 2 s never reached the ledger.
+        let ran = [
+            stored("a", 1_000, "n2", 6, RunStatus::Succeeded),
+            stored("a", 3_000, "n2", 6, RunStatus::Succeeded),
+        ];
+        claims(&m.handle(listed("a", &ran), t(3_510)))
+    };
+    let recorded = takeover(0);
+    let [hole] = &recorded[..] else {
+        panic!("one record, of the hidden tick: {recorded:?}");
+    };
+    assert_eq!(
+        (ms_of(hole), hole.record.status, hole.record.fencing_token),
+        (2_000, RunStatus::Missed, TOKEN)
+    );
+    assert_eq!(hole.record.missed_ticks, Some(1));
+    assert_eq!(
+        takeover(2_500),
+        vec![],
+        "loaded after the tick: not this node's schedule's to account for"
+    );
+}
+
 /// Issue 31, defect 3: the lock was lost between a tick's claim and its start during an
 /// ensemble outage, and the release of the claim's guard got no answer. The session came back
 /// with its ephemerals (taken back), so the guard did too: the release is sent again once

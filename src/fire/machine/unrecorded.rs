@@ -9,9 +9,11 @@
 //! claim of this node went through (writes are taken again), and otherwise after a doubling
 //! backoff, for as long as this node may fire. A node that loses the lock leaves to the next
 //! owner's catch-up what it will find — every tick after the job's newest record — and keeps
-//! the ticks a later claim of its own hides from it, for its own next turn as owner (issue
-//! 53's soak: a claim unanswered, a later tick claimed once the session answered again, the
-//! lock lost, and the first tick's `missed` record dropped for want of a token).
+//! the ticks a later claim of its own hides behind that record, for its own next turn as owner
+//! (issue 53's soak: a claim unanswered, a later tick claimed once the session answered again,
+//! the lock lost, and the first tick's `missed` record dropped for want of a token). The next
+//! owner's catch-up records them too, as holes behind the newest record, for when this node
+//! never owns the lock again; whichever writes first, the other's create finds the record.
 //!
 //! Owns: the owed records and when they go again. Must not: send anything (the claim path
 //! does) or decide what a tick is.
@@ -164,6 +166,19 @@ impl Unrecorded {
         if !self.owed.is_empty() {
             self.retry_at = Some(self.retry_at.map_or(now, |at| at.min(now)));
         }
+    }
+
+    /// Whether a record this node owes, or has out, stands for `job`'s tick `tick_ms`.
+    pub fn covers(&self, job: &JobName, tick_ms: i64) -> bool {
+        let stands_for =
+            |owed: &Owed| (owed.first_ms()..=owed.record.scheduled_unix_ms).contains(&tick_ms);
+        self.owed
+            .get(job)
+            .is_some_and(|owed| owed.iter().any(stands_for))
+            || self
+                .out
+                .iter()
+                .any(|((sent, _), owed)| sent == job && stands_for(owed))
     }
 
     fn owes_or_sends(&self, job: &JobName) -> bool {

@@ -36,6 +36,8 @@ fn ground<'a>(
         config,
         runs,
         claims: Box::leak(Box::default()),
+        unrecorded: Box::leak(Box::default()),
+        schedule_since: DateTime::<Utc>::MIN_UTC,
         newest_tick: None,
         first_handled: None,
         outage: None,
@@ -309,4 +311,73 @@ fn a_stall_is_one_gap_up_to_now_and_late_held_ticks_one_more() {
     );
     let held = late_held(&me, TOKEN, &config, &[at(60), at(120)], at(250)).expect("a gap");
     assert_eq!((held.missed_ticks, held.fencing_token), (Some(2), TOKEN));
+}
+
+/// Issue 53: a tick whose `missed` record a node could not write before it claimed a later one
+/// and lost the lock is found behind the job's newest record by the next owner's catch-up, and
+/// recorded — once, and never where a record, a record this node owes, or an older schedule
+/// stands for it.
+#[test]
+fn ticks_behind_the_newest_record_that_no_record_stands_for_are_recorded_missed() {
+    let (me, runs) = (me(), Runs::default());
+    let config = report("");
+    let ran = |s| record(at(s), "n2", 3, RunStatus::Succeeded);
+    // 60 and 120 have no record; the gap recorded at 240 stands for 180 and 240; 300 ran.
+    let mut gap = record(at(240), "n2", 3, RunStatus::Missed);
+    gap.missed_from_unix_ms = Some(at(180).timestamp_millis());
+    gap.missed_ticks = Some(2);
+    let records = vec![ran(0), gap, ran(300)];
+    let holes = |ground: &Ground<'_>, listing: JobRecords| {
+        let listed = CatchUp::default().listed(ground, listing, vec![]);
+        for written in &listed.records {
+            let RecordOnly::Create(record) = written else {
+                panic!("a new record: {written:?}");
+            };
+            let last = record.scheduled_unix_ms / 1000 - 1_893_456_000;
+            assert!(matches!(last, 60..=120), "named by its last tick: {last}");
+        }
+        missed(&listed.records)
+            .into_iter()
+            .map(|(from, count, error)| {
+                assert!(error.contains("a later one ran"), "{error}");
+                (from, count)
+            })
+            .collect::<Vec<_>>()
+    };
+    let now = at(310);
+    assert_eq!(
+        holes(&ground(&me, &config, &runs, now), listing(records.clone())),
+        vec![(60, 2)],
+        "one record for the run of two; nothing where the gap's record stands"
+    );
+
+    let mut reloaded = ground(&me, &config, &runs, now);
+    reloaded.schedule_since = at(90);
+    assert_eq!(
+        holes(&reloaded, listing(records.clone())),
+        vec![(120, 1)],
+        "a tick before this node fired this schedule is not looked for"
+    );
+
+    let mut unrecorded = Unrecorded::default();
+    let job = JobName::new("report");
+    unrecorded.claimed(&job, at(300).timestamp_millis(), now);
+    let mut owed = record(at(60), "n1", TOKEN.0, RunStatus::Missed);
+    owed.missed_from_unix_ms = Some(at(60).timestamp_millis());
+    unrecorded.owe_without_a_lock(&config, &owed, now);
+    let mut owing = ground(&me, &config, &runs, now);
+    owing.unrecorded = &unrecorded;
+    assert_eq!(
+        holes(&owing, listing(records.clone())),
+        vec![(120, 1)],
+        "a tick this node owes a record of is its own to write"
+    );
+
+    let mut unread = listing(records);
+    unread.ticks.push(at(150).timestamp_millis());
+    assert_eq!(
+        holes(&ground(&me, &config, &runs, now), unread),
+        vec![],
+        "below a record not read, what stands for what is unknown"
+    );
 }

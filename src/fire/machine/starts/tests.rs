@@ -42,7 +42,10 @@ impl Lent {
                 node_id: NodeId::new("n1"),
                 ip: "10.0.0.1".into(),
             },
-            jobs: Jobs::of(&crate::config::jobs_for_test(&table)),
+            jobs: Jobs::of(
+                &crate::config::jobs_for_test(&table),
+                DateTime::<Utc>::MIN_UTC,
+            ),
             steering: Steering::default(),
             chains: Chains::default(),
             streaks: Streaks::default(),

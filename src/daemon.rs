@@ -430,6 +430,8 @@ impl Wiring<'_> {
         let me = Me {
             node_id: self.settings.me.node_id.clone(),
             ip: self.settings.me.ip.clone(),
+            // Chosen once `[telemetry]` exports spans (issue 52).
+            trace_seed: None,
         };
         let machine = FireMachine::for_group(
             me,

@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::RunTrace;
 use crate::delayed::submission::SubmissionId;
 use crate::ids::{FencingToken, JobName, NodeId};
 
@@ -160,6 +161,14 @@ pub struct RunRecord {
     /// it among the job's records. Without it, an open run has its marker (format 1).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub open_by_record: bool,
+    /// The run's trace, chosen at its first claim where telemetry is on and kept by every
+    /// attempt (issue 52).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "super::trace::lenient"
+    )]
+    pub trace: Option<RunTrace>,
     /// The rules it was written by (`formats::RUN_RECORD`); absent in the stored data when 1.
     #[serde(
         default = "crate::formats::first",
@@ -227,6 +236,7 @@ impl RunRecord {
             parents: Vec::new(),
             marker_names_job: false,
             open_by_record: false,
+            trace: None,
             format: crate::formats::RUN_RECORD,
             unknown: serde_json::Map::new(),
         }
@@ -279,6 +289,8 @@ impl RunRecord {
             with_children: self.with_children,
             parents: self.parents.clone(),
             broadcast: self.broadcast,
+            // Every attempt continues the run's trace.
+            trace: self.trace,
             unknown: self.unknown.clone(),
             ..Self::claimed(&self.job, self.scheduled_unix_ms, node, token, now_unix_ms)
         }
@@ -406,6 +418,30 @@ mod tests {
             FencingToken(3),
             750,
         )
+    }
+
+    /// Issue 52: every attempt continues the run's trace, whoever claims it; a trace that is
+    /// not one is dropped, not the record.
+    #[test]
+    fn every_attempt_keeps_the_runs_trace_and_a_bad_one_costs_only_itself() {
+        let mut first = record();
+        first.status = RunStatus::Failed;
+        first.trace = Some(RunTrace::first(9, &first.run_id));
+        let next = first.next_attempt((&NodeId::new("n2"), "10.0.0.2"), FencingToken(4), 2000);
+        assert_eq!((next.attempt, next.trace), (2, first.trace));
+        let stored = serde_json::to_string(&next).expect("serialised");
+        assert_eq!(
+            RunRecord::parse(stored.as_bytes()).ok().map(|r| r.trace),
+            Some(next.trace)
+        );
+        let bad = stored.replace(&next.trace.map(|t| t.stored()).unwrap_or_default(), "nope");
+        let read = RunRecord::parse(bad.as_bytes()).expect("still a record");
+        assert_eq!((read.trace, read.attempt), (None, 2));
+        assert!(
+            !serde_json::to_string(&record())
+                .expect("serialised")
+                .contains("trace")
+        );
     }
 
     #[test]

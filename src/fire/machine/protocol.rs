@@ -597,9 +597,22 @@ pub struct Scanned {
 pub struct Me {
     pub node_id: NodeId,
     pub ip: String,
+    /// Where telemetry is on: the seed this process drew once, from which the runs it claims
+    /// first get their trace ([`RunTrace::first`](crate::run::RunTrace::first)); `None`: no
+    /// trace is chosen, and none costs a byte of a record.
+    pub trace_seed: Option<u128>,
 }
 
 impl Me {
+    /// `record`, a run to start, with its trace: the one it keeps from an earlier attempt, or
+    /// one chosen now where telemetry is on.
+    pub(super) fn traced(&self, mut record: RunRecord) -> RunRecord {
+        if let (Some(seed), None) = (self.trace_seed, record.trace) {
+            record.trace = Some(crate::run::RunTrace::first(seed, &record.run_id));
+        }
+        record
+    }
+
     /// A record, by us under `token`, of `job`'s `tick` that does not run, and why (`skipped`).
     pub(super) fn skipped(
         &self,

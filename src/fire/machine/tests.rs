@@ -54,6 +54,7 @@ fn me() -> Me {
     Me {
         node_id: NodeId::new("n1"),
         ip: "10.0.0.1".into(),
+        trace_seed: None,
     }
 }
 
@@ -1142,6 +1143,35 @@ fn the_next_owner_records_a_tick_a_later_run_hides_from_its_catch_up() {
         vec![],
         "loaded after the tick: not this node's schedule's to account for"
     );
+}
+
+/// Issue 52: where telemetry is on, a run gets its trace at its first claim; where it is off,
+/// no record carries one.
+#[test]
+fn a_run_claimed_where_telemetry_is_on_carries_its_trace() {
+    let traced = Me {
+        trace_seed: Some(42),
+        ..me()
+    };
+    let mut m = FireMachine::new(
+        traced,
+        Duration::from_millis(250),
+        &jobs(&job("a", EVERY_SECOND, "")),
+        t(0),
+    );
+    m.handle(
+        Input::Control(ControlInput::PausesRead(Pauses::new())),
+        t(0),
+    );
+    m.handle(Input::Lock(LockInput::Changed(owner(TOKEN))), t(0));
+    m.handle(listed("a", &[]), t(1));
+    let claim = only_claim(&m.handle(Input::Tick, t(750)));
+    assert_eq!(
+        claim.record.trace,
+        Some(crate::run::RunTrace::first(42, &claim.record.run_id))
+    );
+    let untraced = only_claim(&owning(&job("a", EVERY_SECOND, "")).handle(Input::Tick, t(750)));
+    assert_eq!(untraced.record.trace, None, "telemetry off: no trace");
 }
 
 /// Issue 31, defect 3: the lock was lost between a tick's claim and its start during an

@@ -21,6 +21,7 @@ fn me() -> Me {
     Me {
         node_id: NodeId::new("n1"),
         ip: "10.0.0.1".into(),
+        trace_seed: None,
     }
 }
 

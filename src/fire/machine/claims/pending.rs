@@ -152,6 +152,7 @@ impl Pending {
                 (record, ClaimMode::Create)
             }
         };
+        let record = me.traced(record);
         // A jitter moves a tick's start, never a submission's.
         let start_at = if item.reason.on_time() {
             config.start_of(item.tick).max(now)
@@ -233,10 +234,10 @@ impl Pending {
         now: DateTime<Utc>,
     ) -> (RunRecord, ClaimMode) {
         let now_ms = now.timestamp_millis();
-        let me = (&me.node_id, me.ip.as_str());
-        match &self.stored {
+        let me_at = (&me.node_id, me.ip.as_str());
+        let (record, mode) = match &self.stored {
             Some((stored, version)) => (
-                stored.next_attempt(me, token, now_ms),
+                stored.next_attempt(me_at, token, now_ms),
                 ClaimMode::Again { version: *version },
             ),
             None => {
@@ -244,14 +245,15 @@ impl Pending {
                     &self.config.spec.name,
                     self.tick,
                     self.submission.as_ref(),
-                    me,
+                    me_at,
                     token,
                     now_ms,
                 );
                 record.parents.clone_from(&self.parents);
                 (record, ClaimMode::Create)
             }
-        }
+        };
+        (me.traced(record), mode)
     }
 
     /// Whether its claimed run starts now. `lock_holds`: this node may fire under the claim's

@@ -33,8 +33,13 @@ impl Starts {
         // Not a fence: the member znode is. The token says who owned the lock meanwhile.
         let token = ctx.lock.token.unwrap_or(FencingToken(0));
         let now_ms = ctx.now.timestamp_millis();
-        let mut record =
-            RunRecord::claimed_broadcast(name, tick.timestamp_millis(), me, token, now_ms);
+        let mut record = ctx.me.traced(RunRecord::claimed_broadcast(
+            name,
+            tick.timestamp_millis(),
+            me,
+            token,
+            now_ms,
+        ));
         if config.concurrency == Concurrency::Forbid && self.runs.unended_of_job(name) {
             record.status = RunStatus::Skipped;
             record.finished_unix_ms = Some(now_ms);

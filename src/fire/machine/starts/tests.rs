@@ -41,6 +41,7 @@ impl Lent {
             me: Me {
                 node_id: NodeId::new("n1"),
                 ip: "10.0.0.1".into(),
+                trace_seed: None,
             },
             jobs: Jobs::of(
                 &crate::config::jobs_for_test(&table),

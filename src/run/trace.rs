@@ -1,0 +1,144 @@
+//! A run's trace (issue 52): the W3C trace id and the id of the run's own span, chosen at the
+//! run's first claim on a node where telemetry is on and stored in its record, so that every
+//! attempt — a retry, or the next owner's rerun after a failover — continues the one trace as a
+//! new span under the run's.
+//!
+//! Owns: how the ids are chosen and how a record stores them (`"<trace id>-<span id>"`, in
+//! lowercase hex as a `traceparent` writes them).
+//! Must not: export spans or read a clock, nor draw randomness itself: the ids come from a
+//! seed the node draws once ([`RunTrace::first`]), so the fire machine stays pure and its tests
+//! repeatable.
+
+use aws_lc_rs::digest::{SHA256, digest};
+use opentelemetry::trace::{SpanId, TraceId};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// A run's trace and its run span.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RunTrace {
+    pub trace_id: TraceId,
+    /// The run's own span: each attempt's span is its child.
+    pub span_id: SpanId,
+}
+
+impl RunTrace {
+    /// The trace of run `run_id` first claimed by a node whose trace seed is `seed`: drawn from
+    /// a hash of both, so it looks random to a collector, never repeats across nodes and
+    /// processes (each draws its own seed), and is the same for every claim of the run this
+    /// process makes (a claim made again after it was refused keeps the trace).
+    pub fn first(seed: u128, run_id: &str) -> Self {
+        let mut input = Vec::with_capacity(16 + run_id.len());
+        input.extend_from_slice(&seed.to_le_bytes());
+        input.extend_from_slice(run_id.as_bytes());
+        let hash = digest(&SHA256, &input);
+        let bytes = hash.as_ref();
+        let mut trace = [0_u8; 16];
+        let mut span = [0_u8; 8];
+        trace.copy_from_slice(&bytes[..16]);
+        span.copy_from_slice(&bytes[16..24]);
+        // All zeros is W3C's "invalid": never drawn in practice, and never stored.
+        if trace == [0; 16] {
+            trace[15] = 1;
+        }
+        if span == [0; 8] {
+            span[7] = 1;
+        }
+        Self {
+            trace_id: TraceId::from_bytes(trace),
+            span_id: SpanId::from_bytes(span),
+        }
+    }
+
+    /// The stored form: `<32 hex>-<16 hex>`.
+    pub fn stored(&self) -> String {
+        format!("{}-{}", self.trace_id, self.span_id)
+    }
+
+    /// The trace of a stored form; `None` when it is not one (two lowercase hex ids of the
+    /// W3C lengths, neither all zeros).
+    pub fn parse(text: &str) -> Option<Self> {
+        let (trace, span) = text.split_once('-')?;
+        let lower_hex = |id: &str, len: usize| {
+            id.len() == len && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        };
+        if !lower_hex(trace, 32) || !lower_hex(span, 16) {
+            return None;
+        }
+        let trace_id = TraceId::from_hex(trace).ok()?;
+        let span_id = SpanId::from_hex(span).ok()?;
+        (trace_id != TraceId::INVALID && span_id != SpanId::INVALID)
+            .then_some(Self { trace_id, span_id })
+    }
+}
+
+impl Serialize for RunTrace {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.stored())
+    }
+}
+
+impl<'de> Deserialize<'de> for RunTrace {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Self::parse(&text).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "not a run's trace (<32 hex>-<16 hex>, lowercase): {text:?}"
+            ))
+        })
+    }
+}
+
+/// A record's trace as stored, read leniently: one that is not a trace is dropped (the run
+/// goes on without it, a new one chosen at its next claim) rather than making the whole record
+/// unreadable.
+pub(super) fn lenient<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<RunTrace>, D::Error> {
+    let stored = Option::<serde_json::Value>::deserialize(deserializer)?;
+    Ok(stored
+        .as_ref()
+        .and_then(serde_json::Value::as_str)
+        .and_then(RunTrace::parse))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_keeps_its_trace_in_this_process_and_no_other_run_or_seed_shares_it() {
+        let trace = RunTrace::first(7, "backup-1893456000000");
+        assert_eq!(trace, RunTrace::first(7, "backup-1893456000000"));
+        assert_ne!(trace, RunTrace::first(7, "backup-1893456060000"));
+        assert_ne!(trace, RunTrace::first(8, "backup-1893456000000"));
+        assert_ne!(trace.trace_id, TraceId::INVALID);
+        assert_ne!(trace.span_id, SpanId::INVALID);
+    }
+
+    #[test]
+    fn the_stored_form_reads_back_and_anything_else_is_refused() {
+        let trace = RunTrace::first(1, "report-0");
+        let stored = trace.stored();
+        assert_eq!(stored.len(), 32 + 1 + 16);
+        assert_eq!(RunTrace::parse(&stored), Some(trace));
+        let json = serde_json::to_string(&trace).expect("a string");
+        assert_eq!(json, format!("\"{stored}\""));
+        assert_eq!(
+            serde_json::from_str::<RunTrace>(&json).expect("read back"),
+            trace
+        );
+        for wrong in [
+            "",
+            "-",
+            &stored.to_uppercase(),
+            &stored[1..],
+            &format!("{}-{}", "0".repeat(32), "1".repeat(16)),
+            &format!("{}-{}", "1".repeat(32), "0".repeat(16)),
+            &format!("{}-{}", "g".repeat(32), "1".repeat(16)),
+            &format!("00-{stored}-01"),
+        ] {
+            assert_eq!(RunTrace::parse(wrong), None, "{wrong:?}");
+        }
+        assert!(serde_json::from_str::<RunTrace>("\"nope\"").is_err());
+    }
+}

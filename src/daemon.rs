@@ -43,6 +43,8 @@ pub enum DaemonError {
     Lock(#[from] DriverError),
     #[error(transparent)]
     Http(#[from] BindError),
+    #[error(transparent)]
+    Telemetry(#[from] crate::telemetry::TelemetryError),
     #[error("job {job:?} runs as user {user:?}, and {why}")]
     CannotRunAs {
         job: String,
@@ -142,6 +144,24 @@ pub async fn run(
     let fleet = Arc::new(FleetFormat::default());
     let departed = Arc::new(Departed::default());
     let ensemble = Arc::new(EnsembleClock::default());
+    // Built off the runtime's workers: the SDK's batch processor starts a thread of its own.
+    let telemetry = match config.telemetry.clone() {
+        Some(telemetry) => {
+            let node = settings.me.node_id.clone();
+            let built = tokio::task::spawn_blocking(move || {
+                crate::telemetry::Telemetry::start(&telemetry, &node)
+            })
+            .await;
+            match built {
+                Ok(built) => Some(Arc::new(built?)),
+                Err(err) => {
+                    tracing::error!(error = %err, "telemetry: the exporter's build did not finish; no spans are sent");
+                    None
+                }
+            }
+        }
+        None => None,
+    };
     let wiring = Wiring {
         zk: &zk,
         base: &paths,
@@ -154,6 +174,7 @@ pub async fn run(
         fleet: &fleet,
         departed: &departed,
         ensemble: &ensemble,
+        telemetry: telemetry.as_ref(),
     };
     let member = Shared {
         heard,
@@ -188,6 +209,7 @@ pub async fn run(
         placement,
         reloader,
         http,
+        telemetry,
     };
     running.until_stopped().await
 }
@@ -200,6 +222,8 @@ struct Running {
     placement: Option<tokio::task::JoinHandle<()>>,
     reloader: tokio::task::JoinHandle<()>,
     http: Option<tokio::task::JoinHandle<()>>,
+    /// Flushed once every run has ended.
+    telemetry: Option<Arc<crate::telemetry::Telemetry>>,
 }
 
 impl Running {
@@ -219,6 +243,10 @@ impl Running {
             // The listener stops with the shutdown token; its handlers are bounded by their
             // requests.
             let _ = tokio::time::timeout(Duration::from_secs(2), http).await;
+        }
+        if let Some(telemetry) = self.telemetry {
+            // Blocking, bounded by the exporter's own flush timeout.
+            let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
         }
         tracing::info!("zkcron stopped");
         match result {
@@ -245,6 +273,8 @@ struct Wiring<'a> {
     departed: &'a Arc<Departed>,
     /// The clock every group schedules by (the default group's clock check corrects it).
     ensemble: &'a Arc<EnsembleClock>,
+    /// Where the runs' spans go, with `[telemetry]`.
+    telemetry: Option<&'a Arc<crate::telemetry::Telemetry>>,
 }
 
 /// What a unit shares with the node, or keeps to itself.
@@ -426,12 +456,12 @@ impl Wiring<'_> {
             departed: Arc::clone(self.departed),
             clock: Arc::clone(self.ensemble),
             audit_keep: self.config.audit.keep,
+            telemetry: self.telemetry.cloned(),
         };
         let me = Me {
             node_id: self.settings.me.node_id.clone(),
             ip: self.settings.me.ip.clone(),
-            // Chosen once `[telemetry]` exports spans (issue 52).
-            trace_seed: None,
+            trace_seed: self.telemetry.map(|telemetry| telemetry.seed()),
         };
         let machine = FireMachine::for_group(
             me,

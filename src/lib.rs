@@ -47,6 +47,7 @@ pub mod schedule;
 pub mod secret;
 pub mod status;
 pub mod tally;
+pub mod telemetry;
 pub mod view;
 pub mod zk;
 

@@ -536,6 +536,7 @@ mod tests {
             backfill: false,
             submission: None,
             parent_runs: Vec::new(),
+            trace: None,
         };
         let spec = JobSpec {
             name: JobName::new("j"),

@@ -62,6 +62,7 @@ fn ctx() -> RunContext {
         backfill: false,
         submission: None,
         parent_runs: Vec::new(),
+        trace: None,
     }
 }
 

@@ -104,6 +104,7 @@ fn ctx(run_id: &str) -> RunContext {
         backfill: false,
         submission: None,
         parent_runs: Vec::new(),
+        trace: None,
     }
 }
 

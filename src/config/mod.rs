@@ -38,6 +38,7 @@ mod notices;
 mod origins;
 mod reader;
 mod schema;
+mod telemetry;
 mod user;
 mod validator;
 mod zookeeper;
@@ -53,7 +54,7 @@ pub use self::model::{
     After, AfterStatus, AuditConfig, Concurrency, Config, GroupConfig, HISTORY_LIMIT, HttpConfig,
     InlineSecret, JobConfig, KeepOutput, LimitConfig, LockConfig, LogConfig, LogFormat,
     MAX_RUNNING_LIMIT, Misfire, NamedToken, NodeConfig, NoticePolicy, NotifyWhen, OnInterrupted,
-    OnLost, OpenAcl, TokenKind, ZookeeperConfig,
+    OnLost, OpenAcl, TelemetryConfig, TokenKind, ZookeeperConfig,
 };
 pub use self::origins::{Origin, job_origins};
 pub use self::validator::Lookups;
@@ -137,6 +138,7 @@ impl Config {
             log: self.log.clone(),
             audit: self.audit.clone(),
             http: self.http.clone(),
+            telemetry: self.telemetry.clone(),
             node: self.node.clone(),
             groups: self.groups.clone(),
             limits: self.limits.clone(),

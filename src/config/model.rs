@@ -29,6 +29,8 @@ pub struct Config {
     pub audit: AuditConfig,
     /// `None`: no HTTP listener (the default).
     pub http: Option<HttpConfig>,
+    /// `None`: no spans are made or sent (the default).
+    pub telemetry: Option<TelemetryConfig>,
     /// `[node]`: what this node carries for placement.
     pub node: NodeConfig,
     /// `[[group]]`: the named lock groups, in file order; jobs without `group` are in the
@@ -263,6 +265,18 @@ impl LockConfig {
 pub struct AuditConfig {
     /// How long an entry is kept at least; a day's entries go together once its last is older.
     pub keep: std::time::Duration,
+}
+
+/// `[telemetry]`: where this node sends the spans of its runs and of its lock (issue 52).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TelemetryConfig {
+    /// The collector's OTLP/HTTP base URL, as `OTEL_EXPORTER_OTLP_ENDPOINT` is: spans go to
+    /// `<endpoint>/v1/traces`, protobuf-encoded.
+    pub endpoint: String,
+    /// `service.name` (`zkcron` unless set).
+    pub service_name: String,
+    /// More resource attributes, as written (`deployment.environment.name = "prod"`).
+    pub resource: Vec<(String, String)>,
 }
 
 /// `[log]`.

@@ -18,12 +18,13 @@ use super::files::Merged;
 use super::schema::RawConfig;
 
 /// The file's top-level keys: its tables and arrays of tables.
-const TOP_LEVEL: [&str; 11] = [
+const TOP_LEVEL: [&str; 12] = [
     "zookeeper",
     "lock",
     "log",
     "audit",
     "http",
+    "telemetry",
     "node",
     "defaults",
     "group",
@@ -83,6 +84,7 @@ pub(super) fn read(merged: Merged<'_>) -> Reading {
             "log" => raw.log = reader.table(value, &Section(name)),
             "audit" => raw.audit = reader.table(value, &Section(name)),
             "http" => raw.http = reader.table(value, &Section(name)),
+            "telemetry" => raw.telemetry = reader.table(value, &Section(name)),
             "node" => raw.node = reader.table(value, &Section(name)),
             "defaults" => raw.defaults = reader.table(value, &Section(name)),
             "group" => raw.group = reader.tables(value, "group"),

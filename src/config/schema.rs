@@ -25,6 +25,7 @@ pub(super) struct RawConfig {
     pub(super) log: Option<RawLog>,
     pub(super) audit: Option<RawAudit>,
     pub(super) http: Option<RawHttp>,
+    pub(super) telemetry: Option<RawTelemetry>,
     pub(super) node: Option<RawNode>,
     pub(super) defaults: Option<RawDefaults>,
     pub(super) group: Vec<Spanned<RawGroup>>,
@@ -192,6 +193,15 @@ pub(super) struct RawLock {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawAudit {
     pub(super) keep: Option<Spanned<String>>,
+}
+
+/// `[telemetry]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTelemetry {
+    pub(super) endpoint: Spanned<String>,
+    pub(super) service_name: Option<Spanned<String>>,
+    pub(super) resource: Option<Spanned<std::collections::BTreeMap<String, Spanned<String>>>>,
 }
 
 /// `[log]`.

@@ -1077,3 +1077,44 @@ fn read_acl_names_identities_zookeeper_can_match_and_only_for_closed_nodes() {
         open.render()
     );
 }
+
+/// Issue 52: `[telemetry]` is off unless written; its endpoint is a base URL, its resource
+/// attributes are kept as written, and `service.name` has its own key.
+#[test]
+fn telemetry_is_off_by_default_and_its_endpoint_is_a_base_url() {
+    assert_eq!(parse_text(MINIMAL).expect("valid").telemetry, None);
+    let text = format!(
+        "{MINIMAL}[telemetry]\nendpoint = \"http://otel:4318/\"\n\
+         resource = {{ \"deployment.environment.name\" = \"prod\" }}\n"
+    );
+    assert_eq!(
+        parse_text(&text).expect("valid").telemetry,
+        Some(TelemetryConfig {
+            endpoint: "http://otel:4318".into(),
+            service_name: "zkcron".into(),
+            resource: vec![("deployment.environment.name".into(), "prod".into())],
+        })
+    );
+    for (section, context) in [
+        ("endpoint = \"otel:4318\"", "telemetry.endpoint"),
+        ("endpoint = \"grpc://otel:4317\"", "telemetry.endpoint"),
+        ("endpoint = \"http://otel:4318?x=1\"", "telemetry.endpoint"),
+        (
+            "endpoint = \"http://otel:4318\"\nservice_name = \" \"",
+            "telemetry.service_name",
+        ),
+        (
+            "endpoint = \"http://otel:4318\"\nresource = { \"service.name\" = \"x\" }",
+            "telemetry.resource",
+        ),
+        ("service_name = \"x\"", "telemetry"),
+        ("endpoint = \"http://otel:4318\"\nheaders = 1", "telemetry"),
+    ] {
+        let err = parse_text(&format!("{MINIMAL}[telemetry]\n{section}\n")).expect_err(section);
+        let contexts: Vec<&str> = err.problems.iter().map(|p| p.context.as_str()).collect();
+        assert!(
+            contexts.iter().any(|c| c.contains(context)),
+            "{section}: {contexts:?}"
+        );
+    }
+}

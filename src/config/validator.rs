@@ -147,6 +147,7 @@ impl Validator<'_> {
         let log = self.log(raw.log);
         let audit = self.audit(raw.audit);
         let http = raw.http.map(|raw| self.http(raw));
+        let telemetry = raw.telemetry.and_then(|raw| self.telemetry(raw));
         let node = self.node(raw.node);
         self.groups = self.declared_groups(raw.group);
         if let Some(mut policies) = raw.defaults {
@@ -181,6 +182,7 @@ impl Validator<'_> {
             log: log?,
             audit,
             http: http.flatten(),
+            telemetry,
             node,
             groups: std::mem::take(&mut self.groups),
             limits: std::mem::take(&mut self.limits),

@@ -88,6 +88,8 @@ pub struct FireSettings {
     pub group_name: String,
     /// The node's HTTP clients, for jobs whose target is a URL (shared by every group).
     pub deliveries: Arc<crate::delivery::Deliveries>,
+    /// Where the runs' spans go, with `[telemetry]` (shared by every group).
+    pub telemetry: Option<Arc<crate::telemetry::Telemetry>>,
     /// Where failure notices go out (shared by every group).
     pub notifier: Arc<crate::notify::Notifier>,
     /// The ledger format the members read (shared by every group; the default group's driver
@@ -376,6 +378,10 @@ impl Io {
             pruning: Default::default(),
             fleet: Arc::clone(&settings.fleet),
             refusals: refusals::Refusals::new(Arc::clone(&settings.metrics)),
+            spans: settings
+                .telemetry
+                .clone()
+                .map(|t| (t, settings.group_name.clone())),
         };
         Io {
             session: session::Session {
@@ -390,6 +396,10 @@ impl Io {
             runs: runs::Runs::new(
                 Arc::clone(&settings.deliveries),
                 Arc::clone(&settings.clock),
+                settings
+                    .telemetry
+                    .clone()
+                    .map(|t| (t, settings.group_name.clone())),
             ),
             lister,
             leases: leases::Leases::new(Arc::clone(&settings.metrics)),
@@ -416,6 +426,9 @@ impl Io {
             Some(LockUpdate::Event(event)) => {
                 // Logged by the lock driver.
                 observer.event(&event);
+                if let Some(telemetry) = &self.settings.telemetry {
+                    telemetry.lock_event(&event, &self.settings.group_name, Utc::now());
+                }
                 None
             }
             Some(LockUpdate::Status(status)) => {

@@ -149,6 +149,10 @@ impl RunContext {
             let parents = key("ZKCRON_PARENT_RUN_ID", "zkcron-parent-run-id");
             facts.push((parents, self.parent_runs.join(",")));
         }
+        if let Some(trace) = &self.trace {
+            // W3C Trace Context: the header, and its environment-variable carrier.
+            facts.push((key("TRACEPARENT", "traceparent"), trace.traceparent()));
+        }
         if let Some(submission) = &self.submission {
             let id = key("ZKCRON_SUBMISSION_ID", "zkcron-submission-id");
             facts.push((id, submission.id.clone()));
@@ -182,6 +186,10 @@ pub struct RunContext {
     pub submission: Option<SubmissionInput>,
     /// A chained run (`after`): its parents' run ids (`ZKCRON_PARENT_RUN_ID`, comma-separated).
     pub parent_runs: Vec<String>,
+    /// Where telemetry is on: this attempt's span, the parent of what the job does
+    /// (`TRACEPARENT`, the `traceparent` header). Boxed: a run's start action is the largest
+    /// the fire machine hands out, and without telemetry this costs a word.
+    pub trace: Option<Box<super::AttemptTrace>>,
 }
 
 /// What a submission's run gets beside the job contract.

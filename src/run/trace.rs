@@ -88,6 +88,32 @@ impl<'de> Deserialize<'de> for RunTrace {
     }
 }
 
+/// One attempt's place in its run's trace: the span its process or request runs under, a child
+/// of the run's span, named in the `traceparent` it is given (issue 52).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AttemptTrace {
+    pub run: RunTrace,
+    pub span_id: SpanId,
+}
+
+impl AttemptTrace {
+    /// The span of attempt `attempt` of run `run_id` (whose trace is `run`) on a node whose
+    /// seed is `seed`: the same when the run is prepared as when it starts.
+    pub fn of(run: RunTrace, seed: u128, run_id: &str, attempt: u32) -> Self {
+        let ids = RunTrace::first(seed, &format!("{run_id}#{attempt}"));
+        Self {
+            run,
+            span_id: ids.span_id,
+        }
+    }
+
+    /// The W3C `traceparent` that makes this attempt's span the parent of what the job does
+    /// (version 00, sampled: a run is traced whole or not at all).
+    pub fn traceparent(&self) -> String {
+        format!("00-{}-{}-01", self.run.trace_id, self.span_id)
+    }
+}
+
 /// A record's trace as stored, read leniently: one that is not a trace is dropped (the run
 /// goes on without it, a new one chosen at its next claim) rather than making the whole record
 /// unreadable.
@@ -113,6 +139,25 @@ mod tests {
         assert_ne!(trace, RunTrace::first(8, "backup-1893456000000"));
         assert_ne!(trace.trace_id, TraceId::INVALID);
         assert_ne!(trace.span_id, SpanId::INVALID);
+    }
+
+    #[test]
+    fn an_attempt_has_a_span_of_its_own_in_its_runs_trace() {
+        let run = RunTrace::first(3, "report-0");
+        let first = AttemptTrace::of(run, 3, "report-0", 1);
+        assert_eq!(
+            first,
+            AttemptTrace::of(run, 3, "report-0", 1),
+            "prepared as started"
+        );
+        let second = AttemptTrace::of(run, 3, "report-0", 2);
+        assert_ne!(first.span_id, second.span_id);
+        assert_ne!(first.span_id, run.span_id);
+        assert_eq!(
+            first.traceparent(),
+            format!("00-{}-{}-01", run.trace_id, first.span_id)
+        );
+        assert_eq!(first.traceparent().len(), 55, "W3C version 00's length");
     }
 
     #[test]

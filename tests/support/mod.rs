@@ -18,6 +18,7 @@ pub mod invariants;
 pub mod io_faults;
 pub mod netem;
 pub mod node;
+pub mod otlp;
 pub mod proxy;
 pub mod receiver;
 pub mod tls;

@@ -208,6 +208,8 @@ pub(super) struct Records {
     pub fleet: Arc<FleetFormat>,
     /// Told whether claims are taken or refused until an operator acts (a quota).
     pub refusals: Refusals,
+    /// Where a run's span goes once this node wrote its final record, and the group's name.
+    pub spans: Option<(Arc<crate::telemetry::Telemetry>, String)>,
 }
 
 impl Records {
@@ -314,6 +316,7 @@ impl Records {
             .filter(|_| claim.record.retry_at_unix_ms.is_some());
         let kept = marker.filter(|_| claim.record.retry_at_unix_ms.is_none());
         let marks = ledger::chains::marks_of(&self.paths, &claim);
+        let spans = self.spans.clone();
         s.tasks.spawn(async move {
                 let mut claim = claim;
                 let path = claim.path.clone();
@@ -329,6 +332,13 @@ impl Records {
                         if let Some((client, paths)) = &kept {
                             let record = &claim.record;
                             ledger::forget_retry(client, paths, &record.job, record.scheduled_unix_ms).await;
+                        }
+                        // The run's last word: its span, unless a retry is promised.
+                        if let Some((telemetry, group)) = spans.as_ref().filter(|_| {
+                            claim.record.status.is_final() && claim.record.retry_at_unix_ms.is_none()
+                        }) {
+                            let fired = crate::telemetry::Fired { group };
+                            telemetry.run_ended(&claim.record, &fired);
                         }
                         RecordWrite::Written(claim.version)
                     }

@@ -42,15 +42,25 @@ pub(super) struct Runs {
     deliveries: Arc<crate::delivery::Deliveries>,
     /// The clock the instants are in: a run waits for them on this node's own.
     clock: Arc<EnsembleClock>,
+    /// Where each attempt's span goes, and the group's name.
+    spans: Option<Spans>,
 }
 
+/// The exporter of spans, and the lock group whose runs these are.
+type Spans = (Arc<crate::telemetry::Telemetry>, String);
+
 impl Runs {
-    pub fn new(deliveries: Arc<crate::delivery::Deliveries>, clock: Arc<EnsembleClock>) -> Self {
+    pub fn new(
+        deliveries: Arc<crate::delivery::Deliveries>,
+        clock: Arc<EnsembleClock>,
+        spans: Option<Spans>,
+    ) -> Self {
         Self {
             alive: HashMap::new(),
             prepared: HashMap::new(),
             deliveries,
             clock,
+            spans,
         }
     }
 
@@ -131,6 +141,7 @@ impl Runs {
             not_before,
             deliveries: Arc::clone(&self.deliveries),
             clock: Arc::clone(&self.clock),
+            spans: self.spans.clone(),
         };
         s.tasks.spawn(async move {
             let ended = match record {
@@ -177,6 +188,7 @@ struct Run {
     deliveries: Arc<crate::delivery::Deliveries>,
     /// Its record's times are the servers' when the node is corrected.
     clock: Arc<EnsembleClock>,
+    spans: Option<Spans>,
 }
 
 /// A run's process, as far as the driver knows at its start.
@@ -285,6 +297,10 @@ impl Run {
             runner::run_prepared(&self.spec, &self.context, self.cancel, prepared, not_before).await
         };
         report.started_at = self.clock.to_ensemble(report.started_at);
+        if let Some((telemetry, group)) = &self.spans {
+            let fired = crate::telemetry::Fired { group };
+            telemetry.attempt_ended(self.spec.name.as_str(), &self.context, &report, &fired);
+        }
         report
     }
 }

@@ -18,7 +18,9 @@ use crate::fire::machine::protocol::{
     Action, ClaimAction, Fence, FireReason, Item, Me, RunAction, START_LEAD, is_late,
 };
 use crate::ids::{FencingToken, JobName, NodeId};
-use crate::run::{Claim, ClaimMode, ParentRun, RunContext, RunRecord, RunStatus, SubmissionInput};
+use crate::run::{
+    AttemptTrace, Claim, ClaimMode, ParentRun, RunContext, RunRecord, RunStatus, SubmissionInput,
+};
 
 /// A claim sent and not yet settled.
 #[derive(Debug, Clone)]
@@ -89,6 +91,14 @@ impl Pending {
                 .iter()
                 .map(|p| p.run_id.clone())
                 .collect(),
+            trace: claim.record.trace.zip(me.trace_seed).map(|(run, seed)| {
+                Box::new(AttemptTrace::of(
+                    run,
+                    seed,
+                    &claim.record.run_id,
+                    claim.record.attempt,
+                ))
+            }),
         }
     }
 

@@ -49,6 +49,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let offset =
             i64::try_from(u128::from(i) * u128::try_from(spread)? / u128::from(count.max(1)))?;
         Ok(SubmitRequest {
+            traceparent: None,
             job: job.clone(),
             due: DateTime::from_timestamp_millis(base + offset).ok_or("due time out of range")?,
             id: Some(SubmissionId::parse(&format!("{prefix}{i}"))?),

@@ -30,6 +30,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // A fixed due time and an id make the submit safe to retry after a timeout or a crash.
     let request = SubmitRequest {
+        traceparent: None,
         job: JobName::new(job.as_str()),
         due: Utc::now() + Duration::minutes(30),
         id: Some(SubmissionId::parse(id)?),

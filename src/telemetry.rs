@@ -22,7 +22,9 @@ use std::borrow::Cow;
 use std::time::{Duration, SystemTime};
 
 use chrono::{DateTime, Utc};
-use opentelemetry::trace::{Event, SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceState};
+use opentelemetry::trace::{
+    Event, Link, SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceState,
+};
 use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
@@ -158,6 +160,7 @@ impl Telemetry {
             end: ended,
             attributes,
             events,
+            links: Vec::new(),
             error,
         });
     }
@@ -192,6 +195,12 @@ impl Telemetry {
         if let Some(error) = &error {
             attributes.push(KeyValue::new("error.type", error.clone()));
         }
+        let links = record
+            .links
+            .iter()
+            .filter_map(|traceparent| crate::run::span_context_of(traceparent))
+            .map(Link::with_context)
+            .collect();
         let mut events = vec![event("claimed", ms(record.claimed_unix_ms))];
         events.extend(record.started_unix_ms.map(|at| event("started", ms(at))));
         events.push(event("ended", end));
@@ -209,6 +218,7 @@ impl Telemetry {
             end,
             attributes,
             events,
+            links,
             error,
         });
     }
@@ -243,6 +253,7 @@ impl Telemetry {
             end: at,
             attributes,
             events: Vec::new(),
+            links: Vec::new(),
             error: None,
         });
     }
@@ -263,6 +274,8 @@ impl Telemetry {
         // Non-exhaustive in the SDK: filled in, not built whole.
         let mut events = SpanEvents::default();
         events.events = span.events;
+        let mut links = SpanLinks::default();
+        links.links = span.links;
         self.processor.on_end(SpanData {
             span_context: span.context,
             parent_span_id: span.parent,
@@ -274,7 +287,7 @@ impl Telemetry {
             attributes: span.attributes,
             dropped_attributes_count: 0,
             events,
-            links: SpanLinks::default(),
+            links,
             status,
             instrumentation_scope: self.scope.clone(),
         });
@@ -290,6 +303,8 @@ struct Built {
     end: DateTime<Utc>,
     attributes: Vec<KeyValue>,
     events: Vec<Event>,
+    /// Spans this one follows from: a run's submitter's context.
+    links: Vec<Link>,
     error: Option<String>,
 }
 

@@ -183,6 +183,7 @@ async fn every_command_through_the_door_leaves_one_entry_where_the_trail_keeps_i
     let id = |text: &str| SubmissionId::parse(text).expect("an id");
     let submit = |name: &str| {
         Command::Submit(SubmitRequest {
+            traceparent: None,
             job: zkcron::JobName::new("deliver"),
             due: now + chrono::Duration::hours(1),
             id: Some(id(name)),

@@ -55,6 +55,7 @@ fn at(unix_ms: i64) -> DateTime<Utc> {
 
 fn request(job: &str, due: DateTime<Utc>, id: Option<&str>, payload: &[u8]) -> SubmitRequest {
     SubmitRequest {
+        traceparent: None,
         job: JobName::new(job),
         due,
         id: id.map(|id| SubmissionId::parse(id).expect("valid id")),

@@ -54,6 +54,7 @@ async fn a_bucket_larger_than_one_listing_reply_could_carry_fires_every_submissi
         let requests = chunk
             .iter()
             .map(|&i| zkcron::delayed::SubmitRequest {
+                traceparent: None,
                 job: zkcron::JobName::new("close"),
                 due,
                 id: Some(zkcron::delayed::SubmissionId::parse(&id(i)).expect("id")),

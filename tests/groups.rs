@@ -499,6 +499,7 @@ async fn submissions_run_once_on_the_owner_of_their_jobs_group_whatever_their_ma
         anonymous: false,
         marker_names_job: false,
         retry_of: None,
+        traceparent: None,
         after: None,
     };
     zkcron::ledger::submissions::submit(&zk, &paths, &plain, &submission)

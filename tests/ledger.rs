@@ -452,6 +452,7 @@ async fn submit(client: &Ledger, paths: &LedgerPaths, id: &str, due: i64) -> Sub
         anonymous: false,
         marker_names_job: false,
         retry_of: None,
+        traceparent: None,
         after: None,
     };
     let submitted = submissions::submit(client, &paths.delayed, &id, &submission).await;
@@ -739,6 +740,7 @@ async fn a_pruned_submission_leaves_a_tombstone_until_its_window_has_passed() {
         anonymous: false,
         marker_names_job: false,
         retry_of: None,
+        traceparent: None,
         after: None,
     };
     let again = submissions::submit(&za, &paths.delayed, first, &same).await;
@@ -810,6 +812,7 @@ async fn an_anonymous_submission_leaves_no_tombstone() {
         anonymous: true,
         marker_names_job: false,
         retry_of: None,
+        traceparent: None,
         after: None,
     };
     let submitted = submissions::submit(&za, &paths.delayed, &id, &anonymous).await;
@@ -1324,6 +1327,7 @@ async fn a_submitted_parents_mark_becomes_its_childs_submission_once_and_never_u
         anonymous: true,
         marker_names_job: true,
         retry_of: None,
+        traceparent: None,
         after: Some(zkcron::delayed::AfterRun {
             job: JobName::new("close"),
             run_id: parent.record.run_id.clone(),

@@ -1079,6 +1079,7 @@ async fn a_prepared_submission_run_reads_exactly_its_payload() {
     let mut context = ctx("run-payload");
     let payload = b"{\"order\": 17}\n".to_vec();
     context.submission = Some(SubmissionInput {
+        traceparent: None,
         id: "s-1".into(),
         payload: Arc::new(payload.clone()),
         requested_by: None,

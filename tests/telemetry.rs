@@ -100,10 +100,32 @@ async fn each_attempt_is_a_span_of_its_runs_trace_and_the_job_is_given_it() {
         &["submit", "flaky", "--in", "0s", "--id", "f1"],
         &node.config,
     );
-    zkcron_ok(
-        &["submit", "local", "--in", "0s", "--id", "l1"],
+    // The submitter's own trace: the run's span links to it.
+    let submitter = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let refused = support::daemon::zkcron(
+        &[
+            "submit",
+            "local",
+            "--in",
+            "0s",
+            "--traceparent",
+            "00-nope-01",
+        ],
         &node.config,
     );
+    let said = support::daemon::assert_exit(&refused, 2);
+    assert!(said.contains("not a W3C trace context"), "{said}");
+    let args = [
+        "submit",
+        "local",
+        "--in",
+        "0s",
+        "--id",
+        "l1",
+        "--traceparent",
+        submitter,
+    ];
+    zkcron_ok(&args, &node.config);
 
     let record = try_wait_for("flaky succeeded", SLACK * 3, || {
         let record = newest("flaky", &node.config);
@@ -213,6 +235,12 @@ async fn each_attempt_is_a_span_of_its_runs_trace_and_the_job_is_given_it() {
         "the process is given its attempt's span"
     );
     assert_ne!(local_span.trace_id, trace_id, "a trace per run");
+    assert_eq!(
+        local_span.links,
+        ["4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7"],
+        "the run's span links to its submitter's context"
+    );
+    assert!(run.links.is_empty(), "{:?}", run.links);
 }
 
 /// The owner killed between a run's failed attempt and its retry: the next owner's attempt is

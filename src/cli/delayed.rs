@@ -41,6 +41,10 @@ pub struct SubmitArgs {
     /// The payload, read from standard input (the same as --payload-file -).
     #[arg(long)]
     payload_stdin: bool,
+    /// The submitter's trace context (W3C), which the run's span links to; a job that submits
+    /// passes on its own (`TRACEPARENT`, which zkcron gives it with `[telemetry]`).
+    #[arg(long, env = "TRACEPARENT", value_name = "00-TRACE-SPAN-FLAGS")]
+    traceparent: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -148,6 +152,7 @@ pub async fn submit(config: &Config, args: SubmitArgs) -> Result<(), CliError> {
         );
     }
     let command = Command::Submit(SubmitRequest {
+        traceparent: args.traceparent,
         job,
         due,
         id,

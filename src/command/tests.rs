@@ -28,6 +28,7 @@ fn submission(job: &str) -> Submission {
         anonymous: false,
         marker_names_job: false,
         retry_of: None,
+        traceparent: None,
         after: None,
     }
 }
@@ -140,6 +141,7 @@ fn every_command() -> Vec<(
         ),
         (
             Command::Submit(SubmitRequest {
+                traceparent: None,
                 job: JobName::new("deliver"),
                 due: at("2026-11-01T00:00:00Z"),
                 id: None,

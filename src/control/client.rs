@@ -203,6 +203,7 @@ impl Steer {
         let config = self.declared(job)?;
         self.refuse_unless_running(job, config).await?;
         let request = SubmitRequest {
+            traceparent: None,
             job: job.clone(),
             due: Utc::now(),
             id: None,

@@ -35,6 +35,8 @@ pub struct SubmitRequest {
     pub id: Option<SubmissionId>,
     /// Given to the run on stdin; at most [`MAX_PAYLOAD`] bytes.
     pub payload: Vec<u8>,
+    /// The submitter's trace context, a W3C `traceparent`: the run's span links to it.
+    pub traceparent: Option<String>,
 }
 
 /// A submit's answer.
@@ -74,6 +76,10 @@ pub enum DelayedError {
     #[error("due {due} is more than ten years ahead")]
     TooFarAhead { due: DateTime<Utc> },
     #[error(
+        "traceparent {given:?} is not a W3C trace context: expected 00-<32 hex trace id>-<16 hex span id>-<2 hex flags>, ids not all zeros"
+    )]
+    BadTraceparent { given: String },
+    #[error(
         "submission {id} did not fail: it is {status}; only a failed, timed-out or missed one is retried"
     )]
     NotFailed { id: SubmissionId, status: String },
@@ -93,6 +99,7 @@ impl DelayedError {
                 | DelayedError::PayloadTooLarge { .. }
                 | DelayedError::TooLate { .. }
                 | DelayedError::TooFarAhead { .. }
+                | DelayedError::BadTraceparent { .. }
                 | DelayedError::NotFailed { .. }
                 | DelayedError::Submission(
                     SubmissionError::Conflict { .. }
@@ -145,6 +152,15 @@ pub fn check_request(
     if (request.due - now).to_std().unwrap_or_default() > MAX_AHEAD {
         return Err(DelayedError::TooFarAhead { due: request.due });
     }
+    let traceparent =
+        match request.traceparent.as_deref() {
+            None => None,
+            Some(given) => Some(crate::run::traceparent(given).ok_or_else(|| {
+                DelayedError::BadTraceparent {
+                    given: given.to_owned(),
+                }
+            })?),
+        };
     Ok(Submission {
         job: request.job.clone(),
         due_unix_ms: request.due.timestamp_millis(),
@@ -154,6 +170,7 @@ pub fn check_request(
         anonymous: request.id.is_none(),
         marker_names_job: false,
         retry_of: None,
+        traceparent,
         after: None,
     })
 }
@@ -342,6 +359,7 @@ impl Delayed {
         check_request(
             &self.jobs,
             &SubmitRequest {
+                traceparent: None,
                 job: submission.job,
                 due,
                 id: Some(id.clone()),
@@ -387,6 +405,7 @@ impl Delayed {
             return Err(not_failed(record.status.as_str()));
         }
         let request = SubmitRequest {
+            traceparent: old.traceparent,
             job: old.job,
             due,
             id: new_id,
@@ -585,6 +604,7 @@ mod tests {
 
     fn request(due: DateTime<Utc>, payload: usize) -> SubmitRequest {
         SubmitRequest {
+            traceparent: None,
             job: JobName::new("close-order"),
             due,
             id: None,
@@ -605,6 +625,7 @@ mod tests {
             (1_700_000_000_000, 1_700_000_000_000, MAX_PAYLOAD)
         );
         let chosen = SubmitRequest {
+            traceparent: None,
             id: SubmissionId::parse("order-42").ok(),
             ..request(now(), 0)
         };
@@ -619,6 +640,7 @@ mod tests {
             "only a generated id is anonymous"
         );
         let unknown = SubmitRequest {
+            traceparent: None,
             job: JobName::new("nope"),
             ..request(now(), 0)
         };
@@ -628,6 +650,7 @@ mod tests {
             "job \"nope\" is not declared in the schedule file; declared: close-order, rotate"
         );
         let broadcast = SubmitRequest {
+            traceparent: None,
             job: JobName::new("rotate"),
             ..request(now(), 0)
         };

@@ -214,6 +214,9 @@ pub struct Submission {
     pub retry_of: Option<SubmissionId>,
     /// A chained job's run (`after`) made by a submission's run of its parent (issue 36).
     pub after: Option<AfterRun>,
+    /// The submitter's trace context (a W3C `traceparent`, checked when submitted): the run's
+    /// span links to it (issue 52).
+    pub traceparent: Option<String>,
 }
 
 /// The parent's run a chained submission follows: its job, its run id and how it ended (as
@@ -248,6 +251,9 @@ struct Header {
     /// has no `ZKCRON_PARENT_RUN_ID`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     after: Option<AfterRun>,
+    /// The submitter's trace context (older readers ignore it: the run's span links nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    traceparent: Option<String>,
     /// A tombstone: the SHA-256 of the payload it no longer holds (lowercase hex).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     payload_sha256: Option<String>,
@@ -276,6 +282,7 @@ impl Header {
                 .as_ref()
                 .map(|id| id.as_str().to_owned()),
             after: submission.after.clone(),
+            traceparent: submission.traceparent.clone(),
             payload_sha256: None,
             payload_bytes: None,
             remembered_until_unix_ms: None,
@@ -337,6 +344,8 @@ impl Submission {
             // Foreign data: an unusable link is dropped, not the submission.
             retry_of: header.retry_of.and_then(|id| SubmissionId::parse(&id).ok()),
             after: header.after,
+            // Foreign data: checked where it is used (a context that is none links nothing).
+            traceparent: header.traceparent,
         }
     }
 
@@ -391,6 +400,7 @@ impl Tombstone {
             anonymous: false,
             marker_names_job: false,
             retry_of: None,
+            traceparent: None,
             after: None,
             payload_sha256: Some(self.payload_sha256.clone()),
             payload_bytes: Some(self.payload_bytes),

@@ -590,7 +590,13 @@ async fn submit(
         .map(SubmissionId::parse)
         .transpose()
         .map_err(|err| ApiError::new(StatusCode::BAD_REQUEST, format!("\"id\": {err}")))?;
+    // The caller's trace context, as W3C Trace Context propagates it: the run's span links
+    // to it.
+    let traceparent = headers
+        .get("traceparent")
+        .map(|value| value.to_str().unwrap_or("not text").to_owned());
     let command = Command::Submit(SubmitRequest {
+        traceparent,
         job: JobName::new(job),
         due,
         id,

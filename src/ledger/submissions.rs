@@ -409,6 +409,7 @@ pub async fn show(
                 anonymous: false,
                 marker_names_job: false,
                 retry_of: None,
+                traceparent: None,
                 after: None,
             };
             return Ok(Some((submission, SubmissionState::Remembered(tombstone))));

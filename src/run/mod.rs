@@ -24,4 +24,4 @@ pub use outcome::{OUTPUT_KEPT, OutputTail, RESPONSE_KEPT, RunOutcome, RunReport}
 pub use record::{MISSED_BY_A_MEMBER, ParentRun, RecordError, RunRecord, RunStatus};
 pub use spec::{ContractKey, JobSpec, Launcher, Program, RunAs, RunContext, SubmissionInput};
 pub use target::{HttpTarget, HttpTls, HttpVersion, Resend};
-pub use trace::{AttemptTrace, RunTrace};
+pub use trace::{AttemptTrace, RunTrace, span_context_of, traceparent};

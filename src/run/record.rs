@@ -169,6 +169,9 @@ pub struct RunRecord {
         deserialize_with = "super::trace::lenient"
     )]
     pub trace: Option<RunTrace>,
+    /// What the run's span links to, as W3C `traceparent`s: its submitter's context (issue 52).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub links: Vec<String>,
     /// The rules it was written by (`formats::RUN_RECORD`); absent in the stored data when 1.
     #[serde(
         default = "crate::formats::first",
@@ -237,6 +240,7 @@ impl RunRecord {
             marker_names_job: false,
             open_by_record: false,
             trace: None,
+            links: Vec::new(),
             format: crate::formats::RUN_RECORD,
             unknown: serde_json::Map::new(),
         }
@@ -291,6 +295,7 @@ impl RunRecord {
             broadcast: self.broadcast,
             // Every attempt continues the run's trace.
             trace: self.trace,
+            links: self.links.clone(),
             unknown: self.unknown.clone(),
             ..Self::claimed(&self.job, self.scheduled_unix_ms, node, token, now_unix_ms)
         }

@@ -204,6 +204,9 @@ pub struct SubmissionInput {
     /// Its pending marker names its job (lock groups): recorded, so a withdrawn claim restores
     /// that marker.
     pub marker_names_job: bool,
+    /// The submitter's trace context: its run's record keeps it among the run span's links.
+    /// Boxed: it rides in every run's start action, the largest the fire machine hands out.
+    pub traceparent: Option<Box<str>>,
 }
 
 /// How the runner makes a job's process.

@@ -4,13 +4,18 @@
 //! new span under the run's.
 //!
 //! Owns: how the ids are chosen and how a record stores them (`"<trace id>-<span id>"`, in
-//! lowercase hex as a `traceparent` writes them).
+//! lowercase hex as a `traceparent` writes them), and which `traceparent` a submitter gives
+//! is one (read by OpenTelemetry's propagator).
 //! Must not: export spans or read a clock, nor draw randomness itself: the ids come from a
 //! seed the node draws once ([`RunTrace::first`]), so the fire machine stays pure and its tests
 //! repeatable.
 
+use std::collections::HashMap;
+
 use aws_lc_rs::digest::{SHA256, digest};
-use opentelemetry::trace::{SpanId, TraceId};
+use opentelemetry::propagation::TextMapPropagator;
+use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceId};
+use opentelemetry_sdk::propagation::TraceContextPropagator;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// A run's trace and its run span.
@@ -114,6 +119,40 @@ impl AttemptTrace {
     }
 }
 
+/// The span context a W3C `traceparent` names, read by OpenTelemetry's own propagator; `None`
+/// when it names none (malformed, a version it does not read, all-zero ids).
+pub fn span_context_of(traceparent: &str) -> Option<SpanContext> {
+    // The propagator is lenient about the fields' lengths; the specification is not.
+    let mut fields = traceparent.trim().split('-');
+    let lengths_kept = [2, 32, 16, 2].into_iter().all(|len| {
+        fields.next().is_some_and(|field| {
+            field.len() == len
+                && field
+                    .bytes()
+                    .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        })
+    });
+    if !lengths_kept {
+        return None;
+    }
+    let carrier = HashMap::from([("traceparent".to_owned(), traceparent.trim().to_owned())]);
+    let context = TraceContextPropagator::new().extract(&carrier);
+    let span = context.span().span_context().clone();
+    span.is_valid().then_some(span)
+}
+
+/// `traceparent` as zkcron keeps it (version 00, lowercase), if it names a span context: the
+/// submitter's context a submission carries, and what a run's span links to.
+pub fn traceparent(text: &str) -> Option<String> {
+    let span = span_context_of(text)?;
+    Some(format!(
+        "00-{}-{}-{:02x}",
+        span.trace_id(),
+        span.span_id(),
+        span.trace_flags().to_u8()
+    ))
+}
+
 /// A record's trace as stored, read leniently: one that is not a trace is dropped (the run
 /// goes on without it, a new one chosen at its next claim) rather than making the whole record
 /// unreadable.
@@ -158,6 +197,23 @@ mod tests {
             format!("00-{}-{}-01", run.trace_id, first.span_id)
         );
         assert_eq!(first.traceparent().len(), 55, "W3C version 00's length");
+    }
+
+    #[test]
+    fn a_traceparent_is_kept_only_when_it_names_a_span() {
+        let good = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        assert_eq!(traceparent(good).as_deref(), Some(good));
+        assert_eq!(traceparent(&format!(" {good}\n")).as_deref(), Some(good));
+        for bad in [
+            "",
+            "nope",
+            "00-00000000000000000000000000000000-b7ad6b7169203331-01",
+            "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",
+            "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            "00-0af7651916cd43dd8448eb211c80319-b7ad6b7169203331-01",
+        ] {
+            assert_eq!(traceparent(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

@@ -1555,6 +1555,7 @@ impl ChaosCluster {
             let id = format!("{prefix}{i:05}");
             let due = first_due_ms + i64::try_from(i).expect("small") * spacing_ms;
             requests.push(zkcron::delayed::SubmitRequest {
+                traceparent: None,
                 job: zkcron::JobName::new(SUB),
                 due: chrono::DateTime::from_timestamp_millis(due).expect("in range"),
                 id: Some(zkcron::delayed::SubmissionId::parse(&id).expect("id")),

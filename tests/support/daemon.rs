@@ -195,6 +195,7 @@ pub async fn submit_spaced(
         let client = std::sync::Arc::clone(&client);
         let due = first_due_ms + i64::try_from(i).expect("small") * spacing_ms;
         let request = zkcron::delayed::SubmitRequest {
+            traceparent: None,
             job: zkcron::JobName::new(job),
             due: chrono::DateTime::from_timestamp_millis(due).expect("in range"),
             id: Some(zkcron::delayed::SubmissionId::parse(&format!("{prefix}{i:04}")).expect("id")),

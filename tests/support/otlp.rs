@@ -34,6 +34,8 @@ pub struct ReceivedSpan {
     pub end_unix_ns: u64,
     pub attributes: BTreeMap<String, String>,
     pub events: Vec<String>,
+    /// The spans it links to, as `<trace id>-<span id>`.
+    pub links: Vec<String>,
     /// The resource's attributes (`service.name` among them).
     pub resource: BTreeMap<String, String>,
     /// OTLP's status code: 0 unset, 1 ok, 2 error.
@@ -137,6 +139,11 @@ async fn traces(
                     end_unix_ns: span.end_time_unix_nano,
                     attributes: attributes(span.attributes),
                     events: span.events.into_iter().map(|e| e.name).collect(),
+                    links: span
+                        .links
+                        .iter()
+                        .map(|link| format!("{}-{}", hex(&link.trace_id), hex(&link.span_id)))
+                        .collect(),
                     resource: resource.clone(),
                     status_code: span.status.map_or(0, |s| s.code),
                 });

@@ -10,6 +10,7 @@ fn submission(payload: &[u8]) -> Submission {
         anonymous: false,
         marker_names_job: false,
         retry_of: None,
+        traceparent: None,
         after: None,
     }
 }
@@ -299,4 +300,23 @@ fn a_move_and_a_tombstone_keep_every_header_field_they_do_not_change() {
         tombstone_of(&newer, 1),
         Err(FormatError::Version(2))
     ));
+}
+
+/// Issue 52: the submitter's trace context is kept with the submission; one written without it
+/// (an older zkcron's) reads as none.
+#[test]
+fn a_submitters_trace_context_rides_in_the_header() {
+    let traced = Submission {
+        traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
+        ..submission(b"{}")
+    };
+    let bytes = traced.to_bytes();
+    assert!(String::from_utf8_lossy(&bytes).contains("\"traceparent\":\"00-4bf9"));
+    assert_eq!(Submission::parse(&bytes).expect("a submission"), traced);
+    let plain = submission(b"{}").to_bytes();
+    assert!(!String::from_utf8_lossy(&plain).contains("traceparent"));
+    assert_eq!(
+        Submission::parse(&plain).expect("a submission").traceparent,
+        None
+    );
 }

@@ -287,6 +287,8 @@ fn submission_of(
     payloads: &HashMap<SubmissionId, Arc<Vec<u8>>>,
 ) -> Option<SubmissionInput> {
     Some(SubmissionInput {
+        // The record keeps its links through every attempt.
+        traceparent: None,
         id: id.as_str().to_owned(),
         payload: Arc::clone(payloads.get(id)?),
         requested_by: record.requested_by.clone(),

@@ -221,6 +221,7 @@ fn child_submission(
         // Every zkcron that reads chain marks reads a marker that names its job.
         marker_names_job: true,
         retry_of: None,
+        traceparent: None,
         after: Some(AfterRun {
             job: found.name.parent,
             run_id: found.mark.run_id,

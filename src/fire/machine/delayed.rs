@@ -61,6 +61,8 @@ struct Due {
     marker_names_job: bool,
     /// A chained job's run after a submitted parent's: that run.
     after: Option<ParentRun>,
+    /// The submitter's trace context.
+    traceparent: Option<String>,
 }
 
 /// The near horizon of pending submissions.
@@ -514,6 +516,7 @@ impl DelayedQueue {
                 requested_by: submission.requested_by,
                 marker_names_job: submission.marker_names_job,
                 after,
+                traceparent: submission.traceparent,
             },
         );
         Considered::Held
@@ -563,6 +566,7 @@ impl Due {
                 payload: self.payload,
                 requested_by: self.requested_by,
                 marker_names_job: self.marker_names_job,
+                traceparent: self.traceparent.map(String::into_boxed_str),
             }),
             parents: self.after.into_iter().collect(),
         }

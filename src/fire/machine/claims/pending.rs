@@ -405,6 +405,7 @@ pub(crate) fn fresh_record(
         Some((id, input)) => RunRecord {
             requested_by: input.requested_by.clone(),
             marker_names_job: input.marker_names_job,
+            links: input.traceparent.iter().map(|tp| tp.to_string()).collect(),
             ..RunRecord::claimed_submission(job, tick_ms, &id, me, token, now_ms)
         },
         None => RunRecord::claimed(job, tick_ms, me, token, now_ms),

@@ -20,6 +20,7 @@ fn submission(job: &str, due_ms: i64) -> Submission {
         anonymous: true,
         marker_names_job: true,
         retry_of: None,
+        traceparent: None,
         after: None,
     }
 }

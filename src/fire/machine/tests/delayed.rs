@@ -26,6 +26,7 @@ fn submission(job: &str, due_ms: i64, payload: &[u8]) -> Submission {
         anonymous: false,
         marker_names_job: false,
         retry_of: None,
+        traceparent: None,
         after: None,
     }
 }

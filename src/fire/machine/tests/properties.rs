@@ -797,6 +797,7 @@ impl World {
             anonymous: false,
             marker_names_job: false,
             retry_of: None,
+            traceparent: None,
             after: None,
         };
         self.submissions.insert(id.clone(), submission.clone());

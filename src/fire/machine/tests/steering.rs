@@ -129,6 +129,7 @@ fn submission(due_ms: i64, by: Option<&str>) -> Submission {
         anonymous: false,
         marker_names_job: false,
         retry_of: None,
+        traceparent: None,
         after: None,
     }
 }

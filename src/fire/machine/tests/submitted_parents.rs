@@ -38,6 +38,7 @@ fn order(due_ms: i64, payload: &[u8]) -> Submission {
         anonymous: false,
         marker_names_job: true,
         retry_of: None,
+        traceparent: None,
         after: None,
     }
 }
@@ -186,6 +187,7 @@ fn a_submitted_parents_mark_becomes_one_submission_of_the_child_at_the_parents_i
             anonymous: true,
             marker_names_job: true,
             retry_of: None,
+            traceparent: None,
             after: Some(AfterRun {
                 job: JobName::new("order"),
                 run_id: "order-2000-order-7".to_owned(),

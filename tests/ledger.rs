@@ -1239,6 +1239,7 @@ async fn a_chain_mark_is_made_with_the_final_record_taken_by_one_claim_and_given
     let child = || {
         let mut child = record("load", 2000, "a", token);
         child.parents = vec![run::ParentRun {
+            trace: None,
             job: JobName::new("extract"),
             run_id: parent.record.run_id.clone(),
             status: RunStatus::Succeeded,
@@ -1385,6 +1386,7 @@ async fn a_submitted_parents_mark_becomes_its_childs_submission_once_and_never_u
     );
     claimed.marker_names_job = true;
     claimed.parents = vec![run::ParentRun {
+        trace: None,
         job: JobName::new("close"),
         run_id: parent.record.run_id.clone(),
         status: RunStatus::Succeeded,

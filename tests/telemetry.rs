@@ -59,6 +59,17 @@ async fn spans_of_run(
     })
 }
 
+/// Waits (up to `within`) for `job`'s newest record to say `succeeded`, and returns it.
+async fn succeeded(job: &str, within: Duration, node: &DaemonNode) -> serde_json::Value {
+    try_wait_for(&format!("{job} succeeded"), within, || {
+        let record = newest(job, &node.config);
+        let done = (record["status"] == "succeeded").then_some(record);
+        async move { done }
+    })
+    .await
+    .unwrap_or_else(|not_reached| panic!("{not_reached}\n{}", node.log_tail()))
+}
+
 /// The newest record of `job`.
 fn newest(job: &str, config: &Path) -> serde_json::Value {
     support::daemon::history_records(job, &[], config)
@@ -82,6 +93,8 @@ async fn each_attempt_is_a_span_of_its_runs_trace_and_the_job_is_given_it() {
         "[[job]]\nname = \"flaky\"\nretries = 1\nretry_backoff = \"500ms\"\n\
          http = {{ url = \"{}/fail-then-ok\" }}\n\n\
          [[job]]\nname = \"local\"\nshell = \"echo \\\"$TRACEPARENT\\\" > {}\"\n\n\
+         [[job]]\nname = \"tick\"\nschedule = \"* * * * * *\"\nshell = \"true\"\n\n\
+         [[job]]\nname = \"child\"\nafter = [\"tick\"]\nshell = \"true\"\n\n\
          [telemetry]\nendpoint = \"{}\"\nservice_name = \"zkcron-test\"\n\
          resource = {{ \"deployment.environment.name\" = \"test\" }}\n",
         target.base,
@@ -127,13 +140,7 @@ async fn each_attempt_is_a_span_of_its_runs_trace_and_the_job_is_given_it() {
     ];
     zkcron_ok(&args, &node.config);
 
-    let record = try_wait_for("flaky succeeded", SLACK * 3, || {
-        let record = newest("flaky", &node.config);
-        let done = (record["status"] == "succeeded").then_some(record);
-        async move { done }
-    })
-    .await
-    .unwrap_or_else(|not_reached| panic!("{not_reached}\n{}", node.log_tail()));
+    let record = succeeded("flaky", SLACK * 3, &node).await;
     let run_id = record["run_id"].as_str().expect("a run id");
     let stored = record["trace"].as_str().expect("the run's trace is stored");
     let (trace_id, run_span_id) = stored.split_once('-').expect("<trace>-<span>");
@@ -215,13 +222,7 @@ async fn each_attempt_is_a_span_of_its_runs_trace_and_the_job_is_given_it() {
         .collect();
     assert_eq!(sent, expected, "each request names its attempt's span");
 
-    let local = try_wait_for("local succeeded", SLACK * 2, || {
-        let record = newest("local", &node.config);
-        let done = (record["status"] == "succeeded").then_some(record);
-        async move { done }
-    })
-    .await
-    .unwrap_or_else(|not_reached| panic!("{not_reached}\n{}", node.log_tail()));
+    let local = succeeded("local", SLACK * 2, &node).await;
     let local_run = local["run_id"].as_str().expect("a run id");
     let (local_attempts, local_span) = spans_of_run(&otlp, local_run, 1, &node).await;
     assert_eq!(local_attempts[0].attribute("process.exit.code"), "0");
@@ -241,6 +242,22 @@ async fn each_attempt_is_a_span_of_its_runs_trace_and_the_job_is_given_it() {
         "the run's span links to its submitter's context"
     );
     assert!(run.links.is_empty(), "{:?}", run.links);
+
+    // A chained child's span links to its parent run's span.
+    let child = succeeded("child", SLACK * 2, &node).await;
+    let parent = &child["parents"][0];
+    let parent_record = support::daemon::history_records("tick", &["--limit", "50"], &node.config)
+        .into_iter()
+        .find(|record| record["run_id"] == parent["run_id"])
+        .expect("the parent's record");
+    assert_eq!(parent["trace"], parent_record["trace"], "{child}");
+    let child_run = child["run_id"].as_str().expect("a run id");
+    let (_, child_span) = spans_of_run(&otlp, child_run, 1, &node).await;
+    assert_eq!(
+        child_span.links,
+        [parent_record["trace"].as_str().expect("the parent's trace")],
+        "the child's span links to its parent run's span"
+    );
 }
 
 /// The owner killed between a run's failed attempt and its retry: the next owner's attempt is

@@ -39,6 +39,7 @@ pub fn marks_of(paths: &LedgerPaths, claim: &Claim) -> Vec<MarkCreate> {
     };
     let data = ChainMark {
         payload: claim.payload.as_deref().cloned().unwrap_or_default(),
+        trace: record.trace,
         ..ChainMark::of(&record.run_id, record.status)
     }
     .to_bytes();

@@ -25,6 +25,14 @@ pub struct ChainMark {
         skip_serializing_if = "crate::formats::is_first"
     )]
     pub format: u32,
+    /// The parent run's trace, where telemetry is on: its child's span links to it (issue 52;
+    /// an older reader ignores it).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "super::trace::lenient"
+    )]
+    pub trace: Option<super::RunTrace>,
     /// A submission's run: its payload, which its child's submission gets. Stored after the
     /// JSON line (none: no line break).
     #[serde(skip)]
@@ -38,6 +46,7 @@ impl ChainMark {
             run_id: run_id.to_owned(),
             status,
             format: crate::formats::CHAIN_MARK,
+            trace: None,
             payload: Vec::new(),
         }
     }

@@ -84,6 +84,13 @@ pub struct ParentRun {
     pub run_id: String,
     /// How it ended.
     pub status: RunStatus,
+    /// Its trace, where telemetry is on: the child's run span links to its span (issue 52).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "super::trace::lenient"
+    )]
+    pub trace: Option<RunTrace>,
 }
 
 /// One tick of one job, as recorded in ZooKeeper.
@@ -503,6 +510,7 @@ mod tests {
                     job: JobName::new("extract"),
                     run_id: "extract-1000".to_owned(),
                     status: RunStatus::Succeeded,
+                    trace: None,
                 }],
                 ..record()
             }

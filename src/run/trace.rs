@@ -54,6 +54,11 @@ impl RunTrace {
         }
     }
 
+    /// The W3C `traceparent` of the run's span: what a chained child's span links to.
+    pub fn traceparent(&self) -> String {
+        format!("00-{}-{}-01", self.trace_id, self.span_id)
+    }
+
     /// The stored form: `<32 hex>-<16 hex>`.
     pub fn stored(&self) -> String {
         format!("{}-{}", self.trace_id, self.span_id)

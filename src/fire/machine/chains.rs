@@ -206,6 +206,7 @@ impl Chains {
                     job: found.name.parent,
                     run_id: found.mark.run_id,
                     status: found.mark.status,
+                    trace: found.mark.trace,
                 })
                 .collect();
             let overdue = tick + deadline < now;

@@ -584,6 +584,8 @@ fn parent_run(after: AfterRun, id: &SubmissionId) -> Option<ParentRun> {
         job: after.job,
         run_id: after.run_id,
         status,
+        // A submitted parent's trace is not carried to its child's submission yet.
+        trace: None,
     })
 }
 

@@ -159,6 +159,7 @@ impl Pending {
                     record.with_children = with_children;
                 }
                 record.parents.clone_from(&item.parents);
+                record.links.extend(links_to(&item.parents));
                 (record, ClaimMode::Create)
             }
         };
@@ -260,6 +261,7 @@ impl Pending {
                     now_ms,
                 );
                 record.parents.clone_from(&self.parents);
+                record.links.extend(links_to(&self.parents));
                 (record, ClaimMode::Create)
             }
         };
@@ -410,6 +412,13 @@ pub(crate) fn fresh_record(
         },
         None => RunRecord::claimed(job, tick_ms, me, token, now_ms),
     }
+}
+
+/// What a chained run's span links to: its parents' runs' spans, where they were traced.
+fn links_to(parents: &[ParentRun]) -> impl Iterator<Item = String> + '_ {
+    parents
+        .iter()
+        .filter_map(|parent| parent.trace.as_ref().map(crate::run::RunTrace::traceparent))
 }
 
 /// A tick's run is claimed as `running`, from its planned start, so that its start writes

@@ -242,6 +242,7 @@ fn a_submitted_parents_mark_becomes_one_submission_of_the_child_at_the_parents_i
             job: JobName::new("order"),
             run_id: "order-2000-order-7".to_owned(),
             status: RunStatus::Succeeded,
+            trace: None,
         }]
     );
     let (_, context) = only_start(&m.handle(ok(&claim), t(60_012)));

@@ -171,6 +171,23 @@ impl ClaimPlan {
         &self.path
     }
 
+    /// Whether `err` says the stored record of a scheduled tick this claim would write over is
+    /// gone (its `Again` found no node): nothing stands for the tick any more. A submission's
+    /// or a chained run's record has its own way back (a pending marker, its parents' marks).
+    pub fn record_vanished(&self, err: &ClaimError) -> bool {
+        matches!(self.mode, ClaimMode::Again { .. })
+            && self.record.submission_id.is_none()
+            && self.record.parents.is_empty()
+            && !self.by_member
+            && matches!(
+                err,
+                ClaimError::Zk {
+                    source: Fault::NoNode,
+                    ..
+                }
+            )
+    }
+
     /// The fencing token the claim checks the epoch at: claims in one group share it.
     pub fn token(&self) -> FencingToken {
         self.record.fencing_token

@@ -140,6 +140,7 @@ pub(super) async fn settled(
     };
     match answer {
         Err(err) if err.unanswered() => read_back(view, plan, session, error_chain(&err)).await,
+        Err(err) if plan.record_vanished(&err) => Err(ClaimRefused::Vanished),
         other => other.map_err(|err| refusal(&err)),
     }
 }

@@ -332,6 +332,9 @@ pub enum ClaimRefused {
     RunAlive,
     /// The request failed; the text says why.
     Failed(String),
+    /// A scheduled tick's claim of its stored record (a next attempt, a rerun, a record written
+    /// over it) found the record gone: nothing stands for the tick any more.
+    Vanished,
 }
 
 /// A fact the machine learns.

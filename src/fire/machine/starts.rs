@@ -292,6 +292,9 @@ impl Starts {
         };
         let job = pending.config.spec.name.clone();
         let tick = pending.tick;
+        if matches!(result, Err(ClaimRefused::Vanished)) {
+            return self.record_vanished(ctx, id);
+        }
         let again = match &pending.state {
             PendingState::RecordOnly => return self.record_only_settled(ctx, id, result),
             PendingState::InFlight { again } => *again,
@@ -372,6 +375,8 @@ impl Starts {
                 self.settle(ctx, id);
             }
             Err(ClaimRefused::Failed(why)) => self.claim_failed(ctx, id, again, &why),
+            // Answered before any state was looked at (above); here for the match's sake.
+            Err(ClaimRefused::Vanished) => self.record_vanished(ctx, id),
         }
     }
 
@@ -406,6 +411,29 @@ impl Starts {
         let config = Arc::clone(&pending.config);
         self.settle(ctx, id);
         self.send_record_only(ctx, &config, record, mode);
+    }
+
+    /// A scheduled tick's stored record was gone when a claim came to write over it (its next
+    /// attempt, its rerun, a record of what became of it): nothing stands for the tick now,
+    /// and no claim reaches a tick behind its job's newest again, so it is recorded `missed`
+    /// afresh (issue 53's soak: records of claims read back as applied after an outage were
+    /// absent a moment later, and their reruns were dropped).
+    fn record_vanished(&mut self, ctx: &mut Ctx<'_>, id: ClaimId) {
+        let Some(pending) = self.claims.get(&id) else {
+            return;
+        };
+        let (config, tick, token) = (Arc::clone(&pending.config), pending.tick, pending.token);
+        let name = &config.spec.name;
+        tracing::warn!(job = %name, %tick, "the tick's record vanished before it was written over: recording the tick missed");
+        let me = (&ctx.me.node_id, ctx.me.ip.as_str());
+        let tick_ms = tick.timestamp_millis();
+        let mut record = RunRecord::claimed(name, tick_ms, me, token, ctx.now.timestamp_millis());
+        record.status = RunStatus::Missed;
+        record.error = Some("its record vanished before the run could be claimed again".into());
+        record.missed_from_unix_ms = Some(tick_ms);
+        record.missed_ticks = Some(1);
+        self.settle(ctx, id);
+        self.send_record_only(ctx, &config, record, ClaimMode::Create);
     }
 
     /// A `skipped` or `missed` record's claim answered: told and pruned like a run's (a paused

@@ -1599,6 +1599,36 @@ fn a_failed_run_is_retried_after_its_backoff_as_the_next_attempt() {
     );
 }
 
+/// Issue 53's soak (seed 1796260932099): a tick's stored record was gone when its next
+/// claim came to write over it (its claim read back as applied after an outage, absent a moment
+/// later). Dropped, the tick was neither run nor recorded; it is now recorded `missed` afresh.
+#[test]
+fn a_tick_whose_stored_record_vanished_is_recorded_missed_afresh() {
+    let (mut m, failed) = a_retry_promised();
+    let retry = only_claim(&m.handle(Input::Tick, t(62_100)));
+    assert!(matches!(retry.mode, ClaimMode::Again { .. }));
+    let recorded = claims(&m.handle(refused(&retry, ClaimRefused::Vanished), t(62_110)));
+    let [missed] = &recorded[..] else {
+        panic!("one record of the tick: {recorded:?}");
+    };
+    assert_eq!(
+        (ms_of(missed), missed.mode, missed.record.status),
+        (
+            failed.record.scheduled_unix_ms - t(0).timestamp_millis(),
+            ClaimMode::Create,
+            RunStatus::Missed
+        )
+    );
+    assert!(
+        missed
+            .record
+            .error
+            .as_deref()
+            .is_some_and(|why| why.contains("vanished")),
+        "{missed:?}"
+    );
+}
+
 /// Issue 24 §1: a retry whose claim finds a run of the job alive (another node's, ending) tries
 /// once more as what it is — the stored record at its version, the next attempt — not as a
 /// first claim of the tick, which its record would refuse for good.

@@ -26,7 +26,7 @@ use opentelemetry::trace::{
     Event, Link, SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceState,
 };
 use opentelemetry::{InstrumentationScope, KeyValue};
-use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
+use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{
     BatchSpanProcessor, SpanData, SpanEvents, SpanLinks, SpanProcessor,
@@ -78,7 +78,6 @@ impl Telemetry {
             .with_endpoint(endpoint.clone())
             .with_timeout(EXPORT_TIMEOUT)
             .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
-            .with_headers(std::collections::HashMap::new())
             .build()
             .map_err(|err| TelemetryError {
                 endpoint: endpoint.clone(),

@@ -129,10 +129,23 @@ async fn the_console_shows_and_steers_a_live_cluster_through_a_failover() {
 
     // Pause through the page: the reason is markup, shown as text; the job fires nothing.
     browser.goto(&format!("{base}#/jobs")).await;
+    // A per-second job's newest run may be going at any poll: the row's strip of runs shows one
+    // that succeeded, and its newest-run cell names the owner that ran it.
     browser
-        .wait_text("tick's row", r#"tr[data-job="tick"] .last"#, PAGE, |t| {
-            t.contains("succeeded")
-        })
+        .wait_text(
+            "a succeeded run in tick's row",
+            r#"tr[data-job="tick"] .strip .s-succeeded"#,
+            PAGE,
+            |_| true,
+        )
+        .await;
+    browser
+        .wait_text(
+            "tick's newest run",
+            r#"tr[data-job="tick"] .last"#,
+            PAGE,
+            |t| t.contains("n1"),
+        )
         .await;
     // A chained job shows whom it follows where a schedule would be (issue 36).
     browser

@@ -39,6 +39,7 @@ pub mod lock;
 pub mod logging;
 pub mod metrics;
 pub mod notify;
+pub mod output_store;
 pub mod reload;
 pub mod report;
 pub mod run;

@@ -36,6 +36,7 @@ mod log;
 mod model;
 mod notices;
 mod origins;
+mod output;
 mod reader;
 mod schema;
 mod telemetry;
@@ -54,7 +55,7 @@ pub use self::model::{
     After, AfterStatus, AuditConfig, Concurrency, Config, GroupConfig, HISTORY_LIMIT, HttpConfig,
     InlineSecret, JobConfig, KeepOutput, LimitConfig, LockConfig, LogConfig, LogFormat,
     MAX_RUNNING_LIMIT, Misfire, NamedToken, NodeConfig, NoticePolicy, NotifyWhen, OnInterrupted,
-    OnLost, OpenAcl, TelemetryConfig, TokenKind, ZookeeperConfig,
+    OnLost, OpenAcl, OutputConfig, TelemetryConfig, TokenKind, ZookeeperConfig,
 };
 pub use self::origins::{Origin, job_origins};
 pub use self::validator::Lookups;
@@ -139,6 +140,7 @@ impl Config {
             audit: self.audit.clone(),
             http: self.http.clone(),
             telemetry: self.telemetry.clone(),
+            output: self.output.clone(),
             node: self.node.clone(),
             groups: self.groups.clone(),
             limits: self.limits.clone(),

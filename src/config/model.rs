@@ -31,6 +31,8 @@ pub struct Config {
     pub http: Option<HttpConfig>,
     /// `None`: no spans are made or sent (the default).
     pub telemetry: Option<TelemetryConfig>,
+    /// `[output]`: where and how much of its runs' output this node keeps.
+    pub output: OutputConfig,
     /// `[node]`: what this node carries for placement.
     pub node: NodeConfig,
     /// `[[group]]`: the named lock groups, in file order; jobs without `group` are in the
@@ -265,6 +267,21 @@ impl LockConfig {
 pub struct AuditConfig {
     /// How long an entry is kept at least; a day's entries go together once its last is older.
     pub keep: std::time::Duration,
+}
+
+/// `[output]`: the whole output of the runs this node runs, kept on this host (issue 52).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputConfig {
+    /// Where; `None`: `$STATE_DIRECTORY/output` when systemd gives the daemon a state
+    /// directory (the packaged unit does), else nothing is kept.
+    pub dir: Option<PathBuf>,
+    /// All runs' output together at most; the oldest runs go first.
+    pub keep_size: u64,
+    /// A run's output is removed this long after it ended.
+    pub keep_for: Duration,
+    /// One run's output at most: past it, its first and last halves are kept with a line
+    /// saying how much was dropped between.
+    pub per_run: u64,
 }
 
 /// `[telemetry]`: where this node sends the spans of its runs and of its lock (issue 52).

@@ -18,13 +18,14 @@ use super::files::Merged;
 use super::schema::RawConfig;
 
 /// The file's top-level keys: its tables and arrays of tables.
-const TOP_LEVEL: [&str; 12] = [
+const TOP_LEVEL: [&str; 13] = [
     "zookeeper",
     "lock",
     "log",
     "audit",
     "http",
     "telemetry",
+    "output",
     "node",
     "defaults",
     "group",
@@ -34,7 +35,7 @@ const TOP_LEVEL: [&str; 12] = [
 ];
 
 /// Keys whose value is a duration, for a wrong type told in words.
-const DURATIONS: [&str; 14] = [
+const DURATIONS: [&str; 15] = [
     "session_timeout",
     "connect_timeout",
     "takeover_delay",
@@ -49,6 +50,7 @@ const DURATIONS: [&str; 14] = [
     "retry_backoff",
     "retry_backoff_max",
     "dedup_window",
+    "keep_for",
 ];
 
 /// Keys whose value is a program and its arguments.
@@ -85,6 +87,7 @@ pub(super) fn read(merged: Merged<'_>) -> Reading {
             "audit" => raw.audit = reader.table(value, &Section(name)),
             "http" => raw.http = reader.table(value, &Section(name)),
             "telemetry" => raw.telemetry = reader.table(value, &Section(name)),
+            "output" => raw.output = reader.table(value, &Section(name)),
             "node" => raw.node = reader.table(value, &Section(name)),
             "defaults" => raw.defaults = reader.table(value, &Section(name)),
             "group" => raw.group = reader.tables(value, "group"),

@@ -26,6 +26,7 @@ pub(super) struct RawConfig {
     pub(super) audit: Option<RawAudit>,
     pub(super) http: Option<RawHttp>,
     pub(super) telemetry: Option<RawTelemetry>,
+    pub(super) output: Option<RawOutput>,
     pub(super) node: Option<RawNode>,
     pub(super) defaults: Option<RawDefaults>,
     pub(super) group: Vec<Spanned<RawGroup>>,
@@ -202,6 +203,16 @@ pub(super) struct RawTelemetry {
     pub(super) endpoint: Spanned<String>,
     pub(super) service_name: Option<Spanned<String>>,
     pub(super) resource: Option<Spanned<std::collections::BTreeMap<String, Spanned<String>>>>,
+}
+
+/// `[output]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawOutput {
+    pub(super) dir: Option<Spanned<String>>,
+    pub(super) keep_size: Option<Spanned<String>>,
+    pub(super) keep_for: Option<Spanned<String>>,
+    pub(super) per_run: Option<Spanned<String>>,
 }
 
 /// `[log]`.

@@ -1118,3 +1118,50 @@ fn telemetry_is_off_by_default_and_its_endpoint_is_a_base_url() {
         );
     }
 }
+
+/// Issue 52: `[output]` has sizes as people write them, an absolute directory, and bounds that
+/// hold one whole run.
+#[test]
+fn output_is_bounded_in_sizes_people_write() {
+    let defaults = parse_text(MINIMAL).expect("valid").output;
+    assert_eq!(defaults, OutputConfig::default());
+    assert_eq!(
+        defaults.dir, None,
+        "kept only where systemd or the file says"
+    );
+    let text = format!(
+        "{MINIMAL}[output]\ndir = \"/srv/zkcron/output\"\nkeep_size = \"2 GiB\"\n\
+         keep_for = \"3d\"\nper_run = \"4MiB\"\n"
+    );
+    assert_eq!(
+        parse_text(&text).expect("valid").output,
+        OutputConfig {
+            dir: Some("/srv/zkcron/output".into()),
+            keep_size: 2 << 30,
+            keep_for: std::time::Duration::from_secs(3 * 86_400),
+            per_run: 4 << 20,
+        }
+    );
+    for (section, context, said) in [
+        ("dir = \"output\"", "output.dir", "absolute"),
+        ("per_run = \"lots\"", "output.per_run", "a size like"),
+        ("per_run = \"64KiB\"", "output.per_run", "at least"),
+        (
+            "keep_size = \"8MiB\"",
+            "output.keep_size",
+            "at least per_run",
+        ),
+        ("keep_for = \"a while\"", "output.keep_for", "a duration"),
+        ("keep_for = 3", "output", "duration"),
+        ("size = \"1GiB\"", "output", "unknown"),
+    ] {
+        let err = parse_text(&format!("{MINIMAL}[output]\n{section}\n")).expect_err(section);
+        assert!(
+            err.problems
+                .iter()
+                .any(|p| p.context.contains(context) && p.message.contains(said)),
+            "{section}: {:?}",
+            err.problems
+        );
+    }
+}

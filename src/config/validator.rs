@@ -148,6 +148,7 @@ impl Validator<'_> {
         let audit = self.audit(raw.audit);
         let http = raw.http.map(|raw| self.http(raw));
         let telemetry = raw.telemetry.and_then(|raw| self.telemetry(raw));
+        let output = self.output(raw.output);
         let node = self.node(raw.node);
         self.groups = self.declared_groups(raw.group);
         if let Some(mut policies) = raw.defaults {
@@ -183,6 +184,7 @@ impl Validator<'_> {
             audit,
             http: http.flatten(),
             telemetry,
+            output,
             node,
             groups: std::mem::take(&mut self.groups),
             limits: std::mem::take(&mut self.limits),

@@ -13,6 +13,7 @@ mod document;
 mod error;
 mod explain;
 mod init;
+mod logs;
 mod reload;
 mod status;
 mod steer;
@@ -50,7 +51,7 @@ Exit codes:
      (unknown job, payload too large, due beyond the starting_deadline, its id taken by a
      different request) or cancel (not found, already started); a refused trigger (unknown,
      disabled or paused job), pause (unknown job), history (a job neither in the schedule nor
-     in the ledger) or release (no owner, no other node alive to take over); a reload the
+     in the ledger), logs (no such run) or release (no owner, no other node alive to take over); a reload the
      daemon refused (it keeps the schedule it ran)
   3  a release that was accepted but did not move the lock in time
   4  status: a lock group has no owner that fires
@@ -132,6 +133,14 @@ enum Command {
         #[arg(long, conflicts_with = "json")]
         output: bool,
     },
+    /// Show a run's whole output (stdout and stderr, each line stamped), fetched from the node
+    /// that ran it: the job's newest run that started, or RUN; -f follows a run still going.
+    ///
+    /// It asks that node's HTTP API, with the read token from ZKCRON_HTTP_TOKEN or
+    /// --token-file. When the node cannot answer (gone, no [http], loopback only) it says why,
+    /// prints the tail the run's record keeps, and exits 1.
+    #[command(after_help = EXIT_CODES)]
+    Logs(logs::LogsArgs),
     /// Show the operator actions of a period, oldest first: pauses, resumes, triggers,
     /// releases, backfills, ACLs applied, and the cancels, reschedules and retries of
     /// submissions, each with who asked, from where, and how it ended.
@@ -321,6 +330,10 @@ impl Cli {
                     HistoryFormat::Table { output }
                 };
                 history(&client_config(&path)?, &JobName::new(job), limit, shown).await
+            }
+            Command::Logs(args) => {
+                quiet("warn");
+                logs::logs(&client_config(&path)?, args).await
             }
             Command::Describe(args) => {
                 quiet("warn");

@@ -31,6 +31,7 @@ use crate::lock::clock_watch::ClockSettings;
 use crate::lock::driver::{self, DriverError, Heard, LockCommand, LockRole, LockSettings};
 use crate::lock::node::{OwnerInfo, ScheduleHash};
 use crate::metrics::Metrics;
+use crate::output_store::OutputStore;
 use crate::reload::{self, Changes, RELOAD_FORMAT, ReloadAnswer, ReloadOutcome, ReloadRequest};
 use crate::report::error_chain;
 use crate::run::Launcher;
@@ -106,6 +107,7 @@ pub async fn run(
     let config = Arc::new(config);
     let jobs = config.jobs.clone();
     let (loaded_tx, loaded) = watch::channel(Arc::clone(&config));
+    let outputs = open_output_store(&config.output).await;
     // Bound before anything else starts: a taken port fails the start, not a running node.
     let http = match config.http.clone() {
         Some(http) => {
@@ -118,19 +120,29 @@ pub async fn run(
                 me: settings.me.node_id.clone(),
                 heard: Arc::clone(&heard),
                 console: Arc::default(),
+                outputs: outputs.clone(),
+                stop: shutdown.child_token(),
             };
             Some(crate::http::start(http.listen, state, shutdown.child_token()).await?)
         }
         None => None,
     };
+    let api = http
+        .as_ref()
+        .map(|(_, bound)| advertised(*bound, &settings.me.ip).into_boxed_str());
+    let http = http.map(|(served, _)| served);
     // The schedule's fingerprint (a name and a hash per job) goes to the default group's lock
     // alone, which publishes it in the member node; a copy kept here or given to every group
     // would be one more per group for the node's life (issue 32).
     let me = OwnerInfo {
         schedule: None,
         tags: config.node.tags.clone(),
+        api,
         ..settings.me.clone()
     };
+    if let Some(outputs) = &outputs {
+        tokio::spawn(Arc::clone(outputs).keep_pruning(shutdown.child_token()));
+    }
     let mut schedule = Box::new(drift::published(
         jobs.iter().map(Arc::as_ref),
         &config.per_host_jobs,
@@ -175,6 +187,7 @@ pub async fn run(
         departed: &departed,
         ensemble: &ensemble,
         telemetry: telemetry.as_ref(),
+        outputs: outputs.as_ref(),
     };
     let member = Shared {
         heard,
@@ -275,6 +288,8 @@ struct Wiring<'a> {
     ensemble: &'a Arc<EnsembleClock>,
     /// Where the runs' spans go, with `[telemetry]`.
     telemetry: Option<&'a Arc<crate::telemetry::Telemetry>>,
+    /// Where the runs' whole output is kept, with `[output]` or systemd's state directory.
+    outputs: Option<&'a Arc<OutputStore>>,
 }
 
 /// What a unit shares with the node, or keeps to itself.
@@ -457,6 +472,7 @@ impl Wiring<'_> {
             clock: Arc::clone(self.ensemble),
             audit_keep: self.config.audit.keep,
             telemetry: self.telemetry.cloned(),
+            outputs: self.outputs.cloned(),
         };
         let me = Me {
             node_id: self.settings.me.node_id.clone(),
@@ -690,4 +706,43 @@ fn reload(path: &std::path::Path) -> Result<Config, String> {
     warn_of_exposures(&new);
     users_out_of_reach(&new).map_err(|err| refused(err.to_string()))?;
     Ok(new)
+}
+
+/// The store of the runs' whole output, if this node keeps it (`[output] dir`, or systemd's
+/// state directory). One that cannot be opened keeps nothing, and the node runs on: keeping
+/// output never stops a run.
+async fn open_output_store(config: &crate::config::OutputConfig) -> Option<Arc<OutputStore>> {
+    let Some(dir) = crate::output_store::dir_of(config) else {
+        tracing::info!(
+            "runs' whole output is not kept on this host: set [output] dir (the packaged unit keeps it under its state directory)"
+        );
+        return None;
+    };
+    let config = config.clone();
+    let opened = tokio::task::spawn_blocking(move || OutputStore::open(&dir, &config)).await;
+    match opened {
+        Ok(Ok(store)) => {
+            tracing::info!(dir = %store.dir().display(), kept = store.kept_bytes(), "runs' whole output kept here");
+            Some(Arc::new(store))
+        }
+        Ok(Err(err)) => {
+            tracing::warn!(error = %crate::report::error_chain(&err), "runs' whole output is not kept: the runs go on, with their records' tails only");
+            None
+        }
+        Err(err) => {
+            tracing::warn!(error = %err, "runs' whole output is not kept: opening its store did not finish");
+            None
+        }
+    }
+}
+
+/// Where the other members reach this node's HTTP API: the address bound, or, for one bound to
+/// every interface, this node's IP with the port.
+fn advertised(bound: std::net::SocketAddr, ip: &str) -> String {
+    match ip.parse::<std::net::IpAddr>() {
+        Ok(ip) if bound.ip().is_unspecified() => {
+            std::net::SocketAddr::new(ip, bound.port()).to_string()
+        }
+        _ => bound.to_string(),
+    }
 }

@@ -48,5 +48,6 @@ pub fn this_process(node_id: Option<&NodeId>) -> Result<OwnerInfo, IdentityError
         clock_offset_ms: None,
         tags: std::collections::BTreeSet::new(),
         ledger_format: Some(crate::layout::LEDGER_FORMAT),
+        api: None,
     })
 }

@@ -48,8 +48,9 @@ use launch::Start;
 pub use launch::{LAUNCHER_ARG, launch_job};
 
 use crate::ensemble_clock::Deadline;
+use crate::output_store::{RunOutput, Stream};
 pub use output::MAX_LINE_BYTES;
-use output::log_output;
+use output::{Lines, log_output};
 
 /// How long output is still read after the job's leader process has exited (or been stopped).
 ///
@@ -277,12 +278,28 @@ pub async fn run_prepared(
     prepared: Prepared,
     not_before: Option<Deadline>,
 ) -> RunReport {
+    let output = RunOutput::not_kept();
+    run_keeping(spec, ctx, cancel, (prepared, not_before), output).await
+}
+
+/// [`run_prepared`], its output kept whole in `output` too (`crate::output_store`), which ends
+/// with the run's outcome.
+pub async fn run_keeping(
+    spec: &JobSpec,
+    ctx: &RunContext,
+    cancel: CancellationToken,
+    (prepared, not_before): (Prepared, Option<Deadline>),
+    output: RunOutput,
+) -> RunReport {
     let job = &spec.name;
     let run_id = ctx.run_id.as_str();
     let (mut group, stdin, (started_at, spawned)) =
         match start_job(spec, ctx, &cancel, prepared, not_before).await {
             Ok(started) => started,
-            Err(never_started) => return never_started,
+            Err(never_started) => {
+                end_output(output, &never_started.outcome).await;
+                return never_started;
+            }
         };
     // Given early, a prepared job still starts at `not_before`: its launcher holds it. What the
     // daemon does about the start (its log line, reading output) waits until then too, so that
@@ -322,13 +339,15 @@ pub async fn run_prepared(
         status,
         duration,
         output,
-    } = supervise_reading_output(&mut group, spec, ctx, &cancel, stdin, since).await;
+        whole,
+    } = supervise_reading_output(&mut group, spec, ctx, &cancel, (stdin, output), since).await;
     // A launcher stopped before its instant never exec'd the job.
     let outcome = if released {
         outcome
     } else {
         RunOutcome::CancelledBeforeStart
     };
+    end_output(whole, &outcome).await;
     let exit_code = status.and_then(|s| s.code());
     let signal = status.and_then(|s| s.signal());
     info!(
@@ -428,6 +447,17 @@ struct Ended {
     status: Option<ExitStatus>,
     duration: Duration,
     output: String,
+    whole: RunOutput,
+}
+
+/// Ends a run's kept output with its outcome, off the runtime's workers (its tail is copied
+/// into its file). Nothing to do for output not kept.
+async fn end_output(whole: RunOutput, outcome: &RunOutcome) {
+    if !whole.is_kept() {
+        return;
+    }
+    let outcome = outcome.to_string();
+    let _ = tokio::task::spawn_blocking(move || whole.end(&outcome)).await;
 }
 
 /// Supervises the started job to its end while reading its output, then reaps what it left
@@ -438,7 +468,7 @@ async fn supervise_reading_output(
     spec: &JobSpec,
     ctx: &RunContext,
     cancel: &CancellationToken,
-    stdin: Option<tokio::net::unix::pipe::Sender>,
+    (stdin, whole): (Option<tokio::net::unix::pipe::Sender>, RunOutput),
     since: Instant,
 ) -> Ended {
     let job = &spec.name;
@@ -446,7 +476,10 @@ async fn supervise_reading_output(
     let stdout = group.stdout.take();
     let stderr = group.stderr.take();
     let payload = ctx.submission.as_ref().map(|s| Arc::clone(&s.payload));
-    let tail = Mutex::new(OutputTail::default());
+    let lines = Mutex::new(Lines {
+        tail: OutputTail::default(),
+        whole,
+    });
     let output = async {
         // Biased: stdout is read before stderr whenever both have lines waiting, as they do
         // when a job writes one then the other and exits. join!'s default rotates which it
@@ -454,8 +487,8 @@ async fn supervise_reading_output(
         tokio::join!(
             biased;
             feed_stdin(stdin, payload, job, run_id),
-            log_output(stdout, "stdout", job, run_id, &tail),
-            log_output(stderr, "stderr", job, run_id, &tail),
+            log_output(stdout, Stream::Stdout, job, run_id, &lines),
+            log_output(stderr, Stream::Stderr, job, run_id, &lines),
         );
     };
     tokio::pin!(output);
@@ -488,15 +521,19 @@ async fn supervise_reading_output(
         );
     }
     // Whatever is still unread stays unread: `output` is dropped with this function.
-    let output = tail
+    let (tail, whole) = lines
         .lock()
-        .map(|mut kept| std::mem::take(&mut *kept).into_text())
+        .map(|mut lines| {
+            let whole = std::mem::take(&mut lines.whole);
+            (std::mem::take(&mut lines.tail), whole)
+        })
         .unwrap_or_default();
     Ended {
         outcome,
         status,
         duration,
-        output,
+        output: tail.into_text(),
+        whole,
     }
 }
 

@@ -77,6 +77,9 @@ pub enum CliError {
     /// `acl apply`: nodes these credentials may not change (closed to others); each was named.
     #[error("the ACL of {nodes} node(s) could not be set (each is named above)")]
     AclRefused { nodes: usize },
+    /// `logs`: the node that ran the run cannot give its output (the record's tail was shown).
+    #[error("{why}")]
+    NoOutput { why: String },
     /// `status`: the fleet is not healthy; exits with the verdict's own code.
     #[error("{}", .0.problems.join("; "))]
     Unhealthy(zkcron::status::health::Health),
@@ -157,6 +160,22 @@ pub enum UsageError {
     Exists { path: PathBuf },
     #[error("--node-id {id:?}: {why}")]
     NodeId { id: String, why: &'static str },
+    #[error(
+        "job {job} has no run {run} among its newest {searched} records (zkcron history {job} lists them)"
+    )]
+    NoSuchRun {
+        job: String,
+        run: String,
+        searched: usize,
+    },
+    #[error("job {job} has no run that started among its newest {searched} records")]
+    NoRunStarted { job: String, searched: usize },
+    #[error("cannot read the HTTP token from {}", path.display())]
+    TokenFile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Why an explanation cannot be given.

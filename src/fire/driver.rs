@@ -88,6 +88,9 @@ pub struct FireSettings {
     pub group_name: String,
     /// The node's HTTP clients, for jobs whose target is a URL (shared by every group).
     pub deliveries: Arc<crate::delivery::Deliveries>,
+    /// Where the runs' whole output is kept on this host, with `[output]` (shared by every
+    /// group).
+    pub outputs: Option<Arc<crate::output_store::OutputStore>>,
     /// Where the runs' spans go, with `[telemetry]` (shared by every group).
     pub telemetry: Option<Arc<crate::telemetry::Telemetry>>,
     /// Where failure notices go out (shared by every group).
@@ -394,7 +397,7 @@ impl Io {
             watch: None,
             records,
             runs: runs::Runs::new(
-                Arc::clone(&settings.deliveries),
+                (Arc::clone(&settings.deliveries), settings.outputs.clone()),
                 Arc::clone(&settings.clock),
                 settings
                     .telemetry

@@ -32,6 +32,7 @@ mod browse;
 mod console;
 mod errors;
 mod index;
+mod output;
 mod state;
 
 use auth::authorize;
@@ -51,7 +52,8 @@ pub struct BindError {
     pub source: std::io::Error,
 }
 
-/// Binds `listen` now (so a taken port fails the start) and serves until `shutdown`.
+/// Binds `listen` now (so a taken port fails the start) and serves until `shutdown`; returns
+/// the serving task and the address bound.
 ///
 /// # Errors
 /// The address cannot be bound.
@@ -59,7 +61,7 @@ pub async fn start(
     listen: SocketAddr,
     state: HttpState,
     shutdown: CancellationToken,
-) -> Result<tokio::task::JoinHandle<()>, BindError> {
+) -> Result<(tokio::task::JoinHandle<()>, SocketAddr), BindError> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|source| BindError { listen, source })?;
@@ -67,7 +69,7 @@ pub async fn start(
     tracing::info!(listen = %bound, "http listener up");
     let console = Arc::clone(&state.console);
     let app = router(state);
-    Ok(tokio::spawn(async move {
+    let served = tokio::spawn(async move {
         // The index's watch goes with the listener.
         let _stop_index = console.stop.clone().drop_guard();
         let served = axum::serve(
@@ -79,7 +81,8 @@ pub async fn start(
         if let Err(err) = served {
             tracing::error!(error = %err, "http listener failed");
         }
-    }))
+    });
+    Ok((served, bound))
 }
 
 fn router(state: HttpState) -> Router {
@@ -92,6 +95,7 @@ fn router(state: HttpState) -> Router {
         .route("/v1/overview", get(browse::overview))
         .route("/v1/jobs", get(browse::jobs))
         .route("/v1/jobs/{job}/runs", get(runs))
+        .route("/v1/jobs/{job}/runs/{run}/output", get(output::run_output))
         .route("/v1/jobs/{job}/trigger", post(trigger))
         .route("/v1/jobs/{job}/backfill", post(backfill))
         .route("/v1/jobs/{job}/submissions", post(submit))

@@ -34,6 +34,10 @@ pub struct HttpState {
     pub heard: Arc<Heard>,
     /// The console's index of the run ledger, started by the first page that needs it.
     pub console: Arc<ConsoleIndex>,
+    /// The runs' whole output kept on this host, if it is.
+    pub outputs: Option<Arc<crate::output_store::OutputStore>>,
+    /// Cancelled when the node stops: answers that follow a run end then.
+    pub stop: CancellationToken,
 }
 
 /// The console's `RunIndex` while one runs, and what stops it.

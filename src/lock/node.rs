@@ -51,6 +51,12 @@ pub struct OwnerInfo {
     /// zkcron publishes none, and reads format 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ledger_format: Option<u32>,
+    /// In a member node: where this node's HTTP API listens (`ip:port`), for what only this
+    /// host has (a run's whole output: `zkcron logs`); none without `[http]`, or from an older
+    /// zkcron.
+    /// A boxed str: a lock event carries an `OwnerInfo`, which must stay small.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api: Option<Box<str>>,
 }
 
 impl OwnerInfo {
@@ -67,12 +73,51 @@ impl OwnerInfo {
         serde_json::from_slice(data)
     }
 
+    /// Where a client on host `asking_host` reaches this member's HTTP API: its `api`, unless
+    /// it has none or listens on its own host's loopback and the asker is elsewhere.
+    ///
+    /// # Errors
+    /// Why it cannot be reached from there.
+    pub fn api_from(&self, asking_host: &str) -> Result<&str, NoApi> {
+        let Some(api) = self.api.as_deref() else {
+            return Err(NoApi::None {
+                node: self.node_id.clone(),
+            });
+        };
+        let loopback = api
+            .parse::<std::net::SocketAddr>()
+            .is_ok_and(|addr| addr.ip().is_loopback());
+        if loopback && self.host != asking_host {
+            return Err(NoApi::Loopback {
+                node: self.node_id.clone(),
+                api: api.to_owned(),
+                host: self.host.clone(),
+            });
+        }
+        Ok(api)
+    }
+
     /// A member node's schedule total and clock offset alone, without building the per-job
     /// fingerprint (1000 jobs: some 2000 small blocks, read every clock check of every member);
     /// `None` when the data is not ours. The fingerprint's `None` is an older zkcron's.
     pub fn parse_brief(data: &[u8]) -> Option<MemberBrief> {
         serde_json::from_slice(data).ok()
     }
+}
+
+/// Why a member's HTTP API cannot be reached from where the asker is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NoApi {
+    #[error(
+        "node {node} has no HTTP API to ask ([http] is not set on it, or it runs an older zkcron)"
+    )]
+    None { node: NodeId },
+    #[error("node {node} listens on {api}, its own host's loopback: ask from {host}")]
+    Loopback {
+        node: NodeId,
+        api: String,
+        host: String,
+    },
 }
 
 /// What a member node's data says at a glance (`OwnerInfo::parse_brief`).
@@ -175,6 +220,7 @@ mod tests {
             clock_offset_ms: Some(-15_000),
             tags: ["eu".to_owned()].into(),
             ledger_format: Some(2),
+            api: None,
         };
         assert_eq!(OwnerInfo::parse(&info.to_bytes()).unwrap(), info);
         let old = br#"{"node_id":"n","ip":"i","host":"h","pid":1,"version":"v","since_unix_ms":2}"#;
@@ -187,6 +233,41 @@ mod tests {
             None,
             "an older zkcron's member reads format 1"
         );
+    }
+
+    #[test]
+    fn a_members_api_is_reached_from_elsewhere_unless_it_listens_on_loopback() {
+        let member = |api: Option<&str>| OwnerInfo {
+            node_id: NodeId::new("n2"),
+            ip: "10.0.0.6".into(),
+            host: "b".into(),
+            pid: 7,
+            version: "0.1.0".into(),
+            since_unix_ms: 1,
+            releasing: false,
+            schedule: None,
+            clock_offset_ms: None,
+            tags: BTreeSet::new(),
+            ledger_format: None,
+            api: api.map(Box::from),
+        };
+        assert_eq!(
+            member(Some("10.0.0.6:9464")).api_from("a"),
+            Ok("10.0.0.6:9464")
+        );
+        assert_eq!(
+            member(Some("127.0.0.1:9464")).api_from("b"),
+            Ok("127.0.0.1:9464")
+        );
+        let loopback = member(Some("[::1]:9464")).api_from("a").unwrap_err();
+        assert_eq!(
+            loopback.to_string(),
+            "node n2 listens on [::1]:9464, its own host's loopback: ask from b"
+        );
+        assert!(matches!(
+            member(None).api_from("b"),
+            Err(NoApi::None { .. })
+        ));
     }
 
     #[test]

@@ -75,6 +75,12 @@ impl RunOutput {
     }
 }
 
+impl Default for RunOutput {
+    fn default() -> Self {
+        RunOutput::not_kept()
+    }
+}
+
 impl Drop for RunOutput {
     fn drop(&mut self) {
         if let Some(writing) = self.0.take() {

@@ -1,7 +1,8 @@
 //! Job output into tracing: one event per line, tagged with job and run id, bounded per line;
-//! and into the run's [`OutputTail`], the part its record keeps.
+//! into the run's [`OutputTail`], the part its record keeps; and into the store of whole
+//! outputs on this host (`crate::output_store`), when it keeps them.
 //!
-//! Owns: splitting a job's stdout/stderr into lines, logging them and keeping their tail.
+//! Owns: splitting a job's stdout/stderr into lines, logging them and handing them on.
 //! Must not: wait for the job or decide how long to read (the runner bounds the drain).
 
 use std::io;
@@ -11,21 +12,36 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, BufReader};
 use tracing::{info, warn};
 
 use crate::ids::JobName;
+use crate::output_store::{RunOutput, Stream};
 use crate::run::OutputTail;
 
 /// Longest output line logged as one event; the rest of the line is dropped (and marked).
 pub const MAX_LINE_BYTES: usize = 64 * 1024;
 
-/// Logs one output stream line by line until EOF or a read error, each line also appended to
-/// `tail` (shared by a run's stdout and stderr, so their lines keep the order they came in).
+/// Where a run's output lines go besides the log: shared by its stdout and stderr, so their
+/// lines keep the order they came in.
+#[derive(Debug)]
+pub(super) struct Lines {
+    /// What the run's record keeps.
+    pub(super) tail: OutputTail,
+    /// What this host keeps of it all.
+    pub(super) whole: RunOutput,
+}
+
+/// Logs one output stream line by line until EOF or a read error, each line also handed to
+/// `lines`.
 pub(super) async fn log_output<R: AsyncRead + Unpin>(
     stream: Option<R>,
-    name: &'static str,
+    which: Stream,
     job: &JobName,
     run_id: &str,
-    tail: &Mutex<OutputTail>,
+    lines: &Mutex<Lines>,
 ) {
     let Some(stream) = stream else { return };
+    let name = match which {
+        Stream::Stdout => "stdout",
+        Stream::Stderr => "stderr",
+    };
     let mut reader = BufReader::new(stream);
     let mut line = Vec::new();
     loop {
@@ -33,8 +49,13 @@ pub(super) async fn log_output<R: AsyncRead + Unpin>(
             Ok(None) => return,
             Ok(Some(truncated)) => {
                 let text = String::from_utf8_lossy(&line);
-                if let Ok(mut tail) = tail.lock() {
-                    tail.push_line(&text);
+                if let Ok(mut lines) = lines.lock() {
+                    lines.tail.push_line(&text);
+                    lines.whole.line(which, &text);
+                    if truncated {
+                        let note = format!("the line above was cut at {MAX_LINE_BYTES} bytes");
+                        lines.whole.note(&note);
+                    }
                 }
                 if truncated {
                     info!(job = %job, run_id, stream = name, line = %text, truncated, "job output");

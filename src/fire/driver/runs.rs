@@ -19,6 +19,7 @@ use crate::ensemble_clock::{Deadline, EnsembleClock};
 use super::session::{Session, bounded};
 use crate::fire::machine::{ClaimInput, Input, StartWrite};
 use crate::ledger::{self, group::GroupCommit};
+use crate::output_store::{OutputStore, RunOutput, Stream};
 use crate::report::error_chain;
 use crate::run;
 use crate::runner;
@@ -40,6 +41,8 @@ pub(super) struct Runs {
     prepared: HashMap<String, (Deadline, oneshot::Receiver<runner::Prepared>)>,
     /// Where a run whose target is a URL goes instead of the runner.
     deliveries: Arc<crate::delivery::Deliveries>,
+    /// Where each attempt's whole output is kept, if it is.
+    outputs: Option<Arc<OutputStore>>,
     /// The clock the instants are in: a run waits for them on this node's own.
     clock: Arc<EnsembleClock>,
     /// Where each attempt's span goes, and the group's name.
@@ -51,7 +54,7 @@ type Spans = (Arc<crate::telemetry::Telemetry>, String);
 
 impl Runs {
     pub fn new(
-        deliveries: Arc<crate::delivery::Deliveries>,
+        (deliveries, outputs): (Arc<crate::delivery::Deliveries>, Option<Arc<OutputStore>>),
         clock: Arc<EnsembleClock>,
         spans: Option<Spans>,
     ) -> Self {
@@ -59,6 +62,7 @@ impl Runs {
             alive: HashMap::new(),
             prepared: HashMap::new(),
             deliveries,
+            outputs,
             clock,
             spans,
         }
@@ -140,6 +144,7 @@ impl Runs {
             prepared,
             not_before,
             deliveries: Arc::clone(&self.deliveries),
+            outputs: self.outputs.clone(),
             clock: Arc::clone(&self.clock),
             spans: self.spans.clone(),
         };
@@ -186,6 +191,8 @@ struct Run {
     not_before: Deadline,
     /// Where a run whose target is a URL goes instead of the runner.
     deliveries: Arc<crate::delivery::Deliveries>,
+    /// Where its whole output is kept, if it is.
+    outputs: Option<Arc<OutputStore>>,
     /// Its record's times are the servers' when the node is corrected.
     clock: Arc<EnsembleClock>,
     spans: Option<Spans>,
@@ -282,10 +289,23 @@ impl Run {
 
     async fn start(self) -> run::RunReport {
         let not_before = Some(self.not_before);
+        let output = self
+            .outputs
+            .as_ref()
+            .map_or_else(RunOutput::not_kept, |store| {
+                store.begin(
+                    self.spec.name.as_str(),
+                    &self.context.run_id,
+                    self.context.attempt,
+                )
+            });
         let mut report = if let run::Program::Http(target) = &self.spec.program {
-            self.deliveries
+            let report = self
+                .deliveries
                 .deliver(&self.spec, target, &self.context, self.cancel, not_before)
-                .await
+                .await;
+            keep_response(output, &report).await;
+            report
         } else {
             let prepared = match self.prepared {
                 Process::Spawn => runner::Prepared::none(),
@@ -294,7 +314,8 @@ impl Run {
                     coming.await.unwrap_or_else(|_| runner::Prepared::none())
                 }
             };
-            runner::run_prepared(&self.spec, &self.context, self.cancel, prepared, not_before).await
+            let prepared = (prepared, not_before);
+            runner::run_keeping(&self.spec, &self.context, self.cancel, prepared, output).await
         };
         report.started_at = self.clock.to_ensemble(report.started_at);
         if let Some((telemetry, group)) = &self.spans {
@@ -303,4 +324,20 @@ impl Run {
         }
         report
     }
+}
+
+/// An HTTP target's output, as kept on this host: its answer's status and the start of its body
+/// (a failure's: what the record keeps too), or why there was none.
+async fn keep_response(mut output: RunOutput, report: &run::RunReport) {
+    if !output.is_kept() {
+        return;
+    }
+    if let run::RunOutcome::Responded { status, body } = &report.outcome {
+        output.note(&format!("HTTP {status}"));
+        for line in body.lines() {
+            output.line(Stream::Stdout, line);
+        }
+    }
+    let outcome = report.outcome.to_string();
+    let _ = tokio::task::spawn_blocking(move || output.end(&outcome)).await;
 }

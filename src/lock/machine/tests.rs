@@ -29,6 +29,7 @@ fn info(node_id: &str, releasing: bool) -> OwnerInfo {
         clock_offset_ms: None,
         tags: std::collections::BTreeSet::new(),
         ledger_format: None,
+        api: None,
     }
 }
 

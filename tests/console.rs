@@ -26,6 +26,8 @@ const START: Duration = Duration::from_secs(20);
 /// `window.__xss`.
 const REASON: &str = "<script>window.__xss = 1</script> deploy";
 const PAYLOAD: &str = "<img src=x onerror=\"window.__xss = 2\">";
+/// What the `report` job prints: its whole output is shown as text.
+const OUTPUT: &str = "<b>report</b> done";
 
 fn schedule(dir: &Path) -> String {
     let token = dir.join("http.token");
@@ -33,7 +35,8 @@ fn schedule(dir: &Path) -> String {
     let jobs = format!(
         "[http]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"{}\"\n\n\
          [[job]]\nname = \"tick\"\nschedule = \"* * * * * *\"\nshell = '{RECORD_FIRE}{}'\n\n\
-         [[job]]\nname = \"report\"\nshell = 'cat > {}/report-$ZKCRON_SUBMISSION_ID.out'\n\n\
+         [[job]]\nname = \"report\"\n\
+         shell = 'cat > {}/report-$ZKCRON_SUBMISSION_ID.out; echo \"{OUTPUT}\"'\n\n\
          [[job]]\nname = \"after-tick\"\nafter = [\"tick\"]\nshell = \"true\"\n\n\
          [[job]]\nname = \"everywhere\"\nschedule = \"0 0 3 * * *\"\nbroadcast = true\n\
          requires = [\"web\"]\nshell = \"true\"\n",
@@ -84,10 +87,25 @@ async fn no_script_ran(browser: &Browser) {
 async fn the_console_shows_and_steers_a_live_cluster_through_a_failover() {
     let dir = tempfile::tempdir().expect("temp dir");
     let text = schedule(dir.path());
-    let mut first = DaemonNode::start(dir.path(), "n1", &text);
+    let mut first = DaemonNode::start_with_env(
+        dir.path(),
+        "n1",
+        &text,
+        &[("STATE_DIRECTORY", &dir.path().join("state-n1"))],
+    );
     first.wait_log("lock acquired", START).await;
-    let second = DaemonNode::start(dir.path(), "n2", &text);
-    let third = DaemonNode::start(dir.path(), "n3", &text);
+    let second = DaemonNode::start_with_env(
+        dir.path(),
+        "n2",
+        &text,
+        &[("STATE_DIRECTORY", &dir.path().join("state-n2"))],
+    );
+    let third = DaemonNode::start_with_env(
+        dir.path(),
+        "n3",
+        &text,
+        &[("STATE_DIRECTORY", &dir.path().join("state-n3"))],
+    );
     third.wait_log("http listener up", START).await;
     let port = logged_port(&third.log()).expect("n3's port in its log");
 
@@ -297,6 +315,23 @@ async fn the_console_shows_and_steers_a_live_cluster_through_a_failover() {
         serde_json::json!(1),
         "one trigger, one run"
     );
+    // Its whole output, kept by n1 that ran it and passed on by n3 that serves the page: text.
+    browser.click("#runs a.output-link").await;
+    let output = browser
+        .wait_text("report's whole output", "#output", PAGE, |t| {
+            t.contains("ended: exited with code 0")
+        })
+        .await;
+    assert!(output.contains(&format!("stdout {OUTPUT}")), "{output}");
+    assert_eq!(
+        browser
+            .js("return document.querySelectorAll('#output b').length;")
+            .await,
+        serde_json::json!(0),
+        "output is shown as text"
+    );
+    no_script_ran(&browser).await;
+    screenshot(&browser, "run-output").await;
 
     // A submission appears pending, then with its outcome; its payload is shown as text.
     let body = serde_json::json!({ "in": "5s", "id": "order-7", "payload": PAYLOAD }).to_string();

@@ -544,7 +544,8 @@
         run.requested_by ? h('div', { class: 'muted' }, 'triggered by ' + run.requested_by) : null,
         run.backfill ? h('div', { class: 'muted' }, 'backfill') : null),
       h('td', {}, badge(run.status), run.error ? h('div', { class: 'muted' }, run.error) : null,
-        run.output ? h('details', {}, h('summary', {}, 'output'), h('pre', {}, run.output)) : null),
+        run.output ? h('details', {}, h('summary', {}, 'output'), h('pre', {}, run.output)) : null,
+        run.started_unix_ms ? h('div', {}, h('a', { href: outputHref(run), class: 'output-link', 'data-key': 'output:' + run.run_id }, 'whole output')) : null),
       h('td', { class: 'wide' }, when(run.started_unix_ms)),
       h('td', {}, took(run)),
       h('td', { class: 'mono' }, run.node_id),
@@ -553,6 +554,48 @@
       h('td', {}, exit(run) || '—'),
     ];
     return h('tr', { 'data-run': run.run_id }, cells);
+  }
+
+  // ---- one run's whole output -----------------------------------------------------------------
+  // Kept on the node that ran it; this node passes it on. Shown as text, fetched again while the
+  // run has not ended.
+  function outputHref(run) {
+    return '#/jobs/' + encodeURIComponent(run.job) + '/runs/' + encodeURIComponent(run.run_id) + '/output?' +
+      new URLSearchParams({ node: run.node_id, attempt: String(run.attempt) });
+  }
+  function outputPage(job, run, params) {
+    const text = h('pre', { id: 'output', class: 'output' });
+    const said = h('p', { class: 'muted' });
+    fill(main, h('p', {}, h('a', { href: '#/jobs/' + encodeURIComponent(job) }, '← ' + job)),
+      h('h1', {}, 'Output of ' + run), said, text);
+    let ended = false;
+    async function refresh() {
+      if (ended) return;
+      const query = new URLSearchParams({ node: params.get('node') || '', attempt: params.get('attempt') || '' });
+      const answer = await apiText('/v1/jobs/' + encodeURIComponent(job) + '/runs/' + encodeURIComponent(run) + '/output?' + query);
+      if (!answer.ok) { fill(said, answer.error); return; }
+      ended = /^\S+ zkcron ended: /m.test(answer.text);
+      fill(said, 'attempt ' + (params.get('attempt') || '?') + ' on node ' + (params.get('node') || '?') +
+        (ended ? '' : ' · still going: shown again every few seconds'));
+      text.textContent = answer.text;
+    }
+    return { refresh };
+  }
+  async function apiText(path) {
+    const headers = { 'X-Zkcron-Client': 'console' };
+    if (token()) headers.Authorization = 'Bearer ' + token();
+    let response;
+    try {
+      response = await fetch(path, { headers, credentials: 'omit', cache: 'no-store' });
+    } catch (err) {
+      return { ok: false, error: 'this node does not answer: ' + err.message };
+    }
+    const text = await response.text();
+    if (response.ok) return { ok: true, text };
+    if (response.status === 401 && !declined) needsToken('A run\'s output needs a token.');
+    let error = text;
+    try { error = JSON.parse(text).error || text; } catch (_) { /* not JSON: said as it is */ }
+    return { ok: false, error };
   }
 
   // ---- submissions --------------------------------------------------------------------------
@@ -655,7 +698,8 @@
     const params = new URLSearchParams(search || '');
     const parts = path.split('/').filter(Boolean).map(decodeURIComponent);
     let section = 'overview';
-    if (parts[0] === 'jobs' && parts[1]) { section = 'jobs'; view = jobPage(parts[1]); }
+    if (parts[0] === 'jobs' && parts[2] === 'runs' && parts[4] === 'output') { section = 'jobs'; view = outputPage(parts[1], parts[3], params); }
+    else if (parts[0] === 'jobs' && parts[1]) { section = 'jobs'; view = jobPage(parts[1]); }
     else if (parts[0] === 'jobs') { section = 'jobs'; view = jobsPage(params); }
     else if (parts[0] === 'submissions' && parts[1]) { section = 'submissions'; view = submissionPage(parts[1]); }
     else if (parts[0] === 'submissions') { section = 'submissions'; view = submissionsPage(); }

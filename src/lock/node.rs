@@ -84,9 +84,9 @@ impl OwnerInfo {
                 node: self.node_id.clone(),
             });
         };
-        let loopback = api
-            .parse::<std::net::SocketAddr>()
-            .is_ok_and(|addr| addr.ip().is_loopback());
+        // As the daemon writes it (`SocketAddr`'s text): `127.0.0.1:9464`, `[::1]:9464`.
+        let ip = api.rsplit_once(':').map_or(api, |(ip, _)| ip);
+        let loopback = ip.starts_with("127.") || ip == "[::1]";
         if loopback && self.host != asking_host {
             return Err(NoApi::Loopback {
                 node: self.node_id.clone(),

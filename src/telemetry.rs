@@ -23,7 +23,7 @@ use std::time::{Duration, SystemTime};
 
 use chrono::{DateTime, Utc};
 use opentelemetry::trace::{
-    Event, Link, SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceState,
+    Event, Link, SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
 };
 use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_otlp::WithExportConfig;
@@ -35,7 +35,7 @@ use opentelemetry_sdk::trace::{
 use crate::config::TelemetryConfig;
 use crate::ids::NodeId;
 use crate::lock::LockEvent;
-use crate::run::{AttemptTrace, RunContext, RunOutcome, RunRecord, RunReport, RunStatus, RunTrace};
+use crate::run::{RunContext, RunOutcome, RunRecord, RunReport, RunStatus, RunTrace};
 
 /// How long one export may take before the batch is dropped (and said by the SDK).
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -153,7 +153,7 @@ impl Telemetry {
         let events = vec![event("started", report.started_at), event("ended", ended)];
         self.emit(Built {
             name: job.to_owned(),
-            context: span_context(&attempt, attempt.span_id),
+            context: span_context(attempt.run.trace_id, attempt.span_id),
             parent,
             start: report.started_at,
             end: ended,
@@ -205,13 +205,7 @@ impl Telemetry {
         events.push(event("ended", end));
         self.emit(Built {
             name: record.job.as_str().to_owned(),
-            context: SpanContext::new(
-                run.trace_id,
-                run.span_id,
-                TraceFlags::SAMPLED,
-                false,
-                TraceState::default(),
-            ),
+            context: span_context(run.trace_id, run.span_id),
             parent: SpanId::INVALID,
             start: scheduled.min(end),
             end,
@@ -240,13 +234,7 @@ impl Telemetry {
         let ids = RunTrace::first(rand::random(), name);
         self.emit(Built {
             name: name.to_owned(),
-            context: SpanContext::new(
-                ids.trace_id,
-                ids.span_id,
-                TraceFlags::SAMPLED,
-                false,
-                TraceState::default(),
-            ),
+            context: span_context(ids.trace_id, ids.span_id),
             parent: SpanId::INVALID,
             start: at,
             end: at,
@@ -326,9 +314,10 @@ fn common(job: &str, context: &RunContext, fired: &Fired<'_>, node: &NodeId) -> 
     attributes
 }
 
-fn span_context(attempt: &AttemptTrace, span_id: SpanId) -> SpanContext {
+/// A span of ours: sampled (every run is traced when `[telemetry]` is on), made here.
+fn span_context(trace_id: TraceId, span_id: SpanId) -> SpanContext {
     SpanContext::new(
-        attempt.run.trace_id,
+        trace_id,
         span_id,
         TraceFlags::SAMPLED,
         false,

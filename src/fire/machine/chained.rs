@@ -221,7 +221,12 @@ fn child_submission(
         // Every zkcron that reads chain marks reads a marker that names its job.
         marker_names_job: true,
         retry_of: None,
-        traceparent: None,
+        // The parent run's span, as a submitter's context: the child's run span links to it.
+        traceparent: found
+            .mark
+            .trace
+            .as_ref()
+            .map(crate::run::RunTrace::traceparent),
         after: Some(AfterRun {
             job: found.name.parent,
             run_id: found.mark.run_id,

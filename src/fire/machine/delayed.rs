@@ -584,7 +584,8 @@ fn parent_run(after: AfterRun, id: &SubmissionId) -> Option<ParentRun> {
         job: after.job,
         run_id: after.run_id,
         status,
-        // A submitted parent's trace is not carried to its child's submission yet.
+        // A submitted parent's trace rides on its child's submission as its `traceparent`,
+        // which the child's run span links to.
         trace: None,
     })
 }

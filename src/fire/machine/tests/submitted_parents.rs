@@ -119,6 +119,14 @@ fn a_submitted_parents_end_leaves_marks_with_its_payload_only_for_children_it_al
     assert_eq!(children(&failed), ["page"], "{failed:?}");
 }
 
+/// The trace `order-7`'s run was given at its first claim.
+const PARENT_TRACE: crate::run::RunTrace = crate::run::RunTrace {
+    trace_id: opentelemetry::trace::TraceId::from_bytes(
+        0x4bf9_2f35_77b3_4da6_a3ce_929d_0e0e_4736_u128.to_be_bytes(),
+    ),
+    span_id: opentelemetry::trace::SpanId::from_bytes(0x00f0_67aa_0ba9_02b7_u64.to_be_bytes()),
+};
+
 /// The mark `order-7`'s run (due at 2 s) left, ended `status`, carrying `42`.
 fn submitted_mark(status: RunStatus) -> FoundMark {
     FoundMark {
@@ -128,6 +136,7 @@ fn submitted_mark(status: RunStatus) -> FoundMark {
         },
         mark: ChainMark {
             payload: b"42".to_vec(),
+            trace: Some(PARENT_TRACE),
             ..ChainMark::of("order-2000-order-7", status)
         },
     }
@@ -187,7 +196,8 @@ fn a_submitted_parents_mark_becomes_one_submission_of_the_child_at_the_parents_i
             anonymous: true,
             marker_names_job: true,
             retry_of: None,
-            traceparent: None,
+            // The child's run span links to its parent's run span.
+            traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".to_owned()),
             after: Some(AfterRun {
                 job: JobName::new("order"),
                 run_id: "order-2000-order-7".to_owned(),

@@ -96,6 +96,7 @@ takeover_delay = "1s"
 $extra
 [[job]]
 name = "talk"
+history = 5000
 shell = "awk 'BEGIN { for (i = 0; i < $lines; i++) printf \"%08d %071d\\\\n\", i, 0 }'"
 TOML
   echo 0 >"$BENCH_WORK/otlp.bytes"

@@ -67,7 +67,13 @@ fn encode(name: &str) -> String {
 
 /// One stamped line, `\n` included.
 pub(super) fn stamped(at: DateTime<Utc>, stream: &str, text: &str) -> String {
-    format!("{} {stream} {text}\n", at.format("%Y-%m-%dT%H:%M:%S%.3fZ"))
+    // Not `format("%Y…")`: that parses its pattern again for every line.
+    let time = at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let mut line = String::with_capacity(time.len() + stream.len() + text.len() + 3);
+    for part in [time.as_str(), " ", stream, " ", text, "\n"] {
+        line.push_str(part);
+    }
+    line
 }
 
 /// A kept line taken apart: when it was read, from which stream (`stdout`, `stderr`, or

@@ -192,6 +192,8 @@ fn a_run_abandoned_or_cut_by_a_stopped_daemon_says_so() {
     for n in 0..5000 {
         cut.line(Stream::Stdout, &format!("line {n}"));
     }
+    // Killed after the runner wrote out all it had read.
+    cut.flush();
     std::mem::forget(cut);
     let reopened = OutputStore::open(dir.path(), &config(64 * 1024, 1 << 30)).unwrap();
     let path = reopened.find("job", "job-2", None).unwrap();
@@ -211,6 +213,7 @@ async fn a_follower_sees_every_line_as_it_comes_and_stops_at_the_end() {
     let store = store(dir.path(), 1 << 20, 1 << 30);
     let mut output = store.begin("slow", "slow-1", 1);
     output.line(Stream::Stdout, "first");
+    output.flush();
     let path = store.find("slow", "slow-1", None).unwrap();
     let (mut seen, mut reader) = tokio::io::duplex(64 * 1024);
     let follower = {

@@ -6,7 +6,7 @@
 //! Must not: decide what a run prints or when it ends (the runner calls it).
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, BufWriter, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -66,6 +66,14 @@ impl RunOutput {
         }
     }
 
+    /// Writes out what is buffered, for a reader following the file: the runner calls it when
+    /// it has read all the job has printed so far, so a burst of lines is one write.
+    pub fn flush(&mut self) {
+        if let Some(writing) = &mut self.0 {
+            writing.flush();
+        }
+    }
+
     /// Ends the file with how the run ended (`exit 0`, `timed out`): joins its tail, counts it
     /// among the kept and prunes. Blocking file I/O, up to half a run's bound copied.
     pub fn end(mut self, outcome: &str) {
@@ -94,7 +102,7 @@ impl Drop for RunOutput {
 pub(super) struct Writing {
     shelf: Arc<Shelf>,
     path: PathBuf,
-    file: File,
+    file: BufWriter<File>,
     /// Bytes in `file`.
     written: u64,
     /// Past the head: where the lines go now.
@@ -107,7 +115,7 @@ pub(super) struct Writing {
 /// `previous`; older ones are dropped and counted.
 #[derive(Debug)]
 struct Tail {
-    current: File,
+    current: BufWriter<File>,
     current_len: (u64, u64),
     previous: Option<(u64, u64)>,
     /// Lines and bytes dropped between the head and the tail.
@@ -119,7 +127,7 @@ impl Writing {
         if let Some(job_dir) = path.parent() {
             super::names::make_private_dir(job_dir)?;
         }
-        let file = create_private(&path)?;
+        let file = BufWriter::new(create_private(&path)?);
         Ok(Self {
             shelf,
             path,
@@ -135,18 +143,36 @@ impl Writing {
             return;
         }
         if let Err(err) = self.write_bounded(line) {
-            self.broken = true;
-            tracing::warn!(path = %self.path.display(), error = %err, "cannot keep more of this run's output (the run goes on)");
-            // Said in the file too, if there is room for a line: a reader sees where it stopped.
-            let _ = self.file.write_all(
-                stamped(
-                    Utc::now(),
-                    OURS,
-                    &format!("output no longer kept here: {err}"),
-                )
-                .as_bytes(),
-            );
+            self.stop_keeping(&err);
         }
+    }
+
+    fn flush(&mut self) {
+        if self.broken {
+            return;
+        }
+        let flushed = match &mut self.tail {
+            Some(tail) => self.file.flush().and_then(|()| tail.current.flush()),
+            None => self.file.flush(),
+        };
+        if let Err(err) = flushed {
+            self.stop_keeping(&err);
+        }
+    }
+
+    /// A write failed (a full disk): nothing more is kept, and the file says so if it can.
+    fn stop_keeping(&mut self, err: &io::Error) {
+        self.broken = true;
+        tracing::warn!(path = %self.path.display(), error = %err, "cannot keep more of this run's output (the run goes on)");
+        let note = stamped(
+            Utc::now(),
+            OURS,
+            &format!("output no longer kept here: {err}"),
+        );
+        let _ = self
+            .file
+            .write_all(note.as_bytes())
+            .and_then(|()| self.file.flush());
     }
 
     fn write_bounded(&mut self, line: &str) -> io::Result<()> {
@@ -161,7 +187,7 @@ impl Writing {
             self.file
                 .write_all(stamped(Utc::now(), OURS, &note).as_bytes())?;
             self.tail = Some(Tail {
-                current: create_private(&segment(&self.path, Segment::Current))?,
+                current: BufWriter::new(create_private(&segment(&self.path, Segment::Current))?),
                 current_len: (0, 0),
                 previous: None,
                 dropped: (0, 0),
@@ -177,12 +203,13 @@ impl Writing {
                 tail.dropped.0 += lines;
                 tail.dropped.1 += bytes;
             }
+            tail.current.flush()?;
             fs::rename(
                 segment(&self.path, Segment::Current),
                 segment(&self.path, Segment::Previous),
             )?;
             tail.previous = Some(tail.current_len);
-            tail.current = create_private(&segment(&self.path, Segment::Current))?;
+            tail.current = BufWriter::new(create_private(&segment(&self.path, Segment::Current))?);
             tail.current_len = (0, 0);
         }
         tail.current.write_all(line.as_bytes())?;
@@ -196,11 +223,16 @@ impl Writing {
         let joined = match self.tail.take() {
             None => self.file.write_all(end.as_bytes()),
             Some(tail) => self.join_tail(tail, &end),
-        };
+        }
+        .and_then(|()| self.file.flush());
         if let Err(err) = joined {
             tracing::warn!(path = %self.path.display(), error = %err, "cannot end this run's kept output");
         }
-        let size = self.file.metadata().map_or(self.written, |meta| meta.len());
+        let size = self
+            .file
+            .get_ref()
+            .metadata()
+            .map_or(self.written, |meta| meta.len());
         let shelf = Arc::clone(&self.shelf);
         shelf.ended(std::mem::take(&mut self.path), size);
     }
@@ -213,7 +245,9 @@ impl Writing {
             self.file
                 .write_all(stamped(Utc::now(), OURS, &note).as_bytes())?;
         }
-        drop(tail.current);
+        let mut current = tail.current;
+        current.flush()?;
+        drop(current);
         for part in [Segment::Previous, Segment::Current] {
             let path = segment(&self.path, part);
             match File::open(&path) {

@@ -56,6 +56,10 @@ pub(super) async fn log_output<R: AsyncRead + Unpin>(
                         let note = format!("the line above was cut at {MAX_LINE_BYTES} bytes");
                         lines.whole.note(&note);
                     }
+                    // All the job has printed so far is read: out to the file for a follower.
+                    if reader.buffer().is_empty() {
+                        lines.whole.flush();
+                    }
                 }
                 if truncated {
                     info!(job = %job, run_id, stream = name, line = %text, truncated, "job output");

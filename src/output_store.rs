@@ -23,6 +23,7 @@ use crate::config::OutputConfig;
 
 mod follow;
 mod names;
+pub mod remote;
 mod shelf;
 mod writer;
 

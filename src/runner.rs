@@ -297,7 +297,7 @@ pub async fn run_keeping(
         match start_job(spec, ctx, &cancel, prepared, not_before).await {
             Ok(started) => started,
             Err(never_started) => {
-                end_output(output, &never_started.outcome).await;
+                output.end_with(&never_started.outcome).await;
                 return never_started;
             }
         };
@@ -347,7 +347,7 @@ pub async fn run_keeping(
     } else {
         RunOutcome::CancelledBeforeStart
     };
-    end_output(whole, &outcome).await;
+    whole.end_with(&outcome).await;
     let exit_code = status.and_then(|s| s.code());
     let signal = status.and_then(|s| s.signal());
     info!(
@@ -448,16 +448,6 @@ struct Ended {
     duration: Duration,
     output: String,
     whole: RunOutput,
-}
-
-/// Ends a run's kept output with its outcome, off the runtime's workers (its tail is copied
-/// into its file). Nothing to do for output not kept.
-async fn end_output(whole: RunOutput, outcome: &RunOutcome) {
-    if !whole.is_kept() {
-        return;
-    }
-    let outcome = outcome.to_string();
-    let _ = tokio::task::spawn_blocking(move || whole.end(&outcome)).await;
 }
 
 /// Supervises the started job to its end while reading its output, then reaps what it left

@@ -19,6 +19,7 @@ use zkcron::JobName;
 use zkcron::config::Config;
 use zkcron::ledger;
 use zkcron::output_store::parse_line;
+use zkcron::output_store::remote::{self, Asked};
 use zkcron::run::RunRecord;
 
 /// How many of a job's newest records a run is looked for among.
@@ -57,59 +58,20 @@ pub async fn logs(config: &Config, args: LogsArgs) -> Result<(), CliError> {
         ledger::history(&client, &config.lock.group_paths().ledger, &job, SEARCHED).await?;
     let record = chosen(&records, &args)?;
     let attempt = args.attempt.unwrap_or(record.attempt);
-    let members = ledger::inspect::members(&client, &config.lock.paths()).await?;
-    let node = &record.node_id;
-    let Some(info) = members
-        .into_iter()
-        .find(|member| &member.node_id == node)
-        .and_then(|member| member.info)
-    else {
-        return tail_instead(
-            record,
-            format!(
-                "node {node}, which ran it, is not a live member: the output it kept cannot be read now"
-            ),
-        );
+    let asked = Asked {
+        job: job.as_str(),
+        run: &record.run_id,
+        node: record.node_id.as_str(),
+        attempt: Some(attempt),
+        follow: args.follow,
     };
-    let host = gethostname::gethostname().to_string_lossy().into_owned();
-    let api = match info.api_from(&host) {
-        Ok(api) => api.to_owned(),
+    let authorization = token.map(|token| format!("Bearer {}", token.trim()));
+    let paths = config.lock.paths();
+    let mut answer = match remote::ask(&client, &paths, asked, authorization.as_deref()).await {
+        Ok(answer) => answer,
         Err(err) => return tail_instead(record, err.to_string()),
     };
-    let mut url =
-        reqwest::Url::parse(&format!("http://{api}/")).map_err(|err| CliError::NoOutput {
-            why: format!("node {node}'s API address {api}: {err}"),
-        })?;
-    if let Ok(mut path) = url.path_segments_mut() {
-        path.extend(["v1", "jobs", job.as_str(), "runs", &record.run_id, "output"]);
-    }
-    url.query_pairs_mut()
-        .append_pair("node", node.as_str())
-        .append_pair("attempt", &attempt.to_string())
-        .append_pair("follow", if args.follow { "true" } else { "false" });
-    let mut request = reqwest::Client::new().get(url);
-    if let Some(token) = token {
-        request = request.bearer_auth(token.trim());
-    }
-    let mut answer = match request.send().await {
-        Ok(answer) => answer,
-        Err(err) => {
-            let why = format!(
-                "node {node} at {api} did not answer: {}",
-                zkcron::report::error_chain(&err)
-            );
-            return tail_instead(record, why);
-        }
-    };
-    if !answer.status().is_success() {
-        let status = answer.status();
-        let said = answer.text().await.unwrap_or_default();
-        let said = serde_json::from_str::<serde_json::Value>(&said)
-            .ok()
-            .and_then(|body| body.get("error")?.as_str().map(str::to_owned))
-            .unwrap_or(said);
-        return tail_instead(record, format!("node {node} answered {status}: {said}"));
-    }
+    let node = &record.node_id;
     let mut partial = Vec::new();
     let mut out = std::io::stdout().lock();
     loop {

@@ -7,7 +7,6 @@
 //! Must not: read or write a run's file (the store does), or steer anything.
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Path, Query, State};
@@ -17,12 +16,10 @@ use serde::Deserialize;
 use tokio::io::AsyncWriteExt;
 
 use super::auth::proven;
-use super::errors::{ApiError, chain};
+use super::errors::ApiError;
 use super::state::HttpState;
 use crate::config::TokenKind;
-
-/// How long a member that ran the run has to answer the node passing its output on.
-const MEMBER_CONNECT: Duration = Duration::from_secs(5);
+use crate::output_store::remote::{self, AskError, Asked};
 
 /// How much of the output is on its way at once between the file and the client.
 const IN_FLIGHT: usize = 64 * 1024;
@@ -106,72 +103,27 @@ async fn from_member(
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
     let client = state.client()?;
-    let config = state.config();
-    let members = crate::ledger::inspect::members(&client, &config.lock.paths())
+    let asked = Asked {
+        job,
+        run,
+        node,
+        attempt: query.attempt,
+        follow: query.follow,
+    };
+    let authorization = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok());
+    let paths = state.config().lock.paths();
+    let mut answer = remote::ask(&client, &paths, asked, authorization)
         .await
-        .map_err(|err| ApiError::unavailable(chain(&err)))?;
-    let info = members
-        .into_iter()
-        .find(|member| member.node_id.as_str() == node)
-        .and_then(|member| member.info)
-        .ok_or_else(|| {
-            ApiError::new(
-                StatusCode::BAD_GATEWAY,
-                format!("node {node} is not a live member: the output it kept cannot be read now"),
-            )
+        .map_err(|err| match err {
+            AskError::Members(_) => ApiError::unavailable(err.to_string()),
+            AskError::Refused { status, said, .. } => ApiError::new(
+                StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
+                said,
+            ),
+            _ => ApiError::new(StatusCode::BAD_GATEWAY, err.to_string()),
         })?;
-    let host = gethostname::gethostname().to_string_lossy().into_owned();
-    let api = info
-        .api_from(&host)
-        .map_err(|err| ApiError::new(StatusCode::BAD_GATEWAY, err.to_string()))?;
-    let mut url = reqwest::Url::parse(&format!("http://{api}/")).map_err(|err| {
-        ApiError::new(
-            StatusCode::BAD_GATEWAY,
-            format!("node {node}'s API address {api}: {err}"),
-        )
-    })?;
-    url.path_segments_mut()
-        .map_err(|()| {
-            ApiError::new(
-                StatusCode::BAD_GATEWAY,
-                format!("node {node}'s API address {api}"),
-            )
-        })?
-        .extend(["v1", "jobs", job, "runs", run, "output"]);
-    {
-        let mut pairs = url.query_pairs_mut();
-        pairs.append_pair("node", node);
-        if let Some(attempt) = query.attempt {
-            pairs.append_pair("attempt", &attempt.to_string());
-        }
-        if query.follow {
-            pairs.append_pair("follow", "true");
-        }
-    }
-    let http = reqwest::Client::builder()
-        .connect_timeout(MEMBER_CONNECT)
-        .build()
-        .map_err(|err| ApiError::unavailable(chain(&err)))?;
-    let mut request = http.get(url);
-    if let Some(auth) = headers.get(header::AUTHORIZATION) {
-        request = request.header(header::AUTHORIZATION, auth);
-    }
-    let mut answer = request.send().await.map_err(|err| {
-        ApiError::new(
-            StatusCode::BAD_GATEWAY,
-            format!("node {node} at {api} did not answer: {}", chain(&err)),
-        )
-    })?;
-    let status = answer.status();
-    if !status.is_success() {
-        let said = answer.text().await.unwrap_or_default();
-        let said = serde_json::from_str::<serde_json::Value>(&said)
-            .ok()
-            .and_then(|body| body.get("error")?.as_str().map(str::to_owned))
-            .unwrap_or(said);
-        let status = StatusCode::from_u16(status.as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-        return Err(ApiError::new(status, said));
-    }
     let (mut into, from) = tokio::io::duplex(IN_FLIGHT);
     let stop = state.stop.clone();
     tokio::spawn(async move {

@@ -81,6 +81,16 @@ impl RunOutput {
             writing.finish(outcome);
         }
     }
+
+    /// [`RunOutput::end`] with the run's `outcome`, off the runtime's workers; nothing to do
+    /// for output not kept.
+    pub async fn end_with(self, outcome: &crate::run::RunOutcome) {
+        if self.0.is_none() {
+            return;
+        }
+        let outcome = outcome.to_string();
+        let _ = tokio::task::spawn_blocking(move || self.end(&outcome)).await;
+    }
 }
 
 impl Default for RunOutput {

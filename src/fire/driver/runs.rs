@@ -327,17 +327,13 @@ impl Run {
 }
 
 /// An HTTP target's output, as kept on this host: its answer's status and the start of its body
-/// (a failure's: what the record keeps too), or why there was none.
+/// (a failure's: what the record keeps too), then how it ended.
 async fn keep_response(mut output: RunOutput, report: &run::RunReport) {
-    if !output.is_kept() {
-        return;
-    }
     if let run::RunOutcome::Responded { status, body } = &report.outcome {
         output.note(&format!("HTTP {status}"));
         for line in body.lines() {
             output.line(Stream::Stdout, line);
         }
     }
-    let outcome = report.outcome.to_string();
-    let _ = tokio::task::spawn_blocking(move || output.end(&outcome)).await;
+    output.end_with(&report.outcome).await;
 }

@@ -6,10 +6,8 @@
 //! Owns: the route, who may read output, and passing the answer on from another member.
 //! Must not: read or write a run's file (the store does), or steer anything.
 
-use std::net::SocketAddr;
-
 use axum::body::Body;
-use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -37,7 +35,6 @@ pub(super) struct OutputQuery {
 
 pub(super) async fn run_output(
     State(state): State<HttpState>,
-    ConnectInfo(_peer): ConnectInfo<SocketAddr>,
     Path((job, run)): Path<(String, String)>,
     Query(query): Query<OutputQuery>,
     headers: HeaderMap,

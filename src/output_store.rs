@@ -187,7 +187,9 @@ impl OutputStore {
 
     /// Prunes every hour until `shutdown`, so output ages out on a node that runs nothing new.
     pub async fn keep_pruning(self: Arc<Self>, shutdown: tokio_util::sync::CancellationToken) {
-        let mut every = tokio::time::interval(Duration::from_secs(3600));
+        // Its first look is an hour from now: `open` has just pruned.
+        let hour = Duration::from_secs(3600);
+        let mut every = tokio::time::interval_at(tokio::time::Instant::now() + hour, hour);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {

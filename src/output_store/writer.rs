@@ -24,7 +24,8 @@ pub enum Stream {
 }
 
 impl Stream {
-    fn name(self) -> &'static str {
+    /// As the log and the kept file name it.
+    pub fn name(self) -> &'static str {
         match self {
             Stream::Stdout => "stdout",
             Stream::Stderr => "stderr",

@@ -38,10 +38,7 @@ pub(super) async fn log_output<R: AsyncRead + Unpin>(
     lines: &Mutex<Lines>,
 ) {
     let Some(stream) = stream else { return };
-    let name = match which {
-        Stream::Stdout => "stdout",
-        Stream::Stderr => "stderr",
-    };
+    let name = which.name();
     let mut reader = BufReader::new(stream);
     let mut line = Vec::new();
     loop {

@@ -66,6 +66,11 @@ const SPIN_FLOOR: chrono::Duration = chrono::Duration::milliseconds(20);
 const BURST: usize = 1000;
 // Short: a node that can fire wakes every second to read the delayed submissions due.
 const QUIET_AFTER_BURST: Duration = Duration::from_millis(200);
+/// After a change of the lock, every quiet spell gives back what the inputs since the last one
+/// used, for this long: a catch-up's answers (one listing a job) can pause for longer than
+/// [`QUIET_AFTER_BURST`] on a busy host or a cold server, and the part after the pause is rarely
+/// a [`BURST`] of its own.
+const SETTLING: Duration = Duration::from_secs(30);
 
 /// Where the machine's records live.
 #[derive(Debug, Clone)]
@@ -140,7 +145,7 @@ pub async fn run(
     let mut stopping = false;
     let mut lock = LockLink::new(lock);
     let mut pending: VecDeque<Input> = VecDeque::new();
-    let mut trim = Trim::default();
+    let mut trim = Trim::new();
     let mut alarm = alarm::Alarm::new();
     let clock = Arc::clone(&io.settings.clock);
     let mut steps = alarm::Steps::new(Arc::clone(&clock));
@@ -256,17 +261,32 @@ impl Wakes {
 }
 
 /// Giving the heap back once quiet: after a burst of inputs (a startup or a reload with
-/// thousands of jobs, a catch-up), and once after each change of the lock (its inputs are few
-/// with few jobs: the startup, an acquisition and its catch-up).
-#[derive(Default)]
+/// thousands of jobs, a catch-up), and after every spell of inputs for [`SETTLING`] after each
+/// change of the lock (its inputs are few with few jobs: the startup, an acquisition and its
+/// catch-up, which can come in several spells).
 struct Trim {
     handled: usize,
-    settled: bool,
+    settling_until: Option<tokio::time::Instant>,
 }
 
 impl Trim {
+    /// Settling, as after a change of the lock: the startup's inputs are the first spell.
+    fn new() -> Self {
+        let mut trim = Self {
+            handled: 0,
+            settling_until: None,
+        };
+        trim.unsettle();
+        trim
+    }
+
     fn due(&self) -> bool {
-        self.handled >= BURST || !self.settled
+        self.handled >= BURST || (self.handled > 0 && self.settling())
+    }
+
+    fn settling(&self) -> bool {
+        self.settling_until
+            .is_some_and(|until| tokio::time::Instant::now() < until)
     }
 
     fn counted(&mut self) {
@@ -275,11 +295,10 @@ impl Trim {
 
     /// What a change of the lock brings (a session, catch-up) is given back once quiet.
     fn unsettle(&mut self) {
-        self.settled = false;
+        self.settling_until = Some(tokio::time::Instant::now() + SETTLING);
     }
 
     fn give_back(&mut self) {
-        self.settled = true;
         let started = std::time::Instant::now();
         crate::heap::give_back();
         let ms = started.elapsed().as_millis();

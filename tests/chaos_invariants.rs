@@ -396,3 +396,33 @@ fn a_stepped_clocks_log_is_read_in_order_through_its_steps() {
     ];
     assert_eq!(mapped, expected.map(Some));
 }
+
+/// Stop 63: a per-second job whose run lasted past the next tick's instant on a loaded
+/// machine; the node recorded that tick `skipped` (concurrency = forbid). Excused only right
+/// behind a run that was alive then, or had just ended: a node that keeps skipping behind a
+/// run long over has lost its end.
+#[test]
+fn a_tick_skipped_behind_a_run_still_alive_is_excused_and_one_behind_a_run_long_over_is_not() {
+    let mut o = clean();
+    o.runs.remove(2);
+    o.final_records.remove(&("fast".to_owned(), 3000));
+    o.recorded_missed
+        .insert("fast".into(), BTreeSet::from([3000]));
+    o.skipped_behind_own_run
+        .insert("fast".into(), BTreeSet::from([3000]));
+    // The run of 2000 ended at 2010: long before 3000's instant.
+    let not_run = [Violation::NotRun {
+        job: "fast".into(),
+        tick_ms: 3000,
+    }];
+    assert_eq!(check(&o), not_run);
+    // Ended 3 ms before the instant: its node could not know yet.
+    o.runs[1].end_ms = Some(2997);
+    assert_eq!(check(&o), []);
+    // Still running at the instant.
+    o.runs[1].end_ms = Some(3200);
+    assert_eq!(check(&o), []);
+    // The same record, but for another reason: not excused.
+    o.skipped_behind_own_run.clear();
+    assert_eq!(check(&o), not_run);
+}

@@ -73,6 +73,8 @@ const LOCK: &str = "chaos";
 const ROOT: &str = "/zkcron/chaos";
 /// How often the owner samples are taken from the nodes' lock timelines.
 const SAMPLE_EVERY_MS: i64 = 50;
+/// What a record skipped for a run of its job still alive on its node says (src/fire/machine).
+const SKIPPED_BEHIND_OWN_RUN: &str = "still alive on this node";
 /// What the jobs that log the time start with: the true clock, not their node's faked one
 /// (libfaketime is inherited through `LD_PRELOAD`).
 const TRUE_CLOCK: &str = "\"/usr/bin/env\", \"-u\", \"LD_PRELOAD\", ";
@@ -1169,6 +1171,7 @@ impl ChaosCluster {
             final_records: ledger.final_records.clone(),
             recorded_missed: ledger.recorded_missed.clone(),
             said_not_run: ledger.said_not_run.clone(),
+            skipped_behind_own_run: ledger.skipped_behind_own_run.clone(),
             owner_samples: self.owner_samples(stop_ms),
             ..Observed::default()
         };
@@ -1399,6 +1402,14 @@ impl ChaosCluster {
                     RunStatus::Skipped | RunStatus::Interrupted => {
                         missed.insert(tick_ms);
                         ledger.missed_ticks += 1;
+                        let behind_own_run = record
+                            .error
+                            .as_deref()
+                            .is_some_and(|why| why.contains(SKIPPED_BEHIND_OWN_RUN));
+                        if record.status == RunStatus::Skipped && behind_own_run {
+                            let skipped = ledger.skipped_behind_own_run.entry(job.to_owned());
+                            skipped.or_default().insert(tick_ms);
+                        }
                     }
                     _ => {}
                 }
@@ -1988,6 +1999,8 @@ struct Ledger {
     broadcast_recorded: BTreeMap<(i64, String), String>,
     recorded_missed: BTreeMap<String, BTreeSet<i64>>,
     said_not_run: BTreeMap<String, BTreeSet<i64>>,
+    /// Per job, the ticks skipped for a run of the job still alive on the recording node.
+    skipped_behind_own_run: BTreeMap<String, BTreeSet<i64>>,
     missed_ticks: usize,
     /// Every record, `job tick status [missed_from]`, for a failing scenario's message.
     listing: Vec<String>,

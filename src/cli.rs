@@ -11,6 +11,7 @@ mod delayed;
 mod describe;
 mod document;
 mod error;
+mod events;
 mod explain;
 mod init;
 mod logs;
@@ -141,6 +142,15 @@ enum Command {
     /// prints the tail the run's record keeps, and exits 1.
     #[command(after_help = EXIT_CODES)]
     Logs(logs::LogsArgs),
+    /// Show what happened in the lock group — runs claimed, started, ended, missed and skipped,
+    /// owner changes, members joining and leaving, pauses — of the last hour; -f follows them
+    /// as they happen, across a failover.
+    ///
+    /// It asks a live member's HTTP API (this host's node first), with the read token from
+    /// ZKCRON_HTTP_TOKEN or --token-file. Events the serving node did not keep are printed as a
+    /// gap, with the runs of that range read back from their records.
+    #[command(after_help = EXIT_CODES)]
+    Events(events::EventsArgs),
     /// Show the operator actions of a period, oldest first: pauses, resumes, triggers,
     /// releases, backfills, ACLs applied, and the cancels, reschedules and retries of
     /// submissions, each with who asked, from where, and how it ended.
@@ -334,6 +344,10 @@ impl Cli {
             Command::Logs(args) => {
                 quiet("warn");
                 logs::logs(&client_config(&path)?, args).await
+            }
+            Command::Events(args) => {
+                quiet("warn");
+                events::events(&client_config(&path)?, args).await
             }
             Command::Describe(args) => {
                 quiet("warn");

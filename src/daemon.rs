@@ -29,7 +29,7 @@ use crate::layout::LedgerPaths;
 use crate::layout::LockPaths;
 use crate::lock::clock_watch::ClockSettings;
 use crate::lock::driver::{self, DriverError, Heard, LockCommand, LockRole, LockSettings};
-use crate::lock::node::{OwnerInfo, ScheduleHash};
+use crate::lock::node::{OwnerInfo, ReloadNote, ScheduleHash};
 use crate::metrics::Metrics;
 use crate::output_store::OutputStore;
 use crate::reload::{self, Changes, RELOAD_FORMAT, ReloadAnswer, ReloadOutcome, ReloadRequest};
@@ -120,6 +120,7 @@ pub async fn run(
                 me: settings.me.node_id.clone(),
                 heard: Arc::clone(&heard),
                 console: Arc::default(),
+                events: Arc::default(),
                 outputs: outputs.clone(),
                 stop: shutdown.child_token(),
             };
@@ -628,6 +629,24 @@ async fn reload_on_request(
             }
             Err(error) => ReloadOutcome::Refused { error },
         };
+        // Published in the member node, for the event stream on any node.
+        let note = match &outcome {
+            ReloadOutcome::Applied {
+                schedule, changes, ..
+            } => ReloadNote {
+                at_unix_ms: Utc::now().timestamp_millis(),
+                applied: true,
+                detail: format!("schedule {schedule}: {}", changes.summary()),
+            },
+            ReloadOutcome::Refused { error } => ReloadNote {
+                at_unix_ms: Utc::now().timestamp_millis(),
+                applied: false,
+                detail: error.clone(),
+            },
+        };
+        for (_, lock) in &to.units {
+            let _ = lock.send(LockCommand::Reloaded(Box::new(note.clone())));
+        }
         let status = match &outcome {
             ReloadOutcome::Applied { schedule, .. } => format!("schedule {schedule} loaded"),
             ReloadOutcome::Refused { .. } => {

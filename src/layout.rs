@@ -545,9 +545,41 @@ pub fn parse_tick_node_name(name: &str) -> Option<i64> {
     name.parse().ok()
 }
 
+/// `<runs>/<job>` → (job, None); `<runs>/<job>/<record>` → (job, Some(record)); anything else
+/// (foreign names below a job) is no record's.
+pub fn parse_record_path(runs: &str, path: &str) -> Option<(JobName, Option<RecordName>)> {
+    let rest = path.strip_prefix(runs)?.strip_prefix('/')?;
+    match rest.split_once('/') {
+        None if !rest.is_empty() => Some((JobName::new(rest.to_owned()), None)),
+        Some((job, name)) if !name.contains('/') => {
+            Some((JobName::new(job.to_owned()), Some(RecordName::parse(name)?)))
+        }
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn paths_below_runs_name_a_job_or_a_record() {
+        let runs = "/zkcron/main/runs";
+        assert_eq!(
+            parse_record_path(runs, "/zkcron/main/runs/backup"),
+            Some((JobName::new("backup".to_owned()), None))
+        );
+        let (job, name) = parse_record_path(runs, "/zkcron/main/runs/backup/1700000000000")
+            .unwrap_or_else(|| panic!("a record path"));
+        assert_eq!(job.as_str(), "backup");
+        assert_eq!(name.map(|n| n.scheduled_unix_ms), Some(1_700_000_000_000));
+        assert_eq!(
+            parse_record_path(runs, "/zkcron/main/runs/backup/not-a-record"),
+            None
+        );
+        assert_eq!(parse_record_path(runs, "/zkcron/main/running/backup"), None);
+        assert_eq!(parse_record_path(runs, "/zkcron/main/runs"), None);
+    }
 
     #[test]
     fn a_prune_keeps_records_or_the_records_of_whole_ticks() {

@@ -26,6 +26,7 @@ pub mod describe;
 pub mod drift;
 pub mod ensemble;
 pub mod ensemble_clock;
+pub mod events;
 pub mod fire;
 pub mod formats;
 pub mod groups;

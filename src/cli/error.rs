@@ -80,6 +80,9 @@ pub enum CliError {
     /// `logs`: the node that ran the run cannot give its output (the record's tail was shown).
     #[error("{why}")]
     NoOutput { why: String },
+    /// `events`: no member could serve the events, or one refused.
+    #[error("cannot follow the events: {why}")]
+    NoEvents { why: String },
     /// `status`: the fleet is not healthy; exits with the verdict's own code.
     #[error("{}", .0.problems.join("; "))]
     Unhealthy(zkcron::status::health::Health),

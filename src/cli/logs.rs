@@ -51,7 +51,7 @@ pub struct LogsArgs {
 }
 
 pub async fn logs(config: &Config, args: LogsArgs) -> Result<(), CliError> {
-    let token = token(&args)?;
+    let token = http_token(args.token_file.as_ref())?;
     let client = zkcron::delayed::client::session_for(config).await?;
     let job = JobName::new(args.job.clone());
     let records =
@@ -95,8 +95,8 @@ pub async fn logs(config: &Config, args: LogsArgs) -> Result<(), CliError> {
 }
 
 /// The token from `--token-file`, else `ZKCRON_HTTP_TOKEN`, else none (a node without tokens).
-fn token(args: &LogsArgs) -> Result<Option<String>, CliError> {
-    if let Some(path) = &args.token_file {
+pub(super) fn http_token(token_file: Option<&PathBuf>) -> Result<Option<String>, CliError> {
+    if let Some(path) = token_file {
         let token = std::fs::read_to_string(path).map_err(|source| UsageError::TokenFile {
             path: path.clone(),
             source,

@@ -21,10 +21,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::delayed::submission::SubmissionId;
 use crate::ids::{JobName, NodeId};
-use crate::layout::RecordName;
+use crate::layout::{self, RecordName};
 use crate::ledger;
 use crate::ledger::Ledger;
-use crate::ledger::watch::{Change, Follow};
+use crate::ledger::watch::{Batches, Change, Follow};
 use crate::report::error_chain;
 use crate::run::{RunRecord, RunStatus};
 
@@ -257,30 +257,22 @@ impl RunIndex {
             Ok(watch) => watch.read_all_done(),
             Err(err) => return format!("cannot watch {runs}: {}", error_chain(&err)),
         };
-        let mut changes = changes.forward(self.stop.clone());
+        let changes = changes.forward(self.stop.clone());
         if let Err(why) = self.load(client, runs).await {
             return why;
         }
-        let mut sweep = tokio::time::interval(Duration::from_secs(30));
-        let mut batch = Vec::new();
+        let idle = || {
+            self.idle()
+                .then(|| format!("nobody asked for {} s", IDLE.as_secs()))
+        };
+        let mut batches = Batches::new(changes);
         loop {
-            tokio::select! {
-                () = self.stop.cancelled() => return "stopped".to_owned(),
-                _ = sweep.tick() => {
-                    if self.idle() {
-                        self.stop.cancel();
-                        return format!("nobody asked for {} s", IDLE.as_secs());
-                    }
-                }
-                received = changes.recv_many(&mut batch, 1024) => {
-                    if received == 0 {
-                        return "the session ended".to_owned();
-                    }
-                    match self.apply(client, runs, &mut batch).await {
-                        Ok(()) => {}
-                        Err(why) => return why,
-                    }
-                }
+            let batch = match batches.next(&self.stop, idle).await {
+                Ok(batch) => batch,
+                Err(why) => return why,
+            };
+            if let Err(why) = self.apply(client, runs, batch).await {
+                return why;
             }
         }
     }
@@ -312,7 +304,7 @@ impl RunIndex {
         }
         let mut records = Vec::new();
         for path in changed {
-            let Some((job, name)) = parse_path(runs, &path) else {
+            let Some((job, name)) = layout::parse_record_path(runs, &path) else {
                 continue;
             };
             records.push((job, name, path));
@@ -366,24 +358,9 @@ impl RunIndex {
     }
 }
 
-/// `<runs>/<job>` → (job, None); `<runs>/<job>/<record>` → (job, Some(record)); anything else
-/// (foreign names below a job) is not the index's.
-fn parse_path(runs: &str, path: &str) -> Option<(JobName, Option<RecordName>)> {
-    let rest = path.strip_prefix(runs)?.strip_prefix('/')?;
-    match rest.split_once('/') {
-        None if !rest.is_empty() => Some((JobName::new(rest.to_owned()), None)),
-        Some((job, name)) if !name.contains('/') => {
-            Some((JobName::new(job.to_owned()), Some(RecordName::parse(name)?)))
-        }
-        _ => None,
-    }
-}
-
 /// Seconds on a clock that only moves forward, for idling.
 fn monotonic_secs() -> i64 {
-    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    let start = START.get_or_init(std::time::Instant::now);
-    i64::try_from(start.elapsed().as_secs()).unwrap_or(i64::MAX)
+    crate::ensemble_clock::monotonic_ms() / 1000
 }
 
 #[cfg(test)]
@@ -480,24 +457,5 @@ mod tests {
         assert_eq!(recent[0].status, RunStatus::Succeeded);
         state.remove(&job, &name);
         assert!(state.recent_submissions(10).is_empty());
-    }
-
-    #[test]
-    fn paths_below_runs_name_a_job_or_a_record() {
-        let runs = "/zkcron/main/runs";
-        assert_eq!(
-            parse_path(runs, "/zkcron/main/runs/backup"),
-            Some((JobName::new("backup".to_owned()), None))
-        );
-        let (job, name) = parse_path(runs, "/zkcron/main/runs/backup/1700000000000")
-            .unwrap_or_else(|| panic!("a record path"));
-        assert_eq!(job.as_str(), "backup");
-        assert_eq!(name.map(|n| n.scheduled_unix_ms), Some(1_700_000_000_000));
-        assert_eq!(
-            parse_path(runs, "/zkcron/main/runs/backup/not-a-record"),
-            None
-        );
-        assert_eq!(parse_path(runs, "/zkcron/main/running/backup"), None);
-        assert_eq!(parse_path(runs, "/zkcron/main/runs"), None);
     }
 }

@@ -31,6 +31,7 @@ mod auth;
 mod browse;
 mod console;
 mod errors;
+mod events;
 mod index;
 mod output;
 mod state;
@@ -68,10 +69,13 @@ pub async fn start(
     let bound = listener.local_addr().unwrap_or(listen);
     tracing::info!(listen = %bound, "http listener up");
     let console = Arc::clone(&state.console);
+    let hubs = Arc::clone(&state.events);
     let app = router(state);
     let served = tokio::spawn(async move {
         // The index's watch goes with the listener.
         let _stop_index = console.stop.clone().drop_guard();
+        // So do the event hub's, and its followers' streams.
+        let _stop_events = hubs.stop_guard();
         let served = axum::serve(
             listener,
             app.into_make_service_with_connect_info::<SocketAddr>(),
@@ -110,6 +114,7 @@ fn router(state: HttpState) -> Router {
         .route("/v1/submissions/{id}/retry", post(retry))
         .route("/v1/release", post(release))
         .route("/v1/audit", get(audit))
+        .route("/v1/events", get(events::events))
         .merge(console::routes())
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),

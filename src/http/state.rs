@@ -34,6 +34,8 @@ pub struct HttpState {
     pub heard: Arc<Heard>,
     /// The console's index of the run ledger, started by the first page that needs it.
     pub console: Arc<ConsoleIndex>,
+    /// The lock group's events, followed while someone follows them.
+    pub events: Arc<crate::events::hub::Hubs>,
     /// The runs' whole output kept on this host, if it is.
     pub outputs: Option<Arc<crate::output_store::OutputStore>>,
     /// Cancelled when the node stops: answers that follow a run end then.

@@ -14,6 +14,7 @@ pub mod acl;
 pub mod audit;
 pub mod broadcast;
 pub mod chains;
+pub mod changes;
 mod claim;
 pub mod control;
 pub mod due;
@@ -37,8 +38,9 @@ pub use guard::{release_unstarted_guard, take_guard};
 pub use handle::{Ledger, Unreachable};
 pub use prune::{PRUNE_BATCH, Remember, prune};
 pub use records::{
-    StoredRecord, guard_holder, history, jobs_with_records, read_many, read_record, read_to_act,
-    read_versioned, read_versioned_checked, record_names, record_names_of, running_jobs,
+    Stamp, StoredRecord, guard_holder, history, jobs_with_records, read_many, read_many_stamped,
+    read_record, read_to_act, read_versioned, read_versioned_checked, record_names,
+    record_names_of, running_jobs,
 };
 
 use std::collections::HashSet;

@@ -194,6 +194,25 @@ pub async fn read_many(
     wanted: Vec<(JobName, Option<RecordName>, String)>,
     in_flight: usize,
 ) -> Vec<(JobName, Option<RecordName>, Option<RunRecord>)> {
+    read_many_stamped(client, wanted, in_flight)
+        .await
+        .into_iter()
+        .map(|(job, name, _, read)| (job, name, read.map(|(record, _)| record)))
+        .collect()
+}
+
+/// Like [`read_many`], with each path and the change each record was read at: the zxid of its
+/// latest write and that write's time by the servers' clock (the event stream's cursor).
+pub async fn read_many_stamped(
+    client: &Ledger,
+    wanted: Vec<(JobName, Option<RecordName>, String)>,
+    in_flight: usize,
+) -> Vec<(
+    JobName,
+    Option<RecordName>,
+    String,
+    Option<(RunRecord, Stamp)>,
+)> {
     let mut read = Vec::with_capacity(wanted.len());
     let mut wanted = wanted.into_iter().peekable();
     while wanted.peek().is_some() {
@@ -205,19 +224,37 @@ pub async fn read_many(
         for ((job, name, path), answer) in chunk.into_iter().zip(pending) {
             let record = match answer {
                 Some(answer) => match answer.await {
-                    Ok((data, _)) => RunRecord::parse_to_show(&data)
+                    Ok((data, stat)) => RunRecord::parse_to_show(&data)
                         .inspect_err(|err| {
                             tracing::warn!(path, error = %err, "unreadable run record");
                         })
-                        .ok(),
+                        .ok()
+                        .map(|record| (record, Stamp::written(&stat))),
                     Err(_) => None,
                 },
                 None => None,
             };
-            read.push((job, name, record));
+            read.push((job, name, path, record));
         }
     }
     read
+}
+
+/// The change a read saw: its zxid, and when it was made by the servers' clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    pub zxid: i64,
+    pub at_unix_ms: i64,
+}
+
+impl Stamp {
+    /// The node's latest write.
+    pub(super) fn written(stat: &crate::zk::Stat) -> Self {
+        Self {
+            zxid: stat.mzxid,
+            at_unix_ms: stat.mtime,
+        }
+    }
 }
 
 /// The `names` under `parent` that `parse` reads, in order. A foreign name (an operator's node,

@@ -121,6 +121,55 @@ impl Follow {
     }
 }
 
+/// How often a follower that idles looks whether it does.
+const IDLE_SWEEP: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// A follower's changes taken in batches (a burst of changes is read in one go), until the
+/// session ends, it is stopped, or it idles.
+pub struct Batches<T> {
+    changes: mpsc::UnboundedReceiver<T>,
+    sweep: tokio::time::Interval,
+    batch: Vec<T>,
+}
+
+impl<T> Batches<T> {
+    pub fn new(changes: mpsc::UnboundedReceiver<T>) -> Self {
+        Self {
+            changes,
+            sweep: tokio::time::interval(IDLE_SWEEP),
+            batch: Vec::new(),
+        }
+    }
+
+    /// The next batch; `Err` with why the follower stops: `stop` was cancelled, the session
+    /// ended, or `idle` (asked every 30 s) says the follower is no longer wanted, which cancels
+    /// `stop`.
+    pub async fn next(
+        &mut self,
+        stop: &CancellationToken,
+        idle: impl Fn() -> Option<String>,
+    ) -> Result<&mut Vec<T>, String> {
+        self.batch.clear();
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return Err("stopped".to_owned()),
+                _ = self.sweep.tick() => {
+                    if let Some(why) = idle() {
+                        stop.cancel();
+                        return Err(why);
+                    }
+                }
+                received = self.changes.recv_many(&mut self.batch, 1024) => {
+                    if received == 0 {
+                        return Err("the session ended".to_owned());
+                    }
+                    return Ok(&mut self.batch);
+                }
+            }
+        }
+    }
+}
+
 /// The watch's failure, in the ledger's words.
 fn failed(path: &str, err: ZkError) -> RequestFailed {
     match err {

@@ -15,6 +15,7 @@ use tokio::time::{Instant, Sleep};
 
 use crate::lock::clock::ClockVerdict;
 use crate::lock::clock_watch::{ClockSettings, ClockWatch, Reading, period};
+use crate::lock::node::ClockStanding;
 
 /// One clock check out: our member node's write and the members' read.
 pub type ClockCheck = Pin<Box<dyn Future<Output = Result<Reading, String>> + Send>>;
@@ -52,6 +53,11 @@ impl ClockSchedule {
     /// Our latest offset estimate, published in the member node by each check.
     pub fn offset_ms(&self) -> Option<i64> {
         self.watch.offset_ms()
+    }
+
+    /// How the last check judged our clock, published in the member node.
+    pub fn standing(&self) -> Option<ClockStanding> {
+        self.watch.standing()
     }
 
     /// A session began (a new one, or ours taken back): a check at once, none out.

@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::ensemble_clock::{EnsembleClock, monotonic_ms};
 use crate::ids::NodeId;
 use crate::lock::clock::{self, ClockEstimate, ClockReading, ClockSample, ClockVerdict};
-use crate::lock::node::OwnerInfo;
+use crate::lock::node::{ClockStanding, OwnerInfo};
 use crate::metrics::Metrics;
 use crate::tally::WriteKind;
 use crate::zk::Zk;
@@ -98,6 +98,7 @@ pub struct ClockWatch {
     settings: ClockSettings,
     estimate: ClockEstimate,
     said: Said,
+    judged_once: bool,
 }
 
 /// The last thing said about the clock, so each change is said once.
@@ -115,12 +116,22 @@ impl ClockWatch {
             settings,
             estimate: ClockEstimate::default(),
             said: Said::Nothing,
+            judged_once: false,
         }
     }
 
     /// Our offset estimate, to publish in our member node; `None` before the first check.
     pub fn offset_ms(&self) -> Option<i64> {
         self.estimate.offset_ms(read_clocks())
+    }
+
+    /// How the last verdict stands; `None` before the first.
+    pub fn standing(&self) -> Option<ClockStanding> {
+        self.judged_once.then_some(match self.said {
+            Said::Nothing => ClockStanding::Agrees,
+            Said::Skewed => ClockStanding::Skewed,
+            Said::ByTheEnsemble(_) => ClockStanding::ByTheEnsemble,
+        })
     }
 
     /// The last verdict kept this node out of contention.
@@ -136,6 +147,7 @@ impl ClockWatch {
         self.estimate.add(reading.sample, max_ms);
         let mine = self.estimate.offset_ms(read_clocks())?;
         let verdict = clock::judge(mine, &reading.others, max_ms);
+        self.judged_once = true;
         if let Some(metrics) = &self.settings.metrics {
             metrics.clock(&verdict);
         }

@@ -28,7 +28,7 @@ use crate::ledger::Ledger;
 use crate::lock::clock_schedule::{ClockCheck, ClockSchedule, ClockStep};
 use crate::lock::clock_watch;
 use crate::lock::machine::{Action, Input, LockEvent, LockMachine, LockState, LockStatus};
-use crate::lock::node::ScheduleHash;
+use crate::lock::node::{ReloadNote, ScheduleHash};
 use crate::lock::take_back::TakeBack;
 use crate::zk::{self, NodeEvent, SessionEvent};
 
@@ -48,6 +48,8 @@ pub enum LockCommand {
     Yield,
     /// The schedule was reloaded: publish its fingerprint in our member node (`drift`).
     Schedule(ScheduleHash),
+    /// A reload ended, applied or refused: publish it in our member node (the event stream).
+    Reloaded(Box<ReloadNote>),
     /// The balancer's word on whether this node contends for this lock (`Input::Placement`).
     Placement { contend: bool },
 }
@@ -306,7 +308,7 @@ impl<'a> Driver<'a> {
                 None
             }
             Wake::Clock(ClockStep::CheckDue) => {
-                let check = check_clock(live, &mut self.settings, self.clock.offset_ms());
+                let check = check_clock(live, &mut self.settings, &self.clock);
                 self.clock.start(check);
                 None
             }
@@ -417,13 +419,15 @@ impl Order<'_> {
             }
             LockCommand::Placement { contend } => Some(Input::Placement { contend }),
             // Only the member lock publishes the member node.
-            LockCommand::Schedule(_) if !member => None,
+            LockCommand::Schedule(_) | LockCommand::Reloaded(_) if !member => None,
             LockCommand::Schedule(hash) => {
                 settings.me.schedule = Some(Box::new(hash));
-                // Published by the clock check's write, now or right after the one out.
-                if clock.publish_soon() {
-                    clock.start(check_clock(live, settings, clock.offset_ms()));
-                }
+                publish_member(live, settings, clock);
+                None
+            }
+            LockCommand::Reloaded(note) => {
+                settings.me.reload = Some(note);
+                publish_member(live, settings, clock);
                 None
             }
         }
@@ -454,14 +458,24 @@ fn taken_back(
     }
 }
 
-/// Starts a clock check: our member node is rewritten with what `settings.me` says now and our
-/// latest offset estimate. A failure is logged at the check's end: the next one comes soon.
+/// Our member data changed: published by the clock check's write, now or right after the one
+/// out.
+fn publish_member(live: &Connection, settings: &mut LockSettings, clock: &mut ClockSchedule) {
+    if clock.publish_soon() {
+        clock.start(check_clock(live, settings, clock));
+    }
+}
+
+/// Starts a clock check: our member node is rewritten with what `settings.me` says now, our
+/// latest offset estimate and the last verdict. A failure is logged at the check's end: the
+/// next one comes soon.
 fn check_clock(
     live: &Connection,
     settings: &mut LockSettings,
-    offset_ms: Option<i64>,
+    clock: &ClockSchedule,
 ) -> ClockCheck {
-    settings.me.clock_offset_ms = offset_ms;
+    settings.me.clock_offset_ms = clock.offset_ms();
+    settings.me.clock_standing = clock.standing();
     Box::pin(clock_watch::read(
         live.zk.bounded_by(live.request_timeout()),
         settings.paths.member(&settings.me.node_id),

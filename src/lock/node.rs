@@ -29,7 +29,7 @@ pub struct OwnerInfo {
     pub host: String,
     pub pid: u32,
     /// zkcron version of the holder, so a mixed fleet shows in `status`.
-    pub version: String,
+    pub version: Box<str>,
     pub since_unix_ms: i64,
     /// Set by an owner that is shutting down, just before it deletes the node, so that peers
     /// contend at once instead of waiting the takeover delay (DESIGN.md "Waiting").
@@ -51,12 +51,56 @@ pub struct OwnerInfo {
     /// zkcron publishes none, and reads format 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ledger_format: Option<u32>,
+    /// In a member node: how this node's last clock check judged its clock (`clock`); none
+    /// before its first check, or from an older zkcron. The event stream tells its changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_standing: Option<ClockStanding>,
+    /// In a member node: this node's last reload of its schedule and how it ended; none before
+    /// its first, or from an older zkcron. Boxed, as `api`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reload: Option<Box<ReloadNote>>,
     /// In a member node: where this node's HTTP API listens (`ip:port`), for what only this
     /// host has (a run's whole output: `zkcron logs`); none without `[http]`, or from an older
     /// zkcron.
     /// A boxed str: a lock event carries an `OwnerInfo`, which must stay small.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api: Option<Box<str>>,
+}
+
+/// How a member's last clock check judged its clock (`lock::clock_watch`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClockStanding {
+    /// Within `lock.max_clock_offset` of the fleet's.
+    Agrees,
+    /// Off the other members' by more: it stays out of contention.
+    Skewed,
+    /// Off the servers' by more, and no other member can fire: it fires by their clock.
+    ByTheEnsemble,
+}
+
+impl ClockStanding {
+    /// As an event's detail says it.
+    pub fn says(self) -> &'static str {
+        match self {
+            Self::Agrees => "its clock agrees with the fleet's",
+            Self::Skewed => {
+                "its clock is off the other members' by more than lock.max_clock_offset: it stays out of contention"
+            }
+            Self::ByTheEnsemble => {
+                "its clock is off the servers' by more than lock.max_clock_offset and no other member can fire: it fires by the servers' clock"
+            }
+        }
+    }
+}
+
+/// A member's last reload of its schedule (`zkcron reload`, SIGHUP).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReloadNote {
+    pub at_unix_ms: i64,
+    pub applied: bool,
+    /// What changed, or why the file was refused.
+    pub detail: String,
 }
 
 impl OwnerInfo {
@@ -218,6 +262,8 @@ mod tests {
             releasing: false,
             schedule: None,
             clock_offset_ms: Some(-15_000),
+            clock_standing: Some(ClockStanding::Skewed),
+            reload: None,
             tags: ["eu".to_owned()].into(),
             ledger_format: Some(2),
             api: None,
@@ -247,6 +293,8 @@ mod tests {
             releasing: false,
             schedule: None,
             clock_offset_ms: None,
+            clock_standing: None,
+            reload: None,
             tags: BTreeSet::new(),
             ledger_format: None,
             api: api.map(Box::from),

@@ -34,12 +34,28 @@ pub async fn request(
     token: Option<&str>,
     body: Option<&str>,
 ) -> Reply {
+    let authorization = token.map(|token| format!("Bearer {token}"));
+    let headers: Vec<(&str, &str)> = authorization
+        .iter()
+        .map(|value| ("Authorization", value.as_str()))
+        .collect();
+    request_with(port, method, path, &headers, body).await
+}
+
+/// `METHOD path` to 127.0.0.1:`port`, with these headers and a JSON `body` if given.
+pub async fn request_with(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> Reply {
     let mut stream = TcpStream::connect(("127.0.0.1", port))
         .await
         .unwrap_or_else(|err| panic!("connect to the node's listener on {port}: {err}"));
     let mut head = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n");
-    if let Some(token) = token {
-        head.push_str(&format!("Authorization: Bearer {token}\r\n"));
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
     }
     let body = body.unwrap_or("");
     if !body.is_empty() {

@@ -133,6 +133,8 @@ async fn create(conn: &Connection, zk: &Zk, settings: &LockSettings) -> Option<I
         releasing: false,
         schedule: None,
         clock_offset_ms: None,
+        clock_standing: None,
+        reload: None,
         tags: std::collections::BTreeSet::new(),
         ..settings.me.clone()
     };
@@ -253,6 +255,8 @@ async fn release(
         since_unix_ms: unix_ms(),
         schedule: None,
         clock_offset_ms: None,
+        clock_standing: None,
+        reload: None,
         tags: std::collections::BTreeSet::new(),
         ..settings.me.clone()
     };

@@ -27,6 +27,8 @@ fn info(node_id: &str, releasing: bool) -> OwnerInfo {
         releasing,
         schedule: None,
         clock_offset_ms: None,
+        clock_standing: None,
+        reload: None,
         tags: std::collections::BTreeSet::new(),
         ledger_format: None,
         api: None,

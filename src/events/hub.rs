@@ -251,12 +251,22 @@ impl EventHub {
         let mut events = Vec::new();
         for chunk in jobs.chunks(IN_FLIGHT) {
             let wanted = ledger::record_names_of(&self.client, runs, chunk).await;
-            let read = ledger::read_many_stamped(&self.client, wanted, IN_FLIGHT).await;
-            events.extend(read.into_iter().filter_map(|(_, _, _, read)| {
-                read.map(|(record, stamp)| Event::of_record(&record, stamp.zxid, stamp.at_unix_ms))
-            }));
+            events.extend(self.record_events(wanted).await);
         }
         Ok(events)
+    }
+
+    /// The events the records at `wanted` say now, each read once; gone ones say none.
+    async fn record_events(
+        &self,
+        wanted: Vec<(JobName, Option<layout::RecordName>, String)>,
+    ) -> Vec<Event> {
+        let read = ledger::read_many_stamped(&self.client, wanted, IN_FLIGHT).await;
+        read.into_iter()
+            .filter_map(|(_, _, _, read)| {
+                read.map(|(record, stamp)| Event::of_record(&record, stamp.zxid, stamp.at_unix_ms))
+            })
+            .collect()
     }
 
     /// Loads, then follows changes until the session ends, the hub idles or is stopped.
@@ -362,7 +372,8 @@ impl EventHub {
         known: &mut Known,
     ) -> Result<(), String> {
         let mut records = BTreeSet::new();
-        let mut reread = BTreeSet::new();
+        // The owners, members or pauses changed: read again and compared.
+        let mut reread = false;
         let mut rewritten = BTreeSet::new();
         let mut read_all = false;
         for (source, change) in batch.drain(..) {
@@ -379,9 +390,7 @@ impl EventHub {
                         rewritten.insert(path);
                     }
                     Source::Paused if kind == NodeChange::DataChanged => {}
-                    other => {
-                        reread.insert(other);
-                    }
+                    Source::Members | Source::Paused | Source::Lock(_) => reread = true,
                 },
             }
         }
@@ -409,11 +418,8 @@ impl EventHub {
                     Some((job, name, path))
                 })
                 .collect();
-            let read = ledger::read_many_stamped(&self.client, wanted, IN_FLIGHT).await;
-            events.extend(read.into_iter().filter_map(|(_, _, _, read)| {
-                read.map(|(record, stamp)| Event::of_record(&record, stamp.zxid, stamp.at_unix_ms))
-            }));
-            if !reread.is_empty() {
+            events.extend(self.record_events(wanted).await);
+            if reread {
                 let state = self.read_state().await?;
                 events.extend(known.diff(state, now));
             }
@@ -459,7 +465,7 @@ impl Drop for FollowerGuard {
 }
 
 /// Which watch a change came from.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Source {
     Runs,
     Members,

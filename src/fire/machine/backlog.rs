@@ -2,7 +2,8 @@
 //! another, then the ticks held behind them (DESIGN.md "Data flow": on_locked first, per job).
 //!
 //! Owns: the order — a listing decided (`records_listed`, `marked`), the next item once the one
-//! before it has ended (`advance`), the held ticks once the last has started (`release_held`).
+//! before it has ended (`advance`), the held ticks once the last has started (`release_held`), and the calendar-skipped ticks held
+//! until the listing said which run of skipped ticks already stands for them (`held_skips_listed`).
 //! Must not: hold state of its own (each job's is in `jobs`), or claim but through the claim
 //! path (`starts`), with what the router lends it in a [`Ctx`].
 
@@ -15,8 +16,9 @@ use super::ctx::Ctx;
 use super::housekeeping::RELIST_AFTER;
 use super::protocol::JobRecords;
 use super::starts::Starts;
-use crate::config::OnInterrupted;
-use crate::ids::JobName;
+use crate::calendar::Skip;
+use crate::config::{JobConfig, OnInterrupted};
+use crate::ids::{FencingToken, JobName};
 use crate::run::RunRecord;
 
 /// What the router knows of a job beyond its part: when its next tick is queued, and the latest
@@ -48,6 +50,10 @@ pub(super) fn records_listed(
         Ok(records) => records,
         Err(why) => {
             tracing::warn!(job = %job, error = why, retry_in = ?RELIST_AFTER, "catch-up: cannot list runs");
+            // The skipped ticks held stay held until the relist answers: recorded now, with
+            // nothing known of the owner before us, a run it recorded would be recorded twice;
+            // kept, each is recorded once the listing says, or by the next owner's catch-up if
+            // the lock goes first.
             state.catch_up = None;
             ctx.housekeeping.relist_later(job, ctx.now);
             return advance(starts, ctx, job);
@@ -102,6 +108,8 @@ pub(super) fn records_listed(
         }
         state.calendar_through = state.calendar_through.max(listed.calendar_through);
     }
+    // Only now is it known which of the skipped ticks that came meanwhile a record stands for.
+    held_skips_listed(starts, ctx, job, token);
     if decided {
         catch_up_decided(starts, ctx, job);
     }
@@ -200,4 +208,42 @@ pub(super) fn release_held(starts: &mut Starts, ctx: &mut Ctx<'_>, job: &JobName
     for item in released.in_time {
         starts.claim_item(ctx, job, item, false);
     }
+}
+
+/// `job`'s listing is in, and `calendar_through` has taken both the run the owner before us
+/// recorded and the one catch-up recorded: the skipped ticks held meanwhile, in order, each
+/// accounted for by one of those or the first of a run recorded now.
+fn held_skips_listed(starts: &mut Starts, ctx: &mut Ctx<'_>, job: &JobName, token: FencingToken) {
+    let Some(state) = ctx.jobs.get_mut(job) else {
+        return;
+    };
+    let (held, config) = (
+        std::mem::take(&mut state.held_skips),
+        Arc::clone(&state.config),
+    );
+    for (tick, skip) in held {
+        let through = ctx.jobs.get(job).and_then(|state| state.calendar_through);
+        if through.is_some_and(|through| tick <= through) {
+            tracing::debug!(job = %job, %tick, reason = skip.reason(), "tick skipped by calendar, recorded with its run");
+            continue;
+        }
+        record_skipped_run(starts, ctx, &config, tick, &skip, token);
+    }
+}
+
+/// Records the run of skipped ticks that starts at `tick`, through the claim path; its later
+/// ticks are accounted for by it.
+pub(super) fn record_skipped_run(
+    starts: &mut Starts,
+    ctx: &mut Ctx<'_>,
+    job: &Arc<JobConfig>,
+    tick: DateTime<Utc>,
+    skip: &Skip,
+    token: FencingToken,
+) {
+    let (record, last) = ctx.me.skipped_run(job, tick, skip, token, ctx.now);
+    if let Some(state) = ctx.jobs.get_mut(&job.spec.name) {
+        state.calendar_through = Some(last);
+    }
+    starts.claim_record_only(ctx, job, record);
 }

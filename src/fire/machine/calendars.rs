@@ -4,7 +4,8 @@
 //!
 //! Owns: where such a run ends, and that its later ticks are accounted for (catch-up records a
 //! run that began while nobody owned the lock with [`Me::skipped_run`](super::Me::skipped_run)
-//! too).
+//! too); that a tick is held while the job's listing is awaited (`backlog` records it once the
+//! listing came).
 //! Must not: decide what a calendar covers (`crate::calendar` does) or write around the claim
 //! path: the record goes through the fenced, create-once claim of any record.
 
@@ -12,6 +13,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
+use super::backlog;
 use super::{Action, FireMachine};
 use crate::calendar::Skip;
 use crate::config::JobConfig;
@@ -41,8 +43,20 @@ impl FireMachine {
         let (Some(token), true) = (self.lock.token, self.lock.may_fire) else {
             return;
         };
-        let (record, last) = self.me.skipped_run(job, tick, skip, token, now);
-        state.calendar_through = Some(last);
-        self.claim_path(now, out, |s, ctx| s.claim_record_only(ctx, job, record));
+        // The owner before us may have recorded this run already, named by an earlier first
+        // tick: a record named by this one would be a second. Only the job's listing says (its
+        // `skipped_through_unix_ms`, its newest tick), so the tick waits for it — behind those
+        // held before it, in order; a failed listing keeps them until its relist answers.
+        if state.awaits_listing()
+            || !state.held_skips.is_empty()
+            || self.housekeeping.relist_pending(name)
+        {
+            tracing::debug!(job = %name, %tick, reason = skip.reason(), "tick skipped by calendar, recorded once catch-up has listed the job's records");
+            state.held_skips.push((tick, skip.clone()));
+            return;
+        }
+        self.claim_path(now, out, |s, ctx| {
+            backlog::record_skipped_run(s, ctx, job, tick, skip, token)
+        });
     }
 }

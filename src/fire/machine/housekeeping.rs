@@ -101,6 +101,11 @@ impl Housekeeping {
         self.relist_at.insert(job.clone(), now + again);
     }
 
+    /// `job`'s listing failed and it waits to be listed again.
+    pub fn relist_pending(&self, job: &JobName) -> bool {
+        self.relist_at.contains_key(job)
+    }
+
     /// The jobs whose wait to be listed again is over, taken out.
     pub fn relists_due(&mut self, now: DateTime<Utc>) -> Vec<JobName> {
         let due: Vec<JobName> = self

@@ -14,6 +14,7 @@ use chrono::{DateTime, Utc};
 
 use super::catch_up::CatchUp;
 use super::protocol::{FireReason, Item, MISSED_AFTER, is_late};
+use crate::calendar::Skip;
 use crate::config::JobConfig;
 use crate::ids::JobName;
 
@@ -44,6 +45,10 @@ pub(super) struct JobState {
     /// The last tick of the newest run of ticks a calendar skips, recorded as one `skipped`
     /// record at its first: the ticks up to it are accounted for (`calendars`).
     pub calendar_through: Option<DateTime<Utc>>,
+    /// Ticks a calendar skips that came while catch-up awaited the job's listing (or its
+    /// relist), in order, with what skipped each: recorded once the listing says what the owner
+    /// before us recorded (`calendars`), never as runs.
+    pub held_skips: Vec<(DateTime<Utc>, Skip)>,
     /// Since when this node has fired the job's ticks as its schedule says now (the job came,
     /// or its ticks changed with a reload): catch-up looks for ticks no record stands for only
     /// after it.
@@ -74,6 +79,7 @@ impl JobState {
             not_started: Vec::new(),
             newest_tick: None,
             calendar_through: None,
+            held_skips: Vec::new(),
         }
     }
 
@@ -86,8 +92,19 @@ impl JobState {
         self.catch_up.is_some() || self.backlog_claiming || !self.backlog.is_empty()
     }
 
+    /// Catch-up has asked for the job's listing and not had it yet: what the owner before us
+    /// recorded is unknown.
+    pub fn awaits_listing(&self) -> bool {
+        self.catch_up
+            .as_ref()
+            .is_some_and(|catch_up| catch_up.awaits_listing())
+    }
+
     fn drop_catch_up(&mut self) {
         self.catch_up = None;
+        // Their listing will not come: the next catch-up records their run after the job's
+        // newest record, like any tick skipped while this node could not fire.
+        self.held_skips.clear();
         self.backlog.clear();
         self.backlog_busy = false;
         self.backlog_claiming = false;

@@ -2,7 +2,7 @@
 //! how it ended — through the CLI and through the HTTP API of a real `zkcron run` — read back by
 //! `zkcron audit` and `GET /v1/audit`, and pruned a day at a time in batches. Real ZooKeeper.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::Duration;

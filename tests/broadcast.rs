@@ -8,7 +8,7 @@
     reason = "each #[tokio::test] has its own runtime and thread"
 )]
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -71,8 +71,12 @@ fn ran(all: &[(i64, String)], node: &str) -> Vec<i64> {
 /// 2 s that logs `<tick ms> <node>` to `log` and runs 1.5 s.
 fn every_two_seconds(log: &Path, test: &str) -> String {
     let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot(test));
+    // `allow`: a run started late on a busy machine may outlive the next tick, and under the
+    // default `forbid` that tick would be recorded skipped; these tests are about which node
+    // records what, not about overlap (tests/daemon.rs has forbid's).
     let jobs = format!(
         "[[job]]\nname = \"everywhere\"\nschedule = \"*/2 * * * * *\"\nbroadcast = true\n\
+         concurrency = \"allow\"\n\
          shell = 'echo \"$ZKCRON_SCHEDULED_UNIX_MS $ZKCRON_NODE\" >> {}; sleep 1.5'\n",
         log.display()
     );
@@ -350,14 +354,20 @@ async fn a_killed_owners_ticks_end_recorded_like_a_members_and_durations_are_the
         .map(|(key, _)| key)
         .collect();
     assert!(open.is_empty(), "no run is left open: {open:?}");
-    // Each run recorded succeeded took its own 1.5 s (± 50 ms), not its claim ahead too.
+    // Each run recorded succeeded took its own 1.5 s: it started at its instant (its start is
+    // decided a few ms ahead), not at its claim ~250 ms ahead of it, and ended once its
+    // `sleep 1.5` had (a busy machine's fork and exit add up to half a second).
     for (key, (status, started, finished)) in &recorded {
         if status != "succeeded" {
             continue;
         }
+        assert!(
+            started.is_some_and(|ms| ms >= key.0 - 50),
+            "{key:?} started at its instant or after, by its record: {started:?}"
+        );
         let took = finished.zip(*started).map(|(end, start)| end - start);
         assert!(
-            took.is_some_and(|ms| (1_450..=1_550).contains(&ms)),
+            took.is_some_and(|ms| (1_450..=2_000).contains(&ms)),
             "{key:?} took {took:?} ms by its record"
         );
     }

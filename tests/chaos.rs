@@ -11,7 +11,7 @@
     reason = "each #[tokio::test] has its own runtime and thread"
 )]
 
-mod support;
+use crate::support;
 
 #[path = "chaos/clock.rs"]
 mod clock;
@@ -31,8 +31,8 @@ use support::chaos::{
     plant,
 };
 use support::daemon::now_ms;
-use support::fault_lock;
 use support::proxy::Fault;
+use support::{fault_lock, heavy_fault_lock};
 
 /// Before the fault: a few ticks of both jobs in steady state.
 const BEFORE: Duration = Duration::from_secs(3);
@@ -115,7 +115,7 @@ const EXITED_WITHIN: Duration = Duration::from_secs(10 + 1);
 /// pending; no tick is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn graceful_stop_of_the_owner_under_delayed_load() {
-    let _guard = fault_lock();
+    let _guard = heavy_fault_lock();
     let mut cluster =
         ChaosCluster::start_with_submissions("graceful stop of the owner under delayed load", 3)
             .await;

@@ -2,7 +2,7 @@
 //! faults"): a clean log passes, and a log with each violation planted is caught, naming the
 //! offending ticks. Pure: no server, no process.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -4,7 +4,7 @@
 //! and `zkcron check` still refuse it, naming each key; `zkcron check --lint` checks the file
 //! alone. What reaching ZooKeeper takes stays required by every command.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::{Command, Output};

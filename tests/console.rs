@@ -5,7 +5,7 @@
 //! With `ZKCRON_CONSOLE_SCREENSHOTS=docs/console`, the run keeps its screenshots there (the ones
 //! in docs/ and the README are made so); without, they are only checked to be PNGs.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! a submission written with the raw client the way another language would, and an unreachable
 //! ZooKeeper (issue "Delayed one-off jobs").
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::Duration;

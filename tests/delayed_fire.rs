@@ -7,13 +7,13 @@
     reason = "each #[tokio::test] has its own runtime and thread"
 )]
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use support::daemon::{DaemonNode, now_ms, schedule_text, submit_spaced, zkcron_ok};
-use support::{fault_lock, shared_ensemble, try_wait_for, unique_chroot, wait_for};
+use support::{heavy_fault_lock, shared_ensemble, try_wait_for, unique_chroot, wait_for};
 
 const SESSION: Duration = Duration::from_secs(2);
 const DELAY: Duration = Duration::from_secs(3);
@@ -351,7 +351,7 @@ const SPACING_MS: i64 = 10;
 
 #[tokio::test]
 async fn a_thousand_submissions_survive_a_kill_9_of_the_owner_each_run_at_most_once_none_lost() {
-    let _serial = fault_lock();
+    let _serial = heavy_fault_lock();
     let dir = tempfile::tempdir().expect("temp dir");
     let log = dir.path().join("runs.log");
     let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot("delayed-failover"));

@@ -1,7 +1,7 @@
 //! Schedule drift end to end (issue "Operate it"): a member with a different schedule is seen
 //! by the owner, logged, exported and shown in status; fixing its file and SIGHUP clears it.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -6,7 +6,7 @@
     reason = "each #[tokio::test] has its own runtime and thread"
 )]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -13,7 +13,7 @@
 //! Environment: `ZKCRON_CAPTURE_OUT` (the directory to write), `ZKCRON_CAPTURE_BINARY` (the build
 //! to run; this one by default).
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! The node's HTTP listener end to end (issue "Operate it"): a real `zkcron run` with `[http]`,
 //! real requests over loopback, the ledger and the jobs' own output as the proof.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::Duration;

@@ -6,7 +6,7 @@
     reason = "each #[tokio::test] has its own runtime and thread"
 )]
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -17,7 +17,7 @@ use support::daemon::{DaemonNode, logs_of, now_ms, schedule_text, submit_spaced,
 use support::receiver::{Receiver, Seen};
 use support::tls::TestPki;
 use support::zk_cluster::try_wait_for;
-use support::{fault_lock, shared_ensemble, unique_chroot};
+use support::{fault_lock, heavy_fault_lock, shared_ensemble, unique_chroot};
 
 const SESSION: Duration = Duration::from_secs(2);
 const DELAY: Duration = Duration::from_secs(2);
@@ -607,7 +607,7 @@ async fn an_idempotent_targets_call_in_flight_is_sent_again_as_the_same_attempt_
 #[tokio::test]
 async fn a_hundred_deliveries_a_second_survive_a_sigterm_a_sigstop_and_a_kill_9_at_most_once() {
     const DUE: usize = 1200;
-    let _serial = fault_lock();
+    let _serial = heavy_fault_lock();
     let receiver = Receiver::start().await;
     let dir = tempfile::tempdir().expect("temp dir");
     let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot("http-faults"));
@@ -668,10 +668,12 @@ async fn a_hundred_deliveries_a_second_survive_a_sigterm_a_sigstop_and_a_kill_9_
 
     let survivor = nodes[second].config.clone();
     let last_due = base + i64::try_from(DUE).expect("small") * 10;
+    // When to give up only: the survivor's catch-up of the deliveries left due is slower beside
+    // a full pool of other tests than alone (15.7 s was once not enough there).
     let bound = Duration::from_millis(u64::try_from(last_due - now_ms()).unwrap_or(0))
         + SESSION
         + DELAY
-        + SLACK * 3;
+        + SLACK * 10;
     let records = try_wait_for("every submission recorded final", bound, || {
         let done = all_final(history_up_to("close", &survivor, 5000), DUE);
         async move { done }

@@ -17,7 +17,7 @@
 //! Each limit sits above its build's figures with the fixes and below those of a regression
 //! this size: memory is not timing, a margin of a few hundred KiB is enough.
 
-mod support;
+use crate::support;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

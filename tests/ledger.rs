@@ -2,7 +2,7 @@
 //! believe they own the lock, an expired session, compare-and-set updates, and history reading
 //! past garbage (issue "Exactly once per tick").
 
-mod support;
+use crate::support;
 
 use std::future::Future;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! it"): the owner gauge moves, the lateness histogram counts every fire, missed ticks are
 //! counted by the node that records them.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

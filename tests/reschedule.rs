@@ -5,7 +5,7 @@
     reason = "each #[tokio::test] has its own runtime and thread"
 )]
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::Duration;

@@ -7,7 +7,7 @@
 //! itself up (install a trap, start its processes) before its timeout strikes, it says so with a
 //! ready file, and an attempt it did not get to is run again rather than passed.
 
-mod support;
+use crate::support;
 
 use support::is_dead;
 
@@ -834,7 +834,7 @@ fn as_a_child_subreaper_too() {
     ];
     let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
         .arg("--exact")
-        .args(tests)
+        .args(tests.map(|test| support::test_name(module_path!(), test)))
         .env(SUBREAPER, "1")
         .output()
         .expect("re-run the test binary");
@@ -1310,10 +1310,11 @@ fn a_job_started_either_way_dies_with_its_killed_daemon() {
         let dir = tempfile::tempdir().unwrap();
         let (announce, rx) = fifo(&dir);
         let mut daemon = std::process::Command::new(std::env::current_exe().expect("test binary"))
-            .args([
-                "--exact",
+            .arg("--exact")
+            .arg(support::test_name(
+                module_path!(),
                 "a_job_started_either_way_dies_with_its_killed_daemon",
-            ])
+            ))
             .env(PLAY_THE_DAEMON, &announce)
             .stdout(std::process::Stdio::null())
             .spawn()

@@ -3,7 +3,7 @@
 //! them, and nodes with the wrong CA or password that say why they cannot connect, without
 //! spinning.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! `zkcron run` processes on the shared ensemble, the CLI as an operator runs it, the jobs' own
 //! fire log and the ledger's records as the proof.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -1,7 +1,7 @@
 //! `zkcron submit` and `zkcron delayed list|show|cancel` as an operator runs them, against a real
 //! ZooKeeper: what they print, and their exit codes (0 done, 1 failure, 2 refused).
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

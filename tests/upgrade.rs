@@ -13,7 +13,7 @@
     reason = "each #[tokio::test] has its own runtime and thread"
 )]
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

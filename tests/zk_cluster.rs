@@ -7,7 +7,7 @@
               its own runtime on its own thread, so a held guard blocks no other test's executor"
 )]
 
-mod support;
+use crate::support;
 
 use std::fs;
 use std::time::Duration;

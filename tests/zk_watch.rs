@@ -1,7 +1,7 @@
 //! `zk::watch::RecursiveWatch` against a real server: what its five followers (the pauses, the
 //! due markers, the members' drift, the groups' balance, the console's index) rely on.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

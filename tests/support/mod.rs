@@ -1,11 +1,12 @@
-//! Test support shared by the integration tests (`mod support;` at the top of each test file).
+//! Test support shared by the integration tests (`use crate::support;` at the top of each test
+//! file of tests/integration.rs).
 //!
 //! - [`zk_cluster`]: real ZooKeeper servers and ensembles, faults by PID, waits with stated bounds.
 //! - [`proxy`]: a TCP proxy in front of a server, to partition one node from ZooKeeper.
 //! - [`chaos`]: the chaos suite's cluster of nodes behind proxies, its faults and its report.
 //! - [`invariants`]: what the chaos suite checks after each scenario, on a log in memory.
 
-// Each integration test is its own crate and uses a different part of the support code.
+// Some helpers serve only the ignored tests, which a filtered build may leave out.
 #![allow(dead_code, unused_imports)]
 
 pub mod api_doc;
@@ -24,6 +25,16 @@ pub mod receiver;
 pub mod tls;
 pub mod zk_cluster;
 
+/// The name by which `--exact` selects the test `name` of the module whose `module_path!()` is
+/// `module`: the module path without the crate's name (`runner::name` for tests/runner.rs), for a
+/// test that re-runs this binary to run one of its tests in a process of its own.
+pub fn test_name(module: &str, name: &str) -> String {
+    match module.split_once("::") {
+        Some((_crate, path)) => format!("{path}::{name}"),
+        None => name.to_owned(),
+    }
+}
+
 /// Dead: gone (ESRCH) or a zombie. This sandbox's PID 1 never reaps orphans, so a killed
 /// orphan stays a zombie here; it has exited and holds nothing but its pid.
 pub fn is_dead(pid: nix::unistd::Pid) -> bool {
@@ -41,5 +52,5 @@ pub fn is_dead(pid: nix::unistd::Pid) -> bool {
 
 pub use zk_cluster::{
     HarnessError, Mode, NotReached, Within, ZkEnsemble, closed_port, expire_session, fault_lock,
-    shared_ensemble, try_wait_for, unique_chroot, wait_for, wait_until, within,
+    heavy_fault_lock, shared_ensemble, try_wait_for, unique_chroot, wait_for, wait_until, within,
 };

@@ -35,7 +35,7 @@ use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError, mpsc};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError, mpsc};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -387,16 +387,68 @@ where
     }
 }
 
-/// Serialises the fault tests (kill / pause / restart) of one test binary, so that elections and
-/// timeouts they measure are not skewed by another fault test loading the two cores.
+/// Bounds how many fault tests (kill / pause / restart) run at once in this test process, so
+/// that elections and timeouts they measure are not skewed by too many of them loading the two
+/// cores: [`FAULT_SLOTS`] at a time, or `ZKCRON_TEST_FAULT_SLOTS` (1 serialises them, as
+/// scripts/chaos does with one test thread).
 ///
-/// Poison-tolerant: a fault test that panicked does not fail the next one. Hold the guard for the
-/// whole test. In async tests that trips `clippy::await_holding_lock`; allow it for the test file
-/// (`#![allow(clippy::await_holding_lock, reason = "…")]`): it is harmless here, since every
-/// `#[tokio::test]` has its own runtime on its own thread.
-pub fn fault_lock() -> MutexGuard<'static, ()> {
-    static FAULTS: Mutex<()> = Mutex::new(());
-    FAULTS.lock().unwrap_or_else(PoisonError::into_inner)
+/// Poison-tolerant: a fault test that panicked gives its slot back like any other. Hold the slot
+/// for the whole test. In async tests that trips `clippy::await_holding_lock`; allow it for the
+/// test file (`#![allow(clippy::await_holding_lock, reason = "…")]`): it is harmless here, since
+/// every `#[tokio::test]` has its own runtime on its own thread.
+pub fn fault_lock() -> FaultSlot {
+    take_fault_slots(1)
+}
+
+/// Every fault slot: for a fault test that loads the machine itself (a hundred deliveries a
+/// second, a delayed backlog), whose bounds assume no other fault test beside it.
+pub fn heavy_fault_lock() -> FaultSlot {
+    take_fault_slots(fault_slots())
+}
+
+fn fault_slots() -> usize {
+    static SLOTS: OnceLock<usize> = OnceLock::new();
+    *SLOTS.get_or_init(|| {
+        std::env::var("ZKCRON_TEST_FAULT_SLOTS")
+            .ok()
+            .and_then(|slots| slots.parse().ok())
+            .filter(|&slots| slots > 0)
+            .unwrap_or(FAULT_SLOTS)
+    })
+}
+
+fn take_fault_slots(wanted: usize) -> FaultSlot {
+    static TAKEN: Mutex<usize> = Mutex::new(0);
+    static FREED: Condvar = Condvar::new();
+    let slots = fault_slots();
+    let mut taken = TAKEN.lock().unwrap_or_else(PoisonError::into_inner);
+    while *taken + wanted > slots {
+        taken = FREED.wait(taken).unwrap_or_else(PoisonError::into_inner);
+    }
+    *taken += wanted;
+    FaultSlot {
+        wanted,
+        taken: &TAKEN,
+        freed: &FREED,
+    }
+}
+
+/// How many fault tests run at once by default (see [`fault_lock`]).
+pub const FAULT_SLOTS: usize = 3;
+
+/// One fault test's slot, given back when dropped.
+pub struct FaultSlot {
+    wanted: usize,
+    taken: &'static Mutex<usize>,
+    freed: &'static Condvar,
+}
+
+impl Drop for FaultSlot {
+    fn drop(&mut self) {
+        let mut taken = self.taken.lock().unwrap_or_else(PoisonError::into_inner);
+        *taken -= self.wanted;
+        self.freed.notify_all();
+    }
 }
 
 /// A chroot path unique in this test process and across processes: `/t-<name>-<pid>-<counter>`.
@@ -636,7 +688,14 @@ impl ZkEnsemble {
         let mut attempt = 1;
         loop {
             let ensemble = ZkEnsemble::configure(n, java.clone(), tls, sasl, options)?;
-            match ensemble.launch() {
+            // One ensemble starts at a time in this process: a crowd of JVMs starting together
+            // on 2 cores would eat the bounds of the fault tests running beside them.
+            let launched = {
+                static STARTING: Mutex<()> = Mutex::new(());
+                let _one_at_a_time = STARTING.lock().unwrap_or_else(PoisonError::into_inner);
+                ensemble.launch()
+            };
+            match launched {
                 Ok(()) => return Ok(ensemble),
                 // `ensemble` is dropped here, which kills what it started.
                 Err(e) if e.is_port_conflict() && attempt < START_ATTEMPTS => attempt += 1,

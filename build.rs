@@ -46,8 +46,16 @@ fn from_git() -> Option<String> {
     }
     let date = git(&["log", "-1", "--format=%cs", "HEAD"]).unwrap_or_default();
     // Only tracked files count: build outputs and editor files do not make a build "modified".
-    let modified = git(&["status", "--porcelain", "--untracked-files=no"])
-        .is_some_and(|changes| !changes.is_empty());
+    // `--no-optional-locks`: status must not write back the index it refreshes (it does in a
+    // fresh clone), or the index this script watches changes under the next build, which then
+    // compiles zkcron again (CI's test run did, for 80 s, after the tests' build).
+    let modified = git(&[
+        "--no-optional-locks",
+        "status",
+        "--porcelain",
+        "--untracked-files=no",
+    ])
+    .is_some_and(|changes| !changes.is_empty());
     let suffix = if modified { "-modified" } else { "" };
     Some(format!("{head}{suffix} {date}").trim().to_owned())
 }

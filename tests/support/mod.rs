@@ -52,5 +52,6 @@ pub fn is_dead(pid: nix::unistd::Pid) -> bool {
 
 pub use zk_cluster::{
     HarnessError, Mode, NotReached, Within, ZkEnsemble, closed_port, expire_session, fault_lock,
-    heavy_fault_lock, shared_ensemble, try_wait_for, unique_chroot, wait_for, wait_until, within,
+    fault_tests_alone, heavy_fault_lock, shared_ensemble, try_wait_for, unique_chroot, wait_for,
+    wait_until, within,
 };

@@ -406,6 +406,12 @@ pub fn heavy_fault_lock() -> FaultSlot {
     take_fault_slots(fault_slots())
 }
 
+/// Whether fault tests run one at a time (`ZKCRON_TEST_FAULT_SLOTS=1`, as scripts/chaos runs
+/// them): a scenario's timing targets are measured then, and only bounded beside others.
+pub fn fault_tests_alone() -> bool {
+    fault_slots() == 1
+}
+
 fn fault_slots() -> usize {
     static SLOTS: OnceLock<usize> = OnceLock::new();
     *SLOTS.get_or_init(|| {

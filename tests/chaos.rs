@@ -4,8 +4,10 @@
 //! about the lock and what the ledger holds. Each scenario prints one JSON line.
 //!
 //! The scenarios not marked `ignore` are the short selection that `cargo test` runs; `scripts/chaos`
-//! runs them all and keeps the output in docs/CHAOS.md. Every scenario holds `fault_lock`: the
-//! gaps they measure must not be skewed by another scenario loading the two cores.
+//! runs them all, one at a time, and keeps the output in docs/CHAOS.md. Every scenario holds a
+//! fault slot (`fault_lock`: three fault tests at a time beside the other tests of `cargo test`,
+//! one under scripts/chaos, where the gaps they measure are not skewed by another loading the two
+//! cores).
 #![allow(
     clippy::await_holding_lock,
     reason = "each #[tokio::test] has its own runtime and thread"

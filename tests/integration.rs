@@ -6,9 +6,9 @@
 //!   tests' build on 2 cores was that (docs/BENCHMARKS.md, "The tests' own time");
 //! - every test that needs no fault shares one ZooKeeper ensemble ([`support::shared_ensemble`]),
 //!   started once for the whole run instead of once per file;
-//! - the tests of all files share one pool of test threads, so a file of a few long tests no
-//!   longer holds the run while the other thread idles, and the fault tests of every file are
-//!   serialised by one [`support::fault_lock`].
+//! - the tests of all files share one pool of test threads (16, `.cargo/config.toml`), so a file
+//!   of a few long tests no longer holds the run while the other thread idles, and the fault
+//!   tests of every file share one bound ([`support::fault_lock`]: three at a time).
 //!
 //! What must not be shared by tests of one process is not used by any: no test sets environment
 //! variables, changes directory or installs signal handlers in this process; the few that need

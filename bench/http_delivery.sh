@@ -125,7 +125,7 @@ zk_port=${ZK_CLIENT_PORTS[0]}
 
 # CPU seconds (user + system) a process has used, from /proc/PID/stat.
 cpu_seconds() {
-  awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.2f", ($12 + $13) / hz }' "/proc/$1/stat"
+  awk -v t="$(bench_cpu_ticks "$1")" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f", t / hz }'
 }
 servers_cpu() {
   local pid total=0

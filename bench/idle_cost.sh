@@ -171,7 +171,7 @@ proc_sample() {
   mem=$(awk '/^Anonymous:/ { a = $2 } /^Private_Dirty:/ { d = $2 } /^Pss:/ { p = $2 }
              /^Rss:/ { r = $2 } END { print a, d, p, r }' "/proc/$pid/smaps_rollup")
   hwm=$(awk '/^VmHWM:/ { print $2 }' "/proc/$pid/status")
-  ticks=$(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$pid/stat")
+  ticks=$(bench_cpu_ticks "$pid")
   for t in /proc/"$pid"/task/*; do
     { read -r s _ <"$t/schedstat"; } 2>/dev/null || continue
     sched=$((sched + s))

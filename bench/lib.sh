@@ -239,6 +239,13 @@ bench_wait_log() {
   bench_die "no /$regex/ in $file within ${seconds}s"
 }
 
+# bench_cpu_ticks PID: the clock ticks (getconf CLK_TCK a second) of user + system time the
+# process has used, all its threads (fields 14 and 15 of /proc/PID/stat, read after the command
+# name, which may hold spaces).
+bench_cpu_ticks() {
+  awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"
+}
+
 # "total_jiffies idle_jiffies" of all CPUs (/proc/stat), to tell how busy the machine was.
 bench_cpu_stat() {
   awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print t, $5 + $6 }' /proc/stat

@@ -106,12 +106,10 @@ done
 bench_wait_log "$work/$owner.log" "job started" 30 "${pid_of[$owner]}"
 sleep "$settle"
 
-# cpu_ticks PID: utime + stime of the process (fields 14 and 15 of /proc/PID/stat).
-cpu_ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"; }
 fired() { grep -c "job started" "$work/$owner.log" || true; }
 
 declare -A before
-for node in "${nodes[@]}"; do before[$node]=$(cpu_ticks "${pid_of[$node]}"); done
+for node in "${nodes[@]}"; do before[$node]=$(bench_cpu_ticks "${pid_of[$node]}"); done
 fired_before=$(fired)
 busy_before=$(bench_cpu_stat)
 started=$(bench_now)
@@ -127,7 +125,7 @@ for node in "${nodes[@]}"; do [[ "$node" == "$owner" ]] || order+=("$node"); don
 for node in "${order[@]}"; do
   role=member
   [[ "$node" == "$owner" ]] && role=owner
-  ticks=$(($(cpu_ticks "${pid_of[$node]}") - before[$node]))
+  ticks=$(($(bench_cpu_ticks "${pid_of[$node]}") - before[$node]))
   awk -v t="$ticks" -v hz="$clk_tck" -v s="$elapsed" -v f="$fired_in_window" -v n="$node" \
     -v r="$role" 'BEGIN {
       cpu = t / hz

@@ -70,7 +70,6 @@ http.server.ThreadingHTTPServer(("127.0.0.1", port), Sink).serve_forever()
 PY
 BENCH_PIDS+=($!)
 
-cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 zk_bytes() { bench_mntr "${ZK_CLIENT_PORTS[0]}" zk_approximate_data_size; }
 tick_ms=$((1000 / $(getconf CLK_TCK)))
 
@@ -105,7 +104,7 @@ TOML
   BENCH_PIDS+=("$node")
   bench_wait_log "$dir/node.log" "lock acquired" 30 "$node"
   sleep 1
-  cpu0=$(cpu_ticks "$node")
+  cpu0=$(bench_cpu_ticks "$node")
   zk0=$(zk_bytes)
   for ((i = 0; i < runs; i++)); do
     "$binary" submit talk --in 0s --id "r$i" --config "$dir/zkcron.toml" >/dev/null
@@ -118,7 +117,7 @@ TOML
     ((SECONDS < deadline)) || bench_die "$mode: $final of $runs runs ended within 300 s"
     sleep 0.5
   done
-  cpu1=$(cpu_ticks "$node")
+  cpu1=$(bench_cpu_ticks "$node")
   zk1=$(zk_bytes)
   disk=0
   [[ -d "$dir/output" ]] && disk=$(du -sb "$dir/output" | cut -f1)

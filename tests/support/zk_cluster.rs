@@ -423,20 +423,22 @@ fn fault_slots() -> usize {
     })
 }
 
+/// How many fault slots are taken, and the signal that some were given back.
+static FAULT_SLOTS_TAKEN: Mutex<usize> = Mutex::new(0);
+static FAULT_SLOTS_FREED: Condvar = Condvar::new();
+
 fn take_fault_slots(wanted: usize) -> FaultSlot {
-    static TAKEN: Mutex<usize> = Mutex::new(0);
-    static FREED: Condvar = Condvar::new();
     let slots = fault_slots();
-    let mut taken = TAKEN.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut taken = FAULT_SLOTS_TAKEN
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
     while *taken + wanted > slots {
-        taken = FREED.wait(taken).unwrap_or_else(PoisonError::into_inner);
+        taken = FAULT_SLOTS_FREED
+            .wait(taken)
+            .unwrap_or_else(PoisonError::into_inner);
     }
     *taken += wanted;
-    FaultSlot {
-        wanted,
-        taken: &TAKEN,
-        freed: &FREED,
-    }
+    FaultSlot { wanted }
 }
 
 /// How many fault tests run at once by default (see [`fault_lock`]).
@@ -445,15 +447,15 @@ pub const FAULT_SLOTS: usize = 3;
 /// One fault test's slot, given back when dropped.
 pub struct FaultSlot {
     wanted: usize,
-    taken: &'static Mutex<usize>,
-    freed: &'static Condvar,
 }
 
 impl Drop for FaultSlot {
     fn drop(&mut self) {
-        let mut taken = self.taken.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut taken = FAULT_SLOTS_TAKEN
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         *taken -= self.wanted;
-        self.freed.notify_all();
+        FAULT_SLOTS_FREED.notify_all();
     }
 }
 

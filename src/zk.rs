@@ -7,6 +7,7 @@
 //! recursive watch (`watch`). What it writes is counted in `crate::tally`.
 //! Must not: know about jobs or the lock's policy.
 
+mod answered;
 mod door;
 mod tls;
 pub mod watch;

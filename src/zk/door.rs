@@ -17,10 +17,13 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use zookeeper_client::{
     Acl, Acls, Client, CreateMode, MultiWriteError, MultiWriteResult, MultiWriter,
 };
 
+use super::answered::Answered;
 use crate::tally::{self, WriteKind};
 
 /// What the server keeps about a node (version, times, owner): the server's own record.
@@ -68,6 +71,11 @@ pub enum Fault {
 }
 
 impl Fault {
+    /// A server answered: the request reached it (a refusal is an answer too).
+    fn is_answer(&self) -> bool {
+        !self.is_unknown_outcome() && *self != Self::Closed
+    }
+
     /// The request may have been applied although no answer says so: a caller whose write
     /// decides something reads it back. A server's refusal is an answer: nothing was applied.
     pub fn is_unknown_outcome(&self) -> bool {
@@ -169,6 +177,23 @@ pub struct Zk {
     /// The ACL of every node it creates (shared: a session's clones create alike).
     acls: Arc<[Acl]>,
     bound: Option<Duration>,
+    answered: Arc<Answered>,
+}
+
+/// A request on its way: its time bound, and when it was sent, noted once answered.
+struct Sending {
+    bound: Option<Duration>,
+    answered: Arc<Answered>,
+    sent: Instant,
+}
+
+impl Sending {
+    fn noted<T>(&self, answer: Result<T, Fault>) -> Result<T, Fault> {
+        if answer.as_ref().err().is_none_or(Fault::is_answer) {
+            self.answered.note(self.sent);
+        }
+        answer
+    }
 }
 
 impl Zk {
@@ -178,6 +203,23 @@ impl Zk {
             client,
             acls: acls.into(),
             bound: Some(bound),
+            answered: Arc::new(Answered::new()),
+        }
+    }
+
+    /// When the latest-sent request that the servers answered was sent (or the doorway made,
+    /// before any): an answer proves that a server heard the session after that instant, so
+    /// the session cannot expire before it plus the session timeout.
+    pub fn last_answered(&self) -> Instant {
+        self.answered.last()
+    }
+
+    /// A request sent now, on this handle's bound.
+    fn sending(&self) -> Sending {
+        Sending {
+            bound: self.bound,
+            answered: Arc::clone(&self.answered),
+            sent: Instant::now(),
         }
     }
 
@@ -235,7 +277,7 @@ impl Zk {
         path: &str,
     ) -> impl Future<Output = Result<(Vec<u8>, Stat), Fault>> + Send + use<> {
         let sent = self.client.get_data(path);
-        Self::bound_owned(self.bound, sent)
+        Self::bound_owned(self.sending(), sent)
     }
 
     /// Waits until the server this session is connected to has applied everything the leader
@@ -245,7 +287,7 @@ impl Zk {
         path: &str,
     ) -> impl Future<Output = Result<(), Fault>> + Send + use<'a> {
         let sent = self.client.sync(path);
-        Self::bound_owned(self.bound, sent)
+        Self::bound_owned(self.sending(), sent)
     }
 
     /// A node's stat, `None` when it is not there.
@@ -254,7 +296,7 @@ impl Zk {
         path: &str,
     ) -> impl Future<Output = Result<Option<Stat>, Fault>> + Send + use<> {
         let sent = self.client.check_stat(path);
-        Self::bound_owned(self.bound, sent)
+        Self::bound_owned(self.sending(), sent)
     }
 
     /// A node's children's names.
@@ -263,7 +305,7 @@ impl Zk {
         path: &str,
     ) -> impl Future<Output = Result<Vec<String>, Fault>> + Send + use<'a> {
         let sent = self.client.list_children(path);
-        Self::bound_owned(self.bound, sent)
+        Self::bound_owned(self.sending(), sent)
     }
 
     /// A node's children's names and its stat.
@@ -272,7 +314,7 @@ impl Zk {
         path: &str,
     ) -> impl Future<Output = Result<(Vec<String>, Stat), Fault>> + Send + use<> {
         let sent = self.client.get_children(path);
-        Self::bound_owned(self.bound, sent)
+        Self::bound_owned(self.sending(), sent)
     }
 
     /// A node's children's names, and a watch that fires once when they change.
@@ -284,7 +326,7 @@ impl Zk {
         path: &str,
     ) -> Result<(Vec<String>, OneChange), Fault> {
         let sent = self.client.list_and_watch_children(path);
-        let (children, watcher) = Self::bound_owned(self.bound, sent).await?;
+        let (children, watcher) = Self::bound_owned(self.sending(), sent).await?;
         Ok((children, OneChange(watcher)))
     }
 
@@ -297,7 +339,7 @@ impl Zk {
         path: &str,
     ) -> Result<(Vec<u8>, Stat, OneChange), Fault> {
         let sent = self.client.get_and_watch_data(path);
-        let (data, stat, watcher) = Self::bound_owned(self.bound, sent).await?;
+        let (data, stat, watcher) = Self::bound_owned(self.sending(), sent).await?;
         Ok((data, stat, OneChange(watcher)))
     }
 
@@ -311,7 +353,7 @@ impl Zk {
         path: &str,
     ) -> Result<(Option<Stat>, OneChange), Fault> {
         let sent = self.client.check_and_watch_stat(path);
-        let (stat, watcher) = Self::bound_owned(self.bound, sent).await?;
+        let (stat, watcher) = Self::bound_owned(self.sending(), sent).await?;
         Ok((stat, OneChange(watcher)))
     }
 
@@ -321,7 +363,7 @@ impl Zk {
         path: &str,
     ) -> impl Future<Output = Result<usize, Fault>> + Send + use<'a> {
         let sent = self.client.count_descendants_number(path);
-        Self::bound_owned(self.bound, sent)
+        Self::bound_owned(self.sending(), sent)
     }
 
     /// The children of `path`; a node not there has none.
@@ -347,7 +389,7 @@ impl Zk {
         tally::wrote(kind, 1);
         let options = mode.client().with_acls(Acls::new(&self.acls));
         let sent = self.client.create(path, data, &options);
-        let answer = Self::bound_owned(self.bound, sent);
+        let answer = Self::bound_owned(self.sending(), sent);
         async move {
             answer
                 .await
@@ -362,7 +404,7 @@ impl Zk {
         path: &str,
     ) -> impl Future<Output = Result<NodeAcl, Fault>> + Send + use<'a> {
         let sent = self.client.get_acl(path);
-        let answer = Self::bound_owned(self.bound, sent);
+        let answer = Self::bound_owned(self.sending(), sent);
         async move { answer.await.map(|(acl, _)| NodeAcl(acl)) }
     }
 
@@ -374,7 +416,7 @@ impl Zk {
     ) -> impl Future<Output = Result<(), Fault>> + Send + use<'a> {
         tally::wrote(WriteKind::Acl, 1);
         let sent = self.client.set_acl(path, &self.acls, None);
-        let answer = Self::bound_owned(self.bound, sent);
+        let answer = Self::bound_owned(self.sending(), sent);
         async move { answer.await.map(|_| ()) }
     }
 
@@ -388,7 +430,7 @@ impl Zk {
     ) -> impl Future<Output = Result<Stat, Fault>> + Send + use<> {
         tally::wrote(kind, 1);
         let sent = self.client.set_data(path, data, version);
-        Self::bound_owned(self.bound, sent)
+        Self::bound_owned(self.sending(), sent)
     }
 
     /// Deletes a node, at `version` when given.
@@ -400,7 +442,7 @@ impl Zk {
     ) -> impl Future<Output = Result<(), Fault>> + Send + use<> {
         tally::wrote(kind, 1);
         let sent = self.client.delete(path, version);
-        Self::bound_owned(self.bound, sent)
+        Self::bound_owned(self.sending(), sent)
     }
 
     /// Deletes `path` (at `version`, when given); a node already gone is fine: whoever deleted
@@ -434,7 +476,7 @@ impl Zk {
         }
         tally::wrote(WriteKind::Parents, 1);
         let options = CreateMode::Persistent.with_acls(Acls::new(&self.acls));
-        Self::bound_owned(self.bound, self.client.mkdir(path, &options)).await
+        Self::bound_owned(self.sending(), self.client.mkdir(path, &options)).await
     }
 
     /// A multi-op, counted as `kind` when committed.
@@ -470,16 +512,17 @@ impl Zk {
 
     /// `sent`'s answer within `bound`. `sent` is already on the wire: only its answer waits.
     async fn bound_owned<T>(
-        bound: Option<Duration>,
+        sending: Sending,
         sent: impl Future<Output = Result<T, zookeeper_client::Error>> + Send,
     ) -> Result<T, Fault> {
-        match bound {
+        let answer = match sending.bound {
             None => sent.await.map_err(Fault::from),
             Some(bound) => match tokio::time::timeout(bound, sent).await {
                 Ok(answer) => answer.map_err(Fault::from),
                 Err(_) => Err(Fault::TimedOut(bound)),
             },
-        }
+        };
+        sending.noted(answer)
     }
 }
 
@@ -664,17 +707,20 @@ impl<'a> Multi<'a> {
     ) -> impl Future<Output = Result<Vec<Written>, MultiFault>> + Send + use<'a> {
         tally::wrote_checked(self.kind, self.ops, self.checks);
         let sent = self.writer.commit();
-        let bound = self.bound;
+        let sending = Sending {
+            bound: self.bound,
+            ..self.zk.sending()
+        };
         let fenced = self.fenced;
         async move {
-            let answer = match bound {
+            let answer = match sending.bound {
                 None => sent.await,
                 Some(bound) => match tokio::time::timeout(bound, sent).await {
                     Ok(answer) => answer,
                     Err(_) => return Err(MultiFault::Request(Fault::TimedOut(bound))),
                 },
             };
-            match answer {
+            let outcome = match answer {
                 Ok(results) => {
                     let skip = usize::from(fenced);
                     Ok(results.into_iter().skip(skip).map(Written::from).collect())
@@ -689,7 +735,12 @@ impl<'a> Multi<'a> {
                     index: index - usize::from(fenced),
                     fault: source.into(),
                 }),
+            };
+            // An op's refusal is the server's answer to the whole request.
+            if !matches!(&outcome, Err(MultiFault::Request(fault)) if !fault.is_answer()) {
+                sending.answered.note(sending.sent);
             }
+            outcome
         }
     }
 }

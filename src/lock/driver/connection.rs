@@ -6,7 +6,7 @@
 //! Must not: send the lock machine's requests (`lock::driver::requests`) or decide what a
 //! session's state means (the lock machine does).
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
@@ -46,7 +46,6 @@ pub(super) struct Connection {
     pub(super) session: SessionId,
     pub(super) timeout: Duration,
     pub(super) states: States,
-    last_heard: Arc<Mutex<Instant>>,
     heartbeat: JoinHandle<()>,
 }
 
@@ -61,13 +60,11 @@ impl Connection {
     /// The session ready for the machine: its heartbeat runs and its lease shows in status.
     pub(super) fn start(zk: Zk, states: States, settings: &LockSettings) -> Self {
         let timeout = zk.session_timeout();
-        let last_heard = Arc::new(Mutex::new(now()));
         settings.heard.heard_at(std::time::SystemTime::now());
         settings.heard.set_timeout(timeout);
         let heartbeat = tokio::spawn(heartbeat(
             zk.clone(),
             settings.paths.dir.clone(),
-            Arc::clone(&last_heard),
             Arc::clone(&settings.heard),
         ));
         Self {
@@ -75,7 +72,6 @@ impl Connection {
             zk,
             timeout,
             states,
-            last_heard,
             heartbeat,
         }
     }
@@ -86,11 +82,9 @@ impl Connection {
         self.timeout / 3
     }
 
+    /// When the latest answered request of the session was sent, whoever sent it.
     pub(super) fn last_heard(&self) -> Instant {
-        *self
-            .last_heard
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.zk.last_answered().into_std()
     }
 }
 
@@ -143,27 +137,39 @@ pub(super) async fn open_session(
     }
 }
 
-/// Asks the server something cheap every seventh of the session timeout and records when it last
-/// answered, so a disconnected owner can count the session timeout from the same moment the
-/// server does (DESIGN.md "The lock": Lost within the session timeout). A seventh, just under
-/// the client's own ping interval (3/20 of the session timeout, after which an idle client
-/// pings): the client then never pings beside it, one round trip where there were two.
-async fn heartbeat(client: Zk, path: String, last_heard: Arc<Mutex<Instant>>, heard: Arc<Heard>) {
+/// Makes sure the servers answer the session at least every seventh of the session timeout, so
+/// a disconnected owner can count the session timeout from the same moment the server does
+/// (DESIGN.md "The lock": Lost within the session timeout). Any request of the session proves
+/// it heard (`Zk::last_answered`), so this asks something cheap only when nothing else was
+/// answered for that long: an owner firing every second never asks. A seventh, just under the
+/// client's own ping interval (3/20 of the session timeout, after which an idle client pings):
+/// an idle client then never pings beside it, one round trip where there were two.
+async fn heartbeat(client: Zk, path: String, heard: Arc<Heard>) {
     let period = client.session_timeout() / 7;
     let client = client.bounded_by(period * 2);
-    let mut ticks = tokio::time::interval(period);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut asked = tokio::time::Instant::now();
     loop {
-        ticks.tick().await;
-        let sent = now();
-        let sent_at = std::time::SystemTime::now();
-        // The reply proves the server heard us after `sent`.
-        if client.check_stat(&path).await.is_ok() {
-            heard.heard_at(sent_at);
-            let mut heard = last_heard.lock().unwrap_or_else(PoisonError::into_inner);
-            *heard = (*heard).max(sent);
+        let last_answered = client.last_answered();
+        heard.heard_at(system_time_of(last_answered));
+        // At most one question a period, answered or not: a session that fails every request
+        // at once must not make this a busy loop.
+        let next = (last_answered + period).max(asked + period);
+        if tokio::time::Instant::now() < next {
+            tokio::time::sleep_until(next).await;
+            continue;
         }
+        asked = tokio::time::Instant::now();
+        // Its answer, if any, is noted by the doorway.
+        let _ = client.check_stat(&path).await;
     }
+}
+
+/// The wall-clock time of `instant` on the monotonic clock, for the status's lease.
+fn system_time_of(instant: tokio::time::Instant) -> std::time::SystemTime {
+    let ago = tokio::time::Instant::now().saturating_duration_since(instant);
+    std::time::SystemTime::now()
+        .checked_sub(ago)
+        .unwrap_or(std::time::UNIX_EPOCH)
 }
 
 /// The lock group's persistent nodes: its directory, `members/` and `epoch`.

@@ -12,7 +12,7 @@ use std::io;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::time::Duration;
 
 use nix::errno::Errno;
@@ -20,7 +20,6 @@ use nix::libc;
 use nix::sys::signal::{Signal, killpg};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
-use process_wrap::tokio::{ChildWrapper, CommandWrap, KillOnDrop, ProcessGroup};
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 use tokio::net::unix::pipe;
@@ -59,7 +58,7 @@ const SYSTEMD_VARS: [&str; 6] = [
 /// not been seen to end), it SIGKILLs the whole group.
 pub(super) struct Group {
     pub(super) job: JobName,
-    leader: Leader,
+    leader: ClonedChild,
     pub(super) stdin: Option<pipe::Sender>,
     pub(super) stdout: Option<pipe::Receiver>,
     pub(super) stderr: Option<pipe::Receiver>,
@@ -68,14 +67,6 @@ pub(super) struct Group {
     /// When its launcher execs the job.
     pub(super) start: Start,
     pub(super) kill_group_on_drop: bool,
-}
-
-/// The group's leader, as it was started.
-enum Leader {
-    /// Through the launcher binary, by tokio (a run prepared ahead).
-    Launched(Box<dyn ChildWrapper>),
-    /// By `spawn.rs`, at once: a child tokio does not know of.
-    Cloned(ClonedChild),
 }
 
 /// A child made by `spawn.rs`: waited for through its pidfd, which becomes readable when it
@@ -154,6 +145,31 @@ impl Drop for ClonedChild {
     }
 }
 
+/// The job's whole environment: the daemon's, the user's login variables, the job's `env`,
+/// without systemd's own, and the contract's variables.
+fn job_env(spec: &JobSpec, ctx: &RunContext) -> BTreeMap<OsString, OsString> {
+    let mut env: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
+    env.extend(
+        user_env(spec)
+            .into_iter()
+            .map(|(key, value)| (OsString::from(key), value)),
+    );
+    env.extend(
+        spec.env
+            .iter()
+            .map(|(key, value)| (OsString::from(key), OsString::from(value))),
+    );
+    for key in SYSTEMD_VARS {
+        env.remove(OsStr::new(key));
+    }
+    env.extend(
+        contract_env(spec, ctx)
+            .into_iter()
+            .map(|(key, value)| (OsString::from(key), OsString::from(value))),
+    );
+    env
+}
+
 /// Who the job's process becomes, when it has a `user`.
 fn credentials(user: &RunAs) -> spawn::Credentials {
     spawn::Credentials {
@@ -208,42 +224,71 @@ fn check_working_dir(spec: &JobSpec) -> Result<(), StartError> {
 impl Group {
     /// Starts the job's program at once, as the leader of its own group (see `spawn.rs`).
     pub(super) fn spawn_now(spec: &JobSpec, ctx: &RunContext) -> Result<Group, StartError> {
-        let job = &spec.name;
         let (program, args) = program_of(spec)?;
         check_working_dir(spec)?;
-        let mut env: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
-        env.extend(
-            user_env(spec)
-                .into_iter()
-                .map(|(key, value)| (OsString::from(key), value)),
-        );
-        env.extend(
-            spec.env
-                .iter()
-                .map(|(key, value)| (OsString::from(key), OsString::from(value))),
-        );
-        for key in SYSTEMD_VARS {
-            env.remove(OsStr::new(key));
-        }
-        env.extend(
-            contract_env(spec, ctx)
-                .into_iter()
-                .map(|(key, value)| (OsString::from(key), OsString::from(value))),
-        );
         let exec = spawn::Exec {
             program: program.to_owned(),
             args: args.into_iter().map(str::to_owned).collect(),
-            env,
+            env: job_env(spec, ctx),
             working_dir: spec.working_dir.clone(),
             piped_stdin: ctx.submission.is_some(),
             user: spec.user.as_deref().map(credentials),
         };
+        Self::spawned(spec, program, &exec, Start::Now)
+    }
+
+    /// Starts `launcher` (the zkcron binary) to exec the job on `start` and not before
+    /// `not_before`: a run prepared ahead of its instant (see `launch.rs`). Started as a job
+    /// started at once is (`spawn.rs`): glibc's `posix_spawn` maps and unmaps a stack for every
+    /// start, and each unmapping interrupts every CPU the daemon's threads run on.
+    pub(super) fn launch(
+        spec: &JobSpec,
+        ctx: &RunContext,
+        launcher: &Path,
+        start: Start,
+        not_before: Option<Deadline>,
+    ) -> Result<Group, StartError> {
+        let (program, args) = program_of(spec)?;
+        check_working_dir(spec)?;
+        let launcher = launcher.to_str().ok_or_else(|| StartError::Spawn {
+            job: spec.name.clone(),
+            program: program.to_owned(),
+            source: io::Error::other(format!(
+                "the launcher's path {} is not UTF-8",
+                launcher.display()
+            )),
+        })?;
+        // The launcher becomes the job's user itself, then execs the program in its place.
+        let user = spec.user.as_deref().map(credentials);
+        let exec = spawn::Exec {
+            program: launcher.to_owned(),
+            args: launch::launcher_args(start, not_before, user.as_ref())
+                .into_iter()
+                .chain(std::iter::once(program.to_owned()))
+                .chain(args.into_iter().map(str::to_owned))
+                .collect(),
+            env: job_env(spec, ctx),
+            working_dir: spec.working_dir.clone(),
+            piped_stdin: ctx.submission.is_some() || start != Start::Now,
+            user: None,
+        };
+        Self::spawned(spec, program, &exec, start)
+    }
+
+    /// Starts `exec` for `spec` (whose program is `program`, as errors name it) and follows it.
+    fn spawned(
+        spec: &JobSpec,
+        program: &str,
+        exec: &spawn::Exec,
+        start: Start,
+    ) -> Result<Group, StartError> {
+        let job = &spec.name;
         let spawn_error = |source| StartError::Spawn {
             job: job.clone(),
             program: program.to_owned(),
             source,
         };
-        let spawned = spawn::spawn(&exec).map_err(spawn_error)?;
+        let spawned = spawn::spawn(exec).map_err(spawn_error)?;
         let pid = spawned.pid;
         let leader = ClonedChild::new(pid).map_err(|err| {
             // Nothing could follow it: it must not run unwatched.
@@ -260,107 +305,19 @@ impl Group {
         })();
         let mut group = Group {
             job: job.clone(),
-            leader: Leader::Cloned(leader),
+            leader,
             stdin: None,
             stdout: None,
             stderr: None,
             pid: pid.as_raw().unsigned_abs(),
             pgid: pid,
-            start: Start::Now,
+            start,
             kill_group_on_drop: true,
         };
         let (stdin, stdout, stderr) = pipes.map_err(spawn_error)?;
         group.stdin = stdin;
         group.stdout = Some(stdout);
         group.stderr = Some(stderr);
-        Ok(group)
-    }
-
-    /// Starts `launcher` (the zkcron binary) to exec the job on `start` and not before
-    /// `not_before`: a run prepared ahead of its instant (see `launch.rs`).
-    pub(super) fn launch(
-        spec: &JobSpec,
-        ctx: &RunContext,
-        launcher: &Path,
-        start: Start,
-        not_before: Option<Deadline>,
-    ) -> Result<Group, StartError> {
-        let job = &spec.name;
-        let (program, args) = program_of(spec)?;
-        check_working_dir(spec)?;
-        // The launcher sets the death signal, then execs the program in its place.
-        let mut command = CommandWrap::with_new(launcher, |command| {
-            let user = spec.user.as_deref().map(credentials);
-            command
-                .args(launch::launcher_args(start, not_before, user.as_ref()))
-                .arg(program)
-                .args(args);
-        });
-        {
-            let command = command.command_mut();
-            command
-                .stdin(if ctx.submission.is_some() || start != Start::Now {
-                    Stdio::piped()
-                } else {
-                    Stdio::null()
-                })
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .envs(user_env(spec))
-                .envs(&spec.env);
-            for key in SYSTEMD_VARS {
-                command.env_remove(key);
-            }
-            command.envs(contract_env(spec, ctx));
-            if let Some(dir) = &spec.working_dir {
-                command.current_dir(dir);
-            }
-        }
-        // KillOnDrop only kills the leader (tokio's `kill_on_drop`); `Group::drop` kills the group.
-        command.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
-        let spawn_error = |source| StartError::Spawn {
-            job: job.clone(),
-            program: program.to_owned(),
-            source,
-        };
-        let mut child = command.spawn().map_err(spawn_error)?;
-        let pid = child.id().ok_or_else(|| {
-            spawn_error(io::Error::other(
-                "the process has no pid right after spawning",
-            ))
-        })?;
-        // `ProcessGroup::leader()` makes the leader's pid the group id.
-        let pgid = i32::try_from(pid)
-            .map(Pid::from_raw)
-            .map_err(|_| spawn_error(io::Error::other(format!("pid {pid} out of range"))))?;
-        let stdin = child.stdin().take();
-        let stdout = child.stdout().take();
-        let stderr = child.stderr().take();
-        let mut group = Group {
-            job: job.clone(),
-            leader: Leader::Launched(child),
-            stdin: None,
-            stdout: None,
-            stderr: None,
-            pid,
-            pgid,
-            start,
-            kill_group_on_drop: true,
-        };
-        let pipes = (|| -> io::Result<_> {
-            Ok((
-                stdin
-                    .map(|fd| fd.into_owned_fd().and_then(pipe::Sender::from_owned_fd))
-                    .transpose()?,
-                stdout
-                    .map(|fd| fd.into_owned_fd().and_then(pipe::Receiver::from_owned_fd))
-                    .transpose()?,
-                stderr
-                    .map(|fd| fd.into_owned_fd().and_then(pipe::Receiver::from_owned_fd))
-                    .transpose()?,
-            ))
-        })();
-        (group.stdin, group.stdout, group.stderr) = pipes.map_err(spawn_error)?;
         Ok(group)
     }
 
@@ -484,20 +441,13 @@ impl Group {
         status
     }
 
-    /// Waits for the leader only. process-wrap's `ProcessGroupChild::wait` would then also block
-    /// until every group member that is *our* child has exited: when zkcron is a child subreaper
-    /// (PID 1 in a container), orphaned grandchildren are, and a leftover `daemon &` would keep
-    /// `run` from returning.
+    /// Waits for the leader only, not for the rest of its group: when zkcron is a child
+    /// subreaper (PID 1 in a container), orphaned grandchildren are our children, and a leftover
+    /// `daemon &` must not keep `run` from returning.
     ///
-    /// Cancellation safe (tokio's `Child::wait`, and [`ClonedChild::wait`]).
-    pub(super) fn wait_leader(
-        &mut self,
-    ) -> std::pin::Pin<Box<dyn Future<Output = io::Result<ExitStatus>> + Send + '_>> {
-        match &mut self.leader {
-            // The wrapper chain is ProcessGroupChild → tokio Child (KillOnDrop wraps no child).
-            Leader::Launched(child) => child.inner_mut().wait(),
-            Leader::Cloned(child) => Box::pin(child.wait()),
-        }
+    /// Cancellation safe ([`ClonedChild::wait`]).
+    pub(super) async fn wait_leader(&mut self) -> io::Result<ExitStatus> {
+        self.leader.wait().await
     }
 
     /// Sends `signal` to every process in the group. Only called while the group id cannot have

@@ -3,7 +3,7 @@
 //! A job must not outlive a daemon that is killed outside systemd's clean-up (DESIGN.md promise
 //! 3): it gets `PR_SET_PDEATHSIG = SIGKILL` before it runs. A run started at once gets it from
 //! its `CLONE_VFORK` child (`spawn.rs`). A run known ahead of its instant is *prepared*: the
-//! daemon starts its own binary with `posix_spawn` as a launcher that sets the signal and waits
+//! daemon starts its own binary, the same way, as a launcher that sets the signal and waits
 //! on its stdin for one byte, the go, then execs the job in the same process: same pid, same
 //! process group, same pipes. No byte (stdin closed: the run was given up) and the job never
 //! runs. Loading the launcher costs milliseconds (the dynamic loader, the binary's relocations:
@@ -70,7 +70,7 @@ pub(super) fn launcher_args(
     start: Start,
     not_before: Option<Deadline>,
     user: Option<&Credentials>,
-) -> [OsString; 5] {
+) -> [String; 5] {
     let not_before = not_before.map_or_else(|| "0".to_owned(), not_before_arg);
     let user = user.map_or_else(
         || "-".to_owned(),
@@ -80,11 +80,11 @@ pub(super) fn launcher_args(
         },
     );
     [
-        OsString::from(LAUNCHER_ARG),
-        OsString::from(std::process::id().to_string()),
-        OsString::from(start.arg()),
-        OsString::from(not_before),
-        OsString::from(user),
+        LAUNCHER_ARG.to_owned(),
+        std::process::id().to_string(),
+        start.arg().to_owned(),
+        not_before,
+        user,
     ]
 }
 

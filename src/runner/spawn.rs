@@ -40,6 +40,14 @@ use nix::unistd::Pid;
 /// 64 KiB is many times that, and glibc's `posix_spawn` uses less.
 const CHILD_STACK_BYTES: usize = 64 * 1024;
 
+thread_local! {
+    /// The child's stack, one per thread that starts jobs, made at its first start and kept:
+    /// allocated and freed at every start, it was returned to the system at every free (the
+    /// heap's trim threshold is low, `heap::give_back_as_freed`), and each return interrupts
+    /// every CPU the daemon's threads run on to flush their address translations.
+    static CHILD_STACK: std::cell::RefCell<Option<Box<[u8]>>> = const { std::cell::RefCell::new(None) };
+}
+
 /// `PATH` when the job's environment has none: what `execvp` uses.
 const DEFAULT_PATH: &str = "/bin:/usr/bin";
 
@@ -169,7 +177,6 @@ pub(super) fn spawn(exec: &Exec) -> io::Result<Spawned> {
         // on what was prepared above, and the one write to `failed` (see the module's docs).
         unsafe { in_child(&failed, &plan) }
     };
-    let mut stack = vec![0_u8; CHILD_STACK_BYTES];
     // Blocked across the clone: a signal must not run one of the daemon's handlers in the child
     // before it has reset them (it unblocks them itself, just before the exec).
     let mut blocked_before = SigSet::empty();
@@ -181,14 +188,19 @@ pub(super) fn spawn(exec: &Exec) -> io::Result<Spawned> {
     // SAFETY: CLONE_VFORK suspends this thread until the child has exec'd or exited, so the
     // stack, the strings and `failed` outlive the child's use of them; the child obeys the
     // rules above.
-    let cloned = unsafe {
-        nix::sched::clone(
-            Box::new(child),
-            &mut stack,
-            CloneFlags::CLONE_VM | CloneFlags::CLONE_VFORK,
-            Some(libc::SIGCHLD),
-        )
-    };
+    let cloned = CHILD_STACK.with_borrow_mut(|stack| {
+        let stack = stack.get_or_insert_with(|| vec![0_u8; CHILD_STACK_BYTES].into_boxed_slice());
+        // SAFETY: see above; the stack is this thread's alone, and no other clone of this thread
+        // can use it before this one's child is done with it.
+        unsafe {
+            nix::sched::clone(
+                Box::new(child),
+                stack,
+                CloneFlags::CLONE_VM | CloneFlags::CLONE_VFORK,
+                Some(libc::SIGCHLD),
+            )
+        }
+    });
     pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&blocked_before), None)?;
     let pid = cloned?;
     let failure = failed.load(Ordering::Acquire);

@@ -8,7 +8,7 @@
 use super::{Ledger, RequestFailed};
 use crate::ids::{NodeId, SessionId};
 use crate::layout::LockPaths;
-use crate::lock::node::{EpochData, OwnerInfo};
+use crate::lock::node::{EpochData, MemberBrief, OwnerInfo};
 use crate::zk::Fault;
 
 /// The lock node as read.
@@ -95,6 +95,23 @@ pub async fn members(client: &Ledger, paths: &LockPaths) -> Result<Vec<Member>, 
             info: data.and_then(|data| OwnerInfo::parse(&data).ok()),
         })
         .collect())
+}
+
+/// What `node_id`'s member node says at a glance; `None` when it is gone or not zkcron's.
+///
+/// # Errors
+/// The read failed.
+pub async fn member_brief(
+    client: &Ledger,
+    paths: &LockPaths,
+    node_id: &NodeId,
+) -> Result<Option<MemberBrief>, RequestFailed> {
+    let path = paths.member(node_id);
+    match client.zk().get_data(&path).await {
+        Ok((data, _)) => Ok(OwnerInfo::parse_brief(&data)),
+        Err(Fault::NoNode) => Ok(None),
+        Err(source) => Err(RequestFailed::on(&path)(source)),
+    }
 }
 
 /// The live members with the data each wrote, unparsed (`None`: vanished meanwhile).

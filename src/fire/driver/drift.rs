@@ -5,6 +5,7 @@
 //! Owns: one persistent recursive watch on `members/` per session, and what was last reported.
 //! Must not: decide anything about firing; a drifting member is reported, never refused.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use tokio::sync::watch;
@@ -16,7 +17,7 @@ use crate::layout::LockPaths;
 use crate::ledger::Ledger;
 use crate::ledger::inspect;
 use crate::ledger::watch::{Change, Follow, NodeChange};
-use crate::lock::node::OwnerInfo;
+use crate::lock::node::{OwnerInfo, ScheduleTotal};
 use crate::metrics::Metrics;
 use crate::report::error_chain;
 use crate::view::NodeView;
@@ -40,8 +41,9 @@ pub(super) struct DriftWatch {
 
 impl DriftWatch {
     /// Compares at the start, after every change below `members/` and every change of this
-    /// node's lock status, while this node owns the lock; reads the formats at the start and
-    /// whenever a member joins or leaves. Ends with the session or `stop`.
+    /// node's lock status, while this node owns the lock (a member's rewrite that leaves its
+    /// schedule's total as it was is read alone and compares nothing); reads the formats at the
+    /// start and whenever a member joins or leaves. Ends with the session or `stop`.
     pub(super) fn spawn(mut self) {
         tokio::spawn(async move {
             let watcher = tokio::select! {
@@ -60,22 +62,31 @@ impl DriftWatch {
             // Since when changes may have gone unreported: a member missing from the next
             // reading was one until then at least, not until that reading.
             let mut unreported_since: Option<i64> = None;
+            // Each member's schedule total at the last reading, while no change went unread
+            // since: a member's rewrite that leaves its total as it was (its clock check, every
+            // session timeout) then costs one read of that member, not of all.
+            let mut totals: Option<Totals> = None;
             loop {
                 // Any change compares again: the watch's first (read all) is the start, and a
-                // disconnection ends with one too. A member's own rewrites (its clock checks)
-                // leave its format as it is.
-                let joined_or_left = tokio::select! {
+                // disconnection ends with one too.
+                let (joined_or_left, rewritten) = tokio::select! {
                     () = self.stop.cancelled() => return,
                     change = watcher.changed() => match change {
                         None => return,
                         Some(Change::Disconnected) => {
                             unreported_since.get_or_insert_with(now_ms);
+                            totals = None;
                             continue;
                         }
-                        Some(Change::ReadAll) => true,
-                        Some(Change::Node { kind, .. }) => matches!(kind, NodeChange::Created | NodeChange::Deleted),
+                        Some(Change::ReadAll) => (true, None),
+                        Some(Change::Node { kind: NodeChange::DataChanged, path }) => {
+                            (false, self.member_of(&path))
+                        }
+                        Some(Change::Node { kind, .. }) => {
+                            (matches!(kind, NodeChange::Created | NodeChange::Deleted), None)
+                        }
                     },
-                    changed = self.view.changed() => if changed.is_err() { return } else { false },
+                    changed = self.view.changed() => if changed.is_err() { return } else { (false, None) },
                 };
                 let owner = self.view.borrow().lock.may_fire;
                 if !owner {
@@ -85,6 +96,13 @@ impl DriftWatch {
                 // A join whose read failed is read at the next change, whatever it is.
                 formats_unread |= joined_or_left;
                 if !owner && !formats_unread {
+                    totals = None;
+                    continue;
+                }
+                if !formats_unread
+                    && let (Some(member), Some(seen)) = (&rewritten, &totals)
+                    && self.total_unchanged(member, seen).await
+                {
                     continue;
                 }
                 let changed_at = now_ms();
@@ -92,9 +110,11 @@ impl DriftWatch {
                     Ok(members) => members,
                     Err(err) => {
                         tracing::warn!(error = %error_chain(&err), "cannot read the members");
+                        totals = None;
                         continue;
                     }
                 };
+                totals = Some(totals_of(&members));
                 if formats_unread {
                     self.fleet.members_read(&members);
                     let until = unreported_since.take().unwrap_or(changed_at);
@@ -109,10 +129,27 @@ impl DriftWatch {
         });
     }
 
+    /// The member whose node is `path`; `None` for `members/` itself.
+    fn member_of(&self, path: &str) -> Option<NodeId> {
+        let name = path.strip_prefix(&self.group.members)?.strip_prefix('/')?;
+        (!name.is_empty() && !name.contains('/')).then(|| NodeId::new(name.to_owned()))
+    }
+
+    /// `member`'s schedule total reads as `seen` has it: its rewrite changed nothing a compare
+    /// looks at (the total stands for every job's fingerprint). A failed read says no.
+    async fn total_unchanged(&self, member: &NodeId, seen: &Totals) -> bool {
+        let Some(before) = seen.get(member) else {
+            return false;
+        };
+        let Ok(Some(brief)) = inspect::member_brief(&self.client, &self.group, member).await else {
+            return false;
+        };
+        brief.schedule == *before
+    }
+
     /// Every live member's drift from this node's published schedule; `None` when ours is not
     /// among them. Each member's total is read first: the per-job fingerprints are parsed only
-    /// for a member whose total differs, since every clock check of every member (every 10 s)
-    /// rewrites its node and brings this compare.
+    /// for a member whose total differs: a join, a leave or a reload brings this compare.
     fn compare(&self, members: &[(NodeId, Option<Vec<u8>>)]) -> Option<Vec<Drift>> {
         let own_data = members
             .iter()
@@ -143,6 +180,19 @@ impl DriftWatch {
         }
         Some(drifts)
     }
+}
+
+/// Each member's schedule total as last read (`None`: unreadable, or an older zkcron's).
+type Totals = BTreeMap<NodeId, Option<ScheduleTotal>>;
+
+fn totals_of(members: &[(NodeId, Option<Vec<u8>>)]) -> Totals {
+    members
+        .iter()
+        .map(|(node, data)| {
+            let brief = data.as_deref().and_then(OwnerInfo::parse_brief);
+            (node.clone(), brief.and_then(|brief| brief.schedule))
+        })
+        .collect()
 }
 
 /// Logs a change of the drift seen, once.

@@ -1,9 +1,10 @@
-//! The fire machine's housekeeping clocks: when each job's old records are pruned (at most once
-//! per [`PRUNE_EVERY`], however many runs end meanwhile), and when a job whose catch-up listing
-//! failed is listed again.
+//! The fire machine's housekeeping clocks: when each job's old records are pruned (once a tenth
+//! of its `history` has been recorded since the last prune, and at most once per [`PRUNE_EVERY`],
+//! however many runs end meanwhile), and when a job whose catch-up listing failed is listed
+//! again.
 //!
-//! Owns: the last prune and the prune put off per job, with what it keeps ([`Retention`]); the
-//! relist times.
+//! Owns: the last prune, the records made since and the prune put off per job, with what it keeps
+//! ([`Retention`]); the relist times.
 //! Must not: decide whether this node may prune or list (the router asks only while it fires
 //! and is not stopping), or do I/O.
 
@@ -39,14 +40,23 @@ impl Retention {
     }
 }
 
+/// Records of a job made (runs ended, ticks recorded skipped or missed) before its records are
+/// pruned again: a tenth of its `history`, at least one. Its records then stand at most a tenth
+/// over `history`, and a job keeping the default 100 lists them once every ten runs, not at
+/// each (a listing a run, for a job firing every second, was a fifth of what its owner asked
+/// ZooKeeper).
+fn records_per_prune(keep: usize) -> usize {
+    (keep / 10).max(1)
+}
+
 fn prune_every() -> chrono::Duration {
     chrono::Duration::from_std(PRUNE_EVERY).unwrap_or_default()
 }
 
 #[derive(Debug, Default)]
 pub(super) struct Housekeeping {
-    /// When each job's old records were last pruned.
-    pruned_at: HashMap<JobName, DateTime<Utc>>,
+    /// Each job's prunes so far.
+    pruned: HashMap<JobName, Pruned>,
     /// Prunes put off until [`PRUNE_EVERY`] has passed: when, and how many records to keep.
     prune_later: BTreeMap<JobName, (DateTime<Utc>, Retention)>,
     /// Jobs whose catch-up listing failed, and when to list them again: what a dead owner left
@@ -55,9 +65,19 @@ pub(super) struct Housekeeping {
     relist_at: BTreeMap<JobName, DateTime<Utc>>,
 }
 
+/// A job's prunes so far.
+#[derive(Debug)]
+struct Pruned {
+    /// When its old records were last pruned.
+    at: Option<DateTime<Utc>>,
+    /// Its records made since.
+    recorded_since: usize,
+}
+
 impl Housekeeping {
-    /// Prunes `job`'s old records now, or once [`PRUNE_EVERY`] has passed since the last time:
-    /// one listing and batched deletes however many runs end meanwhile.
+    /// A record of `job` was made: prunes its old records once [`records_per_prune`] were
+    /// made since the last prune, now or once [`PRUNE_EVERY`] has passed since it: one listing
+    /// and batched deletes however many runs end meanwhile.
     pub fn prune(
         &mut self,
         job: &JobName,
@@ -65,13 +85,41 @@ impl Housekeeping {
         now: DateTime<Utc>,
         out: &mut Vec<Action>,
     ) {
-        match self.pruned_at.get(job) {
-            Some(last) if now - *last < prune_every() => {
+        // A job not pruned yet by this node is pruned at its first record: what an earlier
+        // owner left unpruned is not known here.
+        let pruned = self.pruned.entry(job.clone()).or_insert(Pruned {
+            at: None,
+            recorded_since: records_per_prune(retention.keep) - 1,
+        });
+        pruned.recorded_since += 1;
+        self.prune_when_due(job, retention, now, out);
+    }
+
+    /// Prunes `job` if enough of its records were made since the last prune and its period is over;
+    /// puts it off to the end of the period otherwise.
+    fn prune_when_due(
+        &mut self,
+        job: &JobName,
+        retention: Retention,
+        now: DateTime<Utc>,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(pruned) = self.pruned.get_mut(job) else {
+            return;
+        };
+        if pruned.recorded_since < records_per_prune(retention.keep) {
+            return;
+        }
+        match pruned.at {
+            Some(last) if now - last < prune_every() => {
                 self.prune_later
-                    .insert(job.clone(), (*last + prune_every(), retention));
+                    .insert(job.clone(), (last + prune_every(), retention));
             }
             _ => {
-                self.pruned_at.insert(job.clone(), now);
+                *pruned = Pruned {
+                    at: Some(now),
+                    recorded_since: 0,
+                };
                 self.prune_later.remove(job);
                 out.push(Action::Prune {
                     job: job.clone(),
@@ -91,7 +139,7 @@ impl Housekeeping {
             .map(|(job, (_, retention))| (job.clone(), *retention))
             .collect();
         for (job, retention) in due {
-            self.prune(&job, retention, now, out);
+            self.prune_when_due(&job, retention, now, out);
         }
     }
 
@@ -139,7 +187,11 @@ impl Housekeeping {
     /// The wall clock stepped by `by`: the waits keep their length. The last prunes move too:
     /// left behind a step back, they would put every prune off by the step's length.
     pub fn clock_stepped(&mut self, by: chrono::Duration) {
-        for at in self.pruned_at.values_mut() {
+        for at in self
+            .pruned
+            .values_mut()
+            .filter_map(|pruned| pruned.at.as_mut())
+        {
             *at += by;
         }
         for (at, _) in self.prune_later.values_mut() {
@@ -178,6 +230,35 @@ mod tests {
         house.prunes_due(at(500), &mut out);
         assert_eq!(out.len(), 2, "its wait kept its length across the step");
         assert_eq!(house.next_deadline(), None);
+    }
+
+    #[test]
+    fn a_job_keeping_a_hundred_records_is_pruned_at_its_first_record_then_once_every_ten() {
+        let (mut house, job, mut out) = (Housekeeping::default(), JobName::new("a"), Vec::new());
+        let keep = Retention { keep: 100, ..KEEP };
+        house.prune(&job, keep, at(0), &mut out);
+        assert_eq!(
+            out,
+            vec![Action::Prune {
+                job: job.clone(),
+                keep: Keep::Records(100),
+                remember: KEEP.remember,
+            }],
+            "the first record prunes: what an earlier owner left is not known"
+        );
+        for second in 1..=9 {
+            house.prune(&job, keep, at(second * 1_000), &mut out);
+        }
+        assert_eq!(out.len(), 1, "nine records more: none pruned");
+        assert_eq!(house.next_deadline(), None, "and none put off");
+        house.prune(&job, keep, at(10_000), &mut out);
+        assert_eq!(out.len(), 2, "the tenth prunes");
+        for second in 11..=19 {
+            house.prune(&job, keep, at(second * 1_000), &mut out);
+        }
+        assert_eq!(out.len(), 2, "counted again from the prune");
+        house.prune(&job, keep, at(20_000), &mut out);
+        assert_eq!(out.len(), 3);
     }
 
     #[test]

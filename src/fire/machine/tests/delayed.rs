@@ -768,7 +768,10 @@ fn old_records_are_pruned_at_most_every_half_second_however_many_runs_end() {
     let found = (0..3)
         .map(|n| (id(&format!("p{n}")), submission("close", 1500, b"")))
         .collect();
-    let (mut m, _) = owning_with(ON_DEMAND, 0, found);
+    // Ten records kept: every record asks for a prune (a tenth of `history`, at least one), so
+    // that only the half-second decides which prunes go out.
+    let table = format!("{ON_DEMAND}history = 10\n");
+    let (mut m, _) = owning_with(&table, 0, found);
     m.handle(Input::Tick, t(1000));
     let claims = claims(&m.handle(Input::Tick, t(1500)));
     assert_eq!(claims.len(), 3);

@@ -31,6 +31,14 @@ impl ClockSample {
         self.server_unix_ms - (self.sent_monotonic_ms + self.round_trip_ms() / 2)
     }
 
+    /// The least the servers' clock can be ahead of our monotonic one: the write was stamped
+    /// before its answer came (and `mtime` is truncated to the ms, which only makes it earlier).
+    /// What a node schedules by when it follows the servers' time: a tick comes at or after
+    /// its instant on their clock, never before, late by at most the round trip.
+    pub fn servers_at_least_minus_monotonic_ms(&self) -> i64 {
+        self.server_unix_ms - self.received_monotonic_ms.max(self.sent_monotonic_ms)
+    }
+
     /// How long the write took: twice the sample's uncertainty.
     pub fn round_trip_ms(&self) -> i64 {
         (self.received_monotonic_ms - self.sent_monotonic_ms).max(0)
@@ -75,6 +83,15 @@ impl ClockEstimate {
             .iter()
             .min_by_key(|sample| sample.round_trip_ms())
             .map(ClockSample::servers_minus_monotonic_ms)
+    }
+
+    /// [`ClockSample::servers_at_least_minus_monotonic_ms`] of the same most precise sample:
+    /// the servers' time to schedule by, never ahead of theirs.
+    pub fn servers_at_least_minus_monotonic_ms(&self) -> Option<i64> {
+        self.samples
+            .iter()
+            .min_by_key(|sample| sample.round_trip_ms())
+            .map(ClockSample::servers_at_least_minus_monotonic_ms)
     }
 
     /// Our wall clock minus the servers' as `now` reads them: positive when ours is ahead.
@@ -159,6 +176,25 @@ mod tests {
         );
         // The monotonic clock never goes back; an answer before its request is read as none.
         assert_eq!(sample(1_000, 1_000, 990).round_trip_ms(), 0);
+    }
+
+    /// CI once saw a node 15 s ahead start a tick 3 ms before its instant by the true clock:
+    /// the middle of a round trip is only the likeliest moment of the stamp. Scheduled by, the
+    /// servers' time is the least the sample allows.
+    #[test]
+    fn the_servers_time_scheduled_by_is_never_ahead_of_theirs() {
+        // Stamped 1 005, answered at 1 010: the servers' clock is at least 5 behind ours then.
+        assert_eq!(
+            sample(1_000, 1_005, 1_010).servers_at_least_minus_monotonic_ms(),
+            -5
+        );
+        assert_eq!(sample(1_000, 1_005, 1_010).servers_minus_monotonic_ms(), 0);
+        let mut estimate = ClockEstimate::default();
+        estimate.add(sample(0, 15_003, 6), 1_000);
+        estimate.add(sample(100, 15_100, 104), 1_000);
+        // The most precise sample's bound (round trip 4), not the loosest or the tightest.
+        assert_eq!(estimate.servers_at_least_minus_monotonic_ms(), Some(14_996));
+        assert_eq!(estimate.servers_minus_monotonic_ms(), Some(14_998));
     }
 
     #[test]

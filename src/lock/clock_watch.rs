@@ -35,7 +35,7 @@ pub struct ClockSettings {
 /// How often the clock is checked: once a session timeout, between 1 s and 10 s. Often enough
 /// that a node whose peers left contends again within about a takeover; each check is one
 /// write through the ensemble's log and one listing, and the owner's drift check reads the
-/// members once per write it sees.
+/// member once per write it sees (all of them only when its schedule's total moved).
 pub fn period(session_timeout: Duration) -> Duration {
     session_timeout.clamp(Duration::from_secs(1), Duration::from_secs(10))
 }
@@ -151,7 +151,8 @@ impl ClockWatch {
         if let Some(metrics) = &self.settings.metrics {
             metrics.clock(&verdict);
         }
-        let servers = self.estimate.servers_minus_monotonic_ms();
+        // Scheduled by, the servers' time is the least the sample allows: never a tick early.
+        let servers = self.estimate.servers_at_least_minus_monotonic_ms();
         self.settings
             .ensemble
             .follow(servers.filter(|_| verdict.correction_ms != 0));

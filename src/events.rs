@@ -13,6 +13,7 @@
 pub mod client;
 pub mod hub;
 pub mod journal;
+mod order;
 
 use serde::{Deserialize, Serialize};
 

@@ -22,6 +22,7 @@ use tokio::sync::{broadcast, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::journal::{CAPACITY, Journal, Resume};
+use super::order::WriteOrder;
 use super::{Event, EventKind};
 use crate::config::Config;
 use crate::ids::{JobName, NodeId, SessionId};
@@ -261,10 +262,25 @@ impl EventHub {
         &self,
         wanted: Vec<(JobName, Option<layout::RecordName>, String)>,
     ) -> Vec<Event> {
+        self.record_reads(wanted)
+            .await
+            .into_iter()
+            .map(|(_, _, event)| event)
+            .collect()
+    }
+
+    /// What the records at `wanted` say now, each with its path and the version read.
+    async fn record_reads(
+        &self,
+        wanted: Vec<(JobName, Option<layout::RecordName>, String)>,
+    ) -> Vec<(String, i32, Event)> {
         let read = ledger::read_many_stamped(&self.client, wanted, IN_FLIGHT).await;
         read.into_iter()
-            .filter_map(|(_, _, _, read)| {
-                read.map(|(record, stamp)| Event::of_record(&record, stamp.zxid, stamp.at_unix_ms))
+            .filter_map(|(_, _, path, read)| {
+                read.map(|(record, stamp)| {
+                    let event = Event::of_record(&record, stamp.zxid, stamp.at_unix_ms);
+                    (path, stamp.version, event)
+                })
             })
             .collect()
     }
@@ -287,12 +303,13 @@ impl EventHub {
                 .then(|| format!("nobody followed for {} s", IDLE.as_secs()))
         };
         let mut batches = Batches::new(changes);
+        let mut order = WriteOrder::default();
         loop {
             let batch = match batches.next(&self.stop, idle).await {
                 Ok(batch) => batch,
                 Err(why) => return why,
             };
-            if let Err(why) = self.apply(batch, &mut known).await {
+            if let Err(why) = self.apply(batch, &mut known, &mut order).await {
                 return why;
             }
         }
@@ -365,11 +382,13 @@ impl EventHub {
     }
 
     /// Applies a batch of changes: each record that changed read once, the rest read again and
-    /// compared; the events told in the order of their zxids.
+    /// compared; the events told in the order of their zxids, a record's write only once its
+    /// notification has come ([`WriteOrder`]).
     async fn apply(
         &self,
         batch: &mut Vec<(Source, Change)>,
         known: &mut Known,
+        order: &mut WriteOrder,
     ) -> Result<(), String> {
         let mut records = BTreeSet::new();
         // The owners, members or pauses changed: read again and compared.
@@ -379,9 +398,18 @@ impl EventHub {
         for (source, change) in batch.drain(..) {
             match change {
                 Change::Disconnected => {}
-                Change::ReadAll => read_all = true,
+                Change::ReadAll => {
+                    read_all = true;
+                    order.forget();
+                }
                 Change::Node { path, kind } => match source {
                     Source::Runs => {
+                        match kind {
+                            NodeChange::Created => order.created(&path),
+                            NodeChange::DataChanged => order.rewritten(&path),
+                            NodeChange::Deleted => order.deleted(&path),
+                            NodeChange::ChildrenChanged => {}
+                        }
                         records.insert(path);
                     }
                     // A member's data is rewritten by every clock check: read alone, for
@@ -418,7 +446,13 @@ impl EventHub {
                     Some((job, name, path))
                 })
                 .collect();
-            events.extend(self.record_events(wanted).await);
+            let reads = self.record_reads(wanted).await;
+            events.extend(
+                reads
+                    .into_iter()
+                    .filter_map(|(path, version, event)| order.read(&path, version, event)),
+            );
+            events.extend(order.take_released());
             if reread {
                 let state = self.read_state().await?;
                 events.extend(known.diff(state, now));

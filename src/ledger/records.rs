@@ -245,6 +245,8 @@ pub async fn read_many_stamped(
 pub struct Stamp {
     pub zxid: i64,
     pub at_unix_ms: i64,
+    /// The node's version: how many times it was written after its creation.
+    pub version: i32,
 }
 
 impl Stamp {
@@ -253,6 +255,7 @@ impl Stamp {
         Self {
             zxid: stat.mzxid,
             at_unix_ms: stat.mtime,
+            version: stat.version,
         }
     }
 }

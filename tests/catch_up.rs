@@ -269,7 +269,9 @@ async fn a_failed_run_is_retried_as_new_attempts_with_doubling_backoff() {
     let _serial = fault_lock();
     let dir = tempfile::tempdir().expect("temp dir");
     let fires = dir.path().join("flaky.log");
-    let second = (now_ms() / 1000 + 4) % 60;
+    // One tick a minute, far enough ahead that the node owns the lock by then: 4 s was once
+    // too little for a debug daemon's start beside the whole test pool, and the tick passed.
+    let second = (now_ms() / 1000 + 8) % 60;
     let extra = "retries = 2\nretry_backoff = \"500ms\"";
     let text = schedule(
         "retries",
@@ -282,8 +284,9 @@ async fn a_failed_run_is_retried_as_new_attempts_with_doubling_backoff() {
         ),
     );
     let _node = DaemonNode::start(dir.path(), "r1", &text);
-    // 500 ms then 1 s of backoff after the first tick: all three attempts within a few seconds.
-    let all = wait_fires(&fires, "three attempts", Duration::from_secs(10), |f| {
+    // The tick 8 s ahead, then 500 ms and 1 s of backoff: all three attempts within a few
+    // seconds of it.
+    let all = wait_fires(&fires, "three attempts", Duration::from_secs(14), |f| {
         f.len() >= 3
     })
     .await;

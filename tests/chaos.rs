@@ -47,12 +47,13 @@ const WITHIN_SESSION: Duration = Duration::from_secs(2);
 /// After a fault that ends, the catch-up of the ticks it hid.
 const CATCH_UP: Duration = Duration::from_secs(2);
 /// A fleet's groups all owned again after a membership change: a dead owner's session expires,
-/// the takeover delay passes (with the CLI's jitter and a loaded machine's second: that is
+/// the takeover delay passes (with a server's tick, the CLI's jitter and a loaded machine's second: that is
 /// [`REPLACED_WITHIN`]), and at worst a survivor that is not a group's preferred owner takes it
 /// once membership has settled.
-const OWNED_WITHIN: Duration = Duration::from_millis(4000 + 3000 + 300 + 1000 + 2000);
+const OWNED_WITHIN: Duration = Duration::from_millis(4000 + 200 + 3000 + 300 + 1000 + 2000);
 /// Then balanced: up to four moves by one node, spaced apart.
-const BALANCED_WITHIN: Duration = Duration::from_millis(4000 + 3000 + 300 + 1000 + 2000 + 4000);
+const BALANCED_WITHIN: Duration =
+    Duration::from_millis(4000 + 200 + 3000 + 300 + 1000 + 2000 + 4000);
 
 const _: () = assert!(
     BEYOND_SESSION.as_millis() > SESSION.as_millis() + TAKEOVER.as_millis()
@@ -121,8 +122,9 @@ async fn graceful_stop_of_the_owner_under_delayed_load() {
     let mut cluster =
         ChaosCluster::start_with_submissions("graceful stop of the owner under delayed load", 3)
             .await;
-    // Room to write them all before the first is due.
-    let first_due = now_ms() + 4_000;
+    // Room to write them all before the first is due: about 2 s alone, more than 4 s once
+    // in CI beside the side job's build.
+    let first_due = now_ms() + 8_000;
     let submitted = cluster.submit(SUBMISSIONS, first_due, SUB_SPACING_MS).await;
     assert!(
         now_ms() < first_due,
@@ -158,7 +160,9 @@ async fn graceful_stop_of_the_owner_under_delayed_load() {
         cluster
             .wait_fast_start(from, Some(&id), Duration::from_secs(3))
             .await;
-        windows.push(FaultWindow::between(from, from, Duration::ZERO).hitting(id));
+        // The handover's own ticks: a stopped owner is replaced within a second (promise 2).
+        let handover = Duration::from_millis(RELEASED_WITHIN_MS.unsigned_abs());
+        windows.push(FaultWindow::between(from, from, handover).hitting(id));
         cluster.restart(owner);
     }
     cluster
@@ -166,7 +170,10 @@ async fn graceful_stop_of_the_owner_under_delayed_load() {
         .await;
     cluster.note("stops", serde_json::json!(stops));
     let report = cluster.finish_windows(windows).await;
-    report.assert_failover_within(Duration::from_secs(2));
+    // Released within a second, then the next tick; beside the pool, a loaded machine's second
+    // more (CI: 2139 ms once).
+    let failover = if support::fault_tests_alone() { 2 } else { 3 };
+    report.assert_failover_within(Duration::from_secs(failover));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -343,7 +350,15 @@ async fn pause_of_every_server_beyond_the_session() {
         .wait_serving(Duration::from_secs(30))
         .await
         .expect("the ensemble serves again");
+    cluster.wait_sessions_accepted().await;
     let to = now_ms();
+    // Awaited, not assumed within AFTER: when the servers expired the sessions, the nodes open
+    // new ones and wait the takeover delay, and a crowded machine once took 4.4 s to reconnect.
+    // Counted from when every server takes sessions again: CI once saw none taken for 10 s
+    // after `srvr` answered.
+    cluster
+        .wait_fast_start(to, None, REPLACED_WITHIN + CATCH_UP)
+        .await;
     cluster.run_for(AFTER).await;
     let report = cluster
         .finish(Some(FaultWindow::between(from, to, REPLACED_WITHIN)))

@@ -473,6 +473,9 @@ async fn submissions_run_once_on_the_owner_of_their_jobs_group_whatever_their_ma
             &nodes[0].config,
         );
         let parsed = zkcron::delayed::submission::SubmissionId::parse(&id).expect("an id");
+        // The CLI wrote through a server of its own: this session's server may not have applied
+        // that write yet (CI twice read it as not pending) until it syncs with the leader.
+        client.sync("/").await.expect("sync");
         let (submission, _) = zkcron::ledger::submissions::read(&zk, &paths, &parsed)
             .await
             .expect("read")

@@ -41,7 +41,7 @@ mod fuzz;
 mod groups;
 mod http;
 mod http_delivery;
-mod idle_memory;
+mod idle;
 mod jitter;
 mod layering;
 mod ledger;

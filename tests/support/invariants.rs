@@ -264,10 +264,10 @@ pub fn check(observed: &Observed) -> Vec<Violation> {
     found
 }
 
-/// `tick_ms` of `job` was recorded skipped for a run of its own still alive, and the job's run
-/// started last before the tick was: it had not ended, or ended so little before the tick that
-/// its node could not yet know ([`REAPED_WITHIN_MS`]). Concurrency = forbid at work, not a
-/// tick swallowed.
+/// `tick_ms` of `job` was recorded skipped for a run of its own still alive, and the run of the
+/// job's latest earlier tick was: it had not ended, or ended so little before the tick that its
+/// node could not yet know ([`REAPED_WITHIN_MS`]). Concurrency = forbid at work, not a tick
+/// swallowed. That run may have started after this tick's instant, on a stalled node (CI).
 fn skipped_behind_a_live_run(observed: &Observed, job: &str, tick_ms: i64) -> bool {
     let skipped = observed
         .skipped_behind_own_run
@@ -276,8 +276,8 @@ fn skipped_behind_a_live_run(observed: &Observed, job: &str, tick_ms: i64) -> bo
     let before = observed
         .runs
         .iter()
-        .filter(|run| run.job == job && run.start_ms < tick_ms)
-        .max_by_key(|run| run.start_ms);
+        .filter(|run| run.job == job && run.tick_ms < tick_ms)
+        .max_by_key(|run| run.tick_ms);
     skipped
         && before.is_some_and(|run| {
             run.end_ms

@@ -26,7 +26,11 @@
 #   writes: ZooKeeper write ops and transactions per fired tick by kind, from the node's own
 #   counters (its /metrics, from the third second to the stop; each job keeps `history = 10`,
 #   so pruning is in the count), beside the transactions the servers logged (zxid).
+#   "tick floor": the same bash, each started from a process that slept to an absolute instant
+#   (as a tick meets an idle machine, its caches cold): what any scheduler's job pays at least.
 #   Target (issue 10): zkcron's share (lateness - floor p50) p50 <= 1 ms and p99 <= 3 ms.
+#   Target (issue 54): the raw lateness after the first tick p50 <= 2 ms, p99 <= 4 ms, printed
+#   beside the tick floor.
 #
 # With --jobs N (a burst), N jobs are due on every second, each `/bin/date +%s.%N`: its first
 # instructions print the clock (bash's own start-up, ~1 ms of CPU each, would be most of what is
@@ -134,6 +138,25 @@ with open(sys.argv[1], "w") as f:
     f.write("\n".join(f"{s:.3f}" for s in samples[5:]))  # the first runs warm the page cache
 with open(sys.argv[1] + "_pids", "w") as f:
     f.write("\n".join(pids[5:]))
+PY
+# The tick floor: the same bash started the way a tick meets the machine, from a process that
+# slept until an absolute instant, with caches gone cold meanwhile. The warm loop above
+# understates what any scheduler's job pays at its instant (issue 54: 1.7 ms warm, 2.6 cold).
+python3 - "$work/tick_floor" <<'PY'
+import subprocess, sys, time
+samples, pids = [], []
+for _ in range(32):
+    instant = time.time() + 0.25
+    time.sleep(max(0.0, instant - time.time()))
+    child = subprocess.Popen(["/bin/bash", "-c", "echo $EPOCHREALTIME"], stdout=subprocess.PIPE,
+                             text=True)
+    out = child.communicate()[0].strip().replace(",", ".")
+    samples.append((float(out) - instant) * 1000.0)
+    pids.append(f"{instant} {child.pid}")
+with open(sys.argv[1], "w") as f:
+    f.write("\n".join(f"{s:.3f}" for s in samples[2:]))
+with open(sys.argv[1] + "_pids", "w") as f:
+    f.write("\n".join(pids[2:]))
 PY
 if ((jobs > 1)); then
   python3 - "$work/burst_floor" "$jobs" <<'PY'
@@ -297,6 +320,9 @@ floor = [float(x) for x in open(floor_path).read().split()]
 print(f"== fork+exec floor: {len(floor)} runs of /bin/bash -c 'echo $EPOCHREALTIME' "
       "from python subprocess, ms")
 print(f"floor      {summary(floor)}")
+tick_floor = [float(x) for x in open(floor_path.replace("floor", "tick_floor")).read().split()]
+print(f"tick floor {summary(tick_floor)}   (the same, each from an instant slept to, "
+      "as a tick starts)")
 
 rows = []
 for line in open(fires_path):
@@ -332,6 +358,9 @@ if len(rows) > 1:
 if late:
     print(f"minus floor p50 ({floor_p50:.3f} ms): "
           f"p50 {pct(sorted(late), 50) - floor_p50:.3f}  p99 {pct(sorted(late), 99) - floor_p50:.3f}")
+    tick_p50 = pct(sorted(tick_floor), 50)
+    print(f"minus tick floor p50 ({tick_p50:.3f} ms): "
+          f"p50 {pct(sorted(late), 50) - tick_p50:.3f}  p99 {pct(sorted(late), 99) - tick_p50:.3f}")
     worst = sorted(rows, key=lambda r: -r[1])[:5]
     print("worst 5    " + "  ".join(f"{l:.3f} ({iso(s)})" for s, l, _ in worst))
 last_of_tick = defaultdict(float)
@@ -405,6 +434,12 @@ if exec_path:
     print("== to the job's first instruction (perf: the kernel's sched_process_exec of the job's "
           "program), ms")
     print(f"floor      {summary(floor_exec)}   (python subprocess: Popen -> bash's exec done)")
+    tick_exec = []
+    for l in open(floor_path.replace("floor", "tick_floor") + "_pids"):
+        instant, pid = l.split()
+        if int(pid) in execs:
+            tick_exec.append(execs[int(pid)] - float(instant) * 1000.0)
+    print(f"tick floor {summary(tick_exec)}   (from the instant slept to -> bash's exec done)")
     if first_instruction:
         first_tick = min(s for s, _ in first_instruction)
         steady_fi = sorted(l for s, l in first_instruction if s != first_tick)
@@ -439,6 +474,13 @@ if jobs == 1:
     print(f"== target ({measure}): zkcron's share after the first tick (lateness - floor p50) "
           f"p50 <= 1 ms (is {share_p50:.3f}), p99 <= 3 ms (is {share_p99:.3f}), no "
           f"early/duplicate/missed fire: {'MET' if ok else 'NOT MET'}")
+    if len(rows) > 1:
+        after = sorted(l for s, l, _ in rows if s != min(rows)[0])
+        raw_ok = clean and pct(after, 50) <= 2.0 and pct(after, 99) <= 4.0
+        print(f"== target (issue 54, in bash, after the first tick): p50 <= 2 ms "
+              f"(is {pct(after, 50):.3f}), p99 <= 4 ms (is {pct(after, 99):.3f}): "
+              f"{'MET' if raw_ok else 'NOT MET'}; this machine's tick floor p50 "
+              f"{pct(sorted(tick_floor), 50):.3f}, p99 {pct(sorted(tick_floor), 99):.3f}")
 else:
     if first_instruction:
         complete = burst_fi

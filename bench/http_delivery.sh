@@ -20,11 +20,14 @@
 #
 # Usage: bench/http_delivery.sh [--servers 1|3] [--rates "200 1000 2000"] [--seconds S]
 #                               [--target http|process] [--max-running N] [--claim-ahead D]
-#                               [--resend never|idempotent] [--binary PATH] [--keep]
+#                               [--resend never|idempotent] [--history N] [--binary PATH]
+#                               [--keep]
 #   --max-running  the job's max_running (default 256, the job's own default): runs open at once
 #   --claim-ahead  [lock] claim_ahead (default 250ms, its own default): how early a claim goes out
 #   --resend       the HTTP target's resend (default never: at most once, a write before each
 #                  request; idempotent: no write in front of it)
+#   --history      the job's history (default 100, its own default): how many records are kept,
+#                  so how often the owner prunes during the run
 # Everything started is stopped by PID on exit and on Ctrl-C. Only 127.0.0.1 is used.
 set -euo pipefail
 
@@ -39,6 +42,7 @@ max_running=256
 claim_ahead=250ms
 binary=""
 resend=never
+history=100
 usage() { sed -n '/^# Usage:/,/^# Everything/p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while (($#)); do
   case "$1" in
@@ -50,6 +54,7 @@ while (($#)); do
     --claim-ahead) claim_ahead=${2:?}; shift 2 ;;
     --binary) binary=${2:?}; shift 2 ;;
     --resend) resend=${2:?}; shift 2 ;;
+    --history) history=${2:?}; shift 2 ;;
     --keep) BENCH_KEEP=1; shift ;;
     -h | --help) usage ;;
     *) echo "unknown argument: $1" >&2; usage ;;
@@ -111,6 +116,7 @@ name = "due"
 starting_deadline = "1h"
 max_running = $max_running
 timeout = "30s"
+history = $history
 $target_line
 TOML
 

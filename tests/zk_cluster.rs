@@ -15,7 +15,7 @@ use std::time::Duration;
 use nix::errno::Errno;
 use nix::sys::signal;
 use nix::unistd::Pid;
-use support::zk_cluster::{START_TIMEOUT, preflight_in};
+use support::zk_cluster::{MAX_SESSION_TIMEOUT, START_TIMEOUT, preflight_in};
 use support::{
     Mode, ZkEnsemble, expire_session, fault_lock, shared_ensemble, unique_chroot, wait_until,
     within,
@@ -212,7 +212,14 @@ async fn expire_session_deletes_ephemerals_and_the_victim_sees_expired() {
 async fn killing_the_leader_elects_a_new_one_and_a_restart_rejoins() {
     let _serial = fault_lock();
     let mut zk = ZkEnsemble::start(3).unwrap();
-    let client = connect(&zk.connect_string()).await;
+    // A session as long as the servers allow: the default 6 s once expired while a loaded pool of
+    // tests (CI) slowed the kill, the election and the client's reconnect, and a session that
+    // expires is not what this test is about.
+    let client = Client::connector()
+        .with_session_timeout(MAX_SESSION_TIMEOUT)
+        .connect(&zk.connect_string())
+        .await
+        .expect("a client connects to a started ensemble");
     client.create("/before", b"1", &persistent()).await.unwrap();
     let old = zk
         .leader()
@@ -230,7 +237,7 @@ async fn killing_the_leader_elects_a_new_one_and_a_restart_rejoins() {
         .expect("the two survivors must elect a leader");
     assert_ne!(new, old, "the killed server cannot lead");
 
-    // The client's 6 s session outlives the election, so the same session must work again.
+    // The client's session outlives the election, so the same session must work again.
     let client = &client;
     wait_until(
         "the client creates a node through the new quorum",
@@ -238,6 +245,9 @@ async fn killing_the_leader_elects_a_new_one_and_a_restart_rejoins() {
         || async move {
             match client.create("/after", b"2", &persistent()).await {
                 Ok(_) | Err(zookeeper_client::Error::NodeExists) => true,
+                Err(zookeeper_client::Error::SessionExpired) => {
+                    panic!("the session expired during the election: it must outlive it")
+                }
                 Err(_) => false,
             }
         },

@@ -628,18 +628,9 @@ async fn pruning_a_submissions_record_frees_its_id_but_never_prunes_an_open_run(
         claim.record.status = RunStatus::Succeeded;
         ledger::finish(&za, claim, &[]).await.expect("final record");
     }
-    let job = JobName::new("close");
     // The runs ended in 1970: their `dedup_window` has long passed, so the ids go too.
     let remember = remember_at(chrono::Utc::now().timestamp_millis(), 3600);
-    let deleted = ledger::prune(
-        &za,
-        &paths,
-        &job,
-        zkcron::layout::Keep::Records(1),
-        remember,
-    )
-    .await
-    .expect("pruned");
+    let deleted = prune_close(&za, &paths, 1, remember).await;
     assert_eq!(deleted, 1, "p-2 goes; p-1 is open; p-3 is the newest kept");
     let exists = |path: String| {
         let a = &a;
@@ -659,6 +650,71 @@ async fn pruning_a_submissions_record_frees_its_id_but_never_prunes_an_open_run(
     submit(&za, &paths, "p-2", 9000).await;
 }
 
+/// A prune larger than one multi-op goes a multi-op's worth at a time (its reads too, so that the
+/// claims sent meanwhile never wait behind a thousand of them): every slice's decisions are as
+/// one prune's, an open run in a later slice is kept, and the newest `keep` stay.
+#[tokio::test]
+async fn a_prune_of_many_slices_deletes_every_ended_record_beyond_keep_and_no_open_one() {
+    let (a, _, paths, _) = setup("ledger-prune-slices").await;
+    let za = door(&a);
+    let token = acquire(&a, &paths).await;
+    let due = 1_800_000_000_000;
+    let (runs, open_at, keep) = (130, 77, 10);
+    let mut open = None;
+    for n in 0..runs {
+        let id = submit(&za, &paths, &format!("s-{n:03}"), due + n).await;
+        if n == open_at {
+            open = Some(
+                claim_submission(&za, &paths, &id, due + n, token)
+                    .await
+                    .path,
+            );
+        } else {
+            run_to_the_end(&za, &paths, &id, due + n, token).await;
+        }
+    }
+    let job = JobName::new("close");
+    let pruned = prune_close(&za, &paths, keep, remember_at(due + 600_000, 3600)).await;
+    let beyond_keep = usize::try_from(runs).expect("a count") - keep;
+    assert_eq!(
+        pruned,
+        beyond_keep - 1,
+        "every ended record beyond the newest {keep} goes, across three slices"
+    );
+    let left = a
+        .list_children(&paths.job_runs(&job))
+        .await
+        .expect("listed");
+    assert_eq!(
+        left.len(),
+        keep + 1,
+        "the newest {keep} and the open run: {left:?}"
+    );
+    let open = open.expect("claimed");
+    assert!(
+        a.check_stat(&open).await.expect("stat").is_some(),
+        "the open run's record in the second slice stays"
+    );
+}
+
+/// Prunes job "close" down to its newest `keep` records; how many were deleted.
+async fn prune_close(
+    a: &Ledger,
+    paths: &LedgerPaths,
+    keep: usize,
+    remember: ledger::Remember,
+) -> usize {
+    ledger::prune(
+        a,
+        paths,
+        &JobName::new("close"),
+        zkcron::layout::Keep::Records(keep),
+        remember,
+    )
+    .await
+    .expect("pruned")
+}
+
 fn remember_at(now_unix_ms: i64, window_secs: u64) -> ledger::Remember {
     ledger::Remember {
         now_unix_ms,
@@ -666,9 +722,15 @@ fn remember_at(now_unix_ms: i64, window_secs: u64) -> ledger::Remember {
     }
 }
 
-/// Claims and finishes submission `id` due at `due` (its run ends at `due`).
-async fn run_to_the_end(a: &Ledger, paths: &LedgerPaths, id: &SubmissionId, due: i64, token: i32) {
-    let mut claim = ledger::claim(
+/// Claims submission `id` due at `due` for node "a" under `token`: its run is open.
+async fn claim_submission(
+    a: &Ledger,
+    paths: &LedgerPaths,
+    id: &SubmissionId,
+    due: i64,
+    token: i32,
+) -> run::Claim {
+    ledger::claim(
         a,
         paths,
         submission_record(id, due, "a", token),
@@ -676,7 +738,12 @@ async fn run_to_the_end(a: &Ledger, paths: &LedgerPaths, id: &SubmissionId, due:
         false,
     )
     .await
-    .expect("claimed");
+    .expect("claimed")
+}
+
+/// Claims and finishes submission `id` due at `due` (its run ends at `due`).
+async fn run_to_the_end(a: &Ledger, paths: &LedgerPaths, id: &SubmissionId, due: i64, token: i32) {
+    let mut claim = claim_submission(a, paths, id, due, token).await;
     claim.record.status = RunStatus::Succeeded;
     claim.record.finished_unix_ms = Some(due);
     ledger::finish(a, &mut claim, &[])
@@ -701,15 +768,7 @@ async fn a_pruned_submission_leaves_a_tombstone_until_its_window_has_passed() {
     }
     let job = JobName::new("close");
     let ten_minutes_later = due + 600_000;
-    let pruned = ledger::prune(
-        &za,
-        &paths,
-        &job,
-        zkcron::layout::Keep::Records(2),
-        remember_at(ten_minutes_later, 3600),
-    )
-    .await
-    .expect("pruned");
+    let pruned = prune_close(&za, &paths, 2, remember_at(ten_minutes_later, 3600)).await;
     assert_eq!(pruned, 3, "t-0 to t-2 go, t-3 and t-4 are kept");
     let first = &ids[0];
     let (_, state) = submissions::show(&za, &paths.delayed, &paths, first)
@@ -823,16 +882,8 @@ async fn an_anonymous_submission_leaves_no_tombstone() {
     run_to_the_end(&za, &paths, &id, due, token).await;
     let kept = submit(&za, &paths, "named", due + 1).await;
     run_to_the_end(&za, &paths, &kept, due + 1, token).await;
-    let job = JobName::new("close");
-    let pruned = ledger::prune(
-        &za,
-        &paths,
-        &job,
-        zkcron::layout::Keep::Records(1),
-        remember_at(due + 1_000, 3600),
-    )
-    .await;
-    assert_eq!(pruned.expect("pruned"), 1);
+    let pruned = prune_close(&za, &paths, 1, remember_at(due + 1_000, 3600)).await;
+    assert_eq!(pruned, 1);
     let path = paths.delayed.submission(&id);
     assert_eq!(
         a.check_stat(&path).await.expect("stat"),
@@ -907,16 +958,7 @@ async fn a_record_that_promises_a_retry_is_not_pruned() {
         let id = submit(&za, &paths, &format!("r-{n}"), due + n).await;
         run_to_the_end(&za, &paths, &id, due + n, token).await;
     }
-    let job = JobName::new("close");
-    let pruned = ledger::prune(
-        &za,
-        &paths,
-        &job,
-        zkcron::layout::Keep::Records(1),
-        remember_at(due + 10_000, 3600),
-    )
-    .await
-    .expect("pruned");
+    let pruned = prune_close(&za, &paths, 1, remember_at(due + 10_000, 3600)).await;
     assert_eq!(pruned, 2, "r-1 and r-2 go; r-0's promise stays");
     assert!(a.check_stat(&claim.path).await.expect("stat").is_some());
 }

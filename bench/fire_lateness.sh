@@ -122,42 +122,40 @@ else
   echo "(perf cannot trace sched:sched_process_exec here: no first-instruction figures)" >&2
 fi
 
-# The fork+exec floor, with ZooKeeper up and idle as during the run.
-floor_file="$work/floor"
-python3 - "$floor_file" <<'PY'
+# bash started from Python, RUNS times, its first SKIP dropped: ms from each start's reference
+# to bash's $EPOCHREALTIME in OUT, "reference pid" lines in OUT_pids. MODE "warm": each right
+# after the last, referenced to the moment before the start; "instant": each from a process that
+# slept until an absolute instant 250 ms on, referenced to that instant.
+bash_floor() {
+  python3 - "$@" <<'PY'
 import subprocess, sys, time
+out_file, mode, runs, skip = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 samples, pids = [], []
-for _ in range(55):
-    before = time.time()
+for _ in range(runs):
+    if mode == "instant":
+        reference = time.time() + 0.25
+        time.sleep(max(0.0, reference - time.time()))
+    else:
+        reference = time.time()
     child = subprocess.Popen(["/bin/bash", "-c", "echo $EPOCHREALTIME"], stdout=subprocess.PIPE,
                              text=True)
     out = child.communicate()[0].strip().replace(",", ".")
-    samples.append((float(out) - before) * 1000.0)
-    pids.append(f"{before} {child.pid}")
-with open(sys.argv[1], "w") as f:
-    f.write("\n".join(f"{s:.3f}" for s in samples[5:]))  # the first runs warm the page cache
-with open(sys.argv[1] + "_pids", "w") as f:
-    f.write("\n".join(pids[5:]))
+    samples.append((float(out) - reference) * 1000.0)
+    pids.append(f"{reference} {child.pid}")
+with open(out_file, "w") as f:
+    f.write("\n".join(f"{s:.3f}" for s in samples[skip:]))
+with open(out_file + "_pids", "w") as f:
+    f.write("\n".join(pids[skip:]))
 PY
+}
+# The fork+exec floor, with ZooKeeper up and idle as during the run; the first runs warm the page
+# cache.
+floor_file="$work/floor"
+bash_floor "$floor_file" warm 55 5
 # The tick floor: the same bash started the way a tick meets the machine, from a process that
 # slept until an absolute instant, with caches gone cold meanwhile. The warm loop above
 # understates what any scheduler's job pays at its instant (issue 54: 1.7 ms warm, 2.6 cold).
-python3 - "$work/tick_floor" <<'PY'
-import subprocess, sys, time
-samples, pids = [], []
-for _ in range(32):
-    instant = time.time() + 0.25
-    time.sleep(max(0.0, instant - time.time()))
-    child = subprocess.Popen(["/bin/bash", "-c", "echo $EPOCHREALTIME"], stdout=subprocess.PIPE,
-                             text=True)
-    out = child.communicate()[0].strip().replace(",", ".")
-    samples.append((float(out) - instant) * 1000.0)
-    pids.append(f"{instant} {child.pid}")
-with open(sys.argv[1], "w") as f:
-    f.write("\n".join(f"{s:.3f}" for s in samples[2:]))
-with open(sys.argv[1] + "_pids", "w") as f:
-    f.write("\n".join(pids[2:]))
-PY
+bash_floor "$work/tick_floor" instant 32 2
 if ((jobs > 1)); then
   python3 - "$work/burst_floor" "$jobs" <<'PY'
 import subprocess, sys, time

@@ -2,6 +2,7 @@
 //! file of tests/integration.rs).
 //!
 //! - [`zk_cluster`]: real ZooKeeper servers and ensembles, faults by PID, waits with stated bounds.
+//! - [`postgres`]: real PostgreSQL servers, a database per test, faults by PID.
 //! - [`proxy`]: a TCP proxy in front of a server, to partition one node from ZooKeeper.
 //! - [`chaos`]: the chaos suite's cluster of nodes behind proxies, its faults and its report.
 //! - [`invariants`]: what the chaos suite checks after each scenario, on a log in memory.
@@ -20,6 +21,7 @@ pub mod io_faults;
 pub mod netem;
 pub mod node;
 pub mod otlp;
+pub mod postgres;
 pub mod proxy;
 pub mod receiver;
 pub mod tls;

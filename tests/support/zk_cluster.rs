@@ -1378,7 +1378,7 @@ pub fn closed_port() -> u16 {
 }
 
 /// `count` distinct free loopback ports: all are bound at once (so none repeats), then released.
-fn free_ports(count: usize) -> io::Result<Vec<u16>> {
+pub(super) fn free_ports(count: usize) -> io::Result<Vec<u16>> {
     let listeners = (0..count)
         .map(|_| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)))
         .collect::<io::Result<Vec<_>>>()?;
@@ -1388,7 +1388,7 @@ fn free_ports(count: usize) -> io::Result<Vec<u16>> {
         .collect()
 }
 
-fn tail(path: &Path, lines: usize) -> String {
+pub(super) fn tail(path: &Path, lines: usize) -> String {
     match fs::read(path) {
         Ok(bytes) => {
             let text = String::from_utf8_lossy(&bytes);
@@ -1452,7 +1452,7 @@ struct SpawnRequest {
 /// The kernel sends the death signal when the *thread* that forked the child exits, not the
 /// process. libtest runs each test on its own thread, so a JVM forked by a test would die with
 /// that test even if its ensemble is shared; the spawner thread lives as long as the process.
-fn spawn_with_pdeathsig(mut command: Command) -> io::Result<Child> {
+pub(super) fn spawn_with_pdeathsig(mut command: Command) -> io::Result<Child> {
     static SPAWNER: OnceLock<Result<mpsc::Sender<SpawnRequest>, String>> = OnceLock::new();
     let spawner = SPAWNER.get_or_init(|| {
         let (requests, incoming) = mpsc::channel::<SpawnRequest>();

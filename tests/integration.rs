@@ -50,6 +50,7 @@ mod lock;
 mod metrics;
 mod newer_formats;
 mod notices;
+mod pg_store;
 mod readme;
 mod reschedule;
 mod retries;

@@ -26,6 +26,7 @@ mod handle;
 pub mod inspect;
 pub mod limits;
 mod parents;
+pub mod postgres;
 mod prune;
 mod records;
 pub mod submissions;

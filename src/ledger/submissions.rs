@@ -678,7 +678,12 @@ async fn cancel_retry(
 }
 
 /// The record a cancel leaves: the submission never ran.
-fn cancelled_record(submission: &Submission, id: &SubmissionId, now_unix_ms: i64) -> RunRecord {
+/// A submission's record once it is cancelled before it started, in either store.
+pub(super) fn cancelled_record(
+    submission: &Submission,
+    id: &SubmissionId,
+    now_unix_ms: i64,
+) -> RunRecord {
     let mut record = RunRecord::claimed_submission(
         &submission.job,
         submission.due_unix_ms,

@@ -1,0 +1,24 @@
+//! The delayed queue's second store: PostgreSQL, for a queue past what ZooKeeper should hold
+//! in every server's memory (issue 55). ZooKeeper keeps who owns, the members, the fencing
+//! token and the ticks' ledger; this store keeps pending submissions, their payloads, the ids it
+//! remembers and their run records.
+//!
+//! Owns: the connection (`handle`: one client, connected again after the server went away),
+//! the statements it prepares (`statements`), why a request failed (`error`), the schema and its migrations by version (`schema`), the fence — a lock group's newest
+//! fencing token, which every claim checks in its own statement (`fence`) — the queue's
+//! statements (`queue`: submit in one round trip, claim due rows with `FOR UPDATE SKIP LOCKED`,
+//! end, cancel, read) and the day partitions they fill and drop (`partitions`).
+//! Must not: name `zk` (the fencing token comes from the lock driver through its caller), decide
+//! when anything fires (the fire machine), or check a submission against the schedule.
+
+mod error;
+mod fence;
+mod handle;
+mod partitions;
+mod queue;
+mod schema;
+mod statements;
+
+pub use error::StoreError;
+pub use handle::PgStore;
+pub use queue::{Claimed, ClaimedBatch, Ended, Where};

@@ -1,0 +1,58 @@
+//! Why the PostgreSQL store did not do what was asked: one typed reason per failure, with what
+//! a person needs to act on it.
+//!
+//! Owns: `StoreError`.
+//! Must not: decide what a caller does about it.
+
+use crate::delayed::submission::{FormatError, SubmissionId};
+use crate::ids::FencingToken;
+
+/// Why the store did not do what was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("the PostgreSQL connection string is not valid: {0}")]
+    Dsn(#[source] tokio_postgres::Error),
+    #[error("cannot reach PostgreSQL: {0}")]
+    Unreachable(#[source] tokio_postgres::Error),
+    #[error("PostgreSQL refused {what}: {source}")]
+    Query {
+        what: &'static str,
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    #[error("migrating the delayed queue's schema failed: {0}")]
+    Migration(#[source] refinery::Error),
+    #[error(
+        "the database's delayed queue schema is at version {found}, newer than this zkcron knows \
+         ({known}): a newer zkcron migrated it; run that version"
+    )]
+    NewerSchema { found: i64, known: i64 },
+    #[error(
+        "fenced: lock group {lock_group} has fencing token {current} in the store, and this node \
+         holds {ours}; a newer owner took the lock"
+    )]
+    Fenced {
+        lock_group: String,
+        ours: FencingToken,
+        current: i64,
+    },
+    #[error("unreadable submission {id} in table {table}: {source}")]
+    Corrupt {
+        table: &'static str,
+        id: String,
+        #[source]
+        source: FormatError,
+    },
+    #[error(
+        "submission {id} already exists with a different job, due time or payload; it was left as it is"
+    )]
+    Conflict { id: SubmissionId },
+    #[error("submission {id} is not in the store")]
+    NotFound { id: SubmissionId },
+}
+
+impl StoreError {
+    pub(super) fn query(what: &'static str) -> impl FnOnce(tokio_postgres::Error) -> StoreError {
+        move |source| StoreError::Query { what, source }
+    }
+}

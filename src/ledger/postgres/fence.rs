@@ -1,0 +1,56 @@
+//! The fence: a lock group's newest fencing token in the database, the row every claim checks.
+//!
+//! ZooKeeper's `epoch` version is the token; the database cannot read it, so the owner raises
+//! this row to its token when it gains the lock, before it claims anything. A raise takes the
+//! row's lock, so it waits for the claims in flight (which hold the row `FOR SHARE`), and every
+//! claim after it with an older token finds no row to share: a stale owner claims nothing,
+//! whatever it believes.
+//!
+//! Owns: raising the row and reading it.
+//! Must not: claim, or take a token from anywhere but its caller (the lock driver's).
+
+use super::error::StoreError;
+use super::handle::PgStore;
+use crate::ids::FencingToken;
+
+impl PgStore {
+    /// Raises the fence of this lock group to `token`, which this node got from ZooKeeper when
+    /// it gained the lock. Raising it to the token it holds already is a no-op.
+    ///
+    /// # Errors
+    /// `Fenced` when the row holds a newer token (another node gained the lock since);
+    /// `Unreachable` or `Query` when the database did not answer.
+    pub async fn raise_fence(&self, token: FencingToken) -> Result<(), StoreError> {
+        let live = self.live().await?;
+        let raised = live
+            .client
+            .query_opt(
+                &live.statements.raise_fence,
+                &[&self.lock_group, &i64::from(token.0)],
+            )
+            .await
+            .map_err(StoreError::query("raising the fence"))?;
+        if raised.is_some() {
+            return Ok(());
+        }
+        Err(StoreError::Fenced {
+            lock_group: self.lock_group.clone(),
+            ours: token,
+            current: self.fence().await?.unwrap_or(0),
+        })
+    }
+
+    /// The token the fence holds now; none before any owner raised it.
+    ///
+    /// # Errors
+    /// `Unreachable` or `Query` when the database did not answer.
+    pub async fn fence(&self) -> Result<Option<i64>, StoreError> {
+        let live = self.live().await?;
+        let row = live
+            .client
+            .query_opt(&live.statements.read_fence, &[&self.lock_group])
+            .await
+            .map_err(StoreError::query("reading the fence"))?;
+        Ok(row.map(|row| row.get(0)))
+    }
+}

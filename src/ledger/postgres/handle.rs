@@ -1,0 +1,95 @@
+//! The PostgreSQL store's handle: one connection to the database, made again when the last one
+//! ended, and the statements prepared on it.
+//!
+//! Owns: `PgStore` (the DSN's settings, the lock group, the live connection) and opening it
+//! (connect, migrate, prepare).
+//! Must not: send the queue's statements (`queue` and `fence` do).
+
+use std::sync::Arc;
+
+use tokio::sync::Mutex;
+
+use super::error::StoreError;
+use super::schema;
+use super::statements::Statements;
+
+/// The delayed queue in PostgreSQL, for one lock group: a client connected again whenever the
+/// previous connection ended (the server restarted, or the network dropped it).
+pub struct PgStore {
+    config: tokio_postgres::Config,
+    pub(super) lock_group: String,
+    live: Mutex<Option<Arc<Live>>>,
+}
+
+/// One connection and the statements prepared on it.
+pub(super) struct Live {
+    pub(super) client: tokio_postgres::Client,
+    pub(super) statements: Statements,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The DSN may hold a password: only where it leads.
+        f.debug_struct("PgStore")
+            .field("hosts", &self.config.get_hosts())
+            .field("dbname", &self.config.get_dbname())
+            .field("lock_group", &self.lock_group)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgStore {
+    /// Connects to the database `dsn` names (a libpq connection string or URL), brings its
+    /// schema to this version's, and keeps the queue of `lock_group` (its ZooKeeper lock path).
+    ///
+    /// # Errors
+    /// `Dsn` for a string that is not one; `Unreachable`; `NewerSchema` when a newer zkcron
+    /// migrated the database; `Migration` when a migration failed.
+    pub async fn open(dsn: &str, lock_group: &str) -> Result<Self, StoreError> {
+        let config: tokio_postgres::Config = dsn.parse().map_err(StoreError::Dsn)?;
+        let store = Self {
+            config,
+            lock_group: lock_group.to_owned(),
+            live: Mutex::new(None),
+        };
+        let mut client = store.connect_raw().await?;
+        schema::migrate(&mut client).await?;
+        let statements = Statements::prepare(&client).await?;
+        *store.live.lock().await = Some(Arc::new(Live { client, statements }));
+        Ok(store)
+    }
+
+    /// The lock group whose queue this is.
+    pub fn lock_group(&self) -> &str {
+        &self.lock_group
+    }
+
+    async fn connect_raw(&self) -> Result<tokio_postgres::Client, StoreError> {
+        let (client, connection) = self
+            .config
+            .connect(tokio_postgres::NoTls)
+            .await
+            .map_err(StoreError::Unreachable)?;
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::warn!(%error, "the connection to PostgreSQL ended");
+            }
+        });
+        Ok(client)
+    }
+
+    /// The live connection, or a new one when the last has closed.
+    pub(super) async fn live(&self) -> Result<Arc<Live>, StoreError> {
+        let mut live = self.live.lock().await;
+        if let Some(current) = live.as_ref()
+            && !current.client.is_closed()
+        {
+            return Ok(Arc::clone(current));
+        }
+        let client = self.connect_raw().await?;
+        let statements = Statements::prepare(&client).await?;
+        let fresh = Arc::new(Live { client, statements });
+        *live = Some(Arc::clone(&fresh));
+        Ok(fresh)
+    }
+}

@@ -1,0 +1,405 @@
+//! The delayed queue's statements: a submission's life in the PostgreSQL store.
+//!
+//! A submission is in exactly one of `zkcron_pending`, `zkcron_open` and `zkcron_ended`, and
+//! each move between them is one statement (a `DELETE … RETURNING` feeding an `INSERT`), so it
+//! is never in two and never in none; its id is in `zkcron_ids` from its submit until it is
+//! forgotten. A claim checks the fence in the statement that claims ([`super::fence`]).
+//!
+//! Owns: submit, claim, end, cancel and find, each one prepared statement (a submit is one round
+//! trip; a day's first row makes its partition first).
+//! Must not: decide which submissions are due (the caller passes the horizon) or build records
+//! other than a claim's and a cancel's, which the ZooKeeper store builds the same way.
+
+use tokio_postgres::types::ToSql;
+
+use super::error::StoreError;
+use super::handle::{Live, PgStore};
+use super::partitions::{self, Partitioned};
+use crate::delayed::submission::{Stored, Submission, SubmissionId, Tombstone};
+use crate::ids::{FencingToken, NodeId};
+use crate::ledger::submissions::{Submitted, cancelled_record};
+use crate::run::RunRecord;
+
+/// Attempts at a statement whose day partition was missing (made between attempts; a second
+/// miss means another node dropped it in between, which only a past day's can be).
+const PARTITION_ATTEMPTS: usize = 3;
+
+/// A submission the store handed to its claimer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claimed {
+    pub id: SubmissionId,
+    pub submission: Submission,
+    /// The record a claim writes in the ZooKeeper store: attempt 1, by this node, this token.
+    pub record: RunRecord,
+}
+
+/// What one claim statement did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimedBatch {
+    /// Oldest due first.
+    pub claimed: Vec<Claimed>,
+    /// Rows it took that could not be read back as submissions: each is logged with its id,
+    /// and stays open in the store for an operator, never silently dropped.
+    pub unreadable: Vec<String>,
+}
+
+/// How an end went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// The run's row moved to the ended table with its final record.
+    Recorded,
+    /// No open run of that id holds that token: it ended already, or a newer owner took it
+    /// over. Nothing was written.
+    NotOurs,
+}
+
+/// Where a submission is, as one read saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Where {
+    Pending(Submission),
+    /// Claimed; `record` is its claim's until the run writes its own.
+    Open {
+        submission: Submission,
+        record: Box<RunRecord>,
+    },
+    Ended {
+        submission: Submission,
+        record: Box<RunRecord>,
+    },
+    /// Its record was pruned; the id is remembered until the tombstone's time.
+    Remembered(Tombstone),
+}
+
+/// A found row, before it is read.
+pub struct SubmissionRow {
+    place: String,
+    submission: Vec<u8>,
+    record: Option<Vec<u8>>,
+    token: Option<i64>,
+    node: Option<String>,
+    ip: Option<String>,
+    at_ms: Option<i64>,
+}
+
+impl PgStore {
+    /// Submits `submission` under `id`: one round trip (two on a day's first submission, which
+    /// makes the day's partition). The same request under the same id again is a no-op.
+    ///
+    /// # Errors
+    /// `Conflict` when `id` holds a different request; `Corrupt` when the stored one cannot be
+    /// read; `Unreachable` or `Query` when the database did not take it (nothing is
+    /// half-written: it is one statement).
+    pub async fn submit(
+        &self,
+        id: &SubmissionId,
+        submission: &Submission,
+    ) -> Result<Submitted, StoreError> {
+        let data = submission.to_bytes();
+        let params: [&(dyn ToSql + Sync); 5] = [
+            &self.lock_group,
+            &id.as_str(),
+            &submission.job.as_str(),
+            &submission.due_unix_ms,
+            &data,
+        ];
+        let live = self.live().await?;
+        let rows = with_partition(&live, Partitioned::Pending, submission.due_unix_ms, || {
+            live.client.query(&live.statements.submit, &params)
+        })
+        .await
+        .map_err(StoreError::query("a submit"))?;
+        if !rows.is_empty() {
+            return Ok(Submitted::Created);
+        }
+        let same = match self.find(id).await? {
+            Some(
+                Where::Pending(stored)
+                | Where::Open {
+                    submission: stored, ..
+                }
+                | Where::Ended {
+                    submission: stored, ..
+                },
+            ) => stored.same_request(submission),
+            Some(Where::Remembered(tombstone)) => tombstone.same_request(submission),
+            // Remembered without a tombstone: an id it generated itself, being pruned.
+            None => false,
+        };
+        if same {
+            Ok(Submitted::AlreadyThere)
+        } else {
+            Err(StoreError::Conflict { id: id.clone() })
+        }
+    }
+
+    /// Claims up to `limit` pending submissions due by `due_by_unix_ms`, oldest first, for
+    /// `node` holding `token`: they move to the open runs in the statement that checks the
+    /// fence, and rows another claimer holds are skipped rather than waited for.
+    ///
+    /// # Errors
+    /// `Fenced` when the fence holds another token (raise it first with
+    /// [`PgStore::raise_fence`]; a newer one means this node is a stale owner, and nothing was
+    /// claimed); `Unreachable` or `Query` when the database did not answer.
+    pub async fn claim_due(
+        &self,
+        token: FencingToken,
+        due_by_unix_ms: i64,
+        limit: i64,
+        node: (&NodeId, &str),
+        now_unix_ms: i64,
+    ) -> Result<ClaimedBatch, StoreError> {
+        let live = self.live().await?;
+        let rows = live
+            .client
+            .query(
+                &live.statements.claim,
+                &[
+                    &self.lock_group,
+                    &i64::from(token.0),
+                    &due_by_unix_ms,
+                    &limit,
+                    &node.0.as_str(),
+                    &node.1,
+                    &now_unix_ms,
+                ],
+            )
+            .await
+            .map_err(StoreError::query("a claim"))?;
+        let fenced_in = rows.first().is_some_and(|row| row.get::<_, bool>(0));
+        if !fenced_in {
+            return Err(StoreError::Fenced {
+                lock_group: self.lock_group.clone(),
+                ours: token,
+                current: self.fence().await?.unwrap_or(0),
+            });
+        }
+        let mut batch = ClaimedBatch {
+            claimed: Vec::new(),
+            unreadable: Vec::new(),
+        };
+        for row in rows {
+            let Some(id) = row.get::<_, Option<String>>(1) else {
+                continue;
+            };
+            let data: Vec<u8> = row.get(4);
+            match (SubmissionId::parse(&id), Submission::parse(&data)) {
+                (Ok(parsed), Ok(submission)) => {
+                    let record = RunRecord::claimed_submission(
+                        &submission.job,
+                        submission.due_unix_ms,
+                        &parsed,
+                        node,
+                        token,
+                        now_unix_ms,
+                    );
+                    batch.claimed.push(Claimed {
+                        id: parsed,
+                        submission,
+                        record,
+                    });
+                }
+                (Err(error), _) => {
+                    tracing::error!(lock_group = %self.lock_group, %id, %error, "a claimed submission's id is not one; its run stays open in zkcron_open");
+                    batch.unreadable.push(id);
+                }
+                (_, Err(error)) => {
+                    tracing::error!(lock_group = %self.lock_group, %id, %error, "a claimed submission is unreadable; its run stays open in zkcron_open");
+                    batch.unreadable.push(id);
+                }
+            }
+        }
+        Ok(batch)
+    }
+
+    /// Ends the open run of `id` that this node claimed with `token`: its row moves to the
+    /// ended runs with `record` as its final record, ended at `ended_unix_ms`.
+    ///
+    /// # Errors
+    /// `Unreachable` or `Query` when the database did not answer.
+    pub async fn end(
+        &self,
+        id: &SubmissionId,
+        token: FencingToken,
+        record: &RunRecord,
+        ended_unix_ms: i64,
+    ) -> Result<Ended, StoreError> {
+        let data = record.to_bytes();
+        let params: [&(dyn ToSql + Sync); 5] = [
+            &self.lock_group,
+            &id.as_str(),
+            &i64::from(token.0),
+            &ended_unix_ms,
+            &data,
+        ];
+        let live = self.live().await?;
+        let rows = with_partition(&live, Partitioned::Ended, ended_unix_ms, || {
+            live.client.query(&live.statements.end, &params)
+        })
+        .await
+        .map_err(StoreError::query("a run's end"))?;
+        Ok(if rows.is_empty() {
+            Ended::NotOurs
+        } else {
+            Ended::Recorded
+        })
+    }
+
+    /// Cancels pending submission `id` at `now_unix_ms`: it moves to the ended runs as
+    /// `cancelled`, so no claim can take it afterwards (and a claim that came first wins).
+    ///
+    /// # Errors
+    /// `NotFound`; `Conflict`-free: a submission claimed or ended already is returned as
+    /// `Ok(Err(where))` with where it is; `Unreachable` or `Query`.
+    pub async fn cancel(
+        &self,
+        id: &SubmissionId,
+        now_unix_ms: i64,
+    ) -> Result<Result<Submission, Where>, StoreError> {
+        let submission = match self.find(id).await? {
+            None => return Err(StoreError::NotFound { id: id.clone() }),
+            Some(Where::Pending(submission)) => submission,
+            Some(elsewhere) => return Ok(Err(elsewhere)),
+        };
+        let record = cancelled_record(&submission, id, now_unix_ms).to_bytes();
+        let params: [&(dyn ToSql + Sync); 5] = [
+            &self.lock_group,
+            &id.as_str(),
+            &submission.due_unix_ms,
+            &now_unix_ms,
+            &record,
+        ];
+        let live = self.live().await?;
+        let rows = with_partition(&live, Partitioned::Ended, now_unix_ms, || {
+            live.client.query(&live.statements.cancel, &params)
+        })
+        .await
+        .map_err(StoreError::query("a cancel"))?;
+        if !rows.is_empty() {
+            return Ok(Ok(submission));
+        }
+        // Claimed (or cancelled) between the read and the cancel: say where it went.
+        match self.find(id).await? {
+            Some(elsewhere) => Ok(Err(elsewhere)),
+            None => Err(StoreError::NotFound { id: id.clone() }),
+        }
+    }
+
+    /// Where submission `id` is; none when the store does not remember it.
+    ///
+    /// # Errors
+    /// `Corrupt` when its row cannot be read; `Unreachable` or `Query`.
+    pub async fn find(&self, id: &SubmissionId) -> Result<Option<Where>, StoreError> {
+        let live = self.live().await?;
+        let rows = live
+            .client
+            .query(&live.statements.find, &[&self.lock_group, &id.as_str()])
+            .await
+            .map_err(StoreError::query("finding a submission"))?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let found = SubmissionRow {
+            place: row.get(0),
+            submission: row.get(1),
+            record: row.get(2),
+            token: row.get(3),
+            node: row.get(4),
+            ip: row.get(5),
+            at_ms: row.get(6),
+        };
+        found.read(id).map(Some)
+    }
+}
+
+impl SubmissionRow {
+    fn read(self, id: &SubmissionId) -> Result<Where, StoreError> {
+        let corrupt = |table: &'static str| {
+            let id = id.as_str().to_owned();
+            move |source| StoreError::Corrupt { table, id, source }
+        };
+        if self.place == "remembered" {
+            return match Stored::parse(&self.submission).map_err(corrupt("zkcron_ids"))? {
+                Stored::Tombstone(tombstone) => Ok(Where::Remembered(tombstone)),
+                Stored::Request(_) => Err(StoreError::Corrupt {
+                    table: "zkcron_ids",
+                    id: id.as_str().to_owned(),
+                    source: crate::delayed::submission::FormatError::PartTombstone,
+                }),
+            };
+        }
+        let table = match self.place.as_str() {
+            "pending" => "zkcron_pending",
+            "open" => "zkcron_open",
+            _ => "zkcron_ended",
+        };
+        let submission = Submission::parse(&self.submission).map_err(corrupt(table))?;
+        if self.place == "pending" {
+            return Ok(Where::Pending(submission));
+        }
+        let record = match self.record.as_deref().map(RunRecord::parse) {
+            Some(Ok(record)) => record,
+            Some(Err(error)) => {
+                tracing::error!(table, id = %id.as_str(), %error, "an unreadable run record; showing its claim instead");
+                self.claim_record(&submission, id)
+            }
+            None => self.claim_record(&submission, id),
+        };
+        Ok(if self.place == "open" {
+            Where::Open {
+                submission,
+                record: Box::new(record),
+            }
+        } else {
+            Where::Ended {
+                submission,
+                record: Box::new(record),
+            }
+        })
+    }
+
+    /// The record a claim stands for while the run has written none.
+    fn claim_record(&self, submission: &Submission, id: &SubmissionId) -> RunRecord {
+        let node = NodeId::new(self.node.clone().unwrap_or_default());
+        let token = FencingToken(
+            self.token
+                .and_then(|token| i32::try_from(token).ok())
+                .unwrap_or(0),
+        );
+        RunRecord::claimed_submission(
+            &submission.job,
+            submission.due_unix_ms,
+            id,
+            (&node, self.ip.as_deref().unwrap_or("")),
+            token,
+            self.at_ms.unwrap_or(0),
+        )
+    }
+}
+
+/// Runs `statement`; when its row found no day partition, makes the day's and runs it again.
+async fn with_partition<F, Fut>(
+    live: &Live,
+    table: Partitioned,
+    unix_ms: i64,
+    mut statement: F,
+) -> Result<Vec<tokio_postgres::Row>, tokio_postgres::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Vec<tokio_postgres::Row>, tokio_postgres::Error>>,
+{
+    let mut attempt = 1;
+    loop {
+        match statement().await {
+            Err(error)
+                if partitions::is_missing_partition(&error) && attempt < PARTITION_ATTEMPTS =>
+            {
+                attempt += 1;
+                if let Err(made) = partitions::ensure(&live.client, table, unix_ms).await {
+                    tracing::warn!(error = %made, "making a day's partition failed");
+                    return Err(error);
+                }
+            }
+            done => return done,
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! The PostgreSQL store's statements, each prepared once per connection so that a use is one
+//! round trip: the SQL of the fence and of the queue, side by side, as the database runs it.
+//!
+//! Owns: every statement's text and preparing them.
+//! Must not: run them (`fence` and `queue` do), or hold schema changes (`schema`'s migrations do).
+
+use tokio_postgres::Statement;
+
+use super::error::StoreError;
+
+/// Statements prepared once per connection, so that each use is one round trip.
+pub(super) struct Statements {
+    pub(super) raise_fence: Statement,
+    pub(super) read_fence: Statement,
+    pub(super) submit: Statement,
+    pub(super) claim: Statement,
+    pub(super) end: Statement,
+    pub(super) cancel: Statement,
+    pub(super) find: Statement,
+}
+
+impl Statements {
+    pub(super) async fn prepare(client: &tokio_postgres::Client) -> Result<Self, StoreError> {
+        let prepare = |sql: &'static str| async move {
+            client
+                .prepare(sql)
+                .await
+                .map_err(StoreError::query("preparing the queue's statements"))
+        };
+        Ok(Self {
+            raise_fence: prepare(RAISE_FENCE).await?,
+            read_fence: prepare(READ_FENCE).await?,
+            submit: prepare(SUBMIT).await?,
+            claim: prepare(CLAIM).await?,
+            end: prepare(END).await?,
+            cancel: prepare(CANCEL).await?,
+            find: prepare(FIND).await?,
+        })
+    }
+}
+
+/// Remembers the id and adds the pending row; no row back when the id was there already.
+const SUBMIT: &str = "\
+WITH remembered AS (
+    INSERT INTO zkcron_ids (lock_group, id) VALUES ($1, $2)
+    ON CONFLICT DO NOTHING
+    RETURNING id
+)
+INSERT INTO zkcron_pending (lock_group, id, job, due_ms, submission)
+SELECT $1, $2, $3, $4, $5 FROM remembered
+RETURNING id";
+
+/// Takes the fence `FOR SHARE` if it holds our token ($2); if it does, takes up to $4 pending
+/// rows due by $3 that no other claim holds, oldest due first, and moves them to
+/// `zkcron_open` as claimed by node $5 (IP $6) at $7. Always one row back: the fence's verdict,
+/// with a claimed submission or NULLs.
+const CLAIM: &str = "\
+WITH fence AS (
+    SELECT token FROM zkcron_fence WHERE lock_group = $1 AND token = $2 FOR SHARE
+), due AS (
+    SELECT id, due_ms FROM zkcron_pending
+    WHERE lock_group = $1 AND due_ms <= $3 AND EXISTS (SELECT 1 FROM fence)
+    ORDER BY due_ms
+    LIMIT $4
+    FOR UPDATE SKIP LOCKED
+), taken AS (
+    DELETE FROM zkcron_pending p USING due
+    WHERE p.lock_group = $1 AND p.id = due.id AND p.due_ms = due.due_ms
+    RETURNING p.id, p.job, p.due_ms, p.submission
+), opened AS (
+    INSERT INTO zkcron_open (lock_group, id, job, due_ms, token, node, ip, claimed_ms, submission)
+    SELECT $1, id, job, due_ms, $2, $5, $6, $7, submission FROM taken
+    RETURNING id, job, due_ms, submission
+)
+SELECT verdict.fenced_in, opened.id, opened.job, opened.due_ms, opened.submission
+FROM (SELECT EXISTS (SELECT 1 FROM fence) AS fenced_in) AS verdict
+LEFT JOIN opened ON true
+ORDER BY opened.due_ms";
+
+/// Moves the open run $2 claimed with token $3 to `zkcron_ended`, ended at $4 with record $5.
+const END: &str = "\
+WITH closed AS (
+    DELETE FROM zkcron_open WHERE lock_group = $1 AND id = $2 AND token = $3
+    RETURNING id, job, due_ms, submission
+)
+INSERT INTO zkcron_ended (lock_group, id, job, due_ms, ended_ms, record, submission)
+SELECT $1, id, job, due_ms, $4, $5, submission FROM closed
+RETURNING id";
+
+/// Moves pending submission $2, due at $3, to `zkcron_ended` as cancelled at $4 (record $5).
+const CANCEL: &str = "\
+WITH gone AS (
+    DELETE FROM zkcron_pending WHERE lock_group = $1 AND id = $2 AND due_ms = $3
+    RETURNING id, job, due_ms, submission
+)
+INSERT INTO zkcron_ended (lock_group, id, job, due_ms, ended_ms, record, submission)
+SELECT $1, id, job, due_ms, $4, $5, submission FROM gone
+RETURNING id";
+
+/// Where submission $2 is, in one snapshot: its row in the table that holds it, or its
+/// tombstone once its record was pruned.
+const FIND: &str = "\
+SELECT 'pending' AS place, submission, NULL::bytea AS record, NULL::bigint AS token,
+       NULL::text AS node, NULL::text AS ip, NULL::bigint AS at_ms
+FROM zkcron_pending WHERE lock_group = $1 AND id = $2
+UNION ALL
+SELECT 'open', submission, record, token, node, ip, claimed_ms
+FROM zkcron_open WHERE lock_group = $1 AND id = $2
+UNION ALL
+SELECT 'ended', submission, record, NULL, NULL, NULL, ended_ms
+FROM zkcron_ended WHERE lock_group = $1 AND id = $2
+UNION ALL
+SELECT 'remembered', tombstone, NULL, NULL, NULL, NULL, forget_after_ms
+FROM zkcron_ids WHERE lock_group = $1 AND id = $2 AND tombstone IS NOT NULL";
+
+/// Inserts or raises the row; returns it unless it holds a newer token. `<=` so that the owner
+/// raising its own token again (a new connection, a retry after a lost answer) is told so.
+const RAISE_FENCE: &str = "\
+INSERT INTO zkcron_fence (lock_group, token) VALUES ($1, $2)
+ON CONFLICT (lock_group) DO UPDATE SET token = EXCLUDED.token
+    WHERE zkcron_fence.token <= EXCLUDED.token
+RETURNING token";
+
+const READ_FENCE: &str = "SELECT token FROM zkcron_fence WHERE lock_group = $1";

@@ -1,0 +1,480 @@
+//! The delayed queue's PostgreSQL store against a real server (issue 55): a submission's life
+//! through its three tables, idempotent ids, the fence that stops a stale owner's claim, claims
+//! that never share a row, the schema's migration by version, and a server restarted under it.
+
+use crate::support;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use support::postgres::{PgServer, shared_postgres};
+use support::wait_until;
+use zkcron::delayed::{Submission, SubmissionId};
+use zkcron::ledger::postgres::{Ended, PgStore, StoreError, Where};
+use zkcron::ledger::submissions::Submitted;
+use zkcron::run::RunStatus;
+use zkcron::{FencingToken, JobName, NodeId};
+
+/// Bound on a lock wait showing in `pg_locks`: the raise is sent at once and queues behind the
+/// claim's share lock in milliseconds; the slack is for a crowded test pool.
+const LOCK_WAIT_SEEN: Duration = Duration::from_secs(10);
+
+const GROUP: &str = "/zkcron/g";
+
+fn node() -> NodeId {
+    NodeId::new("10.0.0.1")
+}
+
+fn submission(job: &str, due: i64, payload: &[u8]) -> Submission {
+    Submission {
+        job: JobName::new(job),
+        due_unix_ms: due,
+        submitted_unix_ms: due - 1000,
+        payload: payload.to_vec(),
+        requested_by: None,
+        anonymous: false,
+        marker_names_job: false,
+        retry_of: None,
+        traceparent: None,
+        after: None,
+    }
+}
+
+fn id(text: &str) -> SubmissionId {
+    SubmissionId::parse(text).expect("a valid id")
+}
+
+/// A fresh database on the shared server and a store on it, its fence raised to `token`.
+async fn store(test: &str, token: i32) -> (PgStore, String) {
+    let dsn = shared_postgres()
+        .create_database(test)
+        .await
+        .expect("a database");
+    let store = PgStore::open(&dsn, GROUP).await.expect("the store opens");
+    store
+        .raise_fence(FencingToken(token))
+        .await
+        .expect("the fence rises");
+    (store, dsn)
+}
+
+/// 2026-12-04T12:00:00Z, and the instants the tests submit around it.
+const NOON: i64 = 1_796_385_600_000;
+
+#[tokio::test]
+async fn a_submission_is_pending_then_open_then_ended_and_never_in_two_places() {
+    let (store, _) = store("life", 1).await;
+    let close = id("order-1");
+    let asked = submission("close", NOON, b"{\"order\":1}");
+    assert_eq!(
+        store.submit(&close, &asked).await.expect("submitted"),
+        Submitted::Created
+    );
+    assert_eq!(
+        store.find(&close).await.expect("found"),
+        Some(Where::Pending(asked.clone()))
+    );
+
+    let early = store
+        .claim_due(
+            FencingToken(1),
+            NOON - 1,
+            10,
+            (&node(), "10.0.0.1"),
+            NOON - 300,
+        )
+        .await
+        .expect("a claim");
+    assert!(
+        early.claimed.is_empty(),
+        "claimed before it was due: {early:?}"
+    );
+
+    let batch = store
+        .claim_due(FencingToken(1), NOON, 10, (&node(), "10.0.0.1"), NOON - 250)
+        .await
+        .expect("a claim");
+    assert_eq!(batch.claimed.len(), 1, "{batch:?}");
+    let claimed = &batch.claimed[0];
+    assert_eq!(claimed.id, close);
+    assert_eq!(claimed.submission, asked);
+    assert_eq!(claimed.record.status, RunStatus::Claimed);
+    assert_eq!(claimed.record.fencing_token, FencingToken(1));
+    match store.find(&close).await.expect("found") {
+        Some(Where::Open { submission, record }) => {
+            assert_eq!(submission, asked);
+            assert_eq!(*record, claimed.record, "the open run shows its claim");
+        }
+        other => panic!("not open after its claim: {other:?}"),
+    }
+    let again = store
+        .claim_due(
+            FencingToken(1),
+            NOON + 60_000,
+            10,
+            (&node(), "10.0.0.1"),
+            NOON,
+        )
+        .await
+        .expect("a claim");
+    assert!(again.claimed.is_empty(), "claimed twice: {again:?}");
+
+    let mut done = claimed.record.clone();
+    done.status = RunStatus::Succeeded;
+    done.finished_unix_ms = Some(NOON + 40);
+    assert_eq!(
+        store
+            .end(&close, FencingToken(1), &done, NOON + 40)
+            .await
+            .expect("ended"),
+        Ended::Recorded
+    );
+    match store.find(&close).await.expect("found") {
+        Some(Where::Ended { record, .. }) => assert_eq!(*record, done),
+        other => panic!("not ended: {other:?}"),
+    }
+    assert_eq!(
+        store
+            .end(&close, FencingToken(1), &done, NOON + 50)
+            .await
+            .expect("answered"),
+        Ended::NotOurs,
+        "a second end wrote again"
+    );
+}
+
+#[tokio::test]
+async fn a_resubmit_of_the_same_request_changes_nothing_and_another_request_under_its_id_conflicts()
+{
+    let (store, _) = store("resubmit", 1).await;
+    let order = id("order-2");
+    let asked = submission("close", NOON, b"a");
+    assert_eq!(
+        store.submit(&order, &asked).await.expect("submitted"),
+        Submitted::Created
+    );
+    let mut retried = asked.clone();
+    retried.submitted_unix_ms += 5000;
+    assert_eq!(
+        store.submit(&order, &retried).await.expect("resubmitted"),
+        Submitted::AlreadyThere
+    );
+    let other = submission("close", NOON, b"b");
+    assert!(
+        matches!(
+            store.submit(&order, &other).await,
+            Err(StoreError::Conflict { .. })
+        ),
+        "another payload under the same id was taken"
+    );
+    // Still remembered once claimed: the id is not free while its run is open.
+    store
+        .claim_due(FencingToken(1), NOON, 10, (&node(), ""), NOON)
+        .await
+        .expect("a claim");
+    assert_eq!(
+        store.submit(&order, &retried).await.expect("resubmitted"),
+        Submitted::AlreadyThere
+    );
+    let batch = store
+        .claim_due(FencingToken(1), NOON + 1000, 10, (&node(), ""), NOON)
+        .await
+        .expect("a claim");
+    assert!(
+        batch.claimed.is_empty(),
+        "a resubmit made a second run: {batch:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_stale_owner_claims_nothing_once_a_newer_owner_raised_the_fence() {
+    let (old_owner, dsn) = store("stale", 5).await;
+    old_owner
+        .submit(&id("s-1"), &submission("close", NOON, b""))
+        .await
+        .expect("submitted");
+    // The new owner gained the lock in ZooKeeper (token 6) while the old one was frozen.
+    let new_owner = PgStore::open(&dsn, GROUP).await.expect("the store opens");
+    new_owner
+        .raise_fence(FencingToken(6))
+        .await
+        .expect("the fence rises");
+
+    match old_owner
+        .claim_due(FencingToken(5), NOON, 10, (&node(), ""), NOON)
+        .await
+    {
+        Err(StoreError::Fenced { ours, current, .. }) => {
+            assert_eq!((ours, current), (FencingToken(5), 6));
+        }
+        other => panic!("a stale owner's claim was not fenced: {other:?}"),
+    }
+    assert!(
+        matches!(
+            old_owner.raise_fence(FencingToken(5)).await,
+            Err(StoreError::Fenced { .. })
+        ),
+        "the fence went back down"
+    );
+    let batch = new_owner
+        .claim_due(
+            FencingToken(6),
+            NOON,
+            10,
+            (&NodeId::new("10.0.0.2"), ""),
+            NOON,
+        )
+        .await
+        .expect("the new owner claims");
+    assert_eq!(batch.claimed.len(), 1, "{batch:?}");
+    // Raising its own token again (a new connection) is no refusal.
+    new_owner
+        .raise_fence(FencingToken(6))
+        .await
+        .expect("the same token again");
+}
+
+#[tokio::test]
+async fn a_raise_of_the_fence_waits_for_a_claim_in_flight() {
+    let (_old_owner, dsn) = store("in_flight", 5).await;
+    // A claim in flight holds the fence row FOR SHARE until its transaction ends; this
+    // connection plays it, so that the test decides when it commits.
+    let (claimer, connection) = tokio_postgres::connect(&dsn, tokio_postgres::NoTls)
+        .await
+        .expect("a connection");
+    tokio::spawn(connection);
+    claimer.batch_execute("BEGIN").await.expect("begin");
+    claimer
+        .execute(
+            "SELECT token FROM zkcron_fence WHERE lock_group = $1 AND token = 5 FOR SHARE",
+            &[&GROUP],
+        )
+        .await
+        .expect("the claim's share lock");
+
+    let new_owner = PgStore::open(&dsn, GROUP).await.expect("the store opens");
+    let raise = tokio::spawn(async move { new_owner.raise_fence(FencingToken(6)).await });
+    wait_until(
+        "the raise waits on the fence row's lock",
+        LOCK_WAIT_SEEN,
+        || async {
+            let waiting = claimer
+                .query_one("SELECT count(*) FROM pg_locks WHERE NOT granted", &[])
+                .await
+                .expect("pg_locks");
+            waiting.get::<_, i64>(0) > 0
+        },
+    )
+    .await;
+    assert!(
+        !raise.is_finished(),
+        "the fence rose under a claim in flight"
+    );
+    claimer.batch_execute("COMMIT").await.expect("commit");
+    raise
+        .await
+        .expect("the raise's task")
+        .expect("the fence rises once the claim is done");
+}
+
+#[tokio::test]
+async fn claimers_at_once_never_take_the_same_submission() {
+    const SUBMISSIONS: usize = 300;
+    let (first, dsn) = store("skip_locked", 1).await;
+    for n in 0..SUBMISSIONS {
+        let due = NOON + i64::try_from(n % 7).expect("small");
+        first
+            .submit(&id(&format!("c-{n}")), &submission("close", due, b""))
+            .await
+            .expect("submitted");
+    }
+    let second = PgStore::open(&dsn, GROUP).await.expect("the store opens");
+    let drain = |store: PgStore| async move {
+        let mut taken = Vec::new();
+        loop {
+            let batch = store
+                .claim_due(FencingToken(1), NOON + 10, 8, (&node(), ""), NOON)
+                .await
+                .expect("a claim");
+            if batch.claimed.is_empty() {
+                return taken;
+            }
+            taken.extend(batch.claimed.into_iter().map(|claimed| claimed.id));
+        }
+    };
+    let (a, b) = tokio::join!(tokio::spawn(drain(first)), tokio::spawn(drain(second)));
+    let (a, b) = (a.expect("first claimer"), b.expect("second claimer"));
+    let mut all: Vec<_> = a.iter().chain(&b).cloned().collect();
+    let distinct: HashSet<_> = all.iter().cloned().collect();
+    assert_eq!(all.len(), distinct.len(), "a submission was claimed twice");
+    all.sort();
+    assert_eq!(all.len(), SUBMISSIONS, "a submission was never claimed");
+}
+
+#[tokio::test]
+async fn a_cancelled_submission_is_never_claimed_and_a_claimed_one_is_not_cancelled() {
+    let (store, _) = store("cancel", 1).await;
+    let (kept, dropped) = (id("keep"), id("drop"));
+    for which in [&kept, &dropped] {
+        store
+            .submit(which, &submission("close", NOON, b""))
+            .await
+            .expect("submitted");
+    }
+    let cancelled = store.cancel(&dropped, NOON - 10).await.expect("answered");
+    assert!(cancelled.is_ok(), "not cancelled: {cancelled:?}");
+    match store.find(&dropped).await.expect("found") {
+        Some(Where::Ended { record, .. }) => assert_eq!(record.status, RunStatus::Cancelled),
+        other => panic!("a cancel left {other:?}"),
+    }
+    let batch = store
+        .claim_due(FencingToken(1), NOON, 10, (&node(), ""), NOON)
+        .await
+        .expect("a claim");
+    let ids: Vec<_> = batch.claimed.iter().map(|claimed| &claimed.id).collect();
+    assert_eq!(ids, vec![&kept], "a cancelled submission was claimed");
+    match store.cancel(&kept, NOON + 10).await.expect("answered") {
+        Err(Where::Open { .. }) => {}
+        other => panic!("a claimed submission's cancel said {other:?}"),
+    }
+    assert!(matches!(
+        store.cancel(&id("never"), NOON).await,
+        Err(StoreError::NotFound { .. })
+    ));
+}
+
+#[tokio::test]
+async fn submissions_due_on_other_days_each_make_their_day_partition() {
+    const DAY: i64 = 86_400_000;
+    let (store, dsn) = store("partitions", 1).await;
+    for (n, due) in [NOON - DAY, NOON, NOON + 30 * DAY].into_iter().enumerate() {
+        store
+            .submit(&id(&format!("d-{n}")), &submission("close", due, b""))
+            .await
+            .expect("submitted");
+    }
+    let (client, connection) = tokio_postgres::connect(&dsn, tokio_postgres::NoTls)
+        .await
+        .expect("a connection");
+    tokio::spawn(connection);
+    let rows = client
+        .query(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid \
+             JOIN pg_class p ON p.oid = i.inhparent \
+             WHERE p.relname = 'zkcron_pending' ORDER BY c.relname",
+            &[],
+        )
+        .await
+        .expect("the partitions");
+    let names: Vec<String> = rows.iter().map(|row| row.get(0)).collect();
+    assert_eq!(
+        names,
+        [
+            "zkcron_pending_d20790",
+            "zkcron_pending_d20791",
+            "zkcron_pending_d20821"
+        ]
+    );
+    let batch = store
+        .claim_due(FencingToken(1), NOON, 10, (&node(), ""), NOON)
+        .await
+        .expect("a claim");
+    assert_eq!(
+        batch.claimed.len(),
+        2,
+        "claims read every past day: {batch:?}"
+    );
+}
+
+#[tokio::test]
+async fn nodes_opening_a_new_database_together_migrate_it_once_and_a_newer_schema_is_refused() {
+    let dsn = shared_postgres()
+        .create_database("migrate")
+        .await
+        .expect("a database");
+    let opened = futures_join_all(&dsn).await;
+    assert!(opened.iter().all(Result::is_ok), "{opened:?}");
+    let (client, connection) = tokio_postgres::connect(&dsn, tokio_postgres::NoTls)
+        .await
+        .expect("a connection");
+    tokio::spawn(connection);
+    let applied = client
+        .query_one("SELECT count(*) FROM zkcron_schema_history", &[])
+        .await
+        .expect("the history");
+    assert_eq!(applied.get::<_, i64>(0), 1, "a migration was applied twice");
+
+    client
+        .execute(
+            "INSERT INTO zkcron_schema_history (version, name, applied_on, checksum) \
+             VALUES (99, 'from_the_future', '2030-01-01', '0')",
+            &[],
+        )
+        .await
+        .expect("a newer version planted");
+    match PgStore::open(&dsn, GROUP).await {
+        Err(StoreError::NewerSchema { found, known }) => {
+            assert_eq!(found, 99);
+            assert!(known < 99);
+        }
+        other => panic!("a newer schema was not refused: {other:?}"),
+    }
+}
+
+/// Four stores opening `dsn` at once.
+async fn futures_join_all(dsn: &str) -> Vec<Result<PgStore, StoreError>> {
+    let opens = (0..4).map(|_| {
+        let dsn = dsn.to_owned();
+        tokio::spawn(async move { PgStore::open(&dsn, GROUP).await })
+    });
+    let mut opened = Vec::new();
+    for open in opens.collect::<Vec<_>>() {
+        opened.push(open.await.expect("an open's task"));
+    }
+    opened
+}
+
+#[tokio::test]
+async fn a_restarted_server_is_connected_to_again_and_keeps_what_was_committed() {
+    let server = PgServer::start().expect("a server of its own");
+    let dsn = server.create_database("restart").await.expect("a database");
+    let store = PgStore::open(&dsn, GROUP).await.expect("the store opens");
+    store
+        .raise_fence(FencingToken(3))
+        .await
+        .expect("the fence rises");
+    for n in 0..4 {
+        store
+            .submit(&id(&format!("r-{n}")), &submission("close", NOON + n, b""))
+            .await
+            .expect("submitted");
+    }
+    let first = store
+        .claim_due(FencingToken(3), NOON + 1, 10, (&node(), ""), NOON)
+        .await
+        .expect("a claim");
+    assert_eq!(first.claimed.len(), 2);
+
+    server.restart().expect("the server restarts");
+    // The store's connection died with the server: its first request may fail; the next one
+    // connects again.
+    let _ = store.find(&id("r-0")).await;
+    match store.find(&id("r-0")).await.expect("reconnected") {
+        Some(Where::Open { .. }) => {}
+        other => panic!("a claim was lost across the restart: {other:?}"),
+    }
+    let rest = store
+        .claim_due(FencingToken(3), NOON + 10, 10, (&node(), ""), NOON)
+        .await
+        .expect("a claim");
+    let ids: Vec<_> = rest
+        .claimed
+        .iter()
+        .map(|c| c.id.as_str().to_owned())
+        .collect();
+    assert_eq!(
+        ids,
+        ["r-2", "r-3"],
+        "the restart lost or doubled a pending submission"
+    );
+}

@@ -19,6 +19,10 @@ use zkcron::{FencingToken, JobName, NodeId};
 /// claim's share lock in milliseconds; the slack is for a crowded test pool.
 const LOCK_WAIT_SEEN: Duration = Duration::from_secs(10);
 
+/// Bound on a notification reaching the listener: sent at the submit's commit, on loopback;
+/// milliseconds, the slack is for a crowded test pool.
+const WAKE_SEEN: Duration = Duration::from_secs(10);
+
 const GROUP: &str = "/zkcron/g";
 
 fn node() -> NodeId {
@@ -26,18 +30,7 @@ fn node() -> NodeId {
 }
 
 fn submission(job: &str, due: i64, payload: &[u8]) -> Submission {
-    Submission {
-        job: JobName::new(job),
-        due_unix_ms: due,
-        submitted_unix_ms: due - 1000,
-        payload: payload.to_vec(),
-        requested_by: None,
-        anonymous: false,
-        marker_names_job: false,
-        retry_of: None,
-        traceparent: None,
-        after: None,
-    }
+    Submission::plain(JobName::new(job), due, due - 1000, payload.to_vec())
 }
 
 fn id(text: &str) -> SubmissionId {
@@ -140,6 +133,96 @@ async fn a_submission_is_pending_then_open_then_ended_and_never_in_two_places() 
             .expect("answered"),
         Ended::NotOurs,
         "a second end wrote again"
+    );
+}
+
+#[tokio::test]
+async fn a_submit_wakes_the_listening_owner_of_its_lock_group_and_no_other() {
+    let (store, dsn) = store("listen", 1).await;
+    let mut woken = store.listen().await.expect("listening");
+    let other = PgStore::open(&dsn, "/zkcron/other")
+        .await
+        .expect("the store opens");
+    other
+        .submit(&id("x-1"), &submission("close", NOON + 5, b""))
+        .await
+        .expect("submitted");
+    store
+        .submit(&id("s-1"), &submission("close", NOON, b""))
+        .await
+        .expect("submitted");
+    // Notifications arrive in commit order: the other group's came first and was passed over.
+    let wake = tokio::time::timeout(WAKE_SEEN, woken.recv()).await;
+    assert_eq!(wake.expect("woken in time"), Some(NOON));
+
+    let batch = [
+        (id("b-1"), submission("close", NOON + 7, b"")),
+        (id("b-2"), submission("close", NOON + 3, b"")),
+    ];
+    for result in store.submit_batch(&batch).await {
+        assert_eq!(result.expect("submitted"), Submitted::Created);
+    }
+    let wake = tokio::time::timeout(WAKE_SEEN, woken.recv()).await;
+    assert_eq!(
+        wake.expect("woken in time"),
+        Some(NOON + 3),
+        "the batch's earliest due"
+    );
+}
+
+#[tokio::test]
+async fn a_batch_submits_each_once_and_tells_resubmits_and_conflicts_apart() {
+    let (store, _) = store("batch", 1).await;
+    store
+        .submit(&id("old"), &submission("close", NOON, b"x"))
+        .await
+        .expect("submitted");
+    let batch = [
+        (id("new-1"), submission("close", NOON, b"1")),
+        (id("old"), submission("close", NOON, b"x")),
+        (id("new-2"), submission("close", NOON + 86_400_000, b"2")),
+        (id("new-1"), submission("close", NOON, b"1")),
+        (id("new-3"), submission("close", NOON, b"3")),
+    ];
+    let mut results = store.submit_batch(&batch).await.into_iter();
+    assert_eq!(
+        results.next().map(Result::ok),
+        Some(Some(Submitted::Created))
+    );
+    assert_eq!(
+        results.next().map(Result::ok),
+        Some(Some(Submitted::AlreadyThere))
+    );
+    assert_eq!(
+        results.next().map(Result::ok),
+        Some(Some(Submitted::Created))
+    );
+    assert_eq!(
+        results.next().map(Result::ok),
+        Some(Some(Submitted::AlreadyThere)),
+        "an id twice in one batch"
+    );
+    assert_eq!(
+        results.next().map(Result::ok),
+        Some(Some(Submitted::Created))
+    );
+    let conflict = store
+        .submit_batch(&[(id("new-3"), submission("close", NOON, b"other"))])
+        .await;
+    assert!(
+        matches!(conflict[..], [Err(StoreError::Conflict { .. })]),
+        "{conflict:?}"
+    );
+    let claimed = store
+        .claim_due(FencingToken(1), NOON + 86_400_000, 100, (&node(), ""), NOON)
+        .await
+        .expect("a claim");
+    let mut ids: Vec<_> = claimed.claimed.iter().map(|c| c.id.as_str()).collect();
+    ids.sort_unstable();
+    assert_eq!(
+        ids,
+        ["new-1", "new-2", "new-3", "old"],
+        "one pending row each"
     );
 }
 

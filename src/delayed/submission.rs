@@ -316,6 +316,23 @@ pub enum FormatError {
 }
 
 impl Submission {
+    /// A plain request: `job` due at `due_unix_ms` with `payload`, submitted at
+    /// `submitted_unix_ms` under an id the submitter chose, nothing else asked.
+    pub fn plain(job: JobName, due_unix_ms: i64, submitted_unix_ms: i64, payload: Vec<u8>) -> Self {
+        Self {
+            job,
+            due_unix_ms,
+            submitted_unix_ms,
+            payload,
+            requested_by: None,
+            anonymous: false,
+            marker_names_job: false,
+            retry_of: None,
+            after: None,
+            traceparent: None,
+        }
+    }
+
     /// The znode data: the header as one JSON line, `\n`, then the payload as is.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut bytes = Header::of(self).line();

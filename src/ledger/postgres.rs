@@ -4,7 +4,7 @@
 //! remembers and their run records.
 //!
 //! Owns: the connection (`handle`: one client, connected again after the server went away),
-//! the statements it prepares (`statements`), why a request failed (`error`), the schema and its migrations by version (`schema`), the fence — a lock group's newest
+//! the statements it prepares (`statements`), why a request failed (`error`), the schema and its migrations by version (`schema`), the wake-up on a submit (`listen`: `LISTEN`/`NOTIFY`), the fence — a lock group's newest
 //! fencing token, which every claim checks in its own statement (`fence`) — the queue's
 //! statements (`queue`: submit in one round trip, claim due rows with `FOR UPDATE SKIP LOCKED`,
 //! end, cancel, read) and the day partitions they fill and drop (`partitions`).
@@ -14,6 +14,7 @@
 mod error;
 mod fence;
 mod handle;
+mod listen;
 mod partitions;
 mod queue;
 mod schema;

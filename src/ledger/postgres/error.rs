@@ -47,6 +47,11 @@ pub enum StoreError {
         "submission {id} already exists with a different job, due time or payload; it was left as it is"
     )]
     Conflict { id: SubmissionId },
+    /// A batch statement failed: nothing of it was written.
+    #[error("the batch was not written: {0}")]
+    Batch(String),
+    #[error("the PostgreSQL listening connection ended before its LISTEN was answered")]
+    ListenEnded,
     #[error("submission {id} is not in the store")]
     NotFound { id: SubmissionId },
 }

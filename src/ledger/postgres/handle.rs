@@ -64,12 +64,24 @@ impl PgStore {
         &self.lock_group
     }
 
-    async fn connect_raw(&self) -> Result<tokio_postgres::Client, StoreError> {
-        let (client, connection) = self
-            .config
+    /// A connection that the caller polls itself (the listener reads notifications from it).
+    pub(super) async fn connect_unprepared(
+        &self,
+    ) -> Result<
+        (
+            tokio_postgres::Client,
+            tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>,
+        ),
+        StoreError,
+    > {
+        self.config
             .connect(tokio_postgres::NoTls)
             .await
-            .map_err(StoreError::Unreachable)?;
+            .map_err(StoreError::Unreachable)
+    }
+
+    async fn connect_raw(&self) -> Result<tokio_postgres::Client, StoreError> {
+        let (client, connection) = self.connect_unprepared().await?;
         tokio::spawn(async move {
             if let Err(error) = connection.await {
                 tracing::warn!(%error, "the connection to PostgreSQL ended");

@@ -132,6 +132,104 @@ impl PgStore {
         }
     }
 
+    /// Submits many, one statement per 4 MiB of payload: each statement remembers
+    /// its ids and adds their pending rows, all or nothing. An id that is taken (an idempotent
+    /// resubmit, or a conflict), or that comes twice in the batch, is told apart as
+    /// [`PgStore::submit`] does. Results are in the batch's order.
+    pub async fn submit_batch(
+        &self,
+        batch: &[(SubmissionId, Submission)],
+    ) -> Vec<Result<Submitted, StoreError>> {
+        let mut results = Vec::with_capacity(batch.len());
+        for chunk in chunks(batch) {
+            results.extend(self.submit_chunk(chunk).await);
+        }
+        results
+    }
+
+    async fn submit_chunk(
+        &self,
+        chunk: &[(SubmissionId, Submission)],
+    ) -> Vec<Result<Submitted, StoreError>> {
+        let mut seen = std::collections::HashSet::with_capacity(chunk.len());
+        // A second occurrence of an id in one statement would add a second pending row: it is
+        // sent after the statement, one by one, and compared then.
+        let first: Vec<bool> = chunk.iter().map(|(id, _)| seen.insert(id)).collect();
+        let sent: Vec<&(SubmissionId, Submission)> = chunk
+            .iter()
+            .zip(&first)
+            .filter_map(|(item, first)| first.then_some(item))
+            .collect();
+        let ids: Vec<&str> = sent.iter().map(|(id, _)| id.as_str()).collect();
+        let jobs: Vec<&str> = sent.iter().map(|(_, s)| s.job.as_str()).collect();
+        let dues: Vec<i64> = sent.iter().map(|(_, s)| s.due_unix_ms).collect();
+        let data: Vec<Vec<u8>> = sent.iter().map(|(_, s)| s.to_bytes()).collect();
+        let created = match self.insert_many(&ids, &jobs, &dues, &data).await {
+            Ok(created) => created,
+            Err(error) => {
+                // One statement: nothing of it was written; each result says why.
+                let text = crate::report::error_chain(&error);
+                return chunk
+                    .iter()
+                    .map(|_| Err(StoreError::Batch(text.clone())))
+                    .collect();
+            }
+        };
+        let mut results = Vec::with_capacity(chunk.len());
+        for ((id, submission), first) in chunk.iter().zip(first) {
+            if first && created.contains(id.as_str()) {
+                results.push(Ok(Submitted::Created));
+            } else {
+                results.push(self.submit(id, submission).await);
+            }
+        }
+        results
+    }
+
+    /// The batch statement: the ids whose rows it created.
+    async fn insert_many(
+        &self,
+        ids: &[&str],
+        jobs: &[&str],
+        dues: &[i64],
+        data: &[Vec<u8>],
+    ) -> Result<std::collections::HashSet<String>, StoreError> {
+        let params: [&(dyn ToSql + Sync); 5] = [&self.lock_group, &ids, &jobs, &dues, &data];
+        let live = self.live().await?;
+        let mut days: Vec<i64> = dues.iter().map(|due| partitions::day_of(*due)).collect();
+        days.sort_unstable();
+        days.dedup();
+        let mut attempt = 1;
+        loop {
+            match live
+                .client
+                .query(&live.statements.submit_many, &params)
+                .await
+            {
+                Ok(rows) => return Ok(rows.iter().map(|row| row.get(0)).collect()),
+                Err(error)
+                    if partitions::is_missing_partition(&error) && attempt < PARTITION_ATTEMPTS =>
+                {
+                    attempt += 1;
+                    for day in &days {
+                        partitions::ensure(
+                            &live.client,
+                            Partitioned::Pending,
+                            day * partitions::DAY_MS,
+                        )
+                        .await?;
+                    }
+                }
+                Err(source) => {
+                    return Err(StoreError::Query {
+                        what: "a batch of submits",
+                        source,
+                    });
+                }
+            }
+        }
+    }
+
     /// Claims up to `limit` pending submissions due by `due_by_unix_ms`, oldest first, for
     /// `node` holding `token`: they move to the open runs in the statement that checks the
     /// fence, and rows another claimer holds are skipped rather than waited for.
@@ -374,6 +472,31 @@ impl SubmissionRow {
             self.at_ms.unwrap_or(0),
         )
     }
+}
+
+/// A batch statement's payloads at most: well under what a statement may carry, and small
+/// enough that one batch's failure costs little.
+const BATCH_BYTES: usize = 4 << 20;
+
+/// `batch` in runs of at most [`BATCH_BYTES`] of stored submissions (at least one each).
+fn chunks(batch: &[(SubmissionId, Submission)]) -> Vec<&[(SubmissionId, Submission)]> {
+    let mut chunks = Vec::new();
+    let mut start = 0;
+    while start < batch.len() {
+        let mut end = start;
+        let mut bytes = 0;
+        while end < batch.len() {
+            let more = batch[end].1.payload.len() + 256;
+            if end > start && bytes + more > BATCH_BYTES {
+                break;
+            }
+            bytes += more;
+            end += 1;
+        }
+        chunks.push(&batch[start..end]);
+        start = end;
+    }
+    chunks
 }
 
 /// Runs `statement`; when its row found no day partition, makes the day's and runs it again.

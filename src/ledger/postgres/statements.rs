@@ -13,6 +13,7 @@ pub(super) struct Statements {
     pub(super) raise_fence: Statement,
     pub(super) read_fence: Statement,
     pub(super) submit: Statement,
+    pub(super) submit_many: Statement,
     pub(super) claim: Statement,
     pub(super) end: Statement,
     pub(super) cancel: Statement,
@@ -31,6 +32,7 @@ impl Statements {
             raise_fence: prepare(RAISE_FENCE).await?,
             read_fence: prepare(READ_FENCE).await?,
             submit: prepare(SUBMIT).await?,
+            submit_many: prepare(SUBMIT_MANY).await?,
             claim: prepare(CLAIM).await?,
             end: prepare(END).await?,
             cancel: prepare(CANCEL).await?,
@@ -39,7 +41,9 @@ impl Statements {
     }
 }
 
-/// Remembers the id and adds the pending row; no row back when the id was there already.
+/// Remembers the id and adds the pending row, and wakes the listening owner (the scalar
+/// subquery runs once, and only when a row was added); no row back when the id was there
+/// already.
 const SUBMIT: &str = "\
 WITH remembered AS (
     INSERT INTO zkcron_ids (lock_group, id) VALUES ($1, $2)
@@ -48,7 +52,25 @@ WITH remembered AS (
 )
 INSERT INTO zkcron_pending (lock_group, id, job, due_ms, submission)
 SELECT $1, $2, $3, $4, $5 FROM remembered
-RETURNING id";
+RETURNING id, (SELECT pg_notify('zkcron_submitted', $1 || ' ' || $4::text))::text";
+
+/// [`SUBMIT`] for many: ids $2, jobs $3, due times $4 and stored submissions $5, each id at most
+/// once; the ids whose rows it added come back.
+const SUBMIT_MANY: &str = "\
+WITH asked AS (
+    SELECT * FROM unnest($2::text[], $3::text[], $4::int8[], $5::bytea[])
+        AS asked (id, job, due_ms, submission)
+), remembered AS (
+    INSERT INTO zkcron_ids (lock_group, id)
+    SELECT $1, id FROM asked
+    ON CONFLICT DO NOTHING
+    RETURNING id
+)
+INSERT INTO zkcron_pending (lock_group, id, job, due_ms, submission)
+SELECT $1, asked.id, asked.job, asked.due_ms, asked.submission
+FROM asked JOIN remembered ON remembered.id = asked.id
+RETURNING id,
+    (SELECT pg_notify('zkcron_submitted', $1 || ' ' || min(due_ms)::text) FROM asked)::text";
 
 /// Takes the fence `FOR SHARE` if it holds our token ($2); if it does, takes up to $4 pending
 /// rows due by $3 that no other claim holds, oldest due first, and moves them to

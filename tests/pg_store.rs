@@ -10,9 +10,9 @@ use std::time::Duration;
 use support::postgres::{PgServer, shared_postgres};
 use support::wait_until;
 use zkcron::delayed::{Submission, SubmissionId};
-use zkcron::ledger::postgres::{Ended, PgStore, StoreError, Where};
+use zkcron::ledger::postgres::{Chosen, ChosenClaim, Ended, PgStore, StoreError, Where};
 use zkcron::ledger::submissions::Submitted;
-use zkcron::run::RunStatus;
+use zkcron::run::{RunRecord, RunStatus};
 use zkcron::{FencingToken, JobName, NodeId};
 
 /// Bound on a lock wait showing in `pg_locks`: the raise is sent at once and queues behind the
@@ -224,6 +224,88 @@ async fn a_batch_submits_each_once_and_tells_resubmits_and_conflicts_apart() {
         ["new-1", "new-2", "new-3", "old"],
         "one pending row each"
     );
+}
+
+#[tokio::test]
+async fn the_machines_chosen_claims_take_their_records_and_a_cancelled_one_is_gone() {
+    let (store, _) = store("chosen", 4).await;
+    for (name, due) in [
+        ("a", NOON),
+        ("b", NOON + 1),
+        ("c", NOON + 2),
+        ("later", NOON + 60_000),
+    ] {
+        store
+            .submit(&id(name), &submission("close", due, b""))
+            .await
+            .expect("submitted");
+    }
+    let due = store
+        .pending_between(NOON - 1, NOON + 2, 10)
+        .await
+        .expect("read");
+    let names: Vec<_> = due.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(names, ["a", "b", "c"], "the read of what is due");
+    let first = store
+        .pending_between(NOON - 1, NOON + 60_000, 1)
+        .await
+        .expect("read");
+    assert_eq!(first.len(), 1, "the limit");
+
+    store
+        .cancel(&id("b"), NOON - 5)
+        .await
+        .expect("answered")
+        .expect("cancelled");
+    let records: Vec<_> = due
+        .iter()
+        .map(|(which, s)| {
+            RunRecord::claimed_submission(
+                &s.job,
+                s.due_unix_ms,
+                which,
+                (&node(), "10.0.0.1"),
+                FencingToken(4),
+                NOON - 250,
+            )
+        })
+        .collect();
+    let chosen: Vec<_> = due
+        .iter()
+        .zip(&records)
+        .map(|((which, s), record)| Chosen {
+            id: which,
+            due_unix_ms: s.due_unix_ms,
+            record,
+        })
+        .collect();
+    let claims = store
+        .claim_chosen(FencingToken(4), &chosen, (&node(), "10.0.0.1"), NOON - 250)
+        .await
+        .expect("claimed");
+    assert_eq!(
+        claims,
+        [
+            ChosenClaim::Claimed,
+            ChosenClaim::Gone,
+            ChosenClaim::Claimed
+        ]
+    );
+    match store.find(&id("c")).await.expect("found") {
+        Some(Where::Open { record, .. }) => assert_eq!(*record, records[2], "the chosen record"),
+        other => panic!("not open: {other:?}"),
+    }
+    let again = store
+        .claim_chosen(FencingToken(4), &chosen[..1], (&node(), ""), NOON)
+        .await
+        .expect("answered");
+    assert_eq!(again, [ChosenClaim::Gone], "claimed twice");
+    assert!(matches!(
+        store
+            .claim_chosen(FencingToken(3), &chosen[..1], (&node(), ""), NOON)
+            .await,
+        Err(StoreError::Fenced { .. })
+    ));
 }
 
 #[tokio::test]

@@ -11,6 +11,7 @@
 //! Must not: name `zk` (the fencing token comes from the lock driver through its caller), decide
 //! when anything fires (the fire machine), or check a submission against the schedule.
 
+mod claims;
 mod error;
 mod fence;
 mod handle;
@@ -20,6 +21,7 @@ mod queue;
 mod schema;
 mod statements;
 
+pub use claims::{Chosen, ChosenClaim, Claimed, ClaimedBatch};
 pub use error::StoreError;
 pub use handle::PgStore;
-pub use queue::{Claimed, ClaimedBatch, Ended, Where};
+pub use queue::{Ended, Where};

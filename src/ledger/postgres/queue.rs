@@ -3,12 +3,12 @@
 //! A submission is in exactly one of `zkcron_pending`, `zkcron_open` and `zkcron_ended`, and
 //! each move between them is one statement (a `DELETE … RETURNING` feeding an `INSERT`), so it
 //! is never in two and never in none; its id is in `zkcron_ids` from its submit until it is
-//! forgotten. A claim checks the fence in the statement that claims ([`super::fence`]).
+//! forgotten. The claims, which move pending rows to the open runs, are `claims`'.
 //!
-//! Owns: submit, claim, end, cancel and find, each one prepared statement (a submit is one round
-//! trip; a day's first row makes its partition first).
-//! Must not: decide which submissions are due (the caller passes the horizon) or build records
-//! other than a claim's and a cancel's, which the ZooKeeper store builds the same way.
+//! Owns: submit (one or a batch), end, cancel and find, each one prepared statement (a submit
+//! is one round trip; a day's first row makes its partition first).
+//! Must not: claim, or build records other than a claim's (for an open run that has written
+//! none) and a cancel's, which the ZooKeeper store builds the same way.
 
 use tokio_postgres::types::ToSql;
 
@@ -23,25 +23,6 @@ use crate::run::RunRecord;
 /// Attempts at a statement whose day partition was missing (made between attempts; a second
 /// miss means another node dropped it in between, which only a past day's can be).
 const PARTITION_ATTEMPTS: usize = 3;
-
-/// A submission the store handed to its claimer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Claimed {
-    pub id: SubmissionId,
-    pub submission: Submission,
-    /// The record a claim writes in the ZooKeeper store: attempt 1, by this node, this token.
-    pub record: RunRecord,
-}
-
-/// What one claim statement did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClaimedBatch {
-    /// Oldest due first.
-    pub claimed: Vec<Claimed>,
-    /// Rows it took that could not be read back as submissions: each is logged with its id,
-    /// and stays open in the store for an operator, never silently dropped.
-    pub unreadable: Vec<String>,
-}
 
 /// How an end went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -228,85 +209,6 @@ impl PgStore {
                 }
             }
         }
-    }
-
-    /// Claims up to `limit` pending submissions due by `due_by_unix_ms`, oldest first, for
-    /// `node` holding `token`: they move to the open runs in the statement that checks the
-    /// fence, and rows another claimer holds are skipped rather than waited for.
-    ///
-    /// # Errors
-    /// `Fenced` when the fence holds another token (raise it first with
-    /// [`PgStore::raise_fence`]; a newer one means this node is a stale owner, and nothing was
-    /// claimed); `Unreachable` or `Query` when the database did not answer.
-    pub async fn claim_due(
-        &self,
-        token: FencingToken,
-        due_by_unix_ms: i64,
-        limit: i64,
-        node: (&NodeId, &str),
-        now_unix_ms: i64,
-    ) -> Result<ClaimedBatch, StoreError> {
-        let live = self.live().await?;
-        let rows = live
-            .client
-            .query(
-                &live.statements.claim,
-                &[
-                    &self.lock_group,
-                    &i64::from(token.0),
-                    &due_by_unix_ms,
-                    &limit,
-                    &node.0.as_str(),
-                    &node.1,
-                    &now_unix_ms,
-                ],
-            )
-            .await
-            .map_err(StoreError::query("a claim"))?;
-        let fenced_in = rows.first().is_some_and(|row| row.get::<_, bool>(0));
-        if !fenced_in {
-            return Err(StoreError::Fenced {
-                lock_group: self.lock_group.clone(),
-                ours: token,
-                current: self.fence().await?.unwrap_or(0),
-            });
-        }
-        let mut batch = ClaimedBatch {
-            claimed: Vec::new(),
-            unreadable: Vec::new(),
-        };
-        for row in rows {
-            let Some(id) = row.get::<_, Option<String>>(1) else {
-                continue;
-            };
-            let data: Vec<u8> = row.get(4);
-            match (SubmissionId::parse(&id), Submission::parse(&data)) {
-                (Ok(parsed), Ok(submission)) => {
-                    let record = RunRecord::claimed_submission(
-                        &submission.job,
-                        submission.due_unix_ms,
-                        &parsed,
-                        node,
-                        token,
-                        now_unix_ms,
-                    );
-                    batch.claimed.push(Claimed {
-                        id: parsed,
-                        submission,
-                        record,
-                    });
-                }
-                (Err(error), _) => {
-                    tracing::error!(lock_group = %self.lock_group, %id, %error, "a claimed submission's id is not one; its run stays open in zkcron_open");
-                    batch.unreadable.push(id);
-                }
-                (_, Err(error)) => {
-                    tracing::error!(lock_group = %self.lock_group, %id, %error, "a claimed submission is unreadable; its run stays open in zkcron_open");
-                    batch.unreadable.push(id);
-                }
-            }
-        }
-        Ok(batch)
     }
 
     /// Ends the open run of `id` that this node claimed with `token`: its row moves to the

@@ -15,6 +15,8 @@ pub(super) struct Statements {
     pub(super) submit: Statement,
     pub(super) submit_many: Statement,
     pub(super) claim: Statement,
+    pub(super) claim_chosen: Statement,
+    pub(super) pending_between: Statement,
     pub(super) end: Statement,
     pub(super) cancel: Statement,
     pub(super) find: Statement,
@@ -34,6 +36,8 @@ impl Statements {
             submit: prepare(SUBMIT).await?,
             submit_many: prepare(SUBMIT_MANY).await?,
             claim: prepare(CLAIM).await?,
+            claim_chosen: prepare(CLAIM_CHOSEN).await?,
+            pending_between: prepare(PENDING_BETWEEN).await?,
             end: prepare(END).await?,
             cancel: prepare(CANCEL).await?,
             find: prepare(FIND).await?,
@@ -98,6 +102,42 @@ SELECT verdict.fenced_in, opened.id, opened.job, opened.due_ms, opened.submissio
 FROM (SELECT EXISTS (SELECT 1 FROM fence) AS fenced_in) AS verdict
 LEFT JOIN opened ON true
 ORDER BY opened.due_ms";
+
+/// Takes the fence `FOR SHARE` if it holds our token ($2); if it does, moves the pending rows
+/// of ids $3 at due times $4 to `zkcron_open` with records $5, as claimed by node $6 (IP $7) at
+/// $8. A row a cancel holds is waited for (then it is gone). Always one row back: the fence's
+/// verdict, with a claimed id or NULL.
+const CLAIM_CHOSEN: &str = "\
+WITH fence AS (
+    SELECT token FROM zkcron_fence WHERE lock_group = $1 AND token = $2 FOR SHARE
+), chosen AS (
+    SELECT * FROM unnest($3::text[], $4::int8[], $5::bytea[]) AS chosen (id, due_ms, record)
+), due AS (
+    SELECT p.id, p.due_ms FROM zkcron_pending p
+    JOIN chosen ON chosen.id = p.id AND chosen.due_ms = p.due_ms
+    WHERE p.lock_group = $1 AND EXISTS (SELECT 1 FROM fence)
+    FOR UPDATE OF p
+), taken AS (
+    DELETE FROM zkcron_pending p USING due
+    WHERE p.lock_group = $1 AND p.id = due.id AND p.due_ms = due.due_ms
+    RETURNING p.id, p.job, p.due_ms, p.submission
+), opened AS (
+    INSERT INTO zkcron_open
+        (lock_group, id, job, due_ms, token, node, ip, claimed_ms, record, submission)
+    SELECT $1, taken.id, taken.job, taken.due_ms, $2, $6, $7, $8, chosen.record, taken.submission
+    FROM taken JOIN chosen ON chosen.id = taken.id
+    RETURNING id
+)
+SELECT verdict.fenced_in, opened.id
+FROM (SELECT EXISTS (SELECT 1 FROM fence) AS fenced_in) AS verdict
+LEFT JOIN opened ON true";
+
+/// Pending rows due after $2 and by $3, oldest first, at most $4: read, not claimed.
+const PENDING_BETWEEN: &str = "\
+SELECT id, submission FROM zkcron_pending
+WHERE lock_group = $1 AND due_ms > $2 AND due_ms <= $3
+ORDER BY due_ms, id
+LIMIT $4";
 
 /// Moves the open run $2 claimed with token $3 to `zkcron_ended`, ended at $4 with record $5.
 const END: &str = "\

@@ -2,9 +2,9 @@
 //! distribution's `initdb` and `postgres` (Debian's `postgresql` package) in a temporary
 //! directory, listening on a free loopback port, stopped, killed, paused and restarted by PID.
 //!
-//! The server is `postgres` itself, a child of this process in a process group of its own, so a
-//! kill reaches its backends too (a postmaster killed alone leaves them holding its shared
-//! memory, and a restart would refuse to start). PostgreSQL refuses to run as root: as root the
+//! The server is `postgres` itself, a child of this process; its faults reach its backends too,
+//! found as its children (a postmaster killed alone leaves them holding its shared memory, and a
+//! restart would refuse to start; a postmaster paused alone leaves them answering). PostgreSQL refuses to run as root: as root the
 //! harness runs it as the package's `postgres` user, its directory handed to that user.
 //!
 //! Each test takes a database of its own on the one server of the test process
@@ -190,8 +190,8 @@ impl PgServer {
         tail(&self.log_path(), 30)
     }
 
-    /// SIGKILLs the server and all of its backends (its process group), and reaps it: a
-    /// crash, with recovery from the write-ahead log at the next start.
+    /// SIGKILLs the server and all of its backends, and reaps it: a crash, with recovery from
+    /// the write-ahead log at the next start.
     ///
     /// # Errors
     /// The signal could not be sent.
@@ -199,10 +199,32 @@ impl PgServer {
         let mut process = self.lock();
         if let Some(mut child) = process.take() {
             let pid = child.id();
-            signal_group(pid, Signal::SIGKILL)?;
+            // Frozen first, so that it forks no backend between the listing and the kill.
+            signal_one(pid, Signal::SIGSTOP)?;
+            let backends = children_of(pid);
+            signal_one(pid, Signal::SIGKILL)?;
+            for backend in &backends {
+                let _ = signal_one(*backend, Signal::SIGKILL);
+            }
             child
                 .wait()
                 .map_err(setup(format!("reap PostgreSQL (pid {pid})")))?;
+            // The next postmaster refuses to start while a backend still holds the shared
+            // memory; SIGKILLed, they are gone in milliseconds.
+            let bound = within(READY_TIMEOUT);
+            while !backends
+                .iter()
+                .all(|backend| super::is_dead(to_pid(*backend)))
+            {
+                if bound.expired() {
+                    return Err(PgError::NotReady {
+                        port: self.port,
+                        within: bound.bound(),
+                        log: format!("backends {backends:?} outlived a SIGKILL"),
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
             // Its status line says "ready" until a new postmaster rewrites it: gone, the next
             // start is waited for rather than taken as done (PostgreSQL takes a lock file whose
             // owner is dead as stale anyway).
@@ -238,13 +260,20 @@ impl PgServer {
         self.wait_ready(within(READY_TIMEOUT))
     }
 
+    /// `signal` to the postmaster and each of its backends (each is a process group of its
+    /// own: PostgreSQL makes them so, to signal a backend's children with it).
     fn signal_running(&self, signal: Signal) -> Result<(), PgError> {
         let pid = self.pid().ok_or(PgError::Exited {
             port: self.port,
             status: "not running".to_owned(),
             log: self.log_tail(),
         })?;
-        signal_group(pid, signal)
+        signal_one(pid, signal)?;
+        for backend in children_of(pid) {
+            // One that exited meanwhile needs no signal.
+            let _ = signal_one(backend, signal);
+        }
+        Ok(())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Child>> {
@@ -316,9 +345,7 @@ impl PgServer {
             .args(["-c", "shared_buffers=32MB"])
             .stdin(Stdio::null())
             .stdout(log)
-            .stderr(stderr)
-            // A group of its own: a kill reaches the backends too.
-            .process_group(0);
+            .stderr(stderr);
         let child = spawn_with_pdeathsig(command).map_err(setup("start postgres"))?;
         *self.lock() = Some(child);
         Ok(())
@@ -429,13 +456,34 @@ fn run_as() -> Result<Option<(u32, u32)>, PgError> {
     }
 }
 
-fn signal_group(pid: u32, signal: Signal) -> Result<(), PgError> {
-    let raw = i32::try_from(pid).unwrap_or(i32::MAX);
-    signal::killpg(Pid::from_raw(raw), signal).map_err(|source| PgError::Signal {
+fn signal_one(pid: u32, signal: Signal) -> Result<(), PgError> {
+    signal::kill(to_pid(pid), signal).map_err(|source| PgError::Signal {
         pid,
         signal,
         source,
     })
+}
+
+fn to_pid(pid: u32) -> Pid {
+    Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX))
+}
+
+/// The processes whose parent is `pid`, from `/proc`.
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|candidate| {
+            let stat = fs::read_to_string(format!("/proc/{candidate}/stat")).unwrap_or_default();
+            // After the command name in parentheses: state, then the parent's pid.
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok())
+                == Some(pid)
+        })
+        .collect()
 }
 
 fn setup(what: impl Into<String>) -> impl FnOnce(io::Error) -> PgError {

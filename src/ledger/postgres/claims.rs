@@ -73,7 +73,9 @@ impl PgStore {
         let ids: Vec<&str> = chosen.iter().map(|c| c.id.as_str()).collect();
         let dues: Vec<i64> = chosen.iter().map(|c| c.due_unix_ms).collect();
         let records: Vec<Vec<u8>> = chosen.iter().map(|c| c.record.to_bytes()).collect();
-        let params: [&(dyn ToSql + Sync); 8] = [
+        let earliest = dues.iter().copied().min().unwrap_or(0);
+        let latest = dues.iter().copied().max().unwrap_or(0);
+        let params: [&(dyn ToSql + Sync); 10] = [
             &self.lock_group,
             &i64::from(token.0),
             &ids,
@@ -82,6 +84,8 @@ impl PgStore {
             &node.0.as_str(),
             &node.1,
             &now_unix_ms,
+            &earliest,
+            &latest,
         ];
         let live = self.live().await?;
         let rows = live

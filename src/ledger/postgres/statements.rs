@@ -90,8 +90,10 @@ WITH fence AS (
     LIMIT $4
     FOR UPDATE SKIP LOCKED
 ), taken AS (
+    -- `due_ms <= $3` again: the delete then reads only the partitions due by then (pruned at
+    -- the executor's start); without it, every row probes every day's partition.
     DELETE FROM zkcron_pending p USING due
-    WHERE p.lock_group = $1 AND p.id = due.id AND p.due_ms = due.due_ms
+    WHERE p.lock_group = $1 AND p.due_ms <= $3 AND p.id = due.id AND p.due_ms = due.due_ms
     RETURNING p.id, p.job, p.due_ms, p.submission
 ), opened AS (
     INSERT INTO zkcron_open (lock_group, id, job, due_ms, token, node, ip, claimed_ms, submission)
@@ -104,8 +106,8 @@ LEFT JOIN opened ON true
 ORDER BY opened.due_ms";
 
 /// Takes the fence `FOR SHARE` if it holds our token ($2); if it does, moves the pending rows
-/// of ids $3 at due times $4 to `zkcron_open` with records $5, as claimed by node $6 (IP $7) at
-/// $8. A row a cancel holds is waited for (then it is gone). Always one row back: the fence's
+/// of ids $3 at due times $4 (between $9 and $10) to `zkcron_open` with records $5, as claimed
+/// by node $6 (IP $7) at $8. A row a cancel holds is waited for (then it is gone). Always one row back: the fence's
 /// verdict, with a claimed id or NULL.
 const CLAIM_CHOSEN: &str = "\
 WITH fence AS (
@@ -115,11 +117,13 @@ WITH fence AS (
 ), due AS (
     SELECT p.id, p.due_ms FROM zkcron_pending p
     JOIN chosen ON chosen.id = p.id AND chosen.due_ms = p.due_ms
-    WHERE p.lock_group = $1 AND EXISTS (SELECT 1 FROM fence)
+    WHERE p.lock_group = $1 AND p.due_ms BETWEEN $9 AND $10 AND EXISTS (SELECT 1 FROM fence)
     FOR UPDATE OF p
 ), taken AS (
+    -- $9 and $10, the chosen due times' least and greatest: the partitions read are theirs.
     DELETE FROM zkcron_pending p USING due
-    WHERE p.lock_group = $1 AND p.id = due.id AND p.due_ms = due.due_ms
+    WHERE p.lock_group = $1 AND p.due_ms BETWEEN $9 AND $10
+        AND p.id = due.id AND p.due_ms = due.due_ms
     RETURNING p.id, p.job, p.due_ms, p.submission
 ), opened AS (
     INSERT INTO zkcron_open

@@ -78,7 +78,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "== claims: {rounds} rounds of {ROUND} due now, claimed {CLAIM_LIMIT} a statement, each ended"
     );
-    println!("round  claims  p50_ms  p99_ms  max_ms  dead_tuples_today  autovacuums  claimed");
+    println!(
+        "round  claims  p50_ms  p99_ms  max_ms  dead_tuples_today  autovacuums  autoanalyzes  claimed"
+    );
     let node = NodeId::new("bench");
     for round in 0..rounds {
         let due = unix_ms();
@@ -114,9 +116,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
         latencies.sort_by(f64::total_cmp);
-        let (dead, vacuums) = dead_tuples(&dsn, due).await?;
+        let (dead, vacuums, analyzes) = dead_tuples(&dsn, due).await?;
         println!(
-            "{round:>5}  {:>6}  {:>6.2}  {:>6.2}  {:>6.2}  {dead:>17}  {vacuums:>11}  {claimed}",
+            "{round:>5}  {:>6}  {:>6.2}  {:>6.2}  {:>6.2}  {dead:>17}  {vacuums:>11}  {analyzes:>12}  {claimed}",
             latencies.len(),
             quantile(&latencies, 0.50),
             quantile(&latencies, 0.99),
@@ -141,18 +143,19 @@ async fn submit_all(
     Ok(())
 }
 
-/// Today's pending partition: its dead tuples and how often autovacuum has run on it.
-async fn dead_tuples(dsn: &str, due: i64) -> Result<(i64, i64), Box<dyn std::error::Error>> {
+/// Today's pending partition: its dead tuples and how often autovacuum has vacuumed and
+/// analyzed it.
+async fn dead_tuples(dsn: &str, due: i64) -> Result<(i64, i64, i64), Box<dyn std::error::Error>> {
     let (client, connection) = tokio_postgres::connect(dsn, tokio_postgres::NoTls).await?;
     tokio::spawn(connection);
     let partition = format!("zkcron_pending_d{}", due.div_euclid(DAY_MS));
     let row = client
         .query_opt(
-            "SELECT n_dead_tup, autovacuum_count FROM pg_stat_user_tables WHERE relname = $1",
+            "SELECT n_dead_tup, autovacuum_count, autoanalyze_count FROM pg_stat_user_tables WHERE relname = $1",
             &[&partition],
         )
         .await?;
-    Ok(row.map_or((0, 0), |row| (row.get(0), row.get(1))))
+    Ok(row.map_or((0, 0, 0), |row| (row.get(0), row.get(1), row.get(2))))
 }
 
 fn quantile(sorted: &[f64], q: f64) -> f64 {

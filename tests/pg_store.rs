@@ -10,7 +10,7 @@ use std::time::Duration;
 use support::postgres::{PgServer, shared_postgres};
 use support::wait_until;
 use zkcron::delayed::{Submission, SubmissionId};
-use zkcron::ledger::postgres::{Chosen, ChosenClaim, Ended, PgStore, StoreError, Where};
+use zkcron::ledger::postgres::{Chosen, ChosenClaim, Ended, PgStore, StoreError, Updated, Where};
 use zkcron::ledger::submissions::Submitted;
 use zkcron::run::{RunRecord, RunStatus};
 use zkcron::{FencingToken, JobName, NodeId};
@@ -306,6 +306,101 @@ async fn the_machines_chosen_claims_take_their_records_and_a_cancelled_one_is_go
             .await,
         Err(StoreError::Fenced { .. })
     ));
+}
+
+#[tokio::test]
+async fn a_next_owner_takes_an_open_run_over_and_the_old_owners_writes_find_it_gone() {
+    let (old_owner, dsn) = store("take_over", 7).await;
+    old_owner
+        .submit(&id("run-1"), &submission("close", NOON, b""))
+        .await
+        .expect("submitted");
+    let batch = old_owner
+        .claim_due(FencingToken(7), NOON, 10, (&node(), "10.0.0.1"), NOON)
+        .await
+        .expect("a claim");
+    let claim = batch.claimed[0].record.clone();
+    let mut running = claim.clone();
+    running.status = RunStatus::Running;
+    let Updated::Written(version) = old_owner
+        .update_open(&id("run-1"), &running, 0)
+        .await
+        .expect("written")
+    else {
+        panic!("the first write of an open run conflicted");
+    };
+    assert_eq!(
+        old_owner
+            .update_open(&id("run-1"), &running, 0)
+            .await
+            .expect("answered"),
+        Updated::Conflict,
+        "a stale version was written over"
+    );
+
+    // The new owner: its token raised, the open run read and marked as it decides.
+    let new_owner = PgStore::open(&dsn, GROUP).await.expect("the store opens");
+    new_owner
+        .raise_fence(FencingToken(8))
+        .await
+        .expect("the fence rises");
+    let open = new_owner.open_runs().await.expect("read");
+    assert_eq!(open.len(), 1);
+    assert_eq!((open[0].version, open[0].token), (version, FencingToken(7)));
+    assert_eq!(open[0].record, running);
+    let mut interrupted = running.clone();
+    interrupted.status = RunStatus::Interrupted;
+    interrupted.finished_unix_ms = Some(NOON + 5000);
+    assert!(
+        matches!(
+            old_owner
+                .take_over(
+                    &id("run-1"),
+                    FencingToken(7),
+                    (&node(), ""),
+                    &interrupted,
+                    version
+                )
+                .await,
+            Err(StoreError::Fenced { .. })
+        ),
+        "a stale owner took a run over"
+    );
+    let taken = new_owner
+        .take_over(
+            &id("run-1"),
+            FencingToken(8),
+            (&NodeId::new("10.0.0.2"), ""),
+            &interrupted,
+            version,
+        )
+        .await
+        .expect("taken over");
+    assert_eq!(taken, Updated::Written(version + 1));
+
+    let mut succeeded = running.clone();
+    succeeded.status = RunStatus::Succeeded;
+    assert_eq!(
+        old_owner
+            .end(&id("run-1"), FencingToken(7), &succeeded, NOON + 6000)
+            .await
+            .expect("answered"),
+        Ended::NotOurs,
+        "the old owner ended a run the new one took over"
+    );
+    assert_eq!(
+        new_owner
+            .end(&id("run-1"), FencingToken(8), &interrupted, NOON + 5000)
+            .await
+            .expect("answered"),
+        Ended::Recorded
+    );
+    let history = new_owner
+        .history(&JobName::new("close"), 10)
+        .await
+        .expect("read");
+    assert_eq!(history, [interrupted]);
+    assert!(new_owner.open_runs().await.expect("read").is_empty());
 }
 
 #[tokio::test]

@@ -4,10 +4,12 @@
 //! remembers and their run records.
 //!
 //! Owns: the connection (`handle`: one client, connected again after the server went away),
-//! the statements it prepares (`statements`), why a request failed (`error`), the schema and its migrations by version (`schema`), the wake-up on a submit (`listen`: `LISTEN`/`NOTIFY`), the fence — a lock group's newest
-//! fencing token, which every claim checks in its own statement (`fence`) — the queue's
-//! statements (`queue`: submit in one round trip, claim due rows with `FOR UPDATE SKIP LOCKED`,
-//! end, cancel, read) and the day partitions they fill and drop (`partitions`).
+//! the statements it prepares (`statements`), why a request failed (`error`), the schema and
+//! its migrations by version (`schema`), the wake-up on a submit (`listen`: `LISTEN`/`NOTIFY`),
+//! the fence — a lock group's newest fencing token, which every claim checks in its own
+//! statement (`fence`) — submit, end, cancel and find (`queue`), the claims (`claims`: the
+//! fire machine's chosen ones, or whatever is due with `FOR UPDATE SKIP LOCKED`), the open runs'
+//! records and the history (`runs`), and the day partitions they fill (`partitions`).
 //! Must not: name `zk` (the fencing token comes from the lock driver through its caller), decide
 //! when anything fires (the fire machine), or check a submission against the schedule.
 
@@ -18,6 +20,7 @@ mod handle;
 mod listen;
 mod partitions;
 mod queue;
+mod runs;
 mod schema;
 mod statements;
 
@@ -25,3 +28,4 @@ pub use claims::{Chosen, ChosenClaim, Claimed, ClaimedBatch};
 pub use error::StoreError;
 pub use handle::PgStore;
 pub use queue::{Ended, Where};
+pub use runs::{OpenRun, Updated};

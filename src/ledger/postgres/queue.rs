@@ -15,8 +15,9 @@ use tokio_postgres::types::ToSql;
 use super::error::StoreError;
 use super::handle::{Live, PgStore};
 use super::partitions::{self, Partitioned};
+use super::runs::{ClaimedBy, written_or_claim};
 use crate::delayed::submission::{Stored, Submission, SubmissionId, Tombstone};
-use crate::ids::{FencingToken, NodeId};
+use crate::ids::FencingToken;
 use crate::ledger::submissions::{Submitted, cancelled_record};
 use crate::run::RunRecord;
 
@@ -336,14 +337,17 @@ impl SubmissionRow {
         if self.place == "pending" {
             return Ok(Where::Pending(submission));
         }
-        let record = match self.record.as_deref().map(RunRecord::parse) {
-            Some(Ok(record)) => record,
-            Some(Err(error)) => {
-                tracing::error!(table, id = %id.as_str(), %error, "an unreadable run record; showing its claim instead");
-                self.claim_record(&submission, id)
-            }
-            None => self.claim_record(&submission, id),
+        let claimed = ClaimedBy {
+            node: self.node.as_deref().unwrap_or(""),
+            ip: self.ip.as_deref().unwrap_or(""),
+            token: FencingToken(
+                self.token
+                    .and_then(|token| i32::try_from(token).ok())
+                    .unwrap_or(0),
+            ),
+            at_unix_ms: self.at_ms.unwrap_or(0),
         };
+        let record = written_or_claim(table, id, self.record.as_deref(), &submission, &claimed);
         Ok(if self.place == "open" {
             Where::Open {
                 submission,
@@ -355,24 +359,6 @@ impl SubmissionRow {
                 record: Box::new(record),
             }
         })
-    }
-
-    /// The record a claim stands for while the run has written none.
-    fn claim_record(&self, submission: &Submission, id: &SubmissionId) -> RunRecord {
-        let node = NodeId::new(self.node.clone().unwrap_or_default());
-        let token = FencingToken(
-            self.token
-                .and_then(|token| i32::try_from(token).ok())
-                .unwrap_or(0),
-        );
-        RunRecord::claimed_submission(
-            &submission.job,
-            submission.due_unix_ms,
-            id,
-            (&node, self.ip.as_deref().unwrap_or("")),
-            token,
-            self.at_ms.unwrap_or(0),
-        )
     }
 }
 

@@ -18,6 +18,10 @@ pub(super) struct Statements {
     pub(super) claim_chosen: Statement,
     pub(super) pending_between: Statement,
     pub(super) end: Statement,
+    pub(super) update_open: Statement,
+    pub(super) take_over: Statement,
+    pub(super) open_runs: Statement,
+    pub(super) history: Statement,
     pub(super) cancel: Statement,
     pub(super) find: Statement,
 }
@@ -39,6 +43,10 @@ impl Statements {
             claim_chosen: prepare(CLAIM_CHOSEN).await?,
             pending_between: prepare(PENDING_BETWEEN).await?,
             end: prepare(END).await?,
+            update_open: prepare(UPDATE_OPEN).await?,
+            take_over: prepare(TAKE_OVER).await?,
+            open_runs: prepare(OPEN_RUNS).await?,
+            history: prepare(HISTORY).await?,
             cancel: prepare(CANCEL).await?,
             find: prepare(FIND).await?,
         })
@@ -152,6 +160,37 @@ WITH closed AS (
 INSERT INTO zkcron_ended (lock_group, id, job, due_ms, ended_ms, record, submission)
 SELECT $1, id, job, due_ms, $4, $5, submission FROM closed
 RETURNING id";
+
+/// Writes record $3 over open run $2's if its row is at version $4; its new version back.
+const UPDATE_OPEN: &str = "\
+UPDATE zkcron_open SET record = $3, version = version + 1
+WHERE lock_group = $1 AND id = $2 AND version = $4
+RETURNING version";
+
+/// [`UPDATE_OPEN`] by a next owner holding token $5 (node $6, IP $7), checked against the fence
+/// in the same statement. One row back: the fence's verdict, and the new version or NULL.
+const TAKE_OVER: &str = "\
+WITH fence AS (
+    SELECT token FROM zkcron_fence WHERE lock_group = $1 AND token = $5 FOR SHARE
+), taken AS (
+    UPDATE zkcron_open
+    SET record = $3, version = version + 1, token = $5, node = $6, ip = $7
+    WHERE lock_group = $1 AND id = $2 AND version = $4 AND EXISTS (SELECT 1 FROM fence)
+    RETURNING version
+)
+SELECT EXISTS (SELECT 1 FROM fence), (SELECT version FROM taken)";
+
+const OPEN_RUNS: &str = "\
+SELECT id, token, node, ip, claimed_ms, record, version, submission
+FROM zkcron_open WHERE lock_group = $1
+ORDER BY due_ms, id";
+
+/// Job $2's newest $3 ended runs, newest end first.
+const HISTORY: &str = "\
+SELECT id, record FROM zkcron_ended
+WHERE lock_group = $1 AND job = $2
+ORDER BY ended_ms DESC
+LIMIT $3";
 
 /// Moves pending submission $2, due at $3, to `zkcron_ended` as cancelled at $4 (record $5).
 const CANCEL: &str = "\

@@ -4,7 +4,7 @@
 # claimed and ended (dead tuples in today's partition beside it). A throwaway PostgreSQL of
 # Debian's package on loopback, durability as shipped (fsync on, synchronous_commit on).
 #
-# Usage: bench/pg_queue.sh [--pending N] [--rounds N] [--keep]
+# Usage: bench/pg_queue.sh [--pending N] [--rounds N] [--from mark|start] [--snapshot hold|free] [--keep]
 #
 # How to read the output: examples/pg_queue.rs's header says; the environment block says which
 # PostgreSQL and which settings. Everything started is stopped by PID on exit and on Ctrl-C.
@@ -14,12 +14,16 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 pending=1000000
 rounds=20
+from=mark
+snapshot=free
 while (($#)); do
   case "$1" in
     --pending) pending=${2:?}; shift 2 ;;
     --rounds) rounds=${2:?}; shift 2 ;;
+    --from) from=${2:?}; shift 2 ;;
+    --snapshot) snapshot=${2:?}; shift 2 ;;
     --keep) BENCH_KEEP=1; shift ;;
-    *) echo "usage: bench/pg_queue.sh [--pending N] [--rounds N] [--keep]" >&2; exit 2 ;;
+    *) echo "usage: bench/pg_queue.sh [--pending N] [--rounds N] [--from mark|start] [--snapshot hold|free] [--keep]" >&2; exit 2 ;;
   esac
 done
 
@@ -55,7 +59,7 @@ echo "== environment"
 bench_print_machine
 printf '%-18s %s\n' "postgresql" "$("$bin/postgres" --version) on 127.0.0.1, fsync on, synchronous_commit on, shared_buffers 256MB"
 dsn="host=127.0.0.1 port=$port user=zkcron dbname=postgres"
-"$example" "$dsn" "$pending" "$rounds"
+"$example" "$dsn" "$pending" "$rounds" "$from" "$snapshot"
 echo "== database size"
 "$bin/psql" -h 127.0.0.1 -p "$port" -U zkcron -d postgres -Atc \
   "SELECT pg_size_pretty(pg_database_size('postgres'))"

@@ -3,13 +3,15 @@
 //! claims leave dead tuples behind.
 //!
 //! ```text
-//! cargo run --release --example pg_queue -- DSN [PENDING] [ROUNDS]
+//! cargo run --release --example pg_queue -- DSN [PENDING] [ROUNDS] [mark|start] [hold|free]
 //! ```
 //! 1. Loads `PENDING` submissions (default 1 000 000) due 1–30 days ahead, in batches of 1 000
 //!    from 4 connections, and prints submits a second.
 //! 2. Then `ROUNDS` rounds (default 20): 10 000 submissions due now, claimed 100 a statement
 //!    and ended; prints each round's claim latency (p50, p99, max), the dead tuples in today's
-//!    pending partition and what autovacuum did.
+//!    pending partition and what autovacuum did. Each claim starts where the last one reached
+//!    (`mark`, the default) or at the start of the due index (`start`); `hold` keeps a
+//!    transaction with an old snapshot open through the rounds, as a long report would.
 //!
 //! It writes under the lock group `/zkcron-bench/pg_queue` and leaves what it wrote (the
 //! benchmark's server is thrown away after it).
@@ -17,7 +19,7 @@
 use std::time::Instant;
 
 use zkcron::delayed::{Submission, SubmissionId};
-use zkcron::ledger::postgres::{PgStore, Where};
+use zkcron::ledger::postgres::{Mark, PgStore, Where};
 use zkcron::run::RunStatus;
 use zkcron::{FencingToken, JobName, NodeId};
 
@@ -33,9 +35,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let dsn = args
         .next()
-        .ok_or("usage: pg_queue DSN [PENDING] [ROUNDS]")?;
+        .ok_or("usage: pg_queue DSN [PENDING] [ROUNDS] [mark|start] [hold|free]")?;
     let pending: usize = args.next().map_or(Ok(1_000_000), |n| n.parse())?;
     let rounds: usize = args.next().map_or(Ok(20), |n| n.parse())?;
+    let marked = args.next().is_none_or(|mode| mode != "start");
+    let hold = args.next().is_some_and(|snapshot| snapshot == "hold");
     let now = unix_ms();
     let store = PgStore::open(&dsn, GROUP).await?;
     let token = FencingToken(1);
@@ -82,6 +86,32 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "round  claims  p50_ms  p99_ms  max_ms  dead_tuples_today  autovacuums  autoanalyzes  claimed"
     );
     let node = NodeId::new("bench");
+    let mut mark: Option<Mark> = None;
+    // A transaction elsewhere holding an old snapshot: no vacuum may remove what the claims
+    // delete while it is open (a long report, a pg_dump).
+    let _holder = if hold {
+        let (client, connection) = tokio_postgres::connect(&dsn, tokio_postgres::NoTls).await?;
+        tokio::spawn(connection);
+        client
+            .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM pg_class")
+            .await?;
+        Some(client)
+    } else {
+        None
+    };
+    println!(
+        "claims from {}; a snapshot {}",
+        if marked {
+            "where the last one reached"
+        } else {
+            "the start of the due index"
+        },
+        if hold {
+            "held open throughout"
+        } else {
+            "held by nobody"
+        }
+    );
     for round in 0..rounds {
         let due = unix_ms();
         let batch: Vec<_> = (0..ROUND)
@@ -94,9 +124,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut claimed = 0;
         loop {
             let sent = Instant::now();
+            let after = if marked { mark.as_ref() } else { None };
             let got = store
                 .claim_due(
                     token,
+                    after,
                     unix_ms(),
                     CLAIM_LIMIT,
                     (&node, "127.0.0.1"),
@@ -104,6 +136,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 )
                 .await?;
             latencies.push(sent.elapsed().as_secs_f64() * 1000.0);
+            if got.reached.is_some() {
+                mark = got.reached.clone();
+            }
             if got.claimed.is_empty() {
                 break;
             }

@@ -10,7 +10,9 @@ use std::time::Duration;
 use support::postgres::{PgServer, shared_postgres};
 use support::wait_until;
 use zkcron::delayed::{Submission, SubmissionId};
-use zkcron::ledger::postgres::{Chosen, ChosenClaim, Ended, PgStore, StoreError, Updated, Where};
+use zkcron::ledger::postgres::{
+    Chosen, ChosenClaim, Ended, Mark, PgStore, StoreError, Updated, Where,
+};
 use zkcron::ledger::submissions::Submitted;
 use zkcron::run::{RunRecord, RunStatus};
 use zkcron::{FencingToken, JobName, NodeId};
@@ -71,6 +73,7 @@ async fn a_submission_is_pending_then_open_then_ended_and_never_in_two_places() 
     let early = store
         .claim_due(
             FencingToken(1),
+            None,
             NOON - 1,
             10,
             (&node(), "10.0.0.1"),
@@ -84,7 +87,14 @@ async fn a_submission_is_pending_then_open_then_ended_and_never_in_two_places() 
     );
 
     let batch = store
-        .claim_due(FencingToken(1), NOON, 10, (&node(), "10.0.0.1"), NOON - 250)
+        .claim_due(
+            FencingToken(1),
+            None,
+            NOON,
+            10,
+            (&node(), "10.0.0.1"),
+            NOON - 250,
+        )
         .await
         .expect("a claim");
     assert_eq!(batch.claimed.len(), 1, "{batch:?}");
@@ -103,6 +113,7 @@ async fn a_submission_is_pending_then_open_then_ended_and_never_in_two_places() 
     let again = store
         .claim_due(
             FencingToken(1),
+            None,
             NOON + 60_000,
             10,
             (&node(), "10.0.0.1"),
@@ -214,7 +225,14 @@ async fn a_batch_submits_each_once_and_tells_resubmits_and_conflicts_apart() {
         "{conflict:?}"
     );
     let claimed = store
-        .claim_due(FencingToken(1), NOON + 86_400_000, 100, (&node(), ""), NOON)
+        .claim_due(
+            FencingToken(1),
+            None,
+            NOON + 86_400_000,
+            100,
+            (&node(), ""),
+            NOON,
+        )
         .await
         .expect("a claim");
     let mut ids: Vec<_> = claimed.claimed.iter().map(|c| c.id.as_str()).collect();
@@ -316,7 +334,7 @@ async fn a_next_owner_takes_an_open_run_over_and_the_old_owners_writes_find_it_g
         .await
         .expect("submitted");
     let batch = old_owner
-        .claim_due(FencingToken(7), NOON, 10, (&node(), "10.0.0.1"), NOON)
+        .claim_due(FencingToken(7), None, NOON, 10, (&node(), "10.0.0.1"), NOON)
         .await
         .expect("a claim");
     let claim = batch.claimed[0].record.clone();
@@ -404,6 +422,55 @@ async fn a_next_owner_takes_an_open_run_over_and_the_old_owners_writes_find_it_g
 }
 
 #[tokio::test]
+async fn a_claim_from_a_mark_takes_what_is_past_it_and_one_from_the_start_finds_the_rest() {
+    let (store, _) = store("mark", 1).await;
+    for (name, due) in [("b", NOON), ("a", NOON), ("c", NOON + 1), ("d", NOON + 2)] {
+        store
+            .submit(&id(name), &submission("close", due, b""))
+            .await
+            .expect("submitted");
+    }
+    let claim = |after: Option<Mark>, limit| {
+        let store = &store;
+        async move {
+            store
+                .claim_due(
+                    FencingToken(1),
+                    after.as_ref(),
+                    NOON + 10,
+                    limit,
+                    (&node(), ""),
+                    NOON,
+                )
+                .await
+                .expect("a claim")
+        }
+    };
+    let first = claim(None, 2).await;
+    let ids: Vec<_> = first.claimed.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(ids, ["a", "b"], "(due, id) order");
+    let reached = first.reached.clone().expect("a mark");
+    assert_eq!((reached.due_unix_ms, reached.id.as_str()), (NOON, "b"));
+
+    // Submitted late, due below the mark: a claim from the mark does not see it.
+    store
+        .submit(&id("late"), &submission("close", NOON - 5, b""))
+        .await
+        .expect("submitted");
+    let next = claim(Some(reached), 10).await;
+    let ids: Vec<_> = next.claimed.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(ids, ["c", "d"]);
+    let swept = claim(None, 10).await;
+    let ids: Vec<_> = swept.claimed.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        ["late"],
+        "a claim from the start finds what the mark passed over"
+    );
+    assert!(claim(None, 10).await.reached.is_none());
+}
+
+#[tokio::test]
 async fn a_resubmit_of_the_same_request_changes_nothing_and_another_request_under_its_id_conflicts()
 {
     let (store, _) = store("resubmit", 1).await;
@@ -429,7 +496,7 @@ async fn a_resubmit_of_the_same_request_changes_nothing_and_another_request_unde
     );
     // Still remembered once claimed: the id is not free while its run is open.
     store
-        .claim_due(FencingToken(1), NOON, 10, (&node(), ""), NOON)
+        .claim_due(FencingToken(1), None, NOON, 10, (&node(), ""), NOON)
         .await
         .expect("a claim");
     assert_eq!(
@@ -437,7 +504,7 @@ async fn a_resubmit_of_the_same_request_changes_nothing_and_another_request_unde
         Submitted::AlreadyThere
     );
     let batch = store
-        .claim_due(FencingToken(1), NOON + 1000, 10, (&node(), ""), NOON)
+        .claim_due(FencingToken(1), None, NOON + 1000, 10, (&node(), ""), NOON)
         .await
         .expect("a claim");
     assert!(
@@ -461,7 +528,7 @@ async fn a_stale_owner_claims_nothing_once_a_newer_owner_raised_the_fence() {
         .expect("the fence rises");
 
     match old_owner
-        .claim_due(FencingToken(5), NOON, 10, (&node(), ""), NOON)
+        .claim_due(FencingToken(5), None, NOON, 10, (&node(), ""), NOON)
         .await
     {
         Err(StoreError::Fenced { ours, current, .. }) => {
@@ -479,6 +546,7 @@ async fn a_stale_owner_claims_nothing_once_a_newer_owner_raised_the_fence() {
     let batch = new_owner
         .claim_due(
             FencingToken(6),
+            None,
             NOON,
             10,
             (&NodeId::new("10.0.0.2"), ""),
@@ -553,7 +621,7 @@ async fn claimers_at_once_never_take_the_same_submission() {
         let mut taken = Vec::new();
         loop {
             let batch = store
-                .claim_due(FencingToken(1), NOON + 10, 8, (&node(), ""), NOON)
+                .claim_due(FencingToken(1), None, NOON + 10, 8, (&node(), ""), NOON)
                 .await
                 .expect("a claim");
             if batch.claimed.is_empty() {
@@ -588,7 +656,7 @@ async fn a_cancelled_submission_is_never_claimed_and_a_claimed_one_is_not_cancel
         other => panic!("a cancel left {other:?}"),
     }
     let batch = store
-        .claim_due(FencingToken(1), NOON, 10, (&node(), ""), NOON)
+        .claim_due(FencingToken(1), None, NOON, 10, (&node(), ""), NOON)
         .await
         .expect("a claim");
     let ids: Vec<_> = batch.claimed.iter().map(|claimed| &claimed.id).collect();
@@ -636,7 +704,7 @@ async fn submissions_due_on_other_days_each_make_their_day_partition() {
         ]
     );
     let batch = store
-        .claim_due(FencingToken(1), NOON, 10, (&node(), ""), NOON)
+        .claim_due(FencingToken(1), None, NOON, 10, (&node(), ""), NOON)
         .await
         .expect("a claim");
     assert_eq!(
@@ -710,7 +778,7 @@ async fn a_restarted_server_is_connected_to_again_and_keeps_what_was_committed()
             .expect("submitted");
     }
     let first = store
-        .claim_due(FencingToken(3), NOON + 1, 10, (&node(), ""), NOON)
+        .claim_due(FencingToken(3), None, NOON + 1, 10, (&node(), ""), NOON)
         .await
         .expect("a claim");
     assert_eq!(first.claimed.len(), 2);
@@ -724,7 +792,7 @@ async fn a_restarted_server_is_connected_to_again_and_keeps_what_was_committed()
         other => panic!("a claim was lost across the restart: {other:?}"),
     }
     let rest = store
-        .claim_due(FencingToken(3), NOON + 10, 10, (&node(), ""), NOON)
+        .claim_due(FencingToken(3), None, NOON + 10, 10, (&node(), ""), NOON)
         .await
         .expect("a claim");
     let ids: Vec<_> = rest

@@ -24,7 +24,7 @@ mod runs;
 mod schema;
 mod statements;
 
-pub use claims::{Chosen, ChosenClaim, Claimed, ClaimedBatch};
+pub use claims::{Chosen, ChosenClaim, Claimed, ClaimedBatch, Mark};
 pub use error::StoreError;
 pub use handle::PgStore;
 pub use queue::{Ended, Where};

@@ -36,6 +36,20 @@ pub struct ClaimedBatch {
     /// Rows it took that could not be read back as submissions: each is logged with its id,
     /// and stays open in the store for an operator, never silently dropped.
     pub unreadable: Vec<String>,
+    /// The last row it took, in (due, id) order; none when it took nothing.
+    pub reached: Option<Mark>,
+}
+
+/// Where claims in (due time, id) order have reached: every row at or before it was taken or
+/// skipped. The next claim from it reads no index entry of the rows taken before, which a
+/// vacuum may not have removed yet (a transaction elsewhere holding an old snapshot keeps them
+/// all). A row submitted below it, or skipped while another claimer held it, is found only by
+/// a claim from the start: the owner moves its mark down for a submit it is told of, and
+/// claims from the start now and then.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mark {
+    pub due_unix_ms: i64,
+    pub id: String,
 }
 
 /// A claim the fire machine chose: the submission, where it was due, and its claim record.
@@ -148,7 +162,8 @@ impl PgStore {
         Ok(found)
     }
 
-    /// Claims up to `limit` pending submissions due by `due_by_unix_ms`, oldest first, for
+    /// Claims up to `limit` pending submissions due by `due_by_unix_ms` and past `after` (from
+    /// the start when none), oldest first (by id within a due time), for
     /// `node` holding `token`: they move to the open runs in the statement that checks the
     /// fence, and rows another claimer holds are skipped rather than waited for.
     ///
@@ -159,11 +174,14 @@ impl PgStore {
     pub async fn claim_due(
         &self,
         token: FencingToken,
+        after: Option<&Mark>,
         due_by_unix_ms: i64,
         limit: i64,
         node: (&NodeId, &str),
         now_unix_ms: i64,
     ) -> Result<ClaimedBatch, StoreError> {
+        let (after_due, after_id) =
+            after.map_or((i64::MIN, ""), |mark| (mark.due_unix_ms, mark.id.as_str()));
         let live = self.live().await?;
         let rows = live
             .client
@@ -177,6 +195,8 @@ impl PgStore {
                     &node.0.as_str(),
                     &node.1,
                     &now_unix_ms,
+                    &after_due,
+                    &after_id,
                 ],
             )
             .await
@@ -185,11 +205,18 @@ impl PgStore {
         let mut batch = ClaimedBatch {
             claimed: Vec::new(),
             unreadable: Vec::new(),
+            reached: None,
         };
         for row in rows {
             let Some(id) = row.get::<_, Option<String>>(1) else {
                 continue;
             };
+            let due: i64 = row.get(3);
+            // Rows come in (due, id) order: the last one is where the claim reached.
+            batch.reached = Some(Mark {
+                due_unix_ms: due,
+                id: id.clone(),
+            });
             let data: Vec<u8> = row.get(4);
             match (SubmissionId::parse(&id), Submission::parse(&data)) {
                 (Ok(parsed), Ok(submission)) => {

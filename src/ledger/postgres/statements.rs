@@ -85,23 +85,25 @@ RETURNING id,
     (SELECT pg_notify('zkcron_submitted', $1 || ' ' || min(due_ms)::text) FROM asked)::text";
 
 /// Takes the fence `FOR SHARE` if it holds our token ($2); if it does, takes up to $4 pending
-/// rows due by $3 that no other claim holds, oldest due first, and moves them to
-/// `zkcron_open` as claimed by node $5 (IP $6) at $7. Always one row back: the fence's verdict,
+/// rows due by $3 and past ($8, $9) in (due, id) order that no other claim holds, and moves
+/// them to `zkcron_open` as claimed by node $5 (IP $6) at $7. Always one row back: the fence's verdict,
 /// with a claimed submission or NULLs.
 const CLAIM: &str = "\
 WITH fence AS (
     SELECT token FROM zkcron_fence WHERE lock_group = $1 AND token = $2 FOR SHARE
 ), due AS (
     SELECT id, due_ms FROM zkcron_pending
-    WHERE lock_group = $1 AND due_ms <= $3 AND EXISTS (SELECT 1 FROM fence)
-    ORDER BY due_ms
+    WHERE lock_group = $1 AND due_ms BETWEEN $8 AND $3 AND (due_ms, id) > ($8, $9)
+        AND EXISTS (SELECT 1 FROM fence)
+    ORDER BY due_ms, id
     LIMIT $4
     FOR UPDATE SKIP LOCKED
 ), taken AS (
-    -- `due_ms <= $3` again: the delete then reads only the partitions due by then (pruned at
-    -- the executor's start); without it, every row probes every day's partition.
+    -- The due bounds again: the delete then reads only the partitions due between them
+    -- (pruned at the executor's start); without them, every row probes every day's partition.
     DELETE FROM zkcron_pending p USING due
-    WHERE p.lock_group = $1 AND p.due_ms <= $3 AND p.id = due.id AND p.due_ms = due.due_ms
+    WHERE p.lock_group = $1 AND p.due_ms BETWEEN $8 AND $3
+        AND p.id = due.id AND p.due_ms = due.due_ms
     RETURNING p.id, p.job, p.due_ms, p.submission
 ), opened AS (
     INSERT INTO zkcron_open (lock_group, id, job, due_ms, token, node, ip, claimed_ms, submission)
@@ -111,7 +113,7 @@ WITH fence AS (
 SELECT verdict.fenced_in, opened.id, opened.job, opened.due_ms, opened.submission
 FROM (SELECT EXISTS (SELECT 1 FROM fence) AS fenced_in) AS verdict
 LEFT JOIN opened ON true
-ORDER BY opened.due_ms";
+ORDER BY opened.due_ms, opened.id";
 
 /// Takes the fence `FOR SHARE` if it holds our token ($2); if it does, moves the pending rows
 /// of ids $3 at due times $4 (between $9 and $10) to `zkcron_open` with records $5, as claimed

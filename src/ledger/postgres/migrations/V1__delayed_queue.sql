@@ -35,7 +35,8 @@ CREATE TABLE zkcron_pending (
     due_ms bigint NOT NULL,
     submission bytea NOT NULL
 ) PARTITION BY RANGE (due_ms);
-CREATE INDEX zkcron_pending_due ON zkcron_pending (lock_group, due_ms);
+-- (due, id): the order claims take rows in, and the mark a claim starts after.
+CREATE INDEX zkcron_pending_due ON zkcron_pending (lock_group, due_ms, id);
 CREATE INDEX zkcron_pending_id ON zkcron_pending (lock_group, id);
 
 -- Claimed submissions whose run has not ended: at most `max_running` a job. `record` is the run

@@ -92,18 +92,22 @@ const CLAIM: &str = "\
 WITH fence AS (
     SELECT token FROM zkcron_fence WHERE lock_group = $1 AND token = $2 FOR SHARE
 ), due AS (
-    SELECT id, due_ms FROM zkcron_pending
+    SELECT tableoid, ctid FROM zkcron_pending
     WHERE lock_group = $1 AND due_ms BETWEEN $8 AND $3 AND (due_ms, id) > ($8, $9)
         AND EXISTS (SELECT 1 FROM fence)
     ORDER BY due_ms, id
     LIMIT $4
     FOR UPDATE SKIP LOCKED
 ), taken AS (
-    -- The due bounds again: the delete then reads only the partitions due between them
-    -- (pruned at the executor's start); without them, every row probes every day's partition.
-    DELETE FROM zkcron_pending p USING due
+    -- The rows `due` locked, by their tuple ids: one fetch a row, whatever the planner knows
+    -- of the partition (as a join, a new day's partition without statistics was scanned whole
+    -- for every row taken). A tuple id is a partition's own: the pair with the partition
+    -- picks the row. The due bounds again: only the partitions due between them are read
+    -- (pruned at the executor's start), not every day's.
+    DELETE FROM zkcron_pending p
     WHERE p.lock_group = $1 AND p.due_ms BETWEEN $8 AND $3
-        AND p.id = due.id AND p.due_ms = due.due_ms
+        AND p.ctid = ANY (ARRAY (SELECT ctid FROM due))
+        AND (p.tableoid, p.ctid) IN (SELECT tableoid, ctid FROM due)
     RETURNING p.id, p.job, p.due_ms, p.submission
 ), opened AS (
     INSERT INTO zkcron_open (lock_group, id, job, due_ms, token, node, ip, claimed_ms, submission)
@@ -125,15 +129,19 @@ WITH fence AS (
 ), chosen AS (
     SELECT * FROM unnest($3::text[], $4::int8[], $5::bytea[]) AS chosen (id, due_ms, record)
 ), due AS (
-    SELECT p.id, p.due_ms FROM zkcron_pending p
-    JOIN chosen ON chosen.id = p.id AND chosen.due_ms = p.due_ms
-    WHERE p.lock_group = $1 AND p.due_ms BETWEEN $9 AND $10 AND EXISTS (SELECT 1 FROM fence)
+    -- $9 and $10, the chosen due times' least and greatest: the partitions read are theirs.
+    -- By id through the id index, then the due time each was chosen at.
+    SELECT p.tableoid, p.ctid FROM zkcron_pending p
+    WHERE p.lock_group = $1 AND p.due_ms BETWEEN $9 AND $10 AND p.id = ANY ($3::text[])
+        AND (p.id, p.due_ms) IN (SELECT id, due_ms FROM chosen)
+        AND EXISTS (SELECT 1 FROM fence)
     FOR UPDATE OF p
 ), taken AS (
-    -- $9 and $10, the chosen due times' least and greatest: the partitions read are theirs.
-    DELETE FROM zkcron_pending p USING due
+    -- As `CLAIM`'s: the locked rows by their tuple ids.
+    DELETE FROM zkcron_pending p
     WHERE p.lock_group = $1 AND p.due_ms BETWEEN $9 AND $10
-        AND p.id = due.id AND p.due_ms = due.due_ms
+        AND p.ctid = ANY (ARRAY (SELECT ctid FROM due))
+        AND (p.tableoid, p.ctid) IN (SELECT tableoid, ctid FROM due)
     RETURNING p.id, p.job, p.due_ms, p.submission
 ), opened AS (
     INSERT INTO zkcron_open

@@ -25,6 +25,11 @@ const LOCK_WAIT_SEEN: Duration = Duration::from_secs(10);
 /// milliseconds, the slack is for a crowded test pool.
 const WAKE_SEEN: Duration = Duration::from_secs(10);
 
+/// The request bound of the paused-server test: what a claim against it waits before it gives
+/// up. Short, to keep the test short; long enough for a crowded pool's answer from a running
+/// server (the store's own default is 10 s).
+const PAUSE_BOUND: Duration = Duration::from_secs(2);
+
 const GROUP: &str = "/zkcron/g";
 
 fn node() -> NodeId {
@@ -805,4 +810,49 @@ async fn a_restarted_server_is_connected_to_again_and_keeps_what_was_committed()
         ["r-2", "r-3"],
         "the restart lost or doubled a pending submission"
     );
+}
+
+#[tokio::test]
+async fn a_paused_server_times_requests_out_and_a_resumed_one_is_connected_to_again() {
+    let server = PgServer::start().expect("a server of its own");
+    let dsn = server.create_database("paused").await.expect("a database");
+    let store = PgStore::open(&dsn, GROUP)
+        .await
+        .expect("the store opens")
+        .with_request_bound(PAUSE_BOUND);
+    store
+        .raise_fence(FencingToken(2))
+        .await
+        .expect("the fence rises");
+    store
+        .submit(&id("p-1"), &submission("close", NOON, b""))
+        .await
+        .expect("submitted");
+
+    server.pause().expect("paused");
+    let asked = store
+        .claim_due(FencingToken(2), None, NOON, 10, (&node(), ""), NOON)
+        .await;
+    assert!(
+        matches!(asked, Err(StoreError::TimedOut { .. })),
+        "a claim against a paused server: {asked:?}"
+    );
+    // While it stays paused, a new connection's start is bounded too.
+    let again = store.find(&id("p-1")).await;
+    assert!(
+        matches!(again, Err(StoreError::TimedOut { .. })),
+        "{again:?}"
+    );
+
+    server.resume().expect("resumed");
+    // The claim that timed out may have been applied once the server went on: it is pending or
+    // open, never both and never lost.
+    match store
+        .find(&id("p-1"))
+        .await
+        .expect("answered after the resume")
+    {
+        Some(Where::Pending(_) | Where::Open { .. }) => {}
+        other => panic!("the submission went missing: {other:?}"),
+    }
 }

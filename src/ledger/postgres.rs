@@ -26,6 +26,6 @@ mod statements;
 
 pub use claims::{Chosen, ChosenClaim, Claimed, ClaimedBatch, Mark};
 pub use error::StoreError;
-pub use handle::PgStore;
+pub use handle::{PgStore, REQUEST_BOUND};
 pub use queue::{Ended, Where};
 pub use runs::{OpenRun, Updated};

@@ -102,11 +102,12 @@ impl PgStore {
             &latest,
         ];
         let live = self.live().await?;
-        let rows = live
-            .client
-            .query(&live.statements.claim_chosen, &params)
-            .await
-            .map_err(StoreError::query("a claim"))?;
+        let rows = self
+            .bounded(
+                "a claim",
+                live.client.query(&live.statements.claim_chosen, &params),
+            )
+            .await?;
         self.fenced_in(&rows, token).await?;
         let claimed: std::collections::HashSet<String> = rows
             .iter()
@@ -137,14 +138,15 @@ impl PgStore {
         limit: i64,
     ) -> Result<Vec<(SubmissionId, Submission)>, StoreError> {
         let live = self.live().await?;
-        let rows = live
-            .client
-            .query(
-                &live.statements.pending_between,
-                &[&self.lock_group, &after_unix_ms, &through_unix_ms, &limit],
+        let rows = self
+            .bounded(
+                "reading due submissions",
+                live.client.query(
+                    &live.statements.pending_between,
+                    &[&self.lock_group, &after_unix_ms, &through_unix_ms, &limit],
+                ),
             )
-            .await
-            .map_err(StoreError::query("reading due submissions"))?;
+            .await?;
         let mut found = Vec::with_capacity(rows.len());
         for row in rows {
             let id: String = row.get(0);
@@ -183,24 +185,25 @@ impl PgStore {
         let (after_due, after_id) =
             after.map_or((i64::MIN, ""), |mark| (mark.due_unix_ms, mark.id.as_str()));
         let live = self.live().await?;
-        let rows = live
-            .client
-            .query(
-                &live.statements.claim,
-                &[
-                    &self.lock_group,
-                    &i64::from(token.0),
-                    &due_by_unix_ms,
-                    &limit,
-                    &node.0.as_str(),
-                    &node.1,
-                    &now_unix_ms,
-                    &after_due,
-                    &after_id,
-                ],
+        let rows = self
+            .bounded(
+                "a claim",
+                live.client.query(
+                    &live.statements.claim,
+                    &[
+                        &self.lock_group,
+                        &i64::from(token.0),
+                        &due_by_unix_ms,
+                        &limit,
+                        &node.0.as_str(),
+                        &node.1,
+                        &now_unix_ms,
+                        &after_due,
+                        &after_id,
+                    ],
+                ),
             )
-            .await
-            .map_err(StoreError::query("a claim"))?;
+            .await?;
         self.fenced_in(&rows, token).await?;
         let mut batch = ClaimedBatch {
             claimed: Vec::new(),

@@ -10,17 +10,22 @@ use crate::ids::FencingToken;
 /// Why the store did not do what was asked.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("the PostgreSQL connection string is not valid: {0}")]
+    #[error("the PostgreSQL connection string is not valid")]
     Dsn(#[source] tokio_postgres::Error),
-    #[error("cannot reach PostgreSQL: {0}")]
+    #[error("cannot reach PostgreSQL")]
     Unreachable(#[source] tokio_postgres::Error),
-    #[error("PostgreSQL refused {what}: {source}")]
+    #[error("PostgreSQL refused {what}")]
     Query {
         what: &'static str,
         #[source]
         source: tokio_postgres::Error,
     },
-    #[error("migrating the delayed queue's schema failed: {0}")]
+    #[error("PostgreSQL did not answer {what} within {after:?}; the connection was given up")]
+    TimedOut {
+        what: &'static str,
+        after: std::time::Duration,
+    },
+    #[error("migrating the delayed queue's schema failed")]
     Migration(#[source] refinery::Error),
     #[error(
         "the database's delayed queue schema is at version {found}, newer than this zkcron knows \
@@ -36,7 +41,7 @@ pub enum StoreError {
         ours: FencingToken,
         current: i64,
     },
-    #[error("unreadable submission {id} in table {table}: {source}")]
+    #[error("unreadable submission {id} in table {table}")]
     Corrupt {
         table: &'static str,
         id: String,

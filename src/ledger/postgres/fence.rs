@@ -22,14 +22,15 @@ impl PgStore {
     /// `Unreachable` or `Query` when the database did not answer.
     pub async fn raise_fence(&self, token: FencingToken) -> Result<(), StoreError> {
         let live = self.live().await?;
-        let raised = live
-            .client
-            .query_opt(
-                &live.statements.raise_fence,
-                &[&self.lock_group, &i64::from(token.0)],
+        let raised = self
+            .bounded(
+                "raising the fence",
+                live.client.query_opt(
+                    &live.statements.raise_fence,
+                    &[&self.lock_group, &i64::from(token.0)],
+                ),
             )
-            .await
-            .map_err(StoreError::query("raising the fence"))?;
+            .await?;
         if raised.is_some() {
             return Ok(());
         }
@@ -46,11 +47,13 @@ impl PgStore {
     /// `Unreachable` or `Query` when the database did not answer.
     pub async fn fence(&self) -> Result<Option<i64>, StoreError> {
         let live = self.live().await?;
-        let row = live
-            .client
-            .query_opt(&live.statements.read_fence, &[&self.lock_group])
-            .await
-            .map_err(StoreError::query("reading the fence"))?;
+        let row = self
+            .bounded(
+                "reading the fence",
+                live.client
+                    .query_opt(&live.statements.read_fence, &[&self.lock_group]),
+            )
+            .await?;
         Ok(row.map(|row| row.get(0)))
     }
 }

@@ -5,13 +5,20 @@
 //! (connect, migrate, prepare).
 //! Must not: send the queue's statements (`queue` and `fence` do).
 
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::Mutex;
 
 use super::error::StoreError;
 use super::schema;
 use super::statements::Statements;
+
+/// How long a request (and a connection's start) may go unanswered, unless the DSN's
+/// `connect_timeout` says otherwise for the start: ZooKeeper's doorway bounds its requests the
+/// same way (`zk::REQUEST_BOUND`).
+pub const REQUEST_BOUND: Duration = Duration::from_secs(10);
 
 /// Every statement of the store reads through an index that matches its order and bound; a
 /// bitmap or sequential scan is never what it wants. Without these, a day's partition whose
@@ -26,6 +33,8 @@ pub struct PgStore {
     config: tokio_postgres::Config,
     pub(super) lock_group: String,
     live: Mutex<Option<Arc<Live>>>,
+    /// How long a request may go unanswered before the connection is given up.
+    request_bound: Duration,
 }
 
 /// One connection and the statements prepared on it.
@@ -53,17 +62,28 @@ impl PgStore {
     /// `Dsn` for a string that is not one; `Unreachable`; `NewerSchema` when a newer zkcron
     /// migrated the database; `Migration` when a migration failed.
     pub async fn open(dsn: &str, lock_group: &str) -> Result<Self, StoreError> {
-        let config: tokio_postgres::Config = dsn.parse().map_err(StoreError::Dsn)?;
+        let mut config: tokio_postgres::Config = dsn.parse().map_err(StoreError::Dsn)?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(REQUEST_BOUND);
+        }
         let store = Self {
             config,
             lock_group: lock_group.to_owned(),
             live: Mutex::new(None),
+            request_bound: REQUEST_BOUND,
         };
         let mut client = store.connect_raw().await?;
         schema::migrate(&mut client).await?;
         let statements = Statements::prepare(&client).await?;
         *store.live.lock().await = Some(Arc::new(Live { client, statements }));
         Ok(store)
+    }
+
+    /// This store with requests bounded by `bound` instead of [`REQUEST_BOUND`].
+    #[must_use]
+    pub fn with_request_bound(mut self, bound: Duration) -> Self {
+        self.request_bound = bound;
+        self
     }
 
     /// The lock group whose queue this is.
@@ -81,10 +101,14 @@ impl PgStore {
         ),
         StoreError,
     > {
-        self.config
-            .connect(tokio_postgres::NoTls)
-            .await
-            .map_err(StoreError::Unreachable)
+        // `connect_timeout` bounds the socket's connect; a server that accepts and then says
+        // nothing (paused) is bounded here.
+        self.bounded_raw(
+            "a connection's start",
+            self.config.connect(tokio_postgres::NoTls),
+        )
+        .await?
+        .map_err(StoreError::Unreachable)
     }
 
     async fn connect_raw(&self) -> Result<tokio_postgres::Client, StoreError> {
@@ -94,11 +118,53 @@ impl PgStore {
                 tracing::warn!(%error, "the connection to PostgreSQL ended");
             }
         });
-        client
-            .batch_execute(PLANNER_SETTINGS)
-            .await
-            .map_err(StoreError::query("the planner's settings"))?;
+        self.bounded(
+            "the planner's settings",
+            client.batch_execute(PLANNER_SETTINGS),
+        )
+        .await?;
         Ok(client)
+    }
+
+    /// `request` within the store's request bound, its error typed. On the bound the
+    /// connection is given up: the server is not answering it (paused, or the network is
+    /// gone), and the next request connects again rather than queueing behind this one.
+    ///
+    /// # Errors
+    /// `TimedOut` on the bound; `Query` when the database refused it.
+    pub(super) async fn bounded<T>(
+        &self,
+        what: &'static str,
+        request: impl Future<Output = Result<T, tokio_postgres::Error>>,
+    ) -> Result<T, StoreError> {
+        self.bounded_raw(what, request)
+            .await?
+            .map_err(StoreError::query(what))
+    }
+
+    /// [`PgStore::bounded`] for a request whose error the caller reads itself.
+    ///
+    /// # Errors
+    /// `TimedOut` on the bound.
+    pub(super) async fn bounded_raw<T>(
+        &self,
+        what: &'static str,
+        request: impl Future<Output = T>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(self.request_bound, request).await {
+            Ok(answered) => Ok(answered),
+            Err(_) => {
+                // Not waited for: `live` holds it while it connects, which is bounded here too.
+                // A connection it is handing out now is given up by its own request's bound.
+                if let Ok(mut live) = self.live.try_lock() {
+                    *live = None;
+                }
+                Err(StoreError::TimedOut {
+                    what,
+                    after: self.request_bound,
+                })
+            }
+        }
     }
 
     /// The live connection, or a new one when the last has closed.
@@ -110,7 +176,9 @@ impl PgStore {
             return Ok(Arc::clone(current));
         }
         let client = self.connect_raw().await?;
-        let statements = Statements::prepare(&client).await?;
+        let statements = self
+            .bounded_raw("preparing the statements", Statements::prepare(&client))
+            .await??;
         let fresh = Arc::new(Live { client, statements });
         *live = Some(Arc::clone(&fresh));
         Ok(fresh)

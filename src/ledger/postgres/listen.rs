@@ -72,7 +72,7 @@ impl PgStore {
                 }
             }
         });
-        match answered.await {
+        match self.bounded_raw("LISTEN", answered).await? {
             Ok(Ok(())) => Ok(woken),
             Ok(Err(source)) => Err(StoreError::Query {
                 what: "LISTEN",

@@ -85,11 +85,15 @@ impl PgStore {
             &data,
         ];
         let live = self.live().await?;
-        let rows = with_partition(&live, Partitioned::Pending, submission.due_unix_ms, || {
-            live.client.query(&live.statements.submit, &params)
-        })
-        .await
-        .map_err(StoreError::query("a submit"))?;
+        let rows = self
+            .with_partition(
+                &live,
+                Partitioned::Pending,
+                &[submission.due_unix_ms],
+                "a submit",
+                || live.client.query(&live.statements.submit, &params),
+            )
+            .await?;
         if !rows.is_empty() {
             return Ok(Submitted::Created);
         }
@@ -178,38 +182,16 @@ impl PgStore {
     ) -> Result<std::collections::HashSet<String>, StoreError> {
         let params: [&(dyn ToSql + Sync); 5] = [&self.lock_group, &ids, &jobs, &dues, &data];
         let live = self.live().await?;
-        let mut days: Vec<i64> = dues.iter().map(|due| partitions::day_of(*due)).collect();
-        days.sort_unstable();
-        days.dedup();
-        let mut attempt = 1;
-        loop {
-            match live
-                .client
-                .query(&live.statements.submit_many, &params)
-                .await
-            {
-                Ok(rows) => return Ok(rows.iter().map(|row| row.get(0)).collect()),
-                Err(error)
-                    if partitions::is_missing_partition(&error) && attempt < PARTITION_ATTEMPTS =>
-                {
-                    attempt += 1;
-                    for day in &days {
-                        partitions::ensure(
-                            &live.client,
-                            Partitioned::Pending,
-                            day * partitions::DAY_MS,
-                        )
-                        .await?;
-                    }
-                }
-                Err(source) => {
-                    return Err(StoreError::Query {
-                        what: "a batch of submits",
-                        source,
-                    });
-                }
-            }
-        }
+        let rows = self
+            .with_partition(
+                &live,
+                Partitioned::Pending,
+                dues,
+                "a batch of submits",
+                || live.client.query(&live.statements.submit_many, &params),
+            )
+            .await?;
+        Ok(rows.iter().map(|row| row.get(0)).collect())
     }
 
     /// Ends the open run of `id` that this node claimed with `token`: its row moves to the
@@ -233,11 +215,15 @@ impl PgStore {
             &data,
         ];
         let live = self.live().await?;
-        let rows = with_partition(&live, Partitioned::Ended, ended_unix_ms, || {
-            live.client.query(&live.statements.end, &params)
-        })
-        .await
-        .map_err(StoreError::query("a run's end"))?;
+        let rows = self
+            .with_partition(
+                &live,
+                Partitioned::Ended,
+                &[ended_unix_ms],
+                "a run's end",
+                || live.client.query(&live.statements.end, &params),
+            )
+            .await?;
         Ok(if rows.is_empty() {
             Ended::NotOurs
         } else {
@@ -270,11 +256,15 @@ impl PgStore {
             &record,
         ];
         let live = self.live().await?;
-        let rows = with_partition(&live, Partitioned::Ended, now_unix_ms, || {
-            live.client.query(&live.statements.cancel, &params)
-        })
-        .await
-        .map_err(StoreError::query("a cancel"))?;
+        let rows = self
+            .with_partition(
+                &live,
+                Partitioned::Ended,
+                &[now_unix_ms],
+                "a cancel",
+                || live.client.query(&live.statements.cancel, &params),
+            )
+            .await?;
         if !rows.is_empty() {
             return Ok(Ok(submission));
         }
@@ -291,11 +281,13 @@ impl PgStore {
     /// `Corrupt` when its row cannot be read; `Unreachable` or `Query`.
     pub async fn find(&self, id: &SubmissionId) -> Result<Option<Where>, StoreError> {
         let live = self.live().await?;
-        let rows = live
-            .client
-            .query(&live.statements.find, &[&self.lock_group, &id.as_str()])
-            .await
-            .map_err(StoreError::query("finding a submission"))?;
+        let rows = self
+            .bounded(
+                "finding a submission",
+                live.client
+                    .query(&live.statements.find, &[&self.lock_group, &id.as_str()]),
+            )
+            .await?;
         let Some(row) = rows.first() else {
             return Ok(None);
         };
@@ -387,30 +379,40 @@ fn chunks(batch: &[(SubmissionId, Submission)]) -> Vec<&[(SubmissionId, Submissi
     chunks
 }
 
-/// Runs `statement`; when its row found no day partition, makes the day's and runs it again.
-async fn with_partition<F, Fut>(
-    live: &Live,
-    table: Partitioned,
-    unix_ms: i64,
-    mut statement: F,
-) -> Result<Vec<tokio_postgres::Row>, tokio_postgres::Error>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<Vec<tokio_postgres::Row>, tokio_postgres::Error>>,
-{
-    let mut attempt = 1;
-    loop {
-        match statement().await {
-            Err(error)
-                if partitions::is_missing_partition(&error) && attempt < PARTITION_ATTEMPTS =>
-            {
-                attempt += 1;
-                if let Err(made) = partitions::ensure(&live.client, table, unix_ms).await {
-                    tracing::warn!(error = %made, "making a day's partition failed");
-                    return Err(error);
+impl PgStore {
+    /// Runs `statement` within the request bound; when a row found no day partition, makes
+    /// the partitions of the days of `instants` and runs it again.
+    async fn with_partition<F, Fut>(
+        &self,
+        live: &Live,
+        table: Partitioned,
+        instants: &[i64],
+        what: &'static str,
+        mut statement: F,
+    ) -> Result<Vec<tokio_postgres::Row>, StoreError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<Vec<tokio_postgres::Row>, tokio_postgres::Error>>,
+    {
+        let mut attempt = 1;
+        loop {
+            match self.bounded_raw(what, statement()).await? {
+                Err(error)
+                    if partitions::is_missing_partition(&error) && attempt < PARTITION_ATTEMPTS =>
+                {
+                    attempt += 1;
+                    let mut days: Vec<i64> =
+                        instants.iter().map(|at| partitions::day_of(*at)).collect();
+                    days.sort_unstable();
+                    days.dedup();
+                    for day in days {
+                        let made =
+                            partitions::ensure(&live.client, table, day * partitions::DAY_MS);
+                        self.bounded_raw(what, made).await??;
+                    }
                 }
+                done => return done.map_err(StoreError::query(what)),
             }
-            done => return done,
         }
     }
 }

@@ -55,11 +55,12 @@ impl PgStore {
         let data = record.to_bytes();
         let params: [&(dyn ToSql + Sync); 4] = [&self.lock_group, &id.as_str(), &data, &version];
         let live = self.live().await?;
-        let row = live
-            .client
-            .query_opt(&live.statements.update_open, &params)
-            .await
-            .map_err(StoreError::query("a run's record"))?;
+        let row = self
+            .bounded(
+                "a run's record",
+                live.client.query_opt(&live.statements.update_open, &params),
+            )
+            .await?;
         Ok(row.map_or(Updated::Conflict, |row| Updated::Written(row.get(0))))
     }
 
@@ -87,11 +88,12 @@ impl PgStore {
             &node.1,
         ];
         let live = self.live().await?;
-        let row = live
-            .client
-            .query_one(&live.statements.take_over, &params)
-            .await
-            .map_err(StoreError::query("taking a run over"))?;
+        let row = self
+            .bounded(
+                "taking a run over",
+                live.client.query_one(&live.statements.take_over, &params),
+            )
+            .await?;
         if !row.get::<_, bool>(0) {
             return Err(StoreError::Fenced {
                 lock_group: self.lock_group.clone(),
@@ -112,11 +114,13 @@ impl PgStore {
     /// `Unreachable` or `Query`.
     pub async fn open_runs(&self) -> Result<Vec<OpenRun>, StoreError> {
         let live = self.live().await?;
-        let rows = live
-            .client
-            .query(&live.statements.open_runs, &[&self.lock_group])
-            .await
-            .map_err(StoreError::query("reading the open runs"))?;
+        let rows = self
+            .bounded(
+                "reading the open runs",
+                live.client
+                    .query(&live.statements.open_runs, &[&self.lock_group]),
+            )
+            .await?;
         let mut open = Vec::with_capacity(rows.len());
         for row in rows {
             let id: String = row.get(0);
@@ -160,14 +164,15 @@ impl PgStore {
     /// `Unreachable` or `Query`.
     pub async fn history(&self, job: &JobName, limit: i64) -> Result<Vec<RunRecord>, StoreError> {
         let live = self.live().await?;
-        let rows = live
-            .client
-            .query(
-                &live.statements.history,
-                &[&self.lock_group, &job.as_str(), &limit],
+        let rows = self
+            .bounded(
+                "reading a job's history",
+                live.client.query(
+                    &live.statements.history,
+                    &[&self.lock_group, &job.as_str(), &limit],
+                ),
             )
-            .await
-            .map_err(StoreError::query("reading a job's history"))?;
+            .await?;
         Ok(rows
             .iter()
             .filter_map(|row| {

@@ -10,15 +10,16 @@ use std::time::Duration;
 use support::postgres::{PgServer, shared_postgres};
 use support::wait_until;
 use zkcron::delayed::{Submission, SubmissionId};
+use zkcron::ledger::Remember;
 use zkcron::ledger::postgres::{
-    Chosen, ChosenClaim, Ended, Mark, PgStore, StoreError, Updated, Where,
+    Chosen, ChosenClaim, Ended, Mark, PgStore, Pruned, StoreError, Updated, Where,
 };
 use zkcron::ledger::submissions::Submitted;
 use zkcron::run::{RunRecord, RunStatus};
 use zkcron::{FencingToken, JobName, NodeId};
 
-/// Bound on a lock wait showing in `pg_locks`: the raise is sent at once and queues behind the
-/// claim's share lock in milliseconds; the slack is for a crowded test pool.
+/// Bound on a lock wait showing in `pg_stat_activity`: the raise is sent at once and queues
+/// behind the claim's share lock in milliseconds; the slack is for a crowded test pool.
 const LOCK_WAIT_SEEN: Duration = Duration::from_secs(10);
 
 /// Bound on a notification reaching the listener: sent at the submit's commit, on loopback;
@@ -592,9 +593,13 @@ async fn a_raise_of_the_fence_waits_for_a_claim_in_flight() {
         LOCK_WAIT_SEEN,
         || async {
             let waiting = claimer
-                .query_one("SELECT count(*) FROM pg_locks WHERE NOT granted", &[])
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity \
+                     WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                    &[],
+                )
                 .await
-                .expect("pg_locks");
+                .expect("pg_stat_activity");
             waiting.get::<_, i64>(0) > 0
         },
     )
@@ -855,4 +860,136 @@ async fn a_paused_server_times_requests_out_and_a_resumed_one_is_connected_to_ag
         Some(Where::Pending(_) | Where::Open { .. }) => {}
         other => panic!("the submission went missing: {other:?}"),
     }
+}
+
+#[tokio::test]
+async fn a_prune_keeps_the_newest_runs_remembers_chosen_ids_and_frees_generated_ones() {
+    const WINDOW: Duration = Duration::from_secs(3600);
+    let (store, dsn) = store("prune", 1).await;
+    let mut generated = submission("close", NOON + 2, b"g");
+    generated.anonymous = true;
+    let asked = [
+        (id("old-1"), submission("close", NOON, b"1")),
+        (id("old-2"), submission("close", NOON + 1, b"2")),
+        (id("gen-3"), generated),
+        (id("new-4"), submission("close", NOON + 3, b"4")),
+    ];
+    for result in store.submit_batch(&asked).await {
+        result.expect("submitted");
+    }
+    let batch = store
+        .claim_due(FencingToken(1), None, NOON + 3, 10, (&node(), ""), NOON)
+        .await
+        .expect("a claim");
+    for (n, claimed) in batch.claimed.iter().enumerate() {
+        let mut record = claimed.record.clone();
+        record.status = RunStatus::Succeeded;
+        let ended = NOON + 100 + i64::try_from(n).expect("small");
+        record.finished_unix_ms = Some(ended);
+        store
+            .end(&claimed.id, FencingToken(1), &record, ended)
+            .await
+            .expect("ended");
+    }
+
+    let remember = Remember {
+        now_unix_ms: NOON + 1000,
+        window: WINDOW,
+    };
+    let pruned = store
+        .prune_history(&JobName::new("close"), 1, remember, 100)
+        .await
+        .expect("pruned");
+    assert_eq!(
+        pruned,
+        Pruned {
+            records: 3,
+            remembered: 2,
+            freed: 1
+        }
+    );
+    let history = store
+        .history(&JobName::new("close"), 10)
+        .await
+        .expect("read");
+    assert_eq!(history.len(), 1, "history = 1 keeps the newest run");
+    assert_eq!(history[0].submission_id, Some(id("new-4")));
+    match store.find(&id("old-1")).await.expect("found") {
+        Some(Where::Remembered(tombstone)) => {
+            assert_eq!(tombstone.remembered_until_unix_ms, NOON + 100 + 3_600_000);
+        }
+        other => panic!("a pruned id was not remembered: {other:?}"),
+    }
+    assert_eq!(
+        store
+            .submit(&id("old-1"), &submission("close", NOON, b"1"))
+            .await
+            .expect("resubmitted"),
+        Submitted::AlreadyThere,
+        "a resubmit within the window made a second run"
+    );
+    assert!(matches!(
+        store
+            .submit(&id("old-1"), &submission("close", NOON, b"other"))
+            .await,
+        Err(StoreError::Conflict { .. })
+    ));
+    assert_eq!(
+        store.find(&id("gen-3")).await.expect("read"),
+        None,
+        "a generated id is freed"
+    );
+
+    // Past the window the sweep frees the ids, and the id may be used again.
+    let freed = store
+        .forget(NOON + 100 + 3_600_000 + 10, 100)
+        .await
+        .expect("forgotten");
+    assert_eq!(freed, 2);
+    assert_eq!(
+        store
+            .submit(
+                &id("old-1"),
+                &submission("close", NOON + 86_400_000, b"again")
+            )
+            .await
+            .expect("submitted"),
+        Submitted::Created
+    );
+
+    // Empty past days go; a day that still holds a row stays.
+    const DAY: i64 = 86_400_000;
+    store
+        .submit(&id("yesterday"), &submission("close", NOON - DAY, b""))
+        .await
+        .expect("submitted");
+    let dropped = store
+        .drop_empty_days(NOON + 2 * DAY)
+        .await
+        .expect("dropped");
+    assert!(
+        !dropped.iter().any(|name| name == "zkcron_pending_d20790"),
+        "a day with a pending row was dropped: {dropped:?}"
+    );
+    assert!(
+        dropped.iter().any(|name| name == "zkcron_pending_d20791"),
+        "today's emptied pending day stayed: {dropped:?}"
+    );
+    assert!(
+        !dropped.iter().any(|name| name == "zkcron_ended_d20791"),
+        "a day with the kept run was dropped: {dropped:?}"
+    );
+    let (client, connection) = tokio_postgres::connect(&dsn, tokio_postgres::NoTls)
+        .await
+        .expect("a connection");
+    tokio::spawn(connection);
+    let left = client
+        .query_one("SELECT count(*) FROM zkcron_pending", &[])
+        .await
+        .expect("counted");
+    assert_eq!(
+        left.get::<_, i64>(0),
+        2,
+        "the rows of the kept days are all there"
+    );
 }

@@ -9,7 +9,8 @@
 //! the fence — a lock group's newest fencing token, which every claim checks in its own
 //! statement (`fence`) — submit, end, cancel and find (`queue`), the claims (`claims`: the
 //! fire machine's chosen ones, or whatever is due with `FOR UPDATE SKIP LOCKED`), the open runs'
-//! records and the history (`runs`), and the day partitions they fill (`partitions`).
+//! records and the history (`runs`), what is kept and for how long (`retention`: `history`,
+//! the remembered ids, empty days dropped), and the day partitions they fill (`partitions`).
 //! Must not: name `zk` (the fencing token comes from the lock driver through its caller), decide
 //! when anything fires (the fire machine), or check a submission against the schedule.
 
@@ -20,6 +21,7 @@ mod handle;
 mod listen;
 mod partitions;
 mod queue;
+mod retention;
 mod runs;
 mod schema;
 mod statements;
@@ -28,4 +30,5 @@ pub use claims::{Chosen, ChosenClaim, Claimed, ClaimedBatch, Mark};
 pub use error::StoreError;
 pub use handle::{PgStore, REQUEST_BOUND};
 pub use queue::{Ended, Where};
+pub use retention::Pruned;
 pub use runs::{OpenRun, Updated};

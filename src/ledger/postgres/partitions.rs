@@ -6,7 +6,7 @@
 //! deletes pending rows, which leaves dead tuples behind; they go with their day's partition
 //! instead of waiting for a vacuum that a busy queue outruns.
 //!
-//! Owns: the partitions' names and bounds, making one, dropping one.
+//! Owns: the partitions' names and bounds, listing them, making one, dropping an empty one.
 //! Must not: move rows between them (a reschedule's `UPDATE` does, by the partition key).
 
 use tokio_postgres::error::SqlState;
@@ -102,6 +102,56 @@ pub(super) async fn ensure(
             source,
         }),
     }
+}
+
+/// The days of `table`'s partitions (of the names this module gives; others are not ours).
+pub(super) async fn days(
+    client: &tokio_postgres::Client,
+    table: Partitioned,
+) -> Result<Vec<i64>, tokio_postgres::Error> {
+    let rows = client
+        .query(
+            "SELECT c.relname::text FROM pg_inherits i \
+             JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_class p ON p.oid = i.inhparent \
+             WHERE p.relname = $1",
+            &[&table.table()],
+        )
+        .await?;
+    let prefix = format!("{}_d", table.table());
+    Ok(rows
+        .iter()
+        .filter_map(|row| row.get::<_, String>(0).strip_prefix(&prefix)?.parse().ok())
+        .collect())
+}
+
+/// Drops `table`'s partition of `day` if it holds no row: locked first, so that no row comes in
+/// between the look and the drop (one statement, its own transaction). Its name when dropped.
+///
+/// # Errors
+/// `Query` when the database refused it.
+pub(super) async fn drop_if_empty(
+    client: &tokio_postgres::Client,
+    table: Partitioned,
+    day: i64,
+) -> Result<Option<String>, StoreError> {
+    let name = table.partition(day * DAY_MS);
+    let statement = format!(
+        "DO $$ BEGIN \
+         IF to_regclass('{name}') IS NOT NULL THEN \
+         LOCK TABLE {name} IN ACCESS EXCLUSIVE MODE; \
+         IF NOT EXISTS (SELECT 1 FROM {name}) THEN DROP TABLE {name}; END IF; \
+         END IF; END $$"
+    );
+    let query = |what| move |source| StoreError::Query { what, source };
+    client
+        .batch_execute(&statement)
+        .await
+        .map_err(query("dropping an empty day partition"))?;
+    let left = client
+        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&name])
+        .await
+        .map_err(query("looking for a day partition"))?;
+    Ok((!left.get::<_, bool>(0)).then_some(name))
 }
 
 #[cfg(test)]

@@ -22,6 +22,9 @@ pub(super) struct Statements {
     pub(super) take_over: Statement,
     pub(super) open_runs: Statement,
     pub(super) history: Statement,
+    pub(super) beyond_history: Statement,
+    pub(super) prune: Statement,
+    pub(super) forget: Statement,
     pub(super) cancel: Statement,
     pub(super) find: Statement,
 }
@@ -47,6 +50,9 @@ impl Statements {
             take_over: prepare(TAKE_OVER).await?,
             open_runs: prepare(OPEN_RUNS).await?,
             history: prepare(HISTORY).await?,
+            beyond_history: prepare(BEYOND_HISTORY).await?,
+            prune: prepare(PRUNE).await?,
+            forget: prepare(FORGET).await?,
             cancel: prepare(CANCEL).await?,
             find: prepare(FIND).await?,
         })
@@ -201,6 +207,40 @@ SELECT id, record FROM zkcron_ended
 WHERE lock_group = $1 AND job = $2
 ORDER BY ended_ms DESC
 LIMIT $3";
+
+/// Job $2's ended runs past its newest $3, at most $4: what a prune deletes.
+const BEYOND_HISTORY: &str = "\
+SELECT id, ended_ms, submission FROM zkcron_ended
+WHERE lock_group = $1 AND job = $2
+ORDER BY ended_ms DESC
+OFFSET $3
+LIMIT $4";
+
+/// Deletes ended runs $2; of their ids, $3 become tombstones $4 until $5 and the others are
+/// freed. The counts back: runs deleted, ids remembered, ids freed.
+const PRUNE: &str = "\
+WITH gone AS (
+    DELETE FROM zkcron_ended WHERE lock_group = $1 AND id = ANY ($2::text[])
+    RETURNING id
+), kept AS (
+    UPDATE zkcron_ids SET tombstone = t.tombstone, forget_after_ms = t.until
+    FROM unnest($3::text[], $4::bytea[], $5::int8[]) AS t (id, tombstone, until)
+    WHERE zkcron_ids.lock_group = $1 AND zkcron_ids.id = t.id
+    RETURNING zkcron_ids.id
+), freed AS (
+    DELETE FROM zkcron_ids
+    WHERE lock_group = $1 AND id = ANY ($2::text[]) AND NOT (id = ANY ($3::text[]))
+    RETURNING id
+)
+SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM kept), (SELECT count(*) FROM freed)";
+
+/// Frees up to $3 remembered ids whose time came by $2.
+const FORGET: &str = "\
+DELETE FROM zkcron_ids WHERE ctid = ANY (ARRAY (
+    SELECT ctid FROM zkcron_ids
+    WHERE lock_group = $1 AND forget_after_ms <= $2
+    LIMIT $3
+))";
 
 /// Moves pending submission $2, due at $3, to `zkcron_ended` as cancelled at $4 (record $5).
 const CANCEL: &str = "\

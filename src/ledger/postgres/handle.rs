@@ -21,9 +21,9 @@ use super::statements::Statements;
 pub const REQUEST_BOUND: Duration = Duration::from_secs(10);
 
 /// Every statement of the store reads through an index that matches its order and bound; a
-/// bitmap or sequential scan is never what it wants. Without these, a day's partition whose
-/// statistics are stale (new, or full of dead tuples before a vacuum) made the planner read
-/// every due row and sort them for a claim of 100: 35 ms instead of 2 (bench/pg_queue.sh).
+/// bitmap or sequential scan is never what it wants. Without these, a new day's partition (no
+/// statistics yet) had a claim of 100 read every due row through a bitmap scan and sort them
+/// (`EXPLAIN ANALYZE`: all 10 000 due rows for 100), a cost that grows with the backlog.
 /// Scoped to the store's own connections.
 const PLANNER_SETTINGS: &str = "SET enable_bitmapscan = off; SET enable_seqscan = off";
 
@@ -73,8 +73,11 @@ impl PgStore {
             request_bound: REQUEST_BOUND,
         };
         let mut client = store.connect_raw().await?;
+        // Not bounded: it may wait for another node's migration, which takes what it takes.
         schema::migrate(&mut client).await?;
-        let statements = Statements::prepare(&client).await?;
+        let statements = store
+            .bounded_raw("preparing the statements", Statements::prepare(&client))
+            .await??;
         *store.live.lock().await = Some(Arc::new(Live { client, statements }));
         Ok(store)
     }

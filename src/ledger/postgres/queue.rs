@@ -53,7 +53,7 @@ pub enum Where {
 }
 
 /// A found row, before it is read.
-pub struct SubmissionRow {
+struct SubmissionRow {
     place: String,
     submission: Vec<u8>,
     record: Option<Vec<u8>>,

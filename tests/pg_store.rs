@@ -5,17 +5,21 @@
 use crate::support;
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use support::postgres::{PgServer, shared_postgres};
 use support::wait_until;
 use zkcron::delayed::{Submission, SubmissionId};
+use zkcron::layout::{LedgerPaths, LockPaths};
+use zkcron::ledger::Ledger;
 use zkcron::ledger::Remember;
 use zkcron::ledger::postgres::{
     Chosen, ChosenClaim, Ended, Mark, PgStore, Pruned, StoreError, Updated, Where,
 };
-use zkcron::ledger::submissions::Submitted;
+use zkcron::ledger::submissions::{self, SubmissionError, SubmissionState, Submitted};
 use zkcron::run::{RunRecord, RunStatus};
+use zkcron::zk::{REQUEST_BOUND, Zk};
 use zkcron::{FencingToken, JobName, NodeId};
 
 /// Bound on a lock wait showing in `pg_stat_activity`: the raise is sent at once and queues
@@ -991,5 +995,67 @@ async fn a_prune_keeps_the_newest_runs_remembers_chosen_ids_and_frees_generated_
         left.get::<_, i64>(0),
         2,
         "the rows of the kept days are all there"
+    );
+}
+
+#[tokio::test]
+async fn the_ledgers_submission_use_cases_reach_the_store_and_write_nothing_to_zookeeper() {
+    let (store, _) = store("ledger_use_cases", 1).await;
+    let connect = support::shared_ensemble()
+        .isolated_connect_string("pg_ledger_use_cases")
+        .await
+        .expect("a chroot");
+    let client = zookeeper_client::Client::connect(&connect)
+        .await
+        .expect("a session");
+    let ledger = Ledger::new(Zk::new(
+        client.clone(),
+        &zookeeper_client::Acls::anyone_all(),
+        REQUEST_BOUND,
+    ))
+    .with_delayed_store(Arc::new(store));
+    let paths = LedgerPaths::new(&LockPaths::new("/zkcron", "g"));
+
+    let asked = submission("close", NOON, b"{}");
+    let submitted = submissions::submit(&ledger, &paths.delayed, &id("u-1"), &asked).await;
+    assert_eq!(submitted.expect("submitted"), Submitted::Created);
+    let other = submission("close", NOON, b"other");
+    assert!(matches!(
+        submissions::submit(&ledger, &paths.delayed, &id("u-1"), &other).await,
+        Err(SubmissionError::Conflict { .. })
+    ));
+    match submissions::show(&ledger, &paths.delayed, &paths, &id("u-1")).await {
+        Ok(Some((shown, SubmissionState::Pending))) => assert_eq!(shown, asked),
+        other => panic!("not pending: {other:?}"),
+    }
+    let batch = [(id("u-2"), submission("close", NOON + 1, b""))];
+    let reader = ledger.clone();
+    let known = submissions::KnownParents::default();
+    let results = submissions::submit_batch(&ledger, &reader, &paths.delayed, &batch, &known).await;
+    assert!(
+        matches!(results[..], [Ok(Submitted::Created)]),
+        "{results:?}"
+    );
+
+    let cancelled =
+        submissions::cancel(&ledger, &paths.delayed, &paths, &id("u-1"), NOON - 10).await;
+    assert_eq!(cancelled.expect("cancelled"), asked);
+    match submissions::show(&ledger, &paths.delayed, &paths, &id("u-1")).await {
+        Ok(Some((_, SubmissionState::Recorded(record)))) => {
+            assert_eq!(record.status, RunStatus::Cancelled);
+        }
+        other => panic!("not cancelled: {other:?}"),
+    }
+    assert!(matches!(
+        submissions::cancel(&ledger, &paths.delayed, &paths, &id("u-1"), NOON).await,
+        Err(SubmissionError::NotPending { .. })
+    ));
+    assert!(
+        client
+            .check_stat(&paths.delayed.dir)
+            .await
+            .expect("answered")
+            .is_none(),
+        "a submission kept in PostgreSQL wrote to ZooKeeper"
     );
 }

@@ -194,6 +194,15 @@ fn parse_decimal(name: &str) -> Option<i64> {
     name.parse().ok()
 }
 
+/// What a submit did, in either store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Submitted {
+    /// The submission is new and pending.
+    Created,
+    /// The same request was submitted before under this id: nothing changed.
+    AlreadyThere,
+}
+
 /// What a submitter asks for: a declared job, when, and the bytes its run reads on stdin.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Submission {
@@ -424,6 +433,19 @@ impl Tombstone {
             remembered_until_unix_ms: Some(self.remembered_until_unix_ms),
         }
         .line()
+    }
+
+    /// The request this id was used for, as far as it is remembered: without its payload.
+    pub fn request_without_payload(&self) -> Submission {
+        Submission {
+            requested_by: self.requested_by.clone(),
+            ..Submission::plain(
+                self.job.clone(),
+                self.due_unix_ms,
+                self.submitted_unix_ms,
+                Vec::new(),
+            )
+        }
     }
 
     /// Whether `submission` asks for what this id was used for (a client retrying).

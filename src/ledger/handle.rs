@@ -2,26 +2,34 @@
 //! `status`, the console's index and the one-shot clients hold it.
 //!
 //! Owns: `Ledger` (a session to the ensemble, lent by the lock driver or opened once by a
-//! one-shot client) and what its holders may ask of it without sending a request: which
-//! session it is, and whether it has ended.
+//! one-shot client, and the delayed queue's PostgreSQL store where it is kept there) and what
+//! its holders may ask of it without sending a request: which session it is, and whether it has
+//! ended.
 //! Must not: send requests itself (the use cases do), or hand the session past the ledger.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use super::postgres::PgStore;
 
 use crate::ensemble::ZkSettings;
 use crate::ids::SessionId;
 use crate::zk::{self, Zk};
 
-/// A session to the ensemble, for the ledger's use cases: `ledger::history(&ledger, …)`.
+/// A session to the ensemble, for the ledger's use cases: `ledger::history(&ledger, …)`; and,
+/// where the delayed queue is kept in PostgreSQL, that store, which the submissions' use cases
+/// reach behind the same operations.
 #[derive(Clone)]
 pub struct Ledger {
     zk: Zk,
+    delayed: Option<Arc<PgStore>>,
 }
 
 impl std::fmt::Debug for Ledger {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Ledger")
             .field("session", &self.session())
+            .field("delayed_store", &self.delayed)
             .finish_non_exhaustive()
     }
 }
@@ -34,7 +42,14 @@ pub struct Unreachable(#[from] zk::Unreachable);
 impl Ledger {
     /// The ledger over `zk`: the lock driver's session, or a test's.
     pub fn new(zk: Zk) -> Self {
-        Self { zk }
+        Self { zk, delayed: None }
+    }
+
+    /// This ledger with the delayed queue kept in `store` rather than in ZooKeeper.
+    #[must_use]
+    pub fn with_delayed_store(mut self, store: Arc<PgStore>) -> Self {
+        self.delayed = Some(store);
+        self
     }
 
     /// The session of a one-shot client: given up after `timeout` (the config's
@@ -62,5 +77,10 @@ impl Ledger {
     /// The session, for the ledger's use cases.
     pub(super) fn zk(&self) -> &Zk {
         &self.zk
+    }
+
+    /// The delayed queue's PostgreSQL store, when it is kept there.
+    pub(super) fn delayed_store(&self) -> Option<&PgStore> {
+        self.delayed.as_deref()
     }
 }

@@ -25,6 +25,7 @@ mod retention;
 mod runs;
 mod schema;
 mod statements;
+pub(super) mod submissions;
 
 pub use claims::{Chosen, ChosenClaim, Claimed, ClaimedBatch, Mark};
 pub use error::StoreError;

@@ -5,74 +5,22 @@
 //! while its marker `due/<day>/<second>/<shard>/<id>` exists; leaving that state is one multi-op
 //! that deletes the marker and creates the submission's run record (a claim, or a cancel), so a
 //! submission is never in two states at once.
+//! Where the ledger keeps the delayed queue in PostgreSQL, submit, submit a batch, cancel and show
+//! are answered from there (`ledger::postgres::submissions`), the same operations for callers.
 //! Must not: decide when a submission fires (the fire machine) or check it against the schedule
 //! (the caller's job).
 
 use super::Ledger;
 use super::parents::{absent, parents_of};
-use crate::delayed::submission::FormatError;
-use crate::delayed::submission::{DueBucket, Stored, Submission, SubmissionId, Tombstone};
-use crate::ids::{FencingToken, NodeId};
+use super::postgres::submissions as in_postgres;
+use crate::delayed::submission::{DueBucket, Stored, Submission, SubmissionId};
 use crate::layout::DelayedPaths;
 use crate::layout::LedgerPaths;
-use crate::run::{RunRecord, RunStatus};
+use crate::run::RunRecord;
 use crate::tally::WriteKind;
 use crate::zk::{Fault, Mode, MultiFault};
 
-/// Why a submission request did not do what was asked.
-#[derive(Debug, thiserror::Error)]
-pub enum SubmissionError {
-    #[error(
-        "submission {id} already exists with a different job, due time or payload; it was left as it is"
-    )]
-    Conflict { id: SubmissionId },
-    #[error("no submission {id}")]
-    NotFound { id: SubmissionId },
-    #[error("submission {id} can no longer be cancelled: it is {status}")]
-    NotPending { id: SubmissionId, status: String },
-    #[error("submission {id} can no longer be rescheduled: it is {status}")]
-    NotReschedulable { id: SubmissionId, status: String },
-    #[error("its run record at {path} was written by a newer zkcron; change it with that version")]
-    NewerRecord { path: String },
-    #[error("unreadable submission at {path}")]
-    Corrupt {
-        path: String,
-        #[source]
-        source: FormatError,
-    },
-    #[error(transparent)]
-    Records(#[from] super::ClaimError),
-    #[error("zookeeper request on {path} failed")]
-    Zk {
-        path: String,
-        #[source]
-        source: Fault,
-    },
-}
-
-/// What a submit did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Submitted {
-    /// The submission is new and pending.
-    Created,
-    /// The same request was submitted before under this id: nothing changed.
-    AlreadyThere,
-}
-
-/// Where a submission is in its life.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SubmissionState {
-    /// Waiting for its due time.
-    Pending,
-    /// Claimed, run, or cancelled: its record says which.
-    Recorded(Box<RunRecord>),
-    /// Finished, its record pruned with the job's history; the id is remembered (a resubmit is
-    /// a no-op) until the tombstone's time.
-    Remembered(Tombstone),
-    /// Neither pending nor recorded: its record was pruned without a tombstone (its
-    /// `dedup_window` had passed, or an older zkcron pruned it).
-    Pruned,
-}
+pub use super::submission_state::{SubmissionError, SubmissionState, Submitted};
 
 /// Tries a multi this many times when a parent it needs was missing (the owner removes empty
 /// past buckets, so a bucket can vanish between making it and using it).
@@ -91,6 +39,9 @@ pub async fn submit(
     id: &SubmissionId,
     submission: &Submission,
 ) -> Result<Submitted, SubmissionError> {
+    if let Some(store) = client.delayed_store() {
+        return in_postgres::submit(store, id, submission).await;
+    }
     let node = paths.submission(id);
     let marker = paths.marker_of(id, submission);
     let data = submission.to_bytes();
@@ -222,6 +173,9 @@ pub async fn submit_batch(
     batch: &[(SubmissionId, Submission)],
     known: &KnownParents,
 ) -> Vec<Result<Submitted, SubmissionError>> {
+    if let Some(store) = client.delayed_store() {
+        return in_postgres::submit_batch(store, batch).await;
+    }
     let mut results = Vec::with_capacity(batch.len());
     let mut start = 0;
     while start < batch.len() {
@@ -396,22 +350,14 @@ pub async fn show(
     ledger: &LedgerPaths,
     id: &SubmissionId,
 ) -> Result<Option<(Submission, SubmissionState)>, SubmissionError> {
+    if let Some(store) = client.delayed_store() {
+        return in_postgres::show(store, id).await;
+    }
     let submission = match read_stored(client, paths, id).await? {
         None => return Ok(None),
         Some((Stored::Request(submission), _)) => submission,
         Some((Stored::Tombstone(tombstone), _)) => {
-            let submission = Submission {
-                job: tombstone.job.clone(),
-                due_unix_ms: tombstone.due_unix_ms,
-                submitted_unix_ms: tombstone.submitted_unix_ms,
-                payload: Vec::new(),
-                requested_by: tombstone.requested_by.clone(),
-                anonymous: false,
-                marker_names_job: false,
-                retry_of: None,
-                traceparent: None,
-                after: None,
-            };
+            let submission = tombstone.request_without_payload();
             return Ok(Some((submission, SubmissionState::Remembered(tombstone))));
         }
     };
@@ -451,6 +397,9 @@ pub async fn cancel(
     id: &SubmissionId,
     now_unix_ms: i64,
 ) -> Result<Submission, SubmissionError> {
+    if let Some(store) = client.delayed_store() {
+        return in_postgres::cancel(store, id, now_unix_ms).await;
+    }
     let submission = match read_stored(client, paths, id).await? {
         None => return Err(SubmissionError::NotFound { id: id.clone() }),
         Some((Stored::Request(submission), _)) => submission,
@@ -463,7 +412,7 @@ pub async fn cancel(
     };
     let marker = paths.marker_of(id, &submission);
     let path = ledger.submission_record(&submission.job, submission.due_unix_ms, id);
-    let record = cancelled_record(&submission, id, now_unix_ms);
+    let record = RunRecord::cancelled_before_start(&submission, id, now_unix_ms);
     for _ in 0..PARENT_ATTEMPTS {
         let mut multi = client.zk().multi(WriteKind::Submit);
         multi
@@ -675,28 +624,6 @@ async fn cancel_retry(
         Err(super::UpdateError::Conflict { .. }) => Ok(false),
         Err(super::UpdateError::Zk { path, source }) => Err(zk(&path, source)),
     }
-}
-
-/// The record a cancel leaves: the submission never ran.
-/// A submission's record once it is cancelled before it started, in either store.
-pub(super) fn cancelled_record(
-    submission: &Submission,
-    id: &SubmissionId,
-    now_unix_ms: i64,
-) -> RunRecord {
-    let mut record = RunRecord::claimed_submission(
-        &submission.job,
-        submission.due_unix_ms,
-        id,
-        (&NodeId::new("-"), ""),
-        FencingToken(0),
-        now_unix_ms,
-    );
-    record.status = RunStatus::Cancelled;
-    record.attempt = 0;
-    record.finished_unix_ms = Some(now_unix_ms);
-    record.error = Some("cancelled before it started".to_owned());
-    record
 }
 
 pub(super) async fn children(client: &Ledger, path: &str) -> Result<Vec<String>, SubmissionError> {

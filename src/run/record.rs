@@ -328,6 +328,28 @@ impl RunRecord {
         }
     }
 
+    /// Submission `id`'s record once it is cancelled before it started, in either store.
+    pub fn cancelled_before_start(
+        submission: &crate::delayed::submission::Submission,
+        id: &SubmissionId,
+        now_unix_ms: i64,
+    ) -> Self {
+        Self {
+            status: RunStatus::Cancelled,
+            attempt: 0,
+            finished_unix_ms: Some(now_unix_ms),
+            error: Some("cancelled before it started".to_owned()),
+            ..Self::claimed_submission(
+                &submission.job,
+                submission.due_unix_ms,
+                id,
+                (&NodeId::new("-"), ""),
+                FencingToken(0),
+                now_unix_ms,
+            )
+        }
+    }
+
     /// Where this record is stored: a tick's or a submission's record.
     pub fn path(&self, paths: &crate::layout::LedgerPaths) -> String {
         match &self.submission_id {

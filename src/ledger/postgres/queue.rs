@@ -16,9 +16,8 @@ use super::error::StoreError;
 use super::handle::{Live, PgStore};
 use super::partitions::{self, Partitioned};
 use super::runs::{ClaimedBy, written_or_claim};
-use crate::delayed::submission::{Stored, Submission, SubmissionId, Tombstone};
+use crate::delayed::submission::{Stored, Submission, SubmissionId, Submitted, Tombstone};
 use crate::ids::FencingToken;
-use crate::ledger::submissions::{Submitted, cancelled_record};
 use crate::run::RunRecord;
 
 /// Attempts at a statement whose day partition was missing (made between attempts; a second
@@ -247,7 +246,7 @@ impl PgStore {
             Some(Where::Pending(submission)) => submission,
             Some(elsewhere) => return Ok(Err(elsewhere)),
         };
-        let record = cancelled_record(&submission, id, now_unix_ms).to_bytes();
+        let record = RunRecord::cancelled_before_start(&submission, id, now_unix_ms).to_bytes();
         let params: [&(dyn ToSql + Sync); 5] = [
             &self.lock_group,
             &id.as_str(),

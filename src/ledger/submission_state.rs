@@ -1,0 +1,58 @@
+//! What a submission's use cases answer, whichever store keeps the delayed queue: why a request
+//! did not do what was asked, and where a submission is in its life.
+//!
+//! Owns: `SubmissionError`, `SubmissionState` (and `Submitted`, the submission format's).
+//! Must not: make a request.
+
+pub use crate::delayed::submission::Submitted;
+use crate::delayed::submission::{FormatError, SubmissionId, Tombstone};
+use crate::run::RunRecord;
+use crate::zk::Fault;
+
+/// Why a submission request did not do what was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum SubmissionError {
+    #[error(
+        "submission {id} already exists with a different job, due time or payload; it was left as it is"
+    )]
+    Conflict { id: SubmissionId },
+    #[error("no submission {id}")]
+    NotFound { id: SubmissionId },
+    #[error("submission {id} can no longer be cancelled: it is {status}")]
+    NotPending { id: SubmissionId, status: String },
+    #[error("submission {id} can no longer be rescheduled: it is {status}")]
+    NotReschedulable { id: SubmissionId, status: String },
+    #[error("its run record at {path} was written by a newer zkcron; change it with that version")]
+    NewerRecord { path: String },
+    #[error("unreadable submission at {path}")]
+    Corrupt {
+        path: String,
+        #[source]
+        source: FormatError,
+    },
+    #[error(transparent)]
+    Records(#[from] super::ClaimError),
+    #[error(transparent)]
+    Store(#[from] super::postgres::StoreError),
+    #[error("zookeeper request on {path} failed")]
+    Zk {
+        path: String,
+        #[source]
+        source: Fault,
+    },
+}
+
+/// Where a submission is in its life.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SubmissionState {
+    /// Waiting for its due time.
+    Pending,
+    /// Claimed, run, or cancelled: its record says which.
+    Recorded(Box<RunRecord>),
+    /// Finished, its record pruned with the job's history; the id is remembered (a resubmit is
+    /// a no-op) until the tombstone's time.
+    Remembered(Tombstone),
+    /// Neither pending nor recorded: its record was pruned without a tombstone (its
+    /// `dedup_window` had passed, or an older zkcron pruned it).
+    Pruned,
+}

@@ -51,6 +51,7 @@ mod metrics;
 mod newer_formats;
 mod notices;
 mod pg_store;
+mod pg_store_properties;
 mod readme;
 mod reschedule;
 mod retries;

@@ -113,10 +113,13 @@ impl PgStore {
             .iter()
             .filter_map(|row| row.get::<_, Option<String>>(1))
             .collect();
+        // An id chosen twice was claimed once: its first place says so, the later ones not.
+        let mut answered = std::collections::HashSet::new();
         Ok(chosen
             .iter()
             .map(|c| {
-                if claimed.contains(c.id.as_str()) {
+                let id = c.id.as_str();
+                if claimed.contains(id) && answered.insert(id) {
                     ChosenClaim::Claimed
                 } else {
                     ChosenClaim::Gone

@@ -133,7 +133,9 @@ const CLAIM_CHOSEN: &str = "\
 WITH fence AS (
     SELECT token FROM zkcron_fence WHERE lock_group = $1 AND token = $2 FOR SHARE
 ), chosen AS (
-    SELECT * FROM unnest($3::text[], $4::int8[], $5::bytea[]) AS chosen (id, due_ms, record)
+    -- An id chosen twice is claimed once (its first record): the open runs' key is the id.
+    SELECT DISTINCT ON (id) * FROM unnest($3::text[], $4::int8[], $5::bytea[])
+        AS chosen (id, due_ms, record)
 ), due AS (
     -- $9 and $10, the chosen due times' least and greatest: the partitions read are theirs.
     -- By id through the id index, then the due time each was chosen at.

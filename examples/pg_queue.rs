@@ -12,6 +12,8 @@
 //!    pending partition and what autovacuum did. Each claim starts where the last one reached
 //!    (`mark`, the default) or at the start of the due index (`start`); `hold` keeps a
 //!    transaction with an old snapshot open through the rounds, as a long report would.
+//! 3. The fire machine's way in: 2 000 due now, read 1, 10 or 100 at a time and claimed as
+//!    chosen (`claim_chosen`, with their records); each step's latency apart.
 //!
 //! It writes under the lock group `/zkcron-bench/pg_queue` and leaves what it wrote (the
 //! benchmark's server is thrown away after it).
@@ -19,8 +21,8 @@
 use std::time::Instant;
 
 use zkcron::delayed::{Submission, SubmissionId};
-use zkcron::ledger::postgres::{Mark, PgStore, Where};
-use zkcron::run::RunStatus;
+use zkcron::ledger::postgres::{Chosen, ChosenClaim, Mark, PgStore, Where};
+use zkcron::run::{RunRecord, RunStatus};
 use zkcron::{FencingToken, JobName, NodeId};
 
 const GROUP: &str = "/zkcron-bench/pg_queue";
@@ -160,10 +162,82 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             latencies.last().copied().unwrap_or(0.0),
         );
     }
+    chosen_claims(&store, token, &node).await?;
     // One still pending, as a check that the load is there.
     match store.find(&id("p-0")?).await? {
         Some(Where::Pending(_)) => println!("== p-0 still pending: ok"),
         other => println!("== p-0 is not pending: {other:?}"),
+    }
+    Ok(())
+}
+
+/// The fire machine's way in: read what is due, then claim the ones it chose with the records
+/// it built, `size` at a time, for 2 000 submissions due now per size. Each step's latency apart.
+async fn chosen_claims(
+    store: &PgStore,
+    token: FencingToken,
+    node: &NodeId,
+) -> Result<(), Box<dyn std::error::Error>> {
+    println!(
+        "== chosen claims: read what is due, then claim those, N a statement, 2000 for each N"
+    );
+    println!("    N  statements  read_p50_ms  read_p99_ms  claim_p50_ms  claim_p99_ms  claimed");
+    for size in [1_i64, 10, 100] {
+        let due = unix_ms();
+        let batch: Vec<_> = (0..2000)
+            .map(|n| Ok((id(&format!("c{size}-{n}"))?, submission(due, due))))
+            .collect::<Result<_, Box<dyn std::error::Error>>>()?;
+        submit_all(store, &batch).await.map_err(|e| e.to_string())?;
+        let (mut reads, mut claims, mut claimed) = (Vec::new(), Vec::new(), 0);
+        loop {
+            let sent = Instant::now();
+            let found = store.pending_between(due - 1, unix_ms(), size).await?;
+            reads.push(sent.elapsed().as_secs_f64() * 1000.0);
+            if found.is_empty() {
+                break;
+            }
+            let records: Vec<_> = found
+                .iter()
+                .map(|(which, s)| {
+                    RunRecord::claimed_submission(
+                        &s.job,
+                        s.due_unix_ms,
+                        which,
+                        (node, ""),
+                        token,
+                        unix_ms(),
+                    )
+                })
+                .collect();
+            let chosen: Vec<_> = found
+                .iter()
+                .zip(&records)
+                .map(|((which, s), record)| Chosen {
+                    id: which,
+                    due_unix_ms: s.due_unix_ms,
+                    record,
+                })
+                .collect();
+            let sent = Instant::now();
+            let answers = store
+                .claim_chosen(token, &chosen, (node, ""), unix_ms())
+                .await?;
+            claims.push(sent.elapsed().as_secs_f64() * 1000.0);
+            claimed += answers
+                .iter()
+                .filter(|a| **a == ChosenClaim::Claimed)
+                .count();
+        }
+        reads.sort_by(f64::total_cmp);
+        claims.sort_by(f64::total_cmp);
+        println!(
+            "{size:>5}  {:>10}  {:>11.2}  {:>11.2}  {:>12.2}  {:>12.2}  {claimed}",
+            claims.len(),
+            quantile(&reads, 0.50),
+            quantile(&reads, 0.99),
+            quantile(&claims, 0.50),
+            quantile(&claims, 0.99),
+        );
     }
     Ok(())
 }

@@ -262,10 +262,6 @@ impl PgStore {
         if rows.first().is_some_and(|row| row.get::<_, bool>(0)) {
             return Ok(());
         }
-        Err(StoreError::Fenced {
-            lock_group: self.lock_group.clone(),
-            ours: token,
-            current: self.fence().await?.unwrap_or(0),
-        })
+        self.fenced(token).await
     }
 }

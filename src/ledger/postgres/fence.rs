@@ -34,6 +34,15 @@ impl PgStore {
         if raised.is_some() {
             return Ok(());
         }
+        self.fenced(token).await
+    }
+
+    /// The answer to a statement that checked the fence at `token` and found another: `Fenced`
+    /// with the token the fence holds (0 before any owner raised it).
+    ///
+    /// # Errors
+    /// Always: `Fenced`, or why the fence could not be read.
+    pub(super) async fn fenced<T>(&self, token: FencingToken) -> Result<T, StoreError> {
         Err(StoreError::Fenced {
             lock_group: self.lock_group.clone(),
             ours: token,

@@ -95,11 +95,7 @@ impl PgStore {
             )
             .await?;
         if !row.get::<_, bool>(0) {
-            return Err(StoreError::Fenced {
-                lock_group: self.lock_group.clone(),
-                ours: token,
-                current: self.fence().await?.unwrap_or(0),
-            });
+            return self.fenced(token).await;
         }
         Ok(row
             .get::<_, Option<i32>>(1)

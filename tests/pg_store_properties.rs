@@ -89,6 +89,20 @@ struct Model {
     claimed_ever: HashSet<String>,
 }
 
+impl Model {
+    /// `name` was claimed with `token`: open from now on, and never claimed before.
+    fn claimed(&mut self, name: &str, token: i32) -> Result<(), TestCaseError> {
+        prop_assert!(
+            self.claimed_ever.insert(name.to_owned()),
+            "{name} claimed twice"
+        );
+        if let Some((_, place)) = self.ids.get_mut(name) {
+            *place = Place::Open { token };
+        }
+        Ok(())
+    }
+}
+
 fn id(key: u8) -> String {
     format!("k{key:02}")
 }
@@ -254,13 +268,7 @@ async fn step(stores: &[PgStore; 2], model: &mut Model, op: &Op) -> Result<(), T
                 .collect();
             prop_assert_eq!(&got, &expected);
             for (_, name) in got {
-                prop_assert!(
-                    model.claimed_ever.insert(name.clone()),
-                    "{name} claimed twice"
-                );
-                if let Some((_, place)) = model.ids.get_mut(&name) {
-                    *place = Place::Open { token };
-                }
+                model.claimed(&name, token)?;
             }
             if let Some(reached) = batch.reached {
                 model.marks[o] = Some((reached.due_unix_ms, reached.id));
@@ -320,13 +328,7 @@ async fn step(stores: &[PgStore; 2], model: &mut Model, op: &Op) -> Result<(), T
                 };
                 prop_assert_eq!(claim, expected, "{}", name);
                 if pending {
-                    prop_assert!(
-                        model.claimed_ever.insert(name.clone()),
-                        "{name} claimed twice"
-                    );
-                    if let Some((_, place)) = model.ids.get_mut(name) {
-                        *place = Place::Open { token };
-                    }
+                    model.claimed(name, token)?;
                 }
             }
         }

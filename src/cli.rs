@@ -624,6 +624,7 @@ async fn lock_demo(args: LockDemoArgs, shutdown: CancellationToken) -> Result<()
             ensemble: Default::default(),
         },
         role: LockRole::alone(),
+        delayed_store: None,
     };
     let (updates, mut received) = mpsc::unbounded_channel();
     let printer = tokio::spawn(async move {

@@ -27,6 +27,7 @@ use crate::http::{BindError, HttpState};
 use crate::layout::ControlPaths;
 use crate::layout::LedgerPaths;
 use crate::layout::LockPaths;
+use crate::ledger::postgres::PgStore;
 use crate::lock::clock_watch::ClockSettings;
 use crate::lock::driver::{self, DriverError, Heard, LockCommand, LockRole, LockSettings};
 use crate::lock::node::{OwnerInfo, ReloadNote, ScheduleHash};
@@ -46,12 +47,25 @@ pub enum DaemonError {
     Http(#[from] BindError),
     #[error(transparent)]
     Telemetry(#[from] crate::telemetry::TelemetryError),
+    #[error("[delayed] store = \"postgres\": the DSN cannot be used")]
+    DelayedStore(#[source] crate::ledger::postgres::StoreError),
     #[error("job {job:?} runs as user {user:?}, and {why}")]
     CannotRunAs {
         job: String,
         user: String,
         why: String,
     },
+}
+
+/// The delayed queue's PostgreSQL store, with `[delayed] store = "postgres"`: not connected
+/// yet (its first request connects and migrates), so the ticks fire while the database is away.
+fn delayed_store(config: &Config, paths: &LockPaths) -> Result<Option<Arc<PgStore>>, DaemonError> {
+    let config::DelayedStore::Postgres { dsn: Some(dsn) } = &config.delayed else {
+        return Ok(None);
+    };
+    let store = PgStore::new(dsn.expose(), &paths.dir).map_err(DaemonError::DelayedStore)?;
+    tracing::info!(store = ?store, "the delayed queue is kept in PostgreSQL");
+    Ok(Some(Arc::new(store)))
 }
 
 /// The first job whose `user` this daemon cannot become.
@@ -100,6 +114,7 @@ pub async fn run(
     users_out_of_reach(&config)?;
     let zk = config.zookeeper.settings();
     let paths = config.lock.paths();
+    let delayed_store = delayed_store(&config, &paths)?;
     let heard = Arc::new(Heard::default());
     let metrics = Arc::new(Metrics::new());
     let (view, view_rx) = watch::channel(NodeView::default());
@@ -189,6 +204,7 @@ pub async fn run(
         ensemble: &ensemble,
         telemetry: telemetry.as_ref(),
         outputs: outputs.as_ref(),
+        delayed_store: delayed_store.as_ref(),
     };
     let member = Shared {
         heard,
@@ -291,6 +307,8 @@ struct Wiring<'a> {
     telemetry: Option<&'a Arc<crate::telemetry::Telemetry>>,
     /// Where the runs' whole output is kept, with `[output]` or systemd's state directory.
     outputs: Option<&'a Arc<OutputStore>>,
+    /// Where the default group's delayed queue is kept, with `[delayed] store = "postgres"`.
+    delayed_store: Option<&'a Arc<PgStore>>,
 }
 
 /// What a unit shares with the node, or keeps to itself.
@@ -440,6 +458,8 @@ impl Wiring<'_> {
                 ensemble: Arc::clone(self.ensemble),
             },
             role,
+            // Only the default group's queue is kept there (`[delayed]` refuses `[[group]]`).
+            delayed_store: self.delayed_store.filter(|_| group.is_none()).cloned(),
         };
         let (updates_tx, updates) = mpsc::unbounded_channel();
         let (commands, mut received) = mpsc::unbounded_channel();

@@ -104,6 +104,7 @@ fn the_reference_names_every_key_the_parser_accepts_and_no_other() {
             ),
         ),
         ("node", format!("{BASE}[node]\nzz_unknown = 1\n")),
+        ("delayed", format!("{BASE}[delayed]\nzz_unknown = 1\n")),
         ("defaults", format!("{BASE}[defaults]\nzz_unknown = 1\n")),
         (
             "job.on_failure_webhook",

@@ -50,6 +50,7 @@ mod lock;
 mod metrics;
 mod newer_formats;
 mod notices;
+mod pg_daemon;
 mod pg_store;
 mod pg_store_properties;
 mod readme;

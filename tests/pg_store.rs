@@ -15,7 +15,7 @@ use zkcron::layout::{LedgerPaths, LockPaths};
 use zkcron::ledger::Ledger;
 use zkcron::ledger::Remember;
 use zkcron::ledger::postgres::{
-    Chosen, ChosenClaim, Ended, Mark, PgStore, Pruned, StoreError, Updated, Where,
+    Chosen, ChosenClaim, Ended, Mark, PgStore, Pruned, StoreError, Submit, Updated, Where,
 };
 use zkcron::ledger::submissions::{self, SubmissionError, SubmissionState, Submitted};
 use zkcron::run::{RunRecord, RunStatus};
@@ -174,7 +174,14 @@ async fn a_submit_wakes_the_listening_owner_of_its_lock_group_and_no_other() {
         .expect("submitted");
     // Notifications arrive in commit order: the other group's came first and was passed over.
     let wake = tokio::time::timeout(WAKE_SEEN, woken.recv()).await;
-    assert_eq!(wake.expect("woken in time"), Some(NOON));
+    assert_eq!(
+        wake.expect("woken in time"),
+        Some(Submit {
+            due_unix_ms: NOON,
+            id: Some(id("s-1"))
+        }),
+        "a single submit names its submission"
+    );
 
     let batch = [
         (id("b-1"), submission("close", NOON + 7, b"")),
@@ -186,8 +193,11 @@ async fn a_submit_wakes_the_listening_owner_of_its_lock_group_and_no_other() {
     let wake = tokio::time::timeout(WAKE_SEEN, woken.recv()).await;
     assert_eq!(
         wake.expect("woken in time"),
-        Some(NOON + 3),
-        "the batch's earliest due"
+        Some(Submit {
+            due_unix_ms: NOON + 3,
+            id: None
+        }),
+        "the batch's earliest due, and no one id"
     );
 }
 

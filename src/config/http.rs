@@ -9,7 +9,7 @@ use std::ops::Range;
 
 use super::schema::RawHttp;
 use super::validator::{NeededBy, Validator};
-use super::{HttpConfig, NamedToken, Secret, TokenKind};
+use super::{HttpConfig, NamedToken, TokenKind};
 
 impl Validator<'_> {
     pub(super) fn http(&mut self, raw: RawHttp) -> Option<HttpConfig> {
@@ -45,29 +45,9 @@ impl Validator<'_> {
                 None
             }
             _ if !looks_up => None,
-            (Some(var), None) => match (self.env)(var.get_ref()).filter(|t| !t.trim().is_empty()) {
-                Some(value) => Some(Secret::new(value.trim())),
-                None => {
-                    let message =
-                        format!("environment variable {} is not set or empty", var.get_ref());
-                    self.problem(var.span(), "http.token_env", message);
-                    None
-                }
-            },
-            (None, Some(file)) => match std::fs::read_to_string(file.get_ref()) {
-                Ok(text) if !text.trim().is_empty() => Some(Secret::new(text.trim())),
-                Ok(_) => {
-                    let message = format!("token file {} is empty", file.get_ref());
-                    self.problem(file.span(), "http.token_file", message);
-                    None
-                }
-                Err(err) => {
-                    let message = format!("cannot read token file {}: {err}", file.get_ref());
-                    self.problem(file.span(), "http.token_file", message);
-                    None
-                }
-            },
-            (None, None) => None,
+            (var, file) => {
+                self.secret_from(var, file, ("http.token_env", "http.token_file"), "token")
+            }
         };
         let listen = listen?;
         if !token_named && !listen.ip().is_loopback() {

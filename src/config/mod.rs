@@ -21,6 +21,7 @@ mod audit;
 mod broadcast;
 mod calendar;
 mod chains;
+mod delayed;
 mod error;
 mod files;
 mod group;
@@ -52,8 +53,8 @@ pub use self::error::{ConfigError, Files, LineStarts, LoadError, Problem, Proble
 pub use self::files::DROP_IN_DIR;
 pub use self::keys::{JobKey, changed_keys, job_keys};
 pub use self::model::{
-    After, AfterStatus, AuditConfig, Concurrency, Config, GroupConfig, HISTORY_LIMIT, HttpConfig,
-    InlineSecret, JobConfig, KeepOutput, LimitConfig, LockConfig, LogConfig, LogFormat,
+    After, AfterStatus, AuditConfig, Concurrency, Config, DelayedStore, GroupConfig, HISTORY_LIMIT,
+    HttpConfig, InlineSecret, JobConfig, KeepOutput, LimitConfig, LockConfig, LogConfig, LogFormat,
     MAX_RUNNING_LIMIT, Misfire, NamedToken, NodeConfig, NoticePolicy, NotifyWhen, OnInterrupted,
     OnLost, OpenAcl, OutputConfig, TelemetryConfig, TokenKind, ZookeeperConfig,
 };
@@ -138,6 +139,7 @@ impl Config {
             lock: self.lock.clone(),
             log: self.log.clone(),
             audit: self.audit.clone(),
+            delayed: self.delayed.clone(),
             http: self.http.clone(),
             telemetry: self.telemetry.clone(),
             output: self.output.clone(),

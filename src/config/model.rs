@@ -27,6 +27,8 @@ pub struct Config {
     pub log: LogConfig,
     /// `[audit]`: how long the trail of operator actions is kept.
     pub audit: AuditConfig,
+    /// `[delayed]`: where the delayed queue is kept.
+    pub delayed: DelayedStore,
     /// `None`: no HTTP listener (the default).
     pub http: Option<HttpConfig>,
     /// `None`: no spans are made or sent (the default).
@@ -267,6 +269,19 @@ impl LockConfig {
 pub struct AuditConfig {
     /// How long an entry is kept at least; a day's entries go together once its last is older.
     pub keep: std::time::Duration,
+}
+
+/// `[delayed]`: where the delayed queue — pending submissions, their payloads, the ids
+/// remembered and their runs' records — is kept. ZooKeeper keeps the lock, the members, the
+/// fencing token and the ticks' ledger either way.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum DelayedStore {
+    /// In ZooKeeper, beside the ticks' ledger (the default).
+    #[default]
+    ZooKeeper,
+    /// In a PostgreSQL database; `dsn` is `None` where this load did not read it (`check`
+    /// without lookups).
+    Postgres { dsn: Option<Secret> },
 }
 
 /// `[output]`: the whole output of the runs this node runs, kept on this host (issue 52).

@@ -18,11 +18,12 @@ use super::files::Merged;
 use super::schema::RawConfig;
 
 /// The file's top-level keys: its tables and arrays of tables.
-const TOP_LEVEL: [&str; 13] = [
+const TOP_LEVEL: [&str; 14] = [
     "zookeeper",
     "lock",
     "log",
     "audit",
+    "delayed",
     "http",
     "telemetry",
     "output",
@@ -85,6 +86,7 @@ pub(super) fn read(merged: Merged<'_>) -> Reading {
             "lock" => raw.lock = reader.table(value, &Section(name)),
             "log" => raw.log = reader.table(value, &Section(name)),
             "audit" => raw.audit = reader.table(value, &Section(name)),
+            "delayed" => raw.delayed = reader.table(value, &Section(name)),
             "http" => raw.http = reader.table(value, &Section(name)),
             "telemetry" => raw.telemetry = reader.table(value, &Section(name)),
             "output" => raw.output = reader.table(value, &Section(name)),

@@ -24,6 +24,7 @@ pub(super) struct RawConfig {
     pub(super) lock: Option<RawLock>,
     pub(super) log: Option<RawLog>,
     pub(super) audit: Option<RawAudit>,
+    pub(super) delayed: Option<RawDelayed>,
     pub(super) http: Option<RawHttp>,
     pub(super) telemetry: Option<RawTelemetry>,
     pub(super) output: Option<RawOutput>,
@@ -194,6 +195,15 @@ pub(super) struct RawLock {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawAudit {
     pub(super) keep: Option<Spanned<String>>,
+}
+
+/// `[delayed]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDelayed {
+    pub(super) store: Option<Spanned<String>>,
+    pub(super) dsn_env: Option<Spanned<String>>,
+    pub(super) dsn_file: Option<Spanned<String>>,
 }
 
 /// `[telemetry]`.

@@ -1165,3 +1165,83 @@ fn output_is_bounded_in_sizes_people_write() {
         );
     }
 }
+
+#[test]
+fn the_delayed_queue_stays_in_zookeeper_unless_postgres_is_asked_for_with_a_dsn_from_outside_the_file()
+ {
+    use super::DelayedStore;
+    assert_eq!(
+        parse_text(MINIMAL).expect("valid").delayed,
+        DelayedStore::ZooKeeper
+    );
+    let from_env = parse_text(&format!(
+        "{MINIMAL}[delayed]\nstore = \"postgres\"\ndsn_env = \"ZK_AUTH\"\n"
+    ))
+    .expect("valid");
+    let DelayedStore::Postgres { dsn: Some(dsn) } = from_env.delayed else {
+        panic!("postgres with its DSN: {:?}", from_env.delayed);
+    };
+    assert_eq!(dsn.expose(), "user:s3cret");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("dsn");
+    std::fs::write(&file, "host=/run/pg dbname=zkcron\n").expect("dsn file");
+    let from_file = parse_text(&format!(
+        "{MINIMAL}[delayed]\nstore = \"postgres\"\ndsn_file = \"{}\"\n",
+        file.display()
+    ))
+    .expect("valid");
+    let DelayedStore::Postgres { dsn: Some(dsn) } = from_file.delayed else {
+        panic!("postgres with its DSN: {:?}", from_file.delayed);
+    };
+    assert_eq!(dsn.expose(), "host=/run/pg dbname=zkcron", "trimmed");
+}
+
+#[test]
+fn delayed_refusals_name_the_key_and_what_was_expected() {
+    let cases = [
+        (
+            "store = \"redis\"",
+            "delayed.store",
+            "expected \"zookeeper\" or \"postgres\"",
+        ),
+        ("store = \"postgres\"", "delayed.store", "needs its DSN"),
+        (
+            "store = \"postgres\"\ndsn_env = \"NOPE\"",
+            "delayed.dsn_env",
+            "NOPE is not set",
+        ),
+        (
+            "store = \"postgres\"\ndsn_file = \"/nonexistent/dsn\"",
+            "delayed.dsn_file",
+            "cannot read DSN file /nonexistent/dsn",
+        ),
+        (
+            "store = \"postgres\"\ndsn_env = \"ZK_AUTH\"\ndsn_file = \"/d\"",
+            "delayed.dsn_env",
+            "not both",
+        ),
+        (
+            "dsn_env = \"ZK_AUTH\"",
+            "delayed.dsn_env",
+            "only read with store = \"postgres\"",
+        ),
+        (
+            "store = \"postgres\"\ndsn = \"host=x\"",
+            "delayed.dsn",
+            "unknown key `dsn`",
+        ),
+    ];
+    for (delayed, key, message) in cases {
+        let err = parse_text(&format!("{MINIMAL}[delayed]\n{delayed}\n")).expect_err(delayed);
+        let text = err.to_string();
+        assert!(
+            text.contains(key) && text.contains(message),
+            "{delayed}: {text}"
+        );
+    }
+    let grouped = format!(
+        "{MINIMAL}[[group]]\nname = \"b\"\n[delayed]\nstore = \"postgres\"\ndsn_env = \"ZK_AUTH\"\n"
+    );
+    let text = parse_text(&grouped).expect_err("groups").to_string();
+    assert!(text.contains("does not yet work with [[group]]"), "{text}");
+}

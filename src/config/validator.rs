@@ -14,7 +14,7 @@ use toml::Spanned;
 
 use super::model::JobDefaults;
 use super::schema::RawConfig;
-use super::{Config, GroupConfig, LimitConfig, NoticePolicy, Problem};
+use super::{Config, GroupConfig, LimitConfig, NoticePolicy, Problem, Secret};
 
 /// What a load reads on this host beyond the schedule file itself: the environment variables,
 /// files and programs the file names.
@@ -127,6 +127,43 @@ impl Validator<'_> {
         }
     }
 
+    /// A secret read from outside the file: the environment variable `var` names, or the file
+    /// `file` names, trimmed; `keys` name them (`http.token_env`, `http.token_file`) and `what`
+    /// the secret, in a problem.
+    pub(super) fn secret_from(
+        &mut self,
+        var: Option<Spanned<String>>,
+        file: Option<Spanned<String>>,
+        keys: (&str, &str),
+        what: &str,
+    ) -> Option<Secret> {
+        if let Some(var) = var {
+            return match (self.env)(var.get_ref()).filter(|v| !v.trim().is_empty()) {
+                Some(value) => Some(Secret::new(value.trim())),
+                None => {
+                    let message =
+                        format!("environment variable {} is not set or empty", var.get_ref());
+                    self.problem(var.span(), keys.0, message);
+                    None
+                }
+            };
+        }
+        let file = file?;
+        match std::fs::read_to_string(file.get_ref()) {
+            Ok(text) if !text.trim().is_empty() => Some(Secret::new(text.trim())),
+            Ok(_) => {
+                let message = format!("{what} file {} is empty", file.get_ref());
+                self.problem(file.span(), keys.1, message);
+                None
+            }
+            Err(err) => {
+                let message = format!("cannot read {what} file {}: {err}", file.get_ref());
+                self.problem(file.span(), keys.1, message);
+                None
+            }
+        }
+    }
+
     pub(super) fn problem(
         &mut self,
         span: Range<usize>,
@@ -146,6 +183,7 @@ impl Validator<'_> {
         let lock = raw.lock.and_then(|raw| self.lock(raw));
         let log = self.log(raw.log);
         let audit = self.audit(raw.audit);
+        let delayed = self.delayed(raw.delayed, !raw.group.is_empty());
         let http = raw.http.map(|raw| self.http(raw));
         let telemetry = raw.telemetry.and_then(|raw| self.telemetry(raw));
         let output = self.output(raw.output);
@@ -182,6 +220,7 @@ impl Validator<'_> {
             lock: lock?,
             log: log?,
             audit,
+            delayed,
             http: http.flatten(),
             telemetry,
             output,

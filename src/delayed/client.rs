@@ -210,9 +210,11 @@ pub struct Delayed {
 /// # Errors
 /// `Unreachable` with the address when no session is made in time.
 pub async fn session_for(config: &Config) -> Result<Ledger, crate::ledger::Unreachable> {
-    Ledger::connect_once(
+    Ledger::connect_once_with(
         &config.zookeeper.settings(),
         config.zookeeper.connect_timeout,
+        &config.delayed,
+        &config.lock.paths().dir,
     )
     .await
 }

@@ -13,6 +13,7 @@ mod broadcast;
 mod chains;
 mod control;
 mod delayed;
+mod delayed_store;
 mod departed;
 pub use departed::Departed;
 mod drift;
@@ -500,12 +501,16 @@ impl Io {
     fn watch_session(&self, client: &Ledger) -> CancellationToken {
         let stop = CancellationToken::new();
         let answers = &self.session.answers;
-        delayed::watch(
-            client.clone(),
-            self.settings.ledger.delayed.clone(),
-            answers.clone(),
-            stop.clone(),
-        );
+        if client.delayed_in_postgres() {
+            delayed_store::listen(client.clone(), answers.clone(), stop.clone());
+        } else {
+            delayed::watch(
+                client.clone(),
+                self.settings.ledger.delayed.clone(),
+                answers.clone(),
+                stop.clone(),
+            );
+        }
         chains::watch(
             client.clone(),
             self.settings.ledger.clone(),

@@ -171,6 +171,31 @@ impl ClaimPlan {
         &self.path
     }
 
+    /// The record the claim writes.
+    pub(super) fn record(&self) -> &RunRecord {
+        &self.record
+    }
+
+    /// Created, or written again at a version.
+    pub(super) fn mode(&self) -> ClaimMode {
+        self.mode
+    }
+
+    /// The `running/<job>` guard the claim takes (`concurrency = "forbid"`).
+    pub(super) fn guard_path(&self) -> Option<&str> {
+        self.guard.as_deref()
+    }
+
+    /// The node the claim's check reads: the epoch, or a broadcast run's member znode.
+    pub(super) fn epoch(&self) -> &str {
+        &self.epoch
+    }
+
+    /// A submission's run: its claim, records and end go to the delayed queue's store.
+    pub(super) fn is_submission(&self) -> bool {
+        self.record.submission_id.is_some() && !self.by_member
+    }
+
     /// Whether `err` says the stored record of a scheduled tick this claim would write over is
     /// gone (its `Again` found no node): nothing stands for the tick any more. A submission's
     /// or a chained run's record has its own way back (a pending marker, its parents' marks).

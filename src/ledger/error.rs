@@ -4,6 +4,9 @@
 //! Owns: `ClaimError`, `UpdateError` and `RequestFailed`.
 //! Must not: send requests.
 
+use std::sync::Arc;
+
+use super::postgres::StoreError;
 use crate::zk::Fault;
 
 use crate::ids::{FencingToken, JobName};
@@ -26,6 +29,14 @@ pub enum ClaimError {
         path: String,
         #[source]
         source: Fault,
+    },
+    /// The delayed queue's PostgreSQL store failed; the claim was not applied (one without an
+    /// answer is read back first).
+    #[error("the delayed store failed on {path}")]
+    Store {
+        path: String,
+        #[source]
+        source: Arc<StoreError>,
     },
 }
 
@@ -90,6 +101,12 @@ pub enum UpdateError {
         path: String,
         #[source]
         source: Fault,
+    },
+    #[error("the delayed store failed on {path}")]
+    Store {
+        path: String,
+        #[source]
+        source: Arc<StoreError>,
     },
 }
 

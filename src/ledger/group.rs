@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
 use super::chains::MarkCreate;
+use super::store_claims::StoreClaims;
 use super::{Claim, ClaimError, ClaimPlan, UpdateError};
 use crate::ids::{FencingToken, SessionId};
 use crate::tally;
@@ -44,6 +45,8 @@ const IN_FLIGHT: usize = 4;
 #[derive(Debug, Clone)]
 pub struct GroupCommit {
     client: Ledger,
+    /// Submissions' runs, where the delayed queue is kept in PostgreSQL.
+    store: Option<StoreClaims>,
     claims: mpsc::UnboundedSender<ClaimUnit>,
     starts: mpsc::UnboundedSender<WriteUnit>,
     finals: mpsc::UnboundedSender<WriteUnit>,
@@ -54,22 +57,36 @@ impl GroupCommit {
     /// Its multi-ops are not bounded in time: a claim's answer decides (its caller bounds it and
     /// reads it back), and a record write's caller bounds it.
     pub fn new(client: &Ledger) -> (Self, impl Future<Output = ()> + Send + 'static) {
-        let client = Ledger::new(client.zk().unbounded());
+        let store = client
+            .delayed_store_shared()
+            .map(|store| StoreClaims::new(store, client.zk().unbounded()));
+        let client = client.on_zk(client.zk().unbounded());
+        let (store, store_lane) = match store {
+            Some((store, lane)) => (Some(store), Some(lane)),
+            None => (None, None),
+        };
         let (claims, claims_in) = mpsc::unbounded_channel();
         let (starts, starts_in) = mpsc::unbounded_channel();
         let (finals, finals_in) = mpsc::unbounded_channel();
         let lanes = {
             let client = client.zk().clone();
             async move {
+                let store_lane = async move {
+                    if let Some(lane) = store_lane {
+                        lane.await;
+                    }
+                };
                 tokio::join!(
                     lane(client.clone(), claims_in),
                     lane(client.clone(), starts_in),
                     lane(client, finals_in),
+                    store_lane,
                 );
             }
         };
         let group = Self {
             client,
+            store,
             claims,
             starts,
             finals,
@@ -82,6 +99,9 @@ impl GroupCommit {
     /// # Errors
     /// As [`super::claim()`].
     pub async fn claim(&self, plan: ClaimPlan) -> Result<Claim, ClaimError> {
+        if let Some(store) = self.store.as_ref().filter(|_| plan.is_submission()) {
+            return store.claim(self.client.zk(), plan).await;
+        }
         let (reply, answer) = oneshot::channel();
         let path = plan.path.clone();
         if let Err(mpsc::error::SendError(unit)) = self.claims.send(ClaimUnit { plan, reply }) {
@@ -103,6 +123,9 @@ impl GroupCommit {
     /// # Errors
     /// As [`super::update`].
     pub async fn update(&self, claim: &mut Claim) -> Result<(), UpdateError> {
+        if let Some(store) = self.kept_in_store(claim) {
+            return store.update(claim).await;
+        }
         self.write(WriteKind::Update, claim, Vec::new()).await
     }
 
@@ -115,7 +138,17 @@ impl GroupCommit {
         claim: &mut Claim,
         marks: Vec<MarkCreate>,
     ) -> Result<(), UpdateError> {
+        if let Some(store) = self.kept_in_store(claim) {
+            return store.finish(self.client.zk(), claim, marks).await;
+        }
         self.write(WriteKind::Finish, claim, marks).await
+    }
+
+    /// The store `claim`'s run is kept in, when it is not ZooKeeper.
+    fn kept_in_store(&self, claim: &Claim) -> Option<&StoreClaims> {
+        self.store
+            .as_ref()
+            .filter(|store| super::store_claims::kept_by(store.store(), claim))
     }
 
     async fn write(

@@ -34,10 +34,15 @@ impl std::fmt::Debug for Ledger {
     }
 }
 
-/// A one-shot client (the CLI, `Steer`, `Delayed`) made no session within its `connect_timeout`.
+/// A one-shot client (the CLI, `Steer`, `Delayed`) made no session within its `connect_timeout`,
+/// or cannot use the delayed queue's store.
 #[derive(Debug, thiserror::Error)]
-#[error(transparent)]
-pub struct Unreachable(#[from] zk::Unreachable);
+pub enum Unreachable {
+    #[error(transparent)]
+    ZooKeeper(#[from] zk::Unreachable),
+    #[error("[delayed] store = \"postgres\": the DSN cannot be used")]
+    DelayedStore(#[source] super::postgres::StoreError),
+}
 
 impl Ledger {
     /// The ledger over `zk`: the lock driver's session, or a test's.
@@ -64,6 +69,25 @@ impl Ledger {
         Ok(Self::new(zk::connect_once(settings, timeout).await?))
     }
 
+    /// [`Ledger::connect_once`], with the delayed queue kept in PostgreSQL when `delayed`
+    /// says so: the store of lock group `lock_group` (its path), connected at its first request.
+    ///
+    /// # Errors
+    /// As [`Ledger::connect_once`]; `DelayedStore` when the DSN is not one.
+    pub async fn connect_once_with(
+        settings: &ZkSettings,
+        timeout: Duration,
+        delayed: &crate::config::DelayedStore,
+        lock_group: &str,
+    ) -> Result<Self, Unreachable> {
+        let ledger = Self::connect_once(settings, timeout).await?;
+        let crate::config::DelayedStore::Postgres { dsn: Some(dsn) } = delayed else {
+            return Ok(ledger);
+        };
+        let store = PgStore::new(dsn.expose(), lock_group).map_err(Unreachable::DelayedStore)?;
+        Ok(ledger.with_delayed_store(Arc::new(store)))
+    }
+
     /// Which session this is (a new one after an expiry).
     pub fn session(&self) -> SessionId {
         SessionId(self.zk.session_id())
@@ -82,5 +106,23 @@ impl Ledger {
     /// The delayed queue's PostgreSQL store, when it is kept there.
     pub(super) fn delayed_store(&self) -> Option<&PgStore> {
         self.delayed.as_deref()
+    }
+
+    /// [`Ledger::delayed_store`], shared.
+    pub(super) fn delayed_store_shared(&self) -> Option<Arc<PgStore>> {
+        self.delayed.clone()
+    }
+
+    /// Whether the delayed queue is kept in PostgreSQL rather than in ZooKeeper.
+    pub fn delayed_in_postgres(&self) -> bool {
+        self.delayed.is_some()
+    }
+
+    /// The same ledger over `zk` (another bound on the same session).
+    pub(super) fn on_zk(&self, zk: Zk) -> Self {
+        Self {
+            zk,
+            delayed: self.delayed.clone(),
+        }
     }
 }

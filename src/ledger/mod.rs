@@ -29,6 +29,7 @@ mod parents;
 pub mod postgres;
 mod prune;
 mod records;
+mod store_claims;
 mod submission_state;
 pub mod submissions;
 pub mod watch;

@@ -30,6 +30,7 @@ pub(super) mod submissions;
 pub use claims::{Chosen, ChosenClaim, Claimed, ClaimedBatch, Mark};
 pub use error::StoreError;
 pub use handle::{PgStore, REQUEST_BOUND};
+pub use listen::Submit;
 pub use queue::{Ended, Where};
 pub use retention::Pruned;
 pub use runs::{OpenRun, Updated};

@@ -302,10 +302,45 @@ pub async fn read(
     paths: &DelayedPaths,
     id: &SubmissionId,
 ) -> Result<Option<(Submission, i32)>, SubmissionError> {
+    if let Some(store) = client.delayed_store() {
+        return Ok(in_postgres::read_pending(store, id).await?.map(|s| (s, 0)));
+    }
     Ok(match read_stored(client, paths, id).await? {
         Some((Stored::Request(submission), version)) => Some((submission, version)),
         Some((Stored::Tombstone(_), _)) | None => None,
     })
+}
+
+/// The pending submissions due after `after_unix_ms` and by `through_unix_ms`, oldest first,
+/// at most `limit`, where the delayed queue is kept in PostgreSQL (none where it is not: the
+/// due buckets in ZooKeeper are read by name, [`super::due`]).
+///
+/// # Errors
+/// `Store` when the store failed.
+pub async fn pending_in_store(
+    client: &Ledger,
+    after_unix_ms: i64,
+    through_unix_ms: i64,
+    limit: i64,
+) -> Result<Vec<(SubmissionId, Submission)>, SubmissionError> {
+    match client.delayed_store() {
+        Some(store) => {
+            in_postgres::pending_between(store, after_unix_ms, through_unix_ms, limit).await
+        }
+        None => Ok(Vec::new()),
+    }
+}
+
+/// Where the delayed queue is kept in PostgreSQL: a wake-up for each submit to this lock group
+/// (see [`super::postgres::Submit`]); the receiver closes when the listening connection ends. `None`
+/// where the queue is kept in ZooKeeper (its due buckets are watched instead).
+///
+/// # Errors
+/// `Store` when no listening connection could be made.
+pub async fn listen_in_store(
+    client: &Ledger,
+) -> Option<Result<tokio::sync::mpsc::Receiver<super::postgres::Submit>, SubmissionError>> {
+    Some(in_postgres::listen(client.delayed_store()?).await)
 }
 
 /// Reads what id `id`'s node holds, a request or a tombstone, and the node's version.
@@ -623,6 +658,11 @@ async fn cancel_retry(
         Ok(_) => Ok(true),
         Err(super::UpdateError::Conflict { .. }) => Ok(false),
         Err(super::UpdateError::Zk { path, source }) => Err(zk(&path, source)),
+        // Not from a ZooKeeper rewrite; named as it came.
+        Err(super::UpdateError::Store { path, source }) => Err(zk(
+            &path,
+            Fault::Other(crate::report::error_chain(&*source)),
+        )),
     }
 }
 

@@ -213,9 +213,9 @@ impl<'a> Driver<'a> {
             session: new.session,
             timeout: new.timeout,
         };
-        let _ = self
-            .updates
-            .send(LockUpdate::Session(Some(Ledger::new(new.zk.clone()))));
+        let _ = self.updates.send(LockUpdate::Session(Some(
+            self.settings.ledger_on(new.zk.clone()),
+        )));
         self.conn = Some(new);
         self.clock.session_began();
         self.pending.extend(self.machine.handle(started, now()));
@@ -446,7 +446,9 @@ fn taken_back(
             let states = session.states();
             let back = Connection::start(session, states, settings);
             tracing::info!(session = %back.session, "zookeeper session taken back: the servers still held it");
-            let _ = updates.send(LockUpdate::Session(Some(Ledger::new(back.zk.clone()))));
+            let _ = updates.send(LockUpdate::Session(Some(
+                settings.ledger_on(back.zk.clone()),
+            )));
             (Some(back), Some(Input::SessionReconnected))
         }
         zk::Resumed::Expired => {

@@ -160,6 +160,7 @@ fn after_restart(old: &Config, new: &Config) -> Vec<String> {
         ("[node]", old.node != new.node),
         ("[log]", old.log != new.log),
         ("[audit]", old.audit != new.audit),
+        ("[delayed]", old.delayed != new.delayed),
         ("[[group]]", old.groups != new.groups),
     ]
     .into_iter()

@@ -278,7 +278,19 @@ pub(super) fn scan(
     s.tasks.spawn(async move {
         let what = paths.due.clone();
         let began = std::time::Instant::now();
-        let scanned = bounded(&what, scan_buckets(&client, &paths, &wanted, range));
+        let scanned = async {
+            if client.delayed_in_postgres() {
+                let range = super::delayed_store::DueRange {
+                    after: range.after,
+                    through: range.through,
+                    ahead_to: range.ahead_to,
+                };
+                super::delayed_store::scan(&client, range).await
+            } else {
+                scan_buckets(&client, &paths, &wanted, range).await
+            }
+        };
+        let scanned = bounded(&what, scanned);
         let result = scanned
             .await
             .unwrap_or_else(|| Err("no answer in time".into()));
@@ -329,7 +341,8 @@ pub(super) enum PastDue {
 
 /// Removes a past bucket or day in the background if nothing is left in it.
 pub(super) fn remove_if_empty(s: &Session, paths: &DelayedPaths, past: PastDue) {
-    let Some(client) = s.client.clone() else {
+    // A store's ended days are its own retention's.
+    let Some(client) = s.client.clone().filter(|c| !c.delayed_in_postgres()) else {
         return;
     };
     let paths = paths.clone();

@@ -104,7 +104,9 @@ pub(super) fn refusal(err: &ClaimError) -> ClaimRefused {
         ClaimError::NotOwner { .. } => ClaimRefused::NotOwner,
         ClaimError::AlreadyClaimed { .. } => ClaimRefused::AlreadyClaimed,
         ClaimError::RunAlive { .. } => ClaimRefused::RunAlive,
-        err @ ClaimError::Zk { .. } => ClaimRefused::Failed(error_chain(err)),
+        err @ (ClaimError::Zk { .. } | ClaimError::Store { .. }) => {
+            ClaimRefused::Failed(error_chain(err))
+        }
     }
 }
 

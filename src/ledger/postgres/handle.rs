@@ -33,6 +33,8 @@ pub struct PgStore {
     config: tokio_postgres::Config,
     pub(super) lock_group: String,
     live: Mutex<Option<Arc<Live>>>,
+    /// The schema was brought to this version's by this handle's first connection.
+    migrated: std::sync::atomic::AtomicBool,
     /// How long a request may go unanswered before the connection is given up.
     request_bound: Duration,
 }
@@ -62,24 +64,29 @@ impl PgStore {
     /// `Dsn` for a string that is not one; `Unreachable`; `NewerSchema` when a newer zkcron
     /// migrated the database; `Migration` when a migration failed.
     pub async fn open(dsn: &str, lock_group: &str) -> Result<Self, StoreError> {
+        let store = Self::new(dsn, lock_group)?;
+        store.live().await?;
+        Ok(store)
+    }
+
+    /// The store of `lock_group` in the database `dsn` names, not connected yet: its first
+    /// request connects and migrates, as [`PgStore::open`] does. A daemon starts so, and goes on
+    /// firing its ticks while the database is away.
+    ///
+    /// # Errors
+    /// `Dsn` for a string that is not one.
+    pub fn new(dsn: &str, lock_group: &str) -> Result<Self, StoreError> {
         let mut config: tokio_postgres::Config = dsn.parse().map_err(StoreError::Dsn)?;
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(REQUEST_BOUND);
         }
-        let store = Self {
+        Ok(Self {
             config,
             lock_group: lock_group.to_owned(),
             live: Mutex::new(None),
+            migrated: std::sync::atomic::AtomicBool::new(false),
             request_bound: REQUEST_BOUND,
-        };
-        let mut client = store.connect_raw().await?;
-        // Not bounded: it may wait for another node's migration, which takes what it takes.
-        schema::migrate(&mut client).await?;
-        let statements = store
-            .bounded_raw("preparing the statements", Statements::prepare(&client))
-            .await??;
-        *store.live.lock().await = Some(Arc::new(Live { client, statements }));
-        Ok(store)
+        })
     }
 
     /// This store with requests bounded by `bound` instead of [`REQUEST_BOUND`].
@@ -178,7 +185,13 @@ impl PgStore {
         {
             return Ok(Arc::clone(current));
         }
-        let client = self.connect_raw().await?;
+        let mut client = self.connect_raw().await?;
+        if !self.migrated.load(std::sync::atomic::Ordering::Acquire) {
+            // Not bounded: it may wait for another node's migration, which takes what it takes.
+            schema::migrate(&mut client).await?;
+            self.migrated
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
         let statements = self
             .bounded_raw("preparing the statements", Statements::prepare(&client))
             .await??;

@@ -1,5 +1,6 @@
 //! Waking the owner when work is submitted: every submit statement notifies the channel
-//! `zkcron_submitted` with its lock group and its earliest due time, and the owner listens on a
+//! `zkcron_submitted` with its earliest due time, the id of a single submission (`-` for a
+//! batch) and its lock group, and the owner listens on a
 //! connection of its own, so it claims new work on time without polling the due index for it.
 //!
 //! A notification is a hint, never the record: one sent while nobody listened (the owner's
@@ -17,6 +18,16 @@ use tokio_postgres::AsyncMessage;
 
 use super::error::StoreError;
 use super::handle::PgStore;
+use crate::delayed::submission::SubmissionId;
+
+/// What one submit statement wakes the owner with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Submit {
+    /// The earliest due time it submitted (Unix ms).
+    pub due_unix_ms: i64,
+    /// Its one submission; `None` for a batch (read the due index from `due_unix_ms` on).
+    pub id: Option<SubmissionId>,
+}
 
 /// The channel every submit notifies (`statements` names it in its SQL).
 const LISTEN: &str = "LISTEN zkcron_submitted";
@@ -26,13 +37,12 @@ const LISTEN: &str = "LISTEN zkcron_submitted";
 const BACKLOG: usize = 1024;
 
 impl PgStore {
-    /// Listens for submissions to this lock group: each message is the earliest due time (Unix
-    /// ms) of one submit statement. The receiver closes when the listening connection ends;
+    /// Listens for submissions to this lock group: a message for each submit statement. The receiver closes when the listening connection ends;
     /// listen again then, and read the due index, since what was sent meanwhile is lost.
     ///
     /// # Errors
     /// `Unreachable` when no connection could be made; `Query` when `LISTEN` was refused.
-    pub async fn listen(&self) -> Result<mpsc::Receiver<i64>, StoreError> {
+    pub async fn listen(&self) -> Result<mpsc::Receiver<Submit>, StoreError> {
         let (client, mut connection) = self.connect_unprepared().await?;
         let (wakes, woken) = mpsc::channel(BACKLOG);
         let (answer, answered) = oneshot::channel();
@@ -56,9 +66,9 @@ impl PgStore {
                     }
                     message = poll_fn(|cx| connection.poll_message(cx)) => match message {
                         Some(Ok(AsyncMessage::Notification(notification))) => {
-                            if let Some(due) = due_of(notification.payload(), &lock_group) {
+                            if let Some(submit) = submit_of(notification.payload(), &lock_group) {
                                 // Full: the owner is behind and reads the due index anyway.
-                                let _ = wakes.try_send(due);
+                                let _ = wakes.try_send(submit);
                             }
                         }
                         Some(Ok(_)) => {}
@@ -83,24 +93,48 @@ impl PgStore {
     }
 }
 
-/// The due time a notification's payload (`<lock group> <due ms>`) carries for `lock_group`.
-fn due_of(payload: &str, lock_group: &str) -> Option<i64> {
-    let (group, due) = payload.rsplit_once(' ')?;
-    (group == lock_group).then(|| due.parse().ok()).flatten()
+/// What a notification's payload (`<due ms> <id or -> <lock group>`) says for `lock_group`.
+fn submit_of(payload: &str, lock_group: &str) -> Option<Submit> {
+    let mut parts = payload.splitn(3, ' ');
+    let (due, id, group) = (parts.next()?, parts.next()?, parts.next()?);
+    if group != lock_group {
+        return None;
+    }
+    let id = match id {
+        "-" => None,
+        id => Some(SubmissionId::parse(id).ok()?),
+    };
+    Some(Submit {
+        due_unix_ms: due.parse().ok()?,
+        id,
+    })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::due_of;
+    use super::{Submit, submit_of};
+    use crate::delayed::submission::SubmissionId;
 
     #[test]
-    fn a_notification_wakes_only_its_own_lock_group() {
+    fn a_notification_wakes_only_its_own_lock_group_and_names_a_single_submission() {
+        let one = SubmissionId::parse("order-42").ok();
         assert_eq!(
-            due_of("/zkcron/a 1700000000000", "/zkcron/a"),
-            Some(1_700_000_000_000)
+            submit_of("1700000000000 order-42 /zkcron/a b", "/zkcron/a b"),
+            Some(Submit {
+                due_unix_ms: 1_700_000_000_000,
+                id: one
+            }),
+            "a lock group's path may hold a space"
         );
-        assert_eq!(due_of("/zkcron/b 1700000000000", "/zkcron/a"), None);
-        assert_eq!(due_of("/zkcron/a x", "/zkcron/a"), None);
-        assert_eq!(due_of("garbage", "/zkcron/a"), None);
+        assert_eq!(
+            submit_of("1700000000000 - /zkcron/a", "/zkcron/a"),
+            Some(Submit {
+                due_unix_ms: 1_700_000_000_000,
+                id: None
+            })
+        );
+        assert_eq!(submit_of("1700000000000 - /zkcron/b", "/zkcron/a"), None);
+        assert_eq!(submit_of("x - /zkcron/a", "/zkcron/a"), None);
+        assert_eq!(submit_of("garbage", "/zkcron/a"), None);
     }
 }

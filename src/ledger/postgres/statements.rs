@@ -70,7 +70,7 @@ WITH remembered AS (
 )
 INSERT INTO zkcron_pending (lock_group, id, job, due_ms, submission)
 SELECT $1, $2, $3, $4, $5 FROM remembered
-RETURNING id, (SELECT pg_notify('zkcron_submitted', $1 || ' ' || $4::text))::text";
+RETURNING id, (SELECT pg_notify('zkcron_submitted', $4::text || ' ' || $2 || ' ' || $1))::text";
 
 /// [`SUBMIT`] for many: ids $2, jobs $3, due times $4 and stored submissions $5, each id at most
 /// once; the ids whose rows it added come back.
@@ -88,7 +88,7 @@ INSERT INTO zkcron_pending (lock_group, id, job, due_ms, submission)
 SELECT $1, asked.id, asked.job, asked.due_ms, asked.submission
 FROM asked JOIN remembered ON remembered.id = asked.id
 RETURNING id,
-    (SELECT pg_notify('zkcron_submitted', $1 || ' ' || min(due_ms)::text) FROM asked)::text";
+    (SELECT pg_notify('zkcron_submitted', min(due_ms)::text || ' - ' || $1) FROM asked)::text";
 
 /// Takes the fence `FOR SHARE` if it holds our token ($2); if it does, takes up to $4 pending
 /// rows due by $3 and past ($8, $9) in (due, id) order that no other claim holds, and moves

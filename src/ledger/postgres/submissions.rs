@@ -7,6 +7,7 @@
 
 use super::error::StoreError;
 use super::handle::PgStore;
+use super::listen::Submit;
 use super::queue::Where;
 use crate::delayed::submission::{Submission, SubmissionId, Submitted};
 use crate::ledger::submission_state::{SubmissionError, SubmissionState};
@@ -75,6 +76,47 @@ pub(in crate::ledger) async fn show(
             Some((submission, SubmissionState::Remembered(tombstone)))
         }
     })
+}
+
+/// Pending submission `id`, as `ledger::submissions::read` answers: `None` once it was claimed,
+/// cancelled or never made.
+///
+/// # Errors
+/// `Store` when the store failed or the submission cannot be read.
+pub(in crate::ledger) async fn read_pending(
+    store: &PgStore,
+    id: &SubmissionId,
+) -> Result<Option<Submission>, SubmissionError> {
+    Ok(match store.find(id).await.map_err(answered)? {
+        Some(Where::Pending(submission)) => Some(submission),
+        _ => None,
+    })
+}
+
+/// [`PgStore::pending_between`], its failure as the use cases name it.
+///
+/// # Errors
+/// `Store` when the store failed.
+pub(in crate::ledger) async fn pending_between(
+    store: &PgStore,
+    after_unix_ms: i64,
+    through_unix_ms: i64,
+    limit: i64,
+) -> Result<Vec<(SubmissionId, Submission)>, SubmissionError> {
+    store
+        .pending_between(after_unix_ms, through_unix_ms, limit)
+        .await
+        .map_err(answered)
+}
+
+/// [`PgStore::listen`], its failure as the use cases name it.
+///
+/// # Errors
+/// `Store` when no listening connection could be made.
+pub(in crate::ledger) async fn listen(
+    store: &PgStore,
+) -> Result<tokio::sync::mpsc::Receiver<Submit>, SubmissionError> {
+    store.listen().await.map_err(answered)
 }
 
 /// The store's refusals as the use cases name them; its failures as they are.

@@ -10,8 +10,11 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use crate::layout::LockPaths;
+use crate::ledger::Ledger;
+use crate::ledger::postgres::PgStore;
 use crate::lock::clock_watch::ClockSettings;
 use crate::lock::node::OwnerInfo;
+use crate::zk::Zk;
 
 /// Who we are and how the lock behaves.
 #[derive(Debug, Clone)]
@@ -28,6 +31,20 @@ pub struct LockSettings {
     pub clock: ClockSettings,
     /// Which part this lock plays on the node (issue 19).
     pub role: LockRole,
+    /// Where the delayed queue is kept, when not in ZooKeeper: every session's ledger reaches
+    /// it.
+    pub delayed_store: Option<Arc<PgStore>>,
+}
+
+impl LockSettings {
+    /// The ledger on a session's `zk`, as this lock's holders reach it.
+    pub(super) fn ledger_on(&self, zk: Zk) -> Ledger {
+        let ledger = Ledger::new(zk);
+        match &self.delayed_store {
+            Some(store) => ledger.with_delayed_store(Arc::clone(store)),
+            None => ledger,
+        }
+    }
 }
 
 /// The default group's lock registers the node as a member and checks its clock; a named

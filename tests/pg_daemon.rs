@@ -1,0 +1,177 @@
+//! Delayed submissions kept in PostgreSQL (`[delayed] store = "postgres"`, issue 55), fired by a
+//! real `zkcron run` against a real ZooKeeper and a real PostgreSQL: the same promises as the
+//! ZooKeeper store — once, at their time, with the payload on stdin, overdue ones at once — with
+//! nothing of the queue in ZooKeeper.
+
+use crate::support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use support::daemon::{DaemonNode, now_ms, schedule_text, zkcron_ok};
+use support::postgres::shared_postgres;
+use support::{shared_ensemble, unique_chroot, wait_for};
+use zkcron::delayed::submission::SubmissionId;
+use zkcron::ledger::postgres::{PgStore, Where};
+use zkcron::run::RunStatus;
+
+const SESSION: Duration = Duration::from_secs(2);
+const DELAY: Duration = Duration::from_secs(3);
+/// Process start, a JVM pause or a busy core on a loaded 2-core machine.
+const SLACK: Duration = Duration::from_secs(5);
+
+/// Each run appends a line `RUN <due ms> <attempt> <stdin>` to a file named by its submission
+/// id: two lines are two runs.
+fn on_demand_job(out: &Path) -> String {
+    format!(
+        "[[job]]\nname = \"close\"\nstarting_deadline = \"30s\"\nshell = '''\
+         echo \"RUN $ZKCRON_SCHEDULED_UNIX_MS $ZKCRON_ATTEMPT $(cat)\" >> {dir}/$ZKCRON_SUBMISSION_ID'''\n",
+        dir = out.display()
+    )
+}
+
+fn runs_of(out: &Path, id: &str) -> Vec<String> {
+    std::fs::read_to_string(out.join(id))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    out: PathBuf,
+    dsn: String,
+    group: String,
+    node: DaemonNode,
+}
+
+async fn one_node(test: &str) -> Setup {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = dir.path().join("runs");
+    std::fs::create_dir(&out).expect("runs dir");
+    let dsn = shared_postgres()
+        .create_database(test)
+        .await
+        .expect("a database");
+    let dsn_file = dir.path().join("dsn");
+    std::fs::write(&dsn_file, format!("{dsn}\n")).expect("dsn file");
+    let chroot = unique_chroot(test);
+    let connect = shared_ensemble().connect_string_with_chroot(&chroot);
+    let jobs = format!(
+        "[delayed]\nstore = \"postgres\"\ndsn_file = \"{}\"\n\n{}",
+        dsn_file.display(),
+        on_demand_job(&out)
+    );
+    let text = schedule_text(&connect, "d", SESSION, DELAY, &jobs);
+    let node = DaemonNode::start(dir.path(), "d1", &text);
+    node.wait_log("owns the lock", SESSION + SLACK).await;
+    Setup {
+        _dir: dir,
+        out,
+        dsn,
+        // The lock group's path, below the chroot: `[lock] root` defaults to /zkcron.
+        group: "/zkcron/d".to_owned(),
+        node,
+    }
+}
+
+fn at(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .expect("in range")
+        .to_rfc3339()
+}
+
+#[tokio::test]
+async fn submissions_kept_in_postgres_fire_once_at_their_time_and_end_there() {
+    let setup = one_node("pg-daemon-fire").await;
+    let config = &setup.node.config;
+    let soon_ms = now_ms() + 2_500;
+    let args = |due: &str, id: &'static str, payload: &'static str| {
+        [
+            "submit",
+            "close",
+            "--at",
+            due,
+            "--id",
+            id,
+            "--payload",
+            payload,
+        ]
+        .map(str::to_owned)
+        .to_vec()
+    };
+    let soon = at(soon_ms);
+    let past = at(now_ms() - 5_000);
+    for (due, id, payload) in [(&soon, "soon", "order 42"), (&past, "past", "late")] {
+        let argv = args(due, id, payload);
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        zkcron_ok(&argv, config);
+    }
+    let store = PgStore::open(&setup.dsn, &setup.group)
+        .await
+        .expect("the store opens");
+    let pending = store
+        .find(&SubmissionId::parse("soon").expect("an id"))
+        .await
+        .expect("found");
+    assert!(
+        matches!(pending, Some(Where::Pending(_)) | Some(Where::Open { .. })),
+        "the CLI submitted into the store: {pending:?}"
+    );
+
+    for id in ["past", "soon"] {
+        wait_for(
+            &format!("{id} runs"),
+            Duration::from_millis(2_500) + SLACK,
+            || {
+                let ran = !runs_of(&setup.out, id).is_empty();
+                async move { ran.then_some(()) }
+            },
+        )
+        .await;
+    }
+    let soon_runs = runs_of(&setup.out, "soon");
+    assert_eq!(
+        soon_runs[0],
+        format!("RUN {soon_ms} 1 order 42"),
+        "at its due time, first attempt, its payload on stdin"
+    );
+    assert_eq!(
+        runs_of(&setup.out, "past")[0].split_whitespace().nth(3),
+        Some("late")
+    );
+
+    for id in ["soon", "past"] {
+        let id = SubmissionId::parse(id).expect("an id");
+        let ended = wait_for("the run's end in the store", SLACK, || {
+            let store = &store;
+            let id = id.clone();
+            async move {
+                match store.find(&id).await {
+                    Ok(Some(Where::Ended { record, .. })) => Some(record),
+                    _ => None,
+                }
+            }
+        })
+        .await;
+        assert_eq!(ended.status, RunStatus::Succeeded, "{ended:?}");
+        assert_eq!(ended.node_id.as_str(), "d1");
+    }
+    // Nothing runs twice: another second of the owner's life, then one line per file.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for id in ["soon", "past"] {
+        assert_eq!(runs_of(&setup.out, id).len(), 1, "{id} ran once");
+    }
+    let shown = zkcron_ok(&["delayed", "show", "soon"], config);
+    assert!(
+        shown.contains("state      succeeded on d1 (attempt 1)"),
+        "{shown}"
+    );
+    let log = setup.node.log();
+    assert!(
+        log.contains("the delayed queue is kept in PostgreSQL")
+            && log.contains("the delayed store's fence raised to our token"),
+        "{log}"
+    );
+}

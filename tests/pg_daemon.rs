@@ -103,7 +103,12 @@ async fn submissions_kept_in_postgres_fire_once_at_their_time_and_end_there() {
     };
     let soon = at(soon_ms);
     let past = at(now_ms() - 5_000);
-    for (due, id, payload) in [(&soon, "soon", "order 42"), (&past, "past", "late")] {
+    let later = at(now_ms() + 3_600_000);
+    for (due, id, payload) in [
+        (&later, "later", "x"),
+        (&soon, "soon", "order 42"),
+        (&past, "past", "late"),
+    ] {
         let argv = args(due, id, payload);
         let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
         zkcron_ok(&argv, config);
@@ -158,6 +163,20 @@ async fn submissions_kept_in_postgres_fire_once_at_their_time_and_end_there() {
         assert_eq!(ended.status, RunStatus::Succeeded, "{ended:?}");
         assert_eq!(ended.node_id.as_str(), "d1");
     }
+    // The CLI lists and cancels from the store too.
+    let listed = zkcron_ok(&["delayed", "list"], config);
+    let pending = listed.split("RECENT").next().unwrap_or_default();
+    assert!(
+        pending.contains("later") && !pending.contains("soon"),
+        "{listed}"
+    );
+    zkcron_ok(&["delayed", "cancel", "later"], config);
+    let shown = zkcron_ok(&["delayed", "show", "later"], config);
+    assert!(shown.contains("cancelled"), "{shown}");
+    let listed = zkcron_ok(&["delayed", "list"], config);
+    let pending = listed.split("RECENT").next().unwrap_or_default();
+    assert!(!pending.contains("later"), "{listed}");
+
     // Nothing runs twice: another second of the owner's life, then one line per file.
     tokio::time::sleep(Duration::from_secs(1)).await;
     for id in ["soon", "past"] {

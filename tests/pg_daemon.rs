@@ -194,3 +194,83 @@ async fn submissions_kept_in_postgres_fire_once_at_their_time_and_end_there() {
         "{log}"
     );
 }
+
+/// A run left open in the store by an owner killed with `kill -9` is resolved by the next owner
+/// (`on_interrupted = "rerun"`): marked interrupted and run again, attempt 2, by the survivor, and
+/// ended there; the old owner's run is never ended twice or lost.
+#[tokio::test]
+async fn a_run_left_open_in_the_store_by_a_killed_owner_is_rerun_by_the_next_owner() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = dir.path().join("runs");
+    std::fs::create_dir(&out).expect("runs dir");
+    let dsn = shared_postgres()
+        .create_database("pg-daemon-failover")
+        .await
+        .expect("a database");
+    let dsn_file = dir.path().join("dsn");
+    std::fs::write(&dsn_file, &dsn).expect("dsn file");
+    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot("pg-failover"));
+    // The first attempt stays running until its daemon is gone (bounded at 20 s); a rerun ends.
+    let jobs = format!(
+        "[delayed]\nstore = \"postgres\"\ndsn_file = \"{dsn_file}\"\n\n\
+         [[job]]\nname = \"close\"\nstarting_deadline = \"60s\"\non_interrupted = \"rerun\"\n\
+         shell = '''echo \"RUN $ZKCRON_ATTEMPT $ZKCRON_NODE\" >> {dir}/$ZKCRON_SUBMISSION_ID; \
+         if [ \"$ZKCRON_ATTEMPT\" = 1 ]; then \
+         for i in $(seq 100); do kill -0 $PPID 2>/dev/null || exit 0; sleep 0.2; done; fi'''\n",
+        dsn_file = dsn_file.display(),
+        dir = out.display()
+    );
+    let text = schedule_text(&connect, "d", SESSION, DELAY, &jobs);
+    let mut first = DaemonNode::start(dir.path(), "d1", &text);
+    first.wait_log("owns the lock", SESSION + SLACK).await;
+    let second = DaemonNode::start(dir.path(), "d2", &text);
+    second.wait_log("zkcron started", SLACK).await;
+
+    zkcron_ok(
+        &[
+            "submit",
+            "close",
+            "--at",
+            &at(now_ms() + 1_000),
+            "--id",
+            "job-1",
+        ],
+        &first.config,
+    );
+    wait_for("the first attempt runs on d1", SLACK, || {
+        let runs = runs_of(&out, "job-1");
+        async move { (runs == ["RUN 1 d1"]).then_some(()) }
+    })
+    .await;
+    first.kill();
+
+    let takeover = SESSION + DELAY + SLACK * 2;
+    wait_for("the next owner reruns it", takeover, || {
+        let runs = runs_of(&out, "job-1");
+        async move { (runs.len() == 2).then_some(()) }
+    })
+    .await;
+    assert_eq!(runs_of(&out, "job-1"), ["RUN 1 d1", "RUN 2 d2"]);
+
+    let store = PgStore::open(&dsn, "/zkcron/d")
+        .await
+        .expect("the store opens");
+    let id = SubmissionId::parse("job-1").expect("an id");
+    let ended = wait_for("the rerun's end in the store", SLACK, || {
+        let (store, id) = (&store, id.clone());
+        async move {
+            match store.find(&id).await {
+                Ok(Some(Where::Ended { record, .. })) => Some(record),
+                _ => None,
+            }
+        }
+    })
+    .await;
+    assert_eq!(
+        (ended.status, ended.attempt, ended.node_id.as_str()),
+        (RunStatus::Succeeded, 2, "d2"),
+        "{ended:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(runs_of(&out, "job-1").len(), 2, "no third run");
+}

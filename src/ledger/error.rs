@@ -108,6 +108,9 @@ pub enum UpdateError {
         #[source]
         source: Arc<StoreError>,
     },
+    /// Only the lock's owner resolves a run kept in the delayed store, and we are not it now.
+    #[error("not the lock's owner now: the run is left for the owner to resolve")]
+    NotOwner,
 }
 
 /// A request of the ledger's failed: a read, a watch, or a write with nothing to decide.

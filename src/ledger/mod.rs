@@ -367,6 +367,28 @@ pub async fn withdraw(
     }
 }
 
+/// [`rewrite_record`] by this node holding `token` now (`None`: not the owner): a submission's
+/// run kept in the delayed queue's PostgreSQL store is taken over there, fenced by `token`, and
+/// ended when `closes`; any other record is rewritten in ZooKeeper.
+///
+/// # Errors
+/// As [`rewrite_record`]; `NotOwner` for a run in the store without the lock.
+pub async fn rewrite_run(
+    client: &Ledger,
+    paths: &LedgerPaths,
+    record: &RunRecord,
+    version: i32,
+    closes: bool,
+    token: Option<crate::ids::FencingToken>,
+) -> Result<i32, UpdateError> {
+    match client.delayed_store() {
+        Some(store) if record.submission_id.is_some() => {
+            store_claims::rewrite(store, record, version, closes, token).await
+        }
+        _ => rewrite_record(client, paths, record, version, closes).await,
+    }
+}
+
 /// Writes `record` over the stored one at the version it was read with, so a record that changed
 /// meanwhile is never overwritten: an open run a previous owner left behind marked
 /// `interrupted`, or a failed run whose promised retry is cancelled or dropped. `closes`: nothing

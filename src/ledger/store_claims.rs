@@ -20,10 +20,12 @@ use chrono::Utc;
 use tokio::sync::{mpsc, oneshot};
 
 use super::chains::MarkCreate;
+use super::claim::ClaimPlan;
+use super::error::{ClaimError, UpdateError};
 use super::postgres::{Chosen, ChosenClaim, PgStore, StoreError, Updated, Where};
-use super::{Claim, ClaimError, ClaimPlan, UpdateError};
 use crate::delayed::submission::SubmissionId;
 use crate::ids::{FencingToken, SessionId};
+use crate::run::Claim;
 use crate::run::{ClaimMode, RunRecord};
 use crate::tally::WriteKind;
 use crate::zk::{Fault, Mode, MultiFault, Zk};
@@ -131,16 +133,22 @@ impl StoreClaims {
     ) -> Result<(), UpdateError> {
         claim.sent = claim.record.clone();
         let id = submission_of(&claim.record, &claim.path)?;
-        let token = claim.record.fencing_token;
-        let now = Utc::now().timestamp_millis();
-        let ended = self.store.end(&id, token, &claim.record, now).await;
-        match ended.map_err(store_failed(&claim.path))? {
-            super::postgres::Ended::Recorded => claim.version += 1,
-            super::postgres::Ended::NotOurs => {
-                return Err(UpdateError::Conflict {
-                    path: claim.path.clone(),
-                    stored: None,
-                });
+        if claim.record.retry_at_unix_ms.is_some() {
+            // A retry promised: the run stays open, its record saying when, for the retry's
+            // claim (or a next owner's catch-up) to take it up.
+            self.update(claim).await?;
+        } else {
+            let token = claim.record.fencing_token;
+            let now = Utc::now().timestamp_millis();
+            let ended = self.store.end(&id, token, &claim.record, now).await;
+            match ended.map_err(store_failed(&claim.path))? {
+                super::postgres::Ended::Recorded => claim.version += 1,
+                super::postgres::Ended::NotOurs => {
+                    return Err(UpdateError::Conflict {
+                        path: claim.path.clone(),
+                        stored: None,
+                    });
+                }
             }
         }
         let same_session = SessionId(zk.session_id()) == claim.session;
@@ -173,6 +181,72 @@ impl StoreClaims {
                 source,
             }
         })
+    }
+}
+
+/// Rewrites the record of a run kept in `store` that the owner holding `token` resolves (catch-up
+/// marks it interrupted, or a dropped retry is recorded): the run is taken over at `version`,
+/// fenced by `token`, and ended when `closes`. Returns the record's new version.
+///
+/// # Errors
+/// `NotOwner` without a token, or when the fence holds a newer one; `Conflict` when the row
+/// moved on or ended; `Store`.
+pub(super) async fn rewrite(
+    store: &PgStore,
+    record: &RunRecord,
+    version: i32,
+    closes: bool,
+    token: Option<FencingToken>,
+) -> Result<i32, UpdateError> {
+    let Some(id) = record.submission_id.clone() else {
+        return Err(UpdateError::NotOwner);
+    };
+    let path = path_of(store, &id);
+    let token = token.ok_or(UpdateError::NotOwner)?;
+    let conflict = || UpdateError::Conflict {
+        path: path.clone(),
+        stored: None,
+    };
+    let node = (&record.node_id, record.ip.as_str());
+    let taken = match take_over(store, &id, token, node, record, version).await {
+        Ok(taken) => taken,
+        Err(StoreError::Fenced { .. }) => return Err(UpdateError::NotOwner),
+        Err(err) => return Err(store_failed(&path)(err)),
+    };
+    let Updated::Written(version) = taken else {
+        return Err(conflict());
+    };
+    if !closes {
+        return Ok(version);
+    }
+    let now = Utc::now().timestamp_millis();
+    match store
+        .end(&id, token, record, now)
+        .await
+        .map_err(store_failed(&path))?
+    {
+        super::postgres::Ended::Recorded => Ok(version + 1),
+        super::postgres::Ended::NotOurs => Err(conflict()),
+    }
+}
+
+/// [`PgStore::take_over`], the fence raised to `token` first when it is behind it: a new
+/// owner's first write to the store may be a take-over (a rerun, a run marked interrupted).
+async fn take_over(
+    store: &PgStore,
+    id: &SubmissionId,
+    token: FencingToken,
+    node: (&crate::ids::NodeId, &str),
+    record: &RunRecord,
+    version: i32,
+) -> Result<Updated, StoreError> {
+    match store.take_over(id, token, node, record, version).await {
+        Err(StoreError::Fenced { current, .. }) if current < i64::from(token.0) => {
+            store.raise_fence(token).await?;
+            tracing::info!(lock_group = store.lock_group(), %token, "the delayed store's fence raised to our token");
+            store.take_over(id, token, node, record, version).await
+        }
+        answered => answered,
     }
 }
 
@@ -449,9 +523,7 @@ async fn again(store: &PgStore, zk: &Zk, plan: ClaimPlan) -> Result<Claim, Claim
     };
     take_guard(zk, &plan).await?;
     let node = (&record.node_id, record.ip.as_str());
-    let taken = store
-        .take_over(&id, record.fencing_token, node, &record, version)
-        .await;
+    let taken = take_over(store, &id, record.fencing_token, node, &record, version).await;
     let answer = match taken {
         Ok(Updated::Written(version)) => {
             let session = SessionId(zk.session_id());

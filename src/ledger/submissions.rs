@@ -331,6 +331,22 @@ pub async fn pending_in_store(
     }
 }
 
+/// The open runs of `job` kept in the PostgreSQL store — claimed, running, or promising a retry
+/// — with their versions and payloads, for a new owner's catch-up; none where the queue is kept
+/// in ZooKeeper (its records are read there).
+///
+/// # Errors
+/// `Store` when the store failed.
+pub async fn open_runs_in_store(
+    client: &Ledger,
+    job: &crate::ids::JobName,
+) -> Result<Vec<(RunRecord, i32, Vec<u8>)>, SubmissionError> {
+    match client.delayed_store() {
+        Some(store) => in_postgres::open_runs_of(store, job).await,
+        None => Ok(Vec::new()),
+    }
+}
+
 /// Where the delayed queue is kept in PostgreSQL: a wake-up for each submit to this lock group
 /// (see [`super::postgres::Submit`]); the receiver closes when the listening connection ends. `None`
 /// where the queue is kept in ZooKeeper (its due buckets are watched instead).
@@ -662,6 +678,10 @@ async fn cancel_retry(
         Err(super::UpdateError::Store { path, source }) => Err(zk(
             &path,
             Fault::Other(crate::report::error_chain(&*source)),
+        )),
+        Err(err @ super::UpdateError::NotOwner) => Err(zk(
+            &ledger.delayed.due,
+            Fault::Other(crate::report::error_chain(&err)),
         )),
     }
 }

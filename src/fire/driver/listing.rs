@@ -133,6 +133,16 @@ async fn list_records(
         }
         newest.push((record, version));
     }
+    // Where the queue is kept in PostgreSQL, its open runs are read there.
+    let in_store = ledger::submissions::open_runs_in_store(client, job)
+        .await
+        .map_err(|err| error_chain(&err))?;
+    for (record, version, payload) in in_store {
+        if let Some(id) = &record.submission_id {
+            payloads.insert(id.clone(), Arc::new(payload));
+        }
+        newest.push((record, version));
+    }
     let guard_holder = ledger::guard_holder(client, paths, job).await;
     let live_members = inspect::member_ids(client, group)
         .await

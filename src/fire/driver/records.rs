@@ -280,10 +280,11 @@ impl Records {
             return Some(Input::CatchUp(CatchUpInput::Marked { record, result }));
         };
         let (paths, answers) = (self.paths.clone(), s.answers.clone());
+        let token = self.view.borrow().lock.token;
         s.tasks.spawn(async move {
             let marked = bounded(
                 &record.run_id,
-                ledger::rewrite_record(&client, &paths, &record, version, closes),
+                ledger::rewrite_run(&client, &paths, &record, version, closes, token),
             );
             let result = match marked.await {
                 Some(result) => result.map_err(|err| error_chain(&err)),
@@ -472,8 +473,9 @@ impl Records {
     pub fn drop_retry(&self, s: &Session, record: RunRecord, version: i32) -> Option<()> {
         let client = s.client.clone()?;
         let paths = self.paths.clone();
+        let token = self.view.borrow().lock.token;
         s.tasks.spawn(async move {
-                let write = ledger::rewrite_record(&client, &paths, &record, version, true);
+                let write = ledger::rewrite_run(&client, &paths, &record, version, true, token);
                 match bounded(&record.run_id, write).await {
                     Some(Ok(_)) => tracing::info!(job = %record.job, run_id = record.run_id, "dropped retry recorded"),
                     Some(Err(err)) => tracing::warn!(job = %record.job, run_id = record.run_id, error = %error_chain(&err), "dropped retry not recorded; its record still promises it"),

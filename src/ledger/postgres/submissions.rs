@@ -109,6 +109,24 @@ pub(in crate::ledger) async fn pending_between(
         .map_err(answered)
 }
 
+/// [`PgStore::open_runs`] of `job`: each record with its row's version and its payload.
+///
+/// # Errors
+/// `Store` when the store failed.
+pub(in crate::ledger) async fn open_runs_of(
+    store: &PgStore,
+    job: &crate::ids::JobName,
+) -> Result<Vec<(crate::run::RunRecord, i32, Vec<u8>)>, SubmissionError> {
+    Ok(store
+        .open_runs()
+        .await
+        .map_err(answered)?
+        .into_iter()
+        .filter(|run| run.record.job == *job)
+        .map(|run| (run.record, run.version, run.submission.payload))
+        .collect())
+}
+
 /// [`PgStore::listen`], its failure as the use cases name it.
 ///
 /// # Errors

@@ -59,9 +59,10 @@ async fn one_node(test: &str) -> Setup {
     let chroot = unique_chroot(test);
     let connect = shared_ensemble().connect_string_with_chroot(&chroot);
     let jobs = format!(
-        "[delayed]\nstore = \"postgres\"\ndsn_file = \"{}\"\n\n{}",
+        "[delayed]\nstore = \"postgres\"\ndsn_file = \"{}\"\n\n{}{}",
         dsn_file.display(),
-        on_demand_job(&out)
+        on_demand_job(&out),
+        on_demand_job(&out).replace("name = \"close\"", "name = \"tidy\"\nhistory = 1")
     );
     let text = schedule_text(&connect, "d", SESSION, DELAY, &jobs);
     let node = DaemonNode::start(dir.path(), "d1", &text);
@@ -186,6 +187,38 @@ async fn submissions_kept_in_postgres_fire_once_at_their_time_and_end_there() {
     assert!(
         shown.contains("state      succeeded on d1 (attempt 1)"),
         "{shown}"
+    );
+    let history = zkcron_ok(&["history", "close", "--json"], config);
+    let succeeded = support::daemon::document_items(&history, "runs")
+        .iter()
+        .filter(|line| line.contains("\"status\":\"succeeded\""))
+        .count();
+    assert_eq!(succeeded, 2, "history reads the store's runs: {history}");
+
+    // `history = 1`: the owner prunes the store's ended runs down to the newest.
+    for id in ["t-1", "t-2", "t-3"] {
+        let argv = ["submit", "tidy", "--at", &past, "--id", id];
+        zkcron_ok(&argv, config);
+    }
+    wait_for("tidy's three run", SLACK, || {
+        let ran = ["t-1", "t-2", "t-3"]
+            .iter()
+            .all(|id| !runs_of(&setup.out, id).is_empty());
+        async move { ran.then_some(()) }
+    })
+    .await;
+    wait_for("tidy's history pruned to one run", SLACK, || {
+        let history = zkcron_ok(&["history", "tidy", "--json"], config);
+        let runs = support::daemon::document_items(&history, "runs").len();
+        async move { (runs == 1).then_some(()) }
+    })
+    .await;
+    let again = zkcron_ok(&["submit", "tidy", "--at", &past, "--id", "t-1"], config);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        runs_of(&setup.out, "t-1").len(),
+        1,
+        "a pruned id is remembered for dedup_window: its resubmit is a no-op ({again})"
     );
     let log = setup.node.log();
     assert!(

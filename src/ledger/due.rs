@@ -53,6 +53,9 @@ pub async fn buckets(
     Ok(parsed_sorted(&parent, &names, "due bucket", false, bucket))
 }
 
+/// Pending rows counted in the PostgreSQL store per due bucket the caller would read.
+const STORE_ROWS_PER_BUCKET: usize = 200;
+
 /// How many submissions are pending, counted bucket by bucket from the oldest: per bucket its
 /// descendants less its shard nodes (two requests, not a read of every marker). Stops after
 /// `max_buckets`; `false` then: the count is a lower bound.
@@ -64,6 +67,11 @@ pub async fn count_pending(
     paths: &DelayedPaths,
     max_buckets: usize,
 ) -> Result<(usize, bool), SubmissionError> {
+    if let Some(store) = client.delayed_store() {
+        // A bucket holds a few submissions: counted up to as many rows.
+        let cap = max_buckets.saturating_mul(STORE_ROWS_PER_BUCKET);
+        return super::postgres::submissions::count_pending(store, cap).await;
+    }
     let mut counted = 0;
     let mut buckets_read = 0;
     for day in days(client, paths).await? {

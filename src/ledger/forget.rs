@@ -29,6 +29,9 @@ pub async fn sweep(
     now_unix_ms: i64,
 ) -> Result<usize, SubmissionError> {
     let mut freed = 0;
+    if let Some(store) = client.delayed_store() {
+        freed += super::postgres::submissions::sweep(store, now_unix_ms).await?;
+    }
     let mut lists_left = SWEEP_LISTS;
     for day in numbered_children(client, &paths.forget).await? {
         let day_ended = ForgetBucket { day, minute: 1439 }.end_ms() <= now_unix_ms;

@@ -74,10 +74,24 @@ pub async fn prune(
     keep: Keep,
     remember: Remember,
 ) -> Result<usize, ClaimError> {
+    let in_store = match (client.delayed_store(), keep) {
+        // The delayed store keeps its submissions' runs apart: `keep` of them there too.
+        (Some(store), Keep::Records(kept)) => {
+            let kept = i64::try_from(kept).unwrap_or(i64::MAX);
+            let batch = i64::try_from(PRUNE_BATCH).unwrap_or(i64::MAX);
+            let pruned = store.prune_history(job, kept, remember, batch).await;
+            let pruned = pruned.map_err(|source| ClaimError::Store {
+                path: format!("postgres:{}", store.lock_group()),
+                source: std::sync::Arc::new(source),
+            })?;
+            usize::try_from(pruned.records).unwrap_or(usize::MAX)
+        }
+        _ => 0,
+    };
     let names = record_names(client, paths, job).await?;
     let excess = keep.excess(&names);
     if excess == 0 {
-        return Ok(0);
+        return Ok(in_store);
     }
     let oldest: Vec<RecordName> = names.into_iter().take(excess.min(PRUNE_BATCH)).collect();
     let mut made = HashSet::new();
@@ -105,7 +119,7 @@ pub async fn prune(
             }
         }
     }
-    Ok(deleted)
+    Ok(deleted + in_store)
 }
 
 /// Reads what pruning `oldest` needs: each submission's record (to keep open runs and promised

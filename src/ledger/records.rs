@@ -80,6 +80,17 @@ pub async fn history(
             records.push(record);
         }
     }
+    if let Some(store) = client.delayed_store() {
+        // The submissions' runs kept in PostgreSQL, among the ticks' by their instants.
+        let kept = super::postgres::submissions::history_of(store, job, limit).await;
+        let kept = kept.map_err(|source| ClaimError::Store {
+            path: format!("postgres:{}", store.lock_group()),
+            source: std::sync::Arc::new(source),
+        })?;
+        records.extend(kept);
+        records.sort_by_key(|record| std::cmp::Reverse(record.scheduled_unix_ms));
+        records.truncate(limit);
+    }
     Ok(records)
 }
 

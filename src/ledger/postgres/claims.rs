@@ -167,6 +167,23 @@ impl PgStore {
         Ok(found)
     }
 
+    /// How many submissions are pending, and whether that is all of them: counted up to `cap`.
+    ///
+    /// # Errors
+    /// `Unreachable` or `Query` when the database did not answer.
+    pub async fn count_pending(&self, cap: i64) -> Result<(u64, bool), StoreError> {
+        let live = self.live().await?;
+        let row = self
+            .bounded(
+                "counting pending submissions",
+                live.client
+                    .query_one(&live.statements.count_pending, &[&self.lock_group, &cap]),
+            )
+            .await?;
+        let counted: i64 = row.get(0);
+        Ok((u64::try_from(counted).unwrap_or(0), counted < cap))
+    }
+
     /// Claims up to `limit` pending submissions due by `due_by_unix_ms` and past `after` (from
     /// the start when none), oldest first (by id within a due time), for
     /// `node` holding `token`: they move to the open runs in the statement that checks the

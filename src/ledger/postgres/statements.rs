@@ -17,6 +17,7 @@ pub(super) struct Statements {
     pub(super) claim: Statement,
     pub(super) claim_chosen: Statement,
     pub(super) pending_between: Statement,
+    pub(super) count_pending: Statement,
     pub(super) end: Statement,
     pub(super) update_open: Statement,
     pub(super) take_over: Statement,
@@ -45,6 +46,7 @@ impl Statements {
             claim: prepare(CLAIM).await?,
             claim_chosen: prepare(CLAIM_CHOSEN).await?,
             pending_between: prepare(PENDING_BETWEEN).await?,
+            count_pending: prepare(COUNT_PENDING).await?,
             end: prepare(END).await?,
             update_open: prepare(UPDATE_OPEN).await?,
             take_over: prepare(TAKE_OVER).await?,
@@ -168,6 +170,10 @@ SELECT id, submission FROM zkcron_pending
 WHERE lock_group = $1 AND due_ms > $2 AND due_ms <= $3
 ORDER BY due_ms, id
 LIMIT $4";
+
+/// How many submissions are pending, counted up to $2 (an index-only read of at most $2 rows).
+const COUNT_PENDING: &str = "\
+SELECT count(*) FROM (SELECT 1 FROM zkcron_pending WHERE lock_group = $1 LIMIT $2) AS capped";
 
 /// Moves the open run $2 claimed with token $3 to `zkcron_ended`, ended at $4 with record $5.
 const END: &str = "\

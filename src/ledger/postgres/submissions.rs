@@ -16,7 +16,7 @@ use crate::ledger::submission_state::{SubmissionError, SubmissionState};
 ///
 /// # Errors
 /// `Conflict` when `id` holds a different request; `Store` when the store failed.
-pub(in crate::ledger) async fn submit(
+pub(crate) async fn submit(
     store: &PgStore,
     id: &SubmissionId,
     submission: &Submission,
@@ -25,7 +25,7 @@ pub(in crate::ledger) async fn submit(
 }
 
 /// [`PgStore::submit_batch`], answered as `ledger::submissions::submit_batch` answers.
-pub(in crate::ledger) async fn submit_batch(
+pub(crate) async fn submit_batch(
     store: &PgStore,
     batch: &[(SubmissionId, Submission)],
 ) -> Vec<Result<Submitted, SubmissionError>> {
@@ -42,7 +42,7 @@ pub(in crate::ledger) async fn submit_batch(
 /// # Errors
 /// `NotFound`; `NotPending` with where it is once it was claimed (or cancelled before);
 /// `Store` when the store failed.
-pub(in crate::ledger) async fn cancel(
+pub(crate) async fn cancel(
     store: &PgStore,
     id: &SubmissionId,
     now_unix_ms: i64,
@@ -61,7 +61,7 @@ pub(in crate::ledger) async fn cancel(
 ///
 /// # Errors
 /// `Store` when the store failed or the submission cannot be read.
-pub(in crate::ledger) async fn show(
+pub(crate) async fn show(
     store: &PgStore,
     id: &SubmissionId,
 ) -> Result<Option<(Submission, SubmissionState)>, SubmissionError> {
@@ -83,7 +83,7 @@ pub(in crate::ledger) async fn show(
 ///
 /// # Errors
 /// `Store` when the store failed or the submission cannot be read.
-pub(in crate::ledger) async fn read_pending(
+pub(crate) async fn read_pending(
     store: &PgStore,
     id: &SubmissionId,
 ) -> Result<Option<Submission>, SubmissionError> {
@@ -97,7 +97,7 @@ pub(in crate::ledger) async fn read_pending(
 ///
 /// # Errors
 /// `Store` when the store failed.
-pub(in crate::ledger) async fn pending_between(
+pub(crate) async fn pending_between(
     store: &PgStore,
     after_unix_ms: i64,
     through_unix_ms: i64,
@@ -113,7 +113,7 @@ pub(in crate::ledger) async fn pending_between(
 ///
 /// # Errors
 /// `Store` when the store failed.
-pub(in crate::ledger) async fn open_runs_of(
+pub(crate) async fn open_runs_of(
     store: &PgStore,
     job: &crate::ids::JobName,
 ) -> Result<Vec<(crate::run::RunRecord, i32, Vec<u8>)>, SubmissionError> {
@@ -127,11 +127,83 @@ pub(in crate::ledger) async fn open_runs_of(
         .collect())
 }
 
+/// `job`'s runs in the store, newest first: its open runs, then its ended ones, `limit` in all.
+///
+/// # Errors
+/// The store's.
+pub(crate) async fn history_of(
+    store: &PgStore,
+    job: &crate::ids::JobName,
+    limit: usize,
+) -> Result<Vec<crate::run::RunRecord>, StoreError> {
+    let mut records: Vec<crate::run::RunRecord> = store
+        .open_runs()
+        .await?
+        .into_iter()
+        .filter(|run| run.record.job == *job)
+        .map(|run| run.record)
+        .collect();
+    records.sort_by_key(|record| std::cmp::Reverse(record.scheduled_unix_ms));
+    let ended = i64::try_from(limit.saturating_sub(records.len())).unwrap_or(i64::MAX);
+    if ended > 0 {
+        records.extend(store.history(job, ended).await?);
+    }
+    records.truncate(limit);
+    Ok(records)
+}
+
+/// Ids freed in one forget statement at most, and statements per sweep.
+const FORGET_BATCH: i64 = 10_000;
+const FORGET_ROUNDS: usize = 10;
+
+/// The owner's sweep of the store: the remembered ids whose time has come freed (a batch at a
+/// time, a few batches a sweep), then the empty day partitions of past days dropped, with
+/// their dead tuples. How many ids it freed.
+///
+/// # Errors
+/// `Store` when the store failed; the next sweep goes on.
+pub(crate) async fn sweep(
+    store: &PgStore,
+    now_unix_ms: i64,
+) -> Result<usize, SubmissionError> {
+    let mut freed = 0;
+    for _ in 0..FORGET_ROUNDS {
+        let round = store
+            .forget(now_unix_ms, FORGET_BATCH)
+            .await
+            .map_err(answered)?;
+        freed += usize::try_from(round).unwrap_or(usize::MAX);
+        if i64::try_from(round).unwrap_or(i64::MAX) < FORGET_BATCH {
+            break;
+        }
+    }
+    for dropped in store.drop_empty_days(now_unix_ms).await.map_err(answered)? {
+        tracing::info!(
+            partition = dropped,
+            "an empty past day of the delayed store dropped"
+        );
+    }
+    Ok(freed)
+}
+
+/// How many submissions are pending, counted up to `cap`, and whether that is all of them.
+///
+/// # Errors
+/// `Store` when the store failed.
+pub(crate) async fn count_pending(
+    store: &PgStore,
+    cap: usize,
+) -> Result<(usize, bool), SubmissionError> {
+    let cap = i64::try_from(cap).unwrap_or(i64::MAX);
+    let (count, complete) = store.count_pending(cap).await.map_err(answered)?;
+    Ok((usize::try_from(count).unwrap_or(usize::MAX), complete))
+}
+
 /// [`PgStore::listen`], its failure as the use cases name it.
 ///
 /// # Errors
 /// `Store` when no listening connection could be made.
-pub(in crate::ledger) async fn listen(
+pub(crate) async fn listen(
     store: &PgStore,
 ) -> Result<tokio::sync::mpsc::Receiver<Submit>, SubmissionError> {
     store.listen().await.map_err(answered)

@@ -30,7 +30,7 @@ use crate::layout::LockPaths;
 use crate::ledger::postgres::PgStore;
 use crate::lock::clock_watch::ClockSettings;
 use crate::lock::driver::{self, DriverError, Heard, LockCommand, LockRole, LockSettings};
-use crate::lock::node::{OwnerInfo, ReloadNote, ScheduleHash};
+use crate::lock::node::{DelayedStoreKind, OwnerInfo, ReloadNote, ScheduleHash};
 use crate::metrics::Metrics;
 use crate::output_store::OutputStore;
 use crate::reload::{self, Changes, RELOAD_FORMAT, ReloadAnswer, ReloadOutcome, ReloadRequest};
@@ -154,6 +154,10 @@ pub async fn run(
         schedule: None,
         tags: config.node.tags.clone(),
         api,
+        delayed_store: Some(match config.delayed {
+            config::DelayedStore::ZooKeeper => DelayedStoreKind::Zookeeper,
+            config::DelayedStore::Postgres { .. } => DelayedStoreKind::Postgres,
+        }),
         ..settings.me.clone()
     };
     if let Some(outputs) = &outputs {

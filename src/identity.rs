@@ -51,5 +51,6 @@ pub fn this_process(node_id: Option<&NodeId>) -> Result<OwnerInfo, IdentityError
         tags: std::collections::BTreeSet::new(),
         ledger_format: Some(crate::layout::LEDGER_FORMAT),
         api: None,
+        delayed_store: None,
     })
 }

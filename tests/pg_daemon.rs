@@ -307,3 +307,51 @@ async fn a_run_left_open_in_the_store_by_a_killed_owner_is_rerun_by_the_next_own
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(runs_of(&out, "job-1").len(), 2, "no third run");
 }
+
+/// A fleet moving its queue to PostgreSQL: a node that still keeps it in ZooKeeper cannot read
+/// what is submitted to the database, so it hands the lock over to a member that keeps it there
+/// and stays out of contention while that member lives.
+#[tokio::test]
+async fn a_node_that_keeps_the_queue_in_zookeeper_hands_the_lock_to_a_member_that_keeps_it_in_postgres()
+ {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let dsn = shared_postgres()
+        .create_database("pg-daemon-mixed")
+        .await
+        .expect("a database");
+    let dsn_file = dir.path().join("dsn");
+    std::fs::write(&dsn_file, &dsn).expect("dsn file");
+    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot("pg-mixed"));
+    let job = "[[job]]\nname = \"close\"\nshell = \"true\"\n";
+    let in_zookeeper = schedule_text(&connect, "d", SESSION, DELAY, job);
+    let in_postgres = schedule_text(
+        &connect,
+        "d",
+        SESSION,
+        DELAY,
+        &format!(
+            "[delayed]\nstore = \"postgres\"\ndsn_file = \"{}\"\n\n{job}",
+            dsn_file.display()
+        ),
+    );
+    let old = DaemonNode::start(dir.path(), "z1", &in_zookeeper);
+    old.wait_log("owns the lock", SESSION + SLACK).await;
+    let new = DaemonNode::start(dir.path(), "p1", &in_postgres);
+    // The old owner's next clock check reads the new member (a check a session timeout).
+    old.wait_log(
+        "standing aside from the lock while it lives",
+        SESSION * 2 + SLACK,
+    )
+    .await;
+    new.wait_log("owns the lock", DELAY + SLACK).await;
+    assert!(
+        old.log().contains("member p1 keeps it in PostgreSQL"),
+        "{}",
+        old.log()
+    );
+    assert!(
+        !new.log().contains("standing aside"),
+        "the PostgreSQL node is never kept out: {}",
+        new.log()
+    );
+}

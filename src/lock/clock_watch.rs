@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::ensemble_clock::{EnsembleClock, monotonic_ms};
 use crate::ids::NodeId;
 use crate::lock::clock::{self, ClockEstimate, ClockReading, ClockSample, ClockVerdict};
-use crate::lock::node::{ClockStanding, OwnerInfo};
+use crate::lock::node::{ClockStanding, DelayedStoreKind, OwnerInfo};
 use crate::metrics::Metrics;
 use crate::tally::WriteKind;
 use crate::zk::Zk;
@@ -46,6 +46,15 @@ pub struct Reading {
     sample: ClockSample,
     /// The other members' published offsets (members without one are left out).
     others: Vec<i64>,
+    /// The other members that publish where they keep the delayed queue, with it.
+    stores: Vec<(NodeId, DelayedStoreKind)>,
+}
+
+impl Reading {
+    /// The other members that publish where they keep the delayed queue, with it.
+    pub fn stores(&self) -> &[(NodeId, DelayedStoreKind)] {
+        &self.stores
+    }
 }
 
 /// Writes `data` into our member node `member`, timing it, then reads the other members of
@@ -80,16 +89,26 @@ pub async fn read(
         .filter(|name| name.as_str() != me.as_str())
         .map(|name| client.get_data(&format!("{members_dir}/{name}")))
         .collect();
-    let mut others = Vec::new();
+    let (mut others, mut stores) = (Vec::new(), Vec::new());
     for read in reads {
         // A member gone meanwhile, or unreadable: it has no say.
-        if let Ok((data, _)) = read.await {
-            if let Some(offset) = OwnerInfo::parse_brief(&data).and_then(|m| m.clock_offset_ms) {
-                others.push(offset);
-            }
+        let Some(brief) = read
+            .await
+            .ok()
+            .and_then(|(data, _)| OwnerInfo::parse_brief(&data))
+        else {
+            continue;
+        };
+        others.extend(brief.clock_offset_ms);
+        if let Some(store) = brief.delayed_store {
+            stores.push((brief.node_id, store));
         }
     }
-    Ok(Reading { sample, others })
+    Ok(Reading {
+        sample,
+        others,
+        stores,
+    })
 }
 
 /// What the check has seen so far, and what it has said.

@@ -28,7 +28,7 @@ use crate::ledger::Ledger;
 use crate::lock::clock_schedule::{ClockCheck, ClockSchedule, ClockStep};
 use crate::lock::clock_watch;
 use crate::lock::machine::{Action, Input, LockEvent, LockMachine, LockState, LockStatus};
-use crate::lock::node::{ReloadNote, ScheduleHash};
+use crate::lock::node::{ReloadNote, ScheduleHash, kept_out_by_store};
 use crate::lock::take_back::TakeBack;
 use crate::zk::{self, NodeEvent, SessionEvent};
 
@@ -141,6 +141,8 @@ struct Driver<'a> {
     clock: ClockSchedule,
     /// The lock was handed over and nobody has taken it yet: the next owner is whom it went to.
     handed_over: bool,
+    /// A live member keeps the delayed queue in PostgreSQL while we keep it in ZooKeeper.
+    store_kept_out: bool,
 }
 
 impl<'a> Driver<'a> {
@@ -181,6 +183,7 @@ impl<'a> Driver<'a> {
             clock: ClockSchedule::new(settings.clock.clone(), member),
             settings,
             handed_over: false,
+            store_kept_out: false,
         }
     }
 
@@ -313,6 +316,25 @@ impl<'a> Driver<'a> {
                 None
             }
             Wake::Clock(ClockStep::Read(reading)) => {
+                if let Ok(read) = &reading {
+                    let mine = self.settings.me.delayed_store;
+                    let by = kept_out_by_store(mine, read.stores()).cloned();
+                    if by.is_some() != self.store_kept_out {
+                        self.store_kept_out = by.is_some();
+                        match &by {
+                            Some(by) => {
+                                tracing::warn!(member = %by, "this node keeps the delayed queue in ZooKeeper and member {by} keeps it in PostgreSQL ([delayed] store): standing aside from the lock while it lives")
+                            }
+                            None => tracing::info!(
+                                "no live member keeps the delayed queue in PostgreSQL any more: contending again"
+                            ),
+                        }
+                        let judged = Input::StoreJudged {
+                            kept_out: by.is_some(),
+                        };
+                        self.pending.extend(self.machine.handle(judged, now()));
+                    }
+                }
                 let verdict = self.clock.judged(reading, live.timeout)?;
                 if let LockRole::Member {
                     verdict: to_groups, ..

@@ -66,6 +66,10 @@ pub enum Input {
     /// so often. Skewed: it does not contend, and hands the lock over if it owns it; no longer
     /// skewed: it contends again.
     ClockJudged { skewed: bool },
+    /// Whether a live member keeps the delayed queue where this node cannot read it (in
+    /// PostgreSQL, while this node keeps it in ZooKeeper: `lock::node::kept_out_by_store`). Kept
+    /// out, it does not contend, and hands the lock over if it owns it, as a skewed clock does.
+    StoreJudged { kept_out: bool },
     /// Where the groups' balancer (`groups::balance`) places this node for this lock. `false`:
     /// another node should own it, so this one does not contend (an owner keeps the lock: a
     /// move is a release asked of it, a handoff); `true`: it contends when the lock is free.
@@ -193,6 +197,8 @@ pub struct LockMachine {
     clock_skewed: bool,
     /// The balancer prefers another node for this lock: we stay out of contention.
     standing_aside: bool,
+    /// A live member keeps the delayed queue where we cannot read it.
+    store_kept_out: bool,
 }
 
 /// Where the lock stands, as the rest of zkcron needs it: sent after every step that changes it.
@@ -222,6 +228,7 @@ impl LockMachine {
             last_token: None,
             clock_skewed: false,
             standing_aside: false,
+            store_kept_out: false,
         }
     }
 
@@ -339,6 +346,14 @@ impl LockMachine {
             Input::Shutdown => self.shutdown(out),
             Input::Yield => self.yield_lock(now, out),
             Input::ClockJudged { skewed } => self.clock_judged(skewed, now, out),
+            Input::StoreJudged { kept_out } => {
+                self.store_kept_out = kept_out;
+                if kept_out {
+                    self.yield_lock(now, out);
+                } else {
+                    self.contend_if_created(out);
+                }
+            }
             Input::Placement { contend } => {
                 self.standing_aside = !contend;
                 if contend {
@@ -706,7 +721,7 @@ impl LockMachine {
 
     /// Neither our clock nor the balancer keeps us out.
     fn may_contend(&self) -> bool {
-        !self.clock_skewed && !self.standing_aside
+        !self.clock_skewed && !self.standing_aside && !self.store_kept_out
     }
 
     fn fence_failed(&mut self, out: &mut Vec<Action>) {

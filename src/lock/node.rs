@@ -65,6 +65,36 @@ pub struct OwnerInfo {
     /// A boxed str: a lock event carries an `OwnerInfo`, which must stay small.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api: Option<Box<str>>,
+    /// In a member node: where this node keeps the delayed queue (`[delayed] store`); an older
+    /// zkcron publishes none, and keeps it in ZooKeeper. A node that keeps it in ZooKeeper
+    /// stands aside from the lock while a live member keeps it in PostgreSQL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delayed_store: Option<DelayedStoreKind>,
+}
+
+/// The member that keeps us out of the lock, if any: a node that keeps the delayed queue in
+/// ZooKeeper (`mine`, `None` from an older zkcron) cannot read what a member that keeps it in
+/// PostgreSQL submitted, so it stands aside while such a member lives; the PostgreSQL store wins
+/// a mixed fleet.
+pub fn kept_out_by_store(
+    mine: Option<DelayedStoreKind>,
+    others: &[(NodeId, DelayedStoreKind)],
+) -> Option<&NodeId> {
+    if mine == Some(DelayedStoreKind::Postgres) {
+        return None;
+    }
+    others
+        .iter()
+        .find(|(_, store)| *store == DelayedStoreKind::Postgres)
+        .map(|(node, _)| node)
+}
+
+/// Where a member keeps the delayed queue, as its member node says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DelayedStoreKind {
+    Zookeeper,
+    Postgres,
 }
 
 /// How a member's last clock check judged its clock (`lock::clock_watch`).
@@ -174,6 +204,8 @@ pub struct MemberBrief {
     pub clock_offset_ms: Option<i64>,
     #[serde(default)]
     pub ledger_format: Option<u32>,
+    #[serde(default)]
+    pub delayed_store: Option<DelayedStoreKind>,
 }
 
 /// A schedule fingerprint's total alone.
@@ -267,6 +299,7 @@ mod tests {
             tags: ["eu".to_owned()].into(),
             ledger_format: Some(2),
             api: None,
+            delayed_store: None,
         };
         assert_eq!(OwnerInfo::parse(&info.to_bytes()).unwrap(), info);
         let old = br#"{"node_id":"n","ip":"i","host":"h","pid":1,"version":"v","since_unix_ms":2}"#;
@@ -298,6 +331,7 @@ mod tests {
             tags: BTreeSet::new(),
             ledger_format: None,
             api: api.map(Box::from),
+            delayed_store: None,
         };
         assert_eq!(
             member(Some("10.0.0.6:9464")).api_from("a"),
@@ -322,5 +356,26 @@ mod tests {
     fn garbage_is_an_error_not_a_panic() {
         assert!(OwnerInfo::parse(b"\xff\x00not json").is_err());
         assert!(EpochData::parse(b"").is_err());
+    }
+
+    #[test]
+    fn a_node_that_keeps_the_queue_in_zookeeper_is_kept_out_by_a_member_that_keeps_it_in_postgres()
+    {
+        use super::{DelayedStoreKind as Kind, kept_out_by_store};
+        let others = [
+            (NodeId::new("a"), Kind::Zookeeper),
+            (NodeId::new("b"), Kind::Postgres),
+        ];
+        assert_eq!(
+            kept_out_by_store(Some(Kind::Zookeeper), &others).map(NodeId::as_str),
+            Some("b")
+        );
+        assert_eq!(
+            kept_out_by_store(None, &others).map(NodeId::as_str),
+            Some("b"),
+            "an older zkcron keeps it in ZooKeeper"
+        );
+        assert_eq!(kept_out_by_store(Some(Kind::Postgres), &others), None);
+        assert_eq!(kept_out_by_store(Some(Kind::Zookeeper), &others[..1]), None);
     }
 }

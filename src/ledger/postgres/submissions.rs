@@ -162,10 +162,7 @@ const FORGET_ROUNDS: usize = 10;
 ///
 /// # Errors
 /// `Store` when the store failed; the next sweep goes on.
-pub(crate) async fn sweep(
-    store: &PgStore,
-    now_unix_ms: i64,
-) -> Result<usize, SubmissionError> {
+pub(crate) async fn sweep(store: &PgStore, now_unix_ms: i64) -> Result<usize, SubmissionError> {
     let mut freed = 0;
     for _ in 0..FORGET_ROUNDS {
         let round = store

@@ -32,6 +32,7 @@ fn info(node_id: &str, releasing: bool) -> OwnerInfo {
         tags: std::collections::BTreeSet::new(),
         ledger_format: None,
         api: None,
+        delayed_store: None,
     }
 }
 
@@ -565,6 +566,7 @@ fn any_step() -> impl Strategy<Value = Step> {
         Just(Step::Fact(Input::FenceFailed)),
         Just(Step::Fact(Input::Yield)),
         any::<bool>().prop_map(|skewed| Step::Fact(Input::ClockJudged { skewed })),
+        any::<bool>().prop_map(|kept_out| Step::Fact(Input::StoreJudged { kept_out })),
         any::<bool>().prop_map(|contend| Step::Fact(Input::Placement { contend })),
         Just(Step::Fact(Input::Shutdown)),
     ]
@@ -587,6 +589,8 @@ struct Observer {
     skewed: bool,
     /// The last placement fed in: placed elsewhere, the machine never contends.
     aside: bool,
+    /// The last store verdict fed in: kept out, the machine never contends.
+    kept_out: bool,
 }
 
 impl Observer {
@@ -602,6 +606,10 @@ impl Observer {
                 Action::Create => {
                     prop_assert!(!self.skewed, "contends with a skewed clock: {input:?}");
                     prop_assert!(!self.aside, "contends while placed elsewhere: {input:?}");
+                    prop_assert!(
+                        !self.kept_out,
+                        "contends while a member keeps the queue where we cannot read it: {input:?}"
+                    );
                 }
                 Action::Emit(LockEvent::Acquired { token }) => {
                     prop_assert!(!self.held, "Acquired twice without a Lost between");
@@ -659,7 +667,7 @@ proptest! {
         let mut m = machine();
         let mut now = base() + Duration::from_secs(100);
         let mut epoch = 0;
-        let mut obs = Observer { held: false, last_token: None, disconnected_at: None, skewed: false, aside: false };
+        let mut obs = Observer { held: false, last_token: None, disconnected_at: None, skewed: false, aside: false, kept_out: false };
         for (step, ms) in steps {
             let target = now + Duration::from_millis(ms);
             // The driver feeds Tick at every deadline, so do we, before the next fact arrives.
@@ -690,6 +698,7 @@ proptest! {
                 Input::SessionReconnected | Input::SessionStarted { .. } | Input::SessionExpired => obs.disconnected_at = None,
                 Input::ClockJudged { skewed } => obs.skewed = *skewed,
                 Input::Placement { contend } => obs.aside = !*contend,
+                Input::StoreJudged { kept_out } => obs.kept_out = *kept_out,
                 _ => {}
             }
             let actions = m.handle(input.clone(), now);
@@ -863,6 +872,34 @@ fn a_yield_is_ignored_unless_we_own_and_are_connected() {
 
 /// Issue 24: a node whose clock is off the fleet's stays out of contention, hands the lock over
 /// when it owns it, and contends again once its clock agrees.
+#[test]
+fn a_member_that_keeps_the_queue_in_postgres_keeps_a_zookeeper_node_out_and_takes_over_from_it() {
+    let t0 = base();
+    let kept_out = Input::StoreJudged { kept_out: true };
+    // An owner kept out hands over as on a release request.
+    let mut owner = owning(t0, 3);
+    assert_eq!(
+        owner.handle(kept_out.clone(), t0),
+        vec![
+            Action::Emit(LockEvent::HandedOver),
+            Action::Release { lock_version: 0 }
+        ]
+    );
+    owner.handle(Input::ReleaseDone(Ok(())), t0);
+    owner.handle(Input::OwnerRead(Ok(None)), t0);
+    assert_eq!(
+        owner.handle(Input::Tick, t0 + DELAY + JITTER),
+        vec![Action::ReadOwner],
+        "nobody took it, and it does not take it back while kept out"
+    );
+    owner.handle(Input::OwnerRead(Ok(None)), t0 + DELAY + JITTER);
+    assert_eq!(
+        owner.handle(Input::StoreJudged { kept_out: false }, t0 + DELAY * 2),
+        vec![Action::Create],
+        "contends again once no member keeps it out"
+    );
+}
+
 #[test]
 fn a_skewed_clock_keeps_the_node_out_of_contention_and_hands_the_lock_over() {
     let t0 = base();

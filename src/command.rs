@@ -1,5 +1,6 @@
 //! The one door for operator actions: a typed [`Command`] — pause, resume, trigger, backfill,
-//! release, submit, cancel, reschedule, retry, and the ACL applied to the nodes already there —
+//! release, submit, cancel, reschedule, retry, the ACL applied to the nodes already there, and
+//! the delayed queue moved into PostgreSQL —
 //! goes through [`Door::execute`] with the
 //! [`Actor`] its entry point established, which checks it, does it through the steering and
 //! submission clients, writes its audit entry and returns a typed [`Outcome`]. The CLI, the
@@ -72,6 +73,8 @@ pub enum Command {
     /// Give every node of the lock group's directory the ACL the schedule asks for (`acl`,
     /// `read_acl`): a ledger run open, closed in place (docs/UPGRADING.md).
     ApplyAcl,
+    /// Move every submission pending in ZooKeeper into the delayed queue's PostgreSQL store.
+    MigrateDelayed,
 }
 
 /// What a command did.
@@ -88,6 +91,7 @@ pub enum Outcome {
     Rescheduled(Rescheduled),
     Retried(Receipt),
     AclApplied(AclApplied),
+    Migrated(crate::ledger::store_move::Moved),
 }
 
 /// Why a command was refused or failed.
@@ -220,6 +224,7 @@ impl Door {
             Command::ApplyAcl => {
                 Outcome::AclApplied(crate::ledger::acl::apply(steer.session(), &self.dir).await?)
             }
+            Command::MigrateDelayed => Outcome::Migrated(delayed.migrate().await?),
         })
     }
 }
@@ -238,6 +243,7 @@ impl Command {
             Command::Reschedule { .. } => "reschedule",
             Command::Retry { .. } => "retry",
             Command::ApplyAcl => "acl",
+            Command::MigrateDelayed => "migrate",
         }
     }
 
@@ -314,6 +320,14 @@ impl Command {
                 let mut args = vec![("due", due.to_rfc3339()), ("submission_id", id.to_string())];
                 if let Some(Outcome::Retried(receipt)) = outcome {
                     args.push(("new_id", receipt.id.to_string()));
+                }
+                (None, args)
+            }
+            Command::MigrateDelayed => {
+                let mut args = vec![("to", "postgres".to_owned())];
+                if let Some(Outcome::Migrated(moved)) = outcome {
+                    args.push(("moved", moved.moved.len().to_string()));
+                    args.push(("refused", moved.refused.len().to_string()));
                 }
                 (None, args)
             }

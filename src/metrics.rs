@@ -93,6 +93,7 @@ pub struct Metrics {
     skipped: Family<JobReasonLabels, Counter>,
     running: Family<JobLabel, Gauge>,
     delayed_pending: Gauge,
+    delayed_moved: Counter,
     schedule_drift: Gauge,
     writes_refused: Gauge,
     clock_offset: Gauge<f64, AtomicU64>,
@@ -160,6 +161,7 @@ impl Metrics {
             skipped: Family::default(),
             running: Family::default(),
             delayed_pending: Gauge::default(),
+            delayed_moved: Counter::default(),
             schedule_drift: Gauge::default(),
             writes_refused: Gauge::default(),
             clock_offset: Gauge::default(),
@@ -230,6 +232,11 @@ impl Metrics {
             "zkcron_delayed_pending",
             "Delayed submissions pending in the lock group, as last counted by this node while owner",
             self.delayed_pending.clone(),
+        );
+        registry.register(
+            "zkcron_delayed_moved_to_store",
+            "Submissions this node found pending in ZooKeeper's due tree while the delayed queue is kept in PostgreSQL, and moved into the store",
+            self.delayed_moved.clone(),
         );
         registry.register(
             "zkcron_schedule_drift",
@@ -506,6 +513,11 @@ impl Metrics {
     pub fn delayed_pending(&self, count: usize) {
         self.delayed_pending
             .set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+
+    pub fn delayed_moved(&self, count: usize) {
+        self.delayed_moved
+            .inc_by(u64::try_from(count).unwrap_or(u64::MAX));
     }
 
     pub fn schedule_drift(&self, drifting: bool) {

@@ -355,3 +355,109 @@ async fn a_node_that_keeps_the_queue_in_zookeeper_hands_the_lock_to_a_member_tha
         new.log()
     );
 }
+
+/// A fleet's queue moved from ZooKeeper into PostgreSQL while submissions are pending: the
+/// command refuses while a node that keeps the queue in ZooKeeper owns the lock; once a node
+/// that keeps it in PostgreSQL owns it, what is pending in ZooKeeper moves into the store (the
+/// owner's chores, and the command) and fires from there, each once, none lost.
+#[tokio::test]
+async fn pending_submissions_move_from_zookeeper_into_postgres_and_fire_once() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = dir.path().join("runs");
+    std::fs::create_dir(&out).expect("runs dir");
+    let dsn = shared_postgres()
+        .create_database("pg-daemon-migrate")
+        .await
+        .expect("a database");
+    let dsn_file = dir.path().join("dsn");
+    std::fs::write(&dsn_file, &dsn).expect("dsn file");
+    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot("pg-migrate"));
+    let in_zookeeper = schedule_text(&connect, "d", SESSION, DELAY, &on_demand_job(&out));
+    let in_postgres = schedule_text(
+        &connect,
+        "d",
+        SESSION,
+        DELAY,
+        &format!(
+            "[delayed]\nstore = \"postgres\"\ndsn_file = \"{}\"\n\n{}",
+            dsn_file.display(),
+            on_demand_job(&out)
+        ),
+    );
+    let old = DaemonNode::start(dir.path(), "z1", &in_zookeeper);
+    old.wait_log("owns the lock", SESSION + SLACK).await;
+    // Due once the new owner has taken over (a session timeout, then at once: a handover).
+    let due = now_ms() + 8_000;
+    let ids: Vec<String> = (0..20).map(|i| format!("m-{i}")).collect();
+    for id in &ids {
+        zkcron_ok(
+            &["submit", "close", "--at", &at(due), "--id", id],
+            &old.config,
+        );
+    }
+    zkcron_ok(
+        &[
+            "submit",
+            "close",
+            "--at",
+            &at(now_ms() + 3_600_000),
+            "--id",
+            "far",
+        ],
+        &old.config,
+    );
+    let new_config = dir.path().join("postgres.toml");
+    std::fs::write(&new_config, &in_postgres).expect("schedule");
+    let refused =
+        support::daemon::zkcron_refused(&["delayed", "migrate", "--to", "postgres"], &new_config);
+    assert!(
+        refused.contains("owner z1 keeps the delayed queue in ZooKeeper"),
+        "{refused}"
+    );
+
+    let new = DaemonNode::start(dir.path(), "p1", &in_postgres);
+    new.wait_log("owns the lock", SESSION * 2 + DELAY + SLACK)
+        .await;
+    let moved = zkcron_ok(&["delayed", "migrate", "--to", "postgres"], &new.config);
+    assert!(
+        moved.contains("pending submission(s) from ZooKeeper into PostgreSQL"),
+        "{moved}"
+    );
+    assert!(now_ms() < due, "moved before they were due");
+
+    for id in &ids {
+        wait_for(
+            &format!("{id} runs"),
+            Duration::from_millis(8_000) + SLACK,
+            || {
+                let ran = !runs_of(&out, id).is_empty();
+                async move { ran.then_some(()) }
+            },
+        )
+        .await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for id in &ids {
+        let runs = runs_of(&out, id);
+        assert_eq!(runs.len(), 1, "{id} ran once: {runs:?}");
+    }
+    let listed = zkcron_ok(&["delayed", "list"], &new.config);
+    let pending = listed.split("RECENT").next().unwrap_or_default();
+    assert!(
+        pending.contains("far"),
+        "the far one waits in the store: {listed}"
+    );
+    let store = PgStore::open(&dsn, "/zkcron/d")
+        .await
+        .expect("the store opens");
+    let far = store
+        .find(&SubmissionId::parse("far").expect("an id"))
+        .await
+        .expect("found");
+    assert!(matches!(far, Some(Where::Pending(_))), "{far:?}");
+    assert!(
+        new.log().contains("moved into the delayed store") || moved.contains("moved 21 "),
+        "the owner's chore or the command moved them: {moved}\n{}",
+        new.log()
+    );
+}

@@ -1,4 +1,4 @@
-//! `zkcron submit` and `zkcron delayed list|show|cancel|reschedule|retry`: arguments and human
+//! `zkcron submit` and `zkcron delayed list|show|cancel|reschedule|retry|migrate`: arguments and human
 //! output; the reads over the `zkcron::delayed` library API, the actions through
 //! `zkcron::command`'s door (`super::steer::act`).
 
@@ -99,6 +99,20 @@ pub enum DelayedCommand {
         #[arg(long = "id", id = "new_id", value_name = "NEW_ID")]
         new_id: Option<String>,
     },
+    /// Move every submission pending in ZooKeeper into the PostgreSQL store (`[delayed] store =
+    /// "postgres"`), once a node that keeps the queue there owns the lock. Cut short, run it
+    /// again: what moved stays moved, and nothing is moved twice.
+    Migrate {
+        /// Where to: the only store a queue moves to.
+        #[arg(long, value_enum)]
+        to: MigrateTo,
+    },
+}
+
+/// Where `delayed migrate` moves the queue.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum MigrateTo {
+    Postgres,
 }
 
 /// A due time given on the command line: `--at` or `--in` (neither: now).
@@ -311,6 +325,27 @@ pub async fn run(config: &Config, command: DelayedCommand) -> Result<(), CliErro
                 );
             }
             print_lines(&[receipt.id.to_string()])
+        }
+        DelayedCommand::Migrate {
+            to: MigrateTo::Postgres,
+        } => {
+            let Outcome::Migrated(moved) = act(&door, Command::MigrateDelayed).await? else {
+                return Err(mismatched());
+            };
+            for (id, why) in &moved.refused {
+                eprintln!("zkcron: {id} left in ZooKeeper: {why}");
+            }
+            print_lines(&[format!(
+                "moved {} pending submission(s) from ZooKeeper into PostgreSQL",
+                moved.moved.len()
+            )])?;
+            if moved.refused.is_empty() {
+                Ok(())
+            } else {
+                Err(CliError::NotMoved {
+                    left: moved.refused.len(),
+                })
+            }
         }
         DelayedCommand::Show { id, json } => {
             let id = SubmissionId::parse(&id).map_err(UsageError::from)?;

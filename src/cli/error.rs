@@ -83,6 +83,9 @@ pub enum CliError {
     /// `events`: no member could serve the events, or one refused.
     #[error("cannot follow the events: {why}")]
     NoEvents { why: String },
+    /// `delayed migrate`: submissions left in ZooKeeper (each was named).
+    #[error("{left} submission(s) left in ZooKeeper (each is named above); the rest moved")]
+    NotMoved { left: usize },
     /// `status`: the fleet is not healthy; exits with the verdict's own code.
     #[error("{}", .0.problems.join("; "))]
     Unhealthy(zkcron::status::health::Health),
@@ -124,7 +127,8 @@ impl CliError {
             | CliError::Strict { .. }
             | CliError::Exposed { .. }
             | CliError::Invalid { .. }
-            | CliError::ReloadRefused { .. } => ExitCode::from(2),
+            | CliError::ReloadRefused { .. }
+            | CliError::NotMoved { .. } => ExitCode::from(2),
             CliError::Delayed(err) if err.is_refusal() => ExitCode::from(2),
             CliError::Steer(err) if err.is_refusal() => ExitCode::from(2),
             CliError::Steer(SteerError::NotHandedOver { .. }) => ExitCode::from(3),

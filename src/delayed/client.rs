@@ -87,6 +87,14 @@ pub enum DelayedError {
     Unreachable(#[from] crate::ledger::Unreachable),
     #[error(transparent)]
     Submission(#[from] SubmissionError),
+    #[error(
+        "the schedule keeps the delayed queue in ZooKeeper: set [delayed] store = \"postgres\" (docs/CONFIG.md) on every node first"
+    )]
+    NotInStore,
+    #[error(
+        "the lock's owner{owner} keeps the delayed queue in ZooKeeper and could claim what moves: switch every node to [delayed] store = \"postgres\" and wait for one of them to own the lock (zkcron status)"
+    )]
+    OwnerReadsZooKeeper { owner: String },
 }
 
 impl DelayedError {
@@ -101,6 +109,8 @@ impl DelayedError {
                 | DelayedError::TooFarAhead { .. }
                 | DelayedError::BadTraceparent { .. }
                 | DelayedError::NotFailed { .. }
+                | DelayedError::NotInStore
+                | DelayedError::OwnerReadsZooKeeper { .. }
                 | DelayedError::Submission(
                     SubmissionError::Conflict { .. }
                         | SubmissionError::NotFound { .. }
@@ -192,6 +202,8 @@ pub struct Delayed {
     client: Ledger,
     delayed: DelayedPaths,
     ledger: LedgerPaths,
+    /// The lock group's paths: who owns it.
+    lock: crate::layout::LockPaths,
     jobs: HashMap<JobName, Arc<JobConfig>>,
     known: submissions::KnownParents,
     /// A second session, made at the first `submit_many`, for the reads that find which
@@ -236,6 +248,7 @@ impl Delayed {
             client,
             delayed: ledger.delayed.clone(),
             ledger,
+            lock: config.lock.paths(),
             jobs: config
                 .jobs
                 .iter()
@@ -458,6 +471,42 @@ impl Delayed {
     ///
     /// # Errors
     /// A failed request. Foreign nodes are logged and skipped.
+    /// Moves every submission pending in ZooKeeper's due tree into the delayed queue's
+    /// PostgreSQL store (`zkcron delayed migrate --to postgres`), once the lock's owner keeps the
+    /// queue there: nothing claims from ZooKeeper's tree then, so none is lost or run twice.
+    ///
+    /// # Errors
+    /// `NotInStore` when the schedule keeps the queue in ZooKeeper; `OwnerReadsZooKeeper` when
+    /// the owner (or nobody) could still claim from ZooKeeper; a failed request (what moved
+    /// stays moved; run it again).
+    pub async fn migrate(&self) -> Result<crate::ledger::store_move::Moved, DelayedError> {
+        if !self.client.delayed_in_postgres() {
+            return Err(DelayedError::NotInStore);
+        }
+        let owner = crate::ledger::inspect::owner(&self.client, &self.lock)
+            .await
+            .map_err(|err| SubmissionError::Zk {
+                path: err.path,
+                source: err.source,
+            })?;
+        let (reads_store, who) = match owner {
+            crate::ledger::inspect::Owner::Held {
+                info: Some(info), ..
+            } => (
+                info.delayed_store == Some(crate::lock::node::DelayedStoreKind::Postgres),
+                format!(" {}", info.node_id),
+            ),
+            _ => (false, " (none now)".to_owned()),
+        };
+        if !reads_store {
+            return Err(DelayedError::OwnerReadsZooKeeper { owner: who });
+        }
+        Ok(
+            crate::ledger::store_move::move_to_store(&self.client, &self.delayed, usize::MAX)
+                .await?,
+        )
+    }
+
     pub async fn list(
         &self,
         job: Option<&JobName>,

@@ -1,4 +1,5 @@
-//! The owner's chores between runs: counting pending delayed submissions for
+//! The owner's chores between runs: moving submissions pending in ZooKeeper into the delayed
+//! queue's PostgreSQL store where it is kept there, counting pending delayed submissions for
 //! `zkcron_delayed_pending`, sweeping the forget lists so that ids whose `dedup_window` has
 //! passed are free again, and pruning the audit trail's days older than `[audit] keep`.
 //!
@@ -50,6 +51,7 @@ pub(super) fn spawn(
             }
             owned = owner;
             if owner && now >= next {
+                move_into_store(&client, &paths, &metrics).await;
                 count_pending(&client, &paths, &metrics).await;
                 forget_expired(&client, &paths).await;
                 if now >= next_audit_prune {
@@ -65,6 +67,29 @@ pub(super) fn spawn(
             }
         }
     });
+}
+
+/// Submissions moved from ZooKeeper's due tree into the delayed store per chore at most.
+const MOVES_PER_CHORE: usize = 10_000;
+
+/// With the queue kept in PostgreSQL: what was submitted into ZooKeeper's due tree meanwhile
+/// (the direct protocol, or a node that kept the queue there) is moved into the store, each
+/// logged with its id and counted.
+async fn move_into_store(client: &Ledger, paths: &DelayedPaths, metrics: &Metrics) {
+    if !client.delayed_in_postgres() {
+        return;
+    }
+    match crate::ledger::store_move::move_to_store(client, paths, MOVES_PER_CHORE).await {
+        Ok(moved) => {
+            for id in &moved.moved {
+                tracing::warn!(id = %id, "a submission pending in zookeeper's due tree moved into the delayed store ([delayed] store = \"postgres\")");
+            }
+            metrics.delayed_moved(moved.moved.len());
+        }
+        Err(err) => {
+            tracing::warn!(error = %error_chain(&err), "submissions pending in zookeeper not moved into the delayed store; the next chore tries again");
+        }
+    }
 }
 
 async fn count_pending(client: &Ledger, paths: &DelayedPaths, metrics: &Metrics) {

@@ -21,13 +21,17 @@
 # Usage: bench/http_delivery.sh [--servers 1|3] [--rates "200 1000 2000"] [--seconds S]
 #                               [--target http|process] [--max-running N] [--claim-ahead D]
 #                               [--resend never|idempotent] [--history N] [--binary PATH]
-#                               [--keep]
+#                               [--store zookeeper|postgres] [--pg-pending N] [--keep]
 #   --max-running  the job's max_running (default 256, the job's own default): runs open at once
 #   --claim-ahead  [lock] claim_ahead (default 250ms, its own default): how early a claim goes out
 #   --resend       the HTTP target's resend (default never: at most once, a write before each
 #                  request; idempotent: no write in front of it)
 #   --history      the job's history (default 100, its own default): how many records are kept,
 #                  so how often the owner prunes during the run
+#   --store        where the delayed queue is kept (default zookeeper): postgres starts a throwaway
+#                  PostgreSQL (bench_pg_start) and sets [delayed] store = "postgres"
+#   --pg-pending   with --store postgres: submissions loaded first, due 1 to 30 days ahead
+#                  (examples/pg_queue, batched), pending through the rates (default 0)
 # Everything started is stopped by PID on exit and on Ctrl-C. Only 127.0.0.1 is used.
 set -euo pipefail
 
@@ -43,6 +47,8 @@ claim_ahead=250ms
 binary=""
 resend=never
 history=100
+store=zookeeper
+pg_pending=0
 usage() { sed -n '/^# Usage:/,/^# Everything/p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while (($#)); do
   case "$1" in
@@ -55,12 +61,15 @@ while (($#)); do
     --binary) binary=${2:?}; shift 2 ;;
     --resend) resend=${2:?}; shift 2 ;;
     --history) history=${2:?}; shift 2 ;;
+    --store) store=${2:?}; shift 2 ;;
+    --pg-pending) pg_pending=${2:?}; shift 2 ;;
     --keep) BENCH_KEEP=1; shift ;;
     -h | --help) usage ;;
     *) echo "unknown argument: $1" >&2; usage ;;
   esac
 done
 [[ $target == http || $target == process ]] || { echo "--target is http or process" >&2; usage; }
+[[ $store == zookeeper || $store == postgres ]] || { echo "--store is zookeeper or postgres" >&2; usage; }
 export ZK_HEAP="${ZK_HEAP:-512m}"
 
 bench_init
@@ -98,6 +107,20 @@ printf '%-18s %s\n' "job" "on demand, max_running $max_running, claim_ahead $cla
 
 bench_zk_start "$servers"
 
+delayed_section=""
+if [[ $store == postgres ]]; then
+  bench_pg_start
+  bench_pg_describe
+  export ZKCRON_BENCH_DSN="$PG_DSN"
+  delayed_section=$'[delayed]\nstore = "postgres"\ndsn_env = "ZKCRON_BENCH_DSN"\n'
+  if ((pg_pending > 0)); then
+    (cd "$BENCH_REPO" && cargo build --release --locked --quiet --example pg_queue) >&2 ||
+      bench_die "cannot build examples/pg_queue"
+    "$(dirname "$load")/pg_queue" "$PG_DSN" "$pg_pending" 0 mark free /zkcron/delivery
+  fi
+  printf '%-18s %s\n' "delayed queue" "in PostgreSQL, $pg_pending pending beside the rates' (due 1 to 30 days ahead)"
+fi
+
 cat >"$work/zkcron.toml" <<TOML
 [zookeeper]
 connect = "$ZK_CONNECT/zkcron-bench"
@@ -108,6 +131,7 @@ name = "delivery"
 node_id = "bench-node"
 claim_ahead = "$claim_ahead"
 
+$delayed_section
 [http]
 listen = "127.0.0.1:0"
 
@@ -213,4 +237,4 @@ PY
 done
 
 echo
-echo "== owner RSS at the end: $(awk '/^VmRSS/ { printf "%d", $2 / 1024 }' "/proc/$zkcron_pid/status") MiB"
+echo "== owner at the end: RSS $(awk '/^VmRSS/ { printf "%d", $2 / 1024 }' "/proc/$zkcron_pid/status") MiB, anonymous $(awk '/^RssAnon/ { printf "%d", $2 / 1024 }' "/proc/$zkcron_pid/status") MiB"

@@ -386,3 +386,39 @@ bench_heap_kib() {
 
 # The value of `mntr`'s KEY on the server at PORT.
 bench_mntr() { bench_4lw "$1" mntr | awk -v k="$2" '$1 == k { print $2 }'; }
+
+# bench_pg_start: a throwaway PostgreSQL of Debian's package on a free loopback port in
+# $BENCH_WORK/pg, durability as shipped (fsync on, synchronous_commit on), shared_buffers 256MB;
+# as root, run as the package's postgres user. Sets PG_BIN (its programs) and PG_DSN.
+bench_pg_start() {
+  local initdb port i
+  initdb=$(compgen -G "/usr/lib/postgresql/*/bin/initdb" | sort -V | tail -1) ||
+    bench_die "PostgreSQL's server programs are missing: apt-get install postgresql"
+  PG_BIN=$(dirname "$initdb")
+  local dir="$BENCH_WORK/pg" as_server=()
+  mkdir -p "$dir"
+  if (($(id -u) == 0)); then
+    # The server's user passes through the work dir (nothing in it is readable to it).
+    chmod o+x "$BENCH_WORK"
+    chown postgres: "$dir"
+    as_server=(setpriv --reuid postgres --regid postgres --init-groups)
+  fi
+  port=$(bench_free_ports 1)
+  "${as_server[@]}" "$PG_BIN/initdb" --pgdata "$dir/data" --username zkcron --auth trust \
+    --encoding UTF8 >"$dir/initdb.log" 2>&1 || bench_die "initdb failed: $(cat "$dir/initdb.log")"
+  "${as_server[@]}" "$PG_BIN/postgres" -D "$dir/data" -p "$port" -k "$dir" \
+    -c listen_addresses=127.0.0.1 -c shared_buffers=256MB -c max_wal_size=4GB \
+    >"$dir/postgres.log" 2>&1 &
+  BENCH_PIDS+=($!)
+  for ((i = 0; i < 300; i++)); do
+    [[ "$(sed -n 8p "$dir/data/postmaster.pid" 2>/dev/null | tr -d ' ')" == ready ]] && break
+    bench_alive "${BENCH_PIDS[-1]}" || bench_die "postgres exited: $(tail -5 "$dir/postgres.log")"
+    sleep 0.1
+  done
+  PG_DSN="host=127.0.0.1 port=$port user=zkcron dbname=postgres"
+}
+
+# bench_pg_describe: one line of what bench_pg_start started.
+bench_pg_describe() {
+  printf '%-18s %s\n' "postgresql" "$("$PG_BIN/postgres" --version) on 127.0.0.1, fsync on, synchronous_commit on, shared_buffers 256MB"
+}

@@ -27,39 +27,16 @@ while (($#)); do
   esac
 done
 
-bin=$(compgen -G "/usr/lib/postgresql/*/bin/initdb" | sort -V | tail -1) ||
-  bench_die "PostgreSQL's server programs are missing: apt-get install postgresql"
-bin=$(dirname "$bin")
-
 bench_init
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 cargo build --release --locked --quiet --example pg_queue
 example="${CARGO_TARGET_DIR:-target}/release/examples/pg_queue"
-
-# PostgreSQL refuses to run as root: as root, as the package's postgres user.
-as_server=()
-if (($(id -u) == 0)); then
-  chown postgres: "$BENCH_WORK"
-  as_server=(setpriv --reuid postgres --regid postgres --init-groups)
-fi
-port=$(bench_free_ports 1)
-"${as_server[@]}" "$bin/initdb" --pgdata "$BENCH_WORK/data" --username zkcron --auth trust \
-  --encoding UTF8 >"$BENCH_WORK/initdb.log" 2>&1 || bench_die "initdb failed: $(cat "$BENCH_WORK/initdb.log")"
-"${as_server[@]}" "$bin/postgres" -D "$BENCH_WORK/data" -p "$port" -k "$BENCH_WORK" \
-  -c listen_addresses=127.0.0.1 -c shared_buffers=256MB -c max_wal_size=4GB \
-  >"$BENCH_WORK/postgres.log" 2>&1 &
-BENCH_PIDS+=($!)
-for ((i = 0; i < 300; i++)); do
-  [[ "$(sed -n 8p "$BENCH_WORK/data/postmaster.pid" 2>/dev/null | tr -d ' ')" == ready ]] && break
-  bench_alive "${BENCH_PIDS[-1]}" || bench_die "postgres exited: $(tail -5 "$BENCH_WORK/postgres.log")"
-  sleep 0.1
-done
+bench_pg_start
 
 echo "== environment"
 bench_print_machine
-printf '%-18s %s\n' "postgresql" "$("$bin/postgres" --version) on 127.0.0.1, fsync on, synchronous_commit on, shared_buffers 256MB"
-dsn="host=127.0.0.1 port=$port user=zkcron dbname=postgres"
-"$example" "$dsn" "$pending" "$rounds" "$from" "$snapshot"
+bench_pg_describe
+"$example" "$PG_DSN" "$pending" "$rounds" "$from" "$snapshot"
 echo "== database size"
-"$bin/psql" -h 127.0.0.1 -p "$port" -U zkcron -d postgres -Atc \
+"$PG_BIN/psql" "$PG_DSN" -Atc \
   "SELECT pg_size_pretty(pg_database_size('postgres'))"

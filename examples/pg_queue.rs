@@ -3,8 +3,10 @@
 //! claims leave dead tuples behind.
 //!
 //! ```text
-//! cargo run --release --example pg_queue -- DSN [PENDING] [ROUNDS] [mark|start] [hold|free]
+//! cargo run --release --example pg_queue -- DSN [PENDING] [ROUNDS] [mark|start] [hold|free] [GROUP]
 //! ```
+//! With `ROUNDS` 0 it only loads, into lock group `GROUP` (a daemon's, for bench/http_delivery.sh
+//! `--store postgres`): nothing else is written, not even the fence.
 //! 1. Loads `PENDING` submissions (default 1 000 000) due 1–30 days ahead, in batches of 1 000
 //!    from 4 connections, and prints submits a second.
 //! 2. Then `ROUNDS` rounds (default 20): 10 000 submissions due now, claimed 100 a statement
@@ -15,7 +17,7 @@
 //! 3. The fire machine's way in: 2 000 due now, read 1, 10 or 100 at a time and claimed as
 //!    chosen (`claim_chosen`, with their records); each step's latency apart.
 //!
-//! It writes under the lock group `/zkcron-bench/pg_queue` and leaves what it wrote (the
+//! It writes under the lock group `/zkcron-bench/pg_queue` (or `GROUP`) and leaves what it wrote (the
 //! benchmark's server is thrown away after it).
 
 use std::time::Instant;
@@ -42,10 +44,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let rounds: usize = args.next().map_or(Ok(20), |n| n.parse())?;
     let marked = args.next().is_none_or(|mode| mode != "start");
     let hold = args.next().is_some_and(|snapshot| snapshot == "hold");
+    let group = args.next().unwrap_or_else(|| GROUP.to_owned());
     let now = unix_ms();
-    let store = PgStore::open(&dsn, GROUP).await?;
+    let store = PgStore::open(&dsn, &group).await?;
     let token = FencingToken(1);
-    store.raise_fence(token).await?;
+    if rounds > 0 {
+        store.raise_fence(token).await?;
+    }
 
     println!(
         "== load: {pending} pending, due 1 to 30 days ahead, {BATCH} a batch, {LOADERS} connections"
@@ -53,9 +58,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let started = Instant::now();
     let mut loaders = tokio::task::JoinSet::new();
     for loader in 0..LOADERS {
-        let dsn = dsn.clone();
+        let (dsn, group) = (dsn.clone(), group.clone());
         loaders.spawn(async move {
-            let store = PgStore::open(&dsn, GROUP).await?;
+            let store = PgStore::open(&dsn, &group).await?;
             let mut n = loader;
             let mut batch = Vec::with_capacity(BATCH);
             while n < pending {
@@ -81,6 +86,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         pending as f64 / took
     );
 
+    if rounds == 0 {
+        return Ok(());
+    }
     println!(
         "== claims: {rounds} rounds of {ROUND} due now, claimed {CLAIM_LIMIT} a statement, each ended"
     );

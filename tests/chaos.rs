@@ -23,6 +23,8 @@ mod disk;
 mod ledger_limits;
 #[path = "chaos/network.rs"]
 mod network;
+#[path = "chaos/postgres.rs"]
+mod postgres;
 #[path = "chaos/soak.rs"]
 mod soak;
 

@@ -164,6 +164,9 @@ async fn submissions_kept_in_postgres_fire_once_at_their_time_and_end_there() {
         assert_eq!(ended.status, RunStatus::Succeeded, "{ended:?}");
         assert_eq!(ended.node_id.as_str(), "d1");
     }
+    // `status` counts what is pending in the store.
+    let status = support::daemon::zkcron_status(&[], config);
+    assert!(status.contains("1, next due"), "{status}");
     // The CLI lists and cancels from the store too.
     let listed = zkcron_ok(&["delayed", "list"], config);
     let pending = listed.split("RECENT").next().unwrap_or_default();

@@ -23,8 +23,11 @@ use crate::report::error_chain;
 /// Rows a read of the due index returns at most; a fuller range is read page by page.
 const PAGE: i64 = 10_000;
 
-/// Between two attempts to listen, while the store cannot be reached.
-const LISTEN_AGAIN_AFTER: Duration = Duration::from_secs(2);
+/// Without a listening connection (the store is away, or has no `LISTEN`: CockroachDB,
+/// YugabyteDB), the machine reads the whole due index again this often, and listening is tried
+/// again: a submission is found at most this late. The due index up to the machine's 2 s horizon
+/// is what is due now, so each read is small.
+const POLL_EVERY: Duration = Duration::from_secs(1);
 
 /// The last millisecond of `bucket`, a second of due times.
 fn end_ms(bucket: DueBucket) -> i64 {
@@ -111,9 +114,9 @@ async fn read_all(
 /// Listens to the store for the life of `client`'s session, and tells the machine of each
 /// submit as the watch on the due buckets does: a single submission by its id, a batch as a
 /// watch begun again (every bucket is read again). Listening anew after the connection ended
-/// is told the same way, since what was submitted meanwhile went unheard; while the store
-/// cannot be reached, the machine is told no watch is set, and reads no further ahead than its
-/// horizon.
+/// is told the same way, since what was submitted meanwhile went unheard; while it cannot
+/// listen, the machine is told every [`POLL_EVERY`] that no watch is set, which makes it read
+/// the due index again from the oldest, no further ahead than its horizon.
 pub(super) fn listen(
     client: Ledger,
     answers: mpsc::UnboundedSender<Input>,
@@ -132,15 +135,16 @@ pub(super) fn listen(
                 Some(Ok(woken)) => woken,
                 Some(Err(err)) => {
                     if !told_unset {
-                        tracing::warn!(error = %error_chain(&err), "cannot listen to the delayed store; its due index is read a second at a time until it answers");
+                        tracing::warn!(error = %error_chain(&err), "cannot listen to the delayed store; its due index is read again every second until it can");
                         told_unset = true;
-                        if !tell(DelayedInput::DueWatch { watching: false }) {
-                            return;
-                        }
+                    }
+                    // Read again from the oldest: what was submitted meanwhile went unheard.
+                    if !tell(DelayedInput::DueWatch { watching: false }) {
+                        return;
                     }
                     tokio::select! {
                         () = stop.cancelled() => return,
-                        () = tokio::time::sleep(LISTEN_AGAIN_AFTER) => continue,
+                        () = tokio::time::sleep(POLL_EVERY) => continue,
                     }
                 }
             };

@@ -172,7 +172,7 @@ impl PgStore {
     /// # Errors
     /// `Unreachable` or `Query` when the database did not answer.
     pub async fn count_pending(&self, cap: i64) -> Result<(u64, bool), StoreError> {
-        let live = self.live().await?;
+        let live = self.side().await?;
         let row = self
             .bounded(
                 "counting pending submissions",

@@ -33,6 +33,10 @@ pub struct PgStore {
     config: tokio_postgres::Config,
     pub(super) lock_group: String,
     live: Mutex<Option<Arc<Live>>>,
+    /// A second connection for what may take long and has no one waiting on it — the owner's
+    /// chores (the pending count, prunes, the forget sweep, dropping days) and history reads —
+    /// so that it never queues the claims behind it: a connection answers in order.
+    side: Mutex<Option<Arc<Live>>>,
     /// The schema was brought to this version's by this handle's first connection.
     migrated: std::sync::atomic::AtomicBool,
     /// How long a request may go unanswered before the connection is given up.
@@ -84,6 +88,7 @@ impl PgStore {
             config,
             lock_group: lock_group.to_owned(),
             live: Mutex::new(None),
+            side: Mutex::new(None),
             migrated: std::sync::atomic::AtomicBool::new(false),
             request_bound: REQUEST_BOUND,
         })
@@ -179,7 +184,16 @@ impl PgStore {
 
     /// The live connection, or a new one when the last has closed.
     pub(super) async fn live(&self) -> Result<Arc<Live>, StoreError> {
-        let mut live = self.live.lock().await;
+        self.connection(&self.live).await
+    }
+
+    /// The side connection (see `side`), or a new one when the last has closed.
+    pub(super) async fn side(&self) -> Result<Arc<Live>, StoreError> {
+        self.connection(&self.side).await
+    }
+
+    async fn connection(&self, slot: &Mutex<Option<Arc<Live>>>) -> Result<Arc<Live>, StoreError> {
+        let mut live = slot.lock().await;
         if let Some(current) = live.as_ref()
             && !current.client.is_closed()
         {

@@ -45,7 +45,7 @@ impl PgStore {
         remember: Remember,
         batch: i64,
     ) -> Result<Pruned, StoreError> {
-        let live = self.live().await?;
+        let live = self.side().await?;
         let doomed = self
             .bounded(
                 "reading a job's runs beyond its history",
@@ -105,7 +105,7 @@ impl PgStore {
     /// # Errors
     /// `TimedOut`, `Unreachable` or `Query`.
     pub async fn forget(&self, now_unix_ms: i64, batch: i64) -> Result<u64, StoreError> {
-        let live = self.live().await?;
+        let live = self.side().await?;
         let freed = self
             .bounded(
                 "freeing remembered ids",
@@ -124,7 +124,7 @@ impl PgStore {
     /// # Errors
     /// `TimedOut`, `Unreachable` or `Query`.
     pub async fn drop_empty_days(&self, before_unix_ms: i64) -> Result<Vec<String>, StoreError> {
-        let live = self.live().await?;
+        let live = self.side().await?;
         let before_day = partitions::day_of(before_unix_ms);
         let mut dropped = Vec::new();
         for table in [Partitioned::Pending, Partitioned::Ended] {

@@ -159,7 +159,7 @@ impl PgStore {
     /// # Errors
     /// `Unreachable` or `Query`.
     pub async fn history(&self, job: &JobName, limit: i64) -> Result<Vec<RunRecord>, StoreError> {
-        let live = self.live().await?;
+        let live = self.side().await?;
         let rows = self
             .bounded(
                 "reading a job's history",

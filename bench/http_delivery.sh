@@ -21,7 +21,8 @@
 # Usage: bench/http_delivery.sh [--servers 1|3] [--rates "200 1000 2000"] [--seconds S]
 #                               [--target http|process] [--max-running N] [--claim-ahead D]
 #                               [--resend never|idempotent] [--history N] [--binary PATH]
-#                               [--store zookeeper|postgres] [--pg-pending N] [--keep]
+#                               [--store zookeeper|postgres] [--pg-pending N] [--pg-unsettled]
+#                               [--keep]
 #   --max-running  the job's max_running (default 256, the job's own default): runs open at once
 #   --claim-ahead  [lock] claim_ahead (default 250ms, its own default): how early a claim goes out
 #   --resend       the HTTP target's resend (default never: at most once, a write before each
@@ -31,7 +32,10 @@
 #   --store        where the delayed queue is kept (default zookeeper): postgres starts a throwaway
 #                  PostgreSQL (bench_pg_start) and sets [delayed] store = "postgres"
 #   --pg-pending   with --store postgres: submissions loaded first, due 1 to 30 days ahead
-#                  (examples/pg_queue, batched), pending through the rates (default 0)
+#                  (examples/pg_queue, batched), pending through the rates (default 0); then
+#                  vacuumed, analyzed and checkpointed, as a queue that grew over days would be
+#   --pg-unsettled the rates start right after the load instead: autovacuum and the checkpoint
+#                  of its gigabytes run beside them
 # Everything started is stopped by PID on exit and on Ctrl-C. Only 127.0.0.1 is used.
 set -euo pipefail
 
@@ -49,6 +53,7 @@ resend=never
 history=100
 store=zookeeper
 pg_pending=0
+pg_settle=1
 usage() { sed -n '/^# Usage:/,/^# Everything/p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while (($#)); do
   case "$1" in
@@ -63,6 +68,7 @@ while (($#)); do
     --history) history=${2:?}; shift 2 ;;
     --store) store=${2:?}; shift 2 ;;
     --pg-pending) pg_pending=${2:?}; shift 2 ;;
+    --pg-unsettled) pg_settle=0; shift ;;
     --keep) BENCH_KEEP=1; shift ;;
     -h | --help) usage ;;
     *) echo "unknown argument: $1" >&2; usage ;;
@@ -117,6 +123,16 @@ if [[ $store == postgres ]]; then
     (cd "$BENCH_REPO" && cargo build --release --locked --quiet --example pg_queue) >&2 ||
       bench_die "cannot build examples/pg_queue"
     "$(dirname "$load")/pg_queue" "$PG_DSN" "$pg_pending" 0 mark free /zkcron/delivery
+    # A queue that grew to this over days has been vacuumed and checkpointed: settled so, not
+    # measured in the middle of writing the load's gigabytes out.
+    if ((pg_settle)); then
+      settle_started=$SECONDS
+      "$PG_BIN/psql" "$PG_DSN" -qc "VACUUM (ANALYZE) zkcron_pending" -c "VACUUM (ANALYZE) zkcron_ids" -c "CHECKPOINT" ||
+        bench_die "the load could not be vacuumed"
+      printf '%-18s %s\n' "settled" "VACUUM (ANALYZE) and CHECKPOINT after the load: $((SECONDS - settle_started)) s; database $("$PG_BIN/psql" "$PG_DSN" -Atc "SELECT pg_size_pretty(pg_database_size('postgres'))")"
+    else
+      printf '%-18s %s\n' "settled" "no: the rates start right after the load (--pg-unsettled)"
+    fi
   fi
   printf '%-18s %s\n' "delayed queue" "in PostgreSQL, $pg_pending pending beside the rates' (due 1 to 30 days ahead)"
 fi
@@ -166,6 +182,15 @@ servers_cpu() {
   done
   echo "$total"
 }
+# The PostgreSQL server's CPU seconds, its backends' included (none without --store postgres).
+pg_cpu() {
+  [[ -n "${PG_POSTMASTER:-}" ]] || { echo 0; return; }
+  local pid total=0
+  for pid in "$PG_POSTMASTER" $(pgrep -P "$PG_POSTMASTER"); do
+    total=$(awk -v a="$total" -v b="$(cpu_seconds "$pid" 2>/dev/null || echo 0)" 'BEGIN { printf "%.2f", a + b }')
+  done
+  echo "$total"
+}
 delivered() {
   if [[ $target == http ]]; then
     grep -c " $1" "$arrivals" || true
@@ -186,6 +211,7 @@ for rate in $rates; do
   "$load" "$work/zkcron.toml" due "$total" "$lead_ms" $((seconds * 1000)) 8 "$prefix" 100
   owner_before=$(cpu_seconds "$zkcron_pid")
   servers_before=$(servers_cpu)
+  pg_before=$(pg_cpu)
   machine_before=$(bench_cpu_stat)
   wait_until=$((SECONDS + lead_ms / 1000 + seconds + 60))
   while (($(delivered "$prefix") < total && SECONDS < wait_until)); do
@@ -194,13 +220,14 @@ for rate in $rates; do
   done
   owner_cpu=$(awk -v a="$owner_before" -v b="$(cpu_seconds "$zkcron_pid")" 'BEGIN { printf "%.2f", b - a }')
   servers_used=$(awk -v a="$servers_before" -v b="$(servers_cpu)" 'BEGIN { printf "%.2f", b - a }')
+  pg_used=$(awk -v a="$pg_before" -v b="$(pg_cpu)" 'BEGIN { printf "%.2f", b - a }')
   busy=$(bench_busy "$machine_before" "$(bench_cpu_stat)")
   python3 - "$target" "$arrivals" "$log" "$prefix" "$total" "$first_due_ms" "$seconds" \
-    "$owner_cpu" "$servers_used" "$busy" <<'PY'
+    "$owner_cpu" "$servers_used" "$busy" "$pg_used" <<'PY'
 import math, re, sys
 from collections import Counter
 from datetime import datetime
-target, arrivals, log, prefix, total, first_due, seconds, owner_cpu, servers_cpu, busy = sys.argv[1:]
+target, arrivals, log, prefix, total, first_due, seconds, owner_cpu, servers_cpu, busy, pg_cpu = sys.argv[1:]
 total, first_due, seconds = int(total), int(first_due), int(seconds)
 rows = []  # (submission id, due ms, delivered ms)
 if target == "http":
@@ -231,7 +258,7 @@ if late:
           f"instant (the due span is {seconds} s)")
 n = max(len(ids), 1)
 print(f"cpu           owner {float(owner_cpu):.2f} s ({1000 * float(owner_cpu) / n:.3f} s per 1000), "
-      f"servers {float(servers_cpu):.2f} s; machine {busy}% busy")
+      f"servers {float(servers_cpu):.2f} s, postgresql {float(pg_cpu):.2f} s; machine {busy}% busy")
 PY
   bench_writes_per "$writes_before" "$(bench_writes_settled "$http_port" "$zk_port")" "$total" delivery
 done

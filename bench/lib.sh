@@ -389,7 +389,8 @@ bench_mntr() { bench_4lw "$1" mntr | awk -v k="$2" '$1 == k { print $2 }'; }
 
 # bench_pg_start: a throwaway PostgreSQL of Debian's package on a free loopback port in
 # $BENCH_WORK/pg, durability as shipped (fsync on, synchronous_commit on), shared_buffers 256MB;
-# as root, run as the package's postgres user. Sets PG_BIN (its programs) and PG_DSN.
+# as root, run as the package's postgres user. Sets PG_BIN (its programs), PG_DSN and
+# PG_POSTMASTER (its PID).
 bench_pg_start() {
   local initdb port i
   initdb=$(compgen -G "/usr/lib/postgresql/*/bin/initdb" | sort -V | tail -1) ||
@@ -410,6 +411,7 @@ bench_pg_start() {
     -c listen_addresses=127.0.0.1 -c shared_buffers=256MB -c max_wal_size=4GB \
     >"$dir/postgres.log" 2>&1 &
   BENCH_PIDS+=($!)
+  PG_POSTMASTER=$!
   for ((i = 0; i < 300; i++)); do
     [[ "$(sed -n 8p "$dir/data/postmaster.pid" 2>/dev/null | tr -d ' ')" == ready ]] && break
     bench_alive "${BENCH_PIDS[-1]}" || bench_die "postgres exited: $(tail -5 "$dir/postgres.log")"

@@ -38,15 +38,17 @@ fn runs_of(out: &Path, id: &str) -> Vec<String> {
         .collect()
 }
 
-struct Setup {
-    _dir: tempfile::TempDir,
+/// A test's ground: a temp dir with a `runs` dir for the job's files, a database of its own on
+/// the shared server, a file holding its DSN, and a chroot of its own on the shared ensemble.
+struct Ground {
+    dir: tempfile::TempDir,
     out: PathBuf,
     dsn: String,
-    group: String,
-    node: DaemonNode,
+    dsn_file: PathBuf,
+    connect: String,
 }
 
-async fn one_node(test: &str) -> Setup {
+async fn ground(test: &str) -> Ground {
     let dir = tempfile::tempdir().expect("temp dir");
     let out = dir.path().join("runs");
     std::fs::create_dir(&out).expect("runs dir");
@@ -56,21 +58,47 @@ async fn one_node(test: &str) -> Setup {
         .expect("a database");
     let dsn_file = dir.path().join("dsn");
     std::fs::write(&dsn_file, format!("{dsn}\n")).expect("dsn file");
-    let chroot = unique_chroot(test);
-    let connect = shared_ensemble().connect_string_with_chroot(&chroot);
-    let jobs = format!(
-        "[delayed]\nstore = \"postgres\"\ndsn_file = \"{}\"\n\n{}{}",
-        dsn_file.display(),
-        on_demand_job(&out),
-        on_demand_job(&out).replace("name = \"close\"", "name = \"tidy\"\nhistory = 1")
-    );
-    let text = schedule_text(&connect, "d", SESSION, DELAY, &jobs);
-    let node = DaemonNode::start(dir.path(), "d1", &text);
-    node.wait_log("owns the lock", SESSION + SLACK).await;
-    Setup {
-        _dir: dir,
+    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot(test));
+    Ground {
+        dir,
         out,
         dsn,
+        dsn_file,
+        connect,
+    }
+}
+
+/// A schedule of `jobs` on `ground`'s chroot, with the delayed queue in its database.
+fn in_postgres(ground: &Ground, jobs: &str) -> String {
+    let jobs = format!(
+        "[delayed]\nstore = \"postgres\"\ndsn_file = \"{}\"\n\n{jobs}",
+        ground.dsn_file.display()
+    );
+    schedule_text(&ground.connect, "d", SESSION, DELAY, &jobs)
+}
+
+struct Setup {
+    _ground: Ground,
+    out: PathBuf,
+    dsn: String,
+    group: String,
+    node: DaemonNode,
+}
+
+async fn one_node(test: &str) -> Setup {
+    let ground = ground(test).await;
+    let jobs = format!(
+        "{}{}",
+        on_demand_job(&ground.out),
+        on_demand_job(&ground.out).replace("name = \"close\"", "name = \"tidy\"\nhistory = 1")
+    );
+    let text = in_postgres(&ground, &jobs);
+    let node = DaemonNode::start(ground.dir.path(), "d1", &text);
+    node.wait_log("owns the lock", SESSION + SLACK).await;
+    Setup {
+        out: ground.out.clone(),
+        dsn: ground.dsn.clone(),
+        _ground: ground,
         // The lock group's path, below the chroot: `[lock] root` defaults to /zkcron.
         group: "/zkcron/d".to_owned(),
         node,
@@ -236,27 +264,17 @@ async fn submissions_kept_in_postgres_fire_once_at_their_time_and_end_there() {
 /// ended there; the old owner's run is never ended twice or lost.
 #[tokio::test]
 async fn a_run_left_open_in_the_store_by_a_killed_owner_is_rerun_by_the_next_owner() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let out = dir.path().join("runs");
-    std::fs::create_dir(&out).expect("runs dir");
-    let dsn = shared_postgres()
-        .create_database("pg-daemon-failover")
-        .await
-        .expect("a database");
-    let dsn_file = dir.path().join("dsn");
-    std::fs::write(&dsn_file, &dsn).expect("dsn file");
-    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot("pg-failover"));
+    let ground = ground("pg-daemon-failover").await;
+    let (dir, out, dsn) = (&ground.dir, &ground.out, &ground.dsn);
     // The first attempt stays running until its daemon is gone (bounded at 20 s); a rerun ends.
     let jobs = format!(
-        "[delayed]\nstore = \"postgres\"\ndsn_file = \"{dsn_file}\"\n\n\
-         [[job]]\nname = \"close\"\nstarting_deadline = \"60s\"\non_interrupted = \"rerun\"\n\
+        "[[job]]\nname = \"close\"\nstarting_deadline = \"60s\"\non_interrupted = \"rerun\"\n\
          shell = '''echo \"RUN $ZKCRON_ATTEMPT $ZKCRON_NODE\" >> {dir}/$ZKCRON_SUBMISSION_ID; \
          if [ \"$ZKCRON_ATTEMPT\" = 1 ]; then \
          for i in $(seq 100); do kill -0 $PPID 2>/dev/null || exit 0; sleep 0.2; done; fi'''\n",
-        dsn_file = dsn_file.display(),
         dir = out.display()
     );
-    let text = schedule_text(&connect, "d", SESSION, DELAY, &jobs);
+    let text = in_postgres(&ground, &jobs);
     let mut first = DaemonNode::start(dir.path(), "d1", &text);
     first.wait_log("owns the lock", SESSION + SLACK).await;
     let second = DaemonNode::start(dir.path(), "d2", &text);
@@ -274,7 +292,7 @@ async fn a_run_left_open_in_the_store_by_a_killed_owner_is_rerun_by_the_next_own
         &first.config,
     );
     wait_for("the first attempt runs on d1", SLACK, || {
-        let runs = runs_of(&out, "job-1");
+        let runs = runs_of(out, "job-1");
         async move { (runs == ["RUN 1 d1"]).then_some(()) }
     })
     .await;
@@ -282,13 +300,13 @@ async fn a_run_left_open_in_the_store_by_a_killed_owner_is_rerun_by_the_next_own
 
     let takeover = SESSION + DELAY + SLACK * 2;
     wait_for("the next owner reruns it", takeover, || {
-        let runs = runs_of(&out, "job-1");
+        let runs = runs_of(out, "job-1");
         async move { (runs.len() == 2).then_some(()) }
     })
     .await;
-    assert_eq!(runs_of(&out, "job-1"), ["RUN 1 d1", "RUN 2 d2"]);
+    assert_eq!(runs_of(out, "job-1"), ["RUN 1 d1", "RUN 2 d2"]);
 
-    let store = PgStore::open(&dsn, "/zkcron/d")
+    let store = PgStore::open(dsn, "/zkcron/d")
         .await
         .expect("the store opens");
     let id = SubmissionId::parse("job-1").expect("an id");
@@ -308,7 +326,7 @@ async fn a_run_left_open_in_the_store_by_a_killed_owner_is_rerun_by_the_next_own
         "{ended:?}"
     );
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(runs_of(&out, "job-1").len(), 2, "no third run");
+    assert_eq!(runs_of(out, "job-1").len(), 2, "no third run");
 }
 
 /// A fleet moving its queue to PostgreSQL: a node that still keeps it in ZooKeeper cannot read
@@ -317,26 +335,11 @@ async fn a_run_left_open_in_the_store_by_a_killed_owner_is_rerun_by_the_next_own
 #[tokio::test]
 async fn a_node_that_keeps_the_queue_in_zookeeper_hands_the_lock_to_a_member_that_keeps_it_in_postgres()
  {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let dsn = shared_postgres()
-        .create_database("pg-daemon-mixed")
-        .await
-        .expect("a database");
-    let dsn_file = dir.path().join("dsn");
-    std::fs::write(&dsn_file, &dsn).expect("dsn file");
-    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot("pg-mixed"));
+    let ground = ground("pg-daemon-mixed").await;
+    let dir = &ground.dir;
     let job = "[[job]]\nname = \"close\"\nshell = \"true\"\n";
-    let in_zookeeper = schedule_text(&connect, "d", SESSION, DELAY, job);
-    let in_postgres = schedule_text(
-        &connect,
-        "d",
-        SESSION,
-        DELAY,
-        &format!(
-            "[delayed]\nstore = \"postgres\"\ndsn_file = \"{}\"\n\n{job}",
-            dsn_file.display()
-        ),
-    );
+    let in_zookeeper = schedule_text(&ground.connect, "d", SESSION, DELAY, job);
+    let in_postgres = in_postgres(&ground, job);
     let old = DaemonNode::start(dir.path(), "z1", &in_zookeeper);
     old.wait_log("owns the lock", SESSION + SLACK).await;
     let new = DaemonNode::start(dir.path(), "p1", &in_postgres);
@@ -365,28 +368,10 @@ async fn a_node_that_keeps_the_queue_in_zookeeper_hands_the_lock_to_a_member_tha
 /// owner's chores, and the command) and fires from there, each once, none lost.
 #[tokio::test]
 async fn pending_submissions_move_from_zookeeper_into_postgres_and_fire_once() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let out = dir.path().join("runs");
-    std::fs::create_dir(&out).expect("runs dir");
-    let dsn = shared_postgres()
-        .create_database("pg-daemon-migrate")
-        .await
-        .expect("a database");
-    let dsn_file = dir.path().join("dsn");
-    std::fs::write(&dsn_file, &dsn).expect("dsn file");
-    let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot("pg-migrate"));
-    let in_zookeeper = schedule_text(&connect, "d", SESSION, DELAY, &on_demand_job(&out));
-    let in_postgres = schedule_text(
-        &connect,
-        "d",
-        SESSION,
-        DELAY,
-        &format!(
-            "[delayed]\nstore = \"postgres\"\ndsn_file = \"{}\"\n\n{}",
-            dsn_file.display(),
-            on_demand_job(&out)
-        ),
-    );
+    let ground = ground("pg-daemon-migrate").await;
+    let (dir, out, dsn) = (&ground.dir, &ground.out, &ground.dsn);
+    let in_zookeeper = schedule_text(&ground.connect, "d", SESSION, DELAY, &on_demand_job(out));
+    let in_postgres = in_postgres(&ground, &on_demand_job(out));
     let old = DaemonNode::start(dir.path(), "z1", &in_zookeeper);
     old.wait_log("owns the lock", SESSION + SLACK).await;
     // Due once the new owner has taken over (a session timeout, then at once: a handover).
@@ -433,7 +418,7 @@ async fn pending_submissions_move_from_zookeeper_into_postgres_and_fire_once() {
             &format!("{id} runs"),
             Duration::from_millis(8_000) + SLACK,
             || {
-                let ran = !runs_of(&out, id).is_empty();
+                let ran = !runs_of(out, id).is_empty();
                 async move { ran.then_some(()) }
             },
         )
@@ -441,7 +426,7 @@ async fn pending_submissions_move_from_zookeeper_into_postgres_and_fire_once() {
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
     for id in &ids {
-        let runs = runs_of(&out, id);
+        let runs = runs_of(out, id);
         assert_eq!(runs.len(), 1, "{id} ran once: {runs:?}");
     }
     let listed = zkcron_ok(&["delayed", "list"], &new.config);
@@ -450,7 +435,7 @@ async fn pending_submissions_move_from_zookeeper_into_postgres_and_fire_once() {
         pending.contains("far"),
         "the far one waits in the store: {listed}"
     );
-    let store = PgStore::open(&dsn, "/zkcron/d")
+    let store = PgStore::open(dsn, "/zkcron/d")
         .await
         .expect("the store opens");
     let far = store

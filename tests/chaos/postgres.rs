@@ -93,6 +93,21 @@ async fn all_ended(dsn: &str, ids: &[String], within: Duration) -> Vec<RunRecord
     .await
 }
 
+/// Every one of `wanted` ended `succeeded` in the store within `within`, and ran once.
+async fn each_ran_once_and_succeeded(setup: &Setup, wanted: &[String], within: Duration) {
+    let ended = all_ended(&setup.dsn, wanted, within).await;
+    let counts = runs(&setup.log);
+    for id in wanted {
+        assert_eq!(counts.get(id), Some(&1), "{id} ran once: {counts:?}");
+    }
+    assert!(
+        ended
+            .iter()
+            .all(|record| record.status == RunStatus::Succeeded),
+        "{ended:?}"
+    );
+}
+
 fn ids(prefix: &str, count: usize) -> Vec<String> {
     (0..count).map(|n| format!("{prefix}{n:04}")).collect()
 }
@@ -114,18 +129,7 @@ async fn postgres_paused_beyond_the_session_timeout_delays_the_queue_and_loses_n
     tokio::time::sleep(SESSION * 3).await;
     setup.server.resume().expect("resumed");
 
-    let wanted = ids("p", 50);
-    let ended = all_ended(&setup.dsn, &wanted, SLACK * 3).await;
-    let counts = runs(&setup.log);
-    for id in &wanted {
-        assert_eq!(counts.get(id), Some(&1), "{id} ran once: {counts:?}");
-    }
-    assert!(
-        ended
-            .iter()
-            .all(|record| record.status == RunStatus::Succeeded),
-        "{ended:?}"
-    );
+    each_ran_once_and_succeeded(&setup, &ids("p", 50), SLACK * 3).await;
 }
 
 #[tokio::test]
@@ -144,18 +148,7 @@ async fn postgres_restarted_while_due_work_is_claimed_and_running_ends_every_run
     // Their ends, and the rest's claims, meet a server that is gone, then a new one.
     setup.server.restart().expect("restarted");
 
-    let wanted = ids("r", 30);
-    let ended = all_ended(&setup.dsn, &wanted, SLACK * 4).await;
-    let counts = runs(&setup.log);
-    for id in &wanted {
-        assert_eq!(counts.get(id), Some(&1), "{id} ran once: {counts:?}");
-    }
-    assert!(
-        ended
-            .iter()
-            .all(|record| record.status == RunStatus::Succeeded),
-        "{ended:?}"
-    );
+    each_ran_once_and_succeeded(&setup, &ids("r", 30), SLACK * 4).await;
 }
 
 #[tokio::test]

@@ -19,6 +19,10 @@
 //! the first fixes, which the memory test fails; a release build given by `ZKCRON_IDLE_BINARY`
 //! 3.6–4.0 MiB (3696–4052 KiB; one run in three was 5.4 MiB before the allocator settings).
 //! At issue 54 (the CPU guard's commit): the debug build 5972 KiB, the release build 4028 KiB.
+//! At issue 55 (the delayed queue's PostgreSQL store, linked into every node whatever its
+//! `[delayed] store`): the debug build 6264 KiB, of which 2976 KiB are the binary's relocated
+//! read-only data and 1352 KiB heap (`smaps`), the release build 4156 KiB. The debug limit moved
+//! from 6 MiB to 6.5 MiB for that code; the release limit stays.
 //! Each limit sits above its build's figures with the fixes and below those of a regression
 //! this size: memory is not timing, a margin of a few hundred KiB is enough.
 //!
@@ -46,8 +50,8 @@ const JOBS: usize = 1000;
 /// Limit for a release binary given by `ZKCRON_IDLE_BINARY`: 4.5 MiB, the figure of issue 54
 /// (4028 KiB) and a margin; the target, 3 MiB, is not reached.
 const RELEASE_LIMIT_KIB: u64 = 4608;
-/// Limit for the tests' debug binary (6 MiB): see the module's comment.
-const DEBUG_LIMIT_KIB: u64 = 6 * 1024;
+/// Limit for the tests' debug binary (6.5 MiB): see the module's comment.
+const DEBUG_LIMIT_KIB: u64 = 6656;
 /// Samples taken once the node has settled, one a second; the largest counts (as the bench's
 /// "anon max"). A few, not one: the heap is given back once quiet, and a sample in the middle of
 /// a scan of the delayed queue's buckets could see its few KiB.

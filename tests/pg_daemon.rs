@@ -30,6 +30,40 @@ fn on_demand_job(out: &Path) -> String {
     )
 }
 
+/// A job whose first attempt stays running until its daemon is gone (bounded at 20 s), and whose
+/// rerun ends at once (`on_interrupted = "rerun"`); each attempt appends `RUN <attempt> <node>`.
+fn cut_short_job(out: &Path) -> String {
+    format!(
+        "[[job]]\nname = \"close\"\nstarting_deadline = \"60s\"\non_interrupted = \"rerun\"\n\
+         shell = '''echo \"RUN $ZKCRON_ATTEMPT $ZKCRON_NODE\" >> {dir}/$ZKCRON_SUBMISSION_ID; \
+         if [ \"$ZKCRON_ATTEMPT\" = 1 ]; then \
+         for i in $(seq 100); do kill -0 $PPID 2>/dev/null || exit 0; sleep 0.2; done; fi'''\n",
+        dir = out.display()
+    )
+}
+
+/// Submits `id` to [`cut_short_job`] through `owner`, waits for its first attempt there, and
+/// kills `owner` with SIGKILL in the middle of it.
+async fn first_attempt_then_kill(out: &Path, id: &str, owner: &mut DaemonNode) {
+    let due = at(now_ms() + 1_000);
+    zkcron_ok(
+        &["submit", "close", "--at", &due, "--id", id],
+        &owner.config,
+    );
+    let first = format!("RUN 1 {}", owner.node_id);
+    wait_for(
+        &format!("the first attempt runs on {}", owner.node_id),
+        SLACK,
+        || {
+            let runs = runs_of(out, id);
+            let first = first.clone();
+            async move { (runs == [first]).then_some(()) }
+        },
+    )
+    .await;
+    owner.kill();
+}
+
 fn runs_of(out: &Path, id: &str) -> Vec<String> {
     std::fs::read_to_string(out.join(id))
         .unwrap_or_default()
@@ -202,6 +236,26 @@ async fn submissions_kept_in_postgres_fire_once_at_their_time_and_end_there() {
         pending.contains("later") && !pending.contains("soon"),
         "{listed}"
     );
+    // A reschedule moves it in the store, and the owner fires it at its new time.
+    let moved_ms = now_ms() + 1_500;
+    zkcron_ok(
+        &["submit", "close", "--at", &later, "--id", "moved"],
+        config,
+    );
+    zkcron_ok(
+        &["delayed", "reschedule", "moved", "--at", &at(moved_ms)],
+        config,
+    );
+    wait_for("the rescheduled one runs", SLACK, || {
+        let ran = runs_of(&setup.out, "moved");
+        async move { (!ran.is_empty()).then_some(ran) }
+    })
+    .await;
+    assert_eq!(
+        runs_of(&setup.out, "moved"),
+        [format!("RUN {moved_ms} 1 ")],
+        "once, at its new due time"
+    );
     zkcron_ok(&["delayed", "cancel", "later"], config);
     let shown = zkcron_ok(&["delayed", "show", "later"], config);
     assert!(shown.contains("cancelled"), "{shown}");
@@ -224,7 +278,10 @@ async fn submissions_kept_in_postgres_fire_once_at_their_time_and_end_there() {
         .iter()
         .filter(|line| line.contains("\"status\":\"succeeded\""))
         .count();
-    assert_eq!(succeeded, 2, "history reads the store's runs: {history}");
+    assert_eq!(
+        succeeded, 3,
+        "history reads the store's runs (soon, past, moved): {history}"
+    );
 
     // `history = 1`: the owner prunes the store's ended runs down to the newest.
     for id in ["t-1", "t-2", "t-3"] {
@@ -266,37 +323,14 @@ async fn submissions_kept_in_postgres_fire_once_at_their_time_and_end_there() {
 async fn a_run_left_open_in_the_store_by_a_killed_owner_is_rerun_by_the_next_owner() {
     let ground = ground("pg-daemon-failover").await;
     let (dir, out, dsn) = (&ground.dir, &ground.out, &ground.dsn);
-    // The first attempt stays running until its daemon is gone (bounded at 20 s); a rerun ends.
-    let jobs = format!(
-        "[[job]]\nname = \"close\"\nstarting_deadline = \"60s\"\non_interrupted = \"rerun\"\n\
-         shell = '''echo \"RUN $ZKCRON_ATTEMPT $ZKCRON_NODE\" >> {dir}/$ZKCRON_SUBMISSION_ID; \
-         if [ \"$ZKCRON_ATTEMPT\" = 1 ]; then \
-         for i in $(seq 100); do kill -0 $PPID 2>/dev/null || exit 0; sleep 0.2; done; fi'''\n",
-        dir = out.display()
-    );
+    let jobs = cut_short_job(out);
     let text = in_postgres(&ground, &jobs);
     let mut first = DaemonNode::start(dir.path(), "d1", &text);
     first.wait_log("owns the lock", SESSION + SLACK).await;
     let second = DaemonNode::start(dir.path(), "d2", &text);
     second.wait_log("zkcron started", SLACK).await;
 
-    zkcron_ok(
-        &[
-            "submit",
-            "close",
-            "--at",
-            &at(now_ms() + 1_000),
-            "--id",
-            "job-1",
-        ],
-        &first.config,
-    );
-    wait_for("the first attempt runs on d1", SLACK, || {
-        let runs = runs_of(out, "job-1");
-        async move { (runs == ["RUN 1 d1"]).then_some(()) }
-    })
-    .await;
-    first.kill();
+    first_attempt_then_kill(out, "job-1", &mut first).await;
 
     let takeover = SESSION + DELAY + SLACK * 2;
     wait_for("the next owner reruns it", takeover, || {
@@ -447,5 +481,44 @@ async fn pending_submissions_move_from_zookeeper_into_postgres_and_fire_once() {
         new.log().contains("moved into the delayed store") || moved.contains("moved 21 "),
         "the owner's chore or the command moved them: {moved}\n{}",
         new.log()
+    );
+}
+
+/// A run open in ZooKeeper when the queue moved (claimed there by a node that kept the queue in
+/// ZooKeeper, killed mid-run) is resolved by the next owner, which keeps it in PostgreSQL, where
+/// it is: rerun in ZooKeeper (`on_interrupted = "rerun"`), attempt 2, its end recorded there and
+/// shown by `history`.
+#[tokio::test]
+async fn a_run_open_in_zookeeper_when_the_queue_moved_is_resolved_there_by_the_next_owner() {
+    let ground = ground("pg-daemon-open-in-zk").await;
+    let out = &ground.out;
+    let jobs = cut_short_job(out);
+    let in_zookeeper = schedule_text(&ground.connect, "d", SESSION, DELAY, &jobs);
+    let mut old = DaemonNode::start(ground.dir.path(), "z1", &in_zookeeper);
+    old.wait_log("owns the lock", SESSION + SLACK).await;
+    first_attempt_then_kill(out, "zk-1", &mut old).await;
+    let new = DaemonNode::start(ground.dir.path(), "p1", &in_postgres(&ground, &jobs));
+    wait_for(
+        "the next owner reruns it",
+        SESSION + DELAY + SLACK * 2,
+        || {
+            let runs = runs_of(out, "zk-1");
+            async move { (runs.len() == 2).then_some(()) }
+        },
+    )
+    .await;
+    assert_eq!(runs_of(out, "zk-1"), ["RUN 1 z1", "RUN 2 p1"]);
+    let ended = wait_for("its end recorded", SLACK, || {
+        let history = zkcron_ok(&["history", "close", "--json"], &new.config);
+        async move {
+            support::daemon::document_items(&history, "runs")
+                .into_iter()
+                .find(|run| run.contains("\"status\":\"succeeded\""))
+        }
+    })
+    .await;
+    assert!(
+        ended.contains("\"submission_id\":\"zk-1\"") && ended.contains("\"attempt\":2"),
+        "{ended}"
     );
 }

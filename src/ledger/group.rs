@@ -100,7 +100,13 @@ impl GroupCommit {
     /// As [`super::claim()`].
     pub async fn claim(&self, plan: ClaimPlan) -> Result<Claim, ClaimError> {
         if let Some(store) = self.store.as_ref().filter(|_| plan.is_submission()) {
-            return store.claim(self.client.zk(), plan).await;
+            // A run claimed again that is open in ZooKeeper (claimed there before the queue
+            // moved) is claimed there, as before.
+            let in_store = plan.mode() == crate::run::ClaimMode::Create
+                || super::store_claims::holds_open(store.store(), plan.record()).await;
+            if in_store {
+                return store.claim(self.client.zk(), plan).await;
+            }
         }
         let (reply, answer) = oneshot::channel();
         let path = plan.path.clone();

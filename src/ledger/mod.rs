@@ -369,8 +369,8 @@ pub async fn withdraw(
 }
 
 /// [`rewrite_record`] by this node holding `token` now (`None`: not the owner): a submission's
-/// run kept in the delayed queue's PostgreSQL store is taken over there, fenced by `token`, and
-/// ended when `closes`; any other record is rewritten in ZooKeeper.
+/// run open in the delayed queue's PostgreSQL store is taken over there, fenced by `token`, and
+/// ended when `closes`; any other record (a run open in ZooKeeper too) is rewritten in ZooKeeper.
 ///
 /// # Errors
 /// As [`rewrite_record`]; `NotOwner` for a run in the store without the lock.
@@ -383,7 +383,8 @@ pub async fn rewrite_run(
     token: Option<crate::ids::FencingToken>,
 ) -> Result<i32, UpdateError> {
     match client.delayed_store() {
-        Some(store) if record.submission_id.is_some() => {
+        // A run open in ZooKeeper (claimed there before the queue moved) is rewritten there.
+        Some(store) if store_claims::holds_open(store, record).await => {
             store_claims::rewrite(store, record, version, closes, token).await
         }
         _ => rewrite_record(client, paths, record, version, closes).await,

@@ -47,6 +47,20 @@ pub(super) fn kept_by(store: &PgStore, claim: &Claim) -> bool {
         .is_some_and(|id| claim.path == path_of(store, id))
 }
 
+/// Whether `record`'s run is open in `store`, rather than in ZooKeeper: a run claimed there
+/// before the queue moved is resolved there (rerun, marked interrupted) by the same calls. A
+/// store that does not answer is taken to hold it: the write then fails and is tried again,
+/// never sent to ZooKeeper for a run it does not hold.
+pub(super) async fn holds_open(store: &PgStore, record: &RunRecord) -> bool {
+    let Some(id) = &record.submission_id else {
+        return false;
+    };
+    !matches!(
+        store.find(id).await,
+        Ok(None | Some(Where::Pending(_) | Where::Ended { .. } | Where::Remembered(_)))
+    )
+}
+
 /// One session's claims to the store. Cloning shares the queue; the future
 /// [`StoreClaims::new`] returns ends once every clone is dropped and the queue is drained.
 #[derive(Debug, Clone)]
@@ -119,8 +133,9 @@ impl StoreClaims {
         }
     }
 
-    /// A run's final record: its row moves to the ended runs; then its guard (the claiming
-    /// session's only) goes and its chain marks are left in ZooKeeper.
+    /// A run's last record from this claim: a final one moves its row to the ended runs (one
+    /// that promises a retry, or a write-back to `claimed`, stays open); then its guard (the
+    /// claiming session's only) goes and its chain marks are left in ZooKeeper.
     ///
     /// # Errors
     /// `Conflict` when the run is no longer ours (a next owner took it over); `Store`; `Zk`
@@ -133,9 +148,10 @@ impl StoreClaims {
     ) -> Result<(), UpdateError> {
         claim.sent = claim.record.clone();
         let id = submission_of(&claim.record, &claim.path)?;
-        if claim.record.retry_at_unix_ms.is_some() {
-            // A retry promised: the run stays open, its record saying when, for the retry's
-            // claim (or a next owner's catch-up) to take it up.
+        if claim.record.retry_at_unix_ms.is_some() || !claim.record.status.is_final() {
+            // A retry promised, or a record written back to `claimed` (a run whose lock was
+            // lost before it was sent): the run stays open, its record saying so, for the
+            // retry's claim or a next owner's catch-up to take it up.
             self.update(claim).await?;
         } else {
             let token = claim.record.fencing_token;
@@ -254,7 +270,7 @@ async fn take_over(
 fn unit_lost() -> ClaimError {
     ClaimError::Store {
         path: "postgres".to_owned(),
-        source: Arc::new(StoreError::ListenEnded),
+        source: Arc::new(StoreError::Unanswered),
     }
 }
 

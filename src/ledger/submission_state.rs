@@ -5,7 +5,7 @@
 //! Must not: make a request.
 
 pub use crate::delayed::submission::Submitted;
-use crate::delayed::submission::{FormatError, SubmissionId, Tombstone};
+use crate::delayed::submission::{FormatError, Submission, SubmissionId, Tombstone};
 use crate::run::RunRecord;
 use crate::zk::Fault;
 
@@ -55,4 +55,13 @@ pub enum SubmissionState {
     /// Neither pending nor recorded: its record was pruned without a tombstone (its
     /// `dedup_window` had passed, or an older zkcron pruned it).
     Pruned,
+}
+
+/// What a reschedule did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rescheduled {
+    /// Moved: the submission as it is now.
+    Moved(Submission),
+    /// It was due then already (a reschedule sent again): nothing changed.
+    AlreadyThere(Submission),
 }

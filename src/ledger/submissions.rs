@@ -20,7 +20,7 @@ use crate::run::RunRecord;
 use crate::tally::WriteKind;
 use crate::zk::{Fault, Mode, MultiFault};
 
-pub use super::submission_state::{SubmissionError, SubmissionState, Submitted};
+pub use super::submission_state::{Rescheduled, SubmissionError, SubmissionState, Submitted};
 
 /// Tries a multi this many times when a parent it needs was missing (the owner removes empty
 /// past buckets, so a bucket can vanish between making it and using it).
@@ -527,15 +527,6 @@ pub async fn cancel(
     Err(zk(&path, Fault::NoNode))
 }
 
-/// What a reschedule did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Rescheduled {
-    /// Moved: the submission as it is now.
-    Moved(Submission),
-    /// It was due then already (a reschedule sent again): nothing changed.
-    AlreadyThere(Submission),
-}
-
 /// Moves pending submission `id` to `due_unix_ms` in one multi-op: its node takes the new due
 /// time (at the version read), its pending marker leaves the old bucket for the new one. A claim
 /// that came first wins (the marker is gone: `NotReschedulable`), and a claim of the old due time
@@ -550,6 +541,9 @@ pub async fn reschedule(
     id: &SubmissionId,
     due_unix_ms: i64,
 ) -> Result<Rescheduled, SubmissionError> {
+    if let Some(store) = client.delayed_store() {
+        return in_postgres::reschedule(store, id, due_unix_ms).await;
+    }
     for _ in 0..PARENT_ATTEMPTS {
         let (submission, version, data) = match read_stored_data(client, paths, id).await? {
             None => return Err(SubmissionError::NotFound { id: id.clone() }),

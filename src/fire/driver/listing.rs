@@ -14,7 +14,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use crate::delayed::submission::SubmissionId;
+use crate::delayed::submission::{Stored, SubmissionId};
 use crate::fire::machine::{CatchUpInput, Input, JobRecords, RESOLVE_WINDOW};
 use crate::ids::JobName;
 use crate::layout::LedgerPaths;
@@ -243,9 +243,14 @@ async fn open_submissions(
                 if record.is_none() {
                     return (index, None);
                 }
-                let payload = match ledger::submissions::read(&client, &paths.delayed, &id).await {
-                    Ok(Some((submission, _))) => Some(Arc::new(submission.payload)),
-                    Ok(None) => None,
+                // Its request in ZooKeeper's own node, where the run is open, whichever store
+                // keeps the queue now.
+                let stored = ledger::submissions::read_stored(&client, &paths.delayed, &id).await;
+                let payload = match stored {
+                    Ok(Some((Stored::Request(submission), _))) => {
+                        Some(Arc::new(submission.payload))
+                    }
+                    Ok(_) => None,
                     Err(err) => {
                         tracing::warn!(error = %error_chain(&err), "open submission's payload unreadable");
                         None

@@ -57,6 +57,10 @@ pub enum StoreError {
     Batch(String),
     #[error("the PostgreSQL listening connection ended before its LISTEN was answered")]
     ListenEnded,
+    /// A claim queued for the store got no answer: its session's queue ended first (the session
+    /// was given up). It may have been applied; a next owner resolves the run if it was.
+    #[error("the claim's queue ended before the claim was answered")]
+    Unanswered,
     #[error("submission {id} is not in the store")]
     NotFound { id: SubmissionId },
 }

@@ -10,12 +10,14 @@
 //! Must not: claim, or build records other than a claim's (for an open run that has written
 //! none) and a cancel's, which the ZooKeeper store builds the same way.
 
+use tokio_postgres::Statement;
 use tokio_postgres::types::ToSql;
 
 use super::error::StoreError;
 use super::handle::{Live, PgStore};
 use super::partitions::{self, Partitioned};
 use super::runs::{ClaimedBy, written_or_claim};
+use super::statements::Statements;
 use crate::delayed::submission::{Stored, Submission, SubmissionId, Submitted, Tombstone};
 use crate::ids::FencingToken;
 use crate::run::RunRecord;
@@ -83,14 +85,13 @@ impl PgStore {
             &submission.due_unix_ms,
             &data,
         ];
-        let live = self.live().await?;
         let rows = self
-            .with_partition(
-                &live,
+            .in_day(
                 Partitioned::Pending,
-                &[submission.due_unix_ms],
+                submission.due_unix_ms,
                 "a submit",
-                || live.client.query(&live.statements.submit, &params),
+                |statements| &statements.submit,
+                &params,
             )
             .await?;
         if !rows.is_empty() {
@@ -213,14 +214,13 @@ impl PgStore {
             &ended_unix_ms,
             &data,
         ];
-        let live = self.live().await?;
         let rows = self
-            .with_partition(
-                &live,
+            .in_day(
                 Partitioned::Ended,
-                &[ended_unix_ms],
+                ended_unix_ms,
                 "a run's end",
-                || live.client.query(&live.statements.end, &params),
+                |statements| &statements.end,
+                &params,
             )
             .await?;
         Ok(if rows.is_empty() {
@@ -254,14 +254,13 @@ impl PgStore {
             &now_unix_ms,
             &record,
         ];
-        let live = self.live().await?;
         let rows = self
-            .with_partition(
-                &live,
+            .in_day(
                 Partitioned::Ended,
-                &[now_unix_ms],
+                now_unix_ms,
                 "a cancel",
-                || live.client.query(&live.statements.cancel, &params),
+                |statements| &statements.cancel,
+                &params,
             )
             .await?;
         if !rows.is_empty() {
@@ -272,6 +271,38 @@ impl PgStore {
             Some(elsewhere) => Ok(Err(elsewhere)),
             None => Err(StoreError::NotFound { id: id.clone() }),
         }
+    }
+
+    /// Moves pending submission `id`, due at `from_unix_ms`, to `moved`'s due time: one
+    /// statement, which a claim or a cancel of the row waits for or wins. Whether it moved: not
+    /// when the row was no longer pending at `from_unix_ms`.
+    ///
+    /// # Errors
+    /// `Unreachable` or `Query`.
+    pub async fn reschedule(
+        &self,
+        id: &SubmissionId,
+        from_unix_ms: i64,
+        moved: &Submission,
+    ) -> Result<bool, StoreError> {
+        let data = moved.to_bytes();
+        let params: [&(dyn ToSql + Sync); 5] = [
+            &self.lock_group,
+            &id.as_str(),
+            &from_unix_ms,
+            &moved.due_unix_ms,
+            &data,
+        ];
+        let rows = self
+            .in_day(
+                Partitioned::Pending,
+                moved.due_unix_ms,
+                "a reschedule",
+                |statements| &statements.reschedule,
+                &params,
+            )
+            .await?;
+        Ok(!rows.is_empty())
     }
 
     /// Where submission `id` is; none when the store does not remember it.
@@ -379,6 +410,24 @@ fn chunks(batch: &[(SubmissionId, Submission)]) -> Vec<&[(SubmissionId, Submissi
 }
 
 impl PgStore {
+    /// One statement (chosen from the prepared ones) with `params`, on the live connection,
+    /// the day partition of `table` that `at_ms` falls in made first when it is missing.
+    async fn in_day(
+        &self,
+        table: Partitioned,
+        at_ms: i64,
+        what: &'static str,
+        statement: fn(&Statements) -> &Statement,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
+        let live = self.live().await?;
+        let chosen = statement(&live.statements);
+        self.with_partition(&live, table, &[at_ms], what, || {
+            live.client.query(chosen, params)
+        })
+        .await
+    }
+
     /// Runs `statement` within the request bound; when a row found no day partition, makes
     /// the partitions of the days of `instants` and runs it again.
     async fn with_partition<F, Fut>(

@@ -27,6 +27,7 @@ pub(super) struct Statements {
     pub(super) prune: Statement,
     pub(super) forget: Statement,
     pub(super) cancel: Statement,
+    pub(super) reschedule: Statement,
     pub(super) find: Statement,
 }
 
@@ -56,6 +57,7 @@ impl Statements {
             prune: prepare(PRUNE).await?,
             forget: prepare(FORGET).await?,
             cancel: prepare(CANCEL).await?,
+            reschedule: prepare(RESCHEDULE).await?,
             find: prepare(FIND).await?,
         })
     }
@@ -259,6 +261,14 @@ WITH gone AS (
 INSERT INTO zkcron_ended (lock_group, id, job, due_ms, ended_ms, record, submission)
 SELECT $1, id, job, due_ms, $4, $5, submission FROM gone
 RETURNING id";
+
+/// Moves pending submission $2 from due time $3 to $4 with its stored submission $5 (the row
+/// moves to the new day's partition), and wakes the listening owner as a submit does; no row
+/// back when it was not pending at $3 (claimed, cancelled or moved meanwhile).
+const RESCHEDULE: &str = "\
+UPDATE zkcron_pending SET due_ms = $4::int8, submission = $5
+WHERE lock_group = $1 AND id = $2 AND due_ms = $3
+RETURNING id, (SELECT pg_notify('zkcron_submitted', $4::int8::text || ' ' || $2 || ' ' || $1))::text";
 
 /// Where submission $2 is, in one snapshot: its row in the table that holds it, or its
 /// tombstone once its record was pruned.

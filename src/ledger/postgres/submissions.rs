@@ -10,7 +10,7 @@ use super::handle::PgStore;
 use super::listen::Submit;
 use super::queue::Where;
 use crate::delayed::submission::{Submission, SubmissionId, Submitted};
-use crate::ledger::submission_state::{SubmissionError, SubmissionState};
+use crate::ledger::submission_state::{Rescheduled, SubmissionError, SubmissionState};
 
 /// [`PgStore::submit`], answered as `ledger::submissions::submit` answers.
 ///
@@ -204,6 +204,46 @@ pub(crate) async fn listen(
     store: &PgStore,
 ) -> Result<tokio::sync::mpsc::Receiver<Submit>, SubmissionError> {
     store.listen().await.map_err(answered)
+}
+
+/// Moves pending submission `id` to `due_unix_ms`, as `ledger::submissions::reschedule`
+/// answers: the same move again changes nothing.
+///
+/// # Errors
+/// `NotFound`; `NotReschedulable` with where it is once it was claimed or cancelled; `Store`.
+pub(crate) async fn reschedule(
+    store: &PgStore,
+    id: &SubmissionId,
+    due_unix_ms: i64,
+) -> Result<Rescheduled, SubmissionError> {
+    // A claim or a cancel between the read and the move: read again, and say where it went.
+    for _ in 0..3 {
+        let submission = match store.find(id).await.map_err(answered)? {
+            None => return Err(SubmissionError::NotFound { id: id.clone() }),
+            Some(Where::Pending(submission)) => submission,
+            Some(elsewhere) => {
+                return Err(SubmissionError::NotReschedulable {
+                    id: id.clone(),
+                    status: status_of(&elsewhere),
+                });
+            }
+        };
+        let moved = Submission {
+            due_unix_ms,
+            ..submission.clone()
+        };
+        if submission.due_unix_ms == due_unix_ms {
+            return Ok(Rescheduled::AlreadyThere(moved));
+        }
+        let from = submission.due_unix_ms;
+        if store.reschedule(id, from, &moved).await.map_err(answered)? {
+            return Ok(Rescheduled::Moved(moved));
+        }
+    }
+    Err(SubmissionError::NotReschedulable {
+        id: id.clone(),
+        status: "moved by others as this moved it".to_owned(),
+    })
 }
 
 /// The store's refusals as the use cases name them; its failures as they are.

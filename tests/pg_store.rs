@@ -361,7 +361,7 @@ async fn a_next_owner_takes_an_open_run_over_and_the_old_owners_writes_find_it_g
     let mut running = claim.clone();
     running.status = RunStatus::Running;
     let Updated::Written(version) = old_owner
-        .update_open(&id("run-1"), &running, 0)
+        .update_open(&id("run-1"), &running, 0, FencingToken(7))
         .await
         .expect("written")
     else {
@@ -369,7 +369,7 @@ async fn a_next_owner_takes_an_open_run_over_and_the_old_owners_writes_find_it_g
     };
     assert_eq!(
         old_owner
-            .update_open(&id("run-1"), &running, 0)
+            .update_open(&id("run-1"), &running, 0, FencingToken(7))
             .await
             .expect("answered"),
         Updated::Conflict,

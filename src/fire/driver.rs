@@ -742,7 +742,8 @@ impl Io {
             let result = Err(session::Session::no_session());
             return Some(Input::CatchUp(CatchUpInput::Listed { job, result }));
         };
-        self.lister.list(client, job);
+        let token = self.settings.view.borrow().lock.token;
+        self.lister.list(client, job, token);
         None
     }
 

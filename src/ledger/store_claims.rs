@@ -119,7 +119,12 @@ impl StoreClaims {
         let id = submission_of(&claim.record, &claim.path)?;
         let written = self
             .store
-            .update_open(&id, &claim.record, claim.version)
+            .update_open(
+                &id,
+                &claim.record,
+                claim.version,
+                claim.record.fencing_token,
+            )
             .await;
         match written.map_err(store_failed(&claim.path))? {
             Updated::Written(version) => {

@@ -332,7 +332,8 @@ pub async fn pending_in_store(
 }
 
 /// The open runs of `job` kept in the PostgreSQL store — claimed, running, or promising a retry
-/// — with their versions and payloads, for a new owner's catch-up; none where the queue is kept
+/// — with their versions and payloads, for a new owner's catch-up, read once the store's fence
+/// is raised to `token` (the owner's), so that no write of a previous owner lands after them; none where the queue is kept
 /// in ZooKeeper (its records are read there).
 ///
 /// # Errors
@@ -340,9 +341,10 @@ pub async fn pending_in_store(
 pub async fn open_runs_in_store(
     client: &Ledger,
     job: &crate::ids::JobName,
+    token: Option<crate::ids::FencingToken>,
 ) -> Result<Vec<(RunRecord, i32, Vec<u8>)>, SubmissionError> {
     match client.delayed_store() {
-        Some(store) => in_postgres::open_runs_of(store, job).await,
+        Some(store) => in_postgres::open_runs_of(store, job, token).await,
         None => Ok(Vec::new()),
     }
 }

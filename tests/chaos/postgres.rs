@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use super::support::daemon::{DaemonNode, now_ms, schedule_text, submit_spaced};
 use super::support::postgres::PgServer;
-use super::support::{fault_lock, shared_ensemble, unique_chroot, wait_for};
+use super::support::{fault_lock, shared_ensemble, try_wait_for, unique_chroot, wait_for};
 use zkcron::delayed::submission::SubmissionId;
 use zkcron::ledger::postgres::{PgStore, Where};
 use zkcron::run::{RunRecord, RunStatus};
@@ -73,10 +73,16 @@ fn runs(log: &Path) -> BTreeMap<String, usize> {
     counts
 }
 
-/// Each of `ids`' ended record in the store, once every one has ended.
-async fn all_ended(dsn: &str, ids: &[String], within: Duration) -> Vec<RunRecord> {
+/// Each of `ids`' ended record in the store, once every one has ended; on the bound, where
+/// each one that has not ended is.
+async fn all_ended(
+    dsn: &str,
+    ids: &[String],
+    within: Duration,
+    nodes: &[&DaemonNode],
+) -> Vec<RunRecord> {
     let store = PgStore::open(dsn, GROUP).await.expect("the store opens");
-    wait_for("every submission ended in the store", within, || {
+    let ended = try_wait_for("every submission ended in the store", within, || {
         let store = &store;
         async move {
             let mut ended = Vec::new();
@@ -90,12 +96,53 @@ async fn all_ended(dsn: &str, ids: &[String], within: Duration) -> Vec<RunRecord
             Some(ended)
         }
     })
-    .await
+    .await;
+    if let Ok(ended) = ended {
+        return ended;
+    }
+    let mut where_they_are = Vec::new();
+    for id in ids {
+        let found = match SubmissionId::parse(id) {
+            Ok(parsed) => store.find(&parsed).await,
+            Err(_) => continue,
+        };
+        if !matches!(found, Ok(Some(Where::Ended { .. }))) {
+            where_they_are.push(format!("{id}: {found:?}"));
+        }
+    }
+    panic!(
+        "not every submission ended in the store within {within:?}; {} did not:\n{}\n{}",
+        where_they_are.len(),
+        where_they_are.join("\n"),
+        nodes
+            .iter()
+            .map(|node| {
+                let said: Vec<String> = node
+                    .log()
+                    .lines()
+                    .filter(|line| {
+                        line.contains(" WARN ")
+                            || line.contains(" ERROR ")
+                            || line.contains("lock acquired")
+                    })
+                    .take(60)
+                    .map(str::to_owned)
+                    .collect();
+                format!("--- {} warned:\n{}", node.node_id, said.join("\n"))
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
 }
 
 /// Every one of `wanted` ended `succeeded` in the store within `within`, and ran once.
-async fn each_ran_once_and_succeeded(setup: &Setup, wanted: &[String], within: Duration) {
-    let ended = all_ended(&setup.dsn, wanted, within).await;
+async fn each_ran_once_and_succeeded(
+    setup: &Setup,
+    wanted: &[String],
+    within: Duration,
+    node: &DaemonNode,
+) {
+    let ended = all_ended(&setup.dsn, wanted, within, &[node]).await;
     let counts = runs(&setup.log);
     for id in wanted {
         assert_eq!(counts.get(id), Some(&1), "{id} ran once: {counts:?}");
@@ -129,7 +176,7 @@ async fn postgres_paused_beyond_the_session_timeout_delays_the_queue_and_loses_n
     tokio::time::sleep(SESSION * 3).await;
     setup.server.resume().expect("resumed");
 
-    each_ran_once_and_succeeded(&setup, &ids("p", 50), SLACK * 3).await;
+    each_ran_once_and_succeeded(&setup, &ids("p", 50), SLACK * 3, &node).await;
 }
 
 #[tokio::test]
@@ -148,7 +195,7 @@ async fn postgres_restarted_while_due_work_is_claimed_and_running_ends_every_run
     // Their ends, and the rest's claims, meet a server that is gone, then a new one.
     setup.server.restart().expect("restarted");
 
-    each_ran_once_and_succeeded(&setup, &ids("r", 30), SLACK * 4).await;
+    each_ran_once_and_succeeded(&setup, &ids("r", 30), SLACK * 4, &node).await;
 }
 
 #[tokio::test]
@@ -169,7 +216,13 @@ async fn kill_9_of_the_owner_in_a_burst_of_claims_runs_none_twice_and_records_ev
     first.kill();
 
     let wanted = ids("k", 300);
-    let ended = all_ended(&setup.dsn, &wanted, SESSION + DELAY + SLACK * 4).await;
+    let ended = all_ended(
+        &setup.dsn,
+        &wanted,
+        SESSION + DELAY + SLACK * 4,
+        &[&first, &second],
+    )
+    .await;
     let counts = runs(&setup.log);
     let twice: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).collect();
     assert!(twice.is_empty(), "ran twice: {twice:?}");

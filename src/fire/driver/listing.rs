@@ -16,7 +16,7 @@ use tokio::task::JoinSet;
 
 use crate::delayed::submission::{Stored, SubmissionId};
 use crate::fire::machine::{CatchUpInput, Input, JobRecords, RESOLVE_WINDOW};
-use crate::ids::JobName;
+use crate::ids::{FencingToken, JobName};
 use crate::layout::LedgerPaths;
 use crate::layout::LockPaths;
 use crate::ledger::Ledger;
@@ -31,7 +31,7 @@ const IN_FLIGHT: usize = 32;
 
 /// Takes listing requests; each answer goes to the machine as `CatchUpInput::Listed`.
 pub(super) struct Lister {
-    requests: mpsc::UnboundedSender<(Ledger, JobName)>,
+    requests: mpsc::UnboundedSender<Request>,
 }
 
 impl Lister {
@@ -46,25 +46,28 @@ impl Lister {
         Self { requests }
     }
 
-    /// Lists `job`'s records on `client`'s session, in turn.
-    pub fn list(&self, client: Ledger, job: JobName) {
+    /// Lists `job`'s records on `client`'s session, in turn, as the owner holding `token`.
+    pub fn list(&self, client: Ledger, job: JobName, token: Option<FencingToken>) {
         // The task outlives every sender; a send fails only if it panicked.
-        let _ = self.requests.send((client, job));
+        let _ = self.requests.send((client, job, token));
     }
 }
 
+/// A listing asked for: the session, the job, the owner's token.
+type Request = (Ledger, JobName, Option<FencingToken>);
+
 async fn run(
-    mut requests: mpsc::UnboundedReceiver<(Ledger, JobName)>,
+    mut requests: mpsc::UnboundedReceiver<Request>,
     paths: LedgerPaths,
     group: LockPaths,
     answers: mpsc::UnboundedSender<Input>,
 ) {
-    let mut waiting: VecDeque<(Ledger, JobName)> = VecDeque::new();
+    let mut waiting: VecDeque<Request> = VecDeque::new();
     let mut out = JoinSet::new();
     let mut open = true;
     loop {
         while out.len() < IN_FLIGHT {
-            let Some((client, job)) = waiting.pop_front() else {
+            let Some((client, job, token)) = waiting.pop_front() else {
                 // Ten thousand requests at startup leave 2.2 MB of queue behind (issue 10).
                 if waiting.capacity() > IN_FLIGHT {
                     waiting = VecDeque::new();
@@ -73,7 +76,8 @@ async fn run(
             };
             let (paths, group, answers) = (paths.clone(), group.clone(), answers.clone());
             out.spawn(async move {
-                let listed = bounded(job.as_str(), list_records(&client, &paths, &group, &job));
+                let listed = list_records(&client, &paths, &group, &job, token);
+                let listed = bounded(job.as_str(), listed);
                 let result = listed
                     .await
                     .unwrap_or_else(|| Err("no answer in time".into()));
@@ -97,6 +101,7 @@ async fn list_records(
     paths: &LedgerPaths,
     group: &LockPaths,
     job: &JobName,
+    token: Option<FencingToken>,
 ) -> Result<JobRecords, String> {
     let names = ledger::record_names(client, paths, job)
         .await
@@ -134,7 +139,7 @@ async fn list_records(
         newest.push((record, version));
     }
     // Where the queue is kept in PostgreSQL, its open runs are read there.
-    let in_store = ledger::submissions::open_runs_in_store(client, job)
+    let in_store = ledger::submissions::open_runs_in_store(client, job, token)
         .await
         .map_err(|err| error_chain(&err))?;
     for (record, version, payload) in in_store {

@@ -41,7 +41,9 @@ pub enum Updated {
 }
 
 impl PgStore {
-    /// Writes `record` over open run `id`'s if its row is still at `version`.
+    /// Writes `record` over open run `id`'s if its row is still at `version`, claimed (or taken
+    /// over) with `token`, and the fence still holds `token`: a stale owner's write, or one a
+    /// dead owner's connection still carried, is a `Conflict`.
     ///
     /// # Errors
     /// `Unreachable` or `Query` when the database did not answer (it may have written: compare
@@ -51,9 +53,16 @@ impl PgStore {
         id: &SubmissionId,
         record: &RunRecord,
         version: i32,
+        token: FencingToken,
     ) -> Result<Updated, StoreError> {
         let data = record.to_bytes();
-        let params: [&(dyn ToSql + Sync); 4] = [&self.lock_group, &id.as_str(), &data, &version];
+        let params: [&(dyn ToSql + Sync); 5] = [
+            &self.lock_group,
+            &id.as_str(),
+            &data,
+            &version,
+            &i64::from(token.0),
+        ];
         let live = self.live().await?;
         let row = self
             .bounded(

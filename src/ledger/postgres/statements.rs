@@ -187,10 +187,16 @@ INSERT INTO zkcron_ended (lock_group, id, job, due_ms, ended_ms, record, submiss
 SELECT $1, id, job, due_ms, $4, $5, submission FROM closed
 RETURNING id";
 
-/// Writes record $3 over open run $2's if its row is at version $4; its new version back.
+/// Writes record $3 over open run $2's if its row is at version $4, still claimed with token $5,
+/// and the fence still holds $5 (taken `FOR SHARE`): a write a dead owner's connection still
+/// carries lands nowhere once a new owner raised the fence. Its new version back.
 const UPDATE_OPEN: &str = "\
+WITH fence AS (
+    SELECT token FROM zkcron_fence WHERE lock_group = $1 AND token = $5 FOR SHARE
+)
 UPDATE zkcron_open SET record = $3, version = version + 1
-WHERE lock_group = $1 AND id = $2 AND version = $4
+WHERE lock_group = $1 AND id = $2 AND version = $4 AND token = $5
+    AND EXISTS (SELECT 1 FROM fence)
 RETURNING version";
 
 /// [`UPDATE_OPEN`] by a next owner holding token $5 (node $6, IP $7), checked against the fence

@@ -109,14 +109,21 @@ pub(crate) async fn pending_between(
         .map_err(answered)
 }
 
-/// [`PgStore::open_runs`] of `job`: each record with its row's version and its payload.
+/// [`PgStore::open_runs`] of `job`: each record with its row's version and its payload, the
+/// fence raised to `token` first.
 ///
 /// # Errors
 /// `Store` when the store failed.
 pub(crate) async fn open_runs_of(
     store: &PgStore,
     job: &crate::ids::JobName,
+    token: Option<crate::ids::FencingToken>,
 ) -> Result<Vec<(crate::run::RunRecord, i32, Vec<u8>)>, SubmissionError> {
+    // A previous owner's writes still on their way (its connection outlives it) are refused
+    // from here on: what is read below is all it wrote.
+    if let Some(token) = token {
+        store.raise_fence(token).await.map_err(answered)?;
+    }
     Ok(store
         .open_runs()
         .await

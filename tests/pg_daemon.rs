@@ -309,7 +309,10 @@ async fn submissions_kept_in_postgres_fire_once_at_their_time_and_end_there() {
         "a pruned id is remembered for dedup_window: its resubmit is a no-op ({again})"
     );
     let log = setup.node.log();
-    assert!(log.contains("the delayed queue is kept in PostgreSQL"), "{log}");
+    assert!(
+        log.contains("the delayed queue is kept in PostgreSQL"),
+        "{log}"
+    );
     let fence = store.fence().await.expect("the fence read");
     assert!(
         fence.is_some_and(|token| token >= 1),

@@ -57,14 +57,11 @@ impl GroupCommit {
     /// Its multi-ops are not bounded in time: a claim's answer decides (its caller bounds it and
     /// reads it back), and a record write's caller bounds it.
     pub fn new(client: &Ledger) -> (Self, impl Future<Output = ()> + Send + 'static) {
-        let store = client
+        let (store, store_lane) = client
             .delayed_store_shared()
-            .map(|store| StoreClaims::new(store, client.zk().unbounded()));
+            .map(|store| StoreClaims::new(store, client.zk().unbounded()))
+            .unzip();
         let client = client.on_zk(client.zk().unbounded());
-        let (store, store_lane) = match store {
-            Some((store, lane)) => (Some(store), Some(lane)),
-            None => (None, None),
-        };
         let (claims, claims_in) = mpsc::unbounded_channel();
         let (starts, starts_in) = mpsc::unbounded_channel();
         let (finals, finals_in) = mpsc::unbounded_channel();

@@ -7,11 +7,11 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+pub(super) use super::delayed_store::ScanRange;
 use super::session::{READ_WINDOW, Session, bounded};
 use crate::delayed::submission::{DueBucket, Submission, SubmissionId};
 use crate::fire::machine::{DelayedInput, Input, Scanned, Wanted};
@@ -23,17 +23,6 @@ use crate::report::error_chain;
 
 /// A scan this many seconds wide or less reads its buckets by name instead of listing days.
 const SECONDS_BY_NAME: i64 = 60;
-
-/// The buckets a scan reads: after `after` (`None`: from the oldest) through `through`, then
-/// on up to `ahead_to` until one holds a wanted submission; the empty ones met that ended
-/// before `clean_before` are removed.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct ScanRange {
-    pub after: Option<DueBucket>,
-    pub through: DueBucket,
-    pub ahead_to: DueBucket,
-    pub clean_before: DateTime<Utc>,
-}
 
 /// The pending submissions of the buckets of `range` that the machine `wanted`, read with their
 /// data; submission reads pipelined on the one session.
@@ -280,11 +269,6 @@ pub(super) fn scan(
         let began = std::time::Instant::now();
         let scanned = async {
             if client.delayed_in_postgres() {
-                let range = super::delayed_store::DueRange {
-                    after: range.after,
-                    through: range.through,
-                    ahead_to: range.ahead_to,
-                };
                 super::delayed_store::scan(&client, range).await
             } else {
                 scan_buckets(&client, &paths, &wanted, range).await

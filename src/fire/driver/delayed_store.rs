@@ -34,19 +34,22 @@ fn end_ms(bucket: DueBucket) -> i64 {
     bucket.start_ms() + 999
 }
 
-/// The seconds of due times a scan reads: after `after` (`None`: from the oldest) through
-/// `through`, then on up to `ahead_to` until one holds a submission.
+/// The buckets (seconds of due times) a scan reads, in either store: after `after` (`None`:
+/// from the oldest) through `through`, then on up to `ahead_to` until one holds a wanted
+/// submission; in ZooKeeper, the empty ones met that ended before `clean_before` are removed
+/// (the store's days go by its own retention).
 #[derive(Debug, Clone, Copy)]
-pub(super) struct DueRange {
+pub(super) struct ScanRange {
     pub after: Option<DueBucket>,
     pub through: DueBucket,
     pub ahead_to: DueBucket,
+    pub clean_before: chrono::DateTime<chrono::Utc>,
 }
 
 /// The pending submissions of `range`, read from the store's due index: every one due after
 /// `range.after` through `range.through`, then those of the first second after it, up to
 /// `range.ahead_to`, that holds one.
-pub(super) async fn scan(client: &Ledger, range: DueRange) -> Result<Scanned, String> {
+pub(super) async fn scan(client: &Ledger, range: ScanRange) -> Result<Scanned, String> {
     let mut scanned = Scanned {
         found: Vec::new(),
         through: range.through,

@@ -24,6 +24,7 @@ use std::time::Instant;
 
 use zkcron::delayed::{Submission, SubmissionId};
 use zkcron::ledger::postgres::{Chosen, ChosenClaim, Mark, PgStore, Where};
+use zkcron::ledger::submissions::JobsRead;
 use zkcron::run::{RunRecord, RunStatus};
 use zkcron::{FencingToken, JobName, NodeId};
 
@@ -199,7 +200,9 @@ async fn chosen_claims(
         let (mut reads, mut claims, mut claimed) = (Vec::new(), Vec::new(), 0);
         loop {
             let sent = Instant::now();
-            let found = store.pending_between(due - 1, unix_ms(), size).await?;
+            let found = store
+                .pending_between(due - 1, unix_ms(), size, &JobsRead::all())
+                .await?;
             reads.push(sent.elapsed().as_secs_f64() * 1000.0);
             if found.is_empty() {
                 break;

@@ -462,8 +462,11 @@ impl Wiring<'_> {
                 ensemble: Arc::clone(self.ensemble),
             },
             role,
-            // Only the default group's queue is kept there (`[delayed]` refuses `[[group]]`).
-            delayed_store: self.delayed_store.filter(|_| group.is_none()).cloned(),
+            // The fleet's one queue, each named group's owner claiming behind its own fence.
+            delayed_store: self.delayed_store.map(|store| match &group {
+                None => Arc::clone(store),
+                Some(_) => Arc::new(store.fenced_by(&paths.dir)),
+            }),
         };
         let (updates_tx, updates) = mpsc::unbounded_channel();
         let (commands, mut received) = mpsc::unbounded_channel();

@@ -367,6 +367,116 @@ async fn a_run_left_open_in_the_store_by_a_killed_owner_is_rerun_by_the_next_own
     assert_eq!(runs_of(out, "job-1").len(), 2, "no third run");
 }
 
+/// A job whose each run appends `RUN <node> <attempt>` to a file named `<job>-<submission id>`.
+fn recording_job(out: &Path, name: &str, rest: &str) -> String {
+    format!(
+        "[[job]]\nname = \"{name}\"\nstarting_deadline = \"30s\"\n{rest}shell = '''\
+         echo \"RUN $ZKCRON_NODE $ZKCRON_ATTEMPT\" >> {dir}/{name}-$ZKCRON_SUBMISSION_ID'''\n",
+        dir = out.display()
+    )
+}
+
+/// The runs recorded by [`recording_job`] `job`, by submission id.
+fn runs_by_id(out: &Path, job: &str) -> Vec<(String, Vec<String>)> {
+    let prefix = format!("{job}-");
+    let mut runs: Vec<_> = std::fs::read_dir(out)
+        .map(|entries| entries.flatten().collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let id = name.strip_prefix(&prefix)?.to_owned();
+            Some((id, runs_of(out, &name)))
+        })
+        .collect();
+    runs.sort();
+    runs
+}
+
+/// Lock groups on the store: every group's owner claims from the fleet's one queue, its own
+/// jobs' submissions only, behind its own group's fence; a run of a submitted parent in the
+/// default group makes its child's submission, which the other group's owner runs.
+#[tokio::test]
+async fn each_lock_groups_owner_runs_its_own_jobs_submissions_from_the_one_queue() {
+    let ground = ground("pg-daemon-groups").await;
+    let (dir, out) = (&ground.dir, &ground.out);
+    // d2 alone carries tag b, so it alone may own group `batch`; d1 owns the default group.
+    let jobs = format!(
+        "[[group]]\nname = \"batch\"\nrequires = [\"b\"]\n\n{}{}{}",
+        recording_job(out, "close", ""),
+        recording_job(out, "report", "group = \"batch\"\n"),
+        recording_job(out, "audit", "group = \"batch\"\nafter = [\"close\"]\n"),
+    );
+    let text = |tag: &str| in_postgres(&ground, &format!("[node]\ntags = [\"{tag}\"]\n{jobs}"));
+    let d1 = DaemonNode::start(dir.path(), "d1", &text("a"));
+    d1.wait_log("owns the lock", SESSION + SLACK).await;
+    let d2 = DaemonNode::start(dir.path(), "d2", &text("b"));
+    d2.wait_log("owns the lock", SESSION + DELAY + SLACK).await;
+
+    let due = at(now_ms() + 1_000);
+    for (job, id) in [
+        ("close", "c1"),
+        ("close", "c2"),
+        ("report", "r1"),
+        ("report", "r2"),
+    ] {
+        zkcron_ok(&["submit", job, "--at", &due, "--id", id], &d1.config);
+    }
+    let all_ran = || {
+        [("close", 2), ("report", 2), ("audit", 2)]
+            .iter()
+            .all(|(job, count)| runs_by_id(out, job).len() == *count)
+    };
+    support::try_wait_for("every submission and child runs", SLACK * 3, || {
+        let done = all_ran();
+        async move { done.then_some(()) }
+    })
+    .await
+    .unwrap_or_else(|not_reached| {
+        let ran: Vec<_> = ["close", "report", "audit"]
+            .map(|job| runs_by_id(out, job))
+            .into();
+        let logs = support::daemon::logs_of(&[&d1, &d2]);
+        panic!("{not_reached}\nran {ran:?}\n{logs}")
+    });
+    let store = PgStore::open(&ground.dsn, "/zkcron/d")
+        .await
+        .expect("the store opens");
+    // The children too: a submitted parent's child goes into the store, not ZooKeeper's queue.
+    for id in ["c1", "c2", "r1", "r2", "c1.audit", "c2.audit"] {
+        let id = SubmissionId::parse(id).expect("an id");
+        wait_for("the run's end in the store", SLACK, || {
+            let (store, id) = (&store, id.clone());
+            async move {
+                matches!(store.find(&id).await, Ok(Some(Where::Ended { .. }))).then_some(())
+            }
+        })
+        .await;
+    }
+    let logs = support::daemon::logs_of(&[&d1, &d2]);
+    for (job, node) in [
+        ("report", Some("d2")),
+        ("audit", Some("d2")),
+        ("close", None),
+    ] {
+        for (id, runs) in runs_by_id(out, job) {
+            let once = runs.len() == 1 && runs[0].ends_with(" 1");
+            let where_ok = node.is_none_or(|node| runs[0].starts_with(&format!("RUN {node} ")));
+            assert!(
+                once && where_ok,
+                "{job} {id} ran once on {node:?}: {runs:?}\n{logs}"
+            );
+        }
+    }
+    // Each group's owner raised its own fence; the named group's sits apart from the default's.
+    let batch_fence = store.fenced_by("/zkcron/d/groups/batch").fence().await;
+    assert!(
+        matches!(batch_fence, Ok(Some(token)) if token >= 1),
+        "{batch_fence:?}"
+    );
+    assert!(matches!(store.fence().await, Ok(Some(token)) if token >= 1));
+}
+
 /// A fleet moving its queue to PostgreSQL: a node that still keeps it in ZooKeeper cannot read
 /// what is submitted to the database, so it hands the lock over to a member that keeps it there
 /// and stays out of contention while that member lives.

@@ -17,7 +17,7 @@ use zkcron::ledger::Remember;
 use zkcron::ledger::postgres::{
     Chosen, ChosenClaim, Ended, Mark, PgStore, Pruned, StoreError, Submit, Updated, Where,
 };
-use zkcron::ledger::submissions::{self, SubmissionError, SubmissionState, Submitted};
+use zkcron::ledger::submissions::{self, JobsRead, SubmissionError, SubmissionState, Submitted};
 use zkcron::run::{RunRecord, RunStatus};
 use zkcron::zk::{REQUEST_BOUND, Zk};
 use zkcron::{FencingToken, JobName, NodeId};
@@ -279,13 +279,13 @@ async fn the_machines_chosen_claims_take_their_records_and_a_cancelled_one_is_go
             .expect("submitted");
     }
     let due = store
-        .pending_between(NOON - 1, NOON + 2, 10)
+        .pending_between(NOON - 1, NOON + 2, 10, &JobsRead::all())
         .await
         .expect("read");
     let names: Vec<_> = due.iter().map(|(id, _)| id.as_str()).collect();
     assert_eq!(names, ["a", "b", "c"], "the read of what is due");
     let first = store
-        .pending_between(NOON - 1, NOON + 60_000, 1)
+        .pending_between(NOON - 1, NOON + 60_000, 1, &JobsRead::all())
         .await
         .expect("read");
     assert_eq!(first.len(), 1, "the limit");
@@ -344,6 +344,93 @@ async fn the_machines_chosen_claims_take_their_records_and_a_cancelled_one_is_go
             .await,
         Err(StoreError::Fenced { .. })
     ));
+}
+
+/// The claim record of `which`, as the owner holding `token` chose it.
+fn chosen_record(which: &SubmissionId, s: &Submission, token: i32) -> RunRecord {
+    RunRecord::claimed_submission(
+        &s.job,
+        s.due_unix_ms,
+        which,
+        (&node(), "10.0.0.1"),
+        FencingToken(token),
+        NOON,
+    )
+}
+
+#[tokio::test]
+async fn named_groups_read_their_own_jobs_from_the_one_queue_each_behind_its_own_fence() {
+    // The default group's owner holds token 5 of its epoch; group `batch`'s holds token 1 of
+    // its own. Both claim from the fleet's one queue.
+    let (default, _dsn) = store("groups", 5).await;
+    let batch = default.fenced_by(&format!("{GROUP}/groups/batch"));
+    batch
+        .raise_fence(FencingToken(1))
+        .await
+        .expect("a group's fence rises on its own");
+    let (mail, report) = (
+        submission("mail", NOON, b""),
+        submission("report", NOON, b""),
+    );
+    for (name, which) in [("m", &mail), ("r", &report)] {
+        default.submit(&id(name), which).await.expect("submitted");
+    }
+    let batch_jobs = JobsRead::Only(vec!["report".to_owned()]);
+    let read = |found: Vec<(SubmissionId, Submission)>| -> Vec<String> {
+        found.into_iter().map(|(id, _)| id.to_string()).collect()
+    };
+    let batchs = batch
+        .pending_between(NOON - 1, NOON, 10, &batch_jobs)
+        .await
+        .expect("read");
+    assert_eq!(read(batchs), ["r"], "a named group reads its own jobs");
+    let defaults = default
+        .pending_between(NOON - 1, NOON, 10, &JobsRead::AllBut(vec!["report".into()]))
+        .await
+        .expect("read");
+    assert_eq!(
+        read(defaults),
+        ["m"],
+        "the default group reads all but theirs"
+    );
+
+    let (r, r_record) = (id("r"), chosen_record(&id("r"), &report, 1));
+    let chosen = [Chosen {
+        id: &r,
+        due_unix_ms: NOON,
+        record: &r_record,
+    }];
+    assert!(
+        matches!(
+            default
+                .claim_chosen(FencingToken(1), &chosen, (&node(), ""), NOON)
+                .await,
+            Err(StoreError::Fenced { current: 5, .. })
+        ),
+        "a group's token is checked against its own fence, not another group's"
+    );
+    let claimed = batch
+        .claim_chosen(FencingToken(1), &chosen, (&node(), ""), NOON)
+        .await
+        .expect("claimed");
+    assert_eq!(claimed, [ChosenClaim::Claimed]);
+
+    // A newer owner of `batch` raises its fence: the old one's writes land nowhere, while the
+    // default group's fence stays where its own owner put it.
+    let newer = default.fenced_by(&format!("{GROUP}/groups/batch"));
+    newer.raise_fence(FencingToken(2)).await.expect("raised");
+    let mut running = r_record.clone();
+    running.status = RunStatus::Running;
+    assert_eq!(
+        batch
+            .update_open(&r, &running, 0, FencingToken(1))
+            .await
+            .expect("answered"),
+        Updated::Conflict,
+        "a stale group owner's write"
+    );
+    assert_eq!(default.fence().await.expect("read"), Some(5));
+    assert_eq!(newer.fence().await.expect("read"), Some(2));
 }
 
 #[tokio::test]

@@ -11,7 +11,7 @@ use super::schema::RawDelayed;
 use super::validator::{NeededBy, Validator};
 
 impl Validator<'_> {
-    pub(super) fn delayed(&mut self, raw: Option<RawDelayed>, grouped: bool) -> DelayedStore {
+    pub(super) fn delayed(&mut self, raw: Option<RawDelayed>) -> DelayedStore {
         let Some(raw) = raw else {
             return DelayedStore::ZooKeeper;
         };
@@ -46,14 +46,6 @@ impl Validator<'_> {
             .as_ref()
             .map(toml::Spanned::span)
             .unwrap_or_default();
-        if grouped {
-            // Every lock group's owner claims from the one queue in ZooKeeper, each reading its
-            // own jobs' markers; the PostgreSQL store keeps a queue per lock group and does not
-            // yet place a submission in its job's group.
-            let message = "store = \"postgres\" does not yet work with [[group]]: keep the \
-                           delayed queue in ZooKeeper, or declare no groups";
-            self.problem(store_span.clone(), "delayed.store", message);
-        }
         let dsn = match (raw.dsn_env, raw.dsn_file) {
             (Some(env), Some(_)) => {
                 self.problem(

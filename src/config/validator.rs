@@ -183,7 +183,7 @@ impl Validator<'_> {
         let lock = raw.lock.and_then(|raw| self.lock(raw));
         let log = self.log(raw.log);
         let audit = self.audit(raw.audit);
-        let delayed = self.delayed(raw.delayed, !raw.group.is_empty());
+        let delayed = self.delayed(raw.delayed);
         let http = raw.http.map(|raw| self.http(raw));
         let telemetry = raw.telemetry.and_then(|raw| self.telemetry(raw));
         let output = self.output(raw.output);

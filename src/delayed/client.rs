@@ -593,8 +593,11 @@ async fn pending_in_store(
     let mut pending = Vec::new();
     let (mut after, mut read) = (i64::MIN, 0);
     let page_rows = i64::try_from(PAGE).unwrap_or(i64::MAX);
+    // Every job's rows, `job`'s kept here: a page filtered by the database would read the due
+    // index on past a rare job's rows, unbounded by the page.
+    let jobs = submissions::JobsRead::all();
     loop {
-        let page = submissions::pending_in_store(client, after, i64::MAX, page_rows).await?;
+        let page = submissions::pending_in_store(client, after, i64::MAX, page_rows, &jobs).await?;
         read += page.len();
         let full = page.len() >= PAGE;
         // A full page may end within a millisecond: the next starts before it.

@@ -15,7 +15,7 @@ use crate::ids::{FencingToken, JobName};
 use crate::layout::{LedgerPaths, MarkName};
 use crate::run::{ChainMark, Claim, FoundMark, RunRecord};
 use crate::tally::WriteKind;
-use crate::zk::{Fault, Mode, Multi, MultiFault};
+use crate::zk::{Fault, Mode, Multi, MultiFault, Zk};
 
 /// One mark to create with a parent's final record.
 #[derive(Debug, Clone)]
@@ -83,9 +83,9 @@ pub(super) fn add_creates(marks: &[MarkCreate], multi: &mut Multi<'_>) -> Result
 }
 
 /// Makes the marks' parents, after a create found one missing.
-pub(super) async fn make_dirs(client: &Ledger, marks: &[MarkCreate]) {
+pub(super) async fn make_dirs(zk: &Zk, marks: &[MarkCreate]) {
     for mark in marks {
-        if let Err(err) = client.zk().ensure_persistent(&mark.dir).await {
+        if let Err(err) = zk.ensure_persistent(&mark.dir).await {
             tracing::debug!(path = mark.dir, error = %err, "chain marks' parent not made");
         }
     }
@@ -196,6 +196,10 @@ pub async fn submit_child(
     token: FencingToken,
 ) -> Result<ChildSubmitted, ClaimError> {
     let mark_path = paths.mark(child, mark);
+    if let Some(store) = client.delayed_store() {
+        return submit_child_to_store(client, paths, store, &mark_path, id, submission, token)
+            .await;
+    }
     let data = submission.to_bytes();
     let persistent = Mode::Persistent;
     let mut id = id;
@@ -271,6 +275,71 @@ pub async fn submit_child(
         path: mark_path,
         source: Fault::NoNode,
     })
+}
+
+/// [`submit_child`] where the delayed queue is kept in PostgreSQL, where no multi-op spans the
+/// mark and the request: the mark is checked under `check(epoch, token)`, the child submitted
+/// to the store, then the mark deleted under the same check. The child's id is its parent run's
+/// own, so a mark a crash left between the two is submitted again as the same request (a
+/// no-op, [`Submitted::AlreadyThere`](crate::delayed::submission::Submitted)) and then taken:
+/// one submission, as the multi-op makes it in ZooKeeper. A stale owner submits nothing.
+async fn submit_child_to_store(
+    client: &Ledger,
+    paths: &LedgerPaths,
+    store: &super::postgres::PgStore,
+    mark_path: &str,
+    mut id: SubmissionId,
+    submission: &Submission,
+    token: FencingToken,
+) -> Result<ChildSubmitted, ClaimError> {
+    let fenced_mark = |delete: bool| async move {
+        let mut writer = client
+            .zk()
+            .fenced(WriteKind::Submit, &paths.epoch, Some(token.0))
+            .map_err(ClaimError::on(&paths.epoch))?;
+        let built = if delete {
+            writer.add_delete(mark_path, None)
+        } else {
+            writer.add_check_version(mark_path, -1)
+        };
+        built.map_err(ClaimError::on(mark_path))?;
+        match writer.commit().await {
+            Ok(_) => Ok(true),
+            Err(MultiFault::Fenced(_)) => Err(ClaimError::NotOwner { token }),
+            Err(MultiFault::Op {
+                fault: Fault::NoNode,
+                ..
+            }) => Ok(false),
+            Err(MultiFault::Op { fault, .. } | MultiFault::Request(fault)) => {
+                Err(ClaimError::on(mark_path)(fault))
+            }
+        }
+    };
+    if !fenced_mark(false).await? {
+        return Ok(ChildSubmitted::MarkGone);
+    }
+    let store_failed = |source| ClaimError::Store {
+        path: format!("postgres:{}", store.lock_group()),
+        source: std::sync::Arc::new(source),
+    };
+    for _ in 0..SUBMIT_ATTEMPTS {
+        match store.submit(&id, submission).await {
+            Ok(_) => {
+                // Taken meanwhile by another session of ours: it submitted the same request.
+                fenced_mark(true).await?;
+                return Ok(ChildSubmitted::Made(id));
+            }
+            Err(super::postgres::StoreError::Conflict { .. }) => {
+                tracing::info!(
+                    id = %id,
+                    "a submission holds the child's id already; the child is submitted under a generated one"
+                );
+                id = SubmissionId::generate();
+            }
+            Err(source) => return Err(store_failed(source)),
+        }
+    }
+    Err(store_failed(super::postgres::StoreError::Conflict { id }))
 }
 
 /// Makes the parents a child's request and marker need, each on its own.

@@ -110,7 +110,7 @@ async fn set_data_with(
             fault: Fault::NoNode,
             ..
         }) => {
-            chains::make_dirs(client, marks).await;
+            chains::make_dirs(client.zk(), marks).await;
             SetOutcome::DirsMade
         }
         Err(MultiFault::Op {

@@ -138,6 +138,33 @@ impl StoreClaims {
         }
     }
 
+    /// Leaves `marks` and deletes the claim's guard (and open marker) in one multi-op, after the
+    /// run's end is recorded in the store.
+    async fn leave_marks(
+        &self,
+        zk: &Zk,
+        claim: &Claim,
+        marks: &[MarkCreate],
+        same_session: bool,
+    ) -> Result<(), MultiFault> {
+        let mut multi = zk.multi(WriteKind::Final);
+        let mut ops = 0;
+        let built = (|| {
+            super::chains::add_creates(marks, &mut multi)?;
+            ops += marks.len();
+            for path in claim.final_deletes(same_session) {
+                multi.add_delete(path, None)?;
+                ops += 1;
+            }
+            Ok::<(), Fault>(())
+        })();
+        match built {
+            Ok(()) if ops == 0 => Ok(()),
+            Ok(()) => multi.commit().await.map(drop),
+            Err(fault) => Err(MultiFault::Request(fault)),
+        }
+    }
+
     /// A run's last record from this claim: a final one moves its row to the ended runs (one
     /// that promises a retry, or a write-back to `claimed`, stays open); then its guard (the
     /// claiming session's only) goes and its chain marks are left in ZooKeeper.
@@ -149,7 +176,7 @@ impl StoreClaims {
         &self,
         zk: &Zk,
         claim: &mut Claim,
-        marks: Vec<MarkCreate>,
+        mut marks: Vec<MarkCreate>,
     ) -> Result<(), UpdateError> {
         claim.sent = claim.record.clone();
         let id = submission_of(&claim.record, &claim.path)?;
@@ -173,22 +200,23 @@ impl StoreClaims {
             }
         }
         let same_session = SessionId(zk.session_id()) == claim.session;
-        let mut multi = zk.multi(WriteKind::Final);
-        let mut ops = 0;
-        let built = (|| {
-            super::chains::add_creates(&marks, &mut multi)?;
-            ops += marks.len();
-            for path in claim.final_deletes(same_session) {
-                multi.add_delete(path, None)?;
-                ops += 1;
+        let mut left = Ok(());
+        // As the ZooKeeper store's final write: a mark's missing parent is made and the marks
+        // go again; a mark there already (our own lost reply) is not made twice.
+        for _ in 0..3 {
+            left = self.leave_marks(zk, claim, &marks, same_session).await;
+            match &left {
+                Err(MultiFault::Op {
+                    index,
+                    fault: Fault::NoNode,
+                }) if *index < marks.len() => super::chains::make_dirs(zk, &marks).await,
+                Err(MultiFault::Op {
+                    index,
+                    fault: Fault::NodeExists,
+                }) if *index < marks.len() => marks.clear(),
+                _ => break,
             }
-            Ok::<(), Fault>(())
-        })();
-        let left = match built {
-            Ok(()) if ops == 0 => return Ok(()),
-            Ok(()) => multi.commit().await.map(drop),
-            Err(fault) => Err(MultiFault::Request(fault)),
-        };
+        }
         // The end is recorded: what is left undone here is told, never undone there.
         left.map_err(|err| {
             let source = match err {

@@ -1,13 +1,31 @@
 //! What a submission's use cases answer, whichever store keeps the delayed queue: why a request
 //! did not do what was asked, and where a submission is in its life.
 //!
-//! Owns: `SubmissionError`, `SubmissionState` (and `Submitted`, the submission format's).
+//! Owns: `SubmissionError`, `SubmissionState`, `JobsRead` (and `Submitted`, the submission
+//! format's).
 //! Must not: make a request.
 
 pub use crate::delayed::submission::Submitted;
 use crate::delayed::submission::{FormatError, Submission, SubmissionId, Tombstone};
 use crate::run::RunRecord;
 use crate::zk::Fault;
+
+/// Whose pending submissions a read of the queue returns: a lock group's owner reads its own
+/// jobs' (issue 19), as the fire machine's `Wanted` says; a client reads every job's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobsRead {
+    /// These jobs' (a named group's).
+    Only(Vec<String>),
+    /// Every job's but these (the default group's: every job but the named groups').
+    AllBut(Vec<String>),
+}
+
+impl JobsRead {
+    /// Every job's.
+    pub fn all() -> Self {
+        Self::AllBut(Vec::new())
+    }
+}
 
 /// Why a submission request did not do what was asked.
 #[derive(Debug, thiserror::Error)]

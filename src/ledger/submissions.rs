@@ -20,7 +20,9 @@ use crate::run::RunRecord;
 use crate::tally::WriteKind;
 use crate::zk::{Fault, Mode, MultiFault};
 
-pub use super::submission_state::{Rescheduled, SubmissionError, SubmissionState, Submitted};
+pub use super::submission_state::{
+    JobsRead, Rescheduled, SubmissionError, SubmissionState, Submitted,
+};
 
 /// Tries a multi this many times when a parent it needs was missing (the owner removes empty
 /// past buckets, so a bucket can vanish between making it and using it).
@@ -311,8 +313,8 @@ pub async fn read(
     })
 }
 
-/// The pending submissions due after `after_unix_ms` and by `through_unix_ms`, oldest first,
-/// at most `limit`, where the delayed queue is kept in PostgreSQL (none where it is not: the
+/// The pending submissions of `jobs` due after `after_unix_ms` and by `through_unix_ms`, oldest
+/// first, at most `limit`, where the delayed queue is kept in PostgreSQL (none where it is not: the
 /// due buckets in ZooKeeper are read by name, [`super::due`]).
 ///
 /// # Errors
@@ -322,10 +324,11 @@ pub async fn pending_in_store(
     after_unix_ms: i64,
     through_unix_ms: i64,
     limit: i64,
+    jobs: &JobsRead,
 ) -> Result<Vec<(SubmissionId, Submission)>, SubmissionError> {
     match client.delayed_store() {
         Some(store) => {
-            in_postgres::pending_between(store, after_unix_ms, through_unix_ms, limit).await
+            in_postgres::pending_between(store, after_unix_ms, through_unix_ms, limit, jobs).await
         }
         None => Ok(Vec::new()),
     }

@@ -269,7 +269,7 @@ pub(super) fn scan(
         let began = std::time::Instant::now();
         let scanned = async {
             if client.delayed_in_postgres() {
-                super::delayed_store::scan(&client, range).await
+                super::delayed_store::scan(&client, &wanted, range).await
             } else {
                 scan_buckets(&client, &paths, &wanted, range).await
             }

@@ -8,16 +8,17 @@
 //! Must not: decide which submissions to read or claim (the machine does), or reach the store
 //! but through `ledger::submissions`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::delayed::submission::DueBucket;
-use crate::fire::machine::{DelayedInput, Input, Scanned};
+use crate::fire::machine::{DelayedInput, Input, Scanned, Wanted};
+use crate::ids::JobName;
 use crate::ledger::Ledger;
-use crate::ledger::submissions;
+use crate::ledger::submissions::{self, JobsRead};
 use crate::report::error_chain;
 
 /// Rows a read of the due index returns at most; a fuller range is read page by page.
@@ -46,25 +47,52 @@ pub(super) struct ScanRange {
     pub clean_before: chrono::DateTime<chrono::Utc>,
 }
 
-/// The pending submissions of `range`, read from the store's due index: every one due after
-/// `range.after` through `range.through`, then those of the first second after it, up to
-/// `range.ahead_to`, that holds one.
-pub(super) async fn scan(client: &Ledger, range: ScanRange) -> Result<Scanned, String> {
+/// The jobs whose rows the machine `wanted` reads: a group's owner reads its own jobs' rows
+/// only, as it reads only their markers in ZooKeeper.
+fn jobs_read(wanted: &Wanted) -> JobsRead {
+    let names = |jobs: &HashSet<JobName>| jobs.iter().map(ToString::to_string).collect();
+    match wanted {
+        Wanted::Only(mine) => JobsRead::Only(names(mine)),
+        Wanted::AllBut(others) => JobsRead::AllBut(names(others)),
+    }
+}
+
+/// The pending submissions of `range` that the machine `wanted`, read from the store's due
+/// index: every one due after `range.after` through `range.through`, then those of the first
+/// second after it, up to `range.ahead_to`, that holds one.
+pub(super) async fn scan(
+    client: &Ledger,
+    wanted: &Wanted,
+    range: ScanRange,
+) -> Result<Scanned, String> {
+    let jobs = jobs_read(wanted);
     let mut scanned = Scanned {
         found: Vec::new(),
         through: range.through,
         present: Vec::new(),
     };
     let after = range.after.map_or(i64::MIN, end_ms);
-    read_all(client, after, end_ms(range.through), &mut scanned).await?;
-    let next =
-        submissions::pending_in_store(client, end_ms(range.through), end_ms(range.ahead_to), 1)
-            .await
-            .map_err(|err| error_chain(&err))?;
+    read_all(client, &jobs, after, end_ms(range.through), &mut scanned).await?;
+    let next = submissions::pending_in_store(
+        client,
+        end_ms(range.through),
+        end_ms(range.ahead_to),
+        1,
+        &jobs,
+    )
+    .await
+    .map_err(|err| error_chain(&err))?;
     match next.first() {
         Some((_, submission)) => {
             let bucket = DueBucket::of(submission.due_unix_ms);
-            read_all(client, end_ms(range.through), end_ms(bucket), &mut scanned).await?;
+            read_all(
+                client,
+                &jobs,
+                end_ms(range.through),
+                end_ms(bucket),
+                &mut scanned,
+            )
+            .await?;
             scanned.through = bucket;
         }
         None => scanned.through = range.ahead_to,
@@ -78,15 +106,17 @@ pub(super) async fn scan(client: &Ledger, range: ScanRange) -> Result<Scanned, S
     Ok(scanned)
 }
 
-/// Every pending submission due after `after_ms` through `through_ms`, a page at a time.
+/// Every pending submission of `jobs` due after `after_ms` through `through_ms`, a page at a
+/// time.
 async fn read_all(
     client: &Ledger,
+    jobs: &JobsRead,
     mut after_ms: i64,
     through_ms: i64,
     scanned: &mut Scanned,
 ) -> Result<(), String> {
     loop {
-        let mut page = submissions::pending_in_store(client, after_ms, through_ms, PAGE)
+        let mut page = submissions::pending_in_store(client, after_ms, through_ms, PAGE, jobs)
             .await
             .map_err(|err| error_chain(&err))?;
         let full = i64::try_from(page.len()).is_ok_and(|len| len >= PAGE);

@@ -17,6 +17,7 @@ use super::error::StoreError;
 use super::handle::PgStore;
 use crate::delayed::submission::{Submission, SubmissionId};
 use crate::ids::{FencingToken, NodeId};
+use crate::ledger::submission_state::JobsRead;
 use crate::run::RunRecord;
 
 /// A submission the store handed to its claimer.
@@ -89,7 +90,7 @@ impl PgStore {
         let records: Vec<Vec<u8>> = chosen.iter().map(|c| c.record.to_bytes()).collect();
         let earliest = dues.iter().copied().min().unwrap_or(0);
         let latest = dues.iter().copied().max().unwrap_or(0);
-        let params: [&(dyn ToSql + Sync); 10] = [
+        let params: [&(dyn ToSql + Sync); 11] = [
             &self.lock_group,
             &i64::from(token.0),
             &ids,
@@ -100,6 +101,7 @@ impl PgStore {
             &now_unix_ms,
             &earliest,
             &latest,
+            &self.fence_group,
         ];
         let live = self.live().await?;
         let rows = self
@@ -129,7 +131,8 @@ impl PgStore {
     }
 
     /// The pending submissions due after `after_unix_ms` and by `through_unix_ms`, oldest first
-    /// (by id within a due time), at most `limit`: what the owner's machine chooses from. A row
+    /// (by id within a due time), at most `limit`, of `jobs`: what the owner's machine chooses
+    /// from. A row
     /// that cannot be read is logged with its id and left pending.
     ///
     /// # Errors
@@ -139,15 +142,25 @@ impl PgStore {
         after_unix_ms: i64,
         through_unix_ms: i64,
         limit: i64,
+        jobs: &JobsRead,
     ) -> Result<Vec<(SubmissionId, Submission)>, StoreError> {
+        let (named, listed) = match jobs {
+            JobsRead::Only(named) => (named, true),
+            JobsRead::AllBut(named) => (named, false),
+        };
+        let params: [&(dyn ToSql + Sync); 6] = [
+            &self.lock_group,
+            &after_unix_ms,
+            &through_unix_ms,
+            &limit,
+            named,
+            &listed,
+        ];
         let live = self.live().await?;
         let rows = self
             .bounded(
                 "reading due submissions",
-                live.client.query(
-                    &live.statements.pending_between,
-                    &[&self.lock_group, &after_unix_ms, &through_unix_ms, &limit],
-                ),
+                live.client.query(&live.statements.pending_between, &params),
             )
             .await?;
         let mut found = Vec::with_capacity(rows.len());
@@ -220,6 +233,7 @@ impl PgStore {
                         &now_unix_ms,
                         &after_due,
                         &after_id,
+                        &self.fence_group,
                     ],
                 ),
             )

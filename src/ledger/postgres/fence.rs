@@ -27,7 +27,7 @@ impl PgStore {
                 "raising the fence",
                 live.client.query_opt(
                     &live.statements.raise_fence,
-                    &[&self.lock_group, &i64::from(token.0)],
+                    &[&self.fence_group, &i64::from(token.0)],
                 ),
             )
             .await?;
@@ -44,7 +44,7 @@ impl PgStore {
     /// Always: `Fenced`, or why the fence could not be read.
     pub(super) async fn fenced<T>(&self, token: FencingToken) -> Result<T, StoreError> {
         Err(StoreError::Fenced {
-            lock_group: self.lock_group.clone(),
+            lock_group: self.fence_group.clone(),
             ours: token,
             current: self.fence().await?.unwrap_or(0),
         })
@@ -60,7 +60,7 @@ impl PgStore {
             .bounded(
                 "reading the fence",
                 live.client
-                    .query_opt(&live.statements.read_fence, &[&self.lock_group]),
+                    .query_opt(&live.statements.read_fence, &[&self.fence_group]),
             )
             .await?;
         Ok(row.map(|row| row.get(0)))

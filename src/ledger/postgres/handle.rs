@@ -27,11 +27,17 @@ pub const REQUEST_BOUND: Duration = Duration::from_secs(10);
 /// Scoped to the store's own connections.
 const PLANNER_SETTINGS: &str = "SET enable_bitmapscan = off; SET enable_seqscan = off";
 
-/// The delayed queue in PostgreSQL, for one lock group: a client connected again whenever the
-/// previous connection ended (the server restarted, or the network dropped it).
+/// The delayed queue in PostgreSQL, for one fleet, claimed under one lock group's fence: a
+/// client connected again whenever the previous connection ended (the server restarted, or the
+/// network dropped it).
 pub struct PgStore {
     config: tokio_postgres::Config,
+    /// The queue's key: the fleet's lock path (its default group's), whatever group claims.
     pub(super) lock_group: String,
+    /// The fence's key: the lock path of the group whose owner claims through this handle (the
+    /// default group's, `lock_group`, unless [`PgStore::fenced_by`] says otherwise). Each
+    /// group's tokens count on their own, as each group's `epoch` does in ZooKeeper.
+    pub(super) fence_group: String,
     live: Mutex<Option<Arc<Live>>>,
     /// A second connection for what may take long and has no one waiting on it — the owner's
     /// chores (the pending count, prunes, the forget sweep, dropping days) and history reads —
@@ -56,6 +62,7 @@ impl std::fmt::Debug for PgStore {
             .field("hosts", &self.config.get_hosts())
             .field("dbname", &self.config.get_dbname())
             .field("lock_group", &self.lock_group)
+            .field("fence_group", &self.fence_group)
             .finish_non_exhaustive()
     }
 }
@@ -87,6 +94,7 @@ impl PgStore {
         Ok(Self {
             config,
             lock_group: lock_group.to_owned(),
+            fence_group: lock_group.to_owned(),
             live: Mutex::new(None),
             side: Mutex::new(None),
             migrated: std::sync::atomic::AtomicBool::new(false),
@@ -99,6 +107,22 @@ impl PgStore {
     pub fn with_request_bound(mut self, bound: Duration) -> Self {
         self.request_bound = bound;
         self
+    }
+
+    /// The same queue, claimed by the owner of the lock group at `group` (a named group's lock
+    /// path, issue 19): its claims and take-overs are fenced by that group's row, its reads and
+    /// writes of the queue are the fleet's. Connects on its own, at its first request.
+    #[must_use]
+    pub fn fenced_by(&self, group: &str) -> Self {
+        Self {
+            config: self.config.clone(),
+            lock_group: self.lock_group.clone(),
+            fence_group: group.to_owned(),
+            live: Mutex::new(None),
+            side: Mutex::new(None),
+            migrated: std::sync::atomic::AtomicBool::new(false),
+            request_bound: self.request_bound,
+        }
     }
 
     /// The lock group whose queue this is.

@@ -56,12 +56,13 @@ impl PgStore {
         token: FencingToken,
     ) -> Result<Updated, StoreError> {
         let data = record.to_bytes();
-        let params: [&(dyn ToSql + Sync); 5] = [
+        let params: [&(dyn ToSql + Sync); 6] = [
             &self.lock_group,
             &id.as_str(),
             &data,
             &version,
             &i64::from(token.0),
+            &self.fence_group,
         ];
         let live = self.live().await?;
         let row = self
@@ -87,7 +88,7 @@ impl PgStore {
         version: i32,
     ) -> Result<Updated, StoreError> {
         let data = record.to_bytes();
-        let params: [&(dyn ToSql + Sync); 7] = [
+        let params: [&(dyn ToSql + Sync); 8] = [
             &self.lock_group,
             &id.as_str(),
             &data,
@@ -95,6 +96,7 @@ impl PgStore {
             &i64::from(token.0),
             &node.0.as_str(),
             &node.1,
+            &self.fence_group,
         ];
         let live = self.live().await?;
         let row = self

@@ -94,13 +94,13 @@ FROM asked JOIN remembered ON remembered.id = asked.id
 RETURNING id,
     (SELECT pg_notify('zkcron_submitted', min(due_ms)::text || ' - ' || $1) FROM asked)::text";
 
-/// Takes the fence `FOR SHARE` if it holds our token ($2); if it does, takes up to $4 pending
-/// rows due by $3 and past ($8, $9) in (due, id) order that no other claim holds, and moves
-/// them to `zkcron_open` as claimed by node $5 (IP $6) at $7. Always one row back: the fence's verdict,
-/// with a claimed submission or NULLs.
+/// Takes the fence of group $10 `FOR SHARE` if it holds our token ($2); if it does, takes up to
+/// $4 pending rows due by $3 and past ($8, $9) in (due, id) order that no other claim holds, and
+/// moves them to `zkcron_open` as claimed by node $5 (IP $6) at $7. Always one row back: the
+/// fence's verdict, with a claimed submission or NULLs.
 const CLAIM: &str = "\
 WITH fence AS (
-    SELECT token FROM zkcron_fence WHERE lock_group = $1 AND token = $2 FOR SHARE
+    SELECT token FROM zkcron_fence WHERE lock_group = $10 AND token = $2 FOR SHARE
 ), due AS (
     SELECT tableoid, ctid FROM zkcron_pending
     WHERE lock_group = $1 AND due_ms BETWEEN $8 AND $3 AND (due_ms, id) > ($8, $9)
@@ -129,13 +129,13 @@ FROM (SELECT EXISTS (SELECT 1 FROM fence) AS fenced_in) AS verdict
 LEFT JOIN opened ON true
 ORDER BY opened.due_ms, opened.id";
 
-/// Takes the fence `FOR SHARE` if it holds our token ($2); if it does, moves the pending rows
-/// of ids $3 at due times $4 (between $9 and $10) to `zkcron_open` with records $5, as claimed
-/// by node $6 (IP $7) at $8. A row a cancel holds is waited for (then it is gone). Always one row back: the fence's
-/// verdict, with a claimed id or NULL.
+/// Takes the fence of group $11 `FOR SHARE` if it holds our token ($2); if it does, moves the
+/// pending rows of ids $3 at due times $4 (between $9 and $10) to `zkcron_open` with records $5,
+/// as claimed by node $6 (IP $7) at $8. A row a cancel holds is waited for (then it is gone).
+/// Always one row back: the fence's verdict, with a claimed id or NULL.
 const CLAIM_CHOSEN: &str = "\
 WITH fence AS (
-    SELECT token FROM zkcron_fence WHERE lock_group = $1 AND token = $2 FOR SHARE
+    SELECT token FROM zkcron_fence WHERE lock_group = $11 AND token = $2 FOR SHARE
 ), chosen AS (
     -- An id chosen twice is claimed once (its first record): the open runs' key is the id.
     SELECT DISTINCT ON (id) * FROM unnest($3::text[], $4::int8[], $5::bytea[])
@@ -166,10 +166,12 @@ SELECT verdict.fenced_in, opened.id
 FROM (SELECT EXISTS (SELECT 1 FROM fence) AS fenced_in) AS verdict
 LEFT JOIN opened ON true";
 
-/// Pending rows due after $2 and by $3, oldest first, at most $4: read, not claimed.
+/// Pending rows due after $2 and by $3, oldest first, at most $4: read, not claimed. Only the
+/// jobs a group's owner reads: those in $5 when $6, those not in $5 when not (the default
+/// group's, every job but the named groups').
 const PENDING_BETWEEN: &str = "\
 SELECT id, submission FROM zkcron_pending
-WHERE lock_group = $1 AND due_ms > $2 AND due_ms <= $3
+WHERE lock_group = $1 AND due_ms > $2 AND due_ms <= $3 AND (job = ANY ($5::text[])) = $6
 ORDER BY due_ms, id
 LIMIT $4";
 
@@ -188,11 +190,11 @@ SELECT $1, id, job, due_ms, $4, $5, submission FROM closed
 RETURNING id";
 
 /// Writes record $3 over open run $2's if its row is at version $4, still claimed with token $5,
-/// and the fence still holds $5 (taken `FOR SHARE`): a write a dead owner's connection still
+/// and the fence of group $6 still holds $5 (taken `FOR SHARE`): a write a dead owner's connection still
 /// carries lands nowhere once a new owner raised the fence. Its new version back.
 const UPDATE_OPEN: &str = "\
 WITH fence AS (
-    SELECT token FROM zkcron_fence WHERE lock_group = $1 AND token = $5 FOR SHARE
+    SELECT token FROM zkcron_fence WHERE lock_group = $6 AND token = $5 FOR SHARE
 )
 UPDATE zkcron_open SET record = $3, version = version + 1
 WHERE lock_group = $1 AND id = $2 AND version = $4 AND token = $5
@@ -200,10 +202,10 @@ WHERE lock_group = $1 AND id = $2 AND version = $4 AND token = $5
 RETURNING version";
 
 /// [`UPDATE_OPEN`] by a next owner holding token $5 (node $6, IP $7), checked against the fence
-/// in the same statement. One row back: the fence's verdict, and the new version or NULL.
+/// of group $8 in the same statement. One row back: the fence's verdict, and the new version or NULL.
 const TAKE_OVER: &str = "\
 WITH fence AS (
-    SELECT token FROM zkcron_fence WHERE lock_group = $1 AND token = $5 FOR SHARE
+    SELECT token FROM zkcron_fence WHERE lock_group = $8 AND token = $5 FOR SHARE
 ), taken AS (
     UPDATE zkcron_open
     SET record = $3, version = version + 1, token = $5, node = $6, ip = $7

@@ -10,7 +10,7 @@ use super::handle::PgStore;
 use super::listen::Submit;
 use super::queue::Where;
 use crate::delayed::submission::{Submission, SubmissionId, Submitted};
-use crate::ledger::submission_state::{Rescheduled, SubmissionError, SubmissionState};
+use crate::ledger::submission_state::{JobsRead, Rescheduled, SubmissionError, SubmissionState};
 
 /// [`PgStore::submit`], answered as `ledger::submissions::submit` answers.
 ///
@@ -102,9 +102,10 @@ pub(crate) async fn pending_between(
     after_unix_ms: i64,
     through_unix_ms: i64,
     limit: i64,
+    jobs: &JobsRead,
 ) -> Result<Vec<(SubmissionId, Submission)>, SubmissionError> {
     store
-        .pending_between(after_unix_ms, through_unix_ms, limit)
+        .pending_between(after_unix_ms, through_unix_ms, limit, jobs)
         .await
         .map_err(answered)
 }

@@ -477,6 +477,137 @@ async fn each_lock_groups_owner_runs_its_own_jobs_submissions_from_the_one_queue
     assert!(matches!(store.fence().await, Ok(Some(token)) if token >= 1));
 }
 
+/// A job that logs `START <id> <ns>` and `END <id> <ns>` around a sleep of `secs`, to
+/// `<name>.log`, with the job keys `rest`.
+fn timed_job(out: &Path, name: &str, secs: &str, rest: &str) -> String {
+    format!(
+        "[[job]]\nname = \"{name}\"\nstarting_deadline = \"60s\"\n{rest}shell = '''\
+         echo \"START $ZKCRON_SUBMISSION_ID $(date +%s%N)\" >> {dir}/{name}.log; sleep {secs}; \
+         echo \"END $ZKCRON_SUBMISSION_ID $(date +%s%N)\" >> {dir}/{name}.log'''\n",
+        dir = out.display()
+    )
+}
+
+/// The lines of `<name>.log` for each of `jobs`, split in words.
+fn logged(out: &Path, jobs: &[&str]) -> Vec<Vec<String>> {
+    jobs.iter()
+        .flat_map(|job| runs_of(out, &format!("{job}.log")))
+        .map(|line| line.split_whitespace().map(str::to_owned).collect())
+        .collect()
+}
+
+/// The most runs of `jobs` ever between their `START` and `END` at once. A logged span lies
+/// inside its run, so this never counts more than ran at once.
+fn most_at_once(out: &Path, jobs: &[&str]) -> usize {
+    let mut events: Vec<(u128, i8)> = logged(out, jobs)
+        .iter()
+        .filter_map(|words| {
+            let at = words.get(2)?.parse().ok()?;
+            Some((at, if words[0] == "START" { 1 } else { -1 }))
+        })
+        .collect();
+    // An end and a start at the same instant: the end first.
+    events.sort();
+    let (mut now, mut most) = (0i64, 0i64);
+    for (_, step) in events {
+        now += i64::from(step);
+        most = most.max(now);
+    }
+    usize::try_from(most).unwrap_or(0)
+}
+
+/// The caps and promises a run of a submission keeps whichever store holds it: a job's
+/// `max_running`, `concurrency = "forbid"`, a `[[limit]]` shared by two jobs, and a retry
+/// promised by a failed attempt, each run once and ended in the store.
+#[tokio::test]
+async fn the_stores_submissions_keep_max_running_forbid_limits_and_retries() {
+    let ground = ground("pg-daemon-caps").await;
+    let (dir, out) = (&ground.dir, &ground.out);
+    let jobs = format!(
+        "[[limit]]\nname = \"db\"\nmax = 1\n\n{}{}{}{}\
+         [[job]]\nname = \"flaky\"\nretries = 1\nretry_backoff = \"1s\"\nshell = '''\
+         echo \"RUN $ZKCRON_ATTEMPT\" >> {dir}/flaky.log; [ \"$ZKCRON_ATTEMPT\" = 2 ]'''\n",
+        timed_job(out, "capped", "0.6", "max_running = 2\n"),
+        timed_job(out, "single", "0.4", "concurrency = \"forbid\"\n"),
+        timed_job(out, "lim_a", "0.4", "limits = [\"db\"]\n"),
+        timed_job(out, "lim_b", "0.4", "limits = [\"db\"]\n"),
+        dir = out.display(),
+    );
+    let node = DaemonNode::start(dir.path(), "d1", &in_postgres(&ground, &jobs));
+    node.wait_log("owns the lock", SESSION + SLACK).await;
+
+    let due = at(now_ms() + 1_000);
+    let submitted: Vec<(&str, String)> = [("capped", 5), ("single", 3), ("lim_a", 2), ("lim_b", 2)]
+        .iter()
+        .flat_map(|(job, count)| (0..*count).map(move |n| (*job, format!("{job}-{n}"))))
+        .chain([("flaky", "flaky-0".to_owned())])
+        .collect();
+    for (job, id) in &submitted {
+        zkcron_ok(&["submit", job, "--at", &due, "--id", id], &node.config);
+    }
+    let store = PgStore::open(&ground.dsn, "/zkcron/d")
+        .await
+        .expect("the store opens");
+    // 5 runs of 0.6 s two at a time, or 4 of 0.4 s one at a time, at most.
+    let mut ended = std::collections::HashMap::new();
+    for (_, id) in &submitted {
+        let parsed = SubmissionId::parse(id).expect("an id");
+        let record = wait_for("each run's end in the store", SLACK * 3, || {
+            let (store, id) = (&store, parsed.clone());
+            async move {
+                match store.find(&id).await {
+                    Ok(Some(Where::Ended { record, .. })) => Some(record),
+                    _ => None,
+                }
+            }
+        })
+        .await;
+        ended.insert(id.clone(), record);
+    }
+    let logs = node.log();
+    for (job, cap) in [("capped", 2), ("single", 1)] {
+        let most = most_at_once(out, &[job]);
+        assert!(most <= cap, "{job}: {most} ran at once, over {cap}\n{logs}");
+    }
+    let most = most_at_once(out, &["lim_a", "lim_b"]);
+    assert_eq!(most, 1, "limit db holds one at once\n{logs}");
+    // Each submission started once; one of the `forbid` job that came while another ran is
+    // skipped instead, and recorded so.
+    for (job, id) in submitted.iter().filter(|(job, _)| *job != "flaky") {
+        let starts = logged(out, &[job])
+            .iter()
+            .filter(|words| words[0] == "START" && words[1] == *id)
+            .count();
+        let status = ended[id].status;
+        let skipped = *job == "single" && status == RunStatus::Skipped;
+        assert!(
+            (starts, status) == (1, RunStatus::Succeeded) || (starts, skipped) == (0, true),
+            "{id} started {starts} times, ended {status:?}\n{logs}"
+        );
+    }
+    assert!(
+        ended
+            .values()
+            .filter(|r| r.job.as_str() == "single")
+            .any(|r| r.status == RunStatus::Succeeded),
+        "the forbid job ran\n{logs}"
+    );
+    assert_eq!(
+        runs_of(out, "flaky.log"),
+        ["RUN 1", "RUN 2"],
+        "the promised retry, once"
+    );
+    let flaky = SubmissionId::parse("flaky-0").expect("an id");
+    match store.find(&flaky).await {
+        Ok(Some(Where::Ended { record, .. })) => assert_eq!(
+            (record.status, record.attempt),
+            (RunStatus::Succeeded, 2),
+            "{record:?}"
+        ),
+        other => panic!("the retried run's end: {other:?}"),
+    }
+}
+
 /// A fleet moving its queue to PostgreSQL: a node that still keeps it in ZooKeeper cannot read
 /// what is submitted to the database, so it hands the lock over to a member that keeps it there
 /// and stays out of contention while that member lives.

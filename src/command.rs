@@ -328,6 +328,7 @@ impl Command {
                 if let Some(Outcome::Migrated(moved)) = outcome {
                     args.push(("moved", moved.moved.len().to_string()));
                     args.push(("refused", moved.refused.len().to_string()));
+                    args.push(("remembered", moved.remembered.moved.to_string()));
                 }
                 (None, args)
             }

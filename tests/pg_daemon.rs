@@ -653,6 +653,26 @@ async fn pending_submissions_move_from_zookeeper_into_postgres_and_fire_once() {
     let in_postgres = in_postgres(&ground, &on_demand_job(out));
     let old = DaemonNode::start(dir.path(), "z1", &in_zookeeper);
     old.wait_log("owns the lock", SESSION + SLACK).await;
+    // One that runs and ends in ZooKeeper before the switch: its id is remembered there.
+    let early_due = at(now_ms());
+    let early = [
+        "submit",
+        "close",
+        "--at",
+        &early_due,
+        "--id",
+        "early",
+        "--payload",
+    ];
+    zkcron_ok(&[&early[..], &["p"]].concat(), &old.config);
+    wait_for("the early one ends in zookeeper", SLACK * 2, || {
+        let records = support::daemon::history_records("close", &[], &old.config);
+        let ended = records
+            .iter()
+            .any(|record| record["submission_id"] == "early" && record["status"] == "succeeded");
+        async move { ended.then_some(()) }
+    })
+    .await;
     // Due once the new owner has taken over (a session timeout, then at once: a handover).
     let due = now_ms() + 8_000;
     let ids: Vec<String> = (0..20).map(|i| format!("m-{i}")).collect();
@@ -687,10 +707,25 @@ async fn pending_submissions_move_from_zookeeper_into_postgres_and_fire_once() {
         .await;
     let moved = zkcron_ok(&["delayed", "migrate", "--to", "postgres"], &new.config);
     assert!(
-        moved.contains("pending submission(s) from ZooKeeper into PostgreSQL"),
+        moved.contains("and 1 remembered id(s) from ZooKeeper into PostgreSQL"),
         "{moved}"
     );
     assert!(now_ms() < due, "moved before they were due");
+    // The store remembers the id that ended in ZooKeeper: the same request again changes
+    // nothing, another under its id is refused, as ZooKeeper would have told them.
+    let again = support::daemon::assert_exit(
+        &support::daemon::zkcron(&[&early[..], &["p"]].concat(), &new.config),
+        0,
+    );
+    assert!(
+        again.contains("already exists with this same request"),
+        "{again}"
+    );
+    let other = support::daemon::zkcron_refused(&[&early[..], &["q"]].concat(), &new.config);
+    assert!(
+        other.contains("different job, due time or payload"),
+        "{other}"
+    );
 
     for id in &ids {
         wait_for(
@@ -704,7 +739,7 @@ async fn pending_submissions_move_from_zookeeper_into_postgres_and_fire_once() {
         .await;
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
-    for id in &ids {
+    for id in ids.iter().map(String::as_str).chain(["early"]) {
         let runs = runs_of(out, id);
         assert_eq!(runs.len(), 1, "{id} ran once: {runs:?}");
     }

@@ -100,8 +100,9 @@ pub enum DelayedCommand {
         new_id: Option<String>,
     },
     /// Move every submission pending in ZooKeeper into the PostgreSQL store (`[delayed] store =
-    /// "postgres"`), once a node that keeps the queue there owns the lock. Cut short, run it
-    /// again: what moved stays moved, and nothing is moved twice.
+    /// "postgres"`), once a node that keeps the queue there owns the lock, with the ids ZooKeeper
+    /// remembers for `dedup_window`. Cut short, run it again: what moved stays moved, and
+    /// nothing is moved twice.
     Migrate {
         /// Where to: the only store a queue moves to.
         #[arg(long, value_enum)]
@@ -336,8 +337,9 @@ pub async fn run(config: &Config, command: DelayedCommand) -> Result<(), CliErro
                 eprintln!("zkcron: {id} left in ZooKeeper: {why}");
             }
             print_lines(&[format!(
-                "moved {} pending submission(s) from ZooKeeper into PostgreSQL",
-                moved.moved.len()
+                "moved {} pending submission(s) and {} remembered id(s) from ZooKeeper into PostgreSQL",
+                moved.moved.len(),
+                moved.remembered.moved
             )])?;
             if moved.refused.is_empty() {
                 Ok(())

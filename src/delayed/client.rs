@@ -466,14 +466,10 @@ impl Delayed {
         Ok(submissions::show(&self.client, &self.delayed, &self.ledger, id).await?)
     }
 
-    /// Up to `limit` pending submissions (of `job`, if given), in due order. Reads bucket by
-    /// bucket from the oldest and stops once `limit` are found.
-    ///
-    /// # Errors
-    /// A failed request. Foreign nodes are logged and skipped.
     /// Moves every submission pending in ZooKeeper's due tree into the delayed queue's
     /// PostgreSQL store (`zkcron delayed migrate --to postgres`), once the lock's owner keeps the
-    /// queue there: nothing claims from ZooKeeper's tree then, so none is lost or run twice.
+    /// queue there: nothing claims from ZooKeeper's tree then, so none is lost or run twice. The
+    /// ids ZooKeeper remembers for their jobs' `dedup_window` go with them.
     ///
     /// # Errors
     /// `NotInStore` when the schedule keeps the queue in ZooKeeper; `OwnerReadsZooKeeper` when
@@ -501,12 +497,26 @@ impl Delayed {
         if !reads_store {
             return Err(DelayedError::OwnerReadsZooKeeper { owner: who });
         }
-        Ok(
+        let mut moved =
             crate::ledger::store_move::move_to_store(&self.client, &self.delayed, usize::MAX)
-                .await?,
+                .await?;
+        let window_of = |job: &JobName| self.jobs.get(job).map(|config| config.dedup_window);
+        let now = chrono::Utc::now().timestamp_millis();
+        moved.remembered = crate::ledger::store_move::remember_in_store(
+            &self.client,
+            &self.ledger,
+            window_of,
+            now,
         )
+        .await?;
+        Ok(moved)
     }
 
+    /// Up to `limit` pending submissions (of `job`, if given), in due order. Reads bucket by
+    /// bucket from the oldest and stops once `limit` are found.
+    ///
+    /// # Errors
+    /// A failed request. Foreign nodes are logged and skipped.
     pub async fn list(
         &self,
         job: Option<&JobName>,

@@ -29,6 +29,8 @@ pub struct Moved {
     pub refused: Vec<(SubmissionId, String)>,
     /// Every pending submission in ZooKeeper was looked at (not stopped at the limit).
     pub complete: bool,
+    /// The remembered ids moved with them (`zkcron delayed migrate` only).
+    pub remembered: RememberedMoved,
 }
 
 /// Moves up to `limit` of the submissions pending in ZooKeeper's due tree into the delayed
@@ -152,4 +154,116 @@ async fn cancel_copy(client: &Ledger, id: &SubmissionId) {
             tracing::error!(id = %id, error = %crate::report::error_chain(&err), "a submission left zookeeper's queue while it moved into the delayed store, and its copy there could not be cancelled: it may run twice");
         }
     }
+}
+
+/// What a move of the remembered ids did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RememberedMoved {
+    /// Ids the store remembers now, each with its tombstone until its window ends.
+    pub moved: usize,
+    /// Ids left in ZooKeeper: pending (the pending move takes them), a run still open there,
+    /// a generated id, or one whose window has passed (ZooKeeper's own sweep frees it).
+    pub left: usize,
+}
+
+/// Moves the ids ZooKeeper's queue remembers into the store, so that a resubmit within
+/// `dedup_window` of an id that ran before the switch is told apart there as it was in
+/// ZooKeeper: each tombstone as it is, and each ended run's request as the tombstone its prune
+/// would make (until its end plus `window_of` its job; a job not in the schedule keeps its
+/// request in ZooKeeper). The store keeps its own where it knows the id already; then the id
+/// leaves ZooKeeper's index, at the version read. A run's record stays in ZooKeeper, where
+/// `history` reads it and its prune finds the request gone.
+///
+/// # Errors
+/// A listing, a read, or the store failed; what moved stays moved, and a move run again goes on.
+pub async fn remember_in_store(
+    client: &Ledger,
+    paths: &crate::layout::LedgerPaths,
+    window_of: impl Fn(&crate::ids::JobName) -> Option<std::time::Duration>,
+    now_unix_ms: i64,
+) -> Result<RememberedMoved, SubmissionError> {
+    let mut done = RememberedMoved::default();
+    let Some(store) = client.delayed_store() else {
+        return Ok(done);
+    };
+    let ids = &paths.delayed.ids;
+    for shard in super::submissions::children(client, ids).await? {
+        let mut batch = Vec::new();
+        let mut versions = Vec::new();
+        for name in super::submissions::children(client, &format!("{ids}/{shard}")).await? {
+            let Ok(id) = SubmissionId::parse(&name) else {
+                continue;
+            };
+            match remembered(client, paths, &id, &window_of, now_unix_ms).await? {
+                Some((tombstone, version)) => {
+                    batch.push((
+                        id.to_string(),
+                        tombstone.to_bytes(),
+                        tombstone.remembered_until_unix_ms,
+                    ));
+                    versions.push((id, version));
+                }
+                None => done.left += 1,
+            }
+        }
+        if batch.is_empty() {
+            continue;
+        }
+        store
+            .remember(&batch)
+            .await
+            .map_err(SubmissionError::Store)?;
+        for (id, version) in versions {
+            let node = paths.delayed.submission(&id);
+            match client
+                .zk()
+                .delete(WriteKind::Submit, &node, Some(version))
+                .await
+            {
+                // Changed meanwhile (its prune made it a tombstone, or it was forgotten): the
+                // store remembers it either way, and ZooKeeper's sweep frees what is left.
+                Ok(()) | Err(Fault::NoNode | Fault::BadVersion) => done.moved += 1,
+                Err(source) => return Err(zk(&node, source)),
+            }
+        }
+    }
+    Ok(done)
+}
+
+/// The tombstone the store should keep for `id`, with its node's version, when ZooKeeper
+/// remembers it for a run that ended and its window has not passed.
+async fn remembered(
+    client: &Ledger,
+    paths: &crate::layout::LedgerPaths,
+    id: &SubmissionId,
+    window_of: &impl Fn(&crate::ids::JobName) -> Option<std::time::Duration>,
+    now_unix_ms: i64,
+) -> Result<Option<(crate::delayed::submission::Tombstone, i32)>, SubmissionError> {
+    let (submission, version) = match read_stored(client, &paths.delayed, id).await? {
+        Some((Stored::Tombstone(tombstone), version)) => {
+            let live = tombstone.remembered_until_unix_ms > now_unix_ms;
+            return Ok(live.then_some((tombstone, version)));
+        }
+        Some((Stored::Request(submission), version)) if !submission.anonymous => {
+            (submission, version)
+        }
+        Some((Stored::Request(_), _)) | None => return Ok(None),
+    };
+    if super::submissions::marked_pending(client, &paths.delayed, id, &submission).await? {
+        return Ok(None);
+    }
+    let record = paths.submission_record(&submission.job, submission.due_unix_ms, id);
+    let Some(run) = super::read_record(client, &record).await else {
+        return Ok(None);
+    };
+    let ended = run.status.is_final() && run.retry_at_unix_ms.is_none();
+    let Some(window) = window_of(&submission.job).filter(|_| ended) else {
+        return Ok(None);
+    };
+    let window_ms = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
+    let until = run
+        .finished_unix_ms
+        .unwrap_or(run.claimed_unix_ms)
+        .saturating_add(window_ms);
+    Ok((until > now_unix_ms).then(|| (submission.tombstone(until), version)))
 }

@@ -419,14 +419,7 @@ pub async fn show(
     };
     // The marker first: leaving `pending` creates the record in the same multi, so a marker
     // found gone means the record is there to read.
-    let marker = paths.marker_of(id, &submission);
-    if client
-        .zk()
-        .check_stat(&marker)
-        .await
-        .map_err(|source| zk(&marker, source))?
-        .is_some()
-    {
+    if marked_pending(client, paths, id, &submission).await? {
         return Ok(Some((submission, SubmissionState::Pending)));
     }
     let record = ledger.submission_record(&submission.job, submission.due_unix_ms, id);
@@ -439,6 +432,21 @@ pub async fn show(
         },
     };
     Ok(Some((submission, state)))
+}
+
+/// Whether `submission`'s pending marker is in ZooKeeper's due tree.
+///
+/// # Errors
+/// `Zk` when the read failed.
+pub(super) async fn marked_pending(
+    client: &Ledger,
+    paths: &DelayedPaths,
+    id: &SubmissionId,
+    submission: &Submission,
+) -> Result<bool, SubmissionError> {
+    let marker = paths.marker_of(id, submission);
+    let stat = client.zk().check_stat(&marker).await;
+    Ok(stat.map_err(|source| zk(&marker, source))?.is_some())
 }
 
 /// Cancels pending submission `id`: one multi-op deletes its marker and creates its record as

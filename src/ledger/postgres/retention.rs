@@ -118,6 +118,31 @@ impl PgStore {
         Ok(freed)
     }
 
+    /// Remembers each of `tombstones` — an id, its tombstone (`delayed::submission::Tombstone`'s
+    /// bytes) and when it may be forgotten — unless the queue knows the id already (submitted
+    /// to it since: the queue's own is kept), so a resubmit within the window is told as
+    /// [`PgStore::submit`] tells one of a pruned id's. How many it added.
+    ///
+    /// # Errors
+    /// `TimedOut`, `Unreachable` or `Query` (none was added: one statement).
+    pub async fn remember(&self, tombstones: &[(String, Vec<u8>, i64)]) -> Result<u64, StoreError> {
+        let ids: Vec<&str> = tombstones.iter().map(|(id, ..)| id.as_str()).collect();
+        let data: Vec<&[u8]> = tombstones
+            .iter()
+            .map(|(_, data, _)| data.as_slice())
+            .collect();
+        let until: Vec<i64> = tombstones.iter().map(|(.., until)| *until).collect();
+        let params: [&(dyn ToSql + Sync); 4] = [&self.lock_group, &ids, &data, &until];
+        let live = self.side().await?;
+        let added = self
+            .bounded(
+                "remembering ids",
+                live.client.execute(&live.statements.remember, &params),
+            )
+            .await?;
+        Ok(added)
+    }
+
     /// Drops the day partitions of both tables that ended before `before_unix_ms`'s day and
     /// hold no row (of any lock group): their dead tuples go with them. Their names.
     ///

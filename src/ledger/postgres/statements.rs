@@ -26,6 +26,7 @@ pub(super) struct Statements {
     pub(super) beyond_history: Statement,
     pub(super) prune: Statement,
     pub(super) forget: Statement,
+    pub(super) remember: Statement,
     pub(super) cancel: Statement,
     pub(super) reschedule: Statement,
     pub(super) find: Statement,
@@ -56,6 +57,7 @@ impl Statements {
             beyond_history: prepare(BEYOND_HISTORY).await?,
             prune: prepare(PRUNE).await?,
             forget: prepare(FORGET).await?,
+            remember: prepare(REMEMBER).await?,
             cancel: prepare(CANCEL).await?,
             reschedule: prepare(RESCHEDULE).await?,
             find: prepare(FIND).await?,
@@ -259,6 +261,15 @@ DELETE FROM zkcron_ids WHERE ctid = ANY (ARRAY (
     WHERE lock_group = $1 AND forget_after_ms <= $2
     LIMIT $3
 ))";
+
+/// Remembers ids $2 with tombstones $3 until $4, each unless the queue knows it already; the
+/// ids it added come back.
+const REMEMBER: &str = "\
+INSERT INTO zkcron_ids (lock_group, id, tombstone, forget_after_ms)
+SELECT $1, t.id, t.tombstone, t.until
+FROM unnest($2::text[], $3::bytea[], $4::int8[]) AS t (id, tombstone, until)
+ON CONFLICT DO NOTHING
+RETURNING id";
 
 /// Moves pending submission $2, due at $3, to `zkcron_ended` as cancelled at $4 (record $5).
 const CANCEL: &str = "\

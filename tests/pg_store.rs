@@ -469,7 +469,7 @@ async fn a_next_owner_takes_an_open_run_over_and_the_old_owners_writes_find_it_g
         .raise_fence(FencingToken(8))
         .await
         .expect("the fence rises");
-    let open = new_owner.open_runs().await.expect("read");
+    let open = new_owner.open_runs(None).await.expect("read");
     assert_eq!(open.len(), 1);
     assert_eq!((open[0].version, open[0].token), (version, FencingToken(7)));
     assert_eq!(open[0].record, running);
@@ -525,7 +525,7 @@ async fn a_next_owner_takes_an_open_run_over_and_the_old_owners_writes_find_it_g
         .await
         .expect("read");
     assert_eq!(history, [interrupted]);
-    assert!(new_owner.open_runs().await.expect("read").is_empty());
+    assert!(new_owner.open_runs(None).await.expect("read").is_empty());
 }
 
 #[tokio::test]
@@ -667,6 +667,19 @@ async fn a_stale_owner_claims_nothing_once_a_newer_owner_raised_the_fence() {
         .raise_fence(FencingToken(6))
         .await
         .expect("the same token again");
+    // A catch-up's raise for each job it lists is sent once a token: the old owner's, sent
+    // again, would be refused (above), so an answer without a refusal is one never sent. Its
+    // claims stay fenced.
+    old_owner
+        .raise_fence_once(FencingToken(5))
+        .await
+        .expect("not sent again");
+    assert!(matches!(
+        old_owner
+            .claim_due(FencingToken(5), None, NOON, 10, (&node(), ""), NOON)
+            .await,
+        Err(StoreError::Fenced { .. })
+    ));
 }
 
 #[tokio::test]

@@ -32,9 +32,25 @@ impl PgStore {
             )
             .await?;
         if raised.is_some() {
+            self.raised
+                .fetch_max(i64::from(token.0), std::sync::atomic::Ordering::AcqRel);
             return Ok(());
         }
         self.fenced(token).await
+    }
+
+    /// [`PgStore::raise_fence`], unless this handle raised it to `token` already: a new owner's
+    /// catch-up lists each of its jobs, and the first raise orders every one of them after the
+    /// previous owner's writes (a raise to the same token again is a commit that adds nothing).
+    ///
+    /// # Errors
+    /// As [`PgStore::raise_fence`].
+    pub async fn raise_fence_once(&self, token: FencingToken) -> Result<(), StoreError> {
+        let raised = self.raised.load(std::sync::atomic::Ordering::Acquire);
+        if raised == i64::from(token.0) {
+            return Ok(());
+        }
+        self.raise_fence(token).await
     }
 
     /// The answer to a statement that checked the fence at `token` and found another: `Fenced`

@@ -45,6 +45,8 @@ pub struct PgStore {
     side: Mutex<Option<Arc<Live>>>,
     /// The schema was brought to this version's by this handle's first connection.
     migrated: std::sync::atomic::AtomicBool,
+    /// The newest token this handle raised the fence to (0: none yet).
+    pub(super) raised: std::sync::atomic::AtomicI64,
     /// How long a request may go unanswered before the connection is given up.
     request_bound: Duration,
 }
@@ -98,6 +100,7 @@ impl PgStore {
             live: Mutex::new(None),
             side: Mutex::new(None),
             migrated: std::sync::atomic::AtomicBool::new(false),
+            raised: std::sync::atomic::AtomicI64::new(0),
             request_bound: REQUEST_BOUND,
         })
     }
@@ -121,6 +124,7 @@ impl PgStore {
             live: Mutex::new(None),
             side: Mutex::new(None),
             migrated: std::sync::atomic::AtomicBool::new(false),
+            raised: std::sync::atomic::AtomicI64::new(0),
             request_bound: self.request_bound,
         }
     }

@@ -113,19 +113,20 @@ impl PgStore {
             .map_or(Updated::Conflict, Updated::Written))
     }
 
-    /// Every open run of this lock group, oldest due first: what a new owner resumes or marks
-    /// interrupted. At most `max_running` a job, so read whole. A row that cannot be read is
-    /// logged with its id and left as it is.
+    /// Every open run of `job` (of every job: `None`), oldest due first: what a new owner
+    /// resumes or marks interrupted. At most `max_running` a job, so read whole. A row that
+    /// cannot be read is logged with its id and left as it is.
     ///
     /// # Errors
     /// `Unreachable` or `Query`.
-    pub async fn open_runs(&self) -> Result<Vec<OpenRun>, StoreError> {
+    pub async fn open_runs(&self, job: Option<&JobName>) -> Result<Vec<OpenRun>, StoreError> {
         let live = self.live().await?;
+        let job = job.map(JobName::as_str);
         let rows = self
             .bounded(
                 "reading the open runs",
                 live.client
-                    .query(&live.statements.open_runs, &[&self.lock_group]),
+                    .query(&live.statements.open_runs, &[&self.lock_group, &job]),
             )
             .await?;
         let mut open = Vec::with_capacity(rows.len());

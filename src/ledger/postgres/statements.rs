@@ -216,9 +216,10 @@ WITH fence AS (
 )
 SELECT EXISTS (SELECT 1 FROM fence), (SELECT version FROM taken)";
 
+/// The open runs of job $2 (of every job when NULL), oldest due first.
 const OPEN_RUNS: &str = "\
 SELECT id, token, node, ip, claimed_ms, record, version, submission
-FROM zkcron_open WHERE lock_group = $1
+FROM zkcron_open WHERE lock_group = $1 AND ($2::text IS NULL OR job = $2)
 ORDER BY due_ms, id";
 
 /// Job $2's newest $3 ended runs, newest end first.

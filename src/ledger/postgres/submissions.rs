@@ -111,7 +111,7 @@ pub(crate) async fn pending_between(
 }
 
 /// [`PgStore::open_runs`] of `job`: each record with its row's version and its payload, the
-/// fence raised to `token` first.
+/// fence raised to `token` first (once a token: a new owner lists every job).
 ///
 /// # Errors
 /// `Store` when the store failed.
@@ -123,14 +123,13 @@ pub(crate) async fn open_runs_of(
     // A previous owner's writes still on their way (its connection outlives it) are refused
     // from here on: what is read below is all it wrote.
     if let Some(token) = token {
-        store.raise_fence(token).await.map_err(answered)?;
+        store.raise_fence_once(token).await.map_err(answered)?;
     }
     Ok(store
-        .open_runs()
+        .open_runs(Some(job))
         .await
         .map_err(answered)?
         .into_iter()
-        .filter(|run| run.record.job == *job)
         .map(|run| (run.record, run.version, run.submission.payload))
         .collect())
 }
@@ -145,10 +144,9 @@ pub(crate) async fn history_of(
     limit: usize,
 ) -> Result<Vec<crate::run::RunRecord>, StoreError> {
     let mut records: Vec<crate::run::RunRecord> = store
-        .open_runs()
+        .open_runs(Some(job))
         .await?
         .into_iter()
-        .filter(|run| run.record.job == *job)
         .map(|run| run.record)
         .collect();
     records.sort_by_key(|record| std::cmp::Reverse(record.scheduled_unix_ms));

@@ -14,6 +14,7 @@ use zkcron::delayed::{Submission, SubmissionId};
 use zkcron::layout::{LedgerPaths, LockPaths};
 use zkcron::ledger::Ledger;
 use zkcron::ledger::Remember;
+use zkcron::ledger::chains;
 use zkcron::ledger::postgres::{
     Chosen, ChosenClaim, Ended, Mark, PgStore, Pruned, StoreError, Submit, Updated, Where,
 };
@@ -854,7 +855,8 @@ async fn nodes_opening_a_new_database_together_migrate_it_once_and_a_newer_schem
         .query_one("SELECT count(*) FROM zkcron_schema_history", &[])
         .await
         .expect("the history");
-    assert_eq!(applied.get::<_, i64>(0), 1, "a migration was applied twice");
+    // V1 (the queue) and V2 (the chain marks), each once.
+    assert_eq!(applied.get::<_, i64>(0), 2, "a migration was applied twice");
 
     client
         .execute(
@@ -1108,22 +1110,28 @@ async fn a_prune_keeps_the_newest_runs_remembers_chosen_ids_and_frees_generated_
     );
 }
 
-#[tokio::test]
-async fn the_ledgers_submission_use_cases_reach_the_store_and_write_nothing_to_zookeeper() {
-    let (store, _) = store("ledger_use_cases", 1).await;
+/// A ledger carrying `store`, on a chroot `name` of its own on the shared ensemble, and a plain
+/// client of that chroot to look into ZooKeeper with.
+async fn ledger_on(store: Arc<PgStore>, name: &str) -> (Ledger, zookeeper_client::Client) {
     let connect = support::shared_ensemble()
-        .isolated_connect_string("pg_ledger_use_cases")
+        .isolated_connect_string(name)
         .await
         .expect("a chroot");
     let client = zookeeper_client::Client::connect(&connect)
         .await
         .expect("a session");
-    let ledger = Ledger::new(Zk::new(
+    let zk = Zk::new(
         client.clone(),
         &zookeeper_client::Acls::anyone_all(),
         REQUEST_BOUND,
-    ))
-    .with_delayed_store(Arc::new(store));
+    );
+    (Ledger::new(zk).with_delayed_store(store), client)
+}
+
+#[tokio::test]
+async fn the_ledgers_submission_use_cases_reach_the_store_and_write_nothing_to_zookeeper() {
+    let (store, _) = store("ledger_use_cases", 1).await;
+    let (ledger, client) = ledger_on(Arc::new(store), "pg_ledger_use_cases").await;
     let paths = LedgerPaths::new(&LockPaths::new("/zkcron", "g"));
 
     let asked = submission("close", NOON, b"{}");
@@ -1167,5 +1175,66 @@ async fn the_ledgers_submission_use_cases_reach_the_store_and_write_nothing_to_z
             .expect("answered")
             .is_none(),
         "a submission kept in PostgreSQL wrote to ZooKeeper"
+    );
+}
+
+/// An owner killed between a submitted parent's end in the store and its chain marks in
+/// ZooKeeper: the end kept the marks, and the next owner's chore makes them, so the child does
+/// not wait for good; made, they are no longer kept.
+#[tokio::test]
+async fn chain_marks_kept_with_an_end_are_made_by_the_next_owners_chore() {
+    let (store, _) = store("kept_marks", 1).await;
+    let store = Arc::new(store);
+    let (ledger, client) = ledger_on(Arc::clone(&store), "pg_kept_marks").await;
+    let parent = id("p-1");
+    store
+        .submit(&parent, &submission("extract", NOON, b""))
+        .await
+        .expect("submitted");
+    let claimed = store
+        .claim_due(FencingToken(1), None, NOON, 1, (&node(), ""), NOON)
+        .await
+        .expect("claimed");
+    let mut done = claimed.claimed[0].record.clone();
+    done.status = RunStatus::Succeeded;
+    let mark = "/zkcron/g/after/load/1796385600000~extract~p-1".to_owned();
+    let ended = store
+        .end_leaving(
+            &parent,
+            FencingToken(1),
+            &done,
+            NOON + 10,
+            &[(mark.clone(), b"m".to_vec())],
+        )
+        .await
+        .expect("ended");
+    assert_eq!(ended, Ended::Recorded);
+    // The owner dies here: no mark in ZooKeeper, one kept in the store.
+    assert_eq!(client.check_stat(&mark).await.expect("read"), None);
+    assert_eq!(
+        store.marks_left(NOON + 10, 10).await.expect("read").len(),
+        1
+    );
+    assert!(
+        store
+            .marks_left(NOON + 9, 10)
+            .await
+            .expect("read")
+            .is_empty(),
+        "an end newer than asked is left to its live owner"
+    );
+
+    let made = chains::leave_kept_marks(&ledger, NOON + 10)
+        .await
+        .expect("made");
+    assert_eq!(made, 1);
+    let (data, _) = client.get_data(&mark).await.expect("the mark is made");
+    assert_eq!(data, b"m");
+    assert!(
+        store
+            .marks_left(NOON + 10, 10)
+            .await
+            .expect("read")
+            .is_empty()
     );
 }

@@ -9,7 +9,7 @@
 //! deletes the marks it follows, is the [`ClaimPlan`](super::ClaimPlan)'s.
 
 use super::Ledger;
-use super::error::ClaimError;
+use super::error::{ClaimError, UpdateError};
 use crate::delayed::submission::{DueBucket, Submission, SubmissionId};
 use crate::ids::{FencingToken, JobName};
 use crate::layout::{LedgerPaths, MarkName};
@@ -89,6 +89,74 @@ pub(super) async fn make_dirs(zk: &Zk, marks: &[MarkCreate]) {
             tracing::debug!(path = mark.dir, error = %err, "chain marks' parent not made");
         }
     }
+}
+
+/// Chain marks kept per chore at most.
+const KEPT_MARKS_PER_CHORE: i64 = 1_000;
+
+/// Makes in ZooKeeper the chain marks the store kept for runs that ended at or before
+/// `ended_by_unix_ms` and whose owner never made them (it died between the end and the marks),
+/// then lets the store forget them. A mark a child took already is made again: the child's
+/// submission under `<parent id>.<child>` is then a resubmit of the same request, which changes
+/// nothing. How many it made.
+///
+/// # Errors
+/// `Store` when the store failed; `Zk` when a mark could not be made (the rest wait for the
+/// next chore).
+pub async fn leave_kept_marks(
+    client: &Ledger,
+    ended_by_unix_ms: i64,
+) -> Result<usize, UpdateError> {
+    let Some(store) = client.delayed_store() else {
+        return Ok(0);
+    };
+    let store_failed = |source| UpdateError::Store {
+        path: format!("postgres:{}", store.lock_group()),
+        source: std::sync::Arc::new(source),
+    };
+    let kept = store
+        .marks_left(ended_by_unix_ms, KEPT_MARKS_PER_CHORE)
+        .await
+        .map_err(store_failed)?;
+    let zk_failed = |path: &str, source| UpdateError::Zk {
+        path: path.to_owned(),
+        source,
+    };
+    let mut made = Vec::with_capacity(kept.len());
+    for (path, data) in &kept {
+        let dir = path.rsplit_once('/').map_or("", |(dir, _)| dir).to_owned();
+        let mark = [MarkCreate {
+            path: path.clone(),
+            dir,
+            data: data.clone(),
+        }];
+        for _ in 0..2 {
+            let mut multi = client.zk().multi(WriteKind::Final);
+            add_creates(&mark, &mut multi).map_err(|fault| zk_failed(path, fault))?;
+            match multi.commit().await {
+                Ok(_)
+                | Err(MultiFault::Op {
+                    fault: Fault::NodeExists,
+                    ..
+                }) => break,
+                Err(MultiFault::Op {
+                    fault: Fault::NoNode,
+                    ..
+                }) => make_dirs(client.zk(), &mark).await,
+                Err(
+                    MultiFault::Op { fault, .. }
+                    | MultiFault::Request(fault)
+                    | MultiFault::Fenced(fault),
+                ) => return Err(zk_failed(path, fault)),
+            }
+        }
+        tracing::warn!(path, "a chain mark its parent's owner left unmade is made");
+        made.push(path.as_str());
+    }
+    if !made.is_empty() {
+        store.marks_made(&made).await.map_err(store_failed)?;
+    }
+    Ok(made.len())
 }
 
 /// Removes the mark at `path`, which nobody will take; one gone already is fine.

@@ -188,7 +188,14 @@ impl StoreClaims {
         } else {
             let token = claim.record.fencing_token;
             let now = Utc::now().timestamp_millis();
-            let ended = self.store.end(&id, token, &claim.record, now).await;
+            let kept: Vec<(String, Vec<u8>)> = marks
+                .iter()
+                .map(|mark| (mark.path.clone(), mark.data.clone()))
+                .collect();
+            let ended = self
+                .store
+                .end_leaving(&id, token, &claim.record, now, &kept)
+                .await;
             match ended.map_err(store_failed(&claim.path))? {
                 super::postgres::Ended::Recorded => claim.version += 1,
                 super::postgres::Ended::NotOurs => {
@@ -200,6 +207,8 @@ impl StoreClaims {
             }
         }
         let same_session = SessionId(zk.session_id()) == claim.session;
+        // The store keeps them with the end until they are made here (`leave_kept_marks`).
+        let kept: Vec<String> = marks.iter().map(|mark| mark.path.clone()).collect();
         let mut left = Ok(());
         // As the ZooKeeper store's final write: a mark's missing parent is made and the marks
         // go again; a mark there already (our own lost reply) is not made twice.
@@ -217,7 +226,16 @@ impl StoreClaims {
                 _ => break,
             }
         }
-        // The end is recorded: what is left undone here is told, never undone there.
+        if left.is_ok() && !kept.is_empty() {
+            let kept: Vec<&str> = kept.iter().map(String::as_str).collect();
+            if let Err(err) = self.store.marks_made(&kept).await {
+                // Made again by the owner's next chore: a child's submission under its id is
+                // then a resubmit that changes nothing.
+                tracing::debug!(path = claim.path, error = %err, "chain marks made, but still kept in the store");
+            }
+        }
+        // The end is recorded: what is left undone here is told, never undone there (the
+        // store keeps the marks for the owner's chores).
         left.map_err(|err| {
             let source = match err {
                 MultiFault::Op { fault, .. }

@@ -1,5 +1,6 @@
 //! The owner's chores between runs: moving submissions pending in ZooKeeper into the delayed
-//! queue's PostgreSQL store where it is kept there, counting pending delayed submissions for
+//! queue's PostgreSQL store where it is kept there (and making the chain marks its ends kept
+//! that a dead owner never made), counting pending delayed submissions for
 //! `zkcron_delayed_pending`, sweeping the forget lists so that ids whose `dedup_window` has
 //! passed are free again, and pruning the audit trail's days older than `[audit] keep`.
 //!
@@ -52,6 +53,7 @@ pub(super) fn spawn(
             owned = owner;
             if owner && now >= next {
                 move_into_store(&client, &paths, &metrics).await;
+                leave_kept_marks(&client).await;
                 count_pending(&client, &paths, &metrics).await;
                 forget_expired(&client, &paths).await;
                 if now >= next_audit_prune {
@@ -89,6 +91,23 @@ async fn move_into_store(client: &Ledger, paths: &DelayedPaths, metrics: &Metric
         Err(err) => {
             tracing::warn!(error = %error_chain(&err), "submissions pending in zookeeper not moved into the delayed store; the next chore tries again");
         }
+    }
+}
+
+/// An end this old whose chain marks the store still keeps lost its owner before they were
+/// made: a live owner makes them within milliseconds of the end.
+const MARKS_UNMADE_AFTER: Duration = Duration::from_secs(10);
+
+/// With the queue kept in PostgreSQL: the chain marks of runs that ended there while their
+/// owner died before it made them in ZooKeeper are made, so no child waits for good.
+async fn leave_kept_marks(client: &Ledger) {
+    if !client.delayed_in_postgres() {
+        return;
+    }
+    let unmade = i64::try_from(MARKS_UNMADE_AFTER.as_millis()).unwrap_or(i64::MAX);
+    let ended_by = chrono::Utc::now().timestamp_millis() - unmade;
+    if let Err(err) = crate::ledger::chains::leave_kept_marks(client, ended_by).await {
+        tracing::warn!(error = %error_chain(&err), "chain marks kept in the delayed store not made; the next chore tries again");
     }
 }
 

@@ -206,13 +206,35 @@ impl PgStore {
         record: &RunRecord,
         ended_unix_ms: i64,
     ) -> Result<Ended, StoreError> {
+        self.end_leaving(id, token, record, ended_unix_ms, &[])
+            .await
+    }
+
+    /// [`PgStore::end`], keeping `marks` — the chain marks (ZooKeeper path, data) the end
+    /// leaves for the jobs after it — in the same statement, until
+    /// [`PgStore::marks_made`] says they are made there.
+    ///
+    /// # Errors
+    /// As [`PgStore::end`].
+    pub async fn end_leaving(
+        &self,
+        id: &SubmissionId,
+        token: FencingToken,
+        record: &RunRecord,
+        ended_unix_ms: i64,
+        marks: &[(String, Vec<u8>)],
+    ) -> Result<Ended, StoreError> {
         let data = record.to_bytes();
-        let params: [&(dyn ToSql + Sync); 5] = [
+        let paths: Vec<&str> = marks.iter().map(|(path, _)| path.as_str()).collect();
+        let kept: Vec<&[u8]> = marks.iter().map(|(_, mark)| mark.as_slice()).collect();
+        let params: [&(dyn ToSql + Sync); 7] = [
             &self.lock_group,
             &id.as_str(),
             &i64::from(token.0),
             &ended_unix_ms,
             &data,
+            &paths,
+            &kept,
         ];
         let rows = self
             .in_day(
@@ -228,6 +250,44 @@ impl PgStore {
         } else {
             Ended::Recorded
         })
+    }
+
+    /// The chain marks at `paths` are made in ZooKeeper: no longer kept.
+    ///
+    /// # Errors
+    /// `TimedOut`, `Unreachable` or `Query`.
+    pub async fn marks_made(&self, paths: &[&str]) -> Result<(), StoreError> {
+        let live = self.live().await?;
+        self.bounded(
+            "chain marks made",
+            live.client
+                .execute(&live.statements.marks_made, &[&self.lock_group, &paths]),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// Up to `limit` chain marks (ZooKeeper path, data), oldest first, kept for ends at or
+    /// before `ended_by_unix_ms`: their owner may have died before it made them.
+    ///
+    /// # Errors
+    /// `TimedOut`, `Unreachable` or `Query`.
+    pub async fn marks_left(
+        &self,
+        ended_by_unix_ms: i64,
+        limit: i64,
+    ) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        let live = self.side().await?;
+        let rows = self
+            .bounded(
+                "chain marks left",
+                live.client.query(
+                    &live.statements.marks_left,
+                    &[&self.lock_group, &ended_by_unix_ms, &limit],
+                ),
+            )
+            .await?;
+        Ok(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
     }
 
     /// Cancels pending submission `id` at `now_unix_ms`: it moves to the ended runs as

@@ -19,6 +19,8 @@ pub(super) struct Statements {
     pub(super) pending_between: Statement,
     pub(super) count_pending: Statement,
     pub(super) end: Statement,
+    pub(super) marks_made: Statement,
+    pub(super) marks_left: Statement,
     pub(super) update_open: Statement,
     pub(super) take_over: Statement,
     pub(super) open_runs: Statement,
@@ -50,6 +52,8 @@ impl Statements {
             pending_between: prepare(PENDING_BETWEEN).await?,
             count_pending: prepare(COUNT_PENDING).await?,
             end: prepare(END).await?,
+            marks_made: prepare(MARKS_MADE).await?,
+            marks_left: prepare(MARKS_LEFT).await?,
             update_open: prepare(UPDATE_OPEN).await?,
             take_over: prepare(TAKE_OVER).await?,
             open_runs: prepare(OPEN_RUNS).await?,
@@ -181,15 +185,36 @@ LIMIT $4";
 const COUNT_PENDING: &str = "\
 SELECT count(*) FROM (SELECT 1 FROM zkcron_pending WHERE lock_group = $1 LIMIT $2) AS capped";
 
-/// Moves the open run $2 claimed with token $3 to `zkcron_ended`, ended at $4 with record $5.
+/// Moves the open run $2 claimed with token $3 to `zkcron_ended`, ended at $4 with record $5,
+/// and keeps the chain marks its end leaves (paths $6, marks $7) until they are made in
+/// ZooKeeper.
 const END: &str = "\
 WITH closed AS (
     DELETE FROM zkcron_open WHERE lock_group = $1 AND id = $2 AND token = $3
     RETURNING id, job, due_ms, submission
+), ended AS (
+    INSERT INTO zkcron_ended (lock_group, id, job, due_ms, ended_ms, record, submission)
+    SELECT $1, id, job, due_ms, $4, $5, submission FROM closed
+    RETURNING id
+), kept AS (
+    INSERT INTO zkcron_marks (lock_group, path, mark, ended_ms)
+    SELECT $1, m.path, m.mark, $4 FROM unnest($6::text[], $7::bytea[]) AS m (path, mark)
+    WHERE EXISTS (SELECT 1 FROM ended)
+    ON CONFLICT DO NOTHING
 )
-INSERT INTO zkcron_ended (lock_group, id, job, due_ms, ended_ms, record, submission)
-SELECT $1, id, job, due_ms, $4, $5, submission FROM closed
-RETURNING id";
+SELECT id FROM ended";
+
+/// The chain marks $2, made in ZooKeeper: no longer kept.
+const MARKS_MADE: &str = "\
+DELETE FROM zkcron_marks WHERE lock_group = $1 AND path = ANY ($2::text[])";
+
+/// Up to $3 chain marks kept since $2 or before, oldest first: ends whose marks may not have
+/// been made in ZooKeeper.
+const MARKS_LEFT: &str = "\
+SELECT path, mark FROM zkcron_marks
+WHERE lock_group = $1 AND ended_ms <= $2
+ORDER BY ended_ms
+LIMIT $3";
 
 /// Writes record $3 over open run $2's if its row is at version $4, still claimed with token $5,
 /// and the fence of group $6 still holds $5 (taken `FOR SHARE`): a write a dead owner's connection still

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use support::daemon::{DaemonNode, now_ms, schedule_text, submit_spaced, zkcron_ok};
+use support::postgres::QueueIn;
 use support::{heavy_fault_lock, shared_ensemble, try_wait_for, unique_chroot, wait_for};
 
 const SESSION: Duration = Duration::from_secs(2);
@@ -521,11 +522,22 @@ async fn a_thousand_submissions_survive_a_kill_9_of_the_owner_each_run_at_most_o
 
 #[tokio::test]
 async fn a_job_away_from_the_schedule_keeps_its_submissions_in_status_and_fires_them_when_back() {
+    job_away(QueueIn::ZooKeeper).await;
+}
+
+#[tokio::test]
+async fn a_job_away_from_the_schedule_keeps_its_submissions_in_postgres_too() {
+    job_away(QueueIn::Postgres).await;
+}
+
+async fn job_away(queue: QueueIn) {
     let dir = tempfile::tempdir().expect("temp dir");
     let out = dir.path().join("runs");
     std::fs::create_dir(&out).expect("runs dir");
     let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot("delayed-away"));
-    let with = |jobs: &str| schedule_text(&connect, "d", SESSION, DELAY, jobs);
+    let delayed = queue.table(dir.path(), "delayed-away").await;
+    let with =
+        |jobs: &str| schedule_text(&connect, "d", SESSION, DELAY, &format!("{delayed}{jobs}"));
     let both = format!(
         "{}{}",
         on_demand_job(&out),
@@ -748,12 +760,22 @@ async fn ran(out: &Path, id: &str) -> Ran {
 /// accepted and then left `pending` by the owner, as the id's old claim made it before.
 #[tokio::test]
 async fn a_resubmit_after_history_runs_is_a_no_op_and_a_freed_id_fires_again() {
+    resubmit_after_history(QueueIn::ZooKeeper).await;
+}
+
+#[tokio::test]
+async fn a_resubmit_after_history_runs_is_a_no_op_in_postgres_too() {
+    resubmit_after_history(QueueIn::Postgres).await;
+}
+
+async fn resubmit_after_history(queue: QueueIn) {
     let dir = tempfile::tempdir().expect("temp dir");
     let out = dir.path().join("runs");
     std::fs::create_dir(&out).expect("runs dir");
     let connect = shared_ensemble().connect_string_with_chroot(&unique_chroot("delayed-dedup"));
     let jobs = format!(
-        "{}{}",
+        "{}{}{}",
+        queue.table(dir.path(), "delayed-dedup").await,
         on_demand_job(&out).replace("starting_deadline", "history = 3\nstarting_deadline"),
         on_demand_job(&out).replace(
             "name = \"close\"",

@@ -495,3 +495,32 @@ fn sql(what: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> PgError
     let what = what.into();
     move |source| PgError::Sql { what, source }
 }
+
+/// Where a daemon test keeps the delayed queue: the two stores behind the same promises, for a
+/// scenario that runs on each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueIn {
+    ZooKeeper,
+    Postgres,
+}
+
+impl QueueIn {
+    /// The `[delayed]` table of a schedule in `dir`: none for ZooKeeper; for PostgreSQL, a
+    /// database of its own on the shared server, named after `test`, its DSN in a file in
+    /// `dir`.
+    pub async fn table(self, dir: &std::path::Path, test: &str) -> String {
+        if self == Self::ZooKeeper {
+            return String::new();
+        }
+        let dsn = shared_postgres()
+            .create_database(test)
+            .await
+            .expect("a database");
+        let dsn_file = dir.join("dsn");
+        std::fs::write(&dsn_file, format!("{dsn}\n")).expect("dsn file");
+        format!(
+            "[delayed]\nstore = \"postgres\"\ndsn_file = \"{}\"\n\n",
+            dsn_file.display()
+        )
+    }
+}

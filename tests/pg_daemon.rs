@@ -526,7 +526,9 @@ async fn the_stores_submissions_keep_max_running_forbid_limits_and_retries() {
     let jobs = format!(
         "[[limit]]\nname = \"db\"\nmax = 1\n\n{}{}{}{}\
          [[job]]\nname = \"flaky\"\nretries = 1\nretry_backoff = \"1s\"\nshell = '''\
-         echo \"RUN $ZKCRON_ATTEMPT\" >> {dir}/flaky.log; [ \"$ZKCRON_ATTEMPT\" = 2 ]'''\n",
+         echo \"RUN $ZKCRON_ATTEMPT\" >> {dir}/flaky.log; [ \"$ZKCRON_ATTEMPT\" = 2 ]'''\n\
+         [[job]]\nname = \"doomed\"\nshell = '''echo \"RUN $ZKCRON_SUBMISSION_ID $(cat)\" \
+         >> {dir}/doomed.log; [ -e {dir}/doomed.once ] || {{ touch {dir}/doomed.once; exit 1; }}'''\n",
         timed_job(out, "capped", "0.6", "max_running = 2\n"),
         timed_job(out, "single", "0.4", "concurrency = \"forbid\"\n"),
         timed_job(out, "lim_a", "0.4", "limits = [\"db\"]\n"),
@@ -541,9 +543,13 @@ async fn the_stores_submissions_keep_max_running_forbid_limits_and_retries() {
         .iter()
         .flat_map(|(job, count)| (0..*count).map(move |n| (*job, format!("{job}-{n}"))))
         .chain([("flaky", "flaky-0".to_owned())])
+        .chain([("doomed", "doomed-0".to_owned())])
         .collect();
     for (job, id) in &submitted {
-        zkcron_ok(&["submit", job, "--at", &due, "--id", id], &node.config);
+        zkcron_ok(
+            &["submit", job, "--at", &due, "--id", id, "--payload", "p"],
+            &node.config,
+        );
     }
     let store = PgStore::open(&ground.dsn, "/zkcron/d")
         .await
@@ -573,7 +579,10 @@ async fn the_stores_submissions_keep_max_running_forbid_limits_and_retries() {
     assert_eq!(most, 1, "limit db holds one at once\n{logs}");
     // Each submission started once; one of the `forbid` job that came while another ran is
     // skipped instead, and recorded so.
-    for (job, id) in submitted.iter().filter(|(job, _)| *job != "flaky") {
+    for (job, id) in submitted
+        .iter()
+        .filter(|(job, _)| !["flaky", "doomed"].contains(job))
+    {
         let starts = logged(out, &[job])
             .iter()
             .filter(|words| words[0] == "START" && words[1] == *id)
@@ -606,6 +615,26 @@ async fn the_stores_submissions_keep_max_running_forbid_limits_and_retries() {
         ),
         other => panic!("the retried run's end: {other:?}"),
     }
+    // A dead letter in the store: listed, and submitted again with its payload by `retry`.
+    assert_eq!(ended["doomed-0"].status, RunStatus::Failed);
+    let failed = zkcron_ok(&["delayed", "list", "--failed"], &node.config);
+    assert!(failed.contains("doomed-0"), "{failed}");
+    let retried = zkcron_ok(
+        &[
+            "delayed", "retry", "doomed-0", "--in", "0s", "--id", "doomed-1",
+        ],
+        &node.config,
+    );
+    assert_eq!(retried.trim(), "doomed-1");
+    wait_for("the dead letter's retry runs", SLACK, || {
+        let runs = runs_of(out, "doomed.log");
+        async move { (runs.len() == 2).then_some(()) }
+    })
+    .await;
+    assert_eq!(
+        runs_of(out, "doomed.log"),
+        ["RUN doomed-0 p", "RUN doomed-1 p"]
+    );
 }
 
 /// A fleet moving its queue to PostgreSQL: a node that still keeps it in ZooKeeper cannot read

@@ -60,10 +60,15 @@ pub enum DaemonError {
 /// The delayed queue's PostgreSQL store, with `[delayed] store = "postgres"`: not connected
 /// yet (its first request connects and migrates), so the ticks fire while the database is away.
 fn delayed_store(config: &Config, paths: &LockPaths) -> Result<Option<Arc<PgStore>>, DaemonError> {
-    let config::DelayedStore::Postgres { dsn: Some(dsn) } = &config.delayed else {
+    let config::DelayedStore::Postgres {
+        dsn: Some(dsn),
+        tls,
+    } = &config.delayed
+    else {
         return Ok(None);
     };
-    let store = PgStore::new(dsn.expose(), &paths.dir).map_err(DaemonError::DelayedStore)?;
+    let store = PgStore::configured(dsn.expose(), &paths.dir, tls.as_ref())
+        .map_err(DaemonError::DelayedStore)?;
     tracing::info!(store = ?store, "the delayed queue is kept in PostgreSQL");
     Ok(Some(Arc::new(store)))
 }

@@ -192,6 +192,36 @@ impl TlsFiles {
         PrivateKeyDer::from_pem_slice(key.expose().as_bytes()).map_err(|err| no_pair(&err))?;
         Ok(())
     }
+
+    /// A rustls client configuration that trusts the CA certificates and presents the identity,
+    /// if any: what a TLS client of ZooKeeper or of the delayed store's PostgreSQL needs.
+    ///
+    /// # Errors
+    /// A text is not usable PEM, or rustls refused a certificate or the key; the message says
+    /// which.
+    pub fn client_config(&self) -> Result<rustls::ClientConfig, String> {
+        self.check()?;
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(self.ca.as_bytes()).flatten() {
+            roots
+                .add(cert)
+                .map_err(|err| format!("a CA certificate is not usable: {err}"))?;
+        }
+        let builder = rustls::ClientConfig::builder().with_root_certificates(roots);
+        match &self.identity {
+            Some((cert, key)) => {
+                let chain = CertificateDer::pem_slice_iter(cert.as_bytes())
+                    .flatten()
+                    .collect();
+                let key = PrivateKeyDer::from_pem_slice(key.expose().as_bytes())
+                    .map_err(|err| format!("the key is not usable: {err}"))?;
+                builder
+                    .with_client_auth_cert(chain, key)
+                    .map_err(|err| format!("the certificate and key are not a usable pair: {err}"))
+            }
+            None => Ok(builder.with_no_client_auth()),
+        }
+    }
 }
 
 /// A connect string that cannot be used.

@@ -11,6 +11,7 @@ use std::time::Duration;
 use support::postgres::{PgServer, shared_postgres};
 use support::wait_until;
 use zkcron::delayed::{Submission, SubmissionId};
+use zkcron::ensemble::TlsFiles;
 use zkcron::layout::{LedgerPaths, LockPaths};
 use zkcron::ledger::Ledger;
 use zkcron::ledger::Remember;
@@ -1237,4 +1238,54 @@ async fn chain_marks_kept_with_an_end_are_made_by_the_next_owners_chore() {
             .expect("read")
             .is_empty()
     );
+}
+
+/// `[delayed] tls`: the store reaches a server that serves TLS over TLS with the CA it is given
+/// (the server's view of the connection says so), refuses a server its CA did not sign, and a
+/// DSN that asks for TLS without the files is refused before any connection.
+#[tokio::test]
+async fn the_store_speaks_tls_with_the_ca_it_is_given_and_refuses_another() {
+    let pki = support::tls::TestPki::new();
+    let server = PgServer::start_with_tls(&pki.server_cert, &pki.server_key).expect("a server");
+    let dsn = server.create_database("tls").await.expect("a database");
+    let files = |ca: &std::path::Path| TlsFiles {
+        ca: std::fs::read_to_string(ca).expect("the CA"),
+        identity: None,
+    };
+    let store = PgStore::configured(&dsn, GROUP, Some(&files(&pki.ca))).expect("configured");
+    store
+        .submit(&id("t-1"), &submission("close", NOON, b""))
+        .await
+        .expect("submitted over TLS");
+    let (admin, connection) = tokio_postgres::connect(&dsn, tokio_postgres::NoTls)
+        .await
+        .expect("a plain connection beside it");
+    tokio::spawn(connection);
+    let encrypted: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) \
+             WHERE a.datname = current_database() AND s.ssl",
+            &[],
+        )
+        .await
+        .expect("read")
+        .get(0);
+    assert!(encrypted >= 1, "the store's connection is not TLS");
+
+    let strange = PgStore::configured(&dsn, GROUP, Some(&files(&pki.other_ca)))
+        .expect("configured")
+        .with_request_bound(PAUSE_BOUND);
+    assert!(
+        matches!(
+            strange
+                .submit(&id("t-2"), &submission("close", NOON, b""))
+                .await,
+            Err(StoreError::Unreachable(_))
+        ),
+        "a server another CA signed was trusted"
+    );
+    assert!(matches!(
+        PgStore::configured(&format!("{dsn} sslmode=require"), GROUP, None),
+        Err(StoreError::Tls(_))
+    ));
 }

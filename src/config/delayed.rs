@@ -1,14 +1,32 @@
 //! `[delayed]`: where the delayed queue is kept — ZooKeeper (the default) or a PostgreSQL
 //! database, for a queue of millions (docs/DELAYED.md).
 //!
-//! Owns: `store`, and the DSN's source (`dsn_env` or `dsn_file`, never the schedule file
-//! itself, since a DSN may carry a password), read on this host only when a command reaches
-//! the ledger.
+//! Owns: `store`, the DSN's source (`dsn_env` or `dsn_file`, never the schedule file itself,
+//! since a DSN may carry a password) and the TLS files (`tls`), read on this host only when a
+//! command reaches the ledger; and the rule between the DSN's `sslmode` and `tls`.
 //! Must not: connect to the database (`ledger::postgres` does).
+
+use tokio_postgres::config::SslMode;
 
 use super::DelayedStore;
 use super::schema::RawDelayed;
 use super::validator::{NeededBy, Validator};
+
+/// What is wrong with a DSN's `sslmode` beside `[delayed] tls` (set or not), if anything: a
+/// DSN that asks for TLS needs the CA to check the server with, and one that refuses it
+/// contradicts `tls`.
+pub fn sslmode_refused(dsn: &tokio_postgres::Config, tls: bool) -> Option<&'static str> {
+    match (dsn.get_ssl_mode(), tls) {
+        (SslMode::Require, false) => Some(
+            "the DSN says sslmode=require: set [delayed] tls with the CA that signed the server's \
+             certificate",
+        ),
+        (SslMode::Disable, true) => {
+            Some("the DSN says sslmode=disable beside [delayed] tls: remove one of them")
+        }
+        _ => None,
+    }
+}
 
 impl Validator<'_> {
     pub(super) fn delayed(&mut self, raw: Option<RawDelayed>) -> DelayedStore {
@@ -30,13 +48,20 @@ impl Validator<'_> {
             }
         };
         if !postgres {
-            for (key, given) in [
-                ("delayed.dsn_env", &raw.dsn_env),
-                ("delayed.dsn_file", &raw.dsn_file),
-            ] {
-                if let Some(given) = given {
-                    let message = "only read with store = \"postgres\"";
-                    self.problem(given.span(), key, message);
+            let given = [
+                (
+                    "delayed.dsn_env",
+                    raw.dsn_env.as_ref().map(toml::Spanned::span),
+                ),
+                (
+                    "delayed.dsn_file",
+                    raw.dsn_file.as_ref().map(toml::Spanned::span),
+                ),
+                ("delayed.tls", raw.tls.as_ref().map(toml::Spanned::span)),
+            ];
+            for (key, span) in given {
+                if let Some(span) = span {
+                    self.problem(span, key, "only read with store = \"postgres\"");
                 }
             }
             return DelayedStore::ZooKeeper;
@@ -46,6 +71,13 @@ impl Validator<'_> {
             .as_ref()
             .map(toml::Spanned::span)
             .unwrap_or_default();
+        let source_span = raw
+            .dsn_env
+            .as_ref()
+            .or(raw.dsn_file.as_ref())
+            .map(toml::Spanned::span);
+        let tls_given = raw.tls.is_some();
+        let tls = raw.tls.and_then(|tls| self.tls(tls, "delayed.tls"));
         let dsn = match (raw.dsn_env, raw.dsn_file) {
             (Some(env), Some(_)) => {
                 self.problem(
@@ -67,6 +99,21 @@ impl Validator<'_> {
                 self.secret_from(var, file, ("delayed.dsn_env", "delayed.dsn_file"), "DSN")
             }
         };
-        DelayedStore::Postgres { dsn }
+        if let (Some(secret), Some(span)) = (&dsn, source_span) {
+            // What the DSN says is checked here, never echoed: it may carry a password.
+            match secret.expose().parse::<tokio_postgres::Config>() {
+                Err(_) => {
+                    let message = "not a PostgreSQL connection string (libpq's key=value form \
+                                   or a postgresql:// URL)";
+                    self.problem(span, "delayed.dsn", message);
+                }
+                Ok(parsed) => {
+                    if let Some(refused) = sslmode_refused(&parsed, tls_given) {
+                        self.problem(span, "delayed.dsn", refused);
+                    }
+                }
+            }
+        }
+        DelayedStore::Postgres { dsn, tls }
     }
 }

@@ -280,8 +280,11 @@ pub enum DelayedStore {
     #[default]
     ZooKeeper,
     /// In a PostgreSQL database; `dsn` is `None` where this load did not read it (`check`
-    /// without lookups).
-    Postgres { dsn: Option<Secret> },
+    /// without lookups); `tls`, when the database is reached over TLS (the files read likewise).
+    Postgres {
+        dsn: Option<Secret>,
+        tls: Option<crate::ensemble::TlsFiles>,
+    },
 }
 
 /// `[output]`: the whole output of the runs this node runs, kept on this host (issue 52).

@@ -158,7 +158,7 @@ pub(super) struct RawZookeeper {
     pub(super) sasl: Option<Spanned<RawSasl>>,
 }
 
-/// `[zookeeper] tls = { ca, cert, key }`.
+/// `[zookeeper] tls = { ca, cert, key }`, and `[delayed]`'s.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawTls {
@@ -204,6 +204,7 @@ pub(super) struct RawDelayed {
     pub(super) store: Option<Spanned<String>>,
     pub(super) dsn_env: Option<Spanned<String>>,
     pub(super) dsn_file: Option<Spanned<String>>,
+    pub(super) tls: Option<Spanned<RawTls>>,
 }
 
 /// `[telemetry]`.

@@ -13,8 +13,11 @@ use crate::run::Program;
 const MINIMAL: &str = "[zookeeper]\nconnect = \"zk:2181\"\n[lock]\nname = \"g\"\n";
 
 fn parse_text(text: &str) -> Result<Config, ConfigError> {
-    parse(Path::new("t.toml"), text, &|name| {
-        (name == "ZK_AUTH").then(|| "user:s3cret".to_owned())
+    parse(Path::new("t.toml"), text, &|name| match name {
+        "ZK_AUTH" => Some("user:s3cret".to_owned()),
+        "PG_DSN" => Some("host=db.internal user=zkcron password=s3cret".to_owned()),
+        "PG_DSN_TLS" => Some("host=db.internal sslmode=require".to_owned()),
+        _ => None,
     })
 }
 
@@ -1175,13 +1178,13 @@ fn the_delayed_queue_stays_in_zookeeper_unless_postgres_is_asked_for_with_a_dsn_
         DelayedStore::ZooKeeper
     );
     let from_env = parse_text(&format!(
-        "{MINIMAL}[delayed]\nstore = \"postgres\"\ndsn_env = \"ZK_AUTH\"\n"
+        "{MINIMAL}[delayed]\nstore = \"postgres\"\ndsn_env = \"PG_DSN\"\n"
     ))
     .expect("valid");
-    let DelayedStore::Postgres { dsn: Some(dsn) } = from_env.delayed else {
+    let DelayedStore::Postgres { dsn: Some(dsn), .. } = from_env.delayed else {
         panic!("postgres with its DSN: {:?}", from_env.delayed);
     };
-    assert_eq!(dsn.expose(), "user:s3cret");
+    assert_eq!(dsn.expose(), "host=db.internal user=zkcron password=s3cret");
     let dir = tempfile::tempdir().expect("temp dir");
     let file = dir.path().join("dsn");
     std::fs::write(&file, "host=/run/pg dbname=zkcron\n").expect("dsn file");
@@ -1190,7 +1193,7 @@ fn the_delayed_queue_stays_in_zookeeper_unless_postgres_is_asked_for_with_a_dsn_
         file.display()
     ))
     .expect("valid");
-    let DelayedStore::Postgres { dsn: Some(dsn) } = from_file.delayed else {
+    let DelayedStore::Postgres { dsn: Some(dsn), .. } = from_file.delayed else {
         panic!("postgres with its DSN: {:?}", from_file.delayed);
     };
     assert_eq!(dsn.expose(), "host=/run/pg dbname=zkcron", "trimmed");
@@ -1230,17 +1233,37 @@ fn delayed_refusals_name_the_key_and_what_was_expected() {
             "delayed.dsn",
             "unknown key `dsn`",
         ),
+        (
+            "store = \"postgres\"\ndsn_env = \"ZK_AUTH\"",
+            "delayed.dsn",
+            "not a PostgreSQL connection string",
+        ),
+        (
+            "store = \"postgres\"\ndsn_env = \"PG_DSN_TLS\"",
+            "delayed.dsn",
+            "sslmode=require: set [delayed] tls",
+        ),
+        (
+            "tls = { ca = \"/nonexistent/ca.pem\" }",
+            "delayed.tls",
+            "only read with store = \"postgres\"",
+        ),
+        (
+            "store = \"postgres\"\ndsn_env = \"PG_DSN\"\ntls = { ca = \"/nonexistent/ca.pem\" }",
+            "delayed.tls.ca",
+            "cannot read /nonexistent/ca.pem",
+        ),
     ];
     for (delayed, key, message) in cases {
         let err = parse_text(&format!("{MINIMAL}[delayed]\n{delayed}\n")).expect_err(delayed);
         let text = err.to_string();
         assert!(
-            text.contains(key) && text.contains(message),
+            text.contains(key) && text.contains(message) && !text.contains("s3cret"),
             "{delayed}: {text}"
         );
     }
     let grouped = format!(
-        "{MINIMAL}[[group]]\nname = \"b\"\n[delayed]\nstore = \"postgres\"\ndsn_env = \"ZK_AUTH\"\n"
+        "{MINIMAL}[[group]]\nname = \"b\"\n[delayed]\nstore = \"postgres\"\ndsn_env = \"PG_DSN\"\n"
     );
     // Each group's owner claims from the fleet's one queue, behind its own fence.
     let config = parse_text(&grouped).expect("the store with groups");

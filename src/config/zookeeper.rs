@@ -81,7 +81,7 @@ impl Validator<'_> {
             }
         }
         let read_acl = self.read_acl(raw.read_acl, acl);
-        let tls = raw.tls.and_then(|tls| self.tls(tls));
+        let tls = raw.tls.and_then(|tls| self.tls(tls, "zookeeper.tls"));
         let sasl = raw.sasl.and_then(|sasl| self.sasl(sasl));
         Some(ZookeeperConfig {
             connect,
@@ -175,27 +175,36 @@ impl Validator<'_> {
         }
     }
 
-    fn tls(&mut self, raw: Spanned<RawTls>) -> Option<crate::ensemble::TlsFiles> {
+    /// The TLS files of `raw`, the table at `key` (`zookeeper.tls`, `delayed.tls`), read and
+    /// checked to hold usable PEM.
+    pub(super) fn tls(
+        &mut self,
+        raw: Spanned<RawTls>,
+        key: &str,
+    ) -> Option<crate::ensemble::TlsFiles> {
         let span = raw.span();
         let raw = raw.into_inner();
         let identity = match (&raw.cert, &raw.key) {
-            (Some(cert), Some(key)) => Some(Some((cert, key))),
+            (Some(cert), Some(pem_key)) => Some(Some((cert, pem_key))),
             (None, None) => Some(None),
             (Some(_), None) | (None, Some(_)) => {
                 let message = "set both cert and key, or neither";
-                self.problem(span.clone(), "zookeeper.tls", message);
+                self.problem(span.clone(), key, message);
                 None
             }
         };
         if !self.looks_up(NeededBy::ZooKeeper) {
             return None;
         }
-        let ca = self.read_file(&raw.ca, "zookeeper.tls.ca");
+        let ca = self.read_file(&raw.ca, &format!("{key}.ca"));
         let identity = match identity {
-            Some(Some((cert, key))) => {
-                let cert = self.read_file(cert, "zookeeper.tls.cert");
-                let key = self.read_file(key, "zookeeper.tls.key");
-                Some(cert.zip(key).map(|(cert, key)| (cert, Secret::new(key))))
+            Some(Some((cert, pem_key))) => {
+                let cert = self.read_file(cert, &format!("{key}.cert"));
+                let pem_key = self.read_file(pem_key, &format!("{key}.key"));
+                Some(
+                    cert.zip(pem_key)
+                        .map(|(cert, pem)| (cert, Secret::new(pem))),
+                )
             }
             Some(None) => None,
             None => Some(None),
@@ -208,7 +217,7 @@ impl Validator<'_> {
             },
         };
         if let Err(reason) = files.check() {
-            self.problem(span, "zookeeper.tls", reason);
+            self.problem(span, key, reason);
             return None;
         }
         Some(files)

@@ -81,10 +81,15 @@ impl Ledger {
         lock_group: &str,
     ) -> Result<Self, Unreachable> {
         let ledger = Self::connect_once(settings, timeout).await?;
-        let crate::config::DelayedStore::Postgres { dsn: Some(dsn) } = delayed else {
+        let crate::config::DelayedStore::Postgres {
+            dsn: Some(dsn),
+            tls,
+        } = delayed
+        else {
             return Ok(ledger);
         };
-        let store = PgStore::new(dsn.expose(), lock_group).map_err(Unreachable::DelayedStore)?;
+        let store = PgStore::configured(dsn.expose(), lock_group, tls.as_ref())
+            .map_err(Unreachable::DelayedStore)?;
         Ok(ledger.with_delayed_store(Arc::new(store)))
     }
 

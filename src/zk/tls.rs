@@ -11,8 +11,7 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::ServerName;
 
 use crate::ensemble::TlsFiles;
 
@@ -37,21 +36,7 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Why a handshake with `host` (`host:port`) fails; `None` when it succeeds (or cannot be tried).
 pub(super) fn handshake_error(tls: &TlsFiles, host: &str) -> Option<String> {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(tls.ca.as_bytes()).flatten() {
-        roots.add(cert).ok()?;
-    }
-    let builder = rustls::ClientConfig::builder().with_root_certificates(roots);
-    let config = match &tls.identity {
-        Some((cert, key)) => {
-            let chain = CertificateDer::pem_slice_iter(cert.as_bytes())
-                .flatten()
-                .collect();
-            let key = PrivateKeyDer::from_pem_slice(key.expose().as_bytes()).ok()?;
-            builder.with_client_auth_cert(chain, key).ok()?
-        }
-        None => builder.with_no_client_auth(),
-    };
+    let config = tls.client_config().ok()?;
     let (name, _) = host.rsplit_once(':')?;
     let name = ServerName::try_from(name.trim_matches(['[', ']']).to_owned()).ok()?;
     let mut conn = rustls::ClientConnection::new(Arc::new(config), name).ok()?;

@@ -101,6 +101,19 @@ impl PgServer {
     /// # Errors
     /// The programs are missing, `initdb` failed, or the server did not come up in time.
     pub fn start() -> Result<PgServer, PgError> {
+        Self::start_serving(None)
+    }
+
+    /// [`PgServer::start`], serving TLS with `cert` and `key` (PEM) beside plain connections:
+    /// `ssl = on`, the files in the data directory, readable by the server alone.
+    ///
+    /// # Errors
+    /// As [`PgServer::start`], or the files could not be written.
+    pub fn start_with_tls(cert: &str, key: &str) -> Result<PgServer, PgError> {
+        Self::start_serving(Some((cert, key)))
+    }
+
+    fn start_serving(tls: Option<(&str, &str)>) -> Result<PgServer, PgError> {
         let bin = server_programs()?;
         let run_as = run_as()?;
         let dir = tempfile::Builder::new()
@@ -127,6 +140,9 @@ impl PgServer {
             process: Mutex::new(None),
         };
         server.initdb()?;
+        if let Some((cert, key)) = tls {
+            server.serve_tls(cert, key)?;
+        }
         server.spawn()?;
         server.wait_ready(within(READY_TIMEOUT))?;
         Ok(server)
@@ -311,6 +327,27 @@ impl PgServer {
                 String::from_utf8_lossy(&output.stderr)
             ),
         })
+    }
+
+    /// Writes `server.crt` and `server.key` (the server's default file names) into the data
+    /// directory, owned by the server's user, the key readable by it alone, and turns TLS on.
+    fn serve_tls(&self, cert: &str, key: &str) -> Result<(), PgError> {
+        let data = self.data_dir();
+        for (name, text) in [("server.crt", cert), ("server.key", key)] {
+            let path = data.join(name);
+            fs::write(&path, text).map_err(setup(format!("write {name}")))?;
+            fs::set_permissions(&path, fs::Permissions::from_mode(0o600))
+                .map_err(setup(format!("restrict {name}")))?;
+            if let Some((uid, gid)) = self.run_as {
+                nix::unistd::chown(&path, Some(uid.into()), Some(gid.into()))
+                    .map_err(|errno| setup(format!("hand {name} to postgres"))(errno.into()))?;
+            }
+        }
+        let mut conf = fs::OpenOptions::new()
+            .append(true)
+            .open(data.join("postgresql.conf"))
+            .map_err(setup("open postgresql.conf"))?;
+        writeln!(conf, "ssl = on").map_err(setup("turn ssl on"))
     }
 
     fn spawn(&self) -> Result<(), PgError> {

@@ -16,6 +16,9 @@ pub struct TestPki {
     pub ca: PathBuf,
     /// The server's certificate followed by its key (ZooKeeper's PEM key store).
     pub server: PathBuf,
+    /// The same certificate and key apart, as PEM (PostgreSQL's `server.crt`, `server.key`).
+    pub server_cert: String,
+    pub server_key: String,
     pub client_cert: PathBuf,
     pub client_key: PathBuf,
     /// A CA that signed nothing the servers use.
@@ -72,6 +75,8 @@ impl TestPki {
         Self {
             ca: write("ca.pem", &ca_pem),
             server: write("server.pem", &format!("{server_cert}{server_key}")),
+            server_cert,
+            server_key,
             client_cert: write("client.crt", &client_cert),
             client_key: write("client.key", &client_key),
             other_ca: write("other-ca.pem", &other_ca),

@@ -12,6 +12,8 @@ use crate::ids::FencingToken;
 pub enum StoreError {
     #[error("the PostgreSQL connection string is not valid")]
     Dsn(#[source] tokio_postgres::Error),
+    #[error("[delayed] tls: {0}")]
+    Tls(String),
     #[error("cannot reach PostgreSQL")]
     Unreachable(#[source] tokio_postgres::Error),
     #[error("PostgreSQL refused {what}")]

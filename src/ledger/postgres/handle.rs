@@ -11,6 +11,10 @@ use std::time::Duration;
 
 use tokio::sync::Mutex;
 
+use tokio_postgres::Socket;
+use tokio_postgres::config::SslMode;
+use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
+
 use super::error::StoreError;
 use super::schema;
 use super::statements::Statements;
@@ -49,6 +53,27 @@ pub struct PgStore {
     pub(super) raised: std::sync::atomic::AtomicI64,
     /// How long a request may go unanswered before the connection is given up.
     request_bound: Duration,
+    /// TLS to the server (`[delayed] tls`); `None`: plain, as the DSN's default `sslmode`
+    /// (`prefer`) then connects.
+    pub(super) tls: Option<rustls_tokio_postgres::MakeRustlsConnect>,
+}
+
+/// An opened client, its connection polled by a task of its own until it ends.
+fn spawned<S>(
+    (client, connection): (
+        tokio_postgres::Client,
+        tokio_postgres::Connection<Socket, S>,
+    ),
+) -> tokio_postgres::Client
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    tokio::spawn(async move {
+        if let Err(error) = connection.await {
+            tracing::warn!(%error, "the connection to PostgreSQL ended");
+        }
+    });
+    client
 }
 
 /// One connection and the statements prepared on it.
@@ -102,7 +127,33 @@ impl PgStore {
             migrated: std::sync::atomic::AtomicBool::new(false),
             raised: std::sync::atomic::AtomicI64::new(0),
             request_bound: REQUEST_BOUND,
+            tls: None,
         })
+    }
+
+    /// [`PgStore::new`] as `[delayed]` configures it: over TLS with `tls` (the server's
+    /// certificate checked against its CA, this node's presented when given), where the DSN's
+    /// `sslmode` of `prefer` (its default) becomes `require`, so TLS is never given up for a
+    /// plain connection; plain without it.
+    ///
+    /// # Errors
+    /// `Dsn` for a string that is not one; `Tls` when the files are not usable, or the DSN's
+    /// `sslmode` contradicts `tls` (`config::sslmode_refused`).
+    pub fn configured(
+        dsn: &str,
+        lock_group: &str,
+        tls: Option<&crate::ensemble::TlsFiles>,
+    ) -> Result<Self, StoreError> {
+        let mut store = Self::new(dsn, lock_group)?;
+        if let Some(refused) = crate::config::sslmode_refused(&store.config, tls.is_some()) {
+            return Err(StoreError::Tls(refused.to_owned()));
+        }
+        if let Some(files) = tls {
+            let client = files.client_config().map_err(StoreError::Tls)?;
+            store.config.ssl_mode(SslMode::Require);
+            store.tls = Some(rustls_tokio_postgres::MakeRustlsConnect::new(client));
+        }
+        Ok(store)
     }
 
     /// This store with requests bounded by `bound` instead of [`REQUEST_BOUND`].
@@ -126,6 +177,7 @@ impl PgStore {
             migrated: std::sync::atomic::AtomicBool::new(false),
             raised: std::sync::atomic::AtomicI64::new(0),
             request_bound: self.request_bound,
+            tls: self.tls.clone(),
         }
     }
 
@@ -134,33 +186,35 @@ impl PgStore {
         &self.lock_group
     }
 
-    /// A connection that the caller polls itself (the listener reads notifications from it).
-    pub(super) async fn connect_unprepared(
+    /// A connection made with `tls` (`NoTls`, or this store's rustls connector), which the
+    /// caller polls itself: the listener reads notifications from it, the others spawn it.
+    pub(super) async fn connect_with<T>(
         &self,
+        tls: T,
     ) -> Result<
         (
             tokio_postgres::Client,
-            tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>,
+            tokio_postgres::Connection<Socket, T::Stream>,
         ),
         StoreError,
-    > {
+    >
+    where
+        T: MakeTlsConnect<Socket>,
+        T::TlsConnect: Send,
+        <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
+    {
         // `connect_timeout` bounds the socket's connect; a server that accepts and then says
         // nothing (paused) is bounded here.
-        self.bounded_raw(
-            "a connection's start",
-            self.config.connect(tokio_postgres::NoTls),
-        )
-        .await?
-        .map_err(StoreError::Unreachable)
+        self.bounded_raw("a connection's start", self.config.connect(tls))
+            .await?
+            .map_err(StoreError::Unreachable)
     }
 
     async fn connect_raw(&self) -> Result<tokio_postgres::Client, StoreError> {
-        let (client, connection) = self.connect_unprepared().await?;
-        tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::warn!(%error, "the connection to PostgreSQL ended");
-            }
-        });
+        let client = match &self.tls {
+            None => spawned(self.connect_with(tokio_postgres::NoTls).await?),
+            Some(tls) => spawned(self.connect_with(tls.clone()).await?),
+        };
         self.bounded(
             "the planner's settings",
             client.batch_execute(PLANNER_SETTINGS),

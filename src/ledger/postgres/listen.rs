@@ -14,7 +14,7 @@
 use std::future::poll_fn;
 
 use tokio::sync::{mpsc, oneshot};
-use tokio_postgres::AsyncMessage;
+use tokio_postgres::{AsyncMessage, Socket};
 
 use super::error::StoreError;
 use super::handle::PgStore;
@@ -43,45 +43,19 @@ impl PgStore {
     /// # Errors
     /// `Unreachable` when no connection could be made; `Query` when `LISTEN` was refused.
     pub async fn listen(&self) -> Result<mpsc::Receiver<Submit>, StoreError> {
-        let (client, mut connection) = self.connect_unprepared().await?;
         let (wakes, woken) = mpsc::channel(BACKLOG);
         let (answer, answered) = oneshot::channel();
         let lock_group = self.lock_group.clone();
-        // One task owns the client and its connection: it polls the connection (which reads
-        // the notifications and carries the `LISTEN`), and ends with the connection or once
-        // nobody reads what it forwards.
-        tokio::spawn(async move {
-            let listen = client.batch_execute(LISTEN);
-            tokio::pin!(listen);
-            let mut answer = Some(answer);
-            loop {
-                tokio::select! {
-                    result = &mut listen, if answer.is_some() => {
-                        let failed = result.is_err();
-                        if let Some(answer) = answer.take()
-                            && (answer.send(result).is_err() || failed)
-                        {
-                            return;
-                        }
-                    }
-                    message = poll_fn(|cx| connection.poll_message(cx)) => match message {
-                        Some(Ok(AsyncMessage::Notification(notification))) => {
-                            if let Some(submit) = submit_of(notification.payload(), &lock_group) {
-                                // Full: the owner is behind and reads the due index anyway.
-                                let _ = wakes.try_send(submit);
-                            }
-                        }
-                        Some(Ok(_)) => {}
-                        Some(Err(error)) => {
-                            tracing::warn!(%error, "the PostgreSQL listening connection ended");
-                            return;
-                        }
-                        None => return,
-                    },
-                    () = wakes.closed() => return,
-                }
+        match &self.tls {
+            None => {
+                let connected = self.connect_with(tokio_postgres::NoTls).await?;
+                forward(connected, lock_group, wakes, answer);
             }
-        });
+            Some(tls) => {
+                let connected = self.connect_with(tls.clone()).await?;
+                forward(connected, lock_group, wakes, answer);
+            }
+        }
         match self.bounded_raw("LISTEN", answered).await? {
             Ok(Ok(())) => Ok(woken),
             Ok(Err(source)) => Err(StoreError::Query {
@@ -91,6 +65,56 @@ impl PgStore {
             Err(_) => Err(StoreError::ListenEnded),
         }
     }
+}
+
+/// Sends `LISTEN` on the connection and forwards each notification for `lock_group` to
+/// `wakes`; `answer` gets the `LISTEN`'s result.
+fn forward<S>(
+    (client, mut connection): (
+        tokio_postgres::Client,
+        tokio_postgres::Connection<Socket, S>,
+    ),
+    lock_group: String,
+    wakes: mpsc::Sender<Submit>,
+    answer: oneshot::Sender<Result<(), tokio_postgres::Error>>,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    // One task owns the client and its connection: it polls the connection (which reads
+    // the notifications and carries the `LISTEN`), and ends with the connection or once
+    // nobody reads what it forwards.
+    tokio::spawn(async move {
+        let listen = client.batch_execute(LISTEN);
+        tokio::pin!(listen);
+        let mut answer = Some(answer);
+        loop {
+            tokio::select! {
+                result = &mut listen, if answer.is_some() => {
+                    let failed = result.is_err();
+                    if let Some(answer) = answer.take()
+                        && (answer.send(result).is_err() || failed)
+                    {
+                        return;
+                    }
+                }
+                message = poll_fn(|cx| connection.poll_message(cx)) => match message {
+                    Some(Ok(AsyncMessage::Notification(notification))) => {
+                        if let Some(submit) = submit_of(notification.payload(), &lock_group) {
+                            // Full: the owner is behind and reads the due index anyway.
+                            let _ = wakes.try_send(submit);
+                        }
+                    }
+                    Some(Ok(_)) => {}
+                    Some(Err(error)) => {
+                        tracing::warn!(%error, "the PostgreSQL listening connection ended");
+                        return;
+                    }
+                    None => return,
+                },
+                () = wakes.closed() => return,
+            }
+        }
+    });
 }
 
 /// What a notification's payload (`<due ms> <id or -> <lock group>`) says for `lock_group`.

@@ -95,10 +95,10 @@ impl StoreClaims {
     /// As [`super::claim()`]; `Store` when the store failed and the claim was not applied, or
     /// could not be read back.
     pub(super) async fn claim(&self, zk: &Zk, plan: ClaimPlan) -> Result<Claim, ClaimError> {
-        if plan.mode() != ClaimMode::Create {
+        if let ClaimMode::Again { version } = plan.mode() {
             // A submission's run claimed again (a retry, a rerun of an interrupted one): its
             // open row rewritten at its version, by our token.
-            return again(&self.store, zk, plan).await;
+            return again(&self.store, zk, plan, version).await;
         }
         let (reply, answer) = oneshot::channel();
         if let Err(mpsc::error::SendError(unit)) = self.queue.send(Unit { plan, reply }) {
@@ -580,13 +580,20 @@ async fn take_guard(zk: &Zk, plan: &ClaimPlan) -> Result<(), ClaimError> {
 
 /// A submission's run claimed again (a retry, a rerun): its open row rewritten at the version
 /// the machine read, taken over for our token and node.
-async fn again(store: &PgStore, zk: &Zk, plan: ClaimPlan) -> Result<Claim, ClaimError> {
-    let ClaimMode::Again { version } = plan.mode() else {
-        return Err(unit_lost());
-    };
+async fn again(
+    store: &PgStore,
+    zk: &Zk,
+    plan: ClaimPlan,
+    version: i32,
+) -> Result<Claim, ClaimError> {
     let record = plan.record().clone();
     let Some(id) = record.submission_id.clone() else {
-        return Err(unit_lost());
+        return Err(ClaimError::Store {
+            path: format!("postgres:{}", store.lock_group()),
+            source: Arc::new(StoreError::NotASubmission {
+                job: record.job.to_string(),
+            }),
+        });
     };
     take_guard(zk, &plan).await?;
     let node = (&record.node_id, record.ip.as_str());

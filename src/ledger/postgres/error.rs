@@ -12,6 +12,10 @@ use crate::ids::FencingToken;
 pub enum StoreError {
     #[error("the PostgreSQL connection string is not valid")]
     Dsn(#[source] tokio_postgres::Error),
+    /// A run that is no submission's reached the store (the ledger routes only submissions'
+    /// runs here): nothing was written.
+    #[error("a run of job {job} without a submission id reached the delayed store")]
+    NotASubmission { job: String },
     #[error("[delayed] tls: {0}")]
     Tls(String),
     #[error("cannot reach PostgreSQL")]

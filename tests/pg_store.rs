@@ -180,9 +180,10 @@ async fn a_submit_wakes_the_listening_owner_of_its_lock_group_and_no_other() {
         wake.expect("woken in time"),
         Some(Submit {
             due_unix_ms: NOON,
-            id: Some(id("s-1"))
+            id: Some(id("s-1")),
+            job: Some(JobName::new("close")),
         }),
-        "a single submit names its submission"
+        "a single submit names its submission and its job"
     );
 
     let batch = [
@@ -197,7 +198,8 @@ async fn a_submit_wakes_the_listening_owner_of_its_lock_group_and_no_other() {
         wake.expect("woken in time"),
         Some(Submit {
             due_unix_ms: NOON + 3,
-            id: None
+            id: None,
+            job: None,
         }),
         "the batch's earliest due, and no one id"
     );

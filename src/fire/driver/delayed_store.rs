@@ -200,7 +200,7 @@ pub(super) fn listen(
                     Some(id) => DelayedInput::Created {
                         bucket: DueBucket::of(submit.due_unix_ms),
                         id,
-                        job: None,
+                        job: submit.job,
                     },
                     None => DelayedInput::DueWatch { watching: true },
                 };

@@ -19,6 +19,7 @@ use tokio_postgres::{AsyncMessage, Socket};
 use super::error::StoreError;
 use super::handle::PgStore;
 use crate::delayed::submission::SubmissionId;
+use crate::ids::JobName;
 
 /// What one submit statement wakes the owner with.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,6 +28,8 @@ pub struct Submit {
     pub due_unix_ms: i64,
     /// Its one submission; `None` for a batch (read the due index from `due_unix_ms` on).
     pub id: Option<SubmissionId>,
+    /// That submission's job, so that only its lock group's owner reads it (issue 19).
+    pub job: Option<JobName>,
 }
 
 /// The channel every submit notifies (`statements` names it in its SQL).
@@ -117,9 +120,15 @@ fn forward<S>(
     });
 }
 
-/// What a notification's payload (`<due ms> <id or -> <lock group>`) says for `lock_group`.
+/// What a notification's payload (`<due ms> <id or -> <lock group>`, then `\n<job>` for a
+/// single submission) says for `lock_group`. A newline parts the job from the group, since
+/// either may hold a space and neither a control character.
 fn submit_of(payload: &str, lock_group: &str) -> Option<Submit> {
-    let mut parts = payload.splitn(3, ' ');
+    let (head, job) = match payload.split_once('\n') {
+        Some((head, job)) => (head, Some(JobName::new(job))),
+        None => (payload, None),
+    };
+    let mut parts = head.splitn(3, ' ');
     let (due, id, group) = (parts.next()?, parts.next()?, parts.next()?);
     if group != lock_group {
         return None;
@@ -131,6 +140,7 @@ fn submit_of(payload: &str, lock_group: &str) -> Option<Submit> {
     Some(Submit {
         due_unix_ms: due.parse().ok()?,
         id,
+        job,
     })
 }
 
@@ -138,23 +148,38 @@ fn submit_of(payload: &str, lock_group: &str) -> Option<Submit> {
 mod tests {
     use super::{Submit, submit_of};
     use crate::delayed::submission::SubmissionId;
+    use crate::ids::JobName;
 
     #[test]
     fn a_notification_wakes_only_its_own_lock_group_and_names_a_single_submission() {
         let one = SubmissionId::parse("order-42").ok();
         assert_eq!(
-            submit_of("1700000000000 order-42 /zkcron/a b", "/zkcron/a b"),
+            submit_of(
+                "1700000000000 order-42 /zkcron/a b\nclose all",
+                "/zkcron/a b"
+            ),
             Some(Submit {
                 due_unix_ms: 1_700_000_000_000,
-                id: one
+                id: one.clone(),
+                job: Some(JobName::new("close all")),
             }),
-            "a lock group's path may hold a space"
+            "a lock group's path and a job's name may hold a space"
+        );
+        assert_eq!(
+            submit_of("1700000000000 order-42 /zkcron/a", "/zkcron/a"),
+            Some(Submit {
+                due_unix_ms: 1_700_000_000_000,
+                id: one,
+                job: None,
+            }),
+            "a submit that names no job"
         );
         assert_eq!(
             submit_of("1700000000000 - /zkcron/a", "/zkcron/a"),
             Some(Submit {
                 due_unix_ms: 1_700_000_000_000,
-                id: None
+                id: None,
+                job: None,
             })
         );
         assert_eq!(submit_of("1700000000000 - /zkcron/b", "/zkcron/a"), None);

@@ -69,9 +69,9 @@ impl Statements {
     }
 }
 
-/// Remembers the id and adds the pending row, and wakes the listening owner (the scalar
-/// subquery runs once, and only when a row was added); no row back when the id was there
-/// already.
+/// Remembers the id and adds the pending row, and wakes the listening owners (the scalar
+/// subquery runs once, and only when a row was added), naming the job after a newline so that
+/// only its group's owner reads it; no row back when the id was there already.
 const SUBMIT: &str = "\
 WITH remembered AS (
     INSERT INTO zkcron_ids (lock_group, id) VALUES ($1, $2)
@@ -80,7 +80,8 @@ WITH remembered AS (
 )
 INSERT INTO zkcron_pending (lock_group, id, job, due_ms, submission)
 SELECT $1, $2, $3, $4, $5 FROM remembered
-RETURNING id, (SELECT pg_notify('zkcron_submitted', $4::text || ' ' || $2 || ' ' || $1))::text";
+RETURNING id,
+    (SELECT pg_notify('zkcron_submitted', $4::text || ' ' || $2 || ' ' || $1 || chr(10) || $3))::text";
 
 /// [`SUBMIT`] for many: ids $2, jobs $3, due times $4 and stored submissions $5, each id at most
 /// once; the ids whose rows it added come back.
@@ -313,7 +314,8 @@ RETURNING id";
 const RESCHEDULE: &str = "\
 UPDATE zkcron_pending SET due_ms = $4::int8, submission = $5
 WHERE lock_group = $1 AND id = $2 AND due_ms = $3
-RETURNING id, (SELECT pg_notify('zkcron_submitted', $4::int8::text || ' ' || $2 || ' ' || $1))::text";
+RETURNING id, (SELECT pg_notify('zkcron_submitted',
+    $4::int8::text || ' ' || $2 || ' ' || $1 || chr(10) || job))::text";
 
 /// Where submission $2 is, in one snapshot: its row in the table that holds it, or its
 /// tombstone once its record was pruned.

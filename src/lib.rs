@@ -24,6 +24,7 @@ pub mod delayed;
 pub mod delivery;
 pub mod describe;
 pub mod drift;
+pub mod dsn;
 pub mod ensemble;
 pub mod ensemble_clock;
 pub mod events;

@@ -3,30 +3,12 @@
 //!
 //! Owns: `store`, the DSN's source (`dsn_env` or `dsn_file`, never the schedule file itself,
 //! since a DSN may carry a password) and the TLS files (`tls`), read on this host only when a
-//! command reaches the ledger; and the rule between the DSN's `sslmode` and `tls`.
+//! command reaches the ledger, and the DSN checked (`crate::dsn`) where it was read.
 //! Must not: connect to the database (`ledger::postgres` does).
-
-use tokio_postgres::config::SslMode;
 
 use super::DelayedStore;
 use super::schema::RawDelayed;
 use super::validator::{NeededBy, Validator};
-
-/// What is wrong with a DSN's `sslmode` beside `[delayed] tls` (set or not), if anything: a
-/// DSN that asks for TLS needs the CA to check the server with, and one that refuses it
-/// contradicts `tls`.
-pub fn sslmode_refused(dsn: &tokio_postgres::Config, tls: bool) -> Option<&'static str> {
-    match (dsn.get_ssl_mode(), tls) {
-        (SslMode::Require, false) => Some(
-            "the DSN says sslmode=require: set [delayed] tls with the CA that signed the server's \
-             certificate",
-        ),
-        (SslMode::Disable, true) => {
-            Some("the DSN says sslmode=disable beside [delayed] tls: remove one of them")
-        }
-        _ => None,
-    }
-}
 
 impl Validator<'_> {
     pub(super) fn delayed(&mut self, raw: Option<RawDelayed>) -> DelayedStore {
@@ -101,17 +83,8 @@ impl Validator<'_> {
         };
         if let (Some(secret), Some(span)) = (&dsn, source_span) {
             // What the DSN says is checked here, never echoed: it may carry a password.
-            match secret.expose().parse::<tokio_postgres::Config>() {
-                Err(_) => {
-                    let message = "not a PostgreSQL connection string (libpq's key=value form \
-                                   or a postgresql:// URL)";
-                    self.problem(span, "delayed.dsn", message);
-                }
-                Ok(parsed) => {
-                    if let Some(refused) = sslmode_refused(&parsed, tls_given) {
-                        self.problem(span, "delayed.dsn", refused);
-                    }
-                }
+            if let Err(problem) = crate::dsn::parse(secret.expose(), tls_given) {
+                self.problem(span, "delayed.dsn", problem.to_string());
             }
         }
         DelayedStore::Postgres { dsn, tls }

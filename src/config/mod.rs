@@ -49,7 +49,6 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-pub use self::delayed::sslmode_refused;
 pub use self::error::{ConfigError, Files, LineStarts, LoadError, Problem, ProblemPlace, line_col};
 pub use self::files::DROP_IN_DIR;
 pub use self::keys::{JobKey, changed_keys, job_keys};

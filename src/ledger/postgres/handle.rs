@@ -138,15 +138,15 @@ impl PgStore {
     ///
     /// # Errors
     /// `Dsn` for a string that is not one; `Tls` when the files are not usable, or the DSN's
-    /// `sslmode` contradicts `tls` (`config::sslmode_refused`).
+    /// `sslmode` contradicts `tls` (`crate::dsn::sslmode_problem`).
     pub fn configured(
         dsn: &str,
         lock_group: &str,
         tls: Option<&crate::ensemble::TlsFiles>,
     ) -> Result<Self, StoreError> {
         let mut store = Self::new(dsn, lock_group)?;
-        if let Some(refused) = crate::config::sslmode_refused(&store.config, tls.is_some()) {
-            return Err(StoreError::Tls(refused.to_owned()));
+        if let Some(problem) = crate::dsn::sslmode_problem(&store.config, tls.is_some()) {
+            return Err(StoreError::Tls(problem.to_string()));
         }
         if let Some(files) = tls {
             let client = files.client_config().map_err(StoreError::Tls)?;

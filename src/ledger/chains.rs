@@ -98,7 +98,8 @@ const KEPT_MARKS_PER_CHORE: i64 = 1_000;
 /// `ended_by_unix_ms` and whose owner never made them (it died between the end and the marks),
 /// then lets the store forget them. A mark a child took already is made again: the child's
 /// submission under `<parent id>.<child>` is then a resubmit of the same request, which changes
-/// nothing. How many it made.
+/// nothing. How many are made now (by it, or found made); one whose parent could not be made
+/// stays kept for the next chore.
 ///
 /// # Errors
 /// `Store` when the store failed; `Zk` when a mark could not be made (the rest wait for the
@@ -130,15 +131,24 @@ pub async fn leave_kept_marks(
             dir,
             data: data.clone(),
         }];
+        let mut there = false;
         for _ in 0..2 {
             let mut multi = client.zk().multi(WriteKind::Final);
             add_creates(&mark, &mut multi).map_err(|fault| zk_failed(path, fault))?;
             match multi.commit().await {
-                Ok(_)
-                | Err(MultiFault::Op {
+                Ok(_) => {
+                    tracing::warn!(path, "a chain mark its parent's owner left unmade is made");
+                    there = true;
+                    break;
+                }
+                // Made by its owner, who died before the store forgot it.
+                Err(MultiFault::Op {
                     fault: Fault::NodeExists,
                     ..
-                }) => break,
+                }) => {
+                    there = true;
+                    break;
+                }
                 Err(MultiFault::Op {
                     fault: Fault::NoNode,
                     ..
@@ -150,8 +160,10 @@ pub async fn leave_kept_marks(
                 ) => return Err(zk_failed(path, fault)),
             }
         }
-        tracing::warn!(path, "a chain mark its parent's owner left unmade is made");
-        made.push(path.as_str());
+        // Its parent still missing: kept for the next chore.
+        if there {
+            made.push(path.as_str());
+        }
     }
     if !made.is_empty() {
         store.marks_made(&made).await.map_err(store_failed)?;

@@ -180,6 +180,12 @@ impl StoreClaims {
     ) -> Result<(), UpdateError> {
         claim.sent = claim.record.clone();
         let id = submission_of(&claim.record, &claim.path)?;
+        // The store keeps them with the end until they are made in ZooKeeper
+        // (`chains::leave_kept_marks`).
+        let kept: Vec<(String, Vec<u8>)> = marks
+            .iter()
+            .map(|mark| (mark.path.clone(), mark.data.clone()))
+            .collect();
         if claim.record.retry_at_unix_ms.is_some() || !claim.record.status.is_final() {
             // A retry promised, or a record written back to `claimed` (a run whose lock was
             // lost before it was sent): the run stays open, its record saying so, for the
@@ -188,10 +194,6 @@ impl StoreClaims {
         } else {
             let token = claim.record.fencing_token;
             let now = Utc::now().timestamp_millis();
-            let kept: Vec<(String, Vec<u8>)> = marks
-                .iter()
-                .map(|mark| (mark.path.clone(), mark.data.clone()))
-                .collect();
             let ended = self
                 .store
                 .end_leaving(&id, token, &claim.record, now, &kept)
@@ -207,8 +209,6 @@ impl StoreClaims {
             }
         }
         let same_session = SessionId(zk.session_id()) == claim.session;
-        // The store keeps them with the end until they are made here (`leave_kept_marks`).
-        let kept: Vec<String> = marks.iter().map(|mark| mark.path.clone()).collect();
         let mut left = Ok(());
         // As the ZooKeeper store's final write: a mark's missing parent is made and the marks
         // go again; a mark there already (our own lost reply) is not made twice.
@@ -227,8 +227,8 @@ impl StoreClaims {
             }
         }
         if left.is_ok() && !kept.is_empty() {
-            let kept: Vec<&str> = kept.iter().map(String::as_str).collect();
-            if let Err(err) = self.store.marks_made(&kept).await {
+            let made: Vec<&str> = kept.iter().map(|(path, _)| path.as_str()).collect();
+            if let Err(err) = self.store.marks_made(&made).await {
                 // Made again by the owner's next chore: a child's submission under its id is
                 // then a resubmit that changes nothing.
                 tracing::debug!(path = claim.path, error = %err, "chain marks made, but still kept in the store");

@@ -11,6 +11,7 @@
 //! Must not: read ZooKeeper (`events::hub` does, through the ledger) or answer a request.
 
 pub mod client;
+pub mod cursor;
 pub mod hub;
 pub mod journal;
 mod order;

@@ -858,8 +858,8 @@ async fn nodes_opening_a_new_database_together_migrate_it_once_and_a_newer_schem
         .query_one("SELECT count(*) FROM zkcron_schema_history", &[])
         .await
         .expect("the history");
-    // V1 (the queue) and V2 (the chain marks), each once.
-    assert_eq!(applied.get::<_, i64>(0), 2, "a migration was applied twice");
+    // V1 (the queue), V2 (the chain marks) and V3 (the runs' change feed), each once.
+    assert_eq!(applied.get::<_, i64>(0), 3, "a migration was applied twice");
 
     client
         .execute(
@@ -1290,4 +1290,105 @@ async fn the_store_speaks_tls_with_the_ca_it_is_given_and_refuses_another() {
         PgStore::configured(&format!("{dsn} sslmode=require"), GROUP, None),
         Err(StoreError::Tls(_))
     ));
+}
+
+#[tokio::test]
+async fn the_runs_change_feed_tells_each_change_in_order_once_and_waits_for_a_late_commit() {
+    let (store, dsn) = store("feed", 1).await;
+    let start = store.change_horizon().await.expect("the horizon");
+    let statuses = |changes: &[zkcron::ledger::postgres::RunChange]| -> Vec<(String, RunStatus)> {
+        changes
+            .iter()
+            .map(|change| (change.mark.id.clone(), change.record.status))
+            .collect()
+    };
+    assert!(
+        store
+            .run_changes(&start, 100)
+            .await
+            .expect("read")
+            .is_empty(),
+        "a pending submission is no run's change"
+    );
+    for which in ["a-1", "a-2", "a-3"] {
+        store
+            .submit(&id(which), &submission("close", NOON, b""))
+            .await
+            .expect("submitted");
+    }
+    let batch = store
+        .claim_due(FencingToken(1), None, NOON, 10, (&node(), "10.0.0.1"), NOON)
+        .await
+        .expect("a claim");
+    assert_eq!(batch.claimed.len(), 3);
+    let claimed = store.run_changes(&start, 100).await.expect("read");
+    assert_eq!(
+        statuses(&claimed),
+        [
+            ("a-1".to_owned(), RunStatus::Claimed),
+            ("a-2".to_owned(), RunStatus::Claimed),
+            ("a-3".to_owned(), RunStatus::Claimed),
+        ],
+        "one transaction's changes, by id"
+    );
+    assert_eq!(claimed[0].record.node_id, node());
+    // Read two at a time, the third comes after the second's mark.
+    let first_two = store.run_changes(&start, 2).await.expect("read");
+    let rest = store
+        .run_changes(&first_two[1].mark, 100)
+        .await
+        .expect("read");
+    assert_eq!(statuses(&rest), [("a-3".to_owned(), RunStatus::Claimed)]);
+    let after_claims = claimed[2].mark.clone();
+
+    // A transaction that began before the next changes and commits after them holds them back.
+    let (late, connection) = tokio_postgres::connect(&dsn, tokio_postgres::NoTls)
+        .await
+        .expect("a connection");
+    tokio::spawn(connection);
+    late.batch_execute("BEGIN; SELECT pg_current_xact_id();")
+        .await
+        .expect("a transaction with an id");
+
+    let mut running = batch.claimed[1].record.clone();
+    running.status = RunStatus::Running;
+    store
+        .update_open(&id("a-2"), &running, 0, FencingToken(1))
+        .await
+        .expect("written");
+    let mut done = batch.claimed[0].record.clone();
+    done.status = RunStatus::Succeeded;
+    store
+        .end(&id("a-1"), FencingToken(1), &done, NOON + 10)
+        .await
+        .expect("ended");
+    assert!(
+        store
+            .run_changes(&after_claims, 100)
+            .await
+            .expect("read")
+            .is_empty(),
+        "a change was told while an earlier transaction could still commit"
+    );
+    late.batch_execute("COMMIT").await.expect("committed");
+    let changed = store.run_changes(&after_claims, 100).await.expect("read");
+    assert_eq!(
+        statuses(&changed),
+        [
+            ("a-2".to_owned(), RunStatus::Running),
+            ("a-1".to_owned(), RunStatus::Succeeded),
+        ],
+        "in the order of their transactions, each once"
+    );
+    assert!(
+        store
+            .run_changes(&changed[1].mark, 100)
+            .await
+            .expect("read")
+            .is_empty()
+    );
+    // A mark read now is past all of it.
+    let now = store.change_horizon().await.expect("the horizon");
+    assert!(now > changed[1].mark, "{now:?}");
+    assert!(store.run_changes(&now, 100).await.expect("read").is_empty());
 }

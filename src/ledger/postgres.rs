@@ -9,13 +9,15 @@
 //! the fence — a lock group's newest fencing token, which every claim checks in its own
 //! statement (`fence`) — submit, end, cancel and find (`queue`), the claims (`claims`: the
 //! fire machine's chosen ones, or whatever is due with `FOR UPDATE SKIP LOCKED`), the open runs'
-//! records and the history (`runs`), what is kept and for how long (`retention`: `history`,
+//! records and the history (`runs`), the runs' changes in the order of their transactions, for the
+//! event stream and the console (`feed`), what is kept and for how long (`retention`: `history`,
 //! the remembered ids, empty days dropped), and the day partitions they fill (`partitions`).
 //! Must not: name `zk` (the fencing token comes from the lock driver through its caller), decide
 //! when anything fires (the fire machine), or check a submission against the schedule.
 
 mod claims;
 mod error;
+mod feed;
 mod fence;
 mod handle;
 mod listen;
@@ -29,6 +31,7 @@ pub(super) mod submissions;
 
 pub use claims::{Chosen, ChosenClaim, Claimed, ClaimedBatch, Mark};
 pub use error::StoreError;
+pub use feed::RunChange;
 pub use handle::{PgStore, REQUEST_BOUND};
 pub use listen::Submit;
 pub use queue::{Ended, Where};

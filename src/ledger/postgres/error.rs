@@ -69,6 +69,8 @@ pub enum StoreError {
     Unanswered,
     #[error("submission {id} is not in the store")]
     NotFound { id: SubmissionId },
+    #[error("PostgreSQL answered {what} with {found:?}, which is not what it should be")]
+    Unreadable { what: &'static str, found: String },
 }
 
 impl StoreError {

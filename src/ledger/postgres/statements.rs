@@ -32,6 +32,8 @@ pub(super) struct Statements {
     pub(super) cancel: Statement,
     pub(super) reschedule: Statement,
     pub(super) find: Statement,
+    pub(super) change_horizon: Statement,
+    pub(super) run_changes: Statement,
 }
 
 impl Statements {
@@ -65,6 +67,8 @@ impl Statements {
             cancel: prepare(CANCEL).await?,
             reschedule: prepare(RESCHEDULE).await?,
             find: prepare(FIND).await?,
+            change_horizon: prepare(CHANGE_HORIZON).await?,
+            run_changes: prepare(RUN_CHANGES).await?,
         })
     }
 }
@@ -224,7 +228,7 @@ const UPDATE_OPEN: &str = "\
 WITH fence AS (
     SELECT token FROM zkcron_fence WHERE lock_group = $6 AND token = $5 FOR SHARE
 )
-UPDATE zkcron_open SET record = $3, version = version + 1
+UPDATE zkcron_open SET record = $3, version = version + 1, changed_xid = pg_current_xact_id()
 WHERE lock_group = $1 AND id = $2 AND version = $4 AND token = $5
     AND EXISTS (SELECT 1 FROM fence)
 RETURNING version";
@@ -236,7 +240,8 @@ WITH fence AS (
     SELECT token FROM zkcron_fence WHERE lock_group = $8 AND token = $5 FOR SHARE
 ), taken AS (
     UPDATE zkcron_open
-    SET record = $3, version = version + 1, token = $5, node = $6, ip = $7
+    SET record = $3, version = version + 1, token = $5, node = $6, ip = $7,
+        changed_xid = pg_current_xact_id()
     WHERE lock_group = $1 AND id = $2 AND version = $4 AND EXISTS (SELECT 1 FROM fence)
     RETURNING version
 )
@@ -332,6 +337,36 @@ FROM zkcron_ended WHERE lock_group = $1 AND id = $2
 UNION ALL
 SELECT 'remembered', tombstone, NULL, NULL, NULL, NULL, forget_after_ms
 FROM zkcron_ids WHERE lock_group = $1 AND id = $2 AND tombstone IS NOT NULL";
+
+/// The runs' change feed's horizon now: the oldest transaction still running on the server
+/// (every transaction before it is over, and what it wrote can be read).
+const CHANGE_HORIZON: &str = "SELECT pg_snapshot_xmin(pg_current_snapshot())::text";
+
+/// Up to $4 runs whose row a transaction changed after transaction $2's change of id $3, in the
+/// order (transaction, id), by transactions before the horizon: open runs (with who claimed
+/// them, for a run that has written no record yet) and ended ones. Through each table's
+/// `(lock_group, changed_xid, id)` index, $4 rows of each at most.
+const RUN_CHANGES: &str = "\
+WITH horizon AS (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin)
+SELECT changed_xid::text, id, record, submission, node, ip, token, at_ms, open FROM (
+    (SELECT o.changed_xid, o.id, o.record, o.submission, o.node, o.ip, o.token,
+            o.claimed_ms AS at_ms, true AS open
+     FROM zkcron_open o, horizon
+     WHERE o.lock_group = $1 AND (o.changed_xid, o.id) > ($2::text::xid8, $3)
+         AND o.changed_xid < horizon.xmin
+     ORDER BY o.changed_xid, o.id
+     LIMIT $4)
+    UNION ALL
+    (SELECT e.changed_xid, e.id, e.record, e.submission, NULL, NULL, NULL,
+            e.ended_ms, false
+     FROM zkcron_ended e, horizon
+     WHERE e.lock_group = $1 AND (e.changed_xid, e.id) > ($2::text::xid8, $3)
+         AND e.changed_xid < horizon.xmin
+     ORDER BY e.changed_xid, e.id
+     LIMIT $4)
+) AS changed
+ORDER BY changed_xid, id
+LIMIT $4";
 
 /// Inserts or raises the row; returns it unless it holds a newer token. `<=` so that the owner
 /// raising its own token again (a new connection, a retry after a lost answer) is told so.

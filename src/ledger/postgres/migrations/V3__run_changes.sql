@@ -1,0 +1,14 @@
+-- The runs' change feed: each open or ended run's row says which transaction changed it last,
+-- so that a reader (the event stream, the console) takes every change after its mark in the
+-- order the transactions began, and only once every transaction before its horizon (the
+-- oldest still running, `pg_snapshot_xmin`) is over: a change that commits late is never
+-- jumped. A row changed twice between two reads is told once, as it stands.
+--
+-- No rewrite of the existing rows: they keep NULL and are history from before the feed.
+ALTER TABLE zkcron_open ADD COLUMN changed_xid xid8;
+ALTER TABLE zkcron_open ALTER COLUMN changed_xid SET DEFAULT pg_current_xact_id();
+CREATE INDEX zkcron_open_changed ON zkcron_open (lock_group, changed_xid, id);
+
+ALTER TABLE zkcron_ended ADD COLUMN changed_xid xid8;
+ALTER TABLE zkcron_ended ALTER COLUMN changed_xid SET DEFAULT pg_current_xact_id();
+CREATE INDEX zkcron_ended_changed ON zkcron_ended (lock_group, changed_xid, id);

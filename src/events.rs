@@ -18,6 +18,7 @@ mod order;
 
 use serde::{Deserialize, Serialize};
 
+use self::cursor::{Cursor, StoreMark};
 use crate::run::{RunRecord, RunStatus};
 
 /// What an event says happened.
@@ -104,8 +105,17 @@ impl EventKind {
 /// One event.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Event {
-    /// The zxid of the change: the cursor a follower resumes from.
+    /// The zxid of the change; for a change of a run kept in the PostgreSQL store, the newest
+    /// zxid the node had told when it told it.
     pub id: i64,
+    /// Where the delayed queue is kept in PostgreSQL: the store's newest change told, this one
+    /// or one before it. With `id`, the cursor a follower resumes from ([`Event::cursor`]).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "cursor::as_text"
+    )]
+    pub store_mark: Option<StoreMark>,
     pub kind: EventKind,
     /// When it happened, by the servers' clock (the change's `mtime`), in Unix ms.
     pub at_unix_ms: i64,
@@ -137,6 +147,7 @@ impl Event {
     pub fn bare(kind: EventKind, id: i64, at_unix_ms: i64) -> Self {
         Self {
             id,
+            store_mark: None,
             kind,
             at_unix_ms,
             job: None,
@@ -165,16 +176,35 @@ impl Event {
         }
     }
 
+    /// What a run kept in the PostgreSQL store says after the change the feed read: its
+    /// status's event, at the time of its newest step (by the clock of the node that wrote it).
+    pub fn of_stored_run(record: &RunRecord) -> Self {
+        let at = record
+            .finished_unix_ms
+            .or(record.started_unix_ms)
+            .unwrap_or(record.claimed_unix_ms);
+        Self::of_record(record, 0, at)
+    }
+
+    /// Where a follower stands once it has this event.
+    pub fn cursor(&self) -> Cursor {
+        Cursor {
+            zxid: self.id,
+            store: self.store_mark.clone(),
+        }
+    }
+
     /// The gap after `after` (the follower's cursor), up to `kept_from` (where this node's
     /// journal keeps events from, or the cursor itself when it came from another node).
-    pub fn gap(after: i64, kept_from: i64, at_unix_ms: i64) -> Self {
+    pub fn gap(after: &Cursor, kept_from: &Cursor, at_unix_ms: i64) -> Self {
         Self {
             detail: Some(format!(
                 "events after {after} were not kept on the node serving them (it keeps what it \
                  saw since {kept_from}): the runs' events come from their records, the others \
                  of the range are lost"
             )),
-            ..Self::bare(EventKind::Gap, kept_from, at_unix_ms)
+            store_mark: kept_from.store.clone(),
+            ..Self::bare(EventKind::Gap, kept_from.zxid, at_unix_ms)
         }
     }
 

@@ -831,3 +831,166 @@ async fn a_run_open_in_zookeeper_when_the_queue_moved_is_resolved_there_by_the_n
         "{ended}"
     );
 }
+
+/// The frames of an event stream answered whole (`follow=false`): each one's `id:` line and its
+/// event, if it has one.
+fn frames(body: &str) -> Vec<(String, Option<serde_json::Value>)> {
+    body.split("\n\n")
+        .filter_map(|frame| {
+            let id = frame.lines().find_map(|line| line.strip_prefix("id: "))?;
+            let event = frame
+                .lines()
+                .find_map(|line| line.strip_prefix("data: "))
+                .map(|data| serde_json::from_str(data).expect("an event"));
+            Some((id.to_owned(), event))
+        })
+        .collect()
+}
+
+/// The event stream tells the store's runs (issue 55): each submission's run ends in the stream,
+/// with a cursor that holds the store's mark; a follower resuming after one gets only what came
+/// after it; and after the node restarted, a cursor the new hub never gave is answered 410, or,
+/// across the gap, with the store's runs after its mark read back from the store — none before.
+#[tokio::test]
+async fn the_event_stream_tells_the_stores_runs_and_resumes_after_a_store_mark() {
+    const TOKEN: &str = "pg-events-token";
+    let ground = ground("pg-daemon-events").await;
+    let jobs = format!(
+        "[http]\nlisten = \"127.0.0.1:0\"\ntoken_env = \"ZKCRON_EVENTS_TOKEN\"\n\n{}",
+        on_demand_job(&ground.out)
+    );
+    let text = in_postgres(&ground, &jobs);
+    let env = [("ZKCRON_EVENTS_TOKEN", Path::new(TOKEN))];
+    let mut node = DaemonNode::start_with_env(ground.dir.path(), "d1", &text, &env);
+    node.wait_log("owns the lock", SESSION + SLACK).await;
+    let port = support::http::logged_port(&node.log()).expect("the node's port");
+    let listing = |port: u16, query: String| async move {
+        let reply = support::http::request(
+            port,
+            "GET",
+            &format!("/v1/events?{query}"),
+            Some(TOKEN),
+            None,
+        )
+        .await;
+        (reply.status, frames(&reply.body), reply.body)
+    };
+    // The first follower starts the hub: where it stands is the stream's first id.
+    let (status, started, body) = listing(port, "follow=false".to_owned()).await;
+    assert_eq!(status, 200, "{body}");
+    let start = started
+        .first()
+        .map(|(id, _)| id.clone())
+        .expect("a position");
+    assert!(
+        start.split('.').count() >= 3,
+        "a cursor with the store's mark: {start}"
+    );
+
+    let ended_in_stream = |after: String, id: &'static str| async move {
+        let query = format!("follow=false&after={after}");
+        wait_for(
+            &format!("{id}'s run ended in the stream"),
+            SLACK * 2,
+            || {
+                let query = query.clone();
+                async move {
+                    let (_, frames, _) = listing(port, query).await;
+                    let ended = frames.iter().any(|(_, event)| {
+                        event.as_ref().is_some_and(|e| {
+                            e["kind"] == "run_ended"
+                                && e["run_id"].as_str().is_some_and(|run| run.ends_with(id))
+                                && e["status"] == "succeeded"
+                        })
+                    });
+                    ended.then_some(frames)
+                }
+            },
+        )
+        .await
+    };
+    let due = at(now_ms() + 500);
+    zkcron_ok(
+        &["submit", "close", "--at", &due, "--id", "first"],
+        &node.config,
+    );
+    let told = ended_in_stream(start.clone(), "first").await;
+    let (first_end, first_event) = told
+        .iter()
+        .find(|(_, e)| e.as_ref().is_some_and(|e| e["kind"] == "run_ended"))
+        .cloned()
+        .expect("the end");
+    let first_event = first_event.expect("an event");
+    assert_eq!(first_event["job"], "close");
+    assert_eq!(first_event["node"], "d1");
+    assert!(
+        first_end.ends_with(".first"),
+        "the store's mark names the run's id: {first_end}"
+    );
+    assert_eq!(
+        first_end,
+        format!(
+            "{}.{}",
+            first_event["id"],
+            first_event["store_mark"].as_str().unwrap_or_default()
+        ),
+        "the id: line is the event's id and store mark"
+    );
+
+    zkcron_ok(
+        &["submit", "close", "--at", &due, "--id", "second"],
+        &node.config,
+    );
+    let after_first = ended_in_stream(first_end.clone(), "second").await;
+    let runs: Vec<String> = after_first
+        .iter()
+        .filter_map(|(_, e)| e.as_ref()?["run_id"].as_str().map(str::to_owned))
+        .collect();
+    assert!(
+        runs.iter().all(|run| run.ends_with("second")),
+        "a follower after the first's end is told only what came after it: {runs:?}"
+    );
+    assert_eq!(runs_of(&ground.out, "first").len(), 1);
+    assert_eq!(runs_of(&ground.out, "second").len(), 1);
+
+    // Another hub: the cursor is none it gave.
+    node.kill();
+    let node = DaemonNode::start_with_env(ground.dir.path(), "d2", &text, &env);
+    node.wait_log("owns the lock", SESSION + DELAY + SLACK)
+        .await;
+    let port = support::http::logged_port(&node.log()).expect("the node's port");
+    let (status, _, body) = listing(port, format!("follow=false&after={first_end}")).await;
+    assert_eq!(status, 410, "{body}");
+    let gone: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(gone["after"], first_end.as_str(), "{gone}");
+    let (status, crossed, body) = listing(
+        port,
+        format!("follow=false&after={first_end}&across_gap=true"),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let told: Vec<(String, String)> = crossed
+        .iter()
+        .filter_map(|(_, e)| {
+            let e = e.as_ref()?;
+            Some((
+                e["kind"].as_str()?.to_owned(),
+                e["run_id"].as_str().unwrap_or("").to_owned(),
+            ))
+        })
+        .collect();
+    assert!(
+        told.iter()
+            .any(|(kind, run)| kind == "run_ended" && run.ends_with("second")),
+        "the second's end read back from the store: {told:?}"
+    );
+    assert!(
+        told.iter().all(|(_, run)| !run.ends_with("first")),
+        "nothing at or before the cursor: {told:?}"
+    );
+    assert_eq!(
+        told.iter().filter(|(kind, _)| kind == "gap").count(),
+        1,
+        "{told:?}"
+    );
+}

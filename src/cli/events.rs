@@ -17,6 +17,7 @@ use super::CliError;
 use super::logs::http_token;
 use zkcron::config::Config;
 use zkcron::events::client::{self, Following};
+use zkcron::events::cursor::Cursor;
 use zkcron::events::{Event, EventKind};
 
 #[derive(Debug, Args)]
@@ -29,9 +30,10 @@ pub struct EventsArgs {
     /// `at_unix_ms`, and `job`, `run_id`, `node`, `status`, `token`, `detail` where they apply).
     #[arg(long)]
     json: bool,
-    /// Resume after this event's id (an event's `id`: a ZooKeeper zxid, valid on every node).
+    /// Resume after this event's id, as its `id:` line gives it: a ZooKeeper zxid, valid on
+    /// every node, followed by the delayed store's mark where the queue is kept in PostgreSQL.
     #[arg(long, value_name = "ID")]
-    after: Option<i64>,
+    after: Option<Cursor>,
     /// Without --after: the events of this long ago and newer, read back from the run records
     /// and what the node kept (`0s`: only new ones, with -f).
     #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
@@ -47,7 +49,10 @@ pub async fn events(config: &Config, args: EventsArgs) -> Result<(), CliError> {
     let since_ms = chrono::Utc::now().timestamp_millis()
         - i64::try_from(args.since.as_millis()).unwrap_or(i64::MAX);
     // From the start of what is kept, filtered by --since below; nothing old with `0s`.
-    let after = args.after.or((!args.since.is_zero()).then_some(0));
+    let after = args
+        .after
+        .clone()
+        .or((!args.since.is_zero()).then_some(Cursor::of_zxid(0)));
     let following = Following {
         after,
         follow: args.follow,

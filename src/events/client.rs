@@ -11,6 +11,7 @@
 use std::time::Duration;
 
 use super::Event;
+use super::cursor::Cursor;
 use crate::ids::NodeId;
 use crate::layout::LockPaths;
 use crate::ledger::Ledger;
@@ -44,7 +45,7 @@ pub enum FollowError {
 #[derive(Debug, Clone)]
 pub struct Following {
     /// Resume after this event's id; from now when `None`.
-    pub after: Option<i64>,
+    pub after: Option<Cursor>,
     /// Follow new events; else end after what is kept.
     pub follow: bool,
     /// Prefer this member (the node of this host's schedule).
@@ -71,19 +72,19 @@ pub async fn follow(
         .build()
         .map_err(|err| FollowError::Members(error_chain(&err)))?;
     // From 0: a listing of everything kept, runs' records and all, which no gap can surprise.
-    let mut across_gap = following.after == Some(0);
+    let mut across_gap = following.after == Some(Cursor::of_zxid(0));
     let mut tried_without = 0;
     loop {
         let apis = member_apis(ledger, paths, following.prefer.as_ref()).await?;
         let mut answered = None;
         let mut why = Vec::new();
         for (node, api) in apis {
-            let url = events_url(&api, following.after, across_gap, following.follow);
+            let url = events_url(&api, following.after.as_ref(), across_gap, following.follow);
             let mut request = http.get(url);
             if let Some(authorization) = &following.authorization {
                 request = request.header(reqwest::header::AUTHORIZATION, authorization);
             }
-            if let Some(after) = following.after {
+            if let Some(after) = &following.after {
                 request = request.header("Last-Event-ID", after.to_string());
             }
             match request.send().await {
@@ -157,8 +158,9 @@ async fn read_stream(
         while let Some(end) = pending.find("\n\n") {
             let frame: String = pending.drain(..end + 2).collect();
             let (id, event) = parse_frame(&frame)?;
+            // The last id given is where it stands: the stream's order is the journal's.
             if let Some(id) = id {
-                following.after = Some(following.after.map_or(id, |after| after.max(id)));
+                following.after = Some(id);
             }
             if event.as_ref().is_some_and(|event| !told(event)) {
                 return Ok(Ended::Stop);
@@ -169,7 +171,7 @@ async fn read_stream(
 
 /// One Server-Sent Events frame: its `id:` (the cursor) and its `data:` lines as an event;
 /// neither for a comment.
-fn parse_frame(frame: &str) -> Result<(Option<i64>, Option<Event>), FollowError> {
+fn parse_frame(frame: &str) -> Result<(Option<Cursor>, Option<Event>), FollowError> {
     let field = |name: &str| {
         frame
             .lines()
@@ -177,7 +179,7 @@ fn parse_frame(frame: &str) -> Result<(Option<i64>, Option<Event>), FollowError>
             .map(str::trim_start)
             .collect::<Vec<&str>>()
     };
-    let id = field("id:").last().and_then(|id| id.parse().ok());
+    let id = field("id:").last().and_then(|id| Cursor::parse(id));
     let data = field("data:");
     if data.is_empty() {
         return Ok((id, None));
@@ -209,7 +211,7 @@ async fn member_apis(
     Ok(apis)
 }
 
-fn events_url(api: &str, after: Option<i64>, across_gap: bool, follow: bool) -> String {
+fn events_url(api: &str, after: Option<&Cursor>, across_gap: bool, follow: bool) -> String {
     let mut url = format!("http://{api}/v1/events?follow={follow}");
     if let Some(after) = after {
         url.push_str(&format!("&after={after}"));
@@ -229,19 +231,33 @@ mod tests {
     fn a_frame_reads_as_its_event_and_a_comment_as_none() {
         let frame = "id: 12\nevent: member_left\ndata: {\"id\":12,\"kind\":\"member_left\",\"at_unix_ms\":5,\"node\":\"b\"}\n\n";
         let (id, event) = parse_frame(frame).unwrap_or_default();
-        assert_eq!(id, Some(12));
+        assert_eq!(id, Some(Cursor::of_zxid(12)));
         assert_eq!(
             event.map(|e| (e.id, e.kind)),
             Some((12, EventKind::MemberLeft))
         );
         assert!(matches!(parse_frame(": keep-alive\n\n"), Ok((None, None))));
-        assert!(matches!(parse_frame("id: 40\n\n"), Ok((Some(40), None))));
+        assert!(matches!(
+            parse_frame("id: 40\n\n"),
+            Ok((
+                Some(Cursor {
+                    zxid: 40,
+                    store: None
+                }),
+                None
+            ))
+        ));
+        let (id, _) = parse_frame("id: 40.912.order-1\n\n").unwrap_or_default();
+        assert_eq!(
+            id.map(|id| id.to_string()),
+            Some("40.912.order-1".to_owned())
+        );
         assert!(matches!(
             parse_frame("data: {\n\n"),
             Err(FollowError::Garbled(_))
         ));
         assert_eq!(
-            events_url("10.0.0.1:9464", Some(7), true, false),
+            events_url("10.0.0.1:9464", Some(&Cursor::of_zxid(7)), true, false),
             "http://10.0.0.1:9464/v1/events?follow=false&after=7&across_gap=true"
         );
     }

@@ -70,12 +70,52 @@ impl Cursor {
     }
 }
 
+impl std::str::FromStr for Cursor {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        Self::parse(text).ok_or_else(|| {
+            format!(
+                "{text:?} is not an event's cursor: a zxid, or `<zxid>.<transaction>.<id>` \
+                 as each event's id: line gives"
+            )
+        })
+    }
+}
+
 impl fmt::Display for Cursor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.store {
             None => write!(f, "{}", self.zxid),
             Some(store) => write!(f, "{}.{store}", self.zxid),
         }
+    }
+}
+
+/// A store mark in JSON: its text, as the cursor writes it.
+pub(super) mod as_text {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use super::StoreMark;
+
+    #[allow(clippy::ref_option)] // serde's `with` hands the field by reference
+    pub fn serialize<S: Serializer>(mark: &Option<StoreMark>, to: S) -> Result<S::Ok, S::Error> {
+        match mark {
+            Some(mark) => to.collect_str(mark),
+            None => to.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(from: D) -> Result<Option<StoreMark>, D::Error> {
+        let text = Option::<String>::deserialize(from)?;
+        text.map(|text| {
+            StoreMark::parse(&text).ok_or_else(|| {
+                serde::de::Error::custom(format!(
+                    "{text:?} is not a store mark (`<transaction>.<id>`)"
+                ))
+            })
+        })
+        .transpose()
     }
 }
 

@@ -21,7 +21,8 @@ use std::time::Duration;
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::journal::{CAPACITY, Journal, Resume};
+use super::cursor::{Cursor, StoreMark};
+use super::journal::{CAPACITY, Journal, Resume, StoreReadBack};
 use super::order::WriteOrder;
 use super::{Event, EventKind};
 use crate::config::Config;
@@ -40,6 +41,15 @@ pub const IDLE: Duration = Duration::from_secs(600);
 const FOLLOWER_BACKLOG: usize = 4096;
 /// Record reads in flight at once (as the console's index).
 const IN_FLIGHT: usize = 128;
+/// How often the delayed store's change feed is read while the hub follows it: PostgreSQL
+/// tells no change of a row unless asked, and a `NOTIFY` from every statement of the claim
+/// path costs every delivery (measured: +16 % of the server's CPU) for a hub few nodes run.
+pub const STORE_POLL: Duration = Duration::from_millis(500);
+/// The store's changes read at once.
+const STORE_BATCH: i64 = 1000;
+/// The store's changes read back for one follower across a gap, at most: past it, the gap
+/// event says which were lost to it.
+const STORE_READ_BACK: usize = 100_000;
 
 /// What the hub follows, from the schedule.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,13 +102,13 @@ pub enum Subscribed {
     /// The events after its cursor, then every new one as it comes. `position`: the cursor
     /// it starts from (the newest event's id when it gave none).
     Stream {
-        position: i64,
+        position: Cursor,
         backlog: Vec<Event>,
         live: broadcast::Receiver<Event>,
     },
     /// Event `after` is not one this hub kept: it keeps what it saw since `kept_from` (see
     /// `journal`).
-    Gone { after: i64, kept_from: i64 },
+    Gone { after: Cursor, kept_from: Cursor },
 }
 
 struct Shared {
@@ -124,7 +134,7 @@ impl EventHub {
         let (sender, _) = broadcast::channel(FOLLOWER_BACKLOG);
         let hub = Self {
             shared: Arc::new(Shared {
-                journal: Mutex::new(Journal::new(CAPACITY, 0)),
+                journal: Mutex::new(Journal::new(CAPACITY, Cursor::of_zxid(0))),
                 sender,
                 standing: watch::Sender::new(Standing::Loading),
             }),
@@ -174,7 +184,7 @@ impl EventHub {
     /// The hub stopped before it had read the group, or reading the records back failed.
     pub async fn subscribe(
         &self,
-        cursor: Option<i64>,
+        cursor: Option<Cursor>,
         across_gap: bool,
     ) -> Result<Subscribed, HubError> {
         self.last_asked.store(monotonic_secs(), Ordering::Relaxed);
@@ -193,29 +203,38 @@ impl EventHub {
         let Some(cursor) = cursor else {
             let journal = self.journal();
             return Ok(Subscribed::Stream {
-                position: journal.newest_id(),
+                position: journal.newest(),
                 backlog: Vec::new(),
                 live: self.shared.sender.subscribe(),
             });
         };
-        let gone = match self.journal().after(cursor) {
+        let gone = match self.journal().after(&cursor) {
             Resume::Gone { after, kept_from } => Some((after, kept_from)),
             Resume::Kept(_) => None,
         };
-        let records = match gone {
+        let (records, store) = match gone {
             Some((after, kept_from)) if !across_gap => {
                 return Ok(Subscribed::Gone { after, kept_from });
             }
-            Some(_) => self.records().await?,
-            None => Vec::new(),
+            Some(_) => {
+                let store = match &cursor.store {
+                    Some(after) => self.store_read_back(after).await?,
+                    None => StoreReadBack::default(),
+                };
+                (self.records().await?, store)
+            }
+            None => (Vec::new(), StoreReadBack::default()),
         };
         // The backlog and the live channel are taken together: no event falls between them.
         let journal = self.journal();
-        let backlog = match journal.after(cursor) {
+        let backlog = match journal.after(&cursor) {
             Resume::Kept(backlog) => backlog,
-            Resume::Gone { .. } => {
-                journal.across_gap(cursor, records, chrono::Utc::now().timestamp_millis())
-            }
+            Resume::Gone { .. } => journal.across_gap(
+                &cursor,
+                records,
+                store,
+                chrono::Utc::now().timestamp_millis(),
+            ),
         };
         Ok(Subscribed::Stream {
             position: cursor,
@@ -257,6 +276,83 @@ impl EventHub {
         Ok(events)
     }
 
+    /// The delayed store's runs changed after `after`, as they stand, up to the newest change
+    /// the journal told (its own events after that follow them).
+    async fn store_read_back(&self, after: &StoreMark) -> Result<StoreReadBack, HubError> {
+        let Some(through) = self.journal().store_mark().cloned() else {
+            return Ok(StoreReadBack::default());
+        };
+        let mut read = StoreReadBack {
+            through: Some(through.clone()),
+            ..StoreReadBack::default()
+        };
+        let mut mark = after.clone();
+        while mark < through {
+            if read.events.len() >= STORE_READ_BACK {
+                read.cut_at = Some(mark);
+                break;
+            }
+            let changes = ledger::store_feed::changes_after(&self.client, &mark, STORE_BATCH)
+                .await
+                .map_err(|err| HubError::Records(error_chain(&err)))?;
+            let Some(last) = changes.last().map(|change| change.mark.clone()) else {
+                break;
+            };
+            for change in changes.into_iter().filter(|change| change.mark <= through) {
+                let mut event = Event::of_stored_run(&change.record);
+                event.store_mark = Some(change.mark);
+                read.events.push(event);
+            }
+            mark = last;
+        }
+        Ok(read)
+    }
+
+    /// Reads the delayed store's change feed every [`STORE_POLL`] (at once again after a full
+    /// batch) until the hub stops, telling each change. A failed read is said once and tried
+    /// again: the journal's mark holds where the next read starts.
+    async fn follow_store(&self) {
+        let mut failing = false;
+        loop {
+            let Some(mark) = self.journal().store_mark().cloned() else {
+                return;
+            };
+            let mut full = false;
+            match ledger::store_feed::changes_after(&self.client, &mark, STORE_BATCH).await {
+                Ok(changes) => {
+                    if std::mem::take(&mut failing) {
+                        tracing::info!("the event hub reads the delayed store's runs again");
+                    }
+                    full = i64::try_from(changes.len()) == Ok(STORE_BATCH);
+                    let mut journal = self.journal();
+                    for change in changes {
+                        let event = Event::of_stored_run(&change.record);
+                        let told = journal.store_changed(event, change.mark);
+                        // No follower now is no error: the journal keeps it for the next.
+                        let _ = self.shared.sender.send(told);
+                    }
+                }
+                Err(err) if !failing => {
+                    failing = true;
+                    tracing::warn!(
+                        error = %error_chain(&err),
+                        "the event hub cannot read the delayed store's runs; it tries again \
+                         every {} ms and loses none",
+                        STORE_POLL.as_millis()
+                    );
+                }
+                Err(_) => {}
+            }
+            if full {
+                continue;
+            }
+            tokio::select! {
+                () = self.stop.cancelled() => return,
+                () = tokio::time::sleep(STORE_POLL) => {}
+            }
+        }
+    }
+
     /// The events the records at `wanted` say now, each read once; gone ones say none.
     async fn record_events(
         &self,
@@ -296,8 +392,25 @@ impl EventHub {
             Ok(known) => known,
             Err(why) => return why,
         };
-        *self.journal() = Journal::new(CAPACITY, known.newest_zxid());
+        // Read after the state: a change of the store's before its horizon is history, one
+        // after it is told.
+        let store = match ledger::store_feed::horizon(&self.client).await {
+            Ok(store) => store,
+            Err(err) => return format!("cannot read the delayed store: {}", error_chain(&err)),
+        };
+        let follows_store = store.is_some();
+        *self.journal() = Journal::new(
+            CAPACITY,
+            Cursor {
+                zxid: known.newest_zxid(),
+                store,
+            },
+        );
         self.shared.standing.send_replace(Standing::Ready);
+        if follows_store {
+            let hub = self.clone();
+            tokio::spawn(async move { hub.follow_store().await });
+        }
         let idle = || {
             self.idle()
                 .then(|| format!("nobody followed for {} s", IDLE.as_secs()))
@@ -426,7 +539,7 @@ impl EventHub {
         let mut events = Vec::new();
         if read_all {
             // Notifications were lost while disconnected: what changed is told as it stands.
-            let newest = self.journal().newest_id();
+            let newest = self.journal().newest_zxid();
             let mut gap = Event::bare(EventKind::Gap, newest, now);
             gap.detail = Some(
                 "disconnected from ZooKeeper: what changed meanwhile is told as it stands now"
@@ -472,8 +585,7 @@ impl EventHub {
             let told = if event.kind.of_a_run() {
                 journal.record_changed(&event.record_key(), event)
             } else {
-                journal.push(event.clone());
-                Some(event)
+                Some(journal.push(event))
             };
             if let Some(event) = told {
                 // No follower now is no error: the journal keeps it for the next.

@@ -22,6 +22,7 @@ use super::auth::authorize;
 use super::errors::ApiError;
 use super::state::HttpState;
 use crate::config::TokenKind;
+use crate::events::cursor::Cursor;
 use crate::events::hub::Subscribed;
 use crate::events::{Event, EventKind};
 
@@ -35,7 +36,7 @@ const IN_FLIGHT: usize = 64 * 1024;
 #[derive(Deserialize)]
 pub(super) struct EventsQuery {
     /// The id of the last event the follower got (`Last-Event-ID` wins).
-    after: Option<i64>,
+    after: Option<String>,
     /// Where events after the cursor were not kept: the runs' events from their records and a
     /// `gap` event, instead of 410.
     #[serde(default)]
@@ -48,8 +49,17 @@ pub(super) struct EventsQuery {
 #[derive(Serialize)]
 struct Gone {
     error: String,
-    after: i64,
-    kept_from: i64,
+    after: serde_json::Value,
+    kept_from: serde_json::Value,
+}
+
+/// A cursor in JSON: a zxid as the number it always was, a cursor with the store's part as
+/// its text.
+fn cursor_json(cursor: &Cursor) -> serde_json::Value {
+    match cursor.store {
+        None => serde_json::Value::from(cursor.zxid),
+        Some(_) => serde_json::Value::from(cursor.to_string()),
+    }
 }
 
 pub(super) async fn events(
@@ -59,7 +69,16 @@ pub(super) async fn events(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     authorize(&state, &headers, TokenKind::Read, peer)?;
-    let cursor = last_event_id(&headers)?.or(query.after);
+    let after = match query.after.as_deref() {
+        Some(after) => Some(Cursor::parse(after).ok_or_else(|| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "after is not an event's id (as each event's id: line gives)",
+            )
+        })?),
+        None => None,
+    };
+    let cursor = last_event_id(&headers)?.or(after);
     let client = state.client()?;
     let hub = state.events.hub(&client, &state.config());
     let subscribed = tokio::time::timeout(READ_WITHIN, hub.subscribe(cursor, query.across_gap))
@@ -80,8 +99,8 @@ pub(super) async fn events(
                      from their records and a gap event for the rest",
                     state.me
                 ),
-                after,
-                kept_from,
+                after: cursor_json(&after),
+                kept_from: cursor_json(&kept_from),
             };
             return Ok((StatusCode::GONE, axum::Json(gone)).into_response());
         }
@@ -111,7 +130,7 @@ pub(super) async fn events(
             if write(&mut into, event).await.is_err() {
                 return;
             }
-            last = last.max(event.id);
+            last = event.cursor();
         }
         if !follow {
             return;
@@ -134,8 +153,12 @@ pub(super) async fn events(
                 Ok(event) => event,
                 Err(RecvError::Lagged(behind)) => {
                     // Told, and let go: it resumes from its cursor, from the journal.
-                    let mut gap =
-                        Event::bare(EventKind::Gap, last, chrono::Utc::now().timestamp_millis());
+                    let mut gap = Event::bare(
+                        EventKind::Gap,
+                        last.zxid,
+                        chrono::Utc::now().timestamp_millis(),
+                    );
+                    gap.store_mark = last.store.clone();
                     gap.detail = Some(format!(
                         "this follower fell {behind} events behind; reconnect with Last-Event-ID {last} to resume"
                     ));
@@ -147,7 +170,7 @@ pub(super) async fn events(
             if write(&mut into, &event).await.is_err() {
                 return;
             }
-            last = last.max(event.id);
+            last = event.cursor();
         }
     });
     Ok((
@@ -161,20 +184,21 @@ pub(super) async fn events(
         .into_response())
 }
 
-/// `Last-Event-ID`, when given: an event's id, a zxid.
-fn last_event_id(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
+/// `Last-Event-ID`, when given: an event's id — a zxid, with the store's mark after it where the
+/// delayed queue is kept in PostgreSQL.
+fn last_event_id(headers: &HeaderMap) -> Result<Option<Cursor>, ApiError> {
     let Some(value) = headers.get("last-event-id") else {
         return Ok(None);
     };
     value
         .to_str()
         .ok()
-        .and_then(|id| id.trim().parse().ok())
+        .and_then(Cursor::parse)
         .map(Some)
         .ok_or_else(|| {
             ApiError::new(
                 StatusCode::BAD_REQUEST,
-                "Last-Event-ID is not an event's id (a number, as each event's id: line gives)",
+                "Last-Event-ID is not an event's id (as each event's id: line gives)",
             )
         })
 }
@@ -185,7 +209,7 @@ async fn write(into: &mut (impl AsyncWrite + Unpin), event: &Event) -> std::io::
     let data = serde_json::to_string(event).map_err(std::io::Error::other)?;
     let frame = format!(
         "id: {}\nevent: {}\ndata: {data}\n\n",
-        event.id,
+        event.cursor(),
         event.kind.as_str()
     );
     into.write_all(frame.as_bytes()).await

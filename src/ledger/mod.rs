@@ -30,6 +30,7 @@ pub mod postgres;
 mod prune;
 mod records;
 mod store_claims;
+pub mod store_feed;
 pub mod store_move;
 mod submission_state;
 pub mod submissions;

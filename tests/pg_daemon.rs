@@ -887,6 +887,17 @@ async fn the_event_stream_tells_the_stores_runs_and_resumes_after_a_store_mark()
         "a cursor with the store's mark: {start}"
     );
 
+    // The console's index starts before any run, and follows the store's feed from there.
+    let recent = support::http::request(
+        port,
+        "GET",
+        "/v1/submissions?state=recent",
+        Some(TOKEN),
+        None,
+    )
+    .await;
+    assert_eq!(recent.status, 200, "{recent:?}");
+
     let ended_in_stream = |after: String, id: &'static str| async move {
         let query = format!("follow=false&after={after}");
         wait_for(
@@ -953,6 +964,44 @@ async fn the_event_stream_tells_the_stores_runs_and_resumes_after_a_store_mark()
     assert_eq!(runs_of(&ground.out, "first").len(), 1);
     assert_eq!(runs_of(&ground.out, "second").len(), 1);
 
+    // The console: both submissions among the recent ones, the job's last run, from the feed.
+    wait_for(
+        "the console's index shows both runs",
+        SLACK,
+        || async move {
+            let recent = support::http::request(
+                port,
+                "GET",
+                "/v1/submissions?state=recent",
+                Some(TOKEN),
+                None,
+            )
+            .await
+            .json();
+            let ended: Vec<String> = recent
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|run| run["status"] == "succeeded")
+                .filter_map(|run| run["submission_id"].as_str().map(str::to_owned))
+                .collect();
+            (ended.len() == 2
+                && ended.contains(&"first".to_owned())
+                && ended.contains(&"second".to_owned()))
+            .then_some(())
+        },
+    )
+    .await;
+    let jobs = support::http::request(port, "GET", "/v1/jobs", Some(TOKEN), None)
+        .await
+        .json();
+    let close = jobs["jobs"]
+        .as_array()
+        .and_then(|jobs| jobs.iter().find(|job| job["name"] == "close").cloned())
+        .unwrap_or_default();
+    assert_eq!(close["last"]["submission_id"], "second", "{jobs}");
+    assert_eq!(close["last"]["status"], "succeeded", "{jobs}");
+
     // Another hub: the cursor is none it gave.
     node.kill();
     let node = DaemonNode::start_with_env(ground.dir.path(), "d2", &text, &env);
@@ -993,4 +1042,33 @@ async fn the_event_stream_tells_the_stores_runs_and_resumes_after_a_store_mark()
         1,
         "{told:?}"
     );
+    // A new node's index reads the store's runs at its start.
+    let recent = support::http::request(
+        port,
+        "GET",
+        "/v1/submissions?state=recent",
+        Some(TOKEN),
+        None,
+    )
+    .await;
+    let listed: Vec<String> = wait_for("the new index lists both", SLACK, || async move {
+        let listed: Vec<String> = support::http::request(
+            port,
+            "GET",
+            "/v1/submissions?state=recent",
+            Some(TOKEN),
+            None,
+        )
+        .await
+        .json()
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|run| run["submission_id"].as_str().map(str::to_owned))
+        .collect();
+        (listed.len() == 2).then_some(listed)
+    })
+    .await;
+    assert_eq!(recent.status, 200, "{recent:?}");
+    assert_eq!(listed, ["second", "first"], "newest first");
 }

@@ -4,9 +4,11 @@
 //! histories per page.
 //!
 //! The index reads every kept record once, then follows the ledger through one persistent
-//! recursive watch on `runs/`: each change is one read of the record that changed. It lives on
-//! the node's session and is dropped with it, after a reconnection that may have lost events
-//! (it is read again), or [`IDLE`] after the last page asked for it.
+//! recursive watch on `runs/`: each change is one read of the record that changed. Where the
+//! delayed queue is kept in PostgreSQL, it also reads each scheduled job's newest runs there and
+//! follows the store's change feed every [`STORE_POLL`]. It lives on the node's session and is
+//! dropped with it, after a reconnection that may have lost events (it is read again), or
+//! [`IDLE`] after the last page asked for it.
 //!
 //! Owns: that derived view and its upkeep. Must not: write to ZooKeeper, or be the source of
 //! anything but what the console shows (the ledger is; `status` reads it directly).
@@ -20,10 +22,12 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::delayed::submission::SubmissionId;
+use crate::events::cursor::StoreMark;
 use crate::ids::{JobName, NodeId};
 use crate::layout::{self, RecordName};
 use crate::ledger;
 use crate::ledger::Ledger;
+use crate::ledger::store_feed;
 use crate::ledger::watch::{Batches, Change, Follow};
 use crate::report::error_chain;
 use crate::run::{RunRecord, RunStatus};
@@ -37,6 +41,10 @@ pub const IDLE: Duration = Duration::from_secs(600);
 /// Reads in flight at once while loading: enough to keep the servers busy, few enough that a
 /// heartbeat of the lock on the same session waits behind no more than a few milliseconds.
 const IN_FLIGHT: usize = 128;
+/// How often the delayed store's change feed is read, as the event hub does.
+pub const STORE_POLL: Duration = crate::events::hub::STORE_POLL;
+/// The store's changes read at once.
+const STORE_BATCH: i64 = 1000;
 
 /// One run as the console shows it in a row or a strip.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -179,6 +187,16 @@ impl IndexState {
         self.jobs.entry(job.clone()).or_default().put(name, digest);
     }
 
+    /// A run kept in the delayed store, under the name its record would have in `runs/`.
+    fn put_stored(&mut self, record: &RunRecord) {
+        let name = RecordName {
+            scheduled_unix_ms: record.scheduled_unix_ms,
+            submission: record.submission_id.clone(),
+            node: None,
+        };
+        self.put(&record.job, name, RunDigest::of(record));
+    }
+
     fn remove(&mut self, job: &JobName, name: &RecordName) {
         if name.submission.is_some() {
             self.recent.retain(|(_, n, j), _| !(n == name && j == job));
@@ -193,23 +211,33 @@ impl IndexState {
 #[derive(Clone)]
 pub struct RunIndex {
     pub state: Arc<RwLock<IndexState>>,
+    /// Where the store's feed was read up to; `None` while the queue is in ZooKeeper. A load
+    /// and a read of the feed take it in turn, so that neither applies over the other.
+    store_mark: Arc<tokio::sync::Mutex<Option<StoreMark>>>,
     session: crate::ids::SessionId,
     last_asked: Arc<AtomicI64>,
     stop: CancellationToken,
 }
 
 impl RunIndex {
-    /// Starts following `runs` (the ledger's `runs/` directory) on `client`'s session.
-    pub fn start(client: Ledger, runs: String, stop: CancellationToken) -> Self {
+    /// Starts following `runs` (the ledger's `runs/` directory) on `client`'s session, and
+    /// the delayed store's runs of `jobs` (the schedule's) where the queue is kept there.
+    pub fn start(
+        client: Ledger,
+        runs: String,
+        jobs: Vec<JobName>,
+        stop: CancellationToken,
+    ) -> Self {
         let index = Self {
             state: Arc::default(),
+            store_mark: Arc::default(),
             session: client.session(),
             last_asked: Arc::new(AtomicI64::new(monotonic_secs())),
             stop,
         };
         let task = index.clone();
         tokio::spawn(async move {
-            let why = task.follow(&client, &runs).await;
+            let why = task.follow(&client, &runs, &jobs).await;
             if task.stop.is_cancelled() {
                 tracing::debug!(reason = why, "console index stopped");
             } else {
@@ -251,15 +279,20 @@ impl RunIndex {
 
     /// Loads, then follows changes until the session ends, the index idles or is stopped.
     /// Returns why it stopped.
-    async fn follow(&self, client: &Ledger, runs: &str) -> String {
+    async fn follow(&self, client: &Ledger, runs: &str, jobs: &[JobName]) -> String {
         let changes = match Follow::add(client, runs).await {
             // The load below reads everything before the first change is looked at.
             Ok(watch) => watch.read_all_done(),
             Err(err) => return format!("cannot watch {runs}: {}", error_chain(&err)),
         };
         let changes = changes.forward(self.stop.clone());
-        if let Err(why) = self.load(client, runs).await {
+        if let Err(why) = self.load(client, runs, jobs).await {
             return why;
+        }
+        if client.delayed_in_postgres() {
+            let index = self.clone();
+            let client = client.clone();
+            tokio::spawn(async move { index.follow_store(&client).await });
         }
         let idle = || {
             self.idle()
@@ -271,7 +304,7 @@ impl RunIndex {
                 Ok(batch) => batch,
                 Err(why) => return why,
             };
-            if let Err(why) = self.apply(client, runs, batch).await {
+            if let Err(why) = self.apply(client, runs, jobs, batch).await {
                 return why;
             }
         }
@@ -282,6 +315,7 @@ impl RunIndex {
         &self,
         client: &Ledger,
         runs: &str,
+        jobs: &[JobName],
         batch: &mut Vec<Change>,
     ) -> Result<(), String> {
         let mut changed = HashSet::new();
@@ -300,7 +334,7 @@ impl RunIndex {
             }
         }
         if reload {
-            return self.load(client, runs).await;
+            return self.load(client, runs, jobs).await;
         }
         let mut records = Vec::new();
         for path in changed {
@@ -323,8 +357,94 @@ impl RunIndex {
         Ok(())
     }
 
+    /// Reads every kept record of every job under `runs`, and the store's newest runs of
+    /// `jobs`, replacing what the index held.
+    async fn load(&self, client: &Ledger, runs: &str, jobs: &[JobName]) -> Result<(), String> {
+        let mut store_mark = self.store_mark.lock().await;
+        self.load_ledger(client, runs).await?;
+        *store_mark = self.load_store(client, jobs).await?;
+        if let Ok(mut state) = self.state.write() {
+            state.ready = true;
+        }
+        Ok(())
+    }
+
+    /// Each of `jobs`' newest runs in the delayed store; where its feed stands, read first (a
+    /// change after it is read again from the feed, which puts it as it stands).
+    async fn load_store(
+        &self,
+        client: &Ledger,
+        jobs: &[JobName],
+    ) -> Result<Option<StoreMark>, String> {
+        let unreadable = |err: crate::ledger::ClaimError| {
+            format!("cannot read the delayed store: {}", error_chain(&err))
+        };
+        let Some(mark) = store_feed::horizon(client).await.map_err(unreadable)? else {
+            return Ok(None);
+        };
+        for job in jobs {
+            let records = store_feed::newest_of(client, job, STRIP)
+                .await
+                .map_err(unreadable)?;
+            let mut state = self.state.write().map_err(|_| "index lock poisoned")?;
+            for record in records {
+                state.put_stored(&record);
+            }
+        }
+        Ok(Some(mark))
+    }
+
+    /// Reads the store's change feed every [`STORE_POLL`] (at once again after a full batch)
+    /// until the index stops. A failed read is said once and tried again from the same mark.
+    async fn follow_store(&self, client: &Ledger) {
+        let mut failing = false;
+        loop {
+            let mut full = false;
+            {
+                let mut store_mark = self.store_mark.lock().await;
+                let Some(mark) = store_mark.clone() else {
+                    return;
+                };
+                match store_feed::changes_after(client, &mark, STORE_BATCH).await {
+                    Ok(changes) => {
+                        if std::mem::take(&mut failing) {
+                            tracing::info!("the console's index reads the delayed store again");
+                        }
+                        full = i64::try_from(changes.len()) == Ok(STORE_BATCH);
+                        if let Some(last) = changes.last() {
+                            *store_mark = Some(last.mark.clone());
+                        }
+                        let Ok(mut state) = self.state.write() else {
+                            return;
+                        };
+                        for change in changes {
+                            state.put_stored(&change.record);
+                        }
+                    }
+                    Err(err) if !failing => {
+                        failing = true;
+                        tracing::warn!(
+                            error = %error_chain(&err),
+                            "the console's index cannot read the delayed store's runs; it \
+                             tries again every {} ms",
+                            STORE_POLL.as_millis()
+                        );
+                    }
+                    Err(_) => {}
+                }
+            }
+            if full {
+                continue;
+            }
+            tokio::select! {
+                () = self.stop.cancelled() => return,
+                () = tokio::time::sleep(STORE_POLL) => {}
+            }
+        }
+    }
+
     /// Reads every kept record of every job under `runs`, replacing what the index held.
-    async fn load(&self, client: &Ledger, runs: &str) -> Result<(), String> {
+    async fn load_ledger(&self, client: &Ledger, runs: &str) -> Result<(), String> {
         let jobs = ledger::jobs_with_records(client, runs)
             .await
             .map_err(|err| format!("cannot list {runs}: {err}"))?;
@@ -350,9 +470,6 @@ impl RunIndex {
                 }
             }
             state.loaded += chunk.len();
-        }
-        if let Ok(mut state) = self.state.write() {
-            state.ready = true;
         }
         Ok(())
     }

@@ -71,7 +71,12 @@ impl HttpState {
         }
         let config = self.config();
         let runs = config.lock.group_paths().ledger.runs;
-        let index = RunIndex::start(client.clone(), runs, self.console.stop.child_token());
+        let jobs = config
+            .jobs
+            .iter()
+            .map(|job| job.spec.name.clone())
+            .collect();
+        let index = RunIndex::start(client.clone(), runs, jobs, self.console.stop.child_token());
         *running = Some(index.clone());
         index
     }

@@ -113,7 +113,8 @@ pub struct Event {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        with = "cursor::as_text"
+        serialize_with = "cursor::mark_as_text",
+        deserialize_with = "cursor::mark_from_text"
     )]
     pub store_mark: Option<StoreMark>,
     pub kind: EventKind,

@@ -92,31 +92,32 @@ impl fmt::Display for Cursor {
     }
 }
 
-/// A store mark in JSON: its text, as the cursor writes it.
-pub(super) mod as_text {
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    use super::StoreMark;
-
-    #[allow(clippy::ref_option)] // serde's `with` hands the field by reference
-    pub fn serialize<S: Serializer>(mark: &Option<StoreMark>, to: S) -> Result<S::Ok, S::Error> {
-        match mark {
-            Some(mark) => to.collect_str(mark),
-            None => to.serialize_none(),
-        }
+/// A store mark in JSON: its text, as the cursor writes it (serde's `serialize_with` hands
+/// the field by reference).
+#[allow(clippy::ref_option)]
+pub(super) fn mark_as_text<S: serde::Serializer>(
+    mark: &Option<StoreMark>,
+    to: S,
+) -> Result<S::Ok, S::Error> {
+    match mark {
+        Some(mark) => to.collect_str(mark),
+        None => to.serialize_none(),
     }
+}
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(from: D) -> Result<Option<StoreMark>, D::Error> {
-        let text = Option::<String>::deserialize(from)?;
-        text.map(|text| {
-            StoreMark::parse(&text).ok_or_else(|| {
-                serde::de::Error::custom(format!(
-                    "{text:?} is not a store mark (`<transaction>.<id>`)"
-                ))
-            })
+/// A store mark read from its text in JSON.
+pub(super) fn mark_from_text<'de, D: serde::Deserializer<'de>>(
+    from: D,
+) -> Result<Option<StoreMark>, D::Error> {
+    let text = <Option<String> as serde::Deserialize>::deserialize(from)?;
+    text.map(|text| {
+        StoreMark::parse(&text).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "{text:?} is not a store mark (`<transaction>.<id>`)"
+            ))
         })
-        .transpose()
-    }
+    })
+    .transpose()
 }
 
 /// A number of digits only: no sign, no spaces.

@@ -2,12 +2,15 @@
 //! `GET /v1/events`): a run claimed, started, ended, missed or skipped; the owner changed; a
 //! member joined or left; a job paused or resumed; and a gap where events were not kept.
 //!
-//! Every event is read off ZooKeeper, never told by the node that caused it: its id is the zxid
-//! of the change (valid on any node, ordered as the ensemble ordered the changes), and a run's
-//! event says what its record says (for a tick, "claimed" and "started" are one write).
+//! Every event is read off ZooKeeper, or off the PostgreSQL store's change feed for the runs of
+//! submissions kept there, never told by the node that caused it: its id is the zxid of the
+//! change (valid on any node, ordered as the ensemble ordered the changes), with the store's
+//! position beside it where the queue is kept there (`cursor`), and a run's event says what its
+//! record says (for a tick, "claimed" and "started" are one write).
 //!
 //! Owns: the events' shape, how a run record or a change of the owner, the members or the
-//! pauses reads as one, and the journal a node keeps of them (`journal`).
+//! pauses reads as one, a follower's cursor (`cursor`), and the journal a node keeps of them
+//! (`journal`).
 //! Must not: read ZooKeeper (`events::hub` does, through the ledger) or answer a request.
 
 pub mod client;

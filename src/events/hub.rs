@@ -3,7 +3,9 @@
 //! in the same order.
 //!
 //! Fed by persistent recursive watches, never polling: the run records (`runs/`), each group's
-//! lock node, the members and the pauses. A run record that changed is read once and says its
+//! lock node, the members and the pauses. Where the delayed queue is kept in PostgreSQL, the
+//! store's runs come from its change feed, read every [`STORE_POLL`]: the database tells no
+//! change unless asked. A run record that changed is read once and says its
 //! event; the owner, the members and the pauses are read again and compared with what the hub
 //! knew. After a reconnection, whose missed notifications cannot be told, everything is read
 //! again and what changed meanwhile is told as it stands now, after a gap event that says so.

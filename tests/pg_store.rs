@@ -12,6 +12,7 @@ use support::postgres::{PgServer, shared_postgres};
 use support::wait_until;
 use zkcron::delayed::{Submission, SubmissionId};
 use zkcron::ensemble::TlsFiles;
+use zkcron::events::cursor::StoreMark;
 use zkcron::layout::{LedgerPaths, LockPaths};
 use zkcron::ledger::Ledger;
 use zkcron::ledger::Remember;
@@ -1391,4 +1392,39 @@ async fn the_runs_change_feed_tells_each_change_in_order_once_and_waits_for_a_la
     let now = store.change_horizon().await.expect("the horizon");
     assert!(now > changed[1].mark, "{now:?}");
     assert!(store.run_changes(&now, 100).await.expect("read").is_empty());
+
+    // Transactions on either side of a power of ten come in the order of their ids, not of
+    // their text: set on two rows by hand, both before the horizon.
+    let below = 10_u64.pow(now.xid.ilog10());
+    assert!(
+        below >= 100,
+        "initdb alone takes hundreds of transactions: {now:?}"
+    );
+    late.execute(
+        "UPDATE zkcron_ended SET changed_xid = $1::text::xid8 WHERE id = 'a-1'",
+        &[&below.to_string()],
+    )
+    .await
+    .expect("set by hand");
+    late.execute(
+        "INSERT INTO zkcron_ended (lock_group, id, job, due_ms, ended_ms, record, submission, changed_xid) \
+         SELECT lock_group, 'a-2', job, due_ms, ended_ms, record, submission, $1::text::xid8 \
+         FROM zkcron_ended WHERE id = 'a-1'",
+        &[&(below - 1).to_string()],
+    )
+    .await
+    .expect("a row at the lower id");
+    let from_start = StoreMark {
+        xid: below - 2,
+        id: String::new(),
+    };
+    let ordered: Vec<u64> = store
+        .run_changes(&from_start, 100)
+        .await
+        .expect("read")
+        .iter()
+        .map(|change| change.mark.xid)
+        .filter(|xid| [below - 1, below].contains(xid))
+        .collect();
+    assert_eq!(ordered, [below - 1, below]);
 }

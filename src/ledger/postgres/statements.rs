@@ -348,7 +348,8 @@ const CHANGE_HORIZON: &str = "SELECT pg_snapshot_xmin(pg_current_snapshot())::te
 /// `(lock_group, changed_xid, id)` index, $4 rows of each at most.
 const RUN_CHANGES: &str = "\
 WITH horizon AS (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin)
-SELECT changed_xid::text, id, record, submission, node, ip, token, at_ms, open FROM (
+SELECT c.changed_xid::text, c.id, c.record, c.submission, c.node, c.ip, c.token, c.at_ms, c.open
+FROM (
     (SELECT o.changed_xid, o.id, o.record, o.submission, o.node, o.ip, o.token,
             o.claimed_ms AS at_ms, true AS open
      FROM zkcron_open o, horizon
@@ -364,8 +365,10 @@ SELECT changed_xid::text, id, record, submission, node, ip, token, at_ms, open F
          AND e.changed_xid < horizon.xmin
      ORDER BY e.changed_xid, e.id
      LIMIT $4)
-) AS changed
-ORDER BY changed_xid, id
+) AS c
+-- By the transaction's id itself: a bare `changed_xid` here would name the text column above,
+-- whose order puts transaction 1000 before 999.
+ORDER BY c.changed_xid, c.id
 LIMIT $4";
 
 /// Inserts or raises the row; returns it unless it holds a newer token. `<=` so that the owner

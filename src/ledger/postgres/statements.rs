@@ -347,22 +347,24 @@ const CHANGE_HORIZON: &str = "SELECT pg_snapshot_xmin(pg_current_snapshot())::te
 /// them, for a run that has written no record yet) and ended ones. Through each table's
 /// `(lock_group, changed_xid, id)` index, $4 rows of each at most.
 const RUN_CHANGES: &str = "\
-WITH horizon AS (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin)
+WITH horizon AS MATERIALIZED (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin)
 SELECT c.changed_xid::text, c.id, c.record, c.submission, c.node, c.ip, c.token, c.at_ms, c.open
 FROM (
+    -- The horizon as a scalar, one for both tables: a bound of each index scan (a join with
+    -- it was a filter on the ended runs, which read every row past the horizon each time).
     (SELECT o.changed_xid, o.id, o.record, o.submission, o.node, o.ip, o.token,
             o.claimed_ms AS at_ms, true AS open
-     FROM zkcron_open o, horizon
+     FROM zkcron_open o
      WHERE o.lock_group = $1 AND (o.changed_xid, o.id) > ($2::text::xid8, $3)
-         AND o.changed_xid < horizon.xmin
+         AND o.changed_xid < (SELECT xmin FROM horizon)
      ORDER BY o.changed_xid, o.id
      LIMIT $4)
     UNION ALL
     (SELECT e.changed_xid, e.id, e.record, e.submission, NULL, NULL, NULL,
             e.ended_ms, false
-     FROM zkcron_ended e, horizon
+     FROM zkcron_ended e
      WHERE e.lock_group = $1 AND (e.changed_xid, e.id) > ($2::text::xid8, $3)
-         AND e.changed_xid < horizon.xmin
+         AND e.changed_xid < (SELECT xmin FROM horizon)
      ORDER BY e.changed_xid, e.id
      LIMIT $4)
 ) AS c

@@ -344,8 +344,8 @@ const CHANGE_HORIZON: &str = "SELECT pg_snapshot_xmin(pg_current_snapshot())::te
 
 /// Up to $4 runs whose row a transaction changed after transaction $2's change of id $3, in the
 /// order (transaction, id), by transactions before the horizon: open runs (with who claimed
-/// them, for a run that has written no record yet) and ended ones. Through each table's
-/// `(lock_group, changed_xid, id)` index, $4 rows of each at most.
+/// them, for a run that has written no record yet; few, read whole) and ended ones (through
+/// their `(lock_group, changed_xid, id)` index), $4 rows of each at most.
 const RUN_CHANGES: &str = "\
 WITH horizon AS MATERIALIZED (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin)
 SELECT c.changed_xid::text, c.id, c.record, c.submission, c.node, c.ip, c.token, c.at_ms, c.open

@@ -52,5 +52,6 @@ pub fn this_process(node_id: Option<&NodeId>) -> Result<OwnerInfo, IdentityError
         ledger_format: Some(crate::layout::LEDGER_FORMAT),
         api: None,
         delayed_store: None,
+        delayed_store_reachable: None,
     })
 }

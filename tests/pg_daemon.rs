@@ -1072,3 +1072,87 @@ async fn the_event_stream_tells_the_stores_runs_and_resumes_after_a_store_mark()
     assert_eq!(recent.status, 200, "{recent:?}");
     assert_eq!(listed, ["second", "first"], "newest first");
 }
+
+/// A node that keeps the queue in PostgreSQL but cannot reach the database owns while it is
+/// alone (the ticks go on), hands the lock to a member that can reach it, which runs the
+/// submissions, and owns again once no member that can is left.
+#[tokio::test]
+async fn a_node_that_cannot_reach_the_store_hands_the_lock_to_a_member_that_can() {
+    let ground = ground("pg-daemon-unreachable").await;
+    let dir = &ground.dir;
+    let ticks = ground.out.join("ticks");
+    let jobs = format!(
+        "{}[[job]]\nname = \"tick\"\nschedule = \"* * * * * *\"\nshell = 'echo $ZKCRON_NODE >> {}'\n",
+        on_demand_job(&ground.out),
+        ticks.display()
+    );
+    let reaching = in_postgres(&ground, &jobs);
+    // A port nothing listens on: every connection is refused at once.
+    let nowhere = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port();
+    let nowhere_file = dir.path().join("dsn-nowhere");
+    std::fs::write(
+        &nowhere_file,
+        format!("host=127.0.0.1 port={nowhere} user=zkcron dbname=zkcron connect_timeout=1\n"),
+    )
+    .expect("dsn file");
+    let cut_off_text = reaching.replace(
+        &ground.dsn_file.display().to_string(),
+        &nowhere_file.display().to_string(),
+    );
+    let ticks_of = |node: &str| {
+        std::fs::read_to_string(&ticks)
+            .unwrap_or_default()
+            .lines()
+            .filter(|line| *line == node)
+            .count()
+    };
+
+    let cut_off = DaemonNode::start(dir.path(), "c1", &cut_off_text);
+    cut_off.wait_log("owns the lock", SESSION + SLACK).await;
+    wait_for("c1 runs the ticks while it is alone", SLACK, || {
+        let ran = ticks_of("c1") > 0;
+        async move { ran.then_some(()) }
+    })
+    .await;
+
+    let mut reaching_node = DaemonNode::start(dir.path(), "r1", &reaching);
+    // c1's next clock check reads r1's member node, which says it reads the store.
+    cut_off
+        .wait_log(
+            "cannot read the delayed store in PostgreSQL and member r1 can",
+            SESSION * 2 + SLACK,
+        )
+        .await;
+    reaching_node.wait_log("owns the lock", DELAY + SLACK).await;
+    let due = at(now_ms());
+    zkcron_ok(
+        &["submit", "close", "--at", &due, "--id", "waiting"],
+        &reaching_node.config,
+    );
+    wait_for("the submission runs on r1", SLACK, || {
+        let ran = runs_of(&ground.out, "waiting").len() == 1;
+        async move { ran.then_some(()) }
+    })
+    .await;
+    assert!(
+        !reaching_node.log().contains("standing aside"),
+        "{}",
+        reaching_node.log()
+    );
+
+    // No member that reads the store is left: c1 owns again, and the ticks go on.
+    let before = ticks_of("c1");
+    reaching_node.kill();
+    cut_off
+        .wait_log("contending again", SESSION * 2 + SLACK)
+        .await;
+    wait_for("c1 runs the ticks again", SESSION + DELAY + SLACK, || {
+        let ran = ticks_of("c1") > before;
+        async move { ran.then_some(()) }
+    })
+    .await;
+    assert_eq!(runs_of(&ground.out, "waiting").len(), 1, "run once");
+}

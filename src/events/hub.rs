@@ -316,10 +316,28 @@ impl EventHub {
     async fn follow_store(&self) {
         let mut failing = false;
         loop {
-            let Some(mark) = self.journal().store_mark().cloned() else {
-                return;
-            };
+            let mark = self.journal().store_mark().cloned();
             let mut full = false;
+            let Some(mark) = mark else {
+                // Not read at the start: where the feed stands once it can be read, and a gap
+                // that says the store's changes before it were not told.
+                match ledger::store_feed::horizon(&self.client).await {
+                    Ok(Some(mark)) => {
+                        let mut journal = self.journal();
+                        let told = journal.store_begun(mark, chrono::Utc::now().timestamp_millis());
+                        let _ = self.shared.sender.send(told);
+                        tracing::info!("the event hub reads the delayed store's runs");
+                        continue;
+                    }
+                    Ok(None) => return,
+                    Err(_) => {}
+                }
+                tokio::select! {
+                    () = self.stop.cancelled() => return,
+                    () = tokio::time::sleep(STORE_POLL) => {}
+                }
+                continue;
+            };
             match ledger::store_feed::changes_after(&self.client, &mark, STORE_BATCH).await {
                 Ok(changes) => {
                     if std::mem::take(&mut failing) {
@@ -395,12 +413,20 @@ impl EventHub {
             Err(why) => return why,
         };
         // Read after the state: a change of the store's before its horizon is history, one
-        // after it is told.
+        // after it is told. A store that cannot be read now is followed from when it can: the
+        // events of ZooKeeper do not wait for it.
+        let follows_store = self.client.delayed_in_postgres();
         let store = match ledger::store_feed::horizon(&self.client).await {
             Ok(store) => store,
-            Err(err) => return format!("cannot read the delayed store: {}", error_chain(&err)),
+            Err(err) => {
+                tracing::warn!(
+                    error = %error_chain(&err),
+                    "the event hub cannot read the delayed store; it follows ZooKeeper and \
+                     reads the store's runs from when it can"
+                );
+                None
+            }
         };
-        let follows_store = store.is_some();
         *self.journal() = Journal::new(
             CAPACITY,
             Cursor {

@@ -136,6 +136,19 @@ impl Journal {
         self.keep(event, true)
     }
 
+    /// The store's feed is followed from `mark` on, where it could not be read when the journal
+    /// began: a gap event says its changes before were not told.
+    pub fn store_begun(&mut self, mark: StoreMark, now_ms: i64) -> Event {
+        let mut gap = Event::bare(EventKind::Gap, self.position.zxid, now_ms);
+        gap.detail = Some(format!(
+            "the delayed store could not be read when this node began following: the runs it \
+             changed before {mark} are not told (zkcron history reads them)"
+        ));
+        gap.store_mark = Some(mark.clone());
+        self.position.store = Some(mark);
+        self.keep(gap, true)
+    }
+
     fn keep(&mut self, event: Event, from_store: bool) -> Event {
         self.events.push_back(Kept {
             event: event.clone(),

@@ -14,8 +14,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::ensemble_clock::{EnsembleClock, monotonic_ms};
 use crate::ids::NodeId;
+use crate::ledger::postgres::PgStore;
 use crate::lock::clock::{self, ClockEstimate, ClockReading, ClockSample, ClockVerdict};
-use crate::lock::node::{ClockStanding, DelayedStoreKind, OwnerInfo};
+use crate::lock::node::{ClockStanding, OwnerInfo, StoreStanding};
 use crate::metrics::Metrics;
 use crate::tally::WriteKind;
 use crate::zk::Zk;
@@ -47,28 +48,55 @@ pub struct Reading {
     /// The other members' published offsets (members without one are left out).
     others: Vec<i64>,
     /// The other members that publish where they keep the delayed queue, with it.
-    stores: Vec<(NodeId, DelayedStoreKind)>,
+    stores: Vec<(NodeId, StoreStanding)>,
+    /// Where this node keeps it, and whether the check could read it.
+    mine: Option<StoreStanding>,
 }
 
 impl Reading {
     /// The other members that publish where they keep the delayed queue, with it.
-    pub fn stores(&self) -> &[(NodeId, DelayedStoreKind)] {
+    pub fn stores(&self) -> &[(NodeId, StoreStanding)] {
         &self.stores
+    }
+
+    /// Where this node keeps the delayed queue, and whether this check could read it.
+    pub fn mine(&self) -> Option<&StoreStanding> {
+        self.mine.as_ref()
     }
 }
 
-/// Writes `data` into our member node `member`, timing it, then reads the other members of
-/// `members_dir`. Each request is bounded by `client`'s bound.
+/// What one check writes and reads: our member node and what goes in it, the other members,
+/// and the delayed store this node keeps the queue in, if it is PostgreSQL.
+pub struct Check {
+    pub member: String,
+    pub me: OwnerInfo,
+    pub members_dir: String,
+    pub store: Option<Arc<PgStore>>,
+}
+
+/// Reads the delayed store once (the fence row: one indexed read) within `bound`, then writes
+/// our member node, with whether that read answered, timing the write; then reads the other
+/// members. Each ZooKeeper request is bounded by `client`'s bound.
 ///
 /// # Errors
 /// A request failed or took too long: no verdict this time.
-pub async fn read(
-    client: Zk,
-    member: String,
-    data: Vec<u8>,
-    members_dir: String,
-    me: NodeId,
-) -> Result<Reading, String> {
+pub async fn read(client: Zk, check: Check, bound: Duration) -> Result<Reading, String> {
+    let Check {
+        member,
+        mut me,
+        members_dir,
+        store,
+    } = check;
+    if let Some(store) = &store {
+        let answered = tokio::time::timeout(bound, store.fence()).await;
+        me.delayed_store_reachable = Some(matches!(answered, Ok(Ok(_))));
+    }
+    let mine = me.delayed_store.map(|kind| StoreStanding {
+        kind,
+        reachable: me.delayed_store_reachable != Some(false),
+    });
+    let data = me.to_bytes();
+    let me = me.node_id;
     let sent_monotonic_ms = monotonic_ms();
     let stat = client
         .set_data(WriteKind::Member, &member, &data, None)
@@ -100,14 +128,15 @@ pub async fn read(
             continue;
         };
         others.extend(brief.clock_offset_ms);
-        if let Some(store) = brief.delayed_store {
-            stores.push((brief.node_id, store));
+        if let Some(standing) = brief.store_standing() {
+            stores.push((brief.node_id, standing));
         }
     }
     Ok(Reading {
         sample,
         others,
         stores,
+        mine,
     })
 }
 

@@ -317,16 +317,23 @@ impl<'a> Driver<'a> {
             }
             Wake::Clock(ClockStep::Read(reading)) => {
                 if let Ok(read) = &reading {
-                    let mine = self.settings.me.delayed_store;
-                    let by = kept_out_by_store(mine, read.stores()).cloned();
+                    let by = kept_out_by_store(read.mine(), read.stores()).cloned();
                     if by.is_some() != self.store_kept_out {
                         self.store_kept_out = by.is_some();
-                        match &by {
-                            Some(by) => {
-                                tracing::warn!(member = %by, "this node keeps the delayed queue in ZooKeeper and member {by} keeps it in PostgreSQL ([delayed] store): standing aside from the lock while it lives")
+                        let in_postgres = self.settings.me.delayed_store
+                            == Some(crate::lock::node::DelayedStoreKind::Postgres);
+                        match (&by, in_postgres) {
+                            (Some(by), false) => {
+                                tracing::warn!(member = %by, "this node keeps the delayed queue in ZooKeeper and member {by} keeps it in PostgreSQL ([delayed] store): standing aside from the lock while it lives");
                             }
-                            None => tracing::info!(
+                            (Some(by), true) => {
+                                tracing::warn!(member = %by, "this node cannot read the delayed store in PostgreSQL and member {by} can: standing aside from the lock while it can");
+                            }
+                            (None, false) => tracing::info!(
                                 "no live member keeps the delayed queue in PostgreSQL any more: contending again"
+                            ),
+                            (None, true) => tracing::info!(
+                                "this node reads the delayed store again, or no member can: contending again"
                             ),
                         }
                         let judged = Input::StoreJudged {
@@ -500,12 +507,16 @@ fn check_clock(
 ) -> ClockCheck {
     settings.me.clock_offset_ms = clock.offset_ms();
     settings.me.clock_standing = clock.standing();
+    let check = clock_watch::Check {
+        member: settings.paths.member(&settings.me.node_id),
+        me: settings.me.clone(),
+        members_dir: settings.paths.members.clone(),
+        store: settings.delayed_store.clone(),
+    };
     Box::pin(clock_watch::read(
         live.zk.bounded_by(live.request_timeout()),
-        settings.paths.member(&settings.me.node_id),
-        settings.me.to_bytes(),
-        settings.paths.members.clone(),
-        settings.me.node_id.clone(),
+        check,
+        live.request_timeout(),
     ))
 }
 

@@ -70,23 +70,40 @@ pub struct OwnerInfo {
     /// stands aside from the lock while a live member keeps it in PostgreSQL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delayed_store: Option<DelayedStoreKind>,
+    /// In a member node of a node that keeps the delayed queue in PostgreSQL: whether its last
+    /// clock check could read the store. Such a node that cannot stands aside from the lock
+    /// while a live member can; none published (an older zkcron) is taken as able.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delayed_store_reachable: Option<bool>,
 }
 
-/// The member that keeps us out of the lock, if any: a node that keeps the delayed queue in
-/// ZooKeeper (`mine`, `None` from an older zkcron) cannot read what a member that keeps it in
-/// PostgreSQL submitted, so it stands aside while such a member lives; the PostgreSQL store wins
-/// a mixed fleet.
-pub fn kept_out_by_store(
-    mine: Option<DelayedStoreKind>,
-    others: &[(NodeId, DelayedStoreKind)],
-) -> Option<&NodeId> {
-    if mine == Some(DelayedStoreKind::Postgres) {
-        return None;
-    }
-    others
-        .iter()
-        .find(|(_, store)| *store == DelayedStoreKind::Postgres)
-        .map(|(node, _)| node)
+/// Where a member keeps the delayed queue, and whether it could read it at its last check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreStanding {
+    pub kind: DelayedStoreKind,
+    /// Its last check read the store (always, for ZooKeeper; an older zkcron says nothing,
+    /// and is taken as able).
+    pub reachable: bool,
+}
+
+/// The member that keeps us out of the lock, if any:
+/// - a node that keeps the delayed queue in ZooKeeper (`mine`, `None` from an older zkcron)
+///   cannot read what a member that keeps it in PostgreSQL submitted, so it stands aside while
+///   such a member lives: the PostgreSQL store wins a mixed fleet;
+/// - a node that keeps it in PostgreSQL and could not read the store at its last check stands
+///   aside while a member that keeps it there could: its submissions would wait under this
+///   owner, and run under that one. When no member can read the store, none stands aside for
+///   it, and the ticks go on.
+pub fn kept_out_by_store<'a>(
+    mine: Option<&StoreStanding>,
+    others: &'a [(NodeId, StoreStanding)],
+) -> Option<&'a NodeId> {
+    let in_postgres = |standing: &StoreStanding| standing.kind == DelayedStoreKind::Postgres;
+    let wins = |(_, other): &&(NodeId, StoreStanding)| match mine {
+        Some(mine) if in_postgres(mine) => !mine.reachable && in_postgres(other) && other.reachable,
+        _ => in_postgres(other),
+    };
+    others.iter().find(wins).map(|(node, _)| node)
 }
 
 /// Where a member keeps the delayed queue, as its member node says.
@@ -206,6 +223,18 @@ pub struct MemberBrief {
     pub ledger_format: Option<u32>,
     #[serde(default)]
     pub delayed_store: Option<DelayedStoreKind>,
+    #[serde(default)]
+    pub delayed_store_reachable: Option<bool>,
+}
+
+impl MemberBrief {
+    /// Where it keeps the delayed queue and whether it could read it, if it says where.
+    pub fn store_standing(&self) -> Option<StoreStanding> {
+        self.delayed_store.map(|kind| StoreStanding {
+            kind,
+            reachable: self.delayed_store_reachable != Some(false),
+        })
+    }
 }
 
 /// A schedule fingerprint's total alone.
@@ -300,6 +329,7 @@ mod tests {
             ledger_format: Some(2),
             api: None,
             delayed_store: None,
+            delayed_store_reachable: None,
         };
         assert_eq!(OwnerInfo::parse(&info.to_bytes()).unwrap(), info);
         let old = br#"{"node_id":"n","ip":"i","host":"h","pid":1,"version":"v","since_unix_ms":2}"#;
@@ -332,6 +362,7 @@ mod tests {
             ledger_format: None,
             api: api.map(Box::from),
             delayed_store: None,
+            delayed_store_reachable: None,
         };
         assert_eq!(
             member(Some("10.0.0.6:9464")).api_from("a"),
@@ -361,21 +392,54 @@ mod tests {
     #[test]
     fn a_node_that_keeps_the_queue_in_zookeeper_is_kept_out_by_a_member_that_keeps_it_in_postgres()
     {
-        use super::{DelayedStoreKind as Kind, kept_out_by_store};
+        use super::{DelayedStoreKind as Kind, StoreStanding, kept_out_by_store};
+        let standing = |kind, reachable| StoreStanding { kind, reachable };
         let others = [
-            (NodeId::new("a"), Kind::Zookeeper),
-            (NodeId::new("b"), Kind::Postgres),
+            (NodeId::new("a"), standing(Kind::Zookeeper, true)),
+            (NodeId::new("b"), standing(Kind::Postgres, false)),
         ];
+        let zookeeper = standing(Kind::Zookeeper, true);
         assert_eq!(
-            kept_out_by_store(Some(Kind::Zookeeper), &others).map(NodeId::as_str),
-            Some("b")
+            kept_out_by_store(Some(&zookeeper), &others).map(NodeId::as_str),
+            Some("b"),
+            "whether b reads its store or not, ours cannot hold what it submits"
         );
         assert_eq!(
             kept_out_by_store(None, &others).map(NodeId::as_str),
             Some("b"),
             "an older zkcron keeps it in ZooKeeper"
         );
-        assert_eq!(kept_out_by_store(Some(Kind::Postgres), &others), None);
-        assert_eq!(kept_out_by_store(Some(Kind::Zookeeper), &others[..1]), None);
+        let postgres = standing(Kind::Postgres, true);
+        assert_eq!(kept_out_by_store(Some(&postgres), &others), None);
+        assert_eq!(kept_out_by_store(Some(&zookeeper), &others[..1]), None);
+    }
+
+    #[test]
+    fn a_node_that_cannot_read_the_store_stands_aside_only_for_a_member_that_can() {
+        use super::{DelayedStoreKind as Kind, StoreStanding, kept_out_by_store};
+        let standing = |kind, reachable| StoreStanding { kind, reachable };
+        let cut_off = standing(Kind::Postgres, false);
+        let also_cut_off = [(NodeId::new("b"), standing(Kind::Postgres, false))];
+        assert_eq!(
+            kept_out_by_store(Some(&cut_off), &also_cut_off),
+            None,
+            "none can read it: nobody stands aside, and the ticks go on"
+        );
+        let one_can = [
+            (NodeId::new("a"), standing(Kind::Zookeeper, true)),
+            (NodeId::new("b"), standing(Kind::Postgres, false)),
+            (NodeId::new("c"), standing(Kind::Postgres, true)),
+        ];
+        assert_eq!(
+            kept_out_by_store(Some(&cut_off), &one_can).map(NodeId::as_str),
+            Some("c")
+        );
+        let reads_it = standing(Kind::Postgres, true);
+        assert_eq!(kept_out_by_store(Some(&reads_it), &one_can), None);
+        // An older zkcron publishes no reachability: taken as able.
+        let brief: MemberBrief =
+            serde_json::from_str(r#"{"node_id":"d","delayed_store":"postgres"}"#)
+                .unwrap_or_else(|err| panic!("{err}"));
+        assert_eq!(brief.store_standing(), Some(standing(Kind::Postgres, true)));
     }
 }

@@ -33,6 +33,7 @@ fn info(node_id: &str, releasing: bool) -> OwnerInfo {
         ledger_format: None,
         api: None,
         delayed_store: None,
+        delayed_store_reachable: None,
     }
 }
 

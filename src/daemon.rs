@@ -29,7 +29,9 @@ use crate::layout::LedgerPaths;
 use crate::layout::LockPaths;
 use crate::ledger::postgres::PgStore;
 use crate::lock::clock_watch::ClockSettings;
-use crate::lock::driver::{self, DriverError, Heard, LockCommand, LockRole, LockSettings};
+use crate::lock::driver::{
+    self, DriverError, Heard, LockCommand, LockRole, LockSettings, MemberVerdict,
+};
 use crate::lock::node::{DelayedStoreKind, OwnerInfo, ReloadNote, ScheduleHash};
 use crate::metrics::Metrics;
 use crate::output_store::OutputStore;
@@ -173,7 +175,7 @@ pub async fn run(
         &config.per_host_jobs,
     ));
     schedule.loaded_unix_ms = Some(Utc::now().timestamp_millis());
-    let verdict = Arc::new(watch::Sender::new(false));
+    let verdict = Arc::new(watch::Sender::new(MemberVerdict::default()));
     // One set of HTTP clients for the node: every group's deliveries share its pools.
     let deliveries = Arc::new(crate::delivery::Deliveries::new(Arc::clone(&metrics)));
     warm(&deliveries, &jobs);
@@ -377,7 +379,7 @@ impl Wiring<'_> {
     fn start_units(
         &self,
         member: Shared,
-        verdict: &Arc<watch::Sender<bool>>,
+        verdict: &Arc<watch::Sender<MemberVerdict>>,
         shutdown: &CancellationToken,
     ) -> (Vec<Unit>, FireTask, Vec<FireTask>) {
         let metrics = Arc::clone(&member.metrics);

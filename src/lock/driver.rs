@@ -36,7 +36,7 @@ use connection::{Connection, now, open_session};
 use requests::WatchFuture;
 
 pub use connection::DriverError;
-pub use settings::{Heard, LockRole, LockSettings};
+pub use settings::{Heard, LockRole, LockSettings, MemberVerdict};
 
 /// What the fire side asks of the lock driver.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,7 +111,7 @@ enum Wake {
     Watch(Option<NodeEvent>),
     Deadline,
     /// The member lock's clock verdict, for a named group's lock; `None` once it has stopped.
-    Verdict(Option<bool>),
+    Verdict(Option<MemberVerdict>),
     Clock(ClockStep),
     Command(LockCommand),
 }
@@ -128,7 +128,7 @@ struct Driver<'a> {
     /// The member lock registers the node and checks its clock; a named group's does neither.
     member: bool,
     /// A named group's lock follows the member lock's clock verdict.
-    verdicts: Option<tokio::sync::watch::Receiver<bool>>,
+    verdicts: Option<tokio::sync::watch::Receiver<MemberVerdict>>,
     conn: Option<Connection>,
     watch: Option<WatchFuture>,
     timer: Pin<Box<Sleep>>,
@@ -305,7 +305,18 @@ impl<'a> Driver<'a> {
                 watch_input(event)
             }
             Wake::Deadline => Some(Input::Tick),
-            Wake::Verdict(Some(skewed)) => Some(Input::ClockJudged { skewed }),
+            Wake::Verdict(Some(verdict)) => {
+                if verdict.store_kept_out != self.store_kept_out {
+                    self.store_kept_out = verdict.store_kept_out;
+                    let judged = Input::StoreJudged {
+                        kept_out: verdict.store_kept_out,
+                    };
+                    self.pending.extend(self.machine.handle(judged, now()));
+                }
+                Some(Input::ClockJudged {
+                    skewed: verdict.skewed,
+                })
+            }
             Wake::Verdict(None) => {
                 self.verdicts = None;
                 None
@@ -340,6 +351,10 @@ impl<'a> Driver<'a> {
                             kept_out: by.is_some(),
                         };
                         self.pending.extend(self.machine.handle(judged, now()));
+                        if let LockRole::Member { verdict, .. } = &self.settings.role {
+                            let kept_out = by.is_some();
+                            verdict.send_modify(|sent| sent.store_kept_out = kept_out);
+                        }
                     }
                 }
                 let verdict = self.clock.judged(reading, live.timeout)?;
@@ -347,7 +362,7 @@ impl<'a> Driver<'a> {
                     verdict: to_groups, ..
                 } = &self.settings.role
                 {
-                    to_groups.send_replace(verdict.skewed);
+                    to_groups.send_modify(|to_groups| to_groups.skewed = verdict.skewed);
                 }
                 Some(Input::ClockJudged {
                     skewed: verdict.skewed,
@@ -522,7 +537,9 @@ fn check_clock(
 
 /// The member lock's next clock verdict, for a named group's lock; `None` once the member lock
 /// has stopped. Pends forever for the member lock itself.
-async fn clock_verdict(verdicts: &mut Option<tokio::sync::watch::Receiver<bool>>) -> Option<bool> {
+async fn clock_verdict(
+    verdicts: &mut Option<tokio::sync::watch::Receiver<MemberVerdict>>,
+) -> Option<MemberVerdict> {
     let Some(verdicts) = verdicts.as_mut() else {
         return std::future::pending().await;
     };

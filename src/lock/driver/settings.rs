@@ -47,6 +47,16 @@ impl LockSettings {
     }
 }
 
+/// What the member lock's clock check judged, which a named group's lock follows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemberVerdict {
+    /// The node's clock is off the other members'.
+    pub skewed: bool,
+    /// A live member reads the delayed store where this node cannot
+    /// (`lock::node::kept_out_by_store`).
+    pub store_kept_out: bool,
+}
+
 /// The default group's lock registers the node as a member and checks its clock; a named
 /// group's lock only contends, where the balancer places it, and follows that clock verdict.
 #[derive(Debug, Clone)]
@@ -56,11 +66,12 @@ pub enum LockRole {
     Member {
         placed: bool,
         /// Where the clock verdict goes for the named groups' locks.
-        verdict: Arc<tokio::sync::watch::Sender<bool>>,
+        verdict: Arc<tokio::sync::watch::Sender<MemberVerdict>>,
     },
-    /// A named group's lock: placed by the balancer; skewed while the member's clock is.
+    /// A named group's lock: placed by the balancer; skewed while the member's clock is, kept
+    /// out while the member is for its delayed store.
     Group {
-        verdict: tokio::sync::watch::Receiver<bool>,
+        verdict: tokio::sync::watch::Receiver<MemberVerdict>,
     },
 }
 
@@ -69,7 +80,7 @@ impl LockRole {
     pub fn alone() -> Self {
         Self::Member {
             placed: false,
-            verdict: Arc::new(tokio::sync::watch::Sender::new(false)),
+            verdict: Arc::new(tokio::sync::watch::Sender::new(MemberVerdict::default())),
         }
     }
 

@@ -167,12 +167,14 @@ impl Journal {
     }
 
     /// What a follower whose last event was `cursor` gets: what follows it, when this journal
-    /// gave it and keeps what followed.
+    /// gave it and keeps what followed. Where kept events share a cursor (the changes of one
+    /// zxid; a gap said at the newest zxid after a change of the store's), it resumes after the
+    /// first of them: it may be told the others again, and never misses one.
     pub fn after(&self, cursor: &Cursor) -> Resume {
         if let Some(at) = self
             .events
             .iter()
-            .rposition(|kept| kept.event.cursor() == *cursor)
+            .position(|kept| kept.event.cursor() == *cursor)
         {
             return Resume::Kept(
                 self.events
@@ -400,6 +402,23 @@ mod tests {
 
     fn cursors(events: &[Event]) -> Vec<String> {
         events.iter().map(|e| e.cursor().to_string()).collect()
+    }
+
+    #[test]
+    fn a_follower_whose_cursor_several_events_share_resumes_after_the_first_and_misses_none() {
+        let mut journal = Journal::new(10, z(10));
+        journal.push(event(EventKind::MemberJoined, 11));
+        journal.push(event(EventKind::MemberLeft, 11));
+        journal.push(event(EventKind::OwnerChanged, 12));
+        let Resume::Kept(after) = journal.after(&z(11)) else {
+            panic!("kept");
+        };
+        let kinds: Vec<EventKind> = after.iter().map(|e| e.kind).collect();
+        assert_eq!(
+            kinds,
+            [EventKind::MemberLeft, EventKind::OwnerChanged],
+            "a follower let go after the first of zxid 11 still gets the second"
+        );
     }
 
     #[test]

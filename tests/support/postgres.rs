@@ -32,6 +32,9 @@ use super::{Within, within};
 /// that for a crowded test pool).
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Ports a server is started on before its failure to bind one is given up on.
+const BIND_ATTEMPTS: u32 = 3;
+
 /// The role the tests connect as (`initdb -U`), trusted on loopback.
 pub const ROLE: &str = "zkcron";
 
@@ -127,15 +130,10 @@ impl PgServer {
             fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o700))
                 .map_err(setup("restrict the directory"))?;
         }
-        let port = free_ports(1)
-            .map_err(setup("pick a free loopback port"))?
-            .first()
-            .copied()
-            .ok_or_else(|| setup("pick a free loopback port")(io::Error::other("none")))?;
-        let server = PgServer {
+        let mut server = PgServer {
             dir,
             bin,
-            port,
+            port: 0,
             run_as,
             process: Mutex::new(None),
         };
@@ -143,9 +141,25 @@ impl PgServer {
         if let Some((cert, key)) = tls {
             server.serve_tls(cert, key)?;
         }
-        server.spawn()?;
-        server.wait_ready(within(READY_TIMEOUT))?;
-        Ok(server)
+        // A port found free can be taken before the server binds it (any connection's local
+        // port comes from the same range): the server says so and exits, and another port is
+        // tried.
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            server.port = free_ports(1)
+                .map_err(setup("pick a free loopback port"))?
+                .first()
+                .copied()
+                .ok_or_else(|| setup("pick a free loopback port")(io::Error::other("none")))?;
+            server.spawn()?;
+            match server.wait_ready(within(READY_TIMEOUT)) {
+                Ok(()) => return Ok(server),
+                Err(PgError::Exited { log, .. })
+                    if attempts < BIND_ATTEMPTS && log.contains("could not bind") => {}
+                Err(err) => return Err(err),
+            }
+        }
     }
 
     fn data_dir(&self) -> PathBuf {

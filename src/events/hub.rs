@@ -4,8 +4,8 @@
 //!
 //! Fed by persistent recursive watches, never polling: the run records (`runs/`), each group's
 //! lock node, the members and the pauses. Where the delayed queue is kept in PostgreSQL, the
-//! store's runs come from its change feed, read every [`STORE_POLL`]: the database tells no
-//! change unless asked. A run record that changed is read once and says its
+//! store's runs come from its change feed, read every 500 ms (`ledger::store_feed::follow`):
+//! the database tells no change unless asked. A run record that changed is read once and says its
 //! event; the owner, the members and the pauses are read again and compared with what the hub
 //! knew. After a reconnection, whose missed notifications cannot be told, everything is read
 //! again and what changed meanwhile is told as it stands now, after a gap event that says so.
@@ -31,6 +31,7 @@ use crate::config::Config;
 use crate::ids::{JobName, NodeId, SessionId};
 use crate::layout::{self, ControlPaths, LockPaths};
 use crate::ledger::changes::{self, Seen};
+use crate::ledger::store_feed::Fed;
 use crate::ledger::watch::{Batches, Change, Follow, NodeChange};
 use crate::ledger::{self, Ledger};
 use crate::lock::node::{ClockStanding, OwnerInfo, ReloadNote};
@@ -43,11 +44,7 @@ pub const IDLE: Duration = Duration::from_secs(600);
 const FOLLOWER_BACKLOG: usize = 4096;
 /// Record reads in flight at once (as the console's index).
 const IN_FLIGHT: usize = 128;
-/// How often the delayed store's change feed is read while the hub follows it: PostgreSQL
-/// tells no change of a row unless asked, and a `NOTIFY` from every statement of the claim
-/// path costs every delivery (measured: +16 % of the server's CPU) for a hub few nodes run.
-pub const STORE_POLL: Duration = Duration::from_millis(500);
-/// The store's changes read at once.
+/// The store's changes read at once when read back for a follower.
 const STORE_BATCH: i64 = 1000;
 /// The store's changes read back for one follower across a gap, at most: past it, the gap
 /// event says which were lost to it.
@@ -310,67 +307,28 @@ impl EventHub {
         Ok(read)
     }
 
-    /// Reads the delayed store's change feed every [`STORE_POLL`] (at once again after a full
-    /// batch) until the hub stops, telling each change. A failed read is said once and tried
-    /// again: the journal's mark holds where the next read starts.
+    /// Follows the delayed store's change feed until the hub stops, telling each change.
     async fn follow_store(&self) {
-        let mut failing = false;
-        loop {
-            let mark = self.journal().store_mark().cloned();
-            let mut full = false;
-            let Some(mark) = mark else {
-                // Not read at the start: where the feed stands once it can be read, and a gap
-                // that says the store's changes before it were not told.
-                match ledger::store_feed::horizon(&self.client).await {
-                    Ok(Some(mark)) => {
-                        let mut journal = self.journal();
-                        let told = journal.store_begun(mark, chrono::Utc::now().timestamp_millis());
-                        let _ = self.shared.sender.send(told);
-                        tracing::info!("the event hub reads the delayed store's runs");
-                        continue;
-                    }
-                    Ok(None) => return,
-                    Err(_) => {}
+        let tell = |fed: Fed| {
+            let mut journal = self.journal();
+            let told = match fed {
+                Fed::Begun(mark) => {
+                    vec![journal.store_begun(mark, chrono::Utc::now().timestamp_millis())]
                 }
-                tokio::select! {
-                    () = self.stop.cancelled() => return,
-                    () = tokio::time::sleep(STORE_POLL) => {}
-                }
-                continue;
+                Fed::Changed(changes) => changes
+                    .into_iter()
+                    .map(|change| {
+                        journal.store_changed(Event::of_stored_run(&change.record), change.mark)
+                    })
+                    .collect(),
             };
-            match ledger::store_feed::changes_after(&self.client, &mark, STORE_BATCH).await {
-                Ok(changes) => {
-                    if std::mem::take(&mut failing) {
-                        tracing::info!("the event hub reads the delayed store's runs again");
-                    }
-                    full = i64::try_from(changes.len()) == Ok(STORE_BATCH);
-                    let mut journal = self.journal();
-                    for change in changes {
-                        let event = Event::of_stored_run(&change.record);
-                        let told = journal.store_changed(event, change.mark);
-                        // No follower now is no error: the journal keeps it for the next.
-                        let _ = self.shared.sender.send(told);
-                    }
-                }
-                Err(err) if !failing => {
-                    failing = true;
-                    tracing::warn!(
-                        error = %error_chain(&err),
-                        "the event hub cannot read the delayed store's runs; it tries again \
-                         every {} ms and loses none",
-                        STORE_POLL.as_millis()
-                    );
-                }
-                Err(_) => {}
+            for event in told {
+                // No follower now is no error: the journal keeps it for the next.
+                let _ = self.shared.sender.send(event);
             }
-            if full {
-                continue;
-            }
-            tokio::select! {
-                () = self.stop.cancelled() => return,
-                () = tokio::time::sleep(STORE_POLL) => {}
-            }
-        }
+        };
+        let mark = || self.journal().store_mark().cloned();
+        ledger::store_feed::follow(&self.client, &self.stop, "event hub", mark, tell).await;
     }
 
     /// The events the records at `wanted` say now, each read once; gone ones say none.

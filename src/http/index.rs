@@ -6,7 +6,7 @@
 //! The index reads every kept record once, then follows the ledger through one persistent
 //! recursive watch on `runs/`: each change is one read of the record that changed. Where the
 //! delayed queue is kept in PostgreSQL, it also reads each scheduled job's newest runs there and
-//! follows the store's change feed every [`STORE_POLL`]. It lives on the node's session and is
+//! follows the store's change feed (`ledger::store_feed::follow`, every 500 ms). It lives on the node's session and is
 //! dropped with it, after a reconnection that may have lost events (it is read again), or
 //! [`IDLE`] after the last page asked for it.
 //!
@@ -15,7 +15,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -27,7 +27,7 @@ use crate::ids::{JobName, NodeId};
 use crate::layout::{self, RecordName};
 use crate::ledger;
 use crate::ledger::Ledger;
-use crate::ledger::store_feed;
+use crate::ledger::store_feed::{self, Fed};
 use crate::ledger::watch::{Batches, Change, Follow};
 use crate::report::error_chain;
 use crate::run::{RunRecord, RunStatus};
@@ -41,10 +41,6 @@ pub const IDLE: Duration = Duration::from_secs(600);
 /// Reads in flight at once while loading: enough to keep the servers busy, few enough that a
 /// heartbeat of the lock on the same session waits behind no more than a few milliseconds.
 const IN_FLIGHT: usize = 128;
-/// How often the delayed store's change feed is read, as the event hub does.
-pub const STORE_POLL: Duration = crate::events::hub::STORE_POLL;
-/// The store's changes read at once.
-const STORE_BATCH: i64 = 1000;
 
 /// One run as the console shows it in a row or a strip.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -211,9 +207,8 @@ impl IndexState {
 #[derive(Clone)]
 pub struct RunIndex {
     pub state: Arc<RwLock<IndexState>>,
-    /// Where the store's feed was read up to; `None` while the queue is in ZooKeeper. A load
-    /// and a read of the feed take it in turn, so that neither applies over the other.
-    store_mark: Arc<tokio::sync::Mutex<Option<StoreMark>>>,
+    /// Where the store's feed was read up to; `None` while the queue is in ZooKeeper.
+    store_mark: Arc<Mutex<Option<StoreMark>>>,
     session: crate::ids::SessionId,
     last_asked: Arc<AtomicI64>,
     stop: CancellationToken,
@@ -360,9 +355,12 @@ impl RunIndex {
     /// Reads every kept record of every job under `runs`, and the store's newest runs of
     /// `jobs`, replacing what the index held.
     async fn load(&self, client: &Ledger, runs: &str, jobs: &[JobName]) -> Result<(), String> {
-        let mut store_mark = self.store_mark.lock().await;
         self.load_ledger(client, runs).await?;
-        *store_mark = self.load_store(client, jobs).await?;
+        let loaded = self.load_store(client, jobs).await?;
+        *self
+            .store_mark
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = loaded;
         if let Ok(mut state) = self.state.write() {
             state.ready = true;
         }
@@ -394,53 +392,36 @@ impl RunIndex {
         Ok(Some(mark))
     }
 
-    /// Reads the store's change feed every [`STORE_POLL`] (at once again after a full batch)
-    /// until the index stops. A failed read is said once and tried again from the same mark.
+    /// Follows the store's change feed until the index stops, putting each run as it stands.
+    /// A read that a load overlaps is harmless: a run is put as it stands, and the load's mark
+    /// at worst has a change read again.
     async fn follow_store(&self, client: &Ledger) {
-        let mut failing = false;
-        loop {
-            let mut full = false;
-            {
-                let mut store_mark = self.store_mark.lock().await;
-                let Some(mark) = store_mark.clone() else {
-                    return;
-                };
-                match store_feed::changes_after(client, &mark, STORE_BATCH).await {
-                    Ok(changes) => {
-                        if std::mem::take(&mut failing) {
-                            tracing::info!("the console's index reads the delayed store again");
-                        }
-                        full = i64::try_from(changes.len()) == Ok(STORE_BATCH);
-                        if let Some(last) = changes.last() {
-                            *store_mark = Some(last.mark.clone());
-                        }
-                        let Ok(mut state) = self.state.write() else {
-                            return;
-                        };
-                        for change in changes {
-                            state.put_stored(&change.record);
-                        }
+        let put = |fed: Fed| {
+            let mut mark = self
+                .store_mark
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            match fed {
+                Fed::Begun(begun) => *mark = Some(begun),
+                Fed::Changed(changes) => {
+                    *mark = changes.last().map(|change| change.mark.clone());
+                    let Ok(mut state) = self.state.write() else {
+                        return;
+                    };
+                    for change in changes {
+                        state.put_stored(&change.record);
                     }
-                    Err(err) if !failing => {
-                        failing = true;
-                        tracing::warn!(
-                            error = %error_chain(&err),
-                            "the console's index cannot read the delayed store's runs; it \
-                             tries again every {} ms",
-                            STORE_POLL.as_millis()
-                        );
-                    }
-                    Err(_) => {}
                 }
             }
-            if full {
-                continue;
-            }
-            tokio::select! {
-                () = self.stop.cancelled() => return,
-                () = tokio::time::sleep(STORE_POLL) => {}
-            }
-        }
+        };
+        let mark = || {
+            let mark = self
+                .store_mark
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            mark.clone()
+        };
+        store_feed::follow(client, &self.stop, "console index", mark, put).await;
     }
 
     /// Reads every kept record of every job under `runs`, replacing what the index held.

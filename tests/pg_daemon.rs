@@ -847,6 +847,30 @@ fn frames(body: &str) -> Vec<(String, Option<serde_json::Value>)> {
         .collect()
 }
 
+/// The console's recent submissions on the node at `port`: each one's id and status, newest
+/// first (none while its index is still reading).
+async fn recent_submissions(port: u16, token: &str) -> Vec<(String, String)> {
+    let reply = support::http::request(
+        port,
+        "GET",
+        "/v1/submissions?state=recent",
+        Some(token),
+        None,
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{reply:?}");
+    reply
+        .json()
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|run| {
+            let id = run["submission_id"].as_str()?.to_owned();
+            Some((id, run["status"].as_str().unwrap_or_default().to_owned()))
+        })
+        .collect()
+}
+
 /// The event stream tells the store's runs (issue 55): each submission's run ends in the stream,
 /// with a cursor that holds the store's mark; a follower resuming after one gets only what came
 /// after it; and after the node restarted, a cursor the new hub never gave is answered 410, or,
@@ -888,15 +912,7 @@ async fn the_event_stream_tells_the_stores_runs_and_resumes_after_a_store_mark()
     );
 
     // The console's index starts before any run, and follows the store's feed from there.
-    let recent = support::http::request(
-        port,
-        "GET",
-        "/v1/submissions?state=recent",
-        Some(TOKEN),
-        None,
-    )
-    .await;
-    assert_eq!(recent.status, 200, "{recent:?}");
+    recent_submissions(port, TOKEN).await;
 
     let ended_in_stream = |after: String, id: &'static str| async move {
         let query = format!("follow=false&after={after}");
@@ -969,26 +985,9 @@ async fn the_event_stream_tells_the_stores_runs_and_resumes_after_a_store_mark()
         "the console's index shows both runs",
         SLACK,
         || async move {
-            let recent = support::http::request(
-                port,
-                "GET",
-                "/v1/submissions?state=recent",
-                Some(TOKEN),
-                None,
-            )
-            .await
-            .json();
-            let ended: Vec<String> = recent
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|run| run["status"] == "succeeded")
-                .filter_map(|run| run["submission_id"].as_str().map(str::to_owned))
-                .collect();
-            (ended.len() == 2
-                && ended.contains(&"first".to_owned())
-                && ended.contains(&"second".to_owned()))
-            .then_some(())
+            let recent = recent_submissions(port, TOKEN).await;
+            let ended = |id: &str| recent.contains(&(id.to_owned(), "succeeded".to_owned()));
+            (recent.len() == 2 && ended("first") && ended("second")).then_some(())
         },
     )
     .await;
@@ -1043,33 +1042,15 @@ async fn the_event_stream_tells_the_stores_runs_and_resumes_after_a_store_mark()
         "{told:?}"
     );
     // A new node's index reads the store's runs at its start.
-    let recent = support::http::request(
-        port,
-        "GET",
-        "/v1/submissions?state=recent",
-        Some(TOKEN),
-        None,
-    )
-    .await;
     let listed: Vec<String> = wait_for("the new index lists both", SLACK, || async move {
-        let listed: Vec<String> = support::http::request(
-            port,
-            "GET",
-            "/v1/submissions?state=recent",
-            Some(TOKEN),
-            None,
-        )
-        .await
-        .json()
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|run| run["submission_id"].as_str().map(str::to_owned))
-        .collect();
+        let listed: Vec<String> = recent_submissions(port, TOKEN)
+            .await
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
         (listed.len() == 2).then_some(listed)
     })
     .await;
-    assert_eq!(recent.status, 200, "{recent:?}");
     assert_eq!(listed, ["second", "first"], "newest first");
 }
 

@@ -62,6 +62,7 @@ mod runner;
 mod secure_zk;
 mod steer;
 mod stored_formats;
+mod submission_properties;
 mod submit_cli;
 mod telemetry;
 mod upgrade;

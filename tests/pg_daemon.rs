@@ -1041,6 +1041,24 @@ async fn the_event_stream_tells_the_stores_runs_and_resumes_after_a_store_mark()
         1,
         "{told:?}"
     );
+    // A listing from 0 (`zkcron events`) has the store's kept runs read back, as the ticks'.
+    let (status, listed, body) =
+        listing(port, "follow=false&after=0&across_gap=true".to_owned()).await;
+    assert_eq!(status, 200, "{body}");
+    let ended: Vec<String> = listed
+        .iter()
+        .filter_map(|(_, e)| {
+            let e = e.as_ref()?;
+            (e["kind"] == "run_ended").then(|| e["run_id"].as_str().unwrap_or("").to_owned())
+        })
+        .collect();
+    assert!(
+        ["first", "second"]
+            .iter()
+            .all(|id| ended.iter().any(|run| run.ends_with(id))),
+        "{ended:?}"
+    );
+
     // A new node's index reads the store's runs at its start.
     let listed: Vec<String> = wait_for("the new index lists both", SLACK, || async move {
         let listed: Vec<String> = recent_submissions(port, TOKEN)

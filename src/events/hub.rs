@@ -216,11 +216,13 @@ impl EventHub {
                 return Ok(Subscribed::Gone { after, kept_from });
             }
             Some(_) => {
-                let store = match &cursor.store {
-                    Some(after) => self.store_read_back(after).await?,
-                    None => StoreReadBack::default(),
-                };
-                (self.records().await?, store)
+                // A cursor without the store's part has been told none of its runs: all that
+                // are kept come back, as every kept record of ZooKeeper's does.
+                let after = cursor.store.clone().unwrap_or(StoreMark {
+                    xid: 0,
+                    id: String::new(),
+                });
+                (self.records().await?, self.store_read_back(&after).await?)
             }
             None => (Vec::new(), StoreReadBack::default()),
         };

@@ -196,8 +196,8 @@ impl Journal {
     /// What a follower that accepts the gap after `cursor` gets: the runs' events after it as
     /// `records` say (each kept record's latest write in ZooKeeper, read back) and as this
     /// journal kept them, each write once, ordered by zxid; the other events kept after it; a
-    /// gap event for what was not kept; then the store's runs after its store mark, as `store`
-    /// read them back and as the journal kept them after that. Each event's cursor is set
+    /// gap event for what was not kept; then the store's runs after its store mark (all kept,
+    /// without one), as `store` read them back and as the journal kept them after that. Each event's cursor is set
     /// anew so that a follower let go anywhere in it resumes without a loss.
     pub fn across_gap(
         &self,
@@ -241,23 +241,16 @@ impl Journal {
             event.store_mark = cursor.store.clone();
         }
         let mut zxid = events.last().map_or(after, |event| event.id).max(after);
-        // Without a mark of its own, the follower gets the store's runs this journal kept.
-        let read_through = if cursor.store.is_some() {
-            store.through.clone()
-        } else {
-            None
-        };
         let kept_of_store = self
             .events
             .iter()
             .filter(|kept| {
                 kept.from_store
-                    && kept.event.store_mark.as_ref() > read_through.as_ref()
+                    && kept.event.store_mark.as_ref() > store.through.as_ref()
                     && kept.event.store_mark > cursor.store
             })
             .map(|kept| kept.event.clone());
-        let read_back = store.events.into_iter().filter(|_| cursor.store.is_some());
-        for mut event in read_back.chain(kept_of_store) {
+        for mut event in store.events.into_iter().chain(kept_of_store) {
             zxid = zxid.max(event.id);
             event.id = zxid;
             events.push(event);
@@ -513,8 +506,20 @@ mod tests {
             ],
             "each run once, and every cursor resumes without a loss"
         );
-        // A cursor without a store mark (from before the store): the journal's store events.
-        let across = journal.across_gap(&z(390), Vec::new(), StoreReadBack::default(), 999);
+        // A cursor without a store mark (0, or from before the store): every kept run read
+        // back, then the journal's after what was read.
+        let (mut kept_back, at) = store_run("s-1", 61);
+        kept_back.store_mark = Some(at);
+        let across = journal.across_gap(
+            &z(390),
+            Vec::new(),
+            StoreReadBack {
+                events: vec![kept_back],
+                through: Some(mark(61, "s-1")),
+                cut_at: None,
+            },
+            999,
+        );
         let runs: Vec<_> = across
             .iter()
             .filter(|e| e.kind == EventKind::RunEnded)

@@ -91,10 +91,7 @@ pub async fn read(client: Zk, check: Check, bound: Duration) -> Result<Reading, 
         let answered = tokio::time::timeout(bound, store.fence()).await;
         me.delayed_store_reachable = Some(matches!(answered, Ok(Ok(_))));
     }
-    let mine = me.delayed_store.map(|kind| StoreStanding {
-        kind,
-        reachable: me.delayed_store_reachable != Some(false),
-    });
+    let mine = StoreStanding::published(me.delayed_store, me.delayed_store_reachable);
     let data = me.to_bytes();
     let me = me.node_id;
     let sent_monotonic_ms = monotonic_ms();

@@ -28,7 +28,7 @@ use crate::ledger::Ledger;
 use crate::lock::clock_schedule::{ClockCheck, ClockSchedule, ClockStep};
 use crate::lock::clock_watch;
 use crate::lock::machine::{Action, Input, LockEvent, LockMachine, LockState, LockStatus};
-use crate::lock::node::{ReloadNote, ScheduleHash, kept_out_by_store};
+use crate::lock::node::{DelayedStoreKind, ReloadNote, ScheduleHash, kept_out_by_store};
 use crate::lock::take_back::TakeBack;
 use crate::zk::{self, NodeEvent, SessionEvent};
 
@@ -331,8 +331,9 @@ impl<'a> Driver<'a> {
                     let by = kept_out_by_store(read.mine(), read.stores()).cloned();
                     if by.is_some() != self.store_kept_out {
                         self.store_kept_out = by.is_some();
-                        let in_postgres = self.settings.me.delayed_store
-                            == Some(crate::lock::node::DelayedStoreKind::Postgres);
+                        let in_postgres = read
+                            .mine()
+                            .is_some_and(|mine| mine.kind == DelayedStoreKind::Postgres);
                         match (&by, in_postgres) {
                             (Some(by), false) => {
                                 tracing::warn!(member = %by, "this node keeps the delayed queue in ZooKeeper and member {by} keeps it in PostgreSQL ([delayed] store): standing aside from the lock while it lives");

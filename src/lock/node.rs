@@ -86,6 +86,21 @@ pub struct StoreStanding {
     pub reachable: bool,
 }
 
+impl StoreStanding {
+    /// As a member node publishes it: where (none from an older zkcron) and, for PostgreSQL,
+    /// whether its last check read it.
+    pub fn published(kind: Option<DelayedStoreKind>, reachable: Option<bool>) -> Option<Self> {
+        kind.map(|kind| Self {
+            kind,
+            reachable: reachable != Some(false),
+        })
+    }
+
+    fn in_postgres(&self) -> bool {
+        self.kind == DelayedStoreKind::Postgres
+    }
+}
+
 /// The member that keeps us out of the lock, if any:
 /// - a node that keeps the delayed queue in ZooKeeper (`mine`, `None` from an older zkcron)
 ///   cannot read what a member that keeps it in PostgreSQL submitted, so it stands aside while
@@ -98,10 +113,11 @@ pub fn kept_out_by_store<'a>(
     mine: Option<&StoreStanding>,
     others: &'a [(NodeId, StoreStanding)],
 ) -> Option<&'a NodeId> {
-    let in_postgres = |standing: &StoreStanding| standing.kind == DelayedStoreKind::Postgres;
     let wins = |(_, other): &&(NodeId, StoreStanding)| match mine {
-        Some(mine) if in_postgres(mine) => !mine.reachable && in_postgres(other) && other.reachable,
-        _ => in_postgres(other),
+        Some(mine) if mine.in_postgres() => {
+            !mine.reachable && other.in_postgres() && other.reachable
+        }
+        _ => other.in_postgres(),
     };
     others.iter().find(wins).map(|(node, _)| node)
 }
@@ -230,10 +246,7 @@ pub struct MemberBrief {
 impl MemberBrief {
     /// Where it keeps the delayed queue and whether it could read it, if it says where.
     pub fn store_standing(&self) -> Option<StoreStanding> {
-        self.delayed_store.map(|kind| StoreStanding {
-            kind,
-            reachable: self.delayed_store_reachable != Some(false),
-        })
+        StoreStanding::published(self.delayed_store, self.delayed_store_reachable)
     }
 }
 

@@ -88,7 +88,9 @@ impl Journal {
 
     /// The oldest position kept: where following began, or the newest event dropped.
     pub fn kept_from(&self) -> Cursor {
-        self.dropped.clone().unwrap_or_else(|| self.start.clone())
+        let mut from = self.dropped.clone().unwrap_or_else(|| self.start.clone());
+        from.zxid = from.zxid.max(self.start.zxid);
+        from
     }
 
     /// The newest event's cursor, or where the journal began.
@@ -156,7 +158,12 @@ impl Journal {
         });
         while self.events.len() > self.capacity {
             if let Some(dropped) = self.events.pop_front() {
-                self.dropped = Some(dropped.event.cursor());
+                // Ids come in the order read, not always rising: the newest dropped one counts.
+                let mut cursor = dropped.event.cursor();
+                if let Some(before) = &self.dropped {
+                    cursor.zxid = cursor.zxid.max(before.zxid);
+                }
+                self.dropped = Some(cursor);
             }
         }
         if self.told.len() > self.capacity {

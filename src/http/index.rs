@@ -6,9 +6,10 @@
 //! The index reads every kept record once, then follows the ledger through one persistent
 //! recursive watch on `runs/`: each change is one read of the record that changed. Where the
 //! delayed queue is kept in PostgreSQL, it also reads each scheduled job's newest runs there and
-//! follows the store's change feed (`ledger::store_feed::follow`, every 500 ms). It lives on the node's session and is
-//! dropped with it, after a reconnection that may have lost events (it is read again), or
-//! [`IDLE`] after the last page asked for it.
+//! follows the store's change feed (`ledger::store_feed::follow`, every 500 ms); a store it
+//! cannot read is followed from when it can. It lives on the node's session and is dropped with
+//! it, after a reconnection that may have lost events (it is read again), or [`IDLE`] after the
+//! last page asked for it.
 //!
 //! Owns: that derived view and its upkeep. Must not: write to ZooKeeper, or be the source of
 //! anything but what the console shows (the ledger is; `status` reads it directly).
@@ -368,22 +369,37 @@ impl RunIndex {
     }
 
     /// Each of `jobs`' newest runs in the delayed store; where its feed stands, read first (a
-    /// change after it is read again from the feed, which puts it as it stands).
+    /// change after it is read again from the feed, which puts it as it stands). A store that
+    /// cannot be read is said so and left to the feed, which follows it from when it can: the
+    /// ticks' runs are shown meanwhile.
     async fn load_store(
         &self,
         client: &Ledger,
         jobs: &[JobName],
     ) -> Result<Option<StoreMark>, String> {
         let unreadable = |err: crate::ledger::ClaimError| {
-            format!("cannot read the delayed store: {}", error_chain(&err))
+            tracing::warn!(
+                error = %error_chain(&err),
+                "the console's index cannot read the delayed store; it shows the store's runs \
+                 from when it can"
+            );
         };
-        let Some(mark) = store_feed::horizon(client).await.map_err(unreadable)? else {
-            return Ok(None);
+        let mark = match store_feed::horizon(client).await {
+            Ok(Some(mark)) => mark,
+            Ok(None) => return Ok(None),
+            Err(err) => {
+                unreadable(err);
+                return Ok(None);
+            }
         };
         for job in jobs {
-            let records = store_feed::newest_of(client, job, STRIP)
-                .await
-                .map_err(unreadable)?;
+            let records = match store_feed::newest_of(client, job, STRIP).await {
+                Ok(records) => records,
+                Err(err) => {
+                    unreadable(err);
+                    break;
+                }
+            };
             let mut state = self.state.write().map_err(|_| "index lock poisoned")?;
             for record in records {
                 state.put_stored(&record);

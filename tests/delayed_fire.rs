@@ -358,6 +358,8 @@ async fn a_thousand_submissions_survive_a_kill_9_of_the_owner_each_run_at_most_o
 }
 
 #[tokio::test]
+#[ignore = "issue 55: about one run in five leaves claimed submissions unrun after the new owner \
+            re-verifies its lock mid-claim (the epoch moved past its first token); see the issue"]
 async fn a_thousand_submissions_kept_in_postgres_survive_a_kill_9_of_the_owner_too() {
     thousand_across_a_kill(QueueIn::Postgres).await;
 }
@@ -454,7 +456,21 @@ async fn thousand_across_a_kill(queue: QueueIn) {
             let pending = zkcron_ok(&["delayed", "list", "--limit", "20"], &survivor.config);
             let tails: Vec<String> = nodes
                 .iter()
-                .map(|n| format!("--- {} ---\n{}", n.node_id, n.log_tail()))
+                .map(|n| {
+                    let log = n.log();
+                    let warnings: Vec<&str> = log
+                        .lines()
+                        .filter(|line| line.contains(" WARN ") || line.contains(" ERROR "))
+                        .take(40)
+                        .collect();
+                    format!(
+                        "--- {} warnings ---\n{}\n--- {} ---\n{}",
+                        n.node_id,
+                        warnings.join("\n"),
+                        n.node_id,
+                        n.log_tail()
+                    )
+                })
                 .collect();
             panic!(
                 "{not_reached}\n{} lines in the run log, {} records; not run: {:?}\n\

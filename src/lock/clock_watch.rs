@@ -74,9 +74,9 @@ pub struct Check {
     pub store: Option<Arc<PgStore>>,
 }
 
-/// Reads the delayed store once (the fence row: one indexed read) within `bound`, then writes
-/// our member node, with whether that read answered, timing the write; then reads the other
-/// members. Each ZooKeeper request is bounded by `client`'s bound.
+/// Reads the delayed store once (the fence row, on the store's side connection) within
+/// `bound`, then writes our member node, with whether that read answered, timing the write;
+/// then reads the other members. Each ZooKeeper request is bounded by `client`'s bound.
 ///
 /// # Errors
 /// A request failed or took too long: no verdict this time.
@@ -88,7 +88,7 @@ pub async fn read(client: Zk, check: Check, bound: Duration) -> Result<Reading, 
         store,
     } = check;
     if let Some(store) = &store {
-        let answered = tokio::time::timeout(bound, store.fence()).await;
+        let answered = tokio::time::timeout(bound, store.probe()).await;
         me.delayed_store_reachable = Some(matches!(answered, Ok(Ok(_))));
     }
     let mine = StoreStanding::published(me.delayed_store, me.delayed_store_reachable);

@@ -66,6 +66,23 @@ impl PgStore {
         })
     }
 
+    /// Whether the store answers a read now (the fence row), on the side connection, so that
+    /// a check of a busy owner is not queued behind its claims. For the clock check's verdict
+    /// on who may own.
+    ///
+    /// # Errors
+    /// `Unreachable`, `Query` or `TimedOut` when the database did not answer.
+    pub async fn probe(&self) -> Result<(), StoreError> {
+        let side = self.side().await?;
+        self.bounded(
+            "reading the fence",
+            side.client
+                .query_opt(&side.statements.read_fence, &[&self.fence_group]),
+        )
+        .await
+        .map(drop)
+    }
+
     /// The token the fence holds now; none before any owner raised it.
     ///
     /// # Errors

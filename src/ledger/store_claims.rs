@@ -308,7 +308,9 @@ async fn take_over(
     version: i32,
 ) -> Result<Updated, StoreError> {
     match store.take_over(id, token, node, record, version).await {
-        Err(StoreError::Fenced { current, .. }) if current < i64::from(token.0) => {
+        // At our token already: another of our statements raised it between this one's check
+        // and its read of the fence (see `claim_chosen`).
+        Err(StoreError::Fenced { current, .. }) if current <= i64::from(token.0) => {
             store.raise_fence(token).await?;
             tracing::info!(lock_group = store.lock_group(), %token, "the delayed store's fence raised to our token");
             store.take_over(id, token, node, record, version).await
@@ -462,7 +464,11 @@ async fn claim_chosen(store: &PgStore, plans: &[&ClaimPlan]) -> Vec<Result<bool,
                     .map(|answer| Ok(answer == ChosenClaim::Claimed))
                     .collect();
             }
-            Err(StoreError::Fenced { current, .. }) if !raised && current < i64::from(token.0) => {
+            // Behind our token, or at it already: the listing of a new owner raises the fence
+            // too, and when it does between this statement's check and its read of the fence,
+            // the fence reads as ours. Taken for a newer owner's, that sent the lock machine
+            // to verify a lock it held, and the claims it had out were left unrun.
+            Err(StoreError::Fenced { current, .. }) if !raised && current <= i64::from(token.0) => {
                 raised = true;
                 match store.raise_fence(token).await {
                     Ok(()) => {

@@ -358,8 +358,6 @@ async fn a_thousand_submissions_survive_a_kill_9_of_the_owner_each_run_at_most_o
 }
 
 #[tokio::test]
-#[ignore = "issue 55: about one run in five leaves claimed submissions unrun after the new owner \
-            re-verifies its lock mid-claim (the epoch moved past its first token); see the issue"]
 async fn a_thousand_submissions_kept_in_postgres_survive_a_kill_9_of_the_owner_too() {
     thousand_across_a_kill(QueueIn::Postgres).await;
 }

@@ -1155,3 +1155,72 @@ async fn a_node_that_cannot_reach_the_store_hands_the_lock_to_a_member_that_can(
     .await;
     assert_eq!(runs_of(&ground.out, "waiting").len(), 1, "run once");
 }
+
+/// The only node, owner, frozen (SIGSTOP) past its session while the store holds claims it made
+/// ahead of their instants: on waking it finds the lock lost, gains it again under a newer
+/// token, and runs each submission once. A run alive at the freeze (its stdin not yet closed)
+/// is cancelled with the lost lock and recorded so, as the job contract says; none is left
+/// claimed or unrecorded.
+#[tokio::test]
+async fn an_owner_frozen_past_its_session_with_claims_out_runs_each_once_when_it_owns_again() {
+    let setup = one_node("pg-daemon-frozen").await;
+    let config = setup.node.config.clone();
+    const COUNT: usize = 200;
+    let base = now_ms() + 3_000;
+    support::daemon::submit_spaced(&config, "close", COUNT, base, 10, "f").await;
+    // Frozen in the middle of them: the next ones are claimed ahead, not started.
+    let freeze_at = base + 1_000;
+    tokio::time::sleep(Duration::from_millis(
+        u64::try_from(freeze_at - now_ms()).unwrap_or(0),
+    ))
+    .await;
+    setup.node.signal(nix::sys::signal::Signal::SIGSTOP);
+    // Past the session (2 s) with room: the servers expire it.
+    tokio::time::sleep(SESSION * 2 + Duration::from_millis(500)).await;
+    let thawed_ms = now_ms();
+    setup.node.signal(nix::sys::signal::Signal::SIGCONT);
+    let ids: Vec<String> = (0..COUNT).map(|i| format!("f{i:04}")).collect();
+    let ran = |id: &String| runs_of(&setup.out, id).len();
+    let settled = support::try_wait_for(
+        "every submission ran or ended recorded",
+        SESSION + DELAY + SLACK * 3,
+        || {
+            let records = support::daemon::history_records("close", &["--limit", "500"], &config);
+            let ended = |id: &String| {
+                records.iter().any(|r| {
+                    r["submission_id"] == id.as_str()
+                        && matches!(
+                            r["status"].as_str(),
+                            Some("succeeded" | "cancelled" | "interrupted")
+                        )
+                })
+            };
+            let done = ids.iter().all(|id| ran(id) >= 1 || ended(id));
+            async move { done.then_some(records) }
+        },
+    )
+    .await;
+    let Ok(records) = settled else {
+        let not_run: Vec<&String> = ids.iter().filter(|id| ran(id) == 0).collect();
+        panic!(
+            "not run nor recorded ended: {:?}\n{}",
+            &not_run[..not_run.len().min(20)],
+            setup.node.log_tail()
+        );
+    };
+    for id in &ids {
+        assert!(ran(id) <= 1, "{id} ran {} times", ran(id));
+        if ran(id) == 0 {
+            let record = records
+                .iter()
+                .find(|r| r["submission_id"] == id.as_str())
+                .unwrap_or_else(|| panic!("{id}: no record"));
+            let started = record["started_unix_ms"].as_i64().unwrap_or(i64::MAX);
+            assert!(
+                matches!(record["status"].as_str(), Some("cancelled" | "interrupted"))
+                    && started <= thawed_ms,
+                "{id} did not run and its run was not alive at the freeze: {record}"
+            );
+        }
+    }
+}

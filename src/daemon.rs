@@ -29,9 +29,8 @@ use crate::layout::LedgerPaths;
 use crate::layout::LockPaths;
 use crate::ledger::postgres::PgStore;
 use crate::lock::clock_watch::ClockSettings;
-use crate::lock::driver::{
-    self, DriverError, Heard, LockCommand, LockRole, LockSettings, MemberVerdict,
-};
+use crate::lock::driver::MemberVerdict;
+use crate::lock::driver::{self, DriverError, Heard, LockCommand, LockRole, LockSettings};
 use crate::lock::node::{DelayedStoreKind, OwnerInfo, ReloadNote, ScheduleHash};
 use crate::metrics::Metrics;
 use crate::output_store::OutputStore;

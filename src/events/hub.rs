@@ -44,8 +44,6 @@ pub const IDLE: Duration = Duration::from_secs(600);
 const FOLLOWER_BACKLOG: usize = 4096;
 /// Record reads in flight at once (as the console's index).
 const IN_FLIGHT: usize = 128;
-/// The store's changes read at once when read back for a follower.
-const STORE_BATCH: i64 = 1000;
 /// The store's changes read back for one follower across a gap, at most: past it, the gap
 /// event says which were lost to it.
 const STORE_READ_BACK: usize = 100_000;
@@ -293,9 +291,10 @@ impl EventHub {
                 read.cut_at = Some(mark);
                 break;
             }
-            let changes = ledger::store_feed::changes_after(&self.client, &mark, STORE_BATCH)
-                .await
-                .map_err(|err| HubError::Records(error_chain(&err)))?;
+            let changes =
+                ledger::store_feed::changes_after(&self.client, &mark, ledger::store_feed::BATCH)
+                    .await
+                    .map_err(|err| HubError::Records(error_chain(&err)))?;
             let Some(last) = changes.last().map(|change| change.mark.clone()) else {
                 break;
             };

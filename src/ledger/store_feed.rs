@@ -83,8 +83,8 @@ pub enum Fed {
 /// (measured: +16 % of the server's CPU) for views few nodes serve.
 pub const POLL: Duration = Duration::from_millis(500);
 
-/// The changes read at once.
-const BATCH: i64 = 1000;
+/// The changes read at once, by a follower and by a read back across a gap.
+pub const BATCH: i64 = 1000;
 
 /// Follows the store's feed until `stop`: every [`POLL`] (at once again after a full batch),
 /// the changes after `mark()` go to `told`; while `mark()` has none, the feed's horizon is read
